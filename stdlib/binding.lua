@@ -1,0 +1,279 @@
+-- crescent.binding: builds the Lua function of every registry op from its schema.
+--
+-- Schema: comma-separated "name:TYPE" with an optional "?" (may be nil) or "..." (rest of the
+-- arguments, for sizes), and a final "opts:{key:TYPE, ...}" for an options table.
+-- TYPE: T tensor, TN tensor or number, N number, I integer, D dim, B boolean, S string,
+--       Is integer list (a number, a table, or the varargs), Ds dims (number or table),
+--       TL list of tensors, Data nested table of numbers (T.tensor).
+-- Each wrapper is generated Lua source (loadstring), so LuaJIT traces a straight line of
+-- argument stores and one call; argument errors name the op, the argument and what was given.
+local core = require "crescent.core"
+local ffi, api, ctx = core.ffi, core.api, core.ctx
+local is_tensor, wrap = core.is_tensor, core.wrap
+
+local M = {}
+local MAXARGS, OUTCAP = 16, 64
+local ARGS = ffi.new("cr_value[?]", MAXARGS)
+local OUTS = ffi.new("cr_tensor*[?]", OUTCAP)
+local INTS, TLIST = {}, {}  -- per argument slot buffers, grown on demand
+for i = 0, MAXARGS - 1 do
+  INTS[i] = { cap = 16, buf = ffi.new("int64_t[16]") }
+  TLIST[i] = { cap = 16, buf = ffi.new("cr_tensor*[16]") }
+end
+local TAG = { none = 0, tensor = 1, number = 2, bool = 3, ints = 4, tensors = 5, string = 6, doubles = 7 }
+M.TAG = TAG
+
+local function describe(v)
+  if is_tensor(v) then return v.dtype .. " tensor of shape " .. v:_shape_str() end
+  if type(v) == "string" then return 'string "' .. v .. '"' end
+  return type(v)
+end
+M.describe = describe
+
+local fail = core.fail
+local function argerr(op, i, name, expected, v)
+  fail(string.format("%s: argument %d (%s) expected %s, got %s", op, i, name, expected, describe(v)))
+end
+
+-- stores ------------------------------------------------------------------------------------
+local put = {}
+function put.T(i, v, op, name)
+  if is_tensor(v) then ARGS[i].tag = 1; ARGS[i].ptr = v.p
+  else argerr(op, i + 1, name, "a tensor", v) end
+end
+function put.TN(i, v, op, name)
+  local t = type(v)
+  if t == "number" then ARGS[i].tag = 2; ARGS[i].num = v
+  elseif is_tensor(v) then ARGS[i].tag = 1; ARGS[i].ptr = v.p
+  elseif t == "boolean" then ARGS[i].tag = 3; ARGS[i].num = v and 1 or 0
+  else argerr(op, i + 1, name, "a tensor or a number", v) end
+end
+function put.N(i, v, op, name)
+  if type(v) == "number" then ARGS[i].tag = 2; ARGS[i].num = v
+  elseif type(v) == "boolean" then ARGS[i].tag = 3; ARGS[i].num = v and 1 or 0
+  else argerr(op, i + 1, name, "a number", v) end
+end
+put.I, put.D = put.N, put.N
+function put.B(i, v, op, name)
+  if type(v) == "boolean" then ARGS[i].tag = 3; ARGS[i].num = v and 1 or 0
+  else argerr(op, i + 1, name, "a boolean", v) end
+end
+function put.S(i, v, op, name)
+  if type(v) == "string" then ARGS[i].tag = 6; ARGS[i].str = v
+  else argerr(op, i + 1, name, "a string", v) end
+end
+local function ints_buf(i, n)
+  local b = INTS[i]
+  if n > b.cap then b.cap = n; b.buf = ffi.new("int64_t[?]", n) end
+  return b.buf
+end
+-- a number, or a list of numbers
+function put.Is(i, v, op, name)
+  if type(v) == "number" then ARGS[i].tag = 2; ARGS[i].num = v; return end
+  if type(v) ~= "table" or is_tensor(v) then argerr(op, i + 1, name, "an integer or a list of integers", v) end
+  local n = #v
+  local buf = ints_buf(i, n)
+  for k = 1, n do
+    local x = v[k]
+    if type(x) ~= "number" then argerr(op, i + 1, name, "a list of integers", x) end
+    if x ~= math.floor(x) then
+      fail(string.format("%s: argument %d (%s) expected integers, got %s", op, i + 1, name, tostring(x)))
+    end
+    buf[k - 1] = x
+  end
+  ARGS[i].tag = 4; ARGS[i].n = n; ARGS[i].ptr = buf
+end
+put.Ds = put.Is
+function put.TL(i, v, op, name)
+  if type(v) ~= "table" or is_tensor(v) then argerr(op, i + 1, name, "a list of tensors", v) end
+  local n = #v
+  local b = TLIST[i]
+  if n > b.cap then b.cap = n; b.buf = ffi.new("cr_tensor*[?]", n) end
+  for k = 1, n do
+    local t = v[k]
+    if not is_tensor(t) then argerr(op, i + 1, name, "a list of tensors", t) end
+    b.buf[k - 1] = t.p
+  end
+  ARGS[i].tag = 5; ARGS[i].n = n; ARGS[i].ptr = b.buf
+end
+-- nested tables of numbers / booleans -> flat doubles + shape (in the next slot)
+function put.Data(i, v, op, name)
+  local flat, shape, bools = {}, {}, false
+  local function walk(x, d)
+    local tx = type(x)
+    if tx == "number" or tx == "boolean" then
+      if shape[d] ~= nil then fail(op .. ": data is ragged: expected a table at depth " .. d) end
+      if tx == "boolean" then bools = true; x = x and 1 or 0 end
+      flat[#flat + 1] = x
+      shape.leaf = shape.leaf or d
+      if shape.leaf ~= d then fail(op .. ": data is ragged: nested tables of different depths") end
+      return
+    end
+    if is_tensor(x) then x = x:totable(); if type(x) == "number" then return walk(x, d) end end
+    if tx ~= "table" and not is_tensor(x) then
+      fail(string.format("%s: data expected numbers or nested tables of numbers, got %s", op, describe(x)))
+    end
+    local n = #x
+    if shape[d] == nil then shape[d] = n
+    elseif shape[d] ~= n then
+      fail(string.format("%s: data is ragged: expected %d elements at depth %d, got %d", op, shape[d], d, n))
+    end
+    for k = 1, n do walk(x[k], d + 1) end
+    if n == 0 then shape.leaf = shape.leaf or d + 1 end
+  end
+  walk(v, 1)
+  local dims = {}
+  for d = 1, (shape.leaf or 1) - 1 do dims[d] = shape[d] or 0 end
+  local buf = ffi.new("double[?]", math.max(#flat, 1))
+  for k = 1, #flat do buf[k - 1] = flat[k] end
+  ARGS[i].tag = 7; ARGS[i].n = #flat; ARGS[i].ptr = buf; ARGS[i].num = bools and 1 or 0
+  M._keep = buf  -- alive until the call returns
+  put.Is(i + 1, dims, op, "shape")
+end
+M.put = put
+
+-- an options table: a plain table whose keys are strings (or an empty table)
+local function is_opts(v)
+  return type(v) == "table" and not is_tensor(v) and (next(v) == nil or type(next(v)) == "string")
+end
+M.is_opts = is_opts
+
+local function put_opts(base, opts, keys, op)
+  for k in pairs(opts) do
+    if keys[k] == nil then
+      local known = {}
+      for name in pairs(keys) do known[#known + 1] = name end
+      table.sort(known)
+      fail(string.format("%s: unknown option '%s' (expected one of: %s)", op, tostring(k), table.concat(known, ", ")))
+    end
+  end
+  for name, slot in pairs(keys) do
+    local v = opts[name]
+    local i = base + slot.index
+    if v == nil then ARGS[i].tag = 0 else put[slot.type](i, v, op, name) end
+  end
+end
+
+-- outputs ----------------------------------------------------------------------------------
+local function finish(n, op)
+  if n < 0 then core.raise() end
+  if ctx.need_gc ~= 0 then collectgarbage(); api.gc_done(ctx) end
+  if n > OUTCAP then
+    local buf = ffi.new("cr_tensor*[?]", n)
+    api.take_outputs(ctx, buf, n)
+    return buf
+  end
+  return OUTS
+end
+
+local function wrap_list(n, buf)
+  local r = {}
+  for k = 1, n do r[k] = wrap(buf[k - 1]) end
+  return r
+end
+
+-- schema parsing ---------------------------------------------------------------------------
+local function parse(schema)
+  local params, opts = {}, nil
+  local body = schema:gsub("opts:{(.-)}", function(inner)
+    opts = { list = {} }
+    for key, ty in inner:gmatch("(%w+):(%w+)") do opts.list[#opts.list + 1] = { name = key, type = ty } end
+    return ""
+  end)
+  for item in body:gmatch("[^,]+") do
+    local name, ty, mod = item:match("^%s*(%w+):(%w+)(%p*)%s*$")
+    if name then params[#params + 1] = { name = name, type = ty, optional = mod == "?", rest = mod == "..." } end
+  end
+  return params, opts
+end
+M.parse = parse
+
+-- code generation ----------------------------------------------------------------------------
+local function gen_source(name, op, info, params, opts)
+  local np = #params
+  local L = {}
+  local function emit(s) L[#L + 1] = s end
+  local rest = np > 0 and params[np].rest
+  local argnames = {}
+  for k = 1, np do argnames[k] = "a" .. k end
+  emit("local put, put_opts, OPTKEYS, ARGS, OUTS, api, ctx, finish, wrap, wrap_list, is_opts, collect_rest = ...")
+  if rest then
+    emit("return function(...)")
+    emit("  local nv = select('#', ...)")
+    local fixed = np - 1
+    for k = 1, fixed do emit(string.format("  local a%d = (select(%d, ...))", k, k)) end
+    emit("  local opts")
+    if opts then emit(string.format("  if nv > %d and is_opts((select(nv, ...))) then opts = (select(nv, ...)); nv = nv - 1 end", fixed)) end
+    emit(string.format("  local a%d = collect_rest(%d, nv, ...)", np, fixed + 1))
+  else
+    emit("return function(" .. table.concat(argnames, ", ") .. (opts and (np > 0 and ", " or "") .. "opts" or "") .. ")")
+    if opts then
+      -- the options table may come early when trailing optional arguments are left out
+      emit("  if opts == nil then")
+      for k = np, 1, -1 do
+        emit(string.format("    if is_opts(a%d) then opts, a%d = a%d, nil end", k, k, k))
+        if not params[k].optional then break end
+      end
+      emit("  end")
+    end
+  end
+  for k, p in ipairs(params) do
+    local v = "a" .. k
+    if p.optional then
+      emit(string.format("  if %s == nil then ARGS[%d].tag = 0 else put.%s(%d, %s, %q, %q) end", v, k - 1, p.type, k - 1, v, name, p.name))
+    else
+      emit(string.format("  put.%s(%d, %s, %q, %q)", p.type, k - 1, v, name, p.name))
+    end
+  end
+  local nargs = np
+  if params[np] and params[np].type == "Data" then nargs = nargs + 1 end
+  if opts then
+    emit(string.format("  if opts == nil then for i = %d, %d do ARGS[i].tag = 0 end else put_opts(%d, opts, OPTKEYS, %q) end",
+      nargs, nargs + #opts.list - 1, nargs, name))
+    nargs = nargs + #opts.list
+  end
+  emit(string.format("  local n = api.call(ctx, %d, ARGS, %d, OUTS, %d)", op, nargs, OUTCAP))
+  emit(string.format("  local buf = finish(n, %q)", name))
+  local flags = info.flags
+  if bit.band(flags, 1) ~= 0 then emit("  return a1")
+  elseif bit.band(flags, 16) ~= 0 then emit("  return wrap_list(n, buf)")
+  elseif bit.band(flags, 8) ~= 0 then
+    emit("  if n == 1 then return wrap(buf[0]) end")
+    emit("  return wrap(buf[0]), wrap(buf[1])")
+  else emit("  return wrap(buf[0])") end
+  emit("end")
+  return table.concat(L, "\n"), nargs
+end
+
+-- the rest of the arguments: numbers, or one table
+local function collect_rest(first, nv, ...)
+  if nv == first then
+    local v = (select(first, ...))
+    return v  -- a single number or a table
+  end
+  local t = {}
+  for k = first, nv do t[#t + 1] = (select(k, ...)) end
+  return t
+end
+
+M.ops = {}  -- name -> { fn =, info =, params =, opts =, source = }
+
+function M.build()
+  for op = 0, api.op_count - 1 do
+    local info = api.op_info(op)
+    local name = ffi.string(info.name)
+    local schema = ffi.string(info.schema)
+    local params, opts = parse(schema)
+    local optkeys = {}
+    if opts then for i, o in ipairs(opts.list) do optkeys[o.name] = { index = i - 1, type = o.type } end end
+    local src = gen_source(name, op, info, params, opts)
+    local chunk = assert(loadstring(src, "=[crescent] op " .. name))
+    local fn = chunk(put, put_opts, optkeys, ARGS, OUTS, api, ctx, finish, wrap, wrap_list, is_opts, collect_rest)
+    M.ops[name] = { fn = fn, kind = info.kind, flags = info.flags, params = params, opts = opts,
+                    schema = schema, source = src,
+                    method = bit.band(info.flags, 2) == 0, func = bit.band(info.flags, 4) == 0 }
+  end
+  return M.ops
+end
+
+return M

@@ -1,0 +1,62 @@
+-- crescent: the module users require (`local T = require "crescent"`). Every registry op is
+-- here as T.op (and as a method, see crescent.tensor); the rest of API.md is assembled below.
+local core = require "crescent.core"
+local tensor = require "crescent.tensor"
+local ffi, api, ctx = core.ffi, core.api, core.ctx
+
+local T = { _VERSION = "crescent 0.1.0", version = "0.1.0" }
+
+for name, o in pairs(tensor.ops) do
+  if o.func then T[name] = o.fn end
+end
+
+-- dtype constants
+for _, d in pairs(core.dtypes) do T[d] = d end
+
+T.is_tensor = core.is_tensor
+
+function T.manual_seed(n)
+  if type(n) ~= "number" or n ~= math.floor(n) or n < 0 then
+    core.fail("manual_seed: expected a non-negative integer, got " .. tostring(n))
+  end
+  api.manual_seed(ctx, n)
+end
+
+function T.get_num_threads() return api.num_threads() end
+
+-- devices --------------------------------------------------------------------------------------
+T.cuda = {
+  is_available = function() return false end,
+  device_count = function() return 0 end,
+  synchronize = function() end,
+}
+
+-- T.bench(fn, args[, {warmup =, reps =}]) -> {median_us =, min_us =, max_us =} (wall time on CPU)
+function T.bench(fn, args, opts)
+  if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
+    core.fail("bench: argument 1 (fn) expected a function, got " .. type(fn))
+  end
+  args = args or {}
+  opts = opts or {}
+  local warmup, reps = opts.warmup or 3, opts.reps or 20
+  local unpack = unpack or table.unpack
+  for _ = 1, warmup do fn(unpack(args)) end
+  local times = {}
+  for i = 1, reps do
+    local t0 = api.now_us()
+    fn(unpack(args))
+    times[i] = api.now_us() - t0
+  end
+  table.sort(times)
+  return { median_us = times[math.floor((reps + 1) / 2)], min_us = times[1], max_us = times[reps] }
+end
+
+-- IO
+local io_ = require "crescent.io"
+T.save, T.load, T.save_npy, T.load_npy = io_.save, io_.load, io_.save_npy, io_.load_npy
+
+-- The op table, for tools and tests that enumerate the registry.
+T._ops = tensor.ops
+T._methods = tensor.methods
+
+return T

@@ -1,0 +1,143 @@
+-- crescent.tensor: the tensor handle's metatable. Methods come from the op registry (through
+-- crescent.binding); this file adds what is read straight from the handle (shape, dtype,
+-- device, sizes, strides), conversion to Lua values, indexing and the Lua operators.
+local core = require "crescent.core"
+local binding = require "crescent.binding"
+local ffi, api, ctx = core.ffi, core.api, core.ctx
+local fail, is_tensor, wrap = core.fail, core.is_tensor, core.wrap
+local dtypes = core.dtypes
+
+local ops = binding.build()
+local methods, props = {}, {}
+for name, o in pairs(ops) do
+  if o.method then methods[name] = o.fn end
+end
+
+-- properties -----------------------------------------------------------------------------------
+function props.shape(t)
+  local p, s = t.p, {}
+  for i = 0, p._ndim - 1 do s[i + 1] = tonumber(p._sizes[i]) end
+  return s
+end
+function props.dtype(t) return dtypes[t.p._dtype] end
+function props.device(t)
+  local p = t.p
+  return p._dev_type == 0 and "cpu" or ("cuda:" .. p._dev_index)
+end
+
+local function norm_dim(op, d, n)
+  local m = n == 0 and 1 or n
+  if type(d) ~= "number" or d ~= math.floor(d) then fail(string.format("%s: dim expected an integer, got %s", op, tostring(d))) end
+  if d == 0 or d > m or d < -m then
+    fail(string.format("%s: dim %d is out of range for a %d-d tensor (expected 1..%d or -%d..-1)", op, d, n, m, m))
+  end
+  return d > 0 and d - 1 or d + m
+end
+methods._norm_dim = norm_dim
+
+function methods:dim() return self.p._ndim end
+function methods:numel()
+  local p, n = self.p, 1
+  for i = 0, p._ndim - 1 do n = n * tonumber(p._sizes[i]) end
+  return n
+end
+function methods:size(d)
+  if d == nil then return props.shape(self) end
+  local p = self.p
+  if p._ndim == 0 then fail("size: a 0-d tensor has no dims") end
+  return tonumber(p._sizes[norm_dim("size", d, p._ndim)])
+end
+function methods:stride(d)
+  local p = self.p
+  if d == nil then
+    local s = {}
+    for i = 0, p._ndim - 1 do s[i + 1] = tonumber(p._strides[i]) end
+    return s
+  end
+  if p._ndim == 0 then fail("stride: a 0-d tensor has no dims") end
+  return tonumber(p._strides[norm_dim("stride", d, p._ndim)])
+end
+function methods:is_contiguous() return api.is_contiguous(self.p) ~= 0 end
+function methods:_shape_str() return "{" .. table.concat(props.shape(self), ",") .. "}" end
+
+local ITEM = ffi.new("double[1]")
+function methods:item()
+  if api.item(ctx, self.p, ITEM) ~= 0 then core.raise() end
+  local v = ITEM[0]
+  if self.p._dtype == 6 then return v ~= 0 end
+  return v
+end
+
+-- nested Lua tables (a number for a 0-d tensor; booleans for bool tensors)
+function methods:totable()
+  local n = methods.numel(self)
+  local buf = ffi.new("double[?]", math.max(n, 1))
+  if api.read_all(ctx, self.p, buf, n) ~= 0 then core.raise() end
+  local shape, isbool = props.shape(self), self.p._dtype == 6
+  local pos = 0
+  local function build(d)
+    if d > #shape then
+      local v = buf[pos]
+      pos = pos + 1
+      if isbool then return v ~= 0 end
+      return v
+    end
+    local t = {}
+    for i = 1, shape[d] do t[i] = build(d + 1) end
+    return t
+  end
+  return build(1)
+end
+
+function methods:data_ptr() return api.data_ptr(self.p) end
+
+-- x:to(dtype | device | {dtype =, device =}) and the device shorthands
+local to = ops.to.fn
+function methods:to(what)
+  if type(what) == "table" and not is_tensor(what) then return to(self, nil, what) end
+  if is_tensor(what) then return to(self, nil, { dtype = what.dtype, device = what.device }) end
+  return to(self, what)
+end
+
+-- indexing: x[i] == x:select(1, i); x[i] = v copies into the slice ------------------------------
+local select_ = ops.select and ops.select.fn
+local copy_, fill_ = ops.copy_.fn, ops.fill_.fn
+
+local mt = core.tensor_mt
+mt.__index = function(t, k)
+  local m = methods[k]
+  if m ~= nil then return m end
+  if type(k) == "number" then return select_(t, 1, k) end
+  local p = props[k]
+  if p ~= nil then return p(t) end
+  return nil
+end
+mt.__newindex = function(t, k, v)
+  if type(k) ~= "number" then fail(string.format("tensor: cannot set field '%s' (tensors have no writable fields)", tostring(k))) end
+  local slice = select_(t, 1, k)
+  if type(v) == "number" or type(v) == "boolean" then fill_(slice, v) else copy_(slice, v) end
+end
+mt.__len = function(t)
+  if t.p._ndim == 0 then fail("#: a 0-d tensor has no length") end
+  return tonumber(t.p._sizes[0])
+end
+mt.__tostring = function(t)
+  local s = api.format(ctx, t.p)
+  if s == nil then core.raise() end
+  return ffi.string(s)
+end
+mt.__gc = function(t) api.release(t.p) end
+mt.__eq = function(a, b) return is_tensor(a) and is_tensor(b) and a.p == b.p end
+local function no_order() fail("tensor: < and <= are Lua ordering, not elementwise: use x:lt(y), x:le(y), x:gt(y), x:ge(y)") end
+mt.__lt, mt.__le = no_order, no_order
+mt.__add = ops.add.fn
+mt.__sub = ops.sub.fn
+mt.__mul = ops.mul.fn
+mt.__div = ops.div.fn
+mt.__pow = ops.pow.fn
+mt.__mod = ops.remainder.fn
+mt.__unm = ops.neg.fn
+
+ffi.metatype(core.handle_t, mt)
+
+return { ops = ops, methods = methods, props = props, norm_dim = norm_dim }

@@ -1,0 +1,67 @@
+// Core tensor, dtype and registry tests.
+#include <catch2/catch.hpp>
+
+#include "vm/kernels/loop.hpp"
+#include "vm/registry.hpp"
+
+using namespace cr;
+
+TEST_CASE("half and bfloat16 round-trip and round to nearest even") {
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 0.33325195f})
+    REQUIRE(half_to_float(float_to_half(f)) == f);
+  REQUIRE(half_to_float(float_to_half(1e6f)) == INFINITY);
+  REQUIRE(std::isnan(half_to_float(float_to_half(NAN))));
+  REQUIRE(half_to_float(float_to_half(1.0f + 1.0f / 4096)) == 1.0f);  // tie -> even
+  REQUIRE(bf16_to_float(float_to_bf16(1.0f)) == 1.0f);
+  REQUIRE(bf16_to_float(float_to_bf16(3.0f)) == 3.0f);
+  // every half value survives a float round trip
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    float f = half_to_float(uint16_t(h));
+    if (!std::isnan(f)) REQUIRE(float_to_half(f) == uint16_t(h));
+  }
+}
+
+TEST_CASE("type promotion follows PyTorch") {
+  REQUIRE(promote(DType::i32, DType::f16) == DType::f16);
+  REQUIRE(promote(DType::f16, DType::bf16) == DType::f32);
+  REQUIRE(promote(DType::i32, DType::i64) == DType::i64);
+  REQUIRE(promote(DType::b8, DType::i32) == DType::i32);
+  REQUIRE(promote(DType::f32, DType::f64) == DType::f64);
+}
+
+TEST_CASE("storage is 64-byte aligned and views share it") {
+  Tensor t = Tensor::empty({3, 5}, DType::f32);
+  REQUIRE(reinterpret_cast<uintptr_t>(t.data_bytes()) % 64 == 0);
+  fill(t, 2.0);
+  Tensor v = Tensor::view_of(t, {5}, {1}, 5);
+  fill(v, 7.0);
+  REQUIRE(t.data<float>()[4] == 2.0f);
+  REQUIRE(t.data<float>()[5] == 7.0f);
+  REQUIRE(t.data<float>()[9] == 7.0f);
+  REQUIRE(t.data<float>()[10] == 2.0f);
+}
+
+TEST_CASE("copy_into converts dtypes through strided views") {
+  Tensor a = Tensor::empty({2, 3}, DType::f64);
+  for (int i = 0; i < 6; ++i) a.data<double>()[i] = i + 0.25;
+  Tensor at = Tensor::view_of(a, {3, 2}, {1, 3}, 0);  // transpose
+  Tensor b = Tensor::empty({3, 2}, DType::i32);
+  copy_into(b, at);
+  REQUIRE(b.data<int32_t>()[0] == 0);
+  REQUIRE(b.data<int32_t>()[1] == 3);
+  REQUIRE(b.data<int32_t>()[2] == 1);
+  REQUIRE(b.data<int32_t>()[5] == 5);
+}
+
+TEST_CASE("broadcasting errors name both shapes") {
+  REQUIRE(broadcast_shapes({2, 1, 4}, {3, 1}) == Shape{2, 3, 4});
+  REQUIRE_THROWS_WITH(broadcast_shapes({2, 3}, {4}), "shapes {2,3} and {4} cannot be broadcast");
+}
+
+TEST_CASE("every registry op has a schema and an eager kernel") {
+  for (const OpDef& d : Registry::get().ops()) {
+    INFO(d.name);
+    REQUIRE(d.schema != nullptr);
+    REQUIRE(d.run != nullptr);
+  }
+}

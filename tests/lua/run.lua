@@ -1,0 +1,34 @@
+-- Runs the Lua spec files given as arguments (or every tests/lua/test_*.lua) and prints
+-- "N passed, N failed, N skipped"; exits 1 on any failure.
+local dir = arg[0]:match("(.*/)") or "./"
+package.path = dir .. "?.lua;" .. package.path
+local S = require "spec"
+_G.describe, _G.it, _G.expect = S.describe, S.it, S
+
+local files = {}
+for i = 1, #arg do files[#files + 1] = arg[i] end
+if #files == 0 then
+
+  local p = io.popen('ls "' .. dir .. '"test_*.lua 2>/dev/null')
+  for f in p:lines() do files[#files + 1] = f end
+  p:close()
+end
+
+for _, f in ipairs(files) do
+  local chunk, err = loadfile(f)
+  if not chunk then
+    S.results.failed = S.results.failed + 1
+    S.failures[#S.failures + 1] = f .. ": " .. err
+  else
+    local ok, e = xpcall(chunk, debug.traceback)
+    if not ok then
+      S.results.failed = S.results.failed + 1
+      S.failures[#S.failures + 1] = f .. ": error outside a spec: " .. tostring(e)
+    end
+  end
+end
+
+for _, f in ipairs(S.failures) do io.stderr:write("FAIL ", f, "\n") end
+local r = S.results
+print(string.format("%d passed, %d failed, %d skipped", r.passed, r.failed, r.skipped))
+os.exit(r.failed == 0 and 0 or 1)

@@ -1,0 +1,106 @@
+-- A small spec framework for the Lua tests: describe / it / expect, run by tests/lua/run.lua.
+-- Every assertion failure reports the spec's file:line.
+local T = require "crescent"
+
+local S = { results = { passed = 0, failed = 0, skipped = 0 }, failures = {} }
+local stack = {}
+
+function S.describe(name, fn)
+  stack[#stack + 1] = name
+  fn()
+  stack[#stack] = nil
+end
+
+function S.it(name, fn)
+  local full = table.concat(stack, " > ") .. " > " .. name
+  local ok, err = xpcall(fn, function(e)
+    if type(e) == "table" and e.skip then return e end
+    return debug.traceback(tostring(e), 2)
+  end)
+  if ok then
+    S.results.passed = S.results.passed + 1
+  elseif type(err) == "table" and err.skip then
+    S.results.skipped = S.results.skipped + 1
+  else
+    S.results.failed = S.results.failed + 1
+    S.failures[#S.failures + 1] = full .. "\n    " .. tostring(err):gsub("\n", "\n    ")
+  end
+end
+
+function S.skip(reason) error({ skip = true, reason = reason }, 0) end
+
+local function fmt(v)
+  if T.is_tensor(v) then return tostring(v) end
+  if type(v) == "table" then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = fmt(x) end
+    return "{" .. table.concat(parts, ", ") .. "}"
+  end
+  return tostring(v)
+end
+S.fmt = fmt
+
+local function deep_eq(a, b)
+  if type(a) ~= type(b) then return false end
+  if type(a) ~= "table" then return a == b or (a ~= a and b ~= b) end
+  if #a ~= #b then return false end
+  for i = 1, #a do if not deep_eq(a[i], b[i]) then return false end end
+  for k, v in pairs(a) do if type(k) ~= "number" and not deep_eq(v, b[k]) then return false end end
+  return true
+end
+S.deep_eq = deep_eq
+
+function S.eq(a, b, msg)
+  if not deep_eq(a, b) then error((msg or "values differ") .. ": expected " .. fmt(b) .. ", got " .. fmt(a), 2) end
+end
+
+function S.truthy(v, msg) if not v then error(msg or "expected a true value", 2) end end
+
+-- Raises unless fn errors with a message matching every given Lua pattern.
+function S.errors(fn, ...)
+  local ok, err = pcall(fn)
+  if ok then error("expected an error, got none", 2) end
+  err = tostring(err)
+  for _, pat in ipairs({ ... }) do
+    if not err:find(pat) then error(string.format("error message %q does not match %q", err, pat), 2) end
+  end
+  return err
+end
+
+-- Compares a tensor with a tensor or nested table elementwise, |a-b| <= atol + rtol*|b|, NaNs
+-- equal, same shape. Default tolerances fit the tensor's dtype.
+local default_tol = {
+  float32 = { 1e-5, 1e-6 }, float64 = { 1e-12, 1e-13 }, float16 = { 1e-2, 1e-3 }, bfloat16 = { 1e-2, 1e-2 },
+  int32 = { 0, 0 }, int64 = { 0, 0 }, bool = { 0, 0 },
+}
+function S.close(got, want, rtol, atol)
+  assert(T.is_tensor(got), "close: first argument must be a tensor, got " .. type(got))
+  local tol = default_tol[got.dtype]
+  rtol, atol = rtol or tol[1], atol or tol[2]
+  local wshape
+  if T.is_tensor(want) then wshape = want.shape; want = want:totable()
+  end
+  local g = got:totable()
+  if wshape and not deep_eq(got.shape, wshape) then
+    error(string.format("shape %s, expected %s", fmt(got.shape), fmt(wshape)), 2)
+  end
+  local function cmp(a, b, path)
+    if type(b) == "table" then
+      if type(a) ~= "table" or #a ~= #b then error(string.format("shape mismatch at %s", path), 3) end
+      for i = 1, #b do cmp(a[i], b[i], path .. "[" .. i .. "]") end
+      return
+    end
+    if type(b) == "boolean" or type(a) == "boolean" then
+      if a ~= b then error(string.format("at %s: got %s, expected %s", path, tostring(a), tostring(b)), 3) end
+      return
+    end
+    if a ~= a and b ~= b then return end
+    if a == b then return end
+    if a ~= a or b ~= b or math.abs(a - b) > atol + rtol * math.abs(b) then
+      error(string.format("at %s: got %.10g, expected %.10g (rtol %g, atol %g)", path, a, b, rtol, atol), 3)
+    end
+  end
+  cmp(g, want, "x")
+end
+
+return S

@@ -1,0 +1,184 @@
+// The cr_api function table: the C entry points the Lua side calls through the FFI. Every
+// entry catches cr::Error and leaves the message in the VM's context: a C++ exception must never
+// cross into LuaJIT.
+#include "vm/api.hpp"
+
+#include <chrono>
+#include <cstring>
+
+#include "vm/io/io.hpp"
+#include "vm/kernels/loop.hpp"
+#include "vm/print.hpp"
+#include "vm/registry.hpp"
+#include "vm/threads.hpp"
+
+namespace cr {
+namespace {
+
+constexpr size_t kGcBytes = size_t(256) << 20;  // run a Lua collection after this much allocation
+
+template <class F> int32_t guarded(cr_ctx* c, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    Context::of(c).error = e.what();
+    return -1;
+  }
+}
+
+int32_t hand_out(Context& ctx, std::vector<Tensor>& outs, cr_tensor** buf, int32_t cap) {
+  int32_t n = int32_t(outs.size());
+  if (n > cap) {
+    ctx.pending = std::move(outs);
+    return n;
+  }
+  for (int32_t i = 0; i < n; ++i) buf[i] = outs[size_t(i)].release();
+  return n;
+}
+
+const cr_op_info* api_op_info(int32_t op) {
+  const auto& infos = Registry::get().infos();
+  return op >= 0 && size_t(op) < infos.size() ? &infos[size_t(op)] : nullptr;
+}
+
+int32_t api_call(cr_ctx* c, int32_t op, const cr_value* args, int32_t nargs, cr_tensor** outs, int32_t cap) {
+  return guarded(c, [&] {
+    Context& ctx = Context::of(c);
+    std::vector<Tensor> r = dispatch(ctx, op, args, nargs);
+    if (bytes_allocated_total() - ctx.bytes_at_last_gc > kGcBytes) c->need_gc = 1;
+    return hand_out(ctx, r, outs, cap);
+  });
+}
+
+int32_t api_take_outputs(cr_ctx* c, cr_tensor** outs, int32_t cap) {
+  Context& ctx = Context::of(c);
+  std::vector<Tensor> r = std::move(ctx.pending);
+  ctx.pending.clear();
+  return hand_out(ctx, r, outs, cap);
+}
+
+const char* api_last_error(cr_ctx* c) { return Context::of(c).error.c_str(); }
+void api_retain(cr_tensor* t) { tensor_retain(t); }
+void api_release(cr_tensor* t) { tensor_release(t); }
+
+int32_t api_item(cr_ctx* c, cr_tensor* t, double* out) {
+  return guarded(c, [&] {
+    Tensor x(t, true);
+    if (x.numel() != 1) fail(cat("item: expected a tensor with one element, got ", x.describe()));
+    Tensor d = Tensor::empty({}, DType::f64);
+    copy_into(d, x.dim() ? Tensor::view_of(x, {}, {}, x.offset()) : x);
+    *out = *d.data<double>();
+    return 0;
+  });
+}
+
+int32_t api_read_all(cr_ctx* c, cr_tensor* t, double* out, int64_t n) {
+  return guarded(c, [&] {
+    Tensor x(t, true);
+    if (x.numel() != n) fail("totable: buffer size mismatch");
+    Storage* s = storage_wrap(out, size_t(n) * 8, Device{}, [](void*, void*) {}, nullptr);
+    Tensor d = Tensor::from_storage(s, x.sizes(), contiguous_strides(x.sizes()), 0, DType::f64);
+    copy_into(d, x);
+    return 0;
+  });
+}
+
+const char* api_format(cr_ctx* c, cr_tensor* t) {
+  Context& ctx = Context::of(c);
+  try {
+    ctx.scratch = format_tensor(Tensor(t, true));
+    return ctx.scratch.c_str();
+  } catch (const std::exception& e) {
+    ctx.error = e.what();
+    return nullptr;
+  }
+}
+
+void* api_data_ptr(cr_tensor* t) { return Tensor(t, true).data_bytes(); }
+int32_t api_is_contiguous(cr_tensor* t) { return Tensor(t, true).is_contiguous(); }
+void api_manual_seed(cr_ctx* c, uint64_t seed) { Context::of(c).gen = Generator{seed, 0}; }
+int32_t api_num_threads() { return num_threads(); }
+double api_now_us() {
+  using namespace std::chrono;
+  return double(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) / 1e3;
+}
+void api_gc_done(cr_ctx* c) {
+  c->need_gc = 0;
+  Context::of(c).bytes_at_last_gc = bytes_allocated_total();
+}
+
+int32_t api_save_safetensors(cr_ctx* c, const char* path, const char** names, cr_tensor** ts, int32_t n) {
+  return guarded(c, [&] {
+    std::vector<std::pair<std::string, Tensor>> items;
+    for (int32_t i = 0; i < n; ++i) items.emplace_back(names[i], Tensor(ts[i], true));
+    save_safetensors(path, items);
+    return 0;
+  });
+}
+
+int32_t api_load_safetensors(cr_ctx* c, const char* path, cr_tensor** outs, int32_t cap) {
+  return guarded(c, [&] {
+    Context& ctx = Context::of(c);
+    auto items = load_safetensors(path);
+    ctx.loaded_names.clear();
+    std::vector<Tensor> ts;
+    for (auto& [name, t] : items) {
+      ctx.loaded_names.push_back(name);
+      ts.push_back(t);
+    }
+    return hand_out(ctx, ts, outs, cap);
+  });
+}
+
+const char* api_loaded_name(cr_ctx* c, int32_t i) {
+  Context& ctx = Context::of(c);
+  return i >= 0 && size_t(i) < ctx.loaded_names.size() ? ctx.loaded_names[size_t(i)].c_str() : nullptr;
+}
+
+int32_t api_save_npy(cr_ctx* c, const char* path, cr_tensor* t) {
+  return guarded(c, [&] {
+    save_npy(path, Tensor(t, true));
+    return 0;
+  });
+}
+
+cr_tensor* api_load_npy(cr_ctx* c, const char* path) {
+  cr_tensor* r = nullptr;
+  guarded(c, [&] {
+    r = load_npy(path).release();
+    return 0;
+  });
+  return r;
+}
+
+}  // namespace
+
+const cr_api* api_table() {
+  static const cr_api api = {
+      1,
+      int32_t(Registry::get().ops().size()),
+      api_op_info,
+      api_call,
+      api_take_outputs,
+      api_last_error,
+      api_retain,
+      api_release,
+      api_item,
+      api_read_all,
+      api_format,
+      api_data_ptr,
+      api_is_contiguous,
+      api_manual_seed,
+      api_num_threads,
+      api_now_us,
+      api_gc_done,
+      api_save_safetensors,
+      api_load_safetensors,
+      api_loaded_name,
+      api_save_npy,
+      api_load_npy,
+  };
+  return &api;
+}
+
+}  // namespace cr

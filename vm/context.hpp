@@ -1,0 +1,30 @@
+// Per-VM state: the FFI-visible cr_ctx, the last error, results too many for the caller's
+// buffer, and the random generator. Each VM (lua_State) has one; one thread uses it at a time.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "vm/ffi_api.h"
+#include "vm/tensor.hpp"
+
+namespace cr {
+
+struct Generator {
+  uint64_t seed = 0x853c49e6748fea9bULL;
+  uint64_t offset = 0;  // Philox counter: advanced by the number of values each call draws
+};
+
+struct Context {
+  cr_ctx ffi{};
+  std::string error;
+  std::vector<Tensor> pending;  // outputs that did not fit the caller's buffer
+  Generator gen;
+  size_t bytes_at_last_gc = 0;
+  std::vector<std::string> loaded_names;  // names of the last safetensors load
+  std::string scratch;                    // backing store of strings returned to Lua
+
+  Context() { ffi.impl = this; }
+  static Context& of(cr_ctx* c) { return *static_cast<Context*>(c->impl); }
+};
+
+}  // namespace cr

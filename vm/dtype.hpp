@@ -1,0 +1,104 @@
+// dtypes: the seven element types of API.md, their storage types, compute types and PyTorch's
+// promotion rules. float16 / bfloat16 are stored as 16-bit words and computed in float.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace cr {
+
+enum class DType : int8_t { f32 = 0, f64, f16, bf16, i32, i64, b8 };
+constexpr int kNumDTypes = 7;
+
+struct Half { uint16_t bits; };
+struct BFloat16 { uint16_t bits; };
+
+inline float half_to_float(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0x1f) bits = sign | 0x7f800000u | (man << 13);            // inf / nan
+  else if (exp != 0) bits = sign | ((exp + 112) << 23) | (man << 13);  // normal
+  else if (man == 0) bits = sign;                                      // zero
+  else {                                                               // subnormal: normalise
+    int e = -1;
+    do { man <<= 1; ++e; } while (!(man & 0x400));
+    bits = sign | uint32_t(112 - e) << 23 | ((man & 0x3ff) << 13);
+  }
+  float f; std::memcpy(&f, &bits, 4); return f;
+}
+
+inline uint16_t float_to_half(float f) {  // round to nearest even
+  uint32_t x; std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return uint16_t(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+  if (ax >= 0x477ff000u) return uint16_t(sign | 0x7c00);                 // overflow -> inf
+  if (ax < 0x38800000u) {                                              // subnormal or zero
+    float a; std::memcpy(&a, &ax, 4);
+    // add 0.5 (2^-1) so the FPU rounds the low bits away: classic magic-number trick
+    float r = a + 0.5f; uint32_t rb; std::memcpy(&rb, &r, 4);
+    return uint16_t(sign | (rb - 0x3f000000u));  // may carry into the exponent: correct
+  }
+  uint32_t odd = (ax >> 13) & 1;
+  ax += 0xc8000fffu + odd;  // rebias exponent (-112 << 23) and round
+  return uint16_t(sign | (ax >> 13));
+}
+
+inline float bf16_to_float(uint16_t h) { uint32_t b = uint32_t(h) << 16; float f; std::memcpy(&f, &b, 4); return f; }
+inline uint16_t float_to_bf16(float f) {
+  uint32_t x; std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40);  // quiet nan
+  x += 0x7fff + ((x >> 16) & 1);
+  return uint16_t(x >> 16);
+}
+
+// Storage type -> compute type, and the converting load / store used by every kernel.
+template <class T> struct Compute { using type = T; };
+template <> struct Compute<Half> { using type = float; };
+template <> struct Compute<BFloat16> { using type = float; };
+template <class T> using compute_t = typename Compute<T>::type;
+
+template <class T> inline compute_t<T> load(const T& v) { return v; }
+inline float load(const Half& v) { return half_to_float(v.bits); }
+inline float load(const BFloat16& v) { return bf16_to_float(v.bits); }
+
+template <class T, class C> inline void store(T& dst, C v) { dst = static_cast<T>(v); }
+template <class C> inline void store(Half& dst, C v) { dst.bits = float_to_half(float(v)); }
+template <class C> inline void store(BFloat16& dst, C v) { dst.bits = float_to_bf16(float(v)); }
+template <class C> inline void store(bool& dst, C v) { dst = v != C(0); }
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+template <> constexpr DType dtype_of<Half>() { return DType::f16; }
+template <> constexpr DType dtype_of<BFloat16>() { return DType::bf16; }
+template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
+template <> constexpr DType dtype_of<bool>() { return DType::b8; }
+
+// Calls f(T{}) with the storage type of d: the one place where a dtype becomes a C++ type, so
+// kernels are written once as templates and instantiated for every dtype from here.
+template <class F> decltype(auto) visit(DType d, F&& f) {
+  switch (d) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::f16: return f(Half{});
+    case DType::bf16: return f(BFloat16{});
+    case DType::i32: return f(int32_t{});
+    case DType::i64: return f(int64_t{});
+    case DType::b8: break;
+  }
+  return f(bool{});
+}
+
+size_t dtype_size(DType d);
+const char* dtype_name(DType d);
+bool parse_dtype(const std::string& s, DType* out);
+inline bool is_floating(DType d) { return d == DType::f32 || d == DType::f64 || d == DType::f16 || d == DType::bf16; }
+inline bool is_integral(DType d) { return d == DType::i32 || d == DType::i64; }
+
+// Promotion category: bool < integer < floating.
+int category(DType d);
+DType promote(DType a, DType b);
+// float ops on integer or bool inputs compute in the default dtype (float32), as PyTorch does
+inline DType to_floating(DType d) { return is_floating(d) ? d : DType::f32; }
+
+}  // namespace cr

@@ -1,0 +1,133 @@
+// The pointwise iteration engine of the eager CPU kernels: out[i] = f(in0[i], in1[i], ...) over
+// broadcast operands with arbitrary strides. Dims are coalesced so that contiguous operands run
+// as one flat loop (which GCC vectorises), rows are split across the thread pool, and every dtype
+// combination comes from the same template (dtype.hpp's load/store do the conversions).
+#pragma once
+#include <array>
+#include <tuple>
+#include <utility>
+
+#include "vm/tensor.hpp"
+#include "vm/threads.hpp"
+
+namespace cr {
+
+constexpr int64_t kParallelGrain = 32768;  // elements per thread below which we stay serial
+
+// N operands (0 = output) iterated over a common shape, strides in bytes.
+template <int N> struct Loop {
+  int ndim = 0;
+  int64_t sizes[kMaxDims];
+  int64_t strides[N][kMaxDims];
+  char* base[N];
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; ++d) n *= sizes[d];
+    return n;
+  }
+};
+
+// Strides of `t` broadcast to `shape` (right-aligned; size-1 and missing dims get stride 0).
+Shape broadcast_strides(const Tensor& t, const Shape& shape);
+// NumPy broadcasting of two shapes; throws "shapes {..} and {..} cannot be broadcast".
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+
+template <int N> Loop<N> make_loop(const Tensor& out, const std::array<const Tensor*, N - 1>& ins) {
+  Loop<N> L;
+  Shape shape = out.sizes();
+  std::array<Shape, N> st;
+  st[0] = out.strides();
+  L.base[0] = out.data_bytes();
+  for (int k = 1; k < N; ++k) {
+    st[size_t(k)] = broadcast_strides(*ins[size_t(k - 1)], shape);
+    L.base[k] = ins[size_t(k - 1)]->data_bytes();
+  }
+  // Drop size-1 dims and merge dims that are contiguous for every operand.
+  int nd = 0;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = nd > 0;
+    for (int k = 0; k < N && merge; ++k)
+      merge = L.strides[k][nd - 1] == st[size_t(k)][d] * shape[d];
+    if (merge) {
+      L.sizes[nd - 1] *= shape[d];
+      for (int k = 0; k < N; ++k) L.strides[k][nd - 1] = st[size_t(k)][d];
+    } else {
+      L.sizes[nd] = shape[d];
+      for (int k = 0; k < N; ++k) L.strides[k][nd] = st[size_t(k)][d];
+      ++nd;
+    }
+  }
+  if (nd == 0) {  // a single element
+    L.sizes[0] = 1;
+    for (int k = 0; k < N; ++k) L.strides[k][0] = 0;
+    nd = 1;
+  }
+  L.ndim = nd;
+  size_t isz[N];
+  isz[0] = out.itemsize();
+  for (int k = 1; k < N; ++k) isz[k] = ins[size_t(k - 1)]->itemsize();
+  for (int k = 0; k < N; ++k)
+    for (int d = 0; d < nd; ++d) L.strides[k][d] *= int64_t(isz[k]);
+  return L;
+}
+
+// Calls row(ptrs, inner_strides, n) for every innermost row, in parallel over rows.
+template <int N, class Row> void for_each_row(const Loop<N>& L, Row&& row) {
+  const int inner = L.ndim - 1;
+  const int64_t n = L.sizes[inner];
+  int64_t rows = 1;
+  for (int d = 0; d < inner; ++d) rows *= L.sizes[d];
+  if (rows == 0 || n == 0) return;
+  int64_t grain = std::max<int64_t>(1, kParallelGrain / n);
+  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    int64_t s_inner[N];
+    for (int k = 0; k < N; ++k) s_inner[k] = L.strides[k][inner];
+    for (int64_t r = r0; r < r1; ++r) {
+      char* p[N];
+      for (int k = 0; k < N; ++k) p[k] = L.base[k];
+      int64_t idx = r;
+      for (int d = inner - 1; d >= 0; --d) {
+        int64_t i = idx % L.sizes[d];
+        idx /= L.sizes[d];
+        for (int k = 0; k < N; ++k) p[k] += i * L.strides[k][d];
+      }
+      row(p, s_inner, n);
+    }
+  });
+}
+
+namespace detail {
+template <class TO, class... TI, class F, size_t... I>
+inline void map_row(char** p, const int64_t* s, int64_t n, F& f, std::index_sequence<I...>) {
+  if (s[0] == sizeof(TO) && ((s[I + 1] == sizeof(TI)) && ...)) {
+    TO* __restrict o = reinterpret_cast<TO*>(p[0]);
+    std::tuple<const TI*...> in{reinterpret_cast<const TI*>(p[I + 1])...};
+    for (int64_t i = 0; i < n; ++i) store(o[i], f(load(std::get<I>(in)[i])...));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    store(*reinterpret_cast<TO*>(p[0] + i * s[0]), f(load(*reinterpret_cast<const TI*>(p[I + 1] + i * s[I + 1]))...));
+}
+}  // namespace detail
+
+// out = f(ins...) elementwise; TO / TI... are the storage types (f gets compute types).
+template <class TO, class... TI, class F> void map(const Tensor& out, const std::array<const Tensor*, sizeof...(TI)>& ins, F f) {
+  if (out.numel() == 0) return;
+  auto L = make_loop<sizeof...(TI) + 1>(out, ins);
+  for_each_row(L, [&](char** p, const int64_t* s, int64_t n) {
+    detail::map_row<TO, TI...>(p, s, n, f, std::index_sequence_for<TI...>{});
+  });
+}
+
+// dst = src with broadcasting and dtype conversion (dst may be any strided view).
+void copy_into(const Tensor& dst, const Tensor& src);
+// src converted to dtype (src itself when it already has it).
+Tensor cast(const Tensor& src, DType dtype);
+// A contiguous tensor with src's values (src itself when already contiguous).
+Tensor contiguous(const Tensor& src);
+// 0-d tensor holding v.
+Tensor scalar_tensor(double v, DType dtype);
+void fill(const Tensor& dst, double v);
+
+}  // namespace cr

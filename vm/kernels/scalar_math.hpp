@@ -1,0 +1,76 @@
+// Scalar definitions of the pointwise ops, written once as templates over the compute type
+// (float, double, int32_t, int64_t, bool). The eager kernels call them per element; the
+// registry keeps each op's expression text for the code generators.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace cr::sm {
+
+template <class T> constexpr bool is_int = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+
+template <class T> inline T floor_(T a) { if constexpr (std::is_floating_point_v<T>) return std::floor(a); else return a; }
+template <class T> inline T ceil_(T a) { if constexpr (std::is_floating_point_v<T>) return std::ceil(a); else return a; }
+template <class T> inline T round_(T a) { if constexpr (std::is_floating_point_v<T>) return std::nearbyint(a); else return a; }
+template <class T> inline T trunc_(T a) { if constexpr (std::is_floating_point_v<T>) return std::trunc(a); else return a; }
+template <class T> inline T abs_(T a) { return a < T(0) ? T(-a) : a; }
+template <class T> inline T sign_(T a) {
+  if constexpr (std::is_floating_point_v<T>) { if (std::isnan(a)) return a; }
+  return T((T(0) < a) - (a < T(0)));
+}
+template <class T> inline T relu_(T a) {
+  if constexpr (std::is_floating_point_v<T>) { if (std::isnan(a)) return a; }
+  return a > T(0) ? a : T(0);
+}
+template <class T> inline T sigmoid_(T a) { return T(1) / (T(1) + std::exp(-a)); }
+template <class T> inline T silu_(T a) { return a / (T(1) + std::exp(-a)); }
+template <class T> inline T gelu_(T a) { return T(0.5) * a * (T(1) + std::erf(a * T(0.70710678118654752440))); }
+template <class T> inline T gelu_tanh_(T a) {
+  const T k = T(0.79788456080286535588), c = T(0.044715);
+  return T(0.5) * a * (T(1) + std::tanh(k * (a + c * a * a * a)));
+}
+template <class T> inline T rsqrt_(T a) { return T(1) / std::sqrt(a); }
+template <class T> inline bool isnan_(T a) { if constexpr (std::is_floating_point_v<T>) return std::isnan(a); else return false; }
+template <class T> inline bool isinf_(T a) { if constexpr (std::is_floating_point_v<T>) return std::isinf(a); else return false; }
+
+// NaN-propagating max / min, as torch.maximum / torch.minimum.
+template <class T> inline T maximum_(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) { if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN(); }
+  return a > b ? a : b;
+}
+template <class T> inline T minimum_(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) { if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN(); }
+  return a < b ? a : b;
+}
+// Integer division by zero is checked before these run (see pointwise.cpp).
+template <class T> inline T fmod_(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) return std::fmod(a, b);
+  else if constexpr (is_int<T>) return b == T(-1) ? T(0) : T(a % b);
+  else return T(a && !b);
+}
+template <class T> inline T remainder_(T a, T b) {  // Python's %: the sign of the divisor
+  if constexpr (std::is_floating_point_v<T>) {
+    T r = std::fmod(a, b);
+    return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? r + b : r;
+  } else if constexpr (is_int<T>) {
+    if (b == T(-1)) return T(0);
+    T r = T(a % b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? T(r + b) : r;
+  } else return T(a && !b);
+}
+template <class T> inline T pow_(T a, T b) {
+  if constexpr (is_int<T>) {  // exponentiation by squaring, wrapping like PyTorch
+    using U = std::make_unsigned_t<T>;
+    if (b < 0) return a == 1 ? T(1) : a == -1 ? T((b & 1) ? -1 : 1) : T(0);
+    U r = 1, base = U(a);
+    for (T e = b; e; e >>= 1, base *= base)
+      if (e & 1) r *= base;
+    return T(r);
+  } else if constexpr (std::is_same_v<T, bool>) return a || !b;
+  else return std::pow(a, b);
+}
+template <class T> inline T lerp_(T a, T b, T w) { return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w); }
+
+}  // namespace cr::sm

@@ -1,0 +1,135 @@
+#include "vm/lua_vm.hpp"
+
+#include <cstring>
+#include <sstream>
+
+#include "vm/api.hpp"
+#include "vm/stdlib.hpp"
+
+extern "C" {
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+}
+
+namespace cr {
+
+const char* embedded(const char* name) {
+  for (int i = 0; i < kEmbeddedCount; ++i)
+    if (std::strcmp(kEmbedded[i].name, name) == 0) return kEmbedded[i].source;
+  return nullptr;
+}
+
+namespace {
+
+// ffi_api.h without preprocessor lines and without the C++-only blocks, for ffi.cdef.
+const std::string& cdef_text() {
+  static const std::string text = [] {
+    std::istringstream in(embedded("ffi_api.h"));
+    std::string line, out;
+    bool skip = false;
+    while (std::getline(in, line)) {
+      if (line.rfind("#ifdef __cplusplus", 0) == 0) skip = true;
+      else if (line.rfind("#endif", 0) == 0) skip = false;
+      else if (!skip && line.rfind("#", 0) != 0) out += line + "\n";
+    }
+    return out;
+  }();
+  return text;
+}
+
+// package.preload loader: compiles the embedded module named by upvalue 1. The core module
+// also receives the FFI declarations, the api table and this VM's context.
+int load_embedded(lua_State* L) {
+  const char* name = lua_tostring(L, lua_upvalueindex(1));
+  const char* src = embedded(name);
+  std::string chunk = std::string("=[crescent] ") + name;
+  if (luaL_loadbuffer(L, src, std::strlen(src), chunk.c_str()) != 0) return lua_error(L);
+  if (std::strcmp(name, "crescent.core") == 0) {
+    lua_pushlstring(L, cdef_text().data(), cdef_text().size());
+    lua_pushlightuserdata(L, const_cast<cr_api*>(api_table()));
+    lua_pushlightuserdata(L, lua_touserdata(L, lua_upvalueindex(2)));
+    lua_call(L, 3, 1);
+  } else {
+    lua_pushstring(L, name);
+    lua_call(L, 1, 1);
+  }
+  return 1;
+}
+
+int traceback(lua_State* L) {
+  const char* msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_isstring(L, -1)) return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+}  // namespace
+
+LuaVM::LuaVM() : L_(luaL_newstate()) {
+  if (!L_) throw std::runtime_error("crescent: cannot create a Lua state (out of memory)");
+  luaL_openlibs(L_);
+  lua_getglobal(L_, "package");
+  lua_getfield(L_, -1, "preload");
+  for (int i = 0; i < kEmbeddedCount; ++i) {
+    if (std::strcmp(kEmbedded[i].name, "ffi_api.h") == 0) continue;
+    lua_pushstring(L_, kEmbedded[i].name);
+    lua_pushlightuserdata(L_, &ctx_.ffi);
+    lua_pushcclosure(L_, load_embedded, 2);
+    lua_setfield(L_, -2, kEmbedded[i].name);
+  }
+  lua_pop(L_, 2);
+  // the executable and embedding hosts see the module as the global `crescent`
+  if (!run_string("crescent = require 'crescent'", "=[crescent] init"))
+    throw std::runtime_error("crescent: loading the standard library failed: " + error_);
+}
+
+LuaVM::~LuaVM() { lua_close(L_); }
+
+bool LuaVM::pcall(int nargs, int nresults) {
+  int base = lua_gettop(L_) - nargs;
+  lua_pushcfunction(L_, traceback);
+  lua_insert(L_, base);
+  int rc = lua_pcall(L_, nargs, nresults, base);
+  lua_remove(L_, base);
+  if (rc != 0) {
+    const char* m = lua_tostring(L_, -1);
+    error_ = m ? m : "(error object is not a string)";
+    lua_pop(L_, 1);
+    return false;
+  }
+  return true;
+}
+
+bool LuaVM::run_file(const std::string& path, const std::vector<std::string>& args) {
+  // the `arg` table as the stand-alone lua interpreter makes it: arg[0] = script
+  lua_createtable(L_, int(args.size()), 1);
+  lua_pushstring(L_, path.c_str());
+  lua_rawseti(L_, -2, 0);
+  for (size_t i = 0; i < args.size(); ++i) {
+    lua_pushstring(L_, args[i].c_str());
+    lua_rawseti(L_, -2, int(i + 1));
+  }
+  lua_setglobal(L_, "arg");
+  if (luaL_loadfile(L_, path.c_str()) != 0) {
+    error_ = lua_tostring(L_, -1);
+    lua_pop(L_, 1);
+    return false;
+  }
+  for (const std::string& a : args) lua_pushstring(L_, a.c_str());
+  return pcall(int(args.size()), 0);
+}
+
+bool LuaVM::run_string(const std::string& code, const std::string& chunkname) {
+  if (luaL_loadbuffer(L_, code.data(), code.size(), chunkname.c_str()) != 0) {
+    error_ = lua_tostring(L_, -1);
+    lua_pop(L_, 1);
+    return false;
+  }
+  return pcall(0, 0);
+}
+
+}  // namespace cr

@@ -1,0 +1,189 @@
+// Creation ops: tensor, zeros, ones, empty, full, arange, linspace, eye, rand, randn, randint,
+// *_like. Options: {dtype =, device =}.
+#include <cmath>
+
+#include "vm/kernels/philox.hpp"
+#include "vm/ops/operands.hpp"
+
+namespace cr {
+namespace {
+
+// Options are the last two schema slots: dtype, device.
+DType opt_dtype(const OpCall& c, int i, DType dflt) {
+  if (!c.has(i)) return dflt;
+  DType d;
+  std::string s = c.str(i);
+  if (!parse_dtype(s, &d))
+    fail(cat("dtype expected one of float32, float64, float16, bfloat16, int32, int64, bool, got \"", s, "\""));
+  return d;
+}
+Device opt_device(const OpCall& c, int i) { return c.has(i) ? parse_device(c.str(i)) : Device{}; }
+
+Shape sizes_arg(const OpCall& c, int i) {
+  Shape s = c.ints(i);
+  for (int64_t v : s)
+    if (v < 0) fail(cat("sizes must be non-negative, got ", shape_str(s)));
+  return s;
+}
+
+// zeros / ones / empty / rand / randn: "size:Is..., opts:{dtype:S, device:S}"
+std::vector<Meta> infer_sized(OpCall& c) { return {{sizes_arg(c, 0), opt_dtype(c, 1, DType::f32), opt_device(c, 2)}}; }
+void run_zeros(OpCall& c) { fill(c.outs[0], 0); }
+void run_ones(OpCall& c) { fill(c.outs[0], 1); }
+void run_empty(OpCall&) {}
+
+// Fills out (contiguous) with gen(i) for its flat index, advancing the generator by numel.
+template <class G> void run_random(OpCall& c, G gen) {
+  const Tensor& out = c.outs[0];
+  uint64_t seed = c.ctx.gen.seed, base = c.ctx.gen.offset;
+  c.ctx.gen.offset += uint64_t(out.numel());
+  visit(out.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* p = out.data<T>();
+    parallel_for(out.numel(), 4096, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) store(p[i], gen(base + uint64_t(i), seed));
+    });
+  });
+}
+std::vector<Meta> infer_float_sized(OpCall& c) {
+  std::vector<Meta> m = infer_sized(c);
+  if (!is_floating(m[0].dtype)) fail(dtype_list_error("a floating dtype", m[0].dtype));
+  return m;
+}
+void run_rand(OpCall& c) { run_random(c, philox_uniform); }
+void run_randn(OpCall& c) { run_random(c, philox_normal); }
+
+// randint(lo, hi, sizes): uniform integers in [lo, hi)
+std::vector<Meta> infer_randint(OpCall& c) {
+  if (c.integer(1) <= c.integer(0)) fail(cat("expected low < high, got low = ", c.integer(0), ", high = ", c.integer(1)));
+  return {{sizes_arg(c, 2), opt_dtype(c, 3, DType::i64), opt_device(c, 4)}};
+}
+void run_randint(OpCall& c) {
+  int64_t lo = c.integer(0);
+  uint64_t span = uint64_t(c.integer(1) - lo);
+  run_random(c, [lo, span](uint64_t ctr, uint64_t seed) { return double(lo + int64_t(philox_u64(ctr, seed) % span)); });
+}
+
+// full(sizes, value): dtype from the value as PyTorch does (integer -> int64, bool -> bool)
+std::vector<Meta> infer_full(OpCall& c) {
+  Operand v = operand(c, 1);
+  if (v.is_tensor()) fail("value expected a number, got a tensor");
+  return {{sizes_arg(c, 0), opt_dtype(c, 2, result_type({&v})), opt_device(c, 3)}};
+}
+void run_full(OpCall& c) { fill(c.outs[0], c.number(1)); }
+
+// arange([start,] stop[, step]): end exclusive; int64 when every bound is an integer
+struct Range { double start, stop, step; int64_t n; bool integral; };
+Range arange_range(const OpCall& c) {
+  Range r{0, c.number(0), 1, 0, true};
+  if (c.has(1)) { r.start = c.number(0); r.stop = c.number(1); }
+  if (c.has(2)) r.step = c.number(2);
+  if (r.step == 0) fail("step must be non-zero");
+  if (!std::isfinite(r.start) || !std::isfinite(r.stop)) fail("bounds must be finite");
+  if ((r.stop - r.start) / r.step < 0) fail(cat("the range [", r.start, ", ", r.stop, ") is not in the direction of step ", r.step));
+  r.n = int64_t(std::ceil((r.stop - r.start) / r.step));
+  r.integral = r.start == std::floor(r.start) && r.stop == std::floor(r.stop) && r.step == std::floor(r.step);
+  return r;
+}
+std::vector<Meta> infer_arange(OpCall& c) {
+  Range r = arange_range(c);
+  return {{{r.n}, opt_dtype(c, 3, r.integral ? DType::i64 : DType::f32), opt_device(c, 4)}};
+}
+void run_arange(OpCall& c) {
+  Range r = arange_range(c);
+  visit(c.outs[0].dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* p = c.outs[0].data<T>();
+    for (int64_t i = 0; i < r.n; ++i) store(p[i], r.start + double(i) * r.step);
+  });
+}
+
+// linspace(a, b, n): n points from a to b inclusive
+std::vector<Meta> infer_linspace(OpCall& c) {
+  int64_t n = c.integer(2);
+  if (n < 0) fail(cat("steps must be non-negative, got ", n));
+  return {{{n}, opt_dtype(c, 3, DType::f32), opt_device(c, 4)}};
+}
+void run_linspace(OpCall& c) {
+  double a = c.number(0), b = c.number(1);
+  int64_t n = c.integer(2);
+  double step = n > 1 ? (b - a) / double(n - 1) : 0;
+  visit(c.outs[0].dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* p = c.outs[0].data<T>();
+    // symmetric from both ends, as PyTorch does, so the last point is exactly b
+    for (int64_t i = 0; i < n; ++i) store(p[i], i < n / 2 ? a + step * double(i) : b - step * double(n - 1 - i));
+  });
+}
+
+// eye(n[, m])
+std::vector<Meta> infer_eye(OpCall& c) {
+  int64_t n = c.integer(0), m = c.integer_or(1, n);
+  if (n < 0 || m < 0) fail(cat("sizes must be non-negative, got ", n, " and ", m));
+  return {{{n, m}, opt_dtype(c, 2, DType::f32), opt_device(c, 3)}};
+}
+void run_eye(OpCall& c) {
+  const Tensor& out = c.outs[0];
+  fill(out, 0);
+  visit(out.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* p = out.data<T>();
+    for (int64_t i = 0; i < std::min(out.size(0), out.size(1)); ++i) store(p[i * out.size(1) + i], 1);
+  });
+}
+
+// zeros_like / ones_like / empty_like / rand_like / randn_like: "self:T, opts:{dtype:S, device:S}"
+std::vector<Meta> infer_like(OpCall& c) {
+  Tensor x = c.tensor(0);
+  return {{x.sizes(), opt_dtype(c, 1, x.dtype()), c.has(2) ? opt_device(c, 2) : x.device()}};
+}
+
+// tensor(data): data is a flat list of numbers with its shape (the Lua side flattens tables)
+std::vector<Meta> infer_tensor(OpCall& c) {
+  if (!c.has(0) || c.args[0].tag != kDoubles) fail("data expected a number or a nested table of numbers");
+  Shape s = sizes_arg(c, 1);
+  if (shape_numel(s) != c.args[0].n) fail(cat("data has ", c.args[0].n, " values but shape ", shape_str(s)));
+  const double* v = static_cast<const double*>(c.args[0].ptr);
+  bool integral = true;
+  for (int i = 0; i < c.args[0].n && integral; ++i) integral = v[i] == std::floor(v[i]);
+  DType d = c.args[0].num != 0 ? DType::b8 : integral ? DType::i64 : DType::f32;  // num: 1 = booleans
+  return {{s, opt_dtype(c, 2, d), opt_device(c, 3)}};
+}
+void run_tensor(OpCall& c) {
+  const double* v = static_cast<const double*>(c.args[0].ptr);
+  visit(c.outs[0].dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* p = c.outs[0].data<T>();
+    for (int i = 0; i < c.args[0].n; ++i) store(p[i], v[i]);
+  });
+}
+
+constexpr const char* kOpts = "opts:{dtype:S, device:S}";
+std::string with_opts(const char* args) { return cat(args, ", ", kOpts); }
+
+}  // namespace
+
+void register_creation(Registry& r) {
+  // schemas live in static storage: the registry keeps const char*
+  static const std::string sized = with_opts("size:Is..."), full = with_opts("size:Is, value:N"),
+                           arange = with_opts("start:N, stop:N?, step:N?"), linspace = with_opts("start:N, end:N, steps:I"),
+                           eye = with_opts("n:I, m:I?"), randint = with_opts("low:I, high:I, size:Is"),
+                           like = with_opts("self:T"), tensor = with_opts("data:Data");  // the Lua side adds the shape as a hidden second argument
+  const int fn = kNoMethod;
+  r.add(OpDef{"tensor", tensor.c_str(), OpKind::Creation, fn, infer_tensor, run_tensor});
+  r.add(OpDef{"zeros", sized.c_str(), OpKind::Creation, fn, infer_sized, run_zeros});
+  r.add(OpDef{"ones", sized.c_str(), OpKind::Creation, fn, infer_sized, run_ones});
+  r.add(OpDef{"empty", sized.c_str(), OpKind::Creation, fn, infer_sized, run_empty});
+  r.add(OpDef{"full", full.c_str(), OpKind::Creation, fn, infer_full, run_full});
+  r.add(OpDef{"arange", arange.c_str(), OpKind::Creation, fn, infer_arange, run_arange});
+  r.add(OpDef{"linspace", linspace.c_str(), OpKind::Creation, fn, infer_linspace, run_linspace});
+  r.add(OpDef{"eye", eye.c_str(), OpKind::Creation, fn, infer_eye, run_eye});
+  r.add(OpDef{"rand", sized.c_str(), OpKind::Creation, fn, infer_float_sized, run_rand});
+  r.add(OpDef{"randn", sized.c_str(), OpKind::Creation, fn, infer_float_sized, run_randn});
+  r.add(OpDef{"randint", randint.c_str(), OpKind::Creation, fn, infer_randint, run_randint});
+  r.add(OpDef{"zeros_like", like.c_str(), OpKind::Creation, fn, infer_like, run_zeros});
+  r.add(OpDef{"ones_like", like.c_str(), OpKind::Creation, fn, infer_like, run_ones});
+  r.add(OpDef{"empty_like", like.c_str(), OpKind::Creation, fn, infer_like, run_empty});
+}
+
+}  // namespace cr

@@ -1,0 +1,46 @@
+// Shared helpers of the op families: tensor-or-number operands, PyTorch's result-type rule
+// with weak Lua scalars, and dtype-restricted visitors.
+#pragma once
+#include <initializer_list>
+
+#include "vm/kernels/loop.hpp"
+#include "vm/registry.hpp"
+
+namespace cr {
+
+// An argument that is a tensor or a Lua number / boolean ("weak" scalar).
+struct Operand {
+  Tensor t;  // undefined for scalars
+  double num = 0;
+  bool is_bool = false;
+  bool is_tensor() const { return t.defined(); }
+};
+Operand operand(const OpCall& c, int i);
+
+// PyTorch's result_type: dimensioned tensors > 0-d tensors > scalars, by category.
+DType result_type(std::initializer_list<const Operand*> ops);
+// Broadcast shape of the tensor operands; checks they share a device.
+Shape broadcast_operands(std::initializer_list<const Operand*> ops, Device* device);
+// The operand as a tensor of dtype (scalars become 0-d tensors).
+Tensor materialize(const Operand& o, DType dtype);
+
+// visitors that instantiate only the dtypes an op accepts
+template <class F> decltype(auto) visit_floating(DType d, F&& f) {
+  switch (d) {
+    case DType::f64: return f(double{});
+    case DType::f16: return f(Half{});
+    case DType::bf16: return f(BFloat16{});
+    default: return f(float{});
+  }
+}
+template <class F> decltype(auto) visit_numeric(DType d, F&& f) {  // all but bool
+  switch (d) {
+    case DType::i32: return f(int32_t{});
+    case DType::i64: return f(int64_t{});
+    default: return visit_floating(d, f);
+  }
+}
+
+std::string dtype_list_error(const char* what, DType d);  // "expected a floating tensor, got int32"
+
+}  // namespace cr

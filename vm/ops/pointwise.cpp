@@ -1,0 +1,347 @@
+// Pointwise ops: unary, binary, ternary and their in-place forms. Each op is one line of an
+// X-macro list (name, dtype rule, scalar expression); the eager kernel is the generic map() of
+// loop.hpp instantiated for the dtypes the rule allows, and the expression text is kept in the
+// registry for the code generators.
+#include <cmath>
+#include <cstring>
+
+#include "vm/kernels/scalar_math.hpp"
+#include "vm/ops/operands.hpp"
+
+namespace cr {
+namespace {
+
+// Float: integer inputs compute in float32. Same: keeps the dtype (no bool). Bool: bool result.
+// Arith: promoted dtype, bool allowed. Numeric: promoted, bool rejected. Compare / Logical: bool.
+enum class Rule { Float, Same, Bool, Arith, Numeric, Compare, Logical };
+
+#define CR_UNARY_OPS(X)                        \
+  X(neg, Same, -a)                             \
+  X(abs, Same, sm::abs_(a))                    \
+  X(exp, Float, std::exp(a))                   \
+  X(exp2, Float, std::exp2(a))                 \
+  X(log, Float, std::log(a))                   \
+  X(log2, Float, std::log2(a))                 \
+  X(log1p, Float, std::log1p(a))               \
+  X(expm1, Float, std::expm1(a))               \
+  X(sqrt, Float, std::sqrt(a))                 \
+  X(rsqrt, Float, sm::rsqrt_(a))               \
+  X(sin, Float, std::sin(a))                   \
+  X(cos, Float, std::cos(a))                   \
+  X(tan, Float, std::tan(a))                   \
+  X(tanh, Float, std::tanh(a))                 \
+  X(sigmoid, Float, sm::sigmoid_(a))           \
+  X(relu, Same, sm::relu_(a))                  \
+  X(silu, Float, sm::silu_(a))                 \
+  X(erf, Float, std::erf(a))                   \
+  X(floor, Same, sm::floor_(a))                \
+  X(ceil, Same, sm::ceil_(a))                  \
+  X(round, Same, sm::round_(a))                \
+  X(trunc, Same, sm::trunc_(a))                \
+  X(sign, Same, sm::sign_(a))                  \
+  X(reciprocal, Float, decltype(a)(1) / a)     \
+  X(square, Same, a * a)                       \
+  X(isnan, Bool, sm::isnan_(a))                \
+  X(isinf, Bool, sm::isinf_(a))                \
+  X(logical_not, Bool, !a)
+
+#define CR_BINARY_OPS(X)                                 \
+  X(add, Arith, a + b)                                   \
+  X(sub, Numeric, a - b)                                 \
+  X(mul, Arith, a * b)                                   \
+  X(div, Float, a / b)                                   \
+  X(pow, Numeric, sm::pow_(a, b))                        \
+  X(fmod, Numeric, sm::fmod_(a, b))                      \
+  X(remainder, Numeric, sm::remainder_(a, b))            \
+  X(maximum, Arith, sm::maximum_(a, b))                  \
+  X(minimum, Arith, sm::minimum_(a, b))                  \
+  X(atan2, Float, std::atan2(a, b))                      \
+  X(eq, Compare, a == b)                                 \
+  X(ne, Compare, a != b)                                 \
+  X(lt, Compare, a < b)                                  \
+  X(le, Compare, a <= b)                                 \
+  X(gt, Compare, a > b)                                  \
+  X(ge, Compare, a >= b)                                 \
+  X(logical_and, Logical, bool(a) && bool(b))            \
+  X(logical_or, Logical, bool(a) || bool(b))             \
+  X(logical_xor, Logical, bool(a) != bool(b))
+
+#define CR_DEFINE_OP(NAME, RULE, EXPR, ...)                          \
+  struct Op_##NAME {                                                 \
+    static constexpr const char* name = #NAME;                       \
+    static constexpr const char* expr = #EXPR;                       \
+    static constexpr Rule rule = Rule::RULE;                         \
+    template <class A, class B = A, class C = A>                     \
+    static auto f([[maybe_unused]] A a, [[maybe_unused]] B b = B(),  \
+                  [[maybe_unused]] C c = C()) { return EXPR; }       \
+  };
+CR_UNARY_OPS(CR_DEFINE_OP)
+CR_BINARY_OPS(CR_DEFINE_OP)
+CR_DEFINE_OP(gelu_tanh, Float, sm::gelu_tanh_(a))
+CR_DEFINE_OP(gelu_erf, Float, sm::gelu_(a))
+
+// The dtype an op computes in, from the promoted input dtype.
+DType compute_dtype(Rule rule, DType in, const char* name) {
+  switch (rule) {
+    case Rule::Float: return to_floating(in);
+    case Rule::Same:
+    case Rule::Numeric:
+      if (in == DType::b8) fail(dtype_list_error("a numeric tensor (not bool)", in));
+      return in;
+    default: return in;
+  }
+  (void)name;
+}
+
+DType out_dtype(Rule rule, DType compute) {
+  return rule == Rule::Bool || rule == Rule::Compare || rule == Rule::Logical ? DType::b8 : compute;
+}
+
+// Instantiates f<T> only for the compute dtypes the rule can produce.
+template <Rule R, class F> void visit_rule(DType d, F&& f) {
+  if constexpr (R == Rule::Float) visit_floating(d, f);
+  else if constexpr (R == Rule::Same || R == Rule::Numeric) visit_numeric(d, f);
+  else visit(d, f);
+}
+
+template <class Op, class... Ts> void run_map(DType compute, const Tensor& out, const Ts&... ins) {
+  visit_rule<Op::rule>(compute, [&](auto t) {
+    using T = decltype(t);
+    constexpr bool to_bool = Op::rule == Rule::Bool || Op::rule == Rule::Compare || Op::rule == Rule::Logical;
+    using TO = std::conditional_t<to_bool, bool, T>;
+    map<TO, std::conditional_t<true, T, Ts>...>(out, {&ins...}, [](auto... v) { return Op::f(v...); });
+  });
+}
+
+// ---- unary -----------------------------------------------------------------------------------
+
+template <class Op> std::vector<Meta> infer_unary(OpCall& c) {
+  Tensor x = c.tensor(0);
+  return {{x.sizes(), out_dtype(Op::rule, compute_dtype(Op::rule, x.dtype(), Op::name)), x.device()}};
+}
+
+template <class Op> void run_unary(OpCall& c) {
+  Tensor x = c.tensor(0);
+  DType compute = compute_dtype(Op::rule, x.dtype(), Op::name);
+  run_map<Op>(compute, c.outs[0], cast(x, compute));
+}
+
+// gelu(x[, {approximate = "none" | "tanh"}])
+void run_gelu(OpCall& c) {
+  std::string mode = c.has(1) ? c.str(1) : "none";
+  if (mode == "tanh") return run_unary<Op_gelu_tanh>(c);
+  if (mode != "none") fail(cat("approximate expected \"none\" or \"tanh\", got \"", mode, "\""));
+  run_unary<Op_gelu_erf>(c);
+}
+
+// ---- binary ----------------------------------------------------------------------------------
+
+struct Binary {
+  Operand a, b;
+  DType compute;
+  Shape shape;
+  Device device;
+};
+
+template <class Op> Binary prepare_binary(const OpCall& c) {
+  Binary p{operand(c, 0), operand(c, 1), DType::f32, {}, {}};
+  if (!p.a.is_tensor() && !p.b.is_tensor()) fail("expected at least one tensor operand, got two numbers");
+  p.compute = compute_dtype(Op::rule, result_type({&p.a, &p.b}), Op::name);
+  p.shape = broadcast_operands({&p.a, &p.b}, &p.device);
+  return p;
+}
+
+bool any_zero(const Tensor& t) {
+  Tensor flag = Tensor::empty({}, DType::b8);
+  Tensor c = contiguous(t);
+  bool z = false;
+  visit_numeric(c.dtype(), [&](auto v) {
+    using T = decltype(v);
+    const T* p = c.data<T>();
+    for (int64_t i = 0, n = c.numel(); i < n && !z; ++i) z = load(p[i]) == 0;
+  });
+  return z;
+}
+
+template <class Op> std::vector<Meta> infer_binary(OpCall& c) {
+  Binary p = prepare_binary<Op>(c);
+  return {{p.shape, out_dtype(Op::rule, p.compute), p.device}};
+}
+
+template <class Op> void run_binary(OpCall& c) {
+  Binary p = prepare_binary<Op>(c);
+  // add / sub take {alpha = a}: other is scaled first
+  if (c.has(2) && c.number(2) != 1.0) {
+    if (!is_floating(p.compute) && c.number(2) != std::floor(c.number(2)))
+      fail(cat("alpha must be an integer for integer inputs, got ", c.number(2)));
+    if (p.b.is_tensor()) {
+      Tensor scaled = Tensor::empty(p.b.t.sizes(), p.compute, p.device);
+      run_map<Op_mul>(p.compute, scaled, cast(p.b.t, p.compute), scalar_tensor(c.number(2), p.compute));
+      p.b.t = scaled;
+    } else {
+      p.b.num *= c.number(2);
+    }
+  }
+  Tensor a = materialize(p.a, p.compute), b = materialize(p.b, p.compute);
+  constexpr bool divides = std::is_same_v<Op, Op_fmod> || std::is_same_v<Op, Op_remainder>;
+  if (divides && is_integral(p.compute) && any_zero(b)) fail("integer division by zero");
+  run_map<Op>(p.compute, c.outs[0], a, b);
+}
+
+// ---- ternary: where, clamp, lerp, addcmul ----------------------------------------------------
+
+struct Ternary {
+  Operand a, b, c;
+  DType compute;
+  Shape shape;
+  Device device;
+};
+
+Ternary prepare_where(const OpCall& c) {
+  Tensor cond = c.tensor(0);
+  if (cond.dtype() != DType::b8) fail(cat("condition ", dtype_list_error("a bool tensor", cond.dtype())));
+  Ternary p{Operand{cond}, operand(c, 1), operand(c, 2), DType::f32, {}, {}};
+  p.compute = result_type({&p.b, &p.c});
+  p.shape = broadcast_operands({&p.a, &p.b, &p.c}, &p.device);
+  return p;
+}
+std::vector<Meta> infer_where(OpCall& c) {
+  Ternary p = prepare_where(c);
+  return {{p.shape, p.compute, p.device}};
+}
+void run_where(OpCall& c) {
+  Ternary p = prepare_where(c);
+  Tensor b = materialize(p.b, p.compute), e = materialize(p.c, p.compute);
+  visit(p.compute, [&](auto t) {
+    using T = decltype(t);
+    map<T, bool, T, T>(c.outs[0], {&p.a.t, &b, &e}, [](bool k, auto x, auto y) { return k ? x : y; });
+  });
+}
+
+Ternary prepare_clamp(const OpCall& c) {
+  Ternary p{Operand{c.tensor(0)}, {}, {}, DType::f32, {}, {}};
+  if (!c.has(1) && !c.has(2)) fail("at least one of min and max must be given");
+  if (c.has(1)) p.b = operand(c, 1);
+  if (c.has(2)) p.c = operand(c, 2);
+  p.compute = result_type({&p.a, c.has(1) ? &p.b : nullptr, c.has(2) ? &p.c : nullptr});
+  if (p.compute == DType::b8) fail(dtype_list_error("a numeric tensor (not bool)", p.compute));
+  p.shape = broadcast_operands({&p.a, &p.b, &p.c}, &p.device);
+  return p;
+}
+std::vector<Meta> infer_clamp(OpCall& c) {
+  Ternary p = prepare_clamp(c);
+  return {{p.shape, p.compute, p.device}};
+}
+void run_clamp(OpCall& c) {
+  Ternary p = prepare_clamp(c);
+  Tensor x = materialize(p.a, p.compute);
+  // a missing bound is the input itself, which leaves that side unclamped
+  Tensor lo = c.has(1) ? materialize(p.b, p.compute) : x, hi = c.has(2) ? materialize(p.c, p.compute) : x;
+  visit_numeric(p.compute, [&](auto t) {
+    using T = decltype(t);
+    map<T, T, T, T>(c.outs[0], {&x, &lo, &hi}, [](auto v, auto l, auto h) {
+      if (v != v) return v;  // NaN stays NaN
+      auto r = v < l ? l : v;
+      return r > h ? h : r;
+    });
+  });
+}
+
+Ternary prepare_lerp(const OpCall& c) {
+  Ternary p{Operand{c.tensor(0)}, Operand{c.tensor(1)}, operand(c, 2), DType::f32, {}, {}};
+  p.compute = result_type({&p.a, &p.b, &p.c});
+  if (!is_floating(p.compute)) fail(dtype_list_error("floating tensors", p.compute));
+  p.shape = broadcast_operands({&p.a, &p.b, &p.c}, &p.device);
+  return p;
+}
+std::vector<Meta> infer_lerp(OpCall& c) {
+  Ternary p = prepare_lerp(c);
+  return {{p.shape, p.compute, p.device}};
+}
+void run_lerp(OpCall& c) {
+  Ternary p = prepare_lerp(c);
+  Tensor a = materialize(p.a, p.compute), b = materialize(p.b, p.compute), w = materialize(p.c, p.compute);
+  visit_floating(p.compute, [&](auto t) {
+    using T = decltype(t);
+    map<T, T, T, T>(c.outs[0], {&a, &b, &w}, [](auto x, auto y, auto z) { return sm::lerp_(x, y, z); });
+  });
+}
+
+// addcmul(x, t1, t2[, value]) = x + value * t1 * t2
+Ternary prepare_addcmul(const OpCall& c) {
+  Ternary p{Operand{c.tensor(0)}, Operand{c.tensor(1)}, Operand{c.tensor(2)}, DType::f32, {}, {}};
+  p.compute = result_type({&p.a, &p.b, &p.c});
+  if (p.compute == DType::b8) fail(dtype_list_error("numeric tensors", p.compute));
+  if (c.has(3) && !is_floating(p.compute) && c.number(3) != std::floor(c.number(3)))
+    fail(cat("value must be an integer for integer inputs, got ", c.number(3)));
+  p.shape = broadcast_operands({&p.a, &p.b, &p.c}, &p.device);
+  return p;
+}
+std::vector<Meta> infer_addcmul(OpCall& c) {
+  Ternary p = prepare_addcmul(c);
+  return {{p.shape, p.compute, p.device}};
+}
+void run_addcmul(OpCall& c) {
+  Ternary p = prepare_addcmul(c);
+  double value = c.number_or(3, 1.0);
+  Tensor x = materialize(p.a, p.compute), a = materialize(p.b, p.compute), b = materialize(p.c, p.compute);
+  visit_numeric(p.compute, [&](auto t) {
+    using T = decltype(t);
+    using C = compute_t<T>;
+    C v = C(value);
+    map<T, T, T, T>(c.outs[0], {&x, &a, &b}, [v](auto s, auto y, auto z) { return s + v * y * z; });
+  });
+}
+
+// ---- in-place forms --------------------------------------------------------------------------
+
+// x:op_(...) runs op out of place on the same arguments, then writes the result into x (so the
+// write goes through views to the base, and overlapping inputs read their old values).
+void run_inplace(OpCall& c) {
+  Tensor self = c.tensor(0);
+  std::string base = c.def.name;
+  base.pop_back();
+  const OpDef* def = Registry::get().find(base);
+  OpCall inner{c.ctx, *def, c.args, c.nargs, {}, {}};
+  inner.metas = def->infer(inner);
+  const Meta& m = inner.metas[0];
+  if (m.sizes != self.sizes())
+    fail(cat("the result of shape ", shape_str(m.sizes), " cannot be written into ", self.describe()));
+  if (category(m.dtype) > category(self.dtype()))
+    fail(cat("the result type ", dtype_name(m.dtype), " cannot be written into ", self.describe()));
+  inner.outs.push_back(Tensor::empty(m.sizes, m.dtype, m.device));
+  def->run(inner);
+  copy_into(self, inner.outs[0]);
+}
+
+template <class Op> OpDef unary_def() {
+  return OpDef{Op::name, "self:T", OpKind::Unary, 0, infer_unary<Op>, run_unary<Op>, Op::expr};
+}
+const char* binary_schema(const std::string& name) {  // add / sub also take {alpha =}
+  return name == "add" || name == "sub" ? "self:TN, other:TN, opts:{alpha:N}" : "self:TN, other:TN";
+}
+template <class Op> OpDef binary_def(const char* schema) {
+  return OpDef{Op::name, schema, OpKind::Binary, 0, infer_binary<Op>, run_binary<Op>, Op::expr};
+}
+
+}  // namespace
+
+void register_pointwise(Registry& r) {
+#define CR_REG_UNARY(NAME, ...) r.add(unary_def<Op_##NAME>());
+  CR_UNARY_OPS(CR_REG_UNARY)
+  r.add(OpDef{"gelu", "self:T, opts:{approximate:S}", OpKind::Unary, 0, infer_unary<Op_gelu_erf>, run_gelu,
+              Op_gelu_erf::expr});
+#define CR_REG_BINARY(NAME, ...) r.add(binary_def<Op_##NAME>(binary_schema(#NAME)));
+  CR_BINARY_OPS(CR_REG_BINARY)
+  r.add(OpDef{"where", "condition:T, self:TN, other:TN", OpKind::Ternary, kNoMethod, infer_where, run_where});
+  r.add(OpDef{"clamp", "self:T, min:TN?, max:TN?", OpKind::Ternary, 0, infer_clamp, run_clamp});
+  r.add(OpDef{"lerp", "self:T, end:T, weight:TN", OpKind::Ternary, 0, infer_lerp, run_lerp});
+  r.add(OpDef{"addcmul", "self:T, tensor1:T, tensor2:T, value:N?", OpKind::Ternary, 0, infer_addcmul, run_addcmul});
+  for (const char* n : {"add_", "sub_", "mul_", "div_", "clamp_"}) {
+    std::string base(n, std::strlen(n) - 1);
+    const OpDef* b = r.find(base);
+    r.add(OpDef{n, b->schema, b->kind, kReturnsSelf | kNoFunction, nullptr, run_inplace});
+  }
+}
+
+}  // namespace cr

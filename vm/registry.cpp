@@ -1,0 +1,166 @@
+#include "vm/registry.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace cr {
+
+Registry& Registry::get() {
+  static Registry r;
+  return r;
+}
+
+Registry::Registry() {
+  register_creation(*this);
+  register_conversions(*this);
+  register_pointwise(*this);
+  register_reductions(*this);
+  register_views(*this);
+  register_joins(*this);
+  register_indexing(*this);
+  register_linalg(*this);
+  for (const OpDef& d : ops_) infos_.push_back(cr_op_info{d.name, d.schema, int32_t(d.kind), d.flags});
+}
+
+void Registry::add(const OpDef& def) {
+  if (find(def.name)) fail(cat("op '", def.name, "' registered twice"));
+  ops_.push_back(def);
+}
+
+const OpDef* Registry::find(const std::string& name) const {
+  int i = index_of(name);
+  return i < 0 ? nullptr : &ops_[size_t(i)];
+}
+
+int Registry::index_of(const std::string& name) const {
+  for (size_t i = 0; i < ops_.size(); ++i)
+    if (name == ops_[i].name) return int(i);
+  return -1;
+}
+
+// ---- argument access -------------------------------------------------------------------------
+
+std::string value_kind(const cr_value& v) {
+  switch (v.tag) {
+    case kNone: return "nil";
+    case kTensor: return Tensor(static_cast<cr_tensor*>(v.ptr), true).describe();
+    case kNumber: return "number";
+    case kBool: return "boolean";
+    case kInts: return "list of numbers";
+    case kTensors: return "list of tensors";
+    case kDoubles: return "list of numbers";
+    case kString: return cat("string \"", v.str, "\"");
+  }
+  return "unknown value";
+}
+
+// The name of argument i, from the schema ("self:T, other:TN" -> "other").
+const char* OpCall::arg_name(int i) const {
+  static thread_local std::string name;
+  const char* s = def.schema;
+  for (int k = 0; k < i && s; ++k) {
+    s = std::strchr(s, ',');
+    if (s) ++s;
+  }
+  name.clear();
+  if (!s) return "argument";
+  while (*s == ' ') ++s;
+  while (*s && *s != ':' && *s != ',') name += *s++;
+  return name.c_str();
+}
+
+static std::string given(const OpCall& c, int i) { return i < c.nargs ? value_kind(c.args[i]) : "nothing"; }
+
+Tensor OpCall::tensor(int i) const {
+  if (!is_tensor(i)) fail(cat("argument ", i + 1, " (", arg_name(i), ") expected a tensor, got ", given(*this, i)));
+  return Tensor(static_cast<cr_tensor*>(args[i].ptr), true);
+}
+
+double OpCall::number(int i) const {
+  if (!has(i) || (args[i].tag != kNumber && args[i].tag != kBool))
+    fail(cat("argument ", i + 1, " (", arg_name(i), ") expected a number, got ", given(*this, i)));
+  return args[i].num;
+}
+
+int64_t OpCall::integer(int i) const {
+  double v = number(i);
+  if (v != std::floor(v) || std::fabs(v) > 9.007199254740992e15)
+    fail(cat("argument ", i + 1, " (", arg_name(i), ") expected an integer, got ", v));
+  return int64_t(v);
+}
+
+bool OpCall::boolean_or(int i, bool dflt) const {
+  if (!has(i)) return dflt;
+  if (args[i].tag != kBool) fail(cat("argument ", i + 1, " (", arg_name(i), ") expected a boolean, got ", given(*this, i)));
+  return args[i].num != 0;
+}
+
+std::vector<int64_t> OpCall::ints(int i) const {
+  if (has(i) && args[i].tag == kNumber) return {integer(i)};
+  if (!has(i) || args[i].tag != kInts)
+    fail(cat("argument ", i + 1, " (", arg_name(i), ") expected a list of integers, got ", given(*this, i)));
+  const int64_t* p = static_cast<const int64_t*>(args[i].ptr);
+  return std::vector<int64_t>(p, p + args[i].n);
+}
+
+std::vector<Tensor> OpCall::tensors(int i) const {
+  if (!has(i) || args[i].tag != kTensors)
+    fail(cat("argument ", i + 1, " (", arg_name(i), ") expected a list of tensors, got ", given(*this, i)));
+  cr_tensor* const* p = static_cast<cr_tensor* const*>(args[i].ptr);
+  std::vector<Tensor> r;
+  for (int k = 0; k < args[i].n; ++k) r.emplace_back(p[k], true);
+  return r;
+}
+
+std::string OpCall::str(int i) const {
+  if (!has(i) || args[i].tag != kString)
+    fail(cat("argument ", i + 1, " (", arg_name(i), ") expected a string, got ", given(*this, i)));
+  return args[i].str;
+}
+
+int normalize_dim(int64_t d, int ndim) {
+  int n = ndim == 0 ? 1 : ndim;  // a 0-d tensor accepts dim 1 / -1, as PyTorch accepts 0 / -1
+  if (d == 0 || d > n || d < -n)
+    fail(cat("dim ", d, " is out of range for a ", ndim, "-d tensor (expected 1..", n, " or -", n, "..-1)"));
+  return int(d > 0 ? d - 1 : d + n);
+}
+
+int OpCall::dim(int i, int ndim) const { return normalize_dim(integer(i), ndim); }
+
+std::vector<int> OpCall::dims(int i, int ndim) const {
+  std::vector<int> r;
+  if (!has(i)) {
+    for (int d = 0; d < ndim; ++d) r.push_back(d);
+    return r;
+  }
+  for (int64_t d : ints(i)) {
+    int k = normalize_dim(d, ndim);
+    for (int prev : r)
+      if (prev == k) fail(cat("dim ", d, " appears more than once in the list of dims"));
+    r.push_back(k);
+  }
+  return r;
+}
+
+// ---- dispatch --------------------------------------------------------------------------------
+
+std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nargs) {
+  const auto& ops = Registry::get().ops();
+  if (op < 0 || size_t(op) >= ops.size()) fail(cat("unknown op id ", op));
+  const OpDef& def = ops[size_t(op)];
+  OpCall c{ctx, def, args, nargs, {}, {}};
+  try {
+    if (def.infer) {
+      c.metas = def.infer(c);
+      for (const Meta& m : c.metas) c.outs.push_back(Tensor::empty(m.sizes, m.dtype, m.device));
+    }
+    def.run(c);
+  } catch (const Error& e) {
+    throw Error(cat(def.name, ": ", e.what()));
+  } catch (const std::bad_alloc&) {
+    throw Error(cat(def.name, ": out of memory"));
+  }
+  return std::move(c.outs);
+}
+
+}  // namespace cr

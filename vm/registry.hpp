@@ -1,0 +1,103 @@
+// The op registry: every operation is declared once here (name, argument schema, kind, output
+// metadata rule, eager kernel, and for pointwise ops the scalar expression the code generators
+// use). The Lua binding, the dispatcher, and the tests' op list are all driven from this table.
+#pragma once
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vm/context.hpp"
+#include "vm/tensor.hpp"
+
+namespace cr {
+
+// Argument tags of cr_value (mirrored in stdlib/binding.lua).
+enum ValueTag : int32_t { kNone = 0, kTensor = 1, kNumber = 2, kBool = 3, kInts = 4, kTensors = 5, kString = 6, kDoubles = 7 };
+
+enum class OpKind : int32_t { Unary, Binary, Ternary, Reduction, View, Join, Index, Linalg, Creation, Convert, Other };
+
+enum OpFlag : int32_t {
+  kReturnsSelf = 1,   // in-place: the Lua wrapper returns its first argument
+  kNoMethod = 2,      // only T.op(...), not x:op(...)
+  kNoFunction = 4,    // only x:op(...)
+  kMultiOut = 8,      // returns several tensors as several Lua values
+  kListOut = 16,      // returns a Lua table of tensors (split, chunk)
+};
+
+struct Meta {
+  Shape sizes;
+  DType dtype;
+  Device device;
+};
+
+struct OpDef;
+
+// One call of an op: argument accessors that validate and explain, and the outputs.
+struct OpCall {
+  Context& ctx;
+  const OpDef& def;
+  const cr_value* args;
+  int nargs;
+  std::vector<Meta> metas;   // filled by def.infer before run
+  std::vector<Tensor> outs;  // allocated from metas by the dispatcher, unless the op makes its own
+
+  bool has(int i) const { return i < nargs && args[i].tag != kNone; }
+  bool is_tensor(int i) const { return has(i) && args[i].tag == kTensor; }
+  Tensor tensor(int i) const;
+  double number(int i) const;
+  double number_or(int i, double dflt) const { return has(i) ? number(i) : dflt; }
+  int64_t integer(int i) const;  // rejects non-integral numbers
+  int64_t integer_or(int i, int64_t dflt) const { return has(i) ? integer(i) : dflt; }
+  bool boolean_or(int i, bool dflt) const;
+  std::vector<int64_t> ints(int i) const;  // a number or a list
+  std::vector<Tensor> tensors(int i) const;
+  std::string str(int i) const;
+  // A 1-based (or negative) Lua dim -> 0-based, checked against ndim.
+  int dim(int i, int ndim) const;
+  std::vector<int> dims(int i, int ndim) const;  // absent -> all dims; checks duplicates
+  const char* arg_name(int i) const;
+};
+
+int normalize_dim(int64_t d, int ndim);  // throws with the valid range
+std::string value_kind(const cr_value& v);
+
+struct OpDef {
+  const char* name;
+  const char* schema;  // "self:T, other:TN, opts:{alpha:N}" - see stdlib/binding.lua
+  OpKind kind;
+  int32_t flags;
+  // Output metadata. Null for ops that make their outputs themselves (views, in-place, lists).
+  std::vector<Meta> (*infer)(OpCall&);
+  void (*run)(OpCall&);
+  const char* expr = nullptr;  // pointwise: scalar expression over a, b, c (for code generators)
+};
+
+class Registry {
+ public:
+  static Registry& get();
+  const std::vector<OpDef>& ops() const { return ops_; }
+  const OpDef* find(const std::string& name) const;
+  int index_of(const std::string& name) const;
+  void add(const OpDef& def);
+  const std::vector<cr_op_info>& infos() const { return infos_; }
+
+ private:
+  Registry();
+  std::vector<OpDef> ops_;
+  std::vector<cr_op_info> infos_;
+};
+
+// The op families, each in its own file under vm/ops/.
+void register_pointwise(Registry& r);
+void register_reductions(Registry& r);
+void register_views(Registry& r);
+void register_joins(Registry& r);
+void register_indexing(Registry& r);
+void register_linalg(Registry& r);
+void register_creation(Registry& r);
+void register_conversions(Registry& r);
+
+// Runs one op eagerly (infer, allocate, run). Throws cr::Error with the op name prefixed.
+std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nargs);
+
+}  // namespace cr

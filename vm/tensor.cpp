@@ -1,0 +1,154 @@
+#include "vm/tensor.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace cr {
+
+static std::atomic<size_t> g_bytes_allocated{0};
+
+size_t bytes_allocated_total() { return g_bytes_allocated.load(std::memory_order_relaxed); }
+
+std::string device_name(Device d) { return d.type == 0 ? "cpu" : "cuda:" + std::to_string(d.index); }
+
+Device parse_device(const std::string& s) {
+  if (s == "cpu") return Device{0, 0};
+  if (s == "cuda") return Device{1, 0};
+  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.find_first_not_of("0123456789", 5) == std::string::npos)
+    return Device{1, int8_t(std::atoi(s.c_str() + 5))};
+  fail(cat("expected a device \"cpu\", \"cuda\" or \"cuda:N\", got \"", s, "\""));
+}
+
+Storage* storage_new(size_t nbytes, Device device) {
+  if (!device.is_cpu()) fail(cat("device ", device_name(device), " is not available (CUDA support is not built yet)"));
+  size_t rounded = (nbytes + 63) / 64 * 64;
+  void* data = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+  if (rounded && !data) fail(cat("out of memory allocating ", nbytes, " bytes"));
+  Storage* s = new Storage;
+  s->data = data;
+  s->nbytes = nbytes;
+  s->device = device;
+  g_bytes_allocated.fetch_add(nbytes, std::memory_order_relaxed);
+  return s;
+}
+
+Storage* storage_wrap(void* data, size_t nbytes, Device device, void (*free_fn)(void*, void*), void* ctx) {
+  Storage* s = new Storage;
+  s->data = data;
+  s->nbytes = nbytes;
+  s->device = device;
+  s->free_fn = free_fn;
+  s->free_ctx = ctx;
+  return s;
+}
+
+void storage_retain(Storage* s) { s->refs.fetch_add(1, std::memory_order_relaxed); }
+
+void storage_release(Storage* s) {
+  if (s->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (s->free_fn) s->free_fn(s->free_ctx, s->data);
+  else std::free(s->data);
+  delete s;
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string r = "{";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "}";
+}
+
+Shape contiguous_strides(const Shape& s) {
+  Shape st(s.size());
+  int64_t acc = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= s[i] ? s[i] : 1;
+  }
+  return st;
+}
+
+static std::atomic_ref<int32_t> refs_of(cr_tensor* t) { return std::atomic_ref<int32_t>(t->_refs); }
+
+void tensor_retain(cr_tensor* t) { refs_of(t).fetch_add(1, std::memory_order_relaxed); }
+
+void tensor_release(cr_tensor* t) {
+  if (!t || refs_of(t).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (t->_storage) storage_release(static_cast<Storage*>(t->_storage));
+  delete t;
+}
+
+Tensor::Tensor(cr_tensor* p, bool retain) : p_(p) {
+  if (p_ && retain) tensor_retain(p_);
+}
+Tensor::Tensor(const Tensor& o) : p_(o.p_) {
+  if (p_) tensor_retain(p_);
+}
+Tensor::~Tensor() { tensor_release(p_); }
+
+static void check_shape(const Shape& sizes) {
+  if (sizes.size() > size_t(kMaxDims))
+    fail(cat("tensors have at most ", kMaxDims, " dimensions, got ", sizes.size()));
+  for (int64_t s : sizes)
+    if (s < 0) fail(cat("sizes must be non-negative, got ", shape_str(sizes)));
+}
+
+Tensor Tensor::from_storage(Storage* s, const Shape& sizes, const Shape& strides, int64_t offset, DType dtype) {
+  check_shape(sizes);
+  cr_tensor* t = new cr_tensor();
+  t->_refs = 1;
+  t->_dtype = int8_t(dtype);
+  t->_dev_type = s->device.type;
+  t->_dev_index = s->device.index;
+  t->_ndim = int32_t(sizes.size());
+  t->_offset = offset;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    t->_sizes[i] = sizes[i];
+    t->_strides[i] = strides[i];
+  }
+  t->_storage = s;  // adopts the caller's reference
+  return Tensor(t, false);
+}
+
+Tensor Tensor::empty(const Shape& sizes, DType dtype, Device device) {
+  check_shape(sizes);
+  int64_t n = shape_numel(sizes);
+  if (n > (int64_t(1) << 46)) fail(cat("tensor of shape ", shape_str(sizes), " is too large"));
+  Storage* s = storage_new(size_t(n) * dtype_size(dtype), device);
+  return from_storage(s, sizes, contiguous_strides(sizes), 0, dtype);
+}
+
+Tensor Tensor::view_of(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
+  storage_retain(base.storage());
+  return from_storage(base.storage(), sizes, strides, offset, base.dtype());
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < p_->_ndim; ++i) n *= p_->_sizes[i];
+  return n;
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expect = 1;
+  for (int i = dim() - 1; i >= 0; --i) {
+    if (size(i) == 1) continue;
+    if (size(i) == 0) return true;
+    if (stride(i) != expect) return false;
+    expect *= size(i);
+  }
+  return true;
+}
+
+std::string Tensor::describe() const {
+  return cat(dtype_name(dtype()), " tensor of shape ", shape_str(sizes()));
+}
+
+}  // namespace cr

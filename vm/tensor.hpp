@@ -1,0 +1,87 @@
+// Storage and tensors. A tensor is the FFI-visible `cr_tensor` (sizes, strides and offset in
+// elements over a refcounted Storage); `cr::Tensor` is the owning C++ handle around it.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "vm/dtype.hpp"
+#include "vm/error.hpp"
+#include "vm/ffi_api.h"
+
+namespace cr {
+
+constexpr int kMaxDims = 16;
+using Shape = std::vector<int64_t>;
+
+struct Device {
+  int8_t type = 0;  // 0 = cpu, 1 = cuda
+  int8_t index = 0;
+  bool operator==(const Device&) const = default;
+  bool is_cpu() const { return type == 0; }
+};
+std::string device_name(Device d);
+Device parse_device(const std::string& s);  // throws on an unknown name
+
+struct Storage {
+  std::atomic<int32_t> refs{1};
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device;
+  void (*free_fn)(void* ctx, void* data) = nullptr;  // null: memory we allocated
+  void* free_ctx = nullptr;
+};
+Storage* storage_new(size_t nbytes, Device device);  // 64-byte aligned
+Storage* storage_wrap(void* data, size_t nbytes, Device device, void (*free_fn)(void*, void*), void* ctx);
+void storage_retain(Storage* s);
+void storage_release(Storage* s);
+size_t bytes_allocated_total();  // monotonic, for the Lua GC pressure heuristic
+
+int64_t shape_numel(const Shape& s);
+std::string shape_str(const Shape& s);  // "{2,3}"
+Shape contiguous_strides(const Shape& s);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(cr_tensor* p, bool retain);  // retain=false adopts a reference
+  Tensor(const Tensor& o);
+  Tensor(Tensor&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+  Tensor& operator=(Tensor o) noexcept { std::swap(p_, o.p_); return *this; }
+  ~Tensor();
+
+  static Tensor empty(const Shape& sizes, DType dtype, Device device = {});
+  // A new tensor header over `base`'s storage.
+  static Tensor view_of(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset);
+  static Tensor from_storage(Storage* s, const Shape& sizes, const Shape& strides, int64_t offset, DType dtype);
+
+  bool defined() const { return p_ != nullptr; }
+  cr_tensor* get() const { return p_; }
+  cr_tensor* release() { cr_tensor* p = p_; p_ = nullptr; return p; }  // hand the reference out
+
+  int dim() const { return p_->_ndim; }
+  int64_t size(int d) const { return p_->_sizes[d]; }
+  int64_t stride(int d) const { return p_->_strides[d]; }
+  Shape sizes() const { return Shape(p_->_sizes, p_->_sizes + p_->_ndim); }
+  Shape strides() const { return Shape(p_->_strides, p_->_strides + p_->_ndim); }
+  int64_t offset() const { return p_->_offset; }
+  int64_t numel() const;
+  DType dtype() const { return DType(p_->_dtype); }
+  Device device() const { return Device{p_->_dev_type, p_->_dev_index}; }
+  size_t itemsize() const { return dtype_size(dtype()); }
+  bool is_contiguous() const;
+  Storage* storage() const { return static_cast<Storage*>(p_->_storage); }
+  char* data_bytes() const { return static_cast<char*>(storage()->data) + offset() * int64_t(itemsize()); }
+  template <class T> T* data() const { return reinterpret_cast<T*>(data_bytes()); }
+  bool same(const Tensor& o) const { return p_ == o.p_; }
+  std::string describe() const;  // "float32 tensor of shape {2,3}"
+
+ private:
+  cr_tensor* p_ = nullptr;
+};
+
+void tensor_retain(cr_tensor* t);
+void tensor_release(cr_tensor* t);
+
+}  // namespace cr

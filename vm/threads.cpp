@@ -1,0 +1,119 @@
+#include "vm/threads.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace cr {
+
+namespace {
+
+thread_local bool t_in_worker = false;
+
+class Pool {
+ public:
+  explicit Pool(int n) {
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { loop(i); });
+    size_ = n;
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  int size() const { return size_; }
+  std::mutex& job_lock() { return job_; }
+
+  // Runs fn(part) for part in [0, size()) with the caller as part 0.
+  void run(const std::function<void(int)>& fn) {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      fn_ = &fn;
+      pending_ = size_ - 1;
+      ++generation_;
+      error_ = nullptr;
+    }
+    cv_.notify_all();
+    t_in_worker = true;
+    try { fn(0); } catch (...) { record(std::current_exception()); }
+    t_in_worker = false;
+    std::unique_lock<std::mutex> g(m_);
+    done_.wait(g, [this] { return pending_ == 0; });
+    fn_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void record(std::exception_ptr e) {
+    std::lock_guard<std::mutex> g(m_);
+    if (!error_) error_ = e;
+  }
+  void loop(int part) {
+    t_in_worker = true;
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* fn;
+      {
+        std::unique_lock<std::mutex> g(m_);
+        cv_.wait(g, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        fn = fn_;
+      }
+      try { (*fn)(part); } catch (...) { record(std::current_exception()); }
+      std::lock_guard<std::mutex> g(m_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  int size_ = 1;
+  std::mutex m_, job_;
+  std::condition_variable cv_, done_;
+  const std::function<void(int)>* fn_ = nullptr;
+  int pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+int configured_threads() {
+  if (const char* s = std::getenv("CRESCENT_NUM_THREADS")) {
+    int n = std::atoi(s);
+    if (n > 0) return std::min(n, 256);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+Pool& pool() {
+  static Pool p(configured_threads());
+  return p;
+}
+
+}  // namespace
+
+int num_threads() { return pool().size(); }
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  Pool& p = pool();
+  int parts = int(std::min<int64_t>(p.size(), (n + grain - 1) / std::max<int64_t>(grain, 1)));
+  if (parts <= 1 || t_in_worker) return fn(0, n);
+  std::unique_lock<std::mutex> busy(p.job_lock(), std::try_to_lock);
+  if (!busy.owns_lock()) return fn(0, n);
+  int64_t chunk = (n + p.size() - 1) / p.size();
+  p.run([&](int part) {
+    int64_t b = part * chunk, e = std::min(n, b + chunk);
+    if (b < e) fn(b, e);
+  });
+}
+
+}  // namespace cr

@@ -28,6 +28,20 @@ for _, f in ipairs(files) do
   end
 end
 
+-- the registry coverage check: only when the whole suite ran
+if #arg == 0 then
+  local T = require "crescent"
+  local missing = {}
+  for name in pairs(T._ops) do if not S.covered[name] then missing[#missing + 1] = name end end
+  table.sort(missing)
+  if #missing > 0 then
+    S.results.failed = S.results.failed + 1
+    S.failures[#S.failures + 1] = "registry coverage: ops without a spec: " .. table.concat(missing, ", ")
+  else
+    S.results.passed = S.results.passed + 1
+  end
+end
+
 for _, f in ipairs(S.failures) do io.stderr:write("FAIL ", f, "\n") end
 local r = S.results
 print(string.format("%d passed, %d failed, %d skipped", r.passed, r.failed, r.skipped))

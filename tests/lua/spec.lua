@@ -27,6 +27,16 @@ function S.it(name, fn)
   end
 end
 
+-- Declares which registry ops a spec file tests; run.lua fails if any registry op is
+-- covered by no spec file.
+S.covered = {}
+function S.covers(...)
+  for _, name in ipairs({ ... }) do
+    if not T._ops[name] then error("covers: '" .. name .. "' is not a registry op", 2) end
+    S.covered[name] = true
+  end
+end
+
 function S.skip(reason) error({ skip = true, reason = reason }, 0) end
 
 local function fmt(v)

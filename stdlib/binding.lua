@@ -98,19 +98,23 @@ function put.TL(i, v, op, name)
 end
 -- nested tables of numbers / booleans -> flat doubles + shape (in the next slot)
 function put.Data(i, v, op, name)
-  local flat, shape, bools = {}, {}, false
+  local flat, shape, bools, numbers = {}, {}, false, false
   local function walk(x, d)
     local tx = type(x)
     if tx == "number" or tx == "boolean" then
       if shape[d] ~= nil then fail(op .. ": data is ragged: expected a table at depth " .. d) end
-      if tx == "boolean" then bools = true; x = x and 1 or 0 end
+      if tx == "boolean" then bools = true; x = x and 1 or 0 else numbers = true end
       flat[#flat + 1] = x
       shape.leaf = shape.leaf or d
       if shape.leaf ~= d then fail(op .. ": data is ragged: nested tables of different depths") end
       return
     end
-    if is_tensor(x) then x = x:totable(); if type(x) == "number" then return walk(x, d) end end
-    if tx ~= "table" and not is_tensor(x) then
+    if is_tensor(x) then  -- a tensor inside the data counts as its nested table
+      x = x:totable()
+      if type(x) ~= "table" then return walk(x, d) end
+      tx = "table"
+    end
+    if tx ~= "table" then
       fail(string.format("%s: data expected numbers or nested tables of numbers, got %s", op, describe(x)))
     end
     local n = #x
@@ -126,7 +130,8 @@ function put.Data(i, v, op, name)
   for d = 1, (shape.leaf or 1) - 1 do dims[d] = shape[d] or 0 end
   local buf = ffi.new("double[?]", math.max(#flat, 1))
   for k = 1, #flat do buf[k - 1] = flat[k] end
-  ARGS[i].tag = 7; ARGS[i].n = #flat; ARGS[i].ptr = buf; ARGS[i].num = bools and 1 or 0
+  -- num = 1: every value was a boolean (a bool tensor); mixed data is numeric, as torch.tensor
+  ARGS[i].tag = 7; ARGS[i].n = #flat; ARGS[i].ptr = buf; ARGS[i].num = (bools and not numbers) and 1 or 0
   M._keep = buf  -- alive until the call returns
   put.Is(i + 1, dims, op, "shape")
 end
@@ -177,11 +182,11 @@ local function parse(schema)
   local params, opts = {}, nil
   local body = schema:gsub("opts:{(.-)}", function(inner)
     opts = { list = {} }
-    for key, ty in inner:gmatch("(%w+):(%w+)") do opts.list[#opts.list + 1] = { name = key, type = ty } end
+    for key, ty in inner:gmatch("([%w_]+):(%w+)") do opts.list[#opts.list + 1] = { name = key, type = ty } end
     return ""
   end)
   for item in body:gmatch("[^,]+") do
-    local name, ty, mod = item:match("^%s*(%w+):(%w+)(%p*)%s*$")
+    local name, ty, mod = item:match("^%s*([%w_]+):(%w+)(%p*)%s*$")
     if name then params[#params + 1] = { name = name, type = ty, optional = mod == "?", rest = mod == "..." } end
   end
   return params, opts
@@ -211,7 +216,10 @@ local function gen_source(name, op, info, params, opts)
       -- the options table may come early when trailing optional arguments are left out
       emit("  if opts == nil then")
       for k = np, 1, -1 do
-        emit(string.format("    if is_opts(a%d) then opts, a%d = a%d, nil end", k, k, k))
+        -- data tables ({} included) are never an options table
+        if params[k].type ~= "Data" then
+          emit(string.format("    if is_opts(a%d) then opts, a%d = a%d, nil end", k, k, k))
+        end
         if not params[k].optional then break end
       end
       emit("  end")

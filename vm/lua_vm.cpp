@@ -69,7 +69,16 @@ int traceback(lua_State* L) {
 
 }  // namespace
 
-LuaVM::LuaVM() : L_(luaL_newstate()) {
+static void check_cpu() {
+#if defined(__x86_64__) && defined(__AVX2__)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    throw std::runtime_error(std::string("crescent: this build needs a CPU with AVX2 and FMA (-march=") + CRESCENT_MARCH +
+                             "); rebuild with -DCRESCENT_MARCH=x86-64");
+#endif
+}
+
+LuaVM::LuaVM() : L_((check_cpu(), luaL_newstate())) {
   if (!L_) throw std::runtime_error("crescent: cannot create a Lua state (out of memory)");
   luaL_openlibs(L_);
   lua_getglobal(L_, "package");

@@ -1,5 +1,7 @@
 #include "vm/tensor.hpp"
 
+#include "vm/alloc.hpp"
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -21,12 +23,22 @@ Device parse_device(const std::string& s) {
   fail(cat("expected a device \"cpu\", \"cuda\" or \"cuda:N\", got \"", s, "\""));
 }
 
+// Headers come from the same size-class cache as small data blocks.
+template <class T> T* new_pooled() {
+  void* p = host_alloc(sizeof(T));
+  if (!p) throw std::bad_alloc();
+  return new (p) T();
+}
+template <class T> void delete_pooled(T* p) {
+  p->~T();
+  host_free(p, sizeof(T));
+}
+
 Storage* storage_new(size_t nbytes, Device device) {
   if (!device.is_cpu()) fail(cat("device ", device_name(device), " is not available (CUDA support is not built yet)"));
-  size_t rounded = (nbytes + 63) / 64 * 64;
-  void* data = rounded ? std::aligned_alloc(64, rounded) : nullptr;
-  if (rounded && !data) fail(cat("out of memory allocating ", nbytes, " bytes"));
-  Storage* s = new Storage;
+  void* data = host_alloc(nbytes);
+  if (!data) fail(cat("out of memory allocating ", nbytes, " bytes"));
+  Storage* s = new_pooled<Storage>();
   s->data = data;
   s->nbytes = nbytes;
   s->device = device;
@@ -35,7 +47,7 @@ Storage* storage_new(size_t nbytes, Device device) {
 }
 
 Storage* storage_wrap(void* data, size_t nbytes, Device device, void (*free_fn)(void*, void*), void* ctx) {
-  Storage* s = new Storage;
+  Storage* s = new_pooled<Storage>();
   s->data = data;
   s->nbytes = nbytes;
   s->device = device;
@@ -49,8 +61,8 @@ void storage_retain(Storage* s) { s->refs.fetch_add(1, std::memory_order_relaxed
 void storage_release(Storage* s) {
   if (s->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (s->free_fn) s->free_fn(s->free_ctx, s->data);
-  else std::free(s->data);
-  delete s;
+  else host_free(s->data, s->nbytes);
+  delete_pooled(s);
 }
 
 int64_t shape_numel(const Shape& s) {
@@ -82,7 +94,7 @@ void tensor_retain(cr_tensor* t) { refs_of(t).fetch_add(1, std::memory_order_rel
 void tensor_release(cr_tensor* t) {
   if (!t || refs_of(t).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (t->_storage) storage_release(static_cast<Storage*>(t->_storage));
-  delete t;
+  delete_pooled(t);
 }
 
 Tensor::Tensor(cr_tensor* p, bool retain) : p_(p) {
@@ -102,7 +114,7 @@ static void check_shape(const Shape& sizes) {
 
 Tensor Tensor::from_storage(Storage* s, const Shape& sizes, const Shape& strides, int64_t offset, DType dtype) {
   check_shape(sizes);
-  cr_tensor* t = new cr_tensor();
+  cr_tensor* t = new_pooled<cr_tensor>();
   t->_refs = 1;
   t->_dtype = int8_t(dtype);
   t->_dev_type = s->device.type;
@@ -126,6 +138,7 @@ Tensor Tensor::empty(const Shape& sizes, DType dtype, Device device) {
 }
 
 Tensor Tensor::view_of(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
+  check_shape(sizes);  // before taking the reference from_storage adopts
   storage_retain(base.storage());
   return from_storage(base.storage(), sizes, strides, offset, base.dtype());
 }

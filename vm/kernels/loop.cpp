@@ -52,7 +52,17 @@ Tensor contiguous(const Tensor& src) {
   return out;
 }
 
+// An integer-typed destination must be able to hold v (converting an out-of-range double to an
+// integer is undefined behaviour in C++); PyTorch raises the same way.
+static void check_fits(DType d, double v) {
+  if (!is_integral(d)) return;
+  double lo = d == DType::i32 ? -2147483648.0 : -9223372036854775808.0;
+  double hi = d == DType::i32 ? 2147483648.0 : 9223372036854775808.0;
+  if (!(v >= lo && v < hi)) fail(cat("value ", v, " cannot be converted to ", dtype_name(d), " without overflow"));
+}
+
 void fill(const Tensor& dst, double v) {
+  check_fits(dst.dtype(), v);
   visit(dst.dtype(), [&](auto o) {
     using TO = decltype(o);
     compute_t<TO> c = static_cast<compute_t<TO>>(v);

@@ -236,8 +236,11 @@ local function gen_source(name, op, info, params, opts)
   local nargs = np
   if params[np] and params[np].type == "Data" then nargs = nargs + 1 end
   if opts then
-    emit(string.format("  if opts == nil then for i = %d, %d do ARGS[i].tag = 0 end else put_opts(%d, opts, OPTKEYS, %q) end",
-      nargs, nargs + #opts.list - 1, nargs, name))
+    -- unrolled: a loop here would start its own trace inside every op call
+    local clear = {}
+    for i = nargs, nargs + #opts.list - 1 do clear[#clear + 1] = string.format("ARGS[%d].tag = 0", i) end
+    emit(string.format("  if opts == nil then %s else put_opts(%d, opts, OPTKEYS, %q) end",
+      table.concat(clear, "; "), nargs, name))
     nargs = nargs + #opts.list
   end
   emit(string.format("  local n = api.call(ctx, %d, ARGS, %d, OUTS, %d)", op, nargs, OUTCAP))

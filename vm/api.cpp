@@ -60,6 +60,10 @@ int32_t api_take_outputs(cr_ctx* c, cr_tensor** outs, int32_t cap) {
 const char* api_last_error(cr_ctx* c) { return Context::of(c).error.c_str(); }
 void api_retain(cr_tensor* t) { tensor_retain(t); }
 void api_release(cr_tensor* t) { tensor_release(t); }
+void api_release_handle(cr_handle* h) {
+  tensor_release(h->p);
+  h->p = nullptr;
+}
 
 int32_t api_item(cr_ctx* c, cr_tensor* t, double* out) {
   return guarded(c, [&] {
@@ -177,6 +181,7 @@ const cr_api* api_table() {
       api_loaded_name,
       api_save_npy,
       api_load_npy,
+      api_release_handle,
   };
   return &api;
 }

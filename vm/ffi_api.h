@@ -84,6 +84,9 @@ typedef struct cr_api {
   const char* (*loaded_name)(cr_ctx* ctx, int32_t i);
   int32_t (*save_npy)(cr_ctx* ctx, const char* path, cr_tensor* t);
   cr_tensor* (*load_npy)(cr_ctx* ctx, const char* path);
+  /* The handle finaliser: a C function, so a collection never re-enters Lua (which would
+   * abort JIT traces recording at that moment). */
+  void (*release_handle)(cr_handle* h);
 } cr_api;
 
 #ifdef __cplusplus

@@ -9,11 +9,12 @@
 #include "vm/dtype.hpp"
 #include "vm/error.hpp"
 #include "vm/ffi_api.h"
+#include "vm/small_vector.hpp"
 
 namespace cr {
 
 constexpr int kMaxDims = 16;
-using Shape = std::vector<int64_t>;
+using Shape = SmallVector<int64_t, 8>;  // sizes, strides and other short integer lists
 
 struct Device {
   int8_t type = 0;  // 0 = cpu, 1 = cuda

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -14,6 +15,19 @@ namespace cr {
 namespace {
 
 thread_local bool t_in_worker = false;
+
+// Waits up to ~100 us for pred() by spinning before the caller blocks: a sleeping thread takes
+// tens of microseconds to wake, as long as a whole small parallel op (OpenMP spins likewise).
+template <class Pred> bool spin_until(Pred pred) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+  for (int i = 1;; ++i) {
+    if (pred()) return true;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > until) return false;
+  }
+}
 
 class Pool {
  public:
@@ -38,13 +52,16 @@ class Pool {
       std::lock_guard<std::mutex> g(m_);
       fn_ = &fn;
       pending_ = size_ - 1;
+      left_.store(pending_, std::memory_order_relaxed);
       ++generation_;
+      published_.store(generation_, std::memory_order_release);
       error_ = nullptr;
     }
     cv_.notify_all();
     t_in_worker = true;
     try { fn(0); } catch (...) { record(std::current_exception()); }
     t_in_worker = false;
+    spin_until([this] { return left_.load(std::memory_order_acquire) == 0; });
     std::unique_lock<std::mutex> g(m_);
     done_.wait(g, [this] { return pending_ == 0; });
     fn_ = nullptr;
@@ -61,6 +78,7 @@ class Pool {
     uint64_t seen = 0;
     for (;;) {
       const std::function<void(int)>* fn;
+      spin_until([&] { return published_.load(std::memory_order_acquire) != seen; });
       {
         std::unique_lock<std::mutex> g(m_);
         cv_.wait(g, [&] { return stop_ || generation_ != seen; });
@@ -70,6 +88,7 @@ class Pool {
       }
       try { (*fn)(part); } catch (...) { record(std::current_exception()); }
       std::lock_guard<std::mutex> g(m_);
+      left_.store(pending_ - 1, std::memory_order_release);
       if (--pending_ == 0) done_.notify_one();
     }
   }
@@ -81,6 +100,9 @@ class Pool {
   const std::function<void(int)>* fn_ = nullptr;
   int pending_ = 0;
   uint64_t generation_ = 0;
+  // generation_ and pending_ mirrored for the spinning waits, which read them without m_
+  std::atomic<uint64_t> published_{0};
+  std::atomic<int> left_{0};
   bool stop_ = false;
   std::exception_ptr error_;
 };

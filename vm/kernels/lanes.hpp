@@ -1,0 +1,228 @@
+// Vectorisable building blocks of the reduction and softmax kernels. GCC does not reassociate
+// floating-point sums on its own (no -ffast-math), so each fold keeps kLanes independent
+// accumulators: the inner `for l` loop over them is what the compiler turns into SIMD code, and
+// the lanes are combined pairwise at the end (which also keeps rounding errors small).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "vm/dtype.hpp"
+
+namespace cr::lanes {
+
+constexpr int kLanes = 16;
+constexpr int64_t kBlock = 4096;  // elements folded in lane precision before a wider merge
+
+struct Identity {
+  template <class V> V operator()(V v) const { return v; }
+};
+
+template <class T> inline bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v != v;
+  else return false;
+}
+
+// Σ f(x[i]) over n <= kBlock elements, computed in type A. 256 bytes of lanes are eight AVX
+// registers: enough independent adds in flight to cover the add latency at two loads a cycle.
+template <class A> constexpr int kSumLanes = int(256 / sizeof(A)) < 8 ? 8 : int(256 / sizeof(A));
+template <class A, class T, class F> inline A sum(const T* x, int64_t n, F f) {
+  constexpr int L = kSumLanes<A>;
+  A acc[L] = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int l = 0; l < L; ++l) acc[l] += A(f(load(x[i + l])));
+  for (int l = 0; i < n; ++i, ++l) acc[l] += A(f(load(x[i])));
+  for (int w = L / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return acc[0];
+}
+
+// Σ f(x[i]) over any n: lanes of type A within blocks of kBlock, the blocks added in double.
+template <class A, class T, class F> inline double blocked_sum(const T* x, int64_t n, F f) {
+  double s = 0;
+  for (int64_t i = 0; i < n; i += kBlock) s += double(sum<A>(x + i, n - i < kBlock ? n - i : kBlock, f));
+  return s;
+}
+
+// Π x[i] in type A.
+template <class A, class T> inline A prod(const T* x, int64_t n) {
+  A acc[kLanes];
+  for (int l = 0; l < kLanes; ++l) acc[l] = A(1);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] *= A(load(x[i + l]));
+  for (int l = 0; i < n; ++i, ++l) acc[l] *= A(load(x[i]));
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] *= acc[l + w];
+  return acc[0];
+}
+
+// ---- explicit vectors ----------------------------------------------------------------------
+// GCC does not vectorise selects (max, clamps) on floats by itself, since a float op that might
+// trap is never moved out of a branch; GCC's vector extensions say it directly. V<C> holds
+// 32 bytes of C (AVX2 registers; narrower targets split them).
+template <class C> struct VecOf { typedef C type __attribute__((vector_size(32))); };
+template <class C> using V = typename VecOf<C>::type;
+template <class C> constexpr int kWidth = int(32 / sizeof(C));
+template <class C> inline V<C> vload(const C* p) { V<C> v; std::memcpy(&v, p, sizeof v); return v; }
+template <class C> inline void vstore(C* p, V<C> v) { std::memcpy(p, &v, sizeof v); }
+template <class C> inline V<C> splat(C c) { return V<C>{} + c; }
+
+// The largest (Max) or smallest of n >= 1 contiguous floats / doubles; *nan: any NaN seen.
+template <bool Max, class C> inline C vec_extreme(const C* x, int64_t n, bool* nan) {
+  constexpr int W = kWidth<C>;
+  using M = decltype(V<C>{} > V<C>{});
+  V<C> a0 = splat(x[0]), a1 = a0;
+  M b0 = {}, b1 = {};
+  int64_t i = 0;
+  for (; i + 2 * W <= n; i += 2 * W) {
+    V<C> v0 = vload(x + i), v1 = vload(x + i + W);
+    a0 = (Max ? v0 > a0 : v0 < a0) ? v0 : a0;
+    a1 = (Max ? v1 > a1 : v1 < a1) ? v1 : a1;
+    b0 |= v0 != v0;
+    b1 |= v1 != v1;
+  }
+  a0 = (Max ? a1 > a0 : a1 < a0) ? a1 : a0;
+  b0 |= b1;
+  C r = a0[0];
+  bool bad = false;
+  for (int l = 0; l < W; ++l) {
+    r = (Max ? a0[l] > r : a0[l] < r) ? a0[l] : r;
+    bad |= b0[l] != 0;
+  }
+  for (; i < n; ++i) {
+    r = (Max ? x[i] > r : x[i] < r) ? x[i] : r;
+    bad |= x[i] != x[i];
+  }
+  *nan = bad;
+  return r;
+}
+
+// The largest (Max) or smallest f(x[i]) of n >= 1 elements; *nan is set when any is NaN.
+template <bool Max, class C, class T, class F> inline C extreme(const T* x, int64_t n, bool* nan, F f) {
+  if constexpr (std::is_same_v<T, C> && std::is_floating_point_v<C> && std::is_same_v<F, Identity>) {
+    return vec_extreme<Max>(x, n, nan);
+  } else {
+    C r = C(f(load(x[0])));
+    bool bad = false;
+    for (int64_t i = 0; i < n; ++i) {
+      C v = C(f(load(x[i])));
+      r = (Max ? v > r : v < r) ? v : r;
+      bad |= is_nan(v);
+    }
+    *nan = bad;
+    return r;
+  }
+}
+
+// Whether any x[i] is non-zero (NaN counts as non-zero, as in PyTorch).
+template <class T> inline bool any_nonzero(const T* x, int64_t n) {
+  int acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] |= load(x[i + l]) != 0;
+  for (; i < n; ++i) acc[0] |= load(x[i]) != 0;
+  int r = 0;
+  for (int l = 0; l < kLanes; ++l) r |= acc[l];
+  return r != 0;
+}
+template <class T> inline bool all_nonzero(const T* x, int64_t n) {
+  int acc[kLanes];
+  for (int l = 0; l < kLanes; ++l) acc[l] = 1;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] &= load(x[i + l]) != 0;
+  for (; i < n; ++i) acc[0] &= load(x[i]) != 0;
+  int r = 1;
+  for (int l = 0; l < kLanes; ++l) r &= acc[l];
+  return r != 0;
+}
+
+// exp(x) for a float or a V<float>, without branches. Cephes' method: x = k ln2 + r with
+// |r| <= ln2/2, exp(r) by a degree-6 polynomial, 2^k from the exponent bits. Error <= 2 ulp over
+// the normal range; results below ~1.2e-38 flush to 0, above ~2.4e38 become inf, NaN stays NaN.
+inline int32_t to_int(float k) { return int32_t(k); }
+inline V<int32_t> to_int(V<float> k) { return __builtin_convertvector(k, V<int32_t>); }
+inline float from_bits(int32_t e) { return std::bit_cast<float>(e); }
+inline V<float> from_bits(V<int32_t> e) { return std::bit_cast<V<float>>(e); }
+
+template <class X> inline X exp_poly(X x) {
+  const float hi = 88.3762626647949f, lo = -87.3365447504020f;
+  const X zero{};
+  X xc = x < hi ? x : zero + hi;  // NaN -> hi: keeps k finite
+  xc = xc > lo ? xc : zero + lo;
+  // round x/ln2 to the nearest integer with the 1.5*2^23 trick (no rounding instruction needed)
+  X k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  X r = xc - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  X p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  X y = p * from_bits((to_int(k) + 127) << 23);
+  y = x < lo ? zero : y;
+  y = x > hi ? zero + std::numeric_limits<float>::infinity() : y;
+  return x != x ? x : y;
+}
+inline float exp_fast(float x) { return exp_poly(x); }
+inline double exp_fast(double x) { return std::exp(x); }
+
+// v[i] = exp(v[i]) over n contiguous values.
+inline void exp_inplace(float* v, int64_t n) {
+  constexpr int W = kWidth<float>;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) vstore(v + i, exp_poly(vload(v + i)));
+  for (; i < n; ++i) v[i] = exp_poly(v[i]);
+}
+inline void exp_inplace(double* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) v[i] = std::exp(v[i]);
+}
+
+// Σ exp(x[i] - m) over n contiguous values, also stored to y when y is not null. Float lanes
+// within blocks of kBlock, the blocks added in double.
+inline double exp_sum(const float* x, float* y, int64_t n, float m) {
+  constexpr int W = kWidth<float>;
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    V<float> acc = {};
+    int64_t i = b;
+    for (; i + W <= e; i += W) {
+      V<float> v = exp_poly(vload(x + i) - m);
+      if (y) vstore(y + i, v);
+      acc += v;
+    }
+    float s = 0;
+    for (int l = 0; l < W; ++l) s += acc[l];
+    for (; i < e; ++i) {
+      float v = exp_poly(x[i] - m);
+      if (y) y[i] = v;
+      s += v;
+    }
+    total += s;
+  }
+  return total;
+}
+inline double exp_sum(const double* x, double* y, int64_t n, double m) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double v = std::exp(x[i] - m);
+    if (y) y[i] = v;
+    s += v;
+  }
+  return s;
+}
+// Any storage type (float16 / bfloat16 convert element by element).
+template <class T, class C> inline double exp_sum(const T* x, int64_t n, C m) {
+  if constexpr (std::is_same_v<T, C>) return exp_sum(x, static_cast<C*>(nullptr), n, m);
+  else return blocked_sum<C>(x, n, [m](C v) { return exp_fast(v - m); });
+}
+
+}  // namespace cr::lanes

@@ -1,0 +1,208 @@
+// Ops along one dim whose output has the input's shape: cumsum, softmax, log_softmax.
+// The input is made contiguous and viewed as {outer, n, inner} with the op's dim in the middle:
+// inner == 1 runs each row as one contiguous, vectorised loop; inner > 1 walks the n rows of a
+// tile of columns together, so memory is still read in order.
+#include <cmath>
+#include <memory>
+
+#include "vm/kernels/lanes.hpp"
+#include "vm/ops/operands.hpp"
+
+namespace cr {
+namespace {
+
+struct Along {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+Along along(const Tensor& x, int d) {
+  Along a;
+  for (int k = 0; k < x.dim(); ++k) {
+    if (k < d) a.outer *= x.size(k);
+    else if (k == d) a.n = x.size(k);
+    else a.inner *= x.size(k);
+  }
+  return a;
+}
+
+constexpr int64_t kTile = 256;  // columns walked together when inner > 1
+
+// Calls row(o, j0, cols) for every outer index and tile of columns, in parallel.
+template <class Row> void for_tiles(const Along& a, Row row) {
+  const int64_t tile = std::min(a.inner, kTile), tiles = (a.inner + tile - 1) / tile;
+  parallel_for(a.outer * tiles, std::max<int64_t>(1, kParallelGrain / (a.n * tile)), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t j0 = (t % tiles) * tile;
+      row(t / tiles, j0, std::min(tile, a.inner - j0));
+    }
+  });
+}
+
+bool dtype_option(const OpCall& c, int i, DType* d) {
+  if (!c.has(i)) return false;
+  std::string s = c.str(i);
+  if (!parse_dtype(s, d))
+    fail(cat("dtype expected one of float32, float64, float16, bfloat16, int32, int64, bool, got \"", s, "\""));
+  return true;
+}
+
+// ---- cumsum --------------------------------------------------------------------------------------
+
+// Integers and bools sum into int64, floating types in double (as PyTorch's CPU kernel).
+std::vector<Meta> infer_cumsum(OpCall& c) {
+  Tensor x = c.tensor(0);
+  c.dim(1, x.dim());
+  DType d = is_floating(x.dtype()) ? x.dtype() : DType::i64;
+  dtype_option(c, 2, &d);
+  return {{x.sizes(), d, x.device()}};
+}
+
+// One contiguous row. Each group of 8 is summed locally first, so only one add per group waits
+// for the running total (a plain scan is one long chain of dependent adds).
+template <class Acc, class T> void cumsum_row(const T* x, T* y, int64_t n) {
+  Acc carry = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    Acc local[8];
+    local[0] = Acc(load(x[i]));
+    for (int k = 1; k < 8; ++k) local[k] = local[k - 1] + Acc(load(x[i + k]));
+    for (int k = 0; k < 8; ++k) store(y[i + k], carry + local[k]);
+    carry += local[7];
+  }
+  for (; i < n; ++i) {
+    carry += Acc(load(x[i]));
+    store(y[i], carry);
+  }
+}
+
+void run_cumsum(OpCall& c) {
+  const Tensor& out = c.outs[0];
+  Tensor x = contiguous(cast(c.tensor(0), out.dtype()));
+  Along a = along(x, x.dim() == 0 ? 0 : c.dim(1, x.dim()));
+  if (x.numel() == 0) return;
+  visit(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, int64_t>;
+    const T* xp = x.data<T>();
+    T* yp = out.data<T>();
+    if (a.inner == 1) {
+      parallel_for(a.outer, std::max<int64_t>(1, kParallelGrain / a.n), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) cumsum_row<Acc>(xp + r * a.n, yp + r * a.n, a.n);
+      });
+      return;
+    }
+    for_tiles(a, [&](int64_t o, int64_t j0, int64_t cols) {
+      Acc acc[kTile] = {};
+      const int64_t base = o * a.n * a.inner + j0;
+      for (int64_t i = 0; i < a.n; ++i) {
+        const T* xr = xp + base + i * a.inner;
+        T* yr = yp + base + i * a.inner;
+        for (int64_t j = 0; j < cols; ++j) {
+          acc[j] += Acc(load(xr[j]));
+          store(yr[j], acc[j]);
+        }
+      }
+    });
+  });
+}
+
+// ---- softmax, log_softmax --------------------------------------------------------------------------
+
+// The largest value of a row, NaN when the row holds a NaN (the whole row's result is then NaN).
+template <class C, class T> C row_max(const T* x, int64_t n) {
+  bool nan = false;
+  C m = lanes::extreme<true, C>(x, n, &nan, lanes::Identity{});
+  return nan ? std::numeric_limits<C>::quiet_NaN() : m;
+}
+
+// One contiguous row. float / double rows store exp(x - max) and rescale it in place; float16 /
+// bfloat16 rows recompute it, so the output is rounded once.
+template <bool Log, class T> void softmax_row(const T* x, T* y, int64_t n) {
+  using C = compute_t<T>;
+  const C m = row_max<C>(x, n);
+  if constexpr (Log) {
+    // (x - max) - log Σ: x - (max + log Σ) would round the large shift first
+    const C log_sum = C(std::log(lanes::exp_sum(x, n, m)));
+    for (int64_t i = 0; i < n; ++i) store(y[i], (load(x[i]) - m) - log_sum);
+  } else if constexpr (std::is_same_v<T, C>) {
+    const C inv = C(1.0 / lanes::exp_sum(x, y, n, m));
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+  } else {
+    const C inv = C(1.0 / lanes::exp_sum(x, n, m));
+    for (int64_t i = 0; i < n; ++i) store(y[i], lanes::exp_fast(load(x[i]) - m) * inv);
+  }
+}
+
+// A tile of `cols` columns over n rows with row stride `stride`: the column maxima, Σ exp, then
+// the output. Each row's exps are computed in a buffer so that they vectorise.
+template <bool Log, class T> void softmax_cols(const T* x, T* y, int64_t n, int64_t stride, int64_t cols) {
+  using C = compute_t<T>;
+  C m[kTile], s[kTile], e[kTile];
+  for (int64_t j = 0; j < cols; ++j) {
+    m[j] = -std::numeric_limits<C>::infinity();
+    s[j] = 0;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      C v = load(x[i * stride + j]);
+      m[j] = (v > m[j] || v != v) ? v : m[j];
+    }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < cols; ++j) e[j] = C(load(x[i * stride + j])) - m[j];
+    lanes::exp_inplace(e, cols);
+    for (int64_t j = 0; j < cols; ++j) s[j] += e[j];
+  }
+  for (int64_t j = 0; j < cols; ++j) s[j] = Log ? C(std::log(s[j])) : C(1) / s[j];
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (Log) {
+      for (int64_t j = 0; j < cols; ++j) store(y[i * stride + j], (C(load(x[i * stride + j])) - m[j]) - s[j]);
+      continue;
+    }
+    for (int64_t j = 0; j < cols; ++j) e[j] = C(load(x[i * stride + j])) - m[j];
+    lanes::exp_inplace(e, cols);
+    for (int64_t j = 0; j < cols; ++j) store(y[i * stride + j], e[j] * s[j]);
+  }
+}
+
+// softmax(x, dim[, {dtype =}]): floating inputs only (PyTorch has no integer kernel); {dtype =}
+// converts first.
+std::vector<Meta> infer_softmax(OpCall& c) {
+  Tensor x = c.tensor(0);
+  c.dim(1, x.dim());
+  DType d = x.dtype();
+  if (!dtype_option(c, 2, &d) && !is_floating(d))
+    fail(cat(dtype_list_error("a floating tensor", d), " (convert with x:float() or pass {dtype = \"float32\"})"));
+  if (!is_floating(d)) fail(cat("dtype expected a floating dtype, got ", dtype_name(d)));
+  return {{x.sizes(), d, x.device()}};
+}
+
+template <bool Log> void run_softmax(OpCall& c) {
+  const Tensor& out = c.outs[0];
+  Tensor x = contiguous(cast(c.tensor(0), out.dtype()));
+  Along a = along(x, x.dim() == 0 ? 0 : c.dim(1, x.dim()));
+  if (x.numel() == 0) return;
+  visit_floating(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* xp = x.data<T>();
+    T* yp = out.data<T>();
+    if (a.inner == 1) {
+      parallel_for(a.outer, std::max<int64_t>(1, kParallelGrain / a.n), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) softmax_row<Log>(xp + r * a.n, yp + r * a.n, a.n);
+      });
+      return;
+    }
+    for_tiles(a, [&](int64_t o, int64_t j0, int64_t cols) {
+      const int64_t base = o * a.n * a.inner + j0;
+      softmax_cols<Log>(xp + base, yp + base, a.n, a.inner, cols);
+    });
+  });
+}
+
+}  // namespace
+
+void register_scans(Registry& r) {
+  r.add(OpDef{"cumsum", "self:T, dim:D, opts:{dtype:S}", OpKind::Other, 0, infer_cumsum, run_cumsum});
+  r.add(OpDef{"softmax", "self:T, dim:D, opts:{dtype:S}", OpKind::Other, 0, infer_softmax, run_softmax<false>});
+  r.add(OpDef{"log_softmax", "self:T, dim:D, opts:{dtype:S}", OpKind::Other, 0, infer_softmax, run_softmax<true>});
+}
+
+}  // namespace cr

@@ -19,11 +19,13 @@ local core = {
 -- so errors carry the user's file:line however deep inside crescent they were found.
 local getinfo = debug.getinfo
 function core.fail(msg)
+  -- A user function that tail-calls an op leaves no frame of its own: the next Lua frame up
+  -- (the line that called it) is the best position left; with none, the message has none.
   local level = 2
   while true do
     local info = getinfo(level, "S")
-    if info == nil then level = 2; break end
-    if info.what ~= "C" and info.source:sub(1, 11) ~= "=[crescent]" then break end
+    if info == nil then level = 0; break end
+    if info.what ~= "C" and info.what ~= "tail" and info.source:sub(1, 11) ~= "=[crescent]" then break end
     level = level + 1
   end
   error(msg, level)

@@ -1,4 +1,7 @@
-// The `crescent` executable (API.md section 7): run a script, -e chunks, -i, and the REPL.
+// The `crescent` executable (API.md section 7): `crescent script.lua [args...]` (`-` reads the
+// script from stdin), `-e chunk`, `-i` (REPL after the script and chunks), `--version`, `--help`;
+// with neither a script nor -e, the REPL. An error prints the message with the Lua traceback to
+// stderr and exits with status 1.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -7,52 +10,112 @@
 #include "vm/lua_vm.hpp"
 #include "vm/repl.hpp"
 
+extern "C" {
+#include <lauxlib.h>
+#include <lua.h>
+}
+
 namespace {
 
 const char* kUsage =
     "usage: crescent [options] [script.lua [args...]]\n"
-    "  -e chunk     run the Lua chunk (may be repeated)\n"
-    "  -i           enter the REPL after running the script / chunks\n"
+    "  -e chunk       run the Lua chunk (may be repeated; runs before the script)\n"
+    "  -i             enter the REPL after running the script / chunks\n"
     "  -v, --version  print the version\n"
-    "  -h, --help   print this help\n"
+    "  -h, --help     print this help\n"
+    "  --             stop handling options\n"
+    "  -              run the script read from stdin\n"
     "With no script and no -e, starts the REPL. The module is preloaded as the global `crescent`.\n"
-    "Environment: CRESCENT_NUM_THREADS, CRESCENT_LOGS, CRESCENT_CACHE_DIR, CRESCENT_DEBUG_DIR.\n";
+    "Environment: CRESCENT_NUM_THREADS, CRESCENT_LOGS, CRESCENT_CACHE_DIR, CRESCENT_DEBUG_DIR,\n"
+    "CRESCENT_HISTORY (REPL history file, default ~/.crescent_history).\n";
 
-int report(cr::LuaVM& vm) {
-  std::fprintf(stderr, "crescent: %s\n", vm.error().c_str());
+struct Options {
+  std::vector<std::string> chunks;  // -e, in order
+  bool interactive = false;
+  int script = 0;  // argv index of the script; 0 when there is none
+};
+
+int fail_usage(const std::string& msg) {
+  std::fprintf(stderr, "crescent: %s\n%s", msg.c_str(), kUsage);
   return 1;
+}
+
+// Parses the options before the script. Returns -1 to go on, or the exit status.
+int parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (std::strcmp(a, "-e") == 0) {
+      if (i + 1 >= argc) return fail_usage("-e needs an argument");
+      o.chunks.push_back(argv[++i]);
+    } else if (std::strcmp(a, "-i") == 0) {
+      o.interactive = true;
+    } else if (std::strcmp(a, "-v") == 0 || std::strcmp(a, "--version") == 0) {
+      std::printf("%s\n", cr::version_line().c_str());
+      return 0;
+    } else if (std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0) {
+      std::printf("%s", kUsage);
+      return 0;
+    } else if (std::strcmp(a, "--") == 0) {
+      if (i + 1 < argc) o.script = i + 1;
+      return -1;
+    } else if (a[0] == '-' && a[1] != '\0') {
+      return fail_usage(std::string("unknown option ") + a);
+    } else {
+      o.script = i;
+      return -1;
+    }
+  }
+  return -1;
+}
+
+// The global `arg` as the stand-alone lua makes it: arg[0] is the script, arg[1..] its
+// arguments, negative indices the executable and options before it (with no script, arg[0]
+// is the executable).
+void set_arg(lua_State* L, int argc, char** argv, int script) {
+  lua_createtable(L, argc - script, script + 1);
+  for (int i = 0; i < argc; ++i) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - script);
+  }
+  lua_setglobal(L, "arg");
+}
+
+int report(const std::string& msg) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "crescent: %s\n", msg.c_str());
+  return 1;
+}
+
+// Runs argv[script] with the rest of argv as its `...`; false with the error reported.
+bool run_script(cr::LuaVM& vm, int argc, char** argv, int script) {
+  lua_State* L = vm.state();
+  const char* path = argv[script];
+  if (luaL_loadfile(L, std::strcmp(path, "-") == 0 ? nullptr : path) != 0) {
+    const char* m = lua_tostring(L, -1);
+    report(m ? m : "cannot load the script");
+    lua_pop(L, 1);
+    return false;
+  }
+  for (int i = script + 1; i < argc; ++i) lua_pushstring(L, argv[i]);
+  if (!vm.pcall(argc - script - 1, 0)) return report(vm.error()), false;
+  return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> chunks;
-  bool interactive = false;
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-e") {
-      if (i + 1 >= argc) { std::fprintf(stderr, "crescent: -e needs an argument\n%s", kUsage); return 1; }
-      chunks.push_back(argv[++i]);
-    } else if (a == "-i") interactive = true;
-    else if (a == "-v" || a == "--version") { std::printf("crescent 0.1.0 (LuaJIT 2.1)\n"); return 0; }
-    else if (a == "-h" || a == "--help") { std::printf("%s", kUsage); return 0; }
-    else if (a == "--") { ++i; break; }
-    else if (a.size() > 1 && a[0] == '-') { std::fprintf(stderr, "crescent: unknown option %s\n%s", a.c_str(), kUsage); return 1; }
-    else break;
-  }
+  Options o;
+  if (int status = parse(argc, argv, o); status >= 0) return status;
   try {
     cr::LuaVM vm;
-    for (const std::string& c : chunks)
-      if (!vm.run_string(c)) return report(vm);
-    if (i < argc) {
-      std::vector<std::string> args(argv + i + 1, argv + argc);
-      if (!vm.run_file(argv[i], args)) return report(vm);
-    }
-    if (interactive || (i >= argc && chunks.empty())) return cr::run_repl(vm);
+    set_arg(vm.state(), argc, argv, o.script);
+    for (const std::string& c : o.chunks)
+      if (!vm.run_string(c)) return report(vm.error());
+    if (o.script && !run_script(vm, argc, argv, o.script)) return 1;
+    std::fflush(stdout);
+    if (o.interactive || (!o.script && o.chunks.empty())) return cr::run_repl(vm);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "crescent: %s\n", e.what());
-    return 1;
+    return report(e.what());
   }
   return 0;
 }

@@ -285,8 +285,8 @@ TEST_CASE("format_tensor: PyTorch layout on strided views") {
   Tensor t = Tensor::view_of(base, {3, 2}, {1, 3}, 0);
   CHECK(format_tensor(t) == "tensor([[-2.5000,  0.5000],\n        [-1.5000,  1.5000],\n        [-0.5000,  2.5000]])");
   Tensor i = iota({}, DType::i32);
-  CHECK(format_tensor(i) == "tensor(-2, dtype=torch.int32)");
+  CHECK(format_tensor(i) == "tensor(-2, dtype=int32)");
   Tensor e = Tensor::view_of(iota({4}, DType::i64), {4}, {0}, 1);  // stride 0: one value repeated
   CHECK(format_tensor(e) == "tensor([-1, -1, -1, -1])");
-  CHECK(format_tensor(iota({2, 0}, DType::f16)) == "tensor([], size=(2, 0), dtype=torch.float16)");
+  CHECK(format_tensor(iota({2, 0}, DType::f16)) == "tensor([], size=(2, 0), dtype=float16)");
 }

@@ -1,0 +1,497 @@
+// The embedding APIs (API.md section 8): crescent::VM / Tensor / Value / Error in C++, and the
+// plain C API over them.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include <crescent/crescent.h>
+#include <crescent/crescent.hpp>
+
+using crescent::DType;
+using crescent::Status;
+using crescent::Tensor;
+using crescent::Value;
+using crescent::VM;
+
+namespace {
+
+// A file in the temporary directory, removed at the end of the test.
+struct TempFile {
+  std::string path;
+  TempFile(const std::string& name, const std::string& text)
+      : path(std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/" + std::to_string(getpid()) + "_" + name) {
+    std::ofstream(path) << text;
+  }
+  ~TempFile() { std::remove(path.c_str()); }
+};
+
+// Runs f, requires a crescent::Error and returns it.
+template <class F> crescent::Error error_of(F&& f) {
+  try {
+    f();
+  } catch (const crescent::Error& e) {
+    return e;
+  }
+  FAIL("expected a crescent::Error");
+  return crescent::Error(Status::Ok, "");
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("embed: run_string returns the chunk's values") {
+  VM vm;
+  auto r = vm.run_string("return 1 + 2, 'x', true, nil, {1, 2}, {a = 3}");
+  REQUIRE(r.size() == 6);
+  REQUIRE(r[0].as_number() == 3);
+  REQUIRE(r[1].as_string() == "x");
+  REQUIRE(r[2].as_bool());
+  REQUIRE(r[3].is_nil());
+  REQUIRE(r[4].kind() == Value::Kind::List);
+  REQUIRE(r[4][1].as_number() == 2);
+  REQUIRE(r[5].field("a").as_number() == 3);
+  REQUIRE(vm.run_string("x = 5").empty());
+  REQUIRE(vm.get_global("x").as_number() == 5);
+}
+
+TEST_CASE("embed: call passes tensors, numbers, strings, bools and tables") {
+  VM vm;
+  vm.run_string(R"(
+    function f(x, a, s, b, list, dict)
+      return x * a, s .. "!", not b, #list, dict.k, list[2]
+    end
+    M = { inner = { double = function(x) return x * 2 end } }
+    obj = { scale = 3 }
+    function obj:apply(x) return x * self.scale end
+  )");
+  std::vector<float> buf = {1, 2, 3};
+  Tensor x = Tensor::from_blob(buf.data(), {3});
+  Tensor t = Tensor::from_blob(buf.data(), {1});
+  auto r = vm.call("f", x, 2, "hi", false, std::vector<Value>{1, 2.5, "z"}, Value::dict({{"k", t}}));
+  REQUIRE(r.size() == 6);
+  REQUIRE(r[0].as_tensor().to_vector<float>() == std::vector<float>{2, 4, 6});
+  REQUIRE(r[1].as_string() == "hi!");
+  REQUIRE(r[2].as_bool() == true);
+  REQUIRE(r[3].as_number() == 3);
+  REQUIRE(r[4].as_tensor().get() == t.get());  // the same tensor comes back
+  REQUIRE(r[5].as_number() == 2.5);
+  REQUIRE(vm.call_tensor("M.inner.double", x).to_vector<float>() == std::vector<float>{2, 4, 6});
+  REQUIRE(vm.call_tensor("obj:apply", x).to_vector<float>() == std::vector<float>{3, 6, 9});
+}
+
+TEST_CASE("embed: from_blob is zero-copy in both directions") {
+  VM vm;
+  vm.run_string(R"(
+    function write(x) x:copy_(crescent.tensor({{10, 20}, {30, 40}})); x:add_(1) end
+    function total(x) return x:sum():item() end
+    function keep(x) kept = x end
+  )");
+  float buf[4] = {0, 0, 0, 0};
+  Tensor x = Tensor::from_blob(buf, {2, 2});
+  REQUIRE(x.data_ptr() == buf);
+  vm.call("write", x);
+  REQUIRE(buf[0] == 11);
+  REQUIRE(buf[3] == 41);
+  buf[1] = 100;  // the host writes, Lua reads
+  REQUIRE(vm.call("total", x)[0].as_number() == 11 + 100 + 31 + 41);
+  // a tensor Lua made from the host's buffer still points at it
+  vm.call("keep", x);
+  REQUIRE(vm.get_global("kept").as_tensor().data_ptr() == buf);
+}
+
+TEST_CASE("embed: from_blob with strides, dtypes and a deleter") {
+  VM vm;
+  vm.run_string("function rows(x) return x:totable() end function neg(x) return -x end");
+  // a transposed (column-major) view of a 2x3 buffer
+  double buf[6] = {1, 2, 3, 4, 5, 6};
+  Tensor xt = Tensor::from_blob(buf, {3, 2}, {1, 3}, DType::Float64);
+  REQUIRE(!xt.is_contiguous());
+  REQUIRE(xt.to_vector<double>() == std::vector<double>{1, 4, 2, 5, 3, 6});
+  auto rows = vm.call("rows", xt)[0];
+  REQUIRE(rows[0][1].as_number() == 4);
+  REQUIRE(rows[2][0].as_number() == 3);
+  // integer and bool buffers
+  int32_t ib[3] = {1, -2, 3};
+  Tensor it = Tensor::from_blob(ib, {3});
+  REQUIRE(it.dtype() == DType::Int32);
+  Tensor n = vm.call_tensor("neg", it);
+  REQUIRE(n.dtype() == DType::Int32);
+  REQUIRE(n.to_vector<int64_t>() == std::vector<int64_t>{-1, 2, -3});
+  REQUIRE(n.to_vector<float>() == std::vector<float>{-1, 2, -3});
+  REQUIRE(*n.data<int32_t>() == -1);
+  REQUIRE(error_of([&] { n.data<float>(); }).status() == Status::TypeError);
+  bool bb[2] = {true, false};
+  REQUIRE(Tensor::from_blob(bb, {2}).to_vector<bool>() == std::vector<bool>{true, false});
+  // the deleter runs once, after the host and Lua have both let go
+  int deleted = 0;
+  float* heap = new float[4]{1, 2, 3, 4};
+  {
+    Tensor h = Tensor::from_blob(heap, {4}, {}, DType::Float32, "cpu", [&](void* p) {
+      ++deleted;
+      delete[] static_cast<float*>(p);
+    });
+    vm.set_global("held", h);
+  }
+  vm.collect_garbage();
+  REQUIRE(deleted == 0);  // the global still holds it
+  vm.run_string("held = nil");
+  vm.collect_garbage();
+  REQUIRE(deleted == 1);
+}
+
+TEST_CASE("embed: tensor accessors") {
+  VM vm;
+  Tensor t = vm.run_string("return crescent.arange(6):view(2, 3):float()")[0].as_tensor();
+  REQUIRE(t.dim() == 2);
+  REQUIRE(t.sizes() == std::vector<int64_t>{2, 3});
+  REQUIRE(t.strides() == std::vector<int64_t>{3, 1});
+  REQUIRE(t.size(-1) == 3);
+  REQUIRE(t.numel() == 6);
+  REQUIRE(t.dtype() == DType::Float32);
+  REQUIRE(t.device() == "cpu");
+  REQUIRE(t.is_contiguous());
+  REQUIRE(t.data<float>()[5] == 5.0f);
+  REQUIRE(has(t.to_string(), "tensor("));
+  REQUIRE(vm.run_string("return crescent.tensor(2.5)")[0].as_tensor().item() == 2.5);
+  REQUIRE(std::string(crescent::dtype_name(DType::BFloat16)) == "bfloat16");
+  REQUIRE(crescent::dtype_size(DType::Int64) == 8);
+  REQUIRE(error_of([&] { t.size(2); }).status() == Status::InvalidArgument);
+  REQUIRE(error_of([&] { t.item(); }).status() == Status::InvalidArgument);
+  Tensor undefined;
+  REQUIRE(!undefined.defined());
+  REQUIRE(has(error_of([&] { undefined.numel(); }).message(), "undefined"));
+  std::vector<float> small(2);
+  REQUIRE(has(error_of([&] { t.copy_to(small.data(), DType::Float32, 8); }).message(), "needs 24"));
+}
+
+TEST_CASE("embed: errors carry the message, file:line and the Lua traceback") {
+  TempFile script("model.lua", "local T = crescent\n"
+                               "function inner(x)\n"
+                               "  local y = x + T.ones(4)\n"
+                               "  return y\n"
+                               "end\n"
+                               "function outer(x)\n"
+                               "  local z = inner(x)\n"
+                               "  return z\n"
+                               "end\n");
+  VM vm;
+  vm.run_file(script.path);
+  float buf[3] = {1, 2, 3};
+  auto e = error_of([&] { vm.call("outer", Tensor::from_blob(buf, {3})); });
+  REQUIRE(e.status() == Status::LuaError);
+  INFO(e.what());
+  REQUIRE(has(e.message(), script.path + ":3: add: shapes {3} and {4} cannot be broadcast"));
+  REQUIRE(has(e.traceback(), "stack traceback:"));
+  REQUIRE(has(e.traceback(), "in function 'inner'"));
+  REQUIRE(has(e.traceback(), script.path + ":7: in function"));  // outer's frame
+  REQUIRE(has(e.what(), e.message()));
+  REQUIRE(has(e.what(), e.traceback()));
+  // a plain Lua error
+  auto e2 = error_of([&] { vm.run_string("error('boom')", "=chunk"); });
+  REQUIRE(e2.message() == "chunk:1: boom");
+  // syntax errors, missing files and functions
+  REQUIRE(has(error_of([&] { vm.run_string("x = = 1", "=bad"); }).message(), "bad:1:"));
+  REQUIRE(has(error_of([&] { vm.run_file("/nonexistent/x.lua"); }).message(), "cannot open"));
+  REQUIRE(error_of([&] { vm.call("nope"); }).message() == "call: 'nope' is not a function (a nil value)");
+  REQUIRE(has(error_of([&] { vm.call("nope:m"); }).message(), "'nope' is nil"));
+  // the VM is still usable afterwards
+  REQUIRE(vm.run_string("return 7")[0].as_number() == 7);
+}
+
+TEST_CASE("embed: run_file passes arg and ...") {
+  TempFile script("args.lua", "local a, b = ...\nreturn arg[0], arg[1], a, b, #arg\n");
+  VM vm;
+  auto r = vm.run_file(script.path, {"one", "two"});
+  REQUIRE(r[0].as_string() == script.path);
+  REQUIRE(r[1].as_string() == "one");
+  REQUIRE(r[2].as_string() == "one");
+  REQUIRE(r[3].as_string() == "two");
+  REQUIRE(r[4].as_number() == 2);
+}
+
+TEST_CASE("embed: results the host cannot take raise TypeError") {
+  VM vm;
+  vm.run_string(R"(
+    function fn() return print end
+    function mixed() return {1, 2, x = 3} end
+    function cyc() local t = {} t.self = t return t end
+    function num() return 1 end
+    function cdata() return require("ffi").new("int[1]") end
+    function sparse() return {[100] = 1} end
+    function keyed() return {[1.5] = 1} end
+    function holes() return {1, nil, 3} end
+  )");
+  auto e = error_of([&] { vm.call("fn"); });
+  REQUIRE(e.status() == Status::TypeError);
+  REQUIRE(has(e.message(), "result 1 is a function"));
+  REQUIRE(has(error_of([&] { vm.call("mixed"); }).message(), "mixes list elements and string keys"));
+  REQUIRE(has(error_of([&] { vm.call("cyc"); }).message(), "nested too deeply"));
+  REQUIRE(has(error_of([&] { vm.call_tensor("num"); }).message(), "returned a number, not a tensor"));
+  REQUIRE(has(error_of([&] { vm.call("cdata"); }).message(), "result 1 is a cdata"));
+  REQUIRE(has(error_of([&] { vm.call("keyed"); }).message(), "result 1 has a key that is neither a positive integer nor a string"));
+  REQUIRE(has(error_of([&] { vm.call("sparse"); }).message(), "result 1 is a sparse table (1 keys up to 100)"));
+  auto h = vm.call("holes")[0];
+  REQUIRE(h.size() == 3);
+  REQUIRE(h[1].is_nil());
+  REQUIRE(h[2].as_number() == 3);
+  Value v(3);
+  REQUIRE(error_of([&] { v.as_string(); }).status() == Status::TypeError);
+  REQUIRE(has(error_of([&] { v.as_tensor(); }).message(), "expected a tensor, got a number"));
+  REQUIRE(error_of([&] { Value::dict({{"a", 1}, {"a", 2}}); }).status() == Status::InvalidArgument);
+}
+
+TEST_CASE("embed: bad from_blob arguments raise InvalidArgument") {
+  float buf[4] = {};
+  auto check = [](auto f, const std::string& part) {
+    auto e = error_of(f);
+    REQUIRE(e.status() == Status::InvalidArgument);
+    INFO(e.message());
+    REQUIRE(has(e.message(), "from_blob: "));
+    REQUIRE(has(e.message(), part));
+  };
+  check([&] { Tensor::from_blob(buf, {2, -1}); }, "non-negative");
+  check([&] { Tensor::from_blob(buf, {2, 2}, {1}, DType::Float32); }, "expected 2 strides");
+  check([&] { Tensor::from_blob(buf, {2, 2}, {-1, 1}, DType::Float32); }, "strides must be non-negative");
+  check([&] { Tensor::from_blob(nullptr, {2}, DType::Float32); }, "NULL");
+  check([&] { Tensor::from_blob(buf, {2}, DType::Float32, "gpu"); }, "expected a device");
+  check([&] { Tensor::from_blob(buf, {2}, DType::Float32, "cuda"); }, "only \"cpu\"");
+  check([&] { Tensor::from_blob(buf, {int64_t(1) << 62, 8}); }, "overflow");
+  check([&] { Tensor::from_blob(buf, std::vector<int64_t>(17, 1)); }, "at most 16");
+  check([&] { Tensor::from_blob(buf, {2}, DType(42)); }, "unknown dtype");
+  REQUIRE(Tensor::from_blob(nullptr, {0, 3}, DType::Float32).numel() == 0);  // empty is fine
+}
+
+TEST_CASE("embed: a moved-from VM raises instead of crashing") {
+  VM a;
+  VM b = std::move(a);
+  REQUIRE(b.run_string("return 1")[0].as_number() == 1);
+  REQUIRE(has(error_of([&] { a.run_string("return 1"); }).message(), "moved from"));
+}
+
+TEST_CASE("embed: two VMs on two threads run concurrently and stay separate") {
+  auto work = [](int id, std::atomic<int>* failures) {
+    try {
+      VM vm;
+      vm.run_string("who = " + std::to_string(id) +
+                    "\nfunction step(x, k) local y = (x * k):add(who) ; x:add_(1) ; return y:sum():item(), who end");
+      std::vector<float> buf(4096, 0.0f);
+      Tensor x = Tensor::from_blob(buf.data(), {64, 64});
+      for (int i = 0; i < 200; ++i) {
+        auto r = vm.call("step", x, 2);
+        // x holds i everywhere before this step: sum((i * 2) + id) over 4096 elements
+        if (r[0].as_number() != 4096.0 * (2 * i + id) || r[1].as_number() != id) ++*failures;
+      }
+      if (buf[0] != 200.0f) ++*failures;
+    } catch (const std::exception& e) {
+      UNSCOPED_INFO(e.what());
+      ++*failures;
+    }
+  };
+  std::atomic<int> failures{0};
+  std::thread t1(work, 1, &failures), t2(work, 2, &failures);
+  t1.join();
+  t2.join();
+  REQUIRE(failures == 0);
+}
+
+// ---- the C API --------------------------------------------------------------------------------
+
+TEST_CASE("embed C: create, run, call, from_blob and accessors") {
+  crescent_vm* vm = crescent_vm_create();
+  REQUIRE(vm);
+  REQUIRE(std::string(crescent_version()) == CRESCENT_VERSION);
+  REQUIRE(crescent_run_string(vm, "function f(x, a, s) x:mul_(a) return x:sum():item(), x + 1, s .. '?', x:t() end") ==
+          CRESCENT_OK);
+  float buf[6] = {1, 2, 3, 4, 5, 6};
+  int64_t sizes[2] = {2, 3};
+  crescent_tensor* x = nullptr;
+  REQUIRE(crescent_tensor_from_blob(buf, 2, sizes, nullptr, CRESCENT_FLOAT32, nullptr, nullptr, nullptr, &x) == CRESCENT_OK);
+  REQUIRE(crescent_tensor_data(x) == buf);
+  crescent_value args[3] = {crescent_tensor_value(x), crescent_number(2), crescent_string("ok")};
+  crescent_value res[4];
+  int n = -1;
+  REQUIRE(crescent_call(vm, "f", args, 3, res, 4, &n) == CRESCENT_OK);
+  REQUIRE(n == 4);
+  REQUIRE(buf[5] == 12);  // zero-copy: x:mul_ wrote into the host buffer
+  REQUIRE(res[0].kind == CRESCENT_NUMBER);
+  REQUIRE(res[0].number == 42);
+  REQUIRE(res[1].kind == CRESCENT_TENSOR);
+  REQUIRE(res[2].kind == CRESCENT_STRING);
+  REQUIRE(std::string(res[2].string) == "ok?");
+  crescent_tensor* y = res[1].tensor;
+  REQUIRE(crescent_tensor_ndim(y) == 2);
+  REQUIRE(crescent_tensor_size(y, 1) == 3);
+  REQUIRE(crescent_tensor_stride(y, 0) == 3);
+  REQUIRE(crescent_tensor_numel(y) == 6);
+  REQUIRE(crescent_tensor_dtype(y) == CRESCENT_FLOAT32);
+  REQUIRE(crescent_tensor_is_contiguous(y) == 1);
+  double out[6];
+  REQUIRE(crescent_tensor_copy_to(y, CRESCENT_FLOAT64, out, sizeof out) == CRESCENT_OK);
+  REQUIRE(out[0] == 3);
+  REQUIRE(out[5] == 13);
+  crescent_tensor* xt = res[3].tensor;  // a transposed view of the host buffer
+  REQUIRE(crescent_tensor_is_contiguous(xt) == 0);
+  REQUIRE(crescent_tensor_data(xt) == buf);
+  float tout[6];
+  REQUIRE(crescent_tensor_copy_to(xt, CRESCENT_FLOAT32, tout, sizeof tout) == CRESCENT_OK);
+  REQUIRE(tout[1] == 8);  // xt[0][1] == x[1][0] == 4 * 2
+  char* s = crescent_tensor_to_string(y);
+  REQUIRE(s);
+  REQUIRE(has(s, "tensor("));
+  std::free(s);
+  // fewer result slots than results: the rest are dropped, n says how many there were
+  REQUIRE(crescent_call(vm, "f", args, 3, res, 1, &n) == CRESCENT_OK);
+  REQUIRE(n == 4);
+  // globals
+  crescent_value g = crescent_number(5);
+  REQUIRE(crescent_set_global(vm, "five", &g) == CRESCENT_OK);
+  crescent_value back;
+  REQUIRE(crescent_get_global(vm, "five", &back) == CRESCENT_OK);
+  REQUIRE(back.kind == CRESCENT_NUMBER);
+  REQUIRE(back.number == 5);
+  REQUIRE(crescent_collect_garbage(vm) == CRESCENT_OK);
+  crescent_tensor_release(xt);
+  crescent_tensor_release(y);
+  crescent_tensor_release(x);
+  crescent_vm_destroy(vm);
+}
+
+TEST_CASE("embed C: Lua errors return a status and the traceback") {
+  crescent_vm* vm = crescent_vm_create();
+  REQUIRE(crescent_run_string(vm, "function g(x)\n  local y = x:view(5)\n  return y\nend") == CRESCENT_OK);
+  float buf[4] = {};
+  int64_t sizes[1] = {4};
+  crescent_tensor* x = nullptr;
+  REQUIRE(crescent_tensor_from_blob(buf, 1, sizes, nullptr, CRESCENT_FLOAT32, "cpu", nullptr, nullptr, &x) == CRESCENT_OK);
+  crescent_value arg = crescent_tensor_value(x);
+  crescent_value res[1];
+  int n = -1;
+  REQUIRE(crescent_call(vm, "g", &arg, 1, res, 1, &n) == CRESCENT_LUA_ERROR);
+  REQUIRE(n == 0);
+  std::string err = crescent_last_error();
+  INFO(err);
+  REQUIRE(has(err, ":2: view: shape {5} is invalid for a tensor of 4 elements"));
+  REQUIRE(has(err, "stack traceback:"));
+  REQUIRE(crescent_run_string(vm, "error('x'") == CRESCENT_LUA_ERROR);
+  REQUIRE(has(crescent_last_error(), "expected near '<eof>'"));
+  // a table result cannot cross the C API: TYPE_ERROR, and nothing leaks or needs releasing
+  REQUIRE(crescent_run_string(vm, "function tbl(x) return x, {x} end") == CRESCENT_OK);
+  REQUIRE(crescent_call(vm, "tbl", &arg, 1, res, 1, &n) == CRESCENT_OK);  // the table is not stored
+  crescent_tensor_release(res[0].tensor);
+  crescent_value two[2];
+  REQUIRE(crescent_call(vm, "tbl", &arg, 1, two, 2, &n) == CRESCENT_TYPE_ERROR);
+  REQUIRE(has(crescent_last_error(), "result 2 is a table"));
+  crescent_tensor_release(x);
+  crescent_vm_destroy(vm);
+}
+
+TEST_CASE("embed C: misuse returns an error status, never crashes") {
+  crescent_vm* vm = crescent_vm_create();
+  crescent_value res[1];
+  int n = 7;
+  REQUIRE(crescent_call(nullptr, "f", nullptr, 0, res, 1, &n) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(n == 0);
+  REQUIRE(has(crescent_last_error(), "the VM is NULL"));
+  REQUIRE(crescent_call(vm, nullptr, nullptr, 0, nullptr, 0, nullptr) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_call(vm, "print", nullptr, 2, nullptr, 0, nullptr) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_call(vm, "print", nullptr, -1, nullptr, 0, nullptr) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_call(vm, "print", nullptr, 0, nullptr, 3, nullptr) == CRESCENT_INVALID_ARGUMENT);
+  crescent_value bad_kind = crescent_nil();
+  int ninety_nine = 99;  // as a C caller may store it (an enum-typed store would be UB in C++)
+  std::memcpy(&bad_kind.kind, &ninety_nine, sizeof ninety_nine);
+  REQUIRE(crescent_call(vm, "print", &bad_kind, 1, nullptr, 0, nullptr) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(has(crescent_last_error(), "unknown kind 99"));
+  crescent_value null_tensor = crescent_tensor_value(nullptr);
+  REQUIRE(crescent_call(vm, "print", &null_tensor, 1, nullptr, 0, nullptr) == CRESCENT_INVALID_ARGUMENT);
+  crescent_value null_string = crescent_string(nullptr);
+  REQUIRE(crescent_call(vm, "print", &null_string, 1, nullptr, 0, nullptr) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_call(vm, "no_such_function", nullptr, 0, nullptr, 0, nullptr) == CRESCENT_LUA_ERROR);
+  REQUIRE(crescent_run_string(nullptr, "x = 1") == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_run_string(vm, nullptr) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_run_file(vm, nullptr, 0, nullptr) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_run_file(vm, "/nonexistent.lua", 0, nullptr) == CRESCENT_LUA_ERROR);
+  REQUIRE(crescent_run_file(vm, "x.lua", 2, nullptr) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_set_global(vm, "x", nullptr) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_get_global(vm, nullptr, res) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_collect_garbage(nullptr) == CRESCENT_INVALID_ARGUMENT);
+  // from_blob
+  float buf[4];
+  int64_t sizes[2] = {2, -2};
+  crescent_tensor* t = reinterpret_cast<crescent_tensor*>(&buf);  // must be reset to NULL on failure
+  REQUIRE(crescent_tensor_from_blob(buf, 2, sizes, nullptr, CRESCENT_FLOAT32, "cpu", nullptr, nullptr, &t) ==
+          CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(t == nullptr);
+  REQUIRE(has(crescent_last_error(), "non-negative"));
+  REQUIRE(crescent_tensor_from_blob(buf, 17, sizes, nullptr, CRESCENT_FLOAT32, "cpu", nullptr, nullptr, &t) ==
+          CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_tensor_from_blob(buf, 2, nullptr, nullptr, CRESCENT_FLOAT32, "cpu", nullptr, nullptr, &t) ==
+          CRESCENT_INVALID_ARGUMENT);
+  sizes[1] = 2;
+  REQUIRE(crescent_tensor_from_blob(buf, 2, sizes, nullptr, crescent_dtype(7)  /* no such dtype */, "cpu", nullptr, nullptr, &t) ==
+          CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_tensor_from_blob(buf, 2, sizes, nullptr, CRESCENT_FLOAT32, "tpu", nullptr, nullptr, &t) ==
+          CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_tensor_from_blob(nullptr, 2, sizes, nullptr, CRESCENT_FLOAT32, "cpu", nullptr, nullptr, &t) ==
+          CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_tensor_from_blob(buf, 2, sizes, nullptr, CRESCENT_FLOAT32, "cpu", nullptr, nullptr, nullptr) ==
+          CRESCENT_INVALID_ARGUMENT);
+  // accessors on NULL or with bad dims
+  REQUIRE(crescent_tensor_ndim(nullptr) == -1);
+  REQUIRE(crescent_tensor_numel(nullptr) == -1);
+  REQUIRE(crescent_tensor_dtype(nullptr) == -1);
+  REQUIRE(crescent_tensor_is_contiguous(nullptr) == -1);
+  REQUIRE(crescent_tensor_data(nullptr) == nullptr);
+  REQUIRE(crescent_tensor_to_string(nullptr) == nullptr);
+  REQUIRE(crescent_tensor_copy_to(nullptr, CRESCENT_FLOAT32, buf, 16) == CRESCENT_INVALID_ARGUMENT);
+  crescent_tensor_release(nullptr);
+  crescent_tensor_retain(nullptr);
+  REQUIRE(crescent_tensor_from_blob(buf, 2, sizes, nullptr, CRESCENT_FLOAT32, "cpu", nullptr, nullptr, &t) == CRESCENT_OK);
+  REQUIRE(crescent_tensor_size(t, 2) == -1);
+  REQUIRE(has(crescent_last_error(), "dim 2 is out of range"));
+  REQUIRE(crescent_tensor_stride(t, -1) == -1);
+  REQUIRE(crescent_tensor_copy_to(t, CRESCENT_FLOAT32, buf, 3) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_tensor_copy_to(t, CRESCENT_FLOAT32, nullptr, 16) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(crescent_tensor_copy_to(t, crescent_dtype(7), buf, 16) == CRESCENT_INVALID_ARGUMENT);
+  REQUIRE(std::string(crescent_status_name(CRESCENT_TYPE_ERROR)) == "CRESCENT_TYPE_ERROR");
+  crescent_tensor_release(t);
+  crescent_vm_destroy(vm);
+  crescent_vm_destroy(nullptr);
+}
+
+TEST_CASE("embed C: the deleter runs when the last reference goes") {
+  struct Count { int n = 0; } count;
+  auto del = [](void* ctx, void*) { ++static_cast<Count*>(ctx)->n; };
+  crescent_vm* vm = crescent_vm_create();
+  float buf[2] = {1, 2};
+  int64_t sizes[1] = {2};
+  crescent_tensor* t = nullptr;
+  REQUIRE(crescent_tensor_from_blob(buf, 1, sizes, nullptr, CRESCENT_FLOAT32, "cpu", del, &count, &t) == CRESCENT_OK);
+  crescent_value v = crescent_tensor_value(t);
+  REQUIRE(crescent_set_global(vm, "held", &v) == CRESCENT_OK);
+  crescent_tensor_release(t);
+  REQUIRE(count.n == 0);
+  crescent_vm_destroy(vm);  // closing the state releases Lua's reference
+  REQUIRE(count.n == 1);
+}
+
+TEST_CASE("embed C: the last error is per thread") {
+  REQUIRE(crescent_run_string(nullptr, "x") == CRESCENT_INVALID_ARGUMENT);
+  std::string other;
+  std::thread t([&] {
+    crescent_vm* vm = crescent_vm_create();
+    crescent_run_string(vm, "error('from the thread', 0)");
+    other = crescent_last_error();
+    crescent_vm_destroy(vm);
+  });
+  t.join();
+  REQUIRE(has(other, "from the thread"));
+  REQUIRE(has(crescent_last_error(), "the VM is NULL"));
+}

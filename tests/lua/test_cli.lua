@@ -1,0 +1,263 @@
+-- The `crescent` executable (API.md section 7): scripts and their `arg`, -e, -i, the REPL on
+-- piped input, --version, --help, and exit status 1 with the traceback on errors. Runs the
+-- executable named by CRESCENT_BIN (set by tests/CMakeLists.txt), else the one running this file.
+
+local function find_bin()
+  local b = os.getenv("CRESCENT_BIN")
+  if b and b ~= "" then return b end
+  if not arg then return nil end
+  local i = -1
+  while arg[i - 1] do i = i - 1 end
+  return arg[i]
+end
+local BIN = find_bin()
+
+local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+local function slurp(path)
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function spit(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
+-- Runs BIN with the argument list (and `stdin` text piped in); returns stdout, stderr, status.
+local function run(args, stdin)
+  if not BIN then expect.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
+  local base = os.tmpname()
+  local parts = { "CRESCENT_HISTORY=", quote(BIN) }
+  for _, a in ipairs(args) do parts[#parts + 1] = quote(a) end
+  if stdin then
+    spit(base .. ".in", stdin)
+    parts[#parts + 1] = "< " .. quote(base .. ".in")
+  else
+    parts[#parts + 1] = "< /dev/null"
+  end
+  parts[#parts + 1] = "> " .. quote(base .. ".out") .. " 2> " .. quote(base .. ".err") .. "; echo $?"
+  local p = io.popen(table.concat(parts, " "))
+  local status = tonumber(p:read("*a"))
+  p:close()
+  local out, err = slurp(base .. ".out"), slurp(base .. ".err")
+  for _, suffix in ipairs({ "", ".in", ".out", ".err" }) do os.remove(base .. suffix) end
+  return out, err, status
+end
+
+-- A script file that lives for one test.
+local function script(text)
+  local path = os.tmpname() .. "_script.lua"
+  spit(path, text)
+  return path
+end
+
+local function has(s, part, what)
+  if not s:find(part, 1, true) then
+    error(string.format("%s does not contain %q:\n%s", what or "output", part, s), 2)
+  end
+end
+
+describe("crescent executable", function()
+  it("prints its version and help", function()
+    local out, _, st = run({ "--version" })
+    expect.eq(st, 0)
+    expect.truthy(out:match("^crescent %d+%.%d+%.%d+ %(LuaJIT"), out)
+    expect.eq(run({ "-v" }), out)
+    out, _, st = run({ "--help" })
+    expect.eq(st, 0)
+    has(out, "usage: crescent")
+    has(out, "-e chunk")
+    has(out, "-i ")
+    expect.eq(run({ "-h" }), out)
+  end)
+
+  it("runs -e chunks in order with the module preloaded", function()
+    local out, err, st = run({ "-e", "x = 20", "-e", "print(x + 1, crescent.ones(2):sum():item())" })
+    expect.eq(err, "")
+    expect.eq(st, 0)
+    expect.eq(out, "21\t2\n")
+  end)
+
+  it("runs a script with `arg` and `...`", function()
+    local path = script("print(arg[0], arg[1], arg[2], select('#', ...), ...)\nprint(arg[-1])\n")
+    local out, err, st = run({ path, "one", "two words" })
+    os.remove(path)
+    expect.eq(err, "")
+    expect.eq(st, 0)
+    expect.eq(out, path .. "\tone\ttwo words\t2\tone\ttwo words\n" .. BIN .. "\n")
+  end)
+
+  it("stops option handling at the script and at --", function()
+    local path = script("print(table.concat(arg, ','))\n")
+    local out, _, st = run({ "--", path, "-e", "--version" })
+    os.remove(path)
+    expect.eq(st, 0)
+    expect.eq(out, "-e,--version\n")
+  end)
+
+  it("reads the script from stdin with -", function()
+    local out, _, st = run({ "-", "a" }, "print('from stdin', ...)\n")
+    expect.eq(st, 0)
+    expect.eq(out, "from stdin\ta\n")
+  end)
+
+  it("exits 1 with the message and the traceback on a runtime error", function()
+    local path = script("local T = crescent\nlocal function f(x)\n  local y = x + T.ones(3)\n  return y\nend\nf(T.ones(2))\nprint('not reached')\n")
+    local out, err, st = run({ path })
+    os.remove(path)
+    expect.eq(st, 1)
+    expect.eq(out, "")
+    has(err, "crescent: " .. path .. ":3: add: shapes {2} and {3} cannot be broadcast", "stderr")
+    has(err, "stack traceback:", "stderr")
+    has(err, path .. ":6: in main chunk", "stderr")
+  end)
+
+  it("exits 1 on -e errors, syntax errors, missing scripts and bad options", function()
+    local _, err, st = run({ "-e", "error('boom')" })
+    expect.eq(st, 1)
+    has(err, "crescent: (command line):1: boom", "stderr")
+    has(err, "stack traceback:", "stderr")
+    local path = script("x = = 1\n")
+    _, err, st = run({ path })
+    os.remove(path)
+    expect.eq(st, 1)
+    has(err, path .. ":1:", "stderr")
+    _, err, st = run({ "/nonexistent/dir/x.lua" })
+    expect.eq(st, 1)
+    has(err, "cannot open", "stderr")
+    _, err, st = run({ "--frobnicate" })
+    expect.eq(st, 1)
+    has(err, "unknown option --frobnicate", "stderr")
+    _, err, st = run({ "-e" })
+    expect.eq(st, 1)
+    has(err, "-e needs an argument", "stderr")
+    _, err, st = run({ "-e", "os.exit(3)" })
+    expect.eq(st, 3)
+  end)
+end)
+
+describe("crescent REPL on piped input", function()
+  it("prints expression values and no prompts", function()
+    local out, err, st = run({}, "1 + 1\nx = 5\nx * 2\n'a', nil, true\n=x\n")
+    expect.eq(err, "")
+    expect.eq(st, 0)
+    expect.eq(out, "2\n10\na\tnil\ttrue\n5\n")
+  end)
+
+  it("pretty-prints tensors", function()
+    local out, _, st = run({}, "crescent.ones(2, 2)\n")
+    expect.eq(st, 0)
+    expect.eq(out, tostring(crescent.ones(2, 2)) .. "\n")
+    has(out, "tensor(")
+  end)
+
+  it("continues multi-line input until the chunk is complete", function()
+    local input = table.concat({
+      "function f(a, b)",
+      "  local s = a + b",
+      "  return s * 10",
+      "end",
+      "f(1,",
+      "  2)",
+      "t = {",
+      "  'x',",
+      "}",
+      "#t",
+      "s = [[line1",
+      "line2]]",
+      "s",
+      "1 +",
+      "  41",
+      "",
+    }, "\n")
+    local out, err, st = run({}, input)
+    expect.eq(err, "")
+    expect.eq(st, 0)
+    expect.eq(out, "30\n1\nline1\nline2\n42\n")
+  end)
+
+  it("reports errors with their location and keeps going", function()
+    local out, err, st = run({}, "error('boom')\nprint('still here')\ncrescent.ones(2) + crescent.ones(3)\nx = = 1\n2 + 2\n")
+    expect.eq(st, 0)
+    expect.eq(out, "still here\n4\n")
+    has(err, "stdin:1: boom", "stderr")
+    has(err, "stack traceback:", "stderr")
+    has(err, "stdin:1: add: shapes {2} and {3} cannot be broadcast", "stderr")
+    has(err, "stdin:1: unexpected symbol near '='", "stderr")
+  end)
+
+  it("reports an unfinished chunk at the end of input", function()
+    local out, err, st = run({}, "print(1)\nfor i = 1, 2 do\n")
+    expect.eq(st, 0)
+    expect.eq(out, "1\n")
+    has(err, "'<eof>'", "stderr")
+  end)
+
+  it("enters the REPL after a script with -i", function()
+    local path = script("answer = 41\nfunction inc(x) return x + 1 end\n")
+    local out, err, st = run({ "-i", path }, "inc(answer)\n")
+    os.remove(path)
+    expect.eq(err, "")
+    expect.eq(st, 0)
+    expect.eq(out, "42\n")
+    out, _, st = run({ "-i", "-e", "y = 3" }, "y * y\n")
+    expect.eq(st, 0)
+    expect.eq(out, "9\n")
+  end)
+
+  it("exits with the status given to os.exit", function()
+    local out, _, st = run({}, "print('bye')\nos.exit(4)\nprint('not reached')\n")
+    expect.eq(out, "bye\n")
+    expect.eq(st, 4)
+  end)
+end)
+
+describe("crescent REPL on a terminal", function()
+  -- util-linux `script` runs the REPL on a pseudo-terminal, feeding it our input
+  local function on_tty(input, history)
+    if not BIN then expect.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
+    local p = io.popen("command -v script 2>/dev/null")
+    local found = p:read("*a")
+    p:close()
+    if found == "" then expect.skip("no util-linux script(1) to make a terminal") end
+    local base = os.tmpname()
+    spit(base .. ".in", input)
+    local cmd = string.format("CRESCENT_HISTORY=%s TERM=dumb script -qec %s /dev/null < %s > %s 2>&1; echo $?",
+      quote(history), quote(quote(BIN)), quote(base .. ".in"), quote(base .. ".out"))
+    p = io.popen(cmd)
+    local status = tonumber(p:read("*a"))
+    p:close()
+    local out = slurp(base .. ".out"):gsub("\r", "")
+    for _, suffix in ipairs({ "", ".in", ".out" }) do os.remove(base .. suffix) end
+    return out, status
+  end
+
+  it("shows the banner and prompts, continues lines and keeps a history file", function()
+    local history = os.tmpname()
+    os.remove(history)
+    local out, st = on_tty("1 + 1\nfunction f(a)\nreturn a * 2\nend\nf(21)\n", history)
+    expect.eq(st, 0)
+    has(out, "crescent " .. crescent.version)
+    has(out, "> 1 + 1\n2\n")
+    has(out, ">> return a * 2\n")
+    has(out, "> f(21)\n42\n")
+    expect.eq(slurp(history), "1 + 1\nfunction f(a)\nreturn a * 2\nend\nf(21)\n")
+    -- a second session appends to the same file
+    out, st = on_tty("=3\n", history)
+    expect.eq(st, 0)
+    has(out, "3\n")
+    expect.eq(slurp(history), "1 + 1\nfunction f(a)\nreturn a * 2\nend\nf(21)\n=3\n")
+    os.remove(history)
+  end)
+
+  it("runs without a history file when it cannot be written", function()
+    local out, st = on_tty("2 * 21\n", "/nonexistent/dir/history")
+    expect.eq(st, 0)
+    has(out, "42\n")
+  end)
+end)

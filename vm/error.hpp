@@ -1,6 +1,7 @@
 // Errors: every misuse throws cr::Error with a message that names what was expected and what was
 // given. The dispatcher prefixes the op name; the Lua side adds the source location.
 #pragma once
+#include <charconv>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -16,7 +17,11 @@ struct Error : std::runtime_error {
 template <class... A> std::string cat(const A&... parts) {
   std::string s;
   auto add = [&s](const auto& p) {
-    if constexpr (std::is_arithmetic_v<std::decay_t<decltype(p)>>) s += std::to_string(p);
+    using P = std::decay_t<decltype(p)>;
+    if constexpr (std::is_floating_point_v<P>) {  // shortest round-trip form: 2.5, 1e-300, nan
+      char buf[32];
+      s.append(buf, std::to_chars(buf, buf + sizeof buf, p).ptr);
+    } else if constexpr (std::is_arithmetic_v<P>) s += std::to_string(p);
     else s += p;
   };
   (add(parts), ...);

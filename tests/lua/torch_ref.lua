@@ -165,4 +165,48 @@ end
 -- True when torch raised for `key` (used where both libraries must reject an input).
 function R.raised(res, key) return res[key] ~= nil and res[key].error ~= nil end
 
+-- A suite of reference cases checked in groups, one `it` per group. A case passes when crescent
+-- and torch agree: the same dtype, shape and values, or both raise.
+--   local suite = R.suite()
+--   suite:case("unary exp", "exp float32", "torch.exp(a)", { a = x }, function() return T.exp(x) end)
+--   suite:check()    -- one python run, then describe("torch references", ...)
+local Suite = {}
+Suite.__index = Suite
+function R.suite() return setmetatable({ batch = R.batch(), groups = {}, order = {} }, Suite) end
+
+function Suite:case(group, key, expr, inputs, fn, rtol, atol)
+  self.batch:add(key, expr, inputs)
+  if not self.groups[group] then self.groups[group] = {}; self.order[#self.order + 1] = group end
+  table.insert(self.groups[group], { key = key, fn = fn, rtol = rtol, atol = atol })
+end
+
+local function agree(res, c)
+  local r = res[c.key]
+  local ok, got = pcall(c.fn)
+  if r.error then
+    if ok then error(string.format("%s: crescent gives a %s result, torch raises: %s", c.key, got.dtype, r.error), 0) end
+    return
+  end
+  if not ok then error(string.format("%s: crescent raises %s; torch gives a %s result", c.key, tostring(got), r.dtype), 0) end
+  R.check(res, c.key, got, c.rtol, c.atol)
+end
+
+function Suite:check(title)
+  local res, why = self.batch:run()
+  S.describe(title or "torch references", function()
+    for _, name in ipairs(self.order) do
+      local cases = self.groups[name]
+      S.it(name .. " agrees with torch 1.13", function()
+        if not res then S.skip(why) end
+        local bad = {}
+        for _, c in ipairs(cases) do
+          local ok, e = pcall(agree, res, c)
+          if not ok then bad[#bad + 1] = tostring(e) end
+        end
+        if #bad > 0 then error(#bad .. " of " .. #cases .. " cases differ:\n" .. table.concat(bad, "\n"), 0) end
+      end)
+    end
+  end)
+end
+
 return R

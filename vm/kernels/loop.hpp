@@ -3,6 +3,7 @@
 // as one flat loop (which GCC vectorises), rows are split across the thread pool, and every dtype
 // combination comes from the same template (dtype.hpp's load/store do the conversions).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <tuple>
 #include <utility>
@@ -72,27 +73,34 @@ template <int N> Loop<N> make_loop(const Tensor& out, const std::array<const Ten
   return L;
 }
 
-// Calls row(ptrs, inner_strides, n) for every innermost row, in parallel over rows.
+// Calls row(ptrs, inner_strides, n) for every innermost row, in parallel over rows. Rows longer
+// than the parallel grain are cut into pieces when there are fewer rows than threads: a
+// contiguous tensor coalesces into ONE row and must still spread over the pool.
 template <int N, class Row> void for_each_row(const Loop<N>& L, Row&& row) {
   const int inner = L.ndim - 1;
   const int64_t n = L.sizes[inner];
   int64_t rows = 1;
   for (int d = 0; d < inner; ++d) rows *= L.sizes[d];
   if (rows == 0 || n == 0) return;
-  int64_t grain = std::max<int64_t>(1, kParallelGrain / n);
-  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+  const int64_t threads = num_threads();
+  const int64_t pieces = rows >= threads ? 1 : std::clamp<int64_t>(n / kParallelGrain, 1, 4 * threads);
+  const int64_t piece = (n + pieces - 1) / pieces;
+  int64_t grain = std::max<int64_t>(1, kParallelGrain / piece);
+  parallel_for(rows * pieces, grain, [&](int64_t t0, int64_t t1) {
     int64_t s_inner[N];
     for (int k = 0; k < N; ++k) s_inner[k] = L.strides[k][inner];
-    for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t begin = (t % pieces) * piece, len = std::min(piece, n - begin);
+      if (len <= 0) continue;
       char* p[N];
-      for (int k = 0; k < N; ++k) p[k] = L.base[k];
-      int64_t idx = r;
+      for (int k = 0; k < N; ++k) p[k] = L.base[k] + begin * s_inner[k];
+      int64_t idx = t / pieces;
       for (int d = inner - 1; d >= 0; --d) {
         int64_t i = idx % L.sizes[d];
         idx /= L.sizes[d];
         for (int k = 0; k < N; ++k) p[k] += i * L.strides[k][d];
       }
-      row(p, s_inner, n);
+      row(p, s_inner, len);
     }
   });
 }

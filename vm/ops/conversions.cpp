@@ -45,6 +45,7 @@ void run_clone(OpCall& c) { copy_into(c.outs[0], c.tensor(0)); }
 void run_copy_(OpCall& c) {
   Tensor self = c.tensor(0);
   Operand src = operand(c, 1);
+  if (!src.is_tensor()) check_scalar_fits(src.num, self.dtype());
   Tensor s = materialize(src, src.is_tensor() ? src.t.dtype() : self.dtype());
   broadcast_strides(s, self.sizes());  // throws with both shapes when src does not broadcast
   if (s.storage() == self.storage()) {  // may overlap: read the source out first
@@ -63,6 +64,7 @@ void run_fill_(OpCall& c) {
     copy_into(self, v.t);
     return;
   }
+  check_scalar_fits(v.num, self.dtype());
   fill(self, v.num);
 }
 void run_zero_(OpCall& c) { fill(c.tensor(0), 0); }

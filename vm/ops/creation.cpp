@@ -19,12 +19,16 @@ DType opt_dtype(const OpCall& c, int i, DType dflt) {
 }
 Device opt_device(const OpCall& c, int i) { return c.has(i) ? parse_device(c.str(i)) : Device{}; }
 
-Shape sizes_arg(const OpCall& c, int i) {
-  Shape s = c.ints(i);
+// Sizes: non-negative, and a product that does not overflow (2^40 x 2^40 must not wrap to 0).
+Shape checked_shape(const Shape& s) {
+  int64_t n = 1;
   for (int64_t v : s)
     if (v < 0) fail(cat("sizes must be non-negative, got ", shape_str(s)));
+  for (int64_t v : s)
+    if (__builtin_mul_overflow(n, v, &n)) fail(cat("tensor of shape ", shape_str(s), " is too large"));
   return s;
 }
+Shape sizes_arg(const OpCall& c, int i) { return checked_shape(c.ints(i)); }
 
 // zeros / ones / empty / rand / randn: "size:Is..., opts:{dtype:S, device:S}"
 std::vector<Meta> infer_sized(OpCall& c) { return {{sizes_arg(c, 0), opt_dtype(c, 1, DType::f32), opt_device(c, 2)}}; }
@@ -56,7 +60,12 @@ void run_randn(OpCall& c) { run_random(c, philox_normal); }
 // randint(lo, hi, sizes): uniform integers in [lo, hi)
 std::vector<Meta> infer_randint(OpCall& c) {
   if (c.integer(1) <= c.integer(0)) fail(cat("expected low < high, got low = ", c.integer(0), ", high = ", c.integer(1)));
-  return {{sizes_arg(c, 2), opt_dtype(c, 3, DType::i64), opt_device(c, 4)}};
+  DType d = opt_dtype(c, 3, DType::i64);
+  if (d != DType::b8) {
+    check_scalar_fits(double(c.integer(0)), d);
+    check_scalar_fits(double(c.integer(1) - 1), d);
+  }
+  return {{sizes_arg(c, 2), d, opt_device(c, 4)}};
 }
 void run_randint(OpCall& c) {
   int64_t lo = c.integer(0);
@@ -68,7 +77,9 @@ void run_randint(OpCall& c) {
 std::vector<Meta> infer_full(OpCall& c) {
   Operand v = operand(c, 1);
   if (v.is_tensor()) fail("value expected a number, got a tensor");
-  return {{sizes_arg(c, 0), opt_dtype(c, 2, result_type({&v})), opt_device(c, 3)}};
+  DType d = opt_dtype(c, 2, result_type({&v}));
+  check_scalar_fits(v.num, d);
+  return {{sizes_arg(c, 0), d, opt_device(c, 3)}};
 }
 void run_full(OpCall& c) { fill(c.outs[0], c.number(1)); }
 
@@ -78,16 +89,24 @@ Range arange_range(const OpCall& c) {
   Range r{0, c.number(0), 1, 0, true};
   if (c.has(1)) { r.start = c.number(0); r.stop = c.number(1); }
   if (c.has(2)) r.step = c.number(2);
-  if (r.step == 0) fail("step must be non-zero");
-  if (!std::isfinite(r.start) || !std::isfinite(r.stop)) fail("bounds must be finite");
-  if ((r.stop - r.start) / r.step < 0) fail(cat("the range [", r.start, ", ", r.stop, ") is not in the direction of step ", r.step));
-  r.n = int64_t(std::ceil((r.stop - r.start) / r.step));
-  r.integral = r.start == std::floor(r.start) && r.stop == std::floor(r.stop) && r.step == std::floor(r.step);
+  if (r.step == 0 || !std::isfinite(r.step)) fail(cat("step must be finite and non-zero, got ", r.step));
+  if (!std::isfinite(r.start) || !std::isfinite(r.stop)) fail(cat("bounds must be finite, got ", r.start, " and ", r.stop));
+  double n = std::ceil((r.stop - r.start) / r.step);
+  if (n < 0) fail(cat("the range [", r.start, ", ", r.stop, ") is not in the direction of step ", r.step));
+  // checked as a double: a tiny step over a wide range must not overflow the int64 count
+  if (!(n < 9.0e15)) fail(cat("the range [", r.start, ", ", r.stop, ") with step ", r.step, " has too many elements"));
+  r.n = int64_t(n);
+  r.integral = scalar_is_integral(r.start) && scalar_is_integral(r.stop) && scalar_is_integral(r.step);
   return r;
 }
 std::vector<Meta> infer_arange(OpCall& c) {
   Range r = arange_range(c);
-  return {{{r.n}, opt_dtype(c, 3, r.integral ? DType::i64 : DType::f32), opt_device(c, 4)}};
+  DType d = opt_dtype(c, 3, r.integral ? DType::i64 : DType::f32);
+  if (is_integral(d) && r.n > 0) {
+    check_scalar_fits(r.start, d);
+    check_scalar_fits(r.start + double(r.n - 1) * r.step, d);
+  }
+  return {{{r.n}, d, opt_device(c, 4)}};
 }
 void run_arange(OpCall& c) {
   Range r = arange_range(c);
@@ -102,7 +121,12 @@ void run_arange(OpCall& c) {
 std::vector<Meta> infer_linspace(OpCall& c) {
   int64_t n = c.integer(2);
   if (n < 0) fail(cat("steps must be non-negative, got ", n));
-  return {{{n}, opt_dtype(c, 3, DType::f32), opt_device(c, 4)}};
+  DType d = opt_dtype(c, 3, DType::f32);
+  if (is_integral(d)) {
+    check_scalar_fits(c.number(0), d);
+    check_scalar_fits(c.number(1), d);
+  }
+  return {{checked_shape({n}), d, opt_device(c, 4)}};
 }
 void run_linspace(OpCall& c) {
   double a = c.number(0), b = c.number(1);
@@ -112,7 +136,8 @@ void run_linspace(OpCall& c) {
     using T = decltype(t);
     T* p = c.outs[0].data<T>();
     // symmetric from both ends, as PyTorch does, so the last point is exactly b
-    for (int64_t i = 0; i < n; ++i) store(p[i], i < n / 2 ? a + step * double(i) : b - step * double(n - 1 - i));
+    for (int64_t i = 0; i < n; ++i)
+      store(p[i], n == 1 ? a : i < n / 2 ? a + step * double(i) : b - step * double(n - 1 - i));
   });
 }
 
@@ -120,7 +145,7 @@ void run_linspace(OpCall& c) {
 std::vector<Meta> infer_eye(OpCall& c) {
   int64_t n = c.integer(0), m = c.integer_or(1, n);
   if (n < 0 || m < 0) fail(cat("sizes must be non-negative, got ", n, " and ", m));
-  return {{{n, m}, opt_dtype(c, 2, DType::f32), opt_device(c, 3)}};
+  return {{checked_shape({n, m}), opt_dtype(c, 2, DType::f32), opt_device(c, 3)}};
 }
 void run_eye(OpCall& c) {
   const Tensor& out = c.outs[0];
@@ -144,10 +169,13 @@ std::vector<Meta> infer_tensor(OpCall& c) {
   Shape s = sizes_arg(c, 1);
   if (shape_numel(s) != c.args[0].n) fail(cat("data has ", c.args[0].n, " values but shape ", shape_str(s)));
   const double* v = static_cast<const double*>(c.args[0].ptr);
-  bool integral = true;
-  for (int i = 0; i < c.args[0].n && integral; ++i) integral = v[i] == std::floor(v[i]);
-  DType d = c.args[0].num != 0 ? DType::b8 : integral ? DType::i64 : DType::f32;  // num: 1 = booleans
-  return {{s, opt_dtype(c, 2, d), opt_device(c, 3)}};
+  // as torch.tensor: all booleans -> bool, all integers -> int64, else (and no data) float32
+  bool integral = c.args[0].n > 0;
+  for (int i = 0; i < c.args[0].n && integral; ++i) integral = scalar_is_integral(v[i]);
+  DType d = opt_dtype(c, 2, c.args[0].num != 0 ? DType::b8 : integral ? DType::i64 : DType::f32);  // num: 1 = booleans
+  if (is_integral(d))
+    for (int i = 0; i < c.args[0].n; ++i) check_scalar_fits(v[i], d);
+  return {{s, d, opt_device(c, 3)}};
 }
 void run_tensor(OpCall& c) {
   const double* v = static_cast<const double*>(c.args[0].ptr);

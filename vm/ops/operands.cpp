@@ -34,7 +34,7 @@ DType result_type(std::initializer_list<const Operand*> ops) {
       int& slot = o->t.dim() > 0 ? dim : zero;
       slot = promote_u(slot, int(o->t.dtype()));
     } else {
-      DType d = o->is_bool ? DType::b8 : (o->num == std::floor(o->num) ? DType::i64 : DType::f32);
+      DType d = o->is_bool ? DType::b8 : scalar_is_integral(o->num) ? DType::i64 : DType::f32;
       wrapped = promote_u(wrapped, int(d));
     }
   }
@@ -56,9 +56,35 @@ Shape broadcast_operands(std::initializer_list<const Operand*> ops, Device* devi
   return s;
 }
 
+// Lua has one number type: a number is an integer scalar (int64, like a Python int) when it is
+// integral and fits int64; inf, nan and 1e300 are floats.
+bool scalar_is_integral(double v) { return v == std::floor(v) && std::fabs(v) < 9.2233720368547758e18; }
+
 Tensor materialize(const Operand& o, DType dtype) {
   if (o.is_tensor()) return cast(o.t, dtype);
-  return scalar_tensor(o.num, dtype);
+  double v = o.num;
+  if (is_integral(dtype)) {
+    // truncate like PyTorch, and wrap an int64 into int32 (converting an out-of-range double
+    // straight to an integer type would be undefined behaviour)
+    if (!(std::fabs(v) < 9.2233720368547758e18))
+      fail(cat("value ", v, " cannot be converted to ", dtype_name(dtype), " without overflow"));
+    v = std::trunc(v);
+    if (dtype == DType::i32) v = double(int32_t(uint32_t(uint64_t(int64_t(v)))));
+  }
+  return scalar_tensor(v, dtype);
+}
+
+void check_scalar_fits(double v, DType dtype) {
+  bool ok = true;
+  switch (dtype) {
+    case DType::i32: ok = v >= -2147483648.0 && v <= 2147483647.0; break;  // false for nan
+    case DType::i64: ok = v >= -9.2233720368547758e18 && v < 9.2233720368547758e18; break;
+    case DType::f16: ok = !std::isfinite(v) || std::fabs(v) <= 65504.0; break;
+    case DType::f32: ok = !std::isfinite(v) || std::fabs(v) <= 3.4028234663852886e38; break;
+    case DType::bf16: ok = !std::isfinite(v) || std::fabs(v) <= 3.3895313892515355e38; break;
+    default: break;  // float64 holds every Lua number; bool takes any value (v != 0)
+  }
+  if (!ok) fail(cat("value ", v, " cannot be converted to ", dtype_name(dtype), " without overflow"));
 }
 
 std::string dtype_list_error(const char* what, DType d) { return cat("expected ", what, ", got a ", dtype_name(d), " tensor"); }

@@ -23,6 +23,10 @@ DType result_type(std::initializer_list<const Operand*> ops);
 Shape broadcast_operands(std::initializer_list<const Operand*> ops, Device* device);
 // The operand as a tensor of dtype (scalars become 0-d tensors).
 Tensor materialize(const Operand& o, DType dtype);
+// True for a Lua number that counts as an integer scalar (integral and within int64).
+bool scalar_is_integral(double v);
+// fill_ / full: the value must be representable in dtype (PyTorch's "without overflow" check).
+void check_scalar_fits(double v, DType dtype);
 
 // visitors that instantiate only the dtypes an op accepts
 template <class F> decltype(auto) visit_floating(DType d, F&& f) {

@@ -143,16 +143,20 @@ struct Binary {
   Device device;
 };
 
+bool is_bool_operand(const Operand& o) { return o.is_tensor() ? o.t.dtype() == DType::b8 : o.is_bool; }
+
 template <class Op> Binary prepare_binary(const OpCall& c) {
   Binary p{operand(c, 0), operand(c, 1), DType::f32, {}, {}};
   if (!p.a.is_tensor() && !p.b.is_tensor()) fail("expected at least one tensor operand, got two numbers");
   p.compute = compute_dtype(Op::rule, result_type({&p.a, &p.b}), Op::name);
   p.shape = broadcast_operands({&p.a, &p.b}, &p.device);
+  // as PyTorch: x - mask is almost always a bug (1 - mask means logical_not)
+  if (std::is_same_v<Op, Op_sub> && (is_bool_operand(p.a) || is_bool_operand(p.b)))
+    fail("subtraction with a bool operand is not supported: use logical_not() or logical_xor() on masks");
   return p;
 }
 
 bool any_zero(const Tensor& t) {
-  Tensor flag = Tensor::empty({}, DType::b8);
   Tensor c = contiguous(t);
   bool z = false;
   visit_numeric(c.dtype(), [&](auto v) {
@@ -185,6 +189,9 @@ template <class Op> void run_binary(OpCall& c) {
   Tensor a = materialize(p.a, p.compute), b = materialize(p.b, p.compute);
   constexpr bool divides = std::is_same_v<Op, Op_fmod> || std::is_same_v<Op, Op_remainder>;
   if (divides && is_integral(p.compute) && any_zero(b)) fail("integer division by zero");
+  // as PyTorch: a negative integer scalar exponent of an integer tensor has no integer result
+  if (std::is_same_v<Op, Op_pow> && is_integral(p.compute) && !p.b.is_tensor() && p.b.num < 0)
+    fail(cat("integers to negative integer powers are not allowed, got exponent ", p.b.num));
   run_map<Op>(p.compute, c.outs[0], a, b);
 }
 
@@ -235,15 +242,21 @@ std::vector<Meta> infer_clamp(OpCall& c) {
 void run_clamp(OpCall& c) {
   Ternary p = prepare_clamp(c);
   Tensor x = materialize(p.a, p.compute);
-  // a missing bound is the input itself, which leaves that side unclamped
-  Tensor lo = c.has(1) ? materialize(p.b, p.compute) : x, hi = c.has(2) ? materialize(p.c, p.compute) : x;
+  // min(max(x, lo), hi); a NaN input or bound gives NaN, as torch.clamp
+  auto at_least = [](auto v, auto l) { return v != v ? v : l != l ? l : v < l ? l : v; };
+  auto at_most = [](auto v, auto h) { return v != v ? v : h != h ? h : v > h ? h : v; };
   visit_numeric(p.compute, [&](auto t) {
     using T = decltype(t);
-    map<T, T, T, T>(c.outs[0], {&x, &lo, &hi}, [](auto v, auto l, auto h) {
-      if (v != v) return v;  // NaN stays NaN
-      auto r = v < l ? l : v;
-      return r > h ? h : r;
-    });
+    if (!c.has(2)) {
+      Tensor lo = materialize(p.b, p.compute);
+      map<T, T, T>(c.outs[0], {&x, &lo}, at_least);
+    } else if (!c.has(1)) {
+      Tensor hi = materialize(p.c, p.compute);
+      map<T, T, T>(c.outs[0], {&x, &hi}, at_most);
+    } else {
+      Tensor lo = materialize(p.b, p.compute), hi = materialize(p.c, p.compute);
+      map<T, T, T, T>(c.outs[0], {&x, &lo, &hi}, [=](auto v, auto l, auto h) { return at_most(at_least(v, l), h); });
+    }
   });
 }
 
@@ -295,8 +308,28 @@ void run_addcmul(OpCall& c) {
 
 // ---- in-place forms --------------------------------------------------------------------------
 
-// x:op_(...) runs op out of place on the same arguments, then writes the result into x (so the
-// write goes through views to the base, and overlapping inputs read their old values).
+// x:op_(...) runs op on the same arguments with x as the output when that is safe (see
+// writes_directly), else out of place followed by a copy into x; either way the write goes
+// through views to the base, and overlapping inputs read their old values.
+// The kernel may write straight into self (one pass, no temporary) when the result has self's
+// dtype, no two elements of self share memory (an expanded view), and every tensor argument is
+// either self in self's exact layout (element i is read before element i is written) or lives
+// in another storage. Anything else (x:add_(x:t()), a float result) goes through a temporary.
+bool writes_directly(const OpCall& c, const Tensor& self, const Meta& m) {
+  if (m.dtype != self.dtype()) return false;
+  for (int d = 0; d < self.dim(); ++d)
+    if (self.stride(d) == 0 && self.size(d) > 1) return false;
+  for (int i = 0; i < c.nargs; ++i) {
+    if (!c.is_tensor(i)) continue;
+    Tensor t = c.tensor(i);
+    if (t.storage() != self.storage()) continue;
+    bool same = t.dtype() == self.dtype() && t.offset() == self.offset() && t.sizes() == self.sizes() &&
+                t.strides() == self.strides();
+    if (!same) return false;
+  }
+  return true;
+}
+
 void run_inplace(OpCall& c) {
   Tensor self = c.tensor(0);
   std::string base = c.def.name;
@@ -309,6 +342,11 @@ void run_inplace(OpCall& c) {
     fail(cat("the result of shape ", shape_str(m.sizes), " cannot be written into ", self.describe()));
   if (category(m.dtype) > category(self.dtype()))
     fail(cat("the result type ", dtype_name(m.dtype), " cannot be written into ", self.describe()));
+  if (writes_directly(c, self, m)) {
+    inner.outs.push_back(self);
+    def->run(inner);
+    return;
+  }
   inner.outs.push_back(Tensor::empty(m.sizes, m.dtype, m.device));
   def->run(inner);
   copy_into(self, inner.outs[0]);

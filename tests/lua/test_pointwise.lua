@@ -1,0 +1,565 @@
+-- Specs of the pointwise ops (vm/ops/pointwise.cpp): values against PyTorch 1.13 (one python
+-- process for all references, see torch_ref.lua), type promotion with weak Lua scalars,
+-- broadcasting, every dtype, non-contiguous and zero-size inputs, NaN rules, integer division,
+-- in-place semantics and misuse. Creation and conversion ops: test_creation.lua.
+local T = require "crescent"
+local R = require "torch_ref"
+local unpack = unpack or table.unpack
+
+expect.covers(
+  -- unary
+  "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
+  "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "floor", "ceil", "round", "trunc", "sign",
+  "reciprocal", "square", "isnan", "isinf", "logical_not",
+  -- binary, ternary, in-place
+  "add", "sub", "mul", "div", "pow", "fmod", "remainder", "maximum", "minimum", "atan2", "eq", "ne",
+  "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "where", "clamp", "lerp",
+  "addcmul", "add_", "sub_", "mul_", "div_", "clamp_")
+
+local HERE = "test_pointwise%.lua:%d+: "  -- errors carry the location of the call in this file
+local function plain(s) return (s:gsub("%p", "%%%0")) end
+-- fn must raise an error located in this file, naming op, containing every text
+local function errs(fn, op, ...)
+  local pats = { HERE .. plain(op) .. ": " }
+  for _, t in ipairs({ ... }) do pats[#pats + 1] = plain(t) end
+  return expect.errors(fn, unpack(pats))
+end
+
+local DTYPES = { "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" }
+local FLOATS = { "float32", "float64", "float16", "bfloat16" }
+local INT = { int32 = true, int64 = true }
+local FLOAT = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
+
+-- random values of dtype: floats uniform in [lo, hi), integers in [ceil(lo), floor(hi)]
+local function gen(shape, dtype, lo, hi)
+  if dtype == "bool" then return T.rand(shape):lt(0.5) end
+  if INT[dtype] then return T.randint(math.ceil(lo), math.floor(hi) + 1, shape, { dtype = dtype }) end
+  return (T.rand(shape, { dtype = "float64" }) * (hi - lo) + lo):to(dtype)
+end
+-- the same values in a non-contiguous (transposed) layout; x is 2-d
+local function noncontig(x)
+  local y = x:t():contiguous():t()
+  assert(not y:is_contiguous())
+  return y
+end
+local vals = R.flat_values
+
+-- Reference cases (torch_ref.lua): all evaluated by one python process, checked per group.
+local suite = R.suite()
+local function case(...) suite:case(...) end
+-- Known, deliberate differences from torch 1.13 (asserted in their own specs below)
+local DEVIATION = {}
+T.manual_seed(20240601)
+
+-- ---- unary ops ----------------------------------------------------------------------------------
+-- op, float domain [lo, hi) (integers use the integers inside it), torch expression
+local UNARY = {
+  { "neg", -5, 5 }, { "abs", -5, 5 }, { "exp", -5, 5 }, { "exp2", -5, 5 }, { "log", 0.1, 10 },
+  { "log2", 0.1, 10 }, { "log1p", -0.9, 10 }, { "expm1", -3, 3 }, { "sqrt", 0, 10 }, { "rsqrt", 0.1, 10 },
+  { "sin", -6, 6 }, { "cos", -6, 6 }, { "tan", -1.4, 1.4 }, { "tanh", -4, 4 }, { "sigmoid", -8, 8 },
+  { "relu", -5, 5, "torch.relu(%s)" }, { "gelu", -5, 5, "F.gelu(%s)" }, { "silu", -5, 5, "F.silu(%s)" },
+  { "erf", -3, 3 }, { "floor", -5, 5 }, { "ceil", -5, 5 }, { "round", -5, 5 }, { "trunc", -5, 5 },
+  { "sign", -5, 5 }, { "reciprocal", 0.5, 5 }, { "square", -5, 5 }, { "isnan", -5, 5 }, { "isinf", -5, 5 },
+  { "logical_not", -2, 2 },
+}
+-- sign / square of a bool tensor: torch returns bool / int64, crescent rejects bool input
+DEVIATION["sign bool"] = "rejects bool"
+DEVIATION["square bool"] = "rejects bool"
+
+local LAYOUTS = {
+  { "contiguous", { 4, 5 } }, { "non-contiguous", { 4, 5 } }, { "zero-size", { 0, 3 } }, { "0-d", {} },
+}
+for _, u in ipairs(UNARY) do
+  local op, lo, hi, texpr = u[1], u[2], u[3], u[4] or ("torch." .. u[1] .. "(%s)")
+  for _, dt in ipairs(DTYPES) do
+    for _, lay in ipairs(LAYOUTS) do
+      local x = gen(lay[2], dt, lo, hi)
+      if lay[1] == "non-contiguous" then x = noncontig(x) end
+      local key = string.format("%s %s %s", op, dt, lay[1])
+      -- torch 1.13 has no integer gelu / silu; crescent computes them in float32, like exp
+      local arg = ((op == "gelu" or op == "silu") and not FLOAT[dt]) and "a.float()" or "a"
+      if not DEVIATION[op .. " " .. dt] then
+        case("unary " .. op, key, string.format(texpr, arg), { a = x }, function() return T[op](x) end)
+      end
+    end
+  end
+end
+-- special values: infinities, signed zeros, NaN, halves (round to even)
+local SPECIAL = { -math.huge, -2.5, -1.5, -1, -0.5, -0.0, 0, 0.5, 1, 1.5, 2.5, 3, math.huge, 0 / 0 }
+for _, u in ipairs(UNARY) do
+  local op, texpr = u[1], u[4] or ("torch." .. u[1] .. "(%s)")
+  for _, dt in ipairs(FLOATS) do
+    local x = T.tensor(SPECIAL, { dtype = dt })
+    case("unary " .. op, op .. " " .. dt .. " special values", string.format(texpr, "a"), { a = x },
+      function() return T[op](x) end)
+  end
+end
+for _, dt in ipairs(FLOATS) do
+  local x = gen({ 3, 4 }, dt, -4, 4)
+  case("unary gelu", "gelu tanh " .. dt, "F.gelu(a, approximate='tanh')", { a = x },
+    function() return T.gelu(x, { approximate = "tanh" }) end)
+  case("unary gelu", "gelu none " .. dt, "F.gelu(a, approximate='none')", { a = x },
+    function() return x:gelu({ approximate = "none" }) end)
+end
+
+-- ---- binary ops ---------------------------------------------------------------------------------
+local BINARY = { "add", "sub", "mul", "div", "pow", "fmod", "remainder", "maximum", "minimum", "atan2",
+                 "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor" }
+-- operands: halves in [-3, 3] (ties for comparisons, exact fmod), no integer zero divisors,
+-- positive float bases and small exponents for pow
+local function operand(op, which, shape, dt)
+  if op == "pow" then
+    if which == "a" then return FLOAT[dt] and gen(shape, dt, 0.25, 3) or gen(shape, dt, -3, 3) end
+    return FLOAT[dt] and gen(shape, dt, -2, 2) or gen(shape, dt, 0, 4)
+  end
+  if dt == "bool" or INT[dt] then
+    local x = gen(shape, dt, -5, 5)
+    if which == "b" and (op == "fmod" or op == "remainder") and INT[dt] then x = T.where(x:eq(0), 3, x) end
+    return x
+  end
+  return (T.round(gen(shape, "float64", -6, 6)) * 0.5):to(dt)
+end
+local PAIRS = {}
+for _, dt in ipairs(DTYPES) do PAIRS[#PAIRS + 1] = { dt, dt } end
+for _, p in ipairs({ { "float16", "float32" }, { "bfloat16", "float16" }, { "int32", "int64" }, { "bool", "int32" },
+                     { "int64", "float32" }, { "int32", "float64" }, { "bool", "float16" }, { "bfloat16", "float64" },
+                     { "int32", "bfloat16" } }) do
+  PAIRS[#PAIRS + 1] = p
+end
+local SCALARS = { 3, 2.5, true }
+
+for _, op in ipairs(BINARY) do
+  local g = "binary " .. op
+  local texpr = "torch." .. op .. "(%s, %s)"
+  for _, p in ipairs(PAIRS) do
+    local a, b = operand(op, "a", { 3, 4 }, p[1]), operand(op, "b", { 3, 4 }, p[2])
+    case(g, string.format("%s %s,%s", op, p[1], p[2]), texpr:format("a", "b"), { a = a, b = b },
+      function() return T[op](a, b) end)
+  end
+  for _, dt in ipairs({ "float32", "int64", "float16" }) do
+    local a, b = operand(op, "a", { 3, 1, 4 }, dt), operand(op, "b", { 2, 4 }, dt)
+    case(g, op .. " broadcast " .. dt, texpr:format("a", "b"), { a = a, b = b }, function() return a[op](a, b) end)
+    local c, d = operand(op, "a", { 4, 5 }, dt), operand(op, "b", { 4, 5 }, dt)
+    c = noncontig(c)
+    case(g, op .. " non-contiguous " .. dt, texpr:format("a", "b"), { a = c, b = d }, function() return T[op](c, d) end)
+    case(g, op .. " non-contiguous both " .. dt, texpr:format("a", "a"), { a = c }, function() return T[op](c, c) end)
+    local z, o = operand(op, "a", { 0, 3 }, dt), operand(op, "b", { 1, 3 }, dt)
+    case(g, op .. " zero-size " .. dt, texpr:format("a", "b"), { a = z, b = o }, function() return T[op](z, o) end)
+    local s0, s1 = operand(op, "a", {}, dt), operand(op, "b", { 3 }, dt)
+    case(g, op .. " 0-d " .. dt, texpr:format("a", "b"), { a = s0, b = s1 }, function() return T[op](s0, s1) end)
+  end
+  -- Lua numbers are weak scalars; torch sees them as 0-d tensors of the default dtypes, which
+  -- promote exactly like Python scalars against a dimensioned tensor
+  for _, dt in ipairs(DTYPES) do
+    local a = operand(op, "a", { 2, 3 }, dt)
+    for _, s in ipairs(SCALARS) do
+      local key = string.format("%s %s,scalar %s", op, dt, tostring(s))
+      case(g, key, texpr:format("a", "torch.tensor(s)"), { a = a, s = s }, function() return T[op](a, s) end)
+      case(g, key .. " (scalar first)", texpr:format("torch.tensor(s)", "a"), { a = a, s = s },
+        function() return T[op](s, a) end)
+    end
+  end
+end
+-- special values: NaN propagation of maximum / minimum, infinities, signed zeros
+do
+  local xs, ys = {}, {}
+  local V = { -math.huge, -1.5, -0.0, 0, 2, math.huge, 0 / 0 }
+  for _, x in ipairs(V) do for _, y in ipairs(V) do xs[#xs + 1] = x; ys[#ys + 1] = y end end
+  for _, dt in ipairs(FLOATS) do
+    local a, b = T.tensor(xs, { dtype = dt }), T.tensor(ys, { dtype = dt })
+    for _, op in ipairs(BINARY) do
+      case("binary " .. op, op .. " " .. dt .. " special values", "torch." .. op .. "(a, b)", { a = a, b = b },
+        function() return T[op](a, b) end)
+    end
+  end
+end
+-- alpha, and the Lua operators
+for _, dt in ipairs({ "float32", "float64", "float16", "int64", "int32" }) do
+  local a, b = operand("add", "a", { 3, 4 }, dt), operand("add", "b", { 4 }, dt)
+  case("binary add", "add alpha " .. dt, "torch.add(a, b, alpha=2)", { a = a, b = b },
+    function() return T.add(a, b, { alpha = 2 }) end)
+  case("binary sub", "sub alpha " .. dt, "torch.sub(a, b, alpha=-3)", { a = a, b = b },
+    function() return a:sub(b, { alpha = -3 }) end)
+  case("binary add", "add alpha scalar " .. dt, "torch.add(a, 3, alpha=2)", { a = a },
+    function() return T.add(a, 3, { alpha = 2 }) end)
+end
+do
+  local a, b = gen({ 2, 3 }, "float32", 0.5, 2), gen({ 3 }, "float32", 0.5, 2)
+  local i = gen({ 2, 3 }, "int64", 1, 5)
+  local ops = {
+    { "a + b", function() return a + b end }, { "a - b", function() return a - b end },
+    { "a * b", function() return a * b end }, { "a / b", function() return a / b end },
+    { "a ** b", function() return a ^ b end }, { "-a", function() return -a end },
+    { "torch.remainder(a, b)", function() return a % b end },
+    { "2 - a", function() return 2 - a end }, { "2 / a", function() return 2 / a end },
+    { "torch.pow(2, a)", function() return 2 ^ a end }, { "a * 2.5", function() return a * 2.5 end },
+    { "i / 2", function() return i / 2 end }, { "i + 2.5", function() return i + 2.5 end },
+    { "i * 3", function() return i * 3 end }, { "torch.remainder(-7, i)", function() return -7 % i end },
+    { "i ** 2", function() return i ^ 2 end }, { "-i", function() return -i end },
+  }
+  for _, o in ipairs(ops) do
+    case("binary operators", "operator " .. o[1], o[1], { a = a, b = b, i = i }, o[2])
+  end
+end
+
+-- ---- where, clamp, lerp, addcmul ----------------------------------------------------------------
+do
+  local cond = T.rand({ 3, 1 }):lt(0.5)
+  for _, p in ipairs({ { "float32", "float32" }, { "int32", "int64" }, { "float16", "float32" },
+                       { "bool", "bool" }, { "int64", "float64" }, { "bfloat16", "int32" } }) do
+    local a, b = gen({ 1, 4 }, p[1], -5, 5), gen({ 3, 4 }, p[2], -5, 5)
+    case("where", "where " .. p[1] .. "," .. p[2], "torch.where(c, a, b)", { c = cond, a = a, b = b },
+      function() return T.where(cond, a, b) end)
+  end
+  local c2, x = T.rand({ 4, 5 }):lt(0.5), gen({ 4, 5 }, "float32", -5, 5)
+  local xi = gen({ 4, 5 }, "int32", -5, 5)
+  local cases = {
+    { "scalars 1, 2.5", "torch.where(c, 1, 2.5)", function() return T.where(c2, 1, 2.5) end },
+    { "scalars 1, 2", "torch.where(c, 1, 2)", function() return T.where(c2, 1, 2) end },
+    { "int32 tensor, 2", "torch.where(c, xi, 2)", function() return T.where(c2, xi, 2) end },
+    { "int32 tensor, 2.5", "torch.where(c, xi, 2.5)", function() return T.where(c2, xi, 2.5) end },
+    { "2.5, float16 tensor", "torch.where(c, 2.5, x.half())", function() return T.where(c2, 2.5, x:half()) end },
+    { "non-contiguous", "torch.where(c, x, xi)", function() return T.where(noncontig(c2), noncontig(x), xi) end },
+    { "zero-size", "torch.where(torch.zeros(0, 5, dtype=torch.bool), x[0], 1.5)",
+      function() return T.where(T.zeros(0, 5, { dtype = "bool" }), x[1], 1.5) end },
+    { "0-d condition", "torch.where(torch.tensor(True), x, xi)", function() return T.where(T.tensor(true), x, xi) end },
+  }
+  for _, w in ipairs(cases) do
+    case("where", "where " .. w[1], w[2], { c = c2, x = x, xi = xi }, w[3])
+  end
+end
+
+for _, dt in ipairs(DTYPES) do
+  local x = gen({ 3, 4 }, dt, -5, 5)
+  local g = "clamp"
+  case(g, "clamp " .. dt .. " -1,2", "torch.clamp(a, min=-1, max=2)", { a = x }, function() return T.clamp(x, -1, 2) end)
+  case(g, "clamp " .. dt .. " min only", "torch.clamp(a, min=-1)", { a = x }, function() return x:clamp(-1) end)
+  case(g, "clamp " .. dt .. " max only", "torch.clamp(a, max=2)", { a = x }, function() return x:clamp(nil, 2) end)
+  case(g, "clamp " .. dt .. " min > max", "torch.clamp(a, min=2, max=-1)", { a = x }, function() return x:clamp(2, -1) end)
+  case(g, "clamp " .. dt .. " 2.5", "torch.clamp(a, min=-2.5, max=2.5)", { a = x }, function() return x:clamp(-2.5, 2.5) end)
+  if dt ~= "bool" then
+    local lo, hi = gen({ 4 }, dt, -3, 0), gen({ 3, 1 }, dt, 0, 3)
+    case(g, "clamp " .. dt .. " tensor bounds", "torch.clamp(a, min=lo, max=hi)", { a = x, lo = lo, hi = hi },
+      function() return x:clamp(lo, hi) end)
+    case(g, "clamp " .. dt .. " tensor min, float max", "torch.clamp(a, min=lo, max=torch.tensor(2.5))",
+      { a = x, lo = lo }, function() return x:clamp(lo, 2.5) end)
+    local nc = noncontig(gen({ 4, 5 }, dt, -5, 5))
+    case(g, "clamp " .. dt .. " non-contiguous", "torch.clamp(a, min=-1, max=2)", { a = nc }, function() return nc:clamp(-1, 2) end)
+  end
+  local z = gen({ 0, 2 }, dt, -5, 5)
+  case(g, "clamp " .. dt .. " zero-size", "torch.clamp(a, min=0)", { a = z }, function() return z:clamp(0) end)
+end
+do
+  local x = T.tensor({ 0.5, 0 / 0, -2, 3 })
+  local nan = 0 / 0
+  case("clamp", "clamp NaN input", "torch.clamp(a, min=0, max=1)", { a = x }, function() return x:clamp(0, 1) end)
+  case("clamp", "clamp NaN min", "torch.clamp(a, min=nan, max=1)", { a = x }, function() return x:clamp(nan, 1) end)
+  case("clamp", "clamp NaN max", "torch.clamp(a, min=0, max=nan)", { a = x }, function() return x:clamp(0, nan) end)
+  local lo = T.tensor({ nan, 0, 0, nan })
+  case("clamp", "clamp NaN in a tensor bound", "torch.clamp(a, min=lo)", { a = x, lo = lo }, function() return x:clamp(lo) end)
+end
+
+for _, dt in ipairs(FLOATS) do
+  local a, b = gen({ 3, 4 }, dt, -5, 5), gen({ 4 }, dt, -5, 5)
+  local w = gen({ 3, 1 }, dt, 0, 1)
+  local g = "lerp"
+  case(g, "lerp " .. dt .. " 0.25", "torch.lerp(a, b, 0.25)", { a = a, b = b }, function() return T.lerp(a, b, 0.25) end)
+  case(g, "lerp " .. dt .. " 0.75", "torch.lerp(a, b, 0.75)", { a = a, b = b }, function() return a:lerp(b, 0.75) end)
+  case(g, "lerp " .. dt .. " tensor weight", "torch.lerp(a, b, w)", { a = a, b = b, w = w }, function() return a:lerp(b, w) end)
+  local nc = noncontig(gen({ 4, 3 }, dt, -5, 5))
+  local nb = gen({ 4, 3 }, dt, -5, 5)
+  case(g, "lerp " .. dt .. " non-contiguous", "torch.lerp(a, b, 0.5)", { a = nc, b = nb }, function() return nc:lerp(nb, 0.5) end)
+  local z = gen({ 0, 4 }, dt, -1, 1)
+  case(g, "lerp " .. dt .. " zero-size", "torch.lerp(a, b, 0.5)", { a = z, b = b }, function() return z:lerp(b, 0.5) end)
+end
+
+for _, dt in ipairs({ "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" }) do
+  local x, a, b = gen({ 3, 4 }, dt, -3, 3), gen({ 3, 1 }, dt, -3, 3), gen({ 4 }, dt, -3, 3)
+  local g = "addcmul"
+  case(g, "addcmul " .. dt, "torch.addcmul(x, a, b)", { x = x, a = a, b = b }, function() return T.addcmul(x, a, b) end)
+  case(g, "addcmul " .. dt .. " value 2", "torch.addcmul(x, a, b, value=2)", { x = x, a = a, b = b },
+    function() return x:addcmul(a, b, 2) end)
+  if FLOAT[dt] then
+    case(g, "addcmul " .. dt .. " value -0.5", "torch.addcmul(x, a, b, value=-0.5)", { x = x, a = a, b = b },
+      function() return x:addcmul(a, b, -0.5) end)
+    local nc = noncontig(gen({ 4, 4 }, dt, -3, 3))
+    case(g, "addcmul " .. dt .. " non-contiguous", "torch.addcmul(x, x, x)", { x = nc }, function() return T.addcmul(nc, nc, nc) end)
+  end
+end
+do
+  local x, a, b = gen({ 2, 2 }, "float16", -1, 1), gen({ 2, 2 }, "float32", -1, 1), gen({ 2 }, "int64", -2, 2)
+  case("addcmul", "addcmul float16,float32,int64", "torch.addcmul(x, a, b)", { x = x, a = a, b = b },
+    function() return T.addcmul(x, a, b) end)
+  local z, w = gen({ 0, 2 }, "float32", -1, 1), gen({ 2 }, "float32", -1, 1)
+  case("addcmul", "addcmul zero-size", "torch.addcmul(z, z, w)", { z = z, w = w }, function() return T.addcmul(z, z, w) end)
+end
+
+-- ---- in-place ----------------------------------------------------------------------------------
+for _, p in ipairs({ { "float32", "float32" }, { "float16", "float32" }, { "float64", "int64" }, { "int64", "int32" },
+                     { "int32", "float32" }, { "bfloat16", "bfloat16" } }) do
+  local g = "in-place"
+  local a, b = gen({ 3, 4 }, p[1], -4, 4), gen({ 4 }, p[2], 1, 4)
+  for _, op in ipairs({ "add_", "sub_", "mul_", "div_" }) do
+    local key = string.format("%s %s,%s", op, p[1], p[2])
+    case(g, key, string.format("a.clone().%s(b)", op), { a = a, b = b }, function()
+      local x = a:clone()
+      local r = x[op](x, b)
+      assert(rawequal(r, x), op .. " must return self")
+      return x
+    end)
+    case(g, key .. " scalar", string.format("a.clone().%s(2)", op), { a = a }, function() return a:clone()[op](a:clone(), 2) end)
+  end
+  case(g, "clamp_ " .. p[1], "a.clone().clamp_(-1, 2)", { a = a }, function()
+    local x = a:clone()
+    return x:clamp_(-1, 2)
+  end)
+  case(g, "add_ alpha " .. p[1], "a.clone().add_(b, alpha=3)", { a = a, b = b }, function() return a:clone():add_(b, { alpha = 3 }) end)
+  case(g, "add_ broadcast into smaller " .. p[1], "b.clone().add_(a)", { a = a, b = b }, function() return b:clone():add_(a) end)
+end
+for _, op in ipairs({ "add_", "sub_", "mul_", "div_" }) do
+  local a = gen({ 3, 3 }, "float32", -2, 2)
+  case("in-place", op .. " aliasing a transposed self", string.format("a.clone().%s(a.t())", op), { a = a }, function()
+    local x = a:clone()
+    x[op](x, x:t())
+    return x
+  end)
+end
+
+suite:check()
+
+-- ---- explicit specs (no torch needed) -----------------------------------------------------------
+describe("type promotion", function()
+  local i32 = function(t) return T.tensor(t, { dtype = "int32" }) end
+  local f16 = function(t) return T.tensor(t, { dtype = "float16" }) end
+  local rules = {
+    { "int64 tensor + float scalar -> float32", function() return T.tensor({ 1, 2 }) + 2.5 end, "float32" },
+    { "int32 tensor + int scalar stays int32 (weak scalar)", function() return i32({ 1, 2 }) + 3 end, "int32" },
+    { "int32 tensor + 2.5 -> float32", function() return i32({ 1, 2 }) + 2.5 end, "float32" },
+    { "float16 tensor + float32 tensor -> float32", function() return f16({ 1 }) + T.ones(1) end, "float32" },
+    { "float16 tensor + float scalar stays float16", function() return f16({ 1 }) * 0.1 end, "float16" },
+    { "bfloat16 + float16 -> float32", function() return f16({ 1 }) + T.ones(1, { dtype = "bfloat16" }) end, "float32" },
+    { "bool tensor + int32 tensor -> int32", function() return T.tensor({ true }) + i32({ 2 }) end, "int32" },
+    { "bool tensor + int scalar -> int64", function() return T.tensor({ true }) + 1 end, "int64" },
+    { "bool tensor + float scalar -> float32", function() return T.tensor({ true }) + 1.5 end, "float32" },
+    { "bool tensor + true stays bool", function() return T.tensor({ true }) + true end, "bool" },
+    { "int32 tensor + int64 tensor -> int64", function() return i32({ 1 }) + T.tensor({ 1 }) end, "int64" },
+    { "float16 tensor + 0-d float64 stays float16", function() return f16({ 1 }) + T.tensor(1, { dtype = "float64" }) end, "float16" },
+    { "int32 tensor + 0-d float32 -> float32", function() return i32({ 1 }) + T.tensor(1.5) end, "float32" },
+    { "int32 tensor + 0-d int64 stays int32", function() return i32({ 1 }) + T.tensor(7) end, "int32" },
+    { "0-d float64 + 0-d float32 -> float64", function() return T.tensor(1, { dtype = "float64" }) + T.tensor(1.5) end, "float64" },
+    { "0-d int32 + float scalar -> float32", function() return T.tensor(1, { dtype = "int32" }) + 0.5 end, "float32" },
+    { "int / int -> float32", function() return T.tensor({ 1 }) / T.tensor({ 2 }) end, "float32" },
+    { "int tensor + inf -> float32 (inf is not an integer)", function() return T.tensor({ 1 }) + math.huge end, "float32" },
+    { "int tensor + 1e300 -> float32 (beyond int64)", function() return T.tensor({ 1 }) + 1e300 end, "float32" },
+    { "int comparison with float -> bool", function() return T.tensor({ 1 }):lt(1.5) end, "bool" },
+    { "exp of int64 -> float32", function() return T.tensor({ 1 }):exp() end, "float32" },
+    { "neg of int32 stays int32", function() return i32({ 1 }):neg() end, "int32" },
+  }
+  for _, r in ipairs(rules) do
+    it(r[1], function() expect.eq(r[2]().dtype, r[3]) end)
+  end
+  it("a weak scalar keeps its value in the tensor's dtype", function()
+    expect.eq((i32({ 7, -7 }) + 2):totable(), { 9, -5 })
+    expect.eq((T.tensor({ 1, 2 }) + 2.5):totable(), { 3.5, 4.5 })
+    expect.eq((T.tensor({ true, false }) + 2):totable(), { 3, 2 })
+  end)
+  it("an int64 scalar beyond int32 wraps like torch's int64 -> int32 cast", function()
+    expect.eq((i32({ 1 }) + 2 ^ 32):totable(), { 1 })
+    expect.eq((i32({ 0 }) + (2 ^ 31)):totable(), { -2 ^ 31 })
+  end)
+end)
+
+describe("NaN rules", function()
+  local nan = 0 / 0
+  it("maximum / minimum propagate NaN from either side", function()
+    local a, b = T.tensor({ 1, nan, nan, -1 }), T.tensor({ nan, 2, nan, 3 })
+    expect.eq(vals(T.maximum(a, b):isnan()), { true, true, true, false })
+    expect.eq(vals(T.minimum(b, a):isnan()), { true, true, true, false })
+    expect.eq(T.maximum(a, b)[4]:item(), 3)
+  end)
+  it("clamp gives NaN for a NaN input or bound", function()
+    expect.eq(vals(T.tensor({ nan, 5 }):clamp(0, 1):isnan()), { true, false })
+    expect.eq(vals(T.tensor({ 0.5, 5 }):clamp(nan, 1):isnan()), { true, true })
+    expect.eq(vals(T.tensor({ 0.5, 5 }):clamp(nil, nan):isnan()), { true, true })
+  end)
+  it("relu / abs / neg keep NaN, sign(NaN) is 0 as in torch", function()
+    for _, op in ipairs({ "relu", "abs", "neg", "floor", "round" }) do
+      expect.truthy(T[op](T.tensor({ nan })):isnan():item(), op)
+    end
+    expect.eq(T.tensor({ nan }):sign():item(), 0)
+  end)
+  it("NaN compares unequal to everything, itself included", function()
+    local x = T.tensor({ nan })
+    expect.eq(x:eq(x):item(), false)
+    expect.eq(x:ne(x):item(), true)
+    expect.eq(x:lt(1):item(), false)
+    expect.eq(x:ge(1):item(), false)
+  end)
+  it("NaN converts to true as a bool", function() expect.eq(T.tensor({ nan }):bool():item(), true) end)
+end)
+
+describe("integer division", function()
+  for _, dt in ipairs({ "int32", "int64" }) do
+    it("fmod / remainder of " .. dt .. " by zero raise", function()
+      local x = T.tensor({ 5, -5, 7 }, { dtype = dt })
+      local z = T.tensor({ 1, 0, 2 }, { dtype = dt })
+      errs(function() local _ = x:fmod(0) end, "fmod", "integer division by zero")
+      errs(function() local _ = T.remainder(x, 0) end, "remainder", "integer division by zero")
+      errs(function() local _ = x:fmod(z) end, "fmod", "integer division by zero")
+      errs(function() local _ = x % z end, "remainder", "integer division by zero")
+      errs(function() local _ = 3 % x:sub(x) end, "remainder", "integer division by zero")
+    end)
+  end
+  it("float fmod / remainder by zero give NaN, division gives inf", function()
+    expect.truthy(T.tensor({ 1.5 }):fmod(0):isnan():item())
+    expect.truthy(T.tensor({ 1.5 }):remainder(0):isnan():item())
+    expect.eq((T.tensor({ 1, -1, 0 }) / 0):totable()[1], math.huge)
+    expect.eq((T.tensor({ 1, -1 }) / 0):totable()[2], -math.huge)
+    expect.truthy((T.tensor({ 0 }) / 0):isnan():item())
+  end)
+  it("remainder takes the divisor's sign, fmod the dividend's", function()
+    expect.eq(T.tensor({ 5, -5, 5, -5 }):remainder(T.tensor({ 3, 3, -3, -3 })):totable(), { 2, 1, -1, -2 })
+    expect.eq(T.tensor({ 5, -5, 5, -5 }):fmod(T.tensor({ 3, 3, -3, -3 })):totable(), { 2, -2, 2, -2 })
+    expect.eq(T.tensor({ -7 }, { dtype = "int64" }):remainder(-1):totable(), { 0 })
+  end)
+  it("integer powers", function()
+    local x = T.tensor({ -2, -1, 0, 1, 2, 3 })
+    expect.eq(x:pow(2):totable(), { 4, 1, 0, 1, 4, 9 })
+    expect.eq((x ^ 0):totable(), { 1, 1, 1, 1, 1, 1 })
+    expect.eq(x:pow(T.tensor({ -1, -1, -1, -1, -1, -1 })):totable(), { 0, -1, 0, 1, 0, 0 })
+    expect.eq(T.tensor({ 3 }):pow(40).dtype, "int64")
+    errs(function() local _ = x:pow(-1) end, "pow", "negative integer powers", "-1")
+    expect.eq(x:pow(-1.0 + 0.5).dtype, "float32")
+  end)
+end)
+
+describe("in-place ops", function()
+  it("return self and write through views to the base", function()
+    local base = T.zeros(3, 4)
+    local row = base:select(1, 2)
+    expect.truthy(rawequal(row:add_(5), row))
+    expect.eq(base:totable(), { { 0, 0, 0, 0 }, { 5, 5, 5, 5 }, { 0, 0, 0, 0 } })
+    local col = base:t():select(1, 3)  -- a strided view: column 3
+    col:mul_(2):sub_(1)
+    expect.eq(base:totable(), { { 0, 0, -1, 0 }, { 5, 5, 9, 5 }, { 0, 0, -1, 0 } })
+    base:slice(2, 1, 2):clamp_(0, 1)
+    expect.eq(base:totable(), { { 0, 0, -1, 0 }, { 1, 1, 9, 5 }, { 0, 0, -1, 0 } })
+    base:t():div_(2)
+    expect.eq(base:totable(), { { 0, 0, -0.5, 0 }, { 0.5, 0.5, 4.5, 2.5 }, { 0, 0, -0.5, 0 } })
+  end)
+  it("read the old values when the operand aliases self", function()
+    local x = T.tensor({ { 1, 2 }, { 3, 4 } })
+    x:add_(x:t())
+    expect.eq(x:totable(), { { 2, 5 }, { 5, 8 } })
+  end)
+  it("keep self's dtype and convert the result into it", function()
+    local h = T.ones(3, { dtype = "float16" })
+    h:add_(T.tensor({ 0.5, 1, 2 }, { dtype = "float64" }))
+    expect.eq(h.dtype, "float16")
+    expect.eq(h:totable(), { 1.5, 2, 3 })
+    local i = T.tensor({ 1, 2 }, { dtype = "int32" })
+    i:add_(T.tensor({ 1, 1 }), { alpha = 3 })
+    expect.eq(i:totable(), { 4, 5 })
+    expect.eq(T.tensor({ true, false }):add_(true):totable(), { true, true })
+  end)
+  it("reject a result type of a higher category", function()
+    errs(function() local _ = T.tensor({ 1, 2 }):add_(0.5) end, "add_", "float32", "int64")
+    errs(function() local _ = T.tensor({ 1, 2 }):div_(2) end, "div_", "float32", "int64")
+    errs(function() local _ = T.tensor({ true }):mul_(2) end, "mul_", "int64", "bool")
+    errs(function() local _ = T.tensor({ 1, 2 }):clamp_(0.5) end, "clamp_", "float32")
+  end)
+  it("reject a result of another shape (self does not broadcast)", function()
+    errs(function() local _ = T.zeros(3):add_(T.zeros(2, 3)) end, "add_", "{2,3}", "{3}")
+    errs(function() local _ = T.zeros(3):sub_(T.zeros(4)) end, "sub_", "cannot be broadcast")
+  end)
+  it("work on zero-size and 0-d tensors", function()
+    local z = T.zeros(0, 3)
+    expect.eq(z:add_(1).shape, { 0, 3 })
+    local s = T.tensor(2.5)
+    s:mul_(2)
+    expect.eq(s:item(), 5)
+  end)
+  it("are methods only", function()
+    expect.eq(T.add_, nil)
+    expect.eq(T.clamp_, nil)
+  end)
+end)
+
+describe("argument errors of pointwise ops", function()
+  for _, u in ipairs(UNARY) do
+    it(u[1] .. " names itself, the argument and what was given", function()
+      errs(function() local _ = T[u[1]]("x") end, u[1], "argument 1 (self)", "expected a tensor", 'string "x"')
+      errs(function() local _ = T[u[1]](2) end, u[1], "expected a tensor", "number")
+    end)
+  end
+  it("bool inputs to ops that need numbers are rejected", function()
+    for _, op in ipairs({ "neg", "abs", "relu", "floor", "ceil", "round", "trunc", "sign", "square" }) do
+      errs(function() local _ = T[op](T.tensor({ true })) end, op, "numeric", "bool")
+    end
+  end)
+  it("gelu checks its approximate option", function()
+    errs(function() local _ = T.ones(2):gelu({ approximate = "fast" }) end, "gelu", 'approximate expected "none" or "tanh"', '"fast"')
+    errs(function() local _ = T.ones(2):gelu({ approximate = 1 }) end, "gelu", "approximate", "string")
+    errs(function() local _ = T.ones(2):gelu({ approx = "tanh" }) end, "gelu", "unknown option 'approx'")
+  end)
+  for _, op in ipairs(BINARY) do
+    it(op .. " rejects two numbers, strings and shapes that do not broadcast", function()
+      errs(function() local _ = T[op](1, 2) end, op, "at least one tensor")
+      errs(function() local _ = T[op](T.ones(2), "a") end, op, "argument 2 (other)", "a tensor or a number", "string")
+      errs(function() local _ = T[op]({}, T.ones(2)) end, op, "argument 1 (self)", "table")
+      errs(function() local _ = T[op](T.ones(2, 3), T.ones(4)) end, op, "{2,3} and {4} cannot be broadcast")
+    end)
+  end
+  it("sub rejects bool operands, as torch", function()
+    errs(function() local _ = T.tensor({ true }) - T.tensor({ true }) end, "sub", "bool")
+    errs(function() local _ = T.ones(2):sub(true) end, "sub", "bool")
+    errs(function() local _ = 1 - T.tensor({ false }) end, "sub", "bool", "logical_not")
+  end)
+  it("add / sub check alpha", function()
+    errs(function() local _ = T.tensor({ 1 }):add(T.tensor({ 1 }), { alpha = 2.5 }) end, "add", "alpha", "integer", "2.5")
+    errs(function() local _ = T.ones(1):add(1, { alpha = "x" }) end, "add", "alpha", "number")
+    expect.eq(T.ones(2):sub(T.ones(2), { alpha = 0.5 }):totable(), { 0.5, 0.5 })
+  end)
+  it("where wants a bool condition and broadcastable operands", function()
+    errs(function() local _ = T.where(T.tensor({ 1, 0 }), 1, 2) end, "where", "condition", "bool", "int64")
+    errs(function() local _ = T.where(T.tensor({ true, false }), T.ones(3), 2) end, "where", "cannot be broadcast")
+    errs(function() local _ = T.where(true, 1, 2) end, "where", "argument 1 (condition)", "tensor")
+    expect.eq(T.ones(2).where, nil)  -- T.where only
+  end)
+  it("clamp needs a bound and numeric input", function()
+    errs(function() local _ = T.ones(2):clamp() end, "clamp", "at least one of min and max")
+    errs(function() local _ = T.ones(2):clamp("a") end, "clamp", "argument 2 (min)", "string")
+    errs(function() local _ = T.ones(2):clamp(T.ones(3)) end, "clamp", "cannot be broadcast")
+  end)
+  it("lerp and addcmul check their operands", function()
+    errs(function() local _ = T.ones(2):lerp(1, 0.5) end, "lerp", "argument 2 (end)", "tensor")
+    errs(function() local _ = T.ones(2):lerp(T.ones(3), 0.5) end, "lerp", "cannot be broadcast")
+    errs(function() local _ = T.tensor({ true }):lerp(T.tensor({ false }), true) end, "lerp", "floating")
+    errs(function() local _ = T.tensor({ 1 }):addcmul(T.tensor({ 1 }), T.tensor({ 1 }), 0.5) end, "addcmul", "value", "integer", "0.5")
+    errs(function() local _ = T.tensor({ true }):addcmul(T.tensor({ true }), T.tensor({ true })) end, "addcmul", "numeric", "bool")
+    errs(function() local _ = T.addcmul(T.ones(2), T.ones(2), 3) end, "addcmul", "argument 3 (tensor2)", "tensor")
+  end)
+end)
+
+describe("deliberate differences from torch 1.13", function()
+  it("sign / square reject bool tensors (torch returns bool / int64)", function()
+    errs(function() local _ = T.tensor({ true }):sign() end, "sign", "bool")
+    errs(function() local _ = T.tensor({ true }):square() end, "square", "bool")
+  end)
+  it("lerp promotes integer inputs to float32 (torch raises)", function()
+    local r = T.tensor({ 1, 2 }):lerp(T.tensor({ 3, 6 }), 0.25)
+    expect.eq(r.dtype, "float32")
+    expect.eq(r:totable(), { 1.5, 3 })
+  end)
+  it("maximum / minimum / atan2 / logical ops take a number (torch needs a tensor)", function()
+    expect.eq(T.tensor({ 1, 5 }):maximum(3):totable(), { 3, 5 })
+    expect.eq(T.minimum(2.5, T.tensor({ 1, 5 })):totable(), { 1, 2.5 })
+    expect.eq(T.tensor({ 0, 2 }):logical_and(true):totable(), { false, true })
+  end)
+  it("addcmul rejects a fractional value for integer inputs (torch truncates it)", function()
+    errs(function() local _ = T.addcmul(T.tensor({ 1 }), T.tensor({ 1 }), T.tensor({ 1 }), 2.5) end, "addcmul", "2.5")
+  end)
+  it("eye and arange support bfloat16 (torch 1.13 lacks bfloat16 eye)", function()
+    expect.eq(T.eye(2, { dtype = "bfloat16" }):totable(), { { 1, 0 }, { 0, 1 } })
+  end)
+end)

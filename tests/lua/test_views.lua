@@ -538,3 +538,16 @@ describe("zero-size views", function()
     expect.eq(x:narrow(2, 1, 0):totable(), { {}, {} })
   end)
 end)
+
+describe("in-place writes into expanded views", function()
+  it("raise instead of writing one slot several times", function()
+    local T = require "crescent"
+    local e = T.zeros(1, 3):expand(4, 3)
+    expect.errors(function() e:add_(1) end, "add_: cannot write into an expanded tensor")
+    expect.errors(function() e:fill_(2) end, "fill_: cannot write into an expanded tensor")
+    expect.errors(function() e:copy_(T.ones(4, 3)) end, "copy_: cannot write into an expanded tensor")
+    expect.errors(function() e:zero_() end, "zero_: cannot write into an expanded tensor")
+    local ok = T.zeros(1, 3):expand(1, 3)  -- size-1 stride-0 dims are fine
+    ok:add_(1)
+  end)
+end)

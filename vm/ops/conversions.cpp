@@ -43,7 +43,7 @@ void run_clone(OpCall& c) { copy_into(c.outs[0], c.tensor(0)); }
 
 // x:copy_(src): src broadcast to x's shape, converted to x's dtype
 void run_copy_(OpCall& c) {
-  Tensor self = c.tensor(0);
+  Tensor self = writable(c, 0);
   Operand src = operand(c, 1);
   if (!src.is_tensor()) check_scalar_fits(src.num, self.dtype());
   Tensor s = materialize(src, src.is_tensor() ? src.t.dtype() : self.dtype());
@@ -57,7 +57,7 @@ void run_copy_(OpCall& c) {
 }
 
 void run_fill_(OpCall& c) {
-  Tensor self = c.tensor(0);
+  Tensor self = writable(c, 0);
   Operand v = operand(c, 1);
   if (v.is_tensor()) {
     if (v.t.numel() != 1) fail(cat("value expected a number or a 1-element tensor, got ", v.t.describe()));
@@ -67,7 +67,7 @@ void run_fill_(OpCall& c) {
   check_scalar_fits(v.num, self.dtype());
   fill(self, v.num);
 }
-void run_zero_(OpCall& c) { fill(c.tensor(0), 0); }
+void run_zero_(OpCall& c) { fill(writable(c, 0), 0); }
 
 }  // namespace
 

@@ -211,6 +211,7 @@ void run_masked_fill(OpCall& c) { masked_fill_into(c.outs[0], prepare_masked_fil
 
 // In place: every output element reads only its own input element, so self can be both.
 void run_masked_fill_(OpCall& c) {
+  writable(c, 0);  // rejects expanded views
   Masked m = prepare_masked_fill(c);
   if (m.shape != m.x.sizes())
     fail(cat("mask of shape ", shape_str(m.mask.sizes()), " does not broadcast to the shape ", shape_str(m.x.sizes()),

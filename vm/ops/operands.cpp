@@ -89,4 +89,12 @@ void check_scalar_fits(double v, DType dtype) {
 
 std::string dtype_list_error(const char* what, DType d) { return cat("expected ", what, ", got a ", dtype_name(d), " tensor"); }
 
+Tensor writable(const OpCall& c, int i) {
+  Tensor t = c.tensor(i);
+  for (int d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0 && t.size(d) > 1)
+      fail(cat("cannot write into an expanded tensor (dim ", d + 1, " has stride 0): clone() it first"));
+  return t;
+}
+
 }  // namespace cr

@@ -45,6 +45,10 @@ template <class F> decltype(auto) visit_numeric(DType d, F&& f) {  // all but bo
   }
 }
 
+// The tensor an in-place op writes: rejects expanded views, where one memory slot is several
+// elements (PyTorch raises too: the result would depend on the write order).
+Tensor writable(const OpCall& c, int i);
+
 std::string dtype_list_error(const char* what, DType d);  // "expected a floating tensor, got int32"
 
 }  // namespace cr

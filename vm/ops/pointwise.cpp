@@ -331,7 +331,7 @@ bool writes_directly(const OpCall& c, const Tensor& self, const Meta& m) {
 }
 
 void run_inplace(OpCall& c) {
-  Tensor self = c.tensor(0);
+  Tensor self = writable(c, 0);
   std::string base = c.def.name;
   base.pop_back();
   const OpDef* def = Registry::get().find(base);

@@ -126,7 +126,7 @@ def fmt(v, dbl):
 def show(name, spec, mid=None):
     g, w, a, b, n, p0, step = spec
     c, e = remez(g, w, a, b, n, p0, step)
-    dbl = name.endswith('_d')
+    dbl = name.endswith('_d') or name in ('sin_f', 'cos_f')  # float sin/cos are evaluated in double
     bits = -log(e, 2)
     extra = f' (t = x - {float(mid)})' if mid is not None else ''
     print(f'// {name}: {n} coefficients on [{float(a)}, {float(b)}]{extra}, weighted error 2^-{float(bits):.1f}')

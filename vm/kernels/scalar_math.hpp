@@ -7,6 +7,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "vm/kernels/vmath.hpp"
+
 namespace cr::sm {
 
 template <class T> constexpr bool is_int = std::is_integral_v<T> && !std::is_same_v<T, bool>;
@@ -21,12 +23,13 @@ template <class T> inline T relu_(T a) {
   if constexpr (std::is_floating_point_v<T>) { if (std::isnan(a)) return a; }
   return a > T(0) ? a : T(0);
 }
-template <class T> inline T sigmoid_(T a) { return T(1) / (T(1) + std::exp(-a)); }
-template <class T> inline T silu_(T a) { return a / (T(1) + std::exp(-a)); }
-template <class T> inline T gelu_(T a) { return T(0.5) * a * (T(1) + std::erf(a * T(0.70710678118654752440))); }
+// x sigmoid(x) rather than x / (1 + e^-x), whose e^-x overflows for x < -88 (float) and gives -0
+// instead of the tiny negative result.
+template <class T> inline T silu_(T a) { return a * vm::sigmoid(a); }
+template <class T> inline T gelu_(T a) { return T(0.5) * a * (T(1) + vm::erf(a * T(0.70710678118654752440))); }
 template <class T> inline T gelu_tanh_(T a) {
   const T k = T(0.79788456080286535588), c = T(0.044715);
-  return T(0.5) * a * (T(1) + std::tanh(k * (a + c * a * a * a)));
+  return T(0.5) * a * (T(1) + vm::tanh(k * (a + c * a * a * a)));
 }
 template <class T> inline T rsqrt_(T a) { return T(1) / std::sqrt(a); }
 template <class T> inline bool isnan_(T a) { if constexpr (std::is_floating_point_v<T>) return std::isnan(a); else return false; }

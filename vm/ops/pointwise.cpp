@@ -18,22 +18,22 @@ enum class Rule { Float, Same, Bool, Arith, Numeric, Compare, Logical };
 #define CR_UNARY_OPS(X)                        \
   X(neg, Same, -a)                             \
   X(abs, Same, sm::abs_(a))                    \
-  X(exp, Float, std::exp(a))                   \
-  X(exp2, Float, std::exp2(a))                 \
-  X(log, Float, std::log(a))                   \
-  X(log2, Float, std::log2(a))                 \
-  X(log1p, Float, std::log1p(a))               \
-  X(expm1, Float, std::expm1(a))               \
+  X(exp, Float, vm::exp(a))                    \
+  X(exp2, Float, vm::exp2(a))                  \
+  X(log, Float, vm::log(a))                    \
+  X(log2, Float, vm::log2(a))                  \
+  X(log1p, Float, vm::log1p(a))                \
+  X(expm1, Float, vm::expm1(a))                \
   X(sqrt, Float, std::sqrt(a))                 \
   X(rsqrt, Float, sm::rsqrt_(a))               \
-  X(sin, Float, std::sin(a))                   \
-  X(cos, Float, std::cos(a))                   \
-  X(tan, Float, std::tan(a))                   \
-  X(tanh, Float, std::tanh(a))                 \
-  X(sigmoid, Float, sm::sigmoid_(a))           \
+  X(sin, Float, vm::sin(a))                    \
+  X(cos, Float, vm::cos(a))                    \
+  X(tan, Float, vm::tan(a))                    \
+  X(tanh, Float, vm::tanh(a))                  \
+  X(sigmoid, Float, vm::sigmoid(a))            \
   X(relu, Same, sm::relu_(a))                  \
   X(silu, Float, sm::silu_(a))                 \
-  X(erf, Float, std::erf(a))                   \
+  X(erf, Float, vm::erf(a))                    \
   X(floor, Same, sm::floor_(a))                \
   X(ceil, Same, sm::ceil_(a))                  \
   X(round, Same, sm::round_(a))                \

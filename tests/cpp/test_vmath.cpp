@@ -1,0 +1,193 @@
+// vm/kernels/vmath.hpp: ulp error of every function in float and double against long double
+// references on random and edge inputs, and the IEEE special values. The sample count per range
+// can be raised with CRESCENT_VMATH_SAMPLES (default 4000) for a longer soak.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "vm/kernels/vmath.hpp"
+
+using namespace cr;
+using LD = long double;
+
+namespace {
+
+template <class T> using lim = std::numeric_limits<T>;
+
+// |y - ref| in units of the last place of T at ref (subnormal ulp below the normal range);
+// inf counts as 2^emax so that an overflow near the boundary is measured, not infinite.
+template <class T> double ulp_error(T y, LD ref) {
+  if (std::isnan(ref)) return std::isnan(y) ? 0.0 : 1e30;
+  if (std::isnan(y)) return 1e30;
+  const LD top = std::ldexp(LD(1), lim<T>::max_exponent);
+  LD yy = std::isinf(y) ? std::copysign(top, LD(y)) : LD(y);
+  if (std::fabs(ref) >= top) ref = std::copysign(top, ref);
+  int e = ref == 0 ? lim<T>::min_exponent - 1 : std::max(std::ilogb(ref), lim<T>::min_exponent - 1);
+  return double(std::fabs(yy - ref) / std::ldexp(LD(1), e - (lim<T>::digits - 1)));
+}
+
+size_t samples() {
+  const char* s = std::getenv("CRESCENT_VMATH_SAMPLES");
+  return s ? std::strtoul(s, nullptr, 10) : 4000;
+}
+
+// Uniform values, uniform bit patterns and log-uniform magnitudes within [lo, hi], plus the
+// range ends and the smallest numbers.
+template <class T> std::vector<T> inputs(double lo, double hi, uint64_t seed) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<double> uni(lo, hi);
+  double top = std::log2(std::max(std::fabs(lo), std::fabs(hi)));
+  std::uniform_real_distribution<double> mag(lim<T>::min_exponent - 30.0, top);
+  std::vector<T> v;
+  size_t n = samples();
+  auto keep = [&](T x) {
+    if (x >= T(lo) && x <= T(hi)) v.push_back(x);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    keep(T(uni(g)));
+    U b = U(g());
+    T x;
+    std::memcpy(&x, &b, sizeof x);
+    keep(x);
+    T m = T(std::exp2(mag(g)));
+    keep(g() & 1 ? m : -m);
+  }
+  for (T x : {T(lo), T(hi), T(0), -T(0), lim<T>::denorm_min(), -lim<T>::denorm_min(), lim<T>::min(), -lim<T>::min(),
+              T(1), T(-1), T(0.5), T(-0.5)})
+    keep(x);
+  return v;
+}
+
+template <class T, class F, class R> double max_ulp(F f, R ref, const std::vector<T>& xs, T* worst_x) {
+  double worst = 0;
+  for (T x : xs) {
+    double e = ulp_error(f(x), ref(LD(x)));
+    if (e > worst) {
+      worst = e;
+      *worst_x = x;
+    }
+  }
+  return worst;
+}
+
+#define CHECK_ULP(T, FN, REF, LO, HI, SEED)                                                           \
+  do {                                                                                                \
+    T wx = 0;                                                                                         \
+    double e = max_ulp<T>([](T x) { return vm::FN(x); }, REF, inputs<T>(LO, HI, SEED), &wx);          \
+    INFO(#FN << "<" << (sizeof(T) == 4 ? "float" : "double") << "> on [" << LO << ", " << HI          \
+              << "]: " << e << " ulp at x = " << double(wx));                                         \
+    CHECK(e <= 2.0);                                                                                  \
+  } while (0)
+
+template <class T> void accuracy() {
+  const double big = double(lim<T>::max()), trig = double(vm::kTrigLimit<T>) * 0.99;
+  auto sigmoid = [](LD x) { return 1 / (1 + std::exp(-x)); };
+  CHECK_ULP(T, exp, [](LD x) { return std::exp(x); }, -big, big, 1);
+  CHECK_ULP(T, exp, [](LD x) { return std::exp(x); }, -800.0, 800.0, 2);
+  CHECK_ULP(T, exp2, [](LD x) { return std::exp2(x); }, -1100.0, 1100.0, 3);
+  CHECK_ULP(T, expm1, [](LD x) { return std::expm1(x); }, -800.0, 800.0, 4);
+  CHECK_ULP(T, expm1, [](LD x) { return std::expm1(x); }, -2.0, 2.0, 5);
+  CHECK_ULP(T, log, [](LD x) { return std::log(x); }, 0.0, big, 6);
+  CHECK_ULP(T, log, [](LD x) { return std::log(x); }, 0.5, 2.0, 7);
+  CHECK_ULP(T, log2, [](LD x) { return std::log2(x); }, 0.0, big, 8);
+  CHECK_ULP(T, log2, [](LD x) { return std::log2(x); }, 0.5, 2.0, 9);
+  CHECK_ULP(T, log1p, [](LD x) { return std::log1p(x); }, -1.0, big, 10);
+  CHECK_ULP(T, log1p, [](LD x) { return std::log1p(x); }, -1.0, 3.0, 11);
+  CHECK_ULP(T, sin, [](LD x) { return std::sin(x); }, -10.0, 10.0, 12);
+  CHECK_ULP(T, sin, [](LD x) { return std::sin(x); }, -trig, trig, 13);
+  CHECK_ULP(T, cos, [](LD x) { return std::cos(x); }, -10.0, 10.0, 14);
+  CHECK_ULP(T, cos, [](LD x) { return std::cos(x); }, -trig, trig, 15);
+  CHECK_ULP(T, tan, [](LD x) { return std::tan(x); }, -10.0, 10.0, 16);
+  CHECK_ULP(T, tan, [](LD x) { return std::tan(x); }, -trig, trig, 17);
+  CHECK_ULP(T, tanh, [](LD x) { return std::tanh(x); }, -30.0, 30.0, 18);
+  CHECK_ULP(T, tanh, [](LD x) { return std::tanh(x); }, -big, big, 19);
+  CHECK_ULP(T, sigmoid, sigmoid, -800.0, 800.0, 20);
+  CHECK_ULP(T, sigmoid, sigmoid, -20.0, 20.0, 21);
+  CHECK_ULP(T, erf, [](LD x) { return std::erf(x); }, -7.0, 7.0, 22);
+  CHECK_ULP(T, erf, [](LD x) { return std::erf(x); }, -big, big, 23);
+}
+
+// Bit-exact comparison, so that NaN == NaN and -0 != +0.
+template <class T> bool same(T a, T b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0; }
+
+template <class T> void special_values() {
+  const T inf = lim<T>::infinity(), nan = lim<T>::quiet_NaN(), tiny = lim<T>::denorm_min(), big = lim<T>::max();
+  struct Case {
+    const char* fn;
+    T (*f)(T);
+    T x, want;
+  };
+  const Case cases[] = {
+      {"exp", vm::exp<T>, -inf, 0},          {"exp", vm::exp<T>, inf, inf},           {"exp", vm::exp<T>, nan, nan},
+      {"exp", vm::exp<T>, big, inf},          {"exp", vm::exp<T>, -big, 0},            {"exp", vm::exp<T>, 0, 1},
+      {"exp", vm::exp<T>, tiny, 1},           {"exp2", vm::exp2<T>, -inf, 0},          {"exp2", vm::exp2<T>, inf, inf},
+      {"exp2", vm::exp2<T>, 10, 1024},        {"exp2", vm::exp2<T>, -T(lim<T>::digits - lim<T>::min_exponent), tiny},
+      {"exp2", vm::exp2<T>, nan, nan},        {"expm1", vm::expm1<T>, -inf, -1},       {"expm1", vm::expm1<T>, inf, inf},
+      {"expm1", vm::expm1<T>, -0.0, -0.0},    {"expm1", vm::expm1<T>, tiny, tiny},     {"expm1", vm::expm1<T>, big, inf},
+      {"expm1", vm::expm1<T>, nan, nan},      {"log", vm::log<T>, 0, -inf},            {"log", vm::log<T>, -0.0, -inf},
+      {"log", vm::log<T>, -1, nan},           {"log", vm::log<T>, -inf, nan},          {"log", vm::log<T>, inf, inf},
+      {"log", vm::log<T>, 1, 0},              {"log", vm::log<T>, nan, nan},           {"log2", vm::log2<T>, 0, -inf},
+      {"log2", vm::log2<T>, -2, nan},         {"log2", vm::log2<T>, inf, inf},         {"log2", vm::log2<T>, 1024, 10},
+      {"log2", vm::log2<T>, tiny, T(lim<T>::min_exponent - lim<T>::digits)},           {"log2", vm::log2<T>, nan, nan},
+      {"log1p", vm::log1p<T>, -1, -inf},      {"log1p", vm::log1p<T>, -2, nan},        {"log1p", vm::log1p<T>, inf, inf},
+      {"log1p", vm::log1p<T>, -0.0, -0.0},    {"log1p", vm::log1p<T>, tiny, tiny},     {"log1p", vm::log1p<T>, nan, nan},
+      {"sin", vm::sin<T>, -0.0, -0.0},        {"sin", vm::sin<T>, -tiny, -tiny},       {"sin", vm::sin<T>, inf, nan},
+      {"sin", vm::sin<T>, nan, nan},          {"sin", vm::sin<T>, big, nan},           {"cos", vm::cos<T>, 0, 1},
+      {"cos", vm::cos<T>, -inf, nan},         {"cos", vm::cos<T>, nan, nan},           {"tan", vm::tan<T>, -0.0, -0.0},
+      {"tan", vm::tan<T>, inf, nan},          {"tan", vm::tan<T>, nan, nan},           {"tanh", vm::tanh<T>, -0.0, -0.0},
+      {"tanh", vm::tanh<T>, tiny, tiny},      {"tanh", vm::tanh<T>, inf, 1},           {"tanh", vm::tanh<T>, -inf, -1},
+      {"tanh", vm::tanh<T>, 50, 1},           {"tanh", vm::tanh<T>, -big, -1},         {"tanh", vm::tanh<T>, nan, nan},
+      {"sigmoid", vm::sigmoid<T>, -inf, 0},   {"sigmoid", vm::sigmoid<T>, inf, 1},     {"sigmoid", vm::sigmoid<T>, 0, 0.5},
+      {"sigmoid", vm::sigmoid<T>, nan, nan},  {"sigmoid", vm::sigmoid<T>, -big, 0},    {"erf", vm::erf<T>, inf, 1},
+      {"erf", vm::erf<T>, -inf, -1},          {"erf", vm::erf<T>, -0.0, -0.0},         {"erf", vm::erf<T>, 0, 0},
+      {"erf", vm::erf<T>, 10, 1},             {"erf", vm::erf<T>, nan, nan},
+  };
+  for (const Case& c : cases) {
+    T got = c.f(c.x);
+    INFO(c.fn << "<" << (sizeof(T) == 4 ? "float" : "double") << ">(" << double(c.x) << ") = " << double(got)
+              << ", expected " << double(c.want));
+    CHECK(same(got, c.want));
+  }
+  // subnormal results: exp / exp2 underflow gradually, sigmoid keeps tiny positive values
+  CHECK(vm::exp(T(sizeof(T) == 4 ? -100 : -740)) > 0);
+  CHECK(vm::exp(T(sizeof(T) == 4 ? -100 : -740)) < lim<T>::min());
+  CHECK(vm::sigmoid(T(sizeof(T) == 4 ? -100 : -740)) > 0);
+  // sin / cos / tan are computed up to kTrigLimit and NaN from there on
+  const T below = std::nextafter(vm::kTrigLimit<T>, T(0));
+  CHECK(ulp_error(vm::sin(below), std::sin(LD(below))) <= 1.0);
+  CHECK(std::isnan(vm::cos(vm::kTrigLimit<T>)));
+}
+
+}  // namespace
+
+TEST_CASE("vmath float accuracy is within 2 ulp", "[vmath]") { accuracy<float>(); }
+TEST_CASE("vmath double accuracy is within 2 ulp", "[vmath]") { accuracy<double>(); }
+TEST_CASE("vmath special values", "[vmath]") {
+  special_values<float>();
+  special_values<double>();
+}
+
+TEST_CASE("vmath float functions on every float16 value", "[vmath]") {
+  // All 63488 finite half values (the inputs of float16 tensors) through the float versions,
+  // against long double: a dense check over the range that matters most for the model dtypes.
+  double worst = 0;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    uint32_t e = (h >> 10) & 31u;
+    if (e == 31) continue;  // inf / nan
+    float x = std::ldexp(float((h & 1023u) | (e ? 1024u : 0u)), int(e ? e : 1) - 25) * ((h & 0x8000u) ? -1.0f : 1.0f);
+    worst = std::max({worst, ulp_error(vm::exp(x), std::exp(LD(x))), ulp_error(vm::tanh(x), std::tanh(LD(x))),
+                      ulp_error(vm::erf(x), std::erf(LD(x))), ulp_error(vm::sin(x), std::sin(LD(x))),
+                      ulp_error(vm::sigmoid(x), 1 / (1 + std::exp(-LD(x))))});
+    if (x > -1) worst = std::max(worst, ulp_error(vm::log1p(x), std::log1p(LD(x))));
+    if (x >= 0) worst = std::max(worst, ulp_error(vm::log(x), std::log(LD(x))));
+  }
+  INFO("worst " << worst << " ulp");
+  CHECK(worst <= 2.0);
+}

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 // Always inlined: a call left in a loop (GCC's size heuristics give up on erf<double>) would
 // stop it from vectorising.
@@ -87,6 +88,21 @@ template <std::size_t I = 0, class T, std::size_t N> CR_VM_INLINE T horner(T x, 
   else return std::fma(horner<I + 1>(x, c), x, c[I]);
 }
 
+// Piecewise polynomials: coefficient I of the first piece j whose flag in[j] is set (the last
+// piece when none is), selected per lane with blends, then one Horner evaluation.
+template <std::size_t I, class T, std::size_t M, std::size_t N, std::size_t... J>
+CR_VM_INLINE T pick(const bool (&in)[M - 1], const T (&c)[M][N], std::index_sequence<J...>) {
+  T v = c[M - 1][I];
+  ((v = blend(in[M - 2 - J], c[M - 2 - J][I], v)), ...);  // the lowest piece is applied last
+  return v;
+}
+template <std::size_t I = 0, class T, std::size_t M, std::size_t N>
+CR_VM_INLINE T horner_pieces(T x, const bool (&in)[M - 1], const T (&c)[M][N]) {
+  T ci = pick<I>(in, c, std::make_index_sequence<M - 1>{});
+  if constexpr (I + 1 == N) return ci;
+  else return std::fma(horner_pieces<I + 1>(x, in, c), x, ci);
+}
+
 // ---- coefficients (weighted minimax fits, scripts/vmath_coeffs.py) ------------------------
 // exp(r) = 1 + r + r^2 P(r), |r| <= ln2/2
 inline constexpr float kExpF[] = {0x1.fffffcp-2f, 0x1.55548ap-3f, 0x1.555916p-5f, 0x1.123fb4p-7f, 0x1.6a1a8ep-10f};
@@ -138,12 +154,14 @@ inline constexpr double kErfD[] = {0x1.06eba8214db69p-3,  -0x1.812746b0379e7p-2,
                                    -0x1.5f724aea6cc17p-23, 0x1.fc91191a29d0bp-27,  -0x1.4ff9bca2a9f0cp-30,
                                    0x1.88bdb71a9d999p-34,  -0x1.439f30bea9cdbp-38};
 // erfc(x) = exp(-x^2) R(x - mid) on [1, 2.2] (mid 1.6) and [2.2, 4] (mid 3.1)
+inline constexpr float kErfcMidF[2][1] = {{1.6f}, {3.1f}};
 inline constexpr float kErfcF[2][8] = {
     {0x1.394bbcp-2f, -0x1.31d3bap-3f, 0x1.128ba6p-4f, -0x1.cbb83ep-6f, 0x1.69a892p-7f, -0x1.0f0fb4p-8f,
      0x1.a4e9f8p-10f, -0x1.1bcd4cp-11f},
     {0x1.63c678p-3f, -0x1.a47468p-5f, 0x1.dec952p-7f, -0x1.0786e6p-8f, 0x1.18443ap-10f, -0x1.22e78ep-12f,
      0x1.446fc6p-14f, -0x1.3c2c4cp-16f}};
 // ... and on [1, 1.75], [1.75, 2.75], [2.75, 4], [4, 6] (mids 1.375, 2.25, 3.375, 5)
+inline constexpr double kErfcMidD[4][1] = {{1.375}, {2.25}, {3.375}, {5.0}};
 inline constexpr double kErfcD[4][16] = {
     {0x1.5f88f52f3c76bp-2, -0x1.797a639d8129dp-3, 0x1.701342cbcea82p-4, -0x1.4bcdb9d9083b6p-5,
      0x1.17eba60d30fddp-6, -0x1.bdf24bccadc07p-8, 0x1.51ab9ffead002p-9, -0x1.e8ae68b36f088p-11,
@@ -460,20 +478,12 @@ template <Real T> CR_VM_INLINE T erf(T x) {
   T b = blend(a > K<T>::erf_max, K<T>::erf_max, a);  // saturated (NaN passes)
   T R, e;
   if constexpr (kFloat<T>) {
-    bool lo = b < 2.2f;
-    T c[8];
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((c[I] = blend(lo, kErfcF[0][I], kErfcF[1][I])), ...);
-    }(std::make_index_sequence<8>{});
-    R = horner(b - blend(lo, 1.6f, 3.1f), c);
+    const bool in[1] = {b < 2.2f};
+    R = horner_pieces(b - horner_pieces(b, in, kErfcMidF), in, kErfcF);
     e = vm::exp(-b * b);
   } else {
-    bool i0 = b < 1.75, i1 = b < 2.75, i2 = b < 4.0;
-    T c[16];
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((c[I] = blend(i0, kErfcD[0][I], blend(i1, kErfcD[1][I], blend(i2, kErfcD[2][I], kErfcD[3][I])))), ...);
-    }(std::make_index_sequence<16>{});
-    R = horner(b - blend(i0, 1.375, blend(i1, 2.25, blend(i2, 3.375, 5.0))), c);
+    const bool in[3] = {b < 1.75, b < 2.75, b < 4.0};
+    R = horner_pieces(b - horner_pieces(b, in, kErfcMidD), in, kErfcD);
     // exp(-b^2) with b^2 = h + l exact: exp(-h) (1 - l)
     T h = b * b, l = std::fma(b, b, -h);
     e = vm::exp(-h);

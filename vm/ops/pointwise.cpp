@@ -71,8 +71,10 @@ enum class Rule { Float, Same, Bool, Arith, Numeric, Compare, Logical };
     static constexpr const char* name = #NAME;                       \
     static constexpr const char* expr = #EXPR;                       \
     static constexpr Rule rule = Rule::RULE;                         \
-    template <class A, class B = A, class C = A>                     \
-    static auto f([[maybe_unused]] A a, [[maybe_unused]] B b = B(),  \
+    template <class A, class B = A, class C = A> /* inlined: a call  \
+       left in the loop (erf<double> is big) stops vectorisation */  \
+    [[gnu::always_inline]] static auto f([[maybe_unused]] A a,       \
+                  [[maybe_unused]] B b = B(),                        \
                   [[maybe_unused]] C c = C()) { return EXPR; }       \
   };
 CR_UNARY_OPS(CR_DEFINE_OP)
@@ -109,7 +111,8 @@ template <class Op, class... Ts> void run_map(DType compute, const Tensor& out, 
     using T = decltype(t);
     constexpr bool to_bool = Op::rule == Rule::Bool || Op::rule == Rule::Compare || Op::rule == Rule::Logical;
     using TO = std::conditional_t<to_bool, bool, T>;
-    map<TO, std::conditional_t<true, T, Ts>...>(out, {&ins...}, [](auto... v) { return Op::f(v...); });
+    map<TO, std::conditional_t<true, T, Ts>...>(out, {&ins...},
+                                                 [](auto... v) __attribute__((always_inline)) { return Op::f(v...); });
   });
 }
 

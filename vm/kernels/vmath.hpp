@@ -2,17 +2,23 @@
 //
 // std::exp / std::log / ... are calls into libm, which stop GCC from vectorising the pointwise
 // loops (glibc's vector libmvec is only used under -ffast-math, which we cannot use because NaN
-// and infinity semantics matter). These versions are inline, branch-free arithmetic: every
-// special case is a select (a ternary GCC turns into a blend), there are no table lookups, and
+// and infinity semantics matter). These versions are always-inlined, branch-free arithmetic:
+// every special case is a detail::blend of two computed values, there are no table lookups, and
 // the bit manipulations are std::bit_cast on unsigned integers, so a loop calling them compiles
-// to AVX2 code at -O3 -march=x86-64-v3 (see bench/bench_vmath.cpp).
+// to AVX2 code at -O2 / -O3 -march=x86-64-v3 (bench/bench_vmath.cpp measures and shows it).
+// They rely on IEEE arithmetic as written: never compile them with -ffast-math or
+// -fassociative-math (x + 0x1.8p23f - 0x1.8p23f is how they round). Contraction of a*b+c into
+// fma (GCC's default) is harmless: no error-free transformation here has a product to fuse.
 //
 // Accuracy, measured by tests/cpp/test_vmath.cpp against double / long double references:
 // within 2 ulp of the correctly rounded result (most within 1 ulp) for float and double, with
 // IEEE special values (NaN in -> NaN out, overflow -> inf, gradual underflow, log(0) = -inf,
 // log(<0) = NaN, exp(-inf) = 0, tanh / erf saturate to +-1, odd functions keep the sign of 0).
-// sin / cos / tan reduce the argument with a three-part pi/2 (Cody-Waite, no Payne-Hanek table):
-// accurate for |x| < kTrigLimit; larger finite arguments return NaN rather than a wrong value.
+// sin / cos / tan reduce the argument with a three-part pi/2 (Cody-Waite; Payne-Hanek needs a
+// table lookup by exponent, which GCC does not vectorise with generic tuning): accurate for
+// |x| < kTrigLimit (2^48 float, 2^50 double); larger finite arguments return NaN rather than a
+// silently wrong value (PyTorch / SLEEF compute those too; float inputs there are integers
+// 2^25 apart, so the value has no meaning for a model anyway).
 //
 // float sin / cos / tan compute in double (the reduction needs the extra precision anyway);
 // everything else computes in the argument's own type. Coefficients: scripts/vmath_coeffs.py.
@@ -192,6 +198,7 @@ template <> struct K<float> {
   static constexpr float tiny = 0x1p-26f;                        // f(x) rounds to x below (expm1, log1p)
   static constexpr float sub_scale = 0x1p25f, sub_log2 = 25.0f;  // lifts subnormals for log
   static constexpr float erf_max = 4.0f;                         // erf(x) rounds to 1 beyond
+  static constexpr float tanh_max = 10.0f;                       // tanh(x) rounds to 1 beyond
 };
 template <> struct K<double> {
   static constexpr double log2e = 0x1.71547652b82fep+0, log2e_lo = 0x1.777d0ffda0d24p-56;
@@ -203,10 +210,12 @@ template <> struct K<double> {
   static constexpr double tiny = 0x1p-55;
   static constexpr double sub_scale = 0x1p54, sub_log2 = 54.0;
   static constexpr double erf_max = 6.0;
+  static constexpr double tanh_max = 20.0;
 };
 // pi/2 = C1 + C2 + C3 (C1 * k is fma-exact), 2/pi
 inline constexpr double kPio2_1 = 0x1.921fb54442d18p+0, kPio2_2 = 0x1.1a62633145c07p-54,
-                        kPio2_3 = -0x1.f1976b7ed8fbcp-110, kTwoOverPi = 0x1.45f306dc9c883p-1;
+                        kPio2_3 = -0x1.f1976b7ed8fbcp-110;
+inline constexpr double kTwoOverPi = 0x1.45f306dc9c883p-1, kTwoOverPiLo = -0x1.6b01ec5417056p-55;
 
 template <class T> CR_VM_INLINE T expm1_reduced(T r) {  // exp(r) - 1 for |r| <= ln2/2, for exp
   if constexpr (kFloat<T>) return std::fma(r * r, horner(r, kExpF), r);
@@ -295,7 +304,7 @@ template <bool FloatAccuracy> CR_VM_INLINE double reduce_pio2(double x, double& 
   }
   // k = nearest integer to x 2/pi, from x 2/pi in double-double so that |r| stays <= pi/4
   double p = x * kTwoOverPi;
-  double plo = std::fma(x, kTwoOverPi, -p) + x * -0x1.6b01ec5417056p-55;  // 2/pi - kTwoOverPi
+  double plo = std::fma(x, kTwoOverPi, -p) + x * kTwoOverPiLo;
   double k = rint(p);
   double frac = (p - k) + plo;
   k += blend(frac > 0.5, 1.0, 0.0) - blend(frac < -0.5, 1.0, 0.0);
@@ -400,7 +409,7 @@ template <Real T> CR_VM_INLINE T log1p(T x) {
   // log1p(x) = log(u) + c/u, c the rounding error of 1 + x (exact while u's ulp is <= 1)
   T c = x - (u - T(1));
   c = blend(u < T(U<T>(1) << (Fp<T>::kMant + 1)), c, T(0));
-  T res = log_corrected(u, c / u);
+  T res = log_corrected(u, c / blend(u == T(0), T(1), u));  // x = -1: no 0/0 (the result is -inf)
   return blend(std::fabs(x) < K<T>::tiny, x, res);  // -0 and subnormals
 }
 
@@ -447,10 +456,15 @@ template <Real T> CR_VM_INLINE T tanh(T x) {
   if constexpr (kFloat<T>) p = horner(u, kTanhF);
   else p = horner(u, kTanhD);
   T small = std::fma(a * u, p, a);
-  // tanh(a) = 1 - 2 / (e^2a + 1): for tanh >= 1/2 the error of the quotient is at most halved;
-  // e^2a = inf saturates to 1
-  T large = T(1) - T(2) / (vm::exp(T(2) * a) + T(1));
-  T res = blend(a < T(0.5493), small, large);  // NaN takes the large path and stays NaN
+  // tanh(a) = 1 - 2 / (e + 1), e = e^2a >= e^1.1: q = 2 / (d + dl) with d + dl = e + 1 exactly,
+  // corrected once with the exact residual, so that only e's error remains, and it is at least
+  // halved in 1 - q (tanh >= 1/2 here). a is capped where tanh rounds to 1 (e stays finite).
+  T e = vm::exp(T(2) * blend(a > K<T>::tanh_max, K<T>::tanh_max, a));
+  T d = e + T(1), dl = (e - d) + T(1);
+  T y = T(1) / d, q = T(2) * y;
+  q = std::fma(std::fma(-q, d, T(2)) - q * dl, y, q);
+  T large = T(1) - q;
+  T res = blend(a < T(0.5494), small, large);  // NaN takes the large path and stays NaN
   return std::copysign(res, x);
 }
 

@@ -37,6 +37,25 @@ function S.covers(...)
   end
 end
 
+S.DTYPES = { "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" }
+S.FLOATS = { "float32", "float64", "float16", "bfloat16" }
+S.INT = { int32 = true, int64 = true }
+S.FLOAT = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
+
+local function plain(s) return (s:gsub("%p", "%%%0")) end
+S.plain = plain
+
+-- An error checker for one spec file: errs(fn, op, text...) requires fn to raise an error located
+-- in `file` (the caller's line), naming op, and containing every text literally.
+function S.error_checker(file)
+  local here = plain(file) .. ":%d+: "
+  return function(fn, op, ...)
+    local pats = { here .. plain(op) .. ": " }
+    for _, t in ipairs({ ... }) do pats[#pats + 1] = plain(t) end
+    return S.errors(fn, unpack(pats))
+  end, here
+end
+
 function S.skip(reason) error({ skip = true, reason = reason }, 0) end
 
 local function fmt(v)

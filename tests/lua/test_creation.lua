@@ -11,17 +11,8 @@ expect.covers(
   "to", "float", "double", "half", "bfloat16", "int", "long", "bool", "cpu", "cuda", "contiguous",
   "clone", "copy_", "fill_", "zero_")
 
-local HERE = "test_creation%.lua:%d+: "  -- errors carry the location of the call in this file
-local function plain(s) return (s:gsub("%p", "%%%0")) end
--- fn must raise an error located in this file, naming op, containing every text
-local function errs(fn, op, ...)
-  local pats = { HERE .. plain(op) .. ": " }
-  for _, t in ipairs({ ... }) do pats[#pats + 1] = plain(t) end
-  return expect.errors(fn, unpack(pats))
-end
-
-local DTYPES = { "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" }
-local FLOATS = { "float32", "float64", "float16", "bfloat16" }
+local errs, HERE = expect.error_checker("test_creation.lua")  -- errors carry the caller's line in this file
+local DTYPES, FLOATS = expect.DTYPES, expect.FLOATS
 
 -- the same values in a non-contiguous (transposed) layout; x is 2-d
 local function noncontig(x)

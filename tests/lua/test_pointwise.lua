@@ -16,19 +16,9 @@ expect.covers(
   "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "where", "clamp", "lerp",
   "addcmul", "add_", "sub_", "mul_", "div_", "clamp_")
 
-local HERE = "test_pointwise%.lua:%d+: "  -- errors carry the location of the call in this file
-local function plain(s) return (s:gsub("%p", "%%%0")) end
--- fn must raise an error located in this file, naming op, containing every text
-local function errs(fn, op, ...)
-  local pats = { HERE .. plain(op) .. ": " }
-  for _, t in ipairs({ ... }) do pats[#pats + 1] = plain(t) end
-  return expect.errors(fn, unpack(pats))
-end
-
-local DTYPES = { "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" }
-local FLOATS = { "float32", "float64", "float16", "bfloat16" }
-local INT = { int32 = true, int64 = true }
-local FLOAT = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
+local errs, HERE = expect.error_checker("test_pointwise.lua")  -- errors carry the caller's line in this file
+local DTYPES, FLOATS = expect.DTYPES, expect.FLOATS
+local INT, FLOAT = expect.INT, expect.FLOAT
 
 -- random values of dtype: floats uniform in [lo, hi), integers in [ceil(lo), floor(hi)]
 local function gen(shape, dtype, lo, hi)

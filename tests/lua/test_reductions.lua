@@ -11,18 +11,9 @@ expect.covers("sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "ar
   "logsumexp", "norm", "all", "any", "cumsum", "softmax", "log_softmax")
 
 -- ---- helpers ------------------------------------------------------------------------------------
-local HERE = "test_reductions%.lua:%d+: "  -- errors carry the location of the call in this file
-local function plain(s) return (s:gsub("%p", "%%%0")) end
-local function errs(fn, op, ...)
-  local pats = { HERE .. plain(op) .. ": " }
-  for _, t in ipairs({ ... }) do pats[#pats + 1] = plain(t) end
-  return expect.errors(fn, unpack(pats))
-end
-
-local DTYPES = { "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" }
-local FLOATS = { "float32", "float64", "float16", "bfloat16" }
-local INT = { int32 = true, int64 = true }
-local FLOAT = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
+local errs, HERE = expect.error_checker("test_reductions.lua")  -- errors carry the caller's line in this file
+local DTYPES, FLOATS = expect.DTYPES, expect.FLOATS
+local INT, FLOAT = expect.INT, expect.FLOAT
 local nan, inf = 0 / 0, math.huge
 local vals = R.flat_values
 

@@ -161,8 +161,8 @@ end
 
 -- outputs ----------------------------------------------------------------------------------
 local function finish(n, op)
-  if n < 0 then core.raise() end
-  if ctx.need_gc ~= 0 then collectgarbage(); api.gc_done(ctx) end
+  if n < 0 then core.raise(n) end
+  if ctx.service ~= 0 then core.service() end
   if n > OUTCAP then
     local buf = ffi.new("cr_tensor*[?]", n)
     api.take_outputs(ctx, buf, n)

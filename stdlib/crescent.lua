@@ -55,6 +55,11 @@ end
 local io_ = require "crescent.io"
 T.save, T.load, T.save_npy, T.load_npy = io_.save, io_.load, io_.save_npy, io_.load_npy
 
+-- compilation (API.md section 5)
+local compile = require "crescent.compile"
+T.compile, T.explain, T.compiler, T.config, T.mark_dynamic =
+  compile.compile, compile.explain, compile.compiler, compile.config, compile.mark_dynamic
+
 -- The op table, for tools and tests that enumerate the registry.
 T._ops = tensor.ops
 T._methods = tensor.methods

@@ -31,8 +31,12 @@ function M.save(path, what)
   local n = #names
   local cnames = ffi.new("const char*[?]", math.max(n, 1))
   local cts = ffi.new("cr_tensor*[?]", math.max(n, 1))
-  for i = 1, n do cnames[i - 1] = names[i]; cts[i - 1] = items[i].p end
-  if api.save_safetensors(ctx, path, cnames, cts, n) ~= 0 then core.raise() end
+  for i = 1, n do
+    if ctx.capturing ~= 0 or items[i].p._storage == nil or items[i].p._lazy ~= nil then core.need(items[i], "save()") end
+    cnames[i - 1] = names[i]; cts[i - 1] = items[i].p
+  end
+  local rc = api.save_safetensors(ctx, path, cnames, cts, n)
+  if rc ~= 0 then core.raise(rc) end
 end
 
 -- T.load(path) -> {name = tensor, ...}
@@ -54,7 +58,9 @@ end
 function M.save_npy(path, t)
   check_path("save_npy", path)
   if not is_tensor(t) then fail("save_npy: argument 2 (tensor) expected a tensor, got " .. type(t)) end
-  if api.save_npy(ctx, path, t.p) ~= 0 then core.raise() end
+  if ctx.capturing ~= 0 or t.p._storage == nil or t.p._lazy ~= nil then core.need(t, "save_npy()") end
+  local rc = api.save_npy(ctx, path, t.p)
+  if rc ~= 0 then core.raise(rc) end
 end
 
 function M.load_npy(path)

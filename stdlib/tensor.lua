@@ -60,9 +60,15 @@ end
 function methods:is_contiguous() return api.is_contiguous(self.p) ~= 0 end
 function methods:_shape_str() return "{" .. table.concat(props.shape(self), ",") .. "}" end
 
+-- Reading a value out of a lazy tensor (one a compiled function has not computed yet) is a
+-- graph break (core.need).
+local need = core.need
+
 local ITEM = ffi.new("double[1]")
 function methods:item()
-  if api.item(ctx, self.p, ITEM) ~= 0 then core.raise() end
+  if ctx.capturing ~= 0 or self.p._storage == nil or self.p._lazy ~= nil then need(self, "item()") end
+  local rc = api.item(ctx, self.p, ITEM)
+  if rc ~= 0 then core.raise(rc) end
   local v = ITEM[0]
   if self.p._dtype == 6 then return v ~= 0 end
   return v
@@ -70,9 +76,11 @@ end
 
 -- nested Lua tables (a number for a 0-d tensor; booleans for bool tensors)
 function methods:totable()
+  if ctx.capturing ~= 0 or self.p._storage == nil or self.p._lazy ~= nil then need(self, "totable()") end
   local n = methods.numel(self)
   local buf = ffi.new("double[?]", math.max(n, 1))
-  if api.read_all(ctx, self.p, buf, n) ~= 0 then core.raise() end
+  local rc = api.read_all(ctx, self.p, buf, n)
+  if rc ~= 0 then core.raise(rc) end
   local shape, isbool = props.shape(self), self.p._dtype == 6
   local pos = 0
   local function build(d)
@@ -89,7 +97,10 @@ function methods:totable()
   return build(1)
 end
 
-function methods:data_ptr() return api.data_ptr(self.p) end
+function methods:data_ptr()
+  if ctx.capturing ~= 0 or self.p._storage == nil or self.p._lazy ~= nil then need(self, "data_ptr()") end
+  return api.data_ptr(self.p)
+end
 
 -- x:to(dtype | device | {dtype =, device =}) and the device shorthands
 local to = ops.to.fn
@@ -122,6 +133,7 @@ mt.__len = function(t)
   return tonumber(t.p._sizes[0])
 end
 mt.__tostring = function(t)
+  if ctx.capturing ~= 0 or t.p._storage == nil or t.p._lazy ~= nil then need(t, "tostring()") end
   local s = api.format(ctx, t.p)
   if s == nil then core.raise() end
   return ffi.string(s)

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "vm/graph/recorder.hpp"
 #include "vm/io/io.hpp"
 #include "vm/kernels/loop.hpp"
 #include "vm/print.hpp"
@@ -20,6 +21,9 @@ constexpr size_t kGcBytes = size_t(256) << 20;  // run a Lua collection after th
 template <class F> int32_t guarded(cr_ctx* c, F&& f) {
   try {
     return f();
+  } catch (const LocatedError& e) {
+    Context::of(c).error = e.what();
+    return -2;
   } catch (const std::exception& e) {
     Context::of(c).error = e.what();
     return -1;
@@ -44,8 +48,8 @@ const cr_op_info* api_op_info(int32_t op) {
 int32_t api_call(cr_ctx* c, int32_t op, const cr_value* args, int32_t nargs, cr_tensor** outs, int32_t cap) {
   return guarded(c, [&] {
     Context& ctx = Context::of(c);
-    std::vector<Tensor> r = dispatch(ctx, op, args, nargs);
-    if (bytes_allocated_total() - ctx.bytes_at_last_gc > kGcBytes) c->need_gc = 1;
+    std::vector<Tensor> r = ctx.recorder->active() ? ctx.recorder->call(op, args, nargs) : dispatch(ctx, op, args, nargs);
+    if (bytes_allocated_total() - ctx.bytes_at_last_gc > kGcBytes) c->service |= 1;
     return hand_out(ctx, r, outs, cap);
   });
 }
@@ -67,6 +71,7 @@ void api_release_handle(cr_handle* h) {
 
 int32_t api_item(cr_ctx* c, cr_tensor* t, double* out) {
   return guarded(c, [&] {
+    graph::ensure_real(Context::of(c), t);
     Tensor x(t, true);
     if (x.numel() != 1) fail(cat("item: expected a tensor with one element, got ", x.describe()));
     Tensor d = Tensor::empty({}, DType::f64);
@@ -78,6 +83,7 @@ int32_t api_item(cr_ctx* c, cr_tensor* t, double* out) {
 
 int32_t api_read_all(cr_ctx* c, cr_tensor* t, double* out, int64_t n) {
   return guarded(c, [&] {
+    graph::ensure_real(Context::of(c), t);
     Tensor x(t, true);
     if (x.numel() != n) fail("totable: buffer size mismatch");
     Storage* s = storage_wrap(out, size_t(n) * 8, Device{}, [](void*, void*) {}, nullptr);
@@ -90,6 +96,7 @@ int32_t api_read_all(cr_ctx* c, cr_tensor* t, double* out, int64_t n) {
 const char* api_format(cr_ctx* c, cr_tensor* t) {
   Context& ctx = Context::of(c);
   try {
+    graph::ensure_real(ctx, t);
     ctx.scratch = format_tensor(Tensor(t, true));
     return ctx.scratch.c_str();
   } catch (const std::exception& e) {
@@ -98,7 +105,7 @@ const char* api_format(cr_ctx* c, cr_tensor* t) {
   }
 }
 
-void* api_data_ptr(cr_tensor* t) { return Tensor(t, true).data_bytes(); }
+void* api_data_ptr(cr_tensor* t) { return t->_storage ? Tensor(t, true).data_bytes() : nullptr; }
 int32_t api_is_contiguous(cr_tensor* t) { return Tensor(t, true).is_contiguous(); }
 void api_manual_seed(cr_ctx* c, uint64_t seed) { Context::of(c).gen = Generator{seed, 0}; }
 int32_t api_num_threads() { return num_threads(); }
@@ -107,14 +114,17 @@ double api_now_us() {
   return double(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) / 1e3;
 }
 void api_gc_done(cr_ctx* c) {
-  c->need_gc = 0;
+  c->service &= ~1;
   Context::of(c).bytes_at_last_gc = bytes_allocated_total();
 }
 
 int32_t api_save_safetensors(cr_ctx* c, const char* path, const char** names, cr_tensor** ts, int32_t n) {
   return guarded(c, [&] {
     std::vector<std::pair<std::string, Tensor>> items;
-    for (int32_t i = 0; i < n; ++i) items.emplace_back(names[i], Tensor(ts[i], true));
+    for (int32_t i = 0; i < n; ++i) {
+      graph::ensure_real(Context::of(c), ts[i]);
+      items.emplace_back(names[i], Tensor(ts[i], true));
+    }
     save_safetensors(path, items);
     return 0;
   });
@@ -141,6 +151,7 @@ const char* api_loaded_name(cr_ctx* c, int32_t i) {
 
 int32_t api_save_npy(cr_ctx* c, const char* path, cr_tensor* t) {
   return guarded(c, [&] {
+    graph::ensure_real(Context::of(c), t);
     save_npy(path, Tensor(t, true));
     return 0;
   });
@@ -154,6 +165,67 @@ cr_tensor* api_load_npy(cr_ctx* c, const char* path) {
   });
   return r;
 }
+
+// ---- graph capture ---------------------------------------------------------------------------
+
+graph::Recorder& rec(cr_ctx* c) { return *Context::of(c).recorder; }
+
+int32_t api_cap_function(cr_ctx* c, const char* name, int32_t hot, int32_t fullgraph, int32_t reduce_overhead,
+                         const char* backend) {
+  return guarded(c, [&] {
+    guards::Options o;
+    o.name = name;
+    o.hot = hot;
+    o.fullgraph = fullgraph != 0;
+    o.reduce_overhead = reduce_overhead != 0;
+    o.backend = backend;
+    return rec(c).new_function(o);
+  });
+}
+
+int32_t api_cap_begin(cr_ctx* c, int32_t fn, int32_t limit) {
+  return guarded(c, [&] { return int32_t(rec(c).begin(fn, limit)); });
+}
+
+int32_t api_cap_need(cr_ctx* c, cr_tensor* t, const char* reason, const char* where) {
+  return guarded(c, [&] {
+    graph::Recorder& r = rec(c);
+    if (r.active()) r.graph_break(reason, where, t);
+    graph::ensure_real(Context::of(c), t);
+    return 0;
+  });
+}
+
+int32_t api_cap_finish(cr_ctx* c, cr_tensor** rets, int32_t n, const char* where) {
+  return guarded(c, [&] {
+    rec(c).finish(std::vector<cr_tensor*>(rets, rets + n), where);
+    return 0;
+  });
+}
+
+void api_cap_abort(cr_ctx* c) { rec(c).abort(); }
+void api_cap_where(cr_ctx* c, const char* where) {
+  c->service &= ~2;
+  rec(c).set_where(where);
+}
+void api_cap_reset(cr_ctx* c) { rec(c).reset(); }
+
+void api_cap_stats(cr_ctx* c, double* out) {
+  const graph::Stats& s = rec(c).stats;
+  const int64_t v[] = {s.graphs_compiled, s.recompiles, s.graph_breaks, s.kernels_compiled, s.disk_cache_hits,
+                       s.eager_fallbacks};
+  for (size_t i = 0; i < 6; ++i) out[i] = double(v[i]);
+}
+
+const char* api_cap_report(cr_ctx* c) {
+  Context& ctx = Context::of(c);
+  ctx.scratch.clear();
+  for (const graph::SegmentReport& r : rec(c).report) ctx.scratch += cat(r.ops, "\t", r.reason, "\t", r.where, "\n");
+  return ctx.scratch.c_str();
+}
+
+void api_cap_set_logs(cr_ctx* c, const char* list) { rec(c).logs.parse(list); }
+int32_t api_cap_active(cr_ctx* c) { return rec(c).active(); }
 
 }  // namespace
 
@@ -182,6 +254,17 @@ const cr_api* api_table() {
       api_save_npy,
       api_load_npy,
       api_release_handle,
+      api_cap_function,
+      api_cap_begin,
+      api_cap_need,
+      api_cap_finish,
+      api_cap_abort,
+      api_cap_where,
+      api_cap_reset,
+      api_cap_stats,
+      api_cap_report,
+      api_cap_set_logs,
+      api_cap_active,
   };
   return &api;
 }

@@ -1,6 +1,7 @@
 // Per-VM state: the FFI-visible cr_ctx, the last error, results too many for the caller's
 // buffer, and the random generator. Each VM (lua_State) has one; one thread uses it at a time.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,10 @@
 #include "vm/tensor.hpp"
 
 namespace cr {
+
+namespace graph {
+class Recorder;
+}
 
 struct Generator {
   uint64_t seed = 0x853c49e6748fea9bULL;
@@ -22,8 +27,10 @@ struct Context {
   size_t bytes_at_last_gc = 0;
   std::vector<std::string> loaded_names;  // names of the last safetensors load
   std::string scratch;                    // backing store of strings returned to Lua
+  std::unique_ptr<graph::Recorder> recorder;  // graph capture (vm/graph/recorder.hpp)
 
-  Context() { ffi.impl = this; }
+  Context();
+  ~Context();
   static Context& of(cr_ctx* c) { return *static_cast<Context*>(c->impl); }
 };
 

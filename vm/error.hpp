@@ -12,6 +12,12 @@ struct Error : std::runtime_error {
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
 };
 
+// An error whose message already starts with its Lua "file:line: " (errors of captured graphs,
+// which know the line of the op that failed): the Lua side raises it as it is.
+struct LocatedError : Error {
+  explicit LocatedError(const std::string& msg) : Error(msg) {}
+};
+
 [[noreturn]] inline void fail(const std::string& msg) { throw Error(msg); }
 
 template <class... A> std::string cat(const A&... parts) {

@@ -21,12 +21,13 @@ typedef struct cr_tensor {
   int8_t _dev_index;
   int8_t _flags;
   int32_t _ndim;
-  int32_t _pad;
+  int32_t _vid;           /* graph recorder: value id of this tensor in segment _gen */
   int64_t _offset;
   int64_t _sizes[16];
   int64_t _strides[16];
-  void* _storage;
-  void* _node;            /* reserved for the graph recorder (lazy tensors) */
+  void* _storage;         /* NULL: a lazy tensor, whose value a captured graph computes later */
+  void* _lazy;            /* graph recorder: how a lazy tensor gets its value (cr::graph::LazyInfo) */
+  uint64_t _gen;          /* graph recorder: the segment _vid belongs to */
 } cr_tensor;
 
 /* The Lua handle: a struct (not a pointer) so that x[i] reaches __index. */
@@ -43,8 +44,9 @@ typedef struct cr_value {
 
 /* Per-VM state the Lua side reads without a call. */
 typedef struct cr_ctx {
-  int32_t need_gc;        /* set when tensor memory grew enough to run a Lua collection */
-  int32_t _pad;
+  int32_t service;        /* requests to the Lua side after an op: 1 = run a collection (tensor
+                             memory grew), 2 = tell the recorder the Lua position (cap_where) */
+  int32_t capturing;      /* a compiled function is being captured: reading data is a graph break */
   void* impl;             /* cr::Context* */
 } cr_ctx;
 
@@ -87,6 +89,22 @@ typedef struct cr_api {
   /* The handle finaliser: a C function, so a collection never re-enters Lua (which would
    * abort JIT traces recording at that moment). */
   void (*release_handle)(cr_handle* h);
+  /* Graph capture (vm/graph/recorder.hpp). Functions returning int32_t give -1 on an error
+   * (last_error, to be located at the caller) and -2 on an error whose message already starts
+   * with its Lua position. */
+  int32_t (*cap_function)(cr_ctx* ctx, const char* name, int32_t hot, int32_t fullgraph,
+                          int32_t reduce_overhead, const char* backend);
+  int32_t (*cap_begin)(cr_ctx* ctx, int32_t fn, int32_t cache_size_limit); /* 0: already active */
+  int32_t (*cap_need)(cr_ctx* ctx, cr_tensor* t, const char* reason, const char* where);
+  int32_t (*cap_finish)(cr_ctx* ctx, cr_tensor** rets, int32_t n, const char* where);
+  void (*cap_abort)(cr_ctx* ctx);
+  void (*cap_where)(cr_ctx* ctx, const char* where);
+  void (*cap_reset)(cr_ctx* ctx);
+  void (*cap_stats)(cr_ctx* ctx, double* out); /* graphs_compiled, recompiles, graph_breaks,
+                                                  kernels_compiled, disk_cache_hits, eager_fallbacks */
+  const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call: "ops\treason\twhere\n" */
+  void (*cap_set_logs)(cr_ctx* ctx, const char* list);
+  int32_t (*cap_active)(cr_ctx* ctx);
 } cr_api;
 
 #ifdef __cplusplus

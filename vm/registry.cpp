@@ -1,5 +1,7 @@
 #include "vm/registry.hpp"
 
+#include "vm/graph/recorder.hpp"
+
 #include <cmath>
 #include <cstring>
 
@@ -55,17 +57,22 @@ std::string value_kind(const cr_value& v) {
 }
 
 // The name of argument i, from the schema ("self:T, other:TN" -> "other").
-const char* OpCall::arg_name(int i) const {
-  static thread_local std::string name;
+std::string schema_arg_name(const OpDef& def, int i) {
   const char* s = def.schema;
   for (int k = 0; k < i && s; ++k) {
     s = std::strchr(s, ',');
     if (s) ++s;
   }
-  name.clear();
   if (!s) return "argument";
+  std::string name;
   while (*s == ' ') ++s;
   while (*s && *s != ':' && *s != ',') name += *s++;
+  return name;
+}
+
+const char* OpCall::arg_name(int i) const {
+  static thread_local std::string name;
+  name = schema_arg_name(def, i);
   return name.c_str();
 }
 
@@ -150,6 +157,19 @@ std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nar
   const OpDef& def = ops[size_t(op)];
   OpCall c{ctx, def, args, nargs, {}, {}};
   try {
+    for (int i = 0; i < nargs; ++i) {  // values of compiled functions that are still lazy
+      if (args[i].tag == kTensor) {
+        auto* t = static_cast<cr_tensor*>(args[i].ptr);
+        if (!t->_storage || t->_lazy) graph::ensure_real(ctx, t);
+      } else if (args[i].tag == kTensors) {
+        for (int j = 0; j < args[i].n; ++j) {
+          cr_tensor* t = static_cast<cr_tensor* const*>(args[i].ptr)[j];
+          if (!t->_storage || t->_lazy) graph::ensure_real(ctx, t);
+        }
+      }
+    }
+    if ((def.flags & kReturnsSelf) && nargs > 0 && args[0].tag == kTensor)
+      static_cast<Storage*>(static_cast<cr_tensor*>(args[0].ptr)->_storage)->version.fetch_add(1);
     if (def.infer) {
       c.metas = def.infer(c);
       for (const Meta& m : c.metas) c.outs.push_back(Tensor::empty(m.sizes, m.dtype, m.device));

@@ -22,6 +22,7 @@ enum OpFlag : int32_t {
   kNoFunction = 4,    // only x:op(...)
   kMultiOut = 8,      // returns several tensors as several Lua values
   kListOut = 16,      // returns a Lua table of tensors (split, chunk)
+  kRandom = 32,       // draws from the generator: never folded, merged or dropped by graph passes
 };
 
 struct Meta {
@@ -58,6 +59,8 @@ struct OpCall {
   const char* arg_name(int i) const;
 };
 
+struct OpDef;
+std::string schema_arg_name(const OpDef& def, int i);
 int normalize_dim(int64_t d, int ndim);  // throws with the valid range
 std::string value_kind(const cr_value& v);
 

@@ -2,6 +2,7 @@
 
 #include "vm/alloc.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -73,8 +74,12 @@ int64_t shape_numel(const Shape& s) {
 
 std::string shape_str(const Shape& s) {
   std::string r = "{";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
-  return r + "}";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) r += ',';
+    r += std::to_string(s[i]);
+  }
+  r += '}';
+  return r;
 }
 
 Shape contiguous_strides(const Shape& s) {
@@ -91,8 +96,13 @@ static std::atomic_ref<int32_t> refs_of(cr_tensor* t) { return std::atomic_ref<i
 
 void tensor_retain(cr_tensor* t) { refs_of(t).fetch_add(1, std::memory_order_relaxed); }
 
+void (*lazy_release_hook)(cr_tensor* t) = nullptr;
+
+int32_t tensor_refs(const cr_tensor* t) { return refs_of(const_cast<cr_tensor*>(t)).load(std::memory_order_relaxed); }
+
 void tensor_release(cr_tensor* t) {
   if (!t || refs_of(t).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (t->_lazy && lazy_release_hook) lazy_release_hook(t);
   if (t->_storage) storage_release(static_cast<Storage*>(t->_storage));
   delete_pooled(t);
 }
@@ -127,6 +137,32 @@ Tensor Tensor::from_storage(Storage* s, const Shape& sizes, const Shape& strides
   }
   t->_storage = s;  // adopts the caller's reference
   return Tensor(t, false);
+}
+
+Tensor Tensor::lazy(const Shape& sizes, const Shape& strides, int64_t offset, DType dtype, Device device) {
+  cr_tensor* t = new_pooled<cr_tensor>();
+  t->_refs = 1;
+  t->_dtype = int8_t(dtype);
+  t->_dev_type = device.type;
+  t->_dev_index = device.index;
+  t->_ndim = int32_t(sizes.size());
+  t->_offset = offset;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    t->_sizes[i] = sizes[i];
+    t->_strides[i] = strides[i];
+  }
+  return Tensor(t, false);
+}
+
+void Tensor::attach(cr_tensor* lazy, const Tensor& value) {
+  if (lazy->_ndim != value.dim() || !std::equal(lazy->_sizes, lazy->_sizes + lazy->_ndim, value.get()->_sizes))
+    fail(cat("internal: a captured graph computed ", value.describe(), " for a lazy tensor of another shape"));
+  storage_retain(value.storage());
+  if (lazy->_storage) storage_release(static_cast<Storage*>(lazy->_storage));
+  lazy->_storage = value.storage();
+  lazy->_offset = value.offset();
+  lazy->_dtype = int8_t(value.dtype());
+  for (int i = 0; i < value.dim(); ++i) lazy->_strides[i] = value.stride(i);
 }
 
 Tensor Tensor::empty(const Shape& sizes, DType dtype, Device device) {

@@ -32,6 +32,7 @@ struct Storage {
   Device device;
   void (*free_fn)(void* ctx, void* data) = nullptr;  // null: memory we allocated
   void* free_ctx = nullptr;
+  std::atomic<uint32_t> version{0};  // bumped by every in-place op: lazy recomputation checks it
 };
 Storage* storage_new(size_t nbytes, Device device);  // 64-byte aligned
 Storage* storage_wrap(void* data, size_t nbytes, Device device, void (*free_fn)(void*, void*), void* ctx);
@@ -56,8 +57,13 @@ class Tensor {
   // A new tensor header over `base`'s storage.
   static Tensor view_of(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset);
   static Tensor from_storage(Storage* s, const Shape& sizes, const Shape& strides, int64_t offset, DType dtype);
+  // A lazy tensor: the header only; a captured graph gives it storage later (attach).
+  static Tensor lazy(const Shape& sizes, const Shape& strides, int64_t offset, DType dtype, Device device);
+  // Gives lazy tensor `lazy` the storage and layout of `value` (same sizes).
+  static void attach(cr_tensor* lazy, const Tensor& value);
 
   bool defined() const { return p_ != nullptr; }
+  bool is_lazy() const { return p_->_storage == nullptr; }
   cr_tensor* get() const { return p_; }
   cr_tensor* release() { cr_tensor* p = p_; p_ = nullptr; return p; }  // hand the reference out
 
@@ -84,5 +90,8 @@ class Tensor {
 
 void tensor_retain(cr_tensor* t);
 void tensor_release(cr_tensor* t);
+int32_t tensor_refs(const cr_tensor* t);
+// Frees a tensor's cr_tensor::_lazy (set by the graph recorder).
+extern void (*lazy_release_hook)(cr_tensor* t);
 
 }  // namespace cr

@@ -4,7 +4,7 @@
 local T = require "crescent"
 
 expect.covers("view", "reshape", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", "flatten",
-  "narrow", "select", "slice")
+  "narrow", "select", "slice", "as_strided")
 
 -- A(2, 3) = arange(6):view(2, 3), here and in the python snippets (int64 in both)
 local function A(...)
@@ -549,5 +549,27 @@ describe("in-place writes into expanded views", function()
     expect.errors(function() e:zero_() end, "zero_: cannot write into an expanded tensor")
     local ok = T.zeros(1, 3):expand(1, 3)  -- size-1 stride-0 dims are fine
     ok:add_(1)
+  end)
+end)
+
+describe("as_strided", function()
+  local errs = expect.error_checker("test_views.lua")
+  it("lays any strides over the storage, offset counted from its start", function()
+    local x = T.arange(12)
+    local y = x:as_strided({ 3, 2 }, { 4, 1 }, 1)
+    expect.eq(y:totable(), { { 1, 2 }, { 5, 6 }, { 9, 10 } })
+    expect.eq(y:stride(), { 4, 1 })
+    -- the offset defaults to the input's own
+    expect.eq(x:narrow(1, 3, 4):as_strided({ 2 }, { 2 }):totable(), { 2, 4 })
+    y:fill_(-1)  -- a view: writes reach the base
+    expect.eq(x:totable()[2], -1)
+    expect.eq(x:as_strided({ 0, 5 }, { 1, 1 }, 99):numel(), 0)  -- empty: never reads
+  end)
+  it("rejects layouts that leave the storage", function()
+    local x = T.arange(6)
+    errs(function() local _ = x:as_strided({ 2, 3 }, { 3, 2 }) end, "as_strided", "reach element 7 of a storage of 6")
+    errs(function() local _ = x:as_strided({ 2 }, { 1 }, -1) end, "as_strided", "reach element")
+    errs(function() local _ = x:as_strided({ 2 }, { 1, 1 }) end, "as_strided", "different lengths")
+    errs(function() local _ = x:as_strided({ 2 }, { -1 }) end, "as_strided", "non-negative")
   end)
 end)

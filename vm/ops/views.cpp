@@ -1,5 +1,5 @@
 // View ops: view, reshape, transpose, permute, t, unsqueeze, squeeze, expand, flatten, narrow,
-// select, slice. Each returns a new tensor header over the input's storage (new sizes, strides
+// select, slice, as_strided. Each returns a new tensor header over the input's storage (new sizes, strides
 // and offset), so writes through a view reach the base. reshape and flatten copy only when no
 // strides can express the result (as PyTorch's reshape). Dims and indices are 1-based at the
 // Lua boundary and converted here (c.dim() for dims, by hand for index values).
@@ -294,6 +294,31 @@ void run_slice(OpCall& c) {
   push_view(c, x, sizes, st, x.offset() + (start - 1) * x.stride(d));
 }
 
+// as_strided(size, stride[, offset]): any layout over the input's storage (offset in elements
+// from the storage's start, as PyTorch's storage_offset). The graph passes express chains of
+// views as one as_strided of the base; users may call it too. Every element must lie inside the
+// storage.
+void run_as_strided(OpCall& c) {
+  Tensor x = c.tensor(0);
+  Shape sizes(c.ints(1)), strides(c.ints(2));
+  int64_t offset = c.integer_or(3, x.offset());
+  if (sizes.size() != strides.size())
+    fail(cat("size ", shape_str(sizes), " and stride ", shape_str(strides), " have different lengths"));
+  int64_t lo = offset, hi = offset;
+  bool empty = false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < 0) fail(cat("sizes must be non-negative, got ", shape_str(sizes)));
+    if (strides[i] < 0) fail(cat("strides must be non-negative, got ", shape_str(strides)));
+    empty = empty || sizes[i] == 0;
+    if (sizes[i] > 0) hi += (sizes[i] - 1) * strides[i];
+  }
+  int64_t cap = int64_t(x.storage()->nbytes / x.itemsize());
+  if (!empty && (lo < 0 || hi >= cap))
+    fail(cat("size ", shape_str(sizes), ", stride ", shape_str(strides), " and offset ", offset,
+             " reach element ", hi, " of a storage of ", cap, " elements"));
+  push_view(c, x, sizes, strides, offset);
+}
+
 }  // namespace
 
 void register_views(Registry& r) {
@@ -308,6 +333,7 @@ void register_views(Registry& r) {
   r.add(OpDef{"expand", "self:T, size:Is...", v, 0, nullptr, run_expand});
   r.add(OpDef{"flatten", "self:T, start:D?, end:D?", v, 0, nullptr, run_flatten});
   r.add(OpDef{"narrow", "self:T, dim:D, start:I, length:I", v, 0, nullptr, run_narrow});
+  r.add(OpDef{"as_strided", "self:T, size:Is, stride:Is, offset:I?", v, 0, nullptr, run_as_strided});
   r.add(OpDef{"select", "self:T, dim:D, index:I", v, 0, nullptr, run_select});
   r.add(OpDef{"slice", "self:T, dim:D, start:I?, stop:I?, step:I?", v, 0, nullptr, run_slice});
 }

@@ -1,0 +1,172 @@
+-- crescent.compile: T.compile, T.explain, T.compiler, T.config (API.md section 5).
+--
+-- A compiled function is a plain Lua function around the user's: it starts a capture (the C++
+-- recorder, vm/graph/recorder.hpp), calls the user's function - whose ops are then recorded or
+-- replayed lazily instead of run - and at the return hands the returned tensors to the recorder,
+-- which runs the last segment. A compiled function called inside another one is simply inlined
+-- into the caller's trace. Errors raised inside propagate unchanged, after the ops recorded
+-- before them have run (their side effects are due, as in eager mode).
+local core = require "crescent.core"
+local ffi, api, ctx = core.ffi, core.api, core.ctx
+local is_tensor, fail = core.is_tensor, core.fail
+
+local M = {}
+
+M.config = {
+  cache_size_limit = 8,   -- variants per site before it runs eagerly
+  cache_dir = os.getenv("CRESCENT_CACHE_DIR") or ((os.getenv("HOME") or ".") .. "/.cache/crescent"),
+  debug_dir = os.getenv("CRESCENT_DEBUG_DIR"),
+  sync_compile = true,    -- compilation is in line until the native backends compile in the background
+}
+
+local BACKENDS = { auto = true, eager = true }
+local OPTIONS = { backend = true, fullgraph = true, dynamic = true, mode = true, hot = true }
+
+local function check_opts(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then fail("compile: argument 2 (opts) expected a table, got " .. type(opts)) end
+  for k in pairs(opts) do
+    if not OPTIONS[k] then
+      fail("compile: unknown option '" .. tostring(k) .. "' (expected one of: backend, dynamic, fullgraph, hot, mode)")
+    end
+  end
+  local b = opts.backend or "auto"
+  if b == "cpu" or b == "cuda" then
+    fail("compile: backend '" .. b .. "' is not implemented yet (native code generation comes next); " ..
+         "use backend = \"auto\" or \"eager\" (captured graphs run on the eager kernels)")
+  end
+  if not BACKENDS[b] then fail("compile: option backend expected \"auto\", \"eager\", \"cpu\" or \"cuda\", got " .. tostring(b)) end
+  if opts.dynamic == true then
+    fail("compile: dynamic = true is not implemented yet (symbolic sizes come with dynamic shapes); " ..
+         "use dynamic = nil or false (sizes are specialised)")
+  end
+  if opts.dynamic ~= nil and opts.dynamic ~= false then
+    fail("compile: option dynamic expected nil, true or false, got " .. tostring(opts.dynamic))
+  end
+  local mode = opts.mode or "default"
+  if mode ~= "default" and mode ~= "reduce-overhead" then
+    fail("compile: option mode expected \"default\" or \"reduce-overhead\", got " .. tostring(mode))
+  end
+  local hot = opts.hot or 2
+  if type(hot) ~= "number" or hot < 0 or hot ~= math.floor(hot) then
+    fail("compile: option hot expected a non-negative integer, got " .. tostring(hot))
+  end
+  if opts.fullgraph ~= nil and type(opts.fullgraph) ~= "boolean" then
+    fail("compile: option fullgraph expected a boolean, got " .. type(opts.fullgraph))
+  end
+  return { backend = b, fullgraph = opts.fullgraph == true, mode = mode, hot = hot }
+end
+
+-- The tensors among a call's return values (inside tables too), for the recorder.
+local function collect(v, out, seen)
+  if is_tensor(v) then
+    out[#out + 1] = v
+  elseif type(v) == "table" and not seen[v] then
+    seen[v] = true
+    for _, x in pairs(v) do collect(x, out, seen) end
+  end
+end
+
+local RETS = ffi.new("cr_tensor*[?]", 64)
+local function hand_back(where, ...)
+  local n = select("#", ...)
+  local list, seen = {}, {}
+  for i = 1, n do
+    local v = (select(i, ...))
+    if is_tensor(v) then list[#list + 1] = v
+    elseif type(v) == "table" then collect(v, list, seen) end
+  end
+  local buf = #list <= 64 and RETS or ffi.new("cr_tensor*[?]", #list)
+  for i = 1, #list do buf[i - 1] = list[i].p end
+  local rc = api.cap_finish(ctx, buf, #list, where)
+  if rc < 0 then core.raise(rc) end
+  return ...
+end
+
+local function finish(where, ok, ...)
+  if not ok then
+    api.cap_abort(ctx)
+    error((...), 0)  -- the error as raised, with its own position
+  end
+  return hand_back(where, ...)
+end
+
+local function define_site(fn)
+  local info = debug.getinfo(fn, "S")
+  return info.short_src .. ":" .. (info.linedefined or 0)
+end
+
+-- One capture of fn(...) as function `id`; the call runs plainly when a capture is active.
+local function capture_call(id, ret_where, fn, ...)
+  local rc = api.cap_begin(ctx, id, M.config.cache_size_limit)
+  if rc == 0 then return fn(...) end
+  if rc < 0 then core.raise(rc) end
+  return finish(ret_where, pcall(fn, ...))
+end
+
+local compiled = setmetatable({}, { __mode = "k" })  -- compiled function -> { fn =, opts = }
+
+function M.compile(fn, opts)
+  if type(fn) == "table" and type(fn.forward) == "function" then  -- a module: its forward
+    local module = fn
+    fn = function(...) return module:forward(...) end
+  end
+  if type(fn) ~= "function" then fail("compile: argument 1 (fn) expected a function or a module, got " .. type(fn)) end
+  local o = check_opts(opts)
+  local site = define_site(fn)
+  local id = api.cap_function(ctx, site, o.hot, o.fullgraph and 1 or 0, o.mode == "reduce-overhead" and 1 or 0, o.backend)
+  if id < 0 then core.raise(id) end
+  local ret_where = "return of " .. site
+  local call = function(...) return capture_call(id, ret_where, fn, ...) end
+  if o.mode == "reduce-overhead" then
+    call = require("crescent.replay").wrap(fn, id, ret_where, call, capture_call)
+  end
+  compiled[call] = { fn = fn, opts = o }
+  return call
+end
+
+-- T.explain(fn, ...): runs fn once under a fresh capture and reports its graphs and breaks.
+function M.explain(fn, ...)
+  if compiled[fn] then fn = compiled[fn].fn end
+  if type(fn) ~= "function" then fail("explain: argument 1 (fn) expected a function, got " .. type(fn)) end
+  if api.cap_active(ctx) ~= 0 then fail("explain: cannot run inside a compiled function") end
+  local site = define_site(fn)
+  local id = api.cap_function(ctx, site, 2 ^ 30, 0, 0, "eager")
+  capture_call(id, "return of " .. site, fn, ...)
+  local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {} }
+  for ops, reason, where in ffi.string(api.cap_report(ctx)):gmatch("(%d+)\t([^\t]*)\t([^\n]*)\n") do
+    ops = tonumber(ops)
+    if ops > 0 then
+      r.graph_count = r.graph_count + 1
+      r.ops_per_graph[#r.ops_per_graph + 1] = ops
+    end
+    if reason ~= "return" then
+      r.graph_break_count = r.graph_break_count + 1
+      r.break_reasons[#r.break_reasons + 1] = { reason = reason, where = where }
+    end
+  end
+  local lines = { string.format("%s: %d graph(s), %d graph break(s)", site, r.graph_count, r.graph_break_count) }
+  for i, n in ipairs(r.ops_per_graph) do lines[#lines + 1] = string.format("  graph %d: %d ops", i, n) end
+  for i, b in ipairs(r.break_reasons) do lines[#lines + 1] = string.format("  break %d: %s at %s", i, b.reason, b.where) end
+  r.summary = table.concat(lines, "\n")
+  return setmetatable(r, { __tostring = function(t) return t.summary end })
+end
+
+local STATS = ffi.new("double[6]")
+M.compiler = {
+  reset = function() api.cap_reset(ctx) end,
+  stats = function()
+    api.cap_stats(ctx, STATS)
+    return { graphs_compiled = STATS[0], recompiles = STATS[1], graph_breaks = STATS[2],
+             kernels_compiled = STATS[3], disk_cache_hits = STATS[4], eager_fallbacks = STATS[5] }
+  end,
+  -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
+  set_logs = function(list) api.cap_set_logs(ctx, list or "") end,
+}
+
+function M.mark_dynamic(x, dim)
+  if not is_tensor(x) then fail("mark_dynamic: argument 1 (x) expected a tensor, got " .. type(x)) end
+  fail("mark_dynamic: dynamic shapes are not implemented yet; compiled functions specialise on sizes")
+end
+
+return M

@@ -1,0 +1,106 @@
+// The graph IR: SSA values over tensor metadata, nodes that are registry ops, graph inputs or
+// folded constants. A graph is one captured segment of a compiled Lua function; it is built from
+// the trace tree (vm/guards/trace.hpp), optimised by the passes below and run by a backend
+// (today the eager interpreter, vm/graph/interp.cpp).
+//
+// Sizes are SymInts: a constant, or a symbol with the value it had when recorded. Every size is
+// a constant until dynamic shapes make some symbolic; the type is here so that the passes and the
+// printer already speak in expressions.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vm/registry.hpp"
+#include "vm/tensor.hpp"
+
+namespace cr::graph {
+
+struct SymInt {
+  int64_t value = 0;  // the constant, or the value the symbol had when recorded
+  int32_t sym = -1;   // -1: a constant
+  bool operator==(const SymInt&) const = default;
+  std::string str() const { return sym < 0 ? std::to_string(value) : cat("s", sym); }
+};
+using SymShape = std::vector<SymInt>;
+SymShape constant_shape(const Shape& s);
+Shape concrete(const SymShape& s);
+
+// What a value looks like: enough to create its tensor header before it is computed.
+struct ValueMeta {
+  SymShape sizes;
+  Shape strides;
+  int64_t offset = 0;
+  DType dtype = DType::f32;
+  Device device;
+  bool operator==(const ValueMeta&) const = default;
+  std::string str() const;  // "float32{2,3}" (+ strides when not contiguous)
+};
+ValueMeta meta_of(const Tensor& t);
+
+// One argument of an op node: a mirror of cr_value that owns its data.
+struct Arg {
+  int32_t tag = kNone;          // cr::ValueTag
+  int32_t value = -1;           // kTensor: the value id
+  std::vector<int32_t> values;  // kTensors: value ids
+  double num = 0;               // kNumber, kBool; kDoubles: 1 when the data was all booleans
+  std::vector<int64_t> ints;    // kInts
+  std::vector<double> doubles;  // kDoubles
+  std::string str;              // kString
+  bool operator==(const Arg&) const = default;
+};
+
+enum class NodeKind : uint8_t { Input, Op, Const };
+
+struct Node {
+  NodeKind kind = NodeKind::Op;
+  int32_t op = -1;             // registry index (Op)
+  std::vector<Arg> args;       // Op
+  std::vector<int32_t> outs;   // value ids; an output that IS an argument (an op returning its
+                               // input unchanged) names the argument's value
+  int32_t input_index = -1;    // Input: position in Graph::inputs
+  Tensor constant;             // Const
+  std::string where;           // the Lua "file:line" that made it
+  const OpDef& def() const { return Registry::get().ops()[size_t(op)]; }
+  bool inplace() const { return kind == NodeKind::Op && (def().flags & kReturnsSelf); }
+  bool random() const { return kind == NodeKind::Op && (def().flags & kRandom); }
+};
+
+struct Value {
+  int32_t node = -1;       // defining node
+  ValueMeta meta;
+  int32_t alias_of = -1;   // input value id whose storage this input shares (inputs only)
+  int32_t views = -1;      // op outputs: the argument value whose storage this one shares
+};
+
+struct Graph {
+  std::vector<Node> nodes;     // in execution order
+  std::vector<Value> values;
+  std::vector<int32_t> inputs;   // value ids, in the order the backend receives tensors
+  std::vector<int32_t> outputs;  // value ids the graph must produce
+  // Values a pass removed because they equal another (a common subexpression, an identity
+  // view): {removed, kept}. The backend hands the kept value to lazy tensors of the removed one.
+  std::vector<std::pair<int32_t, int32_t>> aliases;
+  std::string name;              // "f.lua:3 #1" for logs
+
+  int32_t add_value(int32_t node, const ValueMeta& m);
+  int op_count() const;
+  std::string str() const;       // one node a line (CRESCENT_LOGS=graph)
+};
+
+// ---- passes (vm/graph/passes.cpp) ----------------------------------------------------------
+// Each returns the number of nodes it changed or removed. `optimize` runs them in order and
+// renumbers nothing: value ids stay those of the recording so lazy tensors can find theirs.
+int canonicalize_views(Graph& g);
+int fold_constants(Graph& g, Context& ctx);
+int eliminate_common_subexpressions(Graph& g);
+int eliminate_dead_code(Graph& g);
+void optimize(Graph& g, Context& ctx);
+
+// ---- the eager backend (vm/graph/interp.cpp) ------------------------------------------------
+// Runs g's nodes with the eager kernels. `vals` is indexed by value id; inputs must be set on
+// entry; on return every value of a kept node is set. An op failure is rethrown as
+// "file:line: op: message" with the position of the node that failed.
+void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals);
+
+}  // namespace cr::graph

@@ -1,0 +1,86 @@
+// The eager backend: a graph run node by node through the registry's eager kernels. It is the
+// reference every native backend is compared with, and what "compiled" means with
+// backend = "eager".
+#include "vm/graph/graph.hpp"
+
+#include <algorithm>
+
+#include "vm/kernels/loop.hpp"
+
+namespace cr::graph {
+
+namespace {
+
+Tensor copy_of(const Tensor& t) {
+  Tensor r = Tensor::empty(t.sizes(), t.dtype(), t.device());
+  copy_into(r, t);
+  return r;
+}
+
+// The cr_value array of one op node, pointing into `vals` and into the node's own storage.
+struct CallArgs {
+  std::vector<cr_value> args;
+  std::vector<std::vector<cr_tensor*>> lists;
+
+  CallArgs(const Node& n, const std::vector<Tensor>& vals) {
+    args.resize(n.args.size());
+    lists.reserve(n.args.size());
+    for (size_t i = 0; i < n.args.size(); ++i) {
+      const Arg& a = n.args[i];
+      cr_value& v = args[i];
+      v = cr_value{a.tag, 0, a.num, nullptr, nullptr};
+      switch (a.tag) {
+        case kTensor: v.ptr = vals[size_t(a.value)].get(); break;
+        case kTensors: {
+          auto& l = lists.emplace_back();
+          for (int32_t id : a.values) l.push_back(vals[size_t(id)].get());
+          v.n = int32_t(l.size());
+          v.ptr = l.data();
+          break;
+        }
+        case kInts: v.n = int32_t(a.ints.size()); v.ptr = const_cast<int64_t*>(a.ints.data()); break;
+        case kDoubles: v.n = int32_t(a.doubles.size()); v.ptr = const_cast<double*>(a.doubles.data()); break;
+        case kString: v.str = a.str.c_str(); break;
+        default: break;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
+  vals.resize(g.values.size());
+  std::vector<int32_t> consts;
+  for (size_t index = 0; index < g.nodes.size(); ++index) {
+    const Node& n = g.nodes[index];
+    if (n.kind == NodeKind::Input) continue;
+    if (n.kind == NodeKind::Const) {
+      // an output gets its own copy: the caller may modify it, the constant must stay
+      bool out = std::find(g.outputs.begin(), g.outputs.end(), n.outs[0]) != g.outputs.end();
+      vals[size_t(n.outs[0])] = out ? copy_of(n.constant) : n.constant;
+      if (!out) consts.push_back(n.outs[0]);
+      continue;
+    }
+    CallArgs call(n, vals);
+    std::vector<Tensor> outs;
+    try {
+      outs = dispatch(ctx, n.op, call.args.data(), int(call.args.size()));
+    } catch (const Error& e) {
+      // the error of the op at the line that recorded it, as eager execution reports it
+      if (n.where.empty()) throw;
+      throw LocatedError(cat(n.where, ": ", e.what()));
+    }
+    if (n.inplace()) {  // the result is the mutated first argument
+      vals[size_t(n.outs[0])] = vals[size_t(n.args[0].value)];
+      continue;
+    }
+    for (size_t i = 0; i < n.outs.size() && i < outs.size(); ++i)
+      if (g.values[size_t(n.outs[i])].node == int32_t(index)) vals[size_t(n.outs[i])] = std::move(outs[i]);
+  }
+  for (auto [removed, kept] : g.aliases)
+    if (!vals[size_t(removed)].defined()) vals[size_t(removed)] = vals[size_t(kept)];
+  for (int32_t c : consts) vals[size_t(c)] = Tensor();  // shared constants never reach Lua
+}
+
+}  // namespace cr::graph

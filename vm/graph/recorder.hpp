@@ -1,0 +1,87 @@
+// The trace recorder (DESIGN.md, execution model steps 2-5). While a compiled function runs,
+// every op call comes here instead of running:
+//  - replaying: the call is matched against the trace tree; on a match its outputs are lazy
+//    tensors (headers with the recorded metadata and no storage) and nothing runs yet;
+//  - recording: a call the tree has not seen (a guard failure, or the first call) runs eagerly
+//    and is appended to the tree.
+// A segment ends at a graph break (Lua needs a value) or at the function's return: its graph
+// runs (raw while cold, optimised once hot), the lazy tensors get their storage, and recording
+// resumes in a new segment whose site is the break.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vm/context.hpp"
+#include "vm/guards/trace.hpp"
+
+namespace cr::graph {
+
+struct Stats {
+  int64_t graphs_compiled = 0, recompiles = 0, graph_breaks = 0, kernels_compiled = 0, disk_cache_hits = 0,
+          eager_fallbacks = 0;
+};
+
+struct Logs {
+  bool graph = false, guards = false, recompiles = false, graph_breaks = false, perf = false;
+  void parse(const std::string& list);  // "graph,guards,+recompiles"
+};
+
+// What one segment of the last call did (for T.explain).
+struct SegmentReport {
+  int ops;
+  std::string reason, where;  // how it ended
+};
+
+struct Segment;
+
+class Recorder {
+ public:
+  explicit Recorder(Context& ctx);
+  ~Recorder();
+
+  int32_t new_function(const guards::Options& opts);
+  // Starts a call of function `fn`; false when a capture is already active (a nested compiled
+  // function is inlined into its caller's trace).
+  bool begin(int32_t fn, int cache_size_limit);
+  bool active() const { return fn_ != nullptr; }
+  // One op call inside the capture. Returns the tensors to hand to Lua.
+  std::vector<Tensor> call(int op, const cr_value* args, int nargs);
+  // Lua needs the value of `t` (a lazy tensor of the current segment): a graph break.
+  void graph_break(const std::string& reason, const std::string& where, cr_tensor* needed);
+  // The function returned `rets`: the last segment ends and the capture stops.
+  void finish(const std::vector<cr_tensor*>& rets, const std::string& where);
+  // An error unwound the call: runs what was recorded (its side effects are due) and stops.
+  void abort();
+  void set_where(const std::string& where);  // position of the op recorded last
+  void reset();                              // T.compiler.reset()
+
+  Stats stats;
+  Logs logs;
+  std::vector<SegmentReport> report;  // segments of the current / last call
+
+ private:
+  guards::Function& function(int32_t id);
+  void end_segment(guards::EndKind kind, const std::string& reason, const std::string& where,
+                   const std::vector<cr_tensor*>& needed);
+  void start_segment(guards::Site& site);
+  void run_pending();  // a replayed prefix runs before recording goes on
+  void settle(guards::Leaf* leaf, std::vector<Tensor>& computed, bool learn);
+  std::shared_ptr<graph::Graph> compile(guards::Leaf& leaf);
+  guards::Leaf& leaf_for(guards::EndKind kind, const std::string& reason, const std::string& where);
+  void log(const std::string& what, const std::string& text);
+  void stop();
+
+  Context& ctx_;
+  std::vector<std::unique_ptr<guards::Function>> functions_;
+  guards::Function* fn_ = nullptr;
+  int cache_size_limit_ = 8;
+  std::unique_ptr<Segment> seg_;
+  std::string pending_reason_;  // the guard failure that started the current recording
+};
+
+// Outside a capture: a lazy tensor whose segment already ran without producing it is computed
+// now; a tensor that carries an escape tracker tells its segment it was used.
+void ensure_real(Context& ctx, cr_tensor* t);
+
+}  // namespace cr::graph

@@ -1,0 +1,103 @@
+// The trace tree: per compiled function, the segments it has recorded, cached as a tree of op
+// events. The tree is the guard structure (DESIGN.md, execution model step 4): an event's key
+// holds the op, its scalar arguments and, for each tensor it sees for the first time, that
+// tensor's dtype, device, sizes, strides, offset and aliasing. Replaying a call walks the tree by
+// comparing keys; a key with no matching child is a guard failure and starts a new variant.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vm/graph/graph.hpp"
+
+namespace cr::guards {
+
+using Key = std::vector<uint64_t>;
+
+// Key layout: op, nargs, then per argument its tag and payload. Numbers are their bits; lists
+// their length then items; strings their length then bytes, 8 a word. A tensor is either
+// `vid` (a value this segment already has) or `kNewTensor | vid` followed by its guards:
+// dtype | device type << 8 | device index << 16 | ndim << 24, offset, sizes, strides, alias + 1.
+constexpr uint64_t kNewTensor = uint64_t(1) << 63;
+
+// A tensor seen for the first time by an event: it becomes a graph input.
+struct NewInput {
+  int32_t vid;
+  graph::ValueMeta meta;
+  int32_t alias_of;  // vid of an earlier input sharing its storage, or -1
+};
+
+// What an event produced: one entry per tensor handed back to Lua (or, for an in-place op, the
+// new SSA value of its first argument).
+struct OutInfo {
+  int32_t vid;
+  bool fresh;        // false: the op returned one of its arguments unchanged
+  graph::ValueMeta meta;
+  int32_t views;     // vid of the argument whose storage it shares, or -1
+};
+
+struct Leaf;
+
+struct TraceNode {
+  Key key;
+  graph::Node node;                // op, arguments as value ids, outs, where
+  std::vector<NewInput> new_inputs;
+  std::vector<OutInfo> outs;
+  TraceNode* parent = nullptr;
+  std::vector<std::unique_ptr<TraceNode>> children;
+  std::vector<std::shared_ptr<Leaf>> ends;  // segments that end here
+};
+
+enum class EndKind : uint8_t { Break, Return };
+
+// One variant of one segment: the path from its site's root to here.
+struct Leaf {
+  EndKind kind;
+  std::string reason;  // break reason ("item()", "tostring()"...) or "return"
+  std::string where;   // file:line of the break or of the return
+  TraceNode* last;     // the last event of the segment (the site root when it has no ops)
+  int variant = 0;     // 1-based among its site's variants
+  int hits = 0;        // executions so far
+  std::vector<char> escaping;                // by vid: needed after the segment ended
+  std::shared_ptr<graph::Graph> raw;         // the recorded graph (built on first need)
+  std::shared_ptr<graph::Graph> compiled;    // optimised, once hot
+  std::string recompile_reason;              // why the compiled graph must be rebuilt
+};
+
+// Where segments start: the entry of the function, or just after a given break.
+struct Site {
+  std::string name;  // "entry" or "after item() at f.lua:3"
+  TraceNode root;
+  int variants = 0;
+  bool eager = false;  // over cache_size_limit: runs eagerly from here on
+};
+
+struct Options {
+  int hot = 2;
+  bool fullgraph = false;
+  bool reduce_overhead = false;
+  std::string backend = "auto";
+  std::string name;  // "f.lua:12" where the function was defined
+};
+
+struct Function {
+  int32_t id;
+  Options opts;
+  std::map<std::string, std::unique_ptr<Site>> sites;
+  Site& site(const std::string& name);
+};
+
+// Builds the graph of a segment: the events from `leaf->last` up to the site root.
+std::shared_ptr<graph::Graph> build_graph(const Leaf& leaf);
+// The events of a segment in execution order.
+std::vector<const TraceNode*> path_of(const TraceNode* last);
+
+// Why `key` matched none of `at`'s children (for CRESCENT_LOGS=recompiles): names the op, the
+// argument and the guard that failed, e.g. "add at f.lua:4: argument 2 (other): sizes {4} -> {5}".
+std::string describe_mismatch(const TraceNode& at, const Key& key, int op);
+// The guards of a segment, one a line (CRESCENT_LOGS=guards).
+std::string describe_guards(const Leaf& leaf);
+
+}  // namespace cr::guards

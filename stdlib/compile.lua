@@ -119,7 +119,7 @@ function M.compile(fn, opts)
   local ret_where = "return of " .. site
   local call = function(...) return capture_call(id, ret_where, fn, ...) end
   if o.mode == "reduce-overhead" then
-    call = require("crescent.replay").wrap(fn, id, ret_where, call, capture_call)
+    call = require("crescent.replay").wrap(fn, id, call)
   end
   compiled[call] = { fn = fn, opts = o }
   return call
@@ -152,13 +152,14 @@ function M.explain(fn, ...)
   return setmetatable(r, { __tostring = function(t) return t.summary end })
 end
 
-local STATS = ffi.new("double[6]")
+local STATS = ffi.new("double[8]")
 M.compiler = {
   reset = function() api.cap_reset(ctx) end,
   stats = function()
     api.cap_stats(ctx, STATS)
     return { graphs_compiled = STATS[0], recompiles = STATS[1], graph_breaks = STATS[2],
-             kernels_compiled = STATS[3], disk_cache_hits = STATS[4], eager_fallbacks = STATS[5] }
+             kernels_compiled = STATS[3], disk_cache_hits = STATS[4], eager_fallbacks = STATS[5],
+             graph_run_us = STATS[6], replays = STATS[7] }
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
   set_logs = function(list) api.cap_set_logs(ctx, list or "") end,

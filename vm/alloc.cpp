@@ -32,6 +32,24 @@ int size_class(size_t n) {
   return s;
 }
 
+// Headers (cr_tensor, Storage) and tiny data blocks come and go with every op: a small per-thread
+// front cache serves them without the global lock; it spills to and refills from the global cache.
+constexpr int kFrontMaxShift = 9;  // classes up to 512 B
+constexpr size_t kFrontDepth = 64;
+struct Front {
+  std::vector<void*> blocks[kFrontMaxShift + 1];
+  ~Front() {  // a thread's blocks go back to the global cache (never leaked)
+    Cache& k = cache();
+    std::lock_guard<std::mutex> g(k.m);
+    for (int c = 0; c <= kFrontMaxShift; ++c)
+      for (void* p : blocks[c]) k.small[c].push_back(p);
+  }
+};
+Front& front() {
+  thread_local Front f;
+  return f;
+}
+
 size_t large_rounded(size_t n) {
   int s = size_class(n);
   size_t step = size_t(1) << (s - 3);
@@ -58,6 +76,14 @@ void* host_alloc(size_t nbytes) {
     return std::aligned_alloc(64, n);
   }
   int c = size_class(nbytes);
+  if (c <= kFrontMaxShift) {
+    auto& f = front().blocks[c];
+    if (!f.empty()) {
+      void* p = f.back();
+      f.pop_back();
+      return p;
+    }
+  }
   {
     std::lock_guard<std::mutex> g(k.m);
     if (!k.small[c].empty()) {
@@ -86,6 +112,14 @@ void host_free(void* p, size_t nbytes) {
     return std::free(p);
   }
   int c = size_class(nbytes);
+  if (c <= kFrontMaxShift) {
+    auto& f = front().blocks[c];
+    if (f.size() < kFrontDepth) {
+      if (f.capacity() == 0) f.reserve(kFrontDepth);
+      f.push_back(p);
+      return;
+    }
+  }
   {
     std::lock_guard<std::mutex> g(k.m);
     if ((k.small[c].size() + 1) << c <= kMaxCachedBytesPerClass) {
@@ -99,6 +133,10 @@ void host_free(void* p, size_t nbytes) {
 void host_cache_clear() {
   Cache& k = cache();
   std::lock_guard<std::mutex> g(k.m);
+  for (auto& v : front().blocks) {
+    for (void* p : v) std::free(p);
+    v.clear();
+  }
   for (auto& v : k.small) {
     for (void* p : v) std::free(p);
     v.clear();

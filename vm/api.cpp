@@ -212,9 +212,10 @@ void api_cap_reset(cr_ctx* c) { rec(c).reset(); }
 
 void api_cap_stats(cr_ctx* c, double* out) {
   const graph::Stats& s = rec(c).stats;
-  const int64_t v[] = {s.graphs_compiled, s.recompiles, s.graph_breaks, s.kernels_compiled, s.disk_cache_hits,
-                       s.eager_fallbacks};
-  for (size_t i = 0; i < 6; ++i) out[i] = double(v[i]);
+  const double v[] = {double(s.graphs_compiled),  double(s.recompiles),      double(s.graph_breaks),
+                      double(s.kernels_compiled), double(s.disk_cache_hits), double(s.eager_fallbacks),
+                      s.graph_run_us,             double(s.replays)};
+  for (size_t i = 0; i < 8; ++i) out[i] = v[i];
 }
 
 const char* api_cap_report(cr_ctx* c) {
@@ -226,6 +227,19 @@ const char* api_cap_report(cr_ctx* c) {
 
 void api_cap_set_logs(cr_ctx* c, const char* list) { rec(c).logs.parse(list); }
 int32_t api_cap_active(cr_ctx* c) { return rec(c).active(); }
+
+int32_t api_cap_plan(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n) {
+  return guarded(c, [&] { return rec(c).plan(fn, cands, n); });
+}
+
+int32_t api_cap_replay(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n, cr_tensor** outs, int32_t cap) {
+  return guarded(c, [&] {
+    std::vector<Tensor> rets;
+    if (!rec(c).has_plan(fn)) return -4;
+    if (!rec(c).replay(fn, cands, n, rets)) return -3;
+    return hand_out(Context::of(c), rets, outs, cap);
+  });
+}
 
 }  // namespace
 
@@ -265,6 +279,8 @@ const cr_api* api_table() {
       api_cap_report,
       api_cap_set_logs,
       api_cap_active,
+      api_cap_plan,
+      api_cap_replay,
   };
   return &api;
 }

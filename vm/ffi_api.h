@@ -101,10 +101,16 @@ typedef struct cr_api {
   void (*cap_where)(cr_ctx* ctx, const char* where);
   void (*cap_reset)(cr_ctx* ctx);
   void (*cap_stats)(cr_ctx* ctx, double* out); /* graphs_compiled, recompiles, graph_breaks,
-                                                  kernels_compiled, disk_cache_hits, eager_fallbacks */
+                                                  kernels_compiled, disk_cache_hits, eager_fallbacks,
+                                                  graph_run_us, replays */
   const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call: "ops\treason\twhere\n" */
   void (*cap_set_logs)(cr_ctx* ctx, const char* list);
   int32_t (*cap_active)(cr_ctx* ctx);
+  /* reduce-overhead (stdlib/replay.lua): cap_plan returns 1 (planned), 0 (not yet), -1 (never:
+   * last_error says why); cap_replay returns the number of tensors written to outs, -3 when a
+   * guard failed (nothing ran), -4 when the plan is gone (T.compiler.reset), or an error code. */
+  int32_t (*cap_plan)(cr_ctx* ctx, int32_t fn, cr_tensor** cands, int32_t n);
+  int32_t (*cap_replay)(cr_ctx* ctx, int32_t fn, cr_tensor** cands, int32_t n, cr_tensor** outs, int32_t cap);
 } cr_api;
 
 #ifdef __cplusplus

@@ -20,6 +20,8 @@ namespace cr::graph {
 struct Stats {
   int64_t graphs_compiled = 0, recompiles = 0, graph_breaks = 0, kernels_compiled = 0, disk_cache_hits = 0,
           eager_fallbacks = 0;
+  double graph_run_us = 0;  // time spent running graphs (kernels included), for overhead figures
+  int64_t replays = 0;      // reduce-overhead calls that ran without Lua
 };
 
 struct Logs {
@@ -54,6 +56,15 @@ class Recorder {
   // An error unwound the call: runs what was recorded (its side effects are due) and stops.
   void abort();
   void set_where(const std::string& where);  // position of the op recorded last
+
+  // reduce-overhead (stdlib/replay.lua). plan: after a call of `fn`, maps the inputs of its one
+  // compiled segment to `cands` (the call's arguments and tensors reachable from its upvalues);
+  // returns 1 when a plan exists, 0 when the call cannot be planned yet (not compiled yet), and
+  // throws with the reason when it never can. replay: checks the guards of the plan's inputs
+  // against `cands` and runs the graph; false on a guard failure (nothing ran).
+  int plan(int32_t fn, cr_tensor* const* cands, int n);
+  bool replay(int32_t fn, cr_tensor* const* cands, int n, std::vector<Tensor>& rets);
+  bool has_plan(int32_t fn);
   void reset();                              // T.compiler.reset()
 
   Stats stats;
@@ -71,6 +82,7 @@ class Recorder {
   guards::Leaf& leaf_for(guards::EndKind kind, const std::string& reason, const std::string& where);
   void log(const std::string& what, const std::string& text);
   void stop();
+  void remember_call(guards::Leaf& leaf, const std::vector<cr_tensor*>& rets);
 
   Context& ctx_;
   std::vector<std::unique_ptr<guards::Function>> functions_;

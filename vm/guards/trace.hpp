@@ -82,11 +82,25 @@ struct Options {
   std::string name;  // "f.lua:12" where the function was defined
 };
 
+// reduce-overhead: a whole call replayed without running Lua (Recorder::plan / replay).
+struct Plan {
+  std::shared_ptr<Leaf> leaf;            // keeps the compiled graph alive
+  std::shared_ptr<graph::Graph> graph;
+  std::vector<int32_t> source;           // per graph input: index into the caller's candidates
+  std::vector<int32_t> rets;             // per returned tensor: its vid
+};
+
 struct Function {
   int32_t id;
   Options opts;
   std::map<std::string, std::unique_ptr<Site>> sites;
   Site& site(const std::string& name);
+  // the last call when it was one segment (for reduce-overhead plans): its inputs, by identity
+  // only (never dereferenced), and the vids of the tensors it returned
+  std::shared_ptr<Leaf> last_leaf;
+  std::vector<cr_tensor*> last_inputs;
+  std::vector<int32_t> last_rets;
+  std::unique_ptr<Plan> plan;
 };
 
 // Builds the graph of a segment: the events from `leaf->last` up to the site root.

@@ -19,6 +19,11 @@ function T.manual_seed(n)
   if type(n) ~= "number" or n ~= math.floor(n) or n < 0 then
     core.fail("manual_seed: expected a non-negative integer, got " .. tostring(n))
   end
+  -- inside a compiled function: ops recorded before must draw from the generator first
+  if ctx.capturing ~= 0 then
+    local rc = api.cap_need(ctx, nil, "manual_seed()", core.where())
+    if rc < 0 then core.raise(rc) end
+  end
   api.manual_seed(ctx, n)
 end
 

@@ -191,7 +191,7 @@ int32_t api_cap_need(cr_ctx* c, cr_tensor* t, const char* reason, const char* wh
   return guarded(c, [&] {
     graph::Recorder& r = rec(c);
     if (r.active()) r.graph_break(reason, where, t);
-    graph::ensure_real(Context::of(c), t);
+    if (t) graph::ensure_real(Context::of(c), t);
     return 0;
   });
 }

@@ -168,8 +168,11 @@ std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nar
         }
       }
     }
-    if ((def.flags & kReturnsSelf) && nargs > 0 && args[0].tag == kTensor)
-      static_cast<Storage*>(static_cast<cr_tensor*>(args[0].ptr)->_storage)->version.fetch_add(1);
+    if ((def.flags & kReturnsSelf) && nargs > 0 && args[0].tag == kTensor) {
+      auto* st = static_cast<Storage*>(static_cast<cr_tensor*>(args[0].ptr)->_storage);
+      graph::before_write(ctx, st);
+      st->version.fetch_add(1);
+    }
     if (def.infer) {
       c.metas = def.infer(c);
       for (const Meta& m : c.metas) c.outs.push_back(Tensor::empty(m.sizes, m.dtype, m.device));

@@ -33,6 +33,7 @@ struct Storage {
   void (*free_fn)(void* ctx, void* data) = nullptr;  // null: memory we allocated
   void* free_ctx = nullptr;
   std::atomic<uint32_t> version{0};  // bumped by every in-place op: lazy recomputation checks it
+  std::atomic<int32_t> pending_reads{0};  // lazy values that would be recomputed from it
 };
 Storage* storage_new(size_t nbytes, Device device);  // 64-byte aligned
 Storage* storage_wrap(void* data, size_t nbytes, Device device, void (*free_fn)(void*, void*), void* ctx);

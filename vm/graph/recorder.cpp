@@ -30,6 +30,10 @@ struct ExecRecord {
   std::shared_ptr<Graph> raw;
   std::vector<Tensor> vals;  // inputs, by vid
   std::vector<std::pair<Tensor, uint32_t>> versions;
+  std::vector<cr_tensor*> pending;  // lazy tensors that still need it (not owned)
+  ~ExecRecord() {
+    for (auto& [t, v] : versions) t.storage()->pending_reads.fetch_sub(1);
+  }
 };
 
 // cr_tensor::_lazy: the segment variant a value came from (to learn that it escaped) and, for a
@@ -43,7 +47,9 @@ struct LazyInfo {
 namespace {
 
 void free_lazy(cr_tensor* t) {
-  delete static_cast<LazyInfo*>(t->_lazy);
+  auto* info = static_cast<LazyInfo*>(t->_lazy);
+  if (info->rec) std::erase(info->rec->pending, t);
+  delete info;
   t->_lazy = nullptr;
 }
 const bool g_hook = (lazy_release_hook = free_lazy, true);
@@ -99,6 +105,30 @@ void recompute(Context& ctx, cr_tensor* t, LazyInfo& info) {
 }
 
 }  // namespace
+
+// An in-place write to `s` is about to happen: lazy tensors that would be recomputed from it get
+// their values first.
+void Recorder::before_write(Storage* st) {
+  std::vector<std::shared_ptr<ExecRecord>> hit;
+  std::erase_if(records_, [&](const std::weak_ptr<ExecRecord>& w) {
+    auto r = w.lock();
+    if (!r) return true;
+    for (auto& [t, v] : r->versions)
+      if (t.storage() == st) {
+        hit.push_back(r);
+        return true;
+      }
+    return false;
+  });
+  for (auto& r : hit) {
+    std::vector<cr_tensor*> ts = r->pending;
+    for (cr_tensor* t : ts) ensure_real(ctx_, t);
+  }
+}
+
+void before_write(Context& ctx, Storage* s) {
+  if (s->pending_reads.load() > 0) ctx.recorder->before_write(s);
+}
 
 void ensure_real(Context& ctx, cr_tensor* t) {
   auto* info = static_cast<LazyInfo*>(t->_lazy);
@@ -358,6 +388,10 @@ std::vector<Tensor> Recorder::call(int op, const cr_value* args, int nargs) {
   if (!s.recording) {
     for (auto& c : s.pos->children) {
       if (c->key != s.key) continue;
+      if (!c->error.empty()) {  // the op fails here, as it did when recorded
+        s.pos = c.get();
+        throw Error(c->error);
+      }
       // a match: hand out lazy tensors with the recorded metadata; nothing runs yet
       std::vector<Tensor> outs;
       for (const guards::OutInfo& o : c->outs) {
@@ -396,7 +430,6 @@ std::vector<Tensor> Recorder::call(int op, const cr_value* args, int nargs) {
   }
 
   // recording: run eagerly, append the event
-  std::vector<Tensor> outs = dispatch(ctx_, op, args, nargs);
   auto node = std::make_unique<TraceNode>();
   node->key = s.key;
   node->parent = s.pos;
@@ -404,6 +437,19 @@ std::vector<Tensor> Recorder::call(int op, const cr_value* args, int nargs) {
   node->node.args = to_args(args, nargs);
   for (int32_t v = first_new; v < s.next_vid; ++v)
     node->new_inputs.push_back(guards::NewInput{v, meta_of(s.vals[size_t(v)]), s.alias[size_t(v)]});
+  std::vector<Tensor> outs;
+  try {
+    outs = dispatch(ctx_, op, args, nargs);
+  } catch (const LocatedError&) {
+    throw;
+  } catch (const Error& e) {
+    if (def.kind != OpKind::Index) {  // the same key fails the same way: remember it
+      node->error = e.what();
+      s.pos->children.push_back(std::move(node));
+      s.pos = s.pos->children.back().get();
+    }
+    throw;
+  }
   std::vector<cr_tensor*> targs = tensor_args(args, nargs);
   if (def.flags & kReturnsSelf) {
     cr_tensor* self = targs[0];
@@ -481,10 +527,14 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn) {
           rec->raw = leaf->raw;
           rec->vals.resize(s.vals.size());
           for (int32_t in : leaf->raw->inputs) {
+            Storage* st = s.vals[size_t(in)].storage();
             rec->vals[size_t(in)] = s.vals[size_t(in)];
-            rec->versions.emplace_back(s.vals[size_t(in)], s.vals[size_t(in)].storage()->version.load());
+            rec->versions.emplace_back(s.vals[size_t(in)], st->version.load());
+            st->pending_reads.fetch_add(1);
           }
+          records_.push_back(rec);
         }
+        rec->pending.push_back(p);
         p->_lazy = new LazyInfo{owner, int32_t(vid), rec};
         continue;
       } else {

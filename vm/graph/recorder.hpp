@@ -36,6 +36,7 @@ struct SegmentReport {
 };
 
 struct Segment;
+struct ExecRecord;
 
 class Recorder {
  public:
@@ -65,6 +66,7 @@ class Recorder {
   int plan(int32_t fn, cr_tensor* const* cands, int n);
   bool replay(int32_t fn, cr_tensor* const* cands, int n, std::vector<Tensor>& rets);
   bool has_plan(int32_t fn);
+  void before_write(Storage* s);
   void reset();                              // T.compiler.reset()
 
   Stats stats;
@@ -90,10 +92,13 @@ class Recorder {
   int cache_size_limit_ = 8;
   std::unique_ptr<Segment> seg_;
   std::string pending_reason_;  // the guard failure that started the current recording
+  std::vector<std::weak_ptr<ExecRecord>> records_;  // ways to recompute values not kept
 };
 
 // Outside a capture: a lazy tensor whose segment already ran without producing it is computed
 // now; a tensor that carries an escape tracker tells its segment it was used.
 void ensure_real(Context& ctx, cr_tensor* t);
+// Before an in-place write to `s`: lazy values that would be recomputed from it are computed now.
+void before_write(Context& ctx, Storage* s);
 
 }  // namespace cr::graph

@@ -37,6 +37,7 @@ std::shared_ptr<graph::Graph> build_graph(const Leaf& leaf) {
       g->nodes.push_back(std::move(n));
       value(in.vid) = graph::Value{int32_t(g->nodes.size() - 1), in.meta, in.alias_of, -1};
     }
+    if (!t->error.empty()) continue;
     g->nodes.push_back(t->node);
     for (const OutInfo& o : t->outs)
       if (o.fresh) value(o.vid) = graph::Value{int32_t(g->nodes.size() - 1), o.meta, -1, o.views};

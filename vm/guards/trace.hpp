@@ -45,6 +45,10 @@ struct TraceNode {
   graph::Node node;                // op, arguments as value ids, outs, where
   std::vector<NewInput> new_inputs;
   std::vector<OutInfo> outs;
+  // The op raised this error when recorded (a caller caught it with pcall): replaying the event
+  // raises it again and adds nothing to the graph. Only errors that depend on nothing but the
+  // key are kept (not those of indexing ops, which read index values).
+  std::string error;
   TraceNode* parent = nullptr;
   std::vector<std::unique_ptr<TraceNode>> children;
   std::vector<std::shared_ptr<Leaf>> ends;  // segments that end here

@@ -69,16 +69,27 @@ end
 
 local RETS = ffi.new("cr_tensor*[?]", 64)
 local function hand_back(where, ...)
-  local n = select("#", ...)
-  local list, seen = {}, {}
+  local n, count, seen = select("#", ...), 0, nil
+  local buf = RETS
   for i = 1, n do
     local v = (select(i, ...))
-    if is_tensor(v) then list[#list + 1] = v
-    elseif type(v) == "table" then collect(v, list, seen) end
+    if is_tensor(v) then
+      if count == 64 then break end
+      buf[count] = v.p
+      count = count + 1
+    elseif type(v) == "table" then
+      seen = seen or {}
+      collect(v, seen, seen)
+    end
   end
-  local buf = #list <= 64 and RETS or ffi.new("cr_tensor*[?]", #list)
-  for i = 1, #list do buf[i - 1] = list[i].p end
-  local rc = api.cap_finish(ctx, buf, #list, where)
+  if count == 64 or (seen and #seen > 0) then  -- many tensors, or tensors inside tables
+    local list, seen2 = {}, {}
+    for i = 1, n do collect((select(i, ...)), list, seen2) end
+    count = #list
+    buf = ffi.new("cr_tensor*[?]", math.max(count, 1))
+    for i = 1, count do buf[i - 1] = list[i].p end
+  end
+  local rc = api.cap_finish(ctx, buf, count, where)
   if rc < 0 then core.raise(rc) end
   return ...
 end

@@ -94,7 +94,7 @@ struct Graph {
 int canonicalize_views(Graph& g);
 int fold_constants(Graph& g, Context& ctx);
 int eliminate_common_subexpressions(Graph& g);
-int eliminate_dead_code(Graph& g);
+int eliminate_dead_code(Graph& g, bool keep_effects = true);
 void optimize(Graph& g, Context& ctx);
 
 // ---- the eager backend (vm/graph/interp.cpp) ------------------------------------------------

@@ -19,12 +19,15 @@ Tensor copy_of(const Tensor& t) {
 
 // The cr_value array of one op node, pointing into `vals` and into the node's own storage.
 struct CallArgs {
-  std::vector<cr_value> args;
-  std::vector<std::vector<cr_tensor*>> lists;
+  static constexpr size_t kInline = 8;
+  cr_value inline_args[kInline];
+  std::vector<cr_value> more;
+  std::vector<std::vector<cr_tensor*>> lists;  // only for tensor-list arguments (cat, stack)
+  cr_value* args;
 
   CallArgs(const Node& n, const std::vector<Tensor>& vals) {
-    args.resize(n.args.size());
-    lists.reserve(n.args.size());
+    if (n.args.size() > kInline) more.resize(n.args.size());
+    args = n.args.size() > kInline ? more.data() : inline_args;
     for (size_t i = 0; i < n.args.size(); ++i) {
       const Arg& a = n.args[i];
       cr_value& v = args[i];
@@ -32,6 +35,7 @@ struct CallArgs {
       switch (a.tag) {
         case kTensor: v.ptr = vals[size_t(a.value)].get(); break;
         case kTensors: {
+          if (lists.capacity() == 0) lists.reserve(n.args.size());
           auto& l = lists.emplace_back();
           for (int32_t id : a.values) l.push_back(vals[size_t(id)].get());
           v.n = int32_t(l.size());
@@ -65,7 +69,7 @@ void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
     CallArgs call(n, vals);
     std::vector<Tensor> outs;
     try {
-      outs = dispatch(ctx, n.op, call.args.data(), int(call.args.size()));
+      outs = dispatch(ctx, n.op, call.args, int(n.args.size()));
     } catch (const Error& e) {
       // the error of the op at the line that recorded it, as eager execution reports it
       if (n.where.empty()) throw;

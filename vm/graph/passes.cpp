@@ -190,14 +190,15 @@ int eliminate_common_subexpressions(Graph& g) {
 }
 
 // Keeps what the outputs need, every in-place op (its write is the point) and every random op
-// (it advances the generator that later random ops read).
-int eliminate_dead_code(Graph& g) {
+// (it advances the generator that later random ops read) unless `keep_effects` is false (the
+// recorder's recomputation of one pure value).
+int eliminate_dead_code(Graph& g, bool keep_effects) {
   std::vector<char> live(g.values.size());
   for (int32_t o : g.outputs) live[size_t(o)] = 1;
   std::vector<char> keep(g.nodes.size());
   for (size_t i = g.nodes.size(); i-- > 0;) {
     const Node& n = g.nodes[i];
-    bool k = n.kind == NodeKind::Input || n.inplace() || n.random();
+    bool k = n.kind == NodeKind::Input || (keep_effects && (n.inplace() || n.random()));
     for (int32_t o : n.outs) k = k || live[size_t(o)];
     if (!k) continue;
     keep[i] = 1;

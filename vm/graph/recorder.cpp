@@ -70,24 +70,9 @@ void note_escape(Leaf& leaf, int32_t vid, const char* how) {
 
 // Only the ancestors of `vid`: what recomputing one value needs.
 Graph prune_for(const Graph& g, int32_t vid) {
-  std::vector<char> need(g.values.size());
-  need[size_t(vid)] = 1;
-  std::vector<char> keep(g.nodes.size());
-  for (size_t i = g.nodes.size(); i-- > 0;) {
-    const Node& n = g.nodes[i];
-    bool k = false;
-    for (int32_t o : n.outs) k = k || need[size_t(o)];
-    if (!k) continue;
-    keep[i] = 1;
-    for (const Arg& a : n.args) {
-      if (a.tag == kTensor) need[size_t(a.value)] = 1;
-      for (int32_t v : a.values) need[size_t(v)] = 1;
-    }
-  }
   Graph p = g;
-  p.nodes.clear();
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (keep[i]) p.nodes.push_back(g.nodes[i]);
+  p.outputs = {vid};
+  eliminate_dead_code(p, false);
   return p;
 }
 
@@ -175,6 +160,16 @@ struct Segment {
   Key key;                        // scratch: the key of the current call
   TraceNode* last_recorded = nullptr;
 
+  void reset() {
+    recording = passthrough = pending = false;
+    ops = 0;
+    next_vid = 0;
+    vals.clear();
+    alias.clear();
+    is_input.clear();
+    last_recorded = nullptr;
+  }
+
   void set(int32_t vid, Tensor t) {
     if (vals.size() <= size_t(vid)) {
       vals.resize(size_t(vid) + 1);
@@ -238,7 +233,7 @@ bool Recorder::begin(int32_t fn, int cache_size_limit) {
 void Recorder::start_segment(guards::Site& site) {
   if (!seg_) seg_ = std::make_unique<Segment>();
   Segment& s = *seg_;
-  s = Segment{};
+  s.reset();  // keeps the vectors' memory: a call starts segments at every break
   s.gen = g_generation.fetch_add(1);
   s.site = &site;
   s.pos = &site.root;
@@ -641,7 +636,7 @@ void Recorder::finish(const std::vector<cr_tensor*>& rets, const std::string& wh
 
 void Recorder::stop() {
   fn_ = nullptr;
-  seg_.reset();
+  if (seg_) seg_->reset();
   ctx_.ffi.capturing = 0;
 }
 

@@ -27,8 +27,8 @@ std::string ValueMeta::str() const {
     s += sizes[i].str();
   }
   s += "}";
-  if (strides != contiguous_strides(concrete(sizes))) s += " strides " + shape_str(strides);
-  if (!device.is_cpu()) s += " " + device_name(device);
+  if (strides != contiguous_strides(concrete(sizes))) s += cat(" strides ", shape_str(strides));
+  if (!device.is_cpu()) s += cat(" ", device_name(device));
   return s;
 }
 

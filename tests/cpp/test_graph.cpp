@@ -1,0 +1,460 @@
+// The graph IR passes (vm/graph/passes.cpp) and the eager backend (vm/graph/interp.cpp) on small
+// hand-built graphs: each pass must do its rewrite, and the rewritten graph must compute the same
+// values as the recorded one (every element compared, random inputs, the generator reset).
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "vm/graph/graph.hpp"
+#include "vm/kernels/loop.hpp"
+
+using namespace cr;
+using namespace cr::graph;
+
+namespace {
+
+Arg T(int32_t v) { Arg a; a.tag = kTensor; a.value = v; return a; }
+Arg N(double x) { Arg a; a.tag = kNumber; a.num = x; return a; }
+Arg I(std::vector<int64_t> xs) { Arg a; a.tag = kInts; a.ints = std::move(xs); return a; }
+
+// Builds a graph as the recorder does: every op also runs eagerly on sample values while it is
+// added, so each output gets the meta eager execution gave it, `views` when it shares the storage
+// of a tensor argument, and in-place ops get a new value id with the meta of their argument 0.
+struct Builder {
+  Context& ctx;
+  Graph g;
+  std::vector<Tensor> sample;  // by value id
+
+  int32_t value(Tensor t, int32_t views) {  // by value: `t` may live in `sample`
+    int32_t v = g.add_value(int32_t(g.nodes.size() - 1), meta_of(t));
+    g.values[size_t(v)].views = views;
+    g.nodes.back().outs.push_back(v);
+    sample.resize(g.values.size());
+    sample[size_t(v)] = t;
+    return v;
+  }
+  int32_t input(const Tensor& t) {
+    Node n;
+    n.kind = NodeKind::Input;
+    n.input_index = int32_t(g.inputs.size());
+    g.nodes.push_back(std::move(n));
+    int32_t v = value(t, -1);
+    g.inputs.push_back(v);
+    return v;
+  }
+  std::vector<int32_t> ops(const std::string& name, std::vector<Arg> args, const std::string& where = "") {
+    Node n;
+    n.op = Registry::get().index_of(name);
+    REQUIRE(n.op >= 0);
+    n.args = std::move(args);
+    n.where = where;
+    std::vector<cr_value> cv;
+    for (const Arg& a : n.args) {
+      cr_value v{a.tag, 0, a.num, nullptr, nullptr};
+      if (a.tag == kTensor) v.ptr = sample[size_t(a.value)].get();
+      if (a.tag == kInts) v.n = int32_t(a.ints.size()), v.ptr = const_cast<int64_t*>(a.ints.data());
+      cv.push_back(v);
+    }
+    std::vector<Tensor> outs = dispatch(ctx, n.op, cv.data(), int(cv.size()));
+    g.nodes.push_back(std::move(n));
+    const Node& nd = g.nodes.back();
+    if (nd.inplace()) return {value(sample[size_t(nd.args[0].value)], nd.args[0].value)};
+    std::vector<int32_t> ids;
+    for (const Tensor& o : outs) {
+      int32_t views = -1;
+      for (const Arg& a : nd.args)
+        if (views < 0 && a.tag == kTensor && sample[size_t(a.value)].storage() == o.storage()) views = a.value;
+      ids.push_back(value(o, views));
+    }
+    return ids;
+  }
+  int32_t op(const std::string& name, std::vector<Arg> args, const std::string& where = "") {
+    return ops(name, std::move(args), where)[0];
+  }
+};
+
+Tensor uniform(const Shape& s, uint32_t seed) {
+  Tensor t = Tensor::empty(s, DType::f32);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-2, 2);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(gen);
+  return t;
+}
+
+Tensor copy_of(const Tensor& t) {
+  Tensor r = Tensor::empty(t.sizes(), t.dtype());
+  copy_into(r, t);
+  return r;
+}
+
+// Every element equal, same dtype and shape (strides may differ).
+bool same(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
+  Tensor x = contiguous(cast(a, DType::f64)), y = contiguous(cast(b, DType::f64));
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (x.data<double>()[i] != y.data<double>()[i]) return false;
+  return true;
+}
+
+std::vector<double> elements(const Tensor& t) {
+  Tensor x = contiguous(cast(t, DType::f64));
+  return std::vector<double>(x.data<double>(), x.data<double>() + x.numel());
+}
+
+// Runs g on copies of `in` (so in-place writes to inputs stay visible in the result) from a
+// fresh generator.
+std::vector<Tensor> run(const Graph& g, Context& ctx, const std::vector<Tensor>& in) {
+  std::vector<Tensor> vals(g.values.size());
+  for (size_t i = 0; i < g.inputs.size(); ++i) vals[size_t(g.inputs[i])] = copy_of(in[i]);
+  ctx.gen = Generator{};
+  run_eager(g, ctx, vals);
+  return vals;
+}
+
+std::vector<Tensor> random_inputs(const Graph& g, uint32_t seed) {
+  std::vector<Tensor> in;
+  for (int32_t v : g.inputs) in.push_back(uniform(concrete(g.values[size_t(v)].meta.sizes), seed++));
+  return in;
+}
+
+// `after` (a rewrite of `before`) gives every output of `before` and every input the same values.
+void require_same_results(const Graph& before, const Graph& after, Context& ctx) {
+  for (uint32_t seed : {1u, 7u}) {
+    std::vector<Tensor> in = random_inputs(before, seed);
+    std::vector<Tensor> a = run(before, ctx, in), b = run(after, ctx, in);
+    for (int32_t o : before.outputs) {
+      INFO("output %" << o << " (seed " << seed << ")");
+      REQUIRE(same(a[size_t(o)], b[size_t(o)]));
+    }
+    for (int32_t v : before.inputs) {
+      INFO("input %" << v << " after the run");
+      REQUIRE(same(a[size_t(v)], b[size_t(v)]));
+    }
+  }
+}
+
+const Node& node_of(const Graph& g, int32_t v) {
+  REQUIRE(g.values[size_t(v)].node >= 0);
+  return g.nodes[size_t(g.values[size_t(v)].node)];
+}
+std::string op_name(const Graph& g, int32_t v) {
+  const Node& n = node_of(g, v);
+  return n.kind == NodeKind::Op ? n.def().name : n.kind == NodeKind::Const ? "<const>" : "<input>";
+}
+std::vector<std::string> op_names(const Graph& g) {
+  std::vector<std::string> r;
+  for (const Node& n : g.nodes)
+    if (n.kind == NodeKind::Op) r.push_back(n.def().name);
+  return r;
+}
+bool has_alias(const Graph& g, int32_t removed, int32_t kept) {
+  return std::find(g.aliases.begin(), g.aliases.end(), std::make_pair(removed, kept)) != g.aliases.end();
+}
+
+}  // namespace
+
+TEST_CASE("eliminate_dead_code drops unused pure nodes, keeps outputs, writes and draws", "[graph]") {
+  Context ctx;
+  Builder B{ctx};
+  int32_t x = B.input(uniform({2, 3}, 1)), y = B.input(uniform({2, 3}, 2));
+  int32_t unused = B.op("add", {T(x), N(1)});
+  int32_t out = B.op("mul", {T(x), N(2)});
+  int32_t unused_of_out = B.op("neg", {T(out)});
+  int32_t t = B.op("add", {T(x), N(3)});   // dead, except that an in-place op writes it
+  int32_t t2 = B.op("add_", {T(t), N(1)});
+  int32_t y2 = B.op("mul_", {T(y), N(4)});  // writes an input nobody reads afterwards
+  int32_t r1 = B.op("rand", {I({4})});      // unused, but the draw shifts r2's values
+  int32_t r2 = B.op("rand", {I({4})});
+  B.g.outputs = {out, r2};
+
+  Graph before = B.g;
+  REQUIRE(eliminate_dead_code(B.g) == 2);
+  const Graph& g = B.g;
+  REQUIRE(op_names(g) == std::vector<std::string>{"mul", "add", "add_", "mul_", "rand", "rand"});
+  REQUIRE(g.values[size_t(unused)].node == -1);
+  REQUIRE(g.values[size_t(unused_of_out)].node == -1);
+  // the surviving values point at their (renumbered) nodes
+  for (int32_t v : {x, y, out, t, t2, y2, r1, r2}) {
+    const Node& n = node_of(g, v);
+    REQUIRE(std::find(n.outs.begin(), n.outs.end(), v) != n.outs.end());
+  }
+  REQUIRE(g.inputs == before.inputs);
+  require_same_results(before, g, ctx);
+  // a second run has nothing left to remove
+  REQUIRE(eliminate_dead_code(B.g) == 0);
+}
+
+TEST_CASE("eliminate_common_subexpressions merges equal pure nodes only", "[graph]") {
+  Context ctx;
+  Builder B{ctx};
+  int32_t x = B.input(uniform({2, 3}, 3));
+
+  SECTION("two add(%0, 1) become one; uses, outputs and aliases follow") {
+    int32_t a1 = B.op("add", {T(x), N(1)});
+    int32_t a2 = B.op("add", {T(x), N(1)});
+    int32_t other = B.op("add", {T(x), N(2)});  // a different scalar: not equal
+    int32_t s = B.op("mul", {T(a2), T(other)});
+    B.g.outputs = {a1, a2, s};
+    Graph before = B.g;
+    REQUIRE(eliminate_common_subexpressions(B.g) == 1);
+    REQUIRE(has_alias(B.g, a2, a1));
+    REQUIRE(B.g.aliases.size() == 1);
+    REQUIRE(B.g.outputs == std::vector<int32_t>{a1, a1, s});
+    REQUIRE(node_of(B.g, s).args[0].value == a1);
+    REQUIRE(eliminate_dead_code(B.g) == 1);
+    REQUIRE(op_names(B.g) == std::vector<std::string>{"add", "add", "mul"});
+    require_same_results(before, B.g, ctx);
+  }
+
+  SECTION("not across an in-place write to the storage the operands read") {
+    int32_t v = B.op("view", {T(x), I({6})});
+    int32_t a1 = B.op("add", {T(v), N(1)});
+    int32_t a1b = B.op("add", {T(v), N(1)});  // same epoch as a1: merged
+    B.op("add_", {T(x), N(1)});
+    int32_t a2 = B.op("add", {T(v), N(1)});  // same arguments as a1, but x changed
+    int32_t a2b = B.op("add", {T(v), N(1)});
+    B.g.outputs = {a1, a1b, a2, a2b};
+    Graph before = B.g;
+    REQUIRE(eliminate_common_subexpressions(B.g) == 2);
+    REQUIRE(has_alias(B.g, a1b, a1));
+    REQUIRE(has_alias(B.g, a2b, a2));
+    REQUIRE(B.g.outputs == std::vector<int32_t>{a1, a1, a2, a2});
+    require_same_results(before, B.g, ctx);
+    std::vector<Tensor> r = run(B.g, ctx, random_inputs(B.g, 5));
+    REQUIRE_FALSE(same(r[size_t(a1)], r[size_t(a2)]));  // the write is visible
+  }
+
+  SECTION("not random ops") {
+    int32_t r1 = B.op("rand", {I({3})});
+    int32_t r2 = B.op("rand", {I({3})});
+    int32_t n1 = B.op("randn", {I({2, 2})});
+    int32_t n2 = B.op("randn", {I({2, 2})});
+    B.g.outputs = {r1, r2, n1, n2};
+    Graph before = B.g;
+    REQUIRE(eliminate_common_subexpressions(B.g) == 0);
+    REQUIRE(B.g.aliases.empty());
+    require_same_results(before, B.g, ctx);
+    std::vector<Tensor> r = run(B.g, ctx, random_inputs(B.g, 5));
+    REQUIRE_FALSE(same(r[size_t(r1)], r[size_t(r2)]));
+  }
+
+  SECTION("not values written in place later, directly or through a view") {
+    int32_t a1 = B.op("add", {T(x), N(1)});
+    int32_t a2 = B.op("add", {T(x), N(1)});
+    int32_t w = B.op("add_", {T(a2), N(5)});
+    int32_t b1 = B.op("mul", {T(x), N(3)});
+    int32_t b2 = B.op("mul", {T(x), N(3)});
+    int32_t bv = B.op("view", {T(b1), I({6})});  // the first of the pair is written, via a view
+    int32_t bw = B.op("mul_", {T(bv), N(-1)});
+    B.g.outputs = {a1, w, b1, b2, bw};
+    Graph before = B.g;
+    REQUIRE(eliminate_common_subexpressions(B.g) == 0);
+    REQUIRE(B.g.aliases.empty());
+    require_same_results(before, B.g, ctx);
+  }
+}
+
+TEST_CASE("fold_constants evaluates creation-only subgraphs", "[graph]") {
+  Context ctx;
+  Builder B{ctx};
+  int32_t x = B.input(uniform({3}, 4));
+  int32_t ones = B.op("ones", {I({3})});
+  int32_t two = B.op("mul", {T(ones), N(2)});
+  int32_t ar = B.op("arange", {N(3)});                  // int64 {0,1,2}
+  int32_t half = B.op("full", {I({3}), N(0.5)});        // float32 0.5
+  int32_t sum = B.op("add", {T(ar), T(half)});          // {0.5,1.5,2.5}
+  int32_t dep = B.op("add", {T(x), T(two)});            // reads an input
+  int32_t r = B.op("rand", {I({3})});
+  int32_t rdep = B.op("mul", {T(r), N(2)});             // reads a random value
+  int32_t w = B.op("zeros", {I({3})});                  // written in place below
+  int32_t wread = B.op("mul", {T(w), N(3)});
+  int32_t wv = B.op("view", {T(w), I({1, 3})});
+  int32_t ww = B.op("add_", {T(wv), T(x)});
+  B.g.outputs = {two, sum, dep, rdep, wread, ww};
+  Graph before = B.g;
+
+  REQUIRE(fold_constants(B.g, ctx) == 5);  // ones, mul, arange, full, add
+  for (int32_t v : {ones, two, ar, half, sum}) {
+    INFO("%" << v);
+    REQUIRE(node_of(B.g, v).kind == NodeKind::Const);
+    REQUIRE(node_of(B.g, v).args.empty());
+  }
+  REQUIRE(elements(node_of(B.g, two).constant) == std::vector<double>{2, 2, 2});
+  REQUIRE(node_of(B.g, sum).constant.dtype() == DType::f32);
+  REQUIRE(elements(node_of(B.g, sum).constant) == std::vector<double>{0.5, 1.5, 2.5});
+  REQUIRE(op_name(B.g, dep) == "add");
+  REQUIRE(op_name(B.g, r) == "rand");
+  REQUIRE(op_name(B.g, rdep) == "mul");
+  REQUIRE(op_name(B.g, w) == "zeros");
+  REQUIRE(op_name(B.g, wread) == "mul");
+  REQUIRE(op_name(B.g, wv) == "view");
+  require_same_results(before, B.g, ctx);
+
+  REQUIRE(eliminate_dead_code(B.g) == 3);  // ones, arange, full: only folded values read them
+  REQUIRE(op_names(B.g) == std::vector<std::string>{"add", "rand", "mul", "zeros", "mul", "view", "add_"});
+  require_same_results(before, B.g, ctx);
+
+  // a folded output is the caller's own copy: writing it does not change the next run
+  std::vector<Tensor> in = random_inputs(B.g, 9);
+  std::vector<Tensor> first = run(B.g, ctx, in);
+  fill(first[size_t(two)], 42);
+  REQUIRE(elements(run(B.g, ctx, in)[size_t(two)]) == std::vector<double>{2, 2, 2});
+}
+
+TEST_CASE("canonicalize_views removes identity views and collapses view chains", "[graph]") {
+  Context ctx;
+  Builder B{ctx};
+
+  SECTION("an identity view is its input") {
+    int32_t x = B.input(uniform({2, 3}, 5));
+    int32_t v = B.op("view", {T(x), I({2, 3})});
+    int32_t e = B.op("expand", {T(x), I({2, 3})});
+    int32_t s = B.op("add", {T(v), T(e)});
+    int32_t f = B.op("view", {T(x), I({3, 2})});  // not an identity
+    B.g.outputs = {v, s, f};
+    REQUIRE(B.g.values[size_t(v)].views == x);
+    Graph before = B.g;
+    REQUIRE(canonicalize_views(B.g) == 2);
+    REQUIRE(has_alias(B.g, v, x));
+    REQUIRE(has_alias(B.g, e, x));
+    REQUIRE(B.g.outputs == std::vector<int32_t>{x, s, f});
+    REQUIRE(node_of(B.g, s).args[0].value == x);
+    REQUIRE(node_of(B.g, s).args[1].value == x);
+    require_same_results(before, B.g, ctx);
+    REQUIRE(eliminate_dead_code(B.g) == 2);
+    REQUIRE(op_names(B.g) == std::vector<std::string>{"add", "view"});
+    require_same_results(before, B.g, ctx);
+  }
+
+  SECTION("a view of a view is one as_strided of the base") {
+    int32_t x = B.input(uniform({4, 5}, 6));
+    int32_t n = B.op("narrow", {T(x), N(1), N(2), N(2)});  // rows 2..3: {2,5}, offset 5
+    int32_t t = B.op("transpose", {T(n), N(1), N(2)});     // {5,2} strides {1,5}
+    int32_t u = B.op("narrow", {T(t), N(1), N(2), N(3)});  // {3,2}, offset 6
+    int32_t s = B.op("mul", {T(u), N(2)});
+    B.g.outputs = {t, u, s};
+    Graph before = B.g;
+    REQUIRE(canonicalize_views(B.g) == 2);
+    const Node& nt = node_of(B.g, t);
+    REQUIRE(std::string(nt.def().name) == "as_strided");
+    REQUIRE(nt.args.size() == 4);
+    REQUIRE(nt.args[0].value == x);
+    REQUIRE(nt.args[1].ints == std::vector<int64_t>{5, 2});
+    REQUIRE(nt.args[2].ints == std::vector<int64_t>{1, 5});
+    REQUIRE(nt.args[3].num == 5);
+    REQUIRE(B.g.values[size_t(t)].views == x);
+    const Node& nu = node_of(B.g, u);
+    REQUIRE(std::string(nu.def().name) == "as_strided");
+    REQUIRE(nu.args[0].value == x);
+    REQUIRE(nu.args[3].num == 6);
+    REQUIRE(B.g.aliases.empty());
+    require_same_results(before, B.g, ctx);
+    REQUIRE(eliminate_dead_code(B.g) == 1);  // the narrow of x
+    REQUIRE(op_names(B.g) == std::vector<std::string>{"as_strided", "as_strided", "mul"});
+    require_same_results(before, B.g, ctx);
+    // still views: they share the input's storage
+    std::vector<Tensor> r = run(B.g, ctx, random_inputs(B.g, 3));
+    REQUIRE(r[size_t(u)].storage() == r[size_t(x)].storage());
+  }
+
+  SECTION("a view of a computed value stays") {
+    int32_t x = B.input(uniform({2, 3}, 8));
+    int32_t a = B.op("add", {T(x), N(1)});
+    int32_t t = B.op("transpose", {T(a), N(1), N(2)});
+    B.g.outputs = {t};
+    REQUIRE(canonicalize_views(B.g) == 0);
+    REQUIRE(op_name(B.g, t) == "transpose");
+  }
+}
+
+TEST_CASE("optimize keeps the values of a mixed graph", "[graph]") {
+  Context ctx;
+  Builder B{ctx};
+  int32_t x = B.input(uniform({2, 3}, 10));
+  int32_t v = B.op("view", {T(x), I({2, 3})});             // identity view
+  int32_t ones = B.op("ones", {I({2, 3})});
+  int32_t c = B.op("mul", {T(ones), N(2)});                // folded
+  int32_t a1 = B.op("add", {T(v), T(c)});
+  int32_t a2 = B.op("add", {T(x), T(c)});                  // = a1 once v is x
+  B.op("exp", {T(x)});                                     // dead
+  int32_t n = B.op("narrow", {T(x), N(2), N(1), N(2)});
+  int32_t t = B.op("transpose", {T(n), N(1), N(2)});       // one as_strided of x
+  int32_t r = B.op("rand", {I({2, 3})});
+  int32_t s = B.op("add", {T(a2), T(r)});
+  int32_t w = B.op("mul", {T(x), N(-1)});
+  int32_t w2 = B.op("sub_", {T(w), T(a1)});                // an in-place write survives
+  B.g.outputs = {a1, a2, t, s, w2};
+  Graph before = B.g;
+  REQUIRE(before.op_count() == 12);
+
+  optimize(B.g, ctx);
+  REQUIRE(B.g.op_count() == 6);
+  REQUIRE(op_names(B.g) == std::vector<std::string>{"add", "as_strided", "rand", "add", "mul", "sub_"});
+  REQUIRE(has_alias(B.g, v, x));
+  REQUIRE(has_alias(B.g, a2, a1));
+  REQUIRE(node_of(B.g, c).kind == NodeKind::Const);
+  REQUIRE(B.g.outputs == std::vector<int32_t>{a1, a1, t, s, w2});
+  require_same_results(before, B.g, ctx);
+}
+
+TEST_CASE("run_eager reports a failing op at the line that recorded it", "[graph]") {
+  Context ctx;
+  Builder B{ctx};
+  Tensor idx = Tensor::empty({2}, DType::i64);
+  idx.data<int64_t>()[0] = 1, idx.data<int64_t>()[1] = 2;
+  int32_t x = B.input(uniform({3, 2}, 11));
+  int32_t i = B.input(idx);
+  std::string where = GENERATE(std::string("model.lua:7"), std::string());
+  int32_t s = B.op("index_select", {T(x), N(1), T(i)}, where);
+  B.g.outputs = {s};
+  Graph g = B.g;
+  optimize(g, ctx);
+
+  // the recorded indices were valid; these are not (1-based: 5 is past the 3 rows)
+  Tensor bad = copy_of(idx);
+  bad.data<int64_t>()[1] = 5;
+  std::vector<Tensor> vals(g.values.size());
+  vals[size_t(x)] = uniform({3, 2}, 12);
+  vals[size_t(i)] = bad;
+  std::string msg;
+  bool located = false;
+  try {
+    run_eager(g, ctx, vals);
+  } catch (const LocatedError& e) {
+    located = true;
+    msg = e.what();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  REQUIRE(located == !where.empty());
+  std::string prefix = where.empty() ? "index_select: " : "model.lua:7: index_select: ";
+  REQUIRE(msg.rfind(prefix, 0) == 0);
+  REQUIRE(msg.find("index 5 is out of range") != std::string::npos);
+
+  vals[size_t(i)] = idx;  // and the valid indices run
+  run_eager(g, ctx, vals);
+  REQUIRE(vals[size_t(s)].sizes() == Shape{2, 2});
+}
+
+TEST_CASE("Graph::str prints one line per node with its position", "[graph]") {
+  Context ctx;
+  Builder B{ctx};
+  B.g.name = "f.lua:1 #1";
+  int32_t a = B.op("add", {T(B.input(uniform({2, 3}, 13))), N(1)}, "model.lua:12");
+  int32_t t = B.op("transpose", {T(a), N(1), N(2)}, "model.lua:13");
+  B.g.outputs = {t};
+  std::string s = B.g.str();
+  INFO(s);
+  std::vector<std::string> lines;
+  for (size_t p = 0, e; p < s.size(); p = e + 1) {
+    e = s.find('\n', p);
+    lines.push_back(s.substr(p, e - p));
+  }
+  REQUIRE(lines.size() == 1 + B.g.nodes.size() + 1);  // header, nodes, outputs
+  REQUIRE(lines[0] == "graph f.lua:1 #1: 1 inputs, 2 ops");
+  REQUIRE(lines[1] == "  %0 = input 1 : float32{2,3}");
+  REQUIRE(lines[2] == "  %1 = add(%0, 1) : float32{2,3}    -- model.lua:12");
+  REQUIRE(lines[3] == "  %2 = transpose(%1, 1, 2) : float32{3,2} strides {1,3}    -- model.lua:13");
+  REQUIRE(lines[4] == "  outputs: %2");
+}

@@ -78,9 +78,15 @@ struct Graph {
   std::vector<Value> values;
   std::vector<int32_t> inputs;   // value ids, in the order the backend receives tensors
   std::vector<int32_t> outputs;  // value ids the graph must produce
-  // Values a pass removed because they equal another (a common subexpression, an identity
-  // view): {removed, kept}. The backend hands the kept value to lazy tensors of the removed one.
-  std::vector<std::pair<int32_t, int32_t>> aliases;
+  // Values a pass removed because they equal another: the backend hands the kept value to lazy
+  // tensors of the removed one - the same storage for an identity view, a copy for a common
+  // subexpression (in eager mode they are two tensors: writing one must not change the other).
+  struct Alias {
+    int32_t removed, kept;
+    bool copy;
+    bool operator==(const Alias&) const = default;
+  };
+  std::vector<Alias> aliases;
   std::string name;              // "f.lua:3 #1" for logs
 
   int32_t add_value(int32_t node, const ValueMeta& m);
@@ -89,6 +95,11 @@ struct Graph {
 };
 
 // ---- passes (vm/graph/passes.cpp) ----------------------------------------------------------
+// The value whose storage `v` uses (following views), and the values whose storage some
+// in-place op writes (by storage root).
+int32_t storage_root(const Graph& g, int32_t v);
+std::vector<char> written_roots(const Graph& g);
+
 // Each returns the number of nodes it changed or removed. `optimize` runs them in order and
 // renumbers nothing: value ids stay those of the recording so lazy tensors can find theirs.
 int canonicalize_views(Graph& g);

@@ -55,15 +55,13 @@ struct CallArgs {
 
 void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
   vals.resize(g.values.size());
-  std::vector<int32_t> consts;
   for (size_t index = 0; index < g.nodes.size(); ++index) {
     const Node& n = g.nodes[index];
     if (n.kind == NodeKind::Input) continue;
     if (n.kind == NodeKind::Const) {
-      // an output gets its own copy: the caller may modify it, the constant must stay
-      bool out = std::find(g.outputs.begin(), g.outputs.end(), n.outs[0]) != g.outputs.end();
-      vals[size_t(n.outs[0])] = out ? copy_of(n.constant) : n.constant;
-      if (!out) consts.push_back(n.outs[0]);
+      // each run gets its own copy (folded constants are small): whatever reaches Lua - the
+      // value, views of it, a removed alias - may be written, and the constant must stay
+      vals[size_t(n.outs[0])] = copy_of(n.constant);
       continue;
     }
     CallArgs call(n, vals);
@@ -82,9 +80,10 @@ void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
     for (size_t i = 0; i < n.outs.size() && i < outs.size(); ++i)
       if (g.values[size_t(n.outs[i])].node == int32_t(index)) vals[size_t(n.outs[i])] = std::move(outs[i]);
   }
-  for (auto [removed, kept] : g.aliases)
-    if (!vals[size_t(removed)].defined()) vals[size_t(removed)] = vals[size_t(kept)];
-  for (int32_t c : consts) vals[size_t(c)] = Tensor();  // shared constants never reach Lua
+  // removed values share the kept one's tensor; the recorder copies a common subexpression
+  // before a lazy tensor of Lua's gets it (Recorder::settle)
+  for (const Graph::Alias& a : g.aliases)
+    if (!vals[size_t(a.removed)].defined()) vals[size_t(a.removed)] = vals[size_t(a.kept)];
 }
 
 }  // namespace cr::graph

@@ -2,6 +2,7 @@
 // in favour of an equal one in Graph::aliases. Mutation makes them careful: a value whose storage
 // is written in place is never folded or merged, and common subexpressions are only merged
 // between two in-place ops, never across one.
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -9,9 +10,6 @@
 
 namespace cr::graph {
 
-namespace {
-
-// The value whose storage `v` uses (following views), so a write through any view is seen.
 int32_t storage_root(const Graph& g, int32_t v) {
   while (g.values[size_t(v)].views >= 0) v = g.values[size_t(v)].views;
   return v;
@@ -27,7 +25,9 @@ std::vector<char> written_roots(const Graph& g) {
   return w;
 }
 
-void substitute(Graph& g, int32_t from, int32_t to) {
+namespace {
+
+void substitute(Graph& g, int32_t from, int32_t to, bool copy) {
   for (Node& n : g.nodes)
     for (Arg& a : n.args) {
       if (a.tag == kTensor && a.value == from) a.value = to;
@@ -36,7 +36,9 @@ void substitute(Graph& g, int32_t from, int32_t to) {
     }
   for (int32_t& o : g.outputs)
     if (o == from) o = to;
-  g.aliases.emplace_back(from, to);
+  for (Value& v : g.values)  // views of the removed value are views of the kept one
+    if (v.views == from) v.views = to;
+  g.aliases.push_back(Graph::Alias{from, to, copy});
 }
 
 bool is_view_node(const Graph& g, const Node& n) {
@@ -80,35 +82,35 @@ Arg ints_arg(const Shape& s) {
 
 }  // namespace
 
-// A view whose result has its input's layout is the input; a view of a view becomes one
-// as_strided of the first view's input (sizes are guarded, so the layout is known).
+// A view of a view becomes one as_strided of the first view's input (sizes are guarded, so the
+// layout is known); then a view whose result has its input's layout is its input.
 int canonicalize_views(Graph& g) {
   static const int as_strided = Registry::get().index_of("as_strided");
   int changed = 0;
   for (Node& n : g.nodes) {
     if (!is_view_node(g, n)) continue;
-    int32_t in = n.args[0].value, out = n.outs[0];
-    const ValueMeta& mi = g.values[size_t(in)].meta;
+    int32_t out = n.outs[0];
     const ValueMeta& mo = g.values[size_t(out)].meta;
+    const Node& producer = g.nodes[size_t(g.values[size_t(n.args[0].value)].node)];
+    if (is_view_node(g, producer)) {
+      Arg offset;
+      offset.tag = kNumber;
+      offset.num = double(mo.offset);
+      Arg self;
+      self.tag = kTensor;
+      self.value = producer.args[0].value;
+      n.op = as_strided;
+      n.args = {self, ints_arg(concrete(mo.sizes)), ints_arg(mo.strides), offset};
+      g.values[size_t(out)].views = self.value;
+      ++changed;
+    }
+    int32_t in = n.args[0].value;
+    const ValueMeta& mi = g.values[size_t(in)].meta;
     if (mi.sizes == mo.sizes && mi.strides == mo.strides && mi.offset == mo.offset) {
-      substitute(g, out, in);
+      substitute(g, out, in, false);
       n.outs.clear();  // dead now; eliminate_dead_code drops it
       ++changed;
-      continue;
     }
-    const Node& producer = g.nodes[size_t(g.values[size_t(in)].node)];
-    if (!is_view_node(g, producer)) continue;
-    int32_t base = producer.args[0].value;
-    Arg offset;
-    offset.tag = kNumber;
-    offset.num = double(mo.offset);
-    Arg self;
-    self.tag = kTensor;
-    self.value = base;
-    n.op = as_strided;
-    n.args = {self, ints_arg(concrete(mo.sizes)), ints_arg(mo.strides), offset};
-    g.values[size_t(out)].views = base;
-    ++changed;
   }
   return changed;
 }
@@ -126,7 +128,9 @@ int fold_constants(Graph& g, Context& ctx) {
     if (n.kind != NodeKind::Op || n.inplace() || n.random() || n.outs.size() != 1) continue;
     int32_t out = n.outs[0];
     const Value& v = g.values[size_t(out)];
-    if (&g.nodes[size_t(v.node)] != &n || written[size_t(storage_root(g, out))]) continue;
+    // a view stays a view of its constant (they share storage); values written in place are not
+    // constant
+    if (&g.nodes[size_t(v.node)] != &n || v.views >= 0 || written[size_t(storage_root(g, out))]) continue;
     bool all_const = true;
     std::vector<cr_value> args(n.args.size());
     std::vector<std::vector<cr_tensor*>> lists;
@@ -181,8 +185,10 @@ int eliminate_common_subexpressions(Graph& g) {
     auto [it, fresh] = seen.try_emplace(cse_key(n, epoch), int32_t(i));
     if (fresh) continue;
     const Node& first = g.nodes[size_t(it->second)];
-    if (first.outs.size() != n.outs.size()) continue;
-    for (size_t k = 0; k < n.outs.size(); ++k) substitute(g, n.outs[k], first.outs[k]);
+    bool escapes = false;  // two results Lua gets must stay two tensors
+    for (int32_t o : n.outs) escapes = escapes || std::find(g.outputs.begin(), g.outputs.end(), o) != g.outputs.end();
+    if (first.outs.size() != n.outs.size() || escapes) continue;
+    for (size_t k = 0; k < n.outs.size(); ++k) substitute(g, n.outs[k], first.outs[k], true);
     n.outs.clear();
     ++merged;
   }
@@ -193,19 +199,32 @@ int eliminate_common_subexpressions(Graph& g) {
 // (it advances the generator that later random ops read) unless `keep_effects` is false (the
 // recorder's recomputation of one pure value).
 int eliminate_dead_code(Graph& g, bool keep_effects) {
-  std::vector<char> live(g.values.size());
-  for (int32_t o : g.outputs) live[size_t(o)] = 1;
   std::vector<char> keep(g.nodes.size());
-  for (size_t i = g.nodes.size(); i-- > 0;) {
-    const Node& n = g.nodes[i];
-    bool k = n.kind == NodeKind::Input || (keep_effects && (n.inplace() || n.random()));
-    for (int32_t o : n.outs) k = k || live[size_t(o)];
-    if (!k) continue;
-    keep[i] = 1;
-    for (const Arg& a : n.args) {
-      if (a.tag == kTensor) live[size_t(a.value)] = 1;
-      for (int32_t v : a.values) live[size_t(v)] = 1;
+  // Without effects kept (recomputation), an in-place op still stays when it writes the storage
+  // of a live value: found by iterating until no more writes join.
+  for (bool grew = true; grew;) {
+    grew = false;
+    std::vector<char> live(g.values.size()), live_root(g.values.size());
+    for (int32_t o : g.outputs) live[size_t(o)] = 1;
+    for (size_t i = g.nodes.size(); i-- > 0;) {
+      const Node& n = g.nodes[i];
+      bool k = keep[i] || n.kind == NodeKind::Input || (keep_effects && (n.inplace() || n.random()));
+      for (int32_t o : n.outs) k = k || live[size_t(o)];
+      if (!k) continue;
+      keep[i] = 1;
+      for (const Arg& a : n.args) {
+        if (a.tag == kTensor) live[size_t(a.value)] = 1;
+        for (int32_t v : a.values) live[size_t(v)] = 1;
+      }
     }
+    if (keep_effects) break;
+    for (size_t v = 0; v < g.values.size(); ++v)
+      if (live[v] && g.values[v].node >= 0) live_root[size_t(storage_root(g, int32_t(v)))] = 1;
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (!keep[i] && g.nodes[i].inplace() && live_root[size_t(storage_root(g, g.nodes[i].args[0].value))]) {
+        keep[i] = 1;
+        grew = true;
+      }
   }
   std::vector<Node> kept;
   std::vector<int32_t> index(g.nodes.size(), -1);

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "vm/kernels/loop.hpp"
+
 namespace cr::graph {
 
 static double now_us() {
@@ -500,8 +502,15 @@ void Recorder::run_pending() {
 // After a graph ran: lazy tensors get their values; a value the graph did not keep but Lua may
 // still hold gets a way to be recomputed; while a leaf is cold, values that Lua still holds get
 // a tracker so that their later use marks them as graph outputs.
-void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn) {
+void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g) {
   Segment& s = *seg_;
+  std::vector<char> copies;  // common subexpressions a pass merged: Lua gets its own tensor
+  if (g)
+    for (const Graph::Alias& a : g->aliases)
+      if (a.copy) {
+        if (copies.size() <= size_t(a.removed)) copies.resize(size_t(a.removed) + 1);
+        copies[size_t(a.removed)] = 1;
+      }
   std::shared_ptr<ExecRecord> rec;
   std::shared_ptr<Leaf> owner;
   if (leaf)
@@ -513,7 +522,13 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn) {
     bool alive = tensor_refs(p) > 1;
     if (!p->_storage) {
       if (vid < computed.size() && computed[vid].defined()) {
-        Tensor::attach(p, computed[vid]);
+        if (vid < copies.size() && copies[vid] && alive) {
+          Tensor c = Tensor::empty(computed[vid].sizes(), computed[vid].dtype(), computed[vid].device());
+          copy_into(c, computed[vid]);
+          Tensor::attach(p, c);
+        } else {
+          Tensor::attach(p, computed[vid]);
+        }
       } else if (alive) {
         if (!leaf) fail("internal: a replayed prefix left a value uncomputed");
         if (!rec) {
@@ -596,7 +611,7 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
       double t0 = now_us();
       run_eager(*g, ctx_, vals);
       stats.graph_run_us += now_us() - t0;
-      settle(&leaf, vals, g == leaf.raw);
+      settle(&leaf, vals, g == leaf.raw, g.get());
     }
     if (kind == EndKind::Return && report.size() == 1) remember_call(leaf, needed);
   }
@@ -668,8 +683,10 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf) {
     for (int32_t o : n.outs)
       if (dirty && g->values[size_t(o)].node == int32_t(&n - g->nodes.data())) impure[size_t(o)] = 1;
   }
+  std::vector<char> written = written_roots(*g);  // storage an in-place op writes, through any view
   g->outputs.clear();
   for (size_t v = 0; v < g->values.size(); ++v) {
+    if (g->values[v].node >= 0 && written[size_t(storage_root(*g, int32_t(v)))]) impure[v] = 1;
     bool esc = v < leaf.escaping.size() && leaf.escaping[v];
     if ((esc || impure[v]) && g->values[v].node >= 0 && g->nodes[size_t(g->values[v].node)].kind != NodeKind::Input)
       g->outputs.push_back(int32_t(v));

@@ -151,7 +151,7 @@ std::vector<int> OpCall::dims(int i, int ndim) const {
 
 // ---- dispatch --------------------------------------------------------------------------------
 
-std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nargs) {
+std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nargs, const Tensor* into, size_t ninto) {
   const auto& ops = Registry::get().ops();
   if (op < 0 || size_t(op) >= ops.size()) fail(cat("unknown op id ", op));
   const OpDef& def = ops[size_t(op)];
@@ -175,7 +175,13 @@ std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nar
     }
     if (def.infer) {
       c.metas = def.infer(c);
-      for (const Meta& m : c.metas) c.outs.push_back(Tensor::empty(m.sizes, m.dtype, m.device));
+      for (size_t i = 0; i < c.metas.size(); ++i) {
+        const Meta& m = c.metas[i];
+        if (i < ninto && into[i].defined() && Tensor::give_storage(into[i].get(), m.sizes, m.dtype, m.device))
+          c.outs.push_back(into[i]);
+        else
+          c.outs.push_back(Tensor::empty(m.sizes, m.dtype, m.device));
+      }
     }
     def.run(c);
   } catch (const Error& e) {

@@ -101,6 +101,9 @@ void register_creation(Registry& r);
 void register_conversions(Registry& r);
 
 // Runs one op eagerly (infer, allocate, run). Throws cr::Error with the op name prefixed.
-std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nargs);
+// `into` (optional, one per output): lazy tensors that receive the outputs' storage directly
+// when their layout is the contiguous one the op produces (the eager backend of captured graphs).
+std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nargs, const Tensor* into = nullptr,
+                             size_t ninto = 0);
 
 }  // namespace cr

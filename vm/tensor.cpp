@@ -165,6 +165,20 @@ void Tensor::attach(cr_tensor* lazy, const Tensor& value) {
   for (int i = 0; i < value.dim(); ++i) lazy->_strides[i] = value.stride(i);
 }
 
+bool Tensor::give_storage(cr_tensor* t, const Shape& sizes, DType dtype, Device device) {
+  if (t->_storage || t->_dtype != int8_t(dtype) || t->_offset != 0 || t->_ndim != int32_t(sizes.size()) ||
+      t->_dev_type != device.type || t->_dev_index != device.index)
+    return false;
+  int64_t expect = 1;
+  for (int i = t->_ndim - 1; i >= 0; --i) {
+    if (t->_sizes[i] != sizes[size_t(i)]) return false;
+    if (t->_strides[i] != expect) return false;
+    expect *= sizes[size_t(i)] ? sizes[size_t(i)] : 1;
+  }
+  t->_storage = storage_new(size_t(shape_numel(sizes)) * dtype_size(dtype), device);
+  return true;
+}
+
 Tensor Tensor::empty(const Shape& sizes, DType dtype, Device device) {
   check_shape(sizes);
   int64_t n = shape_numel(sizes);

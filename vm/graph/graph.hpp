@@ -110,7 +110,8 @@ void optimize(Graph& g, Context& ctx);
 
 // ---- the eager backend (vm/graph/interp.cpp) ------------------------------------------------
 // Runs g's nodes with the eager kernels. `vals` is indexed by value id; inputs must be set on
-// entry; on return every value of a kept node is set. An op failure is rethrown as
+// entry; on return every value of a kept node is set. A value that holds a lazy tensor on entry
+// may receive its output storage directly (then it is that same tensor on return). An op failure is rethrown as
 // "file:line: op: message" with the position of the node that failed.
 void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals);
 

@@ -65,9 +65,16 @@ void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
       continue;
     }
     CallArgs call(n, vals);
+    // lazy tensors waiting for this node's outputs (set by the recorder) receive them directly
+    Tensor into[4];
+    size_t ninto = 0;
+    for (; ninto < n.outs.size() && ninto < 4; ++ninto) {
+      const Tensor& v = vals[size_t(n.outs[ninto])];
+      if (v.defined() && v.is_lazy() && g.values[size_t(n.outs[ninto])].node == int32_t(index)) into[ninto] = v;
+    }
     std::vector<Tensor> outs;
     try {
-      outs = dispatch(ctx, n.op, call.args, int(n.args.size()));
+      outs = dispatch(ctx, n.op, call.args, int(n.args.size()), into, ninto);
     } catch (const Error& e) {
       // the error of the op at the line that recorded it, as eager execution reports it
       if (n.where.empty()) throw;
@@ -82,8 +89,10 @@ void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
   }
   // removed values share the kept one's tensor; the recorder copies a common subexpression
   // before a lazy tensor of Lua's gets it (Recorder::settle)
-  for (const Graph::Alias& a : g.aliases)
-    if (!vals[size_t(a.removed)].defined()) vals[size_t(a.removed)] = vals[size_t(a.kept)];
+  for (const Graph::Alias& a : g.aliases) {
+    Tensor& r = vals[size_t(a.removed)];
+    if (!r.defined() || r.is_lazy()) r = vals[size_t(a.kept)];
+  }
 }
 
 }  // namespace cr::graph

@@ -493,10 +493,21 @@ void Recorder::run_pending() {
   s.pending = false;
   Leaf prefix{EndKind::Break, "", "", s.pos};
   auto g = guards::build_graph(prefix);
-  std::vector<Tensor> vals(g->values.size());
-  for (int32_t v : g->inputs) vals[size_t(v)] = s.vals[size_t(v)];
+  std::vector<Tensor> vals = values_for(*g);
   run_eager(*g, ctx_, vals);
   settle(nullptr, vals, false);
+}
+
+// What a graph run starts from: the inputs, and the lazy tensors waiting for op outputs (the
+// eager backend allocates their storage in place instead of making a tensor to attach).
+std::vector<Tensor> Recorder::values_for(const Graph& g) {
+  Segment& s = *seg_;
+  std::vector<Tensor> vals(g.values.size());
+  for (size_t v = 0; v < vals.size() && v < s.vals.size(); ++v) {
+    cr_tensor* p = s.vals[v].get();
+    if (p && (s.is_input[v] || (!p->_storage && p->_vid == int32_t(v)))) vals[v] = s.vals[v];
+  }
+  return vals;
 }
 
 // After a graph ran: lazy tensors get their values; a value the graph did not keep but Lua may
@@ -521,7 +532,7 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, con
     if (!p || s.is_input[vid] || p->_vid != int32_t(vid)) continue;
     bool alive = tensor_refs(p) > 1;
     if (!p->_storage) {
-      if (vid < computed.size() && computed[vid].defined()) {
+      if (vid < computed.size() && computed[vid].defined() && !computed[vid].is_lazy()) {
         if (vid < copies.size() && copies[vid] && alive) {
           Tensor c = Tensor::empty(computed[vid].sizes(), computed[vid].dtype(), computed[vid].device());
           copy_into(c, computed[vid]);
@@ -605,8 +616,7 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
         if (!leaf.raw) leaf.raw = guards::build_graph(leaf);
         g = leaf.raw;
       }
-      std::vector<Tensor> vals(g->values.size());
-      for (int32_t v : g->inputs) vals[size_t(v)] = s.vals[size_t(v)];
+      std::vector<Tensor> vals = values_for(*g);
       s.pending = false;
       double t0 = now_us();
       run_eager(*g, ctx_, vals);

@@ -79,6 +79,7 @@ class Recorder {
                    const std::vector<cr_tensor*>& needed);
   void start_segment(guards::Site& site);
   void run_pending();  // a replayed prefix runs before recording goes on
+  std::vector<Tensor> values_for(const Graph& g);
   void settle(guards::Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g = nullptr);
   std::shared_ptr<graph::Graph> compile(guards::Leaf& leaf);
   guards::Leaf& leaf_for(guards::EndKind kind, const std::string& reason, const std::string& where);

@@ -27,9 +27,8 @@ Cache& cache() {
 }
 
 int size_class(size_t n) {
-  int s = kMinShift;
-  while ((size_t(1) << s) < n) ++s;
-  return s;
+  if (n <= (size_t(1) << kMinShift)) return kMinShift;
+  return 64 - __builtin_clzll(n - 1);  // the smallest s with 2^s >= n
 }
 
 // Headers (cr_tensor, Storage) and tiny data blocks come and go with every op: a small per-thread

@@ -48,9 +48,13 @@ const cr_op_info* api_op_info(int32_t op) {
 int32_t api_call(cr_ctx* c, int32_t op, const cr_value* args, int32_t nargs, cr_tensor** outs, int32_t cap) {
   return guarded(c, [&] {
     Context& ctx = Context::of(c);
-    std::vector<Tensor> r = ctx.recorder->active() ? ctx.recorder->call(op, args, nargs) : dispatch(ctx, op, args, nargs);
+    std::vector<Tensor>& r = ctx.call_outs;
+    if (ctx.recorder->active()) ctx.recorder->call(op, args, nargs, r);
+    else r = dispatch(ctx, op, args, nargs);
     if (bytes_allocated_total() - ctx.bytes_at_last_gc > kGcBytes) c->service |= 1;
-    return hand_out(ctx, r, outs, cap);
+    int32_t n = hand_out(ctx, r, outs, cap);
+    r.clear();
+    return n;
   });
 }
 

@@ -23,6 +23,7 @@ struct Context {
   cr_ctx ffi{};
   std::string error;
   std::vector<Tensor> pending;  // outputs that did not fit the caller's buffer
+  std::vector<Tensor> call_outs;  // scratch: the outputs of the op call in flight
   Generator gen;
   size_t bytes_at_last_gc = 0;
   std::vector<std::string> loaded_names;  // names of the last safetensors load

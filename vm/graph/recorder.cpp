@@ -373,11 +373,13 @@ std::vector<cr_tensor*> tensor_args(const cr_value* args, int nargs) {
 
 // ---- op calls ------------------------------------------------------------------------------
 
-std::vector<Tensor> Recorder::call(int op, const cr_value* args, int nargs) {
+void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
   Segment& s = *seg_;
+  outs.clear();
   if (s.passthrough) {
     for (cr_tensor* t : tensor_args(args, nargs)) ensure_real(ctx_, t);
-    return dispatch(ctx_, op, args, nargs);
+    outs = dispatch(ctx_, op, args, nargs);
+    return;
   }
   int32_t first_new = s.next_vid;
   encode(ctx_, s, op, args, nargs);
@@ -390,7 +392,6 @@ std::vector<Tensor> Recorder::call(int op, const cr_value* args, int nargs) {
         throw Error(c->error);
       }
       // a match: hand out lazy tensors with the recorded metadata; nothing runs yet
-      std::vector<Tensor> outs;
       for (const guards::OutInfo& o : c->outs) {
         s.next_vid = std::max(s.next_vid, o.vid + 1);
         if (def.flags & kReturnsSelf) {
@@ -410,7 +411,7 @@ std::vector<Tensor> Recorder::call(int op, const cr_value* args, int nargs) {
       s.pos = c.get();
       s.pending = true;
       ++s.ops;
-      return outs;
+      return;
     }
     // a guard failure: what ran lazily so far runs now, and recording goes on from here
     pending_reason_ = guards::describe_mismatch(*s.pos, s.key, op);
@@ -421,7 +422,8 @@ std::vector<Tensor> Recorder::call(int op, const cr_value* args, int nargs) {
       if (logs.recompiles)
         log("recompiles", cat(fn_->opts.name, ": cache_size_limit (", cache_size_limit_, ") reached at ", s.site->name,
                               " (", pending_reason_, "): this site runs eagerly from now on"));
-      return dispatch(ctx_, op, args, nargs);
+      outs = dispatch(ctx_, op, args, nargs);
+      return;
     }
     s.recording = true;
   }
@@ -434,7 +436,6 @@ std::vector<Tensor> Recorder::call(int op, const cr_value* args, int nargs) {
   node->node.args = to_args(args, nargs);
   for (int32_t v = first_new; v < s.next_vid; ++v)
     node->new_inputs.push_back(guards::NewInput{v, meta_of(s.vals[size_t(v)]), s.alias[size_t(v)]});
-  std::vector<Tensor> outs;
   try {
     outs = dispatch(ctx_, op, args, nargs);
   } catch (const LocatedError&) {
@@ -478,7 +479,6 @@ std::vector<Tensor> Recorder::call(int op, const cr_value* args, int nargs) {
   s.pos = s.last_recorded = s.pos->children.back().get();
   ++s.ops;
   ctx_.ffi.service |= 2;  // ask Lua for the position of this op (cap_where)
-  return outs;
 }
 
 void Recorder::set_where(const std::string& where) {
@@ -620,8 +620,11 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
       s.pending = false;
       double t0 = now_us();
       run_eager(*g, ctx_, vals);
-      stats.graph_run_us += now_us() - t0;
+      double t1 = now_us();
       settle(&leaf, vals, g == leaf.raw, g.get());
+      double t2 = now_us();
+      vals.clear();  // the graph's temporaries die with its run
+      stats.graph_run_us += (t1 - t0) + (now_us() - t2);
     }
     if (kind == EndKind::Return && report.size() == 1) remember_call(leaf, needed);
   }
@@ -781,10 +784,11 @@ bool Recorder::replay(int32_t id, cr_tensor* const* cands, int n, std::vector<Te
   }
   double t0 = now_us();
   run_eager(g, ctx_, vals);
-  stats.graph_run_us += now_us() - t0;
-  ++stats.replays;
   rets.clear();
   for (int32_t r : p.rets) rets.push_back(vals[size_t(r)]);
+  vals.clear();  // the graph's temporaries die with its run
+  stats.graph_run_us += now_us() - t0;
+  ++stats.replays;
   return true;
 }
 

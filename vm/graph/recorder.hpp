@@ -48,8 +48,8 @@ class Recorder {
   // function is inlined into its caller's trace).
   bool begin(int32_t fn, int cache_size_limit);
   bool active() const { return fn_ != nullptr; }
-  // One op call inside the capture. Returns the tensors to hand to Lua.
-  std::vector<Tensor> call(int op, const cr_value* args, int nargs);
+  // One op call inside the capture: `outs` gets the tensors to hand to Lua.
+  void call(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
   // Lua needs the value of `t` (a lazy tensor of the current segment): a graph break.
   void graph_break(const std::string& reason, const std::string& where, cr_tensor* needed);
   // The function returned `rets`: the last segment ends and the capture stops.

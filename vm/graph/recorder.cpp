@@ -1,19 +1,22 @@
-// The trace recorder: see recorder.hpp for the model. Read top-down: lazy-tensor bookkeeping,
-// keys, op calls (replay / record), segment ends, compilation, the eager-side hooks.
-#include "vm/graph/recorder.hpp"
-
-#include <algorithm>
+// The trace recorder: see recorder.hpp for the model. Read top-down: set-up, op calls (replay
+// or record), segment ends, compilation. Keys are in keys.cpp, lazy tensors after their segment
+// in lazy.cpp, reduce-overhead in replay.cpp.
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <chrono>
-#include <cstring>
 
+#include "vm/graph/segment.hpp"
 #include "vm/kernels/loop.hpp"
+
+namespace cr {
+Context::Context() : recorder(std::make_unique<graph::Recorder>(*this)) { ffi.impl = this; }
+Context::~Context() = default;
+}  // namespace cr
 
 namespace cr::graph {
 
-static double now_us() {
+double now_us() {
   using namespace std::chrono;
   return double(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) / 1e3;
 }
@@ -23,164 +26,9 @@ using guards::Key;
 using guards::Leaf;
 using guards::TraceNode;
 
-// ---- lazy tensors --------------------------------------------------------------------------
-
-// How a value a segment did not produce can still be computed: the segment's recorded graph and
-// its inputs, with the storage versions they had (an in-place write since then makes it
-// impossible, and is reported rather than computed wrongly).
-struct ExecRecord {
-  std::shared_ptr<Graph> raw;
-  std::vector<Tensor> vals;  // inputs, by vid
-  std::vector<std::pair<Tensor, uint32_t>> versions;
-  std::vector<cr_tensor*> pending;  // lazy tensors that still need it (not owned)
-  ~ExecRecord() {
-    for (auto& [t, v] : versions) t.storage()->pending_reads.fetch_sub(1);
-  }
-};
-
-// cr_tensor::_lazy: the segment variant a value came from (to learn that it escaped) and, for a
-// tensor still without storage, how to compute it.
-struct LazyInfo {
-  std::weak_ptr<Leaf> leaf;
-  int32_t vid;
-  std::shared_ptr<ExecRecord> rec;
-};
-
 namespace {
-
-void free_lazy(cr_tensor* t) {
-  auto* info = static_cast<LazyInfo*>(t->_lazy);
-  if (info->rec) std::erase(info->rec->pending, t);
-  delete info;
-  t->_lazy = nullptr;
-}
-const bool g_hook = (lazy_release_hook = free_lazy, true);
-
 std::atomic<uint64_t> g_generation{1};  // process-wide, so tensors shared by two VMs never clash
-
-bool contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
-
-// The value `vid` escaped its segment: the next compilation must produce it.
-void note_escape(Leaf& leaf, int32_t vid, const char* how) {
-  if (leaf.escaping.size() <= size_t(vid)) leaf.escaping.resize(size_t(vid) + 1);
-  if (leaf.escaping[size_t(vid)]) return;
-  leaf.escaping[size_t(vid)] = 1;
-  if (leaf.compiled && !contains(leaf.compiled->outputs, vid))
-    leaf.recompile_reason = cat("value %", vid, " of the segment ending at ", leaf.where, " was ", how,
-                                " after the graph ran");
-}
-
-// Only the ancestors of `vid`: what recomputing one value needs.
-Graph prune_for(const Graph& g, int32_t vid) {
-  Graph p = g;
-  p.outputs = {vid};
-  eliminate_dead_code(p, false);
-  return p;
-}
-
-void recompute(Context& ctx, cr_tensor* t, LazyInfo& info) {
-  ExecRecord& r = *info.rec;
-  for (auto& [tensor, version] : r.versions)
-    if (tensor.storage()->version.load() != version)
-      fail(cat("a tensor computed inside a compiled function was not kept by its graph, and an input it depends "
-               "on (", tensor.describe(), ") was modified in place since: its value is lost. Use the tensor "
-               "before modifying its inputs, or clone it inside the compiled function"));
-  Graph g = prune_for(*r.raw, info.vid);
-  std::vector<Tensor> vals = r.vals;
-  run_eager(g, ctx, vals);
-  Tensor::attach(t, vals[size_t(info.vid)]);
-}
-
 }  // namespace
-
-// An in-place write to `s` is about to happen: lazy tensors that would be recomputed from it get
-// their values first.
-void Recorder::before_write(Storage* st) {
-  std::vector<std::shared_ptr<ExecRecord>> hit;
-  std::erase_if(records_, [&](const std::weak_ptr<ExecRecord>& w) {
-    auto r = w.lock();
-    if (!r) return true;
-    for (auto& [t, v] : r->versions)
-      if (t.storage() == st) {
-        hit.push_back(r);
-        return true;
-      }
-    return false;
-  });
-  for (auto& r : hit) {
-    std::vector<cr_tensor*> ts = r->pending;
-    for (cr_tensor* t : ts) ensure_real(ctx_, t);
-  }
-}
-
-void before_write(Context& ctx, Storage* s) {
-  if (s->pending_reads.load() > 0) ctx.recorder->before_write(s);
-}
-
-void ensure_real(Context& ctx, cr_tensor* t) {
-  auto* info = static_cast<LazyInfo*>(t->_lazy);
-  if (!t->_storage) {
-    if (!info || !info->rec) {
-      Recorder* rec = ctx.recorder.get();
-      if (rec && rec->active()) {  // a lazy tensor of the running segment, read by C++ code
-        rec->graph_break("tensor data read by the runtime", "?", t);
-        if (t->_storage) return;
-      }
-      fail("this tensor has no value: the compiled function that made it stopped with an error");
-    }
-    recompute(ctx, t, *info);
-  }
-  if (info) {
-    if (auto leaf = info->leaf.lock()) note_escape(*leaf, info->vid, "used");
-    free_lazy(t);
-  }
-}
-
-}  // namespace cr::graph
-
-namespace cr {
-Context::Context() : recorder(std::make_unique<graph::Recorder>(*this)) { ffi.impl = this; }
-Context::~Context() = default;
-}  // namespace cr
-
-namespace cr::graph {
-
-// ---- the segment being captured --------------------------------------------------------------
-
-struct Segment {
-  uint64_t gen = 0;
-  guards::Site* site = nullptr;
-  TraceNode* pos = nullptr;       // the last event matched or recorded
-  bool recording = false;         // new events run eagerly and are appended
-  bool passthrough = false;       // the site is over cache_size_limit: ops just run
-  bool pending = false;           // replayed events that have not run yet
-  int ops = 0;
-  int32_t next_vid = 0;
-  std::vector<Tensor> vals;       // by vid: inputs, outputs (lazy while replaying)
-  std::vector<int32_t> alias;     // by vid: for inputs, an earlier input sharing the storage
-  std::vector<char> is_input;     // by vid
-  Key key;                        // scratch: the key of the current call
-  TraceNode* last_recorded = nullptr;
-
-  void reset() {
-    recording = passthrough = pending = false;
-    ops = 0;
-    next_vid = 0;
-    vals.clear();
-    alias.clear();
-    is_input.clear();
-    last_recorded = nullptr;
-  }
-
-  void set(int32_t vid, Tensor t) {
-    if (vals.size() <= size_t(vid)) {
-      vals.resize(size_t(vid) + 1);
-      alias.resize(size_t(vid) + 1, -1);
-      is_input.resize(size_t(vid) + 1);
-    }
-    vals[size_t(vid)] = std::move(t);
-  }
-};
 
 Recorder::Recorder(Context& ctx) : ctx_(ctx) {
   if (const char* l = std::getenv("CRESCENT_LOGS")) logs.parse(l);
@@ -253,123 +101,6 @@ void Recorder::reset() {
   stats = Stats{};
 }
 
-// ---- keys ------------------------------------------------------------------------------------
-
-namespace {
-
-uint64_t bits(double d) {
-  uint64_t b;
-  std::memcpy(&b, &d, 8);
-  return b;
-}
-
-// A tensor argument: its vid if the segment knows it, else it becomes an input and the key
-// carries its guards.
-void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
-  if (t->_gen == s.gen) {
-    s.key.push_back(uint64_t(t->_vid));
-    return;
-  }
-  if (!t->_storage || t->_lazy) ensure_real(ctx, t);  // a value of an earlier segment
-  int32_t vid = s.next_vid++;
-  t->_gen = s.gen;
-  t->_vid = vid;
-  s.set(vid, Tensor(t, true));
-  s.is_input[size_t(vid)] = 1;
-  int32_t alias = -1;
-  for (int32_t v = 0; v < vid && alias < 0; ++v)
-    if (s.is_input[size_t(v)] && s.vals[size_t(v)].storage() == t->_storage) alias = v;
-  s.alias[size_t(vid)] = alias;
-  Key& k = s.key;
-  k.push_back(guards::kNewTensor | uint64_t(vid));
-  k.push_back(uint64_t(uint8_t(t->_dtype)) | uint64_t(uint8_t(t->_dev_type)) << 8 |
-              uint64_t(uint8_t(t->_dev_index)) << 16 | uint64_t(t->_ndim) << 24);
-  k.push_back(uint64_t(t->_offset));
-  for (int i = 0; i < t->_ndim; ++i) k.push_back(uint64_t(t->_sizes[i]));
-  for (int i = 0; i < t->_ndim; ++i) k.push_back(uint64_t(t->_strides[i]));
-  k.push_back(uint64_t(alias + 1));
-}
-
-void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs) {
-  Key& k = s.key;
-  k.clear();
-  k.push_back(uint64_t(op));
-  k.push_back(uint64_t(nargs));
-  for (int i = 0; i < nargs; ++i) {
-    const cr_value& a = args[i];
-    k.push_back(uint64_t(a.tag));
-    switch (a.tag) {
-      case kTensor: encode_tensor(ctx, s, static_cast<cr_tensor*>(a.ptr)); break;
-      case kTensors: {
-        k.push_back(uint64_t(a.n));
-        for (int j = 0; j < a.n; ++j) encode_tensor(ctx, s, static_cast<cr_tensor* const*>(a.ptr)[j]);
-        break;
-      }
-      case kNumber:
-      case kBool: k.push_back(bits(a.num)); break;
-      case kInts: {
-        k.push_back(uint64_t(a.n));
-        const int64_t* p = static_cast<const int64_t*>(a.ptr);
-        for (int j = 0; j < a.n; ++j) k.push_back(uint64_t(p[j]));
-        break;
-      }
-      case kDoubles: {
-        k.push_back(uint64_t(a.n));
-        k.push_back(bits(a.num));
-        const double* p = static_cast<const double*>(a.ptr);
-        for (int j = 0; j < a.n; ++j) k.push_back(bits(p[j]));
-        break;
-      }
-      case kString: {
-        size_t n = std::strlen(a.str);
-        k.push_back(n);
-        for (size_t j = 0; j < n; j += 8) {
-          uint64_t w = 0;
-          std::memcpy(&w, a.str + j, std::min<size_t>(8, n - j));
-          k.push_back(w);
-        }
-        break;
-      }
-      default: break;
-    }
-  }
-}
-
-// The recorded form of the arguments (every tensor has a vid once encoded).
-std::vector<Arg> to_args(const cr_value* args, int nargs) {
-  std::vector<Arg> r(static_cast<size_t>(nargs));
-  for (int i = 0; i < nargs; ++i) {
-    const cr_value& a = args[i];
-    Arg& g = r[size_t(i)];
-    g.tag = a.tag;
-    g.num = a.num;
-    switch (a.tag) {
-      case kTensor: g.value = static_cast<cr_tensor*>(a.ptr)->_vid; g.num = 0; break;
-      case kTensors:
-        for (int j = 0; j < a.n; ++j) g.values.push_back(static_cast<cr_tensor* const*>(a.ptr)[j]->_vid);
-        g.num = 0;
-        break;
-      case kInts: g.ints.assign(static_cast<const int64_t*>(a.ptr), static_cast<const int64_t*>(a.ptr) + a.n); break;
-      case kDoubles: g.doubles.assign(static_cast<const double*>(a.ptr), static_cast<const double*>(a.ptr) + a.n); break;
-      case kString: g.str = a.str; break;
-      default: break;
-    }
-  }
-  return r;
-}
-
-// The tensor arguments of a call, in order.
-std::vector<cr_tensor*> tensor_args(const cr_value* args, int nargs) {
-  std::vector<cr_tensor*> r;
-  for (int i = 0; i < nargs; ++i) {
-    if (args[i].tag == kTensor) r.push_back(static_cast<cr_tensor*>(args[i].ptr));
-    if (args[i].tag == kTensors)
-      for (int j = 0; j < args[i].n; ++j) r.push_back(static_cast<cr_tensor* const*>(args[i].ptr)[j]);
-  }
-  return r;
-}
-
-}  // namespace
 
 // ---- op calls ------------------------------------------------------------------------------
 
@@ -543,19 +274,11 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, con
       } else if (alive) {
         if (!leaf) fail("internal: a replayed prefix left a value uncomputed");
         if (!rec) {
-          rec = std::make_shared<ExecRecord>();
-          if (!leaf->raw) leaf->raw = guards::build_graph(*leaf);
-          rec->raw = leaf->raw;
-          rec->vals.resize(s.vals.size());
-          for (int32_t in : leaf->raw->inputs) {
-            Storage* st = s.vals[size_t(in)].storage();
-            rec->vals[size_t(in)] = s.vals[size_t(in)];
-            rec->versions.emplace_back(s.vals[size_t(in)], st->version.load());
-            st->pending_reads.fetch_add(1);
-          }
+          rec = new_exec_record(*leaf, s);
+          std::erase_if(records_, [](const std::weak_ptr<ExecRecord>& w) { return w.expired(); });
           records_.push_back(rec);
         }
-        rec->pending.push_back(p);
+        add_pending(*rec, p);
         p->_lazy = new LazyInfo{owner, int32_t(vid), rec};
         continue;
       } else {
@@ -629,19 +352,6 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
     if (kind == EndKind::Return && report.size() == 1) remember_call(leaf, needed);
   }
   if (kind == EndKind::Break) start_segment(fn_->site(cat("after ", reason, " at ", where)));
-}
-
-// The one-segment call that just ended, for a reduce-overhead plan.
-void Recorder::remember_call(Leaf& leaf, const std::vector<cr_tensor*>& rets) {
-  Segment& s = *seg_;
-  fn_->last_leaf.reset();
-  for (auto& e : leaf.last->ends)
-    if (e.get() == &leaf) fn_->last_leaf = e;
-  fn_->last_inputs.clear();
-  for (size_t v = 0; v < s.vals.size(); ++v)
-    if (s.is_input[v]) fn_->last_inputs.push_back(s.vals[v].get());
-  fn_->last_rets.clear();
-  for (cr_tensor* t : rets) fn_->last_rets.push_back(t->_gen == s.gen ? t->_vid : -1);
 }
 
 void Recorder::graph_break(const std::string& reason, const std::string& where, cr_tensor* needed) {
@@ -721,75 +431,6 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf) {
   if (logs.graph) log("graph", g->str());
   leaf.compiled = g;
   return g;
-}
-
-}  // namespace cr::graph
-
-namespace cr::graph {
-
-// ---- reduce-overhead -------------------------------------------------------------------------
-
-int Recorder::plan(int32_t id, cr_tensor* const* cands, int n) {
-  guards::Function& f = function(id);
-  f.plan.reset();
-  if (report.size() != 1 || report[0].reason != "return")
-    fail(cat("the call has ", report.size() - 1, " graph break(s)"));
-  auto leaf = f.last_leaf;
-  if (!leaf) fail("the call recorded no tensor op");
-  if (!leaf->compiled || !leaf->recompile_reason.empty()) return 0;
-  auto p = std::make_unique<guards::Plan>();
-  p->leaf = leaf;
-  p->graph = leaf->compiled;
-  if (p->graph->inputs.size() != f.last_inputs.size()) return 0;
-  for (size_t i = 0; i < f.last_inputs.size(); ++i) {
-    int k = -1;
-    for (int j = 0; j < n && k < 0; ++j)
-      if (cands[j] == f.last_inputs[i]) k = j;
-    if (k < 0) fail(cat("input ", i + 1, " of its graph is neither an argument nor reachable from an upvalue"));
-    p->source.push_back(k);
-  }
-  for (int32_t r : f.last_rets) {
-    if (r < 0) fail("it returns a tensor its graph does not make");
-    p->rets.push_back(r);
-  }
-  f.plan = std::move(p);
-  return 1;
-}
-
-bool Recorder::has_plan(int32_t id) { return function(id).plan != nullptr; }
-
-bool Recorder::replay(int32_t id, cr_tensor* const* cands, int n, std::vector<Tensor>& rets) {
-  guards::Function& f = function(id);
-  if (!f.plan || fn_) return false;
-  const guards::Plan& p = *f.plan;
-  const Graph& g = *p.graph;
-  std::vector<Tensor> vals(g.values.size());
-  for (size_t i = 0; i < p.source.size(); ++i) {
-    if (p.source[i] >= n) return false;
-    cr_tensor* t = cands[p.source[i]];
-    if (!t->_storage || t->_lazy) ensure_real(ctx_, t);
-    int32_t vid = g.inputs[i];
-    const Value& v = g.values[size_t(vid)];
-    const ValueMeta& m = v.meta;
-    if (t->_dtype != int8_t(m.dtype) || t->_dev_type != m.device.type || t->_dev_index != m.device.index ||
-        t->_ndim != int32_t(m.sizes.size()) || t->_offset != m.offset)
-      return false;
-    for (int d = 0; d < t->_ndim; ++d)
-      if (t->_sizes[d] != m.sizes[size_t(d)].value || t->_strides[d] != m.strides[size_t(d)]) return false;
-    int32_t alias = -1;  // the aliasing between inputs must be the recorded one
-    for (size_t j = 0; j < i && alias < 0; ++j)
-      if (vals[size_t(g.inputs[j])].get()->_storage == t->_storage) alias = g.inputs[j];
-    if (alias != v.alias_of) return false;
-    vals[size_t(vid)] = Tensor(t, true);
-  }
-  double t0 = now_us();
-  run_eager(g, ctx_, vals);
-  rets.clear();
-  for (int32_t r : p.rets) rets.push_back(vals[size_t(r)]);
-  vals.clear();  // the graph's temporaries die with its run
-  stats.graph_run_us += now_us() - t0;
-  ++stats.replays;
-  return true;
 }
 
 }  // namespace cr::graph

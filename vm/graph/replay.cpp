@@ -1,0 +1,86 @@
+// reduce-overhead (stdlib/replay.lua has the purity rules): a plan maps the inputs of a
+// function's one compiled segment to the call's arguments and upvalue tensors; a replay checks
+// the plan's guards and runs the graph without Lua.
+#include "vm/graph/segment.hpp"
+
+namespace cr::graph {
+
+using guards::Leaf;
+
+// The one-segment call that just ended, for a reduce-overhead plan.
+void Recorder::remember_call(Leaf& leaf, const std::vector<cr_tensor*>& rets) {
+  Segment& s = *seg_;
+  fn_->last_leaf.reset();
+  for (auto& e : leaf.last->ends)
+    if (e.get() == &leaf) fn_->last_leaf = e;
+  fn_->last_inputs.clear();
+  for (size_t v = 0; v < s.vals.size(); ++v)
+    if (s.is_input[v]) fn_->last_inputs.push_back(s.vals[v].get());
+  fn_->last_rets.clear();
+  for (cr_tensor* t : rets) fn_->last_rets.push_back(t->_gen == s.gen ? t->_vid : -1);
+}
+
+int Recorder::plan(int32_t id, cr_tensor* const* cands, int n) {
+  guards::Function& f = function(id);
+  f.plan.reset();
+  if (report.size() != 1 || report[0].reason != "return")
+    fail(cat("the call has ", report.size() - 1, " graph break(s)"));
+  auto leaf = f.last_leaf;
+  if (!leaf) fail("the call recorded no tensor op");
+  if (!leaf->compiled || !leaf->recompile_reason.empty()) return 0;
+  auto p = std::make_unique<guards::Plan>();
+  p->leaf = leaf;
+  p->graph = leaf->compiled;
+  if (p->graph->inputs.size() != f.last_inputs.size()) return 0;
+  for (size_t i = 0; i < f.last_inputs.size(); ++i) {
+    int k = -1;
+    for (int j = 0; j < n && k < 0; ++j)
+      if (cands[j] == f.last_inputs[i]) k = j;
+    if (k < 0) fail(cat("input ", i + 1, " of its graph is neither an argument nor reachable from an upvalue"));
+    p->source.push_back(k);
+  }
+  for (int32_t r : f.last_rets) {
+    if (r < 0) fail("it returns a tensor its graph does not make");
+    p->rets.push_back(r);
+  }
+  f.plan = std::move(p);
+  return 1;
+}
+
+bool Recorder::has_plan(int32_t id) { return function(id).plan != nullptr; }
+
+bool Recorder::replay(int32_t id, cr_tensor* const* cands, int n, std::vector<Tensor>& rets) {
+  guards::Function& f = function(id);
+  if (!f.plan || fn_) return false;
+  const guards::Plan& p = *f.plan;
+  const Graph& g = *p.graph;
+  std::vector<Tensor> vals(g.values.size());
+  for (size_t i = 0; i < p.source.size(); ++i) {
+    if (p.source[i] >= n) return false;
+    cr_tensor* t = cands[p.source[i]];
+    if (!t->_storage || t->_lazy) ensure_real(ctx_, t);
+    int32_t vid = g.inputs[i];
+    const Value& v = g.values[size_t(vid)];
+    const ValueMeta& m = v.meta;
+    if (t->_dtype != int8_t(m.dtype) || t->_dev_type != m.device.type || t->_dev_index != m.device.index ||
+        t->_ndim != int32_t(m.sizes.size()) || t->_offset != m.offset)
+      return false;
+    for (int d = 0; d < t->_ndim; ++d)
+      if (t->_sizes[d] != m.sizes[size_t(d)].value || t->_strides[d] != m.strides[size_t(d)]) return false;
+    int32_t alias = -1;  // the aliasing between inputs must be the recorded one
+    for (size_t j = 0; j < i && alias < 0; ++j)
+      if (vals[size_t(g.inputs[j])].get()->_storage == t->_storage) alias = g.inputs[j];
+    if (alias != v.alias_of) return false;
+    vals[size_t(vid)] = Tensor(t, true);
+  }
+  double t0 = now_us();
+  run_eager(g, ctx_, vals);
+  rets.clear();
+  for (int32_t r : p.rets) rets.push_back(vals[size_t(r)]);
+  vals.clear();  // the graph's temporaries die with its run
+  stats.graph_run_us += now_us() - t0;
+  ++stats.replays;
+  return true;
+}
+
+}  // namespace cr::graph

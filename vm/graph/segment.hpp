@@ -1,0 +1,66 @@
+// The segment being captured, and helpers shared by the recorder's files (recorder.cpp,
+// keys.cpp, lazy.cpp, replay.cpp). Internal to vm/graph/.
+#pragma once
+#include <algorithm>
+
+#include "vm/graph/recorder.hpp"
+
+namespace cr::graph {
+
+struct Segment {
+  uint64_t gen = 0;
+  guards::Site* site = nullptr;
+  guards::TraceNode* pos = nullptr;  // the last event matched or recorded
+  bool recording = false;            // new events run eagerly and are appended
+  bool passthrough = false;          // the site is over cache_size_limit: ops just run
+  bool pending = false;              // replayed events that have not run yet
+  int ops = 0;
+  int32_t next_vid = 0;
+  std::vector<Tensor> vals;          // by vid: inputs, outputs (lazy while replaying)
+  std::vector<int32_t> alias;        // by vid: for inputs, an earlier input sharing the storage
+  std::vector<char> is_input;        // by vid
+  guards::Key key;                   // scratch: the key of the current call
+  guards::TraceNode* last_recorded = nullptr;
+
+  void reset() {
+    recording = passthrough = pending = false;
+    ops = 0;
+    next_vid = 0;
+    vals.clear();
+    alias.clear();
+    is_input.clear();
+    last_recorded = nullptr;
+  }
+
+  void set(int32_t vid, Tensor t) {
+    if (vals.size() <= size_t(vid)) {
+      vals.resize(size_t(vid) + 1);
+      alias.resize(size_t(vid) + 1, -1);
+      is_input.resize(size_t(vid) + 1);
+    }
+    vals[size_t(vid)] = std::move(t);
+  }
+};
+
+// How an op call becomes a trace-tree key (keys.cpp): tensors the segment has not seen become
+// inputs (their guards go into the key); `to_args` is the recorded form of the arguments.
+void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs);
+std::vector<Arg> to_args(const cr_value* args, int nargs);
+std::vector<cr_tensor*> tensor_args(const cr_value* args, int nargs);
+
+// Lazy-tensor bookkeeping (lazy.cpp).
+struct ExecRecord;
+struct LazyInfo {  // cr_tensor::_lazy
+  std::weak_ptr<guards::Leaf> leaf;  // the segment variant the value came from
+  int32_t vid;
+  std::shared_ptr<ExecRecord> rec;   // set while the tensor has no storage: how to compute it
+};
+// The value `vid` escaped its segment: the next compilation must produce it.
+void note_escape(guards::Leaf& leaf, int32_t vid, const char* how);
+// A recompute record for the values of `leaf` that its run did not keep (inputs from `s`).
+std::shared_ptr<ExecRecord> new_exec_record(guards::Leaf& leaf, const Segment& s);
+void add_pending(ExecRecord& r, cr_tensor* t);
+
+double now_us();
+
+}  // namespace cr::graph

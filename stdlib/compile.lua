@@ -128,7 +128,12 @@ function M.compile(fn, opts)
   local id = api.cap_function(ctx, site, o.hot, o.fullgraph and 1 or 0, o.mode == "reduce-overhead" and 1 or 0, o.backend)
   if id < 0 then core.raise(id) end
   local ret_where = "return of " .. site
-  local call = function(...) return capture_call(id, ret_where, fn, ...) end
+  -- the traces live in C++ as long as the compiled function does
+  local owner = ffi.gc(ffi.new("int32_t[1]", id), function() api.cap_drop(ctx, id) end)
+  local call = function(...)
+    local _ = owner
+    return capture_call(id, ret_where, fn, ...)
+  end
   if o.mode == "reduce-overhead" then
     call = require("crescent.replay").wrap(fn, id, call)
   end
@@ -143,7 +148,8 @@ function M.explain(fn, ...)
   if api.cap_active(ctx) ~= 0 then fail("explain: cannot run inside a compiled function") end
   local site = define_site(fn)
   local id = api.cap_function(ctx, site, 2 ^ 30, 0, 0, "eager")
-  capture_call(id, "return of " .. site, fn, ...)
+  local ok, err = pcall(capture_call, id, "return of " .. site, fn, ...)
+  if not ok then api.cap_drop(ctx, id); error(err, 0) end
   local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {} }
   for ops, reason, where in ffi.string(api.cap_report(ctx)):gmatch("(%d+)\t([^\t]*)\t([^\n]*)\n") do
     ops = tonumber(ops)
@@ -160,6 +166,7 @@ function M.explain(fn, ...)
   for i, n in ipairs(r.ops_per_graph) do lines[#lines + 1] = string.format("  graph %d: %d ops", i, n) end
   for i, b in ipairs(r.break_reasons) do lines[#lines + 1] = string.format("  break %d: %s at %s", i, b.reason, b.where) end
   r.summary = table.concat(lines, "\n")
+  api.cap_drop(ctx, id)
   return setmetatable(r, { __tostring = function(t) return t.summary end })
 end
 

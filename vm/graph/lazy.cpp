@@ -2,6 +2,7 @@
 // record of the segment's inputs when first read (or before one of those inputs is written in
 // place); values Lua may still use carry a tracker that marks them as escaping when used.
 #include <algorithm>
+#include <memory>
 
 #include "vm/graph/segment.hpp"
 
@@ -51,6 +52,8 @@ void recompute(Context& ctx, cr_tensor* t, LazyInfo& info) {
                "on (", tensor.describe(), ") was modified in place since: its value is lost. Use the tensor "
                "before modifying its inputs, or clone it inside the compiled function"));
   Graph g = prune_for(*r.raw, info.vid);
+  for (const Node& n : g.nodes)  // compile() keeps every value a write reaches: none is left
+    if (n.inplace()) fail(cat("internal: recomputing value %", info.vid, " would repeat an in-place write"));
   std::vector<Tensor> vals = r.vals;
   run_eager(g, ctx, vals);
   Tensor::attach(t, vals[size_t(info.vid)]);
@@ -93,7 +96,13 @@ void ensure_real(Context& ctx, cr_tensor* t) {
       }
       fail("this tensor has no value: the compiled function that made it stopped with an error");
     }
-    recompute(ctx, t, *info);
+    // detached first: the recomputation may write storages whose pending readers include t
+    std::erase(info->rec->pending, t);
+    std::unique_ptr<LazyInfo> own(info);
+    t->_lazy = nullptr;
+    recompute(ctx, t, *own);
+    if (auto leaf = own->leaf.lock()) note_escape(*leaf, own->vid, "used");
+    return;
   }
   if (info) {
     if (auto leaf = info->leaf.lock()) note_escape(*leaf, info->vid, "used");

@@ -65,8 +65,16 @@ int32_t Recorder::new_function(const guards::Options& opts) {
 }
 
 guards::Function& Recorder::function(int32_t id) {
-  if (id < 0 || size_t(id) >= functions_.size()) fail(cat("compile: unknown compiled function ", id));
+  if (id < 0 || size_t(id) >= functions_.size() || !functions_[size_t(id)])
+    fail(cat("compile: unknown compiled function ", id));
   return *functions_[size_t(id)];
+}
+
+// Frees a function's traces (its ids are not reused: the slot stays empty).
+void Recorder::drop(int32_t id) {
+  if (id < 0 || size_t(id) >= functions_.size() || !functions_[size_t(id)]) return;
+  if (fn_ == functions_[size_t(id)].get()) return;  // still running (cannot happen from the GC)
+  functions_[size_t(id)].reset();
 }
 
 bool Recorder::begin(int32_t fn, int cache_size_limit) {
@@ -94,6 +102,7 @@ void Recorder::start_segment(guards::Site& site) {
 void Recorder::reset() {
   if (fn_) abort();
   for (auto& f : functions_) {  // Lua wrappers keep their ids: they re-record
+    if (!f) continue;
     f->sites.clear();
     f->plan.reset();
     f->last_leaf.reset();
@@ -396,20 +405,24 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf) {
   g->name = cat(fn_->opts.name, " segment ending at ", leaf.where, " #", leaf.variant);
   // Outputs: values used after the segment, and every value that depends on an in-place or a
   // random op (those cannot be recomputed later from the inputs).
+  // Outputs: values used after the segment, and every value that could not be recomputed later
+  // from the inputs: those depending on a random op, on an in-place op, or on any storage an
+  // in-place op of the graph writes (through any view) - including reads made before the write.
+  std::vector<char> written = written_roots(*g);
   std::vector<char> impure(g->values.size());
-  for (const Node& n : g->nodes) {
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    const Node& n = g->nodes[i];
     bool dirty = n.inplace() || n.random();
+    auto taint = [&](int32_t v) { dirty = dirty || impure[size_t(v)] || written[size_t(storage_root(*g, v))]; };
     for (const Arg& a : n.args) {
-      if (a.tag == kTensor) dirty = dirty || impure[size_t(a.value)];
-      for (int32_t v : a.values) dirty = dirty || impure[size_t(v)];
+      if (a.tag == kTensor) taint(a.value);
+      for (int32_t v : a.values) taint(v);
     }
     for (int32_t o : n.outs)
-      if (dirty && g->values[size_t(o)].node == int32_t(&n - g->nodes.data())) impure[size_t(o)] = 1;
+      if (g->values[size_t(o)].node == int32_t(i) && (dirty || written[size_t(storage_root(*g, o))])) impure[size_t(o)] = 1;
   }
-  std::vector<char> written = written_roots(*g);  // storage an in-place op writes, through any view
   g->outputs.clear();
   for (size_t v = 0; v < g->values.size(); ++v) {
-    if (g->values[v].node >= 0 && written[size_t(storage_root(*g, int32_t(v)))]) impure[v] = 1;
     bool esc = v < leaf.escaping.size() && leaf.escaping[v];
     if ((esc || impure[v]) && g->values[v].node >= 0 && g->nodes[size_t(g->values[v].node)].kind != NodeKind::Input)
       g->outputs.push_back(int32_t(v));

@@ -68,6 +68,7 @@ class Recorder {
   bool has_plan(int32_t fn);
   void before_write(Storage* s);
   void reset();                              // T.compiler.reset()
+  void drop(int32_t fn);                     // its Lua function was collected
 
   Stats stats;
   Logs logs;

@@ -17,7 +17,12 @@ template <class T> inline T floor_(T a) { if constexpr (std::is_floating_point_v
 template <class T> inline T ceil_(T a) { if constexpr (std::is_floating_point_v<T>) return std::ceil(a); else return a; }
 template <class T> inline T round_(T a) { if constexpr (std::is_floating_point_v<T>) return std::nearbyint(a); else return a; }
 template <class T> inline T trunc_(T a) { if constexpr (std::is_floating_point_v<T>) return std::trunc(a); else return a; }
-template <class T> inline T abs_(T a) { return a < T(0) ? T(-a) : a; }
+// Integer negation wraps (-INT64_MIN == INT64_MIN), as PyTorch's: the unsigned form has no UB.
+template <class T> inline T neg_(T a) {
+  if constexpr (is_int<T>) return T(std::make_unsigned_t<T>(0) - std::make_unsigned_t<T>(a));
+  else return -a;
+}
+template <class T> inline T abs_(T a) { return a < T(0) ? neg_(a) : a; }
 template <class T> inline T sign_(T a) { return T((T(0) < a) - (a < T(0))); }  // sign(nan) = 0, as torch
 template <class T> inline T relu_(T a) {
   if constexpr (std::is_floating_point_v<T>) { if (std::isnan(a)) return a; }

@@ -16,7 +16,7 @@ namespace {
 enum class Rule { Float, Same, Bool, Arith, Numeric, Compare, Logical };
 
 #define CR_UNARY_OPS(X)                        \
-  X(neg, Same, -a)                             \
+  X(neg, Same, sm::neg_(a))                    \
   X(abs, Same, sm::abs_(a))                    \
   X(exp, Float, vm::exp(a))                    \
   X(exp2, Float, vm::exp2(a))                  \

@@ -15,7 +15,7 @@ local M = {}
 M.config = {
   cache_size_limit = 8,   -- variants per site before it runs eagerly
   cache_dir = os.getenv("CRESCENT_CACHE_DIR") or ((os.getenv("HOME") or ".") .. "/.cache/crescent"),
-  debug_dir = os.getenv("CRESCENT_DEBUG_DIR"),
+  debug_dir = os.getenv("CRESCENT_DEBUG_DIR"),  -- per compiled graph: guards, graphs, compile time
   sync_compile = true,    -- compilation is in line until the native backends compile in the background
 }
 
@@ -108,8 +108,14 @@ local function define_site(fn)
 end
 
 -- One capture of fn(...) as function `id`; the call runs plainly when a capture is active.
+local debug_dir = M.config.debug_dir
 local function capture_call(id, ret_where, fn, ...)
-  local rc = api.cap_begin(ctx, id, M.config.cache_size_limit)
+  local config = M.config
+  if config.debug_dir ~= debug_dir then  -- T.config.debug_dir was changed
+    debug_dir = config.debug_dir
+    api.cap_set_debug_dir(ctx, debug_dir or "")
+  end
+  local rc = api.cap_begin(ctx, id, config.cache_size_limit)
   if rc == 0 then return fn(...) end
   if rc < 0 then core.raise(rc) end
   return finish(ret_where, pcall(fn, ...))

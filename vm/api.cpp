@@ -231,6 +231,7 @@ const char* api_cap_report(cr_ctx* c) {
 
 void api_cap_set_logs(cr_ctx* c, const char* list) { rec(c).logs.parse(list); }
 void api_cap_drop(cr_ctx* c, int32_t fn) { rec(c).drop(fn); }
+void api_cap_set_debug_dir(cr_ctx* c, const char* dir) { rec(c).debug_dir = dir; }
 int32_t api_cap_active(cr_ctx* c) { return rec(c).active(); }
 
 int32_t api_cap_plan(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n) {
@@ -284,6 +285,7 @@ const cr_api* api_table() {
       api_cap_report,
       api_cap_set_logs,
       api_cap_drop,
+      api_cap_set_debug_dir,
       api_cap_active,
       api_cap_plan,
       api_cap_replay,

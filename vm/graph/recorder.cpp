@@ -2,6 +2,7 @@
 // or record), segment ends, compilation. Keys are in keys.cpp, lazy tensors after their segment
 // in lazy.cpp, reduce-overhead in replay.cpp.
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +33,7 @@ std::atomic<uint64_t> g_generation{1};  // process-wide, so tensors shared by tw
 
 Recorder::Recorder(Context& ctx) : ctx_(ctx) {
   if (const char* l = std::getenv("CRESCENT_LOGS")) logs.parse(l);
+  if (const char* d = std::getenv("CRESCENT_DEBUG_DIR")) debug_dir = d;
 }
 Recorder::~Recorder() = default;
 
@@ -432,6 +434,7 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf) {
     if (logs.recompiles) log("recompiles", cat(fn_->opts.name, ": ", leaf.recompile_reason));
     leaf.recompile_reason.clear();
   }
+  double t0 = now_us();
   try {
     optimize(*g, ctx_);
   } catch (const std::exception& e) {
@@ -440,10 +443,34 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf) {
     leaf.compiled = leaf.raw;
     return leaf.raw;
   }
+  double us = now_us() - t0;
   ++stats.graphs_compiled;
   if (logs.graph) log("graph", g->str());
+  if (logs.perf)
+    log("perf", cat(g->name, ": compiled in ", us, " us (", leaf.raw->op_count(), " ops -> ", g->op_count(), ")"));
+  dump(leaf, *g, us);
   leaf.compiled = g;
   return g;
+}
+
+// CRESCENT_DEBUG_DIR: per compiled graph, one text file with its guards, the graph as recorded,
+// the optimised graph and the compile time.
+void Recorder::dump(const Leaf& leaf, const Graph& g, double us) {
+  const std::string& dir = debug_dir;
+  if (dir.empty()) return;
+  std::string name = cat(fn_->opts.name, "-", leaf.where, "-", leaf.variant, "-", stats.graphs_compiled);
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+  std::string path = cat(dir, "/", name, ".graph.txt");
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    log("graph", cat("CRESCENT_DEBUG_DIR: cannot write ", path));
+    return;
+  }
+  std::string text = cat(guards::describe_guards(leaf), "\n-- recorded\n", leaf.raw->str(), "\n-- optimised\n", g.str(),
+                         "\n-- compile time: ", us, " us\n");
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
 }
 
 }  // namespace cr::graph

@@ -72,6 +72,7 @@ class Recorder {
 
   Stats stats;
   Logs logs;
+  std::string debug_dir;  // CRESCENT_DEBUG_DIR / T.config.debug_dir: graph dumps ("" = none)
   std::vector<SegmentReport> report;  // segments of the current / last call
 
  private:
@@ -86,6 +87,7 @@ class Recorder {
   guards::Leaf& leaf_for(guards::EndKind kind, const std::string& reason, const std::string& where);
   void log(const std::string& what, const std::string& text);
   void stop();
+  void dump(const guards::Leaf& leaf, const Graph& g, double us);
   void remember_call(guards::Leaf& leaf, const std::vector<cr_tensor*>& rets);
 
   Context& ctx_;

@@ -1,0 +1,64 @@
+-- Seeing what the compiler did: CRESCENT_DEBUG_DIR / T.config.debug_dir dumps, and the perf log.
+local T = require "crescent"
+local S = expect
+
+local function read(path)
+  local f = assert(io.open(path))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+describe("compiled graph dumps", function()
+  it("writes guards, the recorded and the optimised graph and the compile time per graph", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir -p " .. dir)
+    local saved = T.config.debug_dir
+    T.config.debug_dir = dir
+    local f = T.compile(function(x)
+      local a = x + 1
+      local b = x + 1  -- merged with a
+      return (a * b):sin()
+    end)
+    for _ = 1, 4 do f(T.ones(3)) end
+    T.config.debug_dir = saved
+    f(T.ones(3))
+    local p = io.popen('ls "' .. dir .. '"')
+    local files = {}
+    for name in p:lines() do files[#files + 1] = name end
+    p:close()
+    S.eq(#files, 1)
+    local text = read(dir .. "/" .. files[1])
+    os.execute('rm -rf "' .. dir .. '"')
+    S.truthy(text:find("guards of segment ending at return of", 1, true), text)
+    S.truthy(text:find("input %0: float32{3} strides {1}", 1, true), text)
+    S.truthy(text:find("-- recorded\ngraph", 1, true), text)
+    S.truthy(text:find("-- optimised\ngraph", 1, true), text)
+    S.truthy(text:find("%d+ = sin%(") and text:find("test_compile_debug%.lua:%d+"), text)
+    S.truthy(text:find("-- compile time: [%d.]+ us"), text)
+    -- the recorded graph has both adds, the optimised one a single add
+    local recorded = text:match("%-%- recorded\n(.-)%-%- optimised")
+    local optimised = text:match("%-%- optimised\n(.-)%-%- compile time")
+    local _, n_rec = recorded:gsub("= add%(", "")
+    local _, n_opt = optimised:gsub("= add%(", "")
+    S.eq({ n_rec, n_opt }, { 2, 1 })
+  end)
+
+  it("logs the compile time of each graph with CRESCENT_LOGS=perf", function()
+    local bin = os.getenv("CRESCENT_BIN") or "build/crescent"
+    local script = os.tmpname()
+    local out = os.tmpname()
+    local h = assert(io.open(script, "w"))
+    h:write([[local T = require "crescent"
+local f = T.compile(function(x) return x * 2 + 1 end)
+for _ = 1, 4 do f(T.ones(2)) end
+]])
+    h:close()
+    os.execute(string.format('CRESCENT_LOGS=perf "%s" "%s" 2> "%s"', bin, script, out))
+    local log = read(out)
+    os.remove(script)
+    os.remove(out)
+    S.truthy(log:find("%[crescent perf%] .- compiled in [%d.]+ us %(2 ops %-> 2%)"), log)
+  end)
+end)

@@ -99,7 +99,9 @@ end
 
 function methods:data_ptr()
   if ctx.capturing ~= 0 or self.p._storage == nil or self.p._lazy ~= nil then need(self, "data_ptr()") end
-  return api.data_ptr(self.p)
+  local ptr = api.data_ptr(ctx, self.p)
+  if ptr == nil then core.raise() end
+  return ptr
 end
 
 -- x:to(dtype | device | {dtype =, device =}) and the device shorthands

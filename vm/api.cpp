@@ -109,7 +109,20 @@ const char* api_format(cr_ctx* c, cr_tensor* t) {
   }
 }
 
-void* api_data_ptr(cr_tensor* t) { return t->_storage ? Tensor(t, true).data_bytes() : nullptr; }
+// Whoever holds the pointer may write through it: lazy values that would be recomputed from this
+// storage are computed first, and its version moves on.
+void* api_data_ptr(cr_ctx* c, cr_tensor* t) {
+  if (!t->_storage) return nullptr;
+  auto* s = static_cast<Storage*>(t->_storage);
+  try {
+    graph::before_write(Context::of(c), s);
+  } catch (const std::exception& e) {
+    Context::of(c).error = e.what();
+    return nullptr;
+  }
+  s->version.fetch_add(1);
+  return Tensor(t, true).data_bytes();
+}
 int32_t api_is_contiguous(cr_tensor* t) { return Tensor(t, true).is_contiguous(); }
 void api_manual_seed(cr_ctx* c, uint64_t seed) { Context::of(c).gen = Generator{seed, 0}; }
 int32_t api_num_threads() { return num_threads(); }

@@ -193,6 +193,9 @@ void* Tensor::data_ptr() const {
   cr::Tensor& t = raw(*this, h);
   if (!t.device().is_cpu())
     throw Error(Status::InvalidArgument, "data_ptr: the tensor is on " + cr::device_name(t.device()) + ", not the CPU");
+  // the host may write through it: a lazy value that would be recomputed from this storage then
+  // reports that it is lost instead of being computed from changed data
+  t.storage()->version.fetch_add(1);
   return t.data_bytes();
 }
 void Tensor::check_dtype(DType want) const {

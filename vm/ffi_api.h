@@ -73,7 +73,7 @@ typedef struct cr_api {
   /* Reads element `i` (row-major over the view) as a double; for totable. */
   int32_t (*read_all)(cr_ctx* ctx, cr_tensor* t, double* out, int64_t n);
   const char* (*format)(cr_ctx* ctx, cr_tensor* t);       /* tostring; NULL on error */
-  void* (*data_ptr)(cr_tensor* t);
+  void* (*data_ptr)(cr_ctx* ctx, cr_tensor* t); /* counts as a write (lazy values read first) */
   int32_t (*is_contiguous)(cr_tensor* t);
   void (*manual_seed)(cr_ctx* ctx, uint64_t seed);
   int32_t (*num_threads)(void);

@@ -5,7 +5,7 @@
 -- graph is compiled) are probes, run normally but watched:
 --   * globals: the function and every Lua function it reaches run with a proxy environment;
 --     writing a global, or reading print/io/os/debug/require/load*/setfenv/rawset/
---     setmetatable/collectgarbage, makes it impure;
+--     setmetatable/collectgarbage or math.random/randomseed, makes it impure;
 --   * upvalues: those of the function and of every Lua function reachable from it (upvalues,
 --     globals it read, tables one level down) are snapshot before and after each probe, tables
 --     shallowly; any difference makes it impure;
@@ -25,6 +25,9 @@ local M = {}
 
 local IMPURE = { print = 1, io = 1, os = 1, debug = 1, require = 1, collectgarbage = 1, dofile = 1, load = 1,
                  loadfile = 1, loadstring = 1, setfenv = 1, getfenv = 1, rawset = 1, setmetatable = 1, module = 1 }
+-- library functions with hidden state (a replay would freeze their results): read through the
+-- proxy, their tables are watched
+local IMPURE_FIELDS = { math = { random = true, randomseed = true } }
 local LIBRARY = {}  -- tables whose contents are never snapshot
 for _, name in ipairs { "_G", "string", "table", "math", "io", "os", "debug", "coroutine", "bit", "jit", "package" } do
   local t = rawget(_G, name)
@@ -90,6 +93,13 @@ local function proxy_env(env, watch)
     __index = function(_, k)
       if IMPURE[k] then watch.impure = watch.impure or ("it uses the global '" .. tostring(k) .. "'") end
       local v = env[k]
+      local fields = IMPURE_FIELDS[k]
+      if fields and type(v) == "table" then
+        return setmetatable({}, { __index = function(_, f)
+          if fields[f] then watch.impure = watch.impure or ("it uses " .. k .. "." .. tostring(f)) end
+          return v[f]
+        end })
+      end
       if is_lua_function(v) and not watch.roots[v] then watch.roots[v] = true; watch.grew = true end
       return v
     end,

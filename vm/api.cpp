@@ -215,7 +215,8 @@ int32_t api_cap_need(cr_ctx* c, cr_tensor* t, const char* reason, const char* wh
 
 int32_t api_cap_finish(cr_ctx* c, cr_tensor** rets, int32_t n, const char* where) {
   return guarded(c, [&] {
-    rec(c).finish(std::vector<cr_tensor*>(rets, rets + n), where);
+    // not active: T.compiler.reset() inside the function stopped the capture (its ops ran)
+    if (rec(c).active()) rec(c).finish(std::vector<cr_tensor*>(rets, rets + n), where);
     return 0;
   });
 }

@@ -97,3 +97,47 @@ describe("reduce-overhead and hidden state", function()
     S.truthy(T.compiler.stats().replays >= 5, "g should be replayed")
   end)
 end)
+
+-- Minimal programs the random-program fuzzer found (tests/lua/test_compile_fuzz.lua).
+describe("fuzzer regressions", function()
+  local function check(fn, make_inputs, calls)
+    local store_c, store_e = {}, {}
+    local cf = T.compile(fn(store_c), { hot = 0 })
+    local ef = fn(store_e)
+    local kept_c, kept_e = {}, {}
+    for call = 1, calls do
+      cf(make_inputs(call))
+      ef(make_inputs(call))
+      kept_c[call], kept_e[call] = store_c.s, store_e.s  -- read after the next calls
+    end
+    for call = 1, calls do S.eq(kept_c[call]:totable(), kept_e[call]:totable()) end
+  end
+
+  it("a stored view of a value written in place by a later segment sees the write", function()
+    check(function(store)
+      return function(y, k)
+        local t1 = T.full({ 4 }, k, { dtype = "float64" })
+        store.s = t1[3]
+        local t3 = T.sub(t1, t1, { alpha = 1e-3 })
+        if y:sum():item() > 0 then t3[3] = 1e-3 else t3[4] = -0.25 end
+        t1:sub_(t3)
+      end
+    end, function(call) return T.tensor({ call % 2 == 0 and 1 or -1 }), 2.25 end, 5)
+  end)
+
+  it("a value read before a write through another input sharing its storage keeps the old data", function()
+    check(function(store)
+      return function(x, y)
+        local t11 = x:contiguous()  -- x itself
+        local t21 = t11:unsqueeze(2)
+        local _ = t21:mean():item()
+        local t27 = y:floor()
+        store.s = t27:ceil() * t11:reciprocal()
+        t21[3] = t27
+      end
+    end, function(call)
+      T.manual_seed(100 + call)
+      return T.randn(3, 2), T.randn({})
+    end, 5)
+  end)
+end)

@@ -95,8 +95,8 @@ struct Graph {
 };
 
 // ---- passes (vm/graph/passes.cpp) ----------------------------------------------------------
-// The value whose storage `v` uses (following views), and the values whose storage some
-// in-place op writes (by storage root).
+// The value whose storage `v` uses (following views, and inputs sharing a storage), and the
+// values whose storage some in-place op writes (by storage root).
 int32_t storage_root(const Graph& g, int32_t v);
 std::vector<char> written_roots(const Graph& g);
 

@@ -11,8 +11,12 @@
 namespace cr::graph {
 
 int32_t storage_root(const Graph& g, int32_t v) {
-  while (g.values[size_t(v)].views >= 0) v = g.values[size_t(v)].views;
-  return v;
+  for (;;) {  // through views, and from an input to the first input sharing its storage
+    const Value& x = g.values[size_t(v)];
+    if (x.views >= 0) v = x.views;
+    else if (x.alias_of >= 0) v = x.alias_of;
+    else return v;
+  }
 }
 
 std::vector<char> written_roots(const Graph& g) {

@@ -423,6 +423,16 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf) {
     for (int32_t o : n.outs)
       if (g->values[size_t(o)].node == int32_t(i) && (dirty || written[size_t(storage_root(*g, o))])) impure[size_t(o)] = 1;
   }
+  // Views and the values they view share storage: recomputed later they would not (a write to
+  // one would miss the other), so both are kept - unless the storage is an input's, which a
+  // recomputation reuses.
+  for (size_t v = 0; v < g->values.size(); ++v) {
+    const Value& val = g->values[v];
+    if (val.node < 0 || val.views < 0) continue;
+    int32_t root = storage_root(*g, int32_t(v));
+    if (g->nodes[size_t(g->values[size_t(root)].node)].kind == NodeKind::Input) continue;
+    for (int32_t w = int32_t(v); w >= 0; w = g->values[size_t(w)].views) impure[size_t(w)] = 1;
+  }
   g->outputs.clear();
   for (size_t v = 0; v < g->values.size(); ++v) {
     bool esc = v < leaf.escaping.size() && leaf.escaping[v];

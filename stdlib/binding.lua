@@ -212,6 +212,10 @@ local function gen_source(name, op, info, params, opts)
     emit(string.format("  local a%d = collect_rest(%d, nv, ...)", np, fixed + 1))
   else
     emit("return function(" .. table.concat(argnames, ", ") .. (opts and (np > 0 and ", " or "") .. "opts" or "") .. ")")
+    if opts and #opts.list == 1 and opts.list[1].type == "N" then
+      -- a lone numeric option may also come positionally: x:add_(y, 2) == x:add_(y, {alpha = 2})
+      emit(string.format("  if type(opts) == 'number' then opts = { %s = opts } end", opts.list[1].name))
+    end
     if opts then
       -- the options table may come early when trailing optional arguments are left out
       emit("  if opts == nil then")

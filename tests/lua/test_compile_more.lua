@@ -141,3 +141,53 @@ describe("fuzzer regressions", function()
     end, 5)
   end)
 end)
+
+describe("fuzzer regressions: repeated views and ops that return their input", function()
+  it("a write through one of two contiguous() of a view of an input reaches the input", function()
+    local f = T.compile(function(x)
+      local t = x:view(2, 5)
+      local a, _ = t:contiguous(), t:contiguous()  -- both are t itself
+      local _ = x:sum():item()
+      a:fill_(1)
+    end, { hot = 0 })
+    for _ = 1, 4 do
+      local x = T.zeros(2, 5)
+      f(x)
+      S.eq(x:sum():item(), 10)
+    end
+  end)
+  it("a stored duplicate view of an input sees a later write to the input", function()
+    local store, kept = {}, {}
+    local f = T.compile(function(x)
+      local a = x:narrow(1, 4, 1)
+      local b = x:narrow(1, 4, 1)  -- merged with a: the same storage
+      store.s = b
+      local w = a * 1
+      local _ = x:sum():item()
+      x[4] = 2
+      return w:contiguous()
+    end, { hot = 0 })
+    for call = 1, 4 do f(T.ones(4)); kept[call] = store.s end
+    for call = 1, 4 do S.eq(kept[call]:totable(), { 2 }) end
+  end)
+  it("a no-op to() of a view is the view: it sees a later write", function()
+    local store = {}
+    local f = T.compile(function(y, v)
+      local a = y:permute(1, 2)
+      local _, c = a:to("float64"), a:to("float64")
+      local _ = a:sum():item()
+      store.s = c
+      y[5] = v
+    end, { hot = 0 })
+    for _ = 1, 4 do
+      f(T.ones(5, 1, { dtype = "float64" }), T.tensor({ 7.0 }, { dtype = "float64" }))
+      S.eq(store.s:totable(), { { 1 }, { 1 }, { 1 }, { 1 }, { 7 } })
+    end
+  end)
+  it("takes add_'s alpha positionally, as API.md writes it", function()
+    local x = T.ones(2)
+    x:add_(T.ones(2), 2)
+    S.eq(x:totable(), { 3, 3 })
+    S.eq(T.sub(T.ones(1), T.ones(1), 3):totable(), { -2 })
+  end)
+end)

@@ -183,16 +183,20 @@ int eliminate_common_subexpressions(Graph& g) {
     Node& n = g.nodes[i];
     if (n.inplace()) ++epoch;
     if (n.kind != NodeKind::Op || n.inplace() || n.random() || n.outs.empty()) continue;
-    bool mutable_out = false;
-    for (int32_t o : n.outs) mutable_out = mutable_out || written[size_t(storage_root(g, o))];
-    if (mutable_out) continue;
+    bool skip = false;  // values written in place, and ops that hand back an argument unchanged
+    for (int32_t o : n.outs)
+      skip = skip || written[size_t(storage_root(g, o))] || g.values[size_t(o)].node != int32_t(i);
+    if (skip) continue;
     auto [it, fresh] = seen.try_emplace(cse_key(n, epoch), int32_t(i));
     if (fresh) continue;
     const Node& first = g.nodes[size_t(it->second)];
     bool escapes = false;  // two results Lua gets must stay two tensors
     for (int32_t o : n.outs) escapes = escapes || std::find(g.outputs.begin(), g.outputs.end(), o) != g.outputs.end();
     if (first.outs.size() != n.outs.size() || escapes) continue;
-    for (size_t k = 0; k < n.outs.size(); ++k) substitute(g, n.outs[k], first.outs[k], true);
+    // two equal views are two headers over the same storage: sharing it is exact; two equal
+    // computed values are two tensors in eager mode, so Lua gets a copy
+    bool view = is_view_node(g, n);
+    for (size_t k = 0; k < n.outs.size(); ++k) substitute(g, n.outs[k], first.outs[k], !view);
     n.outs.clear();
     ++merged;
   }

@@ -1,7 +1,7 @@
 -- crescent.core: the FFI boundary. Declares vm/ffi_api.h to LuaJIT, casts the api table and
 -- this VM's context, and defines the tensor handle type. Every other module reaches C++ only
 -- through what this one returns.
-local cdef, api_ptr, ctx_ptr = ...
+local cdef, api_ptr, ctx_ptr, release_handle = ...
 local ffi = require "ffi"
 ffi.cdef(cdef)
 
@@ -13,6 +13,7 @@ local core = {
   dtypes = { [0] = "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" },
   -- filled by crescent.tensor before the handle type gets its metatable
   tensor_mt = {},
+  release_handle = release_handle,  -- the handles' finaliser (a lua_CFunction, vm/lua_vm.cpp)
 }
 
 -- The user's frame: the first Lua frame above `level` that is not part of the standard library.

@@ -140,7 +140,7 @@ mt.__tostring = function(t)
   if s == nil then core.raise() end
   return ffi.string(s)
 end
-mt.__gc = api.release_handle
+mt.__gc = core.release_handle
 mt.__eq = function(a, b) return is_tensor(a) and is_tensor(b) and a.p == b.p end
 local function no_order() fail("tensor: < and <= are Lua ordering, not elementwise: use x:lt(y), x:le(y), x:gt(y), x:ge(y)") end
 mt.__lt, mt.__le = no_order, no_order

@@ -34,7 +34,7 @@ int size_class(size_t n) {
 // Headers (cr_tensor, Storage) and tiny data blocks come and go with every op: a small per-thread
 // front cache serves them without the global lock; it spills to and refills from the global cache.
 constexpr int kFrontMaxShift = 9;  // classes up to 512 B
-constexpr size_t kFrontDepth = 64;
+constexpr size_t kFrontDepth = 1024;  // the GC frees handles in bursts of hundreds
 struct Front {
   std::vector<void*> blocks[kFrontMaxShift + 1];
   ~Front() {  // a thread's blocks go back to the global cache (never leaked)

@@ -5,6 +5,7 @@
 
 #include "vm/api.hpp"
 #include "vm/stdlib.hpp"
+#include "vm/tensor.hpp"
 
 extern "C" {
 #include <lauxlib.h>
@@ -38,6 +39,18 @@ const std::string& cdef_text() {
   return text;
 }
 
+// The tensor handle's finaliser. A plain C function rather than the FFI pointer
+// cr_api.release_handle: the collector calls it directly, where a cdata function pointer goes
+// through the FFI's generic call path (several hundred instructions per handle).
+int release_handle(lua_State* L) {
+  auto* h = static_cast<cr_handle*>(const_cast<void*>(lua_topointer(L, 1)));
+  if (h && h->p) {
+    tensor_release(h->p);
+    h->p = nullptr;
+  }
+  return 0;
+}
+
 // package.preload loader: compiles the embedded module named by upvalue 1. The core module
 // also receives the FFI declarations, the api table and this VM's context.
 int load_embedded(lua_State* L) {
@@ -49,7 +62,8 @@ int load_embedded(lua_State* L) {
     lua_pushlstring(L, cdef_text().data(), cdef_text().size());
     lua_pushlightuserdata(L, const_cast<cr_api*>(api_table()));
     lua_pushlightuserdata(L, lua_touserdata(L, lua_upvalueindex(2)));
-    lua_call(L, 3, 1);
+    lua_pushcfunction(L, release_handle);
+    lua_call(L, 4, 1);
   } else {
     lua_pushstring(L, name);
     lua_call(L, 1, 1);

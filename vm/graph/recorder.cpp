@@ -143,7 +143,7 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
         } else if (!o.fresh) {
           outs.push_back(s.vals[size_t(o.vid)]);
         } else {
-          Tensor t = Tensor::lazy(concrete(o.meta.sizes), o.meta.strides, o.meta.offset, o.meta.dtype, o.meta.device);
+          Tensor t = Tensor::lazy(o.sizes, o.meta.strides, o.meta.offset, o.meta.dtype, o.meta.device);
           t.get()->_gen = s.gen;
           t.get()->_vid = o.vid;
           s.set(o.vid, t);
@@ -194,7 +194,8 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
   if (def.flags & kReturnsSelf) {
     cr_tensor* self = targs[0];
     int32_t v = s.next_vid++;
-    node->outs.push_back(guards::OutInfo{v, true, meta_of(Tensor(self, true)), self->_vid});
+    Tensor t(self, true);
+    node->outs.push_back(guards::OutInfo{v, true, meta_of(t), self->_vid, t.sizes()});
     self->_vid = v;
     s.set(v, Tensor(self, true));
   } else {
@@ -206,14 +207,14 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
         if (views < 0 && a->_storage == o.get()->_storage) views = a->_vid;
       }
       if (same) {
-        node->outs.push_back(guards::OutInfo{same->_vid, false, meta_of(o), -1});
+        node->outs.push_back(guards::OutInfo{same->_vid, false, meta_of(o), -1, o.sizes()});
         continue;
       }
       int32_t v = s.next_vid++;
       o.get()->_gen = s.gen;
       o.get()->_vid = v;
       s.set(v, o);
-      node->outs.push_back(guards::OutInfo{v, true, meta_of(o), views});
+      node->outs.push_back(guards::OutInfo{v, true, meta_of(o), views, o.sizes()});
     }
   }
   for (const guards::OutInfo& o : node->outs) node->node.outs.push_back(o.vid);

@@ -36,6 +36,7 @@ struct OutInfo {
   bool fresh;        // false: the op returned one of its arguments unchanged
   graph::ValueMeta meta;
   int32_t views;     // vid of the argument whose storage it shares, or -1
+  Shape sizes;       // meta.sizes as numbers: replays make lazy tensors from it
 };
 
 struct Leaf;

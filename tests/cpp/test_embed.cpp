@@ -495,3 +495,20 @@ TEST_CASE("embed C: the last error is per thread") {
   REQUIRE(has(other, "from the thread"));
   REQUIRE(has(crescent_last_error(), "the VM is NULL"));
 }
+
+TEST_CASE("embed: compiled functions over host buffers keep values computed from them") {
+  VM vm;
+  vm.run_string(R"(
+    store = {}
+    f = crescent.compile(function(x) store.y = x * 3; return x + 1 end)
+    function stored() return store.y end
+  )");
+  std::vector<float> buf = {1, 1, 1};
+  Tensor x = Tensor::from_blob(buf.data(), {3});
+  for (int i = 0; i < 4; ++i) vm.call("f", x);  // compiled: store.y is not a graph output
+  buf = {100, 100, 100};                        // the host writes its buffer: no runtime call
+  REQUIRE(vm.call_tensor("stored").to_vector<float>() == std::vector<float>{3, 3, 3});
+  // the compiled function also sees the host's new values
+  REQUIRE(vm.call("f", x)[0].as_tensor().to_vector<float>() == std::vector<float>{101, 101, 101});
+  REQUIRE(vm.call_tensor("stored").to_vector<float>() == std::vector<float>{300, 300, 300});
+}

@@ -14,6 +14,7 @@ using guards::Leaf;
 // its inputs, with the storage versions they had (an in-place write since then makes it
 // impossible, and is reported rather than computed wrongly).
 struct ExecRecord {
+  bool external = false;     // an input wraps host memory (from_blob): writes to it are unseen
   std::shared_ptr<Graph> raw;
   std::vector<Tensor> vals;  // inputs, by vid
   std::vector<std::pair<Tensor, uint32_t>> versions;
@@ -129,9 +130,12 @@ std::shared_ptr<ExecRecord> new_exec_record(Leaf& leaf, const Segment& s) {
     rec->vals[size_t(in)] = s.vals[size_t(in)];
     rec->versions.emplace_back(s.vals[size_t(in)], st->version.load());
     st->pending_reads.fetch_add(1);
+    rec->external = rec->external || st->free_fn != nullptr;
   }
   return rec;
 }
+
+bool reads_host_memory(const ExecRecord& r) { return r.external; }
 
 void add_pending(ExecRecord& r, cr_tensor* t) { r.pending.push_back(t); }
 

@@ -292,6 +292,7 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, con
         }
         add_pending(*rec, p);
         p->_lazy = new LazyInfo{owner, int32_t(vid), rec};
+        if (reads_host_memory(*rec)) ensure_real(ctx_, p);
         continue;
       } else {
         continue;  // garbage: nobody will read it

@@ -60,6 +60,9 @@ void note_escape(guards::Leaf& leaf, int32_t vid, const char* how);
 // A recompute record for the values of `leaf` that its run did not keep (inputs from `s`).
 std::shared_ptr<ExecRecord> new_exec_record(guards::Leaf& leaf, const Segment& s);
 void add_pending(ExecRecord& r, cr_tensor* t);
+// Whether an input of the record wraps host memory (Tensor::from_blob), which the host may
+// write without the runtime seeing it: such values are computed at once, not later.
+bool reads_host_memory(const ExecRecord& r);
 
 double now_us();
 

@@ -112,7 +112,6 @@ void Recorder::reset() {
   stats = Stats{};
 }
 
-
 // ---- op calls ------------------------------------------------------------------------------
 
 void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {

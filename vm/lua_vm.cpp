@@ -95,6 +95,12 @@ static void check_cpu() {
 LuaVM::LuaVM() : L_((check_cpu(), luaL_newstate())) {
   if (!L_) throw std::runtime_error("crescent: cannot create a Lua state (out of memory)");
   luaL_openlibs(L_);
+  // Collect when the heap has grown by half (Lua's default waits for it to double). Tensor
+  // handles are tiny on the Lua heap but each holds a C++ tensor and an entry in LuaJIT's cdata
+  // finaliser table, which is rehashed in full as it grows: fewer dead handles waiting means
+  // less rehashing and memory reused sooner (~15 % less time per small op, eager and compiled).
+  // Scripts may still call collectgarbage("setpause", n).
+  lua_gc(L_, LUA_GCSETPAUSE, 150);
   lua_getglobal(L_, "package");
   lua_getfield(L_, -1, "preload");
   for (int i = 0; i < kEmbeddedCount; ++i) {

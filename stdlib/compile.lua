@@ -69,22 +69,20 @@ end
 
 local RETS = ffi.new("cr_tensor*[?]", 64)
 local function hand_back(where, ...)
-  local n, count, seen = select("#", ...), 0, nil
+  local n, count, tables = select("#", ...), 0, false
   local buf = RETS
-  for i = 1, n do
+  for i = 1, n do  -- the common case: a few tensors, no table
     local v = (select(i, ...))
-    if is_tensor(v) then
-      if count == 64 then break end
+    if is_tensor(v) and count < 64 then
       buf[count] = v.p
       count = count + 1
-    elseif type(v) == "table" then
-      seen = seen or {}
-      collect(v, seen, seen)
+    elseif is_tensor(v) or type(v) == "table" then
+      tables = true
     end
   end
-  if count == 64 or (seen and #seen > 0) then  -- many tensors, or tensors inside tables
-    local list, seen2 = {}, {}
-    for i = 1, n do collect((select(i, ...)), list, seen2) end
+  if tables then  -- tensors inside tables, or more than 64
+    local list, seen = {}, {}
+    for i = 1, n do collect((select(i, ...)), list, seen) end
     count = #list
     buf = ffi.new("cr_tensor*[?]", math.max(count, 1))
     for i = 1, count do buf[i - 1] = list[i].p end
@@ -124,13 +122,15 @@ end
 local compiled = setmetatable({}, { __mode = "k" })  -- compiled function -> { fn =, opts = }
 
 function M.compile(fn, opts)
+  local site
   if type(fn) == "table" and type(fn.forward) == "function" then  -- a module: its forward
     local module = fn
+    site = define_site(module.forward)
     fn = function(...) return module:forward(...) end
   end
   if type(fn) ~= "function" then fail("compile: argument 1 (fn) expected a function or a module, got " .. type(fn)) end
   local o = check_opts(opts)
-  local site = define_site(fn)
+  site = site or define_site(fn)
   local id = api.cap_function(ctx, site, o.hot, o.fullgraph and 1 or 0, o.mode == "reduce-overhead" and 1 or 0, o.backend)
   if id < 0 then core.raise(id) end
   local ret_where = "return of " .. site

@@ -96,6 +96,44 @@ function S.errors(fn, ...)
   return err
 end
 
+function S.pack(...) return { n = select("#", ...), ... } end
+
+-- Plain Lua values for exact comparison: a tensor becomes its dtype, shape, strides and values
+-- (tables are copied, cycles kept).
+function S.snapshot(v, seen)
+  seen = seen or {}
+  if T.is_tensor(v) then return { tensor = v.dtype, shape = v.shape, strides = v:stride(), data = v:totable() } end
+  if type(v) ~= "table" then return v end
+  if seen[v] then return seen[v] end
+  local out = {}
+  seen[v] = out
+  for k, x in pairs(v) do out[k] = S.snapshot(x, seen) end
+  return out
+end
+
+-- The first place two snapshots differ, strictly: every key of both sides (in sorted order),
+-- numbers bitwise (NaN == NaN, 0 ~= -0). Returns path, a's value, b's value; nil when equal.
+function S.first_difference(a, b, path)
+  path = path or ""
+  if type(a) ~= type(b) then return path, a, b end
+  if type(a) == "number" then
+    if (a ~= a and b ~= b) or (a == b and (a ~= 0 or 1 / a == 1 / b)) then return nil end
+    return path, a, b
+  end
+  if type(a) ~= "table" then
+    if a ~= b then return path, a, b end
+    return nil
+  end
+  local keys = {}
+  for k in pairs(a) do keys[#keys + 1] = k end
+  for k in pairs(b) do if a[k] == nil then keys[#keys + 1] = k end end
+  table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
+  for _, k in ipairs(keys) do
+    local p, x, y = S.first_difference(a[k], b[k], path .. "." .. tostring(k))
+    if p then return p, x, y end
+  end
+end
+
 -- Compares a tensor with a tensor or nested table elementwise, |a-b| <= atol + rtol*|b|, NaNs
 -- equal, same shape. Default tolerances fit the tensor's dtype.
 local default_tol = {

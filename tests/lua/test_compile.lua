@@ -15,39 +15,12 @@ local function at(name)  -- "file:line" of the line of this file that ends with 
   error("no line marked @" .. name)
 end
 
-local function pack(...) return { n = select("#", ...), ... } end
+local pack, snap = S.pack, S.snapshot
 
--- Plain Lua values for comparison: a tensor becomes its dtype, shape, strides and values.
-local function snap(v, seen)
-  seen = seen or {}
-  if T.is_tensor(v) then
-    return { tensor = v.dtype, shape = v.shape, strides = v:stride(), data = v:totable() }
-  end
-  if type(v) ~= "table" then return v end
-  if seen[v] then return seen[v] end
-  local r = {}
-  seen[v] = r
-  for k, x in pairs(v) do r[k] = snap(x, seen) end
-  return r
-end
-
--- Strict equality: every key of both sides, numbers bitwise (NaN == NaN, 0 ~= -0).
-local function same_val(a, b, path)
-  if type(a) ~= type(b) then return path .. ": " .. type(a) .. " vs " .. type(b) end
-  if type(a) == "number" then
-    if (a ~= a and b ~= b) or (a == b and (a ~= 0 or 1 / a == 1 / b)) then return nil end
-    return string.format("%s: %.17g vs %.17g", path, a, b)
-  end
-  if type(a) ~= "table" then return a ~= b and path .. ": " .. tostring(a) .. " vs " .. tostring(b) or nil end
-  for k, x in pairs(a) do
-    local e = same_val(x, b[k], path .. "." .. tostring(k))
-    if e then return e end
-  end
-  for k in pairs(b) do if a[k] == nil then return path .. "." .. tostring(k) .. ": missing" end end
-end
+-- Strict equality of snapshots (spec.lua's first_difference: numbers bitwise).
 local function same(got, want, msg)
-  local e = same_val(got, want, "")
-  if e then error((msg or "values differ") .. " at " .. e, 2) end
+  local p, a, b = S.first_difference(got, want)
+  if p then error(string.format("%s at %s: %s vs %s", msg or "values differ", p, S.fmt(a), S.fmt(b)), 2) end
 end
 
 local function stat(k) return T.compiler.stats()[k] end

@@ -614,36 +614,7 @@ end
 
 -- ---- running and comparing ---------------------------------------------------------------------
 
-local function pack(...) return { n = select("#", ...), ... } end
-
-local function snap(v, seen)  -- plain Lua values: a tensor is its dtype, shape, strides and values
-  seen = seen or {}
-  if T.is_tensor(v) then return { tensor = v.dtype, shape = v.shape, strides = v:stride(), data = v:totable() } end
-  if type(v) ~= "table" then return v end
-  if seen[v] then return seen[v] end
-  local out = {}
-  seen[v] = out
-  for k, x in pairs(v) do out[k] = snap(x, seen) end
-  return out
-end
-
--- the first difference: path, compiled value, eager value (numbers bitwise: NaN == NaN, 0 ~= -0)
-local function diff(a, b, path)
-  if type(a) ~= type(b) then return path, a, b end
-  if type(a) == "number" then
-    if (a ~= a and b ~= b) or (a == b and (a ~= 0 or 1 / a == 1 / b)) then return nil end
-    return path, a, b
-  end
-  if type(a) ~= "table" then if a ~= b then return path, a, b end; return nil end
-  local keys = {}
-  for k in pairs(a) do keys[#keys + 1] = k end
-  for k in pairs(b) do if a[k] == nil then keys[#keys + 1] = k end end
-  table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
-  for _, k in ipairs(keys) do
-    local p, x, y = diff(a[k], b[k], path .. "." .. tostring(k))
-    if p then return p, x, y end
-  end
-end
+local pack, snap, diff = S.pack, S.snapshot, S.first_difference
 
 local function show(v) return type(v) == "string" and ("%q"):format(v) or S.fmt(v) end
 

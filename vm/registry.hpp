@@ -23,6 +23,7 @@ enum OpFlag : int32_t {
   kMultiOut = 8,      // returns several tensors as several Lua values
   kListOut = 16,      // returns a Lua table of tensors (split, chunk)
   kRandom = 32,       // draws from the generator: never folded, merged or dropped by graph passes
+  kValueErrors = 64,  // may fail on tensor values (an index out of range), not only on metadata
 };
 
 struct Meta {

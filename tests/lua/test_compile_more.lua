@@ -191,3 +191,20 @@ describe("fuzzer regressions: repeated views and ops that return their input", f
     S.eq(T.sub(T.ones(1), T.ones(1), 3):totable(), { -2 })
   end)
 end)
+
+describe("ops that fail under pcall inside a compiled function", function()
+  it("replay a metadata error but re-run an op whose error depends on index values", function()
+    local f = T.compile(function(x, idx)
+      local ok1 = pcall(function() return x + T.zeros(5) end)  -- shapes: fails every call
+      local ok2, r = pcall(function() return x:index_select(1, idx) end)  -- values decide
+      return ok1, ok2, ok2 and r or nil
+    end)
+    local x = T.tensor({ 10, 20, 30 })
+    for call = 1, 6 do
+      local bad = call % 2 == 1
+      local ok1, ok2, r = f(x, T.tensor({ bad and 9 or 2 }))
+      S.eq({ ok1, ok2 }, { false, not bad })
+      if not bad then S.eq(r:totable(), { 20 }) end
+    end
+  end)
+end)

@@ -182,7 +182,7 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
   } catch (const LocatedError&) {
     throw;
   } catch (const Error& e) {
-    if (def.kind != OpKind::Index) {  // the same key fails the same way: remember it
+    if (!(def.flags & kValueErrors)) {  // the same key fails the same way: remember it
       node->error = e.what();
       s.pos->children.push_back(std::move(node));
       s.pos = s.pos->children.back().get();

@@ -48,7 +48,7 @@ struct TraceNode {
   std::vector<OutInfo> outs;
   // The op raised this error when recorded (a caller caught it with pcall): replaying the event
   // raises it again and adds nothing to the graph. Only errors that depend on nothing but the
-  // key are kept (not those of indexing ops, which read index values).
+  // key are kept (not those of ops flagged kValueErrors, which read index values).
   std::string error;
   TraceNode* parent = nullptr;
   std::vector<std::unique_ptr<TraceNode>> children;

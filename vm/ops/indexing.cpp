@@ -227,9 +227,9 @@ void run_masked_fill_(OpCall& c) {
 }  // namespace
 
 void register_indexing(Registry& r) {
-  r.add(OpDef{"index_select", "self:T, dim:D, index:T", OpKind::Index, 0, infer_index_select, run_index_select});
-  r.add(OpDef{"gather", "self:T, dim:D, index:T", OpKind::Index, 0, infer_gather, run_gather});
-  r.add(OpDef{"embedding", "input:T, weight:T", OpKind::Index, kNoMethod, infer_embedding, run_embedding});
+  r.add(OpDef{"index_select", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_index_select, run_index_select});
+  r.add(OpDef{"gather", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_gather, run_gather});
+  r.add(OpDef{"embedding", "input:T, weight:T", OpKind::Index, kNoMethod | kValueErrors, infer_embedding, run_embedding});
   r.add(OpDef{"masked_fill", "self:T, mask:T, value:TN", OpKind::Index, 0, infer_masked_fill, run_masked_fill});
   r.add(OpDef{"masked_fill_", "self:T, mask:T, value:TN", OpKind::Index, kReturnsSelf | kNoFunction, nullptr,
               run_masked_fill_});

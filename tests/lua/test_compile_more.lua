@@ -201,7 +201,7 @@ describe("ops that fail inside a compiled function", function()
     end)
     local line = 0
     for n, text in ipairs((function()
-      local t, f2 = {}, assert(io.open("tests/lua/test_compile_more.lua"))
+      local t, f2 = {}, assert(io.open(debug.getinfo(1, "S").source:sub(2)))  -- this file
       for l in f2:lines() do t[#t + 1] = l end
       f2:close()
       return t

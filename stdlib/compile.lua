@@ -16,10 +16,10 @@ M.config = {
   cache_size_limit = 8,   -- variants per site before it runs eagerly
   cache_dir = os.getenv("CRESCENT_CACHE_DIR") or ((os.getenv("HOME") or ".") .. "/.cache/crescent"),
   debug_dir = os.getenv("CRESCENT_DEBUG_DIR"),  -- per compiled graph: guards, graphs, compile time
-  sync_compile = true,    -- compilation is in line until the native backends compile in the background
+  sync_compile = false,   -- true: native code is compiled in line (tests); false: on a background thread
 }
 
-local BACKENDS = { auto = true, eager = true }
+local BACKENDS = { auto = true, eager = true, cpu = true }
 local OPTIONS = { backend = true, fullgraph = true, dynamic = true, mode = true, hot = true }
 
 local function check_opts(opts)
@@ -31,9 +31,9 @@ local function check_opts(opts)
     end
   end
   local b = opts.backend or "auto"
-  if b == "cpu" or b == "cuda" then
-    fail("compile: backend '" .. b .. "' is not implemented yet (native code generation comes next); " ..
-         "use backend = \"auto\" or \"eager\" (captured graphs run on the eager kernels)")
+  if b == "cuda" then
+    fail("compile: backend 'cuda' is not implemented yet (CUDA code generation comes next); " ..
+         "use backend = \"auto\", \"cpu\" or \"eager\"")
   end
   if not BACKENDS[b] then fail("compile: option backend expected \"auto\", \"eager\", \"cpu\" or \"cuda\", got " .. tostring(b)) end
   if opts.dynamic == true then
@@ -105,14 +105,27 @@ local function define_site(fn)
   return info.short_src .. ":" .. (info.linedefined or 0)
 end
 
+-- T.config entries the recorder reads, sent when they change.
+local SENT_OPTIONS, sent = { "debug_dir", "cache_dir", "sync_compile" }, nil
+local function send_config(config)
+  if sent then
+    local same = true
+    for _, k in ipairs(SENT_OPTIONS) do same = same and sent[k] == config[k] end
+    if same then return end
+  end
+  sent = {}
+  for _, k in ipairs(SENT_OPTIONS) do
+    local v = config[k]
+    sent[k] = v
+    local rc = api.cap_set_option(ctx, k, v == nil and "" or tostring(v))
+    if rc < 0 then core.raise(rc) end
+  end
+end
+
 -- One capture of fn(...) as function `id`; the call runs plainly when a capture is active.
-local debug_dir = M.config.debug_dir
 local function capture_call(id, ret_where, fn, ...)
   local config = M.config
-  if config.debug_dir ~= debug_dir then  -- T.config.debug_dir was changed
-    debug_dir = config.debug_dir
-    api.cap_set_debug_dir(ctx, debug_dir or "")
-  end
+  send_config(config)
   local rc = api.cap_begin(ctx, id, config.cache_size_limit)
   if rc == 0 then return fn(...) end
   if rc < 0 then core.raise(rc) end

@@ -245,7 +245,18 @@ const char* api_cap_report(cr_ctx* c) {
 
 void api_cap_set_logs(cr_ctx* c, const char* list) { rec(c).logs.parse(list); }
 void api_cap_drop(cr_ctx* c, int32_t fn) { rec(c).drop(fn); }
-void api_cap_set_debug_dir(cr_ctx* c, const char* dir) { rec(c).debug_dir = dir; }
+// T.config entries the recorder needs ("" for nil)
+int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {
+  return guarded(c, [&] {
+    std::string n = name;
+    graph::Recorder& r = rec(c);
+    if (n == "debug_dir") r.debug_dir = value;
+    else if (n == "cache_dir") r.cache_dir = value;
+    else if (n == "sync_compile") r.sync_compile = std::string(value) == "true";
+    else fail(cat("config: unknown option ", n));
+    return 0;
+  });
+}
 int32_t api_cap_active(cr_ctx* c) { return rec(c).active(); }
 
 int32_t api_cap_plan(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n) {
@@ -299,7 +310,7 @@ const cr_api* api_table() {
       api_cap_report,
       api_cap_set_logs,
       api_cap_drop,
-      api_cap_set_debug_dir,
+      api_cap_set_option,
       api_cap_active,
       api_cap_plan,
       api_cap_replay,

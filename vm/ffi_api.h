@@ -105,8 +105,8 @@ typedef struct cr_api {
                                                   graph_run_us, replays */
   const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call: "ops\treason\twhere\n" */
   void (*cap_set_logs)(cr_ctx* ctx, const char* list);
-  void (*cap_drop)(cr_ctx* ctx, int32_t fn);
-  void (*cap_set_debug_dir)(cr_ctx* ctx, const char* dir);  /* "" = no dumps */   /* the compiled function was collected: free its traces */
+  void (*cap_drop)(cr_ctx* ctx, int32_t fn);  /* the compiled function was collected: free its traces */
+  int32_t (*cap_set_option)(cr_ctx* ctx, const char* name, const char* value);  /* T.config: debug_dir, cache_dir, sync_compile */
   int32_t (*cap_active)(cr_ctx* ctx);
   /* reduce-overhead (stdlib/replay.lua): cap_plan returns 1 (planned), 0 (not yet), -1 (never:
    * last_error says why); cap_replay returns the number of tensors written to outs, -3 when a

@@ -60,6 +60,12 @@ struct OpCall {
   const char* arg_name(int i) const;
 };
 
+// A precompiled array function of a pointwise op, for generated kernels (jit/cpu/helpers.hpp):
+// out[i] = f(a[i], b[i]) for i < n over contiguous arrays of the op's compute dtype (out: bool
+// for predicates and comparisons; unary functions ignore b). out may be the same array as a or b
+// (element i is read before it is written), as in the eager in-place kernels; no other overlap.
+using BlockFn = void (*)(const void* a, const void* b, void* out, int64_t n);
+
 struct OpDef;
 std::string schema_arg_name(const OpDef& def, int i);
 int normalize_dim(int64_t d, int ndim);  // throws with the valid range
@@ -74,6 +80,10 @@ struct OpDef {
   std::vector<Meta> (*infer)(OpCall&);
   void (*run)(OpCall&);
   const char* expr = nullptr;  // pointwise: scalar expression over a, b, c (for code generators)
+  // Unary / binary pointwise: the BlockFn computing in `compute` (the dtype the op computes in,
+  // after promotion), bit-identical to the eager kernel; nullptr when the op does not compute in
+  // that dtype, and for float16 / bfloat16.
+  BlockFn (*block)(DType compute) = nullptr;
 };
 
 class Registry {
@@ -100,6 +110,9 @@ void register_indexing(Registry& r);
 void register_linalg(Registry& r);
 void register_creation(Registry& r);
 void register_conversions(Registry& r);
+
+// gelu's {approximate = "tanh"} form as a BlockFn (the registry's gelu.block is the erf form).
+BlockFn gelu_tanh_block(DType compute);
 
 // Runs one op eagerly (infer, allocate, run). Throws cr::Error with the op name prefixed.
 // `into` (optional, one per output): lazy tensors that receive the outputs' storage directly

@@ -8,6 +8,7 @@
 // printer already speak in expressions.
 #pragma once
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,27 @@ struct Arg {
 
 enum class NodeKind : uint8_t { Input, Op, Const };
 
+// A native backend's compiled form of a graph (jit/): runs it with the same contract as
+// run_eager below.
+struct Executable {
+  virtual ~Executable() = default;
+  virtual void run(Context& ctx, std::vector<Tensor>& vals) const = 0;
+};
+
+// Where a graph's native code arrives: set by the compile driver (possibly on a background
+// thread); the graph runs eagerly until `ready`.
+struct NativeSlot {
+  std::mutex mutex;
+  bool done = false;        // compiled or failed
+  bool seen = false;        // the recorder has counted the outcome (stats, logs)
+  std::shared_ptr<const Executable> exe;  // null after a failure, or when eager is as good
+  std::string error;        // why it failed
+  int kernels = 0;
+  bool disk_hit = false;
+  double compile_ms = 0;
+  std::vector<std::string> log;  // lines for CRESCENT_LOGS, printed by the recorder
+};
+
 struct Node {
   NodeKind kind = NodeKind::Op;
   int32_t op = -1;             // registry index (Op)
@@ -88,6 +110,7 @@ struct Graph {
   };
   std::vector<Alias> aliases;
   std::string name;              // "f.lua:3 #1" for logs
+  std::shared_ptr<NativeSlot> native;  // set when a native backend compiles this graph
 
   int32_t add_value(int32_t node, const ValueMeta& m);
   int op_count() const;
@@ -114,5 +137,9 @@ void optimize(Graph& g, Context& ctx);
 // may receive its output storage directly (then it is that same tensor on return). An op failure is rethrown as
 // "file:line: op: message" with the position of the node that failed.
 void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals);
+// Runs op node `index` of g as run_eager does (the native backends run their Extern nodes so).
+void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& vals);
+// The graph's native code when it is ready, else run_eager.
+void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals);
 
 }  // namespace cr::graph

@@ -53,6 +53,42 @@ struct CallArgs {
 
 }  // namespace
 
+void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& vals) {
+  const Node& n = g.nodes[index];
+  CallArgs call(n, vals);
+  // lazy tensors waiting for this node's outputs (set by the recorder) receive them directly
+  Tensor into[4];
+  size_t ninto = 0;
+  for (; ninto < n.outs.size() && ninto < 4; ++ninto) {
+    const Tensor& v = vals[size_t(n.outs[ninto])];
+    if (v.defined() && v.is_lazy() && g.values[size_t(n.outs[ninto])].node == int32_t(index)) into[ninto] = v;
+  }
+  std::vector<Tensor> outs;
+  try {
+    outs = dispatch(ctx, n.op, call.args, int(n.args.size()), into, ninto);
+  } catch (const Error& e) {
+    // the error of the op at the line that recorded it, as eager execution reports it
+    if (n.where.empty()) throw;
+    throw LocatedError(cat(n.where, ": ", e.what()));
+  }
+  if (n.inplace()) {  // the result is the mutated first argument
+    vals[size_t(n.outs[0])] = vals[size_t(n.args[0].value)];
+    return;
+  }
+  for (size_t i = 0; i < n.outs.size() && i < outs.size(); ++i)
+    if (g.values[size_t(n.outs[i])].node == int32_t(index)) vals[size_t(n.outs[i])] = std::move(outs[i]);
+}
+
+void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
+  std::shared_ptr<const Executable> exe;
+  if (g.native) {
+    std::lock_guard<std::mutex> lock(g.native->mutex);
+    exe = g.native->exe;
+  }
+  if (exe) exe->run(ctx, vals);
+  else run_eager(g, ctx, vals);
+}
+
 void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
   vals.resize(g.values.size());
   for (size_t index = 0; index < g.nodes.size(); ++index) {
@@ -64,28 +100,7 @@ void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
       vals[size_t(n.outs[0])] = copy_of(n.constant);
       continue;
     }
-    CallArgs call(n, vals);
-    // lazy tensors waiting for this node's outputs (set by the recorder) receive them directly
-    Tensor into[4];
-    size_t ninto = 0;
-    for (; ninto < n.outs.size() && ninto < 4; ++ninto) {
-      const Tensor& v = vals[size_t(n.outs[ninto])];
-      if (v.defined() && v.is_lazy() && g.values[size_t(n.outs[ninto])].node == int32_t(index)) into[ninto] = v;
-    }
-    std::vector<Tensor> outs;
-    try {
-      outs = dispatch(ctx, n.op, call.args, int(n.args.size()), into, ninto);
-    } catch (const Error& e) {
-      // the error of the op at the line that recorded it, as eager execution reports it
-      if (n.where.empty()) throw;
-      throw LocatedError(cat(n.where, ": ", e.what()));
-    }
-    if (n.inplace()) {  // the result is the mutated first argument
-      vals[size_t(n.outs[0])] = vals[size_t(n.args[0].value)];
-      continue;
-    }
-    for (size_t i = 0; i < n.outs.size() && i < outs.size(); ++i)
-      if (g.values[size_t(n.outs[i])].node == int32_t(index)) vals[size_t(n.outs[i])] = std::move(outs[i]);
+    run_node(g, index, ctx, vals);
   }
   // removed values share the kept one's tensor; the recorder copies a common subexpression
   // before a lazy tensor of Lua's gets it (Recorder::settle)

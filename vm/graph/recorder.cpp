@@ -50,6 +50,8 @@ void Logs::parse(const std::string& list) {
     recompiles |= w == "recompiles";
     graph_breaks |= w == "graph_breaks";
     perf |= w == "perf";
+    fusion |= w == "fusion";
+    output_code |= w == "output_code";
     i = j + 1;
   }
 }
@@ -354,7 +356,7 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
       std::vector<Tensor> vals = values_for(*g);
       s.pending = false;
       double t0 = now_us();
-      run_eager(*g, ctx_, vals);
+      execute(*g, vals);
       double t1 = now_us();
       settle(&leaf, vals, g == leaf.raw, g.get());
       double t2 = now_us();
@@ -460,6 +462,7 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf) {
   if (logs.perf)
     log("perf", cat(g->name, ": compiled in ", us, " us (", leaf.raw->op_count(), " ops -> ", g->op_count(), ")"));
   dump(leaf, *g, us);
+  start_native(g);
   leaf.compiled = g;
   return g;
 }

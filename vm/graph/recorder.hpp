@@ -25,7 +25,8 @@ struct Stats {
 };
 
 struct Logs {
-  bool graph = false, guards = false, recompiles = false, graph_breaks = false, perf = false;
+  bool graph = false, guards = false, recompiles = false, graph_breaks = false, perf = false, fusion = false,
+       output_code = false;
   void parse(const std::string& list);  // "graph,guards,+recompiles"
 };
 
@@ -73,6 +74,8 @@ class Recorder {
   Stats stats;
   Logs logs;
   std::string debug_dir;  // CRESCENT_DEBUG_DIR / T.config.debug_dir: graph dumps ("" = none)
+  std::string cache_dir;  // T.config.cache_dir: compiled kernels on disk ("" or "0" = none)
+  bool sync_compile = false;  // T.config.sync_compile: native code compiled in line
   std::vector<SegmentReport> report;  // segments of the current / last call
 
  private:
@@ -89,6 +92,10 @@ class Recorder {
   void stop();
   void dump(const guards::Leaf& leaf, const Graph& g, double us);
   void remember_call(guards::Leaf& leaf, const std::vector<cr_tensor*>& rets);
+  // native code (vm/graph/native.cpp): starts compiling an optimised graph for its backend, and
+  // runs a graph - natively once its code is ready, counting the compile's outcome once.
+  void start_native(const std::shared_ptr<Graph>& g);
+  void execute(const Graph& g, std::vector<Tensor>& vals);
 
   Context& ctx_;
   std::vector<std::unique_ptr<guards::Function>> functions_;

@@ -74,7 +74,7 @@ bool Recorder::replay(int32_t id, cr_tensor* const* cands, int n, std::vector<Te
     vals[size_t(vid)] = Tensor(t, true);
   }
   double t0 = now_us();
-  run_eager(g, ctx_, vals);
+  execute(g, vals);
   rets.clear();
   for (int32_t r : p.rets) rets.push_back(vals[size_t(r)]);
   vals.clear();  // the graph's temporaries die with its run

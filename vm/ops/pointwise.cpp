@@ -309,6 +309,50 @@ void run_addcmul(OpCall& c) {
   });
 }
 
+// ---- block functions for generated kernels ---------------------------------------------------
+
+// Whether `rule` computes in dtype d (the compute dtypes visit_rule instantiates for it).
+bool computes_in(Rule rule, DType d) {
+  switch (rule) {
+    case Rule::Float: return is_floating(d);
+    case Rule::Same:
+    case Rule::Numeric: return d != DType::b8;
+    default: return true;
+  }
+}
+
+// out[i] = Op::f(a[i][, b[i]]) over contiguous arrays of T: the loop of map_row's contiguous
+// path (the same inlined Op::f, load and store, the same __restrict output), so it vectorises the
+// same way and its results are bit-identical to the eager kernel's.
+// Integer fmod / remainder do not check for a zero divisor here (the eager binary op fails
+// before running its loop; a % 0 is undefined): callers must not use them for integers unless
+// the divisors are known to be non-zero.
+template <class Op, int Arity, class T> void block_loop(const void* a, const void* b, void* out, int64_t n) {
+  constexpr bool to_bool = Op::rule == Rule::Bool || Op::rule == Rule::Compare || Op::rule == Rule::Logical;
+  using TO = std::conditional_t<to_bool, bool, T>;
+  TO* __restrict o = static_cast<TO*>(out);
+  const T* x = static_cast<const T*>(a);
+  if constexpr (Arity == 1) {
+    (void)b;
+    for (int64_t i = 0; i < n; ++i) store(o[i], Op::f(load(x[i])));
+  } else {
+    const T* y = static_cast<const T*>(b);
+    for (int64_t i = 0; i < n; ++i) store(o[i], Op::f(load(x[i]), load(y[i])));
+  }
+}
+
+// The OpDef::block of Op: block_loop for the compute dtypes Op's rule allows, except float16 /
+// bfloat16 (not needed by the code generators, and not instantiated).
+template <class Op, int Arity> BlockFn block_of(DType compute) {
+  if (!computes_in(Op::rule, compute)) return nullptr;
+  BlockFn fn = nullptr;
+  visit_rule<Op::rule>(compute, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (!std::is_same_v<T, Half> && !std::is_same_v<T, BFloat16>) fn = &block_loop<Op, Arity, T>;
+  });
+  return fn;
+}
+
 // ---- in-place forms --------------------------------------------------------------------------
 
 // x:op_(...) runs op on the same arguments with x as the output when that is safe (see
@@ -356,22 +400,24 @@ void run_inplace(OpCall& c) {
 }
 
 template <class Op> OpDef unary_def() {
-  return OpDef{Op::name, "self:T", OpKind::Unary, 0, infer_unary<Op>, run_unary<Op>, Op::expr};
+  return OpDef{Op::name, "self:T", OpKind::Unary, 0, infer_unary<Op>, run_unary<Op>, Op::expr, block_of<Op, 1>};
 }
 const char* binary_schema(const std::string& name) {  // add / sub also take {alpha =}
   return name == "add" || name == "sub" ? "self:TN, other:TN, opts:{alpha:N}" : "self:TN, other:TN";
 }
 template <class Op> OpDef binary_def(const char* schema) {
-  return OpDef{Op::name, schema, OpKind::Binary, 0, infer_binary<Op>, run_binary<Op>, Op::expr};
+  return OpDef{Op::name, schema, OpKind::Binary, 0, infer_binary<Op>, run_binary<Op>, Op::expr, block_of<Op, 2>};
 }
 
 }  // namespace
+
+BlockFn gelu_tanh_block(DType compute) { return block_of<Op_gelu_tanh, 1>(compute); }
 
 void register_pointwise(Registry& r) {
 #define CR_REG_UNARY(NAME, ...) r.add(unary_def<Op_##NAME>());
   CR_UNARY_OPS(CR_REG_UNARY)
   r.add(OpDef{"gelu", "self:T, opts:{approximate:S}", OpKind::Unary, 0, infer_unary<Op_gelu_erf>, run_gelu,
-              Op_gelu_erf::expr});
+              Op_gelu_erf::expr, block_of<Op_gelu_erf, 1>});
 #define CR_REG_BINARY(NAME, ...) r.add(binary_def<Op_##NAME>(binary_schema(#NAME)));
   CR_BINARY_OPS(CR_REG_BINARY)
   r.add(OpDef{"where", "condition:T, self:TN, other:TN", OpKind::Ternary, kNoMethod, infer_where, run_where});

@@ -1,0 +1,530 @@
+// Kernel -> libgccjit. The shape of every generated function:
+//
+//   for w in [w0, w1):                          work items: outer index (+ chunk of the innermost)
+//     outer variables from w (div / mod, once per item)
+//     for each stage d:                         Kernel::analyse: stage = reduction depth
+//       outer-level values and stores           scalars, computed once per outer index
+//       accumulators = init
+//       for inner variables but the last:
+//         for jb in blocks of kBlock of the innermost:
+//           phase 0 loop: loads, inline arithmetic, stores, block temps
+//           block calls (exp, erf, ...) on temps -> phase 1 loop -> ...
+//           block reductions of temps (or straight from the buffer) into the accumulators
+//
+// Each phase loop is `for (j = 0; j < len; ++j)` over unit- or zero-stride addresses, which GCC
+// vectorises (-O3, explicit -march from jit/cpu/target.cpp); the block functions are the eager
+// kernels' own vectorised loops. -ffp-contract=off keeps a*b+c two roundings, as eager.
+#include "jit/cpu/emit.hpp"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "jit/cpu/gccjit.hpp"
+#include "jit/cpu/target.hpp"
+
+namespace cr::jit::cpu {
+
+int FnTable::index(void* p, const std::string& name) {
+  for (size_t i = 0; i < ptrs.size(); ++i)
+    if (ptrs[i] == p) return int(i);
+  ptrs.push_back(p);
+  names.push_back(name);
+  return int(ptrs.size() - 1);
+}
+
+void collect_fns(const Plan& plan, FnTable& fns) {
+  for (const Kernel& k : plan.kernels) {
+    for (const Expr& e : k.body.exprs)
+      if (e.op == EOp::Call) fns.index(reinterpret_cast<void*>(e.fn), cat(e.name, ":", dtype_name(e.dtype)));
+    for (const Accumulate& a : k.accs)
+      fns.index(reinterpret_cast<void*>(reduce_fn(a.kind, a.in)), cat(reduce_name(a.kind), ":", dtype_name(a.in)));
+  }
+}
+
+std::string compiler_id() { return cat("libgccjit-12 -O3 -ffp-contract=off -march=", codegen_march()); }
+
+#if CRESCENT_HAVE_GCCJIT
+
+namespace {
+
+struct Types {
+  gcc_jit_type *void_, *vptr, *vpp, *i64, *i32, *f32, *f64, *bool_, *block_fn, *reduce_fn;
+};
+
+class KernelEmitter {
+ public:
+  KernelEmitter(const GccJit& J, gcc_jit_context* c, const Types& t, const Kernel& k, FnTable& fns)
+      : J(J), c_(c), t_(t), k_(k), fns_(fns) {}
+
+  void emit() {
+    gcc_jit_param* ps[4] = {J.context_new_param(c_, nullptr, t_.vpp, "bufs"), J.context_new_param(c_, nullptr, t_.vpp, "fns"),
+                            J.context_new_param(c_, nullptr, t_.i64, "w0"), J.context_new_param(c_, nullptr, t_.i64, "w1")};
+    fn_ = J.context_new_function(c_, nullptr, GCC_JIT_FUNCTION_EXPORTED, t_.void_, k_.name.c_str(), 4, ps, 0);
+    bufs_ = J.param_as_rvalue(ps[0]);
+    fnsp_ = J.param_as_rvalue(ps[1]);
+    cur_ = J.function_new_block(fn_, "entry");
+    typed_buffers();
+    gcc_jit_lvalue* w = local(t_.i64, "w");
+    open_loop(w, J.param_as_rvalue(ps[2]), J.param_as_rvalue(ps[3]), 1);
+    work_item(J.lvalue_as_rvalue(w));
+    for (int d = 0; d <= k_.max_depth; ++d) stage(d);
+    close_loop();
+    J.block_end_with_void_return(cur_, nullptr);
+  }
+
+ private:
+  // ---- small builders ----
+  gcc_jit_type* type(DType d) const {
+    switch (d) {
+      case DType::f32: return t_.f32;
+      case DType::f64: return t_.f64;
+      case DType::i32: return t_.i32;
+      case DType::i64: return t_.i64;
+      case DType::b8: return t_.bool_;
+      default: throw Error(cat("no CPU code for dtype ", dtype_name(d)));
+    }
+  }
+  gcc_jit_lvalue* local(gcc_jit_type* ty, const std::string& name) {
+    return J.function_new_local(fn_, nullptr, ty, cat(name, "_", ++counter_).c_str());
+  }
+  gcc_jit_rvalue* i64(int64_t x) { return J.context_new_rvalue_from_long(c_, t_.i64, long(x)); }
+  gcc_jit_rvalue* bin(gcc_jit_type* ty, enum gcc_jit_binary_op op, gcc_jit_rvalue* a, gcc_jit_rvalue* b) {
+    return J.context_new_binary_op(c_, nullptr, op, ty, a, b);
+  }
+  gcc_jit_rvalue* assign(gcc_jit_rvalue* v, gcc_jit_type* ty, const char* name) {
+    gcc_jit_lvalue* l = local(ty, name);
+    J.block_add_assignment(cur_, nullptr, l, v);
+    return J.lvalue_as_rvalue(l);
+  }
+  gcc_jit_rvalue* constant(double x, DType d) {
+    switch (d) {
+      case DType::f32:
+      case DType::f64: return J.context_new_rvalue_from_double(c_, type(d), x);
+      case DType::b8: return J.context_new_rvalue_from_int(c_, t_.bool_, x != 0);
+      default:  // integer limits arrive as doubles (2^63 is not an int64): clamp
+        return J.context_new_rvalue_from_long(c_, type(d), x >= 9.2e18 ? std::numeric_limits<long>::max() : x <= -9.2e18 ? std::numeric_limits<long>::min() : long(x));
+    }
+  }
+  gcc_jit_rvalue* cast(gcc_jit_rvalue* v, DType from, DType to) {
+    if (from == to) return v;
+    if (to == DType::b8) return J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_NE, v, constant(0, from));
+    if (from == DType::b8 && is_floating(to)) v = J.context_new_cast(c_, nullptr, v, t_.i32);  // no bool -> float cast
+    return J.context_new_cast(c_, nullptr, v, type(to));
+  }
+  // for (var = lo; var < hi; var += step) { <body: cur_> }
+  void open_loop(gcc_jit_lvalue* var, gcc_jit_rvalue* lo, gcc_jit_rvalue* hi, int64_t step) {
+    J.block_add_assignment(cur_, nullptr, var, lo);
+    gcc_jit_block* cond = J.function_new_block(fn_, nullptr);
+    gcc_jit_block* body = J.function_new_block(fn_, nullptr);
+    gcc_jit_block* after = J.function_new_block(fn_, nullptr);
+    J.block_end_with_jump(cur_, nullptr, cond);
+    J.block_end_with_conditional(cond, nullptr, J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_LT, J.lvalue_as_rvalue(var), hi), body, after);
+    loops_.push_back({var, cond, after, step});
+    cur_ = body;
+  }
+  void close_loop() {
+    Loop l = loops_.back();
+    loops_.pop_back();
+    J.block_add_assignment_op(cur_, nullptr, l.var, GCC_JIT_BINARY_OP_PLUS, i64(l.step));
+    J.block_end_with_jump(cur_, nullptr, l.cond);
+    cur_ = l.after;
+  }
+
+  // ---- buffers and variables ----
+  void typed_buffers() {
+    std::vector<DType> dt(k_.buffers.size(), DType::f32);
+    for (const Expr& e : k_.body.exprs)
+      if (e.op == EOp::Load) dt[size_t(e.value)] = e.dtype;
+    for (const Store& s : k_.stores) dt[size_t(s.buffer)] = k_.body.exprs[size_t(s.expr)].dtype;
+    for (size_t b = 0; b < dt.size(); ++b) {
+      gcc_jit_rvalue* raw = J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, bufs_, i64(int64_t(b))));
+      ptrs_.push_back(assign(J.context_new_cast(c_, nullptr, raw, J.type_get_pointer(type(dt[b]))), J.type_get_pointer(type(dt[b])), "buf"));
+    }
+  }
+  void work_item(gcc_jit_rvalue* w) {
+    size_t nv = k_.sizes.size(), last = nv - 1;
+    vars_.assign(nv, nullptr);
+    gcc_jit_rvalue* rem = w;
+    int64_t inner = k_.sizes[last];
+    lo_ = i64(0);
+    hi_ = i64(inner);
+    if (k_.chunk > 0) {
+      int64_t nch = (inner + k_.chunk - 1) / k_.chunk;
+      gcc_jit_rvalue* ch = assign(bin(t_.i64, GCC_JIT_BINARY_OP_MODULO, rem, i64(nch)), t_.i64, "chunk");
+      rem = assign(bin(t_.i64, GCC_JIT_BINARY_OP_DIVIDE, rem, i64(nch)), t_.i64, "rem");
+      lo_ = assign(bin(t_.i64, GCC_JIT_BINARY_OP_MULT, ch, i64(k_.chunk)), t_.i64, "lo");
+      gcc_jit_lvalue* hi = local(t_.i64, "hi");
+      J.block_add_assignment(cur_, nullptr, hi, bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, lo_, i64(k_.chunk)));
+      gcc_jit_block* clip = J.function_new_block(fn_, nullptr);
+      gcc_jit_block* next = J.function_new_block(fn_, nullptr);
+      J.block_end_with_conditional(cur_, nullptr, J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_GT, J.lvalue_as_rvalue(hi), i64(inner)), clip, next);
+      J.block_add_assignment(clip, nullptr, hi, i64(inner));
+      J.block_end_with_jump(clip, nullptr, next);
+      cur_ = next;
+      hi_ = J.lvalue_as_rvalue(hi);
+    }
+    for (int v = k_.n_outer; v-- > 0;) {
+      int64_t size = k_.sizes[size_t(v)];
+      if (v == 0) {
+        vars_[0] = assign(rem, t_.i64, "o");
+        break;
+      }
+      vars_[size_t(v)] = assign(bin(t_.i64, GCC_JIT_BINARY_OP_MODULO, rem, i64(size)), t_.i64, "o");
+      rem = assign(bin(t_.i64, GCC_JIT_BINARY_OP_DIVIDE, rem, i64(size)), t_.i64, "rem");
+    }
+  }
+  gcc_jit_rvalue* address(const Affine& a) {
+    gcc_jit_rvalue* r = i64(a.c);
+    for (size_t v = 0; v < a.k.size(); ++v)
+      if (a.k[v]) r = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, r, a.k[v] == 1 ? vars_[v] : bin(t_.i64, GCC_JIT_BINARY_OP_MULT, i64(a.k[v]), vars_[v]));
+    return r;
+  }
+  gcc_jit_lvalue* element(int32_t slot, const Affine& a) {
+    return J.context_new_array_access(c_, nullptr, ptrs_[size_t(slot)], address(a));
+  }
+
+  // ---- expressions ----
+  // The value of expression i, built from `operand(j)` for its operands.
+  gcc_jit_rvalue* build(int32_t i, const std::function<gcc_jit_rvalue*(int32_t)>& operand) {
+    const Expr& e = k_.body.exprs[size_t(i)];
+    auto dt = [&](int32_t j) { return k_.body.exprs[size_t(j)].dtype; };
+    switch (e.op) {
+      case EOp::Load: return J.lvalue_as_rvalue(element(e.value, e.index[0]));
+      case EOp::Const: return constant(e.num, e.dtype);
+      case EOp::Cast: return cast(operand(e.a), dt(e.a), e.dtype);
+      case EOp::Reduced: return J.lvalue_as_rvalue(accs_.at(e.acc));
+      case EOp::Select: return select(operand(e.a), operand(e.b), operand(e.c), e.dtype);
+      case EOp::Arith: return arith(e, operand);
+      case EOp::Call: break;
+    }
+    throw Error("internal: a block call built as a scalar");
+  }
+  gcc_jit_rvalue* arith(const Expr& e, const std::function<gcc_jit_rvalue*(int32_t)>& operand) {
+    const std::string& op = e.name;
+    DType in = k_.body.exprs[size_t(e.a)].dtype;
+    if (op == "!") return J.context_new_unary_op(c_, nullptr, GCC_JIT_UNARY_OP_LOGICAL_NEGATE, t_.bool_, operand(e.a));
+    gcc_jit_rvalue *a = operand(e.a), *b = operand(e.b);
+    static const std::map<std::string, gcc_jit_comparison> cmp = {
+        {"==", GCC_JIT_COMPARISON_EQ}, {"!=", GCC_JIT_COMPARISON_NE}, {"<", GCC_JIT_COMPARISON_LT},
+        {"<=", GCC_JIT_COMPARISON_LE}, {">", GCC_JIT_COMPARISON_GT},  {">=", GCC_JIT_COMPARISON_GE}};
+    if (auto it = cmp.find(op); it != cmp.end()) {
+      if (in == DType::b8) {  // compare bools as integers
+        a = cast(a, in, DType::i32);
+        b = cast(b, in, DType::i32);
+      }
+      return J.context_new_comparison(c_, nullptr, it->second, a, b);
+    }
+    if (op == "&&") return bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_AND, a, b);
+    if (op == "||") return bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_OR, a, b);
+    enum gcc_jit_binary_op bop = op == "+" ? GCC_JIT_BINARY_OP_PLUS : op == "-" ? GCC_JIT_BINARY_OP_MINUS : op == "*" ? GCC_JIT_BINARY_OP_MULT : GCC_JIT_BINARY_OP_DIVIDE;
+    if (e.dtype == DType::b8) {  // bool arithmetic computes in int; the result is != 0
+      gcc_jit_rvalue* r = bin(t_.i32, bop, cast(a, in, DType::i32), cast(b, in, DType::i32));
+      return cast(r, DType::i32, DType::b8);
+    }
+    return bin(type(e.dtype), bop, a, b);
+  }
+  // c ? a : b without a branch: a bit blend (vectorises; a branch here would not if-convert)
+  gcc_jit_rvalue* select(gcc_jit_rvalue* c, gcc_jit_rvalue* a, gcc_jit_rvalue* b, DType d) {
+    if (d == DType::b8)
+      return bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_OR, bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_AND, c, a),
+                 bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_AND, J.context_new_unary_op(c_, nullptr, GCC_JIT_UNARY_OP_LOGICAL_NEGATE, t_.bool_, c), b));
+    gcc_jit_type* it = d == DType::f32 || d == DType::i32 ? t_.i32 : t_.i64;
+    bool fp = is_floating(d);
+    if (fp) {
+      a = J.context_new_bitcast(c_, nullptr, a, it);
+      b = J.context_new_bitcast(c_, nullptr, b, it);
+    }
+    gcc_jit_rvalue* m = J.context_new_unary_op(c_, nullptr, GCC_JIT_UNARY_OP_MINUS, it, J.context_new_cast(c_, nullptr, c, it));
+    gcc_jit_rvalue* r = bin(it, GCC_JIT_BINARY_OP_BITWISE_OR, bin(it, GCC_JIT_BINARY_OP_BITWISE_AND, a, m),
+                            bin(it, GCC_JIT_BINARY_OP_BITWISE_AND, b, J.context_new_unary_op(c_, nullptr, GCC_JIT_UNARY_OP_BITWISE_NEGATE, it, m)));
+    return fp ? J.context_new_bitcast(c_, nullptr, r, type(d)) : r;
+  }
+  gcc_jit_rvalue* fn_ptr(void* p, const std::string& name, gcc_jit_type* ty) {
+    int idx = fns_.index(p, name);
+    gcc_jit_rvalue* raw = J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, fnsp_, i64(idx)));
+    return J.context_new_cast(c_, nullptr, raw, ty);
+  }
+  gcc_jit_rvalue* vptr(gcc_jit_lvalue* l) { return J.context_new_cast(c_, nullptr, J.lvalue_get_address(l, nullptr), t_.vptr); }
+  void call_block(const Expr& e, gcc_jit_rvalue* a, gcc_jit_rvalue* b, gcc_jit_rvalue* out, gcc_jit_rvalue* n) {
+    gcc_jit_rvalue* f = fn_ptr(reinterpret_cast<void*>(e.fn), cat(e.name, ":", dtype_name(e.dtype)), t_.block_fn);
+    gcc_jit_rvalue* args[4] = {a, b ? b : J.context_null(c_, t_.vptr), out, n};
+    J.block_add_eval(cur_, nullptr, J.context_new_call_through_ptr(c_, nullptr, f, 4, args));
+  }
+  void call_reduce(const Accumulate& a, gcc_jit_rvalue* x, gcc_jit_rvalue* n, gcc_jit_lvalue* acc) {
+    gcc_jit_rvalue* f = fn_ptr(reinterpret_cast<void*>(reduce_fn(a.kind, a.in)), cat(reduce_name(a.kind), ":", dtype_name(a.in)), t_.reduce_fn);
+    gcc_jit_rvalue* args[3] = {x, n, vptr(acc)};
+    J.block_add_eval(cur_, nullptr, J.context_new_call_through_ptr(c_, nullptr, f, 3, args));
+  }
+
+  // Outer-level values: scalars, computed once per work item where first needed.
+  gcc_jit_rvalue* outer(int32_t i) {
+    if (auto it = outer_.find(i); it != outer_.end()) return it->second;
+    const Expr& e = k_.body.exprs[size_t(i)];
+    gcc_jit_rvalue* r;
+    if (e.op == EOp::Call) {  // a block call of length 1 on scalars
+      gcc_jit_lvalue* a = local(type(k_.body.exprs[size_t(e.a)].dtype), "ca");
+      J.block_add_assignment(cur_, nullptr, a, outer(e.a));
+      gcc_jit_lvalue* b = nullptr;
+      if (e.b >= 0) {
+        b = local(type(k_.body.exprs[size_t(e.b)].dtype), "cb");
+        J.block_add_assignment(cur_, nullptr, b, outer(e.b));
+      }
+      gcc_jit_lvalue* o = local(type(e.dtype), "cr");
+      call_block(e, vptr(a), b ? vptr(b) : nullptr, vptr(o), i64(1));
+      r = J.lvalue_as_rvalue(o);
+    } else if (e.op == EOp::Const) {
+      r = constant(e.num, e.dtype);
+    } else {
+      r = assign(build(i, [this](int32_t j) { return outer(j); }), type(e.dtype), "s");
+    }
+    return outer_[i] = r;
+  }
+
+  // ---- stages ----
+  bool store_inner(const Store& s) const {
+    bool in = k_.inner[size_t(s.expr)];
+    for (size_t v = size_t(k_.n_outer); v < k_.sizes.size(); ++v) in = in || s.addr.coef(v) != 0;
+    return in;
+  }
+  void stage(int d) {
+    for (const Store& s : k_.stores)
+      if (k_.depth[size_t(s.expr)] == d && !store_inner(s))
+        J.block_add_assignment(cur_, nullptr, element(s.buffer, s.addr), outer(s.expr));
+    std::vector<const Store*> stores;
+    std::vector<int> accs;
+    for (const Store& s : k_.stores)
+      if (k_.depth[size_t(s.expr)] == d && store_inner(s)) stores.push_back(&s);
+    for (size_t a = 0; a < k_.accs.size(); ++a)
+      if (k_.depth[size_t(k_.accs[a].expr)] == d) accs.push_back(int(a));
+    if (stores.empty() && accs.empty()) return;
+    for (int a : accs) {
+      const Accumulate& ac = k_.accs[size_t(a)];
+      gcc_jit_lvalue* l = local(type(ac.acc), "acc");
+      J.block_add_assignment(cur_, nullptr, l, constant(reduce_init(ac.kind, ac.in), ac.acc));
+      accs_[a] = l;
+    }
+    // outer-level operands of the inner work are hoisted before the loops
+    std::vector<int32_t> roots;
+    for (const Store* s : stores) roots.push_back(s->expr);
+    for (int a : accs) roots.push_back(k_.accs[size_t(a)].expr);
+    hoist(roots);
+    size_t last = k_.sizes.size() - 1;
+    std::vector<gcc_jit_lvalue*> ivars;
+    for (size_t v = size_t(k_.n_outer); v < last; ++v) {
+      gcc_jit_lvalue* iv = local(t_.i64, "i");
+      open_loop(iv, i64(0), i64(k_.sizes[v]), 1);
+      vars_[v] = J.lvalue_as_rvalue(iv);
+    }
+    gcc_jit_lvalue* jb = local(t_.i64, "jb");
+    open_loop(jb, lo_, hi_, kBlock);
+    block(J.lvalue_as_rvalue(jb), stores, accs);
+    close_loop();
+    for (size_t v = size_t(k_.n_outer); v < last; ++v) close_loop();
+  }
+  void hoist(const std::vector<int32_t>& roots) {
+    std::set<int32_t> seen;
+    std::function<void(int32_t)> walk = [&](int32_t i) {
+      if (!seen.insert(i).second) return;
+      if (!k_.inner[size_t(i)]) {
+        outer(i);
+        return;
+      }
+      const Expr& e = k_.body.exprs[size_t(i)];
+      for (int32_t o : {e.a, e.b, e.c})
+        if (o >= 0) walk(o);
+    };
+    for (int32_t r : roots) walk(r);
+  }
+
+  // One block of the innermost loop: positions jb + j for j < len, in phases split by calls.
+  void block(gcc_jit_rvalue* jb, const std::vector<const Store*>& stores, const std::vector<int>& accs) {
+    size_t last = k_.sizes.size() - 1;
+    gcc_jit_lvalue* len = local(t_.i64, "len");
+    J.block_add_assignment(cur_, nullptr, len, bin(t_.i64, GCC_JIT_BINARY_OP_MINUS, hi_, jb));
+    gcc_jit_block* clip = J.function_new_block(fn_, nullptr);
+    gcc_jit_block* next = J.function_new_block(fn_, nullptr);
+    J.block_end_with_conditional(cur_, nullptr, J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_GT, J.lvalue_as_rvalue(len), i64(kBlock)), clip, next);
+    J.block_add_assignment(clip, nullptr, len, i64(kBlock));
+    J.block_end_with_jump(clip, nullptr, next);
+    cur_ = next;
+    gcc_jit_rvalue* n = J.lvalue_as_rvalue(len);
+    const auto& ex = k_.body.exprs;
+    // phases and temporaries
+    std::map<int32_t, int> phase;
+    std::function<int(int32_t)> ph = [&](int32_t i) -> int {
+      if (!k_.inner[size_t(i)]) return 0;
+      if (auto it = phase.find(i); it != phase.end()) return it->second;
+      const Expr& e = ex[size_t(i)];
+      int p = 0;
+      for (int32_t o : {e.a, e.b, e.c})
+        if (o >= 0) p = std::max(p, ph(o));
+      if (e.op == EOp::Call) ++p;
+      return phase[i] = p;
+    };
+    std::map<int32_t, gcc_jit_lvalue*> temp;   // inner expr -> its block array
+    std::map<std::pair<int32_t, int>, gcc_jit_lvalue*> fill;  // outer value broadcast for a call
+    auto array = [&](DType d) { return local(J.context_new_array_type(c_, nullptr, type(d), kBlock), "t"); };
+    std::set<int32_t> needed;
+    std::function<void(int32_t)> need = [&](int32_t i) {
+      if (!k_.inner[size_t(i)] || !needed.insert(i).second) return;
+      const Expr& e = ex[size_t(i)];
+      for (int32_t o : {e.a, e.b, e.c})
+        if (o >= 0) need(o);
+    };
+    for (const Store* s : stores) need(s->expr);
+    std::vector<int> direct(accs.size(), 0);  // reductions read straight from a unit-stride buffer
+    for (size_t a = 0; a < accs.size(); ++a) {
+      const Expr& e = ex[size_t(k_.accs[size_t(accs[a])].expr)];
+      direct[a] = e.op == EOp::Load && e.index[0].coef(last) == 1;
+      need(k_.accs[size_t(accs[a])].expr);
+    }
+    int max_phase = 0;
+    for (int32_t i : needed) {
+      max_phase = std::max(max_phase, ph(i));
+      const Expr& e = ex[size_t(i)];
+      if (e.op == EOp::Call) {
+        temp[i] = array(e.dtype);
+        for (int32_t o : {e.a, e.b})
+          if (o >= 0 && k_.inner[size_t(o)] && !temp.count(o)) temp[o] = array(ex[size_t(o)].dtype);
+      }
+      for (int32_t o : {e.a, e.b, e.c})  // read in a later phase than it is computed in
+        if (o >= 0 && k_.inner[size_t(o)] && ex[size_t(o)].op != EOp::Call && ph(o) < ph(i) && !temp.count(o))
+          temp[o] = array(ex[size_t(o)].dtype);
+    }
+    for (size_t a = 0; a < accs.size(); ++a) {
+      int32_t i = k_.accs[size_t(accs[a])].expr;
+      if (!direct[a] && !temp.count(i)) temp[i] = array(ex[size_t(i)].dtype);
+    }
+    gcc_jit_lvalue* j = local(t_.i64, "j");
+    gcc_jit_rvalue* jr = J.lvalue_as_rvalue(j);
+    auto at = [&](gcc_jit_lvalue* arr) { return J.context_new_array_access(c_, nullptr, J.lvalue_as_rvalue(arr), jr); };
+    auto start = [&](gcc_jit_lvalue* arr) {
+      return J.context_new_cast(c_, nullptr, J.lvalue_get_address(J.context_new_array_access(c_, nullptr, J.lvalue_as_rvalue(arr), i64(0)), nullptr), t_.vptr);
+    };
+    auto arg_ptr = [&](int32_t o, int p) -> gcc_jit_rvalue* {
+      if (o < 0) return nullptr;
+      if (k_.inner[size_t(o)]) return start(temp.at(o));
+      return start(fill.at({o, p}));
+    };
+    for (int p = 0; p <= max_phase; ++p) {
+      // the calls of this phase, on arrays the previous phase filled
+      for (int32_t i : needed) {
+        const Expr& e = ex[size_t(i)];
+        if (e.op == EOp::Call && ph(i) == p) call_block(e, arg_ptr(e.a, p), arg_ptr(e.b, p), start(temp.at(i)), n);
+      }
+      // non-inner call arguments of the next phase are broadcast into arrays in this loop
+      std::vector<std::pair<int32_t, gcc_jit_lvalue*>> fills;
+      for (int32_t i : needed) {
+        const Expr& e = ex[size_t(i)];
+        if (e.op != EOp::Call || ph(i) != p + 1) continue;
+        for (int32_t o : {e.a, e.b})
+          if (o >= 0 && !k_.inner[size_t(o)] && !fill.count({o, p + 1})) fills.push_back({o, fill[{o, p + 1}] = array(ex[size_t(o)].dtype)});
+      }
+      // non-direct reductions of a non-inner value fold a broadcast array
+      vars_[last] = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, jb, jr);
+      open_loop(j, i64(0), n, 1);
+      std::map<int32_t, gcc_jit_rvalue*> val;
+      std::function<gcc_jit_rvalue*(int32_t)> value = [&](int32_t i) -> gcc_jit_rvalue* {
+        if (!k_.inner[size_t(i)]) return outer(i);
+        if (auto it = val.find(i); it != val.end()) return it->second;
+        const Expr& e = ex[size_t(i)];
+        gcc_jit_rvalue* r;
+        if (e.op == EOp::Call || (temp.count(i) && ph(i) < p)) r = J.lvalue_as_rvalue(at(temp.at(i)));
+        else r = assign(build(i, value), type(e.dtype), "v");
+        return val[i] = r;
+      };
+      for (int32_t i : needed)
+        if (ph(i) == p && temp.count(i) && ex[size_t(i)].op != EOp::Call) J.block_add_assignment(cur_, nullptr, at(temp.at(i)), value(i));
+      for (auto& [o, arr] : fills) J.block_add_assignment(cur_, nullptr, at(arr), outer(o));
+      for (const Store* s : stores)
+        if (ph(s->expr) == p) J.block_add_assignment(cur_, nullptr, element(s->buffer, s->addr), value(s->expr));
+      close_loop();
+      for (size_t a = 0; a < accs.size(); ++a) {
+        const Accumulate& ac = k_.accs[size_t(accs[a])];
+        if (ph(ac.expr) != p) continue;
+        gcc_jit_rvalue* x;
+        if (direct[a]) {
+          vars_[last] = jb;
+          x = J.context_new_cast(c_, nullptr, J.lvalue_get_address(element(ex[size_t(ac.expr)].value, ex[size_t(ac.expr)].index[0]), nullptr), t_.vptr);
+        } else {
+          x = start(temp.at(ac.expr));
+        }
+        call_reduce(ac, x, n, accs_.at(accs[a]));
+      }
+    }
+  }
+
+  struct Loop {
+    gcc_jit_lvalue* var;
+    gcc_jit_block *cond, *after;
+    int64_t step;
+  };
+  const GccJit& J;
+  gcc_jit_context* c_;
+  const Types& t_;
+  const Kernel& k_;
+  FnTable& fns_;
+  gcc_jit_function* fn_ = nullptr;
+  gcc_jit_block* cur_ = nullptr;
+  gcc_jit_rvalue *bufs_ = nullptr, *fnsp_ = nullptr, *lo_ = nullptr, *hi_ = nullptr;
+  std::vector<gcc_jit_rvalue*> ptrs_, vars_;
+  std::vector<Loop> loops_;
+  std::map<int32_t, gcc_jit_rvalue*> outer_;
+  std::map<int, gcc_jit_lvalue*> accs_;
+  int counter_ = 0;
+};
+
+Types make_types(const GccJit& J, gcc_jit_context* c) {
+  Types t;
+  t.void_ = J.context_get_type(c, GCC_JIT_TYPE_VOID);
+  t.vptr = J.context_get_type(c, GCC_JIT_TYPE_VOID_PTR);
+  t.vpp = J.type_get_pointer(t.vptr);
+  t.i64 = J.context_get_int_type(c, 8, 1);
+  t.i32 = J.context_get_int_type(c, 4, 1);
+  t.f32 = J.context_get_type(c, GCC_JIT_TYPE_FLOAT);
+  t.f64 = J.context_get_type(c, GCC_JIT_TYPE_DOUBLE);
+  t.bool_ = J.context_get_type(c, GCC_JIT_TYPE_BOOL);
+  gcc_jit_type* bp[4] = {t.vptr, t.vptr, t.vptr, t.i64};
+  t.block_fn = J.context_new_function_ptr_type(c, nullptr, t.void_, 4, bp, 0);
+  gcc_jit_type* rp[3] = {t.vptr, t.i64, t.vptr};
+  t.reduce_fn = J.context_new_function_ptr_type(c, nullptr, t.void_, 3, rp, 0);
+  return t;
+}
+
+}  // namespace
+
+void compile_plan(const Plan& plan, FnTable& fns, const std::string& so_path, const std::string& c_dump_path) {
+  std::string why;
+  const GccJit* J = gccjit(&why);
+  if (!J) throw Error(cat("libgccjit is not available: ", why));
+  gcc_jit_context* c = J->context_acquire();
+  struct Release {
+    const GccJit* J;
+    gcc_jit_context* c;
+    ~Release() { J->context_release(c); }
+  } release{J, c};
+  J->context_set_int_option(c, GCC_JIT_INT_OPTION_OPTIMIZATION_LEVEL, 3);
+  J->context_set_bool_print_errors_to_stderr(c, 0);
+  J->context_set_bool_allow_unreachable_blocks(c, 1);
+  std::string march = cat("-march=", codegen_march());
+  for (const char* opt : {march.c_str(), "-ffp-contract=off", "-fwrapv", "-fno-math-errno", "-fno-semantic-interposition"})
+    J->context_add_command_line_option(c, opt);
+  Types t = make_types(*J, c);
+  for (const Kernel& k : plan.kernels) KernelEmitter(*J, c, t, k, fns).emit();
+  if (!c_dump_path.empty()) J->context_dump_to_file(c, c_dump_path.c_str(), 0);
+  J->context_compile_to_file(c, GCC_JIT_OUTPUT_KIND_DYNAMIC_LIBRARY, so_path.c_str());
+  if (const char* err = J->context_get_first_error(c)) throw Error(cat("libgccjit: ", err));
+}
+
+#else
+
+void compile_plan(const Plan&, FnTable&, const std::string&, const std::string&) {
+  throw Error("this build has no libgccjit headers: CPU code generation is not available");
+}
+
+#endif
+
+}  // namespace cr::jit::cpu

@@ -1,0 +1,35 @@
+// CPU code generation through libgccjit: every kernel of a plan becomes one exported function of
+// one libgccjit context (one shared object per graph):
+//
+//   void kN(void** bufs, void** fns, int64_t w0, int64_t w1)
+//
+// runs work items [w0, w1) (an outer index, or an outer index and a chunk of the innermost loop);
+// `bufs` are the storages of the kernel's buffer slots, `fns` the block functions and block
+// reductions it calls (jit/cpu/helpers.hpp), in the order of FnTable.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "jit/fusion/schedule.hpp"
+
+namespace cr::jit::cpu {
+
+// The functions generated code calls, by index; names make the table rebuildable and printable.
+struct FnTable {
+  std::vector<void*> ptrs;
+  std::vector<std::string> names;
+  int index(void* p, const std::string& name);
+};
+
+using KernelFn = void (*)(void** bufs, void** fns, int64_t w0, int64_t w1);
+
+// Emits the plan's kernels and compiles them into the shared object `so_path`. Throws Error with
+// libgccjit's message when it fails. `c_dump` (optional): libgccjit's C-like dump of the code.
+void compile_plan(const Plan& plan, FnTable& fns, const std::string& so_path, const std::string& c_dump_path);
+// The function table of a plan, without compiling (a cached shared object needs only this).
+void collect_fns(const Plan& plan, FnTable& fns);
+
+// "gcc 12 libgccjit, -march=x86-64-v3 -O3": part of the kernel cache key.
+std::string compiler_id();
+
+}  // namespace cr::jit::cpu

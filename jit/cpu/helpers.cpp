@@ -1,0 +1,138 @@
+// The reduction helpers of generated CPU kernels (see helpers.hpp). Each ReduceFn folds one block
+// with the fold the eager reduction uses (vm/kernels/folds.hpp), so a block is folded exactly as
+// eager folds a contiguous run of the same elements: float sums in float lanes (blocks of
+// lanes::kBlock) added to a double, integer and bool sums in int64, products in double / wrapping
+// int64, max / min NaN-propagating. The block pointwise functions are OpDef::block (vm/ops/pointwise.cpp).
+#include "jit/cpu/helpers.hpp"
+
+#include <limits>
+#include <type_traits>
+
+#include "vm/error.hpp"
+#include "vm/kernels/folds.hpp"
+
+namespace cr::jit {
+namespace {
+
+template <class T> using SumFold = folds::Sum<T, folds::sum_lane_t<T>>;
+
+// Plain functions (template instantiations): their addresses go into generated code's tables.
+template <class T> void sum_block(const void* x, int64_t n, void* acc) {
+  using Acc = typename SumFold<T>::Acc;
+  if (n > 0) SumFold<T>{}.run(*static_cast<Acc*>(acc), static_cast<const T*>(x), n, 0);
+}
+template <class T> void prod_block(const void* x, int64_t n, void* acc) {
+  using Acc = typename folds::Prod<T>::Acc;
+  if (n > 0) folds::Prod<T>{}.run(*static_cast<Acc*>(acc), static_cast<const T*>(x), n, 0);
+}
+template <class T, bool Max> void extreme_block(const void* x, int64_t n, void* acc) {
+  if (n > 0) folds::Extreme<T, Max>{}.run(*static_cast<T*>(acc), static_cast<const T*>(x), n, 0);
+}
+
+template <class T> ReduceFn fn_for(ReduceKind kind) {
+  switch (kind) {
+    case ReduceKind::Sum: return &sum_block<T>;
+    case ReduceKind::Prod: return &prod_block<T>;
+    case ReduceKind::Max: return &extreme_block<T, true>;
+    case ReduceKind::Min: return &extreme_block<T, false>;
+  }
+  return nullptr;
+}
+
+template <class T> double limit(bool max) {
+  using L = std::numeric_limits<T>;
+  if constexpr (L::has_infinity) return max ? double(L::infinity()) : -double(L::infinity());
+  else return max ? double(L::max()) : double(L::lowest());
+}
+
+// Sum / prod accumulators wrap on integer overflow (unsigned arithmetic), as folds::Prod does.
+template <class T> void combine(ReduceKind kind, T& a, T b) {
+  using U = std::make_unsigned_t<int64_t>;
+  switch (kind) {
+    case ReduceKind::Sum:
+      if constexpr (std::is_same_v<T, int64_t>) a = T(U(a) + U(b));
+      else a += b;
+      return;
+    case ReduceKind::Prod:
+      if constexpr (std::is_same_v<T, int64_t>) a = T(U(a) * U(b));
+      else a *= b;
+      return;
+    case ReduceKind::Max:
+    case ReduceKind::Min: break;
+  }
+}
+
+}  // namespace
+
+DType reduce_acc_dtype(ReduceKind kind, DType in) {
+  switch (kind) {
+    case ReduceKind::Sum:
+    case ReduceKind::Prod: return is_floating(in) ? DType::f64 : DType::i64;
+    case ReduceKind::Max:
+    case ReduceKind::Min: break;
+  }
+  return in;
+}
+
+ReduceFn reduce_fn(ReduceKind kind, DType in) {
+  switch (in) {
+    case DType::f32: return fn_for<float>(kind);
+    case DType::f64: return fn_for<double>(kind);
+    case DType::i32: return fn_for<int32_t>(kind);
+    case DType::i64: return fn_for<int64_t>(kind);
+    case DType::b8: return fn_for<bool>(kind);
+    case DType::f16:
+    case DType::bf16: break;
+  }
+  return nullptr;
+}
+
+// Note: double(INT64_MAX) is 2^63, which is out of int64's range: a caller converting the Min
+// init of int64 to an integer must saturate (or use INT64_MAX itself); every other value is exact.
+double reduce_init(ReduceKind kind, DType in) {
+  switch (kind) {
+    case ReduceKind::Sum: return 0;
+    case ReduceKind::Prod: return 1;
+    case ReduceKind::Max:
+    case ReduceKind::Min: break;
+  }
+  const bool max = kind == ReduceKind::Min;  // the identity of min is the largest value
+  switch (in) {
+    case DType::f64: return limit<double>(max);
+    case DType::i32: return limit<int32_t>(max);
+    case DType::i64: return limit<int64_t>(max);
+    case DType::b8: return max ? 1.0 : 0.0;
+    default: return limit<float>(max);  // f32 (f16 / bf16: unsupported, also +-inf)
+  }
+}
+
+void reduce_merge(ReduceKind kind, DType acc, void* a, const void* b) {
+  if (kind == ReduceKind::Sum || kind == ReduceKind::Prod) {
+    if (acc == DType::f64) return combine(kind, *static_cast<double*>(a), *static_cast<const double*>(b));
+    if (acc == DType::i64) return combine(kind, *static_cast<int64_t*>(a), *static_cast<const int64_t*>(b));
+    fail(cat("reduce_merge: ", reduce_name(kind), " accumulates in float64 or int64, got ", dtype_name(acc)));
+  }
+  auto merge = [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      fail(cat("reduce_merge: unsupported accumulator dtype ", dtype_name(acc)));
+    } else if (kind == ReduceKind::Max) {
+      folds::Extreme<T, true>{}.merge(*static_cast<T*>(a), *static_cast<const T*>(b));
+    } else {
+      folds::Extreme<T, false>{}.merge(*static_cast<T*>(a), *static_cast<const T*>(b));
+    }
+  };
+  visit(acc, merge);
+}
+
+const char* reduce_name(ReduceKind kind) {
+  switch (kind) {
+    case ReduceKind::Sum: return "sum";
+    case ReduceKind::Max: return "max";
+    case ReduceKind::Min: return "min";
+    case ReduceKind::Prod: return "prod";
+  }
+  return "?";
+}
+
+}  // namespace cr::jit

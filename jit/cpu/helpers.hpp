@@ -1,0 +1,37 @@
+// Array helpers that generated CPU kernels call: the numerics of pointwise functions and of
+// reductions live here, compiled with crescent itself (vectorised, -march of the runtime), so
+// compiled graphs compute exactly what the eager kernels compute.
+//
+// Why calls and not inline code: libgccjit 12 cannot mark a declaration `simd`, so neither glibc's
+// libmvec nor SLEEF can be reached by GCC's vectoriser from JIT code; emitting our own polynomial
+// exp/log/erf as libgccjit trees would duplicate vm/kernels/vmath.hpp. A generated kernel instead
+// evaluates its inner loop in blocks of kBlock elements held in stack arrays (L1-resident): plain
+// arithmetic is emitted inline, and each function call or reduction is one call over the block.
+#pragma once
+#include <cstdint>
+
+#include "vm/dtype.hpp"
+#include "vm/registry.hpp"  // cr::BlockFn
+
+namespace cr::jit {
+
+constexpr int64_t kBlock = 512;  // elements per block of a generated inner loop
+
+// out[i] = f(a[i], b[i]) for i < n; a, b and out are contiguous arrays of the op's compute dtype
+// (out: bool for predicates). Unary functions ignore b.
+using BlockFn = cr::BlockFn;
+
+// Reductions over a block: folds x[0..n) (contiguous, dtype `in`) into *acc.
+enum class ReduceKind : uint8_t { Sum, Max, Min, Prod };
+using ReduceFn = void (*)(const void* x, int64_t n, void* acc);
+// The accumulator dtype of kind over `in`: sums of float32 accumulate in float64 across blocks,
+// integer and bool sums in int64, max / min in the input dtype. Unsupported: DType::f16 (none).
+DType reduce_acc_dtype(ReduceKind kind, DType in);
+ReduceFn reduce_fn(ReduceKind kind, DType in);           // nullptr when unsupported
+// The initial accumulator value (0, 1, -inf / lowest, +inf / max) as a double.
+double reduce_init(ReduceKind kind, DType in);
+// Merges the partial accumulator `b` (positions after a's) into *a: for split reductions.
+void reduce_merge(ReduceKind kind, DType acc, void* a, const void* b);
+const char* reduce_name(ReduceKind kind);
+
+}  // namespace cr::jit

@@ -1,0 +1,112 @@
+#include "jit/cpu/target.hpp"
+
+#include <cstdlib>
+#include <string_view>
+
+namespace cr::jit::cpu {
+
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+
+// __builtin_cpu_supports reads libgcc's cpuid cache, which also checks (xgetbv) that the OS saves
+// the AVX / AVX-512 register state; a feature the OS has not enabled reads as absent.
+#define CR_CPU(name) (__builtin_cpu_supports(name) != 0)
+
+// GCC 12 knows the level names themselves ("x86-64-v3" = its full feature list, including the
+// ones not listed below: cx16, lahf, lzcnt, movbe, xsave...). Older compilers: the features only.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define CR_LEVEL(name) CR_CPU(name)
+#else
+#define CR_LEVEL(name) true
+#endif
+
+Target detect() {
+  __builtin_cpu_init();
+  Target t;
+  struct Feature {
+    const char* name;
+    bool on;
+  };
+  const Feature feats[] = {
+      {"sse4.2", CR_CPU("sse4.2")},     {"popcnt", CR_CPU("popcnt")},
+      {"avx", CR_CPU("avx")},           {"avx2", CR_CPU("avx2")},
+      {"fma", CR_CPU("fma")},           {"bmi", CR_CPU("bmi")},
+      {"bmi2", CR_CPU("bmi2")},         {"f16c", CR_CPU("f16c")},
+      {"avx512f", CR_CPU("avx512f")},   {"avx512bw", CR_CPU("avx512bw")},
+      {"avx512vl", CR_CPU("avx512vl")}, {"avx512dq", CR_CPU("avx512dq")},
+      {"avx512cd", CR_CPU("avx512cd")}, {"avx512vnni", CR_CPU("avx512vnni")},
+      {"avx512bf16", CR_CPU("avx512bf16")},
+  };
+  for (const Feature& f : feats) {
+    if (!f.on) continue;
+    if (!t.features.empty()) t.features += ',';
+    t.features += f.name;
+  }
+
+  const bool v2 = CR_LEVEL("x86-64-v2") && CR_CPU("sse4.2") && CR_CPU("popcnt");
+  const bool v3 = v2 && CR_LEVEL("x86-64-v3") && CR_CPU("avx") && CR_CPU("avx2") &&
+                  CR_CPU("fma") && CR_CPU("bmi2");
+  const bool v4 = v3 && CR_LEVEL("x86-64-v4") && CR_CPU("avx512f") && CR_CPU("avx512bw") &&
+                  CR_CPU("avx512vl") && CR_CPU("avx512dq");
+  if (v4) {
+    t.march = "x86-64-v4";
+    t.vector_bytes = 64;
+  } else if (v3) {
+    t.march = "x86-64-v3";
+    t.vector_bytes = 32;
+  } else if (v2) {
+    t.march = "x86-64-v2";
+    t.vector_bytes = 16;
+  } else {
+    t.march = "x86-64";
+    t.vector_bytes = 16;
+  }
+  return t;
+}
+
+#undef CR_LEVEL
+#undef CR_CPU
+
+#else
+
+Target detect() {
+  Target t;  // not x86: no -march is known to be safe; GCC's default for its target is used
+  t.march = "";
+  t.vector_bytes = 16;
+  return t;
+}
+
+#endif
+
+void apply_override(Target& t) {
+  const char* env = std::getenv("CRESCENT_CPU_MARCH");
+  if (!env) return;
+  std::string_view v(env);
+  if (v.starts_with("-march=")) v.remove_prefix(7);
+  if (v.empty() || v == "native") return;
+  t.march = std::string(v);
+  if (v == "x86-64-v4") t.vector_bytes = 64;
+  else if (v == "x86-64-v3") t.vector_bytes = 32;
+  else if (v == "x86-64-v2" || v == "x86-64") t.vector_bytes = 16;
+}
+
+}  // namespace
+
+const Target& host_target() {
+  static const Target target = [] {
+    Target t = detect();
+    apply_override(t);
+    return t;
+  }();
+  return target;
+}
+
+std::string codegen_march() {
+  const Target& t = host_target();
+  const char* env = std::getenv("CRESCENT_CPU_MARCH");
+  if (env && *env && std::string_view(env) != "native") return t.march;
+  return t.march == "x86-64-v4" ? "x86-64-v3" : t.march;
+}
+
+}  // namespace cr::jit::cpu

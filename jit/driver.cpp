@@ -1,0 +1,349 @@
+// The compile driver: lowering, scheduling, the kernel cache (memory, then disk), code
+// generation, and the background compile thread.
+//
+// Cache key: a 128-bit hash of the kernels' full rendering (every expression, address, dtype
+// and constant), the function table, kBlock, the compiler and its flags (compiler_id) and this
+// build of crescent. Disk entries are `<cache_dir>/<key>.so`, written under a unique temporary
+// name and renamed into place, so a concurrent process sees a whole entry or none.
+#include "jit/jit.hpp"
+
+#include <dlfcn.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "jit/cpu/gccjit.hpp"
+#include "jit/cpu/program.hpp"
+#include "jit/fusion/schedule.hpp"
+
+namespace cr::jit {
+
+namespace {
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string hash128(const std::string& s) {
+  uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
+  for (unsigned char ch : s) {
+    h1 = (h1 ^ ch) * 0x100000001b3ull;
+    h2 = (h2 ^ ch) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
+  }
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h1), static_cast<unsigned long long>(h2));
+  return buf;
+}
+
+// ---- the kernel cache ------------------------------------------------------------------------
+
+// This build of crescent: the file holding this code (executable or shared library), its size
+// and modification time. Any rebuild changes the key, so a stale entry is never loaded.
+std::string build_id() {
+  static const std::string id = [] {
+    Dl_info info{};
+    struct stat st {};
+    if (dladdr(reinterpret_cast<void*>(&build_id), &info) && info.dli_fname && ::stat(info.dli_fname, &st) == 0)
+      return cat(info.dli_fname, ":", st.st_size, ":", st.st_mtime);
+    return cat("unknown build ", __DATE__, " ", __TIME__);
+  }();
+  return id;
+}
+
+std::mutex cache_mutex;
+// entries live as long as a compiled graph uses them (then the shared object is unloaded)
+std::map<std::string, std::weak_ptr<cpu::SharedObject>> memory_cache;
+CacheStats counters;
+
+std::shared_ptr<cpu::SharedObject> load(const std::string& path) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) throw Error(cat("cannot load compiled kernels ", path, ": ", dlerror()));
+  auto so = std::make_shared<cpu::SharedObject>();
+  so->handle = h;
+  return so;
+}
+
+// Code generation runs in a forked child process: libgccjit keeps about half a megabyte per
+// compiled context for the life of the process, and an internal compiler error inside it ends
+// the process (GCC calls exit) - both stay in the child. The child's stderr comes back as the
+// error message; a child that hangs (fork copies locks other threads held) is killed after
+// kCompileTimeout and the graph stays eager.
+constexpr int kCompileTimeoutMs = 120000;
+
+void compile_isolated(const Plan& plan, cpu::FnTable& fns, const std::string& so_path, const std::string& dump) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw Error("cannot create a pipe for the compiler process");
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw Error("cannot fork the compiler process");
+  }
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::close(fds[0]);
+    ::dup2(fds[1], 2);
+    ::dup2(fds[1], 1);
+    int rc = 0;
+    try {
+      cpu::compile_plan(plan, fns, so_path, dump);
+    } catch (const std::exception& e) {
+      std::string m = e.what();
+      rc = ::write(2, m.data(), m.size()) < 0 ? 2 : 1;
+    }
+    ::_exit(rc);
+  }
+  ::close(fds[1]);
+  std::string msg;
+  char buf[4096];
+  bool timed_out = false;
+  for (;;) {
+    pollfd p{fds[0], POLLIN, 0};
+    int r = ::poll(&p, 1, kCompileTimeoutMs);
+    if (r == 0) {
+      timed_out = true;
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    ssize_t n = r > 0 ? ::read(fds[0], buf, sizeof buf) : -1;
+    if (n <= 0) break;
+    msg.append(buf, size_t(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0 && ::access(so_path.c_str(), R_OK) == 0) return;
+  std::remove(so_path.c_str());
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  if (msg.size() > 1500) msg = msg.substr(0, 1500) + " ...";
+  if (timed_out) throw Error(cat("the compiler process did not finish in ", kCompileTimeoutMs / 1000, " s"));
+  if (WIFSIGNALED(status)) throw Error(cat("the compiler process died (signal ", WTERMSIG(status), ")", msg.empty() ? "" : ": ", msg));
+  throw Error(msg.empty() ? std::string("the compiler process failed") : msg);
+}
+
+struct Built {
+  std::shared_ptr<cpu::SharedObject> so;
+  bool disk_hit = false, memory_hit = false;
+};
+
+Built build_or_load(const Plan& plan, cpu::FnTable& fns, const std::string& key, const Options& o, const std::string& dump) {
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = memory_cache.find(key);
+    if (it != memory_cache.end()) {
+      if (auto so = it->second.lock()) {
+        ++counters.memory_hits;
+        return {so, false, true};
+      }
+      memory_cache.erase(it);
+    }
+  }
+  Built b;
+  bool disk = !o.cache_dir.empty() && o.cache_dir != "0";
+  std::error_code ec;
+  std::string dir = o.cache_dir;
+  if (disk) {
+    std::filesystem::create_directories(dir, ec);
+    if (ec) disk = false;
+  }
+  std::string path = disk ? cat(dir, "/", key, ".so") : std::string();
+  if (disk && ::access(path.c_str(), R_OK) == 0) {
+    try {
+      b.so = load(path);
+      b.disk_hit = true;
+    } catch (const Error&) {
+      b.so = nullptr;  // a damaged entry: compile it again
+    }
+  }
+  if (!b.so) {
+    std::string tmp_dir;
+    if (!disk) {
+      char tmpl[] = "/tmp/crescent-jit-XXXXXX";
+      if (!mkdtemp(tmpl)) throw Error("cannot create a temporary directory for compiled kernels");
+      tmp_dir = tmpl;
+      path = tmp_dir + "/kernels.so";
+    }
+    std::string tmp = cat(path, ".tmp-", ::getpid(), "-", std::hash<std::thread::id>{}(std::this_thread::get_id()));
+    if (const char* inject = std::getenv("CRESCENT_JIT_FAIL"); inject && *inject && *inject != '0')
+      throw Error("injected compile failure (CRESCENT_JIT_FAIL)");  // for tests of the fallback
+    compile_isolated(plan, fns, tmp, dump);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::remove(tmp.c_str());
+      throw Error(cat("cannot move compiled kernels into ", path));
+    }
+    b.so = load(path);
+    if (!disk) {
+      std::remove(path.c_str());
+      ::rmdir(tmp_dir.c_str());
+    }
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    ++counters.compiled;
+  }
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  if (b.disk_hit) ++counters.disk_hits;
+  memory_cache[key] = b.so;
+  return b;
+}
+
+// ---- one compilation ---------------------------------------------------------------------------
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+}
+
+void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph::NativeSlot& slot) {
+  double t0 = now_ms();
+  std::vector<std::string> log;
+  std::shared_ptr<const graph::Executable> exe;
+  int nkernels = 0;
+  bool disk_hit = false;
+  std::string error, dump_base;
+  double t_lower = 0, t_sched = 0, t_code = 0;
+  try {
+    LoopGraph lg = lower(*g);
+    t_lower = now_ms();
+    std::string lg_text = o.debug_dir.empty() ? std::string() : lg.str();
+    Plan plan = schedule(std::move(lg), o.threads);
+    t_sched = now_ms();
+    if (o.log_fusion)
+      for (const std::string& l : plan.log) log.push_back(cat("fusion: ", g->name, ": ", l));
+    nkernels = int(plan.kernels.size());
+    if (!plan.kernels.empty()) {
+      cpu::FnTable fns;
+      cpu::collect_fns(plan, fns);
+      std::string code;
+      for (const Kernel& k : plan.kernels) code += k.str();
+      std::string key_text = cat(code, "\nfns:");
+      for (const std::string& n : fns.names) key_text += cat(n, ",");
+      key_text += cat("\n", cpu::compiler_id(), " block ", kBlock, " build ", build_id());
+      std::string key = hash128(key_text);
+      if (o.log_code) log.push_back(cat("output_code: ", g->name, " (key ", key, ")\n", code));
+      if (!o.debug_dir.empty()) {
+        std::error_code ec;
+        std::filesystem::create_directories(o.debug_dir, ec);
+        std::string safe = g->name;
+        for (char& ch : safe)
+          if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.') ch = '_';
+        dump_base = cat(o.debug_dir, "/", safe, "-", key.substr(0, 8));
+        std::string fusion;
+        for (const std::string& l : plan.log) fusion += l + "\n";
+        write_file(dump_base + ".graph.txt", g->str());
+        write_file(dump_base + ".loops.txt", lg_text);
+        write_file(dump_base + ".fusion.txt", fusion);
+        write_file(dump_base + ".kernels.c", code);
+      }
+      Built b = build_or_load(plan, fns, key, o, dump_base.empty() ? "" : dump_base + ".gccjit.c");
+      disk_hit = b.disk_hit;
+      if (b.memory_hit || b.disk_hit) nkernels = 0;  // nothing was compiled
+      t_code = now_ms();
+      exe = std::make_shared<cpu::Program>(std::move(plan), std::move(fns), b.so);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  double ms = now_ms() - t0;
+  if (!dump_base.empty())
+    write_file(dump_base + ".timings.txt", cat("lower ", t_lower - t0, " ms\nschedule ", t_sched - t_lower, " ms\ncode + cache ",
+                                               t_code > 0 ? t_code - t_sched : 0.0, " ms\ntotal ", ms, " ms\n",
+                                               disk_hit ? "from the disk cache\n" : "", error.empty() ? "" : cat("error: ", error, "\n")));
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  slot.done = true;
+  slot.exe = exe;
+  slot.error = error;
+  slot.kernels = nkernels;
+  slot.disk_hit = disk_hit;
+  slot.compile_ms = ms;
+  slot.log = std::move(log);
+}
+
+// ---- the background compile thread --------------------------------------------------------------
+
+class Worker {
+ public:
+  // Never destroyed (a static destructor could run while a job runs); instead, exit waits for
+  // the job in progress (bounded) and drops the queued ones.
+  static Worker& get() {
+    static Worker* w = [] {
+      auto* p = new Worker;
+      std::atexit([] { get().drain(); });
+      return p;
+    }();
+    return *w;
+  }
+  void submit(std::function<void()> job) {
+    std::lock_guard<std::mutex> lock(m_);
+    if (stopping_) return;
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { loop(); }).detach();
+    }
+    jobs_.push_back(std::move(job));
+    cv_.notify_all();
+  }
+  void drain() {
+    std::unique_lock<std::mutex> lock(m_);
+    stopping_ = true;
+    jobs_.clear();
+    if (std::this_thread::get_id() == worker_id_) return;  // exit() called by a compile itself
+    cv_.wait_for(lock, std::chrono::seconds(30), [this] { return !busy_; });
+  }
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        worker_id_ = std::this_thread::get_id();
+        busy_ = false;
+        cv_.notify_all();
+        cv_.wait(lock, [this] { return !jobs_.empty(); });
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+        busy_ = true;
+      }
+      job();
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::thread::id worker_id_;
+  bool started_ = false, busy_ = false, stopping_ = false;
+};
+
+}  // namespace
+
+bool cpu_backend_available(std::string* why) { return cpu::gccjit(why) != nullptr; }
+
+CacheStats cache_stats() {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  return counters;
+}
+
+void compile_cpu(const std::shared_ptr<graph::Graph>& g, const Options& o) {
+  auto slot = std::make_shared<graph::NativeSlot>();
+  g->native = slot;
+  if (o.sync) {
+    compile_now(g, o, *slot);
+    return;
+  }
+  // the job keeps the graph and the slot alive; the graph is only read
+  Worker::get().submit([g, o, slot] { compile_now(g, o, *slot); });
+}
+
+}  // namespace cr::jit

@@ -1,0 +1,526 @@
+// The fusion scheduler: grouping (try_join), storing decisions, kernel construction (inlining
+// values at the indices their consumers need), loop-dimension collapsing, and the memory plan.
+#include "jit/fusion/schedule.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+namespace cr::jit {
+
+namespace {
+
+struct Layout {
+  Shape strides;
+  int64_t offset = 0;
+};
+
+// One group of values being fused into a kernel, over the group variables (the shape of its
+// first full-size value; for reductions, the input shape).
+struct Group {
+  std::vector<int32_t> members;
+  std::map<int32_t, std::vector<Affine>> vars;  // member -> its variables over group variables
+  Shape sizes;
+  std::vector<char> reduced;  // per group variable; empty: no reduction yet
+  bool has(int32_t lv) const { return vars.count(lv) != 0; }
+};
+
+class Scheduler {
+ public:
+  Scheduler(LoopGraph lg, int threads) : threads_(threads) { plan_.lg = std::move(lg); }
+  Plan run();
+
+ private:
+  const LoopValue& val(int32_t lv) const { return plan_.lg.values[size_t(lv)]; }
+  Layout layout(int32_t lv) const;
+  bool var_map(const Group& g, int32_t lv, std::vector<Affine>* map, std::vector<char>* reduced) const;
+  bool try_join(Group& g, int32_t lv);
+  void close(Group& g);
+  Kernel build(const Group& g, bool check_only, const std::vector<char>& stored);
+  void finish_kernel(Kernel& k, const Group& g);
+  void plan_memory();
+  int32_t buffer_for(int32_t lv);
+
+  Plan plan_;
+  int threads_;
+  std::vector<Group> groups_;
+  std::vector<int32_t> group_of_;  // loop value -> group index (-1: none)
+  std::string last_refusal_;       // why the last try_join failed (for the fusion log)
+};
+
+// ---- layouts and views ------------------------------------------------------------------------
+
+Layout Scheduler::layout(int32_t lv) const {
+  const LoopValue& v = val(lv);
+  if (v.kind == LKind::Buffer || v.kind == LKind::View) return {v.strides, v.offset};
+  if (v.gv >= 0) {
+    const graph::ValueMeta& m = plan_.lg.g->values[size_t(v.gv)].meta;
+    return {m.strides, m.offset};
+  }
+  return {contiguous_strides(v.sizes), 0};
+}
+
+// The index into computed value `root` that view element `idx` reads, when the view only
+// selects, broadcasts, permutes or offsets root's dims (a reshape that merges dims does not).
+bool remap_view(const LoopValue& view, const Layout& rl, const Shape& rsizes, const std::vector<Affine>& idx,
+                std::vector<Affine>* out) {
+  size_t nd = rsizes.size();
+  out->assign(nd, Affine{});
+  std::vector<int64_t> hi(nd, 0);
+  int64_t rem = view.offset - rl.offset;
+  std::vector<size_t> order(nd);
+  for (size_t d = 0; d < nd; ++d) order[d] = d;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rl.strides[a] > rl.strides[b]; });
+  for (size_t d : order) {
+    if (rsizes[d] <= 1 || rl.strides[d] <= 0) continue;
+    out->at(d).c = rem / rl.strides[d];
+    rem -= out->at(d).c * rl.strides[d];
+    hi[d] = out->at(d).c;
+  }
+  if (rem != 0) return false;
+  for (size_t k = 0; k < view.sizes.size(); ++k) {
+    if (view.sizes[k] <= 1 || view.strides[k] == 0) continue;
+    size_t d = 0;
+    while (d < nd && !(rsizes[d] > 1 && rl.strides[d] == view.strides[k])) ++d;
+    if (d == nd) return false;
+    Affine& a = out->at(d);
+    const Affine& x = idx[k];
+    a.c += x.c;
+    for (size_t w = 0; w < x.k.size(); ++w)
+      if (x.k[w]) a.add(w, x.k[w]);
+    hi[d] += view.sizes[k] - 1;
+  }
+  for (size_t d = 0; d < nd; ++d)
+    if (hi[d] >= std::max<int64_t>(rsizes[d], 1)) return false;
+  return true;
+}
+
+// ---- kernel construction --------------------------------------------------------------------
+
+// Builds a kernel body: values of the group are computed at the index each consumer needs
+// (memoised), values from elsewhere are loaded from their buffers. Throws Error when a value
+// cannot be computed in place (then the candidate does not join the group).
+class Builder {
+ public:
+  Builder(Scheduler* s, const Plan& plan, const Group& g, Kernel& k,
+          std::function<Layout(int32_t)> layout, std::function<int32_t(int32_t)> slot)
+      : plan_(plan), g_(g), k_(k), layout_(std::move(layout)), slot_(std::move(slot)) {
+    (void)s;
+  }
+
+  int32_t value(int32_t lv, const std::vector<Affine>& idx) {
+    std::string key = cat(lv, ":");
+    for (const Affine& a : idx) {
+      key += cat(a.c, "[");
+      for (int64_t x : a.k) key += cat(x, ",");
+      key += "]";
+    }
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    int32_t e = compute(lv, idx);
+    memo_[key] = e;
+    return e;
+  }
+  std::map<int32_t, int32_t> reduced_expr;  // member reduction -> its Reduced expr
+
+ private:
+  const LoopValue& val(int32_t lv) const { return plan_.lg.values[size_t(lv)]; }
+  int32_t load(int32_t lv, const Layout& l, const std::vector<Affine>& idx) {
+    Expr e{EOp::Load, val(lv).dtype};
+    Affine addr;
+    addr.c = l.offset;
+    for (size_t d = 0; d < idx.size(); ++d) {
+      addr.c += l.strides[d] * idx[d].c;
+      for (size_t w = 0; w < idx[d].k.size(); ++w)
+        if (idx[d].k[w]) addr.add(w, l.strides[d] * idx[d].k[w]);
+    }
+    e.index = {addr};
+    e.value = slot_(lv);
+    return k_.body.add(std::move(e));
+  }
+  int32_t compute(int32_t lv, const std::vector<Affine>& idx) {
+    const LoopValue& v = val(lv);
+    if (v.kind == LKind::View) {
+      int32_t root = v.root;
+      if (root < 0) throw Error("a view without a root");
+      if (!g_.has(root)) return load(root, {v.strides, v.offset}, idx);
+      std::vector<Affine> ridx;
+      if (!remap_view(v, layout_(root), val(root).sizes, idx, &ridx)) throw Error("a view that is not an index map of its producer");
+      return value(root, ridx);
+    }
+    if (!g_.has(lv)) return load(lv, layout_(lv), idx);
+    if (v.kind == LKind::Reduction) {
+      auto it = reduced_expr.find(lv);
+      if (it == reduced_expr.end()) throw Error("a reduction read before it is computed");
+      for (size_t d = 0; d < v.out_vars.size(); ++d) {
+        Affine want = v.out_vars[d] < 0 ? Affine{} : Affine::var(size_t(v.out_vars[d]));
+        if (!(idx[d] == want)) throw Error("a reduction read at another row");
+      }
+      return it->second;
+    }
+    return inline_body(v.body, idx);
+  }
+
+ public:
+  // body's variables are idx (over the kernel's variables)
+  int32_t inline_body(const Body& body, const std::vector<Affine>& idx) {
+    std::vector<int32_t> map(body.exprs.size(), -1);
+    for (size_t i = 0; i < body.exprs.size(); ++i) {
+      const Expr& e = body.exprs[i];
+      if (e.op == EOp::Load) {
+        std::vector<Affine> sub;
+        for (const Affine& a : e.index) sub.push_back(substitute(a, idx));
+        int32_t r = value(e.value, sub);
+        // a load keeps the value's dtype; the body casts after it
+        map[i] = r;
+        continue;
+      }
+      Expr c = e;
+      if (c.a >= 0) c.a = map[size_t(c.a)];
+      if (c.b >= 0) c.b = map[size_t(c.b)];
+      if (c.c >= 0) c.c = map[size_t(c.c)];
+      map[i] = k_.body.add(std::move(c));
+    }
+    return map[size_t(body.root)];
+  }
+
+ private:
+  const Plan& plan_;
+  const Group& g_;
+  Kernel& k_;
+  std::function<Layout(int32_t)> layout_;
+  std::function<int32_t(int32_t)> slot_;
+  std::map<std::string, int32_t> memo_;
+};
+
+}  // namespace
+
+// ---- grouping ---------------------------------------------------------------------------------
+
+// How value lv's variables map onto the group's; false when its iteration space does not fit.
+bool Scheduler::var_map(const Group& g, int32_t lv, std::vector<Affine>* map, std::vector<char>* reduced) const {
+  const LoopValue& v = val(lv);
+  map->clear();
+  *reduced = g.reduced;
+  if (v.kind == LKind::Reduction) {
+    if (!g.members.empty() && g.sizes != v.in_sizes) return false;
+    if (!g.reduced.empty() && g.reduced != v.reduced) return false;
+    *reduced = v.reduced;
+    for (size_t d = 0; d < v.in_sizes.size(); ++d) map->push_back(Affine::var(d));
+    return true;
+  }
+  if (g.members.empty() || v.sizes == g.sizes) {
+    for (size_t d = 0; d < v.sizes.size(); ++d) map->push_back(Affine::var(d));
+    return true;
+  }
+  if (g.reduced.empty()) return false;
+  Shape kept, squeezed;
+  for (size_t d = 0; d < g.sizes.size(); ++d) {
+    kept.push_back(g.reduced[d] ? 1 : g.sizes[d]);
+    if (!g.reduced[d]) squeezed.push_back(g.sizes[d]);
+  }
+  if (v.sizes == kept) {
+    for (size_t d = 0; d < kept.size(); ++d) map->push_back(g.reduced[d] ? Affine{} : Affine::var(d));
+    return true;
+  }
+  if (v.sizes == squeezed) {
+    for (size_t d = 0; d < g.sizes.size(); ++d)
+      if (!g.reduced[d]) map->push_back(Affine::var(d));
+    return true;
+  }
+  return false;
+}
+
+bool Scheduler::try_join(Group& g, int32_t lv) {
+  if (int(g.members.size()) >= kMaxNodesPerKernel) return false;
+  std::vector<Affine> map;
+  std::vector<char> reduced;
+  if (!var_map(g, lv, &map, &reduced)) return false;
+  Group trial = g;
+  if (trial.members.empty()) trial.sizes = val(lv).kind == LKind::Reduction ? val(lv).in_sizes : val(lv).sizes;
+  trial.reduced = reduced;
+  trial.members.push_back(lv);
+  trial.vars[lv] = map;
+  try {
+    build(trial, true, {});
+  } catch (const Error& e) {
+    last_refusal_ = e.what();
+    return false;
+  }
+  g = std::move(trial);
+  return true;
+}
+
+Kernel Scheduler::build(const Group& g, bool check_only, const std::vector<char>& stored) {
+  Kernel k;
+  k.sizes = g.sizes;
+  std::map<int32_t, int32_t> slots;
+  auto slot = [&](int32_t lv) {
+    if (check_only) return int32_t(0);
+    int32_t b = plan_.buffer_of[size_t(lv)];
+    if (b < 0) throw Error(cat("internal: no buffer for loop value ", lv));
+    auto it = slots.find(b);
+    if (it != slots.end()) return it->second;
+    k.buffers.push_back(b);
+    return slots[b] = int32_t(k.buffers.size() - 1);
+  };
+  Builder bld(this, plan_, g, k, [this](int32_t lv) { return layout(lv); }, slot);
+  for (int32_t lv : g.members) {
+    const LoopValue& v = val(lv);
+    const std::vector<Affine>& map = g.vars.at(lv);
+    int32_t e = bld.inline_body(v.body, map);
+    if (v.kind == LKind::Reduction) {
+      k.accs.push_back(Accumulate{v.reduce, k.body.exprs[size_t(e)].dtype, v.acc_dtype, e});
+      Expr r{EOp::Reduced, v.acc_dtype};
+      r.acc = int32_t(k.accs.size() - 1);
+      int32_t re = k.body.add(std::move(r));
+      bld.reduced_expr[lv] = k.body.add(Expr{EOp::Cast, v.dtype, re});
+      e = bld.reduced_expr[lv];
+    }
+    if (check_only || !stored[size_t(lv)]) continue;
+    // the store: at the value's own index, over the group variables
+    std::vector<Affine> idx;
+    if (v.kind == LKind::Reduction)
+      for (int u : v.out_vars) idx.push_back(u < 0 ? Affine{} : Affine::var(size_t(u)));
+    else
+      idx = map;
+    Layout l = layout(lv);
+    Affine addr;
+    addr.c = l.offset;
+    for (size_t d = 0; d < idx.size(); ++d) {
+      addr.c += l.strides[d] * idx[d].c;
+      for (size_t w = 0; w < idx[d].k.size(); ++w)
+        if (idx[d].k[w]) addr.add(w, l.strides[d] * idx[d].k[w]);
+    }
+    k.stores.push_back(Store{slot(lv), addr, e});
+  }
+  k.values = g.members;
+  return k;
+}
+
+// ---- kernel shape: variable order, collapsing, chunking ---------------------------------------
+
+namespace {
+
+// Every affine expression of a kernel (load addresses and store addresses).
+std::vector<Affine*> affines(Kernel& k) {
+  std::vector<Affine*> r;
+  for (Expr& e : k.body.exprs)
+    if (e.op == EOp::Load) r.push_back(&e.index[0]);
+  for (Store& s : k.stores) r.push_back(&s.addr);
+  return r;
+}
+
+// Reorders variables: perm[new] = old.
+void permute_vars(Kernel& k, const std::vector<size_t>& perm) {
+  for (Affine* a : affines(k)) {
+    Affine r;
+    r.c = a->c;
+    for (size_t nw = 0; nw < perm.size(); ++nw)
+      if (a->coef(perm[nw])) r.add(nw, a->coef(perm[nw]));
+    *a = r;
+  }
+  Shape s;
+  for (size_t p : perm) s.push_back(k.sizes[p]);
+  k.sizes = s;
+}
+
+// Merges variable v with v + 1 where every address walks them as one (k[v] = k[v+1] * size).
+bool try_merge(Kernel& k, size_t v) {
+  std::vector<Affine*> as = affines(k);
+  for (Affine* a : as)
+    if (a->coef(v) != a->coef(v + 1) * k.sizes[v + 1]) return false;
+  for (Affine* a : as) {
+    Affine r;
+    r.c = a->c;
+    for (size_t w = 0; w < k.sizes.size(); ++w) {
+      if (w == v || !a->coef(w)) continue;
+      r.add(w > v ? w - 1 : w, a->coef(w));
+    }
+    *a = r;
+  }
+  k.sizes[v] *= k.sizes[v + 1];
+  Shape s;
+  for (size_t w = 0; w < k.sizes.size(); ++w)
+    if (w != v + 1) s.push_back(k.sizes[w]);
+  k.sizes = s;
+  return true;
+}
+
+void drop_var(Kernel& k, size_t v) {  // a size-1 variable
+  for (Affine* a : affines(k)) {
+    Affine r;
+    r.c = a->c;
+    for (size_t w = 0; w < k.sizes.size(); ++w)
+      if (w != v && a->coef(w)) r.add(w > v ? w - 1 : w, a->coef(w));
+    *a = r;
+  }
+  Shape s;
+  for (size_t w = 0; w < k.sizes.size(); ++w)
+    if (w != v) s.push_back(k.sizes[w]);
+  k.sizes = s;
+}
+
+}  // namespace
+
+void Scheduler::finish_kernel(Kernel& k, const Group& g) {
+  bool reduction = !g.reduced.empty();
+  // outer (kept) variables first, then the reduced ones; without reductions only the last is inner
+  std::vector<size_t> perm;
+  for (size_t v = 0; v < g.sizes.size(); ++v)
+    if (!reduction || !g.reduced[v]) perm.push_back(v);
+  k.n_outer = reduction ? int(perm.size()) : std::max(0, int(g.sizes.size()) - 1);
+  for (size_t v = 0; v < g.sizes.size(); ++v)
+    if (reduction && g.reduced[v]) perm.push_back(v);
+  permute_vars(k, perm);
+  // size-1 variables go, neighbours of one class merge when every address allows it
+  for (size_t v = k.sizes.size(); v-- > 0;) {
+    if (k.sizes[v] != 1) continue;
+    if (int(v) < k.n_outer) --k.n_outer;
+    drop_var(k, v);
+  }
+  for (size_t v = 0; v + 1 < k.sizes.size();) {
+    bool same_class = reduction ? (int(v) < k.n_outer) == (int(v + 1) < k.n_outer) : true;
+    if (same_class && try_merge(k, v)) {
+      if (int(v) < k.n_outer) --k.n_outer;
+      continue;
+    }
+    ++v;
+  }
+  if (!reduction) k.n_outer = std::max(0, int(k.sizes.size()) - 1);
+  if (int(k.sizes.size()) == k.n_outer) k.sizes.push_back(1);  // one inner variable at least
+  // pointwise kernels with few rows cut the innermost loop into chunks for the threads
+  int64_t outer = 1;
+  for (int v = 0; v < k.n_outer; ++v) outer *= k.sizes[size_t(v)];
+  int64_t inner = k.sizes.back(), target = 8 * int64_t(std::max(threads_, 1));
+  if (!reduction && int(k.sizes.size()) == k.n_outer + 1 && outer < target && inner > 4 * kBlock) {
+    int64_t per_row = (target + outer - 1) / outer;
+    int64_t chunk = std::max<int64_t>(4 * kBlock, (inner + per_row - 1) / per_row);
+    chunk = (chunk + kBlock - 1) / kBlock * kBlock;
+    if (chunk < inner) k.chunk = chunk;
+  }
+  k.analyse();
+}
+
+// ---- the plan ---------------------------------------------------------------------------------
+
+int32_t Scheduler::buffer_for(int32_t lv) {
+  if (plan_.buffer_of[size_t(lv)] >= 0) return plan_.buffer_of[size_t(lv)];
+  const LoopValue& v = val(lv);
+  Buffer b;
+  b.lv = lv;
+  b.gv = v.gv;
+  b.computed = v.kind == LKind::Pointwise || v.kind == LKind::Reduction;
+  b.sizes = v.sizes;
+  Layout l = layout(lv);
+  b.strides = l.strides;
+  b.offset = l.offset;
+  b.dtype = v.dtype;
+  plan_.buffers.push_back(b);
+  return plan_.buffer_of[size_t(lv)] = int32_t(plan_.buffers.size() - 1);
+}
+
+void Scheduler::close(Group& g) {
+  if (g.members.empty()) return;
+  for (int32_t m : g.members) group_of_[size_t(m)] = int32_t(groups_.size());
+  groups_.push_back(std::move(g));
+  g = Group{};
+}
+
+Plan Scheduler::run() {
+  LoopGraph& lg = plan_.lg;
+  group_of_.assign(lg.values.size(), -1);
+  std::vector<std::pair<bool, int32_t>> order;  // (is group, group index or graph node)
+  Group cur;
+  for (const LStep& s : lg.steps) {
+    if (s.external) {
+      if (!cur.members.empty()) order.push_back({true, int32_t(groups_.size())});
+      close(cur);
+      order.push_back({false, s.node});
+      continue;
+    }
+    if (try_join(cur, s.value)) continue;
+    if (!cur.members.empty()) {
+      order.push_back({true, int32_t(groups_.size())});
+      plan_.log.push_back(cat(lg.values[size_t(s.value)].graph_node >= 0 ? lg.g->nodes[size_t(lg.values[size_t(s.value)].graph_node)].def().name : "value",
+                              ": starts a new kernel (its iteration space or its reads do not fit the previous one)"));
+    }
+    close(cur);
+    if (!try_join(cur, s.value)) throw Error(cat("internal: loop value ", s.value, " fits no kernel: ", last_refusal_));
+  }
+  if (!cur.members.empty()) order.push_back({true, int32_t(groups_.size())});
+  close(cur);
+
+  // What is stored: graph outputs, and anything read outside its group (through views too).
+  std::vector<char> stored(lg.values.size(), 0);
+  auto need = [&](int32_t lv) {
+    if (lv < 0) return;
+    if (lg.values[size_t(lv)].kind == LKind::View) lv = lg.values[size_t(lv)].root;
+    if (lv >= 0) stored[size_t(lv)] = 1;
+  };
+  for (int32_t gv : lg.g->outputs) need(lg.of_graph[size_t(gv)]);
+  for (const graph::Graph::Alias& a : lg.g->aliases) need(lg.of_graph[size_t(a.kept)]);
+  for (const LStep& s : lg.steps) {
+    if (!s.external) {
+      const LoopValue& v = lg.values[size_t(s.value)];
+      for (const Expr& e : v.body.exprs) {
+        if (e.op != EOp::Load) continue;
+        int32_t src = e.value;
+        if (lg.values[size_t(src)].kind == LKind::View) src = lg.values[size_t(src)].root;
+        if (src >= 0 && group_of_[size_t(src)] != group_of_[size_t(s.value)]) stored[size_t(src)] = 1;
+      }
+      continue;
+    }
+    for (const graph::Arg& a : lg.g->nodes[size_t(s.node)].args) {
+      if (a.tag == kTensor) need(lg.of_graph[size_t(a.value)]);
+      for (int32_t v : a.values) need(lg.of_graph[size_t(v)]);
+    }
+  }
+  plan_.buffer_of.assign(lg.values.size(), -1);
+  for (size_t lv = 0; lv < lg.values.size(); ++lv) {
+    LKind kind = lg.values[lv].kind;
+    if (kind == LKind::Buffer || (stored[lv] && kind != LKind::View)) buffer_for(int32_t(lv));
+  }
+  for (auto [is_group, id] : order) {
+    PlanStep st;
+    if (is_group) {
+      const Group& g = groups_[size_t(id)];
+      Kernel k = build(g, false, stored);
+      finish_kernel(k, g);
+      k.name = cat("k", plan_.kernels.size());
+      plan_.log.push_back(cat(k.name, ": ", g.members.size(), " loop values, ", k.stores.size(), " stored, ",
+                              k.accs.size(), " reductions, loops ", shape_str(k.sizes), " (", k.n_outer, " outer)"));
+      st.kernel = int32_t(plan_.kernels.size());
+      plan_.kernels.push_back(std::move(k));
+    } else {
+      st.node = id;
+    }
+    plan_.steps.push_back(st);
+  }
+  for (const std::string& n : lg.notes) plan_.log.push_back(n);
+  plan_memory();
+  return std::move(plan_);
+}
+
+// Temporaries (stored values that are not graph outputs) are released after their last reader.
+void Scheduler::plan_memory() {
+  const graph::Graph& g = *plan_.lg.g;
+  std::vector<char> keep(plan_.buffers.size(), 0);
+  for (size_t b = 0; b < plan_.buffers.size(); ++b) {
+    const Buffer& buf = plan_.buffers[b];
+    if (!buf.computed || buf.gv >= 0) keep[b] = 1;  // Lua may hold every graph value's tensor
+  }
+  std::vector<int> last(plan_.buffers.size(), -1);
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    const PlanStep& s = plan_.steps[i];
+    if (s.kernel >= 0)
+      for (int32_t b : plan_.kernels[size_t(s.kernel)].buffers) last[size_t(b)] = int(i);
+  }
+  (void)g;
+  for (size_t b = 0; b < plan_.buffers.size(); ++b)
+    if (!keep[b] && last[b] >= 0) plan_.steps[size_t(last[b])].release.push_back(int32_t(b));
+}
+
+Plan schedule(LoopGraph lg, int threads) { return Scheduler(std::move(lg), threads).run(); }
+
+}  // namespace cr::jit

@@ -1,0 +1,34 @@
+// The compile driver (DESIGN.md "Execution model", step 5): graph -> lowering -> fusion ->
+// CPU code -> kernel cache -> an Executable placed in the graph's NativeSlot. In line, or on
+// the background compile thread while the graph keeps running eagerly; a failure is recorded in
+// the slot (the graph then stays eager) and never produces a wrong value.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "vm/graph/graph.hpp"
+
+namespace cr::jit {
+
+struct Options {
+  std::string cache_dir;   // "" or "0": no disk cache
+  std::string debug_dir;   // per graph: loop IR, fusion groups, kernels, timings ("" = none)
+  bool sync = true;        // compile in line (T.config.sync_compile)
+  bool log_fusion = false, log_code = false;
+  int threads = 1;
+};
+
+// Starts compiling g for the CPU; g->native is set to the slot that receives the outcome.
+// Lines for CRESCENT_LOGS (fusion, output_code) are left in the slot's `log`.
+void compile_cpu(const std::shared_ptr<graph::Graph>& g, const Options& o);
+
+// Whether native CPU code can be generated here (libgccjit loads); `why` says why not.
+bool cpu_backend_available(std::string* why);
+
+// The kernel cache counters since the process started (for tests and benchmarks).
+struct CacheStats {
+  int64_t memory_hits = 0, disk_hits = 0, compiled = 0;
+};
+CacheStats cache_stats();
+
+}  // namespace cr::jit

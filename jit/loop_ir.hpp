@@ -1,0 +1,158 @@
+// Loop IR: what a captured graph becomes before code generation (DESIGN.md, "Lowering, fusion,
+// code generation"). Two levels, each read top-down by the next stage:
+//
+//  1. LoopGraph (jit/lower.cpp): one LoopValue per graph value, plus the extra values that
+//     decompositions create (softmax = amax, sub, exp, sum, div). A value is a Buffer (graph
+//     input, folded constant, the output of an Extern op run by the eager kernels), a View of
+//     another value (its layout is its graph metadata: strides and offset over the storage of
+//     its root), a Pointwise value (an expression per element over its own index variables), or
+//     a Reduction (an expression over the input's index variables, folded over some of them).
+//     Expressions load other values at an index that is an affine function of the variables:
+//     broadcasting, and views folded into indices, never copy.
+//  2. Kernel (jit/fusion/schedule.cpp): a fused group of Pointwise / Reduction values over one
+//     iteration space, with the loads resolved to buffer addresses, stores for the values other
+//     steps need, and reductions folded into accumulators. Backends emit code from a Kernel.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jit/cpu/helpers.hpp"
+#include "vm/graph/graph.hpp"
+
+namespace cr::jit {
+
+// c + sum_v k[v] * var_v over the variables of a node or a kernel (missing coefficients are 0).
+struct Affine {
+  int64_t c = 0;
+  std::vector<int64_t> k;
+  int64_t coef(size_t v) const { return v < k.size() ? k[v] : 0; }
+  void add(size_t v, int64_t x) {
+    if (k.size() <= v) k.resize(v + 1);
+    k[v] += x;
+  }
+  bool operator==(const Affine& o) const;
+  static Affine var(size_t v) {
+    Affine a;
+    a.add(v, 1);
+    return a;
+  }
+};
+// a with every variable v replaced by vars[v].
+Affine substitute(const Affine& a, const std::vector<Affine>& vars);
+
+// ---- expressions ----------------------------------------------------------------------------
+// Arith: "+", "-", "*", "/", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "!" (unary).
+// Call: a registry block function (element-wise, over arrays of the compute dtype).
+// Select: a ? b : c. Reduced: the accumulator of reduction `acc` (kernels only).
+enum class EOp : uint8_t { Load, Const, Cast, Arith, Call, Select, Reduced };
+
+struct Expr {
+  EOp op = EOp::Const;
+  DType dtype = DType::f32;
+  int32_t a = -1, b = -1, c = -1;  // operands (ids in the same expression list)
+  // Load in a LoopGraph: value + one Affine per dim of the value, over the node's variables.
+  // Load in a Kernel: buffer + element offset over the kernel's variables (index[0]).
+  int32_t value = -1;
+  std::vector<Affine> index;
+  double num = 0;    // Const
+  std::string name;  // Arith operator, Call function name ("exp"), for printing and hashing
+  BlockFn fn = nullptr;
+  int32_t acc = -1;  // Reduced
+};
+
+// An expression DAG: operands come before their users; `root` is the value.
+struct Body {
+  std::vector<Expr> exprs;
+  int32_t root = -1;
+  int32_t add(Expr e) {
+    exprs.push_back(std::move(e));
+    return int32_t(exprs.size() - 1);
+  }
+};
+
+// ---- the loop graph -------------------------------------------------------------------------
+
+enum class LKind : uint8_t { Buffer, View, Pointwise, Reduction };
+
+struct LoopValue {
+  LKind kind = LKind::Buffer;
+  int32_t gv = -1;        // graph value id (-1: made by a decomposition)
+  Shape sizes;            // the value's shape
+  DType dtype = DType::f32;
+  // View: the value whose storage it uses (a Buffer or a computed value), and its layout over
+  // that storage. Buffers of graph values use their own graph metadata.
+  int32_t root = -1;
+  Shape strides;
+  int64_t offset = 0;
+  // Pointwise: body over sizes.size() variables. Reduction: body over in_sizes variables,
+  // folded over the variables flagged in `reduced`; out_vars[d] = the variable output dim d
+  // stands for (-1 for a kept size-1 dim).
+  Body body;
+  Shape in_sizes;
+  std::vector<char> reduced;
+  std::vector<int> out_vars;
+  ReduceKind reduce = ReduceKind::Sum;
+  DType acc_dtype = DType::f64;  // Reduction: dtype folded (the body's), accumulator by kind
+  int32_t graph_node = -1;       // the graph node that made it (for logs / errors)
+};
+
+// One step of a lowered graph, in execution order: a graph op node that runs on the eager
+// kernels, or a computed loop value (scheduled into kernels by jit/fusion).
+struct LStep {
+  bool external = false;
+  int32_t node = -1;   // external: graph node index
+  int32_t value = -1;  // computed: loop value id
+};
+
+struct LoopGraph {
+  const graph::Graph* g = nullptr;
+  std::vector<LoopValue> values;
+  std::vector<int32_t> of_graph;  // graph value id -> loop value id (-1: none yet)
+  std::vector<LStep> steps;
+  std::vector<std::string> notes;  // what ran as Extern and why (CRESCENT_LOGS=fusion)
+  std::string str() const;
+};
+
+// Lowers an optimised graph. Ops without a loop lowering (matmul, cat, random, in-place,
+// float16, ...) become external steps.
+LoopGraph lower(const graph::Graph& g);
+
+// ---- kernels --------------------------------------------------------------------------------
+
+struct Store {
+  int32_t buffer = -1;  // kernel buffer slot
+  Affine addr;          // element offset over the kernel's variables
+  int32_t expr = -1;
+};
+struct Accumulate {
+  ReduceKind kind = ReduceKind::Sum;
+  DType in = DType::f32, acc = DType::f64;
+  int32_t expr = -1;
+};
+
+// A fused kernel over variables 0..sizes.size(): the first n_outer are the outer (parallel)
+// loops, the rest inner loops; without reductions the inner loops are simply the innermost dims.
+// Stage d of an outer iteration first evaluates the outer-level stores of depth d, then runs the
+// inner loops for the stores and accumulations of depth d (Kernel::depth of their expression).
+struct Kernel {
+  std::string name;
+  Shape sizes;
+  int n_outer = 0;
+  Body body;                      // Load (buffer, offset), Const, Cast, Arith, Call, Select, Reduced
+  std::vector<Store> stores;
+  std::vector<Accumulate> accs;   // Reduced exprs name these
+  std::vector<int32_t> buffers;   // kernel buffer slot -> program buffer id
+  std::vector<int32_t> values;    // loop values computed here (for logs)
+  int64_t chunk = 0;              // > 0: the innermost loop is split into chunks of this size
+                                  // for parallel work (pointwise kernels only)
+  // derived by analyse(): per expr, whether it varies with inner variables, and its stage depth
+  std::vector<char> inner;
+  std::vector<int> depth;
+  int max_depth = 0;
+  void analyse();
+  int64_t work_items() const;
+  std::string str() const;  // readable C-like rendering (CRESCENT_LOGS=output_code, debug dir)
+};
+
+}  // namespace cr::jit

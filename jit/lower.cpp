@@ -1,0 +1,392 @@
+// Lowering: an optimised graph -> loop values (jit/loop_ir.hpp). Pointwise ops become an
+// expression per element: the registry's scalar expression when it is plain arithmetic (emitted
+// inline by the backends), else a call of the op's block function (the eager kernel's own
+// arithmetic, vectorised over a block). Views become index maps over their root's storage.
+// Reductions and their decompositions are in lower_reduce.cpp. Anything else is an Extern step
+// run by the eager kernels inside the compiled graph, with the reason kept for the fusion log.
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "jit/lower.hpp"
+
+namespace cr::jit {
+
+bool loop_dtype(DType d) { return d == DType::f32 || d == DType::f64 || d == DType::i32 || d == DType::i64 || d == DType::b8; }
+
+bool Affine::operator==(const Affine& o) const {
+  if (c != o.c) return false;
+  for (size_t v = 0; v < std::max(k.size(), o.k.size()); ++v)
+    if (coef(v) != o.coef(v)) return false;
+  return true;
+}
+
+Affine substitute(const Affine& a, const std::vector<Affine>& vars) {
+  Affine r;
+  r.c = a.c;
+  for (size_t v = 0; v < a.k.size(); ++v) {
+    if (a.k[v] == 0) continue;
+    const Affine& x = vars[v];
+    r.c += a.k[v] * x.c;
+    for (size_t w = 0; w < x.k.size(); ++w)
+      if (x.k[w]) r.add(w, a.k[v] * x.k[w]);
+  }
+  return r;
+}
+
+// ---- expression building --------------------------------------------------------------------
+
+int32_t Lowerer::add_value(LoopValue v) {
+  lg.values.push_back(std::move(v));
+  int32_t id = int32_t(lg.values.size() - 1);
+  const LoopValue& added = lg.values.back();
+  if (added.gv >= 0) lg.of_graph[size_t(added.gv)] = id;
+  if (added.kind == LKind::Pointwise || added.kind == LKind::Reduction) lg.steps.push_back(LStep{false, -1, id});
+  return id;
+}
+
+int32_t Lowerer::load_at(Body& b, const LoopValue& v, int32_t lv, const std::vector<int>& vars) {
+  Expr e{EOp::Load, v.dtype};
+  e.value = lv;
+  for (size_t d = 0; d < v.sizes.size(); ++d) e.index.push_back(vars[d] < 0 ? Affine{} : Affine::var(size_t(vars[d])));
+  return b.add(std::move(e));
+}
+
+int32_t Lowerer::load_broadcast(Body& b, const LoopValue& v, int32_t lv, const Shape& shape) {
+  std::vector<int> vars(v.sizes.size(), -1);
+  size_t lead = shape.size() - v.sizes.size();
+  for (size_t d = 0; d < v.sizes.size(); ++d)
+    if (!(v.sizes[d] == 1 && shape[lead + d] != 1)) vars[d] = int(lead + d);
+  return load_at(b, v, lv, vars);
+}
+
+int32_t Lowerer::constant(Body& b, double x, DType d) {
+  Expr e{EOp::Const, d};
+  e.num = d == DType::b8 ? double(x != 0) : x;
+  return b.add(std::move(e));
+}
+
+int32_t Lowerer::cast(Body& b, int32_t e, DType d) {
+  if (b.exprs[size_t(e)].dtype == d) return e;
+  if (b.exprs[size_t(e)].op == EOp::Const) {  // casts of constants fold as the eager scalar would
+    double x = b.exprs[size_t(e)].num;
+    if (d == DType::b8) x = x != 0;
+    else if (!is_floating(d)) x = double(int64_t(x));
+    else if (d == DType::f32) x = double(float(x));
+    return constant(b, x, d);
+  }
+  Expr c{EOp::Cast, d};
+  c.a = e;
+  return b.add(std::move(c));
+}
+
+int32_t Lowerer::arith(Body& b, const char* op, int32_t x, int32_t y, DType d) {
+  Expr e{EOp::Arith, d};
+  e.name = op;
+  e.a = x;
+  e.b = y;
+  return b.add(std::move(e));
+}
+
+int32_t Lowerer::call(Body& b, const char* op, int32_t x, int32_t y, DType d) {
+  const OpDef* def = Registry::get().find(op);
+  BlockFn fn = def && def->block ? def->block(d) : nullptr;
+  if (!fn) return -1;
+  bool pred = std::strcmp(op, "isnan") == 0 || std::strcmp(op, "isinf") == 0;
+  Expr e{EOp::Call, pred ? DType::b8 : d};
+  e.name = op;
+  e.fn = fn;
+  e.a = x;
+  e.b = y;
+  return b.add(std::move(e));
+}
+
+namespace {
+
+// ---- the registry's scalar expressions ------------------------------------------------------
+// OpDef::expr is the C++ expression the eager kernel instantiates. When it is plain arithmetic
+// over a and b ("a + b", "a * a", "decltype(a)(1) / a", "bool(a) && bool(b)") it is parsed here
+// and emitted inline; anything with a function call is called as the op's block function.
+struct ExprParser {
+  const char* s;
+  Body& body;
+  int32_t a, b;
+  DType compute;
+  bool ok = true;
+
+  void skip() {
+    while (*s == ' ') ++s;
+  }
+  bool eat(const char* t) {
+    skip();
+    size_t n = std::strlen(t);
+    if (std::strncmp(s, t, n) != 0) return false;
+    s += n;
+    return true;
+  }
+  int32_t primary() {
+    skip();
+    if (eat("decltype(a)(")) {
+      char* end;
+      double x = std::strtod(s, &end);
+      s = end;
+      if (!eat(")")) ok = false;
+      return Lowerer::constant(body, x, compute);
+    }
+    if (eat("bool(")) {
+      int32_t e = parse(0);
+      if (!eat(")")) ok = false;
+      return Lowerer::cast(body, e, DType::b8);
+    }
+    if (eat("(")) {
+      int32_t e = parse(0);
+      if (!eat(")")) ok = false;
+      return e;
+    }
+    if (eat("!")) {
+      int32_t e = Lowerer::cast(body, primary(), DType::b8);
+      return Lowerer::arith(body, "!", e, -1, DType::b8);
+    }
+    if (*s == 'a' || *s == 'b') {
+      bool first = *s++ == 'a';
+      if (std::isalnum(static_cast<unsigned char>(*s)) || *s == '_' || *s == ':') ok = false;
+      return first ? a : b;
+    }
+    ok = false;
+    return a;
+  }
+  static int prec(const std::string& op) {
+    if (op == "||") return 1;
+    if (op == "&&") return 2;
+    if (op == "==" || op == "!=") return 3;
+    if (op == "<" || op == "<=" || op == ">" || op == ">=") return 4;
+    if (op == "+" || op == "-") return 5;
+    return 6;  // * /
+  }
+  std::string peek_op() {
+    skip();
+    for (const char* op : {"||", "&&", "==", "!=", "<=", ">=", "<", ">", "+", "-", "*", "/"})
+      if (std::strncmp(s, op, std::strlen(op)) == 0) return op;
+    return "";
+  }
+  int32_t parse(int min_prec) {
+    int32_t lhs = primary();
+    for (std::string op = peek_op(); ok && !op.empty() && prec(op) > min_prec; op = peek_op()) {
+      s += op.size();
+      int32_t rhs = parse(prec(op));
+      bool logical = op == "&&" || op == "||";
+      bool compare = prec(op) == 3 || prec(op) == 4;
+      if (logical) {
+        lhs = Lowerer::cast(body, lhs, DType::b8);
+        rhs = Lowerer::cast(body, rhs, DType::b8);
+      }
+      lhs = Lowerer::arith(body, op.c_str(), lhs, rhs, logical || compare ? DType::b8 : body.exprs[size_t(lhs)].dtype);
+    }
+    return lhs;
+  }
+};
+
+// The dtype the registry's rule computes a pointwise op in (PyTorch's result_type with weak Lua
+// scalars), from the output dtype and the arguments.
+struct OperandDesc {
+  bool tensor;
+  int dim;
+  DType dtype;
+};
+
+DType promoted(const std::vector<OperandDesc>& ops) {
+  std::optional<DType> dim, zero, wrapped;
+  auto up = [](std::optional<DType>& slot, DType d) { slot = slot ? promote(*slot, d) : d; };
+  for (const OperandDesc& o : ops) up(o.tensor ? (o.dim > 0 ? dim : zero) : wrapped, o.dtype);
+  auto combine = [](std::optional<DType> hi, std::optional<DType> lo) -> std::optional<DType> {
+    if (!hi) return lo;
+    if (!lo) return hi;
+    if (is_floating(*hi)) return hi;
+    if (*hi == DType::b8 || is_floating(*lo)) return promote(*hi, *lo);
+    return hi;
+  };
+  return combine(dim, combine(zero, wrapped)).value_or(DType::f32);
+}
+
+bool integral_number(double v) { return v == std::floor(v) && std::abs(v) < 9.2e18; }
+
+}  // namespace
+
+// ---- graph nodes ----------------------------------------------------------------------------
+
+namespace {
+
+struct NodeLowering {
+  Lowerer& L;
+  const graph::Node& n;
+  int32_t index;
+  std::string why;  // set when the node has no loop lowering
+
+  const graph::Value& out() const { return L.g.values[size_t(n.outs[0])]; }
+
+  bool reject(std::string reason) {
+    why = std::move(reason);
+    return false;
+  }
+
+  // Operand i: a tensor value or a Lua number / boolean.
+  OperandDesc desc(int i) const {
+    const graph::Arg& a = n.args[size_t(i)];
+    if (a.tag == kTensor) {
+      const graph::ValueMeta& m = L.g.values[size_t(a.value)].meta;
+      return {true, int(m.sizes.size()), m.dtype};
+    }
+    DType d = a.tag == kBool ? DType::b8 : integral_number(a.num) ? DType::i64 : DType::f32;
+    return {false, 0, d};
+  }
+  int32_t operand(Body& b, int i, const Shape& shape, DType compute) {
+    const graph::Arg& a = n.args[size_t(i)];
+    if (a.tag != kTensor) return Lowerer::constant(b, a.num, compute);
+    int32_t lv = L.of(a.value);
+    return Lowerer::cast(b, Lowerer::load_broadcast(b, L.val(lv), lv, shape), compute);
+  }
+
+  bool pointwise() {
+    const OpDef& def = n.def();
+    const graph::ValueMeta& m = out().meta;
+    Shape shape = graph::concrete(m.sizes);
+    std::string name = def.name;
+    int nin = def.kind == OpKind::Unary ? 1 : def.kind == OpKind::Binary ? 2 : 3;
+    for (int i = 0; i < nin && i < int(n.args.size()); ++i)
+      if (n.args[size_t(i)].tag == kTensor && !loop_dtype(L.g.values[size_t(n.args[size_t(i)].value)].meta.dtype))
+        return reject("a float16 / bfloat16 operand");
+    std::vector<OperandDesc> ops;
+    for (int i = 0; i < nin; ++i) ops.push_back(desc(i));
+    DType compute = m.dtype;
+    if (m.dtype == DType::b8) compute = nin == 1 ? ops[0].dtype : promoted(ops);
+    if (def.kind == OpKind::Unary && is_floating(m.dtype)) compute = m.dtype;
+
+    LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
+    v.graph_node = index;
+    Body& b = v.body;
+    int32_t root = -1;
+    if (name == "where") {
+      int32_t c = operand(b, 0, shape, DType::b8);
+      root = b.add(Expr{EOp::Select, m.dtype, c, operand(b, 1, shape, m.dtype), operand(b, 2, shape, m.dtype)});
+    } else if (def.kind == OpKind::Unary || def.kind == OpKind::Binary) {
+      if (!def.expr) return reject("no scalar expression");
+      if (!is_floating(compute) && (name == "fmod" || name == "remainder" || name == "pow"))
+        return reject("integer fmod / remainder / pow check their values (division by zero, negative powers)");
+      int32_t x = operand(b, 0, shape, compute);
+      int32_t y = nin == 2 ? operand(b, 1, shape, compute) : -1;
+      if (nin == 2 && n.args.size() > 2 && n.args[2].tag == kNumber && n.args[2].num != 1.0)  // add / sub alpha
+        y = Lowerer::arith(b, "*", y, Lowerer::constant(b, n.args[2].num, compute), compute);
+      ExprParser p{def.expr, b, x, y, compute};
+      bool is_call = std::strstr(def.expr, "::") || std::strchr(def.expr, '?');
+      if (!is_call) {
+        root = p.parse(0);
+        p.skip();
+        if (!p.ok || *p.s) is_call = true;
+      }
+      if (is_call) {
+        if (compute == DType::b8 && name != "logical_not") return reject("bool inputs of a function");
+        if (name == "gelu" && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh") {
+          BlockFn fn = gelu_tanh_block(compute);
+          if (!fn) return reject("no block function for this dtype");
+          Expr e{EOp::Call, compute, x};
+          e.name = "gelu_tanh";
+          e.fn = fn;
+          root = b.add(std::move(e));
+        } else {
+          root = Lowerer::call(b, def.name, x, y, compute);
+          if (root < 0) return reject(cat("no block function for ", dtype_name(compute)));
+        }
+      }
+      // bool arithmetic (add / mul of masks) computes in int and stores != 0, as eager does
+      if (compute == DType::b8 && b.exprs[size_t(root)].dtype != DType::b8) root = Lowerer::cast(b, root, DType::b8);
+    } else {
+      return reject("no loop lowering for this op");
+    }
+    b.root = Lowerer::cast(b, root, m.dtype);
+    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
+    return true;
+  }
+
+  // float() / long() / to(dtype) / clone() / contiguous(): an element-wise copy with a cast.
+  bool convert() {
+    if (n.inplace()) return reject("in-place");
+    const graph::Arg& a = n.args[0];
+    if (a.tag != kTensor) return reject("no tensor");
+    const graph::ValueMeta& m = out().meta, &in = L.g.values[size_t(a.value)].meta;
+    if (!(m.device == in.device)) return reject("a device transfer");
+    if (!loop_dtype(m.dtype) || !loop_dtype(in.dtype)) return reject("a float16 / bfloat16 conversion");
+    Shape shape = graph::concrete(m.sizes);
+    if (shape != graph::concrete(in.sizes)) return reject("a shape change");
+    LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
+    v.graph_node = index;
+    int32_t lv = L.of(a.value);
+    v.body.root = Lowerer::cast(v.body, Lowerer::load_broadcast(v.body, L.val(lv), lv, shape), m.dtype);
+    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
+    return true;
+  }
+
+  bool lower() {
+    const OpDef& def = n.def();
+    if (n.outs.empty()) return reject("no output");
+    for (int32_t o : n.outs)
+      if (L.g.values[size_t(o)].node != index) return reject("returns its argument");
+    if (n.inplace()) return reject("in-place (writes its argument)");
+    if (n.random()) return reject("random");
+    if (!out().meta.device.is_cpu()) return reject("not on the CPU");
+    if (!loop_dtype(out().meta.dtype)) return reject("float16 / bfloat16 result");
+    switch (def.kind) {
+      case OpKind::Unary:
+      case OpKind::Binary:
+      case OpKind::Ternary: return pointwise();
+      case OpKind::Convert: return convert();
+      case OpKind::Reduction:
+      case OpKind::Other: return L.reduction(index, &why);
+      default: return reject(cat("no loop lowering for ", def.name, " (", def.kind == OpKind::Linalg ? "a library call" : "not a loop op", ")"));
+    }
+  }
+};
+
+}  // namespace
+
+LoopGraph lower(const graph::Graph& g) {
+  LoopGraph lg;
+  lg.g = &g;
+  lg.of_graph.assign(g.values.size(), -1);
+  Lowerer L{lg, g};
+  auto buffer = [&](int32_t gv) {
+    const graph::ValueMeta& m = g.values[size_t(gv)].meta;
+    LoopValue v{LKind::Buffer, gv, graph::concrete(m.sizes), m.dtype};
+    v.strides = m.strides;
+    v.offset = m.offset;
+    lg.of_graph[size_t(gv)] = L.add_value(std::move(v));
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const graph::Node& n = g.nodes[i];
+    if (n.kind != graph::NodeKind::Op) {
+      for (int32_t o : n.outs) buffer(o);
+      continue;
+    }
+    if (n.def().kind == OpKind::View && !n.outs.empty() && g.values[size_t(n.outs[0])].node == int32_t(i)) {
+      // a view: its layout over the storage of its root (graph metadata), no step
+      int32_t gv = n.outs[0];
+      const graph::ValueMeta& m = g.values[size_t(gv)].meta;
+      LoopValue v{LKind::View, gv, graph::concrete(m.sizes), m.dtype};
+      v.root = lg.of_graph[size_t(graph::storage_root(g, gv))];
+      v.strides = m.strides;
+      v.offset = m.offset;
+      if (v.root >= 0 && lg.values[size_t(v.root)].kind == LKind::View) v.root = lg.values[size_t(v.root)].root;
+      lg.of_graph[size_t(gv)] = L.add_value(std::move(v));
+      continue;
+    }
+    NodeLowering nl{L, n, int32_t(i)};
+    if (nl.lower()) continue;
+    lg.notes.push_back(cat(n.def().name, n.where.empty() ? "" : cat(" (", n.where, ")"), ": extern: ", nl.why));
+    lg.steps.push_back(LStep{true, int32_t(i), -1});
+    for (int32_t o : n.outs)
+      if (g.values[size_t(o)].node == int32_t(i)) buffer(o);
+  }
+  return lg;
+}
+
+}  // namespace cr::jit

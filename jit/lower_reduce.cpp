@@ -1,0 +1,224 @@
+// Lowering of reductions and of the ops that decompose into reductions: sum, prod, mean,
+// amax / amin, var / std, logsumexp, norm (p = 2), softmax, log_softmax.
+//
+// A decomposition is written with the same loop values as everything else: intermediate
+// reductions keep their reduced dims (size 1) so full-shape consumers load them broadcast, and the
+// fusion scheduler puts the whole decomposition in one kernel (softmax: max, sum of exp, output,
+// per row). Intermediates of float32 inputs accumulate and combine in float64, as the eager
+// folds do, so results stay within float32 rounding of eager.
+#include <cmath>
+
+#include "jit/lower.hpp"
+
+namespace cr::jit {
+
+namespace {
+
+struct Decomposition {
+  Lowerer& L;
+  int32_t x;                  // loop value of the input
+  Shape in;                   // its sizes
+  std::vector<char> mask;     // reduced dims
+  bool keepdim = false;
+  int64_t count = 1;
+  int32_t gv_out = -1, node = -1;
+  Shape out;                  // graph output sizes
+
+  std::vector<int> full() const {
+    std::vector<int> v(in.size());
+    for (size_t d = 0; d < v.size(); ++d) v[d] = int(d);
+    return v;
+  }
+  std::vector<int> kept() const {
+    std::vector<int> v(in.size());
+    for (size_t d = 0; d < v.size(); ++d) v[d] = mask[d] ? -1 : int(d);
+    return v;
+  }
+  Shape kept_sizes() const {
+    Shape s = in;
+    for (size_t d = 0; d < s.size(); ++d)
+      if (mask[d]) s[d] = 1;
+    return s;
+  }
+  // x over all variables, cast to d
+  int32_t input(Body& b, DType d) const { return Lowerer::cast(b, Lowerer::load_at(b, L.val(x), x, full()), d); }
+  // a keep-dims intermediate, loaded broadcast over the full variables
+  int32_t at_full(Body& b, int32_t lv) const { return Lowerer::load_at(b, L.val(lv), lv, kept()); }
+
+  // A reduction of `body` (over the input's variables) of dtype `value`; `final` makes it the
+  // graph output (its dims as the op's keepdim says), else a keep-dims intermediate.
+  int32_t reduce(Body body, ReduceKind kind, DType value, bool final) {
+    LoopValue v{LKind::Reduction, final ? gv_out : -1, final ? out : kept_sizes(), value};
+    v.graph_node = node;
+    v.in_sizes = in;
+    v.reduced = mask;
+    v.reduce = kind;
+    v.acc_dtype = reduce_acc_dtype(kind, body.exprs[size_t(body.root)].dtype);
+    v.body = std::move(body);
+    for (size_t d = 0; d < in.size(); ++d)
+      if (!mask[d]) v.out_vars.push_back(int(d));
+      else if (!final || keepdim) v.out_vars.push_back(-1);
+    return L.add_value(std::move(v));
+  }
+  // A pointwise value over the kept dims (keep-dims form unless `final`).
+  template <class F> int32_t per_output(DType d, bool final, F build) {
+    LoopValue v{LKind::Pointwise, final ? gv_out : -1, final ? out : kept_sizes(), d};
+    v.graph_node = node;
+    // the variables of a value are its own dims; a keep-dims intermediate at kept dim k
+    std::vector<int> vars(in.size(), -1);
+    int j = 0;
+    for (size_t k = 0; k < in.size(); ++k)
+      if (!mask[k]) vars[k] = final && !keepdim ? j++ : int(k);
+    v.body.root = Lowerer::cast(v.body, build(v.body, vars), d);
+    return L.add_value(std::move(v));
+  }
+  template <class F> int32_t per_element(DType d, bool final, F build) {
+    LoopValue v{LKind::Pointwise, final ? gv_out : -1, in, d};
+    v.graph_node = node;
+    v.body.root = Lowerer::cast(v.body, build(v.body), d);
+    return L.add_value(std::move(v));
+  }
+  int32_t load_kept(Body& b, int32_t lv, const std::vector<int>& vars) const {
+    return Lowerer::load_at(b, L.val(lv), lv, vars);
+  }
+};
+
+std::vector<char> reduced_dims(const graph::Arg& a, int ndim, bool* ok) {
+  std::vector<char> mask(size_t(ndim), a.tag == kNone);
+  std::vector<int64_t> dims = a.tag == kInts ? a.ints : std::vector<int64_t>{};
+  if (a.tag == kNumber) dims.push_back(int64_t(a.num));
+  *ok = a.tag == kNone || a.tag == kInts || a.tag == kNumber;
+  for (int64_t d : dims) mask[size_t(normalize_dim(d, ndim))] = 1;
+  return mask;
+}
+
+}  // namespace
+
+bool Lowerer::reduction(int32_t node, std::string* why) {
+  const graph::Node& n = g.nodes[size_t(node)];
+  std::string name = n.def().name;
+  auto reject = [&](std::string r) {
+    *why = std::move(r);
+    return false;
+  };
+  static const char* const kLowered[] = {"sum", "prod", "mean", "amax", "amin", "var", "std", "logsumexp", "norm", "softmax", "log_softmax"};
+  bool known = false;
+  for (const char* k : kLowered) known = known || name == k;
+  if (!known) return reject("no loop lowering for this op");
+  if (n.outs.size() != 1 || n.args.empty() || n.args[0].tag != kTensor) return reject("unexpected arguments");
+  const graph::ValueMeta& xm = g.values[size_t(n.args[0].value)].meta;
+  const graph::ValueMeta& om = g.values[size_t(n.outs[0])].meta;
+  int ndim = int(xm.sizes.size());
+  if (ndim == 0) return reject("a 0-d input");
+  if (!loop_dtype(xm.dtype)) return reject("a float16 / bfloat16 input");
+  bool along = name == "softmax" || name == "log_softmax";
+  bool ok = true;
+  graph::Arg none;
+  std::vector<char> mask = reduced_dims(n.args.size() > 1 ? n.args[1] : none, ndim, &ok);
+  if (!ok) return reject("unexpected dim argument");
+  if (along && n.args.size() > 2 && n.args[2].tag != kNone) return reject("the dtype option");
+  Decomposition D{*this, of(n.args[0].value), graph::concrete(xm.sizes), mask};
+  D.keepdim = !along && n.args.size() > 2 && n.args[2].tag == kBool && n.args[2].num != 0;
+  D.gv_out = n.outs[0];
+  D.node = node;
+  D.out = graph::concrete(om.sizes);
+  for (int d = 0; d < ndim; ++d)
+    if (mask[size_t(d)]) D.count *= D.in[size_t(d)];
+  if (D.count == 0) return reject("an empty reduction");
+  const DType od = om.dtype, f64 = DType::f64;
+
+  if (name == "sum" || name == "prod" || name == "amax" || name == "amin") {
+    ReduceKind k = name == "sum" ? ReduceKind::Sum : name == "prod" ? ReduceKind::Prod : name == "amax" ? ReduceKind::Max : ReduceKind::Min;
+    if (!reduce_fn(k, od)) return reject("no block reduction for this dtype");
+    Body b;
+    b.root = D.input(b, od);  // eager converts the input to the output dtype first
+    D.reduce(std::move(b), k, od, true);
+    return true;
+  }
+  if (!is_floating(od)) return reject("an integer result");
+  auto sum_of = [&](auto build) {  // Σ build(body) in float64, a keep-dims intermediate
+    Body b;
+    b.root = cast(b, build(b), f64);
+    return D.reduce(std::move(b), ReduceKind::Sum, f64, false);
+  };
+  auto fn = [&](Body& b, const char* op, int32_t x) {
+    int32_t r = call(b, op, x, -1, b.exprs[size_t(x)].dtype);
+    if (r < 0) throw Error(cat("no block function ", op));
+    return r;
+  };
+  size_t nvalues = lg.values.size(), nsteps = lg.steps.size();
+  try {
+    if (name == "mean") {
+      int32_t s = sum_of([&](Body& b) { return D.input(b, od); });
+      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
+        return arith(b, "*", D.load_kept(b, s, vars), constant(b, 1.0 / double(D.count), f64), f64);
+      });
+    } else if (name == "var" || name == "std") {
+      double correction = n.args.size() > 3 && n.args[3].tag == kNumber ? n.args[3].num : 1.0;
+      if (n.args.size() > 4 && n.args[4].tag == kBool) correction = n.args[4].num != 0 ? 1.0 : 0.0;
+      double denom = std::max(0.0, double(D.count) - correction);
+      int32_t s = sum_of([&](Body& b) { return D.input(b, f64); });
+      int32_t mean = D.per_output(f64, false, [&](Body& b, const std::vector<int>& vars) {
+        return arith(b, "/", D.load_kept(b, s, vars), constant(b, double(D.count), f64), f64);
+      });
+      int32_t ss = sum_of([&](Body& b) {
+        int32_t dx = arith(b, "-", D.input(b, f64), D.at_full(b, mean), f64);
+        return arith(b, "*", dx, dx, f64);
+      });
+      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
+        int32_t v = arith(b, "/", D.load_kept(b, ss, vars), constant(b, denom, f64), f64);
+        return name == "std" ? fn(b, "sqrt", v) : v;
+      });
+    } else if (name == "norm") {
+      double p = n.args.size() > 3 && n.args[3].tag == kNumber ? n.args[3].num : 2.0;
+      if (p != 2) return reject("norm with p other than 2");
+      int32_t s = sum_of([&](Body& b) {
+        int32_t v = D.input(b, f64);
+        return arith(b, "*", v, v, f64);
+      });
+      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) { return fn(b, "sqrt", D.load_kept(b, s, vars)); });
+    } else if (name == "logsumexp") {
+      Body mb;
+      mb.root = D.input(mb, od);
+      int32_t m = D.reduce(std::move(mb), ReduceKind::Max, od, false);
+      // the shift: the max, or 0 where it is infinite (then the sum is 0 or inf by itself)
+      int32_t shift = D.per_output(od, false, [&](Body& b, const std::vector<int>& vars) {
+        int32_t mv = D.load_kept(b, m, vars);
+        return b.add(Expr{EOp::Select, od, fn(b, "isinf", mv), constant(b, 0, od), mv});
+      });
+      int32_t s = sum_of([&](Body& b) { return fn(b, "exp", arith(b, "-", D.input(b, od), D.at_full(b, shift), od)); });
+      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
+        return arith(b, "+", fn(b, "log", D.load_kept(b, s, vars)), cast(b, D.load_kept(b, shift, vars), f64), f64);
+      });
+    } else {  // softmax, log_softmax
+      Body mb;
+      mb.root = D.input(mb, od);
+      int32_t m = D.reduce(std::move(mb), ReduceKind::Max, od, false);
+      bool log = name == "log_softmax";
+      int32_t shifted = D.per_element(od, false, [&](Body& b) {
+        int32_t dx = arith(b, "-", D.input(b, od), D.at_full(b, m), od);
+        return log ? dx : fn(b, "exp", dx);
+      });
+      int32_t s = sum_of([&](Body& b) {
+        int32_t v = Lowerer::load_at(b, val(shifted), shifted, D.full());
+        return log ? fn(b, "exp", v) : v;
+      });
+      // softmax scales by 1 / Σ rounded once; log_softmax subtracts log Σ (as the eager kernel)
+      int32_t k = D.per_output(od, false, [&](Body& b, const std::vector<int>& vars) {
+        int32_t sv = D.load_kept(b, s, vars);
+        return log ? fn(b, "log", sv) : arith(b, "/", constant(b, 1.0, f64), sv, f64);
+      });
+      D.per_element(od, true, [&](Body& b) {
+        int32_t e = Lowerer::load_at(b, val(shifted), shifted, D.full());
+        return arith(b, log ? "-" : "*", e, D.at_full(b, k), od);
+      });
+    }
+  } catch (const Error& e) {  // undo the values made so far
+    lg.values.resize(nvalues);
+    lg.steps.resize(nsteps);
+    return reject(e.what());
+  }
+  return true;
+}
+
+}  // namespace cr::jit

@@ -1,0 +1,63 @@
+// The recorder's side of native code generation: which graphs go to a native backend, and
+// running them through their NativeSlot (jit/jit.hpp). The compile's outcome is counted once,
+// on the Lua thread, the first time the graph runs after it is known (the compile itself may
+// have happened on the background thread).
+#include "jit/jit.hpp"
+#include "vm/graph/recorder.hpp"
+#include "vm/threads.hpp"
+
+namespace cr::graph {
+
+namespace {
+
+bool on_cpu(const Graph& g) {
+  for (const Value& v : g.values)
+    if (!v.meta.device.is_cpu()) return false;
+  return true;
+}
+
+}  // namespace
+
+void Recorder::start_native(const std::shared_ptr<Graph>& g) {
+  const std::string& backend = fn_->opts.backend;
+  if (backend == "eager" || g->op_count() == 0) return;
+  if (!on_cpu(*g)) return;  // CUDA code generation: issue 5; those graphs run on eager kernels
+  std::string why;
+  if (!jit::cpu_backend_available(&why)) {
+    static bool told = false;  // once per process: every graph would say the same
+    ++stats.eager_fallbacks;
+    if (!told) log("graph", cat("native CPU code is not available (", why, "): compiled graphs run on the eager kernels"));
+    told = true;
+    return;
+  }
+  jit::Options o;
+  o.cache_dir = cache_dir;
+  o.debug_dir = debug_dir;
+  o.sync = sync_compile;
+  o.log_fusion = logs.fusion;
+  o.log_code = logs.output_code;
+  o.threads = num_threads();
+  jit::compile_cpu(g, o);
+}
+
+void Recorder::execute(const Graph& g, std::vector<Tensor>& vals) {
+  if (g.native) {
+    NativeSlot& s = *g.native;
+    std::unique_lock<std::mutex> lock(s.mutex);
+    if (s.done && !s.seen) {
+      s.seen = true;
+      for (const std::string& l : s.log) log(l.substr(0, l.find(':')), l.substr(l.find(':') + 2));
+      if (!s.error.empty()) {
+        ++stats.eager_fallbacks;
+        log("graph", cat("compiling ", g.name, " failed (", s.error, "): it stays on the eager kernels"));
+      } else if (s.exe) {
+        stats.kernels_compiled += s.kernels;
+        stats.disk_cache_hits += s.disk_hit ? 1 : 0;
+        if (logs.perf) log("perf", cat(g.name, ": native code in ", s.compile_ms, " ms (", s.kernels, " kernels compiled", s.disk_hit ? ", from the disk cache" : "", ")"));
+      }
+    }
+  }
+  run_graph(g, ctx_, vals);
+}
+
+}  // namespace cr::graph

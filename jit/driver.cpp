@@ -80,7 +80,7 @@ std::shared_ptr<cpu::SharedObject> load(const std::string& path) {
 // the process (GCC calls exit) - both stay in the child. The child's stderr comes back as the
 // error message; a child that hangs (fork copies locks other threads held) is killed after
 // kCompileTimeout and the graph stays eager.
-constexpr int kCompileTimeoutMs = 120000;
+constexpr int kCompileTimeoutMs = 60000;
 
 void compile_isolated(const Plan& plan, cpu::FnTable& fns, const std::string& so_path, const std::string& dump) {
   int fds[2];
@@ -135,6 +135,15 @@ void compile_isolated(const Plan& plan, cpu::FnTable& fns, const std::string& so
   throw Error(msg.empty() ? std::string("the compiler process failed") : msg);
 }
 
+// Forked by default; CRESCENT_JIT_FORK=0 compiles in process (no leak or crash isolation).
+// fork() runs other libraries' atfork handlers: OpenBLAS's joins its threads, which was seen to
+// deadlock when the fork came from the background thread while the program exited - one reason
+// T.config.sync_compile defaults to true (see stdlib/compile.lua).
+bool isolate_compiles() {
+  const char* v = std::getenv("CRESCENT_JIT_FORK");
+  return !(v && *v == '0');
+}
+
 struct Built {
   std::shared_ptr<cpu::SharedObject> so;
   bool disk_hit = false, memory_hit = false;
@@ -180,7 +189,8 @@ Built build_or_load(const Plan& plan, cpu::FnTable& fns, const std::string& key,
     std::string tmp = cat(path, ".tmp-", ::getpid(), "-", std::hash<std::thread::id>{}(std::this_thread::get_id()));
     if (const char* inject = std::getenv("CRESCENT_JIT_FAIL"); inject && *inject && *inject != '0')
       throw Error("injected compile failure (CRESCENT_JIT_FAIL)");  // for tests of the fallback
-    compile_isolated(plan, fns, tmp, dump);
+    if (isolate_compiles()) compile_isolated(plan, fns, tmp, dump);
+    else cpu::compile_plan(plan, fns, tmp, dump);
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
       std::remove(tmp.c_str());
       throw Error(cat("cannot move compiled kernels into ", path));
@@ -242,7 +252,6 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
         dump_base = cat(o.debug_dir, "/", safe, "-", key.substr(0, 8));
         std::string fusion;
         for (const std::string& l : plan.log) fusion += l + "\n";
-        write_file(dump_base + ".graph.txt", g->str());
         write_file(dump_base + ".loops.txt", lg_text);
         write_file(dump_base + ".fusion.txt", fusion);
         write_file(dump_base + ".kernels.c", code);

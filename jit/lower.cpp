@@ -367,7 +367,8 @@ LoopGraph lower(const graph::Graph& g) {
       for (int32_t o : n.outs) buffer(o);
       continue;
     }
-    if (n.def().kind == OpKind::View && !n.outs.empty() && g.values[size_t(n.outs[0])].node == int32_t(i)) {
+    if (n.def().kind == OpKind::View && !n.outs.empty() && g.values[size_t(n.outs[0])].node == int32_t(i) &&
+        g.values[size_t(n.outs[0])].views >= 0) {  // (a reshape that had to copy is not a view)
       // a view: its layout over the storage of its root (graph metadata), no step
       int32_t gv = n.outs[0];
       const graph::ValueMeta& m = g.values[size_t(gv)].meta;

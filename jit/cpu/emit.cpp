@@ -439,6 +439,11 @@ class KernelEmitter {
       for (int32_t i : needed)
         if (ph(i) == p && temp.count(i) && ex[size_t(i)].op != EOp::Call) J.block_add_assignment(cur_, nullptr, at(temp.at(i)), value(i));
       for (auto& [o, arr] : fills) J.block_add_assignment(cur_, nullptr, at(arr), outer(o));
+      if (p == 0)  // a reduction of a value constant along the reduced dims folds it len times
+        for (size_t a = 0; a < accs.size(); ++a) {
+          int32_t i = k_.accs[size_t(accs[a])].expr;
+          if (!k_.inner[size_t(i)] && !direct[a]) J.block_add_assignment(cur_, nullptr, at(temp.at(i)), outer(i));
+        }
       for (const Store* s : stores)
         if (ph(s->expr) == p) J.block_add_assignment(cur_, nullptr, element(s->buffer, s->addr), value(s->expr));
       close_loop();

@@ -113,11 +113,12 @@ end
 
 -- The first place two snapshots differ, strictly: every key of both sides (in sorted order),
 -- numbers bitwise (NaN == NaN, 0 ~= -0). Returns path, a's value, b's value; nil when equal.
-function S.first_difference(a, b, path)
+function S.first_difference(a, b, path, tol)
   path = path or ""
   if type(a) ~= type(b) then return path, a, b end
   if type(a) == "number" then
     if (a ~= a and b ~= b) or (a == b and (a ~= 0 or 1 / a == 1 / b)) then return nil end
+    if tol and math.abs(a - b) <= tol[2] + tol[1] * math.abs(b) then return nil end
     return path, a, b
   end
   if type(a) ~= "table" then
@@ -129,7 +130,7 @@ function S.first_difference(a, b, path)
   for k in pairs(b) do if a[k] == nil then keys[#keys + 1] = k end end
   table.sort(keys, function(x, y) return tostring(x) < tostring(y) end)
   for _, k in ipairs(keys) do
-    local p, x, y = S.first_difference(a[k], b[k], path .. "." .. tostring(k))
+    local p, x, y = S.first_difference(a[k], b[k], path .. "." .. tostring(k), tol)
     if p then return p, x, y end
   end
 end

@@ -1,0 +1,153 @@
+-- CPU code generation (issue 4): eager vs T.compile (libgccjit kernels) on the CPU workloads of
+-- the anchor (../shared/anchors/torch_anchor.py, CPU sizes: N = 2^22; R, C = 2048, 2048).
+--   CRESCENT_NUM_THREADS=2 build/crescent bench/codegen_bench.lua [reps]
+-- Per workload: eager median µs and compiled median µs (T.bench, `reps` timed calls after a
+-- warm-up), GB/s of the compiled call for the memory-bound ones (bytes as in the anchor), the max
+-- abs difference compiled vs eager, the cold compile time and the disk-cache compile time. With
+-- hot = 0 the first call of a compiled function records its trace (running eagerly) and the second
+-- is the one that compiles: cold = that second call with an empty cache_dir (fusion + libgccjit in
+-- the forked compiler + load + one run); disk-cache = the same second call after
+-- T.compiler.reset() and a new T.compile of the same function with the same cache_dir (it loads
+-- the cached .so). Both include one run of the graph (see compiled µs). Also a copy bandwidth
+-- baseline (y:copy_(x), 2^24 floats, GB/s = 2 * bytes / time). Prints a markdown table; JSON lines go to stdout, or to the file
+-- named by env OUT.
+local T = require "crescent"
+local now = require("crescent.core").api.now_us
+local reps = tonumber(arg and arg[1]) or 50
+local warmup = 5
+
+T.manual_seed(0)
+T.config.sync_compile = true
+local tmp = (os.getenv("TMPDIR") or "/tmp") .. string.format("/crescent_codegen_bench_%d_%d",
+  os.time(), math.floor(os.clock() * 1e6) % 1000000)
+os.execute("mkdir -p '" .. tmp .. "'")
+
+local N = 2 ^ 22
+local R, C = 2048, 2048
+
+local function gelu(x)
+  return x * 0.5 * (1 + T.tanh(0.7978845608028654 * (x + 0.044715 * T.pow(x, 3))))
+end
+local function layernorm(x, w, b)  -- as F.layer_norm: biased variance, eps 1e-5
+  local mu = x:mean(2, true)
+  local xc = x - mu
+  local var = (xc * xc):mean(2, true)
+  return xc * T.rsqrt(var + 1e-5) * w + b
+end
+local function small_chain(x)
+  for _ = 1, 20 do x = T.sin(x) * 1.01 + 0.1 end
+  return x
+end
+
+local work = {
+  { "pw_chain", function(x) return T.sin((x + 1) * 2) end, { T.randn(N) }, 8 * N },
+  { "gelu", gelu, { T.randn(N) }, 8 * N },
+  { "add_mul_sum", function(x, y) return ((x + y) * 2):sum() end, { T.randn(R, C), T.randn(R, C) }, 8 * R * C },
+  { "row_sum", function(x) return x:sum(2) end, { T.randn(R, C) }, 4 * R * C },
+  { "bias_relu", function(x, b) return T.relu(x + b) end, { T.randn(R, C), T.randn(C) }, 8 * R * C },
+  { "softmax", function(x) return x:softmax(2) end, { T.randn(R, C) }, 8 * R * C },
+  { "layernorm", layernorm, { T.randn(R, C), T.randn(C), T.randn(C) }, 8 * R * C },
+  { "small_chain", small_chain, { T.randn(1024) }, nil },
+}
+
+local out = io.stdout
+if os.getenv("OUT") then out = assert(io.open(os.getenv("OUT"), "w")) end
+
+-- minimal JSON for flat rows of strings / numbers
+local function json(row, keys)
+  local parts = {}
+  for _, k in ipairs(keys) do
+    local v = row[k]
+    if v ~= nil then
+      if type(v) == "string" then v = string.format("%q", v)
+      elseif v ~= v or v == math.huge then v = "null"
+      else v = string.format("%.6g", v) end
+      parts[#parts + 1] = string.format("%q: %s", k, v)
+    end
+  end
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+local KEYS = { "name", "eager_us", "compiled_us", "compiled_min_us", "compiled_GBps", "eager_GBps",
+  "copy_fraction", "max_abs_diff", "record_ms", "cold_compile_ms", "disk_compile_ms", "kernels_compiled",
+  "disk_cache_hits", "eager_fallbacks", "GBps", "bytes", "threads", "reps" }
+
+local unpack = unpack or table.unpack
+local function timed_call(f, args)
+  collectgarbage()
+  local t0 = now()
+  f(unpack(args))
+  return (now() - t0) / 1e3
+end
+
+-- copy bandwidth baseline
+local cx, cy = T.randn(2 ^ 24), T.empty(2 ^ 24)
+local copy_us = T.bench(function(a, b) b:copy_(a) end, { cx, cy }, { warmup = warmup, reps = reps }).median_us
+local copy_GBps = 2 * 4 * 2 ^ 24 / copy_us / 1e3
+cx, cy = nil, nil
+collectgarbage()
+out:write(json({ name = "copy", eager_us = copy_us, GBps = copy_GBps, bytes = 2 * 4 * 2 ^ 24,
+  threads = T.get_num_threads(), reps = reps }, KEYS), "\n")
+out:flush()
+
+local rows = {}
+for _, w in ipairs(work) do
+  local name, fn, args, nbytes = w[1], w[2], w[3], w[4]
+  local row = { name = name, reps = reps }
+  collectgarbage()
+  row.eager_us = T.bench(fn, args, { warmup = warmup, reps = reps }).median_us
+
+  -- cold: nothing cached in memory or on disk
+  T.config.cache_dir = tmp .. "/" .. name
+  os.execute("rm -rf '" .. T.config.cache_dir .. "'")
+  T.compiler.reset()
+  local s0 = T.compiler.stats()
+  local cf = T.compile(fn, { hot = 0 })
+  row.record_ms = timed_call(cf, args)        -- call 1 records the trace (runs eagerly)
+  row.cold_compile_ms = timed_call(cf, args)  -- call 2 compiles the graph and runs it
+  local s1 = T.compiler.stats()
+  row.kernels_compiled = s1.kernels_compiled - s0.kernels_compiled
+  row.eager_fallbacks = s1.eager_fallbacks - s0.eager_fallbacks
+
+  -- correctness vs eager
+  local ref, got = fn(unpack(args)), cf(unpack(args))
+  row.max_abs_diff = (got:float() - ref:float()):abs():max():item()
+
+  collectgarbage()
+  local b = T.bench(cf, args, { warmup = warmup, reps = reps })
+  row.compiled_us, row.compiled_min_us = b.median_us, b.min_us
+  if nbytes then
+    row.compiled_GBps = nbytes / row.compiled_us / 1e3
+    row.eager_GBps = nbytes / row.eager_us / 1e3
+    row.copy_fraction = row.compiled_GBps / copy_GBps
+  end
+  cf = nil
+
+  -- warm from disk: the kernel cache in memory is dropped, the .so files stay in cache_dir
+  collectgarbage()
+  T.compiler.reset()
+  local d0 = T.compiler.stats()
+  local cf2 = T.compile(fn, { hot = 0 })
+  timed_call(cf2, args)
+  row.disk_compile_ms = timed_call(cf2, args)
+  row.disk_cache_hits = T.compiler.stats().disk_cache_hits - d0.disk_cache_hits
+  cf2 = nil
+  T.compiler.reset()
+
+  rows[#rows + 1] = row
+  out:write(json(row, KEYS), "\n")
+  out:flush()
+end
+if out ~= io.stdout then out:close() end
+os.execute("rm -rf '" .. tmp .. "'")
+
+local function f(v, fmt) return v and string.format(fmt, v) or "-" end
+print(string.format("\ncopy 2^24 float32: %.1f us, %.1f GB/s (2 x bytes / time); threads %d; medians of %d",
+  copy_us, copy_GBps, T.get_num_threads(), reps))
+print("| workload | eager µs | compiled µs | GB/s | % of copy | compiled/eager | max abs diff | cold compile ms | disk-cache compile ms | kernels | disk hits |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for _, r in ipairs(rows) do
+  print(string.format("| %s | %.1f | %.1f | %s | %s | %.2f | %.3g | %.1f | %.2f | %d | %d |", r.name,
+    r.eager_us, r.compiled_us, f(r.compiled_GBps, "%.1f"), f(r.copy_fraction and r.copy_fraction * 100, "%.0f"),
+    r.compiled_us / r.eager_us, r.max_abs_diff, r.cold_compile_ms, r.disk_compile_ms, r.kernels_compiled,
+    r.disk_cache_hits))
+end

@@ -1,0 +1,497 @@
+-- Native CPU code generation (jit/): graphs of T.compile lowered to loop IR, fused into kernels and
+-- compiled with libgccjit give the results of eager execution - every pointwise op over dtypes and
+-- layouts (special values included), reductions, the fusion decisions (kernel counts), the disk
+-- kernel cache across processes, an injected compile failure, background compiles, and in-place
+-- ops / views of computed values.
+local T = require "crescent"
+local S = expect
+
+local saved = { sync = T.config.sync_compile, dir = T.config.cache_dir }
+T.config.sync_compile = true  -- compile in line: the second call (hot = 0) runs native code
+T.config.cache_dir = "0"      -- no disk cache (memory cache only), except in the disk cache test
+
+-- ---- helpers ---------------------------------------------------------------------------------
+
+local pack = S.pack
+local function stats() return T.compiler.stats() end
+
+local function flat(v, out)
+  out = out or {}
+  if type(v) ~= "table" then out[#out + 1] = v else for _, x in ipairs(v) do flat(x, out) end end
+  return out
+end
+
+-- Pointwise tolerances (the code is meant to be bit-exact) and reduction tolerances: { rtol, atol }.
+local PW = { float32 = { 1e-6, 0 }, float64 = { 1e-12, 0 } }
+local RED = { float32 = { 1e-5, 1e-6 }, float64 = { 1e-12, 1e-13 } }
+
+-- got == want: dtype, shape and every element (NaN where NaN, infinities exact, finite numbers
+-- within |a - b| <= atol + rtol * |b|; integers and booleans exact).
+local function match(got, want, what, tol)
+  S.truthy(T.is_tensor(got), what .. ": expected a tensor, got " .. type(got))
+  S.eq(got.dtype, want.dtype, what .. ": dtype")
+  S.eq(got.shape, want.shape, what .. ": shape")
+  local rtol, atol = 0, 0
+  if tol and tol[want.dtype] then rtol, atol = tol[want.dtype][1], tol[want.dtype][2] end
+  local g, w = flat(got:totable()), flat(want:totable())
+  S.eq(#g, #w, what .. ": element count")
+  for i = 1, #w do
+    local a, b = g[i], w[i]
+    local ok = a == b or (a ~= a and b ~= b)
+    if not ok and type(a) == "number" and type(b) == "number" and a == a and b == b
+       and math.abs(b) ~= math.huge then
+      ok = math.abs(a - b) <= atol + rtol * math.abs(b)
+    end
+    if not ok then
+      error(string.format("%s: element %d of %s: got %.17g, expected %.17g", what, i, S.fmt(want.shape),
+        tonumber(a) or (a and 1 or 0), tonumber(b) or (b and 1 or 0)), 2)
+    end
+  end
+end
+
+-- Compares results (tensors inside tables too); with strides = true tensors' strides as well.
+local function match_all(got, want, what, tol, strides)
+  if T.is_tensor(want) then
+    match(got, want, what, tol)
+    if strides then S.eq(got:stride(), want:stride(), what .. ": strides") end
+  elseif type(want) == "table" then
+    S.eq(type(got), "table", what)
+    for k, v in pairs(want) do match_all(got[k], v, what .. "." .. tostring(k), tol, strides) end
+    for k in pairs(got) do S.truthy(want[k] ~= nil, what .. ": extra key " .. tostring(k)) end
+  else
+    S.eq(got, want, what)
+  end
+end
+
+-- Runs fn eagerly and compiled (hot = 0: the second call runs native code) on fresh arguments from
+-- args(call) and compares results and the arguments afterwards (in-place writes). Requires that a
+-- graph was compiled natively and nothing fell back to eager.
+local function check(what, fn, args, tol, opts)
+  opts = opts or {}
+  local cf = T.compile(fn, { hot = 0, backend = "cpu" })
+  T.compiler.reset()
+  for call = 1, 3 do
+    local ea, ca = pack(args(call)), pack(args(call))
+    local want = pack(fn(unpack(ea, 1, ea.n)))
+    local got = pack(cf(unpack(ca, 1, ca.n)))
+    match_all(got, want, what .. " (call " .. call .. ")", tol, opts.strides)
+    match_all(ca, ea, what .. " arguments after call " .. call, tol)
+  end
+  local s = stats()
+  S.truthy(s.graphs_compiled >= 1, what .. ": no graph was compiled")
+  S.eq(s.eager_fallbacks, 0, what .. ": eager fallbacks")
+  return s
+end
+
+-- Tensors with special values: rows x cols of dtype, from seed.
+local SPECIAL = { 0 / 0, 1 / 0, -1 / 0, 0, -0.0, 90, -90, 0.5, -2.5, 1.5, 1e-40, -3 }
+local function data(dt, rows, cols, seed, nonzero)
+  T.manual_seed(seed)
+  local v = (T.randn(rows, cols, { dtype = "float64" }) * 3):totable()
+  local n = 0
+  for r = 1, rows do
+    for c = 1, cols do
+      n = n + 1
+      local x = v[r][c]
+      if dt == "bool" then
+        x = x > 0
+      elseif dt == "int32" or dt == "int64" then
+        x = math.floor(x + 0.5) % 15 - 7  -- -7 .. 7
+        if nonzero and x == 0 then x = 3 end
+      elseif (n + seed) % 3 == 0 then
+        x = SPECIAL[(n + seed) % #SPECIAL + 1]
+      end
+      v[r][c] = x
+    end
+  end
+  if rows == 0 then return T.zeros(0, cols, { dtype = dt }) end
+  return T.tensor(v, { dtype = dt })
+end
+
+-- ---- 1. pointwise ops ------------------------------------------------------------------------
+
+local UNARY_NAMES = { "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin",
+  "cos", "tan", "tanh", "sigmoid", "relu", "silu", "erf", "floor", "ceil", "round", "trunc", "sign",
+  "reciprocal", "square", "isnan", "isinf", "logical_not" }
+local UNARY = {}
+for _, n in ipairs(UNARY_NAMES) do UNARY[#UNARY + 1] = { n, T[n] } end
+UNARY[#UNARY + 1] = { "gelu none", function(x) return T.gelu(x, { approximate = "none" }) end }
+UNARY[#UNARY + 1] = { "gelu tanh", function(x) return T.gelu(x, { approximate = "tanh" }) end }
+
+local BINARY_NAMES = { "add", "sub", "mul", "div", "pow", "fmod", "remainder", "maximum", "minimum", "atan2",
+  "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor" }
+local BINARY = {}
+for _, n in ipairs(BINARY_NAMES) do BINARY[#BINARY + 1] = { n, T[n] } end
+BINARY[#BINARY + 1] = { "add alpha", function(a, b) return T.add(a, b, { alpha = 3 }) end }
+BINARY[#BINARY + 1] = { "sub alpha", function(a, b) return T.sub(a, b, { alpha = -2 }) end }
+
+local DTYPES = { "float32", "float64", "int32", "int64", "bool" }
+local FLOATS = { float32 = true, float64 = true }
+
+-- unary layouts: {3,5} contiguous, transposed, a step-2 slice, an expanded column, zero-size, and
+-- {37,1030} transposed (more than one block of the vectorised inner loop, a partial last block)
+local UNARY_LAYOUTS = {
+  { "contiguous", function(dt) return data(dt, 3, 5, 1) end },
+  { "transposed", function(dt) return data(dt, 5, 3, 2):t() end },
+  { "slice step 2", function(dt) return data(dt, 3, 10, 3):slice(2, 1, 10, 2) end },
+  { "expanded", function(dt) return data(dt, 3, 1, 4):expand(3, 5) end },
+  { "zero-size", function(dt) return data(dt, 0, 4, 5) end },
+  { "large transposed", function(dt) return data(dt, 1030, 37, 6):t() end },
+}
+-- binary layouts: pairs of operands (b nonzero for integers: integer fmod by zero is an error)
+local BINARY_LAYOUTS = {
+  { "contiguous", function(dt) return data(dt, 3, 5, 11), data(dt, 3, 5, 12, true) end },
+  { "transposed", function(dt) return data(dt, 5, 3, 13):t(), data(dt, 3, 5, 14, true) end },
+  { "slice and transposed", function(dt) return data(dt, 3, 10, 15):slice(2, 1, 10, 2), data(dt, 5, 3, 16, true):t() end },
+  { "broadcast {3,1} {1,5}", function(dt) return data(dt, 3, 1, 17), data(dt, 1, 5, 18, true) end },
+  { "tensor and number", function(dt) return data(dt, 3, 5, 19), dt == "bool" and 1 or (FLOATS[dt] and 1.75 or 3) end },
+  { "number and tensor", function(dt) return FLOATS[dt] and -2.5 or 2, data(dt, 3, 5, 20, true) end },
+  { "zero-size", function(dt) return data(dt, 0, 4, 21), data(dt, 1, 4, 22, true) end },
+  { "large broadcast", function(dt) return data(dt, 1030, 37, 23):t(), data(dt, 1, 1030, 24, true) end },
+}
+
+-- The ops of `ops` that eager mode accepts for these arguments; for floats, all must be accepted.
+local function supported(ops, dt, ...)
+  local ok_ops, refused = {}, {}
+  for _, op in ipairs(ops) do
+    if pcall(op[2], ...) then ok_ops[#ok_ops + 1] = op else refused[#refused + 1] = op[1] end
+  end
+  if FLOATS[dt] then S.eq(refused, {}, dt .. ": ops refused by eager mode") end
+  return ok_ops
+end
+
+-- All ops of one dtype and layout in one compiled graph (fused into few kernels).
+local function check_ops(ops, dt, layout, make)
+  local args = pack(make(dt))
+  local list = supported(ops, dt, unpack(args, 1, args.n))
+  local fn = function(...)
+    local r = {}
+    for i, op in ipairs(list) do r[i] = op[2](...) end
+    return r
+  end
+  local cf = T.compile(fn, { hot = 0, backend = "cpu" })
+  T.compiler.reset()
+  local want = fn(unpack(args, 1, args.n))
+  for call = 1, 3 do
+    local got = cf(unpack(args, 1, args.n))
+    for i, op in ipairs(list) do
+      match(got[i], want[i], string.format("%s %s %s (call %d)", op[1], dt, layout, call), PW)
+    end
+  end
+  local s = stats()
+  S.eq({ s.graphs_compiled, s.eager_fallbacks }, { 1, 0 }, dt .. " " .. layout .. ": graphs compiled, eager fallbacks")
+  return #list
+end
+
+describe("native CPU code: pointwise ops equal eager", function()
+  it("every unary op, all dtypes, contiguous / transposed / sliced / expanded / zero-size", function()
+    local n = 0
+    for _, dt in ipairs(DTYPES) do
+      for _, lay in ipairs(UNARY_LAYOUTS) do n = n + check_ops(UNARY, dt, lay[1], lay[2]) end
+    end
+    S.truthy(n >= #UNARY * 2 * #UNARY_LAYOUTS, "only " .. n .. " op / dtype / layout cases ran")
+  end)
+  it("every binary op, all dtypes, with strided, broadcast, scalar and zero-size operands", function()
+    local n = 0
+    for _, dt in ipairs(DTYPES) do
+      for _, lay in ipairs(BINARY_LAYOUTS) do n = n + check_ops(BINARY, dt, lay[1], lay[2]) end
+    end
+    S.truthy(n >= #BINARY * 2 * #BINARY_LAYOUTS, "only " .. n .. " op / dtype / layout cases ran")
+  end)
+  it("where with a computed or a given condition, mixed dtypes and scalars", function()
+    for _, dt in ipairs({ "float32", "float64", "int64" }) do
+      check("where " .. dt, function(c, x, y)
+        return T.where(x:gt(0), x, y), T.where(c, x, y:t():t()), T.where(c, x, 0), T.where(c:t(), y:t(), x:t()),
+          T.where(c, x:double(), y), T.where(x:ne(x), -1, x) * 2
+      end, function() return data("bool", 3, 5, 31), data(dt, 3, 5, 32), data(dt, 3, 5, 33) end, PW)
+      check("where broadcast " .. dt, function(c, x, y) return T.where(c, x, y) end,
+        function() return data("bool", 3, 1, 34), data(dt, 1, 5, 35), data(dt, 3, 5, 36) end, PW)
+    end
+  end)
+end)
+
+-- ---- 2. reductions -----------------------------------------------------------------------------
+
+local REDUCE_OPS = {
+  { "sum", function(x, d, k) return x:sum(d, k) end },
+  { "mean", function(x, d, k) return x:mean(d, k) end },
+  { "amax", function(x, d, k) return x:amax(d, k) end },
+  { "amin", function(x, d, k) return x:amin(d, k) end },
+  { "prod", function(x, d, k) return x:prod(d, k) end },
+  { "var", function(x, d, k) return x:var(d, k) end },
+  { "std", function(x, d, k) return x:std(d, k, { correction = 0 }) end },
+  { "logsumexp", function(x, d, k) return x:logsumexp(d, k) end },
+  { "norm", function(x, d, k) return x:norm(d, k) end },
+}
+
+-- inputs and the dims to reduce: 2-d {7,33} (contiguous and transposed), 3-d {4,5,6} (contiguous
+-- and permuted)
+local function red_inputs(dt)
+  T.manual_seed(7)
+  local function r(...) return (T.rand(...) + 0.5):to(dt) * T.randn(...):sign():to(dt) end
+  return {
+    { "{7,33}", r(7, 33), { 1, 2, { 1, 2 } } },
+    { "{33,7}:t()", r(33, 7):t(), { 1, 2, { 1, 2 } } },
+    { "{4,5,6}", r(4, 5, 6), { 1, 2, 3, { 1, 3 }, { 1, 2, 3 } } },
+    { "{6,5,4}:permute(3,2,1)", r(6, 5, 4):permute(3, 2, 1), { 1, 2, 3, { 1, 3 } } },
+  }
+end
+
+describe("native CPU code: reductions equal eager", function()
+  for _, dt in ipairs({ "float32", "float64" }) do
+    it("sum mean amax amin prod var std logsumexp norm softmax log_softmax, " .. dt, function()
+      for _, input in ipairs(red_inputs(dt)) do
+        local name, x, dims = input[1], input[2], input[3]
+        check(name .. " " .. dt, function(a)
+          local out = { all = { a:sum(), a:mean(), a:amax(), a:prod(), a:var(), a:logsumexp(), a:norm() } }
+          for di, d in ipairs(dims) do
+            for _, keep in ipairs({ false, true }) do
+              for _, op in ipairs(REDUCE_OPS) do out[#out + 1] = op[2](a, d, keep) end
+            end
+            if type(d) == "number" then
+              out[#out + 1] = T.softmax(a, d)
+              out[#out + 1] = T.log_softmax(a * 3, d)
+              out[#out + 1] = a:softmax(d) * a + a:sum(d, true)  -- a pointwise epilogue
+            end
+            out["rows" .. di] = a:exp():sum(d) / a:amax(d)       -- prologue and two reductions
+          end
+          return out
+        end, function() return x end, RED)
+      end
+    end)
+  end
+  it("reductions over size-1 and expanded dims (a value constant along the reduced dims)", function()
+    check("size-1 dims", function(a, b, c)
+      return a:sum(1), a:amax(1, true), a:softmax(1), a:var(1), b:sum(2), b:mean({ 2, 3 }), c:expand(3, 4):sum(2),
+        (c + 1):expand(3, 4):amin(2, true), c:expand(3, 4):logsumexp(2)
+    end, function() T.manual_seed(43); return T.randn(1, 3), T.randn(2, 1, 1, 4), T.randn(3, 1) end, RED)
+  end)
+  it("integer reductions are exact: int32 and int64 sums (int64 results), amax, amin, prod", function()
+    for _, dt in ipairs({ "int32", "int64" }) do
+      for _, x in ipairs({ data(dt, 7, 33, 41), data(dt, 33, 7, 42):t() }) do
+        check("integer " .. dt, function(a)
+          return a:sum(1), a:sum(2, true), a:sum(), (a * 2 + 1):sum({ 1, 2 }), a:amax(1), a:amin(2, true),
+            (a:abs():clamp(nil, 2) - 1):prod(1), a:float():mean(2)
+        end, function() return x end)
+        S.eq(x:sum().dtype, "int64", "the sum of " .. dt)
+      end
+    end
+  end)
+end)
+
+-- ---- 3. fusion -----------------------------------------------------------------------------------
+
+-- The number of kernels compiled for fn's graph (constants differ from every other test: a kernel
+-- already in the memory cache is not compiled again).
+local function kernels(what, fn, args, tol)
+  local s = check(what, fn, args, tol or RED)
+  S.eq(s.graphs_compiled, 1, what .. ": graphs compiled")
+  return s.kernels_compiled
+end
+
+describe("native CPU code: fusion", function()
+  it("fuses a pointwise chain into one kernel", function()
+    S.eq(kernels("sin chain", function(x) return T.sin((x + 1.0625) * 2.125) end,
+      function() T.manual_seed(51); return T.randn(1000) end), 1)
+  end)
+  it("fuses bias + relu into one kernel", function()
+    S.eq(kernels("bias relu", function(x, b) return T.relu(x + b) end,
+      function() T.manual_seed(52); return T.randn(64, 128), T.randn(128) end), 1)
+  end)
+  it("makes softmax one kernel", function()
+    S.eq(kernels("softmax", function(x) return T.softmax(x, 2) end,
+      function() T.manual_seed(53); return T.randn(64, 127) end), 1)
+  end)
+  it("makes a layer_norm written in Lua one kernel", function()
+    S.eq(kernels("layer_norm", function(x, w, b)
+      local mean = x:mean(-1, true)
+      local d = x - mean
+      local var = (d * d):mean(-1, true)
+      return d * T.rsqrt(var + 1.25e-5) * w + b
+    end, function() T.manual_seed(54); return T.randn(64, 128), T.randn(128), T.randn(128) end), 1)
+  end)
+  it("fuses a full reduction with its pointwise prologue into one kernel", function()
+    S.eq(kernels("sum of (x+y)*2", function(x, y) return ((x + y) * 2.375):sum() end,
+      -- 8192 terms of about 3 summing to about -5: eager's float32 sum is off by 1e-4 (the
+      -- kernel's is closer to the float64 sum), hence atol 1e-3
+      function() T.manual_seed(55); return T.randn(64, 128), T.randn(64, 128) end, { float32 = { 1e-5, 1e-3 } }), 1)
+  end)
+  it("gives correct results with a matmul between pointwise ops", function()
+    local n = kernels("matmul inside", function(x, w, b)
+      local h = (x * 1.5 + b):tanh()
+      local y = h:matmul(w)
+      return (y - 0.75):relu():sum(2), h
+    end, function() T.manual_seed(56); return T.randn(16, 32), T.randn(32, 8), T.randn(32) end)
+    S.truthy(n >= 2, "expected a kernel on each side of the matmul, got " .. n)
+  end)
+end)
+
+-- ---- 4. / 5. child processes: the disk cache, an injected failure ----------------------------------
+
+local function find_bin()  -- as tests/lua/test_cli.lua does
+  local b = os.getenv("CRESCENT_BIN")
+  if b and b ~= "" then return b end
+  if not arg then return nil end
+  local i = -1
+  while arg[i - 1] do i = i - 1 end
+  return arg[i]
+end
+local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- Runs `text` as a script of the crescent executable; returns its stdout (stderr is dropped).
+local function run_child(text, env)
+  local bin = find_bin()
+  if not bin then S.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
+  local path = os.tmpname()
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+  local p = io.popen((env or "") .. " " .. quote(bin) .. " " .. quote(path) .. " 2>/dev/null")
+  local out = p:read("*a")
+  p:close()
+  os.remove(path)
+  return out
+end
+
+-- A child script: compiles a function, calls it three times, prints stats and results.
+local CHILD = [[
+local T = require "crescent"
+T.config.sync_compile = true
+T.config.cache_dir = %q
+local fn = function(x) return (x * 1.4375 + 0.3125):tanh():sum(1), (x - 0.5):exp() end
+local f = T.compile(fn, { hot = 0 })
+local x = T.arange(12):float():view(3, 4) / 7
+local r, e
+for _ = 1, 3 do r, e = f(x) end
+local w1, w2 = fn(x)
+local s = T.compiler.stats()
+local vals = {}
+for _, v in ipairs(r:totable()) do vals[#vals + 1] = string.format("%%.9g", v) end
+print(s.kernels_compiled, s.disk_cache_hits, s.eager_fallbacks, s.graphs_compiled,
+  tostring(r:eq(w1):all():item() and e:eq(w2):all():item()), table.concat(vals, ","))
+]]
+local function parse(out)
+  local k, d, f, g, eq, vals = out:match("^(%S+)\t(%S+)\t(%S+)\t(%S+)\t(%S+)\t(%S+)\n")
+  S.truthy(k, "unexpected child output: " .. out)
+  return { kernels = tonumber(k), disk = tonumber(d), fallbacks = tonumber(f), graphs = tonumber(g), eq = eq, vals = vals }
+end
+
+describe("native CPU code in child processes", function()
+  it("loads kernels from the disk cache in a second process", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir -p " .. quote(dir))
+    local ok, err = pcall(function()
+      local first = parse(run_child(CHILD:format(dir)))
+      local p = io.popen("ls " .. quote(dir))
+      local files = p:read("*a")
+      p:close()
+      local second = parse(run_child(CHILD:format(dir)))
+      S.truthy(first.kernels >= 1, "first run: kernels compiled " .. first.kernels)
+      S.eq({ first.disk, first.fallbacks, first.eq }, { 0, 0, "true" }, "first run: disk hits, fallbacks, eager equal")
+      S.truthy(files:find("%.so"), "no .so in the cache directory: " .. files)
+      S.eq({ second.kernels, second.fallbacks, second.eq }, { 0, 0, "true" }, "second run: kernels, fallbacks, eager equal")
+      S.truthy(second.disk >= 1, "second run: disk cache hits " .. second.disk)
+      S.eq(second.vals, first.vals, "printed results")
+    end)
+    os.execute("rm -rf " .. quote(dir))
+    if not ok then error(err, 0) end
+  end)
+  it("runs a graph eagerly, with correct results, when compiling fails (CRESCENT_JIT_FAIL=1)", function()
+    local r = parse(run_child(CHILD:format("0"), "CRESCENT_JIT_FAIL=1"))
+    S.eq(r.eq, "true", "results equal eager")
+    S.truthy(r.fallbacks >= 1, "eager fallbacks " .. r.fallbacks)
+    S.eq(r.kernels, 0, "kernels compiled")
+    local plain = parse(run_child(CHILD:format("0")))
+    S.eq(r.vals, plain.vals, "results with and without the failure")
+  end)
+end)
+
+-- ---- 6. background compilation ---------------------------------------------------------------------
+
+local ffi = require "ffi"
+pcall(ffi.cdef, "int usleep(unsigned int usec);")
+
+describe("native CPU code compiled in the background", function()
+  it("gives eager results on every call while the kernels compile, then runs them", function()
+    T.config.sync_compile = false
+    local ok, err = pcall(function()
+      local fn = function(x, y) return ((x * 1.8125 - y):sigmoid() * y):sum(2), x:amax(1) + 0.4375 end
+      local f = T.compile(fn, { hot = 0 })
+      T.compiler.reset()
+      local after, calls = 0, 0
+      while after < 20 and calls < 2000 do  -- up to ~10 s
+        calls = calls + 1
+        T.manual_seed(60 + calls % 5)
+        local x, y = T.randn(8, 16), T.randn(8, 16)
+        local w1, w2 = fn(x, y)
+        local g1, g2 = f(x, y)
+        match(g1, w1, "call " .. calls .. " sum", RED)
+        match(g2, w2, "call " .. calls .. " amax", RED)
+        if stats().kernels_compiled > 0 then after = after + 1 else ffi.C.usleep(5000) end
+      end
+      local s = stats()
+      S.truthy(s.kernels_compiled > 0, "no kernel compiled after " .. calls .. " calls")
+      S.eq(s.eager_fallbacks, 0, "eager fallbacks")
+    end)
+    T.config.sync_compile = true
+    if not ok then error(err, 0) end
+  end)
+end)
+
+-- ---- 7. in-place ops, views of computed values ----------------------------------------------------
+
+-- fresh random inputs of the given shapes for each call
+local function xs(seed, ...)
+  local shapes = { ... }
+  return function(call)
+    T.manual_seed(seed + call)
+    local r = {}
+    for i, sh in ipairs(shapes) do r[i] = T.randn(unpack(sh)) end
+    return unpack(r, 1, #shapes)
+  end
+end
+
+describe("native CPU code: in-place ops and views", function()
+  it("in-place ops on intermediates and on inputs", function()
+    check("in-place", function(x, y)
+      local z = x * 2.0625
+      z:add_(y):mul_(0.5)
+      z:narrow(2, 2, 2):sub_(1)
+      z:t()[1]:fill_(-1)
+      x:add_(z:exp())
+      y:mul_(3):clamp_(-1, 1)
+      return z, z:sin(), x * 1, y:sum(1)
+    end, xs(70, { 3, 5 }, { 3, 5 }), RED, { strides = true })
+  end)
+  it("views of computed values as outputs", function()
+    check("views", function(x)
+      local a = x + 1.1875
+      return a:t(), (x * 2.1875):view(15), (x + 1.3125):unsqueeze(1), a:narrow(2, 2, 3), (x * 3):view(5, 3):t(),
+        a:t():sum(1), a
+    end, xs(80, { 3, 5 }), RED, { strides = true })
+  end)
+  it("reshape / flatten of a non-contiguous computed value (a copy), as an output and read", function()
+    check("reshape copy", function(x)
+      return (x * 2):t():reshape(15), (x + 1):t():flatten(), (x + 1):unsqueeze(2):expand(3, 2, 5):reshape(6, 5)
+    end, xs(85, { 3, 5 }), RED, { strides = true })
+    check("reshape copy read", function(x)
+      return (x * 2):t():reshape(15) * 3, (x + 1):unsqueeze(2):expand(3, 2, 5):reshape(6, 5):sum(1)
+    end, xs(86, { 3, 5 }), RED)
+  end)
+  it("an expanded reduction added to its input", function()
+    check("expand", function(x)
+      return x + x:sum(2, true):expand(3, 5), x - x:mean(1, true):expand(3, 5) * 1.5625,
+        x:amax(2):unsqueeze(2):expand(3, 5) / x
+    end, xs(90, { 3, 5 }), RED, { strides = true })
+  end)
+  it("a value used inside a kernel, by an extern op and as an output", function()
+    check("shared", function(x, w)
+      local y = (x * 1.6875):exp()
+      local m = y:matmul(w)
+      return y * 2 + m:sum(), y, m:relu(), y:sum(2) + m:sum(2)
+    end, xs(100, { 4, 6 }, { 6, 6 }), RED, { strides = true })
+  end)
+end)
+
+T.config.sync_compile, T.config.cache_dir = saved.sync, saved.dir

@@ -7,9 +7,9 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
-#include <optional>
 
 #include "jit/lower.hpp"
+#include "vm/ops/operands.hpp"
 
 namespace cr::jit {
 
@@ -187,30 +187,6 @@ struct ExprParser {
   }
 };
 
-// The dtype the registry's rule computes a pointwise op in (PyTorch's result_type with weak Lua
-// scalars), from the output dtype and the arguments.
-struct OperandDesc {
-  bool tensor;
-  int dim;
-  DType dtype;
-};
-
-DType promoted(const std::vector<OperandDesc>& ops) {
-  std::optional<DType> dim, zero, wrapped;
-  auto up = [](std::optional<DType>& slot, DType d) { slot = slot ? promote(*slot, d) : d; };
-  for (const OperandDesc& o : ops) up(o.tensor ? (o.dim > 0 ? dim : zero) : wrapped, o.dtype);
-  auto combine = [](std::optional<DType> hi, std::optional<DType> lo) -> std::optional<DType> {
-    if (!hi) return lo;
-    if (!lo) return hi;
-    if (is_floating(*hi)) return hi;
-    if (*hi == DType::b8 || is_floating(*lo)) return promote(*hi, *lo);
-    return hi;
-  };
-  return combine(dim, combine(zero, wrapped)).value_or(DType::f32);
-}
-
-bool integral_number(double v) { return v == std::floor(v) && std::abs(v) < 9.2e18; }
-
 }  // namespace
 
 // ---- graph nodes ----------------------------------------------------------------------------
@@ -230,15 +206,12 @@ struct NodeLowering {
     return false;
   }
 
-  // Operand i: a tensor value or a Lua number / boolean.
-  OperandDesc desc(int i) const {
+  // Operand i for the registry's result-type rule: a tensor value or a Lua number / boolean.
+  OperandType desc(int i) const {
     const graph::Arg& a = n.args[size_t(i)];
-    if (a.tag == kTensor) {
-      const graph::ValueMeta& m = L.g.values[size_t(a.value)].meta;
-      return {true, int(m.sizes.size()), m.dtype};
-    }
-    DType d = a.tag == kBool ? DType::b8 : integral_number(a.num) ? DType::i64 : DType::f32;
-    return {false, 0, d};
+    if (a.tag != kTensor) return {OperandClass::Scalar, scalar_dtype(a.num, a.tag == kBool)};
+    const graph::ValueMeta& m = L.g.values[size_t(a.value)].meta;
+    return {m.sizes.empty() ? OperandClass::ZeroDim : OperandClass::Dimensioned, m.dtype};
   }
   int32_t operand(Body& b, int i, const Shape& shape, DType compute) {
     const graph::Arg& a = n.args[size_t(i)];
@@ -256,10 +229,10 @@ struct NodeLowering {
     for (int i = 0; i < nin && i < int(n.args.size()); ++i)
       if (n.args[size_t(i)].tag == kTensor && !loop_dtype(L.g.values[size_t(n.args[size_t(i)].value)].meta.dtype))
         return reject("a float16 / bfloat16 operand");
-    std::vector<OperandDesc> ops;
+    std::vector<OperandType> ops;
     for (int i = 0; i < nin; ++i) ops.push_back(desc(i));
     DType compute = m.dtype;
-    if (m.dtype == DType::b8) compute = nin == 1 ? ops[0].dtype : promoted(ops);
+    if (m.dtype == DType::b8) compute = nin == 1 ? ops[0].dtype : result_type(ops);
     if (def.kind == OpKind::Unary && is_floating(m.dtype)) compute = m.dtype;
 
     LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};

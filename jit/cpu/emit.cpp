@@ -125,6 +125,15 @@ class KernelEmitter {
     loops_.push_back({var, cond, after, step});
     cur_ = body;
   }
+  // if (v > limit) v = limit;
+  void clamp_above(gcc_jit_lvalue* v, int64_t limit) {
+    gcc_jit_block* clip = J.function_new_block(fn_, nullptr);
+    gcc_jit_block* next = J.function_new_block(fn_, nullptr);
+    J.block_end_with_conditional(cur_, nullptr, J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_GT, J.lvalue_as_rvalue(v), i64(limit)), clip, next);
+    J.block_add_assignment(clip, nullptr, v, i64(limit));
+    J.block_end_with_jump(clip, nullptr, next);
+    cur_ = next;
+  }
   void close_loop() {
     Loop l = loops_.back();
     loops_.pop_back();
@@ -158,12 +167,7 @@ class KernelEmitter {
       lo_ = assign(bin(t_.i64, GCC_JIT_BINARY_OP_MULT, ch, i64(k_.chunk)), t_.i64, "lo");
       gcc_jit_lvalue* hi = local(t_.i64, "hi");
       J.block_add_assignment(cur_, nullptr, hi, bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, lo_, i64(k_.chunk)));
-      gcc_jit_block* clip = J.function_new_block(fn_, nullptr);
-      gcc_jit_block* next = J.function_new_block(fn_, nullptr);
-      J.block_end_with_conditional(cur_, nullptr, J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_GT, J.lvalue_as_rvalue(hi), i64(inner)), clip, next);
-      J.block_add_assignment(clip, nullptr, hi, i64(inner));
-      J.block_end_with_jump(clip, nullptr, next);
-      cur_ = next;
+      clamp_above(hi, inner);
       hi_ = J.lvalue_as_rvalue(hi);
     }
     for (int v = k_.n_outer; v-- > 0;) {
@@ -344,12 +348,7 @@ class KernelEmitter {
     size_t last = k_.sizes.size() - 1;
     gcc_jit_lvalue* len = local(t_.i64, "len");
     J.block_add_assignment(cur_, nullptr, len, bin(t_.i64, GCC_JIT_BINARY_OP_MINUS, hi_, jb));
-    gcc_jit_block* clip = J.function_new_block(fn_, nullptr);
-    gcc_jit_block* next = J.function_new_block(fn_, nullptr);
-    J.block_end_with_conditional(cur_, nullptr, J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_GT, J.lvalue_as_rvalue(len), i64(kBlock)), clip, next);
-    J.block_add_assignment(clip, nullptr, len, i64(kBlock));
-    J.block_end_with_jump(clip, nullptr, next);
-    cur_ = next;
+    clamp_above(len, kBlock);
     gcc_jit_rvalue* n = J.lvalue_as_rvalue(len);
     const auto& ex = k_.body.exprs;
     // phases and temporaries

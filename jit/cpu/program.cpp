@@ -23,12 +23,6 @@ Program::Program(Plan plan, FnTable fns, std::shared_ptr<SharedObject> so)
 
 namespace {
 
-Tensor copy_of(const Tensor& t) {
-  Tensor r = Tensor::empty(t.sizes(), t.dtype(), t.device());
-  copy_into(r, t);
-  return r;
-}
-
 int64_t extent(const Shape& sizes, const Shape& strides, int64_t offset) {
   int64_t hi = offset;
   for (size_t d = 0; d < sizes.size(); ++d) {
@@ -47,9 +41,7 @@ bool layout_is(const Tensor& t, const Buffer& b) {
 void Program::run(Context& ctx, std::vector<Tensor>& vals) const {
   const LoopGraph& lg = plan_.lg;
   const graph::Graph& g = *lg.g;
-  vals.resize(g.values.size());
-  for (const graph::Node& n : g.nodes)
-    if (n.kind == graph::NodeKind::Const) vals[size_t(n.outs[0])] = copy_of(n.constant);
+  graph::set_constants(g, vals);
   std::vector<Tensor> temps(plan_.buffers.size());
   std::vector<char> mine(plan_.buffers.size(), 0);  // allocated here (not a lazy tensor of Lua's)
   auto tensor_of = [&](int32_t b) -> Tensor& { return plan_.buffers[size_t(b)].gv >= 0 ? vals[size_t(plan_.buffers[size_t(b)].gv)] : temps[size_t(b)]; };

@@ -60,6 +60,18 @@ Layout Scheduler::layout(int32_t lv) const {
   return {contiguous_strides(v.sizes), 0};
 }
 
+// The element offset of logical index idx (one Affine per dim) in layout l.
+Affine address_of(const Layout& l, const std::vector<Affine>& idx) {
+  Affine addr;
+  addr.c = l.offset;
+  for (size_t d = 0; d < idx.size(); ++d) {
+    addr.c += l.strides[d] * idx[d].c;
+    for (size_t w = 0; w < idx[d].k.size(); ++w)
+      if (idx[d].k[w]) addr.add(w, l.strides[d] * idx[d].k[w]);
+  }
+  return addr;
+}
+
 // The index into computed value `root` that view element `idx` reads, when the view only
 // selects, broadcasts, permutes or offsets root's dims (a reshape that merges dims does not).
 bool remap_view(const LoopValue& view, const Layout& rl, const Shape& rsizes, const std::vector<Affine>& idx,
@@ -102,11 +114,9 @@ bool remap_view(const LoopValue& view, const Layout& rl, const Shape& rsizes, co
 // cannot be computed in place (then the candidate does not join the group).
 class Builder {
  public:
-  Builder(Scheduler* s, const Plan& plan, const Group& g, Kernel& k,
-          std::function<Layout(int32_t)> layout, std::function<int32_t(int32_t)> slot)
-      : plan_(plan), g_(g), k_(k), layout_(std::move(layout)), slot_(std::move(slot)) {
-    (void)s;
-  }
+  Builder(const Plan& plan, const Group& g, Kernel& k, std::function<Layout(int32_t)> layout,
+          std::function<int32_t(int32_t)> slot)
+      : plan_(plan), g_(g), k_(k), layout_(std::move(layout)), slot_(std::move(slot)) {}
 
   int32_t value(int32_t lv, const std::vector<Affine>& idx) {
     std::string key = cat(lv, ":");
@@ -127,14 +137,7 @@ class Builder {
   const LoopValue& val(int32_t lv) const { return plan_.lg.values[size_t(lv)]; }
   int32_t load(int32_t lv, const Layout& l, const std::vector<Affine>& idx) {
     Expr e{EOp::Load, val(lv).dtype};
-    Affine addr;
-    addr.c = l.offset;
-    for (size_t d = 0; d < idx.size(); ++d) {
-      addr.c += l.strides[d] * idx[d].c;
-      for (size_t w = 0; w < idx[d].k.size(); ++w)
-        if (idx[d].k[w]) addr.add(w, l.strides[d] * idx[d].k[w]);
-    }
-    e.index = {addr};
+    e.index = {address_of(l, idx)};
     e.value = slot_(lv);
     return k_.body.add(std::move(e));
   }
@@ -264,7 +267,7 @@ Kernel Scheduler::build(const Group& g, bool check_only, const std::vector<char>
     k.buffers.push_back(b);
     return slots[b] = int32_t(k.buffers.size() - 1);
   };
-  Builder bld(this, plan_, g, k, [this](int32_t lv) { return layout(lv); }, slot);
+  Builder bld(plan_, g, k, [this](int32_t lv) { return layout(lv); }, slot);
   for (int32_t lv : g.members) {
     const LoopValue& v = val(lv);
     const std::vector<Affine>& map = g.vars.at(lv);
@@ -284,15 +287,7 @@ Kernel Scheduler::build(const Group& g, bool check_only, const std::vector<char>
       for (int u : v.out_vars) idx.push_back(u < 0 ? Affine{} : Affine::var(size_t(u)));
     else
       idx = map;
-    Layout l = layout(lv);
-    Affine addr;
-    addr.c = l.offset;
-    for (size_t d = 0; d < idx.size(); ++d) {
-      addr.c += l.strides[d] * idx[d].c;
-      for (size_t w = 0; w < idx[d].k.size(); ++w)
-        if (idx[d].k[w]) addr.add(w, l.strides[d] * idx[d].k[w]);
-    }
-    k.stores.push_back(Store{slot(lv), addr, e});
+    k.stores.push_back(Store{slot(lv), address_of(layout(lv), idx), e});
   }
   k.values = g.members;
   return k;
@@ -504,7 +499,6 @@ Plan Scheduler::run() {
 
 // Temporaries (stored values that are not graph outputs) are released after their last reader.
 void Scheduler::plan_memory() {
-  const graph::Graph& g = *plan_.lg.g;
   std::vector<char> keep(plan_.buffers.size(), 0);
   for (size_t b = 0; b < plan_.buffers.size(); ++b) {
     const Buffer& buf = plan_.buffers[b];
@@ -516,7 +510,6 @@ void Scheduler::plan_memory() {
     if (s.kernel >= 0)
       for (int32_t b : plan_.kernels[size_t(s.kernel)].buffers) last[size_t(b)] = int(i);
   }
-  (void)g;
   for (size_t b = 0; b < plan_.buffers.size(); ++b)
     if (!keep[b] && last[b] >= 0) plan_.steps[size_t(last[b])].release.push_back(int32_t(b));
 }

@@ -137,6 +137,8 @@ void optimize(Graph& g, Context& ctx);
 // may receive its output storage directly (then it is that same tensor on return). An op failure is rethrown as
 // "file:line: op: message" with the position of the node that failed.
 void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals);
+// Gives every Const node's value its own copy of the constant (each run: Lua may write it).
+void set_constants(const Graph& g, std::vector<Tensor>& vals);
 // Runs op node `index` of g as run_eager does (the native backends run their Extern nodes so).
 void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& vals);
 // The graph's native code when it is ready, else run_eager.

@@ -89,19 +89,18 @@ void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
   else run_eager(g, ctx, vals);
 }
 
-void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
+// Each run gets its own copy (folded constants are small): whatever reaches Lua - the value,
+// views of it, a removed alias - may be written, and the constant must stay.
+void set_constants(const Graph& g, std::vector<Tensor>& vals) {
   vals.resize(g.values.size());
-  for (size_t index = 0; index < g.nodes.size(); ++index) {
-    const Node& n = g.nodes[index];
-    if (n.kind == NodeKind::Input) continue;
-    if (n.kind == NodeKind::Const) {
-      // each run gets its own copy (folded constants are small): whatever reaches Lua - the
-      // value, views of it, a removed alias - may be written, and the constant must stay
-      vals[size_t(n.outs[0])] = copy_of(n.constant);
-      continue;
-    }
-    run_node(g, index, ctx, vals);
-  }
+  for (const Node& n : g.nodes)
+    if (n.kind == NodeKind::Const) vals[size_t(n.outs[0])] = copy_of(n.constant);
+}
+
+void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
+  set_constants(g, vals);
+  for (size_t index = 0; index < g.nodes.size(); ++index)
+    if (g.nodes[index].kind == NodeKind::Op) run_node(g, index, ctx, vals);
   // removed values share the kept one's tensor; the recorder copies a common subexpression
   // before a lazy tensor of Lua's gets it (Recorder::settle)
   for (const Graph::Alias& a : g.aliases) {

@@ -26,20 +26,23 @@ int combine_categories(int higher, int lower) {
 }
 }  // namespace
 
+DType scalar_dtype(double v, bool is_bool) { return is_bool ? DType::b8 : scalar_is_integral(v) ? DType::i64 : DType::f32; }
+
+DType result_type(const std::vector<OperandType>& ops) {
+  int slot[3] = {kUndef, kUndef, kUndef};  // dimensioned, 0-d, scalars
+  for (const OperandType& o : ops) slot[int(o.cls)] = promote_u(slot[int(o.cls)], int(o.dtype));
+  int r = combine_categories(slot[0], combine_categories(slot[1], slot[2]));
+  return r == kUndef ? DType::f32 : DType(r);
+}
+
 DType result_type(std::initializer_list<const Operand*> ops) {
-  int dim = kUndef, zero = kUndef, wrapped = kUndef;
+  std::vector<OperandType> types;
   for (const Operand* o : ops) {
     if (!o) continue;
-    if (o->is_tensor()) {
-      int& slot = o->t.dim() > 0 ? dim : zero;
-      slot = promote_u(slot, int(o->t.dtype()));
-    } else {
-      DType d = o->is_bool ? DType::b8 : scalar_is_integral(o->num) ? DType::i64 : DType::f32;
-      wrapped = promote_u(wrapped, int(d));
-    }
+    if (o->is_tensor()) types.push_back({o->t.dim() > 0 ? OperandClass::Dimensioned : OperandClass::ZeroDim, o->t.dtype()});
+    else types.push_back({OperandClass::Scalar, scalar_dtype(o->num, o->is_bool)});
   }
-  int r = combine_categories(dim, combine_categories(zero, wrapped));
-  return r == kUndef ? DType::f32 : DType(r);
+  return result_type(types);
 }
 
 Shape broadcast_operands(std::initializer_list<const Operand*> ops, Device* device) {

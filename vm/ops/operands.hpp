@@ -19,6 +19,16 @@ Operand operand(const OpCall& c, int i);
 
 // PyTorch's result_type: dimensioned tensors > 0-d tensors > scalars, by category.
 DType result_type(std::initializer_list<const Operand*> ops);
+// The same rule from metadata only (the code generators): per operand its rank class and dtype
+// (a Lua number: DType::b8 for a boolean, i64 for an integral number, else f32).
+enum class OperandClass : uint8_t { Dimensioned, ZeroDim, Scalar };
+struct OperandType {
+  OperandClass cls;
+  DType dtype;
+};
+DType result_type(const std::vector<OperandType>& ops);
+// The dtype a Lua number or boolean counts as in result_type.
+DType scalar_dtype(double v, bool is_bool);
 // Broadcast shape of the tensor operands; checks they share a device.
 Shape broadcast_operands(std::initializer_list<const Operand*> ops, Device* device);
 // The operand as a tensor of dtype (scalars become 0-d tensors).

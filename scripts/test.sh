@@ -57,6 +57,7 @@ if [[ $sanitize -eq 1 ]]; then
   # Lua state on exit (os.exit(code, true)), which releases every tensor. Any UB report aborts.
   export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:strict_init_order=1:check_initialization_order=1}"
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+  export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp}"
   if scripts/setup.sh --sanitize --build-dir "$base-asan"; then
     # LeakSanitizer needs ptrace-like access to stop threads; some containers forbid it.
     # Then keep ASan + UBSan and drop only leak checking, and say so.

@@ -171,4 +171,15 @@ function S.close(got, want, rtol, atol)
   cmp(g, want, "x")
 end
 
+-- The crescent executable for tests that start one: CRESCENT_BIN (set by tests/CMakeLists.txt),
+-- else the one running the spec runner; nil when unknown.
+function S.crescent_bin()
+  local b = os.getenv("CRESCENT_BIN")
+  if b and b ~= "" then return b end
+  if not arg then return nil end
+  local i = -1
+  while arg[i - 1] do i = i - 1 end
+  return arg[i]
+end
+
 return S

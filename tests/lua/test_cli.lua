@@ -2,15 +2,7 @@
 -- piped input, --version, --help, and exit status 1 with the traceback on errors. Runs the
 -- executable named by CRESCENT_BIN (set by tests/CMakeLists.txt), else the one running this file.
 
-local function find_bin()
-  local b = os.getenv("CRESCENT_BIN")
-  if b and b ~= "" then return b end
-  if not arg then return nil end
-  local i = -1
-  while arg[i - 1] do i = i - 1 end
-  return arg[i]
-end
-local BIN = find_bin()
+local BIN = expect.crescent_bin()
 
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 

@@ -328,19 +328,11 @@ end)
 
 -- ---- 4. / 5. child processes: the disk cache, an injected failure ----------------------------------
 
-local function find_bin()  -- as tests/lua/test_cli.lua does
-  local b = os.getenv("CRESCENT_BIN")
-  if b and b ~= "" then return b end
-  if not arg then return nil end
-  local i = -1
-  while arg[i - 1] do i = i - 1 end
-  return arg[i]
-end
 local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
 -- Runs `text` as a script of the crescent executable; returns its stdout (stderr is dropped).
 local function run_child(text, env)
-  local bin = find_bin()
+  local bin = S.crescent_bin()
   if not bin then S.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
   local path = os.tmpname()
   local f = assert(io.open(path, "wb"))

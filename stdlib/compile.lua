@@ -92,6 +92,7 @@ local function hand_back(where, ...)
   end
   local rc = api.cap_finish(ctx, buf, count, where)
   if rc < 0 then core.raise(rc) end
+  if ctx.service ~= 0 then core.service() end
   return ...
 end
 

@@ -223,7 +223,10 @@ function M.wrap(fn, id, call)
       local n = select("#", ...)
       if gather(n, ...) then
         local m = api.cap_replay(ctx, id, cands, n + #st.paths, OUTS, OUTCAP)
-        if m >= 0 then return results(m) end
+        if m >= 0 then
+          if ctx.service ~= 0 then core.service() end
+          return results(m)
+        end
         if m == -4 then st.plan = false; return probe(...) end  -- T.compiler.reset(): probe again
         if m ~= -3 then core.raise(m) end
       end

@@ -30,6 +30,13 @@ template <class F> int32_t guarded(cr_ctx* c, F&& f) {
   }
 }
 
+// Lua's collector does not see tensor memory: after kGcBytes of tensor allocation (eager ops or
+// a compiled graph's outputs) ask Lua for a collection, so freed blocks come back to the host
+// allocator's cache instead of every call faulting in fresh pages.
+void note_allocations(cr_ctx* c) {
+  if (bytes_allocated_total() - Context::of(c).bytes_at_last_gc > kGcBytes) c->service |= 1;
+}
+
 int32_t hand_out(Context& ctx, std::vector<Tensor>& outs, cr_tensor** buf, int32_t cap) {
   int32_t n = int32_t(outs.size());
   if (n > cap) {
@@ -51,7 +58,7 @@ int32_t api_call(cr_ctx* c, int32_t op, const cr_value* args, int32_t nargs, cr_
     std::vector<Tensor>& r = ctx.call_outs;
     if (ctx.recorder->active()) ctx.recorder->call(op, args, nargs, r);
     else r = dispatch(ctx, op, args, nargs);
-    if (bytes_allocated_total() - ctx.bytes_at_last_gc > kGcBytes) c->service |= 1;
+    note_allocations(c);
     int32_t n = hand_out(ctx, r, outs, cap);
     r.clear();
     return n;
@@ -209,6 +216,7 @@ int32_t api_cap_need(cr_ctx* c, cr_tensor* t, const char* reason, const char* wh
     graph::Recorder& r = rec(c);
     if (r.active()) r.graph_break(reason, where, t);
     if (t) graph::ensure_real(Context::of(c), t);
+    note_allocations(c);
     return 0;
   });
 }
@@ -217,6 +225,7 @@ int32_t api_cap_finish(cr_ctx* c, cr_tensor** rets, int32_t n, const char* where
   return guarded(c, [&] {
     // not active: T.compiler.reset() inside the function stopped the capture (its ops ran)
     if (rec(c).active()) rec(c).finish(std::vector<cr_tensor*>(rets, rets + n), where);
+    note_allocations(c);
     return 0;
   });
 }
@@ -268,6 +277,7 @@ int32_t api_cap_replay(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n, cr_t
     std::vector<Tensor> rets;
     if (!rec(c).has_plan(fn)) return -4;
     if (!rec(c).replay(fn, cands, n, rets)) return -3;
+    note_allocations(c);
     return hand_out(Context::of(c), rets, outs, cap);
   });
 }

@@ -363,9 +363,10 @@ class KernelEmitter {
       if (e.op == EOp::Call) ++p;
       return phase[i] = p;
     };
-    std::map<int32_t, gcc_jit_lvalue*> temp;   // inner expr -> its block array
+    // inner expr -> its block of values: a local array, or straight in a buffer (below)
+    std::map<int32_t, Slot> temp;
     std::map<std::pair<int32_t, int>, gcc_jit_lvalue*> fill;  // outer value broadcast for a call
-    auto array = [&](DType d) { return local(J.context_new_array_type(c_, nullptr, type(d), kBlock), "t"); };
+    auto array = [&](DType d) { return Slot{local(J.context_new_array_type(c_, nullptr, type(d), kBlock), "t"), nullptr}; };
     std::set<int32_t> needed;
     std::function<void(int32_t)> need = [&](int32_t i) {
       if (!k_.inner[size_t(i)] || !needed.insert(i).second) return;
@@ -380,33 +381,56 @@ class KernelEmitter {
       direct[a] = e.op == EOp::Load && e.index[0].coef(last) == 1;
       need(k_.accs[size_t(accs[a])].expr);
     }
+    // Block calls read unit-stride loads where they lie and write their results straight into a
+    // unit-stride store's buffer: no copy through a local array (a copy loop stalls on memory
+    // with no arithmetic to overlap, which made a compiled exp slower than the eager one).
+    std::map<int32_t, const Store*> stored_by;
+    for (const Store* s : stores)
+      if (ex[size_t(s->expr)].op == EOp::Call && k_.inner[size_t(s->expr)] && s->addr.coef(last) == 1 && !stored_by.count(s->expr))
+        stored_by[s->expr] = s;
+    auto in_buffer = [&](int32_t slot, const Affine& addr, DType d) {
+      gcc_jit_rvalue* saved = vars_[last];
+      vars_[last] = jb;
+      gcc_jit_type* pt = J.type_get_pointer(type(d));
+      gcc_jit_rvalue* p = assign(J.lvalue_get_address(element(slot, addr), nullptr), pt, "bp");
+      vars_[last] = saved;
+      return Slot{nullptr, p};
+    };
     int max_phase = 0;
     for (int32_t i : needed) {
       max_phase = std::max(max_phase, ph(i));
       const Expr& e = ex[size_t(i)];
       if (e.op == EOp::Call) {
-        temp[i] = array(e.dtype);
-        for (int32_t o : {e.a, e.b})
-          if (o >= 0 && k_.inner[size_t(o)] && !temp.count(o)) temp[o] = array(ex[size_t(o)].dtype);
+        if (auto it = stored_by.find(i); it != stored_by.end()) temp.emplace(i, in_buffer(it->second->buffer, it->second->addr, e.dtype));
+        else temp.emplace(i, array(e.dtype));
+        for (int32_t o : {e.a, e.b}) {
+          if (o < 0 || !k_.inner[size_t(o)] || temp.count(o)) continue;
+          const Expr& oe = ex[size_t(o)];
+          if (oe.op == EOp::Load && oe.index[0].coef(last) == 1) temp.emplace(o, in_buffer(oe.value, oe.index[0], oe.dtype));
+          else temp.emplace(o, array(oe.dtype));
+        }
       }
       for (int32_t o : {e.a, e.b, e.c})  // read in a later phase than it is computed in
         if (o >= 0 && k_.inner[size_t(o)] && ex[size_t(o)].op != EOp::Call && ph(o) < ph(i) && !temp.count(o))
-          temp[o] = array(ex[size_t(o)].dtype);
+          temp.emplace(o, array(ex[size_t(o)].dtype));
     }
     for (size_t a = 0; a < accs.size(); ++a) {
       int32_t i = k_.accs[size_t(accs[a])].expr;
-      if (!direct[a] && !temp.count(i)) temp[i] = array(ex[size_t(i)].dtype);
+      if (!direct[a] && !temp.count(i)) temp.emplace(i, array(ex[size_t(i)].dtype));
     }
     gcc_jit_lvalue* j = local(t_.i64, "j");
     gcc_jit_rvalue* jr = J.lvalue_as_rvalue(j);
-    auto at = [&](gcc_jit_lvalue* arr) { return J.context_new_array_access(c_, nullptr, J.lvalue_as_rvalue(arr), jr); };
-    auto start = [&](gcc_jit_lvalue* arr) {
-      return J.context_new_cast(c_, nullptr, J.lvalue_get_address(J.context_new_array_access(c_, nullptr, J.lvalue_as_rvalue(arr), i64(0)), nullptr), t_.vptr);
+    auto at = [&](const Slot& s) {
+      return s.array ? J.context_new_array_access(c_, nullptr, J.lvalue_as_rvalue(s.array), jr) : J.context_new_array_access(c_, nullptr, s.ptr, jr);
+    };
+    auto start = [&](const Slot& s) {
+      if (!s.array) return J.context_new_cast(c_, nullptr, s.ptr, t_.vptr);
+      return J.context_new_cast(c_, nullptr, J.lvalue_get_address(J.context_new_array_access(c_, nullptr, J.lvalue_as_rvalue(s.array), i64(0)), nullptr), t_.vptr);
     };
     auto arg_ptr = [&](int32_t o, int p) -> gcc_jit_rvalue* {
       if (o < 0) return nullptr;
       if (k_.inner[size_t(o)]) return start(temp.at(o));
-      return start(fill.at({o, p}));
+      return start(Slot{fill.at({o, p}), nullptr});
     };
     for (int p = 0; p <= max_phase; ++p) {
       // the calls of this phase, on arrays the previous phase filled
@@ -420,7 +444,7 @@ class KernelEmitter {
         const Expr& e = ex[size_t(i)];
         if (e.op != EOp::Call || ph(i) != p + 1) continue;
         for (int32_t o : {e.a, e.b})
-          if (o >= 0 && !k_.inner[size_t(o)] && !fill.count({o, p + 1})) fills.push_back({o, fill[{o, p + 1}] = array(ex[size_t(o)].dtype)});
+          if (o >= 0 && !k_.inner[size_t(o)] && !fill.count({o, p + 1})) fills.push_back({o, fill[{o, p + 1}] = array(ex[size_t(o)].dtype).array});
       }
       // non-direct reductions of a non-inner value fold a broadcast array
       vars_[last] = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, jb, jr);
@@ -435,16 +459,17 @@ class KernelEmitter {
         else r = assign(build(i, value), type(e.dtype), "v");
         return val[i] = r;
       };
-      for (int32_t i : needed)
-        if (ph(i) == p && temp.count(i) && ex[size_t(i)].op != EOp::Call) J.block_add_assignment(cur_, nullptr, at(temp.at(i)), value(i));
-      for (auto& [o, arr] : fills) J.block_add_assignment(cur_, nullptr, at(arr), outer(o));
+      for (int32_t i : needed)  // (a load read in place has nothing to fill)
+        if (ph(i) == p && temp.count(i) && temp.at(i).array && ex[size_t(i)].op != EOp::Call) J.block_add_assignment(cur_, nullptr, at(temp.at(i)), value(i));
+      for (auto& [o, arr] : fills) J.block_add_assignment(cur_, nullptr, at(Slot{arr, nullptr}), outer(o));
       if (p == 0)  // a reduction of a value constant along the reduced dims folds it len times
         for (size_t a = 0; a < accs.size(); ++a) {
           int32_t i = k_.accs[size_t(accs[a])].expr;
           if (!k_.inner[size_t(i)] && !direct[a]) J.block_add_assignment(cur_, nullptr, at(temp.at(i)), outer(i));
         }
-      for (const Store* s : stores)
-        if (ph(s->expr) == p) J.block_add_assignment(cur_, nullptr, element(s->buffer, s->addr), value(s->expr));
+      for (const Store* s : stores)  // (a call's store that the call wrote itself is done)
+        if (ph(s->expr) == p && !(stored_by.count(s->expr) && stored_by.at(s->expr) == s))
+          J.block_add_assignment(cur_, nullptr, element(s->buffer, s->addr), value(s->expr));
       close_loop();
       for (size_t a = 0; a < accs.size(); ++a) {
         const Accumulate& ac = k_.accs[size_t(accs[a])];
@@ -461,6 +486,11 @@ class KernelEmitter {
     }
   }
 
+  // a block of kBlock values: a local array, or (ptr) the block's first element in a buffer
+  struct Slot {
+    gcc_jit_lvalue* array = nullptr;
+    gcc_jit_rvalue* ptr = nullptr;
+  };
   struct Loop {
     gcc_jit_lvalue* var;
     gcc_jit_block *cond, *after;

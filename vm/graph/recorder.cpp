@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "vm/graph/segment.hpp"
 #include "vm/kernels/loop.hpp"
@@ -476,6 +477,8 @@ void Recorder::dump(const Leaf& leaf, const Graph& g, double us) {
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
   std::string path = cat(dir, "/", name, ".graph.txt");
+  std::error_code ec;  // the directory need not exist yet: the user only named it
+  std::filesystem::create_directories(dir, ec);
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) {
     log("graph", cat("CRESCENT_DEBUG_DIR: cannot write ", path));

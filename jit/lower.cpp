@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "jit/lower.hpp"
+#include "vm/kernels/scalar_math.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr::jit {
@@ -106,8 +107,42 @@ namespace {
 
 // ---- the registry's scalar expressions ------------------------------------------------------
 // OpDef::expr is the C++ expression the eager kernel instantiates. When it is plain arithmetic
-// over a and b ("a + b", "a * a", "decltype(a)(1) / a", "bool(a) && bool(b)") it is parsed here
-// and emitted inline; anything with a function call is called as the op's block function.
+// over a and b ("a + b", "a * a", "decltype(a)(1) / a", "bool(a) && bool(b)", "c ? x : y") or
+// uses one of the scalar helpers below, it is parsed here and emitted inline; anything else is
+// called as the op's block function.
+//
+// Helpers of vm/kernels/scalar_math.hpp with an inline form: each is the helper's own definition
+// written with selects (NaN and -0 behave as in the helper; integer negation wraps, as the
+// generated code is compiled with -fwrapv).
+struct Inline {
+  const char* name;
+  int arity;
+  int32_t (*build)(Body&, int32_t a, int32_t b, DType d);
+};
+int32_t select_expr(Body& b, int32_t c, int32_t x, int32_t y, DType d) { return b.add(Expr{EOp::Select, d, Lowerer::cast(b, c, DType::b8), x, y}); }
+int32_t negate(Body& b, int32_t a, DType d) { return Lowerer::arith(b, "-", a, -1, d); }
+int32_t cmp(Body& b, const char* op, int32_t x, int32_t y) { return Lowerer::arith(b, op, x, y, DType::b8); }
+int32_t any_nan(Body& b, int32_t x, int32_t y) {
+  return Lowerer::arith(b, "||", cmp(b, "!=", x, x), cmp(b, "!=", y, y), DType::b8);
+}
+const Inline kInline[] = {
+    {"sm::neg_", 1, [](Body& b, int32_t a, int32_t, DType d) { return negate(b, a, d); }},
+    {"sm::abs_", 1, [](Body& b, int32_t a, int32_t, DType d) {
+       return select_expr(b, cmp(b, "<", a, Lowerer::constant(b, 0, d)), negate(b, a, d), a, d);
+     }},
+    {"sm::relu_", 1, [](Body& b, int32_t a, int32_t, DType d) {  // NaN <= 0 is false: NaN stays
+       int32_t zero = Lowerer::constant(b, 0, d);
+       return select_expr(b, cmp(b, "<=", a, zero), zero, a, d);
+     }},
+    {"sm::maximum_", 2, [](Body& b, int32_t x, int32_t y, DType d) {
+       int32_t m = select_expr(b, cmp(b, ">", x, y), x, y, d);
+       return is_floating(d) ? select_expr(b, any_nan(b, x, y), Lowerer::constant(b, std::nan(""), d), m, d) : m;
+     }},
+    {"sm::minimum_", 2, [](Body& b, int32_t x, int32_t y, DType d) {
+       int32_t m = select_expr(b, cmp(b, "<", x, y), x, y, d);
+       return is_floating(d) ? select_expr(b, any_nan(b, x, y), Lowerer::constant(b, std::nan(""), d), m, d) : m;
+     }},
+};
 struct ExprParser {
   const char* s;
   Body& body;
@@ -127,6 +162,17 @@ struct ExprParser {
   }
   int32_t primary() {
     skip();
+    for (const Inline& f : kInline) {
+      size_t n = std::strlen(f.name);
+      if (std::strncmp(s, f.name, n) != 0 || s[n] != '(') continue;
+      s += n + 1;
+      int32_t x = parse_ternary(), y = -1;
+      if (f.arity == 2 && !(eat(",") && (y = parse_ternary(), true))) ok = false;
+      if (!eat(")") || !ok) return ok = false, a;
+      if (compute == DType::b8) return ok = false, a;  // (bool inputs: the block function)
+      return f.build(body, x, y, compute);
+    }
+    if (eat("-")) return Lowerer::arith(body, "-", primary(), -1, compute);
     if (eat("decltype(a)(")) {
       char* end;
       double x = std::strtod(s, &end);
@@ -169,6 +215,15 @@ struct ExprParser {
     for (const char* op : {"||", "&&", "==", "!=", "<=", ">=", "<", ">", "+", "-", "*", "/"})
       if (std::strncmp(s, op, std::strlen(op)) == 0) return op;
     return "";
+  }
+  // c ? x : y (lowest precedence, right-associative)
+  int32_t parse_ternary() {
+    int32_t c = parse(0);
+    if (!eat("?")) return c;
+    int32_t x = parse_ternary();
+    if (!eat(":")) return ok = false, c;
+    int32_t y = parse_ternary();
+    return select_expr(body, c, x, y, body.exprs[size_t(x)].dtype);
   }
   int32_t parse(int min_prec) {
     int32_t lhs = primary();
@@ -220,6 +275,23 @@ struct NodeLowering {
     return Lowerer::cast(b, Lowerer::load_broadcast(b, L.val(lv), lv, shape), compute);
   }
 
+  // x ^ e as eager computes it (sm::pow_form); -1 for a generic exponent
+  static int32_t pow_scalar(Body& b, int32_t x, double e, DType d) {
+    auto mul = [&](int32_t p, int32_t q) { return Lowerer::arith(b, "*", p, q, d); };
+    auto inv = [&](int32_t p) { return Lowerer::arith(b, "/", Lowerer::constant(b, 1, d), p, d); };
+    switch (sm::pow_form(e)) {
+      case sm::PowForm::Identity: return x;
+      case sm::PowForm::Square: return mul(x, x);
+      case sm::PowForm::Cube: return mul(mul(x, x), x);
+      case sm::PowForm::Sqrt: return Lowerer::call(b, "sqrt", x, -1, d);
+      case sm::PowForm::Rsqrt: return Lowerer::call(b, "rsqrt", x, -1, d);
+      case sm::PowForm::Reciprocal: return inv(x);
+      case sm::PowForm::InvSquare: return inv(mul(x, x));
+      case sm::PowForm::Generic: break;
+    }
+    return -1;
+  }
+
   bool pointwise() {
     const OpDef& def = n.def();
     const graph::ValueMeta& m = out().meta;
@@ -247,16 +319,19 @@ struct NodeLowering {
       if (!is_floating(compute) && (name == "fmod" || name == "remainder" || name == "pow"))
         return reject("integer fmod / remainder / pow check their values (division by zero, negative powers)");
       int32_t x = operand(b, 0, shape, compute);
+      if (name == "pow" && is_floating(compute) && n.args[1].tag == kNumber) root = pow_scalar(b, x, n.args[1].num, compute);
+      if (root >= 0) {
+        b.root = Lowerer::cast(b, root, m.dtype);
+        L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
+        return true;
+      }
       int32_t y = nin == 2 ? operand(b, 1, shape, compute) : -1;
       if (nin == 2 && n.args.size() > 2 && n.args[2].tag == kNumber && n.args[2].num != 1.0)  // add / sub alpha
         y = Lowerer::arith(b, "*", y, Lowerer::constant(b, n.args[2].num, compute), compute);
       ExprParser p{def.expr, b, x, y, compute};
-      bool is_call = std::strstr(def.expr, "::") || std::strchr(def.expr, '?');
-      if (!is_call) {
-        root = p.parse(0);
-        p.skip();
-        if (!p.ok || *p.s) is_call = true;
-      }
+      root = p.parse_ternary();
+      p.skip();
+      bool is_call = !p.ok || *p.s;
       if (is_call) {
         if (compute == DType::b8 && name != "logical_not") return reject("bool inputs of a function");
         if (name == "gelu" && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh") {

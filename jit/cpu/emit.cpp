@@ -210,6 +210,7 @@ class KernelEmitter {
     const std::string& op = e.name;
     DType in = k_.body.exprs[size_t(e.a)].dtype;
     if (op == "!") return J.context_new_unary_op(c_, nullptr, GCC_JIT_UNARY_OP_LOGICAL_NEGATE, t_.bool_, operand(e.a));
+    if (e.b < 0) return J.context_new_unary_op(c_, nullptr, GCC_JIT_UNARY_OP_MINUS, type(e.dtype), operand(e.a));  // "-"
     gcc_jit_rvalue *a = operand(e.a), *b = operand(e.b);
     static const std::map<std::string, gcc_jit_comparison> cmp = {
         {"==", GCC_JIT_COMPARISON_EQ}, {"!=", GCC_JIT_COMPARISON_NE}, {"<", GCC_JIT_COMPARISON_LT},

@@ -79,4 +79,20 @@ template <class T> inline T pow_(T a, T b) {
 }
 template <class T> inline T lerp_(T a, T b, T w) { return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w); }
 
+// pow(x, e) of a floating tensor and a number e: as PyTorch, the common exponents are
+// multiplications or square roots (several times faster than pow, and what torch computes, so
+// results match torch's bit for bit where its kernels do the same). Eager and compiled code both
+// use this table, so they agree.
+enum class PowForm { Generic, Identity, Square, Cube, Sqrt, Rsqrt, Reciprocal, InvSquare };
+inline PowForm pow_form(double e) {
+  if (e == 1) return PowForm::Identity;
+  if (e == 2) return PowForm::Square;
+  if (e == 3) return PowForm::Cube;
+  if (e == 0.5) return PowForm::Sqrt;
+  if (e == -0.5) return PowForm::Rsqrt;
+  if (e == -1) return PowForm::Reciprocal;
+  if (e == -2) return PowForm::InvSquare;
+  return PowForm::Generic;
+}
+
 }  // namespace cr::sm

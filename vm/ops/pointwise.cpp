@@ -175,6 +175,28 @@ template <class Op> std::vector<Meta> infer_binary(OpCall& c) {
   return {{p.shape, out_dtype(Op::rule, p.compute), p.device}};
 }
 
+// pow(x, e) of a floating x by a number e of sm::pow_form: no pow() per element.
+bool run_pow_scalar(const Binary& p, const Tensor& x, const Tensor& out) {
+  if (!is_floating(p.compute) || p.b.is_tensor() || !p.a.is_tensor()) return false;
+  sm::PowForm form = sm::pow_form(p.b.num);
+  if (form == sm::PowForm::Generic) return false;
+  visit_floating(p.compute, [&](auto t) {
+    using T = decltype(t);
+    auto run = [&](auto f) { map<T, T>(out, {&x}, f); };
+    switch (form) {
+      case sm::PowForm::Identity: run([](auto a) { return a; }); break;
+      case sm::PowForm::Square: run([](auto a) { return a * a; }); break;
+      case sm::PowForm::Cube: run([](auto a) { return a * a * a; }); break;
+      case sm::PowForm::Sqrt: run([](auto a) { return std::sqrt(a); }); break;
+      case sm::PowForm::Rsqrt: run([](auto a) { return sm::rsqrt_(a); }); break;
+      case sm::PowForm::Reciprocal: run([](auto a) { return decltype(a)(1) / a; }); break;
+      case sm::PowForm::InvSquare: run([](auto a) { return decltype(a)(1) / (a * a); }); break;
+      case sm::PowForm::Generic: break;
+    }
+  });
+  return true;
+}
+
 template <class Op> void run_binary(OpCall& c) {
   Binary p = prepare_binary<Op>(c);
   // add / sub take {alpha = a}: other is scaled first
@@ -195,6 +217,7 @@ template <class Op> void run_binary(OpCall& c) {
   // as PyTorch: a negative integer scalar exponent of an integer tensor has no integer result
   if (std::is_same_v<Op, Op_pow> && is_integral(p.compute) && !p.b.is_tensor() && p.b.num < 0)
     fail(cat("integers to negative integer powers are not allowed, got exponent ", p.b.num));
+  if (std::is_same_v<Op, Op_pow> && run_pow_scalar(p, a, c.outs[0])) return;
   run_map<Op>(p.compute, c.outs[0], a, b);
 }
 

@@ -136,9 +136,13 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
     return true;
   }
   if (!is_floating(od)) return reject("an integer result");
-  auto sum_of = [&](auto build) {  // Σ build(body) in float64, a keep-dims intermediate
+  // Σ build(body) as a float64 keep-dims intermediate. A float32 body is summed as eager sums
+  // float32 (float lanes within a block, float64 across blocks: jit/cpu/helpers.cpp), straight
+  // from where it lies; converting every element to float64 first costs a pass of its own.
+  auto sum_of = [&](auto build) {
     Body b;
-    b.root = cast(b, build(b), f64);
+    b.root = build(b);
+    if (b.exprs[size_t(b.root)].dtype != DType::f32) b.root = cast(b, b.root, f64);
     return D.reduce(std::move(b), ReduceKind::Sum, f64, false);
   };
   auto fn = [&](Body& b, const char* op, int32_t x) {

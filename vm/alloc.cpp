@@ -89,8 +89,9 @@ void* host_alloc(size_t nbytes) {
     size_t n = large_rounded(nbytes);
     {
       std::lock_guard<std::mutex> g(k.m);
-      auto it = k.large.find(n);
-      if (it != k.large.end()) {
+      // the most recently freed block of this size: likeliest to be still in the cache
+      auto it = k.large.upper_bound(n);
+      if (it != k.large.begin() && (--it)->first == n) {
         void* p = it->second;
         k.large.erase(it);
         k.large_bytes -= n;

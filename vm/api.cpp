@@ -16,7 +16,7 @@
 namespace cr {
 namespace {
 
-constexpr size_t kGcBytes = size_t(256) << 20;  // run a Lua collection after this much allocation
+constexpr size_t kGcBytes = size_t(32) << 20;  // run a Lua collection after this much allocation
 
 template <class F> int32_t guarded(cr_ctx* c, F&& f) {
   try {

@@ -70,6 +70,7 @@ class KernelEmitter {
     gcc_jit_lvalue* w = local(t_.i64, "w");
     open_loop(w, J.param_as_rvalue(ps[2]), J.param_as_rvalue(ps[3]), 1);
     work_item(J.lvalue_as_rvalue(w));
+    plan_row_cache();
     for (int d = 0; d <= k_.max_depth; ++d) stage(d);
     close_loop();
     J.block_end_with_void_return(cur_, nullptr);
@@ -288,6 +289,89 @@ class KernelEmitter {
     return outer_[i] = r;
   }
 
+  // a block of kBlock values: a local array, or (ptr) the block's first element in a buffer
+  struct Slot {
+    gcc_jit_lvalue* array = nullptr;
+    gcc_jit_rvalue* ptr = nullptr;
+  };
+
+  // ---- values reused across stages ----
+  // A block call's values needed by several stages of an outer iteration (softmax's exp(x - max):
+  // summed in stage 1, scaled in stage 2) are kept in a per-row array by the first stage and read
+  // back by the later ones, instead of being computed again. The row is small (at most
+  // kRowCacheBytes for all such values), so it stays in L1/L2 between the stages.
+  static constexpr int64_t kRowCacheBytes = 64 << 10;
+  std::vector<int32_t> stage_roots(int d) const {
+    std::vector<int32_t> roots;
+    for (const Store& st : k_.stores)
+      if (k_.depth[size_t(st.expr)] == d && store_inner(st)) roots.push_back(st.expr);
+    for (const Accumulate& a : k_.accs)
+      if (k_.depth[size_t(a.expr)] == d) roots.push_back(a.expr);
+    return roots;
+  }
+  void plan_row_cache() {
+    int64_t row = 1;
+    for (size_t v = size_t(k_.n_outer); v < k_.sizes.size(); ++v) row *= k_.sizes[v];
+    std::map<int32_t, std::vector<int>> stages_of;  // inner call -> the stages that need it
+    for (int d = 0; d <= k_.max_depth; ++d) {
+      std::set<int32_t> seen;
+      std::function<void(int32_t)> walk = [&](int32_t i) {
+        if (!k_.inner[size_t(i)] || !seen.insert(i).second) return;
+        const Expr& e = k_.body.exprs[size_t(i)];
+        if (e.op == EOp::Call) stages_of[i].push_back(d);
+        for (int32_t o : {e.a, e.b, e.c})
+          if (o >= 0) walk(o);
+      };
+      for (int32_t r : stage_roots(d)) walk(r);
+    }
+    int64_t bytes = 0;
+    for (auto& [i, st] : stages_of) {
+      DType dt = k_.body.exprs[size_t(i)].dtype;
+      if (st.size() < 2 || bytes + row * int64_t(dtype_size(dt)) > kRowCacheBytes) continue;
+      row_cache_[i] = {nullptr, st.front(), output_row(st.back(), dt)};
+      if (!row_cache_[i].output) {
+        bytes += row * int64_t(dtype_size(dt));
+        row_cache_[i].array = local(J.context_new_array_type(c_, nullptr, type(dt), int(row)), "row");
+      }
+    }
+  }
+  // A store of the last stage that writes a whole contiguous row of dtype dt: the cache can live
+  // there (the last stage reads each element before it writes it), as eager softmax keeps its
+  // exps in the output. The output row is then written while the exps are computed and is in
+  // cache when the last stage rewrites it, instead of a write-only pass at the end.
+  const Store* output_row(int last_stage, DType dt) const {
+    for (const Store& st : k_.stores) {
+      bool taken = false;
+      for (const auto& [i, rc] : row_cache_) taken = taken || rc.output == &st;
+      if (taken || k_.depth[size_t(st.expr)] != last_stage || !store_inner(st) || k_.body.exprs[size_t(st.expr)].dtype != dt) continue;
+      int64_t stride = 1;
+      bool row_major = true;
+      for (size_t v = k_.sizes.size(); v-- > size_t(k_.n_outer);) {
+        row_major = row_major && st.addr.coef(v) == stride;
+        stride *= k_.sizes[v];
+      }
+      if (row_major) return &st;
+    }
+    return nullptr;
+  }
+  // the block at jb of a row cache: its element at the inner variables' row-major position
+  Slot row_slot(gcc_jit_lvalue* array, gcc_jit_rvalue* jb) {
+    size_t last = k_.sizes.size() - 1;
+    gcc_jit_rvalue* at = jb;
+    int64_t stride = k_.sizes[last];
+    for (size_t v = last; v-- > size_t(k_.n_outer);) {
+      at = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, at, bin(t_.i64, GCC_JIT_BINARY_OP_MULT, i64(stride), vars_[v]));
+      stride *= k_.sizes[v];
+    }
+    gcc_jit_lvalue* first = J.context_new_array_access(c_, nullptr, J.lvalue_as_rvalue(array), at);
+    return Slot{nullptr, assign(J.lvalue_get_address(first, nullptr), J.type_get_pointer(J.rvalue_get_type(J.lvalue_as_rvalue(first))), "rp")};
+  }
+  struct RowCache {
+    gcc_jit_lvalue* array;
+    int first;             // the stage that computes it
+    const Store* output;   // or: kept in this store's row (then array is null)
+  };
+
   // ---- stages ----
   bool store_inner(const Store& s) const {
     bool in = k_.inner[size_t(s.expr)];
@@ -325,7 +409,7 @@ class KernelEmitter {
     }
     gcc_jit_lvalue* jb = local(t_.i64, "jb");
     open_loop(jb, lo_, hi_, kBlock);
-    block(J.lvalue_as_rvalue(jb), stores, accs);
+    block(d, J.lvalue_as_rvalue(jb), stores, accs);
     close_loop();
     for (size_t v = size_t(k_.n_outer); v < last; ++v) close_loop();
   }
@@ -345,7 +429,7 @@ class KernelEmitter {
   }
 
   // One block of the innermost loop: positions jb + j for j < len, in phases split by calls.
-  void block(gcc_jit_rvalue* jb, const std::vector<const Store*>& stores, const std::vector<int>& accs) {
+  void block(int d, gcc_jit_rvalue* jb, const std::vector<const Store*>& stores, const std::vector<int>& accs) {
     size_t last = k_.sizes.size() - 1;
     gcc_jit_lvalue* len = local(t_.i64, "len");
     J.block_add_assignment(cur_, nullptr, len, bin(t_.i64, GCC_JIT_BINARY_OP_MINUS, hi_, jb));
@@ -353,9 +437,11 @@ class KernelEmitter {
     gcc_jit_rvalue* n = J.lvalue_as_rvalue(len);
     const auto& ex = k_.body.exprs;
     // phases and temporaries
+    // a value an earlier stage left in its row cache: read like a load
+    auto reused = [&](int32_t i) { auto it = row_cache_.find(i); return it != row_cache_.end() && it->second.first < d; };
     std::map<int32_t, int> phase;
     std::function<int(int32_t)> ph = [&](int32_t i) -> int {
-      if (!k_.inner[size_t(i)]) return 0;
+      if (!k_.inner[size_t(i)] || reused(i)) return 0;
       if (auto it = phase.find(i); it != phase.end()) return it->second;
       const Expr& e = ex[size_t(i)];
       int p = 0;
@@ -370,7 +456,7 @@ class KernelEmitter {
     auto array = [&](DType d) { return Slot{local(J.context_new_array_type(c_, nullptr, type(d), kBlock), "t"), nullptr}; };
     std::set<int32_t> needed;
     std::function<void(int32_t)> need = [&](int32_t i) {
-      if (!k_.inner[size_t(i)] || !needed.insert(i).second) return;
+      if (!k_.inner[size_t(i)] || !needed.insert(i).second || reused(i)) return;
       const Expr& e = ex[size_t(i)];
       for (int32_t o : {e.a, e.b, e.c})
         if (o >= 0) need(o);
@@ -397,12 +483,19 @@ class KernelEmitter {
       vars_[last] = saved;
       return Slot{nullptr, p};
     };
+    for (int32_t i : needed)  // the row cache's values: written by their first stage, read after
+      if (auto it = row_cache_.find(i); it != row_cache_.end() && it->second.first <= d) {
+        const Store* o = it->second.output;
+        temp.emplace(i, o ? in_buffer(o->buffer, o->addr, ex[size_t(i)].dtype) : row_slot(it->second.array, jb));
+        stored_by.erase(i);
+      }
     int max_phase = 0;
     for (int32_t i : needed) {
       max_phase = std::max(max_phase, ph(i));
       const Expr& e = ex[size_t(i)];
-      if (e.op == EOp::Call) {
-        if (auto it = stored_by.find(i); it != stored_by.end()) temp.emplace(i, in_buffer(it->second->buffer, it->second->addr, e.dtype));
+      if (e.op == EOp::Call && !reused(i)) {
+        if (temp.count(i)) {  // (its row cache)
+        } else if (auto it = stored_by.find(i); it != stored_by.end()) temp.emplace(i, in_buffer(it->second->buffer, it->second->addr, e.dtype));
         else temp.emplace(i, array(e.dtype));
         for (int32_t o : {e.a, e.b}) {
           if (o < 0 || !k_.inner[size_t(o)] || temp.count(o)) continue;
@@ -437,7 +530,7 @@ class KernelEmitter {
       // the calls of this phase, on arrays the previous phase filled
       for (int32_t i : needed) {
         const Expr& e = ex[size_t(i)];
-        if (e.op == EOp::Call && ph(i) == p) call_block(e, arg_ptr(e.a, p), arg_ptr(e.b, p), start(temp.at(i)), n);
+        if (e.op == EOp::Call && ph(i) == p && !reused(i)) call_block(e, arg_ptr(e.a, p), arg_ptr(e.b, p), start(temp.at(i)), n);
       }
       // non-inner call arguments of the next phase are broadcast into arrays in this loop
       std::vector<std::pair<int32_t, gcc_jit_lvalue*>> fills;
@@ -456,10 +549,13 @@ class KernelEmitter {
         if (auto it = val.find(i); it != val.end()) return it->second;
         const Expr& e = ex[size_t(i)];
         gcc_jit_rvalue* r;
-        if (e.op == EOp::Call || (temp.count(i) && ph(i) < p)) r = J.lvalue_as_rvalue(at(temp.at(i)));
+        if (reused(i)) r = assign(J.lvalue_as_rvalue(at(temp.at(i))), type(e.dtype), "v");  // read once, before stores
+        else if (e.op == EOp::Call || (temp.count(i) && ph(i) < p)) r = J.lvalue_as_rvalue(at(temp.at(i)));
         else r = assign(build(i, value), type(e.dtype), "v");
         return val[i] = r;
       };
+      for (int32_t i : needed)  // row-cache reads first: a store below may reuse the row
+        if (reused(i)) value(i);
       for (int32_t i : needed)  // (a load read in place has nothing to fill)
         if (ph(i) == p && temp.count(i) && temp.at(i).array && ex[size_t(i)].op != EOp::Call) J.block_add_assignment(cur_, nullptr, at(temp.at(i)), value(i));
       for (auto& [o, arr] : fills) J.block_add_assignment(cur_, nullptr, at(Slot{arr, nullptr}), outer(o));
@@ -487,11 +583,6 @@ class KernelEmitter {
     }
   }
 
-  // a block of kBlock values: a local array, or (ptr) the block's first element in a buffer
-  struct Slot {
-    gcc_jit_lvalue* array = nullptr;
-    gcc_jit_rvalue* ptr = nullptr;
-  };
   struct Loop {
     gcc_jit_lvalue* var;
     gcc_jit_block *cond, *after;
@@ -509,6 +600,7 @@ class KernelEmitter {
   std::vector<Loop> loops_;
   std::map<int32_t, gcc_jit_rvalue*> outer_;
   std::map<int, gcc_jit_lvalue*> accs_;
+  std::map<int32_t, RowCache> row_cache_;
   int counter_ = 0;
 };
 

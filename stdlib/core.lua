@@ -56,7 +56,7 @@ end
 function core.service()
   local ctx, api = core.ctx, core.api
   if bit.band(ctx.service, 2) ~= 0 then api.cap_where(ctx, core.where()) end
-  if bit.band(ctx.service, 1) ~= 0 then collectgarbage(); api.gc_done(ctx) end
+  if bit.band(ctx.service, 1) ~= 0 then collectgarbage(); api.gc_done(ctx, collectgarbage("count")) end
 end
 
 -- Lua needs the value of tensor t (item, totable, tostring...): inside a compiled function

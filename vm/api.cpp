@@ -16,7 +16,6 @@
 namespace cr {
 namespace {
 
-constexpr size_t kGcBytes = size_t(32) << 20;  // run a Lua collection after this much allocation
 
 template <class F> int32_t guarded(cr_ctx* c, F&& f) {
   try {
@@ -30,11 +29,17 @@ template <class F> int32_t guarded(cr_ctx* c, F&& f) {
   }
 }
 
-// Lua's collector does not see tensor memory: after kGcBytes of tensor allocation (eager ops or
-// a compiled graph's outputs) ask Lua for a collection, so freed blocks come back to the host
-// allocator's cache instead of every call faulting in fresh pages.
+// Lua's collector does not see tensor memory: after enough tensor allocation (eager ops or a
+// compiled graph's outputs) ask Lua for a full collection, so dropped tensors go back to the host
+// allocator's cache promptly and the next output reuses a block that is still in the CPU caches
+// (as refcounted PyTorch does), instead of cycling through many cold ones. "Enough" is 8 MB or
+// 8x the Lua heap, whichever is larger: a collection costs time in proportion to the Lua heap, so
+// this bounds the collector's share of the time for any script.
+constexpr size_t kGcMinBytes = size_t(8) << 20;
+constexpr double kGcHeapFactor = 8;
 void note_allocations(cr_ctx* c) {
-  if (bytes_allocated_total() - Context::of(c).bytes_at_last_gc > kGcBytes) c->service |= 1;
+  const Context& ctx = Context::of(c);
+  if (bytes_allocated_total() - ctx.bytes_at_last_gc > ctx.gc_every_bytes) c->service |= 1;
 }
 
 int32_t hand_out(Context& ctx, std::vector<Tensor>& outs, cr_tensor** buf, int32_t cap) {
@@ -137,9 +142,11 @@ double api_now_us() {
   using namespace std::chrono;
   return double(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) / 1e3;
 }
-void api_gc_done(cr_ctx* c) {
+void api_gc_done(cr_ctx* c, double lua_heap_kb) {
   c->service &= ~1;
-  Context::of(c).bytes_at_last_gc = bytes_allocated_total();
+  Context& ctx = Context::of(c);
+  ctx.bytes_at_last_gc = bytes_allocated_total();
+  ctx.gc_every_bytes = std::max(kGcMinBytes, size_t(kGcHeapFactor * lua_heap_kb * 1024));
 }
 
 int32_t api_save_safetensors(cr_ctx* c, const char* path, const char** names, cr_tensor** ts, int32_t n) {

@@ -26,6 +26,7 @@ struct Context {
   std::vector<Tensor> call_outs;  // scratch: the outputs of the op call in flight
   Generator gen;
   size_t bytes_at_last_gc = 0;
+  size_t gc_every_bytes = size_t(8) << 20;  // see note_allocations (vm/api.cpp)
   std::vector<std::string> loaded_names;  // names of the last safetensors load
   std::string scratch;                    // backing store of strings returned to Lua
   std::unique_ptr<graph::Recorder> recorder;  // graph capture (vm/graph/recorder.hpp)

@@ -78,7 +78,7 @@ typedef struct cr_api {
   void (*manual_seed)(cr_ctx* ctx, uint64_t seed);
   int32_t (*num_threads)(void);
   double (*now_us)(void);
-  void (*gc_done)(cr_ctx* ctx);
+  void (*gc_done)(cr_ctx* ctx, double lua_heap_kb);  /* after a collection Lua ran for service bit 1 */
   /* IO: safetensors / npy. save_* take n tensors and names; load_* return the count or -1. */
   int32_t (*save_safetensors)(cr_ctx* ctx, const char* path, const char** names,
                               cr_tensor** ts, int32_t n);

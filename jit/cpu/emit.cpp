@@ -295,6 +295,44 @@ class KernelEmitter {
     gcc_jit_rvalue* ptr = nullptr;
   };
 
+  // ---- prefetching ----
+  // A kernel of several stages reads its input rows from memory in stage 0 (softmax's max,
+  // layer norm's mean) and from the L1/L2 cache after that. While the last stage computes, the
+  // block of the next outer iteration's rows that stage 0 will read is prefetched, so the memory
+  // reads overlap with arithmetic instead of stalling the next row's first pass.
+  void prefetch_next_row(gcc_jit_rvalue* jb, gcc_jit_rvalue* n) {
+    if (k_.n_outer == 0) return;
+    size_t last = k_.sizes.size() - 1, row_var = size_t(k_.n_outer - 1);
+    std::set<std::pair<int32_t, std::vector<int64_t>>> seen;
+    for (const Expr& e : k_.body.exprs) {
+      if (e.op != EOp::Load || e.index[0].coef(last) != 1 || e.index[0].coef(row_var) == 0) continue;
+      bool stage0 = false;  // read by stage 0 (its reductions or stores)
+      for (const Accumulate& a : k_.accs) stage0 = stage0 || (k_.depth[size_t(a.expr)] == 0 && reads(a.expr, &e - k_.body.exprs.data()));
+      if (!stage0 || !seen.insert({e.value, e.index[0].k}).second) continue;
+      if (!prefetch_) prefetch_ = J.context_get_builtin_function(c_, "__builtin_prefetch");
+      gcc_jit_rvalue* saved = vars_[last];
+      vars_[last] = jb;
+      Affine next = e.index[0];
+      next.c += next.coef(row_var);
+      gcc_jit_type* pt = J.type_get_pointer(type(e.dtype));
+      gcc_jit_rvalue* p = assign(J.lvalue_get_address(element(e.value, next), nullptr), pt, "pf");
+      vars_[last] = saved;
+      gcc_jit_lvalue* q = local(t_.i64, "q");
+      open_loop(q, i64(0), n, 64 / int64_t(dtype_size(e.dtype)));  // one per cache line
+      gcc_jit_rvalue* at = J.lvalue_get_address(J.context_new_array_access(c_, nullptr, p, J.lvalue_as_rvalue(q)), nullptr);
+      gcc_jit_rvalue* args[1] = {J.context_new_cast(c_, nullptr, at, t_.vptr)};
+      J.block_add_eval(cur_, nullptr, J.context_new_call(c_, nullptr, prefetch_, 1, args));
+      close_loop();
+    }
+  }
+  bool reads(int32_t root, int64_t load) const {
+    if (root == load) return true;
+    const Expr& e = k_.body.exprs[size_t(root)];
+    for (int32_t o : {e.a, e.b, e.c})
+      if (o >= 0 && reads(o, load)) return true;
+    return false;
+  }
+
   // ---- values reused across stages ----
   // A block call's values needed by several stages of an outer iteration (softmax's exp(x - max):
   // summed in stage 1, scaled in stage 2) are kept in a per-row array by the first stage and read
@@ -435,6 +473,7 @@ class KernelEmitter {
     J.block_add_assignment(cur_, nullptr, len, bin(t_.i64, GCC_JIT_BINARY_OP_MINUS, hi_, jb));
     clamp_above(len, kBlock);
     gcc_jit_rvalue* n = J.lvalue_as_rvalue(len);
+    if (d == k_.max_depth && d > 0) prefetch_next_row(jb, n);
     const auto& ex = k_.body.exprs;
     // phases and temporaries
     // a value an earlier stage left in its row cache: read like a load
@@ -601,6 +640,7 @@ class KernelEmitter {
   std::map<int32_t, gcc_jit_rvalue*> outer_;
   std::map<int, gcc_jit_lvalue*> accs_;
   std::map<int32_t, RowCache> row_cache_;
+  gcc_jit_function* prefetch_ = nullptr;
   int counter_ = 0;
 };
 

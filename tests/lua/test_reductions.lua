@@ -343,6 +343,16 @@ describe("float32 accuracy against float64 references", function()
     within(g:var():item(), m2 / (N - 1), 1e-5, "var")
     within(g:std({ correction = 0 }):item(), math.sqrt(m2 / N), 1e-5, "std")
   end)
+  it("var and std of constant rows are exactly 0, never NaN (found by the compile fuzzer)", function()
+    for _, seed in ipairs({ 98780, 1, 2, 3 }) do
+      T.manual_seed(seed)
+      local rows = T.randn({ 1, 4 }):expand({ 3, 4 }):transpose(1, 2)  -- 4 rows of 3 equal values
+      for _, r in ipairs({ rows, rows:contiguous(), T.randn(7, 1):expand(7, 600) * 3.7 }) do
+        expect.eq(r:var(2):abs():max():item(), 0, "var of constant rows")
+        expect.eq(r:std(2, true):abs():max():item(), 0, "std of constant rows")
+      end
+    end
+  end)
   it("norm and logsumexp of 1e6 values", function()
     within(u:norm():item(), math.sqrt(ksum(uv, function(v) return v * v end)), 1e-6, "norm")
     within(u:norm(nil, nil, { p = 1 }):item(), ksum(uv), 1e-6, "norm p=1")

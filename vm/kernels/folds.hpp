@@ -140,10 +140,15 @@ template <class T> struct Var {
   void run(Acc& a, const T* x, int64_t n, int64_t) const {
     for (int64_t i = 0; i < n; i += lanes::kBlock) {
       int64_t len = std::min(lanes::kBlock, n - i);
-      double mean = double(lanes::sum<C>(x + i, len, Identity{})) / double(len);
-      C c = C(mean);
-      C m2 = lanes::sum<C>(x + i, len, [c](C v) { C d = v - c; return d * d; });
-      merge_moments(a, Moments{double(len), mean, double(m2) - double(len) * (mean - double(c)) * (mean - double(c))});
+      // Deviations from a shift c near the mean: Σ(v - mean)² = Σ(v - c)² - (Σ(v - c))² / len
+      // for any c. Both sums use the same rounded c (the identity holds for it), and a
+      // constant block gives exactly 0; rounding can still leave a tiny negative: clamp.
+      C c = C(double(lanes::sum<C>(x + i, len, Identity{})) / double(len));
+      double s1 = double(lanes::sum<C>(x + i, len, [c](C v) { return v - c; }));
+      double s2 = double(lanes::sum<C>(x + i, len, [c](C v) { C d = v - c; return d * d; }));
+      double m2 = s2 - s1 * s1 / double(len);
+      if (m2 < 0) m2 = 0;  // (NaN stays NaN)
+      merge_moments(a, Moments{double(len), double(c) + s1 / double(len), m2});
     }
   }
   void cols(Acc* a, const T* x, int64_t m, int64_t) const {

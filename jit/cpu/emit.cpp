@@ -325,12 +325,19 @@ class KernelEmitter {
       close_loop();
     }
   }
+  // whether expr `root` depends on expr `load` (each shared subexpression visited once: a walk
+  // without the set is exponential in the depth of a DAG such as x = x * x repeated)
   bool reads(int32_t root, int64_t load) const {
-    if (root == load) return true;
-    const Expr& e = k_.body.exprs[size_t(root)];
-    for (int32_t o : {e.a, e.b, e.c})
-      if (o >= 0 && reads(o, load)) return true;
-    return false;
+    std::set<int32_t> seen;
+    std::function<bool(int32_t)> walk = [&](int32_t i) {
+      if (i == load) return true;
+      if (!seen.insert(i).second) return false;
+      const Expr& e = k_.body.exprs[size_t(i)];
+      for (int32_t o : {e.a, e.b, e.c})
+        if (o >= 0 && walk(o)) return true;
+      return false;
+    };
+    return walk(root);
   }
 
   // ---- values reused across stages ----

@@ -297,9 +297,11 @@ class KernelEmitter {
 
   // ---- prefetching ----
   // A kernel of several stages reads its input rows from memory in stage 0 (softmax's max,
-  // layer norm's mean) and from the L1/L2 cache after that. While the last stage computes, the
-  // block of the next outer iteration's rows that stage 0 will read is prefetched, so the memory
-  // reads overlap with arithmetic instead of stalling the next row's first pass.
+  // layer norm's mean) and from the L1/L2 cache after that. While stage 1 computes, the block of
+  // the next outer iteration's rows that stage 0 will read is prefetched, so the memory reads
+  // overlap with the arithmetic of the later stages instead of stalling the next row's first
+  // pass. Stage 1 rather than the last: the prefetches get all the later stages to complete in
+  // (layer norm 1.00 -> 0.92 ms; from the last stage they arrived late and stalled it).
   void prefetch_next_row(gcc_jit_rvalue* jb, gcc_jit_rvalue* n) {
     if (k_.n_outer == 0) return;
     size_t last = k_.sizes.size() - 1, row_var = size_t(k_.n_outer - 1);
@@ -480,7 +482,7 @@ class KernelEmitter {
     J.block_add_assignment(cur_, nullptr, len, bin(t_.i64, GCC_JIT_BINARY_OP_MINUS, hi_, jb));
     clamp_above(len, kBlock);
     gcc_jit_rvalue* n = J.lvalue_as_rvalue(len);
-    if (d == k_.max_depth && d > 0) prefetch_next_row(jb, n);
+    if (d == 1) prefetch_next_row(jb, n);
     const auto& ex = k_.body.exprs;
     // phases and temporaries
     // a value an earlier stage left in its row cache: read like a load

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "vm/kernels/scalar_math.hpp"
+#include "vm/kernels/wide.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr {
@@ -346,11 +347,13 @@ bool computes_in(Rule rule, DType d) {
 
 // out[i] = Op::f(a[i][, b[i]]) over contiguous arrays of T: the loop of map_row's contiguous
 // path (the same inlined Op::f, load and store, the same __restrict output), so it vectorises the
-// same way and its results are bit-identical to the eager kernel's.
+// same way and its results equal the eager kernel's (the AVX-512 twin's within rounding: the same
+// operations, GCC may contract a * b + c into one fma differently).
 // Integer fmod / remainder do not check for a zero divisor here (the eager binary op fails
 // before running its loop; a % 0 is undefined): callers must not use them for integers unless
 // the divisors are known to be non-zero.
-template <class Op, int Arity, class T> void block_loop(const void* a, const void* b, void* out, int64_t n) {
+template <class Op, int Arity, class T>
+[[gnu::always_inline]] inline void block_body(const void* a, const void* b, void* out, int64_t n) {
   constexpr bool to_bool = Op::rule == Rule::Bool || Op::rule == Rule::Compare || Op::rule == Rule::Logical;
   using TO = std::conditional_t<to_bool, bool, T>;
   TO* __restrict o = static_cast<TO*>(out);
@@ -363,15 +366,23 @@ template <class Op, int Arity, class T> void block_loop(const void* a, const voi
     for (int64_t i = 0; i < n; ++i) store(o[i], Op::f(load(x[i]), load(y[i])));
   }
 }
+template <class Op, int Arity, class T> void block_loop(const void* a, const void* b, void* out, int64_t n) {
+  block_body<Op, Arity, T>(a, b, out, n);
+}
+template <class Op, int Arity, class T>
+CR_TARGET_AVX512 void block_loop_avx512(const void* a, const void* b, void* out, int64_t n) {
+  block_body<Op, Arity, T>(a, b, out, n);
+}
 
-// The OpDef::block of Op: block_loop for the compute dtypes Op's rule allows, except float16 /
+// The OpDef::block of Op: block_loop (or its AVX-512 twin) for the compute dtypes Op's rule allows, except float16 /
 // bfloat16 (not needed by the code generators, and not instantiated).
 template <class Op, int Arity> BlockFn block_of(DType compute) {
   if (!computes_in(Op::rule, compute)) return nullptr;
   BlockFn fn = nullptr;
   visit_rule<Op::rule>(compute, [&](auto t) {
     using T = decltype(t);
-    if constexpr (!std::is_same_v<T, Half> && !std::is_same_v<T, BFloat16>) fn = &block_loop<Op, Arity, T>;
+    if constexpr (!std::is_same_v<T, Half> && !std::is_same_v<T, BFloat16>)
+      fn = use_avx512_loops() ? &block_loop_avx512<Op, Arity, T> : &block_loop<Op, Arity, T>;
   });
   return fn;
 }

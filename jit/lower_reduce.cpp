@@ -14,6 +14,10 @@ namespace cr::jit {
 
 namespace {
 
+// whole-tensor-like reductions split in two (Decomposition::split_of): at most this many results,
+// at least this many inputs
+constexpr int64_t kSplitMaxResults = 8, kSplitMinCount = int64_t(1) << 16;
+
 struct Decomposition {
   Lowerer& L;
   int32_t x;                  // loop value of the input
@@ -48,6 +52,7 @@ struct Decomposition {
   // A reduction of `body` (over the input's variables) of dtype `value`; `final` makes it the
   // graph output (its dims as the op's keepdim says), else a keep-dims intermediate.
   int32_t reduce(Body body, ReduceKind kind, DType value, bool final) {
+    if (auto [d, parts] = split_of(); parts > 1) return reduce_split(std::move(body), kind, value, final, d, parts);
     LoopValue v{LKind::Reduction, final ? gv_out : -1, final ? out : kept_sizes(), value};
     v.graph_node = node;
     v.in_sizes = in;
@@ -60,6 +65,84 @@ struct Decomposition {
       else if (!final || keepdim) v.out_vars.push_back(-1);
     return L.add_value(std::move(v));
   }
+  // A reduction with few results and many inputs (a whole-tensor sum) runs in two steps, so
+  // that the threads share it: partial results over `parts` slices of one reduced dim (a kernel
+  // whose outer loop of `parts` rows runs in parallel), then their reduction. The partials keep
+  // the accumulator dtype (float64 sums of float32), so the result is within float32 rounding of
+  // the one-pass fold. A reduced dim followed by other reduced dims is kept whole (its rows are
+  // the slices): the iteration space stays the input's, so a pointwise producer still fuses into
+  // the partial reduction. Otherwise a reduced dim is cut into `parts` slices, which only pays
+  // when the input is already in memory (a producer would no longer fuse). Returns {dim, parts};
+  // parts = 0: no split.
+  std::pair<size_t, int64_t> split_of() const {
+    int64_t results = 1;
+    for (size_t d = 0; d < in.size(); ++d)
+      if (!mask[d]) results *= in[d];
+    if (results > kSplitMaxResults || count < kSplitMinCount) return {0, 0};
+    for (size_t d = 0; d < in.size(); ++d) {
+      bool later = false;  // another reduced dim of size > 1 after d
+      for (size_t e = d + 1; e < in.size(); ++e) later = later || (mask[e] && in[e] > 1);
+      if (mask[d] && in[d] >= 8 && later) return {d, in[d]};
+    }
+    LKind input = L.val(x).kind;
+    if (input == LKind::Pointwise || input == LKind::Reduction) return {0, 0};
+    for (size_t d = 0; d < in.size(); ++d)
+      for (int64_t parts : {64, 32, 128, 16, 256, 8})
+        if (mask[d] && in[d] % parts == 0 && count / parts >= kSplitMinCount / 64) return {d, parts};
+    return {0, 0};
+  }
+  int32_t reduce_split(Body body, ReduceKind kind, DType value, bool final, size_t d, int64_t parts) {
+    // variable d becomes (p, j), p < parts, j < m: the old variable is m p + j (no j when m = 1)
+    int64_t m = in[d] / parts;
+    size_t extra = m > 1 ? 1 : 0;
+    Shape in2 = in;
+    in2[d] = parts;
+    if (extra) in2.insert(in2.begin() + std::ptrdiff_t(d) + 1, m);
+    std::vector<Affine> vars;
+    for (size_t v = 0; v < in.size(); ++v) {
+      Affine a = Affine::var(v < d ? v : v + extra);
+      if (v == d && extra) {
+        a = Affine::var(d + 1);
+        a.add(d, m);
+      }
+      vars.push_back(a);
+    }
+    for (Expr& e : body.exprs)
+      for (Affine& a : e.index) a = substitute(a, vars);
+    std::vector<char> mask2 = mask;
+    mask2[d] = 0;
+    if (extra) mask2.insert(mask2.begin() + std::ptrdiff_t(d) + 1, 1);
+    // the partials: keep-dims over in2 (p kept)
+    DType acc = reduce_acc_dtype(kind, body.exprs[size_t(body.root)].dtype);
+    Shape psizes = in2;
+    for (size_t k = 0; k < in2.size(); ++k)
+      if (mask2[k]) psizes[k] = 1;
+    LoopValue pv{LKind::Reduction, -1, psizes, acc};
+    pv.graph_node = node;
+    pv.in_sizes = in2;
+    pv.reduced = mask2;
+    pv.reduce = kind;
+    pv.acc_dtype = acc;
+    pv.body = std::move(body);
+    for (size_t k = 0; k < in2.size(); ++k) pv.out_vars.push_back(mask2[k] ? -1 : int(k));
+    int32_t partial = L.add_value(std::move(pv));
+    // their reduction over p, as the original reduction's result
+    std::vector<int> all(psizes.size());
+    for (size_t k = 0; k < all.size(); ++k) all[k] = int(k);
+    LoopValue v{LKind::Reduction, final ? gv_out : -1, final ? out : kept_sizes(), value};
+    v.graph_node = node;
+    v.in_sizes = psizes;
+    v.reduced = mask2;
+    v.reduced[d] = 1;
+    v.reduce = kind;
+    v.acc_dtype = reduce_acc_dtype(kind, acc);
+    v.body.root = Lowerer::load_at(v.body, L.val(partial), partial, all);
+    for (size_t k = 0; k < in.size(); ++k)
+      if (!mask[k]) v.out_vars.push_back(int(k < d ? k : k + extra));
+      else if (!final || keepdim) v.out_vars.push_back(-1);
+    return L.add_value(std::move(v));
+  }
+
   // A pointwise value over the kept dims (keep-dims form unless `final`).
   template <class F> int32_t per_output(DType d, bool final, F build) {
     LoopValue v{LKind::Pointwise, final ? gv_out : -1, final ? out : kept_sizes(), d};

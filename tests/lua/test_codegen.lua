@@ -316,6 +316,24 @@ describe("native CPU code: fusion", function()
       -- kernel's is closer to the float64 sum), hence atol 1e-3
       function() T.manual_seed(55); return T.randn(64, 128), T.randn(64, 128) end, { float32 = { 1e-5, 1e-3 } }), 1)
   end)
+  it("splits large whole-tensor reductions in two kernels so that the threads share them", function()
+    -- 2-d with a prologue: partial sums per row (one kernel with the prologue), then their sum
+    S.eq(kernels("big sum of (x+y)*2", function(x, y) return ((x + y) * 2.625):sum() end,
+      function() T.manual_seed(57); return T.randn(512, 256), T.randn(512, 256) end, { float32 = { 1e-5, 1e-2 } }), 2)
+    -- 1-d inputs in memory: cut into slices; max with a NaN, int64 sum, keepdim, mean, prod
+    local function ones_nan(call)
+      T.manual_seed(58 + call)
+      local x = T.randn(131072)
+      if call == 2 then x[77777] = 0 / 0 end
+      return x, (x * 4):floor():long(), T.rand(131072) * 0.01 + 0.995
+    end
+    S.eq(kernels("big 1-d reductions", function(x, i, p)
+      return x:amax(), i:sum(), x:sum(1, true), x:mean(), p:prod(), x:amin(1)
+    end, ones_nan, { float32 = { 1e-4, 1e-3 } }), 12)
+    -- a few results (2 rows of 2^16): split along the reduced dims; a transposed input
+    S.eq(kernels("sum over dims 2, 3", function(x) return x:sum({ 2, 3 }), x:transpose(2, 3):amax({ 2, 3 }) end,
+      function() T.manual_seed(59); return T.randn(2, 256, 256) end, { float32 = { 1e-5, 1e-3 } }), 4)
+  end)
   it("gives correct results with a matmul between pointwise ops", function()
     local n = kernels("matmul inside", function(x, w, b)
       local h = (x * 1.5 + b):tanh()

@@ -49,17 +49,23 @@ struct Decomposition {
   // a keep-dims intermediate, loaded broadcast over the full variables
   int32_t at_full(Body& b, int32_t lv) const { return Lowerer::load_at(b, L.val(lv), lv, kept()); }
 
+  // A Reduction of `body` over variables `vars` (folded where `mask`), of dtype `value`: the graph
+  // output when `final`, else a keep-dims intermediate; its out_vars are the caller's.
+  LoopValue reduction(bool final, DType value, const Shape& vars, const std::vector<char>& m, ReduceKind kind, Body body) const {
+    LoopValue v{LKind::Reduction, final ? gv_out : -1, final ? out : kept_sizes(), value};
+    v.graph_node = node;
+    v.in_sizes = vars;
+    v.reduced = m;
+    v.reduce = kind;
+    v.acc_dtype = reduce_acc_dtype(kind, body.exprs[size_t(body.root)].dtype);
+    v.body = std::move(body);
+    return v;
+  }
   // A reduction of `body` (over the input's variables) of dtype `value`; `final` makes it the
   // graph output (its dims as the op's keepdim says), else a keep-dims intermediate.
   int32_t reduce(Body body, ReduceKind kind, DType value, bool final) {
     if (auto [d, parts] = split_of(); parts > 1) return reduce_split(std::move(body), kind, value, final, d, parts);
-    LoopValue v{LKind::Reduction, final ? gv_out : -1, final ? out : kept_sizes(), value};
-    v.graph_node = node;
-    v.in_sizes = in;
-    v.reduced = mask;
-    v.reduce = kind;
-    v.acc_dtype = reduce_acc_dtype(kind, body.exprs[size_t(body.root)].dtype);
-    v.body = std::move(body);
+    LoopValue v = reduction(final, value, in, mask, kind, std::move(body));
     for (size_t d = 0; d < in.size(); ++d)
       if (!mask[d]) v.out_vars.push_back(int(d));
       else if (!final || keepdim) v.out_vars.push_back(-1);
@@ -117,26 +123,17 @@ struct Decomposition {
     Shape psizes = in2;
     for (size_t k = 0; k < in2.size(); ++k)
       if (mask2[k]) psizes[k] = 1;
-    LoopValue pv{LKind::Reduction, -1, psizes, acc};
-    pv.graph_node = node;
-    pv.in_sizes = in2;
-    pv.reduced = mask2;
-    pv.reduce = kind;
-    pv.acc_dtype = acc;
-    pv.body = std::move(body);
+    LoopValue pv = reduction(false, acc, in2, mask2, kind, std::move(body));
+    pv.sizes = psizes;
     for (size_t k = 0; k < in2.size(); ++k) pv.out_vars.push_back(mask2[k] ? -1 : int(k));
     int32_t partial = L.add_value(std::move(pv));
     // their reduction over p, as the original reduction's result
     std::vector<int> all(psizes.size());
     for (size_t k = 0; k < all.size(); ++k) all[k] = int(k);
-    LoopValue v{LKind::Reduction, final ? gv_out : -1, final ? out : kept_sizes(), value};
-    v.graph_node = node;
-    v.in_sizes = psizes;
-    v.reduced = mask2;
-    v.reduced[d] = 1;
-    v.reduce = kind;
-    v.acc_dtype = reduce_acc_dtype(kind, acc);
-    v.body.root = Lowerer::load_at(v.body, L.val(partial), partial, all);
+    mask2[d] = 1;
+    Body b;
+    b.root = Lowerer::load_at(b, L.val(partial), partial, all);
+    LoopValue v = reduction(final, value, psizes, mask2, kind, std::move(b));
     for (size_t k = 0; k < in.size(); ++k)
       if (!mask[k]) v.out_vars.push_back(int(k < d ? k : k + extra));
       else if (!final || keepdim) v.out_vars.push_back(-1);

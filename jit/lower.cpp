@@ -316,8 +316,8 @@ struct NodeLowering {
       root = b.add(Expr{EOp::Select, m.dtype, c, operand(b, 1, shape, m.dtype), operand(b, 2, shape, m.dtype)});
     } else if (def.kind == OpKind::Unary || def.kind == OpKind::Binary) {
       if (!def.expr) return reject("no scalar expression");
-      if (!is_floating(compute) && (name == "fmod" || name == "remainder" || name == "pow"))
-        return reject("integer fmod / remainder / pow check their values (division by zero, negative powers)");
+      if (!is_floating(compute) && (def.flags & kValueErrors))
+        return reject("its integer form checks the values (division by zero, negative powers)");
       int32_t x = operand(b, 0, shape, compute);
       if (name == "pow" && is_floating(compute) && n.args[1].tag == kNumber) root = pow_scalar(b, x, n.args[1].num, compute);
       if (root >= 0) {

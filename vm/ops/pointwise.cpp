@@ -439,8 +439,13 @@ template <class Op> OpDef unary_def() {
 const char* binary_schema(const std::string& name) {  // add / sub also take {alpha =}
   return name == "add" || name == "sub" ? "self:TN, other:TN, opts:{alpha:N}" : "self:TN, other:TN";
 }
+// Integer fmod / remainder fail on a zero divisor and integer pow on a negative exponent
+// (run_binary): flagged, so that the code generators leave their integer forms to eager.
+template <class Op> constexpr bool kIntegerValueErrors =
+    std::is_same_v<Op, Op_fmod> || std::is_same_v<Op, Op_remainder> || std::is_same_v<Op, Op_pow>;
 template <class Op> OpDef binary_def(const char* schema) {
-  return OpDef{Op::name, schema, OpKind::Binary, 0, infer_binary<Op>, run_binary<Op>, Op::expr, block_of<Op, 2>};
+  int32_t flags = kIntegerValueErrors<Op> ? kValueErrors : 0;
+  return OpDef{Op::name, schema, OpKind::Binary, flags, infer_binary<Op>, run_binary<Op>, Op::expr, block_of<Op, 2>};
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 // run by the eager kernels inside the compiled graph, with the reason kept for the fusion log.
 #include <cctype>
 #include <cmath>
-#include <cstring>
 
 #include "jit/lower.hpp"
 #include "vm/kernels/scalar_math.hpp"
@@ -94,8 +93,7 @@ int32_t Lowerer::call(Body& b, const char* op, int32_t x, int32_t y, DType d) {
   const OpDef* def = Registry::get().find(op);
   BlockFn fn = def && def->block ? def->block(d) : nullptr;
   if (!fn) return -1;
-  bool pred = std::strcmp(op, "isnan") == 0 || std::strcmp(op, "isinf") == 0;
-  Expr e{EOp::Call, pred ? DType::b8 : d};
+  Expr e{EOp::Call, def->flags & kBoolResult ? DType::b8 : d};
   e.name = op;
   e.fn = fn;
   e.a = x;

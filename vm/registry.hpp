@@ -24,6 +24,7 @@ enum OpFlag : int32_t {
   kListOut = 16,      // returns a Lua table of tensors (split, chunk)
   kRandom = 32,       // draws from the generator: never folded, merged or dropped by graph passes
   kValueErrors = 64,  // may fail on tensor values (an index out of range), not only on metadata
+  kBoolResult = 128,  // pointwise: a bool result whatever the compute dtype (isnan, eq, logical_and)
 };
 
 struct Meta {

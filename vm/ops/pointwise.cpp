@@ -96,7 +96,7 @@ DType compute_dtype(Rule rule, DType in, const char* name) {
   (void)name;
 }
 
-DType out_dtype(Rule rule, DType compute) {
+constexpr DType out_dtype(Rule rule, DType compute) {
   return rule == Rule::Bool || rule == Rule::Compare || rule == Rule::Logical ? DType::b8 : compute;
 }
 
@@ -433,8 +433,9 @@ void run_inplace(OpCall& c) {
   copy_into(self, inner.outs[0]);
 }
 
+template <class Op> constexpr int32_t kResultFlag = out_dtype(Op::rule, DType::f32) == DType::b8 ? kBoolResult : 0;
 template <class Op> OpDef unary_def() {
-  return OpDef{Op::name, "self:T", OpKind::Unary, 0, infer_unary<Op>, run_unary<Op>, Op::expr, block_of<Op, 1>};
+  return OpDef{Op::name, "self:T", OpKind::Unary, kResultFlag<Op>, infer_unary<Op>, run_unary<Op>, Op::expr, block_of<Op, 1>};
 }
 const char* binary_schema(const std::string& name) {  // add / sub also take {alpha =}
   return name == "add" || name == "sub" ? "self:TN, other:TN, opts:{alpha:N}" : "self:TN, other:TN";
@@ -444,7 +445,7 @@ const char* binary_schema(const std::string& name) {  // add / sub also take {al
 template <class Op> constexpr bool kIntegerValueErrors =
     std::is_same_v<Op, Op_fmod> || std::is_same_v<Op, Op_remainder> || std::is_same_v<Op, Op_pow>;
 template <class Op> OpDef binary_def(const char* schema) {
-  int32_t flags = kIntegerValueErrors<Op> ? kValueErrors : 0;
+  int32_t flags = kResultFlag<Op> | (kIntegerValueErrors<Op> ? kValueErrors : 0);
   return OpDef{Op::name, schema, OpKind::Binary, flags, infer_binary<Op>, run_binary<Op>, Op::expr, block_of<Op, 2>};
 }
 

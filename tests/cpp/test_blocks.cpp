@@ -23,15 +23,21 @@ const DType kDTypes[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::
 
 enum class Fill { Any, Divisor, Exponent };
 
+// A 1-d tensor of n values of dtype d: fill(p, g) writes them through p (of the element type)
+// from the generator g seeded with seed.
+template <class F> Tensor filled(DType d, int64_t n, uint32_t seed, F fill) {
+  Tensor t = Tensor::empty({n}, d);
+  std::mt19937 g(seed);
+  visit(d, [&](auto z) { fill(t.data<decltype(z)>(), g); });
+  return t;
+}
+
 // n random values of dtype d. Floats: mostly in [-8, 8], one in eight a special value (NaN,
 // +-inf, +-0, +-1, huge, subnormal, near exp's overflow). Integers: Any in +-1000 (int32) /
 // +-100000 (int64), Divisor in [1, 50], Exponent in [-2, 12]. Bools: either.
 Tensor random_tensor(DType d, int64_t n, uint32_t seed, Fill fill = Fill::Any) {
-  Tensor t = Tensor::empty({n}, d);
-  std::mt19937 g(seed);
-  visit(d, [&](auto z) {
-    using T = decltype(z);
-    T* p = t.data<T>();
+  return filled(d, n, seed, [&](auto* p, std::mt19937& g) {
+    using T = std::remove_pointer_t<decltype(p)>;
     if constexpr (std::is_floating_point_v<T>) {
       using L = std::numeric_limits<T>;
       const T specials[] = {L::quiet_NaN(), L::infinity(), -L::infinity(), T(0), -T(0), T(1), T(-1), T(0.5),
@@ -48,7 +54,6 @@ Tensor random_tensor(DType d, int64_t n, uint32_t seed, Fill fill = Fill::Any) {
       for (int64_t i = 0; i < n; ++i) p[i] = T(fill == Fill::Divisor ? div(g) : fill == Fill::Exponent ? ex(g) : any(g));
     }
   });
-  return t;
 }
 
 Tensor eager(Context& ctx, const char* op, const std::vector<Tensor>& ins, const char* opt = nullptr) {
@@ -259,11 +264,8 @@ void fold(ReduceKind k, const Tensor& x, int64_t begin, int64_t end, Acc& acc) {
 // Reduction inputs: floats in [-1, 1] (sum, max, min) or [0.99, 1.01] (prod); integers in
 // +-1e6 / +-1e12, or in {-3..3} \ {0} (prod: the product wraps, and is compared exactly).
 Tensor reduce_input(ReduceKind k, DType d, int64_t n, uint32_t seed) {
-  Tensor t = Tensor::empty({n}, d);
-  std::mt19937 g(seed);
-  visit(d, [&](auto z) {
-    using T = decltype(z);
-    T* p = t.data<T>();
+  return filled(d, n, seed, [&](auto* p, std::mt19937& g) {
+    using T = std::remove_pointer_t<decltype(p)>;
     if constexpr (std::is_floating_point_v<T>) {
       std::uniform_real_distribution<double> u(k == ReduceKind::Prod ? 0.99 : -1, k == ReduceKind::Prod ? 1.01 : 1);
       for (int64_t i = 0; i < n; ++i) p[i] = T(u(g));
@@ -275,7 +277,6 @@ Tensor reduce_input(ReduceKind k, DType d, int64_t n, uint32_t seed) {
       for (int64_t i = 0; i < n; ++i) p[i] = T(k == ReduceKind::Prod ? small(g) * (g() & 1 ? 1 : -1) : any(g));
     }
   });
-  return t;
 }
 
 // Checks acc against the reference of kind over x[begin, end).

@@ -60,6 +60,12 @@ end
 local io_ = require "crescent.io"
 T.save, T.load, T.save_npy, T.load_npy = io_.save, io_.load, io_.save_npy, io_.load_npy
 
+-- neural networks (API.md section 4)
+T.F = require "crescent.functional"
+T.nn = require "crescent.nn"
+T.F.bind(T)
+T.nn.bind(T)
+
 -- compilation (API.md section 5)
 local compile = require "crescent.compile"
 T.compile, T.explain, T.compiler, T.config, T.mark_dynamic =

@@ -100,4 +100,14 @@ Tensor writable(const OpCall& c, int i) {
   return t;
 }
 
+Along along(const Tensor& x, int d) {
+  Along a;
+  for (int k = 0; k < x.dim(); ++k) {
+    if (k < d) a.outer *= x.size(k);
+    else if (k == d) a.n = x.size(k);
+    else a.inner *= x.size(k);
+  }
+  return a;
+}
+
 }  // namespace cr

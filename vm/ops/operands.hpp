@@ -55,6 +55,12 @@ template <class F> decltype(auto) visit_numeric(DType d, F&& f) {  // all but bo
   }
 }
 
+// A tensor seen as {outer, n, inner} around dim d (the ops along one dim: scans, sorting).
+struct Along {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+Along along(const Tensor& x, int d);
+
 // The tensor an in-place op writes: rejects expanded views, where one memory slot is several
 // elements (PyTorch raises too: the result would depend on the write order).
 Tensor writable(const OpCall& c, int i);

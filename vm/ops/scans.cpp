@@ -11,19 +11,6 @@
 namespace cr {
 namespace {
 
-struct Along {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-Along along(const Tensor& x, int d) {
-  Along a;
-  for (int k = 0; k < x.dim(); ++k) {
-    if (k < d) a.outer *= x.size(k);
-    else if (k == d) a.n = x.size(k);
-    else a.inner *= x.size(k);
-  }
-  return a;
-}
-
 constexpr int64_t kTile = 256;  // columns walked together when inner > 1
 
 // Calls row(o, j0, cols) for every outer index and tile of columns, in parallel.

@@ -1,0 +1,202 @@
+-- crescent.functional: T.F (API.md section 4). Each function is a composition of registry ops,
+-- so inside T.compile it is captured op by op and fused like user code (Inductor's
+-- decompositions): layer_norm becomes a mean, a variance and one pointwise tail; attention two
+-- matmuls around a softmax. Signatures follow torch.nn.functional; class indices are 1-based.
+local core = require "crescent.core"
+local fail, is_tensor = core.fail, core.is_tensor
+
+local F = {}
+local T  -- crescent, bound by F.bind (crescent.lua requires this file while building T)
+
+function F.bind(t) T = t end
+
+local function check_tensor(op, i, name, v)
+  if not is_tensor(v) then
+    fail(string.format("%s: argument %d (%s) expected a tensor, got %s", op, i, name, type(v)))
+  end
+end
+local function check_opts(op, i, opts, allowed)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" or is_tensor(opts) then
+    fail(string.format("%s: argument %d (opts) expected a table, got %s", op, i, type(opts)))
+  end
+  for k in pairs(opts) do
+    if not allowed[k] then
+      local names = {}
+      for n in pairs(allowed) do names[#names + 1] = n end
+      table.sort(names)
+      fail(string.format("%s: unknown option '%s' (expected one of: %s)", op, tostring(k), table.concat(names, ", ")))
+    end
+  end
+  return opts
+end
+
+-- float16 / bfloat16 inputs of the normalisations compute in float32 and round once at the end,
+-- as PyTorch's CPU and CUDA kernels do.
+local function widen(x)
+  local dt = x.dtype
+  if dt == "float16" or dt == "bfloat16" then return x:float(), dt end
+  return x, nil
+end
+local function narrow_back(y, dt) return dt and y:to(dt) or y end
+
+-- The trailing dims a normalisation covers: normalized_shape must match x's last sizes.
+local function last_dims(op, x, shape)
+  if type(shape) == "number" then shape = { shape } end
+  if type(shape) ~= "table" or #shape == 0 then
+    fail(op .. ": argument 2 (normalized_shape) expected a size or a non-empty list of sizes, got " .. tostring(shape))
+  end
+  local n, xs = #shape, x.shape
+  local ok = n <= #xs
+  for i = 1, n do ok = ok and xs[#xs - n + i] == shape[i] end
+  if not ok then
+    fail(string.format("%s: normalized_shape {%s} expected to match the last sizes of the input of shape {%s}",
+      op, table.concat(shape, ","), table.concat(xs, ",")))
+  end
+  local dims = {}
+  for i = 1, n do dims[i] = -i end
+  return dims
+end
+
+-- nn.functional ---------------------------------------------------------------------------------
+
+function F.linear(x, w, b) return T.linear(x, w, b) end
+function F.embedding(idx, w) return T.embedding(idx, w) end
+function F.relu(x) return T.relu(x) end
+function F.silu(x) return T.silu(x) end
+function F.gelu(x, opts) return T.gelu(x, opts) end
+function F.softmax(x, dim, opts) return T.softmax(x, dim, opts) end
+function F.log_softmax(x, dim, opts) return T.log_softmax(x, dim, opts) end
+
+-- layer_norm(x, normalized_shape[, weight[, bias[, eps = 1e-5]]]): biased variance, as PyTorch.
+function F.layer_norm(x, shape, w, b, eps)
+  check_tensor("layer_norm", 1, "input", x)
+  local dims = last_dims("layer_norm", x, shape)
+  local xf, dt = widen(x)
+  local mu = xf:mean(dims, true)
+  local xc = xf - mu
+  local y = xc * T.rsqrt((xc * xc):mean(dims, true) + (eps or 1e-5))
+  if w ~= nil then y = y * w end
+  if b ~= nil then y = y + b end
+  return narrow_back(y, dt)
+end
+
+-- rms_norm(x, normalized_shape[, weight[, eps]]): eps defaults to the machine epsilon of x's
+-- dtype, as torch.nn.functional.rms_norm.
+local EPS = { float32 = 1.1920928955078125e-07, float64 = 2.220446049250313e-16,
+              float16 = 0.0009765625, bfloat16 = 0.0078125 }
+function F.rms_norm(x, shape, w, eps)
+  check_tensor("rms_norm", 1, "input", x)
+  local dims = last_dims("rms_norm", x, shape)
+  local xf, dt = widen(x)
+  local y = xf * T.rsqrt((xf * xf):mean(dims, true) + (eps or EPS[x.dtype] or EPS.float32))
+  if w ~= nil then y = y * w end
+  return narrow_back(y, dt)
+end
+
+-- dropout(x[, p = 0.5[, training = true]]): zeroes elements with probability p and scales the
+-- rest by 1 / (1 - p); the identity when not training.
+function F.dropout(x, p, training)
+  check_tensor("dropout", 1, "input", x)
+  p = p == nil and 0.5 or p
+  if type(p) ~= "number" or p < 0 or p > 1 then
+    fail("dropout: argument 2 (p) expected a probability in [0, 1], got " .. tostring(p))
+  end
+  if training == false or p == 0 then return x end
+  if p == 1 then return x * 0 end
+  local keep = T.rand(x.shape):ge(p)
+  return T.where(keep, x / (1 - p), 0)
+end
+
+-- scaled_dot_product_attention(q, k, v[, {causal =, mask =, scale =}]): q {..., L, E},
+-- k {..., S, E}, v {..., S, Ev}. mask is a bool tensor (true: may attend) or a float tensor added
+-- to the scores, broadcast to {..., L, S}. causal is PyTorch's is_causal: query i sees keys
+-- 1..i, aligned top-left. A row with no visible key gives NaN, as in PyTorch.
+local SDPA_OPTS = { causal = true, mask = true, scale = true }
+function F.scaled_dot_product_attention(q, k, v, opts)
+  for i, t in ipairs({ q, k, v }) do check_tensor("scaled_dot_product_attention", i, ({ "query", "key", "value" })[i], t) end
+  opts = check_opts("scaled_dot_product_attention", 4, opts, SDPA_OPTS)
+  if opts.causal and opts.mask ~= nil then
+    fail("scaled_dot_product_attention: causal = true and a mask cannot be given together (PyTorch refuses both)")
+  end
+  local scale = opts.scale or 1 / math.sqrt(q:size(-1))
+  local s = T.matmul(q * scale, k:transpose(-2, -1))
+  if opts.causal then
+    local L, S = q:size(-2), k:size(-2)
+    s = s:masked_fill(T.ones(L, S, { dtype = "bool" }):triu(1), -math.huge)
+  elseif opts.mask ~= nil then
+    local m = opts.mask
+    check_tensor("scaled_dot_product_attention", 4, "mask", m)
+    if m.dtype == "bool" then s = s:masked_fill(m:logical_not(), -math.huge) else s = s + m end
+  end
+  return T.matmul(s:softmax(-1), v)
+end
+
+-- cross_entropy(input, target[, {reduction = "mean", ignore_index = -100, weight =,
+-- label_smoothing = 0}]): input {N, C} (or {C}, or {N, C, d...}) of logits; target holds 1-based
+-- class indices {N} (int64), or class probabilities of input's shape (floating).
+local CE_OPTS = { reduction = true, ignore_index = true, weight = true, label_smoothing = true }
+local REDUCTIONS = { mean = true, sum = true, none = true }
+
+local function class_dim(x) return x:dim() == 1 and 1 or 2 end
+
+local function ce_probabilities(lsm, target, o, cd)
+  if table.concat(target.shape, ",") ~= table.concat(lsm.shape, ",") then
+    fail("cross_entropy: class probabilities expected the input's shape {" .. table.concat(lsm.shape, ",") ..
+         "}, got {" .. table.concat(target.shape, ",") .. "}")
+  end
+  local C = lsm:size(cd)
+  local ls = o.label_smoothing or 0
+  if ls > 0 then target = target * (1 - ls) + ls / C end
+  local terms = lsm * target
+  if o.weight then terms = terms * o.weight:view(cd == 1 and { C } or F._class_view(lsm, C)) end
+  local loss = -terms:sum(cd)
+  if o.reduction == "none" then return loss end
+  if o.reduction == "sum" then return loss:sum() end
+  return loss:sum() / (lsm:numel() / C)
+end
+function F._class_view(x, C)  -- {1, C, 1, ...}: a per-class vector broadcast along dim 2
+  local s = { 1, C }
+  for _ = 3, x:dim() do s[#s + 1] = 1 end
+  return s
+end
+
+local function ce_indices(lsm, target, o, cd)
+  if target.dtype ~= "int64" and target.dtype ~= "int32" then
+    fail("cross_entropy: target expected int64 class indices (1-based) or floating class probabilities, got " .. target.dtype)
+  end
+  local C = lsm:size(cd)
+  local ignore = o.ignore_index or -100
+  local valid = target:ne(ignore)
+  local idx = T.where(valid, target, 1):long()
+  local picked = lsm:gather(cd, idx:unsqueeze(cd)):squeeze(cd)
+  local w = o.weight and T.where(valid, o.weight:index_select(1, idx:flatten()):view(idx.shape), 0) or valid:to(lsm.dtype)
+  local ls = o.label_smoothing or 0
+  local loss = -(picked * w)
+  if ls > 0 then
+    local smooth = o.weight and (lsm * o.weight:view(cd == 1 and { C } or F._class_view(lsm, C))):sum(cd) or lsm:sum(cd)
+    loss = loss * (1 - ls) - T.where(valid, smooth, 0) * (ls / C)
+  end
+  if o.reduction == "none" then return loss end
+  if o.reduction == "sum" then return loss:sum() end
+  return loss:sum() / w:sum()
+end
+
+function F.cross_entropy(input, target, opts)
+  check_tensor("cross_entropy", 1, "input", input)
+  check_tensor("cross_entropy", 2, "target", target)
+  local o = check_opts("cross_entropy", 3, opts, CE_OPTS)
+  o.reduction = o.reduction or "mean"
+  if not REDUCTIONS[o.reduction] then
+    fail("cross_entropy: option reduction expected \"mean\", \"sum\" or \"none\", got " .. tostring(o.reduction))
+  end
+  if input:dim() == 0 then fail("cross_entropy: input expected at least 1 dim (classes), got a 0-d tensor") end
+  local cd = class_dim(input)
+  local lsm = input:log_softmax(cd)
+  if target.dtype == "float32" or target.dtype == "float64" or target.dtype == "float16" or target.dtype == "bfloat16" then
+    return ce_probabilities(lsm, target, o, cd)
+  end
+  return ce_indices(lsm, target, o, cd)
+end
+
+return F

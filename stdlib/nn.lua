@@ -1,0 +1,393 @@
+-- crescent.nn: T.nn (API.md section 4). A Module is a Lua table whose tensor fields are its
+-- parameters and whose module fields are its children, remembered in the order they were first
+-- assigned (so parameters, state_dict and printing come out in definition order, as in PyTorch).
+-- Names in state_dict are PyTorch's: "h.0.attn.c_attn.weight" - list items are numbered from 0
+-- there, so weight files written by PyTorch load as they are, while Lua code indexes them from 1
+-- (`self.h[1]`).
+local core = require "crescent.core"
+local F = require "crescent.functional"
+local fail, is_tensor = core.fail, core.is_tensor
+
+local nn = {}
+local T  -- crescent, bound by nn.bind
+
+function nn.bind(t) T = t end
+
+-- classes ---------------------------------------------------------------------------------------
+
+local function is_module(v)
+  local mt = type(v) == "table" and getmetatable(v)
+  return mt and rawget(mt, "__module") == true or false
+end
+nn.is_module = is_module
+
+-- Assigning a new field records its name, so traversals keep definition order. Names starting
+-- with "_" are private state, never parameters.
+local function record(self, k, v)
+  rawset(self, k, v)
+  local known = rawget(self, "_known")
+  if not known[k] and (type(k) == "number" or (type(k) == "string" and k:sub(1, 1) ~= "_")) then
+    known[k] = true
+    local order = rawget(self, "_order")
+    order[#order + 1] = k
+  end
+end
+
+local Module = {}
+
+local function make_class(parent, name)
+  local cls = { __name = name, super = parent }
+  cls.__instance_mt = {
+    __module = true,
+    __index = cls,
+    __newindex = record,
+    __call = function(self, ...) return self:forward(...) end,
+    __tostring = function(self) return self:__repr() end,
+  }
+  return setmetatable(cls, {
+    __index = parent,
+    __call = function(c, ...) return c:new(...) end,
+    __tostring = function(c) return "nn class " .. c.__name end,
+  })
+end
+
+-- Module:extend(name) -> a subclass; define `function Sub:init(...)` (calling the parent's init
+-- is optional: the base state is set up before init runs) and `function Sub:forward(...)`.
+function Module:extend(name)
+  if type(name) ~= "string" then fail("Module:extend: argument 1 (name) expected a string, got " .. type(name)) end
+  return make_class(self, name)
+end
+
+function Module:new(...)
+  local self = setmetatable({ _order = {}, _known = {}, _buffers = {}, training = true }, self.__instance_mt)
+  self:init(...)
+  return self
+end
+
+function Module:init() end
+function Module:forward()
+  fail(self.__name .. ": forward is not defined (define function " .. self.__name .. ":forward(...))")
+end
+
+-- traversal -------------------------------------------------------------------------------------
+
+local function field_name(k) return type(k) == "number" and tostring(k - 1) or k end
+
+-- Calls visit(owner, key, value, full_name, is_buffer) for every tensor field, depth first.
+local function walk_tensors(m, prefix, visit, seen)
+  seen = seen or {}
+  if seen[m] then return end
+  seen[m] = true
+  for _, k in ipairs(rawget(m, "_order")) do
+    local v = rawget(m, k)
+    local name = prefix .. field_name(k)
+    if is_tensor(v) then visit(m, k, v, name, m._buffers[k] ~= nil)
+    elseif is_module(v) then walk_tensors(v, name .. ".", visit, seen) end
+  end
+end
+
+-- parameters() -> list of tensors (each once, even when shared)
+function Module:parameters()
+  local out, seen = {}, {}
+  walk_tensors(self, "", function(_, _, v, _, buf)
+    if not buf and not seen[v] then seen[v] = true; out[#out + 1] = v end
+  end)
+  return out
+end
+
+-- An iterator over a list of {name, value} pairs.
+local function pairs_of(list)
+  local i = 0
+  return function()
+    i = i + 1
+    if list[i] then return list[i][1], list[i][2] end
+  end
+end
+
+local function named_tensors(self, buffers)
+  local list = {}
+  walk_tensors(self, "", function(_, _, v, name, buf) if buf == buffers then list[#list + 1] = { name, v } end end)
+  return pairs_of(list)
+end
+
+-- named_parameters() -> an iterator: `for name, p in m:named_parameters() do`
+function Module:named_parameters() return named_tensors(self, false) end
+function Module:named_buffers() return named_tensors(self, true) end
+
+-- children in definition order: `for name, m in self:named_children() do`
+function Module:named_children()
+  local list = {}
+  for _, k in ipairs(self._order) do
+    local v = rawget(self, k)
+    if is_module(v) then list[#list + 1] = { field_name(k), v } end
+  end
+  return pairs_of(list)
+end
+
+-- modules() -> this module and all below it, depth first
+function Module:modules(out)
+  out = out or {}
+  out[#out + 1] = self
+  for _, m in self:named_children() do m:modules(out) end
+  return out
+end
+
+function Module:apply(fn)
+  for _, m in ipairs(self:modules()) do fn(m) end
+  return self
+end
+
+function Module:num_parameters()
+  local n = 0
+  for _, p in ipairs(self:parameters()) do n = n + p:numel() end
+  return n
+end
+
+-- register_buffer(name, t[, persistent = true]): a tensor that is state but not a parameter
+-- (a non-persistent one is left out of state_dict).
+function Module:register_buffer(name, t, persistent)
+  if type(name) ~= "string" then fail("register_buffer: argument 1 (name) expected a string, got " .. type(name)) end
+  if t ~= nil and not is_tensor(t) then fail("register_buffer: argument 2 (tensor) expected a tensor or nil, got " .. type(t)) end
+  self._buffers[name] = persistent ~= false and "persistent" or "transient"
+  self[name] = t
+  return t
+end
+
+-- state ------------------------------------------------------------------------------------------
+
+-- state_dict() -> table name -> tensor (parameters and persistent buffers; the tensors themselves)
+function Module:state_dict()
+  local sd = {}
+  walk_tensors(self, "", function(m, k, v, name, buf)
+    if not buf or m._buffers[k] == "persistent" then sd[name] = v end
+  end)
+  return sd
+end
+
+local function sorted_keys(t)
+  local ks = {}
+  for k in pairs(t) do ks[#ks + 1] = k end
+  table.sort(ks)
+  return ks
+end
+
+-- load_state_dict(sd[, {strict = true}]) copies sd's tensors into the module's (converting the
+-- dtype; sizes must match). strict: a missing or unexpected key is an error naming every such
+-- key. Returns {missing_keys =, unexpected_keys =}.
+function Module:load_state_dict(sd, opts)
+  if type(sd) ~= "table" or is_tensor(sd) then fail("load_state_dict: argument 1 (state_dict) expected a table of tensors, got " .. type(sd)) end
+  opts = opts or {}
+  local strict = opts.strict ~= false
+  local own, missing, unexpected, wrong = self:state_dict(), {}, {}, {}
+  for _, name in ipairs(sorted_keys(own)) do
+    local src = sd[name]
+    if src == nil then missing[#missing + 1] = name
+    elseif not is_tensor(src) then wrong[#wrong + 1] = name .. ": expected a tensor, got " .. type(src)
+    elseif src:_shape_str() ~= own[name]:_shape_str() then
+      wrong[#wrong + 1] = string.format("%s: the module has shape %s, the state_dict %s", name, own[name]:_shape_str(), src:_shape_str())
+    end
+  end
+  for _, name in ipairs(sorted_keys(sd)) do
+    if own[name] == nil then unexpected[#unexpected + 1] = tostring(name) end
+  end
+  local errs = {}
+  if #wrong > 0 then errs[#errs + 1] = "size mismatch for " .. table.concat(wrong, "; ") end
+  if strict and #missing > 0 then errs[#errs + 1] = "missing keys: " .. table.concat(missing, ", ") end
+  if strict and #unexpected > 0 then errs[#errs + 1] = "unexpected keys: " .. table.concat(unexpected, ", ") end
+  if #errs > 0 then fail("load_state_dict: " .. self.__name .. ": " .. table.concat(errs, "; ")) end
+  for name, t in pairs(own) do
+    if sd[name] ~= nil then t:copy_(sd[name]) end
+  end
+  return { missing_keys = missing, unexpected_keys = unexpected }
+end
+
+local FLOATING = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
+
+-- to(device_or_dtype_or_opts): parameters and buffers converted in place of the old ones. A dtype
+-- converts only floating tensors (index buffers keep theirs), as PyTorch's Module.to.
+function Module:to(arg)
+  local dtype = type(arg) == "string" and FLOATING[arg] and arg or (type(arg) == "table" and arg.dtype)
+  walk_tensors(self, "", function(m, k, v)
+    local converted
+    if dtype and not FLOATING[v.dtype] then
+      converted = type(arg) == "table" and arg.device and v:to(arg.device) or v
+    else
+      converted = v:to(arg)
+    end
+    rawset(m, k, converted)
+  end)
+  return self
+end
+function Module:float() return self:to("float32") end
+function Module:double() return self:to("float64") end
+function Module:half() return self:to("float16") end
+function Module:cpu() return self:to("cpu") end
+function Module:cuda() return self:to("cuda") end
+
+function Module:train(mode)
+  local on = mode ~= false
+  for _, m in ipairs(self:modules()) do rawset(m, "training", on) end
+  return self
+end
+function Module:eval() return self:train(false) end
+
+-- printing: PyTorch's layout; a class adds its settings with extra_repr()
+function Module:extra_repr() return "" end
+function Module:__repr()
+  local lines = {}
+  for name, m in self:named_children() do
+    local sub = tostring(m):gsub("\n", "\n  ")
+    lines[#lines + 1] = "  (" .. name .. "): " .. sub
+  end
+  local head = self.__name .. "(" .. self:extra_repr()
+  if #lines == 0 then return head .. ")" end
+  return head .. "\n" .. table.concat(lines, "\n") .. "\n)"
+end
+
+nn.Module = make_class(nil, "Module")
+for k, v in pairs(Module) do nn.Module[k] = v end
+
+-- layers ------------------------------------------------------------------------------------------
+
+local function positive_int(op, i, name, v)
+  if type(v) ~= "number" or v ~= math.floor(v) or v < 1 then
+    fail(string.format("%s: argument %d (%s) expected a positive integer, got %s", op, i, name, tostring(v)))
+  end
+  return v
+end
+local function options(op, i, opts, allowed)
+  opts = opts or {}
+  if type(opts) ~= "table" or is_tensor(opts) then fail(string.format("%s: argument %d (opts) expected a table, got %s", op, i, type(opts))) end
+  for k in pairs(opts) do
+    if not allowed[k] then fail(string.format("%s: unknown option '%s'", op, tostring(k))) end
+  end
+  return opts
+end
+local function uniform(sizes, bound, dtype)  -- U(-bound, bound)
+  return (T.rand(sizes, { dtype = dtype }) * (2 * bound) - bound)
+end
+
+-- Linear(in, out[, {bias = true, dtype =}]): y = x W^T + b with W {out, in}, initialised as
+-- PyTorch's (uniform in +-1/sqrt(in)).
+local Linear = nn.Module:extend("Linear")
+function Linear:init(din, dout, opts)
+  positive_int("Linear", 1, "in_features", din)
+  positive_int("Linear", 2, "out_features", dout)
+  opts = options("Linear", 3, opts, { bias = true, dtype = true })
+  self.in_features, self.out_features = din, dout
+  local bound = 1 / math.sqrt(din)
+  self.weight = uniform({ dout, din }, bound, opts.dtype)
+  if opts.bias ~= false then self.bias = uniform({ dout }, bound, opts.dtype) end
+end
+function Linear:forward(x) return T.linear(x, self.weight, self.bias) end
+function Linear:extra_repr()
+  return string.format("in_features=%d, out_features=%d, bias=%s", self.in_features, self.out_features, tostring(self.bias ~= nil))
+end
+nn.Linear = Linear
+
+-- Embedding(n, d[, {dtype =}]): a table of n rows, N(0, 1); looked up with 1-based indices.
+local Embedding = nn.Module:extend("Embedding")
+function Embedding:init(n, d, opts)
+  positive_int("Embedding", 1, "num_embeddings", n)
+  positive_int("Embedding", 2, "embedding_dim", d)
+  opts = options("Embedding", 3, opts, { dtype = true })
+  self.num_embeddings, self.embedding_dim = n, d
+  self.weight = T.randn({ n, d }, { dtype = opts.dtype })
+end
+function Embedding:forward(idx) return T.embedding(idx, self.weight) end
+function Embedding:extra_repr() return self.num_embeddings .. ", " .. self.embedding_dim end
+nn.Embedding = Embedding
+
+local function norm_shape(op, d)
+  if type(d) == "number" then return { positive_int(op, 1, "normalized_shape", d) } end
+  if type(d) ~= "table" or #d == 0 then fail(op .. ": argument 1 (normalized_shape) expected a size or a list of sizes, got " .. tostring(d)) end
+  for _, s in ipairs(d) do positive_int(op, 1, "normalized_shape", s) end
+  return d
+end
+
+-- LayerNorm(d[, {eps = 1e-5, elementwise_affine = true, bias = true, dtype =}])
+local LayerNorm = nn.Module:extend("LayerNorm")
+function LayerNorm:init(d, opts)
+  self._shape = norm_shape("LayerNorm", d)
+  opts = options("LayerNorm", 2, opts, { eps = true, elementwise_affine = true, bias = true, dtype = true })
+  self.eps = opts.eps or 1e-5
+  if opts.elementwise_affine ~= false then
+    self.weight = T.ones(self._shape, { dtype = opts.dtype })
+    if opts.bias ~= false then self.bias = T.zeros(self._shape, { dtype = opts.dtype }) end
+  end
+end
+function LayerNorm:forward(x) return F.layer_norm(x, self._shape, self.weight, self.bias, self.eps) end
+function LayerNorm:extra_repr() return "{" .. table.concat(self._shape, ",") .. "}, eps=" .. self.eps end
+nn.LayerNorm = LayerNorm
+
+-- RMSNorm(d[, {eps =, elementwise_affine = true, dtype =}]): eps defaults to the dtype's epsilon.
+local RMSNorm = nn.Module:extend("RMSNorm")
+function RMSNorm:init(d, opts)
+  self._shape = norm_shape("RMSNorm", d)
+  opts = options("RMSNorm", 2, opts, { eps = true, elementwise_affine = true, dtype = true })
+  self.eps = opts.eps
+  if opts.elementwise_affine ~= false then self.weight = T.ones(self._shape, { dtype = opts.dtype }) end
+end
+function RMSNorm:forward(x) return F.rms_norm(x, self._shape, self.weight, self.eps) end
+function RMSNorm:extra_repr() return "{" .. table.concat(self._shape, ",") .. "}, eps=" .. tostring(self.eps) end
+nn.RMSNorm = RMSNorm
+
+-- activations and dropout
+local GELU = nn.Module:extend("GELU")
+function GELU:init(opts)
+  opts = options("GELU", 1, opts, { approximate = true })
+  self._approximate = opts.approximate or "none"
+end
+function GELU:forward(x) return T.gelu(x, { approximate = self._approximate }) end
+function GELU:extra_repr() return "approximate='" .. self._approximate .. "'" end
+nn.GELU = GELU
+
+nn.SiLU = nn.Module:extend("SiLU")
+function nn.SiLU:forward(x) return T.silu(x) end
+nn.ReLU = nn.Module:extend("ReLU")
+function nn.ReLU:forward(x) return T.relu(x) end
+
+local Dropout = nn.Module:extend("Dropout")
+function Dropout:init(p)
+  p = p == nil and 0.5 or p
+  if type(p) ~= "number" or p < 0 or p > 1 then fail("Dropout: argument 1 (p) expected a probability in [0, 1], got " .. tostring(p)) end
+  self.p = p
+end
+function Dropout:forward(x) return F.dropout(x, self.p, self.training) end
+function Dropout:extra_repr() return "p=" .. self.p end
+nn.Dropout = Dropout
+
+-- containers ------------------------------------------------------------------------------------
+
+local function add_items(op, self, list)
+  for i, m in ipairs(list) do
+    if not is_module(m) then fail(string.format("%s: item %d expected a module, got %s", op, i, type(m))) end
+    self[#self + 1] = m
+  end
+end
+
+-- Sequential(m1, m2, ...): forward feeds each module's result to the next.
+local Sequential = nn.Module:extend("Sequential")
+function Sequential:init(...) add_items("Sequential", self, { ... }) end
+function Sequential:forward(x)
+  for i = 1, #self do x = self[i](x) end
+  return x
+end
+nn.Sequential = Sequential
+
+-- ModuleList(list): holds modules (self[1], #self, ipairs); it has no forward of its own.
+local ModuleList = nn.Module:extend("ModuleList")
+function ModuleList:init(list)
+  if list ~= nil and (type(list) ~= "table" or is_module(list)) then
+    fail("ModuleList: argument 1 expected a list of modules, got " .. (is_module(list) and "a module" or type(list)))
+  end
+  add_items("ModuleList", self, list or {})
+end
+function ModuleList:append(m)
+  add_items("ModuleList:append", self, { m })
+  return self
+end
+function ModuleList:forward() fail("ModuleList: it has no forward; call its modules (self.list[i](x))") end
+nn.ModuleList = ModuleList
+
+return nn

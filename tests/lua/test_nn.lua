@@ -1,0 +1,261 @@
+-- T.nn and T.F (API.md section 4): modules against hand-checked values, the Module machinery
+-- (definition order, PyTorch names, state_dict round trips and their errors, to / eval / train),
+-- the functions against PyTorch 1.13, and compiled forwards equal to eager ones.
+local T = require "crescent"
+local R = require "torch_ref"
+local nn, F = T.nn, T.F
+
+T.manual_seed(3)
+local errs = expect.error_checker("test_nn.lua")
+
+local Net = nn.Module:extend("Net")
+function Net:init(d)
+  self.fc1 = nn.Linear(d, 2 * d)
+  self.act = nn.GELU()
+  self.blocks = nn.ModuleList({ nn.LayerNorm(2 * d), nn.Linear(2 * d, d, { bias = false }) })
+  self:register_buffer("steps", T.zeros(1, { dtype = "int64" }))
+  self:register_buffer("scratch", T.zeros(2), false)
+end
+function Net:forward(x)
+  x = self.act(self.fc1(x))
+  for _, m in ipairs(self.blocks) do x = m(x) end
+  return x
+end
+
+describe("Module", function()
+  it("lists parameters in definition order under PyTorch's names", function()
+    local names = {}
+    for name, p in Net(3):named_parameters() do names[#names + 1] = name .. table.concat(p.shape, "x") end
+    expect.eq(names, { "fc1.weight6x3", "fc1.bias6", "blocks.0.weight6", "blocks.0.bias6", "blocks.1.weight3x6" })
+    expect.eq(#Net(3):parameters(), 5)
+    expect.eq(Net(3):num_parameters(), 18 + 6 + 6 + 6 + 18)
+  end)
+  it("keeps persistent buffers in state_dict, not in parameters", function()
+    local sd = Net(2):state_dict()
+    expect.truthy(T.is_tensor(sd.steps))
+    expect.eq(sd.scratch, nil)
+    for name in Net(2):named_parameters() do expect.truthy(name ~= "steps") end
+    local bufs = {}
+    for name in Net(2):named_buffers() do bufs[#bufs + 1] = name end
+    expect.eq(bufs, { "steps", "scratch" })
+  end)
+  it("counts a shared tensor once in parameters()", function()
+    local M = nn.Module:extend("Tied")
+    function M:init() self.a = nn.Linear(2, 2); self.b = nn.Linear(2, 2); self.b.weight = self.a.weight end
+    expect.eq(#M():parameters(), 3)
+    expect.truthy(M():state_dict()["b.weight"] ~= nil)
+  end)
+  it("round-trips state_dict through load_state_dict and T.save / T.load", function()
+    local a, b = Net(4), Net(4)
+    local x = T.randn(5, 4)
+    expect.truthy((a(x) - b(x)):abs():max():item() > 0)
+    local path = os.tmpname()
+    T.save(path, a:state_dict())
+    b:load_state_dict(T.load(path))
+    os.remove(path)
+    expect.close(b(x), a(x), 0, 0)
+  end)
+  it("load_state_dict copies into the existing tensors (converting the dtype)", function()
+    local m = nn.Linear(2, 2)
+    local w = m.weight
+    m:load_state_dict({ weight = T.ones(2, 2, { dtype = "float64" }), bias = T.zeros(2) })
+    expect.truthy(rawequal(m.weight, w))
+    expect.eq(m.weight.dtype, "float32")
+    expect.close(m(T.tensor({ { 1, 2 } }, { dtype = "float32" })), { { 3, 3 } })
+  end)
+  it("load_state_dict names every missing, unexpected and mis-shaped key", function()
+    local m = Net(2)
+    local sd = m:state_dict()
+    sd["fc1.bias"] = nil
+    sd["blocks.1.weight"] = nil
+    sd["head.weight"] = T.zeros(1)
+    errs(function() m:load_state_dict(sd) end, "load_state_dict", "Net: missing keys: blocks.1.weight, fc1.bias",
+      "unexpected keys: head.weight")
+    sd = m:state_dict()
+    sd["fc1.weight"] = T.zeros(3, 2)
+    errs(function() m:load_state_dict(sd) end, "load_state_dict", "size mismatch for fc1.weight: the module has shape {4,2}, the state_dict {3,2}")
+    errs(function() m:load_state_dict(sd, { strict = false }) end, "load_state_dict", "size mismatch for fc1.weight")
+    errs(function() m:load_state_dict(5) end, "load_state_dict", "expected a table of tensors, got number")
+  end)
+  it("load_state_dict with strict = false reports what it skipped", function()
+    local m = nn.Linear(2, 3)
+    local r = m:load_state_dict({ weight = T.ones(3, 2), extra = T.ones(1) }, { strict = false })
+    expect.eq(r.missing_keys, { "bias" })
+    expect.eq(r.unexpected_keys, { "extra" })
+    expect.close(m.weight, T.ones(3, 2))
+  end)
+  it("to(dtype) converts floating tensors only; eval / train reach every module", function()
+    local m = Net(2):to("float64")
+    expect.eq(m.fc1.weight.dtype, "float64")
+    expect.eq(m.blocks[1].weight.dtype, "float64")
+    expect.eq(m.steps.dtype, "int64")
+    expect.eq(m(T.randn(1, 2):double()).dtype, "float64")
+    m:eval()
+    expect.eq(m.training, false)
+    expect.eq(m.blocks[2].training, false)
+    m:train()
+    expect.eq(m.blocks[2].training, true)
+  end)
+  it("prints like PyTorch", function()
+    local s = tostring(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Dropout(0.25)))
+    expect.eq(s, "Sequential(\n  (0): Linear(in_features=2, out_features=3, bias=true)\n  (1): ReLU()\n  (2): Dropout(p=0.25)\n)")
+  end)
+  it("reports a missing forward and bad constructor arguments", function()
+    local M = nn.Module:extend("NoForward")
+    errs(function() M()(T.ones(1)) end, "NoForward", "forward is not defined")
+    errs(function() nn.Linear(0, 2) end, "Linear", "argument 1 (in_features) expected a positive integer, got 0")
+    errs(function() nn.Linear(2, 2, { bias = false, biass = true }) end, "Linear", "unknown option 'biass'")
+    errs(function() nn.Sequential(nn.ReLU(), 3) end, "Sequential", "item 2 expected a module, got number")
+    errs(function() nn.Dropout(2) end, "Dropout", "expected a probability in [0, 1], got 2")
+    errs(function() nn.ModuleList({ 1 }) end, "ModuleList", "item 1 expected a module")
+  end)
+end)
+
+describe("layers", function()
+  it("Linear computes x W^T + b", function()
+    local m = nn.Linear(2, 3)
+    m.weight:copy_(T.tensor({ { 1, 2 }, { 3, 4 }, { 5, 6 } }))
+    m.bias:copy_(T.tensor({ 1, 0, -1 }))
+    expect.close(m(T.tensor({ { 1, 1 }, { 2, -1 } }, { dtype = "float32" })), { { 4, 7, 10 }, { 1, 2, 3 } })
+    expect.eq(nn.Linear(2, 3, { bias = false }).bias, nil)
+    local bound = 1 / math.sqrt(50)
+    expect.truthy(nn.Linear(50, 40).weight:abs():max():item() <= bound)
+  end)
+  it("Embedding looks rows up by 1-based index", function()
+    local e = nn.Embedding(3, 2)
+    e.weight:copy_(T.tensor({ { 1, 2 }, { 3, 4 }, { 5, 6 } }))
+    expect.close(e(T.tensor({ { 3, 1 } }):long()), { { { 5, 6 }, { 1, 2 } } })
+  end)
+  it("LayerNorm and RMSNorm normalise the last dims", function()
+    local x = T.tensor({ { 1, 2, 3, 4 } }, { dtype = "float32" })
+    -- mean 2.5, biased variance 1.25
+    local s = 1 / math.sqrt(1.25 + 1e-5)
+    expect.close(nn.LayerNorm(4)(x), { { -1.5 * s, -0.5 * s, 0.5 * s, 1.5 * s } })
+    local ln = nn.LayerNorm(4, { eps = 0 })
+    ln.weight:fill_(2)
+    ln.bias:fill_(1)
+    expect.close(ln(x), { { 1 - 3 / math.sqrt(1.25), 1 - 1 / math.sqrt(1.25), 1 + 1 / math.sqrt(1.25), 1 + 3 / math.sqrt(1.25) } })
+    -- mean of squares 7.5
+    local r = 1 / math.sqrt(7.5)
+    expect.close(nn.RMSNorm(4, { eps = 0 })(x), { { r, 2 * r, 3 * r, 4 * r } })
+    expect.eq(nn.LayerNorm({ 2, 2 })(x:view(1, 2, 2)).shape, { 1, 2, 2 })
+    errs(function() nn.LayerNorm(3)(x) end, "layer_norm", "normalized_shape {3} expected to match the last sizes of the input of shape {1,4}")
+  end)
+  it("activations", function()
+    local x = T.tensor({ -1, 0, 2 }, { dtype = "float32" })
+    expect.close(nn.ReLU()(x), { 0, 0, 2 })
+    expect.close(nn.SiLU()(x), { -1 / (1 + math.exp(1)), 0, 2 / (1 + math.exp(-2)) })
+    expect.close(nn.GELU()(x), T.gelu(x))
+    expect.close(nn.GELU({ approximate = "tanh" })(x), T.gelu(x, { approximate = "tanh" }))
+  end)
+  it("Dropout zeroes about p of the elements when training and is the identity in eval", function()
+    local d = nn.Dropout(0.25)
+    local x = T.ones(100000)
+    local y = d(x)
+    local zeros = y:eq(0):sum():item()
+    expect.truthy(math.abs(zeros / 100000 - 0.25) < 0.01, "fraction zeroed " .. zeros / 100000)
+    expect.close(y:max(), 1 / 0.75)
+    expect.close(y:sum(), 100000, 0.02)
+    expect.close(d:eval()(x), x, 0, 0)
+    expect.close(F.dropout(x, 1), T.zeros(100000))
+    expect.close(F.dropout(x, 0.5, false), x)
+  end)
+  it("Sequential chains its modules; ModuleList indexes from 1", function()
+    local s = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    local x = T.randn(5, 3)
+    expect.close(s(x), s[3](s[2](s[1](x))))
+    local l = nn.ModuleList():append(nn.ReLU()):append(nn.SiLU())
+    expect.eq(#l, 2)
+    expect.eq(l[2].__name, "SiLU")
+    errs(function() l(x) end, "ModuleList", "it has no forward")
+  end)
+end)
+
+-- T.F against PyTorch 1.13 (no F.rms_norm or F.scaled_dot_product_attention there: their
+-- definitions are written out in torch).
+local suite = R.suite()
+local x, w, b = T.randn(3, 4, 8), T.randn(8), T.randn(8)
+suite:case("layer_norm", "layer_norm affine", "F.layer_norm(x, (8,), w, b)", { x = x, w = w, b = b },
+  function() return F.layer_norm(x, 8, w, b) end)
+suite:case("layer_norm", "layer_norm 2 dims", "F.layer_norm(x, (4, 8), eps=1e-3)", { x = x },
+  function() return F.layer_norm(x, { 4, 8 }, nil, nil, 1e-3) end)
+suite:case("layer_norm", "layer_norm float16", "F.layer_norm(x.float(), (8,)).half()", { x = x:half() },
+  function() return F.layer_norm(x:half(), 8) end, 2e-3, 2e-3)
+suite:case("rms_norm", "rms_norm", "x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1.1920928955078125e-07) * w",
+  { x = x, w = w }, function() return F.rms_norm(x, 8, w) end)
+local q, k, v = T.randn(2, 3, 5, 4), T.randn(2, 3, 7, 4), T.randn(2, 3, 7, 6)
+local SDPA = "(lambda s: s.softmax(-1) @ v)"
+suite:case("scaled_dot_product_attention", "sdpa plain", SDPA .. "(q @ k.transpose(-2, -1) / 2)", { q = q, k = k, v = v },
+  function() return F.scaled_dot_product_attention(q, k, v) end)
+suite:case("scaled_dot_product_attention", "sdpa causal", SDPA ..
+  "((q @ k.transpose(-2, -1) / 2).masked_fill(~torch.ones(5, 7, dtype=torch.bool).tril(), -inf))",
+  { q = q, k = k, v = v }, function() return F.scaled_dot_product_attention(q, k, v, { causal = true }) end)
+local mask = T.rand(5, 7):lt(0.7)
+mask[1]:fill_(true)
+suite:case("scaled_dot_product_attention", "sdpa bool mask, scale", SDPA ..
+  "((q @ k.transpose(-2, -1) * 0.3).masked_fill(~m, -inf))", { q = q, k = k, v = v, m = mask },
+  function() return F.scaled_dot_product_attention(q, k, v, { mask = mask, scale = 0.3 }) end)
+local fmask = T.randn(5, 7)
+suite:case("scaled_dot_product_attention", "sdpa float mask", SDPA .. "(q @ k.transpose(-2, -1) / 2 + m)",
+  { q = q, k = k, v = v, m = fmask }, function() return F.scaled_dot_product_attention(q, k, v, { mask = fmask }) end)
+local logits, target = T.randn(6, 5), T.tensor({ 1, 5, 2, 2, 3, 4 }):long()
+local cw = T.rand(5) + 0.5
+suite:case("cross_entropy", "ce mean", "F.cross_entropy(z, t - 1)", { z = logits, t = target },
+  function() return F.cross_entropy(logits, target) end)
+suite:case("cross_entropy", "ce sum", "F.cross_entropy(z, t - 1, reduction='sum')", { z = logits, t = target },
+  function() return F.cross_entropy(logits, target, { reduction = "sum" }) end)
+suite:case("cross_entropy", "ce none ignore", "F.cross_entropy(z, torch.where(t == 2, -100, t - 1), reduction='none')",
+  { z = logits, t = target },
+  function() return F.cross_entropy(logits, T.where(target:eq(2), -100, target), { reduction = "none" }) end)
+suite:case("cross_entropy", "ce weight ignore", "F.cross_entropy(z, torch.where(t == 2, 0, t - 1), weight=w, ignore_index=0)",
+  { z = logits, t = target, w = cw },
+  function() return F.cross_entropy(logits, T.where(target:eq(2), 1, target), { weight = cw, ignore_index = 1 }) end)
+suite:case("cross_entropy", "ce smoothing", "F.cross_entropy(z, t - 1, label_smoothing=0.1, weight=w)",
+  { z = logits, t = target, w = cw },
+  function() return F.cross_entropy(logits, target, { label_smoothing = 0.1, weight = cw }) end)
+local probs = T.rand(6, 5):softmax(-1)
+suite:case("cross_entropy", "ce probabilities", "F.cross_entropy(z, p)", { z = logits, p = probs },
+  function() return F.cross_entropy(logits, probs) end)
+local z3, t3 = T.randn(2, 5, 3), T.tensor({ { 1, 2, 5 }, { 4, 4, 3 } }):long()
+suite:case("cross_entropy", "ce spatial", "F.cross_entropy(z, t - 1)", { z = z3, t = t3 },
+  function() return F.cross_entropy(z3, t3) end)
+suite:case("cross_entropy", "ce one sample", "F.cross_entropy(z[0], t[0] - 1)", { z = logits, t = target },
+  function() return F.cross_entropy(logits[1], target[1]) end)
+suite:check("T.F vs PyTorch")
+
+describe("T.F", function()
+  it("rejects bad arguments with the function's name", function()
+    errs(function() F.cross_entropy(T.randn(2, 3), T.tensor({ 1, 4 }):long()) end, "gather", "index")
+    errs(function() F.cross_entropy(T.randn(2, 3), T.ones(2, 3):int():float():double():long(), { reduction = "avg" }) end,
+      "cross_entropy", "option reduction expected")
+    errs(function() F.cross_entropy(T.randn(2, 3), T.ones(2, 3):bool()) end, "cross_entropy", "target expected int64 class indices")
+    errs(function() F.scaled_dot_product_attention(T.ones(1, 2), T.ones(1, 2), 3) end, "scaled_dot_product_attention",
+      "argument 3 (value) expected a tensor, got number")
+    errs(function() F.scaled_dot_product_attention(q, k, v, { causal = true, mask = mask }) end,
+      "scaled_dot_product_attention", "cannot be given together")
+    errs(function() F.scaled_dot_product_attention(q, k, v, { dropout = 0.1 }) end, "scaled_dot_product_attention",
+      "unknown option 'dropout'")
+    errs(function() F.layer_norm(5, 2) end, "layer_norm", "argument 1 (input) expected a tensor, got number")
+  end)
+end)
+
+describe("compiled modules", function()
+  it("give the eager results, also after load_state_dict changes the weights", function()
+    local m = Net(8):eval()
+    local f = T.compile(m)
+    local xs = T.randn(4, 8)
+    for _ = 1, 3 do expect.close(f(xs), m(xs), 1e-5, 1e-5) end
+    m:load_state_dict(Net(8):state_dict())
+    for _ = 1, 3 do expect.close(f(xs), m(xs), 1e-5, 1e-5) end
+  end)
+  it("compile attention and cross_entropy like eager", function()
+    local g = T.compile(function(a, bb, c, z, t)
+      return F.scaled_dot_product_attention(a, bb, c, { causal = true }), F.cross_entropy(z, t)
+    end)
+    for _ = 1, 3 do
+      local o1, l1 = g(q, k, v, logits, target)
+      expect.close(o1, F.scaled_dot_product_attention(q, k, v, { causal = true }), 1e-5, 1e-6)
+      expect.close(l1, F.cross_entropy(logits, target), 1e-5, 1e-6)
+    end
+  end)
+end)

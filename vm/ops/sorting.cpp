@@ -1,0 +1,107 @@
+// Ops that order the values along one dim: topk and sort. Each returns values and 1-based
+// indices (API.md section 1). NaN counts as larger than every number, as in PyTorch (sort puts
+// it last ascending, first descending; topk takes it first); equal values keep their order of
+// position, so results are deterministic.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "vm/ops/operands.hpp"
+
+namespace cr {
+namespace {
+
+// `ahead(a, b)`: a comes before b in the wanted order (the index breaks ties).
+template <class C> struct Order {
+  bool descending;
+  bool ahead(C a, int64_t ia, C b, int64_t ib) const {
+    const bool na = is_nan(a), nb = is_nan(b);
+    if (na || nb) {
+      if (na && nb) return ia < ib;
+      return descending ? na : nb;
+    }
+    if (a != b) return descending ? a > b : a < b;
+    return ia < ib;
+  }
+  template <class V> static bool is_nan(V v) {
+    if constexpr (std::is_floating_point_v<V>) return std::isnan(v);
+    else return false;
+  }
+};
+
+// The first k positions of every line of x in `order`, written as values and indices.
+void order_lines(const Tensor& xin, int d, int64_t k, bool descending, const Tensor& vals, const Tensor& idx) {
+  Tensor x = contiguous(xin);
+  const Along l = along(x, d);
+  if (x.numel() == 0 || k == 0) return;
+  int64_t* ip = idx.data<int64_t>();
+  visit(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using C = compute_t<T>;
+    const T* xp = x.data<T>();
+    T* vp = vals.data<T>();
+    const Order<C> ord{descending};
+    parallel_for(l.outer * l.inner, std::max<int64_t>(1, kParallelGrain / (l.n * 8)), [&](int64_t r0, int64_t r1) {
+      std::vector<int64_t> pos(size_t(l.n));
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t o = r / l.inner, j = r % l.inner;
+        const T* src = xp + o * l.n * l.inner + j;
+        auto at = [&](int64_t i) { return C(load(src[i * l.inner])); };
+        std::iota(pos.begin(), pos.end(), int64_t{0});
+        auto before = [&](int64_t a, int64_t b) { return ord.ahead(at(a), a, at(b), b); };
+        if (k < l.n) std::partial_sort(pos.begin(), pos.begin() + k, pos.end(), before);
+        else std::sort(pos.begin(), pos.end(), before);
+        const int64_t base = o * k * l.inner + j;
+        for (int64_t i = 0; i < k; ++i) {
+          store(vp[base + i * l.inner], at(pos[size_t(i)]));
+          ip[base + i * l.inner] = pos[size_t(i)] + 1;
+        }
+      }
+    });
+  });
+}
+
+// The dim an op orders along: a 0-d tensor is one line of one element.
+int order_dim(const OpCall& c, int i, const Tensor& x) { return x.dim() == 0 ? 0 : c.dim(i, x.dim()); }
+int64_t line_length(const Tensor& x, int d) { return x.dim() == 0 ? 1 : x.size(d); }
+
+// topk(x, k[, dim = -1[, largest = true[, sorted = true]]]): the results are always sorted
+// (PyTorch allows any order when sorted = false; sorted is one valid order).
+std::vector<Meta> infer_topk(OpCall& c) {
+  Tensor x = c.tensor(0);
+  const int d = c.has(2) ? order_dim(c, 2, x) : std::max(0, x.dim() - 1);
+  const int64_t k = c.integer(1), n = line_length(x, d);
+  if (k < 0 || k > n)
+    fail(cat("k expected a number in [0, ", n, "] (the size of dim ", d + 1, " of ", x.describe(), "), got ", k));
+  Shape s = x.sizes();
+  if (x.dim() > 0) s[size_t(d)] = k;
+  return {{s, x.dtype(), x.device()}, {s, DType::i64, x.device()}};
+}
+void run_topk(OpCall& c) {
+  Tensor x = c.tensor(0);
+  const int d = c.has(2) ? order_dim(c, 2, x) : std::max(0, x.dim() - 1);
+  c.boolean_or(4, true);  // validated: every result is sorted
+  order_lines(x, d, c.integer(1), c.boolean_or(3, true), c.outs[0], c.outs[1]);
+}
+
+// sort(x[, dim = -1[, descending = false]]) -> values, indices
+std::vector<Meta> infer_sort(OpCall& c) {
+  Tensor x = c.tensor(0);
+  if (c.has(1)) order_dim(c, 1, x);
+  c.boolean_or(2, false);
+  return {{x.sizes(), x.dtype(), x.device()}, {x.sizes(), DType::i64, x.device()}};
+}
+void run_sort(OpCall& c) {
+  Tensor x = c.tensor(0);
+  const int d = c.has(1) ? order_dim(c, 1, x) : std::max(0, x.dim() - 1);
+  order_lines(x, d, line_length(x, d), c.boolean_or(2, false), c.outs[0], c.outs[1]);
+}
+
+}  // namespace
+
+void register_sorting(Registry& r) {
+  r.add(OpDef{"topk", "self:T, k:N, dim:D?, largest:B?, sorted:B?", OpKind::Other, kMultiOut, infer_topk, run_topk});
+  r.add(OpDef{"sort", "self:T, dim:D?, descending:B?", OpKind::Other, kMultiOut, infer_sort, run_sort});
+}
+
+}  // namespace cr

@@ -14,16 +14,18 @@
 namespace cr {
 namespace {
 
-// OpenBLAS keeps its own thread pool: size it like ours (CRESCENT_NUM_THREADS), once.
+// OpenBLAS runs single-threaded: products are split into blocks that our pool runs side by side
+// (blas_matmul). One pool in the process: OpenBLAS's own workers spin (sched_yield) between
+// calls, and on a machine with as many threads as cores they took the cores from ours - a decode
+// step of small gemvs ran 4x slower with them.
 void blas_init() {
   static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(num_threads()); });
+  std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
-// OpenBLAS runs a gemm on one thread when m * n * k is at most this (interface/gemm.c:
-// SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD); batches of such products are spread over
-// our pool instead, which never oversubscribes the cores.
-constexpr int64_t kBlasSerialMNK = 65536 * 4;
+// Multiply-adds per block below which a product is not split further (a block must outweigh
+// handing it to a thread, a few microseconds).
+constexpr int64_t kBlasBlockMNK = 65536;
 
 // ---- operands ------------------------------------------------------------------------------
 
@@ -126,6 +128,37 @@ void gemm(const Mat& A, const Mat& B, double* C, int ldc, double beta, bool allo
               (const double*)B.p, int(B.ld), beta, C, ldc);
 }
 
+// Rows [r0, r1) or columns [c0, c1) of a matrix, as BLAS reads them.
+Mat rows_of(Mat m, int64_t r0, int64_t r1, size_t esize) {
+  m.p += r0 * m.rs() * int64_t(esize);
+  m.rows = r1 - r0;
+  return m;
+}
+Mat cols_of(Mat m, int64_t c0, int64_t c1, size_t esize) {
+  m.p += c0 * m.cs() * int64_t(esize);
+  m.cols = c1 - c0;
+  return m;
+}
+
+// C {M, N} = A B as blocks of output rows (or of columns when there are few rows: a decode
+// step's gemv), one per thread; columns are cut at multiples of 16 to keep the vector loops
+// aligned.
+template <class T> void split_product(const Mat& A, const Mat& B, T* C, int64_t ldc, T beta) {
+  const int64_t M = A.rows, N = B.cols, K = A.cols;
+  const int64_t pieces = std::min<int64_t>(num_threads(), M * N * K / kBlasBlockMNK);
+  if (pieces <= 1) return gemm(A, B, C, int(ldc), beta, true);
+  const bool by_rows = M >= 4 * pieces;
+  const int64_t len = by_rows ? M : N, quantum = by_rows ? 1 : 16;
+  const int64_t step = ((len + pieces - 1) / pieces + quantum - 1) / quantum * quantum;
+  parallel_for((len + step - 1) / step, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t lo = b * step, hi = std::min(len, lo + step);
+      if (by_rows) gemm(rows_of(A, lo, hi, sizeof(T)), B, C + lo * ldc, int(ldc), beta, true);
+      else gemm(A, cols_of(B, lo, hi, sizeof(T)), C + lo, int(ldc), beta, true);
+    }
+  });
+}
+
 template <class T> void blas_matmul(const Tensor& out, Tensor a, Tensor b, bool accumulate) {
   blas_init();
   Mat A, B;
@@ -137,20 +170,17 @@ template <class T> void blas_matmul(const Tensor& out, Tensor a, Tensor b, bool 
   const int64_t nb = int64_t(ao.size());
   T* C = out.data<T>();
   const T beta = accumulate ? T(1) : T(0);
-  auto one = [&](int64_t i, bool allow_gemv) {
-    Mat Ai = A, Bi = B;
-    Ai.p += ao[size_t(i)] * int64_t(sizeof(T));
-    Bi.p += bo[size_t(i)] * int64_t(sizeof(T));
-    gemm(Ai, Bi, C + i * M * N, int(N), beta, allow_gemv);
+  auto at = [&](const Mat& m, const std::vector<int64_t>& off, int64_t i) {
+    Mat r = m;
+    r.p += off[size_t(i)] * int64_t(sizeof(T));
+    return r;
   };
-  if (nb == 1) return one(0, true);
-  if (double(M) * double(N) * double(K) > kBlasSerialMNK) {  // big products: OpenBLAS threads each one
-    for (int64_t i = 0; i < nb; ++i) one(i, true);
+  if (nb == 1 || M * N * K >= kBlasBlockMNK * num_threads()) {  // big products: each one split
+    for (int64_t i = 0; i < nb; ++i) split_product(at(A, ao, i), at(B, bo, i), C + i * M * N, N, beta);
     return;
   }
-  // small products run single-threaded inside OpenBLAS (gemm only: gemv has its own threshold)
-  parallel_for(nb, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, M * N * K)), [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) one(i, false);
+  parallel_for(nb, std::max<int64_t>(1, kBlasBlockMNK / std::max<int64_t>(1, M * N * K)), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) gemm(at(A, ao, i), at(B, bo, i), C + i * M * N, int(N), beta, true);
   });
 }
 

@@ -1,0 +1,48 @@
+-- crescent's side of the GPT-2 generation benchmark (bench/torch_gpt2.py is PyTorch's; both run
+-- from bench/run_gpt2.sh). The model of examples/models/gpt2.lua with random weights, greedy
+-- decoding with its static KV cache, eager and compiled (T.compile of the model: one graph for
+-- the prompt, one for the decode steps). Per mode, after one warm-up generation (which compiles),
+-- the medians over ROUNDS of prefill ms and decode tokens/s = batch * (NEW - 1) / decode time.
+--   crescent bench/gpt2_bench.lua CONFIG BATCH PROMPT NEW ROUNDS      -> one JSON line
+local T = require "crescent"
+local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
+package.path = dir .. "/examples/?.lua;" .. package.path
+local G = require "models.gpt2"
+local now = require("crescent.core").api.now_us
+
+local name, batch, plen, new, rounds = arg[1] or "small", tonumber(arg[2] or 1), tonumber(arg[3] or 16),
+  tonumber(arg[4] or 32), tonumber(arg[5] or 3)
+T.manual_seed(0)
+local cfg = G.configs[name]
+local model = G.new(cfg):eval()
+local prompt = T.randint(0, cfg.vocab, { batch, plen })
+
+local function generate(step)
+  local t0, t1 = tonumber(now()), nil
+  local ids = G.generate(step, model, prompt, new, { on_token = function(i) if i == 1 then t1 = tonumber(now()) end end })
+  ids:sum():item()
+  local t2 = tonumber(now())
+  return (t1 - t0) / 1e3, batch * (new - 1) / ((t2 - t1) / 1e6)
+end
+
+local function median(xs)
+  table.sort(xs)
+  return xs[math.floor((#xs + 1) / 2)]
+end
+
+local function measure(step)
+  local t0 = tonumber(now())
+  generate(step)
+  local first_ms = (tonumber(now()) - t0) / 1e3
+  local pre, tps = {}, {}
+  for r = 1, rounds do pre[r], tps[r] = generate(step) end
+  return median(pre), median(tps), first_ms
+end
+
+local e_pre, e_tps = measure(function(...) return model:forward(...) end)
+local c_pre, c_tps, first = measure(T.compile(model))
+local s = T.compiler.stats()
+print(string.format('{"side": "crescent", "config": "%s", "batch": %d, "prompt": %d, "new": %d, ' ..
+  '"eager_prefill_ms": %.3f, "eager_decode_tps": %.2f, "compiled_prefill_ms": %.3f, "compiled_decode_tps": %.2f, ' ..
+  '"first_compiled_run_ms": %.1f, "graphs_compiled": %d, "recompiles": %d}',
+  name, batch, plen, new, e_pre, e_tps, c_pre, c_tps, first, s.graphs_compiled, s.recompiles))

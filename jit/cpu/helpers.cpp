@@ -1,7 +1,7 @@
 // The reduction helpers of generated CPU kernels (see helpers.hpp). Each ReduceFn folds one block
 // with the fold the eager reduction uses (vm/kernels/folds.hpp), so a block is folded exactly as
 // eager folds a contiguous run of the same elements: float sums in float lanes (blocks of
-// lanes::kBlock) added to a double, integer and bool sums in int64, products in double / wrapping
+// lanes::kBlock) added to a double, integer and bool sums in wrapping uint64, products in double / wrapping
 // int64, max / min NaN-propagating. The block pointwise functions are OpDef::block (vm/ops/pointwise.cpp).
 #include "jit/cpu/helpers.hpp"
 

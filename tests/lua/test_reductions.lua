@@ -451,6 +451,19 @@ describe("long reduced ranges split across tasks", function()
 end)
 
 describe("reduction semantics", function()
+  it("integer sums and cumsums wrap around 2^64 as PyTorch's, eager and compiled", function()
+    local x = T.tensor({ 2 ^ 62, 2 ^ 62, 2 ^ 62, -1 }, { dtype = "int64" })
+    local wrapped = -2 ^ 62 - 1  -- 3 * 2^62 - 1 modulo 2^64, as int64
+    expect.eq(x:sum():item(), wrapped)
+    expect.eq(x:view(2, 2):sum(1):totable(), { -2 ^ 63, 2 ^ 62 - 1 })
+    expect.eq(x:cumsum(1):totable(), { 2 ^ 62, 2 ^ 63 * -1, -2 ^ 62, wrapped })
+    local f = T.compile(function(a) return a:sum(), a:cumsum(1) end, { backend = "cpu" })
+    for _ = 1, 3 do
+      local s, c = f(x)
+      expect.eq(s:item(), wrapped)
+      expect.eq(c:totable()[4], wrapped)
+    end
+  end)
   local x = T.tensor({ { 1, 5, 2 }, { 7, 0, 7 } }, { dtype = "float32" })
   it("keepdim keeps size-1 dims; no dim reduces everything", function()
     expect.eq(x:sum(1, true).shape, { 1, 3 })

@@ -17,10 +17,11 @@ using lanes::Identity;
 
 // Σ f(x): floating values are summed in `Lane` precision within blocks of kBlock elements and
 // the blocks in double (blocked summation: the error grows with the block, not with n);
-// integers and bools are summed in int64.
+// integers and bools are summed in uint64: an int64 sum that overflows wraps, as in PyTorch,
+// without signed-overflow UB (the result is stored back as int64, modulo 2^64).
 template <class T, class Lane = compute_t<T>, class F = Identity> struct Sum {
   using In = T;
-  using Acc = std::conditional_t<is_float_v<Lane>, double, int64_t>;
+  using Acc = std::conditional_t<is_float_v<Lane>, double, uint64_t>;
   static constexpr bool ordered = false;
   F f{};
   Acc init() const { return 0; }
@@ -33,7 +34,7 @@ template <class T, class Lane = compute_t<T>, class F = Identity> struct Sum {
   }
   void merge(Acc& a, const Acc& b) const { a += b; }
 };
-template <class T> using sum_lane_t = std::conditional_t<is_float_v<compute_t<T>>, compute_t<T>, int64_t>;
+template <class T> using sum_lane_t = std::conditional_t<is_float_v<compute_t<T>>, compute_t<T>, uint64_t>;
 
 // Π x, in double for floating inputs and int64 (wrapping) for integers and bools.
 template <class T> struct Prod {

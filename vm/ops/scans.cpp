@@ -68,7 +68,7 @@ void run_cumsum(OpCall& c) {
   if (x.numel() == 0) return;
   visit(x.dtype(), [&](auto t) {
     using T = decltype(t);
-    using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, int64_t>;
+    using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, uint64_t>;  // ints wrap
     const T* xp = x.data<T>();
     T* yp = out.data<T>();
     if (a.inner == 1) {

@@ -13,6 +13,7 @@
 --     --batch B                  sequences generated together (default 1)
 --     --top-k K --temperature T  sample from the K most likely tokens (default: greedy)
 --     --mode eager|compiled|both (default both)   --seed N (default 0)
+--     --device cpu|cuda          where the model runs (default cpu)
 local T = require "crescent"
 
 local function script_dir()
@@ -23,7 +24,7 @@ package.path = script_dir() .. "/?.lua;" .. package.path
 local G = require "models.gpt2"
 
 local function parse_args(argv)
-  local o = { config = "small", prompt_len = 16, new = 48, batch = 1, mode = "both", seed = 0 }
+  local o = { config = "small", prompt_len = 16, new = 48, batch = 1, mode = "both", seed = 0, device = "cpu" }
   local i = 1
   while argv[i] do
     local key, val = argv[i]:match("^%-%-([%w%-]+)$"), argv[i + 1]
@@ -41,6 +42,7 @@ T.manual_seed(o.seed)
 local cfg = G.configs[o.config]
 local model = G.new(cfg):eval()
 if o.weights then G.load(model, o.weights) end
+model:to(o.device)
 
 local prompt
 if o.prompt then
@@ -52,11 +54,12 @@ if o.prompt then
 else
   prompt = T.randint(0, cfg.vocab, { o.batch, o.prompt_len })
 end
+prompt = prompt:to(o.device)
 local P = prompt:size(2)
 if P + o.new > cfg.n_ctx then error(string.format("gpt2.lua: prompt %d + new %d tokens exceed the context of %d", P, o.new, cfg.n_ctx), 0) end
 
-print(string.format("crescent %s, %d threads: GPT-2-style model '%s' (%d layers, d %d, %d heads, vocab %d), %.1fM parameters, %s weights",
-  T.version, T.get_num_threads(), o.config, cfg.n_layer, cfg.d, cfg.n_head, cfg.vocab, model:num_parameters() / 1e6,
+print(string.format("crescent %s, %d threads, %s: GPT-2-style model '%s' (%d layers, d %d, %d heads, vocab %d), %.1fM parameters, %s weights",
+  T.version, T.get_num_threads(), o.device, o.config, cfg.n_layer, cfg.d, cfg.n_head, cfg.vocab, model:num_parameters() / 1e6,
   o.weights and "loaded" or "random"))
 print(string.format("prompt %d x %d tokens, %d new, %s", o.batch, P, o.new,
   o.top_k and string.format("top-k %d sampling at temperature %g", o.top_k, o.temperature or 1) or "greedy"))

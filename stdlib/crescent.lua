@@ -30,13 +30,52 @@ end
 function T.get_num_threads() return api.num_threads() end
 
 -- devices --------------------------------------------------------------------------------------
+local function device_index(d)
+  if d == nil then return 0 end
+  if type(d) == "number" then return d end
+  local n = tostring(d):match("^cuda:(%d+)$")
+  if d == "cuda" then return 0 end
+  if not n then core.fail("cuda: expected a device index or \"cuda:N\", got " .. tostring(d)) end
+  return tonumber(n)
+end
+
+local STATS = ffi.new("double[6]")
 T.cuda = {
-  is_available = function() return false end,
-  device_count = function() return 0 end,
-  synchronize = function() end,
+  is_available = function() return api.cuda_device_count() > 0 end,
+  device_count = function() return api.cuda_device_count() end,
+  -- why CUDA cannot be used here ("" when it can)
+  unavailable_reason = function() return ffi.string(api.cuda_unavailable()) end,
+  synchronize = function(d)
+    if api.cuda_device_count() == 0 then return end
+    if api.cuda_synchronize(ctx, device_index(d)) ~= 0 then core.raise(-1) end
+  end,
+  -- gives the device memory cached for reuse back to the driver
+  empty_cache = function() api.cuda_empty_cache() end,
+  -- {driver_allocs, driver_frees, cache_hits, in_use, reserved (bytes), host_ops}
+  stats = function(d)
+    api.cuda_stats(device_index(d), STATS)
+    return { driver_allocs = STATS[0], driver_frees = STATS[1], cache_hits = STATS[2], in_use = STATS[3],
+             reserved = STATS[4], host_ops = STATS[5] }
+  end,
 }
 
--- T.bench(fn, args[, {warmup =, reps =}]) -> {median_us =, min_us =, max_us =} (wall time on CPU)
+-- The CUDA device among fn's arguments (tensors, also inside tables), or nil.
+local function cuda_device_of(args, seen)
+  for _, v in pairs(args) do
+    if core.is_tensor(v) then
+      local d = v.device
+      if d ~= "cpu" then return device_index(d) end
+    elseif type(v) == "table" and not seen[v] then
+      seen[v] = true
+      local d = cuda_device_of(v, seen)
+      if d then return d end
+    end
+  end
+end
+
+local MS = ffi.new("double[1]")
+-- T.bench(fn, args[, {warmup =, reps =}]) -> {median_us =, min_us =, max_us =}: wall time on the
+-- CPU; with CUDA tensors among args, device time between two events around each call.
 function T.bench(fn, args, opts)
   if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
     core.fail("bench: argument 1 (fn) expected a function, got " .. type(fn))
@@ -45,12 +84,20 @@ function T.bench(fn, args, opts)
   opts = opts or {}
   local warmup, reps = opts.warmup or 3, opts.reps or 20
   local unpack = unpack or table.unpack
+  local dev = cuda_device_of(args, {})
   for _ = 1, warmup do fn(unpack(args)) end
   local times = {}
   for i = 1, reps do
-    local t0 = api.now_us()
-    fn(unpack(args))
-    times[i] = api.now_us() - t0
+    if dev then
+      if api.cuda_time(ctx, dev, 0, MS) ~= 0 then core.raise(-1) end
+      fn(unpack(args))
+      if api.cuda_time(ctx, dev, 1, MS) ~= 0 then core.raise(-1) end
+      times[i] = MS[0] * 1000
+    else
+      local t0 = api.now_us()
+      fn(unpack(args))
+      times[i] = api.now_us() - t0
+    end
   end
   table.sort(times)
   return { median_us = times[math.floor((reps + 1) / 2)], min_us = times[1], max_us = times[reps] }

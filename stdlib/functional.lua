@@ -104,7 +104,7 @@ function F.dropout(x, p, training)
   end
   if training == false or p == 0 then return x end
   if p == 1 then return x * 0 end
-  local keep = T.rand(x.shape):ge(p)
+  local keep = T.rand(x.shape, { device = x.device }):ge(p)
   return T.where(keep, x / (1 - p), 0)
 end
 
@@ -123,7 +123,7 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   local s = T.matmul(q * scale, k:transpose(-2, -1))
   if opts.causal then
     local L, S = q:size(-2), k:size(-2)
-    s = s:masked_fill(T.ones(L, S, { dtype = "bool" }):triu(1), -math.huge)
+    s = s:masked_fill(T.ones(L, S, { dtype = "bool", device = q.device }):triu(1), -math.huge)
   elseif opts.mask ~= nil then
     local m = opts.mask
     check_tensor("scaled_dot_product_attention", 4, "mask", m)

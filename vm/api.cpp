@@ -3,6 +3,10 @@
 // cross into LuaJIT.
 #include "vm/api.hpp"
 
+#include "jit/cuda/driver.hpp"
+#include "jit/cuda/memory.hpp"
+#include "vm/devices.hpp"
+
 #include <chrono>
 #include <cstring>
 
@@ -242,7 +246,11 @@ void api_cap_where(cr_ctx* c, const char* where) {
   c->service &= ~2;
   rec(c).set_where(where);
 }
-void api_cap_reset(cr_ctx* c) { rec(c).reset(); }
+// T.compiler.reset(): also gives cached device memory back (blocks in use stay with their tensors)
+void api_cap_reset(cr_ctx* c) {
+  rec(c).reset();
+  cuda::empty_cache();
+}
 
 void api_cap_stats(cr_ctx* c, double* out) {
   const graph::Stats& s = rec(c).stats;
@@ -289,6 +297,32 @@ int32_t api_cap_replay(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n, cr_t
   });
 }
 
+int32_t api_cuda_device_count() { return cuda::device_count(); }
+const char* api_cuda_unavailable() {
+  static thread_local std::string why;
+  cuda::driver(&why);
+  return why.c_str();
+}
+int32_t api_cuda_synchronize(cr_ctx* c, int32_t dev) {
+  return guarded(c, [&] {
+    cuda::synchronize(dev);
+    return 0;
+  });
+}
+void api_cuda_empty_cache() { cuda::empty_cache(); }
+void api_cuda_stats(int32_t dev, double* out) {
+  const cuda::MemoryStats m = cuda::memory_stats(dev);
+  const double v[6] = {double(m.driver_allocs), double(m.driver_frees), double(m.cache_hits), double(m.in_use),
+                       double(m.reserved), double(host_op_count())};
+  std::copy(v, v + 6, out);
+}
+int32_t api_cuda_time(cr_ctx* c, int32_t dev, int32_t phase, double* ms) {
+  return guarded(c, [&] {
+    *ms = cuda::time_events(dev, phase);
+    return 0;
+  });
+}
+
 }  // namespace
 
 const cr_api* api_table() {
@@ -331,6 +365,12 @@ const cr_api* api_table() {
       api_cap_active,
       api_cap_plan,
       api_cap_replay,
+      api_cuda_device_count,
+      api_cuda_unavailable,
+      api_cuda_synchronize,
+      api_cuda_empty_cache,
+      api_cuda_stats,
+      api_cuda_time,
   };
   return &api;
 }

@@ -113,6 +113,16 @@ typedef struct cr_api {
    * guard failed (nothing ran), -4 when the plan is gone (T.compiler.reset), or an error code. */
   int32_t (*cap_plan)(cr_ctx* ctx, int32_t fn, cr_tensor** cands, int32_t n);
   int32_t (*cap_replay)(cr_ctx* ctx, int32_t fn, cr_tensor** cands, int32_t n, cr_tensor** outs, int32_t cap);
+  /* CUDA (T.cuda): the device count (0 without a driver) and why there is none; synchronize;
+   * empty_cache; stats of device dev into out[6]: driver_allocs, driver_frees, cache_hits,
+   * in_use bytes, reserved bytes, host_ops (ops run on host copies); time: phase 0 starts the
+   * device timer, phase 1 stops it and writes the milliseconds to *ms. */
+  int32_t (*cuda_device_count)(void);
+  const char* (*cuda_unavailable)(void);
+  int32_t (*cuda_synchronize)(cr_ctx* ctx, int32_t dev);
+  void (*cuda_empty_cache)(void);
+  void (*cuda_stats)(int32_t dev, double* out);
+  int32_t (*cuda_time)(cr_ctx* ctx, int32_t dev, int32_t phase, double* ms);
 } cr_api;
 
 #ifdef __cplusplus

@@ -4,6 +4,8 @@
 // tensor of 10^9 elements costs a few dozen loads, not a conversion of the whole tensor.
 #include "vm/print.hpp"
 
+#include "vm/devices.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -217,13 +219,13 @@ std::string add_suffixes(std::string s, const std::vector<std::string>& suffixes
 
 }  // namespace
 
-std::string format_tensor(const Tensor& t) {
-  if (!t.defined()) return "tensor(<undefined>)";
-  if (!t.device().is_cpu())
-    fail(cat("printing a ", device_name(t.device()), " tensor: its values are not readable from the host; use x:cpu() first"));
+std::string format_tensor(const Tensor& shown) {
+  if (!shown.defined()) return "tensor(<undefined>)";
+  const Tensor t = host_copy(shown);  // a CUDA tensor's values, read back
   const std::string prefix = "tensor(";
   const int indent = int(prefix.size());
   std::vector<std::string> suffixes;
+  if (!shown.device().is_cpu()) suffixes.push_back("device='" + device_name(shown.device()) + "'");
   std::string body;
   if (t.numel() == 0) {
     // as NumPy: the shape is shown unless it is (0,); the dtype unless it is the default float

@@ -1,4 +1,5 @@
 #include "vm/tensor.hpp"
+#include "vm/devices.hpp"
 
 #include "vm/alloc.hpp"
 
@@ -36,9 +37,8 @@ template <class T> void delete_pooled(T* p) {
 }
 
 Storage* storage_new(size_t nbytes, Device device) {
-  if (!device.is_cpu()) fail(cat("device ", device_name(device), " is not available (CUDA support is not built yet)"));
-  void* data = host_alloc(nbytes);
-  if (!data) fail(cat("out of memory allocating ", nbytes, " bytes"));
+  void* data = device.is_cpu() ? host_alloc(nbytes) : device_alloc(nbytes, device);
+  if (!data && device.is_cpu()) fail(cat("out of memory allocating ", nbytes, " bytes"));
   Storage* s = new_pooled<Storage>();
   s->data = data;
   s->nbytes = nbytes;
@@ -62,7 +62,8 @@ void storage_retain(Storage* s) { s->refs.fetch_add(1, std::memory_order_relaxed
 void storage_release(Storage* s) {
   if (s->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (s->free_fn) s->free_fn(s->free_ctx, s->data);
-  else host_free(s->data, s->nbytes);
+  else if (s->device.is_cpu()) host_free(s->data, s->nbytes);
+  else device_free(s->data, s->nbytes, s->device);
   delete_pooled(s);
 }
 

@@ -101,12 +101,13 @@ end
 -- and, with a cache, the next cache. Without a cache the positions default to 0..L-1.
 function GPT:forward(ids, pos, cache)
   local L = ids:size(2)
-  pos = pos or T.arange(L)
+  local on = { device = ids.device }
+  pos = pos or T.arange(L, on)
   local x = self.wte(ids + 1) + self.wpe(pos + 1)
   local kv, next_cache
   if cache then
     local S = cache.k[1]:size(3)
-    local slots = T.arange(S)
+    local slots = T.arange(S, on)
     kv = { at = slots:view(-1, 1):eq(pos:view(1, -1)), mask = slots:view(1, -1):le(pos:view(-1, 1)) }
     next_cache = { k = {}, v = {} }
   end
@@ -125,8 +126,9 @@ function GPT:new_cache(B, S)
   local cfg = self.cfg
   local c = { k = {}, v = {} }
   for i = 1, cfg.n_layer do
-    c.k[i] = T.zeros(B, cfg.n_head, S, cfg.d / cfg.n_head, { dtype = self.wte.weight.dtype })
-    c.v[i] = T.zeros(B, cfg.n_head, S, cfg.d / cfg.n_head, { dtype = self.wte.weight.dtype })
+    local w = self.wte.weight
+    c.k[i] = T.zeros(B, cfg.n_head, S, cfg.d / cfg.n_head, { dtype = w.dtype, device = w.device })
+    c.v[i] = T.zeros(B, cfg.n_head, S, cfg.d / cfg.n_head, { dtype = w.dtype, device = w.device })
   end
   return c
 end
@@ -154,7 +156,7 @@ function G.pick(logits, top_k, temperature)
   if not top_k then return (logits:argmax(-1, true) - 1) end
   local vals, idx = logits:topk(top_k, -1)
   local p = (vals / (temperature or 1)):softmax(-1)
-  local u = T.rand(B, 1)
+  local u = T.rand(B, 1, { device = logits.device })
   local choice = p:cumsum(-1):lt(u):sum(-1, true):clamp(nil, top_k - 1) + 1
   return idx:gather(2, choice) - 1
 end
@@ -166,14 +168,15 @@ function G.generate(step, model, prompt, n, opts)
   local B, P = prompt:size(1), prompt:size(2)
   local cache = model:new_cache(B, P + n)
   local logits
-  logits, cache = step(prompt, T.arange(P), cache)
+  local on = { device = prompt.device }
+  logits, cache = step(prompt, T.arange(P, on), cache)
   local out = { prompt }
   for i = 1, n do
     local nxt = G.pick(logits:select(2, logits:size(2)), opts.top_k, opts.temperature)
     out[#out + 1] = nxt
     if opts.on_token then opts.on_token(i) end
     if i == n then break end
-    logits, cache = step(nxt, T.tensor({ P + i - 1 }):long(), cache)
+    logits, cache = step(nxt, T.full({ 1 }, P + i - 1, { dtype = "int64", device = prompt.device }), cache)
   end
   return T.cat(out, 2)
 end

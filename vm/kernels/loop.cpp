@@ -1,5 +1,7 @@
 #include "vm/kernels/loop.hpp"
 
+#include "vm/devices.hpp"
+
 #include <algorithm>
 
 namespace cr {
@@ -29,6 +31,7 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape) {
 }
 
 void copy_into(const Tensor& dst, const Tensor& src) {
+  if (!dst.device().is_cpu() || !src.device().is_cpu()) return copy_across(dst, src);
   visit(dst.dtype(), [&](auto o) {
     visit(src.dtype(), [&](auto i) {
       using TO = decltype(o);
@@ -63,6 +66,7 @@ static void check_fits(DType d, double v) {
 
 void fill(const Tensor& dst, double v) {
   check_fits(dst.dtype(), v);
+  if (!dst.device().is_cpu()) return fill_across(dst, v);
   visit(dst.dtype(), [&](auto o) {
     using TO = decltype(o);
     compute_t<TO> c = static_cast<compute_t<TO>>(v);

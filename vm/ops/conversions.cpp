@@ -17,7 +17,7 @@ void run_to(OpCall& c) {
   if (c.has(2) && !parse_dtype(c.str(2), &dtype)) fail(cat("unknown dtype \"", c.str(2), "\""));
   if (c.has(3)) device = parse_device(c.str(3));
   if (!(device == x.device())) {
-    Tensor moved = Tensor::empty(x.sizes(), dtype, device);  // throws while CUDA is not built
+    Tensor moved = Tensor::empty(x.sizes(), dtype, device);
     copy_into(moved, x);
     c.outs.push_back(moved);
     return;
@@ -27,11 +27,15 @@ void run_to(OpCall& c) {
 
 template <DType D> void run_as(OpCall& c) { c.outs.push_back(cast(c.tensor(0), D)); }
 
-void run_cpu(OpCall& c) {
+// x:cpu() / x:cuda(): x itself when it is there already, else a copy.
+template <int8_t Type> void run_move(OpCall& c) {
   Tensor x = c.tensor(0);
-  c.outs.push_back(x);  // every tensor is on the CPU until the CUDA backend exists
+  const Device d{Type, 0};
+  if (x.device().type == Type) return c.outs.push_back(x);
+  Tensor moved = Tensor::empty(x.sizes(), x.dtype(), d);
+  copy_into(moved, x);
+  c.outs.push_back(moved);
 }
-void run_cuda(OpCall&) { fail("CUDA is not available in this build"); }
 
 void run_contiguous(OpCall& c) { c.outs.push_back(contiguous(c.tensor(0))); }
 
@@ -81,8 +85,8 @@ void register_conversions(Registry& r) {
   r.add(OpDef{"int", "self:T", OpKind::Convert, m, nullptr, run_as<DType::i32>});
   r.add(OpDef{"long", "self:T", OpKind::Convert, m, nullptr, run_as<DType::i64>});
   r.add(OpDef{"bool", "self:T", OpKind::Convert, m, nullptr, run_as<DType::b8>});
-  r.add(OpDef{"cpu", "self:T", OpKind::Convert, m, nullptr, run_cpu});
-  r.add(OpDef{"cuda", "self:T", OpKind::Convert, m, nullptr, run_cuda});
+  r.add(OpDef{"cpu", "self:T", OpKind::Convert, m, nullptr, run_move<0>});
+  r.add(OpDef{"cuda", "self:T", OpKind::Convert, m, nullptr, run_move<1>});
   r.add(OpDef{"contiguous", "self:T", OpKind::Convert, 0, nullptr, run_contiguous});
   r.add(OpDef{"clone", "self:T", OpKind::Convert, 0, infer_clone, run_clone});
   r.add(OpDef{"copy_", "self:T, src:TN", OpKind::Convert, kReturnsSelf | m, nullptr, run_copy_});

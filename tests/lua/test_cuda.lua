@@ -1,0 +1,130 @@
+-- CUDA tensors (vm/devices.hpp, jit/cuda/): device memory, copies in both directions for every
+-- dtype and for views, ops on CUDA tensors (run on host copies until their CUDA kernels exist),
+-- the caching allocator, out-of-memory, device errors, T.bench's device timer. Every case that
+-- needs a GPU skips cleanly without one; the errors of a machine without CUDA are checked here.
+local T = require "crescent"
+
+local errs = expect.error_checker("test_cuda.lua")
+local GPU = T.cuda.is_available()
+local function need_gpu() if not GPU then expect.skip("no CUDA device: " .. T.cuda.unavailable_reason()) end end
+
+describe("without a GPU", function()
+  it("CUDA tensors raise an error that says why", function()
+    if GPU then expect.skip("a CUDA device is present") end
+    expect.eq(T.cuda.device_count(), 0)
+    errs(function() local _ = T.ones(2):cuda() end, "cuda", "CUDA is not available")
+    errs(function() local _ = T.zeros(2, { device = "cuda" }) end, "zeros", "CUDA is not available")
+    errs(function() local _ = T.ones(2):to("cuda:1") end, "to", "CUDA is not available")
+    T.cuda.synchronize()  -- a no-op without devices
+  end)
+end)
+
+describe("CUDA tensors", function()
+  it("copy to the device and back, every dtype, views included", function()
+    need_gpu()
+    for _, dt in ipairs(expect.DTYPES) do
+      local x = (dt == "bool") and T.rand(5, 7):lt(0.5) or T.randn(5, 7):mul(10):to(dt)
+      local d = x:cuda()
+      expect.eq(d.device, "cuda:0")
+      expect.eq(d.dtype, dt)
+      expect.eq(d:cpu():totable(), x:totable())
+      expect.eq(x:t():cuda():cpu():totable(), x:t():totable())            -- a transposed source
+      expect.eq(d:narrow(2, 2, 3):t():cpu():totable(), x:narrow(2, 2, 3):t():totable())  -- a device view
+      expect.eq(d:to("cpu"):totable(), x:totable())
+    end
+    expect.eq(T.tensor(3.5):cuda():item(), 3.5)
+    expect.truthy(tostring(T.ones(2):cuda()):find("device='cuda:0'", 1, true))
+  end)
+  it("copy_ into a device view writes only the view", function()
+    need_gpu()
+    local d = T.zeros(4, 4):cuda()
+    d:narrow(1, 2, 2):narrow(2, 2, 2):copy_(T.ones(2, 2))
+    local want = T.zeros(4, 4)
+    want:narrow(1, 2, 2):narrow(2, 2, 2):fill_(1)
+    expect.eq(d:cpu():totable(), want:totable())
+    d[1]:fill_(7)
+    expect.eq(d:cpu()[1]:totable(), { 7, 7, 7, 7 })
+    d:zero_()
+    expect.eq(d:cpu():sum():item(), 0)
+  end)
+  it("run every kind of op with the CPU's results", function()
+    need_gpu()
+    T.manual_seed(4)
+    local a, b = T.randn(6, 5), T.randn(5, 3)
+    local da, db = a:cuda(), b:cuda()
+    local cases = {
+      { function(x) return x + 1 end, "add" },
+      { function(x) return T.sin(x) * 2 end, "sin" },
+      { function(x) return x:softmax(-1) end, "softmax" },
+      { function(x) return x:sum(1) end, "sum" },
+      { function(x) return x:max(2) end, "max" },
+      { function(x) return x:reshape(30):narrow(1, 3, 10) end, "views" },
+      { function(x) return T.cat({ x, x }, 1) end, "cat" },
+      { function(x) return x:topk(2) end, "topk" },
+    }
+    for _, c in ipairs(cases) do
+      local got, want = c[1](da), c[1](a)
+      expect.eq(got.device, "cuda:0", c[2])
+      expect.close(got:cpu(), want, 1e-6, 1e-6)
+    end
+    expect.close(T.matmul(da, db):cpu(), T.matmul(a, b), 1e-5, 1e-5)
+    local z = T.zeros(2, 3, { device = "cuda" })
+    expect.eq(z.device, "cuda:0")
+    T.manual_seed(1)
+    local r1 = T.randn(4, { device = "cuda" })
+    T.manual_seed(1)
+    expect.eq(r1:cpu():totable(), T.randn(4):totable())  -- Philox: the same values on both devices
+    local x = T.ones(3):cuda()
+    x:add_(2)
+    x:mul_(T.tensor(2))  -- a 0-d CPU tensor is a scalar
+    expect.eq(x:cpu():totable(), { 6, 6, 6 })
+  end)
+  it("refuse tensors of two devices in one op, as PyTorch", function()
+    need_gpu()
+    errs(function() local _ = T.ones(3):cuda() + T.ones(3) end, "add", "expected all tensors on one device, got cpu and cuda:0")
+    errs(function() local _ = T.ones(3):to("cuda:9") end, "to", "device cuda:9 does not exist")
+  end)
+  it("reuse cached device memory: no driver allocation per op in steady state", function()
+    need_gpu()
+    local x = T.randn(256, 256):cuda()
+    for _ = 1, 5 do
+      local _ = (x + 1):sum()
+      collectgarbage()
+    end
+    local before = T.cuda.stats()
+    for _ = 1, 50 do
+      local _ = (x + 1):sum()
+      collectgarbage()  -- results die at once, as in a steady loop; otherwise garbage piles up
+    end
+    local after = T.cuda.stats()
+    expect.eq(after.driver_allocs, before.driver_allocs)
+    expect.truthy(after.cache_hits > before.cache_hits)
+    expect.truthy(after.host_ops > before.host_ops)
+    x = nil
+    collectgarbage()
+    T.cuda.empty_cache()
+    expect.eq(T.cuda.stats().reserved, T.cuda.stats().in_use)
+  end)
+  it("raise a Lua error when device memory runs out, and keep working", function()
+    need_gpu()
+    errs(function() local _ = T.empty(2 ^ 41, { device = "cuda" }) end, "empty", "out of memory allocating", "on cuda:0")
+    expect.eq(T.ones(2):cuda():cpu():totable(), { 1, 1 })
+  end)
+  it("time device work with T.bench and keep compiled functions correct", function()
+    need_gpu()
+    local x = T.randn(64, 64):cuda()
+    local r = T.bench(function(v) return v * 2 end, { x }, { reps = 5 })
+    expect.truthy(r.median_us > 0 and r.min_us <= r.max_us)
+    local f = T.compile(function(v) return (v * 2):relu():sum(-1) end)
+    for _ = 1, 3 do expect.close(f(x):cpu(), (x:cpu() * 2):relu():sum(-1), 1e-5, 1e-5) end
+  end)
+  it("move modules with :to('cuda') and run them", function()
+    need_gpu()
+    local m = T.nn.Sequential(T.nn.Linear(4, 8), T.nn.GELU(), T.nn.LayerNorm(8))
+    local x = T.randn(3, 4)
+    local want = m(x)
+    m:to("cuda")
+    expect.eq(m[1].weight.device, "cuda:0")
+    expect.close(m(x:cuda()):cpu(), want, 1e-5, 1e-6)
+  end)
+end)

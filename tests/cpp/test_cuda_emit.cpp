@@ -4,9 +4,10 @@
 // emitted and compiled for sm_90; the CUBIN must be an ELF holding every kernel. The kernel forms
 // (vectorised or not, reduction teams, persistent rows) are checked on the emitted module.
 // Skipped (with a warning) where NVRTC cannot be loaded. CRESCENT_TEST_CUDA_DUMP=dir writes the
-// generated modules there.
+// generated modules there, with what tests/cuda_check.py needs to run them on a GPU.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -45,12 +46,54 @@ struct Compiled {
   CudaModule module;
 };
 
+// CRESCENT_TEST_CUDA_DUMP=dir: the rendered module, and for graphs without externs what a
+// launcher needs to run it on a GPU and compare with eager (tests/cuda_check.py): the CUBIN,
+// a manifest (launches in plan order, buffers with layouts) and the inputs' and outputs' bytes.
+void dump(const std::string& name, const Builder& B, const Plan& plan, const CudaModule& m, const std::string& cubin) {
+  const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP");
+  if (!dir) return;
+  std::string base = cat(dir, "/", name);
+  std::ofstream(base + ".cu") << cuda::render(m);
+  for (const PlanStep& s : plan.steps)
+    if (s.node >= 0) return;  // externs: not runnable by the harness
+  std::ofstream(base + ".cubin", std::ios::binary) << cubin;
+  auto arr = [](const Shape& xs) {
+    std::string r = "[";
+    for (size_t i = 0; i < xs.size(); ++i) r += cat(i ? ", " : "", xs[i]);
+    return r + "]";
+  };
+  std::ofstream j(base + ".json");
+  j << "{\"kernels\": [";
+  for (size_t i = 0; i < m.kernels.size(); ++i) {
+    const cuda::CudaKernel& k = m.kernels[i];
+    j << (i ? ", " : "") << "{\"name\": \"" << k.name << "\", \"grid\": " << k.grid << ", \"block\": " << k.block << ", \"params\": [";
+    for (size_t p = 0; p < k.params.size(); ++p) j << (p ? ", " : "") << k.params[p].buffer;
+    j << "]}";
+  }
+  j << "], \"buffers\": [";
+  for (size_t b = 0; b < plan.buffers.size(); ++b) {
+    const Buffer& buf = plan.buffers[b];
+    int64_t extent = buf.offset + 1;
+    for (size_t d = 0; d < buf.sizes.size(); ++d) extent += (buf.sizes[d] - 1) * buf.strides[d];
+    bool input = std::find(B.g.inputs.begin(), B.g.inputs.end(), buf.gv) != B.g.inputs.end();
+    auto out_at = std::find(B.g.outputs.begin(), B.g.outputs.end(), buf.gv);
+    bool output = buf.gv >= 0 && out_at != B.g.outputs.end();
+    j << (b ? ", " : "") << "{\"dtype\": \"" << dtype_name(buf.dtype) << "\", \"numel\": " << extent << ", \"sizes\": " << arr(buf.sizes)
+      << ", \"strides\": " << arr(buf.strides) << ", \"offset\": " << buf.offset << ", \"role\": \"" << (input ? "input" : output ? "output" : "temp")
+      << "\", \"output\": " << (output ? out_at - B.g.outputs.begin() : -1) << "}";
+    if (input || output) {  // the eager value, contiguous
+      Tensor t = contiguous(B.sample[size_t(buf.gv)]);
+      std::ofstream(cat(base, ".", b, ".bin"), std::ios::binary).write(t.data_bytes(), std::streamsize(t.numel() * int64_t(t.itemsize())));
+    }
+  }
+  j << "]}\n";
+}
+
 // lower -> schedule -> CUDA C -> CUBIN; the rendered module is in the log of any failure.
-Compiled compile(const Graph& g, const std::string& name) {
+Compiled compile(const Builder& B, const std::string& name) {
+  const Graph& g = B.g;
   Plan plan = schedule(lower(g), 2);
   CudaModule m = cuda::emit_plan(plan);
-  if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP"))  // to read the generated code
-    std::ofstream(cat(dir, "/", name, ".cu")) << cuda::render(m);
   INFO("generated CUDA for " << name << ":\n" << cuda::render(m));
   std::string cubin;
   try {
@@ -58,6 +101,7 @@ Compiled compile(const Graph& g, const std::string& name) {
   } catch (const Error& e) {
     FAIL(e.what());
   }
+  dump(name, B, plan, m, cubin);
   REQUIRE(cubin.size() > 4);
   REQUIRE(cubin.compare(0, 4, "\x7f" "ELF") == 0);
   REQUIRE(m.kernels.size() == plan.kernels.size());
@@ -80,12 +124,13 @@ std::set<std::string> externs(const Graph& g) {
 }
 
 // Every unary / binary registry op (and where, conversions) applied to inputs of dtype d that
-// eager accepts; returns the op names recorded.
-std::vector<std::string> all_pointwise(Builder& B, DType d) {
+// eager accepts, but those in `skip`; returns the op names recorded.
+std::vector<std::string> all_pointwise(Builder& B, DType d, const std::set<std::string>& skip = {}) {
   int32_t x = B.input(sample({8, 64}, d, 1)), y = B.input(sample({8, 64}, d, 2));
   int32_t c = B.input(sample({8, 64}, DType::b8, 3));
   std::vector<std::string> names;
   auto add = [&](const std::string& name, std::vector<Arg> args) {
+    if (skip.count(name)) return;
     try {
       B.g.outputs.push_back(B.op(name, std::move(args)));
       names.push_back(name);
@@ -133,7 +178,10 @@ TEST_CASE("cuda: every lowered pointwise op compiles to CUBIN, in every loop dty
     WARN(dtype_name(d) << ": " << names.size() << " ops recorded; left to eager: " << (left.empty() ? "none" : left));
     if (d == DType::f32) CHECK(ext.empty());  // every float32 pointwise op has a loop form
     INFO(dtype_name(d) << " ops: " << lowered);
-    compile(B.g, cat("pointwise_", dtype_name(d)));
+    Builder lowered_only{ctx};  // (a graph without externs runs on the GPU as a whole)
+    all_pointwise(lowered_only, d, ext);
+    REQUIRE(externs(lowered_only.g).empty());
+    compile(lowered_only, cat("pointwise_", dtype_name(d)));
   }
 }
 
@@ -154,7 +202,7 @@ TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cu
       B.g.outputs.push_back(B.op(op, {T(x), N(double(c.dim))}));
     B.g.outputs.push_back(B.op("sum", {T(x), N(double(c.dim)), Bool(true)}));  // keepdim
     CHECK(externs(B.g).empty());
-    Compiled r = compile(B.g, cat("reductions_", c.shape[0], "x", c.shape[1], "_dim", c.dim));
+    Compiled r = compile(B, cat("reductions_", c.shape[0], "x", c.shape[1], "_dim", c.dim));
     bool seen = false;
     for (const cuda::CudaKernel& k : r.module.kernels) seen = seen || k.form == c.form;
     INFO("shape " << shape_str(c.shape) << " dim " << c.dim);
@@ -169,7 +217,7 @@ TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cu
       for (const char* op : {"sum", "prod", "amax", "amin"}) B.g.outputs.push_back(B.op(op, {T(v), N(-1)}));
     B.g.outputs.push_back(B.op("softmax", {T(f), N(-1)}));
     CHECK(externs(B.g).empty());
-    compile(B.g, "int_reductions");
+    compile(B, "int_reductions");
   }
 }
 
@@ -180,7 +228,7 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
   SECTION("sin((x + 1) * 2): one vectorised kernel") {
     int32_t x = B.input(sample({1000}, DType::f32, 1));
     B.g.outputs = {B.op("sin", {T(B.op("mul", {T(B.op("add", {T(x), N(1)})), N(2)}))})};
-    Compiled r = compile(B.g, "sin_chain");
+    Compiled r = compile(B, "sin_chain");
     REQUIRE(r.module.kernels.size() == 1);
     CHECK(r.module.kernels[0].vector_width == 4);
     CHECK(r.module.source.find("op_sin_float") != std::string::npos);
@@ -188,14 +236,14 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
   SECTION("bias + relu (a broadcast input): one kernel") {
     int32_t x = B.input(sample({64, 128}, DType::f32, 2)), b = B.input(sample({128}, DType::f32, 3));
     B.g.outputs = {B.op("relu", {T(B.op("add", {T(x), T(b)}))})};
-    Compiled r = compile(B.g, "bias_relu");
+    Compiled r = compile(B, "bias_relu");
     REQUIRE(r.module.kernels.size() == 1);
     CHECK(r.module.kernels[0].vector_width == 4);  // the bias is loaded as vectors too
   }
   SECTION("softmax: one persistent kernel") {
     int32_t x = B.input(sample({64, 127}, DType::f32, 4));
     B.g.outputs = {B.op("softmax", {T(x), N(2)})};
-    Compiled r = compile(B.g, "softmax");
+    Compiled r = compile(B, "softmax");
     REQUIRE(r.module.kernels.size() == 1);
     CHECK(r.module.kernels[0].persistent);
     CHECK(r.module.kernels[0].form == Form::ReduceWarp);
@@ -208,14 +256,14 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
     int32_t var = B.op("mean", {T(B.op("mul", {T(d), T(d)})), N(-1), Bool(true)});
     int32_t y = B.op("mul", {T(d), T(B.op("rsqrt", {T(B.op("add", {T(var), N(1.25e-5)}))}))});
     B.g.outputs = {B.op("add", {T(B.op("mul", {T(y), T(w)})), T(b)})};
-    Compiled r = compile(B.g, "layer_norm");
+    Compiled r = compile(B, "layer_norm");
     REQUIRE(r.module.kernels.size() == 1);
     CHECK(r.module.kernels[0].form == Form::ReduceBlock);
   }
   SECTION("a whole-tensor sum with a prologue: split in two kernels") {
     int32_t x = B.input(sample({512, 256}, DType::f32, 8)), y = B.input(sample({512, 256}, DType::f32, 9));
     B.g.outputs = {B.op("sum", {T(B.op("mul", {T(B.op("add", {T(x), T(y)})), N(2.625)}))})};
-    Compiled r = compile(B.g, "split_sum");
+    Compiled r = compile(B, "split_sum");
     REQUIRE(r.module.kernels.size() == 2);
     CHECK(r.module.kernels[0].rows == 512);  // partial sums per row, then their sum
     CHECK(r.module.kernels[1].rows == 1);
@@ -223,7 +271,7 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
   SECTION("a transposed input: vector stores, per-lane loads of the transpose") {
     int32_t x = B.input(sample({64, 32}, DType::f32, 10)), y = B.input(sample({32, 64}, DType::f32, 11));
     B.g.outputs = {B.op("add", {T(B.op("transpose", {T(x), N(1), N(2)})), T(y)})};
-    Compiled r = compile(B.g, "transposed");
+    Compiled r = compile(B, "transposed");
     REQUIRE(r.module.kernels.size() == 1);
     CHECK(r.module.kernels[0].vector_width == 4);
     CHECK(r.module.source.find("cr::store4") != std::string::npos);
@@ -231,7 +279,7 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
   SECTION("a row length that is not a multiple of 4: scalar code") {
     int32_t x = B.input(sample({63, 5}, DType::f32, 12));
     B.g.outputs = {B.op("exp", {T(B.op("mul", {T(x), N(0.5)}))})};
-    Compiled r = compile(B.g, "scalar");
+    Compiled r = compile(B, "scalar");
     REQUIRE(r.module.kernels.size() == 1);
     CHECK(r.module.kernels[0].vector_width == 1);
     CHECK(r.module.source.find("cr::load4(") == r.module.source.find("cr::load4(const"));  // only the prelude's
@@ -244,7 +292,7 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
     int32_t e = B.op("expand", {T(B.op("unsqueeze", {T(s), N(1)})), I({16, 40})});
     B.g.outputs = {B.op("mul", {T(n), N(3)}), B.op("add", {T(e), T(x)})};
     CHECK(externs(B.g).empty());
-    compile(B.g, "views");
+    compile(B, "views");
   }
 }
 

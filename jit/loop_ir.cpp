@@ -39,8 +39,6 @@ int64_t Kernel::work_items() const {
   return w;
 }
 
-namespace {
-
 const char* ctype(DType d) {
   switch (d) {
     case DType::f32: return "float";
@@ -62,6 +60,8 @@ std::string affine_str(const Affine& a) {
   if (a.c || s.empty()) s += s.empty() ? cat(a.c) : cat(" + ", a.c);
   return s;
 }
+
+namespace {
 
 std::string num_str(double x, DType d) {
   std::ostringstream o;

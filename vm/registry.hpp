@@ -115,6 +115,7 @@ void register_conversions(Registry& r);
 
 // gelu's {approximate = "tanh"} form as a BlockFn (the registry's gelu.block is the erf form).
 BlockFn gelu_tanh_block(DType compute);
+const char* gelu_tanh_expr();  // its scalar expression (the CUDA code generator emits it)
 
 // Runs one op eagerly (infer, allocate, run). Throws cr::Error with the op name prefixed.
 // `into` (optional, one per output): lazy tensors that receive the outputs' storage directly

@@ -452,6 +452,7 @@ template <class Op> OpDef binary_def(const char* schema) {
 }  // namespace
 
 BlockFn gelu_tanh_block(DType compute) { return block_of<Op_gelu_tanh, 1>(compute); }
+const char* gelu_tanh_expr() { return Op_gelu_tanh::expr; }
 
 void register_pointwise(Registry& r) {
 #define CR_REG_UNARY(NAME, ...) r.add(unary_def<Op_##NAME>());

@@ -1,0 +1,69 @@
+// CUDA C generation: every kernel of a fusion Plan (jit/fusion/schedule.hpp) becomes one
+// `extern "C" __global__` function of one CUDA C module per graph, compiled by NVRTC to a CUBIN
+// (jit/cuda/nvrtc.hpp). The launch contract (jit/cuda/README.md):
+//
+//   kernel i of the module is plan.kernels[i]; its name is CudaKernel::name (= Kernel::name);
+//   its arguments are one device pointer per kernel buffer slot, in slot order: argument s is
+//   the storage (element 0 of the storage, not of the view: offsets are in the code) of plan
+//   buffer params[s].buffer, of dtype params[s].dtype; sizes and strides are compile-time
+//   constants. Launch with gridDim = (grid, 1, 1), blockDim = (block, 1, 1), shared_bytes of
+//   dynamic shared memory (all shared memory is static today: 0). grid 0: nothing to launch.
+//   Every kernel loops grid-stride, so any grid >= 1 computes the same values; block is fixed.
+//   A vectorised kernel (vector_width 4) needs every pointer aligned to 4 elements (16 bytes for
+//   float32; cudaMalloc gives 256). Written buffers must not overlap any other argument.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "jit/fusion/schedule.hpp"
+
+namespace cr::jit::cuda {
+
+// The device the code is generated for. The defaults are an H100 SXM.
+struct Target {
+  std::string arch = "sm_90";
+  int sm_count = 132;
+  int max_threads_per_sm = 2048;
+};
+
+// How a kernel maps onto threads.
+enum class Form : uint8_t {
+  Pointwise,     // one element per thread per step of a grid-stride loop
+  ReduceThread,  // one row per thread (rows are short, or strided while rows are contiguous)
+  ReduceWarp,    // one row per warp, folded with warp shuffles
+  ReduceBlock,   // one row per block, warp shuffles then shared memory
+};
+const char* form_name(Form f);
+
+struct Param {
+  int32_t buffer = -1;  // plan buffer id
+  DType dtype = DType::f32;
+  bool read = false, written = false;
+};
+
+struct CudaKernel {
+  std::string name;
+  Form form = Form::Pointwise;
+  int vector_width = 1;     // pointwise: elements per thread per step (4: 16-byte vector access)
+  bool persistent = false;  // reductions: each thread's part of a row stays in registers
+                            // across the passes of the row (else each pass re-reads it: looped)
+  bool index32 = false;     // indices computed in 32 bits
+  int64_t grid = 0, block = 0, shared_bytes = 0;
+  int64_t rows = 0, row_size = 0;  // reductions: independent rows, elements folded per row
+  std::vector<Param> params;
+};
+
+struct CudaModule {
+  std::string source;  // one translation unit: prelude, op functions, kernels
+  std::string arch;
+  std::vector<CudaKernel> kernels;  // in plan.kernels order
+};
+
+// Emits CUDA C for every kernel of the plan. Throws cr::Error for what it cannot emit yet
+// (float16 / bfloat16).
+CudaModule emit_plan(const Plan& plan, const Target& target = {});
+
+// CRESCENT_LOGS=output_code: the launch table, then the source.
+std::string render(const CudaModule& m);
+
+}  // namespace cr::jit::cuda

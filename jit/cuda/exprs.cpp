@@ -1,0 +1,141 @@
+// Expression text for CUDA kernels (see exprs.hpp). Plain arithmetic is written inline as the
+// CPU backend emits it (bool arithmetic in int, compared != 0); a Call (a registry op the CPU
+// runs as a block function) becomes a device function whose body is the op's registry
+// expression, compiled against the prelude's vm:: / sm:: / std:: device math.
+#include "jit/cuda/exprs.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "vm/registry.hpp"
+
+namespace cr::jit::cuda {
+
+void Lines::add(const std::string& line) {
+  text.append(size_t(2 * indent), ' ');
+  text += line;
+  text += '\n';
+}
+void Lines::open(const std::string& head) {
+  add(head + " {");
+  ++indent;
+}
+void Lines::close() {
+  --indent;
+  add("}");
+}
+
+const char* cuda_type(DType d) {
+  if (d == DType::f16 || d == DType::bf16)
+    throw Error(cat("CUDA code generation for ", dtype_name(d), " is not implemented yet"));
+  return ctype(d);  // the prelude defines int32_t / int64_t
+}
+
+std::string literal(double x, DType d) {
+  if (d == DType::b8) return x != 0 ? "true" : "false";
+  if (is_floating(d)) {
+    const char* t = cuda_type(d);
+    if (std::isnan(x)) return cat("cr::nan_<", t, ">()");
+    if (std::isinf(x)) return cat(x < 0 ? "-" : "", "cr::inf_<", t, ">()");
+    char buf[48];
+    std::snprintf(buf, sizeof buf, d == DType::f32 ? "%.9g" : "%.17g", x);
+    std::string s = buf;
+    if (s.find_first_of(".e") == std::string::npos) s += ".0";
+    return d == DType::f32 ? s + "f" : s;
+  }
+  // integers: limits arrive as doubles (2^63 is not an int64): clamp, as the CPU backend does
+  if (d == DType::i32) return cat(int64_t(x));
+  if (x >= 9.2e18) return "9223372036854775807LL";
+  if (x <= -9.2e18) return "(-9223372036854775807LL - 1)";
+  return cat(int64_t(x), "LL");
+}
+
+DType cuda_acc_dtype(const Accumulate& a) {
+  bool fold = a.kind == ReduceKind::Sum || a.kind == ReduceKind::Prod;
+  return fold && a.in == DType::f32 ? DType::f32 : a.acc;
+}
+
+const char* fold_name(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::Sum: return "cr::Sum";
+    case ReduceKind::Prod: return "cr::Prod";
+    case ReduceKind::Max: return "cr::Max";
+    case ReduceKind::Min: return "cr::Min";
+  }
+  return "?";
+}
+
+std::string plain_load(const Expr& e) { return cat("p", e.value, "[", affine_str(e.index[0]), "]"); }
+
+std::string Exprs::ref(int32_t i) {
+  std::string name = cat("e", i);
+  if (def_[size_t(i)]) return name;
+  const Expr& e = k_.body.exprs[size_t(i)];
+  std::string value = reuse ? reuse(i) : "";
+  bool reused = !value.empty();
+  if (!reused) {
+    for (int32_t o : {e.a, e.b, e.c})
+      if (o >= 0) ref(o);
+    value = rhs(i);
+  }
+  out_.add(cat("const ", cuda_type(e.dtype), " ", name, " = ", value, ";"));
+  def_[size_t(i)] = 1;
+  scopes_.back().push_back(i);
+  if (computed && !reused) computed(i);
+  return name;
+}
+
+void Exprs::close_scope() {
+  for (int32_t i : scopes_.back()) def_[size_t(i)] = 0;
+  scopes_.pop_back();
+}
+
+std::string Exprs::rhs(int32_t i) {
+  const Expr& e = k_.body.exprs[size_t(i)];
+  auto name = [](int32_t j) { return cat("e", j); };
+  switch (e.op) {
+    case EOp::Load: return load ? load(e) : plain_load(e);
+    case EOp::Const: return literal(e.num, e.dtype);
+    case EOp::Cast: {
+      DType from = k_.body.exprs[size_t(e.a)].dtype;
+      if (e.dtype == DType::b8 && from != DType::b8) return cat("(", name(e.a), " != 0)");
+      return cat("(", cuda_type(e.dtype), ")", name(e.a));
+    }
+    case EOp::Select: return cat(name(e.a), " ? ", name(e.b), " : ", name(e.c));
+    case EOp::Reduced: return cat("(", cuda_type(e.dtype), ")acc", e.acc);
+    case EOp::Arith: return arith(e);
+    case EOp::Call: return call(e);
+  }
+  return "";
+}
+
+std::string Exprs::arith(const Expr& e) {
+  std::string a = cat("e", e.a);
+  if (e.name == "!") return "!" + a;
+  if (e.b < 0) return "-" + a;  // unary minus
+  std::string b = cat("e", e.b);
+  bool compare = e.name == "==" || e.name == "!=" || e.name == "<" || e.name == "<=" || e.name == ">" || e.name == ">=";
+  if (e.dtype == DType::b8 && !compare && e.name != "&&" && e.name != "||")  // bool arithmetic: in int, != 0
+    return cat("((int)", a, " ", e.name, " (int)", b, ") != 0");
+  return cat(a, " ", e.name, " ", b);
+}
+
+// A registry op as a device function of its compute dtype: `op_<name>_<type>(a, b)` returns the
+// op's scalar expression (unary ops ignore b).
+std::string Exprs::call(const Expr& e) {
+  DType in = k_.body.exprs[size_t(e.a)].dtype;
+  const char* expr = nullptr;
+  if (e.name == "gelu_tanh") expr = gelu_tanh_expr();
+  else if (const OpDef* def = Registry::get().find(e.name)) expr = def->expr;
+  if (!expr) throw Error(cat("CUDA code generation: the op ", e.name, " has no scalar expression"));
+  std::string fn = cat("op_", e.name, "_", cuda_type(in));
+  if (!fns_.count(fn)) {
+    const char* t = cuda_type(in);
+    fns_[fn] = cat("__forceinline__ ", cuda_type(e.dtype), " ", fn, "(", t, " a, [[maybe_unused]] ", t, " b) { return ", expr, "; }");
+  }
+  std::string a = cat("e", e.a);
+  return cat(fn, "(", a, ", ", e.b >= 0 ? cat("e", e.b) : a, ")");
+}
+
+}  // namespace cr::jit::cuda

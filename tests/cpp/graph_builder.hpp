@@ -1,0 +1,79 @@
+// Hand-built graphs for the C++ tests: Builder records ops as the trace recorder does (each op
+// also runs eagerly on sample values, which give every value its metadata).
+#pragma once
+#include <catch2/catch.hpp>
+
+#include "vm/graph/graph.hpp"
+
+namespace cr::testing {
+
+using graph::Arg;
+using graph::Graph;
+using graph::Node;
+using graph::NodeKind;
+using graph::meta_of;
+
+inline Arg T(int32_t v) { Arg a; a.tag = kTensor; a.value = v; return a; }
+inline Arg N(double x) { Arg a; a.tag = kNumber; a.num = x; return a; }
+inline Arg I(std::vector<int64_t> xs) { Arg a; a.tag = kInts; a.ints = std::move(xs); return a; }
+inline Arg S(std::string s) { Arg a; a.tag = kString; a.str = std::move(s); return a; }
+inline Arg Bool(bool x) { Arg a; a.tag = kBool; a.num = x; return a; }
+
+// Builds a graph as the recorder does: every op also runs eagerly on sample values while it is
+// added, so each output gets the meta eager execution gave it, `views` when it shares the storage
+// of a tensor argument, and in-place ops get a new value id with the meta of their argument 0.
+struct Builder {
+  Context& ctx;
+  Graph g;
+  std::vector<Tensor> sample;  // by value id
+
+  int32_t value(Tensor t, int32_t views) {  // by value: `t` may live in `sample`
+    int32_t v = g.add_value(int32_t(g.nodes.size() - 1), meta_of(t));
+    g.values[size_t(v)].views = views;
+    g.nodes.back().outs.push_back(v);
+    sample.resize(g.values.size());
+    sample[size_t(v)] = t;
+    return v;
+  }
+  int32_t input(const Tensor& t) {
+    Node n;
+    n.kind = NodeKind::Input;
+    n.input_index = int32_t(g.inputs.size());
+    g.nodes.push_back(std::move(n));
+    int32_t v = value(t, -1);
+    g.inputs.push_back(v);
+    return v;
+  }
+  std::vector<int32_t> ops(const std::string& name, std::vector<Arg> args, const std::string& where = "") {
+    Node n;
+    n.op = Registry::get().index_of(name);
+    REQUIRE(n.op >= 0);
+    n.args = std::move(args);
+    n.where = where;
+    std::vector<cr_value> cv;
+    for (const Arg& a : n.args) {
+      cr_value v{a.tag, 0, a.num, nullptr, nullptr};
+      if (a.tag == kTensor) v.ptr = sample[size_t(a.value)].get();
+      if (a.tag == kInts) v.n = int32_t(a.ints.size()), v.ptr = const_cast<int64_t*>(a.ints.data());
+      if (a.tag == kString) v.str = a.str.c_str();
+      cv.push_back(v);
+    }
+    std::vector<Tensor> outs = dispatch(ctx, n.op, cv.data(), int(cv.size()));
+    g.nodes.push_back(std::move(n));
+    const Node& nd = g.nodes.back();
+    if (nd.inplace()) return {value(sample[size_t(nd.args[0].value)], nd.args[0].value)};
+    std::vector<int32_t> ids;
+    for (const Tensor& o : outs) {
+      int32_t views = -1;
+      for (const Arg& a : nd.args)
+        if (views < 0 && a.tag == kTensor && sample[size_t(a.value)].storage() == o.storage()) views = a.value;
+      ids.push_back(value(o, views));
+    }
+    return ids;
+  }
+  int32_t op(const std::string& name, std::vector<Arg> args, const std::string& where = "") {
+    return ops(name, std::move(args), where)[0];
+  }
+};
+
+}  // namespace cr::testing

@@ -1,0 +1,348 @@
+// jit/cuda: CUDA C emitted from fusion plans compiles to CUBIN with NVRTC (no GPU needed). Every
+// registry op that the loop lowering lowers (pointwise in every loop dtype, reductions, views
+// folded into indices) and the fused test graphs of the CPU backend are lowered, scheduled,
+// emitted and compiled for sm_90; the CUBIN must be an ELF holding every kernel. The kernel forms
+// (vectorised or not, reduction teams, persistent rows) are checked on the emitted module.
+// Skipped (with a warning) where NVRTC cannot be loaded. CRESCENT_TEST_CUDA_DUMP=dir writes the
+// generated modules there, with what tests/cuda_check.py needs to run them on a GPU.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "graph_builder.hpp"
+#include "jit/cuda/emit.hpp"
+#include "jit/cuda/nvrtc.hpp"
+#include "vm/kernels/loop.hpp"
+
+using namespace cr;
+using namespace cr::testing;
+using namespace cr::jit;
+using cr::jit::cuda::CudaModule;
+using cr::jit::cuda::Form;
+
+namespace {
+
+bool have_nvrtc() {
+  std::string why;
+  if (cuda::nvrtc_available(&why)) return true;
+  WARN("NVRTC unavailable, CUDA emission tests skipped: " << why);
+  return false;
+}
+
+Tensor sample(const Shape& s, DType d, uint32_t seed) {
+  Tensor t = Tensor::empty(s, DType::f32);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-3, 3);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(gen);
+  return d == DType::f32 ? t : cast(t, d);
+}
+
+struct Compiled {
+  Plan plan;
+  CudaModule module;
+};
+
+// CRESCENT_TEST_CUDA_DUMP=dir: the rendered module, and for graphs without externs what a
+// launcher needs to run it on a GPU and compare with eager (tests/cuda_check.py): the CUBIN,
+// a manifest (launches in plan order, buffers with layouts) and the inputs' and outputs' bytes.
+void dump(const std::string& name, const Builder& B, const Plan& plan, const CudaModule& m, const std::string& cubin) {
+  const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP");
+  if (!dir) return;
+  std::string base = cat(dir, "/", name);
+  std::ofstream(base + ".cu") << cuda::render(m);
+  for (const PlanStep& s : plan.steps)
+    if (s.node >= 0) return;  // externs: not runnable by the harness
+  std::ofstream(base + ".cubin", std::ios::binary) << cubin;
+  auto arr = [](const Shape& xs) {
+    std::string r = "[";
+    for (size_t i = 0; i < xs.size(); ++i) r += cat(i ? ", " : "", xs[i]);
+    return r + "]";
+  };
+  std::ofstream j(base + ".json");
+  j << "{\"kernels\": [";
+  for (size_t i = 0; i < m.kernels.size(); ++i) {
+    const cuda::CudaKernel& k = m.kernels[i];
+    j << (i ? ", " : "") << "{\"name\": \"" << k.name << "\", \"grid\": " << k.grid << ", \"block\": " << k.block << ", \"params\": [";
+    for (size_t p = 0; p < k.params.size(); ++p) j << (p ? ", " : "") << k.params[p].buffer;
+    j << "]}";
+  }
+  j << "], \"buffers\": [";
+  for (size_t b = 0; b < plan.buffers.size(); ++b) {
+    const Buffer& buf = plan.buffers[b];
+    int64_t extent = buf.offset + 1;
+    for (size_t d = 0; d < buf.sizes.size(); ++d) extent += (buf.sizes[d] - 1) * buf.strides[d];
+    bool input = std::find(B.g.inputs.begin(), B.g.inputs.end(), buf.gv) != B.g.inputs.end();
+    auto out_at = std::find(B.g.outputs.begin(), B.g.outputs.end(), buf.gv);
+    bool output = buf.gv >= 0 && out_at != B.g.outputs.end();
+    j << (b ? ", " : "") << "{\"dtype\": \"" << dtype_name(buf.dtype) << "\", \"numel\": " << extent << ", \"sizes\": " << arr(buf.sizes)
+      << ", \"strides\": " << arr(buf.strides) << ", \"offset\": " << buf.offset << ", \"role\": \"" << (input ? "input" : output ? "output" : "temp")
+      << "\", \"output\": " << (output ? out_at - B.g.outputs.begin() : -1) << "}";
+    if (input || output) {  // the eager value, contiguous
+      Tensor t = contiguous(B.sample[size_t(buf.gv)]);
+      std::ofstream(cat(base, ".", b, ".bin"), std::ios::binary).write(t.data_bytes(), std::streamsize(t.numel() * int64_t(t.itemsize())));
+    }
+  }
+  j << "]}\n";
+}
+
+// lower -> schedule -> CUDA C -> CUBIN; the rendered module is in the log of any failure.
+Compiled compile(const Builder& B, const std::string& name) {
+  const Graph& g = B.g;
+  Plan plan = schedule(lower(g), 2);
+  CudaModule m = cuda::emit_plan(plan);
+  INFO("generated CUDA for " << name << ":\n" << cuda::render(m));
+  std::string cubin;
+  try {
+    cubin = cuda::compile_cubin(m.source, name + ".cu", "sm_90");
+  } catch (const Error& e) {
+    FAIL(e.what());
+  }
+  dump(name, B, plan, m, cubin);
+  REQUIRE(cubin.size() > 4);
+  REQUIRE(cubin.compare(0, 4, "\x7f" "ELF") == 0);
+  REQUIRE(m.kernels.size() == plan.kernels.size());
+  for (const cuda::CudaKernel& k : m.kernels) {
+    INFO("kernel " << k.name);
+    CHECK(cubin.find(std::string(1, '\0') + k.name + std::string(1, '\0')) != std::string::npos);
+    CHECK(k.block > 0);
+    CHECK(k.grid > 0);
+  }
+  return {std::move(plan), std::move(m)};
+}
+
+// The ops the lowering left to the eager kernels (externs), by name.
+std::set<std::string> externs(const Graph& g) {
+  std::set<std::string> r;
+  LoopGraph lg = lower(g);
+  for (const LStep& s : lg.steps)
+    if (s.external) r.insert(g.nodes[size_t(s.node)].def().name);
+  return r;
+}
+
+// Every unary / binary registry op (and where, conversions) applied to inputs of dtype d that
+// eager accepts, but those in `skip`; returns the op names recorded.
+std::vector<std::string> all_pointwise(Builder& B, DType d, const std::set<std::string>& skip = {}) {
+  int32_t x = B.input(sample({8, 64}, d, 1)), y = B.input(sample({8, 64}, d, 2));
+  int32_t c = B.input(sample({8, 64}, DType::b8, 3));
+  std::vector<std::string> names;
+  auto add = [&](const std::string& name, std::vector<Arg> args) {
+    if (skip.count(name)) return;
+    try {
+      B.g.outputs.push_back(B.op(name, std::move(args)));
+      names.push_back(name);
+    } catch (const Error&) {  // the op does not take this dtype
+    }
+  };
+  for (const OpDef& def : Registry::get().ops()) {
+    if (def.flags & kReturnsSelf) continue;
+    if (def.kind == OpKind::Unary) add(def.name, {T(x)});
+    if (def.kind == OpKind::Binary) {
+      add(def.name, {T(x), T(y)});
+      add(def.name, {T(x), N(3)});  // a Lua number operand
+    }
+  }
+  add("gelu", {T(x), S("tanh")});
+  add("add", {T(x), T(y), N(2)});  // alpha
+  for (double e : {2.0, 0.5, -1.0, 2.5}) add("pow", {T(x), N(e)});
+  add("where", {T(c), T(x), T(y)});
+  for (const char* conv : {"float", "double", "int", "long", "bool", "clone"}) add(conv, {T(x)});
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("cuda: NVRTC loads and reports a version", "[cuda]") {
+  if (!have_nvrtc()) return;
+  CHECK(cuda::nvrtc_version().rfind("nvrtc ", 0) == 0);
+  WARN(cuda::nvrtc_version());
+  CHECK_THROWS_WITH(cuda::compile_cubin("__global__ void f() { undefined_thing(); }", "bad.cu"),
+                    Catch::Contains("bad.cu") && Catch::Contains("undefined_thing"));
+}
+
+TEST_CASE("cuda: every lowered pointwise op compiles to CUBIN, in every loop dtype", "[cuda]") {
+  if (!have_nvrtc()) return;
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::b8}) {
+    Context ctx;
+    Builder B{ctx};
+    std::vector<std::string> names = all_pointwise(B, d);
+    std::set<std::string> ext = externs(B.g);
+    std::string lowered;
+    for (const std::string& n : names)
+      if (!ext.count(n)) lowered += n + " ";
+    std::string left;
+    for (const std::string& n : ext) left += n + " ";
+    WARN(dtype_name(d) << ": " << names.size() << " ops recorded; left to eager: " << (left.empty() ? "none" : left));
+    if (d == DType::f32) CHECK(ext.empty());  // every float32 pointwise op has a loop form
+    INFO(dtype_name(d) << " ops: " << lowered);
+    Builder lowered_only{ctx};  // (a graph without externs runs on the GPU as a whole)
+    all_pointwise(lowered_only, d, ext);
+    REQUIRE(externs(lowered_only.g).empty());
+    compile(lowered_only, cat("pointwise_", dtype_name(d)));
+  }
+}
+
+TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cuda]") {
+  if (!have_nvrtc()) return;
+  struct Case {
+    Shape shape;
+    int64_t dim;
+    Form form;
+  };
+  // thread per row (short rows), warp per row, block per row, a column reduction (strided rows)
+  for (const Case& c : {Case{{4096, 8}, -1, Form::ReduceThread}, Case{{64, 300}, -1, Form::ReduceWarp},
+                        Case{{8, 5000}, -1, Form::ReduceBlock}, Case{{64, 2048}, 1, Form::ReduceThread}}) {
+    Context ctx;
+    Builder B{ctx};
+    int32_t x = B.input(sample(c.shape, DType::f32, 4));
+    for (const char* op : {"sum", "prod", "mean", "amax", "amin", "var", "std", "logsumexp", "norm", "softmax", "log_softmax"})
+      B.g.outputs.push_back(B.op(op, {T(x), N(double(c.dim))}));
+    B.g.outputs.push_back(B.op("sum", {T(x), N(double(c.dim)), Bool(true)}));  // keepdim
+    CHECK(externs(B.g).empty());
+    Compiled r = compile(B, cat("reductions_", c.shape[0], "x", c.shape[1], "_dim", c.dim));
+    bool seen = false;
+    for (const cuda::CudaKernel& k : r.module.kernels) seen = seen || k.form == c.form;
+    INFO("shape " << shape_str(c.shape) << " dim " << c.dim);
+    CHECK(seen);
+  }
+  SECTION("integer and bool inputs") {
+    Context ctx;
+    Builder B{ctx};
+    int32_t i = B.input(sample({16, 100}, DType::i32, 5)), l = B.input(sample({16, 100}, DType::i64, 6));
+    int32_t m = B.input(sample({16, 100}, DType::b8, 7)), f = B.input(sample({16, 100}, DType::f64, 8));
+    for (int32_t v : {i, l, m, f})
+      for (const char* op : {"sum", "prod", "amax", "amin"}) B.g.outputs.push_back(B.op(op, {T(v), N(-1)}));
+    B.g.outputs.push_back(B.op("softmax", {T(f), N(-1)}));
+    CHECK(externs(B.g).empty());
+    compile(B, "int_reductions");
+  }
+}
+
+TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
+  if (!have_nvrtc()) return;
+  Context ctx;
+  Builder B{ctx};
+  SECTION("sin((x + 1) * 2): one vectorised kernel") {
+    int32_t x = B.input(sample({1000}, DType::f32, 1));
+    B.g.outputs = {B.op("sin", {T(B.op("mul", {T(B.op("add", {T(x), N(1)})), N(2)}))})};
+    Compiled r = compile(B, "sin_chain");
+    REQUIRE(r.module.kernels.size() == 1);
+    CHECK(r.module.kernels[0].vector_width == 4);
+    CHECK(r.module.source.find("op_sin_float") != std::string::npos);
+  }
+  SECTION("bias + relu (a broadcast input): one kernel") {
+    int32_t x = B.input(sample({64, 128}, DType::f32, 2)), b = B.input(sample({128}, DType::f32, 3));
+    B.g.outputs = {B.op("relu", {T(B.op("add", {T(x), T(b)}))})};
+    Compiled r = compile(B, "bias_relu");
+    REQUIRE(r.module.kernels.size() == 1);
+    CHECK(r.module.kernels[0].vector_width == 4);  // the bias is loaded as vectors too
+  }
+  SECTION("softmax: one persistent kernel") {
+    int32_t x = B.input(sample({64, 127}, DType::f32, 4));
+    B.g.outputs = {B.op("softmax", {T(x), N(2)})};
+    Compiled r = compile(B, "softmax");
+    REQUIRE(r.module.kernels.size() == 1);
+    CHECK(r.module.kernels[0].persistent);
+    CHECK(r.module.kernels[0].form == Form::ReduceWarp);
+  }
+  SECTION("a layer_norm written with mean / rsqrt: one kernel") {
+    int32_t x = B.input(sample({64, 1024}, DType::f32, 5)), w = B.input(sample({1024}, DType::f32, 6));
+    int32_t b = B.input(sample({1024}, DType::f32, 7));
+    int32_t mean = B.op("mean", {T(x), N(-1), Bool(true)});
+    int32_t d = B.op("sub", {T(x), T(mean)});
+    int32_t var = B.op("mean", {T(B.op("mul", {T(d), T(d)})), N(-1), Bool(true)});
+    int32_t y = B.op("mul", {T(d), T(B.op("rsqrt", {T(B.op("add", {T(var), N(1.25e-5)}))}))});
+    B.g.outputs = {B.op("add", {T(B.op("mul", {T(y), T(w)})), T(b)})};
+    Compiled r = compile(B, "layer_norm");
+    REQUIRE(r.module.kernels.size() == 1);
+    CHECK(r.module.kernels[0].form == Form::ReduceBlock);
+  }
+  SECTION("a whole-tensor sum with a prologue: split in two kernels") {
+    int32_t x = B.input(sample({512, 256}, DType::f32, 8)), y = B.input(sample({512, 256}, DType::f32, 9));
+    B.g.outputs = {B.op("sum", {T(B.op("mul", {T(B.op("add", {T(x), T(y)})), N(2.625)}))})};
+    Compiled r = compile(B, "split_sum");
+    REQUIRE(r.module.kernels.size() == 2);
+    CHECK(r.module.kernels[0].rows == 512);  // partial sums per row, then their sum
+    CHECK(r.module.kernels[1].rows == 1);
+  }
+  SECTION("a transposed input: vector stores, per-lane loads of the transpose") {
+    int32_t x = B.input(sample({64, 32}, DType::f32, 10)), y = B.input(sample({32, 64}, DType::f32, 11));
+    B.g.outputs = {B.op("add", {T(B.op("transpose", {T(x), N(1), N(2)})), T(y)})};
+    Compiled r = compile(B, "transposed");
+    REQUIRE(r.module.kernels.size() == 1);
+    CHECK(r.module.kernels[0].vector_width == 4);
+    CHECK(r.module.source.find("cr::store4") != std::string::npos);
+  }
+  SECTION("a row length that is not a multiple of 4: scalar code") {
+    int32_t x = B.input(sample({63, 5}, DType::f32, 12));
+    B.g.outputs = {B.op("exp", {T(B.op("mul", {T(x), N(0.5)}))})};
+    Compiled r = compile(B, "scalar");
+    REQUIRE(r.module.kernels.size() == 1);
+    CHECK(r.module.kernels[0].vector_width == 1);
+    CHECK(r.module.source.find("cr::load4(") == r.module.source.find("cr::load4(const"));  // only the prelude's
+    CHECK(r.module.kernels[0].index32);
+  }
+  SECTION("views folded into indices: narrow, select, expand") {
+    int32_t x = B.input(sample({16, 40}, DType::f32, 13));
+    int32_t n = B.op("narrow", {T(x), N(2), N(3), N(32)});
+    int32_t s = B.op("select", {T(x), N(1), N(2)});
+    int32_t e = B.op("expand", {T(B.op("unsqueeze", {T(s), N(1)})), I({16, 40})});
+    B.g.outputs = {B.op("mul", {T(n), N(3)}), B.op("add", {T(e), T(x)})};
+    CHECK(externs(B.g).empty());
+    compile(B, "views");
+  }
+}
+
+namespace {
+
+// A plan of one copy kernel out[i] = in[i] over `sizes` (contiguous), built by hand: sizes no test
+// can allocate, dtypes the lowering leaves to eager.
+Plan copy_plan(const Shape& sizes, DType d) {
+  Plan plan;
+  Kernel k;
+  k.name = "k0";
+  k.sizes = sizes;
+  k.n_outer = int(sizes.size()) - 1;
+  Affine at;
+  int64_t stride = 1;
+  for (size_t v = sizes.size(); v-- > 0; stride *= sizes[v]) at.add(v, stride);
+  Expr load{EOp::Load, d};
+  load.value = 0;
+  load.index = {at};
+  k.body.root = k.body.add(load);
+  k.stores.push_back(Store{1, at, k.body.root});
+  k.buffers = {0, 1};
+  k.analyse();
+  for (int i = 0; i < 2; ++i) {
+    Buffer b;
+    b.dtype = d;
+    b.sizes = sizes;
+    plan.buffers.push_back(b);
+  }
+  plan.kernels.push_back(k);
+  return plan;
+}
+
+}  // namespace
+
+TEST_CASE("cuda: 64-bit indices past 2^31 elements", "[cuda]") {
+  if (!have_nvrtc()) return;
+  CudaModule m = cuda::emit_plan(copy_plan({4, int64_t(1) << 30}, DType::f32));
+  INFO(cuda::render(m));
+  REQUIRE(m.kernels.size() == 1);
+  CHECK_FALSE(m.kernels[0].index32);
+  CHECK(m.kernels[0].vector_width == 4);
+  CHECK(m.kernels[0].grid == 132 * 8);  // one wave of 256-thread blocks on the default H100
+  CHECK(m.source.find("typedef int64_t idx_t;") != std::string::npos);
+  std::string cubin = cuda::compile_cubin(m.source, "big.cu");
+  CHECK(cubin.compare(0, 4, "\x7f" "ELF") == 0);
+  CHECK(cuda::emit_plan(copy_plan({1000, 1000}, DType::f32)).kernels[0].index32);
+}
+
+TEST_CASE("cuda: float16 and bfloat16 are reported as not implemented yet", "[cuda]") {
+  for (DType d : {DType::f16, DType::bf16})
+    CHECK_THROWS_WITH(cuda::emit_plan(copy_plan({4}, d)), Catch::Contains(dtype_name(d)) && Catch::Contains("not implemented yet"));
+}

@@ -26,6 +26,9 @@
 
 #include "jit/cpu/gccjit.hpp"
 #include "jit/cpu/program.hpp"
+#include "jit/cuda/driver.hpp"
+#include "jit/cuda/nvrtc.hpp"
+#include "jit/cuda/program.hpp"
 #include "jit/fusion/schedule.hpp"
 
 namespace cr::jit {
@@ -211,6 +214,69 @@ Built build_or_load(const Plan& plan, cpu::FnTable& fns, const std::string& key,
 
 // ---- one compilation ---------------------------------------------------------------------------
 
+void write_file(const std::string& path, const std::string& text);
+
+// CUDA modules: the CUBIN by key, in memory and on disk as `<cache_dir>/<key>.cubin` (written
+// under a temporary name and renamed into place, as the CPU's shared objects).
+std::map<std::string, std::shared_ptr<const std::string>> cubin_cache;
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+std::shared_ptr<const std::string> cubin_for(const jit::cuda::CudaModule& m, const std::string& name, const std::string& key,
+                                             const Options& o, bool* disk_hit, bool* memory_hit) {
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    if (auto it = cubin_cache.find(key); it != cubin_cache.end()) {
+      ++counters.memory_hits;
+      *memory_hit = true;
+      return it->second;
+    }
+  }
+  const bool disk = !o.cache_dir.empty() && o.cache_dir != "0";
+  const std::string path = cat(o.cache_dir, "/", key, ".cubin");
+  std::shared_ptr<const std::string> bin;
+  if (disk && ::access(path.c_str(), R_OK) == 0) {
+    std::string b = read_file(path);
+    if (b.size() > 4 && b.compare(0, 4, "\x7f" "ELF") == 0) bin = std::make_shared<const std::string>(std::move(b));
+    *disk_hit = bin != nullptr;  // a damaged entry (not ELF) is compiled again
+  }
+  if (!bin) {
+    if (const char* inject = std::getenv("CRESCENT_JIT_FAIL"); inject && *inject && *inject != '0')
+      throw Error("injected compile failure (CRESCENT_JIT_FAIL)");
+    bin = std::make_shared<const std::string>(jit::cuda::compile_cubin(m.source, name, m.arch));
+    if (disk) {
+      std::error_code ec;
+      std::filesystem::create_directories(o.cache_dir, ec);
+      const std::string tmp = cat(path, ".tmp-", ::getpid(), "-", std::hash<std::thread::id>{}(std::this_thread::get_id()));
+      { std::ofstream(tmp, std::ios::binary).write(bin->data(), std::streamsize(bin->size())); }
+      if (std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
+    }
+  }
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  if (*disk_hit) ++counters.disk_hits;
+  else ++counters.compiled;
+  cubin_cache[key] = bin;
+  return bin;
+}
+
+// A CUDA graph's program: emission, the CUBIN (cached), the loaded module.
+std::shared_ptr<const graph::Executable> cuda_program(Plan plan, const graph::Graph& g, const Options& o,
+                                                      std::vector<std::string>& log, bool* disk_hit, bool* cached) {
+  jit::cuda::CudaModule m = jit::cuda::emit_plan(plan, jit::cuda::target_of(o.device.index));
+  const std::string key = hash128(cat(m.source, "\n", m.arch, " ", jit::cuda::nvrtc_version(), " build ", build_id()));
+  if (o.log_code) log.push_back(cat("output_code: ", g.name, " (key ", key, ")\n", jit::cuda::render(m)));
+  if (!o.debug_dir.empty()) write_file(cat(o.debug_dir, "/", key.substr(0, 8), ".cu"), jit::cuda::render(m));
+  bool memory_hit = false;
+  std::shared_ptr<const std::string> bin = cubin_for(m, g.name, key, o, disk_hit, &memory_hit);
+  *cached = *disk_hit || memory_hit;
+  return std::make_shared<jit::cuda::Program>(std::move(plan), std::move(m), *bin, o.device);
+}
+
+
+
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path);
   f << text;
@@ -233,7 +299,12 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
     if (o.log_fusion)
       for (const std::string& l : plan.log) log.push_back(cat("fusion: ", g->name, ": ", l));
     nkernels = int(plan.kernels.size());
-    if (!plan.kernels.empty()) {
+    if (!o.device.is_cpu() && !plan.kernels.empty()) {
+      bool cached = false;
+      exe = cuda_program(std::move(plan), *g, o, log, &disk_hit, &cached);
+      if (cached) nkernels = 0;
+      t_code = now_ms();
+    } else if (!plan.kernels.empty()) {
       cpu::FnTable fns;
       cpu::collect_fns(plan, fns);
       std::string code;
@@ -339,12 +410,17 @@ class Worker {
 
 bool cpu_backend_available(std::string* why) { return cpu::gccjit(why) != nullptr; }
 
+bool cuda_backend_available(std::string* why) {
+  if (!cr::cuda::driver(why)) return false;
+  return jit::cuda::nvrtc_available(why);
+}
+
 CacheStats cache_stats() {
   std::lock_guard<std::mutex> lock(cache_mutex);
   return counters;
 }
 
-void compile_cpu(const std::shared_ptr<graph::Graph>& g, const Options& o) {
+void compile_native(const std::shared_ptr<graph::Graph>& g, const Options& o) {
   auto slot = std::make_shared<graph::NativeSlot>();
   g->native = slot;
   if (o.sync) {

@@ -16,14 +16,17 @@ struct Options {
   bool sync = true;        // compile in line (T.config.sync_compile)
   bool log_fusion = false, log_code = false;
   int threads = 1;
+  Device device;           // where the graph's tensors live (CUDA: jit/cuda, else jit/cpu)
 };
 
-// Starts compiling g for the CPU; g->native is set to the slot that receives the outcome.
+// Starts compiling g for o.device; g->native is set to the slot that receives the outcome.
 // Lines for CRESCENT_LOGS (fusion, output_code) are left in the slot's `log`.
-void compile_cpu(const std::shared_ptr<graph::Graph>& g, const Options& o);
+void compile_native(const std::shared_ptr<graph::Graph>& g, const Options& o);
 
-// Whether native CPU code can be generated here (libgccjit loads); `why` says why not.
+// Whether native code can be generated here for the CPU (libgccjit loads) / for CUDA devices
+// (the driver and NVRTC load); `why` says why not.
 bool cpu_backend_available(std::string* why);
+bool cuda_backend_available(std::string* why);
 
 // The kernel cache counters since the process started (for tests and benchmarks).
 struct CacheStats {

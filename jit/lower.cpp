@@ -379,7 +379,7 @@ struct NodeLowering {
       if (L.g.values[size_t(o)].node != index) return reject("returns its argument");
     if (n.inplace()) return reject("in-place (writes its argument)");
     if (n.random()) return reject("random");
-    if (!out().meta.device.is_cpu()) return reject("not on the CPU");
+    if (!(out().meta.device == L.g.values.front().meta.device)) return reject("on another device than the graph");
     if (!loop_dtype(out().meta.dtype)) return reject("float16 / bfloat16 result");
     switch (def.kind) {
       case OpKind::Unary:

@@ -22,7 +22,8 @@ M.config = {
   sync_compile = true,
 }
 
-local BACKENDS = { auto = true, eager = true, cpu = true }
+-- "auto", "cpu" and "cuda" all compile native code for the device the graph's tensors are on
+local BACKENDS = { auto = true, eager = true, cpu = true, cuda = true }
 local OPTIONS = { backend = true, fullgraph = true, dynamic = true, mode = true, hot = true }
 
 local function check_opts(opts)
@@ -34,10 +35,6 @@ local function check_opts(opts)
     end
   end
   local b = opts.backend or "auto"
-  if b == "cuda" then
-    fail("compile: backend 'cuda' is not implemented yet (CUDA code generation comes next); " ..
-         "use backend = \"auto\", \"cpu\" or \"eager\"")
-  end
   if not BACKENDS[b] then fail("compile: option backend expected \"auto\", \"eager\", \"cpu\" or \"cuda\", got " .. tostring(b)) end
   if opts.dynamic == true then
     fail("compile: dynamic = true is not implemented yet (symbolic sizes come with dynamic shapes); " ..

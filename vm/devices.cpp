@@ -37,12 +37,6 @@ char* span_ptr(const Tensor& t, const Span& s) {
   return static_cast<char*>(t.storage()->data) + s.first * int64_t(t.itemsize());
 }
 
-Tensor to_device(const Tensor& t, Device d) {
-  Tensor out = Tensor::empty(t.sizes(), t.dtype(), d);
-  copy_across(out, t);
-  return out;
-}
-
 }  // namespace
 
 bool any_cuda(const cr_value* args, int nargs) {
@@ -150,6 +144,12 @@ std::vector<Tensor> run_on_host(Context& ctx, const OpDef& def, const cr_value* 
     if (!target.is_cpu()) c.outs[i] = to_device(c.outs[i], target);
   }
   return std::move(c.outs);
+}
+
+Tensor to_device(const Tensor& t, Device d) {
+  Tensor out = Tensor::empty(t.sizes(), t.dtype(), d);
+  copy_across(out, t);
+  return out;
 }
 
 int64_t host_op_count() { return g_host_ops.load(std::memory_order_relaxed); }

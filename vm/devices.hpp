@@ -17,6 +17,7 @@ Tensor host_copy(const Tensor& t);
 // dst = src (broadcast, converted) where either is on a CUDA device.
 void copy_across(const Tensor& dst, const Tensor& src);
 void fill_across(const Tensor& dst, double v);  // dst on a CUDA device
+Tensor to_device(const Tensor& t, Device d);    // a contiguous copy of t on d
 
 // Runs op `def` on host copies of the CUDA tensors among args; outputs go to the devices the
 // op's metadata names (or, for ops that make their own outputs, the first CUDA input's device;

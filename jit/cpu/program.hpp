@@ -1,10 +1,10 @@
-// A compiled graph on the CPU: the plan's steps in order - generated kernels launched over the
-// thread pool, Extern nodes run by the eager kernels - with buffers allocated as the plan says
-// and temporaries released after their last reader.
+// A compiled graph on the CPU (jit/program.hpp runs its steps): generated kernels launched over
+// the thread pool.
 #pragma once
 #include <memory>
 
 #include "jit/cpu/emit.hpp"
+#include "jit/program.hpp"
 
 namespace cr::jit::cpu {
 
@@ -14,14 +14,12 @@ struct SharedObject {
   ~SharedObject();
 };
 
-class Program : public graph::Executable {
+class Program : public PlanProgram {
  public:
   Program(Plan plan, FnTable fns, std::shared_ptr<SharedObject> so);
-  void run(Context& ctx, std::vector<Tensor>& vals) const override;
-  const Plan& plan() const { return plan_; }
 
  private:
-  Plan plan_;
+  void launch(size_t k, void** bufs) const override;
   FnTable fns_;
   std::shared_ptr<SharedObject> so_;
   std::vector<KernelFn> kernels_;

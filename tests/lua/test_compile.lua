@@ -620,7 +620,6 @@ describe("compile options", function()
     local f = function(x) return x end
     errs(function() local _ = T.compile(f, { bogus = 1 }) end, "compile", "unknown option 'bogus'")
     errs(function() local _ = T.compile(f, { mode = "fast" }) end, "compile", "mode", "fast")
-    errs(function() local _ = T.compile(f, { backend = "cuda" }) end, "compile", "not implemented")
     errs(function() local _ = T.compile(f, { backend = "tpu" }) end, "compile", "backend", "tpu")
     errs(function() local _ = T.compile(f, { dynamic = true }) end, "compile", "not implemented")
     errs(function() local _ = T.compile(f, { hot = -1 }) end, "compile", "hot")

@@ -127,4 +127,34 @@ describe("CUDA tensors", function()
     expect.eq(m[1].weight.device, "cuda:0")
     expect.close(m(x:cuda()):cpu(), want, 1e-5, 1e-6)
   end)
+  it("compile fused graphs to CUDA kernels (NVRTC) with the CPU's results", function()
+    need_gpu()
+    T.compiler.reset()
+    T.manual_seed(6)
+    local x, b, w = T.randn(64, 300), T.randn(300), T.randn(300)
+    local cases = {
+      { "pw_chain", function(v) return T.sin((v + 1) * 2) end },
+      { "bias_relu", function(v, bb) return T.relu(v + bb) end },
+      { "softmax", function(v) return v:softmax(-1) end },
+      { "layer_norm", function(v, bb, ww) return T.F.layer_norm(v, 300, ww, bb) end },
+      { "sums", function(v) return v:sum(), v:sum(1), v:amax(2, true) end },
+      { "transposed", function(v) return (v:t() * 3):exp():mean(2) end },
+      { "with an extern", function(v, bb) return T.matmul((v + 1):relu(), bb:view(300, 1)):tanh() end },
+    }
+    local dx, db, dw = x:cuda(), b:cuda(), w:cuda()
+    for _, c in ipairs(cases) do
+      local f = T.compile(c[2])
+      local want = { c[2](x, b, w) }
+      for _ = 1, 3 do
+        local got = { f(dx, db, dw) }
+        for i = 1, #want do
+          expect.eq(got[i].device, "cuda:0", c[1])
+          expect.close(got[i]:cpu(), want[i], 1e-4, 1e-4)
+        end
+      end
+    end
+    local s = T.compiler.stats()
+    expect.truthy(s.kernels_compiled + s.disk_cache_hits > 0, "no CUDA kernel was compiled")
+    expect.eq(s.eager_fallbacks, 0)
+  end)
 end)

@@ -10,9 +10,13 @@ namespace cr::graph {
 
 namespace {
 
-bool on_cpu(const Graph& g) {
+// The one device of all the graph's values; false when they are on several (those graphs run
+// on the eager kernels).
+bool one_device(const Graph& g, Device* d) {
+  if (g.values.empty()) return false;
+  *d = g.values.front().meta.device;
   for (const Value& v : g.values)
-    if (!v.meta.device.is_cpu()) return false;
+    if (!(v.meta.device == *d)) return false;
   return true;
 }
 
@@ -21,13 +25,15 @@ bool on_cpu(const Graph& g) {
 void Recorder::start_native(const std::shared_ptr<Graph>& g) {
   const std::string& backend = fn_->opts.backend;
   if (backend == "eager" || g->op_count() == 0) return;
-  if (!on_cpu(*g)) return;  // CUDA code generation: issue 5; those graphs run on eager kernels
+  Device device;
+  if (!one_device(*g, &device)) return;
   std::string why;
-  if (!jit::cpu_backend_available(&why)) {
-    static bool told = false;  // once per process: every graph would say the same
+  const bool cuda = !device.is_cpu();
+  if (cuda ? !jit::cuda_backend_available(&why) : !jit::cpu_backend_available(&why)) {
+    static bool told[2] = {false, false};  // once per process and kind: every graph would say the same
     ++stats.eager_fallbacks;
-    if (!told) log("graph", cat("native CPU code is not available (", why, "): compiled graphs run on the eager kernels"));
-    told = true;
+    if (!told[cuda]) log("graph", cat("native ", cuda ? "CUDA" : "CPU", " code is not available (", why, "): compiled graphs run on the eager kernels"));
+    told[cuda] = true;
     return;
   }
   jit::Options o;
@@ -37,7 +43,8 @@ void Recorder::start_native(const std::shared_ptr<Graph>& g) {
   o.log_fusion = logs.fusion;
   o.log_code = logs.output_code;
   o.threads = num_threads();
-  jit::compile_cpu(g, o);
+  o.device = device;
+  jit::compile_native(g, o);
 }
 
 void Recorder::execute(const Graph& g, std::vector<Tensor>& vals) {

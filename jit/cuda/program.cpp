@@ -1,0 +1,56 @@
+#include "jit/cuda/program.hpp"
+
+#include "jit/cuda/driver.hpp"
+
+namespace cr::jit::cuda {
+
+using cr::cuda::CUfunction;
+using cr::cuda::CUmodule;
+
+struct LoadedModule {
+  CUmodule mod = nullptr;
+  int device = 0;
+  ~LoadedModule() {
+    if (!mod) return;
+    try {
+      cr::cuda::use_device(device);
+      cr::cuda::driver()->cuModuleUnload(mod);
+    } catch (const std::exception&) {  // the process is going down with its context
+    }
+  }
+};
+
+Target target_of(int index) {
+  const cr::cuda::DeviceInfo& d = cr::cuda::device_info(index);
+  Target t;
+  t.arch = cat("sm_", d.sm_major, d.sm_minor);
+  t.sm_count = d.multiprocessors;
+  return t;
+}
+
+Program::Program(Plan plan, CudaModule m, const std::string& cubin, Device device)
+    : PlanProgram(std::move(plan), device), module_(std::move(m)), loaded_(std::make_unique<LoadedModule>()) {
+  cr::cuda::use_device(device.index);
+  loaded_->device = device.index;
+  CR_CU(cuModuleLoadData(&loaded_->mod, cubin.data()), "loading compiled kernels");
+  for (const CudaKernel& k : module_.kernels) {
+    CUfunction f = nullptr;
+    CR_CU(cuModuleGetFunction(&f, loaded_->mod, k.name.c_str()), k.name);
+    fns_.push_back(f);
+  }
+}
+
+Program::~Program() = default;
+
+void Program::launch(size_t k, void** bufs) const {
+  const CudaKernel& kern = module_.kernels[k];
+  if (kern.grid <= 0) return;  // no work: an empty tensor
+  std::vector<void*> args(kern.params.size());
+  for (size_t i = 0; i < args.size(); ++i) args[i] = &bufs[i];
+  cr::cuda::use_device(device_.index);
+  CR_CU(cuLaunchKernel(static_cast<CUfunction>(fns_[k]), unsigned(kern.grid), 1, 1, unsigned(kern.block), 1, 1,
+                       unsigned(kern.shared_bytes), nullptr, args.data(), nullptr),
+        kern.name);
+}
+
+}  // namespace cr::jit::cuda

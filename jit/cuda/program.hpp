@@ -1,0 +1,29 @@
+// A compiled graph on a CUDA device (jit/program.hpp runs its steps): the CUBIN of its module
+// loaded into the device's context, each kernel launched as the module's launch table says
+// (jit/cuda/emit.hpp), on the default stream - ordered with the copies of vm/devices.
+#pragma once
+#include <memory>
+
+#include "jit/cuda/emit.hpp"
+#include "jit/program.hpp"
+
+namespace cr::jit::cuda {
+
+// The code generator's view of device `index` (arch, SM count).
+Target target_of(int index);
+
+struct LoadedModule;  // a CUBIN loaded into a context (unloaded with the last program using it)
+
+class Program : public PlanProgram {
+ public:
+  Program(Plan plan, CudaModule m, const std::string& cubin, Device device);
+  ~Program() override;
+
+ private:
+  void launch(size_t k, void** bufs) const override;
+  CudaModule module_;
+  std::unique_ptr<LoadedModule> loaded_;
+  std::vector<void*> fns_;  // CUfunction per kernel
+};
+
+}  // namespace cr::jit::cuda

@@ -1,0 +1,93 @@
+// Running a compiled graph: buffers, kernel launches, extern steps, views, aliases.
+#include "jit/program.hpp"
+
+#include "vm/devices.hpp"
+#include "vm/kernels/loop.hpp"
+
+namespace cr::jit {
+
+namespace {
+
+int64_t extent(const Shape& sizes, const Shape& strides, int64_t offset) {
+  int64_t hi = offset;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 0;
+    hi += (sizes[d] - 1) * strides[d];
+  }
+  return hi + 1;
+}
+
+bool layout_is(const Tensor& t, const Buffer& b) {
+  return t.sizes() == b.sizes && t.strides() == b.strides && t.offset() == b.offset && t.dtype() == b.dtype;
+}
+
+}  // namespace
+
+void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals) const {
+  const LoopGraph& lg = plan_.lg;
+  const graph::Graph& g = *lg.g;
+  graph::set_constants(g, vals);
+  std::vector<Tensor> temps(plan_.buffers.size());
+  std::vector<char> mine(plan_.buffers.size(), 0);  // allocated here (not a lazy tensor of Lua's)
+  auto tensor_of = [&](int32_t b) -> Tensor& { return plan_.buffers[size_t(b)].gv >= 0 ? vals[size_t(plan_.buffers[size_t(b)].gv)] : temps[size_t(b)]; };
+  // a stored value's tensor: a lazy tensor of Lua's gets the storage when its layout allows
+  auto allocate = [&](int32_t b) {
+    const Buffer& buf = plan_.buffers[size_t(b)];
+    Tensor& t = tensor_of(b);
+    if (t.defined() && !t.is_lazy()) return;
+    if (t.defined() && t.is_lazy() && buf.offset == 0 && buf.strides == contiguous_strides(buf.sizes) &&
+        Tensor::give_storage(t.get(), buf.sizes, buf.dtype, device_))
+      return;
+    int64_t n = extent(buf.sizes, buf.strides, buf.offset);
+    Storage* s = storage_new(size_t(n) * dtype_size(buf.dtype), device_);
+    t = Tensor::from_storage(s, buf.sizes, buf.strides, buf.offset, buf.dtype);  // adopts s
+    mine[size_t(b)] = 1;
+  };
+  // views that eager code or Lua needs as tensors
+  auto view_tensor = [&](int32_t gv) {
+    int32_t lv = lg.of_graph[size_t(gv)];
+    if (lv < 0 || lg.values[size_t(lv)].kind != LKind::View || (vals[size_t(gv)].defined() && !vals[size_t(gv)].is_lazy())) return;
+    const LoopValue& v = lg.values[size_t(lv)];
+    const Tensor& base = tensor_of(plan_.buffer_of[size_t(v.root)]);
+    vals[size_t(gv)] = Tensor::view_of(base, v.sizes, v.strides, v.offset);
+  };
+  std::vector<void*> bufs;
+  std::vector<Tensor> moved;  // inputs copied to the device for this run
+  for (const PlanStep& st : plan_.steps) {
+    if (st.node >= 0) {
+      for (const graph::Arg& a : g.nodes[size_t(st.node)].args) {
+        if (a.tag == kTensor) view_tensor(a.value);
+        for (int32_t v : a.values) view_tensor(v);
+      }
+      run_node(g, size_t(st.node), ctx, vals);
+    } else {
+      const Kernel& k = plan_.kernels[size_t(st.kernel)];
+      bufs.clear();
+      for (int32_t b : k.buffers) {
+        const Buffer& buf = plan_.buffers[size_t(b)];
+        if (buf.computed) allocate(b);
+        const Tensor& t = tensor_of(b);
+        if (!t.defined() || t.is_lazy()) throw Error(cat("internal: buffer #", b, " has no storage"));
+        if (!buf.computed && !layout_is(t, buf))
+          throw Error(cat("a tensor changed layout since the graph was compiled: ", t.describe()));
+        if (!(t.device() == device_)) {  // a 0-d CPU tensor (a scalar) read by a device kernel
+          moved.push_back(to_device(t, device_));
+          bufs.push_back(moved.back().storage()->data);
+          continue;
+        }
+        bufs.push_back(t.storage()->data);
+      }
+      launch(size_t(st.kernel), bufs.data());
+    }
+    for (int32_t b : st.release)
+      if (mine[size_t(b)]) tensor_of(b) = Tensor();
+  }
+  for (int32_t gv : g.outputs) view_tensor(gv);
+  for (const graph::Graph::Alias& a : g.aliases) {
+    view_tensor(a.kept);
+    Tensor& r = vals[size_t(a.removed)];
+    if (!r.defined() || r.is_lazy()) r = vals[size_t(a.kept)];
+  }
+}
+
+}  // namespace cr::jit

@@ -1,0 +1,23 @@
+// A compiled graph, on any device: the plan's steps in order - generated kernels, launched by the
+// backend (jit/cpu/program, jit/cuda/program), and Extern nodes run by the eager kernels - with
+// buffers allocated on the plan's device as the plan says and temporaries released after their
+// last reader.
+#pragma once
+#include "jit/fusion/schedule.hpp"
+
+namespace cr::jit {
+
+class PlanProgram : public graph::Executable {
+ public:
+  PlanProgram(Plan plan, Device device) : plan_(std::move(plan)), device_(device) {}
+  void run(Context& ctx, std::vector<Tensor>& vals) const override;
+  const Plan& plan() const { return plan_; }
+
+ protected:
+  // Runs kernel k; bufs[i] is the storage (element 0) of the kernel's i-th buffer slot.
+  virtual void launch(size_t k, void** bufs) const = 0;
+  Plan plan_;
+  Device device_;
+};
+
+}  // namespace cr::jit

@@ -177,7 +177,8 @@ std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nar
     }
     // metadata-only and copying ops (views, joins, conversions) work on CUDA tensors as they are;
     // the others run on host copies until they have CUDA kernels (vm/devices.hpp)
-    if (def.kind != OpKind::View && def.kind != OpKind::Join && def.kind != OpKind::Convert && any_cuda(args, nargs))
+    if (def.kind != OpKind::View && def.kind != OpKind::Join && def.kind != OpKind::Convert &&
+        !(def.flags & kDeviceAware) && any_cuda(args, nargs))
       return run_on_host(ctx, def, args, nargs);
     if (def.infer) {
       c.metas = def.infer(c);

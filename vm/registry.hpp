@@ -25,6 +25,7 @@ enum OpFlag : int32_t {
   kRandom = 32,       // draws from the generator: never folded, merged or dropped by graph passes
   kValueErrors = 64,  // may fail on tensor values (an index out of range), not only on metadata
   kBoolResult = 128,  // pointwise: a bool result whatever the compute dtype (isnan, eq, logical_and)
+  kDeviceAware = 256, // runs on CUDA tensors itself (matmul: cuBLAS); others run on host copies
 };
 
 struct Meta {

@@ -79,6 +79,26 @@ describe("CUDA tensors", function()
     x:mul_(T.tensor(2))  -- a 0-d CPU tensor is a scalar
     expect.eq(x:cpu():totable(), { 6, 6, 6 })
   end)
+  it("multiply matrices with cuBLAS: batches, broadcasting, transposes, linear, every dtype", function()
+    need_gpu()
+    T.manual_seed(8)
+    local cases = {
+      { T.randn(7, 5), T.randn(5, 3) }, { T.randn(4, 7, 5), T.randn(5, 3) }, { T.randn(2, 3, 5, 4), T.randn(3, 4, 6) },
+      { T.randn(5, 7):t(), T.randn(3, 5):t() }, { T.randn(1, 9), T.randn(9, 300) }, { T.randn(300, 9), T.randn(9) },
+    }
+    for i, c in ipairs(cases) do
+      for _, dt in ipairs({ "float32", "float64", "int64" }) do
+        local a, b = c[1]:mul(3):to(dt), c[2]:mul(3):to(dt)
+        local got = T.matmul(a:cuda(), b:cuda())
+        expect.eq(got.device, "cuda:0")
+        expect.close(got:cpu(), T.matmul(a, b), 1e-5, 1e-4)
+      end
+    end
+    local x, w, bias = T.randn(6, 8), T.randn(4, 8), T.randn(4)
+    expect.close(T.linear(x:cuda(), w:cuda(), bias:cuda()):cpu(), T.linear(x, w, bias), 1e-5, 1e-5)
+    local p, q = T.randn(3, 2, 4), T.randn(3, 4, 5)
+    expect.close(T.bmm(p:cuda(), q:cuda()):cpu(), T.bmm(p, q), 1e-5, 1e-5)
+  end)
   it("refuse tensors of two devices in one op, as PyTorch", function()
     need_gpu()
     errs(function() local _ = T.ones(3):cuda() + T.ones(3) end, "add", "expected all tensors on one device, got cpu and cuda:0")

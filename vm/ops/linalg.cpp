@@ -9,6 +9,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "jit/cuda/blas.hpp"
+#include "vm/devices.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr {
@@ -260,6 +262,31 @@ bool fits_blas(const Tensor& out, const Tensor& a) {
   return M <= INT_MAX && N <= INT_MAX && K <= INT_MAX;
 }
 
+void matmul_into(Tensor out, Tensor a, Tensor b, bool accumulate);
+
+// CUDA: float32 / float64 through cuBLAS, one product per matrix of the batch; other dtypes
+// (or no cuBLAS) on host copies.
+void device_matmul(const Tensor& out, Tensor a, Tensor b, bool accumulate) {
+  const DType d = out.dtype();
+  if ((d != DType::f32 && d != DType::f64) || !cuda::blas_available() || !fits_blas(out, a)) {
+    Tensor host = accumulate ? host_copy(out) : Tensor::empty(out.sizes(), d);
+    matmul_into(host, host_copy(a), host_copy(b), accumulate);
+    copy_across(out, host);
+    return;
+  }
+  Mat A, B;
+  if (!blas_layout(a, &A)) blas_layout(a = contiguous(a), &A);
+  if (!blas_layout(b, &B)) blas_layout(b = contiguous(b), &B);
+  const int64_t M = A.rows, N = B.cols, K = A.cols;
+  const std::vector<int64_t> ao = batch_offsets(a, out), bo = batch_offsets(b, out);
+  const size_t es = dtype_size(d);
+  char* C = out.data_bytes();
+  for (size_t i = 0; i < ao.size(); ++i)
+    cuda::gemm(out.device().index, d == DType::f64, int(M), int(N), int(K), A.p + ao[i] * int64_t(es), int(A.ld), A.trans,
+               B.p + bo[i] * int64_t(es), int(B.ld), B.trans, C + int64_t(i) * M * N * int64_t(es), int(N),
+               accumulate ? 1.0 : 0.0);
+}
+
 // out {batch.., M, N} (contiguous, freshly made) = a {batchA.., M, K} @ b {batchB.., K, N},
 // plus out's current values when accumulate (linear's bias). Batch dims broadcast to out's.
 void matmul_into(Tensor out, Tensor a, Tensor b, bool accumulate) {
@@ -277,6 +304,7 @@ void matmul_into(Tensor out, Tensor a, Tensor b, bool accumulate) {
     b = last_matrix(b);
   }
   DType d = out.dtype();
+  if (!out.device().is_cpu()) return device_matmul(out, a, b, accumulate);
   if ((d == DType::f32 || d == DType::f64) && fits_blas(out, a)) {
     if (d == DType::f32) blas_matmul<float>(out, a, b, accumulate);
     else blas_matmul<double>(out, a, b, accumulate);
@@ -463,10 +491,11 @@ template <bool Lower> void run_tri(OpCall& c) {
 }  // namespace
 
 void register_linalg(Registry& r) {
-  r.add(OpDef{"matmul", "self:T, other:T", OpKind::Linalg, 0, infer_matmul, run_matmul});
-  r.add(OpDef{"mm", "self:T, mat2:T", OpKind::Linalg, 0, infer_mm, run_fixed});
-  r.add(OpDef{"bmm", "self:T, mat2:T", OpKind::Linalg, 0, infer_bmm, run_fixed});
-  r.add(OpDef{"linear", "input:T, weight:T, bias:T?", OpKind::Linalg, kNoMethod, infer_linear, run_linear});
+  const int dev = kDeviceAware;
+  r.add(OpDef{"matmul", "self:T, other:T", OpKind::Linalg, dev, infer_matmul, run_matmul});
+  r.add(OpDef{"mm", "self:T, mat2:T", OpKind::Linalg, dev, infer_mm, run_fixed});
+  r.add(OpDef{"bmm", "self:T, mat2:T", OpKind::Linalg, dev, infer_bmm, run_fixed});
+  r.add(OpDef{"linear", "input:T, weight:T, bias:T?", OpKind::Linalg, kNoMethod | dev, infer_linear, run_linear});
   r.add(OpDef{"tril", "self:T, diagonal:I?", OpKind::Linalg, 0, infer_tri<true>, run_tri<true>});
   r.add(OpDef{"triu", "self:T, diagonal:I?", OpKind::Linalg, 0, infer_tri<false>, run_tri<false>});
 }

@@ -1,0 +1,95 @@
+#include "jit/cuda/blas.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <vector>
+
+#include "jit/cuda/driver.hpp"
+#include "vm/error.hpp"
+
+namespace cr::cuda {
+namespace {
+
+using Handle = void*;
+using Status = int;
+constexpr int kOpN = 0, kOpT = 1;
+
+struct Blas {
+  Status (*create)(Handle*);
+  Status (*sgemm)(Handle, int, int, int, int, int, const float*, const float*, int, const float*, int, const float*,
+                  float*, int);
+  Status (*dgemm)(Handle, int, int, int, int, int, const double*, const double*, int, const double*, int,
+                  const double*, double*, int);
+  bool ok = false;
+  std::string why;
+  std::vector<Handle> handles;  // per device, created on first use
+};
+
+Blas& blas() {
+  static Blas B;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!driver(&B.why)) return;
+    void* lib = nullptr;
+    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})
+      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    if (!lib) {
+      B.why = "libcublas could not be loaded (libcublas.so.13 / .12 not found)";
+      return;
+    }
+    B.create = reinterpret_cast<decltype(B.create)>(dlsym(lib, "cublasCreate_v2"));
+    B.sgemm = reinterpret_cast<decltype(B.sgemm)>(dlsym(lib, "cublasSgemm_v2"));
+    B.dgemm = reinterpret_cast<decltype(B.dgemm)>(dlsym(lib, "cublasDgemm_v2"));
+    if (!B.create || !B.sgemm || !B.dgemm) {
+      B.why = "libcublas lacks cublasCreate_v2 / cublasSgemm_v2 / cublasDgemm_v2";
+      return;
+    }
+    B.handles.assign(size_t(device_count()), nullptr);
+    B.ok = true;
+  });
+  return B;
+}
+
+void check_blas(Status s, const char* what) {
+  if (s != 0) fail(cat("cuBLAS error ", s, " in ", what));
+}
+
+}  // namespace
+
+bool blas_available(std::string* why) {
+  Blas& B = blas();
+  if (why) *why = B.why;
+  return B.ok;
+}
+
+void gemm(int index, bool f64, int M, int N, int K, const void* A, int lda, bool a_colmajor, const void* B, int ldb,
+          bool b_colmajor, void* C, int ldc, double beta) {
+  Blas& L = blas();
+  if (!L.ok) fail(cat("matmul on CUDA needs cuBLAS: ", L.why));
+  use_device(index);
+  static std::mutex m;
+  Handle h;
+  {
+    std::lock_guard<std::mutex> g(m);
+    if (!L.handles[size_t(index)]) check_blas(L.create(&L.handles[size_t(index)]), "cublasCreate");
+    h = L.handles[size_t(index)];
+  }
+  // cuBLAS is column-major: the row-major C {M, N} is the column-major C^T {N, M} = B^T A^T, and a
+  // row-major operand read as column-major is its transpose - so B goes first, transposed only
+  // when it is column-major itself.
+  const int opb = b_colmajor ? kOpT : kOpN, opa = a_colmajor ? kOpT : kOpN;
+  if (f64) {
+    const double one = 1, b = beta;
+    check_blas(L.dgemm(h, opb, opa, N, M, K, &one, static_cast<const double*>(B), ldb, static_cast<const double*>(A),
+                       lda, &b, static_cast<double*>(C), ldc),
+               "cublasDgemm");
+  } else {
+    const float one = 1, b = float(beta);
+    check_blas(L.sgemm(h, opb, opa, N, M, K, &one, static_cast<const float*>(B), ldb, static_cast<const float*>(A),
+                       lda, &b, static_cast<float*>(C), ldc),
+               "cublasSgemm");
+  }
+}
+
+}  // namespace cr::cuda

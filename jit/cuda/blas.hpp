@@ -1,0 +1,18 @@
+// Matrix products on CUDA devices through cuBLAS, loaded at run time like the driver (dlopen
+// "libcublas.so.13" / ".12" / "libcublas.so"): linking it would make the binary need CUDA's
+// libraries everywhere, and its kernels are the fastest general GEMMs for the H100 we can call.
+// Full float32 precision (no TF32), as PyTorch's default.
+#pragma once
+#include <string>
+
+namespace cr::cuda {
+
+bool blas_available(std::string* why = nullptr);
+
+// C = A B + beta C on device `index`, all row-major in crescent's terms: C {M, N} with leading
+// dimension ldc; A {M, K}, B {K, N} each either row-major (element (i, j) at p[i * ld + j]) or,
+// when its flag is set, column-major (p[i + j * ld]). f64: double, else float.
+void gemm(int index, bool f64, int M, int N, int K, const void* A, int lda, bool a_colmajor, const void* B, int ldb,
+          bool b_colmajor, void* C, int ldc, double beta);
+
+}  // namespace cr::cuda

@@ -4,6 +4,7 @@
 #include "vm/api.hpp"
 
 #include "jit/cuda/driver.hpp"
+#include "jit/cuda/eager.hpp"
 #include "jit/cuda/memory.hpp"
 #include "vm/devices.hpp"
 
@@ -249,6 +250,7 @@ void api_cap_where(cr_ctx* c, const char* where) {
 // T.compiler.reset(): also gives cached device memory back (blocks in use stay with their tensors)
 void api_cap_reset(cr_ctx* c) {
   rec(c).reset();
+  jit::cuda::clear_eager_cache();
   cuda::empty_cache();
 }
 

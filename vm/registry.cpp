@@ -1,4 +1,5 @@
 #include "vm/registry.hpp"
+#include "jit/cuda/eager.hpp"
 #include "vm/devices.hpp"
 
 #include "vm/graph/recorder.hpp"
@@ -178,8 +179,10 @@ std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nar
     // metadata-only and copying ops (views, joins, conversions) work on CUDA tensors as they are;
     // the others run on host copies until they have CUDA kernels (vm/devices.hpp)
     if (def.kind != OpKind::View && def.kind != OpKind::Join && def.kind != OpKind::Convert &&
-        !(def.flags & kDeviceAware) && any_cuda(args, nargs))
+        !(def.flags & kDeviceAware) && any_cuda(args, nargs)) {
+      if (jit::cuda::run_op(ctx, op, args, nargs, &c.outs)) return std::move(c.outs);
       return run_on_host(ctx, def, args, nargs);
+    }
     if (def.infer) {
       c.metas = def.infer(c);
       for (size_t i = 0; i < c.metas.size(); ++i) {

@@ -1,0 +1,185 @@
+// Eager ops on CUDA tensors as single-op kernels from the code generator (DESIGN.md: no separate
+// kernel zoo). The op call becomes a one-node graph - inputs, the op, its outputs - which is
+// lowered, scheduled, emitted and compiled like a captured graph (jit/driver.cpp, so the CUBIN
+// lands in the same caches), and the program is kept under a key of the op, its tensors'
+// metadata and its other arguments' values. Ops the lowering leaves to the eager kernels
+// (matmul, cat, random, in-place, float16, ...) report false, and the caller runs them on host
+// copies (vm/devices.hpp).
+#include "jit/cuda/eager.hpp"
+
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include "jit/jit.hpp"
+#include "jit/loop_ir.hpp"
+#include "vm/devices.hpp"
+#include "vm/graph/graph.hpp"
+
+namespace cr::jit::cuda {
+namespace {
+
+// Distinct argument sets compiled per op before further ones go to the host path: a loop that
+// calls `x * s` with a new number s each time must not compile a module per call.
+constexpr int kVariantsPerOp = 64;
+
+struct Entry {
+  std::shared_ptr<graph::Graph> g;
+  std::shared_ptr<const graph::Executable> exe;  // null: not lowerable (host path)
+};
+
+std::mutex g_mutex;
+std::map<std::string, Entry> g_cache;
+std::map<int, int> g_variants;
+
+graph::Arg mirror(const cr_value& v, const std::function<int32_t(cr_tensor*)>& tensor) {
+  graph::Arg a;
+  a.tag = v.tag;
+  a.num = v.num;
+  if (v.tag == kTensor) a.value = tensor(static_cast<cr_tensor*>(v.ptr));
+  if (v.tag == kTensors)
+    for (int j = 0; j < v.n; ++j) a.values.push_back(tensor(static_cast<cr_tensor* const*>(v.ptr)[j]));
+  if (v.tag == kInts) a.ints.assign(static_cast<const int64_t*>(v.ptr), static_cast<const int64_t*>(v.ptr) + v.n);
+  if (v.tag == kDoubles) a.doubles.assign(static_cast<const double*>(v.ptr), static_cast<const double*>(v.ptr) + v.n);
+  if (v.tag == kString && v.str) a.str = v.str;
+  return a;
+}
+
+// The op call as a graph; `inputs` receives the tensors in graph input order.
+std::shared_ptr<graph::Graph> one_node_graph(Context& ctx, int op, const cr_value* args, int nargs,
+                                             std::vector<Tensor>& inputs) {
+  auto g = std::make_shared<graph::Graph>();
+  const OpDef& def = Registry::get().ops()[size_t(op)];
+  g->name = cat("eager ", def.name);
+  auto add_input = [&](cr_tensor* p) {
+    Tensor t(p, true);
+    graph::Node in;
+    in.kind = graph::NodeKind::Input;
+    in.input_index = int32_t(g->inputs.size());
+    g->nodes.push_back(std::move(in));
+    int32_t v = g->add_value(int32_t(g->nodes.size() - 1), graph::meta_of(t));
+    g->nodes.back().outs.push_back(v);
+    g->inputs.push_back(v);
+    inputs.push_back(t);
+    return v;
+  };
+  graph::Node n;
+  n.op = op;
+  for (int i = 0; i < nargs; ++i) n.args.push_back(mirror(args[i], add_input));
+  OpCall c{ctx, def, args, nargs, {}, {}};
+  std::vector<Meta> metas = def.infer(c);
+  g->nodes.push_back(std::move(n));
+  for (const Meta& m : metas) {
+    graph::ValueMeta vm{graph::constant_shape(m.sizes), contiguous_strides(m.sizes), 0, m.dtype, m.device};
+    int32_t v = g->add_value(int32_t(g->nodes.size() - 1), vm);
+    g->nodes.back().outs.push_back(v);
+    g->outputs.push_back(v);
+  }
+  return g;
+}
+
+std::string key_of(int op, const cr_value* args, int nargs) {
+  std::string k = cat(op);
+  for (int i = 0; i < nargs; ++i) {
+    const cr_value& v = args[i];
+    k += cat("|", v.tag, ":");
+    if (v.tag == kTensor) {
+      Tensor t(static_cast<cr_tensor*>(v.ptr), true);
+      k += cat(graph::meta_of(t).str(), "@", t.offset(), device_name(t.device()));
+    }
+    else if (v.tag == kTensors) k += "list";  // cat / stack: not lowered
+    else if (v.tag == kInts) for (int j = 0; j < v.n; ++j) k += cat(static_cast<const int64_t*>(v.ptr)[j], ",");
+    else if (v.tag == kString) k += v.str ? v.str : "";
+    else if (v.tag == kDoubles) k += cat("doubles", v.n);
+    else k += cat(v.num);
+  }
+  return k;
+}
+
+// T.config.cache_dir's default (stdlib/compile.lua), for kernels compiled outside T.compile.
+std::string compile_cache_dir() {
+  if (const char* d = std::getenv("CRESCENT_CACHE_DIR")) return d;
+  return cat(std::getenv("HOME") ? std::getenv("HOME") : ".", "/.cache/crescent");
+}
+
+bool lowerable(const graph::Graph& g) {
+  try {
+    return lower(g).notes.empty();
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+bool run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>* outs) {
+  const OpDef& def = Registry::get().ops()[size_t(op)];
+  if (!def.infer || (def.flags & (kReturnsSelf | kRandom | kMultiOut | kListOut))) return false;
+  // 0-d CPU tensors (scalars, allowed beside CUDA tensors) are copied to the device first
+  Device first{};
+  std::vector<cr_value> moved;
+  std::vector<Tensor> keep;
+  for (int i = 0; i < nargs; ++i) {
+    if (args[i].tag == kTensors || args[i].tag == kDoubles) return false;
+    if (args[i].tag != kTensor) continue;
+    const Device d = Tensor(static_cast<cr_tensor*>(args[i].ptr), true).device();
+    if (d.is_cpu() || d == first) continue;
+    if (!first.is_cpu()) return false;  // two CUDA devices: the host path reports it
+    first = d;
+  }
+  for (int i = 0; i < nargs; ++i) {
+    if (args[i].tag != kTensor) continue;
+    Tensor t(static_cast<cr_tensor*>(args[i].ptr), true);
+    if (!t.device().is_cpu()) continue;
+    if (t.dim() > 0) return false;  // a CPU tensor with dims: the host path reports the mix
+    if (moved.empty()) moved.assign(args, args + nargs);
+    keep.push_back(to_device(t, first));
+    moved[size_t(i)].ptr = keep.back().get();
+  }
+  if (!moved.empty()) args = moved.data();
+  const std::string key = key_of(op, args, nargs);
+  Entry e;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_cache.find(key);
+    if (it != g_cache.end()) e = it->second;
+    else if (g_variants[op] >= kVariantsPerOp) return false;
+  }
+  std::vector<Tensor> inputs;
+  if (!e.g) {
+    e.g = one_node_graph(ctx, op, args, nargs, inputs);
+    Options o;
+    o.sync = true;
+    o.device = e.g->values[size_t(e.g->outputs.at(0))].meta.device;
+    o.cache_dir = compile_cache_dir();
+    if (lowerable(*e.g)) {
+      compile_native(e.g, o);
+      graph::NativeSlot& slot = *e.g->native;
+      if (!slot.exe) throw Error(cat("compiling its CUDA kernel failed: ", slot.error));
+      e.exe = slot.exe;
+    }
+    std::lock_guard<std::mutex> lock(g_mutex);
+    ++g_variants[op];
+    g_cache[key] = e;
+    inputs.clear();
+  }
+  if (!e.exe) return false;
+  const graph::Graph& g = *e.g;
+  std::vector<Tensor> vals(g.values.size());
+  size_t k = 0;
+  for (int i = 0; i < nargs; ++i)
+    if (args[i].tag == kTensor) vals[size_t(g.inputs[k++])] = Tensor(static_cast<cr_tensor*>(args[i].ptr), true);
+  e.exe->run(ctx, vals);
+  outs->clear();
+  for (int32_t v : g.outputs) outs->push_back(vals[size_t(v)]);
+  return true;
+}
+
+void clear_eager_cache() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_cache.clear();
+  g_variants.clear();
+}
+
+}  // namespace cr::jit::cuda

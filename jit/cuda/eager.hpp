@@ -1,0 +1,15 @@
+// Eager ops on CUDA tensors as single-op kernels of the code generator (jit/cuda/eager.cpp).
+#pragma once
+#include <vector>
+
+#include "vm/registry.hpp"
+
+namespace cr::jit::cuda {
+
+// Runs registry op `op` on CUDA tensors through a generated kernel; false (nothing ran) when the
+// op has no loop lowering for these arguments - the caller then runs it on host copies.
+bool run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>* outs);
+// Drops the compiled single-op programs (T.compiler.reset()).
+void clear_eager_cache();
+
+}  // namespace cr::jit::cuda

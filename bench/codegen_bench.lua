@@ -1,6 +1,7 @@
 -- CPU code generation (issue 4): eager vs T.compile (libgccjit kernels) on the CPU workloads of
 -- the anchor (../shared/anchors/torch_anchor.py, CPU sizes: N = 2^22; R, C = 2048, 2048).
 --   CRESCENT_NUM_THREADS=2 build/crescent bench/codegen_bench.lua [reps]
+--   DEVICE=cuda build/crescent bench/codegen_bench.lua [reps]   (GPU sizes: N = 2^24; R, C = 8192, 4096)
 -- Per workload: eager median µs and compiled median µs (T.bench, `reps` timed calls after a
 -- warm-up), GB/s of the compiled call for the memory-bound ones (bytes as in the anchor), the max
 -- abs difference compiled vs eager, the cold compile time and the disk-cache compile time. With
@@ -22,8 +23,11 @@ local tmp = (os.getenv("TMPDIR") or "/tmp") .. string.format("/crescent_codegen_
   os.time(), math.floor(os.clock() * 1e6) % 1000000)
 os.execute("mkdir -p '" .. tmp .. "'")
 
-local N = 2 ^ 22
-local R, C = 2048, 2048
+-- DEVICE=cuda: the anchor's GPU sizes, inputs on the device, T.bench's device timer
+local DEVICE = os.getenv("DEVICE") or "cpu"
+local GPU = DEVICE ~= "cpu"
+local N = GPU and 2 ^ 24 or 2 ^ 22
+local R, C = GPU and 8192 or 2048, GPU and 4096 or 2048
 
 local function gelu(x)
   return x * 0.5 * (1 + T.tanh(0.7978845608028654 * (x + 0.044715 * T.pow(x, 3))))
@@ -49,6 +53,12 @@ local work = {
   { "layernorm", layernorm, { T.randn(R, C), T.randn(C), T.randn(C) }, 8 * R * C },
   { "small_chain", small_chain, { T.randn(1024) }, nil },
 }
+
+if GPU then  -- every workload's inputs on the device
+  for _, w in ipairs(work) do
+    for i, a in ipairs(w[3]) do w[3][i] = a:to(DEVICE) end
+  end
+end
 
 local out = io.stdout
 if os.getenv("OUT") then out = assert(io.open(os.getenv("OUT"), "w")) end
@@ -76,11 +86,12 @@ local function timed_call(f, args)
   collectgarbage()
   local t0 = now()
   f(unpack(args))
+  T.cuda.synchronize()
   return (now() - t0) / 1e3
 end
 
 -- copy bandwidth baseline
-local cx, cy = T.randn(2 ^ 24), T.empty(2 ^ 24)
+local cx, cy = T.randn(2 ^ 24):to(DEVICE), T.empty(2 ^ 24, { device = DEVICE })
 local copy_us = T.bench(function(a, b) b:copy_(a) end, { cx, cy }, { warmup = warmup, reps = reps }).median_us
 local copy_GBps = 2 * 4 * 2 ^ 24 / copy_us / 1e3
 cx, cy = nil, nil

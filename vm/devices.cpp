@@ -73,7 +73,34 @@ void copy_across(const Tensor& dst, const Tensor& src) {
   cuda::copy_to_device(span_ptr(dst, sp), h.storage()->data, size_t(sp.count) * dst.itemsize(), dd.index);
 }
 
+// The bytes of v in dtype d when a memset can write them: every byte equal (zero, bool) or a
+// 4-byte element; else false.
+bool memset_pattern(DType d, double v, int* width, uint32_t* pattern) {
+  Tensor one = Tensor::empty({}, d);
+  fill(one, v);
+  const size_t n = one.itemsize();
+  const unsigned char* b = static_cast<const unsigned char*>(one.storage()->data);
+  bool same = true;
+  for (size_t i = 1; i < n; ++i) same = same && b[i] == b[0];
+  if (same) {
+    *width = 1;
+    *pattern = b[0];
+    return true;
+  }
+  if (n != 4) return false;
+  std::memcpy(pattern, b, 4);
+  *width = 4;
+  return true;
+}
+
 void fill_across(const Tensor& dst, double v) {
+  int width = 0;
+  uint32_t pattern = 0;
+  if (dst.is_contiguous() && memset_pattern(dst.dtype(), v, &width, &pattern)) {
+    const size_t bytes = size_t(dst.numel()) * dst.itemsize();
+    cuda::fill_pattern(dst.data_bytes(), bytes / size_t(width), width, pattern, dst.device().index);
+    return;
+  }
   Tensor h = dst.is_contiguous() ? Tensor::empty(dst.sizes(), dst.dtype()) : host_copy(dst);
   fill(h, v);
   const Span sp = span_of(dst);

@@ -41,6 +41,8 @@ bool resolve_all(void* lib, Driver& d, std::string* missing) {
       {"cuMemcpyHtoD_v2", resolve(lib, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD)},
       {"cuMemcpyDtoH_v2", resolve(lib, "cuMemcpyDtoH_v2", d.cuMemcpyDtoH)},
       {"cuMemcpyDtoD_v2", resolve(lib, "cuMemcpyDtoD_v2", d.cuMemcpyDtoD)},
+      {"cuMemsetD8_v2", resolve(lib, "cuMemsetD8_v2", d.cuMemsetD8)},
+      {"cuMemsetD32_v2", resolve(lib, "cuMemsetD32_v2", d.cuMemsetD32)},
       {"cuModuleLoadData", resolve(lib, "cuModuleLoadData", d.cuModuleLoadData)},
       {"cuModuleUnload", resolve(lib, "cuModuleUnload", d.cuModuleUnload)},
       {"cuModuleGetFunction", resolve(lib, "cuModuleGetFunction", d.cuModuleGetFunction)},

@@ -43,6 +43,8 @@ struct Driver {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*cuMemsetD32)(CUdeviceptr, unsigned, size_t);
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
   CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);

@@ -27,9 +27,9 @@ int64_t KernelWriter::product(size_t first, size_t last) const {
   return p;
 }
 
-int64_t KernelWriter::grid_for(int64_t items, int64_t per_block) const {
+int64_t KernelWriter::grid_for(int64_t items, int64_t per_block, int64_t waves) const {
   int64_t wave = int64_t(target.sm_count) * std::max<int64_t>(1, target.max_threads_per_sm / out.block);
-  return std::min((items + per_block - 1) / per_block, wave);
+  return std::min((items + per_block - 1) / per_block, wave * waves);
 }
 
 void KernelWriter::set_index_type() {

@@ -26,7 +26,7 @@ struct KernelWriter {
   void decompose(const std::string& linear, size_t first, size_t last, size_t end);
   // Blocks wanted to cover `items` with `per_block` items a block, capped to one wave of
   // resident blocks of out.block threads (the kernels loop grid-stride beyond it).
-  int64_t grid_for(int64_t items, int64_t per_block) const;
+  int64_t grid_for(int64_t items, int64_t per_block, int64_t waves = 1) const;
   int64_t product(size_t first, size_t last) const;
 };
 

@@ -117,6 +117,13 @@ void copy_on_device(void* dst, const void* src, size_t n, int index) {
   use_device(index);
   CR_CU(cuMemcpyDtoD(dptr(dst), dptr(src), n), cat(n, " bytes on cuda:", index));
 }
+void fill_pattern(void* dst, size_t count, int width, uint32_t pattern, int index) {
+  if (count == 0) return;
+  use_device(index);
+  if (width == 1) CR_CU(cuMemsetD8(dptr(dst), static_cast<unsigned char>(pattern), count), "fill");
+  else CR_CU(cuMemsetD32(dptr(dst), pattern, count), "fill");
+}
+
 void synchronize(int index) {
   use_device(index);
   CR_CU(cuCtxSynchronize(), cat("synchronising cuda:", index));

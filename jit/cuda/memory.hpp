@@ -26,5 +26,7 @@ void copy_to_device(void* dst, const void* src, size_t n, int index);
 void copy_to_host(void* dst, const void* src, size_t n, int index);
 void copy_on_device(void* dst, const void* src, size_t n, int index);
 void synchronize(int index);
+// Sets `count` elements of `width` bytes (1 or 4) to `pattern`, on the device.
+void fill_pattern(void* dst, size_t count, int width, uint32_t pattern, int index);
 
 }  // namespace cr::cuda

@@ -10,11 +10,24 @@
 // innermost variable one scalar load, and any other load (a transposed input) is read per lane.
 #include "jit/cuda/kernels.hpp"
 
+#include <cstdlib>
+
 namespace cr::jit::cuda {
 
 namespace {
 
 constexpr int kVec = 4;
+
+// Waves of resident blocks a pointwise grid may have (each thread then walks fewer steps of the
+// grid-stride loop, with more loads in flight across the GPU). CRESCENT_CUDA_WAVES overrides the
+// default, for tuning.
+int64_t pointwise_waves() {
+  static const int64_t w = [] {
+    const char* e = std::getenv("CRESCENT_CUDA_WAVES");
+    return e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(8);  // 8: best of 1, 8, 32 on the H100 (bench/diag_cuda.lua)
+  }();
+  return w;
+}
 
 // Address a walks the innermost variable `last` with unit stride from a multiple of 4 whenever
 // that variable is a multiple of 4.
@@ -80,7 +93,7 @@ void write_pointwise(KernelWriter& w) {
   o.vector_width = vectorisable(k) ? kVec : 1;
   o.block = kPointwiseBlock;
   int64_t groups = n / o.vector_width;
-  o.grid = w.grid_for(groups, o.block);
+  o.grid = w.grid_for(groups, o.block, pointwise_waves());
   w.set_index_type();
   Lines& L = w.lines;
   std::string B = cat(o.block);

@@ -32,6 +32,8 @@ Shape sizes_arg(const OpCall& c, int i) { return checked_shape(c.ints(i)); }
 
 // zeros / ones / empty / rand / randn: "size:Is..., opts:{dtype:S, device:S}"
 std::vector<Meta> infer_sized(OpCall& c) { return {{sizes_arg(c, 0), opt_dtype(c, 1, DType::f32), opt_device(c, 2)}}; }
+// zeros / ones / empty / full (and *_like) only allocate and fill: on a CUDA device they run as
+// they are (kDeviceAware; fill is a device memset there), random ones draw on the host.
 void run_zeros(OpCall& c) { fill(c.outs[0], 0); }
 void run_ones(OpCall& c) { fill(c.outs[0], 1); }
 void run_empty(OpCall&) {}
@@ -199,19 +201,19 @@ void register_creation(Registry& r) {
                            like = with_opts("self:T"), tensor = with_opts("data:Data");  // the Lua side adds the shape as a hidden second argument
   const int fn = kNoMethod;
   r.add(OpDef{"tensor", tensor.c_str(), OpKind::Creation, fn, infer_tensor, run_tensor});
-  r.add(OpDef{"zeros", sized.c_str(), OpKind::Creation, fn, infer_sized, run_zeros});
-  r.add(OpDef{"ones", sized.c_str(), OpKind::Creation, fn, infer_sized, run_ones});
-  r.add(OpDef{"empty", sized.c_str(), OpKind::Creation, fn, infer_sized, run_empty});
-  r.add(OpDef{"full", full.c_str(), OpKind::Creation, fn, infer_full, run_full});
+  r.add(OpDef{"zeros", sized.c_str(), OpKind::Creation, fn | kDeviceAware, infer_sized, run_zeros});
+  r.add(OpDef{"ones", sized.c_str(), OpKind::Creation, fn | kDeviceAware, infer_sized, run_ones});
+  r.add(OpDef{"empty", sized.c_str(), OpKind::Creation, fn | kDeviceAware, infer_sized, run_empty});
+  r.add(OpDef{"full", full.c_str(), OpKind::Creation, fn | kDeviceAware, infer_full, run_full});
   r.add(OpDef{"arange", arange.c_str(), OpKind::Creation, fn, infer_arange, run_arange});
   r.add(OpDef{"linspace", linspace.c_str(), OpKind::Creation, fn, infer_linspace, run_linspace});
   r.add(OpDef{"eye", eye.c_str(), OpKind::Creation, fn, infer_eye, run_eye});
   r.add(OpDef{"rand", sized.c_str(), OpKind::Creation, fn | kRandom, infer_float_sized, run_rand});
   r.add(OpDef{"randn", sized.c_str(), OpKind::Creation, fn | kRandom, infer_float_sized, run_randn});
   r.add(OpDef{"randint", randint.c_str(), OpKind::Creation, fn | kRandom, infer_randint, run_randint});
-  r.add(OpDef{"zeros_like", like.c_str(), OpKind::Creation, fn, infer_like, run_zeros});
-  r.add(OpDef{"ones_like", like.c_str(), OpKind::Creation, fn, infer_like, run_ones});
-  r.add(OpDef{"empty_like", like.c_str(), OpKind::Creation, fn, infer_like, run_empty});
+  r.add(OpDef{"zeros_like", like.c_str(), OpKind::Creation, fn | kDeviceAware, infer_like, run_zeros});
+  r.add(OpDef{"ones_like", like.c_str(), OpKind::Creation, fn | kDeviceAware, infer_like, run_ones});
+  r.add(OpDef{"empty_like", like.c_str(), OpKind::Creation, fn | kDeviceAware, infer_like, run_empty});
 }
 
 }  // namespace cr

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# CUDA code generation vs PyTorch eager and torch.compile on the GPU, side by side in one run:
+# bench/codegen_bench.lua with DEVICE=cuda (crescent eager: single-op generated kernels;
+# compiled: fused NVRTC kernels) and bench/torch_cuda.py, then one table of device times.
+#   bench/run_cuda.sh [reps=50]     (CRESCENT=path to the crescent binary, default build/crescent)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+reps="${1:-50}"
+bin="${CRESCENT:-build/crescent}"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+DEVICE=cuda OUT="$dir/crescent.jsonl" "$bin" bench/codegen_bench.lua "$reps" > /dev/null
+"${PYTHON:-python3}" bench/torch_cuda.py "$reps" | grep '^{' > "$dir/torch.jsonl"
+"${PYTHON:-python3}" - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+cr = {r["name"]: r for r in map(json.loads, open(f"{d}/crescent.jsonl"))}
+th = {r["name"]: r for r in map(json.loads, open(f"{d}/torch.jsonl"))}
+print(f"copy: crescent {cr['copy']['GBps']:.0f} GB/s, torch {th['copy']['GBps']:.0f} GB/s (device time, medians)")
+print("| workload | torch eager µs | torch.compile µs | crescent eager µs | crescent compiled µs | GB/s | vs torch.compile | cold compile ms (crescent / torch) |")
+print("|---|---|---|---|---|---|---|---|")
+for name, c in cr.items():
+    if name == "copy" or name not in th:
+        continue
+    t = th[name]
+    tc = t.get("compiled_us")
+    g = c.get("compiled_GBps")
+    ratio = f"{tc / c['compiled_us']:.2f}x" if tc else "-"
+    print(f"| {name} | {t['eager_us']:.1f} | {tc and f'{tc:.1f}' or '-'} | {c['eager_us']:.1f} | {c['compiled_us']:.1f} | "
+          f"{g and f'{g:.0f}' or '-'} | {ratio} | {c['cold_compile_ms']:.0f} / {t.get('cold_compile_ms', 0):.0f} |")
+PY

@@ -335,7 +335,7 @@ TEST_CASE("cuda: 64-bit indices past 2^31 elements", "[cuda]") {
   REQUIRE(m.kernels.size() == 1);
   CHECK_FALSE(m.kernels[0].index32);
   CHECK(m.kernels[0].vector_width == 4);
-  CHECK(m.kernels[0].grid == 132 * 8);  // one wave of 256-thread blocks on the default H100
+  CHECK(m.kernels[0].grid == 132 * 8 * 8);  // 8 waves of 256-thread blocks on the default H100
   CHECK(m.source.find("typedef int64_t idx_t;") != std::string::npos);
   std::string cubin = cuda::compile_cubin(m.source, "big.cu");
   CHECK(cubin.compare(0, 4, "\x7f" "ELF") == 0);

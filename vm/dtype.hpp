@@ -69,6 +69,16 @@ template <class T, class C> inline T float_to_int(C v) {
   constexpr C lo = C(std::numeric_limits<T>::min());  // -2^31 or -2^63: exact in float / double
   return v >= lo && v < -lo ? static_cast<T>(v) : std::numeric_limits<T>::min();
 }
+// Integer arithmetic wraps around on overflow, as PyTorch's (two's complement): sums and
+// products of integers are computed in the unsigned type, where overflow is defined.
+// unsigned_if_int_t<T> is that type for int32 / int64, T itself otherwise.
+template <class T, bool = std::is_integral_v<T> && !std::is_same_v<T, bool>> struct UnsignedIfInt { using type = T; };
+template <class T> struct UnsignedIfInt<T, true> { using type = std::make_unsigned_t<T>; };
+template <class T> using unsigned_if_int_t = typename UnsignedIfInt<T>::type;
+template <class T> inline T wrapping_add(T a, T b) { using U = unsigned_if_int_t<T>; return T(U(a) + U(b)); }
+template <class T> inline T wrapping_sub(T a, T b) { using U = unsigned_if_int_t<T>; return T(U(a) - U(b)); }
+template <class T> inline T wrapping_mul(T a, T b) { using U = unsigned_if_int_t<T>; return T(U(a) * U(b)); }
+
 template <class T, class C> inline void store(T& dst, C v) {
   if constexpr (std::is_integral_v<T> && std::is_floating_point_v<C>) dst = float_to_int<T>(v);
   else dst = static_cast<T>(v);

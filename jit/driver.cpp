@@ -4,7 +4,8 @@
 // Cache key: a 128-bit hash of the kernels' full rendering (every expression, address, dtype
 // and constant), the function table, kBlock, the compiler and its flags (compiler_id) and this
 // build of crescent. Disk entries are `<cache_dir>/<key>.so`, written under a unique temporary
-// name and renamed into place, so a concurrent process sees a whole entry or none.
+// name, sealed (jit/cache_entry.hpp) and renamed into place, so a concurrent process sees a
+// whole entry or none; an entry that fails its check before dlopen() is discarded and recompiled.
 #include "jit/jit.hpp"
 
 #include <dlfcn.h>
@@ -24,6 +25,7 @@
 #include <map>
 #include <thread>
 
+#include "jit/cache_entry.hpp"
 #include "jit/cpu/gccjit.hpp"
 #include "jit/cpu/program.hpp"
 #include "jit/cuda/driver.hpp"
@@ -37,17 +39,6 @@ namespace {
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string hash128(const std::string& s) {
-  uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
-  for (unsigned char ch : s) {
-    h1 = (h1 ^ ch) * 0x100000001b3ull;
-    h2 = (h2 ^ ch) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
-  }
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h1), static_cast<unsigned long long>(h2));
-  return buf;
 }
 
 // ---- the kernel cache ------------------------------------------------------------------------
@@ -152,6 +143,36 @@ struct Built {
   bool disk_hit = false, memory_hit = false;
 };
 
+// A disk entry that passes its check and loads; otherwise (damaged, truncated, another key's
+// object, or dlopen() refuses it) it is removed, counted and left for the caller to recompile.
+Built load_entry(const std::string& path, const std::string& key) {
+  Built b;
+  std::string why;
+  if (check_entry(path, key, &why)) {
+    try {
+      b.so = load(path);
+      b.disk_hit = true;
+      return b;
+    } catch (const Error& e) {
+      why = e.what();
+    }
+  }
+  std::remove(path.c_str());
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  ++counters.rejected;
+  counters.last_rejection = cat(path, " ", why);
+  return b;
+}
+
+void seal_or_remove(const std::string& tmp, const std::string& key) {
+  try {
+    seal_entry(tmp, key);
+  } catch (const Error&) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+}
+
 Built build_or_load(const Plan& plan, cpu::FnTable& fns, const std::string& key, const Options& o, const std::string& dump) {
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
@@ -173,14 +194,7 @@ Built build_or_load(const Plan& plan, cpu::FnTable& fns, const std::string& key,
     if (ec) disk = false;
   }
   std::string path = disk ? cat(dir, "/", key, ".so") : std::string();
-  if (disk && ::access(path.c_str(), R_OK) == 0) {
-    try {
-      b.so = load(path);
-      b.disk_hit = true;
-    } catch (const Error&) {
-      b.so = nullptr;  // a damaged entry: compile it again
-    }
-  }
+  if (disk && ::access(path.c_str(), R_OK) == 0) b = load_entry(path, key);
   if (!b.so) {
     std::string tmp_dir;
     if (!disk) {
@@ -194,6 +208,7 @@ Built build_or_load(const Plan& plan, cpu::FnTable& fns, const std::string& key,
       throw Error("injected compile failure (CRESCENT_JIT_FAIL)");  // for tests of the fallback
     if (isolate_compiles()) compile_isolated(plan, fns, tmp, dump);
     else cpu::compile_plan(plan, fns, tmp, dump);
+    if (disk) seal_or_remove(tmp, key);
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
       std::remove(tmp.c_str());
       throw Error(cat("cannot move compiled kernels into ", path));

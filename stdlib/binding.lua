@@ -143,13 +143,22 @@ local function is_opts(v)
 end
 M.is_opts = is_opts
 
+local function known_keys(keys)
+  local known = {}
+  for name in pairs(keys) do known[#known + 1] = name end
+  table.sort(known)
+  return table.concat(known, ", ")
+end
+
 local function put_opts(base, opts, keys, op)
+  -- a trailing argument where the options go that is no table: say so (pairs() would raise a
+  -- message without the op)
+  if type(opts) ~= "table" then
+    fail(string.format("%s: options expected a table (keys: %s), got %s", op, known_keys(keys), describe(opts)))
+  end
   for k in pairs(opts) do
     if keys[k] == nil then
-      local known = {}
-      for name in pairs(keys) do known[#known + 1] = name end
-      table.sort(known)
-      fail(string.format("%s: unknown option '%s' (expected one of: %s)", op, tostring(k), table.concat(known, ", ")))
+      fail(string.format("%s: unknown option '%s' (expected one of: %s)", op, tostring(k), known_keys(keys)))
     end
   end
   for name, slot in pairs(keys) do

@@ -38,6 +38,11 @@ int size_class(size_t n) {
 // front cache serves them without the global lock; it spills to and refills from the global cache.
 constexpr int kFrontMaxShift = 9;  // classes up to 512 B
 constexpr size_t kFrontDepth = 1024;  // the GC frees handles in bursts of hundreds
+// A thread's tensors may be freed after its front cache is destroyed: by the thread_local
+// objects constructed before it, or, on the main thread, by static objects (a global
+// crescent::VM) destroyed after the thread-local ones. The flag (trivially destructible, so still
+// readable then) sends those frees to the global cache.
+thread_local bool t_front_gone = false;
 struct Front {
   std::vector<void*> blocks[kFrontMaxShift + 1];
   ~Front() {  // a thread's blocks go back to the global cache (never leaked)
@@ -45,11 +50,13 @@ struct Front {
     std::lock_guard<std::mutex> g(k.m);
     for (int c = 0; c <= kFrontMaxShift; ++c)
       for (void* p : blocks[c]) k.small[c].push_back(p);
+    t_front_gone = true;
   }
 };
-Front& front() {
+Front* front() {
+  if (t_front_gone) return nullptr;
   thread_local Front f;
-  return f;
+  return &f;
 }
 
 size_t large_rounded(size_t n) {
@@ -65,7 +72,15 @@ size_t large_rounded(size_t n) {
 // - MADV_HUGEPAGE, with 2 MiB alignment for blocks of 2 MiB or more: a fresh 16 MB output faults
 //   8 times instead of 4096 (transparent huge pages are often "madvise" only).
 constexpr size_t kHuge = size_t(2) << 20;
+// gcc says __SANITIZE_ADDRESS__, clang (the fuzz build) __has_feature(address_sanitizer).
 #if defined(__SANITIZE_ADDRESS__)
+#define CR_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CR_ASAN 1
+#endif
+#endif
+#if defined(CR_ASAN)
 // AddressSanitizer does not watch mmap'd memory: the sanitizer build keeps malloc'd blocks, so an
 // out-of-bounds access of a large tensor is still reported.
 void* large_map(size_t n) { return std::aligned_alloc(64, n); }
@@ -108,8 +123,9 @@ void* host_alloc(size_t nbytes) {
     return large_map(n);
   }
   int c = size_class(nbytes);
-  if (c <= kFrontMaxShift) {
-    auto& f = front().blocks[c];
+  Front* fr = c <= kFrontMaxShift ? front() : nullptr;
+  if (fr) {
+    auto& f = fr->blocks[c];
     if (!f.empty()) {
       void* p = f.back();
       f.pop_back();
@@ -144,8 +160,9 @@ void host_free(void* p, size_t nbytes) {
     return large_unmap(p, n);
   }
   int c = size_class(nbytes);
-  if (c <= kFrontMaxShift) {
-    auto& f = front().blocks[c];
+  Front* fr = c <= kFrontMaxShift ? front() : nullptr;
+  if (fr) {
+    auto& f = fr->blocks[c];
     if (f.size() < kFrontDepth) {
       if (f.capacity() == 0) f.reserve(kFrontDepth);
       f.push_back(p);
@@ -165,9 +182,11 @@ void host_free(void* p, size_t nbytes) {
 void host_cache_clear() {
   Cache& k = cache();
   std::lock_guard<std::mutex> g(k.m);
-  for (auto& v : front().blocks) {
-    for (void* p : v) std::free(p);
-    v.clear();
+  if (Front* fr = front()) {
+    for (auto& v : fr->blocks) {
+      for (void* p : v) std::free(p);
+      v.clear();
+    }
   }
   for (auto& v : k.small) {
     for (void* p : v) std::free(p);

@@ -3,7 +3,9 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <type_traits>
 
 namespace cr {
 
@@ -60,7 +62,27 @@ template <class T> inline compute_t<T> load(const T& v) { return v; }
 inline float load(const Half& v) { return half_to_float(v.bits); }
 inline float load(const BFloat16& v) { return bf16_to_float(v.bits); }
 
-template <class T, class C> inline void store(T& dst, C v) { dst = static_cast<T>(v); }
+// A floating value out of an integer type's range (NaN included) is undefined behaviour to
+// convert in C++: such values store the type's minimum, what x86's conversion instructions give
+// (and so PyTorch and the JIT's code on x86: x:int() of NaN is -2^31 in all three).
+template <class T, class C> inline T float_to_int(C v) {
+  constexpr C lo = C(std::numeric_limits<T>::min());  // -2^31 or -2^63: exact in float / double
+  return v >= lo && v < -lo ? static_cast<T>(v) : std::numeric_limits<T>::min();
+}
+// Integer arithmetic wraps around on overflow, as PyTorch's (two's complement): sums and
+// products of integers are computed in the unsigned type, where overflow is defined.
+// unsigned_if_int_t<T> is that type for int32 / int64, T itself otherwise.
+template <class T, bool = std::is_integral_v<T> && !std::is_same_v<T, bool>> struct UnsignedIfInt { using type = T; };
+template <class T> struct UnsignedIfInt<T, true> { using type = std::make_unsigned_t<T>; };
+template <class T> using unsigned_if_int_t = typename UnsignedIfInt<T>::type;
+template <class T> inline T wrapping_add(T a, T b) { using U = unsigned_if_int_t<T>; return T(U(a) + U(b)); }
+template <class T> inline T wrapping_sub(T a, T b) { using U = unsigned_if_int_t<T>; return T(U(a) - U(b)); }
+template <class T> inline T wrapping_mul(T a, T b) { using U = unsigned_if_int_t<T>; return T(U(a) * U(b)); }
+
+template <class T, class C> inline void store(T& dst, C v) {
+  if constexpr (std::is_integral_v<T> && std::is_floating_point_v<C>) dst = float_to_int<T>(v);
+  else dst = static_cast<T>(v);
+}
 template <class C> inline void store(Half& dst, C v) { dst.bits = float_to_half(float(v)); }
 template <class C> inline void store(BFloat16& dst, C v) { dst.bits = float_to_bf16(float(v)); }
 template <class C> inline void store(bool& dst, C v) { dst = v != C(0); }

@@ -116,11 +116,21 @@ Tensor::Tensor(const Tensor& o) : p_(o.p_) {
 }
 Tensor::~Tensor() { tensor_release(p_); }
 
-static void check_shape(const Shape& sizes) {
+// Also the product of the non-zero sizes (the largest contiguous stride) must fit in int64, even
+// when a zero size leaves no elements: numel() and the strides are computed from it ({0, 2^46,
+// 2^31} and an empty as_strided of sizes {2^46, 2^46, 0} were found by the fuzz_ops target).
+// Returns the number of elements.
+static int64_t check_shape(const Shape& sizes) {
   if (sizes.size() > size_t(kMaxDims))
     fail(cat("tensors have at most ", kMaxDims, " dimensions, got ", sizes.size()));
-  for (int64_t s : sizes)
+  int64_t extent = 1;
+  bool zero = false;
+  for (int64_t s : sizes) {
     if (s < 0) fail(cat("sizes must be non-negative, got ", shape_str(sizes)));
+    zero = zero || s == 0;
+    if (s && __builtin_mul_overflow(extent, s, &extent)) fail(cat("tensor of shape ", shape_str(sizes), " is too large"));
+  }
+  return zero ? 0 : extent;
 }
 
 Tensor Tensor::from_storage(Storage* s, const Shape& sizes, const Shape& strides, int64_t offset, DType dtype) {
@@ -181,8 +191,7 @@ bool Tensor::give_storage(cr_tensor* t, const Shape& sizes, DType dtype, Device 
 }
 
 Tensor Tensor::empty(const Shape& sizes, DType dtype, Device device) {
-  check_shape(sizes);
-  int64_t n = shape_numel(sizes);
+  int64_t n = check_shape(sizes);
   if (n > (int64_t(1) << 46)) fail(cat("tensor of shape ", shape_str(sizes), " is too large"));
   Storage* s = storage_new(size_t(n) * dtype_size(dtype), device);
   return from_storage(s, sizes, contiguous_strides(sizes), 0, dtype);

@@ -171,6 +171,19 @@ function S.close(got, want, rtol, atol)
   cmp(g, want, "x")
 end
 
+-- A whole file's bytes, and a file written with `bytes`.
+function S.read_file(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+function S.write_file(path, bytes)
+  local f = assert(io.open(path, "wb"))
+  assert(f:write(bytes))
+  f:close()
+end
+
 -- The crescent executable for tests that start one: CRESCENT_BIN (set by tests/CMakeLists.txt),
 -- else the one running the spec runner; nil when unknown.
 function S.crescent_bin()

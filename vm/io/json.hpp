@@ -17,7 +17,22 @@ struct Value {
   std::string text;  // the decoded string, or the number's literal text
   std::vector<Value> items;                            // Array
   std::vector<std::pair<std::string, Value>> members;  // Object, in file order, keys unique
+
+  // Defined below, once Value is complete: clang (C++20, constexpr std::vector) instantiates
+  // the implicit ones inside the class, where std::pair<std::string, Value> is incomplete.
+  Value();
+  Value(const Value&);
+  Value(Value&&) noexcept;
+  Value& operator=(const Value&);
+  Value& operator=(Value&&) noexcept;
+  ~Value();
 };
+inline Value::Value() = default;
+inline Value::Value(const Value&) = default;
+inline Value::Value(Value&&) noexcept = default;
+inline Value& Value::operator=(const Value&) = default;
+inline Value& Value::operator=(Value&&) noexcept = default;
+inline Value::~Value() = default;
 
 // Parses one JSON value surrounded by optional whitespace. Throws cr::Error
 // ("invalid JSON: <problem> at byte N") on anything else.

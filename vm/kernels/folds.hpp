@@ -27,12 +27,12 @@ template <class T, class Lane = compute_t<T>, class F = Identity> struct Sum {
   Acc init() const { return 0; }
   void run(Acc& a, const T* x, int64_t n, int64_t) const {
     for (int64_t i = 0; i < n; i += lanes::kBlock)
-      a += Acc(lanes::sum<Lane>(x + i, std::min(lanes::kBlock, n - i), f));
+      a = wrapping_add(a, Acc(lanes::sum<Lane>(x + i, std::min(lanes::kBlock, n - i), f)));
   }
   void cols(Acc* a, const T* x, int64_t m, int64_t) const {
-    for (int64_t j = 0; j < m; ++j) a[j] += Acc(f(load(x[j])));
+    for (int64_t j = 0; j < m; ++j) a[j] = wrapping_add(a[j], Acc(f(load(x[j]))));
   }
-  void merge(Acc& a, const Acc& b) const { a += b; }
+  void merge(Acc& a, const Acc& b) const { a = wrapping_add(a, b); }
 };
 template <class T> using sum_lane_t = std::conditional_t<is_float_v<compute_t<T>>, compute_t<T>, uint64_t>;
 

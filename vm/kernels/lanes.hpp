@@ -32,14 +32,15 @@ template <class T> inline bool is_nan(T v) {
 template <class A> constexpr int kSumLanes = int(256 / sizeof(A)) < 8 ? 8 : int(256 / sizeof(A));
 template <class A, class T, class F> inline A sum(const T* x, int64_t n, F f) {
   constexpr int L = kSumLanes<A>;
-  A acc[L] = {};
+  using U = unsigned_if_int_t<A>;  // integer sums wrap around (dtype.hpp)
+  U acc[L] = {};
   int64_t i = 0;
   for (; i + L <= n; i += L)
-    for (int l = 0; l < L; ++l) acc[l] += A(f(load(x[i + l])));
-  for (int l = 0; i < n; ++i, ++l) acc[l] += A(f(load(x[i])));
+    for (int l = 0; l < L; ++l) acc[l] += U(A(f(load(x[i + l]))));
+  for (int l = 0; i < n; ++i, ++l) acc[l] += U(A(f(load(x[i]))));
   for (int w = L / 2; w > 0; w /= 2)
     for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-  return acc[0];
+  return A(acc[0]);
 }
 
 // Σ f(x[i]) over any n: lanes of type A within blocks of kBlock, the blocks added in double.

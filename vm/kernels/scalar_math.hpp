@@ -7,6 +7,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "vm/dtype.hpp"
 #include "vm/kernels/vmath.hpp"
 
 namespace cr::sm {
@@ -23,6 +24,10 @@ template <class T> inline T neg_(T a) {
   else return -a;
 }
 template <class T> inline T abs_(T a) { return a < T(0) ? neg_(a) : a; }
+// Integer + - * wrap around on overflow too (dtype.hpp: wrapping_add), as PyTorch's.
+template <class T> inline T add_(T a, T b) { return wrapping_add(a, b); }
+template <class T> inline T sub_(T a, T b) { return wrapping_sub(a, b); }
+template <class T> inline T mul_(T a, T b) { return wrapping_mul(a, b); }
 template <class T> inline T sign_(T a) { return T((T(0) < a) - (a < T(0))); }  // sign(nan) = 0, as torch
 template <class T> inline T relu_(T a) {
   if constexpr (std::is_floating_point_v<T>) { if (std::isnan(a)) return a; }

@@ -41,15 +41,15 @@ enum class Rule { Float, Same, Bool, Arith, Numeric, Compare, Logical };
   X(trunc, Same, sm::trunc_(a))                \
   X(sign, Same, sm::sign_(a))                  \
   X(reciprocal, Float, decltype(a)(1) / a)     \
-  X(square, Same, a * a)                       \
+  X(square, Same, a * a, sm::mul_(a, a))       \
   X(isnan, Bool, sm::isnan_(a))                \
   X(isinf, Bool, sm::isinf_(a))                \
   X(logical_not, Bool, !a)
 
 #define CR_BINARY_OPS(X)                                 \
-  X(add, Arith, a + b)                                   \
-  X(sub, Numeric, a - b)                                 \
-  X(mul, Arith, a * b)                                   \
+  X(add, Arith, a + b, sm::add_(a, b))                   \
+  X(sub, Numeric, a - b, sm::sub_(a, b))                 \
+  X(mul, Arith, a * b, sm::mul_(a, b))                   \
   X(div, Float, a / b)                                   \
   X(pow, Numeric, sm::pow_(a, b))                        \
   X(fmod, Numeric, sm::fmod_(a, b))                      \
@@ -67,6 +67,9 @@ enum class Rule { Float, Same, Bool, Arith, Numeric, Compare, Logical };
   X(logical_or, Logical, bool(a) || bool(b))             \
   X(logical_xor, Logical, bool(a) != bool(b))
 
+// X(name, rule, expr[, eager]): the code generators parse `expr`; the eager kernels evaluate
+// `eager` where given (integer + - * that wrap instead of overflowing: see sm::add_).
+#define CR_FIRST(X, ...) X
 #define CR_DEFINE_OP(NAME, RULE, EXPR, ...)                          \
   struct Op_##NAME {                                                 \
     static constexpr const char* name = #NAME;                       \
@@ -76,7 +79,9 @@ enum class Rule { Float, Same, Bool, Arith, Numeric, Compare, Logical };
        left in the loop (erf<double> is big) stops vectorisation */  \
     [[gnu::always_inline]] static auto f([[maybe_unused]] A a,       \
                   [[maybe_unused]] B b = B(),                        \
-                  [[maybe_unused]] C c = C()) { return EXPR; }       \
+                  [[maybe_unused]] C c = C()) {                      \
+      return CR_FIRST(__VA_ARGS__ __VA_OPT__(,) EXPR);               \
+    }                                                                \
   };
 CR_UNARY_OPS(CR_DEFINE_OP)
 CR_BINARY_OPS(CR_DEFINE_OP)
@@ -312,8 +317,10 @@ Ternary prepare_addcmul(const OpCall& c) {
   Ternary p{Operand{c.tensor(0)}, Operand{c.tensor(1)}, Operand{c.tensor(2)}, DType::f32, {}, {}};
   p.compute = result_type({&p.a, &p.b, &p.c});
   if (p.compute == DType::b8) fail(dtype_list_error("numeric tensors", p.compute));
-  if (c.has(3) && !is_floating(p.compute) && c.number(3) != std::floor(c.number(3)))
-    fail(cat("value must be an integer for integer inputs, got ", c.number(3)));
+  if (c.has(3) && !is_floating(p.compute)) {
+    if (c.number(3) != std::floor(c.number(3))) fail(cat("value must be an integer for integer inputs, got ", c.number(3)));
+    check_scalar_fits(c.number(3), p.compute);  // -inf passes the test above
+  }
   p.shape = broadcast_operands({&p.a, &p.b, &p.c}, &p.device);
   return p;
 }
@@ -329,7 +336,7 @@ void run_addcmul(OpCall& c) {
     using T = decltype(t);
     using C = compute_t<T>;
     C v = C(value);
-    map<T, T, T, T>(c.outs[0], {&x, &a, &b}, [v](auto s, auto y, auto z) { return s + v * y * z; });
+    map<T, T, T, T>(c.outs[0], {&x, &a, &b}, [v](auto s, auto y, auto z) { return sm::add_(s, sm::mul_(sm::mul_(v, y), z)); });
   });
 }
 

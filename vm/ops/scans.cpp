@@ -45,18 +45,19 @@ std::vector<Meta> infer_cumsum(OpCall& c) {
 
 // One contiguous row. Each group of 8 is summed locally first, so only one add per group waits
 // for the running total (a plain scan is one long chain of dependent adds).
+// Integer sums wrap around on overflow (dtype.hpp: wrapping_add).
 template <class Acc, class T> void cumsum_row(const T* x, T* y, int64_t n) {
   Acc carry = 0;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     Acc local[8];
     local[0] = Acc(load(x[i]));
-    for (int k = 1; k < 8; ++k) local[k] = local[k - 1] + Acc(load(x[i + k]));
-    for (int k = 0; k < 8; ++k) store(y[i + k], carry + local[k]);
-    carry += local[7];
+    for (int k = 1; k < 8; ++k) local[k] = wrapping_add(local[k - 1], Acc(load(x[i + k])));
+    for (int k = 0; k < 8; ++k) store(y[i + k], wrapping_add(carry, local[k]));
+    carry = wrapping_add(carry, local[7]);
   }
   for (; i < n; ++i) {
-    carry += Acc(load(x[i]));
+    carry = wrapping_add(carry, Acc(load(x[i])));
     store(y[i], carry);
   }
 }

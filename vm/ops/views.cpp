@@ -310,7 +310,10 @@ void run_as_strided(OpCall& c) {
     if (sizes[i] < 0) fail(cat("sizes must be non-negative, got ", shape_str(sizes)));
     if (strides[i] < 0) fail(cat("strides must be non-negative, got ", shape_str(strides)));
     empty = empty || sizes[i] == 0;
-    if (sizes[i] > 0) hi += (sizes[i] - 1) * strides[i];
+    int64_t reach = 0;  // overflow checked: a wrapped sum could pass the bound check below
+    if (sizes[i] > 0 && (__builtin_mul_overflow(sizes[i] - 1, strides[i], &reach) || __builtin_add_overflow(hi, reach, &hi)))
+      fail(cat("size ", shape_str(sizes), ", stride ", shape_str(strides), " and offset ", offset,
+               " reach beyond element 2^63"));
   }
   int64_t cap = int64_t(x.storage()->nbytes / x.itemsize());
   if (!empty && (lo < 0 || hi >= cap))

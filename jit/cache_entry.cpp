@@ -1,0 +1,75 @@
+#include "jit/cache_entry.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "vm/error.hpp"
+
+namespace cr::jit {
+
+namespace {
+
+// "crescent-kernel-cache-1 <key: 32 hex> <size: 16 hex> <hash: 32 hex>\n"; the ELF loader ignores
+// bytes after the last thing its headers point at, so the sealed file still loads as it is.
+constexpr char kMagic[] = "crescent-kernel-cache-1 ";
+constexpr size_t kMagicLen = sizeof kMagic - 1;
+constexpr size_t kTrailerLen = kMagicLen + 32 + 1 + 16 + 1 + 32 + 1;
+
+std::string trailer(const std::string& key, const std::string& body) {
+  char size[17];
+  std::snprintf(size, sizeof size, "%016llx", static_cast<unsigned long long>(body.size()));
+  return cat(kMagic, key, " ", size, " ", hash128(body), "\n");
+}
+
+bool read_all(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return !f.bad();
+}
+
+}  // namespace
+
+std::string hash128(const std::string& s) {
+  uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
+  for (unsigned char ch : s) {
+    h1 = (h1 ^ ch) * 0x100000001b3ull;
+    h2 = (h2 ^ ch) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
+  }
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h1), static_cast<unsigned long long>(h2));
+  return buf;
+}
+
+void seal_entry(const std::string& path, const std::string& key) {
+  std::string body;
+  if (!read_all(path, &body)) throw Error(cat("cannot read the compiled kernels ", path));
+  std::ofstream f(path, std::ios::binary | std::ios::app);
+  f << trailer(key, body);
+  f.close();
+  if (!f) throw Error(cat("cannot write the compiled kernels ", path));
+}
+
+bool check_entry(const std::string& path, const std::string& key, std::string* why) {
+  std::string bytes;
+  if (!read_all(path, &bytes)) {
+    *why = "cannot be read";
+    return false;
+  }
+  if (bytes.size() < kTrailerLen || bytes.compare(bytes.size() - kTrailerLen, kMagicLen, kMagic) != 0) {
+    *why = cat("has no cache trailer (", bytes.size(), " bytes: truncated or not a cache entry)");
+    return false;
+  }
+  std::string body = bytes.substr(0, bytes.size() - kTrailerLen);
+  std::string expect = trailer(key, body), found = bytes.substr(body.size());
+  if (found == expect) return true;
+  bool other_key = found.compare(kMagicLen, 32, key) != 0;
+  *why = other_key ? cat("is the entry of another key (", found.substr(kMagicLen, 32), ")")
+                   : "does not match its checksum (damaged)";
+  return false;
+}
+
+}  // namespace cr::jit

@@ -1,0 +1,22 @@
+// Entries of the on-disk kernel cache: a compiled shared object followed by a trailer that seals
+// it - a magic, the cache key, the size and a 128-bit hash of the bytes before the trailer. An
+// entry is checked before dlopen(), which trusts the ELF it is given: a truncated object maps
+// pages past the end of the file (SIGBUS on first use), garbage may crash the loader, and a whole
+// object of another kernel would load fine and compute the wrong thing. A file that fails the
+// check is discarded and the kernels are compiled again.
+#pragma once
+#include <string>
+
+namespace cr::jit {
+
+// 32 hex digits of a 128-bit FNV-style hash (cache keys and entry checksums; not cryptographic:
+// it detects damage, not tampering).
+std::string hash128(const std::string& s);
+
+// Appends the trailer for `key` to the compiled object at `path`; throws cr::Error on failure.
+void seal_entry(const std::string& path, const std::string& key);
+
+// Whether the file at `path` is a whole sealed entry for `key`; if not, `why` says what is wrong.
+bool check_entry(const std::string& path, const std::string& key, std::string* why);
+
+}  // namespace cr::jit

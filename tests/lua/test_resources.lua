@@ -1,0 +1,195 @@
+-- Resources: compile / T.compiler.reset() cycles keep the process's memory flat (and, in the
+-- sanitizer build, leak nothing), running out of memory is a Lua error the VM survives, and a
+-- damaged entry of the on-disk kernel cache is detected, discarded and compiled again.
+--
+-- CRESCENT_RESOURCE_CYCLES=n runs n cycles of each kind instead of the defaults (the 10,000-cycle
+-- run: CRESCENT_RESOURCE_CYCLES=10000); CRESCENT_RESOURCE_VERBOSE=1 prints the RSS figures.
+local T = require "crescent"
+local S = expect
+
+local saved = { sync = T.config.sync_compile, dir = T.config.cache_dir }
+T.config.sync_compile = true  -- compile in line: the first calls run native code
+
+local CYCLES = tonumber(os.getenv("CRESCENT_RESOURCE_CYCLES") or "")
+local VERBOSE = os.getenv("CRESCENT_RESOURCE_VERBOSE") == "1"
+
+local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local function temp_dir()
+  local dir = os.tmpname()
+  os.remove(dir)
+  os.execute("mkdir -p " .. quote(dir))
+  return dir
+end
+local read, write = S.read_file, S.write_file
+-- the cache entries (file names) in dir
+local function entries(dir)
+  local p = io.popen("ls " .. quote(dir))
+  local r = {}
+  for name in p:lines() do if name:match("%.so$") then r[#r + 1] = name end end
+  p:close()
+  table.sort(r)
+  return r
+end
+
+-- resident set size of this process, in KiB
+local function rss_kb()
+  local s = read("/proc/self/statm")
+  return tonumber(s:match("^%S+%s+(%S+)")) * 4
+end
+
+local fn = function(x) return (x * 1.4375 + 0.3125):tanh():sum(1), (x - 0.5):exp() end
+local other = function(x) return (x * x - 2):relu():amax(1) end
+local x = T.arange(12):float():view(3, 4) / 7
+
+-- Compiles `f` afresh, runs it until its graph ran as native code and returns its results and
+-- the compiler stats of the run (since the last reset).
+local function compiled_run(f)
+  local c = T.compile(f, { hot = 0 })
+  local a, b
+  for _ = 1, 3 do a, b = c(x) end
+  return a, b, T.compiler.stats()
+end
+
+local function same(got, want, what)
+  S.eq(got.shape, want.shape, what .. ": shape")
+  S.eq(got:totable(), want:totable(), what .. ": values")
+end
+
+-- n compile / reset cycles; returns the RSS growth in KiB over them, after `warm` cycles
+local function cycles(n, warm)
+  local want1, want2 = fn(x)
+  local function one()
+    local a, b, s = compiled_run(fn)
+    -- compiled or loaded from disk: a hit in the memory cache would mean the last cycle's
+    -- kernels were never unloaded
+    if s.graphs_compiled < 1 or s.eager_fallbacks ~= 0 or s.kernels_compiled + s.disk_cache_hits < 1 then
+      error(("a cycle did not load native code: %d graphs compiled, %d kernels compiled, %d disk cache hits, %d eager fallbacks")
+        :format(s.graphs_compiled, s.kernels_compiled, s.disk_cache_hits, s.eager_fallbacks))
+    end
+    T.compiler.reset()
+    return a, b
+  end
+  for _ = 1, warm do one() end
+  collectgarbage()
+  local start = rss_kb()
+  local a, b
+  for _ = 1, n do a, b = one() end
+  collectgarbage()
+  local finish = rss_kb()
+  same(a, want1, "last cycle, result 1")
+  same(b, want2, "last cycle, result 2")
+  if VERBOSE then io.stderr:write(("%d cycles: RSS %d KiB -> %d KiB (%+d KiB)\n"):format(n, start, finish, finish - start)) end
+  return finish - start
+end
+
+describe("compile / reset cycles", function()
+  it("keep RSS flat when every cycle loads its kernels from the disk cache", function()
+    local dir = temp_dir()
+    T.config.cache_dir = dir
+    local ok, err = pcall(function()
+      local n = CYCLES or 300
+      local growth = cycles(n, 30)
+      -- a leak of even 8 KiB a cycle would show: the bound is 4 MiB plus 1 KiB a cycle
+      S.truthy(growth < 4096 + n, ("RSS grew by %d KiB over %d cycles"):format(growth, n))
+      S.eq(#entries(dir), 1, "cache entries")
+    end)
+    T.config.cache_dir = saved.dir
+    os.execute("rm -rf " .. quote(dir))
+    if not ok then error(err, 0) end
+  end)
+  it("keep RSS flat when every cycle compiles (no disk cache)", function()
+    T.config.cache_dir = "0"
+    local n = CYCLES and math.max(1, math.floor(CYCLES / 20)) or 10
+    local ok, err = pcall(function()
+      local growth = cycles(n, 3)
+      S.truthy(growth < 4096 + 16 * n, ("RSS grew by %d KiB over %d cycles"):format(growth, n))
+    end)
+    T.config.cache_dir = saved.dir
+    if not ok then error(err, 0) end
+  end)
+end)
+
+describe("out of memory", function()
+  it("raises a Lua error naming the op and the size, and the VM keeps working", function()
+    -- 2^45 float64 elements: 256 TiB, more than any x86-64 address space (and ASan's limit)
+    S.errors(function() local _ = T.empty(2 ^ 45, { dtype = "float64" }) end,
+      "test_resources.lua:%d+: empty: out of memory allocating 281474976710656 bytes")
+    S.errors(function() return T.zeros({ 2 ^ 23, 2 ^ 22 }, { dtype = "int64" }) end, "zeros: out of memory allocating 281474976710656 bytes")
+    -- a small tensor whose result is huge
+    local e = T.ones(1, { dtype = "float64" }):expand(2 ^ 45)
+    S.errors(function() return e:contiguous() end, "contiguous: out of memory allocating 281474976710656 bytes")
+    S.errors(function() return e + 1 end, "add: out of memory")
+    local y = T.arange(6):view(2, 3)
+    S.eq((y * 2):sum():item(), 30)
+    collectgarbage()
+    S.eq(T.ones(3):sum():item(), 3)
+  end)
+  it("inside a compiled function raises the same error", function()
+    local f = T.compile(function(n) return T.empty(n, { dtype = "float64" }) end)
+    for _ = 1, 3 do S.errors(function() return f(2 ^ 45) end, "empty: out of memory allocating 281474976710656 bytes") end
+    S.eq(f(4):numel(), 4)
+  end)
+end)
+
+-- Each damage done to the entry of `fn`; `other_entry` is the bytes of another kernel's entry.
+local DAMAGE = {
+  { "truncated to half", function(bytes) return bytes:sub(1, math.floor(#bytes / 2)) end },
+  { "emptied", function() return "" end },
+  { "overwritten with garbage", function(bytes)
+      local t = {}
+      for i = 1, #bytes do t[i] = string.char((i * 131 + 7) % 256) end
+      return table.concat(t)
+    end },
+  { "with one byte changed", function(bytes)
+      local i = math.floor(#bytes / 3)
+      return bytes:sub(1, i - 1) .. string.char((bytes:byte(i) + 1) % 256) .. bytes:sub(i + 1)
+    end },
+  { "without its trailer", function(bytes) return bytes:sub(1, #bytes - 120) end },
+  { "replaced by another kernel's entry", function(_, other_entry) return other_entry end },
+}
+
+describe("the disk kernel cache", function()
+  for _, d in ipairs(DAMAGE) do
+    it("discards an entry " .. d[1] .. ", compiles it again and gives correct results", function()
+      local dir = temp_dir()
+      T.config.cache_dir = dir
+      local ok, err = pcall(function()
+        local want1, want2 = fn(x)
+        T.compiler.reset()
+        compiled_run(other)
+        local before = entries(dir)
+        T.compiler.reset()
+        local _, _, s = compiled_run(fn)
+        S.truthy(s.kernels_compiled >= 1 and s.disk_cache_hits == 0, "first run compiles")
+        local names = entries(dir)
+        S.eq(#names, 2, "cache entries")
+        local mine = names[1] == before[1] and names[2] or names[1]
+        local other_entry = read(dir .. "/" .. before[1])
+        T.compiler.reset()
+        collectgarbage()  -- the compiled graphs go, and with them the loaded objects
+
+        write(dir .. "/" .. mine, d[2](read(dir .. "/" .. mine), other_entry))
+        local a, b
+        a, b, s = compiled_run(fn)
+        same(a, want1, "result 1")
+        same(b, want2, "result 2")
+        S.eq({ s.disk_cache_hits, s.eager_fallbacks }, { 0, 0 }, "disk cache hits, eager fallbacks")
+        S.truthy(s.kernels_compiled >= 1, "the entry is compiled again")
+        local key = mine:gsub("%.so$", "")
+        S.truthy(read(dir .. "/" .. mine):find("crescent%-kernel%-cache%-1 " .. key .. " %x+ %x+\n$"), "the new entry is sealed")
+        T.compiler.reset()
+        collectgarbage()
+
+        _, _, s = compiled_run(fn)  -- the new entry is good
+        S.eq({ s.kernels_compiled, s.eager_fallbacks }, { 0, 0 }, "kernels compiled, eager fallbacks")
+        S.truthy(s.disk_cache_hits >= 1, "loaded from the disk cache")
+      end)
+      T.config.cache_dir = saved.dir
+      T.compiler.reset()
+      os.execute("rm -rf " .. quote(dir))
+      if not ok then error(err, 0) end
+    end)
+  end
+end)
+
+T.config.sync_compile, T.config.cache_dir = saved.sync, saved.dir

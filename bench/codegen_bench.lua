@@ -52,6 +52,12 @@ local work = {
   { "softmax", function(x) return x:softmax(2) end, { T.randn(R, C) }, 8 * R * C },
   { "layernorm", layernorm, { T.randn(R, C), T.randn(C), T.randn(C) }, 8 * R * C },
   { "small_chain", small_chain, { T.randn(1024) }, nil },
+  -- the anchor's mlp (gelu in its tanh form between two products) and attention (no mask)
+  { "mlp", function(x, w1, b1, w2, b2) return T.matmul(gelu(T.matmul(x, w1) + b1), w2) + b2 end,
+    { T.randn(GPU and 4096 or 512, 1024), T.randn(1024, 4096), T.randn(4096), T.randn(4096, 1024), T.randn(1024) }, nil },
+  { "attention", function(q, k, v) return T.matmul((T.matmul(q, k:transpose(-2, -1)) / 8):softmax(-1), v) end,
+    { T.randn(GPU and 16 or 2, 8, GPU and 1024 or 256, 64), T.randn(GPU and 16 or 2, 8, GPU and 1024 or 256, 64),
+      T.randn(GPU and 16 or 2, 8, GPU and 1024 or 256, 64) }, nil },
 }
 
 if GPU then  -- every workload's inputs on the device

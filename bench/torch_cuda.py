@@ -43,6 +43,10 @@ WORK = {
     "softmax": (lambda x: torch.softmax(x, dim=-1), (r(R, C),), 8 * R * C),
     "layernorm": (lambda x, w, b: torch.nn.functional.layer_norm(x, (C,), w, b), (r(R, C), r(C), r(C)), 8 * R * C),
     "small_chain": (small_chain, (r(1024),), None),
+    "mlp": (lambda x, w1, b1, w2, b2: gelu(x @ w1 + b1) @ w2 + b2,
+            (r(4096, 1024), r(1024, 4096), r(4096), r(4096, 1024), r(1024)), None),
+    "attention": (lambda q, k, v: torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-2, -1)) / 8, dim=-1), v),
+                  (r(16, 8, 1024, 64), r(16, 8, 1024, 64), r(16, 8, 1024, 64)), None),
 }
 
 

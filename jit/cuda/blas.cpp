@@ -21,6 +21,10 @@ struct Blas {
                   float*, int);
   Status (*dgemm)(Handle, int, int, int, int, int, const double*, const double*, int, const double*, int,
                   const double*, double*, int);
+  Status (*sgemm_b)(Handle, int, int, int, int, int, const float*, const float*, int, long long, const float*, int,
+                    long long, const float*, float*, int, long long, int);
+  Status (*dgemm_b)(Handle, int, int, int, int, int, const double*, const double*, int, long long, const double*, int,
+                    long long, const double*, double*, int, long long, int);
   bool ok = false;
   std::string why;
   std::vector<Handle> handles;  // per device, created on first use
@@ -41,8 +45,10 @@ Blas& blas() {
     B.create = reinterpret_cast<decltype(B.create)>(dlsym(lib, "cublasCreate_v2"));
     B.sgemm = reinterpret_cast<decltype(B.sgemm)>(dlsym(lib, "cublasSgemm_v2"));
     B.dgemm = reinterpret_cast<decltype(B.dgemm)>(dlsym(lib, "cublasDgemm_v2"));
-    if (!B.create || !B.sgemm || !B.dgemm) {
-      B.why = "libcublas lacks cublasCreate_v2 / cublasSgemm_v2 / cublasDgemm_v2";
+    B.sgemm_b = reinterpret_cast<decltype(B.sgemm_b)>(dlsym(lib, "cublasSgemmStridedBatched"));
+    B.dgemm_b = reinterpret_cast<decltype(B.dgemm_b)>(dlsym(lib, "cublasDgemmStridedBatched"));
+    if (!B.create || !B.sgemm || !B.dgemm || !B.sgemm_b || !B.dgemm_b) {
+      B.why = "libcublas lacks cublasCreate_v2 / cublas[SD]gemm_v2 / cublas[SD]gemmStridedBatched";
       return;
     }
     B.handles.assign(size_t(device_count()), nullptr);
@@ -63,32 +69,39 @@ bool blas_available(std::string* why) {
   return B.ok;
 }
 
-void gemm(int index, bool f64, int M, int N, int K, const void* A, int lda, bool a_colmajor, const void* B, int ldb,
-          bool b_colmajor, void* C, int ldc, double beta) {
+Handle handle(int index) {
   Blas& L = blas();
   if (!L.ok) fail(cat("matmul on CUDA needs cuBLAS: ", L.why));
   use_device(index);
   static std::mutex m;
-  Handle h;
-  {
-    std::lock_guard<std::mutex> g(m);
-    if (!L.handles[size_t(index)]) check_blas(L.create(&L.handles[size_t(index)]), "cublasCreate");
-    h = L.handles[size_t(index)];
-  }
-  // cuBLAS is column-major: the row-major C {M, N} is the column-major C^T {N, M} = B^T A^T, and a
-  // row-major operand read as column-major is its transpose - so B goes first, transposed only
-  // when it is column-major itself.
+  std::lock_guard<std::mutex> g(m);
+  if (!L.handles[size_t(index)]) check_blas(L.create(&L.handles[size_t(index)]), "cublasCreate");
+  return L.handles[size_t(index)];
+}
+
+// cuBLAS is column-major: the row-major C {M, N} is the column-major C^T {N, M} = B^T A^T, and a
+// row-major operand read as column-major is its transpose - so B goes first, transposed only
+// when it is column-major itself.
+void gemm(int index, bool f64, int M, int N, int K, const void* A, int lda, bool a_colmajor, const void* B, int ldb,
+          bool b_colmajor, void* C, int ldc, double beta) {
+  gemm_batched(index, f64, M, N, K, A, lda, a_colmajor, 0, B, ldb, b_colmajor, 0, C, ldc, 0, 1, beta);
+}
+
+void gemm_batched(int index, bool f64, int M, int N, int K, const void* A, int lda, bool a_colmajor, int64_t sa,
+                  const void* B, int ldb, bool b_colmajor, int64_t sb, void* C, int ldc, int64_t sc, int batch, double beta) {
+  Handle h = handle(index);
+  Blas& L = blas();
   const int opb = b_colmajor ? kOpT : kOpN, opa = a_colmajor ? kOpT : kOpN;
   if (f64) {
     const double one = 1, b = beta;
-    check_blas(L.dgemm(h, opb, opa, N, M, K, &one, static_cast<const double*>(B), ldb, static_cast<const double*>(A),
-                       lda, &b, static_cast<double*>(C), ldc),
-               "cublasDgemm");
+    check_blas(L.dgemm_b(h, opb, opa, N, M, K, &one, static_cast<const double*>(B), ldb, sb,
+                         static_cast<const double*>(A), lda, sa, &b, static_cast<double*>(C), ldc, sc, batch),
+               "cublasDgemmStridedBatched");
   } else {
     const float one = 1, b = float(beta);
-    check_blas(L.sgemm(h, opb, opa, N, M, K, &one, static_cast<const float*>(B), ldb, static_cast<const float*>(A),
-                       lda, &b, static_cast<float*>(C), ldc),
-               "cublasSgemm");
+    check_blas(L.sgemm_b(h, opb, opa, N, M, K, &one, static_cast<const float*>(B), ldb, sb,
+                         static_cast<const float*>(A), lda, sa, &b, static_cast<float*>(C), ldc, sc, batch),
+               "cublasSgemmStridedBatched");
   }
 }
 

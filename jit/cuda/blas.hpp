@@ -3,6 +3,7 @@
 // libraries everywhere, and its kernels are the fastest general GEMMs for the H100 we can call.
 // Full float32 precision (no TF32), as PyTorch's default.
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace cr::cuda {
@@ -14,5 +15,9 @@ bool blas_available(std::string* why = nullptr);
 // when its flag is set, column-major (p[i + j * ld]). f64: double, else float.
 void gemm(int index, bool f64, int M, int N, int K, const void* A, int lda, bool a_colmajor, const void* B, int ldb,
           bool b_colmajor, void* C, int ldc, double beta);
+// The same for `batch` products whose operands are `sa`, `sb`, `sc` elements apart (sa or sb 0:
+// one matrix broadcast over the batch): one cuBLAS call instead of one per matrix.
+void gemm_batched(int index, bool f64, int M, int N, int K, const void* A, int lda, bool a_colmajor, int64_t sa,
+                  const void* B, int ldb, bool b_colmajor, int64_t sb, void* C, int ldc, int64_t sc, int batch, double beta);
 
 }  // namespace cr::cuda

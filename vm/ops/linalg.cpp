@@ -281,10 +281,24 @@ void device_matmul(const Tensor& out, Tensor a, Tensor b, bool accumulate) {
   const std::vector<int64_t> ao = batch_offsets(a, out), bo = batch_offsets(b, out);
   const size_t es = dtype_size(d);
   char* C = out.data_bytes();
-  for (size_t i = 0; i < ao.size(); ++i)
-    cuda::gemm(out.device().index, d == DType::f64, int(M), int(N), int(K), A.p + ao[i] * int64_t(es), int(A.ld), A.trans,
-               B.p + bo[i] * int64_t(es), int(B.ld), B.trans, C + int64_t(i) * M * N * int64_t(es), int(N),
-               accumulate ? 1.0 : 0.0);
+  const int dev = out.device().index;
+  const bool f64 = d == DType::f64;
+  const double beta = accumulate ? 1.0 : 0.0;
+  // one strided-batched call when each operand's matrices are evenly spaced (broadcast: 0)
+  auto even = [](const std::vector<int64_t>& o) {
+    for (size_t i = 2; i < o.size(); ++i)
+      if (o[i] - o[i - 1] != o[1] - o[0]) return false;
+    return true;
+  };
+  const size_t nb = ao.size();
+  if (nb > 1 && nb <= INT_MAX && even(ao) && even(bo)) {
+    cuda::gemm_batched(dev, f64, int(M), int(N), int(K), A.p + ao[0] * int64_t(es), int(A.ld), A.trans, ao[1] - ao[0],
+                       B.p + bo[0] * int64_t(es), int(B.ld), B.trans, bo[1] - bo[0], C, int(N), M * N, int(nb), beta);
+    return;
+  }
+  for (size_t i = 0; i < nb; ++i)
+    cuda::gemm(dev, f64, int(M), int(N), int(K), A.p + ao[i] * int64_t(es), int(A.ld), A.trans, B.p + bo[i] * int64_t(es),
+               int(B.ld), B.trans, C + int64_t(i) * M * N * int64_t(es), int(N), beta);
 }
 
 // out {batch.., M, N} (contiguous, freshly made) = a {batchA.., M, K} @ b {batchB.., K, N},

@@ -4,6 +4,7 @@
 -- the prompt, one for the decode steps). Per mode, after one warm-up generation (which compiles),
 -- the medians over ROUNDS of prefill ms and decode tokens/s = batch * (NEW - 1) / decode time.
 --   crescent bench/gpt2_bench.lua CONFIG BATCH PROMPT NEW ROUNDS      -> one JSON line
+--   (DEVICE=cuda: the model and the prompt on the GPU)
 local T = require "crescent"
 local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
 package.path = dir .. "/examples/?.lua;" .. package.path
@@ -14,8 +15,9 @@ local name, batch, plen, new, rounds = arg[1] or "small", tonumber(arg[2] or 1),
   tonumber(arg[4] or 32), tonumber(arg[5] or 3)
 T.manual_seed(0)
 local cfg = G.configs[name]
-local model = G.new(cfg):eval()
-local prompt = T.randint(0, cfg.vocab, { batch, plen })
+local device = os.getenv("DEVICE") or "cpu"  -- DEVICE=cuda on a GPU machine
+local model = G.new(cfg):eval():to(device)
+local prompt = T.randint(0, cfg.vocab, { batch, plen }):to(device)
 
 local function generate(step)
   local t0, t1 = tonumber(now()), nil

@@ -71,6 +71,22 @@ describe("GPT-2-style model vs PyTorch", function()
   end)
 end)
 
+describe("GPT-2-style model on CUDA vs PyTorch", function()
+  it("gives PyTorch's logits and greedy tokens on the GPU, eager and compiled", function()
+    if not T.cuda.is_available() then expect.skip("no CUDA device: " .. T.cuda.unavailable_reason()) end
+    local m, ref = model():to("cuda"), T.load(fixture() .. "/ref.safetensors")
+    local ids = ref.ids:cuda()
+    expect.close(m(ids):cpu(), ref.logits, 0, 1e-4)
+    local f = T.compile(function(i) return m(i) end)
+    for _ = 1, 3 do expect.close(f(ids):cpu(), ref.logits, 0, 1e-4) end
+    local prompt = ref.prompt:cuda()
+    local eager = G.generate(function(...) return m:forward(...) end, m, prompt, NEW)
+    expect.eq(eager:cpu():totable(), ref.greedy:totable())
+    local step = T.compile(m)
+    for _ = 1, 2 do expect.eq(G.generate(step, m, prompt, NEW):cpu():totable(), ref.greedy:totable()) end
+  end)
+end)
+
 describe("GPT-2-style generation", function()
   it("samples from the top k tokens only, reproducibly under a seed", function()
     local m = G.new(CFG):eval()

@@ -201,6 +201,12 @@ M.compiler = {
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
   set_logs = function(list) api.cap_set_logs(ctx, list or "") end,
+  -- native_available("cpu" | "cuda") -> true, or false and why (libgccjit / driver / NVRTC missing)
+  native_available = function(kind)
+    local why = api.native_unavailable(kind == "cuda" and 1 or 0)
+    if why == nil then return true end
+    return false, ffi.string(why)
+  end,
 }
 
 function M.mark_dynamic(x, dim)

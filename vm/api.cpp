@@ -4,6 +4,7 @@
 #include "vm/api.hpp"
 
 #include "jit/cuda/driver.hpp"
+#include "jit/jit.hpp"
 #include "jit/cuda/eager.hpp"
 #include "jit/cuda/memory.hpp"
 #include "vm/devices.hpp"
@@ -325,6 +326,12 @@ int32_t api_cuda_time(cr_ctx* c, int32_t dev, int32_t phase, double* ms) {
   });
 }
 
+const char* api_native_unavailable(int32_t cuda) {
+  static thread_local std::string why;
+  const bool ok = cuda ? jit::cuda_backend_available(&why) : jit::cpu_backend_available(&why);
+  return ok ? nullptr : why.c_str();
+}
+
 }  // namespace
 
 const cr_api* api_table() {
@@ -373,6 +380,7 @@ const cr_api* api_table() {
       api_cuda_empty_cache,
       api_cuda_stats,
       api_cuda_time,
+      api_native_unavailable,
   };
   return &api;
 }

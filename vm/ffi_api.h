@@ -123,6 +123,9 @@ typedef struct cr_api {
   void (*cuda_empty_cache)(void);
   void (*cuda_stats)(int32_t dev, double* out);
   int32_t (*cuda_time)(cr_ctx* ctx, int32_t dev, int32_t phase, double* ms);
+  /* whether native code can be generated for the CPU (cuda = 0) or CUDA devices (1); NULL when
+   * it can, else why not */
+  const char* (*native_unavailable)(int32_t cuda);
 } cr_api;
 
 #ifdef __cplusplus

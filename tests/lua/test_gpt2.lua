@@ -52,7 +52,7 @@ describe("GPT-2-style model vs PyTorch", function()
     -- one graph for the prompt, one for every decode step: the cache does not grow
     local s = T.compiler.stats()
     expect.truthy(s.graphs_compiled <= 2 and s.recompiles <= 1, "graphs " .. s.graphs_compiled .. ", recompiles " .. s.recompiles)
-    expect.eq(s.eager_fallbacks, 0)
+    if T.compiler.native_available("cpu") then expect.eq(s.eager_fallbacks, 0) end
   end)
   it("loads GPT-2 checkpoints with a transformer. prefix and mask buffers, and names missing keys", function()
     local sd = T.load(fixture() .. "/model.safetensors")

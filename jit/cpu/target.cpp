@@ -1,5 +1,7 @@
 #include "jit/cpu/target.hpp"
 
+#include "vm/cpu_march.hpp"
+
 #include <cstdlib>
 #include <string_view>
 
@@ -95,15 +97,10 @@ Target detect() {
 #endif
 
 void apply_override(Target& t) {
-  const char* env = std::getenv("CRESCENT_CPU_MARCH");
-  if (!env) return;
-  std::string_view v(env);
-  if (v.starts_with("-march=")) v.remove_prefix(7);
-  if (v.empty() || v == "native") return;
+  const std::string_view v = cpu_march_override();
+  if (v.empty()) return;
   t.march = std::string(v);
-  if (v == "x86-64-v4") t.vector_bytes = 64;
-  else if (v == "x86-64-v3") t.vector_bytes = 32;
-  else if (v == "x86-64-v2" || v == "x86-64") t.vector_bytes = 16;
+  if (const int bytes = march_vector_bytes(v)) t.vector_bytes = bytes;
 }
 
 }  // namespace
@@ -119,8 +116,7 @@ const Target& host_target() {
 
 std::string codegen_march() {
   const Target& t = host_target();
-  const char* env = std::getenv("CRESCENT_CPU_MARCH");
-  if (env && *env && std::string_view(env) != "native") return t.march;
+  if (!cpu_march_override().empty()) return t.march;  // what the user asked for, as asked
   return t.march == "x86-64-v4" ? "x86-64-v3" : t.march;
 }
 

@@ -1,5 +1,7 @@
 #include "vm/kernels/wide.hpp"
 
+#include "vm/cpu_march.hpp"
+
 #include <cstdlib>
 #include <string_view>
 
@@ -8,11 +10,8 @@ namespace cr {
 namespace {
 
 bool capped_below_avx512() {
-  const char* env = std::getenv("CRESCENT_CPU_MARCH");
-  if (!env) return false;
-  std::string_view v(env);
-  if (v.starts_with("-march=")) v.remove_prefix(7);
-  return v == "x86-64" || v == "x86-64-v2" || v == "x86-64-v3";
+  const int bytes = march_vector_bytes(cpu_march_override());
+  return bytes > 0 && bytes < 64;
 }
 
 bool detect() {

@@ -46,13 +46,17 @@ class Pool {
   int size() const { return size_; }
   std::mutex& job_lock() { return job_; }
 
-  // Runs fn(part) for part in [0, size()) with the caller as part 0.
+  // Runs fn(part) on the caller (part 0) and on every worker that joins before the caller has
+  // finished its own call; fn must share the work out itself (parallel_for's chunks are claimed
+  // from a counter). The caller never waits for a worker that has not started: on a busy machine
+  // a worker may sleep for a whole scheduler time slice, and the caller then does all the work
+  // instead of stalling (attention on 2 loaded cores: 16 ms with the old fixed split, 1.7 on one).
   void run(const std::function<void(int)>& fn) {
     {
       std::lock_guard<std::mutex> g(m_);
       fn_ = &fn;
-      pending_ = size_ - 1;
-      left_.store(pending_, std::memory_order_relaxed);
+      closed_ = false;
+      running_ = 0;
       ++generation_;
       published_.store(generation_, std::memory_order_release);
       error_ = nullptr;
@@ -61,9 +65,10 @@ class Pool {
     t_in_worker = true;
     try { fn(0); } catch (...) { record(std::current_exception()); }
     t_in_worker = false;
-    spin_until([this] { return left_.load(std::memory_order_acquire) == 0; });
+    spin_until([this] { return running_now_.load(std::memory_order_acquire) == 0; });
     std::unique_lock<std::mutex> g(m_);
-    done_.wait(g, [this] { return pending_ == 0; });
+    closed_ = true;  // workers that wake from now on skip this job
+    done_.wait(g, [this] { return running_ == 0; });
     fn_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
@@ -84,25 +89,28 @@ class Pool {
         cv_.wait(g, [&] { return stop_ || generation_ != seen; });
         if (stop_) return;
         seen = generation_;
+        if (closed_) continue;  // the caller finished this job without us
+        ++running_;
+        running_now_.store(running_, std::memory_order_release);
         fn = fn_;
       }
       try { (*fn)(part); } catch (...) { record(std::current_exception()); }
       std::lock_guard<std::mutex> g(m_);
-      left_.store(pending_ - 1, std::memory_order_release);
-      if (--pending_ == 0) done_.notify_one();
+      running_now_.store(--running_, std::memory_order_release);
+      if (running_ == 0) done_.notify_one();
     }
   }
-
   std::vector<std::thread> workers_;
   int size_ = 1;
   std::mutex m_, job_;
   std::condition_variable cv_, done_;
   const std::function<void(int)>* fn_ = nullptr;
-  int pending_ = 0;
+  int running_ = 0;      // workers inside fn_
+  bool closed_ = false;  // the caller has finished its part: no worker joins any more
   uint64_t generation_ = 0;
-  // generation_ and pending_ mirrored for the spinning waits, which read them without m_
+  // generation_ and running_ mirrored for the spinning waits, which read them without m_
   std::atomic<uint64_t> published_{0};
-  std::atomic<int> left_{0};
+  std::atomic<int> running_now_{0};
   bool stop_ = false;
   std::exception_ptr error_;
 };
@@ -131,10 +139,12 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   if (parts <= 1 || t_in_worker) return fn(0, n);
   std::unique_lock<std::mutex> busy(p.job_lock(), std::try_to_lock);
   if (!busy.owns_lock()) return fn(0, n);
-  int64_t chunk = (n + p.size() - 1) / p.size();
-  p.run([&](int part) {
-    int64_t b = part * chunk, e = std::min(n, b + chunk);
-    if (b < e) fn(b, e);
+  // one chunk per thread, claimed by whoever is running: the caller takes them all when the
+  // workers are slow to wake
+  const int64_t chunk = (n + p.size() - 1) / p.size(), chunks = (n + chunk - 1) / chunk;
+  std::atomic<int64_t> next{0};
+  p.run([&](int) {
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < chunks;) fn(i * chunk, std::min(n, (i + 1) * chunk));
   });
 }
 

@@ -11,15 +11,20 @@ namespace {
 
 std::atomic<int64_t> g_host_ops{0};
 
-Device cuda_of(const cr_value& v) {
-  if (v.tag == kTensor) return Tensor(static_cast<cr_tensor*>(v.ptr), true).device();
+Device device_of(cr_tensor* t) { return Device{t->_dev_type, t->_dev_index}; }
+
+// The CUDA device argument i names (a tensor on one, a tensor list holding one, or the op's
+// {device = "cuda"} option - OpDef::device_arg); the CPU otherwise. Reads the handles directly:
+// this runs for every op call.
+Device cuda_of(const OpDef& def, const cr_value* args, int i) {
+  const cr_value& v = args[i];
+  if (v.tag == kTensor) return device_of(static_cast<cr_tensor*>(v.ptr));
   if (v.tag == kTensors)
     for (int j = 0; j < v.n; ++j) {
-      Device d = Tensor(static_cast<cr_tensor* const*>(v.ptr)[j], true).device();
+      Device d = device_of(static_cast<cr_tensor* const*>(v.ptr)[j]);
       if (!d.is_cpu()) return d;
     }
-  // a {device = "cuda"} option of a creation op
-  if (v.tag == kString && v.str && std::strncmp(v.str, "cuda", 4) == 0) return parse_device(v.str);
+  if (v.tag == kString && i == def.device_arg && v.str && std::strncmp(v.str, "cuda", 4) == 0) return parse_device(v.str);
   return Device{};
 }
 
@@ -39,9 +44,9 @@ char* span_ptr(const Tensor& t, const Span& s) {
 
 }  // namespace
 
-bool any_cuda(const cr_value* args, int nargs) {
+bool any_cuda(const OpDef& def, const cr_value* args, int nargs) {
   for (int i = 0; i < nargs; ++i)
-    if (!cuda_of(args[i]).is_cpu()) return true;
+    if (!cuda_of(def, args, i).is_cpu()) return true;
   return false;
 }
 
@@ -136,7 +141,7 @@ std::vector<Tensor> run_on_host(Context& ctx, const OpDef& def, const cr_value* 
   std::vector<std::vector<cr_tensor*>> lists(static_cast<size_t>(nargs));
   Device dev{};
   for (int i = 0; i < nargs; ++i) {
-    Device d = cuda_of(args[i]);
+    Device d = cuda_of(def, args, i);
     if (dev.is_cpu()) dev = d;
     if (args[i].tag == kTensor) {
       keep.push_back(host_copy(Tensor(static_cast<cr_tensor*>(args[i].ptr), true)));

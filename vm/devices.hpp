@@ -11,7 +11,8 @@
 
 namespace cr {
 
-bool any_cuda(const cr_value* args, int nargs);
+// Whether an op call involves a CUDA device: a CUDA tensor among args, or its device option.
+bool any_cuda(const OpDef& def, const cr_value* args, int nargs);
 // A CPU tensor holding t's values (t itself when it is on the CPU); sizes and strides kept.
 Tensor host_copy(const Tensor& t);
 // dst = src (broadcast, converted) where either is on a CUDA device.

@@ -30,6 +30,12 @@ Registry::Registry() {
 void Registry::add(const OpDef& def) {
   if (find(def.name)) fail(cat("op '", def.name, "' registered twice"));
   ops_.push_back(def);
+  OpDef& d = ops_.back();
+  for (int i = 0; i < 32; ++i) {
+    const std::string name = schema_arg_name(d, i);
+    if (name == "argument") break;
+    if (name == "device") d.device_arg = int8_t(i);
+  }
 }
 
 const OpDef* Registry::find(const std::string& name) const {
@@ -179,7 +185,7 @@ std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nar
     // metadata-only and copying ops (views, joins, conversions) work on CUDA tensors as they are;
     // the others run on host copies until they have CUDA kernels (vm/devices.hpp)
     if (def.kind != OpKind::View && def.kind != OpKind::Join && def.kind != OpKind::Convert &&
-        !(def.flags & kDeviceAware) && any_cuda(args, nargs)) {
+        !(def.flags & kDeviceAware) && any_cuda(def, args, nargs)) {
       if (jit::cuda::run_op(ctx, op, args, nargs, &c.outs)) return std::move(c.outs);
       return run_on_host(ctx, def, args, nargs);
     }

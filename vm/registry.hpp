@@ -86,6 +86,9 @@ struct OpDef {
   // after promotion), bit-identical to the eager kernel; nullptr when the op does not compute in
   // that dtype, and for float16 / bfloat16.
   BlockFn (*block)(DType compute) = nullptr;
+  // The argument slot of the op's {device =} option (creation ops), -1 without one; set by
+  // Registry::add from the schema.
+  int8_t device_arg = -1;
 };
 
 class Registry {

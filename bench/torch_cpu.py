@@ -25,36 +25,8 @@ torch.set_num_threads(threads)
 torch.manual_seed(0)
 WARMUP = 5
 
-N = 1 << 22
-R, C = 2048, 2048
-
-
-def gelu(x):
-    return x * 0.5 * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * torch.pow(x, 3.0))))
-
-
-def small_chain(x):
-    for _ in range(20):
-        x = torch.sin(x) * 1.01 + 0.1
-    return x
-
-
-def r(*shape):
-    return torch.randn(*shape)
-
-
-def workloads():
-    return {
-        "pw_chain": (lambda x: torch.sin((x + 1) * 2), (r(N),), 8 * N),
-        "gelu": (gelu, (r(N),), 8 * N),
-        "add_mul_sum": (lambda x, y: ((x + y) * 2).sum(), (r(R, C), r(R, C)), 8 * R * C),
-        "row_sum": (lambda x: x.sum(dim=1), (r(R, C),), 4 * R * C),
-        "bias_relu": (lambda x, b: torch.relu(x + b), (r(R, C), r(C)), 8 * R * C),
-        "softmax": (lambda x: torch.softmax(x, dim=-1), (r(R, C),), 8 * R * C),
-        "layernorm": (lambda x, w, b: torch.nn.functional.layer_norm(x, (C,), w, b),
-                      (r(R, C), r(C), r(C)), 8 * R * C),
-        "small_chain": (small_chain, (r(1024),), None),
-    }
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_workloads import workloads  # noqa: E402
 
 
 def bench(fn, args):

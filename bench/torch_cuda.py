@@ -8,6 +8,7 @@ measures crescent on CUDA). torch.compile's cold compile is the first call's wal
 copy bandwidth (y.copy_(x), 2^24 floats). JSON lines.
 """
 import json
+import os
 import statistics
 import sys
 import time
@@ -17,37 +18,11 @@ import torch
 reps = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 dev = "cuda"
 torch.manual_seed(0)
-N, R, C = 1 << 24, 8192, 4096
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_workloads import workloads  # noqa: E402
 
-
-def gelu(x):
-    return x * 0.5 * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * torch.pow(x, 3.0))))
-
-
-def small_chain(x):
-    for _ in range(20):
-        x = torch.sin(x) * 1.01 + 0.1
-    return x
-
-
-def r(*shape):
-    return torch.randn(*shape, device=dev)
-
-
-WORK = {
-    "pw_chain": (lambda x: torch.sin((x + 1) * 2), (r(N),), 8 * N),
-    "gelu": (gelu, (r(N),), 8 * N),
-    "add_mul_sum": (lambda x, y: ((x + y) * 2).sum(), (r(R, C), r(R, C)), 8 * R * C),
-    "row_sum": (lambda x: x.sum(dim=1), (r(R, C),), 4 * R * C),
-    "bias_relu": (lambda x, b: torch.relu(x + b), (r(R, C), r(C)), 8 * R * C),
-    "softmax": (lambda x: torch.softmax(x, dim=-1), (r(R, C),), 8 * R * C),
-    "layernorm": (lambda x, w, b: torch.nn.functional.layer_norm(x, (C,), w, b), (r(R, C), r(C), r(C)), 8 * R * C),
-    "small_chain": (small_chain, (r(1024),), None),
-    "mlp": (lambda x, w1, b1, w2, b2: gelu(x @ w1 + b1) @ w2 + b2,
-            (r(4096, 1024), r(1024, 4096), r(4096), r(4096, 1024), r(1024)), None),
-    "attention": (lambda q, k, v: torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-2, -1)) / 8, dim=-1), v),
-                  (r(16, 8, 1024, 64), r(16, 8, 1024, 64), r(16, 8, 1024, 64)), None),
-}
+WORK = workloads(dev)
+N = 1 << 24
 
 
 def device_us(fn, args):
@@ -64,7 +39,7 @@ def device_us(fn, args):
     return statistics.median(times)
 
 
-x, y = r(N), torch.empty(N, device=dev)
+x, y = torch.randn(N, device=dev), torch.empty(N, device=dev)
 copy_us = device_us(lambda a, b: b.copy_(a), (x, y))
 print(json.dumps({"name": "copy", "eager_us": copy_us, "GBps": 8 * N / copy_us / 1e3}))
 for name, (fn, args, nbytes) in WORK.items():

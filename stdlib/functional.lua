@@ -30,6 +30,7 @@ local function check_opts(op, i, opts, allowed)
   end
   return opts
 end
+F._check_opts = check_opts  -- crescent.nn validates its layers' options the same way
 
 -- float16 / bfloat16 inputs of the normalisations compute in float32 and round once at the end,
 -- as PyTorch's CPU and CUDA kernels do.

@@ -255,14 +255,7 @@ local function positive_int(op, i, name, v)
   end
   return v
 end
-local function options(op, i, opts, allowed)
-  opts = opts or {}
-  if type(opts) ~= "table" or is_tensor(opts) then fail(string.format("%s: argument %d (opts) expected a table, got %s", op, i, type(opts))) end
-  for k in pairs(opts) do
-    if not allowed[k] then fail(string.format("%s: unknown option '%s'", op, tostring(k))) end
-  end
-  return opts
-end
+local options = F._check_opts
 local function uniform(sizes, bound, dtype)  -- U(-bound, bound)
   return (T.rand(sizes, { dtype = dtype }) * (2 * bound) - bound)
 end

@@ -16,6 +16,7 @@
 #include "jit/loop_ir.hpp"
 #include "vm/devices.hpp"
 #include "vm/graph/graph.hpp"
+#include "vm/graph/recorder.hpp"
 
 namespace cr::jit::cuda {
 namespace {
@@ -97,8 +98,9 @@ std::string key_of(int op, const cr_value* args, int nargs) {
   return k;
 }
 
-// T.config.cache_dir's default (stdlib/compile.lua), for kernels compiled outside T.compile.
-std::string compile_cache_dir() {
+// T.config.cache_dir once T.compile has passed it on, else its default (stdlib/compile.lua).
+std::string compile_cache_dir(Context& ctx) {
+  if (!ctx.recorder->cache_dir.empty()) return ctx.recorder->cache_dir;
   if (const char* d = std::getenv("CRESCENT_CACHE_DIR")) return d;
   return cat(std::getenv("HOME") ? std::getenv("HOME") : ".", "/.cache/crescent");
 }
@@ -152,7 +154,7 @@ bool run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<T
     Options o;
     o.sync = true;
     o.device = e.g->values[size_t(e.g->outputs.at(0))].meta.device;
-    o.cache_dir = compile_cache_dir();
+    o.cache_dir = compile_cache_dir(ctx);
     if (lowerable(*e.g)) {
       compile_native(e.g, o);
       graph::NativeSlot& slot = *e.g->native;

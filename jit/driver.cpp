@@ -310,6 +310,11 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
     t_lower = now_ms();
     std::string lg_text = o.debug_dir.empty() ? std::string() : lg.str();
     Plan plan = schedule(std::move(lg), o.threads);
+    if (g->dynamic)  // size-generic code: compiled from the templates, launched with the params
+      for (const Kernel& k : plan.kernels) {
+        plan.templates.push_back(k);
+        plan.params.push_back(parametrize(plan.templates.back()));
+      }
     t_sched = now_ms();
     if (o.log_fusion)
       for (const std::string& l : plan.log) log.push_back(cat("fusion: ", g->name, ": ", l));
@@ -323,7 +328,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
       cpu::FnTable fns;
       cpu::collect_fns(plan, fns);
       std::string code;
-      for (const Kernel& k : plan.kernels) code += k.str();
+      for (size_t i = 0; i < plan.kernels.size(); ++i) code += plan.code(i).str();
       std::string key_text = cat(code, "\nfns:");
       for (const std::string& n : fns.names) key_text += cat(n, ",");
       key_text += cat("\n", cpu::compiler_id(), " block ", kBlock, " build ", build_id());

@@ -50,15 +50,36 @@ const char* ctype(DType d) {
   }
 }
 
+std::string int_str(int64_t x) { return is_param(x) ? cat("P", param_slot(x)) : std::to_string(x); }
+
 std::string affine_str(const Affine& a) {
   std::string s;
   for (size_t v = 0; v < a.k.size(); ++v) {
     if (!a.k[v]) continue;
     if (!s.empty()) s += " + ";
-    s += a.k[v] == 1 ? cat("i", v) : cat(a.k[v], "*i", v);
+    s += a.k[v] == 1 ? cat("i", v) : cat(int_str(a.k[v]), "*i", v);
   }
-  if (a.c || s.empty()) s += s.empty() ? cat(a.c) : cat(" + ", a.c);
+  if (a.c || s.empty()) s += s.empty() ? int_str(a.c) : cat(" + ", int_str(a.c));
   return s;
+}
+
+std::vector<int64_t> parametrize(Kernel& k) {
+  std::vector<int64_t> params;
+  auto slot = [&](int64_t& x) {
+    params.push_back(x);
+    x = kParamBase + int64_t(params.size() - 1);
+  };
+  auto address = [&](Affine& a) {
+    for (int64_t& c : a.k)
+      if (c < -1 || c > 1) slot(c);
+    if (a.c < -1 || a.c > 1) slot(a.c);
+  };
+  for (int64_t& s : k.sizes) slot(s);
+  if (k.chunk > 0) slot(k.chunk);
+  for (Expr& e : k.body.exprs)
+    if (e.op == EOp::Load) address(e.index[0]);
+  for (Store& s : k.stores) address(s.addr);
+  return params;
 }
 
 namespace {
@@ -74,14 +95,16 @@ std::string num_str(double x, DType d) {
 
 std::string Kernel::str() const {
   std::ostringstream o;
-  o << "// " << name << ": loops " << shape_str(sizes) << ", " << n_outer << " outer (parallel)";
-  if (chunk) o << ", innermost in chunks of " << chunk;
+  o << "// " << name << ": loops {";
+  for (size_t v = 0; v < sizes.size(); ++v) o << (v ? ", " : "") << int_str(sizes[v]);
+  o << "}, " << n_outer << " outer (parallel)";
+  if (chunk) o << ", innermost in chunks of " << int_str(chunk);
   o << "\nvoid " << name << "(";
   for (size_t b = 0; b < buffers.size(); ++b) o << (b ? ", " : "") << "buf" << b << " /* #" << buffers[b] << " */";
   o << ") {\n";
   std::string ind = "  ";
   for (int v = 0; v < n_outer; ++v) {
-    o << ind << "for (int64_t i" << v << " = 0; i" << v << " < " << sizes[size_t(v)] << "; ++i" << v << ")"
+    o << ind << "for (int64_t i" << v << " = 0; i" << v << " < " << int_str(sizes[size_t(v)]) << "; ++i" << v << ")"
       << (v == 0 ? "  // parallel" : "") << "\n";
     ind += "  ";
   }
@@ -141,7 +164,7 @@ std::string Kernel::str() const {
     if (!any) continue;
     std::string li = in;
     for (size_t v = size_t(n_outer); v < sizes.size(); ++v) {
-      o << li << "for (int64_t i" << v << " = 0; i" << v << " < " << sizes[v] << "; ++i" << v << ")"
+      o << li << "for (int64_t i" << v << " = 0; i" << v << " < " << int_str(sizes[v]) << "; ++i" << v << ")"
         << (v + 1 == sizes.size() ? "  // blocks of " + std::to_string(kBlock) + ", vectorised" : "") << "\n";
       li += "  ";
     }

@@ -159,4 +159,20 @@ struct Kernel {
   std::string str() const;  // readable C-like rendering (CRESCENT_LOGS=output_code, debug dir)
 };
 
+// ---- size parameters (dynamic shapes) ---------------------------------------------------------
+// A kernel of a graph with symbolic sizes is compiled once for all the shapes that give it the
+// same structure. parametrize() replaces its integer fields - loop sizes, the chunk, and the
+// coefficients and constants of load and store addresses other than -1, 0 and 1 - by parameters
+// kParamBase + j, to be read at run time from params[j], and returns their values in slot order
+// (a fixed traversal of the kernel, no sharing of slots between equal values). Two kernels whose
+// parametrized renderings (Kernel::str prints slot j as P<j>) are equal are then the same code
+// with different params: the rendering is the cache key, and the guard that the code fits.
+// Coefficients stay literal when 0 or +-1 because the code generators rely on those (unit-stride
+// and invariant loads); a loop size is always a parameter, so that size 1 needs no other code.
+constexpr int64_t kParamBase = int64_t(1) << 60;
+inline bool is_param(int64_t x) { return x >= kParamBase; }
+inline size_t param_slot(int64_t x) { return size_t(x - kParamBase); }
+std::vector<int64_t> parametrize(Kernel& k);
+std::string int_str(int64_t x);  // "12", or "P3" for a parameter
+
 }  // namespace cr::jit

@@ -368,8 +368,10 @@ void Scheduler::finish_kernel(Kernel& k, const Group& g) {
   for (size_t v = 0; v < g.sizes.size(); ++v)
     if (reduction && g.reduced[v]) perm.push_back(v);
   permute_vars(k, perm);
-  // size-1 variables go, neighbours of one class merge when every address allows it
-  for (size_t v = k.sizes.size(); v-- > 0;) {
+  // size-1 variables go (not in dynamic graphs, where the size may be 1 only this time), and
+  // neighbours of one class merge when every address allows it
+  const bool dynamic = plan_.lg.g && plan_.lg.g->dynamic;
+  for (size_t v = k.sizes.size(); v-- > 0 && !dynamic;) {
     if (k.sizes[v] != 1) continue;
     if (int(v) < k.n_outer) --k.n_outer;
     drop_var(k, v);
@@ -384,15 +386,16 @@ void Scheduler::finish_kernel(Kernel& k, const Group& g) {
   }
   if (!reduction) k.n_outer = std::max(0, int(k.sizes.size()) - 1);
   if (int(k.sizes.size()) == k.n_outer) k.sizes.push_back(1);  // one inner variable at least
-  // pointwise kernels with few rows cut the innermost loop into chunks for the threads
+  // pointwise kernels with few rows cut the innermost loop into chunks for the threads (always
+  // in dynamic graphs, with a chunk that may cover the row: the choice must not depend on sizes)
   int64_t outer = 1;
   for (int v = 0; v < k.n_outer; ++v) outer *= k.sizes[size_t(v)];
   int64_t inner = k.sizes.back(), target = 8 * int64_t(std::max(threads_, 1));
-  if (!reduction && int(k.sizes.size()) == k.n_outer + 1 && outer < target && inner > 4 * kBlock) {
-    int64_t per_row = (target + outer - 1) / outer;
+  if (!reduction && int(k.sizes.size()) == k.n_outer + 1 && (dynamic || (outer < target && inner > 4 * kBlock))) {
+    int64_t per_row = (target + std::max<int64_t>(outer, 1) - 1) / std::max<int64_t>(outer, 1);
     int64_t chunk = std::max<int64_t>(4 * kBlock, (inner + per_row - 1) / per_row);
     chunk = (chunk + kBlock - 1) / kBlock * kBlock;
-    if (chunk < inner) k.chunk = chunk;
+    if (chunk < inner || dynamic) k.chunk = chunk;
   }
   k.analyse();
 }

@@ -41,6 +41,13 @@ struct Plan {
   std::vector<int32_t> buffer_of;  // loop value -> buffer (-1: computed inside kernels only)
   std::vector<PlanStep> steps;
   std::vector<std::string> log;  // CRESCENT_LOGS=fusion: what fused, what did not and why
+  // Dynamic graphs (graph::Graph::dynamic): per kernel, its parametrized form, compiled and used
+  // as the cache key, and its parameter values for this instance (jit/loop_ir.hpp). Empty for
+  // graphs specialised on their sizes, whose kernels are compiled as they are.
+  std::vector<Kernel> templates;
+  std::vector<std::vector<int64_t>> params;
+  // The kernel code generators emit: the template of kernel i when there is one.
+  const Kernel& code(size_t i) const { return templates.empty() ? kernels[i] : templates[i]; }
 };
 
 // Throws cr::Error when the graph cannot be scheduled (the caller runs it eagerly).

@@ -110,6 +110,9 @@ struct Graph {
   };
   std::vector<Alias> aliases;
   std::string name;              // "f.lua:3 #1" for logs
+  // Sizes are symbolic (dynamic shapes): the metadata is one instance's, and native code is
+  // compiled size-generic (jit/loop_ir.hpp, parametrize) so other instances reuse it.
+  bool dynamic = false;
   std::shared_ptr<NativeSlot> native;  // set when a native backend compiles this graph
 
   int32_t add_value(int32_t node, const ValueMeta& m);

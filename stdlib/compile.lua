@@ -36,11 +36,7 @@ local function check_opts(opts)
   end
   local b = opts.backend or "auto"
   if not BACKENDS[b] then fail("compile: option backend expected \"auto\", \"eager\", \"cpu\" or \"cuda\", got " .. tostring(b)) end
-  if opts.dynamic == true then
-    fail("compile: dynamic = true is not implemented yet (symbolic sizes come with dynamic shapes); " ..
-         "use dynamic = nil or false (sizes are specialised)")
-  end
-  if opts.dynamic ~= nil and opts.dynamic ~= false then
+  if opts.dynamic ~= nil and type(opts.dynamic) ~= "boolean" then
     fail("compile: option dynamic expected nil, true or false, got " .. tostring(opts.dynamic))
   end
   local mode = opts.mode or "default"
@@ -54,7 +50,8 @@ local function check_opts(opts)
   if opts.fullgraph ~= nil and type(opts.fullgraph) ~= "boolean" then
     fail("compile: option fullgraph expected a boolean, got " .. type(opts.fullgraph))
   end
-  return { backend = b, fullgraph = opts.fullgraph == true, mode = mode, hot = hot }
+  local dynamic = opts.dynamic == nil and -1 or opts.dynamic and 1 or 0
+  return { backend = b, fullgraph = opts.fullgraph == true, mode = mode, hot = hot, dynamic = dynamic }
 end
 
 -- The tensors among a call's return values (inside tables too), for the recorder.
@@ -145,7 +142,8 @@ function M.compile(fn, opts)
   if type(fn) ~= "function" then fail("compile: argument 1 (fn) expected a function or a module, got " .. type(fn)) end
   local o = check_opts(opts)
   site = site or define_site(fn)
-  local id = api.cap_function(ctx, site, o.hot, o.fullgraph and 1 or 0, o.mode == "reduce-overhead" and 1 or 0, o.backend)
+  local id = api.cap_function(ctx, site, o.hot, o.fullgraph and 1 or 0, o.mode == "reduce-overhead" and 1 or 0, o.backend,
+                              o.dynamic)
   if id < 0 then core.raise(id) end
   local ret_where = "return of " .. site
   -- the traces live in C++ as long as the compiled function does
@@ -163,16 +161,22 @@ end
 
 -- T.explain(fn, ...): runs fn once under a fresh capture and reports its graphs and breaks.
 function M.explain(fn, ...)
-  if compiled[fn] then fn = compiled[fn].fn end
+  local dynamic = -1
+  if compiled[fn] then fn, dynamic = compiled[fn].fn, compiled[fn].opts.dynamic end
   if type(fn) ~= "function" then fail("explain: argument 1 (fn) expected a function, got " .. type(fn)) end
   if api.cap_active(ctx) ~= 0 then fail("explain: cannot run inside a compiled function") end
   local site = define_site(fn)
-  local id = api.cap_function(ctx, site, 2 ^ 30, 0, 0, "eager")
+  local id = api.cap_function(ctx, site, 2 ^ 30, 0, 0, "eager", dynamic)
   local ok, err = pcall(capture_call, id, "return of " .. site, fn, ...)
   if not ok then api.cap_drop(ctx, id); error(err, 0) end
-  local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {} }
-  for ops, reason, where in ffi.string(api.cap_report(ctx)):gmatch("(%d+)\t([^\t]*)\t([^\n]*)\n") do
+  local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {}, symbolic_dims = {} }
+  for ops, reason, where, sym in ffi.string(api.cap_report(ctx)):gmatch("(%d+)\t([^\t]*)\t([^\t]*)\t([^\n]*)\n") do
     ops = tonumber(ops)
+    -- "%0:1=7": input value %0, 0-based dim 1, size 7 in this call (dims are 1-based in Lua)
+    for v, d, size in sym:gmatch("%%(%d+):(%d+)=(%d+)") do
+      r.symbolic_dims[#r.symbolic_dims + 1] = { segment = r.graph_count + (ops > 0 and 1 or 0), input = "%" .. v,
+                                                dim = tonumber(d) + 1, size = tonumber(size) }
+    end
     if ops > 0 then
       r.graph_count = r.graph_count + 1
       r.ops_per_graph[#r.ops_per_graph + 1] = ops
@@ -185,6 +189,9 @@ function M.explain(fn, ...)
   local lines = { string.format("%s: %d graph(s), %d graph break(s)", site, r.graph_count, r.graph_break_count) }
   for i, n in ipairs(r.ops_per_graph) do lines[#lines + 1] = string.format("  graph %d: %d ops", i, n) end
   for i, b in ipairs(r.break_reasons) do lines[#lines + 1] = string.format("  break %d: %s at %s", i, b.reason, b.where) end
+  for _, s in ipairs(r.symbolic_dims) do
+    lines[#lines + 1] = string.format("  symbolic: graph %d input %s dim %d (size %d now)", s.segment, s.input, s.dim, s.size)
+  end
   r.summary = table.concat(lines, "\n")
   api.cap_drop(ctx, id)
   return setmetatable(r, { __tostring = function(t) return t.summary end })
@@ -209,9 +216,30 @@ M.compiler = {
   end,
 }
 
-function M.mark_dynamic(x, dim)
+-- T.mark_dynamic(x, dim[, {min =, max =}]): compiled functions treat the size of x's dim (1-based)
+-- as symbolic from their first call with x, instead of specialising on it. min / max check the
+-- size x has now, as PyTorch's constraints do when the mark is made.
+function M.mark_dynamic(x, dim, range)
   if not is_tensor(x) then fail("mark_dynamic: argument 1 (x) expected a tensor, got " .. type(x)) end
-  fail("mark_dynamic: dynamic shapes are not implemented yet; compiled functions specialise on sizes")
+  local n = x:dim()
+  if type(dim) ~= "number" or dim ~= math.floor(dim) or dim == 0 or dim > n or dim < -n then
+    fail(string.format("mark_dynamic: argument 2 (dim) expected a dim in 1..%d or -%d..-1, got %s", n, n, tostring(dim)))
+  end
+  if dim < 0 then dim = dim + n + 1 end
+  if range ~= nil then
+    if type(range) ~= "table" then fail("mark_dynamic: argument 3 expected a table {min =, max =}, got " .. type(range)) end
+    for k in pairs(range) do
+      if k ~= "min" and k ~= "max" then fail("mark_dynamic: unknown option '" .. tostring(k) .. "' (expected min, max)") end
+    end
+    local size = x:size(dim)
+    if (range.min and size < range.min) or (range.max and size > range.max) then
+      fail(string.format("mark_dynamic: dim %d has size %d, outside {min = %s, max = %s}", dim, size,
+                         tostring(range.min), tostring(range.max)))
+    end
+  end
+  local p = x.p
+  p._dynamic = bit.bor(p._dynamic, bit.lshift(1, dim - 1))
+  return x
 end
 
 return M

@@ -208,9 +208,10 @@ cr_tensor* api_load_npy(cr_ctx* c, const char* path) {
 graph::Recorder& rec(cr_ctx* c) { return *Context::of(c).recorder; }
 
 int32_t api_cap_function(cr_ctx* c, const char* name, int32_t hot, int32_t fullgraph, int32_t reduce_overhead,
-                         const char* backend) {
+                         const char* backend, int32_t dynamic) {
   return guarded(c, [&] {
     guards::Options o;
+    o.dynamic = dynamic;
     o.name = name;
     o.hot = hot;
     o.fullgraph = fullgraph != 0;
@@ -266,7 +267,7 @@ void api_cap_stats(cr_ctx* c, double* out) {
 const char* api_cap_report(cr_ctx* c) {
   Context& ctx = Context::of(c);
   ctx.scratch.clear();
-  for (const graph::SegmentReport& r : rec(c).report) ctx.scratch += cat(r.ops, "\t", r.reason, "\t", r.where, "\n");
+  for (const graph::SegmentReport& r : rec(c).report) ctx.scratch += cat(r.ops, "\t", r.reason, "\t", r.where, "\t", r.symbolic, "\n");
   return ctx.scratch.c_str();
 }
 

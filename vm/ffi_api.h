@@ -28,6 +28,8 @@ typedef struct cr_tensor {
   void* _storage;         /* NULL: a lazy tensor, whose value a captured graph computes later */
   void* _lazy;            /* graph recorder: how a lazy tensor gets its value (cr::graph::LazyInfo) */
   uint64_t _gen;          /* graph recorder: the segment _vid belongs to */
+  uint32_t _dynamic;      /* T.mark_dynamic: bit d set = dim d (0-based) has a symbolic size */
+  uint32_t _pad;
 } cr_tensor;
 
 /* The Lua handle: a struct (not a pointer) so that x[i] reaches __index. */
@@ -93,7 +95,8 @@ typedef struct cr_api {
    * (last_error, to be located at the caller) and -2 on an error whose message already starts
    * with its Lua position. */
   int32_t (*cap_function)(cr_ctx* ctx, const char* name, int32_t hot, int32_t fullgraph,
-                          int32_t reduce_overhead, const char* backend);
+                          int32_t reduce_overhead, const char* backend,
+                          int32_t dynamic); /* -1: automatic (nil), 0: false, 1: true */
   int32_t (*cap_begin)(cr_ctx* ctx, int32_t fn, int32_t cache_size_limit); /* 0: already active */
   int32_t (*cap_need)(cr_ctx* ctx, cr_tensor* t, const char* reason, const char* where);
   int32_t (*cap_finish)(cr_ctx* ctx, cr_tensor** rets, int32_t n, const char* where);
@@ -103,7 +106,8 @@ typedef struct cr_api {
   void (*cap_stats)(cr_ctx* ctx, double* out); /* graphs_compiled, recompiles, graph_breaks,
                                                   kernels_compiled, disk_cache_hits, eager_fallbacks,
                                                   graph_run_us, replays */
-  const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call: "ops\treason\twhere\n" */
+  const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call:
+                                                  "ops\treason\twhere\tsymbolic dims\n" */
   void (*cap_set_logs)(cr_ctx* ctx, const char* list);
   void (*cap_drop)(cr_ctx* ctx, int32_t fn);  /* the compiled function was collected: free its traces */
   int32_t (*cap_set_option)(cr_ctx* ctx, const char* name, const char* value);  /* T.config: debug_dir, cache_dir, sync_compile */

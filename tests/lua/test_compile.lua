@@ -409,8 +409,8 @@ local function with_limit(n, fn)
 end
 
 describe("recompiles and the cache limit", function()
-  it("counts one recompile per new shape", function()
-    local f = T.compile(function(x) return x * 2 + 1 end)
+  it("counts one recompile per new shape (dynamic = false)", function()
+    local f = T.compile(function(x) return x * 2 + 1 end, { dynamic = false })
     T.compiler.reset()
     for i, n in ipairs({ 2, 3, 4, 5 }) do
       for _ = 1, 3 do same(f(T.arange(n):float()):totable(), (T.arange(n):float() * 2 + 1):totable()) end
@@ -466,7 +466,7 @@ describe("recompiles and the cache limit", function()
   end)
   it("falls back to eager past cache_size_limit, with correct results", function()
     with_limit(3, function()
-      local f = T.compile(function(x) return (x + 1):sum(1) end)
+      local f = T.compile(function(x) return (x + 1):sum(1) end, { dynamic = false })
       T.compiler.reset()
       for i, n in ipairs({ 2, 3, 4, 5, 6, 2, 5 }) do
         for _ = 1, 3 do
@@ -621,14 +621,15 @@ describe("compile options", function()
     errs(function() local _ = T.compile(f, { bogus = 1 }) end, "compile", "unknown option 'bogus'")
     errs(function() local _ = T.compile(f, { mode = "fast" }) end, "compile", "mode", "fast")
     errs(function() local _ = T.compile(f, { backend = "tpu" }) end, "compile", "backend", "tpu")
-    errs(function() local _ = T.compile(f, { dynamic = true }) end, "compile", "not implemented")
+    errs(function() local _ = T.compile(f, { dynamic = "yes" }) end, "compile", "dynamic", "yes")
     errs(function() local _ = T.compile(f, { hot = -1 }) end, "compile", "hot")
     errs(function() local _ = T.compile(f, { hot = 1.5 }) end, "compile", "hot")
     errs(function() local _ = T.compile(f, { fullgraph = "yes" }) end, "compile", "fullgraph")
     errs(function() local _ = T.compile(f, 3) end, "compile", "opts")
     errs(function() local _ = T.compile(42) end, "compile", "function")
     errs(function() local _ = T.compile({}) end, "compile", "function")
-    errs(function() T.mark_dynamic(T.ones(2), 1) end, "mark_dynamic", "not implemented")
+    errs(function() T.mark_dynamic(T.ones(2), 3) end, "mark_dynamic", "dim", "3")
+    errs(function() T.mark_dynamic(T.ones(2), 1, { min = 5 }) end, "mark_dynamic", "outside")
   end)
   it("accepts the documented options", function()
     local f = T.compile(function(x) return x + 1 end,

@@ -113,6 +113,8 @@ struct Graph {
   // Sizes are symbolic (dynamic shapes): the metadata is one instance's, and native code is
   // compiled size-generic (jit/loop_ir.hpp, parametrize) so other instances reuse it.
   bool dynamic = false;
+  bool reinstance = false;  // a dynamic graph's later instance: counted as compiled only when
+                            // its native code needed new kernels
   std::shared_ptr<NativeSlot> native;  // set when a native backend compiles this graph
 
   int32_t add_value(int32_t node, const ValueMeta& m);

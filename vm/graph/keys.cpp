@@ -3,6 +3,7 @@
 // device, sizes, strides, offset, aliasing with earlier inputs - go into the key, so matching a
 // key is checking the guards.
 #include <cstring>
+#include <map>
 
 #include "vm/graph/segment.hpp"
 
@@ -14,6 +15,18 @@ uint64_t bits(double d) {
   uint64_t b;
   std::memcpy(&b, &d, 8);
   return b;
+}
+
+// The dims of new input t (value `vid`) whose sizes are symbolic: none when the function always
+// specialises (dynamic = false), all with dynamic = true; else those T.mark_dynamic marked and
+// those the site made symbolic after they changed.
+uint32_t symbolic_dims(const Segment& s, const cr_tensor* t, int32_t vid) {
+  if (s.mode == 0 || t->_ndim == 0) return 0;
+  const uint32_t all = t->_ndim >= 32 ? ~uint32_t(0) : (uint32_t(1) << t->_ndim) - 1;
+  if (s.mode == 1) return all;
+  uint32_t m = t->_dynamic;
+  if (auto it = s.site->dynamic_dims.find(vid); it != s.site->dynamic_dims.end()) m |= it->second;
+  return m & all;
 }
 
 // A tensor argument: its vid if the segment knows it, else it becomes an input and the key
@@ -38,9 +51,15 @@ void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
   k.push_back(uint64_t(uint8_t(t->_dtype)) | uint64_t(uint8_t(t->_dev_type)) << 8 |
               uint64_t(uint8_t(t->_dev_index)) << 16 | uint64_t(t->_ndim) << 24);
   k.push_back(uint64_t(t->_offset));
-  for (int i = 0; i < t->_ndim; ++i) k.push_back(uint64_t(t->_sizes[i]));
-  for (int i = 0; i < t->_ndim; ++i) k.push_back(uint64_t(t->_strides[i]));
+  // symbolic sizes match any size; a contiguous layout then matches any contiguous layout
+  const uint32_t sym = symbolic_dims(s, t, vid);
+  const bool contiguous = sym && Tensor(t, true).is_contiguous();
+  s.spans.push_back(Segment::Span{vid, k.size(), t->_ndim});
+  for (int i = 0; i < t->_ndim; ++i) k.push_back(sym >> i & 1 ? guards::kSymbolicSize : uint64_t(t->_sizes[i]));
+  for (int i = 0; i < t->_ndim; ++i) k.push_back(contiguous ? guards::kContiguousStride : uint64_t(t->_strides[i]));
   k.push_back(uint64_t(alias + 1));
+  s.symbolic[size_t(vid)] = sym;
+  s.dynamic = s.dynamic || sym != 0;
 }
 
 }  // namespace
@@ -48,6 +67,7 @@ void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
 void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs) {
   guards::Key& k = s.key;
   k.clear();
+  s.spans.clear();
   k.push_back(uint64_t(op));
   k.push_back(uint64_t(nargs));
   for (int i = 0; i < nargs; ++i) {
@@ -88,6 +108,57 @@ void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs) {
       default: break;
     }
   }
+}
+
+namespace {
+
+// The dims whose sizes differ between `was` and `now` (same op, same layout of the key), by
+// vid; false when something else differs too. Strides may differ with the sizes.
+bool size_changes(const guards::Key& was, const guards::Key& now, const std::vector<Segment::Span>& spans,
+                  std::map<int32_t, uint32_t>& dims, std::string& what) {
+  if (was.size() != now.size()) return false;
+  std::vector<int32_t> role(now.size(), -1);  // >= 0: the span of a size (even) or stride (odd)
+  for (size_t j = 0; j < spans.size(); ++j)
+    for (int d = 0; d < spans[j].ndim; ++d) {
+      role[spans[j].at + size_t(d)] = int32_t(2 * j);
+      role[spans[j].at + size_t(spans[j].ndim + d)] = int32_t(2 * j + 1);
+    }
+  for (size_t i = 0; i < now.size(); ++i) {
+    if (was[i] == now[i]) continue;
+    if (role[i] < 0) return false;
+    if (role[i] % 2) continue;
+    const Segment::Span& sp = spans[size_t(role[i] / 2)];
+    const int d = int(i - sp.at);
+    dims[sp.vid] |= uint32_t(1) << d;
+    what += cat(what.empty() ? "" : ", ", "dim ", d, " of input %", sp.vid, ": ",
+                was[i] == guards::kSymbolicSize ? std::string("symbolic") : std::to_string(was[i]), " -> ", now[i]);
+  }
+  return !dims.empty();
+}
+
+}  // namespace
+
+std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args, int nargs, int32_t first_new) {
+  if (s.mode != -1 || s.spans.empty()) return "";
+  std::map<int32_t, uint32_t> dims;
+  std::string what;
+  for (const auto& c : s.pos->children) {
+    if (c->key.empty() || int(c->key[0]) != op) continue;
+    dims.clear();
+    what.clear();
+    if (size_changes(c->key, s.key, s.spans, dims, what)) break;
+  }
+  if (dims.empty()) return "";
+  for (auto [vid, mask] : dims) s.site->dynamic_dims[vid] |= mask;
+  for (int32_t v = first_new; v < s.next_vid; ++v) {  // the call's new tensors, encoded again
+    s.vals[size_t(v)].get()->_gen = 0;
+    s.vals[size_t(v)] = Tensor();
+    s.is_input[size_t(v)] = 0;
+    s.symbolic[size_t(v)] = 0;
+  }
+  s.next_vid = first_new;
+  encode(ctx, s, op, args, nargs);
+  return what;
 }
 
 // The recorded form of the arguments (every tensor has a vid once encoded).

@@ -101,6 +101,7 @@ void Recorder::start_segment(guards::Site& site) {
   s.site = &site;
   s.pos = &site.root;
   s.passthrough = site.eager;
+  s.mode = fn_->opts.dynamic;
   s.recording = site.root.children.empty() && site.root.ends.empty();
 }
 
@@ -129,36 +130,17 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
   encode(ctx_, s, op, args, nargs);
   const OpDef& def = Registry::get().ops()[size_t(op)];
   if (!s.recording) {
-    for (auto& c : s.pos->children) {
-      if (c->key != s.key) continue;
-      if (!c->error.empty()) {  // the op fails here, as it did when recorded
-        s.pos = c.get();
-        throw Error(c->error);
-      }
-      // a match: hand out lazy tensors with the recorded metadata; nothing runs yet
-      for (const guards::OutInfo& o : c->outs) {
-        s.next_vid = std::max(s.next_vid, o.vid + 1);
-        if (def.flags & kReturnsSelf) {
-          cr_tensor* self = static_cast<cr_tensor*>(args[0].ptr);
-          self->_vid = o.vid;
-          s.set(o.vid, Tensor(self, true));
-        } else if (!o.fresh) {
-          outs.push_back(s.vals[size_t(o.vid)]);
-        } else {
-          Tensor t = Tensor::lazy(o.sizes, o.meta.strides, o.meta.offset, o.meta.dtype, o.meta.device);
-          t.get()->_gen = s.gen;
-          t.get()->_vid = o.vid;
-          s.set(o.vid, t);
-          outs.push_back(std::move(t));
-        }
-      }
-      s.pos = c.get();
-      s.pending = true;
-      ++s.ops;
-      return;
+    pending_reason_.clear();
+    if (replay(op, args, nargs, outs)) return;
+    if (pending_reason_.empty()) {
+      // automatic dynamic shapes: sizes that changed are symbolic from now on (one recompile)
+      std::string changed = learn_dynamic(ctx_, s, op, args, nargs, first_new);
+      if (!changed.empty() && replay(op, args, nargs, outs)) return;
+      if (pending_reason_.empty())
+        pending_reason_ = changed.empty() ? guards::describe_mismatch(*s.pos, s.key, op)
+                                          : cat(def.name, ": ", changed, " (symbolic from now on)");
     }
     // a guard failure: what ran lazily so far runs now, and recording goes on from here
-    pending_reason_ = guards::describe_mismatch(*s.pos, s.key, op);
     run_pending();
     if (s.site->variants >= cache_size_limit_) {
       s.site->eager = s.passthrough = true;
@@ -171,21 +153,69 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
     }
     s.recording = true;
   }
+  record(op, args, nargs, first_new, outs);
+}
 
-  // recording: run eagerly, append the event
+// Replaying: the call matches a recorded event. Its outputs are lazy tensors with the recorded
+// layouts (derived from the arguments when sizes are symbolic); nothing runs yet.
+bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
+  Segment& s = *seg_;
+  const OpDef& def = Registry::get().ops()[size_t(op)];
+  std::vector<ValueMeta> metas;
+  for (auto& c : s.pos->children) {
+    if (c->key != s.key) continue;
+    if (!c->error.empty()) {  // the op fails here, as it did when recorded
+      if (s.dynamic) continue;  // (with symbolic sizes it may not: errors are not remembered)
+      s.pos = c.get();
+      throw Error(c->error);
+    }
+    if (s.dynamic && !(def.flags & kReturnsSelf) && !derive_outputs(ctx_, op, args, nargs, c->outs, metas)) {
+      pending_reason_ = cat(def.name, ": the layouts of its outputs cannot be derived for these symbolic sizes");
+      return false;
+    }
+    for (size_t i = 0; i < c->outs.size(); ++i) {
+      const guards::OutInfo& o = c->outs[i];
+      s.next_vid = std::max(s.next_vid, o.vid + 1);
+      if (def.flags & kReturnsSelf) {
+        cr_tensor* self = static_cast<cr_tensor*>(args[0].ptr);
+        self->_vid = o.vid;
+        s.set(o.vid, Tensor(self, true));
+      } else if (!o.fresh) {
+        outs.push_back(s.vals[size_t(o.vid)]);
+      } else {
+        const ValueMeta& m = s.dynamic ? metas[i] : o.meta;
+        Tensor t = Tensor::lazy(s.dynamic ? concrete(m.sizes) : o.sizes, m.strides, m.offset, m.dtype, m.device);
+        t.get()->_gen = s.gen;
+        t.get()->_vid = o.vid;
+        s.set(o.vid, t);
+        outs.push_back(std::move(t));
+      }
+    }
+    s.pos = c.get();
+    s.pending = true;
+    ++s.ops;
+    return true;
+  }
+  return false;
+}
+
+// Recording: the call runs eagerly and is appended to the tree.
+void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new, std::vector<Tensor>& outs) {
+  Segment& s = *seg_;
+  const OpDef& def = Registry::get().ops()[size_t(op)];
   auto node = std::make_unique<TraceNode>();
   node->key = s.key;
   node->parent = s.pos;
   node->node.op = op;
   node->node.args = to_args(args, nargs);
   for (int32_t v = first_new; v < s.next_vid; ++v)
-    node->new_inputs.push_back(guards::NewInput{v, meta_of(s.vals[size_t(v)]), s.alias[size_t(v)]});
+    node->new_inputs.push_back(guards::NewInput{v, meta_of(s.vals[size_t(v)]), s.alias[size_t(v)], s.symbolic[size_t(v)]});
   try {
     outs = dispatch(ctx_, op, args, nargs);
   } catch (const LocatedError&) {
     throw;
   } catch (const Error& e) {
-    if (!(def.flags & kValueErrors)) {  // the same key fails the same way: remember it
+    if (!(def.flags & kValueErrors) && !s.dynamic) {  // the same key fails the same way: remember it
       node->error = e.what();
       s.pos->children.push_back(std::move(node));
       s.pos = s.pos->children.back().get();
@@ -312,6 +342,7 @@ Leaf& Recorder::leaf_for(EndKind kind, const std::string& reason, const std::str
   for (auto& e : s.pos->ends)
     if (e->kind == kind && e->where == where && e->reason == reason) return *e;
   auto leaf = std::make_shared<Leaf>(Leaf{kind, reason, where, s.pos});
+  leaf->dynamic = s.dynamic;
   leaf->variant = ++s.site->variants;
   if (leaf->variant > 1) {
     ++stats.recompiles;
@@ -336,7 +367,7 @@ Leaf& Recorder::leaf_for(EndKind kind, const std::string& reason, const std::str
 void Recorder::end_segment(EndKind kind, const std::string& reason, const std::string& where,
                            const std::vector<cr_tensor*>& needed) {
   Segment& s = *seg_;
-  report.push_back(SegmentReport{s.ops, reason, where});
+  report.push_back(SegmentReport{s.ops, reason, where, symbolic_dims(s)});
   if (kind == EndKind::Break) ++stats.graph_breaks;
   if (kind == EndKind::Break && logs.graph_breaks && (s.recording || !s.pending))
     log("graph_breaks", cat(fn_->opts.name, ": graph break at ", where, ": ", reason, " (after ", s.ops, " ops)"));
@@ -349,17 +380,19 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
       settle(&leaf, s.vals, true);
     } else {
       std::shared_ptr<Graph> g;
-      if (leaf.hits > fn_->opts.hot) g = leaf.compiled && leaf.recompile_reason.empty() ? leaf.compiled : compile(leaf);
-      if (!g) {
-        if (!leaf.raw) leaf.raw = guards::build_graph(leaf);
-        g = leaf.raw;
-      }
+      if (!leaf.raw) leaf.raw = guards::build_graph(leaf);
+      if (leaf.dynamic) g = instance(leaf);
+      else if (leaf.hits > fn_->opts.hot)
+        g = leaf.compiled && leaf.recompile_reason.empty() ? leaf.compiled : compile(leaf, *leaf.raw);
+      if (!g) g = leaf.raw;
+      // cold (running as recorded): values Lua keeps are tracked, to be outputs once compiled
+      const bool cold = leaf.dynamic ? leaf.hits <= fn_->opts.hot : g == leaf.raw;
       std::vector<Tensor> vals = values_for(*g);
       s.pending = false;
       double t0 = now_us();
       execute(*g, vals);
       double t1 = now_us();
-      settle(&leaf, vals, g == leaf.raw, g.get());
+      settle(&leaf, vals, cold, g.get());
       double t2 = now_us();
       vals.clear();  // the graph's temporaries die with its run
       stats.graph_run_us += (t1 - t0) + (now_us() - t2);
@@ -405,9 +438,57 @@ void Recorder::abort() {
 
 // ---- compilation -----------------------------------------------------------------------------
 
-std::shared_ptr<Graph> Recorder::compile(Leaf& leaf) {
-  if (!leaf.raw) leaf.raw = guards::build_graph(leaf);
-  auto g = std::make_shared<Graph>(*leaf.raw);
+// A dynamic leaf runs an instance of its graph per shape: the recorded graph with this call's
+// layouts, optimised and compiled once hot - from size-generic kernels, so a new shape of a known
+// structure costs lowering and a kernel-cache hit, not a compile. Instances are kept by the
+// layouts of the inputs (which determine all others), the most recent kMaxInstances.
+constexpr size_t kMaxInstances = 16;
+
+std::shared_ptr<Graph> Recorder::instance(Leaf& leaf) {
+  Segment& s = *seg_;
+  const Graph& raw = *leaf.raw;
+  std::vector<int64_t> layouts;
+  for (int32_t in : raw.inputs) {
+    const Tensor& t = s.vals[size_t(in)];
+    layouts.insert(layouts.end(), {t.dim(), t.offset()});
+    for (int d = 0; d < t.dim(); ++d) layouts.insert(layouts.end(), {t.size(d), t.stride(d)});
+  }
+  const bool hot = leaf.hits > fn_->opts.hot;
+  if (!leaf.recompile_reason.empty()) {
+    leaf.instances.clear();
+    leaf.instance_order.clear();
+  }
+  if (hot)
+    if (auto it = leaf.instances.find(layouts); it != leaf.instances.end()) return it->second;
+  auto g = std::make_shared<Graph>(raw);
+  g->dynamic = true;
+  for (size_t v = 0; v < g->values.size() && v < s.vals.size(); ++v)
+    if (s.vals[v].defined() && g->values[v].node >= 0) g->values[v].meta = meta_of(s.vals[v]);
+  if (!hot) return g;  // cold: runs on the eager kernels with this call's sizes
+  const bool first = leaf.instances.empty() && !leaf.compiled;
+  g = compile(leaf, *g);
+  g->reinstance = !first;
+  leaf.instances[layouts] = g;
+  leaf.instance_order.push_back(layouts);
+  if (leaf.instance_order.size() > kMaxInstances) {
+    leaf.instances.erase(leaf.instance_order.front());
+    leaf.instance_order.erase(leaf.instance_order.begin());
+  }
+  return g;
+}
+
+// The symbolic dims of the segment's inputs, for T.explain: "%0:1=7" (value, 0-based dim, size).
+std::string Recorder::symbolic_dims(const Segment& s) const {
+  std::string r;
+  for (size_t v = 0; v < s.symbolic.size() && v < s.vals.size(); ++v)
+    for (int d = 0; d < 32; ++d)
+      if (s.symbolic[v] >> d & 1 && s.vals[v].defined())
+        r += cat(r.empty() ? "" : " ", "%", v, ":", d, "=", s.vals[v].size(d));
+  return r;
+}
+
+std::shared_ptr<Graph> Recorder::compile(Leaf& leaf, const Graph& raw) {
+  auto g = std::make_shared<Graph>(raw);
   g->name = cat(fn_->opts.name, " segment ending at ", leaf.where, " #", leaf.variant);
   // Outputs: values used after the segment, and every value that depends on an in-place or a
   // random op (those cannot be recomputed later from the inputs).
@@ -458,7 +539,7 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf) {
     return leaf.raw;
   }
   double us = now_us() - t0;
-  ++stats.graphs_compiled;
+  if (!g->dynamic || (leaf.instances.empty() && !leaf.compiled)) ++stats.graphs_compiled;
   if (logs.graph) log("graph", g->str());
   if (logs.perf)
     log("perf", cat(g->name, ": compiled in ", us, " us (", leaf.raw->op_count(), " ops -> ", g->op_count(), ")"));

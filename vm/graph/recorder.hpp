@@ -34,6 +34,7 @@ struct Logs {
 struct SegmentReport {
   int ops;
   std::string reason, where;  // how it ended
+  std::string symbolic;       // its inputs' symbolic dims: "%0:1=7 %2:2=128" (0-based dims)
 };
 
 struct Segment;
@@ -83,10 +84,14 @@ class Recorder {
   void end_segment(guards::EndKind kind, const std::string& reason, const std::string& where,
                    const std::vector<cr_tensor*>& needed);
   void start_segment(guards::Site& site);
+  bool replay(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
+  void record(int op, const cr_value* args, int nargs, int32_t first_new, std::vector<Tensor>& outs);
+  std::shared_ptr<Graph> instance(guards::Leaf& leaf);
+  std::string symbolic_dims(const Segment& s) const;
   void run_pending();  // a replayed prefix runs before recording goes on
   std::vector<Tensor> values_for(const Graph& g);
   void settle(guards::Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g = nullptr);
-  std::shared_ptr<graph::Graph> compile(guards::Leaf& leaf);
+  std::shared_ptr<graph::Graph> compile(guards::Leaf& leaf, const Graph& raw);
   guards::Leaf& leaf_for(guards::EndKind kind, const std::string& reason, const std::string& where);
   void log(const std::string& what, const std::string& text);
   void stop();

@@ -21,9 +21,23 @@ struct Segment {
   std::vector<char> is_input;        // by vid
   guards::Key key;                   // scratch: the key of the current call
   guards::TraceNode* last_recorded = nullptr;
+  // Dynamic shapes. mode: the function's `dynamic` option (-1 automatic, 0, 1). dynamic: an input
+  // of this segment has symbolic sizes, so replayed events derive their outputs' shapes
+  // (shapes.cpp) instead of taking the recorded ones. symbolic: by vid, the input's symbolic dims.
+  // spans: where the current key holds each new tensor's sizes (to see which ones changed).
+  int mode = -1;
+  bool dynamic = false;
+  std::vector<uint32_t> symbolic;
+  struct Span {
+    int32_t vid;
+    size_t at;  // key position of its first size; its strides follow the sizes
+    int ndim;
+  };
+  std::vector<Span> spans;
 
   void reset() {
-    recording = passthrough = pending = false;
+    recording = passthrough = pending = dynamic = false;
+    symbolic.clear();
     ops = 0;
     next_vid = 0;
     vals.clear();
@@ -37,6 +51,7 @@ struct Segment {
       vals.resize(size_t(vid) + 1);
       alias.resize(size_t(vid) + 1, -1);
       is_input.resize(size_t(vid) + 1);
+      symbolic.resize(size_t(vid) + 1);
     }
     vals[size_t(vid)] = std::move(t);
   }
@@ -45,6 +60,18 @@ struct Segment {
 // How an op call becomes a trace-tree key (keys.cpp): tensors the segment has not seen become
 // inputs (their guards go into the key); `to_args` is the recorded form of the arguments.
 void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs);
+// Automatic dynamic shapes: when `s.key` differs from a recorded event's key (same op) only in
+// the sizes of new tensors, marks those dims symbolic in the site, forgets the new tensors of
+// the call (from vid `first_new` on) and encodes the key again. Returns what changed, as
+// "dim 1 of input %0: 4 -> 7" (0-based dims), or "" when nothing did.
+std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args, int nargs, int32_t first_new);
+
+// Shape rules (shapes.cpp): the layouts of an op call's fresh outputs, derived without running
+// it, for replaying a segment whose sizes are symbolic. Entries for outputs that are not fresh
+// stay empty. False when the op has no rule, or the call would not give what was recorded (a
+// copy where a view was recorded, another number of outputs): a guard failure.
+bool derive_outputs(Context& ctx, int op, const cr_value* args, int nargs, const std::vector<guards::OutInfo>& recorded,
+                    std::vector<ValueMeta>& metas);
 std::vector<Arg> to_args(const cr_value* args, int nargs);
 std::vector<cr_tensor*> tensor_args(const cr_value* args, int nargs);
 

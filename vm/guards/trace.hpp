@@ -21,12 +21,17 @@ using Key = std::vector<uint64_t>;
 // `vid` (a value this segment already has) or `kNewTensor | vid` followed by its guards:
 // dtype | device type << 8 | device index << 16 | ndim << 24, offset, sizes, strides, alias + 1.
 constexpr uint64_t kNewTensor = uint64_t(1) << 63;
+// Dynamic shapes: a symbolic size in a new tensor's guards (any size matches), and the strides of
+// a contiguous tensor with symbolic sizes (any contiguous layout matches).
+constexpr uint64_t kSymbolicSize = ~uint64_t(0);
+constexpr uint64_t kContiguousStride = ~uint64_t(1);
 
 // A tensor seen for the first time by an event: it becomes a graph input.
 struct NewInput {
   int32_t vid;
   graph::ValueMeta meta;
   int32_t alias_of;  // vid of an earlier input sharing its storage, or -1
+  uint32_t symbolic = 0;  // dims whose size is symbolic (bit d: dim d, 0-based)
 };
 
 // What an event produced: one entry per tensor handed back to Lua (or, for an in-place op, the
@@ -68,6 +73,12 @@ struct Leaf {
   std::vector<char> escaping;                // by vid: needed after the segment ended
   std::shared_ptr<graph::Graph> raw;         // the recorded graph (built on first need)
   std::shared_ptr<graph::Graph> compiled;    // optimised, once hot
+  // Dynamic shapes: some inputs have symbolic sizes (their keys say "any size"). `raw` has the
+  // sizes of the recording; each call runs an instance of it with the call's sizes, optimised
+  // and compiled per shape - from size-generic kernels that one compile serves (jit/loop_ir.hpp).
+  bool dynamic = false;
+  std::map<std::vector<int64_t>, std::shared_ptr<graph::Graph>> instances;  // by input layouts
+  std::vector<std::vector<int64_t>> instance_order;                        // oldest first
   std::string recompile_reason;              // why the compiled graph must be rebuilt
 };
 
@@ -77,6 +88,9 @@ struct Site {
   TraceNode root;
   int variants = 0;
   bool eager = false;  // over cache_size_limit: runs eagerly from here on
+  // Dims made symbolic by automatic dynamic shapes: by input vid, a mask of dims whose size
+  // changed once between two calls that were otherwise the same (keys.cpp).
+  std::map<int32_t, uint32_t> dynamic_dims;
 };
 
 struct Options {
@@ -84,6 +98,7 @@ struct Options {
   bool fullgraph = false;
   bool reduce_overhead = false;
   std::string backend = "auto";
+  int dynamic = -1;  // API.md section 5: -1 automatic (nil), 0 always specialise, 1 symbolic sizes
   std::string name;  // "f.lua:12" where the function was defined
 };
 

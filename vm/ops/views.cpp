@@ -100,6 +100,8 @@ void push_reshaped(OpCall& c, const Tensor& x, const Shape& sizes) {
     push_view(c, x, sizes, *st, x.offset());
     return;
   }
+  // a captured value whose layout is being derived has no memory to copy (vm/graph/shapes.cpp)
+  if (!x.storage()->data && x.numel() > 0) fail("cannot derive the layout of a copying reshape");
   Tensor copy = contiguous(x);
   push_view(c, copy, sizes, contiguous_strides(sizes), copy.offset());
 }

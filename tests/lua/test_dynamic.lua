@@ -1,0 +1,212 @@
+-- Dynamic shapes (API.md section 5, issue 6): with dynamic = nil a dim that changes once becomes
+-- symbolic (one recompile) and every later size reuses the compiled code; dynamic = true is
+-- symbolic from the start; T.mark_dynamic marks one dim; dynamic = false specialises. Results
+-- must equal eager for every size, compile counts stay bounded, and CRESCENT_LOGS=recompiles /
+-- T.explain name the symbolic dims. Runs on the CPU (native code when libgccjit loads, else the
+-- eager backend of captured graphs) and, where a GPU is present, on CUDA.
+local T = require "crescent"
+local S = expect
+local errs = S.error_checker("test_dynamic.lua")
+
+local function stat(k) return T.compiler.stats()[k] end
+
+-- Runs the crescent executable with `args` (and `stdin` text); returns stdout and stderr together.
+local function run_crescent(args, stdin, env)
+  local bin = S.crescent_bin()
+  if not bin then S.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
+  local q = function(a) return "'" .. a:gsub("'", "'\\''") .. "'" end
+  local cmd = { env or "", "CRESCENT_HISTORY=", q(bin) }
+  for _, a in ipairs(args) do cmd[#cmd + 1] = q(a) end
+  local input = os.tmpname()
+  S.write_file(input, stdin or "")
+  cmd[#cmd + 1] = "< " .. q(input) .. " 2>&1"
+  local p = io.popen(table.concat(cmd, " "))
+  local out = p:read("*a")
+  p:close()
+  os.remove(input)
+  return out
+end
+
+-- the sizes of the sweeps: every size up to 33, then powers of two, their neighbours and primes
+local SIZES = {}
+for n = 1, 33 do SIZES[#SIZES + 1] = n end
+for _, n in ipairs { 61, 63, 64, 65, 97, 127, 128, 129, 199, 255, 256, 257 } do SIZES[#SIZES + 1] = n end
+local FEW = { 1, 2, 3, 7, 16, 31, 64, 127, 257 }
+
+local function close(got, want, tol, what)
+  S.eq(got.shape, want.shape, what)
+  if want:numel() == 0 then return end
+  local err = (got:double() - want:double()):abs():max():item()
+  local scale = math.max(1, want:double():abs():max():item())
+  if not (err <= tol * scale) then error(string.format("%s: max error %g (tolerance %g)", what, err, tol * scale), 2) end
+end
+
+-- Calls the compiled and the plain function on args(n) for every n, compares, and returns the
+-- compile counters' growth.
+local function sweep(fn, args, sizes, opts, tol)
+  local f = T.compile(fn, opts or { hot = 0 })
+  T.compiler.reset()
+  for _, n in ipairs(sizes) do
+    local a = { args(n) }
+    local got, want = f(unpack(a)), fn(unpack(a))
+    close(got, want, tol or 1e-5, "size " .. n)
+  end
+  return T.compiler.stats()
+end
+
+describe("automatic dynamic shapes (dynamic = nil)", function()
+  it("pointwise with broadcasting: every size from 1 to 257 with at most 2 compilations", function()
+    local s = sweep(function(x, b) return (x * 2 + b):relu() - 1 end,
+                    function(n) return T.randn(n, 24), T.randn(24) end, SIZES)
+    S.truthy(s.graphs_compiled <= 2, "graphs compiled: " .. s.graphs_compiled)
+    S.eq(s.recompiles, 1)
+  end)
+  it("reductions over a dynamic and over a static dim", function()
+    local s = sweep(function(x) return x:sum(2) + x:amax(1):sum() end,
+                    function(n) return T.randn(n, 19) end, SIZES, nil, 1e-5)
+    S.truthy(s.graphs_compiled <= 2, "graphs compiled: " .. s.graphs_compiled)
+    s = sweep(function(x) return x:sum(2) * 0.5 end, function(n) return T.randn(5, n) end, SIZES, nil, 1e-5)
+    S.truthy(s.graphs_compiled <= 2, "graphs compiled (reduced dim dynamic): " .. s.graphs_compiled)
+  end)
+  it("softmax and layer_norm over a dynamic batch and a dynamic row", function()
+    local ln_w, ln_b = T.randn(40), T.randn(40)
+    local s = sweep(function(x) return T.F.layer_norm(x:softmax(2) * 3, { 40 }, ln_w, ln_b) end,
+                    function(n) return T.randn(n, 40) end, SIZES, nil, 1e-4)
+    S.truthy(s.graphs_compiled <= 2, "graphs compiled: " .. s.graphs_compiled)
+    s = sweep(function(x) return x:softmax(-1) end, function(n) return T.randn(3, n) end, SIZES, nil, 1e-5)
+    S.truthy(s.graphs_compiled <= 2, "graphs compiled (softmax over the dynamic dim): " .. s.graphs_compiled)
+  end)
+  it("matmul with a dynamic batch", function()
+    local w = T.randn(32, 16)
+    local s = sweep(function(x) return (x:matmul(w) + 1):tanh() end, function(n) return T.randn(n, 32) end, FEW, nil, 1e-4)
+    S.truthy(s.graphs_compiled <= 2, "graphs compiled: " .. s.graphs_compiled)
+  end)
+  it("reshape / view with -1, transpose and cat of symbolic sizes", function()
+    local s = sweep(function(x, y)
+      local v = x:view(-1, 4):t()          -- {4, 2n}
+      local c = T.cat({ v, y:t() }, 2)     -- {4, 3n}
+      return c:reshape(-1):exp():sum() + c:mean(1):sum()
+    end, function(n) return T.randn(n, 8), T.randn(n, 4) end, FEW, nil, 1e-4)
+    S.truthy(s.graphs_compiled <= 2, "graphs compiled: " .. s.graphs_compiled)
+  end)
+  it("a value computed from a size specialises on it, and stays correct", function()
+    local f = T.compile(function(x) return x:narrow(1, 1, x:size(1) - 1) * 2 end, { hot = 0 })
+    for _, n in ipairs { 2, 3, 5, 3 } do
+      local x = T.randn(n, 3)
+      close(f(x), x:narrow(1, 1, n - 1) * 2, 0, "size " .. n)
+    end
+  end)
+  it("logs the dim that became symbolic", function()
+    local out = run_crescent({ "-e", "T = crescent; f = T.compile(function(x) return x + 1 end, { hot = 0 }); " ..
+                               "f(T.ones(2, 3)); f(T.ones(5, 3)); f(T.ones(9, 3))" }, nil, "CRESCENT_LOGS=recompiles")
+    S.truthy(out:find("dim 0 of input %0: 2 -> 5", 1, true) ~= nil, "recompile log: " .. out)
+    S.eq(select(2, out:gsub("new variant", "")), 1, "one recompile: " .. out)
+  end)
+end)
+
+describe("dynamic = true, mark_dynamic, dynamic = false", function()
+  it("dynamic = true compiles once for all sizes", function()
+    local s = sweep(function(x) return (x - x:mean(2, true)):pow(2):sum(2) end,
+                    function(n) return T.randn(n, 6) end, FEW, { hot = 0, dynamic = true }, 1e-4)
+    S.eq(s.recompiles, 0)
+    S.truthy(s.graphs_compiled <= 2, "graphs compiled: " .. s.graphs_compiled)
+  end)
+  it("mark_dynamic: one compile for every batch size", function()
+    local fn = function(x) return (x * 3):sigmoid():sum(2) end
+    local f = T.compile(fn, { hot = 0 })
+    T.compiler.reset()
+    for _, n in ipairs(FEW) do
+      local x = T.mark_dynamic(T.randn(n, 10), 1)
+      close(f(x), fn(x), 1e-5, "size " .. n)
+    end
+    S.eq(stat("graphs_compiled"), T.compiler.native_available("cpu") and 1 or 0)
+    S.eq(stat("recompiles"), 0)
+  end)
+  it("dynamic = false specialises on every size", function()
+    local f = T.compile(function(x) return x * 2 end, { hot = 0, dynamic = false })
+    T.compiler.reset()
+    for _, n in ipairs { 1, 2, 3, 4 } do close(f(T.ones(n)), T.ones(n) * 2, 0, "size " .. n) end
+    S.eq(stat("recompiles"), 3)
+  end)
+  it("T.explain lists symbolic dims", function()
+    local f = T.compile(function(x) return x:sum(1) end, { dynamic = true })
+    local e = T.explain(f, T.ones(4, 6))
+    S.eq(#e.symbolic_dims, 2)
+    S.eq(e.symbolic_dims[1].dim, 1)
+    S.eq(e.symbolic_dims[1].size, 4)
+    S.eq(e.symbolic_dims[2].size, 6)
+    S.truthy(tostring(e):find("symbolic", 1, true) ~= nil, tostring(e))
+    local x = T.mark_dynamic(T.ones(3, 5), 2)
+    e = T.explain(function(a) return a * 2 end, x)
+    S.eq(#e.symbolic_dims, 1)
+    S.eq(e.symbolic_dims[1].dim, 2)
+  end)
+  it("rejects bad mark_dynamic arguments", function()
+    errs(function() T.mark_dynamic(3, 1) end, "mark_dynamic", "tensor")
+    errs(function() T.mark_dynamic(T.ones(2, 2), 0) end, "mark_dynamic", "dim")
+    errs(function() T.mark_dynamic(T.ones(2, 2), 1, { max = 1 }) end, "mark_dynamic", "outside")
+    errs(function() T.mark_dynamic(T.ones(2, 2), 1, { low = 1 }) end, "mark_dynamic", "low")
+  end)
+end)
+
+describe("growing sequences", function()
+  it("a KV-cache loop growing by 1 per call compiles at most twice over 500 steps", function()
+    local d = 16
+    local wq, wk, wv = T.randn(d, d) * 0.2, T.randn(d, d) * 0.2, T.randn(d, d) * 0.2
+    local function step(x, k, v)  -- x {1, d}; k, v {t, d}: append, attend, return
+      k = T.cat({ k, x:matmul(wk) }, 1)
+      v = T.cat({ v, x:matmul(wv) }, 1)
+      local att = (x:matmul(wq):matmul(k:t()) / math.sqrt(d)):softmax(-1)
+      return att:matmul(v), k, v
+    end
+    local f = T.compile(step)
+    T.compiler.reset()
+    local k, v = T.zeros(0, d), T.zeros(0, d)
+    local ke, ve = k, v
+    local x = T.randn(1, d)
+    for i = 1, 500 do
+      local y, ye
+      y, k, v = f(x, k, v)
+      ye, ke, ve = step(x, ke, ve)
+      if i % 50 == 0 or i < 4 then close(y, ye, 1e-4, "step " .. i) end
+      x = y
+    end
+    S.eq(k:size(1), 500)
+    S.truthy(stat("graphs_compiled") <= 2, "graphs compiled: " .. stat("graphs_compiled"))
+  end)
+end)
+
+describe("the REPL keeps its compiled code", function()
+  it("batch 1, 7, 64, 1000 at the crescent prompt: at most 2 compilations, results equal eager", function()
+    local out = run_crescent({}, table.concat({
+      "T = crescent",
+      "g = function(x) return (x * 2 + 1):softmax(2):sum(2) end",
+      "f = T.compile(g)",
+      "worst = 0",
+      "for _, n in ipairs({1, 7, 64, 1000}) do x = T.randn(n, 33); for _ = 1, 3 do " ..
+        "worst = math.max(worst, (f(x) - g(x)):abs():max():item()) end end",
+      "s = T.compiler.stats()",
+      "print('compiled', s.graphs_compiled, 'recompiles', s.recompiles, 'worst', worst)",
+    }, "\n") .. "\n")
+    local compiled, recompiles, worst = out:match("compiled\t(%d+)\trecompiles\t(%d+)\tworst\t(%S+)")
+    S.truthy(compiled ~= nil, "REPL output: " .. out)
+    S.truthy(tonumber(compiled) <= 2, "graphs compiled: " .. out)
+    S.truthy(tonumber(recompiles) <= 1, "recompiles: " .. out)
+    S.truthy(tonumber(worst) <= 1e-5, "largest difference: " .. out)
+  end)
+end)
+
+describe("dynamic shapes on CUDA", function()
+  it("a sweep of batch sizes on the GPU equals the CPU", function()
+    if not T.cuda.is_available() then S.skip("no CUDA device") end
+    local fn = function(x, b) return T.F.layer_norm((x + b):softmax(2), { 48 }) * 2 end
+    local f = T.compile(fn, { hot = 0 })
+    T.compiler.reset()
+    local b = T.randn(48)
+    for _, n in ipairs(FEW) do
+      local x = T.randn(n, 48)
+      close(f(x:cuda(), b:cuda()):cpu(), fn(x, b), 1e-4, "size " .. n)
+    end
+    S.truthy(stat("graphs_compiled") <= 2, "graphs compiled: " .. stat("graphs_compiled"))
+  end)
+end)

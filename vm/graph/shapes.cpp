@@ -1,0 +1,142 @@
+// Shape rules for replaying segments with symbolic sizes (dynamic shapes). A replayed event of
+// a static segment hands Lua tensors with the recorded layouts; with symbolic sizes the layouts
+// depend on this call's sizes, so they are derived here from the arguments - without running the
+// op. Every rule is conservative: when it cannot vouch for the result (no rule for the op, or the
+// call would not return what was recorded - a copy where a view was, another number of pieces),
+// it answers false and the recorder treats the event as a guard failure: the op then runs
+// eagerly and is recorded, which is always right.
+//
+//  - ops with an `infer` rule (pointwise, reductions, linalg, creation, ...): infer, whose
+//    outputs are contiguous (the dispatcher allocates them so);
+//  - views, split and chunk: the op itself on "phantom" storage - a storage without memory - for
+//    the lazy arguments, since views only compute headers (reshape refuses to copy one);
+//  - conversions and contiguous: the input's sizes, contiguous, the recorded dtype and device;
+//  - cat and stack: their size arithmetic.
+#include "vm/graph/segment.hpp"
+
+namespace cr::graph {
+
+namespace {
+
+bool contiguous_meta(const ValueMeta& m) {
+  return m.offset == 0 && m.strides == contiguous_strides(concrete(m.sizes));
+}
+
+ValueMeta contiguous_like(const Shape& sizes, const ValueMeta& recorded) {
+  return ValueMeta{constant_shape(sizes), contiguous_strides(sizes), 0, recorded.dtype, recorded.device};
+}
+
+// The tensor arguments that have no storage yet (values of this segment) get phantom storage
+// while `fn` runs, and lose it after.
+template <typename F>
+void with_phantoms(const cr_value* args, int nargs, F&& fn) {
+  std::vector<cr_tensor*> lazy;
+  for (cr_tensor* t : tensor_args(args, nargs))
+    if (!t->_storage) lazy.push_back(t);
+  std::vector<Storage*> phantoms;
+  for (cr_tensor* t : lazy) {
+    Storage* p = storage_wrap(nullptr, 0, Device{t->_dev_type, t->_dev_index}, [](void*, void*) {}, nullptr);
+    phantoms.push_back(p);
+    t->_storage = p;
+  }
+  auto restore = [&] {
+    for (size_t i = 0; i < lazy.size(); ++i) {
+      lazy[i]->_storage = nullptr;
+      storage_release(phantoms[i]);
+    }
+  };
+  try {
+    fn();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+}
+
+// Views, split, chunk: run on headers.
+bool derive_views(OpCall& c, const std::vector<guards::OutInfo>& recorded, std::vector<ValueMeta>& metas) {
+  with_phantoms(c.args, c.nargs, [&] { c.def.run(c); });
+  if (c.outs.size() != recorded.size()) return false;
+  for (size_t i = 0; i < c.outs.size(); ++i) {
+    if (!recorded[i].fresh) return false;
+    metas[i] = meta_of(c.outs[i]);
+  }
+  return true;
+}
+
+// to, float, ..., cpu, cuda, contiguous: a contiguous copy, or the input itself.
+bool derive_conversion(OpCall& c, const std::vector<guards::OutInfo>& recorded, std::vector<ValueMeta>& metas) {
+  if (recorded.size() != 1) return false;
+  Tensor x = c.tensor(0);
+  const guards::OutInfo& o = recorded[0];
+  if (std::string(c.def.name) == "contiguous" && o.fresh == x.is_contiguous()) return false;
+  if (!o.fresh) return true;  // dtype and device are the same as when recorded: it returns x
+  if (!contiguous_meta(o.meta)) return false;
+  metas[0] = contiguous_like(x.sizes(), o.meta);
+  return true;
+}
+
+// cat / stack: the sizes of the inputs, joined along the dim.
+bool derive_join(OpCall& c, const std::vector<guards::OutInfo>& recorded, std::vector<ValueMeta>& metas) {
+  if (recorded.size() != 1 || !recorded[0].fresh || !contiguous_meta(recorded[0].meta)) return false;
+  std::vector<Tensor> ts = c.tensors(0);
+  if (ts.empty() || ts[0].dim() == 0) return false;
+  const Shape first = ts[0].sizes();
+  const int n = int(first.size());
+  const bool is_cat = std::string(c.def.name) == "cat";
+  Shape sizes = first;
+  if (is_cat) {
+    const int d = c.has(1) ? c.dim(1, n) : 0;
+    sizes[size_t(d)] = 0;
+    for (const Tensor& t : ts) {
+      if (t.dim() != n) return false;  // (empty 1-d tensors are skipped by cat: left to the op)
+      for (int j = 0; j < n; ++j)
+        if (j != d && t.size(j) != first[size_t(j)]) return false;
+      sizes[size_t(d)] += t.size(d);
+    }
+  } else {
+    for (const Tensor& t : ts)
+      if (t.sizes() != first) return false;
+    const int64_t given = c.has(1) ? c.integer(1) : 1;
+    if (given == 0 || given > n + 1 || given < -(n + 1)) return false;
+    sizes.insert(sizes.begin() + (given > 0 ? given - 1 : given + n + 1), int64_t(ts.size()));
+  }
+  metas[0] = contiguous_like(sizes, recorded[0].meta);
+  return true;
+}
+
+// Ops with an infer rule: their fresh outputs are contiguous tensors of the inferred metadata.
+bool derive_inferred(OpCall& c, const std::vector<guards::OutInfo>& recorded, std::vector<ValueMeta>& metas) {
+  std::vector<Meta> inferred = c.def.infer(c);
+  if (inferred.size() != recorded.size()) return false;
+  for (size_t i = 0; i < inferred.size(); ++i) {
+    const guards::OutInfo& o = recorded[i];
+    if (!o.fresh) return false;
+    if (!contiguous_meta(o.meta) || inferred[i].dtype != o.meta.dtype || !(inferred[i].device == o.meta.device))
+      return false;
+    metas[i] = contiguous_like(inferred[i].sizes, o.meta);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool derive_outputs(Context& ctx, int op, const cr_value* args, int nargs, const std::vector<guards::OutInfo>& recorded,
+                    std::vector<ValueMeta>& metas) {
+  const OpDef& def = Registry::get().ops()[size_t(op)];
+  metas.assign(recorded.size(), ValueMeta{});
+  OpCall c{ctx, def, args, nargs, {}, {}};
+  const std::string name = def.name;
+  try {
+    if (def.infer) return derive_inferred(c, recorded, metas);
+    if (def.kind == OpKind::View || name == "split" || name == "chunk") return derive_views(c, recorded, metas);
+    if (name == "cat" || name == "stack") return derive_join(c, recorded, metas);
+    if (def.kind == OpKind::Convert) return derive_conversion(c, recorded, metas);
+  } catch (const Error&) {
+    // the op would fail with these sizes: running it eagerly raises its own error
+  }
+  return false;
+}
+
+}  // namespace cr::graph

@@ -403,11 +403,12 @@ class KernelEmitter {
     return roots;
   }
   void plan_row_cache() {
-    // Its layout and byte budget need the row's size; a template's code serves every size, so
-    // kernels with parameter sizes recompute the values instead.
-    if (parametric_sizes()) return;
+    // A template's code serves every size, so its decisions cannot depend on the row's size:
+    // with parameter sizes only a row of the output holds the values (it has room for any
+    // length, as eager softmax's exps), never a local array sized by the byte budget.
+    const bool parametric = parametric_sizes();
     int64_t row = 1;
-    for (size_t v = size_t(k_.n_outer); v < k_.sizes.size(); ++v) row *= k_.sizes[v];
+    for (size_t v = size_t(k_.n_outer); v < k_.sizes.size() && !parametric; ++v) row *= k_.sizes[v];
     std::map<int32_t, std::vector<int>> stages_of;  // inner call -> the stages that need it
     for (int d = 0; d <= k_.max_depth; ++d) {
       std::set<int32_t> seen;
@@ -423,7 +424,12 @@ class KernelEmitter {
     int64_t bytes = 0;
     for (auto& [i, st] : stages_of) {
       DType dt = k_.body.exprs[size_t(i)].dtype;
-      if (st.size() < 2 || bytes + row * int64_t(dtype_size(dt)) > kRowCacheBytes) continue;
+      if (st.size() < 2) continue;
+      if (parametric) {
+        if (const Store* out = output_row(st.back(), dt)) row_cache_[i] = {nullptr, st.front(), out};
+        continue;
+      }
+      if (bytes + row * int64_t(dtype_size(dt)) > kRowCacheBytes) continue;
       row_cache_[i] = {nullptr, st.front(), output_row(st.back(), dt)};
       if (!row_cache_[i].output) {
         bytes += row * int64_t(dtype_size(dt));
@@ -441,10 +447,11 @@ class KernelEmitter {
       for (const auto& [i, rc] : row_cache_) taken = taken || rc.output == &st;
       if (taken || k_.depth[size_t(st.expr)] != last_stage || !store_inner(st) || k_.body.exprs[size_t(st.expr)].dtype != dt) continue;
       int64_t stride = 1;
-      bool row_major = true;
+      bool row_major = true, known = true;  // known: the stride is a literal (no parameter in it)
       for (size_t v = k_.sizes.size(); v-- > size_t(k_.n_outer);) {
-        row_major = row_major && st.addr.coef(v) == stride;
-        stride *= k_.sizes[v];
+        row_major = row_major && known && st.addr.coef(v) == stride;
+        known = known && !is_param(k_.sizes[v]);
+        if (known) stride *= k_.sizes[v];
       }
       if (row_major) return &st;
     }

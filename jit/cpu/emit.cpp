@@ -1,5 +1,6 @@
 // Kernel -> libgccjit. The shape of every generated function:
 //
+//   load the size parameters from P (templates of dynamic graphs only)
 //   for w in [w0, w1):                          work items: outer index (+ chunk of the innermost)
 //     outer variables from w (div / mod, once per item)
 //     for each stage d:                         Kernel::analyse: stage = reduction depth
@@ -16,6 +17,7 @@
 // kernels' own vectorised loops. -ffp-contract=off keeps a*b+c two roundings, as eager.
 #include "jit/cpu/emit.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -36,7 +38,8 @@ int FnTable::index(void* p, const std::string& name) {
 }
 
 void collect_fns(const Plan& plan, FnTable& fns) {
-  for (const Kernel& k : plan.kernels) {
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const Kernel& k = plan.code(i);
     for (const Expr& e : k.body.exprs)
       if (e.op == EOp::Call) fns.index(reinterpret_cast<void*>(e.fn), cat(e.name, ":", dtype_name(e.dtype)));
     for (const Accumulate& a : k.accs)
@@ -51,7 +54,7 @@ std::string compiler_id() { return cat("libgccjit-12 -O3 -ffp-contract=off -marc
 namespace {
 
 struct Types {
-  gcc_jit_type *void_, *vptr, *vpp, *i64, *i32, *f32, *f64, *bool_, *block_fn, *reduce_fn;
+  gcc_jit_type *void_, *vptr, *vpp, *i64, *i32, *f32, *f64, *bool_, *block_fn, *reduce_fn, *params;
 };
 
 class KernelEmitter {
@@ -60,15 +63,17 @@ class KernelEmitter {
       : J(J), c_(c), t_(t), k_(k), fns_(fns) {}
 
   void emit() {
-    gcc_jit_param* ps[4] = {J.context_new_param(c_, nullptr, t_.vpp, "bufs"), J.context_new_param(c_, nullptr, t_.vpp, "fns"),
-                            J.context_new_param(c_, nullptr, t_.i64, "w0"), J.context_new_param(c_, nullptr, t_.i64, "w1")};
-    fn_ = J.context_new_function(c_, nullptr, GCC_JIT_FUNCTION_EXPORTED, t_.void_, k_.name.c_str(), 4, ps, 0);
+    gcc_jit_param* ps[5] = {J.context_new_param(c_, nullptr, t_.vpp, "bufs"), J.context_new_param(c_, nullptr, t_.vpp, "fns"),
+                            J.context_new_param(c_, nullptr, t_.params, "P"), J.context_new_param(c_, nullptr, t_.i64, "w0"),
+                            J.context_new_param(c_, nullptr, t_.i64, "w1")};
+    fn_ = J.context_new_function(c_, nullptr, GCC_JIT_FUNCTION_EXPORTED, t_.void_, k_.name.c_str(), 5, ps, 0);
     bufs_ = J.param_as_rvalue(ps[0]);
     fnsp_ = J.param_as_rvalue(ps[1]);
     cur_ = J.function_new_block(fn_, "entry");
     typed_buffers();
+    load_params(J.param_as_rvalue(ps[2]));
     gcc_jit_lvalue* w = local(t_.i64, "w");
-    open_loop(w, J.param_as_rvalue(ps[2]), J.param_as_rvalue(ps[3]), 1);
+    open_loop(w, J.param_as_rvalue(ps[3]), J.param_as_rvalue(ps[4]), 1);
     work_item(J.lvalue_as_rvalue(w));
     plan_row_cache();
     for (int d = 0; d <= k_.max_depth; ++d) stage(d);
@@ -92,6 +97,9 @@ class KernelEmitter {
     return J.function_new_local(fn_, nullptr, ty, cat(name, "_", ++counter_).c_str());
   }
   gcc_jit_rvalue* i64(int64_t x) { return J.context_new_rvalue_from_long(c_, t_.i64, long(x)); }
+  // An integer field of the kernel (size, chunk, address coefficient): a literal, or the local
+  // that holds its parameter (load_params).
+  gcc_jit_rvalue* num(int64_t x) { return is_param(x) ? params_.at(param_slot(x)) : i64(x); }
   gcc_jit_rvalue* bin(gcc_jit_type* ty, enum gcc_jit_binary_op op, gcc_jit_rvalue* a, gcc_jit_rvalue* b) {
     return J.context_new_binary_op(c_, nullptr, op, ty, a, b);
   }
@@ -127,11 +135,11 @@ class KernelEmitter {
     cur_ = body;
   }
   // if (v > limit) v = limit;
-  void clamp_above(gcc_jit_lvalue* v, int64_t limit) {
+  void clamp_above(gcc_jit_lvalue* v, gcc_jit_rvalue* limit) {
     gcc_jit_block* clip = J.function_new_block(fn_, nullptr);
     gcc_jit_block* next = J.function_new_block(fn_, nullptr);
-    J.block_end_with_conditional(cur_, nullptr, J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_GT, J.lvalue_as_rvalue(v), i64(limit)), clip, next);
-    J.block_add_assignment(clip, nullptr, v, i64(limit));
+    J.block_end_with_conditional(cur_, nullptr, J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_GT, J.lvalue_as_rvalue(v), limit), clip, next);
+    J.block_add_assignment(clip, nullptr, v, limit);
     J.block_end_with_jump(clip, nullptr, next);
     cur_ = next;
   }
@@ -154,37 +162,65 @@ class KernelEmitter {
       ptrs_.push_back(assign(J.context_new_cast(c_, nullptr, raw, J.type_get_pointer(type(dt[b]))), J.type_get_pointer(type(dt[b])), "buf"));
     }
   }
+  // The parameters of a template (jit/loop_ir.hpp) are read from P once, at entry, into locals:
+  // GCC keeps them in registers, and they stay loop invariants it can vectorise over, which
+  // reads through P would not be (a store into an int64 buffer might alias P).
+  void load_params(gcc_jit_rvalue* P) {
+    auto use = [&](int64_t x) {
+      if (!is_param(x) || params_.count(param_slot(x))) return;
+      gcc_jit_lvalue* at = J.context_new_array_access(c_, nullptr, P, i64(int64_t(param_slot(x))));
+      params_[param_slot(x)] = assign(J.lvalue_as_rvalue(at), t_.i64, "p");
+    };
+    auto use_affine = [&](const Affine& a) {
+      for (int64_t x : a.k) use(x);
+      use(a.c);
+    };
+    for (int64_t s : k_.sizes) use(s);
+    use(k_.chunk);
+    for (const Expr& e : k_.body.exprs)
+      if (e.op == EOp::Load) use_affine(e.index[0]);
+    for (const Store& s : k_.stores) use_affine(s.addr);
+  }
+  bool parametric_sizes() const {
+    return std::any_of(k_.sizes.begin(), k_.sizes.end(), [](int64_t s) { return is_param(s); });
+  }
+  // ceil(size / chunk): folded when both are literals, computed at run time otherwise
+  gcc_jit_rvalue* chunk_count(int64_t size, int64_t chunk) {
+    if (!is_param(size) && !is_param(chunk)) return i64((size + chunk - 1) / chunk);
+    gcc_jit_rvalue* up = bin(t_.i64, GCC_JIT_BINARY_OP_MINUS, bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, num(size), num(chunk)), i64(1));
+    return assign(bin(t_.i64, GCC_JIT_BINARY_OP_DIVIDE, up, num(chunk)), t_.i64, "nch");
+  }
   void work_item(gcc_jit_rvalue* w) {
     size_t nv = k_.sizes.size(), last = nv - 1;
     vars_.assign(nv, nullptr);
     gcc_jit_rvalue* rem = w;
-    int64_t inner = k_.sizes[last];
+    gcc_jit_rvalue* inner = num(k_.sizes[last]);
     lo_ = i64(0);
-    hi_ = i64(inner);
+    hi_ = inner;
     if (k_.chunk > 0) {
-      int64_t nch = (inner + k_.chunk - 1) / k_.chunk;
-      gcc_jit_rvalue* ch = assign(bin(t_.i64, GCC_JIT_BINARY_OP_MODULO, rem, i64(nch)), t_.i64, "chunk");
-      rem = assign(bin(t_.i64, GCC_JIT_BINARY_OP_DIVIDE, rem, i64(nch)), t_.i64, "rem");
-      lo_ = assign(bin(t_.i64, GCC_JIT_BINARY_OP_MULT, ch, i64(k_.chunk)), t_.i64, "lo");
+      gcc_jit_rvalue* nch = chunk_count(k_.sizes[last], k_.chunk);
+      gcc_jit_rvalue* ch = assign(bin(t_.i64, GCC_JIT_BINARY_OP_MODULO, rem, nch), t_.i64, "chunk");
+      rem = assign(bin(t_.i64, GCC_JIT_BINARY_OP_DIVIDE, rem, nch), t_.i64, "rem");
+      lo_ = assign(bin(t_.i64, GCC_JIT_BINARY_OP_MULT, ch, num(k_.chunk)), t_.i64, "lo");
       gcc_jit_lvalue* hi = local(t_.i64, "hi");
-      J.block_add_assignment(cur_, nullptr, hi, bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, lo_, i64(k_.chunk)));
+      J.block_add_assignment(cur_, nullptr, hi, bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, lo_, num(k_.chunk)));
       clamp_above(hi, inner);
       hi_ = J.lvalue_as_rvalue(hi);
     }
     for (int v = k_.n_outer; v-- > 0;) {
-      int64_t size = k_.sizes[size_t(v)];
       if (v == 0) {
         vars_[0] = assign(rem, t_.i64, "o");
         break;
       }
-      vars_[size_t(v)] = assign(bin(t_.i64, GCC_JIT_BINARY_OP_MODULO, rem, i64(size)), t_.i64, "o");
-      rem = assign(bin(t_.i64, GCC_JIT_BINARY_OP_DIVIDE, rem, i64(size)), t_.i64, "rem");
+      gcc_jit_rvalue* size = num(k_.sizes[size_t(v)]);
+      vars_[size_t(v)] = assign(bin(t_.i64, GCC_JIT_BINARY_OP_MODULO, rem, size), t_.i64, "o");
+      rem = assign(bin(t_.i64, GCC_JIT_BINARY_OP_DIVIDE, rem, size), t_.i64, "rem");
     }
   }
   gcc_jit_rvalue* address(const Affine& a) {
-    gcc_jit_rvalue* r = i64(a.c);
+    gcc_jit_rvalue* r = num(a.c);
     for (size_t v = 0; v < a.k.size(); ++v)
-      if (a.k[v]) r = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, r, a.k[v] == 1 ? vars_[v] : bin(t_.i64, GCC_JIT_BINARY_OP_MULT, i64(a.k[v]), vars_[v]));
+      if (a.k[v]) r = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, r, a.k[v] == 1 ? vars_[v] : bin(t_.i64, GCC_JIT_BINARY_OP_MULT, num(a.k[v]), vars_[v]));
     return r;
   }
   gcc_jit_lvalue* element(int32_t slot, const Affine& a) {
@@ -314,10 +350,8 @@ class KernelEmitter {
       if (!prefetch_) prefetch_ = J.context_get_builtin_function(c_, "__builtin_prefetch");
       gcc_jit_rvalue* saved = vars_[last];
       vars_[last] = jb;
-      Affine next = e.index[0];
-      next.c += next.coef(row_var);
       gcc_jit_type* pt = J.type_get_pointer(type(e.dtype));
-      gcc_jit_rvalue* p = assign(J.lvalue_get_address(element(e.value, next), nullptr), pt, "pf");
+      gcc_jit_rvalue* p = assign(J.lvalue_get_address(next_row(e, row_var), nullptr), pt, "pf");
       vars_[last] = saved;
       gcc_jit_lvalue* q = local(t_.i64, "q");
       open_loop(q, i64(0), n, 64 / int64_t(dtype_size(e.dtype)));  // one per cache line
@@ -326,6 +360,18 @@ class KernelEmitter {
       J.block_add_eval(cur_, nullptr, J.context_new_call(c_, nullptr, prefetch_, 1, args));
       close_loop();
     }
+  }
+  // load e's element one step further along the row variable: its constant moves by the row
+  // variable's coefficient (folded, or added at run time when either is a parameter)
+  gcc_jit_lvalue* next_row(const Expr& e, size_t row_var) {
+    Affine next = e.index[0];
+    int64_t step = next.coef(row_var);
+    if (!is_param(next.c) && !is_param(step)) {
+      next.c += step;
+      return element(e.value, next);
+    }
+    gcc_jit_rvalue* at = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, address(next), num(step));
+    return J.context_new_array_access(c_, nullptr, ptrs_[size_t(e.value)], at);
   }
   // whether expr `root` depends on expr `load` (each shared subexpression visited once: a walk
   // without the set is exponential in the depth of a DAG such as x = x * x repeated)
@@ -357,8 +403,12 @@ class KernelEmitter {
     return roots;
   }
   void plan_row_cache() {
+    // A template's code serves every size, so its decisions cannot depend on the row's size:
+    // with parameter sizes only a row of the output holds the values (it has room for any
+    // length, as eager softmax's exps), never a local array sized by the byte budget.
+    const bool parametric = parametric_sizes();
     int64_t row = 1;
-    for (size_t v = size_t(k_.n_outer); v < k_.sizes.size(); ++v) row *= k_.sizes[v];
+    for (size_t v = size_t(k_.n_outer); v < k_.sizes.size() && !parametric; ++v) row *= k_.sizes[v];
     std::map<int32_t, std::vector<int>> stages_of;  // inner call -> the stages that need it
     for (int d = 0; d <= k_.max_depth; ++d) {
       std::set<int32_t> seen;
@@ -374,7 +424,12 @@ class KernelEmitter {
     int64_t bytes = 0;
     for (auto& [i, st] : stages_of) {
       DType dt = k_.body.exprs[size_t(i)].dtype;
-      if (st.size() < 2 || bytes + row * int64_t(dtype_size(dt)) > kRowCacheBytes) continue;
+      if (st.size() < 2) continue;
+      if (parametric) {
+        if (const Store* out = output_row(st.back(), dt)) row_cache_[i] = {nullptr, st.front(), out};
+        continue;
+      }
+      if (bytes + row * int64_t(dtype_size(dt)) > kRowCacheBytes) continue;
       row_cache_[i] = {nullptr, st.front(), output_row(st.back(), dt)};
       if (!row_cache_[i].output) {
         bytes += row * int64_t(dtype_size(dt));
@@ -392,10 +447,11 @@ class KernelEmitter {
       for (const auto& [i, rc] : row_cache_) taken = taken || rc.output == &st;
       if (taken || k_.depth[size_t(st.expr)] != last_stage || !store_inner(st) || k_.body.exprs[size_t(st.expr)].dtype != dt) continue;
       int64_t stride = 1;
-      bool row_major = true;
+      bool row_major = true, known = true;  // known: the stride is a literal (no parameter in it)
       for (size_t v = k_.sizes.size(); v-- > size_t(k_.n_outer);) {
-        row_major = row_major && st.addr.coef(v) == stride;
-        stride *= k_.sizes[v];
+        row_major = row_major && known && st.addr.coef(v) == stride;
+        known = known && !is_param(k_.sizes[v]);
+        if (known) stride *= k_.sizes[v];
       }
       if (row_major) return &st;
     }
@@ -451,7 +507,7 @@ class KernelEmitter {
     std::vector<gcc_jit_lvalue*> ivars;
     for (size_t v = size_t(k_.n_outer); v < last; ++v) {
       gcc_jit_lvalue* iv = local(t_.i64, "i");
-      open_loop(iv, i64(0), i64(k_.sizes[v]), 1);
+      open_loop(iv, i64(0), num(k_.sizes[v]), 1);
       vars_[v] = J.lvalue_as_rvalue(iv);
     }
     gcc_jit_lvalue* jb = local(t_.i64, "jb");
@@ -480,7 +536,7 @@ class KernelEmitter {
     size_t last = k_.sizes.size() - 1;
     gcc_jit_lvalue* len = local(t_.i64, "len");
     J.block_add_assignment(cur_, nullptr, len, bin(t_.i64, GCC_JIT_BINARY_OP_MINUS, hi_, jb));
-    clamp_above(len, kBlock);
+    clamp_above(len, i64(kBlock));
     gcc_jit_rvalue* n = J.lvalue_as_rvalue(len);
     if (d == 1) prefetch_next_row(jb, n);
     const auto& ex = k_.body.exprs;
@@ -647,6 +703,7 @@ class KernelEmitter {
   std::vector<gcc_jit_rvalue*> ptrs_, vars_;
   std::vector<Loop> loops_;
   std::map<int32_t, gcc_jit_rvalue*> outer_;
+  std::map<size_t, gcc_jit_rvalue*> params_;  // parameter slot -> its local
   std::map<int, gcc_jit_lvalue*> accs_;
   std::map<int32_t, RowCache> row_cache_;
   gcc_jit_function* prefetch_ = nullptr;
@@ -667,6 +724,7 @@ Types make_types(const GccJit& J, gcc_jit_context* c) {
   t.block_fn = J.context_new_function_ptr_type(c, nullptr, t.void_, 4, bp, 0);
   gcc_jit_type* rp[3] = {t.vptr, t.i64, t.vptr};
   t.reduce_fn = J.context_new_function_ptr_type(c, nullptr, t.void_, 3, rp, 0);
+  t.params = J.type_get_pointer(J.type_get_const(t.i64));
   return t;
 }
 
@@ -689,7 +747,7 @@ void compile_plan(const Plan& plan, FnTable& fns, const std::string& so_path, co
   for (const char* opt : {march.c_str(), "-ffp-contract=off", "-fwrapv", "-fno-math-errno", "-fno-semantic-interposition"})
     J->context_add_command_line_option(c, opt);
   Types t = make_types(*J, c);
-  for (const Kernel& k : plan.kernels) KernelEmitter(*J, c, t, k, fns).emit();
+  for (size_t i = 0; i < plan.kernels.size(); ++i) KernelEmitter(*J, c, t, plan.code(i), fns).emit();
   if (!c_dump_path.empty()) J->context_dump_to_file(c, c_dump_path.c_str(), 0);
   J->context_compile_to_file(c, GCC_JIT_OUTPUT_KIND_DYNAMIC_LIBRARY, so_path.c_str());
   if (const char* err = J->context_get_first_error(c)) throw Error(cat("libgccjit: ", err));

@@ -1,11 +1,14 @@
 // CPU code generation through libgccjit: every kernel of a plan becomes one exported function of
 // one libgccjit context (one shared object per graph):
 //
-//   void kN(void** bufs, void** fns, int64_t w0, int64_t w1)
+//   void kN(void** bufs, void** fns, const int64_t* P, int64_t w0, int64_t w1)
 //
 // runs work items [w0, w1) (an outer index, or an outer index and a chunk of the innermost loop);
 // `bufs` are the storages of the kernel's buffer slots, `fns` the block functions and block
-// reductions it calls (jit/cpu/helpers.hpp), in the order of FnTable.
+// reductions it calls (jit/cpu/helpers.hpp), in the order of FnTable, and `P` the values of the
+// size parameters of a template (Plan::params of the kernel; unused, may be null, for kernels
+// specialised on their sizes). The code of kernel i is Plan::code(i): one shared object serves
+// every instance of a dynamic graph with the same templates.
 #pragma once
 #include <string>
 #include <vector>
@@ -21,7 +24,7 @@ struct FnTable {
   int index(void* p, const std::string& name);
 };
 
-using KernelFn = void (*)(void** bufs, void** fns, int64_t w0, int64_t w1);
+using KernelFn = void (*)(void** bufs, void** fns, const int64_t* P, int64_t w0, int64_t w1);
 
 // Emits the plan's kernels and compiles them into the shared object `so_path`. Throws Error with
 // libgccjit's message when it fails. `c_dump` (optional): libgccjit's C-like dump of the code.

@@ -30,7 +30,8 @@ void Program::launch(size_t k, void** bufs) const {
   per_item = std::max<int64_t>(1, per_item / items);
   KernelFn fn = kernels_[k];
   void** f = const_cast<void**>(fns_.ptrs.data());
-  parallel_for(items, std::max<int64_t>(1, kParallelGrain / per_item), [&](int64_t w0, int64_t w1) { fn(bufs, f, w0, w1); });
+  const int64_t* P = plan_.params.empty() ? nullptr : plan_.params[k].data();
+  parallel_for(items, std::max<int64_t>(1, kParallelGrain / per_item), [&](int64_t w0, int64_t w1) { fn(bufs, f, P, w0, w1); });
 }
 
 }  // namespace cr::jit::cpu

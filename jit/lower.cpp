@@ -56,10 +56,10 @@ int32_t Lowerer::load_at(Body& b, const LoopValue& v, int32_t lv, const std::vec
 int32_t Lowerer::load_broadcast(Body& b, const LoopValue& v, int32_t lv, const Shape& shape) {
   std::vector<int> vars(v.sizes.size(), -1);
   size_t lead = shape.size() - v.sizes.size();
-  // a size-1 dim is read at index 0 whether it broadcasts or not: no variable, so that the
-  // addresses (and a dynamic graph's code) are the same when the output's size is 1 too
+  // a size-1 dim that broadcasts is read at index 0 (no variable); one that does not keeps its
+  // variable, so that a dynamic graph's code is the same when a symbolic size is 1 this time
   for (size_t d = 0; d < v.sizes.size(); ++d)
-    if (v.sizes[d] != 1) vars[d] = int(lead + d);
+    if (!(v.sizes[d] == 1 && shape[lead + d] != 1)) vars[d] = int(lead + d);
   return load_at(b, v, lv, vars);
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -18,6 +19,9 @@
 #include "graph_builder.hpp"
 #include "jit/cuda/emit.hpp"
 #include "jit/cuda/nvrtc.hpp"
+#include "jit/cuda/program.hpp"
+#include "jit/jit.hpp"
+#include "vm/devices.hpp"
 #include "vm/kernels/loop.hpp"
 
 using namespace cr;
@@ -397,6 +401,10 @@ void row_sum_graph(Builder& B, int64_t R, int64_t C) {
   B.g.outputs = {B.op("sum", {T(B.input(sample({R, C}, DType::f32, 3))), N(-1)})};
 }
 
+void column_sum_graph(Builder& B, int64_t R, int64_t C) {
+  B.g.outputs = {B.op("sum", {T(B.input(sample({R, C}, DType::f32, 8))), N(1)})};
+}
+
 void softmax_graph(Builder& B, int64_t R, int64_t C) {
   B.g.outputs = {B.op("softmax", {T(B.input(sample({R, C}, DType::f32, 4))), N(-1)})};
 }
@@ -446,18 +454,59 @@ void check_dynamic(const DynamicCase& c) {
   }
 }
 
+// (a row length of 1 drops the bias's variable, another structure; layer_norm's mean divides by
+// the row length, a constant of the loop IR: only its row count varies)
+std::vector<DynamicCase> dynamic_cases() {
+  return {DynamicCase{"relu_bias", relu_bias_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
+          DynamicCase{"row_sum", row_sum_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
+          DynamicCase{"column_sum", column_sum_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
+          DynamicCase{"softmax", softmax_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
+          DynamicCase{"layer_norm", layer_norm_graph, {{5, 64}, {13, 64}, {1000, 64}}}};
+}
+
+// Runs a dynamic graph's program on CUDA device 0 (jit/cuda/program: the launch with the plan's
+// params and the instance's grid) and compares its float32 outputs with eager's.
+void run_dynamic(const DynamicCase& c, int64_t R, int64_t C) {
+  Context ctx;
+  Builder B{ctx};
+  c.build(B, R, C);
+  Plan plan = dynamic_plan(B);
+  CudaModule m = cuda::emit_plan(plan, cuda::target_of(0));
+  std::string cubin = cuda::compile_cubin(m.source, cat(c.name, ".cu"), m.arch);
+  const Device gpu{1, 0};
+  std::vector<Tensor> vals(B.g.values.size());
+  for (int32_t v : B.g.inputs) vals[size_t(v)] = to_device(B.sample[size_t(v)], gpu);
+  cuda::Program(std::move(plan), std::move(m), cubin, gpu).run(ctx, vals);
+  for (int32_t out : B.g.outputs) {
+    Tensor got = contiguous(host_copy(vals[size_t(out)])), want = contiguous(B.sample[size_t(out)]);
+    REQUIRE(got.numel() == want.numel());
+    double worst = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      double w = want.data<float>()[i];
+      worst = std::max(worst, std::abs(got.data<float>()[i] - w) / (1 + std::abs(w)));
+    }
+    INFO(c.name << " at " << R << " x " << C);
+    CHECK(worst < 1e-4);
+  }
+}
+
 }  // namespace
+
+TEST_CASE("cuda: a dynamic graph's kernels run on a GPU at every size", "[cuda][gpu]") {
+  if (std::string why; !cuda_backend_available(&why)) {
+    WARN("dynamic kernels not run: " << why);
+    return;
+  }
+  for (const DynamicCase& c : dynamic_cases())
+    for (auto [R, C] : c.sizes) run_dynamic(c, R, C);
+  run_dynamic({"relu_bias_1", relu_bias_graph, {}}, 1, 1);
+  run_dynamic({"softmax_1", softmax_graph, {}}, 1, 1000);
+}
 
 TEST_CASE("cuda: a dynamic graph's kernels are one source for every size, sizes as arguments", "[cuda]") {
   if (!have_nvrtc()) return;
   SECTION("a pointwise chain with a broadcast, a row sum, softmax, layer_norm") {
-    // (a row length of 1 drops the bias's variable, another structure; layer_norm's mean divides
-    // by the row length, a constant of the loop IR: only its row count varies)
-    for (const DynamicCase& c : {DynamicCase{"relu_bias", relu_bias_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
-                                 DynamicCase{"row_sum", row_sum_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
-                                 DynamicCase{"softmax", softmax_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
-                                 DynamicCase{"layer_norm", layer_norm_graph, {{5, 64}, {13, 64}, {1000, 64}}}})
-      check_dynamic(c);
+    for (const DynamicCase& c : dynamic_cases()) check_dynamic(c);
   }
   SECTION("size 1 (another structure) compiles too") {
     for (const DynamicCase& c : {DynamicCase{"relu_bias_1", relu_bias_graph, {{1, 1}}}, DynamicCase{"softmax_1", softmax_graph, {{1, 1000}}}})

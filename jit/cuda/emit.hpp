@@ -6,8 +6,9 @@
 //   its arguments are one device pointer per kernel buffer slot, in slot order: argument s is
 //   the storage (element 0 of the storage, not of the view: offsets are in the code) of plan
 //   buffer params[s].buffer, of dtype params[s].dtype; sizes and strides are compile-time
-//   constants (but in dynamic kernels, below). Launch with gridDim = (grid, 1, 1), blockDim = (block, 1, 1), shared_bytes of
-//   dynamic shared memory (all shared memory is static today: 0). grid 0: nothing to launch.
+//   constants (but see dynamic kernels below). Launch with gridDim = (grid, 1, 1), blockDim =
+//   (block, 1, 1), shared_bytes of dynamic shared memory (all shared memory is static today: 0).
+//   grid 0: nothing to launch.
 //   Every kernel loops grid-stride, so any grid >= 1 computes the same values; block is fixed.
 //   Kernels of a dynamic graph (Plan::templates) are emitted from their template, so one
 //   source serves every instance of that structure: after the pointers come size_params

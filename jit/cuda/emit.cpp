@@ -2,6 +2,7 @@
 // then one kernel per Plan kernel (bodies: pointwise.cpp, reduce.cpp), with the launch table.
 #include "jit/cuda/emit.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "jit/cuda/kernels.hpp"
@@ -21,19 +22,47 @@ const char* form_name(Form f) {
 
 // ---- KernelWriter helpers ----------------------------------------------------------------------
 
-int64_t KernelWriter::product(size_t first, size_t last) const {
+bool is_template(const Kernel& k) { return std::any_of(k.sizes.begin(), k.sizes.end(), is_param); }
+
+int64_t product(const Kernel& k, size_t first, size_t last) {
   int64_t p = 1;
   for (size_t v = first; v < last; ++v) p *= k.sizes[v];
   return p;
 }
 
-int64_t KernelWriter::grid_for(int64_t items, int64_t per_block, int64_t waves) const {
+int64_t launch_grid(const CudaKernel& c, const Kernel& instance) {
+  int64_t elements = product(instance, 0, instance.sizes.size());
+  int64_t items = c.form == Form::Pointwise ? elements / c.vector_width : product(instance, 0, size_t(instance.n_outer));
+  int64_t grid = std::min((items + c.items_per_block - 1) / c.items_per_block, c.max_grid);
+  return grid == 0 && elements != 0 ? 1 : grid;
+}
+
+void KernelWriter::set_grid(int64_t per_block, int64_t waves) {
   int64_t wave = int64_t(target.sm_count) * std::max<int64_t>(1, target.max_threads_per_sm / out.block);
-  return std::min((items + per_block - 1) / per_block, wave * waves);
+  out.items_per_block = per_block;
+  out.max_grid = wave * waves;
+  out.grid = launch_grid(out, instance);
+}
+
+std::string KernelWriter::product_text(size_t first, size_t last) const {
+  if (!dynamic) return cat(product(k, first, last));
+  int64_t literal = 1;  // (a template's loop sizes are all parameters; the rest stays general)
+  std::vector<std::string> factors;
+  for (size_t v = first; v < last; ++v)
+    if (is_param(k.sizes[v])) factors.push_back(int_str(k.sizes[v]));
+    else literal *= k.sizes[v];
+  if (literal != 1 || factors.empty()) factors.push_back(cat(literal));
+  std::string s = factors[0];
+  for (size_t f = 1; f < factors.size(); ++f) s += cat(" * ", factors[f]);
+  return factors.size() > 1 ? cat("(", s, ")") : s;
 }
 
 void KernelWriter::set_index_type() {
-  int64_t bound = product(0, k.sizes.size());
+  if (dynamic) {
+    out.index32 = false;
+    return;
+  }
+  int64_t bound = product(k, 0, k.sizes.size());
   auto reach = [&](const Affine& a) {
     int64_t r = std::abs(a.c);
     for (size_t v = 0; v < a.k.size() && v < k.sizes.size(); ++v) r += std::abs(a.k[v]) * std::max<int64_t>(k.sizes[v] - 1, 0);
@@ -48,9 +77,9 @@ void KernelWriter::set_index_type() {
 
 void KernelWriter::decompose(const std::string& linear, size_t first, size_t last, size_t end) {
   for (size_t v = first; v < last; ++v) {
-    int64_t stride = product(v + 1, end);
-    std::string x = stride == 1 ? linear : cat("(", linear, " / ", stride, ")");
-    if (v > first) x = cat(x, " % ", k.sizes[v]);
+    std::string stride = product_text(v + 1, end);
+    std::string x = stride == "1" ? linear : cat("(", linear, " / ", stride, ")");
+    if (v > first) x = cat(x, " % ", int_str(k.sizes[v]));
     lines.add(cat("const ", idx, " i", v, " = ", x, ";"));
   }
 }
@@ -77,7 +106,28 @@ std::vector<Param> params_of(const Kernel& k, const Plan& plan) {
   return ps;
 }
 
+// The number of size parameters of a template: one more than the highest slot it names.
+int param_count(const Kernel& k) {
+  size_t n = 0;
+  auto see = [&](int64_t x) {
+    if (is_param(x)) n = std::max(n, param_slot(x) + 1);
+  };
+  auto see_affine = [&](const Affine& a) {
+    for (int64_t c : a.k) see(c);
+    see(a.c);
+  };
+  for (int64_t s : k.sizes) see(s);
+  see(k.chunk);
+  for (const Expr& e : k.body.exprs)
+    if (e.op == EOp::Load) see_affine(e.index[0]);
+  for (const Store& s : k.stores) see_affine(s.addr);
+  return int(n);
+}
+
 // extern "C" __global__ void __launch_bounds__(B) kN(float* __restrict__ p0, const float* ...)
+// Size parameters follow the pointers as separate int64_t arguments named as the loop IR prints
+// them (P<j>, int_str), so the addresses' text (affine_str) is valid CUDA as it is; they live in
+// the constant bank like a struct's fields would, and need no struct type per count.
 std::string signature(const CudaKernel& c) {
   std::string s = cat("extern \"C\" __global__ void __launch_bounds__(", c.block, ") ", c.name, "(");
   for (size_t i = 0; i < c.params.size(); ++i) {
@@ -87,22 +137,42 @@ std::string signature(const CudaKernel& c) {
     std::string q = p.written && p.read ? cat(t, "* ") : p.written ? cat(t, "* __restrict__ ") : cat("const ", t, "* __restrict__ ");
     s += cat(i ? ", " : "", q, "p", i);
   }
+  for (int j = 0; j < c.size_params; ++j) s += cat(", const int64_t P", j);
   return s + ")";
 }
 
-std::string kernel_text(const Kernel& k, const Plan& plan, const Target& t, CudaKernel& c, std::map<std::string, std::string>& fns) {
+// The comment above a kernel. A template's names no size, grid or row count: the source is the
+// cache key of every instance.
+std::string head(const Kernel& k, const CudaKernel& c, bool dynamic) {
+  std::string form = cat(form_name(c.form), c.vector_width > 1 ? ", float4-style vectors of 4" : "");
+  if (dynamic) {
+    std::string loops;
+    for (size_t v = 0; v < k.sizes.size(); ++v) loops += cat(v ? ", " : "", int_str(k.sizes[v]));
+    return cat("// ", k.name, ": ", form, c.form != Form::Pointwise ? ", looped" : "", ", block ", c.block,
+               ", 64-bit indices; loops {", loops, "}, sizes from ", c.size_params, " parameters\n");
+  }
+  return cat("// ", k.name, ": ", form,
+             c.form != Form::Pointwise ? cat(", ", c.rows, " rows of ", c.row_size, c.persistent ? ", persistent" : ", looped") : "",
+             ", grid ", c.grid, " x block ", c.block, ", ", c.index32 ? "32" : "64", "-bit indices; loops ", shape_str(k.sizes), "\n");
+}
+
+// CUDA's limit on a kernel's arguments (4 KB before CUDA 12.1 on Volta and later).
+constexpr int64_t kMaxArgBytes = 4096;
+
+// Kernel i of the plan, from its template when it has one (launched on its own sizes).
+std::string kernel_text(size_t i, const Plan& plan, const Target& t, CudaKernel& c, std::map<std::string, std::string>& fns) {
+  const Kernel& k = plan.code(i);
   c.name = k.name;
   c.params = params_of(k, plan);
+  c.size_params = param_count(k);
+  if (int64_t(8 * (c.params.size() + size_t(c.size_params))) > kMaxArgBytes)
+    throw Error(cat("CUDA code generation: ", k.name, " has ", c.size_params, " size parameters, over CUDA's ", kMaxArgBytes, " bytes of arguments"));
   Lines body;
   body.indent = 1;
-  KernelWriter w{k, t, c, body, fns};
+  KernelWriter w{k, plan.kernels[i], t, c, body, fns};
   if (k.accs.empty()) write_pointwise(w);
   else write_reduction(w);
-  if (c.grid == 0 && w.product(0, k.sizes.size()) != 0) c.grid = 1;
-  std::string head = cat("// ", k.name, ": ", form_name(c.form), c.vector_width > 1 ? ", float4-style vectors of 4" : "",
-                         c.form != Form::Pointwise ? cat(", ", c.rows, " rows of ", c.row_size, c.persistent ? ", persistent" : ", looped") : "",
-                         ", grid ", c.grid, " x block ", c.block, ", ", c.index32 ? "32" : "64", "-bit indices; loops ", shape_str(k.sizes), "\n");
-  return cat(head, signature(c), " {\n  typedef ", c.index32 ? "int" : "int64_t", " idx_t;\n", body.text, "}\n");
+  return cat(head(k, c, w.dynamic), signature(c), " {\n  typedef ", c.index32 ? "int" : "int64_t", " idx_t;\n", body.text, "}\n");
 }
 
 }  // namespace
@@ -112,10 +182,10 @@ CudaModule emit_plan(const Plan& plan, const Target& target) {
   m.arch = target.arch;
   std::map<std::string, std::string> fns;
   std::string kernels;
-  for (const Kernel& k : plan.kernels) {
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
     CudaKernel c;
     kernels += '\n';
-    kernels += kernel_text(k, plan, target, c, fns);
+    kernels += kernel_text(i, plan, target, c, fns);
     m.kernels.push_back(std::move(c));
   }
   m.source = prelude();

@@ -6,9 +6,14 @@
 //   its arguments are one device pointer per kernel buffer slot, in slot order: argument s is
 //   the storage (element 0 of the storage, not of the view: offsets are in the code) of plan
 //   buffer params[s].buffer, of dtype params[s].dtype; sizes and strides are compile-time
-//   constants. Launch with gridDim = (grid, 1, 1), blockDim = (block, 1, 1), shared_bytes of
-//   dynamic shared memory (all shared memory is static today: 0). grid 0: nothing to launch.
+//   constants (but see dynamic kernels below). Launch with gridDim = (grid, 1, 1), blockDim =
+//   (block, 1, 1), shared_bytes of dynamic shared memory (all shared memory is static today: 0).
+//   grid 0: nothing to launch.
 //   Every kernel loops grid-stride, so any grid >= 1 computes the same values; block is fixed.
+//   Kernels of a dynamic graph (Plan::templates) are emitted from their template, so one
+//   source serves every instance of that structure: after the pointers come size_params
+//   `int64_t P<j>` arguments, the instance's plan.params[i] in slot order, and the grid of an
+//   instance is launch_grid(kernel, plan.kernels[i]).
 //   A vectorised kernel (vector_width 4) needs every pointer aligned to 4 elements (16 bytes for
 //   float32; cudaMalloc gives 256). Written buffers must not overlap any other argument.
 #pragma once
@@ -48,10 +53,18 @@ struct CudaKernel {
   bool persistent = false;  // reductions: each thread's part of a row stays in registers
                             // across the passes of the row (else each pass re-reads it: looped)
   bool index32 = false;     // indices computed in 32 bits
-  int64_t grid = 0, block = 0, shared_bytes = 0;
+  int64_t grid = 0, block = 0, shared_bytes = 0;  // grid: of the plan emitted (launch_grid)
   int64_t rows = 0, row_size = 0;  // reductions: independent rows, elements folded per row
   std::vector<Param> params;
+  int size_params = 0;  // dynamic kernels: int64_t arguments P0.. after the pointers
+  // How the grid follows from an instance's sizes: its work items (pointwise: groups of
+  // vector_width elements; reductions: rows), items_per_block a block, at most max_grid blocks.
+  int64_t items_per_block = 1, max_grid = 0;
 };
+
+// The grid for `instance`, a concrete kernel of the structure `c` was emitted for: 0 when
+// there is nothing to do.
+int64_t launch_grid(const CudaKernel& c, const Kernel& instance);
 
 struct CudaModule {
   std::string source;  // one translation unit: prelude, op functions, kernels

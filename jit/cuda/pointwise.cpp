@@ -8,6 +8,8 @@
 // variable at an address that is a multiple of 4 (16 bytes for float32), the 4 lanes' stores
 // are one vector store; loads of the same kind are one vector load, loads constant along the
 // innermost variable one scalar load, and any other load (a transposed input) is read per lane.
+// Templates of dynamic graphs (sizes are parameters P<j>) divide by the parameters, and are
+// scalar: nothing in their structure says that the row length is a multiple of 4.
 #include "jit/cuda/kernels.hpp"
 
 #include <cstdlib>
@@ -38,9 +40,11 @@ bool aligned_unit(const Affine& a, size_t last) {
   return true;
 }
 
+// A template's row length is a parameter, which may be any size: no vectors (its addresses'
+// parameters would need to be multiples of 4 too).
 bool vectorisable(const Kernel& k) {
   size_t last = k.sizes.size() - 1;
-  if (k.sizes[last] % kVec != 0 || k.stores.empty()) return false;
+  if (is_param(k.sizes[last]) || k.sizes[last] % kVec != 0 || k.stores.empty()) return false;
   for (const Store& s : k.stores)
     if (!aligned_unit(s.addr, last)) return false;
   return true;
@@ -88,15 +92,14 @@ void vector_body(KernelWriter& w, Exprs& ex) {
 void write_pointwise(KernelWriter& w) {
   const Kernel& k = w.k;
   CudaKernel& o = w.out;
-  int64_t n = w.product(0, k.sizes.size());
   o.form = Form::Pointwise;
   o.vector_width = vectorisable(k) ? kVec : 1;
   o.block = kPointwiseBlock;
-  int64_t groups = n / o.vector_width;
-  o.grid = w.grid_for(groups, o.block, pointwise_waves());
+  w.set_grid(o.block, pointwise_waves());
   w.set_index_type();
   Lines& L = w.lines;
   std::string B = cat(o.block);
+  std::string groups = o.vector_width == 1 ? w.product_text(0, k.sizes.size()) : cat(product(k, 0, k.sizes.size()) / o.vector_width);
   L.add(cat("const ", w.idx, " n = ", groups, ";  // ", o.vector_width == 1 ? "elements" : "groups of 4 elements"));
   L.open(cat("for (", w.idx, " g = ", w.idx, "(blockIdx.x) * ", B, " + ", w.idx, "(threadIdx.x); g < n; g += ", w.idx, "(gridDim.x) * ", B, ")"));
   L.add(cat("const ", w.idx, " l = g", o.vector_width == 1 ? "" : cat(" * ", kVec), ";"));

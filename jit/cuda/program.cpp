@@ -33,7 +33,11 @@ Program::Program(Plan plan, CudaModule m, const std::string& cubin, Device devic
   cr::cuda::use_device(device.index);
   loaded_->device = device.index;
   CR_CU(cuModuleLoadData(&loaded_->mod, cubin.data()), "loading compiled kernels");
-  for (const CudaKernel& k : module_.kernels) {
+  for (size_t i = 0; i < module_.kernels.size(); ++i) {
+    const CudaKernel& k = module_.kernels[i];
+    size_t given = plan_.params.empty() ? 0 : plan_.params[i].size();
+    if (given != size_t(k.size_params))
+      throw Error(cat(k.name, " takes ", k.size_params, " size parameters, the plan has ", given));
     CUfunction f = nullptr;
     CR_CU(cuModuleGetFunction(&f, loaded_->mod, k.name.c_str()), k.name);
     fns_.push_back(f);
@@ -42,13 +46,18 @@ Program::Program(Plan plan, CudaModule m, const std::string& cubin, Device devic
 
 Program::~Program() = default;
 
+// Arguments: the buffers' pointers, then a dynamic kernel's size parameters (the driver copies
+// the values at the call). Its grid follows from this plan's concrete kernel.
 void Program::launch(size_t k, void** bufs) const {
   const CudaKernel& kern = module_.kernels[k];
-  if (kern.grid <= 0) return;  // no work: an empty tensor
+  int64_t grid = kern.size_params ? launch_grid(kern, plan_.kernels[k]) : kern.grid;
+  if (grid <= 0) return;  // no work: an empty tensor
   std::vector<void*> args(kern.params.size());
   for (size_t i = 0; i < args.size(); ++i) args[i] = &bufs[i];
+  if (kern.size_params)
+    for (const int64_t& p : plan_.params[k]) args.push_back(const_cast<int64_t*>(&p));
   cr::cuda::use_device(device_.index);
-  CR_CU(cuLaunchKernel(static_cast<CUfunction>(fns_[k]), unsigned(kern.grid), 1, 1, unsigned(kern.block), 1, 1,
+  CR_CU(cuLaunchKernel(static_cast<CUfunction>(fns_[k]), unsigned(grid), 1, 1, unsigned(kern.block), 1, 1,
                        unsigned(kern.shared_bytes), nullptr, args.data(), nullptr),
         kern.name);
 }

@@ -11,7 +11,8 @@
 //
 // Persistent rows (at most kPersistentItems elements a thread): the element loop is unrolled over
 // a compile-time count, and loads and op calls that later stages use again stay in registers, so
-// softmax / layer_norm read their input once. Longer rows loop and re-read (looped form).
+// softmax / layer_norm read their input once. Longer rows loop and re-read (looped form), as do
+// the templates of dynamic graphs, whose row counts and lengths are parameters known at launch.
 // Whole-tensor reductions are already split in two kernels by the lowering (lower_reduce.cpp:
 // partials per slice, then their fold), which run here as two reduction kernels.
 #include <algorithm>
@@ -43,15 +44,20 @@ int64_t pow2_at_least(int64_t x) {
   return p;
 }
 
-// Team and block size from the row count R and length C.
-void choose_form(KernelWriter& w, int64_t R, int64_t C) {
-  const Kernel& k = w.k;
-  CudaKernel& o = w.out;
+// Neighbouring rows are neighbours in memory while the elements of a row are not (a column
+// reduction): a thread per row reads coalesced.
+bool strided_rows(const Kernel& k) {
   bool inner_unit = any_access(k, k.sizes.size() - 1);
   bool outer_unit = k.n_outer > 0 && any_access(k, size_t(k.n_outer - 1));
+  return !inner_unit && outer_unit;
+}
+
+// Team and block size from the row count R and length C. Returns the team.
+int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
+  CudaKernel& o = w.out;
   int64_t team;
   auto rows_block = [&](int64_t t) { return std::min<int64_t>(256, (R * t + 31) / 32 * 32); };  // few rows: a smaller block
-  if ((!inner_unit && outer_unit && R >= 1024) || (C <= 16 && R >= 4096)) {
+  if ((strided_rows(w.k) && R >= 1024) || (C <= 16 && R >= 4096)) {
     o.form = Form::ReduceThread;  // neighbouring threads read neighbouring rows: coalesced
     team = 1;
     o.block = rows_block(team);
@@ -63,10 +69,20 @@ void choose_form(KernelWriter& w, int64_t R, int64_t C) {
     o.form = Form::ReduceBlock;
     team = o.block = std::clamp<int64_t>(pow2_at_least((C + kPersistentItems - 1) / kPersistentItems), 128, 1024);
   }
-  o.rows = R;
-  o.row_size = C;
   o.persistent = (C + team - 1) / team <= kPersistentItems;
-  o.grid = w.grid_for(R, o.block / team);
+  return team;
+}
+
+// A template's rows may have any count and length: a warp per row, looped, fits rows of a few
+// elements to a few thousand without code for each (transformers' softmax and layer_norm rows,
+// over many rows); a thread per row for column reductions, as for specialised kernels.
+int64_t choose_dynamic_form(KernelWriter& w) {
+  CudaKernel& o = w.out;
+  bool column = strided_rows(w.k);
+  o.form = column ? Form::ReduceThread : Form::ReduceWarp;
+  o.block = 256;
+  o.persistent = false;
+  return column ? 1 : 32;
 }
 
 class ReductionWriter {
@@ -74,21 +90,24 @@ class ReductionWriter {
   ReductionWriter(KernelWriter& w) : w_(w), k_(w.k), L_(w.lines), ex_(w.k, w.lines, w.functions) {}
 
   void write() {
-    int64_t R = w_.product(0, size_t(k_.n_outer)), C = w_.product(size_t(k_.n_outer), k_.sizes.size());
-    choose_form(w_, R, C);
+    size_t outer = size_t(k_.n_outer), end = k_.sizes.size();
+    CudaKernel& o = w_.out;
+    o.rows = product(w_.instance, 0, outer);
+    o.row_size = product(w_.instance, outer, end);
+    team_ = w_.dynamic ? choose_dynamic_form(w_) : choose_form(w_, o.rows, o.row_size);
+    w_.set_grid(o.block / team_);
     w_.set_index_type();
-    const CudaKernel& o = w_.out;
-    team_ = o.form == Form::ReduceThread ? 1 : o.form == Form::ReduceWarp ? 32 : o.block;
-    items_ = (C + team_ - 1) / team_;
-    C_ = C;
+    items_ = (o.row_size + team_ - 1) / team_;  // (persistent rows: specialised kernels only)
+    ragged_ = items_ * team_ != o.row_size;
+    C_ = w_.product_text(outer, end);
     std::string idx = w_.idx, rpb = cat(o.block / team_);
     L_.add(team_ == 1 ? "const int lane = 0;" : cat("const int lane = threadIdx.x % ", team_, ";"));
     if (o.form == Form::ReduceBlock)
       for (size_t a = 0; a < k_.accs.size(); ++a)
         L_.add(cat("__shared__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " red", a, "[", o.block / 32, "];"));
-    L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) * ", rpb, " + ", idx, "(threadIdx.x / ", team_, "); row < ", R, "; row += ",
+    L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) * ", rpb, " + ", idx, "(threadIdx.x / ", team_, "); row < ", w_.product_text(0, outer), "; row += ",
                 idx, "(gridDim.x) * ", rpb, ")"));
-    w_.decompose("row", 0, size_t(k_.n_outer), size_t(k_.n_outer));
+    w_.decompose("row", 0, outer, outer);
     if (o.persistent) plan_cache();
     for (int d = 0; d <= k_.max_depth; ++d) stage(d);
     L_.close();
@@ -162,7 +181,7 @@ class ReductionWriter {
       L_.add("#pragma unroll");
       L_.open(cat("for (int it = 0; it < ", items_, "; ++it)"));
       L_.add(cat("const ", idx, " c = lane + ", idx, "(it) * ", team_, ";"));
-      if (items_ * team_ != C_) L_.open(cat("if (c < ", C_, ")"));
+      if (ragged_) L_.open(cat("if (c < ", C_, ")"));
     } else {
       L_.open(cat("for (", idx, " c = lane; c < ", C_, "; c += ", team_, ")"));
     }
@@ -184,7 +203,7 @@ class ReductionWriter {
     ex_.close_scope();
     ex_.reuse = nullptr;
     ex_.computed = nullptr;
-    if (persistent && items_ * team_ != C_) L_.close();
+    if (persistent && ragged_) L_.close();
     L_.close();
   }
 
@@ -198,7 +217,9 @@ class ReductionWriter {
   const Kernel& k_;
   Lines& L_;
   Exprs ex_;
-  int64_t team_ = 1, items_ = 1, C_ = 1;
+  int64_t team_ = 1, items_ = 1;
+  bool ragged_ = false;  // persistent: the last item of some lanes is past the row
+  std::string C_;        // the row length's text
   std::set<int32_t> cached_;
   std::vector<int> first_;
 };

@@ -8,14 +8,20 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 
 #include "graph_builder.hpp"
 #include "jit/cuda/emit.hpp"
 #include "jit/cuda/nvrtc.hpp"
+#include "jit/cuda/program.hpp"
+#include "jit/jit.hpp"
+#include "vm/devices.hpp"
 #include "vm/kernels/loop.hpp"
 
 using namespace cr;
@@ -345,4 +351,175 @@ TEST_CASE("cuda: 64-bit indices past 2^31 elements", "[cuda]") {
 TEST_CASE("cuda: float16 and bfloat16 are reported as not implemented yet", "[cuda]") {
   for (DType d : {DType::f16, DType::bf16})
     CHECK_THROWS_WITH(cuda::emit_plan(copy_plan({4}, d)), Catch::Contains(dtype_name(d)) && Catch::Contains("not implemented yet"));
+}
+
+namespace {
+
+// A dynamic graph's plan as jit/driver.cpp compiles it: every kernel with its template and the
+// params of this instance.
+Plan dynamic_plan(Builder& B) {
+  B.g.dynamic = true;
+  Plan plan = schedule(lower(B.g), 2);
+  for (const Kernel& k : plan.kernels) {
+    plan.templates.push_back(k);
+    plan.params.push_back(parametrize(plan.templates.back()));
+  }
+  return plan;
+}
+
+// The integer literals of the kernels' code (tokens of digits only; the prelude and the op
+// functions before the first kernel are the same for every module).
+std::set<std::string> int_literals(const std::string& source) {
+  std::set<std::string> r;
+  size_t at = source.find("extern \"C\" __global__");
+  std::string token;
+  for (size_t i = at; i <= source.size(); ++i) {
+    char ch = i < source.size() ? source[i] : ' ';
+    if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.') {
+      token += ch;
+      continue;
+    }
+    if (!token.empty() && token.find_first_not_of("0123456789") == std::string::npos) r.insert(token);
+    token.clear();
+  }
+  return r;
+}
+
+// One dynamic graph over an R x C input.
+struct DynamicCase {
+  const char* name;
+  std::function<void(Builder&, int64_t R, int64_t C)> build;
+  std::vector<std::pair<int64_t, int64_t>> sizes;  // instances of one structure
+};
+
+void relu_bias_graph(Builder& B, int64_t R, int64_t C) {
+  int32_t x = B.input(sample({R, C}, DType::f32, 1)), b = B.input(sample({C}, DType::f32, 2));
+  B.g.outputs = {B.op("exp", {T(B.op("relu", {T(B.op("mul", {T(B.op("add", {T(x), T(b)})), N(2)}))}))})};
+}
+
+void row_sum_graph(Builder& B, int64_t R, int64_t C) {
+  B.g.outputs = {B.op("sum", {T(B.input(sample({R, C}, DType::f32, 3))), N(-1)})};
+}
+
+void column_sum_graph(Builder& B, int64_t R, int64_t C) {
+  B.g.outputs = {B.op("sum", {T(B.input(sample({R, C}, DType::f32, 8))), N(1)})};
+}
+
+void softmax_graph(Builder& B, int64_t R, int64_t C) {
+  B.g.outputs = {B.op("softmax", {T(B.input(sample({R, C}, DType::f32, 4))), N(-1)})};
+}
+
+void layer_norm_graph(Builder& B, int64_t R, int64_t C) {
+  int32_t x = B.input(sample({R, C}, DType::f32, 5)), w = B.input(sample({C}, DType::f32, 6));
+  int32_t b = B.input(sample({C}, DType::f32, 7));
+  int32_t mean = B.op("mean", {T(x), N(-1), Bool(true)});
+  int32_t d = B.op("sub", {T(x), T(mean)});
+  int32_t var = B.op("mean", {T(B.op("mul", {T(d), T(d)})), N(-1), Bool(true)});
+  int32_t y = B.op("mul", {T(d), T(B.op("rsqrt", {T(B.op("add", {T(var), N(1.25e-5)}))}))});
+  B.g.outputs = {B.op("add", {T(B.op("mul", {T(y), T(w)})), T(b)})};
+}
+
+// Emits `build` at every size of `sizes` as a dynamic graph: one source (the cache key) for all,
+// naming no size of any instance, compiled once; each instance's launch has its params and grid.
+void check_dynamic(const DynamicCase& c) {
+  std::string first;
+  for (auto [R, C] : c.sizes) {
+    Context ctx;
+    Builder B{ctx};
+    c.build(B, R, C);
+    Plan plan = dynamic_plan(B);
+    CudaModule m = cuda::emit_plan(plan);
+    INFO(c.name << " at " << R << " x " << C << ":\n" << cuda::render(m));
+    REQUIRE(m.kernels.size() == plan.templates.size());
+    for (size_t i = 0; i < m.kernels.size(); ++i) {
+      const cuda::CudaKernel& k = m.kernels[i];
+      CHECK(size_t(k.size_params) == plan.params[i].size());
+      CHECK(k.grid == cuda::launch_grid(k, plan.kernels[i]));
+      CHECK(k.grid > 0);
+      CHECK_FALSE(k.index32);
+      CHECK(k.vector_width == 1);
+      CHECK_FALSE(k.persistent);
+    }
+    std::set<std::string> literals = int_literals(m.source);
+    for (int64_t size : {R, C, R * C})
+      if (size > 1) CHECK_FALSE(literals.count(std::to_string(size)));
+    if (first.empty()) {
+      first = m.source;
+      if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) std::ofstream(cat(dir, "/", c.name, "_dynamic.cu")) << cuda::render(m);
+      std::string cubin = cuda::compile_cubin(m.source, cat(c.name, "_dynamic.cu"), "sm_90");
+      REQUIRE(cubin.compare(0, 4, "\x7f" "ELF") == 0);
+      for (const cuda::CudaKernel& k : m.kernels) CHECK(cubin.find(std::string(1, '\0') + k.name + std::string(1, '\0')) != std::string::npos);
+    }
+    CHECK(m.source == first);
+  }
+}
+
+// (a row length of 1 drops the bias's variable, another structure; layer_norm's mean divides by
+// the row length, a constant of the loop IR: only its row count varies)
+std::vector<DynamicCase> dynamic_cases() {
+  return {DynamicCase{"relu_bias", relu_bias_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
+          DynamicCase{"row_sum", row_sum_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
+          DynamicCase{"column_sum", column_sum_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
+          DynamicCase{"softmax", softmax_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
+          DynamicCase{"layer_norm", layer_norm_graph, {{5, 64}, {13, 64}, {1000, 64}}}};
+}
+
+// Runs a dynamic graph's program on CUDA device 0 (jit/cuda/program: the launch with the plan's
+// params and the instance's grid) and compares its float32 outputs with eager's.
+void run_dynamic(const DynamicCase& c, int64_t R, int64_t C) {
+  Context ctx;
+  Builder B{ctx};
+  c.build(B, R, C);
+  Plan plan = dynamic_plan(B);
+  CudaModule m = cuda::emit_plan(plan, cuda::target_of(0));
+  std::string cubin = cuda::compile_cubin(m.source, cat(c.name, ".cu"), m.arch);
+  const Device gpu{1, 0};
+  std::vector<Tensor> vals(B.g.values.size());
+  for (int32_t v : B.g.inputs) vals[size_t(v)] = to_device(B.sample[size_t(v)], gpu);
+  cuda::Program program(std::move(plan), std::move(m), cubin, gpu);  // (loaded until the copies back)
+  program.run(ctx, vals);
+  for (int32_t out : B.g.outputs) {
+    Tensor got = contiguous(host_copy(vals[size_t(out)])), want = contiguous(B.sample[size_t(out)]);
+    REQUIRE(got.numel() == want.numel());
+    double worst = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      double w = want.data<float>()[i];
+      worst = std::max(worst, std::abs(got.data<float>()[i] - w) / (1 + std::abs(w)));
+    }
+    INFO(c.name << " at " << R << " x " << C);
+    CHECK(worst < 1e-4);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: a dynamic graph's kernels run on a GPU at every size", "[cuda][gpu]") {
+  if (std::string why; !cuda_backend_available(&why)) {
+    WARN("dynamic kernels not run: " << why);
+    return;
+  }
+  for (const DynamicCase& c : dynamic_cases())
+    for (auto [R, C] : c.sizes) run_dynamic(c, R, C);
+  run_dynamic({"relu_bias_1", relu_bias_graph, {}}, 1, 1);
+  run_dynamic({"softmax_1", softmax_graph, {}}, 1, 1000);
+}
+
+TEST_CASE("cuda: a dynamic graph's kernels are one source for every size, sizes as arguments", "[cuda]") {
+  if (!have_nvrtc()) return;
+  SECTION("a pointwise chain with a broadcast, a row sum, softmax, layer_norm") {
+    for (const DynamicCase& c : dynamic_cases()) check_dynamic(c);
+  }
+  SECTION("size 1 (another structure) compiles too") {
+    for (const DynamicCase& c : {DynamicCase{"relu_bias_1", relu_bias_graph, {{1, 1}}}, DynamicCase{"softmax_1", softmax_graph, {{1, 1000}}}})
+      check_dynamic(c);
+  }
+  SECTION("specialised graphs take no size arguments") {
+    Context ctx;
+    Builder B{ctx};
+    softmax_graph(B, 64, 127);
+    CudaModule m = cuda::emit_plan(schedule(lower(B.g), 2));
+    REQUIRE(m.kernels.size() == 1);
+    CHECK(m.kernels[0].size_params == 0);
+    CHECK(m.source.find("int64_t P0") == std::string::npos);
+  }
 }

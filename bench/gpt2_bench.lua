@@ -43,7 +43,7 @@ end
 
 local e_pre, e_tps = measure(function(...) return model:forward(...) end)
 local mode = os.getenv("MODE") or "default"  -- MODE=reduce-overhead: replay without re-running Lua
-local c_pre, c_tps, first = measure(T.compile(model, { mode = mode }))
+local c_pre, c_tps, first = measure(T.compile(model, { mode = mode, dynamic = false }))
 local s = T.compiler.stats()
 print(string.format('{"side": "crescent", "mode": "' .. mode .. '", "config": "%s", "batch": %d, "prompt": %d, "new": %d, ' ..
   '"eager_prefill_ms": %.3f, "eager_decode_tps": %.2f, "compiled_prefill_ms": %.3f, "compiled_decode_tps": %.2f, ' ..

@@ -68,6 +68,8 @@ void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs) {
   guards::Key& k = s.key;
   k.clear();
   s.spans.clear();
+  const OpKind kind = Registry::get().ops()[size_t(op)].kind;
+  const bool shape_args = kind == OpKind::View || kind == OpKind::Join;
   k.push_back(uint64_t(op));
   k.push_back(uint64_t(nargs));
   for (int i = 0; i < nargs; ++i) {
@@ -81,11 +83,16 @@ void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs) {
         break;
       }
       case kNumber:
+        // with symbolic sizes, the integers of views and joins (narrow lengths, split sizes) may
+        // come from sizes: any value matches (the shape rules and the graph's instance take
+        // this call's values)
+        k.push_back(s.dynamic && shape_args && a.num == double(int64_t(a.num)) ? guards::kSymbolicSize : bits(a.num));
+        break;
       case kBool: k.push_back(bits(a.num)); break;
-      case kInts: {
+      case kInts: {  // sizes, dims, permutations: with symbolic sizes, any values match (as above)
         k.push_back(uint64_t(a.n));
         const int64_t* p = static_cast<const int64_t*>(a.ptr);
-        for (int j = 0; j < a.n; ++j) k.push_back(uint64_t(p[j]));
+        for (int j = 0; j < a.n; ++j) k.push_back(s.dynamic ? guards::kSymbolicSize : uint64_t(p[j]));
         break;
       }
       case kDoubles: {

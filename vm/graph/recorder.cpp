@@ -191,6 +191,7 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
         outs.push_back(std::move(t));
       }
     }
+    if (s.dynamic) s.event_args.emplace_back(s.ops, to_args(args, nargs));
     s.pos = c.get();
     s.pending = true;
     ++s.ops;
@@ -252,6 +253,7 @@ void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new
   for (const guards::OutInfo& o : node->outs) node->node.outs.push_back(o.vid);
   s.pos->children.push_back(std::move(node));
   s.pos = s.last_recorded = s.pos->children.back().get();
+  if (s.dynamic) s.event_args.emplace_back(s.ops, s.pos->node.args);
   ++s.ops;
   ctx_.ffi.service |= 2;  // ask Lua for the position of this op (cap_where)
 }
@@ -268,6 +270,7 @@ void Recorder::run_pending() {
   s.pending = false;
   Leaf prefix{EndKind::Break, "", "", s.pos};
   auto g = guards::build_graph(prefix);
+  take_event_args(*g, s);
   std::vector<Tensor> vals = values_for(*g);
   run_eager(*g, ctx_, vals);
   settle(nullptr, vals, false);
@@ -438,6 +441,17 @@ void Recorder::abort() {
 
 // ---- compilation -----------------------------------------------------------------------------
 
+// A graph of a dynamic segment takes the integers of this call's events (its keys left them out).
+void take_event_args(Graph& g, const Segment& s) {
+  size_t e = 0;
+  int ordinal = 0;
+  for (Node& n : g.nodes) {
+    if (n.kind != NodeKind::Op) continue;
+    if (e < s.event_args.size() && s.event_args[e].first == ordinal) n.args = s.event_args[e++].second;
+    ++ordinal;
+  }
+}
+
 // A dynamic leaf runs an instance of its graph per shape: the recorded graph with this call's
 // layouts, optimised and compiled once hot - from size-generic kernels, so a new shape of a known
 // structure costs lowering and a kernel-cache hit, not a compile. Instances are kept by the
@@ -453,18 +467,25 @@ std::shared_ptr<Graph> Recorder::instance(Leaf& leaf) {
     layouts.insert(layouts.end(), {t.dim(), t.offset()});
     for (int d = 0; d < t.dim(); ++d) layouts.insert(layouts.end(), {t.size(d), t.stride(d)});
   }
+  for (const auto& [ordinal, args] : s.event_args)  // the integers the keys left out
+    for (const Arg& a : args) {
+      layouts.push_back(ordinal);
+      if (a.tag == kNumber) layouts.push_back(int64_t(a.num));
+      layouts.insert(layouts.end(), a.ints.begin(), a.ints.end());
+    }
   const bool hot = leaf.hits > fn_->opts.hot;
   if (!leaf.recompile_reason.empty()) {
     leaf.instances.clear();
     leaf.instance_order.clear();
   }
-  if (hot)
-    if (auto it = leaf.instances.find(layouts); it != leaf.instances.end()) return it->second;
   auto g = std::make_shared<Graph>(raw);
   g->dynamic = true;
   for (size_t v = 0; v < g->values.size() && v < s.vals.size(); ++v)
     if (s.vals[v].defined() && g->values[v].node >= 0) g->values[v].meta = meta_of(s.vals[v]);
-  if (!hot) return g;  // cold: runs on the eager kernels with this call's sizes
+  take_event_args(*g, s);
+  s.instance = g;  // lazy values not kept are recomputed from it (lazy.cpp)
+  if (!hot) return g;
+  if (auto it = leaf.instances.find(layouts); it != leaf.instances.end()) return it->second;  // cold: runs on the eager kernels with this call's sizes
   const bool first = leaf.instances.empty() && !leaf.compiled;
   g = compile(leaf, *g);
   g->reinstance = !first;

@@ -452,6 +452,15 @@ void take_event_args(Graph& g, const Segment& s) {
   }
 }
 
+std::shared_ptr<Graph> instance_of(const Graph& raw, const Segment& s) {
+  auto g = std::make_shared<Graph>(raw);
+  g->dynamic = true;
+  for (size_t v = 0; v < g->values.size() && v < s.vals.size(); ++v)
+    if (s.vals[v].defined() && g->values[v].node >= 0) g->values[v].meta = meta_of(s.vals[v]);
+  take_event_args(*g, s);
+  return g;
+}
+
 // A dynamic leaf runs an instance of its graph per shape: the recorded graph with this call's
 // layouts, optimised and compiled once hot - from size-generic kernels, so a new shape of a known
 // structure costs lowering and a kernel-cache hit, not a compile. Instances are kept by the
@@ -478,14 +487,10 @@ std::shared_ptr<Graph> Recorder::instance(Leaf& leaf) {
     leaf.instances.clear();
     leaf.instance_order.clear();
   }
-  auto g = std::make_shared<Graph>(raw);
-  g->dynamic = true;
-  for (size_t v = 0; v < g->values.size() && v < s.vals.size(); ++v)
-    if (s.vals[v].defined() && g->values[v].node >= 0) g->values[v].meta = meta_of(s.vals[v]);
-  take_event_args(*g, s);
-  s.instance = g;  // lazy values not kept are recomputed from it (lazy.cpp)
-  if (!hot) return g;
-  if (auto it = leaf.instances.find(layouts); it != leaf.instances.end()) return it->second;  // cold: runs on the eager kernels with this call's sizes
+  if (hot)
+    if (auto it = leaf.instances.find(layouts); it != leaf.instances.end()) return it->second;
+  std::shared_ptr<Graph> g = instance_of(raw, s);
+  if (!hot) return g;  // cold: runs on the eager kernels with this call's sizes
   const bool first = leaf.instances.empty() && !leaf.compiled;
   g = compile(leaf, *g);
   g->reinstance = !first;

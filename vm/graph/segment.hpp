@@ -37,13 +37,11 @@ struct Segment {
   // dynamic: the arguments of each event since the segment became dynamic, by op ordinal (its
   // keys no longer hold their integers: the graph's instance takes them from here)
   std::vector<std::pair<int, std::vector<Arg>>> event_args;
-  std::shared_ptr<Graph> instance;  // the recorded graph with this call's layouts and arguments
 
   void reset() {
     recording = passthrough = pending = dynamic = false;
     symbolic.clear();
     event_args.clear();
-    instance.reset();
     ops = 0;
     next_vid = 0;
     vals.clear();
@@ -99,5 +97,7 @@ bool reads_host_memory(const ExecRecord& r);
 
 double now_us();
 void take_event_args(Graph& g, const Segment& s);
+// A dynamic segment's graph for this call: `raw` with the call's layouts and integers.
+std::shared_ptr<Graph> instance_of(const Graph& raw, const Segment& s);
 
 }  // namespace cr::graph

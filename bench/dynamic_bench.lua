@@ -1,0 +1,35 @@
+-- Dynamic shapes (issue 6): the anchor's workloads compiled with symbolic sizes (dynamic = true:
+-- every dim of every input symbolic, so the kernels read all sizes and strides at run time)
+-- against the same workloads specialised on their sizes (dynamic = false), in one run.
+--   CRESCENT_NUM_THREADS=2 build/crescent bench/dynamic_bench.lua [reps]
+--   DEVICE=cuda build/crescent bench/dynamic_bench.lua [reps]
+-- Prints a markdown table: median µs of each (T.bench: wall time on the CPU, CUDA events on the
+-- GPU), symbolic / specialised, and the max abs difference between the two results.
+local T = require "crescent"
+package.path = "bench/?.lua;" .. package.path
+local reps = tonumber(arg and arg[1]) or 30
+local DEVICE = os.getenv("DEVICE") or "cpu"
+T.manual_seed(0)
+T.config.sync_compile = true
+local work = require("workloads")(DEVICE)
+local unpack = unpack or table.unpack
+
+print(string.format("dynamic shapes, %s, %d threads, median of %d", DEVICE, T.get_num_threads(), reps))
+print("| workload | specialised µs | symbolic µs | symbolic / specialised | max abs diff |")
+print("|---|---|---|---|---|")
+local only = os.getenv("ONLY")
+for _, w in ipairs(work) do if not only or w[1] == only then
+  local name, fn, args = w[1], w[2], w[3]
+  local res, us = {}, {}
+  for i, dyn in ipairs { false, true } do
+    T.compiler.reset()
+    local f = T.compile(fn, { hot = 0, dynamic = dyn })
+    f(unpack(args)); f(unpack(args))  -- record, compile
+    res[i] = f(unpack(args)):float()
+    collectgarbage()
+    us[i] = T.bench(f, args, { warmup = 10, reps = reps }).median_us
+  end
+  local diff = (res[1] - res[2]):abs():max():item()
+  print(string.format("| %s | %.1f | %.1f | %.2f | %.2g |", name, us[1], us[2], us[2] / us[1], diff))
+  io.stdout:flush()
+end end

@@ -173,6 +173,8 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
       pending_reason_ = cat(def.name, ": the layouts of its outputs cannot be derived for these symbolic sizes");
       return false;
     }
+    // (the arguments as they are now: an in-place op's output takes its first argument's tensor)
+    if (s.dynamic) s.event_args.emplace_back(s.ops, to_args(args, nargs));
     for (size_t i = 0; i < c->outs.size(); ++i) {
       const guards::OutInfo& o = c->outs[i];
       s.next_vid = std::max(s.next_vid, o.vid + 1);
@@ -191,7 +193,6 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
         outs.push_back(std::move(t));
       }
     }
-    if (s.dynamic) s.event_args.emplace_back(s.ops, to_args(args, nargs));
     s.pos = c.get();
     s.pending = true;
     ++s.ops;

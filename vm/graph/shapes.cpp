@@ -8,8 +8,9 @@
 //
 //  - ops with an `infer` rule (pointwise, reductions, linalg, creation, ...): infer, whose
 //    outputs are contiguous (the dispatcher allocates them so);
-//  - views, split and chunk: the op itself on "phantom" storage - a storage without memory - for
-//    the lazy arguments, since views only compute headers (reshape refuses to copy one);
+//  - views, split and chunk: the op itself, on headers.
+// Lazy arguments get "phantom" storage - a storage without memory - meanwhile, since views (and
+// infer rules that take views, as matmul's) only compute headers; reshape refuses to copy one.
 //  - conversions and contiguous: the input's sizes, contiguous, the recorded dtype and device;
 //  - cat and stack: their size arithmetic.
 #include "vm/graph/segment.hpp"
@@ -56,7 +57,7 @@ void with_phantoms(const cr_value* args, int nargs, F&& fn) {
 
 // Views, split, chunk: run on headers.
 bool derive_views(OpCall& c, const std::vector<guards::OutInfo>& recorded, std::vector<ValueMeta>& metas) {
-  with_phantoms(c.args, c.nargs, [&] { c.def.run(c); });
+  c.def.run(c);
   if (c.outs.size() != recorded.size()) return false;
   for (size_t i = 0; i < c.outs.size(); ++i) {
     if (!recorded[i].fresh) return false;
@@ -128,15 +129,20 @@ bool derive_outputs(Context& ctx, int op, const cr_value* args, int nargs, const
   metas.assign(recorded.size(), ValueMeta{});
   OpCall c{ctx, def, args, nargs, {}, {}};
   const std::string name = def.name;
+  bool ok = false;
   try {
-    if (def.infer) return derive_inferred(c, recorded, metas);
-    if (def.kind == OpKind::View || name == "split" || name == "chunk") return derive_views(c, recorded, metas);
-    if (name == "cat" || name == "stack") return derive_join(c, recorded, metas);
-    if (def.kind == OpKind::Convert) return derive_conversion(c, recorded, metas);
+    // (infer rules may take views of their arguments too, as matmul's does)
+    with_phantoms(args, nargs, [&] {
+      if (def.infer) ok = derive_inferred(c, recorded, metas);
+      else if (def.kind == OpKind::View || name == "split" || name == "chunk") ok = derive_views(c, recorded, metas);
+      else if (name == "cat" || name == "stack") ok = derive_join(c, recorded, metas);
+      else if (def.kind == OpKind::Convert) ok = derive_conversion(c, recorded, metas);
+    });
   } catch (const Error&) {
-    // the op would fail with these sizes: running it eagerly raises its own error
+    ok = false;  // the op would fail with these sizes: running it eagerly raises its own error
   }
-  return false;
+  c.outs.clear();  // the headers made meanwhile (the last references to the phantoms)
+  return ok;
 }
 
 }  // namespace cr::graph

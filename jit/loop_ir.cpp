@@ -63,23 +63,39 @@ std::string affine_str(const Affine& a) {
   return s;
 }
 
+namespace {
+
+// Calls f(field, is_size) for every integer field parametrize() may slot, in its slot order:
+// loop sizes, the chunk (when set), then the coefficients and constant of each load and store.
+template <typename K, typename F>
+void each_int(K& k, F&& f) {
+  auto address = [&](auto& a) {
+    for (auto& c : a.k) f(c, false);
+    f(a.c, false);
+  };
+  for (auto& s : k.sizes) f(s, true);
+  if (k.chunk > 0) f(k.chunk, true);
+  for (auto& e : k.body.exprs)
+    if (e.op == EOp::Load) address(e.index[0]);
+  for (auto& s : k.stores) address(s.addr);
+}
+
+}  // namespace
+
 std::vector<int64_t> parametrize(Kernel& k) {
   std::vector<int64_t> params;
-  auto slot = [&](int64_t& x) {
+  each_int(k, [&](int64_t& x, bool size) {
+    if (!size && x >= -1 && x <= 1) return;  // coefficients 0 and +-1 stay literal
     params.push_back(x);
     x = kParamBase + int64_t(params.size() - 1);
-  };
-  auto address = [&](Affine& a) {
-    for (int64_t& c : a.k)
-      if (c < -1 || c > 1) slot(c);
-    if (a.c < -1 || a.c > 1) slot(a.c);
-  };
-  for (int64_t& s : k.sizes) slot(s);
-  if (k.chunk > 0) slot(k.chunk);
-  for (Expr& e : k.body.exprs)
-    if (e.op == EOp::Load) address(e.index[0]);
-  for (Store& s : k.stores) address(s.addr);
+  });
   return params;
+}
+
+size_t param_count(const Kernel& k) {
+  size_t n = 0;
+  each_int(k, [&](int64_t x, bool) { n += is_param(x); });
+  return n;
 }
 
 namespace {

@@ -173,6 +173,8 @@ constexpr int64_t kParamBase = int64_t(1) << 60;
 inline bool is_param(int64_t x) { return x >= kParamBase; }
 inline size_t param_slot(int64_t x) { return size_t(x - kParamBase); }
 std::vector<int64_t> parametrize(Kernel& k);
+// The number of parameters of a parametrized kernel (slots 0 .. n-1, each used once).
+size_t param_count(const Kernel& k);
 std::string int_str(int64_t x);  // "12", or "P3" for a parameter
 
 }  // namespace cr::jit

@@ -166,20 +166,10 @@ class KernelEmitter {
   // GCC keeps them in registers, and they stay loop invariants it can vectorise over, which
   // reads through P would not be (a store into an int64 buffer might alias P).
   void load_params(gcc_jit_rvalue* P) {
-    auto use = [&](int64_t x) {
-      if (!is_param(x) || params_.count(param_slot(x))) return;
-      gcc_jit_lvalue* at = J.context_new_array_access(c_, nullptr, P, i64(int64_t(param_slot(x))));
-      params_[param_slot(x)] = assign(J.lvalue_as_rvalue(at), t_.i64, "p");
-    };
-    auto use_affine = [&](const Affine& a) {
-      for (int64_t x : a.k) use(x);
-      use(a.c);
-    };
-    for (int64_t s : k_.sizes) use(s);
-    use(k_.chunk);
-    for (const Expr& e : k_.body.exprs)
-      if (e.op == EOp::Load) use_affine(e.index[0]);
-    for (const Store& s : k_.stores) use_affine(s.addr);
+    for (size_t j = 0, n = param_count(k_); j < n; ++j) {
+      gcc_jit_lvalue* at = J.context_new_array_access(c_, nullptr, P, i64(int64_t(j)));
+      params_[j] = assign(J.lvalue_as_rvalue(at), t_.i64, "p");
+    }
   }
   bool parametric_sizes() const {
     return std::any_of(k_.sizes.begin(), k_.sizes.end(), [](int64_t s) { return is_param(s); });

@@ -106,24 +106,6 @@ std::vector<Param> params_of(const Kernel& k, const Plan& plan) {
   return ps;
 }
 
-// The number of size parameters of a template: one more than the highest slot it names.
-int param_count(const Kernel& k) {
-  size_t n = 0;
-  auto see = [&](int64_t x) {
-    if (is_param(x)) n = std::max(n, param_slot(x) + 1);
-  };
-  auto see_affine = [&](const Affine& a) {
-    for (int64_t c : a.k) see(c);
-    see(a.c);
-  };
-  for (int64_t s : k.sizes) see(s);
-  see(k.chunk);
-  for (const Expr& e : k.body.exprs)
-    if (e.op == EOp::Load) see_affine(e.index[0]);
-  for (const Store& s : k.stores) see_affine(s.addr);
-  return int(n);
-}
-
 // extern "C" __global__ void __launch_bounds__(B) kN(float* __restrict__ p0, const float* ...)
 // Size parameters follow the pointers as separate int64_t arguments named as the loop IR prints
 // them (P<j>, int_str), so the addresses' text (affine_str) is valid CUDA as it is; they live in
@@ -164,7 +146,7 @@ std::string kernel_text(size_t i, const Plan& plan, const Target& t, CudaKernel&
   const Kernel& k = plan.code(i);
   c.name = k.name;
   c.params = params_of(k, plan);
-  c.size_params = param_count(k);
+  c.size_params = int(param_count(k));
   if (int64_t(8 * (c.params.size() + size_t(c.size_params))) > kMaxArgBytes)
     throw Error(cat("CUDA code generation: ", k.name, " has ", c.size_params, " size parameters, over CUDA's ", kMaxArgBytes, " bytes of arguments"));
   Lines body;

@@ -2,8 +2,10 @@
 // also runs eagerly on sample values, which give every value its metadata).
 #pragma once
 #include <catch2/catch.hpp>
+#include <random>
 
 #include "vm/graph/graph.hpp"
+#include "vm/kernels/loop.hpp"
 
 namespace cr::testing {
 
@@ -12,6 +14,20 @@ using graph::Graph;
 using graph::Node;
 using graph::NodeKind;
 using graph::meta_of;
+
+// A float32 tensor of uniform values in [-2, 2), and a contiguous copy of a tensor.
+inline Tensor uniform(const Shape& s, uint32_t seed) {
+  Tensor t = Tensor::empty(s, DType::f32);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-2, 2);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(gen);
+  return t;
+}
+inline Tensor copy_of(const Tensor& t) {
+  Tensor r = Tensor::empty(t.sizes(), t.dtype());
+  copy_into(r, t);
+  return r;
+}
 
 inline Arg T(int32_t v) { Arg a; a.tag = kTensor; a.value = v; return a; }
 inline Arg N(double x) { Arg a; a.tag = kNumber; a.num = x; return a; }

@@ -27,20 +27,6 @@ bool have_gccjit() {
   return false;
 }
 
-Tensor uniform(const Shape& s, uint32_t seed) {
-  Tensor t = Tensor::empty(s, DType::f32);
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(-2, 2);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(gen);
-  return t;
-}
-
-Tensor copy_of(const Tensor& t) {
-  Tensor r = Tensor::empty(t.sizes(), t.dtype());
-  copy_into(r, t);
-  return r;
-}
-
 // Every element within float32 rounding of a different summation order.
 void require_close(const Tensor& got, const Tensor& want) {
   REQUIRE(got.defined());

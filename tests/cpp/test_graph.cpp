@@ -14,20 +14,6 @@ using namespace cr::testing;
 
 namespace {
 
-Tensor uniform(const Shape& s, uint32_t seed) {
-  Tensor t = Tensor::empty(s, DType::f32);
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(-2, 2);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(gen);
-  return t;
-}
-
-Tensor copy_of(const Tensor& t) {
-  Tensor r = Tensor::empty(t.sizes(), t.dtype());
-  copy_into(r, t);
-  return r;
-}
-
 // Every element equal, same dtype and shape (strides may differ).
 bool same(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined() || a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;

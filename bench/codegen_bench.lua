@@ -26,7 +26,7 @@ os.execute("mkdir -p '" .. tmp .. "'")
 -- DEVICE=cuda: the anchor's GPU sizes, inputs on the device, T.bench's device timer
 local DEVICE = os.getenv("DEVICE") or "cpu"
 local GPU = DEVICE ~= "cpu"
-package.path = "bench/?.lua;" .. package.path
+package.path = ((arg and arg[0] or ""):match("^(.*)/") or ".") .. "/?.lua;" .. package.path  -- bench/workloads.lua
 local work = require("workloads")(DEVICE)
 
 local out = io.stdout

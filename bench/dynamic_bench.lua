@@ -6,7 +6,7 @@
 -- Prints a markdown table: median µs of each (T.bench: wall time on the CPU, CUDA events on the
 -- GPU), symbolic / specialised, and the max abs difference between the two results.
 local T = require "crescent"
-package.path = "bench/?.lua;" .. package.path
+package.path = ((arg and arg[0] or ""):match("^(.*)/") or ".") .. "/?.lua;" .. package.path  -- bench/workloads.lua
 local reps = tonumber(arg and arg[1]) or 30
 local DEVICE = os.getenv("DEVICE") or "cpu"
 T.manual_seed(0)

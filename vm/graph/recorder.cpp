@@ -507,8 +507,9 @@ std::shared_ptr<Graph> Recorder::instance(Leaf& leaf) {
 // The symbolic dims of the segment's inputs, for T.explain: "%0:1=7" (value, 0-based dim, size).
 std::string Recorder::symbolic_dims(const Segment& s) const {
   std::string r;
+  if (!s.dynamic) return r;  // (every call ends segments here: static ones pay nothing)
   for (size_t v = 0; v < s.symbolic.size() && v < s.vals.size(); ++v)
-    for (int d = 0; d < 32; ++d)
+    for (int d = 0; d < 32 && s.symbolic[v] >> d; ++d)
       if (s.symbolic[v] >> d & 1 && s.vals[v].defined())
         r += cat(r.empty() ? "" : " ", "%", v, ":", d, "=", s.vals[v].size(d));
   return r;

@@ -13,6 +13,8 @@
 // infer rules that take views, as matmul's) only compute headers; reshape refuses to copy one.
 //  - conversions and contiguous: the input's sizes, contiguous, the recorded dtype and device;
 //  - cat and stack: their size arithmetic.
+#include <string_view>
+
 #include "vm/graph/segment.hpp"
 
 namespace cr::graph {
@@ -71,7 +73,8 @@ bool derive_conversion(OpCall& c, const std::vector<guards::OutInfo>& recorded, 
   if (recorded.size() != 1) return false;
   Tensor x = c.tensor(0);
   const guards::OutInfo& o = recorded[0];
-  if (std::string(c.def.name) == "contiguous" && o.fresh == x.is_contiguous()) return false;
+  // (contiguous is the one conversion whose copying depends on the layout, not on dtype / device)
+  if (std::string_view(c.def.name) == "contiguous" && o.fresh == x.is_contiguous()) return false;
   if (!o.fresh) return true;  // dtype and device are the same as when recorded: it returns x
   if (!contiguous_meta(o.meta)) return false;
   metas[0] = contiguous_like(x.sizes(), o.meta);
@@ -80,12 +83,14 @@ bool derive_conversion(OpCall& c, const std::vector<guards::OutInfo>& recorded, 
 
 // cat / stack: the sizes of the inputs, joined along the dim.
 bool derive_join(OpCall& c, const std::vector<guards::OutInfo>& recorded, std::vector<ValueMeta>& metas) {
+  const std::string_view name = c.def.name;
+  if (name != "cat" && name != "stack") return false;
   if (recorded.size() != 1 || !recorded[0].fresh || !contiguous_meta(recorded[0].meta)) return false;
   std::vector<Tensor> ts = c.tensors(0);
   if (ts.empty() || ts[0].dim() == 0) return false;
   const Shape first = ts[0].sizes();
   const int n = int(first.size());
-  const bool is_cat = std::string(c.def.name) == "cat";
+  const bool is_cat = name == "cat";
   Shape sizes = first;
   if (is_cat) {
     const int d = c.has(1) ? c.dim(1, n) : 0;
@@ -128,14 +133,13 @@ bool derive_outputs(Context& ctx, int op, const cr_value* args, int nargs, const
   const OpDef& def = Registry::get().ops()[size_t(op)];
   metas.assign(recorded.size(), ValueMeta{});
   OpCall c{ctx, def, args, nargs, {}, {}};
-  const std::string name = def.name;
   bool ok = false;
   try {
     // (infer rules may take views of their arguments too, as matmul's does)
     with_phantoms(args, nargs, [&] {
       if (def.infer) ok = derive_inferred(c, recorded, metas);
-      else if (def.kind == OpKind::View || name == "split" || name == "chunk") ok = derive_views(c, recorded, metas);
-      else if (name == "cat" || name == "stack") ok = derive_join(c, recorded, metas);
+      else if (def.kind == OpKind::View || (def.flags & kListOut)) ok = derive_views(c, recorded, metas);  // split, chunk
+      else if (def.kind == OpKind::Join) ok = derive_join(c, recorded, metas);  // cat, stack
       else if (def.kind == OpKind::Convert) ok = derive_conversion(c, recorded, metas);
     });
   } catch (const Error&) {

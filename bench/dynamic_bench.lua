@@ -4,7 +4,10 @@
 --   CRESCENT_NUM_THREADS=2 build/crescent bench/dynamic_bench.lua [reps]
 --   DEVICE=cuda build/crescent bench/dynamic_bench.lua [reps]
 -- Prints a markdown table: median µs of each (T.bench: wall time on the CPU, CUDA events on the
--- GPU), symbolic / specialised, and the max abs difference between the two results.
+-- GPU), symbolic / specialised, and the max abs difference between the two results. On the GPU
+-- each timed sample is BATCH calls back to back (default 8; the time is per call): the host's
+-- work for a call then overlaps the kernels of the one before, so large workloads show their
+-- kernels' time, and host-bound ones (small_chain) the host's. BATCH=1 gives one call's latency.
 local T = require "crescent"
 package.path = ((arg and arg[0] or ""):match("^(.*)/") or ".") .. "/?.lua;" .. package.path  -- bench/workloads.lua
 local reps = tonumber(arg and arg[1]) or 30
@@ -14,22 +17,28 @@ T.config.sync_compile = true
 local work = require("workloads")(DEVICE)
 local unpack = unpack or table.unpack
 
-print(string.format("dynamic shapes, %s, %d threads, median of %d", DEVICE, T.get_num_threads(), reps))
-print("| workload | specialised µs | symbolic µs | symbolic / specialised | max abs diff |")
-print("|---|---|---|---|---|")
 local only = os.getenv("ONLY")
+local batch = tonumber(os.getenv("BATCH") or (DEVICE == "cpu" and 1 or 8))
+local function timed(f, args)  -- median µs per call, `batch` calls a sample
+  local function calls(...) for _ = 1, batch do f(...) end end
+  return T.bench(calls, args, { warmup = 10, reps = reps }).median_us / batch
+end
+print(string.format("dynamic shapes, %s, %d threads, median of %d samples of %d calls", DEVICE, T.get_num_threads(), reps, batch))
+print("| workload | specialised µs | symbolic µs | symbolic / specialised | max abs diff | graphs compiled (spec, sym) |")
+print("|---|---|---|---|---|---|")
 for _, w in ipairs(work) do if not only or w[1] == only then
   local name, fn, args = w[1], w[2], w[3]
-  local res, us = {}, {}
+  local res, us, compiles = {}, {}, {}
   for i, dyn in ipairs { false, true } do
     T.compiler.reset()
     local f = T.compile(fn, { hot = 0, dynamic = dyn })
     f(unpack(args)); f(unpack(args))  -- record, compile
     res[i] = f(unpack(args)):float()
     collectgarbage()
-    us[i] = T.bench(f, args, { warmup = 10, reps = reps }).median_us
+    us[i] = timed(f, args)
+    compiles[i] = T.compiler.stats().graphs_compiled
   end
   local diff = (res[1] - res[2]):abs():max():item()
-  print(string.format("| %s | %.1f | %.1f | %.2f | %.2g |", name, us[1], us[2], us[2] / us[1], diff))
+  print(string.format("| %s | %.1f | %.1f | %.2f | %.2g | %d, %d |", name, us[1], us[2], us[2] / us[1], diff, compiles[1], compiles[2]))
   io.stdout:flush()
 end end

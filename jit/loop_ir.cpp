@@ -77,6 +77,7 @@ void each_int(K& k, F&& f) {
   if (k.chunk > 0) f(k.chunk, true);
   for (auto& e : k.body.exprs)
     if (e.op == EOp::Load) address(e.index[0]);
+    else if (e.op == EOp::Count) f(e.count, true);
   for (auto& s : k.stores) address(s.addr);
 }
 
@@ -137,6 +138,7 @@ std::string Kernel::str() const {
     switch (e.op) {
       case EOp::Load: out << "buf" << e.value << "[" << affine_str(e.index[0]) << "]"; break;
       case EOp::Const: out << num_str(e.num, e.dtype); break;
+      case EOp::Count: out << "(double)" << int_str(e.count); break;
       case EOp::Cast: out << "(" << ctype(e.dtype) << ")e" << e.a; break;
       case EOp::Arith: out << (e.b < 0 ? cat(e.name, "e", e.a) : cat("e", e.a, " ", e.name, " e", e.b)); break;
       case EOp::Call: out << e.name << "(e" << e.a << (e.b >= 0 ? cat(", e", e.b) : "") << ")  /* block call */"; break;

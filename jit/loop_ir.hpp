@@ -49,7 +49,10 @@ const char* ctype(DType d);
 // Arith: "+", "-", "*", "/", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "!" (unary).
 // Call: a registry block function (element-wise, over arrays of the compute dtype).
 // Select: a ? b : c. Reduced: the accumulator of reduction `acc` (kernels only).
-enum class EOp : uint8_t { Load, Const, Cast, Arith, Call, Select, Reduced };
+// Count: a number of elements as a float64 (a reduction's count: mean's 1/n, var's n - 1), an
+// integer of the kernel like its sizes, so that a dynamic graph's templates take it as a
+// parameter instead of compiling per size.
+enum class EOp : uint8_t { Load, Const, Cast, Arith, Call, Select, Reduced, Count };
 
 struct Expr {
   EOp op = EOp::Const;
@@ -63,6 +66,7 @@ struct Expr {
   std::string name;  // Arith operator, Call function name ("exp"), for printing and hashing
   BlockFn fn = nullptr;
   int32_t acc = -1;  // Reduced
+  int64_t count = 0;  // Count (a parameter in templates: jit/loop_ir.hpp parametrize)
 };
 
 // An expression DAG: operands come before their users; `root` is the value.

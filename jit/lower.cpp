@@ -69,6 +69,12 @@ int32_t Lowerer::constant(Body& b, double x, DType d) {
   return b.add(std::move(e));
 }
 
+int32_t Lowerer::count(Body& b, int64_t n) {
+  Expr e{EOp::Count, DType::f64};
+  e.count = n;
+  return b.add(std::move(e));
+}
+
 int32_t Lowerer::cast(Body& b, int32_t e, DType d) {
   if (b.exprs[size_t(e)].dtype == d) return e;
   if (b.exprs[size_t(e)].op == EOp::Const) {  // casts of constants fold as the eager scalar would

@@ -23,6 +23,8 @@ struct Lowerer {
   // Loads value lv at variables `vars[d]` per dim (-1: index 0, a size-1 dim).
   static int32_t load_at(Body& b, const LoopValue& v, int32_t lv, const std::vector<int>& vars);
   static int32_t constant(Body& b, double x, DType d);
+  // n as a float64 that a dynamic graph's templates read as a parameter (EOp::Count)
+  static int32_t count(Body& b, int64_t n);
   static int32_t cast(Body& b, int32_t e, DType d);
   static int32_t arith(Body& b, const char* op, int32_t x, int32_t y, DType d);
   // A registry op's block function applied to x (and y): null when it has none for dtype d.

@@ -235,22 +235,31 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
     if (name == "mean") {
       int32_t s = sum_of([&](Body& b) { return D.input(b, od); });
       D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
-        return arith(b, "*", D.load_kept(b, s, vars), constant(b, 1.0 / double(D.count), f64), f64);
+        // (1 / n at run time, as eager folds it: the same bits, and one template for every n)
+        int32_t inv = arith(b, "/", constant(b, 1.0, f64), count(b, D.count), f64);
+        return arith(b, "*", D.load_kept(b, s, vars), inv, f64);
       });
     } else if (name == "var" || name == "std") {
       double correction = n.args.size() > 3 && n.args[3].tag == kNumber ? n.args[3].num : 1.0;
       if (n.args.size() > 4 && n.args[4].tag == kBool) correction = n.args[4].num != 0 ? 1.0 : 0.0;
-      double denom = std::max(0.0, double(D.count) - correction);
+      // n - correction: from the count at run time for the usual corrections (n >= 1 keeps it
+      // non-negative); other corrections fold, clamped at 0 as eager does
+      const bool usual = correction == 0 || correction == 1;
+      auto denom = [&](Body& b) {
+        if (!usual) return constant(b, std::max(0.0, double(D.count) - correction), f64);
+        int32_t c = count(b, D.count);
+        return correction == 0 ? c : arith(b, "-", c, constant(b, correction, f64), f64);
+      };
       int32_t s = sum_of([&](Body& b) { return D.input(b, f64); });
       int32_t mean = D.per_output(f64, false, [&](Body& b, const std::vector<int>& vars) {
-        return arith(b, "/", D.load_kept(b, s, vars), constant(b, double(D.count), f64), f64);
+        return arith(b, "/", D.load_kept(b, s, vars), count(b, D.count), f64);
       });
       int32_t ss = sum_of([&](Body& b) {
         int32_t dx = arith(b, "-", D.input(b, f64), D.at_full(b, mean), f64);
         return arith(b, "*", dx, dx, f64);
       });
       D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
-        int32_t v = arith(b, "/", D.load_kept(b, ss, vars), constant(b, denom, f64), f64);
+        int32_t v = arith(b, "/", D.load_kept(b, ss, vars), denom(b), f64);
         return name == "std" ? fn(b, "sqrt", v) : v;
       });
     } else if (name == "norm") {

@@ -225,6 +225,7 @@ class KernelEmitter {
     switch (e.op) {
       case EOp::Load: return J.lvalue_as_rvalue(element(e.value, e.index[0]));
       case EOp::Const: return constant(e.num, e.dtype);
+      case EOp::Count: return J.context_new_cast(c_, nullptr, num(e.count), t_.f64);
       case EOp::Cast: return cast(operand(e.a), dt(e.a), e.dtype);
       case EOp::Reduced: return J.lvalue_as_rvalue(accs_.at(e.acc));
       case EOp::Select: return select(operand(e.a), operand(e.b), operand(e.c), e.dtype);

@@ -16,6 +16,7 @@ const char* form_name(Form f) {
     case Form::ReduceThread: return "thread-per-row reduction";
     case Form::ReduceWarp: return "warp-per-row reduction";
     case Form::ReduceBlock: return "block-per-row reduction";
+    case Form::ReduceTeam: return "warp- or block-per-row reduction";
   }
   return "?";
 }
@@ -58,19 +59,16 @@ std::string KernelWriter::product_text(size_t first, size_t last) const {
 }
 
 void KernelWriter::set_index_type() {
-  if (dynamic) {
-    out.index32 = false;
-    return;
-  }
-  int64_t bound = product(k, 0, k.sizes.size());
+  const Kernel& c = instance;  // (the same as k when specialised)
+  int64_t bound = product(c, 0, c.sizes.size());
   auto reach = [&](const Affine& a) {
     int64_t r = std::abs(a.c);
-    for (size_t v = 0; v < a.k.size() && v < k.sizes.size(); ++v) r += std::abs(a.k[v]) * std::max<int64_t>(k.sizes[v] - 1, 0);
+    for (size_t v = 0; v < a.k.size() && v < c.sizes.size(); ++v) r += std::abs(a.k[v]) * std::max<int64_t>(c.sizes[v] - 1, 0);
     bound = std::max(bound, r);
   };
-  for (const Expr& e : k.body.exprs)
+  for (const Expr& e : c.body.exprs)
     if (e.op == EOp::Load) reach(e.index[0]);
-  for (const Store& s : k.stores) reach(s.addr);
+  for (const Store& s : c.stores) reach(s.addr);
   int64_t step = std::max<int64_t>(out.grid, 1) * out.block * 4;
   out.index32 = bound + step < (int64_t(1) << 31);
 }
@@ -119,20 +117,23 @@ std::string signature(const CudaKernel& c) {
     std::string q = p.written && p.read ? cat(t, "* ") : p.written ? cat(t, "* __restrict__ ") : cat("const ", t, "* __restrict__ ");
     s += cat(i ? ", " : "", q, "p", i);
   }
-  for (int j = 0; j < c.size_params; ++j) s += cat(", const int64_t P", j);
+  // (32-bit code takes its sizes as int: the launch passes int64_t values, of which the driver
+  // copies the parameter's 4 bytes - the low half, on every little-endian host)
+  for (int j = 0; j < c.size_params; ++j) s += cat(", const ", c.index32 ? "int" : "int64_t", " P", j);
   return s + ")";
 }
 
 // The comment above a kernel. A template's names no size, grid or row count: the source is the
 // cache key of every instance.
 std::string head(const Kernel& k, const CudaKernel& c, bool dynamic) {
-  std::string form = cat(form_name(c.form), c.vector_width > 1 ? ", float4-style vectors of 4" : "");
   if (dynamic) {
     std::string loops;
     for (size_t v = 0; v < k.sizes.size(); ++v) loops += cat(v ? ", " : "", int_str(k.sizes[v]));
-    return cat("// ", k.name, ": ", form, c.form != Form::Pointwise ? ", looped" : "", ", block ", c.block,
-               ", 64-bit indices; loops {", loops, "}, sizes from ", c.size_params, " parameters\n");
+    return cat("// ", k.name, ": ", form_name(c.form), c.vector_form ? ", vectors of 4 where the sizes allow" : "",
+               c.form == Form::ReduceTeam ? ", persistent or looped" : c.form != Form::Pointwise ? ", looped" : "", ", block ", c.block, ", ", c.index32 ? "32" : "64",
+               "-bit indices; loops {", loops, "}, sizes from ", c.size_params, " parameters\n");
   }
+  std::string form = cat(form_name(c.form), c.vector_width > 1 ? ", float4-style vectors of 4" : "");
   return cat("// ", k.name, ": ", form,
              c.form != Form::Pointwise ? cat(", ", c.rows, " rows of ", c.row_size, c.persistent ? ", persistent" : ", looped") : "",
              ", grid ", c.grid, " x block ", c.block, ", ", c.index32 ? "32" : "64", "-bit indices; loops ", shape_str(k.sizes), "\n");
@@ -151,7 +152,8 @@ std::string kernel_text(size_t i, const Plan& plan, const Target& t, CudaKernel&
     throw Error(cat("CUDA code generation: ", k.name, " has ", c.size_params, " size parameters, over CUDA's ", kMaxArgBytes, " bytes of arguments"));
   Lines body;
   body.indent = 1;
-  KernelWriter w{k, plan.kernels[i], t, c, body, fns};
+  static const std::vector<int64_t> none;
+  KernelWriter w{k, plan.kernels[i], plan.params.empty() ? none : plan.params[i], t, c, body, fns};
   if (k.accs.empty()) write_pointwise(w);
   else write_reduction(w);
   return cat(head(k, c, w.dynamic), signature(c), " {\n  typedef ", c.index32 ? "int" : "int64_t", " idx_t;\n", body.text, "}\n");

@@ -37,6 +37,7 @@ enum class Form : uint8_t {
   ReduceThread,  // one row per thread (rows are short, or strided while rows are contiguous)
   ReduceWarp,    // one row per warp, folded with warp shuffles
   ReduceBlock,   // one row per block, warp shuffles then shared memory
+  ReduceTeam,    // a template's rows: a warp or the block per row, by the row length at run time
 };
 const char* form_name(Form f);
 
@@ -50,6 +51,7 @@ struct CudaKernel {
   std::string name;
   Form form = Form::Pointwise;
   int vector_width = 1;     // pointwise: elements per thread per step (4: 16-byte vector access)
+  bool vector_form = false; // the code has the vector form (a template: beside the scalar one)
   bool persistent = false;  // reductions: each thread's part of a row stays in registers
                             // across the passes of the row (else each pass re-reads it: looped)
   bool index32 = false;     // indices computed in 32 bits

@@ -97,6 +97,7 @@ std::string Exprs::rhs(int32_t i) {
   switch (e.op) {
     case EOp::Load: return load ? load(e) : plain_load(e);
     case EOp::Const: return literal(e.num, e.dtype);
+    case EOp::Count: return cat("double(", int_str(e.count), ")");
     case EOp::Cast: {
       DType from = k_.body.exprs[size_t(e.a)].dtype;
       if (e.dtype == DType::b8 && from != DType::b8) return cat("(", name(e.a), " != 0)");

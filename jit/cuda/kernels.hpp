@@ -18,6 +18,7 @@ int64_t product(const Kernel& k, size_t first, size_t last);
 struct KernelWriter {
   const Kernel& k;         // the code's kernel: the template of a dynamic kernel
   const Kernel& instance;  // the concrete kernel (the same as k when specialised): launch only
+  const std::vector<int64_t>& params;  // a template's parameter values for the instance
   const Target& target;
   CudaKernel& out;
   Lines& lines;
@@ -27,8 +28,8 @@ struct KernelWriter {
   // the index type of the generated code: the kernel's typedef (int or int64_t, set_index_type)
   const std::string idx = "idx_t";
   // Picks 32-bit indices (CudaKernel::index32) when every element count and address, plus one
-  // grid-stride step, stays below 2^31. Needs the launch configuration. Dynamic kernels have no
-  // bound: 64 bits.
+  // grid-stride step, stays below 2^31. Needs the launch configuration. A template decides by its
+  // instance: its 32-bit form (size parameters as int) is another source, for another key.
   void set_index_type();
   // Defines variables i<first> .. i<last-1> from `linear`, a row-major index over variables
   // first .. end-1 (the last fastest).

@@ -8,10 +8,14 @@
 // variable at an address that is a multiple of 4 (16 bytes for float32), the 4 lanes' stores
 // are one vector store; loads of the same kind are one vector load, loads constant along the
 // innermost variable one scalar load, and any other load (a transposed input) is read per lane.
-// Templates of dynamic graphs (sizes are parameters P<j>) divide by the parameters, and are
-// scalar: nothing in their structure says that the row length is a multiple of 4.
+// Templates of dynamic graphs (sizes are parameters P<j>) divide by the parameters. Whether
+// their row length and addresses are multiples of 4 is known only at launch, so a template has
+// both forms: the kernel checks its parameters once and takes the vector loop when they allow
+// (the host makes the same check to size the grid, launch_grid). One source serves every size;
+// no recompile when a size stops being a multiple of 4.
 #include "jit/cuda/kernels.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace cr::jit::cuda {
@@ -32,22 +36,55 @@ int64_t pointwise_waves() {
 }
 
 // Address a walks the innermost variable `last` with unit stride from a multiple of 4 whenever
-// that variable is a multiple of 4.
-bool aligned_unit(const Affine& a, size_t last) {
-  if (a.coef(last) != 1 || a.c % kVec != 0) return false;
+// that variable is a multiple of 4. In a template, a parameter may be any value: `params` then
+// gets the parameters that must be multiples of 4 (checked at run time).
+bool aligned_unit(const Affine& a, size_t last, std::vector<int64_t>* params = nullptr) {
+  if (a.coef(last) != 1) return false;
+  auto multiple = [&](int64_t x) {
+    if (params && is_param(x)) {
+      params->push_back(x);
+      return true;
+    }
+    return x % kVec == 0;
+  };
+  if (!multiple(a.c)) return false;
   for (size_t v = 0; v < a.k.size(); ++v)
-    if (v != last && a.k[v] % kVec != 0) return false;
+    if (v != last && !multiple(a.k[v])) return false;
   return true;
 }
 
-// A template's row length is a parameter, which may be any size: no vectors (its addresses'
-// parameters would need to be multiples of 4 too).
-bool vectorisable(const Kernel& k) {
+// Whether every store writes 4 lanes with one vector store (and the innermost loop is a multiple
+// of 4): for a template, whether it can, given `params` (the row length and the addresses'
+// parameters) multiples of 4.
+bool vectorisable(const Kernel& k, std::vector<int64_t>* params = nullptr) {
   size_t last = k.sizes.size() - 1;
-  if (is_param(k.sizes[last]) || k.sizes[last] % kVec != 0 || k.stores.empty()) return false;
+  if (k.stores.empty()) return false;
+  if (params && is_param(k.sizes[last])) params->push_back(k.sizes[last]);
+  else if (k.sizes[last] % kVec != 0) return false;
   for (const Store& s : k.stores)
-    if (!aligned_unit(s.addr, last)) return false;
+    if (!aligned_unit(s.addr, last, params)) return false;
   return true;
+}
+
+// The loads a vector group reads with one vector load.
+std::vector<char> vector_loads(const Kernel& k, std::vector<int64_t>* params = nullptr) {
+  std::vector<char> r(k.body.exprs.size(), 0);
+  for (size_t i = 0; i < k.body.exprs.size(); ++i) {
+    const Expr& e = k.body.exprs[i];
+    r[i] = e.op == EOp::Load && aligned_unit(e.index[0], k.sizes.size() - 1, params);
+  }
+  return r;
+}
+
+// A template's vector form: the parameters that must be multiples of 4 for it (none: it has no
+// vector form). The instance (same structure, concrete values) tells whether this launch takes it.
+std::vector<int64_t> vector_params(const Kernel& t) {
+  std::vector<int64_t> ps;
+  if (!vectorisable(t, &ps)) return {};
+  vector_loads(t, &ps);
+  std::sort(ps.begin(), ps.end());
+  ps.erase(std::unique(ps.begin(), ps.end()), ps.end());
+  return ps;
 }
 
 void scalar_body(KernelWriter& w, Exprs& ex) {
@@ -60,11 +97,12 @@ void vector_body(KernelWriter& w, Exprs& ex) {
   size_t last = k.sizes.size() - 1;
   std::string lane_var = cat("i", last);
   w.lines.add(cat("const ", w.idx, " ", lane_var, " = j;  // lane 0"));
-  std::vector<char> vec_load(k.body.exprs.size(), 0);
+  // (a template's vector form reads with vectors what its instances' may: vector_params)
+  std::vector<int64_t> params;
+  std::vector<char> vec_load = vector_loads(k, w.dynamic ? &params : nullptr);
   for (size_t i = 0; i < k.body.exprs.size(); ++i) {
     const Expr& e = k.body.exprs[i];
-    if (e.op != EOp::Load || !aligned_unit(e.index[0], last)) continue;
-    vec_load[i] = 1;
+    if (!vec_load[i]) continue;
     w.lines.add(cat("const cr::vec4<", cuda_type(e.dtype), "> v", i, " = cr::load4(p", e.value, " + ", affine_str(e.index[0]), ");"));
   }
   for (size_t s = 0; s < k.stores.size(); ++s)
@@ -89,31 +127,65 @@ void vector_body(KernelWriter& w, Exprs& ex) {
 
 }  // namespace
 
+namespace {
+
+// for (g = first group of this thread; g < groups; g += threads in the grid): the body per group
+void group_loop(KernelWriter& w, bool vector) {
+  const Kernel& k = w.k;
+  Lines& L = w.lines;
+  const std::string B = cat(w.out.block), &idx = w.idx;
+  const size_t n = k.sizes.size(), last = n - 1;
+  std::string elements = w.product_text(0, n);
+  std::string groups = !vector ? elements : w.dynamic ? cat(elements, " / ", kVec) : cat(product(k, 0, n) / kVec);
+  L.add(cat("const ", idx, " n = ", groups, ";  // ", vector ? "groups of 4 elements" : "elements"));
+  L.open(cat("for (", idx, " g = ", idx, "(blockIdx.x) * ", B, " + ", idx, "(threadIdx.x); g < n; g += ", idx, "(gridDim.x) * ", B, ")"));
+  L.add(cat("const ", idx, " l = g", vector ? cat(" * ", kVec) : "", ";"));
+  Exprs ex(k, L, w.functions);
+  if (!vector) {
+    w.decompose("l", 0, n, n);
+    scalar_body(w, ex);
+  } else {
+    w.decompose("l", 0, last, n);
+    L.add(cat("const ", idx, " j = l % ", int_str(k.sizes[last]), ";"));
+    vector_body(w, ex);
+  }
+  L.close();
+}
+
+// The instance's launch takes the vector form: its values of the template's parameters are
+// multiples of 4.
+bool instance_vectorises(const std::vector<int64_t>& params, const std::vector<int64_t>& values) {
+  if (params.empty()) return false;
+  for (int64_t p : params)
+    if (values[param_slot(p)] % kVec != 0) return false;
+  return true;
+}
+
+}  // namespace
+
 void write_pointwise(KernelWriter& w) {
   const Kernel& k = w.k;
   CudaKernel& o = w.out;
   o.form = Form::Pointwise;
-  o.vector_width = vectorisable(k) ? kVec : 1;
   o.block = kPointwiseBlock;
+  std::vector<int64_t> vparams = w.dynamic ? vector_params(k) : std::vector<int64_t>{};
+  const bool vector = w.dynamic ? instance_vectorises(vparams, w.params) : vectorisable(k);
+  o.vector_width = vector ? kVec : 1;
+  o.vector_form = w.dynamic ? !vparams.empty() : vector;
   w.set_grid(o.block, pointwise_waves());
   w.set_index_type();
-  Lines& L = w.lines;
-  std::string B = cat(o.block);
-  std::string groups = o.vector_width == 1 ? w.product_text(0, k.sizes.size()) : cat(product(k, 0, k.sizes.size()) / o.vector_width);
-  L.add(cat("const ", w.idx, " n = ", groups, ";  // ", o.vector_width == 1 ? "elements" : "groups of 4 elements"));
-  L.open(cat("for (", w.idx, " g = ", w.idx, "(blockIdx.x) * ", B, " + ", w.idx, "(threadIdx.x); g < n; g += ", w.idx, "(gridDim.x) * ", B, ")"));
-  L.add(cat("const ", w.idx, " l = g", o.vector_width == 1 ? "" : cat(" * ", kVec), ";"));
-  Exprs ex(k, L, w.functions);
-  size_t last = k.sizes.size() - 1;
-  if (o.vector_width == 1) {
-    w.decompose("l", 0, k.sizes.size(), k.sizes.size());
-    scalar_body(w, ex);
-  } else {
-    w.decompose("l", 0, last, k.sizes.size());
-    L.add(cat("const ", w.idx, " j = l % ", k.sizes[last], ";"));
-    vector_body(w, ex);
+  if (!w.dynamic || vparams.empty()) {
+    group_loop(w, vector);
+    return;
   }
-  L.close();
+  std::string test;
+  for (int64_t p : vparams) test += cat(test.empty() ? "" : " && ", int_str(p), " % ", kVec, " == 0");
+  w.lines.open(cat("if (", test, ")"));
+  group_loop(w, true);
+  w.lines.close();
+  w.lines.open("else");
+  group_loop(w, false);
+  w.lines.close();
 }
 
 }  // namespace cr::jit::cuda

@@ -11,8 +11,14 @@
 //
 // Persistent rows (at most kPersistentItems elements a thread): the element loop is unrolled over
 // a compile-time count, and loads and op calls that later stages use again stay in registers, so
-// softmax / layer_norm read their input once. Longer rows loop and re-read (looped form), as do
-// the templates of dynamic graphs, whose row counts and lengths are parameters known at launch.
+// softmax / layer_norm read their input once. Longer rows loop and re-read (looped form).
+//
+// Templates of dynamic graphs know their row count and length only at launch. A template of
+// contiguous rows has both forms and picks at run time, from its parameters (uniform over the
+// grid; the host picks the same to size the grid):
+//   team = row length > kWarpRowMax ? the block : a warp
+//   if (row length <= team * kTemplateItems) persistent form (items guarded) else looped form
+// Column reductions keep a thread per row, looped.
 // Whole-tensor reductions are already split in two kernels by the lowering (lower_reduce.cpp:
 // partials per slice, then their fold), which run here as two reduction kernels.
 #include <algorithm>
@@ -73,17 +79,15 @@ int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
   return team;
 }
 
-// A template's rows may have any count and length: a warp per row, looped, fits rows of a few
-// elements to a few thousand without code for each (transformers' softmax and layer_norm rows,
-// over many rows); a thread per row for column reductions, as for specialised kernels.
-int64_t choose_dynamic_form(KernelWriter& w) {
-  CudaKernel& o = w.out;
-  bool column = strided_rows(w.k);
-  o.form = column ? Form::ReduceThread : Form::ReduceWarp;
-  o.block = 256;
-  o.persistent = false;
-  return column ? 1 : 32;
-}
+// Template rows longer than this get the block as team (kTemplateBlock threads), others a warp;
+// a row of at most kTemplateItems a lane stays in registers. Attention's rows of 1024: a warp per
+// row keeps 8 rows in flight per block, where the block as team (one row, 4 items a thread,
+// barriers between passes) measured 2.2x slower on the H100.
+constexpr int64_t kWarpRowMax = 1024;
+constexpr int64_t kTemplateBlock = 256;
+constexpr int64_t kTemplateItems = 32;
+
+int64_t template_team(int64_t row_size) { return row_size > kWarpRowMax ? kTemplateBlock : 32; }
 
 class ReductionWriter {
  public:
@@ -94,23 +98,83 @@ class ReductionWriter {
     CudaKernel& o = w_.out;
     o.rows = product(w_.instance, 0, outer);
     o.row_size = product(w_.instance, outer, end);
-    team_ = w_.dynamic ? choose_dynamic_form(w_) : choose_form(w_, o.rows, o.row_size);
+    C_ = w_.product_text(outer, end);
+    if (w_.dynamic && !strided_rows(k_)) return write_template_rows();
+    if (w_.dynamic) {  // column reductions: a thread per row, looped
+      o.form = Form::ReduceThread;
+      o.block = 256;
+      team_ = 1;
+    } else {
+      team_ = choose_form(w_, o.rows, o.row_size);
+    }
+    persistent_ = o.persistent;
+    team_text_ = cat(team_);
     w_.set_grid(o.block / team_);
     w_.set_index_type();
     items_ = (o.row_size + team_ - 1) / team_;  // (persistent rows: specialised kernels only)
     ragged_ = items_ * team_ != o.row_size;
-    C_ = w_.product_text(outer, end);
-    std::string idx = w_.idx, rpb = cat(o.block / team_);
     L_.add(team_ == 1 ? "const int lane = 0;" : cat("const int lane = threadIdx.x % ", team_, ";"));
-    if (o.form == Form::ReduceBlock)
-      for (size_t a = 0; a < k_.accs.size(); ++a)
-        L_.add(cat("__shared__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " red", a, "[", o.block / 32, "];"));
-    L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) * ", rpb, " + ", idx, "(threadIdx.x / ", team_, "); row < ", w_.product_text(0, outer), "; row += ",
-                idx, "(gridDim.x) * ", rpb, ")"));
+    if (o.form == Form::ReduceBlock) shared_partials();
+    row_loop(cat(o.block / team_), [this] {
+      if (persistent_) plan_cache();
+      stages();
+    });
+  }
+
+ private:
+  // A template's rows (see the top): the team and the form are chosen by the row length.
+  void write_template_rows() {
+    CudaKernel& o = w_.out;
+    o.form = Form::ReduceTeam;
+    o.block = kTemplateBlock;
+    o.persistent = false;  // (per launch: the kernel decides)
+    w_.set_grid(o.block / template_team(o.row_size));
+    w_.set_index_type();
+    L_.add(cat("const ", w_.idx, " C = ", C_, ";  // the row length"));
+    C_ = std::string("C");  // (not = "C": GCC 12 warns falsely, -Wrestrict)
+    L_.add(cat("const int team = C > ", kWarpRowMax, " ? ", kTemplateBlock, " : 32;"));
+    L_.add("const int lane = threadIdx.x % team;");
+    shared_partials();
+    team_ = 0;  // (known at run time only)
+    team_text_ = "team";
+    row_loop(cat("(", kTemplateBlock, " / team)"), [this] {
+      items_ = kTemplateItems;
+      ragged_ = true;
+      L_.open(cat("if (C <= team * ", kTemplateItems, ")"));
+      persistent_ = true;
+      ex_.open_scope();
+      plan_cache();
+      stages();
+      ex_.close_scope();
+      L_.close();
+      L_.open("else");
+      persistent_ = false;
+      ex_.open_scope();
+      stages();
+      ex_.close_scope();
+      L_.close();
+    });
+  }
+
+  // for (row = first row of this team; row < rows; row += teams in the grid) { variables; body }
+  template <typename Body>
+  void row_loop(const std::string& rows_per_block, Body body) {
+    const std::string& idx = w_.idx;
+    size_t outer = size_t(k_.n_outer);
+    L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) * ", rows_per_block, " + ", idx, "(threadIdx.x / ", team_text_, "); row < ",
+                w_.product_text(0, outer), "; row += ", idx, "(gridDim.x) * ", rows_per_block, ")"));
     w_.decompose("row", 0, outer, outer);
-    if (o.persistent) plan_cache();
-    for (int d = 0; d <= k_.max_depth; ++d) stage(d);
+    body();
     L_.close();
+  }
+
+  void shared_partials() {
+    for (size_t a = 0; a < k_.accs.size(); ++a)
+      L_.add(cat("__shared__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " red", a, "[", w_.out.block / 32, "];"));
+  }
+
+  void stages() {
+    for (int d = 0; d <= k_.max_depth; ++d) stage(d);
   }
 
  private:
@@ -176,14 +240,14 @@ class ReductionWriter {
 
   void element_loop(int d, const std::vector<size_t>& accs) {
     const std::string& idx = w_.idx;
-    bool persistent = w_.out.persistent;
+    bool persistent = persistent_;
     if (persistent) {
       L_.add("#pragma unroll");
       L_.open(cat("for (int it = 0; it < ", items_, "; ++it)"));
-      L_.add(cat("const ", idx, " c = lane + ", idx, "(it) * ", team_, ";"));
+      L_.add(cat("const ", idx, " c = lane + ", idx, "(it) * ", team_text_, ";"));
       if (ragged_) L_.open(cat("if (c < ", C_, ")"));
     } else {
-      L_.open(cat("for (", idx, " c = lane; c < ", C_, "; c += ", team_, ")"));
+      L_.open(cat("for (", idx, " c = lane; c < ", C_, "; c += ", team_text_, ")"));
     }
     w_.decompose("c", size_t(k_.n_outer), k_.sizes.size(), k_.sizes.size());
     ex_.open_scope();
@@ -209,7 +273,10 @@ class ReductionWriter {
 
   void team_reduce(size_t a) {
     std::string fold = cat(fold_name(k_.accs[a].kind), "()");
-    if (team_ == 32) L_.add(cat("acc", a, " = cr::warp_reduce(acc", a, ", ", fold, ");"));
+    if (team_ == 0)  // a template's team: uniform over the block, so the barriers are safe
+      L_.add(cat("acc", a, " = team == 32 ? cr::warp_reduce(acc", a, ", ", fold, ") : cr::block_reduce<", kTemplateBlock, ">(acc", a,
+                 ", ", fold, ", red", a, ");"));
+    else if (team_ == 32) L_.add(cat("acc", a, " = cr::warp_reduce(acc", a, ", ", fold, ");"));
     else if (team_ > 32) L_.add(cat("acc", a, " = cr::block_reduce<", team_, ">(acc", a, ", ", fold, ", red", a, ");"));
   }
 
@@ -217,7 +284,9 @@ class ReductionWriter {
   const Kernel& k_;
   Lines& L_;
   Exprs ex_;
-  int64_t team_ = 1, items_ = 1;
+  int64_t team_ = 1, items_ = 1;  // team_ 0: chosen at run time (templates)
+  std::string team_text_;         // the team's size in the code
+  bool persistent_ = false;
   bool ragged_ = false;  // persistent: the last item of some lanes is past the row
   std::string C_;        // the row length's text
   std::set<int32_t> cached_;

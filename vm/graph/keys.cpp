@@ -62,14 +62,23 @@ void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
   s.dynamic = s.dynamic || sym != 0;
 }
 
+// Ops whose integral numbers may come from sizes (narrow lengths, split sizes): with symbolic
+// sizes, their keys leave those out.
+bool takes_shape_numbers(const OpDef& def) { return def.kind == OpKind::View || def.kind == OpKind::Join; }
+
 }  // namespace
+
+bool has_wildcard_args(const OpDef& def, const cr_value* args, int nargs) {
+  for (int i = 0; i < nargs; ++i)
+    if (args[i].tag == kInts || (args[i].tag == kNumber && takes_shape_numbers(def))) return true;
+  return false;
+}
 
 void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs) {
   guards::Key& k = s.key;
   k.clear();
   s.spans.clear();
-  const OpKind kind = Registry::get().ops()[size_t(op)].kind;
-  const bool shape_args = kind == OpKind::View || kind == OpKind::Join;
+  const bool shape_args = takes_shape_numbers(Registry::get().ops()[size_t(op)]);
   k.push_back(uint64_t(op));
   k.push_back(uint64_t(nargs));
   for (int i = 0; i < nargs; ++i) {

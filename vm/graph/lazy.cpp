@@ -123,7 +123,8 @@ void note_escape(Leaf& leaf, int32_t vid, const char* how) {
 std::shared_ptr<ExecRecord> new_exec_record(Leaf& leaf, const Segment& s) {
   auto rec = std::make_shared<ExecRecord>();
   if (!leaf.raw) leaf.raw = guards::build_graph(leaf);
-  rec->raw = leaf.dynamic ? instance_of(*leaf.raw, s) : leaf.raw;  // dynamic: this call's sizes and integers
+  // dynamic: the graph with this call's sizes and integers
+  rec->raw = !leaf.dynamic ? leaf.raw : s.instance_raw ? s.instance_raw : instance_of(*leaf.raw, s);
   rec->vals.resize(s.vals.size());
   for (int32_t in : leaf.raw->inputs) {
     Storage* st = s.vals[size_t(in)].storage();

@@ -174,7 +174,7 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
       return false;
     }
     // (the arguments as they are now: an in-place op's output takes its first argument's tensor)
-    if (s.dynamic) s.event_args.emplace_back(s.ops, to_args(args, nargs));
+    if (s.dynamic && has_wildcard_args(def, args, nargs)) s.event_args.emplace_back(s.ops, to_args(args, nargs));
     for (size_t i = 0; i < c->outs.size(); ++i) {
       const guards::OutInfo& o = c->outs[i];
       s.next_vid = std::max(s.next_vid, o.vid + 1);
@@ -254,7 +254,7 @@ void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new
   for (const guards::OutInfo& o : node->outs) node->node.outs.push_back(o.vid);
   s.pos->children.push_back(std::move(node));
   s.pos = s.last_recorded = s.pos->children.back().get();
-  if (s.dynamic) s.event_args.emplace_back(s.ops, s.pos->node.args);
+  if (s.dynamic && has_wildcard_args(def, args, nargs)) s.event_args.emplace_back(s.ops, s.pos->node.args);
   ++s.ops;
   ctx_.ffi.service |= 2;  // ask Lua for the position of this op (cap_where)
 }
@@ -489,19 +489,23 @@ std::shared_ptr<Graph> Recorder::instance(Leaf& leaf) {
     leaf.instance_order.clear();
   }
   if (hot)
-    if (auto it = leaf.instances.find(layouts); it != leaf.instances.end()) return it->second;
+    if (auto it = leaf.instances.find(layouts); it != leaf.instances.end()) {
+      s.instance_raw = it->second.raw;
+      return it->second.compiled;
+    }
   std::shared_ptr<Graph> g = instance_of(raw, s);
+  s.instance_raw = g;
   if (!hot) return g;  // cold: runs on the eager kernels with this call's sizes
   const bool first = leaf.instances.empty() && !leaf.compiled;
-  g = compile(leaf, *g);
-  g->reinstance = !first;
-  leaf.instances[layouts] = g;
+  std::shared_ptr<Graph> compiled = compile(leaf, *g);
+  compiled->reinstance = !first;
+  leaf.instances[layouts] = guards::Leaf::Instance{g, compiled};
   leaf.instance_order.push_back(layouts);
   if (leaf.instance_order.size() > kMaxInstances) {
     leaf.instances.erase(leaf.instance_order.front());
     leaf.instance_order.erase(leaf.instance_order.begin());
   }
-  return g;
+  return compiled;
 }
 
 // The symbolic dims of the segment's inputs, for T.explain: "%0:1=7" (value, 0-based dim, size).

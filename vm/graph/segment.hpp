@@ -36,12 +36,18 @@ struct Segment {
   std::vector<Span> spans;
   // dynamic: the arguments of each event since the segment became dynamic, by op ordinal (its
   // keys no longer hold their integers: the graph's instance takes them from here)
+  // Only events with such integers (kInts arguments; a view's or join's numbers) are kept: the
+  // others' arguments are those recorded.
   std::vector<std::pair<int, std::vector<Arg>>> event_args;
+  // the raw instance of the graph for this call's layouts (Recorder::instance): what a value
+  // the run did not keep is recomputed from
+  std::shared_ptr<Graph> instance_raw;
 
   void reset() {
     recording = passthrough = pending = dynamic = false;
     symbolic.clear();
     event_args.clear();
+    instance_raw.reset();
     ops = 0;
     next_vid = 0;
     vals.clear();
@@ -77,6 +83,9 @@ std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args
 bool derive_outputs(Context& ctx, int op, const cr_value* args, int nargs, const std::vector<guards::OutInfo>& recorded,
                     std::vector<ValueMeta>& metas);
 std::vector<Arg> to_args(const cr_value* args, int nargs);
+// Whether a dynamic segment's key leaves integers of this call out (kInts arguments, a view's
+// or join's numbers): the event's arguments are then kept in Segment::event_args.
+bool has_wildcard_args(const OpDef& def, const cr_value* args, int nargs);
 std::vector<cr_tensor*> tensor_args(const cr_value* args, int nargs);
 
 // Lazy-tensor bookkeeping (lazy.cpp).

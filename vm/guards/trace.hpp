@@ -77,8 +77,12 @@ struct Leaf {
   // sizes of the recording; each call runs an instance of it with the call's sizes, optimised
   // and compiled per shape - from size-generic kernels that one compile serves (jit/loop_ir.hpp).
   bool dynamic = false;
-  std::map<std::vector<int64_t>, std::shared_ptr<graph::Graph>> instances;  // by input layouts
-  std::vector<std::vector<int64_t>> instance_order;                        // oldest first
+  struct Instance {
+    std::shared_ptr<graph::Graph> raw;       // `raw` with these layouts and integers
+    std::shared_ptr<graph::Graph> compiled;  // raw, optimised and compiled
+  };
+  std::map<std::vector<int64_t>, Instance> instances;  // by input layouts and event integers
+  std::vector<std::vector<int64_t>> instance_order;   // oldest first
   std::string recompile_reason;              // why the compiled graph must be rebuilt
 };
 

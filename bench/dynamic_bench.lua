@@ -8,6 +8,7 @@
 -- each timed sample is BATCH calls back to back (default 8; the time is per call): the host's
 -- work for a call then overlaps the kernels of the one before, so large workloads show their
 -- kernels' time, and host-bound ones (small_chain) the host's. BATCH=1 gives one call's latency.
+-- ONLY=<workload> runs one workload, DYNAMIC=true|false one of the two modes (for profilers).
 local T = require "crescent"
 package.path = ((arg and arg[0] or ""):match("^(.*)/") or ".") .. "/?.lua;" .. package.path  -- bench/workloads.lua
 local reps = tonumber(arg and arg[1]) or 30
@@ -18,6 +19,7 @@ local work = require("workloads")(DEVICE)
 local unpack = unpack or table.unpack
 
 local only = os.getenv("ONLY")
+local mode = ({ ["true"] = true, ["false"] = false })[os.getenv("DYNAMIC") or ""]  -- DYNAMIC=true|false: that mode alone
 local batch = tonumber(os.getenv("BATCH") or (DEVICE == "cpu" and 1 or 8))
 local function timed(f, args)  -- median µs per call, `batch` calls a sample
   local function calls(...) for _ = 1, batch do f(...) end end
@@ -29,7 +31,7 @@ print("|---|---|---|---|---|---|")
 for _, w in ipairs(work) do if not only or w[1] == only then
   local name, fn, args = w[1], w[2], w[3]
   local res, us, compiles = {}, {}, {}
-  for i, dyn in ipairs { false, true } do
+  for i, dyn in ipairs { false, true } do if mode == nil or mode == dyn then
     T.compiler.reset()
     local f = T.compile(fn, { hot = 0, dynamic = dyn })
     f(unpack(args)); f(unpack(args))  -- record, compile
@@ -37,6 +39,10 @@ for _, w in ipairs(work) do if not only or w[1] == only then
     collectgarbage()
     us[i] = timed(f, args)
     compiles[i] = T.compiler.stats().graphs_compiled
+  end end
+  if mode ~= nil then  -- (one mode: for profilers)
+    local i = mode and 2 or 1
+    res[3 - i], us[3 - i], compiles[3 - i] = res[i], 0 / 0, 0
   end
   local diff = (res[1] - res[2]):abs():max():item()
   print(string.format("| %s | %.1f | %.1f | %.2f | %.2g | %d, %d |", name, us[1], us[2], us[2] / us[1], diff, compiles[1], compiles[2]))

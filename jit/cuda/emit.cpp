@@ -16,7 +16,6 @@ const char* form_name(Form f) {
     case Form::ReduceThread: return "thread-per-row reduction";
     case Form::ReduceWarp: return "warp-per-row reduction";
     case Form::ReduceBlock: return "block-per-row reduction";
-    case Form::ReduceTeam: return "warp- or block-per-row reduction";
   }
   return "?";
 }
@@ -130,7 +129,7 @@ std::string head(const Kernel& k, const CudaKernel& c, bool dynamic) {
     std::string loops;
     for (size_t v = 0; v < k.sizes.size(); ++v) loops += cat(v ? ", " : "", int_str(k.sizes[v]));
     return cat("// ", k.name, ": ", form_name(c.form), c.vector_form ? ", vectors of 4 where the sizes allow" : "",
-               c.form == Form::ReduceTeam ? ", persistent or looped" : c.form != Form::Pointwise ? ", looped" : "", ", block ", c.block, ", ", c.index32 ? "32" : "64",
+               c.form == Form::Pointwise ? "" : c.persistent ? ", persistent (rows up to a length)" : ", looped", ", block ", c.block, ", ", c.index32 ? "32" : "64",
                "-bit indices; loops {", loops, "}, sizes from ", c.size_params, " parameters\n");
   }
   std::string form = cat(form_name(c.form), c.vector_width > 1 ? ", float4-style vectors of 4" : "");

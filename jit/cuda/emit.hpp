@@ -37,7 +37,6 @@ enum class Form : uint8_t {
   ReduceThread,  // one row per thread (rows are short, or strided while rows are contiguous)
   ReduceWarp,    // one row per warp, folded with warp shuffles
   ReduceBlock,   // one row per block, warp shuffles then shared memory
-  ReduceTeam,    // a template's rows: a warp or the block per row, by the row length at run time
 };
 const char* form_name(Form f);
 

@@ -13,14 +13,13 @@
 // a compile-time count, and loads and op calls that later stages use again stay in registers, so
 // softmax / layer_norm read their input once. Longer rows loop and re-read (looped form).
 //
-// Templates of dynamic graphs know their row count and length only at launch. A template of
-// contiguous rows has both forms and picks at run time, from its parameters (uniform over the
-// grid; the host picks the same to size the grid):
-//   team = row length > kWarpRowMax ? the block : a warp
-//   if (row length <= team * kTemplateItems) persistent form (items guarded) else looped form
-// Column reductions keep a thread per row, looped.
-// Whole-tensor reductions are already split in two kernels by the lowering (lower_reduce.cpp:
-// partials per slice, then their fold), which run here as two reduction kernels.
+// Templates of dynamic graphs know their row count and length only at launch. Their form is
+// that of a specialised kernel for the power of 2 at or above the instance's row length (its
+// bucket), with every element checked against the actual length: the bucket is part of the
+// source and so of the cache key. The row count, which is what varies in a dynamic batch, never
+// changes the source; a row length that grows compiles new kernels each time it doubles (counted
+// in T.compiler.stats().kernels_compiled). Column reductions keep a thread per row, looped.
+
 #include <algorithm>
 #include <set>
 
@@ -79,15 +78,16 @@ int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
   return team;
 }
 
-// Template rows longer than this get the block as team (kTemplateBlock threads), others a warp;
-// a row of at most kTemplateItems a lane stays in registers. Attention's rows of 1024: a warp per
-// row keeps 8 rows in flight per block, where the block as team (one row, 4 items a thread,
-// barriers between passes) measured 2.2x slower on the H100.
-constexpr int64_t kWarpRowMax = 1024;
-constexpr int64_t kTemplateBlock = 256;
-constexpr int64_t kTemplateItems = 32;
+// The form of a template for its instance's row length C (see the top): choose_form's for rows
+// of the bucket, as if they were many (the row count must not change the code). Returns the team.
+// Measured on the H100 against specialised kernels before this: one form for all lengths
+// (a warp per row, looped, or persistent over up to 1024 elements) was 1.3-2.4x slower on
+// attention's 131072 rows of 1024 and 2x on softmax / layer_norm's rows of 4096 (re-reads).
+int64_t template_form(KernelWriter& w, int64_t C) {
+  return choose_form(w, int64_t(1) << 20, pow2_at_least(std::max<int64_t>(C, 1)));
+}
 
-int64_t template_team(int64_t row_size) { return row_size > kWarpRowMax ? kTemplateBlock : 32; }
+int64_t bucket_items(int64_t C, int64_t team) { return pow2_at_least(std::max<int64_t>(C, 1)) / team; }
 
 class ReductionWriter {
  public:
@@ -99,75 +99,33 @@ class ReductionWriter {
     o.rows = product(w_.instance, 0, outer);
     o.row_size = product(w_.instance, outer, end);
     C_ = w_.product_text(outer, end);
-    if (w_.dynamic && !strided_rows(k_)) return write_template_rows();
-    if (w_.dynamic) {  // column reductions: a thread per row, looped
+    if (!w_.dynamic) {
+      team_ = choose_form(w_, o.rows, o.row_size);
+    } else if (strided_rows(k_)) {  // column reductions: a thread per row, looped
       o.form = Form::ReduceThread;
       o.block = 256;
       team_ = 1;
     } else {
-      team_ = choose_form(w_, o.rows, o.row_size);
+      team_ = template_form(w_, o.row_size);
     }
     persistent_ = o.persistent;
-    team_text_ = cat(team_);
     w_.set_grid(o.block / team_);
     w_.set_index_type();
-    items_ = (o.row_size + team_ - 1) / team_;  // (persistent rows: specialised kernels only)
-    ragged_ = items_ * team_ != o.row_size;
+    // (a template's persistent rows: its bucket's items, each checked against the row length)
+    items_ = w_.dynamic ? std::max<int64_t>(1, bucket_items(o.row_size, team_)) : (o.row_size + team_ - 1) / team_;
+    ragged_ = w_.dynamic || items_ * team_ != o.row_size;
     L_.add(team_ == 1 ? "const int lane = 0;" : cat("const int lane = threadIdx.x % ", team_, ";"));
     if (o.form == Form::ReduceBlock) shared_partials();
-    row_loop(cat(o.block / team_), [this] {
-      if (persistent_) plan_cache();
-      stages();
-    });
-  }
-
- private:
-  // A template's rows (see the top): the team and the form are chosen by the row length.
-  void write_template_rows() {
-    CudaKernel& o = w_.out;
-    o.form = Form::ReduceTeam;
-    o.block = kTemplateBlock;
-    o.persistent = false;  // (per launch: the kernel decides)
-    w_.set_grid(o.block / template_team(o.row_size));
-    w_.set_index_type();
-    L_.add(cat("const ", w_.idx, " C = ", C_, ";  // the row length"));
-    C_ = std::string("C");  // (not = "C": GCC 12 warns falsely, -Wrestrict)
-    L_.add(cat("const int team = C > ", kWarpRowMax, " ? ", kTemplateBlock, " : 32;"));
-    L_.add("const int lane = threadIdx.x % team;");
-    shared_partials();
-    team_ = 0;  // (known at run time only)
-    team_text_ = "team";
-    row_loop(cat("(", kTemplateBlock, " / team)"), [this] {
-      items_ = kTemplateItems;
-      ragged_ = true;
-      L_.open(cat("if (C <= team * ", kTemplateItems, ")"));
-      persistent_ = true;
-      ex_.open_scope();
-      plan_cache();
-      stages();
-      ex_.close_scope();
-      L_.close();
-      L_.open("else");
-      persistent_ = false;
-      ex_.open_scope();
-      stages();
-      ex_.close_scope();
-      L_.close();
-    });
-  }
-
-  // for (row = first row of this team; row < rows; row += teams in the grid) { variables; body }
-  template <typename Body>
-  void row_loop(const std::string& rows_per_block, Body body) {
-    const std::string& idx = w_.idx;
-    size_t outer = size_t(k_.n_outer);
-    L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) * ", rows_per_block, " + ", idx, "(threadIdx.x / ", team_text_, "); row < ",
-                w_.product_text(0, outer), "; row += ", idx, "(gridDim.x) * ", rows_per_block, ")"));
+    const std::string& idx = w_.idx, rpb = cat(o.block / team_);
+    L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) * ", rpb, " + ", idx, "(threadIdx.x / ", team_, "); row < ",
+                w_.product_text(0, outer), "; row += ", idx, "(gridDim.x) * ", rpb, ")"));
     w_.decompose("row", 0, outer, outer);
-    body();
+    if (persistent_) plan_cache();
+    stages();
     L_.close();
   }
 
+ private:
   void shared_partials() {
     for (size_t a = 0; a < k_.accs.size(); ++a)
       L_.add(cat("__shared__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " red", a, "[", w_.out.block / 32, "];"));
@@ -177,7 +135,6 @@ class ReductionWriter {
     for (int d = 0; d <= k_.max_depth; ++d) stage(d);
   }
 
- private:
   // Inner expressions (loads and op calls) that a later stage uses again: kept per item.
   void plan_cache() {
     std::vector<std::set<int32_t>> used(size_t(k_.max_depth + 1));
@@ -244,10 +201,10 @@ class ReductionWriter {
     if (persistent) {
       L_.add("#pragma unroll");
       L_.open(cat("for (int it = 0; it < ", items_, "; ++it)"));
-      L_.add(cat("const ", idx, " c = lane + ", idx, "(it) * ", team_text_, ";"));
+      L_.add(cat("const ", idx, " c = lane + ", idx, "(it) * ", team_, ";"));
       if (ragged_) L_.open(cat("if (c < ", C_, ")"));
     } else {
-      L_.open(cat("for (", idx, " c = lane; c < ", C_, "; c += ", team_text_, ")"));
+      L_.open(cat("for (", idx, " c = lane; c < ", C_, "; c += ", team_, ")"));
     }
     w_.decompose("c", size_t(k_.n_outer), k_.sizes.size(), k_.sizes.size());
     ex_.open_scope();
@@ -273,10 +230,7 @@ class ReductionWriter {
 
   void team_reduce(size_t a) {
     std::string fold = cat(fold_name(k_.accs[a].kind), "()");
-    if (team_ == 0)  // a template's team: uniform over the block, so the barriers are safe
-      L_.add(cat("acc", a, " = team == 32 ? cr::warp_reduce(acc", a, ", ", fold, ") : cr::block_reduce<", kTemplateBlock, ">(acc", a,
-                 ", ", fold, ", red", a, ");"));
-    else if (team_ == 32) L_.add(cat("acc", a, " = cr::warp_reduce(acc", a, ", ", fold, ");"));
+    if (team_ == 32) L_.add(cat("acc", a, " = cr::warp_reduce(acc", a, ", ", fold, ");"));
     else if (team_ > 32) L_.add(cat("acc", a, " = cr::block_reduce<", team_, ">(acc", a, ", ", fold, ", red", a, ");"));
   }
 
@@ -284,8 +238,7 @@ class ReductionWriter {
   const Kernel& k_;
   Lines& L_;
   Exprs ex_;
-  int64_t team_ = 1, items_ = 1;  // team_ 0: chosen at run time (templates)
-  std::string team_text_;         // the team's size in the code
+  int64_t team_ = 1, items_ = 1;
   bool persistent_ = false;
   bool ragged_ = false;  // persistent: the last item of some lanes is past the row
   std::string C_;        // the row length's text

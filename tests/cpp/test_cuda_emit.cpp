@@ -440,14 +440,18 @@ void check_dynamic(const DynamicCase& c) {
       // the vector form is in the source; an instance takes it when its row length allows
       if (k.form == cuda::Form::Pointwise) CHECK(k.vector_width == (C % 4 == 0 ? 4 : 1));
       else CHECK(k.vector_width == 1);
-      CHECK_FALSE(k.persistent);
+      // templates' rows: persistent up to 16384 elements (a bucket of 16 items a thread), looped above
+      CHECK(k.persistent == (k.form != cuda::Form::Pointwise && k.form != cuda::Form::ReduceThread && C <= 16384));
     }
     std::set<std::string> literals = int_literals(m.source);
     for (int64_t size : {R, C, R * C})
       if (size > 1) CHECK_FALSE(literals.count(std::to_string(size)));
     if (first.empty()) {
       first = m.source;
-      if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) std::ofstream(cat(dir, "/", c.name, "_dynamic.cu")) << cuda::render(m);
+      if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) {  // (the .full.cu compiles with nvcc -Xptxas -v)
+        std::ofstream(cat(dir, "/", c.name, "_dynamic.cu")) << cuda::render(m);
+        std::ofstream(cat(dir, "/", c.name, "_dynamic.full.cu")) << m.source;
+      }
       std::string cubin = cuda::compile_cubin(m.source, cat(c.name, "_dynamic.cu"), "sm_90");
       REQUIRE(cubin.compare(0, 4, "\x7f" "ELF") == 0);
       for (const cuda::CudaKernel& k : m.kernels) CHECK(cubin.find(std::string(1, '\0') + k.name + std::string(1, '\0')) != std::string::npos);
@@ -457,13 +461,16 @@ void check_dynamic(const DynamicCase& c) {
 }
 
 // (a row length of 1 drops the bias's variable, another structure; layer_norm's 1 / n is a
-// parameter too, EOp::Count)
+// parameter too, EOp::Count). Reductions' sources are per bucket of row lengths (the power of 2
+// at or above): each case's row lengths share one; their row counts are anything.
 std::vector<DynamicCase> dynamic_cases() {
   return {DynamicCase{"relu_bias", relu_bias_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
-          DynamicCase{"row_sum", row_sum_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
+          DynamicCase{"row_sum", row_sum_graph, {{5, 600}, {13, 1000}, {1000, 513}}},
           DynamicCase{"column_sum", column_sum_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
-          DynamicCase{"softmax", softmax_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
-          DynamicCase{"layer_norm", layer_norm_graph, {{5, 7}, {13, 1000}, {1000, 129}}}};
+          DynamicCase{"softmax", softmax_graph, {{5, 600}, {13, 1000}, {1000, 513}}},
+          DynamicCase{"layer_norm", layer_norm_graph, {{5, 33}, {13, 64}, {1000, 40}}},
+          DynamicCase{"softmax_long_rows", softmax_graph, {{3, 2000}, {7, 1500}, {5, 1025}}},
+          DynamicCase{"row_sum_very_long_rows", row_sum_graph, {{5, 20000}, {1, 30000}, {3, 16385}}}};
 }
 
 // Runs a dynamic graph's program on CUDA device 0 (jit/cuda/program: the launch with the plan's

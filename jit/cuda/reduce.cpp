@@ -120,12 +120,28 @@ class ReductionWriter {
     L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) * ", rpb, " + ", idx, "(threadIdx.x / ", team_, "); row < ",
                 w_.product_text(0, outer), "; row += ", idx, "(gridDim.x) * ", rpb, ")"));
     w_.decompose("row", 0, outer, outer);
-    if (persistent_) plan_cache();
-    stages();
+    if (w_.dynamic && persistent_) {  // rows of exactly the bucket's length need no checks
+      L_.open(cat("if (", C_, " == ", items_ * team_, ")"));
+      row_body(false);
+      L_.close();
+      L_.open("else");
+      row_body(true);
+      L_.close();
+    } else {
+      row_body(ragged_);
+    }
     L_.close();
   }
 
  private:
+  void row_body(bool ragged) {
+    ragged_ = ragged;
+    ex_.open_scope();  // (each form defines its own expressions)
+    if (persistent_) plan_cache();
+    stages();
+    ex_.close_scope();
+  }
+
   void shared_partials() {
     for (size_t a = 0; a < k_.accs.size(); ++a)
       L_.add(cat("__shared__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " red", a, "[", w_.out.block / 32, "];"));

@@ -462,13 +462,14 @@ void check_dynamic(const DynamicCase& c) {
 
 // (a row length of 1 drops the bias's variable, another structure; layer_norm's 1 / n is a
 // parameter too, EOp::Count). Reductions' sources are per bucket of row lengths (the power of 2
-// at or above): each case's row lengths share one; their row counts are anything.
+// at or above, which the source names): each case's row lengths share one and are not it; their
+// row counts are anything.
 std::vector<DynamicCase> dynamic_cases() {
   return {DynamicCase{"relu_bias", relu_bias_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
           DynamicCase{"row_sum", row_sum_graph, {{5, 600}, {13, 1000}, {1000, 513}}},
           DynamicCase{"column_sum", column_sum_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
           DynamicCase{"softmax", softmax_graph, {{5, 600}, {13, 1000}, {1000, 513}}},
-          DynamicCase{"layer_norm", layer_norm_graph, {{5, 33}, {13, 64}, {1000, 40}}},
+          DynamicCase{"layer_norm", layer_norm_graph, {{5, 33}, {13, 63}, {1000, 40}}},
           DynamicCase{"softmax_long_rows", softmax_graph, {{3, 2000}, {7, 1500}, {5, 1025}}},
           DynamicCase{"row_sum_very_long_rows", row_sum_graph, {{5, 20000}, {1, 30000}, {3, 16385}}}};
 }
@@ -511,6 +512,8 @@ TEST_CASE("cuda: a dynamic graph's kernels run on a GPU at every size", "[cuda][
     for (auto [R, C] : c.sizes) run_dynamic(c, R, C);
   run_dynamic({"relu_bias_1", relu_bias_graph, {}}, 1, 1);
   run_dynamic({"softmax_1", softmax_graph, {}}, 1, 1000);
+  run_dynamic({"softmax_exact", softmax_graph, {}}, 3, 1024);  // a row of exactly its bucket: the unchecked form
+  run_dynamic({"layer_norm_exact", layer_norm_graph, {}}, 5, 64);
 }
 
 TEST_CASE("cuda: a dynamic graph's kernels are one source for every size, sizes as arguments", "[cuda]") {

@@ -15,7 +15,8 @@
 //
 // Templates of dynamic graphs know their row count and length only at launch. Their form is
 // that of a specialised kernel for the power of 2 at or above the instance's row length (its
-// bucket), with every element checked against the actual length: the bucket is part of the
+// bucket; rows up to 512 share one), with every element checked against the actual length (and
+// an unchecked copy for rows of exactly the bucket's length): the bucket is part of the
 // source and so of the cache key. The row count, which is what varies in a dynamic batch, never
 // changes the source; a row length that grows compiles new kernels each time it doubles (counted
 // in T.compiler.stats().kernels_compiled). Column reductions keep a thread per row, looped.
@@ -83,11 +84,13 @@ int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
 // Measured on the H100 against specialised kernels before this: one form for all lengths
 // (a warp per row, looped, or persistent over up to 1024 elements) was 1.3-2.4x slower on
 // attention's 131072 rows of 1024 and 2x on softmax / layer_norm's rows of 4096 (re-reads).
-int64_t template_form(KernelWriter& w, int64_t C) {
-  return choose_form(w, int64_t(1) << 20, pow2_at_least(std::max<int64_t>(C, 1)));
-}
+// Rows up to kSmallRows share one bucket (a warp, 16 checked items a lane): a sequence that grows
+// from 1 (a KV cache's attention rows) compiles once until it passes it, not at every doubling.
+constexpr int64_t kSmallRows = 32 * kPersistentItems;
 
-int64_t bucket_items(int64_t C, int64_t team) { return pow2_at_least(std::max<int64_t>(C, 1)) / team; }
+int64_t bucket(int64_t C) { return std::max(pow2_at_least(C), kSmallRows); }
+
+int64_t template_form(KernelWriter& w, int64_t C) { return choose_form(w, int64_t(1) << 20, bucket(C)); }
 
 class ReductionWriter {
  public:
@@ -112,7 +115,7 @@ class ReductionWriter {
     w_.set_grid(o.block / team_);
     w_.set_index_type();
     // (a template's persistent rows: its bucket's items, each checked against the row length)
-    items_ = w_.dynamic ? std::max<int64_t>(1, bucket_items(o.row_size, team_)) : (o.row_size + team_ - 1) / team_;
+    items_ = w_.dynamic ? bucket(o.row_size) / team_ : (o.row_size + team_ - 1) / team_;
     ragged_ = w_.dynamic || items_ * team_ != o.row_size;
     L_.add(team_ == 1 ? "const int lane = 0;" : cat("const int lane = threadIdx.x % ", team_, ";"));
     if (o.form == Form::ReduceBlock) shared_partials();

@@ -470,6 +470,7 @@ std::vector<DynamicCase> dynamic_cases() {
           DynamicCase{"column_sum", column_sum_graph, {{5, 7}, {13, 1000}, {1000, 129}}},
           DynamicCase{"softmax", softmax_graph, {{5, 600}, {13, 1000}, {1000, 513}}},
           DynamicCase{"layer_norm", layer_norm_graph, {{5, 33}, {13, 63}, {1000, 40}}},
+          DynamicCase{"softmax_short_rows", softmax_graph, {{7, 3}, {3, 77}, {9, 500}}},  // (one bucket up to 512)
           DynamicCase{"softmax_long_rows", softmax_graph, {{3, 2000}, {7, 1500}, {5, 1025}}},
           DynamicCase{"row_sum_very_long_rows", row_sum_graph, {{5, 20000}, {1, 30000}, {3, 16385}}}};
 }

@@ -11,9 +11,10 @@
 //   grid 0: nothing to launch.
 //   Every kernel loops grid-stride, so any grid >= 1 computes the same values; block is fixed.
 //   Kernels of a dynamic graph (Plan::templates) are emitted from their template, so one
-//   source serves every instance of that structure: after the pointers come size_params
-//   `int64_t P<j>` arguments, the instance's plan.params[i] in slot order, and the grid of an
-//   instance is launch_grid(kernel, plan.kernels[i]).
+//   source serves every instance with the same index width (and, for reductions, row-length
+//   bucket): after the pointers come size_params `int P<j>` arguments (`int64_t` with 64-bit
+//   indices), the instance's plan.params[i] in slot order, passed as int64_t values; the grid
+//   of an instance is launch_grid(kernel, plan.kernels[i]).
 //   A vectorised kernel (vector_width 4) needs every pointer aligned to 4 elements (16 bytes for
 //   float32; cudaMalloc gives 256). Written buffers must not overlap any other argument.
 #pragma once

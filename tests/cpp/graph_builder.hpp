@@ -23,6 +23,14 @@ inline Tensor uniform(const Shape& s, uint32_t seed) {
   for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(gen);
   return t;
 }
+// Whether a backend probe (jit::cpu_backend_available, cuda::nvrtc_available) succeeds; when not,
+// warns with `skipped` and the probe's reason, and the caller skips its test.
+inline bool available(bool (*probe)(std::string*), const char* skipped) {
+  std::string why;
+  if (probe(&why)) return true;
+  WARN(skipped << ": " << why);
+  return false;
+}
 inline Tensor copy_of(const Tensor& t) {
   Tensor r = Tensor::empty(t.sizes(), t.dtype());
   copy_into(r, t);

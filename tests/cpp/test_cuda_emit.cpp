@@ -32,12 +32,7 @@ using cr::jit::cuda::Form;
 
 namespace {
 
-bool have_nvrtc() {
-  std::string why;
-  if (cuda::nvrtc_available(&why)) return true;
-  WARN("NVRTC unavailable, CUDA emission tests skipped: " << why);
-  return false;
-}
+bool have_nvrtc() { return available(cuda::nvrtc_available, "NVRTC unavailable, CUDA emission tests skipped"); }
 
 Tensor sample(const Shape& s, DType d, uint32_t seed) {
   Tensor t = Tensor::empty(s, DType::f32);

@@ -20,12 +20,7 @@ using namespace cr::testing;
 
 namespace {
 
-bool have_gccjit() {
-  std::string why;
-  if (jit::cpu_backend_available(&why)) return true;
-  WARN("libgccjit unavailable, dynamic CPU code tests skipped: " << why);
-  return false;
-}
+bool have_gccjit() { return available(jit::cpu_backend_available, "libgccjit unavailable, dynamic CPU code tests skipped"); }
 
 // Every element within float32 rounding of a different summation order.
 void require_close(const Tensor& got, const Tensor& want) {

@@ -21,7 +21,7 @@ local G = require "gen"
 local RC = require "recipes"
 local C = require "compare"
 
-local CI_PER_OP = 3
+local CI_PER_OP = 6
 
 -- ---- options -------------------------------------------------------------------------------------
 
@@ -187,9 +187,42 @@ end
 
 -- ---- running torch ----------------------------------------------------------------------------------
 
+-- One python process over the manifest lines `lines`: the torch outcome of each of their cases
+-- into want. If the process dies (torch 1.13 has memory bugs: see recipes.lua's index_select),
+-- the lines are retried in halves, and a single case that still kills it is marked crashed.
+local function torch_batch(o, tmp, lines, want)
+  local f = assert(io.open(tmp .. "/manifest.txt", "w"))
+  f:write(table.concat(lines, "\n"), "\n")
+  f:close()
+  local out, code = sh(("%s %s/torch_side.py %s/manifest.txt %s/inputs.safetensors %s/outputs.safetensors %s/status.lua %s")
+    :format(o.python, dir, tmp, tmp, tmp, tmp, o.device))
+  if code ~= 0 then
+    local msg = out:gsub("%s+$", ""):match("[^\n]*$")
+    if #lines == 1 then
+      want[lines[1]:match("^[^\t]+")] = { crashed = ("the torch side died (exit %d): %s"):format(code, msg) }
+      return
+    end
+    io.stderr:write(("diff_torch: the torch side died on %d cases (%s); retrying in halves\n"):format(#lines, msg))
+    local h = math.floor(#lines / 2)
+    torch_batch(o, tmp, { unpack(lines, 1, h) }, want)
+    torch_batch(o, tmp, { unpack(lines, h + 1) }, want)
+    return
+  end
+  local status = dofile(tmp .. "/status.lua")
+  local tensors = T.load(tmp .. "/outputs.safetensors")
+  for key, s in pairs(status) do
+    if s.error then want[key] = { error = s.error }
+    else
+      local res = {}
+      for i = 1, s.n do res[i] = C.snapshot(tensors[key .. "#" .. i]) end
+      want[key] = { results = res }
+    end
+  end
+end
+
+-- The torch outcome of every case: { results = snapshots } | { error = } | { crashed = }.
 local function run_torch(o, cases, tmp)
-  local bases = {}
-  local lines = {}
+  local bases, lines = {}, {}
   for _, c in ipairs(cases) do
     for _, input in ipairs(c.inputs) do bases[c.key .. "." .. input.name] = G.base_tensor(input) end
     local expr = c.expr
@@ -198,24 +231,10 @@ local function run_torch(o, cases, tmp)
     lines[#lines + 1] = c.key .. "\t" .. G.python_setup(c) .. "\t" .. expr
   end
   T.save(tmp .. "/inputs.safetensors", bases)
-  local f = assert(io.open(tmp .. "/manifest.txt", "w"))
-  f:write(table.concat(lines, "\n"), "\n")
-  f:close()
-  local out, code = sh(("%s %s/torch_side.py %s/manifest.txt %s/inputs.safetensors %s/outputs.safetensors %s/status.lua %s")
-    :format(o.python, dir, tmp, tmp, tmp, tmp, o.device))
-  if code ~= 0 then error(("diff_torch: the torch side failed (files kept in %s):\n%s"):format(tmp, out), 0) end
-  local status = dofile(tmp .. "/status.lua")
-  local tensors = T.load(tmp .. "/outputs.safetensors")
   local want = {}
+  torch_batch(o, tmp, lines, want)
   for _, c in ipairs(cases) do
-    local s = status[c.key]
-    if not s then error("diff_torch: no torch status for " .. c.key, 0) end
-    if s.error then want[c.key] = { error = s.error }
-    else
-      local res = {}
-      for i = 1, s.n do res[i] = C.snapshot(tensors[c.key .. "#" .. i]) end
-      want[c.key] = { results = res }
-    end
+    if not want[c.key] then error("diff_torch: no torch outcome for " .. c.key, 0) end
   end
   return want
 end
@@ -235,6 +254,7 @@ end
 -- The findings of one case: { {modes = "eager, compiled#1", kind =, msg =, class =, why =}, ... },
 -- modes with the same finding merged. class is "mismatch" (a failure) or the excuse's class.
 local function judge(case, runs, want)
+  if want.crashed then return { { modes = "torch", kind = "crashed", msg = want.crashed, class = "torch-crash" } } end
   local scale = 1
   if case.recipe.reduce then
     local ins = {}

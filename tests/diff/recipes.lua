@@ -622,7 +622,10 @@ R.index_select = { gen = function(c)
   local a = c:tensor(s, c:dtype(ANY))
   local d = c:dim(#s)
   local n = #s == 0 and 1 or s[d > 0 and d or #s + d + 1]
-  local idx = c:tensor(c.r:chance(0.2) and {} or { c.r:int(0, 5) }, "int64", index_range(c, n))
+  -- a 0-d input takes one index: torch 1.13 writes past its result for more (a heap overflow
+  -- that aborted the torch side), crescent raises
+  local is = (c.r:chance(0.2) or #s == 0) and {} or { c.r:int(0, 5) }
+  local idx = c:tensor(is, "int64", index_range(c, n))
   return function(I) return T.index_select(a(I), d, idx(I)) end, ("torch.index_select(a, %s, b - 1)"):format(pd(d))
 end }
 
@@ -878,6 +881,18 @@ M.EXCUSES = {
       .. "the exact values, as numpy does" },
   { op = { softmax = true, log_softmax = true }, kind = "raises", match = "expected a floating tensor", when = empty_input,
     class = "torch", why = "torch skips softmax's dtype check on zero-size input" },
+  { op = { mm = true, bmm = true, matmul = true }, kind = "raises", when = empty_input, class = "torch",
+    why = "torch checks neither dtypes nor bool support when the product is empty" },
+  { op = "norm", kind = "differs", when = huge_input, class = "torch",
+    why = "torch 1.13 sums float32 squares in float32 (1e30^2 overflows to inf); crescent accumulates in double" },
+  { op = "norm", kind = "accepts", match = "cannot compute the inf norm", class = "extension",
+    why = "crescent defines the inf-norm of an empty reduction as 0 on purpose (vm/ops/reductions.cpp)" },
+  { op = "randint", kind = "accepts", match = "out of bounds for", class = "known",
+    why = "crescent does not check randint's range against the dtype (randint(-4, -3, {dtype = \"bool\"}) works)" },
+  { op = "arange", kind = "differs", class = "known",
+    when = function(c) return c.expr:find("dtype=torch.int") and c.expr:find("%d%.%d") ~= nil end,
+    why = "fractional start/step with an integer dtype: torch casts start and step to the integer type first "
+      .. "(arange(-7.15, 9.25, 1.75, int32) = -7, -6, ...); crescent truncates start + i*step (-7, -5, ...)" },
   { op = "lerp", kind = "accepts", match = "expected dtype", class = "extension",
     why = "crescent promotes lerp's operands; torch requires one dtype" },
   { op = { sign = true, square = true }, kind = "raises", match = "not bool", class = "known",

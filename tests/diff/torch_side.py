@@ -129,7 +129,7 @@ def lslice(a, d, start, stop, step):
     """crescent's slice(d, start, stop, step): 1-based, inclusive stop, negatives from the end."""
     n = a.shape[d]
     s0 = 0 if start is None else (start - 1 if start > 0 else n + start)
-    e0 = n if stop is None else (stop if stop > 0 else n + stop + 1)
+    e0 = n if stop is None else (stop if stop >= 0 else n + stop + 1)  # stop 0: before the first
     return a[(slice(None),) * (d % a.dim()) + (slice(s0, e0, step or 1),)]
 
 

@@ -6,9 +6,10 @@
 -- tolerances) and in raising or not. Inputs and outputs travel through safetensors files, and ONE
 -- python process evaluates the whole batch (tests/diff/torch_side.py).
 --
---   crescent tests/diff/diff_torch.lua [--cases N] [--seed S] [--ops a,b] [--device cuda] [--show]
+--   crescent tests/diff/diff_torch.lua [--cases N] [--seed S] [--ops a,b] [--only I] [--device cuda] [--show]
 --   env: CRESCENT_DIFF_CASES, CRESCENT_DIFF_SEED, CRESCENT_DIFF_OPS, CRESCENT_DIFF_DEVICE,
---        CRESCENT_DIFF_SHOW=1 (print each case before it runs: to find one that crashes),
+--        CRESCENT_DIFF_ONLY=i (case i alone, as numbered in a report, with the same --cases, --seed
+--        and --ops), CRESCENT_DIFF_SHOW=1 (print each case before it runs: to find one that crashes),
 --        CRESCENT_DIFF_KEEP=1 (keep the exchange files), CRESCENT_TEST_PYTHON (default /usr/bin/python3)
 --
 -- Without --cases it is the CI run: a fixed seed and CI_PER_OP cases per op. It passes with a
@@ -30,6 +31,7 @@ local function options()
     cases = tonumber(os.getenv("CRESCENT_DIFF_CASES") or ""),
     seed = tonumber(os.getenv("CRESCENT_DIFF_SEED") or "") or 20240601,
     ops = os.getenv("CRESCENT_DIFF_OPS"),
+    only = tonumber(os.getenv("CRESCENT_DIFF_ONLY") or ""),
     device = os.getenv("CRESCENT_DIFF_DEVICE") or "cpu",
     show = os.getenv("CRESCENT_DIFF_SHOW") == "1",
     keep = os.getenv("CRESCENT_DIFF_KEEP") == "1",
@@ -41,6 +43,7 @@ local function options()
     if a == "--cases" then o.cases = tonumber(v); i = i + 1
     elseif a == "--seed" then o.seed = tonumber(v); i = i + 1
     elseif a == "--ops" then o.ops = v; i = i + 1
+    elseif a == "--only" then o.only = tonumber(v); i = i + 1
     elseif a == "--device" then o.device = v; i = i + 1
     elseif a == "--show" then o.show = true
     elseif a == "--keep" then o.keep = true
@@ -106,14 +109,14 @@ end
 local function make_cases(o, ops)
   local n = o.cases or CI_PER_OP * #ops
   local cases = {}
-  for i = 1, n do
+  for i = o.only or 1, o.only or n do
     local name = ops[(i - 1) % #ops + 1]
     local rng = G.rng(o.seed * 7919 + i * 104729)
     local c = G.case(rng, "c" .. i, o.device)
     local ok, call, expr, extra = pcall(RC.RECIPES[name].gen, c)
     if not ok then error(("diff_torch: the recipe for %s failed to generate case %d: %s"):format(name, i, call), 0) end
     c.op, c.recipe, c.call, c.expr, c.extra = name, RC.RECIPES[name], call, expr, extra or {}
-    cases[i] = c
+    cases[#cases + 1] = c
   end
   return cases
 end

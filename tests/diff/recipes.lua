@@ -862,6 +862,12 @@ local function huge_input(case)
     return false
   end)
 end
+local function nonfinite_input(case)
+  return any_input(case, function(i)
+    for _, v in ipairs(i.values) do if type(v) == "number" and (v ~= v or math.abs(v) == math.huge) then return true end end
+    return false
+  end)
+end
 local WRITES = { add_ = true, sub_ = true, mul_ = true, div_ = true, fill_ = true, zero_ = true, copy_ = true,
                  masked_fill_ = true, clamp_ = true }
 
@@ -893,6 +899,11 @@ M.EXCUSES = {
     when = function(c) return c.expr:find("dtype=torch.int") and c.expr:find("%d%.%d") ~= nil end,
     why = "fractional start/step with an integer dtype: torch casts start and step to the integer type first "
       .. "(arange(-7.15, 9.25, 1.75, int32) = -7, -6, ...); crescent truncates start + i*step (-7, -5, ...)" },
+  { op = "linspace", kind = "differs", class = "torch", when = function(c) return c.expr:find("inf") ~= nil end,
+    why = "an infinite end: torch fills the upper half from the end (inf - inf = nan); crescent gives inf" },
+  { op = "lerp", kind = "differs", class = "torch", when = nonfinite_input,
+    why = "infinite operands: lerp's two formulas (a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w)) give inf or "
+      .. "nan; crescent follows torch's scalar formula, torch 1.13's CPU kernel took the other one here" },
   { op = "lerp", kind = "accepts", match = "expected dtype", class = "extension",
     why = "crescent promotes lerp's operands; torch requires one dtype" },
   { op = { sign = true, square = true }, kind = "raises", match = "not bool", class = "known",

@@ -10,7 +10,9 @@
 #include "vm/devices.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "vm/graph/recorder.hpp"
 #include "vm/io/io.hpp"
@@ -91,6 +93,14 @@ void api_release_handle(cr_handle* h) {
   h->p = nullptr;
 }
 
+// LuaJIT keeps type tags in the payload bits of NaNs: a double that Lua reads through the FFI must
+// be a canonical NaN, or Lua sees another type (the float32 NaN 0xffffffff that torch.log1p(-2)
+// makes came back from totable() as a nil).
+static void canonical_nans(double* v, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    if (std::isnan(v[i])) v[i] = std::numeric_limits<double>::quiet_NaN();
+}
+
 int32_t api_item(cr_ctx* c, cr_tensor* t, double* out) {
   return guarded(c, [&] {
     graph::ensure_real(Context::of(c), t);
@@ -99,6 +109,7 @@ int32_t api_item(cr_ctx* c, cr_tensor* t, double* out) {
     Tensor d = Tensor::empty({}, DType::f64);
     copy_into(d, x.dim() ? Tensor::view_of(x, {}, {}, x.offset()) : x);
     *out = *d.data<double>();
+    canonical_nans(out, 1);
     return 0;
   });
 }
@@ -111,6 +122,7 @@ int32_t api_read_all(cr_ctx* c, cr_tensor* t, double* out, int64_t n) {
     Storage* s = storage_wrap(out, size_t(n) * 8, Device{}, [](void*, void*) {}, nullptr);
     Tensor d = Tensor::from_storage(s, x.sizes(), contiguous_strides(x.sizes()), 0, DType::f64);
     copy_into(d, x);
+    canonical_nans(out, n);
     return 0;
   });
 }

@@ -1,0 +1,915 @@
+-- Per-op call recipes for the differential test against PyTorch (tests/diff/diff_torch.lua).
+--
+-- RECIPES[name] = { gen = function(c) ... end, [reduce = true], [shape_only = true] }: gen gets a
+-- case builder (gen.lua), asks it for inputs and returns
+--   call(I)  the crescent call over the materialised inputs I (its results: tensors, or a table
+--            of tensors), and
+--   expr     the PyTorch equivalent over the inputs' names (Python; helpers in torch_side.py),
+--   extra    optional: { inplace = operand } to compare that operand's base after the call too.
+-- reduce: float results are compared with a tolerance scaled by the inputs (sums round
+-- differently); shape_only: only dtype and shape are compared (random or uninitialised values).
+--
+-- SKIPPED[name] = reason, for registry ops with no PyTorch equivalent to compare against.
+-- EXCUSES: known differences that do not fail the test, each with its reason (see the list at
+-- the end of this file).
+local T = require "crescent"
+local G = require "gen"
+local py, pd, pi = G.py, G.pd, G.pi
+
+local M = { RECIPES = {}, SKIPPED = {}, LIMITS = {} }
+local R = M.RECIPES
+
+local ANY = { "float32", "float32", "float64", "int64", "bool" }
+local NUM = { "float32", "float32", "float64", "int64" }
+local FLOAT = { "float32", "float64" }
+local CREATE = { "float32", "float64", "int64", "int32", "bool", "float16", "bfloat16" }
+
+-- The crescent function for op `name`: T.name, else the method (in-place ops are methods).
+local function op(name)
+  if type(T[name]) == "function" then return T[name] end  -- T.bool is a dtype, T.cuda a table
+  return function(x, ...) return x[name](x, ...) end
+end
+local function dt(d) return d and ("torch." .. d) or "None" end
+-- a dtype option (or nil) for ops that take {dtype = ...}
+local function maybe_dtype(c, list, p)
+  return c.r:chance(p or 0.2) and c:dtype(list or CREATE) or nil
+end
+
+-- ---- pointwise ----------------------------------------------------------------------------------
+
+local UNARY = {
+  abs = "torch.abs", ceil = "torch.ceil", cos = "torch.cos", erf = "torch.erf", exp = "torch.exp",
+  exp2 = "torch.exp2", expm1 = "torch.expm1", floor = "torch.floor", isinf = "torch.isinf",
+  isnan = "torch.isnan", log = "torch.log", log1p = "torch.log1p", log2 = "torch.log2",
+  logical_not = "torch.logical_not", neg = "torch.neg", reciprocal = "torch.reciprocal",
+  relu = "torch.relu", round = "torch.round", rsqrt = "torch.rsqrt", sigmoid = "torch.sigmoid",
+  sign = "torch.sign", silu = "F.silu", sin = "torch.sin", sqrt = "torch.sqrt", square = "torch.square",
+  tan = "torch.tan", tanh = "torch.tanh", trunc = "torch.trunc",
+}
+for name, f in pairs(UNARY) do
+  R[name] = { gen = function(c)
+    local a = c:tensor(c:shape(), c:dtype(ANY))
+    return function(I) return op(name)(a(I)) end, f .. "(a)"
+  end }
+end
+
+R.gelu = { gen = function(c)
+  local a = c:tensor(c:shape(), c:dtype(ANY))
+  local approx = c.r:pick({ false, "tanh", "none" })
+  if not approx then return function(I) return T.gelu(a(I)) end, "F.gelu(a)" end
+  return function(I) return T.gelu(a(I), { approximate = approx }) end, ("F.gelu(a, approximate=%q)"):format(approx)
+end }
+
+-- Binary ops over two operands (a tensor and a tensor or a number, either way round).
+-- first / second: torch takes a number in that position (else it is wrapped by W in torch_side.py).
+local BINARY = {
+  add = { "torch.add", first = true, second = true }, sub = { "torch.sub", first = true, second = true },
+  mul = { "torch.mul", first = true, second = true }, div = { "torch.div", first = true, second = true },
+  pow = { "torch.pow", first = true, second = true }, remainder = { "torch.remainder", first = true, second = true },
+  fmod = { "torch.fmod", second = true }, maximum = { "torch.maximum" }, minimum = { "torch.minimum" },
+  atan2 = { "torch.atan2" }, eq = { "torch.eq", second = true }, ne = { "torch.ne", second = true },
+  lt = { "torch.lt", second = true }, le = { "torch.le", second = true }, gt = { "torch.gt", second = true },
+  ge = { "torch.ge", second = true },
+  logical_and = { "torch.logical_and" }, logical_or = { "torch.logical_or" }, logical_xor = { "torch.logical_xor" },
+}
+
+-- two operands of broadcastable shapes, mostly the same dtype; a number in one place sometimes
+local function binary_operands(c)
+  local s = c:shape()
+  local da = c:dtype(ANY)
+  local db = c.r:chance(0.7) and da or c:dtype(ANY)
+  local form = c.r:weighted({ { "tt", 7 }, { "tn", 2 }, { "nt", 1 } })
+  if form == "tt" then
+    local a = c:tensor(s, da)
+    return a, c:tensor(c:bshape(s, 0.05), db), form
+  elseif form == "tn" then
+    return c:tensor(s, da), c:number(db == "bool" and "int64" or db), form
+  end
+  local n = c:number(da == "bool" and "int64" or da)
+  return n, c:tensor(s, db), form
+end
+
+local function alpha_opt(c, name)
+  if (name == "add" or name == "sub" or name == "add_" or name == "sub_") and c.r:chance(0.3) then
+    local al = c:number(c.r:pick({ "float32", "int64" }))
+    return { alpha = al.value }, ", alpha=" .. al.py
+  end
+  return nil, ""
+end
+
+for name, spec in pairs(BINARY) do
+  R[name] = { gen = function(c)
+    local a, b, form = binary_operands(c)
+    local opts, pyopts = alpha_opt(c, name)
+    local pa, pb = a.py, b.py
+    if form == "nt" and not spec.first then pa = ("W(%s, %s)"):format(a.py, b.py) end
+    if form == "tn" and not spec.second then pb = ("W(%s, %s)"):format(b.py, a.py) end
+    local call = opts and function(I) return T[name](a(I), b(I), opts) end or function(I) return T[name](a(I), b(I)) end
+    return call, ("%s(%s, %s%s)"):format(spec[1], pa, pb, pyopts)
+  end }
+end
+
+-- In-place binary ops: self is a tensor (maybe an expanded view), other a tensor or a number.
+for _, name in ipairs({ "add_", "sub_", "mul_", "div_" }) do
+  R[name] = { gen = function(c)
+    local s = c:shape()
+    local a = c:tensor(s, c:dtype(ANY))
+    local b = c:operand(c:bshape(s, 0.05), c:dtype(ANY))
+    local opts, pyopts = alpha_opt(c, name)
+    local call = opts and function(I) return op(name)(a(I), b(I), opts) end or function(I) return op(name)(a(I), b(I)) end
+    return call, ("a.%s(%s%s)"):format(name, b.py, pyopts), { inplace = a }
+  end }
+end
+
+R.where = { gen = function(c)
+  local s = c:shape()
+  local cond = c:tensor(c:bshape(s, 0.03), "bool")
+  local d = c:dtype(ANY)
+  local x, y = c:operand(c:bshape(s), d, 0.2), c:operand(s, c.r:chance(0.7) and d or c:dtype(ANY), 0.2)
+  if x.value and y.value then y = c:tensor(s, d) end
+  local px, py_ = x.py, y.py
+  return function(I) return T.where(cond(I), x(I), y(I)) end, ("torch.where(%s, %s, %s)"):format(cond.py, px, py_)
+end }
+
+-- clamp(x, lo, hi): lo and hi both numbers or both tensors (torch 1.13 takes no mix), either nil
+local function clamp_gen(name, inplace)
+  return function(c)
+    local s = c:shape()
+    local d = c:dtype(NUM)
+    local a = c:tensor(s, d)
+    local tensors = c.r:chance(0.3)
+    local function bound()
+      if c.r:chance(0.2) then return nil end
+      if tensors then return c:tensor(c:bshape(s), d) end
+      return c:number(d)
+    end
+    local lo, hi = bound(), bound()
+    local function v(o, I) return o and o(I) end
+    local pyargs = ("min=%s, max=%s"):format(lo and lo.py or "None", hi and hi.py or "None")
+    local call = function(I) return op(name)(a(I), v(lo, I), v(hi, I)) end
+    if inplace then return call, ("a.clamp_(%s)"):format(pyargs), { inplace = a } end
+    return call, ("torch.clamp(a, %s)"):format(pyargs)
+  end
+end
+R.clamp = { gen = clamp_gen("clamp") }
+R.clamp_ = { gen = clamp_gen("clamp_", true) }
+
+R.lerp = { gen = function(c)
+  local s = c:shape()
+  local d = c:dtype(FLOAT)
+  local a, b = c:tensor(s, d), c:tensor(c:bshape(s), c.r:chance(0.9) and d or c:dtype(ANY))
+  local w = c.r:chance(0.5) and c:number("float32") or c:tensor(c:bshape(s), d)
+  return function(I) return T.lerp(a(I), b(I), w(I)) end, ("torch.lerp(a, b, %s)"):format(w.py)
+end }
+
+R.addcmul = { gen = function(c)
+  local s = c:shape()
+  local d = c:dtype(NUM)
+  local x, a, b = c:tensor(s, d), c:tensor(c:bshape(s), d), c:tensor(c:bshape(s), c.r:chance(0.9) and d or c:dtype(NUM))
+  if c.r:chance(0.5) then
+    return function(I) return T.addcmul(x(I), a(I), b(I)) end, "torch.addcmul(a, b, c)"
+  end
+  local v = c:number(c.r:pick({ "float32", "int64" }))
+  return function(I) return T.addcmul(x(I), a(I), b(I), v.value) end, ("torch.addcmul(a, b, c, value=%s)"):format(v.py)
+end }
+
+-- masked_fill(x, mask, value): value a number or a 0-d tensor
+local function masked_fill_gen(name, inplace)
+  return function(c)
+    local s = c:shape()
+    local d = c:dtype(ANY)
+    local a = c:tensor(s, d)
+    local mask = c:tensor(c:bshape(s, 0.03), "bool")
+    local v = c.r:chance(0.7) and c:number(d == "bool" and "int64" or d) or c:tensor({}, c:dtype(ANY))
+    local call = function(I) return op(name)(a(I), mask(I), v(I)) end
+    if inplace then return call, ("a.masked_fill_(b, %s)"):format(v.py), { inplace = a } end
+    return call, ("torch.masked_fill(a, b, %s)"):format(v.py)
+  end
+end
+R.masked_fill = { gen = masked_fill_gen("masked_fill") }
+R.masked_fill_ = { gen = masked_fill_gen("masked_fill_", true) }
+
+R.fill_ = { gen = function(c)
+  local a = c:tensor(c:shape(), c:dtype(ANY))
+  local v = c.r:chance(0.7) and c:number(c:dtype(NUM)) or c:tensor({}, c:dtype(ANY))
+  return function(I) return a(I):fill_(v(I)) end, ("a.fill_(%s)"):format(v.py), { inplace = a }
+end }
+
+R.zero_ = { gen = function(c)
+  local a = c:tensor(c:shape(), c:dtype(ANY))
+  return function(I) return a(I):zero_() end, "a.zero_()", { inplace = a }
+end }
+
+-- copy_(src): src broadcasts to self (any dtype); a number fills (torch: fill_)
+R.copy_ = { gen = function(c)
+  local s = c:shape()
+  local a = c:tensor(s, c:dtype(ANY))
+  if c.r:chance(0.2) then
+    local v = c:number(c:dtype(NUM))
+    return function(I) return a(I):copy_(v.value) end, ("a.fill_(%s)"):format(v.py), { inplace = a }
+  end
+  local bs = c:bshape(s, 0.05)
+  while #bs > #s do table.remove(bs, 1) end
+  local b = c:tensor(bs, c:dtype(ANY))
+  return function(I) return a(I):copy_(b(I)) end, "a.copy_(b)", { inplace = a }
+end }
+
+-- ---- reductions -----------------------------------------------------------------------------------
+
+-- A reduction's dim argument: nil, one dim or a table of dims; keepdim only with a dim.
+local function red_args(c, n, single)
+  local r = c.r
+  local dim
+  if r:chance(0.3) then dim = nil
+  elseif single or r:chance(0.6) then dim = c:dim(n)
+  else dim = c:dims(n) end
+  local kd = dim ~= nil and r:pick({ nil, true, false }) or nil
+  return dim, kd
+end
+
+-- sum / mean / amax / ...: torch function f(a, dim=..., keepdim=...[, **kw]).
+-- style "dimkw": torch takes dim tuples; "multi": one dim only (multi() in torch_side.py);
+-- "alldims": the dim may not be None (alldims(a)); "nonekw": keywords need dim=None (var, std).
+local function reduction(name, f, style, dtypes, opt_fn)
+  return { reduce = true, gen = function(c)
+    local s = c:shape()
+    local a = c:tensor(s, c:dtype(dtypes or ANY))
+    local dim, kd = red_args(c, #s)
+    local opts, pykw = nil, ""
+    if opt_fn then opts, pykw = opt_fn(c) end
+    local pdim = dim == nil and (style == "alldims" and "alldims(a)" or "None") or pd(dim)
+    local pykd = kd == nil and "False" or py(kd)
+    local expr
+    if style == "multi" then expr = ("multi(%s, a, %s, %s%s)"):format(f, pdim, pykd, pykw)
+    elseif dim == nil and style == "nonekw" then expr = ("%s(a, dim=None%s)"):format(f, pykw)
+    elseif dim == nil and style ~= "alldims" then expr = ("%s(a%s)"):format(f, pykw)
+    else expr = ("%s(a, dim=%s, keepdim=%s%s)"):format(f, pdim, pykd, pykw) end
+    local args = { dim, kd, opts, n = opts and 3 or (dim ~= nil and 2 or 0) }
+    return function(I) return T[name](a(I), unpack(args, 1, args.n)) end, expr
+  end }
+end
+
+local function dtype_kw(c)
+  local d = maybe_dtype(c, { "float32", "float64", "int64" })
+  if not d then return nil, "" end
+  return { dtype = d }, ", dtype=" .. dt(d)
+end
+
+R.sum = reduction("sum", "torch.sum", "dimkw", ANY, dtype_kw)
+R.mean = reduction("mean", "torch.mean", "dimkw", ANY, dtype_kw)
+R.prod = reduction("prod", "torch.prod", "multi", ANY, dtype_kw)
+R.amax = reduction("amax", "torch.amax", "alldims", ANY)
+R.amin = reduction("amin", "torch.amin", "alldims", ANY)
+R.all = reduction("all", "torch.all", "multi", ANY)
+R.any = reduction("any", "torch.any", "multi", ANY)
+R.logsumexp = reduction("logsumexp", "torch.logsumexp", "alldims", ANY)
+R.norm = reduction("norm", "torch.linalg.vector_norm", "dimkw", ANY, function(c)
+  local p = c.r:pick({ false, 1, 2, 3, 0.5, math.huge, 0 })
+  if not p then return nil, "" end
+  return { p = p }, ", ord=" .. py(p)
+end)
+for _, name in ipairs({ "var", "std" }) do
+  R[name] = reduction(name, "torch." .. name, "nonekw", ANY, function(c)
+    local k = c.r:pick({ false, "correction", "unbiased" })
+    if k == "correction" then
+      local v = c.r:pick({ 0, 1, 2 })
+      return { correction = v }, ", correction=" .. py(v)
+    elseif k == "unbiased" then
+      local v = c.r:chance(0.5)
+      return { unbiased = v }, ", unbiased=" .. py(v)
+    end
+    return nil, ""
+  end)
+end
+
+-- argmax / argmin: 1-based indices; ties go to the first occurrence in both
+for _, name in ipairs({ "argmax", "argmin" }) do
+  R[name] = { gen = function(c)
+    local s = c:shape()
+    local a = c:tensor(s, c:dtype(ANY))
+    local dim, kd = red_args(c, #s, true)
+    if dim == nil then return function(I) return T[name](a(I)) end, ("torch.%s(a) + 1"):format(name) end
+    return function(I) return T[name](a(I), dim, kd) end,
+      ("torch.%s(a, %s, keepdim=%s) + 1"):format(name, pd(dim), py(kd or false))
+  end }
+end
+
+-- x gathered at 1-based indices i along d (i has x's rank when keepdim): the values the indices
+-- point at, compared with torch's values, so that ties may pick any index.
+local function gathered(x, d, i, keepdim)
+  if x:dim() == 0 then return x:clone() end
+  local g = T.gather(x, d, keepdim and i or i:unsqueeze(d))
+  return keepdim and g or g:squeeze(d)
+end
+
+for _, name in ipairs({ "max", "min" }) do
+  R[name] = { gen = function(c)
+    local s = c:shape()
+    local a = c:tensor(s, c:dtype(ANY))
+    local dim, kd = red_args(c, #s, true)
+    if dim == nil then return function(I) return T[name](a(I)) end, ("torch.%s(a)"):format(name) end
+    return function(I)
+      local v, i = T[name](a(I), dim, kd)
+      return v, gathered(a(I), dim, i, kd)
+    end, ("(lambda r: (r[0], r[0]))(torch.%s(a, %s, keepdim=%s))"):format(name, pd(dim), py(kd or false))
+  end }
+end
+
+R.sort = { gen = function(c)
+  local s = c:shape()
+  local a = c:tensor(s, c:dtype(ANY))
+  local dim = c.r:chance(0.7) and c:dim(#s) or nil
+  local desc = c.r:pick({ nil, true, false })
+  return function(I)
+    local v, i = T.sort(a(I), dim, desc)
+    return v, gathered(a(I), dim or -1, i, true)
+  end, ("(lambda r: (r[0], r[0]))(torch.sort(a, %s, descending=%s))"):format(dim and pd(dim) or "-1", py(desc or false))
+end }
+
+R.topk = { gen = function(c)
+  local s = c:shape()
+  local a = c:tensor(s, c:dtype(ANY))
+  local dim = c.r:chance(0.7) and c:dim(#s) or nil
+  local n = #s == 0 and 1 or s[dim and (dim > 0 and dim or #s + dim + 1) or #s]
+  local k = c.r:chance(0.05) and n + 1 or c.r:int(0, n)
+  if #s == 0 then k = 1 end  -- torch's topk(0-d, 0) returns an uninitialised 0-d tensor
+  local largest, sorted = c.r:pick({ nil, true, false }), c.r:pick({ nil, true, false })
+  local d = dim or -1
+  local pyd = pd(d)
+  local sort_after = sorted == false  -- the order is unspecified: compare sorted values
+  return function(I)
+    local v, i = T.topk(a(I), k, dim, largest, sorted)
+    local g = gathered(a(I), d, i, true)
+    if sort_after and v:dim() > 0 then v, g = T.sort(v, d), T.sort(g, d) end
+    return v, g
+  end, ("(lambda v: (v, v))(%s)"):format(sort_after and #s > 0
+    and ("torch.sort(torch.topk(a, %d, %s, largest=%s)[0], %s)[0]"):format(k, pyd, py(largest ~= false), pyd)
+    or ("torch.topk(a, %d, %s, largest=%s)[0]"):format(k, pyd, py(largest ~= false)))
+end }
+
+R.cumsum = { reduce = true, gen = function(c)
+  local s = c:shape()
+  local a = c:tensor(s, c:dtype(ANY))
+  local d = c:dim(#s)
+  local dtype = maybe_dtype(c, { "float32", "float64", "int64" })
+  if dtype then return function(I) return T.cumsum(a(I), d, { dtype = dtype }) end, ("torch.cumsum(a, %s, dtype=%s)"):format(pd(d), dt(dtype)) end
+  return function(I) return T.cumsum(a(I), d) end, ("torch.cumsum(a, %s)"):format(pd(d))
+end }
+
+for _, name in ipairs({ "softmax", "log_softmax" }) do
+  R[name] = { reduce = true, gen = function(c)
+    local s = c:shape()
+    local a = c:tensor(s, c:dtype(ANY))
+    local d = c:dim(#s)
+    local dtype = maybe_dtype(c, FLOAT)
+    if dtype then return function(I) return T[name](a(I), d, { dtype = dtype }) end, ("torch.%s(a, %s, dtype=%s)"):format(name, pd(d), dt(dtype)) end
+    return function(I) return T[name](a(I), d) end, ("torch.%s(a, %s)"):format(name, pd(d))
+  end }
+end
+
+-- ---- views and copies ----------------------------------------------------------------------------
+
+-- a random shape with numel n (one size maybe -1): for view / reshape
+local function factor_shape(c, n)
+  local sz, left = {}, n
+  for _ = 1, c.r:int(0, 3) do
+    local divs = {}
+    for q = 1, math.max(1, math.min(left, 64)) do if left % q == 0 then divs[#divs + 1] = q end end
+    if left == 0 then divs = { 0, 1, 2 } end
+    sz[#sz + 1] = c.r:pick(divs)
+    left = sz[#sz] == 0 and 0 or left / sz[#sz]
+  end
+  if n == 0 and #sz > 0 then left = 0 end
+  sz[#sz + 1] = left
+  if n > 0 and c.r:chance(0.3) then sz[c.r:int(1, #sz)] = -1 end
+  if c.r:chance(0.05) then sz[#sz] = sz[#sz] + 1 end  -- a wrong size: both raise
+  return sz
+end
+
+for _, name in ipairs({ "view", "reshape" }) do
+  R[name] = { gen = function(c)
+    local s = c:shape()
+    local a = c:tensor(s, c:dtype(ANY))
+    local sz = factor_shape(c, G.numel(s))
+    if c.r:chance(0.5) then return function(I) return T[name](a(I), sz) end, ("a.%s(%s)"):format(name, py(sz)) end
+    return function(I) return T[name](a(I), unpack(sz)) end, ("a.%s(%s)"):format(name, py(sz))
+  end }
+end
+
+R.expand = { gen = function(c)
+  local s = c:shape(0, 3)
+  local a = c:tensor(s, c:dtype(ANY))
+  local sz = {}
+  for _ = 1, c.r:int(0, 1) do sz[#sz + 1] = c.r:int(0, 3) end
+  for i = 1, #s do
+    if s[i] == 1 then sz[#sz + 1] = c.r:pick({ 1, 2, 3, 0, -1 })
+    else sz[#sz + 1] = c.r:chance(0.3) and -1 or s[i] end
+  end
+  if #sz > 0 and c.r:chance(0.05) then sz[#sz] = sz[#sz] + 2 end
+  return function(I) return T.expand(a(I), sz) end, ("a.expand(%s)"):format(py(sz))
+end }
+
+R.flatten = { gen = function(c)
+  local s = c:shape()
+  local a = c:tensor(s, c:dtype(ANY))
+  if c.r:chance(0.3) then return function(I) return T.flatten(a(I)) end, "torch.flatten(a)" end
+  local st, en = c:dim(#s), c:dim(#s)
+  return function(I) return T.flatten(a(I), st, en) end, ("torch.flatten(a, %s, %s)"):format(pd(st), pd(en))
+end }
+
+R.narrow = { gen = function(c)
+  local s = c:shape(1, 4)
+  local a = c:tensor(s, c:dtype(ANY))
+  local d = c:dim(#s)
+  local n = s[d > 0 and d or #s + d + 1]
+  local start = c.r:int(1, n + 1)
+  local len = c.r:int(0, n - start + 1)
+  if c.r:chance(0.3) and start <= n then start = start - n - 1 end  -- the same element, counted from the end
+  if c.r:chance(0.05) then len = len + 1 end
+  return function(I) return T.narrow(a(I), d, start, len) end,
+    ("torch.narrow(a, %s, %s, %d)"):format(pd(d), pi(start), len)
+end }
+
+R.select = { gen = function(c)
+  local s = c:shape(1, 4)
+  local a = c:tensor(s, c:dtype(ANY))
+  local d = c:dim(#s)
+  local n = s[d > 0 and d or #s + d + 1]
+  local i = c.r:int(1, math.max(n, 1))
+  if c.r:chance(0.3) then i = i - n - 1 end
+  if c.r:chance(0.05) then i = n + 1 end
+  return function(I) return T.select(a(I), d, i) end, ("a.select(%s, %s)"):format(pd(d), pi(i))
+end }
+
+-- slice(d, start, stop, step): 1-based, inclusive stop; starts and stops inside the dim
+R.slice = { gen = function(c)
+  local s = c:shape(1, 4)
+  local a = c:tensor(s, c:dtype(ANY))
+  local d = c:dim(#s)
+  local n = s[d > 0 and d or #s + d + 1]
+  local r = c.r
+  local start = n > 0 and r:int(1, n) or nil
+  local stop = start and r:int(start - 1, n) or nil
+  if start and r:chance(0.3) then start = start - n - 1 end
+  if stop and stop > 0 and r:chance(0.3) then stop = stop - n - 1 end
+  if r:chance(0.2) then start = nil end
+  if r:chance(0.2) then stop = nil end
+  local step = r:pick({ nil, 1, 2, 3 })
+  return function(I) return T.slice(a(I), d, start, stop, step) end,
+    ("lslice(a, %s, %s, %s, %s)"):format(pd(d), py(start), py(stop), py(step))
+end }
+
+R.squeeze = { gen = function(c)
+  local s = c:shape()
+  for i = 1, #s do if c.r:chance(0.4) then s[i] = 1 end end
+  local a = c:tensor(s, c:dtype(ANY))
+  local k = c.r:pick({ "none", "one", "many" })
+  if k == "none" then return function(I) return T.squeeze(a(I)) end, "a.squeeze()" end
+  if k == "one" then
+    local d = c:dim(#s)
+    return function(I) return T.squeeze(a(I), d) end, ("a.squeeze(%s)"):format(pd(d))
+  end
+  local ds = c:dims(#s)
+  return function(I) return T.squeeze(a(I), ds) end, ("squeeze_dims(a, %s)"):format(pd(ds))
+end }
+
+R.unsqueeze = { gen = function(c)
+  local s = c:shape()
+  local a = c:tensor(s, c:dtype(ANY))
+  local d = c:dim(#s, 1)
+  return function(I) return T.unsqueeze(a(I), d) end, ("a.unsqueeze(%s)"):format(pd(d))
+end }
+
+R.permute = { gen = function(c)
+  local s = c:shape()
+  local a = c:tensor(s, c:dtype(ANY))
+  local p = {}
+  for i = 1, #s do p[i] = i end
+  for i = #p, 2, -1 do local j = c.r:int(1, i); p[i], p[j] = p[j], p[i] end
+  for i = 1, #p do if c.r:chance(0.2) then p[i] = p[i] - #s - 1 end end
+  if #p > 0 and c.r:chance(0.05) then p[1] = p[#p] end  -- a repeated dim: both raise
+  if c.r:chance(0.5) then return function(I) return T.permute(a(I), p) end, ("a.permute(%s)"):format(pd(p)) end
+  return function(I) return T.permute(a(I), unpack(p)) end, ("a.permute(%s)"):format(pd(p))
+end }
+
+R.t = { gen = function(c)
+  local a = c:tensor(c:shape(0, c.r:chance(0.9) and 2 or 3), c:dtype(ANY))
+  return function(I) return T.t(a(I)) end, "a.t()"
+end }
+
+R.transpose = { gen = function(c)
+  local s = c:shape()
+  local a = c:tensor(s, c:dtype(ANY))
+  local d0, d1 = c:dim(#s), c:dim(#s)
+  return function(I) return T.transpose(a(I), d0, d1) end, ("a.transpose(%s, %s)"):format(pd(d0), pd(d1))
+end }
+
+-- as_strided on a contiguous input (the storage is then the same on both sides); sometimes out
+-- of the storage's bounds, which both must reject
+R.as_strided = { gen = function(c)
+  local s = c:shape(1, 3, { nonzero = true })
+  local a = c:tensor(s, c:dtype(ANY), { layout = false })
+  local n = G.numel(s)
+  local size, stride = {}, {}
+  for i = 1, c.r:int(0, 3) do size[i], stride[i] = c.r:int(0, 4), c.r:int(0, 3) end
+  local offset = c.r:chance(0.5) and c.r:int(0, 2) or nil
+  local last = offset or 0
+  for i = 1, #size do last = last + math.max(size[i] - 1, 0) * stride[i] end
+  if last >= n and c.r:chance(0.8) then size, stride, offset = { 1 }, { 1 }, 0 end
+  return function(I) return T.as_strided(a(I), size, stride, offset) end,
+    ("torch.as_strided(a, %s, %s, %s)"):format(py(size), py(stride), py(offset or 0))
+end }
+
+R.contiguous = { gen = function(c)
+  local a = c:tensor(c:shape(), c:dtype(ANY))
+  return function(I) return T.contiguous(a(I)) end, "a.contiguous()"
+end }
+R.clone = { gen = function(c)
+  local a = c:tensor(c:shape(), c:dtype(ANY))
+  return function(I) return T.clone(a(I)) end, "a.clone()"
+end }
+
+-- ---- joining and splitting -----------------------------------------------------------------------
+
+-- n tensors equal in shape but along dim d (sizes along it random, 0 included)
+R.cat = { gen = function(c)
+  local s = c:shape(c.r:chance(0.05) and 0 or 1, 4)
+  local d = c:dim(#s)
+  local di = d > 0 and d or #s + d + 1
+  local dtype = c:dtype(ANY)
+  local ts, names = {}, {}
+  for i = 1, c.r:int(1, 3) do
+    local si = { unpack(s) }
+    if #si > 0 then si[di] = c.r:int(0, 4) end
+    if c.r:chance(0.05) then si = { 0 } end  -- torch skips legacy empty 1-d tensors in cat
+    ts[i] = c:tensor(si, c.r:chance(0.85) and dtype or c:dtype(ANY))
+    names[i] = ts[i].py
+  end
+  local use_dim = c.r:chance(0.8) or d ~= 1
+  local pylist = "[" .. table.concat(names, ", ") .. "]"
+  return function(I)
+    local l = {}
+    for i, t in ipairs(ts) do l[i] = t(I) end
+    if use_dim then return T.cat(l, d) end
+    return T.cat(l)
+  end, ("torch.cat(%s, %s)"):format(pylist, use_dim and pd(d) or "0")
+end }
+
+R.stack = { gen = function(c)
+  local s = c:shape(0, 3)
+  local d = c:dim(#s, 1)
+  local dtype = c:dtype(ANY)
+  local ts, names = {}, {}
+  for i = 1, c.r:int(1, 3) do
+    local si = s
+    if c.r:chance(0.03) then si = c:bshape(s, 1) end
+    ts[i] = c:tensor(si, c.r:chance(0.85) and dtype or c:dtype(ANY))
+    names[i] = ts[i].py
+  end
+  return function(I)
+    local l = {}
+    for i, t in ipairs(ts) do l[i] = t(I) end
+    return T.stack(l, d)
+  end, ("torch.stack([%s], %s)"):format(table.concat(names, ", "), pd(d))
+end }
+
+R.split = { gen = function(c)
+  local s = c:shape(1, 4)
+  local a = c:tensor(s, c:dtype(ANY))
+  local d = c:dim(#s)
+  local n = s[d > 0 and d or #s + d + 1]
+  local size
+  if c.r:chance(0.6) then size = c.r:int(n == 0 and 0 or 1, math.max(n, 1) + 1)
+  else
+    size = {}
+    local left = n
+    while left > 0 do size[#size + 1] = c.r:int(0, left); left = left - size[#size] end
+    if c.r:chance(0.1) then size[#size + 1] = 1 end  -- sizes that do not add up: both raise
+  end
+  local sizes_py = type(size) == "table" and ("[" .. table.concat(size, ", ") .. "]") or py(size)
+  return function(I) return T.split(a(I), size, d) end, ("torch.split(a, %s, %s)"):format(sizes_py, pd(d))
+end }
+
+R.chunk = { gen = function(c)
+  local s = c:shape(1, 4)
+  local a = c:tensor(s, c:dtype(ANY))
+  local d = c:dim(#s)
+  local k = c.r:int(c.r:chance(0.05) and 0 or 1, 6)
+  return function(I) return T.chunk(a(I), k, d) end, ("torch.chunk(a, %d, %s)"):format(k, pd(d))
+end }
+
+-- ---- indexing ------------------------------------------------------------------------------------
+
+-- index values in 1..n, sometimes in 0..n + 1 (out of range: both must raise)
+local function index_range(c, n)
+  if c.r:chance(0.05) then return { lo = 0, hi = n + 1 } end
+  return { lo = 1, hi = math.max(n, 1) }
+end
+
+R.gather = { gen = function(c)
+  local s = c:shape(0, 3, { nonzero = c.r:chance(0.9) })
+  local a = c:tensor(s, c:dtype(ANY))
+  local d = c:dim(#s)
+  local di = d > 0 and d or #s + d + 1
+  local is = {}
+  for i = 1, #s do is[i] = i == di and c.r:int(0, 4) or c.r:int(math.min(s[i], 1), s[i]) end
+  local idx = c:tensor(is, "int64", index_range(c, #s == 0 and 1 or s[di]))
+  return function(I) return T.gather(a(I), d, idx(I)) end, ("torch.gather(a, %s, b - 1)"):format(pd(d))
+end }
+
+R.index_select = { gen = function(c)
+  local s = c:shape(0, 3, { nonzero = c.r:chance(0.9) })
+  local a = c:tensor(s, c:dtype(ANY))
+  local d = c:dim(#s)
+  local n = #s == 0 and 1 or s[d > 0 and d or #s + d + 1]
+  -- a 0-d input takes one index: torch 1.13 writes past its result for more (a heap overflow
+  -- that aborted the torch side), crescent raises
+  local is = (c.r:chance(0.2) or #s == 0) and {} or { c.r:int(0, 5) }
+  local idx = c:tensor(is, "int64", index_range(c, n))
+  return function(I) return T.index_select(a(I), d, idx(I)) end, ("torch.index_select(a, %s, b - 1)"):format(pd(d))
+end }
+
+R.embedding = { gen = function(c)
+  local n, dm = c.r:int(1, 10), c.r:int(0, 6)
+  local idx = c:tensor(c:shape(0, 3), "int64", index_range(c, n))
+  local w = c:tensor({ n, dm }, c:dtype(c.r:chance(0.9) and FLOAT or ANY))
+  return function(I) return T.embedding(idx(I), w(I)) end, "F.embedding(a - 1, b)"
+end }
+
+-- ---- linear algebra ------------------------------------------------------------------------------
+
+local MM = { "float32", "float32", "float64", "float64", "int64", "bool" }
+local function mdim(c) return c.r:weighted({ { 0, 1 }, { 1, 3 }, { 2, 3 }, { 3, 4 }, { 5, 3 }, { 17, 2 }, { 40, 1 } }) end
+local function off(c, k) return c.r:chance(0.04) and k + 1 or k end  -- a wrong inner size now and then
+
+R.mm = { reduce = true, gen = function(c)
+  local n, k, m = mdim(c), mdim(c), mdim(c)
+  local d = c:dtype(MM)
+  local a, b = c:tensor({ n, k }, d), c:tensor({ off(c, k), m }, c.r:chance(0.9) and d or c:dtype(MM))
+  return function(I) return T.mm(a(I), b(I)) end, "torch.mm(a, b)"
+end }
+
+R.bmm = { reduce = true, gen = function(c)
+  local bt, n, k, m = c.r:int(0, 4), mdim(c), mdim(c), mdim(c)
+  local d = c:dtype(MM)
+  local a, b = c:tensor({ bt, n, k }, d), c:tensor({ bt, off(c, k), m }, c.r:chance(0.9) and d or c:dtype(MM))
+  return function(I) return T.bmm(a(I), b(I)) end, "torch.bmm(a, b)"
+end }
+
+R.matmul = { reduce = true, gen = function(c)
+  local k = mdim(c)
+  local function operand_shape(last_is_k)
+    local rank = c.r:int(1, 4)
+    local s = {}
+    for i = 1, rank - 2 do s[i] = c.r:pick({ 1, 2, 3 }) end
+    if rank == 1 then return { k } end
+    if last_is_k then s[#s + 1] = mdim(c); s[#s + 1] = k else s[#s + 1] = k; s[#s + 1] = mdim(c) end
+    return s
+  end
+  local sa, sb = operand_shape(true), operand_shape(false)
+  sb[math.max(#sb - 1, 1)] = off(c, sb[math.max(#sb - 1, 1)])
+  local d = c:dtype(MM)
+  local a, b = c:tensor(sa, d), c:tensor(sb, c.r:chance(0.9) and d or c:dtype(MM))
+  return function(I) return T.matmul(a(I), b(I)) end, "torch.matmul(a, b)"
+end }
+
+R.linear = { reduce = true, gen = function(c)
+  local s = c:shape(1, 3)
+  local fin, fout = s[#s], mdim(c)
+  local d = c:dtype(c.r:chance(0.9) and FLOAT or MM)
+  local x, w = c:tensor(s, d), c:tensor({ fout, off(c, fin) }, d)
+  if c.r:chance(0.4) then return function(I) return T.linear(x(I), w(I)) end, "F.linear(a, b)" end
+  local b = c:tensor({ fout }, d)
+  return function(I) return T.linear(x(I), w(I), b(I)) end, "F.linear(a, b, c)"
+end }
+
+for _, name in ipairs({ "tril", "triu" }) do
+  R[name] = { gen = function(c)
+    local a = c:tensor(c:shape(c.r:chance(0.95) and 2 or 0, 4), c:dtype(ANY))
+    if c.r:chance(0.3) then return function(I) return T[name](a(I)) end, ("torch.%s(a)"):format(name) end
+    local k = c.r:int(-3, 3)
+    return function(I) return T[name](a(I), k) end, ("torch.%s(a, %d)"):format(name, k)
+  end }
+end
+
+-- ---- conversions ---------------------------------------------------------------------------------
+
+-- float -> int of NaN, inf or out-of-range values is undefined in C++ and differs between
+-- libraries: the inputs stay finite and small for conversions
+local CONVERT = { float = "float", double = "double", half = "half", bfloat16 = "bfloat16", int = "int",
+                  long = "long", bool = "bool", cpu = "cpu", cuda = "cuda" }
+for name, method in pairs(CONVERT) do
+  R[name] = { gen = function(c)
+    local a = c:tensor(c:shape(), c:dtype(ANY), { finite = true })
+    return function(I) return op(name)(a(I)) end, ("a.%s()"):format(method)
+  end }
+end
+
+R.to = { gen = function(c)
+  local a = c:tensor(c:shape(), c:dtype(ANY), { finite = true })
+  local d = c:dtype(CREATE)
+  local form = c.r:pick({ "dtype", "opts", "device" })
+  if form == "dtype" then return function(I) return a(I):to(d) end, ("a.to(%s)"):format(dt(d)) end
+  if form == "opts" then return function(I) return a(I):to({ dtype = d }) end, ("a.to(dtype=%s)"):format(dt(d)) end
+  return function(I) return a(I):to(c.device) end, "a.to(DEV)"
+end }
+
+-- ---- creation ------------------------------------------------------------------------------------
+
+-- opts for a creation op and the matching Python keywords
+local function create_opts(c, p)
+  local d = maybe_dtype(c, CREATE, p or 0.5)
+  local o = c:opts({ dtype = d })
+  return o, ("dtype=%s, device=DEV"):format(dt(d))
+end
+
+local function size_args(c, s)
+  if c.r:chance(0.5) then return { s, n = 1 } end
+  local t = { unpack(s) }
+  t.n = #s
+  return t
+end
+
+for _, name in ipairs({ "zeros", "ones" }) do
+  R[name] = { gen = function(c)
+    local s = c:shape()
+    local o, kw = create_opts(c)
+    local args = size_args(c, s)
+    args.n = args.n + 1; args[args.n] = o
+    return function() return T[name](unpack(args, 1, args.n)) end, ("torch.%s(%s, %s)"):format(name, py(s), kw)
+  end }
+end
+
+-- random or uninitialised values: dtype and shape only
+for _, name in ipairs({ "empty", "rand", "randn" }) do
+  R[name] = { shape_only = true, gen = function(c)
+    local s = c:shape()
+    local o, kw = create_opts(c, name == "empty" and 0.5 or 0)
+    if name ~= "empty" and c.r:chance(0.3) then
+      o.dtype = c:dtype(FLOAT); kw = ("dtype=%s, device=DEV"):format(dt(o.dtype))
+    end
+    local args = size_args(c, s)
+    args.n = args.n + 1; args[args.n] = o
+    return function() return T[name](unpack(args, 1, args.n)) end, ("torch.%s(%s, %s)"):format(name, py(s), kw)
+  end }
+end
+
+R.randint = { shape_only = true, gen = function(c)
+  local s = c:shape()
+  local lo = c.r:int(-5, 5)
+  local hi = lo + c.r:int(c.r:chance(0.05) and -1 or 1, 10)
+  local o, kw = create_opts(c, 0.3)
+  return function() return T.randint(lo, hi, s, o) end, ("torch.randint(%d, %d, %s, %s)"):format(lo, hi, py(s), kw)
+end }
+
+R.empty_like = { shape_only = true, gen = function(c)
+  local a = c:tensor(c:shape(), c:dtype(ANY))
+  local o, kw = create_opts(c)
+  return function(I) return T.empty_like(a(I), o) end, ("torch.empty_like(a, %s)"):format(kw)
+end }
+for _, name in ipairs({ "zeros_like", "ones_like" }) do
+  R[name] = { gen = function(c)
+    local a = c:tensor(c:shape(), c:dtype(ANY))
+    local o, kw = create_opts(c)
+    return function(I) return T[name](a(I), o) end, ("torch.%s(a, %s)"):format(name, kw)
+  end }
+end
+
+R.full = { gen = function(c)
+  local s = c:shape()
+  local v = c:number(c:dtype(NUM))
+  local o, kw = create_opts(c, 0.4)
+  return function() return T.full(s, v.value, o) end, ("torch.full(%s, %s, %s)"):format(py(s), v.py, kw)
+end }
+
+R.arange = { gen = function(c)
+  local r = c.r
+  local ints = r:chance(0.6)
+  local function num(lo, hi) return ints and r:int(lo, hi) or (r:int(lo * 4, hi * 4) / 4 + (r:chance(0.5) and 0.1 or 0)) end
+  local start, stop = num(-10, 10), num(-10, 20)
+  local step = num(1, 4)
+  if start > stop then step = -step end
+  if r:chance(0.03) then step = 0 end
+  local o, kw = create_opts(c, 0.3)
+  local form = r:int(1, 3)
+  if form == 1 then return function() return T.arange(math.abs(stop), o) end, ("torch.arange(%s, %s)"):format(py(math.abs(stop)), kw) end
+  if form == 2 then
+    if start > stop then start, stop = stop, start end
+    return function() return T.arange(start, stop, o) end, ("torch.arange(%s, %s, %s)"):format(py(start), py(stop), kw)
+  end
+  return function() return T.arange(start, stop, step, o) end, ("torch.arange(%s, %s, %s, %s)"):format(py(start), py(stop), py(step), kw)
+end }
+
+R.linspace = { gen = function(c)
+  local a, b = c:number("float32").value, c:number(c:dtype(NUM)).value
+  local n = c.r:int(c.r:chance(0.05) and -1 or 0, 40)
+  local o, kw = create_opts(c, 0.3)
+  return function() return T.linspace(a, b, n, o) end, ("torch.linspace(%s, %s, %d, %s)"):format(py(a), py(b), n, kw)
+end }
+
+R.eye = { gen = function(c)
+  local n = c.r:int(c.r:chance(0.03) and -1 or 0, 9)
+  local o, kw = create_opts(c, 0.4)
+  if c.r:chance(0.5) then return function() return T.eye(n, o) end, ("torch.eye(%d, %s)"):format(n, kw) end
+  local m = c.r:int(0, 9)
+  return function() return T.eye(n, m, o) end, ("torch.eye(%d, %d, %s)"):format(n, m, kw)
+end }
+
+-- T.tensor(data): a nested table of numbers (integral ones make int64, as Python ints do) or of
+-- booleans, sometimes ragged (both raise)
+R.tensor = { gen = function(c)
+  local s = c:shape(0, 3, { max_numel = 64 })
+  local kind = c.r:pick({ "float32", "int64", "bool" })
+  local vals = c:values(G.numel(s), kind)
+  local pos = 0
+  local function build(d)
+    if d > #s then pos = pos + 1; return vals[pos] end
+    local t = {}
+    for i = 1, s[d] do t[i] = build(d + 1) end
+    return t
+  end
+  local data = build(1)
+  if #s >= 2 and s[1] >= 2 and s[2] >= 1 and c.r:chance(0.05) then table.remove(data[1]) end  -- ragged
+  local function pylist(v)
+    if type(v) ~= "table" then return py(v) end
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = pylist(x) end
+    return "[" .. table.concat(parts, ", ") .. "]"
+  end
+  local o, kw = create_opts(c, 0.3)
+  return function() return T.tensor(data, o) end, ("torch.tensor(%s, %s)"):format(pylist(data), kw)
+end }
+
+-- ---- not compared -----------------------------------------------------------------------------------
+
+M.SKIPPED = {}
+
+-- ---- known differences ---------------------------------------------------------------------------
+-- { op = name | "*" | set of names, kind = "raises" (crescent raises, torch does not) | "accepts"
+-- (the reverse) | "differs", match = pattern of the message, when = predicate on the case,
+-- class = how the report counts it, why = }. class "limit": crescent's behaviour on purpose;
+-- "torch": PyTorch 1.13's own gap or quirk; "extension": crescent accepts more; "known": a
+-- crescent bug written down, not fixed yet.
+
+local function any_input(case, pred)
+  for _, input in ipairs(case.inputs) do if pred(input) then return true end end
+  return false
+end
+local function empty_input(case) return any_input(case, function(i) return G.numel(i.shape) == 0 end) end
+local function huge_input(case)
+  return any_input(case, function(i)
+    for _, v in ipairs(i.values) do if type(v) == "number" and math.abs(v) >= 2 ^ 48 then return true end end
+    return false
+  end)
+end
+local function nonfinite_input(case)
+  return any_input(case, function(i)
+    for _, v in ipairs(i.values) do if type(v) == "number" and (v ~= v or math.abs(v) == math.huge) then return true end end
+    return false
+  end)
+end
+local WRITES = { add_ = true, sub_ = true, mul_ = true, div_ = true, fill_ = true, zero_ = true, copy_ = true,
+                 masked_fill_ = true, clamp_ = true }
+
+M.EXCUSES = {
+  { op = "*", kind = "accepts", match = "not implemented for '", class = "torch",
+    why = "torch 1.13 has no CPU kernel for this dtype (bool argmax/topk, bfloat16 eye, ...); crescent computes it" },
+  { op = WRITES, kind = "raises", match = "cannot write into an expanded tensor", class = "limit",
+    why = "crescent refuses every write into an expanded (stride-0) tensor; torch allows fill_/zero_ there and "
+      .. "skips its overlap check on empty tensors" },
+  { op = { sin = true, cos = true, tan = true }, kind = "differs", when = huge_input, class = "limit",
+    why = "|x| >= 2^48 (float) / 2^50 (double) gives NaN by design (vm/kernels/vmath.hpp: no Payne-Hanek reduction)" },
+  { op = "addcmul", kind = "raises", match = "value must be an integer for integer inputs", class = "limit",
+    why = "crescent rejects a fractional value for integer tensors (as torch does for add's alpha); torch 1.13 truncates it" },
+  { op = "linspace", kind = "differs", class = "torch",
+    when = function(c) return c.expr:find("dtype=torch.int") ~= nil end,
+    why = "torch 1.13 steps an integer linspace by the truncated integer step ((951-1)//22 = 43); crescent truncates "
+      .. "the exact values, as numpy does" },
+  { op = { softmax = true, log_softmax = true }, kind = "raises", match = "expected a floating tensor", when = empty_input,
+    class = "torch", why = "torch skips softmax's dtype check on zero-size input" },
+  { op = { mm = true, bmm = true, matmul = true }, kind = "raises", when = empty_input, class = "torch",
+    why = "torch checks neither dtypes nor bool support when the product is empty" },
+  { op = "norm", kind = "differs", when = huge_input, class = "torch",
+    why = "torch 1.13 sums float32 squares in float32 (1e30^2 overflows to inf); crescent accumulates in double" },
+  { op = "norm", kind = "accepts", match = "cannot compute the inf norm", class = "extension",
+    why = "crescent defines the inf-norm of an empty reduction as 0 on purpose (vm/ops/reductions.cpp)" },
+  { op = "randint", kind = "accepts", match = "out of bounds for", class = "known",
+    why = "crescent does not check randint's range against the dtype (randint(-4, -3, {dtype = \"bool\"}) works)" },
+  { op = "arange", kind = "differs", class = "known",
+    when = function(c) return c.expr:find("dtype=torch.int") and c.expr:find("%d%.%d") ~= nil end,
+    why = "fractional start/step with an integer dtype: torch casts start and step to the integer type first "
+      .. "(arange(-7.15, 9.25, 1.75, int32) = -7, -6, ...); crescent truncates start + i*step (-7, -5, ...)" },
+  { op = "linspace", kind = "differs", class = "torch", when = function(c) return c.expr:find("inf") ~= nil end,
+    why = "an infinite end: torch fills the upper half from the end (inf - inf = nan); crescent gives inf" },
+  { op = "lerp", kind = "differs", class = "torch", when = nonfinite_input,
+    why = "infinite operands: lerp's two formulas (a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w)) give inf or "
+      .. "nan; crescent follows torch's scalar formula, torch 1.13's CPU kernel took the other one here" },
+  { op = "lerp", kind = "accepts", match = "expected dtype", class = "extension",
+    why = "crescent promotes lerp's operands; torch requires one dtype" },
+  { op = { sign = true, square = true }, kind = "raises", match = "not bool", class = "known",
+    why = "crescent rejects bool; torch: sign(bool) is bool, square(bool) is int64" },
+  { op = { cuda = true, to = true }, kind = "accepts", when = empty_input, class = "known",
+    why = "a zero-size tensor moves to \"cuda\" on a machine without a GPU (nothing is allocated); torch raises" },
+}
+
+return M

@@ -64,26 +64,34 @@ local function collect(v, out, seen)
   end
 end
 
+-- The hot path of a compiled call has no loops and reads its varargs only in the frame that owns
+-- them: a loop in a function called from the user's loop becomes a trace of its own, whose exits
+-- start side traces inside these frames, and LuaJIT cannot record varargs or returns below a
+-- trace's first frame ("NYI: bytecode 71", "return to lower frame"): the whole call would then run
+-- in the interpreter, at several times the cost.
 local RETS = ffi.new("cr_tensor*[?]", 64)
+local function slow_returns(n, ...)  -- tensors inside tables, or more than 3 values
+  local list, seen = {}, {}
+  for i = 1, n do collect((select(i, ...)), list, seen) end
+  local buf = #list <= 64 and RETS or ffi.new("cr_tensor*[?]", #list)
+  for i = 1, #list do buf[i - 1] = list[i].p end
+  return buf, #list
+end
+-- -1: v is a table (the slow path); else the count after v is stored at buf[count] if a tensor
+local function put_return(v, count)
+  if is_tensor(v) then RETS[count] = v.p; return count + 1 end
+  if type(v) == "table" then return -1 end
+  return count
+end
 local function hand_back(where, ...)
-  local n, count, tables = select("#", ...), 0, false
-  local buf = RETS
-  for i = 1, n do  -- the common case: a few tensors, no table
-    local v = (select(i, ...))
-    if is_tensor(v) and count < 64 then
-      buf[count] = v.p
-      count = count + 1
-    elseif is_tensor(v) or type(v) == "table" then
-      tables = true
-    end
+  local n, count, buf = select("#", ...), 0, RETS
+  if n <= 3 then
+    local a, b, c = ...
+    if n >= 1 then count = put_return(a, count) end
+    if n >= 2 and count >= 0 then count = put_return(b, count) end
+    if n >= 3 and count >= 0 then count = put_return(c, count) end
   end
-  if tables then  -- tensors inside tables, or more than 64
-    local list, seen = {}, {}
-    for i = 1, n do collect((select(i, ...)), list, seen) end
-    count = #list
-    buf = ffi.new("cr_tensor*[?]", math.max(count, 1))
-    for i = 1, count do buf[i - 1] = list[i].p end
-  end
+  if n > 3 or count < 0 then buf, count = slow_returns(n, ...) end
   local rc = api.cap_finish(ctx, buf, count, where)
   if rc < 0 then core.raise(rc) end
   if ctx.service ~= 0 then core.service() end
@@ -103,15 +111,14 @@ local function define_site(fn)
   return info.short_src .. ":" .. (info.linedefined or 0)
 end
 
--- T.config entries the recorder reads, sent when they change.
-local SENT_OPTIONS, sent = { "debug_dir", "cache_dir", "sync_compile" }, nil
+-- T.config entries the recorder reads, sent when they change (compared unrolled: see above).
+local SENT_OPTIONS, sent = { "debug_dir", "cache_dir", "sync_compile" }, {}
 local function send_config(config)
-  if sent then
-    local same = true
-    for _, k in ipairs(SENT_OPTIONS) do same = same and sent[k] == config[k] end
-    if same then return end
+  if sent.debug_dir == config.debug_dir and sent.cache_dir == config.cache_dir and sent.sync_compile == config.sync_compile
+     and sent.valid then
+    return
   end
-  sent = {}
+  sent = { valid = true }
   for _, k in ipairs(SENT_OPTIONS) do
     local v = config[k]
     sent[k] = v

@@ -68,8 +68,12 @@ end
 
 -- Wraps a cr_tensor* we own one reference of into a Lua handle (released by __gc).
 local handle_t = core.handle_t
+-- (Not a tail call: LuaJIT cannot record a return below a trace's first frame right after a
+-- tail call to a constructor, and such returns are common: an op traced on its own returning into
+-- the user's code; the whole path would run interpreted.)
 function core.wrap(p)
-  return handle_t(p)
+  local h = handle_t(p)
+  return h
 end
 
 function core.is_tensor(v)

@@ -25,8 +25,10 @@ struct Context {
   std::vector<Tensor> pending;  // outputs that did not fit the caller's buffer
   std::vector<Tensor> call_outs;  // scratch: the outputs of the op call in flight
   Generator gen;
-  size_t bytes_at_last_gc = 0;
-  size_t gc_every_bytes = size_t(8) << 20;  // see note_allocations (vm/api.cpp)
+  // see note_allocations (vm/api.cpp): host and device bytes allocated at the last collection,
+  // and how many more of each ask for the next one
+  size_t bytes_at_last_gc = 0, device_bytes_at_last_gc = 0;
+  size_t gc_every_bytes = size_t(8) << 20, gc_every_device_bytes = size_t(64) << 20;
   std::vector<std::string> loaded_names;  // names of the last safetensors load
   std::string scratch;                    // backing store of strings returned to Lua
   std::unique_ptr<graph::Recorder> recorder;  // graph capture (vm/graph/recorder.hpp)

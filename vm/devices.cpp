@@ -188,5 +188,8 @@ int64_t host_op_count() { return g_host_ops.load(std::memory_order_relaxed); }
 
 void* device_alloc(size_t nbytes, Device d) { return nbytes ? cuda::device_alloc(nbytes, d.index) : nullptr; }
 void device_free(void* p, size_t nbytes, Device d) { cuda::device_free(p, nbytes, d.index); }
+size_t device_garbage_budget() {
+  return device_bytes_allocated_total() ? cuda::garbage_budget() : size_t(64) << 20;
+}
 
 }  // namespace cr

@@ -11,9 +11,10 @@
 
 namespace cr {
 
-static std::atomic<size_t> g_bytes_allocated{0};
+static std::atomic<size_t> g_bytes_allocated{0}, g_device_bytes_allocated{0};
 
 size_t bytes_allocated_total() { return g_bytes_allocated.load(std::memory_order_relaxed); }
+size_t device_bytes_allocated_total() { return g_device_bytes_allocated.load(std::memory_order_relaxed); }
 
 std::string device_name(Device d) { return d.type == 0 ? "cpu" : "cuda:" + std::to_string(d.index); }
 
@@ -43,7 +44,7 @@ Storage* storage_new(size_t nbytes, Device device) {
   s->data = data;
   s->nbytes = nbytes;
   s->device = device;
-  g_bytes_allocated.fetch_add(nbytes, std::memory_order_relaxed);
+  (device.is_cpu() ? g_bytes_allocated : g_device_bytes_allocated).fetch_add(nbytes, std::memory_order_relaxed);
   return s;
 }
 

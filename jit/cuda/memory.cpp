@@ -1,5 +1,6 @@
 #include "jit/cuda/memory.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -98,6 +99,19 @@ MemoryStats memory_stats(int index) {
   std::lock_guard<std::mutex> g(g_mutex);
   auto it = g_caches.find(index);
   return it == g_caches.end() ? MemoryStats{} : it->second.stats;
+}
+
+size_t garbage_budget() {
+  constexpr size_t kMin = size_t(64) << 20, kMax = size_t(4) << 30;
+  size_t budget = kMax;
+  std::lock_guard<std::mutex> g(g_mutex);
+  for (auto& [index, c] : g_caches) {
+    size_t free_b = 0, total = 0;
+    use_device(index);
+    if (driver()->cuMemGetInfo(&free_b, &total) != 0) return kMin;
+    budget = std::min(budget, (free_b + (c.stats.reserved - c.stats.in_use)) / 4);
+  }
+  return std::max(budget, kMin);
 }
 
 static CUdeviceptr dptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }

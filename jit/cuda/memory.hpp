@@ -20,6 +20,10 @@ struct MemoryStats {
   size_t in_use = 0, reserved = 0;  // bytes handed out / held from the driver (in use + cached)
 };
 MemoryStats memory_stats(int index);
+// How many bytes of dropped tensors the devices may hold until Lua collects them: a quarter of
+// the memory the busiest device could still hand out (free in the driver or cached here),
+// between 64 MiB and 4 GiB (a collection every 64 calls of a kernel writing 64 MiB). See note_allocations (vm/api.cpp).
+size_t garbage_budget();
 
 // Synchronous copies (the device's legacy default stream orders them after earlier launches).
 void copy_to_device(void* dst, const void* src, size_t n, int index);

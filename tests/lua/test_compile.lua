@@ -339,6 +339,25 @@ describe("compiled functions", function()
     for _ = 1, 6 do x, y = f(x), g(y) end
     same(snap(x), snap(y))
   end)
+  it("hands back any mix of return values: numbers, nils, tables of tensors, more than three", function()
+    -- compile.lua's hand_back has an unrolled path for up to three values and a general one
+    local function body(x)
+      local y = x + 1
+      return y, 2, nil, { y * 2, t = { y:sum() } }, "s", x
+    end
+    local f = T.compile(body)
+    for call = 1, 4 do
+      local x = T.linspace(0, 1, 3)
+      local got, want = S.pack(f(x)), S.pack(body(x))
+      same(snap(got), snap(want), "call " .. call)
+      S.eq(got.n, 6)
+    end
+    local g = T.compile(function(x) return nil, { x * 3 }, x:sum() end)
+    for _ = 1, 4 do
+      local a, b, c = g(T.ones(2))
+      S.eq(a, nil); same(b[1]:totable(), { 3, 3 }); S.eq(c:item(), 2)
+    end
+  end)
 end)
 
 -- ---- explain ---------------------------------------------------------------------------------

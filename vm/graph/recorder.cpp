@@ -323,7 +323,13 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, con
         if (!leaf) fail("internal: a replayed prefix left a value uncomputed");
         if (!rec) {
           rec = new_exec_record(*leaf, s);
-          std::erase_if(records_, [](const std::weak_ptr<ExecRecord>& w) { return w.expired(); });
+          // Expired records are pruned when the list has doubled, not per call: until Lua collects
+          // the handles of a call's intermediates, every call adds a record, and a scan per call
+          // made calls slower and slower between two collections.
+          if (records_.size() >= std::max<size_t>(64, 2 * records_live_)) {
+            std::erase_if(records_, [](const std::weak_ptr<ExecRecord>& w) { return w.expired(); });
+            records_live_ = records_.size();
+          }
           records_.push_back(rec);
         }
         add_pending(*rec, p);

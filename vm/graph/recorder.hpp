@@ -109,6 +109,7 @@ class Recorder {
   std::unique_ptr<Segment> seg_;
   std::string pending_reason_;  // the guard failure that started the current recording
   std::vector<std::weak_ptr<ExecRecord>> records_;  // ways to recompute values not kept
+  size_t records_live_ = 0;                           // records_'s size after its last pruning
 };
 
 // Outside a capture: a lazy tensor whose segment already ran without producing it is computed

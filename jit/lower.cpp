@@ -6,6 +6,7 @@
 // run by the eager kernels inside the compiled graph, with the reason kept for the fusion log.
 #include <cctype>
 #include <cmath>
+#include <cstring>
 
 #include "jit/lower.hpp"
 #include "vm/kernels/scalar_math.hpp"
@@ -362,6 +363,24 @@ struct NodeLowering {
     return true;
   }
 
+  // masked_fill(x, mask, value) = where(mask, value, x), the value converted to x's dtype first as
+  // eager does. A fractional value into an integer tensor stays eager (its conversion checks).
+  bool masked_fill() {
+    const graph::ValueMeta& m = out().meta;
+    const graph::Arg& v = n.args[2];
+    const bool float_value = v.tag == kTensor ? is_floating(L.g.values[size_t(v.value)].meta.dtype) : v.num != std::floor(v.num);
+    if (!is_floating(m.dtype) && float_value) return reject("a float value into an integer tensor");
+    if (m.dtype == DType::b8 && v.tag != kTensor && v.num != 0 && v.num != 1) return reject("a bool tensor filled with a number");
+    Shape shape = graph::concrete(m.sizes);
+    LoopValue lv{LKind::Pointwise, n.outs[0], shape, m.dtype};
+    lv.graph_node = index;
+    Body& b = lv.body;
+    int32_t value = operand(b, 2, shape, m.dtype);
+    b.root = b.add(Expr{EOp::Select, m.dtype, operand(b, 1, shape, DType::b8), value, operand(b, 0, shape, m.dtype)});
+    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(lv));
+    return true;
+  }
+
   // float() / long() / to(dtype) / clone() / contiguous(): an element-wise copy with a cast.
   bool convert() {
     if (n.inplace()) return reject("in-place");
@@ -389,6 +408,7 @@ struct NodeLowering {
     if (n.random()) return reject("random");
     if (!(out().meta.device == L.g.values.front().meta.device)) return reject("on another device than the graph");
     if (!loop_dtype(out().meta.dtype)) return reject("float16 / bfloat16 result");
+    if (std::strcmp(def.name, "masked_fill") == 0) return masked_fill();
     switch (def.kind) {
       case OpKind::Unary:
       case OpKind::Binary:

@@ -1,9 +1,11 @@
 #include "vm/devices.hpp"
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 
 #include "jit/cuda/memory.hpp"
+#include "vm/graph/recorder.hpp"
 #include "vm/kernels/loop.hpp"
 
 namespace cr {
@@ -136,6 +138,8 @@ void check_same_device(const cr_value* args, int nargs) {
 std::vector<Tensor> run_on_host(Context& ctx, const OpDef& def, const cr_value* args, int nargs) {
   check_same_device(args, nargs);
   g_host_ops.fetch_add(1, std::memory_order_relaxed);
+  if (ctx.recorder->logs.host_ops)
+    std::fprintf(stderr, "[crescent host_ops] %s: no CUDA kernel for these operands, ran on host copies\n", def.name);
   std::vector<cr_value> hargs(args, args + nargs);
   std::vector<Tensor> keep;
   std::vector<std::vector<cr_tensor*>> lists(static_cast<size_t>(nargs));

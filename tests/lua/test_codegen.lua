@@ -298,6 +298,14 @@ describe("native CPU code: fusion", function()
     S.eq(kernels("bias relu", function(x, b) return T.relu(x + b) end,
       function() T.manual_seed(52); return T.randn(64, 128), T.randn(128) end), 1)
   end)
+  it("fuses masked_fill into its neighbours (an attention mask), eager where a fractional value meets ints", function()
+    S.eq(kernels("masked scores", function(s, m) return (s * 0.1875):masked_fill(m, -math.huge):softmax(2) end,
+      function() T.manual_seed(57); return T.randn(16, 24), T.randn(1, 24):gt(0) end), 1)
+    S.eq(kernels("masked ints", function(x, m) return x:masked_fill(m, 3) + 1 end,
+      function() T.manual_seed(58); return T.randint(-9, 9, { 5, 6 }), T.randn(5, 1):gt(0) end), 1)
+    check("masked ints, fractional value", function(x, m) return x:masked_fill(m, 2.5) + 1 end,
+      function() T.manual_seed(59); return T.randint(-9, 9, { 5, 6 }), T.randn(5, 6):gt(0) end)
+  end)
   it("makes softmax one kernel", function()
     S.eq(kernels("softmax", function(x) return T.softmax(x, 2) end,
       function() T.manual_seed(53); return T.randn(64, 127) end), 1)

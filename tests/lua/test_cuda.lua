@@ -157,6 +157,22 @@ describe("CUDA tensors", function()
     T.cuda.empty_cache()
     expect.eq(T.cuda.stats().reserved, T.cuda.stats().in_use)
   end)
+  it("collect dropped device tensors within the garbage budget, without a collection per op", function()
+    need_gpu()
+    -- 300 dropped 64 MiB results: Lua collects them about every 4 GiB (cuda::garbage_budget),
+    -- so device memory in use stays bounded and the driver is asked for at most a budget's worth
+    local x = T.randn(2 ^ 24):cuda()
+    collectgarbage()
+    local before, peak = T.cuda.stats(), 0
+    for _ = 1, 300 do
+      local _ = x + 1
+      peak = math.max(peak, T.cuda.stats().in_use)
+    end
+    local after = T.cuda.stats()
+    expect.truthy(peak - before.in_use <= (4 * 1024 + 128) * 2 ^ 20, "in use grew by " .. (peak - before.in_use))
+    expect.truthy(after.driver_allocs - before.driver_allocs <= 72, "driver allocations " .. (after.driver_allocs - before.driver_allocs))
+    expect.truthy(after.cache_hits - before.cache_hits >= 200, "cache hits " .. (after.cache_hits - before.cache_hits))
+  end)
   it("raise a Lua error when device memory runs out, and keep working", function()
     need_gpu()
     errs(function() local _ = T.empty(2 ^ 41, { device = "cuda" }) end, "empty", "out of memory allocating", "on cuda:0")

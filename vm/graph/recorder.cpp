@@ -53,6 +53,7 @@ void Logs::parse(const std::string& list) {
     perf |= w == "perf";
     fusion |= w == "fusion";
     output_code |= w == "output_code";
+    host_ops |= w == "host_ops";
     i = j + 1;
   }
 }

@@ -26,7 +26,7 @@ struct Stats {
 
 struct Logs {
   bool graph = false, guards = false, recompiles = false, graph_breaks = false, perf = false, fusion = false,
-       output_code = false;
+       output_code = false, host_ops = false;
   void parse(const std::string& list);  // "graph,guards,+recompiles"
 };
 

@@ -106,10 +106,9 @@ function GPT:forward(ids, pos, cache)
   local x = self.wte(ids + 1) + self.wpe(pos + 1)
   local kv, next_cache
   if cache then
-    local S = cache.k[1]:size(3)
-    local slots = T.arange(S, on)
+    local slots = cache.slots  -- 0..S-1, made once with the cache
     kv = { at = slots:view(-1, 1):eq(pos:view(1, -1)), mask = slots:view(1, -1):le(pos:view(-1, 1)) }
-    next_cache = { k = {}, v = {} }
+    next_cache = { k = {}, v = {}, slots = slots }
   end
   for i, block in ipairs(self.h) do
     if kv then kv.k, kv.v = cache.k[i], cache.v[i] end
@@ -124,9 +123,11 @@ end
 -- An empty cache for batch B and S positions.
 function GPT:new_cache(B, S)
   local cfg = self.cfg
-  local c = { k = {}, v = {} }
+  local w = self.wte.weight
+  -- the slot numbers, for the masks of every step (an arange per step would be one more op that
+  -- has no CUDA kernel yet: a host round trip)
+  local c = { k = {}, v = {}, slots = T.arange(S, { device = w.device }) }
   for i = 1, cfg.n_layer do
-    local w = self.wte.weight
     c.k[i] = T.zeros(B, cfg.n_head, S, cfg.d / cfg.n_head, { dtype = w.dtype, device = w.device })
     c.v[i] = T.zeros(B, cfg.n_head, S, cfg.d / cfg.n_head, { dtype = w.dtype, device = w.device })
   end
@@ -151,9 +152,22 @@ end
 
 -- Picks the next token of each row of logits {B, V}: greedy (top_k == nil) or sampled from the
 -- top_k most likely tokens at `temperature`. Returns ids {B, 1} (0-based).
+-- The first index of each row's largest value (a NaN counts as the largest), 1-based, as argmax:
+-- amax, compare, then the smallest matching position, which all run as CUDA kernels (argmax has no
+-- CUDA kernel yet: it would copy the logits to the host and wait for the GPU at every token).
+local positions = {}  -- "device V" -> 1..V on that device, made once
+local function argmax_rows(logits)
+  if logits.device == "cpu" then return logits:argmax(-1, true) end
+  local V = logits:size(-1)
+  local key = logits.device .. " " .. V
+  positions[key] = positions[key] or T.arange(1, V + 1, { device = logits.device })
+  local top = logits:eq(logits:amax(-1, true)):logical_or(logits:ne(logits))
+  return T.where(top, positions[key], V + 1):amin(-1, true)
+end
+
 function G.pick(logits, top_k, temperature)
   local B = logits:size(1)
-  if not top_k then return (logits:argmax(-1, true) - 1) end
+  if not top_k then return (argmax_rows(logits) - 1) end
   local vals, idx = logits:topk(top_k, -1)
   local p = (vals / (temperature or 1)):softmax(-1)
   local u = T.rand(B, 1, { device = logits.device })

@@ -170,11 +170,15 @@ def arange(*args):
     return torch.arange(*args, dtype=dtype_of(o), device=device_of(o))
 
 
+DTYPES = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "bool"}
+
+
 def to(x, target=None, o=None):
+    """x:to(dtype | device | {dtype =, device =})."""
     if isinstance(target, dict):
         o, target = target, None
     if target is not None:
-        return x.to(getattr(torch, target)) if hasattr(torch, str(target)) and target not in ("cuda", "cpu") else x.to(target)
+        return x.to(getattr(torch, target) if target in DTYPES else target)
     o = o or {}
     return x.to(device=device_of(o) or x.device, dtype=dtype_of(o, x.dtype))
 

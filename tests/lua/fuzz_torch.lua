@@ -15,7 +15,7 @@
 --   local results = batch:run()                     -- key -> { findings = ..., chain = ... }
 --
 -- Findings are judged with tests/diff/recipes.lua's EXCUSES (known, documented differences) and
--- the list below.
+-- the list below. CRESCENT_FUZZ_KEEP=1 keeps the exchange files (manifest, values, status).
 local T = require "crescent"
 local ffi = require "ffi"
 local here = debug.getinfo(1, "S").source:sub(2):match("(.*/)") or "./"
@@ -287,13 +287,14 @@ function FT.batch(device)
   if not X.torch_available(X.python, device) then
     return nil, ("no python3 with torch%s at %s"):format(device == "cuda" and " and CUDA" or "", X.python)
   end
-  return setmetatable({ dir = X.tmpdir(), progs = {}, keys = {} }, Batch)
+  return setmetatable({ progs = {}, keys = {} }, Batch)
 end
 
 -- Records program `key`: run(P, observe) runs it with proxy T P (see FT.record). An error that
 -- escapes run is the harness's.
 function Batch:add(key, run)
   local calls, values = FT.record(run)
+  self.dir = self.dir or X.tmpdir()  -- the exchange files of this batch, removed by run()
   local file = ("%s/%s.safetensors"):format(self.dir, key)
   if next(values) == nil then values.none = T.zeros(1) end  -- no tensor at all: save needs one
   T.save(file, values)
@@ -338,9 +339,10 @@ function Batch:run()
       local e = excuse(fd, p.calls[fd.call], p.file)
       fd.class, fd.why = e and e.class or "mismatch", e and e.why
     end
-    if not os.getenv("CRESCENT_FUZZ_KEEP") then os.remove(p.file) end
   end
-  self.progs, self.keys = {}, {}
+  if os.getenv("CRESCENT_FUZZ_KEEP") then io.stderr:write("fuzz_torch: exchange files kept in ", self.dir, "\n")
+  else X.sh("rm -rf " .. self.dir) end
+  self.progs, self.keys, self.dir = {}, {}, nil
   return res
 end
 

@@ -828,40 +828,46 @@ local function torch_still(index, want)
   end
 end
 
--- Replays the pending programs: their failure reports (shrunk while SHRINKS lasts).
+-- Counts what the replay of program index found (r: its result from the batch).
+local function torch_tally(index, r)
+  TORCH.programs = TORCH.programs + 1
+  TORCH.relayouts = TORCH.relayouts + (r.relayouts or 0)
+  if (r.resyncs or 0) > 0 then
+    TORCH.diverged[r.why] = (TORCH.diverged[r.why] or 0) + 1
+    TORCH.resyncs = TORCH.resyncs + r.resyncs
+    if os.getenv("CRESCENT_FUZZ_VERBOSE") == "2" then
+      io.stderr:write(("fuzz: %s diverged from torch at call %d (%s): %s\n"):format(label(index), r.at, r.why, r.detail))
+    end
+  end
+  for _, f in ipairs(r.findings or {}) do
+    local k = f.class .. " " .. f.op .. " " .. f.kind
+    TORCH.classes[k] = (TORCH.classes[k] or 0) + 1
+  end
+end
+
+-- The failure report of program index for mismatch m, with the program shrunk while SHRINKS lasts.
+local function torch_report(index, m)
+  local prog, text = program(index, DROP), FT.describe(m)
+  if SHRINKS == 0 or m.kind == "failed" then return label(index) .. ": " .. text end
+  SHRINKS = SHRINKS - 1
+  local small = shrink(index, torch_still(index, m))
+  local b = torch_batch()
+  b:add("min", recorder(small))
+  local sm = FT.mismatch(b:run().min)
+  return describe_prog(prog, index, text) .. ("\n-- minimal program (%d of %d statements): %s\n"):format(
+    #small.stmts, #prog.stmts, sm and FT.describe(sm) or "?") .. source(small) .. save_program(small, index, text)
+end
+
+-- Replays the pending programs: their failure reports.
 local function torch_flush()
   local b, fails = torch_batch(), {}
   if not b or #TORCH.pending == 0 then return fails end
   local res = b:run()
   for _, index in ipairs(TORCH.pending) do
     local r = res[torch_key(index)]
-    TORCH.programs = TORCH.programs + 1
-    if (r.resyncs or 0) > 0 then
-      TORCH.diverged[r.why] = (TORCH.diverged[r.why] or 0) + 1
-      TORCH.resyncs = TORCH.resyncs + r.resyncs
-      if os.getenv("CRESCENT_FUZZ_VERBOSE") == "2" then
-        io.stderr:write(("fuzz: %s diverged from torch at call %d (%s): %s\n"):format(label(index), r.at, r.why, r.detail))
-      end
-    end
-    TORCH.relayouts = TORCH.relayouts + (r.relayouts or 0)
-    for _, f in ipairs(r.findings or {}) do
-      local k = f.class .. " " .. f.op .. " " .. f.kind
-      TORCH.classes[k] = (TORCH.classes[k] or 0) + 1
-    end
+    torch_tally(index, r)
     local m = FT.mismatch(r)
-    if m then
-      local prog, text = program(index, DROP), FT.describe(m)
-      if SHRINKS > 0 and m.kind ~= "failed" then
-        SHRINKS = SHRINKS - 1
-        local small = shrink(index, torch_still(index, m))
-        b:add("min", recorder(small))
-        local sm = FT.mismatch(b:run().min)
-        fails[#fails + 1] = describe_prog(prog, index, text) .. ("\n-- minimal program (%d of %d statements): %s\n"):format(
-          #small.stmts, #prog.stmts, sm and FT.describe(sm) or "?") .. source(small) .. save_program(small, index, text)
-      else
-        fails[#fails + 1] = label(index) .. ": " .. text
-      end
-    end
+    if m then fails[#fails + 1] = torch_report(index, m) end
   end
   TORCH.pending = {}
   return fails

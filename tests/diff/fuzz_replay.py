@@ -501,19 +501,22 @@ class Replay:
         return out
 
     def adopt(self, c):
-        """After a finding (or for random values): torch's tensors take crescent's values."""
-        for w in c.get("r", []):
-            for e in (w if isinstance(w, list) else [w]):
-                if isinstance(e, dict) and "$t" in e:
-                    self.chain[e["$t"]] = self.value(e)
-                    self.version[e["$t"]] = self.chain[e["$t"]]._version
-        for sid, name in (c.get("post") or {}).items():
-            t = self.chain.get(int(sid))
-            v = self.vals[name]
+        """After a finding, a divergence or a random creation: torch's tensors take crescent's values.
+        Written tensors are overwritten in place (torch's views of them stay views); a new result
+        replaces torch's."""
+        post = c.get("post") or {}
+        for sid, name in post.items():
+            t, v = self.chain.get(int(sid)), self.vals[name]
             try:
                 t.copy_(v.to(t.device))
-            except Exception:  # noqa: BLE001 - an expanded tensor: replace it
+            except Exception:  # noqa: BLE001 - none yet, or an expanded tensor: replace it
                 self.chain[int(sid)] = v.to(t.device if t is not None else "cpu")
+            self.version[int(sid)] = self.chain[int(sid)]._version
+        for w in c.get("r", []):
+            for e in (w if isinstance(w, list) else [w]):
+                if isinstance(e, dict) and "$t" in e and str(e["$t"]) not in post:
+                    self.chain[e["$t"]] = self.value(e)
+                    self.version[e["$t"]] = self.chain[e["$t"]]._version
 
     def keep(self, c, res):
         """torch's results become its tensors. A new one (sharing no storage with the arguments) takes

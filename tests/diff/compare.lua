@@ -10,7 +10,7 @@ local T = require "crescent"
 
 local C = {}
 
-local TOL = {  -- rtol, atol by result dtype
+C.TOL = {  -- rtol, atol by result dtype (also sent to the compile fuzzer's torch replayer)
   float32 = { 1e-5, 1e-5 }, float64 = { 1e-11, 1e-11 }, float16 = { 1e-3, 1e-3 }, bfloat16 = { 1e-2, 1e-2 },
 }
 
@@ -63,7 +63,7 @@ local function compare_one(got, want, scale, shape_only)
     if got.shape[i] ~= want.shape[i] then return ("shape %s, torch %s"):format(shape_str(got.shape), shape_str(want.shape)) end
   end
   if shape_only then return nil end
-  local tol = TOL[got.dtype]
+  local tol = C.TOL[got.dtype]
   local s = math.max(1, max_abs(want), scale or 1)
   local bad, first = 0, nil
   for i = 1, #want.v do

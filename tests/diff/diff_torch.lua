@@ -21,6 +21,8 @@ local T = require "crescent"
 local G = require "gen"
 local RC = require "recipes"
 local C = require "compare"
+local X = require "exchange"
+local sh = X.sh
 
 local CI_PER_OP = 6
 
@@ -35,7 +37,7 @@ local function options()
     device = os.getenv("CRESCENT_DIFF_DEVICE") or "cpu",
     show = os.getenv("CRESCENT_DIFF_SHOW") == "1",
     keep = os.getenv("CRESCENT_DIFF_KEEP") == "1",
-    python = os.getenv("CRESCENT_TEST_PYTHON") or "/usr/bin/python3",
+    python = X.python,
   }
   local i = 1
   while i <= #arg do
@@ -74,32 +76,6 @@ local function coverage()
   table.sort(errors)
   table.sort(covered)
   return covered, errors
-end
-
--- ---- environment ------------------------------------------------------------------------------------
-
--- Runs a shell command: its output (stdout and stderr) and exit status (LuaJIT's popen():close()
--- does not report the status, so the command echoes it).
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1; echo \"exit-status=$?\"")
-  local out = p:read("*a")
-  p:close()
-  local code = tonumber(out:match("exit%-status=(%d+)%s*$"))
-  return out:gsub("exit%-status=%d+%s*$", ""), code or 1
-end
-
-local function torch_available(o)
-  local probe = o.device == "cuda" and "import torch; assert torch.cuda.is_available(); print('torch-ok')"
-    or "import torch; print('torch-ok')"
-  local out = sh(("%s -c %q"):format(o.python, probe))
-  return out:find("torch-ok", 1, true) ~= nil
-end
-
-local function now()
-  local p = io.popen("date +%s.%N")
-  local t = tonumber(p:read("*a"))
-  p:close()
-  return t
 end
 
 -- ---- cases ------------------------------------------------------------------------------------------
@@ -244,16 +220,6 @@ end
 
 -- ---- judging ------------------------------------------------------------------------------------------
 
--- The entry of recipes.lua's EXCUSES that explains a finding, or nil.
-local function excuse(case, kind, msg)
-  for _, e in ipairs(RC.EXCUSES) do
-    if (e.op == case.op or e.op == "*" or (type(e.op) == "table" and e.op[case.op])) and e.kind == kind
-       and (not e.match or msg:find(e.match)) and (not e.when or e.when(case)) then
-      return e
-    end
-  end
-end
-
 -- The findings of one case: { {modes = "eager, compiled#1", kind =, msg =, class =, why =}, ... },
 -- modes with the same finding merged. class is "mismatch" (a failure) or the excuse's class.
 local function judge(case, runs, want)
@@ -277,7 +243,7 @@ local function judge(case, runs, want)
       if by_msg[key] then
         by_msg[key].modes = by_msg[key].modes .. ", " .. mode
       else
-        local e = excuse(case, kind, msg)
+        local e = RC.excuse(case, kind, msg)
         by_msg[key] = { modes = mode, kind = kind, msg = msg, class = e and e.class or "mismatch", why = e and e.why }
         findings[#findings + 1] = by_msg[key]
       end
@@ -317,7 +283,7 @@ end
 
 local function main()
   local o = options()
-  local t0 = now()
+  local t0 = X.now()
   local covered, errors = coverage()
   local nskip = 0
   for _ in pairs(RC.SKIPPED) do nskip = nskip + 1 end
@@ -330,7 +296,7 @@ local function main()
     print("diff_torch: SKIPPED: --device cuda and crescent sees no GPU")
     os.exit(0, true)
   end
-  if not torch_available(o) then
+  if not X.torch_available(o.python, o.device) then
     print(("diff_torch: SKIPPED: no python3 with torch%s at %s"):format(o.device == "cuda" and " and CUDA" or "", o.python))
     os.exit(0, true)
   end
@@ -346,14 +312,12 @@ local function main()
   local cases = make_cases(o, ops)
   local notes, runs = {}, {}
   for i, c in ipairs(cases) do runs[i] = run_crescent(c, o, notes) end
-  local t1 = now()
+  local t1 = X.now()
 
-  local tmp = os.tmpname()
-  os.remove(tmp)
-  assert(os.execute("mkdir -p " .. tmp) == 0 or true)
+  local tmp = X.tmpdir()
   local want = run_torch(o, cases, tmp)
   if not o.keep then sh("rm -rf " .. tmp) else print("diff_torch: exchange files kept in " .. tmp) end
-  local t2 = now()
+  local t2 = X.now()
 
   local torch_errors = 0
   for _, c in ipairs(cases) do if want[c.key].error then torch_errors = torch_errors + 1 end end

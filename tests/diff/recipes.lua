@@ -16,7 +16,7 @@ local T = require "crescent"
 local G = require "gen"
 local py, pd, pi = G.py, G.pd, G.pi
 
-local M = { RECIPES = {}, SKIPPED = {}, LIMITS = {} }
+local M = { RECIPES = {}, SKIPPED = {} }
 local R = M.RECIPES
 
 local ANY = { "float32", "float32", "float64", "int64", "bool" }
@@ -911,5 +911,16 @@ M.EXCUSES = {
   { op = { cuda = true, to = true }, kind = "accepts", when = empty_input, class = "known",
     why = "a zero-size tensor moves to \"cuda\" on a machine without a GPU (nothing is allocated); torch raises" },
 }
+
+-- The entry of EXCUSES that explains a finding (kind and message of a case, whose op, inputs and
+-- expr the `when` predicates read), or nil.
+function M.excuse(case, kind, msg)
+  for _, e in ipairs(M.EXCUSES) do
+    if (e.op == case.op or e.op == "*" or (type(e.op) == "table" and e.op[case.op])) and e.kind == kind
+       and (not e.match or msg:find(e.match)) and (not e.when or e.when(case)) then
+      return e
+    end
+  end
+end
 
 return M

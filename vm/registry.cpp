@@ -31,10 +31,14 @@ void Registry::add(const OpDef& def) {
   if (find(def.name)) fail(cat("op '", def.name, "' registered twice"));
   ops_.push_back(def);
   OpDef& d = ops_.back();
+  // device_arg is a position in the call's arguments: a Data argument (T.tensor's nested table) is
+  // followed there by a hidden one, its shape (stdlib/binding.lua put.Data)
+  int hidden = 0;
   for (int i = 0; i < 32; ++i) {
     const std::string name = schema_arg_name(d, i);
     if (name == "argument") break;
-    if (name == "device") d.device_arg = int8_t(i);
+    if (name == "device") d.device_arg = int8_t(i + hidden);
+    if (std::strstr(d.schema, (name + ":Data").c_str())) hidden = 1;
   }
 }
 

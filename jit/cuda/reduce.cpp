@@ -62,7 +62,8 @@ bool strided_rows(const Kernel& k) {
 int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
   CudaKernel& o = w.out;
   int64_t team;
-  auto rows_block = [&](int64_t t) { return std::min<int64_t>(256, (R * t + 31) / 32 * 32); };  // few rows: a smaller block
+  // few rows: a smaller block (at least a warp: zero rows, an empty input, still launch one)
+  auto rows_block = [&](int64_t t) { return std::clamp<int64_t>((R * t + 31) / 32 * 32, 32, 256); };
   if ((strided_rows(w.k) && R >= 1024) || (C <= 16 && R >= 4096)) {
     o.form = Form::ReduceThread;  // neighbouring threads read neighbouring rows: coalesced
     team = 1;

@@ -35,6 +35,34 @@ describe("CUDA tensors", function()
     expect.eq(T.tensor(3.5):cuda():item(), 3.5)
     expect.truthy(tostring(T.ones(2):cuda()):find("device='cuda:0'", 1, true))
   end)
+  it("make tensors from Lua tables on the device ({device = ...} after the data's hidden shape)", function()
+    need_gpu()
+    -- the compile fuzzer's first CUDA run crashed here: the host kernel wrote into device memory
+    local a = T.tensor({ { 1, 2 }, { 3, 4 } }, { device = "cuda" })
+    expect.eq({ a.device, a.dtype }, { "cuda:0", "int64" })
+    expect.eq(a:cpu():totable(), { { 1, 2 }, { 3, 4 } })
+    local b = T.tensor({ 0.5, true }, { dtype = "float64", device = "cuda" })
+    expect.eq(b:cpu():totable(), { 0.5, 1 })
+  end)
+  it("reduce empty inputs: no rows, or rows of no elements, eager and compiled", function()
+    need_gpu()
+    -- the compile fuzzer's CUDA run found a division by zero in the reduction's launch size
+    local f = function(x) return x:sum(2), x:amax(1), x:mean(2, true), (x * 2):sum() end
+    local c = T.compile(f, { hot = 0 })
+    for _, shape in ipairs({ { 0, 5 }, { 3, 0 }, { 0, 0 } }) do
+      local x = T.zeros(shape)
+      local ok = pcall(function() return x:amax(1) end)  -- amax of no elements raises, as in PyTorch
+      local g = ok and f or function(y) return y:sum(2), y:mean(2, true), (y * 2):sum() end
+      local cg = ok and c or T.compile(g, { hot = 0 })
+      for _, fn in ipairs({ g, cg }) do
+        local want, got = { g(x) }, { fn(x:cuda()) }
+        for i = 1, #want do
+          expect.eq(got[i].shape, want[i].shape)
+          expect.eq(got[i]:cpu():totable(), want[i]:totable())
+        end
+      end
+    end
+  end)
   it("copy_ into a device view writes only the view", function()
     need_gpu()
     local d = T.zeros(4, 4):cuda()

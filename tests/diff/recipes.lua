@@ -906,8 +906,11 @@ M.EXCUSES = {
       .. "nan; crescent follows torch's scalar formula, torch 1.13's CPU kernel took the other one here" },
   { op = "lerp", kind = "accepts", match = "expected dtype", class = "extension",
     why = "crescent promotes lerp's operands; torch requires one dtype" },
-  { op = { sign = true, square = true }, kind = "raises", match = "not bool", class = "known",
-    why = "crescent rejects bool; torch: sign(bool) is bool, square(bool) is int64" },
+  { op = { sign = true, square = true, abs = true }, kind = "raises", match = "not bool", class = "known",
+    why = "crescent rejects bool; torch: sign(bool) is bool, square(bool) is int64, abs(bool) is bool (torch 2.x; "
+      .. "1.13 raised as crescent does)" },
+  { op = { argmax = true, argmin = true, topk = true }, kind = "accepts", match = "bool", class = "torch",
+    why = "torch 2.x has no bool kernel for these either (\"does not support bool\", on CUDA too); crescent computes them" },
   { op = { cuda = true, to = true }, kind = "accepts", when = empty_input, class = "known",
     why = "a zero-size tensor moves to \"cuda\" on a machine without a GPU (nothing is allocated); torch raises" },
 }

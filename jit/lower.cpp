@@ -100,10 +100,9 @@ int32_t Lowerer::arith(Body& b, const char* op, int32_t x, int32_t y, DType d) {
 
 int32_t Lowerer::call(Body& b, const char* op, int32_t x, int32_t y, DType d) {
   const OpDef* def = Registry::get().find(op);
-  const ExtraBlock* extra = def ? nullptr : extra_block(op);
-  BlockFn fn = def && def->block ? def->block(d) : extra ? extra->block(d) : nullptr;
+  BlockFn fn = def && def->block ? def->block(d) : nullptr;
   if (!fn) return -1;
-  Expr e{EOp::Call, def && (def->flags & kBoolResult) ? DType::b8 : d};
+  Expr e{EOp::Call, def->flags & kBoolResult ? DType::b8 : d};
   e.name = op;
   e.fn = fn;
   e.a = x;
@@ -342,9 +341,17 @@ struct NodeLowering {
       bool is_call = !p.ok || *p.s;
       if (is_call) {
         if (compute == DType::b8 && name != "logical_not") return reject("bool inputs of a function");
-        bool tanh = name == "gelu" && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh";
-        root = Lowerer::call(b, tanh ? "gelu_tanh" : def.name, x, y, compute);
-        if (root < 0) return reject(cat("no block function for ", dtype_name(compute)));
+        if (name == "gelu" && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh") {
+          BlockFn fn = gelu_tanh_block(compute);
+          if (!fn) return reject("no block function for this dtype");
+          Expr e{EOp::Call, compute, x};
+          e.name = "gelu_tanh";
+          e.fn = fn;
+          root = b.add(std::move(e));
+        } else {
+          root = Lowerer::call(b, def.name, x, y, compute);
+          if (root < 0) return reject(cat("no block function for ", dtype_name(compute)));
+        }
       }
       // bool arithmetic (add / mul of masks) computes in int and stores != 0, as eager does
       if (compute == DType::b8 && b.exprs[size_t(root)].dtype != DType::b8) root = Lowerer::cast(b, root, DType::b8);

@@ -5,9 +5,7 @@
 // reductions keep their reduced dims (size 1) so full-shape consumers load them broadcast, and the
 // fusion scheduler puts the whole decomposition in one kernel (softmax: max, sum of exp, output,
 // per row). Intermediates of float32 inputs accumulate and combine in float64, as the eager
-// folds do, so results stay within float32 rounding of eager; softmax and log_softmax fold
-// exactly as their eager kernel does, and give its bits.
-#include <algorithm>
+// folds do, so results stay within float32 rounding of eager.
 #include <cmath>
 
 #include "jit/lower.hpp"
@@ -26,7 +24,6 @@ struct Decomposition {
   Shape in;                   // its sizes
   std::vector<char> mask;     // reduced dims
   bool keepdim = false;
-  bool whole = false;         // never split (split_of): folded in eager's order
   int64_t count = 1;
   int32_t gv_out = -1, node = -1;
   Shape out;                  // graph output sizes
@@ -67,7 +64,7 @@ struct Decomposition {
   // A reduction of `body` (over the input's variables) of dtype `value`; `final` makes it the
   // graph output (its dims as the op's keepdim says), else a keep-dims intermediate.
   int32_t reduce(Body body, ReduceKind kind, DType value, bool final) {
-    if (auto [d, parts] = split_of(); parts > 1 && !whole) return reduce_split(std::move(body), kind, value, final, d, parts);
+    if (auto [d, parts] = split_of(); parts > 1) return reduce_split(std::move(body), kind, value, final, d, parts);
     LoopValue v = reduction(final, value, in, mask, kind, std::move(body));
     for (size_t d = 0; d < in.size(); ++d)
       if (!mask[d]) v.out_vars.push_back(int(d));
@@ -175,49 +172,6 @@ std::vector<char> reduced_dims(const graph::Arg& a, int ndim, bool* ok) {
   return mask;
 }
 
-// op's block function on x, in x's dtype; throws when it has none (the lowering is undone)
-int32_t block_call(Body& b, const char* op, int32_t x) {
-  int32_t r = Lowerer::call(b, op, x, -1, b.exprs[size_t(x)].dtype);
-  if (r < 0) throw Error(cat("no block function ", op));
-  return r;
-}
-
-// softmax / log_softmax folded as the eager kernel folds them (vm/ops/scans.cpp), with its exp
-// and log (softmax_exp / softmax_log). A row (nothing after the dim but size-1 dims) takes max
-// and Σ exp a block at a time as the Max / Sum reductions do (Σ in float64) and scales by 1 / Σ
-// rounded once; columns fold max and Σ element after element in the input dtype (OrderedMax /
-// OrderedSum) and scale by 1 / Σ computed in it.
-void softmax(Decomposition& D, bool log, DType od) {
-  D.whole = true;  // eager folds a row or a column in one go
-  Lowerer& L = D.L;
-  const DType f64 = DType::f64;
-  size_t dim = size_t(std::find(D.mask.begin(), D.mask.end(), 1) - D.mask.begin());
-  int64_t inner = 1;
-  for (size_t d = dim + 1; d < D.in.size(); ++d) inner *= D.in[d];
-  const bool row = inner == 1;
-  const DType sum_dtype = row ? f64 : od;
-  Body mb;
-  mb.root = D.input(mb, od);
-  int32_t m = D.reduce(std::move(mb), row ? ReduceKind::Max : ReduceKind::OrderedMax, od, false);
-  int32_t shifted = D.per_element(od, false, [&](Body& b) {
-    int32_t dx = Lowerer::arith(b, "-", D.input(b, od), D.at_full(b, m), od);
-    return log ? dx : block_call(b, "softmax_exp", dx);
-  });
-  Body sb;
-  sb.root = Lowerer::load_at(sb, L.val(shifted), shifted, D.full());
-  if (log) sb.root = block_call(sb, "softmax_exp", sb.root);
-  int32_t s = D.reduce(std::move(sb), row ? ReduceKind::Sum : ReduceKind::OrderedSum, sum_dtype, false);
-  // log_softmax subtracts log Σ, softmax scales by 1 / Σ, each rounded once to the output dtype
-  int32_t k = D.per_output(od, false, [&](Body& b, const std::vector<int>& vars) {
-    int32_t sv = D.load_kept(b, s, vars);
-    return log ? block_call(b, "softmax_log", sv) : Lowerer::arith(b, "/", Lowerer::constant(b, 1.0, sum_dtype), sv, sum_dtype);
-  });
-  D.per_element(od, true, [&](Body& b) {
-    int32_t e = Lowerer::load_at(b, L.val(shifted), shifted, D.full());
-    return Lowerer::arith(b, log ? "-" : "*", e, D.at_full(b, k), od);
-  });
-}
-
 }  // namespace
 
 bool Lowerer::reduction(int32_t node, std::string* why) {
@@ -271,6 +225,11 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
     if (b.exprs[size_t(b.root)].dtype != DType::f32) b.root = cast(b, b.root, f64);
     return D.reduce(std::move(b), ReduceKind::Sum, f64, false);
   };
+  auto fn = [&](Body& b, const char* op, int32_t x) {
+    int32_t r = call(b, op, x, -1, b.exprs[size_t(x)].dtype);
+    if (r < 0) throw Error(cat("no block function ", op));
+    return r;
+  };
   size_t nvalues = lg.values.size(), nsteps = lg.steps.size();
   try {
     if (name == "mean") {
@@ -301,7 +260,7 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
       });
       D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
         int32_t v = arith(b, "/", D.load_kept(b, ss, vars), denom(b), f64);
-        return name == "std" ? block_call(b, "sqrt", v) : v;
+        return name == "std" ? fn(b, "sqrt", v) : v;
       });
     } else if (name == "norm") {
       double p = n.args.size() > 3 && n.args[3].tag == kNumber ? n.args[3].num : 2.0;
@@ -310,7 +269,7 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
         int32_t v = D.input(b, f64);
         return arith(b, "*", v, v, f64);
       });
-      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) { return block_call(b, "sqrt", D.load_kept(b, s, vars)); });
+      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) { return fn(b, "sqrt", D.load_kept(b, s, vars)); });
     } else if (name == "logsumexp") {
       Body mb;
       mb.root = D.input(mb, od);
@@ -318,14 +277,34 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
       // the shift: the max, or 0 where it is infinite (then the sum is 0 or inf by itself)
       int32_t shift = D.per_output(od, false, [&](Body& b, const std::vector<int>& vars) {
         int32_t mv = D.load_kept(b, m, vars);
-        return b.add(Expr{EOp::Select, od, block_call(b, "isinf", mv), constant(b, 0, od), mv});
+        return b.add(Expr{EOp::Select, od, fn(b, "isinf", mv), constant(b, 0, od), mv});
       });
-      int32_t s = sum_of([&](Body& b) { return block_call(b, "exp", arith(b, "-", D.input(b, od), D.at_full(b, shift), od)); });
+      int32_t s = sum_of([&](Body& b) { return fn(b, "exp", arith(b, "-", D.input(b, od), D.at_full(b, shift), od)); });
       D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
-        return arith(b, "+", block_call(b, "log", D.load_kept(b, s, vars)), cast(b, D.load_kept(b, shift, vars), f64), f64);
+        return arith(b, "+", fn(b, "log", D.load_kept(b, s, vars)), cast(b, D.load_kept(b, shift, vars), f64), f64);
       });
     } else {  // softmax, log_softmax
-      softmax(D, name == "log_softmax", od);
+      Body mb;
+      mb.root = D.input(mb, od);
+      int32_t m = D.reduce(std::move(mb), ReduceKind::Max, od, false);
+      bool log = name == "log_softmax";
+      int32_t shifted = D.per_element(od, false, [&](Body& b) {
+        int32_t dx = arith(b, "-", D.input(b, od), D.at_full(b, m), od);
+        return log ? dx : fn(b, "exp", dx);
+      });
+      int32_t s = sum_of([&](Body& b) {
+        int32_t v = Lowerer::load_at(b, val(shifted), shifted, D.full());
+        return log ? fn(b, "exp", v) : v;
+      });
+      // softmax scales by 1 / Σ rounded once; log_softmax subtracts log Σ (as the eager kernel)
+      int32_t k = D.per_output(od, false, [&](Body& b, const std::vector<int>& vars) {
+        int32_t sv = D.load_kept(b, s, vars);
+        return log ? fn(b, "log", sv) : arith(b, "/", constant(b, 1.0, f64), sv, f64);
+      });
+      D.per_element(od, true, [&](Body& b) {
+        int32_t e = Lowerer::load_at(b, val(shifted), shifted, D.full());
+        return arith(b, log ? "-" : "*", e, D.at_full(b, k), od);
+      });
     }
   } catch (const Error& e) {  // undo the values made so far
     lg.values.resize(nvalues);

@@ -29,6 +29,7 @@ function Rng:float() return self:u32() / 4294967296 end
 function Rng:int(a, b) return a + self:u32() % (b - a + 1) end
 function Rng:chance(p) return self:float() < p end
 function Rng:pick(t) return t[self:int(1, #t)] end
+function Rng:shuffle(t) for i = #t, 2, -1 do local j = self:int(1, i); t[i], t[j] = t[j], t[i] end; return t end
 function Rng:normal()  -- Box-Muller
   local u = math.max(self:float(), 1e-12)
   return math.sqrt(-2 * math.log(u)) * math.cos(2 * math.pi * self:float())

@@ -1,7 +1,6 @@
 #include "vm/devices.hpp"
 
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 
 #include "jit/cuda/memory.hpp"
@@ -139,7 +138,7 @@ std::vector<Tensor> run_on_host(Context& ctx, const OpDef& def, const cr_value* 
   check_same_device(args, nargs);
   g_host_ops.fetch_add(1, std::memory_order_relaxed);
   if (ctx.recorder->logs.host_ops)
-    std::fprintf(stderr, "[crescent host_ops] %s: no CUDA kernel for these operands, ran on host copies\n", def.name);
+    graph::Recorder::log("host_ops", cat(def.name, ": no CUDA kernel for these operands, ran on host copies"));
   std::vector<cr_value> hargs(args, args + nargs);
   std::vector<Tensor> keep;
   std::vector<std::vector<cr_tensor*>> lists(static_cast<size_t>(nargs));

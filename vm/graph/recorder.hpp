@@ -74,6 +74,8 @@ class Recorder {
 
   Stats stats;
   Logs logs;
+  // one CRESCENT_LOGS line: "[crescent what] text" on stderr
+  static void log(const std::string& what, const std::string& text);
   std::string debug_dir;  // CRESCENT_DEBUG_DIR / T.config.debug_dir: graph dumps ("" = none)
   std::string cache_dir;  // T.config.cache_dir: compiled kernels on disk ("" or "0" = none)
   bool sync_compile = false;  // T.config.sync_compile: native code compiled in line
@@ -93,7 +95,6 @@ class Recorder {
   void settle(guards::Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g = nullptr);
   std::shared_ptr<graph::Graph> compile(guards::Leaf& leaf, const Graph& raw);
   guards::Leaf& leaf_for(guards::EndKind kind, const std::string& reason, const std::string& where);
-  void log(const std::string& what, const std::string& text);
   void stop();
   void dump(const guards::Leaf& leaf, const Graph& g, double us);
   void remember_call(guards::Leaf& leaf, const std::vector<cr_tensor*>& rets);

@@ -2,7 +2,8 @@
 # CUDA code generation vs PyTorch eager and torch.compile on the GPU, side by side in one run:
 # bench/codegen_bench.lua with DEVICE=cuda (crescent eager: single-op generated kernels;
 # compiled: fused NVRTC kernels) and bench/torch_cuda.py, then one table of device times.
-#   bench/run_cuda.sh [reps=50]     (CRESCENT=path to the crescent binary, default build/crescent)
+#   bench/run_cuda.sh [reps=50]     (CRESCENT=path to the crescent binary, default build/crescent;
+#                                    DTYPE=float16 / bfloat16: the workloads' inputs in that dtype)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 reps="${1:-50}"
@@ -16,7 +17,8 @@ import json, sys
 d = sys.argv[1]
 cr = {r["name"]: r for r in map(json.loads, open(f"{d}/crescent.jsonl"))}
 th = {r["name"]: r for r in map(json.loads, open(f"{d}/torch.jsonl"))}
-print(f"copy: crescent {cr['copy']['GBps']:.0f} GB/s, torch {th['copy']['GBps']:.0f} GB/s (device time, medians)")
+import os
+print(f"dtype {os.environ.get('DTYPE', 'float32')}; float32 copy: crescent {cr['copy']['GBps']:.0f} GB/s, torch {th['copy']['GBps']:.0f} GB/s (device time, medians)")
 print("| workload | torch eager µs | torch.compile µs | crescent eager µs | crescent compiled µs | GB/s | vs torch.compile | cold compile ms (crescent / torch) |")
 print("|---|---|---|---|---|---|---|---|")
 for name, c in cr.items():

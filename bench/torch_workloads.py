@@ -1,7 +1,12 @@
 """The anchor's workloads in PyTorch (../shared/anchors/torch_anchor.py), shared by
 bench/torch_cpu.py and bench/torch_cuda.py: name -> (fn, args, bytes moved or None).
-GPU sizes: N = 2^24; R, C = 8192, 4096; CPU sizes: N = 2^22; R, C = 2048, 2048."""
+GPU sizes: N = 2^24; R, C = 8192, 4096; CPU sizes: N = 2^22; R, C = 2048, 2048.
+DTYPE=float16 / bfloat16 (environment) makes every input of that dtype; bytes moved scale with it."""
+import os
+
 import torch
+
+DTYPE = getattr(torch, os.environ.get("DTYPE", "float32"))
 
 
 def gelu(x):
@@ -25,16 +30,19 @@ def workloads(device="cpu"):
     rows, heads = (4096, (16, 8, 1024, 64)) if gpu else (512, (2, 8, 256, 64))
 
     def r(*shape):
-        return torch.randn(*shape, device=device)
+        return torch.randn(*shape, device=device).to(DTYPE)
+
+    e = torch.finfo(DTYPE).bits // 8  # bytes per element
+    N8, RC8, RC4 = 2 * e * N, 2 * e * R * C, e * R * C
 
     return {
-        "pw_chain": (lambda x: torch.sin((x + 1) * 2), (r(N),), 8 * N),
-        "gelu": (gelu, (r(N),), 8 * N),
-        "add_mul_sum": (lambda x, y: ((x + y) * 2).sum(), (r(R, C), r(R, C)), 8 * R * C),
-        "row_sum": (lambda x: x.sum(dim=1), (r(R, C),), 4 * R * C),
-        "bias_relu": (lambda x, b: torch.relu(x + b), (r(R, C), r(C)), 8 * R * C),
-        "softmax": (lambda x: torch.softmax(x, dim=-1), (r(R, C),), 8 * R * C),
-        "layernorm": (lambda x, w, b: torch.nn.functional.layer_norm(x, (C,), w, b), (r(R, C), r(C), r(C)), 8 * R * C),
+        "pw_chain": (lambda x: torch.sin((x + 1) * 2), (r(N),), N8),
+        "gelu": (gelu, (r(N),), N8),
+        "add_mul_sum": (lambda x, y: ((x + y) * 2).sum(), (r(R, C), r(R, C)), RC8),
+        "row_sum": (lambda x: x.sum(dim=1), (r(R, C),), RC4),
+        "bias_relu": (lambda x, b: torch.relu(x + b), (r(R, C), r(C)), RC8),
+        "softmax": (lambda x: torch.softmax(x, dim=-1), (r(R, C),), RC8),
+        "layernorm": (lambda x, w, b: torch.nn.functional.layer_norm(x, (C,), w, b), (r(R, C), r(C), r(C)), RC8),
         "small_chain": (small_chain, (r(1024),), None),
         "mlp": (lambda x, w1, b1, w2, b2: gelu(x @ w1 + b1) @ w2 + b2,
                 (r(rows, 1024), r(1024, 4096), r(4096), r(4096, 1024), r(1024)), None),

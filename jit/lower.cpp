@@ -14,7 +14,7 @@
 
 namespace cr::jit {
 
-bool loop_dtype(DType d) { return d == DType::f32 || d == DType::f64 || d == DType::i32 || d == DType::i64 || d == DType::b8; }
+bool loop_dtype(DType d, Device device) { return compute_dtype(d) != d ? !device.is_cpu() : true; }
 
 bool Affine::operator==(const Affine& o) const {
   if (c != o.c) return false;
@@ -76,6 +76,13 @@ int32_t Lowerer::count(Body& b, int64_t n) {
   return b.add(std::move(e));
 }
 
+// x stored in a T, as the eager kernels store it (vm/dtype.hpp)
+template <class T> double rounded(double x) {
+  T v;
+  store(v, x);
+  return double(load(v));
+}
+
 int32_t Lowerer::cast(Body& b, int32_t e, DType d) {
   if (b.exprs[size_t(e)].dtype == d) return e;
   if (b.exprs[size_t(e)].op == EOp::Const) {  // casts of constants fold as the eager scalar would
@@ -83,6 +90,8 @@ int32_t Lowerer::cast(Body& b, int32_t e, DType d) {
     if (d == DType::b8) x = x != 0;
     else if (!is_floating(d)) x = double(int64_t(x));
     else if (d == DType::f32) x = double(float(x));
+    else if (d == DType::f16) x = rounded<Half>(x);
+    else if (d == DType::bf16) x = rounded<BFloat16>(x);
     return constant(b, x, d);
   }
   Expr c{EOp::Cast, d};
@@ -100,9 +109,10 @@ int32_t Lowerer::arith(Body& b, const char* op, int32_t x, int32_t y, DType d) {
 
 int32_t Lowerer::call(Body& b, const char* op, int32_t x, int32_t y, DType d) {
   const OpDef* def = Registry::get().find(op);
-  BlockFn fn = def && def->block ? def->block(d) : nullptr;
+  const ExtraBlock* extra = def ? nullptr : extra_block(op);
+  BlockFn fn = def && def->block ? def->block(d) : extra ? extra->block(d) : nullptr;
   if (!fn) return -1;
-  Expr e{EOp::Call, def->flags & kBoolResult ? DType::b8 : d};
+  Expr e{EOp::Call, def && (def->flags & kBoolResult) ? DType::b8 : d};
   e.name = op;
   e.fn = fn;
   e.a = x;
@@ -306,13 +316,14 @@ struct NodeLowering {
     std::string name = def.name;
     int nin = def.kind == OpKind::Unary ? 1 : def.kind == OpKind::Binary ? 2 : 3;
     for (int i = 0; i < nin && i < int(n.args.size()); ++i)
-      if (n.args[size_t(i)].tag == kTensor && !loop_dtype(L.g.values[size_t(n.args[size_t(i)].value)].meta.dtype))
+      if (n.args[size_t(i)].tag == kTensor && !loop_dtype(L.g.values[size_t(n.args[size_t(i)].value)].meta.dtype, L.device()))
         return reject("a float16 / bfloat16 operand");
     std::vector<OperandType> ops;
     for (int i = 0; i < nin; ++i) ops.push_back(desc(i));
     DType compute = m.dtype;
     if (m.dtype == DType::b8) compute = nin == 1 ? ops[0].dtype : result_type(ops);
     if (def.kind == OpKind::Unary && is_floating(m.dtype)) compute = m.dtype;
+    compute = compute_dtype(compute);  // float16 / bfloat16: float32, rounded once when stored
 
     LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
     v.graph_node = index;
@@ -320,7 +331,8 @@ struct NodeLowering {
     int32_t root = -1;
     if (name == "where") {
       int32_t c = operand(b, 0, shape, DType::b8);
-      root = b.add(Expr{EOp::Select, m.dtype, c, operand(b, 1, shape, m.dtype), operand(b, 2, shape, m.dtype)});
+      const DType cd = compute_dtype(m.dtype);
+      root = b.add(Expr{EOp::Select, cd, c, operand(b, 1, shape, cd), operand(b, 2, shape, cd)});
     } else if (def.kind == OpKind::Unary || def.kind == OpKind::Binary) {
       if (!def.expr) return reject("no scalar expression");
       if (!is_floating(compute) && (def.flags & kValueErrors))
@@ -341,17 +353,9 @@ struct NodeLowering {
       bool is_call = !p.ok || *p.s;
       if (is_call) {
         if (compute == DType::b8 && name != "logical_not") return reject("bool inputs of a function");
-        if (name == "gelu" && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh") {
-          BlockFn fn = gelu_tanh_block(compute);
-          if (!fn) return reject("no block function for this dtype");
-          Expr e{EOp::Call, compute, x};
-          e.name = "gelu_tanh";
-          e.fn = fn;
-          root = b.add(std::move(e));
-        } else {
-          root = Lowerer::call(b, def.name, x, y, compute);
-          if (root < 0) return reject(cat("no block function for ", dtype_name(compute)));
-        }
+        bool tanh = name == "gelu" && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh";
+        root = Lowerer::call(b, tanh ? "gelu_tanh" : def.name, x, y, compute);
+        if (root < 0) return reject(cat("no block function for ", dtype_name(compute)));
       }
       // bool arithmetic (add / mul of masks) computes in int and stores != 0, as eager does
       if (compute == DType::b8 && b.exprs[size_t(root)].dtype != DType::b8) root = Lowerer::cast(b, root, DType::b8);
@@ -375,8 +379,9 @@ struct NodeLowering {
     LoopValue lv{LKind::Pointwise, n.outs[0], shape, m.dtype};
     lv.graph_node = index;
     Body& b = lv.body;
-    int32_t value = operand(b, 2, shape, m.dtype);
-    b.root = b.add(Expr{EOp::Select, m.dtype, operand(b, 1, shape, DType::b8), value, operand(b, 0, shape, m.dtype)});
+    const DType cd = compute_dtype(m.dtype);
+    int32_t value = Lowerer::cast(b, operand(b, 2, shape, m.dtype), cd);
+    b.root = Lowerer::cast(b, b.add(Expr{EOp::Select, cd, operand(b, 1, shape, DType::b8), value, operand(b, 0, shape, cd)}), m.dtype);
     L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(lv));
     return true;
   }
@@ -388,7 +393,7 @@ struct NodeLowering {
     if (a.tag != kTensor) return reject("no tensor");
     const graph::ValueMeta& m = out().meta, &in = L.g.values[size_t(a.value)].meta;
     if (!(m.device == in.device)) return reject("a device transfer");
-    if (!loop_dtype(m.dtype) || !loop_dtype(in.dtype)) return reject("a float16 / bfloat16 conversion");
+    if (!loop_dtype(m.dtype, L.device()) || !loop_dtype(in.dtype, L.device())) return reject("a float16 / bfloat16 conversion");
     Shape shape = graph::concrete(m.sizes);
     if (shape != graph::concrete(in.sizes)) return reject("a shape change");
     LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
@@ -407,7 +412,7 @@ struct NodeLowering {
     if (n.inplace()) return reject("in-place (writes its argument)");
     if (n.random()) return reject("random");
     if (!(out().meta.device == L.g.values.front().meta.device)) return reject("on another device than the graph");
-    if (!loop_dtype(out().meta.dtype)) return reject("float16 / bfloat16 result");
+    if (!loop_dtype(out().meta.dtype, L.device())) return reject("float16 / bfloat16 result");
     if (std::strcmp(def.name, "masked_fill") == 0) return masked_fill();
     switch (def.kind) {
       case OpKind::Unary:

@@ -4,8 +4,12 @@
 
 namespace cr::jit {
 
-// The dtypes loop code computes in; anything else (float16, bfloat16) runs on the eager kernels.
-bool loop_dtype(DType d);
+// The dtypes loop values hold on `device`. float16 / bfloat16 are stored as 16-bit words and
+// computed in float32 (compute_dtype), in CUDA graphs only: the CPU code generator has no 16-bit
+// loads and stores, so there they run on the eager kernels.
+bool loop_dtype(DType d, Device device);
+// The dtype a value of dtype d is computed in: float32 for float16 / bfloat16, else d.
+inline DType compute_dtype(DType d) { return d == DType::f16 || d == DType::bf16 ? DType::f32 : d; }
 
 // Builds the loop values of one graph node inside a LoopGraph.
 struct Lowerer {
@@ -15,6 +19,7 @@ struct Lowerer {
   // value ids
   int32_t of(int32_t gv) const { return lg.of_graph[size_t(gv)]; }
   const LoopValue& val(int32_t lv) const { return lg.values[size_t(lv)]; }
+  Device device() const { return g.values.front().meta.device; }  // the graph's
   int32_t add_value(LoopValue v);  // also appends a computed step
 
   // Expressions inside a body over `rank` variables.

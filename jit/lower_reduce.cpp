@@ -5,7 +5,9 @@
 // reductions keep their reduced dims (size 1) so full-shape consumers load them broadcast, and the
 // fusion scheduler puts the whole decomposition in one kernel (softmax: max, sum of exp, output,
 // per row). Intermediates of float32 inputs accumulate and combine in float64, as the eager
-// folds do, so results stay within float32 rounding of eager.
+// folds do, so results stay within float32 rounding of eager; softmax and log_softmax fold
+// exactly as their eager kernel does, and give its bits.
+#include <algorithm>
 #include <cmath>
 
 #include "jit/lower.hpp"
@@ -24,6 +26,7 @@ struct Decomposition {
   Shape in;                   // its sizes
   std::vector<char> mask;     // reduced dims
   bool keepdim = false;
+  bool whole = false;         // never split (split_of): folded in eager's order
   int64_t count = 1;
   int32_t gv_out = -1, node = -1;
   Shape out;                  // graph output sizes
@@ -64,7 +67,7 @@ struct Decomposition {
   // A reduction of `body` (over the input's variables) of dtype `value`; `final` makes it the
   // graph output (its dims as the op's keepdim says), else a keep-dims intermediate.
   int32_t reduce(Body body, ReduceKind kind, DType value, bool final) {
-    if (auto [d, parts] = split_of(); parts > 1) return reduce_split(std::move(body), kind, value, final, d, parts);
+    if (auto [d, parts] = split_of(); parts > 1 && !whole) return reduce_split(std::move(body), kind, value, final, d, parts);
     LoopValue v = reduction(final, value, in, mask, kind, std::move(body));
     for (size_t d = 0; d < in.size(); ++d)
       if (!mask[d]) v.out_vars.push_back(int(d));
@@ -164,12 +167,57 @@ struct Decomposition {
 };
 
 std::vector<char> reduced_dims(const graph::Arg& a, int ndim, bool* ok) {
-  std::vector<char> mask(size_t(ndim), a.tag == kNone);
+  // no dim, or an empty list (as eager parses it: vm/ops/reductions.cpp parse_dims): every dim
+  std::vector<char> mask(size_t(ndim), a.tag == kNone || (a.tag == kInts && a.ints.empty()));
   std::vector<int64_t> dims = a.tag == kInts ? a.ints : std::vector<int64_t>{};
   if (a.tag == kNumber) dims.push_back(int64_t(a.num));
   *ok = a.tag == kNone || a.tag == kInts || a.tag == kNumber;
   for (int64_t d : dims) mask[size_t(normalize_dim(d, ndim))] = 1;
   return mask;
+}
+
+// op's block function on x, in x's dtype; throws when it has none (the lowering is undone)
+int32_t block_call(Body& b, const char* op, int32_t x) {
+  int32_t r = Lowerer::call(b, op, x, -1, b.exprs[size_t(x)].dtype);
+  if (r < 0) throw Error(cat("no block function ", op));
+  return r;
+}
+
+// softmax / log_softmax folded as the eager kernel folds them (vm/ops/scans.cpp), with its exp
+// and log (softmax_exp / softmax_log). A row (nothing after the dim but size-1 dims) takes max
+// and Σ exp a block at a time as the Max / Sum reductions do (Σ in float64) and scales by 1 / Σ
+// rounded once; columns fold max and Σ element after element in the input dtype (OrderedMax /
+// OrderedSum) and scale by 1 / Σ computed in it.
+// cd: the dtype it computes in, od: the output's (float16 / bfloat16 outputs compute in float32).
+void softmax(Decomposition& D, bool log, DType cd, DType od) {
+  D.whole = true;  // eager folds a row or a column in one go
+  Lowerer& L = D.L;
+  const DType f64 = DType::f64;
+  size_t dim = size_t(std::find(D.mask.begin(), D.mask.end(), 1) - D.mask.begin());
+  int64_t inner = 1;
+  for (size_t d = dim + 1; d < D.in.size(); ++d) inner *= D.in[d];
+  const bool row = inner == 1;
+  const DType sum_dtype = row ? f64 : cd;
+  Body mb;
+  mb.root = Lowerer::cast(mb, D.input(mb, od), cd);
+  int32_t m = D.reduce(std::move(mb), row ? ReduceKind::Max : ReduceKind::OrderedMax, cd, false);
+  int32_t shifted = D.per_element(cd, false, [&](Body& b) {
+    int32_t dx = Lowerer::arith(b, "-", Lowerer::cast(b, D.input(b, od), cd), D.at_full(b, m), cd);
+    return log ? dx : block_call(b, "softmax_exp", dx);
+  });
+  Body sb;
+  sb.root = Lowerer::load_at(sb, L.val(shifted), shifted, D.full());
+  if (log) sb.root = block_call(sb, "softmax_exp", sb.root);
+  int32_t s = D.reduce(std::move(sb), row ? ReduceKind::Sum : ReduceKind::OrderedSum, sum_dtype, false);
+  // log_softmax subtracts log Σ, softmax scales by 1 / Σ, each rounded once to the output dtype
+  int32_t k = D.per_output(cd, false, [&](Body& b, const std::vector<int>& vars) {
+    int32_t sv = D.load_kept(b, s, vars);
+    return log ? block_call(b, "softmax_log", sv) : Lowerer::arith(b, "/", Lowerer::constant(b, 1.0, sum_dtype), sv, sum_dtype);
+  });
+  D.per_element(od, true, [&](Body& b) {
+    int32_t e = Lowerer::load_at(b, L.val(shifted), shifted, D.full());
+    return Lowerer::arith(b, log ? "-" : "*", e, D.at_full(b, k), cd);
+  });
 }
 
 }  // namespace
@@ -190,7 +238,7 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
   const graph::ValueMeta& om = g.values[size_t(n.outs[0])].meta;
   int ndim = int(xm.sizes.size());
   if (ndim == 0) return reject("a 0-d input");
-  if (!loop_dtype(xm.dtype)) return reject("a float16 / bfloat16 input");
+  if (!loop_dtype(xm.dtype, device())) return reject("a float16 / bfloat16 input");
   bool along = name == "softmax" || name == "log_softmax";
   bool ok = true;
   graph::Arg none;
@@ -205,13 +253,16 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
   for (int d = 0; d < ndim; ++d)
     if (mask[size_t(d)]) D.count *= D.in[size_t(d)];
   if (D.count == 0) return reject("an empty reduction");
-  const DType od = om.dtype, f64 = DType::f64;
+  // od: the result's dtype; cd: the one intermediates are computed in (float16 / bfloat16: float32)
+  const DType od = om.dtype, cd = compute_dtype(od), f64 = DType::f64;
+  if (!loop_dtype(od, device())) return reject("a float16 / bfloat16 result");
 
   if (name == "sum" || name == "prod" || name == "amax" || name == "amin") {
     ReduceKind k = name == "sum" ? ReduceKind::Sum : name == "prod" ? ReduceKind::Prod : name == "amax" ? ReduceKind::Max : ReduceKind::Min;
-    if (!reduce_fn(k, od)) return reject("no block reduction for this dtype");
+    if (!reduce_fn(k, cd)) return reject("no block reduction for this dtype");
     Body b;
-    b.root = D.input(b, od);  // eager converts the input to the output dtype first
+    // eager converts the input to the output dtype first (a float16 value is then exact in float32)
+    b.root = Lowerer::cast(b, D.input(b, od), cd);
     D.reduce(std::move(b), k, od, true);
     return true;
   }
@@ -225,15 +276,10 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
     if (b.exprs[size_t(b.root)].dtype != DType::f32) b.root = cast(b, b.root, f64);
     return D.reduce(std::move(b), ReduceKind::Sum, f64, false);
   };
-  auto fn = [&](Body& b, const char* op, int32_t x) {
-    int32_t r = call(b, op, x, -1, b.exprs[size_t(x)].dtype);
-    if (r < 0) throw Error(cat("no block function ", op));
-    return r;
-  };
   size_t nvalues = lg.values.size(), nsteps = lg.steps.size();
   try {
     if (name == "mean") {
-      int32_t s = sum_of([&](Body& b) { return D.input(b, od); });
+      int32_t s = sum_of([&](Body& b) { return Lowerer::cast(b, D.input(b, od), cd); });
       D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
         // (1 / n at run time, as eager folds it: the same bits, and one template for every n)
         int32_t inv = arith(b, "/", constant(b, 1.0, f64), count(b, D.count), f64);
@@ -260,7 +306,7 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
       });
       D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
         int32_t v = arith(b, "/", D.load_kept(b, ss, vars), denom(b), f64);
-        return name == "std" ? fn(b, "sqrt", v) : v;
+        return name == "std" ? block_call(b, "sqrt", v) : v;
       });
     } else if (name == "norm") {
       double p = n.args.size() > 3 && n.args[3].tag == kNumber ? n.args[3].num : 2.0;
@@ -269,42 +315,24 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
         int32_t v = D.input(b, f64);
         return arith(b, "*", v, v, f64);
       });
-      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) { return fn(b, "sqrt", D.load_kept(b, s, vars)); });
+      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) { return block_call(b, "sqrt", D.load_kept(b, s, vars)); });
     } else if (name == "logsumexp") {
       Body mb;
-      mb.root = D.input(mb, od);
-      int32_t m = D.reduce(std::move(mb), ReduceKind::Max, od, false);
+      mb.root = Lowerer::cast(mb, D.input(mb, od), cd);
+      int32_t m = D.reduce(std::move(mb), ReduceKind::Max, cd, false);
       // the shift: the max, or 0 where it is infinite (then the sum is 0 or inf by itself)
-      int32_t shift = D.per_output(od, false, [&](Body& b, const std::vector<int>& vars) {
+      int32_t shift = D.per_output(cd, false, [&](Body& b, const std::vector<int>& vars) {
         int32_t mv = D.load_kept(b, m, vars);
-        return b.add(Expr{EOp::Select, od, fn(b, "isinf", mv), constant(b, 0, od), mv});
-      });
-      int32_t s = sum_of([&](Body& b) { return fn(b, "exp", arith(b, "-", D.input(b, od), D.at_full(b, shift), od)); });
-      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
-        return arith(b, "+", fn(b, "log", D.load_kept(b, s, vars)), cast(b, D.load_kept(b, shift, vars), f64), f64);
-      });
-    } else {  // softmax, log_softmax
-      Body mb;
-      mb.root = D.input(mb, od);
-      int32_t m = D.reduce(std::move(mb), ReduceKind::Max, od, false);
-      bool log = name == "log_softmax";
-      int32_t shifted = D.per_element(od, false, [&](Body& b) {
-        int32_t dx = arith(b, "-", D.input(b, od), D.at_full(b, m), od);
-        return log ? dx : fn(b, "exp", dx);
+        return b.add(Expr{EOp::Select, cd, block_call(b, "isinf", mv), constant(b, 0, cd), mv});
       });
       int32_t s = sum_of([&](Body& b) {
-        int32_t v = Lowerer::load_at(b, val(shifted), shifted, D.full());
-        return log ? fn(b, "exp", v) : v;
+        return block_call(b, "exp", arith(b, "-", Lowerer::cast(b, D.input(b, od), cd), D.at_full(b, shift), cd));
       });
-      // softmax scales by 1 / Σ rounded once; log_softmax subtracts log Σ (as the eager kernel)
-      int32_t k = D.per_output(od, false, [&](Body& b, const std::vector<int>& vars) {
-        int32_t sv = D.load_kept(b, s, vars);
-        return log ? fn(b, "log", sv) : arith(b, "/", constant(b, 1.0, f64), sv, f64);
+      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
+        return arith(b, "+", block_call(b, "log", D.load_kept(b, s, vars)), cast(b, D.load_kept(b, shift, vars), f64), f64);
       });
-      D.per_element(od, true, [&](Body& b) {
-        int32_t e = Lowerer::load_at(b, val(shifted), shifted, D.full());
-        return arith(b, log ? "-" : "*", e, D.at_full(b, k), od);
-      });
+    } else {  // softmax, log_softmax
+      softmax(D, name == "log_softmax", cd, od);
     }
   } catch (const Error& e) {  // undo the values made so far
     lg.values.resize(nvalues);

@@ -117,9 +117,19 @@ void register_sorting(Registry& r);
 void register_creation(Registry& r);
 void register_conversions(Registry& r);
 
-// gelu's {approximate = "tanh"} form as a BlockFn (the registry's gelu.block is the erf form).
+// Block functions of no registry op, which the code generators call by name, with the scalar
+// expression the CUDA code generator emits for each: gelu's {approximate = "tanh"} form (the
+// registry's gelu.block is the erf form), and the exp and log of the eager softmax kernels
+// (vm/ops/scans.cpp), so that compiled softmax / log_softmax fold exactly as eager does.
+struct ExtraBlock {
+  const char* name;
+  BlockFn (*block)(DType compute);
+  const char* expr;
+};
+const ExtraBlock* extra_block(const std::string& name);  // null for other names
 BlockFn gelu_tanh_block(DType compute);
-const char* gelu_tanh_expr();  // its scalar expression (the CUDA code generator emits it)
+BlockFn softmax_exp_block(DType compute);  // lanes::exp_poly for float32, vm::exp for float64
+BlockFn softmax_log_block(DType compute);  // std::log
 
 // Runs one op eagerly (infer, allocate, run). Throws cr::Error with the op name prefixed.
 // `into` (optional, one per output): lazy tensors that receive the outputs' storage directly

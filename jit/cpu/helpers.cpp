@@ -2,7 +2,8 @@
 // with the fold the eager reduction uses (vm/kernels/folds.hpp), so a block is folded exactly as
 // eager folds a contiguous run of the same elements: float sums in float lanes (blocks of
 // lanes::kBlock) added to a double, integer and bool sums in wrapping uint64, products in double / wrapping
-// int64, max / min NaN-propagating. The block pointwise functions are OpDef::block (vm/ops/pointwise.cpp).
+// int64, max / min NaN-propagating; the ordered folds element after element, as eager softmax
+// folds a column. The block pointwise functions are OpDef::block (vm/ops/pointwise.cpp).
 #include "jit/cpu/helpers.hpp"
 
 #include <limits>
@@ -29,12 +30,27 @@ template <class T, bool Max> void extreme_block(const void* x, int64_t n, void* 
   if (n > 0) folds::Extreme<T, Max>{}.run(*static_cast<T*>(acc), static_cast<const T*>(x), n, 0);
 }
 
+template <class T> void ordered_sum_block(const void* x, int64_t n, void* acc) {
+  T a = *static_cast<T*>(acc);
+  for (int64_t i = 0; i < n; ++i) a += static_cast<const T*>(x)[i];
+  *static_cast<T*>(acc) = a;
+}
+template <class T> void ordered_max_block(const void* x, int64_t n, void* acc) {
+  T m = *static_cast<T*>(acc);
+  for (int64_t i = 0; i < n; ++i) m = lanes::max_step(m, static_cast<const T*>(x)[i]);
+  *static_cast<T*>(acc) = m;
+}
+
 template <class T> ReduceFn fn_for(ReduceKind kind) {
   switch (kind) {
     case ReduceKind::Sum: return &sum_block<T>;
     case ReduceKind::Prod: return &prod_block<T>;
     case ReduceKind::Max: return &extreme_block<T, true>;
     case ReduceKind::Min: return &extreme_block<T, false>;
+    case ReduceKind::OrderedSum:
+    case ReduceKind::OrderedMax:
+      if constexpr (std::is_floating_point_v<T>) return kind == ReduceKind::OrderedSum ? &ordered_sum_block<T> : &ordered_max_block<T>;
+      break;
   }
   return nullptr;
 }
@@ -58,7 +74,9 @@ template <class T> void combine(ReduceKind kind, T& a, T b) {
       else a *= b;
       return;
     case ReduceKind::Max:
-    case ReduceKind::Min: break;
+    case ReduceKind::Min:
+    case ReduceKind::OrderedSum:
+    case ReduceKind::OrderedMax: break;
   }
 }
 
@@ -69,7 +87,9 @@ DType reduce_acc_dtype(ReduceKind kind, DType in) {
     case ReduceKind::Sum:
     case ReduceKind::Prod: return is_floating(in) ? DType::f64 : DType::i64;
     case ReduceKind::Max:
-    case ReduceKind::Min: break;
+    case ReduceKind::Min:
+    case ReduceKind::OrderedSum:
+    case ReduceKind::OrderedMax: break;
   }
   return in;
 }
@@ -91,10 +111,12 @@ ReduceFn reduce_fn(ReduceKind kind, DType in) {
 // init of int64 to an integer must saturate (or use INT64_MAX itself); every other value is exact.
 double reduce_init(ReduceKind kind, DType in) {
   switch (kind) {
-    case ReduceKind::Sum: return 0;
+    case ReduceKind::Sum:
+    case ReduceKind::OrderedSum: return 0;
     case ReduceKind::Prod: return 1;
     case ReduceKind::Max:
-    case ReduceKind::Min: break;
+    case ReduceKind::Min:
+    case ReduceKind::OrderedMax: break;
   }
   const bool max = kind == ReduceKind::Min;  // the identity of min is the largest value
   switch (in) {
@@ -107,6 +129,7 @@ double reduce_init(ReduceKind kind, DType in) {
 }
 
 void reduce_merge(ReduceKind kind, DType acc, void* a, const void* b) {
+  if (kind == ReduceKind::OrderedSum || kind == ReduceKind::OrderedMax) fail(cat("reduce_merge: ", reduce_name(kind), " is never split"));
   if (kind == ReduceKind::Sum || kind == ReduceKind::Prod) {
     if (acc == DType::f64) return combine(kind, *static_cast<double*>(a), *static_cast<const double*>(b));
     if (acc == DType::i64) return combine(kind, *static_cast<int64_t*>(a), *static_cast<const int64_t*>(b));
@@ -131,6 +154,8 @@ const char* reduce_name(ReduceKind kind) {
     case ReduceKind::Max: return "max";
     case ReduceKind::Min: return "min";
     case ReduceKind::Prod: return "prod";
+    case ReduceKind::OrderedSum: return "ordered_sum";
+    case ReduceKind::OrderedMax: return "ordered_max";
   }
   return "?";
 }

@@ -11,21 +11,26 @@
 #include <cstdint>
 
 #include "vm/dtype.hpp"
+#include "vm/kernels/lanes.hpp"
 #include "vm/registry.hpp"  // cr::BlockFn
 
 namespace cr::jit {
 
 constexpr int64_t kBlock = 512;  // elements per block of a generated inner loop
+static_assert(kBlock == lanes::kSoftmaxBlock, "eager softmax rows fold in the blocks of generated loops");
 
 // out[i] = f(a[i], b[i]) for i < n; a, b and out are contiguous arrays of the op's compute dtype
 // (out: bool for predicates). Unary functions ignore b.
 using BlockFn = cr::BlockFn;
 
-// Reductions over a block: folds x[0..n) (contiguous, dtype `in`) into *acc.
-enum class ReduceKind : uint8_t { Sum, Max, Min, Prod };
+// Reductions over a block: folds x[0..n) (contiguous, dtype `in`) into *acc. OrderedSum and
+// OrderedMax (float32 / float64 only) fold element after element in the input dtype, as eager
+// softmax folds a column (lanes::max_step); their partial results never merge (no split).
+enum class ReduceKind : uint8_t { Sum, Max, Min, Prod, OrderedSum, OrderedMax };
 using ReduceFn = void (*)(const void* x, int64_t n, void* acc);
 // The accumulator dtype of kind over `in`: sums of float32 accumulate in float64 across blocks,
-// integer and bool sums in int64, max / min in the input dtype. Unsupported: DType::f16 (none).
+// integer and bool sums in int64, max / min and the ordered folds in the input dtype.
+// Unsupported: DType::f16 (none).
 DType reduce_acc_dtype(ReduceKind kind, DType in);
 ReduceFn reduce_fn(ReduceKind kind, DType in);           // nullptr when unsupported
 // The initial accumulator value (0, 1, -inf / lowest, +inf / max) as a double.

@@ -14,6 +14,8 @@ namespace {
 using Handle = void*;
 using Status = int;
 constexpr int kOpN = 0, kOpT = 1;
+// cudaDataType / cublasComputeType_t / cublasGemmAlgo_t values (library_types.h, cublas_api.h)
+constexpr int kCudaR16F = 2, kCudaR16BF = 14, kComputeF32 = 68, kGemmDefault = -1;
 
 struct Blas {
   Status (*create)(Handle*);
@@ -25,6 +27,8 @@ struct Blas {
                     long long, const float*, float*, int, long long, int);
   Status (*dgemm_b)(Handle, int, int, int, int, int, const double*, const double*, int, long long, const double*, int,
                     long long, const double*, double*, int, long long, int);
+  Status (*gemm_ex_b)(Handle, int, int, int, int, int, const void*, const void*, int, int, long long, const void*, int,
+                      int, long long, const void*, void*, int, int, long long, int, int, int);
   bool ok = false;
   std::string why;
   std::vector<Handle> handles;  // per device, created on first use
@@ -47,8 +51,9 @@ Blas& blas() {
     B.dgemm = reinterpret_cast<decltype(B.dgemm)>(dlsym(lib, "cublasDgemm_v2"));
     B.sgemm_b = reinterpret_cast<decltype(B.sgemm_b)>(dlsym(lib, "cublasSgemmStridedBatched"));
     B.dgemm_b = reinterpret_cast<decltype(B.dgemm_b)>(dlsym(lib, "cublasDgemmStridedBatched"));
-    if (!B.create || !B.sgemm || !B.dgemm || !B.sgemm_b || !B.dgemm_b) {
-      B.why = "libcublas lacks cublasCreate_v2 / cublas[SD]gemm_v2 / cublas[SD]gemmStridedBatched";
+    B.gemm_ex_b = reinterpret_cast<decltype(B.gemm_ex_b)>(dlsym(lib, "cublasGemmStridedBatchedEx"));
+    if (!B.create || !B.sgemm || !B.dgemm || !B.sgemm_b || !B.dgemm_b || !B.gemm_ex_b) {
+      B.why = "libcublas lacks cublasCreate_v2 / cublas[SD]gemm_v2 / cublas[SD]gemmStridedBatched / cublasGemmStridedBatchedEx";
       return;
     }
     B.handles.assign(size_t(device_count()), nullptr);
@@ -82,17 +87,23 @@ Handle handle(int index) {
 // cuBLAS is column-major: the row-major C {M, N} is the column-major C^T {N, M} = B^T A^T, and a
 // row-major operand read as column-major is its transpose - so B goes first, transposed only
 // when it is column-major itself.
-void gemm(int index, bool f64, int M, int N, int K, const void* A, int lda, bool a_colmajor, const void* B, int ldb,
+void gemm(int index, DType d, int M, int N, int K, const void* A, int lda, bool a_colmajor, const void* B, int ldb,
           bool b_colmajor, void* C, int ldc, double beta) {
-  gemm_batched(index, f64, M, N, K, A, lda, a_colmajor, 0, B, ldb, b_colmajor, 0, C, ldc, 0, 1, beta);
+  gemm_batched(index, d, M, N, K, A, lda, a_colmajor, 0, B, ldb, b_colmajor, 0, C, ldc, 0, 1, beta);
 }
 
-void gemm_batched(int index, bool f64, int M, int N, int K, const void* A, int lda, bool a_colmajor, int64_t sa,
+void gemm_batched(int index, DType d, int M, int N, int K, const void* A, int lda, bool a_colmajor, int64_t sa,
                   const void* B, int ldb, bool b_colmajor, int64_t sb, void* C, int ldc, int64_t sc, int batch, double beta) {
   Handle h = handle(index);
   Blas& L = blas();
   const int opb = b_colmajor ? kOpT : kOpN, opa = a_colmajor ? kOpT : kOpN;
-  if (f64) {
+  if (d == DType::f16 || d == DType::bf16) {
+    const int t = d == DType::f16 ? kCudaR16F : kCudaR16BF;
+    const float one = 1, b = float(beta);
+    check_blas(L.gemm_ex_b(h, opb, opa, N, M, K, &one, B, t, ldb, sb, A, t, lda, sa, &b, C, t, ldc, sc, batch,
+                           kComputeF32, kGemmDefault),
+               "cublasGemmStridedBatchedEx");
+  } else if (d == DType::f64) {
     const double one = 1, b = beta;
     check_blas(L.dgemm_b(h, opb, opa, N, M, K, &one, static_cast<const double*>(B), ldb, sb,
                          static_cast<const double*>(A), lda, sa, &b, static_cast<double*>(C), ldc, sc, batch),

@@ -27,13 +27,14 @@ void Lines::close() {
 }
 
 const char* cuda_type(DType d) {
-  if (d == DType::f16 || d == DType::bf16)
-    throw Error(cat("CUDA code generation for ", dtype_name(d), " is not implemented yet"));
+  if (d == DType::f16) return "cr::half_t";  // the prelude's 16-bit storage types
+  if (d == DType::bf16) return "cr::bf16_t";
   return ctype(d);  // the prelude defines int32_t / int64_t
 }
 
 std::string literal(double x, DType d) {
   if (d == DType::b8) return x != 0 ? "true" : "false";
+  if (d == DType::f16 || d == DType::bf16) return cat(cuda_type(d), "(", literal(x, DType::f32), ")");
   if (is_floating(d)) {
     const char* t = cuda_type(d);
     if (std::isnan(x)) return cat("cr::nan_<", t, ">()");
@@ -56,11 +57,14 @@ DType cuda_acc_dtype(const Accumulate& a) {
   return fold && a.in == DType::f32 ? DType::f32 : a.acc;
 }
 
+// The ordered folds (softmax columns) are the plain ones here: a team folds in its own order.
 const char* fold_name(ReduceKind k) {
   switch (k) {
-    case ReduceKind::Sum: return "cr::Sum";
+    case ReduceKind::Sum:
+    case ReduceKind::OrderedSum: return "cr::Sum";
     case ReduceKind::Prod: return "cr::Prod";
-    case ReduceKind::Max: return "cr::Max";
+    case ReduceKind::Max:
+    case ReduceKind::OrderedMax: return "cr::Max";
     case ReduceKind::Min: return "cr::Min";
   }
   return "?";
@@ -127,8 +131,8 @@ std::string Exprs::arith(const Expr& e) {
 std::string Exprs::call(const Expr& e) {
   DType in = k_.body.exprs[size_t(e.a)].dtype;
   const char* expr = nullptr;
-  if (e.name == "gelu_tanh") expr = gelu_tanh_expr();
-  else if (const OpDef* def = Registry::get().find(e.name)) expr = def->expr;
+  if (const OpDef* def = Registry::get().find(e.name)) expr = def->expr;
+  else if (const ExtraBlock* extra = extra_block(e.name)) expr = extra->expr;
   if (!expr) throw Error(cat("CUDA code generation: the op ", e.name, " has no scalar expression"));
   std::string fn = cat("op_", e.name, "_", cuda_type(in));
   if (!fns_.count(fn)) {

@@ -34,6 +34,31 @@ template <class T> __forceinline__ T inf_();
 template <> __forceinline__ float inf_<float>() { return __int_as_float(0x7f800000); }
 template <> __forceinline__ double inf_<double>() { return __longlong_as_double(0x7ff0000000000000ULL); }
 
+// float16 / bfloat16 storage: 16-bit words converted to and from float32 around every load and
+// store (the lowering computes in float32, jit/lower.hpp compute_dtype). Conversions from other
+// types go through float32, as the eager kernels' store() does (vm/dtype.hpp); float -> 16 bits
+// rounds to nearest even (PTX cvt.rn), NaN stays NaN.
+struct half_t {
+  unsigned short bits;
+  half_t() = default;
+  __forceinline__ half_t(float f) { asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f)); }
+  template <class T> __forceinline__ half_t(T v) : half_t(float(v)) {}
+  __forceinline__ operator float() const {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+    return f;
+  }
+};
+struct bf16_t {
+  unsigned short bits;
+  bf16_t() = default;
+  __forceinline__ bf16_t(float f) { asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(f)); }
+  template <class T> __forceinline__ bf16_t(T v) : bf16_t(float(v)) {}
+  __forceinline__ operator float() const { return __uint_as_float(uint32_t(bits) << 16); }
+};
+template <> struct is_fp<half_t> { static constexpr bool value = true; };
+template <> struct is_fp<bf16_t> { static constexpr bool value = true; };
+
 // 16-byte vectors of float32 / int32 (and 4-element groups of other dtypes), for aligned
 // contiguous loads and stores of 4 consecutive elements.
 template <class T> struct alignas(4 * sizeof(T)) vec4 { T v[4]; };

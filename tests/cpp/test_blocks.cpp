@@ -467,3 +467,87 @@ TEST_CASE("reduction helpers: max / min propagate NaN, bool max / min are any / 
   CHECK(all2.as_int() == 0);
   CHECK(prod2.as_int() == 0);
 }
+
+// ---- softmax: its exp and log blocks and column folds ---------------------------------------------
+
+TEST_CASE("extra block functions: gelu's tanh form, softmax's exp and log, by name", "[blocks]") {
+  for (const char* name : {"gelu_tanh", "softmax_exp", "softmax_log"}) {
+    INFO(name);
+    const ExtraBlock* e = extra_block(name);
+    REQUIRE(e != nullptr);
+    CHECK(std::string(e->name) == name);
+    CHECK(e->expr != nullptr);
+    CHECK(e->block(DType::f32) != nullptr);
+    CHECK(e->block(DType::f64) != nullptr);
+    CHECK(e->block(DType::i32) == nullptr);
+    CHECK(e->block(DType::f16) == nullptr);
+  }
+  CHECK(extra_block("exp") == nullptr);  // a registry op's block is the op's
+  CHECK(extra_block("gelu_tanh")->block(DType::f32) == gelu_tanh_block(DType::f32));
+}
+
+// An element's exp must not depend on where it lies: eager softmax computes a column's exps across
+// a tile of columns, compiled softmax along the column (vector lanes in one, a scalar tail in the
+// other). The AVX-512 twin, where it runs, must give the AVX2 loop's bits too.
+TEST_CASE("softmax's float32 exp: the same bits in vector lanes, tails, in place and in either loop", "[blocks]") {
+  Tensor a = random_tensor(DType::f32, kN, 31);
+  const float* x = a.data<float>();
+  std::vector<float> want(kN), got(kN), avx2(kN);
+  for (int64_t i = 0; i < kN; ++i) want[size_t(i)] = lanes::exp_poly(x[i]);  // scalar
+  BlockFn fn = softmax_exp_block(DType::f32);
+  for (int64_t off : {0, 1, 3}) {
+    INFO("offset " << off);
+    fn(x + off, nullptr, got.data(), kN - off);
+    lanes::exp_block(x + off, avx2.data(), kN - off);
+    CHECK(std::memcmp(got.data(), want.data() + off, size_t(kN - off) * sizeof(float)) == 0);
+    CHECK(std::memcmp(avx2.data(), want.data() + off, size_t(kN - off) * sizeof(float)) == 0);
+  }
+  std::memcpy(got.data(), x, kN * sizeof(float));
+  fn(got.data(), nullptr, got.data(), kN);
+  CHECK(std::memcmp(got.data(), want.data(), kN * sizeof(float)) == 0);
+}
+
+TEST_CASE("ordered folds: element after element in the input dtype, as eager softmax's columns", "[blocks]") {
+  using K = ReduceKind;
+  CHECK(std::string(jit::reduce_name(K::OrderedSum)) == "ordered_sum");
+  CHECK(std::string(jit::reduce_name(K::OrderedMax)) == "ordered_max");
+  for (K k : {K::OrderedSum, K::OrderedMax}) {
+    CHECK(jit::reduce_acc_dtype(k, DType::f32) == DType::f32);
+    CHECK(jit::reduce_acc_dtype(k, DType::f64) == DType::f64);
+    for (DType d : {DType::i32, DType::i64, DType::b8, DType::f16}) CHECK(jit::reduce_fn(k, d) == nullptr);
+  }
+  CHECK(jit::reduce_init(K::OrderedSum, DType::f32) == 0);
+  CHECK(jit::reduce_init(K::OrderedMax, DType::f64) == -std::numeric_limits<double>::infinity());
+  for (DType d : {DType::f32, DType::f64}) {
+    INFO(dtype_name(d));
+    Tensor x = random_tensor(d, 1500, 77);  // with NaN, infinities and signed zeros
+    visit(d, [&](auto z) {
+      using T = decltype(z);
+      if constexpr (std::is_floating_point_v<T>) {
+        const T* p = x.data<T>();
+        T sum = 0, max = -std::numeric_limits<T>::infinity();
+        for (int64_t i = 0; i < 1500; ++i) {
+          sum += p[i];
+          max = lanes::max_step(max, p[i]);
+        }
+        for (K k : {K::OrderedSum, K::OrderedMax}) {
+          Acc acc(k, d);
+          fold(k, x, 0, 1500, acc);  // blocks of jit::kBlock
+          T want = k == K::OrderedSum ? sum : max;
+          INFO(jit::reduce_name(k));
+          CHECK(same_element(d, acc.bytes, &want, 0));  // (which NaN an add returns is the compiler's choice)
+        }
+        // the last NaN wins, as in eager's columns; ties keep the first value
+        const T nan1 = std::numeric_limits<T>::quiet_NaN(), nan2 = -nan1;
+        T seq[] = {T(-1), T(-0.0), T(0), nan1, T(5), nan2, T(7)};
+        Acc m(K::OrderedMax, d);
+        jit::reduce_fn(K::OrderedMax, d)(seq, 3, m.bytes);
+        CHECK(std::signbit(*reinterpret_cast<T*>(m.bytes)));  // -0 came first
+        jit::reduce_fn(K::OrderedMax, d)(seq + 3, 4, m.bytes);
+        CHECK(std::memcmp(m.bytes, &nan2, sizeof(T)) == 0);
+      }
+    });
+  }
+  Acc a(K::OrderedSum, DType::f32), b(K::OrderedSum, DType::f32);
+  CHECK_THROWS_WITH(jit::reduce_merge(K::OrderedSum, DType::f32, a.bytes, b.bytes), Catch::Contains("never split"));
+}

@@ -10,7 +10,8 @@
 --   env: CRESCENT_DIFF_CASES, CRESCENT_DIFF_SEED, CRESCENT_DIFF_OPS, CRESCENT_DIFF_DEVICE,
 --        CRESCENT_DIFF_ONLY=i (case i alone, as numbered in a report, with the same --cases, --seed
 --        and --ops), CRESCENT_DIFF_SHOW=1 (print each case before it runs: to find one that crashes),
---        CRESCENT_DIFF_KEEP=1 (keep the exchange files), CRESCENT_TEST_PYTHON (default /usr/bin/python3)
+--        CRESCENT_DIFF_KEEP=1 (keep the exchange files), CRESCENT_TEST_PYTHON (default /usr/bin/python3),
+--        CRESCENT_DIFF_HALF=1 (float16 / bfloat16 inputs too: recipes.lua)
 --
 -- Without --cases it is the CI run: a fixed seed and CI_PER_OP cases per op. It passes with a
 -- message when python3 or torch is missing (or, with --device cuda, when there is no GPU). It

@@ -266,6 +266,66 @@ describe("native CPU code: reductions equal eager", function()
         (c + 1):expand(3, 4):amin(2, true), c:expand(3, 4):logsumexp(2)
     end, function() T.manual_seed(43); return T.randn(1, 3), T.randn(2, 1, 1, 4), T.randn(3, 1) end, RED)
   end)
+  it("an empty dim list reduces every dim, as eager (it reduced none, and amax returned element 1)", function()
+    check("dims {}", function(a)
+      return a:sum({}), a:mean({}, true), a:amax({}, true), a:amin({}), a:logsumexp({}), a:var({}), a:norm({})
+    end, function() T.manual_seed(44); return T.randn(4, 2) end, RED)
+  end)
+  -- Compiled softmax folds as the eager kernel does (a row: blocks of the generated loop summed in
+  -- float64; columns: in order in the input dtype; the same exp and log), so it gives eager's bits:
+  -- along every dim, rows longer than a block, an input laid out transposed, and special values.
+  it("softmax and log_softmax give eager's bits along every dim of 2-d and 3-d inputs", function()
+    local SHAPES = { { 4, 2 }, { 2, 4 }, { 7, 33 }, { 3, 1030 }, { 1030, 3 }, { 5, 1 }, { 4, 5, 6 }, { 3, 700, 2 }, { 2, 1, 3 } }
+    for _, dt in ipairs({ "float32", "float64" }) do
+      for _, sh in ipairs(SHAPES) do
+        local rev, perm = {}, {}  -- b: dims reversed in memory, permuted back to shape sh
+        for i = #sh, 1, -1 do rev[#rev + 1], perm[#perm + 1] = sh[i], i end
+        for d = 1, #sh do
+          check(string.format("softmax %s {%s} dim %d", dt, table.concat(sh, ","), d), function(a, b)
+            return T.softmax(a, d), T.log_softmax(a, d), T.softmax(b, d), T.log_softmax(b * 3, d)
+          end, function(call)
+            T.manual_seed(100 * call + d)
+            return (T.randn(unpack(sh)) * 4):to(dt), (T.randn(unpack(rev)) * 4):to(dt):permute(unpack(perm))
+          end)
+        end
+      end
+      for d = 1, 2 do
+        check("softmax special values " .. dt .. " dim " .. d, function(a) return T.softmax(a, d), T.log_softmax(a, d) end,
+          function(call) return data(dt, 9, 17, 60 + call) end)
+      end
+    end
+  end)
+  -- Eager logsumexp takes the compiled one's passes (max, Σ exp(x - max) summed as sum sums, log in
+  -- float64), so both give the same bits where sum does: along the last dim of a contiguous input
+  -- (a row folded in blocks on both sides). Over other dims or layouts sum itself folds in another
+  -- order (columns in float64 element by element in eager, float lanes per block compiled; eager
+  -- merges contiguous dims into one run): there they agree within rounding.
+  it("logsumexp gives eager's bits along the last dim, and its values over any dims", function()
+    local SHAPES = { { 4, 2 }, { 7, 33 }, { 3, 1030 }, { 1030, 3 }, { 5, 1 }, { 4, 5, 6 }, { 3, 700, 2 } }
+    for _, dt in ipairs({ "float32", "float64" }) do
+      for _, sh in ipairs(SHAPES) do
+        local rev, perm = {}, {}
+        for i = #sh, 1, -1 do rev[#rev + 1], perm[#perm + 1] = sh[i], i end
+        local dimsets = { {}, { 1, #sh } }
+        for d = 1, #sh do dimsets[#dimsets + 1] = { d } end
+        for _, dims in ipairs(dimsets) do
+          local trailing = #dims == 1 and dims[1] == #sh
+          local what = string.format("logsumexp %s {%s} dims {%s}", dt, table.concat(sh, ","), table.concat(dims, ","))
+          check(what, function(a) return a:logsumexp(dims), a:logsumexp(dims, true), (a - a:amax()):logsumexp(dims) end,
+            function(call) T.manual_seed(200 * call + #dims); return (T.randn(unpack(sh)) * 4):to(dt) end,
+            not trailing and RED or nil)
+          check(what .. " transposed", function(b) return b:logsumexp(dims, true) end, function(call)
+            T.manual_seed(300 * call + #dims)
+            return (T.randn(unpack(rev)) * 4):to(dt):permute(unpack(perm))
+          end, RED)
+        end
+      end
+      for d = 1, 2 do
+        check("logsumexp special values " .. dt .. " dim " .. d, function(a) return a:logsumexp(d), a:logsumexp(d, true) end,
+          function(call) return data(dt, 9, 17, 80 + call) end, d == 2 and nil or RED)
+      end
+    end
+  end)
   it("integer reductions are exact: int32 and int64 sums (int64 results), amax, amin, prod", function()
     for _, dt in ipairs({ "int32", "int64" }) do
       for _, x in ipairs({ data(dt, 7, 33, 41), data(dt, 33, 7, 42):t() }) do

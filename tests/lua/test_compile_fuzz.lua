@@ -1,5 +1,6 @@
 -- A differential fuzzer for T.compile: random Lua programs over tensors must give, compiled, the
--- results of eager execution bit for bit: returned values (dtype, shape, strides, values), the
+-- results of eager execution (floats within 1e-4 relative: native code may sum in another order;
+-- integers, shapes, strides exact): returned values (dtype, shape, strides, values), the
 -- inputs after the call, values stored in an outer table, the random generator's state, errors.
 -- CRESCENT_FUZZ_PROGRAMS=n (default 2000) and CRESCENT_FUZZ_SEED=s run other programs;
 -- CRESCENT_FUZZ_ONLY=i runs program i alone (as numbered in a failure message), CRESCENT_FUZZ_DUMP=1

@@ -150,6 +150,54 @@ describe("CUDA tensors", function()
     local _ = dx:add_(0)  -- in-place ops still take the host path
     expect.eq(T.cuda.stats().host_ops, h0 + 1)
   end)
+  -- float16 / bfloat16 compute in float32 and round once per stored value, as the CPU kernels do:
+  -- eager ops as generated kernels (none on host copies), compiled graphs, cuBLAS products with
+  -- float32 accumulation. References: the CPU's 16-bit results, and float64 for the products.
+  it("compute float16 and bfloat16 on the device: eager kernels, compiled graphs, matmul", function()
+    need_gpu()
+    local function near(got, want, tol, what)
+      local ok, err = pcall(expect.close, got, want, tol, tol)
+      if not ok then error(what .. ": " .. tostring(err), 2) end
+    end
+    T.manual_seed(16)
+    local cases = {
+      function(v, w) return (v + 1) * w, T.sin(v), T.exp(v - 2), v:sigmoid(), T.relu(v - w), v:gelu() end,
+      function(v, w) return T.where(v:gt(w), v, w * 0.5), v:lt(0.25), v:float(), v:double():half(), v:int() end,
+      function(v) return v:sum(-1), v:mean(1), v:amax(2, true), v:t():amin(2), v:var(-1) end,
+      function(v) return v:softmax(-1), v:log_softmax(1), v:logsumexp(-1), v:t():softmax(-1) end,
+      function(v, w) return T.F.layer_norm(v, 96, w[1], w[2]) end,
+      function(v) return v:masked_fill(v:lt(0), -0.1), (v * 1000):exp() end,
+    }
+    for _, dt in ipairs({ "float16", "bfloat16" }) do
+      local rel = dt == "float16" and 2e-3 or 1.6e-2
+      local x, y = (T.randn(40, 96) * 2):to(dt), T.randn(40, 96):to(dt)
+      local dx, dy = x:cuda(), y:cuda()
+      for i, f in ipairs(cases) do
+        local want = { f(x, y) }
+        local h = T.cuda.stats().host_ops
+        local got = { f(dx, dy) }
+        expect.eq(T.cuda.stats().host_ops, h, dt .. " case " .. i .. ": ops on host copies")
+        local cf = T.compile(f)
+        local comp
+        for _ = 1, 3 do comp = { cf(dx, dy) } end
+        for k = 1, #want do
+          local what = ("%s case %d result %d"):format(dt, i, k)
+          expect.eq({ got[k].device, got[k].dtype, comp[k].dtype }, { "cuda:0", want[k].dtype, want[k].dtype }, what)
+          local tol = (want[k].dtype == "float16" or want[k].dtype == "bfloat16") and rel or 1e-5
+          near(got[k]:cpu():double(), want[k]:double(), tol, what .. " eager")
+          near(comp[k]:cpu():double(), want[k]:double(), tol, what .. " compiled")
+        end
+      end
+      -- products: float32 accumulation, against float64 of the same 16-bit inputs
+      local a, b = T.randn(3, 64, 80):to(dt), T.randn(80, 48):to(dt)
+      local bias = T.randn(48):to(dt)
+      local p = T.matmul(a:cuda(), b:cuda())
+      expect.eq({ p.dtype, p.device }, { dt, "cuda:0" })
+      expect.close(p:cpu():double(), T.matmul(a:double(), b:double()), rel, rel * 8)
+      local l = T.linear(a:cuda(), b:t():cuda(), bias:cuda())
+      expect.close(l:cpu():double(), T.linear(a:double(), b:t():double(), bias:double()), rel, rel * 8)
+    end
+  end)
   it("look embeddings up on the device, checking the indices", function()
     need_gpu()
     local w, idx = T.randn(50, 8), T.tensor({ { 3, 50, 1 }, { 7, 7, 2 } }):long()

@@ -17,6 +17,9 @@ namespace cr::lanes {
 
 constexpr int kLanes = 16;
 constexpr int64_t kBlock = 4096;  // elements folded in lane precision before a wider merge
+// Softmax rows fold in blocks of this many elements (vm/ops/scans.cpp): the block of the code
+// generator's inner loops (jit::kBlock asserts it), whose reductions fold a block per call.
+constexpr int64_t kSoftmaxBlock = 512;
 
 struct Identity {
   template <class V> V operator()(V v) const { return v; }
@@ -104,6 +107,10 @@ template <bool Max, class C> inline C vec_extreme(const C* x, int64_t n, bool* n
   return r;
 }
 
+// One step of a max folded element after element, as eager softmax folds a column: v replaces
+// m when it is larger or NaN (so the last NaN seen wins; ties keep the first value).
+template <class C> inline C max_step(C m, C v) { return (v > m || v != v) ? v : m; }
+
 // The largest (Max) or smallest f(x[i]) of n >= 1 elements; *nan is set when any is NaN.
 template <bool Max, class C, class T, class F> inline C extreme(const T* x, int64_t n, bool* nan, F f) {
   if constexpr (std::is_same_v<T, C> && std::is_floating_point_v<C> && std::is_same_v<F, Identity>) {
@@ -175,15 +182,14 @@ template <class X> inline X exp_poly(X x) {
 inline float exp_fast(float x) { return exp_poly(x); }
 inline double exp_fast(double x) { return std::exp(x); }
 
-// v[i] = exp(v[i]) over n contiguous values.
-inline void exp_inplace(float* v, int64_t n) {
+// y[i] = exp_poly(x[i]) over n contiguous values, W lanes at a time (GCC does not vectorise
+// exp_poly's selects for AVX2 by itself); y may be x. Every lane computes what the scalar
+// exp_poly computes, so an element's bits do not depend on its position.
+inline void exp_block(const float* x, float* y, int64_t n) {
   constexpr int W = kWidth<float>;
   int64_t i = 0;
-  for (; i + W <= n; i += W) vstore(v + i, exp_poly(vload(v + i)));
-  for (; i < n; ++i) v[i] = exp_poly(v[i]);
-}
-inline void exp_inplace(double* v, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) v[i] = std::exp(v[i]);
+  for (; i + W <= n; i += W) vstore(y + i, exp_poly(vload(x + i)));
+  for (; i < n; ++i) y[i] = exp_poly(x[i]);
 }
 
 // Σ exp(x[i] - m) over n contiguous values, also stored to y when y is not null. Float lanes

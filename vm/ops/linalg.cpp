@@ -264,11 +264,11 @@ bool fits_blas(const Tensor& out, const Tensor& a) {
 
 void matmul_into(Tensor out, Tensor a, Tensor b, bool accumulate);
 
-// CUDA: float32 / float64 through cuBLAS, one product per matrix of the batch; other dtypes
-// (or no cuBLAS) on host copies.
+// CUDA: floating dtypes through cuBLAS (float16 / bfloat16 accumulate in float32), one call per
+// batch where the matrices are evenly spaced; integers (or no cuBLAS) on host copies.
 void device_matmul(const Tensor& out, Tensor a, Tensor b, bool accumulate) {
   const DType d = out.dtype();
-  if ((d != DType::f32 && d != DType::f64) || !cuda::blas_available() || !fits_blas(out, a)) {
+  if (!is_floating(d) || !cuda::blas_available() || !fits_blas(out, a)) {
     Tensor host = accumulate ? host_copy(out) : Tensor::empty(out.sizes(), d);
     matmul_into(host, host_copy(a), host_copy(b), accumulate);
     copy_across(out, host);
@@ -282,7 +282,6 @@ void device_matmul(const Tensor& out, Tensor a, Tensor b, bool accumulate) {
   const size_t es = dtype_size(d);
   char* C = out.data_bytes();
   const int dev = out.device().index;
-  const bool f64 = d == DType::f64;
   const double beta = accumulate ? 1.0 : 0.0;
   // one strided-batched call when each operand's matrices are evenly spaced (broadcast: 0)
   auto even = [](const std::vector<int64_t>& o) {
@@ -292,12 +291,12 @@ void device_matmul(const Tensor& out, Tensor a, Tensor b, bool accumulate) {
   };
   const size_t nb = ao.size();
   if (nb > 1 && nb <= INT_MAX && even(ao) && even(bo)) {
-    cuda::gemm_batched(dev, f64, int(M), int(N), int(K), A.p + ao[0] * int64_t(es), int(A.ld), A.trans, ao[1] - ao[0],
+    cuda::gemm_batched(dev, d, int(M), int(N), int(K), A.p + ao[0] * int64_t(es), int(A.ld), A.trans, ao[1] - ao[0],
                        B.p + bo[0] * int64_t(es), int(B.ld), B.trans, bo[1] - bo[0], C, int(N), M * N, int(nb), beta);
     return;
   }
   for (size_t i = 0; i < nb; ++i)
-    cuda::gemm(dev, f64, int(M), int(N), int(K), A.p + ao[i] * int64_t(es), int(A.ld), A.trans, B.p + bo[i] * int64_t(es),
+    cuda::gemm(dev, d, int(M), int(N), int(K), A.p + ao[i] * int64_t(es), int(A.ld), A.trans, B.p + bo[i] * int64_t(es),
                int(B.ld), B.trans, C + int64_t(i) * M * N * int64_t(es), int(N), beta);
 }
 

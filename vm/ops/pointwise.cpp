@@ -459,7 +459,15 @@ template <class Op> OpDef binary_def(const char* schema) {
 }  // namespace
 
 BlockFn gelu_tanh_block(DType compute) { return block_of<Op_gelu_tanh, 1>(compute); }
-const char* gelu_tanh_expr() { return Op_gelu_tanh::expr; }
+
+const ExtraBlock* extra_block(const std::string& name) {
+  static const ExtraBlock kExtra[] = {{"gelu_tanh", gelu_tanh_block, Op_gelu_tanh::expr},
+                                      {"softmax_exp", softmax_exp_block, "vm::exp(a)"},
+                                      {"softmax_log", softmax_log_block, "vm::log(a)"}};
+  for (const ExtraBlock& e : kExtra)
+    if (name == e.name) return &e;
+  return nullptr;
+}
 
 void register_pointwise(Registry& r) {
 #define CR_REG_UNARY(NAME, ...) r.add(unary_def<Op_##NAME>());

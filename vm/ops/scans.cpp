@@ -5,7 +5,8 @@
 #include <cmath>
 #include <memory>
 
-#include "vm/kernels/lanes.hpp"
+#include "vm/kernels/folds.hpp"
+#include "vm/kernels/wide.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr {
@@ -94,35 +95,78 @@ void run_cumsum(OpCall& c) {
 }
 
 // ---- softmax, log_softmax --------------------------------------------------------------------------
+// float / double are folded as compiled softmax folds them (jit/lower_reduce.cpp), with the same
+// functions, so that both give the same bits: rows (inner == 1) in blocks of
+// lanes::kSoftmaxBlock, as the code generator's reductions fold a block per call; columns element
+// after element in the compute dtype. Every exp goes through the BlockFn of softmax_exp_block.
 
-// The largest value of a row, NaN when the row holds a NaN (the whole row's result is then NaN).
+// y[i] = exp(x[i]) for float softmax (y may be x): lanes::exp_poly.
+void exp_loop(const void* a, const void*, void* out, int64_t n) {
+  lanes::exp_block(static_cast<const float*>(a), static_cast<float*>(out), n);
+}
+// exp_poly auto-vectorised over 512-bit lanes: the same operations per lane as exp_block, and
+// about twice as fast where the CPU has AVX-512 (ivdep: y may be x, element i is read first).
+CR_TARGET_AVX512 void exp_loop_avx512(const void* a, const void*, void* out, int64_t n) {
+  const float* x = static_cast<const float*>(a);
+  float* y = static_cast<float*>(out);
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) y[i] = lanes::exp_poly(x[i]);
+}
+template <class T> void log_loop(const void* a, const void*, void* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) static_cast<T*>(out)[i] = std::log(static_cast<const T*>(a)[i]);
+}
+
+// The largest value of a row, NaN when the row holds a NaN: its blocks' maxima merged in order.
 template <class C, class T> C row_max(const T* x, int64_t n) {
-  bool nan = false;
-  C m = lanes::extreme<true, C>(x, n, &nan, lanes::Identity{});
-  return nan ? std::numeric_limits<C>::quiet_NaN() : m;
+  folds::Extreme<T, true, C> f;
+  C m = f.init();
+  for (int64_t i = 0; i < n; i += lanes::kSoftmaxBlock) f.run(m, x + i, std::min(lanes::kSoftmaxBlock, n - i), 0);
+  return m;
+}
+
+// Σ exp(x - m) over a float / double row, the exps kept in y when it is not null: per block, the
+// exps as `exp` computes them, summed as the sum reduction sums a block (folds::Sum).
+template <class C> double row_exp_sum(const C* x, C* y, int64_t n, C m, BlockFn exp) {
+  C buf[lanes::kSoftmaxBlock];
+  double total = 0;
+  for (int64_t i = 0; i < n; i += lanes::kSoftmaxBlock) {
+    const int64_t len = std::min(lanes::kSoftmaxBlock, n - i);
+    C* e = y ? y + i : buf;
+    for (int64_t j = 0; j < len; ++j) e[j] = x[i + j] - m;
+    exp(e, nullptr, e, len);
+    folds::Sum<C>{}.run(total, e, len, 0);
+  }
+  return total;
 }
 
 // One contiguous row. float / double rows store exp(x - max) and rescale it in place; float16 /
 // bfloat16 rows recompute it, so the output is rounded once.
-template <bool Log, class T> void softmax_row(const T* x, T* y, int64_t n) {
+template <bool Log, class T> void softmax_row(const T* x, T* y, int64_t n, BlockFn exp) {
   using C = compute_t<T>;
   const C m = row_max<C>(x, n);
-  if constexpr (Log) {
+  if constexpr (!std::is_same_v<T, C>) {
+    const double sum = lanes::exp_sum(x, n, m);
+    if constexpr (Log) {
+      const C log_sum = C(std::log(sum));
+      for (int64_t i = 0; i < n; ++i) store(y[i], (load(x[i]) - m) - log_sum);
+    } else {
+      const C inv = C(1.0 / sum);
+      for (int64_t i = 0; i < n; ++i) store(y[i], lanes::exp_fast(load(x[i]) - m) * inv);
+    }
+  } else if constexpr (Log) {
     // (x - max) - log Σ: x - (max + log Σ) would round the large shift first
-    const C log_sum = C(std::log(lanes::exp_sum(x, n, m)));
-    for (int64_t i = 0; i < n; ++i) store(y[i], (load(x[i]) - m) - log_sum);
-  } else if constexpr (std::is_same_v<T, C>) {
-    const C inv = C(1.0 / lanes::exp_sum(x, y, n, m));
-    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+    const C log_sum = C(std::log(row_exp_sum<C>(x, nullptr, n, m, exp)));
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) - log_sum;
   } else {
-    const C inv = C(1.0 / lanes::exp_sum(x, n, m));
-    for (int64_t i = 0; i < n; ++i) store(y[i], lanes::exp_fast(load(x[i]) - m) * inv);
+    const C inv = C(1.0 / row_exp_sum<C>(x, y, n, m, exp));
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
   }
 }
 
 // A tile of `cols` columns over n rows with row stride `stride`: the column maxima, Σ exp, then
-// the output. Each row's exps are computed in a buffer so that they vectorise.
-template <bool Log, class T> void softmax_cols(const T* x, T* y, int64_t n, int64_t stride, int64_t cols) {
+// the output, each column folded in order in C. Each row's exps are computed in a buffer so that
+// they vectorise.
+template <bool Log, class T> void softmax_cols(const T* x, T* y, int64_t n, int64_t stride, int64_t cols, BlockFn exp) {
   using C = compute_t<T>;
   C m[kTile], s[kTile], e[kTile];
   for (int64_t j = 0; j < cols; ++j) {
@@ -130,13 +174,10 @@ template <bool Log, class T> void softmax_cols(const T* x, T* y, int64_t n, int6
     s[j] = 0;
   }
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < cols; ++j) {
-      C v = load(x[i * stride + j]);
-      m[j] = (v > m[j] || v != v) ? v : m[j];
-    }
+    for (int64_t j = 0; j < cols; ++j) m[j] = lanes::max_step(m[j], C(load(x[i * stride + j])));
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < cols; ++j) e[j] = C(load(x[i * stride + j])) - m[j];
-    lanes::exp_inplace(e, cols);
+    exp(e, nullptr, e, cols);
     for (int64_t j = 0; j < cols; ++j) s[j] += e[j];
   }
   for (int64_t j = 0; j < cols; ++j) s[j] = Log ? C(std::log(s[j])) : C(1) / s[j];
@@ -146,7 +187,7 @@ template <bool Log, class T> void softmax_cols(const T* x, T* y, int64_t n, int6
       continue;
     }
     for (int64_t j = 0; j < cols; ++j) e[j] = C(load(x[i * stride + j])) - m[j];
-    lanes::exp_inplace(e, cols);
+    exp(e, nullptr, e, cols);
     for (int64_t j = 0; j < cols; ++j) store(y[i * stride + j], e[j] * s[j]);
   }
 }
@@ -172,20 +213,33 @@ template <bool Log> void run_softmax(OpCall& c) {
     using T = decltype(t);
     const T* xp = x.data<T>();
     T* yp = out.data<T>();
+    const BlockFn exp = softmax_exp_block(std::is_same_v<compute_t<T>, double> ? DType::f64 : DType::f32);
     if (a.inner == 1) {
       parallel_for(a.outer, std::max<int64_t>(1, kParallelGrain / a.n), [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) softmax_row<Log>(xp + r * a.n, yp + r * a.n, a.n);
+        for (int64_t r = r0; r < r1; ++r) softmax_row<Log>(xp + r * a.n, yp + r * a.n, a.n, exp);
       });
       return;
     }
     for_tiles(a, [&](int64_t o, int64_t j0, int64_t cols) {
       const int64_t base = o * a.n * a.inner + j0;
-      softmax_cols<Log>(xp + base, yp + base, a.n, a.inner, cols);
+      softmax_cols<Log>(xp + base, yp + base, a.n, a.inner, cols, exp);
     });
   });
 }
 
 }  // namespace
+
+// float64: the exp op's block (vm::exp, vectorised): std::exp, a libm call per element, made
+// softmax three times slower.
+BlockFn softmax_exp_block(DType compute) {
+  static const BlockFn exp64 = Registry::get().find("exp")->block(DType::f64);
+  if (compute == DType::f64) return exp64;
+  if (compute != DType::f32) return nullptr;
+  return use_avx512_loops() ? &exp_loop_avx512 : &exp_loop;
+}
+BlockFn softmax_log_block(DType compute) {
+  return compute == DType::f32 ? &log_loop<float> : compute == DType::f64 ? &log_loop<double> : nullptr;
+}
 
 void register_scans(Registry& r) {
   r.add(OpDef{"cumsum", "self:T, dim:D, opts:{dtype:S}", OpKind::Other, 0, infer_cumsum, run_cumsum});

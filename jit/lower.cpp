@@ -14,7 +14,7 @@
 
 namespace cr::jit {
 
-bool loop_dtype(DType d, Device device) { return compute_dtype(d) != d ? !device.is_cpu() : true; }
+bool loop_dtype(DType d, Device device) { return compute_dtype(d) == d || !device.is_cpu(); }
 
 bool Affine::operator==(const Affine& o) const {
   if (c != o.c) return false;

@@ -3,7 +3,6 @@
 // reduces every dim), picks its output dtype by PyTorch's rules, and runs the reduction engine
 // (vm/kernels/reduce.hpp) with one of the folds of vm/kernels/folds.hpp. The ops along one dim
 // (cumsum, softmax, log_softmax) are in scans.cpp.
-#include <algorithm>
 #include <cmath>
 
 #include "vm/kernels/folds.hpp"
@@ -206,24 +205,6 @@ std::vector<Meta> infer_logsumexp(OpCall& c) {
   Spec s = parse_dims(c);
   return {{s.shape, to_floating(s.x.dtype()), s.x.device()}};
 }
-// A tensor of x's sizes whose strides keep x's dim order (a dense permutation of it), so that a
-// reduction over it is planned as one over x would be.
-Tensor empty_in_order_of(const Tensor& x, DType dtype) {
-  const int n = x.dim();
-  std::vector<int> order(static_cast<size_t>(n));
-  for (int d = 0; d < n; ++d) order[size_t(d)] = d;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return x.stride(a) > x.stride(b); });
-  Shape strides(static_cast<size_t>(n));
-  int64_t step = 1;
-  for (int k = n - 1; k >= 0; --k) {
-    int d = order[size_t(k)];
-    strides[size_t(d)] = step;
-    step *= std::max<int64_t>(1, x.size(d));
-  }
-  Tensor flat = Tensor::empty({x.numel()}, dtype, x.device());
-  return Tensor::view_of(flat, x.sizes(), strides, 0);
-}
-
 // Σ as a generated loop's Sum reduction folds a run: a block of lanes::kSoftmaxBlock (jit::kBlock)
 // elements per call (eager's own sum folds blocks of lanes::kBlock).
 template <class T> struct LoopBlockSum : SumOf<T> {
@@ -237,25 +218,19 @@ template <class T> struct LoopBlockSum : SumOf<T> {
 // s = Σ exp(x - shift) (the exp op's block, LoopBlockSum), log(s) + shift in float64.
 // float16 / bfloat16 (not lowered) keep the one-pass (max, Σ) fold.
 template <class T> void logsumexp_passes(const Spec& s, const Tensor& x, const Tensor& out) {
-  Shape kept;
-  Shape bcast = x.strides();
-  for (int d = 0; d < x.dim(); ++d) kept.push_back(s.mask[size_t(d)] ? 1 : x.size(d));
+  static const BlockFn exp = Registry::get().find("exp")->block(dtype_of<T>());
+  static const BlockFn log = Registry::get().find("log")->block(DType::f64);
+  Shape kept = x.sizes();  // the shifts keep the reduced dims (size 1), so they broadcast over x
+  for (int d = 0; d < x.dim(); ++d)
+    if (s.mask[size_t(d)]) kept[size_t(d)] = 1;
   Tensor shift = Tensor::empty(kept, x.dtype(), x.device());
   T* sh = shift.data<T>();
   reduce(x, shift, s.mask, folds::Extreme<T, true>{}, [sh](auto a, int64_t off) { sh[off] = std::isinf(a) ? T(0) : T(a); });
-  int64_t step = 1;
-  for (int d = x.dim() - 1; d >= 0; --d) {
-    bcast[size_t(d)] = s.mask[size_t(d)] ? 0 : step;
-    step *= kept[size_t(d)];
-  }
-  const Tensor shift_all = Tensor::view_of(shift, x.sizes(), bcast, 0);
-  Tensor e = empty_in_order_of(x, x.dtype());
-  map<T, T, T>(e, {&x, &shift_all}, [](auto a, auto b) { return a - b; });
-  const BlockFn exp = Registry::get().find("exp")->block(dtype_of<T>());
-  const BlockFn log = Registry::get().find("log")->block(DType::f64);
+  Tensor e = Tensor::empty(x.sizes(), x.dtype(), x.device());
+  map<T, T, T>(e, {&x, &shift}, [](auto a, auto b) { return a - b; });
   exp(e.data<T>(), nullptr, e.data<T>(), e.numel());
   T* o = out.data<T>();
-  reduce(e, out, s.mask, LoopBlockSum<T>{}, [o, sh, log](auto a, int64_t off) {
+  reduce(e, out, s.mask, LoopBlockSum<T>{}, [o, sh](auto a, int64_t off) {
     double v = double(a), r;
     log(&v, nullptr, &r, 1);
     store(o[off], r + double(sh[off]));

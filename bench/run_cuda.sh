@@ -3,7 +3,8 @@
 # bench/codegen_bench.lua with DEVICE=cuda (crescent eager: single-op generated kernels;
 # compiled: fused NVRTC kernels) and bench/torch_cuda.py, then one table of device times.
 #   bench/run_cuda.sh [reps=50]     (CRESCENT=path to the crescent binary, default build/crescent;
-#                                    DTYPE=float16 / bfloat16: the workloads' inputs in that dtype)
+#                                    DTYPE=float16 / bfloat16: the workloads' inputs in that dtype;
+#                                    JSONL_DIR=dir keeps both sides' per-workload records there)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 reps="${1:-50}"
@@ -12,6 +13,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 DEVICE=cuda OUT="$dir/crescent.jsonl" "$bin" bench/codegen_bench.lua "$reps" > /dev/null
 "${PYTHON:-python3}" bench/torch_cuda.py "$reps" | grep '^{' > "$dir/torch.jsonl"
+if [ -n "${JSONL_DIR:-}" ]; then cp "$dir/crescent.jsonl" "$dir/torch.jsonl" "$JSONL_DIR/"; fi
 "${PYTHON:-python3}" - "$dir" <<'PY'
 import json, sys
 d = sys.argv[1]

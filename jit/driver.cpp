@@ -277,17 +277,25 @@ std::shared_ptr<const std::string> cubin_for(const jit::cuda::CudaModule& m, con
   return bin;
 }
 
-// A CUDA graph's program: emission, the CUBIN (cached), the loaded module.
+// A CUDA graph's program: emission, the CUBIN (cached), the loaded module; `phases` gets each
+// one's time.
 std::shared_ptr<const graph::Executable> cuda_program(Plan plan, const graph::Graph& g, const Options& o,
-                                                      std::vector<std::string>& log, bool* disk_hit, bool* cached) {
+                                                      std::vector<std::string>& log, bool* disk_hit, bool* cached,
+                                                      std::string* phases) {
+  const double t0 = now_ms();
   jit::cuda::CudaModule m = jit::cuda::emit_plan(plan, jit::cuda::target_of(o.device.index));
+  const double t_emit = now_ms();
   const std::string key = hash128(cat(m.source, "\n", m.arch, " ", jit::cuda::nvrtc_version(), " build ", build_id()));
   if (o.log_code) log.push_back(cat("output_code: ", g.name, " (key ", key, ")\n", jit::cuda::render(m)));
   if (!o.debug_dir.empty()) write_file(cat(o.debug_dir, "/", key.substr(0, 8), ".cu"), jit::cuda::render(m));
   bool memory_hit = false;
   std::shared_ptr<const std::string> bin = cubin_for(m, g.name, key, o, disk_hit, &memory_hit);
   *cached = *disk_hit || memory_hit;
-  return std::make_shared<jit::cuda::Program>(std::move(plan), std::move(m), *bin, o.device);
+  const double t_bin = now_ms();
+  auto p = std::make_shared<jit::cuda::Program>(std::move(plan), std::move(m), *bin, o.device);
+  *phases = cat("emit ", t_emit - t0, " ms, ", *cached ? "CUBIN from the cache " : "NVRTC ", t_bin - t_emit, " ms, module load ",
+                now_ms() - t_bin, " ms");
+  return p;
 }
 
 
@@ -303,7 +311,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
   std::shared_ptr<const graph::Executable> exe;
   int nkernels = 0;
   bool disk_hit = false;
-  std::string error, dump_base;
+  std::string error, dump_base, code_phases;
   double t_lower = 0, t_sched = 0, t_code = 0;
   try {
     LoopGraph lg = lower(*g);
@@ -321,7 +329,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
     nkernels = int(plan.kernels.size());
     if (!o.device.is_cpu() && !plan.kernels.empty()) {
       bool cached = false;
-      exe = cuda_program(std::move(plan), *g, o, log, &disk_hit, &cached);
+      exe = cuda_program(std::move(plan), *g, o, log, &disk_hit, &cached, &code_phases);
       if (cached) nkernels = 0;
       t_code = now_ms();
     } else if (!plan.kernels.empty()) {
@@ -368,6 +376,8 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
   slot.kernels = nkernels;
   slot.disk_hit = disk_hit;
   slot.compile_ms = ms;
+  slot.phases = cat("lower ", t_lower - t0, " ms, schedule ", t_sched - t_lower, " ms",
+                    code_phases.empty() ? "" : cat(", ", code_phases));
   slot.log = std::move(log);
 }
 

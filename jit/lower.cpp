@@ -386,6 +386,29 @@ struct NodeLowering {
     return true;
   }
 
+  // clamp(x, lo, hi) = at_most(at_least(x, lo), hi), either bound optional, in the result dtype;
+  // a NaN in x or in a bound gives NaN. The same expressions as eager's run_clamp.
+  bool clamp() {
+    const graph::ValueMeta& m = out().meta;
+    const Shape shape = graph::concrete(m.sizes);
+    const DType cd = compute_dtype(m.dtype);
+    if (cd == DType::b8) return reject("bool clamp");
+    LoopValue lv{LKind::Pointwise, n.outs[0], shape, m.dtype};
+    lv.graph_node = index;
+    Body& b = lv.body;
+    int32_t r = operand(b, 0, shape, cd);
+    static const char* kBound[] = {"a != a ? a : b != b ? b : a < b ? b : a", "a != a ? a : b != b ? b : a > b ? b : a"};
+    for (int i = 1; i <= 2; ++i) {
+      if (size_t(i) >= n.args.size() || n.args[size_t(i)].tag == kNone) continue;
+      ExprParser p{kBound[i - 1], b, r, operand(b, i, shape, cd), cd};
+      r = p.parse_ternary();
+      if (!p.ok) return reject("internal: the clamp expression did not parse");
+    }
+    b.root = Lowerer::cast(b, r, m.dtype);
+    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(lv));
+    return true;
+  }
+
   // float() / long() / to(dtype) / clone() / contiguous(): an element-wise copy with a cast.
   bool convert() {
     if (n.inplace()) return reject("in-place");
@@ -414,6 +437,7 @@ struct NodeLowering {
     if (!(out().meta.device == L.g.values.front().meta.device)) return reject("on another device than the graph");
     if (!loop_dtype(out().meta.dtype, L.device())) return reject("float16 / bfloat16 result");
     if (std::strcmp(def.name, "masked_fill") == 0) return masked_fill();
+    if (std::strcmp(def.name, "clamp") == 0) return clamp();
     switch (def.kind) {
       case OpKind::Unary:
       case OpKind::Binary:

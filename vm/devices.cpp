@@ -1,8 +1,10 @@
 #include "vm/devices.hpp"
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
+#include "jit/cuda/eager.hpp"
 #include "jit/cuda/memory.hpp"
 #include "vm/graph/recorder.hpp"
 #include "vm/kernels/loop.hpp"
@@ -11,6 +13,13 @@ namespace cr {
 namespace {
 
 std::atomic<int64_t> g_host_ops{0};
+
+// Work on CUDA tensors done on host copies: counted (T.cuda.stats().host_ops) and, with
+// CRESCENT_LOGS=host_ops, logged.
+void note_host_op(bool log, const std::string& what) {
+  g_host_ops.fetch_add(1, std::memory_order_relaxed);
+  if (log) graph::Recorder::log("host_ops", what);
+}
 
 Device device_of(cr_tensor* t) { return Device{t->_dev_type, t->_dev_index}; }
 
@@ -67,6 +76,15 @@ void copy_across(const Tensor& dst, const Tensor& src) {
       src.is_contiguous()) {
     cuda::copy_on_device(dst.data_bytes(), src.data_bytes(), size_t(dst.numel()) * dst.itemsize(), dd.index);
     return;
+  }
+  if (dd == sd && !dd.is_cpu() && (dst.numel() == 0 || jit::cuda::copy_on_device(dst, src))) return;
+  if (dd == sd && !dd.is_cpu()) {  // (no Context here: the log follows the environment)
+    static const bool log = [] {
+      graph::Logs l;
+      if (const char* e = std::getenv("CRESCENT_LOGS")) l.parse(e);
+      return l.host_ops;
+    }();
+    note_host_op(log, cat("copy of ", src.describe(), " into ", dst.describe(), ": no CUDA kernel, ran on host copies"));
   }
   Tensor s = host_copy(src);
   if (dd.is_cpu()) return copy_into(dst, s);
@@ -136,9 +154,7 @@ void check_same_device(const cr_value* args, int nargs) {
 
 std::vector<Tensor> run_on_host(Context& ctx, const OpDef& def, const cr_value* args, int nargs) {
   check_same_device(args, nargs);
-  g_host_ops.fetch_add(1, std::memory_order_relaxed);
-  if (ctx.recorder->logs.host_ops)
-    graph::Recorder::log("host_ops", cat(def.name, ": no CUDA kernel for these operands, ran on host copies"));
+  note_host_op(ctx.recorder->logs.host_ops, cat(def.name, ": no CUDA kernel for these operands, ran on host copies"));
   std::vector<cr_value> hargs(args, args + nargs);
   std::vector<Tensor> keep;
   std::vector<std::vector<cr_tensor*>> lists(static_cast<size_t>(nargs));

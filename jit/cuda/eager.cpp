@@ -17,6 +17,7 @@
 #include "vm/devices.hpp"
 #include "vm/graph/graph.hpp"
 #include "vm/graph/recorder.hpp"
+#include "vm/kernels/loop.hpp"
 
 namespace cr::jit::cuda {
 namespace {
@@ -113,6 +114,48 @@ bool lowerable(const graph::Graph& g) {
   }
 }
 
+// The compiled program of `key`, built from `build()` on first use; null when the graph has no
+// loop lowering or `family` already has `limit` variants (the caller takes the host path).
+std::shared_ptr<const graph::Executable> program_for(Context& ctx, const std::string& key, int family, int limit,
+                                                     const std::function<std::shared_ptr<graph::Graph>()>& build,
+                                                     std::shared_ptr<graph::Graph>* graph_out) {
+  Entry e;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_cache.find(key);
+    if (it != g_cache.end()) e = it->second;
+    else if (g_variants[family] >= limit) return nullptr;
+  }
+  if (!e.g) {
+    e.g = build();
+    Options o;
+    o.sync = true;
+    o.device = e.g->values[size_t(e.g->outputs.at(0))].meta.device;
+    o.cache_dir = compile_cache_dir(ctx);
+    if (lowerable(*e.g)) {
+      compile_native(e.g, o);
+      graph::NativeSlot& slot = *e.g->native;
+      if (!slot.exe) throw Error(cat("compiling its CUDA kernel failed: ", slot.error));
+      e.exe = slot.exe;
+    }
+    std::lock_guard<std::mutex> lock(g_mutex);
+    ++g_variants[family];
+    g_cache[key] = e;
+  }
+  *graph_out = e.g;
+  return e.exe;
+}
+
+// Copies have no Context of their own (copy_into has none); their programs are plain kernels,
+// so none of its state is used.
+Context& copy_context() {
+  static Context ctx;
+  return ctx;
+}
+
+constexpr int kCopyFamily = -1;   // copies' variants, counted apart from the ops'
+constexpr int kCopyVariants = 256;
+
 }  // namespace
 
 bool run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>* outs) {
@@ -140,41 +183,65 @@ bool run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<T
     moved[size_t(i)].ptr = keep.back().get();
   }
   if (!moved.empty()) args = moved.data();
-  const std::string key = key_of(op, args, nargs);
-  Entry e;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = g_cache.find(key);
-    if (it != g_cache.end()) e = it->second;
-    else if (g_variants[op] >= kVariantsPerOp) return false;
-  }
-  std::vector<Tensor> inputs;
-  if (!e.g) {
-    e.g = one_node_graph(ctx, op, args, nargs, inputs);
-    Options o;
-    o.sync = true;
-    o.device = e.g->values[size_t(e.g->outputs.at(0))].meta.device;
-    o.cache_dir = compile_cache_dir(ctx);
-    if (lowerable(*e.g)) {
-      compile_native(e.g, o);
-      graph::NativeSlot& slot = *e.g->native;
-      if (!slot.exe) throw Error(cat("compiling its CUDA kernel failed: ", slot.error));
-      e.exe = slot.exe;
-    }
-    std::lock_guard<std::mutex> lock(g_mutex);
-    ++g_variants[op];
-    g_cache[key] = e;
-    inputs.clear();
-  }
-  if (!e.exe) return false;
-  const graph::Graph& g = *e.g;
+  std::shared_ptr<graph::Graph> gp;
+  auto exe = program_for(ctx, key_of(op, args, nargs), op, kVariantsPerOp, [&] {
+    std::vector<Tensor> inputs;
+    return one_node_graph(ctx, op, args, nargs, inputs);
+  }, &gp);
+  if (!exe) return false;
+  const graph::Graph& g = *gp;
   std::vector<Tensor> vals(g.values.size());
   size_t k = 0;
   for (int i = 0; i < nargs; ++i)
     if (args[i].tag == kTensor) vals[size_t(g.inputs[k++])] = Tensor(static_cast<cr_tensor*>(args[i].ptr), true);
-  e.exe->run(ctx, vals);
+  exe->run(ctx, vals);
   outs->clear();
   for (int32_t v : g.outputs) outs->push_back(vals[size_t(v)]);
+  return true;
+}
+
+// dst = src as one generated kernel: a graph `clone(src)` whose output has dst's layout and dtype
+// (the program writes into a defined output tensor as it is, jit/program.cpp), so strided
+// destinations, broadcast sources (a view with stride 0) and conversions need no host copy.
+bool copy_on_device(const Tensor& dst, const Tensor& source) {
+  if (!(dst.device() == source.device()) || dst.device().is_cpu()) return false;
+  const Tensor src = source.sizes() == dst.sizes()
+                         ? source
+                         : Tensor::view_of(source, dst.sizes(), broadcast_strides(source, dst.sizes()), source.offset());
+  if (dst.storage() == src.storage()) return false;  // written buffers must not alias (__restrict__)
+  for (int d = 0; d < dst.dim(); ++d)
+    if (dst.stride(d) == 0 && dst.size(d) > 1) return false;  // one element written twice
+  const std::string key = cat("copy|", graph::meta_of(src).str(), "@", src.offset(), "|", graph::meta_of(dst).str(), "@",
+                              dst.offset(), device_name(dst.device()));
+  std::shared_ptr<graph::Graph> gp;
+  Context& ctx = copy_context();
+  auto exe = program_for(ctx, key, kCopyFamily, kCopyVariants, [&] {
+    auto g = std::make_shared<graph::Graph>();
+    g->name = "eager copy";
+    graph::Node in;
+    in.kind = graph::NodeKind::Input;
+    in.input_index = 0;
+    g->nodes.push_back(std::move(in));
+    int32_t x = g->add_value(0, graph::meta_of(src));
+    g->nodes.back().outs.push_back(x);
+    g->inputs.push_back(x);
+    graph::Node n;
+    n.op = Registry::get().index_of("clone");
+    graph::Arg a;
+    a.tag = kTensor;
+    a.value = x;
+    n.args.push_back(a);
+    g->nodes.push_back(std::move(n));
+    int32_t y = g->add_value(1, graph::meta_of(dst));
+    g->nodes.back().outs.push_back(y);
+    g->outputs.push_back(y);
+    return g;
+  }, &gp);
+  if (!exe) return false;
+  std::vector<Tensor> vals(gp->values.size());
+  vals[size_t(gp->inputs[0])] = src;
+  vals[size_t(gp->outputs[0])] = dst;
+  exe->run(ctx, vals);
   return true;
 }
 

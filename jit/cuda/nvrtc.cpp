@@ -32,7 +32,7 @@ struct Nvrtc {
 
 struct Loaded {
   Nvrtc fn{};
-  bool ok = false;
+  bool ok = false, minimal = false;
   std::string why, version;
 };
 
@@ -79,6 +79,7 @@ void load(Loaded& l) {
     return;
   }
   l.version = cat("nvrtc ", major, ".", minor);
+  l.minimal = major > 12 || (major == 12 && minor >= 4);
   l.ok = true;
 }
 
@@ -121,9 +122,12 @@ std::string compile_cubin(const std::string& source, const std::string& name, co
     ~Destroy() { f.DestroyProgram(&p); }
   } destroy{f, p};
   std::string gpu = cat("--gpu-architecture=", arch);
-  // -default-device: functions without __device__ / __global__ are device functions (the prelude)
-  const char* opts[] = {gpu.c_str(), "-default-device", "--std=c++17"};
-  nvrtcResult r = f.CompileProgram(p, 3, opts);
+  // -default-device: functions without __device__ / __global__ are device functions (the prelude).
+  // -minimal (NVRTC 12.4 on) leaves out the texture / device-runtime declarations the kernels
+  // never use: 4 of the ~19 ms an empty program costs.
+  std::vector<const char*> opts = {gpu.c_str(), "-default-device", "--std=c++17"};
+  if (l.minimal) opts.push_back("-minimal");
+  nvrtcResult r = f.CompileProgram(p, int(opts.size()), opts.data());
   if (r != 0) throw Error(cat("NVRTC (", arch, ") failed to compile ", name, ": ", f.GetErrorString(r), "\n", program_log(f, p)));
   size_t n = 0;
   if ((r = f.GetCUBINSize(p, &n)) != 0) throw Error(cat("nvrtcGetCUBINSize: ", f.GetErrorString(r)));

@@ -110,10 +110,16 @@ template <int B, class T, class Op> __forceinline__ T block_reduce(T v, Op op, T
 }
 }  // namespace cr
 
-// the functions the registry's scalar expressions name (vm/kernels/vmath.hpp)
+// the functions the registry's scalar expressions name (vm/kernels/vmath.hpp). CR_F1_CALL ones
+// stay calls: sin / cos / tan and pow carry a large argument-reduction slow path, and inlined
+// at every (unrolled) use they made NVRTC's time grow with the chain - 20 sins took 800 ms, as
+// calls 50 ms. The call costs a few instructions in kernels that wait on memory anyway.
 #define CR_F1(name, f32, f64) \
   __forceinline__ float name(float x) { return f32(x); } \
   __forceinline__ double name(double x) { return f64(x); }
+#define CR_F1_CALL(name, f32, f64) \
+  __noinline__ float name(float x) { return f32(x); } \
+  __noinline__ double name(double x) { return f64(x); }
 namespace vm {
 CR_F1(exp, expf, ::exp)
 CR_F1(exp2, exp2f, ::exp2)
@@ -121,9 +127,9 @@ CR_F1(log, logf, ::log)
 CR_F1(log2, log2f, ::log2)
 CR_F1(log1p, log1pf, ::log1p)
 CR_F1(expm1, expm1f, ::expm1)
-CR_F1(sin, sinf, ::sin)
-CR_F1(cos, cosf, ::cos)
-CR_F1(tan, tanf, ::tan)
+CR_F1_CALL(sin, sinf, ::sin)
+CR_F1_CALL(cos, cosf, ::cos)
+CR_F1_CALL(tan, tanf, ::tan)
 CR_F1(tanh, tanhf, ::tanh)
 CR_F1(erf, erff, ::erf)
 template <class T> __forceinline__ T sigmoid(T x) { return T(1) / (T(1) + exp(-x)); }
@@ -140,10 +146,11 @@ CR_F1(rint_fp, rintf, ::rint)
 CR_F1(trunc_fp, truncf, ::trunc)
 __forceinline__ float fmod_fp(float a, float b) { return fmodf(a, b); }
 __forceinline__ double fmod_fp(double a, double b) { return ::fmod(a, b); }
-__forceinline__ float pow_fp(float a, float b) { return powf(a, b); }
-__forceinline__ double pow_fp(double a, double b) { return ::pow(a, b); }
+__noinline__ float pow_fp(float a, float b) { return powf(a, b); }
+__noinline__ double pow_fp(double a, double b) { return ::pow(a, b); }
 }  // namespace cr
 #undef CR_F1
+#undef CR_F1_CALL
 
 // the scalar definitions of the pointwise ops (vm/kernels/scalar_math.hpp)
 namespace sm {

@@ -366,6 +366,26 @@ describe("native CPU code: fusion", function()
     check("masked ints, fractional value", function(x, m) return x:masked_fill(m, 2.5) + 1 end,
       function() T.manual_seed(59); return T.randint(-9, 9, { 5, 6 }), T.randn(5, 6):gt(0) end)
   end)
+  it("fuses clamp into its neighbours: number, tensor and missing bounds, NaN, every numeric dtype", function()
+    -- eager's rule: a NaN in x or in a bound gives NaN; lo > hi gives hi
+    local nan = 0 / 0
+    S.eq(kernels("clamp chain", function(x, lo, hi)
+      return (x * 1.5):clamp(-1, 1) + 1, x:clamp(lo, hi), x:clamp(nil, hi) * 2, x:clamp(lo) - 1, x:clamp(0.75, -0.25)
+    end, function(call)
+      T.manual_seed(60 + call)
+      local x = T.randn(7, 9)
+      x[1][1], x[2][3] = nan, math.huge
+      local lo, hi = T.randn(9) - 1, T.randn(7, 1) + 1
+      lo[2], hi[3][1] = nan, nan
+      return x, lo, hi
+    end), 1)
+    for _, dt in ipairs({ "float64", "int32", "int64" }) do
+      check("clamp " .. dt, function(x, b) return x:clamp(-3, b) * 2, x:clamp(b, 4) end, function()
+        T.manual_seed(66)
+        return (T.randn(5, 6) * 6):to(dt), (T.randn(6) * 3):to(dt)
+      end)
+    end
+  end)
   it("makes softmax one kernel", function()
     S.eq(kernels("softmax", function(x) return T.softmax(x, 2) end,
       function() T.manual_seed(53); return T.randn(64, 127) end), 1)

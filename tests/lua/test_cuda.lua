@@ -1,5 +1,5 @@
 -- CUDA tensors (vm/devices.hpp, jit/cuda/): device memory, copies in both directions for every
--- dtype and for views, ops on CUDA tensors (run on host copies until their CUDA kernels exist),
+-- dtype and for views, ops on CUDA tensors (generated kernels; the few without one run on host copies),
 -- the caching allocator, out-of-memory, device errors, T.bench's device timer. Every case that
 -- needs a GPU skips cleanly without one; the errors of a machine without CUDA are checked here.
 local T = require "crescent"
@@ -147,8 +147,47 @@ describe("CUDA tensors", function()
     end
     expect.eq(on_host, {}, "cases that ran on the host")
     expect.eq((dx + 1).device, "cuda:0")
-    local _ = dx:add_(0)  -- in-place ops still take the host path
-    expect.eq(T.cuda.stats().host_ops, h0 + 1)
+    expect.eq(T.cuda.stats().host_ops, h0)
+  end)
+  -- in-place ops run their op's kernel and a device copy into self; copies, conversions and joins
+  -- between layouts are generated copy kernels (the output written in the destination's layout)
+  it("run in-place ops, conversions, copies between layouts and joins on the device", function()
+    need_gpu()
+    T.manual_seed(5)
+    local x, y = T.randn(6, 10), T.randn(6, 10)
+    local function cases(a, b)
+      local r = {}
+      local c = a:clone(); c:add_(b); r[#r + 1] = c
+      c = a:clone(); c:mul_(2.5):sub_(b, { alpha = 2 }); r[#r + 1] = c
+      c = a:clone(); c:t():div_(b:t() + 4); r[#r + 1] = c             -- through a transposed view
+      c = a:clone(); c:narrow(2, 3, 4):clamp_(-0.5, 0.5); r[#r + 1] = c -- a strided view, gaps kept
+      c = a:clone(); c:masked_fill_(b:lt(0), 7); r[#r + 1] = c
+      c = a:clone(); c:add_(c); r[#r + 1] = c                          -- self as an argument
+      c = a:clone(); c:copy_(b[1]); r[#r + 1] = c                      -- a broadcast source
+      c = a:clone(); c:t():copy_(b:t():double()); r[#r + 1] = c        -- converted, transposed
+      r[#r + 1] = a:t():contiguous()
+      r[#r + 1] = a:double():half():float()
+      r[#r + 1] = (a * 100):long()
+      r[#r + 1] = T.cat({ a, b:narrow(2, 1, 3), a:t():t() }, 2)
+      r[#r + 1] = T.stack({ a, b }, 3)
+      return r
+    end
+    local want = cases(x, y)
+    local h = T.cuda.stats().host_ops
+    local got = cases(x:cuda(), y:cuda())
+    expect.eq(T.cuda.stats().host_ops, h, "ops on host copies")
+    for i = 1, #want do
+      expect.eq({ got[i].device, got[i].dtype, got[i].shape }, { "cuda:0", want[i].dtype, want[i].shape }, "case " .. i)
+      expect.close(got[i]:cpu():double(), want[i]:double(), 1e-6, 1e-6)
+    end
+    -- in place in a compiled function: the write reaches the caller's tensor
+    local f = T.compile(function(a, b) a:mul_(b); return a + 1 end, { hot = 0 })
+    local a, da = x:clone(), x:cuda()
+    for _ = 1, 3 do a:mul_(y) end
+    for _ = 1, 3 do f(da, y:cuda()) end
+    expect.close(da:cpu(), a, 1e-6, 1e-6)
+    expect.eq(T.cuda.stats().host_ops, h, "ops on host copies (compiled)")
+    errs(function() local _ = x:long():cuda():add_(y:cuda()) end, "add_", "cannot be written into")
   end)
   -- float16 / bfloat16 compute in float32 and round once per stored value, as the CPU kernels do:
   -- eager ops as generated kernels (none on host copies), compiled graphs, cuBLAS products with

@@ -71,6 +71,7 @@ struct NativeSlot {
   int kernels = 0;
   bool disk_hit = false;
   double compile_ms = 0;
+  std::string phases;       // where compile_ms went (CRESCENT_LOGS=perf)
   std::vector<std::string> log;  // lines for CRESCENT_LOGS, printed by the recorder
 };
 

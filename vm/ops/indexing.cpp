@@ -239,6 +239,10 @@ void run_masked_fill_(OpCall& c) {
   if (m.shape != m.x.sizes())
     fail(cat("mask of shape ", shape_str(m.mask.sizes()), " does not broadcast to the shape ", shape_str(m.x.sizes()),
              " of the tensor filled in place"));
+  if (!m.x.device().is_cpu()) {  // CUDA: masked_fill's generated kernel, then a device copy into x
+    copy_into(m.x, dispatch(c.ctx, Registry::get().index_of("masked_fill"), c.args, c.nargs).at(0));
+    return;
+  }
   if (m.mask.storage() == m.x.storage()) {  // the mask may alias what is written: read it first
     Tensor copy = Tensor::empty(m.mask.sizes(), DType::b8, m.mask.device());
     copy_into(copy, m.mask);
@@ -255,8 +259,8 @@ void register_indexing(Registry& r) {
   r.add(OpDef{"embedding", "input:T, weight:T", OpKind::Index, kNoMethod | kValueErrors | kDeviceAware, infer_embedding,
               run_embedding});
   r.add(OpDef{"masked_fill", "self:T, mask:T, value:TN", OpKind::Index, 0, infer_masked_fill, run_masked_fill});
-  r.add(OpDef{"masked_fill_", "self:T, mask:T, value:TN", OpKind::Index, kReturnsSelf | kNoFunction, nullptr,
-              run_masked_fill_});
+  r.add(OpDef{"masked_fill_", "self:T, mask:T, value:TN", OpKind::Index, kReturnsSelf | kNoFunction | kDeviceAware,
+              nullptr, run_masked_fill_});
 }
 
 }  // namespace cr

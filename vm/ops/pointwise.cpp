@@ -418,18 +418,28 @@ bool writes_directly(const OpCall& c, const Tensor& self, const Meta& m) {
   return true;
 }
 
+// The result of x:op_(...) must have x's shape and a dtype x can hold.
+void check_result_fits(const Tensor& self, const Shape& sizes, DType dtype) {
+  if (sizes != self.sizes()) fail(cat("the result of shape ", shape_str(sizes), " cannot be written into ", self.describe()));
+  if (category(dtype) > category(self.dtype()))
+    fail(cat("the result type ", dtype_name(dtype), " cannot be written into ", self.describe()));
+}
+
 void run_inplace(OpCall& c) {
   Tensor self = writable(c, 0);
   std::string base = c.def.name;
   base.pop_back();
+  if (!self.device().is_cpu()) {  // CUDA: the op's generated kernel (0-d CPU scalars allowed), then a device copy
+    Tensor r = dispatch(c.ctx, Registry::get().index_of(base), c.args, c.nargs).at(0);
+    check_result_fits(self, r.sizes(), r.dtype());
+    copy_into(self, r);
+    return;
+  }
   const OpDef* def = Registry::get().find(base);
   OpCall inner{c.ctx, *def, c.args, c.nargs, {}, {}};
   inner.metas = def->infer(inner);
   const Meta& m = inner.metas[0];
-  if (m.sizes != self.sizes())
-    fail(cat("the result of shape ", shape_str(m.sizes), " cannot be written into ", self.describe()));
-  if (category(m.dtype) > category(self.dtype()))
-    fail(cat("the result type ", dtype_name(m.dtype), " cannot be written into ", self.describe()));
+  check_result_fits(self, m.sizes, m.dtype);
   if (writes_directly(c, self, m)) {
     inner.outs.push_back(self);
     def->run(inner);
@@ -483,7 +493,7 @@ void register_pointwise(Registry& r) {
   for (const char* n : {"add_", "sub_", "mul_", "div_", "clamp_"}) {
     std::string base(n, std::strlen(n) - 1);
     const OpDef* b = r.find(base);
-    r.add(OpDef{n, b->schema, b->kind, kReturnsSelf | kNoFunction, nullptr, run_inplace});
+    r.add(OpDef{n, b->schema, b->kind, kReturnsSelf | kNoFunction | kDeviceAware, nullptr, run_inplace});
   }
 }
 

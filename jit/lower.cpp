@@ -6,6 +6,7 @@
 // run by the eager kernels inside the compiled graph, with the reason kept for the fusion log.
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "jit/lower.hpp"
@@ -165,6 +166,7 @@ struct ExprParser {
   Body& body;
   int32_t a, b;
   DType compute;
+  int32_t c = -1;  // a third operand (ternary formulas)
   bool ok = true;
 
   void skip() {
@@ -211,10 +213,10 @@ struct ExprParser {
       int32_t e = Lowerer::cast(body, primary(), DType::b8);
       return Lowerer::arith(body, "!", e, -1, DType::b8);
     }
-    if (*s == 'a' || *s == 'b') {
-      bool first = *s++ == 'a';
+    if (*s == 'a' || *s == 'b' || (*s == 'c' && c >= 0)) {
+      const char name = *s++;
       if (std::isalnum(static_cast<unsigned char>(*s)) || *s == '_' || *s == ':') ok = false;
-      return first ? a : b;
+      return name == 'a' ? a : name == 'b' ? b : c;
     }
     ok = false;
     return a;
@@ -409,6 +411,33 @@ struct NodeLowering {
     return true;
   }
 
+  // lerp(a, b, w) and addcmul(x, t1, t2, value) of floating tensors: eager's formulas
+  // (sm::lerp_; x + value * t1 * t2 in that order) over the three broadcast operands.
+  bool ternary_formula(bool lerp) {
+    const graph::ValueMeta& m = out().meta;
+    const Shape shape = graph::concrete(m.sizes);
+    const DType cd = compute_dtype(m.dtype);
+    if (!is_floating(cd)) return reject("integer operands");
+    for (int i = 0; i < 3; ++i)
+      if (n.args[size_t(i)].tag == kTensor && !loop_dtype(L.g.values[size_t(n.args[size_t(i)].value)].meta.dtype, L.device()))
+        return reject("a float16 / bfloat16 operand");
+    const double value = n.args.size() > 3 && n.args[3].tag == kNumber ? n.args[3].num : 1.0;
+    char addcmul[96];
+    std::snprintf(addcmul, sizeof addcmul, "a + decltype(a)(%.17g) * b * c", value);
+    LoopValue lv{LKind::Pointwise, n.outs[0], shape, m.dtype};
+    lv.graph_node = index;
+    Body& b = lv.body;
+    ExprParser p{lerp ? "c < decltype(a)(0.5) && c > decltype(a)(-0.5) ? a + c * (b - a) : b - (b - a) * (decltype(a)(1) - c)"
+                      : addcmul,
+                 b, operand(b, 0, shape, cd), operand(b, 1, shape, cd), cd, operand(b, 2, shape, cd)};
+    int32_t r = p.parse_ternary();
+    p.skip();
+    if (!p.ok || *p.s) return reject("internal: the formula did not parse");
+    b.root = Lowerer::cast(b, r, m.dtype);
+    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(lv));
+    return true;
+  }
+
   // float() / long() / to(dtype) / clone() / contiguous(): an element-wise copy with a cast.
   bool convert() {
     if (n.inplace()) return reject("in-place");
@@ -438,6 +467,7 @@ struct NodeLowering {
     if (!loop_dtype(out().meta.dtype, L.device())) return reject("float16 / bfloat16 result");
     if (std::strcmp(def.name, "masked_fill") == 0) return masked_fill();
     if (std::strcmp(def.name, "clamp") == 0) return clamp();
+    if (std::strcmp(def.name, "lerp") == 0 || std::strcmp(def.name, "addcmul") == 0) return ternary_formula(def.name[0] == 'l');
     switch (def.kind) {
       case OpKind::Unary:
       case OpKind::Binary:

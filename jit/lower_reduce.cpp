@@ -1,5 +1,5 @@
 // Lowering of reductions and of the ops that decompose into reductions: sum, prod, mean,
-// amax / amin, var / std, logsumexp, norm (p = 2), softmax, log_softmax.
+// amax / amin, any / all, var / std, logsumexp, norm (p = 2), softmax, log_softmax.
 //
 // A decomposition is written with the same loop values as everything else: intermediate
 // reductions keep their reduced dims (size 1) so full-shape consumers load them broadcast, and the
@@ -229,7 +229,8 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
     *why = std::move(r);
     return false;
   };
-  static const char* const kLowered[] = {"sum", "prod", "mean", "amax", "amin", "var", "std", "logsumexp", "norm", "softmax", "log_softmax"};
+  static const char* const kLowered[] = {"sum",  "prod", "mean",    "amax",        "amin", "var", "std",
+                                         "logsumexp", "norm", "softmax", "log_softmax", "any",  "all"};
   bool known = false;
   for (const char* k : kLowered) known = known || name == k;
   if (!known) return reject("no loop lowering for this op");
@@ -264,6 +265,12 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
     // eager converts the input to the output dtype first (a float16 value is then exact in float32)
     b.root = Lowerer::cast(b, D.input(b, od), cd);
     D.reduce(std::move(b), k, od, true);
+    return true;
+  }
+  if (name == "any" || name == "all") {  // Max / Min of the elements as bools (x != 0: NaN is true)
+    Body b;
+    b.root = D.input(b, DType::b8);
+    D.reduce(std::move(b), name == "any" ? ReduceKind::Max : ReduceKind::Min, DType::b8, true);
     return true;
   }
   if (!is_floating(od)) return reject("an integer result");

@@ -74,15 +74,17 @@ local function cuda_device_of(args, seen)
 end
 
 local MS = ffi.new("double[1]")
--- T.bench(fn, args[, {warmup =, reps =}]) -> {median_us =, min_us =, max_us =}: wall time on the
--- CPU; with CUDA tensors among args, device time between two events around each call.
+-- T.bench(fn, args[, {warmup =, reps =, batch =}]) -> {median_us =, min_us =, max_us =}: wall time
+-- on the CPU; with CUDA tensors among args, device time between two events around each call.
+-- batch = K: each rep times K calls issued back to back and reports a K-th of it, so the host
+-- work of a call overlaps the device work of the one before (as triton's do_bench measures).
 function T.bench(fn, args, opts)
   if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
     core.fail("bench: argument 1 (fn) expected a function, got " .. type(fn))
   end
   args = args or {}
   opts = opts or {}
-  local warmup, reps = opts.warmup or 3, opts.reps or 20
+  local warmup, reps, batch = opts.warmup or 3, opts.reps or 20, opts.batch or 1
   local unpack = unpack or table.unpack
   local dev = cuda_device_of(args, {})
   for _ = 1, warmup do fn(unpack(args)) end
@@ -90,13 +92,13 @@ function T.bench(fn, args, opts)
   for i = 1, reps do
     if dev then
       if api.cuda_time(ctx, dev, 0, MS) ~= 0 then core.raise(-1) end
-      fn(unpack(args))
+      for _ = 1, batch do fn(unpack(args)) end
       if api.cuda_time(ctx, dev, 1, MS) ~= 0 then core.raise(-1) end
-      times[i] = MS[0] * 1000
+      times[i] = MS[0] * 1000 / batch
     else
       local t0 = api.now_us()
-      fn(unpack(args))
-      times[i] = api.now_us() - t0
+      for _ = 1, batch do fn(unpack(args)) end
+      times[i] = (api.now_us() - t0) / batch
     end
   end
   table.sort(times)

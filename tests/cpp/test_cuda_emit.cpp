@@ -150,6 +150,9 @@ std::vector<std::string> all_pointwise(Builder& B, DType d, const std::set<std::
   add("add", {T(x), T(y), N(2)});  // alpha
   for (double e : {2.0, 0.5, -1.0, 2.5}) add("pow", {T(x), N(e)});
   add("where", {T(c), T(x), T(y)});
+  add("clamp", {T(x), N(-1), T(y)});
+  add("lerp", {T(x), T(y), N(0.25)});
+  add("addcmul", {T(x), T(y), T(x), N(0.5)});
   for (const char* conv : {"float", "double", "int", "long", "bool", "clone"}) add(conv, {T(x)});
   return names;
 }
@@ -199,7 +202,7 @@ TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cu
     Context ctx;
     Builder B{ctx};
     int32_t x = B.input(sample(c.shape, DType::f32, 4));
-    for (const char* op : {"sum", "prod", "mean", "amax", "amin", "var", "std", "logsumexp", "norm", "softmax", "log_softmax"})
+    for (const char* op : {"sum", "prod", "mean", "amax", "amin", "var", "std", "logsumexp", "norm", "softmax", "log_softmax", "any", "all"})
       B.g.outputs.push_back(B.op(op, {T(x), N(double(c.dim))}));
     B.g.outputs.push_back(B.op("sum", {T(x), N(double(c.dim)), Bool(true)}));  // keepdim
     CHECK(externs(B.g).empty());
@@ -215,7 +218,7 @@ TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cu
     int32_t i = B.input(sample({16, 100}, DType::i32, 5)), l = B.input(sample({16, 100}, DType::i64, 6));
     int32_t m = B.input(sample({16, 100}, DType::b8, 7)), f = B.input(sample({16, 100}, DType::f64, 8));
     for (int32_t v : {i, l, m, f})
-      for (const char* op : {"sum", "prod", "amax", "amin"}) B.g.outputs.push_back(B.op(op, {T(v), N(-1)}));
+      for (const char* op : {"sum", "prod", "amax", "amin", "any", "all"}) B.g.outputs.push_back(B.op(op, {T(v), N(-1)}));
     B.g.outputs.push_back(B.op("softmax", {T(f), N(-1)}));
     B.g.outputs.push_back(B.op("log_softmax", {T(f), N(1)}));  // a float64 column: ordered folds
     CHECK(externs(B.g).empty());

@@ -72,6 +72,12 @@ M.EXCUSES = {
       .. "1.13 raised as crescent does)" },
   { op = { argmax = true, argmin = true, topk = true }, kind = "accepts", match = "bool", class = "torch",
     why = "torch 2.x has no bool kernel for these either (\"does not support bool\", on CUDA too); crescent computes them" },
+  { op = { fmod = true, remainder = true, div = true }, kind = "raises", match = "integer division by zero", class = "torch",
+    when = function(c) return c.device == "cuda" end,
+    why = "torch's CUDA kernels do not check integer division by zero (its CPU kernels raise, as crescent does)" },
+  { op = "embedding", kind = "raises", match = "out of range", class = "torch",
+    when = function(c) return c.device == "cuda" and empty_input(c) end,
+    why = "torch's CUDA embedding launches nothing for an empty weight or index, so it checks no index; crescent does" },
   { op = { cuda = true, to = true }, kind = "accepts", when = empty_input, class = "known",
     why = "a zero-size tensor moves to \"cuda\" on a machine without a GPU (nothing is allocated); torch raises" },
 }

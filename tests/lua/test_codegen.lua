@@ -222,6 +222,8 @@ local REDUCE_OPS = {
   { "std", function(x, d, k) return x:std(d, k, { correction = 0 }) end },
   { "logsumexp", function(x, d, k) return x:logsumexp(d, k) end },
   { "norm", function(x, d, k) return x:norm(d, k) end },
+  { "any", function(x, d, k) return x:gt(0.75):any(d, k) end },
+  { "all", function(x, d, k) return x:all(d, k), (x - x:amin()):all(d, k) end },
 }
 
 -- inputs and the dims to reduce: 2-d {7,33} (contiguous and transposed), 3-d {4,5,6} (contiguous
@@ -239,14 +241,16 @@ end
 
 describe("native CPU code: reductions equal eager", function()
   for _, dt in ipairs({ "float32", "float64" }) do
-    it("sum mean amax amin prod var std logsumexp norm softmax log_softmax, " .. dt, function()
+    it("sum mean amax amin prod var std logsumexp norm any all softmax log_softmax, " .. dt, function()
       for _, input in ipairs(red_inputs(dt)) do
         local name, x, dims = input[1], input[2], input[3]
         check(name .. " " .. dt, function(a)
           local out = { all = { a:sum(), a:mean(), a:amax(), a:prod(), a:var(), a:logsumexp(), a:norm() } }
           for di, d in ipairs(dims) do
             for _, keep in ipairs({ false, true }) do
-              for _, op in ipairs(REDUCE_OPS) do out[#out + 1] = op[2](a, d, keep) end
+              for _, op in ipairs(REDUCE_OPS) do
+                for _, r in ipairs({ op[2](a, d, keep) }) do out[#out + 1] = r end
+              end
             end
             if type(d) == "number" then
               out[#out + 1] = T.softmax(a, d)
@@ -385,6 +389,16 @@ describe("native CPU code: fusion", function()
         return (T.randn(5, 6) * 6):to(dt), (T.randn(6) * 3):to(dt)
       end)
     end
+  end)
+  it("fuses lerp and addcmul (eager's formulas) into their neighbours", function()
+    S.eq(kernels("lerp addcmul", function(a, b, w)
+      return T.lerp(a * 2, b, w) + 1, T.lerp(a, b, 0.75) - T.addcmul(a, b, w, 0.5), T.addcmul(a:double(), w:double(), a:double(), -2)
+    end, function(call)
+      T.manual_seed(70 + call)
+      local w = T.randn(4, 9)
+      w[1][1], w[1][2], w[1][3] = 0.5, -0.5, 0 / 0  -- both branches of lerp's formula, and NaN
+      return T.randn(4, 9), T.randn(9), w
+    end), 1)
   end)
   it("makes softmax one kernel", function()
     S.eq(kernels("softmax", function(x) return T.softmax(x, 2) end,

@@ -137,12 +137,17 @@ describe("CUDA tensors", function()
       function(v) return T.exp(v) * 2 + 1 end, function(v) return v:sum(-1) end, function(v) return v:t():amax(1) end,
       function(v) return v:softmax(1) end, function(v) return T.where(v:gt(0), v, v * 0.1) end,
       function(v) return v:narrow(2, 3, 40):mean(1, true) end, function(v) return v:double():sqrt():isnan() end,
-      function(v) return v * T.tensor(3) end,
+      function(v) return v * T.tensor(3) end, function(v) return v:clamp(-0.5, v:t():t() * 0.5) end,
+      function(v) return T.lerp(v, v * 2, 0.25), T.addcmul(v, v, v, -0.5) end,
+      function(v) return v:gt(0.5):any(2), v:all(), v:lt(3):all(1, true) end,
     }
     local on_host = {}
     for i, f in ipairs(eager) do
       local h = T.cuda.stats().host_ops
-      for _ = 1, 2 do expect.close(f(dx):cpu(), f(x), 1e-5, 1e-5) end
+      for _ = 1, 2 do
+        local want, got = { f(x) }, { f(dx) }
+        for k = 1, #want do expect.close(got[k]:cpu(), want[k], 1e-5, 1e-5) end
+      end
       if T.cuda.stats().host_ops > h then on_host[#on_host + 1] = i end
     end
     expect.eq(on_host, {}, "cases that ran on the host")
@@ -297,6 +302,8 @@ describe("CUDA tensors", function()
     need_gpu()
     local x = T.randn(64, 64):cuda()
     local r = T.bench(function(v) return v * 2 end, { x }, { reps = 5 })
+    expect.truthy(r.median_us > 0 and r.min_us <= r.max_us)
+    r = T.bench(function(v) return v * 2 end, { x }, { reps = 5, batch = 8 })
     expect.truthy(r.median_us > 0 and r.min_us <= r.max_us)
     local f = T.compile(function(v) return (v * 2):relu():sum(-1) end)
     for _ = 1, 3 do expect.close(f(x):cpu(), (x:cpu() * 2):relu():sum(-1), 1e-5, 1e-5) end

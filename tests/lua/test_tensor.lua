@@ -144,6 +144,12 @@ describe("T.bench", function()
     local r = T.bench(function(a) return a + 1 end, { T.ones(8) }, { warmup = 1, reps = 5 })
     S.truthy(r.min_us <= r.median_us and r.median_us <= r.max_us)
   end)
+  it("times batches of calls issued back to back (batch =), per call", function()
+    local calls = 0
+    local r = T.bench(function(a) calls = calls + 1; return a + 1 end, { T.ones(8) }, { warmup = 2, reps = 3, batch = 4 })
+    S.eq(calls, 2 + 3 * 4)
+    S.truthy(r.min_us <= r.median_us and r.median_us <= r.max_us)
+  end)
 end)
 
 S.covers("zeros", "ones", "tensor")

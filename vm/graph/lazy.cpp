@@ -27,9 +27,19 @@ struct ExecRecord {
 
 namespace {
 
+// Removes t from its record's pending list: the last entry takes its place (a call's
+// intermediates are freed one by one when Lua collects them; a search per release was quadratic).
+void drop_pending(LazyInfo& info) {
+  std::vector<cr_tensor*>& v = info.rec->pending;
+  cr_tensor* last = v.back();
+  v[info.pending_at] = last;
+  static_cast<LazyInfo*>(last->_lazy)->pending_at = info.pending_at;
+  v.pop_back();
+}
+
 void free_lazy(cr_tensor* t) {
   auto* info = static_cast<LazyInfo*>(t->_lazy);
-  if (info->rec) std::erase(info->rec->pending, t);
+  if (info->rec) drop_pending(*info);
   delete info;
   t->_lazy = nullptr;
 }
@@ -98,7 +108,7 @@ void ensure_real(Context& ctx, cr_tensor* t) {
       fail("this tensor has no value: the compiled function that made it stopped with an error");
     }
     // detached first: the recomputation may write storages whose pending readers include t
-    std::erase(info->rec->pending, t);
+    drop_pending(*info);
     std::unique_ptr<LazyInfo> own(info);
     t->_lazy = nullptr;
     recompute(ctx, t, *own);
@@ -138,6 +148,9 @@ std::shared_ptr<ExecRecord> new_exec_record(Leaf& leaf, const Segment& s) {
 
 bool reads_host_memory(const ExecRecord& r) { return r.external; }
 
-void add_pending(ExecRecord& r, cr_tensor* t) { r.pending.push_back(t); }
+void add_pending(ExecRecord& r, cr_tensor* t) {
+  static_cast<LazyInfo*>(t->_lazy)->pending_at = r.pending.size();
+  r.pending.push_back(t);
+}
 
 }  // namespace cr::graph

@@ -333,8 +333,8 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, con
           }
           records_.push_back(rec);
         }
-        add_pending(*rec, p);
         p->_lazy = new LazyInfo{owner, int32_t(vid), rec};
+        add_pending(*rec, p);
         if (reads_host_memory(*rec)) ensure_real(ctx_, p);
         continue;
       } else {

@@ -94,11 +94,13 @@ struct LazyInfo {  // cr_tensor::_lazy
   std::weak_ptr<guards::Leaf> leaf;  // the segment variant the value came from
   int32_t vid;
   std::shared_ptr<ExecRecord> rec;   // set while the tensor has no storage: how to compute it
+  size_t pending_at = 0;             // its place in rec's pending list
 };
 // The value `vid` escaped its segment: the next compilation must produce it.
 void note_escape(guards::Leaf& leaf, int32_t vid, const char* how);
 // A recompute record for the values of `leaf` that its run did not keep (inputs from `s`).
 std::shared_ptr<ExecRecord> new_exec_record(guards::Leaf& leaf, const Segment& s);
+// Makes t (whose _lazy is set) wait on record r.
 void add_pending(ExecRecord& r, cr_tensor* t);
 // Whether an input of the record wraps host memory (Tensor::from_blob), which the host may
 // write without the runtime seeing it: such values are computed at once, not later.

@@ -37,6 +37,8 @@ local MISC = {  -- float ops: A a var, B a float var broadcastable with it (or A
   "(select(2, A:min(D)))", "T.tril(A)", "T.triu(A, 1)", "A:clamp(-0.5, nil)", "A:pow(2)", "A:lerp(B, 0.3)",
   "T.addcmul(A, A, B, 0.5)", "T.atan2(A, B)", "A:fmod(0.7)", "A:remainder(0.7)", "A:masked_fill(A:gt(0), 0.5)",
   "A:index_select(D, T.tensor({1, 1}" .. DEV_ARG .. "))", "A:split(2, D)[1]", "A:chunk(2, D)[1]", "A:norm()", "A:gelu({approximate = \"tanh\"})",
+  "A:clamp(B, B + 1)", "A:clamp(nil, B)", "A:lerp(B, B)", "A:gt(0.5):any(D):float()", "A:lt(1):all(D, true):double()",
+  "A:ne(0):all():float()",
 }
 local INPLACE = { "add_", "sub_", "mul_", "div_", "clamp_", "fill_", "copy_", "zero_" }
 local FLOAT_LITS = { "0.5", "-1.5", "2", "0", "1e-3", "-0.25", "3", "100", "-1" }

@@ -6,7 +6,6 @@
 // run by the eager kernels inside the compiled graph, with the reason kept for the fusion log.
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 
 #include "jit/lower.hpp"
@@ -125,9 +124,11 @@ namespace {
 
 // ---- the registry's scalar expressions ------------------------------------------------------
 // OpDef::expr is the C++ expression the eager kernel instantiates. When it is plain arithmetic
-// over a and b ("a + b", "a * a", "decltype(a)(1) / a", "bool(a) && bool(b)", "c ? x : y") or
-// uses one of the scalar helpers below, it is parsed here and emitted inline; anything else is
-// called as the op's block function.
+// over the operands a, b (and c for ternary ops: "a + b", "a * a", "decltype(a)(1) / a",
+// "bool(a) && bool(b)", "c ? x : y", "a + b * c") or uses one of the scalar helpers below, it is
+// parsed here and emitted inline; anything else is called as the op's block function. An
+// optional operand that is absent (clamp's bounds) may only be a helper's optional argument,
+// which the helper then leaves out.
 //
 // Helpers of vm/kernels/scalar_math.hpp with an inline form: each is the helper's own definition
 // written with selects (NaN and -0 behave as in the helper; integer negation wraps, as the
@@ -135,7 +136,8 @@ namespace {
 struct Inline {
   const char* name;
   int arity;
-  int32_t (*build)(Body&, int32_t a, int32_t b, DType d);
+  int32_t (*build)(Body&, int32_t a, int32_t b, int32_t c, DType d);
+  bool optional = false;  // the last argument may be an absent operand (-1): the helper is skipped
 };
 int32_t select_expr(Body& b, int32_t c, int32_t x, int32_t y, DType d) { return b.add(Expr{EOp::Select, d, Lowerer::cast(b, c, DType::b8), x, y}); }
 int32_t negate(Body& b, int32_t a, DType d) { return Lowerer::arith(b, "-", a, -1, d); }
@@ -143,22 +145,39 @@ int32_t cmp(Body& b, const char* op, int32_t x, int32_t y) { return Lowerer::ari
 int32_t any_nan(Body& b, int32_t x, int32_t y) {
   return Lowerer::arith(b, "||", cmp(b, "!=", x, x), cmp(b, "!=", y, y), DType::b8);
 }
+// sm::clamp_min_ (op "<") / clamp_max_ (op ">"): x beyond the bound gives the bound; NaN wins
+int32_t clamp_bound(Body& b, int32_t x, int32_t bound, const char* op, DType d) {
+  if (bound < 0) return x;  // the bound is absent
+  int32_t r = select_expr(b, cmp(b, op, x, bound), bound, x, d);
+  if (!is_floating(d)) return r;
+  return select_expr(b, cmp(b, "!=", x, x), x, select_expr(b, cmp(b, "!=", bound, bound), bound, r, d), d);
+}
 const Inline kInline[] = {
-    {"sm::neg_", 1, [](Body& b, int32_t a, int32_t, DType d) { return negate(b, a, d); }},
-    {"sm::abs_", 1, [](Body& b, int32_t a, int32_t, DType d) {
+    {"sm::neg_", 1, [](Body& b, int32_t a, int32_t, int32_t, DType d) { return negate(b, a, d); }},
+    {"sm::abs_", 1, [](Body& b, int32_t a, int32_t, int32_t, DType d) {
        return select_expr(b, cmp(b, "<", a, Lowerer::constant(b, 0, d)), negate(b, a, d), a, d);
      }},
-    {"sm::relu_", 1, [](Body& b, int32_t a, int32_t, DType d) {  // NaN <= 0 is false: NaN stays
+    {"sm::relu_", 1, [](Body& b, int32_t a, int32_t, int32_t, DType d) {  // NaN <= 0 is false: NaN stays
        int32_t zero = Lowerer::constant(b, 0, d);
        return select_expr(b, cmp(b, "<=", a, zero), zero, a, d);
      }},
-    {"sm::maximum_", 2, [](Body& b, int32_t x, int32_t y, DType d) {
+    {"sm::maximum_", 2, [](Body& b, int32_t x, int32_t y, int32_t, DType d) {
        int32_t m = select_expr(b, cmp(b, ">", x, y), x, y, d);
        return is_floating(d) ? select_expr(b, any_nan(b, x, y), Lowerer::constant(b, std::nan(""), d), m, d) : m;
      }},
-    {"sm::minimum_", 2, [](Body& b, int32_t x, int32_t y, DType d) {
+    {"sm::minimum_", 2, [](Body& b, int32_t x, int32_t y, int32_t, DType d) {
        int32_t m = select_expr(b, cmp(b, "<", x, y), x, y, d);
        return is_floating(d) ? select_expr(b, any_nan(b, x, y), Lowerer::constant(b, std::nan(""), d), m, d) : m;
+     }},
+    {"sm::clamp_min_", 2, [](Body& b, int32_t x, int32_t lo, int32_t, DType d) { return clamp_bound(b, x, lo, "<", d); }, true},
+    {"sm::clamp_max_", 2, [](Body& b, int32_t x, int32_t hi, int32_t, DType d) { return clamp_bound(b, x, hi, ">", d); }, true},
+    {"sm::lerp_", 3, [](Body& b, int32_t x, int32_t y, int32_t w, DType d) {  // |w| < 0.5 as -0.5 < w < 0.5 (NaN: false)
+       int32_t diff = Lowerer::arith(b, "-", y, x, d);
+       int32_t small = Lowerer::arith(b, "&&", cmp(b, "<", w, Lowerer::constant(b, 0.5, d)),
+                                      cmp(b, ">", w, Lowerer::constant(b, -0.5, d)), DType::b8);
+       int32_t near = Lowerer::arith(b, "+", x, Lowerer::arith(b, "*", w, diff, d), d);
+       int32_t far = Lowerer::arith(b, "-", y, Lowerer::arith(b, "*", diff, Lowerer::arith(b, "-", Lowerer::constant(b, 1, d), w, d), d), d);
+       return select_expr(b, small, near, far, d);
      }},
 };
 struct ExprParser {
@@ -166,7 +185,7 @@ struct ExprParser {
   Body& body;
   int32_t a, b;
   DType compute;
-  int32_t c = -1;  // a third operand (ternary formulas)
+  int32_t c = -1;  // ternary ops' third operand; -1 for an absent one (clamp's bounds)
   bool ok = true;
 
   void skip() {
@@ -179,19 +198,27 @@ struct ExprParser {
     s += n;
     return true;
   }
+  // e, unless it is an absent operand (-1): that fails the parse (a stands in, never emitted)
+  int32_t present(int32_t e) {
+    if (e < 0) ok = false;
+    return e < 0 ? a : e;
+  }
   int32_t primary() {
     skip();
     for (const Inline& f : kInline) {
       size_t n = std::strlen(f.name);
       if (std::strncmp(s, f.name, n) != 0 || s[n] != '(') continue;
       s += n + 1;
-      int32_t x = parse_ternary(), y = -1;
-      if (f.arity == 2 && !(eat(",") && (y = parse_ternary(), true))) ok = false;
+      int32_t args[3] = {parse_ternary(), -1, -1};
+      for (int i = 1; i < f.arity; ++i)
+        if (!(eat(",") && (args[i] = parse_ternary(), true))) ok = false;
       if (!eat(")") || !ok) return ok = false, a;
       if (compute == DType::b8) return ok = false, a;  // (bool inputs: the block function)
-      return f.build(body, x, y, compute);
+      for (int i = 0; i < f.arity; ++i)
+        if (args[i] < 0 && !(f.optional && i == f.arity - 1)) return ok = false, a;
+      return f.build(body, args[0], args[1], args[2], compute);
     }
-    if (eat("-")) return Lowerer::arith(body, "-", primary(), -1, compute);
+    if (eat("-")) return Lowerer::arith(body, "-", present(primary()), -1, compute);
     if (eat("decltype(a)(")) {
       char* end;
       double x = std::strtod(s, &end);
@@ -200,7 +227,7 @@ struct ExprParser {
       return Lowerer::constant(body, x, compute);
     }
     if (eat("bool(")) {
-      int32_t e = parse(0);
+      int32_t e = present(parse(0));
       if (!eat(")")) ok = false;
       return Lowerer::cast(body, e, DType::b8);
     }
@@ -210,10 +237,10 @@ struct ExprParser {
       return e;
     }
     if (eat("!")) {
-      int32_t e = Lowerer::cast(body, primary(), DType::b8);
+      int32_t e = Lowerer::cast(body, present(primary()), DType::b8);
       return Lowerer::arith(body, "!", e, -1, DType::b8);
     }
-    if (*s == 'a' || *s == 'b' || (*s == 'c' && c >= 0)) {
+    if (*s == 'a' || *s == 'b' || *s == 'c') {  // (-1: an absent operand, only an optional argument)
       const char name = *s++;
       if (std::isalnum(static_cast<unsigned char>(*s)) || *s == '_' || *s == ':') ok = false;
       return name == 'a' ? a : name == 'b' ? b : c;
@@ -242,13 +269,14 @@ struct ExprParser {
     int32_t x = parse_ternary();
     if (!eat(":")) return ok = false, c;
     int32_t y = parse_ternary();
-    return select_expr(body, c, x, y, body.exprs[size_t(x)].dtype);
+    return select_expr(body, present(c), present(x), present(y), body.exprs[size_t(present(x))].dtype);
   }
   int32_t parse(int min_prec) {
     int32_t lhs = primary();
     for (std::string op = peek_op(); ok && !op.empty() && prec(op) > min_prec; op = peek_op()) {
       s += op.size();
-      int32_t rhs = parse(prec(op));
+      int32_t rhs = present(parse(prec(op)));
+      lhs = present(lhs);
       bool logical = op == "&&" || op == "||";
       bool compare = prec(op) == 3 || prec(op) == 4;
       if (logical) {
@@ -287,6 +315,10 @@ struct NodeLowering {
     const graph::ValueMeta& m = L.g.values[size_t(a.value)].meta;
     return {m.sizes.empty() ? OperandClass::ZeroDim : OperandClass::Dimensioned, m.dtype};
   }
+  // operand i, or -1 when the op's optional argument i is absent (clamp's bounds)
+  int32_t optional_operand(Body& b, int i, const Shape& shape, DType compute) {
+    return size_t(i) < n.args.size() && n.args[size_t(i)].tag != kNone ? operand(b, i, shape, compute) : -1;
+  }
   int32_t operand(Body& b, int i, const Shape& shape, DType compute) {
     const graph::Arg& a = n.args[size_t(i)];
     if (a.tag != kTensor) return Lowerer::constant(b, a.num, compute);
@@ -321,7 +353,7 @@ struct NodeLowering {
       if (n.args[size_t(i)].tag == kTensor && !loop_dtype(L.g.values[size_t(n.args[size_t(i)].value)].meta.dtype, L.device()))
         return reject("a float16 / bfloat16 operand");
     std::vector<OperandType> ops;
-    for (int i = 0; i < nin; ++i) ops.push_back(desc(i));
+    for (int i = 0; i < nin && i < int(n.args.size()); ++i) ops.push_back(desc(i));
     DType compute = m.dtype;
     if (m.dtype == DType::b8) compute = nin == 1 ? ops[0].dtype : result_type(ops);
     if (def.kind == OpKind::Unary && is_floating(m.dtype)) compute = m.dtype;
@@ -335,8 +367,7 @@ struct NodeLowering {
       int32_t c = operand(b, 0, shape, DType::b8);
       const DType cd = compute_dtype(m.dtype);
       root = b.add(Expr{EOp::Select, cd, c, operand(b, 1, shape, cd), operand(b, 2, shape, cd)});
-    } else if (def.kind == OpKind::Unary || def.kind == OpKind::Binary) {
-      if (!def.expr) return reject("no scalar expression");
+    } else if (def.expr) {
       if (!is_floating(compute) && (def.flags & kValueErrors))
         return reject("its integer form checks the values (division by zero, negative powers)");
       int32_t x = operand(b, 0, shape, compute);
@@ -346,23 +377,26 @@ struct NodeLowering {
         L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
         return true;
       }
-      int32_t y = nin == 2 ? operand(b, 1, shape, compute) : -1;
-      if (nin == 2 && n.args.size() > 2 && n.args[2].tag == kNumber && n.args[2].num != 1.0)  // add / sub alpha
-        y = Lowerer::arith(b, "*", y, Lowerer::constant(b, n.args[2].num, compute), compute);
-      ExprParser p{def.expr, b, x, y, compute};
+      int32_t y = nin >= 2 ? optional_operand(b, 1, shape, compute) : -1;
+      int32_t z = nin == 3 ? optional_operand(b, 2, shape, compute) : -1;
+      // a number after the operands scales the second one (add / sub alpha, addcmul's value)
+      if (n.args.size() > size_t(nin) && n.args[size_t(nin)].tag == kNumber && n.args[size_t(nin)].num != 1.0 && y >= 0)
+        y = Lowerer::arith(b, "*", y, Lowerer::constant(b, n.args[size_t(nin)].num, compute), compute);
+      ExprParser p{def.expr, b, x, y, compute, z};
       root = p.parse_ternary();
       p.skip();
       bool is_call = !p.ok || *p.s;
       if (is_call) {
         if (compute == DType::b8 && name != "logical_not") return reject("bool inputs of a function");
         bool tanh = name == "gelu" && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh";
+        if (nin == 3) return reject("its scalar expression has no inline form");
         root = Lowerer::call(b, tanh ? "gelu_tanh" : def.name, x, y, compute);
         if (root < 0) return reject(cat("no block function for ", dtype_name(compute)));
       }
       // bool arithmetic (add / mul of masks) computes in int and stores != 0, as eager does
       if (compute == DType::b8 && b.exprs[size_t(root)].dtype != DType::b8) root = Lowerer::cast(b, root, DType::b8);
     } else {
-      return reject("no loop lowering for this op");
+      return reject("no scalar expression");
     }
     b.root = Lowerer::cast(b, root, m.dtype);
     L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
@@ -384,56 +418,6 @@ struct NodeLowering {
     const DType cd = compute_dtype(m.dtype);
     int32_t value = Lowerer::cast(b, operand(b, 2, shape, m.dtype), cd);
     b.root = Lowerer::cast(b, b.add(Expr{EOp::Select, cd, operand(b, 1, shape, DType::b8), value, operand(b, 0, shape, cd)}), m.dtype);
-    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(lv));
-    return true;
-  }
-
-  // clamp(x, lo, hi) = at_most(at_least(x, lo), hi), either bound optional, in the result dtype;
-  // a NaN in x or in a bound gives NaN. The same expressions as eager's run_clamp.
-  bool clamp() {
-    const graph::ValueMeta& m = out().meta;
-    const Shape shape = graph::concrete(m.sizes);
-    const DType cd = compute_dtype(m.dtype);
-    if (cd == DType::b8) return reject("bool clamp");
-    LoopValue lv{LKind::Pointwise, n.outs[0], shape, m.dtype};
-    lv.graph_node = index;
-    Body& b = lv.body;
-    int32_t r = operand(b, 0, shape, cd);
-    static const char* kBound[] = {"a != a ? a : b != b ? b : a < b ? b : a", "a != a ? a : b != b ? b : a > b ? b : a"};
-    for (int i = 1; i <= 2; ++i) {
-      if (size_t(i) >= n.args.size() || n.args[size_t(i)].tag == kNone) continue;
-      ExprParser p{kBound[i - 1], b, r, operand(b, i, shape, cd), cd};
-      r = p.parse_ternary();
-      if (!p.ok) return reject("internal: the clamp expression did not parse");
-    }
-    b.root = Lowerer::cast(b, r, m.dtype);
-    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(lv));
-    return true;
-  }
-
-  // lerp(a, b, w) and addcmul(x, t1, t2, value) of floating tensors: eager's formulas
-  // (sm::lerp_; x + value * t1 * t2 in that order) over the three broadcast operands.
-  bool ternary_formula(bool lerp) {
-    const graph::ValueMeta& m = out().meta;
-    const Shape shape = graph::concrete(m.sizes);
-    const DType cd = compute_dtype(m.dtype);
-    if (!is_floating(cd)) return reject("integer operands");
-    for (int i = 0; i < 3; ++i)
-      if (n.args[size_t(i)].tag == kTensor && !loop_dtype(L.g.values[size_t(n.args[size_t(i)].value)].meta.dtype, L.device()))
-        return reject("a float16 / bfloat16 operand");
-    const double value = n.args.size() > 3 && n.args[3].tag == kNumber ? n.args[3].num : 1.0;
-    char addcmul[96];
-    std::snprintf(addcmul, sizeof addcmul, "a + decltype(a)(%.17g) * b * c", value);
-    LoopValue lv{LKind::Pointwise, n.outs[0], shape, m.dtype};
-    lv.graph_node = index;
-    Body& b = lv.body;
-    ExprParser p{lerp ? "c < decltype(a)(0.5) && c > decltype(a)(-0.5) ? a + c * (b - a) : b - (b - a) * (decltype(a)(1) - c)"
-                      : addcmul,
-                 b, operand(b, 0, shape, cd), operand(b, 1, shape, cd), cd, operand(b, 2, shape, cd)};
-    int32_t r = p.parse_ternary();
-    p.skip();
-    if (!p.ok || *p.s) return reject("internal: the formula did not parse");
-    b.root = Lowerer::cast(b, r, m.dtype);
     L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(lv));
     return true;
   }
@@ -466,8 +450,6 @@ struct NodeLowering {
     if (!(out().meta.device == L.g.values.front().meta.device)) return reject("on another device than the graph");
     if (!loop_dtype(out().meta.dtype, L.device())) return reject("float16 / bfloat16 result");
     if (std::strcmp(def.name, "masked_fill") == 0) return masked_fill();
-    if (std::strcmp(def.name, "clamp") == 0) return clamp();
-    if (std::strcmp(def.name, "lerp") == 0 || std::strcmp(def.name, "addcmul") == 0) return ternary_formula(def.name[0] == 'l');
     switch (def.kind) {
       case OpKind::Unary:
       case OpKind::Binary:

@@ -216,25 +216,11 @@ bool copy_on_device(const Tensor& dst, const Tensor& source) {
   std::shared_ptr<graph::Graph> gp;
   Context& ctx = copy_context();
   auto exe = program_for(ctx, key, kCopyFamily, kCopyVariants, [&] {
-    auto g = std::make_shared<graph::Graph>();
+    cr_value arg{kTensor, 0, 0, src.get(), nullptr};
+    std::vector<Tensor> inputs;
+    auto g = one_node_graph(ctx, Registry::get().index_of("clone"), &arg, 1, inputs);
     g->name = "eager copy";
-    graph::Node in;
-    in.kind = graph::NodeKind::Input;
-    in.input_index = 0;
-    g->nodes.push_back(std::move(in));
-    int32_t x = g->add_value(0, graph::meta_of(src));
-    g->nodes.back().outs.push_back(x);
-    g->inputs.push_back(x);
-    graph::Node n;
-    n.op = Registry::get().index_of("clone");
-    graph::Arg a;
-    a.tag = kTensor;
-    a.value = x;
-    n.args.push_back(a);
-    g->nodes.push_back(std::move(n));
-    int32_t y = g->add_value(1, graph::meta_of(dst));
-    g->nodes.back().outs.push_back(y);
-    g->outputs.push_back(y);
+    g->values[size_t(g->outputs[0])].meta = graph::meta_of(dst);  // written in dst's layout and dtype
     return g;
   }, &gp);
   if (!exe) return false;

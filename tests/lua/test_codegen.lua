@@ -399,6 +399,12 @@ describe("native CPU code: fusion", function()
       w[1][1], w[1][2], w[1][3] = 0.5, -0.5, 0 / 0  -- both branches of lerp's formula, and NaN
       return T.randn(4, 9), T.randn(9), w
     end), 1)
+    for _, dt in ipairs({ "int32", "int64" }) do  -- integer addcmul wraps as eager's sm::add_ / sm::mul_
+      check("addcmul " .. dt, function(x, y) return T.addcmul(x, y, x, -3), T.addcmul(y, x, x) end, function()
+        T.manual_seed(74)
+        return T.randint(-2 ^ 20, 2 ^ 20, { 6, 5 }):to(dt), T.randint(-9, 9, { 5 }):to(dt)
+      end)
+    end
   end)
   it("makes softmax one kernel", function()
     S.eq(kernels("softmax", function(x) return T.softmax(x, 2) end,

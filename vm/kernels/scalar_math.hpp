@@ -82,6 +82,9 @@ template <class T> inline T pow_(T a, T b) {
   } else if constexpr (std::is_same_v<T, bool>) return a || !b;
   else return std::pow(a, b);
 }
+// clamp's bounds, as torch.clamp: a NaN value or bound gives NaN
+template <class T> inline T clamp_min_(T a, T lo) { return a != a ? a : lo != lo ? lo : a < lo ? lo : a; }
+template <class T> inline T clamp_max_(T a, T hi) { return a != a ? a : hi != hi ? hi : a > hi ? hi : a; }
 template <class T> inline T lerp_(T a, T b, T w) { return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w); }
 
 // pow(x, e) of a floating tensor and a number e: as PyTorch, the common exponents are

@@ -274,9 +274,8 @@ std::vector<Meta> infer_clamp(OpCall& c) {
 void run_clamp(OpCall& c) {
   Ternary p = prepare_clamp(c);
   Tensor x = materialize(p.a, p.compute);
-  // min(max(x, lo), hi); a NaN input or bound gives NaN, as torch.clamp
-  auto at_least = [](auto v, auto l) { return v != v ? v : l != l ? l : v < l ? l : v; };
-  auto at_most = [](auto v, auto h) { return v != v ? v : h != h ? h : v > h ? h : v; };
+  auto at_least = [](auto v, auto l) { return sm::clamp_min_(v, l); };
+  auto at_most = [](auto v, auto h) { return sm::clamp_max_(v, h); };
   visit_numeric(p.compute, [&](auto t) {
     using T = decltype(t);
     if (!c.has(2)) {
@@ -487,9 +486,12 @@ void register_pointwise(Registry& r) {
 #define CR_REG_BINARY(NAME, ...) r.add(binary_def<Op_##NAME>(binary_schema(#NAME)));
   CR_BINARY_OPS(CR_REG_BINARY)
   r.add(OpDef{"where", "condition:T, self:TN, other:TN", OpKind::Ternary, kNoMethod, infer_where, run_where});
-  r.add(OpDef{"clamp", "self:T, min:TN?, max:TN?", OpKind::Ternary, 0, infer_clamp, run_clamp});
-  r.add(OpDef{"lerp", "self:T, end:T, weight:TN", OpKind::Ternary, 0, infer_lerp, run_lerp});
-  r.add(OpDef{"addcmul", "self:T, tensor1:T, tensor2:T, value:N?", OpKind::Ternary, 0, infer_addcmul, run_addcmul});
+  // (an absent clamp bound leaves its sm::clamp_* call out; addcmul's value scales b, as add's alpha)
+  r.add(OpDef{"clamp", "self:T, min:TN?, max:TN?", OpKind::Ternary, 0, infer_clamp, run_clamp,
+              "sm::clamp_max_(sm::clamp_min_(a, b), c)"});
+  r.add(OpDef{"lerp", "self:T, end:T, weight:TN", OpKind::Ternary, 0, infer_lerp, run_lerp, "sm::lerp_(a, b, c)"});
+  r.add(OpDef{"addcmul", "self:T, tensor1:T, tensor2:T, value:N?", OpKind::Ternary, 0, infer_addcmul, run_addcmul,
+              "a + b * c"});
   for (const char* n : {"add_", "sub_", "mul_", "div_", "clamp_"}) {
     std::string base(n, std::strlen(n) - 1);
     const OpDef* b = r.find(base);

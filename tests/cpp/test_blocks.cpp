@@ -491,7 +491,12 @@ TEST_CASE("extra block functions: gelu's tanh form, softmax's exp and log, by na
 // other). The AVX-512 twin, where it runs, must give the AVX2 loop's bits too.
 TEST_CASE("softmax's float32 exp: the same bits in vector lanes, tails, in place and in either loop", "[blocks]") {
   Tensor a = random_tensor(DType::f32, kN, 31);
-  const float* x = a.data<float>();
+  float* xw = a.data<float>();
+  // and the edges: overflow, subnormal results, 0, inf, NaN, in vector lanes and tails alike
+  const float edges[] = {88.72f, 88.73f, 89.0f, 1000.0f, -87.5f, -100.0f, -103.9f, -104.0f, -200.0f,
+                         INFINITY, -INFINITY, NAN, -NAN};
+  for (size_t i = 0; i < std::size(edges) && int64_t(7 * i + 5) < kN; ++i) xw[7 * i + 5] = edges[i];
+  const float* x = xw;
   std::vector<float> want(kN), got(kN), avx2(kN);
   for (int64_t i = 0; i < kN; ++i) want[size_t(i)] = lanes::exp_poly(x[i]);  // scalar
   BlockFn fn = softmax_exp_block(DType::f32);

@@ -154,6 +154,15 @@ TEST_CASE("vector helpers: exp_fast, extreme, exp_sum") {
   REQUIRE(lanes::exp_fast(-INFINITY) == 0.0f);
   REQUIRE(lanes::exp_fast(INFINITY) == INFINITY);
   REQUIRE(std::isnan(lanes::exp_fast(NAN)));
+  // the edges of the float range: finite just below log(FLT_MAX), subnormals correctly rounded
+  // (the polynomial's error plus one rounding: half the smallest subnormal), 0 below them
+  REQUIRE(std::isfinite(lanes::exp_fast(88.72f)));
+  REQUIRE(std::fabs(lanes::exp_fast(88.72f) - std::exp(double(88.72f))) / std::exp(double(88.72f)) < 3 * 5.96e-8);
+  REQUIRE(lanes::exp_fast(88.73f) == INFINITY);
+  for (float v = -104.5f; v < -86.0f; v += 0.0078125f)
+    REQUIRE(std::fabs(double(lanes::exp_fast(v)) - std::exp(double(v))) <= 0.5 * 1.4013e-45 + 3 * 5.96e-8 * std::exp(double(v)));
+  REQUIRE(lanes::exp_fast(-104.0f) == 0.0f);
+  REQUIRE(lanes::exp_fast(-1000.0f) == 0.0f);
   std::vector<float> v(1000);
   for (size_t i = 0; i < v.size(); ++i) v[i] = float(i % 97) - 50.0f;
   bool nan = true;

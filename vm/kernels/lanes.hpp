@@ -152,32 +152,43 @@ template <class T> inline bool all_nonzero(const T* x, int64_t n) {
 }
 
 // exp(x) for a float or a V<float>, without branches. Cephes' method: x = k ln2 + r with
-// |r| <= ln2/2, exp(r) by a degree-6 polynomial, 2^k from the exponent bits. Error <= 2 ulp over
-// the normal range; results below ~1.2e-38 flush to 0, above ~2.4e38 become inf, NaN stays NaN.
-inline int32_t to_int(float k) { return int32_t(k); }
-inline V<int32_t> to_int(V<float> k) { return __builtin_convertvector(k, V<int32_t>); }
+// |r| <= ln2/2, exp(r) by a degree-6 polynomial, then the scaling by 2^k as two products by
+// powers of two (k in [-150, 128] after the clamp: the first product is exact, the second rounds
+// once, into the subnormals too, as ldexp would). Error <= 2 ulp; results below the float range
+// become 0 (or subnormals), above it inf; NaN stays NaN (it passes the clamps, whose comparisons
+// are false, and every later step). k is read from the bits of the rounding sum t, so a NaN
+// never goes through an int conversion. The AVX-512 twin (vm/ops/scans.cpp exp_loop_avx512)
+// does the same steps with one scalef for the scaling, and gives the same bits.
+namespace exp_c {
+constexpr float hi = 89.0f, lo = -104.0f, log2e = 1.44269504088896341f, round = 12582912.0f;  // 1.5 * 2^23
+constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+constexpr float p0 = 1.9875691500e-4f, p1 = 1.3981999507e-3f, p2 = 8.3334519073e-3f, p3 = 4.1665795894e-2f,
+                p4 = 1.6666665459e-1f, p5 = 5.0000001201e-1f;
+constexpr int32_t round_bits = 0x4B400000;  // the bits of `round`
+}  // namespace exp_c
+inline int32_t bits_of(float t) { return std::bit_cast<int32_t>(t); }
+inline V<int32_t> bits_of(V<float> t) { return std::bit_cast<V<int32_t>>(t); }
 inline float from_bits(int32_t e) { return std::bit_cast<float>(e); }
 inline V<float> from_bits(V<int32_t> e) { return std::bit_cast<V<float>>(e); }
 
 template <class X> inline X exp_poly(X x) {
-  const float hi = 88.3762626647949f, lo = -87.3365447504020f;
+  using namespace exp_c;
   const X zero{};
-  X xc = x < hi ? x : zero + hi;  // NaN -> hi: keeps k finite
-  xc = xc > lo ? xc : zero + lo;
-  // round x/ln2 to the nearest integer with the 1.5*2^23 trick (no rounding instruction needed)
-  X k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  X r = xc - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  X p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  X xc = x > hi ? zero + hi : x;
+  xc = xc < lo ? zero + lo : xc;
+  X t = xc * log2e + round;  // k = round-to-nearest(x / ln2), in t's low mantissa bits
+  X k = t - round;
+  X r = xc - k * ln2_hi;
+  r = r - k * ln2_lo;
+  X p = r * p0 + p1;
+  p = p * r + p2;
+  p = p * r + p3;
+  p = p * r + p4;
+  p = p * r + p5;
   p = p * r * r + r + 1.0f;
-  X y = p * from_bits((to_int(k) + 127) << 23);
-  y = x < lo ? zero : y;
-  y = x > hi ? zero + std::numeric_limits<float>::infinity() : y;
-  return x != x ? x : y;
+  auto ki = bits_of(t) - round_bits;
+  auto k1 = ki >> 1, k2 = ki - k1;
+  return p * from_bits((k1 + 127) << 23) * from_bits((k2 + 127) << 23);
 }
 inline float exp_fast(float x) { return exp_poly(x); }
 inline double exp_fast(double x) { return std::exp(x); }

@@ -7,6 +7,9 @@
 
 #include "vm/kernels/folds.hpp"
 #include "vm/kernels/wide.hpp"
+#if CR_HAVE_AVX512_TWINS
+#include <immintrin.h>
+#endif
 #include "vm/ops/operands.hpp"
 
 namespace cr {
@@ -104,14 +107,42 @@ void run_cumsum(OpCall& c) {
 void exp_loop(const void* a, const void*, void* out, int64_t n) {
   lanes::exp_block(static_cast<const float*>(a), static_cast<float*>(out), n);
 }
-// exp_poly auto-vectorised over 512-bit lanes: the same operations per lane as exp_block, and
-// about twice as fast where the CPU has AVX-512 (ivdep: y may be x, element i is read first).
+#if CR_HAVE_AVX512_TWINS
+// exp_poly on 16 lanes, step for step, with AVX-512's scalef doing the scaling by 2^k in one
+// instruction (exp_poly's two products by powers of two round the same way): the same bits,
+// about 1.7x faster than exp_poly auto-vectorised (test_blocks checks the bits).
+// (The maskz forms: GCC 12's unmasked min / max / scalef warn about an undefined source.)
 CR_TARGET_AVX512 void exp_loop_avx512(const void* a, const void*, void* out, int64_t n) {
+  using namespace lanes::exp_c;
   const float* x = static_cast<const float*>(a);
   float* y = static_cast<float*>(out);
-#pragma GCC ivdep
-  for (int64_t i = 0; i < n; ++i) y[i] = lanes::exp_poly(x[i]);
+  constexpr __mmask16 all = 0xFFFF;
+  const __m512 c_hi = _mm512_set1_ps(hi), c_lo = _mm512_set1_ps(lo), c_log2e = _mm512_set1_ps(log2e),
+               c_round = _mm512_set1_ps(round), c_ln2_hi = _mm512_set1_ps(ln2_hi), c_ln2_lo = _mm512_set1_ps(ln2_lo),
+               c_p0 = _mm512_set1_ps(p0), c_p1 = _mm512_set1_ps(p1), c_p2 = _mm512_set1_ps(p2),
+               c_p3 = _mm512_set1_ps(p3), c_p4 = _mm512_set1_ps(p4), c_p5 = _mm512_set1_ps(p5),
+               c_one = _mm512_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 xc = _mm512_maskz_min_ps(all, c_hi, _mm512_loadu_ps(x + i));  // (NaN: the second operand)
+    xc = _mm512_maskz_max_ps(all, c_lo, xc);
+    __m512 t = _mm512_fmadd_ps(xc, c_log2e, c_round);
+    __m512 k = _mm512_sub_ps(t, c_round);
+    __m512 r = _mm512_fnmadd_ps(k, c_ln2_hi, xc);
+    r = _mm512_fnmadd_ps(k, c_ln2_lo, r);
+    __m512 p = _mm512_fmadd_ps(r, c_p0, c_p1);
+    p = _mm512_fmadd_ps(p, r, c_p2);
+    p = _mm512_fmadd_ps(p, r, c_p3);
+    p = _mm512_fmadd_ps(p, r, c_p4);
+    p = _mm512_fmadd_ps(p, r, c_p5);
+    p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), c_one);
+    _mm512_storeu_ps(y + i, _mm512_maskz_scalef_ps(all, p, k));
+  }
+  for (; i < n; ++i) y[i] = lanes::exp_poly(x[i]);
 }
+#else
+void exp_loop_avx512(const void* a, const void* b, void* out, int64_t n) { exp_loop(a, b, out, n); }
+#endif
 template <class T> void log_loop(const void* a, const void*, void* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) static_cast<T*>(out)[i] = std::log(static_cast<const T*>(a)[i]);
 }

@@ -146,6 +146,7 @@ function M.wrap(fn, id, call)
   local st = { roots = { [fn] = true } }
   local cands = ffi.new("cr_tensor*[?]", 256)
 
+  local specialise  -- (defined with the plan's helpers below)
   local function refuse(why)
     st.refused = why
     if os.getenv("CRESCENT_LOGS") then io.stderr:write("[crescent recompiles] reduce-overhead: no replay: ", why, "\n") end
@@ -179,6 +180,45 @@ function M.wrap(fn, id, call)
     return unpack(out, 1, #st.rets)
   end
 
+  -- The replay of this plan as straight-line Lua (generated source, as crescent.binding's op
+  -- wrappers): its argument count, kinds and results are known, and the loops of gather() /
+  -- results() over one or two items made LuaJIT give up on tracing the call (loop unrolling
+  -- limits), so every replay ran in the interpreter. Upvalue tensors are still looked up through
+  -- debug.getupvalue (which LuaJIT does not compile). Anything unexpected goes to `slow`.
+  local slow, refused  -- the general path, and what a failed replay does (set below)
+  function specialise()
+    local n, np = st.nargs, #st.paths
+    local L = { "local is_tensor, cands, values, paths, follow, fn, api, ctx, id, OUTS, OUTCAP, wrap, retvals, core, slow, refused = ...",
+                "return function(...)" }
+    local names = {}
+    for i = 1, n do names[i] = "a" .. i end
+    if n > 0 then L[#L + 1] = "local " .. table.concat(names, ", ") .. " = ..." end
+    L[#L + 1] = string.format("if select('#', ...) ~= %d then return slow(...) end", n)
+    for i = 1, n do
+      if st.kinds[i] == "tensor" then
+        L[#L + 1] = string.format("if not is_tensor(a%d) then return slow(...) end; cands[%d] = a%d.p", i, i - 1, i)
+      else
+        L[#L + 1] = string.format("if a%d ~= values[%d] then return slow(...) end", i, i)
+      end
+    end
+    for k = 1, np do
+      L[#L + 1] = string.format("local u%d = follow(fn, paths[%d]); if not is_tensor(u%d) then return slow(...) end; cands[%d] = u%d.p",
+                                k, k, k, n + k - 1, k)
+    end
+    L[#L + 1] = string.format("local m = api.cap_replay(ctx, id, cands, %d, OUTS, OUTCAP)", n + np)
+    L[#L + 1] = "if m < 0 then return refused(m, ...) end"
+    L[#L + 1] = "if ctx.service ~= 0 then core.service() end"
+    local outs, k = {}, 0
+    for j, r in ipairs(st.rets) do
+      if r == "tensor" then outs[j] = string.format("wrap(OUTS[%d])", k); k = k + 1
+      else outs[j] = string.format("retvals[%d]", j) end
+    end
+    L[#L + 1] = "return " .. table.concat(outs, ", ")
+    L[#L + 1] = "end"
+    local chunk = assert(loadstring(table.concat(L, "\n"), "=[crescent] replay of a compiled function"))
+    return chunk(is_tensor, cands, st.values, st.paths, follow, fn, api, ctx, id, OUTS, OUTCAP, wrap, st.retvals, core, slow, refused)
+  end
+
   local function try_plan(n, rets, ...)
     st.nargs, st.kinds, st.values = n, {}, {}
     for i = 1, n do
@@ -200,6 +240,7 @@ function M.wrap(fn, id, call)
     local rc = api.cap_plan(ctx, id, cands, n + #st.paths)
     if rc < 0 then return refuse(ffi.string(api.last_error(ctx))) end
     st.plan = rc == 1
+    st.fast = st.plan and specialise() or nil
   end
 
   local function probe(...)
@@ -218,7 +259,16 @@ function M.wrap(fn, id, call)
     return unpack(rets, 1, rets.n)
   end
 
-  return function(...)
+  -- (the generated replay falls back here; a failed replay runs the function normally, as the
+  -- checks in gather() and cap_replay() decide)
+  -- cap_replay said m < 0: a guard failed (-3: the call runs normally), the plan is gone (-4,
+  -- T.compiler.reset(): probe again), or an error
+  function refused(m, ...)
+    if m == -4 then st.plan = false; return probe(...) end
+    if m ~= -3 then core.raise(m) end
+    return call(...)
+  end
+  slow = function(...)
     if st.plan then
       local n = select("#", ...)
       if gather(n, ...) then
@@ -227,13 +277,17 @@ function M.wrap(fn, id, call)
           if ctx.service ~= 0 then core.service() end
           return results(m)
         end
-        if m == -4 then st.plan = false; return probe(...) end  -- T.compiler.reset(): probe again
-        if m ~= -3 then core.raise(m) end
+        return refused(m, ...)
       end
       return call(...)
     end
     if st.refused then return call(...) end
     return probe(...)
+  end
+  return function(...)
+    local fast = st.fast
+    if fast and st.plan then return fast(...) end
+    return slow(...)
   end
 end
 

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -37,7 +38,10 @@ int size_class(size_t n) {
 // Headers (cr_tensor, Storage) and tiny data blocks come and go with every op: a small per-thread
 // front cache serves them without the global lock; it spills to and refills from the global cache.
 constexpr int kFrontMaxShift = 9;  // classes up to 512 B
-constexpr size_t kFrontDepth = 1024;  // the GC frees handles in bursts of hundreds
+// The GC frees a call's lazy tensors long after the call, thousands at a time (a collection
+// cycle spans hundreds of compiled calls of 60 ops): the front holds such a burst (4 MiB of a
+// class, at least 1024 blocks) rather than spilling it block by block under the global lock.
+constexpr size_t front_depth(int c) { return std::max<size_t>(1024, (size_t(4) << 20) >> c); }
 // A thread's tensors may be freed after its front cache is destroyed: by the thread_local
 // objects constructed before it, or, on the main thread, by static objects (a global
 // crescent::VM) destroyed after the thread-local ones. The flag (trivially destructible, so still
@@ -129,6 +133,10 @@ void* host_alloc(size_t nbytes) {
     if (!f.empty()) {
       void* p = f.back();
       f.pop_back();
+      // The next block handed out was freed long ago (see front_depth): its lines are fetched
+      // now, while this one is used, instead of stalling the next op's header writes.
+      if (!f.empty())
+        for (size_t o = 0; o < (size_t(1) << c); o += 64) __builtin_prefetch(static_cast<char*>(f.back()) + o, 1);
       return p;
     }
   }
@@ -163,8 +171,8 @@ void host_free(void* p, size_t nbytes) {
   Front* fr = c <= kFrontMaxShift ? front() : nullptr;
   if (fr) {
     auto& f = fr->blocks[c];
-    if (f.size() < kFrontDepth) {
-      if (f.capacity() == 0) f.reserve(kFrontDepth);
+    if (f.size() < front_depth(c)) {
+      if (f.capacity() == 0) f.reserve(1024);
       f.push_back(p);
       return;
     }

@@ -14,6 +14,9 @@ extern "C" {
 
 /* A tensor: a view (sizes, strides in elements, offset in elements) over a refcounted storage.
  * Lua reads the leading fields directly (x:dim(), x:size(), x.dtype) without a call. */
+/* Everything but the sizes and strides lies in the first 64 bytes: a release (the collector
+   frees thousands of a compiled function's lazy tensors at a time, long after their call) then
+   touches one cache line of the header. */
 typedef struct cr_tensor {
   int32_t _refs;          /* atomic on the C++ side; Lua never touches it */
   int8_t _dtype;          /* cr::DType */
@@ -22,14 +25,14 @@ typedef struct cr_tensor {
   int8_t _flags;
   int32_t _ndim;
   int32_t _vid;           /* graph recorder: value id of this tensor in segment _gen */
-  int64_t _offset;
-  int64_t _sizes[16];
-  int64_t _strides[16];
   void* _storage;         /* NULL: a lazy tensor, whose value a captured graph computes later */
   void* _lazy;            /* graph recorder: how a lazy tensor gets its value (cr::graph::LazyInfo) */
   uint64_t _gen;          /* graph recorder: the segment _vid belongs to */
   uint32_t _dynamic;      /* T.mark_dynamic: bit d set = dim d (0-based) has a symbolic size */
   uint32_t _pad;
+  int64_t _offset;
+  int64_t _sizes[16];
+  int64_t _strides[16];
 } cr_tensor;
 
 /* The Lua handle: a struct (not a pointer) so that x[i] reaches __index. */

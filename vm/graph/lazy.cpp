@@ -18,7 +18,12 @@ struct ExecRecord {
   std::shared_ptr<Graph> raw;
   std::vector<Tensor> vals;  // inputs, by vid
   std::vector<std::pair<Tensor, uint32_t>> versions;
-  std::vector<cr_tensor*> pending;  // lazy tensors that still need it (not owned)
+  std::weak_ptr<Leaf> leaf;  // the segment variant the values came from
+  // One slot per waiting tensor, reserved once (the tensors point at their slots). The record
+  // keeps itself alive (`self`) until the last of them leaves.
+  std::vector<LazyInfo> slots;
+  size_t waiting = 0;
+  std::shared_ptr<ExecRecord> self;
   ~ExecRecord() {
     for (auto& [t, v] : versions) t.storage()->pending_reads.fetch_sub(1);
   }
@@ -27,21 +32,19 @@ struct ExecRecord {
 
 namespace {
 
-// Removes t from its record's pending list: the last entry takes its place (a call's
-// intermediates are freed one by one when Lua collects them; a search per release was quadratic).
-void drop_pending(LazyInfo& info) {
-  std::vector<cr_tensor*>& v = info.rec->pending;
-  cr_tensor* last = v.back();
-  v[info.pending_at] = last;
-  static_cast<LazyInfo*>(last->_lazy)->pending_at = info.pending_at;
-  v.pop_back();
+// A tensor stops waiting on its record (freed, or computed). The last one to leave frees the
+// record, slots included: nothing may touch `slot` after this.
+void leave(LazyInfo& slot) {
+  ExecRecord* r = slot.rec;
+  slot.t = nullptr;
+  if (--r->waiting == 0) std::shared_ptr<ExecRecord> last = std::move(r->self);
 }
 
 void free_lazy(cr_tensor* t) {
   auto* info = static_cast<LazyInfo*>(t->_lazy);
-  if (info->rec) drop_pending(*info);
-  delete info;
   t->_lazy = nullptr;
+  if (info->rec) leave(*info);
+  else delete info;
 }
 const bool g_hook = (lazy_release_hook = free_lazy, true);
 
@@ -55,19 +58,18 @@ Graph prune_for(const Graph& g, int32_t vid) {
   return p;
 }
 
-void recompute(Context& ctx, cr_tensor* t, LazyInfo& info) {
-  ExecRecord& r = *info.rec;
+void recompute(Context& ctx, cr_tensor* t, ExecRecord& r, int32_t vid) {
   for (auto& [tensor, version] : r.versions)
     if (tensor.storage()->version.load() != version)
       fail(cat("a tensor computed inside a compiled function was not kept by its graph, and an input it depends "
                "on (", tensor.describe(), ") was modified in place since: its value is lost. Use the tensor "
                "before modifying its inputs, or clone it inside the compiled function"));
-  Graph g = prune_for(*r.raw, info.vid);
+  Graph g = prune_for(*r.raw, vid);
   for (const Node& n : g.nodes)  // compile() keeps every value a write reaches: none is left
-    if (n.inplace()) fail(cat("internal: recomputing value %", info.vid, " would repeat an in-place write"));
+    if (n.inplace()) fail(cat("internal: recomputing value %", vid, " would repeat an in-place write"));
   std::vector<Tensor> vals = r.vals;
   run_eager(g, ctx, vals);
-  Tensor::attach(t, vals[size_t(info.vid)]);
+  Tensor::attach(t, vals[size_t(vid)]);
 }
 
 }  // namespace
@@ -87,7 +89,9 @@ void Recorder::before_write(Storage* st) {
     return false;
   });
   for (auto& r : hit) {
-    std::vector<cr_tensor*> ts = r->pending;
+    std::vector<cr_tensor*> ts;
+    for (const LazyInfo& slot : r->slots)
+      if (slot.t) ts.push_back(slot.t);
     for (cr_tensor* t : ts) ensure_real(ctx_, t);
   }
 }
@@ -108,14 +112,16 @@ void ensure_real(Context& ctx, cr_tensor* t) {
       fail("this tensor has no value: the compiled function that made it stopped with an error");
     }
     // detached first: the recomputation may write storages whose pending readers include t
-    drop_pending(*info);
-    std::unique_ptr<LazyInfo> own(info);
+    ExecRecord* r = info->rec;
+    const int32_t vid = info->vid;
+    std::shared_ptr<ExecRecord> keep = r->self;  // alive through the recomputation
     t->_lazy = nullptr;
-    recompute(ctx, t, *own);
-    if (auto leaf = own->leaf.lock()) note_escape(*leaf, own->vid, "used");
+    leave(*info);
+    recompute(ctx, t, *r, vid);
+    if (auto leaf = r->leaf.lock()) note_escape(*leaf, vid, "used");
     return;
   }
-  if (info) {
+  if (info) {  // a tracker (a value computed by recompute() has none)
     if (auto leaf = info->leaf.lock()) note_escape(*leaf, info->vid, "used");
     free_lazy(t);
   }
@@ -130,11 +136,13 @@ void note_escape(Leaf& leaf, int32_t vid, const char* how) {
                                 " after the graph ran");
 }
 
-std::shared_ptr<ExecRecord> new_exec_record(Leaf& leaf, const Segment& s) {
+std::shared_ptr<ExecRecord> wait_on_record(Leaf& leaf, const std::shared_ptr<Leaf>& owner, const Segment& s,
+                                           const std::vector<std::pair<cr_tensor*, int32_t>>& waiting) {
   auto rec = std::make_shared<ExecRecord>();
   if (!leaf.raw) leaf.raw = guards::build_graph(leaf);
   // dynamic: the graph with this call's sizes and integers
   rec->raw = !leaf.dynamic ? leaf.raw : s.instance_raw ? s.instance_raw : instance_of(*leaf.raw, s);
+  rec->leaf = owner;
   rec->vals.resize(s.vals.size());
   for (int32_t in : leaf.raw->inputs) {
     Storage* st = s.vals[size_t(in)].storage();
@@ -143,14 +151,19 @@ std::shared_ptr<ExecRecord> new_exec_record(Leaf& leaf, const Segment& s) {
     st->pending_reads.fetch_add(1);
     rec->external = rec->external || st->free_fn != nullptr;
   }
+  rec->slots.resize(waiting.size());  // never resized again: the tensors point into it
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    LazyInfo& slot = rec->slots[i];
+    slot.vid = waiting[i].second;
+    slot.rec = rec.get();
+    slot.t = waiting[i].first;
+    slot.t->_lazy = &slot;
+  }
+  rec->waiting = waiting.size();
+  rec->self = rec;
   return rec;
 }
 
 bool reads_host_memory(const ExecRecord& r) { return r.external; }
-
-void add_pending(ExecRecord& r, cr_tensor* t) {
-  static_cast<LazyInfo*>(t->_lazy)->pending_at = r.pending.size();
-  r.pending.push_back(t);
-}
 
 }  // namespace cr::graph

@@ -302,11 +302,12 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, con
         if (copies.size() <= size_t(a.removed)) copies.resize(size_t(a.removed) + 1);
         copies[size_t(a.removed)] = 1;
       }
-  std::shared_ptr<ExecRecord> rec;
   std::shared_ptr<Leaf> owner;
   if (leaf)
     for (auto& e : leaf->last->ends)
       if (e.get() == leaf) owner = e;
+  std::vector<std::pair<cr_tensor*, int32_t>>& waiting = waiting_;  // (a member: no allocation per call)
+  waiting.clear();
   for (size_t vid = 0; vid < s.vals.size(); ++vid) {
     cr_tensor* p = s.vals[vid].get();
     if (!p || s.is_input[vid] || p->_vid != int32_t(vid)) continue;
@@ -322,28 +323,27 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, con
         }
       } else if (alive) {
         if (!leaf) fail("internal: a replayed prefix left a value uncomputed");
-        if (!rec) {
-          rec = new_exec_record(*leaf, s);
-          // Expired records are pruned when the list has doubled, not per call: until Lua collects
-          // the handles of a call's intermediates, every call adds a record, and a scan per call
-          // made calls slower and slower between two collections.
-          if (records_.size() >= std::max<size_t>(64, 2 * records_live_)) {
-            std::erase_if(records_, [](const std::weak_ptr<ExecRecord>& w) { return w.expired(); });
-            records_live_ = records_.size();
-          }
-          records_.push_back(rec);
-        }
-        p->_lazy = new LazyInfo{owner, int32_t(vid), rec};
-        add_pending(*rec, p);
-        if (reads_host_memory(*rec)) ensure_real(ctx_, p);
+        waiting.emplace_back(p, int32_t(vid));
         continue;
       } else {
         continue;  // garbage: nobody will read it
       }
     }
     bool escaped = leaf && vid < leaf->escaping.size() && leaf->escaping[vid];
-    if (learn && owner && alive && !escaped && !p->_lazy) p->_lazy = new LazyInfo{owner, int32_t(vid), nullptr};
+    if (learn && owner && alive && !escaped && !p->_lazy) p->_lazy = new LazyInfo{owner, int32_t(vid)};
   }
+  if (waiting.empty()) return;
+  std::shared_ptr<ExecRecord> rec = wait_on_record(*leaf, owner, s, waiting);
+  // Expired records are pruned when the list has doubled, not per call: until Lua collects the
+  // handles of a call's intermediates, every call adds a record, and a scan per call made calls
+  // slower and slower between two collections.
+  if (records_.size() >= std::max<size_t>(64, 2 * records_live_)) {
+    std::erase_if(records_, [](const std::weak_ptr<ExecRecord>& w) { return w.expired(); });
+    records_live_ = records_.size();
+  }
+  records_.push_back(rec);
+  if (reads_host_memory(*rec))
+    for (auto& [p, vid] : waiting) ensure_real(ctx_, p);
 }
 
 // ---- segment ends ----------------------------------------------------------------------------

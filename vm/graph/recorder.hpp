@@ -111,6 +111,7 @@ class Recorder {
   std::string pending_reason_;  // the guard failure that started the current recording
   std::vector<std::weak_ptr<ExecRecord>> records_;  // ways to recompute values not kept
   size_t records_live_ = 0;                           // records_'s size after its last pruning
+  std::vector<std::pair<cr_tensor*, int32_t>> waiting_;  // settle's scratch list
 };
 
 // Outside a capture: a lazy tensor whose segment already ran without producing it is computed

@@ -88,20 +88,27 @@ std::vector<Arg> to_args(const cr_value* args, int nargs);
 bool has_wildcard_args(const OpDef& def, const cr_value* args, int nargs);
 std::vector<cr_tensor*> tensor_args(const cr_value* args, int nargs);
 
-// Lazy-tensor bookkeeping (lazy.cpp).
+// Lazy-tensor bookkeeping (lazy.cpp). cr_tensor::_lazy is one of two kinds:
+//  - a slot of an ExecRecord (rec set): a value the segment's run did not keep, which Lua may
+//    still read; the record recomputes it. A call leaves one record for all such values (most
+//    are intermediates whose handles Lua has dropped but not yet collected), so a slot costs no
+//    allocation and no reference count of its own;
+//  - a tracker (rec null, allocated): a value the run kept while its leaf is cold, which is
+//    marked as escaping when Lua uses it.
 struct ExecRecord;
-struct LazyInfo {  // cr_tensor::_lazy
-  std::weak_ptr<guards::Leaf> leaf;  // the segment variant the value came from
-  int32_t vid;
-  std::shared_ptr<ExecRecord> rec;   // set while the tensor has no storage: how to compute it
-  size_t pending_at = 0;             // its place in rec's pending list
+struct LazyInfo {
+  std::weak_ptr<guards::Leaf> leaf;  // trackers: the segment variant the value came from
+  int32_t vid = -1;
+  ExecRecord* rec = nullptr;  // slots: their record
+  cr_tensor* t = nullptr;     // slots: the waiting tensor (null once it left)
 };
 // The value `vid` escaped its segment: the next compilation must produce it.
 void note_escape(guards::Leaf& leaf, int32_t vid, const char* how);
-// A recompute record for the values of `leaf` that its run did not keep (inputs from `s`).
-std::shared_ptr<ExecRecord> new_exec_record(guards::Leaf& leaf, const Segment& s);
-// Makes t (whose _lazy is set) wait on record r.
-void add_pending(ExecRecord& r, cr_tensor* t);
+// Makes the tensors of `waiting` (each with its value id) wait on a new record of this run of
+// `leaf` (`owner` is the leaf's shared pointer, inputs from `s`). The record lives while a tensor
+// waits on it.
+std::shared_ptr<ExecRecord> wait_on_record(guards::Leaf& leaf, const std::shared_ptr<guards::Leaf>& owner,
+                                           const Segment& s, const std::vector<std::pair<cr_tensor*, int32_t>>& waiting);
 // Whether an input of the record wraps host memory (Tensor::from_blob), which the host may
 // write without the runtime seeing it: such values are computed at once, not later.
 bool reads_host_memory(const ExecRecord& r);

@@ -106,6 +106,38 @@ describe("reduce-overhead and hidden state", function()
   end)
 end)
 
+describe("reduce-overhead replays", function()
+  local function replays() return T.compiler.stats().replays end
+  it("replay a plan with tensor and value arguments, upvalue weights and mixed results", function()
+    T.compiler.reset()
+    local model = { w = T.tensor({ 1, 2, 3 }), b = T.tensor({ 10, 20, 30 }) }
+    local f = T.compile(function(x, scale, tag)
+      return x * model.w * scale + model.b, tag, x:sum()
+    end, { mode = "reduce-overhead" })
+    local x = T.tensor({ 1, 1, 1 })
+    for _ = 1, 4 do f(x, 2, "a") end
+    local r0 = replays()
+    local y, tag, s = f(x, 2, "a")
+    S.truthy(replays() == r0 + 1, "the call should be a replay")
+    S.eq({ y:totable(), tag, s:item() }, { { 12, 24, 36 }, "a", 3 })
+    -- a new weight behind the same upvalue is read at the next call (still a replay)
+    model.w = T.tensor({ 3, 2, 1 })
+    S.eq(f(x, 2, "a"):totable(), { 16, 24, 32 })
+    S.eq(replays(), r0 + 2)
+    -- another value argument, another shape, another argument count: the normal compiled path
+    S.eq(f(x, 3, "a"):totable(), { 19, 26, 33 })
+    S.eq(f(T.ones(2, 3), 2, "a"):totable(), { { 16, 24, 32 }, { 16, 24, 32 } })
+    S.eq(select(2, f(x, 2, "b")), "b")
+    S.eq(replays(), r0 + 2)
+    S.eq(f(x, 2, "a"):totable(), { 16, 24, 32 })  -- the plan still stands
+    S.eq(replays(), r0 + 3)
+    -- T.compiler.reset() drops the plan: the function is probed and planned again
+    T.compiler.reset()
+    for _ = 1, 6 do S.eq(f(x, 2, "a"):totable(), { 16, 24, 32 }) end
+    S.truthy(replays() >= 1, "replays after a reset")
+  end)
+end)
+
 -- Minimal programs the random-program fuzzer found (tests/lua/test_compile_fuzz.lua).
 describe("fuzzer regressions", function()
   local function check(fn, make_inputs, calls)

@@ -12,7 +12,7 @@ void Kernel::analyse() {
   depth.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     const Expr& e = body.exprs[i];
-    if (e.op == EOp::Load) {
+    if (e.op == EOp::Load || e.op == EOp::Index) {
       for (size_t v = size_t(n_outer); v < sizes.size(); ++v) inner[i] = inner[i] || e.index[0].coef(v) != 0;
       continue;
     }
@@ -76,7 +76,7 @@ void each_int(K& k, F&& f) {
   for (auto& s : k.sizes) f(s, true);
   if (k.chunk > 0) f(k.chunk, true);
   for (auto& e : k.body.exprs)
-    if (e.op == EOp::Load) address(e.index[0]);
+    if (e.op == EOp::Load || e.op == EOp::Index) address(e.index[0]);
     else if (e.op == EOp::Count) f(e.count, true);
   for (auto& s : k.stores) address(s.addr);
 }
@@ -144,6 +144,7 @@ std::string Kernel::str() const {
       case EOp::Call: out << e.name << "(e" << e.a << (e.b >= 0 ? cat(", e", e.b) : "") << ")  /* block call */"; break;
       case EOp::Select: out << "e" << e.a << " ? e" << e.b << " : e" << e.c; break;
       case EOp::Reduced: out << "acc" << e.acc; break;
+      case EOp::Index: out << "(" << ctype(e.dtype) << ")(" << affine_str(e.index[0]) << ")"; break;
     }
     out << ";\n";
   };

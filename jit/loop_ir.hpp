@@ -52,7 +52,10 @@ const char* ctype(DType d);
 // Count: a number of elements as a float64 (a reduction's count: mean's 1/n, var's n - 1), an
 // integer of the kernel like its sizes, so that a dynamic graph's templates take it as a
 // parameter instead of compiling per size.
-enum class EOp : uint8_t { Load, Const, Cast, Arith, Call, Select, Reduced, Count };
+// Index: the value of an affine function of the variables (index[0], as a load's address), in
+// `dtype`: an element's position as data (tril / triu compare a row with a column). It moves with
+// the variables as addresses do (fusion substitutes it, collapsing and reordering rewrite it).
+enum class EOp : uint8_t { Load, Const, Cast, Arith, Call, Select, Reduced, Count, Index };
 
 struct Expr {
   EOp op = EOp::Const;
@@ -60,6 +63,7 @@ struct Expr {
   int32_t a = -1, b = -1, c = -1;  // operands (ids in the same expression list)
   // Load in a LoopGraph: value + one Affine per dim of the value, over the node's variables.
   // Load in a Kernel: buffer + element offset over the kernel's variables (index[0]).
+  // Index: index[0] over the node's (LoopGraph) or the kernel's variables.
   int32_t value = -1;
   std::vector<Affine> index;
   double num = 0;    // Const

@@ -76,6 +76,12 @@ int32_t Lowerer::count(Body& b, int64_t n) {
   return b.add(std::move(e));
 }
 
+int32_t Lowerer::index(Body& b, Affine a, DType d) {
+  Expr e{EOp::Index, d};
+  e.index = {std::move(a)};
+  return b.add(std::move(e));
+}
+
 // x stored in a T, as the eager kernels store it (vm/dtype.hpp)
 template <class T> double rounded(double x) {
   T v;
@@ -422,6 +428,67 @@ struct NodeLowering {
     return true;
   }
 
+  // tril / triu: x where the element's column minus its row is <= k (tril) or >= k (triu), else
+  // 0, as eager zeroes the other triangle (vm/ops/linalg.cpp run_tri); the op checked ndim >= 2.
+  bool triangle(bool lower) {
+    const graph::ValueMeta& m = out().meta;
+    if (n.args[0].tag != kTensor) return reject("no tensor");
+    Shape shape = graph::concrete(m.sizes);
+    const size_t row = shape.size() - 2, col = shape.size() - 1;
+    const double k = n.args.size() > 1 && n.args[1].tag == kNumber ? n.args[1].num : 0;
+    LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
+    v.graph_node = index;
+    Body& b = v.body;
+    Affine diagonal = Affine::var(col);
+    diagonal.add(row, -1);
+    int32_t keep = Lowerer::arith(b, lower ? "<=" : ">=", Lowerer::index(b, diagonal, DType::i64),
+                                  Lowerer::constant(b, k, DType::i64), DType::b8);
+    const DType cd = compute_dtype(m.dtype);
+    int32_t kept = b.add(Expr{EOp::Select, cd, keep, operand(b, 0, shape, cd), Lowerer::constant(b, 0, cd)});
+    b.root = Lowerer::cast(b, kept, m.dtype);
+    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
+    return true;
+  }
+
+  // arange / linspace / eye: values of their position, computed as the eager kernels compute them
+  // (vm/ops/creation.cpp: in float64, then stored in the dtype). The op checked the arguments.
+  bool generator(const std::string& name) {
+    const graph::ValueMeta& m = out().meta;
+    if (m.dtype == DType::f16 || m.dtype == DType::bf16) return reject("a float16 / bfloat16 result");
+    Shape shape = graph::concrete(m.sizes);
+    LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
+    v.graph_node = index;
+    Body& b = v.body;
+    const DType f64 = DType::f64;
+    auto num = [&](size_t i, double otherwise) { return i < n.args.size() && n.args[i].tag == kNumber ? n.args[i].num : otherwise; };
+    auto at = [&](size_t d) { return Lowerer::index(b, Affine::var(d), DType::i64); };
+    auto c = [&](double x, DType d) { return Lowerer::constant(b, x, d); };
+    int32_t root;
+    if (name == "eye") {  // 1 on the diagonal
+      root = Lowerer::cast(b, Lowerer::arith(b, "==", at(0), at(1), DType::b8), m.dtype);
+    } else if (name == "arange") {  // start + i * step
+      const bool bounds = n.args.size() > 1 && n.args[1].tag == kNumber;  // arange(start, stop[, step]) / arange(stop)
+      const double start = bounds ? num(0, 0) : 0, step = num(2, 1);
+      root = Lowerer::arith(b, "+", c(start, f64), Lowerer::arith(b, "*", Lowerer::cast(b, at(0), f64), c(step, f64), f64), f64);
+    } else {  // linspace: symmetric from both ends, so that the last point is exactly the end
+      const double a = num(0, 0), e = num(1, 0);
+      const int64_t steps = shape[0];
+      const double step = steps > 1 ? (e - a) / double(steps - 1) : 0;
+      if (steps == 1) {
+        root = c(a, f64);
+      } else {
+        int32_t i = at(0);
+        int32_t head = Lowerer::arith(b, "+", c(a, f64), Lowerer::arith(b, "*", c(step, f64), Lowerer::cast(b, i, f64), f64), f64);
+        int32_t back = Lowerer::cast(b, Lowerer::arith(b, "-", c(double(steps - 1), DType::i64), i, DType::i64), f64);
+        int32_t tail = Lowerer::arith(b, "-", c(e, f64), Lowerer::arith(b, "*", c(step, f64), back, f64), f64);
+        root = b.add(Expr{EOp::Select, f64, Lowerer::arith(b, "<", i, c(double(steps / 2), DType::i64), DType::b8), head, tail});
+      }
+    }
+    b.root = Lowerer::cast(b, root, m.dtype);
+    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
+    return true;
+  }
+
   // float() / long() / to(dtype) / clone() / contiguous(): an element-wise copy with a cast.
   bool convert() {
     if (n.inplace()) return reject("in-place");
@@ -450,6 +517,10 @@ struct NodeLowering {
     if (!(out().meta.device == L.g.values.front().meta.device)) return reject("on another device than the graph");
     if (!loop_dtype(out().meta.dtype, L.device())) return reject("float16 / bfloat16 result");
     if (std::strcmp(def.name, "masked_fill") == 0) return masked_fill();
+    if (std::strcmp(def.name, "tril") == 0 || std::strcmp(def.name, "triu") == 0) return triangle(def.name[3] == 'l');
+    if (def.kind == OpKind::Creation)
+      for (const char* g : {"arange", "linspace", "eye"})
+        if (std::strcmp(def.name, g) == 0) return generator(g);
     switch (def.kind) {
       case OpKind::Unary:
       case OpKind::Binary:

@@ -30,6 +30,8 @@ struct Lowerer {
   static int32_t constant(Body& b, double x, DType d);
   // n as a float64 that a dynamic graph's templates read as a parameter (EOp::Count)
   static int32_t count(Body& b, int64_t n);
+  // the value of `a` over the body's variables (an element's position as data), in dtype d
+  static int32_t index(Body& b, Affine a, DType d);
   static int32_t cast(Body& b, int32_t e, DType d);
   static int32_t arith(Body& b, const char* op, int32_t x, int32_t y, DType d);
   // A registry op's block function applied to x (and y): null when it has none for dtype d.

@@ -224,6 +224,7 @@ class KernelEmitter {
     auto dt = [&](int32_t j) { return k_.body.exprs[size_t(j)].dtype; };
     switch (e.op) {
       case EOp::Load: return J.lvalue_as_rvalue(element(e.value, e.index[0]));
+      case EOp::Index: return cast(address(e.index[0]), DType::i64, e.dtype);
       case EOp::Const: return constant(e.num, e.dtype);
       case EOp::Count: return J.context_new_cast(c_, nullptr, num(e.count), t_.f64);
       case EOp::Cast: return cast(operand(e.a), dt(e.a), e.dtype);

@@ -66,7 +66,7 @@ void KernelWriter::set_index_type() {
     bound = std::max(bound, r);
   };
   for (const Expr& e : c.body.exprs)
-    if (e.op == EOp::Load) reach(e.index[0]);
+    if (e.op == EOp::Load || e.op == EOp::Index) reach(e.index[0]);
   for (const Store& s : c.stores) reach(s.addr);
   int64_t step = std::max<int64_t>(out.grid, 1) * out.block * 4;
   out.index32 = bound + step < (int64_t(1) << 31);

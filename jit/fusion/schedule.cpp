@@ -179,6 +179,7 @@ class Builder {
         continue;
       }
       Expr c = e;
+      if (c.op == EOp::Index) c.index = {substitute(e.index[0], idx)};
       if (c.a >= 0) c.a = map[size_t(c.a)];
       if (c.b >= 0) c.b = map[size_t(c.b)];
       if (c.c >= 0) c.c = map[size_t(c.c)];
@@ -297,11 +298,12 @@ Kernel Scheduler::build(const Group& g, bool check_only, const std::vector<char>
 
 namespace {
 
-// Every affine expression of a kernel (load addresses and store addresses).
+// Every affine expression of a kernel (load and store addresses, index values): reordering and
+// merging variables rewrite them all, and merge only where every one allows it.
 std::vector<Affine*> affines(Kernel& k) {
   std::vector<Affine*> r;
   for (Expr& e : k.body.exprs)
-    if (e.op == EOp::Load) r.push_back(&e.index[0]);
+    if (e.op == EOp::Load || e.op == EOp::Index) r.push_back(&e.index[0]);
   for (Store& s : k.stores) r.push_back(&s.addr);
   return r;
 }

@@ -153,6 +153,8 @@ std::vector<std::string> all_pointwise(Builder& B, DType d, const std::set<std::
   add("clamp", {T(x), N(-1), T(y)});
   add("lerp", {T(x), T(y), N(0.25)});
   add("addcmul", {T(x), T(y), T(x), N(0.5)});
+  add("tril", {T(x), N(1)});  // an element's row and column as data (EOp::Index)
+  add("triu", {T(x), N(-2)});
   for (const char* conv : {"float", "double", "int", "long", "bool", "clone"}) add(conv, {T(x)});
   return names;
 }
@@ -272,6 +274,24 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
     REQUIRE(r.module.kernels.size() == 2);
     CHECK(r.module.kernels[0].rows == 512);  // partial sums per row, then their sum
     CHECK(r.module.kernels[1].rows == 1);
+  }
+  SECTION("tril / triu: positions as data, in a vectorised kernel and in a reduction's prologue") {
+    int32_t x = B.input(sample({48, 64}, DType::f32, 14));
+    B.g.outputs = {B.op("add", {T(B.op("tril", {T(x), N(1)})), T(B.op("triu", {T(x), N(-3)}))})};
+    Compiled r = compile(B, "tril_triu");
+    REQUIRE(r.module.kernels.size() == 1);
+    CHECK(r.module.kernels[0].vector_width == 4);  // the lanes' columns differ: per lane
+    Builder R{ctx};
+    int32_t y = R.input(sample({48, 64}, DType::f32, 15));
+    R.g.outputs = {R.op("sum", {T(R.op("tril", {T(y)})), N(-1)})};
+    REQUIRE(compile(R, "tril_sum").module.kernels.size() == 1);
+  }
+  SECTION("arange / linspace / eye: generators from positions, fused with a user") {
+    int32_t x = B.input(sample({6, 8}, DType::f32, 16));
+    B.g.outputs = {B.op("arange", {N(-3), N(40), N(3)}), B.op("linspace", {N(0.1), N(1e3), N(11), S("float64")}),
+                   B.op("add", {T(x), T(B.op("eye", {N(6), N(8)}))}), B.op("arange", {N(5), Arg{}, Arg{}, S("int32")})};
+    CHECK(externs(B.g).empty());
+    compile(B, "generators");
   }
   SECTION("a transposed input: vector stores, per-lane loads of the transpose") {
     int32_t x = B.input(sample({64, 32}, DType::f32, 10)), y = B.input(sample({32, 64}, DType::f32, 11));

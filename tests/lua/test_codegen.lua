@@ -406,6 +406,20 @@ describe("native CPU code: fusion", function()
       end)
     end
   end)
+  it("fuses tril / triu (an element's row and column as data) into their neighbours", function()
+    -- diagonals inside, on and beyond the matrix; non-square, batched, transposed; every dtype
+    S.eq(kernels("tril triu", function(x)
+      return (T.tril(x, 1) * 2 + T.triu(x, -2)):sin(), T.tril(x, 9) - T.triu(x, -9), T.tril(x, -9) + T.triu(x:transpose(2, 3))
+    end, function(call) T.manual_seed(80 + call); return T.randn(2, 5, 5) end), 1)
+    check("tril of a non-square matrix", function(x) return T.tril(x) + 1, T.triu(x, 2) * x end,
+      function() T.manual_seed(82); return T.randn(4, 7) end)
+    for _, dt in ipairs({ "float64", "int32", "int64", "bool" }) do
+      check("tril / triu " .. dt, function(x) return T.tril(x, -1), T.triu(x, 1) end, function()
+        T.manual_seed(83)
+        return (T.randn(3, 6, 4) * 5):to(dt)
+      end)
+    end
+  end)
   it("makes softmax one kernel", function()
     S.eq(kernels("softmax", function(x) return T.softmax(x, 2) end,
       function() T.manual_seed(53); return T.randn(64, 127) end), 1)

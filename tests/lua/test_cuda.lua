@@ -140,6 +140,12 @@ describe("CUDA tensors", function()
       function(v) return v * T.tensor(3) end, function(v) return v:clamp(-0.5, v:t():t() * 0.5) end,
       function(v) return T.lerp(v, v * 2, 0.25), T.addcmul(v, v, v, -0.5) end,
       function(v) return v:gt(0.5):any(2), v:all(), v:lt(3):all(1, true) end,
+      function(v) return T.tril(v, 2), v:t():triu(-1), T.tril(v:gt(0), -40), v:long():triu(70) end,
+      function(v)  -- generators on the tensor's device: arange / linspace / eye
+        local o = { device = v.device }
+        return v + T.eye(33, 65, o), T.arange(-3, 40, 0.5, o), T.linspace(0.1, 1e3, 11, { dtype = "float64", device = v.device }),
+          T.arange(7, { dtype = "int32", device = v.device })
+      end,
     }
     local on_host = {}
     for i, f in ipairs(eager) do

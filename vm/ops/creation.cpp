@@ -119,7 +119,8 @@ void run_arange(OpCall& c) {
   });
 }
 
-// linspace(a, b, n): n points from a to b inclusive
+// linspace(a, b, n): n points from a to b inclusive. (This file is compiled with
+// -ffp-contract=off: start + i * step rounds twice, as the generated loops compute it.)
 std::vector<Meta> infer_linspace(OpCall& c) {
   int64_t n = c.integer(2);
   if (n < 0) fail(cat("steps must be non-negative, got ", n));

@@ -415,13 +415,67 @@ template <Real T> CR_VM_INLINE T log1p(T x) {
 
 // ---- trigonometric -------------------------------------------------------------------------
 
-template <Real T> CR_VM_INLINE T sin(T x) {
-  using namespace detail;
+namespace detail {
+template <Real T> CR_VM_INLINE T sin_reduced_in_double(T x) {
   SinCos sc = sincos_pio2(x);
   double v = blend((sc.q & 1u) != 0, sc.c, sc.s);
   v = blend((sc.q & 2u) != 0, -v, v);
   T res = blend(std::fabs(x) < kTrigLimit<T>, T(v), nan<T>());  // inf too
   return blend(std::fabs(x) < K<T>::tiny, x, res);
+}
+
+// Float sin for |x| <= kSinNear, all in float (16 lanes of AVX-512 where the double form has 8):
+// x = j pi/2 + r with pi/2 in four floats, the first two short enough that j c1 and j c2 are exact
+// for |j| < 2^8, and the float-accuracy polynomials evaluated in float. Within 1.6 ulp there
+// (tests/cpp/test_vmath.cpp); tiny arguments (-0 included) return themselves. j mod 4 is read
+// from the bits of the rounding sum t, as exp reads its k.
+inline constexpr float kSinNear = 256.0f;
+inline constexpr float kSinFf[] = {float(kSinF[0]), float(kSinF[1]), float(kSinF[2]), float(kSinF[3]), float(kSinF[4])};
+inline constexpr float kCosFf[] = {float(kCosF[0]), float(kCosF[1]), float(kCosF[2]), float(kCosF[3]), float(kCosF[4])};
+inline constexpr float kPio2f_1 = 1.5703125f, kPio2f_2 = 0x1.fb4p-12f;
+inline constexpr float kPio2f_3 = float(kPio2_1 - double(kPio2f_1) - double(kPio2f_2));
+inline constexpr float kPio2f_4 = float(kPio2_1 - double(kPio2f_1) - double(kPio2f_2) - double(kPio2f_3) + kPio2_2);
+CR_VM_INLINE float sin_near(float x) {
+  float t = x * float(kTwoOverPi) + Fp<float>::kShift;
+  float j = t - Fp<float>::kShift;
+  uint32_t q = bits(t) & 3u;
+  float r = std::fma(-j, kPio2f_1, x);
+  r = std::fma(-j, kPio2f_2, r);
+  r = std::fma(-j, kPio2f_3, r);
+  r = std::fma(-j, kPio2f_4, r);
+  float u = r * r;
+  float s = std::fma(r * u, horner(u, kSinFf), r);
+  float c = std::fma(u * u, horner(u, kCosFf), std::fma(-0.5f, u, 1.0f));
+  float v = blend((q & 1u) != 0, c, s);
+  v = blend((q & 2u) != 0, -v, v);
+  return blend(std::fabs(x) < K<float>::tiny, x, v);  // -0, and subnormals exactly
+}
+}  // namespace detail
+
+// float: the float form near zero, the double reduction beyond (per element; loops over many
+// elements use sin_block, which gives the same value for each).
+template <Real T> CR_VM_INLINE T sin(T x) {
+  using namespace detail;
+  if constexpr (kFloat<T>) return std::fabs(x) <= kSinNear ? sin_near(x) : sin_reduced_in_double(x);
+  else return sin_reduced_in_double(x);
+}
+
+// y[i] = sin(x[i]) for n floats (y may be x): the float form for every element near zero (a
+// loop GCC vectorises; an element beyond keeps its argument), then the double form for those,
+// if any (found again in y: the float form's results are within [-1, 1]).
+CR_VM_INLINE void sin_block(const float* x, float* y, int64_t n) {
+  using namespace detail;
+  uint32_t far = 0;  // (an integer: GCC does not vectorise a bool reduction)
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const bool near = std::fabs(v) <= kSinNear;  // (false for NaN)
+    far |= uint32_t(!near);
+    y[i] = blend(near, sin_near(v), v);
+  }
+  if (!far) return;
+  for (int64_t i = 0; i < n; ++i)
+    if (!(std::fabs(y[i]) <= kSinNear)) y[i] = sin_reduced_in_double(y[i]);
 }
 
 template <Real T> CR_VM_INLINE T cos(T x) {

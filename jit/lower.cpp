@@ -369,7 +369,7 @@ struct NodeLowering {
     v.graph_node = index;
     Body& b = v.body;
     int32_t root = -1;
-    if (name == "where") {
+    if (def.loop == LoopForm::Where) {
       int32_t c = operand(b, 0, shape, DType::b8);
       const DType cd = compute_dtype(m.dtype);
       root = b.add(Expr{EOp::Select, cd, c, operand(b, 1, shape, cd), operand(b, 2, shape, cd)});
@@ -452,7 +452,7 @@ struct NodeLowering {
 
   // arange / linspace / eye: values of their position, computed as the eager kernels compute them
   // (vm/ops/creation.cpp: in float64, then stored in the dtype). The op checked the arguments.
-  bool generator(const std::string& name) {
+  bool generator(LoopForm form) {
     const graph::ValueMeta& m = out().meta;
     if (m.dtype == DType::f16 || m.dtype == DType::bf16) return reject("a float16 / bfloat16 result");
     Shape shape = graph::concrete(m.sizes);
@@ -464,9 +464,9 @@ struct NodeLowering {
     auto at = [&](size_t d) { return Lowerer::index(b, Affine::var(d), DType::i64); };
     auto c = [&](double x, DType d) { return Lowerer::constant(b, x, d); };
     int32_t root;
-    if (name == "eye") {  // 1 on the diagonal
+    if (form == LoopForm::Eye) {  // 1 on the diagonal
       root = Lowerer::cast(b, Lowerer::arith(b, "==", at(0), at(1), DType::b8), m.dtype);
-    } else if (name == "arange") {  // start + i * step
+    } else if (form == LoopForm::Arange) {  // start + i * step
       const bool bounds = n.args.size() > 1 && n.args[1].tag == kNumber;  // arange(start, stop[, step]) / arange(stop)
       const double start = bounds ? num(0, 0) : 0, step = num(2, 1);
       root = Lowerer::arith(b, "+", c(start, f64), Lowerer::arith(b, "*", Lowerer::cast(b, at(0), f64), c(step, f64), f64), f64);
@@ -516,11 +516,16 @@ struct NodeLowering {
     if (n.random()) return reject("random");
     if (!(out().meta.device == L.g.values.front().meta.device)) return reject("on another device than the graph");
     if (!loop_dtype(out().meta.dtype, L.device())) return reject("float16 / bfloat16 result");
-    if (std::strcmp(def.name, "masked_fill") == 0) return masked_fill();
-    if (std::strcmp(def.name, "tril") == 0 || std::strcmp(def.name, "triu") == 0) return triangle(def.name[3] == 'l');
-    if (def.kind == OpKind::Creation)
-      for (const char* g : {"arange", "linspace", "eye"})
-        if (std::strcmp(def.name, g) == 0) return generator(g);
+    switch (def.loop) {  // a lowering of its own (OpDef::loop), else by the op's kind
+      case LoopForm::MaskedFill: return masked_fill();
+      case LoopForm::Tril:
+      case LoopForm::Triu: return triangle(def.loop == LoopForm::Tril);
+      case LoopForm::Arange:
+      case LoopForm::Linspace:
+      case LoopForm::Eye: return generator(def.loop);
+      case LoopForm::Where:  // (a ternary pointwise op: pointwise() selects)
+      case LoopForm::Auto: break;
+    }
     switch (def.kind) {
       case OpKind::Unary:
       case OpKind::Binary:

@@ -16,6 +16,12 @@ enum ValueTag : int32_t { kNone = 0, kTensor = 1, kNumber = 2, kBool = 3, kInts 
 
 enum class OpKind : int32_t { Unary, Binary, Ternary, Reduction, View, Join, Index, Linalg, Creation, Convert, Other };
 
+// How the code generators lower an op to loops (jit/lower.cpp). Auto: by its kind (pointwise ops
+// from `expr`, reductions, conversions); the others name a lowering of their own: a selection
+// (where, masked_fill), a triangle of positions (tril, triu), a generator of positions (arange,
+// linspace, eye).
+enum class LoopForm : uint8_t { Auto, Where, MaskedFill, Tril, Triu, Arange, Linspace, Eye };
+
 enum OpFlag : int32_t {
   kReturnsSelf = 1,   // in-place: the Lua wrapper returns its first argument
   kNoMethod = 2,      // only T.op(...), not x:op(...)
@@ -89,7 +95,13 @@ struct OpDef {
   // The argument slot of the op's {device =} option (creation ops), -1 without one; set by
   // Registry::add from the schema.
   int8_t device_arg = -1;
+  LoopForm loop = LoopForm::Auto;
 };
+// def with a loop form of its own (set at registration: `r.add(with_loop(OpDef{...}, LoopForm::Tril))`)
+inline OpDef with_loop(OpDef def, LoopForm form) {
+  def.loop = form;
+  return def;
+}
 
 class Registry {
  public:

@@ -43,7 +43,7 @@ void check_bits(const std::string& what, const std::function<void(Builder&)>& bu
   std::vector<Tensor> eager(g->values.size()), native(g->values.size());
   for (int32_t v : g->inputs) eager[size_t(v)] = native[size_t(v)] = copy_of(B.sample[size_t(v)]);
   run_eager(*g, ctx, eager);
-  for (int32_t out : g->outputs) {  // outputs start as NaN-filled lazy-free buffers: all written?
+  for (int32_t out : g->outputs) {  // outputs start filled with a byte pattern: every element written?
     const graph::ValueMeta& m = g->values[size_t(out)].meta;
     native[size_t(out)] = Tensor::empty(graph::concrete(m.sizes), m.dtype);
     std::memset(native[size_t(out)].data_bytes(), 0xA5, size_t(native[size_t(out)].numel()) * native[size_t(out)].itemsize());

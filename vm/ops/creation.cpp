@@ -206,9 +206,9 @@ void register_creation(Registry& r) {
   r.add(OpDef{"ones", sized.c_str(), OpKind::Creation, fn | kDeviceAware, infer_sized, run_ones});
   r.add(OpDef{"empty", sized.c_str(), OpKind::Creation, fn | kDeviceAware, infer_sized, run_empty});
   r.add(OpDef{"full", full.c_str(), OpKind::Creation, fn | kDeviceAware, infer_full, run_full});
-  r.add(OpDef{"arange", arange.c_str(), OpKind::Creation, fn, infer_arange, run_arange});
-  r.add(OpDef{"linspace", linspace.c_str(), OpKind::Creation, fn, infer_linspace, run_linspace});
-  r.add(OpDef{"eye", eye.c_str(), OpKind::Creation, fn, infer_eye, run_eye});
+  r.add(with_loop(OpDef{"arange", arange.c_str(), OpKind::Creation, fn, infer_arange, run_arange}, LoopForm::Arange));
+  r.add(with_loop(OpDef{"linspace", linspace.c_str(), OpKind::Creation, fn, infer_linspace, run_linspace}, LoopForm::Linspace));
+  r.add(with_loop(OpDef{"eye", eye.c_str(), OpKind::Creation, fn, infer_eye, run_eye}, LoopForm::Eye));
   r.add(OpDef{"rand", sized.c_str(), OpKind::Creation, fn | kRandom, infer_float_sized, run_rand});
   r.add(OpDef{"randn", sized.c_str(), OpKind::Creation, fn | kRandom, infer_float_sized, run_randn});
   r.add(OpDef{"randint", randint.c_str(), OpKind::Creation, fn | kRandom, infer_randint, run_randint});

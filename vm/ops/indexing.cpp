@@ -258,7 +258,8 @@ void register_indexing(Registry& r) {
   r.add(OpDef{"gather", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_gather, run_gather});
   r.add(OpDef{"embedding", "input:T, weight:T", OpKind::Index, kNoMethod | kValueErrors | kDeviceAware, infer_embedding,
               run_embedding});
-  r.add(OpDef{"masked_fill", "self:T, mask:T, value:TN", OpKind::Index, 0, infer_masked_fill, run_masked_fill});
+  r.add(with_loop(OpDef{"masked_fill", "self:T, mask:T, value:TN", OpKind::Index, 0, infer_masked_fill, run_masked_fill},
+                  LoopForm::MaskedFill));
   r.add(OpDef{"masked_fill_", "self:T, mask:T, value:TN", OpKind::Index, kReturnsSelf | kNoFunction | kDeviceAware,
               nullptr, run_masked_fill_});
 }

@@ -129,11 +129,18 @@ template <class Op> std::vector<Meta> infer_unary(OpCall& c) {
   return {{x.sizes(), out_dtype(Op::rule, compute_dtype(Op::rule, x.dtype(), Op::name)), x.device()}};
 }
 
-// Ops whose float loop is a two-pass block function of vm/kernels/vmath.hpp (vm::sin_block: the
-// float form for every element, the double form again for the rare ones beyond its range). It
-// gives each element Op::f's value, faster than Op::f in a loop, whose per-element choice does
-// not vectorise: the eager kernel runs it on contiguous data, as the code generators do.
-template <class Op, class T> constexpr bool kTwoPass = std::is_same_v<Op, Op_sin> && std::is_same_v<T, float>;
+// An op's loop over contiguous elements of T written in vm/kernels/vmath.hpp, declared beside
+// the op: it gives each element Op::f's value, faster than Op::f in a loop (float sin's
+// per-element choice between its float and double forms does not vectorise; vm::sin_block
+// computes the float form for every element, then the rare far ones again). The block function
+// (compiled code) and the eager kernel on contiguous data run it.
+template <class Op, class T> struct VmLoop {
+  static constexpr bool has = false;
+};
+template <> struct VmLoop<Op_sin, float> {
+  static constexpr bool has = true;
+  [[gnu::always_inline]] static void run(const float* x, float* y, int64_t n) { vm::sin_block(x, y, n); }  // (inlined: the AVX-512 twin keeps its lanes)
+};
 
 template <class Op, int Arity> BlockFn block_of(DType compute);
 
@@ -142,7 +149,7 @@ template <class Op> void run_unary(OpCall& c) {
   DType compute = compute_dtype(Op::rule, x.dtype(), Op::name);
   Tensor xc = cast(x, compute);
   const Tensor& out = c.outs[0];
-  if constexpr (kTwoPass<Op, float>) {
+  if constexpr (VmLoop<Op, float>::has) {
     if (compute == DType::f32 && xc.is_contiguous() && out.is_contiguous() && out.dtype() == DType::f32) {
       BlockFn fn = block_of<Op, 1>(compute);
       const float* src = xc.data<float>();
@@ -383,9 +390,9 @@ template <class Op, int Arity, class T>
   using TO = std::conditional_t<to_bool, bool, T>;
   TO* __restrict o = static_cast<TO*>(out);
   const T* x = static_cast<const T*>(a);
-  if constexpr (Arity == 1 && kTwoPass<Op, T>) {
+  if constexpr (Arity == 1 && VmLoop<Op, T>::has) {
     (void)b;
-    vm::sin_block(x, o, n);
+    VmLoop<Op, T>::run(x, o, n);
   } else if constexpr (Arity == 1) {
     (void)b;
     for (int64_t i = 0; i < n; ++i) store(o[i], Op::f(load(x[i])));
@@ -507,7 +514,8 @@ void register_pointwise(Registry& r) {
               Op_gelu_erf::expr, block_of<Op_gelu_erf, 1>});
 #define CR_REG_BINARY(NAME, ...) r.add(binary_def<Op_##NAME>(binary_schema(#NAME)));
   CR_BINARY_OPS(CR_REG_BINARY)
-  r.add(OpDef{"where", "condition:T, self:TN, other:TN", OpKind::Ternary, kNoMethod, infer_where, run_where});
+  r.add(with_loop(OpDef{"where", "condition:T, self:TN, other:TN", OpKind::Ternary, kNoMethod, infer_where, run_where},
+                  LoopForm::Where));
   // (an absent clamp bound leaves its sm::clamp_* call out; addcmul's value scales b, as add's alpha)
   r.add(OpDef{"clamp", "self:T, min:TN?, max:TN?", OpKind::Ternary, 0, infer_clamp, run_clamp,
               "sm::clamp_max_(sm::clamp_min_(a, b), c)"});

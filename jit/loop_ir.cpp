@@ -14,7 +14,7 @@ void Kernel::analyse() {
     const Expr& e = body.exprs[i];
     if (e.op == EOp::Load || e.op == EOp::Index) {
       for (size_t v = size_t(n_outer); v < sizes.size(); ++v) inner[i] = inner[i] || e.index[0].coef(v) != 0;
-      continue;
+      if (!e.gather()) continue;
     }
     if (e.op == EOp::Reduced) {
       depth[i] = depth[size_t(accs[size_t(e.acc)].expr)] + 1;
@@ -117,7 +117,8 @@ std::string Kernel::str() const {
   o << "}, " << n_outer << " outer (parallel)";
   if (chunk) o << ", innermost in chunks of " << int_str(chunk);
   o << "\nvoid " << name << "(";
-  for (size_t b = 0; b < buffers.size(); ++b) o << (b ? ", " : "") << "buf" << b << " /* #" << buffers[b] << " */";
+  for (size_t b = 0; b < buffers.size(); ++b)
+    o << (b ? ", " : "") << "buf" << b << " /* #" << buffers[b] << (int32_t(b) == check ? ", check word" : "") << " */";
   o << ") {\n";
   std::string ind = "  ";
   for (int v = 0; v < n_outer; ++v) {
@@ -136,7 +137,11 @@ std::string Kernel::str() const {
     shown[size_t(i)] = 1;
     out << in << ctype(e.dtype) << " e" << i << " = ";
     switch (e.op) {
-      case EOp::Load: out << "buf" << e.value << "[" << affine_str(e.index[0]) << "]"; break;
+      case EOp::Load:
+        out << "buf" << e.value << "[" << affine_str(e.index[0]);
+        if (e.gather()) out << " + (checked(e" << e.a << ", 1.." << int_str(e.limit) << ", site " << e.site << ") - 1)*" << int_str(e.stride);
+        out << "]";
+        break;
       case EOp::Const: out << num_str(e.num, e.dtype); break;
       case EOp::Count: out << "(double)" << int_str(e.count); break;
       case EOp::Cast: out << "(" << ctype(e.dtype) << ")e" << e.a; break;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "jit/checks.hpp"
 #include "jit/cpu/helpers.hpp"
 #include "vm/graph/graph.hpp"
 
@@ -55,6 +56,12 @@ const char* ctype(DType d);
 // Index: the value of an affine function of the variables (index[0], as a load's address), in
 // `dtype`: an element's position as data (tril / triu compare a row with a column). It moves with
 // the variables as addresses do (fusion substitutes it, collapsing and reordering rewrite it).
+// A gather is a Load whose position along one dim is data: operand `a`, an integer expression
+// holding a 1-based position (index_select, gather, embedding). In a LoopGraph, `dim` names that
+// dim (index[dim] is unused); in a Kernel the address is index[0] + (a - 1) * stride. A position
+// outside 1..limit reads position 1 instead and is reported through the kernel's check word
+// (jit/checks.hpp), naming LoopGraph::sites[site]. The source is always read from memory: a
+// value of the same kernel cannot be computed at a position known only when it is loaded.
 enum class EOp : uint8_t { Load, Const, Cast, Arith, Call, Select, Reduced, Count, Index };
 
 struct Expr {
@@ -71,6 +78,10 @@ struct Expr {
   BlockFn fn = nullptr;
   int32_t acc = -1;  // Reduced
   int64_t count = 0;  // Count (a parameter in templates: jit/loop_ir.hpp parametrize)
+  int32_t dim = -1;                   // gather (Load with a >= 0): the dim (LoopGraph)
+  int64_t stride = 0, limit = 0;      // gather: the dim's stride (Kernel) and size
+  int32_t site = -1;                  // gather: LoopGraph::sites entry of its error message
+  bool gather() const { return op == EOp::Load && a >= 0; }
 };
 
 // An expression DAG: operands come before their users; `root` is the value.
@@ -123,6 +134,7 @@ struct LoopGraph {
   std::vector<int32_t> of_graph;  // graph value id -> loop value id (-1: none yet)
   std::vector<LStep> steps;
   std::vector<std::string> notes;  // what ran as Extern and why (CRESCENT_LOGS=fusion)
+  CheckSites sites;  // gathers, for the errors of their checks (jit/checks.hpp)
   std::string str() const;
 };
 
@@ -155,6 +167,7 @@ struct Kernel {
   std::vector<Store> stores;
   std::vector<Accumulate> accs;   // Reduced exprs name these
   std::vector<int32_t> buffers;   // kernel buffer slot -> program buffer id
+  int32_t check = -1;             // the slot of the plan's check word (kernels with gathers)
   std::vector<int32_t> values;    // loop values computed here (for logs)
   int64_t chunk = 0;              // > 0: the innermost loop is split into chunks of this size
                                   // for parallel work (pointwise kernels only)

@@ -489,6 +489,52 @@ struct NodeLowering {
     return true;
   }
 
+  // index_select(x, dim, index) / gather(x, dim, index) / embedding(index, weight): x read at a
+  // position along one dim that is data (a gather Load, jit/loop_ir.hpp), 1-based, checked by
+  // the kernel against the dim's size. index_select's index runs along the result's dim d;
+  // gather's has the result's shape; embedding's (any shape) picks rows of {n, D} weights.
+  bool gather(LoopForm form) {
+    const bool embed = form == LoopForm::Embedding;
+    const graph::Arg &xa = n.args[embed ? 1 : 0], &ia = n.args[embed ? 0 : 2];
+    if (xa.tag != kTensor || ia.tag != kTensor) return reject("no tensor");
+    const graph::ValueMeta& xm = L.g.values[size_t(xa.value)].meta;
+    const graph::ValueMeta& im = L.g.values[size_t(ia.value)].meta;
+    if (xm.sizes.empty() || !is_integral(im.dtype)) return reject("a 0-d input or a non-integer index");
+    if (!loop_dtype(xm.dtype, L.device())) return reject("a float16 / bfloat16 input");
+    const Shape xs = graph::concrete(xm.sizes), is = graph::concrete(im.sizes);
+    const int d = embed ? 0 : normalize_dim(int64_t(n.args[1].num), int(xs.size()));
+    const graph::ValueMeta& m = out().meta;
+    Shape shape = graph::concrete(m.sizes);
+    int64_t numel = 1;
+    for (int64_t sz : shape) numel *= sz;
+    // no valid position and something to read: eager raises it before any kernel runs
+    if (xs[size_t(d)] == 0 && numel > 0) return reject("an empty dim to gather from");
+    LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
+    v.graph_node = index;
+    Body& b = v.body;
+    const size_t nd = shape.size();
+    std::vector<int> ivars(is.size(), -1);  // the index's dims over the result's variables
+    if (form == LoopForm::IndexSelect && !is.empty()) ivars[0] = d;
+    if (form == LoopForm::Gather)
+      for (size_t k = 0; k < is.size(); ++k) ivars[k] = int(k);
+    if (embed)
+      for (size_t k = 0; k < is.size(); ++k) ivars[k] = int(k);
+    int32_t il = L.of(ia.value);
+    int32_t at = Lowerer::cast(b, Lowerer::load_at(b, L.val(il), il, ivars), DType::i64);
+    Expr e{EOp::Load, xm.dtype};
+    e.value = L.of(xa.value);
+    e.a = at;
+    e.dim = d;
+    e.limit = xs[size_t(d)];
+    e.site = int32_t(L.lg.sites.size());
+    for (size_t k = 0; k < xs.size(); ++k)
+      e.index.push_back(int(k) == d ? Affine{} : Affine::var(embed ? nd - 1 : k));
+    L.lg.sites.push_back({n.where, n.def().name, embed ? cat("a weight of ", xs[0], " rows") : cat("dim ", d + 1, " of size ", xs[size_t(d)])});
+    b.root = Lowerer::cast(b, b.add(std::move(e)), m.dtype);
+    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
+    return true;
+  }
+
   // float() / long() / to(dtype) / clone() / contiguous(): an element-wise copy with a cast.
   bool convert() {
     if (n.inplace()) return reject("in-place");
@@ -523,6 +569,9 @@ struct NodeLowering {
       case LoopForm::Arange:
       case LoopForm::Linspace:
       case LoopForm::Eye: return generator(def.loop);
+      case LoopForm::IndexSelect:
+      case LoopForm::Gather:
+      case LoopForm::Embedding: return gather(def.loop);
       case LoopForm::Where:  // (a ternary pointwise op: pointwise() selects)
       case LoopForm::Auto: break;
     }

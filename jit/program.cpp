@@ -1,6 +1,8 @@
 // Running a compiled graph: buffers, kernel launches, extern steps, views, aliases.
 #include "jit/program.hpp"
 
+#include "jit/checks.hpp"
+
 #include "vm/devices.hpp"
 #include "vm/kernels/loop.hpp"
 
@@ -53,6 +55,8 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals) const {
   };
   std::vector<void*> bufs;
   std::vector<Tensor> moved;  // inputs copied to the device for this run
+  int64_t host_word[kCheckWords] = {0, 0, 0, 0};  // the CPU's check word (jit/checks.hpp)
+  bool checked = false;
   for (const PlanStep& st : plan_.steps) {
     if (st.node >= 0) {
       for (const graph::Arg& a : g.nodes[size_t(st.node)].args) {
@@ -65,6 +69,11 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals) const {
       bufs.clear();
       for (int32_t b : k.buffers) {
         const Buffer& buf = plan_.buffers[size_t(b)];
+        if (buf.check) {
+          checked = true;
+          bufs.push_back(device_.is_cpu() ? host_word : check_word());
+          continue;
+        }
         if (buf.computed) allocate(b);
         const Tensor& t = tensor_of(b);
         if (!t.defined() || t.is_lazy()) throw Error(cat("internal: buffer #", b, " has no storage"));
@@ -81,6 +90,10 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals) const {
     }
     for (int32_t b : st.release)
       if (mine[size_t(b)]) tensor_of(b) = Tensor();
+  }
+  if (checked) {
+    if (device_.is_cpu()) raise_check(host_word, lg.sites);
+    else defer_check();
   }
   for (int32_t gv : g.outputs) view_tensor(gv);
   for (const graph::Graph::Alias& a : g.aliases) {

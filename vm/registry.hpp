@@ -20,7 +20,7 @@ enum class OpKind : int32_t { Unary, Binary, Ternary, Reduction, View, Join, Ind
 // from `expr`, reductions, conversions); the others name a lowering of their own: a selection
 // (where, masked_fill), a triangle of positions (tril, triu), a generator of positions (arange,
 // linspace, eye).
-enum class LoopForm : uint8_t { Auto, Where, MaskedFill, Tril, Triu, Arange, Linspace, Eye };
+enum class LoopForm : uint8_t { Auto, Where, MaskedFill, Tril, Triu, Arange, Linspace, Eye, IndexSelect, Gather, Embedding };
 
 enum OpFlag : int32_t {
   kReturnsSelf = 1,   // in-place: the Lua wrapper returns its first argument

@@ -72,12 +72,14 @@ class KernelEmitter {
     cur_ = J.function_new_block(fn_, "entry");
     typed_buffers();
     load_params(J.param_as_rvalue(ps[2]));
+    start_check();
     gcc_jit_lvalue* w = local(t_.i64, "w");
     open_loop(w, J.param_as_rvalue(ps[3]), J.param_as_rvalue(ps[4]), 1);
     work_item(J.lvalue_as_rvalue(w));
     plan_row_cache();
     for (int d = 0; d <= k_.max_depth; ++d) stage(d);
     close_loop();
+    flush_check();
     J.block_end_with_void_return(cur_, nullptr);
   }
 
@@ -157,6 +159,7 @@ class KernelEmitter {
     for (const Expr& e : k_.body.exprs)
       if (e.op == EOp::Load) dt[size_t(e.value)] = e.dtype;
     for (const Store& s : k_.stores) dt[size_t(s.buffer)] = k_.body.exprs[size_t(s.expr)].dtype;
+    if (k_.check >= 0) dt[size_t(k_.check)] = DType::i64;
     for (size_t b = 0; b < dt.size(); ++b) {
       gcc_jit_rvalue* raw = J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, bufs_, i64(int64_t(b))));
       ptrs_.push_back(assign(J.context_new_cast(c_, nullptr, raw, J.type_get_pointer(type(dt[b]))), J.type_get_pointer(type(dt[b])), "buf"));
@@ -217,13 +220,50 @@ class KernelEmitter {
     return J.context_new_array_access(c_, nullptr, ptrs_[size_t(slot)], address(a));
   }
 
+  // ---- the check word of gathers (jit/checks.hpp) ----
+  // A position outside 1..limit reads position 1 and is remembered in locals, with selects (the
+  // loop still vectorises); the function stores the last one found in the word before it returns.
+  void start_check() {
+    if (k_.check < 0) return;
+    bad_ = local(t_.bool_, "bad");
+    J.block_add_assignment(cur_, nullptr, bad_, J.context_new_rvalue_from_int(c_, t_.bool_, 0));
+    for (gcc_jit_lvalue*& l : bad_word_) {
+      l = local(t_.i64, "badw");
+      J.block_add_assignment(cur_, nullptr, l, i64(0));
+    }
+  }
+  gcc_jit_rvalue* gathered(const Expr& e, gcc_jit_rvalue* p) {
+    p = assign(p, t_.i64, "pos");
+    gcc_jit_rvalue* ok = assign(bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_AND, J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_GE, p, i64(1)),
+                                    J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_LE, p, num(e.limit))),
+                                t_.bool_, "ok");
+    J.block_add_assignment(cur_, nullptr, bad_, bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_OR, J.lvalue_as_rvalue(bad_),
+                                                    J.context_new_unary_op(c_, nullptr, GCC_JIT_UNARY_OP_LOGICAL_NEGATE, t_.bool_, ok)));
+    gcc_jit_rvalue* found[3] = {p, num(e.limit), i64(e.site + 1)};
+    for (int w = 0; w < 3; ++w)
+      J.block_add_assignment(cur_, nullptr, bad_word_[w], select(ok, J.lvalue_as_rvalue(bad_word_[w]), found[w], DType::i64));
+    gcc_jit_rvalue* pos = select(ok, bin(t_.i64, GCC_JIT_BINARY_OP_MINUS, p, i64(1)), i64(0), DType::i64);
+    gcc_jit_rvalue* at = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, address(e.index[0]), bin(t_.i64, GCC_JIT_BINARY_OP_MULT, pos, num(e.stride)));
+    return J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, ptrs_[size_t(e.value)], at));
+  }
+  void flush_check() {
+    if (k_.check < 0) return;
+    gcc_jit_block* store = J.function_new_block(fn_, nullptr);
+    gcc_jit_block* next = J.function_new_block(fn_, nullptr);
+    J.block_end_with_conditional(cur_, nullptr, J.lvalue_as_rvalue(bad_), store, next);
+    for (int w = 0; w < 3; ++w)
+      J.block_add_assignment(store, nullptr, J.context_new_array_access(c_, nullptr, ptrs_[size_t(k_.check)], i64(w)), J.lvalue_as_rvalue(bad_word_[w]));
+    J.block_end_with_jump(store, nullptr, next);
+    cur_ = next;
+  }
+
   // ---- expressions ----
   // The value of expression i, built from `operand(j)` for its operands.
   gcc_jit_rvalue* build(int32_t i, const std::function<gcc_jit_rvalue*(int32_t)>& operand) {
     const Expr& e = k_.body.exprs[size_t(i)];
     auto dt = [&](int32_t j) { return k_.body.exprs[size_t(j)].dtype; };
     switch (e.op) {
-      case EOp::Load: return J.lvalue_as_rvalue(element(e.value, e.index[0]));
+      case EOp::Load: return e.gather() ? gathered(e, operand(e.a)) : J.lvalue_as_rvalue(element(e.value, e.index[0]));
       case EOp::Index: return cast(address(e.index[0]), DType::i64, e.dtype);
       case EOp::Const: return constant(e.num, e.dtype);
       case EOp::Count: return J.context_new_cast(c_, nullptr, num(e.count), t_.f64);
@@ -335,7 +375,7 @@ class KernelEmitter {
     size_t last = k_.sizes.size() - 1, row_var = size_t(k_.n_outer - 1);
     std::set<std::pair<int32_t, std::vector<int64_t>>> seen;
     for (const Expr& e : k_.body.exprs) {
-      if (e.op != EOp::Load || e.index[0].coef(last) != 1 || e.index[0].coef(row_var) == 0) continue;
+      if (e.op != EOp::Load || e.gather() || e.index[0].coef(last) != 1 || e.index[0].coef(row_var) == 0) continue;
       bool stage0 = false;  // read by stage 0 (its reductions or stores)
       for (const Accumulate& a : k_.accs) stage0 = stage0 || (k_.depth[size_t(a.expr)] == 0 && reads(a.expr, &e - k_.body.exprs.data()));
       if (!stage0 || !seen.insert({e.value, e.index[0].k}).second) continue;
@@ -561,7 +601,7 @@ class KernelEmitter {
     std::vector<int> direct(accs.size(), 0);  // reductions read straight from a unit-stride buffer
     for (size_t a = 0; a < accs.size(); ++a) {
       const Expr& e = ex[size_t(k_.accs[size_t(accs[a])].expr)];
-      direct[a] = e.op == EOp::Load && e.index[0].coef(last) == 1;
+      direct[a] = e.op == EOp::Load && !e.gather() && e.index[0].coef(last) == 1;
       need(k_.accs[size_t(accs[a])].expr);
     }
     // Block calls read unit-stride loads where they lie and write their results straight into a
@@ -596,7 +636,7 @@ class KernelEmitter {
         for (int32_t o : {e.a, e.b}) {
           if (o < 0 || !k_.inner[size_t(o)] || temp.count(o)) continue;
           const Expr& oe = ex[size_t(o)];
-          if (oe.op == EOp::Load && oe.index[0].coef(last) == 1) temp.emplace(o, in_buffer(oe.value, oe.index[0], oe.dtype));
+          if (oe.op == EOp::Load && !oe.gather() && oe.index[0].coef(last) == 1) temp.emplace(o, in_buffer(oe.value, oe.index[0], oe.dtype));
           else temp.emplace(o, array(oe.dtype));
         }
       }
@@ -698,6 +738,8 @@ class KernelEmitter {
   std::map<size_t, gcc_jit_rvalue*> params_;  // parameter slot -> its local
   std::map<int, gcc_jit_lvalue*> accs_;
   std::map<int32_t, RowCache> row_cache_;
+  gcc_jit_lvalue* bad_ = nullptr;            // the check word's locals (gathers)
+  gcc_jit_lvalue* bad_word_[3] = {};
   gcc_jit_function* prefetch_ = nullptr;
   int counter_ = 0;
 };

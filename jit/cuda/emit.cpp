@@ -67,6 +67,8 @@ void KernelWriter::set_index_type() {
   };
   for (const Expr& e : c.body.exprs)
     if (e.op == EOp::Load || e.op == EOp::Index) reach(e.index[0]);
+  for (const Expr& e : c.body.exprs)  // a gather's position adds up to (limit - 1) * |stride|
+    if (e.gather()) bound = std::max(bound, bound + std::max<int64_t>(e.limit - 1, 0) * std::abs(e.stride));
   for (const Store& s : c.stores) reach(s.addr);
   int64_t step = std::max<int64_t>(out.grid, 1) * out.block * 4;
   out.index32 = bound + step < (int64_t(1) << 31);
@@ -100,6 +102,7 @@ std::vector<Param> params_of(const Kernel& k, const Plan& plan) {
     ps[size_t(s.buffer)].written = true;
     ps[size_t(s.buffer)].dtype = k.body.exprs[size_t(s.expr)].dtype;
   }
+  if (k.check >= 0) ps[size_t(k.check)].written = ps[size_t(k.check)].read = true;  // (shared by all threads)
   return ps;
 }
 

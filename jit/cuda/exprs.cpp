@@ -70,7 +70,11 @@ const char* fold_name(ReduceKind k) {
   return "?";
 }
 
-std::string plain_load(const Expr& e) { return cat("p", e.value, "[", affine_str(e.index[0]), "]"); }
+std::string plain_load(const Kernel& k, const Expr& e) {
+  if (!e.gather()) return cat("p", e.value, "[", affine_str(e.index[0]), "]");
+  return cat("p", e.value, "[", affine_str(e.index[0]), " + cr::position(e", e.a, ", ", int_str(e.limit), ", ", e.site, ", p", k.check,
+             ") * ", int_str(e.stride), "]");
+}
 
 std::string Exprs::ref(int32_t i) {
   std::string name = cat("e", i);
@@ -99,7 +103,7 @@ std::string Exprs::rhs(int32_t i) {
   const Expr& e = k_.body.exprs[size_t(i)];
   auto name = [](int32_t j) { return cat("e", j); };
   switch (e.op) {
-    case EOp::Load: return load ? load(e) : plain_load(e);
+    case EOp::Load: return load ? load(e) : plain_load(k_, e);
     case EOp::Const: return literal(e.num, e.dtype);
     case EOp::Index: return cat("(", cuda_type(e.dtype), ")(", affine_str(e.index[0]), ")");
     case EOp::Count: return cat("double(", int_str(e.count), ")");

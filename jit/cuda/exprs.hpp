@@ -61,7 +61,7 @@ class Exprs {
   std::vector<std::vector<int32_t>> scopes_{1};
 };
 
-// The plain load text: p<slot>[<affine>].
-std::string plain_load(const Expr& e);
+// The plain load text: p<slot>[<affine>], and a gather's position checked (cr::position).
+std::string plain_load(const Kernel& k, const Expr& e);
 
 }  // namespace cr::jit::cuda

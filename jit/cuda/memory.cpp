@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "jit/cuda/checks.hpp"
 #include "jit/cuda/driver.hpp"
 #include "vm/error.hpp"
 
@@ -125,6 +126,7 @@ void copy_to_host(void* dst, const void* src, size_t n, int index) {
   if (n == 0) return;
   use_device(index);
   CR_CU(cuMemcpyDtoH(dst, dptr(src), n), cat(n, " bytes from cuda:", index));
+  jit::cuda::check_deferred(index);
 }
 void copy_on_device(void* dst, const void* src, size_t n, int index) {
   if (n == 0) return;
@@ -141,6 +143,7 @@ void fill_pattern(void* dst, size_t count, int width, uint32_t pattern, int inde
 void synchronize(int index) {
   use_device(index);
   CR_CU(cuCtxSynchronize(), cat("synchronising cuda:", index));
+  jit::cuda::check_deferred(index);
 }
 
 }  // namespace cr::cuda

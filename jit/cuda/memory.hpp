@@ -26,6 +26,7 @@ MemoryStats memory_stats(int index);
 size_t garbage_budget();
 
 // Synchronous copies (the device's legacy default stream orders them after earlier launches).
+// copy_to_host and synchronize then raise what the kernels' checks found (jit/cuda/checks.hpp).
 void copy_to_device(void* dst, const void* src, size_t n, int index);
 void copy_to_host(void* dst, const void* src, size_t n, int index);
 void copy_on_device(void* dst, const void* src, size_t n, int index);

@@ -71,7 +71,7 @@ std::vector<char> vector_loads(const Kernel& k, std::vector<int64_t>* params = n
   std::vector<char> r(k.body.exprs.size(), 0);
   for (size_t i = 0; i < k.body.exprs.size(); ++i) {
     const Expr& e = k.body.exprs[i];
-    r[i] = e.op == EOp::Load && aligned_unit(e.index[0], k.sizes.size() - 1, params);
+    r[i] = e.op == EOp::Load && !e.gather() && aligned_unit(e.index[0], k.sizes.size() - 1, params);
   }
   return r;
 }
@@ -110,9 +110,9 @@ void vector_body(KernelWriter& w, Exprs& ex) {
   // lane loads: a vectorised load reads its lane of the vector (the expression's id is its
   // position in the body)
   const std::vector<Expr>& exprs = k.body.exprs;
-  ex.load = [vec_load, &exprs](const Expr& e) {
+  ex.load = [vec_load, &exprs, &k](const Expr& e) {
     size_t i = size_t(&e - exprs.data());
-    return vec_load[i] ? cat("v", i, ".v[u]") : plain_load(e);
+    return vec_load[i] ? cat("v", i, ".v[u]") : plain_load(k, e);
   };
   w.lines.add("#pragma unroll");
   w.lines.open(cat("for (int u = 0; u < ", kVec, "; ++u)"));

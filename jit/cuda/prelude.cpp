@@ -65,6 +65,18 @@ template <class T> struct alignas(4 * sizeof(T)) vec4 { T v[4]; };
 template <class T> __forceinline__ vec4<T> load4(const T* p) { return *reinterpret_cast<const vec4<T>*>(p); }
 template <class T> __forceinline__ void store4(T* p, const vec4<T>& x) { *reinterpret_cast<vec4<T>*>(p) = x; }
 
+// A gather's 1-based position p as a 0-based one. A p outside 1..limit reads position 1 (never a
+// wild read) and is recorded in the kernel's check word {p, limit, site + 1} by the first thread
+// that finds one; the host reads the word at its next synchronisation (jit/checks.hpp).
+__forceinline__ int64_t position(int64_t p, int64_t limit, int site, int64_t* check) {
+  if (p >= 1 && p <= limit) return p - 1;
+  if (atomicCAS(reinterpret_cast<unsigned long long*>(check + 2), 0ull, (unsigned long long)(site + 1)) == 0ull) {
+    check[0] = p;
+    check[1] = limit;
+  }
+  return 0;
+}
+
 // Reduction folds. Integer sums and products wrap (unsigned arithmetic), as the CPU folds do;
 // max / min propagate NaN (the first NaN wins), as torch.amax / torch.amin.
 struct Sum {

@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 
+#include "jit/cuda/checks.hpp"
 #include "jit/cuda/emit.hpp"
 #include "jit/program.hpp"
 
@@ -21,7 +22,10 @@ class Program : public PlanProgram {
 
  private:
   void launch(size_t k, void** bufs) const override;
+  void* check_word() const override;
+  void defer_check() const override;
   CudaModule module_;
+  std::shared_ptr<DeviceCheck> check_;  // (plans with gathers)
   std::unique_ptr<LoadedModule> loaded_;
   std::vector<void*> fns_;  // CUfunction per kernel
 };

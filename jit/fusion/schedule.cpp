@@ -40,6 +40,7 @@ class Scheduler {
   void finish_kernel(Kernel& k, const Group& g);
   void plan_memory();
   int32_t buffer_for(int32_t lv);
+  int32_t check_word();
 
   Plan plan_;
   int threads_;
@@ -170,6 +171,10 @@ class Builder {
     std::vector<int32_t> map(body.exprs.size(), -1);
     for (size_t i = 0; i < body.exprs.size(); ++i) {
       const Expr& e = body.exprs[i];
+      if (e.gather()) {
+        map[i] = gather(e, map[size_t(e.a)], idx);
+        continue;
+      }
       if (e.op == EOp::Load) {
         std::vector<Affine> sub;
         for (const Affine& a : e.index) sub.push_back(substitute(a, idx));
@@ -187,8 +192,30 @@ class Builder {
     }
     return map[size_t(body.root)];
   }
+  bool gathers = false;  // the kernel has a gather (it takes the check word)
 
  private:
+  // A gather of a value from memory (never computed here: its position is data), its own dims
+  // read at idx but for the gathered dim, whose position is the kernel expression `at`.
+  int32_t gather(const Expr& e, int32_t at, const std::vector<Affine>& idx) {
+    int32_t src = e.value;
+    Layout l = layout_(src);
+    if (val(src).kind == LKind::View) {
+      l = {val(src).strides, val(src).offset};
+      src = val(src).root;
+    }
+    if (g_.has(src)) throw Error("a gather of a value computed in the same kernel");
+    std::vector<Affine> sub;
+    for (size_t d = 0; d < e.index.size(); ++d) sub.push_back(int32_t(d) == e.dim ? Affine{} : substitute(e.index[d], idx));
+    Expr g = e;
+    g.index = {address_of(l, sub)};
+    g.value = slot_(src);
+    g.a = at;
+    g.stride = l.strides[size_t(e.dim)];
+    gathers = true;
+    return k_.body.add(std::move(g));
+  }
+
   const Plan& plan_;
   const Group& g_;
   Kernel& k_;
@@ -289,6 +316,10 @@ Kernel Scheduler::build(const Group& g, bool check_only, const std::vector<char>
     else
       idx = map;
     k.stores.push_back(Store{slot(lv), address_of(layout(lv), idx), e});
+  }
+  if (bld.gathers && !check_only) {
+    k.check = int32_t(k.buffers.size());
+    k.buffers.push_back(check_word());
   }
   k.values = g.members;
   return k;
@@ -403,6 +434,19 @@ void Scheduler::finish_kernel(Kernel& k, const Group& g) {
 }
 
 // ---- the plan ---------------------------------------------------------------------------------
+
+// The plan's check word (one for all its kernels): four int64, provided by the program.
+int32_t Scheduler::check_word() {
+  for (size_t b = 0; b < plan_.buffers.size(); ++b)
+    if (plan_.buffers[b].check) return int32_t(b);
+  Buffer b;
+  b.check = true;
+  b.sizes = {4};
+  b.strides = {1};
+  b.dtype = DType::i64;
+  plan_.buffers.push_back(b);
+  return int32_t(plan_.buffers.size() - 1);
+}
 
 int32_t Scheduler::buffer_for(int32_t lv) {
   if (plan_.buffer_of[size_t(lv)] >= 0) return plan_.buffer_of[size_t(lv)];

@@ -23,6 +23,14 @@ inline Tensor uniform(const Shape& s, uint32_t seed) {
   for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(gen);
   return t;
 }
+// An int64 (or int32) tensor of positions in 1..n (the indices of gathers: 1-based).
+inline Tensor positions(const Shape& s, int64_t n, uint32_t seed, DType d = DType::i64) {
+  Tensor t = Tensor::empty(s, DType::i64);
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int64_t> u(1, n);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = u(gen);
+  return cast(t, d);
+}
 // Whether a backend probe (jit::cpu_backend_available, cuda::nvrtc_available) succeeds; when not,
 // warns with `skipped` and the probe's reason, and the caller skips its test.
 inline bool available(bool (*probe)(std::string*), const char* skipped) {

@@ -155,6 +155,10 @@ std::vector<std::string> all_pointwise(Builder& B, DType d, const std::set<std::
   add("addcmul", {T(x), T(y), T(x), N(0.5)});
   add("tril", {T(x), N(1)});  // an element's row and column as data (EOp::Index)
   add("triu", {T(x), N(-2)});
+  int32_t cols = B.input(positions({5}, 64, 4)), rows = B.input(positions({3, 64}, 8, 5));
+  add("index_select", {T(x), N(2), T(cols)});  // loads at positions that are data, checked
+  add("gather", {T(x), N(1), T(rows)});
+  add("embedding", {T(cols), T(B.op("transpose", {T(y), N(1), N(2)}))});
   for (const char* conv : {"float", "double", "int", "long", "bool", "clone"}) add(conv, {T(x)});
   return names;
 }
@@ -285,6 +289,16 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
     int32_t y = R.input(sample({48, 64}, DType::f32, 15));
     R.g.outputs = {R.op("sum", {T(R.op("tril", {T(y)})), N(-1)})};
     REQUIRE(compile(R, "tril_sum").module.kernels.size() == 1);
+  }
+  SECTION("gathers: fused with their users, of a stored value, the check word a parameter") {
+    int32_t x = B.input(sample({6, 64}, DType::f32, 17));
+    int32_t idx = B.input(positions({8}, 64, 18));
+    int32_t sel = B.op("index_select", {T(B.op("exp", {T(x)})), N(2), T(idx)});
+    B.g.outputs = {B.op("mul", {T(sel), N(2)}), B.op("sum", {T(B.op("embedding", {T(idx), T(B.op("transpose", {T(x), N(1), N(2)}))})), N(-1)})};
+    CHECK(externs(B.g).empty());
+    Compiled r = compile(B, "gathers");
+    REQUIRE(r.module.kernels.size() == 3);  // exp (stored: a gather reads memory), its gather, the embedding's sum
+    CHECK(r.module.source.find("cr::position(") != std::string::npos);
   }
   SECTION("arange / linspace / eye: generators from positions, fused with a user") {
     int32_t x = B.input(sample({6, 8}, DType::f32, 16));

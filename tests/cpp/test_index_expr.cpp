@@ -1,5 +1,6 @@
 // The loop IR's Index expression (an element's position as data, jit/loop_ir.hpp): tril / triu
-// and the generators arange / linspace / eye lowered to loops. Each graph goes through the CPU
+// and the generators arange / linspace / eye lowered to loops; and gathers (a load at a position
+// that is data): index_select / gather / embedding, with their positions checked by the kernel. Each graph goes through the CPU
 // backend and must give the eager kernels' bits; on CUDA the same lowering makes their eager
 // kernels (tests/cpp/test_cuda_emit.cpp compiles them to CUBIN, tests/lua/test_cuda.lua runs
 // them). Skipped (with a warning) where libgccjit cannot be loaded.
@@ -59,6 +60,69 @@ void check_bits(const std::string& what, const std::function<void(Builder&)>& bu
 }
 
 }  // namespace
+
+TEST_CASE("Gathers compiled: index_select / gather / embedding, eager's bits", "[gccjit]") {
+  if (!have_gccjit()) return;
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::b8}) {
+    check_bits(cat("index_select ", dtype_name(d)), [&](Builder& B) {
+      int32_t x = B.input(cast(uniform({5, 7}, 3), d));
+      int32_t t = B.op("transpose", {T(x), N(1), N(2)});  // {7, 5}, strided
+      int32_t cols = B.input(positions({9}, 7, 4)), rows = B.input(positions({3}, 5, 5, DType::i32));
+      int32_t none_ = B.input(positions({0}, 5, 6));
+      B.g.outputs = {B.op("index_select", {T(x), N(2), T(cols)}), B.op("index_select", {T(x), N(-2), T(rows)}),
+                     B.op("index_select", {T(t), N(2), T(rows)}), B.op("index_select", {T(x), N(1), T(none_)})};
+    });
+    check_bits(cat("gather ", dtype_name(d)), [&](Builder& B) {
+      int32_t x = B.input(cast(uniform({5, 7}, 7), d));
+      int32_t t = B.op("transpose", {T(x), N(1), N(2)});
+      B.g.outputs = {B.op("gather", {T(x), N(1), T(B.input(positions({3, 7}, 5, 8)))}),
+                     B.op("gather", {T(x), N(2), T(B.input(positions({5, 11}, 7, 9)))}),
+                     B.op("gather", {T(x), N(2), T(B.input(positions({2, 3}, 7, 10, DType::i32)))}),
+                     B.op("gather", {T(t), N(1), T(B.input(positions({4, 5}, 7, 11)))})};
+    });
+    check_bits(cat("embedding ", dtype_name(d)), [&](Builder& B) {
+      int32_t w = B.input(cast(uniform({9, 6}, 12), d));
+      B.g.outputs = {B.op("embedding", {T(B.input(positions({2, 3}, 9, 13))), T(w)}),
+                     B.op("embedding", {T(B.input(positions({4}, 9, 14))), T(B.op("transpose", {T(B.input(cast(uniform({6, 9}, 15), d))), N(1), N(2)}))})};
+    });
+  }
+  check_bits("gathers fused with their users, of computed values, at computed positions", [](Builder& B) {
+    int32_t x = B.input(uniform({6, 8}, 16));
+    int32_t idx = B.input(positions({5}, 8, 17));
+    int32_t sel = B.op("index_select", {T(B.op("sin", {T(x)})), N(2), T(idx)});  // the sin is stored first
+    int32_t at = B.op("sub", {T(B.op("add", {T(idx), N(3)})), N(3)});           // a position computed in the kernel
+    B.g.outputs = {B.op("mul", {T(sel), N(2)}), B.op("add", {T(B.op("index_select", {T(x), N(2), T(at)})), N(1)}),
+                   B.op("sum", {T(B.op("embedding", {T(idx), T(B.op("transpose", {T(x), N(1), N(2)}))})), N(2)})};
+  });
+}
+
+TEST_CASE("Gathers compiled: a position out of range raises, naming the op", "[gccjit]") {
+  if (!have_gccjit()) return;
+  Context ctx;
+  Builder B{ctx};
+  int32_t x = B.input(uniform({5, 7}, 18));
+  int32_t idx = B.input(positions({4}, 7, 19));
+  B.g.outputs = {B.op("add", {T(B.op("index_select", {T(x), N(2), T(idx)})), N(1)})};
+  auto g = std::make_shared<Graph>(B.g);
+  jit::Options o;
+  o.threads = 2;
+  o.sync = true;
+  jit::compile_native(g, o);
+  REQUIRE(g->native->exe);
+  for (int64_t bad : {0, 8, -1}) {
+    INFO("position " << bad);
+    std::vector<Tensor> vals(g->values.size());
+    vals[size_t(x)] = copy_of(B.sample[size_t(x)]);
+    Tensor pos = copy_of(B.sample[size_t(idx)]);
+    pos.data<int64_t>()[2] = bad;
+    vals[size_t(idx)] = pos;
+    CHECK_THROWS_WITH(g->native->exe->run(ctx, vals),
+                      Catch::Contains(cat("index_select: index ", bad, " is out of range for dim 2 of size 7 (expected 1..7)")));
+    vals[size_t(idx)] = copy_of(B.sample[size_t(idx)]);  // and the next run is fine again
+    vals[size_t(g->outputs[0])] = Tensor();
+    CHECK_NOTHROW(g->native->exe->run(ctx, vals));
+  }
+}
 
 TEST_CASE("Index expressions: tril / triu compiled, eager's bits", "[gccjit]") {
   if (!have_gccjit()) return;

@@ -248,15 +248,48 @@ describe("CUDA tensors", function()
       expect.close(l:cpu():double(), T.linear(a:double(), b:t():double(), bias:double()), rel, rel * 8)
     end
   end)
-  it("look embeddings up on the device, checking the indices", function()
+  it("gather on the device (index_select, gather, embedding), checking the positions there", function()
     need_gpu()
-    local w, idx = T.randn(50, 8), T.tensor({ { 3, 50, 1 }, { 7, 7, 2 } }):long()
     local h = T.cuda.stats().host_ops
-    local got = T.embedding(idx:cuda(), w:cuda())
-    expect.eq(got.device, "cuda:0")
-    expect.eq(got:cpu():totable(), T.embedding(idx, w):totable())
-    expect.eq(T.cuda.stats().host_ops, h)
-    errs(function() local _ = T.embedding(T.tensor({ 51 }):long():cuda(), w:cuda()) end, "embedding", "51")
+    for _, dt in ipairs { "float32", "float64", "int32", "int64", "bool", "float16", "bfloat16" } do
+      local x = (T.randn(6, 9) * 4):to(dt)
+      local xt = x:t() -- a strided source
+      local cols, rows = T.tensor({ 9, 1, 3, 3, 7 }):long(), T.tensor({ 2, 6 }):int()
+      local pos = T.randint(1, 7, { 4, 9 }):long()
+      local ids = T.tensor({ { 3, 9, 1 }, { 7, 7, 2 } }):long()
+      local dx, dxt = x:cuda(), xt:cuda()
+      local cases = {
+        { dx:index_select(2, cols:cuda()), x:index_select(2, cols) },
+        { dx:index_select(-2, rows:cuda()), x:index_select(-2, rows) },
+        { dxt:index_select(2, rows:cuda()), xt:index_select(2, rows) },
+        { dx:gather(1, pos:cuda()), x:gather(1, pos) },
+        { T.embedding(ids:cuda(), dxt), T.embedding(ids, xt) },
+        { dx:index_select(1, T.tensor({}):long():cuda()), x:index_select(1, T.tensor({}):long()) },
+      }
+      for i, c in ipairs(cases) do
+        expect.eq({ c[1].device, c[1].dtype, c[1].shape }, { "cuda:0", dt, c[2].shape }, dt .. " case " .. i)
+        expect.eq(c[1]:cpu():double():totable(), c[2]:double():totable(), dt .. " case " .. i)
+      end
+    end
+    expect.eq(T.cuda.stats().host_ops, h, "ops on host copies")
+    -- compiled: fused with their users, the positions computed in the kernel
+    local x, idx = T.randn(8, 16), T.tensor({ 16, 2, 5 }):long()
+    local line = debug.getinfo(1, "l").currentline + 1
+    local f = T.compile(function(a, i) return (a:exp():index_select(2, i + 1 - 1) * 2):sum(-1) end)
+    local want = (x:exp():index_select(2, idx) * 2):sum(-1)
+    for _ = 1, 3 do expect.close(f(x:cuda(), idx:cuda()):cpu(), want, 1e-5, 1e-5) end
+    -- a bad position: reported at the next synchronisation (the op does not wait), naming the op
+    -- and its line; the device stays usable
+    local w = T.randn(50, 8):cuda()
+    local bad = T.embedding(T.tensor({ 3, 51 }):long():cuda(), w)
+    errs(function() local _ = bad:cpu() end, "cpu", "embedding: index 51 is out of range for a weight of 50 rows (expected 1..50)",
+      "found by a CUDA kernel that ran before this synchronisation")
+    errs(function() local _ = x:cuda():index_select(2, T.tensor({ 0 }):long():cuda()); T.cuda.synchronize() end,
+      "index_select", "index 0 is out of range for dim 2 of size 16 (expected 1..16)")
+    errs(function() local _ = f(x:cuda(), T.tensor({ 17 }):long():cuda()):cpu() end, "cpu",  -- (and the op's line, compiled)
+      ("test_cuda.lua:%d: index_select: index 17 is out of range for dim 2 of size 16"):format(line))
+    expect.eq(T.embedding(T.tensor({ 50 }):long():cuda(), w):cpu():totable(), { w:cpu()[50]:totable() })
+    for _ = 1, 3 do expect.close(f(x:cuda(), idx:cuda()):cpu(), want, 1e-5, 1e-5) end
   end)
   it("refuse tensors of two devices in one op, as PyTorch", function()
     need_gpu()

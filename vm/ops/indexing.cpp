@@ -169,29 +169,8 @@ std::vector<Meta> infer_embedding(OpCall& c) {
   return {{e.shape, e.w.dtype(), e.w.device()}};
 }
 
-// On a CUDA device: the indices are read back (few: a decode step's tokens) and each row is one
-// device-to-device copy; many indices go through host copies.
-constexpr int64_t kDeviceRowCopies = 4096;
-void device_embedding(Embed& e, const Tensor& out) {
-  Tensor idx = contiguous(host_copy(e.idx));
-  check_range(idx, e.w.size(0), cat("a weight of ", e.w.size(0), " rows"));
-  const int64_t n = idx.numel();
-  if (n > kDeviceRowCopies) {
-    Tensor host = Tensor::empty(out.sizes(), out.dtype());
-    gather_into(Tensor::view_of(host, {n, e.w.size(1)}, contiguous_strides({n, e.w.size(1)}), 0), host_copy(contiguous(e.w)), 0,
-                Tensor::view_of(idx, {n, e.w.size(1)}, {1, 0}, 0));
-    return copy_across(out, host);
-  }
-  Tensor w = contiguous(e.w);
-  const size_t row = size_t(w.size(1)) * w.itemsize();
-  const int64_t* p = idx.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i)
-    cuda::copy_on_device(out.data_bytes() + size_t(i) * row, w.data_bytes() + size_t(p[i] - 1) * row, row, out.device().index);
-}
-
 void run_embedding(OpCall& c) {
   Embed e = prepare_embedding(c);
-  if (!e.w.device().is_cpu()) return device_embedding(e, c.outs[0]);
   check_range(e.idx, e.w.size(0), cat("a weight of ", e.w.size(0), " rows"));
   int64_t n = e.idx.numel();
   Tensor out = Tensor::view_of(c.outs[0], {n, e.w.size(1)}, contiguous_strides({n, e.w.size(1)}), 0);
@@ -254,10 +233,13 @@ void run_masked_fill_(OpCall& c) {
 }  // namespace
 
 void register_indexing(Registry& r) {
-  r.add(OpDef{"index_select", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_index_select, run_index_select});
-  r.add(OpDef{"gather", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_gather, run_gather});
-  r.add(OpDef{"embedding", "input:T, weight:T", OpKind::Index, kNoMethod | kValueErrors | kDeviceAware, infer_embedding,
-              run_embedding});
+  // (generated kernels gather too: jit/lower.cpp; on CUDA they check the positions on the device)
+  r.add(with_loop(OpDef{"index_select", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_index_select, run_index_select},
+                  LoopForm::IndexSelect));
+  r.add(with_loop(OpDef{"gather", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_gather, run_gather},
+                  LoopForm::Gather));
+  r.add(with_loop(OpDef{"embedding", "input:T, weight:T", OpKind::Index, kNoMethod | kValueErrors, infer_embedding, run_embedding},
+                  LoopForm::Embedding));
   r.add(with_loop(OpDef{"masked_fill", "self:T, mask:T, value:TN", OpKind::Index, 0, infer_masked_fill, run_masked_fill},
                   LoopForm::MaskedFill));
   r.add(OpDef{"masked_fill_", "self:T, mask:T, value:TN", OpKind::Index, kReturnsSelf | kNoFunction | kDeviceAware,

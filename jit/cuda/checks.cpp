@@ -1,0 +1,77 @@
+#include "jit/cuda/checks.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "jit/cuda/driver.hpp"
+#include "vm/error.hpp"
+
+namespace cr::jit::cuda {
+using cr::cuda::CUdeviceptr;
+using cr::cuda::driver;
+using cr::cuda::use_device;
+namespace {
+
+// (driver calls only: the words are read from inside copy_to_host, and outlive the allocator's
+// statics at exit)
+std::mutex g_mutex;
+std::vector<std::shared_ptr<DeviceCheck>>* g_pending = new std::vector<std::shared_ptr<DeviceCheck>>;  // (never freed)
+std::atomic<int> g_count{0};
+
+CUdeviceptr dptr(void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+
+}  // namespace
+
+DeviceCheck::DeviceCheck(int d, CheckSites s) : device(d), sites(std::move(s)) {
+  use_device(device);
+  CUdeviceptr p = 0;
+  CR_CU(cuMemAlloc(&p, sizeof(int64_t) * kCheckWords), "a check word");
+  word = reinterpret_cast<void*>(p);
+  CR_CU(cuMemsetD8(p, 0, sizeof(int64_t) * kCheckWords), "a check word");
+}
+
+DeviceCheck::~DeviceCheck() {
+  try {
+    use_device(device);
+    driver()->cuMemFree(dptr(word));
+  } catch (const std::exception&) {  // the process is going down with its context
+  }
+}
+
+void defer_check(const std::shared_ptr<DeviceCheck>& c) {
+  std::lock_guard<std::mutex> g(g_mutex);
+  for (const auto& p : *g_pending)
+    if (p == c) return;
+  g_pending->push_back(c);
+  g_count.store(int(g_pending->size()));
+}
+
+void check_deferred(int index) {
+  if (g_count.load(std::memory_order_relaxed) == 0) return;
+  std::vector<std::shared_ptr<DeviceCheck>> mine;
+  {
+    std::lock_guard<std::mutex> g(g_mutex);
+    auto here = std::stable_partition(g_pending->begin(), g_pending->end(), [&](const auto& c) { return c->device != index; });
+    mine.assign(here, g_pending->end());
+    g_pending->erase(here, g_pending->end());
+    g_count.store(int(g_pending->size()));
+  }
+  const DeviceCheck* bad = nullptr;
+  int64_t found[kCheckWords] = {0, 0, 0, 0};
+  for (const auto& c : mine) {
+    int64_t w[kCheckWords];
+    use_device(c->device);
+    CR_CU(cuMemcpyDtoH(w, dptr(c->word), sizeof w), "reading a check word");
+    if (w[2] == 0) continue;
+    CR_CU(cuMemsetD8(dptr(c->word), 0, sizeof w), "clearing a check word");
+    if (!bad) {
+      bad = c.get();
+      std::copy(w, w + kCheckWords, found);
+    }
+  }
+  if (bad) raise_check(found, bad->sites, ", found by a CUDA kernel that ran before this synchronisation");
+}
+
+}  // namespace cr::jit::cuda

@@ -220,6 +220,43 @@ void softmax(Decomposition& D, bool log, DType cd, DType od) {
   });
 }
 
+// argmax / argmin, and max / min along a dim (values, indices): the first position of the
+// extreme along the dim (of the flattened tensor without one), 1-based, a NaN counting as the
+// extreme, as the eager fold (vm/kernels/folds.hpp Arg): m = amax(x) (NaN propagates), then the
+// least position p with x == m or x != x (n + 1 elsewhere; some position always matches). The
+// fusion scheduler puts both reductions in one kernel, one pass over a row each.
+bool extreme_position(Decomposition& D, bool max, const graph::Node& n, std::string* why) {
+  Lowerer& L = D.L;
+  const DType xd = compute_dtype(L.val(D.x).dtype);
+  const ReduceKind k = max ? ReduceKind::Max : ReduceKind::Min;
+  if (!reduce_fn(k, xd)) return *why = "no block reduction for this dtype", false;
+  const bool values = n.outs.size() == 2;
+  const int32_t gv_indices = n.outs.back();
+  Body mb;
+  mb.root = D.input(mb, xd);
+  const int32_t m = D.reduce(std::move(mb), k, xd, false);
+  if (values) {
+    D.gv_out = n.outs[0];
+    D.per_output(L.g.values[size_t(n.outs[0])].meta.dtype, true, [&](Body& b, const std::vector<int>& vars) { return D.load_kept(b, m, vars); });
+  }
+  Affine pos;  // 1-based: along the dim, or row-major over all dims
+  pos.c = 1;
+  int64_t stride = 1;
+  for (size_t d = D.in.size(); d-- > 0;)
+    if (D.mask[d]) {
+      pos.add(d, stride);
+      stride *= D.in[d];
+    }
+  Body pb;
+  int32_t x = D.input(pb, xd);
+  int32_t hit = Lowerer::arith(pb, "==", x, D.at_full(pb, m), DType::b8);
+  if (is_floating(xd)) hit = Lowerer::arith(pb, "||", hit, Lowerer::arith(pb, "!=", x, x, DType::b8), DType::b8);
+  pb.root = pb.add(Expr{EOp::Select, DType::i64, hit, Lowerer::index(pb, pos, DType::i64), Lowerer::constant(pb, double(D.count + 1), DType::i64)});
+  D.gv_out = gv_indices;
+  D.reduce(std::move(pb), ReduceKind::Min, DType::i64, true);
+  return true;
+}
+
 }  // namespace
 
 bool Lowerer::reduction(int32_t node, std::string* why) {
@@ -229,12 +266,13 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
     *why = std::move(r);
     return false;
   };
-  static const char* const kLowered[] = {"sum",  "prod", "mean",    "amax",        "amin", "var", "std",
-                                         "logsumexp", "norm", "softmax", "log_softmax", "any",  "all"};
+  static const char* const kLowered[] = {"sum",  "prod",    "mean",        "amax", "amin", "var",    "std",    "logsumexp",
+                                         "norm", "softmax", "log_softmax", "any",  "all",  "argmax", "argmin", "max", "min"};
   bool known = false;
   for (const char* k : kLowered) known = known || name == k;
   if (!known) return reject("no loop lowering for this op");
-  if (n.outs.size() != 1 || n.args.empty() || n.args[0].tag != kTensor) return reject("unexpected arguments");
+  const bool with_indices = (name == "max" || name == "min") && n.outs.size() == 2;  // max(x, dim): values, indices
+  if ((n.outs.size() != 1 && !with_indices) || n.args.empty() || n.args[0].tag != kTensor) return reject("unexpected arguments");
   const graph::ValueMeta& xm = g.values[size_t(n.args[0].value)].meta;
   const graph::ValueMeta& om = g.values[size_t(n.outs[0])].meta;
   int ndim = int(xm.sizes.size());
@@ -258,6 +296,8 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
   const DType od = om.dtype, cd = compute_dtype(od), f64 = DType::f64;
   if (!loop_dtype(od, device())) return reject("a float16 / bfloat16 result");
 
+  if (name == "argmax" || name == "argmin" || with_indices) return extreme_position(D, name == "argmax" || name == "max", n, why);
+  if (name == "max" || name == "min") name = name == "max" ? "amax" : "amin";  // max(x): the largest value
   if (name == "sum" || name == "prod" || name == "amax" || name == "amin") {
     ReduceKind k = name == "sum" ? ReduceKind::Sum : name == "prod" ? ReduceKind::Prod : name == "amax" ? ReduceKind::Max : ReduceKind::Min;
     if (!reduce_fn(k, cd)) return reject("no block reduction for this dtype");

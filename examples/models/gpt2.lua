@@ -152,22 +152,9 @@ end
 
 -- Picks the next token of each row of logits {B, V}: greedy (top_k == nil) or sampled from the
 -- top_k most likely tokens at `temperature`. Returns ids {B, 1} (0-based).
--- The first index of each row's largest value (a NaN counts as the largest), 1-based, as argmax:
--- amax, compare, then the smallest matching position, which all run as CUDA kernels (argmax has no
--- CUDA kernel yet: it would copy the logits to the host and wait for the GPU at every token).
-local positions = {}  -- "device V" -> 1..V on that device, made once
-local function argmax_rows(logits)
-  if logits.device == "cpu" then return logits:argmax(-1, true) end
-  local V = logits:size(-1)
-  local key = logits.device .. " " .. V
-  positions[key] = positions[key] or T.arange(1, V + 1, { device = logits.device })
-  local top = logits:eq(logits:amax(-1, true)):logical_or(logits:ne(logits))
-  return T.where(top, positions[key], V + 1):amin(-1, true)
-end
-
 function G.pick(logits, top_k, temperature)
   local B = logits:size(1)
-  if not top_k then return (argmax_rows(logits) - 1) end
+  if not top_k then return logits:argmax(-1, true) - 1 end
   local vals, idx = logits:topk(top_k, -1)
   local p = (vals / (temperature or 1)):softmax(-1)
   local u = T.rand(B, 1, { device = logits.device })

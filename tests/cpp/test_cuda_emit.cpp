@@ -208,8 +208,10 @@ TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cu
     Context ctx;
     Builder B{ctx};
     int32_t x = B.input(sample(c.shape, DType::f32, 4));
-    for (const char* op : {"sum", "prod", "mean", "amax", "amin", "var", "std", "logsumexp", "norm", "softmax", "log_softmax", "any", "all"})
+    for (const char* op : {"sum", "prod", "mean", "amax", "amin", "var", "std", "logsumexp", "norm", "softmax", "log_softmax", "any",
+                           "all", "argmax", "argmin"})
       B.g.outputs.push_back(B.op(op, {T(x), N(double(c.dim))}));
+    for (int32_t v : B.ops("max", {T(x), N(double(c.dim))})) B.g.outputs.push_back(v);  // values and positions
     B.g.outputs.push_back(B.op("sum", {T(x), N(double(c.dim)), Bool(true)}));  // keepdim
     CHECK(externs(B.g).empty());
     Compiled r = compile(B, cat("reductions_", c.shape[0], "x", c.shape[1], "_dim", c.dim));
@@ -224,7 +226,7 @@ TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cu
     int32_t i = B.input(sample({16, 100}, DType::i32, 5)), l = B.input(sample({16, 100}, DType::i64, 6));
     int32_t m = B.input(sample({16, 100}, DType::b8, 7)), f = B.input(sample({16, 100}, DType::f64, 8));
     for (int32_t v : {i, l, m, f})
-      for (const char* op : {"sum", "prod", "amax", "amin", "any", "all"}) B.g.outputs.push_back(B.op(op, {T(v), N(-1)}));
+      for (const char* op : {"sum", "prod", "amax", "amin", "any", "all", "argmax", "argmin"}) B.g.outputs.push_back(B.op(op, {T(v), N(-1)}));
     B.g.outputs.push_back(B.op("softmax", {T(f), N(-1)}));
     B.g.outputs.push_back(B.op("log_softmax", {T(f), N(1)}));  // a float64 column: ordered folds
     CHECK(externs(B.g).empty());

@@ -6,6 +6,7 @@
 // them). Skipped (with a warning) where libgccjit cannot be loaded.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 
@@ -93,6 +94,33 @@ TEST_CASE("Gathers compiled: index_select / gather / embedding, eager's bits", "
     int32_t at = B.op("sub", {T(B.op("add", {T(idx), N(3)})), N(3)});           // a position computed in the kernel
     B.g.outputs = {B.op("mul", {T(sel), N(2)}), B.op("add", {T(B.op("index_select", {T(x), N(2), T(at)})), N(1)}),
                    B.op("sum", {T(B.op("embedding", {T(idx), T(B.op("transpose", {T(x), N(1), N(2)}))})), N(2)})};
+  });
+}
+
+TEST_CASE("Extreme positions compiled: argmax / argmin, max / min with indices, eager's bits", "[gccjit]") {
+  if (!have_gccjit()) return;
+  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::b8}) {
+    check_bits(cat("argmax / argmin / max / min ", dtype_name(d)), [&](Builder& B) {
+      Tensor sx = cast(uniform({6, 40}, 20), d);
+      if (is_floating(d)) {  // NaN rows: the first NaN is the extreme; ties: the first of them
+        Tensor r = cast(uniform({6, 40}, 20), DType::f64);
+        double* p = r.data<double>();
+        p[3] = p[17] = std::nan("");
+        p[40 + 5] = p[40 + 9] = 5.0;
+        p[80 + 39] = std::nan("");
+        sx = cast(r, d);
+      }
+      int32_t x = B.input(sx);
+      int32_t t = B.op("transpose", {T(x), N(1), N(2)});
+      B.g.outputs = {B.op("argmax", {T(x), N(2)}), B.op("argmin", {T(x), N(-1), Bool(true)}), B.op("argmax", {T(t), N(2)}),
+                     B.op("argmin", {T(x), N(1)}), B.op("argmax", {T(x)})};
+      for (const char* op : {"max", "min"})
+        for (int32_t v : B.ops(op, {T(x), N(2), Bool(op[1] == 'i')})) B.g.outputs.push_back(v);
+    });
+  }
+  check_bits("argmax of a computed value, fused; a whole-tensor argmax in two steps", [](Builder& B) {
+    int32_t x = B.input(uniform({512, 300}, 21));
+    B.g.outputs = {B.op("argmax", {T(B.op("mul", {T(x), N(-2)})), N(2)}), B.op("argmin", {T(B.op("sin", {T(x)}))})};
   });
 }
 

@@ -286,10 +286,31 @@ describe("CUDA tensors", function()
       "found by a CUDA kernel that ran before this synchronisation")
     errs(function() local _ = x:cuda():index_select(2, T.tensor({ 0 }):long():cuda()); T.cuda.synchronize() end,
       "index_select", "index 0 is out of range for dim 2 of size 16 (expected 1..16)")
-    errs(function() local _ = f(x:cuda(), T.tensor({ 17 }):long():cuda()):cpu() end, "cpu",  -- (and the op's line, compiled)
+    errs(function() local _ = f(x:cuda(), T.tensor({ 16, 17, 1 }):long():cuda()):cpu() end, "cpu",  -- (and the op's line, compiled)
       ("test_cuda.lua:%d: index_select: index 17 is out of range for dim 2 of size 16"):format(line))
     expect.eq(T.embedding(T.tensor({ 50 }):long():cuda(), w):cpu():totable(), { w:cpu()[50]:totable() })
     for _ = 1, 3 do expect.close(f(x:cuda(), idx:cuda()):cpu(), want, 1e-5, 1e-5) end
+  end)
+  it("find extreme positions on the device (argmax, argmin, max / min with indices)", function()
+    need_gpu()
+    local h = T.cuda.stats().host_ops
+    for _, dt in ipairs { "float32", "float64", "int32", "int64", "bool", "float16", "bfloat16" } do
+      local x = (dt == "bool") and T.rand(7, 300):lt(0.5) or (T.randn(7, 300) * 3):to(dt)
+      if dt:find("float") then x[2][5], x[2][9], x[4][300] = 0 / 0, 0 / 0, 0 / 0 end -- the first NaN is the extreme
+      local d = x:cuda()
+      local v, i = d:max(2)
+      local vw, iw = x:max(2)
+      local v2, i2 = d:min(1, true)
+      local v2w, i2w = x:min(1, true)
+      local cases = { { d:argmax(2), x:argmax(2) }, { d:argmin(-1, true), x:argmin(-1, true) }, { d:argmax(), x:argmax() },
+        { d:t():argmin(2), x:t():argmin(2) }, { i, iw }, { v, vw }, { i2, i2w }, { v2, v2w } }
+      for k, c in ipairs(cases) do
+        expect.eq({ c[1].device, c[1].dtype, c[1].shape }, { "cuda:0", c[2].dtype, c[2].shape }, dt .. " case " .. k)
+        local a, b = c[1]:cpu():double(), c[2]:double()
+        expect.eq(a:eq(b):logical_or(a:ne(a):logical_and(b:ne(b))):all():item(), true, dt .. " case " .. k)
+      end
+    end
+    expect.eq(T.cuda.stats().host_ops, h, "ops on host copies")
   end)
   it("refuse tensors of two devices in one op, as PyTorch", function()
     need_gpu()

@@ -233,6 +233,13 @@ class KernelEmitter {
     }
   }
   gcc_jit_rvalue* gathered(const Expr& e, gcc_jit_rvalue* p) {
+    auto hoisted = offsets_.find(int32_t(&e - k_.body.exprs.data()));
+    gcc_jit_rvalue* off = hoisted != offsets_.end() ? hoisted->second : offset(e, p);
+    gcc_jit_rvalue* at = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, address(e.index[0]), off);
+    return J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, ptrs_[size_t(e.value)], at));
+  }
+  // (p - 1) * stride for a position p in 1..limit; another p gives 0 and is recorded
+  gcc_jit_rvalue* offset(const Expr& e, gcc_jit_rvalue* p) {
     p = assign(p, t_.i64, "pos");
     gcc_jit_rvalue* ok = assign(bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_AND, J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_GE, p, i64(1)),
                                     J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_LE, p, num(e.limit))),
@@ -243,8 +250,7 @@ class KernelEmitter {
     for (int w = 0; w < 3; ++w)
       J.block_add_assignment(cur_, nullptr, bad_word_[w], select(ok, J.lvalue_as_rvalue(bad_word_[w]), found[w], DType::i64));
     gcc_jit_rvalue* pos = select(ok, bin(t_.i64, GCC_JIT_BINARY_OP_MINUS, p, i64(1)), i64(0), DType::i64);
-    gcc_jit_rvalue* at = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, address(e.index[0]), bin(t_.i64, GCC_JIT_BINARY_OP_MULT, pos, num(e.stride)));
-    return J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, ptrs_[size_t(e.value)], at));
+    return bin(t_.i64, GCC_JIT_BINARY_OP_MULT, pos, num(e.stride));
   }
   void flush_check() {
     if (k_.check < 0) return;
@@ -559,6 +565,9 @@ class KernelEmitter {
       const Expr& e = k_.body.exprs[size_t(i)];
       for (int32_t o : {e.a, e.b, e.c})
         if (o >= 0) walk(o);
+      // a gather whose position is the same along the inner loops (index_select / embedding
+      // rows): checked once here, and its inner loop reads a contiguous run
+      if (e.gather() && !k_.inner[size_t(e.a)] && !offsets_.count(i)) offsets_[i] = assign(offset(e, outer(e.a)), t_.i64, "goff");
     };
     for (int32_t r : roots) walk(r);
   }
@@ -739,6 +748,7 @@ class KernelEmitter {
   std::map<int, gcc_jit_lvalue*> accs_;
   std::map<int32_t, RowCache> row_cache_;
   gcc_jit_lvalue* bad_ = nullptr;            // the check word's locals (gathers)
+  std::map<int32_t, gcc_jit_rvalue*> offsets_;  // gathers at an outer-level position: their offset
   gcc_jit_lvalue* bad_word_[3] = {};
   gcc_jit_function* prefetch_ = nullptr;
   int counter_ = 0;

@@ -118,7 +118,8 @@ std::string Kernel::str() const {
   if (chunk) o << ", innermost in chunks of " << int_str(chunk);
   o << "\nvoid " << name << "(";
   for (size_t b = 0; b < buffers.size(); ++b)
-    o << (b ? ", " : "") << "buf" << b << " /* #" << buffers[b] << (int32_t(b) == check ? ", check word" : "") << " */";
+    o << (b ? ", " : "") << "buf" << b << " /* #" << buffers[b] << (int32_t(b) == check ? ", check word" : int32_t(b) == runtime ? ", R" : "")
+      << " */";
   o << ") {\n";
   std::string ind = "  ";
   for (int v = 0; v < n_outer; ++v) {
@@ -150,6 +151,7 @@ std::string Kernel::str() const {
       case EOp::Select: out << "e" << e.a << " ? e" << e.b << " : e" << e.c; break;
       case EOp::Reduced: out << "acc" << e.acc; break;
       case EOp::Index: out << "(" << ctype(e.dtype) << ")(" << affine_str(e.index[0]) << ")"; break;
+      case EOp::Runtime: out << "R[" << e.site << "]"; break;
     }
     out << ";\n";
   };

@@ -62,7 +62,9 @@ const char* ctype(DType d);
 // outside 1..limit reads position 1 instead and is reported through the kernel's check word
 // (jit/checks.hpp), naming LoopGraph::sites[site]. The source is always read from memory: a
 // value of the same kernel cannot be computed at a position known only when it is loaded.
-enum class EOp : uint8_t { Load, Const, Cast, Arith, Call, Select, Reduced, Count, Index };
+// Runtime: word `site` of the run's values, an int64 the program sets at each run (the seed and
+// the counter offset of a random op: LoopGraph::draws), a parameter of the kernel, not code.
+enum class EOp : uint8_t { Load, Const, Cast, Arith, Call, Select, Reduced, Count, Index, Runtime };
 
 struct Expr {
   EOp op = EOp::Const;
@@ -80,7 +82,7 @@ struct Expr {
   int64_t count = 0;  // Count (a parameter in templates: jit/loop_ir.hpp parametrize)
   int32_t dim = -1;                   // gather (Load with a >= 0): the dim (LoopGraph)
   int64_t stride = 0, limit = 0;      // gather: the dim's stride (Kernel) and size
-  int32_t site = -1;                  // gather: LoopGraph::sites entry of its error message
+  int32_t site = -1;                  // gather: LoopGraph::sites entry; Runtime: the word
   bool gather() const { return op == EOp::Load && a >= 0; }
 };
 
@@ -135,6 +137,10 @@ struct LoopGraph {
   std::vector<LStep> steps;
   std::vector<std::string> notes;  // what ran as Extern and why (CRESCENT_LOGS=fusion)
   CheckSites sites;  // gathers, for the errors of their checks (jit/checks.hpp)
+  // Random ops lowered (rand / randn), in graph order: how many numbers each draws. Draw j reads
+  // its seed from run word 2j and its first counter from word 2j + 1; the program takes them from
+  // the generator as eager would, in this order (jit/program.cpp).
+  std::vector<int64_t> draws;
   std::string str() const;
 };
 
@@ -168,6 +174,7 @@ struct Kernel {
   std::vector<Accumulate> accs;   // Reduced exprs name these
   std::vector<int32_t> buffers;   // kernel buffer slot -> program buffer id
   int32_t check = -1;             // the slot of the plan's check word (kernels with gathers)
+  int32_t runtime = -1;           // the slot of the run's values (kernels with Runtime exprs)
   std::vector<int32_t> values;    // loop values computed here (for logs)
   int64_t chunk = 0;              // > 0: the innermost loop is split into chunks of this size
                                   // for parallel work (pointwise kernels only)

@@ -535,6 +535,44 @@ struct NodeLowering {
     return true;
   }
 
+  // rand / randn: element i (row-major) is draw(offset + i, seed), as the eager kernels draw it
+  // (vm/ops/creation.cpp run_random), with the seed and offset run values (EOp::Runtime) that the
+  // program takes from the generator at each run.
+  bool random(LoopForm form) {
+    const graph::ValueMeta& m = out().meta;
+    if (!is_floating(m.dtype) || !loop_dtype(m.dtype, L.device())) return reject("not a float32 / float64 result");
+    Shape shape = graph::concrete(m.sizes);
+    LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
+    v.graph_node = index;
+    Body& b = v.body;
+    const int32_t j = int32_t(L.lg.draws.size());
+    int64_t numel = 1;
+    for (int64_t s : shape) numel *= s;
+    L.lg.draws.push_back(numel);
+    Affine flat = contiguous_position(shape);
+    auto word = [&](int32_t w) {
+      Expr e{EOp::Runtime, DType::i64};
+      e.site = w;
+      return b.add(std::move(e));
+    };
+    int32_t counter = Lowerer::arith(b, "+", word(2 * j + 1), Lowerer::index(b, flat, DType::i64), DType::i64);
+    int32_t x = Lowerer::call(b, form == LoopForm::Rand ? "philox_uniform" : "philox_normal", counter, word(2 * j), DType::i64);
+    if (x < 0) return reject("no draw function");
+    b.exprs[size_t(x)].dtype = DType::f64;  // (int64 counters in, float64 numbers out)
+    b.root = Lowerer::cast(b, x, m.dtype);
+    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
+    return true;
+  }
+  static Affine contiguous_position(const Shape& shape) {
+    Affine a;
+    int64_t stride = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+      a.add(d, stride);
+      stride *= shape[d];
+    }
+    return a;
+  }
+
   // float() / long() / to(dtype) / clone() / contiguous(): an element-wise copy with a cast.
   bool convert() {
     if (n.inplace()) return reject("in-place");
@@ -559,7 +597,7 @@ struct NodeLowering {
     for (int32_t o : n.outs)
       if (L.g.values[size_t(o)].node != index) return reject("returns its argument");
     if (n.inplace()) return reject("in-place (writes its argument)");
-    if (n.random()) return reject("random");
+    if (n.random() && def.loop != LoopForm::Rand && def.loop != LoopForm::Randn) return reject("random");
     if (!(out().meta.device == L.g.values.front().meta.device)) return reject("on another device than the graph");
     if (!loop_dtype(out().meta.dtype, L.device())) return reject("float16 / bfloat16 result");
     switch (def.loop) {  // a lowering of its own (OpDef::loop), else by the op's kind
@@ -572,6 +610,8 @@ struct NodeLowering {
       case LoopForm::IndexSelect:
       case LoopForm::Gather:
       case LoopForm::Embedding: return gather(def.loop);
+      case LoopForm::Rand:
+      case LoopForm::Randn: return random(def.loop);
       case LoopForm::Where:  // (a ternary pointwise op: pointwise() selects)
       case LoopForm::Auto: break;
     }

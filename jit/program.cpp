@@ -23,6 +23,19 @@ bool layout_is(const Tensor& t, const Buffer& b) {
   return t.sizes() == b.sizes && t.strides() == b.strides && t.offset() == b.offset && t.dtype() == b.dtype;
 }
 
+// The random ops of kernel k, and those before it that have no numbers yet, take the
+// generator's seed and next counters in graph order, as the eager ops would have drawn them.
+void draw_numbers(Context& ctx, const Kernel& k, const std::vector<int64_t>& draws, std::vector<int64_t>& values, size_t& drawn) {
+  int32_t last = -1;
+  for (const Expr& e : k.body.exprs)
+    if (e.op == EOp::Runtime) last = std::max(last, e.site / 2);
+  for (; int32_t(drawn) <= last; ++drawn) {
+    values[2 * drawn] = int64_t(ctx.gen.seed);
+    values[2 * drawn + 1] = int64_t(ctx.gen.offset);
+    ctx.gen.offset += uint64_t(draws[drawn]);
+  }
+}
+
 }  // namespace
 
 void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals) const {
@@ -57,6 +70,8 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals) const {
   std::vector<Tensor> moved;  // inputs copied to the device for this run
   int64_t host_word[kCheckWords] = {0, 0, 0, 0};  // the CPU's check word (jit/checks.hpp)
   bool checked = false;
+  std::vector<int64_t> run_values(2 * lg.draws.size());  // random ops' seeds and offsets
+  size_t drawn = 0;
   for (const PlanStep& st : plan_.steps) {
     if (st.node >= 0) {
       for (const graph::Arg& a : g.nodes[size_t(st.node)].args) {
@@ -72,6 +87,11 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals) const {
         if (buf.check) {
           checked = true;
           bufs.push_back(device_.is_cpu() ? host_word : check_word());
+          continue;
+        }
+        if (buf.runtime) {
+          draw_numbers(ctx, k, lg.draws, run_values, drawn);
+          bufs.push_back(run_values.data());
           continue;
         }
         if (buf.computed) allocate(b);

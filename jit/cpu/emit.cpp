@@ -160,6 +160,7 @@ class KernelEmitter {
       if (e.op == EOp::Load) dt[size_t(e.value)] = e.dtype;
     for (const Store& s : k_.stores) dt[size_t(s.buffer)] = k_.body.exprs[size_t(s.expr)].dtype;
     if (k_.check >= 0) dt[size_t(k_.check)] = DType::i64;
+    if (k_.runtime >= 0) dt[size_t(k_.runtime)] = DType::i64;
     for (size_t b = 0; b < dt.size(); ++b) {
       gcc_jit_rvalue* raw = J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, bufs_, i64(int64_t(b))));
       ptrs_.push_back(assign(J.context_new_cast(c_, nullptr, raw, J.type_get_pointer(type(dt[b]))), J.type_get_pointer(type(dt[b])), "buf"));
@@ -271,6 +272,7 @@ class KernelEmitter {
     switch (e.op) {
       case EOp::Load: return e.gather() ? gathered(e, operand(e.a)) : J.lvalue_as_rvalue(element(e.value, e.index[0]));
       case EOp::Index: return cast(address(e.index[0]), DType::i64, e.dtype);
+      case EOp::Runtime: return J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, ptrs_[size_t(k_.runtime)], i64(e.site)));
       case EOp::Const: return constant(e.num, e.dtype);
       case EOp::Count: return J.context_new_cast(c_, nullptr, num(e.count), t_.f64);
       case EOp::Cast: return cast(operand(e.a), dt(e.a), e.dtype);

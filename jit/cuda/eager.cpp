@@ -160,7 +160,7 @@ constexpr int kCopyVariants = 256;
 
 bool run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>* outs) {
   const OpDef& def = Registry::get().ops()[size_t(op)];
-  if (!def.infer || (def.flags & (kReturnsSelf | kRandom | kListOut))) return false;
+  if (!def.infer || (def.flags & (kReturnsSelf | kListOut))) return false;
   // 0-d CPU tensors (scalars, allowed beside CUDA tensors) are copied to the device first
   Device first{};
   std::vector<cr_value> moved;

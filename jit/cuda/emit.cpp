@@ -103,6 +103,7 @@ std::vector<Param> params_of(const Kernel& k, const Plan& plan) {
     ps[size_t(s.buffer)].dtype = k.body.exprs[size_t(s.expr)].dtype;
   }
   if (k.check >= 0) ps[size_t(k.check)].written = ps[size_t(k.check)].read = true;  // (shared by all threads)
+  if (k.runtime >= 0) ps[size_t(k.runtime)].words = plan.buffers[size_t(k.buffers[size_t(k.runtime)])].sizes[0];
   return ps;
 }
 
@@ -114,6 +115,10 @@ std::string signature(const CudaKernel& c) {
   std::string s = cat("extern \"C\" __global__ void __launch_bounds__(", c.block, ") ", c.name, "(");
   for (size_t i = 0; i < c.params.size(); ++i) {
     const Param& p = c.params[i];
+    if (p.words > 0) {  // (copied by the launch from the host: no device memory, no copy call)
+      s += cat(i ? ", " : "", "const cr::words<", p.words, "> p", i);
+      continue;
+    }
     const char* t = cuda_type(p.dtype);
     // read-only: const __restrict__ (the read-only data path); written and read: no promise
     std::string q = p.written && p.read ? cat(t, "* ") : p.written ? cat(t, "* __restrict__ ") : cat("const ", t, "* __restrict__ ");
@@ -150,7 +155,9 @@ std::string kernel_text(size_t i, const Plan& plan, const Target& t, CudaKernel&
   c.name = k.name;
   c.params = params_of(k, plan);
   c.size_params = int(param_count(k));
-  if (int64_t(8 * (c.params.size() + size_t(c.size_params))) > kMaxArgBytes)
+  int64_t words = 0;
+  for (const Param& p : c.params) words += p.words;
+  if (int64_t(8 * (c.params.size() + size_t(c.size_params) + size_t(words))) > kMaxArgBytes)
     throw Error(cat("CUDA code generation: ", k.name, " has ", c.size_params, " size parameters, over CUDA's ", kMaxArgBytes, " bytes of arguments"));
   Lines body;
   body.indent = 1;

@@ -45,6 +45,7 @@ struct Param {
   int32_t buffer = -1;  // plan buffer id
   DType dtype = DType::f32;
   bool read = false, written = false;
+  int64_t words = 0;    // > 0: the run's values, passed by value (cr::words<N>), not a pointer
 };
 
 struct CudaKernel {

@@ -1,6 +1,11 @@
 // The device library every generated CUDA module starts with (see prelude.hpp).
 #include "jit/cuda/prelude.hpp"
 
+#include <string>
+
+#include "vm/error.hpp"
+#include "vm/kernels/philox.hpp"
+
 namespace cr::jit::cuda {
 
 namespace {
@@ -64,6 +69,9 @@ template <> struct is_fp<bf16_t> { static constexpr bool value = true; };
 template <class T> struct alignas(4 * sizeof(T)) vec4 { T v[4]; };
 template <class T> __forceinline__ vec4<T> load4(const T* p) { return *reinterpret_cast<const vec4<T>*>(p); }
 template <class T> __forceinline__ void store4(T* p, const vec4<T>& x) { *reinterpret_cast<vec4<T>*>(p) = x; }
+
+// The run's values of a kernel (random ops' seeds and counter offsets), passed by value.
+template <int N> struct words { int64_t v[N]; };
 
 // A gather's 1-based position p as a 0-based one. A p outside 1..limit reads position 1 (never a
 // wild read) and is recorded in the kernel's check word {p, limit, site + 1} by the first thread
@@ -229,6 +237,15 @@ template <class T> __forceinline__ T pow_(T a, T b) {
 
 }  // namespace
 
-const char* prelude() { return kPrelude; }
+// The prelude, and the random draws of vm/kernels/philox.hpp in namespace cr (the same text the
+// CPU compiles: CPU and CUDA draws are the same integers).
+const char* prelude() {
+  static const std::string text = [] {
+    std::string t = kPrelude;
+    const size_t end = t.rfind("// ---- end of the prelude ----");
+    return t.insert(end, cat("namespace cr {\n", CR_PHILOX_TEXT(__forceinline__), "\n}  // namespace cr\n"));
+  }();
+  return text.c_str();
+}
 
 }  // namespace cr::jit::cuda

@@ -58,7 +58,7 @@ void Program::launch(size_t k, void** bufs) const {
   int64_t grid = kern.size_params ? launch_grid(kern, plan_.kernels[k]) : kern.grid;
   if (grid <= 0) return;  // no work: an empty tensor
   std::vector<void*> args(kern.params.size());
-  for (size_t i = 0; i < args.size(); ++i) args[i] = &bufs[i];
+  for (size_t i = 0; i < args.size(); ++i) args[i] = kern.params[i].words ? bufs[i] : &bufs[i];  // (run values: by value)
   if (kern.size_params)
     for (const int64_t& p : plan_.params[k]) args.push_back(const_cast<int64_t*>(&p));
   cr::cuda::use_device(device_.index);

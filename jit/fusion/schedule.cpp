@@ -40,7 +40,7 @@ class Scheduler {
   void finish_kernel(Kernel& k, const Group& g);
   void plan_memory();
   int32_t buffer_for(int32_t lv);
-  int32_t check_word();
+  int32_t special_buffer(bool Buffer::*kind, int64_t n);
 
   Plan plan_;
   int threads_;
@@ -319,7 +319,12 @@ Kernel Scheduler::build(const Group& g, bool check_only, const std::vector<char>
   }
   if (bld.gathers && !check_only) {
     k.check = int32_t(k.buffers.size());
-    k.buffers.push_back(check_word());
+    k.buffers.push_back(special_buffer(&Buffer::check, kCheckWords));
+  }
+  const bool runtime = std::any_of(k.body.exprs.begin(), k.body.exprs.end(), [](const Expr& e) { return e.op == EOp::Runtime; });
+  if (runtime && !check_only) {
+    k.runtime = int32_t(k.buffers.size());
+    k.buffers.push_back(special_buffer(&Buffer::runtime, int64_t(2 * plan_.lg.draws.size())));
   }
   k.values = g.members;
   return k;
@@ -435,13 +440,13 @@ void Scheduler::finish_kernel(Kernel& k, const Group& g) {
 
 // ---- the plan ---------------------------------------------------------------------------------
 
-// The plan's check word (one for all its kernels): four int64, provided by the program.
-int32_t Scheduler::check_word() {
+// The plan's check word or run values (one for all its kernels): n int64, provided by the program.
+int32_t Scheduler::special_buffer(bool Buffer::*kind, int64_t n) {
   for (size_t b = 0; b < plan_.buffers.size(); ++b)
-    if (plan_.buffers[b].check) return int32_t(b);
+    if (plan_.buffers[b].*kind) return int32_t(b);
   Buffer b;
-  b.check = true;
-  b.sizes = {4};
+  b.*kind = true;
+  b.sizes = {n};
   b.strides = {1};
   b.dtype = DType::i64;
   plan_.buffers.push_back(b);

@@ -302,6 +302,14 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
     REQUIRE(r.module.kernels.size() == 3);  // exp (stored: a gather reads memory), its gather, the embedding's sum
     CHECK(r.module.source.find("cr::position(") != std::string::npos);
   }
+  SECTION("rand / randn: Philox draws, their seeds and counters passed by value") {
+    int32_t x = B.input(sample({6, 8}, DType::f32, 19));
+    B.g.outputs = {B.op("add", {T(x), T(B.op("rand", {I({6, 8})}))}), B.op("randn", {I({5}), S("float64")})};
+    CHECK(externs(B.g).empty());
+    Compiled r = compile(B, "random");
+    CHECK(r.module.source.find("cr::philox_normal(") != std::string::npos);
+    CHECK(r.module.source.find("const cr::words<4> p") != std::string::npos);  // two draws: seeds and offsets
+  }
   SECTION("arange / linspace / eye: generators from positions, fused with a user") {
     int32_t x = B.input(sample({6, 8}, DType::f32, 16));
     B.g.outputs = {B.op("arange", {N(-3), N(40), N(3)}), B.op("linspace", {N(0.1), N(1e3), N(11), S("float64")}),

@@ -124,6 +124,42 @@ TEST_CASE("Extreme positions compiled: argmax / argmin, max / min with indices, 
   });
 }
 
+TEST_CASE("Random ops compiled: rand / randn draw eager's numbers, in eager's order", "[gccjit]") {
+  if (!have_gccjit()) return;
+  Context ctx;
+  Builder B{ctx};
+  int32_t x = B.input(uniform({6, 8}, 22));
+  int32_t a = B.op("rand", {I({6, 8})});
+  int32_t n = B.op("randn", {I({3, 5}), S("float64")});
+  B.g.outputs = {B.op("add", {T(x), T(a)}), B.op("mul", {T(n), N(2)}), B.op("lt", {T(B.op("randn", {I({7})})), N(0)}), a};
+  auto g = std::make_shared<Graph>(B.g);
+  jit::LoopGraph lg = jit::lower(*g);
+  for (const jit::LStep& s : lg.steps) CHECK(!s.external);
+  CHECK(lg.draws == std::vector<int64_t>{48, 15, 7});
+  jit::Options o;
+  o.threads = 2;
+  o.sync = true;
+  jit::compile_native(g, o);
+  REQUIRE(g->native->exe);
+  for (uint64_t seed : {uint64_t(1), uint64_t(0x9e3779b97f4a7c15)}) {
+    std::vector<Tensor> eager(g->values.size()), native(g->values.size());
+    eager[size_t(x)] = native[size_t(x)] = copy_of(B.sample[size_t(x)]);
+    ctx.gen = Generator{seed, 1000};
+    run_eager(*g, ctx, eager);
+    const uint64_t after = ctx.gen.offset;
+    ctx.gen = Generator{seed, 1000};
+    g->native->exe->run(ctx, native);
+    CHECK(ctx.gen.offset == after);  // the generator advanced as eager advanced it
+    CHECK(after == 1000 + 48 + 15 + 7);
+    for (int32_t out : g->outputs) {
+      INFO("seed " << seed << " output %" << out);
+      Tensor p = contiguous(native[size_t(out)]), q = contiguous(eager[size_t(out)]);
+      REQUIRE(p.sizes() == q.sizes());
+      CHECK(std::memcmp(p.data_bytes(), q.data_bytes(), size_t(p.numel()) * p.itemsize()) == 0);
+    }
+  }
+}
+
 TEST_CASE("Gathers compiled: a position out of range raises, naming the op", "[gccjit]") {
   if (!have_gccjit()) return;
   Context ctx;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "vm/kernels/philox.hpp"
 #include "vm/kernels/scalar_math.hpp"
 #include "vm/kernels/wide.hpp"
 #include "vm/ops/operands.hpp"
@@ -498,10 +499,23 @@ template <class Op> OpDef binary_def(const char* schema) {
 
 BlockFn gelu_tanh_block(DType compute) { return block_of<Op_gelu_tanh, 1>(compute); }
 
+// out[i] = draw(counter a[i], seed b[i]) as float64 (the int64 compute dtype only)
+template <double (*Draw)(uint64_t, uint64_t)> void draw_block(const void* a, const void* b, void* out, int64_t n) {
+  const auto* c = static_cast<const int64_t*>(a);
+  const auto* s = static_cast<const int64_t*>(b);
+  auto* o = static_cast<double*>(out);
+  for (int64_t i = 0; i < n; ++i) o[i] = Draw(uint64_t(c[i]), uint64_t(s[i]));
+}
+template <double (*Draw)(uint64_t, uint64_t)> BlockFn draw_of(DType compute) {
+  return compute == DType::i64 ? draw_block<Draw> : nullptr;
+}
+
 const ExtraBlock* extra_block(const std::string& name) {
   static const ExtraBlock kExtra[] = {{"gelu_tanh", gelu_tanh_block, Op_gelu_tanh::expr},
                                       {"softmax_exp", softmax_exp_block, "vm::exp(a)"},
-                                      {"softmax_log", softmax_log_block, "vm::log(a)"}};
+                                      {"softmax_log", softmax_log_block, "vm::log(a)"},
+                                      {"philox_uniform", draw_of<philox_uniform>, "cr::philox_uniform(a, b)"},
+                                      {"philox_normal", draw_of<philox_normal>, "cr::philox_normal(a, b)"}};
   for (const ExtraBlock& e : kExtra)
     if (name == e.name) return &e;
   return nullptr;

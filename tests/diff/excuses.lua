@@ -48,7 +48,7 @@ M.EXCUSES = {
       .. "the exact values, as numpy does" },
   { op = { softmax = true, log_softmax = true }, kind = "raises", match = "expected a floating tensor", when = empty_input,
     class = "torch", why = "torch skips softmax's dtype check on zero-size input" },
-  { op = { mm = true, bmm = true, matmul = true }, kind = "raises", when = empty_input, class = "torch",
+  { op = { mm = true, bmm = true, matmul = true, linear = true }, kind = "raises", when = empty_input, class = "torch",
     why = "torch checks neither dtypes nor bool support when the product is empty" },
   { op = "norm", kind = "differs", when = huge_input, class = "torch",
     why = "torch 1.13 sums float32 squares in float32 (1e30^2 overflows to inf); crescent accumulates in double" },

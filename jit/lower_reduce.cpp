@@ -251,7 +251,9 @@ bool extreme_position(Decomposition& D, bool max, const graph::Node& n, std::str
   int32_t x = D.input(pb, xd);
   int32_t hit = Lowerer::arith(pb, "==", x, D.at_full(pb, m), DType::b8);
   if (is_floating(xd)) hit = Lowerer::arith(pb, "||", hit, Lowerer::arith(pb, "!=", x, x, DType::b8), DType::b8);
-  pb.root = pb.add(Expr{EOp::Select, DType::i64, hit, Lowerer::index(pb, pos, DType::i64), Lowerer::constant(pb, double(D.count + 1), DType::i64)});
+  // (positions in int32 when they fit: twice the lanes for the Min, half the temporaries)
+  const DType pd = D.count < (int64_t(1) << 31) - 1 ? DType::i32 : DType::i64;
+  pb.root = pb.add(Expr{EOp::Select, pd, hit, Lowerer::index(pb, pos, pd), Lowerer::constant(pb, double(D.count + 1), pd)});
   D.gv_out = gv_indices;
   D.reduce(std::move(pb), ReduceKind::Min, DType::i64, true);
   return true;

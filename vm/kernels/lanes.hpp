@@ -77,7 +77,8 @@ template <class C> inline V<C> vload(const C* p) { V<C> v; std::memcpy(&v, p, si
 template <class C> inline void vstore(C* p, V<C> v) { std::memcpy(p, &v, sizeof v); }
 template <class C> inline V<C> splat(C c) { return V<C>{} + c; }
 
-// The largest (Max) or smallest of n >= 1 contiguous floats / doubles; *nan: any NaN seen.
+// The largest (Max) or smallest of n >= 1 contiguous floats / doubles / int32 / int64; *nan: any
+// NaN seen (never for integers).
 template <bool Max, class C> inline C vec_extreme(const C* x, int64_t n, bool* nan) {
   constexpr int W = kWidth<C>;
   using M = decltype(V<C>{} > V<C>{});
@@ -113,7 +114,8 @@ template <class C> inline C max_step(C m, C v) { return (v > m || v != v) ? v : 
 
 // The largest (Max) or smallest f(x[i]) of n >= 1 elements; *nan is set when any is NaN.
 template <bool Max, class C, class T, class F> inline C extreme(const T* x, int64_t n, bool* nan, F f) {
-  if constexpr (std::is_same_v<T, C> && std::is_floating_point_v<C> && std::is_same_v<F, Identity>) {
+  if constexpr (std::is_same_v<T, C> && (std::is_floating_point_v<C> || std::is_same_v<C, int32_t> || std::is_same_v<C, int64_t>) &&
+                std::is_same_v<F, Identity>) {
     return vec_extreme<Max>(x, n, nan);
   } else {
     C r = C(f(load(x[0])));

@@ -1,8 +1,8 @@
-// Running a compiled graph: buffers, kernel launches, extern steps, views, aliases.
+// Running a compiled graph: buffers, kernel launches, extern steps, views, aliases, the check word
+// of gathers (jit/checks.hpp) and the run values of random draws.
 #include "jit/program.hpp"
 
 #include "jit/checks.hpp"
-
 #include "vm/devices.hpp"
 #include "vm/kernels/loop.hpp"
 

@@ -203,6 +203,7 @@ class Builder {
     if (val(src).kind == LKind::View) {
       l = {val(src).strides, val(src).offset};
       src = val(src).root;
+      if (src < 0) throw Error("a view without a root");
     }
     if (g_.has(src)) throw Error("a gather of a value computed in the same kernel");
     std::vector<Affine> sub;

@@ -387,18 +387,39 @@ class KernelEmitter {
       bool stage0 = false;  // read by stage 0 (its reductions or stores)
       for (const Accumulate& a : k_.accs) stage0 = stage0 || (k_.depth[size_t(a.expr)] == 0 && reads(a.expr, &e - k_.body.exprs.data()));
       if (!stage0 || !seen.insert({e.value, e.index[0].k}).second) continue;
-      if (!prefetch_) prefetch_ = J.context_get_builtin_function(c_, "__builtin_prefetch");
       gcc_jit_rvalue* saved = vars_[last];
       vars_[last] = jb;
-      gcc_jit_type* pt = J.type_get_pointer(type(e.dtype));
-      gcc_jit_rvalue* p = assign(J.lvalue_get_address(next_row(e, row_var), nullptr), pt, "pf");
+      gcc_jit_lvalue* first = next_row(e, row_var);
       vars_[last] = saved;
-      gcc_jit_lvalue* q = local(t_.i64, "q");
-      open_loop(q, i64(0), n, 64 / int64_t(dtype_size(e.dtype)));  // one per cache line
-      gcc_jit_rvalue* at = J.lvalue_get_address(J.context_new_array_access(c_, nullptr, p, J.lvalue_as_rvalue(q)), nullptr);
-      gcc_jit_rvalue* args[1] = {J.context_new_cast(c_, nullptr, at, t_.vptr)};
-      J.block_add_eval(cur_, nullptr, J.context_new_call(c_, nullptr, prefetch_, 1, args));
-      close_loop();
+      prefetch_lines(first, n, e.dtype);
+    }
+  }
+  // __builtin_prefetch of the n elements of dtype d from `first` on, one per cache line
+  void prefetch_lines(gcc_jit_lvalue* first, gcc_jit_rvalue* n, DType d) {
+    if (!prefetch_) prefetch_ = J.context_get_builtin_function(c_, "__builtin_prefetch");
+    gcc_jit_rvalue* p = assign(J.lvalue_get_address(first, nullptr), J.type_get_pointer(type(d)), "pf");
+    gcc_jit_lvalue* q = local(t_.i64, "q");
+    open_loop(q, i64(0), n, 64 / int64_t(dtype_size(d)));
+    gcc_jit_rvalue* at = J.lvalue_get_address(J.context_new_array_access(c_, nullptr, p, J.lvalue_as_rvalue(q)), nullptr);
+    gcc_jit_rvalue* args[1] = {J.context_new_cast(c_, nullptr, at, t_.vptr)};
+    J.block_add_eval(cur_, nullptr, J.context_new_call(c_, nullptr, prefetch_, 1, args));
+    close_loop();
+  }
+  // A pointwise kernel that calls block functions (sin, exp, ...) computes long enough per block
+  // that its next reads stall if they start only when the block is done: each block prefetches
+  // the unit-stride inputs kAhead elements on, so that memory and arithmetic overlap.
+  static constexpr int64_t kAhead = 2 * kBlock;
+  void prefetch_ahead(gcc_jit_rvalue* jb, gcc_jit_rvalue* n) {
+    if (std::none_of(k_.body.exprs.begin(), k_.body.exprs.end(), [](const Expr& e) { return e.op == EOp::Call; })) return;
+    size_t last = k_.sizes.size() - 1;
+    std::set<std::pair<int32_t, std::vector<int64_t>>> seen;
+    for (const Expr& e : k_.body.exprs) {
+      if (e.op != EOp::Load || e.gather() || e.index[0].coef(last) != 1 || !seen.insert({e.value, e.index[0].k}).second) continue;
+      gcc_jit_rvalue* saved = vars_[last];
+      vars_[last] = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, jb, i64(kAhead));
+      gcc_jit_lvalue* first = element(e.value, e.index[0]);
+      vars_[last] = saved;
+      prefetch_lines(first, n, e.dtype);
     }
   }
   // load e's element one step further along the row variable: its constant moves by the row
@@ -582,6 +603,7 @@ class KernelEmitter {
     clamp_above(len, i64(kBlock));
     gcc_jit_rvalue* n = J.lvalue_as_rvalue(len);
     if (d == 1) prefetch_next_row(jb, n);
+    if (k_.accs.empty()) prefetch_ahead(jb, n);
     const auto& ex = k_.body.exprs;
     // phases and temporaries
     // a value an earlier stage left in its row cache: read like a load

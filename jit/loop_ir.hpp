@@ -47,7 +47,8 @@ std::string affine_str(const Affine& a);
 const char* ctype(DType d);
 
 // ---- expressions ----------------------------------------------------------------------------
-// Arith: "+", "-", "*", "/", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "!" (unary).
+// Arith: "+", "-", "*", "/", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "!" (unary), "%u" (int64
+// operands taken as unsigned: randint's bits % span).
 // Call: a registry block function (element-wise, over arrays of the compute dtype).
 // Select: a ? b : c. Reduced: the accumulator of reduction `acc` (kernels only).
 // Count: a number of elements as a float64 (a reduction's count: mean's 1/n, var's n - 1), an

@@ -535,12 +535,17 @@ struct NodeLowering {
     return true;
   }
 
-  // rand / randn: element i (row-major) is draw(offset + i, seed), as the eager kernels draw it
-  // (vm/ops/creation.cpp run_random), with the seed and offset run values (EOp::Runtime) that the
-  // program takes from the generator at each run.
+  // rand / randn / randint(lo, hi): element i (row-major) is draw(offset + i, seed), as the eager
+  // kernels draw it (vm/ops/creation.cpp run_random), with the seed and offset run values
+  // (EOp::Runtime) that the program takes from the generator at each run. randint is lo +
+  // bits % (hi - lo); eager goes through a double, so only ranges whose values are exact in one
+  // lower (|lo| + span <= 2^53; the others draw on the eager kernels).
   bool random(LoopForm form) {
     const graph::ValueMeta& m = out().meta;
-    if (!is_floating(m.dtype) || !loop_dtype(m.dtype, L.device())) return reject("not a float32 / float64 result");
+    const bool integers = form == LoopForm::Randint;
+    if ((!integers && !is_floating(m.dtype)) || !loop_dtype(m.dtype, L.device())) return reject("not a float32 / float64 result");
+    const double lo = integers ? n.args[0].num : 0, span = integers ? n.args[1].num - n.args[0].num : 0;
+    if (integers && !(std::fabs(lo) + span <= 0x1p53)) return reject("a range beyond 2^53");
     Shape shape = graph::concrete(m.sizes);
     LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
     v.graph_node = index;
@@ -556,9 +561,15 @@ struct NodeLowering {
       return b.add(std::move(e));
     };
     int32_t counter = Lowerer::arith(b, "+", word(2 * j + 1), Lowerer::index(b, flat, DType::i64), DType::i64);
-    int32_t x = Lowerer::call(b, form == LoopForm::Rand ? "philox_uniform" : "philox_normal", counter, word(2 * j), DType::i64);
+    const char* draw = form == LoopForm::Rand ? "philox_uniform" : form == LoopForm::Randn ? "philox_normal" : "philox_bits";
+    int32_t x = Lowerer::call(b, draw, counter, word(2 * j), DType::i64);
     if (x < 0) return reject("no draw function");
-    b.exprs[size_t(x)].dtype = DType::f64;  // (int64 counters in, float64 numbers out)
+    if (integers) {
+      const DType i64 = DType::i64;
+      x = Lowerer::arith(b, "+", Lowerer::constant(b, lo, i64), Lowerer::arith(b, "%u", x, Lowerer::constant(b, span, i64), i64), i64);
+    } else {
+      b.exprs[size_t(x)].dtype = DType::f64;  // (int64 counters in, float64 numbers out)
+    }
     b.root = Lowerer::cast(b, x, m.dtype);
     L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
     return true;
@@ -597,7 +608,7 @@ struct NodeLowering {
     for (int32_t o : n.outs)
       if (L.g.values[size_t(o)].node != index) return reject("returns its argument");
     if (n.inplace()) return reject("in-place (writes its argument)");
-    if (n.random() && def.loop != LoopForm::Rand && def.loop != LoopForm::Randn) return reject("random");
+    if (n.random() && def.loop != LoopForm::Rand && def.loop != LoopForm::Randn && def.loop != LoopForm::Randint) return reject("random");
     if (!(out().meta.device == L.g.values.front().meta.device)) return reject("on another device than the graph");
     if (!loop_dtype(out().meta.dtype, L.device())) return reject("float16 / bfloat16 result");
     switch (def.loop) {  // a lowering of its own (OpDef::loop), else by the op's kind
@@ -611,7 +622,8 @@ struct NodeLowering {
       case LoopForm::Gather:
       case LoopForm::Embedding: return gather(def.loop);
       case LoopForm::Rand:
-      case LoopForm::Randn: return random(def.loop);
+      case LoopForm::Randn:
+      case LoopForm::Randint: return random(def.loop);
       case LoopForm::Where:  // (a ternary pointwise op: pointwise() selects)
       case LoopForm::Auto: break;
     }

@@ -20,7 +20,7 @@ enum class OpKind : int32_t { Unary, Binary, Ternary, Reduction, View, Join, Ind
 // from `expr`, reductions, conversions); the others name a lowering of their own: a selection
 // (where, masked_fill), a triangle of positions (tril, triu), a generator of positions (arange,
 // linspace, eye).
-enum class LoopForm : uint8_t { Auto, Where, MaskedFill, Tril, Triu, Arange, Linspace, Eye, IndexSelect, Gather, Embedding, Rand, Randn };
+enum class LoopForm : uint8_t { Auto, Where, MaskedFill, Tril, Triu, Arange, Linspace, Eye, IndexSelect, Gather, Embedding, Rand, Randn, Randint };
 
 enum OpFlag : int32_t {
   kReturnsSelf = 1,   // in-place: the Lua wrapper returns its first argument
@@ -133,7 +133,8 @@ void register_conversions(Registry& r);
 // expression the CUDA code generator emits for each: gelu's {approximate = "tanh"} form (the
 // registry's gelu.block is the erf form), the exp and log of the eager softmax kernels
 // (vm/ops/scans.cpp), so that compiled softmax / log_softmax fold exactly as eager does, and
-// rand / randn's draws (vm/kernels/philox.hpp: int64 counters and seeds in, float64 out).
+// rand / randn's draws and randint's bits (vm/kernels/philox.hpp: int64 counters and seeds in,
+// float64 numbers / int64 bits out).
 struct ExtraBlock {
   const char* name;
   BlockFn (*block)(DType compute);

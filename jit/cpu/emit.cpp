@@ -54,7 +54,7 @@ std::string compiler_id() { return cat("libgccjit-12 -O3 -ffp-contract=off -marc
 namespace {
 
 struct Types {
-  gcc_jit_type *void_, *vptr, *vpp, *i64, *i32, *f32, *f64, *bool_, *block_fn, *reduce_fn, *params;
+  gcc_jit_type *void_, *vptr, *vpp, *i64, *u64, *i32, *f32, *f64, *bool_, *block_fn, *reduce_fn, *params;
 };
 
 class KernelEmitter {
@@ -298,6 +298,10 @@ class KernelEmitter {
         b = cast(b, in, DType::i32);
       }
       return J.context_new_comparison(c_, nullptr, it->second, a, b);
+    }
+    if (op == "%u") {  // int64 operands taken as unsigned (randint's bits % span)
+      gcc_jit_rvalue* r = bin(t_.u64, GCC_JIT_BINARY_OP_MODULO, J.context_new_cast(c_, nullptr, a, t_.u64), J.context_new_cast(c_, nullptr, b, t_.u64));
+      return J.context_new_cast(c_, nullptr, r, t_.i64);
     }
     if (op == "&&") return bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_AND, a, b);
     if (op == "||") return bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_OR, a, b);
@@ -784,6 +788,7 @@ Types make_types(const GccJit& J, gcc_jit_context* c) {
   t.vptr = J.context_get_type(c, GCC_JIT_TYPE_VOID_PTR);
   t.vpp = J.type_get_pointer(t.vptr);
   t.i64 = J.context_get_int_type(c, 8, 1);
+  t.u64 = J.context_get_int_type(c, 8, 0);
   t.i32 = J.context_get_int_type(c, 4, 1);
   t.f32 = J.context_get_type(c, GCC_JIT_TYPE_FLOAT);
   t.f64 = J.context_get_type(c, GCC_JIT_TYPE_DOUBLE);

@@ -304,11 +304,13 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
   }
   SECTION("rand / randn: Philox draws, their seeds and counters passed by value") {
     int32_t x = B.input(sample({6, 8}, DType::f32, 19));
-    B.g.outputs = {B.op("add", {T(x), T(B.op("rand", {I({6, 8})}))}), B.op("randn", {I({5}), S("float64")})};
+    B.g.outputs = {B.op("add", {T(x), T(B.op("rand", {I({6, 8})}))}), B.op("randn", {I({5}), S("float64")}),
+                   B.op("randint", {N(-3), N(1e12), I({7})})};
     CHECK(externs(B.g).empty());
     Compiled r = compile(B, "random");
     CHECK(r.module.source.find("cr::philox_normal(") != std::string::npos);
-    CHECK(r.module.source.find("const cr::words<4> p") != std::string::npos);  // two draws: seeds and offsets
+    CHECK(r.module.source.find("const cr::words<6> p") != std::string::npos);  // three draws: seeds and offsets
+    CHECK(r.module.source.find("(uint64_t)") != std::string::npos);            // randint's bits % span
   }
   SECTION("arange / linspace / eye: generators from positions, fused with a user") {
     int32_t x = B.input(sample({6, 8}, DType::f32, 16));

@@ -124,18 +124,20 @@ TEST_CASE("Extreme positions compiled: argmax / argmin, max / min with indices, 
   });
 }
 
-TEST_CASE("Random ops compiled: rand / randn draw eager's numbers, in eager's order", "[gccjit]") {
+TEST_CASE("Random ops compiled: rand / randn / randint draw eager's numbers, in eager's order", "[gccjit]") {
   if (!have_gccjit()) return;
   Context ctx;
   Builder B{ctx};
   int32_t x = B.input(uniform({6, 8}, 22));
   int32_t a = B.op("rand", {I({6, 8})});
   int32_t n = B.op("randn", {I({3, 5}), S("float64")});
-  B.g.outputs = {B.op("add", {T(x), T(a)}), B.op("mul", {T(n), N(2)}), B.op("lt", {T(B.op("randn", {I({7})})), N(0)}), a};
+  int32_t r = B.op("randint", {N(-1e9), N(3e15), I({4, 9})});  // bits % span, then lo: exact in a double
+  B.g.outputs = {B.op("add", {T(x), T(a)}), B.op("mul", {T(n), N(2)}), B.op("lt", {T(B.op("randn", {I({7})})), N(0)}), a, r,
+                 B.op("randint", {N(3), N(9), I({5}), S("int32")}), B.op("randint", {N(0), N(2), I({6}), S("bool")})};
   auto g = std::make_shared<Graph>(B.g);
   jit::LoopGraph lg = jit::lower(*g);
   for (const jit::LStep& s : lg.steps) CHECK(!s.external);
-  CHECK(lg.draws == std::vector<int64_t>{48, 15, 7});
+  CHECK(lg.draws == std::vector<int64_t>{48, 15, 36, 7, 5, 6});
   jit::Options o;
   o.threads = 2;
   o.sync = true;
@@ -150,7 +152,7 @@ TEST_CASE("Random ops compiled: rand / randn draw eager's numbers, in eager's or
     ctx.gen = Generator{seed, 1000};
     g->native->exe->run(ctx, native);
     CHECK(ctx.gen.offset == after);  // the generator advanced as eager advanced it
-    CHECK(after == 1000 + 48 + 15 + 7);
+    CHECK(after == 1000 + 48 + 15 + 36 + 7 + 5 + 6);
     for (int32_t out : g->outputs) {
       INFO("seed " << seed << " output %" << out);
       Tensor p = contiguous(native[size_t(out)]), q = contiguous(eager[size_t(out)]);

@@ -211,7 +211,7 @@ void register_creation(Registry& r) {
   r.add(with_loop(OpDef{"eye", eye.c_str(), OpKind::Creation, fn, infer_eye, run_eye}, LoopForm::Eye));
   r.add(with_loop(OpDef{"rand", sized.c_str(), OpKind::Creation, fn | kRandom, infer_float_sized, run_rand}, LoopForm::Rand));
   r.add(with_loop(OpDef{"randn", sized.c_str(), OpKind::Creation, fn | kRandom, infer_float_sized, run_randn}, LoopForm::Randn));
-  r.add(OpDef{"randint", randint.c_str(), OpKind::Creation, fn | kRandom, infer_randint, run_randint});
+  r.add(with_loop(OpDef{"randint", randint.c_str(), OpKind::Creation, fn | kRandom, infer_randint, run_randint}, LoopForm::Randint));
   r.add(OpDef{"zeros_like", like.c_str(), OpKind::Creation, fn | kDeviceAware, infer_like, run_zeros});
   r.add(OpDef{"ones_like", like.c_str(), OpKind::Creation, fn | kDeviceAware, infer_like, run_ones});
   r.add(OpDef{"empty_like", like.c_str(), OpKind::Creation, fn | kDeviceAware, infer_like, run_empty});

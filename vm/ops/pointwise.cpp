@@ -509,13 +509,22 @@ template <double (*Draw)(uint64_t, uint64_t)> void draw_block(const void* a, con
 template <double (*Draw)(uint64_t, uint64_t)> BlockFn draw_of(DType compute) {
   return compute == DType::i64 ? draw_block<Draw> : nullptr;
 }
+// out[i] = the 64 random bits of counter a[i], seed b[i], as an int64 (randint)
+void bits_block(const void* a, const void* b, void* out, int64_t n) {
+  const auto* c = static_cast<const int64_t*>(a);
+  const auto* s = static_cast<const int64_t*>(b);
+  auto* o = static_cast<int64_t*>(out);
+  for (int64_t i = 0; i < n; ++i) o[i] = int64_t(philox_u64(uint64_t(c[i]), uint64_t(s[i])));
+}
+BlockFn bits_of(DType compute) { return compute == DType::i64 ? bits_block : nullptr; }
 
 const ExtraBlock* extra_block(const std::string& name) {
   static const ExtraBlock kExtra[] = {{"gelu_tanh", gelu_tanh_block, Op_gelu_tanh::expr},
                                       {"softmax_exp", softmax_exp_block, "vm::exp(a)"},
                                       {"softmax_log", softmax_log_block, "vm::log(a)"},
                                       {"philox_uniform", draw_of<philox_uniform>, "cr::philox_uniform(a, b)"},
-                                      {"philox_normal", draw_of<philox_normal>, "cr::philox_normal(a, b)"}};
+                                      {"philox_normal", draw_of<philox_normal>, "cr::philox_normal(a, b)"},
+                                      {"philox_bits", bits_of, "(int64_t)cr::philox_u64(a, b)"}};
   for (const ExtraBlock& e : kExtra)
     if (name == e.name) return &e;
   return nullptr;

@@ -261,3 +261,26 @@ describe("ops that fail inside a compiled function", function()
     end
   end)
 end)
+
+describe("random draws in compiled graphs", function()
+  it("draw eager's numbers in eager's order, around a randint range the loops leave to eager", function()
+    local f = T.compile(function(x)
+      return x + T.randint(-5, 7, { 3, 4 }), T.rand(9), T.randint(-2 ^ 52, 2 ^ 52, { 4 }) * 2,  -- |lo| + span > 2^53: eager
+        T.randn(5, { dtype = "float64" }), T.randint(3, 9, { 7 }, { dtype = "int32" }), T.randint(0, 2, { 6 }, { dtype = "bool" })
+    end)
+    local x = T.zeros(3, 4):long()
+    for i = 1, 4 do
+      T.manual_seed(100 + i)
+      local got = { f(x) }
+      local next_got = T.rand(1):item()
+      T.manual_seed(100 + i)
+      local want = { x + T.randint(-5, 7, { 3, 4 }), T.rand(9), T.randint(-2 ^ 52, 2 ^ 52, { 4 }) * 2,
+        T.randn(5, { dtype = "float64" }), T.randint(3, 9, { 7 }, { dtype = "int32" }), T.randint(0, 2, { 6 }, { dtype = "bool" }) }
+      S.eq(next_got, T.rand(1):item(), "the generator after call " .. i)
+      for k = 1, #want do
+        S.eq({ got[k].dtype, got[k]:totable() }, { want[k].dtype, want[k]:totable() }, "call " .. i .. " result " .. k)
+      end
+    end
+    S.truthy(T.compiler.stats().kernels_compiled > 0, "nothing was compiled")
+  end)
+end)

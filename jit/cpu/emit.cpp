@@ -20,11 +20,10 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <limits>
 #include <map>
 #include <set>
 
-#include "jit/cpu/gccjit.hpp"
+#include "jit/cpu/builder.hpp"
 #include "jit/cpu/target.hpp"
 
 namespace cr::jit::cpu {
@@ -53,14 +52,10 @@ std::string compiler_id() { return cat("libgccjit-12 -O3 -ffp-contract=off -marc
 
 namespace {
 
-struct Types {
-  gcc_jit_type *void_, *vptr, *vpp, *i64, *u64, *i32, *f32, *f64, *bool_, *block_fn, *reduce_fn, *params;
-};
-
-class KernelEmitter {
+class KernelEmitter : FunctionBuilder {
  public:
   KernelEmitter(const GccJit& J, gcc_jit_context* c, const Types& t, const Kernel& k, FnTable& fns)
-      : J(J), c_(c), t_(t), k_(k), fns_(fns) {}
+      : FunctionBuilder(J, c, t), k_(k), fns_(fns) {}
 
   void emit() {
     gcc_jit_param* ps[5] = {J.context_new_param(c_, nullptr, t_.vpp, "bufs"), J.context_new_param(c_, nullptr, t_.vpp, "fns"),
@@ -84,74 +79,9 @@ class KernelEmitter {
   }
 
  private:
-  // ---- small builders ----
-  gcc_jit_type* type(DType d) const {
-    switch (d) {
-      case DType::f32: return t_.f32;
-      case DType::f64: return t_.f64;
-      case DType::i32: return t_.i32;
-      case DType::i64: return t_.i64;
-      case DType::b8: return t_.bool_;
-      default: throw Error(cat("no CPU code for dtype ", dtype_name(d)));
-    }
-  }
-  gcc_jit_lvalue* local(gcc_jit_type* ty, const std::string& name) {
-    return J.function_new_local(fn_, nullptr, ty, cat(name, "_", ++counter_).c_str());
-  }
-  gcc_jit_rvalue* i64(int64_t x) { return J.context_new_rvalue_from_long(c_, t_.i64, long(x)); }
   // An integer field of the kernel (size, chunk, address coefficient): a literal, or the local
   // that holds its parameter (load_params).
   gcc_jit_rvalue* num(int64_t x) { return is_param(x) ? params_.at(param_slot(x)) : i64(x); }
-  gcc_jit_rvalue* bin(gcc_jit_type* ty, enum gcc_jit_binary_op op, gcc_jit_rvalue* a, gcc_jit_rvalue* b) {
-    return J.context_new_binary_op(c_, nullptr, op, ty, a, b);
-  }
-  gcc_jit_rvalue* assign(gcc_jit_rvalue* v, gcc_jit_type* ty, const char* name) {
-    gcc_jit_lvalue* l = local(ty, name);
-    J.block_add_assignment(cur_, nullptr, l, v);
-    return J.lvalue_as_rvalue(l);
-  }
-  gcc_jit_rvalue* constant(double x, DType d) {
-    switch (d) {
-      case DType::f32:
-      case DType::f64: return J.context_new_rvalue_from_double(c_, type(d), x);
-      case DType::b8: return J.context_new_rvalue_from_int(c_, t_.bool_, x != 0);
-      default:  // integer limits arrive as doubles (2^63 is not an int64): clamp
-        return J.context_new_rvalue_from_long(c_, type(d), x >= 9.2e18 ? std::numeric_limits<long>::max() : x <= -9.2e18 ? std::numeric_limits<long>::min() : long(x));
-    }
-  }
-  gcc_jit_rvalue* cast(gcc_jit_rvalue* v, DType from, DType to) {
-    if (from == to) return v;
-    if (to == DType::b8) return J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_NE, v, constant(0, from));
-    if (from == DType::b8 && is_floating(to)) v = J.context_new_cast(c_, nullptr, v, t_.i32);  // no bool -> float cast
-    return J.context_new_cast(c_, nullptr, v, type(to));
-  }
-  // for (var = lo; var < hi; var += step) { <body: cur_> }
-  void open_loop(gcc_jit_lvalue* var, gcc_jit_rvalue* lo, gcc_jit_rvalue* hi, int64_t step) {
-    J.block_add_assignment(cur_, nullptr, var, lo);
-    gcc_jit_block* cond = J.function_new_block(fn_, nullptr);
-    gcc_jit_block* body = J.function_new_block(fn_, nullptr);
-    gcc_jit_block* after = J.function_new_block(fn_, nullptr);
-    J.block_end_with_jump(cur_, nullptr, cond);
-    J.block_end_with_conditional(cond, nullptr, J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_LT, J.lvalue_as_rvalue(var), hi), body, after);
-    loops_.push_back({var, cond, after, step});
-    cur_ = body;
-  }
-  // if (v > limit) v = limit;
-  void clamp_above(gcc_jit_lvalue* v, gcc_jit_rvalue* limit) {
-    gcc_jit_block* clip = J.function_new_block(fn_, nullptr);
-    gcc_jit_block* next = J.function_new_block(fn_, nullptr);
-    J.block_end_with_conditional(cur_, nullptr, J.context_new_comparison(c_, nullptr, GCC_JIT_COMPARISON_GT, J.lvalue_as_rvalue(v), limit), clip, next);
-    J.block_add_assignment(clip, nullptr, v, limit);
-    J.block_end_with_jump(clip, nullptr, next);
-    cur_ = next;
-  }
-  void close_loop() {
-    Loop l = loops_.back();
-    loops_.pop_back();
-    J.block_add_assignment_op(cur_, nullptr, l.var, GCC_JIT_BINARY_OP_PLUS, i64(l.step));
-    J.block_end_with_jump(cur_, nullptr, l.cond);
-    cur_ = l.after;
-  }
 
   // ---- buffers and variables ----
   void typed_buffers() {
@@ -312,28 +242,11 @@ class KernelEmitter {
     }
     return bin(type(e.dtype), bop, a, b);
   }
-  // c ? a : b without a branch: a bit blend (vectorises; a branch here would not if-convert)
-  gcc_jit_rvalue* select(gcc_jit_rvalue* c, gcc_jit_rvalue* a, gcc_jit_rvalue* b, DType d) {
-    if (d == DType::b8)
-      return bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_OR, bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_AND, c, a),
-                 bin(t_.bool_, GCC_JIT_BINARY_OP_LOGICAL_AND, J.context_new_unary_op(c_, nullptr, GCC_JIT_UNARY_OP_LOGICAL_NEGATE, t_.bool_, c), b));
-    gcc_jit_type* it = d == DType::f32 || d == DType::i32 ? t_.i32 : t_.i64;
-    bool fp = is_floating(d);
-    if (fp) {
-      a = J.context_new_bitcast(c_, nullptr, a, it);
-      b = J.context_new_bitcast(c_, nullptr, b, it);
-    }
-    gcc_jit_rvalue* m = J.context_new_unary_op(c_, nullptr, GCC_JIT_UNARY_OP_MINUS, it, J.context_new_cast(c_, nullptr, c, it));
-    gcc_jit_rvalue* r = bin(it, GCC_JIT_BINARY_OP_BITWISE_OR, bin(it, GCC_JIT_BINARY_OP_BITWISE_AND, a, m),
-                            bin(it, GCC_JIT_BINARY_OP_BITWISE_AND, b, J.context_new_unary_op(c_, nullptr, GCC_JIT_UNARY_OP_BITWISE_NEGATE, it, m)));
-    return fp ? J.context_new_bitcast(c_, nullptr, r, type(d)) : r;
-  }
   gcc_jit_rvalue* fn_ptr(void* p, const std::string& name, gcc_jit_type* ty) {
     int idx = fns_.index(p, name);
     gcc_jit_rvalue* raw = J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, fnsp_, i64(idx)));
     return J.context_new_cast(c_, nullptr, raw, ty);
   }
-  gcc_jit_rvalue* vptr(gcc_jit_lvalue* l) { return J.context_new_cast(c_, nullptr, J.lvalue_get_address(l, nullptr), t_.vptr); }
   void call_block(const Expr& e, gcc_jit_rvalue* a, gcc_jit_rvalue* b, gcc_jit_rvalue* out, gcc_jit_rvalue* n) {
     gcc_jit_rvalue* f = fn_ptr(reinterpret_cast<void*>(e.fn), cat(e.name, ":", dtype_name(e.dtype)), t_.block_fn);
     gcc_jit_rvalue* args[4] = {a, b ? b : J.context_null(c_, t_.vptr), out, n};
@@ -756,21 +669,10 @@ class KernelEmitter {
     }
   }
 
-  struct Loop {
-    gcc_jit_lvalue* var;
-    gcc_jit_block *cond, *after;
-    int64_t step;
-  };
-  const GccJit& J;
-  gcc_jit_context* c_;
-  const Types& t_;
   const Kernel& k_;
   FnTable& fns_;
-  gcc_jit_function* fn_ = nullptr;
-  gcc_jit_block* cur_ = nullptr;
   gcc_jit_rvalue *bufs_ = nullptr, *fnsp_ = nullptr, *lo_ = nullptr, *hi_ = nullptr;
   std::vector<gcc_jit_rvalue*> ptrs_, vars_;
-  std::vector<Loop> loops_;
   std::map<int32_t, gcc_jit_rvalue*> outer_;
   std::map<size_t, gcc_jit_rvalue*> params_;  // parameter slot -> its local
   std::map<int, gcc_jit_lvalue*> accs_;
@@ -779,27 +681,7 @@ class KernelEmitter {
   std::map<int32_t, gcc_jit_rvalue*> offsets_;  // gathers at an outer-level position: their offset
   gcc_jit_lvalue* bad_word_[3] = {};
   gcc_jit_function* prefetch_ = nullptr;
-  int counter_ = 0;
 };
-
-Types make_types(const GccJit& J, gcc_jit_context* c) {
-  Types t;
-  t.void_ = J.context_get_type(c, GCC_JIT_TYPE_VOID);
-  t.vptr = J.context_get_type(c, GCC_JIT_TYPE_VOID_PTR);
-  t.vpp = J.type_get_pointer(t.vptr);
-  t.i64 = J.context_get_int_type(c, 8, 1);
-  t.u64 = J.context_get_int_type(c, 8, 0);
-  t.i32 = J.context_get_int_type(c, 4, 1);
-  t.f32 = J.context_get_type(c, GCC_JIT_TYPE_FLOAT);
-  t.f64 = J.context_get_type(c, GCC_JIT_TYPE_DOUBLE);
-  t.bool_ = J.context_get_type(c, GCC_JIT_TYPE_BOOL);
-  gcc_jit_type* bp[4] = {t.vptr, t.vptr, t.vptr, t.i64};
-  t.block_fn = J.context_new_function_ptr_type(c, nullptr, t.void_, 4, bp, 0);
-  gcc_jit_type* rp[3] = {t.vptr, t.i64, t.vptr};
-  t.reduce_fn = J.context_new_function_ptr_type(c, nullptr, t.void_, 3, rp, 0);
-  t.params = J.type_get_pointer(J.type_get_const(t.i64));
-  return t;
-}
 
 }  // namespace
 

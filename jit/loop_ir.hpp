@@ -176,6 +176,7 @@ struct Kernel {
   std::vector<int32_t> buffers;   // kernel buffer slot -> program buffer id
   int32_t check = -1;             // the slot of the plan's check word (kernels with gathers)
   int32_t runtime = -1;           // the slot of the run's values (kernels with Runtime exprs)
+  int32_t draws = 0;              // ... and the draws of LoopGraph::draws up to its last one
   std::vector<int32_t> values;    // loop values computed here (for logs)
   int64_t chunk = 0;              // > 0: the innermost loop is split into chunks of this size
                                   // for parallel work (pointwise kernels only)

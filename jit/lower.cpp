@@ -513,12 +513,10 @@ struct NodeLowering {
     v.graph_node = index;
     Body& b = v.body;
     const size_t nd = shape.size();
-    std::vector<int> ivars(is.size(), -1);  // the index's dims over the result's variables
-    if (form == LoopForm::IndexSelect && !is.empty()) ivars[0] = d;
-    if (form == LoopForm::Gather)
-      for (size_t k = 0; k < is.size(); ++k) ivars[k] = int(k);
-    if (embed)
-      for (size_t k = 0; k < is.size(); ++k) ivars[k] = int(k);
+    // the index's dims over the result's variables: index_select's runs along dim d; gather's
+    // and embedding's are the result's leading dims
+    std::vector<int> ivars(is.size(), -1);
+    for (size_t k = 0; k < is.size(); ++k) ivars[k] = form == LoopForm::IndexSelect ? d : int(k);
     int32_t il = L.of(ia.value);
     int32_t at = Lowerer::cast(b, Lowerer::load_at(b, L.val(il), il, ivars), DType::i64);
     Expr e{EOp::Load, xm.dtype};

@@ -26,10 +26,7 @@ bool layout_is(const Tensor& t, const Buffer& b) {
 // The random ops of kernel k, and those before it that have no numbers yet, take the
 // generator's seed and next counters in graph order, as the eager ops would have drawn them.
 void draw_numbers(Context& ctx, const Kernel& k, const std::vector<int64_t>& draws, std::vector<int64_t>& values, size_t& drawn) {
-  int32_t last = -1;
-  for (const Expr& e : k.body.exprs)
-    if (e.op == EOp::Runtime) last = std::max(last, e.site / 2);
-  for (; int32_t(drawn) <= last; ++drawn) {
+  for (; int32_t(drawn) < k.draws; ++drawn) {
     values[2 * drawn] = int64_t(ctx.gen.seed);
     values[2 * drawn + 1] = int64_t(ctx.gen.offset);
     ctx.gen.offset += uint64_t(draws[drawn]);

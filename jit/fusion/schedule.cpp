@@ -322,8 +322,9 @@ Kernel Scheduler::build(const Group& g, bool check_only, const std::vector<char>
     k.check = int32_t(k.buffers.size());
     k.buffers.push_back(special_buffer(&Buffer::check, kCheckWords));
   }
-  const bool runtime = std::any_of(k.body.exprs.begin(), k.body.exprs.end(), [](const Expr& e) { return e.op == EOp::Runtime; });
-  if (runtime && !check_only) {
+  for (const Expr& e : k.body.exprs)
+    if (e.op == EOp::Runtime) k.draws = std::max(k.draws, e.site / 2 + 1);
+  if (k.draws > 0 && !check_only) {
     k.runtime = int32_t(k.buffers.size());
     k.buffers.push_back(special_buffer(&Buffer::runtime, int64_t(2 * plan_.lg.draws.size())));
   }

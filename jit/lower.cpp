@@ -622,6 +622,23 @@ struct NodeLowering {
       case LoopForm::Rand:
       case LoopForm::Randn:
       case LoopForm::Randint: return random(def.loop);
+      case LoopForm::Sum:
+      case LoopForm::Prod:
+      case LoopForm::Mean:
+      case LoopForm::Amax:
+      case LoopForm::Amin:
+      case LoopForm::Max:
+      case LoopForm::Min:
+      case LoopForm::Argmax:
+      case LoopForm::Argmin:
+      case LoopForm::Var:
+      case LoopForm::Std:
+      case LoopForm::Logsumexp:
+      case LoopForm::Norm:
+      case LoopForm::All:
+      case LoopForm::Any:
+      case LoopForm::Softmax:
+      case LoopForm::LogSoftmax: return L.reduction(index, &why);  // (lower_reduce.cpp)
       case LoopForm::Where:  // (a ternary pointwise op: pointwise() selects)
       case LoopForm::Auto: break;
     }
@@ -630,8 +647,6 @@ struct NodeLowering {
       case OpKind::Binary:
       case OpKind::Ternary: return pointwise();
       case OpKind::Convert: return convert();
-      case OpKind::Reduction:
-      case OpKind::Other: return L.reduction(index, &why);
       default: return reject(cat("no loop lowering for ", def.name, " (", def.kind == OpKind::Linalg ? "a library call" : "not a loop op", ")"));
     }
   }

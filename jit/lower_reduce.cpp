@@ -263,24 +263,20 @@ bool extreme_position(Decomposition& D, bool max, const graph::Node& n, std::str
 
 bool Lowerer::reduction(int32_t node, std::string* why) {
   const graph::Node& n = g.nodes[size_t(node)];
-  std::string name = n.def().name;
+  using F = LoopForm;
+  F form = n.def().loop;  // the op's reduction (OpDef::loop)
   auto reject = [&](std::string r) {
     *why = std::move(r);
     return false;
   };
-  static const char* const kLowered[] = {"sum",  "prod",    "mean",        "amax", "amin", "var",    "std",    "logsumexp",
-                                         "norm", "softmax", "log_softmax", "any",  "all",  "argmax", "argmin", "max", "min"};
-  bool known = false;
-  for (const char* k : kLowered) known = known || name == k;
-  if (!known) return reject("no loop lowering for this op");
-  const bool with_indices = (name == "max" || name == "min") && n.outs.size() == 2;  // max(x, dim): values, indices
+  const bool with_indices = (form == F::Max || form == F::Min) && n.outs.size() == 2;  // max(x, dim): values, indices
   if ((n.outs.size() != 1 && !with_indices) || n.args.empty() || n.args[0].tag != kTensor) return reject("unexpected arguments");
   const graph::ValueMeta& xm = g.values[size_t(n.args[0].value)].meta;
   const graph::ValueMeta& om = g.values[size_t(n.outs[0])].meta;
   int ndim = int(xm.sizes.size());
   if (ndim == 0) return reject("a 0-d input");
   if (!loop_dtype(xm.dtype, device())) return reject("a float16 / bfloat16 input");
-  bool along = name == "softmax" || name == "log_softmax";
+  bool along = form == F::Softmax || form == F::LogSoftmax;
   bool ok = true;
   graph::Arg none;
   std::vector<char> mask = reduced_dims(n.args.size() > 1 ? n.args[1] : none, ndim, &ok);
@@ -298,10 +294,10 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
   const DType od = om.dtype, cd = compute_dtype(od), f64 = DType::f64;
   if (!loop_dtype(od, device())) return reject("a float16 / bfloat16 result");
 
-  if (name == "argmax" || name == "argmin" || with_indices) return extreme_position(D, name == "argmax" || name == "max", n, why);
-  if (name == "max" || name == "min") name = name == "max" ? "amax" : "amin";  // max(x): the largest value
-  if (name == "sum" || name == "prod" || name == "amax" || name == "amin") {
-    ReduceKind k = name == "sum" ? ReduceKind::Sum : name == "prod" ? ReduceKind::Prod : name == "amax" ? ReduceKind::Max : ReduceKind::Min;
+  if (form == F::Argmax || form == F::Argmin || with_indices) return extreme_position(D, form == F::Argmax || form == F::Max, n, why);
+  if (form == F::Max || form == F::Min) form = form == F::Max ? F::Amax : F::Amin;  // max(x): the largest value
+  if (form == F::Sum || form == F::Prod || form == F::Amax || form == F::Amin) {
+    ReduceKind k = form == F::Sum ? ReduceKind::Sum : form == F::Prod ? ReduceKind::Prod : form == F::Amax ? ReduceKind::Max : ReduceKind::Min;
     if (!reduce_fn(k, cd)) return reject("no block reduction for this dtype");
     Body b;
     // eager converts the input to the output dtype first (a float16 value is then exact in float32)
@@ -309,10 +305,10 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
     D.reduce(std::move(b), k, od, true);
     return true;
   }
-  if (name == "any" || name == "all") {  // Max / Min of the elements as bools (x != 0: NaN is true)
+  if (form == F::Any || form == F::All) {  // Max / Min of the elements as bools (x != 0: NaN is true)
     Body b;
     b.root = D.input(b, DType::b8);
-    D.reduce(std::move(b), name == "any" ? ReduceKind::Max : ReduceKind::Min, DType::b8, true);
+    D.reduce(std::move(b), form == F::Any ? ReduceKind::Max : ReduceKind::Min, DType::b8, true);
     return true;
   }
   if (!is_floating(od)) return reject("an integer result");
@@ -327,14 +323,14 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
   };
   size_t nvalues = lg.values.size(), nsteps = lg.steps.size();
   try {
-    if (name == "mean") {
+    if (form == F::Mean) {
       int32_t s = sum_of([&](Body& b) { return Lowerer::cast(b, D.input(b, od), cd); });
       D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
         // (1 / n at run time, as eager folds it: the same bits, and one template for every n)
         int32_t inv = arith(b, "/", constant(b, 1.0, f64), count(b, D.count), f64);
         return arith(b, "*", D.load_kept(b, s, vars), inv, f64);
       });
-    } else if (name == "var" || name == "std") {
+    } else if (form == F::Var || form == F::Std) {
       double correction = n.args.size() > 3 && n.args[3].tag == kNumber ? n.args[3].num : 1.0;
       if (n.args.size() > 4 && n.args[4].tag == kBool) correction = n.args[4].num != 0 ? 1.0 : 0.0;
       // n - correction: from the count at run time for the usual corrections (n >= 1 keeps it
@@ -355,9 +351,9 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
       });
       D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
         int32_t v = arith(b, "/", D.load_kept(b, ss, vars), denom(b), f64);
-        return name == "std" ? block_call(b, "sqrt", v) : v;
+        return form == F::Std ? block_call(b, "sqrt", v) : v;
       });
-    } else if (name == "norm") {
+    } else if (form == F::Norm) {
       double p = n.args.size() > 3 && n.args[3].tag == kNumber ? n.args[3].num : 2.0;
       if (p != 2) return reject("norm with p other than 2");
       int32_t s = sum_of([&](Body& b) {
@@ -365,7 +361,7 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
         return arith(b, "*", v, v, f64);
       });
       D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) { return block_call(b, "sqrt", D.load_kept(b, s, vars)); });
-    } else if (name == "logsumexp") {
+    } else if (form == F::Logsumexp) {
       Body mb;
       mb.root = Lowerer::cast(mb, D.input(mb, od), cd);
       int32_t m = D.reduce(std::move(mb), ReduceKind::Max, cd, false);
@@ -381,7 +377,7 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
         return arith(b, "+", block_call(b, "log", D.load_kept(b, s, vars)), cast(b, D.load_kept(b, shift, vars), f64), f64);
       });
     } else {  // softmax, log_softmax
-      softmax(D, name == "log_softmax", cd, od);
+      softmax(D, form == F::LogSoftmax, cd, od);
     }
   } catch (const Error& e) {  // undo the values made so far
     lg.values.resize(nvalues);

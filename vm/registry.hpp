@@ -20,7 +20,11 @@ enum class OpKind : int32_t { Unary, Binary, Ternary, Reduction, View, Join, Ind
 // from `expr`, reductions, conversions); the others name a lowering of their own: a selection
 // (where, masked_fill), a triangle of positions (tril, triu), a generator of positions (arange,
 // linspace, eye).
-enum class LoopForm : uint8_t { Auto, Where, MaskedFill, Tril, Triu, Arange, Linspace, Eye, IndexSelect, Gather, Embedding, Rand, Randn, Randint };
+enum class LoopForm : uint8_t {
+  Auto, Where, MaskedFill, Tril, Triu, Arange, Linspace, Eye, IndexSelect, Gather, Embedding, Rand, Randn, Randint,
+  // reductions and their decompositions (jit/lower_reduce.cpp)
+  Sum, Prod, Mean, Amax, Amin, Max, Min, Argmax, Argmin, Var, Std, Logsumexp, Norm, All, Any, Softmax, LogSoftmax
+};
 
 enum OpFlag : int32_t {
   kReturnsSelf = 1,   // in-place: the Lua wrapper returns its first argument

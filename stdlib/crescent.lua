@@ -29,35 +29,10 @@ end
 
 function T.get_num_threads() return api.num_threads() end
 
--- devices --------------------------------------------------------------------------------------
-local function device_index(d)
-  if d == nil then return 0 end
-  if type(d) == "number" then return d end
-  local n = tostring(d):match("^cuda:(%d+)$")
-  if d == "cuda" then return 0 end
-  if not n then core.fail("cuda: expected a device index or \"cuda:N\", got " .. tostring(d)) end
-  return tonumber(n)
-end
-
-local STATS = ffi.new("double[6]")
-T.cuda = {
-  is_available = function() return api.cuda_device_count() > 0 end,
-  device_count = function() return api.cuda_device_count() end,
-  -- why CUDA cannot be used here ("" when it can)
-  unavailable_reason = function() return ffi.string(api.cuda_unavailable()) end,
-  synchronize = function(d)
-    if api.cuda_device_count() == 0 then return end
-    if api.cuda_synchronize(ctx, device_index(d)) ~= 0 then core.raise(-1) end
-  end,
-  -- gives the device memory cached for reuse back to the driver
-  empty_cache = function() api.cuda_empty_cache() end,
-  -- {driver_allocs, driver_frees, cache_hits, in_use, reserved (bytes), host_ops}
-  stats = function(d)
-    api.cuda_stats(device_index(d), STATS)
-    return { driver_allocs = STATS[0], driver_frees = STATS[1], cache_hits = STATS[2], in_use = STATS[3],
-             reserved = STATS[4], host_ops = STATS[5] }
-  end,
-}
+-- devices (crescent.cuda) ----------------------------------------------------------------------
+local cuda = require "crescent.cuda"
+local device_index = cuda.device_index
+T.cuda = cuda.cuda
 
 -- The CUDA device among fn's arguments (tensors, also inside tables), or nil.
 local function cuda_device_of(args, seen)

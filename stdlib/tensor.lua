@@ -97,6 +97,14 @@ function methods:totable()
   return build(1)
 end
 
+-- x:record_stream(s): x's memory is also used by stream s's work, so that when x is dropped its
+-- memory is handed out again only after that work (torch.Tensor.record_stream).
+function methods:record_stream(s)
+  require("crescent.cuda").check_stream(s, "record_stream")
+  if ctx.capturing ~= 0 then need(self, "record_stream()") end
+  if api.record_stream(ctx, self.p, s.id) ~= 0 then core.raise(-1) end
+end
+
 function methods:data_ptr()
   if ctx.capturing ~= 0 or self.p._storage == nil or self.p._lazy ~= nil then need(self, "data_ptr()") end
   local ptr = api.data_ptr(ctx, self.p)

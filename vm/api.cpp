@@ -7,6 +7,7 @@
 #include "jit/jit.hpp"
 #include "jit/cuda/eager.hpp"
 #include "jit/cuda/memory.hpp"
+#include "jit/cuda/streams.hpp"
 #include "vm/devices.hpp"
 
 #include <chrono>
@@ -349,6 +350,49 @@ int32_t api_cuda_time(cr_ctx* c, int32_t dev, int32_t phase, double* ms) {
   });
 }
 
+int32_t api_cuda_stream(cr_ctx* c, int32_t what, int64_t a, int64_t b, double* out) {
+  return guarded(c, [&] {
+    if (cuda::device_count() == 0) {
+      std::string why;
+      cuda::driver(&why);
+      fail(cat("cuda: streams and events need a CUDA device: ", why));
+    }
+    double r = 0;
+    switch (what) {
+      case 0: r = double(cuda::pool_stream(int(a))); break;
+      case 1:
+        if (a < 0 || a >= cuda::device_count()) fail(cat("cuda: no device cuda:", a));
+        r = double(a * cuda::kSlots + cuda::current_slot(int(a)));
+        break;
+      case 2: cuda::set_current_stream(a); break;
+      case 3: cuda::stream_synchronize(a); break;
+      case 4: r = cuda::stream_query(a); break;
+      case 5: cuda::stream_wait_stream(a, b); break;
+      case 6: r = double(cuda::event_create(int(a), b != 0)); break;
+      case 7: cuda::event_destroy(a); break;
+      case 8: cuda::event_record(a, b); break;
+      case 9: cuda::stream_wait_event(a, b); break;
+      case 10: r = cuda::event_query(a); break;
+      case 11: cuda::event_synchronize(a); break;
+      case 12: r = cuda::event_elapsed_ms(a, b); break;
+      default: fail(cat("cuda_stream: no call ", what));
+    }
+    *out = r;
+    return 0;
+  });
+}
+
+int32_t api_record_stream(cr_ctx* c, cr_tensor* t, int64_t s) {
+  return guarded(c, [&] {
+    graph::ensure_real(Context::of(c), t);
+    Tensor x(t, true);
+    if (x.device().is_cpu()) fail("record_stream: expected a CUDA tensor, got one on cpu");
+    auto* st = static_cast<Storage*>(t->_storage);
+    if (st && !st->free_fn) cuda::record_stream(st->data, x.device().index, s);  // (memory we did not allocate: its owner frees it)
+    return 0;
+  });
+}
+
 const char* api_native_unavailable(int32_t cuda) {
   static thread_local std::string why;
   const bool ok = cuda ? jit::cuda_backend_available(&why) : jit::cpu_backend_available(&why);
@@ -403,6 +447,8 @@ const cr_api* api_table() {
       api_cuda_empty_cache,
       api_cuda_stats,
       api_cuda_time,
+      api_cuda_stream,
+      api_record_stream,
       api_native_unavailable,
   };
   return &api;

@@ -130,6 +130,15 @@ typedef struct cr_api {
   void (*cuda_empty_cache)(void);
   void (*cuda_stats)(int32_t dev, double* out);
   int32_t (*cuda_time)(cr_ctx* ctx, int32_t dev, int32_t phase, double* ms);
+  /* Streams and events (jit/cuda/streams.hpp): `what` names the call; stream ids and event ids
+   * are numbers; results go to out[0]. 0 new stream of device a (from its pool); 1 the current
+   * stream of device a; 2 make stream a current; 3 synchronize stream a; 4 query stream a (1 when
+   * its work is done); 5 stream a waits for stream b's work so far; 6 new event of device a
+   * (b: 1 with timing); 7 destroy event a; 8 record event a on stream b; 9 stream a waits for
+   * event b; 10 query event a; 11 synchronize event a; 12 milliseconds from event a to event b.
+   * record_stream: tensor t's memory is also used by stream s's work. */
+  int32_t (*cuda_stream)(cr_ctx* ctx, int32_t what, int64_t a, int64_t b, double* out);
+  int32_t (*record_stream)(cr_ctx* ctx, cr_tensor* t, int64_t s);
   /* whether native code can be generated for the CPU (cuda = 0) or CUDA devices (1); NULL when
    * it can, else why not */
   const char* (*native_unavailable)(int32_t cuda);

@@ -2,10 +2,12 @@
 
 #include <dlfcn.h>
 
+#include <array>
 #include <mutex>
 #include <vector>
 
 #include "jit/cuda/driver.hpp"
+#include "jit/cuda/streams.hpp"
 #include "vm/error.hpp"
 
 namespace cr::cuda {
@@ -19,6 +21,7 @@ constexpr int kCudaR16F = 2, kCudaR16BF = 14, kComputeF32 = 68, kGemmDefault = -
 
 struct Blas {
   Status (*create)(Handle*);
+  Status (*set_stream)(Handle, CUstream);
   Status (*sgemm)(Handle, int, int, int, int, int, const float*, const float*, int, const float*, int, const float*,
                   float*, int);
   Status (*dgemm)(Handle, int, int, int, int, int, const double*, const double*, int, const double*, int,
@@ -31,7 +34,9 @@ struct Blas {
                       int, long long, const void*, void*, int, int, long long, int, int, int);
   bool ok = false;
   std::string why;
-  std::vector<Handle> handles;  // per device, created on first use
+  // per device and stream slot, created on first use: cuBLAS keeps a workspace per handle, which
+  // two streams running at once must not share
+  std::vector<std::array<Handle, kPoolStreams + 1>> handles;
 };
 
 Blas& blas() {
@@ -47,16 +52,17 @@ Blas& blas() {
       return;
     }
     B.create = reinterpret_cast<decltype(B.create)>(dlsym(lib, "cublasCreate_v2"));
+    B.set_stream = reinterpret_cast<decltype(B.set_stream)>(dlsym(lib, "cublasSetStream_v2"));
     B.sgemm = reinterpret_cast<decltype(B.sgemm)>(dlsym(lib, "cublasSgemm_v2"));
     B.dgemm = reinterpret_cast<decltype(B.dgemm)>(dlsym(lib, "cublasDgemm_v2"));
     B.sgemm_b = reinterpret_cast<decltype(B.sgemm_b)>(dlsym(lib, "cublasSgemmStridedBatched"));
     B.dgemm_b = reinterpret_cast<decltype(B.dgemm_b)>(dlsym(lib, "cublasDgemmStridedBatched"));
     B.gemm_ex_b = reinterpret_cast<decltype(B.gemm_ex_b)>(dlsym(lib, "cublasGemmStridedBatchedEx"));
-    if (!B.create || !B.sgemm || !B.dgemm || !B.sgemm_b || !B.dgemm_b || !B.gemm_ex_b) {
-      B.why = "libcublas lacks cublasCreate_v2 / cublas[SD]gemm_v2 / cublas[SD]gemmStridedBatched / cublasGemmStridedBatchedEx";
+    if (!B.create || !B.set_stream || !B.sgemm || !B.dgemm || !B.sgemm_b || !B.dgemm_b || !B.gemm_ex_b) {
+      B.why = "libcublas lacks cublasCreate_v2 / cublasSetStream_v2 / cublas[SD]gemm_v2 / cublas[SD]gemmStridedBatched / cublasGemmStridedBatchedEx";
       return;
     }
-    B.handles.assign(size_t(device_count()), nullptr);
+    B.handles.assign(size_t(device_count()), {});
     B.ok = true;
   });
   return B;
@@ -80,8 +86,13 @@ Handle handle(int index) {
   use_device(index);
   static std::mutex m;
   std::lock_guard<std::mutex> g(m);
-  if (!L.handles[size_t(index)]) check_blas(L.create(&L.handles[size_t(index)]), "cublasCreate");
-  return L.handles[size_t(index)];
+  const int slot = current_slot(index);
+  Handle& h = L.handles[size_t(index)][size_t(slot)];
+  if (!h) {
+    check_blas(L.create(&h), "cublasCreate");
+    check_blas(L.set_stream(h, current_stream(index)), "cublasSetStream");  // (for good: one handle per stream)
+  }
+  return h;
 }
 
 // cuBLAS is column-major: the row-major C {M, N} is the column-major C^T {N, M} = B^T A^T, and a

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "jit/cuda/driver.hpp"
+#include "jit/cuda/streams.hpp"
 #include "vm/error.hpp"
 
 namespace cr::jit::cuda {
@@ -29,7 +30,7 @@ DeviceCheck::DeviceCheck(int d, CheckSites s) : device(d), sites(std::move(s)) {
   CUdeviceptr p = 0;
   CR_CU(cuMemAlloc(&p, sizeof(int64_t) * kCheckWords), "a check word");
   word = reinterpret_cast<void*>(p);
-  CR_CU(cuMemsetD8(p, 0, sizeof(int64_t) * kCheckWords), "a check word");
+  CR_CU(cuMemsetD8Async(p, 0, sizeof(int64_t) * kCheckWords, cr::cuda::current_stream(device)), "a check word");
 }
 
 DeviceCheck::~DeviceCheck() {
@@ -40,20 +41,23 @@ DeviceCheck::~DeviceCheck() {
   }
 }
 
-void defer_check(const std::shared_ptr<DeviceCheck>& c) {
+void defer_check(const std::shared_ptr<DeviceCheck>& c, void* stream) {
   std::lock_guard<std::mutex> g(g_mutex);
+  c->stream = stream;
   for (const auto& p : *g_pending)
     if (p == c) return;
   g_pending->push_back(c);
   g_count.store(int(g_pending->size()));
 }
 
-void check_deferred(int index) {
+void check_deferred(int index, void* synced, bool whole_device) {
   if (g_count.load(std::memory_order_relaxed) == 0) return;
   std::vector<std::shared_ptr<DeviceCheck>> mine;
   {
     std::lock_guard<std::mutex> g(g_mutex);
-    auto here = std::stable_partition(g_pending->begin(), g_pending->end(), [&](const auto& c) { return c->device != index; });
+    auto here = std::stable_partition(g_pending->begin(), g_pending->end(), [&](const auto& c) {
+      return c->device != index || (!whole_device && c->stream != synced);
+    });
     mine.assign(here, g_pending->end());
     g_pending->erase(here, g_pending->end());
     g_count.store(int(g_pending->size()));
@@ -63,9 +67,11 @@ void check_deferred(int index) {
   for (const auto& c : mine) {
     int64_t w[kCheckWords];
     use_device(c->device);
-    CR_CU(cuMemcpyDtoH(w, dptr(c->word), sizeof w), "reading a check word");
+    const auto s = static_cast<cr::cuda::CUstream>(c->stream);
+    CR_CU(cuMemcpyDtoHAsync(w, dptr(c->word), sizeof w, s), "reading a check word");
+    CR_CU(cuStreamSynchronize(s), "reading a check word");
     if (w[2] == 0) continue;
-    CR_CU(cuMemsetD8(dptr(c->word), 0, sizeof w), "clearing a check word");
+    CR_CU(cuMemsetD8Async(dptr(c->word), 0, sizeof w, s), "clearing a check word");
     if (!bad) {
       bad = c.get();
       std::copy(w, w + kCheckWords, found);

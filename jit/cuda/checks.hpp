@@ -10,6 +10,8 @@ namespace cr::jit::cuda {
 struct DeviceCheck {
   void* word = nullptr;  // kCheckWords int64 on the device, zeroed
   int device = 0;
+  void* stream = nullptr;  // the CUstream of the last launch that used it (a name of namespace cr::cuda here
+                           // would make `cuda` ambiguous where cr::jit is used)
   CheckSites sites;
   DeviceCheck(int device, CheckSites sites);
   ~DeviceCheck();
@@ -17,10 +19,12 @@ struct DeviceCheck {
   DeviceCheck& operator=(const DeviceCheck&) = delete;
 };
 
-// After a launch that uses c's word: read it at the device's next synchronisation.
-void defer_check(const std::shared_ptr<DeviceCheck>& c);
-// Reads the words deferred on device `index` (its work is done: the caller synchronised), clears
-// them, and raises the first bad position found.
-void check_deferred(int index);
+// After a launch on `stream` that uses c's word: read it when that stream or the whole device is
+// next synchronised.
+void defer_check(const std::shared_ptr<DeviceCheck>& c, void* stream);
+// Reads the words deferred on device `index` by launches on `synced` (or on any stream, when
+// `whole_device`), whose work is done: the caller synchronised. Clears them, and raises the first
+// bad position found.
+void check_deferred(int index, void* synced, bool whole_device);
 
 }  // namespace cr::jit::cuda

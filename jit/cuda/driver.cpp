@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "jit/cuda/streams.hpp"
 #include "vm/error.hpp"
 
 namespace cr::cuda {
@@ -38,11 +39,15 @@ bool resolve_all(void* lib, Driver& d, std::string* missing) {
       {"cuMemAlloc_v2", resolve(lib, "cuMemAlloc_v2", d.cuMemAlloc)},
       {"cuMemFree_v2", resolve(lib, "cuMemFree_v2", d.cuMemFree)},
       {"cuMemGetInfo_v2", resolve(lib, "cuMemGetInfo_v2", d.cuMemGetInfo)},
-      {"cuMemcpyHtoD_v2", resolve(lib, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD)},
-      {"cuMemcpyDtoH_v2", resolve(lib, "cuMemcpyDtoH_v2", d.cuMemcpyDtoH)},
-      {"cuMemcpyDtoD_v2", resolve(lib, "cuMemcpyDtoD_v2", d.cuMemcpyDtoD)},
-      {"cuMemsetD8_v2", resolve(lib, "cuMemsetD8_v2", d.cuMemsetD8)},
-      {"cuMemsetD32_v2", resolve(lib, "cuMemsetD32_v2", d.cuMemsetD32)},
+      {"cuMemcpyHtoDAsync_v2", resolve(lib, "cuMemcpyHtoDAsync_v2", d.cuMemcpyHtoDAsync)},
+      {"cuMemcpyDtoHAsync_v2", resolve(lib, "cuMemcpyDtoHAsync_v2", d.cuMemcpyDtoHAsync)},
+      {"cuMemcpyDtoDAsync_v2", resolve(lib, "cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync)},
+      {"cuMemsetD8Async", resolve(lib, "cuMemsetD8Async", d.cuMemsetD8Async)},
+      {"cuMemsetD32Async", resolve(lib, "cuMemsetD32Async", d.cuMemsetD32Async)},
+      {"cuStreamCreate", resolve(lib, "cuStreamCreate", d.cuStreamCreate)},
+      {"cuStreamSynchronize", resolve(lib, "cuStreamSynchronize", d.cuStreamSynchronize)},
+      {"cuStreamQuery", resolve(lib, "cuStreamQuery", d.cuStreamQuery)},
+      {"cuStreamWaitEvent", resolve(lib, "cuStreamWaitEvent", d.cuStreamWaitEvent)},
       {"cuModuleLoadData", resolve(lib, "cuModuleLoadData", d.cuModuleLoadData)},
       {"cuModuleUnload", resolve(lib, "cuModuleUnload", d.cuModuleUnload)},
       {"cuModuleGetFunction", resolve(lib, "cuModuleGetFunction", d.cuModuleGetFunction)},
@@ -51,6 +56,7 @@ bool resolve_all(void* lib, Driver& d, std::string* missing) {
       {"cuEventDestroy_v2", resolve(lib, "cuEventDestroy_v2", d.cuEventDestroy)},
       {"cuEventRecord", resolve(lib, "cuEventRecord", d.cuEventRecord)},
       {"cuEventSynchronize", resolve(lib, "cuEventSynchronize", d.cuEventSynchronize)},
+      {"cuEventQuery", resolve(lib, "cuEventQuery", d.cuEventQuery)},
       {"cuEventElapsedTime", resolve(lib, "cuEventElapsedTime", d.cuEventElapsedTime)},
       {"cuGetErrorName", resolve(lib, "cuGetErrorName", d.cuGetErrorName)},
       {"cuGetErrorString", resolve(lib, "cuGetErrorString", d.cuGetErrorString)},
@@ -180,10 +186,10 @@ double time_events(int index, int phase) {
     CR_CU(cuEventCreate(&end, 0), "timer");
   }
   if (phase == 0) {
-    CR_CU(cuEventRecord(start, nullptr), "timer start");
+    CR_CU(cuEventRecord(start, current_stream(index)), "timer start");
     return 0;
   }
-  CR_CU(cuEventRecord(end, nullptr), "timer end");
+  CR_CU(cuEventRecord(end, current_stream(index)), "timer end");
   CR_CU(cuEventSynchronize(end), "timer end");
   float ms = 0;
   CR_CU(cuEventElapsedTime(&ms, start, end), "timer");

@@ -13,6 +13,11 @@ namespace cr::cuda {
 
 void* device_alloc(size_t nbytes, int index);  // throws cr::Error "out of memory ... on cuda:N"
 void device_free(void* p, size_t nbytes, int index);
+// Streams (jit/cuda/streams.hpp): a block is cached per stream - the one current at its
+// allocation - and only handed out again on that stream. record_stream(p, i, s) says a block's
+// memory is also used by stream s's work (Tensor:record_stream): when freed, it waits for the work
+// s has queued by then, as PyTorch's caching allocator does.
+void record_stream(void* p, int index, int64_t stream);
 void empty_cache();
 
 struct MemoryStats {
@@ -25,7 +30,7 @@ MemoryStats memory_stats(int index);
 // between 64 MiB and 4 GiB (a collection every 64 calls of a kernel writing 64 MiB). See note_allocations (vm/api.cpp).
 size_t garbage_budget();
 
-// Synchronous copies (the device's legacy default stream orders them after earlier launches).
+// Copies on the current stream, ordered after its earlier launches; copy_to_host waits for it.
 // copy_to_host and synchronize then raise what the kernels' checks found (jit/cuda/checks.hpp).
 void copy_to_device(void* dst, const void* src, size_t n, int index);
 void copy_to_host(void* dst, const void* src, size_t n, int index);

@@ -1,6 +1,7 @@
 #include "jit/cuda/program.hpp"
 
 #include "jit/cuda/driver.hpp"
+#include "jit/cuda/streams.hpp"
 
 namespace cr::jit::cuda {
 
@@ -49,7 +50,7 @@ Program::Program(Plan plan, CudaModule m, const std::string& cubin, Device devic
 Program::~Program() = default;
 
 void* Program::check_word() const { return check_->word; }
-void Program::defer_check() const { cuda::defer_check(check_); }
+void Program::defer_check() const { cuda::defer_check(check_, cr::cuda::current_stream(device_.index)); }
 
 // Arguments: the buffers' pointers, then a dynamic kernel's size parameters (the driver copies
 // the values at the call). Its grid follows from this plan's concrete kernel.
@@ -63,7 +64,7 @@ void Program::launch(size_t k, void** bufs) const {
     for (const int64_t& p : plan_.params[k]) args.push_back(const_cast<int64_t*>(&p));
   cr::cuda::use_device(device_.index);
   CR_CU(cuLaunchKernel(static_cast<CUfunction>(fns_[k]), unsigned(grid), 1, 1, unsigned(kern.block), 1, 1,
-                       unsigned(kern.shared_bytes), nullptr, args.data(), nullptr),
+                       unsigned(kern.shared_bytes), cr::cuda::current_stream(device_.index), args.data(), nullptr),
         kern.name);
 }
 

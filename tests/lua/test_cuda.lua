@@ -16,6 +16,18 @@ describe("without a GPU", function()
     errs(function() local _ = T.zeros(2, { device = "cuda" }) end, "zeros", "CUDA is not available")
     errs(function() local _ = T.ones(2):to("cuda:1") end, "to", "CUDA is not available")
     T.cuda.synchronize()  -- a no-op without devices
+    errs(function() local _ = T.cuda.Stream() end, "cuda", "streams and events need a CUDA device")
+    errs(function() local _ = T.cuda.current_stream() end, "cuda", "streams and events need a CUDA device")
+    errs(function() T.cuda.Event():record() end, "cuda", "streams and events need a CUDA device")
+  end)
+  it("check the arguments of streams and events", function()
+    errs(function() local _ = T.cuda.Stream({ priority = -1 }) end, "T.cuda.Stream", "unknown option 'priority'")
+    errs(function() local _ = T.cuda.Event({ timing = true }) end, "T.cuda.Event", "unknown option 'timing'")
+    errs(function() T.ones(2):record_stream(3) end, "record_stream", "expected a stream (T.cuda.Stream()), got number")
+    errs(function() T.cuda.set_stream(T.ones(2)) end, "T.cuda.set_stream", "expected a stream (T.cuda.Stream()), got a tensor")
+    errs(function() T.cuda.Event():elapsed_time(T.cuda.Event()) end, "Event:elapsed_time", "both events must be recorded first")
+    expect.truthy(T.cuda.Event():query())  -- an event never recorded has passed, as in PyTorch
+    expect.eq({ T.cuda.stream(nil, function(a, b) return a + b, nil, 7 end, 1, 2) }, { 3, nil, 7 })
   end)
 end)
 
@@ -430,5 +442,139 @@ describe("CUDA tensors", function()
     local s = T.compiler.stats()
     expect.truthy(s.kernels_compiled + s.disk_cache_hits > 0, "no CUDA kernel was compiled")
     expect.eq(s.eager_fallbacks, 0)
+  end)
+end)
+
+-- Streams and events as PyTorch has them (jit/cuda/streams.hpp): the ordering cases queue a few
+-- milliseconds of matrix products first, so a missing wait would let the other stream read the
+-- buffer before it is written, and the memory case would get the pending block back.
+describe("CUDA streams and events", function()
+  local ffi = require "ffi"
+  local function ptr(t) return tonumber(ffi.cast("intptr_t", t:data_ptr())) end
+  -- ~100 ms of device work queued in a few host calls (the stream's pool is filled first, so that
+  -- the products' results come from the cache: a driver allocation would take host time)
+  local function busy(m) for _ = 1, 6 do local _ = m:matmul(m) end end
+  local function big_matrix(s)
+    local m = T.randn(8192, 8192, { device = "cuda" })
+    T.cuda.stream(s, function() busy(m) end)
+    T.cuda.synchronize()
+    collectgarbage()
+    return m
+  end
+
+  it("run eager ops, copies, matmul and compiled graphs on a stream, then restore the current one", function()
+    need_gpu()
+    local s = T.cuda.Stream()
+    expect.eq(s.device, "cuda:0")
+    expect.truthy(s ~= T.cuda.default_stream() and T.cuda.current_stream() == T.cuda.default_stream())
+    expect.truthy(tostring(s):find("cuda stream %d+ of cuda:0"))
+    local x = T.randn(64, 33)
+    local xd = x:cuda()
+    local f = T.compile(function(a) return (a * 2):sin():sum(2) end, { hot = 0 })
+    s:wait_stream(T.cuda.current_stream())
+    local y, z, m, h = T.cuda.stream(s, function()
+      expect.eq(T.cuda.current_stream(), s)
+      return (xd + 1):exp(), f(xd), xd:matmul(xd:t()), x:cuda():cpu()
+    end)
+    expect.eq(T.cuda.current_stream(), T.cuda.default_stream())
+    T.cuda.current_stream():wait_stream(s)
+    expect.close(y:cpu(), (x + 1):exp(), 1e-5, 1e-5)
+    expect.close(z:cpu(), (x * 2):sin():sum(2), 1e-4, 1e-4)
+    expect.close(m:cpu(), x:matmul(x:t()), 1e-4, 1e-4)
+    expect.eq(h:totable(), x:totable())
+    -- the previous stream comes back when the function raises
+    expect.truthy(not pcall(T.cuda.stream, s, function() error("inside") end))
+    expect.eq(T.cuda.current_stream(), T.cuda.default_stream())
+    T.cuda.set_stream(s)
+    expect.eq(T.cuda.current_stream(), s)
+    T.cuda.set_stream(T.cuda.default_stream())
+    -- a compiled function that switches streams breaks its graph there
+    local g = T.compile(function(a)
+      local b = a * 3
+      return T.cuda.stream(s, function() return b + 1 end)
+    end, { hot = 0 })
+    local r = g(xd)
+    s:synchronize()
+    expect.close(r:cpu(), x * 3 + 1, 1e-5, 1e-5)
+  end)
+
+  it("order work across streams with wait_stream and with events", function()
+    need_gpu()
+    local s = T.cuda.Stream()
+    local big = big_matrix()
+    for _, how in ipairs({ "wait_stream", "event" }) do
+      local buf = T.zeros(2 ^ 20, { device = "cuda" })
+      T.cuda.synchronize()
+      busy(big)
+      buf:fill_(1)
+      if how == "wait_stream" then s:wait_stream(T.cuda.current_stream())
+      else s:wait_event(T.cuda.current_stream():record_event()) end
+      local copy = T.cuda.stream(s, function() return buf:clone() end)
+      expect.truthy(not T.cuda.current_stream():query(), "the products ended before the copy was queued: make busy() longer")
+      s:synchronize()
+      expect.truthy(s:query())
+      expect.eq(copy:sum():item(), 2 ^ 20, how)
+    end
+  end)
+
+  it("time work with events", function()
+    need_gpu()
+    local big = big_matrix()
+    local a, b = T.cuda.Event({ enable_timing = true }), T.cuda.Event({ enable_timing = true })
+    a:record()
+    busy(big)
+    b:record()
+    b:synchronize()
+    expect.truthy(b:query() and a:query())
+    local ms = a:elapsed_time(b)
+    expect.truthy(ms > 0.1 and ms < 10000, "elapsed " .. ms .. " ms")
+    local untimed = T.cuda.Event()
+    untimed:record()
+    untimed:synchronize()
+    errs(function() local _ = untimed:elapsed_time(b) end, "Event:elapsed_time", "both events must be created with {enable_timing = true}")
+  end)
+
+  it("hand a freed block to another stream only after the streams that used it (record_stream)", function()
+    need_gpu()
+    local s = T.cuda.Stream()
+    local big = big_matrix(s)
+    local x = T.ones(2 ^ 20, { device = "cuda" })
+    local p = ptr(x)
+    local _ = x * 2  -- (its kernel loaded now: loading a module waits for every stream)
+    s:wait_stream(T.cuda.current_stream())
+    local y = T.cuda.stream(s, function()
+      busy(big)
+      return x * 2  -- reads x on s, after the products
+    end)
+    x:record_stream(s)
+    x = nil
+    collectgarbage()
+    local fresh = T.empty(2 ^ 20, { device = "cuda" })  -- the default stream, same size: not x's block yet
+    expect.truthy(not s:query(), "the products ended before the check: make busy() longer")
+    expect.truthy(ptr(fresh) ~= p, "x's block was handed out while stream s still read it")
+    s:synchronize()
+    fresh = nil
+    collectgarbage()
+    local again = T.empty(2 ^ 20, { device = "cuda" })
+    expect.eq(ptr(again), p)  -- s's work has passed: the block is back in the default stream's pool
+    T.cuda.current_stream():wait_stream(s)
+    expect.eq(y:sum():item(), 2 ^ 21)
+    -- blocks allocated on a stream return to that stream's pool
+    local on_s = T.cuda.stream(s, function() return T.empty(3 * 2 ^ 18, { device = "cuda" }) end)
+    local q = ptr(on_s)
+    on_s = nil
+    collectgarbage()
+    expect.truthy(ptr(T.empty(3 * 2 ^ 18, { device = "cuda" })) ~= q)
+    expect.eq(ptr(T.cuda.stream(s, function() return T.empty(3 * 2 ^ 18, { device = "cuda" }) end)), q)
+  end)
+
+  it("report a bad gather position at the synchronisation of the stream that ran it", function()
+    need_gpu()
+    local s = T.cuda.Stream()
+    local src, idx = T.randn(4, 3):cuda(), T.tensor({ 1, 9 }):cuda()
+    s:wait_stream(T.cuda.current_stream())
+    T.cuda.stream(s, function() local _ = src:index_select(2, idx) end)
+    errs(function() s:synchronize() end, "index_select", "index 9 is out of range for dim 2 of size 3")
+    T.cuda.synchronize()  -- reported once
   end)
 end)

@@ -1,0 +1,187 @@
+-- T.cuda: devices, memory, streams and events (API.md section 6; streams and events as PyTorch
+-- has them, since API.md says nothing of them). The C++ side is jit/cuda/streams.hpp.
+local core = require "crescent.core"
+local ffi, api, ctx = core.ffi, core.api, core.ctx
+
+local M = {}
+
+local function device_index(d)
+  if d == nil then return 0 end
+  if type(d) == "number" then return d end
+  local n = tostring(d):match("^cuda:(%d+)$")
+  if d == "cuda" then return 0 end
+  if not n then core.fail("cuda: expected a device index or \"cuda:N\", got " .. tostring(d)) end
+  return tonumber(n)
+end
+M.device_index = device_index
+
+local OUT = ffi.new("double[1]")
+-- api.cuda_stream's calls (vm/ffi_api.h)
+local NEW_STREAM, CURRENT, SET, SYNC_STREAM, QUERY_STREAM, WAIT_STREAM, NEW_EVENT, FREE_EVENT, RECORD, WAIT_EVENT,
+  QUERY_EVENT, SYNC_EVENT, ELAPSED = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+local SLOTS = 64  -- jit/cuda/streams.hpp kSlots: a stream id is device * SLOTS + slot
+
+local function call(what, a, b)
+  if api.cuda_stream(ctx, what, a, b or 0, OUT) ~= 0 then core.raise(-1) end
+  return OUT[0]
+end
+
+-- Streams -------------------------------------------------------------------------------------
+-- A stream is a table {id =, device = "cuda:N"}, one per id, so that == compares streams.
+local Stream = {}
+Stream.__index = Stream
+local streams = {}
+
+local function stream_of(id)
+  local s = streams[id]
+  if not s then
+    s = setmetatable({ id = id, device = "cuda:" .. math.floor(id / SLOTS) }, Stream)
+    streams[id] = s
+  end
+  return s
+end
+
+local function check_stream(s, what)
+  if getmetatable(s) ~= Stream then
+    core.fail(what .. ": expected a stream (T.cuda.Stream()), got " .. (core.is_tensor(s) and "a tensor" or type(s)))
+  end
+  return s
+end
+
+function Stream:__tostring()
+  local slot = self.id % SLOTS
+  return slot == 0 and "<cuda stream: the default stream of " .. self.device .. ">"
+    or string.format("<cuda stream %d of %s>", slot, self.device)
+end
+function Stream:synchronize() call(SYNC_STREAM, self.id) end
+function Stream:query() return call(QUERY_STREAM, self.id) ~= 0 end
+-- work queued on self from now on waits for the work queued on `other` so far
+function Stream:wait_stream(other) call(WAIT_STREAM, self.id, check_stream(other, "Stream:wait_stream").id) end
+
+-- The stream's work is ordered by Lua's statements, but a compiled function records ops and runs
+-- them later: switching streams inside one is a graph break, so the ops recorded before it run
+-- on the stream they were recorded under.
+local function set_stream(s)
+  check_stream(s, "T.cuda.set_stream")
+  if ctx.capturing ~= 0 then
+    local rc = api.cap_need(ctx, nil, "T.cuda.set_stream()", core.where())
+    if rc < 0 then core.raise(rc) end
+  end
+  call(SET, s.id)
+end
+
+local function current_stream(d) return stream_of(call(CURRENT, device_index(d))) end
+
+-- Events ----------------------------------------------------------------------------------------
+-- T.cuda.Event{enable_timing = false}: made on its first record, on the stream's device (as
+-- torch.cuda.Event); destroyed when collected.
+local Event = {}
+Event.__index = Event
+
+local function check_event(e, what)
+  if getmetatable(e) ~= Event then core.fail(what .. ": expected an event (T.cuda.Event()), got " .. type(e)) end
+  return e
+end
+
+function Event:record(stream)
+  stream = stream and check_stream(stream, "Event:record") or current_stream(self.device)
+  if not self.id then
+    local id = call(NEW_EVENT, math.floor(stream.id / SLOTS), self.enable_timing and 1 or 0)
+    self.id, self.device = id, stream.device
+    self.anchor = ffi.gc(ffi.new("int64_t[1]", id), function(p) api.cuda_stream(ctx, FREE_EVENT, p[0], 0, OUT) end)
+  end
+  call(RECORD, self.id, stream.id)
+end
+-- work queued on `stream` (default: the current one) from now on waits for the recorded work
+function Event:wait(stream)
+  stream = stream and check_stream(stream, "Event:wait") or current_stream(self.device)
+  if self.id then call(WAIT_EVENT, stream.id, self.id) end
+end
+function Event:query() return not self.id or call(QUERY_EVENT, self.id) ~= 0 end
+function Event:synchronize() if self.id then call(SYNC_EVENT, self.id) end end
+-- milliseconds between this event and `finish`, both recorded and passed
+function Event:elapsed_time(finish)
+  check_event(finish, "Event:elapsed_time")
+  if not self.id or not finish.id then core.fail("Event:elapsed_time: both events must be recorded first") end
+  return call(ELAPSED, self.id, finish.id)
+end
+function Event:__tostring() return "<cuda event" .. (self.device and " of " .. self.device or "") .. ">" end
+
+function Stream:wait_event(e)
+  check_event(e, "Stream:wait_event"):wait(self)
+end
+function Stream:record_event(e)
+  e = e and check_event(e, "Stream:record_event") or setmetatable({ enable_timing = false }, Event)
+  e:record(self)
+  return e
+end
+
+-- (after T.cuda.stream's call: the previous stream is current again, then fn's error or results)
+local function restore(prev, ok, ...)
+  set_stream(prev)
+  if not ok then error((...), 0) end
+  return ...
+end
+
+-- T.cuda -------------------------------------------------------------------------------------
+local STATS = ffi.new("double[6]")
+M.cuda = {
+  is_available = function() return api.cuda_device_count() > 0 end,
+  device_count = function() return api.cuda_device_count() end,
+  -- why CUDA cannot be used here ("" when it can)
+  unavailable_reason = function() return ffi.string(api.cuda_unavailable()) end,
+  synchronize = function(d)
+    if api.cuda_device_count() == 0 then return end
+    if api.cuda_synchronize(ctx, device_index(d)) ~= 0 then core.raise(-1) end
+  end,
+  -- gives the device memory cached for reuse back to the driver
+  empty_cache = function() api.cuda_empty_cache() end,
+  -- {driver_allocs, driver_frees, cache_hits, in_use, reserved (bytes), host_ops}
+  stats = function(d)
+    api.cuda_stats(device_index(d), STATS)
+    return { driver_allocs = STATS[0], driver_frees = STATS[1], cache_hits = STATS[2], in_use = STATS[3],
+             reserved = STATS[4], host_ops = STATS[5] }
+  end,
+
+  -- T.cuda.Stream([device]) or T.cuda.Stream{device =}: a stream of the device's pool
+  Stream = function(opts)
+    local d = opts
+    if type(opts) == "table" then
+      for k in pairs(opts) do
+        if k ~= "device" then core.fail("T.cuda.Stream: unknown option '" .. tostring(k) .. "' (expected device)") end
+      end
+      d = opts.device
+    end
+    return stream_of(call(NEW_STREAM, device_index(d)))
+  end,
+  current_stream = current_stream,
+  default_stream = function(d)
+    call(CURRENT, device_index(d))  -- (checks the device)
+    return stream_of(device_index(d) * SLOTS)
+  end,
+  set_stream = set_stream,
+  -- T.cuda.stream(s, fn, ...): calls fn(...) with s the current stream of its device, then
+  -- makes the previous one current again (also when fn raises); returns fn's results.
+  -- s == nil calls fn as it is (as torch.cuda.stream(None)).
+  stream = function(s, fn, ...)
+    if s == nil then return fn(...) end
+    check_stream(s, "T.cuda.stream")
+    if type(fn) ~= "function" then core.fail("T.cuda.stream: argument 2 expected a function, got " .. type(fn)) end
+    local prev = current_stream(s.device)
+    set_stream(s)
+    return restore(prev, pcall(fn, ...))
+  end,
+  -- T.cuda.Event{enable_timing = false}
+  Event = function(opts)
+    opts = opts or {}
+    for k in pairs(opts) do
+      if k ~= "enable_timing" then
+        core.fail("T.cuda.Event: unknown option '" .. tostring(k) .. "' (expected enable_timing)")
+      end
+    end
+    return setmetatable({ enable_timing = opts.enable_timing == true }, Event)
+  end,
+}
+
+M.check_stream = check_stream
+return M

@@ -235,13 +235,17 @@ void write_file(const std::string& path, const std::string& text);
 // under a temporary name and renamed into place, as the CPU's shared objects).
 std::map<std::string, std::shared_ptr<const std::string>> cubin_cache;
 
+std::string cubin_key(const std::string& source, const std::string& arch) {
+  return hash128(cat(source, "\n", arch, " ", jit::cuda::nvrtc_version(), " build ", build_id()));
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
-std::shared_ptr<const std::string> cubin_for(const jit::cuda::CudaModule& m, const std::string& name, const std::string& key,
-                                             const Options& o, bool* disk_hit, bool* memory_hit) {
+std::shared_ptr<const std::string> cubin_for(const std::string& source, const std::string& arch, const std::string& name,
+                                             const std::string& key, const Options& o, bool* disk_hit, bool* memory_hit) {
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
     if (auto it = cubin_cache.find(key); it != cubin_cache.end()) {
@@ -261,7 +265,7 @@ std::shared_ptr<const std::string> cubin_for(const jit::cuda::CudaModule& m, con
   if (!bin) {
     if (const char* inject = std::getenv("CRESCENT_JIT_FAIL"); inject && *inject && *inject != '0')
       throw Error("injected compile failure (CRESCENT_JIT_FAIL)");
-    bin = std::make_shared<const std::string>(jit::cuda::compile_cubin(m.source, name, m.arch));
+    bin = std::make_shared<const std::string>(jit::cuda::compile_cubin(source, name, arch));
     if (disk) {
       std::error_code ec;
       std::filesystem::create_directories(o.cache_dir, ec);
@@ -285,11 +289,11 @@ std::shared_ptr<const graph::Executable> cuda_program(Plan plan, const graph::Gr
   const double t0 = now_ms();
   jit::cuda::CudaModule m = jit::cuda::emit_plan(plan, jit::cuda::target_of(o.device.index));
   const double t_emit = now_ms();
-  const std::string key = hash128(cat(m.source, "\n", m.arch, " ", jit::cuda::nvrtc_version(), " build ", build_id()));
+  const std::string key = cubin_key(m.source, m.arch);
   if (o.log_code) log.push_back(cat("output_code: ", g.name, " (key ", key, ")\n", jit::cuda::render(m)));
   if (!o.debug_dir.empty()) write_file(cat(o.debug_dir, "/", key.substr(0, 8), ".cu"), jit::cuda::render(m));
   bool memory_hit = false;
-  std::shared_ptr<const std::string> bin = cubin_for(m, g.name, key, o, disk_hit, &memory_hit);
+  std::shared_ptr<const std::string> bin = cubin_for(m.source, m.arch, g.name, key, o, disk_hit, &memory_hit);
   *cached = *disk_hit || memory_hit;
   const double t_bin = now_ms();
   auto p = std::make_shared<jit::cuda::Program>(std::move(plan), std::move(m), *bin, o.device);
@@ -437,6 +441,14 @@ class Worker {
 };
 
 }  // namespace
+
+std::string cuda_cubin(const std::string& source, const std::string& name, const std::string& arch,
+                       const std::string& cache_dir) {
+  Options o;
+  o.cache_dir = cache_dir;
+  bool disk_hit = false, memory_hit = false;
+  return *cubin_for(source, arch, name, cubin_key(source, arch), o, &disk_hit, &memory_hit);
+}
 
 bool cpu_backend_available(std::string* why) { return cpu::gccjit(why) != nullptr; }
 

@@ -23,6 +23,12 @@ struct Options {
 // Lines for CRESCENT_LOGS (fusion, output_code) are left in the slot's `log`.
 void compile_native(const std::shared_ptr<graph::Graph>& g, const Options& o);
 
+// The CUBIN of a CUDA module's source for `arch`, from the kernel cache (memory, then
+// `<cache_dir>/<key>.cubin`) or compiled by NVRTC and cached: graphs' modules and the library
+// kernels of jit/cuda/library.hpp share it and its counters.
+std::string cuda_cubin(const std::string& source, const std::string& name, const std::string& arch,
+                       const std::string& cache_dir);
+
 // Whether native code can be generated here for the CPU (libgccjit loads) / for CUDA devices
 // (the driver and NVRTC load); `why` says why not.
 bool cpu_backend_available(std::string* why);

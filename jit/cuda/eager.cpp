@@ -99,13 +99,6 @@ std::string key_of(int op, const cr_value* args, int nargs) {
   return k;
 }
 
-// T.config.cache_dir once T.compile has passed it on, else its default (stdlib/compile.lua).
-std::string compile_cache_dir(Context& ctx) {
-  if (!ctx.recorder->cache_dir.empty()) return ctx.recorder->cache_dir;
-  if (const char* d = std::getenv("CRESCENT_CACHE_DIR")) return d;
-  return cat(std::getenv("HOME") ? std::getenv("HOME") : ".", "/.cache/crescent");
-}
-
 bool lowerable(const graph::Graph& g) {
   try {
     return lower(g).notes.empty();
@@ -203,6 +196,12 @@ bool run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<T
 // dst = src as one generated kernel: a graph `clone(src)` whose output has dst's layout and dtype
 // (the program writes into a defined output tensor as it is, jit/program.cpp), so strided
 // destinations, broadcast sources (a view with stride 0) and conversions need no host copy.
+std::string compile_cache_dir(Context& ctx) {
+  if (!ctx.recorder->cache_dir.empty()) return ctx.recorder->cache_dir;
+  if (const char* d = std::getenv("CRESCENT_CACHE_DIR")) return d;
+  return cat(std::getenv("HOME") ? std::getenv("HOME") : ".", "/.cache/crescent");
+}
+
 bool copy_on_device(const Tensor& dst, const Tensor& source) {
   if (!(dst.device() == source.device()) || dst.device().is_cpu()) return false;
   const Tensor src = source.sizes() == dst.sizes()

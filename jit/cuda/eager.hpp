@@ -1,5 +1,6 @@
 // Eager ops on CUDA tensors as single-op kernels of the code generator (jit/cuda/eager.cpp).
 #pragma once
+#include <string>
 #include <vector>
 
 #include "vm/registry.hpp"
@@ -13,6 +14,9 @@ bool run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<T
 // one CUDA device; false (nothing written) when that cannot be done so - the caller copies
 // through the host.
 bool copy_on_device(const Tensor& dst, const Tensor& src);
+// Where compiled kernels are cached on disk: T.config.cache_dir once T.compile has passed it on,
+// else CRESCENT_CACHE_DIR, else ~/.cache/crescent.
+std::string compile_cache_dir(Context& ctx);
 // Drops the compiled single-op programs (T.compiler.reset()).
 void clear_eager_cache();
 

@@ -18,6 +18,7 @@
 
 #include "graph_builder.hpp"
 #include "jit/cuda/emit.hpp"
+#include "jit/cuda/library.hpp"
 #include "jit/cuda/nvrtc.hpp"
 #include "jit/cuda/program.hpp"
 #include "jit/jit.hpp"
@@ -231,6 +232,18 @@ TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cu
     B.g.outputs.push_back(B.op("log_softmax", {T(f), N(1)}));  // a float64 column: ordered folds
     CHECK(externs(B.g).empty());
     compile(B, "int_reductions");
+  }
+}
+
+TEST_CASE("cuda: the library kernels (cumsum, sort) compile to CUBIN for every dtype", "[cuda]") {
+  if (!have_nvrtc()) return;
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
+    const std::string bin = cuda::compile_cubin(cuda::cumsum_source(d), "cumsum", "sm_90");
+    CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
+  }
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::b8}) {
+    const std::string bin = cuda::compile_cubin(cuda::sort_source(d), "sort", "sm_90");
+    CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
   }
 }
 

@@ -348,6 +348,79 @@ describe("CUDA tensors", function()
       expect.eq(got:cpu():eq(x + T.rand(64, 33)):all():item(), true, "compiled, call " .. i)
     end
   end)
+  it("run cumsum on the device (a library kernel): rows, columns, long and short rows, every dtype", function()
+    need_gpu()
+    T.manual_seed(12)
+    local host_ops = T.cuda.stats().host_ops
+    local x = T.randn(7, 3000)
+    local cases = {
+      { x, 2 }, { x, 1 }, { x:t(), 2 }, { T.randn(4, 5, 6), 2 }, { T.randn(3, 20), 2 }, { T.randn(100000), 1 },
+      { T.randn(0, 5), 2 }, { T.tensor(2.5), 1 }, { x:narrow(2, 3, 1500), 2 }, { T.randn(3, 40000), 2 },
+    }
+    for _, c in ipairs(cases) do
+      local want = T.cumsum(c[1], c[2])
+      local got = T.cumsum(c[1]:cuda(), c[2])
+      expect.eq(got.shape, want.shape)
+      expect.close(got:cpu(), want, 1e-5, 1e-6)
+    end
+    -- other dtypes: integers exact (int32 and bool sum into int64; {dtype = int32} wraps on both), 16-bit floats
+    local ints = (T.randn(6, 700) * 1000):to("int32")
+    expect.eq(T.cumsum(ints:cuda(), 2):cpu():totable(), T.cumsum(ints, 2):totable())
+    expect.eq(T.cumsum(ints:cuda(), 2).dtype, "int64")
+    local huge = T.full({ 3, 100 }, 2 ^ 30, { dtype = "int32" })
+    expect.eq(T.cumsum(huge:cuda(), 2, { dtype = "int32" }):cpu():totable(), T.cumsum(huge, 2, { dtype = "int32" }):totable())
+    local bools = T.rand(5, 300):lt(0.5)
+    expect.eq(T.cumsum(bools:cuda(), 1):cpu():totable(), T.cumsum(bools, 1):totable())
+    expect.eq(T.cumsum(x:cuda(), 2, { dtype = "float64" }):cpu():totable(), T.cumsum(x, 2, { dtype = "float64" }):totable())
+    for _, dt in ipairs({ "float16", "bfloat16", "float64" }) do
+      local h = T.randn(5, 1500):to(dt)
+      expect.close(T.cumsum(h:cuda(), 2):cpu():float(), T.cumsum(h, 2):float(), 1e-2, 1e-2, dt)
+    end
+    -- in a compiled graph it is an extern step between generated kernels
+    local f = T.compile(function(v) return T.cumsum(v * 2, 2):sin() end, { hot = 0 })
+    expect.close(f(x:cuda()):cpu(), T.cumsum(x * 2, 2):sin(), 1e-4, 1e-4)
+    expect.eq(T.cuda.stats().host_ops, host_ops)
+  end)
+  it("sort and take the top k on the device (library kernels): NaN, ties, every dtype, long lines", function()
+    need_gpu()
+    T.manual_seed(13)
+    local host_ops = T.cuda.stats().host_ops
+    local function same(got, want, what)
+      for i = 1, #want do
+        expect.eq(got[i].device, "cuda:0", what)
+        expect.eq(got[i]:cpu():totable(), want[i]:totable(), what)
+      end
+    end
+    -- ties (small integers as floats) and NaNs: the order is total, so values and indices are exact
+    local x = (T.randn(6, 300) * 3):round()
+    x[2][7], x[2][100], x[5][1] = 0 / 0, 0 / 0, 0 / 0
+    local dx = x:cuda()
+    for _, desc in ipairs({ false, true }) do
+      same({ dx:sort(2, desc) }, { x:sort(2, desc) }, "sort rows")
+      same({ dx:sort(1, desc) }, { x:sort(1, desc) }, "sort columns")
+      same({ dx:t():sort(2, desc) }, { x:t():sort(2, desc) }, "sort transposed")
+      same({ dx:topk(7, 2, not desc) }, { x:topk(7, 2, not desc) }, "topk")
+    end
+    local y = T.randn(3, 40, 5)
+    same({ y:cuda():sort(2) }, { y:sort(2) }, "a middle dim")
+    for _, dt in ipairs({ "float64", "float16", "bfloat16", "int32", "int64", "bool" }) do
+      local v = dt == "bool" and T.rand(4, 50):lt(0.5) or (T.randn(4, 50) * 20):to(dt)
+      same({ v:cuda():sort(2, true) }, { v:sort(2, true) }, dt)
+      same({ v:cuda():topk(5) }, { v:topk(5) }, dt)
+    end
+    -- a vocabulary-sized line: topk keeps each 4096-chunk's first k, then orders the candidates
+    local logits = T.randn(3, 50257)
+    logits[1][50000] = 0 / 0
+    same({ logits:cuda():topk(50) }, { logits:topk(50) }, "topk of 50257")
+    same({ logits:cuda():topk(2048, 2, false) }, { logits:topk(2048, 2, false) }, "topk 2048 smallest")
+    same({ T.tensor(3.5):cuda():sort() }, { T.tensor(3.5):sort() }, "0-d")
+    same({ T.randn(0, 4):cuda():sort(2) }, { T.randn(0, 4):sort(2) }, "empty")
+    expect.eq(({ dx:topk(0) })[1].shape, { 6, 0 })
+    expect.eq(T.cuda.stats().host_ops, host_ops)
+    -- a whole sort of a line longer than 4096 orders host copies (counted)
+    same({ logits:cuda():sort(2, true) }, { logits:sort(2, true) }, "sort of 50257")
+    expect.eq(T.cuda.stats().host_ops, host_ops + 1)
+  end)
   it("refuse tensors of two devices in one op, as PyTorch", function()
     need_gpu()
     errs(function() local _ = T.ones(3):cuda() + T.ones(3) end, "add", "expected all tensors on one device, got cpu and cuda:0")

@@ -10,6 +10,7 @@
 #if CR_HAVE_AVX512_TWINS
 #include <immintrin.h>
 #endif
+#include "jit/cuda/library.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr {
@@ -71,6 +72,7 @@ void run_cumsum(OpCall& c) {
   Tensor x = contiguous(cast(c.tensor(0), out.dtype()));
   Along a = along(x, x.dim() == 0 ? 0 : c.dim(1, x.dim()));
   if (x.numel() == 0) return;
+  if (!out.device().is_cpu()) return jit::cuda::cumsum(c.ctx, out, x, a.outer, a.n, a.inner);  // (a library kernel)
   visit(x.dtype(), [&](auto t) {
     using T = decltype(t);
     using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, uint64_t>;  // ints wrap
@@ -273,7 +275,7 @@ BlockFn softmax_log_block(DType compute) {
 }
 
 void register_scans(Registry& r) {
-  r.add(OpDef{"cumsum", "self:T, dim:D, opts:{dtype:S}", OpKind::Other, 0, infer_cumsum, run_cumsum});
+  r.add(OpDef{"cumsum", "self:T, dim:D, opts:{dtype:S}", OpKind::Other, kDeviceAware, infer_cumsum, run_cumsum});
   r.add(with_loop(OpDef{"softmax", "self:T, dim:D, opts:{dtype:S}", OpKind::Other, 0, infer_softmax, run_softmax<false>}, LoopForm::Softmax));
   r.add(with_loop(OpDef{"log_softmax", "self:T, dim:D, opts:{dtype:S}", OpKind::Other, 0, infer_softmax, run_softmax<true>}, LoopForm::LogSoftmax));
 }

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "jit/cuda/library.hpp"
+#include "vm/devices.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr {
@@ -61,6 +63,16 @@ void order_lines(const Tensor& xin, int d, int64_t k, bool descending, const Ten
   });
 }
 
+// On a CUDA device: the library's sort kernels (jit/cuda/library.hpp), or, for a whole sort of a
+// line too long for them, the op on host copies.
+void order_on_device(OpCall& c, const Tensor& xin, int d, int64_t k, bool descending) {
+  Tensor x = contiguous(xin);
+  const Along l = along(x, d);
+  if (jit::cuda::order_lines(c.ctx, x, l.outer, l.n, l.inner, k, descending, c.outs[0], c.outs[1])) return;
+  std::vector<Tensor> r = run_on_host(c.ctx, c.def, c.args, c.nargs);
+  for (size_t i = 0; i < r.size(); ++i) copy_into(c.outs[i], r[i]);
+}
+
 // The dim an op orders along: a 0-d tensor is one line of one element.
 int order_dim(const OpCall& c, int i, const Tensor& x) { return x.dim() == 0 ? 0 : c.dim(i, x.dim()); }
 int64_t line_length(const Tensor& x, int d) { return x.dim() == 0 ? 1 : x.size(d); }
@@ -81,6 +93,7 @@ void run_topk(OpCall& c) {
   Tensor x = c.tensor(0);
   const int d = c.has(2) ? order_dim(c, 2, x) : std::max(0, x.dim() - 1);
   c.boolean_or(4, true);  // validated: every result is sorted
+  if (!x.device().is_cpu()) return order_on_device(c, x, d, c.integer(1), c.boolean_or(3, true));
   order_lines(x, d, c.integer(1), c.boolean_or(3, true), c.outs[0], c.outs[1]);
 }
 
@@ -94,14 +107,15 @@ std::vector<Meta> infer_sort(OpCall& c) {
 void run_sort(OpCall& c) {
   Tensor x = c.tensor(0);
   const int d = c.has(1) ? order_dim(c, 1, x) : std::max(0, x.dim() - 1);
+  if (!x.device().is_cpu()) return order_on_device(c, x, d, line_length(x, d), c.boolean_or(2, false));
   order_lines(x, d, line_length(x, d), c.boolean_or(2, false), c.outs[0], c.outs[1]);
 }
 
 }  // namespace
 
 void register_sorting(Registry& r) {
-  r.add(OpDef{"topk", "self:T, k:N, dim:D?, largest:B?, sorted:B?", OpKind::Other, kMultiOut, infer_topk, run_topk});
-  r.add(OpDef{"sort", "self:T, dim:D?, descending:B?", OpKind::Other, kMultiOut, infer_sort, run_sort});
+  r.add(OpDef{"topk", "self:T, k:N, dim:D?, largest:B?, sorted:B?", OpKind::Other, kMultiOut | kDeviceAware, infer_topk, run_topk});
+  r.add(OpDef{"sort", "self:T, dim:D?, descending:B?", OpKind::Other, kMultiOut | kDeviceAware, infer_sort, run_sort});
 }
 
 }  // namespace cr

@@ -1,0 +1,33 @@
+// Library kernels: CUDA work the loop IR cannot express - a running sum along a dim (cumsum), and
+// ordering lines (sort, topk). Each
+// is written once as CUDA C over an element type T and an accumulator type A, instantiated per
+// dtype by two typedefs after the prelude, compiled by NVRTC and kept in the kernel cache with
+// the graphs' modules (jit/jit.hpp cuda_cubin). They run on the current stream.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "vm/registry.hpp"
+
+namespace cr::jit::cuda {
+
+// out = the running sum of x along the middle dim of {outer, n, inner}; both contiguous, of
+// out's dtype, on one CUDA device. Floating sums accumulate in float64 and integer sums wrap in
+// 64 bits, as the CPU kernel (vm/ops/scans.cpp), so the two store the same values up to the
+// order of float64 additions.
+void cumsum(Context& ctx, const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner);
+
+// The first k of every line of x {outer, n, inner} (contiguous) in the CPU's order (vm/ops/
+// sorting.cpp: NaN above every number, equal values by position) into values / indices {outer, k,
+// inner} (1-based positions). Lines of up to kSortChunk elements are sorted in one block's shared
+// memory; longer ones keep each chunk's first k until one chunk holds them, so k <= kSortChunk / 2
+// there. False (nothing ran) for a longer sort: the caller orders host copies.
+constexpr int64_t kSortChunk = 4096;
+bool order_lines(Context& ctx, const Tensor& x, int64_t outer, int64_t n, int64_t inner, int64_t k, bool descending,
+                 const Tensor& values, const Tensor& indices);
+
+// The module sources of the library's kernels for dtype d (tests compile them to CUBIN without a GPU).
+std::string cumsum_source(DType d);
+std::string sort_source(DType d);
+
+}  // namespace cr::jit::cuda

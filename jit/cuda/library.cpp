@@ -12,6 +12,7 @@
 #include "jit/cuda/program.hpp"
 #include "jit/cuda/streams.hpp"
 #include "jit/jit.hpp"
+#include "vm/kernels/loop.hpp"
 
 namespace cr::jit::cuda {
 namespace {
@@ -117,11 +118,11 @@ extern "C" __global__ void cumsum_walk(const T* __restrict__ x, T* __restrict__ 
 // positions, padded to pow2 with slots that order last - by a bitonic network, in the CPU's total
 // order (NaN above every number, equal values by position), and writes its first `keep` to line
 // slots chunk * keep + t of an output {outer, out_len, inner}. A line longer than a block's chunk
-// is cut: each chunk keeps its first k, and the kept candidates (with their positions, xi) are
-// ordered again until one chunk holds them.
+// is cut: for topk each chunk keeps its first k, and the kept candidates (with their positions, xi)
+// are ordered again until one chunk holds them; a whole sort merges the sorted chunks pairwise.
 constexpr const char* kSortText = R"CUDA(
 #define PAD 0x7fffffff
-__device__ __forceinline__ bool ahead(C a, int ia, C b, int ib, int desc) {
+__device__ __forceinline__ bool ahead(C a, long long ia, C b, long long ib, int desc) {
   if (ia == PAD || ib == PAD) return ib == PAD && ia != PAD;
   const bool na = a != a, nb = b != b;
   if (na || nb) {
@@ -172,6 +173,34 @@ extern "C" __global__ void sort_lines(const T* __restrict__ x, const long long* 
     y[at] = T(key[t]);
     yi[at] = (long long)pos[t] + one;
   }
+}
+
+// merge_runs: lines of n whose runs of `run` elements are sorted (0-based positions xi); each pair
+// of neighbouring runs becomes one sorted run. An element's place is its rank in its own run plus
+// the number of the other run's elements ahead of it, found by a binary search: the order is
+// total, so no two elements claim one place.
+extern "C" __global__ void merge_runs(const T* __restrict__ x, const long long* __restrict__ xi, T* __restrict__ y,
+                                      long long* __restrict__ yi, long long n, long long inner, long long run,
+                                      long long elements, int desc, int one) {
+  const long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (p >= elements) return;
+  const long long line = p / n, i = p - line * n, o = line / inner, base = o * n * inner + (line - o * inner);
+  const long long r = i / run, other = (r ^ 1) * run, at = base + i * inner;
+  const T v = x[at];
+  const C key = C(v);
+  const long long vi = xi[at];
+  long long lo = 0;
+  if (other < n) {
+    long long hi = run < n - other ? run : n - other;
+    while (lo < hi) {
+      const long long mid = (lo + hi) / 2, m_at = base + (other + mid) * inner;
+      if (ahead(C(x[m_at]), xi[m_at], key, vi, desc)) lo = mid + 1;
+      else hi = mid;
+    }
+  }
+  const long long dst = base + ((r & ~1LL) * run + (i - r * run) + lo) * inner;
+  y[dst] = v;
+  yi[dst] = vi + one;
 }
 )CUDA";
 
@@ -288,13 +317,48 @@ void sort_pass(Context& ctx, const Tensor& x, const Tensor* xi, const Tensor& y,
          shared);
 }
 
+// One merge_runs launch: runs of `run` of x / xi into runs of 2 * run of y / yi.
+void merge_pass(Context& ctx, const Tensor& x, const Tensor& xi, const Tensor& y, const Tensor& yi, int64_t outer,
+                int64_t n, int64_t inner, int64_t run, bool descending, bool final) {
+  const int device = y.device().index;
+  void *xp = x.data_bytes(), *xip = xi.data_bytes(), *yp = y.data_bytes(), *yip = yi.data_bytes();
+  long long n_ = n, inner_ = inner, run_ = run, elements = outer * n * inner;
+  int desc = descending, one = final;
+  constexpr int kBlock = 256;
+  launch(function(ctx, device, kSortText, x.dtype(), "merge_runs"), device, (elements + kBlock - 1) / kBlock, kBlock,
+         {&xp, &xip, &yp, &yip, &n_, &inner_, &run_, &elements, &desc, &one}, "merge_runs");
+}
+
+// A sort of lines longer than a chunk: the chunks sorted in shared memory, then merged pairwise
+// (log2(n / chunk) passes); the first k of the sorted lines are the result.
+void sort_long(Context& ctx, const Tensor& x, int64_t outer, int64_t n, int64_t inner, int64_t k, bool descending,
+               const Tensor& values, const Tensor& indices) {
+  const Shape lines{outer, n, inner};
+  Tensor v = Tensor::empty(lines, x.dtype(), x.device()), vi = Tensor::empty(lines, DType::i64, x.device());
+  sort_pass(ctx, x, nullptr, v, vi, outer, n, inner, kSortChunk, kSortChunk, n, descending, false);
+  Tensor w = Tensor::empty(lines, x.dtype(), x.device()), wi = Tensor::empty(lines, DType::i64, x.device());
+  for (int64_t run = kSortChunk; run < n; run *= 2) {
+    const bool last = run * 2 >= n, direct = last && k == n;
+    merge_pass(ctx, v, vi, direct ? values : w, direct ? indices : wi, outer, n, inner, run, descending, last);
+    if (direct) return;
+    std::swap(v, w);
+    std::swap(vi, wi);
+  }
+  const Shape kept{outer, k, inner}, strides = contiguous_strides(lines), out_strides = contiguous_strides(kept);
+  copy_into(Tensor::view_of(values, kept, out_strides, values.offset()), Tensor::view_of(v, kept, strides, 0));
+  copy_into(Tensor::view_of(indices, kept, out_strides, indices.offset()), Tensor::view_of(vi, kept, strides, 0));
+}
+
 }  // namespace
 
 bool order_lines(Context& ctx, const Tensor& x, int64_t outer, int64_t n, int64_t inner, int64_t k, bool descending,
                  const Tensor& values, const Tensor& indices) {
-  if (n > kSortChunk && k > kSortChunk / 2) return false;  // a whole sort of a long line
   if (n >= (int64_t(1) << 31) || outer * inner * ((n + kSortChunk - 1) / kSortChunk) >= (int64_t(1) << 31)) return false;
   if (values.numel() == 0) return true;
+  if (n > kSortChunk && k > kSortChunk / 2) {
+    sort_long(ctx, x, outer, n, inner, k, descending, values, indices);
+    return true;
+  }
   Tensor cur = x, cur_i;
   int64_t len = n;
   while (len > kSortChunk) {  // keep each chunk's first k, until one chunk holds the candidates

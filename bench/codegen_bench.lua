@@ -10,7 +10,8 @@
 -- the forked compiler + load + one run); disk-cache = the same second call after
 -- T.compiler.reset() and a new T.compile of the same function with the same cache_dir (it loads
 -- the cached .so). Both include one run of the graph (see compiled µs). Also a copy bandwidth
--- baseline (y:copy_(x), 2^24 floats, GB/s = 2 * bytes / time). Prints a markdown table; JSON lines go to stdout, or to the file
+-- baseline (y:copy_(x), 2^24 floats, GB/s = 2 * bytes / time), and per workload a copy of the
+-- same bytes. Prints a markdown table; JSON lines go to stdout, or to the file
 -- named by env OUT.
 local T = require "crescent"
 local now = require("crescent.core").api.now_us
@@ -48,7 +49,7 @@ local function json(row, keys)
 end
 local KEYS = { "name", "eager_us", "compiled_us", "compiled_min_us", "compiled_GBps", "eager_GBps", "compiled_batch_us",
   "compiled_batch_GBps",
-  "copy_fraction", "max_abs_diff", "record_ms", "cold_compile_ms", "disk_compile_ms", "kernels_compiled",
+  "copy_fraction", "same_copy_GBps", "same_copy_fraction", "max_abs_diff", "record_ms", "cold_compile_ms", "disk_compile_ms", "kernels_compiled",
   "disk_cache_hits", "eager_fallbacks", "GBps", "bytes", "threads", "reps" }
 
 local unpack = unpack or table.unpack
@@ -105,6 +106,13 @@ for _, w in ipairs(work) do if not only or w[1] == only then
     row.compiled_GBps = nbytes / row.compiled_us / 1e3
     row.eager_GBps = nbytes / row.eager_us / 1e3
     row.copy_fraction = row.compiled_GBps / copy_GBps
+    -- and against a copy of the same bytes (nbytes / 2 each way): bandwidth depends on the size
+    -- (caches, pages), and the 2^24 copy moves 4x pw_chain's bytes
+    local n = math.floor(nbytes / 8)
+    local sx, sy = T.randn(n):to(DEVICE), T.empty(n, { device = DEVICE })
+    local sc = T.bench(function(a, c) c:copy_(a) end, { sx, sy }, { warmup = warmup, reps = reps }).median_us
+    row.same_copy_GBps = 8 * n / sc / 1e3
+    row.same_copy_fraction = row.compiled_GBps / row.same_copy_GBps
   end
   cf = nil
 
@@ -129,11 +137,12 @@ os.execute("rm -rf '" .. tmp .. "'")
 local function f(v, fmt) return v and string.format(fmt, v) or "-" end
 print(string.format("\ncopy 2^24 float32: %.1f us, %.1f GB/s (2 x bytes / time); threads %d; medians of %d",
   copy_us, copy_GBps, T.get_num_threads(), reps))
-print("| workload | eager µs | compiled µs | GB/s | % of copy | compiled/eager | max abs diff | cold compile ms | disk-cache compile ms | kernels | disk hits |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| workload | eager µs | compiled µs | GB/s | % of copy | % of same-size copy | compiled/eager | max abs diff | cold compile ms | disk-cache compile ms | kernels | disk hits |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for _, r in ipairs(rows) do
-  print(string.format("| %s | %.1f | %.1f | %s | %s | %.2f | %.3g | %.1f | %.2f | %d | %d |", r.name,
+  print(string.format("| %s | %.1f | %.1f | %s | %s | %s | %.2f | %.3g | %.1f | %.2f | %d | %d |", r.name,
     r.eager_us, r.compiled_us, f(r.compiled_GBps, "%.1f"), f(r.copy_fraction and r.copy_fraction * 100, "%.0f"),
+    f(r.same_copy_fraction and r.same_copy_fraction * 100, "%.0f"),
     r.compiled_us / r.eager_us, r.max_abs_diff, r.cold_compile_ms, r.disk_compile_ms, r.kernels_compiled,
     r.disk_cache_hits))
 end

@@ -34,8 +34,8 @@ copy_cr, copy_th = med(cr["copy"], "GBps"), med(th["copy"], "GBps")
 print(f"copy bandwidth (2 x bytes / time): crescent {copy_cr:.1f} GB/s, torch {copy_th:.1f} GB/s; "
       f"medians of {rounds} rounds")
 print("| workload | torch eager µs | crescent eager µs | crescent compiled µs | GB/s | % of copy | "
-      "speed-up vs torch eager | cold compile ms | disk-cache compile ms |")
-print("|---|---|---|---|---|---|---|---|---|")
+      "% of same-size copy | speed-up vs torch eager | cold compile ms | disk-cache compile ms |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 logs = []
 for name, rs in cr.items():
     if name == "copy" or name not in th:
@@ -43,9 +43,11 @@ for name, rs in cr.items():
     t, e, c = med(th[name], "eager_us"), med(rs, "eager_us"), med(rs, "compiled_us")
     gbps = [r["compiled_GBps"] for r in rs if r.get("compiled_GBps")]
     g = statistics.median(gbps) if gbps else None
+    same = [r["same_copy_fraction"] for r in rs if r.get("same_copy_fraction")]
     logs.append(math.log(t / c))
     print(f"| {name} | {t:.0f} | {e:.0f} | {c:.0f} | {g and f'{g:.1f}' or '-'} | "
-          f"{g and f'{100 * g / copy_cr:.0f}' or '-'} | {t / c:.2f} | {med(rs, 'cold_compile_ms'):.0f} | "
+          f"{g and f'{100 * g / copy_cr:.0f}' or '-'} | {same and f'{100 * statistics.median(same):.0f}' or '-'} | "
+          f"{t / c:.2f} | {med(rs, 'cold_compile_ms'):.0f} | "
           f"{med(rs, 'disk_compile_ms'):.1f} |")
 print(f"\ngeomean speed-up of crescent compiled over torch eager: {math.exp(sum(logs) / len(logs)):.2f} "
       f"({len(logs)} workloads)")

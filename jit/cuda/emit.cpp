@@ -140,7 +140,7 @@ std::string head(const Kernel& k, const CudaKernel& c, bool dynamic) {
                c.form == Form::Pointwise ? "" : c.persistent ? ", persistent (rows up to a length)" : ", looped", ", block ", c.block, ", ", c.index32 ? "32" : "64",
                "-bit indices; loops {", loops, "}, sizes from ", c.size_params, " parameters\n");
   }
-  std::string form = cat(form_name(c.form), c.vector_width > 1 ? ", float4-style vectors of 4" : "");
+  std::string form = cat(form_name(c.form), c.vector_width > 1 ? cat(", vectors of ", c.vector_width) : "");
   return cat("// ", k.name, ": ", form,
              c.form != Form::Pointwise ? cat(", ", c.rows, " rows of ", c.row_size, c.persistent ? ", persistent" : ", looped") : "",
              ", grid ", c.grid, " x block ", c.block, ", ", c.index32 ? "32" : "64", "-bit indices; loops ", shape_str(k.sizes), "\n");

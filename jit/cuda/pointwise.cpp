@@ -22,7 +22,6 @@ namespace cr::jit::cuda {
 
 namespace {
 
-constexpr int kVec = 4;
 
 // Waves of resident blocks a pointwise grid may have (each thread then walks fewer steps of the
 // grid-stride loop, with more loads in flight across the GPU). CRESCENT_CUDA_WAVES overrides the
@@ -35,17 +34,17 @@ int64_t pointwise_waves() {
   return w;
 }
 
-// Address a walks the innermost variable `last` with unit stride from a multiple of 4 whenever
-// that variable is a multiple of 4. In a template, a parameter may be any value: `params` then
-// gets the parameters that must be multiples of 4 (checked at run time).
-bool aligned_unit(const Affine& a, size_t last, std::vector<int64_t>* params = nullptr) {
+// Address a walks the innermost variable `last` with unit stride from a multiple of `vec` whenever
+// that variable is a multiple of `vec`. In a template, a parameter may be any value: `params` then
+// gets the parameters that must be multiples of `vec` (checked at run time).
+bool aligned_unit(const Affine& a, size_t last, int vec, std::vector<int64_t>* params = nullptr) {
   if (a.coef(last) != 1) return false;
   auto multiple = [&](int64_t x) {
     if (params && is_param(x)) {
       params->push_back(x);
       return true;
     }
-    return x % kVec == 0;
+    return x % vec == 0;
   };
   if (!multiple(a.c)) return false;
   for (size_t v = 0; v < a.k.size(); ++v)
@@ -53,35 +52,43 @@ bool aligned_unit(const Affine& a, size_t last, std::vector<int64_t>* params = n
   return true;
 }
 
-// Whether every store writes 4 lanes with one vector store (and the innermost loop is a multiple
-// of 4): for a template, whether it can, given `params` (the row length and the addresses'
-// parameters) multiples of 4.
-bool vectorisable(const Kernel& k, std::vector<int64_t>* params = nullptr) {
+// The lanes of a vector group: 16 bytes of the stored values - 8 when every store is a 16-bit
+// float, else 4 (one 16-byte access for float32 / int32, two for 8-byte types).
+int group_width(const Kernel& k) {
+  for (const Store& s : k.stores)
+    if (dtype_size(k.body.exprs[size_t(s.expr)].dtype) != 2) return 4;
+  return 8;
+}
+
+// Whether every store writes `vec` lanes with one vector store (and the innermost loop is a
+// multiple of `vec`): for a template, whether it can, given `params` (the row length and the
+// addresses' parameters) multiples of `vec`.
+bool vectorisable(const Kernel& k, int vec, std::vector<int64_t>* params = nullptr) {
   size_t last = k.sizes.size() - 1;
   if (k.stores.empty()) return false;
   if (params && is_param(k.sizes[last])) params->push_back(k.sizes[last]);
-  else if (k.sizes[last] % kVec != 0) return false;
+  else if (k.sizes[last] % vec != 0) return false;
   for (const Store& s : k.stores)
-    if (!aligned_unit(s.addr, last, params)) return false;
+    if (!aligned_unit(s.addr, last, vec, params)) return false;
   return true;
 }
 
 // The loads a vector group reads with one vector load.
-std::vector<char> vector_loads(const Kernel& k, std::vector<int64_t>* params = nullptr) {
+std::vector<char> vector_loads(const Kernel& k, int vec, std::vector<int64_t>* params = nullptr) {
   std::vector<char> r(k.body.exprs.size(), 0);
   for (size_t i = 0; i < k.body.exprs.size(); ++i) {
     const Expr& e = k.body.exprs[i];
-    r[i] = e.op == EOp::Load && !e.gather() && aligned_unit(e.index[0], k.sizes.size() - 1, params);
+    r[i] = e.op == EOp::Load && !e.gather() && aligned_unit(e.index[0], k.sizes.size() - 1, vec, params);
   }
   return r;
 }
 
-// A template's vector form: the parameters that must be multiples of 4 for it (none: it has no
+// A template's vector form: the parameters that must be multiples of `vec` for it (none: it has no
 // vector form). The instance (same structure, concrete values) tells whether this launch takes it.
-std::vector<int64_t> vector_params(const Kernel& t) {
+std::vector<int64_t> vector_params(const Kernel& t, int vec) {
   std::vector<int64_t> ps;
-  if (!vectorisable(t, &ps)) return {};
-  vector_loads(t, &ps);
+  if (!vectorisable(t, vec, &ps)) return {};
+  vector_loads(t, vec, &ps);
   std::sort(ps.begin(), ps.end());
   ps.erase(std::unique(ps.begin(), ps.end()), ps.end());
   return ps;
@@ -91,22 +98,23 @@ void scalar_body(KernelWriter& w, Exprs& ex) {
   for (const Store& s : w.k.stores) w.lines.add(cat("p", s.buffer, "[", affine_str(s.addr), "] = ", ex.ref(s.expr), ";"));
 }
 
-// The 4 lanes of one group: vector loads before the lane loop, vector stores after it.
-void vector_body(KernelWriter& w, Exprs& ex) {
+// The `vec` lanes of one group: vector loads before the lane loop, vector stores after it.
+void vector_body(KernelWriter& w, Exprs& ex, int vec) {
   const Kernel& k = w.k;
   size_t last = k.sizes.size() - 1;
   std::string lane_var = cat("i", last);
   w.lines.add(cat("const ", w.idx, " ", lane_var, " = j;  // lane 0"));
   // (a template's vector form reads with vectors what its instances' may: vector_params)
   std::vector<int64_t> params;
-  std::vector<char> vec_load = vector_loads(k, w.dynamic ? &params : nullptr);
+  std::vector<char> vec_load = vector_loads(k, vec, w.dynamic ? &params : nullptr);
   for (size_t i = 0; i < k.body.exprs.size(); ++i) {
     const Expr& e = k.body.exprs[i];
     if (!vec_load[i]) continue;
-    w.lines.add(cat("const cr::vec4<", cuda_type(e.dtype), "> v", i, " = cr::load4(p", e.value, " + ", affine_str(e.index[0]), ");"));
+    w.lines.add(cat("const cr::vec<", cuda_type(e.dtype), ", ", vec, "> v", i, " = cr::loadv<", vec, ">(p", e.value, " + ",
+                    affine_str(e.index[0]), ");"));
   }
   for (size_t s = 0; s < k.stores.size(); ++s)
-    w.lines.add(cat("cr::vec4<", cuda_type(k.body.exprs[size_t(k.stores[s].expr)].dtype), "> s", s, ";"));
+    w.lines.add(cat("cr::vec<", cuda_type(k.body.exprs[size_t(k.stores[s].expr)].dtype), ", ", vec, "> s", s, ";"));
   // lane loads: a vectorised load reads its lane of the vector (the expression's id is its
   // position in the body)
   const std::vector<Expr>& exprs = k.body.exprs;
@@ -115,14 +123,14 @@ void vector_body(KernelWriter& w, Exprs& ex) {
     return vec_load[i] ? cat("v", i, ".v[u]") : plain_load(k, e);
   };
   w.lines.add("#pragma unroll");
-  w.lines.open(cat("for (int u = 0; u < ", kVec, "; ++u)"));
+  w.lines.open(cat("for (int u = 0; u < ", vec, "; ++u)"));
   w.lines.add(cat("const ", w.idx, " ", lane_var, " = j + u;"));
   ex.open_scope();
   for (size_t s = 0; s < k.stores.size(); ++s) w.lines.add(cat("s", s, ".v[u] = ", ex.ref(k.stores[s].expr), ";"));
   ex.close_scope();
   w.lines.close();
   for (size_t s = 0; s < k.stores.size(); ++s)
-    w.lines.add(cat("cr::store4(p", k.stores[s].buffer, " + ", affine_str(k.stores[s].addr), ", s", s, ");"));
+    w.lines.add(cat("cr::storev(p", k.stores[s].buffer, " + ", affine_str(k.stores[s].addr), ", s", s, ");"));
 }
 
 }  // namespace
@@ -130,16 +138,18 @@ void vector_body(KernelWriter& w, Exprs& ex) {
 namespace {
 
 // for (g = first group of this thread; g < groups; g += threads in the grid): the body per group
-void group_loop(KernelWriter& w, bool vector) {
+// (`vec` elements, or 1 when not vector)
+void group_loop(KernelWriter& w, int vec) {
+  const bool vector = vec > 1;
   const Kernel& k = w.k;
   Lines& L = w.lines;
   const std::string B = cat(w.out.block), &idx = w.idx;
   const size_t n = k.sizes.size(), last = n - 1;
   std::string elements = w.product_text(0, n);
-  std::string groups = !vector ? elements : w.dynamic ? cat(elements, " / ", kVec) : cat(product(k, 0, n) / kVec);
-  L.add(cat("const ", idx, " n = ", groups, ";  // ", vector ? "groups of 4 elements" : "elements"));
+  std::string groups = !vector ? elements : w.dynamic ? cat(elements, " / ", vec) : cat(product(k, 0, n) / vec);
+  L.add(cat("const ", idx, " n = ", groups, ";  // ", vector ? cat("groups of ", vec, " elements") : "elements"));
   L.open(cat("for (", idx, " g = ", idx, "(blockIdx.x) * ", B, " + ", idx, "(threadIdx.x); g < n; g += ", idx, "(gridDim.x) * ", B, ")"));
-  L.add(cat("const ", idx, " l = g", vector ? cat(" * ", kVec) : "", ";"));
+  L.add(cat("const ", idx, " l = g", vector ? cat(" * ", vec) : "", ";"));
   Exprs ex(k, L, w.functions);
   if (!vector) {
     w.decompose("l", 0, n, n);
@@ -147,17 +157,17 @@ void group_loop(KernelWriter& w, bool vector) {
   } else {
     w.decompose("l", 0, last, n);
     L.add(cat("const ", idx, " j = l % ", int_str(k.sizes[last]), ";"));
-    vector_body(w, ex);
+    vector_body(w, ex, vec);
   }
   L.close();
 }
 
 // The instance's launch takes the vector form: its values of the template's parameters are
-// multiples of 4.
-bool instance_vectorises(const std::vector<int64_t>& params, const std::vector<int64_t>& values) {
+// multiples of `vec`.
+bool instance_vectorises(const std::vector<int64_t>& params, const std::vector<int64_t>& values, int vec) {
   if (params.empty()) return false;
   for (int64_t p : params)
-    if (values[param_slot(p)] % kVec != 0) return false;
+    if (values[param_slot(p)] % vec != 0) return false;
   return true;
 }
 
@@ -168,23 +178,26 @@ void write_pointwise(KernelWriter& w) {
   CudaKernel& o = w.out;
   o.form = Form::Pointwise;
   o.block = kPointwiseBlock;
-  std::vector<int64_t> vparams = w.dynamic ? vector_params(k) : std::vector<int64_t>{};
-  const bool vector = w.dynamic ? instance_vectorises(vparams, w.params) : vectorisable(k);
-  o.vector_width = vector ? kVec : 1;
+  // 16-bit stores take groups of 8 (16 bytes) when the kernel allows it, else of 4
+  int vec = group_width(k);
+  if (vec == 8 && !(w.dynamic ? !vector_params(k, vec).empty() : vectorisable(k, vec))) vec = 4;
+  std::vector<int64_t> vparams = w.dynamic ? vector_params(k, vec) : std::vector<int64_t>{};
+  const bool vector = w.dynamic ? instance_vectorises(vparams, w.params, vec) : vectorisable(k, vec);
+  o.vector_width = vector ? vec : 1;
   o.vector_form = w.dynamic ? !vparams.empty() : vector;
   w.set_grid(o.block, pointwise_waves());
   w.set_index_type();
   if (!w.dynamic || vparams.empty()) {
-    group_loop(w, vector);
+    group_loop(w, vector ? vec : 1);
     return;
   }
   std::string test;
-  for (int64_t p : vparams) test += cat(test.empty() ? "" : " && ", int_str(p), " % ", kVec, " == 0");
+  for (int64_t p : vparams) test += cat(test.empty() ? "" : " && ", int_str(p), " % ", vec, " == 0");
   w.lines.open(cat("if (", test, ")"));
-  group_loop(w, true);
+  group_loop(w, vec);
   w.lines.close();
   w.lines.open("else");
-  group_loop(w, false);
+  group_loop(w, 1);
   w.lines.close();
 }
 

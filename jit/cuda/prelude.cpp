@@ -64,11 +64,11 @@ struct bf16_t {
 template <> struct is_fp<half_t> { static constexpr bool value = true; };
 template <> struct is_fp<bf16_t> { static constexpr bool value = true; };
 
-// 16-byte vectors of float32 / int32 (and 4-element groups of other dtypes), for aligned
-// contiguous loads and stores of 4 consecutive elements.
-template <class T> struct alignas(4 * sizeof(T)) vec4 { T v[4]; };
-template <class T> __forceinline__ vec4<T> load4(const T* p) { return *reinterpret_cast<const vec4<T>*>(p); }
-template <class T> __forceinline__ void store4(T* p, const vec4<T>& x) { *reinterpret_cast<vec4<T>*>(p) = x; }
+// N-element vectors (16 bytes: 4 float32, 8 float16), for aligned contiguous loads and stores of
+// N consecutive elements.
+template <class T, int N> struct alignas(N * sizeof(T)) vec { T v[N]; };
+template <int N, class T> __forceinline__ vec<T, N> loadv(const T* p) { return *reinterpret_cast<const vec<T, N>*>(p); }
+template <class T, int N> __forceinline__ void storev(T* p, const vec<T, N>& x) { *reinterpret_cast<vec<T, N>*>(p) = x; }
 
 // The run's values of a kernel (random ops' seeds and counter offsets), passed by value.
 template <int N> struct words { int64_t v[N]; };

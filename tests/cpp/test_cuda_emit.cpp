@@ -338,7 +338,7 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
     Compiled r = compile(B, "transposed");
     REQUIRE(r.module.kernels.size() == 1);
     CHECK(r.module.kernels[0].vector_width == 4);
-    CHECK(r.module.source.find("cr::store4") != std::string::npos);
+    CHECK(r.module.source.find("cr::storev(") != std::string::npos);
   }
   SECTION("a row length that is not a multiple of 4: scalar code") {
     int32_t x = B.input(sample({63, 5}, DType::f32, 12));
@@ -346,7 +346,7 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
     Compiled r = compile(B, "scalar");
     REQUIRE(r.module.kernels.size() == 1);
     CHECK(r.module.kernels[0].vector_width == 1);
-    CHECK(r.module.source.find("cr::load4(") == r.module.source.find("cr::load4(const"));  // only the prelude's
+    CHECK(r.module.source.find("cr::loadv<") == std::string::npos);
     CHECK(r.module.kernels[0].index32);
   }
   SECTION("views folded into indices: narrow, select, expand") {
@@ -439,6 +439,19 @@ TEST_CASE("cuda: float16 / bfloat16 graphs lower (CUDA only) and compile, comput
     on_cuda(R.g);
     CHECK(externs(R.g).empty());
     compile(R, cat("reduce_", dtype_name(d)));
+
+    // 16-bit stores: groups of 8 (16 bytes); a row of 4 (not 8) takes groups of 4; a float32
+    // result of 16-bit inputs groups of 4
+    for (auto [C, out, width] : {std::tuple{64, d, 8}, std::tuple{68, d, 4}, std::tuple{64, DType::f32, 4}}) {
+      Builder V{ctx};
+      int32_t a = V.input(sample({32, C}, d, 3)), b = V.input(sample({C}, d, 4));
+      V.g.outputs = {V.op("to", {T(V.op("sin", {T(V.op("add", {T(a), T(b)}))})), S(dtype_name(out))})};
+      on_cuda(V.g);
+      Compiled v = compile(V, cat("vector_", dtype_name(d), "_", C, "_", dtype_name(out)));
+      REQUIRE(v.module.kernels.size() == 1);
+      CHECK(v.module.kernels[0].vector_width == width);
+      CHECK(v.module.source.find(cat("cr::loadv<", width, ">(")) != std::string::npos);
+    }
   }
 }
 

@@ -377,7 +377,8 @@ struct NodeLowering {
       if (!is_floating(compute) && (def.flags & kValueErrors))
         return reject("its integer form checks the values (division by zero, negative powers)");
       int32_t x = operand(b, 0, shape, compute);
-      if (name == "pow" && is_floating(compute) && n.args[1].tag == kNumber) root = pow_scalar(b, x, n.args[1].num, compute);
+      if (def.loop == LoopForm::Pow && is_floating(compute) && n.args[1].tag == kNumber)
+        root = pow_scalar(b, x, n.args[1].num, compute);
       if (root >= 0) {
         b.root = Lowerer::cast(b, root, m.dtype);
         L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
@@ -394,7 +395,7 @@ struct NodeLowering {
       bool is_call = !p.ok || *p.s;
       if (is_call) {
         if (compute == DType::b8 && name != "logical_not") return reject("bool inputs of a function");
-        bool tanh = name == "gelu" && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh";
+        bool tanh = def.loop == LoopForm::Gelu && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh";
         if (nin == 3) return reject("its scalar expression has no inline form");
         root = Lowerer::call(b, tanh ? "gelu_tanh" : def.name, x, y, compute);
         if (root < 0) return reject(cat("no block function for ", dtype_name(compute)));
@@ -639,7 +640,9 @@ struct NodeLowering {
       case LoopForm::Any:
       case LoopForm::Softmax:
       case LoopForm::LogSoftmax: return L.reduction(index, &why);  // (lower_reduce.cpp)
-      case LoopForm::Where:  // (a ternary pointwise op: pointwise() selects)
+      case LoopForm::Where:  // (pointwise ops: pointwise() picks the form)
+      case LoopForm::Pow:
+      case LoopForm::Gelu:
       case LoopForm::Auto: break;
     }
     switch (def.kind) {

@@ -22,6 +22,9 @@ enum class OpKind : int32_t { Unary, Binary, Ternary, Reduction, View, Join, Ind
 // linspace, eye).
 enum class LoopForm : uint8_t {
   Auto, Where, MaskedFill, Tril, Triu, Arange, Linspace, Eye, IndexSelect, Gather, Embedding, Rand, Randn, Randint,
+  // pointwise ops with a second form chosen by an argument: pow by a number (multiplications for
+  // small integral exponents), gelu by approximate = "tanh"
+  Pow, Gelu,
   // reductions and their decompositions (jit/lower_reduce.cpp)
   Sum, Prod, Mean, Amax, Amin, Max, Min, Argmax, Argmin, Var, Std, Logsumexp, Norm, All, Any, Softmax, LogSoftmax
 };

@@ -490,9 +490,14 @@ const char* binary_schema(const std::string& name) {  // add / sub also take {al
 // (run_binary): flagged, so that the code generators leave their integer forms to eager.
 template <class Op> constexpr bool kIntegerValueErrors =
     std::is_same_v<Op, Op_fmod> || std::is_same_v<Op, Op_remainder> || std::is_same_v<Op, Op_pow>;
+// pow's scalar exponents lower to their own form (jit/lower.cpp pow_scalar)
+template <class Op> constexpr LoopForm kLoopForm = LoopForm::Auto;
+template <> constexpr LoopForm kLoopForm<Op_pow> = LoopForm::Pow;
+
 template <class Op> OpDef binary_def(const char* schema) {
   int32_t flags = kResultFlag<Op> | (kIntegerValueErrors<Op> ? kValueErrors : 0);
-  return OpDef{Op::name, schema, OpKind::Binary, flags, infer_binary<Op>, run_binary<Op>, Op::expr, block_of<Op, 2>};
+  return with_loop(OpDef{Op::name, schema, OpKind::Binary, flags, infer_binary<Op>, run_binary<Op>, Op::expr, block_of<Op, 2>},
+                   kLoopForm<Op>);
 }
 
 }  // namespace
@@ -533,8 +538,9 @@ const ExtraBlock* extra_block(const std::string& name) {
 void register_pointwise(Registry& r) {
 #define CR_REG_UNARY(NAME, ...) r.add(unary_def<Op_##NAME>());
   CR_UNARY_OPS(CR_REG_UNARY)
-  r.add(OpDef{"gelu", "self:T, opts:{approximate:S}", OpKind::Unary, 0, infer_unary<Op_gelu_erf>, run_gelu,
-              Op_gelu_erf::expr, block_of<Op_gelu_erf, 1>});
+  r.add(with_loop(OpDef{"gelu", "self:T, opts:{approximate:S}", OpKind::Unary, 0, infer_unary<Op_gelu_erf>, run_gelu,
+                        Op_gelu_erf::expr, block_of<Op_gelu_erf, 1>},
+                  LoopForm::Gelu));
 #define CR_REG_BINARY(NAME, ...) r.add(binary_def<Op_##NAME>(binary_schema(#NAME)));
   CR_BINARY_OPS(CR_REG_BINARY)
   r.add(with_loop(OpDef{"where", "condition:T, self:TN, other:TN", OpKind::Ternary, kNoMethod, infer_where, run_where},

@@ -164,11 +164,7 @@ extern "C" __global__ void sort_lines(const T* __restrict__ x, const long long* 
           pos[l] = pt;
         }
       }
-      // a stage whose pairs lie 32 or fewer apart, followed by another, stays in each warp's own
-      // 64 slots (thread t's pairs are in slots 64 (t / 32) ..): the warp alone must agree
-      const int next = s > 1 ? s >> 1 : k;
-      if (s <= 32 && next <= 32) __syncwarp();
-      else __syncthreads();
+      __syncthreads();  // (warp-only syncs between stages whose pairs stay in a warp's 64 slots measured alike)
     }
   }
   const long long kept = keep < m ? keep : m;

@@ -273,6 +273,7 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
     REQUIRE(r.module.kernels.size() == 1);
     CHECK(r.module.kernels[0].persistent);
     CHECK(r.module.kernels[0].form == Form::ReduceWarp);
+    CHECK(r.module.source.find("cr::loadv<") == std::string::npos);  // rows of 127: scalar loads
   }
   SECTION("a layer_norm written with mean / rsqrt: one kernel") {
     int32_t x = B.input(sample({64, 1024}, DType::f32, 5)), w = B.input(sample({1024}, DType::f32, 6));
@@ -285,6 +286,15 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
     Compiled r = compile(B, "layer_norm");
     REQUIRE(r.module.kernels.size() == 1);
     CHECK(r.module.kernels[0].form == Form::ReduceBlock);
+    CHECK(r.module.source.find("cr::loadv<") == std::string::npos);  // (several stages: scalar loads)
+  }
+  SECTION("a row sum of whole rows: a lane reads 4 neighbours with one vector load") {
+    int32_t x = B.input(sample({64, 1024}, DType::f32, 5));
+    B.g.outputs = {B.op("sum", {T(B.op("exp", {T(x)})), N(-1)})};
+    Compiled r = compile(B, "row_sum_vectors");
+    REQUIRE(r.module.kernels.size() == 1);
+    CHECK(r.module.kernels[0].persistent);
+    CHECK(r.module.source.find("cr::loadv<4>(p0 + 1024*i0 + i1)") != std::string::npos);
   }
   SECTION("a whole-tensor sum with a prologue: split in two kernels") {
     int32_t x = B.input(sample({512, 256}, DType::f32, 8)), y = B.input(sample({512, 256}, DType::f32, 9));

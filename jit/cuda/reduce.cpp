@@ -170,6 +170,10 @@ class ReductionWriter {
       }
     for (int32_t i : cached_) L_.add(cat(cuda_type(k_.body.exprs[size_t(i)].dtype), " c", i, "[", items_, "];"));
   }
+  bool inner_store(size_t j, int d) const {
+    const Store& s = k_.stores[j];
+    return k_.depth[size_t(s.expr)] == d && store_inner(k_, s);
+  }
   std::vector<int32_t> inner_roots(int d) const {
     std::vector<int32_t> r;
     for (const Store& s : k_.stores)
@@ -216,20 +220,18 @@ class ReductionWriter {
     for (size_t a : accs) team_reduce(a);
   }
 
-  // Persistent rows of one contiguous inner dim (specialised kernels, whole rows, one stage) read
-  // their unit-stride loads as 16-byte vectors: lane l owns the groups of `vec` consecutive
-  // elements (g * team + l) * vec, so one vector load of a warp covers 32 x 16 contiguous bytes
-  // (float16 rows read 2 bytes a load otherwise). Returns vec (1: scalar loads, element c = lane +
-  // it * team). On the H100, back to back: row_sum float32 2850 -> 2920 GB/s, float16 2370 ->
-  // 2620; the whole-tensor sum of add_mul_sum float16 2330 -> 2670. Kernels of several stages
-  // (softmax, layer_norm: values kept in registers between stages) were 20 % (float32) to 3x
-  // (float16) slower in this form, so they keep scalar loads.
+  // Persistent rows of one contiguous inner dim (specialised kernels, whole rows) read their
+  // unit-stride loads and write their row stores as 16-byte vectors: lane l owns the groups of
+  // `vec` consecutive elements (g * team + l) * vec, so one vector access of a warp covers 32 x 16
+  // contiguous bytes (float16 rows move 2 bytes an access otherwise). Returns vec (1: scalar
+  // accesses, element c = lane + it * team). Every row store must take the vector form: stored one
+  // by one, a lane's neighbours cost a store instruction each across the warp (softmax measured
+  // 20 % slower in float32, 3x in float16, with vector loads and scalar stores). On the H100, back
+  // to back: row_sum float32 2841 -> 2875 GB/s, float16 2387 -> 2626; layer_norm float32 2711 ->
+  // 2764, float16 2205 -> 2444; softmax float16 2411 -> 2469 (bench/RESULTS.md).
   int vector_group() const {
     const size_t last = k_.sizes.size() - 1;
     if (!persistent_ || ragged_ || w_.dynamic || team_ < 32 || last != size_t(k_.n_outer)) return 1;
-    int passes = 0;  // stages that walk the row
-    for (int d = 0; d <= k_.max_depth; ++d) passes += !inner_roots(d).empty();
-    if (passes > 1) return 1;
     size_t widest = 0;
     for (const Expr& e : k_.body.exprs)
       if (vector_load(e, 1)) widest = std::max(widest, dtype_size(e.dtype));
@@ -239,15 +241,16 @@ class ReductionWriter {
       if (items_ % v != 0) return false;
       for (const Expr& e : k_.body.exprs)
         if (vector_load(e, 1) && !vector_load(e, v)) return false;
+      for (const Store& st : k_.stores)  // (a lane's neighbours stored one by one would cost a store per element)
+        if (store_inner(k_, st) && !unit_aligned(st.addr, v)) return false;
       return true;
     };
     while (vec > 1 && !fits(vec)) vec /= 2;
     return vec;
   }
   // A load that walks the inner dim with unit stride from a multiple of vec.
-  bool vector_load(const Expr& e, int vec) const {
-    if (e.op != EOp::Load || e.gather()) return false;
-    const Affine& a = e.index[0];
+  bool vector_load(const Expr& e, int vec) const { return e.op == EOp::Load && !e.gather() && unit_aligned(e.index[0], vec); }
+  bool unit_aligned(const Affine& a, int vec) const {
     const size_t last = k_.sizes.size() - 1;
     if (a.coef(last) != 1 || a.c % vec != 0) return false;
     for (size_t v = 0; v < a.k.size(); ++v)
@@ -273,6 +276,8 @@ class ReductionWriter {
       L_.add(cat("const cr::vec<", cuda_type(e.dtype), ", ", vec_, "> v", i, " = cr::loadv<", vec_, ">(p", e.value, " + ",
                  affine_str(e.index[0]), ");"));
     }
+    for (size_t j = 0; j < k_.stores.size(); ++j)
+      if (inner_store(j, d)) L_.add(cat("cr::vec<", cuda_type(k_.body.exprs[size_t(k_.stores[j].expr)].dtype), ", ", vec_, "> s", j, ";"));
     L_.add("#pragma unroll");
     L_.open(cat("for (int u = 0; u < ", vec_, "; ++u)"));
     L_.add(cat("const int it = g * ", vec_, " + u;"));
@@ -308,8 +313,12 @@ class ReductionWriter {
         if (cached_.count(i) && first_[size_t(i)] == d) L_.add(cat("c", i, "[it] = e", i, ";"));
       };
     }
-    for (const Store& s : k_.stores)
-      if (k_.depth[size_t(s.expr)] == d && store_inner(k_, s)) L_.add(cat("p", s.buffer, "[", affine_str(s.addr), "] = ", ex_.ref(s.expr), ";"));
+    for (size_t j = 0; j < k_.stores.size(); ++j) {
+      const Store& s = k_.stores[j];
+      if (!inner_store(j, d)) continue;
+      if (vectors.empty()) L_.add(cat("p", s.buffer, "[", affine_str(s.addr), "] = ", ex_.ref(s.expr), ";"));
+      else L_.add(cat("s", j, ".v[u] = ", ex_.ref(s.expr), ";"));  // (stored by the group: below)
+    }
     for (size_t a : accs) {
       const Accumulate& ac = k_.accs[a];
       std::string x = ex_.ref(ac.expr);
@@ -320,7 +329,11 @@ class ReductionWriter {
     ex_.computed = nullptr;
     ex_.load = nullptr;
     if (persistent && ragged_) L_.close();
-    if (persistent && vec_ > 1) L_.close();  // (the group loop; the element loop closes below)
+    if (!vectors.empty()) {
+      L_.close();  // the lane loop; then the group's vector stores (i<last> is the group's first)
+      for (size_t j = 0; j < k_.stores.size(); ++j)
+        if (inner_store(j, d)) L_.add(cat("cr::storev(p", k_.stores[j].buffer, " + ", affine_str(k_.stores[j].addr), ", s", j, ");"));
+    }
     L_.close();
   }
 

@@ -286,7 +286,11 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
     Compiled r = compile(B, "layer_norm");
     REQUIRE(r.module.kernels.size() == 1);
     CHECK(r.module.kernels[0].form == Form::ReduceBlock);
-    CHECK(r.module.source.find("cr::loadv<") == std::string::npos);  // (several stages: scalar loads)
+    // whole rows of 1024: a lane reads and writes 4 neighbours with one vector access; x in stage 0
+    // (then from registers), w and b in stage 2
+    CHECK(r.module.source.find("cr::loadv<4>(p0 + 1024*i0 + i1)") != std::string::npos);
+    CHECK(r.module.source.find("cr::loadv<4>(p1 + i1)") != std::string::npos);
+    CHECK(r.module.source.find("cr::storev(p3 + 1024*i0 + i1, s0)") != std::string::npos);
   }
   SECTION("a row sum of whole rows: a lane reads 4 neighbours with one vector load") {
     int32_t x = B.input(sample({64, 1024}, DType::f32, 5));

@@ -114,6 +114,13 @@ end
 -- to the scores, broadcast to {..., L, S}. causal is PyTorch's is_causal: query i sees keys
 -- 1..i, aligned top-left. A row with no visible key gives NaN, as in PyTorch.
 local SDPA_OPTS = { causal = true, mask = true, scale = true }
+local function same_batch(q, k, v)  -- T.attention takes one batch shape (matmul would broadcast)
+  if q:dim() < 2 or k:dim() ~= q:dim() or v:dim() ~= q:dim() then return false end
+  for d = 1, q:dim() - 2 do
+    if k:size(d) ~= q:size(d) or v:size(d) ~= q:size(d) then return false end
+  end
+  return true
+end
 function F.scaled_dot_product_attention(q, k, v, opts)
   for i, t in ipairs({ q, k, v }) do check_tensor("scaled_dot_product_attention", i, ({ "query", "key", "value" })[i], t) end
   opts = check_opts("scaled_dot_product_attention", 4, opts, SDPA_OPTS)
@@ -121,6 +128,11 @@ function F.scaled_dot_product_attention(q, k, v, opts)
     fail("scaled_dot_product_attention: causal = true and a mask cannot be given together (PyTorch refuses both)")
   end
   local scale = opts.scale or 1 / math.sqrt(q:size(-1))
+  if opts.mask == nil and q.device ~= "cpu" and same_batch(q, k, v) then
+    -- one op: the tensor-core kernel for float16 / bfloat16 (the scores never reach memory),
+    -- else the composite below on the device (vm/ops/attention.cpp)
+    return T.attention(q, k, v, scale, opts.causal or false)
+  end
   local s = T.matmul(q * scale, k:transpose(-2, -1))
   if opts.causal then
     local L, S = q:size(-2), k:size(-2)

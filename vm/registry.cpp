@@ -24,6 +24,7 @@ Registry::Registry() {
   register_indexing(*this);
   register_linalg(*this);
   register_sorting(*this);
+  register_attention(*this);
   for (const OpDef& d : ops_) infos_.push_back(cr_op_info{d.name, d.schema, int32_t(d.kind), d.flags});
 }
 

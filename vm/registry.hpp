@@ -133,6 +133,7 @@ void register_joins(Registry& r);
 void register_indexing(Registry& r);
 void register_linalg(Registry& r);
 void register_sorting(Registry& r);
+void register_attention(Registry& r);
 void register_creation(Registry& r);
 void register_conversions(Registry& r);
 

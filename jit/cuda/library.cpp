@@ -230,14 +230,14 @@ std::string source_of(const char* text, DType d) {
   return cat(prelude(), "\ntypedef ", cuda_type(d), " T;\ntypedef ", acc, " A;\ntypedef ", key_type(d), " C;\n", text);
 }
 
-// Function `fn` of the library `text` for element type `d`, on `device`.
-CUfunction function(Context& ctx, int device, const char* text, DType d, const char* fn) {
-  const std::string source = source_of(text, d);
+// Function `fn` of module `source` on `device`: compiled once per device and source.
+CUfunction library_function(Context& ctx, int device, const std::string& source, const std::string& label,
+                            const char* fn) {
   std::lock_guard<std::mutex> g(g_mutex);
   Library& lib = g_libraries[cat(device, " ", source)];
   if (!lib.mod) {
     const std::string arch = target_of(device).arch;
-    const std::string bin = cuda_cubin(source, cat("library_", dtype_name(d)), arch, compile_cache_dir(ctx));
+    const std::string bin = cuda_cubin(source, label, arch, compile_cache_dir(ctx));
     cr::cuda::use_device(device);
     CR_CU(cuModuleLoadData(&lib.mod, bin.data()), "loading a library kernel");
   }
@@ -246,15 +246,31 @@ CUfunction function(Context& ctx, int device, const char* text, DType d, const c
   return f;
 }
 
-void launch(CUfunction f, int device, int64_t grid, int block, std::initializer_list<void*> args, const char* what,
-            size_t shared_bytes = 0) {
+void launch_function(CUfunction f, int device, int64_t grid, int block, void* const* args, const char* what,
+                     size_t shared_bytes) {
   cr::cuda::use_device(device);
   CR_CU(cuLaunchKernel(f, unsigned(grid), 1, 1, unsigned(block), 1, 1, unsigned(shared_bytes), cr::cuda::current_stream(device),
-                       const_cast<void**>(std::data(args)), nullptr),
+                       const_cast<void**>(args), nullptr),
         what);
 }
 
+
+// Function `fn` of the library `text` for element type `d`, on `device`.
+CUfunction function(Context& ctx, int device, const char* text, DType d, const char* fn) {
+  return library_function(ctx, device, source_of(text, d), cat("library_", dtype_name(d)), fn);
+}
+
+void launch(CUfunction f, int device, int64_t grid, int block, std::initializer_list<void*> args, const char* what,
+            size_t shared_bytes = 0) {
+  launch_function(f, device, grid, block, std::data(args), what, shared_bytes);
+}
+
 }  // namespace
+
+void library_launch(Context& ctx, int device, const std::string& source, const std::string& label, const char* fn,
+                    int64_t grid, int block, void* const* args, size_t shared_bytes) {
+  launch_function(library_function(ctx, device, source, label, fn), device, grid, block, args, fn, shared_bytes);
+}
 
 std::string cumsum_source(DType d) { return source_of(kScanText, d); }
 std::string sort_source(DType d) { return source_of(kSortText, d); }

@@ -31,4 +31,10 @@ bool order_lines(Context& ctx, const Tensor& x, int64_t outer, int64_t n, int64_
 std::string cumsum_source(DType d);
 std::string sort_source(DType d);
 
+// The library's plumbing, shared by its kernel files (attention.cpp): launches function `fn` of
+// module `source` over a 1-D grid on the device's current stream. The module is compiled once
+// per device through the kernel cache (jit/jit.hpp cuda_cubin); `label` names it in logs.
+void library_launch(Context& ctx, int device, const std::string& source, const std::string& label, const char* fn,
+                    int64_t grid, int block, void* const* args, size_t shared_bytes = 0);
+
 }  // namespace cr::jit::cuda

@@ -18,6 +18,7 @@
 
 #include "graph_builder.hpp"
 #include "jit/cuda/emit.hpp"
+#include "jit/cuda/attention.hpp"
 #include "jit/cuda/library.hpp"
 #include "jit/cuda/nvrtc.hpp"
 #include "jit/cuda/program.hpp"
@@ -245,6 +246,22 @@ TEST_CASE("cuda: the library kernels (cumsum, sort) compile to CUBIN for every d
     const std::string bin = cuda::compile_cubin(cuda::sort_source(d), "sort", "sm_90");
     CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
   }
+}
+
+TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dtype and head size", "[cuda]") {
+  if (!have_nvrtc()) return;
+  for (DType d : {DType::f16, DType::bf16})
+    for (int e : {16, 32, 64, 128}) {
+      INFO(dtype_name(d) << " head size " << e);
+      CHECK(cuda::attention_takes(d, e, e));
+      const std::string src = cuda::attention_source(d, e);
+      if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) std::ofstream(cat(dir, "/attention_", dtype_name(d), "_", e, ".cu")) << src;
+      const std::string bin = cuda::compile_cubin(src, "attention", "sm_90");
+      CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
+    }
+  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 64));
+  CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 32));
+  CHECK_FALSE(cuda::attention_takes(DType::f16, 96, 96));
 }
 
 TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {

@@ -498,3 +498,58 @@ TEST_CASE("recomputation keeps a write a view of the value sees", "[graph]") {
   auto a = run(full, ctx, in), b = run(pruned, ctx, in);
   CHECK(same(a[v], b[v]));
 }
+
+// matmul -> scale -> softmax -> matmul of CUDA 16-bit values becomes one attention op (the pass
+// reads metadata only: the sample values live on the CPU and the device is set afterwards; the
+// rewritten graph, moved back to the CPU, runs attention's CPU kernel against the recorded ops).
+TEST_CASE("fuse_patterns turns attention's ops into one attention op where the CUDA kernel takes them", "[graph]") {
+  Context ctx;
+  auto on_device = [](Graph g, int8_t type) {
+    for (Value& v : g.values) v.meta.device = Device{type, 0};
+    return g;
+  };
+  for (const char* scale_op : {"div", "mul", ""}) {
+    INFO("scale by " << (*scale_op ? scale_op : "nothing"));
+    Builder B{ctx};
+    auto input = [&](const Shape& s, uint32_t seed) { return B.input(cast(uniform(s, seed), DType::f16)); };
+    const int32_t q = input({2, 3, 8, 16}, 1), k = input({2, 3, 10, 16}, 2), v = input({2, 3, 10, 16}, 3);
+    const int32_t kt = B.op("transpose", {T(k), N(-2), N(-1)});
+    int32_t s = B.op("matmul", {T(q), T(kt)});
+    if (*scale_op) s = B.op(scale_op, {T(s), N(4)});
+    const int32_t o = B.op("matmul", {T(B.op("softmax", {T(s), N(-1)})), T(v)});
+    B.g.outputs = {o};
+
+    Graph cpu = B.g;
+    CHECK(fuse_patterns(cpu) == 0);  // the CPU runs the composite (BLAS products)
+    Graph g = on_device(B.g, 1);
+    REQUIRE(fuse_patterns(g) == 1);
+    eliminate_dead_code(g);
+    CHECK(op_names(g) == std::vector<std::string>{"transpose", "transpose", "attention"});
+    const Node& att = node_of(g, o);
+    CHECK(att.args[0].value == q);
+    CHECK(att.args[2].value == v);
+    CHECK(att.args[3].num == (std::string(scale_op) == "div" ? 0.25 : *scale_op ? 4.0 : 1.0));
+    CHECK(g.values[size_t(att.args[1].value)].meta.sizes == g.values[size_t(k)].meta.sizes);
+
+    // same values as the recorded ops, up to float16 rounding of the scores
+    std::vector<Tensor> in = {B.sample[size_t(q)], B.sample[size_t(k)], B.sample[size_t(v)]};
+    std::vector<Tensor> a = run(B.g, ctx, in), b = run(on_device(g, 0), ctx, in);
+    const std::vector<double> x = elements(a[size_t(o)]), y = elements(b[size_t(o)]);
+    REQUIRE(x.size() == y.size());
+    for (size_t i = 0; i < x.size(); ++i) REQUIRE(std::abs(x[i] - y[i]) <= 0.02 + 0.02 * std::abs(x[i]));
+  }
+  SECTION("not when the scores are used elsewhere, nor for float32 or other head sizes") {
+    for (int variant = 0; variant < 3; ++variant) {
+      Builder B{ctx};
+      const DType d = variant == 1 ? DType::f32 : DType::f16;
+      const int64_t e = variant == 2 ? 24 : 16;
+      auto input = [&](const Shape& s, uint32_t seed) { return B.input(cast(uniform(s, seed), d)); };
+      const int32_t q = input({4, 8, e}, 1), k = input({4, 10, e}, 2), v = input({4, 10, e}, 3);
+      const int32_t s = B.op("matmul", {T(q), T(B.op("transpose", {T(k), N(-2), N(-1)}))});
+      const int32_t o = B.op("matmul", {T(B.op("softmax", {T(s), N(-1)})), T(v)});
+      B.g.outputs = variant == 0 ? std::vector<int32_t>{o, s} : std::vector<int32_t>{o};
+      Graph g = on_device(B.g, 1);
+      CHECK(fuse_patterns(g) == 0);
+    }
+  }
+}

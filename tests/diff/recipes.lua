@@ -721,6 +721,33 @@ R.to = { gen = function(c)
   return function(I) return a(I):to(c.device) end, "a.to(DEV)"
 end }
 
+-- attention(q, k, v[, scale[, causal]]): torch 1.13 has no scaled_dot_product_attention, so the
+-- reference is its composite (on CUDA float16 / bfloat16 crescent runs the fused tensor-core
+-- kernel, which keeps the scores in float32: reduce-tolerance differences)
+R.attention = { reduce = true, gen = function(c)
+  local batch = {}
+  for i = 1, c.r:int(0, 2) do batch[i] = c.r:int(1, 3) end
+  local L, S = c.r:pick({ 0, 1, 5, 17, 70 }), c.r:pick({ 0, 1, 9, 64, 130 })
+  local E, Ev = c.r:pick({ 1, 16, 64, 7 }), nil
+  Ev = c.r:chance(0.8) and E or c.r:pick({ 3, 16 })
+  local function shape(n, e)
+    local s = { unpack(batch) }
+    s[#s + 1], s[#s + 2] = n, e
+    return s
+  end
+  local d = c:dtype(FLOAT)
+  -- (finite values: the composite's 0 * inf at a masked key is NaN; attention never reads the
+  -- masked keys of a row, as PyTorch's fused kernels)
+  local q, k, v = c:tensor(shape(L, E), d), c:tensor(shape(S, E), d), c:tensor(shape(S, Ev), d, { finite = true })
+  local scale = c.r:chance(0.5) and (c.r:int(1, 8) / 8) or nil
+  local causal = c.r:chance(0.5)
+  local sc = scale or 1 / math.sqrt(E)
+  local mask = causal and (".masked_fill(torch.ones(%d, %d, dtype=torch.bool, device=a.device).triu(1), float('-inf'))"):format(L, S) or ""
+  return function(I) return T.attention(q(I), k(I), v(I), scale, causal) end,
+    ("torch.matmul(torch.softmax((torch.matmul(a.double(), b.double().transpose(-2, -1)) * %s)%s, -1), c.double()).to(a.dtype)")
+      :format(py(sc), mask)
+end }
+
 -- ---- creation (recipes_creation.lua) -------------------------------------------------------------
 
 require("recipes_creation")(R, { op = op, dt = dt, maybe_dtype = maybe_dtype, ANY = ANY, NUM = NUM, FLOAT = FLOAT,

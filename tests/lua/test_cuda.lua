@@ -423,6 +423,52 @@ describe("CUDA tensors", function()
     same({ tall:cuda():sort(1) }, { tall:sort(1) }, "sort of columns of 9000, ties")
     expect.eq(T.cuda.stats().host_ops, host_ops)
   end)
+  it("run attention as one tensor-core kernel (float16 / bfloat16): lengths, causal, layouts, graphs", function()
+    need_gpu()
+    T.manual_seed(21)
+    local host_ops = T.cuda.stats().host_ops
+    local TOL = { float16 = 4e-3, bfloat16 = 3e-2, float32 = 1e-4 }
+    local function check(got, q, k, v, scale, causal, what)
+      expect.eq({ got.device, got.dtype }, { "cuda:0", q.dtype }, what)
+      local want = T.attention(q:double(), k:double(), v:double(), scale, causal)  -- the CPU kernel in float64
+      expect.close(got:cpu():double(), want, TOL[q.dtype], TOL[q.dtype])
+    end
+    -- {batch, heads, L, S, E, causal}: lengths off the 64-row / 64-key tiles, S = 0, L = 0, one key
+    local cases = { { 2, 3, 70, 130, 64, false }, { 1, 2, 64, 64, 16, true }, { 2, 1, 129, 17, 32, true },
+                    { 1, 1, 5, 300, 128, false }, { 3, 2, 100, 40, 64, true }, { 1, 1, 1, 1, 64, false },
+                    { 1, 2, 0, 5, 64, false }, { 1, 2, 5, 0, 64, true }, { 1, 1, 200, 300, 128, true } }
+    for _, dt in ipairs({ "float16", "bfloat16", "float32" }) do
+      for _, c in ipairs(cases) do
+        local B, H, L, S, E, causal = unpack(c)
+        local q, k, v = T.randn(B, H, L, E):to(dt), T.randn(B, H, S, E):to(dt), T.randn(B, H, S, E):to(dt)
+        check(T.attention(q:cuda(), k:cuda(), v:cuda(), 0.2, causal), q, k, v, 0.2, causal, dt .. " " .. tostring(c))
+      end
+    end
+    -- layouts: heads split from {B, L, H, E} (GPT-2's transpose), an expanded key, a 3-d and a
+    -- 2-d call, rows that are not 16-byte aligned (copied first), a head size of no kernel (composite)
+    local x = T.randn(2, 33, 4, 64):half()
+    local q = x:transpose(2, 3)
+    local k = T.randn(2, 1, 50, 64):half():expand(2, 4, 50, 64)
+    local v = T.randn(2, 4, 50, 64):half()
+    check(T.attention(q:cuda(), k:cuda(), v:cuda()), q, k, v, 1 / 8, false, "strided")
+    check(T.attention(x:cuda():transpose(2, 3), k:cuda(), v:cuda(), nil, true), q, k, v, 1 / 8, true, "device view")
+    local q3, k3 = T.randn(6, 20, 32):bfloat16(), T.randn(6, 24, 32):bfloat16()
+    check(T.attention(q3:cuda(), k3:cuda(), k3:cuda(), 0.5), q3, k3, k3, 0.5, false, "3-d")
+    local q2, k2 = T.randn(20, 72):half():narrow(2, 5, 64), T.randn(24, 64):half()
+    check(T.attention(q2:cuda(), k2:cuda(), k2:cuda()), q2, k2, k2, 1 / 8, false, "unaligned rows")
+    local q5, k5 = T.randn(2, 9, 24):half(), T.randn(2, 11, 24):half()
+    check(T.attention(q5:cuda(), k5:cuda(), k5:cuda()), q5, k5, k5, 1 / math.sqrt(24), false, "head size 24")
+    -- F.scaled_dot_product_attention without a mask is this op on the device
+    local dq, dk, dv = q:cuda():contiguous(), k:cuda(), v:cuda()
+    expect.eq(T.F.scaled_dot_product_attention(dq, dk, dv, { causal = true }):cpu():totable(),
+              T.attention(dq, dk, dv, nil, true):cpu():totable())
+    -- the recorded pattern matmul -> / 8 -> softmax -> matmul compiles to the same kernel: same bits
+    local f = T.compile(function(a, b, c) return T.matmul((T.matmul(a, b:transpose(-2, -1)) / 8):softmax(-1), c) end)
+    local want = T.attention(dq, dk, dv, 1 / 8)
+    for _ = 1, 3 do expect.close(f(dq, dk, dv):cpu(), want:cpu(), 4e-3, 4e-3) end  -- (the first call runs as recorded)
+    expect.eq(f(dq, dk, dv):cpu():totable(), want:cpu():totable(), "compiled pattern")
+    expect.eq(T.cuda.stats().host_ops, host_ops)
+  end)
   it("refuse tensors of two devices in one op, as PyTorch", function()
     need_gpu()
     errs(function() local _ = T.ones(3):cuda() + T.ones(3) end, "add", "expected all tensors on one device, got cpu and cuda:0")

@@ -171,6 +171,29 @@ describe("layers", function()
   end)
 end)
 
+expect.covers("attention")
+describe("T.attention", function()
+  it("checks its arguments, naming the role of each tensor", function()
+    errs(function() T.attention(T.randn(2, 3), T.randn(2, 4), T.randn(2, 3)) end, "attention",
+         "key expected query's size 3 in its last dim, got float32 tensor of shape {2,4}")
+    errs(function() T.attention(T.randn(2, 3), T.randn(4, 3), T.randn(5, 3)) end, "attention",
+         "value expected key's length 4 in dim 1")
+    errs(function() T.attention(T.randn(2, 2, 3), T.randn(3, 2, 3), T.randn(3, 2, 3)) end, "attention",
+         "key and value expected query's batch dims")
+    errs(function() T.attention(T.randn(3), T.randn(3), T.randn(3)) end, "attention",
+         "query expected at least 2 dims {..., length, size}")
+    errs(function() T.attention(T.ones(2, 2):long(), T.ones(2, 2):long(), T.ones(2, 2):long()) end, "attention",
+         "query expected a floating tensor, got a int64 tensor")
+    errs(function() T.attention(T.randn(2, 2), T.randn(2, 2), T.randn(2, 2), 0 / 0) end, "attention",
+         "scale expected a finite number")
+  end)
+  it("gives zeros for no keys and a row of its own for one key", function()
+    expect.eq(T.attention(T.randn(2, 3), T.randn(0, 3), T.randn(0, 4)):totable(), T.zeros(2, 4):totable())
+    local v = T.randn(1, 4)
+    expect.close(T.attention(T.randn(3, 2), T.randn(1, 2), v, nil, true), v:expand(3, 4))
+  end)
+end)
+
 -- T.F against PyTorch 1.13 (no F.rms_norm or F.scaled_dot_product_attention there: their
 -- definitions are written out in torch).
 local suite = R.suite()
@@ -198,6 +221,17 @@ suite:case("scaled_dot_product_attention", "sdpa bool mask, scale", SDPA ..
 local fmask = T.randn(5, 7)
 suite:case("scaled_dot_product_attention", "sdpa float mask", SDPA .. "(q @ k.transpose(-2, -1) / 2 + m)",
   { q = q, k = k, v = v, m = fmask }, function() return F.scaled_dot_product_attention(q, k, v, { mask = fmask }) end)
+-- T.attention: the fused op (vm/ops/attention.cpp; its CPU kernel walks one query row at a time)
+suite:case("attention", "attention plain", SDPA .. "(q @ k.transpose(-2, -1) / 2)", { q = q, k = k, v = v },
+  function() return T.attention(q, k, v) end)
+suite:case("attention", "attention causal, scale", SDPA ..
+  "((q @ k.transpose(-2, -1) * 0.3).masked_fill(~torch.ones(5, 7, dtype=torch.bool).tril(), -inf))",
+  { q = q, k = k, v = v }, function() return T.attention(q, k, v, 0.3, true) end)
+suite:case("attention", "attention float16", SDPA .. "(q.float() @ k.float().transpose(-2, -1) / 2).half()",
+  { q = q:half(), k = k:half(), v = v:float() }, function() return T.attention(q:half(), k:half(), v:half()) end, 2e-3, 2e-3)
+local qt = T.randn(5, 3, 4):transpose(1, 2)  -- {3, 5, 4}, not contiguous
+suite:case("attention", "attention transposed, 3-d", SDPA .. "(q @ k.transpose(-2, -1) / 2)",
+  { q = qt, k = k[1], v = v[1] }, function() return T.attention(qt, k[1], v[1]) end)
 local logits, target = T.randn(6, 5), T.tensor({ 1, 5, 2, 2, 3, 4 }):long()
 local cw = T.rand(5) + 0.5
 suite:case("cross_entropy", "ce mean", "F.cross_entropy(z, t - 1)", { z = logits, t = target },

@@ -135,6 +135,8 @@ int canonicalize_views(Graph& g);
 int fold_constants(Graph& g, Context& ctx);
 int eliminate_common_subexpressions(Graph& g);
 int eliminate_dead_code(Graph& g, bool keep_effects = true);
+// Recorded patterns that a fused registry op computes better (vm/graph/patterns.cpp: attention).
+int fuse_patterns(Graph& g);
 void optimize(Graph& g, Context& ctx);
 
 // ---- the eager backend (vm/graph/interp.cpp) ------------------------------------------------

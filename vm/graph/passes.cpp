@@ -252,6 +252,7 @@ void optimize(Graph& g, Context& ctx) {
   canonicalize_views(g);
   fold_constants(g, ctx);
   eliminate_common_subexpressions(g);
+  fuse_patterns(g);
   eliminate_dead_code(g);
 }
 

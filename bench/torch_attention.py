@@ -1,0 +1,16 @@
+"""PyTorch's fused attention (F.scaled_dot_product_attention: flash / cuDNN kernels) on the shapes of
+bench/attention_bench.lua: median device µs (triton do_bench) and TFLOP/s.
+
+    python3 bench/torch_attention.py
+"""
+import torch
+import torch.nn.functional as F
+import triton.testing as tt
+
+for dt in (torch.float16, torch.bfloat16):
+    for B, H, L, E, causal in ((16, 8, 1024, 64, False), (16, 8, 1024, 64, True), (4, 12, 2048, 64, True),
+                               (8, 8, 1024, 128, False)):
+        q, k, v = (torch.randn(B, H, L, E, device="cuda", dtype=dt) for _ in range(3))
+        us = tt.do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), warmup=25, rep=200) * 1e3
+        flops = 4 * B * H * L * L * E * (0.5 if causal else 1)
+        print(f"torch sdpa {dt} {B}x{H}x{L}x{E} causal={causal}: {us:.1f} us, {flops / us / 1e6:.0f} TFLOP/s")

@@ -1,0 +1,333 @@
+#include "jit/cuda/attention.hpp"
+
+#include <cmath>
+
+#include "jit/cuda/exprs.hpp"
+#include "jit/cuda/library.hpp"
+#include "jit/cuda/prelude.hpp"
+#include "vm/kernels/loop.hpp"
+
+namespace cr::jit::cuda {
+namespace {
+
+// A block of WARPS warps takes 16 * WARPS * MT query rows of one (batch, head); each warp owns MT
+// m-tiles of 16 rows and keeps them in registers: q as mma A fragments, the output accumulators
+// (float32), the running max m and sum l of each row. The block walks the keys in tiles of BN: k and v tiles
+// are copied to shared memory with cp.async (two stages, the next tile in flight while this one
+// computes; rows padded by 8 elements so that ldmatrix's eight 16-byte rows hit distinct banks),
+// then per warp
+//   s = q k^T                 mma.m16n8k16, k fragments by ldmatrix
+//   online softmax            max over the row (a tree over the thread's scores, then the 4
+//                             lanes of a quad, which share a row), exp2 of the scores scaled
+//                             into log2 units (one FFMA + one MUFU each), the row sums as trees,
+//                             the accumulators rescaled by exp2(m - m') when a row's max grew
+//   o += p v                  p's float32 C fragments repacked as 16-bit A fragments (the C
+//                             layout of two n-tiles is the A layout of one k-step), v fragments
+//                             by ldmatrix.trans
+// and the last step divides by l. Keys past S read as zeros and score -inf; causal
+// rows stop at their diagonal (tiles wholly above every row of the block are never loaded; long
+// causal blocks are scheduled first). The kernel was issue-bound (ncu: ALU the busiest pipe, 3
+// warps per scheduler): the trees, ex2.approx and packed conversions took 260 -> 215 us. Fragment layouts:
+// PTX ISA, "Matrix fragments for mma.m16n8k16"; g = lane / 4 is a fragment's row, t = lane % 4
+// its column pair.
+constexpr const char* kAttentionText = R"CUDA(
+#define ROWS (16 * WARPS * MT)
+#define PITCH (D + 8)
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  uint32_t a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+__device__ __forceinline__ void copy16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void ldsm4(uint32_t r[4], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t r[4], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_T "." MMA_T ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {  // two floats as a 16-bit pair, lo first
+  uint32_t r;
+  asm("cvt.rn." MMA_T "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// 2^x with one MUFU instruction (exp2f adds a denormal path: the kernel was issue-bound on it);
+// results below 2^-126 flush to 0, far under a 16-bit weight's resolution.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The fold of a thread's N scores of row half h (elements 2h, 2h + 1 of each n-tile) as a tree,
+// not a chain of N dependent instructions.
+struct RowMax { __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+struct RowSum { __device__ __forceinline__ float operator()(float a, float b) const { return a + b; } };
+template <int LO, int N, class Op> __device__ __forceinline__ float tree(const float (*s)[4], int h, Op op) {
+  if constexpr (N == 1) return s[LO / 2][2 * h + (LO & 1)];
+  else return op(tree<LO, N / 2>(s, h, op), tree<LO + N / 2, N / 2>(s, h, op));
+}
+
+// Copies key / value rows [key0, key0 + BN) into one stage; rows past S are zero-filled.
+__device__ __forceinline__ void load_tile(uint32_t ks, uint32_t vs, const T* k, const T* v, long long ksr, long long vsr,
+                                          int key0, int S) {
+  constexpr int kChunks = BN * (D / 8), kThreads = 32 * WARPS;
+#pragma unroll
+  for (int j = 0; j < (kChunks + kThreads - 1) / kThreads; ++j) {
+    const int c = threadIdx.x + j * kThreads;
+    if (kChunks % kThreads != 0 && c >= kChunks) break;
+    const int r = c / (D / 8), col = (c % (D / 8)) * 8, key = key0 + r;
+    const int bytes = key < S ? 16 : 0;
+    const long long row = key < S ? key : 0;
+    const uint32_t at = 2 * (r * PITCH + col);
+    copy16(ks + at, k + row * ksr + col, bytes);
+    copy16(vs + at, v + row * vsr + col, bytes);
+  }
+  asm volatile("cp.async.commit_group;");
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_fwd(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, int L, int S,
+    int heads, int row_blocks, long long qs0, long long qs1, long long qsr, long long ks0, long long ks1, long long ksr,
+    long long vs0, long long vs1, long long vsr, float scale_log2, int causal) {
+  __shared__ __align__(16) T kbuf[STAGES][BN * PITCH];
+  __shared__ __align__(16) T vbuf[STAGES][BN * PITCH];
+  const uint32_t kb0 = smem_address(kbuf), vb0 = smem_address(vbuf), stage_bytes = 2 * BN * PITCH;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const long long bh = blockIdx.x / row_blocks;
+  const int rb = row_blocks - 1 - int(blockIdx.x - bh * row_blocks);  // (long causal blocks first)
+  const long long b0 = bh / heads, b1 = bh - b0 * heads;
+  q += b0 * qs0 + b1 * qs1;
+  k += b0 * ks0 + b1 * ks1;
+  v += b0 * vs0 + b1 * vs1;
+  // m-tile i of this warp: rows block_row + 16 * (warp + WARPS * i) + 0..15
+  const int block_row = rb * ROWS;
+#define ROW0(i) (block_row + 16 * (warp + WARPS * (i)))
+
+  uint32_t qa[MT][D / 16][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = ROW0(i) + g + 8 * (r & 1), col = 16 * kk + 2 * t + 8 * (r >> 1);
+        qa[i][kk][r] = row < L ? *reinterpret_cast<const uint32_t*>(q + row * qsr + col) : 0u;
+      }
+  float o[MT][D / 8][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[i][n][0] = o[i][n][1] = o[i][n][2] = o[i][n][3] = 0.f;
+  const float ninf = -__int_as_float(0x7f800000);
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) m[i][0] = m[i][1] = ninf, l[i][0] = l[i][1] = 0.f;
+
+  const int last_key = causal ? min(S, block_row + ROWS) : S;
+  const int tiles = (last_key + BN - 1) / BN;
+  if (tiles > 0) load_tile(kb0, vb0, k, v, ksr, vsr, 0, S);
+  for (int it = 0; it < tiles; ++it) {
+    const int st = STAGES == 2 ? it & 1 : 0, key0 = it * BN;
+    if (STAGES == 2) {  // the next tile's copy in flight while this one computes
+      if (it + 1 < tiles) load_tile(kb0 + (st ^ 1) * stage_bytes, vb0 + (st ^ 1) * stage_bytes, k, v, ksr, vsr, key0 + BN, S);
+      else asm volatile("cp.async.commit_group;");
+      asm volatile("cp.async.wait_group 1;");
+    } else {
+      if (it > 0) load_tile(kb0, vb0, k, v, ksr, vsr, key0, S);
+      asm volatile("cp.async.wait_group 0;");
+    }
+    __syncthreads();
+
+    float s[MT][BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
+    const uint32_t kb = kb0 + st * stage_bytes, vb = vb0 + st * stage_bytes;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        uint32_t b[4];  // keys 16np + 0..7 / 8..15, dims 16kk + 0..7 / 8..15
+        const int key = 16 * np + (lane & 7) + 8 * (lane >> 4), col = 16 * kk + 8 * ((lane >> 3) & 1);
+        ldsm4(b, kb + 2 * (key * PITCH + col));
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          mma(s[i][2 * np], qa[i][kk], b[0], b[1]);
+          mma(s[i][2 * np + 1], qa[i][kk], b[2], b[3]);
+        }
+      }
+
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const int row0 = ROW0(i);
+      const bool edge = key0 + BN > S || (causal && key0 + BN - 1 > row0);
+      if (edge)
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + 8 * n + 2 * t + (e & 1), row = row0 + g + 8 * (e >> 1);
+            if (key >= S || (causal && key > row)) s[i][n][e] = ninf;
+          }
+      float mx[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) mx[h] = tree<0, BN / 4>(s[i], h, RowMax());
+      float alpha[2], base[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float mn = fmaxf(m[i][h], mx[h] * scale_log2);  // (log2 units; scale > 0 keeps the order)
+        base[h] = mn == ninf ? 0.f : mn;  // (no key seen yet: keep exp2 away from -inf - -inf)
+        alpha[h] = ex2(m[i][h] - base[h]);
+        m[i][h] = mn;
+        l[i][h] *= alpha[h];
+      }
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[i][n][e] = ex2(fmaf(s[i][n][e], scale_log2, -base[e >> 1]));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l[i][h] += tree<0, BN / 4>(s[i], h, RowSum());
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))  // (once the maxima settle, rarely)
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          o[i][n][0] *= alpha[0];
+          o[i][n][1] *= alpha[0];
+          o[i][n][2] *= alpha[1];
+          o[i][n][3] *= alpha[1];
+        }
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        pa[i][0] = pack(s[i][2 * kk][0], s[i][2 * kk][1]);
+        pa[i][1] = pack(s[i][2 * kk][2], s[i][2 * kk][3]);
+        pa[i][2] = pack(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
+        pa[i][3] = pack(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32_t b[4];  // keys 16kk + 0..7 / 8..15, dims 16np + 0..7 / 8..15, transposed
+        const int key = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), col = 16 * np + 8 * (lane >> 4);
+        ldsm4t(b, vb + 2 * (key * PITCH + col));
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          mma(o[i][2 * np], pa[i], b[0], b[1]);
+          mma(o[i][2 * np + 1], pa[i], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // (every warp is done with this stage before the next load overwrites it)
+  }
+
+  out += bh * (long long)L * D;
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = l[i][h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      // S = 0: zeros (the composite's empty product). Otherwise every row sees a key (causal rows
+      // see key 0), so a zero sum means scores of -inf from the values: NaN (0 * inf), as softmax.
+      const float inv = S == 0 ? 0.f : 1.f / sum;
+      const int row = ROW0(i) + g + 8 * h;
+      if (row >= L) continue;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<uint32_t*>(out + (long long)row * D + 8 * n + 2 * t) = pack(o[i][n][2 * h] * inv, o[i][n][2 * h + 1] * inv);
+    }
+}
+)CUDA";
+
+// A block's shape: warps, m-tiles of 16 rows per warp, keys per tile, blocks per SM the registers
+// are bounded for, stages of k / v tiles (all under 48 KiB of static shared memory). Measured on
+// the H100 (16x8x1024x64 float16): 4 warps of one m-tile, 64 keys, two stages, 4 blocks per SM
+// (128 registers, no spills) was the best of 4 / 8 warps, 1 / 2 m-tiles, 32 / 64 / 128 keys and
+// one / two stages; head size 128 takes 32 keys and 3 blocks (168 registers).
+struct BlockShape {
+  int warps, mt, bn, min_blocks, stages;
+  int rows() const { return 16 * warps * mt; }
+};
+BlockShape block_shape(int E) { return E <= 64 ? BlockShape{4, 1, 64, 4, 2} : BlockShape{4, 1, 32, 3, 2}; }
+
+// q / k / v as the kernel reads them: rows of E contiguous elements, 16-byte aligned, batch dims
+// folded into at most two strided ones {b0, b1}. Other layouts are copied to contiguous first.
+struct Operand {
+  Tensor t;
+  long long s0 = 0, s1 = 0, row = 0;
+};
+Operand operand_of(const Tensor& x, int64_t heads) {
+  auto fits = [](const Tensor& y) {
+    const int r = y.dim();
+    if (y.stride(r - 1) != 1 || reinterpret_cast<uintptr_t>(y.data_bytes()) % 16 != 0) return false;
+    for (int d = 0; d < r - 1; ++d)
+      if (y.stride(d) % 8 != 0) return false;
+    return r <= 4;
+  };
+  Operand o{fits(x) ? x : contiguous(x)};
+  const int r = o.t.dim();
+  o.row = o.t.stride(r - 2);
+  if (r >= 3) o.s1 = o.t.stride(r - 3);
+  if (r == 4) o.s0 = o.t.stride(0);
+  else if (r > 4) {  // contiguous: one batch dim of every head
+    o.s1 = o.t.stride(r - 3);
+    o.s0 = o.s1 * heads;
+  }
+  return o;
+}
+
+}  // namespace
+
+bool attention_takes(DType d, int64_t E, int64_t Ev) {
+  return (d == DType::f16 || d == DType::bf16) && E == Ev && (E == 16 || E == 32 || E == 64 || E == 128);
+}
+
+std::string attention_source(DType d, int E) {
+  const BlockShape b = block_shape(E);
+  return cat(prelude(), "\ntypedef cr::", d == DType::f16 ? "half_t" : "bf16_t", " T;\n#define MMA_T \"",
+             d == DType::f16 ? "f16" : "bf16", "\"\n#define D ", E, "\n#define BN ", b.bn, "\n#define WARPS ", b.warps,
+             "\n#define MT ", b.mt, "\n#define MIN_BLOCKS ", b.min_blocks, "\n#define STAGES ", b.stages, "\n", kAttentionText);
+}
+
+bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+               bool causal) {
+  const int r = q.dim();
+  const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2);
+  if (!attention_takes(q.dtype(), E, v.size(r - 1)) || !(scale > 0) || L >= (int64_t(1) << 31) ||
+      S >= (int64_t(1) << 31))
+    return false;  // (the kernel takes a row's max before scaling: a positive scale keeps the order)
+  if (out.numel() == 0) return true;
+  const int64_t heads = r >= 3 ? q.size(r - 3) : 1, batch = out.numel() / (L * E);
+  const BlockShape shape = block_shape(int(E));
+  const int64_t row_blocks = (L + shape.rows() - 1) / shape.rows();
+  if (batch * row_blocks >= (int64_t(1) << 31)) return false;
+  const Operand qo = operand_of(q, heads), ko = operand_of(k, heads), vo = operand_of(v, heads);
+  const int device = out.device().index;
+  void *qp = qo.t.data_bytes(), *kp = ko.t.data_bytes(), *vp = vo.t.data_bytes(), *op = out.data_bytes();
+  int L_ = int(L), S_ = int(S), heads_ = int(heads), rbs = int(row_blocks), causal_ = causal;
+  long long qs0 = qo.s0, qs1 = qo.s1, qsr = qo.row, ks0 = ko.s0, ks1 = ko.s1, ksr = ko.row, vs0 = vo.s0, vs1 = vo.s1,
+            vsr = vo.row;
+  float scale_log2 = float(scale * 1.4426950408889634);  // (log2 e: the kernel's exponentials are exp2)
+  void* args[] = {&qp,  &kp,  &vp,  &op,  &L_,  &S_,  &heads_, &rbs, &qs0, &qs1,       &qsr,
+                  &ks0, &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_};
+  library_launch(ctx, device, attention_source(q.dtype(), int(E)), cat("attention_", dtype_name(q.dtype()), "_", E),
+                 "attention_fwd", batch * row_blocks, 32 * shape.warps, args);
+  return true;
+}
+
+}  // namespace cr::jit::cuda

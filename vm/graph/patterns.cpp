@@ -1,0 +1,138 @@
+// Rewrites of recorded patterns into fused registry ops (Inductor's pattern matcher, for the few
+// patterns a kernel of its own beats the loops): today attention,
+//   matmul(softmax(matmul(q, kt) / c, -1), v)   (or * c, or no scale)
+// becomes attention(q, transpose(kt), v, scale) where the tensor-core kernel takes it (CUDA,
+// float16 / bfloat16, head size 16..128: jit/cuda/attention.hpp). The scores never reach memory.
+// The rewrite keeps value ids: the first matmul's node becomes the transpose (a view, no work),
+// the second's the attention; the scale and softmax nodes are left dead for eliminate_dead_code.
+#include <cmath>
+
+#include "jit/cuda/attention.hpp"
+#include "vm/graph/graph.hpp"
+
+namespace cr::graph {
+namespace {
+
+struct Ops {
+  int matmul = Registry::get().index_of("matmul"), softmax = Registry::get().index_of("softmax");
+  int mul = Registry::get().index_of("mul"), div = Registry::get().index_of("div");
+  int transpose = Registry::get().index_of("transpose"), attention = Registry::get().index_of("attention");
+};
+
+// Uses of every value by nodes' arguments, and by the outputs (which count as a use each).
+std::vector<int> use_counts(const Graph& g) {
+  std::vector<int> uses(g.values.size());
+  for (const Node& n : g.nodes)
+    for (const Arg& a : n.args) {
+      if (a.tag == kTensor) ++uses[size_t(a.value)];
+      for (int32_t v : a.values) ++uses[size_t(v)];
+    }
+  for (int32_t o : g.outputs) ++uses[size_t(o)];
+  return uses;
+}
+
+// The op node that defines value v, if it is an op of `op` whose only output v is and whose
+// only use is the one being matched.
+Node* producer(Graph& g, int32_t v, int op, const std::vector<int>& uses) {
+  const int32_t i = g.values[size_t(v)].node;
+  if (i < 0 || uses[size_t(v)] != 1) return nullptr;
+  Node& n = g.nodes[size_t(i)];
+  if (n.kind != NodeKind::Op || n.op != op || n.outs.size() != 1 || n.outs[0] != v) return nullptr;
+  return &n;
+}
+
+bool is_tensor(const Node& n, size_t i) { return i < n.args.size() && n.args[i].tag == kTensor; }
+bool is_number(const Node& n, size_t i) { return i < n.args.size() && n.args[i].tag == kNumber; }
+bool absent(const Node& n, size_t i) { return i >= n.args.size() || n.args[i].tag == kNone; }
+const ValueMeta& meta(const Graph& g, const Arg& a) { return g.values[size_t(a.value)].meta; }
+
+// softmax(x, -1) (its last dim, no dtype option) -> x's value, else -1.
+int32_t softmax_input(const Graph& g, const Node& n) {
+  if (!is_tensor(n, 0) || !is_number(n, 1) || !absent(n, 2)) return -1;
+  const int rank = int(meta(g, n.args[0]).sizes.size());
+  const double d = n.args[1].num;
+  return d == -1 || d == rank ? n.args[0].value : -1;
+}
+
+// The graph's in-place writes between two node positions would see q / k / v at another time.
+bool writes_between(const Graph& g, int32_t from, int32_t to) {
+  for (int32_t i = from + 1; i < to; ++i)
+    if (g.nodes[size_t(i)].inplace()) return true;
+  return false;
+}
+
+// Tries the pattern ending at node `at` (the second matmul).
+bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<int>& uses) {
+  Node& last = g.nodes[size_t(at)];
+  if (last.op != ops.matmul || !is_tensor(last, 0) || !is_tensor(last, 1) || last.outs.size() != 1) return false;
+  Node* sm = producer(g, last.args[0].value, ops.softmax, uses);
+  if (!sm) return false;
+  const int32_t x = softmax_input(g, *sm);
+  if (x < 0) return false;
+  double scale = 1;
+  int32_t scores = x;
+  if (Node* sc = producer(g, x, ops.mul, uses); sc && is_tensor(*sc, 0) && is_number(*sc, 1) && absent(*sc, 2)) {
+    scale = sc->args[1].num;
+    scores = sc->args[0].value;
+  } else if (Node* dv = producer(g, x, ops.div, uses); dv && is_tensor(*dv, 0) && is_number(*dv, 1) && absent(*dv, 2)) {
+    scale = 1 / dv->args[1].num;
+    scores = dv->args[0].value;
+  }
+  Node* first = producer(g, scores, ops.matmul, uses);
+  if (!first || !is_tensor(*first, 0) || !is_tensor(*first, 1) || !std::isfinite(scale)) return false;
+  const ValueMeta &q = meta(g, first->args[0]), &kt = meta(g, first->args[1]), &v = meta(g, last.args[1]);
+  const size_t r = q.sizes.size();
+  if (r < 2 || kt.sizes.size() != r || v.sizes.size() != r || q.dtype != kt.dtype || q.dtype != v.dtype) return false;
+  if (q.device.is_cpu() || kt.device != q.device || v.device != q.device) return false;
+  for (size_t d = 0; d + 2 < r; ++d)  // one batch shape (matmul would broadcast)
+    if (kt.sizes[d] != q.sizes[d] || v.sizes[d] != q.sizes[d]) return false;
+  const SymInt E = q.sizes[r - 1];
+  if (kt.sizes[r - 2] != E || v.sizes[r - 2] != kt.sizes[r - 1] || E.sym >= 0 || v.sizes[r - 1].sym >= 0) return false;
+  if (!jit::cuda::attention_takes(q.dtype, E.value, v.sizes[r - 1].value)) return false;
+  const int32_t first_at = g.values[size_t(scores)].node;
+  if (writes_between(g, first_at, at)) return false;
+
+  // the first matmul becomes k = transpose(kt): a view of kt's storage
+  ValueMeta km = kt;
+  std::swap(km.sizes[r - 2], km.sizes[r - 1]);
+  std::swap(km.strides[r - 2], km.strides[r - 1]);
+  const int32_t kt_value = first->args[1].value, q_value = first->args[0].value;
+  Arg d0, d1;
+  d0.tag = d1.tag = kNumber;
+  d0.num = -2;
+  d1.num = -1;
+  first->op = ops.transpose;
+  first->args = {first->args[1], d0, d1};
+  const int32_t k = g.add_value(first_at, km);
+  g.values[size_t(k)].views = kt_value;
+  g.nodes[size_t(first_at)].outs = {k};
+  g.values[size_t(scores)].node = -1;  // (as eliminate_dead_code leaves a removed node's value)
+  Node& fused = g.nodes[size_t(at)];
+  Arg qa, ka, sa, ca;
+  qa.tag = ka.tag = kTensor;
+  qa.value = q_value;
+  ka.value = k;
+  sa.tag = kNumber;
+  sa.num = scale;
+  ca.tag = kBool;
+  ca.num = 0;
+  fused.args = {qa, ka, fused.args[1], sa, ca};
+  fused.op = ops.attention;
+  return true;
+}
+
+}  // namespace
+
+int fuse_patterns(Graph& g) {
+  static const Ops ops;
+  int changed = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.kind != NodeKind::Op || n.op != ops.matmul) continue;
+    const std::vector<int> uses = use_counts(g);  // (a rewrite changes them; graphs hold few matmuls)
+    if (rewrite_attention(g, int32_t(i), ops, uses)) ++changed;
+  }
+  return changed;
+}
+
+}  // namespace cr::graph

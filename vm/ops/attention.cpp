@@ -1,0 +1,156 @@
+// attention(q, k, v[, scale[, causal]]): softmax(q k^T * scale) v in one op, the fused form of
+// F.scaled_dot_product_attention without a mask (stdlib/functional.lua) and of the pattern
+// matmul -> scale -> softmax -> matmul in captured graphs (vm/graph/patterns.cpp).
+// q {..., L, E}, k {..., S, E}, v {..., S, Ev}, the same batch dims; out {..., L, Ev} in q's dtype.
+// scale defaults to 1 / sqrt(E); causal is PyTorch's is_causal (query i sees keys 1..i, aligned
+// top-left). With no keys (S = 0) the result is zeros, as the composite's empty product.
+//
+// The CPU kernel walks one query row at a time (scores, max, exponentials, weighted sum of v), in
+// float32 for 16-bit inputs as PyTorch's math path does. On CUDA, float16 / bfloat16 inputs of a
+// head size the tensor-core kernel takes run there (jit/cuda/attention.hpp); other CUDA inputs
+// run the composite op by op on the device (matmul, softmax, matmul); the graph rewrite only
+// picks this op where the kernel takes it.
+#include <cmath>
+#include <limits>
+
+#include "jit/cuda/attention.hpp"
+#include "vm/devices.hpp"
+#include "vm/ops/operands.hpp"
+
+namespace cr {
+namespace {
+
+const char* kRoles[3] = {"query", "key", "value"};
+
+std::vector<Meta> infer_attention(OpCall& c) {
+  Tensor t[3] = {c.tensor(0), c.tensor(1), c.tensor(2)};
+  for (int i = 0; i < 3; ++i) {
+    if (t[i].dim() < 2) fail(cat(kRoles[i], " expected at least 2 dims {..., length, size}, got ", t[i].describe()));
+    if (!is_floating(t[i].dtype())) fail(cat(kRoles[i], " ", dtype_list_error("a floating tensor", t[i].dtype())));
+    if (t[i].dtype() != t[0].dtype() || t[i].device() != t[0].device())
+      fail(cat("query, key and value expected one dtype and device, got ", t[0].describe(), ", ", t[1].describe(), ", ",
+               t[2].describe()));
+  }
+  const int r = t[0].dim();
+  auto batch_of = [](const Tensor& x) {
+    Shape s = x.sizes();
+    s.resize(s.size() - 2);
+    return s;
+  };
+  const Shape batch = batch_of(t[0]);
+  for (int i = 1; i < 3; ++i)
+    if (t[i].dim() != r || batch_of(t[i]) != batch)
+      fail(cat("key and value expected query's batch dims, got ", t[0].describe(), ", ", t[1].describe(), ", ",
+               t[2].describe()));
+  if (t[1].size(r - 1) != t[0].size(r - 1))
+    fail(cat("key expected query's size ", t[0].size(r - 1), " in its last dim, got ", t[1].describe()));
+  if (t[2].size(r - 2) != t[1].size(r - 2))
+    fail(cat("value expected key's length ", t[1].size(r - 2), " in dim ", r - 1, ", got ", t[2].describe()));
+  if (c.has(3)) {
+    const double s = c.number(3);
+    if (!std::isfinite(s)) fail(cat("scale expected a finite number, got ", s));
+  }
+  c.boolean_or(4, false);
+  Shape out = batch;
+  out.push_back(t[0].size(r - 2));
+  out.push_back(t[2].size(r - 1));
+  return {{out, t[0].dtype(), t[0].device()}};
+}
+
+// One query row: out[d] = sum_j softmax_j(scale * q.k_j) v[j][d], keys j < visible.
+template <class T, class C>
+void attend_row(const T* q, const T* k, const T* v, T* out, int64_t E, int64_t Ev, int64_t visible, C scale,
+                std::vector<C>& p, std::vector<C>& acc) {
+  C m = -std::numeric_limits<C>::infinity();
+  for (int64_t j = 0; j < visible; ++j) {
+    C dot = 0;
+    for (int64_t e = 0; e < E; ++e) dot += load(q[e]) * load(k[j * E + e]);
+    p[size_t(j)] = dot * scale;
+    m = std::max(m, p[size_t(j)]);
+  }
+  std::fill(acc.begin(), acc.end(), C(0));
+  C total = 0;
+  for (int64_t j = 0; j < visible; ++j) {
+    const C w = std::exp(p[size_t(j)] - m);
+    total += w;
+    for (int64_t d = 0; d < Ev; ++d) acc[size_t(d)] += w * load(v[j * Ev + d]);
+  }
+  for (int64_t d = 0; d < Ev; ++d) store(out[d], visible == 0 ? C(0) : acc[size_t(d)] / total);
+}
+
+void attention_cpu(const Tensor& out, const Tensor& qin, const Tensor& kin, const Tensor& vin, double scale, bool causal) {
+  const Tensor q = contiguous(qin), k = contiguous(kin), v = contiguous(vin);
+  const int r = q.dim();
+  const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
+  const int64_t rows = L == 0 ? 0 : q.numel() / E;
+  if (out.numel() == 0) return;
+  visit_floating(q.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const T *qp = q.data<T>(), *kp = k.data<T>(), *vp = v.data<T>();
+    T* op = out.data<T>();
+    parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, S * (E + Ev))), [&](int64_t r0, int64_t r1) {
+      std::vector<C> p(static_cast<size_t>(S)), acc(static_cast<size_t>(Ev));
+      for (int64_t row = r0; row < r1; ++row) {
+        const int64_t b = row / L, i = row % L;
+        const int64_t visible = causal ? std::min(S, i + 1) : S;
+        attend_row(qp + row * E, kp + b * S * E, vp + b * S * Ev, op + row * Ev, E, Ev, visible, C(scale), p, acc);
+      }
+    });
+  });
+}
+
+cr_value tensor_arg(const Tensor& t) {
+  cr_value a{};
+  a.tag = kTensor;
+  a.ptr = t.get();
+  return a;
+}
+cr_value number_arg(double x) {
+  cr_value a{};
+  a.tag = kNumber;
+  a.num = x;
+  return a;
+}
+Tensor call(Context& ctx, const char* op, std::initializer_list<cr_value> args) {
+  return dispatch(ctx, Registry::get().index_of(op), std::data(args), int(args.size())).at(0);
+}
+
+// On CUDA where the fused kernel does not take the inputs (float32 / float64, other head sizes):
+// the composite F.scaled_dot_product_attention, op by op on the device.
+void attention_composite(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                         double scale, bool causal) {
+  const int r = q.dim();
+  if (out.numel() == 0) return;
+  if (k.size(r - 2) == 0) return fill_across(out, 0);  // no keys: the empty product's zeros
+  Tensor kt = call(ctx, "transpose", {tensor_arg(k), number_arg(-2), number_arg(-1)});
+  Tensor s = call(ctx, "matmul", {tensor_arg(call(ctx, "mul", {tensor_arg(q), number_arg(scale)})), tensor_arg(kt)});
+  if (causal) {  // keys above the diagonal score -inf
+    const int64_t L = q.size(r - 2), S = k.size(r - 2);
+    Tensor above = Tensor::empty({L, S}, DType::b8);
+    bool* a = above.data<bool>();
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j < S; ++j) a[i * S + j] = j > i;
+    Tensor mask = Tensor::empty({L, S}, DType::b8, q.device());
+    copy_into(mask, above);
+    s = call(ctx, "masked_fill", {tensor_arg(s), tensor_arg(mask), number_arg(-std::numeric_limits<double>::infinity())});
+  }
+  copy_into(out, call(ctx, "matmul", {tensor_arg(call(ctx, "softmax", {tensor_arg(s), number_arg(-1)})), tensor_arg(v)}));
+}
+
+void run_attention(OpCall& c) {
+  const Tensor q = c.tensor(0), k = c.tensor(1), v = c.tensor(2);
+  const double scale = c.number_or(3, 1.0 / std::sqrt(double(q.size(q.dim() - 1))));
+  const bool causal = c.boolean_or(4, false);
+  if (q.device().is_cpu()) return attention_cpu(c.outs[0], q, k, v, scale, causal);
+  if (!jit::cuda::attention(c.ctx, c.outs[0], q, k, v, scale, causal)) attention_composite(c.ctx, c.outs[0], q, k, v, scale, causal);
+}
+
+}  // namespace
+
+void register_attention(Registry& r) {
+  r.add(OpDef{"attention", "query:T, key:T, value:T, scale:N?, causal:B?", OpKind::Other, kNoMethod | kDeviceAware,
+              infer_attention, run_attention});
+}
+
+}  // namespace cr

@@ -3,6 +3,7 @@
 // cross into LuaJIT.
 #include "vm/api.hpp"
 
+#include "jit/cuda/attention.hpp"
 #include "jit/cuda/driver.hpp"
 #include "jit/jit.hpp"
 #include "jit/cuda/eager.hpp"
@@ -399,6 +400,11 @@ const char* api_native_unavailable(int32_t cuda) {
   return ok ? nullptr : why.c_str();
 }
 
+int32_t api_attention_fused(const char* dtype, int64_t e, int64_t ev) {
+  DType d;
+  return parse_dtype(dtype, &d) && jit::cuda::attention_takes(d, e, ev) ? 1 : 0;
+}
+
 }  // namespace
 
 const cr_api* api_table() {
@@ -450,6 +456,7 @@ const cr_api* api_table() {
       api_cuda_stream,
       api_record_stream,
       api_native_unavailable,
+      api_attention_fused,
   };
   return &api;
 }

@@ -98,9 +98,8 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, int L, int S,
     int heads, int row_blocks, long long qs0, long long qs1, long long qsr, long long ks0, long long ks1, long long ksr,
     long long vs0, long long vs1, long long vsr, float scale_log2, int causal) {
-  __shared__ __align__(16) T kbuf[STAGES][BN * PITCH];
-  __shared__ __align__(16) T vbuf[STAGES][BN * PITCH];
-  const uint32_t kb0 = smem_address(kbuf), vb0 = smem_address(vbuf), stage_bytes = 2 * BN * PITCH;
+  extern __shared__ __align__(16) unsigned char tiles_smem[];  // STAGES k tiles, then STAGES v tiles
+  const uint32_t stage_bytes = 2 * BN * PITCH, kb0 = smem_address(tiles_smem), vb0 = kb0 + STAGES * stage_bytes;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const long long bh = blockIdx.x / row_blocks;
   const int rb = row_blocks - 1 - int(blockIdx.x - bh * row_blocks);  // (long causal blocks first)
@@ -258,7 +257,9 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
 // are bounded for, stages of k / v tiles (all under 48 KiB of static shared memory). Measured on
 // the H100 (16x8x1024x64 float16): 4 warps of one m-tile, 64 keys, two stages, 4 blocks per SM
 // (128 registers, no spills) was the best of 4 / 8 warps, 1 / 2 m-tiles, 32 / 64 / 128 keys and
-// one / two stages; head size 128 takes 32 keys and 3 blocks (168 registers).
+// one / two stages (and 128 keys in two stages of dynamic shared memory: 168 registers with
+// spills, or 230); head size 128 takes 32 keys and 3 blocks (168 registers). The tiles are
+// dynamic shared memory, under the 48 KiB a launch may take without opting in.
 struct BlockShape {
   int warps, mt, bn, min_blocks, stages;
   int rows() const { return 16 * warps * mt; }
@@ -326,7 +327,8 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
   void* args[] = {&qp,  &kp,  &vp,  &op,  &L_,  &S_,  &heads_, &rbs, &qs0, &qs1,       &qsr,
                   &ks0, &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_};
   library_launch(ctx, device, attention_source(q.dtype(), int(E)), cat("attention_", dtype_name(q.dtype()), "_", E),
-                 "attention_fwd", batch * row_blocks, 32 * shape.warps, args);
+                 "attention_fwd", batch * row_blocks, 32 * shape.warps, args,
+                 size_t(2 * shape.stages * shape.bn * (E + 8)) * 2);
   return true;
 }
 

@@ -743,9 +743,12 @@ R.attention = { reduce = true, gen = function(c)
   local causal = c.r:chance(0.5)
   local sc = scale or 1 / math.sqrt(E)
   local mask = causal and (".masked_fill(torch.ones(%d, %d, dtype=torch.bool, device=a.device).triu(1), float('-inf'))"):format(L, S) or ""
+  -- the reference accumulates as attention does: float64 for float64, else float32 (16-bit
+  -- extremes overflow a float32 score to inf / NaN there as in every float32-accumulating kernel)
+  local acc = d == "float64" and "double" or "float"
   return function(I) return T.attention(q(I), k(I), v(I), scale, causal) end,
-    ("torch.matmul(torch.softmax((torch.matmul(a.double(), b.double().transpose(-2, -1)) * %s)%s, -1), c.double()).to(a.dtype)")
-      :format(py(sc), mask)
+    ("torch.matmul(torch.softmax((torch.matmul(a.%s(), b.%s().transpose(-2, -1)) * %s)%s, -1), c.%s()).to(a.dtype)")
+      :format(acc, acc, py(sc), mask, acc)
 end }
 
 -- ---- creation (recipes_creation.lua) -------------------------------------------------------------

@@ -12,15 +12,16 @@ namespace {
 
 // A block of WARPS warps takes 16 * WARPS * MT query rows of one (batch, head); each warp owns MT
 // m-tiles of 16 rows and keeps them in registers: q as mma A fragments, the output accumulators
-// (float32), the running max m and sum l of each row. The block walks the keys in tiles of BN: k and v tiles
-// are copied to shared memory with cp.async (two stages, the next tile in flight while this one
-// computes; rows padded by 8 elements so that ldmatrix's eight 16-byte rows hit distinct banks),
+// (float32), the running max m and sum l of each row. The block walks the keys in tiles of BN: k
+// and v tiles are copied to shared memory with cp.async (two stages, the next tile in flight while
+// this one computes; rows padded by 8 elements so ldmatrix's eight 16-byte rows hit distinct banks),
 // then per warp
 //   s = q k^T                 mma.m16n8k16, k fragments by ldmatrix
 //   online softmax            max over the row (a tree over the thread's scores, then the 4
 //                             lanes of a quad, which share a row), exp2 of the scores scaled
-//                             into log2 units (one FFMA + one MUFU each), the row sums as trees,
-//                             the accumulators rescaled by exp2(m - m') when a row's max grew
+//                             into log2 units (one FFMA + one MUFU each, for maxima under 2^10),
+//                             the row sums as trees, the accumulators rescaled by exp2(m - m')
+//                             when a row's max grew
 //   o += p v                  p's float32 C fragments repacked as 16-bit A fragments (the C
 //                             layout of two n-tiles is the A layout of one k-step), v fragments
 //                             by ldmatrix.trans
@@ -192,10 +193,19 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
         m[i][h] = mn;
         l[i][h] *= alpha[h];
       }
+      // FFMA: the exact product minus the rounded max, off by one factor per row (<= 2^(ulp / 2) of
+      // the max) that the division by l cancels - while the max is under 2^10. Past it (bfloat16
+      // scores of 1e30: 2^(1e22)) the product is rounded first, as the max was.
+      if (__any_sync(0xffffffffu, fabsf(base[0]) >= 1024.f || fabsf(base[1]) >= 1024.f))
 #pragma unroll
-      for (int n = 0; n < BN / 8; ++n)
+        for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[i][n][e] = ex2(fmaf(s[i][n][e], scale_log2, -base[e >> 1]));
+          for (int e = 0; e < 4; ++e) s[i][n][e] = ex2(__fmul_rn(s[i][n][e], scale_log2) - base[e >> 1]);
+      else
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[i][n][e] = ex2(fmaf(s[i][n][e], scale_log2, -base[e >> 1]));
 #pragma unroll
       for (int h = 0; h < 2; ++h) l[i][h] += tree<0, BN / 4>(s[i], h, RowSum());
       if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))  // (once the maxima settle, rarely)

@@ -58,6 +58,23 @@ bool strided_rows(const Kernel& k) {
   return !inner_unit && outer_unit;
 }
 
+// Passes over the row: the stages that read its elements (folds, and stores of whole rows).
+// A row sum makes one; softmax and layer_norm three.
+int row_passes(const Kernel& k) {
+  std::set<int32_t> depths;
+  for (const Accumulate& a : k.accs) depths.insert(k.depth[size_t(a.expr)]);
+  for (const Store& s : k.stores)
+    if (store_inner(k, s)) depths.insert(k.depth[size_t(s.expr)]);
+  return int(depths.size());
+}
+// Whether the row values a persistent kernel keeps (loads, op calls) are 64-bit (float64 / int64:
+// twice the registers an item).
+bool wide_values(const Kernel& k) {
+  for (const Expr& e : k.body.exprs)
+    if ((e.op == EOp::Load || e.op == EOp::Call) && dtype_size(e.dtype) == 8) return true;
+  return false;
+}
+
 // Team and block size from the row count R and length C. Returns the team.
 int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
   CudaKernel& o = w.out;
@@ -73,8 +90,19 @@ int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
     team = 32;
     o.block = rows_block(team);
   } else {
+    // A kernel of several passes (softmax, layer_norm) keeps its row in registers and folds it
+    // more than once, a block-wide reduction each: fewer threads holding more of the row measured
+    // faster there. 8192 x 4096 float32, back to back, GB/s: 16 items a thread (teams of 256)
+    // softmax 2710 / layer_norm 2756, 32 items 2740 / 2828, 64 items in teams of 64 2800 / 2855;
+    // one pass (row_sum) is fastest at 16 (2887, 2826 at 64). 64-bit values keep 16 (registers).
+    // Rows longer than 16384 keep 16 items in teams of up to 1024, and loop past that.
+    // (teams up to 256: a block of 512 threads leaves 128 registers a thread, too few for 64 items)
+    const bool several = row_passes(w.k) > 1 && !wide_values(w.k) && C <= 256 * kSeveralPassItems;
+    const int64_t items = several ? kSeveralPassItems : kPersistentItems;
     o.form = Form::ReduceBlock;
-    team = o.block = std::clamp<int64_t>(pow2_at_least((C + kPersistentItems - 1) / kPersistentItems), 128, 1024);
+    team = o.block = std::clamp<int64_t>(pow2_at_least((C + items - 1) / items), several ? 64 : 128, 1024);
+    o.persistent = (C + team - 1) / team <= items;
+    return team;
   }
   o.persistent = (C + team - 1) / team <= kPersistentItems;
   return team;

@@ -303,6 +303,7 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
     Compiled r = compile(B, "layer_norm");
     REQUIRE(r.module.kernels.size() == 1);
     CHECK(r.module.kernels[0].form == Form::ReduceBlock);
+    CHECK(r.module.kernels[0].block == 64);  // several passes: teams of 64, 16 items a lane
     // whole rows of 1024: a lane reads and writes 4 neighbours with one vector access; x in stage 0
     // (then from registers), w and b in stage 2
     CHECK(r.module.source.find("cr::loadv<4>(p0 + 1024*i0 + i1)") != std::string::npos);

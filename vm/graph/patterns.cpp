@@ -125,6 +125,9 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
 
 int fuse_patterns(Graph& g) {
   static const Ops ops;
+  // A dynamic graph's code serves every instance of its sizes; the rewrite checks one instance's
+  // (the head size, the batch shapes), so those graphs keep their ops.
+  if (g.dynamic) return 0;
   int changed = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];

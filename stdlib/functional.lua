@@ -128,8 +128,8 @@ function F.scaled_dot_product_attention(q, k, v, opts)
     fail("scaled_dot_product_attention: causal = true and a mask cannot be given together (PyTorch refuses both)")
   end
   local scale = opts.scale or 1 / math.sqrt(q:size(-1))
-  if opts.mask == nil and q.device ~= "cpu" and same_batch(q, k, v) and scale > 0 and
-     core.api.attention_fused(q.dtype, q:size(-1), v:size(-1)) ~= 0 then
+  if opts.mask == nil and q.device ~= "cpu" and same_batch(q, k, v) and
+     core.api.attention_fused(q.dtype, q:size(-1), v:size(-1), scale) ~= 0 then
     -- one op, the tensor-core kernel: the scores never reach memory. Other inputs take the ops
     -- below, which a compiled graph fuses (scale, mask and softmax in one kernel).
     return T.attention(q, k, v, scale, opts.causal or false)

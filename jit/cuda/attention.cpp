@@ -10,8 +10,8 @@
 namespace cr::jit::cuda {
 namespace {
 
-// A block of WARPS warps takes 16 * WARPS * MT query rows of one (batch, head); each warp owns MT
-// m-tiles of 16 rows and keeps them in registers: q as mma A fragments, the output accumulators
+// A block of WARPS warps takes 16 * WARPS query rows of one (batch, head); each warp owns 16 rows
+// and keeps them in registers: q as mma A fragments, the output accumulators
 // (float32), the running max m and sum l of each row. The block walks the keys in tiles of BN: k
 // and v tiles are copied to shared memory with cp.async (two stages, the next tile in flight while
 // this one computes; rows padded by 8 elements so ldmatrix's eight 16-byte rows hit distinct banks),
@@ -32,7 +32,7 @@ namespace {
 // PTX ISA, "Matrix fragments for mma.m16n8k16"; g = lane / 4 is a fragment's row, t = lane % 4
 // its column pair.
 constexpr const char* kAttentionText = R"CUDA(
-#define ROWS (16 * WARPS * MT)
+#define ROWS (16 * WARPS)
 #define PITCH (D + 8)
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   uint32_t a;
@@ -99,8 +99,8 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, int L, int S,
     int heads, int row_blocks, long long qs0, long long qs1, long long qsr, long long ks0, long long ks1, long long ksr,
     long long vs0, long long vs1, long long vsr, float scale_log2, int causal) {
-  extern __shared__ __align__(16) unsigned char tiles_smem[];  // STAGES k tiles, then STAGES v tiles
-  const uint32_t stage_bytes = 2 * BN * PITCH, kb0 = smem_address(tiles_smem), vb0 = kb0 + STAGES * stage_bytes;
+  extern __shared__ __align__(16) unsigned char tiles_smem[];  // two k tiles, then two v tiles
+  const uint32_t stage_bytes = 2 * BN * PITCH, kb0 = smem_address(tiles_smem), vb0 = kb0 + 2 * stage_bytes;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const long long bh = blockIdx.x / row_blocks;
   const int rb = row_blocks - 1 - int(blockIdx.x - bh * row_blocks);  // (long causal blocks first)
@@ -108,50 +108,36 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
   q += b0 * qs0 + b1 * qs1;
   k += b0 * ks0 + b1 * ks1;
   v += b0 * vs0 + b1 * vs1;
-  // m-tile i of this warp: rows block_row + 16 * (warp + WARPS * i) + 0..15
-  const int block_row = rb * ROWS;
-#define ROW0(i) (block_row + 16 * (warp + WARPS * (i)))
+  const int block_row = rb * ROWS, row0 = block_row + 16 * warp;  // this warp's rows: row0 + 0..15
 
-  uint32_t qa[MT][D / 16][4];
+  uint32_t qa[D / 16][4];
 #pragma unroll
-  for (int i = 0; i < MT; ++i)
+  for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
+    for (int r = 0; r < 4; ++r) {
+      const int row = row0 + g + 8 * (r & 1), col = 16 * kk + 2 * t + 8 * (r >> 1);
+      qa[kk][r] = row < L ? *reinterpret_cast<const uint32_t*>(q + row * qsr + col) : 0u;
+    }
+  float o[D / 8][4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = ROW0(i) + g + 8 * (r & 1), col = 16 * kk + 2 * t + 8 * (r >> 1);
-        qa[i][kk][r] = row < L ? *reinterpret_cast<const uint32_t*>(q + row * qsr + col) : 0u;
-      }
-  float o[MT][D / 8][4];
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) o[i][n][0] = o[i][n][1] = o[i][n][2] = o[i][n][3] = 0.f;
+  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   const float ninf = -__int_as_float(0x7f800000);
-  float m[MT][2], l[MT][2];
-#pragma unroll
-  for (int i = 0; i < MT; ++i) m[i][0] = m[i][1] = ninf, l[i][0] = l[i][1] = 0.f;
+  float m[2] = {ninf, ninf}, l[2] = {0.f, 0.f};
 
   const int last_key = causal ? min(S, block_row + ROWS) : S;
   const int tiles = (last_key + BN - 1) / BN;
   if (tiles > 0) load_tile(kb0, vb0, k, v, ksr, vsr, 0, S);
   for (int it = 0; it < tiles; ++it) {
-    const int st = STAGES == 2 ? it & 1 : 0, key0 = it * BN;
-    if (STAGES == 2) {  // the next tile's copy in flight while this one computes
-      if (it + 1 < tiles) load_tile(kb0 + (st ^ 1) * stage_bytes, vb0 + (st ^ 1) * stage_bytes, k, v, ksr, vsr, key0 + BN, S);
-      else asm volatile("cp.async.commit_group;");
-      asm volatile("cp.async.wait_group 1;");
-    } else {
-      if (it > 0) load_tile(kb0, vb0, k, v, ksr, vsr, key0, S);
-      asm volatile("cp.async.wait_group 0;");
-    }
+    const int st = it & 1, key0 = it * BN;
+    // the next tile's copy in flight while this one computes
+    if (it + 1 < tiles) load_tile(kb0 + (st ^ 1) * stage_bytes, vb0 + (st ^ 1) * stage_bytes, k, v, ksr, vsr, key0 + BN, S);
+    else asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.wait_group 1;");
     __syncthreads();
 
-    float s[MT][BN / 8][4];
+    float s[BN / 8][4];
 #pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int n = 0; n < BN / 8; ++n) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.f;
+    for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
     const uint32_t kb = kb0 + st * stage_bytes, vb = vb0 + st * stage_bytes;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
@@ -160,84 +146,65 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
         uint32_t b[4];  // keys 16np + 0..7 / 8..15, dims 16kk + 0..7 / 8..15
         const int key = 16 * np + (lane & 7) + 8 * (lane >> 4), col = 16 * kk + 8 * ((lane >> 3) & 1);
         ldsm4(b, kb + 2 * (key * PITCH + col));
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          mma(s[i][2 * np], qa[i][kk], b[0], b[1]);
-          mma(s[i][2 * np + 1], qa[i][kk], b[2], b[3]);
-        }
+        mma(s[2 * np], qa[kk], b[0], b[1]);
+        mma(s[2 * np + 1], qa[kk], b[2], b[3]);
       }
 
+    if (key0 + BN > S || (causal && key0 + BN - 1 > row0))  // a tile at the end or the diagonal
 #pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      const int row0 = ROW0(i);
-      const bool edge = key0 + BN > S || (causal && key0 + BN - 1 > row0);
-      if (edge)
+      for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
-        for (int n = 0; n < BN / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key0 + 8 * n + 2 * t + (e & 1), row = row0 + g + 8 * (e >> 1);
-            if (key >= S || (causal && key > row)) s[i][n][e] = ninf;
-          }
-      float mx[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) mx[h] = tree<0, BN / 4>(s[i], h, RowMax());
-      float alpha[2], base[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float mn = fmaxf(m[i][h], mx[h] * scale_log2);  // (log2 units; scale > 0 keeps the order)
-        base[h] = mn == ninf ? 0.f : mn;  // (no key seen yet: keep exp2 away from -inf - -inf)
-        alpha[h] = ex2(m[i][h] - base[h]);
-        m[i][h] = mn;
-        l[i][h] *= alpha[h];
-      }
-      // FFMA: the exact product minus the rounded max, off by one factor per row (<= 2^(ulp / 2) of
-      // the max) that the division by l cancels - while the max is under 2^10. Past it (bfloat16
-      // scores of 1e30: 2^(1e22)) the product is rounded first, as the max was.
-      if (__any_sync(0xffffffffu, fabsf(base[0]) >= 1024.f || fabsf(base[1]) >= 1024.f))
-#pragma unroll
-        for (int n = 0; n < BN / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[i][n][e] = ex2(__fmul_rn(s[i][n][e], scale_log2) - base[e >> 1]);
-      else
-#pragma unroll
-        for (int n = 0; n < BN / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[i][n][e] = ex2(fmaf(s[i][n][e], scale_log2, -base[e >> 1]));
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l[i][h] += tree<0, BN / 4>(s[i], h, RowSum());
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))  // (once the maxima settle, rarely)
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-          o[i][n][0] *= alpha[0];
-          o[i][n][1] *= alpha[0];
-          o[i][n][2] *= alpha[1];
-          o[i][n][3] *= alpha[1];
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + 8 * n + 2 * t + (e & 1), row = row0 + g + 8 * (e >> 1);
+          if (key >= S || (causal && key > row)) s[n][e] = ninf;
         }
+    float mx[2], alpha[2], base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = tree<0, BN / 4>(s, h, RowMax());
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float mn = fmaxf(m[h], mx[h] * scale_log2);  // (log2 units; scale > 0 keeps the order)
+      base[h] = mn == ninf ? 0.f : mn;  // (no key seen yet: keep exp2 away from -inf - -inf)
+      alpha[h] = ex2(m[h] - base[h]);
+      m[h] = mn;
+      l[h] *= alpha[h];
     }
+    // FFMA: the exact product minus the rounded max, off by one factor per row (<= 2^(ulp / 2) of
+    // the max) that the division by l cancels - while the max is under 2^10. Past it (bfloat16
+    // scores of 1e30: 2^(1e22)) the product is rounded first, as the max was.
+    if (__any_sync(0xffffffffu, fabsf(base[0]) >= 1024.f || fabsf(base[1]) >= 1024.f))
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = ex2(__fmul_rn(s[n][e], scale_log2) - base[e >> 1]);
+    else
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = ex2(fmaf(s[n][e], scale_log2, -base[e >> 1]));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] += tree<0, BN / 4>(s, h, RowSum());
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))  // (once the maxima settle, rarely)
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
 
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t pa[MT][4];
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        pa[i][0] = pack(s[i][2 * kk][0], s[i][2 * kk][1]);
-        pa[i][1] = pack(s[i][2 * kk][2], s[i][2 * kk][3]);
-        pa[i][2] = pack(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
-        pa[i][3] = pack(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
-      }
+      const uint32_t pa[4] = {pack(s[2 * kk][0], s[2 * kk][1]), pack(s[2 * kk][2], s[2 * kk][3]),
+                              pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         uint32_t b[4];  // keys 16kk + 0..7 / 8..15, dims 16np + 0..7 / 8..15, transposed
         const int key = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), col = 16 * np + 8 * (lane >> 4);
         ldsm4t(b, vb + 2 * (key * PITCH + col));
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          mma(o[i][2 * np], pa[i], b[0], b[1]);
-          mma(o[i][2 * np + 1], pa[i], b[2], b[3]);
-        }
+        mma(o[2 * np], pa, b[0], b[1]);
+        mma(o[2 * np + 1], pa, b[2], b[3]);
       }
     }
     __syncthreads();  // (every warp is done with this stage before the next load overwrites it)
@@ -245,36 +212,34 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
 
   out += bh * (long long)L * D;
 #pragma unroll
-  for (int i = 0; i < MT; ++i)
+  for (int h = 0; h < 2; ++h) {
+    float sum = l[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    // S = 0: zeros (the composite's empty product). Otherwise every row sees a key (causal rows
+    // see key 0), so a zero sum means scores of -inf from the values: NaN (0 * inf), as softmax.
+    const float inv = S == 0 ? 0.f : 1.f / sum;
+    const int row = row0 + g + 8 * h;
+    if (row >= L) continue;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sum = l[i][h];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      // S = 0: zeros (the composite's empty product). Otherwise every row sees a key (causal rows
-      // see key 0), so a zero sum means scores of -inf from the values: NaN (0 * inf), as softmax.
-      const float inv = S == 0 ? 0.f : 1.f / sum;
-      const int row = ROW0(i) + g + 8 * h;
-      if (row >= L) continue;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<uint32_t*>(out + (long long)row * D + 8 * n + 2 * t) = pack(o[i][n][2 * h] * inv, o[i][n][2 * h + 1] * inv);
-    }
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<uint32_t*>(out + (long long)row * D + 8 * n + 2 * t) = pack(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+  }
 }
 )CUDA";
 
-// A block's shape: warps, m-tiles of 16 rows per warp, keys per tile, blocks per SM the registers
-// are bounded for, stages of k / v tiles (all under 48 KiB of static shared memory). Measured on
-// the H100 (16x8x1024x64 float16): 4 warps of one m-tile, 64 keys, two stages, 4 blocks per SM
-// (128 registers, no spills) was the best of 4 / 8 warps, 1 / 2 m-tiles, 32 / 64 / 128 keys and
-// one / two stages (and 128 keys in two stages of dynamic shared memory: 168 registers with
-// spills, or 230); head size 128 takes 32 keys and 3 blocks (168 registers). The tiles are
-// dynamic shared memory, under the 48 KiB a launch may take without opting in.
+// A block's shape: warps, keys per tile, blocks per SM the registers are bounded for (two stages
+// of k / v tiles in dynamic shared memory, under the 48 KiB a launch takes without opting in).
+// Measured on the H100 (16x8x1024x64 float16): 4 warps, 64 keys, 4 blocks per SM (128 registers,
+// no spills) was the best of 4 / 8 warps, 1 / 2 m-tiles of 16 rows a warp, 32 / 64 / 128 keys,
+// one / two / three stages (bench/RESULTS.md); head size 128 takes 32 keys and 3 blocks (168
+// registers).
 struct BlockShape {
-  int warps, mt, bn, min_blocks, stages;
-  int rows() const { return 16 * warps * mt; }
+  int warps, bn, min_blocks;
+  int rows() const { return 16 * warps; }
+  size_t shared_bytes(int64_t E) const { return size_t(2 * 2 * bn * (E + 8)) * 2; }  // {k, v} x 2 stages
 };
-BlockShape block_shape(int E) { return E <= 64 ? BlockShape{4, 1, 64, 4, 2} : BlockShape{4, 1, 32, 3, 2}; }
+BlockShape block_shape(int E) { return E <= 64 ? BlockShape{4, 64, 4} : BlockShape{4, 32, 3}; }
 
 // q / k / v as the kernel reads them: rows of E contiguous elements, 16-byte aligned, batch dims
 // folded into at most two strided ones {b0, b1}. Other layouts are copied to contiguous first.
@@ -304,24 +269,24 @@ Operand operand_of(const Tensor& x, int64_t heads) {
 
 }  // namespace
 
-bool attention_takes(DType d, int64_t E, int64_t Ev) {
-  return (d == DType::f16 || d == DType::bf16) && E == Ev && (E == 16 || E == 32 || E == 64 || E == 128);
+bool attention_takes(DType d, int64_t E, int64_t Ev, double scale) {
+  // (scale > 0: the kernel takes a row's max before scaling, which a positive scale keeps)
+  return (d == DType::f16 || d == DType::bf16) && E == Ev && (E == 16 || E == 32 || E == 64 || E == 128) && scale > 0;
 }
 
 std::string attention_source(DType d, int E) {
   const BlockShape b = block_shape(E);
   return cat(prelude(), "\ntypedef cr::", d == DType::f16 ? "half_t" : "bf16_t", " T;\n#define MMA_T \"",
              d == DType::f16 ? "f16" : "bf16", "\"\n#define D ", E, "\n#define BN ", b.bn, "\n#define WARPS ", b.warps,
-             "\n#define MT ", b.mt, "\n#define MIN_BLOCKS ", b.min_blocks, "\n#define STAGES ", b.stages, "\n", kAttentionText);
+             "\n#define MIN_BLOCKS ", b.min_blocks, "\n", kAttentionText);
 }
 
 bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                bool causal) {
   const int r = q.dim();
   const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2);
-  if (!attention_takes(q.dtype(), E, v.size(r - 1)) || !(scale > 0) || L >= (int64_t(1) << 31) ||
-      S >= (int64_t(1) << 31))
-    return false;  // (the kernel takes a row's max before scaling: a positive scale keeps the order)
+  if (!attention_takes(q.dtype(), E, v.size(r - 1), scale) || L >= (int64_t(1) << 31) || S >= (int64_t(1) << 31))
+    return false;
   if (out.numel() == 0) return true;
   const int64_t heads = r >= 3 ? q.size(r - 3) : 1, batch = out.numel() / (L * E);
   const BlockShape shape = block_shape(int(E));
@@ -336,9 +301,9 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
   float scale_log2 = float(scale * 1.4426950408889634);  // (log2 e: the kernel's exponentials are exp2)
   void* args[] = {&qp,  &kp,  &vp,  &op,  &L_,  &S_,  &heads_, &rbs, &qs0, &qs1,       &qsr,
                   &ks0, &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_};
-  library_launch(ctx, device, attention_source(q.dtype(), int(E)), cat("attention_", dtype_name(q.dtype()), "_", E),
-                 "attention_fwd", batch * row_blocks, 32 * shape.warps, args,
-                 size_t(2 * shape.stages * shape.bn * (E + 8)) * 2);
+  library_launch(ctx, device, cat("attention_", dtype_name(q.dtype()), "_", E),
+                 [&] { return attention_source(q.dtype(), int(E)); }, "attention_fwd", batch * row_blocks, 32 * shape.warps,
+                 args, shape.shared_bytes(E));
   return true;
 }
 

@@ -9,9 +9,9 @@
 
 namespace cr::jit::cuda {
 
-// Whether the kernel takes q / k / v of dtype d with head size E (q, k) and Ev (v): float16 or
-// bfloat16, E == Ev, E one of 16, 32, 64, 128.
-bool attention_takes(DType d, int64_t E, int64_t Ev);
+// Whether the kernel takes q / k / v of dtype d with head size E (q, k) and Ev (v) and this scale:
+// float16 or bfloat16, E == Ev, E one of 16, 32, 64, 128, a positive scale.
+bool attention_takes(DType d, int64_t E, int64_t Ev, double scale);
 
 // out {..., L, Ev} (contiguous) = attention of q {..., L, E}, k {..., S, E}, v {..., S, Ev} on one
 // CUDA device, query i seeing keys 0..i when causal. False (nothing ran) when the kernel does not

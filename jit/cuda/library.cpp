@@ -230,14 +230,16 @@ std::string source_of(const char* text, DType d) {
   return cat(prelude(), "\ntypedef ", cuda_type(d), " T;\ntypedef ", acc, " A;\ntypedef ", key_type(d), " C;\n", text);
 }
 
-// Function `fn` of module `source` on `device`: compiled once per device and source.
-CUfunction library_function(Context& ctx, int device, const std::string& source, const std::string& label,
-                            const char* fn) {
+// Function `fn` of the module named `key` on `device`, compiled from source() once per device:
+// the key names the source (the prelude is fixed), so a launch builds no source text and hashes
+// no more than the key.
+CUfunction library_function(Context& ctx, int device, const std::string& key,
+                            const std::function<std::string()>& source, const char* fn) {
   std::lock_guard<std::mutex> g(g_mutex);
-  Library& lib = g_libraries[cat(device, " ", source)];
+  Library& lib = g_libraries[cat(device, " ", key)];
   if (!lib.mod) {
     const std::string arch = target_of(device).arch;
-    const std::string bin = cuda_cubin(source, label, arch, compile_cache_dir(ctx));
+    const std::string bin = cuda_cubin(source(), key, arch, compile_cache_dir(ctx));
     cr::cuda::use_device(device);
     CR_CU(cuModuleLoadData(&lib.mod, bin.data()), "loading a library kernel");
   }
@@ -254,10 +256,9 @@ void launch_function(CUfunction f, int device, int64_t grid, int block, void* co
         what);
 }
 
-
-// Function `fn` of the library `text` for element type `d`, on `device`.
-CUfunction function(Context& ctx, int device, const char* text, DType d, const char* fn) {
-  return library_function(ctx, device, source_of(text, d), cat("library_", dtype_name(d)), fn);
+// Function `fn` of the library `text` (named `name`) for element type `d`, on `device`.
+CUfunction function(Context& ctx, int device, const char* name, const char* text, DType d, const char* fn) {
+  return library_function(ctx, device, cat(name, "_", dtype_name(d)), [&] { return source_of(text, d); }, fn);
 }
 
 void launch(CUfunction f, int device, int64_t grid, int block, std::initializer_list<void*> args, const char* what,
@@ -267,9 +268,9 @@ void launch(CUfunction f, int device, int64_t grid, int block, std::initializer_
 
 }  // namespace
 
-void library_launch(Context& ctx, int device, const std::string& source, const std::string& label, const char* fn,
-                    int64_t grid, int block, void* const* args, size_t shared_bytes) {
-  launch_function(library_function(ctx, device, source, label, fn), device, grid, block, args, fn, shared_bytes);
+void library_launch(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source,
+                    const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes) {
+  launch_function(library_function(ctx, device, key, source, fn), device, grid, block, args, fn, shared_bytes);
 }
 
 std::string cumsum_source(DType d) { return source_of(kScanText, d); }
@@ -291,17 +292,17 @@ void cumsum(Context& ctx, const Tensor& out, const Tensor& x, int64_t outer, int
       if (chunks > 1) {
         totals = Tensor::empty({outer * chunks}, is_floating(out.dtype()) ? DType::f64 : DType::i64, out.device());
         tp = totals.data_bytes();
-        launch(function(ctx, device, kScanText, out.dtype(), "cumsum_totals"), device, outer * chunks, 1024,
+        launch(function(ctx, device, "cumsum", kScanText, out.dtype(), "cumsum_totals"), device, outer * chunks, 1024,
                {&xp, &tp, &len, &chunk, &chunks}, "cumsum_totals");
       }
-      launch(function(ctx, device, kScanText, out.dtype(), "cumsum_rows"), device, outer * chunks, block,
+      launch(function(ctx, device, "cumsum", kScanText, out.dtype(), "cumsum_rows"), device, outer * chunks, block,
              {&xp, &yp, &len, &chunk, &chunks, &tp}, "cumsum_rows");
       return;
     }
   }
   long long in = inner, positions = outer * inner;
   constexpr int kBlock = 256;
-  launch(function(ctx, device, kScanText, out.dtype(), "cumsum_walk"), device, (positions + kBlock - 1) / kBlock, kBlock,
+  launch(function(ctx, device, "cumsum", kScanText, out.dtype(), "cumsum_walk"), device, (positions + kBlock - 1) / kBlock, kBlock,
          {&xp, &yp, &len, &in, &positions}, "cumsum_walk");
 }
 
@@ -328,7 +329,7 @@ void sort_pass(Context& ctx, const Tensor& x, const Tensor* xi, const Tensor& y,
   void *xp = x.data_bytes(), *xip = xi ? xi->data_bytes() : nullptr, *yp = y.data_bytes(), *yip = yi.data_bytes();
   long long n_ = n, inner_ = inner, chunk_ = chunk, chunks_ = chunks, keep_ = keep, out_len_ = out_len;
   int pow2 = int(p2), desc = descending, one = final;
-  launch(function(ctx, device, kSortText, x.dtype(), "sort_lines"), device, outer * inner * chunks, block,
+  launch(function(ctx, device, "sort", kSortText, x.dtype(), "sort_lines"), device, outer * inner * chunks, block,
          {&xp, &xip, &yp, &yip, &n_, &inner_, &chunk_, &chunks_, &keep_, &out_len_, &pow2, &desc, &one}, "sort_lines",
          shared);
 }
@@ -341,7 +342,7 @@ void merge_pass(Context& ctx, const Tensor& x, const Tensor& xi, const Tensor& y
   long long n_ = n, inner_ = inner, run_ = run, elements = outer * n * inner;
   int desc = descending, one = final;
   constexpr int kBlock = 256;
-  launch(function(ctx, device, kSortText, x.dtype(), "merge_runs"), device, (elements + kBlock - 1) / kBlock, kBlock,
+  launch(function(ctx, device, "sort", kSortText, x.dtype(), "merge_runs"), device, (elements + kBlock - 1) / kBlock, kBlock,
          {&xp, &xip, &yp, &yip, &n_, &inner_, &run_, &elements, &desc, &one}, "merge_runs");
 }
 

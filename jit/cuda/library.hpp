@@ -5,6 +5,7 @@
 // the graphs' modules (jit/jit.hpp cuda_cubin). They run on the current stream.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "vm/registry.hpp"
@@ -32,9 +33,10 @@ std::string cumsum_source(DType d);
 std::string sort_source(DType d);
 
 // The library's plumbing, shared by its kernel files (attention.cpp): launches function `fn` of
-// module `source` over a 1-D grid on the device's current stream. The module is compiled once
-// per device through the kernel cache (jit/jit.hpp cuda_cubin); `label` names it in logs.
-void library_launch(Context& ctx, int device, const std::string& source, const std::string& label, const char* fn,
-                    int64_t grid, int block, void* const* args, size_t shared_bytes = 0);
+// the module named `key` over a 1-D grid on the device's current stream. The module is compiled
+// from source() once per device through the kernel cache (jit/jit.hpp cuda_cubin); the key must
+// name one source.
+void library_launch(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source,
+                    const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes = 0);
 
 }  // namespace cr::jit::cuda

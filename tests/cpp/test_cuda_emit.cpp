@@ -253,15 +253,16 @@ TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dt
   for (DType d : {DType::f16, DType::bf16})
     for (int e : {16, 32, 64, 128}) {
       INFO(dtype_name(d) << " head size " << e);
-      CHECK(cuda::attention_takes(d, e, e));
+      CHECK(cuda::attention_takes(d, e, e, 0.125));
       const std::string src = cuda::attention_source(d, e);
       if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) std::ofstream(cat(dir, "/attention_", dtype_name(d), "_", e, ".cu")) << src;
       const std::string bin = cuda::compile_cubin(src, "attention", "sm_90");
       CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
     }
-  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 64));
-  CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 32));
-  CHECK_FALSE(cuda::attention_takes(DType::f16, 96, 96));
+  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 64, 0.125));
+  CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 32, 0.125));
+  CHECK_FALSE(cuda::attention_takes(DType::f16, 96, 96, 0.125));
+  CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 64, -0.125));  // (a negative scale: the composite)
 }
 
 TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {

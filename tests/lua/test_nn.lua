@@ -191,6 +191,10 @@ describe("T.attention", function()
     expect.eq(T.attention(T.randn(2, 3), T.randn(0, 3), T.randn(0, 4)):totable(), T.zeros(2, 4):totable())
     local v = T.randn(1, 4)
     expect.close(T.attention(T.randn(3, 2), T.randn(1, 2), v, nil, true), v:expand(3, 4))
+    local w = T.randn(5, 3)  -- head size 0: every score 0, each row the mean of v
+    expect.close(T.attention(T.randn(2, 0), T.randn(5, 0), w, 1), w:mean(1, true):expand(2, 3))
+    -- (the default scale 1 / sqrt(0) is inf: 0 * inf scores, NaN, as the composite in PyTorch)
+    expect.truthy(T.attention(T.randn(2, 0), T.randn(5, 0), w):isnan():all():item())
   end)
 end)
 

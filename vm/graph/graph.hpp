@@ -49,6 +49,9 @@ struct Arg {
   std::vector<double> doubles;  // kDoubles
   std::string str;              // kString
   bool operator==(const Arg&) const = default;
+  static Arg tensor(int32_t v) { return Arg{kTensor, v}; }
+  static Arg number(double x) { return Arg{kNumber, -1, {}, x}; }
+  static Arg boolean(bool b) { return Arg{kBool, -1, {}, b ? 1.0 : 0.0}; }
 };
 
 enum class NodeKind : uint8_t { Input, Op, Const };

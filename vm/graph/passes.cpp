@@ -97,12 +97,7 @@ int canonicalize_views(Graph& g) {
     const ValueMeta& mo = g.values[size_t(out)].meta;
     const Node& producer = g.nodes[size_t(g.values[size_t(n.args[0].value)].node)];
     if (is_view_node(g, producer)) {
-      Arg offset;
-      offset.tag = kNumber;
-      offset.num = double(mo.offset);
-      Arg self;
-      self.tag = kTensor;
-      self.value = producer.args[0].value;
+      const Arg offset = Arg::number(double(mo.offset)), self = Arg::tensor(producer.args[0].value);
       n.op = as_strided;
       n.args = {self, ints_arg(concrete(mo.sizes)), ints_arg(mo.strides), offset};
       g.values[size_t(out)].views = self.value;

@@ -88,7 +88,7 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
     if (kt.sizes[d] != q.sizes[d] || v.sizes[d] != q.sizes[d]) return false;
   const SymInt E = q.sizes[r - 1];
   if (kt.sizes[r - 2] != E || v.sizes[r - 2] != kt.sizes[r - 1] || E.sym >= 0 || v.sizes[r - 1].sym >= 0) return false;
-  if (!jit::cuda::attention_takes(q.dtype, E.value, v.sizes[r - 1].value)) return false;
+  if (!jit::cuda::attention_takes(q.dtype, E.value, v.sizes[r - 1].value, scale)) return false;
   const int32_t first_at = g.values[size_t(scores)].node;
   if (writes_between(g, first_at, at)) return false;
 
@@ -97,26 +97,14 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
   std::swap(km.sizes[r - 2], km.sizes[r - 1]);
   std::swap(km.strides[r - 2], km.strides[r - 1]);
   const int32_t kt_value = first->args[1].value, q_value = first->args[0].value;
-  Arg d0, d1;
-  d0.tag = d1.tag = kNumber;
-  d0.num = -2;
-  d1.num = -1;
   first->op = ops.transpose;
-  first->args = {first->args[1], d0, d1};
+  first->args = {Arg::tensor(kt_value), Arg::number(-2), Arg::number(-1)};
   const int32_t k = g.add_value(first_at, km);
   g.values[size_t(k)].views = kt_value;
   g.nodes[size_t(first_at)].outs = {k};
   g.values[size_t(scores)].node = -1;  // (as eliminate_dead_code leaves a removed node's value)
   Node& fused = g.nodes[size_t(at)];
-  Arg qa, ka, sa, ca;
-  qa.tag = ka.tag = kTensor;
-  qa.value = q_value;
-  ka.value = k;
-  sa.tag = kNumber;
-  sa.num = scale;
-  ca.tag = kBool;
-  ca.num = 0;
-  fused.args = {qa, ka, fused.args[1], sa, ca};
+  fused.args = {Arg::tensor(q_value), Arg::tensor(k), fused.args[1], Arg::number(scale), Arg::boolean(false)};
   fused.op = ops.attention;
   return true;
 }

@@ -82,8 +82,8 @@ void attention_cpu(const Tensor& out, const Tensor& qin, const Tensor& kin, cons
   const Tensor q = contiguous(qin), k = contiguous(kin), v = contiguous(vin);
   const int r = q.dim();
   const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
-  const int64_t rows = L == 0 ? 0 : q.numel() / E;
   if (out.numel() == 0) return;
+  const int64_t rows = out.numel() / Ev;  // (E may be 0: every score 0)
   visit_floating(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
@@ -124,7 +124,8 @@ void attention_composite(Context& ctx, const Tensor& out, const Tensor& q, const
   if (out.numel() == 0) return;
   if (k.size(r - 2) == 0) return fill_across(out, 0);  // no keys: the empty product's zeros
   Tensor kt = call(ctx, "transpose", {tensor_arg(k), number_arg(-2), number_arg(-1)});
-  Tensor s = call(ctx, "matmul", {tensor_arg(call(ctx, "mul", {tensor_arg(q), number_arg(scale)})), tensor_arg(kt)});
+  // (the scores scaled after the product, as the CPU kernel: with E = 0, 0 * inf is NaN in both)
+  Tensor s = call(ctx, "mul", {tensor_arg(call(ctx, "matmul", {tensor_arg(q), tensor_arg(kt)})), number_arg(scale)});
   if (causal) {  // keys above the diagonal score -inf
     const int64_t L = q.size(r - 2), S = k.size(r - 2);
     Tensor above = Tensor::empty({L, S}, DType::b8);

@@ -1,9 +1,9 @@
--- T.attention on the GPU (the fused tensor-core kernel, jit/cuda/attention.hpp): median device µs
--- (T.bench) and TFLOP/s for float16 / bfloat16, the anchor's attention shape and three more.
+-- T.attention on the GPU (the fused kernels, jit/cuda/attention.hpp: tensor cores for 16-bit, FMA
+-- for float32): median device µs (T.bench) and TFLOP/s, the anchor's attention shape and three more.
 --   crescent bench/attention_bench.lua [reps]   (bench/run_attention.sh prints it beside PyTorch's SDPA)
 local T = require "crescent"
 local reps = tonumber(arg and arg[1]) or 30
-for _, dt in ipairs({ "float16", "bfloat16" }) do
+for _, dt in ipairs({ "float16", "bfloat16", "float32" }) do
   for _, c in ipairs({ { 16, 8, 1024, 64, false }, { 16, 8, 1024, 64, true }, { 4, 12, 2048, 64, true }, { 8, 8, 1024, 128, false } }) do
     local B, H, L, E, causal = unpack(c)
     local q, k, v = T.randn(B, H, L, E, { device = "cuda" }):to(dt), T.randn(B, H, L, E, { device = "cuda" }):to(dt),

@@ -1,4 +1,5 @@
-"""PyTorch's fused attention (F.scaled_dot_product_attention: flash / cuDNN kernels) on the shapes of
+"""PyTorch's fused attention (F.scaled_dot_product_attention: flash / cuDNN kernels;
+float32 takes the memory-efficient kernel) on the shapes of
 bench/attention_bench.lua: median device µs (triton do_bench) and TFLOP/s.
 
     python3 bench/torch_attention.py
@@ -7,7 +8,7 @@ import torch
 import torch.nn.functional as F
 import triton.testing as tt
 
-for dt in (torch.float16, torch.bfloat16):
+for dt in (torch.float16, torch.bfloat16, torch.float32):
     for B, H, L, E, causal in ((16, 8, 1024, 64, False), (16, 8, 1024, 64, True), (4, 12, 2048, 64, True),
                                (8, 8, 1024, 128, False)):
         q, k, v = (torch.randn(B, H, L, E, device="cuda", dtype=dt) for _ in range(3))

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "jit/cuda/attention_simt.hpp"
 #include "jit/cuda/exprs.hpp"
 #include "jit/cuda/library.hpp"
 #include "jit/cuda/prelude.hpp"
@@ -9,6 +10,27 @@
 
 namespace cr::jit::cuda {
 namespace {
+
+// Device code both attention kernels share.
+constexpr const char* kAttentionCommon = R"CUDA(
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  uint32_t a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+// 2^x with one MUFU instruction (exp2f adds a denormal path: the kernels were issue-bound on it);
+// results below 2^-126 flush to 0, under a float32 weight's resolution next to the row's 1.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// p moved to (batch, head) bh: batch dims folded into two strided ones {bh / heads, bh % heads}.
+template <class P> __device__ __forceinline__ const P* head_of(const P* p, long long bh, int heads, long long s0, long long s1) {
+  const long long b0 = bh / heads;
+  return p + b0 * s0 + (bh - b0 * heads) * s1;
+}
+)CUDA";
 
 // A block of WARPS warps takes 16 * WARPS query rows of one (batch, head); each warp owns 16 rows
 // and keeps them in registers: q as mma A fragments, the output accumulators
@@ -34,11 +56,6 @@ namespace {
 constexpr const char* kAttentionText = R"CUDA(
 #define ROWS (16 * WARPS)
 #define PITCH (D + 8)
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  uint32_t a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
 __device__ __forceinline__ void copy16(uint32_t dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
 }
@@ -59,13 +76,6 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {  // two floats as
   uint32_t r;
   asm("cvt.rn." MMA_T "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
-}
-// 2^x with one MUFU instruction (exp2f adds a denormal path: the kernel was issue-bound on it);
-// results below 2^-126 flush to 0, far under a 16-bit weight's resolution.
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // The fold of a thread's N scores of row half h (elements 2h, 2h + 1 of each n-tile) as a tree,
@@ -104,10 +114,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const long long bh = blockIdx.x / row_blocks;
   const int rb = row_blocks - 1 - int(blockIdx.x - bh * row_blocks);  // (long causal blocks first)
-  const long long b0 = bh / heads, b1 = bh - b0 * heads;
-  q += b0 * qs0 + b1 * qs1;
-  k += b0 * ks0 + b1 * ks1;
-  v += b0 * vs0 + b1 * vs1;
+  q = head_of(q, bh, heads, qs0, qs1), k = head_of(k, bh, heads, ks0, ks1), v = head_of(v, bh, heads, vs0, vs1);
   const int block_row = rb * ROWS, row0 = block_row + 16 * warp;  // this warp's rows: row0 + 0..15
 
   uint32_t qa[D / 16][4];
@@ -252,7 +259,7 @@ Operand operand_of(const Tensor& x, int64_t heads) {
     const int r = y.dim();
     if (y.stride(r - 1) != 1 || reinterpret_cast<uintptr_t>(y.data_bytes()) % 16 != 0) return false;
     for (int d = 0; d < r - 1; ++d)
-      if (y.stride(d) % 8 != 0) return false;
+      if (y.stride(d) % (16 / int64_t(y.itemsize())) != 0) return false;
     return r <= 4;
   };
   Operand o{fits(x) ? x : contiguous(x)};
@@ -269,41 +276,51 @@ Operand operand_of(const Tensor& x, int64_t heads) {
 
 }  // namespace
 
+const char* attention_common_text() { return kAttentionCommon; }
+
 bool attention_takes(DType d, int64_t E, int64_t Ev, double scale) {
-  // (scale > 0: the kernel takes a row's max before scaling, which a positive scale keeps)
-  return (d == DType::f16 || d == DType::bf16) && E == Ev && (E == 16 || E == 32 || E == 64 || E == 128) && scale > 0;
+  // (scale > 0: the kernels take a row's max before scaling, which a positive scale keeps)
+  if (!(scale > 0)) return false;
+  if (d == DType::f32) return E > 0 && E <= 128 && E % 4 == 0 && Ev > 0 && Ev <= 128 && Ev % 16 == 0;
+  return (d == DType::f16 || d == DType::bf16) && E == Ev && (E == 16 || E == 32 || E == 64 || E == 128);
 }
 
 std::string attention_source(DType d, int E) {
   const BlockShape b = block_shape(E);
   return cat(prelude(), "\ntypedef cr::", d == DType::f16 ? "half_t" : "bf16_t", " T;\n#define MMA_T \"",
              d == DType::f16 ? "f16" : "bf16", "\"\n#define D ", E, "\n#define BN ", b.bn, "\n#define WARPS ", b.warps,
-             "\n#define MIN_BLOCKS ", b.min_blocks, "\n", kAttentionText);
+             "\n#define MIN_BLOCKS ", b.min_blocks, "\n", kAttentionCommon, kAttentionText);
 }
 
 bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                bool causal) {
   const int r = q.dim();
-  const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2);
-  if (!attention_takes(q.dtype(), E, v.size(r - 1), scale) || L >= (int64_t(1) << 31) || S >= (int64_t(1) << 31))
-    return false;
+  const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
+  if (!attention_takes(q.dtype(), E, Ev, scale) || L >= (int64_t(1) << 31) || S >= (int64_t(1) << 31)) return false;
   if (out.numel() == 0) return true;
-  const int64_t heads = r >= 3 ? q.size(r - 3) : 1, batch = out.numel() / (L * E);
-  const BlockShape shape = block_shape(int(E));
-  const int64_t row_blocks = (L + shape.rows() - 1) / shape.rows();
+  // The kernel and its block: tensor cores for 16-bit values, the FMA pipes for float32.
+  const bool simt = q.dtype() == DType::f32;
+  const BlockShape mma_shape = block_shape(int(E));
+  const SimtShape simt_shape_ = simt_shape(int(E), int(Ev));
+  const int64_t rows = simt ? simt_shape_.rows() : mma_shape.rows(), heads = r >= 3 ? q.size(r - 3) : 1,
+                batch = out.numel() / (L * Ev), row_blocks = (L + rows - 1) / rows;
   if (batch * row_blocks >= (int64_t(1) << 31)) return false;
   const Operand qo = operand_of(q, heads), ko = operand_of(k, heads), vo = operand_of(v, heads);
-  const int device = out.device().index;
   void *qp = qo.t.data_bytes(), *kp = ko.t.data_bytes(), *vp = vo.t.data_bytes(), *op = out.data_bytes();
   int L_ = int(L), S_ = int(S), heads_ = int(heads), rbs = int(row_blocks), causal_ = causal;
   long long qs0 = qo.s0, qs1 = qo.s1, qsr = qo.row, ks0 = ko.s0, ks1 = ko.s1, ksr = ko.row, vs0 = vo.s0, vs1 = vo.s1,
             vsr = vo.row;
-  float scale_log2 = float(scale * 1.4426950408889634);  // (log2 e: the kernel's exponentials are exp2)
+  float scale_log2 = float(scale * 1.4426950408889634);  // (log2 e: the kernels' exponentials are exp2)
   void* args[] = {&qp,  &kp,  &vp,  &op,  &L_,  &S_,  &heads_, &rbs, &qs0, &qs1,       &qsr,
                   &ks0, &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_};
-  library_launch(ctx, device, cat("attention_", dtype_name(q.dtype()), "_", E),
-                 [&] { return attention_source(q.dtype(), int(E)); }, "attention_fwd", batch * row_blocks, 32 * shape.warps,
-                 args, shape.shared_bytes(E));
+  const int device = out.device().index;
+  if (simt)
+    library_launch(ctx, device, cat("attention_f32_", E, "_", Ev), [&] { return attention_simt_source(int(E), int(Ev)); },
+                   "attention_simt", batch * row_blocks, 256, args, simt_shape_.shared_bytes(int(Ev)));
+  else
+    library_launch(ctx, device, cat("attention_", dtype_name(q.dtype()), "_", E),
+                   [&] { return attention_source(q.dtype(), int(E)); }, "attention_fwd", batch * row_blocks,
+                   32 * mma_shape.warps, args, mma_shape.shared_bytes(E));
   return true;
 }
 

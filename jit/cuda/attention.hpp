@@ -1,6 +1,7 @@
-// Fused attention on tensor cores: out = softmax(q k^T * scale) v for float16 / bfloat16, one
-// kernel that never writes the {L, S} scores (flash attention's online softmax). A library
-// kernel (jit/cuda/library.hpp): CUDA C written once, instantiated per dtype and head size.
+// Fused attention: out = softmax(q k^T * scale) v in one kernel that never writes the {L, S}
+// scores (flash attention's online softmax). float16 / bfloat16 run on tensor cores (mma.sync,
+// here); float32 on the FMA pipes (attention_simt.cpp: tensor cores would round it to tf32).
+// Library kernels (jit/cuda/library.hpp): CUDA C written once, instantiated per dtype and head size.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,8 +10,9 @@
 
 namespace cr::jit::cuda {
 
-// Whether the kernel takes q / k / v of dtype d with head size E (q, k) and Ev (v) and this scale:
-// float16 or bfloat16, E == Ev, E one of 16, 32, 64, 128, a positive scale.
+// Whether a kernel takes q / k / v of dtype d with head size E (q, k) and Ev (v) and this scale:
+// a positive scale, and float16 or bfloat16 with E == Ev one of 16, 32, 64, 128, or float32 with
+// E a multiple of 4 and Ev of 16, both at most 128.
 bool attention_takes(DType d, int64_t E, int64_t Ev, double scale);
 
 // out {..., L, Ev} (contiguous) = attention of q {..., L, E}, k {..., S, E}, v {..., S, Ev} on one

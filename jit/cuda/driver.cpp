@@ -51,6 +51,7 @@ bool resolve_all(void* lib, Driver& d, std::string* missing) {
       {"cuModuleLoadData", resolve(lib, "cuModuleLoadData", d.cuModuleLoadData)},
       {"cuModuleUnload", resolve(lib, "cuModuleUnload", d.cuModuleUnload)},
       {"cuModuleGetFunction", resolve(lib, "cuModuleGetFunction", d.cuModuleGetFunction)},
+      {"cuFuncSetAttribute", resolve(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute)},
       {"cuLaunchKernel", resolve(lib, "cuLaunchKernel", d.cuLaunchKernel)},
       {"cuEventCreate", resolve(lib, "cuEventCreate", d.cuEventCreate)},
       {"cuEventDestroy_v2", resolve(lib, "cuEventDestroy_v2", d.cuEventDestroy)},

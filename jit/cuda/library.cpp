@@ -248,9 +248,25 @@ CUfunction library_function(Context& ctx, int device, const std::string& key,
   return f;
 }
 
+// A launch past the 48 KiB of dynamic shared memory every kernel gets needs the function's
+// opt-in (the attention kernels' tiles); granted once per function and size.
+void allow_shared(CUfunction f, size_t bytes, const char* what) {
+  constexpr size_t kDefault = 48 << 10;
+  if (bytes <= kDefault) return;
+  static std::mutex m;
+  static std::map<CUfunction, size_t> granted;
+  std::lock_guard<std::mutex> g(m);
+  size_t& have = granted[f];
+  if (have >= bytes) return;
+  constexpr int kMaxDynamicShared = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+  CR_CU(cuFuncSetAttribute(f, kMaxDynamicShared, int(bytes)), what);
+  have = bytes;
+}
+
 void launch_function(CUfunction f, int device, int64_t grid, int block, void* const* args, const char* what,
                      size_t shared_bytes) {
   cr::cuda::use_device(device);
+  allow_shared(f, shared_bytes, what);
   CR_CU(cuLaunchKernel(f, unsigned(grid), 1, 1, unsigned(block), 1, 1, unsigned(shared_bytes), cr::cuda::current_stream(device),
                        const_cast<void**>(args), nullptr),
         what);

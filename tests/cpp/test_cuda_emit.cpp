@@ -19,6 +19,7 @@
 #include "graph_builder.hpp"
 #include "jit/cuda/emit.hpp"
 #include "jit/cuda/attention.hpp"
+#include "jit/cuda/attention_simt.hpp"
 #include "jit/cuda/library.hpp"
 #include "jit/cuda/nvrtc.hpp"
 #include "jit/cuda/program.hpp"
@@ -248,6 +249,22 @@ TEST_CASE("cuda: the library kernels (cumsum, sort) compile to CUBIN for every d
   }
 }
 
+TEST_CASE("cuda: the float32 attention kernel compiles to CUBIN for its head sizes", "[cuda]") {
+  if (!have_nvrtc()) return;
+  for (auto [e, ev] : {std::pair{64, 64}, {128, 128}, {4, 16}, {20, 48}, {96, 96}, {64, 32}, {128, 16}}) {
+    INFO("head sizes " << e << " / " << ev);
+    CHECK(cuda::attention_takes(DType::f32, e, ev, 0.125));
+    const std::string src = cuda::attention_simt_source(e, ev);
+    if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) std::ofstream(cat(dir, "/attention_f32_", e, "_", ev, ".cu")) << src;
+    const std::string bin = cuda::compile_cubin(src, "attention", "sm_90");
+    CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
+  }
+  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 40, 0.125));   // (v's head size: a multiple of 16)
+  CHECK_FALSE(cuda::attention_takes(DType::f32, 66, 64, 0.125));   // (q's: a multiple of 4)
+  CHECK_FALSE(cuda::attention_takes(DType::f32, 256, 64, 0.125));  // (at most 128)
+  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 64, 0.0));
+}
+
 TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dtype and head size", "[cuda]") {
   if (!have_nvrtc()) return;
   for (DType d : {DType::f16, DType::bf16})
@@ -259,7 +276,7 @@ TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dt
       const std::string bin = cuda::compile_cubin(src, "attention", "sm_90");
       CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
     }
-  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 64, 0.125));
+  CHECK_FALSE(cuda::attention_takes(DType::f64, 64, 64, 0.125));
   CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 32, 0.125));
   CHECK_FALSE(cuda::attention_takes(DType::f16, 96, 96, 0.125));
   CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 64, -0.125));  // (a negative scale: the composite)

@@ -499,7 +499,7 @@ TEST_CASE("recomputation keeps a write a view of the value sees", "[graph]") {
   CHECK(same(a[v], b[v]));
 }
 
-// matmul -> scale -> softmax -> matmul of CUDA 16-bit values becomes one attention op (the pass
+// matmul -> scale -> softmax -> matmul of CUDA 16-bit / float32 values becomes one attention op (the pass
 // reads metadata only: the sample values live on the CPU and the device is set afterwards; the
 // rewritten graph, moved back to the CPU, runs attention's CPU kernel against the recorded ops).
 TEST_CASE("fuse_patterns turns attention's ops into one attention op where the CUDA kernel takes them", "[graph]") {
@@ -508,10 +508,11 @@ TEST_CASE("fuse_patterns turns attention's ops into one attention op where the C
     for (Value& v : g.values) v.meta.device = Device{type, 0};
     return g;
   };
+  for (DType d : {DType::f16, DType::f32})
   for (const char* scale_op : {"div", "mul", ""}) {
-    INFO("scale by " << (*scale_op ? scale_op : "nothing"));
+    INFO(dtype_name(d) << ", scale by " << (*scale_op ? scale_op : "nothing"));
     Builder B{ctx};
-    auto input = [&](const Shape& s, uint32_t seed) { return B.input(cast(uniform(s, seed), DType::f16)); };
+    auto input = [&](const Shape& s, uint32_t seed) { return B.input(cast(uniform(s, seed), d)); };
     const int32_t q = input({2, 3, 8, 16}, 1), k = input({2, 3, 10, 16}, 2), v = input({2, 3, 10, 16}, 3);
     const int32_t kt = B.op("transpose", {T(k), N(-2), N(-1)});
     int32_t s = B.op("matmul", {T(q), T(kt)});
@@ -538,10 +539,10 @@ TEST_CASE("fuse_patterns turns attention's ops into one attention op where the C
     REQUIRE(x.size() == y.size());
     for (size_t i = 0; i < x.size(); ++i) REQUIRE(std::abs(x[i] - y[i]) <= 0.02 + 0.02 * std::abs(x[i]));
   }
-  SECTION("not when the scores are used elsewhere, nor for float32 or other head sizes") {
+  SECTION("not when the scores are used elsewhere, nor for float64 or other head sizes") {
     for (int variant = 0; variant < 3; ++variant) {
       Builder B{ctx};
-      const DType d = variant == 1 ? DType::f32 : DType::f16;
+      const DType d = variant == 1 ? DType::f64 : DType::f16;
       const int64_t e = variant == 2 ? 24 : 16;
       auto input = [&](const Shape& s, uint32_t seed) { return B.input(cast(uniform(s, seed), d)); };
       const int32_t q = input({4, 8, e}, 1), k = input({4, 10, e}, 2), v = input({4, 10, e}, 3);

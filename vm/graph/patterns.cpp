@@ -1,8 +1,9 @@
 // Rewrites of recorded patterns into fused registry ops (Inductor's pattern matcher, for the few
 // patterns a kernel of its own beats the loops): today attention,
 //   matmul(softmax(matmul(q, kt) / c, -1), v)   (or * c, or no scale)
-// becomes attention(q, transpose(kt), v, scale) where the tensor-core kernel takes it (CUDA,
-// float16 / bfloat16, head size 16..128: jit/cuda/attention.hpp). The scores never reach memory.
+// becomes attention(q, transpose(kt), v, scale) where a fused CUDA kernel takes it (float16 /
+// bfloat16 on tensor cores, float32 on the FMA pipes: jit/cuda/attention.hpp). The scores never
+// reach memory.
 // The rewrite keeps value ids: the first matmul's node becomes the transpose (a view, no work),
 // the second's the attention; the scale and softmax nodes are left dead for eliminate_dead_code.
 #include <cmath>

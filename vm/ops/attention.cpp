@@ -6,8 +6,8 @@
 // top-left). With no keys (S = 0) the result is zeros, as the composite's empty product.
 //
 // The CPU kernel walks one query row at a time (scores, max, exponentials, weighted sum of v), in
-// float32 for 16-bit inputs as PyTorch's math path does. On CUDA, float16 / bfloat16 inputs of a
-// head size the tensor-core kernel takes run there (jit/cuda/attention.hpp); other CUDA inputs
+// float32 for 16-bit inputs as PyTorch's math path does. On CUDA, inputs a fused kernel takes run
+// there (jit/cuda/attention.hpp: float16 / bfloat16 on tensor cores, float32); other CUDA inputs
 // run the composite op by op on the device (matmul, softmax, matmul); the graph rewrite only
 // picks this op where the kernel takes it.
 #include <cmath>

@@ -1,0 +1,25 @@
+// float32 fused attention on the FMA pipes: the kernel source and its block shape. An internal
+// header of jit/cuda/attention.cpp, which picks the kernel and launches it, and holds the device
+// code both kernels share.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace cr::jit::cuda {
+
+// A block: 256 threads, 16 * ra query rows, keys in tiles of bn, output columns in groups of g;
+// pk is the shared-memory pitch of q and k rows (floats).
+struct SimtShape {
+  int ra = 4, bn = 64, min_blocks = 2, pk = 68, g = 4;
+  int rows() const { return 16 * ra; }
+  size_t shared_bytes(int Ev) const;  // q, one k tile, one v tile, p
+};
+SimtShape simt_shape(int E, int Ev);
+
+// The module source for head sizes E (q, k: a multiple of 4) and Ev (v: a multiple of 16).
+std::string attention_simt_source(int E, int Ev);
+
+// Device code of both attention kernels (smem_address, ex2, head_of), after the prelude.
+const char* attention_common_text();
+
+}  // namespace cr::jit::cuda

@@ -21,10 +21,7 @@ bool attention_takes(DType d, int64_t E, int64_t Ev, double scale);
 bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                bool causal);
 
-// The module source for dtype d and head size E (tests compile it to CUBIN without a GPU): with
-// wgmma, Hopper's warpgroup MMA (compiled for sm_90a: uses_wgmma), else mma.sync (sm_80 on).
-std::string attention_source(DType d, int E, bool wgmma);
-// Whether the kernel for a device of this arch ("sm_90") takes wgmma.
-bool uses_wgmma(const std::string& arch);
+// The module source for dtype d and head size E (tests compile it to CUBIN without a GPU).
+std::string attention_source(DType d, int E);
 
 }  // namespace cr::jit::cuda

@@ -234,11 +234,11 @@ std::string source_of(const char* text, DType d) {
 // the key names the source (the prelude is fixed), so a launch builds no source text and hashes
 // no more than the key.
 CUfunction library_function(Context& ctx, int device, const std::string& key,
-                            const std::function<std::string()>& source, const char* fn, bool arch_specific = false) {
+                            const std::function<std::string()>& source, const char* fn) {
   std::lock_guard<std::mutex> g(g_mutex);
   Library& lib = g_libraries[cat(device, " ", key)];
   if (!lib.mod) {
-    const std::string arch = target_of(device).arch + (arch_specific ? "a" : "");
+    const std::string arch = target_of(device).arch;
     const std::string bin = cuda_cubin(source(), key, arch, compile_cache_dir(ctx));
     cr::cuda::use_device(device);
     CR_CU(cuModuleLoadData(&lib.mod, bin.data()), "loading a library kernel");
@@ -285,10 +285,8 @@ void launch(CUfunction f, int device, int64_t grid, int block, std::initializer_
 }  // namespace
 
 void library_launch(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source,
-                    const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes,
-                    bool arch_specific) {
-  launch_function(library_function(ctx, device, key, source, fn, arch_specific), device, grid, block, args, fn,
-                  shared_bytes);
+                    const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes) {
+  launch_function(library_function(ctx, device, key, source, fn), device, grid, block, args, fn, shared_bytes);
 }
 
 std::string cumsum_source(DType d) { return source_of(kScanText, d); }

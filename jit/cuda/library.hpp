@@ -35,10 +35,8 @@ std::string sort_source(DType d);
 // The library's plumbing, shared by its kernel files (attention.cpp): launches function `fn` of
 // the module named `key` over a 1-D grid on the device's current stream. The module is compiled
 // from source() once per device through the kernel cache (jit/jit.hpp cuda_cubin); the key must
-// name one source. arch_specific compiles for the device's arch-specific target ("sm_90a": wgmma),
-// whose CUBIN runs on that architecture only.
+// name one source.
 void library_launch(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source,
-                    const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes = 0,
-                    bool arch_specific = false);
+                    const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes = 0);
 
 }  // namespace cr::jit::cuda

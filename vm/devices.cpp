@@ -210,5 +210,6 @@ void device_free(void* p, size_t nbytes, Device d) { cuda::device_free(p, nbytes
 size_t device_garbage_budget() {
   return device_bytes_allocated_total() ? cuda::garbage_budget() : size_t(64) << 20;
 }
+size_t device_driver_bytes() { return cuda::driver_bytes_total(); }
 
 }  // namespace cr

@@ -1,5 +1,6 @@
 #include "jit/cuda/memory.hpp"
 
+#include <atomic>
 #include <algorithm>
 #include <array>
 #include <map>
@@ -54,6 +55,7 @@ struct DeviceCache {
 
 std::mutex g_mutex;
 std::map<int, DeviceCache> g_caches;
+std::atomic<size_t> g_driver_bytes{0};
 
 // Moves the pending blocks whose events have all passed into their pools.
 void collect_pending(DeviceCache& c) {
@@ -122,6 +124,7 @@ void* device_alloc(size_t nbytes, int index) {
   check(rc, "cuMemAlloc_v2", cat(nbytes, " bytes"));
   ++c.stats.driver_allocs;
   c.stats.reserved += size;
+  g_driver_bytes.fetch_add(size, std::memory_order_relaxed);
   if (slot) c.owners[p] = Owner{slot, {}};
   return reinterpret_cast<void*>(p);
 }
@@ -182,6 +185,8 @@ MemoryStats memory_stats(int index) {
   auto it = g_caches.find(index);
   return it == g_caches.end() ? MemoryStats{} : it->second.stats;
 }
+
+size_t driver_bytes_total() { return g_driver_bytes.load(std::memory_order_relaxed); }
 
 size_t garbage_budget() {
   constexpr size_t kMin = size_t(64) << 20, kMax = size_t(4) << 30;

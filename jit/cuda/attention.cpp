@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "jit/cuda/attention_simt.hpp"
+#include "jit/cuda/driver.hpp"
 #include "jit/cuda/exprs.hpp"
 #include "jit/cuda/library.hpp"
 #include "jit/cuda/prelude.hpp"
@@ -297,13 +298,19 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
   const int r = q.dim();
   const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
   if (!attention_takes(q.dtype(), E, Ev, scale) || L >= (int64_t(1) << 31) || S >= (int64_t(1) << 31)) return false;
+  const int device = out.device().index;
+  const cr::cuda::DeviceInfo& info = cr::cuda::device_info(device);
+  if (info.sm_major < 8) return false;  // (cp.async and mma.m16n8k16: sm_80 on)
   if (out.numel() == 0) return true;
   // The kernel and its block: tensor cores for 16-bit values, the FMA pipes for float32.
   const bool simt = q.dtype() == DType::f32;
+  const size_t shared_limit = size_t(info.max_shared_per_block);
   const BlockShape mma_shape = block_shape(int(E));
-  const SimtShape simt_shape_ = simt_shape(int(E), int(Ev));
+  const SimtShape simt_shape_ = simt_shape(int(E), int(Ev), shared_limit);
   const int64_t rows = simt ? simt_shape_.rows() : mma_shape.rows(), heads = r >= 3 ? q.size(r - 3) : 1,
-                batch = out.numel() / (L * Ev), row_blocks = (L + rows - 1) / rows;
+                batch = out.numel() / (L * Ev);
+  if (rows == 0) return false;  // (no float32 block fits this GPU's shared memory)
+  const int64_t row_blocks = (L + rows - 1) / rows;
   if (batch * row_blocks >= (int64_t(1) << 31)) return false;
   const Operand qo = operand_of(q, heads), ko = operand_of(k, heads), vo = operand_of(v, heads);
   void *qp = qo.t.data_bytes(), *kp = ko.t.data_bytes(), *vp = vo.t.data_bytes(), *op = out.data_bytes();
@@ -313,9 +320,9 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
   float scale_log2 = float(scale * 1.4426950408889634);  // (log2 e: the kernels' exponentials are exp2)
   void* args[] = {&qp,  &kp,  &vp,  &op,  &L_,  &S_,  &heads_, &rbs, &qs0, &qs1,       &qsr,
                   &ks0, &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_};
-  const int device = out.device().index;
   if (simt)
-    library_launch(ctx, device, cat("attention_f32_", E, "_", Ev), [&] { return attention_simt_source(int(E), int(Ev)); },
+    library_launch(ctx, device, cat("attention_f32_", E, "_", Ev),
+                   [&] { return attention_simt_source(int(E), int(Ev), shared_limit); },
                    "attention_simt", batch * row_blocks, 256, args, simt_shape_.shared_bytes(int(Ev)));
   else
     library_launch(ctx, device, cat("attention_", dtype_name(q.dtype()), "_", E),

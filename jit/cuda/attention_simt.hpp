@@ -14,10 +14,13 @@ struct SimtShape {
   int rows() const { return 16 * ra; }
   size_t shared_bytes(int Ev) const;  // q, one k tile, one v tile, p
 };
-SimtShape simt_shape(int E, int Ev);
+// The block for head sizes E / Ev under `shared_limit` bytes of shared memory a block; rows() is
+// 0 when no block fits (the caller runs the composite).
+SimtShape simt_shape(int E, int Ev, size_t shared_limit);
 
-// The module source for head sizes E (q, k: a multiple of 4) and Ev (v: a multiple of 16).
-std::string attention_simt_source(int E, int Ev);
+// The module source for head sizes E (q, k: a multiple of 4) and Ev (v: a multiple of 16), with
+// the block simt_shape picks under shared_limit.
+std::string attention_simt_source(int E, int Ev, size_t shared_limit);
 
 // Device code of both attention kernels (smem_address, ex2, head_of), after the prelude.
 const char* attention_common_text();

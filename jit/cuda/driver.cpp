@@ -12,7 +12,8 @@
 namespace cr::cuda {
 namespace {
 
-constexpr int kAttrMaxThreadsPerBlock = 1, kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76;
+constexpr int kAttrMaxThreadsPerBlock = 1, kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76,
+              kAttrMaxSharedOptin = 97;
 
 // Resolves `name` (the versioned symbol where the ABI has one) into `fn`; false when missing.
 template <class F> bool resolve(void* lib, const char* name, F*& fn) {
@@ -171,6 +172,7 @@ const DeviceInfo& device_info(int index) {
     CR_CU(cuDeviceGetAttribute(&info->sm_minor, kAttrCcMinor, dev), "");
     CR_CU(cuDeviceGetAttribute(&info->multiprocessors, kAttrMultiprocessors, dev), "");
     CR_CU(cuDeviceGetAttribute(&info->max_threads_per_block, kAttrMaxThreadsPerBlock, dev), "");
+    CR_CU(cuDeviceGetAttribute(&info->max_shared_per_block, kAttrMaxSharedOptin, dev), "");
     CR_CU(cuDeviceTotalMem(&info->total_memory, dev), "");
     slot = std::move(info);
   }

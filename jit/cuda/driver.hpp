@@ -83,6 +83,7 @@ void use_device(int index);
 struct DeviceInfo {
   std::string name;
   int sm_major = 0, sm_minor = 0, multiprocessors = 0, max_threads_per_block = 0;
+  int max_shared_per_block = 0;  // dynamic shared memory a block may opt in to (bytes)
   size_t total_memory = 0;
 };
 const DeviceInfo& device_info(int index);

@@ -254,7 +254,9 @@ TEST_CASE("cuda: the float32 attention kernel compiles to CUBIN for its head siz
   for (auto [e, ev] : {std::pair{64, 64}, {128, 128}, {4, 16}, {20, 48}, {96, 96}, {64, 32}, {128, 16}}) {
     INFO("head sizes " << e << " / " << ev);
     CHECK(cuda::attention_takes(DType::f32, e, ev, 0.125));
-    const std::string src = cuda::attention_simt_source(e, ev);
+    const std::string src = cuda::attention_simt_source(e, ev, 227 << 10);  // (an H100's block)
+    CHECK(cuda::simt_shape(e, ev, 227 << 10).rows() == 128);
+    CHECK(cuda::simt_shape(e, ev, 99 << 10).shared_bytes(ev) <= (99 << 10));  // (a GPU of less)
     if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) std::ofstream(cat(dir, "/attention_f32_", e, "_", ev, ".cu")) << src;
     const std::string bin = cuda::compile_cubin(src, "attention", "sm_90");
     CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
@@ -263,6 +265,7 @@ TEST_CASE("cuda: the float32 attention kernel compiles to CUBIN for its head siz
   CHECK_FALSE(cuda::attention_takes(DType::f32, 66, 64, 0.125));   // (q's: a multiple of 4)
   CHECK_FALSE(cuda::attention_takes(DType::f32, 256, 64, 0.125));  // (at most 128)
   CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 64, 0.0));
+  CHECK(cuda::simt_shape(128, 128, 16 << 10).rows() == 0);  // (no block fits: the composite)
 }
 
 TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dtype and head size", "[cuda]") {

@@ -427,7 +427,7 @@ describe("CUDA tensors", function()
     need_gpu()
     T.manual_seed(21)
     local host_ops = T.cuda.stats().host_ops
-    local TOL = { float16 = 4e-3, bfloat16 = 3e-2, float32 = 1e-4 }
+    local TOL = { float16 = 4e-3, bfloat16 = 3e-2, float32 = 1e-4, float64 = 1e-10 }
     local function check(got, q, k, v, scale, causal, what)
       expect.eq({ got.device, got.dtype }, { "cuda:0", q.dtype }, what)
       local want = T.attention(q:double(), k:double(), v:double(), scale, causal)  -- the CPU kernel in float64
@@ -458,6 +458,9 @@ describe("CUDA tensors", function()
     check(T.attention(q2:cuda(), k2:cuda(), k2:cuda()), q2, k2, k2, 1 / 8, false, "unaligned rows")
     local q5, k5 = T.randn(2, 9, 24):half(), T.randn(2, 11, 24):half()
     check(T.attention(q5:cuda(), k5:cuda(), k5:cuda()), q5, k5, k5, 1 / math.sqrt(24), false, "head size 24")
+    check(T.attention(q5:cuda(), k5:cuda(), k5:cuda(), nil, true), q5, k5, k5, 1 / math.sqrt(24), true, "head size 24, causal")
+    local q6, k6 = T.randn(2, 7, 8):double(), T.randn(2, 12, 8):double()  -- (float64: the composite)
+    check(T.attention(q6:cuda(), k6:cuda(), k6:cuda(), 0.3, true), q6, k6, k6, 0.3, true, "float64, causal")
     -- float32 (the FMA kernel): head sizes apart, strided heads, a head size it does not take (composite)
     local qf, kf, vf = T.randn(2, 3, 70, 20), T.randn(2, 3, 90, 20), T.randn(2, 3, 90, 48)
     check(T.attention(qf:cuda(), kf:cuda(), vf:cuda(), 0.3, true), qf, kf, vf, 0.3, true, "float32 20 / 48")

@@ -126,14 +126,10 @@ void attention_composite(Context& ctx, const Tensor& out, const Tensor& q, const
   Tensor kt = call(ctx, "transpose", {tensor_arg(k), number_arg(-2), number_arg(-1)});
   // (the scores scaled after the product, as the CPU kernel: with E = 0, 0 * inf is NaN in both)
   Tensor s = call(ctx, "mul", {tensor_arg(call(ctx, "matmul", {tensor_arg(q), tensor_arg(kt)})), number_arg(scale)});
-  if (causal) {  // keys above the diagonal score -inf
-    const int64_t L = q.size(r - 2), S = k.size(r - 2);
-    Tensor above = Tensor::empty({L, S}, DType::b8);
-    bool* a = above.data<bool>();
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t j = 0; j < S; ++j) a[i * S + j] = j > i;
-    Tensor mask = Tensor::empty({L, S}, DType::b8, q.device());
-    copy_into(mask, above);
+  if (causal) {  // keys above the diagonal score -inf (the mask made on the device: triu of ones)
+    Tensor ones = Tensor::empty({q.size(r - 2), k.size(r - 2)}, DType::b8, q.device());
+    fill_across(ones, 1);
+    Tensor mask = call(ctx, "triu", {tensor_arg(ones), number_arg(1)});
     s = call(ctx, "masked_fill", {tensor_arg(s), tensor_arg(mask), number_arg(-std::numeric_limits<double>::infinity())});
   }
   copy_into(out, call(ctx, "matmul", {tensor_arg(call(ctx, "softmax", {tensor_arg(s), number_arg(-1)})), tensor_arg(v)}));

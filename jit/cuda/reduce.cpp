@@ -78,7 +78,7 @@ bool wide_values(const Kernel& k) {
 // Team and block size from the row count R and length C. Returns the team.
 int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
   CudaKernel& o = w.out;
-  int64_t team;
+  int64_t team, items = kPersistentItems;  // (items: of a row a thread keeps in registers at most)
   // few rows: a smaller block (at least a warp: zero rows, an empty input, still launch one)
   auto rows_block = [&](int64_t t) { return std::clamp<int64_t>((R * t + 31) / 32 * 32, 32, 256); };
   if ((strided_rows(w.k) && R >= 1024) || (C <= 16 && R >= 4096)) {
@@ -98,13 +98,11 @@ int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
     // Rows longer than 16384 keep 16 items in teams of up to 1024, and loop past that.
     // (teams up to 256: a block of 512 threads leaves 128 registers a thread, too few for 64 items)
     const bool several = row_passes(w.k) > 1 && !wide_values(w.k) && C <= 256 * kSeveralPassItems;
-    const int64_t items = several ? kSeveralPassItems : kPersistentItems;
+    if (several) items = kSeveralPassItems;
     o.form = Form::ReduceBlock;
     team = o.block = std::clamp<int64_t>(pow2_at_least((C + items - 1) / items), several ? 64 : 128, 1024);
-    o.persistent = (C + team - 1) / team <= items;
-    return team;
   }
-  o.persistent = (C + team - 1) / team <= kPersistentItems;
+  o.persistent = (C + team - 1) / team <= items;
   return team;
 }
 

@@ -17,7 +17,8 @@ bool attention_takes(DType d, int64_t E, int64_t Ev, double scale);
 
 // out {..., L, Ev} (contiguous) = attention of q {..., L, E}, k {..., S, E}, v {..., S, Ev} on one
 // CUDA device, query i seeing keys 0..i when causal. False (nothing ran) when the kernel does not
-// take them (attention_takes).
+// take them (attention_takes), on GPUs before sm_80, and for float32 with fewer than 32 query rows
+// (the composite is cheaper there).
 bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                bool causal);
 

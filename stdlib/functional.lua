@@ -129,7 +129,7 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   end
   local scale = opts.scale or 1 / math.sqrt(q:size(-1))
   if opts.mask == nil and q.device ~= "cpu" and same_batch(q, k, v) and
-     core.api.attention_fused(q.dtype, q:size(-1), v:size(-1), scale) ~= 0 then
+     core.api.attention_fused(q.dtype, q:size(-2), q:size(-1), v:size(-1), scale) ~= 0 then
     -- one op, a fused kernel: the scores never reach memory. Other inputs take the ops
     -- below, which a compiled graph fuses (scale, mask and softmax in one kernel).
     return T.attention(q, k, v, scale, opts.causal or false)

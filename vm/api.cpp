@@ -405,9 +405,9 @@ const char* api_native_unavailable(int32_t cuda) {
   return ok ? nullptr : why.c_str();
 }
 
-int32_t api_attention_fused(const char* dtype, int64_t e, int64_t ev, double scale) {
+int32_t api_attention_fused(const char* dtype, int64_t l, int64_t e, int64_t ev, double scale) {
   DType d;
-  return parse_dtype(dtype, &d) && jit::cuda::attention_takes(d, e, ev, scale) ? 1 : 0;
+  return parse_dtype(dtype, &d) && jit::cuda::attention_takes(d, l, e, ev, scale) ? 1 : 0;
 }
 
 }  // namespace

@@ -142,9 +142,9 @@ typedef struct cr_api {
   /* whether native code can be generated for the CPU (cuda = 0) or CUDA devices (1); NULL when
    * it can, else why not */
   const char* (*native_unavailable)(int32_t cuda);
-  /* whether attention of this dtype (name), head sizes and scale runs as the fused CUDA kernel
-   * (jit/cuda/attention.hpp attention_takes): F.scaled_dot_product_attention's choice */
-  int32_t (*attention_fused)(const char* dtype, int64_t e, int64_t ev, double scale);
+  /* whether attention of this dtype (name), query rows, head sizes and scale runs as a fused CUDA
+   * kernel (jit/cuda/attention.hpp attention_takes): F.scaled_dot_product_attention's choice */
+  int32_t (*attention_fused)(const char* dtype, int64_t l, int64_t e, int64_t ev, double scale);
 } cr_api;
 
 #ifdef __cplusplus

@@ -279,10 +279,16 @@ Operand operand_of(const Tensor& x, int64_t heads) {
 
 const char* attention_common_text() { return kAttentionCommon; }
 
-bool attention_takes(DType d, int64_t E, int64_t Ev, double scale) {
+bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale) {
   // (scale > 0: the kernels take a row's max before scaling, which a positive scale keeps)
   if (!(scale > 0)) return false;
-  if (d == DType::f32) return E > 0 && E <= 128 && E % 4 == 0 && Ev > 0 && Ev <= 128 && Ev % 16 == 0;
+  // A float32 block computes 128 query rows whatever L is: for a few rows (decoding without a
+  // mask) the composite's two products and a softmax cost less. H100, 1024 keys, back to back:
+  // 12 heads of 1 row 41 us composite (the kernel takes as long as for 64 rows: 116); 63 rows
+  // 111 composite, 116 kernel; 128 heads of 63 rows 157 composite, 119 kernel.
+  constexpr int64_t kSimtMinRows = 32;
+  if (d == DType::f32)
+    return L >= kSimtMinRows && E > 0 && E <= 128 && E % 4 == 0 && Ev > 0 && Ev <= 128 && Ev % 16 == 0;
   return (d == DType::f16 || d == DType::bf16) && E == Ev && (E == 16 || E == 32 || E == 64 || E == 128);
 }
 
@@ -297,19 +303,13 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
                bool causal) {
   const int r = q.dim();
   const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
-  if (!attention_takes(q.dtype(), E, Ev, scale) || L >= (int64_t(1) << 31) || S >= (int64_t(1) << 31)) return false;
+  if (!attention_takes(q.dtype(), L, E, Ev, scale) || L >= (int64_t(1) << 31) || S >= (int64_t(1) << 31)) return false;
   const int device = out.device().index;
   const cr::cuda::DeviceInfo& info = cr::cuda::device_info(device);
   if (info.sm_major < 8) return false;  // (cp.async and mma.m16n8k16: sm_80 on)
   if (out.numel() == 0) return true;
   // The kernel and its block: tensor cores for 16-bit values, the FMA pipes for float32.
   const bool simt = q.dtype() == DType::f32;
-  // A float32 block computes 128 query rows whatever L is: for a few rows (decoding without a
-  // mask) the composite's two products and a softmax cost less. H100, 1024 keys, back to back:
-  // 12 heads of 1 row 41 us composite (the kernel takes as long as for 64 rows: 116); 63 rows
-  // 111 composite, 116 kernel; 128 heads of 63 rows 157 composite, 119 kernel.
-  constexpr int64_t kSimtMinRows = 32;
-  if (simt && L < kSimtMinRows) return false;
   const size_t shared_limit = size_t(info.max_shared_per_block);
   const BlockShape mma_shape = block_shape(int(E));
   const SimtShape simt_shape_ = simt_shape(int(E), int(Ev), shared_limit);

@@ -10,15 +10,15 @@
 
 namespace cr::jit::cuda {
 
-// Whether a kernel takes q / k / v of dtype d with head size E (q, k) and Ev (v) and this scale:
-// a positive scale, and float16 or bfloat16 with E == Ev one of 16, 32, 64, 128, or float32 with
-// E a multiple of 4 and Ev of 16, both at most 128.
-bool attention_takes(DType d, int64_t E, int64_t Ev, double scale);
+// Whether a kernel takes q / k / v of dtype d with L query rows, head size E (q, k) and Ev (v)
+// and this scale: a positive scale, and float16 or bfloat16 with E == Ev one of 16, 32, 64, 128,
+// or float32 with at least 32 query rows, E a multiple of 4 and Ev of 16, both at most 128. The
+// one predicate of T.attention, F.scaled_dot_product_attention and the graph rewrite.
+bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale);
 
 // out {..., L, Ev} (contiguous) = attention of q {..., L, E}, k {..., S, E}, v {..., S, Ev} on one
 // CUDA device, query i seeing keys 0..i when causal. False (nothing ran) when the kernel does not
-// take them (attention_takes), on GPUs before sm_80, and for float32 with fewer than 32 query rows
-// (the composite is cheaper there).
+// take them (attention_takes) and on GPUs before sm_80.
 bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                bool causal);
 

@@ -253,7 +253,7 @@ TEST_CASE("cuda: the float32 attention kernel compiles to CUBIN for its head siz
   if (!have_nvrtc()) return;
   for (auto [e, ev] : {std::pair{64, 64}, {128, 128}, {4, 16}, {20, 48}, {96, 96}, {64, 32}, {128, 16}}) {
     INFO("head sizes " << e << " / " << ev);
-    CHECK(cuda::attention_takes(DType::f32, e, ev, 0.125));
+    CHECK(cuda::attention_takes(DType::f32, 32, e, ev, 0.125));
     const std::string src = cuda::attention_simt_source(e, ev, 227 << 10);  // (an H100's block)
     CHECK(cuda::simt_shape(e, ev, 227 << 10).rows() == 128);
     CHECK(cuda::simt_shape(e, ev, 99 << 10).shared_bytes(ev) <= (99 << 10));  // (a GPU of less)
@@ -261,10 +261,11 @@ TEST_CASE("cuda: the float32 attention kernel compiles to CUBIN for its head siz
     const std::string bin = cuda::compile_cubin(src, "attention", "sm_90");
     CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
   }
-  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 40, 0.125));   // (v's head size: a multiple of 16)
-  CHECK_FALSE(cuda::attention_takes(DType::f32, 66, 64, 0.125));   // (q's: a multiple of 4)
-  CHECK_FALSE(cuda::attention_takes(DType::f32, 256, 64, 0.125));  // (at most 128)
-  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 64, 0.0));
+  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 64, 40, 0.125));   // (v's head size: a multiple of 16)
+  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 66, 64, 0.125));   // (q's: a multiple of 4)
+  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 256, 64, 0.125));  // (at most 128)
+  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 64, 64, 0.0));
+  CHECK_FALSE(cuda::attention_takes(DType::f32, 31, 64, 64, 0.125));  // (a few query rows: the composite)
   CHECK(cuda::simt_shape(128, 128, 16 << 10).rows() == 0);  // (no block fits: the composite)
 }
 
@@ -273,16 +274,16 @@ TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dt
   for (DType d : {DType::f16, DType::bf16})
     for (int e : {16, 32, 64, 128}) {
       INFO(dtype_name(d) << " head size " << e);
-      CHECK(cuda::attention_takes(d, e, e, 0.125));
+      CHECK(cuda::attention_takes(d, 1, e, e, 0.125));
       const std::string src = cuda::attention_source(d, e);
       if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) std::ofstream(cat(dir, "/attention_", dtype_name(d), "_", e, ".cu")) << src;
       const std::string bin = cuda::compile_cubin(src, "attention", "sm_90");
       CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
     }
-  CHECK_FALSE(cuda::attention_takes(DType::f64, 64, 64, 0.125));
-  CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 32, 0.125));
-  CHECK_FALSE(cuda::attention_takes(DType::f16, 96, 96, 0.125));
-  CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 64, -0.125));  // (a negative scale: the composite)
+  CHECK_FALSE(cuda::attention_takes(DType::f64, 64, 64, 64, 0.125));
+  CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 64, 32, 0.125));
+  CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 96, 96, 0.125));
+  CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 64, 64, -0.125));  // (a negative scale: the composite)
 }
 
 TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {

@@ -87,9 +87,10 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
   if (q.device.is_cpu() || kt.device != q.device || v.device != q.device) return false;
   for (size_t d = 0; d + 2 < r; ++d)  // one batch shape (matmul would broadcast)
     if (kt.sizes[d] != q.sizes[d] || v.sizes[d] != q.sizes[d]) return false;
-  const SymInt E = q.sizes[r - 1];
-  if (kt.sizes[r - 2] != E || v.sizes[r - 2] != kt.sizes[r - 1] || E.sym >= 0 || v.sizes[r - 1].sym >= 0) return false;
-  if (!jit::cuda::attention_takes(q.dtype, E.value, v.sizes[r - 1].value, scale)) return false;
+  const SymInt L = q.sizes[r - 2], E = q.sizes[r - 1];
+  if (kt.sizes[r - 2] != E || v.sizes[r - 2] != kt.sizes[r - 1] || L.sym >= 0 || E.sym >= 0 || v.sizes[r - 1].sym >= 0)
+    return false;
+  if (!jit::cuda::attention_takes(q.dtype, L.value, E.value, v.sizes[r - 1].value, scale)) return false;
   const int32_t first_at = g.values[size_t(scores)].node;
   if (writes_between(g, first_at, at)) return false;
 

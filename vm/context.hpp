@@ -27,7 +27,7 @@ struct Context {
   Generator gen;
   // see note_allocations (vm/api.cpp): host and device bytes allocated at the last collection,
   // and how many more of each ask for the next one
-  size_t bytes_at_last_gc = 0, device_bytes_at_last_gc = 0, driver_bytes_at_last_gc = 0;
+  size_t bytes_at_last_gc = 0, large_bytes_at_last_gc = 0, device_bytes_at_last_gc = 0, driver_bytes_at_last_gc = 0;
   size_t gc_every_bytes = size_t(8) << 20, gc_every_device_bytes = size_t(64) << 20;
   std::vector<std::string> loaded_names;  // names of the last safetensors load
   std::string scratch;                    // backing store of strings returned to Lua

@@ -2,6 +2,7 @@
 #include "vm/devices.hpp"
 
 #include "vm/alloc.hpp"
+#include "vm/cpu_march.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -11,9 +12,10 @@
 
 namespace cr {
 
-static std::atomic<size_t> g_bytes_allocated{0}, g_device_bytes_allocated{0};
+static std::atomic<size_t> g_bytes_allocated{0}, g_large_bytes_allocated{0}, g_device_bytes_allocated{0};
 
 size_t bytes_allocated_total() { return g_bytes_allocated.load(std::memory_order_relaxed); }
+size_t large_bytes_allocated_total() { return g_large_bytes_allocated.load(std::memory_order_relaxed); }
 size_t device_bytes_allocated_total() { return g_device_bytes_allocated.load(std::memory_order_relaxed); }
 
 std::string device_name(Device d) { return d.type == 0 ? "cpu" : "cuda:" + std::to_string(d.index); }
@@ -44,7 +46,10 @@ Storage* storage_new(size_t nbytes, Device device) {
   s->data = data;
   s->nbytes = nbytes;
   s->device = device;
-  (device.is_cpu() ? g_bytes_allocated : g_device_bytes_allocated).fetch_add(nbytes, std::memory_order_relaxed);
+  std::atomic<size_t>& count = !device.is_cpu()                                     ? g_device_bytes_allocated
+                               : int64_t(nbytes) >= cpu_large_block_bytes() ? g_large_bytes_allocated
+                                                                             : g_bytes_allocated;
+  count.fetch_add(nbytes, std::memory_order_relaxed);
   return s;
 }
 

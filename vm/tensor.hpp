@@ -39,8 +39,10 @@ Storage* storage_new(size_t nbytes, Device device);  // 64-byte aligned
 Storage* storage_wrap(void* data, size_t nbytes, Device device, void (*free_fn)(void*, void*), void* ctx);
 void storage_retain(Storage* s);
 void storage_release(Storage* s);
-// monotonic byte counts of host and of device allocations, for the Lua GC pressure heuristic
+// monotonic byte counts of host and of device allocations, for the Lua GC pressure heuristic;
+// host blocks of at least cpu_large_block_bytes (vm/cpu_march.hpp) are counted apart
 size_t bytes_allocated_total();
+size_t large_bytes_allocated_total();
 size_t device_bytes_allocated_total();
 
 int64_t shape_numel(const Shape& s);

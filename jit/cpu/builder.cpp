@@ -22,6 +22,9 @@ Types make_types(const GccJit& J, gcc_jit_context* c) {
   t.block_fn = J.context_new_function_ptr_type(c, nullptr, t.void_, 4, bp, 0);
   gcc_jit_type* rp[3] = {t.vptr, t.i64, t.vptr};
   t.reduce_fn = J.context_new_function_ptr_type(c, nullptr, t.void_, 3, rp, 0);
+  gcc_jit_type* sp[3] = {t.vptr, t.vptr, t.i64};
+  t.stream_fn = J.context_new_function_ptr_type(c, nullptr, t.void_, 3, sp, 0);
+  t.fence_fn = J.context_new_function_ptr_type(c, nullptr, t.void_, 0, nullptr, 0);
   t.params = J.type_get_pointer(J.type_get_const(t.i64));
   return t;
 }

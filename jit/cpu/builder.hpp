@@ -13,7 +13,7 @@
 namespace cr::jit::cpu {
 
 struct Types {
-  gcc_jit_type *void_, *vptr, *vpp, *i64, *u64, *i32, *f32, *f64, *bool_, *block_fn, *reduce_fn, *params;
+  gcc_jit_type *void_, *vptr, *vpp, *i64, *u64, *i32, *f32, *f64, *bool_, *block_fn, *reduce_fn, *stream_fn, *fence_fn, *params;
 };
 
 // The types of one context (make_types: once per context, shared by its functions).

@@ -39,4 +39,13 @@ double reduce_init(ReduceKind kind, DType in);
 void reduce_merge(ReduceKind kind, DType acc, void* a, const void* b);
 const char* reduce_name(ReduceKind kind);
 
+// Streaming stores (jit/cpu/stream.cpp): a generated kernel computes a block of a large output in
+// a stack array and hands it to stream_block, which writes it to dst with non-temporal stores
+// (no read of the destination lines into the cache first); stream_fence at the end of the
+// kernel's work items makes those stores visible before the thread pool reports them done.
+using StreamFn = void (*)(void* dst, const void* src, int64_t nbytes);
+using FenceFn = void (*)();
+void stream_block(void* dst, const void* src, int64_t nbytes);
+void stream_fence();
+
 }  // namespace cr::jit

@@ -2,6 +2,7 @@
 
 #include "vm/cpu_march.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -118,6 +119,14 @@ std::string codegen_march() {
   const Target& t = host_target();
   if (!cpu_march_override().empty()) return t.march;  // what the user asked for, as asked
   return t.march == "x86-64-v4" ? "x86-64-v3" : t.march;
+}
+
+int64_t stream_store_bytes() {
+  static const int64_t bytes = [] {
+    if (const char* v = std::getenv("CRESCENT_CPU_STREAM_BYTES"); v && *v) return std::max<int64_t>(1, std::atoll(v));
+    return cpu_large_block_bytes();
+  }();
+  return bytes;
 }
 
 }  // namespace cr::jit::cpu

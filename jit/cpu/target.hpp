@@ -16,7 +16,9 @@
 //                       unchecked: a name GCC does not know makes every compile fail with GCC's
 //                       "bad value ... for '-march=' switch" error. For the four x86-64 levels
 //                       vector_bytes follows the override; for a CPU name it stays the host's.
+//   CRESCENT_CPU_STREAM_BYTES  see stream_store_bytes.
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace cr::jit::cpu {
@@ -40,5 +42,13 @@ const Target& host_target();
 // (unrecognizable insn, V8DI truncated to V8QI) on our bool-producing loops with -march=x86-64-v4,
 // and 32-byte vectors already saturate memory bandwidth on the memory-bound kernels.
 std::string codegen_march();
+
+// Generated kernels write a store of at least this many bytes with non-temporal (streaming)
+// stores (jit/cpu/emit.cpp): cpu_large_block_bytes (vm/cpu_march.hpp), half the largest cache. A
+// plain store of an output that does not fit in the cache first reads every line it writes (the
+// cache's write-allocate): layer norm of 2048 x 2048 floats on a 32 MiB L3 ran 2155-2555 us with
+// plain stores, 1655-1729 with streaming ones (2 threads, same run). CRESCENT_CPU_STREAM_BYTES
+// overrides it for the code generator only (tests set 1: every eligible store streams).
+int64_t stream_store_bytes();
 
 }  // namespace cr::jit::cpu

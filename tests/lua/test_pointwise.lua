@@ -315,6 +315,19 @@ for _, op in ipairs({ "add_", "sub_", "mul_", "div_" }) do
   end)
 end
 
+-- Rows longer than the stack block (256) that a row-broadcast operand is repeated into
+-- (vm/kernels/loop.hpp): a scalar, a column (stride 0 along the row), both sides, three operands.
+for _, dt in ipairs({ "float32", "float64", "float16", "int32", "int64" }) do
+  local a = gen({ 3, 1000 }, dt, -4, 4)
+  local col = gen({ 3, 1 }, dt, 1, 4)
+  local g = "row broadcast " .. dt
+  case(g, "a + 3 " .. dt, "a + 3", { a = a }, function() return a + 3 end)
+  case(g, "a - col " .. dt, "a - col", { a = a, col = col }, function() return a - col end)
+  case(g, "col * a " .. dt, "col * a", { a = a, col = col }, function() return col * a end)
+  case(g, "where(a > 0, col, a) " .. dt, "torch.where(a > 0, col, a)", { a = a, col = col }, function() return T.where(a:gt(0), col, a) end)
+  case(g, "narrowed a - col " .. dt, "a[:, 100:900] - col", { a = a, col = col }, function() return a:narrow(2, 101, 800) - col end)
+end
+
 suite:check()
 
 -- ---- explicit specs (no torch needed) -----------------------------------------------------------

@@ -106,12 +106,33 @@ template <int N, class Row> void for_each_row(const Loop<N>& L, Row&& row) {
 }
 
 namespace detail {
+// a broadcast operand's value, repeated: uninitialised storage (no zeroing per row)
+template <class T, int64_t K> struct Repeated {
+  T v[K];
+  Repeated() {}
+};
 template <class TO, class... TI, class F, size_t... I>
-inline void map_row(char** p, const int64_t* s, int64_t n, F& f, std::index_sequence<I...>) {
+inline void map_flat(TO* __restrict o, const std::tuple<const TI*...>& in, int64_t n, F& f, std::index_sequence<I...>) {
+  for (int64_t i = 0; i < n; ++i) store(o[i], f(load(std::get<I>(in)[i])...));
+}
+template <class TO, class... TI, class F, size_t... I>
+inline void map_row(char** p, const int64_t* s, int64_t n, F& f, std::index_sequence<I...> seq) {
+  TO* __restrict o = reinterpret_cast<TO*>(p[0]);
   if (s[0] == sizeof(TO) && ((s[I + 1] == sizeof(TI)) && ...)) {
-    TO* __restrict o = reinterpret_cast<TO*>(p[0]);
-    std::tuple<const TI*...> in{reinterpret_cast<const TI*>(p[I + 1])...};
-    for (int64_t i = 0; i < n; ++i) store(o[i], f(load(std::get<I>(in)[i])...));
+    map_flat<TO, TI...>(o, std::tuple<const TI*...>{reinterpret_cast<const TI*>(p[I + 1])...}, n, f, seq);
+    return;
+  }
+  // Operands broadcast along the row (x + 1, x - row_mean: stride 0) read a stack block of copies
+  // of their value, so that the flat loop serves them too: the strided loop below is scalar
+  // (4M floats of x + 1: 2.3 ms on 2 threads, against 0.5 ms for a copy of the same size).
+  constexpr int64_t kRep = 256;
+  if (s[0] == sizeof(TO) && ((s[I + 1] == sizeof(TI) || s[I + 1] == 0) && ...)) {
+    std::tuple<Repeated<TI, kRep>...> rep;
+    ((s[I + 1] == 0 ? std::fill_n(std::get<I>(rep).v, kRep, *reinterpret_cast<const TI*>(p[I + 1])) : nullptr), ...);
+    for (int64_t c = 0; c < n; c += kRep) {
+      std::tuple<const TI*...> in{(s[I + 1] == 0 ? std::get<I>(rep).v : reinterpret_cast<const TI*>(p[I + 1]) + c)...};
+      map_flat<TO, TI...>(o + c, in, std::min(kRep, n - c), f, seq);
+    }
     return;
   }
   for (int64_t i = 0; i < n; ++i)

@@ -29,6 +29,7 @@ struct Context {
   // and how many more of each ask for the next one
   size_t bytes_at_last_gc = 0, large_bytes_at_last_gc = 0, device_bytes_at_last_gc = 0, driver_bytes_at_last_gc = 0;
   size_t gc_every_bytes = size_t(8) << 20, gc_every_device_bytes = size_t(64) << 20;
+  size_t handles_since_gc = 0, gc_every_handles = 4096;  // tensors handed to Lua since then
   std::vector<std::string> loaded_names;  // names of the last safetensors load
   std::string scratch;                    // backing store of strings returned to Lua
   std::unique_ptr<graph::Recorder> recorder;  // graph capture (vm/graph/recorder.hpp)

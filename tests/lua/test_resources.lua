@@ -116,6 +116,25 @@ describe("compile / reset cycles", function()
   end)
 end)
 
+describe("the collector", function()
+  -- vm/api.cpp note_allocations / hand_out: small tensors barely count in bytes, so the handles
+  -- handed to Lua count too (a full collection after 4096 of them, more with a larger Lua heap)
+  it("collects dropped small tensors by their count, even with Lua's own collector stopped", function()
+    collectgarbage()
+    collectgarbage("stop")
+    local alive = setmetatable({}, { __mode = "k" })
+    local ok, err = pcall(function()
+      local x = T.ones(4)
+      for _ = 1, 30000 do alive[x + 1] = true end
+    end)
+    local left = 0
+    for _ in pairs(alive) do left = left + 1 end
+    collectgarbage("restart")
+    if not ok then error(err, 0) end
+    S.truthy(left < 20000, ("%d of 30000 dropped tensors were still alive"):format(left))
+  end)
+end)
+
 describe("out of memory", function()
   it("raises a Lua error naming the op and the size, and the VM keeps working", function()
     -- 2^45 float64 elements: 256 TiB, more than any x86-64 address space (and ASan's limit)

@@ -479,7 +479,6 @@ class KernelEmitter : FunctionBuilder {
       bool taken = false;
       for (const auto& [i, rc] : row_cache_) taken = taken || rc.output == &st;
       if (taken || k_.depth[size_t(st.expr)] != last_stage || !store_inner(st) || k_.body.exprs[size_t(st.expr)].dtype != dt) continue;
-      if (streamed(k_, st)) continue;  // its lines leave the cache as they are written
       int64_t stride = 1;
       bool row_major = true, known = true;  // known: the stride is a literal (no parameter in it)
       for (size_t v = k_.sizes.size(); v-- > size_t(k_.n_outer);) {
@@ -635,7 +634,7 @@ class KernelEmitter : FunctionBuilder {
     // with no arithmetic to overlap, which made a compiled exp slower than the eager one).
     std::map<int32_t, const Store*> stored_by;
     for (const Store* s : stores)
-      if (ex[size_t(s->expr)].op == EOp::Call && k_.inner[size_t(s->expr)] && s->addr.coef(last) == 1 && !stored_by.count(s->expr) && !streamed(k_, *s))
+      if (ex[size_t(s->expr)].op == EOp::Call && k_.inner[size_t(s->expr)] && s->addr.coef(last) == 1 && !stored_by.count(s->expr))
         stored_by[s->expr] = s;
     auto in_buffer = [&](int32_t slot, const Affine& addr, DType d) {
       gcc_jit_rvalue* saved = vars_[last];
@@ -674,19 +673,11 @@ class KernelEmitter : FunctionBuilder {
       int32_t i = k_.accs[size_t(accs[a])].expr;
       if (!direct[a] && !temp.count(i)) temp.emplace(i, array(ex[size_t(i)].dtype));
     }
-    // streamed stores: a call's values are streamed from the array the call wrote; any other
-    // value is collected in an array of its own by the phase loop
-    struct Streamed {
-      Slot from;
-      bool fill;  // the phase loop writes the values into `from`
-    };
-    std::map<const Store*, Streamed> streams;
-    for (const Store* s : stores) {
-      if (!streamed(k_, *s)) continue;
-      const Expr& e = ex[size_t(s->expr)];
-      bool call = e.op == EOp::Call && k_.inner[size_t(s->expr)];
-      streams.emplace(s, Streamed{call ? temp.at(s->expr) : array(e.dtype), !call});
-    }
+    // streamed stores: the phase loop collects a block's values in a stack array (their kernels
+    // call no block function, see streamed())
+    std::map<const Store*, Slot> streams;
+    for (const Store* s : stores)
+      if (streamed(k_, *s)) streams.emplace(s, array(ex[size_t(s->expr)].dtype));
     gcc_jit_lvalue* j = local(t_.i64, "j");
     gcc_jit_rvalue* jr = J.lvalue_as_rvalue(j);
     auto at = [&](const Slot& s) {
@@ -743,11 +734,11 @@ class KernelEmitter : FunctionBuilder {
         if (ph(s->expr) != p || (stored_by.count(s->expr) && stored_by.at(s->expr) == s)) continue;
         auto st = streams.find(s);
         if (st == streams.end()) J.block_add_assignment(cur_, nullptr, element(s->buffer, s->addr), value(s->expr));
-        else if (st->second.fill) J.block_add_assignment(cur_, nullptr, at(st->second.from), value(s->expr));
+        else J.block_add_assignment(cur_, nullptr, at(st->second), value(s->expr));
       }
       close_loop();
-      for (auto& [s, st] : streams)
-        if (ph(s->expr) == p) stream(*s, start(in_buffer(s->buffer, s->addr, ex[size_t(s->expr)].dtype)), start(st.from), n);
+      for (auto& [s, from] : streams)
+        if (ph(s->expr) == p) stream(*s, start(in_buffer(s->buffer, s->addr, ex[size_t(s->expr)].dtype)), start(from), n);
       for (size_t a = 0; a < accs.size(); ++a) {
         const Accumulate& ac = k_.accs[size_t(accs[a])];
         if (ph(ac.expr) != p) continue;

@@ -19,6 +19,16 @@ passed=0
 failed=0
 start=$SECONDS
 
+# True when ctest log $1 holds exactly $2 failed tests and each failure is LeakSanitizer's tracer
+# crashing ("Tracer caught signal"), with no leak report, sanitizer error or failed assertion.
+tracer_crash_only() {
+  local log="$1" n="$2" crashes
+  crashes=$(grep -c 'LeakSanitizer has encountered a fatal error' "$log")
+  [[ $crashes -eq $n ]] || return 1
+  # Catch2's ": FAILED:" and "| 1 failed", the spec runner's "1 failed, 0 skipped"
+  ! grep -q -E 'detected memory leaks|ERROR: AddressSanitizer|runtime error:|: FAILED:|\| +[0-9]+ failed|[1-9][0-9]* failed, [0-9]+ skipped' "$log"
+}
+
 # Runs ctest in $1, adds its counts to the totals. ctest's own closing line is
 # "100% tests passed, 0 tests failed out of 2".
 run_ctest() {
@@ -34,6 +44,16 @@ run_ctest() {
   fi
   nfail=$(sed -E 's/.* ([0-9]+) tests? failed.*/\1/' <<<"$line")
   total=$(sed -E 's/.*out of ([0-9]+).*/\1/' <<<"$line")
+  if [[ $nfail -gt 0 ]] && tracer_crash_only "$dir/ctest.log" "$nfail"; then
+    # LeakSanitizer's own stop-the-world thread sometimes dies at exit (SIGSEGV in the tracer,
+    # after every assertion passed; google/sanitizers #1353; here in 2 clean-clone CI runs, 2026-11-25,
+    # never when run alone). That is no leak report and no failed test: run those
+    # tests again once, with leak checking still on; a real leak or failure shows again.
+    echo "test.sh: $nfail test(s) failed only by LeakSanitizer's tracer crashing at exit; running them again once"
+    ctest --test-dir "$dir" --output-on-failure --timeout 900 --rerun-failed 2>&1 | tee "$dir/ctest-rerun.log"
+    line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$dir/ctest-rerun.log" | tail -1)
+    [[ -n "$line" ]] && nfail=$(sed -E 's/.* ([0-9]+) tests? failed.*/\1/' <<<"$line")
+  fi
   passed=$((passed + total - nfail))
   failed=$((failed + nfail))
 }

@@ -192,11 +192,13 @@ TEST_CASE("vmath float functions on every float16 value", "[vmath]") {
   CHECK(worst <= 2.0);
 }
 
-// float sin: the float form up to |x| = 256 (kSinNear), the double reduction beyond. A grid and
-// random floats of [-300, 300] (both forms and the boundary) and the floats nearest the multiples
-// of pi/2 there are within 2 ulp; sin_block (the loops' form: float form first, then the far
-// elements again) gives each element exactly vm::sin's value, in place too.
-TEST_CASE("vmath float sin: near and far forms, and sin_block", "[vmath]") {
+// float sin and cos: the float form up to |x| = 256 (kSinNear), the double reduction beyond. A
+// grid and random floats of [-300, 300] (both forms and the boundary) and the floats nearest the
+// multiples of pi/2 there (the zeros of one, the extremes of the other) are within 2 ulp;
+// sin_block / cos_block (the loops' form: float form first, then the far elements again) give
+// each element exactly vm::sin's / vm::cos's value, in place too.
+template <class F, class Ref, class Block>
+void check_float_trig(const char* name, F f, Ref ref, Block block) {
   std::vector<float> xs;
   for (int i = 0; i <= 300000; ++i) xs.push_back(-300.0f + float(i) * 0.002f);
   std::mt19937 g(77);
@@ -209,23 +211,30 @@ TEST_CASE("vmath float sin: near and far forms, and sin_block", "[vmath]") {
   double worst = 0;
   float at = 0;
   for (float v : xs) {
-    double e = ulp_error(vm::sin(v), std::sin(LD(v)));
+    double e = ulp_error(f(v), ref(LD(v)));
     if (e > worst) worst = e, at = v;
   }
-  INFO("worst " << worst << " ulp at " << at);
+  INFO(name << ": worst " << worst << " ulp at " << at);
   CHECK(worst <= 2.0);
   for (float v : {256.0f, std::nextafter(256.0f, 0.0f), std::nextafter(256.0f, 1e9f), -256.0f, 1e20f, lim<float>::infinity(),
                   -lim<float>::infinity(), lim<float>::quiet_NaN(), -0.0f, 1e-40f, vm::kTrigLimit<float>})
     xs.push_back(v);
   std::vector<float> y(xs.size()), in_place = xs;
-  vm::sin_block(xs.data(), y.data(), int64_t(xs.size()));
-  vm::sin_block(in_place.data(), in_place.data(), int64_t(xs.size()));
+  block(xs.data(), y.data(), int64_t(xs.size()));
+  block(in_place.data(), in_place.data(), int64_t(xs.size()));
   size_t differ = 0, first = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
-    float want = vm::sin(xs[i]);
+    float want = f(xs[i]);
     if (std::memcmp(&y[i], &want, sizeof want) != 0 || std::memcmp(&in_place[i], &want, sizeof want) != 0)
       if (differ++ == 0) first = i;
   }
-  INFO(differ << " elements differ, the first at x = " << xs[first]);
+  INFO(name << ": " << differ << " elements differ, the first at x = " << xs[first]);
   CHECK(differ == 0);
+}
+TEST_CASE("vmath float sin and cos: near and far forms, and their blocks", "[vmath]") {
+  check_float_trig("sin", [](float v) { return vm::sin(v); }, [](LD v) { return std::sin(v); }, vm::sin_block);
+  check_float_trig("cos", [](float v) { return vm::cos(v); }, [](LD v) { return std::cos(v); }, vm::cos_block);
+  CHECK(vm::cos(0.0f) == 1.0f);
+  CHECK(vm::cos(-0.0f) == 1.0f);
+  CHECK(vm::cos(1e-40f) == 1.0f);
 }

@@ -20,7 +20,8 @@
 // silently wrong value (PyTorch / SLEEF compute those too; float inputs there are integers
 // 2^25 apart, so the value has no meaning for a model anyway).
 //
-// float sin / cos / tan compute in double (the reduction needs the extra precision anyway);
+// float sin / cos near zero (|x| <= 256) compute in float (16 lanes of AVX-512), beyond in
+// double as float tan everywhere (the reduction needs the extra precision);
 // everything else computes in the argument's own type. Coefficients: scripts/vmath_coeffs.py.
 #pragma once
 #include <bit>
@@ -435,10 +436,11 @@ inline constexpr float kCosFf[] = {float(kCosF[0]), float(kCosF[1]), float(kCosF
 inline constexpr float kPio2f_1 = 1.5703125f, kPio2f_2 = 0x1.fb4p-12f;
 inline constexpr float kPio2f_3 = float(kPio2_1 - double(kPio2f_1) - double(kPio2f_2));
 inline constexpr float kPio2f_4 = float(kPio2_1 - double(kPio2f_1) - double(kPio2f_2) - double(kPio2f_3) + kPio2_2);
-CR_VM_INLINE float sin_near(float x) {
+// Cos shifts the quadrant by one: cos(j pi/2 + r) = sin((j + 1) pi/2 + r).
+template <bool Cos> CR_VM_INLINE float trig_near(float x) {
   float t = x * float(kTwoOverPi) + Fp<float>::kShift;
   float j = t - Fp<float>::kShift;
-  uint32_t q = bits(t) & 3u;
+  uint32_t q = (bits(t) + uint32_t(Cos)) & 3u;
   float r = std::fma(-j, kPio2f_1, x);
   r = std::fma(-j, kPio2f_2, r);
   r = std::fma(-j, kPio2f_3, r);
@@ -448,7 +450,34 @@ CR_VM_INLINE float sin_near(float x) {
   float c = std::fma(u * u, horner(u, kCosFf), std::fma(-0.5f, u, 1.0f));
   float v = blend((q & 1u) != 0, c, s);
   v = blend((q & 2u) != 0, -v, v);
-  return blend(std::fabs(x) < K<float>::tiny, x, v);  // -0, and subnormals exactly
+  if constexpr (Cos) return v;  // (tiny x: r = x, c rounds to 1)
+  else return blend(std::fabs(x) < K<float>::tiny, x, v);  // -0, and subnormals exactly
+}
+CR_VM_INLINE float sin_near(float x) { return trig_near<false>(x); }
+CR_VM_INLINE float cos_near(float x) { return trig_near<true>(x); }
+
+template <Real T> CR_VM_INLINE T cos_reduced_in_double(T x) {
+  SinCos sc = sincos_pio2(x);
+  double v = blend((sc.q & 1u) != 0, sc.s, sc.c);
+  v = blend(((sc.q + 1u) & 2u) != 0, -v, v);
+  return blend(std::fabs(x) < kTrigLimit<T>, T(v), nan<T>());
+}
+
+// y[i] = f(x[i]) for n floats (y may be x), f = sin (Cos false) or cos: the float form for every
+// element near zero (a loop GCC vectorises; an element beyond keeps its argument), then the
+// double form for those, if any (found again in y: the float form's results are within [-1, 1]).
+template <bool Cos, class Far> CR_VM_INLINE void trig_block(const float* x, float* y, int64_t n, Far far_form) {
+  uint32_t far = 0;  // (an integer: GCC does not vectorise a bool reduction)
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const bool near = std::fabs(v) <= kSinNear;  // (false for NaN)
+    far |= uint32_t(!near);
+    y[i] = blend(near, trig_near<Cos>(v), v);
+  }
+  if (!far) return;
+  for (int64_t i = 0; i < n; ++i)
+    if (!(std::fabs(y[i]) <= kSinNear)) y[i] = far_form(y[i]);
 }
 }  // namespace detail
 
@@ -460,30 +489,20 @@ template <Real T> CR_VM_INLINE T sin(T x) {
   else return sin_reduced_in_double(x);
 }
 
-// y[i] = sin(x[i]) for n floats (y may be x): the float form for every element near zero (a
-// loop GCC vectorises; an element beyond keeps its argument), then the double form for those,
-// if any (found again in y: the float form's results are within [-1, 1]).
+// y[i] = sin(x[i]) / cos(x[i]) for n floats (y may be x), each element exactly vm::sin's /
+// vm::cos's value (detail::trig_block).
 CR_VM_INLINE void sin_block(const float* x, float* y, int64_t n) {
-  using namespace detail;
-  uint32_t far = 0;  // (an integer: GCC does not vectorise a bool reduction)
-#pragma GCC ivdep
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const bool near = std::fabs(v) <= kSinNear;  // (false for NaN)
-    far |= uint32_t(!near);
-    y[i] = blend(near, sin_near(v), v);
-  }
-  if (!far) return;
-  for (int64_t i = 0; i < n; ++i)
-    if (!(std::fabs(y[i]) <= kSinNear)) y[i] = sin_reduced_in_double(y[i]);
+  detail::trig_block<false>(x, y, n, [](float v) { return detail::sin_reduced_in_double(v); });
+}
+CR_VM_INLINE void cos_block(const float* x, float* y, int64_t n) {
+  detail::trig_block<true>(x, y, n, [](float v) { return detail::cos_reduced_in_double(v); });
 }
 
+// float: the float form near zero, the double reduction beyond, as sin.
 template <Real T> CR_VM_INLINE T cos(T x) {
   using namespace detail;
-  SinCos sc = sincos_pio2(x);
-  double v = blend((sc.q & 1u) != 0, sc.s, sc.c);
-  v = blend(((sc.q + 1u) & 2u) != 0, -v, v);
-  return blend(std::fabs(x) < kTrigLimit<T>, T(v), nan<T>());
+  if constexpr (kFloat<T>) return std::fabs(x) <= kSinNear ? cos_near(x) : cos_reduced_in_double(x);
+  else return cos_reduced_in_double(x);
 }
 
 template <Real T> CR_VM_INLINE T tan(T x) {

@@ -132,7 +132,7 @@ template <class Op> std::vector<Meta> infer_unary(OpCall& c) {
 
 // An op's loop over contiguous elements of T written in vm/kernels/vmath.hpp, declared beside
 // the op: it gives each element Op::f's value, faster than Op::f in a loop (float sin's
-// per-element choice between its float and double forms does not vectorise; vm::sin_block
+// / cos's per-element choice between float and double forms does not vectorise; vm::sin_block
 // computes the float form for every element, then the rare far ones again). The block function
 // (compiled code) and the eager kernel on contiguous data run it.
 template <class Op, class T> struct VmLoop {
@@ -141,6 +141,10 @@ template <class Op, class T> struct VmLoop {
 template <> struct VmLoop<Op_sin, float> {
   static constexpr bool has = true;
   [[gnu::always_inline]] static void run(const float* x, float* y, int64_t n) { vm::sin_block(x, y, n); }  // (inlined: the AVX-512 twin keeps its lanes)
+};
+template <> struct VmLoop<Op_cos, float> {
+  static constexpr bool has = true;
+  [[gnu::always_inline]] static void run(const float* x, float* y, int64_t n) { vm::cos_block(x, y, n); }
 };
 
 template <class Op, int Arity> BlockFn block_of(DType compute);

@@ -70,8 +70,8 @@ template <class T> void all() {
   row<T>("sin", -100, 100, [](T a) { return std::sin(a); }, [](T a) { return vm::sin(a); });
   row<T>("cos", -100, 100, [](T a) { return std::cos(a); }, [](T a) { return vm::cos(a); });
   if constexpr (sizeof(T) == 4) {
-    block_row("sin blk", [](float a) { return std::sin(a); }, cr::vm::sin_block);
-    block_row("cos blk", [](float a) { return std::cos(a); }, cr::vm::cos_block);
+    block_row("sin blk", [](float a) { return std::sin(a); }, [](const float* x, float* y, long n) { cr::vm::sin_block(x, y, n); });
+    block_row("cos blk", [](float a) { return std::cos(a); }, [](const float* x, float* y, long n) { cr::vm::cos_block(x, y, n); });
   }
   row<T>("tan", -100, 100, [](T a) { return std::tan(a); }, [](T a) { return vm::tan(a); });
   row<T>("tanh", -10, 10, [](T a) { return std::tanh(a); }, [](T a) { return vm::tanh(a); });

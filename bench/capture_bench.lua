@@ -7,6 +7,7 @@
 -- subtracted, so "host" is what capture adds around the kernels. Means over `calls` calls, best of
 -- 5 rounds.
 local T = require "crescent"
+T.config.sync_compile = true  -- compiles in line: the timed calls run native code
 local now = require("crescent.core").api.now_us
 local calls = tonumber(arg and arg[1]) or 3000
 

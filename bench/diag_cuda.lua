@@ -1,4 +1,5 @@
 local T = require "crescent"
+T.config.sync_compile = true  -- compiles in line: the timed calls run native code
 local x = T.randn(8192, 4096):cuda()
 local b = T.randn(4096):cuda()
 local now = require("crescent.core").api.now_us

@@ -6,6 +6,7 @@
 --   crescent bench/gpt2_bench.lua CONFIG BATCH PROMPT NEW ROUNDS      -> one JSON line
 --   (DEVICE=cuda: the model and the prompt on the GPU)
 local T = require "crescent"
+T.config.sync_compile = true  -- compiles in line: the timed calls run native code
 local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
 package.path = dir .. "/examples/?.lua;" .. package.path
 local G = require "models.gpt2"

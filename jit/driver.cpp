@@ -130,9 +130,9 @@ void compile_isolated(const Plan& plan, cpu::FnTable& fns, const std::string& so
 }
 
 // Forked by default; CRESCENT_JIT_FORK=0 compiles in process (no leak or crash isolation).
-// fork() runs other libraries' atfork handlers: OpenBLAS's joins its threads, which was seen to
-// deadlock when the fork came from the background thread while the program exited - one reason
-// T.config.sync_compile defaults to true (see stdlib/compile.lua).
+// fork() runs other libraries' atfork handlers (OpenBLAS's stops its thread pool, which restarts
+// at the next product); the background thread forks while the main thread may be inside OpenBLAS
+// or exiting (Worker::drain waits for the compile in progress).
 bool isolate_compiles() {
   const char* v = std::getenv("CRESCENT_JIT_FORK");
   return !(v && *v == '0');

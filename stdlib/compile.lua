@@ -16,10 +16,10 @@ M.config = {
   cache_size_limit = 8,   -- variants per site before it runs eagerly
   cache_dir = os.getenv("CRESCENT_CACHE_DIR") or ((os.getenv("HOME") or ".") .. "/.cache/crescent"),
   debug_dir = os.getenv("CRESCENT_DEBUG_DIR"),  -- per compiled graph: guards, graphs, compile time
-  -- true: native code is compiled in line; false: on a background thread while the graph keeps
-  -- running eagerly. In line by default for now: the compiler runs in a forked process, and a fork
-  -- from the background thread can deadlock in OpenBLAS's fork handler when the program exits.
-  sync_compile = true,
+  -- false: native code is compiled on a background thread while the graph keeps running on the
+  -- eager kernels, and the graph switches between two calls; true: in line (the spec runner sets
+  -- it, so that a test's second call runs native code).
+  sync_compile = false,
 }
 
 -- "auto", "cpu" and "cuda" all compile native code for the device the graph's tensors are on

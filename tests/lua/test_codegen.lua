@@ -542,33 +542,9 @@ end)
 
 -- ---- 6. background compilation ---------------------------------------------------------------------
 
-local ffi = require "ffi"
-pcall(ffi.cdef, "int usleep(unsigned int usec);")
-
 describe("native CPU code compiled in the background", function()
   it("gives eager results on every call while the kernels compile, then runs them", function()
-    T.config.sync_compile = false
-    local ok, err = pcall(function()
-      local fn = function(x, y) return ((x * 1.8125 - y):sigmoid() * y):sum(2), x:amax(1) + 0.4375 end
-      local f = T.compile(fn, { hot = 0 })
-      T.compiler.reset()
-      local after, calls = 0, 0
-      while after < 20 and calls < 2000 do  -- up to ~10 s
-        calls = calls + 1
-        T.manual_seed(60 + calls % 5)
-        local x, y = T.randn(8, 16), T.randn(8, 16)
-        local w1, w2 = fn(x, y)
-        local g1, g2 = f(x, y)
-        match(g1, w1, "call " .. calls .. " sum", RED)
-        match(g2, w2, "call " .. calls .. " amax", RED)
-        if stats().kernels_compiled > 0 then after = after + 1 else ffi.C.usleep(5000) end
-      end
-      local s = stats()
-      S.truthy(s.kernels_compiled > 0, "no kernel compiled after " .. calls .. " calls")
-      S.eq(s.eager_fallbacks, 0, "eager fallbacks")
-    end)
-    T.config.sync_compile = true
-    if not ok then error(err, 0) end
+    S.background_compile(function(t) return t end, function(got, want, what) match(got, want, what, RED) end)
   end)
 end)
 

@@ -593,6 +593,15 @@ describe("CUDA tensors", function()
     expect.truthy(s.kernels_compiled + s.disk_cache_hits > 0, "no CUDA kernel was compiled")
     expect.eq(s.eager_fallbacks, 0)
   end)
+  -- T.config.sync_compile = false, the default outside the specs: NVRTC and the module load run on
+  -- the background thread (its own current context), every call meanwhile gives eager results
+  it("compiles graphs in the background while they run on the eager kernels", function()
+    need_gpu()
+    expect.background_compile(function(t) return t:cuda() end, function(got, want, what)
+      expect.eq(got.device, "cuda:0", what)
+      expect.close(got:cpu(), want, 1e-5, 1e-5)
+    end)
+  end)
 end)
 
 -- Streams and events as PyTorch has them (jit/cuda/streams.hpp): the ordering cases queue a few

@@ -409,12 +409,19 @@ class Worker {
     jobs_.push_back(std::move(job));
     cv_.notify_all();
   }
+  // At exit (an embedding host's exit(); the VM's end and os.exit wait_idle first): drops the
+  // queued jobs and waits for the one in progress.
   void drain() {
     std::unique_lock<std::mutex> lock(m_);
     stopping_ = true;
     jobs_.clear();
     if (std::this_thread::get_id() == worker_id_) return;  // exit() called by a compile itself
     cv_.wait_for(lock, std::chrono::seconds(30), [this] { return !busy_; });
+  }
+  void wait_idle() {
+    std::unique_lock<std::mutex> lock(m_);
+    if (!started_ || std::this_thread::get_id() == worker_id_) return;
+    cv_.wait_for(lock, std::chrono::seconds(60), [this] { return jobs_.empty() && !busy_; });
   }
  private:
   void loop() {
@@ -472,5 +479,7 @@ void compile_native(const std::shared_ptr<graph::Graph>& g, const Options& o) {
   // the job keeps the graph and the slot alive; the graph is only read
   Worker::get().submit([g, o, slot] { compile_now(g, o, *slot); });
 }
+
+void wait_background_compiles() { Worker::get().wait_idle(); }
 
 }  // namespace cr::jit

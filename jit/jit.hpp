@@ -22,6 +22,9 @@ struct Options {
 // Starts compiling g for o.device; g->native is set to the slot that receives the outcome.
 // Lines for CRESCENT_LOGS (fusion, output_code) are left in the slot's `log`.
 void compile_native(const std::shared_ptr<graph::Graph>& g, const Options& o);
+// Returns once the background thread has no compile queued or running (at most a minute): the
+// Lua VM's end and os.exit wait here, so that no compile runs while exit destroys what it uses.
+void wait_background_compiles();
 
 // The CUBIN of a CUDA module's source for `arch`, from the kernel cache (memory, then
 // `<cache_dir>/<key>.cubin`) or compiled by NVRTC and cached: graphs' modules and the library

@@ -29,6 +29,18 @@ end
 
 function T.get_num_threads() return api.num_threads() end
 
+-- os.exit ends the process without closing the Lua state: a graph still compiling on the
+-- background thread finishes first (its compile would otherwise run while exit destroys what it
+-- uses). Once per process, however many times the module is loaded.
+if not core.exit_waits then
+  core.exit_waits = true
+  local exit = os.exit
+  os.exit = function(...)
+    api.wait_compiles()
+    return exit(...)
+  end
+end
+
 -- devices (crescent.cuda) ----------------------------------------------------------------------
 local cuda = require "crescent.cuda"
 local device_index = cuda.device_index

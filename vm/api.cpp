@@ -481,6 +481,7 @@ const cr_api* api_table() {
       api_record_stream,
       api_native_unavailable,
       api_attention_fused,
+      jit::wait_background_compiles,
   };
   return &api;
 }

@@ -145,6 +145,8 @@ typedef struct cr_api {
   /* whether attention of this dtype (name), query rows, head sizes and scale runs as a fused CUDA
    * kernel (jit/cuda/attention.hpp attention_takes): F.scaled_dot_product_attention's choice */
   int32_t (*attention_fused)(const char* dtype, int64_t l, int64_t e, int64_t ev, double scale);
+  /* returns once no compile is queued or running on the background thread (os.exit calls it) */
+  void (*wait_compiles)(void);
 } cr_api;
 
 #ifdef __cplusplus

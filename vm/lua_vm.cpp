@@ -3,6 +3,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "jit/jit.hpp"
 #include "vm/api.hpp"
 #include "vm/stdlib.hpp"
 #include "vm/tensor.hpp"
@@ -116,7 +117,12 @@ LuaVM::LuaVM() : L_((check_cpu(), luaL_newstate())) {
     throw std::runtime_error("crescent: loading the standard library failed: " + error_);
 }
 
-LuaVM::~LuaVM() { lua_close(L_); }
+// A graph may still be compiling on the background thread: it finishes before the state closes
+// (and, in the executable, before exit destroys the statics a compile uses).
+LuaVM::~LuaVM() {
+  jit::wait_background_compiles();
+  lua_close(L_);
+}
 
 bool LuaVM::pcall(int nargs, int nresults) {
   int base = lua_gettop(L_) - nargs;

@@ -546,6 +546,35 @@ describe("native CPU code compiled in the background", function()
   it("gives eager results on every call while the kernels compile, then runs them", function()
     S.background_compile(function(t) return t end, function(got, want, what) match(got, want, what, RED) end)
   end)
+  -- The process ends while graphs compile: the end of the script (the VM's end) and os.exit wait
+  -- for the compile in progress; exit destroyed what it used under it (an ASan use-after-free).
+  it("lets a program end, or call os.exit, while graphs compile", function()
+    local bin = S.crescent_bin()
+    if not bin then S.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
+    -- (not a plain os.exit(0): it leaves every tensor alive, which the ASan run reports as leaks)
+    for _, ending in ipairs { "", "os.exit(0, true)" } do
+      local dir, path = os.tmpname(), os.tmpname()
+      os.remove(dir)
+      S.write_file(path, string.format([[
+local T = require "crescent"
+T.config.sync_compile = false
+T.config.cache_dir = %q
+local x = T.randn(64, 64)
+for k = 1, 4 do
+  local f = T.compile(function(a) return T.relu(T.matmul(a, x) * k + 1):sum(1) end, { hot = 1 })
+  for _ = 1, 2 do f(x) end
+end
+io.write("done\n")
+%s
+]], dir, ending))
+      local p = io.popen(quote(bin) .. " " .. quote(path) .. " 2>&1; echo rc=$?")
+      local out = p:read("*a")
+      p:close()
+      os.remove(path)
+      os.execute("rm -rf " .. quote(dir))
+      S.eq(out, "done\nrc=0\n", "ending with '" .. ending .. "'")
+    end
+  end)
 end)
 
 -- ---- 7. in-place ops, views of computed values ----------------------------------------------------

@@ -9,7 +9,7 @@
 -- argument stores and one call; argument errors name the op, the argument and what was given.
 local core = require "crescent.core"
 local ffi, api, ctx = core.ffi, core.api, core.ctx
-local is_tensor, wrap = core.is_tensor, core.wrap
+local is_tensor, wrap, ptr = core.is_tensor, core.wrap, core.ptr
 
 local M = {}
 local MAXARGS, OUTCAP = 16, 64
@@ -38,13 +38,13 @@ end
 -- stores ------------------------------------------------------------------------------------
 local put = {}
 function put.T(i, v, op, name)
-  if is_tensor(v) then ARGS[i].tag = 1; ARGS[i].ptr = v.p
+  if is_tensor(v) then ARGS[i].tag = 1; ARGS[i].ptr = ptr(v)
   else argerr(op, i + 1, name, "a tensor", v) end
 end
 function put.TN(i, v, op, name)
   local t = type(v)
   if t == "number" then ARGS[i].tag = 2; ARGS[i].num = v
-  elseif is_tensor(v) then ARGS[i].tag = 1; ARGS[i].ptr = v.p
+  elseif is_tensor(v) then ARGS[i].tag = 1; ARGS[i].ptr = ptr(v)
   elseif t == "boolean" then ARGS[i].tag = 3; ARGS[i].num = v and 1 or 0
   else argerr(op, i + 1, name, "a tensor or a number", v) end
 end
@@ -92,7 +92,7 @@ function put.TL(i, v, op, name)
   for k = 1, n do
     local t = v[k]
     if not is_tensor(t) then argerr(op, i + 1, name, "a list of tensors", t) end
-    b.buf[k - 1] = t.p
+    b.buf[k - 1] = ptr(t)
   end
   ARGS[i].tag = 5; ARGS[i].n = n; ARGS[i].ptr = b.buf
 end

@@ -8,7 +8,7 @@
 -- before them have run (their side effects are due, as in eager mode).
 local core = require "crescent.core"
 local ffi, api, ctx = core.ffi, core.api, core.ctx
-local is_tensor, fail = core.is_tensor, core.fail
+local is_tensor, fail, ptr = core.is_tensor, core.fail, core.ptr
 
 local M = {}
 
@@ -74,12 +74,12 @@ local function slow_returns(n, ...)  -- tensors inside tables, or more than 3 va
   local list, seen = {}, {}
   for i = 1, n do collect((select(i, ...)), list, seen) end
   local buf = #list <= 64 and RETS or ffi.new("cr_tensor*[?]", #list)
-  for i = 1, #list do buf[i - 1] = list[i].p end
+  for i = 1, #list do buf[i - 1] = ptr(list[i]) end
   return buf, #list
 end
 -- -1: v is a table (the slow path); else the count after v is stored at buf[count] if a tensor
 local function put_return(v, count)
-  if is_tensor(v) then RETS[count] = v.p; return count + 1 end
+  if is_tensor(v) then RETS[count] = ptr(v); return count + 1 end
   if type(v) == "table" then return -1 end
   return count
 end
@@ -244,7 +244,7 @@ function M.mark_dynamic(x, dim, range)
                          tostring(range.min), tostring(range.max)))
     end
   end
-  local p = x.p
+  local p = ptr(x)
   p._dynamic = bit.bor(p._dynamic, bit.lshift(1, dim - 1))
   return x
 end

@@ -1,7 +1,7 @@
 -- crescent.core: the FFI boundary. Declares vm/ffi_api.h to LuaJIT, casts the api table and
 -- this VM's context, and defines the tensor handle type. Every other module reaches C++ only
 -- through what this one returns.
-local cdef, api_ptr, ctx_ptr, release_handle = ...
+local cdef, api_ptr, ctx_ptr, release_handle, new_handles = ...
 local ffi = require "ffi"
 ffi.cdef(cdef)
 
@@ -9,9 +9,8 @@ local core = {
   ffi = ffi,
   api = ffi.cast("cr_api*", api_ptr),
   ctx = ffi.cast("cr_ctx*", ctx_ptr),
-  handle_t = ffi.typeof("cr_handle"),
   dtypes = { [0] = "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" },
-  -- filled by crescent.tensor before the handle type gets its metatable
+  -- the tensor handles' metatable, filled by crescent.tensor before the first handle is made
   tensor_mt = {},
   release_handle = release_handle,  -- the handles' finaliser (a lua_CFunction, vm/lua_vm.cpp)
 }
@@ -62,22 +61,40 @@ end
 -- Lua needs the value of tensor t (item, totable, tostring...): inside a compiled function
 -- this is a graph break; a tensor whose graph already ran gets its value.
 function core.need(t, reason)
-  local rc = core.api.cap_need(core.ctx, t.p, reason, core.where())
+  local rc = core.api.cap_need(core.ctx, core.ptr(t), reason, core.where())
   if rc < 0 then core.raise(rc) end
 end
 
+-- Tensor handles: full userdata holding a cr_handle { cr_tensor* p }, with core.tensor_mt as
+-- their metatable and the C function release_handle as its __gc (vm/lua_vm.cpp says why not
+-- cdata). They come from a pool that the C function new_handles refills, kPool at a time; a
+-- handle taken from it leaves the pool's table, so nothing but the user's values keeps it alive.
+local mt, hptr, cast, getmetatable = core.tensor_mt, ffi.typeof("cr_handle*"), ffi.cast, getmetatable
+local kPool, pool, free = 256, {}, 0
+
+-- The cr_tensor* of handle t (no check: callers know t is a tensor).
+function core.ptr(t)
+  return cast(hptr, t).p
+end
+
 -- Wraps a cr_tensor* we own one reference of into a Lua handle (released by __gc).
-local handle_t = core.handle_t
 -- (Not a tail call: LuaJIT cannot record a return below a trace's first frame right after a
 -- tail call to a constructor, and such returns are common: an op traced on its own returning into
 -- the user's code; the whole path would run interpreted.)
 function core.wrap(p)
-  local h = handle_t(p)
+  if free == 0 then
+    new_handles(pool, kPool, mt)
+    free = kPool
+  end
+  local h = pool[free]
+  pool[free] = nil
+  free = free - 1
+  cast(hptr, h).p = p
   return h
 end
 
 function core.is_tensor(v)
-  return ffi.istype(handle_t, v)
+  return getmetatable(v) == mt
 end
 
 return core

@@ -2,7 +2,7 @@
 -- validation live in C++ (vm/io/), where the fuzz targets can reach them.
 local core = require "crescent.core"
 local ffi, api, ctx = core.ffi, core.api, core.ctx
-local fail, is_tensor, wrap = core.fail, core.is_tensor, core.wrap
+local fail, is_tensor, wrap, ptr = core.fail, core.is_tensor, core.wrap, core.ptr
 
 local M = {}
 
@@ -32,8 +32,8 @@ function M.save(path, what)
   local cnames = ffi.new("const char*[?]", math.max(n, 1))
   local cts = ffi.new("cr_tensor*[?]", math.max(n, 1))
   for i = 1, n do
-    if ctx.capturing ~= 0 or items[i].p._storage == nil or items[i].p._lazy ~= nil then core.need(items[i], "save()") end
-    cnames[i - 1] = names[i]; cts[i - 1] = items[i].p
+    if ctx.capturing ~= 0 or ptr(items[i])._storage == nil or ptr(items[i])._lazy ~= nil then core.need(items[i], "save()") end
+    cnames[i - 1] = names[i]; cts[i - 1] = ptr(items[i])
   end
   local rc = api.save_safetensors(ctx, path, cnames, cts, n)
   if rc ~= 0 then core.raise(rc) end
@@ -58,8 +58,8 @@ end
 function M.save_npy(path, t)
   check_path("save_npy", path)
   if not is_tensor(t) then fail("save_npy: argument 2 (tensor) expected a tensor, got " .. type(t)) end
-  if ctx.capturing ~= 0 or t.p._storage == nil or t.p._lazy ~= nil then core.need(t, "save_npy()") end
-  local rc = api.save_npy(ctx, path, t.p)
+  if ctx.capturing ~= 0 or ptr(t)._storage == nil or ptr(t)._lazy ~= nil then core.need(t, "save_npy()") end
+  local rc = api.save_npy(ctx, path, ptr(t))
   if rc ~= 0 then core.raise(rc) end
 end
 

@@ -19,7 +19,7 @@
 -- so such functions are refused only when one of the rules above catches them.
 local core = require "crescent.core"
 local ffi, api, ctx = core.ffi, core.api, core.ctx
-local is_tensor, wrap = core.is_tensor, core.wrap
+local is_tensor, wrap, ptr = core.is_tensor, core.wrap, core.ptr
 
 local M = {}
 
@@ -159,7 +159,7 @@ function M.wrap(fn, id, call)
       local v = (select(i, ...))
       if st.kinds[i] == "tensor" then
         if not is_tensor(v) then return false end
-        cands[i - 1] = v.p
+        cands[i - 1] = ptr(v)
       elseif v ~= st.values[i] then
         return false
       end
@@ -167,7 +167,7 @@ function M.wrap(fn, id, call)
     for k, path in ipairs(st.paths) do
       local v = follow(fn, path)
       if not is_tensor(v) then return false end
-      cands[n + k - 1] = v.p
+      cands[n + k - 1] = ptr(v)
     end
     return true
   end
@@ -188,7 +188,7 @@ function M.wrap(fn, id, call)
   local slow, refused  -- the general path, and what a failed replay does (set below)
   function specialise()
     local n, np = st.nargs, #st.paths
-    local L = { "local is_tensor, cands, values, paths, follow, fn, api, ctx, id, OUTS, OUTCAP, wrap, retvals, core, slow, refused = ...",
+    local L = { "local is_tensor, cands, values, paths, follow, fn, api, ctx, id, OUTS, OUTCAP, wrap, retvals, core, slow, refused, ptr = ...",
                 "return function(...)" }
     local names = {}
     for i = 1, n do names[i] = "a" .. i end
@@ -196,13 +196,13 @@ function M.wrap(fn, id, call)
     L[#L + 1] = string.format("if select('#', ...) ~= %d then return slow(...) end", n)
     for i = 1, n do
       if st.kinds[i] == "tensor" then
-        L[#L + 1] = string.format("if not is_tensor(a%d) then return slow(...) end; cands[%d] = a%d.p", i, i - 1, i)
+        L[#L + 1] = string.format("if not is_tensor(a%d) then return slow(...) end; cands[%d] = ptr(a%d)", i, i - 1, i)
       else
         L[#L + 1] = string.format("if a%d ~= values[%d] then return slow(...) end", i, i)
       end
     end
     for k = 1, np do
-      L[#L + 1] = string.format("local u%d = follow(fn, paths[%d]); if not is_tensor(u%d) then return slow(...) end; cands[%d] = u%d.p",
+      L[#L + 1] = string.format("local u%d = follow(fn, paths[%d]); if not is_tensor(u%d) then return slow(...) end; cands[%d] = ptr(u%d)",
                                 k, k, k, n + k - 1, k)
     end
     L[#L + 1] = string.format("local m = api.cap_replay(ctx, id, cands, %d, OUTS, OUTCAP)", n + np)
@@ -216,7 +216,7 @@ function M.wrap(fn, id, call)
     L[#L + 1] = "return " .. table.concat(outs, ", ")
     L[#L + 1] = "end"
     local chunk = assert(loadstring(table.concat(L, "\n"), "=[crescent] replay of a compiled function"))
-    return chunk(is_tensor, cands, st.values, st.paths, follow, fn, api, ctx, id, OUTS, OUTCAP, wrap, st.retvals, core, slow, refused)
+    return chunk(is_tensor, cands, st.values, st.paths, follow, fn, api, ctx, id, OUTS, OUTCAP, wrap, st.retvals, core, slow, refused, ptr)
   end
 
   local function try_plan(n, rets, ...)

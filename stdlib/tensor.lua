@@ -4,7 +4,7 @@
 local core = require "crescent.core"
 local binding = require "crescent.binding"
 local ffi, api, ctx = core.ffi, core.api, core.ctx
-local fail, is_tensor, wrap = core.fail, core.is_tensor, core.wrap
+local fail, is_tensor, wrap, ptr = core.fail, core.is_tensor, core.wrap, core.ptr
 local dtypes = core.dtypes
 
 local ops = binding.build()
@@ -15,13 +15,13 @@ end
 
 -- properties -----------------------------------------------------------------------------------
 function props.shape(t)
-  local p, s = t.p, {}
+  local p, s = ptr(t), {}
   for i = 0, p._ndim - 1 do s[i + 1] = tonumber(p._sizes[i]) end
   return s
 end
-function props.dtype(t) return dtypes[t.p._dtype] end
+function props.dtype(t) return dtypes[ptr(t)._dtype] end
 function props.device(t)
-  local p = t.p
+  local p = ptr(t)
   return p._dev_type == 0 and "cpu" or ("cuda:" .. p._dev_index)
 end
 
@@ -35,20 +35,20 @@ local function norm_dim(op, d, n)
 end
 methods._norm_dim = norm_dim
 
-function methods:dim() return self.p._ndim end
+function methods:dim() return ptr(self)._ndim end
 function methods:numel()
-  local p, n = self.p, 1
+  local p, n = ptr(self), 1
   for i = 0, p._ndim - 1 do n = n * tonumber(p._sizes[i]) end
   return n
 end
 function methods:size(d)
   if d == nil then return props.shape(self) end
-  local p = self.p
+  local p = ptr(self)
   if p._ndim == 0 then fail("size: a 0-d tensor has no dims") end
   return tonumber(p._sizes[norm_dim("size", d, p._ndim)])
 end
 function methods:stride(d)
-  local p = self.p
+  local p = ptr(self)
   if d == nil then
     local s = {}
     for i = 0, p._ndim - 1 do s[i + 1] = tonumber(p._strides[i]) end
@@ -57,7 +57,7 @@ function methods:stride(d)
   if p._ndim == 0 then fail("stride: a 0-d tensor has no dims") end
   return tonumber(p._strides[norm_dim("stride", d, p._ndim)])
 end
-function methods:is_contiguous() return api.is_contiguous(self.p) ~= 0 end
+function methods:is_contiguous() return api.is_contiguous(ptr(self)) ~= 0 end
 function methods:_shape_str() return "{" .. table.concat(props.shape(self), ",") .. "}" end
 
 -- Reading a value out of a lazy tensor (one a compiled function has not computed yet) is a
@@ -66,22 +66,22 @@ local need = core.need
 
 local ITEM = ffi.new("double[1]")
 function methods:item()
-  if ctx.capturing ~= 0 or self.p._storage == nil or self.p._lazy ~= nil then need(self, "item()") end
-  local rc = api.item(ctx, self.p, ITEM)
+  if ctx.capturing ~= 0 or ptr(self)._storage == nil or ptr(self)._lazy ~= nil then need(self, "item()") end
+  local rc = api.item(ctx, ptr(self), ITEM)
   if rc ~= 0 then core.raise(rc) end
   local v = ITEM[0]
-  if self.p._dtype == 6 then return v ~= 0 end
+  if ptr(self)._dtype == 6 then return v ~= 0 end
   return v
 end
 
 -- nested Lua tables (a number for a 0-d tensor; booleans for bool tensors)
 function methods:totable()
-  if ctx.capturing ~= 0 or self.p._storage == nil or self.p._lazy ~= nil then need(self, "totable()") end
+  if ctx.capturing ~= 0 or ptr(self)._storage == nil or ptr(self)._lazy ~= nil then need(self, "totable()") end
   local n = methods.numel(self)
   local buf = ffi.new("double[?]", math.max(n, 1))
-  local rc = api.read_all(ctx, self.p, buf, n)
+  local rc = api.read_all(ctx, ptr(self), buf, n)
   if rc ~= 0 then core.raise(rc) end
-  local shape, isbool = props.shape(self), self.p._dtype == 6
+  local shape, isbool = props.shape(self), ptr(self)._dtype == 6
   local pos = 0
   local function build(d)
     if d > #shape then
@@ -102,12 +102,12 @@ end
 function methods:record_stream(s)
   require("crescent.cuda").check_stream(s, "record_stream")
   if ctx.capturing ~= 0 then need(self, "record_stream()") end
-  if api.record_stream(ctx, self.p, s.id) ~= 0 then core.raise(-1) end
+  if api.record_stream(ctx, ptr(self), s.id) ~= 0 then core.raise(-1) end
 end
 
 function methods:data_ptr()
-  if ctx.capturing ~= 0 or self.p._storage == nil or self.p._lazy ~= nil then need(self, "data_ptr()") end
-  local ptr = api.data_ptr(ctx, self.p)
+  if ctx.capturing ~= 0 or ptr(self)._storage == nil or ptr(self)._lazy ~= nil then need(self, "data_ptr()") end
+  local ptr = api.data_ptr(ctx, ptr(self))
   if ptr == nil then core.raise() end
   return ptr
 end
@@ -139,17 +139,17 @@ mt.__newindex = function(t, k, v)
   if type(v) == "number" or type(v) == "boolean" then fill_(slice, v) else copy_(slice, v) end
 end
 mt.__len = function(t)
-  if t.p._ndim == 0 then fail("#: a 0-d tensor has no length") end
-  return tonumber(t.p._sizes[0])
+  if ptr(t)._ndim == 0 then fail("#: a 0-d tensor has no length") end
+  return tonumber(ptr(t)._sizes[0])
 end
 mt.__tostring = function(t)
-  if ctx.capturing ~= 0 or t.p._storage == nil or t.p._lazy ~= nil then need(t, "tostring()") end
-  local s = api.format(ctx, t.p)
+  if ctx.capturing ~= 0 or ptr(t)._storage == nil or ptr(t)._lazy ~= nil then need(t, "tostring()") end
+  local s = api.format(ctx, ptr(t))
   if s == nil then core.raise() end
   return ffi.string(s)
 end
 mt.__gc = core.release_handle
-mt.__eq = function(a, b) return is_tensor(a) and is_tensor(b) and a.p == b.p end
+mt.__eq = function(a, b) return is_tensor(a) and is_tensor(b) and ptr(a) == ptr(b) end
 local function no_order() fail("tensor: < and <= are Lua ordering, not elementwise: use x:lt(y), x:le(y), x:gt(y), x:ge(y)") end
 mt.__lt, mt.__le = no_order, no_order
 mt.__add = ops.add.fn
@@ -160,6 +160,5 @@ mt.__pow = ops.pow.fn
 mt.__mod = ops.remainder.fn
 mt.__unm = ops.neg.fn
 
-ffi.metatype(core.handle_t, mt)
 
 return { ops = ops, methods = methods, props = props, norm_dim = norm_dim }

@@ -22,7 +22,6 @@ namespace crescent {
 
 namespace {
 
-constexpr int kLuaTypeCdata = 10;  // lua_type() of LuaJIT FFI cdata (tensor handles)
 constexpr int kMaxDepth = 64;      // nested tables deeper than this are taken for cycles
 
 // Turns the runtime's exceptions into crescent::Error; `what` names the API entry.
@@ -317,8 +316,8 @@ end
 -- Stores a new reference of handle h into the cr_tensor* slot; false if h is not a tensor.
 function H.take(h, slot)
   if not is_tensor(h) then return false end
-  api.retain(h.p)
-  ffi.cast("cr_tensor**", slot)[0] = h.p
+  api.retain(core.ptr(h))
+  ffi.cast("cr_tensor**", slot)[0] = core.ptr(h)
   return true
 end
 
@@ -446,7 +445,7 @@ struct VM::Impl {
         return std::string(s, n);
       }
       case LUA_TTABLE: return pull_table(idx, where, depth);
-      case kLuaTypeCdata: {
+      case LUA_TUSERDATA: {  // tensor handles (the helper says whether it is one)
         StackGuard g(L);
         cr_tensor* slot = nullptr;
         lua_pushvalue(L, idx);

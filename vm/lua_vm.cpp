@@ -40,11 +40,31 @@ const std::string& cdef_text() {
   return text;
 }
 
-// The tensor handle's finaliser. A plain C function rather than the FFI pointer
-// cr_api.release_handle: the collector calls it directly, where a cdata function pointer goes
-// through the FFI's generic call path (several hundred instructions per handle).
+// Tensor handles are full userdata holding a cr_handle (stdlib/core.lua). LuaJIT finalises a
+// userdata by walking its list of them at each collection; a cdata with a finaliser costs two
+// hash operations in the FFI's finaliser table (one when made, one when finalised) and lives a
+// collection longer: 300 against 100 ns per short-lived handle, measured on a chain of ops.
+// Userdata can only be made through the C API, so the stdlib takes them from a pool that this
+// function refills, n at a time: new_handles(pool, n, mt) sets pool[1..n] to fresh handles
+// (p = NULL) with the metatable mt. A call from a compiled trace costs a stitch, once per n.
+int new_handles(lua_State* L) {
+  int n = int(luaL_checkinteger(L, 2));
+  for (int i = 1; i <= n; ++i) {
+    auto* h = static_cast<cr_handle*>(lua_newuserdata(L, sizeof(cr_handle)));
+    h->p = nullptr;
+    lua_pushvalue(L, 3);
+    lua_setmetatable(L, -2);
+    lua_rawseti(L, 1, i);
+  }
+  return 0;
+}
+
+// The tensor handle's finaliser (the metatable's __gc). A plain C function rather than the FFI
+// pointer cr_api.release_handle: the collector calls it directly, where a cdata function pointer
+// goes through the FFI's generic call path (several hundred instructions per handle). Handles
+// still in the pool hold no tensor.
 int release_handle(lua_State* L) {
-  auto* h = static_cast<cr_handle*>(const_cast<void*>(lua_topointer(L, 1)));
+  auto* h = static_cast<cr_handle*>(lua_touserdata(L, 1));
   if (h && h->p) {
     tensor_release(h->p);
     h->p = nullptr;
@@ -64,7 +84,8 @@ int load_embedded(lua_State* L) {
     lua_pushlightuserdata(L, const_cast<cr_api*>(api_table()));
     lua_pushlightuserdata(L, lua_touserdata(L, lua_upvalueindex(2)));
     lua_pushcfunction(L, release_handle);
-    lua_call(L, 4, 1);
+    lua_pushcfunction(L, new_handles);
+    lua_call(L, 5, 1);
   } else {
     lua_pushstring(L, name);
     lua_call(L, 1, 1);
@@ -97,9 +118,9 @@ LuaVM::LuaVM() : L_((check_cpu(), luaL_newstate())) {
   if (!L_) throw std::runtime_error("crescent: cannot create a Lua state (out of memory)");
   luaL_openlibs(L_);
   // Collect when the heap has grown by half (Lua's default waits for it to double). Tensor
-  // handles are tiny on the Lua heap but each holds a C++ tensor and an entry in LuaJIT's cdata
-  // finaliser table, which is rehashed in full as it grows: fewer dead handles waiting means
-  // less rehashing and memory reused sooner (~15 % less time per small op, eager and compiled).
+  // handles are tiny on the Lua heap but each holds a C++ tensor: fewer dead handles waiting
+  // means memory reused sooner (it was ~15 % less time per small op, eager and compiled, when
+  // handles were cdata with entries in the FFI's finaliser table).
   // Scripts may still call collectgarbage("setpause", n).
   lua_gc(L_, LUA_GCSETPAUSE, 150);
   lua_getglobal(L_, "package");

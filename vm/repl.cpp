@@ -38,7 +38,6 @@ namespace {
 constexpr const char* kPrompt = "> ";
 constexpr const char* kContinuePrompt = ">> ";
 constexpr int kHistoryLines = 1000;
-constexpr int kLuaTypeCdata = 10;  // lua_type() of LuaJIT FFI cdata (tensor handles)
 
 // ---- Ctrl-C -----------------------------------------------------------------------------------
 // While a chunk runs, Ctrl-C sets a hook that raises "interrupted!" at the next Lua instruction
@@ -147,15 +146,32 @@ const char* const kKeywords[] = {"and", "break", "do", "else", "elseif", "end", 
                                  "function", "goto", "if", "in", "local", "nil", "not", "or",
                                  "repeat", "return", "then", "true", "until", "while"};
 
-// Replaces the value on the top of the stack by the table its fields come from (or nil).
+// Replaces the value on the top of the stack by the table its fields come from (or nil): a
+// tensor handle (a userdata with crescent's tensor metatable) offers crescent's methods, other
+// userdata (files) the table of their metatable's __index.
 void fields_table(lua_State* L) {
-  if (lua_type(L, -1) == kLuaTypeCdata) {
+  if (lua_type(L, -1) != LUA_TUSERDATA) return;
+  lua_getfield(L, LUA_GLOBALSINDEX, "crescent");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "is_tensor");
+    lua_pushvalue(L, -3);
+    bool tensor = lua_pcall(L, 1, 1, 0) == 0 && lua_toboolean(L, -1);
     lua_pop(L, 1);
-    lua_getfield(L, LUA_GLOBALSINDEX, "crescent");
-    if (!lua_istable(L, -1)) return;
-    lua_pushstring(L, "_methods");
-    lua_rawget(L, -2);
-    lua_remove(L, -2);
+    if (tensor) {
+      lua_getfield(L, -1, "_methods");
+      lua_replace(L, -3);
+      lua_pop(L, 1);
+      return;
+    }
+  }
+  lua_pop(L, 1);
+  if (lua_getmetatable(L, -1)) {
+    lua_getfield(L, -1, "__index");
+    lua_replace(L, -3);
+    lua_pop(L, 1);
+  } else {
+    lua_pop(L, 1);
+    lua_pushnil(L);
   }
 }
 

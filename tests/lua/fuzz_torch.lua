@@ -18,6 +18,7 @@
 -- the list below. CRESCENT_FUZZ_KEEP=1 keeps the exchange files (manifest, values, status).
 local T = require "crescent"
 local ffi = require "ffi"
+local core = require "crescent.core"
 local here = debug.getinfo(1, "S").source:sub(2):match("(.*/)") or "./"
 package.path = here .. "../diff/?.lua;" .. package.path
 local X = require "exchange"
@@ -85,8 +86,8 @@ local PROTO = newproxy(true)
 local MT = getmetatable(PROTO)
 
 local function is_proxy(v) return DATA[v] ~= nil end
-local function storage(t) return tonumber(ffi.cast("intptr_t", t.p._storage)) end
-local function key(t) return tonumber(ffi.cast("intptr_t", t.p)) end
+local function storage(t) return tonumber(ffi.cast("intptr_t", core.ptr(t)._storage)) end
+local function key(t) return tonumber(ffi.cast("intptr_t", core.ptr(t))) end
 local function snapshot(t) return t.device == "cpu" and t:clone() or t:cpu() end
 
 local Rec = {}

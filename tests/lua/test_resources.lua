@@ -135,6 +135,42 @@ describe("the collector", function()
   end)
 end)
 
+describe("tensor handles", function()
+  -- stdlib/core.lua: userdata from a pool refilled 256 at a time (vm/lua_vm.cpp new_handles)
+  it("are userdata that only tensors pass T.is_tensor for", function()
+    local x = T.ones(2)
+    S.eq(type(x), "userdata")
+    S.truthy(T.is_tensor(x) and T.is_tensor(x + 1) and T.is_tensor(T.zeros(0)))
+    for _, v in ipairs { io.stdout, ffi.new("int[1]"), {}, "x", 1, true, print, newproxy(true) } do
+      S.eq(T.is_tensor(v), false, "is_tensor(" .. type(v) .. ")")
+    end
+    S.eq(T.is_tensor(nil), false)
+  end)
+  it("compare equal when they hold the same tensor", function()
+    local x = T.zeros(3)
+    S.truthy(x:add_(1) == x, "an in-place op's result is its input")
+    S.eq(x == x:clone(), false)
+    S.eq(x == 1, false)
+    S.eq(x ~= nil, true)
+  end)
+  it("keep their tensors across pool refills and collections, and drop the rest", function()
+    local kept, dropped = {}, setmetatable({}, { __mode = "k" })
+    for i = 1, 1000 do  -- several refills of the pool, every other handle dropped
+      kept[i] = T.full({ 2 }, i)
+      dropped[T.full({ 2 }, -i)] = true
+    end
+    collectgarbage()
+    collectgarbage()
+    local left = 0
+    for _ in pairs(dropped) do left = left + 1 end
+    S.eq(left, 0, "dropped handles left after two collections")
+    for i = 1, 1000 do
+      local v = kept[i]:totable()
+      if v[1] ~= i or v[2] ~= i then S.eq(v, { i, i }, "handle " .. i) end
+    end
+  end)
+end)
+
 describe("out of memory", function()
   it("raises a Lua error naming the op and the size, and the VM keeps working", function()
     -- 2^45 float64 elements: 256 TiB, more than any x86-64 address space (and ASan's limit)

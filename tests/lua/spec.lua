@@ -59,6 +59,25 @@ end
 
 function S.skip(reason) error({ skip = true, reason = reason }, 0) end
 
+-- Specs of native CPU code need libgccjit, loaded at run time. Where it cannot be loaded (the GPU
+-- host has none) they skip; with CRESCENT_REQUIRE_NATIVE_CPU=1 (scripts/test.sh sets it, and CI
+-- runs that) its absence fails them instead, so a broken install cannot pass as skips.
+function S.need_native_cpu()
+  local ok, why = T.compiler.native_available("cpu")
+  if ok then return end
+  if os.getenv("CRESCENT_REQUIRE_NATIVE_CPU") == "1" then
+    error("native CPU code is required (CRESCENT_REQUIRE_NATIVE_CPU=1) but not available: " .. why, 2)
+  end
+  S.skip("native CPU code is not available: " .. why)
+end
+-- it(), for a spec that needs native CPU code
+function S.native_it(name, fn)
+  S.it(name, function(...)
+    S.need_native_cpu()
+    return fn(...)
+  end)
+end
+
 local function fmt(v)
   if T.is_tensor(v) then return tostring(v) end
   if type(v) == "table" then

@@ -5,6 +5,7 @@
 -- ops / views of computed values.
 local T = require "crescent"
 local S = expect
+local it = S.native_it  -- every spec here runs native CPU code (it skips where libgccjit is missing)
 
 local saved = { sync = T.config.sync_compile, dir = T.config.cache_dir }
 T.config.sync_compile = true  -- compile in line: the second call (hot = 0) runs native code

@@ -428,7 +428,7 @@ local function with_limit(n, fn)
 end
 
 describe("recompiles and the cache limit", function()
-  it("counts one recompile per new shape (dynamic = false)", function()
+  S.native_it("counts one recompile per new shape (dynamic = false)", function()
     local f = T.compile(function(x) return x * 2 + 1 end, { dynamic = false })
     T.compiler.reset()
     for i, n in ipairs({ 2, 3, 4, 5 }) do
@@ -483,7 +483,7 @@ describe("recompiles and the cache limit", function()
     for _ = 1, 5 do same(snap(pack(f(T.ones(2)))), snap(pack(T.ones(2) * 2, false))) end
     S.eq(stat("recompiles"), 0)
   end)
-  it("falls back to eager past cache_size_limit, with correct results", function()
+  S.native_it("falls back to eager past cache_size_limit, with correct results", function()
     with_limit(3, function()
       local f = T.compile(function(x) return (x + 1):sum(1) end, { dynamic = false })
       T.compiler.reset()

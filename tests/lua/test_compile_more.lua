@@ -11,7 +11,7 @@ local function read(path)
 end
 
 describe("compiled graph dumps", function()
-  it("writes guards, the recorded and the optimised graph and the compile time per graph", function()
+  S.native_it("writes guards, the recorded and the optimised graph and the compile time per graph", function()
     local dir = os.tmpname()
     os.remove(dir)
     os.execute("mkdir -p " .. dir)
@@ -263,7 +263,7 @@ describe("ops that fail inside a compiled function", function()
 end)
 
 describe("random draws in compiled graphs", function()
-  it("draw eager's numbers in eager's order, around a randint range the loops leave to eager", function()
+  S.native_it("draw eager's numbers in eager's order, around a randint range the loops leave to eager", function()
     local f = T.compile(function(x)
       return x + T.randint(-5, 7, { 3, 4 }), T.rand(9), T.randint(-2 ^ 52, 2 ^ 52, { 4 }) * 2,  -- |lo| + span > 2^53: eager
         T.randn(5, { dtype = "float64" }), T.randint(3, 9, { 7 }, { dtype = "int32" }), T.randint(0, 2, { 6 }, { dtype = "bool" })

@@ -90,7 +90,7 @@ local function cycles(n, warm)
 end
 
 describe("compile / reset cycles", function()
-  it("keep RSS flat when every cycle loads its kernels from the disk cache", function()
+  S.native_it("keep RSS flat when every cycle loads its kernels from the disk cache", function()
     local dir = temp_dir()
     T.config.cache_dir = dir
     local ok, err = pcall(function()
@@ -104,7 +104,7 @@ describe("compile / reset cycles", function()
     os.execute("rm -rf " .. quote(dir))
     if not ok then error(err, 0) end
   end)
-  it("keep RSS flat when every cycle compiles (no disk cache)", function()
+  S.native_it("keep RSS flat when every cycle compiles (no disk cache)", function()
     T.config.cache_dir = "0"
     local n = CYCLES and math.max(1, math.floor(CYCLES / 20)) or 10
     local ok, err = pcall(function()
@@ -212,7 +212,7 @@ local DAMAGE = {
 
 describe("the disk kernel cache", function()
   for _, d in ipairs(DAMAGE) do
-    it("discards an entry " .. d[1] .. ", compiles it again and gives correct results", function()
+    S.native_it("discards an entry " .. d[1] .. ", compiles it again and gives correct results", function()
       local dir = temp_dir()
       T.config.cache_dir = dir
       local ok, err = pcall(function()

@@ -49,8 +49,9 @@ typedef struct cr_value {
 
 /* Per-VM state the Lua side reads without a call. */
 typedef struct cr_ctx {
-  int32_t service;        /* requests to the Lua side after an op: 1 = run a collection (tensor
-                             memory grew), 2 = tell the recorder the Lua position (cap_where) */
+  int32_t service;        /* requests to the Lua side after an op: 1 = run a full collection
+                             (tensor memory grew), 2 = tell the recorder the Lua position
+                             (cap_where), 4 = complete the collector's cycle (handle count) */
   int32_t capturing;      /* a compiled function is being captured: reading data is a graph break */
   void* impl;             /* cr::Context* */
 } cr_ctx;
@@ -83,7 +84,7 @@ typedef struct cr_api {
   void (*manual_seed)(cr_ctx* ctx, uint64_t seed);
   int32_t (*num_threads)(void);
   double (*now_us)(void);
-  void (*gc_done)(cr_ctx* ctx, double lua_heap_kb);  /* after a collection Lua ran for service bit 1 */
+  void (*gc_done)(cr_ctx* ctx, double lua_heap_kb);  /* after a collection Lua ran for service bit 1 or 4 */
   /* IO: safetensors / npy. save_* take n tensors and names; load_* return the count or -1. */
   int32_t (*save_safetensors)(cr_ctx* ctx, const char* path, const char** names,
                               cr_tensor** ts, int32_t n);

@@ -309,6 +309,26 @@ void write_file(const std::string& path, const std::string& text) {
   f << text;
 }
 
+// The loop graph of g; with `whole` (Options::whole_graph), a graph that lowers only in part,
+// or not at all, sets *unlowered instead of compiling with externs or failing.
+LoopGraph lower_whole(const graph::Graph& g, bool whole, bool* unlowered) {
+  if (!whole) return lower(g);
+  try {
+    LoopGraph lg = lower(g);
+    *unlowered = !lg.notes.empty();
+    return lg;
+  } catch (const Error&) {
+    *unlowered = true;
+    return LoopGraph{};
+  }
+}
+
+void finish_unlowered(graph::NativeSlot& slot) {
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  slot.done = true;
+  slot.unlowered = true;
+}
+
 void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph::NativeSlot& slot) {
   double t0 = now_ms();
   std::vector<std::string> log;
@@ -317,8 +337,10 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
   bool disk_hit = false;
   std::string error, dump_base, code_phases;
   double t_lower = 0, t_sched = 0, t_code = 0;
+  bool unlowered = false;
   try {
-    LoopGraph lg = lower(*g);
+    LoopGraph lg = lower_whole(*g, o.whole_graph, &unlowered);
+    if (unlowered) return finish_unlowered(slot);
     t_lower = now_ms();
     std::string lg_text = o.debug_dir.empty() ? std::string() : lg.str();
     Plan plan = schedule(std::move(lg), o.threads);

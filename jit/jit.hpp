@@ -14,6 +14,9 @@ struct Options {
   std::string cache_dir;   // "" or "0": no disk cache
   std::string debug_dir;   // per graph: loop IR, fusion groups, kernels, timings ("" = none)
   bool sync = true;        // compile in line (T.config.sync_compile)
+  // only a graph that lowers whole (no externs, no lowering error): otherwise the slot is left
+  // without code and with `unlowered` set (eager CUDA ops then take their host path)
+  bool whole_graph = false;
   bool log_fusion = false, log_code = false;
   int threads = 1;
   Device device;           // where the graph's tensors live (CUDA: jit/cuda, else jit/cpu)

@@ -13,7 +13,6 @@
 #include <mutex>
 
 #include "jit/jit.hpp"
-#include "jit/loop_ir.hpp"
 #include "vm/devices.hpp"
 #include "vm/graph/graph.hpp"
 #include "vm/graph/recorder.hpp"
@@ -99,14 +98,6 @@ std::string key_of(int op, const cr_value* args, int nargs) {
   return k;
 }
 
-bool lowerable(const graph::Graph& g) {
-  try {
-    return lower(g).notes.empty();
-  } catch (const Error&) {
-    return false;
-  }
-}
-
 // The compiled program of `key`, built from `build()` on first use; null when the graph has no
 // loop lowering or `family` already has `limit` variants (the caller takes the host path).
 std::shared_ptr<const graph::Executable> program_for(Context& ctx, const std::string& key, int family, int limit,
@@ -125,9 +116,10 @@ std::shared_ptr<const graph::Executable> program_for(Context& ctx, const std::st
     o.sync = true;
     o.device = e.g->values[size_t(e.g->outputs.at(0))].meta.device;
     o.cache_dir = compile_cache_dir(ctx);
-    if (lowerable(*e.g)) {
-      compile_native(e.g, o);
-      graph::NativeSlot& slot = *e.g->native;
+    o.whole_graph = true;  // a graph that needs externs takes the host path (one lowering)
+    compile_native(e.g, o);
+    graph::NativeSlot& slot = *e.g->native;
+    if (!slot.unlowered) {
       if (!slot.exe) throw Error(cat("compiling its CUDA kernel failed: ", slot.error));
       e.exe = slot.exe;
     }

@@ -71,6 +71,7 @@ struct NativeSlot {
   bool seen = false;        // the recorder has counted the outcome (stats, logs)
   std::shared_ptr<const Executable> exe;  // null after a failure, or when eager is as good
   std::string error;        // why it failed
+  bool unlowered = false;   // Options::whole_graph and the graph does not lower whole
   int kernels = 0;
   bool disk_hit = false;
   double compile_ms = 0;

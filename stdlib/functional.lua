@@ -128,19 +128,21 @@ function F.scaled_dot_product_attention(q, k, v, opts)
     fail("scaled_dot_product_attention: causal = true and a mask cannot be given together (PyTorch refuses both)")
   end
   local scale = opts.scale or 1 / math.sqrt(q:size(-1))
-  if opts.mask == nil and q.device ~= "cpu" and same_batch(q, k, v) and
+  local m = opts.mask
+  if m ~= nil then check_tensor("scaled_dot_product_attention", 4, "mask", m) end
+  if q.device ~= "cpu" and same_batch(q, k, v) and
+     (m == nil or (m:dim() <= q:dim() and (m.dtype == "bool" or m.dtype == q.dtype))) and
      core.api.attention_fused(q.dtype, q:size(-2), q:size(-1), v:size(-1), scale) ~= 0 then
-    -- one op, a fused kernel: the scores never reach memory. Other inputs take the ops
-    -- below, which a compiled graph fuses (scale, mask and softmax in one kernel).
-    return T.attention(q, k, v, scale, opts.causal or false)
+    -- one op, a fused kernel: the scores never reach memory (a mask is read where it lies,
+    -- broadcast). Other inputs take the ops below, which a compiled graph fuses (scale, mask and
+    -- softmax in one kernel).
+    return T.attention(q, k, v, scale, opts.causal or false, m)
   end
   local s = T.matmul(q * scale, k:transpose(-2, -1))
   if opts.causal then
     local L, S = q:size(-2), k:size(-2)
     s = s:masked_fill(T.ones(L, S, { dtype = "bool", device = q.device }):triu(1), -math.huge)
-  elseif opts.mask ~= nil then
-    local m = opts.mask
-    check_tensor("scaled_dot_product_attention", 4, "mask", m)
+  elseif m ~= nil then
     if m.dtype == "bool" then s = s:masked_fill(m:logical_not(), -math.huge) else s = s + m end
   end
   return T.matmul(s:softmax(-1), v)

@@ -26,10 +26,30 @@ __device__ __forceinline__ float ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-// p moved to (batch, head) bh: batch dims folded into two strided ones {bh / heads, bh % heads}.
-template <class P> __device__ __forceinline__ const P* head_of(const P* p, long long bh, int heads, long long s0, long long s1) {
+// The mask term of score (row, key) in log2 units, added to the scaled score: kind 1, a value of
+// q's dtype M; kind 2, bool (false: -inf). Rows past L and keys past S read nothing (their scores
+// are never stored, or become -inf). (Measured on the H100, 16x8x1024x64: loading key pairs as
+// one word, and row pointers kept per thread, were no faster; the float32 kernel was slower.)
+template <class M> __device__ __forceinline__ float mask_term(const void* mask, int kind, long long msr, long long msc,
+                                                            int row, int key, int L, int S) {
+  if (row >= L || key >= S) return 0.f;
+  const long long at = row * msr + key * msc;
+  if (kind == 2) return static_cast<const unsigned char*>(mask)[at] ? 0.f : -__int_as_float(0x7f800000);
+  return float(static_cast<const M*>(mask)[at]) * 1.4426950408889634f;
+}
+__device__ __forceinline__ long long head_offset(long long bh, int heads, long long s0, long long s1) {
   const long long b0 = bh / heads;
-  return p + b0 * s0 + (bh - b0 * heads) * s1;
+  return b0 * s0 + (bh - b0 * heads) * s1;
+}
+template <class P> __device__ __forceinline__ const P* head_of(const P* p, long long bh, int heads, long long s0, long long s1) {
+  return p + head_offset(bh, heads, s0, s1);
+}
+// the mask moved to (batch, head) bh, for mask elements of type M (kind 1) or bool (kind 2)
+template <class M> __device__ __forceinline__ const void* mask_of(const void* mask, int kind, long long bh, int heads,
+                                                                  long long s0, long long s1) {
+  if (kind == 1) return static_cast<const M*>(mask) + head_offset(bh, heads, s0, s1);
+  if (kind == 2) return static_cast<const unsigned char*>(mask) + head_offset(bh, heads, s0, s1);
+  return mask;
 }
 )CUDA";
 
@@ -48,8 +68,9 @@ template <class P> __device__ __forceinline__ const P* head_of(const P* p, long 
 //   o += p v                  p's float32 C fragments repacked as 16-bit A fragments (the C
 //                             layout of two n-tiles is the A layout of one k-step), v fragments
 //                             by ldmatrix.trans
-// and the last step divides by l. Keys past S read as zeros and score -inf; causal
-// rows stop at their diagonal (tiles wholly above every row of the block are never loaded; long
+// and the last step divides by l. A mask (bool, or values added to the scaled scores) is read
+// per score where it lies, broadcast by zero strides. Keys past S read as zeros and score -inf;
+// causal rows stop at their diagonal (tiles wholly above every row of the block are never loaded; long
 // causal blocks are scheduled first). The kernel was issue-bound (ncu: ALU the busiest pipe, 3
 // warps per scheduler): the trees, ex2.approx and packed conversions took 260 -> 215 us. Fragment layouts:
 // PTX ISA, "Matrix fragments for mma.m16n8k16"; g = lane / 4 is a fragment's row, t = lane % 4
@@ -109,13 +130,17 @@ __device__ __forceinline__ void load_tile(uint32_t ks, uint32_t vs, const T* k, 
 extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_fwd(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, int L, int S,
     int heads, int row_blocks, long long qs0, long long qs1, long long qsr, long long ks0, long long ks1, long long ksr,
-    long long vs0, long long vs1, long long vsr, float scale_log2, int causal) {
+    long long vs0, long long vs1, long long vsr, float scale_log2, int causal, const void* __restrict__ mask,
+    int mask_kind, long long ms0, long long ms1, long long msr, long long msc) {
   extern __shared__ __align__(16) unsigned char tiles_smem[];  // two k tiles, then two v tiles
   const uint32_t stage_bytes = 2 * BN * PITCH, kb0 = smem_address(tiles_smem), vb0 = kb0 + 2 * stage_bytes;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const long long bh = blockIdx.x / row_blocks;
   const int rb = row_blocks - 1 - int(blockIdx.x - bh * row_blocks);  // (long causal blocks first)
   q = head_of(q, bh, heads, qs0, qs1), k = head_of(k, bh, heads, ks0, ks1), v = head_of(v, bh, heads, vs0, vs1);
+  mask = mask_of<T>(mask, mask_kind, bh, heads, ms0, ms1);  // (mask_kind: 0 none, 1 q's dtype, 2 bool)
+  // with a mask the scores are scaled (and the mask added) first: the rest multiplies by 1
+  const float sc = mask_kind ? 1.f : scale_log2;
   const int block_row = rb * ROWS, row0 = block_row + 16 * warp;  // this warp's rows: row0 + 0..15
 
   uint32_t qa[D / 16][4];
@@ -158,6 +183,14 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
         mma(s[2 * np + 1], qa[kk], b[2], b[3]);
       }
 
+    if (mask_kind)
+#pragma unroll
+      for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + 8 * n + 2 * t + (e & 1), row = row0 + g + 8 * (e >> 1);
+          s[n][e] = fmaf(s[n][e], scale_log2, mask_term<T>(mask, mask_kind, msr, msc, row, key, L, S));
+        }
     if (key0 + BN > S || (causal && key0 + BN - 1 > row0))  // a tile at the end or the diagonal
 #pragma unroll
       for (int n = 0; n < BN / 8; ++n)
@@ -172,7 +205,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
       mx[h] = tree<0, BN / 4>(s, h, RowMax());
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      const float mn = fmaxf(m[h], mx[h] * scale_log2);  // (log2 units; scale > 0 keeps the order)
+      const float mn = fmaxf(m[h], mx[h] * sc);  // (log2 units; scale > 0 keeps the order)
       base[h] = mn == ninf ? 0.f : mn;  // (no key seen yet: keep exp2 away from -inf - -inf)
       alpha[h] = ex2(m[h] - base[h]);
       m[h] = mn;
@@ -185,12 +218,12 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
 #pragma unroll
       for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[n][e] = ex2(__fmul_rn(s[n][e], scale_log2) - base[e >> 1]);
+        for (int e = 0; e < 4; ++e) s[n][e] = ex2(__fmul_rn(s[n][e], sc) - base[e >> 1]);
     else
 #pragma unroll
       for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[n][e] = ex2(fmaf(s[n][e], scale_log2, -base[e >> 1]));
+        for (int e = 0; e < 4; ++e) s[n][e] = ex2(fmaf(s[n][e], sc, -base[e >> 1]));
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] += tree<0, BN / 4>(s, h, RowSum());
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))  // (once the maxima settle, rarely)
@@ -224,8 +257,9 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
     float sum = l[h];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    // S = 0: zeros (the composite's empty product). Otherwise every row sees a key (causal rows
-    // see key 0), so a zero sum means scores of -inf from the values: NaN (0 * inf), as softmax.
+    // S = 0: zeros (the composite's empty product). Otherwise a zero sum means a row that sees
+    // no key (scores of -inf from the values or the mask; causal rows see key 0): NaN (0 * inf),
+    // as softmax.
     const float inv = S == 0 ? 0.f : 1.f / sum;
     const int row = row0 + g + 8 * h;
     if (row >= L) continue;
@@ -299,14 +333,36 @@ std::string attention_source(DType d, int E) {
              "\n#define MIN_BLOCKS ", b.min_blocks, "\n", kAttentionCommon, kAttentionText);
 }
 
+// A mask view's strides as the kernels read them: batch dims folded into {s0, s1} like q's (at
+// most two of them: a mask view's broadcast strides cannot be merged), then row and key.
+struct MaskOperand {
+  int kind = 0;  // 0 none, 1 q's dtype, 2 bool
+  const void* p = nullptr;
+  long long s0 = 0, s1 = 0, row = 0, col = 0;
+};
+bool mask_operand(const Tensor& m, MaskOperand& o) {
+  if (!m.defined()) return true;
+  const int r = m.dim();
+  if (r > 4) return false;
+  o.kind = m.dtype() == DType::b8 ? 2 : 1;
+  o.p = m.data_bytes();
+  o.row = m.stride(r - 2);
+  o.col = m.stride(r - 1);
+  if (r >= 3) o.s1 = m.stride(r - 3);
+  if (r == 4) o.s0 = m.stride(0);
+  return true;
+}
+
 bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-               bool causal) {
+               bool causal, const Tensor& mask) {
   const int r = q.dim();
   const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
   if (!attention_takes(q.dtype(), L, E, Ev, scale) || L >= (int64_t(1) << 31) || S >= (int64_t(1) << 31)) return false;
   const int device = out.device().index;
   const cr::cuda::DeviceInfo& info = cr::cuda::device_info(device);
   if (info.sm_major < 8) return false;  // (cp.async and mma.m16n8k16: sm_80 on)
+  MaskOperand mo;
+  if (!mask_operand(mask, mo)) return false;
   if (out.numel() == 0) return true;
   // The kernel and its block: tensor cores for 16-bit values, the FMA pipes for float32.
   const bool simt = q.dtype() == DType::f32;
@@ -324,8 +380,9 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
   long long qs0 = qo.s0, qs1 = qo.s1, qsr = qo.row, ks0 = ko.s0, ks1 = ko.s1, ksr = ko.row, vs0 = vo.s0, vs1 = vo.s1,
             vsr = vo.row;
   float scale_log2 = float(scale * 1.4426950408889634);  // (log2 e: the kernels' exponentials are exp2)
-  void* args[] = {&qp,  &kp,  &vp,  &op,  &L_,  &S_,  &heads_, &rbs, &qs0, &qs1,       &qsr,
-                  &ks0, &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_};
+  const void* mp = mo.p;
+  void* args[] = {&qp,  &kp,  &vp,  &op,  &L_,  &S_,  &heads_,     &rbs,     &qs0,  &qs1,   &qsr,   &ks0,
+                  &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_, &mp, &mo.kind, &mo.s0, &mo.s1, &mo.row, &mo.col};
   if (simt)
     library_launch(ctx, device, cat("attention_f32_", E, "_", Ev),
                    [&] { return attention_simt_source(int(E), int(Ev), shared_limit); },

@@ -17,10 +17,12 @@ namespace cr::jit::cuda {
 bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale);
 
 // out {..., L, Ev} (contiguous) = attention of q {..., L, E}, k {..., S, E}, v {..., S, Ev} on one
-// CUDA device, query i seeing keys 0..i when causal. False (nothing ran) when the kernel does not
-// take them (attention_takes) and on GPUs before sm_80.
+// CUDA device, query i seeing keys 0..i when causal. mask (undefined: none) is a view of the
+// scores' shape {..., L, S} (broadcast dims of stride 0), bool (true: attend) or q's dtype (added
+// to the scaled scores). False (nothing ran) when the kernel does not take them (attention_takes;
+// a mask with more than two batch dims) and on GPUs before sm_80.
 bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-               bool causal);
+               bool causal, const Tensor& mask);
 
 // The module source for dtype d and head size E (tests compile it to CUBIN without a GPU).
 std::string attention_source(DType d, int E);

@@ -54,7 +54,8 @@ __device__ __forceinline__ void load_rows(float* dst, const float* src, long lon
 extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) attention_simt(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, float* __restrict__ out, int L,
     int S, int heads, int row_blocks, long long qs0, long long qs1, long long qsr, long long ks0, long long ks1,
-    long long ksr, long long vs0, long long vs1, long long vsr, float scale_log2, int causal) {
+    long long ksr, long long vs0, long long vs1, long long vsr, float scale_log2, int causal,
+    const void* __restrict__ mask, int mask_kind, long long ms0, long long ms1, long long msr, long long msc) {
   extern __shared__ __align__(16) float smem[];
   float* qs = smem;            // BM x PK
   float* ks = qs + BM * PK;    // BN x PK
@@ -64,6 +65,9 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) attention_simt(
   const long long bh = blockIdx.x / row_blocks;
   const int rb = row_blocks - 1 - int(blockIdx.x - bh * row_blocks);  // (long causal blocks first)
   q = head_of(q, bh, heads, qs0, qs1), k = head_of(k, bh, heads, ks0, ks1), v = head_of(v, bh, heads, vs0, vs1);
+  mask = mask_of<float>(mask, mask_kind, bh, heads, ms0, ms1);  // (mask_kind: 0 none, 1 float, 2 bool)
+  // with a mask the scores are scaled (and the mask added) first: the rest multiplies by 1
+  const float sc = mask_kind ? 1.f : scale_log2;
   const int block_row = rb * BM;
   const int last_key = causal ? min(S, block_row + BM) : S;
   const int tiles = (last_key + BN - 1) / BN;
@@ -109,6 +113,14 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) attention_simt(
     if (it + 1 < tiles) load_rows<BN, E, PK>(ks, k, ksr, key0 + BN, S);
     else asm volatile("cp.async.commit_group;");  // (an empty group keeps the count)
 
+    if (mask_kind)
+#pragma unroll
+      for (int a = 0; a < RA; ++a)
+#pragma unroll
+        for (int b = 0; b < RB; ++b) {
+          const int key = key0 + tx + 16 * b, row = block_row + ty + 16 * a;
+          s[a][b] = fmaf(s[a][b], scale_log2, mask_term<float>(mask, mask_kind, msr, msc, row, key, L, S));
+        }
     if (key0 + BN > S || (causal && key0 + BN - 1 > block_row))  // a tile at the end or the diagonal
 #pragma unroll
       for (int a = 0; a < RA; ++a)
@@ -126,7 +138,7 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) attention_simt(
       for (int b = 1; b < RB; ++b) mx = fmaxf(mx, s[a][b]);
 #pragma unroll
       for (int x = 1; x < 16; x *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
-      const float mn = fmaxf(m[a], mx * scale_log2);  // (log2 units; scale > 0 keeps the order)
+      const float mn = fmaxf(m[a], mx * sc);  // (log2 units; scale > 0 keeps the order)
       base[a] = mn == ninf ? 0.f : mn;                // (no key seen yet: keep exp2 away from -inf - -inf)
       alpha[a] = ex2(m[a] - base[a]);
       m[a] = mn;
@@ -139,12 +151,12 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) attention_simt(
 #pragma unroll
       for (int a = 0; a < RA; ++a)
 #pragma unroll
-        for (int b = 0; b < RB; ++b) s[a][b] = ex2(__fmul_rn(s[a][b], scale_log2) - base[a]);
+        for (int b = 0; b < RB; ++b) s[a][b] = ex2(__fmul_rn(s[a][b], sc) - base[a]);
     else
 #pragma unroll
       for (int a = 0; a < RA; ++a)
 #pragma unroll
-        for (int b = 0; b < RB; ++b) s[a][b] = ex2(fmaf(s[a][b], scale_log2, -base[a]));
+        for (int b = 0; b < RB; ++b) s[a][b] = ex2(fmaf(s[a][b], sc, -base[a]));
 #pragma unroll
     for (int a = 0; a < RA; ++a) {
 #pragma unroll

@@ -485,6 +485,43 @@ describe("CUDA tensors", function()
     expect.eq(f(fq, fk, fv):cpu():totable(), want32:cpu():totable(), "compiled float32 pattern")
     expect.eq(T.cuda.stats().host_ops, host_ops)
   end)
+  it("run attention with a mask in the fused kernel: bool and added, broadcast, strided", function()
+    need_gpu()
+    T.manual_seed(22)
+    local host_ops = T.cuda.stats().host_ops
+    local TOL = { float16 = 4e-3, bfloat16 = 3e-2, float32 = 1e-4 }
+    for _, shape in ipairs({ { 2, 3, 70, 130, 64 }, { 1, 2, 33, 77, 32 } }) do  -- (an odd S: the last key alone)
+      for _, dt in ipairs({ "float16", "bfloat16", "float32" }) do
+        local B, H, L, S, E = unpack(shape)
+        local q, k, v = T.randn(B, H, L, E):to(dt), T.randn(B, H, S, E):to(dt), T.randn(B, H, S, E):to(dt)
+        local keep = T.eye(L, S):bool()  -- (every bool row keeps a key)
+        local masks = { T.randn(L, S):to(dt), T.randn(H, 1, S):to(dt), T.randn(B, 1, L, S):to(dt),
+                        T.randn(B, H, S, L):to(dt):transpose(3, 4), T.rand(L, S):gt(0.5):logical_or(keep),
+                        T.rand(B, 1, 1, S):gt(0.7):logical_or(T.eye(1, S):bool()) }
+        for i, m in ipairs(masks) do
+          local got = T.attention(q:cuda(), k:cuda(), v:cuda(), 0.2, false, m:cuda())
+          local want = T.attention(q:double(), k:double(), v:double(), 0.2, false, m.dtype == "bool" and m or m:double())
+          expect.eq({ got.device, got.dtype }, { "cuda:0", dt })
+          expect.close(got:cpu():double(), want, TOL[dt], TOL[dt], dt .. " mask " .. i .. " S " .. S)
+        end
+        -- a row that sees no key is NaN, as softmax and the CPU kernel
+        local m = T.ones(L, S):bool()
+        m[3] = false
+        local got = T.attention(q:cuda(), k:cuda(), v:cuda(), nil, false, m:cuda()):cpu()
+        expect.truthy(got:select(3, 3):isnan():all():item(), dt .. " masked row")
+        expect.eq(got:narrow(3, 4, 5):isnan():any():item(), false)
+        -- F.scaled_dot_product_attention with a mask is this op on the device
+        local dm = masks[1]:cuda()
+        expect.eq(T.F.scaled_dot_product_attention(q:cuda(), k:cuda(), v:cuda(), { mask = dm, scale = 0.2 }):cpu():totable(),
+                  T.attention(q:cuda(), k:cuda(), v:cuda(), 0.2, false, dm):cpu():totable(), dt .. " sdpa")
+      end
+    end
+    -- a mask over more than two batch dims: the composite on the device
+    local q5, m5 = T.randn(2, 2, 2, 40, 16):half(), T.randn(2, 2, 2, 40, 40):half()
+    local got = T.attention(q5:cuda(), q5:cuda(), q5:cuda(), nil, false, m5:cuda())
+    expect.close(got:cpu():double(), T.attention(q5:double(), q5:double(), q5:double(), nil, false, m5:double()), 4e-3, 4e-3)
+    expect.eq(T.cuda.stats().host_ops, host_ops)
+  end)
   it("refuse tensors of two devices in one op, as PyTorch", function()
     need_gpu()
     errs(function() local _ = T.ones(3):cuda() + T.ones(3) end, "add", "expected all tensors on one device, got cpu and cuda:0")

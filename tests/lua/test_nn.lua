@@ -186,6 +186,36 @@ describe("T.attention", function()
          "query expected a floating tensor, got a int64 tensor")
     errs(function() T.attention(T.randn(2, 2), T.randn(2, 2), T.randn(2, 2), 0 / 0) end, "attention",
          "scale expected a finite number")
+    local q = T.randn(2, 3, 4)
+    errs(function() T.attention(q, q, q, nil, true, T.ones(3, 3):bool()) end, "attention",
+         "causal = true and a mask cannot be given together")
+    errs(function() T.attention(q, q, q, nil, false, T.ones(4, 3):bool()) end, "attention",
+         "mask expected a shape that broadcasts to the scores' {2,3,3}, got bool tensor of shape {4,3}")
+    errs(function() T.attention(q, q, q, nil, false, T.ones(3, 3):int()) end, "attention",
+         "mask expected bool or query's dtype float32, got int32 tensor of shape {3,3}")
+  end)
+  -- the composite softmax(q k^T * scale + mask) v, in float64
+  local function masked(q, k, v, scale, m)
+    local s = T.matmul(q:double() * scale, k:double():transpose(-2, -1))
+    if m.dtype == "bool" then s = s:masked_fill(m:logical_not(), -math.huge) else s = s + m:double() end
+    return T.matmul(s:softmax(-1), v:double())
+  end
+  it("adds a float mask or keeps the keys of a bool mask, broadcast to the scores", function()
+    local q, k, v = T.randn(2, 3, 5, 8), T.randn(2, 3, 7, 8), T.randn(2, 3, 7, 4)
+    local masks = {
+      T.randn(5, 7), T.randn(3, 1, 7), T.randn(2, 1, 5, 7), T.randn(7), T.randn(2, 3, 7, 5):transpose(-1, -2),
+      -- (bool masks keep a key in every row: the diagonal, key 1)
+      T.rand(5, 7):gt(0.5):logical_or(T.eye(5, 7):bool()), T.rand(2, 1, 1, 7):gt(0.5):logical_or(T.eye(1, 7):bool()),
+    }
+    for i, m in ipairs(masks) do
+      expect.close(T.attention(q, k, v, 0.3, false, m), masked(q, k, v, 0.3, m), 1e-5, 1e-5, "mask " .. i)
+    end
+    -- a row that sees no key is NaN (as softmax); the others are unchanged
+    local m = T.ones(5, 7):bool()
+    m[2] = false
+    local got = T.attention(q, k, v, nil, false, m)
+    expect.truthy(got:select(3, 2):isnan():all():item(), "the masked row")
+    expect.close(got:narrow(3, 3, 3), T.attention(q, k, v):narrow(3, 3, 3), 1e-6, 1e-6)
   end)
   it("gives zeros for no keys and a row of its own for one key", function()
     expect.eq(T.attention(T.randn(2, 3), T.randn(0, 3), T.randn(0, 4)):totable(), T.zeros(2, 4):totable())

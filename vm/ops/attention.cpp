@@ -1,9 +1,11 @@
-// attention(q, k, v[, scale[, causal]]): softmax(q k^T * scale) v in one op, the fused form of
-// F.scaled_dot_product_attention without a mask (stdlib/functional.lua) and of the pattern
+// attention(q, k, v[, scale[, causal[, mask]]]): softmax(q k^T * scale + mask) v in one op, the
+// fused form of F.scaled_dot_product_attention (stdlib/functional.lua) and of the pattern
 // matmul -> scale -> softmax -> matmul in captured graphs (vm/graph/patterns.cpp).
 // q {..., L, E}, k {..., S, E}, v {..., S, Ev}, the same batch dims; out {..., L, Ev} in q's dtype.
 // scale defaults to 1 / sqrt(E); causal is PyTorch's is_causal (query i sees keys 1..i, aligned
-// top-left). With no keys (S = 0) the result is zeros, as the composite's empty product.
+// top-left). mask (not with causal, as PyTorch) broadcasts to {..., L, S}: bool (true: the key may
+// be attended) or q's dtype (added to the scaled scores). A row that sees no key is NaN, as
+// softmax; with no keys at all (S = 0) the result is zeros, as the composite's empty product.
 //
 // The CPU kernel walks one query row at a time (scores, max, exponentials, weighted sum of v), in
 // float32 for 16-bit inputs as PyTorch's math path does. On CUDA, inputs a fused kernel takes run
@@ -50,22 +52,48 @@ std::vector<Meta> infer_attention(OpCall& c) {
     const double s = c.number(3);
     if (!std::isfinite(s)) fail(cat("scale expected a finite number, got ", s));
   }
-  c.boolean_or(4, false);
+  const bool causal = c.boolean_or(4, false);
+  if (c.has(5)) {
+    const Tensor m = c.tensor(5);
+    if (causal) fail("causal = true and a mask cannot be given together (PyTorch refuses both)");
+    if (m.dtype() != DType::b8 && m.dtype() != t[0].dtype())
+      fail(cat("mask expected bool or query's dtype ", dtype_name(t[0].dtype()), ", got ", m.describe()));
+    if (m.device() != t[0].device()) fail(cat("mask expected query's device, got ", m.describe()));
+    Shape scores = batch;
+    scores.push_back(t[0].size(r - 2));
+    scores.push_back(t[1].size(r - 2));
+    bool fits = m.dim() <= int(scores.size());
+    for (int d = 0; fits && d < m.dim(); ++d) fits = m.size(d) == 1 || m.size(d) == scores[scores.size() - size_t(m.dim() - d)];
+    if (!fits)
+      fail(cat("mask expected a shape that broadcasts to the scores' ", shape_str(scores), ", got ", m.describe()));
+  }
   Shape out = batch;
   out.push_back(t[0].size(r - 2));
   out.push_back(t[2].size(r - 1));
   return {{out, t[0].dtype(), t[0].device()}};
 }
 
-// One query row: out[d] = sum_j softmax_j(scale * q.k_j) v[j][d], keys j < visible.
+// A mask row as the CPU kernel reads it: element j at p[j * stride], bool or q's dtype T.
+template <class T> struct MaskRow {
+  const void* p = nullptr;  // null: no mask
+  bool boolean = false;
+  int64_t stride = 0;
+  template <class C> C apply(C score, int64_t j) const {
+    if (!p) return score;
+    if (boolean) return static_cast<const bool*>(p)[j * stride] ? score : -std::numeric_limits<C>::infinity();
+    return score + C(load(static_cast<const T*>(p)[j * stride]));
+  }
+};
+
+// One query row: out[d] = sum_j softmax_j(scale * q.k_j + mask_j) v[j][d], keys j < visible.
 template <class T, class C>
 void attend_row(const T* q, const T* k, const T* v, T* out, int64_t E, int64_t Ev, int64_t visible, C scale,
-                std::vector<C>& p, std::vector<C>& acc) {
+                const MaskRow<T>& mask, std::vector<C>& p, std::vector<C>& acc) {
   C m = -std::numeric_limits<C>::infinity();
   for (int64_t j = 0; j < visible; ++j) {
     C dot = 0;
     for (int64_t e = 0; e < E; ++e) dot += load(q[e]) * load(k[j * E + e]);
-    p[size_t(j)] = dot * scale;
+    p[size_t(j)] = mask.apply(dot * scale, j);
     m = std::max(m, p[size_t(j)]);
   }
   std::fill(acc.begin(), acc.end(), C(0));
@@ -78,12 +106,21 @@ void attend_row(const T* q, const T* k, const T* v, T* out, int64_t E, int64_t E
   for (int64_t d = 0; d < Ev; ++d) store(out[d], visible == 0 ? C(0) : acc[size_t(d)] / total);
 }
 
-void attention_cpu(const Tensor& out, const Tensor& qin, const Tensor& kin, const Tensor& vin, double scale, bool causal) {
+// The mask as a view of the scores' shape {..., L, S}: broadcast dims get stride 0, no copy.
+Tensor mask_view(const Tensor& mask, const Tensor& q, const Tensor& k) {
+  Shape sizes = q.sizes();
+  sizes.back() = k.size(k.dim() - 2);
+  return Tensor::view_of(mask, sizes, broadcast_strides(mask, sizes), mask.offset());
+}
+
+void attention_cpu(const Tensor& out, const Tensor& qin, const Tensor& kin, const Tensor& vin, double scale, bool causal,
+                   const Tensor& mask_in) {
   const Tensor q = contiguous(qin), k = contiguous(kin), v = contiguous(vin);
   const int r = q.dim();
   const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
   if (out.numel() == 0) return;
   const int64_t rows = out.numel() / Ev;  // (E may be 0: every score 0)
+  const Tensor mask = mask_in.defined() ? mask_view(mask_in, q, k) : Tensor();
   visit_floating(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
@@ -91,10 +128,20 @@ void attention_cpu(const Tensor& out, const Tensor& qin, const Tensor& kin, cons
     T* op = out.data<T>();
     parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, S * (E + Ev))), [&](int64_t r0, int64_t r1) {
       std::vector<C> p(static_cast<size_t>(S)), acc(static_cast<size_t>(Ev));
+      MaskRow<T> mrow;
+      if (mask.defined()) {
+        mrow.boolean = mask.dtype() == DType::b8;
+        mrow.stride = mask.stride(r - 1);
+      }
       for (int64_t row = r0; row < r1; ++row) {
         const int64_t b = row / L, i = row % L;
         const int64_t visible = causal ? std::min(S, i + 1) : S;
-        attend_row(qp + row * E, kp + b * S * E, vp + b * S * Ev, op + row * Ev, E, Ev, visible, C(scale), p, acc);
+        if (mask.defined()) {  // the mask's row (b, i): the batch index b taken apart dim by dim
+          int64_t at = mask.offset() + i * mask.stride(r - 2), rest = b;
+          for (int d = r - 3; d >= 0; rest /= q.size(d), --d) at += rest % q.size(d) * mask.stride(d);
+          mrow.p = static_cast<const char*>(mask.storage()->data) + at * int64_t(mask.itemsize());
+        }
+        attend_row(qp + row * E, kp + b * S * E, vp + b * S * Ev, op + row * Ev, E, Ev, visible, C(scale), mrow, p, acc);
       }
     });
   });
@@ -119,7 +166,7 @@ Tensor call(Context& ctx, const char* op, std::initializer_list<cr_value> args) 
 // On CUDA where the fused kernel does not take the inputs (float32 / float64, other head sizes):
 // the composite F.scaled_dot_product_attention, op by op on the device.
 void attention_composite(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
-                         double scale, bool causal) {
+                         double scale, bool causal, const Tensor& mask) {
   const int r = q.dim();
   if (out.numel() == 0) return;
   if (k.size(r - 2) == 0) return fill_across(out, 0);  // no keys: the empty product's zeros
@@ -131,6 +178,11 @@ void attention_composite(Context& ctx, const Tensor& out, const Tensor& q, const
     fill_across(ones, 1);
     Tensor mask = call(ctx, "triu", {tensor_arg(ones), number_arg(1)});
     s = call(ctx, "masked_fill", {tensor_arg(s), tensor_arg(mask), number_arg(-std::numeric_limits<double>::infinity())});
+  } else if (mask.defined() && mask.dtype() == DType::b8) {  // false: the key is not attended
+    s = call(ctx, "masked_fill", {tensor_arg(s), tensor_arg(call(ctx, "logical_not", {tensor_arg(mask)})),
+                                  number_arg(-std::numeric_limits<double>::infinity())});
+  } else if (mask.defined()) {
+    s = call(ctx, "add", {tensor_arg(s), tensor_arg(mask)});
   }
   copy_into(out, call(ctx, "matmul", {tensor_arg(call(ctx, "softmax", {tensor_arg(s), number_arg(-1)})), tensor_arg(v)}));
 }
@@ -139,14 +191,17 @@ void run_attention(OpCall& c) {
   const Tensor q = c.tensor(0), k = c.tensor(1), v = c.tensor(2);
   const double scale = c.number_or(3, 1.0 / std::sqrt(double(q.size(q.dim() - 1))));
   const bool causal = c.boolean_or(4, false);
-  if (q.device().is_cpu()) return attention_cpu(c.outs[0], q, k, v, scale, causal);
-  if (!jit::cuda::attention(c.ctx, c.outs[0], q, k, v, scale, causal)) attention_composite(c.ctx, c.outs[0], q, k, v, scale, causal);
+  const Tensor mask = c.has(5) ? c.tensor(5) : Tensor();
+  if (q.device().is_cpu()) return attention_cpu(c.outs[0], q, k, v, scale, causal, mask);
+  const Tensor mview = mask.defined() ? mask_view(mask, q, k) : Tensor();
+  if (!jit::cuda::attention(c.ctx, c.outs[0], q, k, v, scale, causal, mview))
+    attention_composite(c.ctx, c.outs[0], q, k, v, scale, causal, mask);
 }
 
 }  // namespace
 
 void register_attention(Registry& r) {
-  r.add(OpDef{"attention", "query:T, key:T, value:T, scale:N?, causal:B?", OpKind::Other, kNoMethod | kDeviceAware,
+  r.add(OpDef{"attention", "query:T, key:T, value:T, scale:N?, causal:B?, mask:T?", OpKind::Other, kNoMethod | kDeviceAware,
               infer_attention, run_attention});
 }
 

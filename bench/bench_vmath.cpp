@@ -19,15 +19,18 @@ template <class T, class F> __attribute__((noinline)) void apply(T* __restrict o
   for (long i = 0; i < n; ++i) o[i] = f(x[i]);
 }
 
-template <class T, class F> double ns_per_elem(const std::vector<T>& x, std::vector<T>& o, F f) {
+// ns per element of run() over kN elements, best of 5
+template <class Run> double best_ns(Run run) {
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
     auto t0 = std::chrono::steady_clock::now();
-    apply(o.data(), x.data(), kN, f);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::min(best, s);
+    run();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best * 1e9 / kN;
+}
+template <class T, class F> double ns_per_elem(const std::vector<T>& x, std::vector<T>& o, F f) {
+  return best_ns([&] { apply(o.data(), x.data(), kN, f); });
 }
 
 template <class T> std::vector<T> inputs(double lo, double hi) {
@@ -49,13 +52,7 @@ template <class T, class FS, class FV> void row(const char* name, double lo, dou
 // the per-element form's choice between its float and double forms does not.
 template <class FS, class B> void block_row(const char* name, FS fs, B block) {
   std::vector<float> x = inputs<float>(-100, 100), o(kN);
-  double s = ns_per_elem(x, o, fs), best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    block(x.data(), o.data(), kN);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  double v = best * 1e9 / kN;
+  double s = ns_per_elem(x, o, fs), v = best_ns([&] { block(x.data(), o.data(), kN); });
   std::printf("%-8s %-6s std %6.2f ns  vm %6.3f ns  speedup %5.1fx\n", name, "float", s, v, s / v);
 }
 

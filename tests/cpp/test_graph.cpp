@@ -509,15 +509,21 @@ TEST_CASE("fuse_patterns turns attention's ops into one attention op where the C
     return g;
   };
   for (DType d : {DType::f16, DType::f32})
-  for (const char* scale_op : {"div", "mul", ""}) {
-    INFO(dtype_name(d) << ", scale by " << (*scale_op ? scale_op : "nothing"));
+  for (const char* scale_op : {"div", "mul", ""})
+  for (const std::string mask : {"", "add", "masked_fill"}) {
+    INFO(dtype_name(d) << ", scale by " << (*scale_op ? scale_op : "nothing") << ", mask " << mask);
     Builder B{ctx};
     auto input = [&](const Shape& s, uint32_t seed) { return B.input(cast(uniform(s, seed), d)); };
     const int64_t L = d == DType::f32 ? 40 : 8;  // (float32 takes the kernel from 32 query rows)
     const int32_t q = input({2, 3, L, 16}, 1), k = input({2, 3, 10, 16}, 2), v = input({2, 3, 10, 16}, 3);
+    // an added {L, S} mask, or a bool {3, 1, S} one (true: left out, a fifth of the keys)
+    const int32_t m = mask == "add" ? input({L, 10}, 4) : B.input(uniform({3, 1, 10}, 5));
+    const int32_t blocked = mask == "masked_fill" ? B.op("gt", {T(m), N(1.2)}) : -1;
     const int32_t kt = B.op("transpose", {T(k), N(-2), N(-1)});
     int32_t s = B.op("matmul", {T(q), T(kt)});
     if (*scale_op) s = B.op(scale_op, {T(s), N(4)});
+    if (mask == "add") s = B.op("add", {T(s), T(m)});
+    if (mask == "masked_fill") s = B.op("masked_fill", {T(s), T(blocked), N(-INFINITY)});
     const int32_t o = B.op("matmul", {T(B.op("softmax", {T(s), N(-1)})), T(v)});
     B.g.outputs = {o};
 
@@ -526,15 +532,18 @@ TEST_CASE("fuse_patterns turns attention's ops into one attention op where the C
     Graph g = on_device(B.g, 1);
     REQUIRE(fuse_patterns(g) == 1);
     eliminate_dead_code(g);
-    CHECK(op_names(g) == std::vector<std::string>{"transpose", "transpose", "attention"});
+    CHECK(op_names(g) == (mask == "masked_fill" ? std::vector<std::string>{"gt", "transpose", "transpose", "logical_not", "attention"}
+                                                : std::vector<std::string>{"transpose", "transpose", "attention"}));
     const Node& att = node_of(g, o);
     CHECK(att.args[0].value == q);
     CHECK(att.args[2].value == v);
     CHECK(att.args[3].num == (std::string(scale_op) == "div" ? 0.25 : *scale_op ? 4.0 : 1.0));
     CHECK(g.values[size_t(att.args[1].value)].meta.sizes == g.values[size_t(k)].meta.sizes);
+    CHECK(att.args.size() == (mask.empty() ? 5u : 6u));
+    if (mask == "add") CHECK(att.args[5].value == m);
 
     // same values as the recorded ops, up to float16 rounding of the scores
-    std::vector<Tensor> in = {B.sample[size_t(q)], B.sample[size_t(k)], B.sample[size_t(v)]};
+    std::vector<Tensor> in = {B.sample[size_t(q)], B.sample[size_t(k)], B.sample[size_t(v)], B.sample[size_t(m)]};
     std::vector<Tensor> a = run(B.g, ctx, in), b = run(on_device(g, 0), ctx, in);
     const std::vector<double> x = elements(a[size_t(o)]), y = elements(b[size_t(o)]);
     REQUIRE(x.size() == y.size());

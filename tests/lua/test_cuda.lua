@@ -516,6 +516,22 @@ describe("CUDA tensors", function()
                   T.attention(q:cuda(), k:cuda(), v:cuda(), 0.2, false, dm):cpu():totable(), dt .. " sdpa")
       end
     end
+    -- compiled: matmul -> / 8 -> (masked_fill | + mask) -> softmax -> matmul is rewritten to the
+    -- kernel with the mask: the same bits as T.attention (after the first call, run as recorded)
+    local q, k, v = T.randn(2, 4, 48, 64):half():cuda(), T.randn(2, 4, 50, 64):half():cuda(), T.randn(2, 4, 50, 64):half():cuda()
+    local blocked = T.rand(2, 1, 1, 50):gt(0.8):cuda()
+    local added = T.randn(48, 50):half():cuda()
+    local filled = T.compile(function(a, b, c, m)
+      return T.matmul((T.matmul(a, b:transpose(-2, -1)) / 8):masked_fill(m, -math.huge):softmax(-1), c)
+    end)
+    local plus = T.compile(function(a, b, c, m) return T.matmul((T.matmul(a, b:transpose(-2, -1)) / 8 + m):softmax(-1), c) end)
+    local want_f, want_p = T.attention(q, k, v, 1 / 8, false, blocked:logical_not()), T.attention(q, k, v, 1 / 8, false, added)
+    for _ = 1, 2 do
+      expect.close(filled(q, k, v, blocked):cpu(), want_f:cpu(), 4e-3, 4e-3)
+      expect.close(plus(q, k, v, added):cpu(), want_p:cpu(), 4e-3, 4e-3)
+    end
+    expect.eq(filled(q, k, v, blocked):cpu():totable(), want_f:cpu():totable(), "compiled masked_fill pattern")
+    expect.eq(plus(q, k, v, added):cpu():totable(), want_p:cpu():totable(), "compiled added-mask pattern")
     -- a mask over more than two batch dims: the composite on the device
     local q5, m5 = T.randn(2, 2, 2, 40, 16):half(), T.randn(2, 2, 2, 40, 40):half()
     local got = T.attention(q5:cuda(), q5:cuda(), q5:cuda(), nil, false, m5:cuda())

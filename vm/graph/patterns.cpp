@@ -1,11 +1,14 @@
 // Rewrites of recorded patterns into fused registry ops (Inductor's pattern matcher, for the few
 // patterns a kernel of its own beats the loops): today attention,
-//   matmul(softmax(matmul(q, kt) / c, -1), v)   (or * c, or no scale)
-// becomes attention(q, transpose(kt), v, scale) where a fused CUDA kernel takes it (float16 /
-// bfloat16 on tensor cores, float32 on the FMA pipes: jit/cuda/attention.hpp). The scores never
-// reach memory.
+//   matmul(softmax(matmul(q, kt) / c [+ mask], -1), v)   (or * c, or no scale; the mask added,
+//                                                        or masked_fill(scores, m, -inf))
+// becomes attention(q, transpose(kt), v, scale[, false, mask]) where a fused CUDA kernel takes it
+// (float16 / bfloat16 on tensor cores, float32 on the FMA pipes: jit/cuda/attention.hpp). The
+// scores never reach memory.
 // The rewrite keeps value ids: the first matmul's node becomes the transpose (a view, no work),
-// the second's the attention; the scale and softmax nodes are left dead for eliminate_dead_code.
+// a masked_fill's node the logical_not of its mask (attention's bool masks keep true keys), the
+// second matmul's the attention; the scale, add and softmax nodes are left dead for
+// eliminate_dead_code.
 #include <cmath>
 
 #include "jit/cuda/attention.hpp"
@@ -18,6 +21,8 @@ struct Ops {
   int matmul = Registry::get().index_of("matmul"), softmax = Registry::get().index_of("softmax");
   int mul = Registry::get().index_of("mul"), div = Registry::get().index_of("div");
   int transpose = Registry::get().index_of("transpose"), attention = Registry::get().index_of("attention");
+  int add = Registry::get().index_of("add"), masked_fill = Registry::get().index_of("masked_fill");
+  int logical_not = Registry::get().index_of("logical_not");
 };
 
 // Uses of every value by nodes' arguments, and by the outputs (which count as a use each).
@@ -62,6 +67,38 @@ bool writes_between(const Graph& g, int32_t from, int32_t to) {
   return false;
 }
 
+// A mask between the scale and the softmax: add(scores, m) with m of the scores' dtype, or
+// masked_fill(scores, m, -inf) with m bool (true: the key is not attended).
+struct MaskMatch {
+  Node* node = nullptr;  // the add or masked_fill
+  int32_t mask = -1;     // m's value
+  bool blocks = false;   // masked_fill: m's true keys are the ones left out
+};
+MaskMatch mask_of(Graph& g, int32_t x, const Ops& ops, const std::vector<int>& uses) {
+  MaskMatch m;
+  if (Node* a = producer(g, x, ops.add, uses); a && is_tensor(*a, 0) && is_tensor(*a, 1) && absent(*a, 2)) {
+    m.node = a;
+  } else if (Node* f = producer(g, x, ops.masked_fill, uses);
+             f && is_tensor(*f, 0) && is_tensor(*f, 1) && is_number(*f, 2) && f->args[2].num == -INFINITY) {
+    m.node = f;
+    m.blocks = true;
+  }
+  if (m.node) m.mask = m.node->args[1].value;
+  return m;
+}
+
+// Whether mask value `m` can be attention's mask for scores {batch..., L, S} of dtype d: bool (or
+// d when added), on the scores' device, constant sizes that broadcast to them.
+bool mask_fits(const Graph& g, int32_t m, const MaskMatch& mm, const SymShape& scores, DType d, Device dev) {
+  const ValueMeta& mt = g.values[size_t(m)].meta;
+  if (mt.dtype != (mm.blocks ? DType::b8 : d) || mt.device != dev || mt.sizes.size() > scores.size()) return false;
+  for (size_t i = 0; i < mt.sizes.size(); ++i) {
+    const SymInt& to = scores[scores.size() - mt.sizes.size() + i];
+    if (mt.sizes[i].sym >= 0 || to.sym >= 0 || (mt.sizes[i].value != 1 && mt.sizes[i].value != to.value)) return false;
+  }
+  return true;
+}
+
 // Tries the pattern ending at node `at` (the second matmul).
 bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<int>& uses) {
   Node& last = g.nodes[size_t(at)];
@@ -70,12 +107,13 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
   if (!sm) return false;
   const int32_t x = softmax_input(g, *sm);
   if (x < 0) return false;
+  const MaskMatch mm = mask_of(g, x, ops, uses);
   double scale = 1;
-  int32_t scores = x;
-  if (Node* sc = producer(g, x, ops.mul, uses); sc && is_tensor(*sc, 0) && is_number(*sc, 1) && absent(*sc, 2)) {
+  int32_t scores = mm.node ? mm.node->args[0].value : x;
+  if (Node* sc = producer(g, scores, ops.mul, uses); sc && is_tensor(*sc, 0) && is_number(*sc, 1) && absent(*sc, 2)) {
     scale = sc->args[1].num;
     scores = sc->args[0].value;
-  } else if (Node* dv = producer(g, x, ops.div, uses); dv && is_tensor(*dv, 0) && is_number(*dv, 1) && absent(*dv, 2)) {
+  } else if (Node* dv = producer(g, scores, ops.div, uses); dv && is_tensor(*dv, 0) && is_number(*dv, 1) && absent(*dv, 2)) {
     scale = 1 / dv->args[1].num;
     scores = dv->args[0].value;
   }
@@ -91,6 +129,11 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
   if (kt.sizes[r - 2] != E || v.sizes[r - 2] != kt.sizes[r - 1] || L.sym >= 0 || E.sym >= 0 || v.sizes[r - 1].sym >= 0)
     return false;
   if (!jit::cuda::attention_takes(q.dtype, L.value, E.value, v.sizes[r - 1].value, scale)) return false;
+  if (mm.node) {
+    SymShape shape(q.sizes.begin(), q.sizes.end() - 1);
+    shape.push_back(kt.sizes[r - 1]);
+    if (!mask_fits(g, mm.mask, mm, shape, q.dtype, q.device)) return false;
+  }
   const int32_t first_at = g.values[size_t(scores)].node;
   if (writes_between(g, first_at, at)) return false;
 
@@ -105,8 +148,21 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
   g.values[size_t(k)].views = kt_value;
   g.nodes[size_t(first_at)].outs = {k};
   g.values[size_t(scores)].node = -1;  // (as eliminate_dead_code leaves a removed node's value)
+  int32_t mask = mm.mask;
+  if (mm.blocks) {  // the masked_fill becomes not(m): attention keeps a bool mask's true keys
+    const int32_t fill_at = g.values[size_t(mm.node->outs[0])].node;
+    ValueMeta nm = g.values[size_t(mm.mask)].meta;
+    nm.strides = contiguous_strides(concrete(nm.sizes));
+    nm.offset = 0;
+    g.values[size_t(mm.node->outs[0])].node = -1;
+    mm.node->op = ops.logical_not;
+    mm.node->args = {Arg::tensor(mm.mask)};
+    mask = g.add_value(fill_at, nm);
+    g.nodes[size_t(fill_at)].outs = {mask};
+  }
   Node& fused = g.nodes[size_t(at)];
   fused.args = {Arg::tensor(q_value), Arg::tensor(k), fused.args[1], Arg::number(scale), Arg::boolean(false)};
+  if (mask >= 0) fused.args.push_back(Arg::tensor(mask));
   fused.op = ops.attention;
   return true;
 }

@@ -1,6 +1,6 @@
 // The C++ embedding API (include/crescent/crescent.hpp) on top of cr::LuaVM. Values cross into
 // Lua as ordinary Lua values; a tensor becomes a Lua tensor handle through small Lua helpers
-// (crescent.core's wrap / h.p), called protected so that no Lua error escapes into C++ frames.
+// (crescent.core's wrap / ptr), called protected so that no Lua error escapes into C++ frames.
 // Nothing here is global: each VM keeps its state in its Impl and its lua_State.
 #include <crescent/crescent.hpp>
 

@@ -55,14 +55,13 @@ end
 function core.service()
   local ctx, api = core.ctx, core.api
   if bit.band(ctx.service, 2) ~= 0 then api.cap_where(ctx, core.where()) end
+  if bit.band(ctx.service, 5) == 0 then return end
   if bit.band(ctx.service, 1) ~= 0 then
     collectgarbage()
-    api.gc_done(ctx, collectgarbage("count"))
-  elseif bit.band(ctx.service, 4) ~= 0 then
-    -- a step of "2^30 KiB" runs until the cycle in progress (or a new one) completes
+  else  -- a step of "2^30 KiB" runs until the cycle in progress (or a new one) completes
     collectgarbage("step", 1073741823)
-    api.gc_done(ctx, collectgarbage("count"))
   end
+  api.gc_done(ctx, collectgarbage("count"))
 end
 
 -- Lua needs the value of tensor t (item, totable, tostring...): inside a compiled function

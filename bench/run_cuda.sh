@@ -12,8 +12,13 @@ reps="${1:-50}"
 bin="${CRESCENT:-build/crescent}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+# Cold compiles start from empty caches on both sides: codegen_bench gives crescent an empty cache
+# dir per workload; NVRTC's own cache (CUDA 12.x on: in the driver's ComputeCache, keyed by the
+# preprocessed source, so it answers a kernel this machine compiled before in 10-20 ms) is off;
+# torch.compile gets fresh inductor and triton cache dirs.
+export CUDA_CACHE_DISABLE=1
 DEVICE=cuda OUT="$dir/crescent.jsonl" "$bin" bench/codegen_bench.lua "$reps" > /dev/null
-"${PYTHON:-python3}" bench/torch_cuda.py "$reps" | grep '^{' > "$dir/torch.jsonl"
+TORCHINDUCTOR_CACHE_DIR="$dir/inductor" TRITON_CACHE_DIR="$dir/triton" "${PYTHON:-python3}" bench/torch_cuda.py "$reps" | grep '^{' > "$dir/torch.jsonl"
 if [ -n "${JSONL_DIR:-}" ]; then cp "$dir/crescent.jsonl" "$dir/torch.jsonl" "$JSONL_DIR/"; fi
 "${PYTHON:-python3}" - "$dir" <<'PY'
 import json, sys

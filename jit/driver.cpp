@@ -236,7 +236,7 @@ void write_file(const std::string& path, const std::string& text);
 std::map<std::string, std::shared_ptr<const std::string>> cubin_cache;
 
 std::string cubin_key(const std::string& source, const std::string& arch) {
-  return hash128(cat(source, "\n", arch, " ", jit::cuda::nvrtc_version(), " build ", build_id()));
+  return hash128(cat(source, "\n", arch, " ", jit::cuda::nvrtc_version(), " ", jit::cuda::nvrtc_options(), " build ", build_id()));
 }
 
 std::string read_file(const std::string& path) {
@@ -291,7 +291,10 @@ std::shared_ptr<const graph::Executable> cuda_program(Plan plan, const graph::Gr
   const double t_emit = now_ms();
   const std::string key = cubin_key(m.source, m.arch);
   if (o.log_code) log.push_back(cat("output_code: ", g.name, " (key ", key, ")\n", jit::cuda::render(m)));
-  if (!o.debug_dir.empty()) write_file(cat(o.debug_dir, "/", key.substr(0, 8), ".cu"), jit::cuda::render(m));
+  if (!o.debug_dir.empty()) {  // the readable rendering, and the exact source NVRTC compiles (prelude included)
+    write_file(cat(o.debug_dir, "/", key.substr(0, 8), ".cu"), jit::cuda::render(m));
+    write_file(cat(o.debug_dir, "/", key.substr(0, 8), ".full.cu"), m.source);
+  }
   bool memory_hit = false;
   std::shared_ptr<const std::string> bin = cubin_for(m.source, m.arch, g.name, key, o, disk_hit, &memory_hit);
   *cached = *disk_hit || memory_hit;

@@ -109,6 +109,29 @@ bool nvrtc_available(std::string* why) {
 
 std::string nvrtc_version() { return loaded().version; }
 
+// CRESCENT_NVRTC_OPTIONS: more NVRTC options, split at spaces (e.g. "-lineinfo" for profilers).
+// Read at each compile (a compile costs tens of ms; tests set it); part of the cache key.
+static std::vector<std::string> extra_options() {
+  std::vector<std::string> v;
+  std::string w;
+  const char* env = std::getenv("CRESCENT_NVRTC_OPTIONS");
+  for (const char* c = env ? env : "";; ++c) {
+    if (*c && *c != ' ') {
+      w += *c;
+      continue;
+    }
+    if (!w.empty()) v.push_back(std::move(w));
+    w.clear();
+    if (!*c) return v;
+  }
+}
+
+std::string nvrtc_options() {
+  std::string s;
+  for (const std::string& o : extra_options()) s += cat(s.empty() ? "" : " ", o);
+  return s;
+}
+
 std::string compile_cubin(const std::string& source, const std::string& name, const std::string& arch) {
   const Loaded& l = loaded();
   if (!l.ok) throw Error(cat("NVRTC is not available: ", l.why));
@@ -127,6 +150,8 @@ std::string compile_cubin(const std::string& source, const std::string& name, co
   // never use: 4 of the ~19 ms an empty program costs.
   std::vector<const char*> opts = {gpu.c_str(), "-default-device", "--std=c++17"};
   if (l.minimal) opts.push_back("-minimal");
+  const std::vector<std::string> extra = extra_options();
+  for (const std::string& o : extra) opts.push_back(o.c_str());
   nvrtcResult r = f.CompileProgram(p, int(opts.size()), opts.data());
   if (r != 0) throw Error(cat("NVRTC (", arch, ") failed to compile ", name, ": ", f.GetErrorString(r), "\n", program_log(f, p)));
   size_t n = 0;

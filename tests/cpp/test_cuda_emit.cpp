@@ -58,6 +58,7 @@ void dump(const std::string& name, const Builder& B, const Plan& plan, const Cud
   if (!dir) return;
   std::string base = cat(dir, "/", name);
   std::ofstream(base + ".cu") << cuda::render(m);
+  std::ofstream(base + ".full.cu") << m.source;  // what NVRTC compiled, the prelude included
   for (const PlanStep& s : plan.steps)
     if (s.node >= 0) return;  // externs: not runnable by the harness
   std::ofstream(base + ".cubin", std::ios::binary) << cubin;
@@ -174,6 +175,18 @@ TEST_CASE("cuda: NVRTC loads and reports a version", "[cuda]") {
   WARN(cuda::nvrtc_version());
   CHECK_THROWS_WITH(cuda::compile_cubin("__global__ void f() { undefined_thing(); }", "bad.cu"),
                     Catch::Contains("bad.cu") && Catch::Contains("undefined_thing"));
+}
+
+TEST_CASE("cuda: CRESCENT_NVRTC_OPTIONS reaches NVRTC", "[cuda]") {
+  if (!have_nvrtc()) return;
+  const char* src = "extern \"C\" __global__ void f(float* p) { p[threadIdx.x] = 1.0f; }";
+  ::setenv("CRESCENT_NVRTC_OPTIONS", "  -lineinfo   --no-such-option ", 1);
+  CHECK(cuda::nvrtc_options() == "-lineinfo --no-such-option");
+  CHECK_THROWS_WITH(cuda::compile_cubin(src, "opts.cu"), Catch::Contains("no-such-option"));  // NVRTC refused it
+  ::setenv("CRESCENT_NVRTC_OPTIONS", "-lineinfo", 1);
+  CHECK(!cuda::compile_cubin(src, "opts.cu").empty());
+  ::unsetenv("CRESCENT_NVRTC_OPTIONS");
+  CHECK(cuda::nvrtc_options().empty());
 }
 
 TEST_CASE("cuda: every lowered pointwise op compiles to CUBIN, in every loop dtype", "[cuda]") {

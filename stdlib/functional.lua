@@ -131,7 +131,7 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   local m = opts.mask
   if m ~= nil then check_tensor("scaled_dot_product_attention", 4, "mask", m) end
   if q.device ~= "cpu" and same_batch(q, k, v) and
-     (m == nil or (m:dim() <= q:dim() and (m.dtype == "bool" or m.dtype == q.dtype))) and
+     (m == nil or core.api.attention_mask_fits(core.ptr(m), core.ptr(q), core.ptr(k)) ~= 0) and
      core.api.attention_fused(q.dtype, q:size(-2), q:size(-1), v:size(-1), scale) ~= 0 then
     -- one op, a fused kernel: the scores never reach memory (a mask is read where it lies,
     -- broadcast). Other inputs take the ops below, which a compiled graph fuses (scale, mask and

@@ -21,6 +21,7 @@
 #include "vm/graph/recorder.hpp"
 #include "vm/io/io.hpp"
 #include "vm/kernels/loop.hpp"
+#include "vm/ops/attention.hpp"
 #include "vm/print.hpp"
 #include "vm/registry.hpp"
 #include "vm/threads.hpp"
@@ -121,10 +122,6 @@ int32_t api_take_outputs(cr_ctx* c, cr_tensor** outs, int32_t cap) {
 const char* api_last_error(cr_ctx* c) { return Context::of(c).error.c_str(); }
 void api_retain(cr_tensor* t) { tensor_retain(t); }
 void api_release(cr_tensor* t) { tensor_release(t); }
-void api_release_handle(cr_handle* h) {
-  tensor_release(h->p);
-  h->p = nullptr;
-}
 
 // LuaJIT keeps type tags in the payload bits of NaNs: a double that Lua reads through the FFI must
 // be a canonical NaN, or Lua sees another type (the float32 NaN 0xffffffff that torch.log1p(-2)
@@ -432,6 +429,12 @@ int32_t api_attention_fused(const char* dtype, int64_t l, int64_t e, int64_t ev,
   return parse_dtype(dtype, &d) && jit::cuda::attention_takes(d, l, e, ev, scale) ? 1 : 0;
 }
 
+int32_t api_attention_mask_fits(cr_tensor* mask, cr_tensor* q, cr_tensor* k) {
+  const Tensor m(mask, true), qt(q, true), kt(k, true);
+  if (qt.dim() < 2 || kt.dim() < 2) return 0;
+  return attention_mask_problem(m.dtype(), m.device(), m.sizes(), qt.dtype(), qt.device(), attention_scores_shape(qt, kt)).empty();
+}
+
 }  // namespace
 
 const cr_api* api_table() {
@@ -458,7 +461,6 @@ const cr_api* api_table() {
       api_loaded_name,
       api_save_npy,
       api_load_npy,
-      api_release_handle,
       api_cap_function,
       api_cap_begin,
       api_cap_need,
@@ -484,6 +486,7 @@ const cr_api* api_table() {
       api_record_stream,
       api_native_unavailable,
       api_attention_fused,
+      api_attention_mask_fits,
       jit::wait_background_compiles,
   };
   return &api;

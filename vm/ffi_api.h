@@ -92,9 +92,6 @@ typedef struct cr_api {
   const char* (*loaded_name)(cr_ctx* ctx, int32_t i);
   int32_t (*save_npy)(cr_ctx* ctx, const char* path, cr_tensor* t);
   cr_tensor* (*load_npy)(cr_ctx* ctx, const char* path);
-  /* The handle finaliser: a C function, so a collection never re-enters Lua (which would
-   * abort JIT traces recording at that moment). */
-  void (*release_handle)(cr_handle* h);
   /* Graph capture (vm/graph/recorder.hpp). Functions returning int32_t give -1 on an error
    * (last_error, to be located at the caller) and -2 on an error whose message already starts
    * with its Lua position. */
@@ -146,6 +143,9 @@ typedef struct cr_api {
   /* whether attention of this dtype (name), query rows, head sizes and scale runs as a fused CUDA
    * kernel (jit/cuda/attention.hpp attention_takes): F.scaled_dot_product_attention's choice */
   int32_t (*attention_fused)(const char* dtype, int64_t l, int64_t e, int64_t ev, double scale);
+  /* whether `mask` is a mask the attention op takes for q and k (vm/ops/attention.hpp: bool or q's
+   * dtype, q's device, broadcasting to the scores): F.scaled_dot_product_attention's choice */
+  int32_t (*attention_mask_fits)(cr_tensor* mask, cr_tensor* q, cr_tensor* k);
   /* returns once no compile is queued or running on the background thread (os.exit calls it) */
   void (*wait_compiles)(void);
 } cr_api;

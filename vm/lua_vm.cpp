@@ -59,10 +59,11 @@ int new_handles(lua_State* L) {
   return 0;
 }
 
-// The tensor handle's finaliser (the metatable's __gc). A plain C function rather than the FFI
-// pointer cr_api.release_handle: the collector calls it directly, where a cdata function pointer
-// goes through the FFI's generic call path (several hundred instructions per handle). Handles
-// still in the pool hold no tensor.
+// The tensor handle's finaliser (the metatable's __gc). A lua_CFunction, not an FFI function
+// pointer: the collector calls it directly, where a cdata function pointer goes through the FFI's
+// generic call path (several hundred instructions per handle), and a collection never re-enters
+// Lua (which would abort a JIT trace recording at that moment). Handles still in the pool hold no
+// tensor.
 int release_handle(lua_State* L) {
   auto* h = static_cast<cr_handle*>(lua_touserdata(L, 1));
   if (h && h->p) {

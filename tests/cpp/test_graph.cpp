@@ -563,4 +563,22 @@ TEST_CASE("fuse_patterns turns attention's ops into one attention op where the C
       CHECK(fuse_patterns(g) == 0);
     }
   }
+  SECTION("an added mask only where the op's mask rule takes it (vm/ops/attention.hpp)") {
+    // 0: float16 {8, 10} (taken); 1: {1, 4, 8, 10} has more dims than the scores {4, 8, 10} (the
+    // add broadcasts them up); 2: bool added (0 / 1, not attention's bool meaning)
+    for (int variant = 0; variant < 3; ++variant) {
+      INFO("variant " << variant);
+      Builder B{ctx};
+      auto input = [&](const Shape& s, uint32_t seed) { return B.input(cast(uniform(s, seed), DType::f16)); };
+      const int32_t q = input({4, 8, 16}, 1), k = input({4, 10, 16}, 2), v = input({4, 10, 16}, 3);
+      const int32_t m = variant == 0   ? input({8, 10}, 4)
+                        : variant == 1 ? input({1, 4, 8, 10}, 4)
+                                       : B.op("gt", {T(B.input(uniform({8, 10}, 4))), N(0.5)});
+      const int32_t s = B.op("mul", {T(B.op("matmul", {T(q), T(B.op("transpose", {T(k), N(-2), N(-1)}))})), N(0.25)});
+      const int32_t o = B.op("matmul", {T(B.op("softmax", {T(B.op("add", {T(s), T(m)})), N(-1)})), T(v)});
+      B.g.outputs = {o};
+      Graph g = on_device(B.g, 1);
+      CHECK(fuse_patterns(g) == (variant == 0 ? 1 : 0));
+    }
+  }
 }

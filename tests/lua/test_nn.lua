@@ -194,6 +194,18 @@ describe("T.attention", function()
     errs(function() T.attention(q, q, q, nil, false, T.ones(3, 3):int()) end, "attention",
          "mask expected bool or query's dtype float32, got int32 tensor of shape {3,3}")
   end)
+  it("has one mask rule, which F.scaled_dot_product_attention's routing asks through the api", function()
+    local core = require "crescent.core"
+    local q, k = T.randn(2, 3, 4), T.randn(2, 5, 4)
+    local function fits(m) return core.api.attention_mask_fits(core.ptr(m), core.ptr(q), core.ptr(k)) ~= 0 end
+    for i, m in ipairs { T.ones(3, 5):bool(), T.randn(5), T.randn(2, 1, 5), T.randn(2, 3, 5) } do
+      expect.truthy(fits(m), "fitting mask " .. i)
+    end
+    -- another dtype, more dims than the scores {2, 3, 5}, sizes that do not broadcast
+    for i, m in ipairs { T.ones(3, 5):int(), T.randn(3, 5):double(), T.randn(1, 2, 3, 5), T.randn(4, 5), T.randn(3, 4) } do
+      expect.truthy(not fits(m), "unfit mask " .. i)
+    end
+  end)
   -- the composite softmax(q k^T * scale + mask) v, in float64
   local function masked(q, k, v, scale, m)
     local s = T.matmul(q:double() * scale, k:double():transpose(-2, -1))

@@ -13,6 +13,7 @@
 
 #include "jit/cuda/attention.hpp"
 #include "vm/graph/graph.hpp"
+#include "vm/ops/attention.hpp"
 
 namespace cr::graph {
 namespace {
@@ -87,16 +88,17 @@ MaskMatch mask_of(Graph& g, int32_t x, const Ops& ops, const std::vector<int>& u
   return m;
 }
 
-// Whether mask value `m` can be attention's mask for scores {batch..., L, S} of dtype d: bool (or
-// d when added), on the scores' device, constant sizes that broadcast to them.
+// Whether mask value `m` can be attention's mask for scores {batch..., L, S} of dtype d: the op's
+// rule (vm/ops/attention.hpp) on constant sizes, and bool exactly when it came from masked_fill
+// (an added bool mask adds 0 / 1, not attention's bool meaning).
 bool mask_fits(const Graph& g, int32_t m, const MaskMatch& mm, const SymShape& scores, DType d, Device dev) {
   const ValueMeta& mt = g.values[size_t(m)].meta;
-  if (mt.dtype != (mm.blocks ? DType::b8 : d) || mt.device != dev || mt.sizes.size() > scores.size()) return false;
-  for (size_t i = 0; i < mt.sizes.size(); ++i) {
-    const SymInt& to = scores[scores.size() - mt.sizes.size() + i];
-    if (mt.sizes[i].sym >= 0 || to.sym >= 0 || (mt.sizes[i].value != 1 && mt.sizes[i].value != to.value)) return false;
-  }
-  return true;
+  if (mt.dtype != (mm.blocks ? DType::b8 : d)) return false;
+  for (const SymInt& s : mt.sizes)
+    if (s.sym >= 0) return false;
+  for (const SymInt& s : scores)
+    if (s.sym >= 0) return false;
+  return attention_mask_problem(mt.dtype, mt.device, concrete(mt.sizes), d, dev, concrete(scores)).empty();
 }
 
 // Tries the pattern ending at node `at` (the second matmul).

@@ -15,11 +15,30 @@
 #include <cmath>
 #include <limits>
 
+#include "vm/ops/attention.hpp"
+
 #include "jit/cuda/attention.hpp"
 #include "vm/devices.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr {
+
+Shape attention_scores_shape(const Tensor& q, const Tensor& k) {
+  Shape s = q.sizes();
+  s.back() = k.size(k.dim() - 2);
+  return s;
+}
+
+std::string attention_mask_problem(DType mask, Device mask_device, const Shape& mask_sizes, DType q, Device q_device,
+                                   const Shape& scores) {
+  if (mask != DType::b8 && mask != q) return cat("mask expected bool or query's dtype ", dtype_name(q));
+  if (mask_device != q_device) return "mask expected query's device";
+  bool fits = mask_sizes.size() <= scores.size();
+  for (size_t d = 0; fits && d < mask_sizes.size(); ++d)
+    fits = mask_sizes[d] == 1 || mask_sizes[d] == scores[scores.size() - mask_sizes.size() + d];
+  return fits ? "" : cat("mask expected a shape that broadcasts to the scores' ", shape_str(scores));
+}
+
 namespace {
 
 const char* kRoles[3] = {"query", "key", "value"};
@@ -56,16 +75,9 @@ std::vector<Meta> infer_attention(OpCall& c) {
   if (c.has(5)) {
     const Tensor m = c.tensor(5);
     if (causal) fail("causal = true and a mask cannot be given together (PyTorch refuses both)");
-    if (m.dtype() != DType::b8 && m.dtype() != t[0].dtype())
-      fail(cat("mask expected bool or query's dtype ", dtype_name(t[0].dtype()), ", got ", m.describe()));
-    if (m.device() != t[0].device()) fail(cat("mask expected query's device, got ", m.describe()));
-    Shape scores = batch;
-    scores.push_back(t[0].size(r - 2));
-    scores.push_back(t[1].size(r - 2));
-    bool fits = m.dim() <= int(scores.size());
-    for (int d = 0; fits && d < m.dim(); ++d) fits = m.size(d) == 1 || m.size(d) == scores[scores.size() - size_t(m.dim() - d)];
-    if (!fits)
-      fail(cat("mask expected a shape that broadcasts to the scores' ", shape_str(scores), ", got ", m.describe()));
+    const std::string why = attention_mask_problem(m.dtype(), m.device(), m.sizes(), t[0].dtype(), t[0].device(),
+                                                   attention_scores_shape(t[0], t[1]));
+    if (!why.empty()) fail(cat(why, ", got ", m.describe()));
   }
   Shape out = batch;
   out.push_back(t[0].size(r - 2));

@@ -152,6 +152,7 @@ std::string Kernel::str() const {
       case EOp::Reduced: out << "acc" << e.acc; break;
       case EOp::Index: out << "(" << ctype(e.dtype) << ")(" << affine_str(e.index[0]) << ")"; break;
       case EOp::Runtime: out << "R[" << e.site << "]"; break;
+      case EOp::Number: out << "N[" << e.site << "]"; break;
     }
     out << ";\n";
   };

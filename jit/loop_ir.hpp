@@ -65,7 +65,9 @@ const char* ctype(DType d);
 // value of the same kernel cannot be computed at a position known only when it is loaded.
 // Runtime: word `site` of the run's values, an int64 the program sets at each run (the seed and
 // the counter offset of a random op: LoopGraph::draws), a parameter of the kernel, not code.
-enum class EOp : uint8_t { Load, Const, Cast, Arith, Call, Select, Reduced, Count, Index, Runtime };
+// Number: the float64 LoopGraph::numbers[site], an operand number of a graph whose numbers are
+// arguments (graph::Graph::numbers_as_arguments), likewise set by the program at each run.
+enum class EOp : uint8_t { Load, Const, Cast, Arith, Call, Select, Reduced, Count, Index, Runtime, Number };
 
 struct Expr {
   EOp op = EOp::Const;
@@ -83,7 +85,7 @@ struct Expr {
   int64_t count = 0;  // Count (a parameter in templates: jit/loop_ir.hpp parametrize)
   int32_t dim = -1;                   // gather (Load with a >= 0): the dim (LoopGraph)
   int64_t stride = 0, limit = 0;      // gather: the dim's stride (Kernel) and size
-  int32_t site = -1;                  // gather: LoopGraph::sites entry; Runtime: the word
+  int32_t site = -1;                  // gather: LoopGraph::sites entry; Runtime: the word; Number: its index
   bool gather() const { return op == EOp::Load && a >= 0; }
 };
 
@@ -142,6 +144,12 @@ struct LoopGraph {
   // its seed from run word 2j and its first counter from word 2j + 1; the program takes them from
   // the generator as eager would, in this order (jit/program.cpp).
   std::vector<int64_t> draws;
+  // Operand numbers lowered as EOp::Number (graphs with numbers_as_arguments), in site order:
+  // the graph node and the argument that holds each.
+  struct NumberArg {
+    int32_t node, arg;
+  };
+  std::vector<NumberArg> numbers;
   std::string str() const;
 };
 
@@ -177,6 +185,7 @@ struct Kernel {
   int32_t check = -1;             // the slot of the plan's check word (kernels with gathers)
   int32_t runtime = -1;           // the slot of the run's values (kernels with Runtime exprs)
   int32_t draws = 0;              // ... and the draws of LoopGraph::draws up to its last one
+  int32_t numbers = -1;           // the slot of the run's numbers (kernels with Number exprs)
   std::vector<int32_t> values;    // loop values computed here (for logs)
   int64_t chunk = 0;              // > 0: the innermost loop is split into chunks of this size
                                   // for parallel work (pointwise kernels only)

@@ -306,6 +306,9 @@ struct NodeLowering {
   const graph::Node& n;
   int32_t index;
   std::string why;  // set when the node has no loop lowering
+  // pow's exponent picks its code (sm::pow_form: x * x for 2...): a literal even where the
+  // graph's numbers are arguments
+  bool literal_numbers = false;
 
   const graph::Value& out() const { return L.g.values[size_t(n.outs[0])]; }
 
@@ -327,6 +330,12 @@ struct NodeLowering {
   }
   int32_t operand(Body& b, int i, const Shape& shape, DType compute) {
     const graph::Arg& a = n.args[size_t(i)];
+    if (a.tag == kNumber && L.g.numbers_as_arguments && !literal_numbers) {
+      Expr e{EOp::Number, DType::f64};
+      e.site = int32_t(L.lg.numbers.size());
+      L.lg.numbers.push_back({index, int32_t(i)});
+      return Lowerer::cast(b, b.add(std::move(e)), compute);  // (rounded as eager rounds the scalar)
+    }
     if (a.tag != kTensor) return Lowerer::constant(b, a.num, compute);
     int32_t lv = L.of(a.value);
     return Lowerer::cast(b, Lowerer::load_broadcast(b, L.val(lv), lv, shape), compute);
@@ -376,6 +385,7 @@ struct NodeLowering {
     } else if (def.expr) {
       if (!is_floating(compute) && (def.flags & kValueErrors))
         return reject("its integer form checks the values (division by zero, negative powers)");
+      literal_numbers = def.loop == LoopForm::Pow;
       int32_t x = operand(b, 0, shape, compute);
       if (def.loop == LoopForm::Pow && is_floating(compute) && n.args[1].tag == kNumber)
         root = pow_scalar(b, x, n.args[1].num, compute);

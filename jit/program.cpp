@@ -1,6 +1,8 @@
 // Running a compiled graph: buffers, kernel launches, extern steps, views, aliases, the check word
-// of gathers (jit/checks.hpp) and the run values of random draws.
+// of gathers (jit/checks.hpp), the run values of random draws and operand numbers.
 #include "jit/program.hpp"
+
+#include <cstring>
 
 #include "jit/checks.hpp"
 #include "vm/devices.hpp"
@@ -35,7 +37,7 @@ void draw_numbers(Context& ctx, const Kernel& k, const std::vector<int64_t>& dra
 
 }  // namespace
 
-void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals) const {
+void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* numbers) const {
   const LoopGraph& lg = plan_.lg;
   const graph::Graph& g = *lg.g;
   graph::set_constants(g, vals);
@@ -69,6 +71,11 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals) const {
   bool checked = false;
   std::vector<int64_t> run_values(2 * lg.draws.size());  // random ops' seeds and offsets
   size_t drawn = 0;
+  std::vector<int64_t> number_words(lg.numbers.size());  // operand numbers, float64 bits
+  for (size_t j = 0; j < lg.numbers.size(); ++j) {
+    const double x = numbers ? numbers[j] : g.nodes[size_t(lg.numbers[j].node)].args[size_t(lg.numbers[j].arg)].num;
+    std::memcpy(&number_words[j], &x, sizeof x);
+  }
   for (const PlanStep& st : plan_.steps) {
     if (st.node >= 0) {
       for (const graph::Arg& a : g.nodes[size_t(st.node)].args) {
@@ -89,6 +96,10 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals) const {
         if (buf.runtime) {
           draw_numbers(ctx, k, lg.draws, run_values, drawn);
           bufs.push_back(run_values.data());
+          continue;
+        }
+        if (buf.numbers) {
+          bufs.push_back(number_words.data());
           continue;
         }
         if (buf.computed) allocate(b);

@@ -221,6 +221,7 @@ class KernelEmitter : FunctionBuilder {
       case EOp::Load: return e.gather() ? gathered(e, operand(e.a)) : J.lvalue_as_rvalue(element(e.value, e.index[0]));
       case EOp::Index: return cast(address(e.index[0]), DType::i64, e.dtype);
       case EOp::Runtime: return J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, ptrs_[size_t(k_.runtime)], i64(e.site)));
+      case EOp::Number: throw Error("numbers as kernel arguments (eager CUDA graphs) have no CPU form");
       case EOp::Const: return constant(e.num, e.dtype);
       case EOp::Count: return J.context_new_cast(c_, nullptr, num(e.count), t_.f64);
       case EOp::Cast: return cast(operand(e.a), dt(e.a), e.dtype);

@@ -2,36 +2,53 @@
 // kernel zoo). The op call becomes a one-node graph - inputs, the op, its outputs - which is
 // lowered, scheduled, emitted and compiled like a captured graph (jit/driver.cpp, so the CUBIN
 // lands in the same caches), and the program is kept under a key of the op, its tensors'
-// metadata and its other arguments' values. Ops the lowering leaves to the eager kernels
+// metadata and its other arguments. Numbers the lowering reads as operands (x + 2.5, x * s) are
+// kernel arguments (graph::Graph::numbers_as_arguments): one program serves every value of
+// them, so a loop whose scalar changes at each step compiles once. Other numbers (pow's exponent,
+// add's alpha, sizes) pick among the op's programs by value. Ops the lowering leaves to the eager kernels
 // (matmul, cat, random, in-place, float16, ...) report false, and the caller runs them on host
 // copies (vm/devices.hpp).
 #include "jit/cuda/eager.hpp"
 
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
 
 #include "jit/jit.hpp"
+#include "jit/program.hpp"
 #include "vm/devices.hpp"
 #include "vm/graph/graph.hpp"
 #include "vm/graph/recorder.hpp"
 #include "vm/kernels/loop.hpp"
+#include "vm/ops/operands.hpp"
 
 namespace cr::jit::cuda {
 namespace {
 
-// Distinct argument sets compiled per op before further ones go to the host path: a loop that
-// calls `x * s` with a new number s each time must not compile a module per call.
+// Programs compiled per op before further ones go to the host path: numbers that stay literal
+// (pow's exponent...) and change at every call must not compile a module per call.
 constexpr int kVariantsPerOp = 64;
 
+// One program of a key: it serves a call whose numbers that are not kernel arguments equal its
+// own (compared bit for bit).
 struct Entry {
   std::shared_ptr<graph::Graph> g;
   std::shared_ptr<const graph::Executable> exe;  // null: not lowerable (host path)
+  std::vector<char> argument;                    // per op argument: a number the kernels take at run time
+  bool serves(const cr_value* args, int nargs) const {
+    const graph::Node& n = g->nodes[size_t(op_node())];
+    for (int i = 0; i < nargs; ++i)
+      if (args[i].tag == kNumber && !argument[size_t(i)] && std::memcmp(&args[i].num, &n.args[size_t(i)].num, sizeof(double)) != 0)
+        return false;
+    return true;
+  }
+  int32_t op_node() const { return int32_t(g->nodes.size()) - 1; }  // (after the inputs)
 };
 
 std::mutex g_mutex;
-std::map<std::string, Entry> g_cache;
+std::map<std::string, std::vector<Entry>> g_cache;
 std::map<int, int> g_variants;
 
 graph::Arg mirror(const cr_value& v, const std::function<int32_t(cr_tensor*)>& tensor) {
@@ -53,6 +70,7 @@ std::shared_ptr<graph::Graph> one_node_graph(Context& ctx, int op, const cr_valu
   auto g = std::make_shared<graph::Graph>();
   const OpDef& def = Registry::get().ops()[size_t(op)];
   g->name = cat("eager ", def.name);
+  g->numbers_as_arguments = true;
   auto add_input = [&](cr_tensor* p) {
     Tensor t(p, true);
     graph::Node in;
@@ -93,42 +111,44 @@ std::string key_of(int op, const cr_value* args, int nargs) {
     else if (v.tag == kInts) for (int j = 0; j < v.n; ++j) k += cat(static_cast<const int64_t*>(v.ptr)[j], ",");
     else if (v.tag == kString) k += v.str ? v.str : "";
     else if (v.tag == kDoubles) k += cat("doubles", v.n);
-    else k += cat(v.num);
+    else if (v.tag == kNumber) k += scalar_is_integral(v.num) ? "int" : "float";  // (result_type's class; Entry::serves the value)
+    else if (v.tag == kBool) k += cat(v.num);
+    // (kNone: the tag says it all; its num is whatever the caller's slot held before)
   }
   return k;
 }
 
-// The compiled program of `key`, built from `build()` on first use; null when the graph has no
-// loop lowering or `family` already has `limit` variants (the caller takes the host path).
-std::shared_ptr<const graph::Executable> program_for(Context& ctx, const std::string& key, int family, int limit,
-                                                     const std::function<std::shared_ptr<graph::Graph>()>& build,
-                                                     std::shared_ptr<graph::Graph>* graph_out) {
+// The compiled program of `key` for the numbers in args, built from `build()` on first use; its
+// exe is null when the graph has no loop lowering or `family` already has `limit` variants (the
+// caller takes the host path).
+Entry program_for(Context& ctx, const std::string& key, const cr_value* args, int nargs, int family, int limit,
+                  const std::function<std::shared_ptr<graph::Graph>()>& build) {
   Entry e;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = g_cache.find(key);
-    if (it != g_cache.end()) e = it->second;
-    else if (g_variants[family] >= limit) return nullptr;
+    for (const Entry& have : g_cache[key])
+      if (have.serves(args, nargs)) return have;
+    if (g_variants[family] >= limit) return e;
   }
-  if (!e.g) {
-    e.g = build();
-    Options o;
-    o.sync = true;
-    o.device = e.g->values[size_t(e.g->outputs.at(0))].meta.device;
-    o.cache_dir = compile_cache_dir(ctx);
-    o.whole_graph = true;  // a graph that needs externs takes the host path (one lowering)
-    compile_native(e.g, o);
-    graph::NativeSlot& slot = *e.g->native;
-    if (!slot.unlowered) {
-      if (!slot.exe) throw Error(cat("compiling its CUDA kernel failed: ", slot.error));
-      e.exe = slot.exe;
-    }
-    std::lock_guard<std::mutex> lock(g_mutex);
-    ++g_variants[family];
-    g_cache[key] = e;
+  e.g = build();
+  Options o;
+  o.sync = true;
+  o.device = e.g->values[size_t(e.g->outputs.at(0))].meta.device;
+  o.cache_dir = compile_cache_dir(ctx);
+  o.whole_graph = true;  // a graph that needs externs takes the host path (one lowering)
+  compile_native(e.g, o);
+  graph::NativeSlot& slot = *e.g->native;
+  if (!slot.unlowered) {
+    if (!slot.exe) throw Error(cat("compiling its CUDA kernel failed: ", slot.error));
+    e.exe = slot.exe;
   }
-  *graph_out = e.g;
-  return e.exe;
+  e.argument.assign(size_t(nargs), 0);
+  if (const auto* p = dynamic_cast<const PlanProgram*>(e.exe.get()))
+    for (const LoopGraph::NumberArg& a : p->plan().lg.numbers) e.argument[size_t(a.arg)] = 1;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ++g_variants[family];
+  g_cache[key].push_back(e);
+  return e;
 }
 
 // Copies have no Context of their own (copy_into has none); their programs are plain kernels,
@@ -168,18 +188,22 @@ bool run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<T
     moved[size_t(i)].ptr = keep.back().get();
   }
   if (!moved.empty()) args = moved.data();
-  std::shared_ptr<graph::Graph> gp;
-  auto exe = program_for(ctx, key_of(op, args, nargs), op, kVariantsPerOp, [&] {
+  const Entry e = program_for(ctx, key_of(op, args, nargs), args, nargs, op, kVariantsPerOp, [&] {
     std::vector<Tensor> inputs;
     return one_node_graph(ctx, op, args, nargs, inputs);
-  }, &gp);
-  if (!exe) return false;
-  const graph::Graph& g = *gp;
+  });
+  if (!e.exe) return false;
+  const graph::Graph& g = *e.g;
   std::vector<Tensor> vals(g.values.size());
   size_t k = 0;
   for (int i = 0; i < nargs; ++i)
     if (args[i].tag == kTensor) vals[size_t(g.inputs[k++])] = Tensor(static_cast<cr_tensor*>(args[i].ptr), true);
-  exe->run(ctx, vals);
+  const auto& program = static_cast<const PlanProgram&>(*e.exe);  // (what the CUDA backend makes)
+  double numbers[16];  // (an op has a few)
+  const std::vector<LoopGraph::NumberArg>& where = program.plan().lg.numbers;
+  if (where.size() > std::size(numbers)) throw Error(cat("internal: ", where.size(), " numbers in one eager op"));
+  for (size_t j = 0; j < where.size(); ++j) numbers[j] = args[where[j].arg].num;
+  program.run(ctx, vals, numbers);
   outs->clear();
   for (int32_t v : g.outputs) outs->push_back(vals[size_t(v)]);
   return true;
@@ -204,21 +228,20 @@ bool copy_on_device(const Tensor& dst, const Tensor& source) {
     if (dst.stride(d) == 0 && dst.size(d) > 1) return false;  // one element written twice
   const std::string key = cat("copy|", graph::meta_of(src).str(), "@", src.offset(), "|", graph::meta_of(dst).str(), "@",
                               dst.offset(), device_name(dst.device()));
-  std::shared_ptr<graph::Graph> gp;
   Context& ctx = copy_context();
-  auto exe = program_for(ctx, key, kCopyFamily, kCopyVariants, [&] {
+  const Entry e = program_for(ctx, key, nullptr, 0, kCopyFamily, kCopyVariants, [&] {
     cr_value arg{kTensor, 0, 0, src.get(), nullptr};
     std::vector<Tensor> inputs;
     auto g = one_node_graph(ctx, Registry::get().index_of("clone"), &arg, 1, inputs);
     g->name = "eager copy";
     g->values[size_t(g->outputs[0])].meta = graph::meta_of(dst);  // written in dst's layout and dtype
     return g;
-  }, &gp);
-  if (!exe) return false;
-  std::vector<Tensor> vals(gp->values.size());
-  vals[size_t(gp->inputs[0])] = src;
-  vals[size_t(gp->outputs[0])] = dst;
-  exe->run(ctx, vals);
+  });
+  if (!e.exe) return false;
+  std::vector<Tensor> vals(e.g->values.size());
+  vals[size_t(e.g->inputs[0])] = src;
+  vals[size_t(e.g->outputs[0])] = dst;
+  e.exe->run(ctx, vals);
   return true;
 }
 

@@ -104,6 +104,7 @@ std::vector<Param> params_of(const Kernel& k, const Plan& plan) {
   }
   if (k.check >= 0) ps[size_t(k.check)].written = ps[size_t(k.check)].read = true;  // (shared by all threads)
   if (k.runtime >= 0) ps[size_t(k.runtime)].words = plan.buffers[size_t(k.buffers[size_t(k.runtime)])].sizes[0];
+  if (k.numbers >= 0) ps[size_t(k.numbers)].words = plan.buffers[size_t(k.buffers[size_t(k.numbers)])].sizes[0];
   return ps;
 }
 

@@ -328,6 +328,11 @@ Kernel Scheduler::build(const Group& g, bool check_only, const std::vector<char>
     k.runtime = int32_t(k.buffers.size());
     k.buffers.push_back(special_buffer(&Buffer::runtime, int64_t(2 * plan_.lg.draws.size())));
   }
+  const bool numbers = std::any_of(k.body.exprs.begin(), k.body.exprs.end(), [](const Expr& e) { return e.op == EOp::Number; });
+  if (numbers && !check_only) {
+    k.numbers = int32_t(k.buffers.size());
+    k.buffers.push_back(special_buffer(&Buffer::numbers, int64_t(plan_.lg.numbers.size())));
+  }
   k.values = g.members;
   return k;
 }
@@ -442,7 +447,8 @@ void Scheduler::finish_kernel(Kernel& k, const Group& g) {
 
 // ---- the plan ---------------------------------------------------------------------------------
 
-// The plan's check word or run values (one for all its kernels): n int64, provided by the program.
+// The plan's check word, run values or numbers (one for all its kernels): n 64-bit words,
+// provided by the program.
 int32_t Scheduler::special_buffer(bool Buffer::*kind, int64_t n) {
   for (size_t b = 0; b < plan_.buffers.size(); ++b)
     if (plan_.buffers[b].*kind) return int32_t(b);

@@ -25,6 +25,7 @@ struct Buffer {
   bool computed = false;  // written by a kernel of the plan (allocated by the program)
   bool check = false;     // the plan's check word (jit/checks.hpp), provided by the program
   bool runtime = false;   // the run's values (EOp::Runtime: 2 per draw), provided by the program
+  bool numbers = false;   // the run's operand numbers (EOp::Number: float64 bits), likewise
   Shape sizes, strides;   // layout over the storage (element units)
   int64_t offset = 0;
   DType dtype = DType::f32;

@@ -211,6 +211,59 @@ TEST_CASE("cuda: every lowered pointwise op compiles to CUBIN, in every loop dty
   }
 }
 
+TEST_CASE("cuda: operand numbers as kernel arguments (eager graphs) compile, in every loop dtype", "[cuda]") {
+  if (!have_nvrtc()) return;
+  Context ctx;
+  SECTION("every pointwise op") {
+    for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::b8}) {
+      Builder check{ctx};  // (which ops have a loop form)
+      all_pointwise(check, d);
+      Builder lowered{ctx};
+      lowered.g.numbers_as_arguments = true;
+      all_pointwise(lowered, d, externs(check.g));
+      REQUIRE(externs(lowered.g).empty());
+      CHECK(!lower(lowered.g).numbers.empty());
+      const Compiled c = compile(lowered, cat("numbers_", dtype_name(d)));
+      CHECK(c.module.source.find("__longlong_as_double(p") != std::string::npos);
+    }
+  }
+  SECTION("each op of test_cuda.lua's scalar loop takes its numbers as arguments") {
+    struct Case {
+      const char* op;
+      DType d;
+      std::vector<double> nums;
+    };
+    for (const Case& c : std::vector<Case>{{"mul", DType::f32, {0.37}}, {"add", DType::i32, {3}}, {"mul", DType::i32, {0.37}},
+                                          {"gt", DType::f32, {0.25}}, {"clamp", DType::f32, {-0.5, 0.5}}, {"where", DType::f32, {0.5}}}) {
+      INFO(c.op << " " << dtype_name(c.d));
+      Builder B{ctx};
+      B.g.numbers_as_arguments = true;
+      const int32_t x = B.input(sample({5, 7}, c.d, 1));
+      std::vector<Arg> args = {T(x)};
+      if (std::string(c.op) == "where") args = {T(B.input(sample({5, 7}, DType::b8, 2))), T(x)};
+      for (double v : c.nums) args.push_back(N(v));
+      if (std::string(c.op) == "add") args.push_back(Arg{});  // (alpha: nil, as Lua's x + 3 passes it)
+      B.g.outputs = {B.op(c.op, args)};
+      CHECK(lower(B.g).numbers.size() == c.nums.size());
+    }
+  }
+  SECTION("x * 2.75 + 1.5 takes both, pow's exponent and add's alpha stay literal") {
+    Builder B{ctx};
+    B.g.numbers_as_arguments = true;
+    const int32_t x = B.input(uniform({5, 7}, 1));
+    const int32_t y = B.op("add", {T(B.op("mul", {T(x), N(2.75)})), N(1.5)});
+    const int32_t z = B.op("add", {T(B.op("pow", {T(y), N(3)})), T(x), N(0.125)});
+    B.g.outputs = {z};
+    const LoopGraph lg = lower(B.g);
+    REQUIRE(lg.numbers.size() == 2);
+    CHECK(B.g.nodes[size_t(lg.numbers[0].node)].args[size_t(lg.numbers[0].arg)].num == 2.75);
+    CHECK(B.g.nodes[size_t(lg.numbers[1].node)].args[size_t(lg.numbers[1].arg)].num == 1.5);
+    const Compiled c = compile(B, "numbers_chain");
+    CHECK(c.module.source.find("2.75") == std::string::npos);
+    CHECK(c.module.source.find("0.125") != std::string::npos);  // alpha
+  }
+}
+
 TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cuda]") {
   if (!have_nvrtc()) return;
   struct Case {

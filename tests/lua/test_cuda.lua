@@ -172,6 +172,23 @@ describe("CUDA tensors", function()
     expect.eq((dx + 1).device, "cuda:0")
     expect.eq(T.cuda.stats().host_ops, h0)
   end)
+  -- operand numbers are kernel arguments (jit/cuda/eager.cpp): a scalar that changes at every call
+  -- reuses one kernel; before, each value compiled a module and the 65th went to host copies
+  it("take new operand numbers without new kernels, as eager gives them", function()
+    need_gpu()
+    local x, i = T.randn(7, 9), T.randint(-5, 6, { 7, 9 }):int()
+    local dx, di = x:cuda(), i:cuda()
+    local h = T.cuda.stats().host_ops
+    for k = 1, 150 do
+      local s = k * 0.37 - 20
+      expect.close((dx * s + k):cpu(), x * s + k, 1e-6, 1e-6, "x * " .. s .. " + " .. k)
+      expect.eq((di + k):cpu():totable(), (i + k):totable(), "int32 + " .. k)    -- an integral number: integer arithmetic
+      expect.close((di * s):cpu(), i * s, 1e-6, 1e-6, "int32 * " .. s)            -- a fractional one: float
+      expect.close(T.where(dx:gt(s / 40), dx, s):cpu(), T.where(x:gt(s / 40), x, s), 0, 0)
+      expect.close(dx:clamp(-k / 50, k / 50):cpu(), x:clamp(-k / 50, k / 50), 0, 0)
+    end
+    expect.eq(T.cuda.stats().host_ops, h, "ops that ran on host copies")
+  end)
   -- in-place ops run their op's kernel and a device copy into self; copies, conversions and joins
   -- between layouts are generated copy kernels (the output written in the destination's layout)
   it("run in-place ops, conversions, copies between layouts and joins on the device", function()

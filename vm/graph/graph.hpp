@@ -120,6 +120,9 @@ struct Graph {
   bool dynamic = false;
   bool reinstance = false;  // a dynamic graph's later instance: counted as compiled only when
                             // its native code needed new kernels
+  // Numbers the lowering reads as operands are kernel arguments (EOp::Number), not literals: an
+  // eager CUDA op's one-node graph (jit/cuda/eager.cpp) then serves every value of them.
+  bool numbers_as_arguments = false;
   std::shared_ptr<NativeSlot> native;  // set when a native backend compiles this graph
 
   int32_t add_value(int32_t node, const ValueMeta& m);

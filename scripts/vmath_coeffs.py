@@ -91,8 +91,7 @@ FITS = {
     'cos_f': (lambda r: cos(r) - 1 + r * r / 2, lambda r: 1 / cos(r), 0, 0.85, 5, 4, 2),
     'sin_d': (lambda r: sin(r) - r, lambda r: 1 / sin(r), E, 0.7875, 7, 3, 2),
     'cos_d': (lambda r: cos(r) - 1 + r * r / 2, lambda r: 1 / cos(r), 0, 0.7875, 7, 4, 2),
-    # tanh(x) = x + x^3 P(x^2), |x| < 0.5493 (tanh(x) < 1/2)
-    'tanh_f': (lambda x: tanh(x) - x, lambda x: 1 / tanh(x), E, 0.5494, 5, 3, 2),
+    # double tanh(x) = x + x^3 P(x^2), |x| < 0.5493 (tanh(x) < 1/2); float tanh: scripts/tanh_coeffs.py
     'tanh_d': (lambda x: tanh(x) - x, lambda x: 1 / tanh(x), E, 0.5494, 11, 3, 2),
     # erf(x) = x + x P(x^2), |x| < 1
     'erf_f': (lambda x: erf(x) - x, lambda x: 1 / erf(x), E, 1, 7, 1, 2),

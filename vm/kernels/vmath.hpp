@@ -22,7 +22,8 @@
 //
 // float sin / cos near zero (|x| <= 256) compute in float (16 lanes of AVX-512), beyond in
 // double as float tan everywhere (the reduction needs the extra precision);
-// everything else computes in the argument's own type. Coefficients: scripts/vmath_coeffs.py.
+// everything else computes in the argument's own type. Coefficients: scripts/vmath_coeffs.py (float
+// tanh: scripts/tanh_coeffs.py).
 #pragma once
 #include <bit>
 #include <cmath>
@@ -146,12 +147,16 @@ inline constexpr double kSinD[] = {-0x1.5555555555555p-3, 0x1.1111111111111p-7, 
 inline constexpr double kCosD[] = {0x1.5555555555555p-5,  -0x1.6c16c16c16c17p-10, 0x1.a01a01a019f47p-16,
                                    -0x1.27e4fb77545f4p-22, 0x1.1eed8e53ee404p-29,  -0x1.93954f8a73a43p-37,
                                    0x1.abc77bed210acp-45};
-// tanh(x) = x + x^3 P(x^2), |x| < 0.5494
-inline constexpr float kTanhF[] = {-0x1.555556p-2f, 0x1.111084p-3f, -0x1.b9c322p-5f, 0x1.5e5d4p-6f, -0x1.b81c9ep-8f};
+// double tanh(x) = x + x^3 P(x^2), |x| < 0.5494
 inline constexpr double kTanhD[] = {-0x1.5555555555555p-2, 0x1.111111111111p-3,   -0x1.ba1ba1ba1b399p-5,
                                     0x1.664f48823df89p-6,  -0x1.226e35208d246p-7, 0x1.d6d3b51142568p-9,
                                     -0x1.7d9ffd6a7e4acp-10, 0x1.3519c38dd3b48p-11, -0x1.f0167e69c4322p-13,
                                     0x1.72749911350aap-14, -0x1.7f8d6a811a7c1p-16};
+// float tanh (scripts/tanh_coeffs.py): tanh(x) = x + x u N(u) / M(u), u = x^2 <= 1, relative error
+// 2^-30.2; tanh(h) = h / E(h^2), |h| <= ln2/4, error 2^-30.8 in the e^-2h it gives
+inline constexpr float kTanhNF[] = {-0x1.555554p-2f, -0x1.df6626p-7f};
+inline constexpr float kTanhMF[] = {1.0f, 0x1.c68b0cp-2f, 0x1.007348p-6f};
+inline constexpr float kTanhEF[] = {1.0f, 0x1.555514p-2f, -0x1.6a8bccp-6f};
 // erf(x) = x + x P(x^2), |x| < 1
 inline constexpr float kErfF[] = {0x1.06eba8p-3f,  -0x1.81273ep-2f, 0x1.ce2cf8p-4f, -0x1.b7f90ep-6f,
                                   0x1.5405b2p-8f, -0x1.a3f7p-11f,   0x1.496a32p-14f};
@@ -522,23 +527,50 @@ template <Real T> CR_VM_INLINE T tan(T x) {
 
 // ---- hyperbolic, sigmoid, erf --------------------------------------------------------------
 
-template <Real T> CR_VM_INLINE T tanh(T x) {
-  using namespace detail;
-  T a = std::fabs(x);
-  T u = a * a, p;
-  if constexpr (kFloat<T>) p = horner(u, kTanhF);
-  else p = horner(u, kTanhD);
-  T small = std::fma(a * u, p, a);
+namespace detail {
+// float tanh without exp and with one division, which two forms share (chosen per lane, a = |x|):
+// a < 1:  a + a u N(u) / M(u), u = a^2: the quotient's relative error counts a third in the result.
+// a >= 1: 1 - 2q, q = w / (1 + w) <= 0.12, w = e^-2b, b = a capped where tanh rounds to 1: q's
+//         relative error counts a quarter. -2b = k ln2 - 2h (|h| <= ln2/4), e^-2h = (E - h) / (E + h)
+//         with h / E(h^2) ~ tanh(h), and the 2^k of w is added to the exponent of E - h (k >= -29).
+// Within 1.1 ulp of every float (bench/bench_vmath.cpp tanh-ulp); tiny a gives u = 0, so a itself;
+// NaN makes h, so E + h and q, NaN.
+CR_VM_INLINE float tanh_float(float x) {
+  float a = std::fabs(x);
+  bool small = a < 1.0f;
+  float u = a * a;
+  float n = horner(u, kTanhNF), m = horner(u, kTanhMF);
+  float b = blend(a > K<float>::tanh_max, K<float>::tanh_max, a);
+  float t = std::fma(b, -2.0f * K<float>::log2e, Fp<float>::kShift);  // kShift + k, k in the low bits
+  float k = t - Fp<float>::kShift;
+  float h = std::fma(k, 0.5f * K<float>::ln2_hi, b);  // (ln2_lo would change 2q by < 0.04 ulp)
+  float e = horner(h * h, kTanhEF);
+  float w = from_bits<float>(bits(e - h) + (bits(t) << Fp<float>::kMant));
+  float q = blend(small, n, w) / blend(small, m, (e + h) + w);
+  float res = blend(small, std::fma(a * u, q, a), std::fma(-2.0f, q, 1.0f));
+  return std::copysign(res, x);
+}
+
+CR_VM_INLINE double tanh_double(double x) {
+  double a = std::fabs(x);
+  double u = a * a;
+  double small = std::fma(a * u, horner(u, kTanhD), a);
   // tanh(a) = 1 - 2 / (e + 1), e = e^2a >= e^1.1: q = 2 / (d + dl) with d + dl = e + 1 exactly,
   // corrected once with the exact residual, so that only e's error remains, and it is at least
   // halved in 1 - q (tanh >= 1/2 here). a is capped where tanh rounds to 1 (e stays finite).
-  T e = vm::exp(T(2) * blend(a > K<T>::tanh_max, K<T>::tanh_max, a));
-  T d = e + T(1), dl = (e - d) + T(1);
-  T y = T(1) / d, q = T(2) * y;
-  q = std::fma(std::fma(-q, d, T(2)) - q * dl, y, q);
-  T large = T(1) - q;
-  T res = blend(a < T(0.5494), small, large);  // NaN takes the large path and stays NaN
+  double e = vm::exp(2.0 * blend(a > K<double>::tanh_max, K<double>::tanh_max, a));
+  double d = e + 1.0, dl = (e - d) + 1.0;
+  double y = 1.0 / d, q = 2.0 * y;
+  q = std::fma(std::fma(-q, d, 2.0) - q * dl, y, q);
+  double large = 1.0 - q;
+  double res = blend(a < 0.5494, small, large);  // NaN takes the large path and stays NaN
   return std::copysign(res, x);
+}
+}  // namespace detail
+
+template <Real T> CR_VM_INLINE T tanh(T x) {
+  if constexpr (detail::kFloat<T>) return detail::tanh_float(x);
+  else return detail::tanh_double(x);
 }
 
 // 1 / (1 + e^-x), computed from e = e^-|x| <= 1 so that it neither overflows nor loses the

@@ -36,11 +36,12 @@ constexpr int kVariantsPerOp = 64;
 struct Entry {
   std::shared_ptr<graph::Graph> g;
   std::shared_ptr<const graph::Executable> exe;  // null: not lowerable (host path)
-  std::vector<char> argument;                    // per op argument: a number the kernels take at run time
+  uint64_t arguments = 0;  // bit i: op argument i is a number the kernels take at run time
   bool serves(const cr_value* args, int nargs) const {
     const graph::Node& n = g->nodes[size_t(op_node())];
     for (int i = 0; i < nargs; ++i)
-      if (args[i].tag == kNumber && !argument[size_t(i)] && std::memcmp(&args[i].num, &n.args[size_t(i)].num, sizeof(double)) != 0)
+      if (args[i].tag == kNumber && !(i < 64 && (arguments >> i & 1)) &&
+          std::memcmp(&args[i].num, &n.args[size_t(i)].num, sizeof(double)) != 0)
         return false;
     return true;
   }
@@ -142,9 +143,9 @@ Entry program_for(Context& ctx, const std::string& key, const cr_value* args, in
     if (!slot.exe) throw Error(cat("compiling its CUDA kernel failed: ", slot.error));
     e.exe = slot.exe;
   }
-  e.argument.assign(size_t(nargs), 0);
   if (const auto* p = dynamic_cast<const PlanProgram*>(e.exe.get()))
-    for (const LoopGraph::NumberArg& a : p->plan().lg.numbers) e.argument[size_t(a.arg)] = 1;
+    for (const LoopGraph::NumberArg& a : p->plan().lg.numbers)
+      if (a.arg < 64) e.arguments |= uint64_t(1) << a.arg;
   std::lock_guard<std::mutex> lock(g_mutex);
   ++g_variants[family];
   g_cache[key].push_back(e);

@@ -36,6 +36,7 @@ constexpr int kVariantsPerOp = 64;
 struct Entry {
   std::shared_ptr<graph::Graph> g;
   std::shared_ptr<const graph::Executable> exe;  // null: not lowerable (host path)
+  const PlanProgram* program = nullptr;           // exe as a plan's program (what CUDA makes)
   uint64_t arguments = 0;  // bit i: op argument i is a number the kernels take at run time
   bool serves(const cr_value* args, int nargs) const {
     const graph::Node& n = g->nodes[size_t(op_node())];
@@ -143,8 +144,8 @@ Entry program_for(Context& ctx, const std::string& key, const cr_value* args, in
     if (!slot.exe) throw Error(cat("compiling its CUDA kernel failed: ", slot.error));
     e.exe = slot.exe;
   }
-  if (const auto* p = dynamic_cast<const PlanProgram*>(e.exe.get()))
-    for (const LoopGraph::NumberArg& a : p->plan().lg.numbers)
+  if ((e.program = dynamic_cast<const PlanProgram*>(e.exe.get())))
+    for (const LoopGraph::NumberArg& a : e.program->plan().lg.numbers)
       if (a.arg < 64) e.arguments |= uint64_t(1) << a.arg;
   std::lock_guard<std::mutex> lock(g_mutex);
   ++g_variants[family];
@@ -199,12 +200,15 @@ bool run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<T
   size_t k = 0;
   for (int i = 0; i < nargs; ++i)
     if (args[i].tag == kTensor) vals[size_t(g.inputs[k++])] = Tensor(static_cast<cr_tensor*>(args[i].ptr), true);
-  const auto& program = static_cast<const PlanProgram&>(*e.exe);  // (what the CUDA backend makes)
-  double numbers[16];  // (an op has a few)
-  const std::vector<LoopGraph::NumberArg>& where = program.plan().lg.numbers;
-  if (where.size() > std::size(numbers)) throw Error(cat("internal: ", where.size(), " numbers in one eager op"));
-  for (size_t j = 0; j < where.size(); ++j) numbers[j] = args[where[j].arg].num;
-  program.run(ctx, vals, numbers);
+  if (!e.program) {
+    e.exe->run(ctx, vals);
+  } else {  // with this call's numbers
+    double numbers[16];  // (an op has a few)
+    const std::vector<LoopGraph::NumberArg>& where = e.program->plan().lg.numbers;
+    if (where.size() > std::size(numbers)) throw Error(cat("internal: ", where.size(), " numbers in one eager op"));
+    for (size_t j = 0; j < where.size(); ++j) numbers[j] = args[where[j].arg].num;
+    e.program->run(ctx, vals, numbers);
+  }
   outs->clear();
   for (int32_t v : g.outputs) outs->push_back(vals[size_t(v)]);
   return true;

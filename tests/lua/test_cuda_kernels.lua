@@ -1,0 +1,291 @@
+-- CUDA kernels beyond pointwise and reductions (jit/cuda/): gathers with their position checks,
+-- extreme positions, random draws (the CPU's Philox numbers), the library kernels (cumsum, sort,
+-- topk) and fused attention with and without masks, each against the CPU. The device tensors,
+-- eager ops, memory and streams are in test_cuda.lua. Every case needs a GPU and skips cleanly
+-- without one.
+local T = require "crescent"
+
+local errs = expect.error_checker("test_cuda_kernels.lua")
+local GPU = T.cuda.is_available()
+local function need_gpu() if not GPU then expect.skip("no CUDA device: " .. T.cuda.unavailable_reason()) end end
+
+describe("CUDA kernels", function()
+  it("gather on the device (index_select, gather, embedding), checking the positions there", function()
+    need_gpu()
+    local h = T.cuda.stats().host_ops
+    for _, dt in ipairs { "float32", "float64", "int32", "int64", "bool", "float16", "bfloat16" } do
+      local x = (T.randn(6, 9) * 4):to(dt)
+      local xt = x:t() -- a strided source
+      local cols, rows = T.tensor({ 9, 1, 3, 3, 7 }):long(), T.tensor({ 2, 6 }):int()
+      local pos = T.randint(1, 7, { 4, 9 }):long()
+      local ids = T.tensor({ { 3, 9, 1 }, { 7, 7, 2 } }):long()
+      local dx, dxt = x:cuda(), xt:cuda()
+      local cases = {
+        { dx:index_select(2, cols:cuda()), x:index_select(2, cols) },
+        { dx:index_select(-2, rows:cuda()), x:index_select(-2, rows) },
+        { dxt:index_select(2, rows:cuda()), xt:index_select(2, rows) },
+        { dx:gather(1, pos:cuda()), x:gather(1, pos) },
+        { T.embedding(ids:cuda(), dxt), T.embedding(ids, xt) },
+        { dx:index_select(1, T.tensor({}):long():cuda()), x:index_select(1, T.tensor({}):long()) },
+      }
+      for i, c in ipairs(cases) do
+        expect.eq({ c[1].device, c[1].dtype, c[1].shape }, { "cuda:0", dt, c[2].shape }, dt .. " case " .. i)
+        expect.eq(c[1]:cpu():double():totable(), c[2]:double():totable(), dt .. " case " .. i)
+      end
+    end
+    expect.eq(T.cuda.stats().host_ops, h, "ops on host copies")
+    -- compiled: fused with their users, the positions computed in the kernel
+    local x, idx = T.randn(8, 16), T.tensor({ 16, 2, 5 }):long()
+    local line = debug.getinfo(1, "l").currentline + 1
+    local f = T.compile(function(a, i) return (a:exp():index_select(2, i + 1 - 1) * 2):sum(-1) end)
+    local want = (x:exp():index_select(2, idx) * 2):sum(-1)
+    for _ = 1, 3 do expect.close(f(x:cuda(), idx:cuda()):cpu(), want, 1e-5, 1e-5) end
+    -- a bad position: reported at the next synchronisation (the op does not wait), naming the op
+    -- and its line; the device stays usable
+    local w = T.randn(50, 8):cuda()
+    local bad = T.embedding(T.tensor({ 3, 51 }):long():cuda(), w)
+    errs(function() local _ = bad:cpu() end, "cpu", "embedding: index 51 is out of range for a weight of 50 rows (expected 1..50)",
+      "found by a CUDA kernel that ran before this synchronisation")
+    errs(function() local _ = x:cuda():index_select(2, T.tensor({ 0 }):long():cuda()); T.cuda.synchronize() end,
+      "index_select", "index 0 is out of range for dim 2 of size 16 (expected 1..16)")
+    errs(function() local _ = f(x:cuda(), T.tensor({ 16, 17, 1 }):long():cuda()):cpu() end, "cpu",  -- (and the op's line, compiled)
+      ("test_cuda.lua:%d: index_select: index 17 is out of range for dim 2 of size 16"):format(line))
+    expect.eq(T.embedding(T.tensor({ 50 }):long():cuda(), w):cpu():totable(), { w:cpu()[50]:totable() })
+    for _ = 1, 3 do expect.close(f(x:cuda(), idx:cuda()):cpu(), want, 1e-5, 1e-5) end
+  end)
+  it("find extreme positions on the device (argmax, argmin, max / min with indices)", function()
+    need_gpu()
+    local h = T.cuda.stats().host_ops
+    for _, dt in ipairs { "float32", "float64", "int32", "int64", "bool", "float16", "bfloat16" } do
+      local x = (dt == "bool") and T.rand(7, 300):lt(0.5) or (T.randn(7, 300) * 3):to(dt)
+      if dt:find("float") then x[2][5], x[2][9], x[4][300] = 0 / 0, 0 / 0, 0 / 0 end -- the first NaN is the extreme
+      local d = x:cuda()
+      local v, i = d:max(2)
+      local vw, iw = x:max(2)
+      local v2, i2 = d:min(1, true)
+      local v2w, i2w = x:min(1, true)
+      local cases = { { d:argmax(2), x:argmax(2) }, { d:argmin(-1, true), x:argmin(-1, true) }, { d:argmax(), x:argmax() },
+        { d:t():argmin(2), x:t():argmin(2) }, { i, iw }, { v, vw }, { i2, i2w }, { v2, v2w } }
+      for k, c in ipairs(cases) do
+        expect.eq({ c[1].device, c[1].dtype, c[1].shape }, { "cuda:0", c[2].dtype, c[2].shape }, dt .. " case " .. k)
+        local a, b = c[1]:cpu():double(), c[2]:double()
+        expect.eq(a:eq(b):logical_or(a:ne(a):logical_and(b:ne(b))):all():item(), true, dt .. " case " .. k)
+      end
+    end
+    expect.eq(T.cuda.stats().host_ops, h, "ops on host copies")
+  end)
+  it("draw random numbers on the device (rand, randn, randint), the CPU's numbers (Philox), eager and compiled", function()
+    need_gpu()
+    local h = T.cuda.stats().host_ops
+    T.manual_seed(7)
+    local u, n = T.rand(300, 7, { device = "cuda" }), T.randn(1001, { device = "cuda", dtype = "float64" })
+    local i = T.randint(-4, 2 ^ 40, { 33 }, { device = "cuda" })
+    local after = T.rand(1):item()
+    T.manual_seed(7)
+    local u0, n0 = T.rand(300, 7), T.randn(1001, { dtype = "float64" })
+    expect.eq(i:cpu():totable(), T.randint(-4, 2 ^ 40, { 33 }):totable(), "randint")
+    expect.eq(T.rand(1):item(), after, "the generator advanced as on the CPU")
+    expect.eq({ u.device, u.dtype, n.dtype }, { "cuda:0", "float32", "float64" })
+    expect.eq(u:cpu():eq(u0):all():item(), true, "uniform: the same bits")
+    expect.close(n:cpu(), n0, 1e-14, 1e-14)  -- (CUDA's log / cos: within an ulp of glibc's)
+    expect.eq(T.cuda.stats().host_ops, h, "ops on host copies")
+    local f = T.compile(function(x) return x + T.rand(x:size(1), x:size(2), { device = x.device }) end)
+    local x = T.randn(64, 33)
+    for i = 1, 3 do
+      T.manual_seed(i)
+      local got = f(x:cuda())
+      T.manual_seed(i)
+      expect.eq(got:cpu():eq(x + T.rand(64, 33)):all():item(), true, "compiled, call " .. i)
+    end
+  end)
+  it("run cumsum on the device (a library kernel): rows, columns, long and short rows, every dtype", function()
+    need_gpu()
+    T.manual_seed(12)
+    local host_ops = T.cuda.stats().host_ops
+    local x = T.randn(7, 3000)
+    local cases = {
+      { x, 2 }, { x, 1 }, { x:t(), 2 }, { T.randn(4, 5, 6), 2 }, { T.randn(3, 20), 2 }, { T.randn(100000), 1 },
+      { T.randn(0, 5), 2 }, { T.tensor(2.5), 1 }, { x:narrow(2, 3, 1500), 2 }, { T.randn(3, 40000), 2 },
+    }
+    for _, c in ipairs(cases) do
+      local want = T.cumsum(c[1], c[2])
+      local got = T.cumsum(c[1]:cuda(), c[2])
+      expect.eq(got.shape, want.shape)
+      expect.close(got:cpu(), want, 1e-5, 1e-6)
+    end
+    -- other dtypes: integers exact (int32 and bool sum into int64; {dtype = int32} wraps on both), 16-bit floats
+    local ints = (T.randn(6, 700) * 1000):to("int32")
+    expect.eq(T.cumsum(ints:cuda(), 2):cpu():totable(), T.cumsum(ints, 2):totable())
+    expect.eq(T.cumsum(ints:cuda(), 2).dtype, "int64")
+    local huge = T.full({ 3, 100 }, 2 ^ 30, { dtype = "int32" })
+    expect.eq(T.cumsum(huge:cuda(), 2, { dtype = "int32" }):cpu():totable(), T.cumsum(huge, 2, { dtype = "int32" }):totable())
+    local bools = T.rand(5, 300):lt(0.5)
+    expect.eq(T.cumsum(bools:cuda(), 1):cpu():totable(), T.cumsum(bools, 1):totable())
+    expect.eq(T.cumsum(x:cuda(), 2, { dtype = "float64" }):cpu():totable(), T.cumsum(x, 2, { dtype = "float64" }):totable())
+    for _, dt in ipairs({ "float16", "bfloat16", "float64" }) do
+      local h = T.randn(5, 1500):to(dt)
+      expect.close(T.cumsum(h:cuda(), 2):cpu():float(), T.cumsum(h, 2):float(), 1e-2, 1e-2, dt)
+    end
+    -- in a compiled graph it is an extern step between generated kernels
+    local f = T.compile(function(v) return T.cumsum(v * 2, 2):sin() end, { hot = 0 })
+    expect.close(f(x:cuda()):cpu(), T.cumsum(x * 2, 2):sin(), 1e-4, 1e-4)
+    expect.eq(T.cuda.stats().host_ops, host_ops)
+  end)
+  it("sort and take the top k on the device (library kernels): NaN, ties, every dtype, long lines", function()
+    need_gpu()
+    T.manual_seed(13)
+    local host_ops = T.cuda.stats().host_ops
+    local function same(got, want, what)
+      for i = 1, #want do
+        expect.eq(got[i].device, "cuda:0", what)
+        expect.eq(got[i]:cpu():totable(), want[i]:totable(), what)
+      end
+    end
+    -- ties (small integers as floats) and NaNs: the order is total, so values and indices are exact
+    local x = (T.randn(6, 300) * 3):round()
+    x[2][7], x[2][100], x[5][1] = 0 / 0, 0 / 0, 0 / 0
+    local dx = x:cuda()
+    for _, desc in ipairs({ false, true }) do
+      same({ dx:sort(2, desc) }, { x:sort(2, desc) }, "sort rows")
+      same({ dx:sort(1, desc) }, { x:sort(1, desc) }, "sort columns")
+      same({ dx:t():sort(2, desc) }, { x:t():sort(2, desc) }, "sort transposed")
+      same({ dx:topk(7, 2, not desc) }, { x:topk(7, 2, not desc) }, "topk")
+    end
+    local y = T.randn(3, 40, 5)
+    same({ y:cuda():sort(2) }, { y:sort(2) }, "a middle dim")
+    for _, dt in ipairs({ "float64", "float16", "bfloat16", "int32", "int64", "bool" }) do
+      local v = dt == "bool" and T.rand(4, 50):lt(0.5) or (T.randn(4, 50) * 20):to(dt)
+      same({ v:cuda():sort(2, true) }, { v:sort(2, true) }, dt)
+      same({ v:cuda():topk(5) }, { v:topk(5) }, dt)
+    end
+    -- a vocabulary-sized line: topk keeps each 4096-chunk's first k, then orders the candidates
+    local logits = T.randn(3, 50257)
+    logits[1][50000] = 0 / 0
+    same({ logits:cuda():topk(50) }, { logits:topk(50) }, "topk of 50257")
+    same({ logits:cuda():topk(2048, 2, false) }, { logits:topk(2048, 2, false) }, "topk 2048 smallest")
+    same({ T.tensor(3.5):cuda():sort() }, { T.tensor(3.5):sort() }, "0-d")
+    same({ T.randn(0, 4):cuda():sort(2) }, { T.randn(0, 4):sort(2) }, "empty")
+    expect.eq(({ dx:topk(0) })[1].shape, { 6, 0 })
+    -- a whole sort of lines longer than 4096: sorted chunks merged pairwise (an odd run count here)
+    same({ logits:cuda():sort(2, true) }, { logits:sort(2, true) }, "sort of 50257")
+    same({ logits:cuda():topk(3000, 2, false) }, { logits:topk(3000, 2, false) }, "topk 3000 of 50257")
+    local tall = (T.randn(9000, 3) * 4):round()
+    same({ tall:cuda():sort(1) }, { tall:sort(1) }, "sort of columns of 9000, ties")
+    expect.eq(T.cuda.stats().host_ops, host_ops)
+  end)
+  it("run attention as one fused kernel (tensor cores for 16-bit, FMA for float32): lengths, causal, layouts, graphs", function()
+    need_gpu()
+    T.manual_seed(21)
+    local host_ops = T.cuda.stats().host_ops
+    local TOL = { float16 = 4e-3, bfloat16 = 3e-2, float32 = 1e-4, float64 = 1e-10 }
+    local function check(got, q, k, v, scale, causal, what)
+      expect.eq({ got.device, got.dtype }, { "cuda:0", q.dtype }, what)
+      local want = T.attention(q:double(), k:double(), v:double(), scale, causal)  -- the CPU kernel in float64
+      expect.close(got:cpu():double(), want, TOL[q.dtype], TOL[q.dtype])
+    end
+    -- {batch, heads, L, S, E, causal}: lengths off the 64-row / 64-key tiles, S = 0, L = 0, one key
+    local cases = { { 2, 3, 70, 130, 64, false }, { 1, 2, 64, 64, 16, true }, { 2, 1, 129, 17, 32, true },
+                    { 1, 1, 5, 300, 128, false }, { 3, 2, 100, 40, 64, true }, { 1, 1, 1, 1, 64, false },
+                    { 1, 2, 0, 5, 64, false }, { 1, 2, 5, 0, 64, true }, { 1, 1, 200, 300, 128, true } }
+    for _, dt in ipairs({ "float16", "bfloat16", "float32" }) do
+      for _, c in ipairs(cases) do
+        local B, H, L, S, E, causal = unpack(c)
+        local q, k, v = T.randn(B, H, L, E):to(dt), T.randn(B, H, S, E):to(dt), T.randn(B, H, S, E):to(dt)
+        check(T.attention(q:cuda(), k:cuda(), v:cuda(), 0.2, causal), q, k, v, 0.2, causal, dt .. " " .. tostring(c))
+      end
+    end
+    -- layouts: heads split from {B, L, H, E} (GPT-2's transpose), an expanded key, a 3-d and a
+    -- 2-d call, rows that are not 16-byte aligned (copied first), a head size of no kernel (composite)
+    local x = T.randn(2, 33, 4, 64):half()
+    local q = x:transpose(2, 3)
+    local k = T.randn(2, 1, 50, 64):half():expand(2, 4, 50, 64)
+    local v = T.randn(2, 4, 50, 64):half()
+    check(T.attention(q:cuda(), k:cuda(), v:cuda()), q, k, v, 1 / 8, false, "strided")
+    check(T.attention(x:cuda():transpose(2, 3), k:cuda(), v:cuda(), nil, true), q, k, v, 1 / 8, true, "device view")
+    local q3, k3 = T.randn(6, 20, 32):bfloat16(), T.randn(6, 24, 32):bfloat16()
+    check(T.attention(q3:cuda(), k3:cuda(), k3:cuda(), 0.5), q3, k3, k3, 0.5, false, "3-d")
+    local q2, k2 = T.randn(20, 72):half():narrow(2, 5, 64), T.randn(24, 64):half()
+    check(T.attention(q2:cuda(), k2:cuda(), k2:cuda()), q2, k2, k2, 1 / 8, false, "unaligned rows")
+    local q5, k5 = T.randn(2, 9, 24):half(), T.randn(2, 11, 24):half()
+    check(T.attention(q5:cuda(), k5:cuda(), k5:cuda()), q5, k5, k5, 1 / math.sqrt(24), false, "head size 24")
+    check(T.attention(q5:cuda(), k5:cuda(), k5:cuda(), nil, true), q5, k5, k5, 1 / math.sqrt(24), true, "head size 24, causal")
+    local q6, k6 = T.randn(2, 7, 8):double(), T.randn(2, 12, 8):double()  -- (float64: the composite)
+    check(T.attention(q6:cuda(), k6:cuda(), k6:cuda(), 0.3, true), q6, k6, k6, 0.3, true, "float64, causal")
+    -- float32 (the FMA kernel): head sizes apart, strided heads, a head size it does not take (composite)
+    local qf, kf, vf = T.randn(2, 3, 70, 20), T.randn(2, 3, 90, 20), T.randn(2, 3, 90, 48)
+    check(T.attention(qf:cuda(), kf:cuda(), vf:cuda(), 0.3, true), qf, kf, vf, 0.3, true, "float32 20 / 48")
+    local xf, kx, vx = T.randn(2, 70, 4, 64), T.randn(2, 1, 50, 64):expand(2, 4, 50, 64), T.randn(2, 4, 50, 32)
+    check(T.attention(xf:cuda():transpose(2, 3), kx:cuda(), vx:cuda()), xf:transpose(2, 3), kx, vx, 1 / 8, false,
+          "float32 strided")
+    local vg = T.randn(2, 3, 90, 40)
+    check(T.attention(qf:cuda(), kf:cuda(), vg:cuda(), 0.3), qf, kf, vg, 0.3, false, "float32 head size 40")
+    -- F.scaled_dot_product_attention without a mask is this op on the device
+    local dq, dk, dv = q:cuda():contiguous(), k:cuda(), v:cuda()
+    expect.eq(T.F.scaled_dot_product_attention(dq, dk, dv, { causal = true }):cpu():totable(),
+              T.attention(dq, dk, dv, nil, true):cpu():totable())
+    -- the recorded pattern matmul -> / 8 -> softmax -> matmul compiles to the same kernel: same bits
+    local f = T.compile(function(a, b, c) return T.matmul((T.matmul(a, b:transpose(-2, -1)) / 8):softmax(-1), c) end)
+    local want = T.attention(dq, dk, dv, 1 / 8)
+    for _ = 1, 3 do expect.close(f(dq, dk, dv):cpu(), want:cpu(), 4e-3, 4e-3) end  -- (the first call runs as recorded)
+    expect.eq(f(dq, dk, dv):cpu():totable(), want:cpu():totable(), "compiled pattern")
+    -- (float32: 80 query rows, the fused kernel; below 32 rows attention runs the composite)
+    local fq, fk, fv = T.randn(2, 4, 80, 64):cuda(), dk:float(), dv:float()
+    local want32 = T.attention(fq, fk, fv, 1 / 8)
+    for _ = 1, 3 do expect.close(f(fq, fk, fv):cpu(), want32:cpu(), 1e-4, 1e-4) end
+    expect.eq(f(fq, fk, fv):cpu():totable(), want32:cpu():totable(), "compiled float32 pattern")
+    expect.eq(T.cuda.stats().host_ops, host_ops)
+  end)
+  it("run attention with a mask in the fused kernel: bool and added, broadcast, strided", function()
+    need_gpu()
+    T.manual_seed(22)
+    local host_ops = T.cuda.stats().host_ops
+    local TOL = { float16 = 4e-3, bfloat16 = 3e-2, float32 = 1e-4 }
+    for _, shape in ipairs({ { 2, 3, 70, 130, 64 }, { 1, 2, 33, 77, 32 } }) do  -- (an odd S: the last key alone)
+      for _, dt in ipairs({ "float16", "bfloat16", "float32" }) do
+        local B, H, L, S, E = unpack(shape)
+        local q, k, v = T.randn(B, H, L, E):to(dt), T.randn(B, H, S, E):to(dt), T.randn(B, H, S, E):to(dt)
+        local keep = T.eye(L, S):bool()  -- (every bool row keeps a key)
+        local masks = { T.randn(L, S):to(dt), T.randn(H, 1, S):to(dt), T.randn(B, 1, L, S):to(dt),
+                        T.randn(B, H, S, L):to(dt):transpose(3, 4), T.rand(L, S):gt(0.5):logical_or(keep),
+                        T.rand(B, 1, 1, S):gt(0.7):logical_or(T.eye(1, S):bool()) }
+        for i, m in ipairs(masks) do
+          local got = T.attention(q:cuda(), k:cuda(), v:cuda(), 0.2, false, m:cuda())
+          local want = T.attention(q:double(), k:double(), v:double(), 0.2, false, m.dtype == "bool" and m or m:double())
+          expect.eq({ got.device, got.dtype }, { "cuda:0", dt })
+          expect.close(got:cpu():double(), want, TOL[dt], TOL[dt], dt .. " mask " .. i .. " S " .. S)
+        end
+        -- a row that sees no key is NaN, as softmax and the CPU kernel
+        local m = T.ones(L, S):bool()
+        m[3] = false
+        local got = T.attention(q:cuda(), k:cuda(), v:cuda(), nil, false, m:cuda()):cpu()
+        expect.truthy(got:select(3, 3):isnan():all():item(), dt .. " masked row")
+        expect.eq(got:narrow(3, 4, 5):isnan():any():item(), false)
+        -- F.scaled_dot_product_attention with a mask is this op on the device
+        local dm = masks[1]:cuda()
+        expect.eq(T.F.scaled_dot_product_attention(q:cuda(), k:cuda(), v:cuda(), { mask = dm, scale = 0.2 }):cpu():totable(),
+                  T.attention(q:cuda(), k:cuda(), v:cuda(), 0.2, false, dm):cpu():totable(), dt .. " sdpa")
+      end
+    end
+    -- compiled: matmul -> / 8 -> (masked_fill | + mask) -> softmax -> matmul is rewritten to the
+    -- kernel with the mask: the same bits as T.attention (after the first call, run as recorded)
+    local q, k, v = T.randn(2, 4, 48, 64):half():cuda(), T.randn(2, 4, 50, 64):half():cuda(), T.randn(2, 4, 50, 64):half():cuda()
+    local blocked = T.rand(2, 1, 1, 50):gt(0.8):cuda()
+    local added = T.randn(48, 50):half():cuda()
+    local filled = T.compile(function(a, b, c, m)
+      return T.matmul((T.matmul(a, b:transpose(-2, -1)) / 8):masked_fill(m, -math.huge):softmax(-1), c)
+    end)
+    local plus = T.compile(function(a, b, c, m) return T.matmul((T.matmul(a, b:transpose(-2, -1)) / 8 + m):softmax(-1), c) end)
+    local want_f, want_p = T.attention(q, k, v, 1 / 8, false, blocked:logical_not()), T.attention(q, k, v, 1 / 8, false, added)
+    for _ = 1, 2 do
+      expect.close(filled(q, k, v, blocked):cpu(), want_f:cpu(), 4e-3, 4e-3)
+      expect.close(plus(q, k, v, added):cpu(), want_p:cpu(), 4e-3, 4e-3)
+    end
+    expect.eq(filled(q, k, v, blocked):cpu():totable(), want_f:cpu():totable(), "compiled masked_fill pattern")
+    expect.eq(plus(q, k, v, added):cpu():totable(), want_p:cpu():totable(), "compiled added-mask pattern")
+    -- a mask over more than two batch dims: the composite on the device
+    local q5, m5 = T.randn(2, 2, 2, 40, 16):half(), T.randn(2, 2, 2, 40, 40):half()
+    local got = T.attention(q5:cuda(), q5:cuda(), q5:cuda(), nil, false, m5:cuda())
+    expect.close(got:cpu():double(), T.attention(q5:double(), q5:double(), q5:double(), nil, false, m5:double()), 4e-3, 4e-3)
+    expect.eq(T.cuda.stats().host_ops, host_ops)
+  end)
+end)

@@ -70,6 +70,10 @@ function S.need_native_cpu()
   end
   S.skip("native CPU code is not available: " .. why)
 end
+-- skips the spec where no CUDA device is present
+function S.need_gpu()
+  if not T.cuda.is_available() then S.skip("no CUDA device: " .. T.cuda.unavailable_reason()) end
+end
 -- it(), for a spec that needs native CPU code
 function S.native_it(name, fn)
   S.it(name, function(...)

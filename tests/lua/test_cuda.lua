@@ -7,7 +7,7 @@ local T = require "crescent"
 
 local errs = expect.error_checker("test_cuda.lua")
 local GPU = T.cuda.is_available()
-local function need_gpu() if not GPU then expect.skip("no CUDA device: " .. T.cuda.unavailable_reason()) end end
+local need_gpu = expect.need_gpu
 
 describe("without a GPU", function()
   it("CUDA tensors raise an error that says why", function()

@@ -6,8 +6,7 @@
 local T = require "crescent"
 
 local errs = expect.error_checker("test_cuda_kernels.lua")
-local GPU = T.cuda.is_available()
-local function need_gpu() if not GPU then expect.skip("no CUDA device: " .. T.cuda.unavailable_reason()) end end
+local need_gpu = expect.need_gpu
 
 describe("CUDA kernels", function()
   it("gather on the device (index_select, gather, embedding), checking the positions there", function()

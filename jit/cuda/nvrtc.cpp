@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <sstream>
 #include <vector>
 
 #include "vm/error.hpp"
@@ -113,17 +114,10 @@ std::string nvrtc_version() { return loaded().version; }
 // Read at each compile (a compile costs tens of ms; tests set it); part of the cache key.
 static std::vector<std::string> extra_options() {
   std::vector<std::string> v;
-  std::string w;
   const char* env = std::getenv("CRESCENT_NVRTC_OPTIONS");
-  for (const char* c = env ? env : "";; ++c) {
-    if (*c && *c != ' ') {
-      w += *c;
-      continue;
-    }
-    if (!w.empty()) v.push_back(std::move(w));
-    w.clear();
-    if (!*c) return v;
-  }
+  std::istringstream in(env ? env : "");
+  for (std::string w; in >> w;) v.push_back(w);
+  return v;
 }
 
 std::string nvrtc_options() {

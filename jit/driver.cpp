@@ -30,6 +30,7 @@
 #include "jit/cpu/program.hpp"
 #include "jit/cuda/driver.hpp"
 #include "jit/cuda/nvrtc.hpp"
+#include "jit/cuda/prebuilt.hpp"
 #include "jit/cuda/program.hpp"
 #include "jit/fusion/schedule.hpp"
 
@@ -254,9 +255,15 @@ std::shared_ptr<const std::string> cubin_for(const std::string& source, const st
       return it->second;
     }
   }
+  std::shared_ptr<const std::string> bin;
+  if (const jit::cuda::PrebuiltCubin* p = jit::cuda::find_prebuilt(source, arch)) {  // (jit/cuda/prebuilt.hpp)
+    bin = std::make_shared<const std::string>(reinterpret_cast<const char*>(p->data), p->size);
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    ++counters.prebuilt;
+    return cubin_cache[key] = bin;
+  }
   const bool disk = !o.cache_dir.empty() && o.cache_dir != "0";
   const std::string path = cat(o.cache_dir, "/", key, ".cubin");
-  std::shared_ptr<const std::string> bin;
   if (disk && ::access(path.c_str(), R_OK) == 0) {
     std::string b = read_file(path);
     if (b.size() > 4 && b.compare(0, 4, "\x7f" "ELF") == 0) bin = std::make_shared<const std::string>(std::move(b));

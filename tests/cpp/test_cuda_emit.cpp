@@ -22,6 +22,7 @@
 #include "jit/cuda/attention_simt.hpp"
 #include "jit/cuda/library.hpp"
 #include "jit/cuda/nvrtc.hpp"
+#include "jit/cuda/prebuilt.hpp"
 #include "jit/cuda/program.hpp"
 #include "jit/jit.hpp"
 #include "vm/devices.hpp"
@@ -350,6 +351,43 @@ TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dt
   CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 64, 32, 0.125));
   CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 96, 96, 0.125));
   CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 64, 64, -0.125));  // (a negative scale: the composite)
+}
+
+TEST_CASE("cuda: the build's library CUBINs are those of the current sources, and the kernel cache serves them", "[cuda]") {
+  if (!have_nvrtc()) return;
+  if (cuda::prebuilt_table().empty()) {
+    WARN("this build has no prebuilt CUBINs (CRESCENT_PREBUILT_KERNELS=OFF, or no NVRTC at build time)");
+    return;
+  }
+  const std::vector<cuda::LibraryInstance> instances = cuda::prebuilt_instances();
+  REQUIRE(cuda::prebuilt_table().size() == instances.size());
+  for (const cuda::LibraryInstance& li : instances) {
+    INFO(li.name);
+    const cuda::PrebuiltCubin* p = cuda::find_prebuilt(li.source, "sm_90");
+    REQUIRE(p != nullptr);
+    const std::string bin(reinterpret_cast<const char*>(p->data), p->size);
+    CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
+    const char* fn = li.name.rfind("attention_f32", 0) == 0 ? "attention_simt" : "attention_fwd";
+    CHECK(bin.find(std::string(1, '\0') + fn + std::string(1, '\0')) != std::string::npos);
+    // another architecture, a changed source, extra NVRTC options: not this CUBIN
+    CHECK(cuda::find_prebuilt(li.source, "sm_80") == nullptr);
+    CHECK(cuda::find_prebuilt(li.source + "\n// changed\n", "sm_90") == nullptr);
+    ::setenv("CRESCENT_NVRTC_OPTIONS", "-lineinfo", 1);
+    CHECK(cuda::find_prebuilt(li.source, "sm_90") == nullptr);
+    ::unsetenv("CRESCENT_NVRTC_OPTIONS");
+  }
+  // the table holds what NVRTC makes of the source now (one instance: a float32 one takes seconds)
+  const cuda::LibraryInstance& f16 = instances[1];
+  REQUIRE(f16.name == "attention_float16_64");
+  const cuda::PrebuiltCubin* p = cuda::find_prebuilt(f16.source, "sm_90");
+  REQUIRE(p != nullptr);
+  CHECK(cuda::compile_cubin(f16.source, "attention.cu", "sm_90") == std::string(reinterpret_cast<const char*>(p->data), p->size));
+  // the kernel cache answers from the table: nothing compiled, counted as prebuilt
+  const CacheStats before = cache_stats();
+  CHECK(cuda_cubin(instances[0].source, "attention", "sm_90", "").size() == cuda::find_prebuilt(instances[0].source, "sm_90")->size);
+  const CacheStats after = cache_stats();
+  CHECK(after.compiled == before.compiled);
+  CHECK(after.prebuilt + after.memory_hits == before.prebuilt + before.memory_hits + 1);
 }
 
 TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {

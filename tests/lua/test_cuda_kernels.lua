@@ -48,7 +48,7 @@ describe("CUDA kernels", function()
     errs(function() local _ = x:cuda():index_select(2, T.tensor({ 0 }):long():cuda()); T.cuda.synchronize() end,
       "index_select", "index 0 is out of range for dim 2 of size 16 (expected 1..16)")
     errs(function() local _ = f(x:cuda(), T.tensor({ 16, 17, 1 }):long():cuda()):cpu() end, "cpu",  -- (and the op's line, compiled)
-      ("test_cuda.lua:%d: index_select: index 17 is out of range for dim 2 of size 16"):format(line))
+      ("test_cuda_kernels.lua:%d: index_select: index 17 is out of range for dim 2 of size 16"):format(line))
     expect.eq(T.embedding(T.tensor({ 50 }):long():cuda(), w):cpu():totable(), { w:cpu()[50]:totable() })
     for _ = 1, 3 do expect.close(f(x:cuda(), idx:cuda()):cpu(), want, 1e-5, 1e-5) end
   end)

@@ -1,0 +1,41 @@
+#include "jit/cuda/prebuilt.hpp"
+
+#include <cstring>
+
+#include "jit/cache_entry.hpp"
+#include "jit/cuda/attention.hpp"
+#include "jit/cuda/attention_simt.hpp"
+#include "jit/cuda/nvrtc.hpp"
+#include "vm/error.hpp"
+
+namespace cr::jit::cuda {
+
+// Head sizes 64 and 128 are those of GPT-2, LLaMA and most models since; other sizes compile
+// at first use (1-2 s for float32). An H100 grants a block 227 KiB of shared memory.
+std::vector<LibraryInstance> prebuilt_instances() {
+  constexpr size_t kSm90Shared = 227 << 10;
+  std::vector<LibraryInstance> r;
+  for (int e : {64, 128}) {
+    r.push_back({cat("attention_f32_", e, "_", e), attention_simt_source(e, e, kSm90Shared)});
+    for (DType d : {DType::f16, DType::bf16}) r.push_back({cat("attention_", dtype_name(d), "_", e), attention_source(d, e)});
+  }
+  return r;
+}
+
+// Not cubin_key (jit/driver.cpp): that one names NVRTC's version and the build, because a disk
+// cache outlives both. A table is made by this build's NVRTC, and a CUBIN for sm_90 runs under
+// any later driver.
+std::string prebuilt_key(const std::string& source, const std::string& arch) {
+  return hash128(cat(source, "\n", arch, " ", nvrtc_options()));
+}
+
+const PrebuiltCubin* find_prebuilt(const std::string& source, const std::string& arch) {
+  const std::span<const PrebuiltCubin> table = prebuilt_table();
+  if (table.empty()) return nullptr;
+  const std::string key = prebuilt_key(source, arch);
+  for (const PrebuiltCubin& p : table)
+    if (key == p.key) return &p;
+  return nullptr;
+}
+
+}  // namespace cr::jit::cuda

@@ -26,6 +26,9 @@ local X = require "exchange"
 local sh = X.sh
 
 local CI_PER_OP = 6
+-- The compiled modes' second call must run native code: with background compiles (the default)
+-- it would still run on the eager kernels while the graph compiles.
+T.config.sync_compile = true
 
 -- ---- options -------------------------------------------------------------------------------------
 
@@ -331,6 +334,12 @@ local function main()
   print(("compiled runs: %d graphs compiled, %d kernels (%d from the disk cache), %d eager fallbacks")
     :format(ct.graphs_compiled, ct.kernels_compiled, ct.disk_cache_hits, ct.eager_fallbacks))
   local mismatches = counts.mismatch or 0
+  -- (the compiled mode is only a test of the code generators if they made code)
+  local native = T.compiler.native_available(o.device == "cuda" and "cuda" or "cpu")
+  if native and #cases > 0 and ct.kernels_compiled + ct.disk_cache_hits == 0 then
+    print("diff_torch: FAILED: native code is available here, yet the compiled runs compiled no kernel")
+    mismatches = mismatches + 1
+  end
   print(("diff_torch: %d ops covered, %d skipped; %d cases (seed %d, %s; torch raised in %d), %d crescent runs each; "
     .. "%d mismatches (excused: %s); crescent %.1f s, torch %.1f s")
     :format(#covered, nskip, #cases, o.seed, o.device, torch_errors, #MODE_ORDER, mismatches,

@@ -7,6 +7,8 @@
 // hash of its source) is already in OUT_DIR is not compiled again, and the table is rewritten
 // only when it changes, so a rebuild that touched no kernel source costs milliseconds. Without
 // NVRTC (a machine with no CUDA) the table is empty and the build goes on.
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -40,14 +42,17 @@ struct Entry {
   std::string error;
 };
 
-// Compiles the entries whose CUBIN is missing, side by side (NVRTC compiles programs on several
-// threads at once); each written under a temporary name and renamed, so a killed build leaves
-// no half file behind a good name.
+// Compiles the entries whose CUBIN is missing on a thread per core (NVRTC compiles programs on
+// several threads at once; one takes a few hundred MB); each written under a temporary name and
+// renamed, so a killed build leaves no half file behind a good name.
 void compile_missing(std::vector<Entry>& entries, const std::string& arch) {
-  std::vector<std::thread> threads;
-  for (Entry& e : entries) {
-    if (is_cubin(e.file)) continue;
-    threads.emplace_back([&e, &arch] {
+  std::vector<Entry*> todo;
+  for (Entry& e : entries)
+    if (!is_cubin(e.file)) todo.push_back(&e);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < todo.size();) {
+      Entry& e = *todo[i];
       try {
         const std::string bin = compile_cubin(e.instance.source, e.instance.name + ".cu", arch);
         const fs::path tmp = e.file.string() + ".tmp";
@@ -56,8 +61,10 @@ void compile_missing(std::vector<Entry>& entries, const std::string& arch) {
       } catch (const std::exception& x) {
         e.error = x.what();
       }
-    });
-  }
+    }
+  };
+  std::vector<std::thread> threads(std::max(1u, std::thread::hardware_concurrency()));
+  for (std::thread& t : threads) t = std::thread(work);
   for (std::thread& t : threads) t.join();
 }
 

@@ -5,13 +5,16 @@
 #include "jit/cache_entry.hpp"
 #include "jit/cuda/attention.hpp"
 #include "jit/cuda/attention_simt.hpp"
+#include "jit/cuda/library.hpp"
 #include "jit/cuda/nvrtc.hpp"
 #include "vm/error.hpp"
 
 namespace cr::jit::cuda {
 
-// Head sizes 64 and 128 are those of GPT-2, LLaMA and most models since; other sizes compile
-// at first use (1-2 s for float32). An H100 grants a block 227 KiB of shared memory.
+// Attention: head sizes 64 and 128 are those of GPT-2, LLaMA and most models since; other sizes
+// compile at first use (1-2 s for float32). An H100 grants a block 227 KiB of shared memory.
+// cumsum and sort / topk (about 0.1 s each) in the dtypes models sort and sum: float, int32 /
+// int64 (ids, positions) and bool (masks).
 std::vector<LibraryInstance> prebuilt_instances() {
   constexpr size_t kSm90Shared = 227 << 10;
   std::vector<LibraryInstance> r;
@@ -19,6 +22,11 @@ std::vector<LibraryInstance> prebuilt_instances() {
     r.push_back({cat("attention_f32_", e, "_", e), attention_simt_source(e, e, kSm90Shared)});
     for (DType d : {DType::f16, DType::bf16}) r.push_back({cat("attention_", dtype_name(d), "_", e), attention_source(d, e)});
   }
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
+    r.push_back({cat("cumsum_", dtype_name(d)), cumsum_source(d)});
+    r.push_back({cat("sort_", dtype_name(d)), sort_source(d)});
+  }
+  r.push_back({"sort_bool", sort_source(DType::b8)});
   return r;
 }
 

@@ -367,7 +367,11 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
     REQUIRE(p != nullptr);
     const std::string bin(reinterpret_cast<const char*>(p->data), p->size);
     CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
-    const char* fn = li.name.rfind("attention_f32", 0) == 0 ? "attention_simt" : "attention_fwd";
+    auto starts = [&](const char* p) { return li.name.rfind(p, 0) == 0; };
+    const char* fn = starts("attention_f32") ? "attention_simt"
+                     : starts("attention_")  ? "attention_fwd"
+                     : starts("cumsum_")     ? "cumsum_rows"
+                                             : "sort_lines";
     CHECK(bin.find(std::string(1, '\0') + fn + std::string(1, '\0')) != std::string::npos);
     // another architecture, a changed source, extra NVRTC options: not this CUBIN
     CHECK(cuda::find_prebuilt(li.source, "sm_80") == nullptr);

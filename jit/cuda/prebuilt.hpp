@@ -1,10 +1,11 @@
 // Library kernels compiled when crescent is built, so that their first use compiles nothing.
 //
-// The float32 attention kernel takes NVRTC 1-2 s (its NVVM and ptxas passes over 8 x 8 scores a
-// thread), the 16-bit ones about 0.3 s: more than a graph's whole cold-compile budget. Their
-// sources are fixed templates instantiated per dtype and head size, so the build compiles the
-// common instances for the target GPU (tools/prebuild.cpp, sm_90: head sizes 64 and 128) and
-// links the CUBINs into the program, as PyTorch ships its flash-attention kernels compiled.
+// NVRTC takes 2 s for the float32 attention kernel (its NVVM and ptxas passes over 8 x 8 scores
+// a thread), 0.9 s for a 16-bit one and 0.2 s for cumsum or sort (H100 host): more than a
+// graph's whole cold-compile budget. Their sources are fixed templates instantiated per dtype
+// (and head size), so the build compiles the common instances for the target GPU
+// (tools/prebuild.cpp, sm_90: attention of head sizes 64 and 128, cumsum and sort in every
+// dtype) and links the CUBINs into the program, as PyTorch ships its kernels compiled.
 // The lookup is by a hash of the exact source NVRTC would compile, the architecture and the
 // extra NVRTC options: an instance the build did not make, a source changed since, another GPU
 // or CRESCENT_NVRTC_OPTIONS all miss and compile at run time as before - never a stale kernel.

@@ -111,11 +111,13 @@ int main(int argc, char** argv) {
       entries.push_back({std::move(li), key, dir / (key + ".cubin"), ""});
     }
     compile_missing(entries, arch);
-    for (const Entry& e : entries)
-      if (!e.error.empty()) {
-        std::fprintf(stderr, "crescent_prebuild: %s for %s: %s\n", e.instance.name.c_str(), arch.c_str(), e.error.c_str());
-        return 1;
-      }
+    // A kernel this NVRTC cannot compile is left out, not a failed build: it compiles at first
+    // use and raises NVRTC's log there (the CUDA emission tests compile every one of them).
+    std::erase_if(entries, [&](const Entry& e) {
+      if (e.error.empty()) return false;
+      std::fprintf(stderr, "crescent_prebuild: warning: %s for %s left out: %s\n", e.instance.name.c_str(), arch.c_str(), e.error.c_str());
+      return true;
+    });
     for (const fs::directory_entry& f : fs::directory_iterator(dir)) {  // CUBINs of sources since changed
       bool used = false;
       for (const Entry& e : entries) used = used || f.path() == e.file;

@@ -306,7 +306,7 @@ std::shared_ptr<const graph::Executable> cuda_program(Plan plan, const graph::Gr
   std::shared_ptr<const std::string> bin = cubin_for(m.source, m.arch, g.name, key, o, disk_hit, &memory_hit);
   *cached = *disk_hit || memory_hit;
   const double t_bin = now_ms();
-  auto p = std::make_shared<jit::cuda::Program>(std::move(plan), std::move(m), *bin, o.device);
+  auto p = std::make_shared<jit::cuda::Program>(std::move(plan), std::move(m), key, *bin, o.device);
   *phases = cat("emit ", t_emit - t0, " ms, ", *cached ? "CUBIN from the cache " : "NVRTC ", t_bin - t_emit, " ms, module load ",
                 now_ms() - t_bin, " ms");
   return p;

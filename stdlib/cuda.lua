@@ -124,7 +124,7 @@ local function restore(prev, ok, ...)
 end
 
 -- T.cuda -------------------------------------------------------------------------------------
-local STATS = ffi.new("double[6]")
+local STATS = ffi.new("double[7]")
 M.cuda = {
   is_available = function() return api.cuda_device_count() > 0 end,
   device_count = function() return api.cuda_device_count() end,
@@ -136,11 +136,12 @@ M.cuda = {
   end,
   -- gives the device memory cached for reuse back to the driver
   empty_cache = function() api.cuda_empty_cache() end,
-  -- {driver_allocs, driver_frees, cache_hits, in_use, reserved (bytes), host_ops}
+  -- {driver_allocs, driver_frees, cache_hits, in_use, reserved (bytes), host_ops, modules_compiled
+  -- (kernel modules this process compiled, NVRTC or libgccjit; cache hits and prebuilt ones not)}
   stats = function(d)
     api.cuda_stats(device_index(d), STATS)
     return { driver_allocs = STATS[0], driver_frees = STATS[1], cache_hits = STATS[2], in_use = STATS[3],
-             reserved = STATS[4], host_ops = STATS[5] }
+             reserved = STATS[4], host_ops = STATS[5], modules_compiled = STATS[6] }
   end,
 
   -- T.cuda.Stream([device]) or T.cuda.Stream{device =}: a stream of the device's pool

@@ -27,9 +27,13 @@
 namespace cr::jit::cuda {
 namespace {
 
-// Programs compiled per op before further ones go to the host path: numbers that stay literal
-// (pow's exponent...) and change at every call must not compile a module per call.
+// Programs that compiled kernels, per op, before further ones go to the host path: numbers that
+// stay literal (pow's exponent...) and change at every call must not compile a module per call.
+// A program of a new size whose CUBIN the cache has is not counted.
 constexpr int kVariantsPerOp = 64;
+// Programs kept: past this many, the cache starts again (the CUBINs and loaded modules stay
+// cached, so the programs come back in a millisecond each).
+constexpr size_t kMaxPrograms = 4096;
 
 // One program of a key: it serves a call whose numbers that are not kernel arguments equal its
 // own (compared bit for bit).
@@ -52,6 +56,7 @@ struct Entry {
 std::mutex g_mutex;
 std::map<std::string, std::vector<Entry>> g_cache;
 std::map<int, int> g_variants;
+size_t g_programs = 0;
 
 graph::Arg mirror(const cr_value& v, const std::function<int32_t(cr_tensor*)>& tensor) {
   graph::Arg a;
@@ -73,6 +78,10 @@ std::shared_ptr<graph::Graph> one_node_graph(Context& ctx, int op, const cr_valu
   const OpDef& def = Registry::get().ops()[size_t(op)];
   g->name = cat("eager ", def.name);
   g->numbers_as_arguments = true;
+  // Size-generic kernels (as a dynamic graph's): a tensor of a new size makes a new program of
+  // the same CUBIN (lowering and emission, about a millisecond), not an NVRTC compile per shape
+  // (60-130 ms) - a REPL's shapes change from one line to the next.
+  g->dynamic = true;
   auto add_input = [&](cr_tensor* p) {
     Tensor t(p, true);
     graph::Node in;
@@ -148,7 +157,11 @@ Entry program_for(Context& ctx, const std::string& key, const cr_value* args, in
     for (const LoopGraph::NumberArg& a : e.program->plan().lg.numbers)
       if (a.arg < 64) e.arguments |= uint64_t(1) << a.arg;
   std::lock_guard<std::mutex> lock(g_mutex);
-  ++g_variants[family];
+  if (slot.kernels > 0) ++g_variants[family];  // (NVRTC ran: not a new size of a known kernel)
+  if (++g_programs > kMaxPrograms) {
+    g_cache.clear();
+    g_programs = 1;
+  }
   g_cache[key].push_back(e);
   return e;
 }
@@ -254,6 +267,7 @@ void clear_eager_cache() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_cache.clear();
   g_variants.clear();
+  g_programs = 0;
 }
 
 }  // namespace cr::jit::cuda

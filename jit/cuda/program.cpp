@@ -1,5 +1,8 @@
 #include "jit/cuda/program.hpp"
 
+#include <map>
+#include <mutex>
+
 #include "jit/cuda/driver.hpp"
 #include "jit/cuda/streams.hpp"
 
@@ -21,6 +24,25 @@ struct LoadedModule {
   }
 };
 
+namespace {
+
+// Loaded modules by device and CUBIN key, while a program holds them.
+std::shared_ptr<LoadedModule> module_for(const std::string& key, const std::string& cubin, int device) {
+  static std::mutex m;
+  static std::map<std::pair<int, std::string>, std::weak_ptr<LoadedModule>> loaded;
+  std::lock_guard<std::mutex> g(m);
+  std::weak_ptr<LoadedModule>& slot = loaded[{device, key}];
+  if (std::shared_ptr<LoadedModule> have = slot.lock()) return have;
+  auto mod = std::make_shared<LoadedModule>();
+  cr::cuda::use_device(device);
+  mod->device = device;
+  CR_CU(cuModuleLoadData(&mod->mod, cubin.data()), "loading compiled kernels");
+  slot = mod;
+  return mod;
+}
+
+}  // namespace
+
 Target target_of(int index) {
   const cr::cuda::DeviceInfo& d = cr::cuda::device_info(index);
   Target t;
@@ -29,11 +51,9 @@ Target target_of(int index) {
   return t;
 }
 
-Program::Program(Plan plan, CudaModule m, const std::string& cubin, Device device)
-    : PlanProgram(std::move(plan), device), module_(std::move(m)), loaded_(std::make_unique<LoadedModule>()) {
+Program::Program(Plan plan, CudaModule m, const std::string& key, const std::string& cubin, Device device)
+    : PlanProgram(std::move(plan), device), module_(std::move(m)), loaded_(module_for(key, cubin, device.index)) {
   cr::cuda::use_device(device.index);
-  loaded_->device = device.index;
-  CR_CU(cuModuleLoadData(&loaded_->mod, cubin.data()), "loading compiled kernels");
   for (size_t i = 0; i < module_.kernels.size(); ++i) {
     const CudaKernel& k = module_.kernels[i];
     size_t given = plan_.params.empty() ? 0 : plan_.params[i].size();

@@ -17,7 +17,10 @@ struct LoadedModule;  // a CUBIN loaded into a context (unloaded with the last p
 
 class Program : public PlanProgram {
  public:
-  Program(Plan plan, CudaModule m, const std::string& cubin, Device device);
+  // `key` names the CUBIN (jit/driver.cpp cubin_key): programs of one CUBIN on one device share
+  // its loaded module, so a dynamic graph's (or an eager op's) instance of a new size loads
+  // nothing (a load waits for every stream).
+  Program(Plan plan, CudaModule m, const std::string& key, const std::string& cubin, Device device);
   ~Program() override;
 
  private:
@@ -26,7 +29,7 @@ class Program : public PlanProgram {
   void defer_check() const override;
   CudaModule module_;
   std::shared_ptr<DeviceCheck> check_;  // (plans with gathers)
-  std::unique_ptr<LoadedModule> loaded_;
+  std::shared_ptr<LoadedModule> loaded_;
   std::vector<void*> fns_;  // CUfunction per kernel
 };
 

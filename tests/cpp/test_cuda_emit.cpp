@@ -751,7 +751,7 @@ void run_dynamic(const DynamicCase& c, int64_t R, int64_t C) {
   const Device gpu{1, 0};
   std::vector<Tensor> vals(B.g.values.size());
   for (int32_t v : B.g.inputs) vals[size_t(v)] = to_device(B.sample[size_t(v)], gpu);
-  cuda::Program program(std::move(plan), std::move(m), cubin, gpu);  // (loaded until the copies back)
+  cuda::Program program(std::move(plan), std::move(m), cat(c.name, R, "x", C), cubin, gpu);  // (loaded until the copies back)
   program.run(ctx, vals);
   for (int32_t out : B.g.outputs) {
     Tensor got = contiguous(host_copy(vals[size_t(out)])), want = contiguous(B.sample[size_t(out)]);

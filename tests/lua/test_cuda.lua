@@ -190,6 +190,22 @@ describe("CUDA tensors", function()
     end
     expect.eq(T.cuda.stats().host_ops, h, "ops that ran on host copies")
   end)
+  -- eager kernels are size-generic (jit/cuda/eager.cpp: templates, as a dynamic graph's): tensors of
+  -- new sizes compile no new modules, and past 64 sizes an op still runs on the device
+  it("take tensors of new sizes without new kernels", function()
+    need_gpu()
+    local h, m0 = T.cuda.stats().host_ops, nil
+    for k = 1, 100 do
+      local x = T.randn(k, (k * 7) % 300 + 2)
+      local dx = x:cuda()
+      expect.close((dx * 2 + 1):cpu(), x * 2 + 1, 1e-6, 1e-6, "x * 2 + 1 at " .. k)
+      expect.close(dx:sum(-1):cpu(), x:sum(-1), 1e-5, 1e-5, "sum at " .. k)
+      expect.close(dx:softmax(-1):cpu(), x:softmax(-1), 1e-6, 1e-6, "softmax at " .. k)
+      if k == 10 then m0 = T.cuda.stats().modules_compiled end
+    end
+    expect.eq(T.cuda.stats().modules_compiled, m0, "modules compiled after the first 10 sizes")
+    expect.eq(T.cuda.stats().host_ops, h, "ops that ran on host copies")
+  end)
   -- in-place ops run their op's kernel and a device copy into self; copies, conversions and joins
   -- between layouts are generated copy kernels (the output written in the destination's layout)
   it("run in-place ops, conversions, copies between layouts and joins on the device", function()

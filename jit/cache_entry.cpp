@@ -2,7 +2,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <thread>
+
+#include <unistd.h>
 
 #include "vm/error.hpp"
 
@@ -32,6 +36,21 @@ bool read_all(const std::string& path, std::string* out) {
 }
 
 }  // namespace
+
+std::string read_file(const std::string& path) {
+  std::string bytes;
+  return read_all(path, &bytes) ? bytes : std::string();
+}
+
+bool publish_file(const std::string& path, const std::string& bytes) {
+  const std::string tmp = cat(path, ".tmp-", ::getpid(), "-", std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  std::ofstream f(tmp, std::ios::binary);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+  f.close();
+  const bool ok = f && std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) std::remove(tmp.c_str());
+  return ok;
+}
 
 std::string hash128(const std::string& s) {
   uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;

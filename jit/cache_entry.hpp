@@ -13,6 +13,14 @@ namespace cr::jit {
 // it detects damage, not tampering).
 std::string hash128(const std::string& s);
 
+// The bytes of the file at `path` ("" when it cannot be read).
+std::string read_file(const std::string& path);
+
+// Writes `bytes` to `path` under a temporary name (this process and thread) and renames it into
+// place, so a reader - another process sharing the cache - sees the whole file or none. False
+// when it could not (the temporary file is removed).
+bool publish_file(const std::string& path, const std::string& bytes);
+
 // Appends the trailer for `key` to the compiled object at `path`; throws cr::Error on failure.
 void seal_entry(const std::string& path, const std::string& key);
 

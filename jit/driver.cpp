@@ -240,11 +240,6 @@ std::string cubin_key(const std::string& source, const std::string& arch) {
   return hash128(cat(source, "\n", arch, " ", jit::cuda::nvrtc_version(), " ", jit::cuda::nvrtc_options(), " build ", build_id()));
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
 std::shared_ptr<const std::string> cubin_for(const std::string& source, const std::string& arch, const std::string& name,
                                              const std::string& key, const Options& o, bool* disk_hit, bool* memory_hit) {
   {
@@ -276,9 +271,7 @@ std::shared_ptr<const std::string> cubin_for(const std::string& source, const st
     if (disk) {
       std::error_code ec;
       std::filesystem::create_directories(o.cache_dir, ec);
-      const std::string tmp = cat(path, ".tmp-", ::getpid(), "-", std::hash<std::thread::id>{}(std::this_thread::get_id()));
-      { std::ofstream(tmp, std::ios::binary).write(bin->data(), std::streamsize(bin->size())); }
-      if (std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
+      publish_file(path, *bin);  // (a cache that cannot be written only costs a compile next time)
     }
   }
   std::lock_guard<std::mutex> lock(cache_mutex);

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "jit/cache_entry.hpp"
 #include "jit/cuda/nvrtc.hpp"
 #include "jit/cuda/prebuilt.hpp"
 #include "vm/error.hpp"
@@ -25,15 +26,7 @@ using namespace cr::jit::cuda;
 
 namespace {
 
-std::string read_all(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
-bool is_cubin(const fs::path& p) {
-  std::error_code ec;
-  return fs::file_size(p, ec) > 4 && !ec && read_all(p).compare(0, 4, "\x7f" "ELF") == 0;
-}
+bool is_cubin(const fs::path& p) { return cr::jit::read_file(p).compare(0, 4, "\x7f" "ELF") == 0; }
 
 struct Entry {
   LibraryInstance instance;
@@ -54,10 +47,8 @@ void compile_missing(std::vector<Entry>& entries, const std::string& arch) {
     for (size_t i; (i = next++) < todo.size();) {
       Entry& e = *todo[i];
       try {
-        const std::string bin = compile_cubin(e.instance.source, e.instance.name + ".cu", arch);
-        const fs::path tmp = e.file.string() + ".tmp";
-        std::ofstream(tmp, std::ios::binary).write(bin.data(), std::streamsize(bin.size()));
-        fs::rename(tmp, e.file);
+        if (!cr::jit::publish_file(e.file, compile_cubin(e.instance.source, e.instance.name + ".cu", arch)))
+          e.error = "cannot write " + e.file.string();
       } catch (const std::exception& x) {
         e.error = x.what();
       }
@@ -89,8 +80,7 @@ std::string table_source(const std::vector<Entry>& entries) {
 }
 
 void write_if_changed(const fs::path& p, const std::string& text) {
-  if (fs::exists(p) && read_all(p) == text) return;
-  std::ofstream(p, std::ios::binary) << text;
+  if (cr::jit::read_file(p) != text && !cr::jit::publish_file(p, text)) throw std::runtime_error("cannot write " + p.string());
 }
 
 }  // namespace

@@ -6,9 +6,13 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "graph_builder.hpp"
+#include "jit/cache_entry.hpp"
 #include "jit/cuda/attention.hpp"
 #include "jit/cuda/attention_simt.hpp"
 #include "jit/cuda/library.hpp"
@@ -134,4 +138,19 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
   const CacheStats after = cache_stats();
   CHECK(after.compiled == before.compiled);
   CHECK(after.prebuilt + after.memory_hits == before.prebuilt + before.memory_hits + 1);
+}
+
+TEST_CASE("cuda: a compiled CUBIN lands whole in the disk cache, no temporary file left", "[cuda]") {
+  if (!have_nvrtc()) return;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / cat("crescent_cubin_cache_", ::getpid());
+  fs::remove_all(dir);
+  const std::string src = cat("extern \"C\" __global__ void f(float* p) { p[threadIdx.x] = ", ::getpid() % 1000, ".5f; }");
+  const std::string bin = cuda_cubin(src, "disk.cu", "sm_90", dir.string());
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& f : fs::directory_iterator(dir)) files.push_back(f.path());
+  REQUIRE(files.size() == 1);
+  CHECK(files[0].extension() == ".cubin");
+  CHECK(read_file(files[0].string()) == bin);
+  fs::remove_all(dir);
 }

@@ -250,15 +250,9 @@ std::shared_ptr<const std::string> cubin_for(const std::string& source, const st
       return it->second;
     }
   }
-  std::shared_ptr<const std::string> bin;
-  if (const jit::cuda::PrebuiltCubin* p = jit::cuda::find_prebuilt(source, arch)) {  // (jit/cuda/prebuilt.hpp)
-    bin = std::make_shared<const std::string>(reinterpret_cast<const char*>(p->data), p->size);
-    std::lock_guard<std::mutex> lock(cache_mutex);
-    ++counters.prebuilt;
-    return cubin_cache[key] = bin;
-  }
   const bool disk = !o.cache_dir.empty() && o.cache_dir != "0";
   const std::string path = cat(o.cache_dir, "/", key, ".cubin");
+  std::shared_ptr<const std::string> bin;
   if (disk && ::access(path.c_str(), R_OK) == 0) {
     std::string b = read_file(path);
     if (b.size() > 4 && b.compare(0, 4, "\x7f" "ELF") == 0) bin = std::make_shared<const std::string>(std::move(b));
@@ -476,6 +470,12 @@ class Worker {
 
 std::string cuda_cubin(const std::string& source, const std::string& name, const std::string& arch,
                        const std::string& cache_dir) {
+  // library kernels: the build may have compiled this one (jit/cuda/prebuilt.hpp)
+  if (const jit::cuda::PrebuiltCubin* p = jit::cuda::find_prebuilt(source, arch)) {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    ++counters.prebuilt;
+    return std::string(reinterpret_cast<const char*>(p->data), p->size);
+  }
   Options o;
   o.cache_dir = cache_dir;
   bool disk_hit = false, memory_hit = false;

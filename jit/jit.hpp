@@ -29,9 +29,9 @@ void compile_native(const std::shared_ptr<graph::Graph>& g, const Options& o);
 // Lua VM's end and os.exit wait here, so that no compile runs while exit destroys what it uses.
 void wait_background_compiles();
 
-// The CUBIN of a CUDA module's source for `arch`, from the kernel cache (memory, then
-// `<cache_dir>/<key>.cubin`) or compiled by NVRTC and cached: graphs' modules and the library
-// kernels of jit/cuda/library.hpp share it and its counters.
+// The CUBIN of a library kernel's source (jit/cuda/library.hpp) for `arch`: the build's
+// (jit/cuda/prebuilt.hpp), else from the kernel cache that graphs' modules use too (memory, then
+// `<cache_dir>/<key>.cubin`) or compiled by NVRTC and cached.
 std::string cuda_cubin(const std::string& source, const std::string& name, const std::string& arch,
                        const std::string& cache_dir);
 

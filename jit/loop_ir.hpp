@@ -65,8 +65,8 @@ const char* ctype(DType d);
 // value of the same kernel cannot be computed at a position known only when it is loaded.
 // Runtime: word `site` of the run's values, an int64 the program sets at each run (the seed and
 // the counter offset of a random op: LoopGraph::draws), a parameter of the kernel, not code.
-// Number: the float64 LoopGraph::numbers[site], an operand number of a graph whose numbers are
-// arguments (graph::Graph::numbers_as_arguments), likewise set by the program at each run.
+// Number: the float64 LoopGraph::numbers[site], an operand number that varies between calls
+// (graph::Arg::varying >= 0), likewise set by the program at each run.
 enum class EOp : uint8_t { Load, Const, Cast, Arith, Call, Select, Reduced, Count, Index, Runtime, Number };
 
 struct Expr {
@@ -144,7 +144,7 @@ struct LoopGraph {
   // its seed from run word 2j and its first counter from word 2j + 1; the program takes them from
   // the generator as eager would, in this order (jit/program.cpp).
   std::vector<int64_t> draws;
-  // Operand numbers lowered as EOp::Number (graphs with numbers_as_arguments), in site order:
+  // Operand numbers lowered as EOp::Number (those that vary, graph::Arg::varying), in site order:
   // the graph node and the argument that holds each.
   struct NumberArg {
     int32_t node, arg;

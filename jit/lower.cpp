@@ -306,8 +306,8 @@ struct NodeLowering {
   const graph::Node& n;
   int32_t index;
   std::string why;  // set when the node has no loop lowering
-  // pow's exponent picks its code (sm::pow_form: x * x for 2...): a literal even where the
-  // graph's numbers are arguments
+  // pow's exponent picks its code (sm::pow_form: x * x for 2...): a literal even where it varies
+  // (an eager op's one-node graph marks every number: its program then serves that value only)
   bool literal_numbers = false;
 
   const graph::Value& out() const { return L.g.values[size_t(n.outs[0])]; }
@@ -330,7 +330,7 @@ struct NodeLowering {
   }
   int32_t operand(Body& b, int i, const Shape& shape, DType compute) {
     const graph::Arg& a = n.args[size_t(i)];
-    if (a.tag == kNumber && L.g.numbers_as_arguments && !literal_numbers) {
+    if (a.tag == kNumber && a.varying >= 0 && !literal_numbers) {  // a number that varies (graph::Arg::varying)
       Expr e{EOp::Number, DType::f64};
       e.site = int32_t(L.lg.numbers.size());
       L.lg.numbers.push_back({index, int32_t(i)});

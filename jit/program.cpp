@@ -73,7 +73,8 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
   size_t drawn = 0;
   std::vector<int64_t> number_words(lg.numbers.size());  // operand numbers, float64 bits
   for (size_t j = 0; j < lg.numbers.size(); ++j) {
-    const double x = numbers ? numbers[j] : g.nodes[size_t(lg.numbers[j].node)].args[size_t(lg.numbers[j].arg)].num;
+    const graph::Arg& a = g.nodes[size_t(lg.numbers[j].node)].args[size_t(lg.numbers[j].arg)];
+    const double x = numbers && a.varying >= 0 ? numbers[a.varying] : a.num;
     std::memcpy(&number_words[j], &x, sizeof x);
   }
   for (const PlanStep& st : plan_.steps) {
@@ -82,7 +83,7 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
         if (a.tag == kTensor) view_tensor(a.value);
         for (int32_t v : a.values) view_tensor(v);
       }
-      run_node(g, size_t(st.node), ctx, vals);
+      run_node(g, size_t(st.node), ctx, vals, numbers);
     } else {
       const Kernel& k = plan_.kernels[size_t(st.kernel)];
       bufs.clear();

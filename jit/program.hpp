@@ -10,9 +10,9 @@ namespace cr::jit {
 class PlanProgram : public graph::Executable {
  public:
   PlanProgram(Plan plan, Device device) : plan_(std::move(plan)), device_(device) {}
-  void run(Context& ctx, std::vector<Tensor>& vals) const override { run(ctx, vals, nullptr); }
-  // `numbers`: the values of plan().lg.numbers for this run (null: those the graph was built with)
-  void run(Context& ctx, std::vector<Tensor>& vals, const double* numbers) const;
+  // `numbers`: the call's numbers by graph::Arg::varying (null, or an argument with none: the
+  // value the graph was built with)
+  void run(Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr) const override;
   const Plan& plan() const { return plan_; }
 
  protected:

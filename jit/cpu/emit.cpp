@@ -81,6 +81,7 @@ class KernelEmitter : FunctionBuilder {
     cur_ = J.function_new_block(fn_, "entry");
     typed_buffers();
     load_params(J.param_as_rvalue(ps[2]));
+    load_numbers();
     start_check();
     gcc_jit_lvalue* w = local(t_.i64, "w");
     open_loop(w, J.param_as_rvalue(ps[3]), J.param_as_rvalue(ps[4]), 1);
@@ -101,6 +102,16 @@ class KernelEmitter : FunctionBuilder {
   // that holds its parameter (load_params).
   gcc_jit_rvalue* num(int64_t x) { return is_param(x) ? params_.at(param_slot(x)) : i64(x); }
 
+  // The numbers that vary between calls (EOp::Number) are read once, at entry, into locals: loop
+  // invariants, as the template parameters are (load_params).
+  void load_numbers() {
+    for (const Expr& e : k_.body.exprs)
+      if (e.op == EOp::Number && !numbers_.count(e.site)) {
+        gcc_jit_lvalue* at = J.context_new_array_access(c_, nullptr, ptrs_[size_t(k_.numbers)], i64(e.site));
+        numbers_[e.site] = assign(J.lvalue_as_rvalue(at), t_.f64, "n");
+      }
+  }
+
   // ---- buffers and variables ----
   void typed_buffers() {
     std::vector<DType> dt(k_.buffers.size(), DType::f32);
@@ -109,6 +120,7 @@ class KernelEmitter : FunctionBuilder {
     for (const Store& s : k_.stores) dt[size_t(s.buffer)] = k_.body.exprs[size_t(s.expr)].dtype;
     if (k_.check >= 0) dt[size_t(k_.check)] = DType::i64;
     if (k_.runtime >= 0) dt[size_t(k_.runtime)] = DType::i64;
+    if (k_.numbers >= 0) dt[size_t(k_.numbers)] = DType::f64;
     for (size_t b = 0; b < dt.size(); ++b) {
       gcc_jit_rvalue* raw = J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, bufs_, i64(int64_t(b))));
       ptrs_.push_back(assign(J.context_new_cast(c_, nullptr, raw, J.type_get_pointer(type(dt[b]))), J.type_get_pointer(type(dt[b])), "buf"));
@@ -221,7 +233,7 @@ class KernelEmitter : FunctionBuilder {
       case EOp::Load: return e.gather() ? gathered(e, operand(e.a)) : J.lvalue_as_rvalue(element(e.value, e.index[0]));
       case EOp::Index: return cast(address(e.index[0]), DType::i64, e.dtype);
       case EOp::Runtime: return J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, ptrs_[size_t(k_.runtime)], i64(e.site)));
-      case EOp::Number: throw Error("numbers as kernel arguments (eager CUDA graphs) have no CPU form");
+      case EOp::Number: return numbers_.at(e.site);
       case EOp::Const: return constant(e.num, e.dtype);
       case EOp::Count: return J.context_new_cast(c_, nullptr, num(e.count), t_.f64);
       case EOp::Cast: return cast(operand(e.a), dt(e.a), e.dtype);
@@ -731,6 +743,7 @@ class KernelEmitter : FunctionBuilder {
   std::vector<gcc_jit_rvalue*> ptrs_, vars_;
   std::map<int32_t, gcc_jit_rvalue*> outer_;
   std::map<size_t, gcc_jit_rvalue*> params_;  // parameter slot -> its local
+  std::map<int32_t, gcc_jit_rvalue*> numbers_;  // EOp::Number site -> its local
   std::map<int, gcc_jit_lvalue*> accs_;
   std::map<int32_t, RowCache> row_cache_;
   gcc_jit_lvalue* bad_ = nullptr;            // the check word's locals (gathers)

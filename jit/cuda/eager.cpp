@@ -3,7 +3,7 @@
 // lowered, scheduled, emitted and compiled like a captured graph (jit/driver.cpp, so the CUBIN
 // lands in the same caches), and the program is kept under a key of the op, its tensors'
 // metadata and its other arguments. Numbers the lowering reads as operands (x + 2.5, x * s) are
-// kernel arguments (graph::Graph::numbers_as_arguments): one program serves every value of
+// kernel arguments (marked as varying, graph::Arg::varying): one program serves every value of
 // them, so a loop whose scalar changes at each step compiles once. Other numbers (pow's exponent,
 // add's alpha) pick among the op's programs by value. Sizes are kernel arguments too (the graph
 // is a dynamic one's template): a tensor of a new size makes a new program of the cached CUBIN
@@ -87,7 +87,6 @@ std::shared_ptr<graph::Graph> one_node_graph(Context& ctx, int op, const cr_valu
   auto g = std::make_shared<graph::Graph>();
   const OpDef& def = Registry::get().ops()[size_t(op)];
   g->name = cat("eager ", def.name);
-  g->numbers_as_arguments = true;
   // Size-generic kernels (as a dynamic graph's): a tensor of a new size makes a new program of
   // the same CUBIN (lowering and emission: 0.07-0.25 ms on the H100 host), not an NVRTC compile
   // per shape (50-110 ms) - a REPL's shapes change from one line to the next.
@@ -106,7 +105,10 @@ std::shared_ptr<graph::Graph> one_node_graph(Context& ctx, int op, const cr_valu
   };
   graph::Node n;
   n.op = op;
-  for (int i = 0; i < nargs; ++i) n.args.push_back(mirror(args[i], add_input));
+  for (int i = 0; i < nargs; ++i) {
+    n.args.push_back(mirror(args[i], add_input));
+    if (args[i].tag == kNumber) n.args.back().varying = i;  // (the call's numbers are its arguments')
+  }
   OpCall c{ctx, def, args, nargs, {}, {}};
   std::vector<Meta> metas = def.infer(c);
   g->nodes.push_back(std::move(n));
@@ -264,11 +266,10 @@ bool run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<T
     if (args[i].tag == kTensor) vals[size_t(g.inputs[k++])] = Tensor(static_cast<cr_tensor*>(args[i].ptr), true);
   if (!e.program) {
     e.exe->run(ctx, vals);
-  } else {  // with this call's numbers
-    double numbers[16];  // (an op has a few)
-    const std::vector<LoopGraph::NumberArg>& where = e.program->plan().lg.numbers;
-    if (where.size() > std::size(numbers)) throw Error(cat("internal: ", where.size(), " numbers in one eager op"));
-    for (size_t j = 0; j < where.size(); ++j) numbers[j] = args[where[j].arg].num;
+  } else {  // with this call's numbers (by argument: one_node_graph)
+    double numbers[16];
+    if (size_t(nargs) > std::size(numbers)) throw Error(cat("internal: ", nargs, " arguments of one eager op"));
+    for (int i = 0; i < nargs; ++i) numbers[i] = args[i].num;
     e.program->run(ctx, vals, numbers);
   }
   outs->clear();

@@ -27,6 +27,14 @@ local function run_crescent(args, stdin, env)
   return out
 end
 
+-- Runs `code` (T is crescent) with CRESCENT_LOGS=`logs`: its log must hold `want` and one recompile.
+local function one_recompile_logged(code, logs, want)
+  local out = run_crescent({ "-e", "T = crescent; " .. code }, nil, "CRESCENT_LOGS=" .. logs)
+  S.truthy(out:find(want, 1, true) ~= nil, "recompile log: " .. out)
+  S.eq(select(2, out:gsub("new variant", "")), 1, "one recompile: " .. out)
+  return out
+end
+
 -- the sizes of the sweeps: every size up to 33, then powers of two, their neighbours and primes
 local SIZES = {}
 for n = 1, 33 do SIZES[#SIZES + 1] = n end
@@ -105,10 +113,8 @@ describe("automatic dynamic shapes (dynamic = nil)", function()
     end
   end)
   it("logs the dim that became symbolic", function()
-    local out = run_crescent({ "-e", "T = crescent; f = T.compile(function(x) return x + 1 end, { hot = 0 }); " ..
-                               "f(T.ones(2, 3)); f(T.ones(5, 3)); f(T.ones(9, 3))" }, nil, "CRESCENT_LOGS=recompiles")
-    S.truthy(out:find("dim 0 of input %0: 2 -> 5", 1, true) ~= nil, "recompile log: " .. out)
-    S.eq(select(2, out:gsub("new variant", "")), 1, "one recompile: " .. out)
+    one_recompile_logged("f = T.compile(function(x) return x + 1 end, { hot = 0 }); " ..
+                         "f(T.ones(2, 3)); f(T.ones(5, 3)); f(T.ones(9, 3))", "recompiles", "dim 0 of input %0: 2 -> 5")
   end)
 end)
 
@@ -154,6 +160,149 @@ describe("dynamic = true, mark_dynamic, dynamic = false", function()
     errs(function() T.mark_dynamic(T.ones(2, 2), 0) end, "mark_dynamic", "dim")
     errs(function() T.mark_dynamic(T.ones(2, 2), 1, { max = 1 }) end, "mark_dynamic", "outside")
     errs(function() T.mark_dynamic(T.ones(2, 2), 1, { low = 1 }) end, "mark_dynamic", "low")
+  end)
+end)
+
+-- Numbers that change from call to call (a learning rate, a step counter, a threshold computed
+-- in Lua): an operand number of a pointwise op that changes once varies from then on - the
+-- kernels read it at run time - while numbers that decide shapes or code (dims, pow's exponent)
+-- keep specialising. `native` runs each case with native code where it can (the CPU here; the
+-- GPU case is below).
+local function numbers_sweep(fn, args, values, opts, tol)
+  local f = T.compile(fn, opts or { hot = 0 })
+  T.compiler.reset()
+  local x = args()
+  for i, v in ipairs(values) do
+    local got, want = f(x, v), fn(x, v)
+    S.eq(got.dtype, want.dtype, "dtype for " .. tostring(v))
+    close(got, want, tol or 1e-6, "value " .. tostring(v) .. " (call " .. i .. ")")
+  end
+  return T.compiler.stats()
+end
+
+local VALUES = {}
+for i = 1, 40 do VALUES[i] = (i % 7 - 3) * 0.37 + i / 8 end  -- integral ones among them (5 at i = 8...)
+
+describe("automatic dynamic numbers (dynamic = nil)", function()
+  it("operand numbers that change compile once more, then serve every value", function()
+    local s = numbers_sweep(function(x, a)
+      return ((x * a + (1 - a)):clamp(-a, a * 2) - T.where(x:gt(a), a, 0.25)):exp()
+    end, function() return T.randn(37, 29) end, VALUES)
+    S.eq(s.recompiles, 1)
+    S.truthy(s.graphs_compiled <= 2, "graphs compiled: " .. s.graphs_compiled)
+  end)
+  it("every number of a call that changed is learnt in the same recompile, after a graph break too", function()
+    local fn = function(x, a, b)
+      local y = x * a + b
+      local m = y:abs():max():item()  -- a graph break: the next segment's number comes from data
+      return (y / m - b):tanh()
+    end
+    local f = T.compile(fn, { hot = 0 })
+    T.compiler.reset()
+    local x = T.randn(50, 20)
+    for i = 1, 30 do
+      local a, b = 0.1 * i + 0.05, 1 / i
+      close(f(x, a, b), fn(x, a, b), 1e-6, "call " .. i)
+    end
+    -- one recompile per segment: a and b in the first, m (and b) in the second
+    S.eq(stat("recompiles"), 2)
+  end)
+  it("the kernels are not compiled again for new values", function()
+    S.need_native_cpu()
+    local fn = function(x, a) return (x + a):sigmoid() * a end
+    local f = T.compile(fn, { hot = 0 })
+    T.compiler.reset()
+    local sync = T.config.sync_compile
+    T.config.sync_compile = true  -- (kernels_compiled counts compiles that finished)
+    local x = T.randn(1000)
+    f(x, 1.5); f(x, 2.5); f(x, 3.5)  -- recorded, recorded as varying, compiled
+    local k = stat("kernels_compiled")
+    for i = 1, 20 do close(f(x, i * 0.1), fn(x, i * 0.1), 1e-6, "call " .. i) end
+    T.config.sync_compile = sync
+    S.eq(stat("kernels_compiled"), k)  -- (0 when the disk cache had them)
+    S.eq(stat("graphs_compiled"), 1)
+  end)
+  it("integer tensors: the number's class (integral or not) decides the dtype, and is guarded", function()
+    local fn = function(x, a) return x * a + a end
+    local f = T.compile(fn, { hot = 0 })
+    T.compiler.reset()
+    local x = T.arange(1, 25):view(4, 6):int()
+    for _, a in ipairs { 2, 3, -7, 2.5, 0.25, 4, 1e9, -0.5 } do
+      local got, want = f(x, a), fn(x, a)
+      S.eq(got.dtype, want.dtype, "dtype for " .. a)
+      close(got, want, 0, "value " .. a)
+    end
+    S.truthy(stat("recompiles") <= 3, "recompiles: " .. stat("recompiles"))
+  end)
+  it("numbers that decide shapes or code keep specialising: dims, pow's exponent", function()
+    local fn = function(x, p) return x:abs():pow(p):sum(1) end
+    local s = numbers_sweep(fn, function() return T.randn(6, 9) end, { 2, 3, 0.5, 2, 1.5 }, nil, 1e-5)
+    S.eq(s.recompiles, 3)  -- 2, 3, 0.5, 1.5
+    local g = function(x, d) return x:softmax(d) * d end
+    local s2 = numbers_sweep(g, function() return T.randn(5, 7) end, { 1, 2, 1, 2 }, nil, 1e-6)
+    S.eq(s2.recompiles, 1)
+  end)
+  it("values kept by Lua are recomputed with their own call's numbers", function()
+    local kept = {}
+    local fn = function(x, a)
+      local t = x * a
+      kept[#kept + 1] = t  -- kept by Lua, read after later calls ran
+      return (t + 1):sum()
+    end
+    local f = T.compile(fn, { hot = 0 })
+    local x = T.randn(8, 8)
+    for i = 1, 12 do f(x, i * 0.5 + 0.01) end
+    for i = 1, 12 do close(kept[i], x * (i * 0.5 + 0.01), 1e-6, "kept value of call " .. i) end
+  end)
+  it("a scale that varies keeps attention's math (the fused pattern takes constant scales only)", function()
+    local fn = function(q, k, v, s) return (q:matmul(k:transpose(-2, -1)) * s):softmax(-1):matmul(v) end
+    local f = T.compile(fn, { hot = 0 })
+    local q, k, v = T.randn(2, 6, 8), T.randn(2, 6, 8), T.randn(2, 6, 8)
+    for i = 1, 8 do close(f(q, k, v, 0.1 * i), fn(q, k, v, 0.1 * i), 1e-5, "scale " .. 0.1 * i) end
+  end)
+  it("reduce-overhead replays use the numbers of the call they replay", function()
+    local fn = function(x, a) return (x - a):relu() * a end
+    local f = T.compile(fn, { mode = "reduce-overhead" })
+    local x = T.randn(100)
+    for i = 1, 30 do
+      local a = ({ 0.25, 0.5, 0.75 })[i % 3 + 1]
+      close(f(x, a), fn(x, a), 1e-6, "call " .. i .. " (a = " .. a .. ")")
+    end
+  end)
+  it("dynamic = false specialises on every value; dynamic = true never recompiles for one", function()
+    local fn = function(x, a) return x * a - a end
+    local s = numbers_sweep(fn, function() return T.randn(10) end, { 1.5, 2.5, 3.5, 4.5 }, { hot = 0, dynamic = false })
+    S.eq(s.recompiles, 3)
+    s = numbers_sweep(fn, function() return T.randn(10) end, { 1.5, 2.5, 3.5, 4.5 }, { hot = 0, dynamic = true })
+    S.eq(s.recompiles, 0)
+  end)
+  it("logs the number that began to vary, and the guards say it varies", function()
+    local out = one_recompile_logged("f = T.compile(function(x, a) return x * a end, { hot = 0 }); " ..
+                                     "for i = 1, 5 do f(T.ones(3), i + 0.5) end", "recompiles,guards",
+                                     "mul: argument 2: 1.5 -> 2.5")
+    S.truthy(out:find("mul argument 2 varies", 1, true) ~= nil, "guards log: " .. out)
+  end)
+end)
+
+describe("automatic dynamic numbers on CUDA", function()
+  it("a learning-rate-like number on the GPU: one recompile, no new kernels, values as the CPU's", function()
+    if not T.cuda.is_available() then S.skip("no CUDA device") end
+    local fn = function(w, g, lr) return (w - g * lr):clamp(-lr * 10, lr * 10) end
+    local f = T.compile(fn, { hot = 0 })
+    T.compiler.reset()
+    local sync = T.config.sync_compile
+    T.config.sync_compile = true
+    local w, g = T.randn(300, 70), T.randn(300, 70)
+    local wc, gc = w:cuda(), g:cuda()
+    local k
+    for i = 1, 25 do
+      local lr = 0.5 / i
+      close(f(wc, gc, lr):cpu(), fn(w, g, lr), 1e-6, "call " .. i)
+      if i == 3 then k = stat("kernels_compiled") end
+    end
+    T.config.sync_compile = sync
+    S.eq(stat("recompiles"), 1)
+    S.eq(stat("kernels_compiled"), k)
   end)
 end)
 

@@ -57,7 +57,7 @@ std::string arg_str(const Arg& a) {
   switch (a.tag) {
     case kNone: return "nil";
     case kTensor: return cat("%", a.value);
-    case kNumber: return cat(a.num);
+    case kNumber: return a.varying >= 0 ? cat("n", a.varying, "=", a.num) : cat(a.num);  // (n0=2.5: a number that varies)
     case kBool: return a.num != 0 ? "true" : "false";
     case kInts: return list(a.ints, [](int64_t v) { return std::to_string(v); });
     case kTensors: return list(a.values, [](int32_t v) { return cat("%", v); });

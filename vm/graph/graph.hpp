@@ -48,6 +48,10 @@ struct Arg {
   std::vector<int64_t> ints;    // kInts
   std::vector<double> doubles;  // kDoubles
   std::string str;              // kString
+  // kNumber: a number that varies between calls (automatic dynamic numbers, keys.cpp): its index
+  // in the call's numbers, which every run is given (run_graph); `num` is the recorded value.
+  // -1: a constant of the graph.
+  int32_t varying = -1;
   bool operator==(const Arg&) const = default;
   static Arg tensor(int32_t v) { return Arg{kTensor, v}; }
   static Arg number(double x) { return Arg{kNumber, -1, {}, x}; }
@@ -60,7 +64,7 @@ enum class NodeKind : uint8_t { Input, Op, Const };
 // run_eager below.
 struct Executable {
   virtual ~Executable() = default;
-  virtual void run(Context& ctx, std::vector<Tensor>& vals) const = 0;
+  virtual void run(Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr) const = 0;
 };
 
 // Where a graph's native code arrives: set by the compile driver (possibly on a background
@@ -120,9 +124,6 @@ struct Graph {
   bool dynamic = false;
   bool reinstance = false;  // a dynamic graph's later instance: counted as compiled only when
                             // its native code needed new kernels
-  // Numbers the lowering reads as operands are kernel arguments (EOp::Number), not literals: an
-  // eager CUDA op's one-node graph (jit/cuda/eager.cpp) then serves every value of them.
-  bool numbers_as_arguments = false;
   std::shared_ptr<NativeSlot> native;  // set when a native backend compiles this graph
 
   int32_t add_value(int32_t node, const ValueMeta& m);
@@ -147,16 +148,17 @@ int fuse_patterns(Graph& g);
 void optimize(Graph& g, Context& ctx);
 
 // ---- the eager backend (vm/graph/interp.cpp) ------------------------------------------------
+// `numbers` (every run function): the call's numbers, by Arg::varying (null: none vary).
 // Runs g's nodes with the eager kernels. `vals` is indexed by value id; inputs must be set on
 // entry; on return every value of a kept node is set. A value that holds a lazy tensor on entry
 // may receive its output storage directly (then it is that same tensor on return). An op failure is rethrown as
 // "file:line: op: message" with the position of the node that failed.
-void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals);
+void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr);
 // Gives every Const node's value its own copy of the constant (each run: Lua may write it).
 void set_constants(const Graph& g, std::vector<Tensor>& vals);
 // Runs op node `index` of g as run_eager does (the native backends run their Extern nodes so).
-void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& vals);
+void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr);
 // The graph's native code when it is ready, else run_eager.
-void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals);
+void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr);
 
 }  // namespace cr::graph

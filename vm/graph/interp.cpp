@@ -25,13 +25,13 @@ struct CallArgs {
   std::vector<std::vector<cr_tensor*>> lists;  // only for tensor-list arguments (cat, stack)
   cr_value* args;
 
-  CallArgs(const Node& n, const std::vector<Tensor>& vals) {
+  CallArgs(const Node& n, const std::vector<Tensor>& vals, const double* numbers) {
     if (n.args.size() > kInline) more.resize(n.args.size());
     args = n.args.size() > kInline ? more.data() : inline_args;
     for (size_t i = 0; i < n.args.size(); ++i) {
       const Arg& a = n.args[i];
       cr_value& v = args[i];
-      v = cr_value{a.tag, 0, a.num, nullptr, nullptr};
+      v = cr_value{a.tag, 0, a.varying >= 0 && numbers ? numbers[a.varying] : a.num, nullptr, nullptr};
       switch (a.tag) {
         case kTensor: v.ptr = vals[size_t(a.value)].get(); break;
         case kTensors: {
@@ -53,9 +53,9 @@ struct CallArgs {
 
 }  // namespace
 
-void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& vals) {
+void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& vals, const double* numbers) {
   const Node& n = g.nodes[index];
-  CallArgs call(n, vals);
+  CallArgs call(n, vals, numbers);
   // lazy tensors waiting for this node's outputs (set by the recorder) receive them directly
   Tensor into[4];
   size_t ninto = 0;
@@ -79,14 +79,14 @@ void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& v
     if (g.values[size_t(n.outs[i])].node == int32_t(index)) vals[size_t(n.outs[i])] = std::move(outs[i]);
 }
 
-void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
+void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers) {
   std::shared_ptr<const Executable> exe;
   if (g.native) {
     std::lock_guard<std::mutex> lock(g.native->mutex);
     exe = g.native->exe;
   }
-  if (exe) exe->run(ctx, vals);
-  else run_eager(g, ctx, vals);
+  if (exe) exe->run(ctx, vals, numbers);
+  else run_eager(g, ctx, vals, numbers);
 }
 
 // Each run gets its own copy (folded constants are small): whatever reaches Lua - the value,
@@ -97,10 +97,10 @@ void set_constants(const Graph& g, std::vector<Tensor>& vals) {
     if (n.kind == NodeKind::Const) vals[size_t(n.outs[0])] = copy_of(n.constant);
 }
 
-void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals) {
+void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers) {
   set_constants(g, vals);
   for (size_t index = 0; index < g.nodes.size(); ++index)
-    if (g.nodes[index].kind == NodeKind::Op) run_node(g, index, ctx, vals);
+    if (g.nodes[index].kind == NodeKind::Op) run_node(g, index, ctx, vals, numbers);
   // removed values share the kept one's tensor; the recorder copies a common subexpression
   // before a lazy tensor of Lua's gets it (Recorder::settle)
   for (const Graph::Alias& a : g.aliases) {

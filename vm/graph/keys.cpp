@@ -6,6 +6,7 @@
 #include <map>
 
 #include "vm/graph/segment.hpp"
+#include "vm/ops/operands.hpp"
 
 namespace cr::graph {
 
@@ -66,6 +67,54 @@ void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
 // sizes, their keys leave those out.
 bool takes_shape_numbers(const OpDef& def) { return def.kind == OpKind::View || def.kind == OpKind::Join; }
 
+// Numbers that may vary between calls without a new trace: the operands of pointwise ops (x * s,
+// where(m, x, 0.5), clamp's bounds), which decide nothing but values - not shapes, not dtypes
+// beyond their class, not code (the lowering reads them from the run, jit/lower.cpp operand).
+// Not those whose integer forms check values (fmod, remainder) or whose value picks code (pow).
+int operand_count(const OpDef& def) { return def.kind == OpKind::Binary ? 2 : def.kind == OpKind::Ternary ? 3 : 0; }
+
+bool may_vary(const OpDef& def, int i) {
+  return i < operand_count(def) && !(def.flags & kValueErrors) && def.loop != LoopForm::Pow;
+}
+
+uint64_t varying_slot(const Segment& s, int arg) { return uint64_t(s.ops) << 8 | uint64_t(arg); }
+
+// Whether number argument i varies: from the start with dynamic = true; after it changed once
+// with automatic dynamic (the site remembers it, keys.cpp learn_dynamic); never with false.
+bool varies(const Segment& s, const OpDef& def, int i) {
+  if (!may_vary(def, i) || s.mode == 0) return false;
+  return s.mode == 1 || s.site->varying_numbers.count(varying_slot(s, i));
+}
+
+// Whether a varying number's class (integral or not) leaves the op's result type alone: when
+// another operand of the result type is floating - a tensor, or a fractional number that does not
+// vary - a number of either class does not promote it (x * 2 and x * 2.5 are both float for a
+// float x; an int tensor's are not). where's condition is not such an operand.
+bool class_free(const Segment& s, const OpDef& def, const cr_value* args, int nargs, int i) {
+  for (int j = def.loop == LoopForm::Where ? 1 : 0; j < operand_count(def) && j < nargs; ++j) {
+    if (j == i) continue;
+    if (args[j].tag == kTensor && is_floating(DType(static_cast<const cr_tensor*>(args[j].ptr)->_dtype))) return true;
+    if (args[j].tag == kNumber && !varies(s, def, j) && !scalar_is_integral(args[j].num)) return true;
+  }
+  return false;
+}
+
+// Number argument i: its bits, or once it varies "any number" - of its class where the result
+// type depends on it; a varying one joins the call's numbers.
+void encode_number(Segment& s, const OpDef& def, const cr_value* args, int nargs, int i) {
+  const cr_value& a = args[i];
+  if (may_vary(def, i)) s.number_spans.push_back(Segment::NumberSpan{s.key.size(), i});
+  if (!varies(s, def, i)) {
+    s.key.push_back(bits(a.num));
+    return;
+  }
+  s.arg_number[size_t(i)] = int32_t(s.numbers.size());
+  s.numbers.push_back(a.num);
+  s.key.push_back(class_free(s, def, args, nargs, i) ? guards::kVaryingNumber
+                  : scalar_is_integral(a.num)        ? guards::kVaryingInteger
+                                                     : guards::kVaryingFraction);
+}
+
 }  // namespace
 
 bool has_wildcard_args(const OpDef& def, const cr_value* args, int nargs) {
@@ -78,7 +127,11 @@ void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs) {
   guards::Key& k = s.key;
   k.clear();
   s.spans.clear();
-  const bool shape_args = takes_shape_numbers(Registry::get().ops()[size_t(op)]);
+  s.number_spans.clear();
+  s.numbers_before = s.numbers.size();
+  s.arg_number.assign(size_t(nargs), -1);
+  const OpDef& def = Registry::get().ops()[size_t(op)];
+  const bool shape_args = takes_shape_numbers(def);
   k.push_back(uint64_t(op));
   k.push_back(uint64_t(nargs));
   for (int i = 0; i < nargs; ++i) {
@@ -95,7 +148,8 @@ void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs) {
         // with symbolic sizes, the integers of views and joins (narrow lengths, split sizes) may
         // come from sizes: any value matches (the shape rules and the graph's instance take
         // this call's values)
-        k.push_back(s.dynamic && shape_args && a.num == double(int64_t(a.num)) ? guards::kSymbolicSize : bits(a.num));
+        if (s.dynamic && shape_args && a.num == double(int64_t(a.num))) k.push_back(guards::kSymbolicSize);
+        else encode_number(s, def, args, nargs, i);
         break;
       case kBool: k.push_back(bits(a.num)); break;
       case kInts: {  // sizes, dims, permutations: with symbolic sizes, any values match (as above)
@@ -128,44 +182,75 @@ void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs) {
 
 namespace {
 
-// The dims whose sizes differ between `was` and `now` (same op, same layout of the key), by
-// vid; false when something else differs too. Strides may differ with the sizes.
-bool size_changes(const guards::Key& was, const guards::Key& now, const std::vector<Segment::Span>& spans,
-                  std::map<int32_t, uint32_t>& dims, std::string& what) {
+// What differs between `was` and `now` (same op, same layout of the key) when it is only sizes
+// of new tensors (their strides may differ with them) and numbers that may vary: the dims by vid
+// and the number arguments; false when something else differs too.
+struct Changes {
+  std::map<int32_t, uint32_t> dims;
+  std::vector<int> numbers;
+  std::string what;
+  void note(const std::string& w) { what += cat(what.empty() ? "" : ", ", w); }
+};
+
+bool changes_between(const guards::Key& was, const guards::Key& now, const Segment& s, Changes& c) {
   if (was.size() != now.size()) return false;
-  std::vector<int32_t> role(now.size(), -1);  // >= 0: the span of a size (even) or stride (odd)
-  for (size_t j = 0; j < spans.size(); ++j)
-    for (int d = 0; d < spans[j].ndim; ++d) {
-      role[spans[j].at + size_t(d)] = int32_t(2 * j);
-      role[spans[j].at + size_t(spans[j].ndim + d)] = int32_t(2 * j + 1);
+  // >= 0: the span of a size (even) or stride (odd); <= -2: number span -2 - role
+  std::vector<int32_t> role(now.size(), -1);
+  for (size_t j = 0; j < s.spans.size(); ++j)
+    for (int d = 0; d < s.spans[j].ndim; ++d) {
+      role[s.spans[j].at + size_t(d)] = int32_t(2 * j);
+      role[s.spans[j].at + size_t(s.spans[j].ndim + d)] = int32_t(2 * j + 1);
     }
+  for (size_t j = 0; j < s.number_spans.size(); ++j) role[s.number_spans[j].at] = -2 - int32_t(j);
+  auto shown = [](uint64_t w, bool number) {
+    if (w == guards::kSymbolicSize) return std::string("symbolic");
+    if (number && (w == guards::kVaryingNumber || w == guards::kVaryingInteger || w == guards::kVaryingFraction))
+      return std::string("varying");
+    if (!number) return std::to_string(w);
+    double d;
+    std::memcpy(&d, &w, 8);
+    return cat(d);
+  };
   for (size_t i = 0; i < now.size(); ++i) {
     if (was[i] == now[i]) continue;
-    if (role[i] < 0) return false;
+    if (role[i] == -1) return false;
+    if (role[i] <= -2) {
+      const int arg = s.number_spans[size_t(-2 - role[i])].arg;
+      c.numbers.push_back(arg);
+      c.note(cat("argument ", arg + 1, ": ", shown(was[i], true), " -> ", shown(now[i], true)));
+      continue;
+    }
     if (role[i] % 2) continue;
-    const Segment::Span& sp = spans[size_t(role[i] / 2)];
+    const Segment::Span& sp = s.spans[size_t(role[i] / 2)];
     const int d = int(i - sp.at);
-    dims[sp.vid] |= uint32_t(1) << d;
-    what += cat(what.empty() ? "" : ", ", "dim ", d, " of input %", sp.vid, ": ",
-                was[i] == guards::kSymbolicSize ? std::string("symbolic") : std::to_string(was[i]), " -> ", now[i]);
+    c.dims[sp.vid] |= uint32_t(1) << d;
+    c.note(cat("dim ", d, " of input %", sp.vid, ": ", shown(was[i], false), " -> ", now[i]));
   }
-  return !dims.empty();
+  return !c.dims.empty() || !c.numbers.empty();
 }
 
 }  // namespace
 
 std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args, int nargs, int32_t first_new) {
-  if (s.mode != -1 || s.spans.empty()) return "";
-  std::map<int32_t, uint32_t> dims;
-  std::string what;
-  for (const auto& c : s.pos->children) {
-    if (c->key.empty() || int(c->key[0]) != op) continue;
-    dims.clear();
-    what.clear();
-    if (size_changes(c->key, s.key, s.spans, dims, what)) break;
+  // replaying: the events at this position; recording after a change was learnt: the event of
+  // the earlier path at this position (the shadow), so that one recompile learns every change
+  const guards::TraceNode* at = s.recording ? s.shadow : s.pos;
+  s.shadow = nullptr;
+  if (!at || s.mode != -1) return "";
+  Changes c;
+  for (const auto& child : at->children) {
+    if (child->key.empty() || int(child->key[0]) != op) continue;
+    c = Changes{};
+    s.shadow = child.get();
+    if (changes_between(child->key, s.key, s, c) || s.recording) break;
   }
-  if (dims.empty()) return "";
-  for (auto [vid, mask] : dims) s.site->dynamic_dims[vid] |= mask;
+  if (c.dims.empty() && c.numbers.empty()) {
+    if (!s.recording) s.shadow = nullptr;
+    return "";
+  }
+  for (auto [vid, mask] : c.dims) s.site->dynamic_dims[vid] |= mask;
+  for (int arg : c.numbers) s.site->varying_numbers.insert(varying_slot(s, arg));
+  s.numbers.resize(s.numbers_before);
   for (int32_t v = first_new; v < s.next_vid; ++v) {  // the call's new tensors, encoded again
     s.vals[size_t(v)].get()->_gen = 0;
     s.vals[size_t(v)] = Tensor();
@@ -174,17 +259,18 @@ std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args
   }
   s.next_vid = first_new;
   encode(ctx, s, op, args, nargs);
-  return what;
+  return c.what;
 }
 
 // The recorded form of the arguments (every tensor has a vid once encoded).
-std::vector<Arg> to_args(const cr_value* args, int nargs) {
+std::vector<Arg> to_args(const Segment& s, const cr_value* args, int nargs) {
   std::vector<Arg> r(static_cast<size_t>(nargs));
   for (int i = 0; i < nargs; ++i) {
     const cr_value& a = args[i];
     Arg& g = r[size_t(i)];
     g.tag = a.tag;
     g.num = a.num;
+    if (a.tag == kNumber && size_t(i) < s.arg_number.size()) g.varying = s.arg_number[size_t(i)];
     switch (a.tag) {
       case kTensor: g.value = static_cast<cr_tensor*>(a.ptr)->_vid; g.num = 0; break;
       case kTensors:

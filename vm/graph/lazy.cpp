@@ -17,6 +17,7 @@ struct ExecRecord {
   bool external = false;     // an input wraps host memory (from_blob): writes to it are unseen
   std::shared_ptr<Graph> raw;
   std::vector<Tensor> vals;  // inputs, by vid
+  std::vector<double> numbers;  // the call's numbers that vary (Segment::numbers)
   std::vector<std::pair<Tensor, uint32_t>> versions;
   std::weak_ptr<Leaf> leaf;  // the segment variant the values came from
   // One slot per waiting tensor, reserved once (the tensors point at their slots). The record
@@ -68,7 +69,7 @@ void recompute(Context& ctx, cr_tensor* t, ExecRecord& r, int32_t vid) {
   for (const Node& n : g.nodes)  // compile() keeps every value a write reaches: none is left
     if (n.inplace()) fail(cat("internal: recomputing value %", vid, " would repeat an in-place write"));
   std::vector<Tensor> vals = r.vals;
-  run_eager(g, ctx, vals);
+  run_eager(g, ctx, vals, r.numbers.empty() ? nullptr : r.numbers.data());
   Tensor::attach(t, vals[size_t(vid)]);
 }
 
@@ -143,6 +144,7 @@ std::shared_ptr<ExecRecord> wait_on_record(Leaf& leaf, const std::shared_ptr<Lea
   // dynamic: the graph with this call's sizes and integers
   rec->raw = !leaf.dynamic ? leaf.raw : s.instance_raw ? s.instance_raw : instance_of(*leaf.raw, s);
   rec->leaf = owner;
+  rec->numbers = s.numbers;
   rec->vals.resize(s.vals.size());
   for (int32_t in : leaf.raw->inputs) {
     Storage* st = s.vals[size_t(in)].storage();

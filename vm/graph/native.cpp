@@ -47,7 +47,7 @@ void Recorder::start_native(const std::shared_ptr<Graph>& g) {
   jit::compile_native(g, o);
 }
 
-void Recorder::execute(const Graph& g, std::vector<Tensor>& vals) {
+void Recorder::execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers) {
   if (g.native) {
     NativeSlot& s = *g.native;
     std::unique_lock<std::mutex> lock(s.mutex);
@@ -65,7 +65,7 @@ void Recorder::execute(const Graph& g, std::vector<Tensor>& vals) {
       }
     }
   }
-  run_graph(g, ctx_, vals);
+  run_graph(g, ctx_, vals, numbers);
 }
 
 }  // namespace cr::graph

@@ -59,6 +59,7 @@ std::string cse_key(const Node& n, int epoch) {
   for (const Arg& a : n.args) {
     word(uint64_t(a.tag));
     word(uint64_t(int64_t(a.value)));
+    word(uint64_t(int64_t(a.varying)));  // (two numbers that vary are two values, whatever they were)
     uint64_t b;
     std::memcpy(&b, &a.num, 8);
     word(b);
@@ -137,6 +138,7 @@ int fold_constants(Graph& g, Context& ctx) {
     for (size_t i = 0; i < n.args.size() && all_const; ++i) {
       const Arg& a = n.args[i];
       args[i] = cr_value{a.tag, 0, a.num, nullptr, nullptr};
+      all_const = a.varying < 0;  // a number that varies between calls is not a constant
       if (a.tag == kTensor) {
         all_const = consts[size_t(a.value)].defined();
         if (all_const) args[i].ptr = consts[size_t(a.value)].get();

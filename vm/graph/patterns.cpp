@@ -49,7 +49,8 @@ Node* producer(Graph& g, int32_t v, int op, const std::vector<int>& uses) {
 }
 
 bool is_tensor(const Node& n, size_t i) { return i < n.args.size() && n.args[i].tag == kTensor; }
-bool is_number(const Node& n, size_t i) { return i < n.args.size() && n.args[i].tag == kNumber; }
+// (a number that varies between calls is not one the rewrite can take)
+bool is_number(const Node& n, size_t i) { return i < n.args.size() && n.args[i].tag == kNumber && n.args[i].varying < 0; }
 bool absent(const Node& n, size_t i) { return i >= n.args.size() || n.args[i].tag == kNone; }
 const ValueMeta& meta(const Graph& g, const Arg& a) { return g.values[size_t(a.value)].meta; }
 

@@ -153,6 +153,8 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
       return;
     }
     s.recording = true;
+  } else if (s.shadow) {
+    learn_dynamic(ctx_, s, op, args, nargs, first_new);
   }
   record(op, args, nargs, first_new, outs);
 }
@@ -175,7 +177,7 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
       return false;
     }
     // (the arguments as they are now: an in-place op's output takes its first argument's tensor)
-    if (s.dynamic && has_wildcard_args(def, args, nargs)) s.event_args.emplace_back(s.ops, to_args(args, nargs));
+    if (s.dynamic && has_wildcard_args(def, args, nargs)) s.event_args.emplace_back(s.ops, to_args(s, args, nargs));
     for (size_t i = 0; i < c->outs.size(); ++i) {
       const guards::OutInfo& o = c->outs[i];
       s.next_vid = std::max(s.next_vid, o.vid + 1);
@@ -210,7 +212,7 @@ void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new
   node->key = s.key;
   node->parent = s.pos;
   node->node.op = op;
-  node->node.args = to_args(args, nargs);
+  node->node.args = to_args(s, args, nargs);
   for (int32_t v = first_new; v < s.next_vid; ++v)
     node->new_inputs.push_back(guards::NewInput{v, meta_of(s.vals[size_t(v)]), s.alias[size_t(v)], s.symbolic[size_t(v)]});
   try {
@@ -274,7 +276,7 @@ void Recorder::run_pending() {
   auto g = guards::build_graph(prefix);
   take_event_args(*g, s);
   std::vector<Tensor> vals = values_for(*g);
-  run_eager(*g, ctx_, vals);
+  run_eager(*g, ctx_, vals, s.numbers_or_null());
   settle(nullptr, vals, false);
 }
 
@@ -401,7 +403,7 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
       std::vector<Tensor> vals = values_for(*g);
       s.pending = false;
       double t0 = now_us();
-      execute(*g, vals);
+      execute(*g, vals, s.numbers_or_null());
       double t1 = now_us();
       settle(&leaf, vals, cold, g.get());
       double t2 = now_us();
@@ -487,7 +489,7 @@ std::shared_ptr<Graph> Recorder::instance(Leaf& leaf) {
   for (const auto& [ordinal, args] : s.event_args)  // the integers the keys left out
     for (const Arg& a : args) {
       layouts.push_back(ordinal);
-      if (a.tag == kNumber) layouts.push_back(int64_t(a.num));
+      if (a.tag == kNumber && a.varying < 0) layouts.push_back(int64_t(a.num));  // (varying ones are run arguments)
       layouts.insert(layouts.end(), a.ints.begin(), a.ints.end());
     }
   const bool hot = leaf.hits > fn_->opts.hot;

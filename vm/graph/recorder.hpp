@@ -101,7 +101,7 @@ class Recorder {
   // native code (vm/graph/native.cpp): starts compiling an optimised graph for its backend, and
   // runs a graph - natively once its code is ready, counting the compile's outcome once.
   void start_native(const std::shared_ptr<Graph>& g);
-  void execute(const Graph& g, std::vector<Tensor>& vals);
+  void execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers);
 
   Context& ctx_;
   std::vector<std::unique_ptr<guards::Function>> functions_;

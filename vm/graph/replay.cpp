@@ -18,6 +18,7 @@ void Recorder::remember_call(Leaf& leaf, const std::vector<cr_tensor*>& rets) {
     if (s.is_input[v]) fn_->last_inputs.push_back(s.vals[v].get());
   fn_->last_rets.clear();
   for (cr_tensor* t : rets) fn_->last_rets.push_back(t->_gen == s.gen ? t->_vid : -1);
+  fn_->last_numbers = s.numbers;
 }
 
 int Recorder::plan(int32_t id, cr_tensor* const* cands, int n) {
@@ -43,6 +44,7 @@ int Recorder::plan(int32_t id, cr_tensor* const* cands, int n) {
     if (r < 0) fail("it returns a tensor its graph does not make");
     p->rets.push_back(r);
   }
+  p->numbers = f.last_numbers;
   f.plan = std::move(p);
   return 1;
 }
@@ -74,7 +76,7 @@ bool Recorder::replay(int32_t id, cr_tensor* const* cands, int n, std::vector<Te
     vals[size_t(vid)] = Tensor(t, true);
   }
   double t0 = now_us();
-  execute(g, vals);
+  execute(g, vals, p.numbers.empty() ? nullptr : p.numbers.data());
   rets.clear();
   for (int32_t r : p.rets) rets.push_back(vals[size_t(r)]);
   vals.clear();  // the graph's temporaries die with its run

@@ -21,6 +21,8 @@ struct Segment {
   std::vector<char> is_input;        // by vid
   guards::Key key;                   // scratch: the key of the current call
   guards::TraceNode* last_recorded = nullptr;
+  // recording after learn_dynamic found a change: the earlier path's event at this position
+  const guards::TraceNode* shadow = nullptr;
   // Dynamic shapes. mode: the function's `dynamic` option (-1 automatic, 0, 1). dynamic: an input
   // of this segment has symbolic sizes, so replayed events derive their outputs' shapes
   // (shapes.cpp) instead of taking the recorded ones. symbolic: by vid, the input's symbolic dims.
@@ -42,18 +44,32 @@ struct Segment {
   // the raw instance of the graph for this call's layouts (Recorder::instance): what a value
   // the run did not keep is recomputed from
   std::shared_ptr<Graph> instance_raw;
+  // Automatic dynamic numbers (keys.cpp): the values of this call's numbers that vary, in event
+  // order (graph::Arg::varying indexes them); where the current key holds each number that may
+  // vary; by argument of the current call, its index in `numbers` or -1.
+  std::vector<double> numbers;
+  size_t numbers_before = 0;  // numbers.size() before the current call
+  struct NumberSpan {
+    size_t at;  // key position of its value
+    int arg;
+  };
+  std::vector<NumberSpan> number_spans;
+  std::vector<int32_t> arg_number;
+  const double* numbers_or_null() const { return numbers.empty() ? nullptr : numbers.data(); }
 
   void reset() {
     recording = passthrough = pending = dynamic = false;
     symbolic.clear();
     event_args.clear();
     instance_raw.reset();
+    numbers.clear();
     ops = 0;
     next_vid = 0;
     vals.clear();
     alias.clear();
     is_input.clear();
     last_recorded = nullptr;
+    shadow = nullptr;
   }
 
   void set(int32_t vid, Tensor t) {
@@ -70,10 +86,14 @@ struct Segment {
 // How an op call becomes a trace-tree key (keys.cpp): tensors the segment has not seen become
 // inputs (their guards go into the key); `to_args` is the recorded form of the arguments.
 void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs);
-// Automatic dynamic shapes: when `s.key` differs from a recorded event's key (same op) only in
-// the sizes of new tensors, marks those dims symbolic in the site, forgets the new tensors of
-// the call (from vid `first_new` on) and encodes the key again. Returns what changed, as
-// "dim 1 of input %0: 4 -> 7" (0-based dims), or "" when nothing did.
+// Automatic dynamic shapes and numbers: when `s.key` differs from a recorded event's key (same
+// op) only in the sizes of new tensors and in operand numbers of pointwise ops, marks those dims
+// symbolic and those numbers varying in the site (a varying number's key holds its class,
+// integral or not, which the result's dtype depends on), forgets the new tensors of the call
+// (from vid `first_new` on) and encodes the key again. Returns what changed, as
+// "dim 1 of input %0: 4 -> 7" (0-based dims) or "argument 2: 0.5 -> 0.25", or "" when nothing did.
+// While recording after such a change, compares the call with the earlier path's event instead
+// (Segment::shadow): whatever else changed in the segment is learnt in the same recompile.
 std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args, int nargs, int32_t first_new);
 
 // Shape rules (shapes.cpp): the layouts of an op call's fresh outputs, derived without running
@@ -82,7 +102,7 @@ std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args
 // copy where a view was recorded, another number of outputs): a guard failure.
 bool derive_outputs(Context& ctx, int op, const cr_value* args, int nargs, const std::vector<guards::OutInfo>& recorded,
                     std::vector<ValueMeta>& metas);
-std::vector<Arg> to_args(const cr_value* args, int nargs);
+std::vector<Arg> to_args(const Segment& s, const cr_value* args, int nargs);
 // Whether a dynamic segment's key leaves integers of this call out (kInts arguments, a view's
 // or join's numbers): the event's arguments are then kept in Segment::event_args.
 bool has_wildcard_args(const OpDef& def, const cr_value* args, int nargs);

@@ -103,7 +103,15 @@ ArgView read_arg(KeyReader& r) {
   switch (tag) {
     case kNone: a.kind = "nil"; break;
     case kTensor: read_tensor(r, a); break;
-    case kNumber: a.kind = "number"; a.value = cat(as_double(r.next())); break;
+    case kNumber: {
+      const uint64_t w = r.next();
+      a.kind = "number";
+      a.value = w == kVaryingNumber    ? "any number"
+                : w == kVaryingInteger ? "any integer"
+                : w == kVaryingFraction ? "any non-integer"
+                                        : cat(as_double(w));
+      break;
+    }
     case kBool: a.kind = "boolean"; a.value = as_double(r.next()) != 0 ? "true" : "false"; break;
     case kInts: { a.kind = "list"; uint64_t n = r.next(); a.value = ints_str(r, n); break; }
     case kTensors: {
@@ -196,7 +204,9 @@ std::string describe_guards(const Leaf& leaf) {
     const graph::Node& n = t->node;
     for (size_t i = 0; i < n.args.size(); ++i) {
       const graph::Arg& a = n.args[i];
-      if (a.tag == kNumber || a.tag == kBool || a.tag == kInts || a.tag == kString)
+      if (a.tag == kNumber && a.varying >= 0)
+        s += cat("  ", n.def().name, " argument ", i + 1, " varies", n.where.empty() ? std::string() : cat("  (", n.where, ")"), "\n");
+      else if (a.tag == kNumber || a.tag == kBool || a.tag == kInts || a.tag == kString)
         s += cat("  ", n.def().name, " argument ", i + 1, " == ",
                  a.tag == kInts ? shape_str(Shape(a.ints.begin(), a.ints.end()))
                  : a.tag == kString ? a.str : cat(a.num),

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,12 @@ constexpr uint64_t kNewTensor = uint64_t(1) << 63;
 // a contiguous tensor with symbolic sizes (any contiguous layout matches).
 constexpr uint64_t kSymbolicSize = ~uint64_t(0);
 constexpr uint64_t kContiguousStride = ~uint64_t(1);
+// Automatic dynamic numbers: an operand number that varies matches any number - of its class
+// (integral or not) when the op has tensors that are not floating, whose result dtype depends on
+// it (NaN payloads no Lua number has).
+constexpr uint64_t kVaryingNumber = ~uint64_t(2);
+constexpr uint64_t kVaryingInteger = ~uint64_t(3);
+constexpr uint64_t kVaryingFraction = ~uint64_t(4);
 
 // A tensor seen for the first time by an event: it becomes a graph input.
 struct NewInput {
@@ -95,6 +102,8 @@ struct Site {
   // Dims made symbolic by automatic dynamic shapes: by input vid, a mask of dims whose size
   // changed once between two calls that were otherwise the same (keys.cpp).
   std::map<int32_t, uint32_t> dynamic_dims;
+  // Operand numbers made to vary (keys.cpp): (op ordinal in the segment) << 8 | argument.
+  std::set<uint64_t> varying_numbers;
 };
 
 struct Options {
@@ -103,6 +112,7 @@ struct Options {
   bool reduce_overhead = false;
   std::string backend = "auto";
   int dynamic = -1;  // API.md section 5: -1 automatic (nil), 0 always specialise, 1 symbolic sizes
+                     // and varying operand numbers from the start
   std::string name;  // "f.lua:12" where the function was defined
 };
 
@@ -112,6 +122,8 @@ struct Plan {
   std::shared_ptr<graph::Graph> graph;
   std::vector<int32_t> source;           // per graph input: index into the caller's candidates
   std::vector<int32_t> rets;             // per returned tensor: its vid
+  std::vector<double> numbers;           // the numbers that vary, as in the planned call (a
+                                         // replay's arguments are the same, so are they)
 };
 
 struct Function {
@@ -124,6 +136,7 @@ struct Function {
   std::shared_ptr<Leaf> last_leaf;
   std::vector<cr_tensor*> last_inputs;
   std::vector<int32_t> last_rets;
+  std::vector<double> last_numbers;
   std::unique_ptr<Plan> plan;
 };
 

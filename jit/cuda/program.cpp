@@ -1,5 +1,6 @@
 #include "jit/cuda/program.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -26,11 +27,18 @@ struct LoadedModule {
 
 namespace {
 
-// Loaded modules by device and CUBIN key, while a program holds them.
+// Loaded modules by device and CUBIN key, while a program holds them. Keys whose programs all
+// died are dropped when the map has doubled since the last sweep (not per load: a sweep is a
+// scan).
 std::shared_ptr<LoadedModule> module_for(const std::string& key, const std::string& cubin, int device) {
   static std::mutex m;
   static std::map<std::pair<int, std::string>, std::weak_ptr<LoadedModule>> loaded;
+  static size_t live = 0;  // the map's size after the last sweep
   std::lock_guard<std::mutex> g(m);
+  if (loaded.size() >= std::max<size_t>(64, 2 * live)) {
+    std::erase_if(loaded, [](const auto& e) { return e.second.expired(); });
+    live = loaded.size();
+  }
   std::weak_ptr<LoadedModule>& slot = loaded[{device, key}];
   if (std::shared_ptr<LoadedModule> have = slot.lock()) return have;
   auto mod = std::make_shared<LoadedModule>();

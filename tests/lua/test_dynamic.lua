@@ -234,6 +234,12 @@ describe("automatic dynamic numbers (dynamic = nil)", function()
     end
     S.truthy(stat("recompiles") <= 3, "recompiles: " .. stat("recompiles"))
   end)
+  it("a number computed from a size varies with it: one recompile for sizes and numbers together", function()
+    local s = sweep(function(x) return x:sum(2) / x:size(2) + x:size(1) end,
+                    function(n) return T.randn(n, n + 1) end, FEW, nil, 1e-5)
+    S.eq(s.recompiles, 1)
+    S.truthy(s.graphs_compiled <= 2, "graphs compiled: " .. s.graphs_compiled)
+  end)
   it("numbers that decide shapes or code keep specialising: dims, pow's exponent", function()
     local fn = function(x, p) return x:abs():pow(p):sum(1) end
     local s = numbers_sweep(fn, function() return T.randn(6, 9) end, { 2, 3, 0.5, 2, 1.5 }, nil, 1e-5)

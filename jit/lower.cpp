@@ -397,8 +397,9 @@ struct NodeLowering {
       int32_t y = nin >= 2 ? optional_operand(b, 1, shape, compute) : -1;
       int32_t z = nin == 3 ? optional_operand(b, 2, shape, compute) : -1;
       // a number after the operands scales the second one (add / sub alpha, addcmul's value)
-      if (n.args.size() > size_t(nin) && n.args[size_t(nin)].tag == kNumber && n.args[size_t(nin)].num != 1.0 && y >= 0)
-        y = Lowerer::arith(b, "*", y, Lowerer::constant(b, n.args[size_t(nin)].num, compute), compute);
+      if (const graph::Arg* s = n.args.size() > size_t(nin) ? &n.args[size_t(nin)] : nullptr;
+          s && s->tag == kNumber && (s->num != 1.0 || s->varying >= 0) && y >= 0)
+        y = Lowerer::arith(b, "*", y, operand(b, nin, shape, compute), compute);
       ExprParser p{def.expr, b, x, y, compute, z};
       root = p.parse_ternary();
       p.skip();

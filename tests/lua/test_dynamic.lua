@@ -234,6 +234,26 @@ describe("automatic dynamic numbers (dynamic = nil)", function()
     end
     S.truthy(stat("recompiles") <= 3, "recompiles: " .. stat("recompiles"))
   end)
+  it("add's alpha, addcmul's value and in-place updates vary too (an optimiser's step)", function()
+    local fn = function(w, g, m, lr)
+      local m2 = m * 0.9 + g                       -- (constants stay literal)
+      local w2 = w:add(m2, -lr):addcmul(g, m2, lr * 0.01)
+      local v = w:clone()
+      v:add_(g, -lr)                               -- an in-place op runs on the eager kernels
+      return w2, v
+    end
+    local f = T.compile(fn, { hot = 0 })
+    T.compiler.reset()
+    local w, g, m = T.randn(40, 30), T.randn(40, 30), T.randn(40, 30)
+    for i = 1, 20 do
+      local lr = 0.3 / i
+      local a, b = f(w, g, m, lr)
+      local ea, eb = fn(w, g, m, lr)
+      close(a, ea, 1e-6, "w2, call " .. i)
+      close(b, eb, 1e-6, "v, call " .. i)
+    end
+    S.eq(stat("recompiles"), 1)
+  end)
   it("a number computed from a size varies with it: one recompile for sizes and numbers together", function()
     local s = sweep(function(x) return x:sum(2) / x:size(2) + x:size(1) end,
                     function(n) return T.randn(n, n + 1) end, FEW, nil, 1e-5)

@@ -68,13 +68,14 @@ void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
 bool takes_shape_numbers(const OpDef& def) { return def.kind == OpKind::View || def.kind == OpKind::Join; }
 
 // Numbers that may vary between calls without a new trace: the operands of pointwise ops (x * s,
-// where(m, x, 0.5), clamp's bounds), which decide nothing but values - not shapes, not dtypes
-// beyond their class, not code (the lowering reads them from the run, jit/lower.cpp operand).
-// Not those whose integer forms check values (fmod, remainder) or whose value picks code (pow).
+// where(m, x, 0.5), clamp's bounds) and the number after them that scales the second (add's
+// alpha, addcmul's value), which decide nothing but values - not shapes, not dtypes beyond their
+// class, not code (the lowering reads them from the run, jit/lower.cpp operand). Not those whose
+// integer forms check values (fmod, remainder) or whose value picks code (pow).
 int operand_count(const OpDef& def) { return def.kind == OpKind::Binary ? 2 : def.kind == OpKind::Ternary ? 3 : 0; }
 
 bool may_vary(const OpDef& def, int i) {
-  return i < operand_count(def) && !(def.flags & kValueErrors) && def.loop != LoopForm::Pow;
+  return i <= operand_count(def) && operand_count(def) > 0 && !(def.flags & kValueErrors) && def.loop != LoopForm::Pow;
 }
 
 uint64_t varying_slot(const Segment& s, int arg) { return uint64_t(s.ops) << 8 | uint64_t(arg); }

@@ -269,8 +269,12 @@ std::shared_ptr<const std::string> cubin_for(const std::string& source, const st
     }
   }
   std::lock_guard<std::mutex> lock(cache_mutex);
-  if (*disk_hit) ++counters.disk_hits;
-  else ++counters.compiled;
+  if (*disk_hit) {
+    ++counters.disk_hits;
+  } else {
+    ++counters.compiled;
+    ++counters.cuda_compiled;
+  }
   cubin_cache[key] = bin;
   return bin;
 }

@@ -43,6 +43,7 @@ bool cuda_backend_available(std::string* why);
 // The kernel cache counters since the process started (for tests and benchmarks).
 struct CacheStats {
   int64_t memory_hits = 0, disk_hits = 0, compiled = 0;
+  int64_t cuda_compiled = 0;    // of `compiled`, the CUDA modules (NVRTC)
   int64_t prebuilt = 0;         // CUDA modules found among the build's CUBINs (jit/cuda/prebuilt.hpp)
   int64_t rejected = 0;         // disk entries that failed their check (then recompiled)
   std::string last_rejection;   // the path of the last one and why

@@ -137,7 +137,7 @@ M.cuda = {
   -- gives the device memory cached for reuse back to the driver
   empty_cache = function() api.cuda_empty_cache() end,
   -- {driver_allocs, driver_frees, cache_hits, in_use, reserved (bytes), host_ops, modules_compiled
-  -- (kernel modules this process compiled, NVRTC or libgccjit; cache hits and prebuilt ones not)}
+  -- (CUDA modules this process compiled with NVRTC; cache hits and prebuilt ones not)}
   stats = function(d)
     api.cuda_stats(device_index(d), STATS)
     return { driver_allocs = STATS[0], driver_frees = STATS[1], cache_hits = STATS[2], in_use = STATS[3],

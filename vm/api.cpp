@@ -365,7 +365,7 @@ void api_cuda_empty_cache() { cuda::empty_cache(); }
 void api_cuda_stats(int32_t dev, double* out) {
   const cuda::MemoryStats m = cuda::memory_stats(dev);
   const double v[7] = {double(m.driver_allocs), double(m.driver_frees), double(m.cache_hits), double(m.in_use),
-                       double(m.reserved), double(host_op_count()), double(jit::cache_stats().compiled)};
+                       double(m.reserved), double(host_op_count()), double(jit::cache_stats().cuda_compiled)};
   std::copy(v, v + 7, out);
 }
 int32_t api_cuda_time(cr_ctx* c, int32_t dev, int32_t phase, double* ms) {

@@ -8,7 +8,6 @@ namespace cr::jit::cuda {
 
 constexpr int kPointwiseBlock = 256;
 constexpr int kPersistentItems = 16;  // a persistent row holds at most this many elements a thread
-constexpr int kSeveralPassItems = 64;  // the same in a kernel of several passes over its row (reduce.cpp)
 
 // Whether k is a template of a dynamic graph (its loop sizes are parameters, jit/loop_ir.hpp):
 // its code may then depend on nothing but its structure and literals.

@@ -67,18 +67,12 @@ int row_passes(const Kernel& k) {
     if (store_inner(k, s)) depths.insert(k.depth[size_t(s.expr)]);
   return int(depths.size());
 }
-// Whether the row values a persistent kernel keeps (loads, op calls) are 64-bit (float64 / int64:
-// twice the registers an item).
-bool wide_values(const Kernel& k) {
-  for (const Expr& e : k.body.exprs)
-    if ((e.op == EOp::Load || e.op == EOp::Call) && dtype_size(e.dtype) == 8) return true;
-  return false;
-}
 
 // Team and block size from the row count R and length C. Returns the team.
 int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
   CudaKernel& o = w.out;
-  int64_t team, items = kPersistentItems;  // (items: of a row a thread keeps in registers at most)
+  const int64_t items = kPersistentItems;  // (of a row a thread keeps in registers at most)
+  int64_t team;
   // few rows: a smaller block (at least a warp: zero rows, an empty input, still launch one)
   auto rows_block = [&](int64_t t) { return std::clamp<int64_t>((R * t + 31) / 32 * 32, 32, 256); };
   if ((strided_rows(w.k) && R >= 1024) || (C <= 16 && R >= 4096)) {
@@ -90,15 +84,16 @@ int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
     team = 32;
     o.block = rows_block(team);
   } else {
-    // A kernel of several passes (softmax, layer_norm) keeps its row in registers and folds it
-    // more than once, a block-wide reduction each: fewer threads holding more of the row measured
-    // faster there. 8192 x 4096 float32, back to back, GB/s: 16 items a thread (teams of 256)
-    // softmax 2710 / layer_norm 2756, 32 items 2740 / 2828, 64 items in teams of 64 2800 / 2855;
-    // one pass (row_sum) is fastest at 16 (2887, 2826 at 64). 64-bit values keep 16 (registers).
-    // Rows longer than 16384 keep 16 items in teams of up to 1024, and loop past that.
-    // (teams up to 256: a block of 512 threads leaves 128 registers a thread, too few for 64 items)
-    const bool several = row_passes(w.k) > 1 && !wide_values(w.k) && C <= 256 * kSeveralPassItems;
-    if (several) items = kSeveralPassItems;
+    // A block per row, 16 items a lane (teams of up to 1024; rows longer than 16384 loop). A
+    // kernel of several passes (softmax, layer_norm) takes teams from 64 rather than 128. Items
+    // a lane against the grid, 8192 x 4096 float32 on the H100, back to back (GB/s, layer_norm /
+    // softmax; bench/RESULTS.md, 2026-11-27): with one wave of resident blocks walking the rows
+    // grid-stride, 16 items (teams of 256) 2757 / 2704, 32 2838 / 2747, 64 (teams of 64) 2859 /
+    // 2803; with a block per row (below, the grid) all three 2885-2888 / 2865-2885, the copy of
+    // the same bytes 2895. The loss was the last wave (8192 rows over 1056 blocks: 7 or 8 rows a
+    // block), not the items; 16 items compile in a third of 64's time (NVRTC, the unrolled row:
+    // layer_norm 62-78 ms against 148-213 here). 64-bit values keep 16 too (registers).
+    const bool several = row_passes(w.k) > 1;
     o.form = Form::ReduceBlock;
     team = o.block = std::clamp<int64_t>(pow2_at_least((C + items - 1) / items), several ? 64 : 128, 1024);
   }
@@ -118,6 +113,10 @@ constexpr int64_t kSmallRows = 32 * kPersistentItems;
 int64_t bucket(int64_t C) { return std::max(pow2_at_least(C), kSmallRows); }
 
 int64_t template_form(KernelWriter& w, int64_t C) { return choose_form(w, int64_t(1) << 20, bucket(C)); }
+
+// Block-per-row grids reach this many waves of resident blocks (a block per row up to there, so
+// the hardware balances the last wave; see choose_form), then walk the rows grid-stride.
+constexpr int64_t kBlockRowWaves = 32;
 
 class ReductionWriter {
  public:
@@ -139,7 +138,7 @@ class ReductionWriter {
       team_ = template_form(w_, o.row_size);
     }
     persistent_ = o.persistent;
-    w_.set_grid(o.block / team_);
+    w_.set_grid(o.block / team_, o.form == Form::ReduceBlock ? kBlockRowWaves : 1);
     w_.set_index_type();
     // (a template's persistent rows: its bucket's items, each checked against the row length)
     items_ = w_.dynamic ? bucket(o.row_size) / team_ : (o.row_size + team_ - 1) / team_;

@@ -92,7 +92,7 @@ int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
     // 2803; with a block per row (below, the grid) all three 2885-2888 / 2865-2885, the copy of
     // the same bytes 2895. The loss was the last wave (8192 rows over 1056 blocks: 7 or 8 rows a
     // block), not the items; 16 items compile in a third of 64's time (NVRTC, the unrolled row:
-    // layer_norm 62-78 ms against 148-213 here). 64-bit values keep 16 too (registers).
+    // layer_norm 62-78 ms against 148-213 on the x86 build guest). 64-bit values keep 16 too.
     const bool several = row_passes(w.k) > 1;
     o.form = Form::ReduceBlock;
     team = o.block = std::clamp<int64_t>(pow2_at_least((C + items - 1) / items), several ? 64 : 128, 1024);

@@ -32,13 +32,28 @@ int Recorder::plan(int32_t id, cr_tensor* const* cands, int n) {
   auto p = std::make_unique<guards::Plan>();
   p->leaf = leaf;
   p->graph = leaf->compiled;
+  p->ncands = n;
   if (p->graph->inputs.size() != f.last_inputs.size()) return 0;
   for (size_t i = 0; i < f.last_inputs.size(); ++i) {
     int k = -1;
     for (int j = 0; j < n && k < 0; ++j)
       if (cands[j] == f.last_inputs[i]) k = j;
-    if (k < 0) fail(cat("input ", i + 1, " of its graph is neither an argument nor reachable from an upvalue"));
+    if (k < 0) fail(cat("input ", i + 1, " of its graph is neither an argument nor reachable from its Lua state"));
     p->source.push_back(k);
+  }
+  for (int j = 0; j < n; ++j) {
+    if (!cands[j]) continue;  // a value argument
+    int k = -1;
+    for (int32_t src : p->source)
+      if (cands[j] == cands[src]) k = src;
+    if (k < 0) {
+      const cr_tensor* t = cands[j];
+      ValueMeta m{constant_shape(Shape(t->_sizes, t->_sizes + t->_ndim)), Shape(t->_strides, t->_strides + t->_ndim), t->_offset,
+                  DType(t->_dtype), Device{t->_dev_type, t->_dev_index}};
+      p->others.push_back({j, std::move(m)});
+    } else if (k != j) {
+      p->same.emplace_back(j, k);
+    }
   }
   for (int32_t r : f.last_rets) {
     if (r < 0) fail("it returns a tensor its graph does not make");
@@ -51,24 +66,33 @@ int Recorder::plan(int32_t id, cr_tensor* const* cands, int n) {
 
 bool Recorder::has_plan(int32_t id) { return function(id).plan != nullptr; }
 
+// t has the metadata m was recorded with (concrete sizes).
+static bool same_meta(const cr_tensor* t, const ValueMeta& m) {
+  if (t->_dtype != int8_t(m.dtype) || t->_dev_type != m.device.type || t->_dev_index != m.device.index ||
+      t->_ndim != int32_t(m.sizes.size()) || t->_offset != m.offset)
+    return false;
+  for (int d = 0; d < t->_ndim; ++d)
+    if (t->_sizes[d] != m.sizes[size_t(d)].value || t->_strides[d] != m.strides[size_t(d)]) return false;
+  return true;
+}
+
 bool Recorder::replay(int32_t id, cr_tensor* const* cands, int n, std::vector<Tensor>& rets) {
   guards::Function& f = function(id);
   if (!f.plan || fn_) return false;
   const guards::Plan& p = *f.plan;
   const Graph& g = *p.graph;
+  if (n != p.ncands) return false;
+  for (auto [j, k] : p.same)
+    if (cands[j] != cands[k]) return false;
+  for (const guards::Plan::Other& o : p.others)
+    if (!same_meta(cands[o.cand], o.meta)) return false;
   std::vector<Tensor> vals(g.values.size());
   for (size_t i = 0; i < p.source.size(); ++i) {
-    if (p.source[i] >= n) return false;
     cr_tensor* t = cands[p.source[i]];
     if (!t->_storage || t->_lazy) ensure_real(ctx_, t);
     int32_t vid = g.inputs[i];
     const Value& v = g.values[size_t(vid)];
-    const ValueMeta& m = v.meta;
-    if (t->_dtype != int8_t(m.dtype) || t->_dev_type != m.device.type || t->_dev_index != m.device.index ||
-        t->_ndim != int32_t(m.sizes.size()) || t->_offset != m.offset)
-      return false;
-    for (int d = 0; d < t->_ndim; ++d)
-      if (t->_sizes[d] != m.sizes[size_t(d)].value || t->_strides[d] != m.strides[size_t(d)]) return false;
+    if (!same_meta(t, v.meta)) return false;
     int32_t alias = -1;  // the aliasing between inputs must be the recorded one
     for (size_t j = 0; j < i && alias < 0; ++j)
       if (vals[size_t(g.inputs[j])].get()->_storage == t->_storage) alias = g.inputs[j];

@@ -121,6 +121,16 @@ struct Plan {
   std::shared_ptr<Leaf> leaf;            // keeps the compiled graph alive
   std::shared_ptr<graph::Graph> graph;
   std::vector<int32_t> source;           // per graph input: index into the caller's candidates
+  // The candidates' identities as planned: a candidate that was the same tensor as the one an
+  // input came from must be so again (f(x, x) then f(x, y)), and every other candidate keeps
+  // its metadata (Lua may have read its sizes without an op).
+  std::vector<std::pair<int32_t, int32_t>> same;  // (candidate, the candidate it must equal)
+  struct Other {
+    int32_t cand;
+    graph::ValueMeta meta;               // concrete sizes and strides; offset, dtype, device
+  };
+  std::vector<Other> others;
+  int32_t ncands = 0;                    // a replay must bring exactly as many
   std::vector<int32_t> rets;             // per returned tensor: its vid
   std::vector<double> numbers;           // the numbers that vary, as in the planned call (a
                                          // replay's arguments are the same, so are they)

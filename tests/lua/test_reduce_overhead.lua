@@ -1,0 +1,201 @@
+-- mode = "reduce-overhead" replays only what the plan proves (issue 32, F1 / F2 / F11): the
+-- arguments' identities and aliasing, the Lua state the function reads (upvalues, globals, table
+-- fields, modules' training flags) and number arguments bit for bit. Every case first checks that
+-- the call is a replay (so a refusal cannot pass for a fix), then changes what the plan read.
+local T = require "crescent"
+local S = expect
+
+local function replays() return T.compiler.stats().replays end
+
+-- f compiled with reduce-overhead, called until a call is a replay.
+local function replaying(fn, ...)
+  local f = T.compile(fn, { mode = "reduce-overhead" })
+  for _ = 1, 8 do
+    local r0 = replays()
+    f(...)
+    if replays() == r0 + 1 then return f end
+  end
+  error("the function was never replayed", 2)
+end
+
+local function same(got, want, msg)
+  S.eq(got:totable(), want:totable(), msg)
+end
+
+describe("reduce-overhead and arguments that were the same tensor (F1)", function()
+  it("replays f(x, x) only while both arguments are the same tensor", function()
+    local f = replaying(function(a, b) return a + b end, T.ones(3), T.ones(3))
+    local x = T.ones(3)
+    local g = replaying(function(a, b) return a + b end, x, x)
+    same(g(x, T.zeros(3)), T.ones(3))
+    same(g(T.zeros(3), x), T.ones(3))
+    same(g(x, x), T.full({ 3 }, 2))
+    local y = T.ones(3)
+    same(f(y, y), T.full({ 3 }, 2), "distinct when planned, the same tensor now")
+  end)
+  it("replays an argument that was an upvalue weight only while it still is", function()
+    local w = T.ones(3)
+    local g = replaying(function(a) return a + w end, w)
+    same(g(T.zeros(3)), T.ones(3))
+    same(g(w), T.full({ 3 }, 2))
+    local r0 = replays()
+    same(g(w), T.full({ 3 }, 2))
+    S.eq(replays(), r0 + 1, "the planned aliasing replays again")
+  end)
+  it("does not replay overlapping or expanded arguments planned as separate ones", function()
+    local fn = function(a, b) a:add_(b); return a * 1 end
+    local f = replaying(fn, T.zeros(4), T.ones(4))
+    local got, want = T.arange(0, 5):float(), T.arange(0, 5):float()
+    f(got:narrow(1, 1, 4), got:narrow(1, 2, 4))
+    fn(want:narrow(1, 1, 4), want:narrow(1, 2, 4))
+    same(got, want, "in-place add through overlapping views")
+    same(f(T.zeros(4), T.ones(1):expand(4)), T.ones(4))
+    local z = T.zeros(4)
+    same(f(z, z), T.zeros(4), "the same tensor twice")
+  end)
+  it("replays a graph whose inputs overlap as planned, and not when the overlap moves", function()
+    local fn = function(a, b) return a + b end
+    local base = T.arange(0, 6):float()
+    local f = replaying(fn, base:narrow(1, 1, 4), base:narrow(1, 2, 4))
+    same(f(base:narrow(1, 1, 4), base:narrow(1, 3, 4)), fn(base:narrow(1, 1, 4), base:narrow(1, 3, 4)))
+    same(f(base:narrow(1, 1, 4), base:narrow(1, 2, 4)), fn(base:narrow(1, 1, 4), base:narrow(1, 2, 4)))
+  end)
+  it("checks the sizes of a tensor argument the graph does not read", function()
+    local fn = function(a, b) return a * b:size(1) end
+    local f = replaying(fn, T.ones(2), T.ones(3))
+    same(f(T.ones(2), T.ones(5)), T.full({ 2 }, 5))
+  end)
+end)
+
+describe("reduce-overhead and the Lua state the function reads (F2)", function()
+  -- changes `mutate` makes after the plan; the next call must give what eager gives
+  local function after_change(fn, args, mutate)
+    local f = replaying(fn, unpack(args))
+    mutate()
+    same(f(unpack(args)), fn(unpack(args)))
+    return f
+  end
+  local x = T.tensor({ 1, 2, 3 })
+  it("sees an upvalue number change", function()
+    local s = 2
+    after_change(function(a) return a * s end, { x }, function() s = 3 end)
+  end)
+  it("sees a global change", function()
+    rawset(_G, "RO_SCALE", 2)
+    after_change(function(a) return a * RO_SCALE end, { x }, function() rawset(_G, "RO_SCALE", 5) end)
+    rawset(_G, "RO_SCALE", nil)
+  end)
+  it("sees a global that was nil being set", function()
+    after_change(function(a) if RO_FLAG then return a - 1 end return a + 1 end, { x },
+                 function() rawset(_G, "RO_FLAG", true) end)
+    rawset(_G, "RO_FLAG", nil)
+  end)
+  it("sees table fields one and two levels deep change", function()
+    local cfg = { k = 2, inner = { k = 3, deeper = { k = 4 } } }
+    after_change(function(a) return a * cfg.k end, { x }, function() cfg.k = 7 end)
+    after_change(function(a) return a * cfg.inner.k end, { x }, function() cfg.inner.k = 8 end)
+    after_change(function(a) return a * cfg.inner.deeper.k end, { x }, function() cfg.inner.deeper.k = 9 end)
+  end)
+  it("sees a field that was absent being added", function()
+    local opts = {}
+    after_change(function(a) if opts.neg then return -a end return a * 1 end, { x }, function() opts.neg = true end)
+  end)
+  it("sees a boolean upvalue that steers control flow", function()
+    local flag = true
+    after_change(function(a) if flag then return a + 1 end return a - 1 end, { x }, function() flag = false end)
+  end)
+  it("sees a helper function replaced in a table", function()
+    local helpers = { act = function(a) return a:relu() end }
+    after_change(function(a) return helpers.act(a) end, { T.tensor({ -1, 2 }) },
+                 function() helpers.act = function(a) return -a end end)
+  end)
+  it("sees a string that picks a method", function()
+    local name = "exp"
+    after_change(function(a) return a[name](a) end, { x }, function() name = "sin" end)
+  end)
+  it("sees an upvalue of a helper the function calls", function()
+    local k = 2
+    local function helper(a) return a * k end
+    after_change(function(a) return helper(a) + 1 end, { x }, function() k = 4 end)
+  end)
+  it("sees a method of the program's own class replaced, and a field of its instance", function()
+    local Scaler = {}
+    Scaler.__index = Scaler
+    function Scaler:apply(a) return a * self.k end
+    local obj = setmetatable({ k = 2 }, Scaler)
+    after_change(function(a) return obj:apply(a) end, { x }, function() obj.k = 3 end)
+    after_change(function(a) return obj:apply(a) end, { x }, function() Scaler.apply = function(_, a) return a - 1 end end)
+  end)
+  it("sees m:eval() after compiling a module in training mode", function()
+    local m = T.nn.Dropout(0.5)
+    local y = T.ones(1000)
+    local f = replaying(m, y)
+    m:eval()
+    S.eq(f(y):eq(0):sum():item(), 0, "no element dropped in eval mode")
+    m:train()
+    S.truthy(f(y):eq(0):sum():item() > 100, "dropout again in training mode")
+  end)
+  it("sees the training flag and a number of a submodule deep in a model", function()
+    local M = T.nn.Module:extend("RoBlock")
+    function M:init() self.drop = T.nn.Dropout(0.5); self.scale = 2 end
+    function M:forward(a) return self.drop(a) * self.scale end
+    local model = T.nn.Sequential(T.nn.Sequential(M()))
+    local y = T.ones(500)
+    local f = replaying(model, y)
+    model:eval()
+    same(f(y), T.full({ 500 }, 2))
+    model[1][1].scale = 3
+    same(f(y), T.full({ 500 }, 3))
+  end)
+  it("replays again once the new state has its own plan", function()
+    local s = 2
+    local f = replaying(function(a) return a * s end, x)
+    s = 5
+    for _ = 1, 6 do same(f(x), x * 5) end
+    local r0 = replays()
+    same(f(x), x * 5)
+    S.eq(replays(), r0 + 1)
+  end)
+  it("stops replaying a function whose Lua state changes at every call, with right results", function()
+    local step = 0
+    local f = replaying(function(a) return a + step end, x)
+    for i = 1, 30 do
+      step = i
+      same(f(x), x + i)
+    end
+    local r0 = replays()
+    for i = 31, 35 do step = i; same(f(x), x + i) end
+    S.eq(replays(), r0, "no replays once refused")
+  end)
+  it("refuses a function that adds entries to a table it reads", function()
+    local cache = {}
+    local f = T.compile(function(a) cache[#cache + 1] = 1; return a * 2 end, { mode = "reduce-overhead" })
+    local r0 = replays()
+    for _ = 1, 6 do same(f(x), x * 2) end
+    S.eq(replays(), r0)
+    S.eq(#cache, 6, "the Lua code ran at every call")
+  end)
+  it("refuses a function that writes a table two levels down", function()
+    local state = { inner = { n = 0 } }
+    local f = T.compile(function(a) state.inner.n = state.inner.n + 1; return a * 2 end, { mode = "reduce-overhead" })
+    for _ = 1, 6 do f(x) end
+    S.eq(state.inner.n, 6)
+  end)
+end)
+
+describe("reduce-overhead and number arguments (F11)", function()
+  it("tells -0 from 0", function()
+    local fn = function(a, s) return 1 / (a * s) end
+    local f = replaying(fn, T.ones(2), 0)
+    same(f(T.ones(2), -0.0), fn(T.ones(2), -0.0))
+    S.eq(f(T.ones(2), -0.0):totable()[1], -math.huge)
+  end)
+  it("replays a NaN argument as the NaN it was", function()
+    local f = replaying(function(a, s) return a + s end, T.ones(2), 0 / 0)
+    local r0 = replays()
+    local y = f(T.ones(2), 0 / 0)
+    S.eq(replays(), r0 + 1)
+    S.truthy(y:isnan():all():item())
+    same(f(T.ones(2), 1), T.full({ 2 }, 2))
+  end)
+end)

@@ -207,6 +207,11 @@ end
 local STATS = ffi.new("double[8]")
 M.compiler = {
   reset = function() api.cap_reset(ctx) end,
+  -- wait([fn]): returns once the background compiles are done (of every function: fn's among them)
+  wait = function(fn)
+    if fn ~= nil and not compiled[fn] then fail("compiler.wait: argument 1 (fn) expected a compiled function or nil, got " .. type(fn)) end
+    api.wait_compiles()
+  end,
   stats = function()
     api.cap_stats(ctx, STATS)
     return { graphs_compiled = STATS[0], recompiles = STATS[1], graph_breaks = STATS[2],

@@ -1,31 +1,29 @@
 // The compile driver: lowering, scheduling, the kernel cache (memory, then disk), code
-// generation, and the background compile thread.
+// generation (jit/compiler_process.hpp), in line or on the background thread (jit/background.hpp).
 //
 // Cache key: a 128-bit hash of the kernels' full rendering (every expression, address, dtype
 // and constant), the function table, kBlock, the compiler and its flags (compiler_id) and this
-// build of crescent. Disk entries are `<cache_dir>/<key>.so`, written under a unique temporary
-// name, sealed (jit/cache_entry.hpp) and renamed into place, so a concurrent process sees a
-// whole entry or none; an entry that fails its check before dlopen() is discarded and recompiled.
+// build of crescent. Kernels are compiled into a scratch directory (jit/scratch.hpp); disk entries
+// are `<cache_dir>/<key>.so`, sealed (jit/cache_entry.hpp), written under a unique temporary name
+// and renamed into place, so a concurrent process sees a whole entry or none; an entry that fails
+// its check before dlopen() is discarded and recompiled. A cache directory that cannot take an
+// entry (read-only, full) still gives its entries; the compiled object is then loaded from the
+// scratch directory.
 #include "jit/jit.hpp"
 
 #include <dlfcn.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
-#include <thread>
 
+#include "jit/background.hpp"
 #include "jit/cache_entry.hpp"
+#include "jit/compiler_process.hpp"
 #include "jit/cpu/gccjit.hpp"
 #include "jit/cpu/program.hpp"
 #include "jit/cuda/driver.hpp"
@@ -33,6 +31,7 @@
 #include "jit/cuda/prebuilt.hpp"
 #include "jit/cuda/program.hpp"
 #include "jit/fusion/schedule.hpp"
+#include "jit/scratch.hpp"
 
 namespace cr::jit {
 
@@ -70,73 +69,27 @@ std::shared_ptr<cpu::SharedObject> load(const std::string& path) {
   return so;
 }
 
-// Code generation runs in a forked child process: libgccjit keeps about half a megabyte per
-// compiled context for the life of the process, and an internal compiler error inside it ends
-// the process (GCC calls exit) - both stay in the child. The child's stderr comes back as the
-// error message; a child that hangs (fork copies locks other threads held) is killed after
-// kCompileTimeout and the graph stays eager.
-constexpr int kCompileTimeoutMs = 60000;
-
-void compile_isolated(const Plan& plan, cpu::FnTable& fns, const std::string& so_path, const std::string& dump) {
-  int fds[2];
-  if (::pipe(fds) != 0) throw Error("cannot create a pipe for the compiler process");
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    throw Error("cannot fork the compiler process");
-  }
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ::close(fds[0]);
-    ::dup2(fds[1], 2);
-    ::dup2(fds[1], 1);
-    int rc = 0;
-    try {
-      cpu::compile_plan(plan, fns, so_path, dump);
-    } catch (const std::exception& e) {
-      std::string m = e.what();
-      rc = ::write(2, m.data(), m.size()) < 0 ? 2 : 1;
-    }
-    ::_exit(rc);
-  }
-  ::close(fds[1]);
-  std::string msg;
-  char buf[4096];
-  bool timed_out = false;
-  for (;;) {
-    pollfd p{fds[0], POLLIN, 0};
-    int r = ::poll(&p, 1, kCompileTimeoutMs);
-    if (r == 0) {
-      timed_out = true;
-      ::kill(pid, SIGKILL);
-      break;
-    }
-    if (r < 0 && errno == EINTR) continue;
-    ssize_t n = r > 0 ? ::read(fds[0], buf, sizeof buf) : -1;
-    if (n <= 0) break;
-    msg.append(buf, size_t(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0 && ::access(so_path.c_str(), R_OK) == 0) return;
-  std::remove(so_path.c_str());
-  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-  if (msg.size() > 1500) msg = msg.substr(0, 1500) + " ...";
-  if (timed_out) throw Error(cat("the compiler process did not finish in ", kCompileTimeoutMs / 1000, " s"));
-  if (WIFSIGNALED(status)) throw Error(cat("the compiler process died (signal ", WTERMSIG(status), ")", msg.empty() ? "" : ": ", msg));
-  throw Error(msg.empty() ? std::string("the compiler process failed") : msg);
-}
-
-// Forked by default; CRESCENT_JIT_FORK=0 compiles in process (no leak or crash isolation).
-// fork() runs other libraries' atfork handlers (OpenBLAS's stops its thread pool, which restarts
-// at the next product); the background thread forks while the main thread may be inside OpenBLAS
-// or exiting (Worker::drain waits for the compile in progress).
+// CRESCENT_JIT_FORK=0 compiles in process (no crash or leak isolation; one compile at a time);
+// otherwise in a compiler process (jit/compiler_process.hpp).
 bool isolate_compiles() {
   const char* v = std::getenv("CRESCENT_JIT_FORK");
   return !(v && *v == '0');
+}
+
+// CRESCENT_JIT_FAIL (tests of the fallback): "crash" / "hang" make the compiler process do so,
+// any other value but "0" fails the compile before it starts.
+Injected injected_failure() {
+  const char* v = std::getenv("CRESCENT_JIT_FAIL");
+  if (!v || !*v || std::strcmp(v, "0") == 0) return Injected::None;
+  if (isolate_compiles() && std::strcmp(v, "crash") == 0) return Injected::Crash;
+  if (isolate_compiles() && std::strcmp(v, "hang") == 0) return Injected::Hang;
+  throw Error("injected compile failure (CRESCENT_JIT_FAIL)");
+}
+
+void compile_to(const Plan& plan, cpu::FnTable& fns, const std::string& so_path, const std::string& dump) {
+  const Injected injected = injected_failure();
+  if (isolate_compiles()) compile_in_compiler_process(plan, fns, so_path, dump, injected);
+  else cpu::compile_plan(plan, fns, so_path, dump);
 }
 
 struct Built {
@@ -165,13 +118,12 @@ Built load_entry(const std::string& path, const std::string& key) {
   return b;
 }
 
-void seal_or_remove(const std::string& tmp, const std::string& key) {
-  try {
-    seal_entry(tmp, key);
-  } catch (const Error&) {
-    std::remove(tmp.c_str());
-    throw;
-  }
+// The compiled object at `so` (in a scratch directory) as the disk entry `path` for `key`; false
+// when the cache cannot take it.
+bool publish_entry(const std::string& so, const std::string& path, const std::string& key) {
+  seal_entry(so, key);
+  const std::string bytes = read_file(so);
+  return !bytes.empty() && publish_file(path, bytes);
 }
 
 Built build_or_load(const Plan& plan, cpu::FnTable& fns, const std::string& key, const Options& o, const std::string& dump) {
@@ -187,40 +139,23 @@ Built build_or_load(const Plan& plan, cpu::FnTable& fns, const std::string& key,
     }
   }
   Built b;
-  bool disk = !o.cache_dir.empty() && o.cache_dir != "0";
-  std::error_code ec;
-  std::string dir = o.cache_dir;
-  if (disk) {
-    std::filesystem::create_directories(dir, ec);
-    if (ec) disk = false;
-  }
-  std::string path = disk ? cat(dir, "/", key, ".so") : std::string();
+  const bool disk = !o.cache_dir.empty() && o.cache_dir != "0";
+  const std::string path = disk ? cat(o.cache_dir, "/", key, ".so") : std::string();
   if (disk && ::access(path.c_str(), R_OK) == 0) b = load_entry(path, key);
   if (!b.so) {
-    std::string tmp_dir;
-    if (!disk) {
-      char tmpl[] = "/tmp/crescent-jit-XXXXXX";
-      if (!mkdtemp(tmpl)) throw Error("cannot create a temporary directory for compiled kernels");
-      tmp_dir = tmpl;
-      path = tmp_dir + "/kernels.so";
+    ScratchDir scratch;  // removed on every path
+    const std::string so = scratch.path + "/kernels.so";
+    compile_to(plan, fns, so, dump);
+    bool published = false;
+    if (disk) {
+      std::error_code ec;
+      std::filesystem::create_directories(o.cache_dir, ec);
+      published = publish_entry(so, path, key);
     }
-    std::string tmp = cat(path, ".tmp-", ::getpid(), "-", std::hash<std::thread::id>{}(std::this_thread::get_id()));
-    if (const char* inject = std::getenv("CRESCENT_JIT_FAIL"); inject && *inject && *inject != '0')
-      throw Error("injected compile failure (CRESCENT_JIT_FAIL)");  // for tests of the fallback
-    if (isolate_compiles()) compile_isolated(plan, fns, tmp, dump);
-    else cpu::compile_plan(plan, fns, tmp, dump);
-    if (disk) seal_or_remove(tmp, key);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      std::remove(tmp.c_str());
-      throw Error(cat("cannot move compiled kernels into ", path));
-    }
-    b.so = load(path);
-    if (!disk) {
-      std::remove(path.c_str());
-      ::rmdir(tmp_dir.c_str());
-    }
+    b.so = load(published ? path : so);
     std::lock_guard<std::mutex> lock(cache_mutex);
     ++counters.compiled;
+    counters.unpublished += disk && !published ? 1 : 0;
   }
   std::lock_guard<std::mutex> lock(cache_mutex);
   if (b.disk_hit) ++counters.disk_hits;
@@ -408,68 +343,6 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
   slot.log = std::move(log);
 }
 
-// ---- the background compile thread --------------------------------------------------------------
-
-class Worker {
- public:
-  // Never destroyed (a static destructor could run while a job runs); instead, exit waits for
-  // the job in progress (bounded) and drops the queued ones.
-  static Worker& get() {
-    static Worker* w = [] {
-      auto* p = new Worker;
-      std::atexit([] { get().drain(); });
-      return p;
-    }();
-    return *w;
-  }
-  void submit(std::function<void()> job) {
-    std::lock_guard<std::mutex> lock(m_);
-    if (stopping_) return;
-    if (!started_) {
-      started_ = true;
-      std::thread([this] { loop(); }).detach();
-    }
-    jobs_.push_back(std::move(job));
-    cv_.notify_all();
-  }
-  // At exit (an embedding host's exit(); the VM's end and os.exit wait_idle first): drops the
-  // queued jobs and waits for the one in progress.
-  void drain() {
-    std::unique_lock<std::mutex> lock(m_);
-    stopping_ = true;
-    jobs_.clear();
-    if (std::this_thread::get_id() == worker_id_) return;  // exit() called by a compile itself
-    cv_.wait_for(lock, std::chrono::seconds(30), [this] { return !busy_; });
-  }
-  void wait_idle() {
-    std::unique_lock<std::mutex> lock(m_);
-    if (!started_ || std::this_thread::get_id() == worker_id_) return;
-    cv_.wait_for(lock, std::chrono::seconds(60), [this] { return jobs_.empty() && !busy_; });
-  }
- private:
-  void loop() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock<std::mutex> lock(m_);
-        worker_id_ = std::this_thread::get_id();
-        busy_ = false;
-        cv_.notify_all();
-        cv_.wait(lock, [this] { return !jobs_.empty(); });
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-        busy_ = true;
-      }
-      job();
-    }
-  }
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  std::thread::id worker_id_;
-  bool started_ = false, busy_ = false, stopping_ = false;
-};
-
 }  // namespace
 
 std::string cuda_cubin(const std::string& source, const std::string& name, const std::string& arch,
@@ -505,10 +378,8 @@ void compile_native(const std::shared_ptr<graph::Graph>& g, const Options& o) {
     compile_now(g, o, *slot);
     return;
   }
-  // the job keeps the graph and the slot alive; the graph is only read
-  Worker::get().submit([g, o, slot] { compile_now(g, o, *slot); });
+  // the job holds the graph weakly (a dropped function's compile is skipped); it is only read
+  submit_background({g, slot, o.owner, [o, slot](const std::shared_ptr<graph::Graph>& live) { compile_now(live, o, *slot); }});
 }
-
-void wait_background_compiles() { Worker::get().wait_idle(); }
 
 }  // namespace cr::jit

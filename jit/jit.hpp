@@ -20,14 +20,30 @@ struct Options {
   bool log_fusion = false, log_code = false;
   int threads = 1;
   Device device;           // where the graph's tensors live (CUDA: jit/cuda, else jit/cpu)
+  const void* owner = nullptr;  // the VM compiling (its end drops its queued background compiles)
 };
 
 // Starts compiling g for o.device; g->native is set to the slot that receives the outcome.
 // Lines for CRESCENT_LOGS (fusion, output_code) are left in the slot's `log`.
 void compile_native(const std::shared_ptr<graph::Graph>& g, const Options& o);
-// Returns once the background thread has no compile queued or running (at most a minute): the
-// Lua VM's end and os.exit wait here, so that no compile runs while exit destroys what it uses.
+// Returns once the background thread has no compile queued or running (at most a minute).
 void wait_background_compiles();
+// Drops the background compiles queued for `owner` (Options::owner) and waits for its compile in
+// progress (at most a minute): a VM's end and os.exit call it, so that no compile of theirs runs
+// while the VM or exit destroys what it uses, and none runs for graphs that cannot run again.
+void cancel_background_compiles(const void* owner);
+
+// The background queue since the process started (for tests and benchmarks; jit/background.hpp).
+struct QueueStats {
+  int64_t queued = 0;     // waiting now
+  int64_t peak = 0;       // the most that ever waited at once
+  int64_t stale = 0;      // dropped or skipped: their graph was gone (its function dropped)
+  int64_t evicted = 0;    // dropped from a full queue: their graphs stay eager
+  int64_t cancelled = 0;  // dropped by cancel_background_compiles
+};
+QueueStats background_stats();
+// While held, the background thread starts no job (tests fill the queue this way).
+void hold_background_compiles(bool hold);
 
 // The CUBIN of a library kernel's source (jit/cuda/library.hpp) for `arch`: the build's
 // (jit/cuda/prebuilt.hpp), else from the kernel cache that graphs' modules use too (memory, then
@@ -46,6 +62,7 @@ struct CacheStats {
   int64_t cuda_compiled = 0;    // of `compiled`, the CUDA modules (NVRTC)
   int64_t prebuilt = 0;         // CUDA modules found among the build's CUBINs (jit/cuda/prebuilt.hpp)
   int64_t rejected = 0;         // disk entries that failed their check (then recompiled)
+  int64_t unpublished = 0;      // compiled objects the disk cache could not take (read-only, full)
   std::string last_rejection;   // the path of the last one and why
 };
 CacheStats cache_stats();

@@ -31,12 +31,13 @@ function T.get_num_threads() return api.num_threads() end
 
 -- os.exit ends the process without closing the Lua state: a graph still compiling on the
 -- background thread finishes first (its compile would otherwise run while exit destroys what it
--- uses). Once per VM (each has its own os table), however many times the module is loaded.
+-- uses), the queued ones are dropped. Once per VM (each has its own os table), however many
+-- times the module is loaded.
 if not core.exit_waits then
   core.exit_waits = true
   local exit = os.exit
   os.exit = function(...)
-    api.wait_compiles()
+    api.cancel_compiles(ctx)
     return exit(...)
   end
 end

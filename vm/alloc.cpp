@@ -70,9 +70,9 @@ size_t large_rounded(size_t n) {
 }
 
 // Large blocks come straight from mmap:
-// - MADV_DONTFORK: the JIT compiles in a forked child (jit/driver.cpp), and every page the
-//   child shares becomes copy-on-write in the parent, so each tensor block faulted again on its
-//   next write after a compile. The child never reads tensor data, so it does not get it.
+// - MADV_DONTFORK: after a fork() (a host's, a library's) every page the child shares becomes
+//   copy-on-write in the parent, so each tensor block would fault again on its next write. A
+//   child never reads tensor data, so it does not get it.
 // - MADV_HUGEPAGE, with 2 MiB alignment for blocks of 2 MiB or more: a fresh 16 MB output faults
 //   8 times instead of 4096 (transparent huge pages are often "madvise" only).
 constexpr size_t kHuge = size_t(2) << 20;

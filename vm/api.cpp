@@ -334,6 +334,7 @@ int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {
   });
 }
 int32_t api_cap_active(cr_ctx* c) { return rec(c).active(); }
+void api_cancel_compiles(cr_ctx* c) { jit::cancel_background_compiles(&rec(c)); }
 
 int32_t api_cap_plan(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n) {
   return guarded(c, [&] { return rec(c).plan(fn, cands, n); });
@@ -488,6 +489,7 @@ const cr_api* api_table() {
       api_attention_fused,
       api_attention_mask_fits,
       jit::wait_background_compiles,
+      api_cancel_compiles,
   };
   return &api;
 }

@@ -146,8 +146,11 @@ typedef struct cr_api {
   /* whether `mask` is a mask the attention op takes for q and k (vm/ops/attention.hpp: bool or q's
    * dtype, q's device, broadcasting to the scores): F.scaled_dot_product_attention's choice */
   int32_t (*attention_mask_fits)(cr_tensor* mask, cr_tensor* q, cr_tensor* k);
-  /* returns once no compile is queued or running on the background thread (os.exit calls it) */
+  /* returns once no compile is queued or running on the background thread */
   void (*wait_compiles)(void);
+  /* drops this VM's compiles queued on the background thread, waits for its one in progress
+   * (os.exit calls it) */
+  void (*cancel_compiles)(cr_ctx* ctx);
 } cr_api;
 
 #ifdef __cplusplus

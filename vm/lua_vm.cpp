@@ -139,10 +139,11 @@ LuaVM::LuaVM() : L_((check_cpu(), luaL_newstate())) {
     throw std::runtime_error("crescent: loading the standard library failed: " + error_);
 }
 
-// A graph may still be compiling on the background thread: it finishes before the state closes
-// (and, in the executable, before exit destroys the statics a compile uses).
+// A graph of this VM may still be compiling on the background thread: it finishes before the
+// state closes (and, in the executable, before exit destroys the statics a compile uses); the
+// ones queued are dropped (their graphs cannot run again).
 LuaVM::~LuaVM() {
-  jit::wait_background_compiles();
+  jit::cancel_background_compiles(ctx_.recorder.get());
   lua_close(L_);
 }
 

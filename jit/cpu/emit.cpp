@@ -21,6 +21,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "jit/cpu/builder.hpp"
@@ -758,6 +759,10 @@ void compile_plan(const Plan& plan, FnTable& fns, const std::string& so_path, co
   std::string why;
   const GccJit* J = gccjit(&why);
   if (!J) throw Error(cat("libgccjit is not available: ", why));
+  // libgccjit's contexts share GCC's global state (a data race under ThreadSanitizer): one
+  // compile at a time in a process (compiler processes serve one request at a time anyway)
+  static std::mutex one_at_a_time;
+  std::lock_guard<std::mutex> lock(one_at_a_time);
   gcc_jit_context* c = J->context_acquire();
   struct Release {
     const GccJit* J;

@@ -44,6 +44,7 @@ void Recorder::start_native(const std::shared_ptr<Graph>& g) {
   o.log_code = logs.output_code;
   o.threads = num_threads();
   o.device = device;
+  o.owner = this;
   jit::compile_native(g, o);
 }
 

@@ -1,0 +1,139 @@
+// The background compile thread (jit/background.hpp): one thread for the process, started by the
+// first job, taking jobs in order.
+#include "jit/background.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "jit/jit.hpp"
+
+namespace cr::jit {
+
+namespace {
+
+class Worker {
+ public:
+  // Never destroyed (a static destructor could run while a job runs); instead, exit waits for
+  // the job in progress (bounded) and drops the queued ones.
+  static Worker& get() {
+    static Worker* w = [] {
+      auto* p = new Worker;
+      std::atexit([] { get().drain(); });
+      return p;
+    }();
+    return *w;
+  }
+  void submit(Job job) {
+    std::lock_guard<std::mutex> lock(m_);
+    if (stopping_) return;
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { loop(); }).detach();
+    }
+    if (jobs_.size() >= kMaxQueued) make_room();
+    jobs_.push_back(std::move(job));
+    stats_.peak = std::max(stats_.peak, int64_t(jobs_.size()));
+    cv_.notify_all();
+  }
+  // At exit (an embedding host's exit(); a VM's end and os.exit cancel their jobs first): drops
+  // the queued jobs and waits for the one in progress.
+  void drain() {
+    std::unique_lock<std::mutex> lock(m_);
+    stopping_ = true;
+    jobs_.clear();
+    if (std::this_thread::get_id() == worker_id_) return;  // exit() called by a compile itself
+    cv_.wait_for(lock, std::chrono::seconds(30), [this] { return !busy_; });
+  }
+  void wait_idle() {
+    std::unique_lock<std::mutex> lock(m_);
+    if (!started_ || std::this_thread::get_id() == worker_id_) return;
+    cv_.wait_for(lock, std::chrono::seconds(60), [this] { return jobs_.empty() && !busy_; });
+  }
+  void cancel(const void* owner) {
+    std::unique_lock<std::mutex> lock(m_);
+    const size_t before = jobs_.size();
+    jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(), [owner](const Job& j) { return j.owner == owner; }), jobs_.end());
+    stats_.cancelled += int64_t(before - jobs_.size());
+    if (std::this_thread::get_id() == worker_id_) return;
+    cv_.wait_for(lock, std::chrono::seconds(60), [this, owner] { return !busy_ || running_ != owner; });
+  }
+  void hold(bool on) {
+    std::lock_guard<std::mutex> lock(m_);
+    held_ = on;
+    cv_.notify_all();
+  }
+  QueueStats stats() {
+    std::lock_guard<std::mutex> lock(m_);
+    QueueStats s = stats_;
+    s.queued = int64_t(jobs_.size());
+    return s;
+  }
+
+ private:
+  // The queue is full: the jobs of graphs that are gone leave, then the oldest (its graph stays
+  // eager).
+  void make_room() {
+    const size_t before = jobs_.size();
+    jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(), [](const Job& j) { return j.graph.expired(); }), jobs_.end());
+    stats_.stale += int64_t(before - jobs_.size());
+    while (jobs_.size() >= kMaxQueued) {
+      graph::NativeSlot& s = *jobs_.front().slot;
+      {
+        std::lock_guard<std::mutex> slot_lock(s.mutex);
+        s.done = true;
+        s.error = cat("dropped from the background compile queue (", kMaxQueued, " graphs were waiting)");
+      }
+      jobs_.pop_front();
+      ++stats_.evicted;
+    }
+  }
+  void loop() {
+    for (;;) {
+      std::shared_ptr<graph::Graph> g;
+      std::function<void(const std::shared_ptr<graph::Graph>&)> run;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        worker_id_ = std::this_thread::get_id();
+        busy_ = false;
+        cv_.notify_all();
+        cv_.wait(lock, [this] { return !jobs_.empty() && !held_; });
+        Job job = std::move(jobs_.front());
+        jobs_.pop_front();
+        g = job.graph.lock();
+        if (!g) {
+          ++stats_.stale;
+          continue;
+        }
+        run = std::move(job.run);
+        running_ = job.owner;
+        busy_ = true;
+      }
+      run(g);
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  std::thread::id worker_id_;
+  const void* running_ = nullptr;  // the owner of the job in progress
+  bool started_ = false, busy_ = false, stopping_ = false, held_ = false;
+  QueueStats stats_;
+};
+
+}  // namespace
+
+void submit_background(Job job) { Worker::get().submit(std::move(job)); }
+
+void wait_background_compiles() { Worker::get().wait_idle(); }
+
+void cancel_background_compiles(const void* owner) { Worker::get().cancel(owner); }
+
+void hold_background_compiles(bool hold) { Worker::get().hold(hold); }
+
+QueueStats background_stats() { return Worker::get().stats(); }
+
+}  // namespace cr::jit

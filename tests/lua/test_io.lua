@@ -96,6 +96,18 @@ describe("safetensors round trips", function()
     local back = T.load(path("names.safetensors"))
     for name, x in pairs(items) do same(back[name], x) end
   end)
+  -- issue 32: names crossed the C boundary as C strings, so "a\0b" and "a\0c" both became "a"
+  -- and one tensor was silently lost
+  it("keeps names with NUL bytes apart (JSON's \\u0000)", function()
+    local items = { ["a\0b"] = T.ones(2), ["a\0c"] = T.zeros(3), a = T.full({ 1 }, 7), ["\0"] = T.ones(1) }
+    T.save(path("nul.safetensors"), items)
+    local back = T.load(path("nul.safetensors"))
+    local n = 0
+    for _ in pairs(back) do n = n + 1 end
+    expect.eq(n, 4, "number of tensors")
+    for name, x in pairs(items) do same(back[name], x) end
+    expect.truthy(read_bytes(path("nul.safetensors")):find('"a\\u0000b"', 1, true), "the header escapes NUL")
+  end)
   it("loads more tensors than the first output buffer holds", function()
     local items = {}
     for i = 1, 300 do items[string.format("t%03d", i)] = T.full({ 2 }, i) end
@@ -473,6 +485,12 @@ describe("bad arguments to the IO functions", function()
     expect.errors(function() T.load(nil) end, "load: argument 1 %(path%) expected a string")
     expect.errors(function() T.save_npy(path("x"), {}) end, "save_npy: argument 2 %(tensor%) expected a tensor")
     expect.errors(function() T.load_npy(3) end, "load_npy: argument 1 %(path%) expected a string")
+  end)
+  it("refuse paths with a NUL byte (the C side would cut them there)", function()
+    for _, f in ipairs({ "save", "load", "save_npy", "load_npy" }) do
+      expect.errors(function() T[f](path("x\0y"), T.ones(1)) end, f .. ": argument 1 %(path%) contains a NUL byte")
+    end
+    expect.eq(io.open(path("x"), "rb"), nil, "no file written at the path cut at the NUL")
   end)
   it("report unwritable paths", function()
     expect.errors(function() T.save(DIR .. "/no/such/dir/x.safetensors", T.ones(1)) end, "save: .*cannot open for writing")

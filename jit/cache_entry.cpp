@@ -1,14 +1,13 @@
 #include "jit/cache_entry.hpp"
 
-#include <cstdio>
-#include <fstream>
-#include <functional>
-#include <sstream>
-#include <thread>
-
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+
 #include "vm/error.hpp"
+#include "vm/io/file.hpp"
 
 namespace cr::jit {
 
@@ -26,13 +25,27 @@ std::string trailer(const std::string& key, const std::string& body) {
   return cat(kMagic, key, " ", size, " ", hash128(body), "\n");
 }
 
-bool read_all(const std::string& path, std::string* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
-  return !f.bad();
+// A regular file only, not through a symbolic link, opened without blocking: a FIFO, a device or
+// a link to /dev/zero in the cache directory is a miss, not a hang or an endless read.
+bool read_all(const std::string& path, std::string* out, std::string* why = nullptr) {
+  try {
+    io::FileSource src("cache entry", path, /*follow_links=*/false);
+    *out = src.read(0, size_t(src.size()));
+    return true;
+  } catch (const Error& e) {
+    if (why) *why = e.what();
+    return false;
+  }
+}
+
+bool write_all(int fd, const std::string& bytes) {
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += size_t(n);
+  }
+  return true;
 }
 
 }  // namespace
@@ -43,12 +56,12 @@ std::string read_file(const std::string& path) {
 }
 
 bool publish_file(const std::string& path, const std::string& bytes) {
-  const std::string tmp = cat(path, ".tmp-", ::getpid(), "-", std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  std::ofstream f(tmp, std::ios::binary);
-  f.write(bytes.data(), std::streamsize(bytes.size()));
-  f.close();
-  const bool ok = f && std::rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) std::remove(tmp.c_str());
+  std::string tmp;
+  int fd = io::create_temp(path, 0666, &tmp);
+  if (fd < 0) return false;
+  bool ok = write_all(fd, bytes);
+  ok = ::close(fd) == 0 && ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) ::unlink(tmp.c_str());
   return ok;
 }
 
@@ -73,9 +86,9 @@ void seal_entry(const std::string& path, const std::string& key) {
 }
 
 bool check_entry(const std::string& path, const std::string& key, std::string* why) {
-  std::string bytes;
-  if (!read_all(path, &bytes)) {
-    *why = "cannot be read";
+  std::string bytes, problem;
+  if (!read_all(path, &bytes, &problem)) {
+    *why = cat("cannot be read (", problem, ")");
     return false;
   }
   if (bytes.size() < kTrailerLen || bytes.compare(bytes.size() - kTrailerLen, kMagicLen, kMagic) != 0) {

@@ -13,10 +13,11 @@ namespace cr::jit {
 // it detects damage, not tampering).
 std::string hash128(const std::string& s);
 
-// The bytes of the file at `path` ("" when it cannot be read).
+// The bytes of the file at `path` ("" when it cannot be read, or is not a regular file: a FIFO, a
+// device or a symbolic link in the cache is a miss, never a hang or an endless read).
 std::string read_file(const std::string& path);
 
-// Writes `bytes` to `path` under a temporary name (this process and thread) and renames it into
+// Writes `bytes` to `path` under a new temporary name (io::create_temp) and renames it into
 // place, so a reader - another process sharing the cache - sees the whole file or none. False
 // when it could not (the temporary file is removed).
 bool publish_file(const std::string& path, const std::string& bytes);
@@ -24,7 +25,8 @@ bool publish_file(const std::string& path, const std::string& bytes);
 // Appends the trailer for `key` to the compiled object at `path`; throws cr::Error on failure.
 void seal_entry(const std::string& path, const std::string& key);
 
-// Whether the file at `path` is a whole sealed entry for `key`; if not, `why` says what is wrong.
+// Whether the file at `path` is a whole sealed entry for `key` (a regular file, not a link); if
+// not, `why` says what is wrong.
 bool check_entry(const std::string& path, const std::string& key, std::string* why);
 
 }  // namespace cr::jit

@@ -8,6 +8,7 @@ local M = {}
 
 local function check_path(op, path)
   if type(path) ~= "string" then fail(op .. ": argument 1 (path) expected a string, got " .. type(path)) end
+  if path:find("\0", 1, true) then fail(op .. ": argument 1 (path) contains a NUL byte") end
 end
 
 -- T.save(path, tensor | {name = tensor, ...})
@@ -30,12 +31,13 @@ function M.save(path, what)
   end
   local n = #names
   local cnames = ffi.new("const char*[?]", math.max(n, 1))
+  local lens = ffi.new("size_t[?]", math.max(n, 1))  -- (a name may hold NUL bytes)
   local cts = ffi.new("cr_tensor*[?]", math.max(n, 1))
   for i = 1, n do
     if ctx.capturing ~= 0 or ptr(items[i])._storage == nil or ptr(items[i])._lazy ~= nil then core.need(items[i], "save()") end
-    cnames[i - 1] = names[i]; cts[i - 1] = ptr(items[i])
+    cnames[i - 1], lens[i - 1], cts[i - 1] = names[i], #names[i], ptr(items[i])
   end
-  local rc = api.save_safetensors(ctx, path, cnames, cts, n)
+  local rc = api.save_safetensors(ctx, path, cnames, lens, cts, n)
   if rc ~= 0 then core.raise(rc) end
 end
 
@@ -50,8 +52,11 @@ function M.load(path)
     buf = ffi.new("cr_tensor*[?]", n)
     api.take_outputs(ctx, buf, n)
   end
-  local r = {}
-  for i = 0, n - 1 do r[ffi.string(api.loaded_name(ctx, i))] = wrap(buf[i]) end
+  local r, len = {}, ffi.new("size_t[1]")
+  for i = 0, n - 1 do
+    local name = api.loaded_name(ctx, i, len)
+    r[ffi.string(name, len[0])] = wrap(buf[i])
+  end
   return r
 end
 

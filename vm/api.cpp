@@ -203,12 +203,13 @@ void api_gc_done(cr_ctx* c, double lua_heap_kb) {
   if (ctx.device_bytes_at_last_gc) ctx.gc_every_device_bytes = device_garbage_budget();
 }
 
-int32_t api_save_safetensors(cr_ctx* c, const char* path, const char** names, cr_tensor** ts, int32_t n) {
+int32_t api_save_safetensors(cr_ctx* c, const char* path, const char** names, const size_t* name_lens, cr_tensor** ts,
+                             int32_t n) {
   return guarded(c, [&] {
     std::vector<std::pair<std::string, Tensor>> items;
     for (int32_t i = 0; i < n; ++i) {
       graph::ensure_real(Context::of(c), ts[i]);
-      items.emplace_back(names[i], Tensor(ts[i], true));
+      items.emplace_back(std::string(names[i], name_lens[i]), Tensor(ts[i], true));
     }
     save_safetensors(path, items);
     return 0;
@@ -229,9 +230,11 @@ int32_t api_load_safetensors(cr_ctx* c, const char* path, cr_tensor** outs, int3
   });
 }
 
-const char* api_loaded_name(cr_ctx* c, int32_t i) {
+const char* api_loaded_name(cr_ctx* c, int32_t i, size_t* len) {
   Context& ctx = Context::of(c);
-  return i >= 0 && size_t(i) < ctx.loaded_names.size() ? ctx.loaded_names[size_t(i)].c_str() : nullptr;
+  if (i < 0 || size_t(i) >= ctx.loaded_names.size()) return nullptr;
+  *len = ctx.loaded_names[size_t(i)].size();
+  return ctx.loaded_names[size_t(i)].data();
 }
 
 int32_t api_save_npy(cr_ctx* c, const char* path, cr_tensor* t) {

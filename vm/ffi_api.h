@@ -7,6 +7,7 @@
  */
 #ifndef CRESCENT_FFI_API_H
 #define CRESCENT_FFI_API_H
+#include <stddef.h>
 #include <stdint.h>
 #ifdef __cplusplus
 extern "C" {
@@ -85,11 +86,12 @@ typedef struct cr_api {
   int32_t (*num_threads)(void);
   double (*now_us)(void);
   void (*gc_done)(cr_ctx* ctx, double lua_heap_kb);  /* after a collection Lua ran for service bit 1 or 4 */
-  /* IO: safetensors / npy. save_* take n tensors and names; load_* return the count or -1. */
+  /* IO: safetensors / npy. save_* take n tensors and names; load_* return the count or -1.
+   * Names go with their byte lengths: a name may hold NUL bytes (JSON's \u0000). */
   int32_t (*save_safetensors)(cr_ctx* ctx, const char* path, const char** names,
-                              cr_tensor** ts, int32_t n);
+                              const size_t* name_lens, cr_tensor** ts, int32_t n);
   int32_t (*load_safetensors)(cr_ctx* ctx, const char* path, cr_tensor** outs, int32_t cap);
-  const char* (*loaded_name)(cr_ctx* ctx, int32_t i);
+  const char* (*loaded_name)(cr_ctx* ctx, int32_t i, size_t* len);
   int32_t (*save_npy)(cr_ctx* ctx, const char* path, cr_tensor* t);
   cr_tensor* (*load_npy)(cr_ctx* ctx, const char* path);
   /* Graph capture (vm/graph/recorder.hpp). Functions returning int32_t give -1 on an error

@@ -4,28 +4,21 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
-#include <fstream>
-#include <functional>
 #include <random>
-#include <sstream>
 
+#include "io_helpers.hpp"
 #include "vm/io/io.hpp"
 #include "vm/io/json.hpp"
 #include "vm/kernels/loop.hpp"
 #include "vm/print.hpp"
 
 using namespace cr;
+using testing::error_of;
+using testing::slurp;
 
 namespace {
 
 std::string temp_path(const char* name) { return std::string("/tmp/crescent_test_io_") + name; }
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 std::string le64(uint64_t v) {
   std::string s(8, '\0');
@@ -49,15 +42,6 @@ bool same_values(const Tensor& a, const Tensor& b) {
   for (int64_t i = 0; i < x.numel(); ++i)
     if (x.data<double>()[i] != y.data<double>()[i]) return false;
   return true;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 // A valid file of each format, with several dtypes.

@@ -81,5 +81,5 @@ TEST_CASE("kernel cache entries: sealed files pass, damaged ones fail with the r
   CHECK(verdict(flipped, key).find("damaged") != std::string::npos);
   std::string why;
   CHECK_FALSE(jit::check_entry(temp_path("missing.so"), key, &why));
-  CHECK(why == "cannot be read");
+  CHECK(why.find("cannot be read (") == 0);
 }

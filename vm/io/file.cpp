@@ -1,69 +1,70 @@
 #include "vm/io/file.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
-
-#include <sys/stat.h>
 
 #include "vm/kernels/loop.hpp"
 
 namespace cr::io {
 
-std::string read_file(const std::string& op, const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail(cat(op, ": ", path, ": cannot open (", std::strerror(errno), ")"));
-  std::string data;
+const char* file_kind(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+void Source::read(uint64_t offset, void* dst, size_t n) const {
+  if (offset > size_ || n > size_ - offset) fail(cat("internal error: read of bytes [", offset, ", +", n, ") past ", size_));
+  if (n) read_at(offset, dst, n);
+}
+
+std::string Source::read(uint64_t offset, size_t n) const {
+  std::string s(n, '\0');
+  read(offset, s.data(), n);
+  return s;
+}
+
+void MemorySource::read_at(uint64_t offset, void* dst, size_t n) const { std::memcpy(dst, bytes_.data() + offset, n); }
+
+FileSource::FileSource(const std::string& op, const std::string& path, bool follow_links) : op_(op), path_(path) {
+  auto bad = [&](const std::string& problem) { fail(cat(op, ": ", path, ": ", problem)); };
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | (follow_links ? 0 : O_NOFOLLOW));
+  if (fd_ < 0) bad(cat("cannot open (", errno == ELOOP && !follow_links ? "a symbolic link" : std::strerror(errno), ")"));
   struct stat st;
-  if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode)) data.reserve(size_t(st.st_size));  // a hint only
-  char buf[1 << 16];
-  while (true) {
-    size_t n = std::fread(buf, 1, sizeof buf, f);
-    data.append(buf, n);
-    if (n < sizeof buf) break;
+  if (::fstat(fd_, &st) != 0) {
+    int err = errno;
+    ::close(fd_);
+    bad(cat("cannot open (", std::strerror(err), ")"));
   }
-  bool bad = std::ferror(f);
-  int err = errno;
-  std::fclose(f);
-  if (bad) fail(cat(op, ": ", path, ": read error (", std::strerror(err), ")"));
-  return data;
-}
-
-FileWriter::FileWriter(const std::string& op, const std::string& path) : op_(op), path_(path) {
-  f_ = std::fopen(path.c_str(), "wb");
-  if (!f_) fail(cat(op, ": ", path, ": cannot open for writing (", std::strerror(errno), ")"));
-}
-
-FileWriter::~FileWriter() {
-  if (!f_) return;
-  std::fclose(f_);
-  std::remove(path_.c_str());  // not committed: an error left the file incomplete
-}
-
-void FileWriter::error(const std::string& what) {
-  int err = errno;
-  std::fclose(f_);
-  f_ = nullptr;
-  std::remove(path_.c_str());
-  fail(cat(op_, ": ", path_, ": ", what, " (", std::strerror(err), ")"));
-}
-
-void FileWriter::write(const void* data, size_t n) {
-  if (n && std::fwrite(data, 1, n, f_) != n) error("write error");
-}
-
-void FileWriter::write_tensor(const Tensor& t) {
-  Tensor c = contiguous(t);
-  write(c.data_bytes(), size_t(c.numel()) * c.itemsize());
-}
-
-void FileWriter::commit() {
-  FILE* f = f_;
-  f_ = nullptr;
-  if (std::fflush(f) != 0 || std::ferror(f)) {
-    f_ = f;
-    error("write error");
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    bad(cat("not a regular file (", file_kind(st.st_mode), ")"));
   }
-  if (std::fclose(f) != 0) fail(cat(op_, ": ", path_, ": write error (", std::strerror(errno), ")"));
+  size_ = uint64_t(st.st_size);
+}
+
+FileSource::~FileSource() { ::close(fd_); }
+
+void FileSource::read_at(uint64_t offset, void* dst, size_t n) const {
+  char* p = static_cast<char*>(dst);
+  while (n) {
+    ssize_t got = ::pread(fd_, p, std::min(n, size_t(1) << 30), off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail(cat(op_, ": ", path_, ": read error (", std::strerror(errno), ")"));
+    if (got == 0) fail(cat(op_, ": ", path_, ": read error (the file shrank below ", size_, " bytes while it was read)"));
+    p += got;
+    offset += uint64_t(got);
+    n -= size_t(got);
+  }
 }
 
 bool checked_numel(const Shape& shape, int64_t* numel, std::string* problem) {
@@ -89,18 +90,19 @@ bool checked_numel(const Shape& shape, int64_t* numel, std::string* problem) {
   return true;
 }
 
-Tensor tensor_from_bytes(const Shape& shape, DType dtype, const char* bytes, std::string* problem) {
+Tensor tensor_from_source(const Shape& shape, DType dtype, const Source& src, uint64_t offset, std::string* problem) {
   Tensor t = Tensor::empty(shape, dtype);
   size_t n = size_t(t.numel()) * t.itemsize();
+  src.read(offset, t.data_bytes(), n);
   if (dtype == DType::b8) {
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(t.data_bytes());
     for (size_t i = 0; i < n; ++i) {
-      if (uint8_t(bytes[i]) > 1) {
-        *problem = cat("bool element ", i, " holds the byte ", int(uint8_t(bytes[i])), " (expected 0 or 1)");
+      if (bytes[i] > 1) {
+        *problem = cat("bool element ", i, " holds the byte ", int(bytes[i]), " (expected 0 or 1)");
         return Tensor();
       }
     }
   }
-  if (n) std::memcpy(t.data_bytes(), bytes, n);
   return t;
 }
 

@@ -1,6 +1,8 @@
 // File access shared by the tensor readers and writers. Errors name the operation and the path
 // ("load: model.safetensors: cannot open (No such file or directory)").
 #pragma once
+#include <sys/types.h>
+
 #include <cstdio>
 #include <string>
 
@@ -8,10 +10,58 @@
 
 namespace cr::io {
 
-// The whole file, read until EOF (whatever size the file claims).
-std::string read_file(const std::string& op, const std::string& path);
+// "a directory", "a FIFO", ... for messages about a file of mode `mode`.
+const char* file_kind(mode_t mode);
 
-// Writes a file; on any error (or when destroyed before commit()) the partial file is removed.
+// The bytes a reader parses, read piece by piece so that a tensor's bytes go straight into its
+// storage: a file (FileSource) or a string in memory (MemorySource, for the fuzz targets).
+class Source {
+ public:
+  virtual ~Source() = default;
+  uint64_t size() const { return size_; }
+  // n bytes at `offset` into dst; a range past size() is an internal error (callers check it).
+  void read(uint64_t offset, void* dst, size_t n) const;
+  std::string read(uint64_t offset, size_t n) const;
+
+ protected:
+  virtual void read_at(uint64_t offset, void* dst, size_t n) const = 0;
+  uint64_t size_ = 0;
+};
+
+class MemorySource final : public Source {
+ public:
+  explicit MemorySource(const std::string& bytes) : bytes_(bytes) { size_ = bytes.size(); }
+
+ private:
+  void read_at(uint64_t offset, void* dst, size_t n) const override;
+  const std::string& bytes_;
+};
+
+// A regular file, opened without blocking (a FIFO would wait for a writer) and refused when it is
+// anything else (/dev/zero never ends); its size is the one fstat gives. With follow_links false
+// a symbolic link is refused too (the kernel cache's entries).
+class FileSource final : public Source {
+ public:
+  FileSource(const std::string& op, const std::string& path, bool follow_links = true);
+  ~FileSource();
+  FileSource(const FileSource&) = delete;
+  FileSource& operator=(const FileSource&) = delete;
+
+ private:
+  void read_at(uint64_t offset, void* dst, size_t n) const override;
+  std::string op_, path_;
+  int fd_ = -1;
+};
+
+// A new file `<dir of target>/.<name>.tmp-<pid>-<n>` opened for writing (O_EXCL, mode & ~umask);
+// -1 with errno set when it cannot be created.
+int create_temp(const std::string& target, mode_t mode, std::string* tmp_path);
+
+// Writes a file so that a failure or a crash never costs the previous one. A regular file, a new
+// path or a symbolic link to either is written under a temporary name in the target's directory,
+// fsync'ed and renamed over the target on commit() (a link stays a link; the file's permission
+// bits are kept); a character device (/dev/null) is written in place; any other destination is
+// refused. Only the temporary file is ever removed.
 class FileWriter {
  public:
   FileWriter(const std::string& op, const std::string& path);
@@ -25,8 +75,9 @@ class FileWriter {
   void commit();
 
  private:
-  [[noreturn]] void error(const std::string& what);
-  std::string op_, path_;
+  [[noreturn]] void error(const std::string& what, int err);
+  void discard();
+  std::string op_, path_, target_, tmp_;  // tmp_ is empty when a device is written in place
   FILE* f_ = nullptr;
 };
 
@@ -46,8 +97,9 @@ inline std::string le_bytes(uint64_t v, int nbytes) {
 // as 1, since strides are computed that way) stays below 2^46; the problem otherwise.
 bool checked_numel(const Shape& shape, int64_t* numel, std::string* problem);
 
-// A new tensor of `shape` filled from `bytes` (numel * itemsize of them, already checked).
-// bool data must hold only 0 and 1; the index of the first other byte is reported.
-Tensor tensor_from_bytes(const Shape& shape, DType dtype, const char* bytes, std::string* problem);
+// A new tensor of `shape` read from `src` at `offset` (numel * itemsize bytes, already checked to
+// lie in the source). bool data must hold only 0 and 1; the index of the first other byte is
+// reported.
+Tensor tensor_from_source(const Shape& shape, DType dtype, const Source& src, uint64_t offset, std::string* problem);
 
 }  // namespace cr::io

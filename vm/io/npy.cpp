@@ -182,45 +182,51 @@ bool parse_descr(const std::string& s, Descr* d) {
   return false;
 }
 
-// File bytes -> tensor of `shape` (C order), swapping and widening as the descr says.
-Tensor convert(const Descr& d, const Shape& shape, const char* data, size_t nbytes, const std::string& what) {
-  std::string swapped;  // only big-endian data is copied before conversion
-  if (d.swap) {
-    swapped.assign(data, nbytes);
-    for (size_t i = 0; i + size_t(d.size) <= nbytes; i += size_t(d.size)) std::reverse(&swapped[i], &swapped[i] + d.size);
-    data = swapped.data();
-  }
+// The data at `offset` of `src` -> tensor of `shape` (C order), swapping and widening as the
+// descr says. Direct types are read straight into the tensor; widened ones a block at a time.
+Tensor convert(const Descr& d, const Shape& shape, const io::Source& src, uint64_t offset, const std::string& what) {
   if (d.direct) {
     std::string problem;
-    Tensor t = io::tensor_from_bytes(shape, d.dtype, data, &problem);
+    Tensor t = io::tensor_from_source(shape, d.dtype, src, offset, &problem);
     if (!t.defined()) fail(cat("load_npy: ", what, ": ", problem));
+    char* p = t.data_bytes();
+    if (d.swap)
+      for (size_t i = 0, n = size_t(t.numel()) * t.itemsize(); i < n; i += size_t(d.size)) std::reverse(p + i, p + i + d.size);
     return t;
   }
   Tensor t = Tensor::empty(shape, d.dtype);
-  int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t u = io::read_le(data + i * d.size, d.size);
-    int64_t v = d.kind == 'u' ? int64_t(u) : int64_t(u << (64 - 8 * d.size)) >> (64 - 8 * d.size);  // sign-extend
-    if (d.dtype == DType::i32) t.data<int32_t>()[i] = int32_t(v);
-    else t.data<int64_t>()[i] = v;
+  constexpr int64_t kBlock = 1 << 14;  // elements per read
+  std::string buf;
+  for (int64_t i0 = 0, n = t.numel(); i0 < n; i0 += kBlock) {
+    int64_t m = std::min(kBlock, n - i0);
+    buf = src.read(offset + uint64_t(i0 * d.size), size_t(m * d.size));
+    if (d.swap)
+      for (int64_t i = 0; i < m; ++i) std::reverse(&buf[size_t(i * d.size)], &buf[size_t(i * d.size)] + d.size);
+    for (int64_t i = 0; i < m; ++i) {
+      uint64_t u = io::read_le(buf.data() + i * d.size, d.size);
+      int64_t v = d.kind == 'u' ? int64_t(u) : int64_t(u << (64 - 8 * d.size)) >> (64 - 8 * d.size);  // sign-extend
+      if (d.dtype == DType::i32) t.data<int32_t>()[i0 + i] = int32_t(v);
+      else t.data<int64_t>()[i0 + i] = v;
+    }
   }
   return t;
 }
 
-}  // namespace
-
-Tensor parse_npy(const std::string& bytes, const std::string& what) {
+// The header is read and checked against the file's size before any data is read.
+Tensor read_npy(const io::Source& src, const std::string& what) {
   auto bad = [&](const std::string& problem) { fail(cat("load_npy: ", what, ": ", problem)); };
-  size_t size = bytes.size();
-  if (size < kMagicLen + 2 || bytes.compare(0, kMagicLen, kMagic, kMagicLen) != 0)
+  uint64_t size = src.size();
+  std::string head = src.read(0, size_t(std::min<uint64_t>(size, kMagicLen + 2)));
+  if (size < kMagicLen + 2 || head.compare(0, kMagicLen, kMagic, kMagicLen) != 0)
     bad("not a .npy file (it does not start with \"\\x93NUMPY\")");
-  int major = uint8_t(bytes[6]), minor = uint8_t(bytes[7]);
+  int major = uint8_t(head[6]), minor = uint8_t(head[7]);
   if (major < 1 || major > 3 || minor != 0) bad(cat("unsupported .npy version ", major, ".", minor, " (expected 1.0, 2.0 or 3.0)"));
   size_t len_bytes = major == 1 ? 2 : 4, prefix = 8 + len_bytes;
   if (size < prefix) bad(cat("file is ", size, " bytes long, truncated inside the header length"));
-  uint64_t hlen = io::read_le(bytes.data() + 8, int(len_bytes));
+  uint64_t hlen = io::read_le(src.read(8, len_bytes).data(), int(len_bytes));
   if (hlen > size - prefix) bad(cat("header length ", hlen, " exceeds the ", size - prefix, " bytes after it (truncated file?)"));
-  auto items = HeaderParser(std::string_view(bytes.data() + prefix, size_t(hlen)), what).dict();
+  std::string text = src.read(prefix, size_t(hlen));
+  auto items = HeaderParser(text, what).dict();
 
   const PyValue *descr = nullptr, *fortran = nullptr, *shape = nullptr;
   for (const auto& [k, v] : items) {
@@ -245,16 +251,20 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
   uint64_t need = uint64_t(numel) * uint64_t(d.size), have = size - prefix - hlen;
   if (have < need) bad(cat("truncated: shape ", shape_str(dims), " of '", descr->str, "' needs ", need, " bytes of data, the file has ", have));
   if (have > need) bad(cat("the file has ", have - need, " bytes after the array data (", need, " bytes expected)"));
-  const char* data = bytes.data() + prefix + hlen;
-  if (!fortran->boolean) return convert(d, dims, data, need, what);
+  uint64_t data = prefix + hlen;
+  if (!fortran->boolean) return convert(d, dims, src, data, what);
   // Fortran order: the data is the C-order array of the reversed shape, transposed.
   Shape rev(dims.rbegin(), dims.rend());
-  Tensor r = convert(d, rev, data, need, what);
+  Tensor r = convert(d, rev, src, data, what);
   Shape rs = r.strides();
   return contiguous(Tensor::view_of(r, dims, Shape(rs.rbegin(), rs.rend()), 0));
 }
 
-Tensor load_npy(const std::string& path) { return parse_npy(io::read_file("load_npy", path), path); }
+}  // namespace
+
+Tensor parse_npy(const std::string& bytes, const std::string& what) { return read_npy(io::MemorySource(bytes), what); }
+
+Tensor load_npy(const std::string& path) { return read_npy(io::FileSource("load_npy", path), path); }
 
 void save_npy(const std::string& path, const Tensor& t) {
   static const char* descrs[kNumDTypes] = {"<f4", "<f8", "<f2", nullptr, "<i4", "<i8", "|b1"};

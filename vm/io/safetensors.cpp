@@ -39,8 +39,10 @@ struct Entry {
 
 class Reader {
  public:
-  Reader(const std::string& bytes, const std::string& what) : bytes_(bytes), what_(what) {}
+  Reader(const io::Source& src, const std::string& what) : src_(src), what_(what) {}
 
+  // The header is read and checked against the file's size first; then each tensor's bytes are
+  // read straight into its storage.
   std::vector<std::pair<std::string, Tensor>> read() {
     std::vector<Entry> entries = header();
     check_tiling(entries);
@@ -48,7 +50,7 @@ class Reader {
     std::vector<std::pair<std::string, Tensor>> out;
     for (const Entry& e : entries) {
       std::string problem;
-      Tensor t = io::tensor_from_bytes(e.shape, e.dtype, data_ + e.begin, &problem);
+      Tensor t = io::tensor_from_source(e.shape, e.dtype, src_, data_start_ + uint64_t(e.begin), &problem);
       if (!t.defined()) bad(cat("tensor \"", e.name, "\": ", problem));
       out.emplace_back(e.name, t);
     }
@@ -56,26 +58,27 @@ class Reader {
   }
 
  private:
-  const std::string& bytes_;
+  const io::Source& src_;
   const std::string& what_;
-  const char* data_ = nullptr;  // the data buffer
+  uint64_t data_start_ = 0;  // the data buffer's offset in the file
   int64_t data_size_ = 0;
 
   [[noreturn]] void bad(const std::string& problem) const { fail(cat("load: ", what_, ": ", problem)); }
 
   std::vector<Entry> header() {
-    uint64_t size = bytes_.size();
+    uint64_t size = src_.size();
     if (size < 8) bad(cat("file is ", size, " bytes long, too short for a safetensors file (8-byte header length + header)"));
-    uint64_t n = io::read_le(bytes_.data(), 8);
+    uint64_t n = io::read_le(src_.read(0, 8).data(), 8);
     if (n > size - 8)
       bad(cat("header length ", n, " exceeds the ", size - 8, " bytes after the length field (truncated or not a safetensors file)"));
     if (n > kMaxHeader) bad(cat("header length ", n, " exceeds the limit of ", kMaxHeader, " bytes"));
-    if (n == 0 || bytes_[8] != '{') bad("the header does not start with '{' (not a safetensors file)");
-    data_ = bytes_.data() + 8 + n;
+    std::string text = src_.read(8, size_t(n));
+    if (n == 0 || text[0] != '{') bad("the header does not start with '{' (not a safetensors file)");
+    data_start_ = 8 + n;
     data_size_ = int64_t(size - 8 - n);
     json::Value root;
     try {
-      root = json::parse(std::string_view(bytes_.data() + 8, size_t(n)));
+      root = json::parse(text);
     } catch (const Error& e) {
       bad(cat("header: ", e.what()));
     }
@@ -194,11 +197,11 @@ std::string header_json(const std::vector<std::pair<std::string, Tensor>>& items
 }  // namespace
 
 std::vector<std::pair<std::string, Tensor>> parse_safetensors(const std::string& bytes, const std::string& what) {
-  return Reader(bytes, what).read();
+  return Reader(io::MemorySource(bytes), what).read();
 }
 
 std::vector<std::pair<std::string, Tensor>> load_safetensors(const std::string& path) {
-  return parse_safetensors(io::read_file("load", path), path);
+  return Reader(io::FileSource("load", path), path).read();
 }
 
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& items) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "vm/graph/recorder.hpp"
 #include "vm/kernels/loop.hpp"
 #include "vm/lua_vm.hpp"
 #include "vm/print.hpp"
@@ -51,6 +52,26 @@ cr::Tensor& raw(const Tensor& t, cr::Tensor& holder) {
   if (!t.defined()) throw Error(Status::InvalidArgument, "the tensor is undefined (default-constructed or moved from)");
   holder = cr::Tensor(t.get(), true);
   return holder;
+}
+
+// Where a value computed inside a compiled function may still be lazy (vm/graph/README.md: no
+// storage yet, or a tracker that must learn the value escaped), `ctx` computes it now.
+void make_real(cr::Context& ctx, cr_tensor* t) {
+  if (t->_storage && !t->_lazy) return;
+  cr::graph::ensure_real(ctx, t);
+}
+
+// raw(), for accessors that read values or layout (a lazy tensor's strides are not final).
+// Tensors leaving Lua are computed by their VM (VM::Impl::pull); a cr_tensor* the host took
+// otherwise (through lua_state) is computed here in a scratch context, which needs no VM.
+cr::Tensor& real(const Tensor& t, cr::Tensor& holder, const char* what) {
+  cr::Tensor& x = raw(t, holder);
+  if (x.get()->_storage && !x.get()->_lazy) return x;
+  guard(what, [&] {
+    cr::Context scratch;
+    make_real(scratch, x.get());
+  });
+  return x;
 }
 
 }  // namespace
@@ -161,15 +182,28 @@ std::vector<int64_t> Tensor::sizes() const {
 }
 std::vector<int64_t> Tensor::strides() const {
   cr::Tensor h;
-  return raw(*this, h).strides();
+  return real(*this, h, "strides").strides();
 }
+namespace {
+// Dim d of an n-dim tensor, 0-based; negative dims count from the end, as in PyTorch.
+int wrap_dim(const char* what, int d, int n) {
+  if (d < -n || d >= n)
+    throw Error(Status::InvalidArgument, n == 0 ? cr::cat(what, ": dim ", d, " is out of range for a tensor of 0 dims")
+                                                : cr::cat(what, ": dim ", d, " is out of range for a tensor of ", n,
+                                                          " dims (expected ", -n, " to ", n - 1, ")"));
+  return d < 0 ? d + n : d;
+}
+}  // namespace
+
 int64_t Tensor::size(int d) const {
   cr::Tensor h;
   cr::Tensor& t = raw(*this, h);
-  int n = t.dim();
-  if (d < -n || d >= n)
-    throw Error(Status::InvalidArgument, cr::cat("size: dim ", d, " is out of range for a tensor with ", n, " dims"));
-  return t.size(d < 0 ? d + n : d);
+  return t.size(wrap_dim("size", d, t.dim()));
+}
+int64_t Tensor::stride(int d) const {
+  cr::Tensor h;
+  cr::Tensor& t = real(*this, h, "stride");
+  return t.stride(wrap_dim("stride", d, t.dim()));
 }
 int64_t Tensor::numel() const {
   cr::Tensor h;
@@ -185,11 +219,11 @@ std::string Tensor::device() const {
 }
 bool Tensor::is_contiguous() const {
   cr::Tensor h;
-  return raw(*this, h).is_contiguous();
+  return real(*this, h, "is_contiguous").is_contiguous();
 }
 void* Tensor::data_ptr() const {
   cr::Tensor h;
-  cr::Tensor& t = raw(*this, h);
+  cr::Tensor& t = real(*this, h, "data_ptr");
   if (!t.device().is_cpu())
     throw Error(Status::InvalidArgument, "data_ptr: the tensor is on " + cr::device_name(t.device()) + ", not the CPU");
   // the host may write through it: a lazy value that would be recomputed from this storage then
@@ -204,7 +238,7 @@ void Tensor::check_dtype(DType want) const {
 
 void Tensor::copy_to(void* out, DType dtype, size_t out_bytes) const {
   cr::Tensor h;
-  cr::Tensor& src = raw(*this, h);
+  cr::Tensor& src = real(*this, h, "copy_to");
   guard("copy_to", [&] {
     cr::DType dt = check_dtype_value(int(dtype));
     size_t want = size_t(src.numel()) * cr::dtype_size(dt);
@@ -229,7 +263,7 @@ double Tensor::item() const {
 
 std::string Tensor::to_string() const {
   cr::Tensor h;
-  cr::Tensor& t = raw(*this, h);
+  cr::Tensor& t = real(*this, h, "to_string");
   return guard("to_string", [&] { return cr::format_tensor(t); });
 }
 
@@ -451,8 +485,10 @@ struct VM::Impl {
         lua_pushvalue(L, idx);
         lua_pushlightuserdata(L, &slot);
         call_helper("take", 2, 1);
-        if (lua_toboolean(L, -1)) return Tensor::adopt(slot);
-        break;
+        if (!lua_toboolean(L, -1)) break;
+        Tensor t = Tensor::adopt(slot);
+        make_real(lua.context(), slot);  // the host reads it without Lua: its value is due now
+        return t;
       }
       default: break;
     }

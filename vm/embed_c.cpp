@@ -105,9 +105,14 @@ crescent::DType check_dtype(const crescent_dtype& d, const char* fn) {
   return crescent::DType(i);
 }
 
-int64_t fail_int(const std::string& msg) {
-  t_last_error = msg;
-  return -1;
+// An accessor of the C++ API on t: its value, or -1 with the last error set.
+template <class F> int64_t int_result(const crescent_tensor* t, const char* fn, F&& f) {
+  int64_t r = -1;
+  guarded([&] {
+    if (!t) bad(std::string(fn) + ": the tensor is NULL");
+    r = f(crescent::Tensor::borrow(raw(t)));
+  });
+  return r;
 }
 
 }  // namespace
@@ -232,37 +237,27 @@ void crescent_tensor_retain(crescent_tensor* t) {
 void crescent_tensor_release(crescent_tensor* t) { cr::tensor_release(raw(t)); }
 
 int crescent_tensor_ndim(const crescent_tensor* t) {
-  if (!t) return int(fail_int("crescent_tensor_ndim: the tensor is NULL"));
-  return raw(t)->_ndim;
+  return int(int_result(t, "crescent_tensor_ndim", [](const crescent::Tensor& x) { return x.dim(); }));
 }
 
 int64_t crescent_tensor_size(const crescent_tensor* t, int dim) {
-  if (!t) return fail_int("crescent_tensor_size: the tensor is NULL");
-  if (dim < 0 || dim >= raw(t)->_ndim)
-    return fail_int("crescent_tensor_size: dim " + std::to_string(dim) + " is out of range for " + std::to_string(raw(t)->_ndim) + " dims");
-  return raw(t)->_sizes[dim];
+  return int_result(t, "crescent_tensor_size", [&](const crescent::Tensor& x) { return x.size(dim); });
 }
 
 int64_t crescent_tensor_stride(const crescent_tensor* t, int dim) {
-  if (!t) return fail_int("crescent_tensor_stride: the tensor is NULL");
-  if (dim < 0 || dim >= raw(t)->_ndim)
-    return fail_int("crescent_tensor_stride: dim " + std::to_string(dim) + " is out of range for " + std::to_string(raw(t)->_ndim) + " dims");
-  return raw(t)->_strides[dim];
+  return int_result(t, "crescent_tensor_stride", [&](const crescent::Tensor& x) { return x.stride(dim); });
 }
 
 int64_t crescent_tensor_numel(const crescent_tensor* t) {
-  if (!t) return fail_int("crescent_tensor_numel: the tensor is NULL");
-  return cr::Tensor(raw(t), true).numel();
+  return int_result(t, "crescent_tensor_numel", [](const crescent::Tensor& x) { return x.numel(); });
 }
 
 int crescent_tensor_dtype(const crescent_tensor* t) {
-  if (!t) return int(fail_int("crescent_tensor_dtype: the tensor is NULL"));
-  return raw(t)->_dtype;
+  return int(int_result(t, "crescent_tensor_dtype", [](const crescent::Tensor& x) { return int(x.dtype()); }));
 }
 
 int crescent_tensor_is_contiguous(const crescent_tensor* t) {
-  if (!t) return int(fail_int("crescent_tensor_is_contiguous: the tensor is NULL"));
-  return cr::Tensor(raw(t), true).is_contiguous() ? 1 : 0;
+  return int(int_result(t, "crescent_tensor_is_contiguous", [](const crescent::Tensor& x) { return x.is_contiguous() ? 1 : 0; }));
 }
 
 void* crescent_tensor_data(const crescent_tensor* t) {

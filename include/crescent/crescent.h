@@ -106,7 +106,9 @@ crescent_status crescent_tensor_from_blob(void* data, int ndim, const int64_t* s
 void crescent_tensor_retain(crescent_tensor* t);
 void crescent_tensor_release(crescent_tensor* t); /* NULL is allowed */
 
-/* Accessors return -1 (or NULL) and set the last error on a NULL tensor or a bad dim. */
+/* Accessors return -1 (or NULL) and set the last error on a NULL tensor or a bad dim. `dim` is
+ * 0-based (Lua's x:size(1) is crescent_tensor_size(x, 0)); a negative dim counts from the end
+ * (-1 is the last), as in C++ and PyTorch. */
 int crescent_tensor_ndim(const crescent_tensor* t);
 int64_t crescent_tensor_size(const crescent_tensor* t, int dim);
 int64_t crescent_tensor_stride(const crescent_tensor* t, int dim);

@@ -99,8 +99,9 @@ class Tensor {
   bool defined() const { return p_ != nullptr; }
   int dim() const;
   std::vector<int64_t> sizes() const;
-  int64_t size(int d) const;  // 0-based; negative counts from the end
+  int64_t size(int d) const;  // 0-based (Lua's x:size(1) is size(0)); negative counts from the end
   std::vector<int64_t> strides() const;  // in elements
+  int64_t stride(int d) const;           // in elements; d as for size()
   int64_t numel() const;
   DType dtype() const;
   std::string device() const;  // "cpu", "cuda:0"

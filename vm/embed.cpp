@@ -78,9 +78,9 @@ cr::Tensor& real(const Tensor& t, cr::Tensor& holder, const char* what) {
 
 // ---- errors, dtypes ---------------------------------------------------------------------------
 
-Error::Error(Status status, const std::string& message, const std::string& traceback)
+Error::Error(Status status, const std::string& message, const std::string& traceback, int exit_code)
     : std::runtime_error(traceback.empty() ? message : message + "\n" + traceback),
-      status_(status), message_(message), traceback_(traceback) {}
+      status_(status), exit_code_(exit_code), message_(message), traceback_(traceback) {}
 
 const char* dtype_name(DType d) { return cr::dtype_name(cr::DType(d)); }
 size_t dtype_size(DType d) { return cr::dtype_size(cr::DType(d)); }
@@ -368,6 +368,18 @@ H.get = lookup
 
 function H.set(name, v) _G[name] = v end
 
+-- os.exit ends the script, not the host: an error that the host reports with the code
+-- (VM::Impl::fail). A pcall in the script catches it, as Python's `except:` catches SystemExit.
+local Exit = { __tostring = function(e) return e.message end }
+function os.exit(code)
+  if code == nil or code == true then code = 0 elseif code == false then code = 1 end
+  if type(code) ~= "number" or code ~= math.floor(code) or math.abs(code) >= 2 ^ 31 then
+    error("bad argument #1 to 'exit' (an integer or a boolean expected, got " .. tostring(code) .. ")", 2)
+  end
+  H.exit = setmetatable({ code = code, message = string.format("the script called os.exit(%d)", code) }, Exit)
+  error(H.exit, 0)
+end
+
 local function callable(f)
   if type(f) == "function" then return true end
   local mt = (type(f) == "table" or type(f) == "cdata") and getmetatable(f)
@@ -431,7 +443,30 @@ struct VM::Impl {
   void call_helper(const char* name, int nargs, int nres) {
     push_helper(name);
     lua_insert(L(), -nargs - 1);
-    if (!lua.pcall(nargs, nres)) throw_lua(lua.error());
+    if (!lua.pcall(nargs, nres)) fail();
+  }
+
+  // After a failed pcall: the script's os.exit when that is what ended it (H.exit holds the
+  // error it raised; one a pcall caught does not count), else the Lua error.
+  [[noreturn]] void fail() {
+    lua_State* L = this->L();
+    lua_rawgeti(L, LUA_REGISTRYINDEX, helpers);
+    lua_getfield(L, -1, "exit");
+    std::string message;
+    int code = 0;
+    if (lua_istable(L, -1)) {
+      lua_getfield(L, -1, "message");
+      lua_getfield(L, -2, "code");
+      message = lua_tostring(L, -2);
+      code = int(lua_tointeger(L, -1));
+      lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    lua_pushnil(L);
+    lua_setfield(L, -2, "exit");
+    lua_pop(L, 1);
+    if (!message.empty() && message == lua.error()) throw Error(Status::Exit, message, "", code);
+    throw_lua(lua.error());
   }
 
   void push(const Value& v, int depth) {
@@ -546,7 +581,7 @@ struct VM::Impl {
   // Runs the function on the stack top-nargs with the nargs values above it; all its results.
   std::vector<Value> run(int nargs, const char* what) {
     int base = lua_gettop(L()) - nargs - 1;
-    if (!lua.pcall(nargs, LUA_MULTRET)) throw_lua(lua.error());
+    if (!lua.pcall(nargs, LUA_MULTRET)) fail();
     return pull_results(base + 1, what);
   }
 };

@@ -24,6 +24,7 @@ using crescent::Status;
 using crescent::Value;
 
 thread_local std::string t_last_error;
+thread_local int t_last_exit_code = 0;
 
 crescent_status failed(crescent_status s, const std::string& msg) {
   t_last_error = msg;
@@ -35,6 +36,7 @@ template <class F> crescent_status guarded(F&& f) {
     f();
     return CRESCENT_OK;
   } catch (const Error& e) {
+    if (e.status() == Status::Exit) t_last_exit_code = e.exit_code();
     return failed(crescent_status(e.status()), e.what());
   } catch (const std::bad_alloc&) {
     return failed(CRESCENT_OUT_OF_MEMORY, "out of memory");
@@ -120,6 +122,7 @@ template <class F> int64_t int_result(const crescent_tensor* t, const char* fn, 
 extern "C" {
 
 const char* crescent_last_error(void) { return t_last_error.c_str(); }
+int crescent_last_exit_code(void) { return t_last_exit_code; }
 
 const char* crescent_status_name(crescent_status status) {
   switch (status) {
@@ -129,6 +132,7 @@ const char* crescent_status_name(crescent_status status) {
     case CRESCENT_TYPE_ERROR: return "CRESCENT_TYPE_ERROR";
     case CRESCENT_OUT_OF_MEMORY: return "CRESCENT_OUT_OF_MEMORY";
     case CRESCENT_INTERNAL_ERROR: return "CRESCENT_INTERNAL_ERROR";
+    case CRESCENT_EXIT: return "CRESCENT_EXIT";
   }
   return "CRESCENT_UNKNOWN_STATUS";
 }

@@ -635,3 +635,74 @@ TEST_CASE("embed: C and C++ dims are 0-based and count from the end when negativ
   REQUIRE(crescent_tensor_size(reinterpret_cast<crescent_tensor*>(scalar.get()), 0) == -1);
   REQUIRE(has(crescent_last_error(), "dim 0 is out of range for a tensor of 0 dims"));
 }
+
+// issue 32: os.exit in an embedded script ended the host process
+TEST_CASE("embed: os.exit ends the script with a status the host reads, not the host") {
+  VM vm;
+  auto exit_of = [&](const std::string& code) {
+    crescent::Error e = error_of([&] { vm.run_string(code); });
+    REQUIRE(e.status() == Status::Exit);
+    return e;
+  };
+  crescent::Error e = exit_of("os.exit(3)");
+  REQUIRE(e.exit_code() == 3);
+  REQUIRE(e.message() == "the script called os.exit(3)");
+  REQUIRE(e.traceback().empty());
+  REQUIRE(exit_of("os.exit()").exit_code() == 0);
+  REQUIRE(exit_of("os.exit(true)").exit_code() == 0);
+  REQUIRE(exit_of("os.exit(false)").exit_code() == 1);
+  REQUIRE(exit_of("os.exit(-2)").exit_code() == -2);
+  // from deep inside a called function and a compiled one; the VM stays usable
+  vm.run_string(R"(
+    local T = crescent
+    function quit(n) local function inner() os.exit(n) end; inner(); error("not reached") end
+    cf = T.compile(function(x, n) local y = x + 1; if n then os.exit(n) end; return y end, { backend = "eager" })
+    x = T.ones(2)
+  )");
+  crescent::Error c = error_of([&] { vm.call("quit", 9); });
+  REQUIRE(c.status() == Status::Exit);
+  REQUIRE(c.exit_code() == 9);
+  for (int i = 0; i < 3; ++i) vm.call("cf", vm.get_global("x"));
+  REQUIRE(error_of([&] { vm.call("cf", vm.get_global("x"), 5); }).exit_code() == 5);
+  REQUIRE(vm.call("cf", vm.get_global("x"))[0].as_tensor().to_vector<float>() == std::vector<float>{2, 2});
+  REQUIRE(vm.run_string("return 1 + 1")[0].as_number() == 2);
+  // run_file
+  TempFile f("exit.lua", "os.exit(4)\nerror('not reached')\n");
+  crescent::Error r = error_of([&] { vm.run_file(f.path); });
+  REQUIRE(r.status() == Status::Exit);
+  REQUIRE(r.exit_code() == 4);
+  // a pcall in the script catches it (as Python's except catches SystemExit); a later error is
+  // then an ordinary one, and a re-raised exit is still an exit
+  auto got = vm.run_string("local ok, e = pcall(os.exit, 2); return ok, tostring(e)");
+  REQUIRE(!got[0].as_bool());
+  REQUIRE(got[1].as_string() == "the script called os.exit(2)");
+  crescent::Error later = error_of([&] { vm.run_string("pcall(os.exit, 2); error('other', 0)"); });
+  REQUIRE(later.status() == Status::LuaError);
+  REQUIRE(later.exit_code() == 0);
+  REQUIRE(later.message() == "other");
+  REQUIRE(exit_of("local ok, e = pcall(os.exit, 6); error(e)").exit_code() == 6);
+  // misuse is an ordinary error
+  crescent::Error bad = error_of([&] { vm.run_string("os.exit('x')", "=chunk"); });
+  REQUIRE(bad.status() == Status::LuaError);
+  REQUIRE(has(bad.message(), "chunk:1: bad argument #1 to 'exit'"));
+  REQUIRE(error_of([&] { vm.run_string("os.exit(1.5)"); }).status() == Status::LuaError);
+}
+
+TEST_CASE("embed C: os.exit returns CRESCENT_EXIT and the code") {
+  crescent_vm* vm = crescent_vm_create();
+  REQUIRE(crescent_run_string(vm, "os.exit(7)") == CRESCENT_EXIT);
+  REQUIRE(crescent_last_exit_code() == 7);
+  REQUIRE(std::string(crescent_last_error()) == "the script called os.exit(7)");
+  REQUIRE(std::string(crescent_status_name(CRESCENT_EXIT)) == "CRESCENT_EXIT");
+  REQUIRE(crescent_run_string(vm, "function f(n) os.exit(n) end") == CRESCENT_OK);
+  crescent_value arg = crescent_boolean(0), res = crescent_nil();
+  int n = -1;
+  REQUIRE(crescent_call(vm, "f", &arg, 1, &res, 1, &n) == CRESCENT_EXIT);
+  REQUIRE(crescent_last_exit_code() == 1);
+  REQUIRE(n == 0);
+  TempFile file("exit_c.lua", "os.exit(12)\n");
+  REQUIRE(crescent_run_file(vm, file.path.c_str(), 0, nullptr) == CRESCENT_EXIT);
+  REQUIRE(crescent_last_exit_code() == 12);
+  REQUIRE(crescent_run_string(vm, "x = 1") == CRESCENT_OK);
+  crescent_vm_destroy(vm);
+}

@@ -340,12 +340,8 @@ local core = require "crescent.core"
 local ffi, api, wrap, is_tensor = core.ffi, core.api, core.wrap, core.is_tensor
 local H = {}
 
--- A host tensor (a borrowed cr_tensor* as light userdata) as a Lua handle with its own reference.
-function H.push(p)
-  local t = ffi.cast("cr_tensor*", p)
-  api.retain(t)
-  return wrap(t)
-end
+-- A host tensor (a cr_tensor* as light userdata, a reference handed to Lua) as a Lua handle.
+function H.push(p) return wrap(ffi.cast("cr_tensor*", p)) end
 
 -- Stores a new reference of handle h into the cr_tensor* slot; false if h is not a tensor.
 function H.take(h, slot)
@@ -469,6 +465,14 @@ struct VM::Impl {
     throw_lua(lua.error());
   }
 
+  // A new reference of t for Lua, which H.push wraps (or the runtime drops: cr::Context::handed).
+  cr_tensor* hand(const Tensor& t) {
+    cr_tensor* p = t.get();
+    cr::tensor_retain(p);
+    lua.context().handing(&p, 1);
+    return p;
+  }
+
   void push(const Value& v, int depth) {
     lua_State* L = this->L();
     if (depth > kMaxDepth) throw Error(Status::InvalidArgument, "a value is nested too deeply");
@@ -480,7 +484,7 @@ struct VM::Impl {
       case Value::Kind::String: lua_pushlstring(L, v.as_string().data(), v.as_string().size()); break;
       case Value::Kind::Tensor:
         if (!v.as_tensor().defined()) throw Error(Status::InvalidArgument, "a tensor argument is undefined");
-        lua_pushlightuserdata(L, v.as_tensor().get());
+        lua_pushlightuserdata(L, hand(v.as_tensor()));
         call_helper("push", 1, 1);
         break;
       case Value::Kind::List:

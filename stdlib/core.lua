@@ -87,15 +87,23 @@ end
 -- (Not a tail call: LuaJIT cannot record a return below a trace's first frame right after a
 -- tail call to a constructor, and such returns are common: an op traced on its own returning into
 -- the user's code; the whole path would run interpreted.)
+-- The runtime releases what it handed out that was never wrapped (a Lua error such as a stack
+-- overflow came first; vm/context.hpp, handed). ctx.claimed counts p before the handle owns it
+-- (an error between the two leaks p, never frees it twice) and before anything allocates: a
+-- collection may run finalizers that hand out tensors, which drops what is unclaimed.
+local ctx = core.ctx
+local function refill()
+  new_handles(pool, kPool, mt)
+  free = kPool
+end
 function core.wrap(p)
-  if free == 0 then
-    new_handles(pool, kPool, mt)
-    free = kPool
-  end
+  if free == 0 then refill() end  -- the first wrap, or one after a refill that failed
   local h = pool[free]
   pool[free] = nil
   free = free - 1
+  ctx.claimed = ctx.claimed + 1
   cast(hptr, h).p = p
+  if free == 0 then refill() end
   return h
 end
 

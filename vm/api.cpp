@@ -91,8 +91,24 @@ int32_t hand_out(Context& ctx, std::vector<Tensor>& outs, cr_tensor** buf, int32
     return n;
   }
   for (int32_t i = 0; i < n; ++i) buf[i] = outs[size_t(i)].release();
+  ctx.handing(buf, size_t(n));
   return n;
 }
+
+}  // namespace
+
+void Context::handing(cr_tensor* const* ts, size_t n) {
+  drop_unclaimed();
+  handed.assign(ts, ts + n);
+}
+
+void Context::drop_unclaimed() {
+  for (size_t i = size_t(std::max(ffi.claimed, 0)); i < handed.size(); ++i) tensor_release(handed[i]);
+  handed.clear();
+  ffi.claimed = 0;
+}
+
+namespace {
 
 const cr_op_info* api_op_info(int32_t op) {
   const auto& infos = Registry::get().infos();
@@ -249,6 +265,7 @@ cr_tensor* api_load_npy(cr_ctx* c, const char* path) {
   cr_tensor* r = nullptr;
   guarded(c, [&] {
     r = load_npy(path).release();
+    Context::of(c).handing(&r, 1);
     return 0;
   });
   return r;
@@ -295,7 +312,10 @@ int32_t api_cap_finish(cr_ctx* c, cr_tensor** rets, int32_t n, const char* where
   });
 }
 
-void api_cap_abort(cr_ctx* c) { rec(c).abort(); }
+void api_cap_abort(cr_ctx* c) {
+  Context::of(c).drop_unclaimed();  // (an error unwound the call: perhaps before a wrap)
+  rec(c).abort();
+}
 void api_cap_where(cr_ctx* c, const char* where) {
   c->service &= ~2;
   rec(c).set_where(where);

@@ -23,6 +23,12 @@ struct Context {
   cr_ctx ffi{};
   std::string error;
   std::vector<Tensor> pending;  // outputs that did not fit the caller's buffer
+  // References handed to Lua, which core.wrap claims in order (counting them in ffi.claimed).
+  // A Lua error may come first (a stack overflow in an op's wrapper): what is not claimed by the
+  // next handing, an aborted capture or the end of the VM is released then (drop_unclaimed).
+  std::vector<cr_tensor*> handed;
+  void handing(cr_tensor* const* ts, size_t n);
+  void drop_unclaimed();
   std::vector<Tensor> call_outs;  // scratch: the outputs of the op call in flight
   Generator gen;
   // see note_allocations (vm/api.cpp): host and device bytes allocated at the last collection,

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "vm/graph/recorder.hpp"
 #include "vm/kernels/loop.hpp"
 #include "vm/lua_vm.hpp"
 #include "vm/print.hpp"
@@ -53,13 +54,33 @@ cr::Tensor& raw(const Tensor& t, cr::Tensor& holder) {
   return holder;
 }
 
+// Where a value computed inside a compiled function may still be lazy (vm/graph/README.md: no
+// storage yet, or a tracker that must learn the value escaped), `ctx` computes it now.
+void make_real(cr::Context& ctx, cr_tensor* t) {
+  if (t->_storage && !t->_lazy) return;
+  cr::graph::ensure_real(ctx, t);
+}
+
+// raw(), for accessors that read values or layout (a lazy tensor's strides are not final).
+// Tensors leaving Lua are computed by their VM (VM::Impl::pull); a cr_tensor* the host took
+// otherwise (through lua_state) is computed here in a scratch context, which needs no VM.
+cr::Tensor& real(const Tensor& t, cr::Tensor& holder, const char* what) {
+  cr::Tensor& x = raw(t, holder);
+  if (x.get()->_storage && !x.get()->_lazy) return x;
+  guard(what, [&] {
+    cr::Context scratch;
+    make_real(scratch, x.get());
+  });
+  return x;
+}
+
 }  // namespace
 
 // ---- errors, dtypes ---------------------------------------------------------------------------
 
-Error::Error(Status status, const std::string& message, const std::string& traceback)
+Error::Error(Status status, const std::string& message, const std::string& traceback, int exit_code)
     : std::runtime_error(traceback.empty() ? message : message + "\n" + traceback),
-      status_(status), message_(message), traceback_(traceback) {}
+      status_(status), exit_code_(exit_code), message_(message), traceback_(traceback) {}
 
 const char* dtype_name(DType d) { return cr::dtype_name(cr::DType(d)); }
 size_t dtype_size(DType d) { return cr::dtype_size(cr::DType(d)); }
@@ -161,15 +182,28 @@ std::vector<int64_t> Tensor::sizes() const {
 }
 std::vector<int64_t> Tensor::strides() const {
   cr::Tensor h;
-  return raw(*this, h).strides();
+  return real(*this, h, "strides").strides();
 }
+namespace {
+// Dim d of an n-dim tensor, 0-based; negative dims count from the end, as in PyTorch.
+int wrap_dim(const char* what, int d, int n) {
+  if (d < -n || d >= n)
+    throw Error(Status::InvalidArgument, n == 0 ? cr::cat(what, ": dim ", d, " is out of range for a tensor of 0 dims")
+                                                : cr::cat(what, ": dim ", d, " is out of range for a tensor of ", n,
+                                                          " dims (expected ", -n, " to ", n - 1, ")"));
+  return d < 0 ? d + n : d;
+}
+}  // namespace
+
 int64_t Tensor::size(int d) const {
   cr::Tensor h;
   cr::Tensor& t = raw(*this, h);
-  int n = t.dim();
-  if (d < -n || d >= n)
-    throw Error(Status::InvalidArgument, cr::cat("size: dim ", d, " is out of range for a tensor with ", n, " dims"));
-  return t.size(d < 0 ? d + n : d);
+  return t.size(wrap_dim("size", d, t.dim()));
+}
+int64_t Tensor::stride(int d) const {
+  cr::Tensor h;
+  cr::Tensor& t = real(*this, h, "stride");
+  return t.stride(wrap_dim("stride", d, t.dim()));
 }
 int64_t Tensor::numel() const {
   cr::Tensor h;
@@ -185,11 +219,11 @@ std::string Tensor::device() const {
 }
 bool Tensor::is_contiguous() const {
   cr::Tensor h;
-  return raw(*this, h).is_contiguous();
+  return real(*this, h, "is_contiguous").is_contiguous();
 }
 void* Tensor::data_ptr() const {
   cr::Tensor h;
-  cr::Tensor& t = raw(*this, h);
+  cr::Tensor& t = real(*this, h, "data_ptr");
   if (!t.device().is_cpu())
     throw Error(Status::InvalidArgument, "data_ptr: the tensor is on " + cr::device_name(t.device()) + ", not the CPU");
   // the host may write through it: a lazy value that would be recomputed from this storage then
@@ -204,7 +238,7 @@ void Tensor::check_dtype(DType want) const {
 
 void Tensor::copy_to(void* out, DType dtype, size_t out_bytes) const {
   cr::Tensor h;
-  cr::Tensor& src = raw(*this, h);
+  cr::Tensor& src = real(*this, h, "copy_to");
   guard("copy_to", [&] {
     cr::DType dt = check_dtype_value(int(dtype));
     size_t want = size_t(src.numel()) * cr::dtype_size(dt);
@@ -229,7 +263,7 @@ double Tensor::item() const {
 
 std::string Tensor::to_string() const {
   cr::Tensor h;
-  cr::Tensor& t = raw(*this, h);
+  cr::Tensor& t = real(*this, h, "to_string");
   return guard("to_string", [&] { return cr::format_tensor(t); });
 }
 
@@ -306,12 +340,8 @@ local core = require "crescent.core"
 local ffi, api, wrap, is_tensor = core.ffi, core.api, core.wrap, core.is_tensor
 local H = {}
 
--- A host tensor (a borrowed cr_tensor* as light userdata) as a Lua handle with its own reference.
-function H.push(p)
-  local t = ffi.cast("cr_tensor*", p)
-  api.retain(t)
-  return wrap(t)
-end
+-- A host tensor (a cr_tensor* as light userdata, a reference handed to Lua) as a Lua handle.
+function H.push(p) return wrap(ffi.cast("cr_tensor*", p)) end
 
 -- Stores a new reference of handle h into the cr_tensor* slot; false if h is not a tensor.
 function H.take(h, slot)
@@ -333,6 +363,18 @@ end
 H.get = lookup
 
 function H.set(name, v) _G[name] = v end
+
+-- os.exit ends the script, not the host: an error that the host reports with the code
+-- (VM::Impl::fail). A pcall in the script catches it, as Python's `except:` catches SystemExit.
+local Exit = { __tostring = function(e) return e.message end }
+function os.exit(code)
+  if code == nil or code == true then code = 0 elseif code == false then code = 1 end
+  if type(code) ~= "number" or code ~= math.floor(code) or math.abs(code) >= 2 ^ 31 then
+    error("bad argument #1 to 'exit' (an integer or a boolean expected, got " .. tostring(code) .. ")", 2)
+  end
+  H.exit = setmetatable({ code = code, message = string.format("the script called os.exit(%d)", code) }, Exit)
+  error(H.exit, 0)
+end
 
 local function callable(f)
   if type(f) == "function" then return true end
@@ -397,7 +439,38 @@ struct VM::Impl {
   void call_helper(const char* name, int nargs, int nres) {
     push_helper(name);
     lua_insert(L(), -nargs - 1);
-    if (!lua.pcall(nargs, nres)) throw_lua(lua.error());
+    if (!lua.pcall(nargs, nres)) fail();
+  }
+
+  // After a failed pcall: the script's os.exit when that is what ended it (H.exit holds the
+  // error it raised; one a pcall caught does not count), else the Lua error.
+  [[noreturn]] void fail() {
+    lua_State* L = this->L();
+    lua_rawgeti(L, LUA_REGISTRYINDEX, helpers);
+    lua_getfield(L, -1, "exit");
+    std::string message;
+    int code = 0;
+    if (lua_istable(L, -1)) {
+      lua_getfield(L, -1, "message");
+      lua_getfield(L, -2, "code");
+      message = lua_tostring(L, -2);
+      code = int(lua_tointeger(L, -1));
+      lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    lua_pushnil(L);
+    lua_setfield(L, -2, "exit");
+    lua_pop(L, 1);
+    if (!message.empty() && message == lua.error()) throw Error(Status::Exit, message, "", code);
+    throw_lua(lua.error());
+  }
+
+  // A new reference of t for Lua, which H.push wraps (or the runtime drops: cr::Context::handed).
+  cr_tensor* hand(const Tensor& t) {
+    cr_tensor* p = t.get();
+    cr::tensor_retain(p);
+    lua.context().handing(&p, 1);
+    return p;
   }
 
   void push(const Value& v, int depth) {
@@ -411,7 +484,7 @@ struct VM::Impl {
       case Value::Kind::String: lua_pushlstring(L, v.as_string().data(), v.as_string().size()); break;
       case Value::Kind::Tensor:
         if (!v.as_tensor().defined()) throw Error(Status::InvalidArgument, "a tensor argument is undefined");
-        lua_pushlightuserdata(L, v.as_tensor().get());
+        lua_pushlightuserdata(L, hand(v.as_tensor()));
         call_helper("push", 1, 1);
         break;
       case Value::Kind::List:
@@ -451,8 +524,10 @@ struct VM::Impl {
         lua_pushvalue(L, idx);
         lua_pushlightuserdata(L, &slot);
         call_helper("take", 2, 1);
-        if (lua_toboolean(L, -1)) return Tensor::adopt(slot);
-        break;
+        if (!lua_toboolean(L, -1)) break;
+        Tensor t = Tensor::adopt(slot);
+        make_real(lua.context(), slot);  // the host reads it without Lua: its value is due now
+        return t;
       }
       default: break;
     }
@@ -510,7 +585,7 @@ struct VM::Impl {
   // Runs the function on the stack top-nargs with the nargs values above it; all its results.
   std::vector<Value> run(int nargs, const char* what) {
     int base = lua_gettop(L()) - nargs - 1;
-    if (!lua.pcall(nargs, LUA_MULTRET)) throw_lua(lua.error());
+    if (!lua.pcall(nargs, LUA_MULTRET)) fail();
     return pull_results(base + 1, what);
   }
 };

@@ -24,6 +24,7 @@ using crescent::Status;
 using crescent::Value;
 
 thread_local std::string t_last_error;
+thread_local int t_last_exit_code = 0;
 
 crescent_status failed(crescent_status s, const std::string& msg) {
   t_last_error = msg;
@@ -35,6 +36,7 @@ template <class F> crescent_status guarded(F&& f) {
     f();
     return CRESCENT_OK;
   } catch (const Error& e) {
+    if (e.status() == Status::Exit) t_last_exit_code = e.exit_code();
     return failed(crescent_status(e.status()), e.what());
   } catch (const std::bad_alloc&) {
     return failed(CRESCENT_OUT_OF_MEMORY, "out of memory");
@@ -105,9 +107,14 @@ crescent::DType check_dtype(const crescent_dtype& d, const char* fn) {
   return crescent::DType(i);
 }
 
-int64_t fail_int(const std::string& msg) {
-  t_last_error = msg;
-  return -1;
+// An accessor of the C++ API on t: its value, or -1 with the last error set.
+template <class F> int64_t int_result(const crescent_tensor* t, const char* fn, F&& f) {
+  int64_t r = -1;
+  guarded([&] {
+    if (!t) bad(std::string(fn) + ": the tensor is NULL");
+    r = f(crescent::Tensor::borrow(raw(t)));
+  });
+  return r;
 }
 
 }  // namespace
@@ -115,6 +122,7 @@ int64_t fail_int(const std::string& msg) {
 extern "C" {
 
 const char* crescent_last_error(void) { return t_last_error.c_str(); }
+int crescent_last_exit_code(void) { return t_last_exit_code; }
 
 const char* crescent_status_name(crescent_status status) {
   switch (status) {
@@ -124,6 +132,7 @@ const char* crescent_status_name(crescent_status status) {
     case CRESCENT_TYPE_ERROR: return "CRESCENT_TYPE_ERROR";
     case CRESCENT_OUT_OF_MEMORY: return "CRESCENT_OUT_OF_MEMORY";
     case CRESCENT_INTERNAL_ERROR: return "CRESCENT_INTERNAL_ERROR";
+    case CRESCENT_EXIT: return "CRESCENT_EXIT";
   }
   return "CRESCENT_UNKNOWN_STATUS";
 }
@@ -232,37 +241,27 @@ void crescent_tensor_retain(crescent_tensor* t) {
 void crescent_tensor_release(crescent_tensor* t) { cr::tensor_release(raw(t)); }
 
 int crescent_tensor_ndim(const crescent_tensor* t) {
-  if (!t) return int(fail_int("crescent_tensor_ndim: the tensor is NULL"));
-  return raw(t)->_ndim;
+  return int(int_result(t, "crescent_tensor_ndim", [](const crescent::Tensor& x) { return x.dim(); }));
 }
 
 int64_t crescent_tensor_size(const crescent_tensor* t, int dim) {
-  if (!t) return fail_int("crescent_tensor_size: the tensor is NULL");
-  if (dim < 0 || dim >= raw(t)->_ndim)
-    return fail_int("crescent_tensor_size: dim " + std::to_string(dim) + " is out of range for " + std::to_string(raw(t)->_ndim) + " dims");
-  return raw(t)->_sizes[dim];
+  return int_result(t, "crescent_tensor_size", [&](const crescent::Tensor& x) { return x.size(dim); });
 }
 
 int64_t crescent_tensor_stride(const crescent_tensor* t, int dim) {
-  if (!t) return fail_int("crescent_tensor_stride: the tensor is NULL");
-  if (dim < 0 || dim >= raw(t)->_ndim)
-    return fail_int("crescent_tensor_stride: dim " + std::to_string(dim) + " is out of range for " + std::to_string(raw(t)->_ndim) + " dims");
-  return raw(t)->_strides[dim];
+  return int_result(t, "crescent_tensor_stride", [&](const crescent::Tensor& x) { return x.stride(dim); });
 }
 
 int64_t crescent_tensor_numel(const crescent_tensor* t) {
-  if (!t) return fail_int("crescent_tensor_numel: the tensor is NULL");
-  return cr::Tensor(raw(t), true).numel();
+  return int_result(t, "crescent_tensor_numel", [](const crescent::Tensor& x) { return x.numel(); });
 }
 
 int crescent_tensor_dtype(const crescent_tensor* t) {
-  if (!t) return int(fail_int("crescent_tensor_dtype: the tensor is NULL"));
-  return raw(t)->_dtype;
+  return int(int_result(t, "crescent_tensor_dtype", [](const crescent::Tensor& x) { return int(x.dtype()); }));
 }
 
 int crescent_tensor_is_contiguous(const crescent_tensor* t) {
-  if (!t) return int(fail_int("crescent_tensor_is_contiguous: the tensor is NULL"));
-  return cr::Tensor(raw(t), true).is_contiguous() ? 1 : 0;
+  return int(int_result(t, "crescent_tensor_is_contiguous", [](const crescent::Tensor& x) { return x.is_contiguous() ? 1 : 0; }));
 }
 
 void* crescent_tensor_data(const crescent_tensor* t) {

@@ -54,6 +54,7 @@ typedef struct cr_ctx {
                              (tensor memory grew), 2 = tell the recorder the Lua position
                              (cap_where), 4 = complete the collector's cycle (handle count) */
   int32_t capturing;      /* a compiled function is being captured: reading data is a graph break */
+  int32_t claimed;        /* how many of the tensors handed out last Lua has wrapped (core.wrap) */
   void* impl;             /* cr::Context* */
 } cr_ctx;
 

@@ -1,5 +1,6 @@
 #include "vm/tensor.hpp"
 #include "vm/devices.hpp"
+#include "jit/cuda/driver.hpp"
 
 #include "vm/alloc.hpp"
 #include "vm/cpu_march.hpp"
@@ -20,12 +21,23 @@ size_t device_bytes_allocated_total() { return g_device_bytes_allocated.load(std
 
 std::string device_name(Device d) { return d.type == 0 ? "cpu" : "cuda:" + std::to_string(d.index); }
 
+// As torch.device: "cpu", "cpu:0", "cuda" or "cuda:N" (N without a sign or leading zeros), and a
+// CUDA index must name a device of this machine: the driver never sees another one.
 Device parse_device(const std::string& s) {
-  if (s == "cpu") return Device{0, 0};
-  if (s == "cuda") return Device{1, 0};
-  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.find_first_not_of("0123456789", 5) == std::string::npos)
-    return Device{1, int8_t(std::atoi(s.c_str() + 5))};
-  fail(cat("expected a device \"cpu\", \"cuda\" or \"cuda:N\", got \"", s, "\""));
+  const size_t colon = s.find(':');
+  const std::string type = s.substr(0, colon), index = colon == std::string::npos ? "" : s.substr(colon + 1);
+  const bool digits = !index.empty() && index.find_first_not_of("0123456789") == std::string::npos &&
+                      (index[0] != '0' || index.size() == 1);
+  if ((type != "cpu" && type != "cuda") || (colon != std::string::npos && !digits))
+    fail(cat("expected a device \"cpu\", \"cuda\" or \"cuda:N\", got \"", s, "\""));
+  if (type == "cpu") {
+    if (!index.empty() && index != "0") fail(cat("device \"", s, "\": the CPU is \"cpu\" or \"cpu:0\""));
+    return Device{0, 0};
+  }
+  // more digits than an int64 holds name no device either
+  const int64_t n = index.empty() ? 0 : index.size() > 18 ? INT64_MAX : std::stoll(index);
+  if (std::string problem = cuda::device_problem(n); !problem.empty()) fail(cat("device \"", s, "\": ", problem));
+  return Device{1, int8_t(n)};
 }
 
 // Headers come from the same size-class cache as small data blocks.

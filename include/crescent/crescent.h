@@ -30,7 +30,8 @@ typedef enum crescent_status {
   CRESCENT_INVALID_ARGUMENT = 2, /* NULL handle, bad sizes, dtype, device, index ... */
   CRESCENT_TYPE_ERROR = 3,       /* a value does not have the type that was asked for */
   CRESCENT_OUT_OF_MEMORY = 4,
-  CRESCENT_INTERNAL_ERROR = 5
+  CRESCENT_INTERNAL_ERROR = 5,
+  CRESCENT_EXIT = 6              /* the script called os.exit: see crescent_last_exit_code */
 } crescent_status;
 
 /* Same order as the Lua dtype names "float32", "float64", ... */
@@ -66,6 +67,10 @@ typedef struct crescent_value {
  * failing call on this thread. */
 const char* crescent_last_error(void);
 const char* crescent_status_name(crescent_status status); /* "CRESCENT_LUA_ERROR", ... */
+/* os.exit(code) in a script ends the script, not the host process: the call running it returns
+ * CRESCENT_EXIT, the last error is "the script called os.exit(3)", and this returns the code of
+ * the last CRESCENT_EXIT on this thread (os.exit(true) or os.exit() give 0, os.exit(false) 1). */
+int crescent_last_exit_code(void);
 const char* crescent_version(void);
 
 /* ---- VMs ---------------------------------------------------------------------------------- */
@@ -106,7 +111,9 @@ crescent_status crescent_tensor_from_blob(void* data, int ndim, const int64_t* s
 void crescent_tensor_retain(crescent_tensor* t);
 void crescent_tensor_release(crescent_tensor* t); /* NULL is allowed */
 
-/* Accessors return -1 (or NULL) and set the last error on a NULL tensor or a bad dim. */
+/* Accessors return -1 (or NULL) and set the last error on a NULL tensor or a bad dim. `dim` is
+ * 0-based (Lua's x:size(1) is crescent_tensor_size(x, 0)); a negative dim counts from the end
+ * (-1 is the last), as in C++ and PyTorch. */
 int crescent_tensor_ndim(const crescent_tensor* t);
 int64_t crescent_tensor_size(const crescent_tensor* t, int dim);
 int64_t crescent_tensor_stride(const crescent_tensor* t, int dim);

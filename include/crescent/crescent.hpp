@@ -8,7 +8,8 @@
 //   std::vector<float> out = y.to_vector<float>();
 //
 // Every failure throws crescent::Error, whose message carries the Lua source location and whose
-// traceback() is the Lua stack traceback. Several VMs may live in one process; each is used by
+// traceback() is the Lua stack traceback. os.exit in a script ends the script with an Error of
+// status Exit (see Error::exit_code), not the host process. Several VMs may live in one process; each is used by
 // one thread at a time. Tensors are reference counted atomically and may move between VMs.
 // Dims in this API are 0-based, as is usual in C++ (Lua code sees them 1-based).
 #pragma once
@@ -58,12 +59,17 @@ enum class Status {
   TypeError = CRESCENT_TYPE_ERROR,
   OutOfMemory = CRESCENT_OUT_OF_MEMORY,
   InternalError = CRESCENT_INTERNAL_ERROR,
+  Exit = CRESCENT_EXIT,
 };
 
 class Error : public std::runtime_error {
  public:
-  Error(Status status, const std::string& message, const std::string& traceback = "");
+  Error(Status status, const std::string& message, const std::string& traceback = "", int exit_code = 0);
   Status status() const { return status_; }
+  // Status::Exit: the script called os.exit(code), which ends the script, not the host process;
+  // message() is "the script called os.exit(3)" and exit_code() 3 (os.exit(true) / () give 0,
+  // os.exit(false) 1). 0 for other errors.
+  int exit_code() const { return exit_code_; }
   // "model.lua:12: add: shapes {2,3} and {4} cannot be broadcast"
   const std::string& message() const { return message_; }
   // "stack traceback:\n\t..." ("" for errors found outside Lua). what() is message + traceback.
@@ -71,6 +77,7 @@ class Error : public std::runtime_error {
 
  private:
   Status status_;
+  int exit_code_;
   std::string message_, traceback_;
 };
 
@@ -99,8 +106,9 @@ class Tensor {
   bool defined() const { return p_ != nullptr; }
   int dim() const;
   std::vector<int64_t> sizes() const;
-  int64_t size(int d) const;  // 0-based; negative counts from the end
+  int64_t size(int d) const;  // 0-based (Lua's x:size(1) is size(0)); negative counts from the end
   std::vector<int64_t> strides() const;  // in elements
+  int64_t stride(int d) const;           // in elements; d as for size()
   int64_t numel() const;
   DType dtype() const;
   std::string device() const;  // "cpu", "cuda:0"

@@ -137,13 +137,19 @@ void check(CUresult rc, const char* fn, const std::string& what) {
   fail(cat("CUDA error in ", call, what.empty() ? "" : " (" + what + ")", ": ", name, ": ", text));
 }
 
-void use_device(int index) {
-  if (t_current == index) return;
+std::string device_problem(int64_t index) {
   std::string why;
-  if (!driver(&why)) fail(cat("CUDA is not available: ", why));
+  if (!driver(&why)) return "CUDA is not available: " + why;
+  const int n = load().count;
+  if (index >= 0 && index < n) return "";
+  return cat("this machine has ", n, " CUDA device", n == 1 ? " (cuda:0)" : cat("s (cuda:0 to cuda:", n - 1, ")"));
+}
+
+void use_device(int index) {
+  if (t_current == index && index >= 0) return;  // (t_current is -1 until a device is used)
+  if (std::string problem = device_problem(index); !problem.empty())
+    fail(available() ? cat("cuda:", index, ": ", problem) : problem);
   Loaded& L = load();
-  if (index < 0 || index >= L.count)
-    fail(cat("device cuda:", index, " does not exist (", L.count, " CUDA device", L.count == 1 ? "" : "s", ")"));
   static std::mutex m;
   std::lock_guard<std::mutex> g(m);
   if (!L.contexts[size_t(index)]) {

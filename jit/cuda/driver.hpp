@@ -76,6 +76,9 @@ int device_count();  // 0 without a driver
 void check(CUresult rc, const char* fn, const std::string& what = "");
 #define CR_CU(call, what) ::cr::cuda::check(::cr::cuda::driver()->call, #call, what)
 
+// Why cuda:index cannot be used here ("CUDA is not available: ...", or "this machine has 2 CUDA
+// devices (cuda:0 to cuda:1)"); "" when it can.
+std::string device_problem(int64_t index);
 // Makes device `index`'s primary context current on the calling thread (checks the index).
 void use_device(int index);
 

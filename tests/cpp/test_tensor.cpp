@@ -1,6 +1,7 @@
 // Core tensor, dtype and registry tests.
 #include <catch2/catch.hpp>
 
+#include "jit/cuda/driver.hpp"
 #include "vm/kernels/loop.hpp"
 #include "vm/registry.hpp"
 
@@ -27,6 +28,24 @@ TEST_CASE("type promotion follows PyTorch") {
   REQUIRE(promote(DType::i32, DType::i64) == DType::i64);
   REQUIRE(promote(DType::b8, DType::i32) == DType::i32);
   REQUIRE(promote(DType::f32, DType::f64) == DType::f64);
+}
+
+// issue 32: an index is range-checked before it is narrowed to Device::index (255 once became
+// the driver's "no current device" sentinel -1, and 256 device 0), and the driver never sees -1
+TEST_CASE("device names parse as torch.device's and name the devices there are") {
+  using Catch::Matchers::Contains;
+  REQUIRE(parse_device("cpu") == Device{0, 0});
+  REQUIRE(parse_device("cpu:0") == Device{0, 0});
+  for (const char* bad : {"cuda:", "cuda:-1", "cuda:1x", "cuda: 1", "cuda:01", "CUDA", "cpu:", "cpu0", ""})
+    REQUIRE_THROWS_WITH(parse_device(bad), Contains("expected a device \"cpu\", \"cuda\" or \"cuda:N\""));
+  REQUIRE_THROWS_WITH(parse_device("cpu:3"), Contains("the CPU is \"cpu\" or \"cpu:0\""));
+  const int n = cuda::device_count();
+  const std::string why = n == 0 ? "CUDA is not available" : "this machine has " + std::to_string(n) + " CUDA device";
+  for (std::string s : {"cuda:255", "cuda:256", "cuda:99999999999", "cuda:123456789012345678901234"})
+    REQUIRE_THROWS_WITH(parse_device(s), Contains("device \"" + s + "\": " + why));
+  REQUIRE_THROWS_WITH(parse_device("cuda:" + std::to_string(n)), Contains(why));
+  for (int index : {-1, -2, n, 255})
+    REQUIRE_THROWS_WITH(cuda::use_device(index), Contains(why));
 }
 
 TEST_CASE("storage is 64-byte aligned and views share it") {

@@ -13,7 +13,7 @@
 
 namespace cr {
 Context::Context() : recorder(std::make_unique<graph::Recorder>(*this)) { ffi.impl = this; }
-Context::~Context() = default;
+Context::~Context() { drop_unclaimed(); }
 }  // namespace cr
 
 namespace cr::graph {

@@ -136,6 +136,8 @@ struct Graph {
 // values whose storage some in-place op writes (by storage root).
 int32_t storage_root(const Graph& g, int32_t v);
 std::vector<char> written_roots(const Graph& g);
+// Whether op node n may fail on tensor values (registry flag kValueErrors): kept when unused.
+bool fails_on_values(const Graph& g, const Node& n);
 
 // Each returns the number of nodes it changed or removed. `optimize` runs them in order and
 // renumbers nothing: value ids stay those of the recording so lazy tensors can find theirs.

@@ -398,7 +398,7 @@ struct NodeLowering {
       int32_t z = nin == 3 ? optional_operand(b, 2, shape, compute) : -1;
       // a number after the operands scales the second one (add / sub alpha, addcmul's value)
       if (const graph::Arg* s = n.args.size() > size_t(nin) ? &n.args[size_t(nin)] : nullptr;
-          s && s->tag == kNumber && (s->num != 1.0 || s->varying >= 0) && y >= 0)
+          s && (s->tag == kNumber || s->tag == kBool) && (s->num != 1.0 || s->varying >= 0) && y >= 0)
         y = Lowerer::arith(b, "*", y, operand(b, nin, shape, compute), compute);
       ExprParser p{def.expr, b, x, y, compute, z};
       root = p.parse_ternary();

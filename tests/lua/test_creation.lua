@@ -204,7 +204,7 @@ describe("creation", function()
     expect.eq(T.linspace(5, 9, 0).shape, { 0 })
     errs(function() local _ = T.linspace(0, 1, -1) end, "linspace", "steps", "non-negative", "-1")
     errs(function() local _ = T.linspace(0, 1, 2.5) end, "linspace", "argument 3 (steps)", "integer", "2.5")
-    errs(function() local _ = T.linspace(0, 1) end, "linspace", "argument 3 (steps)", "number", "nil")
+    errs(function() local _ = T.linspace(0, 1) end, "linspace", "argument 3 (steps)", "integer", "nil")
     errs(function() local _ = T.linspace(0, math.huge, 3, { dtype = "int64" }) end, "linspace", "int64", "overflow")
   end)
   it("eye", function()
@@ -256,6 +256,27 @@ describe("creation", function()
     errs(function() local _ = T.tensor({ 1 }, { dtype = "float8" }) end, "tensor", "dtype", '"float8"')
     errs(function() local _ = T.tensor({ 1e20 }, { dtype = "int32" }) end, "tensor", "int32", "overflow")
     errs(function() local _ = T.tensor({ 1 }, { shape = { 1 } }) end, "tensor", "unknown option 'shape'")
+  end)
+  it("tensor rejects lists with holes, tables that are no lists and cyclic or too deep tables (issue 32)", function()
+    errs(function() local _ = T.tensor({ 1, nil, 3 }) end, "tensor", "hole at depth 1", "element 2 is nil", "element 3 is not")
+    errs(function() local _ = T.tensor({ { 1, 2 }, { 3, nil, 5 } }) end, "tensor", "hole at depth 2")
+    errs(function() local _ = T.tensor({ [1] = 1, [3] = 3 }) end, "tensor", "hole at depth 1", "element 2 is nil")
+    errs(function() local _ = T.tensor({ 1, 2, x = 3 }) end, "tensor", "expected a list at depth 1", 'the key "x"')
+    errs(function() local _ = T.tensor({ [0] = 1, 2 }) end, "tensor", "expected a list", "the key 0")
+    local cyclic = { 1 }
+    cyclic[1] = cyclic
+    errs(function() local _ = T.tensor(cyclic) end, "tensor", "data is cyclic", "depth 1 contains itself")
+    local inner = { 1 }
+    local outer = { { inner } }
+    inner[1] = outer
+    errs(function() local _ = T.tensor(outer) end, "tensor", "data is cyclic")
+    local deep, ok = 1, 1
+    for _ = 1, 17 do deep = { deep } end
+    for _ = 1, 16 do ok = { ok } end
+    errs(function() local _ = T.tensor(deep) end, "tensor", "nested deeper than 16")
+    expect.eq(#T.tensor(ok).shape, 16)
+    local row = { 1, 2 }
+    expect.eq(T.tensor({ row, row }):totable(), { { 1, 2 }, { 1, 2 } })  -- a table twice is no cycle
   end)
 end)
 

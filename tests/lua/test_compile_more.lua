@@ -291,6 +291,25 @@ describe("unused ops that fail on values (issue 32, F15)", function()
   end)
 end)
 
+describe("booleans where numbers go, in native code (issue 32)", function()
+  S.native_it("count as 0 and 1, as eager reads them (norm's p, add's alpha, arange's bounds)", function()
+    local x, b, c = T.randn(3, 5), T.tensor({ true, false, true }), T.tensor({ true, true, false })
+    local fns = {
+      function() return x:norm(-1, false, { p = true }) end,
+      function() return T.add(b, c, { alpha = false }) end,
+      function() return T.arange(-2, true, { dtype = "float64" }) * 2 end,
+      function() return T.linspace(true, 4, 4) + 0 end,
+    }
+    for k, fn in ipairs(fns) do
+      local f, want = T.compile(fn), fn()
+      for _ = 1, 3 do
+        local got = f()
+        S.eq({ got.dtype, got:totable() }, { want.dtype, want:totable() }, "case " .. k)
+      end
+    end
+  end)
+end)
+
 describe("random draws in compiled graphs", function()
   S.native_it("draw eager's numbers in eager's order, around a randint range the loops leave to eager", function()
     local f = T.compile(function(x)

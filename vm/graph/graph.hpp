@@ -53,6 +53,8 @@ struct Arg {
   // -1: a constant of the graph.
   int32_t varying = -1;
   bool operator==(const Arg&) const = default;
+  // a number, or a boolean where a number goes (0 / 1, as OpCall::number reads it)
+  bool is_number() const { return tag == kNumber || tag == kBool; }
   static Arg tensor(int32_t v) { return Arg{kTensor, v}; }
   static Arg number(double x) { return Arg{kNumber, -1, {}, x}; }
   static Arg boolean(bool b) { return Arg{kBool, -1, {}, b ? 1.0 : 0.0}; }

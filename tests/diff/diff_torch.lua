@@ -20,7 +20,8 @@
 -- Without --cases it is the CI run: a fixed seed, CI_PER_OP cases and CI_MISUSE_PER_OP misuse
 -- cases per op (--misuse M: M misuse cases in all). It passes with a
 -- message when python3 or torch is missing (or, with --device cuda, when there is no GPU). It
--- fails when a registry op is neither in recipes.lua nor skipped there with a reason.
+-- fails when a registry op is neither in recipes.lua nor skipped there with a reason, when an
+-- excuse lacks its class or reason, and (the CI run) when an op gets no misuse case.
 local dir = arg[0]:match("(.*/)") or "./"
 package.path = dir .. "?.lua;" .. package.path
 local T = require "crescent"
@@ -373,6 +374,11 @@ local function main()
       #without > 0 and ("; none for " .. table.concat(without, ", ")) or ""))
   end
   local mismatches = counts.mismatch or 0
+  -- the CI run compares every op's refusing: an op none of whose calls has an argument to misuse fails
+  if not (o.cases or o.misuse or o.ops or o.only) and #without > 0 then
+    print("diff_torch: FAILED: no misuse case for " .. table.concat(without, ", ") .. " (tests/diff/misuse.lua)")
+    mismatches = mismatches + 1
+  end
   -- (the compiled mode is only a test of the code generators if they made code)
   local native = T.compiler.native_available(o.device == "cuda" and "cuda" or "cpu")
   if native and #cases > 0 and ct.kernels_compiled + ct.disk_cache_hits == 0 then

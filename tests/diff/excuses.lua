@@ -68,8 +68,11 @@ M.EXCUSES = {
       .. "nan; crescent follows torch's scalar formula, torch 1.13's CPU kernel took the other one here" },
   { op = "lerp", kind = "accepts", match = "expected dtype", class = "extension",
     why = "crescent promotes lerp's operands; torch requires one dtype" },
+  { op = "pow", kind = "raises", match = "not bool", class = "torch",
+    why = "torch 2.x's CUDA pow takes bool ** bool (bool, True); its CPU kernel and torch 1.13 have no bool pow, and "
+      .. "crescent refuses it as they do (pow(bool, 2) is int64 in all)" },
   { op = "abs", kind = "raises", match = "not bool", class = "torch",
-    why = "torch 2.x's abs(bool) is bool; torch 1.13 raises, as crescent does" },
+    why = "torch 2.x's CUDA abs(bool) is bool; its CPU kernel and torch 1.13 raise, as crescent does" },
   { op = { argmax = true, argmin = true, topk = true }, kind = "accepts", match = "bool", class = "torch",
     why = "torch 2.x has no bool kernel for these either (\"does not support bool\", on CUDA too); crescent computes them" },
   { op = { fmod = true, remainder = true, div = true }, kind = "raises", match = "integer division by zero", class = "torch",
@@ -79,9 +82,12 @@ M.EXCUSES = {
     when = function(c) return c.device == "cuda" and empty_input(c) end,
     why = "torch's CUDA embedding launches nothing for an empty weight or index, so it checks no index; crescent does" },
   { op = "*", kind = "raises", match = "list of integers, got boolean", when = bool_in_list, class = "torch",
-    why = "torch 1.13 takes True as 1 inside a list of ints after its first element (torch.zeros(2, True) is {2, 1}, "
-      .. "x.amin((0, True)) reduces dims 0 and 1); as a first element, and in torch 2.x (\"found element of type "
-      .. "bool\"), it refuses it as crescent does" },
+    why = "torch's argument parser takes True as 1 inside a list of ints after its first element (torch.zeros(2, True) "
+      .. "is {2, 1}, x.amin((0, True)) reduces dims 0 and 1; 1.13 and 2.11 alike) and refuses it as the first one; "
+      .. "crescent refuses a boolean as a size or dim wherever it is, as torch's TypeError for the first" },
+  { op = { var = true, std = true }, kind = "raises", match = "correction expected a number, got boolean", class = "torch",
+    why = "torch 2.x takes correction as a number, True counting 1; torch 1.13 refuses a boolean there, as crescent "
+      .. "does (unbiased is the boolean form)" },
 }
 
 -- The entry of EXCUSES that explains a finding (kind and message of a case, whose op, inputs and

@@ -3,12 +3,11 @@
 -- captured (the op's functions are replaced for one run), and one argument is replaced by a value
 -- of another kind than its schema slot takes (stdlib/binding.lua): a boolean or a fraction where
 -- an integer goes (a size, a dim, a count), a boolean where a number goes (a value: torch takes
--- True as a number there), a number where a tensor or a string goes (a string where either
--- goes), a nil inside T.tensor's
--- data (torch.tensor([None, 2])). The call then runs on crescent as the
--- recipe's does, and on torch through the compile fuzzer's mapping of crescent's calls
--- (fuzz_replay.py's OPS: dims and indices converted, sizes as lists). Both must raise, or both
--- give the same result; a difference is a finding like any other (excuses.lua).
+-- True as a number there), a number where a tensor or a string goes, a string where a tensor or
+-- a number goes, a nil inside T.tensor's data (torch.tensor([None, 2]) raises). The call then
+-- runs on crescent as the recipe's does, and on torch through the compile fuzzer's mapping of
+-- crescent's calls (fuzz_replay.py's OPS: dims and indices converted, sizes as lists). Both must
+-- raise, or both give the same result; a difference is a finding like any other (excuses.lua).
 local T = require "crescent"
 local G = require "gen"
 local B = require "crescent.binding"

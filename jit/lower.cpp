@@ -398,7 +398,7 @@ struct NodeLowering {
       int32_t z = nin == 3 ? optional_operand(b, 2, shape, compute) : -1;
       // a number after the operands scales the second one (add / sub alpha, addcmul's value)
       if (const graph::Arg* s = n.args.size() > size_t(nin) ? &n.args[size_t(nin)] : nullptr;
-          s && s->tag == kNumber && (s->num != 1.0 || s->varying >= 0) && y >= 0)
+          s && s->is_number() && (s->num != 1.0 || s->varying >= 0) && y >= 0)
         y = Lowerer::arith(b, "*", y, operand(b, nin, shape, compute), compute);
       ExprParser p{def.expr, b, x, y, compute, z};
       root = p.parse_ternary();
@@ -447,7 +447,7 @@ struct NodeLowering {
     if (n.args[0].tag != kTensor) return reject("no tensor");
     Shape shape = graph::concrete(m.sizes);
     const size_t row = shape.size() - 2, col = shape.size() - 1;
-    const double k = n.args.size() > 1 && n.args[1].tag == kNumber ? n.args[1].num : 0;
+    const double k = n.args.size() > 1 && n.args[1].is_number() ? n.args[1].num : 0;
     LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
     v.graph_node = index;
     Body& b = v.body;
@@ -472,15 +472,16 @@ struct NodeLowering {
     v.graph_node = index;
     Body& b = v.body;
     const DType f64 = DType::f64;
-    auto num = [&](size_t i, double otherwise) { return i < n.args.size() && n.args[i].tag == kNumber ? n.args[i].num : otherwise; };
+    auto num = [&](size_t i, double otherwise) { return i < n.args.size() && n.args[i].is_number() ? n.args[i].num : otherwise; };
     auto at = [&](size_t d) { return Lowerer::index(b, Affine::var(d), DType::i64); };
     auto c = [&](double x, DType d) { return Lowerer::constant(b, x, d); };
     int32_t root;
     if (form == LoopForm::Eye) {  // 1 on the diagonal
       root = Lowerer::cast(b, Lowerer::arith(b, "==", at(0), at(1), DType::b8), m.dtype);
     } else if (form == LoopForm::Arange) {  // start + i * step
-      const bool bounds = n.args.size() > 1 && n.args[1].tag == kNumber;  // arange(start, stop[, step]) / arange(stop)
-      const double start = bounds ? num(0, 0) : 0, step = num(2, 1);
+      const bool bounds = n.args.size() > 1 && n.args[1].is_number();  // arange(start, stop[, step]) / arange(stop)
+      double start = bounds ? num(0, 0) : 0, step = num(2, 1);
+      if (!is_floating(m.dtype)) start = std::trunc(start), step = std::trunc(step);  // (as run_arange)
       root = Lowerer::arith(b, "+", c(start, f64), Lowerer::arith(b, "*", Lowerer::cast(b, at(0), f64), c(step, f64), f64), f64);
     } else {  // linspace: symmetric from both ends, so that the last point is exactly the end
       const double a = num(0, 0), e = num(1, 0);

@@ -331,7 +331,7 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
         return arith(b, "*", D.load_kept(b, s, vars), inv, f64);
       });
     } else if (form == F::Var || form == F::Std) {
-      double correction = n.args.size() > 3 && n.args[3].tag == kNumber ? n.args[3].num : 1.0;
+      double correction = n.args.size() > 3 && n.args[3].is_number() ? n.args[3].num : 1.0;
       if (n.args.size() > 4 && n.args[4].tag == kBool) correction = n.args[4].num != 0 ? 1.0 : 0.0;
       // n - correction: from the count at run time for the usual corrections (n >= 1 keeps it
       // non-negative); other corrections fold, clamped at 0 as eager does
@@ -354,7 +354,7 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
         return form == F::Std ? block_call(b, "sqrt", v) : v;
       });
     } else if (form == F::Norm) {
-      double p = n.args.size() > 3 && n.args[3].tag == kNumber ? n.args[3].num : 2.0;
+      double p = n.args.size() > 3 && n.args[3].is_number() ? n.args[3].num : 2.0;
       if (p != 2) return reject("norm with p other than 2");
       int32_t s = sum_of([&](Body& b) {
         int32_t v = D.input(b, f64);

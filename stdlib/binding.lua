@@ -53,7 +53,12 @@ function put.N(i, v, op, name)
   elseif type(v) == "boolean" then ARGS[i].tag = 3; ARGS[i].num = v and 1 or 0
   else argerr(op, i + 1, name, "a number", v) end
 end
-put.I, put.D = put.N, put.N
+-- an integer (a size, dim or count): a boolean is refused, as PyTorch refuses True there
+function put.I(i, v, op, name)
+  if type(v) == "number" then ARGS[i].tag = 2; ARGS[i].num = v
+  else argerr(op, i + 1, name, "an integer", v) end
+end
+put.D = put.I
 function put.B(i, v, op, name)
   if type(v) == "boolean" then ARGS[i].tag = 3; ARGS[i].num = v and 1 or 0
   else argerr(op, i + 1, name, "a boolean", v) end
@@ -96,9 +101,32 @@ function put.TL(i, v, op, name)
   end
   ARGS[i].tag = 5; ARGS[i].n = n; ARGS[i].ptr = b.buf
 end
+-- A data table that is no list: a hole (a nil before its end: {1, nil, 3}) or keys other than
+-- 1..n (n = #x); raises naming the first.
+local function not_a_list(op, x, n, d)
+  local function hole(k, after)
+    fail(string.format("%s: data has a hole at depth %d: element %d is nil, element %s is not (a list cannot hold nil)",
+      op, d, k, tostring(after)))
+  end
+  for k = 1, n do if x[k] == nil then hole(k, n) end end
+  local keys = {}
+  for k in pairs(x) do
+    if not (type(k) == "number" and k >= 1 and k <= n and k == math.floor(k)) then keys[#keys + 1] = k end
+  end
+  table.sort(keys, function(a, b)
+    if type(a) == "number" and type(b) == "number" then return a < b end
+    return tostring(a) < tostring(b)
+  end)
+  local k = keys[1]
+  if type(k) == "number" and k == math.floor(k) and k > n then hole(n + 1, k) end
+  fail(string.format("%s: data expected a list at depth %d, got a table with the key %s", op, d,
+    type(k) == "string" and ('"' .. k .. '"') or tostring(k)))
+end
+
 -- nested tables of numbers / booleans -> flat doubles + shape (in the next slot)
+local MAX_DEPTH = 16  -- (vm/tensor.hpp kMaxDims)
 function put.Data(i, v, op, name)
-  local flat, shape, bools, numbers = {}, {}, false, false
+  local flat, shape, bools, numbers, path = {}, {}, false, false, {}
   local function walk(x, d)
     local tx = type(x)
     if tx == "number" or tx == "boolean" then
@@ -117,7 +145,16 @@ function put.Data(i, v, op, name)
     if tx ~= "table" then
       fail(string.format("%s: data expected numbers or nested tables of numbers, got %s", op, describe(x)))
     end
-    local n = #x
+    if d > MAX_DEPTH then
+      for k = 1, d - 1 do
+        if path[k] == x then fail(string.format("%s: data is cyclic: the table at depth %d contains itself", op, k)) end
+      end
+      fail(string.format("%s: data is nested deeper than %d tables (tensors have at most %d dims)", op, MAX_DEPTH, MAX_DEPTH))
+    end
+    path[d] = x
+    local n, count = #x, 0
+    for _ in pairs(x) do count = count + 1 end
+    if count ~= n then not_a_list(op, x, n, d) end
     if shape[d] == nil then shape[d] = n
     elseif shape[d] ~= n then
       fail(string.format("%s: data is ragged: expected %d elements at depth %d, got %d", op, shape[d], d, n))

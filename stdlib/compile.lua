@@ -12,7 +12,7 @@ local is_tensor, fail, ptr = core.is_tensor, core.fail, core.ptr
 
 local M = {}
 
-M.config = {
+local settings = {
   cache_size_limit = 8,   -- variants per site before it runs eagerly
   cache_dir = os.getenv("CRESCENT_CACHE_DIR") or ((os.getenv("HOME") or ".") .. "/.cache/crescent"),
   debug_dir = os.getenv("CRESCENT_DEBUG_DIR"),  -- per compiled graph: guards, graphs, compile time
@@ -21,6 +21,39 @@ M.config = {
   -- it, so that a test's second call runs native code).
   sync_compile = false,
 }
+
+-- Each setting's check: whether v may be assigned, and what is expected.
+local SETTINGS = {
+  cache_size_limit = function(v)
+    return type(v) == "number" and v >= 0 and v == math.floor(v) and v < 2 ^ 31, "a non-negative integer"
+  end,
+  cache_dir = function(v) return type(v) == "string", 'a directory (a string; "0" disables the disk cache)' end,
+  debug_dir = function(v) return v == nil or type(v) == "string", "a directory (a string) or nil" end,
+  sync_compile = function(v) return type(v) == "boolean", "a boolean" end,
+}
+local function shown(v)
+  if type(v) == "string" then return ("%q"):format(v) end
+  if v == nil or type(v) == "number" or type(v) == "boolean" then return tostring(v) end
+  return "a " .. type(v)
+end
+
+-- T.config: an empty table reading `settings`, so that every assignment is checked here; a
+-- wrong value raises at the assignment, naming the setting, what it expects and what was given.
+M.config = setmetatable({}, {
+  __index = settings,
+  __newindex = function(_, k, v)
+    local check = SETTINGS[k]
+    if not check then
+      local names = {}
+      for name in pairs(SETTINGS) do names[#names + 1] = name end
+      table.sort(names)
+      fail(("config: unknown setting %s (expected one of: %s)"):format(shown(k), table.concat(names, ", ")))
+    end
+    local ok, expected = check(v)
+    if not ok then fail(("config: %s expected %s, got %s"):format(k, expected, shown(v))) end
+    settings[k] = v
+  end,
+})
 
 -- "auto", "cpu" and "cuda" all compile native code for the device the graph's tensors are on
 local BACKENDS = { auto = true, eager = true, cpu = true, cuda = true }
@@ -129,7 +162,7 @@ end
 
 -- One capture of fn(...) as function `id`; the call runs plainly when a capture is active.
 local function capture_call(id, ret_where, fn, ...)
-  local config = M.config
+  local config = settings  -- (T.config's values, read without its metatable)
   send_config(config)
   local rc = api.cap_begin(ctx, id, config.cache_size_limit)
   if rc == 0 then return fn(...) end

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "jit/cuda/driver.hpp"
 #include "jit/cuda/eager.hpp"
 #include "jit/cuda/memory.hpp"
 #include "vm/graph/recorder.hpp"
@@ -205,7 +206,13 @@ Tensor to_device(const Tensor& t, Device d) {
 
 int64_t host_op_count() { return g_host_ops.load(std::memory_order_relaxed); }
 
-void* device_alloc(size_t nbytes, Device d) { return nbytes ? cuda::device_alloc(nbytes, d.index) : nullptr; }
+// (a zero-size tensor needs no memory, but a device that exists: as torch, T.zeros(0):cuda()
+// raises where CUDA is not available)
+void* device_alloc(size_t nbytes, Device d) {
+  if (nbytes) return cuda::device_alloc(nbytes, d.index);
+  cuda::use_device(d.index);
+  return nullptr;
+}
 void device_free(void* p, size_t nbytes, Device d) { cuda::device_free(p, nbytes, d.index); }
 size_t device_garbage_budget() {
   return device_bytes_allocated_total() ? cuda::garbage_budget() : size_t(64) << 20;

@@ -104,6 +104,8 @@ double OpCall::number(int i) const {
 }
 
 int64_t OpCall::integer(int i) const {
+  // as PyTorch: a boolean is no size, dim or count (True is an int in Python, not for torch)
+  if (has(i) && args[i].tag == kBool) fail(cat("argument ", i + 1, " (", arg_name(i), ") expected an integer, got boolean"));
   double v = number(i);
   if (v != std::floor(v) || std::fabs(v) > 9.007199254740992e15)
     fail(cat("argument ", i + 1, " (", arg_name(i), ") expected an integer, got ", v));

@@ -509,11 +509,10 @@ Plan Scheduler::run() {
   close(cur);
 
   // What is stored: graph outputs, and anything read outside its group (through views too).
-  std::vector<char> stored(lg.values.size(), 0);
+  std::vector<char> stored(lg.values.size(), 0), read(lg.values.size(), 0);
+  auto root = [&](int32_t lv) { return lv >= 0 && lg.values[size_t(lv)].kind == LKind::View ? lg.values[size_t(lv)].root : lv; };
   auto need = [&](int32_t lv) {
-    if (lv < 0) return;
-    if (lg.values[size_t(lv)].kind == LKind::View) lv = lg.values[size_t(lv)].root;
-    if (lv >= 0) stored[size_t(lv)] = 1;
+    if ((lv = root(lv)) >= 0) stored[size_t(lv)] = read[size_t(lv)] = 1;
   };
   for (int32_t gv : lg.g->outputs) need(lg.of_graph[size_t(gv)]);
   for (const graph::Graph::Alias& a : lg.g->aliases) need(lg.of_graph[size_t(a.kept)]);
@@ -522,8 +521,8 @@ Plan Scheduler::run() {
       const LoopValue& v = lg.values[size_t(s.value)];
       for (const Expr& e : v.body.exprs) {
         if (e.op != EOp::Load) continue;
-        int32_t src = e.value;
-        if (lg.values[size_t(src)].kind == LKind::View) src = lg.values[size_t(src)].root;
+        int32_t src = root(e.value);
+        if (src >= 0) read[size_t(src)] = 1;
         if (src >= 0 && group_of_[size_t(src)] != group_of_[size_t(s.value)]) stored[size_t(src)] = 1;
       }
       continue;
@@ -532,6 +531,13 @@ Plan Scheduler::run() {
       if (a.tag == kTensor) need(lg.of_graph[size_t(a.value)]);
       for (int32_t v : a.values) need(lg.of_graph[size_t(v)]);
     }
+  }
+  // A gather nothing reads is in the graph for its index check (graph::fails_on_values): stored,
+  // so that a kernel computes it and checks its indices as eager does.
+  for (const LStep& s : lg.steps) {
+    if (s.external || read[size_t(s.value)]) continue;
+    const int32_t node = lg.values[size_t(s.value)].graph_node;
+    if (node >= 0 && graph::fails_on_values(*lg.g, lg.g->nodes[size_t(node)])) stored[size_t(s.value)] = 1;
   }
   plan_.buffer_of.assign(lg.values.size(), -1);
   for (size_t lv = 0; lv < lg.values.size(); ++lv) {

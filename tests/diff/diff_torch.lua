@@ -6,16 +6,22 @@
 -- tolerances) and in raising or not. Inputs and outputs travel through safetensors files, and ONE
 -- python process evaluates the whole batch (tests/diff/torch_side.py).
 --
---   crescent tests/diff/diff_torch.lua [--cases N] [--seed S] [--ops a,b] [--only I] [--device cuda] [--show]
---   env: CRESCENT_DIFF_CASES, CRESCENT_DIFF_SEED, CRESCENT_DIFF_OPS, CRESCENT_DIFF_DEVICE,
+-- Misuse cases (tests/diff/misuse.lua) follow: a recipe's call with one argument of the wrong kind
+-- for its slot (a boolean as a dim, a fraction as a size, ...), so that every op's validity rules
+-- are compared with PyTorch's.
+--
+--   crescent tests/diff/diff_torch.lua [--cases N] [--misuse M] [--seed S] [--ops a,b] [--only I] [--device cuda] [--show]
+--   env: CRESCENT_DIFF_CASES, CRESCENT_DIFF_MISUSE, CRESCENT_DIFF_SEED, CRESCENT_DIFF_OPS, CRESCENT_DIFF_DEVICE,
 --        CRESCENT_DIFF_ONLY=i (case i alone, as numbered in a report, with the same --cases, --seed
 --        and --ops), CRESCENT_DIFF_SHOW=1 (print each case before it runs: to find one that crashes),
 --        CRESCENT_DIFF_KEEP=1 (keep the exchange files), CRESCENT_TEST_PYTHON (default /usr/bin/python3),
 --        CRESCENT_DIFF_HALF=1 (float16 / bfloat16 inputs too: recipes.lua)
 --
--- Without --cases it is the CI run: a fixed seed and CI_PER_OP cases per op. It passes with a
+-- Without --cases it is the CI run: a fixed seed, CI_PER_OP cases and CI_MISUSE_PER_OP misuse
+-- cases per op (--misuse M: M misuse cases in all). It passes with a
 -- message when python3 or torch is missing (or, with --device cuda, when there is no GPU). It
--- fails when a registry op is neither in recipes.lua nor skipped there with a reason.
+-- fails when a registry op is neither in recipes.lua nor skipped there with a reason, when an
+-- excuse lacks its class or reason, and (the CI run) when an op gets no misuse case.
 local dir = arg[0]:match("(.*/)") or "./"
 package.path = dir .. "?.lua;" .. package.path
 local T = require "crescent"
@@ -23,9 +29,10 @@ local G = require "gen"
 local RC = require "recipes"
 local C = require "compare"
 local X = require "exchange"
+local MU = require "misuse"
 local sh = X.sh
 
-local CI_PER_OP = 6
+local CI_PER_OP, CI_MISUSE_PER_OP = 6, 4
 -- The compiled modes' second call must run native code: with background compiles (the default)
 -- it would still run on the eager kernels while the graph compiles.
 T.config.sync_compile = true
@@ -35,6 +42,7 @@ T.config.sync_compile = true
 local function options()
   local o = {
     cases = tonumber(os.getenv("CRESCENT_DIFF_CASES") or ""),
+    misuse = tonumber(os.getenv("CRESCENT_DIFF_MISUSE") or ""),
     seed = tonumber(os.getenv("CRESCENT_DIFF_SEED") or "") or 20240601,
     ops = os.getenv("CRESCENT_DIFF_OPS"),
     only = tonumber(os.getenv("CRESCENT_DIFF_ONLY") or ""),
@@ -47,6 +55,7 @@ local function options()
   while i <= #arg do
     local a, v = arg[i], arg[i + 1]
     if a == "--cases" then o.cases = tonumber(v); i = i + 1
+    elseif a == "--misuse" then o.misuse = tonumber(v); i = i + 1
     elseif a == "--seed" then o.seed = tonumber(v); i = i + 1
     elseif a == "--ops" then o.ops = v; i = i + 1
     elseif a == "--only" then o.only = tonumber(v); i = i + 1
@@ -77,6 +86,12 @@ local function coverage()
   for name in pairs(RC.SKIPPED) do
     if not T._ops[name] then errors[#errors + 1] = name .. ": skipped, but not in the registry" end
   end
+  local CLASSES = { limit = true, torch = true, extension = true, known = true }
+  for i, e in ipairs(RC.EXCUSES) do  -- no difference is excused without its class and reason
+    if not CLASSES[e.class] or type(e.why) ~= "string" or e.why == "" then
+      errors[#errors + 1] = ("excuses.lua entry %d: a class (limit, torch, extension, known) and a reason (why) are needed"):format(i)
+    end
+  end
   table.sort(errors)
   table.sort(covered)
   return covered, errors
@@ -84,19 +99,34 @@ end
 
 -- ---- cases ------------------------------------------------------------------------------------------
 
--- The ops to test, in order, and one case for each slot i: a seed of its own, so that a case can be
--- rerun alone (--ops name --seed S ... prints the same inputs).
+-- Case i of op `name` from the recipe, with a seed of its own (attempt: another seed).
+local function recipe_case(o, name, i, attempt)
+  local rng = G.rng(o.seed * 7919 + i * 104729 + attempt * 15485863)
+  local c = G.case(rng, "c" .. i, o.device)
+  local ok, call, expr, extra = pcall(RC.RECIPES[name].gen, c)
+  if not ok then error(("diff_torch: the recipe for %s failed to generate case %d: %s"):format(name, i, call), 0) end
+  c.op, c.recipe, c.call, c.expr, c.extra = name, RC.RECIPES[name], call, expr, extra or {}
+  return c
+end
+
+-- The ops to test, in order, and one case for each slot i, so that a case can be rerun alone
+-- (--only i with the same --cases, --misuse, --seed and --ops). The slots after the n regular
+-- ones are misuse cases; a recipe whose call has nothing to misuse (x:float() has only self)
+-- gets three tries at other inputs, then its slot stays empty.
 local function make_cases(o, ops)
   local n = o.cases or CI_PER_OP * #ops
+  local m = o.misuse or (o.cases and 0 or CI_MISUSE_PER_OP * #ops)
   local cases = {}
-  for i = o.only or 1, o.only or n do
+  for i = o.only or 1, o.only or n + m do
     local name = ops[(i - 1) % #ops + 1]
-    local rng = G.rng(o.seed * 7919 + i * 104729)
-    local c = G.case(rng, "c" .. i, o.device)
-    local ok, call, expr, extra = pcall(RC.RECIPES[name].gen, c)
-    if not ok then error(("diff_torch: the recipe for %s failed to generate case %d: %s"):format(name, i, call), 0) end
-    c.op, c.recipe, c.call, c.expr, c.extra = name, RC.RECIPES[name], call, expr, extra or {}
-    cases[#cases + 1] = c
+    if i <= n then
+      cases[#cases + 1] = recipe_case(o, name, i, 0)
+    else
+      for attempt = 1, 3 do
+        local c = recipe_case(o, name, i, attempt)
+        if MU.variant(c, c.r) then cases[#cases + 1] = c; break end
+      end
+    end
   end
   return cases
 end
@@ -269,7 +299,8 @@ local function report(o, cases, runs, want)
       shown[key] = (shown[key] or 0) + 1
       if o.show or (f.class == "mismatch" and shown[key] <= SHOW_PER_OP) then
         print(("%s %s %s [%s] (%s): %s\n    inputs: %s\n    torch:  %s%s"):format(f.class:upper(), c.op, c.key,
-          f.modes, f.kind, f.msg, G.describe(c), c.expr, f.why and ("\n    why: " .. f.why) or ""))
+          f.modes, f.kind, f.msg, G.describe(c) .. (c.misuse and ("; misuse: " .. c.misuse) or ""), c.expr,
+          f.why and ("\n    why: " .. f.why) or ""))
       end
     end
   end
@@ -333,7 +364,21 @@ local function main()
   local ct = compile_totals
   print(("compiled runs: %d graphs compiled, %d kernels (%d from the disk cache), %d eager fallbacks")
     :format(ct.graphs_compiled, ct.kernels_compiled, ct.disk_cache_hits, ct.eager_fallbacks))
+  local misused, nmisuse, without = {}, 0, {}
+  for _, c in ipairs(cases) do
+    if c.misuse then misused[c.op], nmisuse = true, nmisuse + 1 end
+  end
+  for _, name in ipairs(ops) do if not misused[name] then without[#without + 1] = name end end
+  if nmisuse > 0 then
+    print(("misuse cases: %d, of %d ops%s"):format(nmisuse, #ops - #without,
+      #without > 0 and ("; none for " .. table.concat(without, ", ")) or ""))
+  end
   local mismatches = counts.mismatch or 0
+  -- the CI run compares every op's refusing: an op none of whose calls has an argument to misuse fails
+  if not (o.cases or o.misuse or o.ops or o.only) and #without > 0 then
+    print("diff_torch: FAILED: no misuse case for " .. table.concat(without, ", ") .. " (tests/diff/misuse.lua)")
+    mismatches = mismatches + 1
+  end
   -- (the compiled mode is only a test of the code generators if they made code)
   local native = T.compiler.native_available(o.device == "cuda" and "cuda" or "cpu")
   if native and #cases > 0 and ct.kernels_compiled + ct.disk_cache_hits == 0 then

@@ -9,8 +9,9 @@ local M = {}
 -- { op = name | "*" | set of names, kind = "raises" (crescent raises, torch does not) | "accepts"
 -- (the reverse) | "differs", match = pattern of the message, when = predicate on the case,
 -- class = how the report counts it, why = }. class "limit": crescent's behaviour on purpose;
--- "torch": PyTorch 1.13's own gap or quirk; "extension": crescent accepts more; "known": a
--- crescent bug written down, not fixed yet.
+-- "torch": PyTorch's own gap or quirk (1.13, or 2.x where it differs); "extension": crescent
+-- accepts more; "known": a crescent bug written down, not fixed yet. Every entry has its class and
+-- its reason (diff_torch.lua checks both).
 
 local function any_input(case, pred)
   for _, input in ipairs(case.inputs) do if pred(input) then return true end end
@@ -29,6 +30,13 @@ local function nonfinite_input(case)
     return false
   end)
 end
+-- an integer dtype asked for (a recipe's keyword, or a misuse case's options table)
+local function int_dtype(case) return case.expr:find("dtype=torch.int") or case.expr:find('"dtype": "int', 1, true) end
+-- a misuse case (tests/diff/misuse.lua) with a boolean among sizes or dims (a list or varargs)
+local function bool_in_list(case)
+  local m = case.misuse or ""
+  return m:find("a boolean in a list of integers", 1, true) ~= nil or m:find("a boolean as integers", 1, true) ~= nil
+end
 local WRITES = { add_ = true, sub_ = true, mul_ = true, div_ = true, fill_ = true, zero_ = true, copy_ = true,
                  masked_fill_ = true, clamp_ = true }
 
@@ -42,8 +50,7 @@ M.EXCUSES = {
     why = "|x| >= 2^48 (float) / 2^50 (double) gives NaN by design (vm/kernels/vmath.hpp: no Payne-Hanek reduction)" },
   { op = "addcmul", kind = "raises", match = "value must be an integer for integer inputs", class = "limit",
     why = "crescent rejects a fractional value for integer tensors (as torch does for add's alpha); torch 1.13 truncates it" },
-  { op = "linspace", kind = "differs", class = "torch",
-    when = function(c) return c.expr:find("dtype=torch.int") ~= nil end,
+  { op = "linspace", kind = "differs", class = "torch", when = int_dtype,
     why = "torch 1.13 steps an integer linspace by the truncated integer step ((951-1)//22 = 43); crescent truncates "
       .. "the exact values, as numpy does" },
   { op = { softmax = true, log_softmax = true }, kind = "raises", match = "expected a floating tensor", when = empty_input,
@@ -54,12 +61,6 @@ M.EXCUSES = {
     why = "torch 1.13 sums float32 squares in float32 (1e30^2 overflows to inf); crescent accumulates in double" },
   { op = "norm", kind = "accepts", match = "cannot compute the inf norm", class = "extension",
     why = "crescent defines the inf-norm of an empty reduction as 0 on purpose (vm/ops/reductions.cpp)" },
-  { op = "randint", kind = "accepts", match = "out of bounds for", class = "known",
-    why = "crescent does not check randint's range against the dtype (randint(-4, -3, {dtype = \"bool\"}) works)" },
-  { op = "arange", kind = "differs", class = "known",
-    when = function(c) return c.expr:find("dtype=torch.int") and c.expr:find("%d%.%d") ~= nil end,
-    why = "fractional start/step with an integer dtype: torch casts start and step to the integer type first "
-      .. "(arange(-7.15, 9.25, 1.75, int32) = -7, -6, ...); crescent truncates start + i*step (-7, -5, ...)" },
   { op = "linspace", kind = "differs", class = "torch", when = function(c) return c.expr:find("inf") ~= nil end,
     why = "an infinite end: torch fills the upper half from the end (inf - inf = nan); crescent gives inf" },
   { op = "lerp", kind = "differs", class = "torch", when = nonfinite_input,
@@ -67,9 +68,11 @@ M.EXCUSES = {
       .. "nan; crescent follows torch's scalar formula, torch 1.13's CPU kernel took the other one here" },
   { op = "lerp", kind = "accepts", match = "expected dtype", class = "extension",
     why = "crescent promotes lerp's operands; torch requires one dtype" },
-  { op = { sign = true, square = true, abs = true }, kind = "raises", match = "not bool", class = "known",
-    why = "crescent rejects bool; torch: sign(bool) is bool, square(bool) is int64, abs(bool) is bool (torch 2.x; "
-      .. "1.13 raised as crescent does)" },
+  { op = "pow", kind = "raises", match = "not bool", class = "torch",
+    why = "torch 2.x's CUDA pow takes bool ** bool (bool, True); its CPU kernel and torch 1.13 have no bool pow, and "
+      .. "crescent refuses it as they do (pow(bool, 2) is int64 in all)" },
+  { op = "abs", kind = "raises", match = "not bool", class = "torch",
+    why = "torch 2.x's CUDA abs(bool) is bool; its CPU kernel and torch 1.13 raise, as crescent does" },
   { op = { argmax = true, argmin = true, topk = true }, kind = "accepts", match = "bool", class = "torch",
     why = "torch 2.x has no bool kernel for these either (\"does not support bool\", on CUDA too); crescent computes them" },
   { op = { fmod = true, remainder = true, div = true }, kind = "raises", match = "integer division by zero", class = "torch",
@@ -78,8 +81,13 @@ M.EXCUSES = {
   { op = "embedding", kind = "raises", match = "out of range", class = "torch",
     when = function(c) return c.device == "cuda" and empty_input(c) end,
     why = "torch's CUDA embedding launches nothing for an empty weight or index, so it checks no index; crescent does" },
-  { op = { cuda = true, to = true }, kind = "accepts", when = empty_input, class = "known",
-    why = "a zero-size tensor moves to \"cuda\" on a machine without a GPU (nothing is allocated); torch raises" },
+  { op = "*", kind = "raises", match = "list of integers, got boolean", when = bool_in_list, class = "torch",
+    why = "torch's argument parser takes True as 1 inside a list of ints after its first element (torch.zeros(2, True) "
+      .. "is {2, 1}, x.amin((0, True)) reduces dims 0 and 1; 1.13 and 2.11 alike) and refuses it as the first one; "
+      .. "crescent refuses a boolean as a size or dim wherever it is, as torch's TypeError for the first" },
+  { op = { var = true, std = true }, kind = "raises", match = "correction expected a number, got boolean", class = "torch",
+    why = "torch 2.x takes correction as a number, True counting 1; torch 1.13 refuses a boolean there, as crescent "
+      .. "does (unbiased is the boolean form)" },
 }
 
 -- The entry of EXCUSES that explains a finding (kind and message of a case, whose op, inputs and

@@ -47,16 +47,19 @@ class Program(Exception):
 # ---- crescent's calling conventions ----------------------------------------------------------------
 
 def pd(d):
-    """A 1-based dim (negative from the end) as torch's; 0 (invalid in crescent) stays invalid."""
-    if d is None:
-        return None
+    """A 1-based dim (negative from the end) as torch's; 0 (invalid in crescent) stays invalid, and
+    so does a boolean (torch refuses True as a dim)."""
+    if d is None or isinstance(d, bool):
+        return d
     if isinstance(d, list):
         return tuple(pd(x) for x in d)
     return d - 1 if d > 0 else (d if d < 0 else 1 << 40)
 
 
 def pi(i):
-    """A 1-based index value (negative from the end) as torch's."""
+    """A 1-based index value (negative from the end) as torch's (a boolean stays one)."""
+    if isinstance(i, bool):
+        return i
     return i - 1 if i > 0 else (i if i < 0 else 1 << 40)
 
 
@@ -90,7 +93,8 @@ def num_first(fn, op):
             if op and not kw:
                 return op(a, b)
             a = W(a, b)
-        elif not isinstance(b, torch.Tensor) and fn in (torch.maximum, torch.minimum, torch.atan2):
+        elif not isinstance(b, torch.Tensor) and fn in (torch.maximum, torch.minimum, torch.atan2, torch.logical_and,
+                                                        torch.logical_or, torch.logical_xor):
             b = W(b, a)
         return fn(a, b, **kw)
     return call
@@ -213,6 +217,8 @@ def squeeze(x, d=None):
     if d is None:
         return x.squeeze()
     if isinstance(d, list):
+        if any(isinstance(e, bool) for e in d):
+            raise TypeError("squeeze(): argument 'dim' must be int, not bool")  # as x.squeeze(True)
         for e in sorted({pd(e) % max(x.dim(), 1) for e in d}, reverse=True):
             x = x.squeeze(e)
         return x
@@ -227,6 +233,35 @@ def softmax(fn):
     def call(x, d, o=None):
         return fn(x, pd(d), dtype=dtype_of(o or {}))
     return call
+
+
+def as_list(v):
+    return v if isinstance(v, list) else [v]
+
+
+def eye(n, *rest):
+    rest, o = split_opts(list(rest))
+    return torch.eye(n, *rest, dtype=dtype_of(o), device=device_of(o))
+
+
+def linspace(a, b, n, o=None):
+    o = o or {}
+    return torch.linspace(a, b, n, dtype=dtype_of(o), device=device_of(o))
+
+
+def order(r):
+    """(values, indices) of sort / topk with 1-based indices."""
+    return r[0], r[1] + 1
+
+
+def attention(q, k, v, scale=None, causal=None, mask=None):
+    """crescent's fused attention as its composite."""
+    s = torch.matmul(q, k.transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool, device=s.device).triu(1), -math.inf)
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else s + mask
+    return torch.matmul(torch.softmax(s, -1), v)
 
 
 def add_(x, b, o=None):
@@ -299,6 +334,11 @@ OPS = {
     "fill_": lambda x, v: x.fill_(v), "zero_": lambda x: x.zero_(), "copy_": copy_,
     "clamp_": clamp(torch.clamp_), "masked_fill_": lambda x, m, v: x.masked_fill_(m, v),
     "setindex": setindex, "item": lambda x: x.item(),
+    "eye": eye, "linspace": linspace, "attention": attention,
+    "as_strided": lambda x, size, stride, off=None: torch.as_strided(x, as_list(size), as_list(stride), 0 if off is None else off),
+    "sort": lambda x, d=None, desc=None: order(torch.sort(x, -1 if d is None else pd(d), descending=bool(desc))),
+    "topk": lambda x, k, d=None, largest=None, srt=None: order(torch.topk(x, k, -1 if d is None else pd(d),
+                                                                         largest=largest is not False, sorted=srt is not False)),
 }
 RANDOM = {"randn", "rand", "randint", "empty", "empty_like"}  # torch cannot make crescent's values
 TIES = {"argmax", "argmin", "max", "min"}  # indices: any index of an equal value is right

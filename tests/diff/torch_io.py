@@ -78,7 +78,10 @@ def alldims(a):
 
 
 def lslice(a, d, start, stop, step):
-    """crescent's slice(d, start, stop, step): 1-based, inclusive stop, negatives from the end."""
+    """crescent's slice(d, start, stop, step): 1-based, inclusive stop, negatives from the end. Its
+    bounds are integers, as aten::slice's (Python's slicing would take True as 1)."""
+    if any(isinstance(v, bool) for v in (d, start, stop, step)):
+        raise TypeError("slice(): the bounds must be integers, not bool")
     n = a.shape[d]
     s0 = 0 if start is None else (start - 1 if start > 0 else n + start)
     e0 = n if stop is None else (stop if stop >= 0 else n + stop + 1)  # stop 0: before the first

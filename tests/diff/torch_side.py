@@ -4,7 +4,8 @@
 
 MANIFEST has one case a line: `key<TAB>setup<TAB>expr`. `setup` is Python statements that build
 the inputs from the saved bases (L(name) loads one onto DEVICE); `expr` is the PyTorch equivalent
-of the crescent call. Each result tensor is written to OUTPUTS as `key#i` (i from 1; a tuple or
+of the crescent call (misuse cases call OPS, the compile fuzzer's mapping of crescent's calls in
+fuzz_replay.py). Each result tensor is written to OUTPUTS as `key#i` (i from 1; a tuple or
 list gives several), and STATUS (a Lua chunk returning a table) records per case either
 {n = count} or {error = message}. The safetensors reading and writing and the helpers shared with
 the compile fuzzer's replayer are in torch_io.py.
@@ -16,6 +17,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from fuzz_replay import OPS
 from torch_io import CRESCENT_DTYPES, W, alldims, lslice, lua_str, read_safetensors, write_safetensors
 
 warnings.filterwarnings("ignore")  # var with too few elements etc.: the values are compared anyway
@@ -76,7 +78,7 @@ def main():
     inputs = read_safetensors(inputs_path)
     env0 = dict(torch=torch, F=F, math=math, nan=float("nan"), inf=float("inf"), W=W, idx1=idx1,
                 alldims=alldims, multi=multi, squeeze_dims=squeeze_dims, lslice=lslice, gathered=gathered,
-                DEV=device, L=lambda name: inputs[name].clone().to(device))
+                OPS=OPS, DEV=device, L=lambda name: inputs[name].clone().to(device))
     outputs, status = {}, []
     with open(manifest) as f:
         for line in f:

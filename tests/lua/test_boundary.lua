@@ -37,6 +37,59 @@ describe("op arguments at the Lua boundary", function()
   end)
 end)
 
+describe("booleans are no sizes, dims or counts (issue 32)", function()
+  -- PyTorch: "eye(): argument 'n' (position 1) must be int, not bool"; a boolean stays a number
+  -- where a number is a value (full's value, add's alpha for bools, clamp's bounds)
+  local x = T.ones(2, 3)
+  local cases = {
+    { "eye", function() return T.eye(true) end, "argument 1 (n)" },
+    { "eye", function() return T.eye(2, false) end, "argument 2 (m)" },
+    { "zeros", function() return T.zeros(true) end, "argument 1 (size)" },
+    { "ones", function() return T.ones(2, true) end, "argument 1 (size)" },
+    { "randint", function() return T.randint(true, 5, { 2 }) end, "argument 1 (low)" },
+    { "linspace", function() return T.linspace(0, 1, true) end, "argument 3 (steps)" },
+    { "view", function() return x:view(true, 6) end, "argument 2 (size)" },
+    { "reshape", function() return x:reshape({ 6, true }) end, "argument 2 (shape)" },
+    { "expand", function() return x:expand(true, 2, 3) end, "argument 2 (size)" },
+    { "permute", function() return x:permute(true, 1) end, "argument 2 (dims)" },
+    { "sum", function() return x:sum(true) end, "argument 2 (dim)" },
+    { "amax", function() return x:amax({ 1, true }) end, "argument 2 (dim)" },
+    { "argmax", function() return x:argmax(true) end, "argument 2 (dim)" },
+    { "softmax", function() return x:softmax(true) end, "argument 2 (dim)" },
+    { "cumsum", function() return x:cumsum(false) end, "argument 2 (dim)" },
+    { "select", function() return x:select(true, 1) end, "argument 2 (dim)" },
+    { "narrow", function() return x:narrow(1, true, 1) end, "argument 3 (start)" },
+    { "slice", function() return x:slice(2, 1, 2, true) end, "argument 5 (step)" },
+    { "transpose", function() return x:transpose(1, true) end, "argument 3 (dim1)" },
+    { "unsqueeze", function() return x:unsqueeze(true) end, "argument 2 (dim)" },
+    { "squeeze", function() return x:squeeze(true) end, "argument 2 (dim)" },
+    { "flatten", function() return x:flatten(true) end, "argument 2 (start)" },
+    { "chunk", function() return x:chunk(true) end, "argument 2 (chunks)" },
+    { "split", function() return x:split(true) end, "argument 2 (size)" },
+    { "topk", function() return x:topk(true) end, "argument 2 (k)" },
+    { "tril", function() return x:tril(true) end, "argument 2 (diagonal)" },
+    { "cat", function() return T.cat({ x, x }, true) end, "argument 2 (dim)" },
+    { "stack", function() return T.stack({ x, x }, true) end, "argument 2 (dim)" },
+    { "index_select", function() return x:index_select(true, T.tensor({ 1 })) end, "argument 2 (dim)" },
+    { "gather", function() return x:gather(true, T.ones(2, 3):long()) end, "argument 2 (dim)" },
+    { "as_strided", function() return x:as_strided({ 2 }, { 1 }, true) end, "argument 4 (offset)" },
+  }
+  it("raise naming the op and the argument, in eager and compiled code", function()
+    for _, c in ipairs(cases) do
+      local want = c[1] .. ": " .. S.plain(c[3]) .. " expected an? [%w ]*integer"
+      S.errors(c[2], want, "got boolean")
+      local f = T.compile(c[2])
+      for _ = 1, 3 do S.errors(f, want, "got boolean") end
+    end
+  end)
+  it("stay numbers where a number is a value", function()
+    S.eq({ T.full({ 2 }, true).dtype, T.full({ 2 }, true):totable() }, { "bool", { true, true } })
+    S.eq(T.clamp(T.tensor({ -1, 2 }), true):totable(), { 1, 2 })
+    S.eq(T.linspace(true, 5, 3):totable(), { 1, 3, 5 })
+    S.eq((x * true):totable(), x:totable())
+  end)
+end)
+
 describe("integer arithmetic", function()
   it("wraps around on overflow as PyTorch does", function()
     local max32, min32 = 2 ^ 31 - 1, -2 ^ 31

@@ -650,6 +650,27 @@ describe("compile options", function()
     errs(function() T.mark_dynamic(T.ones(2), 3) end, "mark_dynamic", "dim", "3")
     errs(function() T.mark_dynamic(T.ones(2), 1, { min = 5 }) end, "mark_dynamic", "outside")
   end)
+  it("T.config checks each setting when it is assigned (issue 32)", function()
+    local bad = {
+      { "cache_size_limit", -1, "a non-negative integer", "got -1" }, { "cache_size_limit", 0 / 0, "a non-negative integer" },
+      { "cache_size_limit", 1.5, "got 1.5" }, { "cache_size_limit", math.huge, "got inf" },
+      { "cache_size_limit", "8", 'got "8"' }, { "cache_size_limit", true, "got true" },
+      { "sync_compile", 1, "a boolean", "got 1" }, { "cache_dir", false, "a directory", "got false" },
+      { "debug_dir", 3, "a directory (a string) or nil", "got 3" },
+    }
+    for _, b in ipairs(bad) do
+      local before = T.config[b[1]]
+      errs(function() T.config[b[1]] = b[2] end, "config", b[1] .. " expected", b[3], b[4])
+      same(T.config[b[1]], before)
+    end
+    errs(function() T.config.cache_limit = 4 end, "config", 'unknown setting "cache_limit"', "cache_size_limit")
+    local old = T.config.cache_size_limit
+    T.config.cache_size_limit = 0  -- no variant: every site runs eagerly
+    local f = T.compile(function(x) return x + 1 end)
+    for _ = 1, 3 do same(f(T.ones(2)):totable(), { 2, 2 }) end
+    T.config.cache_size_limit = old
+    same(T.config.cache_size_limit, old)
+  end)
   it("accepts the documented options", function()
     local f = T.compile(function(x) return x + 1 end,
       { backend = "auto", fullgraph = false, dynamic = false, mode = "default", hot = 1 })

@@ -262,6 +262,54 @@ describe("ops that fail inside a compiled function", function()
   end)
 end)
 
+describe("unused ops that fail on values (issue 32, F15)", function()
+  -- eager raises at an index out of range (or an integer division by zero) even when the result
+  -- is unused: dead-code elimination must keep the op, and native code must check it
+  local fns = {
+    index_select = function(x, i) local _ = x:index_select(1, i); return x + 1 end,
+    gather = function(x, i) local _ = x:gather(1, i:view(-1, 1):expand(-1, 3)); return x * 2 end,
+    embedding = function(x, i) local _ = T.embedding(i:view(1, -1), x); return x - 1 end,
+    fmod = function(x, i) local _ = T.fmod(i, i - 1); return x + 1 end,  -- an index 1 divides by zero
+  }
+  S.native_it("raise in compiled code as in eager, once the graph is hot and compiled", function()
+    local x, good, bad = T.randn(5, 3), T.tensor({ 2, 5 }), T.tensor({ 1, 9 })
+    for name, fn in pairs(fns) do
+      local ok, want = pcall(fn, x, bad)
+      S.eq(ok, false, name .. ": eager must raise")
+      for _, backend in ipairs({ "auto", "eager" }) do
+        local before = T.compiler.stats()
+        local f = T.compile(fn, { backend = backend })
+        for _ = 1, 3 do S.eq(f(x, good):totable(), fn(x, good):totable(), name) end
+        local st = T.compiler.stats()
+        local made = st.kernels_compiled + st.disk_cache_hits - before.kernels_compiled - before.disk_cache_hits
+        if backend == "auto" then S.truthy(made > 0, name .. ": no native code") end
+        local ok2, got = pcall(f, x, bad)
+        S.eq({ ok2, got }, { false, want }, name .. " (" .. backend .. ")")
+        S.eq(f(x, good):totable(), fn(x, good):totable(), name .. " after the error")
+      end
+    end
+  end)
+end)
+
+describe("booleans where numbers go, in native code (issue 32)", function()
+  S.native_it("count as 0 and 1, as eager reads them (norm's p, add's alpha, arange's bounds)", function()
+    local x, b, c = T.randn(3, 5), T.tensor({ true, false, true }), T.tensor({ true, true, false })
+    local fns = {
+      function() return x:norm(-1, false, { p = true }) end,
+      function() return T.add(b, c, { alpha = false }) end,
+      function() return T.arange(-2, true, { dtype = "float64" }) * 2 end,
+      function() return T.linspace(true, 4, 4) + 0 end,
+    }
+    for k, fn in ipairs(fns) do
+      local f, want = T.compile(fn), fn()
+      for _ = 1, 3 do
+        local got = f()
+        S.eq({ got.dtype, got:totable() }, { want.dtype, want:totable() }, "case " .. k)
+      end
+    end
+  end)
+end)
+
 describe("random draws in compiled graphs", function()
   S.native_it("draw eager's numbers in eager's order, around a randint range the loops leave to eager", function()
     local f = T.compile(function(x)

@@ -192,6 +192,19 @@ describe("creation", function()
     errs(function() local _ = T.arange(0, 5, 0 / 0) end, "arange", "step", "finite")
     errs(function() local _ = T.arange(0, math.huge) end, "arange", "finite", "inf")
     errs(function() local _ = T.arange(5, 0) end, "arange", "[5, 0)", "direction", "step 1")
+    errs(function() local _ = T.arange(1.25, 1) end, "arange", "[1.25, 1)", "direction")  -- no element, still refused
+    errs(function() local _ = T.arange(1.25, true) end, "arange", "[1.25, 1)", "direction")
+    expect.eq(T.arange(1.25, 1.25).shape, { 0 })
+  end)
+  it("arange of an integer dtype truncates start, stop and step first, as torch (issue 32)", function()
+    local i32, i64 = { dtype = "int32" }, { dtype = "int64" }
+    expect.eq(T.arange(-7.15, 9.25, 1.75, i32):totable(), { -7, -6, -5, -4, -3, -2, -1, 0, 1, 2 })  -- 10 elements: the doubles' count
+    expect.eq(T.arange(-7.15, 9.25, 1.75, i64):size(1), 16)  -- int64 counts over the truncated numbers
+    expect.eq(T.arange(2.7, i64):totable(), { 0, 1 })
+    expect.eq(T.arange(1, 9.5, 2.5, i64):totable(), { 1, 3, 5, 7 })
+    errs(function() local _ = T.arange(0, 5, 0.5, i64) end, "arange", "step 0.5 is 0 as an integer of int64")
+    local f = T.compile(function() return T.arange(-7.15, 9.25, 1.75, i32) end)
+    for _ = 1, 3 do expect.eq(f():totable(), { -7, -6, -5, -4, -3, -2, -1, 0, 1, 2 }) end
     errs(function() local _ = T.arange(0, 1, 1e-300) end, "arange", "too many elements")
     errs(function() local _ = T.arange(0, 2 ^ 40, { dtype = "int32" }) end, "arange", "int32", "overflow")
     errs(function() local _ = T.arange("a") end, "arange", "argument 1 (start)", "number", "string")
@@ -204,7 +217,7 @@ describe("creation", function()
     expect.eq(T.linspace(5, 9, 0).shape, { 0 })
     errs(function() local _ = T.linspace(0, 1, -1) end, "linspace", "steps", "non-negative", "-1")
     errs(function() local _ = T.linspace(0, 1, 2.5) end, "linspace", "argument 3 (steps)", "integer", "2.5")
-    errs(function() local _ = T.linspace(0, 1) end, "linspace", "argument 3 (steps)", "number", "nil")
+    errs(function() local _ = T.linspace(0, 1) end, "linspace", "argument 3 (steps)", "integer", "nil")
     errs(function() local _ = T.linspace(0, math.huge, 3, { dtype = "int64" }) end, "linspace", "int64", "overflow")
   end)
   it("eye", function()
@@ -256,6 +269,27 @@ describe("creation", function()
     errs(function() local _ = T.tensor({ 1 }, { dtype = "float8" }) end, "tensor", "dtype", '"float8"')
     errs(function() local _ = T.tensor({ 1e20 }, { dtype = "int32" }) end, "tensor", "int32", "overflow")
     errs(function() local _ = T.tensor({ 1 }, { shape = { 1 } }) end, "tensor", "unknown option 'shape'")
+  end)
+  it("tensor rejects lists with holes, tables that are no lists and cyclic or too deep tables (issue 32)", function()
+    errs(function() local _ = T.tensor({ 1, nil, 3 }) end, "tensor", "hole at depth 1", "element 2 is nil", "element 3 is not")
+    errs(function() local _ = T.tensor({ { 1, 2 }, { 3, nil, 5 } }) end, "tensor", "hole at depth 2")
+    errs(function() local _ = T.tensor({ [1] = 1, [3] = 3 }) end, "tensor", "hole at depth 1", "element 2 is nil")
+    errs(function() local _ = T.tensor({ 1, 2, x = 3 }) end, "tensor", "expected a list at depth 1", 'the key "x"')
+    errs(function() local _ = T.tensor({ [0] = 1, 2 }) end, "tensor", "expected a list", "the key 0")
+    local cyclic = { 1 }
+    cyclic[1] = cyclic
+    errs(function() local _ = T.tensor(cyclic) end, "tensor", "data is cyclic", "depth 1 contains itself")
+    local inner = { 1 }
+    local outer = { { inner } }
+    inner[1] = outer
+    errs(function() local _ = T.tensor(outer) end, "tensor", "data is cyclic")
+    local deep, ok = 1, 1
+    for _ = 1, 17 do deep = { deep } end
+    for _ = 1, 16 do ok = { ok } end
+    errs(function() local _ = T.tensor(deep) end, "tensor", "nested deeper than 16")
+    expect.eq(#T.tensor(ok).shape, 16)
+    local row = { 1, 2 }
+    expect.eq(T.tensor({ row, row }):totable(), { { 1, 2 }, { 1, 2 } })  -- a table twice is no cycle
   end)
 end)
 
@@ -343,6 +377,9 @@ describe("random numbers", function()
     errs(function() local _ = T.randint(5, 5, { 2 }) end, "randint", "low < high", "low = 5", "high = 5")
     errs(function() local _ = T.randint(0.5, 5, { 2 }) end, "randint", "argument 1 (low)", "integer", "0.5")
     errs(function() local _ = T.randint(0, 5) end, "randint", "argument 3 (size)", "nil")
+    errs(function() local _ = T.randint(-4, -3, { 2 }, { dtype = "bool" }) end, "randint", "[-4, -3) is out of bounds for bool")
+    errs(function() local _ = T.randint(0, 3, { 2 }, { dtype = "bool" }) end, "randint", "out of bounds for bool")
+    expect.eq(T.randint(0, 2, { 2 }, { dtype = "bool" }).dtype, "bool")
     errs(function() local _ = T.randint(0, 2 ^ 40, { 2 }, { dtype = "int32" }) end, "randint", "int32", "overflow")
     expect.errors(function() T.manual_seed(-1) end, HERE .. "manual_seed: ", "non%-negative integer")
     expect.errors(function() T.manual_seed(1.5) end, HERE .. "manual_seed: ")
@@ -387,6 +424,9 @@ describe("conversions", function()
     errs(function() local _ = T.ones(2):cuda() end, "cuda", "CUDA is not available")
     errs(function() local _ = T.ones(2):to("cuda") end, "to", "cuda")
     errs(function() local _ = T.ones(2):to({ device = "cuda:1" }) end, "to", "cuda")
+    -- a zero-size tensor needs no device memory, but a device (issue 32)
+    errs(function() local _ = T.ones(0):cuda() end, "cuda", "CUDA is not available")
+    errs(function() local _ = T.zeros(2, 0, { device = "cuda" }) end, "zeros", "CUDA is not available")
   end)
   it("device strings follow torch.device: cpu, cpu:0, cuda, cuda:N of a present device", function()
     expect.eq(T.zeros(2, { device = "cpu:0" }).device, "cpu")

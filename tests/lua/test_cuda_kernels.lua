@@ -52,6 +52,22 @@ describe("CUDA kernels", function()
     expect.eq(T.embedding(T.tensor({ 50 }):long():cuda(), w):cpu():totable(), { w:cpu()[50]:totable() })
     for _ = 1, 3 do expect.close(f(x:cuda(), idx:cuda()):cpu(), want, 1e-5, 1e-5) end
   end)
+  it("check the positions of an unused gather in a compiled graph, as eager does (issue 32, F15)", function()
+    need_gpu()
+    local fns = {
+      function(x, i) local _ = x:index_select(1, i); return x + 1 end,
+      function(x, i) local _ = x:gather(1, i:view(-1, 1):expand(-1, 3)); return x * 2 end,
+      function(x, i) local _ = T.embedding(i:view(1, -1), x); return x - 1 end,
+    }
+    local x, good, bad = T.randn(5, 3):cuda(), T.tensor({ 2, 5 }):cuda(), T.tensor({ 1, 9 }):cuda()
+    for k, fn in ipairs(fns) do
+      errs(function() local _ = fn(x, bad):cpu() end, "cpu", "index 9 is out of range")
+      local f = T.compile(fn)
+      for _ = 1, 3 do expect.eq(f(x, good):cpu():totable(), fn(x, good):cpu():totable(), "case " .. k) end
+      errs(function() local _ = f(x, bad):cpu() end, "cpu", "index 9 is out of range")
+      expect.eq(f(x, good):cpu():totable(), fn(x, good):cpu():totable(), "case " .. k .. " after the error")
+    end
+  end)
   it("find extreme positions on the device (argmax, argmin, max / min with indices)", function()
     need_gpu()
     local h = T.cuda.stats().host_ops

@@ -53,6 +53,8 @@ struct Arg {
   // -1: a constant of the graph.
   int32_t varying = -1;
   bool operator==(const Arg&) const = default;
+  // a number, or a boolean where a number goes (0 / 1, as OpCall::number reads it)
+  bool is_number() const { return tag == kNumber || tag == kBool; }
   static Arg tensor(int32_t v) { return Arg{kTensor, v}; }
   static Arg number(double x) { return Arg{kNumber, -1, {}, x}; }
   static Arg boolean(bool b) { return Arg{kBool, -1, {}, b ? 1.0 : 0.0}; }
@@ -136,6 +138,8 @@ struct Graph {
 // values whose storage some in-place op writes (by storage root).
 int32_t storage_root(const Graph& g, int32_t v);
 std::vector<char> written_roots(const Graph& g);
+// Whether op node n may fail on tensor values (registry flag kValueErrors): kept when unused.
+bool fails_on_values(const Graph& g, const Node& n);
 
 // Each returns the number of nodes it changed or removed. `optimize` runs them in order and
 // renumbers nothing: value ids stay those of the recording so lazy tensors can find theirs.

@@ -200,9 +200,17 @@ int eliminate_common_subexpressions(Graph& g) {
   return merged;
 }
 
-// Keeps what the outputs need, every in-place op (its write is the point) and every random op
-// (it advances the generator that later random ops read) unless `keep_effects` is false (the
-// recorder's recomputation of one pure value).
+// An op that may fail on tensor values (an index out of range, an integer division by zero):
+// eager raises there even when the result is unused, so the graph must run (and check) it too.
+// fmod / remainder / pow fail only in their integer forms. (A node CSE merged away has no outs.)
+bool fails_on_values(const Graph& g, const Node& n) {
+  if (n.kind != NodeKind::Op || !(n.def().flags & kValueErrors) || n.outs.empty()) return false;
+  return n.def().kind != OpKind::Binary || !is_floating(g.values[size_t(n.outs[0])].meta.dtype);
+}
+
+// Keeps what the outputs need, every in-place op (its write is the point), every random op (it
+// advances the generator that later random ops read) and every op that may fail on values,
+// unless `keep_effects` is false (the recorder's recomputation of one pure value).
 int eliminate_dead_code(Graph& g, bool keep_effects) {
   std::vector<char> keep(g.nodes.size());
   // Without effects kept (recomputation), an in-place op still stays when it writes the storage
@@ -213,7 +221,7 @@ int eliminate_dead_code(Graph& g, bool keep_effects) {
     for (int32_t o : g.outputs) live[size_t(o)] = 1;
     for (size_t i = g.nodes.size(); i-- > 0;) {
       const Node& n = g.nodes[i];
-      bool k = keep[i] || n.kind == NodeKind::Input || (keep_effects && (n.inplace() || n.random()));
+      bool k = keep[i] || n.kind == NodeKind::Input || (keep_effects && (n.inplace() || n.random() || fails_on_values(g, n)));
       for (int32_t o : n.outs) k = k || live[size_t(o)];
       if (!k) continue;
       keep[i] = 1;

@@ -63,10 +63,10 @@ void run_randn(OpCall& c) { run_random(c, philox_normal); }
 std::vector<Meta> infer_randint(OpCall& c) {
   if (c.integer(1) <= c.integer(0)) fail(cat("expected low < high, got low = ", c.integer(0), ", high = ", c.integer(1)));
   DType d = opt_dtype(c, 3, DType::i64);
-  if (d != DType::b8) {
-    check_scalar_fits(double(c.integer(0)), d);
-    check_scalar_fits(double(c.integer(1) - 1), d);
-  }
+  if (d == DType::b8 && (c.integer(0) < 0 || c.integer(1) > 2))  // as torch: [low, high) within 0..1
+    fail(cat("the range [", c.integer(0), ", ", c.integer(1), ") is out of bounds for bool (values 0 and 1)"));
+  check_scalar_fits(double(c.integer(0)), d);
+  check_scalar_fits(double(c.integer(1) - 1), d);
   return {{sizes_arg(c, 2), d, opt_device(c, 4)}};
 }
 void run_randint(OpCall& c) {
@@ -85,30 +85,40 @@ std::vector<Meta> infer_full(OpCall& c) {
 }
 void run_full(OpCall& c) { fill(c.outs[0], c.number(1)); }
 
-// arange([start,] stop[, step]): end exclusive; int64 when every bound is an integer
-struct Range { double start, stop, step; int64_t n; bool integral; };
+// arange([start,] stop[, step]): end exclusive; int64 when every bound is an integer. As torch,
+// an integer dtype truncates start, stop and step first (arange(-7.15, 9.25, 1.75, int32) is
+// -7, -6, ..., 2) and counts int64 elements over those, other dtypes' over the given numbers
+// (torch's RangeFactories: 16 elements for int64 here, 10 for int32).
+struct Range { double start, stop, step; int64_t n; DType dtype; };
 Range arange_range(const OpCall& c) {
-  Range r{0, c.number(0), 1, 0, true};
+  Range r{0, c.number(0), 1, 0, DType::f32};
   if (c.has(1)) { r.start = c.number(0); r.stop = c.number(1); }
   if (c.has(2)) r.step = c.number(2);
+  const bool integral = scalar_is_integral(r.start) && scalar_is_integral(r.stop) && scalar_is_integral(r.step);
+  r.dtype = opt_dtype(c, 3, integral ? DType::i64 : DType::f32);
   if (r.step == 0 || !std::isfinite(r.step)) fail(cat("step must be finite and non-zero, got ", r.step));
   if (!std::isfinite(r.start) || !std::isfinite(r.stop)) fail(cat("bounds must be finite, got ", r.start, " and ", r.stop));
   double n = std::ceil((r.stop - r.start) / r.step);
-  if (n < 0) fail(cat("the range [", r.start, ", ", r.stop, ") is not in the direction of step ", r.step));
+  if (!is_floating(r.dtype)) {
+    if (std::trunc(r.step) == 0) fail(cat("step ", r.step, " is 0 as an integer of ", dtype_name(r.dtype)));
+    r.start = std::trunc(r.start), r.stop = std::trunc(r.stop), r.step = std::trunc(r.step);
+    if (r.dtype == DType::i64) n = std::ceil((r.stop - r.start) / r.step);
+  }
+  // as torch: the bounds' order, not the count (arange(1.25, 1) has no elements but is refused)
+  if ((r.step > 0 && r.stop < r.start) || (r.step < 0 && r.stop > r.start))
+    fail(cat("the range [", r.start, ", ", r.stop, ") is not in the direction of step ", r.step));
   // checked as a double: a tiny step over a wide range must not overflow the int64 count
   if (!(n < 9.0e15)) fail(cat("the range [", r.start, ", ", r.stop, ") with step ", r.step, " has too many elements"));
-  r.n = int64_t(n);
-  r.integral = scalar_is_integral(r.start) && scalar_is_integral(r.stop) && scalar_is_integral(r.step);
+  r.n = int64_t(std::max(n, 0.0));
   return r;
 }
 std::vector<Meta> infer_arange(OpCall& c) {
   Range r = arange_range(c);
-  DType d = opt_dtype(c, 3, r.integral ? DType::i64 : DType::f32);
-  if (is_integral(d) && r.n > 0) {
-    check_scalar_fits(r.start, d);
-    check_scalar_fits(r.start + double(r.n - 1) * r.step, d);
+  if (is_integral(r.dtype) && r.n > 0) {
+    check_scalar_fits(r.start, r.dtype);
+    check_scalar_fits(r.start + double(r.n - 1) * r.step, r.dtype);
   }
-  return {{{r.n}, d, opt_device(c, 4)}};
+  return {{{r.n}, r.dtype, opt_device(c, 4)}};
 }
 void run_arange(OpCall& c) {
   Range r = arange_range(c);

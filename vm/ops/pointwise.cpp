@@ -13,9 +13,11 @@
 namespace cr {
 namespace {
 
-// Float: integer inputs compute in float32. Same: keeps the dtype (no bool). Bool: bool result.
-// Arith: promoted dtype, bool allowed. Numeric: promoted, bool rejected. Compare / Logical: bool.
-enum class Rule { Float, Same, Bool, Arith, Numeric, Compare, Logical };
+// Float: integer inputs compute in float32. Same: keeps the dtype (no bool). Keep: keeps the
+// dtype, bool included (sign). Power: as pow(x, 2), bool computes in int64 (square). Bool: bool
+// result. Arith: promoted dtype, bool allowed. Numeric: promoted, bool rejected. Compare /
+// Logical: bool.
+enum class Rule { Float, Same, Keep, Power, Bool, Arith, Numeric, Compare, Logical };
 
 #define CR_UNARY_OPS(X)                        \
   X(neg, Same, sm::neg_(a))                    \
@@ -40,9 +42,9 @@ enum class Rule { Float, Same, Bool, Arith, Numeric, Compare, Logical };
   X(ceil, Same, sm::ceil_(a))                  \
   X(round, Same, sm::round_(a))                \
   X(trunc, Same, sm::trunc_(a))                \
-  X(sign, Same, sm::sign_(a))                  \
+  X(sign, Keep, sm::sign_(a))                  \
   X(reciprocal, Float, decltype(a)(1) / a)     \
-  X(square, Same, a * a, sm::mul_(a, a))       \
+  X(square, Power, a * a, sm::mul_(a, a))      \
   X(isnan, Bool, sm::isnan_(a))                \
   X(isinf, Bool, sm::isinf_(a))                \
   X(logical_not, Bool, !a)
@@ -93,6 +95,7 @@ CR_DEFINE_OP(gelu_erf, Float, sm::gelu_(a))
 DType compute_dtype(Rule rule, DType in, const char* name) {
   switch (rule) {
     case Rule::Float: return to_floating(in);
+    case Rule::Power: return in == DType::b8 ? DType::i64 : in;
     case Rule::Same:
     case Rule::Numeric:
       if (in == DType::b8) fail(dtype_list_error("a numeric tensor (not bool)", in));
@@ -109,7 +112,7 @@ constexpr DType out_dtype(Rule rule, DType compute) {
 // Instantiates f<T> only for the compute dtypes the rule can produce.
 template <Rule R, class F> void visit_rule(DType d, F&& f) {
   if constexpr (R == Rule::Float) visit_floating(d, f);
-  else if constexpr (R == Rule::Same || R == Rule::Numeric) visit_numeric(d, f);
+  else if constexpr (R == Rule::Same || R == Rule::Numeric || R == Rule::Power) visit_numeric(d, f);
   else visit(d, f);
 }
 
@@ -185,6 +188,17 @@ struct Binary {
 
 bool is_bool_operand(const Operand& o) { return o.is_tensor() ? o.t.dtype() == DType::b8 : o.is_bool; }
 
+// add / sub's {alpha = a}, as PyTorch checks it against the result dtype: a boolean only for a
+// bool result, a fraction only for a floating one. (Checked where the metadata is inferred, so
+// that recording, CUDA's cached kernels and eager all refuse it.)
+void check_alpha(const cr_value& alpha, DType result) {
+  if (alpha.tag == kBool && result != DType::b8)
+    fail(cat("alpha expected a number (a boolean alpha needs a bool result; this one is ", dtype_name(result), "), got ",
+             alpha.num != 0 ? "true" : "false"));
+  if (alpha.tag == kNumber && !is_floating(result) && alpha.num != std::floor(alpha.num))
+    fail(cat("alpha must be an integer for ", dtype_name(result), " inputs, got ", alpha.num));
+}
+
 template <class Op> Binary prepare_binary(const OpCall& c) {
   Binary p{operand(c, 0), operand(c, 1), DType::f32, {}, {}};
   if (!p.a.is_tensor() && !p.b.is_tensor()) fail("expected at least one tensor operand, got two numbers");
@@ -193,6 +207,7 @@ template <class Op> Binary prepare_binary(const OpCall& c) {
   // as PyTorch: x - mask is almost always a bug (1 - mask means logical_not)
   if (std::is_same_v<Op, Op_sub> && (is_bool_operand(p.a) || is_bool_operand(p.b)))
     fail("subtraction with a bool operand is not supported: use logical_not() or logical_xor() on masks");
+  if (c.has(2)) check_alpha(c.args[2], out_dtype(Op::rule, p.compute));
   return p;
 }
 
@@ -238,8 +253,6 @@ template <class Op> void run_binary(OpCall& c) {
   Binary p = prepare_binary<Op>(c);
   // add / sub take {alpha = a}: other is scaled first
   if (c.has(2) && c.number(2) != 1.0) {
-    if (!is_floating(p.compute) && c.number(2) != std::floor(c.number(2)))
-      fail(cat("alpha must be an integer for integer inputs, got ", c.number(2)));
     if (p.b.is_tensor()) {
       Tensor scaled = Tensor::empty(p.b.t.sizes(), p.compute, p.device);
       run_map<Op_mul>(p.compute, scaled, cast(p.b.t, p.compute), scalar_tensor(c.number(2), p.compute));
@@ -377,6 +390,7 @@ bool computes_in(Rule rule, DType d) {
   switch (rule) {
     case Rule::Float: return is_floating(d);
     case Rule::Same:
+    case Rule::Power:
     case Rule::Numeric: return d != DType::b8;
     default: return true;
   }

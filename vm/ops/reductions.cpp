@@ -177,18 +177,23 @@ template <bool Max> void run_argmax(OpCall& c) {
 // ---- var, std, logsumexp, norm ------------------------------------------------------------------
 
 // var / std: {correction = 1} (Bessel's correction; 0 gives the population variance)
+// {correction = n} or {unbiased = b} (checked where the metadata is inferred: compiled code too).
+// As torch 1.13, a boolean correction is refused: unbiased is the boolean form.
+double correction_of(const OpCall& c) {
+  if (c.has(3) && c.args[3].tag == kBool) fail("correction expected a number, got boolean (unbiased takes a boolean)");
+  if (!c.has(4)) return c.number_or(3, 1.0);
+  if (c.has(3)) fail("pass either correction or unbiased, not both");
+  return c.boolean_or(4, true) ? 1.0 : 0.0;
+}
 std::vector<Meta> infer_var(OpCall& c) {
   Spec s = parse_dims(c);
   require_floating(s.x.dtype());
+  correction_of(c);
   return {{s.shape, s.x.dtype(), s.x.device()}};
 }
 template <bool Sqrt> void run_var(OpCall& c) {
   Spec s = parse_dims(c);
-  double correction = c.number_or(3, 1.0);
-  if (c.has(4)) {
-    if (c.has(3)) fail("pass either correction or unbiased, not both");
-    correction = c.boolean_or(4, true) ? 1.0 : 0.0;
-  }
+  double correction = correction_of(c);
   double denom = std::max(0.0, double(s.count) - correction);
   visit_floating(s.x.dtype(), [&](auto t) {
     using T = decltype(t);

@@ -73,8 +73,8 @@ void order_on_device(OpCall& c, const Tensor& xin, int d, int64_t k, bool descen
   for (size_t i = 0; i < r.size(); ++i) copy_into(c.outs[i], r[i]);
 }
 
-// The dim an op orders along: a 0-d tensor is one line of one element.
-int order_dim(const OpCall& c, int i, const Tensor& x) { return x.dim() == 0 ? 0 : c.dim(i, x.dim()); }
+// The dim an op orders along (checked: a 0-d tensor is one line of one element, dim 1 or -1).
+int order_dim(const OpCall& c, int i, const Tensor& x) { return c.dim(i, x.dim()); }
 int64_t line_length(const Tensor& x, int d) { return x.dim() == 0 ? 1 : x.size(d); }
 
 // topk(x, k[, dim = -1[, largest = true[, sorted = true]]]): the results are always sorted
@@ -114,7 +114,7 @@ void run_sort(OpCall& c) {
 }  // namespace
 
 void register_sorting(Registry& r) {
-  r.add(OpDef{"topk", "self:T, k:N, dim:D?, largest:B?, sorted:B?", OpKind::Other, kMultiOut | kDeviceAware, infer_topk, run_topk});
+  r.add(OpDef{"topk", "self:T, k:I, dim:D?, largest:B?, sorted:B?", OpKind::Other, kMultiOut | kDeviceAware, infer_topk, run_topk});
   r.add(OpDef{"sort", "self:T, dim:D?, descending:B?", OpKind::Other, kMultiOut | kDeviceAware, infer_sort, run_sort});
 }
 

@@ -75,11 +75,11 @@ if [[ $sanitize -eq 1 ]]; then
       echo "test.sh: LeakSanitizer cannot run here (ptrace restricted); running with detect_leaks=0"
       export ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}"
     fi
-    # the compile fuzzer's programs are the slowest part under the sanitizers: a quarter of them
+    # the compile fuzzer's programs are the slowest part under the sanitizers: fewer of them
     # (other seeds than the Release run's, so the two runs together cover more programs).
     # Capped at AVX2 (CRESCENT_CPU_MARCH): on an AVX-512 machine the Release run uses the
     # AVX-512 twins of the element loops (vm/kernels/wide.hpp), so this run covers the others.
-    CRESCENT_FUZZ_PROGRAMS="${CRESCENT_FUZZ_PROGRAMS:-500}" CRESCENT_FUZZ_SEED="${CRESCENT_FUZZ_SEED:-54321}" \
+    CRESCENT_FUZZ_PROGRAMS="${CRESCENT_FUZZ_PROGRAMS:-300}" CRESCENT_FUZZ_SEED="${CRESCENT_FUZZ_SEED:-54321}" \
       CRESCENT_CPU_MARCH="${CRESCENT_CPU_MARCH:-x86-64-v3}" run_ctest "$base-asan" "ASan+UBSan"
   else
     failed=$((failed + 1))

@@ -2,7 +2,7 @@
 -- results of eager execution (floats within 1e-4 relative: native code may sum in another order;
 -- integers, shapes, strides exact): returned values (dtype, shape, strides, values), the
 -- inputs after the call, values stored in an outer table, the random generator's state, errors.
--- CRESCENT_FUZZ_PROGRAMS=n (default 800, the CI budget; a long run sets more) and
+-- CRESCENT_FUZZ_PROGRAMS=n (default 500, the CI budget; a long run sets more) and
 -- CRESCENT_FUZZ_SEED=s run other programs; CRESCENT_FUZZ_ONLY=i runs program i alone (as
 -- numbered in a failure message), CRESCENT_FUZZ_DUMP=1 prints programs, CRESCENT_FUZZ_VERBOSE=1
 -- progress and compiler stats. A program that crashes the process: CRESCENT_FUZZ_ONLY=i
@@ -27,7 +27,7 @@ local S = expect
 local DEVICE, gen_program, source = FG.DEVICE, FG.program, FG.source
 
 local SEED = tonumber(os.getenv("CRESCENT_FUZZ_SEED") or "") or 12345
-local PROGRAMS = tonumber(os.getenv("CRESCENT_FUZZ_PROGRAMS") or "") or 800
+local PROGRAMS = tonumber(os.getenv("CRESCENT_FUZZ_PROGRAMS") or "") or 500
 local ONLY = tonumber(os.getenv("CRESCENT_FUZZ_ONLY") or "")
 local DROP = {}  -- CRESCENT_FUZZ_DROP=s3,r1: leave out statement 3 and return value 1 (crash shrinking)
 for k in (os.getenv("CRESCENT_FUZZ_DROP") or ""):gmatch("%w+") do DROP[k] = true end

@@ -199,3 +199,16 @@ describe("reduce-overhead and number arguments (F11)", function()
     same(f(T.ones(2), 1), T.full({ 2 }, 2))
   end)
 end)
+
+describe("reduce-overhead on CUDA tensors", function()
+  it("replays, and checks identities and the Lua state there too", function()
+    S.need_gpu()
+    local x = T.ones(3):cuda()
+    local g = replaying(function(a, b) return a + b end, x, x)
+    S.eq(g(x, T.zeros(3):cuda()):cpu():totable(), { 1, 1, 1 })
+    local s = 2
+    local f = replaying(function(a) return a * s end, x)
+    s = 3
+    S.eq(f(x):cpu():totable(), { 3, 3, 3 })
+  end)
+end)

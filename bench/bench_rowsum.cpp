@@ -27,8 +27,8 @@ float lanes_sum(const float* t, int n) {
 }
 
 // Nr rows at a time, two 8-float accumulators a row, named one by one so that GCC keeps them in
-// registers (an accumulator array indexed in a loop went through the stack at -O2 and ran at a
-// third of the speed: the first version of this probe).
+// registers (an accumulator array indexed in a loop goes through the stack at -O2: a third of the
+// speed).
 template <int Nr> void rows_avx2(int r0, int r1) {
   for (int r = r0; r < r1; r += Nr) {
     __m256 lo[Nr], hi[Nr];

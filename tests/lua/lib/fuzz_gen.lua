@@ -6,9 +6,7 @@
 -- and every created tensor CUDA tensors.
 --   local FG = require "fuzz_gen"; local prog = FG.program(seed); FG.source(prog) -> Lua text
 local T = require "crescent"
-local here = debug.getinfo(1, "S").source:sub(2):match("(.*/)") or "./"
-package.path = here .. "../diff/?.lua;" .. package.path
-local new_rng = require("gen").rng  -- the differential test's xorshift32: the same draws
+local new_rng = require("rng").new  -- the differential test's xorshift32: the same draws
 local S = expect
 
 local DEVICE = os.getenv("CRESCENT_FUZZ_DEVICE") or "cpu"

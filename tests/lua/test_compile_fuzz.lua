@@ -17,12 +17,14 @@
 -- tests/lua/fuzz_found/ can keep: the programs there run first, in CI, as regression tests;
 -- CRESCENT_FUZZ_FILE=path runs one such file alone.
 --
--- The programs come from tests/lua/lib/fuzz_gen.lua, each from its own seed. On a mismatch the
+-- The programs come from tests/lua/lib/fuzz_gen.lua, each from its own seed, over op pools drawn
+-- from the registry (tests/lua/lib/fuzz_ops.lua; a spec below checks that every op is placed). On a mismatch the
 -- program is shrunk (statements deleted while it still fails the same way and eager raises no new
 -- error) and both programs are printed.
 local T = require "crescent"
 local FT = require "fuzz_torch"
 local FG = require "fuzz_gen"
+local FO = require "fuzz_ops"
 local SH = require "shell"
 local S = expect
 local DEVICE, gen_program, source = FG.DEVICE, FG.program, FG.source
@@ -360,6 +362,15 @@ local function saved_files()
   for i, name in ipairs(files) do files[i] = FOUND_DIR .. "/" .. name end
   return files
 end
+
+describe("the fuzzer's op pools", function()
+  it("place every registry op: in a pool, a statement of its own, or excluded with a reason", function()
+    local missing, stale = FO.unplaced()
+    S.eq(missing, {}, "registry ops the fuzzer neither generates nor excludes")
+    S.eq(stale, {}, "exclusions that name no registry op")
+    for op, why in pairs(FO.EXCLUDED) do S.truthy(type(why) == "string" and #why > 10, "no reason to exclude " .. op) end
+  end)
+end)
 
 describe("T.compile fuzzing: compiled == eager (and PyTorch) on random programs", function()
   if ONLY and os.getenv("CRESCENT_FUZZ_ISOLATE") == "1" and not next(DROP) then

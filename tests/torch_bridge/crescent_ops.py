@@ -137,8 +137,9 @@ def num_first(fn, op):
     return call
 
 
-def reduce_call(fn, none_dims=None, dtype=True):
-    """sum / mean / amax / ...: (x, dim?, keepdim?, opts?)."""
+def reduce_call(fn, none_dims=None, dtype=True, one_dim=False):
+    """sum / mean / amax / ...: (x, dim?, keepdim?, opts?). one_dim: torch takes one dim (prod, all,
+    any), so a list of integer dims is reduced one dim at a time (multi)."""
     def call(x, *rest):
         rest, o = split_opts(list(rest))
         dim = rest[0] if rest else None
@@ -148,6 +149,11 @@ def reduce_call(fn, none_dims=None, dtype=True):
             if none_dims is None:
                 return fn(x, **kw)
             return fn(x, none_dims(x), keepdim=kd, **kw)
+        if one_dim and isinstance(dim, list) and dim and all(type(d) is int for d in dim):
+            nd = max(x.dim(), 1)
+            if not all(-nd <= d < nd for d in pd(dim)):
+                raise IndexError("Dimension out of range")
+            return multi(fn, x, pd(dim), kd, **kw)
         return fn(x, pd(dim), keepdim=kd, **kw)
     return call
 
@@ -331,10 +337,10 @@ OPS = {
     "where": torch.where, "clamp": clamp(torch.clamp), "lerp": torch.lerp,
     "addcmul": lambda x, a, b, v=None: torch.addcmul(x, a, b, value=1 if v is None else v),
     "masked_fill": torch.masked_fill,
-    "sum": reduce_call(torch.sum), "mean": reduce_call(torch.mean), "prod": reduce_call(torch.prod),
+    "sum": reduce_call(torch.sum), "mean": reduce_call(torch.mean), "prod": reduce_call(torch.prod, one_dim=True),
     "amax": reduce_call(torch.amax, alldims, False), "amin": reduce_call(torch.amin, alldims, False),
-    "logsumexp": reduce_call(torch.logsumexp, alldims, False), "all": reduce_call(torch.all, None, False),
-    "any": reduce_call(torch.any, None, False), "norm": norm, "var": var_call(torch.var), "std": var_call(torch.std),
+    "logsumexp": reduce_call(torch.logsumexp, alldims, False), "all": reduce_call(torch.all, None, False, True),
+    "any": reduce_call(torch.any, None, False, True), "norm": norm, "var": var_call(torch.var), "std": var_call(torch.std),
     "argmax": arg_call(torch.argmax), "argmin": arg_call(torch.argmin), "max": maxmin(torch.max),
     "min": maxmin(torch.min),
     "cumsum": lambda x, d, o=None: torch.cumsum(x, pd(d), dtype=dtype_of(o or {})),

@@ -214,6 +214,7 @@ describe("random draws in compiled graphs", function()
         S.eq({ got[k].dtype, got[k]:totable() }, { want[k].dtype, want[k]:totable() }, "call " .. i .. " result " .. k)
       end
     end
-    S.truthy(T.compiler.stats().kernels_compiled > 0, "nothing was compiled")
+    local st = T.compiler.stats()  -- (a kernel of an earlier run comes from the disk cache)
+    S.truthy(st.kernels_compiled + st.disk_cache_hits > 0, "nothing was compiled")
   end)
 end)

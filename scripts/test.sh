@@ -16,7 +16,7 @@ for a in "$@"; do
 done
 base="${CRESCENT_BUILD_DIR:-build}"
 # setup.sh installs libgccjit: specs of native CPU code fail rather than skip without it here
-# (tests/lua/spec.lua need_native_cpu; elsewhere, e.g. the GPU host, they skip)
+# (tests/lua/lib/spec.lua need_native_cpu; elsewhere, e.g. the GPU host, they skip)
 export CRESCENT_REQUIRE_NATIVE_CPU=1
 passed=0
 failed=0

@@ -3,8 +3,8 @@
 -- float64, int64 and bool; transposed, step-sliced, offset and expanded layouts) in crescent
 -- eager, compiled (T.compile, hot = 0, default backend: native code where it exists), compiled with
 -- backend = "eager", and in PyTorch; results must agree in dtype, shape, values (per-dtype
--- tolerances) and in raising or not. Inputs and outputs travel through safetensors files, and ONE
--- python process evaluates the whole batch (tests/diff/torch_side.py).
+-- tolerances) and in raising or not. ONE python process evaluates the whole batch, through the
+-- tests' PyTorch bridge (tests/lua/lib/torch_bridge.lua: inputs and outputs as safetensors).
 --
 -- Misuse cases (tests/diff/misuse.lua) follow: a recipe's call with one argument of the wrong kind
 -- for its slot (a boolean as a dim, a fraction as a size, ...), so that every op's validity rules
@@ -23,14 +23,14 @@
 -- fails when a registry op is neither in recipes.lua nor skipped there with a reason, when an
 -- excuse lacks its class or reason, and (the CI run) when an op gets no misuse case.
 local dir = arg[0]:match("(.*/)") or "./"
-package.path = dir .. "?.lua;" .. package.path
+package.path = dir .. "?.lua;" .. dir .. "../lua/lib/?.lua;" .. package.path
 local T = require "crescent"
 local G = require "gen"
 local RC = require "recipes"
 local C = require "compare"
-local X = require "exchange"
+local TB = require "torch_bridge"
+local SH = require "shell"
 local MU = require "misuse"
-local sh = X.sh
 
 local CI_PER_OP, CI_MISUSE_PER_OP = 6, 4
 -- The compiled modes' second call must run native code: with background compiles (the default)
@@ -49,7 +49,6 @@ local function options()
     device = os.getenv("CRESCENT_DIFF_DEVICE") or "cpu",
     show = os.getenv("CRESCENT_DIFF_SHOW") == "1",
     keep = os.getenv("CRESCENT_DIFF_KEEP") == "1",
-    python = X.python,
   }
   local i = 1
   while i <= #arg do
@@ -200,54 +199,28 @@ end
 
 -- ---- running torch ----------------------------------------------------------------------------------
 
--- One python process over the manifest lines `lines`: the torch outcome of each of their cases
--- into want. If the process dies (torch 1.13 has memory bugs: see recipes.lua's index_select),
--- the lines are retried in halves, and a single case that still kills it is marked crashed.
-local function torch_batch(o, tmp, lines, want)
-  local f = assert(io.open(tmp .. "/manifest.txt", "w"))
-  f:write(table.concat(lines, "\n"), "\n")
-  f:close()
-  local out, code = sh(("%s %s/torch_side.py %s/manifest.txt %s/inputs.safetensors %s/outputs.safetensors %s/status.lua %s")
-    :format(o.python, dir, tmp, tmp, tmp, tmp, o.device))
-  if code ~= 0 then
-    local msg = out:gsub("%s+$", ""):match("[^\n]*$")
-    if #lines == 1 then
-      want[lines[1]:match("^[^\t]+")] = { crashed = ("the torch side died (exit %d): %s"):format(code, msg) }
-      return
-    end
-    io.stderr:write(("diff_torch: the torch side died on %d cases (%s); retrying in halves\n"):format(#lines, msg))
-    local h = math.floor(#lines / 2)
-    torch_batch(o, tmp, { unpack(lines, 1, h) }, want)
-    torch_batch(o, tmp, { unpack(lines, h + 1) }, want)
-    return
-  end
-  local status = dofile(tmp .. "/status.lua")
-  local tensors = T.load(tmp .. "/outputs.safetensors")
-  for key, s in pairs(status) do
-    if s.error then want[key] = { error = s.error }
-    else
-      local res = {}
-      for i = 1, s.n do res[i] = C.snapshot(tensors[key .. "#" .. i]) end
-      want[key] = { results = res }
-    end
-  end
-end
-
--- The torch outcome of every case: { results = snapshots } | { error = } | { crashed = }.
-local function run_torch(o, cases, tmp)
-  local bases, lines = {}, {}
+-- The torch outcome of every case: { results = snapshots } | { error = } | { crashed = } (a case
+-- that kills the python process: the bridge retries the others without it).
+local function run_torch(o, cases)
+  local b = TB.batch({ device = o.device, tensors_only = true, bisect = true, keep = o.keep })
   for _, c in ipairs(cases) do
-    for _, input in ipairs(c.inputs) do bases[c.key .. "." .. input.name] = G.base_tensor(input) end
+    for _, input in ipairs(c.inputs) do b:input(c.key .. "." .. input.name, G.base_tensor(input)) end
     local expr = c.expr
     if c.extra.inplace then expr = ("(%s, %s_base)"):format(expr, c.extra.inplace.py) end
-    assert(not (G.python_setup(c) .. expr):find("[\t\n]"), "diff_torch: a tab or newline in a case's Python")
-    lines[#lines + 1] = c.key .. "\t" .. G.python_setup(c) .. "\t" .. expr
+    b:add(c.key, expr, nil, G.python_setup(c))
   end
-  T.save(tmp .. "/inputs.safetensors", bases)
+  local res, why = b:run()
+  if not res then error("diff_torch: " .. why, 0) end
   local want = {}
-  torch_batch(o, tmp, lines, want)
   for _, c in ipairs(cases) do
-    if not want[c.key] then error("diff_torch: no torch outcome for " .. c.key, 0) end
+    local r = res[c.key]
+    if not r then error("diff_torch: no torch outcome for " .. c.key, 0) end
+    if r.crashed or r.error then want[c.key] = { crashed = r.crashed, error = r.error }
+    else
+      local results = {}
+      for i, x in ipairs(r.list or { r }) do results[i] = C.snapshot(x.t) end
+      want[c.key] = { results = results }
+    end
   end
   return want
 end
@@ -318,7 +291,7 @@ end
 
 local function main()
   local o = options()
-  local t0 = X.now()
+  local t0 = SH.now()
   local covered, errors = coverage()
   local nskip = 0
   for _ in pairs(RC.SKIPPED) do nskip = nskip + 1 end
@@ -331,8 +304,9 @@ local function main()
     print("diff_torch: SKIPPED: --device cuda and crescent sees no GPU")
     os.exit(0, true)
   end
-  if not X.torch_available(o.python, o.device) then
-    print(("diff_torch: SKIPPED: no python3 with torch%s at %s"):format(o.device == "cuda" and " and CUDA" or "", o.python))
+  local have, why = TB.have(TB.need(o.device))
+  if not have then
+    print("diff_torch: SKIPPED: " .. why)
     os.exit(0, true)
   end
   local ops = covered
@@ -347,12 +321,9 @@ local function main()
   local cases = make_cases(o, ops)
   local notes, runs = {}, {}
   for i, c in ipairs(cases) do runs[i] = run_crescent(c, o, notes) end
-  local t1 = X.now()
-
-  local tmp = X.tmpdir()
-  local want = run_torch(o, cases, tmp)
-  if not o.keep then sh("rm -rf " .. tmp) else print("diff_torch: exchange files kept in " .. tmp) end
-  local t2 = X.now()
+  local t1 = SH.now()
+  local want = run_torch(o, cases)
+  local t2 = SH.now()
 
   local torch_errors = 0
   for _, c in ipairs(cases) do if want[c.key].error then torch_errors = torch_errors + 1 end end

@@ -1,6 +1,6 @@
 -- Known differences between crescent and PyTorch that the differential tests (tests/diff/
--- diff_torch.lua, the compile fuzzer's tests/lua/fuzz_torch.lua) report without failing, each with
--- its reason. recipes.lua hands them on as RC.EXCUSES and RC.excuse.
+-- diff_torch.lua, the compile fuzzer's tests/lua/lib/fuzz_torch.lua) report without failing,
+-- each with its reason. recipes.lua hands them on as RC.EXCUSES and RC.excuse.
 local G = require "gen"
 
 local M = {}
@@ -90,10 +90,10 @@ M.EXCUSES = {
       .. "does (unbiased is the boolean form)" },
 }
 
--- The entry of EXCUSES that explains a finding (kind and message of a case, whose op, inputs and
--- expr the `when` predicates read), or nil.
-function M.excuse(case, kind, msg)
-  for _, e in ipairs(M.EXCUSES) do
+-- The entry of EXCUSES (or of `list`, entries of the same fields) that explains a finding (kind
+-- and message of a case, whose op, inputs and expr the `when` predicates read), or nil.
+function M.excuse(case, kind, msg, list)
+  for _, e in ipairs(list or M.EXCUSES) do
     if (e.op == case.op or e.op == "*" or (type(e.op) == "table" and e.op[case.op])) and e.kind == kind
        and (not e.match or msg:find(e.match)) and (not e.when or e.when(case)) then
       return e

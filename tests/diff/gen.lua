@@ -11,58 +11,10 @@ local T = require "crescent"
 
 local G = {}
 
--- ---- PRNG (xorshift32; math.random would change with the host's libc) ---------------------------
+G.rng = require("rng").new  -- (tests/lua/lib/rng.lua: the compile fuzzer draws from it too)
 
-local Rng = {}
-Rng.__index = Rng
-function G.rng(seed)
-  local s = bit.tobit(seed)
-  local r = setmetatable({ s = s ~= 0 and s or 0x2545F491 }, Rng)
-  for _ = 1, 4 do r:u32() end
-  return r
-end
-function Rng:u32()
-  local s = bit.bxor(self.s, bit.lshift(self.s, 13)); s = bit.bxor(s, bit.rshift(s, 17)); self.s = bit.bxor(s, bit.lshift(s, 5))
-  return self.s % 4294967296
-end
-function Rng:float() return self:u32() / 4294967296 end
-function Rng:int(a, b) return a + self:u32() % (b - a + 1) end
-function Rng:chance(p) return self:float() < p end
-function Rng:pick(t) return t[self:int(1, #t)] end
-function Rng:shuffle(t) for i = #t, 2, -1 do local j = self:int(1, i); t[i], t[j] = t[j], t[i] end; return t end
-function Rng:normal()  -- Box-Muller
-  local u = math.max(self:float(), 1e-12)
-  return math.sqrt(-2 * math.log(u)) * math.cos(2 * math.pi * self:float())
-end
-function Rng:weighted(t)  -- t = { {value, weight}, ... }
-  local sum = 0
-  for _, e in ipairs(t) do sum = sum + e[2] end
-  local x = self:float() * sum
-  for _, e in ipairs(t) do x = x - e[2]; if x < 0 then return e[1] end end
-  return t[#t][1]
-end
-
--- ---- Python literals ------------------------------------------------------------------------------
-
--- A Lua value as Python source. Integral numbers become Python ints: crescent, like PyTorch with
--- Python ints, treats them as integer scalars (T.full({2}, 1) is int64).
-local function py(v)
-  if v == nil then return "None" end
-  if type(v) == "boolean" then return v and "True" or "False" end
-  if type(v) == "string" then return ("%q"):format(v) end
-  if type(v) == "table" then
-    if v.py then return v.py end
-    local parts = {}
-    for i, x in ipairs(v) do parts[i] = py(x) end
-    return "(" .. table.concat(parts, ", ") .. (#parts == 1 and ",)" or ")")
-  end
-  if v ~= v then return "nan" end
-  if v == math.huge then return "inf" end
-  if v == -math.huge then return "-inf" end
-  if v == 0 and 1 / v < 0 then return "-0.0" end
-  if v == math.floor(v) and math.abs(v) < 2 ^ 53 then return ("%d"):format(v) end
-  return ("%.17g"):format(v)
-end
+-- A Lua value as Python source (the bridge's: integral numbers as Python ints, tables as tuples).
+local py = require("torch_bridge").py
 G.py = py
 
 -- A 1-based Lua dim (negative counts from the end, as in PyTorch) as a 0-based Python dim.

@@ -6,8 +6,9 @@
 -- True as a number there), a number where a tensor or a string goes, a string where a tensor or
 -- a number goes, a nil inside T.tensor's data (torch.tensor([None, 2]) raises). The call then
 -- runs on crescent as the recipe's does, and on torch through the compile fuzzer's mapping of
--- crescent's calls (fuzz_replay.py's OPS: dims and indices converted, sizes as lists). Both must
--- raise, or both give the same result; a difference is a finding like any other (excuses.lua).
+-- crescent's calls (OPS of tests/torch_bridge/crescent_ops.py: dims and indices converted, sizes
+-- as lists). Both must raise, or both give the same result; a difference is a finding like any
+-- other (excuses.lua).
 local T = require "crescent"
 local G = require "gen"
 local B = require "crescent.binding"
@@ -57,7 +58,7 @@ local function decode(e, I)
   return e.value
 end
 
--- Python source of an encoded argument (lists as lists: fuzz_replay's sizes() wants them so).
+-- Python source of an encoded argument (lists as lists: crescent_ops.py's sizes() wants them so).
 local function pysrc(e)
   if e.tensor then return e.tensor end
   if not e.table then return G.py(e.value) end

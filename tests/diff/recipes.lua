@@ -4,7 +4,7 @@
 -- case builder (gen.lua), asks it for inputs and returns
 --   call(I)  the crescent call over the materialised inputs I (its results: tensors, or a table
 --            of tensors), and
---   expr     the PyTorch equivalent over the inputs' names (Python; helpers in torch_side.py),
+--   expr     the PyTorch equivalent over the inputs' names (Python; helpers in tests/torch_bridge/crescent_ops.py),
 --   extra    optional: { inplace = operand } to compare that operand's base after the call too.
 -- reduce: float results are compared with a tolerance scaled by the inputs (sums round
 -- differently); shape_only: only dtype and shape are compared (random or uninitialised values).
@@ -68,7 +68,8 @@ R.gelu = { gen = function(c)
 end }
 
 -- Binary ops over two operands (a tensor and a tensor or a number, either way round).
--- first / second: torch takes a number in that position (else it is wrapped by W in torch_side.py).
+-- first / second: torch takes a number in that position (else it is wrapped by W, in
+-- tests/torch_bridge/crescent_ops.py).
 local BINARY = {
   add = { "torch.add", first = true, second = true }, sub = { "torch.sub", first = true, second = true },
   mul = { "torch.mul", first = true, second = true }, div = { "torch.div", first = true, second = true },
@@ -235,7 +236,7 @@ local function red_args(c, n, single)
 end
 
 -- sum / mean / amax / ...: torch function f(a, dim=..., keepdim=...[, **kw]).
--- style "dimkw": torch takes dim tuples; "multi": one dim only (multi() in torch_side.py);
+-- style "dimkw": torch takes dim tuples; "multi": one dim only (multi() in crescent_ops.py);
 -- "alldims": the dim may not be None (alldims(a)); "nonekw": keywords need dim=None (var, std).
 local function reduction(name, f, style, dtypes, opt_fn)
   return { reduce = true, gen = function(c)

@@ -1,8 +1,10 @@
 -- Runs the Lua spec files given as arguments (or every tests/lua/test_*.lua) and prints
--- "N passed, N failed, N skipped"; exits 1 on any failure.
+-- "N passed, N failed, N skipped"; exits 1 on any failure. The helpers the spec files share
+-- (spec.lua, the PyTorch bridge, the fuzzer's generator) are in lib/.
 local dir = arg[0]:match("(.*/)") or "./"
-package.path = dir .. "?.lua;" .. package.path
+package.path = dir .. "lib/?.lua;" .. dir .. "../diff/?.lua;" .. package.path
 local S = require "spec"
+local SH = require "shell"
 _G.describe, _G.it, _G.expect = S.describe, S.it, S
 
 -- "--coverage": load every spec file without running its specs (it() does nothing), then check
@@ -12,10 +14,7 @@ if coverage_only then S.it = function() end; _G.it = S.it end
 local files = {}
 for i = coverage_only and 2 or 1, #arg do files[#files + 1] = arg[i] end
 if #files == 0 then
-
-  local p = io.popen('ls "' .. dir .. '"test_*.lua 2>/dev/null')
-  for f in p:lines() do files[#files + 1] = f end
-  p:close()
+  for _, name in ipairs(SH.ls(dir, "^test_.*%.lua$")) do files[#files + 1] = dir .. name end
 end
 
 for _, f in ipairs(files) do
@@ -33,18 +32,7 @@ for _, f in ipairs(files) do
 end
 
 -- the registry coverage check: only when the whole suite ran
-if #arg == 0 or (coverage_only and #files > 0 and #arg == 1) then
-  local T = require "crescent"
-  local missing = {}
-  for name in pairs(T._ops) do if not S.covered[name] then missing[#missing + 1] = name end end
-  table.sort(missing)
-  if #missing > 0 then
-    S.results.failed = S.results.failed + 1
-    S.failures[#S.failures + 1] = "registry coverage: ops without a spec: " .. table.concat(missing, ", ")
-  else
-    S.results.passed = S.results.passed + 1
-  end
-end
+if #arg == 0 or (coverage_only and #files > 0 and #arg == 1) then S.check_coverage() end
 
 for _, f in ipairs(S.failures) do io.stderr:write("FAIL ", f, "\n") end
 local r = S.results

@@ -2,44 +2,12 @@
 -- piped input, --version, --help, and exit status 1 with the traceback on errors. Runs the
 -- executable named by CRESCENT_BIN (set by tests/CMakeLists.txt), else the one running this file.
 
-local BIN = expect.crescent_bin()
-
-local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function spit(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local SH = require "shell"
+local BIN = SH.crescent_bin()
+local quote, slurp, spit = SH.quote, function(path) return SH.read(path, true) end, SH.write
 
 -- Runs BIN with the argument list (and `stdin` text piped in); returns stdout, stderr, status.
-local function run(args, stdin)
-  if not BIN then expect.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
-  local base = os.tmpname()
-  local parts = { "CRESCENT_HISTORY=", quote(BIN) }
-  for _, a in ipairs(args) do parts[#parts + 1] = quote(a) end
-  if stdin then
-    spit(base .. ".in", stdin)
-    parts[#parts + 1] = "< " .. quote(base .. ".in")
-  else
-    parts[#parts + 1] = "< /dev/null"
-  end
-  parts[#parts + 1] = "> " .. quote(base .. ".out") .. " 2> " .. quote(base .. ".err") .. "; echo $?"
-  local p = io.popen(table.concat(parts, " "))
-  local status = tonumber(p:read("*a"))
-  p:close()
-  local out, err = slurp(base .. ".out"), slurp(base .. ".err")
-  for _, suffix in ipairs({ "", ".in", ".out", ".err" }) do os.remove(base .. suffix) end
-  return out, err, status
-end
+local function run(args, stdin) return expect.crescent(args, { stdin = stdin }) end
 
 -- A script file that lives for one test.
 local function script(text)
@@ -212,7 +180,7 @@ end)
 describe("crescent REPL on a terminal", function()
   -- util-linux `script` runs the REPL on a pseudo-terminal, feeding it our input
   local function on_tty(input, history)
-    if not BIN then expect.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
+    expect.need_bin()
     local p = io.popen("command -v script 2>/dev/null")
     local found = p:read("*a")
     p:close()

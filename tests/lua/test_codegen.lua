@@ -470,22 +470,10 @@ end)
 
 -- ---- 4. / 5. child processes: the disk cache, an injected failure ----------------------------------
 
-local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local SH = require "shell"
 
 -- Runs `text` as a script of the crescent executable; returns its stdout (stderr is dropped).
-local function run_child(text, env)
-  local bin = S.crescent_bin()
-  if not bin then S.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
-  local path = os.tmpname()
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  local p = io.popen((env or "") .. " " .. quote(bin) .. " " .. quote(path) .. " 2>/dev/null")
-  local out = p:read("*a")
-  p:close()
-  os.remove(path)
-  return out
-end
+local function run_child(text, env) return (S.crescent({}, { script = text, env = env })) end
 
 -- A child script: compiles a function, calls it three times, prints stats and results.
 local CHILD = [[
@@ -512,14 +500,9 @@ end
 
 describe("native CPU code in child processes", function()
   it("loads kernels from the disk cache in a second process", function()
-    local dir = os.tmpname()
-    os.remove(dir)
-    os.execute("mkdir -p " .. quote(dir))
-    local ok, err = pcall(function()
+    SH.with_dir(function(dir)
       local first = parse(run_child(CHILD:format(dir)))
-      local p = io.popen("ls " .. quote(dir))
-      local files = p:read("*a")
-      p:close()
+      local files = table.concat(SH.ls(dir), " ")
       local second = parse(run_child(CHILD:format(dir)))
       S.truthy(first.kernels >= 1, "first run: kernels compiled " .. first.kernels)
       S.eq({ first.disk, first.fallbacks, first.eq }, { 0, 0, "true" }, "first run: disk hits, fallbacks, eager equal")
@@ -528,8 +511,6 @@ describe("native CPU code in child processes", function()
       S.truthy(second.disk >= 1, "second run: disk cache hits " .. second.disk)
       S.eq(second.vals, first.vals, "printed results")
     end)
-    os.execute("rm -rf " .. quote(dir))
-    if not ok then error(err, 0) end
   end)
   it("runs a graph eagerly, with correct results, when compiling fails (CRESCENT_JIT_FAIL=1)", function()
     local r = parse(run_child(CHILD:format("0"), "CRESCENT_JIT_FAIL=1"))
@@ -550,13 +531,10 @@ describe("native CPU code compiled in the background", function()
   -- The process ends while graphs compile: the end of the script (the VM's end) and os.exit wait
   -- for the compile in progress; exit destroyed what it used under it (an ASan use-after-free).
   it("lets a program end, or call os.exit, while graphs compile", function()
-    local bin = S.crescent_bin()
-    if not bin then S.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
     -- (not a plain os.exit(0): it leaves every tensor alive, which the ASan run reports as leaks)
     for _, ending in ipairs { "", "os.exit(0, true)" } do
-      local dir, path = os.tmpname(), os.tmpname()
-      os.remove(dir)
-      S.write_file(path, string.format([[
+      SH.with_dir(function(dir)
+        local out, _, status = S.crescent({}, { merge = true, script = string.format([[
 local T = require "crescent"
 T.config.sync_compile = false
 T.config.cache_dir = %q
@@ -567,13 +545,9 @@ for k = 1, 4 do
 end
 io.write("done\n")
 %s
-]], dir, ending))
-      local p = io.popen(quote(bin) .. " " .. quote(path) .. " 2>&1; echo rc=$?")
-      local out = p:read("*a")
-      p:close()
-      os.remove(path)
-      os.execute("rm -rf " .. quote(dir))
-      S.eq(out, "done\nrc=0\n", "ending with '" .. ending .. "'")
+]], dir, ending) })
+        S.eq({ out, status }, { "done\n", 0 }, "output and exit status ending with '" .. ending .. "'")
+      end)
     end
   end)
 end)

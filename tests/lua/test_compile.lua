@@ -2,6 +2,7 @@
 -- (recording), replayed and compiled paths - bit for bit with backend = "eager", within float32
 -- rounding (reductions sum in another order) with native code; T.explain, T.compiler.stats and the
 -- recompile / cache-limit accounting; errors as in eager mode; escaping values; modules; options.
+-- The compiler's dumps and logs: test_compile_logs.lua; regressions: test_compile_edge_cases.lua.
 local T = require "crescent"
 local S = expect
 local SRC = debug.getinfo(1, "S").short_src  -- "tests/lua/test_compile.lua"
@@ -764,50 +765,5 @@ describe("T.compile(module)", function()
     same(cf(x):totable(), { 6, 6 }, "after an in-place update")
     m.w = T.full({ 2, 3 }, -1, { dtype = "float32" })
     same(cf(x):totable(), { -3, -3 }, "after replacing the parameter")
-  end)
-end)
-
--- ---- logs --------------------------------------------------------------------------------------------
-
--- Runs a script with the crescent executable (CRESCENT_BIN, else the one running this file).
-local function run_script(text, env)
-  local i = -1
-  while arg and arg[i - 1] do i = i - 1 end
-  local bin = os.getenv("CRESCENT_BIN") or (arg and arg[i])
-  if not bin then S.skip("the crescent executable is unknown") end
-  local path = os.tmpname()
-  local fh = assert(io.open(path, "wb"))
-  fh:write(text); fh:close()
-  local p = io.popen((env or "") .. " '" .. bin .. "' '" .. path .. "' 2>&1")
-  local out = p:read("*a")
-  p:close(); os.remove(path)
-  return out
-end
-
-describe("compiler logs", function()
-  local script = [[
-    local T = require "crescent"
-    %s
-    local f = T.compile(function(x) local s = x:sum():item(); return x * s end)
-    for _, n in ipairs({ 2, 2, 2, 3 }) do f(T.ones(n)) end
-    io.stderr:write("MIDDLE\n")
-    T.compiler.set_logs("")
-    f(T.ones(4)); f(T.ones(4)); f(T.ones(4))
-    io.stderr:write("END\n")
-  ]]
-  it("logs graphs, guards, recompiles and breaks with set_logs, and stops with \"\"", function()
-    local out = run_script(script:format('T.compiler.set_logs("graph,guards,recompiles,graph_breaks")'))
-    local before, after = out:match("^(.*)MIDDLE(.*)$")
-    S.truthy(before, out)
-    for _, kind in ipairs({ "graph", "guards", "recompiles", "graph_breaks" }) do
-      S.truthy(before:find("[crescent " .. kind .. "]", 1, true), "no " .. kind .. " log in:\n" .. out)
-    end
-    S.truthy(before:find("item()", 1, true), out)
-    S.truthy(not after:find("[crescent", 1, true), "logs after set_logs(\"\"):\n" .. after)
-  end)
-  it("reads CRESCENT_LOGS", function()
-    local out = run_script(script:format(""), "CRESCENT_LOGS=recompiles")
-    S.truthy(out:find("[crescent recompiles]", 1, true), out)
-    S.truthy(not out:find("[crescent guards]", 1, true), out)
   end)
 end)

@@ -8,8 +8,8 @@
 -- progress and compiler stats. A program that crashes the process: CRESCENT_FUZZ_ONLY=i
 -- CRESCENT_FUZZ_ISOLATE=1 shrinks it in child processes.
 --
--- Every k-th program is also compared with PyTorch (tests/lua/fuzz_torch.lua records it through a
--- proxy T, tests/diff/fuzz_replay.py replays batches of programs in torch): k is
+-- Every k-th program is also compared with PyTorch (tests/lua/lib/fuzz_torch.lua records it through
+-- a proxy T, the PyTorch bridge's tests/torch_bridge/replay.py replays batches of programs): k is
 -- CRESCENT_FUZZ_TORCH (0: never), by default 10, or 1 when more than 2000 programs run. Without
 -- python3-torch that part is skipped with a message. CRESCENT_FUZZ_DEVICE=cuda makes the inputs
 -- and every created tensor CUDA tensors, torch runs on CUDA too (skipped without a GPU).
@@ -17,12 +17,15 @@
 -- tests/lua/fuzz_found/ can keep: the programs there run first, in CI, as regression tests;
 -- CRESCENT_FUZZ_FILE=path runs one such file alone.
 --
--- The programs come from tests/lua/fuzz_gen.lua, each from its own seed. On a mismatch the
+-- The programs come from tests/lua/lib/fuzz_gen.lua, each from its own seed, over op pools drawn
+-- from the registry (tests/lua/lib/fuzz_ops.lua; a spec below checks that every op is placed). On a mismatch the
 -- program is shrunk (statements deleted while it still fails the same way and eager raises no new
 -- error) and both programs are printed.
 local T = require "crescent"
 local FT = require "fuzz_torch"
 local FG = require "fuzz_gen"
+local FO = require "fuzz_ops"
+local SH = require "shell"
 local S = expect
 local DEVICE, gen_program, source = FG.DEVICE, FG.program, FG.source
 
@@ -182,7 +185,7 @@ local function save_program(small, index, text)
   local data = { found = text:match("[^\n]*"), plan = small.plan, args_src = small.args_src,
     opts = { small.opts[1], small.opts[2] }, stmts = stmts, rets = { unpack(small.rets) } }
   local path = SAVE_DIR .. "/" .. name
-  os.execute(("mkdir -p '%s'"):format(SAVE_DIR))
+  os.execute("mkdir -p " .. SH.quote(SAVE_DIR))
   local f = assert(io.open(path, "w"))
   f:write(("-- A minimal program found by tests/lua/test_compile_fuzz.lua (%s).\n"):format(label(index)),
     "-- Kept in tests/lua/fuzz_found/, it runs with the fuzzer as a regression test; alone:\n",
@@ -323,15 +326,12 @@ end
 
 -- Shrinks a program that crashes the process, running each candidate in a child process.
 local function shrink_crash(index)
-  local i = -1
-  while arg[i - 1] do i = i - 1 end
+  local q = SH.quote
   local function crashes(drop)
     local list = {}
     for k in pairs(drop) do list[#list + 1] = k end
-    local p = io.popen(("CRESCENT_FUZZ_ISOLATE=0 CRESCENT_FUZZ_SEED=%d CRESCENT_FUZZ_ONLY=%d CRESCENT_FUZZ_DROP=%s '%s' '%s' '%s' >/dev/null 2>&1; echo $?")
-      :format(SEED, index, table.concat(list, ","), arg[i], arg[0], HERE))
-    local rc = tonumber(p:read("*a"))
-    p:close()
+    local _, rc = SH.run(("CRESCENT_FUZZ_ISOLATE=0 CRESCENT_FUZZ_SEED=%d CRESCENT_FUZZ_ONLY=%d CRESCENT_FUZZ_DROP=%s %s %s %s >/dev/null")
+      :format(SEED, index, table.concat(list, ","), q(S.need_bin()), q(arg[0]), q(HERE)))
     return rc >= 128
   end
   if not crashes({}) then return "program " .. index .. " does not crash" end
@@ -358,12 +358,19 @@ local function check_list(list, torch_pick, flush, what)
 end
 
 local function saved_files()
-  local files = {}
-  local p = io.popen(("ls '%s'/*.lua 2>/dev/null"):format(FOUND_DIR))
-  for f in p:lines() do files[#files + 1] = f end
-  p:close()
+  local files = SH.ls(FOUND_DIR, "%.lua$")
+  for i, name in ipairs(files) do files[i] = FOUND_DIR .. "/" .. name end
   return files
 end
+
+describe("the fuzzer's op pools", function()
+  it("place every registry op: in a pool, a statement of its own, or excluded with a reason", function()
+    local missing, stale = FO.unplaced()
+    S.eq(missing, {}, "registry ops the fuzzer neither generates nor excludes")
+    S.eq(stale, {}, "exclusions that name no registry op")
+    for op, why in pairs(FO.EXCLUDED) do S.truthy(type(why) == "string" and #why > 10, "no reason to exclude " .. op) end
+  end)
+end)
 
 describe("T.compile fuzzing: compiled == eager (and PyTorch) on random programs", function()
   if ONLY and os.getenv("CRESCENT_FUZZ_ISOLATE") == "1" and not next(DROP) then

@@ -6,27 +6,11 @@
 local S = expect
 local it = S.native_it
 
-local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local out = p:read("*a")
-  p:close()
-  return out
-end
-local function bin()
-  local b = S.crescent_bin()
-  if not b then S.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
-  return b
-end
-
+local SH = require "shell"
+local quote, bin = SH.quote, S.need_bin
+local function sh(cmd) return (SH.run(cmd)) end
 -- A private directory (mode 0755: a child of another user reads its scripts), removed after fn.
-local function with_dir(fn)
-  local dir = sh("mktemp -d"):gsub("%s+$", "")
-  os.execute("chmod 755 " .. quote(dir))
-  local ok, err = pcall(fn, dir)
-  os.execute("chmod -R u+w " .. quote(dir) .. "; rm -rf " .. quote(dir))
-  if not ok then error(err, 0) end
-end
+local function with_dir(fn) SH.with_dir(fn, "755") end
 
 -- The child: writes its pid to `pidfile` (when given), compiles one function (cache `cache`),
 -- calls it three times, prints kernels, disk hits, fallbacks and whether results equal eager.
@@ -52,7 +36,7 @@ print(string.format("kernels=%%d disk=%%d fallbacks=%%d eq=%%s", s.kernels_compi
 -- Runs CHILD with TMPDIR `tmp` and `env`; returns its stdout and stderr together.
 local function child(dir, tmp, cache, env, pidfile)
   local script = dir .. "/child.lua"
-  S.write_file(script, CHILD:format(pidfile or "", cache))
+  SH.write(script, CHILD:format(pidfile or "", cache))
   return sh(string.format("TMPDIR=%s %s %s %s 2>&1", quote(tmp), env or "", quote(bin()), quote(script)))
 end
 local function mkdir(path, mode) os.execute(string.format("mkdir -p %s && chmod %s %s", quote(path), mode, quote(path))) end
@@ -87,7 +71,7 @@ describe("the compiler process", function()
     with_dir(function(dir)
       local tmp, pidfile = dir .. "/tmp", dir .. "/pid"
       mkdir(tmp, 700)
-      S.write_file(dir .. "/child.lua", CHILD:format(pidfile, "0"))
+      SH.write(dir .. "/child.lua", CHILD:format(pidfile, "0"))
       -- (a subshell waits for it: the killed program is reaped, whatever reaps orphans here)
       os.execute(string.format("(TMPDIR=%s CRESCENT_JIT_FAIL=hang %s %s >/dev/null 2>&1; true) &", quote(tmp), quote(bin()),
         quote(dir .. "/child.lua")))

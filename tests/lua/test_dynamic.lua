@@ -12,19 +12,7 @@ local function stat(k) return T.compiler.stats()[k] end
 
 -- Runs the crescent executable with `args` (and `stdin` text); returns stdout and stderr together.
 local function run_crescent(args, stdin, env)
-  local bin = S.crescent_bin()
-  if not bin then S.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
-  local q = function(a) return "'" .. a:gsub("'", "'\\''") .. "'" end
-  local cmd = { env or "", "CRESCENT_HISTORY=", q(bin) }
-  for _, a in ipairs(args) do cmd[#cmd + 1] = q(a) end
-  local input = os.tmpname()
-  S.write_file(input, stdin or "")
-  cmd[#cmd + 1] = "< " .. q(input) .. " 2>&1"
-  local p = io.popen(table.concat(cmd, " "))
-  local out = p:read("*a")
-  p:close()
-  os.remove(input)
-  return out
+  return (S.crescent(args, { stdin = stdin, env = env, merge = true }))
 end
 
 -- Runs `code` (T is crescent) with CRESCENT_LOGS=`logs`: its log must hold `want` and one recompile.

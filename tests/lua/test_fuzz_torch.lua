@@ -1,4 +1,4 @@
--- The compile fuzzer's PyTorch comparison (fuzz_torch.lua, tests/diff/fuzz_replay.py) on programs
+-- The compile fuzzer's PyTorch comparison (lib/fuzz_torch.lua, tests/torch_bridge/replay.py) on programs
 -- with known outcomes: agreement over views, in-place writes through them, index assignment,
 -- splits, ties and graph breaks; a wrong value (a trace whose op is renamed) is a mismatch in
 -- both modes; an aliasing difference (torch's copy where crescent made a view) is caught; a

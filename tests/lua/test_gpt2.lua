@@ -2,7 +2,8 @@
 -- written by tests/fixtures/gpt2_reference.py (Debian's python3-torch) as a safetensors file with
 -- GPT-2's names, its logits and its greedy continuation. Eager and compiled, with the KV cache.
 local T = require "crescent"
-local R = require "torch_ref"
+local SH = require "shell"
+local TB = require "torch_bridge"
 
 local root = debug.getinfo(1, "S").source:sub(2):match("^(.*)/tests/lua/") or "."
 package.path = root .. "/examples/?.lua;" .. package.path
@@ -14,16 +15,12 @@ local NEW = 20
 -- the fixture, written once into a temporary directory (nil, reason without python3-torch)
 local fixture_dir
 local function fixture()
-  if not R.available() then expect.skip("no python3-torch at " .. R.python) end
+  local have, why = TB.have("torch")
+  if not have then expect.skip(why) end
   if fixture_dir then return fixture_dir end
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir -p " .. dir) == 0)
-  local cmd = string.format("%s %s/tests/fixtures/gpt2_reference.py %s %d %d %d %d %d %d 2>&1", R.python, root, dir,
-    CFG.vocab, CFG.d, CFG.n_head, CFG.n_layer, CFG.n_ctx, NEW)
-  local p = io.popen(cmd)
-  local out = p:read("*a")
-  p:close()
+  local dir = SH.tmpdir()
+  local out = TB.script(root .. "/tests/fixtures/gpt2_reference.py", dir, CFG.vocab, CFG.d, CFG.n_head, CFG.n_layer,
+    CFG.n_ctx, NEW)
   if not out:find("ok") then error("gpt2_reference.py failed: " .. out) end
   fixture_dir = dir
   return dir

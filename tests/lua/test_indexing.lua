@@ -27,12 +27,8 @@ local function random_shape(nd, max)
   return s
 end
 
-local B = R.batch()
-local cases = {}
-local function case(key, fn, expr, inputs)
-  cases[#cases + 1] = { key = key, fn = fn }
-  B:add(key, expr, inputs)
-end
+local L = R.list()
+local function case(key, fn, expr, inputs) L:case(key, fn, expr, inputs) end
 
 -- ---- index_select ------------------------------------------------------------------------------
 for _, dt in ipairs(DTYPES) do
@@ -146,16 +142,7 @@ do
   case("mf_big", function() return big:masked_fill(bm, 0) end, "x.masked_fill(m, 0)", { x = big, m = bm })
 end
 
-local res, why = B:run()
-
-describe("indexing vs PyTorch", function()
-  for _, c in ipairs(cases) do
-    it(c.key, function()
-      if not res then expect.skip(why) end
-      R.check(res, c.key, c.fn())
-    end)
-  end
-end)
+L:check("indexing vs PyTorch")
 
 -- ---- semantics checked without PyTorch ---------------------------------------------------------
 describe("index values are 1-based", function()

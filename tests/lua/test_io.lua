@@ -4,41 +4,25 @@
 -- error naming the operation, the file and the problem.
 local T = require "crescent"
 
-local PY = os.getenv("CRESCENT_TEST_PYTHON") or "/usr/bin/python3"
-local function have_numpy()
-  local ok = os.execute(PY .. ' -c "import numpy" >/dev/null 2>&1')
-  return ok == true or ok == 0
-end
-local HAVE_NUMPY = have_numpy()
+local SH = require "shell"
+local TB = require "torch_bridge"
+local HAVE_NUMPY, NO_NUMPY = TB.have("numpy")
 
-local DIR = os.tmpname()
-os.remove(DIR)
-os.execute("mkdir -p " .. DIR)
+local DIR = SH.tmpdir()
 local function path(name) return DIR .. "/" .. name end
 
+-- Runs the Python source `src` with the arguments given; its output (stdout and stderr).
 local function python(src, ...)
   local script = path("script.py")
-  local f = assert(io.open(script, "w"))
-  f:write(src)
-  f:close()
-  local p = assert(io.popen(PY .. " " .. script .. " " .. table.concat({ ... }, " ") .. " 2>&1"))
-  local out = p:read("*a")
-  p:close()
-  return out
+  SH.write(script, src)
+  return (TB.script(script, ...))
 end
 
 local function write_bytes(name, s)
-  local f = assert(io.open(path(name), "wb"))
-  f:write(s)
-  f:close()
+  SH.write(path(name), s)
   return path(name)
 end
-local function read_bytes(p)
-  local f = assert(io.open(p, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read_bytes = SH.read
 -- n as `width` little-endian bytes (n < 2^53)
 local function le(n, width)
   local b = {}
@@ -259,7 +243,7 @@ describe("files written by Python", function()
   end
   for _, c in ipairs(NPY) do
     it("np.save " .. c[1] .. " (" .. c[2] .. ")", function()
-      if not HAVE_NUMPY then expect.skip("no python3-numpy") end
+      if not HAVE_NUMPY then expect.skip(NO_NUMPY) end
       write_npy_files()
       local x = T.load_npy(path("py_" .. c[1] .. ".npy"))
       expect.eq(x.dtype, c[5], "dtype")
@@ -270,7 +254,7 @@ describe("files written by Python", function()
   end
 
   it("hand-written safetensors (padding, metadata, file order, empty tensors)", function()
-    if not HAVE_NUMPY then expect.skip("no python3-numpy") end
+    if not HAVE_NUMPY then expect.skip(NO_NUMPY) end
     local out = python(PY_COMMON .. [[
 entries = [('zeta', 'F32', vals('f', (2, 3)).astype('<f4').tobytes(), [2, 3]),
            ('alpha', 'I64', vals('i', (4,)).astype('<i8').tobytes(), [4]),
@@ -308,7 +292,7 @@ end)
 
 describe("files read by Python", function()
   it("np.load reads our .npy and a Python safetensors reader reads our files", function()
-    if not HAVE_NUMPY then expect.skip("no python3-numpy") end
+    if not HAVE_NUMPY then expect.skip(NO_NUMPY) end
     local function from(kind, shape, dtype)
       return T.tensor(expected(shape, kind), { dtype = dtype })
     end
@@ -499,18 +483,15 @@ describe("bad arguments to the IO functions", function()
 end)
 
 -- Files that are not regular files, the kernel cache, peak memory (issue 32) --------------------
-local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local quote = SH.quote
 
 -- Runs `script` in a child crescent, killed after 120 s: a regression that blocks on a FIFO fails
 -- the spec instead of hanging the suite. Returns its stdout and stderr, then "rc=<status>".
 local function run_child(script, env)
-  local bin = expect.crescent_bin()
-  if not bin then expect.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
+  local bin = expect.need_bin()
   local p = write_bytes("child.lua", script)
-  local h = io.popen((env or "") .. " timeout -s KILL 120 " .. quote(bin) .. " " .. quote(p) .. " 2>&1; echo rc=$?")
-  local out = h:read("*a")
-  h:close()
-  return out
+  local out, code = SH.run((env or "") .. " timeout -s KILL 120 " .. quote(bin) .. " " .. quote(p))
+  return out .. ("rc=%d\n"):format(code)
 end
 
 describe("files that are not regular files", function()
@@ -552,9 +533,7 @@ print(s.kernels_compiled, s.disk_cache_hits, s.eager_fallbacks, r:eq(fn(x)):all(
     local first = run_child(script)
     expect.truthy(first:find("^[1-9]%d*\t0\t0\ttrue\n"), "first run:\n" .. first)
     -- every entry becomes a FIFO (nothing ever writes to it: opening it to read would block)
-    local h = io.popen("cd " .. quote(dir) .. " && for f in *.so; do rm \"$f\" && mkfifo \"$f\" && echo \"$f\"; done")
-    local fifos = h:read("*a")
-    h:close()
+    local fifos = SH.run("cd " .. quote(dir) .. " && for f in *.so; do rm \"$f\" && mkfifo \"$f\" && echo \"$f\"; done")
     expect.truthy(fifos:find("%.so\n"), "no cache entry made into a FIFO: " .. fifos)
     local second = run_child(script)
     expect.truthy(second:find("^[1-9]%d*\t0\t0\ttrue\n"), "second run (a miss, compiled again):\n" .. second)
@@ -592,7 +571,7 @@ end)
 
 describe("cleanup", function()
   it("removes the temporary directory", function()
-    os.execute("rm -rf " .. DIR)
+    SH.rm(DIR)
     expect.truthy(true)
   end)
 end)

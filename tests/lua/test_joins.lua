@@ -5,74 +5,8 @@ local T = require "crescent"
 
 expect.covers("cat", "stack", "split", "chunk")
 
--- A(2, 3) = arange(6):view(2, 3), here and in the python snippets (int64 in both)
-local function A(...)
-  local n = 1
-  for _, s in ipairs({ ... }) do n = n * s end
-  return T.arange(n):view(...)
-end
-
--- Runs the PyTorch expressions of `cases` ({name, lua_fn, py_expr}) in one python process and
--- returns name -> result, where a result is {shape =, stride =, values =, dtype =} or, for a
--- list of tensors, a list of those; nil and why when torch is missing.
-local function torch_refs(cases)
-  local py = os.getenv("CRESCENT_TEST_PYTHON") or "/usr/bin/python3"
-  local f = io.open(py)
-  if not f then return nil, "no " .. py end
-  f:close()
-  local L = {
-    "import torch",
-    "def A(*s):",
-    "    n = 1",
-    "    for k in s: n *= k",
-    "    return torch.arange(n).view(*s)",
-    "def lua(v):",
-    "    if isinstance(v, bool): return 'true' if v else 'false'",
-    "    if isinstance(v, (list, tuple)): return '{' + ','.join(lua(x) for x in v) + '}'",
-    "    return repr(v)",
-    "def one(t):",
-    "    return ('{shape=' + lua(list(t.shape)) + ',stride=' + lua(list(t.stride())) + ',values=' + " ..
-      "lua(t.tolist()) + ',dtype=\"' + str(t.dtype)[6:] + '\"}')",
-    "def out(name, fn):",
-    "    try:",
-    "        t = fn()",
-    "        s = '{' + ','.join(one(x) for x in t) + '}' if isinstance(t, (list, tuple)) else one(t)",
-    "        print(name + '\\t' + s)",
-    "    except Exception as e:",
-    "        print(name + '\\t{error=' + repr(repr(e)) + '}')",
-  }
-  for _, c in ipairs(cases) do L[#L + 1] = string.format("out(%q, lambda: %s)", c[1], c[3]) end
-  local path = os.tmpname()
-  local w = assert(io.open(path, "w"))
-  w:write(table.concat(L, "\n"), "\n")
-  w:close()
-  local p = io.popen(py .. " " .. path .. " 2>&1")
-  local text = p:read("*a")
-  p:close()
-  os.remove(path)
-  local refs = {}
-  for line in text:gmatch("[^\n]+") do
-    local name, lit = line:match("^(.-)\t(.*)$")
-    if name then refs[name] = assert(loadstring("return " .. lit))() end
-  end
-  if next(refs) == nil then return nil, "python3-torch failed: " .. text:sub(1, 200) end
-  return refs
-end
-
-local function same_as(got, ref, what)
-  what = what or "result"
-  expect.truthy(ref.error == nil, "PyTorch raised " .. tostring(ref.error))
-  expect.eq(got.shape, ref.shape, what .. " shape")
-  expect.eq(got:stride(), ref.stride, what .. " strides")
-  expect.eq(got.dtype, ref.dtype, what .. " dtype")
-  expect.eq(got:totable(), ref.values, what .. " values")
-end
-
-local function same_list(got, ref)
-  expect.truthy(ref.error == nil, "PyTorch raised " .. tostring(ref.error))
-  expect.eq(#got, #ref, "number of pieces")
-  for i = 1, #ref do same_as(got[i], ref[i], "piece " .. i) end
-end
+local R = require "torch_ref"
+local A = R.A  -- A(2, 3) = arange(6):view(2, 3), here and in the python snippets (int64 in both)
 
 -- {name, crescent, PyTorch, is_list}: Lua dims are 1-based, PyTorch's 0-based
 local cases = {
@@ -134,16 +68,7 @@ local cases = {
   { "T.chunk", function() return T.chunk(A(5), 2) end, "torch.chunk(A(5), 2)" },
 }
 
-local refs, why = torch_refs(cases)
-describe("joins match PyTorch", function()
-  for _, c in ipairs(cases) do
-    it(c[1], function()
-      if not refs then expect.skip(why) end
-      local got, ref = c[2](), refs[c[1]]
-      if T.is_tensor(got) then same_as(got, ref) else same_list(got, ref) end
-    end)
-  end
-end)
+R.check_exact("joins match PyTorch", cases)
 
 describe("cat and stack", function()
   it("return new contiguous tensors that do not alias their inputs", function()

@@ -2,26 +2,8 @@
 -- string with torch's str() of the same values, plus hard-coded cases that need no Python.
 local T = require "crescent"
 
--- Python with torch, or nil ------------------------------------------------------------------
-local PY = os.getenv("CRESCENT_TEST_PYTHON") or "/usr/bin/python3"
-local function have_torch()
-  local ok = os.execute(PY .. ' -c "import torch" >/dev/null 2>&1')
-  return ok == true or ok == 0
-end
-local HAVE_TORCH = have_torch()
-
--- Runs a python script, returns its stdout.
-local function python(src)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(src)
-  f:close()
-  local p = assert(io.popen(PY .. " " .. path .. " 2>&1"))
-  local out = p:read("*a")
-  p:close()
-  os.remove(path)
-  return out
-end
+local TB = require "torch_bridge"
+local HAVE_TORCH, NO_TORCH = TB.have("torch")
 
 -- nested Lua data -> Python literal of the same values
 local function pylit(v, dtype)
@@ -133,29 +115,25 @@ local function build_py(c)
   return "x = " .. src .. "\n" .. (c.py and ("x = " .. c.py .. "\n") or "")
 end
 
-local SEP = "<<<crescent-case-end>>>"
-local expected  -- case name -> torch's str()
+local expected  -- case name -> torch's str(), by one python process (the PyTorch bridge)
 local function torch_strings()
   if expected then return expected end
-  local src = { "import torch" }
-  for _, c in ipairs(cases) do
-    src[#src + 1] = build_py(c) .. "print(str(x))\nprint(" .. string.format("%q", SEP) .. ")"
-  end
-  local out = python(table.concat(src, "\n"))
+  local batch = TB.batch()
+  for _, c in ipairs(cases) do batch:add(c[1], "str(x)", nil, build_py(c)) end
+  local res = assert(batch:run())
   expected = {}
-  local i = 1
-  for chunk in (out):gmatch("(.-)\n" .. SEP:gsub("%p", "%%%0") .. "\n") do
-    expected[cases[i][1]] = chunk:gsub("dtype=torch%.", "dtype=")  -- Lua dtypes are plain strings
-    i = i + 1
+  for _, c in ipairs(cases) do
+    local r = res[c[1]]
+    assert(r and r.str, "python gave no string for " .. c[1] .. ": " .. tostring(r and r.error))
+    expected[c[1]] = r.str:gsub("dtype=torch%.", "dtype=")  -- Lua dtypes are plain strings
   end
-  assert(i - 1 == #cases, "python produced " .. (i - 1) .. " strings for " .. #cases .. " cases:\n" .. out)
   return expected
 end
 
 describe("tostring matches torch's str()", function()
   for _, c in ipairs(cases) do
     it(c[1], function()
-      if not HAVE_TORCH then expect.skip("no python3-torch") end
+      if not HAVE_TORCH then expect.skip(NO_TORCH) end
       if c.lua and not pcall(build_lua, c) then expect.skip("the transform needs ops that are not built yet") end
       local want = torch_strings()[c[1]]
       local got = tostring(build_lua(c))

@@ -2,6 +2,8 @@
 -- arguments' identities and aliasing, the Lua state the function reads (upvalues, globals, table
 -- fields, modules' training flags) and number arguments bit for bit. Every case first checks that
 -- the call is a replay (so a refusal cannot pass for a fix), then changes what the plan read.
+-- Also: library functions with hidden state (math.random) are never replayed, and a plan with
+-- value arguments, upvalue weights and mixed results replays until T.compiler.reset().
 local T = require "crescent"
 local S = expect
 
@@ -210,5 +212,54 @@ describe("reduce-overhead on CUDA tensors", function()
     local f = replaying(function(a) return a * s end, x)
     s = 3
     S.eq(f(x):cpu():totable(), { 3, 3, 3 })
+  end)
+end)
+
+describe("reduce-overhead and hidden state", function()
+  it("never replays a function that draws from math.random, and replays one reading math.pi", function()
+    local f = T.compile(function(x)
+      if math.random() < 0.5 then return x + 1 end
+      return x - 1
+    end, { mode = "reduce-overhead" })
+    local g = T.compile(function(x) return x * math.pi end, { mode = "reduce-overhead" })
+    math.randomseed(7)
+    T.compiler.reset()
+    local x, seen = T.zeros(1), {}
+    for _ = 1, 40 do seen[f(x):item()] = true end
+    S.eq({ seen[1], seen[-1] }, { true, true })
+    S.eq(T.compiler.stats().replays, 0)
+    for _ = 1, 10 do S.close(g(T.ones(1)), { math.pi }) end
+    S.truthy(T.compiler.stats().replays >= 5, "g should be replayed")
+  end)
+end)
+
+describe("reduce-overhead replays", function()
+  it("replay a plan with tensor and value arguments, upvalue weights and mixed results", function()
+    T.compiler.reset()
+    local model = { w = T.tensor({ 1, 2, 3 }), b = T.tensor({ 10, 20, 30 }) }
+    local f = T.compile(function(x, scale, tag)
+      return x * model.w * scale + model.b, tag, x:sum()
+    end, { mode = "reduce-overhead" })
+    local x = T.tensor({ 1, 1, 1 })
+    for _ = 1, 4 do f(x, 2, "a") end
+    local r0 = replays()
+    local y, tag, s = f(x, 2, "a")
+    S.truthy(replays() == r0 + 1, "the call should be a replay")
+    S.eq({ y:totable(), tag, s:item() }, { { 12, 24, 36 }, "a", 3 })
+    -- a new weight behind the same upvalue is read at the next call (still a replay)
+    model.w = T.tensor({ 3, 2, 1 })
+    S.eq(f(x, 2, "a"):totable(), { 16, 24, 32 })
+    S.eq(replays(), r0 + 2)
+    -- another value argument, another shape, another argument count: the normal compiled path
+    S.eq(f(x, 3, "a"):totable(), { 19, 26, 33 })
+    S.eq(f(T.ones(2, 3), 2, "a"):totable(), { { 16, 24, 32 }, { 16, 24, 32 } })
+    S.eq(select(2, f(x, 2, "b")), "b")
+    S.eq(replays(), r0 + 2)
+    S.eq(f(x, 2, "a"):totable(), { 16, 24, 32 })  -- the plan still stands
+    S.eq(replays(), r0 + 3)
+    -- T.compiler.reset() drops the plan: the function is probed and planned again
+    T.compiler.reset()
+    for _ = 1, 6 do S.eq(f(x, 2, "a"):totable(), { 16, 24, 32 }) end
+    S.truthy(replays() >= 1, "replays after a reset")
   end)
 end)

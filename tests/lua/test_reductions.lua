@@ -54,23 +54,8 @@ local function chain(x, method, ds, keepdim)
 end
 
 -- Reference cases: all added to one batch (one python process), checked per group below.
-local B = R.batch()
-local groups, group_order = {}, {}
-local function case(group, key, expr, inputs, fn, rtol, atol)
-  B:add(key, expr, inputs)
-  if not groups[group] then groups[group] = {}; group_order[#group_order + 1] = group end
-  table.insert(groups[group], { key = key, fn = fn, rtol = rtol, atol = atol })
-end
-local function agree(res, c)
-  local r = res[c.key]
-  local ok, got = pcall(c.fn)
-  if r.error then
-    if ok then error(string.format("%s: crescent gives a %s result, torch raises: %s", c.key, got.dtype, r.error), 0) end
-    return
-  end
-  if not ok then error(string.format("%s: crescent raises %s; torch gives a %s result", c.key, tostring(got), r.dtype), 0) end
-  R.check(res, c.key, got, c.rtol, c.atol)
-end
+local SUITE = R.suite()
+local function case(...) SUITE:case(...) end
 
 -- layouts and dim choices every reduction runs over
 local LAYOUTS = {
@@ -292,21 +277,7 @@ do
 end
 
 -- ---- run the references and check every group -------------------------------------------------------
-local res, why = B:run()
-
-describe("torch references", function()
-  for _, name in ipairs(group_order) do
-    it(name .. " agrees with torch 1.13", function()
-      if not res then expect.skip(why) end
-      local bad = {}
-      for _, c in ipairs(groups[name]) do
-        local ok, e = pcall(agree, res, c)
-        if not ok then bad[#bad + 1] = tostring(e) end
-      end
-      if #bad > 0 then error(#bad .. " of " .. #groups[name] .. " cases differ:\n" .. table.concat(bad, "\n"), 0) end
-    end)
-  end
-end)
+SUITE:check("torch references")
 
 -- ---- explicit specs (no torch needed) -------------------------------------------------------------
 -- float64 references computed here: Neumaier's compensated sum of the exact input values

@@ -14,23 +14,10 @@ T.config.sync_compile = true  -- compile in line: the first calls run native cod
 local CYCLES = tonumber(os.getenv("CRESCENT_RESOURCE_CYCLES") or "")
 local VERBOSE = os.getenv("CRESCENT_RESOURCE_VERBOSE") == "1"
 
-local function quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-local function temp_dir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  os.execute("mkdir -p " .. quote(dir))
-  return dir
-end
-local read, write = S.read_file, S.write_file
+local SH = require "shell"
+local temp_dir, read, write = SH.tmpdir, SH.read, SH.write
 -- the cache entries (file names) in dir
-local function entries(dir)
-  local p = io.popen("ls " .. quote(dir))
-  local r = {}
-  for name in p:lines() do if name:match("%.so$") then r[#r + 1] = name end end
-  p:close()
-  table.sort(r)
-  return r
-end
+local function entries(dir) return SH.ls(dir, "%.so$") end
 
 -- The memory in use, in KiB: the resident set size, or under AddressSanitizer (which keeps freed
 -- memory in quarantine, so RSS says little) the live heap bytes it counts.
@@ -101,7 +88,7 @@ describe("compile / reset cycles", function()
       S.eq(#entries(dir), 1, "cache entries")
     end)
     T.config.cache_dir = saved.dir
-    os.execute("rm -rf " .. quote(dir))
+    SH.rm(dir)
     if not ok then error(err, 0) end
   end)
   S.native_it("keep RSS flat when every cycle compiles (no disk cache)", function()
@@ -248,7 +235,7 @@ describe("the disk kernel cache", function()
       end)
       T.config.cache_dir = saved.dir
       T.compiler.reset()
-      os.execute("rm -rf " .. quote(dir))
+      SH.rm(dir)
       if not ok then error(err, 0) end
     end)
   end

@@ -58,7 +58,7 @@ describe("conversion to Lua values", function()
     local path = os.tmpname()
     local header = "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }"
     header = header .. (" "):rep(64 - 10 - #header - 1) .. "\n"
-    S.write_file(path, "\147NUMPY\1\0" .. string.char(#header, 0) .. header
+    require("shell").write(path, "\147NUMPY\1\0" .. string.char(#header, 0) .. header
       .. "\255\255\255\255" .. "\0\0\192\127" .. "\0\0\128\63")
     local x = T.load_npy(path)
     os.remove(path)

@@ -6,63 +6,8 @@ local T = require "crescent"
 expect.covers("view", "reshape", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", "flatten",
   "narrow", "select", "slice", "as_strided")
 
--- A(2, 3) = arange(6):view(2, 3), here and in the python snippets (int64 in both)
-local function A(...)
-  local n = 1
-  for _, s in ipairs({ ... }) do n = n * s end
-  return T.arange(n):view(...)
-end
-
--- Runs the PyTorch expressions of `cases` ({name, lua_fn, py_expr}) in one python process and
--- returns name -> {shape =, stride =, values =, dtype =}, or nil and why when torch is missing.
-local function torch_refs(cases)
-  local py = os.getenv("CRESCENT_TEST_PYTHON") or "/usr/bin/python3"
-  local f = io.open(py)
-  if not f then return nil, "no " .. py end
-  f:close()
-  local L = {
-    "import torch",
-    "def A(*s):",
-    "    n = 1",
-    "    for k in s: n *= k",
-    "    return torch.arange(n).view(*s)",
-    "def lua(v):",
-    "    if isinstance(v, bool): return 'true' if v else 'false'",
-    "    if isinstance(v, (list, tuple)): return '{' + ','.join(lua(x) for x in v) + '}'",
-    "    return repr(v)",
-    "def out(name, fn):",
-    "    try:",
-    "        t = fn()",
-    "        print(name + '\\t{shape=' + lua(list(t.shape)) + ',stride=' + lua(list(t.stride())) + ',values=' + " ..
-      "lua(t.tolist()) + ',dtype=\"' + str(t.dtype)[6:] + '\"}')",
-    "    except Exception as e:",
-    "        print(name + '\\t{error=' + repr(repr(e)) + '}')",
-  }
-  for _, c in ipairs(cases) do L[#L + 1] = string.format("out(%q, lambda: %s)", c[1], c[3]) end
-  local path = os.tmpname()
-  local w = assert(io.open(path, "w"))
-  w:write(table.concat(L, "\n"), "\n")
-  w:close()
-  local p = io.popen(py .. " " .. path .. " 2>&1")
-  local text = p:read("*a")
-  p:close()
-  os.remove(path)
-  local refs = {}
-  for line in text:gmatch("[^\n]+") do
-    local name, lit = line:match("^(.-)\t(.*)$")
-    if name then refs[name] = assert(loadstring("return " .. lit))() end
-  end
-  if next(refs) == nil then return nil, "python3-torch failed: " .. text:sub(1, 200) end
-  return refs
-end
-
-local function same_as(got, ref)
-  expect.truthy(ref.error == nil, "PyTorch raised " .. tostring(ref.error))
-  expect.eq(got.shape, ref.shape, "shape")
-  expect.eq(got:stride(), ref.stride, "strides")
-  expect.eq(got.dtype, ref.dtype, "dtype")
-  expect.eq(got:totable(), ref.values, "values")
-end
+local R = require "torch_ref"
+local A = R.A  -- A(2, 3) = arange(6):view(2, 3), here and in the python snippets (int64 in both)
 
 -- {name, crescent, PyTorch}: Lua dims are 1-based, PyTorch's 0-based
 local NC = "A(4,6)[:, ::2]"  -- {4,3} with strides {6,2}
@@ -167,15 +112,7 @@ local cases = {
   { "dtype float64", function() return A(2, 3):double():unsqueeze(1):expand(4, 2, 3) end, "A(2,3).double().unsqueeze(0).expand(4,2,3)" },
 }
 
-local refs, why = torch_refs(cases)
-describe("views match PyTorch", function()
-  for _, c in ipairs(cases) do
-    it(c[1], function()
-      if not refs then expect.skip(why) end
-      same_as(c[2](), refs[c[1]])
-    end)
-  end
-end)
+R.check_exact("views match PyTorch", cases)
 
 -- ---- storage sharing ---------------------------------------------------------------------------
 

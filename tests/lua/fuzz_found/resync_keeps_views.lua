@@ -2,7 +2,7 @@
 -- false alarm of the PyTorch replayer, kept as its regression test: t14:sub_(t11) differs from
 -- torch by an ulp (a divergence), torch's t14 took crescent's values as a new tensor, and the
 -- write through the older view t15 then missed it ("alias" mismatch). Now a written tensor takes
--- crescent's values in place (fuzz_replay.py, Replay.adopt).
+-- crescent's values in place (tests/torch_bridge/replay.py, Replay.adopt).
 --   CRESCENT_FUZZ_FILE=tests/lua/fuzz_found/resync_keeps_views.lua crescent tests/lua/run.lua tests/lua/test_compile_fuzz.lua
 return {
   args_src = "return function(T, call)\n  T.manual_seed(87400 + call)\n  local x, y, z\n  x, y, z = T.randn({3, 5, 4}, {dtype = \"float64\"}), T.randn({}, {dtype = \"float32\"}), T.randn({1}, {dtype = \"float64\"})\n  return x, y, z, ({-0.75, -0.75, -0.75, -0.75, -0.75, -0.75, -0.75, -0.75})[call]\nend",

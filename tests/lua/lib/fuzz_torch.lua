@@ -5,70 +5,27 @@
 -- that call the real crescent functions and record a trace: each call's crescent name, its
 -- arguments (tensor ids, numbers, tables), its results and whether it raised. Lua numbers
 -- (item(), sizes) take crescent's values, so the trace fixes the control flow. Crescent's values
--- (every result, and after an in-place write every tensor sharing the target's storage) go to a
--- safetensors file per program, the traces to a manifest, and ONE python process replays a whole
--- batch (tests/diff/fuzz_replay.py: chain and per-op modes, described there).
+-- (every result, and after an in-place write every tensor sharing the target's storage) and the
+-- traces go through the PyTorch bridge (torch_bridge.lua): ONE python process replays a whole
+-- batch (tests/torch_bridge/replay.py: chain and per-op modes, described there).
 --
 --   local FT = require "fuzz_torch"
 --   local batch = FT.batch(device)                  -- nil, reason when python3-torch is missing
 --   batch:add(key, record)                          -- record(P): runs the program with proxy T P
 --   local results = batch:run()                     -- key -> { findings = ..., chain = ... }
 --
--- Findings are judged with tests/diff/recipes.lua's EXCUSES (known, documented differences) and
--- the list below. CRESCENT_FUZZ_KEEP=1 keeps the exchange files (manifest, values, status).
+-- Findings are judged with tests/diff/excuses.lua (known, documented differences) and the list
+-- below. CRESCENT_FUZZ_KEEP=1 keeps the exchange files (jobs, values, status).
 local T = require "crescent"
 local ffi = require "ffi"
 local core = require "crescent.core"
-local here = debug.getinfo(1, "S").source:sub(2):match("(.*/)") or "./"
-package.path = here .. "../diff/?.lua;" .. package.path
-local X = require "exchange"
+local TB = require "torch_bridge"
 local C = require "compare"
 local RC = require "recipes"
 
 local FT = {}
 
--- ---- JSON (the manifest) ----------------------------------------------------------------------------
-
-local ESC = { ['"'] = '\\"', ["\\"] = "\\\\", ["\n"] = "\\n", ["\t"] = "\\t", ["\r"] = "\\r" }
-local function jstr(s)
-  return '"' .. s:gsub('[%c"\\]', function(c) return ESC[c] or ("\\u%04x"):format(c:byte()) end) .. '"'
-end
-
--- v as JSON: integral numbers as Python ints, NaN and infinities as {"$f": ...}; a table with
--- `n` or an array part is a list (n counts trailing nils), else an object.
-local function json(v, out)
-  local ty = type(v)
-  if v == nil then out[#out + 1] = "null"
-  elseif ty == "boolean" then out[#out + 1] = tostring(v)
-  elseif ty == "number" then
-    if v ~= v then out[#out + 1] = '{"$f": "nan"}'
-    elseif v == math.huge then out[#out + 1] = '{"$f": "inf"}'
-    elseif v == -math.huge then out[#out + 1] = '{"$f": "-inf"}'
-    elseif v == 0 and 1 / v < 0 then out[#out + 1] = "-0.0"
-    elseif v == math.floor(v) and math.abs(v) < 2 ^ 53 then out[#out + 1] = ("%d"):format(v)
-    else out[#out + 1] = ("%.17g"):format(v) end
-  elseif ty == "string" then out[#out + 1] = jstr(v)
-  elseif ty == "table" then
-    local n = v.n or #v
-    if v.n or n > 0 or next(v) == nil then
-      out[#out + 1] = "["
-      for i = 1, n do if i > 1 then out[#out + 1] = ", " end; json(v[i], out) end
-      out[#out + 1] = "]"
-    else
-      local keys = {}
-      for k in pairs(v) do keys[#keys + 1] = k end
-      table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-      out[#out + 1] = "{"
-      for i, k in ipairs(keys) do
-        out[#out + 1] = (i > 1 and ", " or "") .. jstr(tostring(k)) .. ": "
-        json(v[k], out)
-      end
-      out[#out + 1] = "}"
-    end
-  else error("fuzz_torch: cannot encode a " .. ty, 0) end
-  return out
-end
-FT.json = function(v) return table.concat(json(v, {})) end
+FT.json = TB.json  -- the encoding of the traces
 
 -- ---- the recording proxy ---------------------------------------------------------------------------
 
@@ -245,20 +202,21 @@ end
 
 -- ---- judging ---------------------------------------------------------------------------------------
 
--- Known differences of the fuzzer's programs beyond recipes.lua's EXCUSES (same fields).
+-- Known differences of the fuzzer's programs beyond excuses.lua's (same fields).
 FT.EXCUSES = {
 }
 
--- The excuse of a finding, or nil. The case the EXCUSES' predicates read: the op, its inputs
--- (crescent's values of the call's tensor arguments, loaded on demand) and a Python-like text.
-local function excuse(f, call, file)
+-- The excuse of a finding, or nil. The case the excuses' predicates read: the op, its inputs
+-- (crescent's values of the call's tensor arguments, `vals` by name, read on demand) and a
+-- Python-like text.
+local function excuse(f, call, vals)
   local case = setmetatable({ op = f.op, expr = f.op .. FT.json(call.a) }, { __index = function(c, k)
     if k ~= "inputs" then return nil end
-    local vals, inputs = T.load(file), {}
+    local inputs = {}
     local function walk(e)
       if type(e) ~= "table" then return end
       if e["$t"] then
-        local s = C.snapshot(vals[e.s])
+        local s = C.snapshot(vals(e.s))
         inputs[#inputs + 1] = { shape = s.shape, values = s.v }
       else for _, x in pairs(e) do walk(x) end end
     end
@@ -267,14 +225,7 @@ local function excuse(f, call, file)
     return inputs
   end })
   case.expr = case.expr:gsub('"dtype": "(%w+)"', "dtype=torch.%1")
-  for _, list in ipairs({ FT.EXCUSES, RC.EXCUSES }) do
-    for _, e in ipairs(list) do
-      if (e.op == f.op or e.op == "*" or (type(e.op) == "table" and e.op[f.op])) and e.kind == f.kind
-         and (not e.match or f.msg:find(e.match)) and (not e.when or e.when(case)) then
-        return e
-      end
-    end
-  end
+  return RC.excuse(case, f.kind, f.msg, FT.EXCUSES) or RC.excuse(case, f.kind, f.msg)
 end
 
 -- ---- the batch ---------------------------------------------------------------------------------------
@@ -285,21 +236,17 @@ Batch.__index = Batch
 -- A batch of programs for one python process, or nil and why not.
 function FT.batch(device)
   if device == "cuda" and not T.cuda.is_available() then return nil, "crescent sees no GPU" end
-  if not X.torch_available(X.python, device) then
-    return nil, ("no python3 with torch%s at %s"):format(device == "cuda" and " and CUDA" or "", X.python)
-  end
-  return setmetatable({ progs = {}, keys = {} }, Batch)
+  local ok, why = TB.have(TB.need(device))
+  if not ok then return nil, why end
+  return setmetatable({ progs = {}, keys = {}, values = {}, device = device }, Batch)
 end
 
 -- Records program `key`: run(P, observe) runs it with proxy T P (see FT.record). An error that
--- escapes run is the harness's.
+-- escapes run is the harness's. Its values are the bridge's inputs "key/name".
 function Batch:add(key, run)
   local calls, values = FT.record(run)
-  self.dir = self.dir or X.tmpdir()  -- the exchange files of this batch, removed by run()
-  local file = ("%s/%s.safetensors"):format(self.dir, key)
-  if next(values) == nil then values.none = T.zeros(1) end  -- no tensor at all: save needs one
-  T.save(file, values)
-  self.progs[key] = { calls = calls, file = file }
+  for name, v in pairs(values) do self.values[key .. "/" .. name] = v end
+  self.progs[key] = { calls = calls }
   self.keys[#self.keys + 1] = key
 end
 
@@ -317,33 +264,21 @@ end
 -- class is "mismatch" or an excuse's class. The batch is empty afterwards.
 function Batch:run()
   if #self.keys == 0 then return {} end
-  local lines = { FT.json({ tol = C.TOL, reduce = reduce_ops() }) }
+  local jobs = {}
+  for i, k in ipairs(self.keys) do jobs[i] = { key = k, calls = self.progs[k].calls } end
+  local res, why = TB.run({ handler = "replay", device = self.device, tol = C.TOL, reduce = reduce_ops() }, jobs,
+    self.values, { keep = os.getenv("CRESCENT_FUZZ_KEEP") })
+  res = res or {}
   for _, k in ipairs(self.keys) do
-    local p = self.progs[k]
-    lines[#lines + 1] = FT.json({ key = k, file = p.file, calls = p.calls })
-  end
-  local f = assert(io.open(self.dir .. "/manifest.jsonl", "w"))
-  f:write(table.concat(lines, "\n"), "\n")
-  f:close()
-  local status = self.dir .. "/status.lua"
-  os.remove(status)
-  local out, code = X.sh(("%s %sfuzz_replay.py %s/manifest.jsonl %s"):format(X.python, X.dir, self.dir, status))
-  local ok, res = pcall(dofile, status)
-  if code ~= 0 or not ok then
-    res = {}
-    for _, k in ipairs(self.keys) do res[k] = { failed = ("the torch side died (exit %d): %s"):format(code, out:sub(-2000)) } end
-  end
-  for _, k in ipairs(self.keys) do
-    local r, p = res[k] or { failed = "no torch outcome" }, self.progs[k]
+    local r, p = res[k] or { failed = why or "no torch outcome" }, self.progs[k]
     res[k] = r
+    local function vals(name) return self.values[k .. "/" .. name] end
     for _, fd in ipairs(r.findings or {}) do
-      local e = excuse(fd, p.calls[fd.call], p.file)
+      local e = excuse(fd, p.calls[fd.call], vals)
       fd.class, fd.why = e and e.class or "mismatch", e and e.why
     end
   end
-  if os.getenv("CRESCENT_FUZZ_KEEP") then io.stderr:write("fuzz_torch: exchange files kept in ", self.dir, "\n")
-  else X.sh("rm -rf " .. self.dir) end
-  self.progs, self.keys, self.dir = {}, {}, nil
+  self.progs, self.keys, self.values = {}, {}, {}
   return res
 end
 

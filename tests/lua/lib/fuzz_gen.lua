@@ -3,12 +3,11 @@
 -- running it on a "shadow" environment holding the program's first-call inputs: only statements
 -- that run there are kept, and the shadow gives the shapes and dtypes the next proposals work with.
 -- A few programs get a statement that fails on purpose. CRESCENT_FUZZ_DEVICE=cuda makes the inputs
--- and every created tensor CUDA tensors.
+-- and every created tensor CUDA tensors. The ops come from the registry (fuzz_ops.lua).
 --   local FG = require "fuzz_gen"; local prog = FG.program(seed); FG.source(prog) -> Lua text
 local T = require "crescent"
-local here = debug.getinfo(1, "S").source:sub(2):match("(.*/)") or "./"
-package.path = here .. "../diff/?.lua;" .. package.path
-local new_rng = require("gen").rng  -- the differential test's xorshift32: the same draws
+local FO = require "fuzz_ops"
+local new_rng = require("rng").new  -- the differential test's xorshift32: the same draws
 local S = expect
 
 local DEVICE = os.getenv("CRESCENT_FUZZ_DEVICE") or "cpu"
@@ -16,31 +15,17 @@ local DEV = DEVICE ~= "cpu" and (", device = %q"):format(DEVICE) or ""         -
 local DEV_ARG = DEVICE ~= "cpu" and (", {device = %q}"):format(DEVICE) or ""   -- as the options argument
 local function opts_src(dtype) return ("{dtype = %q%s}"):format(dtype, DEV) end
 
--- ---- the op table ----------------------------------------------------------------------------
+-- ---- the op pools (fuzz_ops.lua) -----------------------------------------------------------------
 
-local UNARY = {  -- name; int: valid on int64 tensors; abs: applied to abs(x)
-  { "neg", int = true }, { "abs", int = true }, { "exp", int = true }, { "log1p", abs = true },
-  { "sqrt", abs = true }, { "sin" }, { "cos" }, { "tanh" }, { "sigmoid" }, { "relu", int = true },
-  { "gelu" }, { "silu" }, { "floor" }, { "ceil" }, { "round" }, { "trunc" }, { "sign", int = true },
-  { "square", int = true }, { "erf" }, { "expm1" }, { "log", abs = true }, { "rsqrt", abs = true },
-  { "reciprocal" }, { "exp2" },
-}
-local BINARY = { "add", "sub", "mul", "div", "maximum", "minimum" }
-local OPERATOR = { add = "+", sub = "-", mul = "*", div = "/" }
-local COMPARE = { "gt", "lt", "ge", "le", "eq", "ne" }
-local REDUCE = { "sum", "mean", "amax", "amin" }
-local VIEWS = { "transpose", "t", "permute", "narrow", "select", "slice", "index", "unsqueeze", "squeeze",
-  "expand", "reshape", "view", "flatten", "contiguous" }
-local TARGET_VIEWS = { "transpose", "t", "narrow", "select", "slice", "index", "unsqueeze" }  -- in-place targets
-local MISC = {  -- float ops: A a var, B a float var broadcastable with it (or A), D a dim of A
-  "A:cumsum(D)", "A:prod(D)", "A:var(D)", "A:std(D, true)", "A:logsumexp(D)", "A:argmax(D)", "(A:max(D))",
-  "(select(2, A:min(D)))", "T.tril(A)", "T.triu(A, 1)", "A:clamp(-0.5, nil)", "A:pow(2)", "A:lerp(B, 0.3)",
-  "T.addcmul(A, A, B, 0.5)", "T.atan2(A, B)", "A:fmod(0.7)", "A:remainder(0.7)", "A:masked_fill(A:gt(0), 0.5)",
-  "A:index_select(D, T.tensor({1, 1}" .. DEV_ARG .. "))", "A:split(2, D)[1]", "A:chunk(2, D)[1]", "A:norm()", "A:gelu({approximate = \"tanh\"})",
-  "A:clamp(B, B + 1)", "A:clamp(nil, B)", "A:lerp(B, B)", "A:gt(0.5):any(D):float()", "A:lt(1):all(D, true):double()",
-  "A:ne(0):all():float()",
-}
-local INPLACE = { "add_", "sub_", "mul_", "div_", "clamp_", "fill_", "copy_", "zero_" }
+local UNARY, BINARY, COMPARE, REDUCE, ALONG = FO.UNARY, FO.BINARY, FO.COMPARE, FO.REDUCE, FO.ALONG
+local VIEWS, TARGET_VIEWS, INPLACE, CREATE_SIZED, CREATE_LIKE = FO.VIEWS, FO.TARGET_VIEWS, FO.INPLACE, FO.CREATE_SIZED,
+  FO.CREATE_LIKE
+local OPERATOR = { add = "+", sub = "-", mul = "*", div = "/", pow = "^", remainder = "%" }  -- the tensor metatable's
+local MISC = {}
+for i, e in ipairs(FO.MISC) do MISC[i] = e:gsub("DEV_ARG", DEV_ARG) end
+-- conversions: x:op() and x:to(dtype); int: to integers (floats' NaN and inf are guarded first)
+local CONVERT = { { 'to("float64")' }, { 'to("float32")' } }
+for _, c in ipairs(FO.CONVERT) do CONVERT[#CONVERT + 1] = { c[1] .. "()", int = c.int } end
 local FLOAT_LITS = { "0.5", "-1.5", "2", "0", "1e-3", "-0.25", "3", "100", "-1" }
 local INT_LITS = { "0", "1", "2", "-1", "3", "-2" }
 local DTYPES = { "float32", "float32", "float32", "float32", "float64", "float64", "int64" }
@@ -50,7 +35,7 @@ local OPTIONS = { { "default", nil }, { "{hot = 0}", { hot = 0 } },
 
 -- statement kinds and their weights (generators in GEN below)
 local STATEMENTS = {
-  { "unary", 10 }, { "binary", 12 }, { "compare_where", 5 }, { "reduce", 6 }, { "softmax", 3 },
+  { "unary", 10 }, { "binary", 12 }, { "compare_where", 5 }, { "reduce", 6 }, { "along", 3 },
   { "view", 12 }, { "join", 4 }, { "matmul", 3 }, { "create", 2 }, { "convert", 2 },
   { "inplace", 9 }, { "index_assign", 3 }, { "item", 4 }, { "number", 2 }, { "branch", 4 },
   { "loop", 2 }, { "store", 3 }, { "seed", 0.5 }, { "misc", 5 }, { "dup", 2 },
@@ -221,7 +206,7 @@ function GEN.binary(g)
   if OPERATOR[op] and r:chance(0.5) then
     if not is_t and r:chance(0.3) then return { tensor = ("%s %s %s"):format(rhs, OPERATOR[op], a.name) } end
     return { tensor = ("%s %s %s"):format(a.name, OPERATOR[op], rhs) }
-  elseif (op == "add" or op == "sub") and r:chance(0.4) then
+  elseif FO.ALPHA[op] and r:chance(0.4) then
     return { tensor = ("T.%s(%s, %s, {alpha = %s})"):format(op, a.name, rhs, g:scalar(ta)) }
   end
   return { tensor = r:chance(0.5) and ("T.%s(%s, %s)"):format(op, a.name, rhs) or ("%s:%s(%s)"):format(a.name, op, rhs) }
@@ -243,18 +228,18 @@ end
 function GEN.reduce(g)
   local a, ta = g:pick()
   if not a then return end
-  local r, op = g.r, g.r:pick(REDUCE)
-  if op == "mean" and not is_float(ta) then op = "sum" end
+  local r, red = g.r, g.r:pick(REDUCE)
+  local op = (red.float and not is_float(ta)) and "sum" or red[1]
   local d, kd = g:dim(ta), r:pick({ "", ", true", ", false" })
   if not d or r:chance(0.2) then return { tensor = ("%s:%s()"):format(a.name, op) } end
-  if ta:dim() >= 2 and r:chance(0.2) then d = ("{%d, %d}"):format(1, r:int(2, ta:dim())) end
+  if ta:dim() >= 2 and r:chance(0.2) and red.dims then d = ("{%d, %d}"):format(1, r:int(2, ta:dim())) end
   if r:chance(0.3) then return { tensor = ("T.%s(%s, %s%s)"):format(op, a.name, d, kd) } end
   return { tensor = ("%s:%s(%s%s)"):format(a.name, op, d, kd) }
 end
 
-function GEN.softmax(g)
+function GEN.along(g)  -- softmax, log_softmax, cumsum
   local a, ta = g:pick(function(t) return is_float(t) and t:dim() >= 1 end)
-  local op = g.r:pick({ "softmax", "log_softmax" })
+  local op = g.r:pick(ALONG)
   return a and { tensor = g.r:chance(0.3) and ("T.%s(%s, %d)"):format(op, a.name, g:dim(ta))
     or ("%s:%s(%d)"):format(a.name, op, g:dim(ta)) }
 end
@@ -309,8 +294,8 @@ end
 function GEN.create(g)
   local r, a, ta = g.r, g:pick()
   local shape, dt, k = shape_str(a and ta.shape or { r:int(1, 4) }), r:pick(DTYPES), r:int(1, 5)
-  if k <= 2 and dt ~= "int64" then return { tensor = ("T.%s(%s, %s)"):format(k == 1 and "randn" or "rand", shape, opts_src(dt)) }
-  elseif k == 3 and a then return { tensor = ("T.%s(%s)"):format(r:pick({ "zeros_like", "ones_like" }), a.name) }
+  if k <= 2 then return { tensor = ("T.%s(%s, %s)"):format(r:pick(CREATE_SIZED), shape, opts_src(dt)) }
+  elseif k == 3 and a then return { tensor = ("T.%s(%s)"):format(r:pick(CREATE_LIKE), a.name) }
   elseif k == 4 then return { tensor = ("T.arange(%d, %s):view(%s)"):format(a and ta:numel() or 4, opts_src(dt), a and shape or "{4}") }
   end
   return { tensor = ("T.full(%s, %s, %s)"):format(shape, g:scalar({ dtype = dt }), opts_src(dt)) }
@@ -319,11 +304,11 @@ end
 function GEN.convert(g)
   local a, ta = g:pick()
   if not a then return end
-  local c = g.r:pick({ "float()", "double()", "long()", "clone()", "to(\"float64\")", "to(\"float32\")" })
-  if c == "long()" and is_float(ta) then  -- NaN, inf and huge floats have no int64 value (UB in C++)
-    return { tensor = ("T.where(%s:eq(%s), %s, 0):clamp(-1e9, 1e9):long()"):format(a.name, a.name, a.name) }
+  local c = g.r:pick(CONVERT)
+  if c.int and is_float(ta) then  -- NaN, inf and huge floats have no integer value (UB in C++)
+    return { tensor = ("T.where(%s:eq(%s), %s, 0):clamp(-1e9, 1e9):%s"):format(a.name, a.name, a.name, c[1]) }
   end
-  return { tensor = a.name .. ":" .. c, bases = c ~= "clone()" and a.bases or nil }
+  return { tensor = a.name .. ":" .. c[1], bases = c[1] ~= "clone()" and a.bases or nil }
 end
 
 -- In place on a var or a view of it; a tensor operand must not share storage with the target
@@ -350,6 +335,7 @@ function GEN.inplace(g)
     if is_float(tt) and r:chance(0.5) then lo, hi = r:pick({ "-0.5", "nil" }), r:pick({ "0.75", "nil" }) end
     e = ("%s:clamp_(%s, %s)"):format(target, lo, (lo == "nil" and hi == "nil") and "1" or hi)
   elseif op == "fill_" then e = ("%s:fill_(%s)"):format(target, g:scalar(tt))
+  elseif op == "masked_fill_" then e = ("%s:masked_fill_(%s:gt(0), %s)"):format(target, target, g:scalar(tt))
   elseif op == "zero_" then e = target .. ":zero_()"
   elseif op == "copy_" then
     local b, is_t = operand()
@@ -388,9 +374,9 @@ function GEN.item(g)  -- a Lua number from a graph break (or a shape query, whic
   elseif k == 2 and ta:dim() >= 1 then return { number = ("%s:size(%d)"):format(a.name, r:int(1, ta:dim())), int = true }
   elseif k == 3 then return { number = ("#tostring(%s)"):format(a.name), int = true }
   end
-  local op = r:pick(REDUCE)
-  if (op == "mean" and int) or ta:numel() == 0 then op = "sum" end
-  return { number = ("%s:%s():item()"):format(a.name, op), int = int }
+  local red = r:pick(REDUCE)  -- (a boolean item is no number)
+  local op = ((red.float and int) or red.bool or ta:numel() == 0) and "sum" or red[1]
+  return { number = ("%s:%s():item()"):format(a.name, op), int = int or (op == red[1] and red.index) }
 end
 
 function GEN.number(g)  -- Lua arithmetic on numbers (math.floor keeps NaN and inf: integral if its input is)
@@ -434,7 +420,7 @@ end
 -- local tN = E0; if cond then tN = EA; effect else tN = EB; effect end (EA, EB typed as E0).
 function GEN.branch(g)
   local r = g.r
-  local kinds = { "unary", "binary", "reduce", "view", "compare_where", "softmax" }
+  local kinds = { "unary", "binary", "reduce", "view", "compare_where", "along" }
   local p0 = GEN[r:pick(kinds)](g)
   if not p0 or not p0.tensor then return end
   local name, t0, cond = "t" .. (#g.stmts + 1), g:eval(p0.tensor), g:condition()

@@ -1,6 +1,7 @@
 -- A small spec framework for the Lua tests: describe / it / expect, run by tests/lua/run.lua.
 -- Every assertion failure reports the spec's file:line.
 local T = require "crescent"
+local SH = require "shell"
 T.config.sync_compile = true  -- compiles in line: a spec knows which call runs native code
 
 local S = { results = { passed = 0, failed = 0, skipped = 0 }, failures = {} }
@@ -35,6 +36,20 @@ function S.covers(...)
   for _, name in ipairs({ ... }) do
     if not T._ops[name] then error("covers: '" .. name .. "' is not a registry op", 2) end
     S.covered[name] = true
+  end
+end
+
+-- The registry coverage check, once every spec file has been loaded: a failure naming the ops
+-- that no file covers, else a pass.
+function S.check_coverage()
+  local missing = {}
+  for name in pairs(T._ops) do if not S.covered[name] then missing[#missing + 1] = name end end
+  table.sort(missing)
+  if #missing > 0 then
+    S.results.failed = S.results.failed + 1
+    S.failures[#S.failures + 1] = "registry coverage: ops without a spec: " .. table.concat(missing, ", ")
+  else
+    S.results.passed = S.results.passed + 1
   end
 end
 
@@ -195,28 +210,17 @@ function S.close(got, want, rtol, atol)
   cmp(g, want, "x")
 end
 
--- A whole file's bytes, and a file written with `bytes`.
-function S.read_file(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-function S.write_file(path, bytes)
-  local f = assert(io.open(path, "wb"))
-  assert(f:write(bytes))
-  f:close()
+-- The crescent executable for a spec that starts one; the spec skips where it is unknown.
+function S.need_bin()
+  local b = SH.crescent_bin()
+  if not b then S.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
+  return b
 end
 
--- The crescent executable for tests that start one: CRESCENT_BIN (set by tests/CMakeLists.txt),
--- else the one running the spec runner; nil when unknown.
-function S.crescent_bin()
-  local b = os.getenv("CRESCENT_BIN")
-  if b and b ~= "" then return b end
-  if not arg then return nil end
-  local i = -1
-  while arg[i - 1] do i = i - 1 end
-  return arg[i]
+-- SH.crescent(args, opts) (shell.lua) for a spec: skips where the executable is unknown.
+function S.crescent(args, opts)
+  S.need_bin()
+  return SH.crescent(args, opts)
 end
 
 -- With T.config.sync_compile = false, a compiled function gives its eager results while its

@@ -1,76 +1,11 @@
--- More of T.compile: CRESCENT_DEBUG_DIR / T.config.debug_dir dumps and the perf log; lazy values
--- and raw pointers; reduce-overhead's purity rule for library functions with hidden state.
+-- T.compile on edge cases, each a regression: values the graph dropped that a raw-pointer write
+-- would change, the programs the random-program fuzzer found (views written in place, repeated
+-- views, ops that return their input), ops that fail inside a compiled function or on values
+-- whose result is unused, booleans where numbers go, and random draws in eager's order.
 local T = require "crescent"
 local S = expect
 
-local function read(path)
-  local f = assert(io.open(path))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-describe("compiled graph dumps", function()
-  S.native_it("writes guards, the recorded and the optimised graph and the compile time per graph", function()
-    local dir = os.tmpname()
-    os.remove(dir)
-    os.execute("mkdir -p " .. dir)
-    local saved = T.config.debug_dir
-    T.config.debug_dir = dir
-    local f = T.compile(function(x)
-      local a = x + 1
-      local b = x + 1  -- merged with a
-      return (a * b):sin()
-    end)
-    for _ = 1, 4 do f(T.ones(3)) end
-    T.config.debug_dir = saved
-    f(T.ones(3))
-    local p = io.popen('ls "' .. dir .. '"')
-    local files, native = {}, {}
-    for name in p:lines() do
-      local suffix = name:match("%.(%a+%.%a+)$")
-      if suffix and ({ ["loops.txt"] = 1, ["fusion.txt"] = 1, ["kernels.c"] = 1, ["gccjit.c"] = 1, ["timings.txt"] = 1 })[suffix] then
-        native[suffix] = true  -- the native code generator's dumps of the same graph
-      else
-        files[#files + 1] = name
-      end
-    end
-    p:close()
-    S.eq(#files, 1)
-    for _, suffix in ipairs({ "loops.txt", "fusion.txt", "kernels.c", "timings.txt" }) do S.truthy(native[suffix], suffix) end
-    local text = read(dir .. "/" .. files[1])
-    os.execute('rm -rf "' .. dir .. '"')
-    S.truthy(text:find("guards of segment ending at return of", 1, true), text)
-    S.truthy(text:find("input %0: float32{3} strides {1}", 1, true), text)
-    S.truthy(text:find("-- recorded\ngraph", 1, true), text)
-    S.truthy(text:find("-- optimised\ngraph", 1, true), text)
-    S.truthy(text:find("%d+ = sin%(") and text:find("test_compile_more%.lua:%d+"), text)
-    S.truthy(text:find("-- compile time: [%d.]+ us"), text)
-    -- the recorded graph has both adds, the optimised one a single add
-    local recorded = text:match("%-%- recorded\n(.-)%-%- optimised")
-    local optimised = text:match("%-%- optimised\n(.-)%-%- compile time")
-    local _, n_rec = recorded:gsub("= add%(", "")
-    local _, n_opt = optimised:gsub("= add%(", "")
-    S.eq({ n_rec, n_opt }, { 2, 1 })
-  end)
-
-  it("logs the compile time of each graph with CRESCENT_LOGS=perf", function()
-    local bin = os.getenv("CRESCENT_BIN") or "build/crescent"
-    local script = os.tmpname()
-    local out = os.tmpname()
-    local h = assert(io.open(script, "w"))
-    h:write([[local T = require "crescent"
-local f = T.compile(function(x) return x * 2 + 1 end)
-for _ = 1, 4 do f(T.ones(2)) end
-]])
-    h:close()
-    os.execute(string.format('CRESCENT_LOGS=perf "%s" "%s" 2> "%s"', bin, script, out))
-    local log = read(out)
-    os.remove(script)
-    os.remove(out)
-    S.truthy(log:find("%[crescent perf%] .- compiled in [%d.]+ us %(2 ops %-> 2%)"), log)
-  end)
-end)
+local THIS_FILE = debug.getinfo(1, "S").source:match("[^/]*$")  -- "test_compile_edge_cases.lua"
 
 describe("lazy values and raw pointers", function()
   it("computes a value the graph dropped before its input is written through data_ptr", function()
@@ -85,56 +20,6 @@ describe("lazy values and raw pointers", function()
     for i = 0, 2 do p[i] = 100 end  -- a write the runtime cannot see
     S.eq(store.y:totable(), { 3, 3, 3 })
     S.eq(x:totable(), { 100, 100, 100 })
-  end)
-end)
-
-describe("reduce-overhead and hidden state", function()
-  it("never replays a function that draws from math.random, and replays one reading math.pi", function()
-    local f = T.compile(function(x)
-      if math.random() < 0.5 then return x + 1 end
-      return x - 1
-    end, { mode = "reduce-overhead" })
-    local g = T.compile(function(x) return x * math.pi end, { mode = "reduce-overhead" })
-    math.randomseed(7)
-    T.compiler.reset()
-    local x, seen = T.zeros(1), {}
-    for _ = 1, 40 do seen[f(x):item()] = true end
-    S.eq({ seen[1], seen[-1] }, { true, true })
-    S.eq(T.compiler.stats().replays, 0)
-    for _ = 1, 10 do S.close(g(T.ones(1)), { math.pi }) end
-    S.truthy(T.compiler.stats().replays >= 5, "g should be replayed")
-  end)
-end)
-
-describe("reduce-overhead replays", function()
-  local function replays() return T.compiler.stats().replays end
-  it("replay a plan with tensor and value arguments, upvalue weights and mixed results", function()
-    T.compiler.reset()
-    local model = { w = T.tensor({ 1, 2, 3 }), b = T.tensor({ 10, 20, 30 }) }
-    local f = T.compile(function(x, scale, tag)
-      return x * model.w * scale + model.b, tag, x:sum()
-    end, { mode = "reduce-overhead" })
-    local x = T.tensor({ 1, 1, 1 })
-    for _ = 1, 4 do f(x, 2, "a") end
-    local r0 = replays()
-    local y, tag, s = f(x, 2, "a")
-    S.truthy(replays() == r0 + 1, "the call should be a replay")
-    S.eq({ y:totable(), tag, s:item() }, { { 12, 24, 36 }, "a", 3 })
-    -- a new weight behind the same upvalue is read at the next call (still a replay)
-    model.w = T.tensor({ 3, 2, 1 })
-    S.eq(f(x, 2, "a"):totable(), { 16, 24, 32 })
-    S.eq(replays(), r0 + 2)
-    -- another value argument, another shape, another argument count: the normal compiled path
-    S.eq(f(x, 3, "a"):totable(), { 19, 26, 33 })
-    S.eq(f(T.ones(2, 3), 2, "a"):totable(), { { 16, 24, 32 }, { 16, 24, 32 } })
-    S.eq(select(2, f(x, 2, "b")), "b")
-    S.eq(replays(), r0 + 2)
-    S.eq(f(x, 2, "a"):totable(), { 16, 24, 32 })  -- the plan still stands
-    S.eq(replays(), r0 + 3)
-    -- T.compiler.reset() drops the plan: the function is probed and planned again
-    T.compiler.reset()
-    for _ = 1, 6 do S.eq(f(x, 2, "a"):totable(), { 16, 24, 32 }) end
-    S.truthy(replays() >= 1, "replays after a reset")
   end)
 end)
 
@@ -241,7 +126,7 @@ describe("ops that fail inside a compiled function", function()
     end)
     local line = 0
     for n, text in ipairs((function()
-      local t, f2 = {}, assert(io.open(debug.getinfo(1, "S").source:sub(2)))  -- this file
+      local t, f2 = {}, assert(io.open(debug.getinfo(1, "S").source:sub(2)))
       for l in f2:lines() do t[#t + 1] = l end
       f2:close()
       return t
@@ -252,7 +137,7 @@ describe("ops that fail inside a compiled function", function()
     for call = 1, 6 do
       if call % 2 == 1 then
         local err = S.errors(function() f(x, T.tensor({ 9 })) end, "index_select: index 9 is out of range")
-        S.truthy(err:find("test_compile_more.lua:" .. line .. ":", 1, true), err)
+        S.truthy(err:find(THIS_FILE .. ":" .. line .. ":", 1, true), err)
       else
         local ok1, r = f(x, T.tensor({ 2 }))
         S.eq(ok1, false)
@@ -329,6 +214,7 @@ describe("random draws in compiled graphs", function()
         S.eq({ got[k].dtype, got[k]:totable() }, { want[k].dtype, want[k]:totable() }, "call " .. i .. " result " .. k)
       end
     end
-    S.truthy(T.compiler.stats().kernels_compiled > 0, "nothing was compiled")
+    local st = T.compiler.stats()  -- (a kernel of an earlier run comes from the disk cache)
+    S.truthy(st.kernels_compiled + st.disk_cache_hits > 0, "nothing was compiled")
   end)
 end)

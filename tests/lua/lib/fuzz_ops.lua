@@ -1,0 +1,156 @@
+-- The compile fuzzer's op pools (fuzz_gen.lua), drawn from the registry (T._ops: each op's kind
+-- and argument schema, and what it does on a probe input) instead of lists written by hand, so a
+-- new op is fuzzed as soon as it is registered. Every registry op is in a pool, called by a
+-- generator of its own (FORMS, MISC), or in EXCLUDED with the reason; FO.unplaced() lists those
+-- in none of them (test_compile_fuzz.lua fails on it).
+local T = require "crescent"
+
+local FO = {}
+local OPS = T._ops
+
+-- Ops the fuzzer does not generate, each with why (mostly: arguments it cannot make yet).
+FO.EXCLUDED = {
+  as_strided = "sizes and strides that stay inside the storage: no generator yet",
+  mm = "needs 2-d operands and bmm 3-d ones: the matmul statement makes 1- to 3-d ones (matmul reaches both kernels)",
+  bmm = "needs 3-d operands: the matmul statement makes 1- to 3-d ones (matmul reaches its kernel)",
+  linear = "its weight is (out, in): the matmul statement makes matmul's (in, out) right operand",
+  gather = "needs an index tensor of the input's rank within its sizes: no generator yet",
+  embedding = "needs an int64 index tensor within the weight's rows: no generator yet",
+  attention = "needs query, key and value of matching head sizes: no generator yet",
+  sort = "no generator yet (dim, descending)",
+  topk = "no generator yet (k within the dim's size)",
+  eye = "no generator yet (sizes and options)",
+  linspace = "no generator yet (bounds and step count)",
+  randint = "no generator yet (bounds and sizes; the inputs are made with it)",
+  empty = "its values are undefined: eager and compiled results need not agree",
+  empty_like = "its values are undefined: eager and compiled results need not agree",
+  cpu = "a program's device is the run's (CRESCENT_FUZZ_DEVICE), not changed inside it",
+  cuda = "a program's device is the run's (CRESCENT_FUZZ_DEVICE), not changed inside it",
+  half = "float16 results are 1e-3 apart after one rounding of a float that native code computed "
+    .. "differently, beyond the fuzzer's 1e-4 tolerance",
+  bfloat16 = "bfloat16 results are 1e-2 apart after one rounding of a float that native code computed "
+    .. "differently, beyond the fuzzer's 1e-4 tolerance",
+}
+
+-- Ops that a statement generator of fuzz_gen.lua calls by name (not drawn from a pool).
+FO.FORMS = { where = "compare_where, convert", matmul = "matmul", cat = "join", stack = "join",
+  arange = "create", full = "create", to = "convert" }
+
+-- Call forms of the "misc" statement: A a float var, B a float var broadcastable with it (or A), D a
+-- dim of A; DEV_ARG the run's {device =} options argument.
+FO.MISC = {
+  "A:cumsum(D)", "A:prod(D)", "A:var(D)", "A:std(D, true)", "A:logsumexp(D)", "A:argmax(D)", "(A:max(D))",
+  "(select(2, A:min(D)))", "T.tril(A)", "T.triu(A, 1)", "A:clamp(-0.5, nil)", "A:pow(2)", "A:lerp(B, 0.3)",
+  "T.addcmul(A, A, B, 0.5)", "T.atan2(A, B)", "A:fmod(0.7)", "A:remainder(0.7)", "A:masked_fill(A:gt(0), 0.5)",
+  "A:index_select(D, T.tensor({1, 1}DEV_ARG))", "A:split(2, D)[1]", "A:chunk(2, D)[1]", "A:norm()",
+  "A:gelu({approximate = \"tanh\"})", "A:clamp(B, B + 1)", "A:clamp(nil, B)", "A:lerp(B, B)",
+  "A:gt(0.5):any(D):float()", "A:lt(1):all(D, true):double()", "A:ne(0):all():float()",
+}
+
+-- ---- probes -----------------------------------------------------------------------------------
+
+local function kind(op) return OPS[op].kind end
+local KIND = { unary = kind("neg"), binary = kind("add"), reduction = kind("sum"), view = kind("view"),
+  convert = kind("float"), creation = kind("zeros") }
+
+local FLOATS = T.tensor({ { -2.5, 0.5, 3 } })
+local INTS = T.tensor({ { -2, 0, 3 } }, { dtype = "int64" })
+local function try(op, ...)
+  local ok, r = pcall(OPS[op].fn, ...)
+  return ok and r or nil
+end
+local function accepts_int(op) return try(op, INTS) ~= nil end
+local function nan_on_negative(op)  -- log, sqrt, ...: the fuzzer applies them to abs(x)
+  local r = try(op, FLOATS)
+  return r ~= nil and r.dtype ~= "bool" and r:isnan():any():item()
+end
+local function bool_result(op, ...) local r = try(op, ...); return r ~= nil and r.dtype == "bool" end
+local function int_result(op) local r = try(op, FLOATS); return r ~= nil and (r.dtype == "int64" or r.dtype == "int32") end
+local function in_place(op) return op:sub(-1) == "_" end
+local function has_opt(op, key)
+  for _, o in ipairs(OPS[op].opts and OPS[op].opts.list or {}) do if o.name == key then return true end end
+  return false
+end
+local function param_types(op)
+  local t = {}
+  for i, p in ipairs(OPS[op].params) do t[i] = p.type end
+  return table.concat(t, ",")
+end
+
+-- The registry's ops satisfying pred, sorted by name (the draws must not depend on pairs' order).
+local function select_ops(pred)
+  local out = {}
+  for name in pairs(OPS) do if not FO.EXCLUDED[name] and pred(name) then out[#out + 1] = name end end
+  table.sort(out)
+  return out
+end
+
+-- ---- the pools ---------------------------------------------------------------------------------
+
+-- {name, int = valid on int64 tensors, abs = applied to abs(x)}
+FO.UNARY = {}
+for _, op in ipairs(select_ops(function(op) return kind(op) == KIND.unary end)) do
+  FO.UNARY[#FO.UNARY + 1] = { op, int = accepts_int(op), abs = nan_on_negative(op) }
+end
+-- tensor op tensor-or-number, and whether it takes {alpha =}
+FO.BINARY, FO.ALPHA = select_ops(function(op)
+  return kind(op) == KIND.binary and not in_place(op) and not bool_result(op, FLOATS, FLOATS)
+end), {}
+for _, op in ipairs(FO.BINARY) do FO.ALPHA[op] = has_opt(op, "alpha") end
+FO.COMPARE = select_ops(function(op)
+  return kind(op) == KIND.binary and not in_place(op) and bool_result(op, FLOATS, FLOATS)
+end)
+-- reductions over dims: {name, dims = takes a list of dims, float = refuses integer tensors,
+-- bool = gives booleans (all, any), index = gives integer positions (argmax, argmin)}
+FO.REDUCE = {}
+for _, op in ipairs(select_ops(function(op) return kind(op) == KIND.reduction end)) do
+  FO.REDUCE[#FO.REDUCE + 1] = { op, dims = OPS[op].params[2].type == "Ds", float = not accepts_int(op),
+    bool = bool_result(op, FLOATS), index = int_result(op) }
+end
+-- ops along one dim with a dtype option (softmax, log_softmax, cumsum)
+FO.ALONG = select_ops(function(op) return param_types(op) == "T,D" and has_opt(op, "dtype") end)
+-- views: the registry's, x[i] (select by indexing) and contiguous() (the input itself when contiguous)
+FO.VIEWS = select_ops(function(op) return kind(op) == KIND.view end)
+table.insert(FO.VIEWS, "index")
+table.insert(FO.VIEWS, "contiguous")
+-- views that in-place statements write through: not those that may copy (the write would miss the
+-- variable) or expand (writes into stride-0 dims are refused)
+local NOT_TARGET = { reshape = true, flatten = true, contiguous = true, expand = true }
+FO.TARGET_VIEWS = {}
+for _, v in ipairs(FO.VIEWS) do if not NOT_TARGET[v] then FO.TARGET_VIEWS[#FO.TARGET_VIEWS + 1] = v end end
+FO.INPLACE = select_ops(in_place)
+-- conversions of one tensor: {name, int = makes integers from floats (NaN and inf guarded first)}
+FO.CONVERT = {}
+local function converts(op) return kind(op) == KIND.convert and param_types(op) == "T" and not in_place(op) end
+for _, op in ipairs(select_ops(converts)) do
+  FO.CONVERT[#FO.CONVERT + 1] = { op, int = int_result(op) }
+end
+-- creations from sizes, and from a tensor (*_like)
+FO.CREATE_SIZED = select_ops(function(op) return kind(op) == KIND.creation and param_types(op) == "Is" end)
+FO.CREATE_LIKE = select_ops(function(op) return kind(op) == KIND.creation and param_types(op) == "T" end)
+
+-- ---- coverage ----------------------------------------------------------------------------------
+
+-- The registry ops in no pool, form, MISC call or exclusion (sorted), and EXCLUDED entries that
+-- name no registry op.
+function FO.unplaced()
+  local placed = {}
+  for op in pairs(FO.FORMS) do placed[op] = true end
+  for op in pairs(FO.EXCLUDED) do placed[op] = true end
+  for _, e in ipairs(FO.MISC) do
+    for op in e:gmatch(":([%w_]+)%(") do placed[op] = true end
+    for op in e:gmatch("T%.([%w_]+)%(") do placed[op] = true end
+  end
+  for _, pool in ipairs({ FO.UNARY, FO.BINARY, FO.COMPARE, FO.REDUCE, FO.ALONG, FO.VIEWS, FO.INPLACE, FO.CONVERT,
+    FO.CREATE_SIZED, FO.CREATE_LIKE }) do
+    for _, e in ipairs(pool) do placed[type(e) == "table" and e[1] or e] = true end
+  end
+  local missing, stale = {}, {}
+  for op in pairs(OPS) do if not placed[op] then missing[#missing + 1] = op end end
+  for op in pairs(FO.EXCLUDED) do if not OPS[op] then stale[#stale + 1] = op end end
+  table.sort(missing)
+  table.sort(stale)
+  return missing, stale
+end
+
+return FO

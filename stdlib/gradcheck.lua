@@ -31,6 +31,12 @@ end
 
 local function pack(...) return { n = select("#", ...), ... } end
 local function call(fn, inputs) return floats(pack(fn(unpack(inputs, 1, inputs.n)))) end
+-- the values of fn's float results now (a result may be a view of an input about to change)
+local function call_values(fn, inputs)
+  local outs = call(fn, inputs)
+  for o = 1, #outs do outs[o] = values(outs[o]) end
+  return outs
+end
 
 -- element j (0-based, row-major) of x's storage, as a double*
 local function element(x, j)
@@ -48,15 +54,15 @@ local function numerical(T, fn, inputs, x, eps)
     local p = element(x, j)
     local orig = p[0]
     p[0] = orig + eps
-    local plus = call(fn, inputs)
+    local plus = call_values(fn, inputs)
     p = element(x, j)
     p[0] = orig - eps
-    local minus = call(fn, inputs)
+    local minus = call_values(fn, inputs)
     p = element(x, j)
     p[0] = orig
     local col = {}
     for o = 1, #plus do
-      local a, b = values(plus[o]), values(minus[o])
+      local a, b = plus[o], minus[o]
       local d = {}
       for e = 1, #a do d[e] = (a[e] - b[e]) / (2 * eps) end
       col[o] = d

@@ -13,6 +13,7 @@ void register_derivatives(Registry& r) {
   register_pointwise_derivatives(r);
   register_reduction_derivatives(r);
   register_view_derivatives(r);
+  register_linalg_derivatives(r);
 }
 
 }  // namespace cr

@@ -6,4 +6,5 @@ namespace cr {
 void register_pointwise_derivatives(Registry& r);
 void register_reduction_derivatives(Registry& r);
 void register_view_derivatives(Registry& r);
+void register_linalg_derivatives(Registry& r);
 }  // namespace cr

@@ -160,8 +160,11 @@ local function send_config(config)
   end
 end
 
--- One capture of fn(...) as function `id`; the call runs plainly when a capture is active.
+-- One capture of fn(...) as function `id`; the call runs plainly when a capture is active, and
+-- eagerly when a tensor it is given requires grad (until compiled autograd, issue 35).
+local needs_grad = require("crescent.autograd").needs_grad
 local function capture_call(id, ret_where, fn, ...)
+  if needs_grad(...) then return fn(...) end
   local config = settings  -- (T.config's values, read without its metatable)
   send_config(config)
   local rc = api.cap_begin(ctx, id, config.cache_size_limit)
@@ -173,9 +176,9 @@ end
 local compiled = setmetatable({}, { __mode = "k" })  -- compiled function -> { fn =, opts = }
 
 function M.compile(fn, opts)
-  local site
+  local site, module
   if type(fn) == "table" and type(fn.forward) == "function" then  -- a module: its forward
-    local module = fn
+    module = fn
     site = define_site(module.forward)
     fn = function(...) return module:forward(...) end
   end
@@ -194,6 +197,11 @@ function M.compile(fn, opts)
   end
   if o.mode == "reduce-overhead" then
     call = require("crescent.replay").wrap(fn, id, call)
+  end
+  local compiled_call = call
+  call = function(...)
+    if needs_grad(module, ...) then return fn(...) end
+    return compiled_call(...)
   end
   compiled[call] = { fn = fn, opts = o }
   return call

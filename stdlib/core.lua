@@ -55,6 +55,7 @@ end
 function core.service()
   local ctx, api = core.ctx, core.api
   if bit.band(ctx.service, 2) ~= 0 then api.cap_where(ctx, core.where()) end
+  if bit.band(ctx.service, 8) ~= 0 then api.autograd.where(ctx, core.where()) end
   if bit.band(ctx.service, 5) == 0 then return end
   if bit.band(ctx.service, 1) ~= 0 then
     collectgarbage()

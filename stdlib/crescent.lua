@@ -2,6 +2,7 @@
 -- here as T.op (and as a method, see crescent.tensor); the rest of API.md is assembled below.
 local core = require "crescent.core"
 local tensor = require "crescent.tensor"
+local autograd = require "crescent.autograd"  -- (before T takes the ops: it wraps creation ops)
 local ffi, api, ctx = core.ffi, core.api, core.ctx
 
 local T = { _VERSION = "crescent 0.1.0", version = "0.1.0" }
@@ -102,6 +103,9 @@ T.F = require "crescent.functional"
 T.nn = require "crescent.nn"
 T.F.bind(T)
 T.nn.bind(T)
+
+-- autograd (API.md section 9)
+autograd.bind(T)
 
 -- compilation (API.md section 5)
 local compile = require "crescent.compile"

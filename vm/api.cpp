@@ -9,6 +9,7 @@
 #include "jit/cuda/eager.hpp"
 #include "jit/cuda/memory.hpp"
 #include "jit/cuda/streams.hpp"
+#include "vm/autograd/call.hpp"
 #include "vm/cpu_march.hpp"
 #include "vm/devices.hpp"
 
@@ -119,13 +120,19 @@ int32_t api_call(cr_ctx* c, int32_t op, const cr_value* args, int32_t nargs, cr_
   return guarded(c, [&] {
     Context& ctx = Context::of(c);
     std::vector<Tensor>& r = ctx.call_outs;
-    if (ctx.recorder->active()) ctx.recorder->call(op, args, nargs, r);
-    else r = dispatch(ctx, op, args, nargs);
+    autograd::call(ctx, op, args, nargs, r);
     note_allocations(c);
     int32_t n = hand_out(ctx, r, outs, cap);
     r.clear();
     return n;
   });
+}
+
+// autograd::call's way into capture (the runtime layer may not include the recorder)
+bool capture_call(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
+  if (!ctx.recorder->active()) return false;
+  ctx.recorder->call(op, args, nargs, outs);
+  return true;
 }
 
 int32_t api_take_outputs(cr_ctx* c, cr_tensor** outs, int32_t cap) {
@@ -462,6 +469,7 @@ int32_t api_attention_mask_fits(cr_tensor* mask, cr_tensor* q, cr_tensor* k) {
 }  // namespace
 
 const cr_api* api_table() {
+  autograd::capture_hook = capture_call;
   static const cr_api api = {
       1,
       int32_t(Registry::get().ops().size()),
@@ -513,6 +521,7 @@ const cr_api* api_table() {
       api_attention_mask_fits,
       jit::wait_background_compiles,
       api_cancel_compiles,
+      autograd::api_table(),
   };
   return &api;
 }

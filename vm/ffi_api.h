@@ -29,6 +29,7 @@ typedef struct cr_tensor {
   void* _storage;         /* NULL: a lazy tensor, whose value a captured graph computes later */
   void* _lazy;            /* graph recorder: how a lazy tensor gets its value (cr::graph::LazyInfo) */
   uint64_t _gen;          /* graph recorder: the segment _vid belongs to */
+  void* _autograd;        /* autograd metadata (vm/autograd/meta.hpp); NULL: never required grad */
   uint32_t _dynamic;      /* T.mark_dynamic: bit d set = dim d (0-based) has a symbolic size */
   uint32_t _pad;
   int64_t _offset;
@@ -52,7 +53,8 @@ typedef struct cr_value {
 typedef struct cr_ctx {
   int32_t service;        /* requests to the Lua side after an op: 1 = run a full collection
                              (tensor memory grew), 2 = tell the recorder the Lua position
-                             (cap_where), 4 = complete the collector's cycle (handle count) */
+                             (cap_where), 4 = complete the collector's cycle (handle count),
+                             8 = tell autograd the Lua position (autograd->where) */
   int32_t capturing;      /* a compiled function is being captured: reading data is a graph break */
   int32_t claimed;        /* how many of the tensors handed out last Lua has wrapped (core.wrap) */
   void* impl;             /* cr::Context* */
@@ -64,6 +66,33 @@ typedef struct cr_op_info {
   int32_t kind;           /* cr::OpKind */
   int32_t flags;          /* cr::OpFlag bits */
 } cr_op_info;
+
+/* Autograd (vm/autograd/ffi.cpp, stdlib/autograd.lua). Functions returning int32_t give -1 on an
+ * error (last_error) and -2 when a hook raised (the Lua side keeps its error). */
+typedef struct cr_autograd_api {
+  int32_t (*mode)(int32_t what, int32_t value); /* what 0: grad mode, 1: inference mode; value -1
+                                                   reads; returns the previous value */
+  int32_t (*query)(cr_tensor* t, int32_t what); /* 0 requires_grad, 1 is_leaf, 2 retains_grad */
+  int32_t (*set_requires_grad)(cr_ctx* ctx, cr_tensor* t, int32_t b);
+  cr_tensor* (*get_grad)(cr_ctx* ctx, cr_tensor* t);           /* NULL: none */
+  int32_t (*set_grad)(cr_ctx* ctx, cr_tensor* t, cr_tensor* g); /* g NULL clears */
+  const char* (*grad_fn)(cr_ctx* ctx, cr_tensor* t, double* id); /* NULL: a leaf */
+  cr_tensor* (*detach)(cr_ctx* ctx, cr_tensor* t);
+  int32_t (*retain_grad)(cr_ctx* ctx, cr_tensor* t);
+  int32_t (*add_hook)(cr_ctx* ctx, cr_tensor* t, int32_t id);
+  int32_t (*dead_hooks)(int32_t* out, int32_t cap);  /* hook ids of dead tensors */
+  /* the Lua function running hook `id` on grad: 0 and *out = a new reference or NULL (keep
+     grad), or -1 when the hook raised */
+  void (*set_hook_caller)(int32_t (*fn)(int32_t id, cr_tensor* grad, cr_tensor** out));
+  /* backward from n roots (grads[i] NULL: ones for a one-element root) to the leaves, or to
+     `inputs` only; flags: 1 retain_graph, 2 create_graph, 4 allow_unused, 8 return the inputs'
+     gradients in outs (T.autograd.grad; NULL = unused) instead of accumulating into .grad */
+  int32_t (*backward)(cr_ctx* ctx, cr_tensor** roots, cr_tensor** grads, int32_t n, cr_tensor** inputs,
+                      int32_t ninputs, int32_t flags, cr_tensor** outs);
+  void (*where)(cr_ctx* ctx, const char* where); /* the Lua position of the last recorded op */
+  int32_t (*status)(int32_t op); /* op's derivative: 0 none (raises when reached), 1 a rule,
+                                    2 not differentiable */
+} cr_autograd_api;
 
 typedef struct cr_api {
   int32_t version;
@@ -154,6 +183,7 @@ typedef struct cr_api {
   /* drops this VM's compiles queued on the background thread, waits for its one in progress
    * (os.exit calls it) */
   void (*cancel_compiles)(cr_ctx* ctx);
+  const cr_autograd_api* autograd;
 } cr_api;
 
 #ifdef __cplusplus

@@ -25,6 +25,7 @@ Registry::Registry() {
   register_linalg(*this);
   register_sorting(*this);
   register_attention(*this);
+  register_derivatives(*this);
   for (const OpDef& d : ops_) infos_.push_back(cr_op_info{d.name, d.schema, int32_t(d.kind), d.flags});
 }
 
@@ -41,6 +42,12 @@ void Registry::add(const OpDef& def) {
     if (name == "device") d.device_arg = int8_t(i + hidden);
     if (std::strstr(d.schema, (name + ":Data").c_str())) hidden = 1;
   }
+}
+
+void Registry::set_derivative(const char* name, const Derivative& d) {
+  int i = index_of(name);
+  if (i < 0) fail(cat("derivative of '", name, "': no such op"));
+  ops_[size_t(i)].grad = d;
 }
 
 const OpDef* Registry::find(const std::string& name) const {

@@ -81,6 +81,19 @@ struct OpCall {
 // (element i is read before it is written), as in the eager in-place kernels; no other overlap.
 using BlockFn = void (*)(const void* a, const void* b, void* out, int64_t n);
 
+namespace autograd {
+class Grad;
+}
+// An op's derivative (vm/ops/*_grad.cpp, vm/autograd/grad.hpp): the rule computing its inputs'
+// gradients from its outputs' through registry ops, and what the forward keeps for it.
+struct Derivative {
+  void (*fn)(autograd::Grad&) = nullptr;  // null: none (a backward reaching the op raises)
+  uint32_t saves_inputs = 0;               // bit i: tensor argument i is kept
+  uint32_t saves_outputs = 0;              // bit k: output k is kept
+  uint32_t nondiff = 0;                    // bit i: argument i gets no gradient (indices, masks)
+  bool not_differentiable = false;         // no derivative exists (integer / bool results, creation)
+};
+
 struct OpDef;
 std::string schema_arg_name(const OpDef& def, int i);
 int normalize_dim(int64_t d, int ndim);  // throws with the valid range
@@ -103,6 +116,7 @@ struct OpDef {
   // Registry::add from the schema.
   int8_t device_arg = -1;
   LoopForm loop = LoopForm::Auto;
+  Derivative grad{};
 };
 // def with a loop form of its own (set at registration: `r.add(with_loop(OpDef{...}, LoopForm::Tril))`)
 inline OpDef with_loop(OpDef def, LoopForm form) {
@@ -117,6 +131,7 @@ class Registry {
   const OpDef* find(const std::string& name) const;
   int index_of(const std::string& name) const;
   void add(const OpDef& def);
+  void set_derivative(const char* name, const Derivative& d);
   const std::vector<cr_op_info>& infos() const { return infos_; }
 
  private:
@@ -136,6 +151,7 @@ void register_sorting(Registry& r);
 void register_attention(Registry& r);
 void register_creation(Registry& r);
 void register_conversions(Registry& r);
+void register_derivatives(Registry& r);  // vm/ops/*_grad.cpp
 
 // Block functions of no registry op, which the code generators call by name, with the scalar
 // expression the CUDA code generator emits for each: gelu's {approximate = "tanh"} form (the

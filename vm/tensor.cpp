@@ -3,6 +3,7 @@
 #include "jit/cuda/driver.hpp"
 
 #include "vm/alloc.hpp"
+#include "vm/autograd/meta.hpp"
 #include "vm/cpu_march.hpp"
 
 #include <algorithm>
@@ -122,6 +123,7 @@ int32_t tensor_refs(const cr_tensor* t) { return refs_of(const_cast<cr_tensor*>(
 void tensor_release(cr_tensor* t) {
   if (!t || refs_of(t).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (t->_lazy && lazy_release_hook) lazy_release_hook(t);
+  if (t->_autograd) autograd::drop_meta(t);
   if (t->_storage) storage_release(static_cast<Storage*>(t->_storage));
   delete_pooled(t);
 }

@@ -1,0 +1,292 @@
+-- crescent.autograd: the Lua surface of autograd (API.md section 9) over the C++ engine
+-- (vm/autograd/): tensor properties and methods, backward, T.autograd.grad / gradcheck, grad
+-- mode, {requires_grad =} on creation ops and PyTorch-like printing.
+local core = require "crescent.core"
+local tensor = require "crescent.tensor"
+local binding = require "crescent.binding"
+local ffi, api, ctx = core.ffi, core.api, core.ctx
+local ag = api.autograd
+local fail, is_tensor, wrap, ptr = core.fail, core.is_tensor, core.wrap, core.ptr
+local methods, props = tensor.methods, tensor.props
+local unpack = unpack or table.unpack
+
+local M = {}
+
+local function check(rc)
+  if rc ~= 0 then core.raise(rc) end
+end
+
+-- properties -----------------------------------------------------------------------------------
+function props.requires_grad(t) return ag.query(ptr(t), 0) ~= 0 end
+function props.is_leaf(t) return ag.query(ptr(t), 1) ~= 0 end
+function props.retains_grad(t) return ag.query(ptr(t), 2) ~= 0 end
+function props.grad(t)
+  if ptr(t)._autograd == nil then return nil end
+  local p = ag.get_grad(ctx, ptr(t))
+  if p == nil then return nil end
+  return wrap(p)
+end
+
+-- x.grad_fn: one object per node (`<MulBackward>`), with :name()
+local node_mt = { __index = { name = function(n) return n._name end } }
+node_mt.__tostring = function(n) return "<" .. n._name .. ">" end
+local nodes = setmetatable({}, { __mode = "v" })
+local ID = ffi.new("double[1]")
+function props.grad_fn(t)
+  if ptr(t)._autograd == nil then return nil end
+  local s = ag.grad_fn(ctx, ptr(t), ID)
+  if s == nil then return nil end
+  local id = ID[0]
+  local n = nodes[id]
+  if not n then
+    n = setmetatable({ _name = ffi.string(s) }, node_mt)
+    nodes[id] = n
+  end
+  return n
+end
+
+-- methods --------------------------------------------------------------------------------------
+function methods:requires_grad_(b)
+  if b == nil then b = true end
+  if type(b) ~= "boolean" then fail("requires_grad_: argument 1 (requires_grad) expected a boolean, got " .. type(b)) end
+  check(ag.set_requires_grad(ctx, ptr(self), b and 1 or 0))
+  return self
+end
+
+function methods:detach() return wrap(ag.detach(ctx, ptr(self))) end
+
+function methods:retain_grad()
+  check(ag.retain_grad(ctx, ptr(self)))
+end
+
+-- Hooks: Lua functions by id; the engine calls them through one FFI callback. Ids of tensors
+-- that died are collected at the next registration.
+local hooks, next_hook, hook_err = {}, 0, nil
+local DEAD = ffi.new("int32_t[64]")
+local function forget_dead()
+  while true do
+    local n = ag.dead_hooks(DEAD, 64)
+    for i = 0, n - 1 do hooks[DEAD[i]] = nil end
+    if n < 64 then return end
+  end
+end
+
+local caller = ffi.cast("int32_t (*)(int32_t, cr_tensor*, cr_tensor**)", function(id, g, out)
+  local fn = hooks[id]
+  if not fn then return 0 end
+  api.retain(g)
+  local h = wrap(g)
+  ctx.claimed = ctx.claimed - 1  -- (not one of the tensors an op handed out)
+  local ok, r = pcall(fn, h)
+  if not ok then hook_err = r; return -1 end
+  if r ~= nil then
+    if not is_tensor(r) then hook_err = { "register_hook: a hook returned a " .. type(r) .. ", expected a tensor or nil" }; return -1 end
+    api.retain(ptr(r))
+    out[0] = ptr(r)
+  end
+  return 0
+end)
+ag.set_hook_caller(caller)
+
+local handle_mt = { __index = { remove = function(h) hooks[h.id] = nil end } }
+function methods:register_hook(fn)
+  if type(fn) ~= "function" then fail("register_hook: argument 1 (hook) expected a function, got " .. type(fn)) end
+  forget_dead()
+  next_hook = next_hook + 1
+  check(ag.add_hook(ctx, ptr(self), next_hook))
+  hooks[next_hook] = fn
+  return setmetatable({ id = next_hook }, handle_mt)
+end
+
+-- backward ---------------------------------------------------------------------------------------
+local function tensor_list(v, what, op, allow_nil)
+  if is_tensor(v) then return { v }, 1 end
+  if type(v) ~= "table" then fail(string.format("%s: %s expected a tensor or a list of tensors, got %s", op, what, type(v))) end
+  local n = v.n or #v
+  for i = 1, n do
+    if not is_tensor(v[i]) and not (allow_nil and v[i] == nil) then
+      fail(string.format("%s: %s expected a list of tensors, element %d is a %s", op, what, i, type(v[i])))
+    end
+  end
+  return v, n
+end
+
+-- (not compiled: the engine calls hooks back into Lua, which LuaJIT allows only from interpreted
+-- FFI calls)
+local function run(op, roots, n, grads, inputs, ninputs, flags)
+  local R, G = ffi.new("cr_tensor*[?]", n), ffi.new("cr_tensor*[?]", n)
+  local I, O = ffi.new("cr_tensor*[?]", ninputs + 1), ffi.new("cr_tensor*[?]", ninputs + 1)
+  for i = 1, n do
+    R[i - 1] = ptr(roots[i])
+    local g = grads and grads[i]
+    if g ~= nil and not is_tensor(g) then fail(string.format("%s: gradient %d expected a tensor or nil, got %s", op, i, type(g))) end
+    G[i - 1] = g and ptr(g) or nil
+  end
+  for j = 1, ninputs do I[j - 1] = ptr(inputs[j]) end
+  local rc = ag.backward(ctx, R, G, n, I, ninputs, flags, O)
+  local _ = { roots, grads, inputs }  -- (alive until here)
+  if rc ~= 0 then
+    if hook_err ~= nil then
+      local e = hook_err
+      hook_err = nil
+      if type(e) == "table" then fail(e[1]) end  -- ours: at the user's line
+      error(e, 0)  -- the hook's own error, located where it was raised
+    end
+    core.raise(rc)
+  end
+  if ctx.service ~= 0 then core.service() end
+  if bit.band(flags, 8) == 0 then return end
+  local r = { n = ninputs }
+  for j = 1, ninputs do
+    if O[j - 1] ~= nil then r[j] = wrap(O[j - 1]) end
+  end
+  return r
+end
+jit.off(run)
+
+local function flags_of(op, o, allowed)
+  for k in pairs(o) do
+    if not allowed[k] then fail(string.format("%s: unknown option '%s'", op, tostring(k))) end
+  end
+  local create = o.create_graph and true or false
+  local retain = o.retain_graph
+  if retain == nil then retain = create end
+  return (retain and 1 or 0) + (create and 2 or 0) + (o.allow_unused and 4 or 0)
+end
+
+-- x:backward([gradient][, {retain_graph =, create_graph =, inputs =}])
+local BACKWARD_OPTS = { retain_graph = true, create_graph = true, inputs = true }
+function methods:backward(gradient, opts)
+  if opts == nil and binding.is_opts(gradient) then gradient, opts = nil, gradient end
+  opts = opts or {}
+  local flags = flags_of("backward", opts, BACKWARD_OPTS)
+  local inputs, ni = {}, 0
+  if opts.inputs ~= nil then inputs, ni = tensor_list(opts.inputs, "inputs", "backward") end
+  run("backward", { self }, 1, { gradient }, inputs, ni, flags)
+end
+
+-- T.autograd.grad(outputs, inputs[, grad_outputs][, {retain_graph =, create_graph =, allow_unused =}])
+local GRAD_OPTS = { retain_graph = true, create_graph = true, allow_unused = true }
+function M.grad(outputs, inputs, grad_outputs, opts)
+  if opts == nil and binding.is_opts(grad_outputs) then grad_outputs, opts = nil, grad_outputs end
+  local outs, n = tensor_list(outputs, "outputs", "autograd.grad")
+  local ins, ni = tensor_list(inputs, "inputs", "autograd.grad")
+  local grads = grad_outputs
+  if grads ~= nil then grads = tensor_list(grads, "grad_outputs", "autograd.grad", true) end
+  local flags = flags_of("autograd.grad", opts or {}, GRAD_OPTS) + 8
+  return run("autograd.grad", outs, n, grads, ins, ni, flags)
+end
+
+function M.backward(tensors, grad_tensors, opts)
+  if opts == nil and binding.is_opts(grad_tensors) then grad_tensors, opts = nil, grad_tensors end
+  local roots, n = tensor_list(tensors, "tensors", "autograd.backward")
+  opts = opts or {}
+  local flags = flags_of("autograd.backward", opts, BACKWARD_OPTS)
+  local inputs, ni = {}, 0
+  if opts.inputs ~= nil then inputs, ni = tensor_list(opts.inputs, "inputs", "autograd.backward") end
+  if grad_tensors ~= nil then grad_tensors = tensor_list(grad_tensors, "grad_tensors", "autograd.backward", true) end
+  run("autograd.backward", roots, n, grad_tensors, inputs, ni, flags)
+end
+
+-- grad mode ------------------------------------------------------------------------------------
+local function pack(...) return { n = select("#", ...), ... } end
+
+-- runs fn(...) in a grad mode and restores the previous one, also when fn raises
+local function with_mode(op, grad, inference, fn, ...)
+  if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
+    fail(op .. ": argument 1 (fn) expected a function, got " .. type(fn))
+  end
+  local pg = ag.mode(0, grad and 1 or 0)
+  local pi = ag.mode(1, inference == nil and -1 or (inference and 1 or 0))
+  local r = pack(pcall(fn, ...))
+  ag.mode(0, pg)
+  ag.mode(1, pi)
+  if not r[1] then error(r[2], 0) end
+  return unpack(r, 2, r.n)
+end
+
+function M.bind(T)
+  T.autograd = { grad = M.grad, backward = M.backward, gradcheck = M.gradcheck }
+  T.no_grad = function(fn, ...) return with_mode("no_grad", false, nil, fn, ...) end
+  T.enable_grad = function(fn, ...) return with_mode("enable_grad", true, nil, fn, ...) end
+  T.inference_mode = function(fn, ...) return with_mode("inference_mode", false, true, fn, ...) end
+  T.set_grad_enabled = function(b)
+    if type(b) ~= "boolean" then fail("set_grad_enabled: argument 1 (mode) expected a boolean, got " .. type(b)) end
+    ag.mode(0, b and 1 or 0)
+  end
+  T.is_grad_enabled = function() return ag.mode(0, -1) ~= 0 end
+  T.is_inference_mode_enabled = function() return ag.mode(1, -1) ~= 0 end
+end
+
+-- {requires_grad = b} on creation ops --------------------------------------------------------------
+local CREATION = 8
+local function with_requires_grad(fn)
+  return function(...)
+    local n = select("#", ...)
+    local last = n > 0 and (select(n, ...)) or nil
+    if type(last) ~= "table" or is_tensor(last) or last.requires_grad == nil then return fn(...) end
+    local args, o = { ... }, {}
+    for k, v in pairs(last) do
+      if k ~= "requires_grad" then o[k] = v end
+    end
+    args[n] = o
+    return methods.requires_grad_(fn(unpack(args, 1, n)), last.requires_grad)
+  end
+end
+for name, o in pairs(tensor.ops) do
+  if o.kind == CREATION then
+    o.fn = with_requires_grad(o.fn)
+    if o.method then methods[name] = o.fn end
+  end
+end
+
+-- printing and assignment ------------------------------------------------------------------------
+local mt = core.tensor_mt
+local base_tostring, base_newindex = mt.__tostring, mt.__newindex
+mt.__tostring = function(t)
+  local s = base_tostring(t)
+  if ptr(t)._autograd == nil then return s end
+  local fn = props.grad_fn(t)
+  if fn then return s:sub(1, -2) .. ", grad_fn=" .. tostring(fn) .. ")" end
+  if ag.query(ptr(t), 0) ~= 0 then return s:sub(1, -2) .. ", requires_grad=true)" end
+  return s
+end
+mt.__newindex = function(t, k, v)
+  if k == "grad" then
+    if v ~= nil and not is_tensor(v) then fail("grad: expected a tensor or nil, got " .. type(v)) end
+    check(ag.set_grad(ctx, ptr(t), v and ptr(v) or nil))
+  elseif k == "requires_grad" then
+    methods.requires_grad_(t, v)
+  elseif type(k) ~= "number" then
+    fail(string.format("tensor: cannot set field '%s' (the writable fields are grad and requires_grad)", tostring(k)))
+  else
+    return base_newindex(t, k, v)
+  end
+end
+
+-- Whether grad mode is on and a tensor among the values (also inside tables, and a module's
+-- parameters) requires grad: T.compile then runs the call eagerly (compiled autograd is issue 35).
+local function any_requires_grad(v, seen)
+  if is_tensor(v) then return ptr(v)._autograd ~= nil and ag.query(ptr(v), 0) ~= 0 end
+  if type(v) ~= "table" or seen[v] then return false end
+  seen[v] = true
+  if type(v.parameters) == "function" and getmetatable(v) then
+    for _, p in ipairs(v:parameters()) do
+      if any_requires_grad(p, seen) then return true end
+    end
+  end
+  for _, x in pairs(v) do
+    if any_requires_grad(x, seen) then return true end
+  end
+  return false
+end
+function M.needs_grad(...)
+  if ag.mode(0, -1) == 0 then return false end
+  for i = 1, select("#", ...) do
+    if any_requires_grad((select(i, ...)), {}) then return true end
+  end
+  return false
+end
+
+M.gradcheck = require("crescent.gradcheck").gradcheck
+return M

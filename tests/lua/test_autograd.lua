@@ -1,0 +1,210 @@
+-- Autograd's surface (API.md section 9): requires_grad, grad, grad_fn, is_leaf, detach,
+-- retain_grad, hooks, backward and T.autograd.grad options, grad mode, printing, double
+-- backward, and the misuse errors with PyTorch's messages.
+local T = require "crescent"
+local errs = expect.error_checker("test_autograd.lua")
+
+local function f64(...) return T.randn(..., { dtype = "float64" }) end
+
+describe("autograd surface", function()
+  it("records leaves, grad_fn and gradients", function()
+    local x = T.tensor({ 1.0, 2.5, 3 }, { requires_grad = true })
+    expect.truthy(x.requires_grad and x.is_leaf and x.grad == nil and x.grad_fn == nil)
+    local y = (x * x + 2):sum()
+    expect.eq(tostring(y.grad_fn), "<SumBackward>")
+    expect.eq(y.grad_fn:name(), "SumBackward")
+    expect.truthy(not y.is_leaf and y.requires_grad)
+    y:backward()
+    expect.close(x.grad, { 2, 5, 6 })
+    y = (x * 3):sum()
+    y:backward()
+    expect.close(x.grad, { 5, 8, 9 })  -- accumulates
+    x.grad = nil
+    expect.eq(x.grad, nil)
+  end)
+
+  it("takes requires_grad on every creation op and refuses integer dtypes", function()
+    expect.truthy(T.zeros(2, 3, { requires_grad = true }).requires_grad)
+    expect.truthy(T.ones({ 2 }, { requires_grad = true, dtype = "float64" }).requires_grad)
+    expect.truthy(T.full({ 2 }, 1.5, { requires_grad = true }).requires_grad)
+    expect.truthy(T.randn(2, { requires_grad = true }).requires_grad)
+    expect.truthy(T.linspace(0, 1, 3, { requires_grad = true }).requires_grad)
+    expect.truthy(not T.zeros(2, { requires_grad = false }).requires_grad)
+    errs(function() T.tensor({ 1, 2 }, { requires_grad = true }) end, "requires_grad_",
+      "only Tensors of floating point dtype can require gradients, got int64")
+    errs(function() T.zeros(2, { dtype = "bool" }):requires_grad_() end, "requires_grad_", "got bool")
+    local x = T.zeros(2)
+    x.requires_grad = true
+    expect.truthy(x.requires_grad)
+    errs(function() (x * 2):requires_grad_(false) end, "requires_grad_", "only change requires_grad flags of leaf")
+  end)
+
+  it("prints grad_fn and requires_grad as PyTorch does", function()
+    local x = T.ones(2, { requires_grad = true })
+    expect.eq(tostring(x), "tensor([1., 1.], requires_grad=true)")
+    expect.eq(tostring(x * 2), "tensor([2., 2.], grad_fn=<MulBackward>)")
+    expect.eq(tostring(T.ones(2, { dtype = "float64", requires_grad = true })), "tensor([1., 1.], dtype=float64, requires_grad=true)")
+    expect.eq(tostring((x * 2):detach()), "tensor([2., 2.])")
+  end)
+
+  it("detach shares storage and drops history", function()
+    local x = T.ones(3, { requires_grad = true })
+    local d = (x * 2):detach()
+    expect.truthy(not d.requires_grad and d.is_leaf and d.grad_fn == nil)
+    local e = x:detach()
+    e:fill_(5)
+    expect.close(x, { 5, 5, 5 })
+  end)
+
+  it("no_grad / enable_grad / inference_mode / set_grad_enabled", function()
+    local x = T.ones(2, { requires_grad = true })
+    local y, n = T.no_grad(function(a, b) return x * a, b end, 2, 7)
+    expect.truthy(not y.requires_grad and n == 7)
+    expect.truthy(T.no_grad(function() return T.enable_grad(function() return x * 2 end) end).requires_grad)
+    expect.truthy(not T.inference_mode(function() return x * 2 end).requires_grad)
+    expect.errors(function() T.no_grad(function() error("boom") end) end, "test_autograd.lua:%d+: boom")
+    expect.truthy(T.is_grad_enabled())
+    T.set_grad_enabled(false)
+    expect.truthy(not (x * 2).requires_grad and not T.is_grad_enabled())
+    T.set_grad_enabled(true)
+    expect.truthy((x * 2).requires_grad)
+    -- an in-place update of a leaf is allowed without grad
+    T.no_grad(function() x:add_(1) end)
+    expect.close(x, { 2, 2 })
+  end)
+
+  it("backward takes a gradient, retain_graph and inputs", function()
+    local x = T.tensor({ 1, 2 }, { dtype = "float32", requires_grad = true })
+    local w = T.tensor({ 3, 4 }, { dtype = "float32", requires_grad = true })
+    local y = x * w
+    y:backward(T.tensor({ 1, 10 }, { dtype = "float32" }), { retain_graph = true })
+    expect.close(x.grad, { 3, 40 })
+    expect.close(w.grad, { 1, 20 })
+    y:backward(T.ones(2), { inputs = { x } })
+    expect.close(x.grad, { 6, 44 })
+    expect.close(w.grad, { 1, 20 })  -- not an input: untouched
+  end)
+
+  it("T.autograd.grad with grad_outputs, allow_unused and create_graph", function()
+    local x = f64(3):requires_grad_()
+    local unused = f64(3):requires_grad_()
+    local g = T.autograd.grad((x * x):sum(), { x, unused }, { allow_unused = true })
+    expect.close(g[1], (x * 2):detach())
+    expect.eq(g[2], nil)
+    expect.eq(x.grad, nil)
+    local g2 = T.autograd.grad(x * 3, x, T.ones(3, { dtype = "float64" }))
+    expect.close(g2[1], { 3, 3, 3 })
+    -- double backward: d/dx sum(d/dx sum(x^3)) = 6x
+    local d1 = T.autograd.grad((x * x * x):sum(), { x }, { create_graph = true })[1]
+    expect.truthy(d1.requires_grad)
+    local d2 = T.autograd.grad(d1:sum(), { x })[1]
+    expect.close(d2, (x * 6):detach())
+  end)
+
+  it("double backward through exp, tanh, sigmoid, softmax and div", function()
+    local x = f64(4):requires_grad_()
+    for _, case in ipairs({
+      { function(v) return v:exp() end, function(v) return v:exp() end },
+      { function(v) return v:tanh() end, function(v) local t = v:tanh(); return (t * t - 1) * t * 2 end },
+      { function(v) return v:sigmoid() end, function(v) local s = v:sigmoid(); return s * (1 - s) * (1 - s * 2) end },
+      { function(v) return 1 / (v * v + 1) end, function(v) local d = v * v + 1; return (v * v * 6 - 2) / (d * d * d) end },
+    }) do
+      local d1 = T.autograd.grad(case[1](x):sum(), { x }, { create_graph = true })[1]
+      local d2 = T.autograd.grad(d1:sum(), { x })[1]
+      expect.close(d2, T.no_grad(case[2], x), 1e-9, 1e-12)
+    end
+    local function f(v) return T.softmax(v, 1):select(1, 1) end
+    expect.truthy(T.autograd.gradcheck(function(v)
+      return T.autograd.grad(f(v), { v }, { create_graph = true })[1]
+    end, { x }))
+  end)
+
+  it("retain_grad and hooks", function()
+    local a = T.randn(2, 2, { requires_grad = true })
+    local b = a * 3
+    b:retain_grad()
+    expect.truthy(b.retains_grad)
+    local seen
+    local h = b:register_hook(function(g) seen = g:clone(); return g * 2 end)
+    b:sum():backward()
+    expect.close(seen, T.ones(2, 2))
+    expect.close(b.grad, T.full({ 2, 2 }, 2))
+    expect.close(a.grad, T.full({ 2, 2 }, 6))
+    h:remove()
+    local calls = 0
+    a:register_hook(function(g) calls = calls + 1 end)
+    a.grad = nil
+    ;(a * 3):sum():backward()
+    expect.eq(calls, 1)
+    expect.close(a.grad, T.full({ 2, 2 }, 3))
+    a:register_hook(function() error("inside hook") end)
+    expect.errors(function() (a * 1):sum():backward() end, "test_autograd.lua:%d+: inside hook")
+    errs(function() T.ones(2):register_hook(print) end, "register_hook", "doesn't require gradient")
+    local c = a * 1
+    c:register_hook(function() return 1 end)
+    errs(function() c:sum():backward() end, "register_hook", "a hook returned a number, expected a tensor or nil")
+  end)
+end)
+
+describe("autograd errors", function()
+  it("backward on a non-scalar without a gradient, or one of the wrong shape", function()
+    local x = T.randn(3, { requires_grad = true })
+    errs(function() (x * 2):backward() end, "backward", "grad can be implicitly created only for scalar outputs")
+    errs(function() (x * 2):backward(T.ones(4)) end, "backward", "Mismatch in shape: grad_output[1] has a shape of {4}")
+    errs(function() T.ones(2):sum():backward() end, "backward", "does not require grad and does not have a grad_fn")
+  end)
+
+  it("an in-place op on a leaf that requires grad", function()
+    local x = T.randn(3, { requires_grad = true })
+    errs(function() x:add_(1) end, "add_", "a leaf Variable that requires grad is being used in an in-place operation")
+    errs(function() x:zero_() end, "zero_", "a leaf Variable")
+    errs(function() x[1] = 2 end, "fill_", "in-place operation on a view")
+  end)
+
+  it("a saved tensor changed in place: version, op and line", function()
+    local x = T.randn(3, { requires_grad = true })
+    local y = x * 2
+    local z = y:sin()
+    local line = debug.getinfo(1, "l").currentline - 1
+    y:mul_(2)
+    errs(function() z:sum():backward() end, "backward",
+      "one of the variables needed for gradient computation has been modified by an inplace operation: [float32 {3}], saved by sin at ",
+      "test_autograd.lua:" .. line, "is at version 1; expected version 0 instead")
+  end)
+
+  it("an in-place op on a non-leaf rebases its history", function()
+    local x = T.tensor({ 1, 2 }, { dtype = "float32", requires_grad = true })
+    local y = x * 2
+    y:mul_(3)
+    expect.eq(tostring(y.grad_fn), "<MulBackward>")
+    y:sum():backward()
+    expect.close(x.grad, { 6, 6 })
+    local b = T.zeros(2)
+    b:copy_(x)
+    expect.truthy(b.requires_grad and not b.is_leaf)
+    x.grad = nil
+    ;(b * b):sum():backward()
+    expect.close(x.grad, { 2, 4 })
+  end)
+
+  it("a second backward through a freed graph", function()
+    local x = T.randn(3, { requires_grad = true })
+    local y = (x * x):sum()
+    y:backward()
+    errs(function() y:backward() end, "backward", "Trying to backward through the graph a second time")
+    local z = (x + 1):sum()  -- saves nothing: a second backward works, as in PyTorch
+    z:backward()
+    z:backward()
+  end)
+
+  it("unused inputs, ops without a derivative, bad options", function()
+    local x = T.randn(3, { requires_grad = true })
+    errs(function() T.autograd.grad((x * 2):sum(), { x, T.randn(3, { requires_grad = true }) }) end, "autograd.grad",
+      "appears to not have been used in the graph")
+    errs(function() T.autograd.grad((x * 2):sum(), { T.randn(3) }) end, "autograd.grad", "input 1 does not require grad")
+    errs(function() (x * 2):sum():backward({ retain = true }) end, "backward", "unknown option 'retain'")
+    errs(function() x.grad = T.zeros(4) end, "grad", "assigned grad has data of a different size")
+    errs(function() x.grad = T.zeros(3, { dtype = "float64" }) end, "grad", "different type")
+    errs(function() x.foo = 1 end, "tensor", "cannot set field 'foo'")
+  end)
+end)

@@ -1,0 +1,154 @@
+-- gradcheck (float64 central differences, PyTorch's tolerances) of every registry op with a
+-- derivative rule, on broadcast, 0-d, size-1 and non-contiguous inputs; and the registry's
+-- derivative status: an op with a rule but no case here fails.
+local T = require "crescent"
+
+local function R(...) return T.randn({ ... }, { dtype = "float64" }):requires_grad_() end
+local function pos(...) return T.no_grad(function(...) return T.rand({ ... }, { dtype = "float64" }) + 0.5 end, ...):requires_grad_() end
+local function nc(a, b) return T.randn(b, a, { dtype = "float64" }):t():requires_grad_() end  -- non-contiguous
+local function idx(t) return T.tensor(t, { dtype = "int64" }) end
+
+-- op -> list of {fn, inputs}
+local C = {}
+local function case(op, fn, ...) C[op] = C[op] or {}; table.insert(C[op], { fn, { ... } }) end
+
+for _, u in ipairs({ "neg", "abs", "exp", "exp2", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "silu", "erf",
+                     "floor", "ceil", "round", "trunc", "sign", "square", "gelu" }) do
+  case(u, function(x) return x[u](x) end, R(2, 3))
+  case(u, function(x) return x[u](x) end, nc(2, 3))
+  case(u, function(x) return x[u](x) end, T.tensor(0.3, { dtype = "float64" }):requires_grad_())
+end
+for _, u in ipairs({ "log", "log2", "log1p", "sqrt", "rsqrt", "reciprocal", "expm1" }) do
+  case(u, function(x) return x[u](x) end, pos(3, 1))
+end
+case("gelu", function(x) return T.gelu(x, { approximate = "tanh" }) end, R(4))
+for _, b in ipairs({ "add", "sub", "mul", "div", "maximum", "minimum", "atan2" }) do
+  case(b, function(x, y) return T[b](x, y) end, R(2, 3), pos(3))
+  case(b, function(x, y) return T[b](x, y) end, R(1, 3), nc(2, 3))
+  case(b, function(x) return T[b](x, 1.5) end, R(2))
+end
+case("add", function(x, y) return T.add(x, y, { alpha = 2.5 }) end, R(3), R(3))
+case("sub", function(x, y) return T.sub(x, y, { alpha = 2.5 }) end, R(3), R(2, 1))
+case("pow", function(x, y) return T.pow(x, y) end, pos(2, 3), R(3))
+case("pow", function(x) return x ^ 3 end, R(4))
+case("pow", function(y) return T.pow(2.5, y) end, R(4))
+case("fmod", function(x, y) return T.fmod(x * 3, y) end, R(3), pos(3))
+case("remainder", function(x, y) return T.remainder(x * 3, y) end, R(3), pos(3))
+case("where", function(x, y) return T.where(T.tensor({ true, false, true }), x, y) end, R(2, 3), R(3))
+case("clamp", function(x) return x:clamp(-0.5, 0.5) end, R(2, 3))
+case("clamp", function(x, lo, hi) return x:clamp(lo - 1, hi + 1) end, R(5), R(5), R(5))
+case("lerp", function(a, b, w) return T.lerp(a, b, w) end, R(3), R(2, 3), R(3))
+case("lerp", function(a, b) return T.lerp(a, b, 0.3) end, R(3), R(3))
+case("addcmul", function(x, a, b) return T.addcmul(x, a, b, 0.5) end, R(3), R(2, 3), R(3))
+for _, n in ipairs({ "add_", "sub_", "mul_", "div_" }) do
+  case(n, function(x, y) local z = x * 1; return z[n](z, y) end, R(2, 3), pos(3))
+end
+case("clamp_", function(x) local z = x * 1; return z:clamp_(-0.3, 0.3) end, R(5))
+case("copy_", function(x) local z = T.zeros(2, 3, { dtype = "float64" }); return z:copy_(x) * 2 end, R(3))
+case("fill_", function(v) local z = T.zeros(2, { dtype = "float64" }); return z:fill_(v) end, R())
+case("zero_", function(x) local z = x * 2; z:zero_(); return z + x end, R(3))
+for _, r in ipairs({ "sum", "mean", "prod", "amax", "amin", "logsumexp", "norm" }) do
+  case(r, function(x) return x[r](x) end, R(2, 3))
+  case(r, function(x) return x[r](x, 2) end, nc(2, 3))
+  case(r, function(x) return x[r](x, { 1, 3 }, true) end, R(2, 1, 3))
+end
+case("prod", function(x) return x:prod(2) end, T.tensor({ { 0, 2, 3 }, { 0, 0, 2 }, { 1, 2, 3 } }, { dtype = "float64" }):requires_grad_())
+case("norm", function(x) return x:norm(nil, nil, { p = 3 }) end, R(4))
+case("norm", function(x) return x:norm(1, nil, { p = 1 }) end, R(4))
+case("norm", function(x) return x:norm(1, nil, { p = math.huge }) end, R(4))
+for _, r in ipairs({ "max", "min" }) do
+  case(r, function(x) return x[r](x) end, R(2, 3))
+  case(r, function(x) return (x[r](x, 2)) end, R(2, 3))
+  case(r, function(x) return (x[r](x, 1, true)) end, nc(3, 2))
+end
+for _, r in ipairs({ "var", "std" }) do
+  case(r, function(x) return x[r](x) end, R(2, 3))
+  case(r, function(x) return x[r](x, 2, true, { correction = 0 }) end, R(2, 3))
+end
+case("softmax", function(x) return T.softmax(x, 2) end, R(2, 3))
+case("log_softmax", function(x) return T.log_softmax(x, 1) end, nc(3, 2))
+case("cumsum", function(x) return T.cumsum(x, 2) end, R(2, 3))
+for _, v in ipairs({ { "view", { 3, 2 } }, { "reshape", { 6 } }, { "expand", { 4, 2, 3 } } }) do
+  case(v[1], function(x) return x[v[1]](x, v[2]) end, R(2, 3))
+end
+case("expand", function(x) return x:expand(2, 3) end, R(1, 3))
+case("flatten", function(x) return x:flatten() end, R(2, 3))
+case("squeeze", function(x) return x:squeeze() end, R(2, 1, 3))
+case("unsqueeze", function(x) return x:unsqueeze(2) end, R(2, 3))
+case("permute", function(x) return x:permute(3, 1, 2) end, R(2, 3, 2))
+case("transpose", function(x) return x:transpose(1, 2) end, R(2, 3))
+case("t", function(x) return x:t() end, R(2, 3))
+case("narrow", function(x) return x:narrow(2, 2, 2) end, R(2, 4))
+case("select", function(x) return x:select(1, 2) end, R(3, 2))
+case("slice", function(x) return x:slice(2, 1, 4, 2) end, R(2, 4))
+case("contiguous", function(x) return x:contiguous() end, nc(2, 3))
+case("clone", function(x) return x:clone() end, R(3))
+-- (values and steps exact in the narrow dtypes: the differences are exact too)
+local EXACT = { to = true, float = true, double = true, half = true, bfloat16 = true, cpu = true }
+local function exact() return T.tensor({ 0.25, 0.5, 1.5 }, { dtype = "float64" }):requires_grad_() end
+for _, c in ipairs({ "to", "float", "double", "half", "bfloat16", "cpu" }) do
+  case(c, function(x) return c == "to" and x:to("float32"):double() or x[c](x):double() end, exact())
+end
+case("cuda", function(x) return x end, R(1))  -- (no device here: the rule is the identity)
+case("cat", function(a, b) return T.cat({ a, b }, 2) end, R(2, 1), R(2, 3))
+case("stack", function(a, b) return T.stack({ a, b }, 2) end, R(2, 3), R(2, 3))
+case("split", function(x) local p = x:split(2, 2); return p[1] * 2, p[2] end, R(2, 3))
+case("chunk", function(x) local p = x:chunk(3); return p[3] end, R(3, 2))
+case("mm", function(a, b) return T.mm(a, b) end, R(2, 3), nc(3, 2))
+case("bmm", function(a, b) return T.bmm(a, b) end, R(2, 2, 3), R(2, 3, 2))
+case("matmul", function(a, b) return T.matmul(a, b) end, R(2, 1, 2, 3), R(3, 3, 2))
+case("matmul", function(a, b) return T.matmul(a, b) end, R(3), R(2, 3, 2))
+case("matmul", function(a, b) return T.matmul(a, b) end, R(2, 3), R(3))
+case("matmul", function(a, b) return T.matmul(a, b) end, R(3), R(3))
+case("linear", function(x, w, b) return T.linear(x, w, b) end, R(2, 2, 3), R(4, 3), R(4))
+case("linear", function(x, w) return T.linear(x, w) end, R(3), R(4, 3))
+case("tril", function(x) return T.tril(x, -1) end, R(3, 3))
+case("triu", function(x) return T.triu(x) end, R(3, 4))
+case("embedding", function(w) return T.embedding(idx({ { 1, 3 }, { 3, 2 } }), w) end, R(4, 2))
+case("index_select", function(x) return x:index_select(2, idx({ 3, 1, 3 })) end, R(2, 3))
+case("gather", function(x) return x:gather(2, idx({ { 1, 1 }, { 3, 2 } })) end, R(2, 3))
+case("sort", function(x) return (x:sort(2)) end, R(2, 4))
+case("topk", function(x) return (x:topk(2, 1)) end, R(4, 2))
+case("masked_fill", function(x) return x:masked_fill(T.tensor({ true, false, true }), 0.5) end, R(2, 3))
+case("masked_fill", function(x, v) return x:masked_fill(T.tensor({ false, true }), v) end, R(2, 2), R())
+case("masked_fill_", function(x) local z = x * 1; return z:masked_fill_(T.tensor({ true, false }), 2) end, R(2))
+
+local STATUS = { [0] = "none", "rule", "not differentiable" }
+local ag = require("crescent.core").api.autograd
+
+describe("gradcheck of every op with a derivative", function()
+  local names = {}
+  for name in pairs(T._ops) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    if C[name] then
+      it(name, function()
+        for i, c in ipairs(C[name]) do
+          local ok, err = pcall(T.autograd.gradcheck, c[1], c[2], { eps = EXACT[name] and 0.125 or nil })
+          if not ok then error(string.format("case %d: %s", i, tostring(err)), 0) end
+        end
+      end)
+    end
+  end
+end)
+
+describe("the registry's derivative status", function()
+  it("every op with a rule has a gradcheck case; ops without one say so when reached", function()
+    local missing, none = {}, {}
+    for name in pairs(T._ops) do
+      local id
+      for op = 0, require("crescent.core").api.op_count - 1 do
+        if require("crescent.core").ffi.string(require("crescent.core").api.op_info(op).name) == name then id = op end
+      end
+      local s = STATUS[ag.status(id)]
+      if s == "rule" and not C[name] then missing[#missing + 1] = name end
+      if s == "none" then none[#none + 1] = name end
+    end
+    table.sort(missing)
+    table.sort(none)
+    expect.eq(missing, {}, "ops with a rule and no gradcheck case")
+    expect.eq(none, { "as_strided", "attention" }, "ops without a derivative")
+    local x = T.randn(2, 2, { requires_grad = true })
+    expect.errors(function() x:as_strided({ 2 }, { 1 }):sum():backward() end, "as_strided: derivative not implemented")
+  end)
+end)

@@ -1,0 +1,253 @@
+#include "vm/autograd/engine.hpp"
+
+#include <algorithm>
+#include <queue>
+#include <unordered_map>
+
+#include "vm/autograd/call.hpp"
+#include "vm/autograd/grad.hpp"
+
+namespace cr::autograd {
+
+HookCaller hook_caller = nullptr;
+
+namespace {
+
+struct Info {
+  int deps = 0;
+  bool needed = true;
+  std::vector<Tensor> grads;
+};
+using Graph = std::unordered_map<Node*, Info>;
+using Key = std::pair<Node*, int>;
+struct KeyHash {
+  size_t operator()(const Key& k) const { return std::hash<Node*>()(k.first) * 31 + size_t(k.second); }
+};
+
+Tensor dispatch1(const char* name, std::initializer_list<Arg> args) { return call_op(name, args).at(0); }
+
+void add_into(Tensor& slot, const Tensor& g) {
+  if (!g.defined()) return;
+  slot = slot.defined() ? (Var(slot) + Var(g)).tensor() : g;
+}
+
+// Every node reachable from the roots, with how many reachable edges point at it.
+Graph collect(const std::vector<Edge>& roots) {
+  Graph g;
+  std::vector<Node*> stack;
+  for (const Edge& e : roots)
+    if (g.emplace(e.fn.get(), Info{}).second) stack.push_back(e.fn.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Input& in : n->inputs) {
+      if (!in.edge.fn) continue;
+      auto [it, fresh] = g.emplace(in.edge.fn.get(), Info{});
+      ++it->second.deps;
+      if (fresh) stack.push_back(in.edge.fn.get());
+    }
+  }
+  return g;
+}
+
+// With given inputs only the nodes that lead to one of them run.
+void mark_needed(Graph& g, const std::unordered_map<Key, std::vector<int>, KeyHash>& targets) {
+  for (auto& [n, info] : g) info.needed = false;
+  std::unordered_map<Node*, bool> memo;
+  std::vector<std::pair<Node*, size_t>> stack;
+  auto is_target = [&](Node* n) {
+    for (size_t k = 0; k < std::max<size_t>(n->outs.size(), 1); ++k)
+      if (targets.count({n, int(k)})) return true;
+    return false;
+  };
+  for (auto& [root, info] : g) {
+    if (memo.count(root)) continue;
+    stack.push_back({root, 0});
+    memo[root] = is_target(root);
+    while (!stack.empty()) {
+      auto& [n, i] = stack.back();
+      if (i < n->inputs.size()) {
+        Node* c = n->inputs[i++].edge.fn.get();
+        if (!c) continue;
+        auto it = memo.find(c);
+        if (it == memo.end()) {
+          memo[c] = is_target(c);
+          stack.push_back({c, 0});
+        } else if (it->second) {
+          memo[n] = true;
+        }
+        continue;
+      }
+      const bool need = memo[n];
+      stack.pop_back();
+      if (!stack.empty() && need) memo[stack.back().first] = true;
+    }
+  }
+  for (auto& [n, info] : g) info.needed = memo[n];
+}
+
+Tensor run_hooks(const AutogradMeta* m, Tensor g) {
+  if (!m || m->hooks.empty() || !g.defined()) return g;
+  for (int32_t id : m->hooks) {
+    cr_tensor* out = nullptr;
+    if (!hook_caller) fail("register_hook: no hook caller installed");
+    if (hook_caller(id, g.get(), &out) != 0) throw HookRaised();
+    if (!out) continue;
+    Tensor r(out, false);
+    if (r.sizes() != g.sizes())
+      fail(cat("hook: the returned gradient has shape ", shape_str(r.sizes()), ", expected ", shape_str(g.sizes())));
+    g = r;
+  }
+  return g;
+}
+
+void check_versions(const Node& n) {
+  auto check = [&](const Saved& s) {
+    if (!s.t.defined()) return;
+    const uint32_t now = s.t.storage()->version.load();
+    if (now == s.version) return;
+    fail(cat("one of the variables needed for gradient computation has been modified by an inplace operation: [",
+             dtype_name(s.t.dtype()), " ", shape_str(s.t.sizes()), "], saved by ", n.def()->name, " at ",
+             n.where.empty() ? "?" : n.where, ", is at version ", now, "; expected version ", s.version, " instead"));
+  };
+  for (const Saved& s : n.saved_in) check(s);
+  for (const Saved& s : n.saved_out) check(s);
+}
+
+// The gradient of one input as the engine passes it on: broadcasting undone, input's dtype.
+Tensor fit(const Node& n, const Input& in, Tensor g) {
+  if (g.sizes() != in.meta.sizes) {
+    g = sum_to(g, in.meta.sizes).tensor();
+    if (g.sizes() != in.meta.sizes)
+      fail(cat("internal: the derivative of ", n.def()->name, " gave argument ", in.slot + 1, " a gradient of shape ",
+               shape_str(g.sizes()), ", expected ", shape_str(in.meta.sizes)));
+  }
+  if (g.dtype() != in.meta.dtype) g = to_dtype(g, in.meta.dtype).tensor();
+  if (!(g.device() == in.meta.device)) g = dispatch1("to", {g, nullptr, nullptr, device_name(in.meta.device).c_str()});
+  return g;
+}
+
+std::vector<Tensor> apply(Node& n, std::vector<Tensor>& out_grads, const BackwardOptions& o) {
+  const OpDef& def = *n.def();
+  if (n.released)
+    fail("Trying to backward through the graph a second time (or directly access saved tensors after they have "
+         "already been freed). Saved intermediate values of the graph are freed when you call backward() or "
+         "T.autograd.grad(). Specify retain_graph = true if you need to backward through the graph a second time or "
+         "if you need to access saved tensors after calling backward.");
+  if (!def.grad.fn) fail(cat(def.name, ": derivative not implemented"));
+  check_versions(n);
+  std::vector<Tensor> in_grads(n.inputs.size());
+  Grad g(n, out_grads, in_grads);
+  try {
+    def.grad.fn(g);
+  } catch (const HookRaised&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(cat("backward of ", def.name, n.where.empty() ? "" : " (" + n.where + ")", ": ", e.what()));
+  }
+  for (size_t i = 0; i < in_grads.size(); ++i)
+    if (in_grads[i].defined()) in_grads[i] = fit(n, n.inputs[i], in_grads[i]);
+  if (!o.retain_graph) n.release_saved();
+  return in_grads;
+}
+
+struct Later {
+  bool operator()(const Node* a, const Node* b) const { return a->seq < b->seq; }
+};
+
+}  // namespace
+
+void accumulate_grad(const Tensor& t, const Tensor& g, bool create_graph) { accumulate_into(ensure_meta(t.get()), g, create_graph); }
+
+void accumulate_into(AutogradMeta& m, const Tensor& g, bool create_graph) {
+  if (!m.grad.defined()) {
+    const bool ours = !create_graph && !g.get()->_autograd && g.is_contiguous() && tensor_refs(g.get()) == 1 &&
+                      g.storage()->refs.load() == 1;
+    m.grad = create_graph || ours ? g : dispatch1("clone", {g});
+  } else if (create_graph) {
+    m.grad = (Var(m.grad) + Var(g)).tensor();
+  } else {
+    call_op("add_", {m.grad, g});
+  }
+}
+
+std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& roots, std::vector<Tensor> grads,
+                             const std::vector<Tensor>& inputs, const BackwardOptions& o) {
+  ContextScope scope(ctx);
+  GradModeGuard mode(o.create_graph);
+  std::vector<Edge> edges;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    Edge e = gradient_edge(roots[i]);
+    if (!e.fn) fail(cat("element ", i + 1, " of tensors does not require grad and does not have a grad_fn"));
+    const Tensor& r = roots[i];
+    if (!grads[i].defined()) {
+      if (r.numel() != 1) fail("grad can be implicitly created only for scalar outputs");
+      grads[i] = dispatch1("ones_like", {r});
+    } else if (grads[i].sizes() != r.sizes()) {
+      fail(cat("Mismatch in shape: grad_output[", i + 1, "] has a shape of ", shape_str(grads[i].sizes()),
+               " and output[", i + 1, "] has a shape of ", shape_str(r.sizes())));
+    } else if (!is_floating(grads[i].dtype()) || !(grads[i].device() == r.device())) {
+      fail(cat("grad_output[", i + 1, "] expected a floating tensor on ", device_name(r.device()), ", got ",
+               grads[i].describe(), " on ", device_name(grads[i].device())));
+    }
+    edges.push_back(e);
+  }
+  std::unordered_map<Key, std::vector<int>, KeyHash> targets;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    Edge e = gradient_edge(inputs[j]);
+    if (!e.fn) fail(cat("input ", j + 1, " does not require grad"));
+    targets[{e.fn.get(), e.nr}].push_back(int(j));
+  }
+  Graph g = collect(edges);
+  if (!inputs.empty()) mark_needed(g, targets);
+  for (size_t i = 0; i < edges.size(); ++i) {
+    Info& info = g[edges[i].fn.get()];
+    info.grads.resize(std::max<size_t>(edges[i].fn->outs.size(), 1));
+    add_into(info.grads[size_t(edges[i].nr)], to_dtype(grads[i], roots[i].dtype()).tensor());
+  }
+  std::priority_queue<Node*, std::vector<Node*>, Later> ready;
+  for (auto& [n, info] : g)
+    if (info.deps == 0) ready.push(n);
+  std::vector<Tensor> captured(inputs.size());
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    std::vector<Tensor> out_grads = std::move(g[n].grads);
+    out_grads.resize(std::max<size_t>(n->outs.size(), 1));
+    const bool needed = g[n].needed;
+    for (size_t k = 0; needed && k < out_grads.size(); ++k) {  // tensor hooks, retain_grad, captures
+      AutogradMeta* m = n->op < 0 ? meta_of(n->leaf.get()) : k < n->out_meta.size() ? n->out_meta[k] : nullptr;
+      out_grads[k] = run_hooks(m, out_grads[k]);
+      if (n->op >= 0 && m && m->retains_grad && out_grads[k].defined()) accumulate_into(*m, out_grads[k], o.create_graph);
+      auto it = targets.find({n, int(k)});
+      if (it != targets.end())
+        for (int j : it->second) captured[size_t(j)] = out_grads[k];
+    }
+    std::vector<Tensor> in_grads;
+    const bool any = std::any_of(out_grads.begin(), out_grads.end(), [](const Tensor& t) { return t.defined(); });
+    if (n->op < 0) {
+      if (!o.capture && inputs.empty() && any) accumulate_grad(n->leaf, out_grads[0], o.create_graph);
+    } else if (needed && any) {
+      in_grads = apply(*n, out_grads, o);
+    }
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      Node* c = n->inputs[i].edge.fn.get();
+      if (!c) continue;
+      Info& ci = g[c];
+      if (i < in_grads.size() && in_grads[i].defined()) {
+        ci.grads.resize(std::max<size_t>(c->outs.size(), 1));
+        add_into(ci.grads[size_t(n->inputs[i].edge.nr)], in_grads[i]);
+      }
+      if (--ci.deps == 0) ready.push(c);
+    }
+  }
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    if (!captured[j].defined() && !o.allow_unused)
+      fail("One of the differentiated Tensors appears to not have been used in the graph. Set allow_unused = true if "
+           "this is the desired behavior.");
+    if (!o.capture && captured[j].defined()) accumulate_grad(inputs[j], captured[j], o.create_graph);
+  }
+  return captured;
+}
+
+}  // namespace cr::autograd

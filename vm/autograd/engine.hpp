@@ -1,0 +1,39 @@
+// The eager backward (PyTorch's engine.cpp, single-threaded): walks the nodes reachable from the
+// roots in reverse topological order by dependency counts (the latest node first among the
+// ready ones), sums the gradients per edge, runs each node's derivative rule, accumulates into
+// leaves' .grad (or captures the gradients of given inputs), runs hooks and retain_grad.
+#pragma once
+#include <vector>
+
+#include "vm/autograd/meta.hpp"
+#include "vm/context.hpp"
+
+namespace cr::autograd {
+
+struct BackwardOptions {
+  bool retain_graph = false;
+  bool create_graph = false;
+  bool allow_unused = false;
+  bool capture = false;  // T.autograd.grad: return the inputs' gradients, touch no .grad
+};
+
+// Hook ids run by the Lua side (stdlib/autograd.lua): 0 and *out = a replacement (a new reference)
+// or NULL; -1 when the hook raised (the Lua side keeps its error).
+using HookCaller = int32_t (*)(int32_t id, cr_tensor* grad, cr_tensor** out);
+extern HookCaller hook_caller;
+
+// Thrown when a hook raised: the Lua side re-raises the hook's own error.
+struct HookRaised : Error {
+  HookRaised() : Error("a hook raised an error") {}
+};
+
+// grads[i] undefined: ones for a one-element root. Returns the inputs' gradients (capture), or
+// accumulates them into the inputs' .grad (inputs given) or into every leaf's .grad.
+std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& roots, std::vector<Tensor> grads,
+                             const std::vector<Tensor>& inputs, const BackwardOptions& o);
+
+// x.grad = g and the engine's accumulation into it (a copy unless g is ours alone).
+void accumulate_grad(const Tensor& t, const Tensor& g, bool create_graph);
+void accumulate_into(AutogradMeta& m, const Tensor& g, bool create_graph);
+
+}  // namespace cr::autograd

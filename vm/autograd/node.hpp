@@ -1,0 +1,68 @@
+// The autograd graph: a Node per recorded op call (or per leaf: AccumulateGrad), with an edge per
+// tensor argument to the node that made it, what the op's derivative saved, and the call's other
+// argument values. Nodes are shared: by the tensors they made (grad_fn) and by later nodes.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vm/autograd/meta.hpp"
+#include "vm/registry.hpp"
+
+namespace cr::autograd {
+
+struct Node;
+
+struct Edge {
+  std::shared_ptr<Node> fn;  // null: the argument needs no gradient
+  int nr = 0;                // which output of fn
+};
+
+// One tensor argument (an element of a list argument counts as one): its edge and metadata.
+struct Input {
+  Edge edge;
+  int slot = 0, k = 0;  // argument slot, element of a list argument
+  Meta meta;
+};
+
+// A tensor kept for the backward, with its storage's version when it was saved.
+struct Saved {
+  Tensor t;
+  uint32_t version = 0;
+};
+
+// An owned copy of an op call's arguments; tensor slots point at the saved tensors (or are null).
+struct Args {
+  std::vector<cr_value> v;
+  std::vector<std::vector<int64_t>> ints;
+  std::vector<std::vector<double>> doubles;
+  std::vector<std::string> strs;
+  std::vector<std::vector<cr_tensor*>> lists;
+};
+
+struct Node : std::enable_shared_from_this<Node> {
+  int op = -1;  // registry op; -1: AccumulateGrad of `leaf`
+  uint64_t seq = 0;
+  std::string where;  // Lua file:line of the call
+  std::vector<Input> inputs;
+  std::vector<int> first_input;  // per argument slot: its first entry in inputs, or -1
+  std::vector<Meta> outs;
+  Args args;
+  std::vector<Saved> saved_in;   // per entry of inputs (undefined: not saved)
+  std::vector<Saved> saved_out;  // per output (a header without autograd metadata)
+  std::vector<AutogradMeta*> out_meta;  // output k's tensor when it has hooks / retains its grad
+  bool saves = false, released = false;
+  Tensor leaf;  // AccumulateGrad
+
+  const OpDef* def() const;
+  std::string name() const;  // "MulBackward", "AccumulateGrad"
+  void release_saved();
+};
+
+uint64_t next_seq();
+// The edge a gradient of t flows into: its grad_fn, or its leaf accumulator, or none.
+Edge gradient_edge(const Tensor& t);
+std::shared_ptr<Node> accumulator(const Tensor& leaf);
+
+}  // namespace cr::autograd

@@ -1,0 +1,178 @@
+// Derivatives of the pointwise ops (vm/ops/pointwise.cpp), as PyTorch's derivatives.yaml has
+// them. The engine undoes broadcasting and casts each gradient to its input's dtype.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <numbers>
+
+#include "vm/autograd/grad.hpp"
+
+namespace cr {
+namespace {
+using namespace autograd;
+
+Var f(const char* name, const Var& x) { return op(name, {x}); }
+Var f(const char* name, const Var& x, const Var& y) { return op(name, {x, y}); }
+Var mask(const char* cmp, const Var& x, const Var& y) { return f(cmp, x, y); }  // a bool tensor
+
+constexpr uint32_t kIn0 = 1, kIn1 = 2, kIn2 = 4, kOut0 = 1;
+
+// y = f(x) with dy/dx from x (saves the input) or from y (saves the output)
+#define FROM_X(NAME, EXPR) \
+  derivative(r, NAME, {.fn = [](Grad& g) { Var x = g.in(0); g.set(0, g.grad() * (EXPR)); }, .saves_inputs = kIn0})
+#define FROM_Y(NAME, EXPR) \
+  derivative(r, NAME, {.fn = [](Grad& g) { Var y = g.out(0); g.set(0, g.grad() * (EXPR)); }, .saves_outputs = kOut0})
+
+void zero_grad_rule(Grad& g) { g.set(0, zeros_like(g.grad())); }
+
+// gelu's two forms (PyTorch's GeluBackward)
+Var gelu_erf_slope(const Var& x) {
+  const double inv_sqrt2 = 1 / std::numbers::sqrt2, inv_sqrt2pi = 1 / std::sqrt(2 * std::numbers::pi);
+  Var cdf = (f("erf", x * inv_sqrt2) + 1.0) * 0.5;
+  return cdf + x * f("exp", x * x * -0.5) * inv_sqrt2pi;
+}
+Var gelu_tanh_slope(const Var& x) {
+  const double beta = std::sqrt(2 / std::numbers::pi), kappa = 0.044715;
+  Var th = f("tanh", (x + x * x * x * kappa) * beta);
+  Var left = x * 0.5, right = th + 1.0;
+  return right * 0.5 + left * (-(th * th) + 1.0) * beta * (x * x * (3 * kappa) + 1.0);
+}
+void gelu_rule(Grad& g) {
+  const bool tanh = g.arg().has(1) && g.arg().str(1) == "tanh";
+  Var x = g.in(0);
+  g.set(0, g.grad() * (tanh ? gelu_tanh_slope(x) : gelu_erf_slope(x)));
+}
+
+void add_rule(Grad& g) {
+  const double alpha = g.arg().number_or(2, 1);
+  if (g.needs(0)) g.set(0, g.grad());
+  if (g.needs(1)) g.set(1, alpha == 1 ? g.grad() : g.grad() * alpha);
+}
+void sub_rule(Grad& g) {
+  const double alpha = g.arg().number_or(2, 1);
+  if (g.needs(0)) g.set(0, g.grad());
+  if (g.needs(1)) g.set(1, g.grad() * -alpha);
+}
+void mul_rule(Grad& g) {
+  if (g.needs(0)) g.set(0, g.grad() * g.in(1));
+  if (g.needs(1)) g.set(1, g.grad() * g.in(0));
+}
+void div_rule(Grad& g) {
+  Var b = g.in(1);
+  if (g.needs(0)) g.set(0, g.grad() / b);
+  if (g.needs(1)) g.set(1, -g.grad() * g.in(0) / (b * b));
+}
+// pow: d/dx = y * x^(y-1) (0 where y == 0), d/dy = x^y * log(x) (0 where x == 0 and y >= 0)
+void pow_rule(Grad& g) {
+  Var x = g.in(0), y = g.in(1), r = g.out(0);
+  if (g.needs(0)) {
+    Var d = y * f("pow", x, y - 1.0);
+    if (!y.is_num) d = where(mask("eq", y, 0.0), 0.0, d);
+    else if (y.num == 0) d = zeros_like(g.grad());
+    g.set(0, g.grad() * d);
+  }
+  if (g.needs(1)) {
+    Var d = x.is_num ? r * std::log(x.num) : where(f("logical_and", mask("eq", x, 0.0), mask("ge", y, 0.0)), 0.0, r * f("log", x));
+    g.set(1, g.grad() * d);
+  }
+}
+// fmod / remainder: x - trunc(x / y) * y and x - floor(x / y) * y
+template <const char* Round> void mod_rule(Grad& g) {
+  if (g.needs(0)) g.set(0, g.grad());
+  if (g.needs(1)) g.set(1, -g.grad() * f(Round, g.in(0) / g.in(1)));
+}
+constexpr char kTrunc[] = "trunc", kFloor[] = "floor";
+// maximum / minimum: the gradient goes to the chosen input, halved on ties
+template <const char* Wins> void extremum_rule(Grad& g) {
+  Var a = g.in(0), b = g.in(1), gr = g.grad();
+  Var tie = mask("eq", a, b), half = gr * 0.5;
+  if (g.needs(0)) g.set(0, where(tie, half, where(mask(Wins, a, b), gr, 0.0)));
+  if (g.needs(1)) g.set(1, where(tie, half, where(mask(Wins, b, a), gr, 0.0)));
+}
+constexpr char kGt[] = "gt", kLt[] = "lt";
+void atan2_rule(Grad& g) {
+  Var a = g.in(0), b = g.in(1);
+  Var den = a * a + b * b;
+  if (g.needs(0)) g.set(0, g.grad() * b / den);
+  if (g.needs(1)) g.set(1, -g.grad() * a / den);
+}
+
+void where_rule(Grad& g) {
+  Var c = g.in(0);
+  if (g.needs(1)) g.set(1, where(c, g.grad(), 0.0));
+  if (g.needs(2)) g.set(2, where(c, 0.0, g.grad()));
+}
+// y = min(max(x, lo), hi): x passes where lo <= x and max(x, lo) <= hi
+void clamp_rule(Grad& g) {
+  Var x = g.in(0), gr = g.grad();
+  const bool lo = g.arg().has(1), hi = g.arg().has(2);
+  Var a = lo ? f("maximum", x, g.in(1)) : x;
+  Var below_hi = hi ? mask("le", a, g.in(2)) : Var();
+  auto both = [&](const Var& m) { return !m.defined() ? below_hi : below_hi.defined() ? f("logical_and", m, below_hi) : m; };
+  auto pass = [&](const Var& m) { return m.defined() ? where(m, gr, 0.0) : gr; };
+  if (g.needs(0)) g.set(0, pass(both(lo ? mask("ge", x, g.in(1)) : Var())));
+  if (lo && g.needs(1)) g.set(1, pass(both(mask("lt", x, g.in(1)))));
+  if (hi && g.needs(2)) g.set(2, pass(mask("gt", a, g.in(2))));
+}
+void lerp_rule(Grad& g) {
+  Var w = g.in(2);
+  if (g.needs(0)) g.set(0, g.grad() * (-w + 1.0));
+  if (g.needs(1)) g.set(1, g.grad() * w);
+  if (g.needs(2)) g.set(2, g.grad() * (g.in(1) - g.in(0)));
+}
+void addcmul_rule(Grad& g) {
+  const double v = g.arg().number_or(3, 1);
+  if (g.needs(0)) g.set(0, g.grad());
+  if (g.needs(1)) g.set(1, g.grad() * g.in(2) * v);
+  if (g.needs(2)) g.set(2, g.grad() * g.in(1) * v);
+}
+
+}  // namespace
+
+void register_pointwise_derivatives(Registry& r) {
+  derivative(r, "neg", {.fn = [](Grad& g) { g.set(0, -g.grad()); }});
+  FROM_X("abs", f("sign", x));
+  FROM_Y("exp", y);
+  FROM_Y("exp2", y * std::numbers::ln2);
+  FROM_X("log", f("reciprocal", x));
+  FROM_X("log2", f("reciprocal", x * std::numbers::ln2));
+  FROM_X("log1p", f("reciprocal", x + 1.0));
+  FROM_Y("expm1", y + 1.0);
+  FROM_Y("sqrt", f("reciprocal", y * 2.0));
+  FROM_Y("rsqrt", y * y * y * -0.5);
+  FROM_X("sin", f("cos", x));
+  FROM_X("cos", -f("sin", x));
+  FROM_Y("tan", y * y + 1.0);
+  FROM_Y("tanh", -(y * y) + 1.0);
+  FROM_Y("sigmoid", y * (-y + 1.0));
+  FROM_Y("relu", mask("gt", y, 0.0));
+  FROM_X("silu", f("sigmoid", x) * (x * (-f("sigmoid", x) + 1.0) + 1.0));
+  FROM_X("erf", f("exp", -(x * x)) * (2 / std::sqrt(std::numbers::pi)));
+  FROM_Y("reciprocal", -(y * y));
+  FROM_X("square", x * 2.0);
+  for (const char* n : {"floor", "ceil", "round", "trunc", "sign"}) derivative(r, n, {.fn = zero_grad_rule});
+  derivative(r, "gelu", {.fn = gelu_rule, .saves_inputs = kIn0});
+  derivative(r, "add", {.fn = add_rule});
+  derivative(r, "sub", {.fn = sub_rule});
+  derivative(r, "mul", {.fn = mul_rule, .saves_inputs = kIn0 | kIn1});
+  derivative(r, "div", {.fn = div_rule, .saves_inputs = kIn0 | kIn1});
+  derivative(r, "pow", {.fn = pow_rule, .saves_inputs = kIn0 | kIn1, .saves_outputs = kOut0});
+  derivative(r, "fmod", {.fn = mod_rule<kTrunc>, .saves_inputs = kIn0 | kIn1});
+  derivative(r, "remainder", {.fn = mod_rule<kFloor>, .saves_inputs = kIn0 | kIn1});
+  derivative(r, "maximum", {.fn = extremum_rule<kGt>, .saves_inputs = kIn0 | kIn1});
+  derivative(r, "minimum", {.fn = extremum_rule<kLt>, .saves_inputs = kIn0 | kIn1});
+  derivative(r, "atan2", {.fn = atan2_rule, .saves_inputs = kIn0 | kIn1});
+  derivative(r, "where", {.fn = where_rule, .saves_inputs = kIn0, .nondiff = kIn0});
+  derivative(r, "clamp", {.fn = clamp_rule, .saves_inputs = kIn0 | kIn1 | kIn2});
+  derivative(r, "lerp", {.fn = lerp_rule, .saves_inputs = kIn0 | kIn1 | kIn2});
+  derivative(r, "addcmul", {.fn = addcmul_rule, .saves_inputs = kIn1 | kIn2});
+  for (const char* n : {"add_", "sub_", "mul_", "div_", "clamp_"}) {
+    std::string base(n, std::strlen(n) - 1);
+    r.set_derivative(n, r.find(base)->grad);
+  }
+  for (const char* n : {"isnan", "isinf", "logical_not", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
+                        "logical_xor"})
+    derivative(r, n, {.not_differentiable = true});
+}
+
+}  // namespace cr

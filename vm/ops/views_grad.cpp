@@ -1,0 +1,124 @@
+// Derivatives of the views (vm/ops/views.cpp) and conversions (vm/ops/conversions.cpp): a view's
+// gradient is the gradient laid back into the input's shape.
+#include "vm/autograd/call.hpp"
+#include "vm/autograd/grad.hpp"
+#include "vm/ops/derivatives.hpp"
+
+namespace cr {
+namespace {
+using namespace autograd;
+
+void reshape_back(Grad& g) { g.set(0, reshape(g.grad(), g.sizes(0))); }
+void pass(Grad& g) {
+  if (g.needs(0)) g.set(0, g.grad());
+}
+
+void permute_rule(Grad& g) {
+  std::vector<int64_t> dims = g.arg().ints(1), inverse(dims.size());
+  const int n = g.ndim(0);
+  for (size_t i = 0; i < dims.size(); ++i) inverse[size_t(normalize_dim(dims[i], n))] = int64_t(i) + 1;
+  g.set(0, op("permute", {g.grad(), inverse}));
+}
+void transpose_rule(Grad& g) { g.set(0, op("transpose", {g.grad(), g.arg().integer(1), g.arg().integer(2)})); }
+void t_rule(Grad& g) { g.set(0, op("t", {g.grad()})); }
+
+// The gradient of a window [start, start + len) of dim d (0-based): zeros around it.
+Var pad_dim(const Var& gr, const Shape& full, int d, int64_t start, int64_t len) {
+  std::vector<Var> parts;
+  const Meta m{gr.tensor().sizes(), gr.tensor().dtype(), gr.tensor().device()};
+  auto zeros_of = [&](int64_t n) {
+    Shape s = full;
+    s[size_t(d)] = n;
+    return zeros(s, m.dtype, m.device);
+  };
+  if (start > 0) parts.push_back(zeros_of(start));
+  parts.push_back(gr);
+  if (full[size_t(d)] - start - len > 0) parts.push_back(zeros_of(full[size_t(d)] - start - len));
+  return parts.size() == 1 ? gr : op("cat", {parts, d + 1});
+}
+
+void narrow_rule(Grad& g) {
+  const int d = g.arg().dim(1, g.ndim(0));
+  const int64_t size = g.sizes(0)[size_t(d)];
+  int64_t start = g.arg().integer(2);
+  start = start > 0 ? start - 1 : start + size;  // 1-based or from the end
+  g.set(0, pad_dim(g.grad(), g.sizes(0), d, start, g.arg().integer(3)));
+}
+
+void select_rule(Grad& g) {
+  const int d = g.arg().dim(1, g.ndim(0));
+  const int64_t size = g.sizes(0)[size_t(d)];
+  int64_t i = g.arg().integer(2);
+  i = i > 0 ? i - 1 : i + size;
+  g.set(0, pad_dim(unsqueeze(g.grad(), d), g.sizes(0), d, i, 1));
+}
+
+// slice (any step) and the views without a closed form: the gradient written through the same
+// view of a zero tensor of the input's shape
+void through_view(Grad& g) {
+  const Meta& m = g.meta(0);
+  Var z = zeros(m.sizes, m.dtype, m.device);
+  const OpCall& a = g.arg();
+  std::vector<Tensor> v;
+  cr_value args[8];
+  for (int i = 0; i < a.nargs && i < 8; ++i) args[i] = a.args[i];
+  args[0].ptr = z.tensor().get();
+  call(current_context(), g.node().op, args, a.nargs, v);
+  call_op("copy_", {v.at(0), g.grad()});
+  g.set(0, z);
+}
+
+void cat_rule(Grad& g) {
+  const int n = g.count(0);
+  const int d = normalize_dim(g.arg().integer_or(1, 1), int(g.sizes(0, 0).size()));
+  int64_t at = 1;
+  for (int k = 0; k < n; ++k) {
+    const int64_t len = g.sizes(0, k)[size_t(d)];
+    if (g.needs(0, k)) g.set(0, k, op("narrow", {g.grad(), d + 1, at, len}));
+    at += len;
+  }
+}
+void stack_rule(Grad& g) {
+  const int n = g.count(0);
+  const int d = normalize_dim(g.arg().integer_or(1, 1), int(g.sizes(0, 0).size()) + 1);
+  for (int k = 0; k < n; ++k)
+    if (g.needs(0, k)) g.set(0, k, op("select", {g.grad(), d + 1, k + 1}));
+}
+// split / chunk: the outputs' gradients joined again (zeros for those without)
+void join_outputs(Grad& g) {
+  std::vector<Var> parts;
+  for (size_t k = 0; k < g.node().outs.size(); ++k) parts.push_back(g.grad(int(k)));
+  const int d = g.arg().has(2) ? g.arg().dim(2, g.ndim(0)) : 0;
+  g.set(0, op("cat", {parts, d + 1}));
+}
+
+void copy_rule(Grad& g) {
+  if (g.needs(1)) g.set(1, g.grad());
+}
+void fill_rule(Grad& g) {
+  if (g.needs(1)) g.set(1, op("sum", {g.grad()}));
+}
+
+}  // namespace
+
+void register_view_derivatives(Registry& r) {
+  for (const char* n : {"view", "reshape", "flatten", "squeeze", "unsqueeze"}) derivative(r, n, {.fn = reshape_back});
+  for (const char* n : {"expand", "contiguous", "clone", "to", "float", "double", "half", "bfloat16", "cpu", "cuda"})
+    derivative(r, n, {.fn = pass});
+  derivative(r, "permute", {.fn = permute_rule});
+  derivative(r, "transpose", {.fn = transpose_rule});
+  derivative(r, "t", {.fn = t_rule});
+  derivative(r, "narrow", {.fn = narrow_rule});
+  derivative(r, "select", {.fn = select_rule});
+  derivative(r, "slice", {.fn = through_view});
+  derivative(r, "cat", {.fn = cat_rule});
+  derivative(r, "stack", {.fn = stack_rule});
+  derivative(r, "split", {.fn = join_outputs});
+  derivative(r, "chunk", {.fn = join_outputs});
+  derivative(r, "copy_", {.fn = copy_rule});
+  derivative(r, "fill_", {.fn = fill_rule});
+  derivative(r, "zero_", {.fn = [](Grad&) {}});
+  for (const char* n : {"int", "long", "bool"}) derivative(r, n, {.not_differentiable = true});
+}
+
+}  // namespace cr

@@ -71,13 +71,29 @@ def gathered(values, indices, a, d, keepdim=True):
     return values, (g if keepdim else g.squeeze(d))
 
 
+def grads(fn, leaves):
+    """The gradient mode (grad.lua): gradients of sum_k sum(result_k * W_k), W_k[i] = cos(0.7 i + k),
+    over the floating results that require grad, w.r.t. leaves (zeros for an unused one)."""
+    r = fn()
+    total = None
+    for k, y in enumerate(list(r) if isinstance(r, (tuple, list)) else [r]):
+        if isinstance(y, torch.Tensor) and y.is_floating_point() and y.requires_grad:
+            w = torch.cos(torch.arange(y.numel(), dtype=torch.float64, device=y.device) * 0.7 + k)
+            t = (y * w.to(y.dtype).reshape(y.shape)).sum()
+            total = t if total is None else total + t
+    if total is None:
+        raise RuntimeError("no differentiable result")
+    gs = torch.autograd.grad(total, leaves, allow_unused=True)
+    return [g if g is not None else torch.zeros_like(x) for g, x in zip(gs, leaves)]
+
+
 # ---- the batch -----------------------------------------------------------------------------------
 
 def main():
     manifest, inputs_path, outputs_path, status_path, device = sys.argv[1:6]
     inputs = read_safetensors(inputs_path)
     env0 = dict(torch=torch, F=F, math=math, nan=float("nan"), inf=float("inf"), W=W, idx1=idx1,
-                alldims=alldims, multi=multi, squeeze_dims=squeeze_dims, lslice=lslice, gathered=gathered,
+                alldims=alldims, multi=multi, squeeze_dims=squeeze_dims, lslice=lslice, gathered=gathered, grads=grads,
                 OPS=OPS, DEV=device, L=lambda name: inputs[name].clone().to(device))
     outputs, status = {}, []
     with open(manifest) as f:

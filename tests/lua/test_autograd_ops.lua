@@ -65,6 +65,11 @@ for _, r in ipairs({ "var", "std" }) do
   case(r, function(x) return x[r](x) end, R(2, 3))
   case(r, function(x) return x[r](x, 2, true, { correction = 0 }) end, R(2, 3))
 end
+-- (0-d inputs reduced along their dim 1, a 1-D empty input that cat skips)
+local function R0() return T.tensor(0.3, { dtype = "float64" }):requires_grad_() end
+case("mean", function(x) return x:mean(1) end, R0())
+case("max", function(x) return (x:max(1)) end, R0())
+case("cat", function(a, b) return T.cat({ a, b }, 2) end, R(0), R(2, 3))
 case("softmax", function(x) return T.softmax(x, 2) end, R(2, 3))
 case("log_softmax", function(x) return T.log_softmax(x, 1) end, nc(3, 2))
 case("cumsum", function(x) return T.cumsum(x, 2) end, R(2, 3))

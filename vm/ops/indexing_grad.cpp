@@ -14,6 +14,13 @@ using namespace autograd;
 constexpr uint32_t kIn0 = 1, kIn1 = 2, kIn2 = 4;
 
 Var zeros_of(const Grad& g, int i) { return zeros(g.sizes(i), g.meta(i).dtype, g.meta(i).device); }
+// op (index_add_ / scatter_add_) of gr into zeros of input i's shape, in place: one tensor of
+// the input's size, not two
+void scatter_into_zeros(Grad& g, int i, const char* op, int d, const Var& index, const Var& gr) {
+  Var z = zeros_of(g, i);
+  call_op(op, {z, d + 1, index, to_dtype(gr, g.meta(i).dtype)});
+  g.set(i, z);
+}
 
 // embedding: weight row v gets the sum of the gradient rows whose index is v; none for the
 // padding row (padding_idx)
@@ -21,22 +28,22 @@ void embedding_rule(Grad& g) {
   const Shape& ws = g.sizes(1);
   const int64_t n = shape_numel(g.sizes(0));
   Var idx = reshape(g.in(0), {n});
-  Var gr = to_dtype(reshape(g.grad(), {n, ws[1]}), g.meta(1).dtype);
+  Var gr = reshape(g.grad(), {n, ws[1]});
   if (g.arg().has(2)) {
     const int64_t p = g.arg().integer(2);
     gr = where(unsqueeze(op("eq", {idx, double(p > 0 ? p : p + ws[0] + 1)}), 1), 0.0, gr);
   }
-  g.set(1, op("index_add", {zeros_of(g, 1), 1, idx, gr}));
+  scatter_into_zeros(g, 1, "index_add_", 0, idx, gr);
 }
 
 void index_select_rule(Grad& g) {
   const int d = g.arg().dim(1, g.ndim(0));
-  g.set(0, op("index_add", {zeros_of(g, 0), d + 1, g.in(2), to_dtype(g.grad(), g.meta(0).dtype)}));
+  scatter_into_zeros(g, 0, "index_add_", d, g.in(2), g.grad());
 }
 
 // gather along d (also sort / topk values): each gradient element goes to where its index points
 void scatter_back(Grad& g, const Var& index, int d) {
-  g.set(0, op("scatter_add", {zeros_of(g, 0), d + 1, index, to_dtype(g.grad(), g.meta(0).dtype)}));
+  scatter_into_zeros(g, 0, "scatter_add_", d, index, g.grad());
 }
 void gather_rule(Grad& g) { scatter_back(g, g.in(2), g.arg().dim(1, g.ndim(0))); }
 // sort(self, dim) / topk(self, k, dim): the values' gradient goes back to where they came from

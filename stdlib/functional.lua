@@ -62,7 +62,7 @@ end
 -- nn.functional ---------------------------------------------------------------------------------
 
 function F.linear(x, w, b) return T.linear(x, w, b) end
-function F.embedding(idx, w) return T.embedding(idx, w) end
+function F.embedding(idx, w, opts) return T.embedding(idx, w, opts) end
 function F.relu(x) return T.relu(x) end
 function F.silu(x) return T.silu(x) end
 function F.gelu(x, opts) return T.gelu(x, opts) end

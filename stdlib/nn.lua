@@ -278,17 +278,28 @@ function Linear:extra_repr()
 end
 nn.Linear = Linear
 
--- Embedding(n, d[, {dtype =}]): a table of n rows, N(0, 1); looked up with 1-based indices.
+-- Embedding(n, d[, {padding_idx =, dtype =}]): a table of n rows, N(0, 1); looked up with
+-- 1-based indices. The padding row (negative: from the end) starts as zeros and gets no gradient.
 local Embedding = nn.Module:extend("Embedding")
 function Embedding:init(n, d, opts)
   positive_int("Embedding", 1, "num_embeddings", n)
   positive_int("Embedding", 2, "embedding_dim", d)
-  opts = options("Embedding", 3, opts, { dtype = true })
+  opts = options("Embedding", 3, opts, { padding_idx = true, dtype = true })
   self.num_embeddings, self.embedding_dim = n, d
   self.weight = T.randn({ n, d }, { dtype = opts.dtype })
+  local p = opts.padding_idx
+  if p ~= nil then
+    if type(p) ~= "number" or p ~= math.floor(p) or p == 0 or p > n or p < -n then
+      fail(string.format("Embedding: padding_idx expected a row of the weight (1..%d or -%d..-1), got %s", n, n, tostring(p)))
+    end
+    self.padding_idx = p > 0 and p or p + n + 1
+    T.no_grad(function() self.weight[self.padding_idx]:zero_() end)
+  end
 end
-function Embedding:forward(idx) return T.embedding(idx, self.weight) end
-function Embedding:extra_repr() return self.num_embeddings .. ", " .. self.embedding_dim end
+function Embedding:forward(idx) return T.embedding(idx, self.weight, { padding_idx = self.padding_idx }) end
+function Embedding:extra_repr()
+  return self.num_embeddings .. ", " .. self.embedding_dim .. (self.padding_idx and ", padding_idx=" .. self.padding_idx or "")
+end
 nn.Embedding = Embedding
 
 local function norm_shape(op, d)

@@ -56,14 +56,14 @@ local function fmt(x)
 end
 
 -- nil when got matches want (both snapshots), else a message
-local function compare_one(got, want, scale, shape_only)
+local function compare_one(got, want, scale, shape_only, tol)
   if got.dtype ~= want.dtype then return ("dtype %s, torch %s"):format(got.dtype, want.dtype) end
   if #got.shape ~= #want.shape then return ("shape %s, torch %s"):format(shape_str(got.shape), shape_str(want.shape)) end
   for i = 1, #got.shape do
     if got.shape[i] ~= want.shape[i] then return ("shape %s, torch %s"):format(shape_str(got.shape), shape_str(want.shape)) end
   end
   if shape_only then return nil end
-  local tol = C.TOL[got.dtype]
+  tol = tol or C.TOL[got.dtype]
   local s = math.max(1, max_abs(want), scale or 1)
   local bad, first = 0, nil
   for i = 1, #want.v do
@@ -87,8 +87,8 @@ end
 
 -- Compares a crescent outcome with torch's ({ results = ... } or { error = ... }). Returns nil or
 -- kind, message; kind is "raises" (crescent raises, torch does not), "accepts" (the reverse) or
--- "differs".
-function C.compare(got, want, scale, shape_only)
+-- "differs". tol: {rtol, atol} for every float result instead of their dtype's.
+function C.compare(got, want, scale, shape_only, tol)
   if want.error and got.error then return nil end
   if want.error then return "accepts", "crescent returns a result; torch raises " .. want.error end
   if got.error then return "raises", "crescent raises: " .. got.error end
@@ -96,7 +96,7 @@ function C.compare(got, want, scale, shape_only)
     return "differs", ("%d results, torch %d"):format(#got.results, #want.results)
   end
   for i, w in ipairs(want.results) do
-    local m = compare_one(got.results[i], w, scale, shape_only)
+    local m = compare_one(got.results[i], w, scale, shape_only, tol)
     if m then return "differs", (#want.results > 1 and ("result %d: "):format(i) or "") .. m end
   end
   return nil

@@ -10,8 +10,12 @@
 -- for its slot (a boolean as a dim, a fraction as a size, ...), so that every op's validity rules
 -- are compared with PyTorch's.
 --
---   crescent tests/diff/diff_torch.lua [--cases N] [--misuse M] [--seed S] [--ops a,b] [--only I] [--device cuda] [--show]
---   env: CRESCENT_DIFF_CASES, CRESCENT_DIFF_MISUSE, CRESCENT_DIFF_SEED, CRESCENT_DIFF_OPS, CRESCENT_DIFF_DEVICE,
+-- Gradient cases (tests/diff/grad.lua) close the run: for each op with a derivative rule, the
+-- gradients of a fixed scalar function of its results w.r.t. its floating inputs, against torch's.
+--
+--   crescent tests/diff/diff_torch.lua [--cases N] [--misuse M] [--grad G] [--seed S] [--ops a,b] [--only I] [--device cuda] [--show]
+--   env: CRESCENT_DIFF_CASES, CRESCENT_DIFF_MISUSE, CRESCENT_DIFF_GRAD (gradient cases per op with a
+--        rule; 0: none; none with --only), CRESCENT_DIFF_SEED, CRESCENT_DIFF_OPS, CRESCENT_DIFF_DEVICE,
 --        CRESCENT_DIFF_ONLY=i (case i alone, as numbered in a report, with the same --cases, --seed
 --        and --ops), CRESCENT_DIFF_SHOW=1 (print each case before it runs: to find one that crashes),
 --        CRESCENT_DIFF_KEEP=1 (keep the exchange files), CRESCENT_TEST_PYTHON (default /usr/bin/python3),
@@ -31,8 +35,9 @@ local C = require "compare"
 local TB = require "torch_bridge"
 local SH = require "shell"
 local MU = require "misuse"
+local GR = require "grad"
 
-local CI_PER_OP, CI_MISUSE_PER_OP = 6, 4
+local CI_PER_OP, CI_MISUSE_PER_OP, GRAD_PER_OP = 6, 4, 3
 -- The compiled modes' second call must run native code: with background compiles (the default)
 -- it would still run on the eager kernels while the graph compiles.
 T.config.sync_compile = true
@@ -43,6 +48,7 @@ local function options()
   local o = {
     cases = tonumber(os.getenv("CRESCENT_DIFF_CASES") or ""),
     misuse = tonumber(os.getenv("CRESCENT_DIFF_MISUSE") or ""),
+    grad = tonumber(os.getenv("CRESCENT_DIFF_GRAD") or ""),
     seed = tonumber(os.getenv("CRESCENT_DIFF_SEED") or "") or 20240601,
     ops = os.getenv("CRESCENT_DIFF_OPS"),
     only = tonumber(os.getenv("CRESCENT_DIFF_ONLY") or ""),
@@ -55,6 +61,7 @@ local function options()
     local a, v = arg[i], arg[i + 1]
     if a == "--cases" then o.cases = tonumber(v); i = i + 1
     elseif a == "--misuse" then o.misuse = tonumber(v); i = i + 1
+    elseif a == "--grad" then o.grad = tonumber(v); i = i + 1
     elseif a == "--seed" then o.seed = tonumber(v); i = i + 1
     elseif a == "--ops" then o.ops = v; i = i + 1
     elseif a == "--only" then o.only = tonumber(v); i = i + 1
@@ -207,7 +214,7 @@ local function run_torch(o, cases)
     for _, input in ipairs(c.inputs) do b:input(c.key .. "." .. input.name, G.base_tensor(input)) end
     local expr = c.expr
     if c.extra.inplace then expr = ("(%s, %s_base)"):format(expr, c.extra.inplace.py) end
-    b:add(c.key, expr, nil, G.python_setup(c))
+    b:add(c.key, expr, nil, c.py_setup or G.python_setup(c))
   end
   local res, why = b:run()
   if not res then error("diff_torch: " .. why, 0) end
@@ -265,7 +272,8 @@ local SHOW_PER_OP = 3
 local function report(o, cases, runs, want)
   local counts, by_op, shown = {}, {}, {}
   for i, c in ipairs(cases) do
-    for _, f in ipairs(judge(c, runs[i], want[c.key])) do
+    local findings = c.grad and GR.judge(c, runs[i], want[c.key], RC.excuse) or judge(c, runs[i], want[c.key])
+    for _, f in ipairs(findings) do
       counts[f.class] = (counts[f.class] or 0) + 1
       local key = ("%-10s %-14s %s"):format(f.class, c.op, f.kind)
       by_op[key] = (by_op[key] or 0) + 1
@@ -321,6 +329,14 @@ local function main()
   local cases = make_cases(o, ops)
   local notes, runs = {}, {}
   for i, c in ipairs(cases) do runs[i] = run_crescent(c, o, notes) end
+  local ngrad, tg = #cases, SH.now()
+  if not o.only then
+    for _, c in ipairs(GR.make_cases(ops, o.grad or GRAD_PER_OP, function(name, i, attempt) return recipe_case(o, name, i, attempt) end)) do
+      cases[#cases + 1] = c
+      runs[#cases] = GR.run(c)
+    end
+  end
+  ngrad = #cases - ngrad
   local t1 = SH.now()
   local want = run_torch(o, cases)
   local t2 = SH.now()
@@ -356,9 +372,9 @@ local function main()
     print("diff_torch: FAILED: native code is available here, yet the compiled runs compiled no kernel")
     mismatches = mismatches + 1
   end
-  print(("diff_torch: %d ops covered, %d skipped; %d cases (seed %d, %s; torch raised in %d), %d crescent runs each; "
-    .. "%d mismatches (excused: %s); crescent %.1f s, torch %.1f s")
-    :format(#covered, nskip, #cases, o.seed, o.device, torch_errors, #MODE_ORDER, mismatches,
+  print(("diff_torch: %d ops covered, %d skipped; %d cases (seed %d, %s; torch raised in %d), %d crescent runs each, "
+    .. "and %d gradient cases (%.1f s); %d mismatches (excused: %s); crescent %.1f s, torch %.1f s")
+    :format(#covered, nskip, #cases - ngrad, o.seed, o.device, torch_errors, #MODE_ORDER, ngrad, t1 - tg, mismatches,
       #classes > 0 and table.concat(classes, ", ") or "none", t1 - t0, t2 - t1))
   os.exit(mismatches == 0 and 0 or 1, true)
 end

@@ -88,6 +88,13 @@ M.EXCUSES = {
   { op = { var = true, std = true }, kind = "raises", match = "correction expected a number, got boolean", class = "torch",
     why = "torch 2.x takes correction as a number, True counting 1; torch 1.13 refuses a boolean there, as crescent "
       .. "does (unbiased is the boolean form)" },
+  -- the gradient mode (grad.lua)
+  { op = "remainder", kind = "accepts", match = "derivative for aten::remainder is not implemented", class = "torch",
+    why = "torch 1.13 has no derivative of remainder(number, tensor) for the tensor; crescent's is PyTorch's "
+      .. "tensor-tensor formula, -grad * floor(self / other)" },
+  { op = { scatter_add = true, scatter_add_ = true }, kind = "accepts", match = "ScatterAddBackward0 returned an invalid gradient",
+    class = "extension", why = "src larger than the index: torch's rule gathers a gradient of the index's shape and fails "
+      .. "its own shape check; crescent gives the src elements no index reaches zeros" },
 }
 
 -- The entry of EXCUSES (or of `list`, entries of the same fields) that explains a finding (kind

@@ -641,6 +641,11 @@ R.embedding = { gen = function(c)
   local n, dm = c.r:int(1, 10), c.r:int(0, 6)
   local idx = c:tensor(c:shape(0, 3), "int64", index_range(c, n))
   local w = c:tensor({ n, dm }, c:dtype(c.r:chance(0.9) and FLOAT or ANY))
+  if c.r:chance(0.3) then  -- padding_idx: 1-based or from the end (the gradient mode tells)
+    local p = c.r:pick({ 1, n, -1 })
+    return function(I) return T.embedding(idx(I), w(I), { padding_idx = p }) end,
+      ("F.embedding(a - 1, b, padding_idx=%d)"):format(p > 0 and p - 1 or p)
+  end
   return function(I) return T.embedding(idx(I), w(I)) end, "F.embedding(a - 1, b)"
 end }
 
@@ -756,6 +761,8 @@ end }
 
 require("recipes_creation")(R, { op = op, dt = dt, maybe_dtype = maybe_dtype, ANY = ANY, NUM = NUM, FLOAT = FLOAT,
   CREATE = CREATE })
+
+require("recipes_scatter")(R, { ANY = ANY, FLOAT = FLOAT })
 
 -- ---- not compared -----------------------------------------------------------------------------------
 

@@ -81,6 +81,23 @@ def gathered(values, indices, a, d, keepdim=True):
     return values, (g if keepdim else g.squeeze(d))
 
 
+def grads(fn, leaves):
+    """The differential test's gradient mode (tests/diff/grad.lua): gradients of sum_k sum(result_k *
+    W_k), W_k[i] = cos(0.7 i + k), over the floating results that require grad, w.r.t. leaves
+    (zeros for an unused one)."""
+    r = fn()
+    total = None
+    for k, y in enumerate(list(r) if isinstance(r, (tuple, list)) else [r]):
+        if isinstance(y, torch.Tensor) and y.is_floating_point() and y.requires_grad:
+            w = torch.cos(torch.arange(y.numel(), dtype=torch.float64, device=y.device) * 0.7 + k)
+            t = (y * w.to(y.dtype).reshape(y.shape)).sum()
+            total = t if total is None else total + t
+    if total is None:
+        raise RuntimeError("no differentiable result")
+    gs = torch.autograd.grad(total, leaves, allow_unused=True)
+    return [g if g is not None else torch.zeros_like(x) for g, x in zip(gs, leaves)]
+
+
 # ---- crescent's calling conventions ----------------------------------------------------------------
 
 def pd(d):
@@ -362,7 +379,11 @@ OPS = {
     "split": split, "chunk": chunk,
     "index_select": lambda x, d, i: torch.index_select(x, pd(d), i - 1),
     "gather": lambda x, d, i: torch.gather(x, pd(d), i - 1),
-    "embedding": lambda i, w: F.embedding(i - 1, w),
+    "embedding": lambda i, w, o=None: F.embedding(i - 1, w, padding_idx=pi(o["padding_idx"]) if o and "padding_idx" in o else None),
+    "index_add": lambda x, d, i, s, o=None: torch.index_add(x, pd(d), i - 1, s, alpha=(o or {}).get("alpha", 1)),
+    "index_add_": lambda x, d, i, s, o=None: x.index_add_(pd(d), i - 1, s, alpha=(o or {}).get("alpha", 1)),
+    "scatter_add": lambda x, d, i, s: torch.scatter_add(x, pd(d), i - 1, s),
+    "scatter_add_": lambda x, d, i, s: x.scatter_add_(pd(d), i - 1, s),
     "matmul": torch.matmul, "mm": torch.mm, "bmm": torch.bmm, "linear": F.linear,
     "tril": lambda x, k=0: torch.tril(x, k), "triu": lambda x, k=0: torch.triu(x, k),
     "zeros": creation(torch.zeros), "ones": creation(torch.ones), "empty": creation(torch.empty),

@@ -20,7 +20,7 @@ import crescent_ops
 from exchange import CRESCENT_DTYPES, error_text, number, transportable
 
 LOW = (torch.float16, torch.bfloat16)
-HELPERS = ("W", "idx1", "alldims", "multi", "squeeze_dims", "lslice", "gathered", "OPS")
+HELPERS = ("W", "idx1", "alldims", "multi", "squeeze_dims", "lslice", "gathered", "grads", "OPS")
 
 
 def base_env(header, inputs):

@@ -14,6 +14,8 @@ void register_derivatives(Registry& r) {
   register_reduction_derivatives(r);
   register_view_derivatives(r);
   register_linalg_derivatives(r);
+  register_indexing_derivatives(r);
+  register_attention_derivatives(r);
 }
 
 }  // namespace cr

@@ -7,4 +7,6 @@ void register_pointwise_derivatives(Registry& r);
 void register_reduction_derivatives(Registry& r);
 void register_view_derivatives(Registry& r);
 void register_linalg_derivatives(Registry& r);
+void register_indexing_derivatives(Registry& r);
+void register_attention_derivatives(Registry& r);
 }  // namespace cr

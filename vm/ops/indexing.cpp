@@ -1,7 +1,10 @@
-// Indexing ops: index_select, gather, embedding, masked_fill (and masked_fill_).
+// Indexing ops: index_select, gather, embedding, index_add / scatter_add (and their in-place
+// forms), masked_fill (and masked_fill_).
 // Index values are 1-based at the Lua surface; they are range-checked here, before any kernel
 // runs, and converted to 0-based offsets inside the kernel. index_select and embedding are
 // gathers with an index broadcast along the other dims, so all three share one kernel.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "jit/cuda/memory.hpp"
@@ -148,7 +151,7 @@ void run_gather(OpCall& c) {
   gather_into(at_least_1d(c.outs[0]), x, s.d, at_least_1d(s.idx));
 }
 
-// ---- embedding(index, weight): rows of weight {n, d}; result index.shape..{d} ----------------
+// ---- embedding(index, weight[, {padding_idx}]): rows of weight {n, d}; result index.shape..{d} -
 
 struct Embed {
   Tensor idx, w;
@@ -161,6 +164,10 @@ Embed prepare_embedding(const OpCall& c) {
   if (e.w.dim() != 2) fail(cat("weight expected a 2-D tensor {rows, features}, got ", e.w.describe()));
   e.shape = e.idx.sizes();
   e.shape.push_back(e.w.size(1));
+  if (c.has(2)) {  // (only the backward reads it: the padding row gets no gradient)
+    const int64_t p = c.integer(2), n = e.w.size(0);
+    if (p == 0 || p > n || p < -n) fail(cat("padding_idx expected a row of the weight (1..", n, " or -", n, "..-1), got ", p));
+  }
   return e;
 }
 
@@ -176,6 +183,152 @@ void run_embedding(OpCall& c) {
   Tensor out = Tensor::view_of(c.outs[0], {n, e.w.size(1)}, contiguous_strides({n, e.w.size(1)}), 0);
   gather_into(out, e.w, 0, Tensor::view_of(e.idx, {n, e.w.size(1)}, {1, 0}, e.idx.offset()));
 }
+
+// ---- scatter-add: index_add(self, dim, index, source), scatter_add(self, dim, index, src) ---
+// Both add elements of the source into a copy of self (or into self, in place) at the positions
+// the index names along dim: out[c with c[d] := index(c) - 1] += alpha * src[c] over an iteration
+// shape (index_add: source's, its 1-D index broadcast along the other dims; scatter_add: index's).
+// Positions that differ off dim never collide: lines off dim run in parallel, and each line adds
+// in index order, so the result does not depend on the threads (deterministic).
+
+struct Scatter {
+  Tensor self, index;  // index: the values, contiguous int64
+  int d = 0;
+  double alpha = 1;
+  Tensor idx, src;  // views of the iteration shape, rank >= 1
+};
+
+// o += alpha * s in the dtype's arithmetic (integers wrap, bool is "or").
+template <class T> struct AddScaled {
+  compute_t<T> alpha;
+  void operator()(T& o, const T& s) const {
+    if constexpr (std::is_same_v<T, bool>) o = o || (alpha && s);
+    else if constexpr (std::is_integral_v<T>) o = wrapping_add(o, wrapping_mul(alpha, s));
+    else store(o, load(o) + alpha * load(s));
+  }
+};
+
+// The lines of the iteration shape: every dim but d and the inner dim j (the last, unless d is),
+// whose range is cut into chunks when there are fewer lines than threads (an embedding's
+// gradient: one line, the features cut into chunks).
+template <class T> void scatter_lines(const Tensor& out, const Scatter& s) {
+  const int nd = s.idx.dim(), d = s.d, jd = d == nd - 1 ? -1 : nd - 1;
+  const Shape sizes = s.idx.sizes(), os = out.strides(), is = s.idx.strides(), ss = s.src.strides();
+  const int64_t K = sizes[size_t(d)], J = jd < 0 ? 1 : sizes[size_t(jd)];
+  const int64_t lines = s.idx.numel() / std::max<int64_t>(K * J, 1);
+  if (s.idx.numel() == 0) return;
+  const int64_t want = lines >= num_threads() ? 1 : (num_threads() + lines - 1) / lines;
+  const int64_t chunks = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, J / 64)), chunk = (J + chunks - 1) / chunks;
+  const int64_t osj = jd < 0 ? 0 : os[size_t(jd)], isj = jd < 0 ? 0 : is[size_t(jd)], ssj = jd < 0 ? 0 : ss[size_t(jd)];
+  const AddScaled<T> add{compute_t<T>(s.alpha)};
+  T* op = out.data<T>();
+  const int64_t* ip = s.idx.data<int64_t>();
+  const T* sp = s.src.data<T>();
+  parallel_for(lines * chunks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, K * chunk)), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t ob = 0, ib = 0, sb = 0, rem = t / chunks;
+      for (int k = nd - 1; k >= 0; --k) {
+        if (k == d || k == jd) continue;
+        const int64_t ck = rem % sizes[size_t(k)];
+        rem /= sizes[size_t(k)];
+        ob += ck * os[size_t(k)], ib += ck * is[size_t(k)], sb += ck * ss[size_t(k)];
+      }
+      const int64_t j0 = t % chunks * chunk, j1 = std::min(J, j0 + chunk);
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t* ik = ip + ib + k * is[size_t(d)];
+        const T* sk = sp + sb + k * ss[size_t(d)];
+        T* ok = op + ob;
+        if (isj == 0) {  // one target row for the whole chunk (index_add, embedding)
+          T* row = ok + (ik[0] - 1) * os[size_t(d)];
+          for (int64_t j = j0; j < j1; ++j) add(row[j * osj], sk[j * ssj]);
+        } else {
+          for (int64_t j = j0; j < j1; ++j) add(ok[(ik[j * isj] - 1) * os[size_t(d)] + j * osj], sk[j * ssj]);
+        }
+      }
+    }
+  });
+}
+
+void check_scatter_dtypes(const OpCall& c, const Tensor& self, const Tensor& src, const char* src_name) {
+  if (src.dtype() != self.dtype())
+    fail(cat(src_name, " expected self's dtype ", dtype_name(self.dtype()), ", got ", src.describe()));
+  if (c.has(4) && c.args[4].tag == kNumber && !is_floating(self.dtype()) && c.args[4].num != std::floor(c.args[4].num))
+    fail(cat("alpha must be an integer for ", dtype_name(self.dtype()), " inputs, got ", c.args[4].num));
+}
+
+Scatter prepare_index_add(const OpCall& c) {
+  const Tensor self = c.tensor(0), index = c.tensor(2), source = c.tensor(3);
+  check_device(self, index);
+  check_device(self, source);
+  Scatter s{self, index_arg(c, 2), c.dim(1, self.dim()), c.number_or(4, 1.0)};
+  if (index.dim() > 1) fail(cat("index expected a 0-d or 1-D tensor, got ", index.describe()));
+  check_scatter_dtypes(c, self, source, "source");
+  if (source.dim() != self.dim())
+    fail(cat("source expected as many dims as self ", shape_str(self.sizes()), ", got ", source.describe()));
+  const Tensor x = at_least_1d(self), src = at_least_1d(source);
+  for (int k = 0; k < x.dim(); ++k)
+    if (k != s.d && src.size(k) != x.size(k))
+      fail(cat("source expected self's shape ", shape_str(self.sizes()), " apart from dim ", s.d + 1, ", got ",
+               source.describe()));
+  if (s.index.numel() != src.size(s.d))
+    fail(cat("index has ", s.index.numel(), " elements but source has ", src.size(s.d), " along dim ", s.d + 1));
+  Shape is(size_t(src.dim()), 0);  // the index runs along d only
+  is[size_t(s.d)] = 1;
+  s.idx = Tensor::view_of(s.index, src.sizes(), is, s.index.offset());
+  s.src = src;
+  return s;
+}
+
+Scatter prepare_scatter_add(const OpCall& c) {
+  const Tensor self = c.tensor(0), index = c.tensor(2), source = c.tensor(3);
+  check_device(self, index);
+  check_device(self, source);
+  Scatter s{self, index_arg(c, 2), c.dim(1, self.dim())};
+  s.idx = at_least_1d(s.index);
+  check_scatter_dtypes(c, self, source, "src");
+  const Tensor x = at_least_1d(self), src = at_least_1d(source);
+  if (index.dim() != self.dim() || source.dim() != self.dim())
+    fail(cat("index and src expected as many dims as self ", shape_str(self.sizes()), ", got ", index.describe(), " and ",
+             source.describe()));
+  for (int k = 0; k < x.dim(); ++k)
+    if (s.idx.size(k) > src.size(k) || (k != s.d && s.idx.size(k) > x.size(k)))
+      fail(cat("index of shape ", shape_str(index.sizes()), " expected to be no larger than src ", shape_str(source.sizes()),
+               " and than self ", shape_str(self.sizes()), " apart from dim ", s.d + 1));
+  s.src = Tensor::view_of(src, s.idx.sizes(), src.strides(), src.offset());  // the part the index covers
+  return s;
+}
+
+std::vector<Meta> infer_scatter(const Scatter& s) { return {{s.self.sizes(), s.self.dtype(), s.self.device()}}; }
+std::vector<Meta> infer_index_add(OpCall& c) { return infer_scatter(prepare_index_add(c)); }
+std::vector<Meta> infer_scatter_add(OpCall& c) { return infer_scatter(prepare_scatter_add(c)); }
+
+// Whether a and b reach a common byte of one storage (their extents intersect).
+bool may_overlap(const Tensor& a, const Tensor& b) {
+  if (a.storage() != b.storage() || a.numel() == 0 || b.numel() == 0) return false;
+  auto extent = [](const Tensor& t) {
+    int64_t lo = t.offset(), hi = t.offset();
+    for (int k = 0; k < t.dim(); ++k) (t.stride(k) < 0 ? lo : hi) += (t.size(k) - 1) * t.stride(k);
+    return std::pair<int64_t, int64_t>{lo * int64_t(t.itemsize()), (hi + 1) * int64_t(t.itemsize())};
+  };
+  const auto [alo, ahi] = extent(a);
+  const auto [blo, bhi] = extent(b);
+  return alo < bhi && blo < ahi;
+}
+
+// out = self + the scattered source: out is a new contiguous tensor, or self itself (in place).
+void scatter_add_into(const Tensor& out, const Scatter& s, bool in_place) {
+  const Tensor x = at_least_1d(s.self);
+  check_range(s.index, x.size(s.d), cat("dim ", s.d + 1, " of size ", x.size(s.d)));
+  if (in_place && (may_overlap(out, s.src) || may_overlap(out, s.index)))
+    fail("the source or index shares memory with the tensor written in place (PyTorch refuses it too): clone() it first");
+  if (!in_place) copy_into(out, s.self);
+  visit(out.dtype(), [&](auto t) { scatter_lines<decltype(t)>(at_least_1d(out), s); });
+}
+
+void run_index_add(OpCall& c) { scatter_add_into(c.outs[0], prepare_index_add(c), false); }
+void run_scatter_add(OpCall& c) { scatter_add_into(c.outs[0], prepare_scatter_add(c), false); }
+void run_index_add_(OpCall& c) { scatter_add_into(writable(c, 0), prepare_index_add(c), true); }
+void run_scatter_add_(OpCall& c) { scatter_add_into(writable(c, 0), prepare_scatter_add(c), true); }
 
 // ---- masked_fill(x, mask, value): value where mask is true -----------------------------------
 
@@ -238,8 +391,16 @@ void register_indexing(Registry& r) {
                   LoopForm::IndexSelect));
   r.add(with_loop(OpDef{"gather", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_gather, run_gather},
                   LoopForm::Gather));
-  r.add(with_loop(OpDef{"embedding", "input:T, weight:T", OpKind::Index, kNoMethod | kValueErrors, infer_embedding, run_embedding},
+  r.add(with_loop(OpDef{"embedding", "input:T, weight:T, opts:{padding_idx:I}", OpKind::Index, kNoMethod | kValueErrors, infer_embedding, run_embedding},
                   LoopForm::Embedding));
+  // (no loop lowering: scatters run as extern steps in compiled graphs, on host copies on CUDA)
+  r.add(OpDef{"index_add", "self:T, dim:D, index:T, source:T, opts:{alpha:N}", OpKind::Index, kValueErrors, infer_index_add,
+              run_index_add});
+  r.add(OpDef{"index_add_", "self:T, dim:D, index:T, source:T, opts:{alpha:N}", OpKind::Index,
+              kReturnsSelf | kNoFunction | kValueErrors, nullptr, run_index_add_});
+  r.add(OpDef{"scatter_add", "self:T, dim:D, index:T, src:T", OpKind::Index, kValueErrors, infer_scatter_add, run_scatter_add});
+  r.add(OpDef{"scatter_add_", "self:T, dim:D, index:T, src:T", OpKind::Index, kReturnsSelf | kNoFunction | kValueErrors,
+              nullptr, run_scatter_add_});
   r.add(with_loop(OpDef{"masked_fill", "self:T, mask:T, value:TN", OpKind::Index, 0, infer_masked_fill, run_masked_fill},
                   LoopForm::MaskedFill));
   r.add(OpDef{"masked_fill_", "self:T, mask:T, value:TN", OpKind::Index, kReturnsSelf | kNoFunction | kDeviceAware,

@@ -12,7 +12,8 @@ using namespace autograd;
 constexpr uint32_t kIn0 = 1, kOut0 = 1;
 
 // The reduced dims of argument 1 (0-based; all when absent) and keepdim (argument 2).
-std::vector<int> reduced(const Grad& g) { return g.arg().dims(1, g.ndim(0)); }
+// A 0-d input has no dim to reduce (its dim 1 / -1 names the tensor itself): none.
+std::vector<int> reduced(const Grad& g) { return g.ndim(0) ? g.arg().dims(1, g.ndim(0)) : std::vector<int>{}; }
 
 // v (shaped like the output) reshaped to the input's rank with size 1 in the reduced dims.
 Var keep(const Grad& g, const Var& v) {
@@ -58,6 +59,7 @@ void even_rule(Grad& g) {
 // max / min along a dim (values, indices): the gradient goes to the index chosen
 void select_index_rule(Grad& g) {
   if (!g.arg().has(1)) return even_rule(g);
+  if (g.ndim(0) == 0) return g.set(0, reshape(g.grad(), {}));  // the one element is the extreme
   const int d = g.arg().dim(1, g.ndim(0));
   const Shape& s = g.sizes(0);
   Shape pos(s.size(), 1);
@@ -79,7 +81,11 @@ Var var_slope(const Grad& g) {
   return centered * (2.0 / (double(reduced_count(g)) - correction(g)));
 }
 void var_rule(Grad& g) { g.set(0, unreduce(g, g.grad()) * var_slope(g)); }
-void std_rule(Grad& g) { g.set(0, unreduce(g, g.grad() / (g.out(0) * 2.0)) * var_slope(g)); }
+// (0 where the std is 0, as PyTorch's std_backward, rather than 0 / 0)
+void std_rule(Grad& g) {
+  Var half = where(op("eq", {g.out(0), 0.0}), 0.0, g.grad() / (g.out(0) * 2.0));
+  g.set(0, unreduce(g, half) * var_slope(g));
+}
 
 // norm: p = 2 (default) x / norm (0 where the norm is 0), else sign(x) |x|^(p-1) / norm^(p-1)
 void norm_rule(Grad& g) {

@@ -68,11 +68,16 @@ void through_view(Grad& g) {
   g.set(0, z);
 }
 
+// (a 1-D empty input beside inputs of another rank is skipped by cat, as PyTorch's: zeros)
 void cat_rule(Grad& g) {
-  const int n = g.count(0);
-  const int d = normalize_dim(g.arg().integer_or(1, 1), int(g.sizes(0, 0).size()));
+  const int n = g.count(0), rank = int(g.out_meta().sizes.size());
+  const int d = normalize_dim(g.arg().integer_or(1, 1), rank);
   int64_t at = 1;
   for (int k = 0; k < n; ++k) {
+    if (int(g.sizes(0, k).size()) != rank) {
+      if (g.needs(0, k)) g.set(0, k, zeros(g.sizes(0, k), g.meta(0, k).dtype, g.meta(0, k).device));
+      continue;
+    }
     const int64_t len = g.sizes(0, k)[size_t(d)];
     if (g.needs(0, k)) g.set(0, k, op("narrow", {g.grad(), d + 1, at, len}));
     at += len;

@@ -45,6 +45,8 @@ FO.MISC = {
   "A:index_select(D, T.tensor({1, 1}DEV_ARG))", "A:split(2, D)[1]", "A:chunk(2, D)[1]", "A:norm()",
   "A:gelu({approximate = \"tanh\"})", "A:clamp(B, B + 1)", "A:clamp(nil, B)", "A:lerp(B, B)",
   "A:gt(0.5):any(D):float()", "A:lt(1):all(D, true):double()", "A:ne(0):all():float()",
+  "A:index_add(D, T.tensor({1, 1}DEV_ARG), A:index_select(D, T.tensor({1, 1}DEV_ARG)) * 0.5)",
+  "A:scatter_add(D, A:argmax(D, true), A)",
 }
 
 -- ---- probes -----------------------------------------------------------------------------------

@@ -104,8 +104,9 @@ T.nn = require "crescent.nn"
 T.F.bind(T)
 T.nn.bind(T)
 
--- autograd (API.md section 9)
+-- autograd and mixed precision (API.md section 9)
 autograd.bind(T)
+require("crescent.amp").bind(T)
 
 -- compilation (API.md section 5)
 local compile = require "crescent.compile"

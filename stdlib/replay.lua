@@ -15,7 +15,7 @@
 --     one is seen).
 -- A replay then requires the same non-tensor arguments (numbers bit for bit: -0 is not 0), the
 -- same Lua state (every value of the walk, and every key the probe read while absent still
--- absent), and the recorded tensor guards (vm/graph/replay.cpp: metadata, aliasing, which
+-- absent), the same T.autocast state, and the recorded tensor guards (vm/graph/replay.cpp: metadata, aliasing, which
 -- arguments are the same tensor). A changed argument or tensor runs the normal compiled path;
 -- a changed Lua state probes again, and after MAX_STATE_CHANGES the function is not replayed.
 local core = require "crescent.core"
@@ -85,12 +85,13 @@ function M.wrap(fn, id, call)
   -- (state.checker), the C++ replay, the results. Anything unexpected goes to `slow`.
   local function specialise(check, ncands)
     local n = st.nargs
-    local L = { "local is_tensor, cands, values, api, ctx, id, OUTS, OUTCAP, wrap, retvals, core, slow, refused, changed, ptr, check, same_number = ...",
+    local L = { "local is_tensor, cands, values, api, ctx, id, OUTS, OUTCAP, wrap, retvals, core, slow, refused, changed, ptr, check, same_number, mode, autocast = ...",
                 "return function(...)" }
     local names = {}
     for i = 1, n do names[i] = "a" .. i end
     if n > 0 then L[#L + 1] = "local " .. table.concat(names, ", ") .. " = ..." end
     L[#L + 1] = string.format("if select('#', ...) ~= %d then return slow(...) end", n)
+    L[#L + 1] = "if mode(2, -1) ~= autocast then return slow(...) end"  -- (the plan's casts are the probe's)
     for i = 1, n do
       if st.kinds[i] == "tensor" then
         L[#L + 1] = string.format("if not is_tensor(a%d) then return slow(...) end; cands[%d] = ptr(a%d)", i, i - 1, i)
@@ -113,12 +114,13 @@ function M.wrap(fn, id, call)
     L[#L + 1] = "end"
     local chunk = assert(loadstring(table.concat(L, "\n"), "=[crescent] replay of a compiled function"))
     return chunk(is_tensor, st.cands, st.values, api, ctx, id, OUTS, OUTCAP, wrap, st.retvals, core, slow, refused,
-                 changed, ptr, check, state.same_number)
+                 changed, ptr, check, state.same_number, api.autograd.mode, st.autocast)
   end
 
   -- After a clean probe: the plan for this call's arguments, results and Lua state (`walked`).
   local function try_plan(n, rets, walked, ...)
     st.nargs, st.kinds, st.values = n, {}, {}
+    st.autocast = api.autograd.mode(2, -1)  -- T.autocast's state (crescent.amp)
     for i = 1, n do
       local v = (select(i, ...))
       if is_tensor(v) then st.kinds[i] = "tensor"

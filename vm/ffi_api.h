@@ -70,8 +70,9 @@ typedef struct cr_op_info {
 /* Autograd (vm/autograd/ffi.cpp, stdlib/autograd.lua). Functions returning int32_t give -1 on an
  * error (last_error) and -2 when a hook raised (the Lua side keeps its error). */
 typedef struct cr_autograd_api {
-  int32_t (*mode)(int32_t what, int32_t value); /* what 0: grad mode, 1: inference mode; value -1
-                                                   reads; returns the previous value */
+  int32_t (*mode)(int32_t what, int32_t value); /* what 0: grad mode, 1: inference mode, 2: autocast
+                                                   (bit 0 on, bits 1-3 device type, 4-7 dtype);
+                                                   value -1 reads; returns the previous value */
   int32_t (*query)(cr_tensor* t, int32_t what); /* 0 requires_grad, 1 is_leaf, 2 retains_grad */
   int32_t (*set_requires_grad)(cr_ctx* ctx, cr_tensor* t, int32_t b);
   cr_tensor* (*get_grad)(cr_ctx* ctx, cr_tensor* t);           /* NULL: none */

@@ -50,6 +50,14 @@ void Registry::set_derivative(const char* name, const Derivative& d) {
   ops_[size_t(i)].grad = d;
 }
 
+void Registry::set_cast(std::initializer_list<const char*> names, CastPolicy p) {
+  for (const char* name : names) {
+    int i = index_of(name);
+    if (i < 0) fail(cat("autocast policy of '", name, "': no such op"));
+    ops_[size_t(i)].cast = p;
+  }
+}
+
 const OpDef* Registry::find(const std::string& name) const {
   int i = index_of(name);
   return i < 0 ? nullptr : &ops_[size_t(i)];

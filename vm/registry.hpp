@@ -94,6 +94,12 @@ struct Derivative {
   bool not_differentiable = false;         // no derivative exists (integer / bool results, creation)
 };
 
+// An op's autocast policy (vm/autograd/autocast.hpp; PyTorch's autocast op lists): None runs it as
+// it is; Lower casts its floating arguments on the autocast device to the autocast dtype (matmuls,
+// attention), Float32 to float32 (reductions that lose precision, exp/log/pow, softmax),
+// Promote to the widest of them (ops taking several tensors that must agree).
+enum class CastPolicy : uint8_t { None, Lower, Float32, Promote };
+
 struct OpDef;
 std::string schema_arg_name(const OpDef& def, int i);
 int normalize_dim(int64_t d, int ndim);  // throws with the valid range
@@ -117,6 +123,7 @@ struct OpDef {
   int8_t device_arg = -1;
   LoopForm loop = LoopForm::Auto;
   Derivative grad{};
+  CastPolicy cast = CastPolicy::None;
 };
 // def with a loop form of its own (set at registration: `r.add(with_loop(OpDef{...}, LoopForm::Tril))`)
 inline OpDef with_loop(OpDef def, LoopForm form) {
@@ -132,6 +139,7 @@ class Registry {
   int index_of(const std::string& name) const;
   void add(const OpDef& def);
   void set_derivative(const char* name, const Derivative& d);
+  void set_cast(std::initializer_list<const char*> names, CastPolicy p);  // at the ops' registration
   const std::vector<cr_op_info>& infos() const { return infos_; }
 
  private:

@@ -1,11 +1,12 @@
 // The one op-call path (DESIGN.md "Autograd"): a Lua op call (vm/api.cpp) and a derivative rule
-// (var.hpp) both come here. It runs the op - through the capture hook when a compiled function is
-// being captured, else dispatch - and, when grad mode is on and a tensor argument requires grad,
-// records an autograd node (record.cpp). With no tensor requiring grad the cost is a flag test
-// per tensor argument.
+// (var.hpp) both come here. Under autocast its arguments are cast first (autocast.hpp). It runs
+// the op - through the capture hook when a compiled function is being captured, else dispatch -
+// and, when grad mode is on and a tensor argument requires grad, records an autograd node
+// (record.cpp). With no tensor requiring grad the cost is a flag test per tensor argument.
 #pragma once
 #include <vector>
 
+#include "vm/autograd/autocast.hpp"
 #include "vm/autograd/grad_mode.hpp"
 #include "vm/context.hpp"
 #include "vm/registry.hpp"
@@ -31,9 +32,15 @@ inline bool touches_grad(const cr_value* args, int nargs) {
 void run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
 void call_recording(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
 
-inline void call(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
+// The path without autocast (autocast.cpp calls it with the cast arguments).
+inline void call_plain(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
   if (grad_enabled && touches_grad(args, nargs)) call_recording(ctx, op, args, nargs, outs);
   else run_op(ctx, op, args, nargs, outs);
+}
+
+inline void call(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
+  if (autocast.enabled) [[unlikely]] call_autocast(ctx, op, args, nargs, outs);
+  else call_plain(ctx, op, args, nargs, outs);
 }
 
 int op_id(const char* name);

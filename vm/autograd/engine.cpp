@@ -175,6 +175,7 @@ std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& roots, std
                              const std::vector<Tensor>& inputs, const BackwardOptions& o) {
   ContextScope scope(ctx);
   GradModeGuard mode(o.create_graph);
+  AutocastOff no_autocast;  // PyTorch: backward ops run in the dtypes the forward chose
   std::vector<Edge> edges;
   for (size_t i = 0; i < roots.size(); ++i) {
     Edge e = gradient_edge(roots[i]);

@@ -26,7 +26,15 @@ cr_tensor* hand_one(cr_ctx* c, Tensor t) {
   return p;
 }
 
+// The autocast state as one number: bit 0 enabled, bits 1-3 the device type, bits 4-7 the dtype.
+int32_t autocast_mode(int32_t value) {
+  const AutocastState s = autocast;
+  if (value >= 0) autocast = AutocastState{(value & 1) != 0, int8_t(value >> 1 & 7), DType(value >> 4 & 15)};
+  return int32_t(s.enabled) | s.device << 1 | int32_t(s.dtype) << 4;
+}
+
 int32_t ag_mode(int32_t what, int32_t value) {
+  if (what == 2) return autocast_mode(value);
   bool& flag = what == 0 ? grad_enabled : inference_mode;
   const bool prev = flag;
   if (value >= 0) flag = value != 0;

@@ -215,6 +215,7 @@ void run_attention(OpCall& c) {
 void register_attention(Registry& r) {
   r.add(OpDef{"attention", "query:T, key:T, value:T, scale:N?, causal:B?, mask:T?", OpKind::Other, kNoMethod | kDeviceAware,
               infer_attention, run_attention});
+  r.set_cast({"attention"}, CastPolicy::Lower);  // autocast: PyTorch's scaled_dot_product_attention
 }
 
 }  // namespace cr

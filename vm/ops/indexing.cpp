@@ -401,6 +401,7 @@ void register_indexing(Registry& r) {
   r.add(OpDef{"scatter_add", "self:T, dim:D, index:T, src:T", OpKind::Index, kValueErrors, infer_scatter_add, run_scatter_add});
   r.add(OpDef{"scatter_add_", "self:T, dim:D, index:T, src:T", OpKind::Index, kReturnsSelf | kNoFunction | kValueErrors,
               nullptr, run_scatter_add_});
+  r.set_cast({"scatter_add"}, CastPolicy::Promote);  // autocast: self and src agree
   r.add(with_loop(OpDef{"masked_fill", "self:T, mask:T, value:TN", OpKind::Index, 0, infer_masked_fill, run_masked_fill},
                   LoopForm::MaskedFill));
   r.add(OpDef{"masked_fill_", "self:T, mask:T, value:TN", OpKind::Index, kReturnsSelf | kNoFunction | kDeviceAware,

@@ -168,6 +168,7 @@ void register_joins(Registry& r) {
   const OpKind j = OpKind::Join;
   r.add(OpDef{"cat", "tensors:TL, dim:D?", j, kNoMethod, nullptr, run_cat});
   r.add(OpDef{"stack", "tensors:TL, dim:D?", j, kNoMethod, nullptr, run_stack});
+  r.set_cast({"cat", "stack"}, CastPolicy::Promote);  // autocast: the widest of the tensors
   r.add(OpDef{"split", "self:T, size:Is, dim:D?", j, kListOut, nullptr, run_split});
   r.add(OpDef{"chunk", "self:T, chunks:I, dim:D?", j, kListOut, nullptr, run_chunk});
 }

@@ -574,6 +574,10 @@ void register_pointwise(Registry& r) {
     const OpDef* b = r.find(base);
     r.add(OpDef{n, b->schema, b->kind, kReturnsSelf | kNoFunction | kDeviceAware, nullptr, run_inplace});
   }
+  // PyTorch's autocast lists: functions whose float16 / bfloat16 results lose too much run in
+  // float32; ops combining tensors that must agree run in the widest of them.
+  r.set_cast({"exp", "expm1", "log", "log2", "log1p", "reciprocal", "rsqrt", "tan", "pow"}, CastPolicy::Float32);
+  r.set_cast({"addcmul", "atan2", "where"}, CastPolicy::Promote);
 }
 
 }  // namespace cr

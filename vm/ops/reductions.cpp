@@ -336,6 +336,8 @@ void register_reductions(Registry& r) {
   r.add(with_loop(OpDef{"norm", "self:T, dim:Ds?, keepdim:B?, opts:{p:N}", K, 0, infer_norm, run_norm}, LoopForm::Norm));
   r.add(with_loop(OpDef{"all", kDimsSchema, K, 0, infer_truth, run_truth<true>}, LoopForm::All));
   r.add(with_loop(OpDef{"any", kDimsSchema, K, 0, infer_truth, run_truth<false>}, LoopForm::Any));
+  // PyTorch's autocast runs these in float32 (mean, var, amax ... keep their input's dtype)
+  r.set_cast({"sum", "prod", "logsumexp", "norm"}, CastPolicy::Float32);
   register_scans(r);
 }
 

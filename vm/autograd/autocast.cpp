@@ -1,0 +1,81 @@
+// Autocast in the op-call path (autocast.hpp): PyTorch's cached_cast / promote_type without the
+// cache of weight casts.
+#include "vm/autograd/autocast.hpp"
+
+#include "vm/autograd/call.hpp"
+
+namespace cr::autograd {
+
+namespace {
+
+// PyTorch's is_eligible: a floating tensor on the autocast device, not float64.
+bool eligible(const cr_tensor* p) {
+  Tensor t(const_cast<cr_tensor*>(p), true);
+  return is_floating(t.dtype()) && t.dtype() != DType::f64 && t.device().type == autocast.device;
+}
+
+template <class F> void each_eligible(const cr_value* args, int nargs, F&& f) {
+  for (int i = 0; i < nargs; ++i) {
+    if (args[i].tag == kTensor) {
+      if (eligible(static_cast<cr_tensor*>(args[i].ptr))) f(static_cast<cr_tensor*>(args[i].ptr));
+    } else if (args[i].tag == kTensors) {
+      for (int j = 0; j < args[i].n; ++j)
+        if (eligible(static_cast<cr_tensor* const*>(args[i].ptr)[j])) f(static_cast<cr_tensor* const*>(args[i].ptr)[j]);
+    }
+  }
+}
+
+DType dtype_of(const cr_tensor* p) { return Tensor(const_cast<cr_tensor*>(p), true).dtype(); }
+
+DType target(CastPolicy p, const cr_value* args, int nargs) {
+  if (p == CastPolicy::Lower) return autocast.dtype;
+  if (p == CastPolicy::Float32) return DType::f32;
+  DType t = autocast.dtype;  // Promote: the widest eligible argument, from the lower precision up
+  each_eligible(args, nargs, [&](const cr_tensor* x) { t = promote(t, dtype_of(x)); });
+  return t;
+}
+
+int conversion_op(DType d) {
+  switch (d) {
+    case DType::f32: return op_id("float");
+    case DType::f16: return op_id("half");
+    case DType::bf16: return op_id("bfloat16");
+    default: fail("autocast: internal: no conversion to this dtype");
+  }
+}
+
+// x in dtype `to` (x itself when eligible with that dtype already, or not eligible), through the
+// op-call path so that autograd and capture see the conversion.
+cr_tensor* cast(Context& ctx, cr_tensor* x, DType to, std::vector<Tensor>& keep) {
+  if (!eligible(x) || dtype_of(x) == to) return x;
+  cr_value v{kTensor, 0, 0, x, nullptr};
+  std::vector<Tensor> out;
+  call_plain(ctx, conversion_op(to), &v, 1, out);
+  keep.push_back(out.at(0));
+  return keep.back().get();
+}
+
+}  // namespace
+
+void call_autocast(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
+  const CastPolicy p = Registry::get().ops()[size_t(op)].cast;
+  if (p == CastPolicy::None) return call_plain(ctx, op, args, nargs, outs);
+  const DType to = target(p, args, nargs);
+  std::vector<cr_value> a(args, args + nargs);
+  std::vector<Tensor> keep;                    // the casts, alive until the op has run
+  std::vector<std::vector<cr_tensor*>> lists;  // cast copies of tensor lists
+  lists.reserve(size_t(nargs));
+  for (cr_value& v : a) {
+    if (v.tag == kTensor) {
+      v.ptr = cast(ctx, static_cast<cr_tensor*>(v.ptr), to, keep);
+    } else if (v.tag == kTensors) {
+      auto* src = static_cast<cr_tensor* const*>(v.ptr);
+      lists.emplace_back(src, src + v.n);
+      for (cr_tensor*& x : lists.back()) x = cast(ctx, x, to, keep);
+      v.ptr = lists.back().data();
+    }
+  }
+  call_plain(ctx, op, a.data(), nargs, outs);
+}
+
+}  // namespace cr::autograd

@@ -26,9 +26,9 @@
 #include "jit/compiler_process.hpp"
 #include "jit/cpu/gccjit.hpp"
 #include "jit/cpu/program.hpp"
-#include "jit/cuda/driver.hpp"
-#include "jit/cuda/nvrtc.hpp"
-#include "jit/cuda/prebuilt.hpp"
+#include "vm/cuda/driver.hpp"
+#include "vm/cuda/nvrtc.hpp"
+#include "vm/cuda/prebuilt.hpp"
 #include "jit/cuda/program.hpp"
 #include "jit/fusion/schedule.hpp"
 #include "jit/scratch.hpp"
@@ -347,7 +347,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
 
 std::string cuda_cubin(const std::string& source, const std::string& name, const std::string& arch,
                        const std::string& cache_dir) {
-  // library kernels: the build may have compiled this one (jit/cuda/prebuilt.hpp)
+  // library kernels: the build may have compiled this one (vm/cuda/prebuilt.hpp)
   if (const jit::cuda::PrebuiltCubin* p = jit::cuda::find_prebuilt(source, arch)) {
     std::lock_guard<std::mutex> lock(cache_mutex);
     ++counters.prebuilt;

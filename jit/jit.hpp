@@ -46,7 +46,7 @@ QueueStats background_stats();
 void hold_background_compiles(bool hold);
 
 // The CUBIN of a library kernel's source (jit/cuda/library.hpp) for `arch`: the build's
-// (jit/cuda/prebuilt.hpp), else from the kernel cache that graphs' modules use too (memory, then
+// (vm/cuda/prebuilt.hpp), else from the kernel cache that graphs' modules use too (memory, then
 // `<cache_dir>/<key>.cubin`) or compiled by NVRTC and cached.
 std::string cuda_cubin(const std::string& source, const std::string& name, const std::string& arch,
                        const std::string& cache_dir);
@@ -60,7 +60,7 @@ bool cuda_backend_available(std::string* why);
 struct CacheStats {
   int64_t memory_hits = 0, disk_hits = 0, compiled = 0;
   int64_t cuda_compiled = 0;    // of `compiled`, the CUDA modules (NVRTC)
-  int64_t prebuilt = 0;         // CUDA modules found among the build's CUBINs (jit/cuda/prebuilt.hpp)
+  int64_t prebuilt = 0;         // CUDA modules found among the build's CUBINs (vm/cuda/prebuilt.hpp)
   int64_t rejected = 0;         // disk entries that failed their check (then recompiled)
   int64_t unpublished = 0;      // compiled objects the disk cache could not take (read-only, full)
   std::string last_rejection;   // the path of the last one and why

@@ -4,11 +4,11 @@
 #include "vm/api.hpp"
 
 #include "jit/cuda/attention.hpp"
-#include "jit/cuda/driver.hpp"
+#include "vm/cuda/driver.hpp"
 #include "jit/jit.hpp"
 #include "jit/cuda/eager.hpp"
-#include "jit/cuda/memory.hpp"
-#include "jit/cuda/streams.hpp"
+#include "vm/cuda/memory.hpp"
+#include "vm/cuda/streams.hpp"
 #include "vm/cpu_march.hpp"
 #include "vm/devices.hpp"
 

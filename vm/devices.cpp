@@ -4,9 +4,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "jit/cuda/driver.hpp"
+#include "vm/cuda/driver.hpp"
 #include "jit/cuda/eager.hpp"
-#include "jit/cuda/memory.hpp"
+#include "vm/cuda/memory.hpp"
 #include "vm/graph/recorder.hpp"
 #include "vm/kernels/loop.hpp"
 

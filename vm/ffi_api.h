@@ -131,7 +131,7 @@ typedef struct cr_api {
   void (*cuda_empty_cache)(void);
   void (*cuda_stats)(int32_t dev, double* out);
   int32_t (*cuda_time)(cr_ctx* ctx, int32_t dev, int32_t phase, double* ms);
-  /* Streams and events (jit/cuda/streams.hpp): `what` names the call; stream ids and event ids
+  /* Streams and events (vm/cuda/streams.hpp): `what` names the call; stream ids and event ids
    * are numbers; results go to out[0]. 0 new stream of device a (from its pool); 1 the current
    * stream of device a; 2 make stream a current; 3 synchronize stream a; 4 query stream a (1 when
    * its work is done); 5 stream a waits for stream b's work so far; 6 new event of device a

@@ -1,6 +1,6 @@
 #include "vm/tensor.hpp"
 #include "vm/devices.hpp"
-#include "jit/cuda/driver.hpp"
+#include "vm/cuda/driver.hpp"
 
 #include "vm/alloc.hpp"
 #include "vm/cpu_march.hpp"

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "jit/cuda/attention_simt.hpp"
-#include "jit/cuda/driver.hpp"
+#include "vm/cuda/driver.hpp"
 #include "jit/cuda/exprs.hpp"
 #include "jit/cuda/library.hpp"
 #include "jit/cuda/prelude.hpp"

@@ -5,12 +5,12 @@
 #include <memory>
 #include <mutex>
 
-#include "jit/cuda/driver.hpp"
+#include "vm/cuda/driver.hpp"
 #include "jit/cuda/eager.hpp"
 #include "jit/cuda/exprs.hpp"
 #include "jit/cuda/prelude.hpp"
 #include "jit/cuda/program.hpp"
-#include "jit/cuda/streams.hpp"
+#include "vm/cuda/streams.hpp"
 #include "jit/jit.hpp"
 #include "vm/kernels/loop.hpp"
 

@@ -19,7 +19,7 @@
 
 #include "graph_builder.hpp"
 #include "jit/cuda/emit.hpp"
-#include "jit/cuda/nvrtc.hpp"
+#include "vm/cuda/nvrtc.hpp"
 #include "jit/cuda/program.hpp"
 #include "jit/jit.hpp"
 #include "vm/devices.hpp"

@@ -1,6 +1,6 @@
 // jit/cuda's fixed code: NVRTC itself (loading, options) and the library kernels written once as
 // CUDA C (cumsum, sort / topk, fused attention) compile to CUBIN for sm_90 in every dtype and head
-// size; the build's prebuilt CUBINs (jit/cuda/prebuilt.hpp) are those of the current sources.
+// size; the build's prebuilt CUBINs (vm/cuda/prebuilt.hpp) are those of the current sources.
 // No GPU needed; skipped (with a warning) where NVRTC cannot be loaded. CRESCENT_TEST_CUDA_DUMP=dir
 // writes the attention sources there. (Generated kernels: test_cuda_emit.cpp.)
 #include <catch2/catch.hpp>
@@ -16,8 +16,8 @@
 #include "jit/cuda/attention.hpp"
 #include "jit/cuda/attention_simt.hpp"
 #include "jit/cuda/library.hpp"
-#include "jit/cuda/nvrtc.hpp"
-#include "jit/cuda/prebuilt.hpp"
+#include "vm/cuda/nvrtc.hpp"
+#include "vm/cuda/prebuilt.hpp"
 #include "jit/jit.hpp"
 
 using namespace cr;

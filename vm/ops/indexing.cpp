@@ -4,7 +4,7 @@
 // gathers with an index broadcast along the other dims, so all three share one kernel.
 #include <cstring>
 
-#include "jit/cuda/memory.hpp"
+#include "vm/cuda/memory.hpp"
 #include "vm/devices.hpp"
 #include "vm/ops/operands.hpp"
 

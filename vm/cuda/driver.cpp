@@ -1,4 +1,4 @@
-#include "jit/cuda/driver.hpp"
+#include "vm/cuda/driver.hpp"
 
 #include <dlfcn.h>
 
@@ -6,7 +6,7 @@
 #include <mutex>
 #include <vector>
 
-#include "jit/cuda/streams.hpp"
+#include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
 
 namespace cr::cuda {

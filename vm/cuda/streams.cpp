@@ -1,4 +1,4 @@
-#include "jit/cuda/streams.hpp"
+#include "vm/cuda/streams.hpp"
 
 #include <array>
 #include <atomic>

@@ -1,7 +1,7 @@
 // NVRTC through dlopen (see nvrtc.hpp). The declarations below are NVRTC's C ABI as nvrtc.h has
 // it since CUDA 11.1 (nvrtcGetCUBIN appeared there); the library's handle is never closed, so the
 // function pointers stay valid for the life of the process.
-#include "jit/cuda/nvrtc.hpp"
+#include "vm/cuda/nvrtc.hpp"
 
 #include <dlfcn.h>
 

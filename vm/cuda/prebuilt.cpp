@@ -1,4 +1,4 @@
-#include "jit/cuda/prebuilt.hpp"
+#include "vm/cuda/prebuilt.hpp"
 
 #include <cstring>
 
@@ -6,7 +6,7 @@
 #include "jit/cuda/attention.hpp"
 #include "jit/cuda/attention_simt.hpp"
 #include "jit/cuda/library.hpp"
-#include "jit/cuda/nvrtc.hpp"
+#include "vm/cuda/nvrtc.hpp"
 #include "vm/error.hpp"
 
 namespace cr::jit::cuda {

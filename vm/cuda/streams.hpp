@@ -6,14 +6,14 @@
 // CU_STREAM_NON_BLOCKING and never destroyed - torch.cuda.Stream() hands out its streams
 // round-robin from the same kind of pool. Work on them runs concurrently with the default
 // stream's; ordering between streams is the caller's (wait_stream / wait_event / record_stream),
-// as in PyTorch. The allocator keeps each stream's freed blocks apart (jit/cuda/memory.hpp).
+// as in PyTorch. The allocator keeps each stream's freed blocks apart (vm/cuda/memory.hpp).
 //
 // A stream is named by an id, device * kSlots + slot (slot 0: the default stream), so Lua holds
 // it as a number; an event by an id into a table of driver events.
 #pragma once
 #include <cstdint>
 
-#include "jit/cuda/driver.hpp"
+#include "vm/cuda/driver.hpp"
 
 namespace cr::cuda {
 

@@ -91,7 +91,7 @@ struct DeviceInfo {
 };
 const DeviceInfo& device_info(int index);
 
-// T.bench's device timer on `index`'s current stream (jit/cuda/streams.hpp): phase 0 records the start event; phase 1
+// T.bench's device timer on `index`'s current stream (vm/cuda/streams.hpp): phase 0 records the start event; phase 1
 // records the end event, waits for it and returns the milliseconds between the two.
 double time_events(int index, int phase);
 

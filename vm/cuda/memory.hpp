@@ -13,7 +13,7 @@ namespace cr::cuda {
 
 void* device_alloc(size_t nbytes, int index);  // throws cr::Error "out of memory ... on cuda:N"
 void device_free(void* p, size_t nbytes, int index);
-// Streams (jit/cuda/streams.hpp): a block is cached per stream - the one current at its
+// Streams (vm/cuda/streams.hpp): a block is cached per stream - the one current at its
 // allocation - and only handed out again on that stream. record_stream(p, i, s) says a block's
 // memory is also used by stream s's work (Tensor:record_stream): when freed, it waits for the work
 // s has queued by then, as PyTorch's caching allocator does.

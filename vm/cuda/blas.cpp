@@ -1,4 +1,4 @@
-#include "jit/cuda/blas.hpp"
+#include "vm/cuda/blas.hpp"
 
 #include <dlfcn.h>
 
@@ -6,8 +6,8 @@
 #include <mutex>
 #include <vector>
 
-#include "jit/cuda/driver.hpp"
-#include "jit/cuda/streams.hpp"
+#include "vm/cuda/driver.hpp"
+#include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
 
 namespace cr::cuda {

@@ -1,4 +1,4 @@
-#include "jit/cuda/memory.hpp"
+#include "vm/cuda/memory.hpp"
 
 #include <atomic>
 #include <algorithm>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "jit/cuda/checks.hpp"
-#include "jit/cuda/driver.hpp"
-#include "jit/cuda/streams.hpp"
+#include "vm/cuda/driver.hpp"
+#include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
 
 namespace cr::cuda {
@@ -45,7 +45,7 @@ struct Pending {
 };
 
 struct DeviceCache {
-  // per stream slot (jit/cuda/streams.hpp): size class -> cached blocks. A block freed by one
+  // per stream slot (vm/cuda/streams.hpp): size class -> cached blocks. A block freed by one
   // stream is only handed out again to that stream, whose order makes the reuse safe.
   std::array<std::map<size_t, std::vector<CUdeviceptr>>, kPoolStreams + 1> free;
   std::unordered_map<CUdeviceptr, Owner> owners;  // empty while only the default stream allocates

@@ -10,18 +10,7 @@
 
 namespace cr::jit {
 
-struct Options {
-  std::string cache_dir;   // "" or "0": no disk cache
-  std::string debug_dir;   // per graph: loop IR, fusion groups, kernels, timings ("" = none)
-  bool sync = true;        // compile in line (T.config.sync_compile)
-  // only a graph that lowers whole (no externs, no lowering error): otherwise the slot is left
-  // without code and with `unlowered` set (eager CUDA ops then take their host path)
-  bool whole_graph = false;
-  bool log_fusion = false, log_code = false;
-  int threads = 1;
-  Device device;           // where the graph's tensors live (CUDA: jit/cuda, else jit/cpu)
-  const void* owner = nullptr;  // the VM compiling (its end drops its queued background compiles)
-};
+using Options = graph::NativeOptions;
 
 // Starts compiling g for o.device; g->native is set to the slot that receives the outcome.
 // Lines for CRESCENT_LOGS (fusion, output_code) are left in the slot's `log`.
@@ -45,7 +34,7 @@ QueueStats background_stats();
 // While held, the background thread starts no job (tests fill the queue this way).
 void hold_background_compiles(bool hold);
 
-// The CUBIN of a library kernel's source (jit/cuda/library.hpp) for `arch`: the build's
+// The CUBIN of a library kernel's source (vm/kernels/cuda/library.hpp) for `arch`: the build's
 // (vm/cuda/prebuilt.hpp), else from the kernel cache that graphs' modules use too (memory, then
 // `<cache_dir>/<key>.cubin`) or compiled by NVRTC and cached.
 std::string cuda_cubin(const std::string& source, const std::string& name, const std::string& arch,

@@ -16,7 +16,7 @@ end
 M.device_index = device_index
 
 local OUT = ffi.new("double[1]")
--- api.cuda_stream's calls (vm/ffi_api.h)
+-- api.cuda_stream's calls (vm/lua/ffi_api.h)
 local NEW_STREAM, CURRENT, SET, SYNC_STREAM, QUERY_STREAM, WAIT_STREAM, NEW_EVENT, FREE_EVENT, RECORD, WAIT_EVENT,
   QUERY_EVENT, SYNC_EVENT, ELAPSED = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
 local SLOTS = 64  -- vm/cuda/streams.hpp kSlots: a stream id is device * SLOTS + slot

@@ -26,12 +26,6 @@ void Lines::close() {
   add("}");
 }
 
-const char* cuda_type(DType d) {
-  if (d == DType::f16) return "cr::half_t";  // the prelude's 16-bit storage types
-  if (d == DType::bf16) return "cr::bf16_t";
-  return ctype(d);  // the prelude defines int32_t / int64_t
-}
-
 std::string literal(double x, DType d) {
   if (d == DType::b8) return x != 0 ? "true" : "false";
   if (d == DType::f16 || d == DType::bf16) return cat(cuda_type(d), "(", literal(x, DType::f32), ")");

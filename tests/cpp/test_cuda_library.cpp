@@ -13,9 +13,9 @@
 
 #include "graph_builder.hpp"
 #include "jit/cache_entry.hpp"
-#include "jit/cuda/attention.hpp"
-#include "jit/cuda/attention_simt.hpp"
-#include "jit/cuda/library.hpp"
+#include "vm/kernels/cuda/attention.hpp"
+#include "vm/kernels/cuda/attention_simt.hpp"
+#include "vm/kernels/cuda/library.hpp"
 #include "vm/cuda/nvrtc.hpp"
 #include "vm/cuda/prebuilt.hpp"
 #include "jit/jit.hpp"

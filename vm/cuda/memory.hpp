@@ -27,10 +27,10 @@ struct MemoryStats {
 MemoryStats memory_stats(int index);
 // How many bytes of dropped tensors the devices may hold until Lua collects them: a quarter of
 // the memory the busiest device could still hand out (free in the driver or cached here),
-// between 64 MiB and 4 GiB (a collection every 64 calls of a kernel writing 64 MiB). See note_allocations (vm/api.cpp).
+// between 64 MiB and 4 GiB (a collection every 64 calls of a kernel writing 64 MiB). See note_allocations (vm/lua/api.cpp).
 size_t garbage_budget();
 // Bytes taken from the driver (cuMemAlloc) so far, on every device: the collector runs after each
-// 64 MiB of them (vm/api.cpp), so dropped blocks are handed out again before the driver is asked
+// 64 MiB of them (vm/lua/api.cpp), so dropped blocks are handed out again before the driver is asked
 // for more - a program's first few GiB of outputs would otherwise each cost a cuMemAlloc.
 size_t driver_bytes_total();
 

@@ -2,12 +2,12 @@
 
 #include <cstring>
 
-#include "jit/cache_entry.hpp"
-#include "jit/cuda/attention.hpp"
-#include "jit/cuda/attention_simt.hpp"
-#include "jit/cuda/library.hpp"
+#include "vm/kernels/cuda/attention.hpp"
+#include "vm/kernels/cuda/attention_simt.hpp"
+#include "vm/kernels/cuda/library.hpp"
 #include "vm/cuda/nvrtc.hpp"
 #include "vm/error.hpp"
+#include "vm/hash.hpp"
 
 namespace cr::jit::cuda {
 

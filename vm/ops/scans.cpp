@@ -10,7 +10,7 @@
 #if CR_HAVE_AVX512_TWINS
 #include <immintrin.h>
 #endif
-#include "jit/cuda/library.hpp"
+#include "vm/kernels/cuda/library.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr {

@@ -1,9 +1,9 @@
 // The cr_api function table: the C entry points the Lua side calls through the FFI. Every
 // entry catches cr::Error and leaves the message in the VM's context: a C++ exception must never
 // cross into LuaJIT.
-#include "vm/api.hpp"
+#include "vm/lua/api.hpp"
 
-#include "jit/cuda/attention.hpp"
+#include "vm/kernels/cuda/attention.hpp"
 #include "vm/cuda/driver.hpp"
 #include "jit/jit.hpp"
 #include "jit/cuda/eager.hpp"
@@ -94,21 +94,6 @@ int32_t hand_out(Context& ctx, std::vector<Tensor>& outs, cr_tensor** buf, int32
   ctx.handing(buf, size_t(n));
   return n;
 }
-
-}  // namespace
-
-void Context::handing(cr_tensor* const* ts, size_t n) {
-  drop_unclaimed();
-  handed.assign(ts, ts + n);
-}
-
-void Context::drop_unclaimed() {
-  for (size_t i = size_t(std::max(ffi.claimed, 0)); i < handed.size(); ++i) tensor_release(handed[i]);
-  handed.clear();
-  ffi.claimed = 0;
-}
-
-namespace {
 
 const cr_op_info* api_op_info(int32_t op) {
   const auto& infos = Registry::get().infos();

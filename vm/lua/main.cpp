@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "vm/lua_vm.hpp"
-#include "vm/repl.hpp"
+#include "vm/lua/lua_vm.hpp"
+#include "vm/lua/repl.hpp"
 
 extern "C" {
 #include <lauxlib.h>

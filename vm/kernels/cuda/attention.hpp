@@ -1,7 +1,7 @@
 // Fused attention: out = softmax(q k^T * scale) v in one kernel that never writes the {L, S}
 // scores (flash attention's online softmax). float16 / bfloat16 run on tensor cores (mma.sync,
-// here); float32 on the FMA pipes (attention_simt.cpp: tensor cores would round it to tf32).
-// Library kernels (jit/cuda/library.hpp): CUDA C written once, instantiated per dtype and head size.
+// attention.cuh); float32 on the FMA pipes (attention_simt.cuh: tensor cores would round it to
+// tf32). Library kernels (library.hpp): CUDA C written once, instantiated per dtype and head size.
 #pragma once
 #include <cstdint>
 #include <string>

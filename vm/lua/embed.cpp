@@ -11,7 +11,7 @@
 
 #include "vm/graph/recorder.hpp"
 #include "vm/kernels/loop.hpp"
-#include "vm/lua_vm.hpp"
+#include "vm/lua/lua_vm.hpp"
 #include "vm/print.hpp"
 
 extern "C" {

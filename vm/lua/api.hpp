@@ -1,6 +1,6 @@
 // The process-wide cr_api table (see ffi_api.h).
 #pragma once
-#include "vm/ffi_api.h"
+#include "vm/lua/ffi_api.h"
 
 namespace cr {
 const cr_api* api_table();

@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "vm/lua_vm.hpp"
+#include "vm/lua/lua_vm.hpp"
 
 namespace cr {
 

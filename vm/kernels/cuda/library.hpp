@@ -1,8 +1,8 @@
-// Library kernels: CUDA work the loop IR cannot express - a running sum along a dim (cumsum), and
-// ordering lines (sort, topk). Each
-// is written once as CUDA C over an element type T and an accumulator type A, instantiated per
-// dtype by two typedefs after the prelude, compiled by NVRTC and kept in the kernel cache with
-// the graphs' modules (jit/jit.hpp cuda_cubin). They run on the current stream.
+// Library kernels: CUDA work the loop IR cannot express - a running sum along a dim (cumsum,
+// scan.cuh), and ordering lines (sort, topk: sort.cuh). Each is written once as CUDA C over an
+// element type T and an accumulator type A, instantiated per dtype by typedefs after the prelude,
+// compiled by NVRTC and kept in the kernel cache with the graphs' modules (Hooks::cuda_cubin,
+// jit/jit.hpp cuda_cubin). They run on the current stream.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -34,7 +34,7 @@ std::string sort_source(DType d);
 
 // The library's plumbing, shared by its kernel files (attention.cpp): launches function `fn` of
 // the module named `key` over a 1-D grid on the device's current stream. The module is compiled
-// from source() once per device through the kernel cache (jit/jit.hpp cuda_cubin); the key must
+// from source() once per device through the kernel cache (Hooks::cuda_cubin); the key must
 // name one source.
 void library_launch(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source,
                     const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes = 0);

@@ -1,6 +1,5 @@
-// float32 fused attention on the FMA pipes: the kernel source and its block shape. An internal
-// header of jit/cuda/attention.cpp, which picks the kernel and launches it, and holds the device
-// code both kernels share.
+// float32 fused attention on the FMA pipes (attention_simt.cuh): the module source and its block
+// shape. An internal header of attention.cpp, which picks the kernel and launches it.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -21,8 +20,5 @@ SimtShape simt_shape(int E, int Ev, size_t shared_limit);
 // The module source for head sizes E (q, k: a multiple of 4) and Ev (v: a multiple of 16), with
 // the block simt_shape picks under shared_limit.
 std::string attention_simt_source(int E, int Ev, size_t shared_limit);
-
-// Device code of both attention kernels (smem_address, ex2, head_of), after the prelude.
-const char* attention_common_text();
 
 }  // namespace cr::jit::cuda

@@ -3,7 +3,7 @@
 // stops at '<eof>' the chunk is incomplete and continuation lines are read (lua.c's technique).
 // On a terminal lines come from GNU readline (editing, history, completion of globals, fields
 // and tensor methods); otherwise they are read plainly, without prompts, so input can be piped.
-#include "vm/repl.hpp"
+#include "vm/lua/repl.hpp"
 
 #include <readline/history.h>
 #include <readline/readline.h>

@@ -1,21 +1,9 @@
-// The device library every generated CUDA module starts with (see prelude.hpp).
-#include "jit/cuda/prelude.hpp"
-
-#include <string>
-
-#include "vm/error.hpp"
-#include "vm/kernels/philox.hpp"
-
-namespace cr::jit::cuda {
-
-namespace {
-
+// ---- crescent CUDA prelude ----
 // NVRTC sees no host headers: the fixed-width integer types, limits and type traits the scalar
 // definitions need are spelled out here. The namespaces vm, sm and std mirror the names the
 // registry's expressions use (vm/kernels/scalar_math.hpp, vm/kernels/vmath.hpp), with the same
 // NaN / -0 / integer-wrap behaviour, computed with CUDA's accurate device math (expf, erff, ...:
 // no __expf-style intrinsics, whose errors exceed float32 rounding of the eager results).
-constexpr const char* kPrelude = R"CUDA(// ---- crescent CUDA prelude ----
 typedef int int32_t;
 typedef long long int64_t;
 typedef unsigned int uint32_t;
@@ -233,19 +221,3 @@ template <class T> __forceinline__ T pow_(T a, T b) {
 }
 }  // namespace sm
 // ---- end of the prelude ----
-)CUDA";
-
-}  // namespace
-
-// The prelude, and the random draws of vm/kernels/philox.hpp in namespace cr (the same text the
-// CPU compiles: CPU and CUDA draws are the same integers).
-const char* prelude() {
-  static const std::string text = [] {
-    std::string t = kPrelude;
-    const size_t end = t.rfind("// ---- end of the prelude ----");
-    return t.insert(end, cat("namespace cr {\n", CR_PHILOX_TEXT(__forceinline__), "\n}  // namespace cr\n"));
-  }();
-  return text.c_str();
-}
-
-}  // namespace cr::jit::cuda

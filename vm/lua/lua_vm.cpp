@@ -1,11 +1,13 @@
-#include "vm/lua_vm.hpp"
+#include "vm/lua/lua_vm.hpp"
 
 #include <cstring>
 #include <sstream>
+#include <string_view>
 
 #include "jit/jit.hpp"
-#include "vm/api.hpp"
-#include "vm/stdlib.hpp"
+#include "vm/lua/api.hpp"
+#include "vm/lua/layers.hpp"
+#include "vm/lua/stdlib.hpp"
 #include "vm/tensor.hpp"
 
 extern "C" {
@@ -16,24 +18,24 @@ extern "C" {
 
 namespace cr {
 
-const char* embedded(const char* name) {
-  for (int i = 0; i < kEmbeddedCount; ++i)
-    if (std::strcmp(kEmbedded[i].name, name) == 0) return kEmbedded[i].source;
-  return nullptr;
-}
+const char* embedded(const char* name) { return find_embedded(kEmbedded, kEmbeddedCount, name); }
 
 namespace {
 
-// ffi_api.h without preprocessor lines and without the C++-only blocks, for ffi.cdef.
+// vm/abi.h then vm/lua/ffi_api.h, without preprocessor lines and without the C++-only blocks,
+// for ffi.cdef.
 const std::string& cdef_text() {
   static const std::string text = [] {
-    std::istringstream in(embedded("ffi_api.h"));
-    std::string line, out;
-    bool skip = false;
-    while (std::getline(in, line)) {
-      if (line.rfind("#ifdef __cplusplus", 0) == 0) skip = true;
-      else if (line.rfind("#endif", 0) == 0) skip = false;
-      else if (!skip && line.rfind("#", 0) != 0) out += line + "\n";
+    std::string out;
+    for (const char* file : {"abi.h", "ffi_api.h"}) {
+      std::istringstream in(embedded(file));
+      std::string line;
+      bool skip = false;
+      while (std::getline(in, line)) {
+        if (line.rfind("#ifdef __cplusplus", 0) == 0) skip = true;
+        else if (line.rfind("#endif", 0) == 0) skip = false;
+        else if (!skip && line.rfind("#", 0) != 0) out += line + "\n";
+      }
     }
     return out;
   }();
@@ -115,7 +117,7 @@ static void check_cpu() {
 #endif
 }
 
-LuaVM::LuaVM() : L_((check_cpu(), luaL_newstate())) {
+LuaVM::LuaVM() : L_((check_cpu(), install_hooks(), luaL_newstate())) {
   if (!L_) throw std::runtime_error("crescent: cannot create a Lua state (out of memory)");
   luaL_openlibs(L_);
   // Collect when the heap has grown by half (Lua's default waits for it to double). Tensor
@@ -127,7 +129,7 @@ LuaVM::LuaVM() : L_((check_cpu(), luaL_newstate())) {
   lua_getglobal(L_, "package");
   lua_getfield(L_, -1, "preload");
   for (int i = 0; i < kEmbeddedCount; ++i) {
-    if (std::strcmp(kEmbedded[i].name, "ffi_api.h") == 0) continue;
+    if (std::string_view(kEmbedded[i].name).ends_with(".h")) continue;  // (the FFI declarations)
     lua_pushstring(L_, kEmbedded[i].name);
     lua_pushlightuserdata(L_, &ctx_.ffi);
     lua_pushcclosure(L_, load_embedded, 2);

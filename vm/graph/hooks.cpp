@@ -1,0 +1,16 @@
+#include "vm/graph/hooks.hpp"
+
+#include "vm/graph/recorder.hpp"
+
+namespace cr::graph {
+
+void install_hooks(Hooks& h) {
+  h.start_capture = [](Context& ctx) {
+    ctx.recorder = {new Recorder(ctx), [](Recorder* r) { delete r; }};
+  };
+  h.ensure_real = ensure_real;
+  h.before_write = before_write;
+  h.release_lazy = release_lazy;
+}
+
+}  // namespace cr::graph

@@ -1,7 +1,7 @@
 // Expression text for CUDA kernels (see exprs.hpp). Plain arithmetic is written inline as the
 // CPU backend emits it (bool arithmetic in int, compared != 0); a Call (a registry op the CPU
 // runs as a block function) becomes a device function whose body is the op's registry
-// expression, compiled against the prelude's vm:: / sm:: / std:: device math.
+// expression, compiled against the prelude's vmath:: / sm:: / std:: device math.
 #include "jit/cuda/exprs.hpp"
 
 #include <cmath>

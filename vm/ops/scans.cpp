@@ -262,7 +262,7 @@ template <bool Log> void run_softmax(OpCall& c) {
 
 }  // namespace
 
-// float64: the exp op's block (vm::exp, vectorised): std::exp, a libm call per element, made
+// float64: the exp op's block (vmath::exp, vectorised): std::exp, a libm call per element, made
 // softmax three times slower.
 BlockFn softmax_exp_block(DType compute) {
   static const BlockFn exp64 = Registry::get().find("exp")->block(DType::f64);

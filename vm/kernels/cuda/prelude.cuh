@@ -1,6 +1,6 @@
 // ---- crescent CUDA prelude ----
 // NVRTC sees no host headers: the fixed-width integer types, limits and type traits the scalar
-// definitions need are spelled out here. The namespaces vm, sm and std mirror the names the
+// definitions need are spelled out here. The namespaces vmath, sm and std mirror the names the
 // registry's expressions use (vm/kernels/scalar_math.hpp, vm/kernels/vmath.hpp), with the same
 // NaN / -0 / integer-wrap behaviour, computed with CUDA's accurate device math (expf, erff, ...:
 // no __expf-style intrinsics, whose errors exceed float32 rounding of the eager results).
@@ -128,7 +128,7 @@ template <int B, class T, class Op> __forceinline__ T block_reduce(T v, Op op, T
 #define CR_F1_CALL(name, f32, f64) \
   __noinline__ float name(float x) { return f32(x); } \
   __noinline__ double name(double x) { return f64(x); }
-namespace vm {
+namespace vmath {
 CR_F1(exp, expf, ::exp)
 CR_F1(exp2, exp2f, ::exp2)
 CR_F1(log, logf, ::log)
@@ -141,7 +141,7 @@ CR_F1_CALL(tan, tanf, ::tan)
 CR_F1(tanh, tanhf, ::tanh)
 CR_F1(erf, erff, ::erf)
 template <class T> __forceinline__ T sigmoid(T x) { return T(1) / (T(1) + exp(-x)); }
-}  // namespace vm
+}  // namespace vmath
 namespace std {
 CR_F1(sqrt, sqrtf, ::sqrt)
 __forceinline__ float atan2(float a, float b) { return atan2f(a, b); }
@@ -173,11 +173,11 @@ template <class T> __forceinline__ T neg_(T a) {
 template <class T> __forceinline__ T abs_(T a) { return a < T(0) ? neg_(a) : a; }
 template <class T> __forceinline__ T sign_(T a) { return T((T(0) < a) - (a < T(0))); }
 template <class T> __forceinline__ T relu_(T a) { return a != a ? a : a > T(0) ? a : T(0); }
-template <class T> __forceinline__ T silu_(T a) { return a * vm::sigmoid(a); }
-template <class T> __forceinline__ T gelu_(T a) { return T(0.5) * a * (T(1) + vm::erf(a * T(0.70710678118654752440))); }
+template <class T> __forceinline__ T silu_(T a) { return a * vmath::sigmoid(a); }
+template <class T> __forceinline__ T gelu_(T a) { return T(0.5) * a * (T(1) + vmath::erf(a * T(0.70710678118654752440))); }
 template <class T> __forceinline__ T gelu_tanh_(T a) {
   const T k = T(0.79788456080286535588), c = T(0.044715);
-  return T(0.5) * a * (T(1) + vm::tanh(k * (a + c * a * a * a)));
+  return T(0.5) * a * (T(1) + vmath::tanh(k * (a + c * a * a * a)));
 }
 template <class T> __forceinline__ T rsqrt_(T a) { return T(1) / std::sqrt(a); }
 template <class T> __forceinline__ bool isnan_(T a) { return a != a; }

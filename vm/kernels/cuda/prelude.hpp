@@ -1,6 +1,6 @@
 // The device library at the top of every CUDA module, generated (jit/cuda) or hand-written (the
 // kernels here): prelude.cuh - integer types (NVRTC compiles without host headers), the functions
-// the registry's scalar expressions call (vm::exp, sm::relu_, std::sqrt, ... with CUDA's device
+// the registry's scalar expressions call (vmath::exp, sm::relu_, std::sqrt, ... with CUDA's device
 // math), 16-byte vector access, and the warp / block reductions. Pointwise ops are emitted from
 // their registry expression text verbatim, so it names math functions, never ops.
 #pragma once

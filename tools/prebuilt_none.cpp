@@ -2,6 +2,6 @@
 // for builds with CRESCENT_PREBUILT_KERNELS=OFF. Every library kernel then compiles at first use.
 #include "vm/cuda/prebuilt.hpp"
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 std::span<const PrebuiltCubin> prebuilt_table() { return {}; }
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

@@ -182,7 +182,7 @@ CudaModule emit_plan(const Plan& plan, const Target& target) {
     kernels += kernel_text(i, plan, target, c, fns);
     m.kernels.push_back(std::move(c));
   }
-  m.source = prelude();
+  m.source = cr::cuda::prelude();
   m.source += "\n// ---- the registry ops the kernels call ----\n";
   for (const auto& [name, def] : fns) {
     m.source += def;

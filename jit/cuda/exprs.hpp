@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "jit/loop_ir.hpp"
-#include "vm/kernels/cuda/prelude.hpp"  // cuda_type
+#include "vm/kernels/cuda/prelude.hpp"
 
 namespace cr::jit::cuda {
+
+using cr::cuda::cuda_type;  // (the prelude's types, vm/kernels/cuda/prelude.hpp)
 
 // Lines of C with indentation.
 struct Lines {

@@ -33,7 +33,7 @@ using cr::jit::cuda::Form;
 
 namespace {
 
-bool have_nvrtc() { return available(jit::cuda::nvrtc_available, "NVRTC unavailable, CUDA emission tests skipped"); }
+bool have_nvrtc() { return available(cr::cuda::nvrtc_available, "NVRTC unavailable, CUDA emission tests skipped"); }
 
 Tensor sample(const Shape& s, DType d, uint32_t seed) {
   Tensor t = Tensor::empty(s, DType::f32);
@@ -100,7 +100,7 @@ Compiled compile(const Builder& B, const std::string& name) {
   INFO("generated CUDA for " << name << ":\n" << jit::cuda::render(m));
   std::string cubin;
   try {
-    cubin = jit::cuda::compile_cubin(m.source, name + ".cu", "sm_90");
+    cubin = cr::cuda::compile_cubin(m.source, name + ".cu", "sm_90");
   } catch (const Error& e) {
     FAIL(e.what());
   }
@@ -459,7 +459,7 @@ TEST_CASE("cuda: 64-bit indices past 2^31 elements", "[cuda]") {
   CHECK(m.kernels[0].vector_width == 4);
   CHECK(m.kernels[0].grid == 132 * 8 * 8);  // 8 waves of 256-thread blocks on the default H100
   CHECK(m.source.find("typedef int64_t idx_t;") != std::string::npos);
-  std::string cubin = jit::cuda::compile_cubin(m.source, "big.cu");
+  std::string cubin = cr::cuda::compile_cubin(m.source, "big.cu");
   CHECK(cubin.compare(0, 4, "\x7f" "ELF") == 0);
   CHECK(jit::cuda::emit_plan(copy_plan({1000, 1000}, DType::f32)).kernels[0].index32);
 }
@@ -612,7 +612,7 @@ void check_dynamic(const DynamicCase& c) {
         std::ofstream(cat(dir, "/", c.name, "_dynamic.cu")) << jit::cuda::render(m);
         std::ofstream(cat(dir, "/", c.name, "_dynamic.full.cu")) << m.source;
       }
-      std::string cubin = jit::cuda::compile_cubin(m.source, cat(c.name, "_dynamic.cu"), "sm_90");
+      std::string cubin = cr::cuda::compile_cubin(m.source, cat(c.name, "_dynamic.cu"), "sm_90");
       REQUIRE(cubin.compare(0, 4, "\x7f" "ELF") == 0);
       for (const jit::cuda::CudaKernel& k : m.kernels) CHECK(cubin.find(std::string(1, '\0') + k.name + std::string(1, '\0')) != std::string::npos);
     }
@@ -643,7 +643,7 @@ void run_dynamic(const DynamicCase& c, int64_t R, int64_t C) {
   c.build(B, R, C);
   Plan plan = dynamic_plan(B);
   CudaModule m = jit::cuda::emit_plan(plan, jit::cuda::target_of(0));
-  std::string cubin = jit::cuda::compile_cubin(m.source, cat(c.name, ".cu"), m.arch);
+  std::string cubin = cr::cuda::compile_cubin(m.source, cat(c.name, ".cu"), m.arch);
   const Device gpu{1, 0};
   std::vector<Tensor> vals(B.g.values.size());
   for (int32_t v : B.g.inputs) vals[size_t(v)] = to_device(B.sample[size_t(v)], gpu);

@@ -12,7 +12,7 @@
 
 #include "vm/error.hpp"
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 
 namespace {
 
@@ -155,4 +155,4 @@ std::string compile_cubin(const std::string& source, const std::string& name, co
   return cubin;
 }
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 
 // Whether NVRTC can be loaded (tries libnvrtc.so.13, .so.12, .so, then under $CUDA_HOME/lib64
 // and /usr/local/cuda/lib64). `why` (optional) gets the reason when it cannot.
@@ -22,4 +22,4 @@ std::string nvrtc_options();
 // with NVRTC's log when it fails (or when NVRTC is not available).
 std::string compile_cubin(const std::string& source, const std::string& name, const std::string& arch = "sm_90");
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

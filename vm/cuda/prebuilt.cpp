@@ -9,7 +9,7 @@
 #include "vm/error.hpp"
 #include "vm/hash.hpp"
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 
 // Attention: head sizes 64 and 128 are those of GPT-2, LLaMA and most models since; other sizes
 // compile at first use (1-2 s for float32). An H100 grants a block 227 KiB of shared memory.
@@ -46,4 +46,4 @@ const PrebuiltCubin* find_prebuilt(const std::string& source, const std::string&
   return nullptr;
 }
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

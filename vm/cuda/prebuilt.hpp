@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 
 struct PrebuiltCubin {
   const char* key;  // prebuilt_key of its source
@@ -39,4 +39,4 @@ std::string prebuilt_key(const std::string& source, const std::string& arch);
 // The CUBIN of `source` for `arch` in the table, or null.
 const PrebuiltCubin* find_prebuilt(const std::string& source, const std::string& arch);
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

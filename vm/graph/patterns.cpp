@@ -131,7 +131,7 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
   const SymInt L = q.sizes[r - 2], E = q.sizes[r - 1];
   if (kt.sizes[r - 2] != E || v.sizes[r - 2] != kt.sizes[r - 1] || L.sym >= 0 || E.sym >= 0 || v.sizes[r - 1].sym >= 0)
     return false;
-  if (!jit::cuda::attention_takes(q.dtype, L.value, E.value, v.sizes[r - 1].value, scale)) return false;
+  if (!cuda::attention_takes(q.dtype, L.value, E.value, v.sizes[r - 1].value, scale)) return false;
   if (mm.node) {
     SymShape shape(q.sizes.begin(), q.sizes.end() - 1);
     shape.push_back(kt.sizes[r - 1]);

@@ -435,7 +435,7 @@ const char* api_native_unavailable(int32_t cuda) {
 
 int32_t api_attention_fused(const char* dtype, int64_t l, int64_t e, int64_t ev, double scale) {
   DType d;
-  return parse_dtype(dtype, &d) && jit::cuda::attention_takes(d, l, e, ev, scale) ? 1 : 0;
+  return parse_dtype(dtype, &d) && cuda::attention_takes(d, l, e, ev, scale) ? 1 : 0;
 }
 
 int32_t api_attention_mask_fits(cr_tensor* mask, cr_tensor* q, cr_tensor* k) {

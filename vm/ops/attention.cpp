@@ -206,7 +206,7 @@ void run_attention(OpCall& c) {
   const Tensor mask = c.has(5) ? c.tensor(5) : Tensor();
   if (q.device().is_cpu()) return attention_cpu(c.outs[0], q, k, v, scale, causal, mask);
   const Tensor mview = mask.defined() ? mask_view(mask, q, k) : Tensor();
-  if (!jit::cuda::attention(c.ctx, c.outs[0], q, k, v, scale, causal, mview))
+  if (!cuda::attention(c.ctx, c.outs[0], q, k, v, scale, causal, mview))
     attention_composite(c.ctx, c.outs[0], q, k, v, scale, causal, mask);
 }
 

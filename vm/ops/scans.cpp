@@ -72,7 +72,7 @@ void run_cumsum(OpCall& c) {
   Tensor x = contiguous(cast(c.tensor(0), out.dtype()));
   Along a = along(x, x.dim() == 0 ? 0 : c.dim(1, x.dim()));
   if (x.numel() == 0) return;
-  if (!out.device().is_cpu()) return jit::cuda::cumsum(c.ctx, out, x, a.outer, a.n, a.inner);  // (a library kernel)
+  if (!out.device().is_cpu()) return cuda::cumsum(c.ctx, out, x, a.outer, a.n, a.inner);  // (a library kernel)
   visit(x.dtype(), [&](auto t) {
     using T = decltype(t);
     using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, uint64_t>;  // ints wrap

@@ -68,7 +68,7 @@ void order_lines(const Tensor& xin, int d, int64_t k, bool descending, const Ten
 void order_on_device(OpCall& c, const Tensor& xin, int d, int64_t k, bool descending) {
   Tensor x = contiguous(xin);
   const Along l = along(x, d);
-  if (jit::cuda::order_lines(c.ctx, x, l.outer, l.n, l.inner, k, descending, c.outs[0], c.outs[1])) return;
+  if (cuda::order_lines(c.ctx, x, l.outer, l.n, l.inner, k, descending, c.outs[0], c.outs[1])) return;
   std::vector<Tensor> r = run_on_host(c.ctx, c.def, c.args, c.nargs);
   for (size_t i = 0; i < r.size(); ++i) copy_into(c.outs[i], r[i]);
 }

@@ -9,7 +9,7 @@
 #include "vm/kernels/cuda/sources.hpp"
 #include "vm/kernels/loop.hpp"
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 namespace {
 
 // A block's shape: warps, keys per tile, blocks per SM the registers are bounded for (two stages
@@ -100,7 +100,7 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
   const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
   if (!attention_takes(q.dtype(), L, E, Ev, scale) || L >= (int64_t(1) << 31) || S >= (int64_t(1) << 31)) return false;
   const int device = out.device().index;
-  const cr::cuda::DeviceInfo& info = cr::cuda::device_info(device);
+  const DeviceInfo& info = device_info(device);
   if (info.sm_major < 8) return false;  // (cp.async and mma.m16n8k16: sm_80 on)
   MaskOperand mo;
   if (!mask_operand(mask, mo)) return false;
@@ -135,4 +135,4 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
   return true;
 }
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

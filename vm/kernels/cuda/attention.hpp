@@ -8,7 +8,7 @@
 
 #include "vm/registry.hpp"
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 
 // Whether a kernel takes q / k / v of dtype d with L query rows, head size E (q, k) and Ev (v)
 // and this scale: a positive scale, and float16 or bfloat16 with E == Ev one of 16, 32, 64, 128,
@@ -27,4 +27,4 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
 // The module source for dtype d and head size E (tests compile it to CUBIN without a GPU).
 std::string attention_source(DType d, int E);
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

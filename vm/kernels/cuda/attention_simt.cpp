@@ -4,7 +4,7 @@
 #include "vm/kernels/cuda/sources.hpp"
 #include "vm/kernels/loop.hpp"
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 // Measured on the H100 (float32 16x8x1024x64, bench/RESULTS.md): 8 rows x 8 keys a thread and
 // one block of 8 warps per SM (64 independent FMAs a thread) beat 4 x 4 at two or three blocks
 // per SM by 20 %: fewer shared-memory reads per FMA. Tiles of 128 keys for v's head sizes up to
@@ -36,4 +36,4 @@ std::string attention_simt_source(int E, int Ev, size_t shared_limit) {
              cuda_source("attention_common.cuh"), cuda_source("attention_simt.cuh"));
 }
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

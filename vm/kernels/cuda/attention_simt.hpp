@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <string>
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 
 // A block: 256 threads, 16 * ra query rows, keys in tiles of bn, output columns in groups of g;
 // pk is the shared-memory pitch of q and k rows (floats).
@@ -21,4 +21,4 @@ SimtShape simt_shape(int E, int Ev, size_t shared_limit);
 // the block simt_shape picks under shared_limit.
 std::string attention_simt_source(int E, int Ev, size_t shared_limit);
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

@@ -13,11 +13,8 @@
 #include "vm/kernels/cuda/sources.hpp"
 #include "vm/kernels/loop.hpp"
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 namespace {
-
-using cr::cuda::CUfunction;
-using cr::cuda::CUmodule;
 
 constexpr int64_t kScanChunk = 16384;  // a chunk of a long row: 4 tiles of 4 x 1024
 
@@ -53,9 +50,9 @@ CUfunction library_function(Context& ctx, int device, const std::string& key,
   std::lock_guard<std::mutex> g(g_mutex);
   Library& lib = g_libraries[cat(device, " ", key)];
   if (!lib.mod) {
-    const std::string arch = cr::cuda::device_arch(device);
+    const std::string arch = device_arch(device);
     const std::string bin = hooks().cuda_cubin(ctx, source(), key, arch);
-    cr::cuda::use_device(device);
+    use_device(device);
     CR_CU(cuModuleLoadData(&lib.mod, bin.data()), "loading a library kernel");
   }
   CUfunction& f = lib.fns[fn];
@@ -80,9 +77,9 @@ void allow_shared(CUfunction f, size_t bytes, const char* what) {
 
 void launch_function(CUfunction f, int device, int64_t grid, int block, void* const* args, const char* what,
                      size_t shared_bytes) {
-  cr::cuda::use_device(device);
+  use_device(device);
   allow_shared(f, shared_bytes, what);
-  CR_CU(cuLaunchKernel(f, unsigned(grid), 1, 1, unsigned(block), 1, 1, unsigned(shared_bytes), cr::cuda::current_stream(device),
+  CR_CU(cuLaunchKernel(f, unsigned(grid), 1, 1, unsigned(block), 1, 1, unsigned(shared_bytes), current_stream(device),
                        const_cast<void**>(args), nullptr),
         what);
 }
@@ -115,7 +112,7 @@ void cumsum(Context& ctx, const Tensor& out, const Tensor& x, int64_t outer, int
   if (inner == 1 && n > 32) {
     int block = 32;
     while (block < 1024 && 4 * block < n) block *= 2;
-    const int64_t sms = cr::cuda::device_info(device).multiprocessors;
+    const int64_t sms = device_info(device).multiprocessors;
     long long chunk = n > kScanChunk && outer < 2 * sms ? kScanChunk : n, chunks = (n + chunk - 1) / chunk;
     if (outer * chunks < (int64_t(1) << 31)) {
       Tensor totals;
@@ -137,9 +134,6 @@ void cumsum(Context& ctx, const Tensor& out, const Tensor& x, int64_t outer, int
          {&xp, &yp, &len, &in, &positions}, "cumsum_walk");
 }
 
-}  // namespace cr::jit::cuda
-
-namespace cr::jit::cuda {
 namespace {
 
 int64_t next_pow2(int64_t n) {
@@ -224,4 +218,4 @@ bool order_lines(Context& ctx, const Tensor& x, int64_t outer, int64_t n, int64_
   return true;
 }
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

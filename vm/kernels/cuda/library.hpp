@@ -10,7 +10,7 @@
 
 #include "vm/registry.hpp"
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 
 // out = the running sum of x along the middle dim of {outer, n, inner}; both contiguous, of
 // out's dtype, on one CUDA device. Floating sums accumulate in float64 and integer sums wrap in
@@ -39,4 +39,4 @@ std::string sort_source(DType d);
 void library_launch(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source,
                     const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes = 0);
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

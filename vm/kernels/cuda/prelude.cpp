@@ -7,7 +7,7 @@
 #include "vm/kernels/cuda/sources.hpp"
 #include "vm/kernels/philox.hpp"
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 
 // The prelude, and the random draws of vm/kernels/philox.hpp in namespace cr (the same text the
 // CPU compiles: CPU and CUDA draws are the same integers).
@@ -26,4 +26,4 @@ const char* cuda_type(DType d) {
   return ctype(d);  // the prelude defines int32_t / int64_t
 }
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

@@ -6,10 +6,10 @@
 #pragma once
 #include "vm/dtype.hpp"
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 
 const char* prelude();
 // The CUDA type of dtype d in code after the prelude (cr::half_t, cr::bf16_t for 16-bit floats).
 const char* cuda_type(DType d);
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

@@ -36,7 +36,7 @@ typedef struct cr_tensor {
   int64_t _strides[16];
 } cr_tensor;
 
-/* The payload of a Lua tensor handle, a userdata (stdlib/core.lua, vm/lua_vm.cpp new_handles). */
+/* The payload of a Lua tensor handle, a userdata (stdlib/core.lua, vm/lua/lua_vm.cpp new_handles). */
 typedef struct cr_handle { cr_tensor* p; } cr_handle;
 
 /* One argument of an op call. tag: see cr::ValueTag. */

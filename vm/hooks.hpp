@@ -13,7 +13,6 @@ namespace cr {
 
 struct Context;
 namespace graph {
-class Recorder;
 struct Graph;
 struct NativeOptions;
 }  // namespace graph

@@ -1,4 +1,4 @@
--- T.attention on the GPU (the fused kernels, jit/cuda/attention.hpp: tensor cores for 16-bit, FMA
+-- T.attention on the GPU (the fused kernels, vm/kernels/cuda/attention.hpp: tensor cores for 16-bit, FMA
 -- for float32): median device µs (T.bench) and TFLOP/s, the anchor's attention shape and three more.
 --   crescent bench/attention_bench.lua [reps]   (bench/run_attention.sh prints it beside PyTorch's SDPA)
 local T = require "crescent"

@@ -1,8 +1,8 @@
-// Throughput of vm:: elementary functions (vm/kernels/vmath.hpp) against std:: on 4M elements,
+// Throughput of vmath:: elementary functions (vm/kernels/vmath.hpp) against std:: on 4M elements,
 // single-threaded, in the loop shape of loop.hpp's contiguous path. Build and run:
 //   g++ -std=c++20 -O3 -march=x86-64-v3 -I. bench/bench_vmath.cpp -o /tmp/bench_vmath && /tmp/bench_vmath
-// Add -fopt-info-vec-optimized to see which loops GCC vectorised (every vm:: one should be).
-// `/tmp/bench_vmath tanh-ulp` instead measures float vm::tanh's error on every float of [-10, 10]
+// Add -fopt-info-vec-optimized to see which loops GCC vectorised (every vmath:: one should be).
+// `/tmp/bench_vmath tanh-ulp` instead measures float vmath::tanh's error on every float of [-10, 10]
 // against long double std::tanh (a few CPU-minutes).
 #include <algorithm>
 #include <bit>
@@ -65,30 +65,30 @@ template <class FS, class B> void block_row(const char* name, FS fs, B block) {
 
 template <class T> void all() {
   using namespace cr;
-  row<T>("exp", -80, 80, [](T a) { return std::exp(a); }, [](T a) { return vm::exp(a); });
-  row<T>("exp2", -100, 100, [](T a) { return std::exp2(a); }, [](T a) { return vm::exp2(a); });
-  row<T>("expm1", -5, 5, [](T a) { return std::expm1(a); }, [](T a) { return vm::expm1(a); });
-  row<T>("log", 1e-6, 1e6, [](T a) { return std::log(a); }, [](T a) { return vm::log(a); });
-  row<T>("log2", 1e-6, 1e6, [](T a) { return std::log2(a); }, [](T a) { return vm::log2(a); });
-  row<T>("log1p", -0.9, 10, [](T a) { return std::log1p(a); }, [](T a) { return vm::log1p(a); });
-  row<T>("sin", -100, 100, [](T a) { return std::sin(a); }, [](T a) { return vm::sin(a); });
-  row<T>("cos", -100, 100, [](T a) { return std::cos(a); }, [](T a) { return vm::cos(a); });
+  row<T>("exp", -80, 80, [](T a) { return std::exp(a); }, [](T a) { return vmath::exp(a); });
+  row<T>("exp2", -100, 100, [](T a) { return std::exp2(a); }, [](T a) { return vmath::exp2(a); });
+  row<T>("expm1", -5, 5, [](T a) { return std::expm1(a); }, [](T a) { return vmath::expm1(a); });
+  row<T>("log", 1e-6, 1e6, [](T a) { return std::log(a); }, [](T a) { return vmath::log(a); });
+  row<T>("log2", 1e-6, 1e6, [](T a) { return std::log2(a); }, [](T a) { return vmath::log2(a); });
+  row<T>("log1p", -0.9, 10, [](T a) { return std::log1p(a); }, [](T a) { return vmath::log1p(a); });
+  row<T>("sin", -100, 100, [](T a) { return std::sin(a); }, [](T a) { return vmath::sin(a); });
+  row<T>("cos", -100, 100, [](T a) { return std::cos(a); }, [](T a) { return vmath::cos(a); });
   if constexpr (sizeof(T) == 4) {
-    block_row("sin blk", [](float a) { return std::sin(a); }, [](const float* x, float* y, long n) { cr::vm::sin_block(x, y, n); });
-    block_row("cos blk", [](float a) { return std::cos(a); }, [](const float* x, float* y, long n) { cr::vm::cos_block(x, y, n); });
+    block_row("sin blk", [](float a) { return std::sin(a); }, [](const float* x, float* y, long n) { cr::vmath::sin_block(x, y, n); });
+    block_row("cos blk", [](float a) { return std::cos(a); }, [](const float* x, float* y, long n) { cr::vmath::cos_block(x, y, n); });
   }
-  row<T>("tan", -100, 100, [](T a) { return std::tan(a); }, [](T a) { return vm::tan(a); });
-  row<T>("tanh", -10, 10, [](T a) { return std::tanh(a); }, [](T a) { return vm::tanh(a); });
+  row<T>("tan", -100, 100, [](T a) { return std::tan(a); }, [](T a) { return vmath::tan(a); });
+  row<T>("tanh", -10, 10, [](T a) { return std::tanh(a); }, [](T a) { return vmath::tanh(a); });
   // the tanh form of gelu, as the pointwise kernels compute it (vm/kernels/scalar_math.hpp)
   auto gelu = [](auto th) {
     return [th](T a) { return T(0.5) * a * (T(1) + th(T(0.79788456080286535588) * (a + T(0.044715) * a * a * a))); };
   };
-  row<T>("gelu_t", -10, 10, gelu([](T a) { return std::tanh(a); }), gelu([](T a) { return vm::tanh(a); }));
-  row<T>("sigmoid", -20, 20, [](T a) { return T(1) / (T(1) + std::exp(-a)); }, [](T a) { return vm::sigmoid(a); });
-  row<T>("erf", -5, 5, [](T a) { return std::erf(a); }, [](T a) { return vm::erf(a); });
+  row<T>("gelu_t", -10, 10, gelu([](T a) { return std::tanh(a); }), gelu([](T a) { return vmath::tanh(a); }));
+  row<T>("sigmoid", -20, 20, [](T a) { return T(1) / (T(1) + std::exp(-a)); }, [](T a) { return vmath::sigmoid(a); });
+  row<T>("erf", -5, 5, [](T a) { return std::erf(a); }, [](T a) { return vmath::erf(a); });
 }
 
-// Max ulp error of float vm::tanh over every float of [-10, 10], computed in blocks by the
+// Max ulp error of float vmath::tanh over every float of [-10, 10], computed in blocks by the
 // vectorised loop, on all cores.
 int tanh_ulp() {
   const uint32_t top = std::bit_cast<uint32_t>(10.0f), sign = 0x80000000u;
@@ -106,7 +106,7 @@ int tanh_ulp() {
           uint64_t b = b0 + i;
           x[i] = std::bit_cast<float>(b <= top ? uint32_t(b) : uint32_t(b - top - 1) | sign);
         }
-        apply(y.data(), x.data(), long(n), [](float a) { return cr::vm::tanh(a); });
+        apply(y.data(), x.data(), long(n), [](float a) { return cr::vmath::tanh(a); });
         for (uint32_t i = 0; i < n; ++i) {
           long double ref = std::tanh((long double)x[i]);
           int e = std::max(std::ilogb(ref), -126);  // ulp of a float at ref (subnormal below)

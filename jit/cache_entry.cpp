@@ -65,17 +65,6 @@ bool publish_file(const std::string& path, const std::string& bytes) {
   return ok;
 }
 
-std::string hash128(const std::string& s) {
-  uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
-  for (unsigned char ch : s) {
-    h1 = (h1 ^ ch) * 0x100000001b3ull;
-    h2 = (h2 ^ ch) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
-  }
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h1), static_cast<unsigned long long>(h2));
-  return buf;
-}
-
 void seal_entry(const std::string& path, const std::string& key) {
   std::string body;
   if (!read_all(path, &body)) throw Error(cat("cannot read the compiled kernels ", path));

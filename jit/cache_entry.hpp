@@ -7,11 +7,11 @@
 #pragma once
 #include <string>
 
+#include "vm/hash.hpp"
+
 namespace cr::jit {
 
-// 32 hex digits of a 128-bit FNV-style hash (cache keys and entry checksums; not cryptographic:
-// it detects damage, not tampering).
-std::string hash128(const std::string& s);
+using cr::hash128;  // (vm/hash.hpp: cache keys and entry checksums)
 
 // The bytes of the file at `path` ("" when it cannot be read, or is not a regular file: a FIFO, a
 // device or a symbolic link in the cache is a miss, never a hang or an endless read).

@@ -26,9 +26,9 @@
 #include "jit/compiler_process.hpp"
 #include "jit/cpu/gccjit.hpp"
 #include "jit/cpu/program.hpp"
-#include "jit/cuda/driver.hpp"
-#include "jit/cuda/nvrtc.hpp"
-#include "jit/cuda/prebuilt.hpp"
+#include "vm/cuda/driver.hpp"
+#include "vm/cuda/nvrtc.hpp"
+#include "vm/cuda/prebuilt.hpp"
 #include "jit/cuda/program.hpp"
 #include "jit/fusion/schedule.hpp"
 #include "jit/scratch.hpp"
@@ -172,7 +172,7 @@ void write_file(const std::string& path, const std::string& text);
 std::map<std::string, std::shared_ptr<const std::string>> cubin_cache;
 
 std::string cubin_key(const std::string& source, const std::string& arch) {
-  return hash128(cat(source, "\n", arch, " ", jit::cuda::nvrtc_version(), " ", jit::cuda::nvrtc_options(), " build ", build_id()));
+  return hash128(cat(source, "\n", arch, " ", cr::cuda::nvrtc_version(), " ", cr::cuda::nvrtc_options(), " build ", build_id()));
 }
 
 std::shared_ptr<const std::string> cubin_for(const std::string& source, const std::string& arch, const std::string& name,
@@ -196,7 +196,7 @@ std::shared_ptr<const std::string> cubin_for(const std::string& source, const st
   if (!bin) {
     if (const char* inject = std::getenv("CRESCENT_JIT_FAIL"); inject && *inject && *inject != '0')
       throw Error("injected compile failure (CRESCENT_JIT_FAIL)");
-    bin = std::make_shared<const std::string>(jit::cuda::compile_cubin(source, name, arch));
+    bin = std::make_shared<const std::string>(cr::cuda::compile_cubin(source, name, arch));
     if (disk) {
       std::error_code ec;
       std::filesystem::create_directories(o.cache_dir, ec);
@@ -347,8 +347,8 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
 
 std::string cuda_cubin(const std::string& source, const std::string& name, const std::string& arch,
                        const std::string& cache_dir) {
-  // library kernels: the build may have compiled this one (jit/cuda/prebuilt.hpp)
-  if (const jit::cuda::PrebuiltCubin* p = jit::cuda::find_prebuilt(source, arch)) {
+  // library kernels: the build may have compiled this one (vm/cuda/prebuilt.hpp)
+  if (const cr::cuda::PrebuiltCubin* p = cr::cuda::find_prebuilt(source, arch)) {
     std::lock_guard<std::mutex> lock(cache_mutex);
     ++counters.prebuilt;
     return std::string(reinterpret_cast<const char*>(p->data), p->size);
@@ -363,7 +363,7 @@ bool cpu_backend_available(std::string* why) { return cpu::gccjit(why) != nullpt
 
 bool cuda_backend_available(std::string* why) {
   if (!cr::cuda::driver(why)) return false;
-  return jit::cuda::nvrtc_available(why);
+  return cr::cuda::nvrtc_available(why);
 }
 
 CacheStats cache_stats() {

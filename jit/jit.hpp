@@ -10,18 +10,7 @@
 
 namespace cr::jit {
 
-struct Options {
-  std::string cache_dir;   // "" or "0": no disk cache
-  std::string debug_dir;   // per graph: loop IR, fusion groups, kernels, timings ("" = none)
-  bool sync = true;        // compile in line (T.config.sync_compile)
-  // only a graph that lowers whole (no externs, no lowering error): otherwise the slot is left
-  // without code and with `unlowered` set (eager CUDA ops then take their host path)
-  bool whole_graph = false;
-  bool log_fusion = false, log_code = false;
-  int threads = 1;
-  Device device;           // where the graph's tensors live (CUDA: jit/cuda, else jit/cpu)
-  const void* owner = nullptr;  // the VM compiling (its end drops its queued background compiles)
-};
+using Options = graph::NativeOptions;
 
 // Starts compiling g for o.device; g->native is set to the slot that receives the outcome.
 // Lines for CRESCENT_LOGS (fusion, output_code) are left in the slot's `log`.
@@ -45,8 +34,8 @@ QueueStats background_stats();
 // While held, the background thread starts no job (tests fill the queue this way).
 void hold_background_compiles(bool hold);
 
-// The CUBIN of a library kernel's source (jit/cuda/library.hpp) for `arch`: the build's
-// (jit/cuda/prebuilt.hpp), else from the kernel cache that graphs' modules use too (memory, then
+// The CUBIN of a library kernel's source (vm/kernels/cuda/library.hpp) for `arch`: the build's
+// (vm/cuda/prebuilt.hpp), else from the kernel cache that graphs' modules use too (memory, then
 // `<cache_dir>/<key>.cubin`) or compiled by NVRTC and cached.
 std::string cuda_cubin(const std::string& source, const std::string& name, const std::string& arch,
                        const std::string& cache_dir);
@@ -60,7 +49,7 @@ bool cuda_backend_available(std::string* why);
 struct CacheStats {
   int64_t memory_hits = 0, disk_hits = 0, compiled = 0;
   int64_t cuda_compiled = 0;    // of `compiled`, the CUDA modules (NVRTC)
-  int64_t prebuilt = 0;         // CUDA modules found among the build's CUBINs (jit/cuda/prebuilt.hpp)
+  int64_t prebuilt = 0;         // CUDA modules found among the build's CUBINs (vm/cuda/prebuilt.hpp)
   int64_t rejected = 0;         // disk entries that failed their check (then recompiled)
   int64_t unpublished = 0;      // compiled objects the disk cache could not take (read-only, full)
   std::string last_rejection;   // the path of the last one and why

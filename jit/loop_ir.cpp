@@ -39,17 +39,6 @@ int64_t Kernel::work_items() const {
   return w;
 }
 
-const char* ctype(DType d) {
-  switch (d) {
-    case DType::f32: return "float";
-    case DType::f64: return "double";
-    case DType::i32: return "int32_t";
-    case DType::i64: return "int64_t";
-    case DType::b8: return "bool";
-    default: return "?";
-  }
-}
-
 std::string int_str(int64_t x) { return is_param(x) ? cat("P", param_slot(x)) : std::to_string(x); }
 
 std::string affine_str(const Affine& a) {

@@ -43,8 +43,6 @@ struct Affine {
 Affine substitute(const Affine& a, const std::vector<Affine>& vars);
 // C text of a over variables named i0, i1, ... ("i0 + 4*i1 + 2"): kernel printing and CUDA C.
 std::string affine_str(const Affine& a);
-// The C type of a loop dtype ("float", "int64_t", "bool"; "?" for float16 / bfloat16).
-const char* ctype(DType d);
 
 // ---- expressions ----------------------------------------------------------------------------
 // Arith: "+", "-", "*", "/", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "!" (unary), "%u" (int64

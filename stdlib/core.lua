@@ -1,5 +1,5 @@
--- crescent.core: the FFI boundary. Declares vm/ffi_api.h to LuaJIT, casts the api table and
--- this VM's context, and defines the tensor handle type. Every other module reaches C++ only
+-- crescent.core: the FFI boundary. Declares vm/abi.h and vm/lua/ffi_api.h to LuaJIT, casts the api
+-- table and this VM's context, and defines the tensor handle type. Every other module reaches C++ only
 -- through what this one returns.
 local cdef, api_ptr, ctx_ptr, release_handle, new_handles = ...
 local ffi = require "ffi"
@@ -12,7 +12,7 @@ local core = {
   dtypes = { [0] = "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" },
   -- the tensor handles' metatable, filled by crescent.tensor before the first handle is made
   tensor_mt = {},
-  release_handle = release_handle,  -- the handles' finaliser (a lua_CFunction, vm/lua_vm.cpp)
+  release_handle = release_handle,  -- the handles' finaliser (a lua_CFunction, vm/lua/lua_vm.cpp)
 }
 
 -- The user's frame: the first Lua frame above `level` that is not part of the standard library.
@@ -51,7 +51,7 @@ function core.raise(rc)
   core.fail(msg)
 end
 
--- Requests the C++ side leaves in ctx.service after an op (see vm/ffi_api.h).
+-- Requests the C++ side leaves in ctx.service after an op (see vm/abi.h cr_ctx).
 function core.service()
   local ctx, api = core.ctx, core.api
   if bit.band(ctx.service, 2) ~= 0 then api.cap_where(ctx, core.where()) end
@@ -73,7 +73,7 @@ function core.need(t, reason)
 end
 
 -- Tensor handles: full userdata holding a cr_handle { cr_tensor* p }, with core.tensor_mt as
--- their metatable and the C function release_handle as its __gc (vm/lua_vm.cpp says why not
+-- their metatable and the C function release_handle as its __gc (vm/lua/lua_vm.cpp says why not
 -- cdata). They come from a pool that the C function new_handles refills, kPool at a time; a
 -- handle taken from it leaves the pool's table, so nothing but the user's values keeps it alive.
 local mt, hptr, cast, getmetatable = core.tensor_mt, ffi.typeof("cr_handle*"), ffi.cast, getmetatable

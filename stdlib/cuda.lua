@@ -1,5 +1,5 @@
 -- T.cuda: devices, memory, streams and events (API.md section 6; streams and events as PyTorch
--- has them, since API.md says nothing of them). The C++ side is jit/cuda/streams.hpp.
+-- has them, since API.md says nothing of them). The C++ side is vm/cuda/streams.hpp.
 local core = require "crescent.core"
 local ffi, api, ctx = core.ffi, core.api, core.ctx
 
@@ -16,10 +16,10 @@ end
 M.device_index = device_index
 
 local OUT = ffi.new("double[1]")
--- api.cuda_stream's calls (vm/ffi_api.h)
+-- api.cuda_stream's calls (vm/lua/ffi_api.h)
 local NEW_STREAM, CURRENT, SET, SYNC_STREAM, QUERY_STREAM, WAIT_STREAM, NEW_EVENT, FREE_EVENT, RECORD, WAIT_EVENT,
   QUERY_EVENT, SYNC_EVENT, ELAPSED = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
-local SLOTS = 64  -- jit/cuda/streams.hpp kSlots: a stream id is device * SLOTS + slot
+local SLOTS = 64  -- vm/cuda/streams.hpp kSlots: a stream id is device * SLOTS + slot
 
 local function call(what, a, b)
   if api.cuda_stream(ctx, what, a, b or 0, OUT) ~= 0 then core.raise(-1) end

@@ -1,7 +1,7 @@
-// The empty table of prebuilt CUBINs (jit/cuda/prebuilt.hpp): for tools/prebuild.cpp itself, and
+// The empty table of prebuilt CUBINs (vm/cuda/prebuilt.hpp): for tools/prebuild.cpp itself, and
 // for builds with CRESCENT_PREBUILT_KERNELS=OFF. Every library kernel then compiles at first use.
-#include "jit/cuda/prebuilt.hpp"
+#include "vm/cuda/prebuilt.hpp"
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 std::span<const PrebuiltCubin> prebuilt_table() { return {}; }
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

@@ -5,7 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "vm/ffi_api.h"
+#include "vm/abi.h"
+#include "vm/log.hpp"
 #include "vm/tensor.hpp"
 
 namespace cr {
@@ -31,14 +32,17 @@ struct Context {
   void drop_unclaimed();
   std::vector<Tensor> call_outs;  // scratch: the outputs of the op call in flight
   Generator gen;
-  // see note_allocations (vm/api.cpp): host and device bytes allocated at the last collection,
+  // see note_allocations (vm/lua/api.cpp): host and device bytes allocated at the last collection,
   // and how many more of each ask for the next one
   size_t bytes_at_last_gc = 0, large_bytes_at_last_gc = 0, device_bytes_at_last_gc = 0, driver_bytes_at_last_gc = 0;
   size_t gc_every_bytes = size_t(8) << 20, gc_every_device_bytes = size_t(64) << 20;
   size_t handles_since_gc = 0, gc_every_handles = 4096;  // tensors handed to Lua since then
   std::vector<std::string> loaded_names;  // names of the last safetensors load
   std::string scratch;                    // backing store of strings returned to Lua
-  std::unique_ptr<graph::Recorder> recorder;  // graph capture (vm/graph/recorder.hpp)
+  Logs logs;  // CRESCENT_LOGS, and T.config's changes to it
+  // graph capture (vm/graph/recorder.hpp): the capture layer makes it (Hooks::start_capture) and
+  // gives the deleter, so that the runtime needs none of its code
+  std::unique_ptr<graph::Recorder, void (*)(graph::Recorder*)> recorder{nullptr, nullptr};
 
   Context();
   ~Context();

@@ -3,7 +3,7 @@
 //   (vm/kernels/wide.hpp: AVX-512 twins) and the generated code (jit/cpu/target.hpp);
 // - the size of its largest cache, which decides where an output stops fitting in the caches
 //   (streaming stores in generated code, jit/cpu/target.hpp; the collector's rule for such
-//   outputs, vm/api.cpp).
+//   outputs, vm/lua/api.cpp).
 #pragma once
 #include <cstdint>
 #include <string_view>

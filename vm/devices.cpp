@@ -4,10 +4,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "jit/cuda/driver.hpp"
-#include "jit/cuda/eager.hpp"
-#include "jit/cuda/memory.hpp"
-#include "vm/graph/recorder.hpp"
+#include "vm/context.hpp"
+#include "vm/cuda/driver.hpp"
+#include "vm/cuda/memory.hpp"
+#include "vm/hooks.hpp"
 #include "vm/kernels/loop.hpp"
 
 namespace cr {
@@ -19,7 +19,7 @@ std::atomic<int64_t> g_host_ops{0};
 // CRESCENT_LOGS=host_ops, logged.
 void note_host_op(bool log, const std::string& what) {
   g_host_ops.fetch_add(1, std::memory_order_relaxed);
-  if (log) graph::Recorder::log("host_ops", what);
+  if (log) log_line("host_ops", what);
 }
 
 Device device_of(cr_tensor* t) { return Device{t->_dev_type, t->_dev_index}; }
@@ -78,10 +78,10 @@ void copy_across(const Tensor& dst, const Tensor& src) {
     cuda::copy_on_device(dst.data_bytes(), src.data_bytes(), size_t(dst.numel()) * dst.itemsize(), dd.index);
     return;
   }
-  if (dd == sd && !dd.is_cpu() && (dst.numel() == 0 || jit::cuda::copy_on_device(dst, src))) return;
+  if (dd == sd && !dd.is_cpu() && (dst.numel() == 0 || hooks().cuda_copy(dst, src))) return;
   if (dd == sd && !dd.is_cpu()) {  // (no Context here: the log follows the environment)
     static const bool log = [] {
-      graph::Logs l;
+      Logs l;
       if (const char* e = std::getenv("CRESCENT_LOGS")) l.parse(e);
       return l.host_ops;
     }();
@@ -155,7 +155,7 @@ void check_same_device(const cr_value* args, int nargs) {
 
 std::vector<Tensor> run_on_host(Context& ctx, const OpDef& def, const cr_value* args, int nargs) {
   check_same_device(args, nargs);
-  note_host_op(ctx.recorder->logs.host_ops, cat(def.name, ": no CUDA kernel for these operands, ran on host copies"));
+  note_host_op(ctx.logs.host_ops, cat(def.name, ": no CUDA kernel for these operands, ran on host copies"));
   std::vector<cr_value> hargs(args, args + nargs);
   std::vector<Tensor> keep;
   std::vector<std::vector<cr_tensor*>> lists(static_cast<size_t>(nargs));

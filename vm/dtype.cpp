@@ -12,6 +12,17 @@ const char* dtype_name(DType d) {
   return names[int(d)];
 }
 
+const char* ctype(DType d) {
+  switch (d) {
+    case DType::f32: return "float";
+    case DType::f64: return "double";
+    case DType::i32: return "int32_t";
+    case DType::i64: return "int64_t";
+    case DType::b8: return "bool";
+    default: return "?";
+  }
+}
+
 bool parse_dtype(const std::string& s, DType* out) {
   struct Alias { const char* name; DType d; };
   static const Alias aliases[] = {

@@ -113,6 +113,8 @@ template <class F> decltype(auto) visit(DType d, F&& f) {
 
 size_t dtype_size(DType d);
 const char* dtype_name(DType d);
+// The C type of d in generated code ("float", "int64_t", "bool"; "?" for float16 / bfloat16).
+const char* ctype(DType d);
 bool parse_dtype(const std::string& s, DType* out);
 inline bool is_floating(DType d) { return d == DType::f32 || d == DType::f64 || d == DType::f16 || d == DType::bf16; }
 inline bool is_integral(DType d) { return d == DType::i32 || d == DType::i64; }

@@ -1,8 +1,8 @@
 #include "vm/registry.hpp"
-#include "jit/cuda/eager.hpp"
 #include "vm/devices.hpp"
 
-#include "vm/graph/recorder.hpp"
+#include "vm/context.hpp"
+#include "vm/hooks.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -191,24 +191,24 @@ std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nar
     for (int i = 0; i < nargs; ++i) {  // values of compiled functions that are still lazy
       if (args[i].tag == kTensor) {
         auto* t = static_cast<cr_tensor*>(args[i].ptr);
-        if (!t->_storage || t->_lazy) graph::ensure_real(ctx, t);
+        if (!t->_storage || t->_lazy) hooks().ensure_real(ctx, t);
       } else if (args[i].tag == kTensors) {
         for (int j = 0; j < args[i].n; ++j) {
           cr_tensor* t = static_cast<cr_tensor* const*>(args[i].ptr)[j];
-          if (!t->_storage || t->_lazy) graph::ensure_real(ctx, t);
+          if (!t->_storage || t->_lazy) hooks().ensure_real(ctx, t);
         }
       }
     }
     if ((def.flags & kReturnsSelf) && nargs > 0 && args[0].tag == kTensor) {
       auto* st = static_cast<Storage*>(static_cast<cr_tensor*>(args[0].ptr)->_storage);
-      graph::before_write(ctx, st);
+      hooks().before_write(ctx, st);
       st->version.fetch_add(1);
     }
     // metadata-only and copying ops (views, joins, conversions) work on CUDA tensors as they are;
     // the others run on host copies until they have CUDA kernels (vm/devices.hpp)
     if (def.kind != OpKind::View && def.kind != OpKind::Join && def.kind != OpKind::Convert &&
         !(def.flags & kDeviceAware) && any_cuda(def, args, nargs)) {
-      if (jit::cuda::run_op(ctx, op, args, nargs, &c.outs)) return std::move(c.outs);
+      if (hooks().cuda_run_op(ctx, op, args, nargs, &c.outs)) return std::move(c.outs);
       return run_on_host(ctx, def, args, nargs);
     }
     if (def.infer) {

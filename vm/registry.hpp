@@ -174,7 +174,7 @@ struct ExtraBlock {
 };
 const ExtraBlock* extra_block(const std::string& name);  // null for other names
 BlockFn gelu_tanh_block(DType compute);
-BlockFn softmax_exp_block(DType compute);  // lanes::exp_poly for float32, vm::exp for float64
+BlockFn softmax_exp_block(DType compute);  // lanes::exp_poly for float32, vmath::exp for float64
 BlockFn softmax_log_block(DType compute);  // std::log
 
 // Runs one op eagerly (infer, allocate, run). Throws cr::Error with the op name prefixed.

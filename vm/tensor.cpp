@@ -1,10 +1,11 @@
 #include "vm/tensor.hpp"
 #include "vm/devices.hpp"
-#include "jit/cuda/driver.hpp"
+#include "vm/cuda/driver.hpp"
 
 #include "vm/alloc.hpp"
 #include "vm/autograd/meta.hpp"
 #include "vm/cpu_march.hpp"
+#include "vm/hooks.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -116,13 +117,11 @@ static std::atomic_ref<int32_t> refs_of(cr_tensor* t) { return std::atomic_ref<i
 
 void tensor_retain(cr_tensor* t) { refs_of(t).fetch_add(1, std::memory_order_relaxed); }
 
-void (*lazy_release_hook)(cr_tensor* t) = nullptr;
-
 int32_t tensor_refs(const cr_tensor* t) { return refs_of(const_cast<cr_tensor*>(t)).load(std::memory_order_relaxed); }
 
 void tensor_release(cr_tensor* t) {
   if (!t || refs_of(t).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  if (t->_lazy && lazy_release_hook) lazy_release_hook(t);
+  if (t->_lazy) hooks().release_lazy(t);
   if (t->_autograd) autograd::drop_meta(t);
   if (t->_storage) storage_release(static_cast<Storage*>(t->_storage));
   delete_pooled(t);

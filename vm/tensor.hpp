@@ -8,7 +8,7 @@
 
 #include "vm/dtype.hpp"
 #include "vm/error.hpp"
-#include "vm/ffi_api.h"
+#include "vm/abi.h"
 #include "vm/small_vector.hpp"
 
 namespace cr {
@@ -99,7 +99,5 @@ class Tensor {
 void tensor_retain(cr_tensor* t);
 void tensor_release(cr_tensor* t);
 int32_t tensor_refs(const cr_tensor* t);
-// Frees a tensor's cr_tensor::_lazy (set by the graph recorder).
-extern void (*lazy_release_hook)(cr_tensor* t);
 
 }  // namespace cr

@@ -5,8 +5,8 @@
 #include <mutex>
 #include <vector>
 
-#include "jit/cuda/driver.hpp"
-#include "jit/cuda/streams.hpp"
+#include "vm/cuda/driver.hpp"
+#include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
 
 namespace cr::jit::cuda {

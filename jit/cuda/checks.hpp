@@ -1,5 +1,5 @@
 // The CUDA side of jit/checks.hpp: a program's check word in device memory, and the words to read
-// at their device's next synchronisation (copy_to_host, synchronize: jit/cuda/memory.cpp).
+// at their device's next synchronisation (copy_to_host, synchronize: vm/cuda/memory.cpp).
 #pragma once
 #include <memory>
 

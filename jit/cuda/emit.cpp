@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "jit/cuda/kernels.hpp"
-#include "jit/cuda/prelude.hpp"
+#include "vm/kernels/cuda/prelude.hpp"
 
 namespace cr::jit::cuda {
 
@@ -182,7 +182,7 @@ CudaModule emit_plan(const Plan& plan, const Target& target) {
     kernels += kernel_text(i, plan, target, c, fns);
     m.kernels.push_back(std::move(c));
   }
-  m.source = prelude();
+  m.source = cr::cuda::prelude();
   m.source += "\n// ---- the registry ops the kernels call ----\n";
   for (const auto& [name, def] : fns) {
     m.source += def;
@@ -203,7 +203,7 @@ std::string render(const CudaModule& m) {
   // the prelude is the same in every module: named, not shown
   const std::string marker = "// ---- end of the prelude ----";
   size_t end = m.source.find(marker);
-  s += "// (the prelude of jit/cuda/prelude.cpp)";
+  s += "// (the prelude of vm/kernels/cuda/prelude.cpp)";
   s += end == std::string::npos ? m.source : m.source.substr(end + marker.size());
   return s;
 }

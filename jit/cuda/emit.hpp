@@ -1,6 +1,6 @@
 // CUDA C generation: every kernel of a fusion Plan (jit/fusion/schedule.hpp) becomes one
 // `extern "C" __global__` function of one CUDA C module per graph, compiled by NVRTC to a CUBIN
-// (jit/cuda/nvrtc.hpp). The launch contract (jit/cuda/README.md):
+// (vm/cuda/nvrtc.hpp). The launch contract (jit/cuda/README.md):
 //
 //   kernel i of the module is plan.kernels[i]; its name is CudaKernel::name (= Kernel::name);
 //   its arguments are one device pointer per kernel buffer slot, in slot order: argument s is

@@ -1,7 +1,7 @@
 // Expression text for CUDA kernels (see exprs.hpp). Plain arithmetic is written inline as the
 // CPU backend emits it (bool arithmetic in int, compared != 0); a Call (a registry op the CPU
 // runs as a block function) becomes a device function whose body is the op's registry
-// expression, compiled against the prelude's vm:: / sm:: / std:: device math.
+// expression, compiled against the prelude's vmath:: / sm:: / std:: device math.
 #include "jit/cuda/exprs.hpp"
 
 #include <cmath>
@@ -24,12 +24,6 @@ void Lines::open(const std::string& head) {
 void Lines::close() {
   --indent;
   add("}");
-}
-
-const char* cuda_type(DType d) {
-  if (d == DType::f16) return "cr::half_t";  // the prelude's 16-bit storage types
-  if (d == DType::bf16) return "cr::bf16_t";
-  return ctype(d);  // the prelude defines int32_t / int64_t
 }
 
 std::string literal(double x, DType d) {

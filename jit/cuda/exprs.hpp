@@ -7,8 +7,11 @@
 #include <vector>
 
 #include "jit/loop_ir.hpp"
+#include "vm/kernels/cuda/prelude.hpp"
 
 namespace cr::jit::cuda {
+
+using cr::cuda::cuda_type;  // (the prelude's types, vm/kernels/cuda/prelude.hpp)
 
 // Lines of C with indentation.
 struct Lines {
@@ -19,8 +22,6 @@ struct Lines {
   void close();                        // "}"
 };
 
-// The CUDA type of a loop dtype; float16 / bfloat16 throw "not implemented yet".
-const char* cuda_type(DType d);
 // A C literal of x in dtype d (NaN and infinities through the prelude's cr::nan_ / cr::inf_).
 std::string literal(double x, DType d);
 // The accumulator dtype on CUDA: float32 sums and products stay float32 (tree reductions, as

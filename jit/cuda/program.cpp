@@ -1,66 +1,21 @@
 #include "jit/cuda/program.hpp"
 
-#include <algorithm>
-#include <map>
-#include <mutex>
-
-#include "jit/cuda/driver.hpp"
-#include "jit/cuda/streams.hpp"
+#include "vm/cuda/driver.hpp"
+#include "vm/cuda/streams.hpp"
 
 namespace cr::jit::cuda {
 
 using cr::cuda::CUfunction;
-using cr::cuda::CUmodule;
-
-struct LoadedModule {
-  CUmodule mod = nullptr;
-  int device = 0;
-  ~LoadedModule() {
-    if (!mod) return;
-    try {
-      cr::cuda::use_device(device);
-      cr::cuda::driver()->cuModuleUnload(mod);
-    } catch (const std::exception&) {  // the process is going down with its context
-    }
-  }
-};
-
-namespace {
-
-// Loaded modules by device and CUBIN key, while a program holds them. Keys whose programs all
-// died are dropped when the map has doubled since the last sweep (not per load: a sweep is a
-// scan).
-std::shared_ptr<LoadedModule> module_for(const std::string& key, const std::string& cubin, int device) {
-  static std::mutex m;
-  static std::map<std::pair<int, std::string>, std::weak_ptr<LoadedModule>> loaded;
-  static size_t live = 0;  // the map's size after the last sweep
-  std::lock_guard<std::mutex> g(m);
-  if (loaded.size() >= std::max<size_t>(64, 2 * live)) {
-    std::erase_if(loaded, [](const auto& e) { return e.second.expired(); });
-    live = loaded.size();
-  }
-  std::weak_ptr<LoadedModule>& slot = loaded[{device, key}];
-  if (std::shared_ptr<LoadedModule> have = slot.lock()) return have;
-  auto mod = std::make_shared<LoadedModule>();
-  cr::cuda::use_device(device);
-  mod->device = device;
-  CR_CU(cuModuleLoadData(&mod->mod, cubin.data()), "loading compiled kernels");
-  slot = mod;
-  return mod;
-}
-
-}  // namespace
 
 Target target_of(int index) {
-  const cr::cuda::DeviceInfo& d = cr::cuda::device_info(index);
   Target t;
-  t.arch = cat("sm_", d.sm_major, d.sm_minor);
-  t.sm_count = d.multiprocessors;
+  t.arch = cr::cuda::device_arch(index);
+  t.sm_count = cr::cuda::device_info(index).multiprocessors;
   return t;
 }
 
 Program::Program(Plan plan, CudaModule m, const std::string& key, const std::string& cubin, Device device)
-    : PlanProgram(std::move(plan), device), module_(std::move(m)), loaded_(module_for(key, cubin, device.index)) {
+    : PlanProgram(std::move(plan), device), module_(std::move(m)), loaded_(cr::cuda::load_module(key, cubin, device.index)) {
   cr::cuda::use_device(device.index);
   for (size_t i = 0; i < module_.kernels.size(); ++i) {
     const CudaKernel& k = module_.kernels[i];

@@ -7,19 +7,17 @@
 #include "jit/cuda/checks.hpp"
 #include "jit/cuda/emit.hpp"
 #include "jit/program.hpp"
+#include "vm/cuda/module.hpp"
 
 namespace cr::jit::cuda {
 
 // The code generator's view of device `index` (arch, SM count).
 Target target_of(int index);
 
-struct LoadedModule;  // a CUBIN loaded into a context (unloaded with the last program using it)
-
 class Program : public PlanProgram {
  public:
   // `key` names the CUBIN (jit/driver.cpp cubin_key): programs of one CUBIN on one device share
-  // its loaded module, so a dynamic graph's (or an eager op's) instance of a new size loads
-  // nothing (a load waits for every stream).
+  // its loaded module (vm/cuda/module.hpp).
   Program(Plan plan, CudaModule m, const std::string& key, const std::string& cubin, Device device);
   ~Program() override;
 
@@ -29,7 +27,7 @@ class Program : public PlanProgram {
   void defer_check() const override;
   CudaModule module_;
   std::shared_ptr<DeviceCheck> check_;  // (plans with gathers)
-  std::shared_ptr<LoadedModule> loaded_;
+  std::shared_ptr<cr::cuda::LoadedModule> loaded_;
   std::vector<void*> fns_;  // CUfunction per kernel
 };
 

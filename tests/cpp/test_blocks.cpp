@@ -220,9 +220,9 @@ TEST_CASE("block functions: short and offset arrays", "[blocks]") {
 }
 
 // float tanh computes two forms per lane and keeps one (vmath.hpp tanh_float): the tanh block (the
-// AVX-512 twin where the CPU has it) gives vm::tanh's value for every 4099th float of [-12, 12], around
+// AVX-512 twin where the CPU has it) gives vmath::tanh's value for every 4099th float of [-12, 12], around
 // the forms' switch at |x| = 1 and at the special values.
-TEST_CASE("the float tanh block gives vm::tanh's values", "[blocks]") {
+TEST_CASE("the float tanh block gives vmath::tanh's values", "[blocks]") {
   std::vector<float> xs;
   for (uint32_t b = 0; b <= std::bit_cast<uint32_t>(12.0f); b += 4099) {
     xs.push_back(std::bit_cast<float>(b));
@@ -234,7 +234,7 @@ TEST_CASE("the float tanh block gives vm::tanh's values", "[blocks]") {
     xs.push_back(v);
   std::vector<float> y(xs.size());
   Registry::get().find("tanh")->block(DType::f32)(xs.data(), nullptr, y.data(), int64_t(xs.size()));
-  float (*one)(float) = vm::tanh<float>;
+  float (*one)(float) = vmath::tanh<float>;
   size_t differ = 0;
   float first = 0;
   for (size_t i = 0; i < xs.size(); ++i) {

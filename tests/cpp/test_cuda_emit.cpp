@@ -19,7 +19,7 @@
 
 #include "graph_builder.hpp"
 #include "jit/cuda/emit.hpp"
-#include "jit/cuda/nvrtc.hpp"
+#include "vm/cuda/nvrtc.hpp"
 #include "jit/cuda/program.hpp"
 #include "jit/jit.hpp"
 #include "vm/devices.hpp"
@@ -33,7 +33,7 @@ using cr::jit::cuda::Form;
 
 namespace {
 
-bool have_nvrtc() { return available(cuda::nvrtc_available, "NVRTC unavailable, CUDA emission tests skipped"); }
+bool have_nvrtc() { return available(cr::cuda::nvrtc_available, "NVRTC unavailable, CUDA emission tests skipped"); }
 
 Tensor sample(const Shape& s, DType d, uint32_t seed) {
   Tensor t = Tensor::empty(s, DType::f32);
@@ -55,7 +55,7 @@ void dump(const std::string& name, const Builder& B, const Plan& plan, const Cud
   const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP");
   if (!dir) return;
   std::string base = cat(dir, "/", name);
-  std::ofstream(base + ".cu") << cuda::render(m);
+  std::ofstream(base + ".cu") << jit::cuda::render(m);
   std::ofstream(base + ".full.cu") << m.source;  // what NVRTC compiled, the prelude included
   for (const PlanStep& s : plan.steps)
     if (s.node >= 0) return;  // externs: not runnable by the harness
@@ -68,7 +68,7 @@ void dump(const std::string& name, const Builder& B, const Plan& plan, const Cud
   std::ofstream j(base + ".json");
   j << "{\"kernels\": [";
   for (size_t i = 0; i < m.kernels.size(); ++i) {
-    const cuda::CudaKernel& k = m.kernels[i];
+    const jit::cuda::CudaKernel& k = m.kernels[i];
     j << (i ? ", " : "") << "{\"name\": \"" << k.name << "\", \"grid\": " << k.grid << ", \"block\": " << k.block << ", \"params\": [";
     for (size_t p = 0; p < k.params.size(); ++p) j << (p ? ", " : "") << k.params[p].buffer;
     j << "]}";
@@ -96,11 +96,11 @@ void dump(const std::string& name, const Builder& B, const Plan& plan, const Cud
 Compiled compile(const Builder& B, const std::string& name) {
   const Graph& g = B.g;
   Plan plan = schedule(lower(g), 2);
-  CudaModule m = cuda::emit_plan(plan);
-  INFO("generated CUDA for " << name << ":\n" << cuda::render(m));
+  CudaModule m = jit::cuda::emit_plan(plan);
+  INFO("generated CUDA for " << name << ":\n" << jit::cuda::render(m));
   std::string cubin;
   try {
-    cubin = cuda::compile_cubin(m.source, name + ".cu", "sm_90");
+    cubin = cr::cuda::compile_cubin(m.source, name + ".cu", "sm_90");
   } catch (const Error& e) {
     FAIL(e.what());
   }
@@ -108,7 +108,7 @@ Compiled compile(const Builder& B, const std::string& name) {
   REQUIRE(cubin.size() > 4);
   REQUIRE(cubin.compare(0, 4, "\x7f" "ELF") == 0);
   REQUIRE(m.kernels.size() == plan.kernels.size());
-  for (const cuda::CudaKernel& k : m.kernels) {
+  for (const jit::cuda::CudaKernel& k : m.kernels) {
     INFO("kernel " << k.name);
     CHECK(cubin.find(std::string(1, '\0') + k.name + std::string(1, '\0')) != std::string::npos);
     CHECK(k.block > 0);
@@ -272,7 +272,7 @@ TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cu
     CHECK(externs(B.g).empty());
     Compiled r = compile(B, cat("reductions_", c.shape[0], "x", c.shape[1], "_dim", c.dim));
     bool seen = false;
-    for (const cuda::CudaKernel& k : r.module.kernels) seen = seen || k.form == c.form;
+    for (const jit::cuda::CudaKernel& k : r.module.kernels) seen = seen || k.form == c.form;
     INFO("shape " << shape_str(c.shape) << " dim " << c.dim);
     CHECK(seen);
   }
@@ -452,16 +452,16 @@ Plan copy_plan(const Shape& sizes, DType d) {
 
 TEST_CASE("cuda: 64-bit indices past 2^31 elements", "[cuda]") {
   if (!have_nvrtc()) return;
-  CudaModule m = cuda::emit_plan(copy_plan({4, int64_t(1) << 30}, DType::f32));
-  INFO(cuda::render(m));
+  CudaModule m = jit::cuda::emit_plan(copy_plan({4, int64_t(1) << 30}, DType::f32));
+  INFO(jit::cuda::render(m));
   REQUIRE(m.kernels.size() == 1);
   CHECK_FALSE(m.kernels[0].index32);
   CHECK(m.kernels[0].vector_width == 4);
   CHECK(m.kernels[0].grid == 132 * 8 * 8);  // 8 waves of 256-thread blocks on the default H100
   CHECK(m.source.find("typedef int64_t idx_t;") != std::string::npos);
-  std::string cubin = cuda::compile_cubin(m.source, "big.cu");
+  std::string cubin = cr::cuda::compile_cubin(m.source, "big.cu");
   CHECK(cubin.compare(0, 4, "\x7f" "ELF") == 0);
-  CHECK(cuda::emit_plan(copy_plan({1000, 1000}, DType::f32)).kernels[0].index32);
+  CHECK(jit::cuda::emit_plan(copy_plan({1000, 1000}, DType::f32)).kernels[0].index32);
 }
 
 // float16 / bfloat16 lower only in CUDA graphs (the CPU code generator has no 16-bit floats): the
@@ -484,7 +484,7 @@ TEST_CASE("cuda: float16 / bfloat16 graphs lower (CUDA only) and compile, comput
     CHECK(ext.empty());  // every 16-bit float pointwise op has a loop form on CUDA
     if (!have_nvrtc()) continue;
     Compiled c = compile(B, cat("pointwise_", dtype_name(d)));
-    CHECK(cuda::render(c.module).find(cat(d == DType::f16 ? "cr::half_t" : "cr::bf16_t", "* __restrict__")) != std::string::npos);
+    CHECK(jit::cuda::render(c.module).find(cat(d == DType::f16 ? "cr::half_t" : "cr::bf16_t", "* __restrict__")) != std::string::npos);
 
     Builder R{ctx};  // reductions and softmax over 16-bit inputs, a layer norm written with mean / var
     int32_t x = R.input(sample({64, 300}, d, 1)), w = R.input(sample({300}, d, 2));
@@ -588,20 +588,20 @@ void check_dynamic(const DynamicCase& c) {
     Builder B{ctx};
     c.build(B, R, C);
     Plan plan = dynamic_plan(B);
-    CudaModule m = cuda::emit_plan(plan);
-    INFO(c.name << " at " << R << " x " << C << ":\n" << cuda::render(m));
+    CudaModule m = jit::cuda::emit_plan(plan);
+    INFO(c.name << " at " << R << " x " << C << ":\n" << jit::cuda::render(m));
     REQUIRE(m.kernels.size() == plan.templates.size());
     for (size_t i = 0; i < m.kernels.size(); ++i) {
-      const cuda::CudaKernel& k = m.kernels[i];
+      const jit::cuda::CudaKernel& k = m.kernels[i];
       CHECK(size_t(k.size_params) == plan.params[i].size());
-      CHECK(k.grid == cuda::launch_grid(k, plan.kernels[i]));
+      CHECK(k.grid == jit::cuda::launch_grid(k, plan.kernels[i]));
       CHECK(k.grid > 0);
       CHECK(k.index32);  // (32-bit code is another source: a size past 2^31 elements compiles it again)
       // the vector form is in the source; an instance takes it when its row length allows
-      if (k.form == cuda::Form::Pointwise) CHECK(k.vector_width == (C % 4 == 0 ? 4 : 1));
+      if (k.form == jit::cuda::Form::Pointwise) CHECK(k.vector_width == (C % 4 == 0 ? 4 : 1));
       else CHECK(k.vector_width == 1);
       // templates' rows: persistent up to 16384 elements (a bucket of 16 items a thread), looped above
-      CHECK(k.persistent == (k.form != cuda::Form::Pointwise && k.form != cuda::Form::ReduceThread && C <= 16384));
+      CHECK(k.persistent == (k.form != jit::cuda::Form::Pointwise && k.form != jit::cuda::Form::ReduceThread && C <= 16384));
     }
     std::set<std::string> literals = int_literals(m.source);
     for (int64_t size : {R, C, R * C})
@@ -609,12 +609,12 @@ void check_dynamic(const DynamicCase& c) {
     if (first.empty()) {
       first = m.source;
       if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) {  // (the .full.cu compiles with nvcc -Xptxas -v)
-        std::ofstream(cat(dir, "/", c.name, "_dynamic.cu")) << cuda::render(m);
+        std::ofstream(cat(dir, "/", c.name, "_dynamic.cu")) << jit::cuda::render(m);
         std::ofstream(cat(dir, "/", c.name, "_dynamic.full.cu")) << m.source;
       }
-      std::string cubin = cuda::compile_cubin(m.source, cat(c.name, "_dynamic.cu"), "sm_90");
+      std::string cubin = cr::cuda::compile_cubin(m.source, cat(c.name, "_dynamic.cu"), "sm_90");
       REQUIRE(cubin.compare(0, 4, "\x7f" "ELF") == 0);
-      for (const cuda::CudaKernel& k : m.kernels) CHECK(cubin.find(std::string(1, '\0') + k.name + std::string(1, '\0')) != std::string::npos);
+      for (const jit::cuda::CudaKernel& k : m.kernels) CHECK(cubin.find(std::string(1, '\0') + k.name + std::string(1, '\0')) != std::string::npos);
     }
     CHECK(m.source == first);
   }
@@ -642,12 +642,12 @@ void run_dynamic(const DynamicCase& c, int64_t R, int64_t C) {
   Builder B{ctx};
   c.build(B, R, C);
   Plan plan = dynamic_plan(B);
-  CudaModule m = cuda::emit_plan(plan, cuda::target_of(0));
-  std::string cubin = cuda::compile_cubin(m.source, cat(c.name, ".cu"), m.arch);
+  CudaModule m = jit::cuda::emit_plan(plan, jit::cuda::target_of(0));
+  std::string cubin = cr::cuda::compile_cubin(m.source, cat(c.name, ".cu"), m.arch);
   const Device gpu{1, 0};
   std::vector<Tensor> vals(B.g.values.size());
   for (int32_t v : B.g.inputs) vals[size_t(v)] = to_device(B.sample[size_t(v)], gpu);
-  cuda::Program program(std::move(plan), std::move(m), cat(c.name, R, "x", C), cubin, gpu);  // (loaded until the copies back)
+  jit::cuda::Program program(std::move(plan), std::move(m), cat(c.name, R, "x", C), cubin, gpu);  // (loaded until the copies back)
   program.run(ctx, vals);
   for (int32_t out : B.g.outputs) {
     Tensor got = contiguous(host_copy(vals[size_t(out)])), want = contiguous(B.sample[size_t(out)]);
@@ -690,7 +690,7 @@ TEST_CASE("cuda: a dynamic graph's kernels are one source for every size, sizes 
     Context ctx;
     Builder B{ctx};
     softmax_graph(B, 64, 127);
-    CudaModule m = cuda::emit_plan(schedule(lower(B.g), 2));
+    CudaModule m = jit::cuda::emit_plan(schedule(lower(B.g), 2));
     REQUIRE(m.kernels.size() == 1);
     CHECK(m.kernels[0].size_params == 0);
     CHECK(m.source.find("int64_t P0") == std::string::npos);

@@ -1,6 +1,6 @@
 // jit/cuda's fixed code: NVRTC itself (loading, options) and the library kernels written once as
 // CUDA C (cumsum, sort / topk, fused attention) compile to CUBIN for sm_90 in every dtype and head
-// size; the build's prebuilt CUBINs (jit/cuda/prebuilt.hpp) are those of the current sources.
+// size; the build's prebuilt CUBINs (vm/cuda/prebuilt.hpp) are those of the current sources.
 // No GPU needed; skipped (with a warning) where NVRTC cannot be loaded. CRESCENT_TEST_CUDA_DUMP=dir
 // writes the attention sources there. (Generated kernels: test_cuda_emit.cpp.)
 #include <catch2/catch.hpp>
@@ -13,11 +13,11 @@
 
 #include "graph_builder.hpp"
 #include "jit/cache_entry.hpp"
-#include "jit/cuda/attention.hpp"
-#include "jit/cuda/attention_simt.hpp"
-#include "jit/cuda/library.hpp"
-#include "jit/cuda/nvrtc.hpp"
-#include "jit/cuda/prebuilt.hpp"
+#include "vm/kernels/cuda/attention.hpp"
+#include "vm/kernels/cuda/attention_simt.hpp"
+#include "vm/kernels/cuda/library.hpp"
+#include "vm/cuda/nvrtc.hpp"
+#include "vm/cuda/prebuilt.hpp"
 #include "jit/jit.hpp"
 
 using namespace cr;
@@ -26,15 +26,15 @@ using namespace cr::jit;
 
 namespace {
 
-bool have_nvrtc() { return available(cuda::nvrtc_available, "NVRTC unavailable, CUDA library tests skipped"); }
+bool have_nvrtc() { return available(cr::cuda::nvrtc_available, "NVRTC unavailable, CUDA library tests skipped"); }
 
 }  // namespace
 
 TEST_CASE("cuda: NVRTC loads and reports a version", "[cuda]") {
   if (!have_nvrtc()) return;
-  CHECK(cuda::nvrtc_version().rfind("nvrtc ", 0) == 0);
-  WARN(cuda::nvrtc_version());
-  CHECK_THROWS_WITH(cuda::compile_cubin("__global__ void f() { undefined_thing(); }", "bad.cu"),
+  CHECK(cr::cuda::nvrtc_version().rfind("nvrtc ", 0) == 0);
+  WARN(cr::cuda::nvrtc_version());
+  CHECK_THROWS_WITH(cr::cuda::compile_cubin("__global__ void f() { undefined_thing(); }", "bad.cu"),
                     Catch::Contains("bad.cu") && Catch::Contains("undefined_thing"));
 }
 
@@ -42,22 +42,22 @@ TEST_CASE("cuda: CRESCENT_NVRTC_OPTIONS reaches NVRTC", "[cuda]") {
   if (!have_nvrtc()) return;
   const char* src = "extern \"C\" __global__ void f(float* p) { p[threadIdx.x] = 1.0f; }";
   ::setenv("CRESCENT_NVRTC_OPTIONS", "  -lineinfo   --no-such-option ", 1);
-  CHECK(cuda::nvrtc_options() == "-lineinfo --no-such-option");
-  CHECK_THROWS_WITH(cuda::compile_cubin(src, "opts.cu"), Catch::Contains("no-such-option"));  // NVRTC refused it
+  CHECK(cr::cuda::nvrtc_options() == "-lineinfo --no-such-option");
+  CHECK_THROWS_WITH(cr::cuda::compile_cubin(src, "opts.cu"), Catch::Contains("no-such-option"));  // NVRTC refused it
   ::setenv("CRESCENT_NVRTC_OPTIONS", "-lineinfo", 1);
-  CHECK(!cuda::compile_cubin(src, "opts.cu").empty());
+  CHECK(!cr::cuda::compile_cubin(src, "opts.cu").empty());
   ::unsetenv("CRESCENT_NVRTC_OPTIONS");
-  CHECK(cuda::nvrtc_options().empty());
+  CHECK(cr::cuda::nvrtc_options().empty());
 }
 
 TEST_CASE("cuda: the library kernels (cumsum, sort) compile to CUBIN for every dtype", "[cuda]") {
   if (!have_nvrtc()) return;
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
-    const std::string bin = cuda::compile_cubin(cuda::cumsum_source(d), "cumsum", "sm_90");
+    const std::string bin = cr::cuda::compile_cubin(cr::cuda::cumsum_source(d), "cumsum", "sm_90");
     CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
   }
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::b8}) {
-    const std::string bin = cuda::compile_cubin(cuda::sort_source(d), "sort", "sm_90");
+    const std::string bin = cr::cuda::compile_cubin(cr::cuda::sort_source(d), "sort", "sm_90");
     CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
   }
 }
@@ -66,20 +66,20 @@ TEST_CASE("cuda: the float32 attention kernel compiles to CUBIN for its head siz
   if (!have_nvrtc()) return;
   for (auto [e, ev] : {std::pair{64, 64}, {128, 128}, {4, 16}, {20, 48}, {96, 96}, {64, 32}, {128, 16}}) {
     INFO("head sizes " << e << " / " << ev);
-    CHECK(cuda::attention_takes(DType::f32, 32, e, ev, 0.125));
-    const std::string src = cuda::attention_simt_source(e, ev, 227 << 10);  // (an H100's block)
-    CHECK(cuda::simt_shape(e, ev, 227 << 10).rows() == 128);
-    CHECK(cuda::simt_shape(e, ev, 99 << 10).shared_bytes(ev) <= (99 << 10));  // (a GPU of less)
+    CHECK(cr::cuda::attention_takes(DType::f32, 32, e, ev, 0.125));
+    const std::string src = cr::cuda::attention_simt_source(e, ev, 227 << 10);  // (an H100's block)
+    CHECK(cr::cuda::simt_shape(e, ev, 227 << 10).rows() == 128);
+    CHECK(cr::cuda::simt_shape(e, ev, 99 << 10).shared_bytes(ev) <= (99 << 10));  // (a GPU of less)
     if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) std::ofstream(cat(dir, "/attention_f32_", e, "_", ev, ".cu")) << src;
-    const std::string bin = cuda::compile_cubin(src, "attention", "sm_90");
+    const std::string bin = cr::cuda::compile_cubin(src, "attention", "sm_90");
     CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
   }
-  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 64, 40, 0.125));   // (v's head size: a multiple of 16)
-  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 66, 64, 0.125));   // (q's: a multiple of 4)
-  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 256, 64, 0.125));  // (at most 128)
-  CHECK_FALSE(cuda::attention_takes(DType::f32, 64, 64, 64, 0.0));
-  CHECK_FALSE(cuda::attention_takes(DType::f32, 31, 64, 64, 0.125));  // (a few query rows: the composite)
-  CHECK(cuda::simt_shape(128, 128, 16 << 10).rows() == 0);  // (no block fits: the composite)
+  CHECK_FALSE(cr::cuda::attention_takes(DType::f32, 64, 64, 40, 0.125));   // (v's head size: a multiple of 16)
+  CHECK_FALSE(cr::cuda::attention_takes(DType::f32, 64, 66, 64, 0.125));   // (q's: a multiple of 4)
+  CHECK_FALSE(cr::cuda::attention_takes(DType::f32, 64, 256, 64, 0.125));  // (at most 128)
+  CHECK_FALSE(cr::cuda::attention_takes(DType::f32, 64, 64, 64, 0.0));
+  CHECK_FALSE(cr::cuda::attention_takes(DType::f32, 31, 64, 64, 0.125));  // (a few query rows: the composite)
+  CHECK(cr::cuda::simt_shape(128, 128, 16 << 10).rows() == 0);  // (no block fits: the composite)
 }
 
 TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dtype and head size", "[cuda]") {
@@ -87,29 +87,29 @@ TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dt
   for (DType d : {DType::f16, DType::bf16})
     for (int e : {16, 32, 64, 128}) {
       INFO(dtype_name(d) << " head size " << e);
-      CHECK(cuda::attention_takes(d, 1, e, e, 0.125));
-      const std::string src = cuda::attention_source(d, e);
+      CHECK(cr::cuda::attention_takes(d, 1, e, e, 0.125));
+      const std::string src = cr::cuda::attention_source(d, e);
       if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) std::ofstream(cat(dir, "/attention_", dtype_name(d), "_", e, ".cu")) << src;
-      const std::string bin = cuda::compile_cubin(src, "attention", "sm_90");
+      const std::string bin = cr::cuda::compile_cubin(src, "attention", "sm_90");
       CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
     }
-  CHECK_FALSE(cuda::attention_takes(DType::f64, 64, 64, 64, 0.125));
-  CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 64, 32, 0.125));
-  CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 96, 96, 0.125));
-  CHECK_FALSE(cuda::attention_takes(DType::f16, 64, 64, 64, -0.125));  // (a negative scale: the composite)
+  CHECK_FALSE(cr::cuda::attention_takes(DType::f64, 64, 64, 64, 0.125));
+  CHECK_FALSE(cr::cuda::attention_takes(DType::f16, 64, 64, 32, 0.125));
+  CHECK_FALSE(cr::cuda::attention_takes(DType::f16, 64, 96, 96, 0.125));
+  CHECK_FALSE(cr::cuda::attention_takes(DType::f16, 64, 64, 64, -0.125));  // (a negative scale: the composite)
 }
 
 TEST_CASE("cuda: the build's library CUBINs are those of the current sources, and the kernel cache serves them", "[cuda]") {
   if (!have_nvrtc()) return;
-  if (cuda::prebuilt_table().empty()) {
+  if (cr::cuda::prebuilt_table().empty()) {
     WARN("this build has no prebuilt CUBINs (CRESCENT_PREBUILT_KERNELS=OFF, or no NVRTC at build time)");
     return;
   }
-  const std::vector<cuda::LibraryInstance> instances = cuda::prebuilt_instances();
-  REQUIRE(cuda::prebuilt_table().size() == instances.size());
-  for (const cuda::LibraryInstance& li : instances) {
+  const std::vector<cr::cuda::LibraryInstance> instances = cr::cuda::prebuilt_instances();
+  REQUIRE(cr::cuda::prebuilt_table().size() == instances.size());
+  for (const cr::cuda::LibraryInstance& li : instances) {
     INFO(li.name);
-    const cuda::PrebuiltCubin* p = cuda::find_prebuilt(li.source, "sm_90");
+    const cr::cuda::PrebuiltCubin* p = cr::cuda::find_prebuilt(li.source, "sm_90");
     REQUIRE(p != nullptr);
     const std::string bin(reinterpret_cast<const char*>(p->data), p->size);
     CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
@@ -120,21 +120,21 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
                                              : "sort_lines";
     CHECK(bin.find(std::string(1, '\0') + fn + std::string(1, '\0')) != std::string::npos);
     // another architecture, a changed source, extra NVRTC options: not this CUBIN
-    CHECK(cuda::find_prebuilt(li.source, "sm_80") == nullptr);
-    CHECK(cuda::find_prebuilt(li.source + "\n// changed\n", "sm_90") == nullptr);
+    CHECK(cr::cuda::find_prebuilt(li.source, "sm_80") == nullptr);
+    CHECK(cr::cuda::find_prebuilt(li.source + "\n// changed\n", "sm_90") == nullptr);
     ::setenv("CRESCENT_NVRTC_OPTIONS", "-lineinfo", 1);
-    CHECK(cuda::find_prebuilt(li.source, "sm_90") == nullptr);
+    CHECK(cr::cuda::find_prebuilt(li.source, "sm_90") == nullptr);
     ::unsetenv("CRESCENT_NVRTC_OPTIONS");
   }
   // the table holds what NVRTC makes of the source now (one instance: a float32 one takes seconds)
-  const cuda::LibraryInstance& f16 = instances[1];
+  const cr::cuda::LibraryInstance& f16 = instances[1];
   REQUIRE(f16.name == "attention_float16_64");
-  const cuda::PrebuiltCubin* p = cuda::find_prebuilt(f16.source, "sm_90");
+  const cr::cuda::PrebuiltCubin* p = cr::cuda::find_prebuilt(f16.source, "sm_90");
   REQUIRE(p != nullptr);
-  CHECK(cuda::compile_cubin(f16.source, "attention.cu", "sm_90") == std::string(reinterpret_cast<const char*>(p->data), p->size));
+  CHECK(cr::cuda::compile_cubin(f16.source, "attention.cu", "sm_90") == std::string(reinterpret_cast<const char*>(p->data), p->size));
   // the kernel cache answers from the table: nothing compiled, counted as prebuilt
   const CacheStats before = cache_stats();
-  CHECK(cuda_cubin(instances[0].source, "attention", "sm_90", "").size() == cuda::find_prebuilt(instances[0].source, "sm_90")->size);
+  CHECK(cuda_cubin(instances[0].source, "attention", "sm_90", "").size() == cr::cuda::find_prebuilt(instances[0].source, "sm_90")->size);
   const CacheStats after = cache_stats();
   CHECK(after.compiled == before.compiled);
   CHECK(after.prebuilt + after.memory_hits == before.prebuilt + before.memory_hits + 1);

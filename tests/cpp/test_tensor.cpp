@@ -1,7 +1,7 @@
 // Core tensor, dtype and registry tests.
 #include <catch2/catch.hpp>
 
-#include "jit/cuda/driver.hpp"
+#include "vm/cuda/driver.hpp"
 #include "vm/kernels/loop.hpp"
 #include "vm/registry.hpp"
 

@@ -81,14 +81,14 @@ template <class T, class F, class R> double max_ulp(F f, R ref, const std::vecto
 #define CHECK_ULP(T, FN, REF, LO, HI, SEED)                                                           \
   do {                                                                                                \
     T wx = 0;                                                                                         \
-    double e = max_ulp<T>([](T x) { return vm::FN(x); }, REF, inputs<T>(LO, HI, SEED), &wx);          \
+    double e = max_ulp<T>([](T x) { return vmath::FN(x); }, REF, inputs<T>(LO, HI, SEED), &wx);          \
     INFO(#FN << "<" << (sizeof(T) == 4 ? "float" : "double") << "> on [" << LO << ", " << HI          \
               << "]: " << e << " ulp at x = " << double(wx));                                         \
     CHECK(e <= 2.0);                                                                                  \
   } while (0)
 
 template <class T> void accuracy() {
-  const double big = double(lim<T>::max()), trig = double(vm::kTrigLimit<T>) * 0.99;
+  const double big = double(lim<T>::max()), trig = double(vmath::kTrigLimit<T>) * 0.99;
   auto sigmoid = [](LD x) { return 1 / (1 + std::exp(-x)); };
   CHECK_ULP(T, exp, [](LD x) { return std::exp(x); }, -big, big, 1);
   CHECK_ULP(T, exp, [](LD x) { return std::exp(x); }, -800.0, 800.0, 2);
@@ -126,29 +126,29 @@ template <class T> void special_values() {
     T x, want;
   };
   const Case cases[] = {
-      {"exp", vm::exp<T>, -inf, 0},          {"exp", vm::exp<T>, inf, inf},           {"exp", vm::exp<T>, nan, nan},
-      {"exp", vm::exp<T>, big, inf},          {"exp", vm::exp<T>, -big, 0},            {"exp", vm::exp<T>, 0, 1},
-      {"exp", vm::exp<T>, tiny, 1},           {"exp2", vm::exp2<T>, -inf, 0},          {"exp2", vm::exp2<T>, inf, inf},
-      {"exp2", vm::exp2<T>, 10, 1024},        {"exp2", vm::exp2<T>, -T(lim<T>::digits - lim<T>::min_exponent), tiny},
-      {"exp2", vm::exp2<T>, nan, nan},        {"expm1", vm::expm1<T>, -inf, -1},       {"expm1", vm::expm1<T>, inf, inf},
-      {"expm1", vm::expm1<T>, -0.0, -0.0},    {"expm1", vm::expm1<T>, tiny, tiny},     {"expm1", vm::expm1<T>, big, inf},
-      {"expm1", vm::expm1<T>, nan, nan},      {"log", vm::log<T>, 0, -inf},            {"log", vm::log<T>, -0.0, -inf},
-      {"log", vm::log<T>, -1, nan},           {"log", vm::log<T>, -inf, nan},          {"log", vm::log<T>, inf, inf},
-      {"log", vm::log<T>, 1, 0},              {"log", vm::log<T>, nan, nan},           {"log2", vm::log2<T>, 0, -inf},
-      {"log2", vm::log2<T>, -2, nan},         {"log2", vm::log2<T>, inf, inf},         {"log2", vm::log2<T>, 1024, 10},
-      {"log2", vm::log2<T>, tiny, T(lim<T>::min_exponent - lim<T>::digits)},           {"log2", vm::log2<T>, nan, nan},
-      {"log1p", vm::log1p<T>, -1, -inf},      {"log1p", vm::log1p<T>, -2, nan},        {"log1p", vm::log1p<T>, inf, inf},
-      {"log1p", vm::log1p<T>, -0.0, -0.0},    {"log1p", vm::log1p<T>, tiny, tiny},     {"log1p", vm::log1p<T>, nan, nan},
-      {"sin", vm::sin<T>, -0.0, -0.0},        {"sin", vm::sin<T>, -tiny, -tiny},       {"sin", vm::sin<T>, inf, nan},
-      {"sin", vm::sin<T>, nan, nan},          {"sin", vm::sin<T>, big, nan},           {"cos", vm::cos<T>, 0, 1},
-      {"cos", vm::cos<T>, -inf, nan},         {"cos", vm::cos<T>, nan, nan},           {"tan", vm::tan<T>, -0.0, -0.0},
-      {"tan", vm::tan<T>, inf, nan},          {"tan", vm::tan<T>, nan, nan},           {"tanh", vm::tanh<T>, -0.0, -0.0},
-      {"tanh", vm::tanh<T>, tiny, tiny},      {"tanh", vm::tanh<T>, inf, 1},           {"tanh", vm::tanh<T>, -inf, -1},
-      {"tanh", vm::tanh<T>, 50, 1},           {"tanh", vm::tanh<T>, -big, -1},         {"tanh", vm::tanh<T>, nan, nan},
-      {"sigmoid", vm::sigmoid<T>, -inf, 0},   {"sigmoid", vm::sigmoid<T>, inf, 1},     {"sigmoid", vm::sigmoid<T>, 0, 0.5},
-      {"sigmoid", vm::sigmoid<T>, nan, nan},  {"sigmoid", vm::sigmoid<T>, -big, 0},    {"erf", vm::erf<T>, inf, 1},
-      {"erf", vm::erf<T>, -inf, -1},          {"erf", vm::erf<T>, -0.0, -0.0},         {"erf", vm::erf<T>, 0, 0},
-      {"erf", vm::erf<T>, 10, 1},             {"erf", vm::erf<T>, nan, nan},
+      {"exp", vmath::exp<T>, -inf, 0},          {"exp", vmath::exp<T>, inf, inf},           {"exp", vmath::exp<T>, nan, nan},
+      {"exp", vmath::exp<T>, big, inf},          {"exp", vmath::exp<T>, -big, 0},            {"exp", vmath::exp<T>, 0, 1},
+      {"exp", vmath::exp<T>, tiny, 1},           {"exp2", vmath::exp2<T>, -inf, 0},          {"exp2", vmath::exp2<T>, inf, inf},
+      {"exp2", vmath::exp2<T>, 10, 1024},        {"exp2", vmath::exp2<T>, -T(lim<T>::digits - lim<T>::min_exponent), tiny},
+      {"exp2", vmath::exp2<T>, nan, nan},        {"expm1", vmath::expm1<T>, -inf, -1},       {"expm1", vmath::expm1<T>, inf, inf},
+      {"expm1", vmath::expm1<T>, -0.0, -0.0},    {"expm1", vmath::expm1<T>, tiny, tiny},     {"expm1", vmath::expm1<T>, big, inf},
+      {"expm1", vmath::expm1<T>, nan, nan},      {"log", vmath::log<T>, 0, -inf},            {"log", vmath::log<T>, -0.0, -inf},
+      {"log", vmath::log<T>, -1, nan},           {"log", vmath::log<T>, -inf, nan},          {"log", vmath::log<T>, inf, inf},
+      {"log", vmath::log<T>, 1, 0},              {"log", vmath::log<T>, nan, nan},           {"log2", vmath::log2<T>, 0, -inf},
+      {"log2", vmath::log2<T>, -2, nan},         {"log2", vmath::log2<T>, inf, inf},         {"log2", vmath::log2<T>, 1024, 10},
+      {"log2", vmath::log2<T>, tiny, T(lim<T>::min_exponent - lim<T>::digits)},           {"log2", vmath::log2<T>, nan, nan},
+      {"log1p", vmath::log1p<T>, -1, -inf},      {"log1p", vmath::log1p<T>, -2, nan},        {"log1p", vmath::log1p<T>, inf, inf},
+      {"log1p", vmath::log1p<T>, -0.0, -0.0},    {"log1p", vmath::log1p<T>, tiny, tiny},     {"log1p", vmath::log1p<T>, nan, nan},
+      {"sin", vmath::sin<T>, -0.0, -0.0},        {"sin", vmath::sin<T>, -tiny, -tiny},       {"sin", vmath::sin<T>, inf, nan},
+      {"sin", vmath::sin<T>, nan, nan},          {"sin", vmath::sin<T>, big, nan},           {"cos", vmath::cos<T>, 0, 1},
+      {"cos", vmath::cos<T>, -inf, nan},         {"cos", vmath::cos<T>, nan, nan},           {"tan", vmath::tan<T>, -0.0, -0.0},
+      {"tan", vmath::tan<T>, inf, nan},          {"tan", vmath::tan<T>, nan, nan},           {"tanh", vmath::tanh<T>, -0.0, -0.0},
+      {"tanh", vmath::tanh<T>, tiny, tiny},      {"tanh", vmath::tanh<T>, inf, 1},           {"tanh", vmath::tanh<T>, -inf, -1},
+      {"tanh", vmath::tanh<T>, 50, 1},           {"tanh", vmath::tanh<T>, -big, -1},         {"tanh", vmath::tanh<T>, nan, nan},
+      {"sigmoid", vmath::sigmoid<T>, -inf, 0},   {"sigmoid", vmath::sigmoid<T>, inf, 1},     {"sigmoid", vmath::sigmoid<T>, 0, 0.5},
+      {"sigmoid", vmath::sigmoid<T>, nan, nan},  {"sigmoid", vmath::sigmoid<T>, -big, 0},    {"erf", vmath::erf<T>, inf, 1},
+      {"erf", vmath::erf<T>, -inf, -1},          {"erf", vmath::erf<T>, -0.0, -0.0},         {"erf", vmath::erf<T>, 0, 0},
+      {"erf", vmath::erf<T>, 10, 1},             {"erf", vmath::erf<T>, nan, nan},
   };
   for (const Case& c : cases) {
     T got = c.f(c.x);
@@ -157,13 +157,13 @@ template <class T> void special_values() {
     CHECK(same(got, c.want));
   }
   // subnormal results: exp / exp2 underflow gradually, sigmoid keeps tiny positive values
-  CHECK(vm::exp(T(sizeof(T) == 4 ? -100 : -740)) > 0);
-  CHECK(vm::exp(T(sizeof(T) == 4 ? -100 : -740)) < lim<T>::min());
-  CHECK(vm::sigmoid(T(sizeof(T) == 4 ? -100 : -740)) > 0);
+  CHECK(vmath::exp(T(sizeof(T) == 4 ? -100 : -740)) > 0);
+  CHECK(vmath::exp(T(sizeof(T) == 4 ? -100 : -740)) < lim<T>::min());
+  CHECK(vmath::sigmoid(T(sizeof(T) == 4 ? -100 : -740)) > 0);
   // sin / cos / tan are computed up to kTrigLimit and NaN from there on
-  const T below = std::nextafter(vm::kTrigLimit<T>, T(0));
-  CHECK(ulp_error(vm::sin(below), std::sin(LD(below))) <= 1.0);
-  CHECK(std::isnan(vm::cos(vm::kTrigLimit<T>)));
+  const T below = std::nextafter(vmath::kTrigLimit<T>, T(0));
+  CHECK(ulp_error(vmath::sin(below), std::sin(LD(below))) <= 1.0);
+  CHECK(std::isnan(vmath::cos(vmath::kTrigLimit<T>)));
 }
 
 }  // namespace
@@ -183,11 +183,11 @@ TEST_CASE("vmath float functions on every float16 value", "[vmath]") {
     uint32_t e = (h >> 10) & 31u;
     if (e == 31) continue;  // inf / nan
     float x = std::ldexp(float((h & 1023u) | (e ? 1024u : 0u)), int(e ? e : 1) - 25) * ((h & 0x8000u) ? -1.0f : 1.0f);
-    worst = std::max({worst, ulp_error(vm::exp(x), std::exp(LD(x))), ulp_error(vm::tanh(x), std::tanh(LD(x))),
-                      ulp_error(vm::erf(x), std::erf(LD(x))), ulp_error(vm::sin(x), std::sin(LD(x))),
-                      ulp_error(vm::sigmoid(x), 1 / (1 + std::exp(-LD(x))))});
-    if (x > -1) worst = std::max(worst, ulp_error(vm::log1p(x), std::log1p(LD(x))));
-    if (x >= 0) worst = std::max(worst, ulp_error(vm::log(x), std::log(LD(x))));
+    worst = std::max({worst, ulp_error(vmath::exp(x), std::exp(LD(x))), ulp_error(vmath::tanh(x), std::tanh(LD(x))),
+                      ulp_error(vmath::erf(x), std::erf(LD(x))), ulp_error(vmath::sin(x), std::sin(LD(x))),
+                      ulp_error(vmath::sigmoid(x), 1 / (1 + std::exp(-LD(x))))});
+    if (x > -1) worst = std::max(worst, ulp_error(vmath::log1p(x), std::log1p(LD(x))));
+    if (x >= 0) worst = std::max(worst, ulp_error(vmath::log(x), std::log(LD(x))));
   }
   INFO("worst " << worst << " ulp");
   CHECK(worst <= 2.0);
@@ -197,7 +197,7 @@ TEST_CASE("vmath float functions on every float16 value", "[vmath]") {
 // grid and random floats of [-300, 300] (both forms and the boundary) and the floats nearest the
 // multiples of pi/2 there (the zeros of one, the extremes of the other) are within 2 ulp;
 // sin_block / cos_block (the loops' form: float form first, then the far elements again) give
-// each element exactly vm::sin's / vm::cos's value, in place too.
+// each element exactly vmath::sin's / vmath::cos's value, in place too.
 template <class F, class Ref, class Block>
 void check_float_trig(const char* name, F f, Ref ref, Block block) {
   std::vector<float> xs;
@@ -218,7 +218,7 @@ void check_float_trig(const char* name, F f, Ref ref, Block block) {
   INFO(name << ": worst " << worst << " ulp at " << at);
   CHECK(worst <= 2.0);
   for (float v : {256.0f, std::nextafter(256.0f, 0.0f), std::nextafter(256.0f, 1e9f), -256.0f, 1e20f, lim<float>::infinity(),
-                  -lim<float>::infinity(), lim<float>::quiet_NaN(), -0.0f, 1e-40f, vm::kTrigLimit<float>})
+                  -lim<float>::infinity(), lim<float>::quiet_NaN(), -0.0f, 1e-40f, vmath::kTrigLimit<float>})
     xs.push_back(v);
   std::vector<float> y(xs.size()), in_place = xs;
   block(xs.data(), y.data(), int64_t(xs.size()));
@@ -233,11 +233,11 @@ void check_float_trig(const char* name, F f, Ref ref, Block block) {
   CHECK(differ == 0);
 }
 TEST_CASE("vmath float sin and cos: near and far forms, and their blocks", "[vmath]") {
-  check_float_trig("sin", [](float v) { return vm::sin(v); }, [](LD v) { return std::sin(v); }, [](const float* x, float* y, int64_t n) { vm::sin_block(x, y, n); });
-  check_float_trig("cos", [](float v) { return vm::cos(v); }, [](LD v) { return std::cos(v); }, [](const float* x, float* y, int64_t n) { vm::cos_block(x, y, n); });
-  CHECK(vm::cos(0.0f) == 1.0f);
-  CHECK(vm::cos(-0.0f) == 1.0f);
-  CHECK(vm::cos(1e-40f) == 1.0f);
+  check_float_trig("sin", [](float v) { return vmath::sin(v); }, [](LD v) { return std::sin(v); }, [](const float* x, float* y, int64_t n) { vmath::sin_block(x, y, n); });
+  check_float_trig("cos", [](float v) { return vmath::cos(v); }, [](LD v) { return std::cos(v); }, [](const float* x, float* y, int64_t n) { vmath::cos_block(x, y, n); });
+  CHECK(vmath::cos(0.0f) == 1.0f);
+  CHECK(vmath::cos(-0.0f) == 1.0f);
+  CHECK(vmath::cos(1e-40f) == 1.0f);
 }
 
 // float tanh switches forms at |x| = 1 and rounds to +-1 from 9.01 (vmath.hpp tanh_float): every
@@ -245,7 +245,7 @@ TEST_CASE("vmath float sin and cos: near and far forms, and their blocks", "[vma
 // within 1.5 ulp and odd, and a loop GCC vectorises gives the per-element values.
 namespace {
 __attribute__((noinline)) void tanh_loop(const float* x, float* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] = vm::tanh(x[i]);
+  for (size_t i = 0; i < n; ++i) y[i] = vmath::tanh(x[i]);
 }
 }  // namespace
 TEST_CASE("vmath float tanh on dense grids, and in a vectorised loop", "[vmath]") {
@@ -261,7 +261,7 @@ TEST_CASE("vmath float tanh on dense grids, and in a vectorised loop", "[vmath]"
   every(lim<float>::denorm_min(), 10.0f, 1009);
   std::vector<float> y(xs.size());
   tanh_loop(xs.data(), y.data(), xs.size());
-  float (*one)(float) = vm::tanh<float>;  // an out-of-line copy: one element at a time
+  float (*one)(float) = vmath::tanh<float>;  // an out-of-line copy: one element at a time
   double worst = 0;
   float at = 0;
   size_t differ = 0, odd = 0;

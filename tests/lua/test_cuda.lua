@@ -423,7 +423,7 @@ describe("CUDA tensors", function()
   end)
 end)
 
--- Streams and events as PyTorch has them (jit/cuda/streams.hpp): the ordering cases queue a few
+-- Streams and events as PyTorch has them (vm/cuda/streams.hpp): the ordering cases queue a few
 -- milliseconds of matrix products first, so a missing wait would let the other stream read the
 -- buffer before it is written, and the memory case would get the pending block back.
 describe("CUDA streams and events", function()

@@ -104,7 +104,7 @@ describe("compile / reset cycles", function()
 end)
 
 describe("the collector", function()
-  -- vm/api.cpp note_allocations / hand_out: small tensors barely count in bytes, so the handles
+  -- vm/lua/api.cpp note_allocations / hand_out: small tensors barely count in bytes, so the handles
   -- handed to Lua count too (a full collection after 4096 of them, more with a larger Lua heap)
   it("collects dropped small tensors by their count, even with Lua's own collector stopped", function()
     collectgarbage()
@@ -123,7 +123,7 @@ describe("the collector", function()
 end)
 
 describe("tensor handles", function()
-  -- stdlib/core.lua: userdata from a pool refilled 256 at a time (vm/lua_vm.cpp new_handles)
+  -- stdlib/core.lua: userdata from a pool refilled 256 at a time (vm/lua/lua_vm.cpp new_handles)
   it("are userdata that only tensors pass T.is_tensor for", function()
     local x = T.ones(2)
     S.eq(type(x), "userdata")

@@ -2,10 +2,10 @@
 #include "vm/autograd/call.hpp"
 
 #include "vm/autograd/node.hpp"
+#include "vm/hooks.hpp"
 
 namespace cr::autograd {
 
-bool (*capture_hook)(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) = nullptr;
 
 namespace {
 
@@ -116,7 +116,7 @@ void record(Context& ctx, int op, const cr_value* args, int nargs, const std::ve
 }  // namespace
 
 void run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
-  if (capture_hook && capture_hook(ctx, op, args, nargs, outs)) return;
+  if (hooks().record_call(ctx, op, args, nargs, outs)) return;
   outs = dispatch(ctx, op, args, nargs);
 }
 

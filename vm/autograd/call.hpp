@@ -13,10 +13,6 @@
 
 namespace cr::autograd {
 
-// Installed by the upper layer (the graph recorder, vm/api.cpp): runs the op into the capture
-// when one is active (true), else returns false. (Moves to vm/hooks.hpp once that exists.)
-extern bool (*capture_hook)(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
-
 inline bool touches_grad(const cr_value* args, int nargs) {
   for (int i = 0; i < nargs; ++i) {
     if (args[i].tag == kTensor) {
@@ -47,8 +43,4 @@ int op_id(const char* name);
 // The Lua position of the node the last call made (service bit 8 of cr_ctx).
 void set_where(const char* where);  // the registry index of a known op (cached)
 
-}  // namespace cr::autograd
-
-namespace cr::autograd {
-const cr_autograd_api* api_table();  // ffi.cpp
 }  // namespace cr::autograd

@@ -69,6 +69,21 @@ struct Executable {
   virtual void run(Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr) const = 0;
 };
 
+// How to compile a graph to native code (jit/jit.hpp compile_native, reached through
+// Hooks::compile_native).
+struct NativeOptions {
+  std::string cache_dir;   // "" or "0": no disk cache
+  std::string debug_dir;   // per graph: loop IR, fusion groups, kernels, timings ("" = none)
+  bool sync = true;        // compile in line (T.config.sync_compile)
+  // only a graph that lowers whole (no externs, no lowering error): otherwise the slot is left
+  // without code and with `unlowered` set (eager CUDA ops then take their host path)
+  bool whole_graph = false;
+  bool log_fusion = false, log_code = false;
+  int threads = 1;
+  Device device;           // where the graph's tensors live (CUDA: jit/cuda, else jit/cpu)
+  const void* owner = nullptr;  // the VM compiling (its end drops its queued background compiles)
+};
+
 // Where a graph's native code arrives: set by the compile driver (possibly on a background
 // thread); the graph runs eagerly until `ready`.
 struct NativeSlot {

@@ -41,13 +41,6 @@ void leave(LazyInfo& slot) {
   if (--r->waiting == 0) std::shared_ptr<ExecRecord> last = std::move(r->self);
 }
 
-void free_lazy(cr_tensor* t) {
-  auto* info = static_cast<LazyInfo*>(t->_lazy);
-  t->_lazy = nullptr;
-  if (info->rec) leave(*info);
-  else delete info;
-}
-const bool g_hook = (lazy_release_hook = free_lazy, true);
 
 bool contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
@@ -97,6 +90,13 @@ void Recorder::before_write(Storage* st) {
   }
 }
 
+void release_lazy(cr_tensor* t) {
+  auto* info = static_cast<LazyInfo*>(t->_lazy);
+  t->_lazy = nullptr;
+  if (info->rec) leave(*info);
+  else delete info;
+}
+
 void before_write(Context& ctx, Storage* s) {
   if (s->pending_reads.load() > 0) ctx.recorder->before_write(s);
 }
@@ -124,7 +124,7 @@ void ensure_real(Context& ctx, cr_tensor* t) {
   }
   if (info) {  // a tracker (a value computed by recompute() has none)
     if (auto leaf = info->leaf.lock()) note_escape(*leaf, info->vid, "used");
-    free_lazy(t);
+    release_lazy(t);
   }
 }
 

@@ -1,9 +1,9 @@
 // The recorder's side of native code generation: which graphs go to a native backend, and
-// running them through their NativeSlot (jit/jit.hpp). The compile's outcome is counted once,
+// running them through their NativeSlot (jit/jit.hpp, through Hooks::compile_native). The compile's outcome is counted once,
 // on the Lua thread, the first time the graph runs after it is known (the compile itself may
 // have happened on the background thread).
-#include "jit/jit.hpp"
 #include "vm/graph/recorder.hpp"
+#include "vm/hooks.hpp"
 #include "vm/threads.hpp"
 
 namespace cr::graph {
@@ -29,14 +29,14 @@ void Recorder::start_native(const std::shared_ptr<Graph>& g) {
   if (!one_device(*g, &device)) return;
   std::string why;
   const bool cuda = !device.is_cpu();
-  if (cuda ? !jit::cuda_backend_available(&why) : !jit::cpu_backend_available(&why)) {
+  if (!hooks().backend_available(cuda, &why)) {
     static bool told[2] = {false, false};  // once per process and kind: every graph would say the same
     ++stats.eager_fallbacks;
     if (!told[cuda]) log("graph", cat("native ", cuda ? "CUDA" : "CPU", " code is not available (", why, "): compiled graphs run on the eager kernels"));
     told[cuda] = true;
     return;
   }
-  jit::Options o;
+  NativeOptions o;
   o.cache_dir = cache_dir;
   o.debug_dir = debug_dir;
   o.sync = sync_compile;
@@ -45,7 +45,7 @@ void Recorder::start_native(const std::shared_ptr<Graph>& g) {
   o.threads = num_threads();
   o.device = device;
   o.owner = this;
-  jit::compile_native(g, o);
+  hooks().compile_native(g, o);
 }
 
 void Recorder::execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers) {

@@ -3,7 +3,7 @@
 //   matmul(softmax(matmul(q, kt) / c [+ mask], -1), v)   (or * c, or no scale; the mask added,
 //                                                        or masked_fill(scores, m, -inf))
 // becomes attention(q, transpose(kt), v, scale[, false, mask]) where a fused CUDA kernel takes it
-// (float16 / bfloat16 on tensor cores, float32 on the FMA pipes: jit/cuda/attention.hpp). The
+// (float16 / bfloat16 on tensor cores, float32 on the FMA pipes: vm/kernels/cuda/attention.hpp). The
 // scores never reach memory.
 // The rewrite keeps value ids: the first matmul's node becomes the transpose (a view, no work),
 // a masked_fill's node the logical_not of its mask (attention's bool masks keep true keys), the
@@ -11,7 +11,7 @@
 // eliminate_dead_code.
 #include <cmath>
 
-#include "jit/cuda/attention.hpp"
+#include "vm/kernels/cuda/attention.hpp"
 #include "vm/graph/graph.hpp"
 #include "vm/ops/attention.hpp"
 
@@ -131,7 +131,7 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
   const SymInt L = q.sizes[r - 2], E = q.sizes[r - 1];
   if (kt.sizes[r - 2] != E || v.sizes[r - 2] != kt.sizes[r - 1] || L.sym >= 0 || E.sym >= 0 || v.sizes[r - 1].sym >= 0)
     return false;
-  if (!jit::cuda::attention_takes(q.dtype, L.value, E.value, v.sizes[r - 1].value, scale)) return false;
+  if (!cuda::attention_takes(q.dtype, L.value, E.value, v.sizes[r - 1].value, scale)) return false;
   if (mm.node) {
     SymShape shape(q.sizes.begin(), q.sizes.end() - 1);
     shape.push_back(kt.sizes[r - 1]);

@@ -11,11 +11,6 @@
 #include "vm/graph/segment.hpp"
 #include "vm/kernels/loop.hpp"
 
-namespace cr {
-Context::Context() : recorder(std::make_unique<graph::Recorder>(*this)) { ffi.impl = this; }
-Context::~Context() { drop_unclaimed(); }
-}  // namespace cr
-
 namespace cr::graph {
 
 double now_us() {
@@ -32,35 +27,10 @@ namespace {
 std::atomic<uint64_t> g_generation{1};  // process-wide, so tensors shared by two VMs never clash
 }  // namespace
 
-Recorder::Recorder(Context& ctx) : ctx_(ctx) {
-  if (const char* l = std::getenv("CRESCENT_LOGS")) logs.parse(l);
+Recorder::Recorder(Context& ctx) : logs(ctx.logs), ctx_(ctx) {
   if (const char* d = std::getenv("CRESCENT_DEBUG_DIR")) debug_dir = d;
 }
 Recorder::~Recorder() = default;
-
-void Logs::parse(const std::string& list) {
-  *this = Logs{};
-  size_t i = 0;
-  while (i <= list.size()) {
-    size_t j = list.find(',', i);
-    if (j == std::string::npos) j = list.size();
-    std::string w = list.substr(i, j - i);
-    while (!w.empty() && (w[0] == '+' || w[0] == ' ')) w.erase(0, 1);
-    graph |= w == "graph";
-    guards |= w == "guards";
-    recompiles |= w == "recompiles";
-    graph_breaks |= w == "graph_breaks";
-    perf |= w == "perf";
-    fusion |= w == "fusion";
-    output_code |= w == "output_code";
-    host_ops |= w == "host_ops";
-    i = j + 1;
-  }
-}
-
-void Recorder::log(const std::string& what, const std::string& text) {
-  std::fprintf(stderr, "[crescent %s] %s%s", what.c_str(), text.c_str(), text.empty() || text.back() != '\n' ? "\n" : "");
-}
 
 int32_t Recorder::new_function(const guards::Options& opts) {
   auto f = std::make_unique<guards::Function>();

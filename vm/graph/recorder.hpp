@@ -24,12 +24,6 @@ struct Stats {
   int64_t replays = 0;      // reduce-overhead calls that ran without Lua
 };
 
-struct Logs {
-  bool graph = false, guards = false, recompiles = false, graph_breaks = false, perf = false, fusion = false,
-       output_code = false, host_ops = false;
-  void parse(const std::string& list);  // "graph,guards,+recompiles"
-};
-
 // What one segment of the last call did (for T.explain).
 struct SegmentReport {
   int ops;
@@ -73,9 +67,8 @@ class Recorder {
   void drop(int32_t fn);                     // its Lua function was collected
 
   Stats stats;
-  Logs logs;
-  // one CRESCENT_LOGS line: "[crescent what] text" on stderr
-  static void log(const std::string& what, const std::string& text);
+  Logs& logs;  // the VM's (Context::logs)
+  static void log(const std::string& what, const std::string& text) { log_line(what, text); }
   std::string debug_dir;  // CRESCENT_DEBUG_DIR / T.config.debug_dir: graph dumps ("" = none)
   std::string cache_dir;  // T.config.cache_dir: compiled kernels on disk ("" or "0" = none)
   bool sync_compile = false;  // T.config.sync_compile: native code compiled in line
@@ -119,5 +112,7 @@ class Recorder {
 void ensure_real(Context& ctx, cr_tensor* t);
 // Before an in-place write to `s`: lazy values that would be recomputed from it are computed now.
 void before_write(Context& ctx, Storage* s);
+// A tensor with a cr_tensor::_lazy is released (Hooks::release_lazy).
+void release_lazy(cr_tensor* t);
 
 }  // namespace cr::graph

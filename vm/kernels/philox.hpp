@@ -1,6 +1,6 @@
 // Philox4x32-10, the counter-based generator of rand / randn / randint. Element i of a draw uses
 // counter (offset + i) and key = seed. The arithmetic is written once, in CR_PHILOX: the CPU
-// compiles it here, and the CUDA prelude (jit/cuda/prelude.cpp) takes its text (CR_PHILOX_TEXT),
+// compiles it here, and the CUDA prelude (vm/kernels/cuda/prelude.cpp) takes its text (CR_PHILOX_TEXT),
 // so that CPU and CUDA draws are the same integers (randn's log / cos are each side's own).
 #pragma once
 #include <cmath>

@@ -33,14 +33,14 @@ template <class T> inline T relu_(T a) {
   if constexpr (std::is_floating_point_v<T>) { if (std::isnan(a)) return a; }
   return a > T(0) ? a : T(0);
 }
-// These call vm:: functions and are always inlined: a call left in a kernel's loop would stop it
+// These call vmath:: functions and are always inlined: a call left in a kernel's loop would stop it
 // from vectorising. silu is x sigmoid(x) rather than x / (1 + e^-x), whose e^-x overflows for
 // x < -88 (float) and gives -0 instead of the tiny negative result.
-template <class T> [[gnu::always_inline]] inline T silu_(T a) { return a * vm::sigmoid(a); }
-template <class T> [[gnu::always_inline]] inline T gelu_(T a) { return T(0.5) * a * (T(1) + vm::erf(a * T(0.70710678118654752440))); }
+template <class T> [[gnu::always_inline]] inline T silu_(T a) { return a * vmath::sigmoid(a); }
+template <class T> [[gnu::always_inline]] inline T gelu_(T a) { return T(0.5) * a * (T(1) + vmath::erf(a * T(0.70710678118654752440))); }
 template <class T> [[gnu::always_inline]] inline T gelu_tanh_(T a) {
   const T k = T(0.79788456080286535588), c = T(0.044715);
-  return T(0.5) * a * (T(1) + vm::tanh(k * (a + c * a * a * a)));
+  return T(0.5) * a * (T(1) + vmath::tanh(k * (a + c * a * a * a)));
 }
 template <class T> inline T rsqrt_(T a) { return T(1) / std::sqrt(a); }
 template <class T> inline bool isnan_(T a) { if constexpr (std::is_floating_point_v<T>) return std::isnan(a); else return false; }

@@ -34,9 +34,9 @@
 
 // Always inlined: a call left in a loop (GCC's size heuristics give up on erf<double>) would
 // stop it from vectorising.
-#define CR_VM_INLINE inline __attribute__((always_inline))
+#define CR_VMATH_INLINE inline __attribute__((always_inline))
 
-namespace cr::vm {
+namespace cr::vmath {
 
 template <class T> concept Real = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
@@ -61,37 +61,37 @@ template <> struct Fp<double> {
 template <class T> using U = typename Fp<T>::U;
 template <class T> constexpr bool kFloat = std::is_same_v<T, float>;
 
-template <class T> CR_VM_INLINE U<T> bits(T x) { return std::bit_cast<U<T>>(x); }
-template <class T> CR_VM_INLINE T from_bits(U<T> u) { return std::bit_cast<T>(u); }
+template <class T> CR_VMATH_INLINE U<T> bits(T x) { return std::bit_cast<U<T>>(x); }
+template <class T> CR_VMATH_INLINE T from_bits(U<T> u) { return std::bit_cast<T>(u); }
 // c ? a : b as bit operations on both values. With a plain ternary GCC sinks the computation
 // of a value used in one arm only into a branch, and -ftrapping-math (the default) then forbids
 // if-converting that branch back, so the loop would not vectorise. This compiles to a blend.
-template <class T> CR_VM_INLINE T blend(bool c, T a, T b) {
+template <class T> CR_VMATH_INLINE T blend(bool c, T a, T b) {
   U<T> m = U<T>(0) - U<T>(c);
   return from_bits<T>(U<T>((bits(a) & m) | (bits(b) & ~m)));
 }
-template <class T> CR_VM_INLINE T inf() { return std::numeric_limits<T>::infinity(); }
-template <class T> CR_VM_INLINE T nan() { return std::numeric_limits<T>::quiet_NaN(); }
+template <class T> CR_VMATH_INLINE T inf() { return std::numeric_limits<T>::infinity(); }
+template <class T> CR_VMATH_INLINE T nan() { return std::numeric_limits<T>::quiet_NaN(); }
 
 // x rounded to the nearest integer (ties to even), for |x| < 2^(kMant-1): no conversion
 // instruction, and NaN / inf pass through as NaN / inf.
-template <class T> CR_VM_INLINE T rint(T x) { return (x + Fp<T>::kShift) - Fp<T>::kShift; }
+template <class T> CR_VMATH_INLINE T rint(T x) { return (x + Fp<T>::kShift) - Fp<T>::kShift; }
 
 // 2^k for an integral k in [1 - bias, bias], built in the exponent field: bits(k + kShift) holds
 // k in its low bits, and only the low exponent-width bits survive the shift.
-template <class T> CR_VM_INLINE T pow2i(T k) {
+template <class T> CR_VMATH_INLINE T pow2i(T k) {
   return from_bits<T>(U<T>((bits(k + Fp<T>::kShift) + Fp<T>::kBias) << Fp<T>::kMant));
 }
 
 // y * 2^k for an integral k in [2 (1 - bias), 2 bias]: two factors, so that results in the
 // subnormal range are rounded once (y * 2^h is exact) and overflow gives inf.
-template <class T> CR_VM_INLINE T scale(T y, T k) {
+template <class T> CR_VMATH_INLINE T scale(T y, T k) {
   T h = rint(k * T(0.5));
   return y * pow2i(h) * pow2i(k - h);
 }
 
 // c[0] + x c[1] + x^2 c[2] + ..., unrolled at compile time (no loop left for the vectoriser).
-template <std::size_t I = 0, class T, std::size_t N> CR_VM_INLINE T horner(T x, const T (&c)[N]) {
+template <std::size_t I = 0, class T, std::size_t N> CR_VMATH_INLINE T horner(T x, const T (&c)[N]) {
   if constexpr (I + 1 == N) return c[I];
   else return std::fma(horner<I + 1>(x, c), x, c[I]);
 }
@@ -99,13 +99,13 @@ template <std::size_t I = 0, class T, std::size_t N> CR_VM_INLINE T horner(T x, 
 // Piecewise polynomials: coefficient I of the first piece j whose flag in[j] is set (the last
 // piece when none is), selected per lane with blends, then one Horner evaluation.
 template <std::size_t I, class T, std::size_t M, std::size_t N, std::size_t... J>
-CR_VM_INLINE T pick(const bool (&in)[M - 1], const T (&c)[M][N], std::index_sequence<J...>) {
+CR_VMATH_INLINE T pick(const bool (&in)[M - 1], const T (&c)[M][N], std::index_sequence<J...>) {
   T v = c[M - 1][I];
   ((v = blend(in[M - 2 - J], c[M - 2 - J][I], v)), ...);  // the lowest piece is applied last
   return v;
 }
 template <std::size_t I = 0, class T, std::size_t M, std::size_t N>
-CR_VM_INLINE T horner_pieces(T x, const bool (&in)[M - 1], const T (&c)[M][N]) {
+CR_VMATH_INLINE T horner_pieces(T x, const bool (&in)[M - 1], const T (&c)[M][N]) {
   T ci = pick<I>(in, c, std::make_index_sequence<M - 1>{});
   if constexpr (I + 1 == N) return ci;
   else return std::fma(horner_pieces<I + 1>(x, in, c), x, ci);
@@ -223,25 +223,25 @@ inline constexpr double kPio2_1 = 0x1.921fb54442d18p+0, kPio2_2 = 0x1.1a62633145
                         kPio2_3 = -0x1.f1976b7ed8fbcp-110;
 inline constexpr double kTwoOverPi = 0x1.45f306dc9c883p-1, kTwoOverPiLo = -0x1.6b01ec5417056p-55;
 
-template <class T> CR_VM_INLINE T expm1_reduced(T r) {  // exp(r) - 1 for |r| <= ln2/2, for exp
+template <class T> CR_VMATH_INLINE T expm1_reduced(T r) {  // exp(r) - 1 for |r| <= ln2/2, for exp
   if constexpr (kFloat<T>) return std::fma(r * r, horner(r, kExpF), r);
   else return std::fma(r * r, horner(r, kExpD), r);
 }
 
 // x clamped to [lo, hi]; NaN passes through (both comparisons are false).
-template <class T> CR_VM_INLINE T clamp(T x, T lo, T hi) {
+template <class T> CR_VMATH_INLINE T clamp(T x, T lo, T hi) {
   x = blend(x > hi, hi, x);
   return blend(x < lo, lo, x);
 }
 
 // x = k ln2 + r with |r| <= ln2/2 (+ rounding); k is integral and |x| < 2^(kMant-2).
-template <class T> CR_VM_INLINE T reduce_ln2(T x, T& k) {
+template <class T> CR_VMATH_INLINE T reduce_ln2(T x, T& k) {
   k = rint(x * K<T>::log2e);
   T r = std::fma(-k, K<T>::ln2_hi, x);  // exact: the result is small and has no finer bits
   return std::fma(-k, K<T>::ln2_lo, r);
 }
 // ... with the rounding error of r: x = k ln2 + r + rl.
-template <class T> CR_VM_INLINE T reduce_ln2(T x, T& k, T& rl) {
+template <class T> CR_VMATH_INLINE T reduce_ln2(T x, T& k, T& rl) {
   k = rint(x * K<T>::log2e);
   T r1 = std::fma(-k, K<T>::ln2_hi, x);
   T r = std::fma(-k, K<T>::ln2_lo, r1);
@@ -254,7 +254,7 @@ template <class T> CR_VM_INLINE T reduce_ln2(T x, T& k, T& rl) {
 template <class T> struct LogParts {
   T k, f, hfsq, tail;  // log(x) = k ln2 + f - hfsq + tail
 };
-template <class T> CR_VM_INLINE LogParts<T> log_parts(T x) {
+template <class T> CR_VMATH_INLINE LogParts<T> log_parts(T x) {
   constexpr int kBits = int(sizeof(T)) * 8;
   constexpr U<T> kSign = U<T>(1) << (kBits - 1);
   constexpr U<T> kExpMask = ~((U<T>(1) << Fp<T>::kMant) - 1);  // sign + exponent field
@@ -280,13 +280,13 @@ template <class T> CR_VM_INLINE LogParts<T> log_parts(T x) {
 }
 
 // The special cases shared by log, log2 and log1p, on the argument of the logarithm.
-template <class T> CR_VM_INLINE T log_special(T x, T res) {
+template <class T> CR_VMATH_INLINE T log_special(T x, T res) {
   res = blend(x == inf<T>(), x, res);
   res = blend(x == T(0), -inf<T>(), res);
   return blend(x >= T(0), res, nan<T>());  // negative or NaN
 }
 
-template <class T> CR_VM_INLINE T log_corrected(T x, T c) {  // log(x) + c, c the correction of log1p
+template <class T> CR_VMATH_INLINE T log_corrected(T x, T c) {  // log(x) + c, c the correction of log1p
   LogParts<T> p = log_parts(x);
   T res = p.k * K<T>::ln2_hi16 + (p.f - (p.hfsq - (p.tail + (p.k * K<T>::ln2_lo16 + c))));
   return log_special(x, res);
@@ -299,7 +299,7 @@ struct SinCos {
   double sl, cl;  // their low parts (double only; 0 for float)
   uint64_t q;
 };
-template <bool FloatAccuracy> CR_VM_INLINE double reduce_pio2(double x, double& rl, uint64_t& q) {
+template <bool FloatAccuracy> CR_VMATH_INLINE double reduce_pio2(double x, double& rl, uint64_t& q) {
   if constexpr (FloatAccuracy) {
     // a float's |r| may exceed pi/4 by up to 2^-5 (k from x 2/pi rounded; the fits allow 0.85),
     // and r's relative error 2^-53 is far below float's
@@ -324,7 +324,7 @@ template <bool FloatAccuracy> CR_VM_INLINE double reduce_pio2(double x, double& 
   rl = (hi - r) + lo;
   return r;
 }
-template <bool FloatAccuracy> CR_VM_INLINE SinCos sincos_reduced(double r, double rl) {
+template <bool FloatAccuracy> CR_VMATH_INLINE SinCos sincos_reduced(double r, double rl) {
   double u = r * r;
   if constexpr (FloatAccuracy) {  // float results need neither rl nor the 1 - u/2 care
     double s = std::fma(r * u, horner(u, kSinF), r);
@@ -342,7 +342,7 @@ template <bool FloatAccuracy> CR_VM_INLINE SinCos sincos_reduced(double r, doubl
     return {s, c, sl, cl, 0};
   }
 }
-template <class T> CR_VM_INLINE SinCos sincos_pio2(T x) {
+template <class T> CR_VMATH_INLINE SinCos sincos_pio2(T x) {
   double rl;
   uint64_t q;
   double r = reduce_pio2<kFloat<T>>(double(x), rl, q);
@@ -355,14 +355,14 @@ template <class T> CR_VM_INLINE SinCos sincos_pio2(T x) {
 
 // ---- exponentials --------------------------------------------------------------------------
 
-template <Real T> CR_VM_INLINE T exp(T x) {
+template <Real T> CR_VMATH_INLINE T exp(T x) {
   using namespace detail;
   // clamped so that 2^k stays buildable; beyond the clamp the result is already 0 or inf
   T k, r = reduce_ln2(clamp(x, K<T>::exp_lo, K<T>::exp_hi), k);
   return scale(T(1) + expm1_reduced(r), k);
 }
 
-template <Real T> CR_VM_INLINE T exp2(T x) {
+template <Real T> CR_VMATH_INLINE T exp2(T x) {
   using namespace detail;
   x = clamp(x, K<T>::exp2_lo, K<T>::exp2_hi);
   T k = rint(x), r = x - k;  // exact
@@ -372,7 +372,7 @@ template <Real T> CR_VM_INLINE T exp2(T x) {
   return scale(std::fma(r, q, T(1)), k);
 }
 
-template <Real T> CR_VM_INLINE T expm1(T x) {
+template <Real T> CR_VMATH_INLINE T expm1(T x) {
   using namespace detail;
   T k, rl, r = reduce_ln2(clamp(x, K<T>::expm1_lo, K<T>::exp_hi), k, rl);
   // u = expm1(r + rl) = r + (r^2 P(r) + rl (1 + r)) as uh + ul
@@ -394,9 +394,9 @@ template <Real T> CR_VM_INLINE T expm1(T x) {
 
 // ---- logarithms ----------------------------------------------------------------------------
 
-template <Real T> CR_VM_INLINE T log(T x) { return detail::log_corrected(x, T(0)); }
+template <Real T> CR_VMATH_INLINE T log(T x) { return detail::log_corrected(x, T(0)); }
 
-template <Real T> CR_VM_INLINE T log2(T x) {
+template <Real T> CR_VMATH_INLINE T log2(T x) {
   using namespace detail;
   LogParts<T> p = log_parts(x);
   // log(1+f) = hi + lo, hi = f - hfsq (f - hi is exact); then * log2(e) in double-T arithmetic
@@ -409,7 +409,7 @@ template <Real T> CR_VM_INLINE T log2(T x) {
   return log_special(x, w + yl);
 }
 
-template <Real T> CR_VM_INLINE T log1p(T x) {
+template <Real T> CR_VMATH_INLINE T log1p(T x) {
   using namespace detail;
   T u = T(1) + x;
   // log1p(x) = log(u) + c/u, c the rounding error of 1 + x (exact while u's ulp is <= 1)
@@ -422,7 +422,7 @@ template <Real T> CR_VM_INLINE T log1p(T x) {
 // ---- trigonometric -------------------------------------------------------------------------
 
 namespace detail {
-template <Real T> CR_VM_INLINE T sin_reduced_in_double(T x) {
+template <Real T> CR_VMATH_INLINE T sin_reduced_in_double(T x) {
   SinCos sc = sincos_pio2(x);
   double v = blend((sc.q & 1u) != 0, sc.c, sc.s);
   v = blend((sc.q & 2u) != 0, -v, v);
@@ -442,7 +442,7 @@ inline constexpr float kPio2f_1 = 1.5703125f, kPio2f_2 = 0x1.fb4p-12f;
 inline constexpr float kPio2f_3 = float(kPio2_1 - double(kPio2f_1) - double(kPio2f_2));
 inline constexpr float kPio2f_4 = float(kPio2_1 - double(kPio2f_1) - double(kPio2f_2) - double(kPio2f_3) + kPio2_2);
 // Cos shifts the quadrant by one: cos(j pi/2 + r) = sin((j + 1) pi/2 + r).
-template <bool Cos> CR_VM_INLINE float trig_near(float x) {
+template <bool Cos> CR_VMATH_INLINE float trig_near(float x) {
   float t = x * float(kTwoOverPi) + Fp<float>::kShift;
   float j = t - Fp<float>::kShift;
   uint32_t q = (bits(t) + uint32_t(Cos)) & 3u;
@@ -458,10 +458,10 @@ template <bool Cos> CR_VM_INLINE float trig_near(float x) {
   if constexpr (Cos) return v;  // (tiny x: r = x, c rounds to 1)
   else return blend(std::fabs(x) < K<float>::tiny, x, v);  // -0, and subnormals exactly
 }
-CR_VM_INLINE float sin_near(float x) { return trig_near<false>(x); }
-CR_VM_INLINE float cos_near(float x) { return trig_near<true>(x); }
+CR_VMATH_INLINE float sin_near(float x) { return trig_near<false>(x); }
+CR_VMATH_INLINE float cos_near(float x) { return trig_near<true>(x); }
 
-template <Real T> CR_VM_INLINE T cos_reduced_in_double(T x) {
+template <Real T> CR_VMATH_INLINE T cos_reduced_in_double(T x) {
   SinCos sc = sincos_pio2(x);
   double v = blend((sc.q & 1u) != 0, sc.s, sc.c);
   v = blend(((sc.q + 1u) & 2u) != 0, -v, v);
@@ -471,7 +471,7 @@ template <Real T> CR_VM_INLINE T cos_reduced_in_double(T x) {
 // y[i] = f(x[i]) for n floats (y may be x), f = sin (Cos false) or cos: the float form for every
 // element near zero (a loop GCC vectorises; an element beyond keeps its argument), then the
 // double form for those, if any (found again in y: the float form's results are within [-1, 1]).
-template <bool Cos, class Far> CR_VM_INLINE void trig_block(const float* x, float* y, int64_t n, Far far_form) {
+template <bool Cos, class Far> CR_VMATH_INLINE void trig_block(const float* x, float* y, int64_t n, Far far_form) {
   uint32_t far = 0;  // (an integer: GCC does not vectorise a bool reduction)
 #pragma GCC ivdep
   for (int64_t i = 0; i < n; ++i) {
@@ -488,29 +488,29 @@ template <bool Cos, class Far> CR_VM_INLINE void trig_block(const float* x, floa
 
 // float: the float form near zero, the double reduction beyond (per element; loops over many
 // elements use sin_block, which gives the same value for each).
-template <Real T> CR_VM_INLINE T sin(T x) {
+template <Real T> CR_VMATH_INLINE T sin(T x) {
   using namespace detail;
   if constexpr (kFloat<T>) return std::fabs(x) <= kSinNear ? sin_near(x) : sin_reduced_in_double(x);
   else return sin_reduced_in_double(x);
 }
 
-// y[i] = sin(x[i]) / cos(x[i]) for n floats (y may be x), each element exactly vm::sin's /
-// vm::cos's value (detail::trig_block).
-CR_VM_INLINE void sin_block(const float* x, float* y, int64_t n) {
+// y[i] = sin(x[i]) / cos(x[i]) for n floats (y may be x), each element exactly vmath::sin's /
+// vmath::cos's value (detail::trig_block).
+CR_VMATH_INLINE void sin_block(const float* x, float* y, int64_t n) {
   detail::trig_block<false>(x, y, n, [](float v) { return detail::sin_reduced_in_double(v); });
 }
-CR_VM_INLINE void cos_block(const float* x, float* y, int64_t n) {
+CR_VMATH_INLINE void cos_block(const float* x, float* y, int64_t n) {
   detail::trig_block<true>(x, y, n, [](float v) { return detail::cos_reduced_in_double(v); });
 }
 
 // float: the float form near zero, the double reduction beyond, as sin.
-template <Real T> CR_VM_INLINE T cos(T x) {
+template <Real T> CR_VMATH_INLINE T cos(T x) {
   using namespace detail;
   if constexpr (kFloat<T>) return std::fabs(x) <= kSinNear ? cos_near(x) : cos_reduced_in_double(x);
   else return cos_reduced_in_double(x);
 }
 
-template <Real T> CR_VM_INLINE T tan(T x) {
+template <Real T> CR_VMATH_INLINE T tan(T x) {
   using namespace detail;
   SinCos sc = sincos_pio2(x);
   // tan = s / c in even quadrants, -c / s in odd ones
@@ -535,7 +535,7 @@ namespace detail {
 //         with h / E(h^2) ~ tanh(h), and the 2^k of w is added to the exponent of E - h (k >= -29).
 // Within 1.1 ulp of every float (bench/bench_vmath.cpp tanh-ulp); tiny a gives u = 0, so a itself;
 // NaN makes h, so E + h and q, NaN.
-CR_VM_INLINE float tanh_float(float x) {
+CR_VMATH_INLINE float tanh_float(float x) {
   float a = std::fabs(x);
   bool small = a < 1.0f;
   float u = a * a;
@@ -551,14 +551,14 @@ CR_VM_INLINE float tanh_float(float x) {
   return std::copysign(res, x);
 }
 
-CR_VM_INLINE double tanh_double(double x) {
+CR_VMATH_INLINE double tanh_double(double x) {
   double a = std::fabs(x);
   double u = a * a;
   double small = std::fma(a * u, horner(u, kTanhD), a);
   // tanh(a) = 1 - 2 / (e + 1), e = e^2a >= e^1.1: q = 2 / (d + dl) with d + dl = e + 1 exactly,
   // corrected once with the exact residual, so that only e's error remains, and it is at least
   // halved in 1 - q (tanh >= 1/2 here). a is capped where tanh rounds to 1 (e stays finite).
-  double e = vm::exp(2.0 * blend(a > K<double>::tanh_max, K<double>::tanh_max, a));
+  double e = vmath::exp(2.0 * blend(a > K<double>::tanh_max, K<double>::tanh_max, a));
   double d = e + 1.0, dl = (e - d) + 1.0;
   double y = 1.0 / d, q = 2.0 * y;
   q = std::fma(std::fma(-q, d, 2.0) - q * dl, y, q);
@@ -568,15 +568,15 @@ CR_VM_INLINE double tanh_double(double x) {
 }
 }  // namespace detail
 
-template <Real T> CR_VM_INLINE T tanh(T x) {
+template <Real T> CR_VMATH_INLINE T tanh(T x) {
   if constexpr (detail::kFloat<T>) return detail::tanh_float(x);
   else return detail::tanh_double(x);
 }
 
 // 1 / (1 + e^-x), computed from e = e^-|x| <= 1 so that it neither overflows nor loses the
 // subnormal results of large negative x: x >= 0 -> 1 / (1 + e), x < 0 -> e / (1 + e).
-template <Real T> CR_VM_INLINE T sigmoid(T x) {
-  T e = vm::exp(-std::fabs(x));
+template <Real T> CR_VMATH_INLINE T sigmoid(T x) {
+  T e = vmath::exp(-std::fabs(x));
   T n = detail::blend(x >= T(0), T(1), e);
   // n / (d + dl) with d + dl = 1 + e exactly, corrected once with the exact residual, so that
   // only the error of e remains (scaled by 1 / (1 + e) <= 1)
@@ -586,7 +586,7 @@ template <Real T> CR_VM_INLINE T sigmoid(T x) {
   return std::fma(res, y, q);
 }
 
-template <Real T> CR_VM_INLINE T erf(T x) {
+template <Real T> CR_VMATH_INLINE T erf(T x) {
   using namespace detail;
   T a = std::fabs(x);
   T u = a * a;
@@ -599,13 +599,13 @@ template <Real T> CR_VM_INLINE T erf(T x) {
   if constexpr (kFloat<T>) {
     const bool in[1] = {b < 2.2f};
     R = horner_pieces(b - horner_pieces(b, in, kErfcMidF), in, kErfcF);
-    e = vm::exp(-b * b);
+    e = vmath::exp(-b * b);
   } else {
     const bool in[3] = {b < 1.75, b < 2.75, b < 4.0};
     R = horner_pieces(b - horner_pieces(b, in, kErfcMidD), in, kErfcD);
     // exp(-b^2) with b^2 = h + l exact: exp(-h) (1 - l)
     T h = b * b, l = std::fma(b, b, -h);
-    e = vm::exp(-h);
+    e = vmath::exp(-h);
     e = std::fma(-e, l, e);
   }
   T large = T(1) - e * R;
@@ -613,6 +613,6 @@ template <Real T> CR_VM_INLINE T erf(T x) {
   return std::copysign(res, x);
 }
 
-}  // namespace cr::vm
+}  // namespace cr::vmath
 
-#undef CR_VM_INLINE
+#undef CR_VMATH_INLINE

@@ -9,7 +9,7 @@
 //
 // The CPU kernel walks one query row at a time (scores, max, exponentials, weighted sum of v), in
 // float32 for 16-bit inputs as PyTorch's math path does. On CUDA, inputs a fused kernel takes run
-// there (jit/cuda/attention.hpp: float16 / bfloat16 on tensor cores, float32); other CUDA inputs
+// there (vm/kernels/cuda/attention.hpp: float16 / bfloat16 on tensor cores, float32); other CUDA inputs
 // run the composite op by op on the device (matmul, softmax, matmul); the graph rewrite only
 // picks this op where the kernel takes it.
 #include <cmath>
@@ -17,7 +17,7 @@
 
 #include "vm/ops/attention.hpp"
 
-#include "jit/cuda/attention.hpp"
+#include "vm/kernels/cuda/attention.hpp"
 #include "vm/devices.hpp"
 #include "vm/ops/operands.hpp"
 
@@ -206,7 +206,7 @@ void run_attention(OpCall& c) {
   const Tensor mask = c.has(5) ? c.tensor(5) : Tensor();
   if (q.device().is_cpu()) return attention_cpu(c.outs[0], q, k, v, scale, causal, mask);
   const Tensor mview = mask.defined() ? mask_view(mask, q, k) : Tensor();
-  if (!jit::cuda::attention(c.ctx, c.outs[0], q, k, v, scale, causal, mview))
+  if (!cuda::attention(c.ctx, c.outs[0], q, k, v, scale, causal, mview))
     attention_composite(c.ctx, c.outs[0], q, k, v, scale, causal, mask);
 }
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "jit/cuda/memory.hpp"
+#include "vm/cuda/memory.hpp"
 #include "vm/devices.hpp"
 #include "vm/ops/operands.hpp"
 

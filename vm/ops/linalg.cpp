@@ -9,7 +9,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "jit/cuda/blas.hpp"
+#include "vm/cuda/blas.hpp"
 #include "vm/devices.hpp"
 #include "vm/ops/operands.hpp"
 

@@ -22,22 +22,22 @@ enum class Rule { Float, Same, Keep, Power, Bool, Arith, Numeric, Compare, Logic
 #define CR_UNARY_OPS(X)                        \
   X(neg, Same, sm::neg_(a))                    \
   X(abs, Same, sm::abs_(a))                    \
-  X(exp, Float, vm::exp(a))                    \
-  X(exp2, Float, vm::exp2(a))                  \
-  X(log, Float, vm::log(a))                    \
-  X(log2, Float, vm::log2(a))                  \
-  X(log1p, Float, vm::log1p(a))                \
-  X(expm1, Float, vm::expm1(a))                \
+  X(exp, Float, vmath::exp(a))                    \
+  X(exp2, Float, vmath::exp2(a))                  \
+  X(log, Float, vmath::log(a))                    \
+  X(log2, Float, vmath::log2(a))                  \
+  X(log1p, Float, vmath::log1p(a))                \
+  X(expm1, Float, vmath::expm1(a))                \
   X(sqrt, Float, std::sqrt(a))                 \
   X(rsqrt, Float, sm::rsqrt_(a))               \
-  X(sin, Float, vm::sin(a))                    \
-  X(cos, Float, vm::cos(a))                    \
-  X(tan, Float, vm::tan(a))                    \
-  X(tanh, Float, vm::tanh(a))                  \
-  X(sigmoid, Float, vm::sigmoid(a))            \
+  X(sin, Float, vmath::sin(a))                    \
+  X(cos, Float, vmath::cos(a))                    \
+  X(tan, Float, vmath::tan(a))                    \
+  X(tanh, Float, vmath::tanh(a))                  \
+  X(sigmoid, Float, vmath::sigmoid(a))            \
   X(relu, Same, sm::relu_(a))                  \
   X(silu, Float, sm::silu_(a))                 \
-  X(erf, Float, vm::erf(a))                    \
+  X(erf, Float, vmath::erf(a))                    \
   X(floor, Same, sm::floor_(a))                \
   X(ceil, Same, sm::ceil_(a))                  \
   X(round, Same, sm::round_(a))                \
@@ -135,7 +135,7 @@ template <class Op> std::vector<Meta> infer_unary(OpCall& c) {
 
 // An op's loop over contiguous elements of T written in vm/kernels/vmath.hpp, declared beside
 // the op: it gives each element Op::f's value, faster than Op::f in a loop (float sin's
-// / cos's per-element choice between float and double forms does not vectorise; vm::sin_block
+// / cos's per-element choice between float and double forms does not vectorise; vmath::sin_block
 // computes the float form for every element, then the rare far ones again). The block function
 // (compiled code) and the eager kernel on contiguous data run it.
 template <class Op, class T> struct VmLoop {
@@ -143,11 +143,11 @@ template <class Op, class T> struct VmLoop {
 };
 template <> struct VmLoop<Op_sin, float> {
   static constexpr bool has = true;
-  [[gnu::always_inline]] static void run(const float* x, float* y, int64_t n) { vm::sin_block(x, y, n); }  // (inlined: the AVX-512 twin keeps its lanes)
+  [[gnu::always_inline]] static void run(const float* x, float* y, int64_t n) { vmath::sin_block(x, y, n); }  // (inlined: the AVX-512 twin keeps its lanes)
 };
 template <> struct VmLoop<Op_cos, float> {
   static constexpr bool has = true;
-  [[gnu::always_inline]] static void run(const float* x, float* y, int64_t n) { vm::cos_block(x, y, n); }
+  [[gnu::always_inline]] static void run(const float* x, float* y, int64_t n) { vmath::cos_block(x, y, n); }
 };
 
 template <class Op, int Arity> BlockFn block_of(DType compute);
@@ -543,8 +543,8 @@ BlockFn bits_of(DType compute) { return compute == DType::i64 ? bits_block : nul
 
 const ExtraBlock* extra_block(const std::string& name) {
   static const ExtraBlock kExtra[] = {{"gelu_tanh", gelu_tanh_block, Op_gelu_tanh::expr},
-                                      {"softmax_exp", softmax_exp_block, "vm::exp(a)"},
-                                      {"softmax_log", softmax_log_block, "vm::log(a)"},
+                                      {"softmax_exp", softmax_exp_block, "vmath::exp(a)"},
+                                      {"softmax_log", softmax_log_block, "vmath::log(a)"},
                                       {"philox_uniform", draw_of<philox_uniform>, "cr::philox_uniform(a, b)"},
                                       {"philox_normal", draw_of<philox_normal>, "cr::philox_normal(a, b)"},
                                       {"philox_bits", bits_of, "(int64_t)cr::philox_u64(a, b)"}};

@@ -10,7 +10,7 @@
 #if CR_HAVE_AVX512_TWINS
 #include <immintrin.h>
 #endif
-#include "jit/cuda/library.hpp"
+#include "vm/kernels/cuda/library.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr {
@@ -72,7 +72,7 @@ void run_cumsum(OpCall& c) {
   Tensor x = contiguous(cast(c.tensor(0), out.dtype()));
   Along a = along(x, x.dim() == 0 ? 0 : c.dim(1, x.dim()));
   if (x.numel() == 0) return;
-  if (!out.device().is_cpu()) return jit::cuda::cumsum(c.ctx, out, x, a.outer, a.n, a.inner);  // (a library kernel)
+  if (!out.device().is_cpu()) return cuda::cumsum(c.ctx, out, x, a.outer, a.n, a.inner);  // (a library kernel)
   visit(x.dtype(), [&](auto t) {
     using T = decltype(t);
     using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, uint64_t>;  // ints wrap
@@ -262,7 +262,7 @@ template <bool Log> void run_softmax(OpCall& c) {
 
 }  // namespace
 
-// float64: the exp op's block (vm::exp, vectorised): std::exp, a libm call per element, made
+// float64: the exp op's block (vmath::exp, vectorised): std::exp, a libm call per element, made
 // softmax three times slower.
 BlockFn softmax_exp_block(DType compute) {
   static const BlockFn exp64 = Registry::get().find("exp")->block(DType::f64);

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "jit/cuda/library.hpp"
+#include "vm/kernels/cuda/library.hpp"
 #include "vm/devices.hpp"
 #include "vm/ops/operands.hpp"
 
@@ -63,12 +63,12 @@ void order_lines(const Tensor& xin, int d, int64_t k, bool descending, const Ten
   });
 }
 
-// On a CUDA device: the library's sort kernels (jit/cuda/library.hpp), or, for a whole sort of a
+// On a CUDA device: the library's sort kernels (vm/kernels/cuda/library.hpp), or, for a whole sort of a
 // line too long for them, the op on host copies.
 void order_on_device(OpCall& c, const Tensor& xin, int d, int64_t k, bool descending) {
   Tensor x = contiguous(xin);
   const Along l = along(x, d);
-  if (jit::cuda::order_lines(c.ctx, x, l.outer, l.n, l.inner, k, descending, c.outs[0], c.outs[1])) return;
+  if (cuda::order_lines(c.ctx, x, l.outer, l.n, l.inner, k, descending, c.outs[0], c.outs[1])) return;
   std::vector<Tensor> r = run_on_host(c.ctx, c.def, c.args, c.nargs);
   for (size_t i = 0; i < r.size(); ++i) copy_into(c.outs[i], r[i]);
 }

@@ -1,0 +1,73 @@
+/* The C layout of the runtime's objects that Lua reads and writes directly: tensor headers,
+ * op arguments, the per-VM cr_ctx and the op table's entries (DESIGN.md "The Lua boundary").
+ *
+ * Like vm/lua/ffi_api.h, which declares the calls on top of these, this file is read twice: by
+ * the C++ compiler, and - with its '#' lines stripped - by LuaJIT's ffi.cdef, so it must stay
+ * plain C declarations.
+ */
+#ifndef CRESCENT_ABI_H
+#define CRESCENT_ABI_H
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A tensor: a view (sizes, strides in elements, offset in elements) over a refcounted storage.
+ * Lua reads the leading fields directly (x:dim(), x:size(), x.dtype) without a call. */
+/* Everything but the sizes and strides lies in the first 64 bytes: a release (the collector
+   frees thousands of a compiled function's lazy tensors at a time, long after their call) then
+   touches one cache line of the header. */
+typedef struct cr_tensor {
+  int32_t _refs;          /* atomic on the C++ side; Lua never touches it */
+  int8_t _dtype;          /* cr::DType */
+  int8_t _dev_type;       /* 0 = cpu, 1 = cuda */
+  int8_t _dev_index;
+  int8_t _flags;
+  int32_t _ndim;
+  int32_t _vid;           /* graph recorder: value id of this tensor in segment _gen */
+  void* _storage;         /* NULL: a lazy tensor, whose value a captured graph computes later */
+  void* _lazy;            /* graph recorder: how a lazy tensor gets its value (cr::graph::LazyInfo) */
+  uint64_t _gen;          /* graph recorder: the segment _vid belongs to */
+  void* _autograd;        /* autograd metadata (vm/autograd/meta.hpp); NULL: never required grad */
+  uint32_t _dynamic;      /* T.mark_dynamic: bit d set = dim d (0-based) has a symbolic size */
+  uint32_t _pad;
+  int64_t _offset;
+  int64_t _sizes[16];
+  int64_t _strides[16];
+} cr_tensor;
+
+/* The payload of a Lua tensor handle, a userdata (stdlib/core.lua, vm/lua/lua_vm.cpp new_handles). */
+typedef struct cr_handle { cr_tensor* p; } cr_handle;
+
+/* One argument of an op call. tag: see cr::ValueTag. */
+typedef struct cr_value {
+  int32_t tag;
+  int32_t n;              /* element count for lists */
+  double num;             /* number, integer or boolean */
+  void* ptr;              /* cr_tensor*, int64_t*, double*, cr_tensor** */
+  const char* str;        /* strings */
+} cr_value;
+
+/* Per-VM state the Lua side reads without a call. */
+typedef struct cr_ctx {
+  int32_t service;        /* requests to the Lua side after an op: 1 = run a full collection
+                             (tensor memory grew), 2 = tell the recorder the Lua position
+                             (cap_where), 4 = complete the collector's cycle (handle count),
+                             8 = tell autograd the Lua position (autograd->where) */
+  int32_t capturing;      /* a compiled function is being captured: reading data is a graph break */
+  int32_t claimed;        /* how many of the tensors handed out last Lua has wrapped (core.wrap) */
+  void* impl;             /* cr::Context* */
+} cr_ctx;
+
+typedef struct cr_op_info {
+  const char* name;
+  const char* schema;     /* argument schema, parsed by stdlib/binding.lua */
+  int32_t kind;           /* cr::OpKind */
+  int32_t flags;          /* cr::OpFlag bits */
+} cr_op_info;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

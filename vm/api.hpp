@@ -1,7 +1,0 @@
-// The process-wide cr_api table (see ffi_api.h).
-#pragma once
-#include "vm/ffi_api.h"
-
-namespace cr {
-const cr_api* api_table();
-}

@@ -1,0 +1,29 @@
+#include "vm/context.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "vm/hooks.hpp"
+
+namespace cr {
+
+Context::Context() {
+  ffi.impl = this;
+  if (const char* l = std::getenv("CRESCENT_LOGS")) logs.parse(l);
+  hooks().start_capture(*this);
+}
+
+Context::~Context() { drop_unclaimed(); }
+
+void Context::handing(cr_tensor* const* ts, size_t n) {
+  drop_unclaimed();
+  handed.assign(ts, ts + n);
+}
+
+void Context::drop_unclaimed() {
+  for (size_t i = size_t(std::max(ffi.claimed, 0)); i < handed.size(); ++i) tensor_release(handed[i]);
+  handed.clear();
+  ffi.claimed = 0;
+}
+
+}  // namespace cr

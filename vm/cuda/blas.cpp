@@ -1,0 +1,130 @@
+#include "vm/cuda/blas.hpp"
+
+#include <dlfcn.h>
+
+#include <array>
+#include <mutex>
+#include <vector>
+
+#include "vm/cuda/driver.hpp"
+#include "vm/cuda/streams.hpp"
+#include "vm/error.hpp"
+
+namespace cr::cuda {
+namespace {
+
+using Handle = void*;
+using Status = int;
+constexpr int kOpN = 0, kOpT = 1;
+// cudaDataType / cublasComputeType_t / cublasGemmAlgo_t values (library_types.h, cublas_api.h)
+constexpr int kCudaR16F = 2, kCudaR16BF = 14, kComputeF32 = 68, kGemmDefault = -1;
+
+struct Blas {
+  Status (*create)(Handle*);
+  Status (*set_stream)(Handle, CUstream);
+  Status (*sgemm)(Handle, int, int, int, int, int, const float*, const float*, int, const float*, int, const float*,
+                  float*, int);
+  Status (*dgemm)(Handle, int, int, int, int, int, const double*, const double*, int, const double*, int,
+                  const double*, double*, int);
+  Status (*sgemm_b)(Handle, int, int, int, int, int, const float*, const float*, int, long long, const float*, int,
+                    long long, const float*, float*, int, long long, int);
+  Status (*dgemm_b)(Handle, int, int, int, int, int, const double*, const double*, int, long long, const double*, int,
+                    long long, const double*, double*, int, long long, int);
+  Status (*gemm_ex_b)(Handle, int, int, int, int, int, const void*, const void*, int, int, long long, const void*, int,
+                      int, long long, const void*, void*, int, int, long long, int, int, int);
+  bool ok = false;
+  std::string why;
+  // per device and stream slot, created on first use: cuBLAS keeps a workspace per handle, which
+  // two streams running at once must not share
+  std::vector<std::array<Handle, kPoolStreams + 1>> handles;
+};
+
+Blas& blas() {
+  static Blas B;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!driver(&B.why)) return;
+    void* lib = nullptr;
+    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})
+      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    if (!lib) {
+      B.why = "libcublas could not be loaded (libcublas.so.13 / .12 not found)";
+      return;
+    }
+    B.create = reinterpret_cast<decltype(B.create)>(dlsym(lib, "cublasCreate_v2"));
+    B.set_stream = reinterpret_cast<decltype(B.set_stream)>(dlsym(lib, "cublasSetStream_v2"));
+    B.sgemm = reinterpret_cast<decltype(B.sgemm)>(dlsym(lib, "cublasSgemm_v2"));
+    B.dgemm = reinterpret_cast<decltype(B.dgemm)>(dlsym(lib, "cublasDgemm_v2"));
+    B.sgemm_b = reinterpret_cast<decltype(B.sgemm_b)>(dlsym(lib, "cublasSgemmStridedBatched"));
+    B.dgemm_b = reinterpret_cast<decltype(B.dgemm_b)>(dlsym(lib, "cublasDgemmStridedBatched"));
+    B.gemm_ex_b = reinterpret_cast<decltype(B.gemm_ex_b)>(dlsym(lib, "cublasGemmStridedBatchedEx"));
+    if (!B.create || !B.set_stream || !B.sgemm || !B.dgemm || !B.sgemm_b || !B.dgemm_b || !B.gemm_ex_b) {
+      B.why = "libcublas lacks cublasCreate_v2 / cublasSetStream_v2 / cublas[SD]gemm_v2 / cublas[SD]gemmStridedBatched / cublasGemmStridedBatchedEx";
+      return;
+    }
+    B.handles.assign(size_t(device_count()), {});
+    B.ok = true;
+  });
+  return B;
+}
+
+void check_blas(Status s, const char* what) {
+  if (s != 0) fail(cat("cuBLAS error ", s, " in ", what));
+}
+
+}  // namespace
+
+bool blas_available(std::string* why) {
+  Blas& B = blas();
+  if (why) *why = B.why;
+  return B.ok;
+}
+
+Handle handle(int index) {
+  Blas& L = blas();
+  if (!L.ok) fail(cat("matmul on CUDA needs cuBLAS: ", L.why));
+  use_device(index);
+  static std::mutex m;
+  std::lock_guard<std::mutex> g(m);
+  const int slot = current_slot(index);
+  Handle& h = L.handles[size_t(index)][size_t(slot)];
+  if (!h) {
+    check_blas(L.create(&h), "cublasCreate");
+    check_blas(L.set_stream(h, current_stream(index)), "cublasSetStream");  // (for good: one handle per stream)
+  }
+  return h;
+}
+
+// cuBLAS is column-major: the row-major C {M, N} is the column-major C^T {N, M} = B^T A^T, and a
+// row-major operand read as column-major is its transpose - so B goes first, transposed only
+// when it is column-major itself.
+void gemm(int index, DType d, int M, int N, int K, const void* A, int lda, bool a_colmajor, const void* B, int ldb,
+          bool b_colmajor, void* C, int ldc, double beta) {
+  gemm_batched(index, d, M, N, K, A, lda, a_colmajor, 0, B, ldb, b_colmajor, 0, C, ldc, 0, 1, beta);
+}
+
+void gemm_batched(int index, DType d, int M, int N, int K, const void* A, int lda, bool a_colmajor, int64_t sa,
+                  const void* B, int ldb, bool b_colmajor, int64_t sb, void* C, int ldc, int64_t sc, int batch, double beta) {
+  Handle h = handle(index);
+  Blas& L = blas();
+  const int opb = b_colmajor ? kOpT : kOpN, opa = a_colmajor ? kOpT : kOpN;
+  if (d == DType::f16 || d == DType::bf16) {
+    const int t = d == DType::f16 ? kCudaR16F : kCudaR16BF;
+    const float one = 1, b = float(beta);
+    check_blas(L.gemm_ex_b(h, opb, opa, N, M, K, &one, B, t, ldb, sb, A, t, lda, sa, &b, C, t, ldc, sc, batch,
+                           kComputeF32, kGemmDefault),
+               "cublasGemmStridedBatchedEx");
+  } else if (d == DType::f64) {
+    const double one = 1, b = beta;
+    check_blas(L.dgemm_b(h, opb, opa, N, M, K, &one, static_cast<const double*>(B), ldb, sb,
+                         static_cast<const double*>(A), lda, sa, &b, static_cast<double*>(C), ldc, sc, batch),
+               "cublasDgemmStridedBatched");
+  } else {
+    const float one = 1, b = float(beta);
+    check_blas(L.sgemm_b(h, opb, opa, N, M, K, &one, static_cast<const float*>(B), ldb, sb,
+                         static_cast<const float*>(A), lda, sa, &b, static_cast<float*>(C), ldc, sc, batch),
+               "cublasSgemmStridedBatched");
+  }
+}
+
+}  // namespace cr::cuda

@@ -1,0 +1,98 @@
+// The CUDA driver API, loaded at run time with dlopen("libcuda.so.1"): one binary runs on machines
+// with and without a GPU, and the CPU path never needs the driver. Only the `_v2` entry points
+// of the functions that have them are used (the unversioned names are the CUDA 3.x ABI).
+//
+// Every call goes through check(), which turns a failure into cr::Error naming the driver
+// function, CUDA's error name and text, and what we were doing.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace cr::cuda {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+struct CUctx_st;
+struct CUmod_st;
+struct CUfunc_st;
+struct CUstream_st;
+struct CUevent_st;
+using CUcontext = CUctx_st*;
+using CUmodule = CUmod_st*;
+using CUfunction = CUfunc_st*;
+using CUstream = CUstream_st*;
+using CUevent = CUevent_st*;
+
+// The driver's functions we call, resolved once.
+struct Driver {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDeviceTotalMem)(size_t*, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemGetInfo)(size_t*, size_t*);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
+  CUresult (*cuStreamCreate)(CUstream*, unsigned);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamQuery)(CUstream);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void**, void**);
+  CUresult (*cuEventCreate)(CUevent*, unsigned);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventQuery)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+};
+
+// The loaded driver, or null when there is none (no libcuda, no device, cuInit failed); `why`
+// (optional) says which. Thread-safe; tried once per process.
+const Driver* driver(std::string* why = nullptr);
+// Whether a CUDA device can be used here.
+bool available();
+int device_count();  // 0 without a driver
+
+// Throws cr::Error "CUDA error in <fn> (<what>): <NAME>: <text>" unless rc == 0.
+void check(CUresult rc, const char* fn, const std::string& what = "");
+#define CR_CU(call, what) ::cr::cuda::check(::cr::cuda::driver()->call, #call, what)
+
+// Why cuda:index cannot be used here ("CUDA is not available: ...", or "this machine has 2 CUDA
+// devices (cuda:0 to cuda:1)"); "" when it can.
+std::string device_problem(int64_t index);
+// Makes device `index`'s primary context current on the calling thread (checks the index).
+void use_device(int index);
+
+// Device properties for launch configuration and printing.
+struct DeviceInfo {
+  std::string name;
+  int sm_major = 0, sm_minor = 0, multiprocessors = 0, max_threads_per_block = 0;
+  int max_shared_per_block = 0;  // dynamic shared memory a block may opt in to (bytes)
+  size_t total_memory = 0;
+};
+const DeviceInfo& device_info(int index);
+
+// T.bench's device timer on `index`'s current stream (vm/cuda/streams.hpp): phase 0 records the start event; phase 1
+// records the end event, waits for it and returns the milliseconds between the two.
+double time_events(int index, int phase);
+
+}  // namespace cr::cuda

@@ -1,0 +1,46 @@
+// Device memory: a caching allocator per device, and copies between host and device.
+//
+// Eager ops free a result per op; a driver allocation (cuMemAlloc) synchronises the device and
+// costs tens of microseconds, so freed blocks are kept in size classes (powers of two up to
+// 64 MiB, 2 MiB steps above) and handed out again: no driver allocation per op in steady state.
+// empty_cache() (T.cuda.empty_cache(), T.compiler.reset()) gives them back; an allocation that
+// fails empties the cache and tries once more before it raises.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace cr::cuda {
+
+void* device_alloc(size_t nbytes, int index);  // throws cr::Error "out of memory ... on cuda:N"
+void device_free(void* p, size_t nbytes, int index);
+// Streams (vm/cuda/streams.hpp): a block is cached per stream - the one current at its
+// allocation - and only handed out again on that stream. record_stream(p, i, s) says a block's
+// memory is also used by stream s's work (Tensor:record_stream): when freed, it waits for the work
+// s has queued by then, as PyTorch's caching allocator does.
+void record_stream(void* p, int index, int64_t stream);
+void empty_cache();
+
+struct MemoryStats {
+  int64_t driver_allocs = 0, driver_frees = 0, cache_hits = 0;
+  size_t in_use = 0, reserved = 0;  // bytes handed out / held from the driver (in use + cached)
+};
+MemoryStats memory_stats(int index);
+// How many bytes of dropped tensors the devices may hold until Lua collects them: a quarter of
+// the memory the busiest device could still hand out (free in the driver or cached here),
+// between 64 MiB and 4 GiB (a collection every 64 calls of a kernel writing 64 MiB). See note_allocations (vm/lua/api.cpp).
+size_t garbage_budget();
+// Bytes taken from the driver (cuMemAlloc) so far, on every device: the collector runs after each
+// 64 MiB of them (vm/lua/api.cpp), so dropped blocks are handed out again before the driver is asked
+// for more - a program's first few GiB of outputs would otherwise each cost a cuMemAlloc.
+size_t driver_bytes_total();
+
+// Copies on the current stream, ordered after its earlier launches; copy_to_host waits for it.
+// copy_to_host and synchronize then raise what the kernels' checks found (jit/cuda/checks.hpp).
+void copy_to_device(void* dst, const void* src, size_t n, int index);
+void copy_to_host(void* dst, const void* src, size_t n, int index);
+void copy_on_device(void* dst, const void* src, size_t n, int index);
+void synchronize(int index);
+// Sets `count` elements of `width` bytes (1 or 4) to `pattern`, on the device.
+void fill_pattern(void* dst, size_t count, int width, uint32_t pattern, int index);
+
+}  // namespace cr::cuda

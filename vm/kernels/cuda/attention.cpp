@@ -1,0 +1,138 @@
+#include "vm/kernels/cuda/attention.hpp"
+
+#include <cmath>
+
+#include "vm/kernels/cuda/attention_simt.hpp"
+#include "vm/cuda/driver.hpp"
+#include "vm/kernels/cuda/library.hpp"
+#include "vm/kernels/cuda/prelude.hpp"
+#include "vm/kernels/cuda/sources.hpp"
+#include "vm/kernels/loop.hpp"
+
+namespace cr::cuda {
+namespace {
+
+// A block's shape: warps, keys per tile, blocks per SM the registers are bounded for (two stages
+// of k / v tiles in dynamic shared memory, under the 48 KiB a launch takes without opting in).
+// Measured on the H100 (16x8x1024x64 float16): 4 warps, 64 keys, 4 blocks per SM (128 registers,
+// no spills) was the best of 4 / 8 warps, 1 / 2 m-tiles of 16 rows a warp, 32 / 64 / 128 keys,
+// one / two / three stages (bench/RESULTS.md); head size 128 takes 32 keys and 3 blocks (168
+// registers).
+struct BlockShape {
+  int warps, bn, min_blocks;
+  int rows() const { return 16 * warps; }
+  size_t shared_bytes(int64_t E) const { return size_t(2 * 2 * bn * (E + 8)) * 2; }  // {k, v} x 2 stages
+};
+BlockShape block_shape(int E) { return E <= 64 ? BlockShape{4, 64, 4} : BlockShape{4, 32, 3}; }
+
+// q / k / v as the kernel reads them: rows of E contiguous elements, 16-byte aligned, batch dims
+// folded into at most two strided ones {b0, b1}. Other layouts are copied to contiguous first.
+struct Operand {
+  Tensor t;
+  long long s0 = 0, s1 = 0, row = 0;
+};
+Operand operand_of(const Tensor& x, int64_t heads) {
+  auto fits = [](const Tensor& y) {
+    const int r = y.dim();
+    if (y.stride(r - 1) != 1 || reinterpret_cast<uintptr_t>(y.data_bytes()) % 16 != 0) return false;
+    for (int d = 0; d < r - 1; ++d)
+      if (y.stride(d) % (16 / int64_t(y.itemsize())) != 0) return false;
+    return r <= 4;
+  };
+  Operand o{fits(x) ? x : contiguous(x)};
+  const int r = o.t.dim();
+  o.row = o.t.stride(r - 2);
+  if (r >= 3) o.s1 = o.t.stride(r - 3);
+  if (r == 4) o.s0 = o.t.stride(0);
+  else if (r > 4) {  // contiguous: one batch dim of every head
+    o.s1 = o.t.stride(r - 3);
+    o.s0 = o.s1 * heads;
+  }
+  return o;
+}
+
+}  // namespace
+
+bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale) {
+  // (scale > 0: the kernels take a row's max before scaling, which a positive scale keeps)
+  if (!(scale > 0)) return false;
+  // A float32 block computes 128 query rows whatever L is: for a few rows (decoding without a
+  // mask) the composite's two products and a softmax cost less. H100, 1024 keys, back to back:
+  // 12 heads of 1 row 41 us composite (the kernel takes as long as for 64 rows: 116); 63 rows
+  // 111 composite, 116 kernel; 128 heads of 63 rows 157 composite, 119 kernel.
+  constexpr int64_t kSimtMinRows = 32;
+  if (d == DType::f32)
+    return L >= kSimtMinRows && E > 0 && E <= 128 && E % 4 == 0 && Ev > 0 && Ev <= 128 && Ev % 16 == 0;
+  return (d == DType::f16 || d == DType::bf16) && E == Ev && (E == 16 || E == 32 || E == 64 || E == 128);
+}
+
+std::string attention_source(DType d, int E) {
+  const BlockShape b = block_shape(E);
+  return cat(prelude(), "\ntypedef cr::", d == DType::f16 ? "half_t" : "bf16_t", " T;\n#define MMA_T \"",
+             d == DType::f16 ? "f16" : "bf16", "\"\n#define D ", E, "\n#define BN ", b.bn, "\n#define WARPS ", b.warps,
+             "\n#define MIN_BLOCKS ", b.min_blocks, "\n", cuda_source("attention_common.cuh"),
+             cuda_source("attention.cuh"));
+}
+
+// A mask view's strides as the kernels read them: batch dims folded into {s0, s1} like q's (at
+// most two of them: a mask view's broadcast strides cannot be merged), then row and key.
+struct MaskOperand {
+  int kind = 0;  // 0 none, 1 q's dtype, 2 bool
+  const void* p = nullptr;
+  long long s0 = 0, s1 = 0, row = 0, col = 0;
+};
+bool mask_operand(const Tensor& m, MaskOperand& o) {
+  if (!m.defined()) return true;
+  const int r = m.dim();
+  if (r > 4) return false;
+  o.kind = m.dtype() == DType::b8 ? 2 : 1;
+  o.p = m.data_bytes();
+  o.row = m.stride(r - 2);
+  o.col = m.stride(r - 1);
+  if (r >= 3) o.s1 = m.stride(r - 3);
+  if (r == 4) o.s0 = m.stride(0);
+  return true;
+}
+
+bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+               bool causal, const Tensor& mask) {
+  const int r = q.dim();
+  const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
+  if (!attention_takes(q.dtype(), L, E, Ev, scale) || L >= (int64_t(1) << 31) || S >= (int64_t(1) << 31)) return false;
+  const int device = out.device().index;
+  const DeviceInfo& info = device_info(device);
+  if (info.sm_major < 8) return false;  // (cp.async and mma.m16n8k16: sm_80 on)
+  MaskOperand mo;
+  if (!mask_operand(mask, mo)) return false;
+  if (out.numel() == 0) return true;
+  // The kernel and its block: tensor cores for 16-bit values, the FMA pipes for float32.
+  const bool simt = q.dtype() == DType::f32;
+  const size_t shared_limit = size_t(info.max_shared_per_block);
+  const BlockShape mma_shape = block_shape(int(E));
+  const SimtShape simt_shape_ = simt_shape(int(E), int(Ev), shared_limit);
+  const int64_t rows = simt ? simt_shape_.rows() : mma_shape.rows(), heads = r >= 3 ? q.size(r - 3) : 1,
+                batch = out.numel() / (L * Ev);
+  if (rows == 0) return false;  // (no float32 block fits this GPU's shared memory)
+  const int64_t row_blocks = (L + rows - 1) / rows;
+  if (batch * row_blocks >= (int64_t(1) << 31)) return false;
+  const Operand qo = operand_of(q, heads), ko = operand_of(k, heads), vo = operand_of(v, heads);
+  void *qp = qo.t.data_bytes(), *kp = ko.t.data_bytes(), *vp = vo.t.data_bytes(), *op = out.data_bytes();
+  int L_ = int(L), S_ = int(S), heads_ = int(heads), rbs = int(row_blocks), causal_ = causal;
+  long long qs0 = qo.s0, qs1 = qo.s1, qsr = qo.row, ks0 = ko.s0, ks1 = ko.s1, ksr = ko.row, vs0 = vo.s0, vs1 = vo.s1,
+            vsr = vo.row;
+  float scale_log2 = float(scale * 1.4426950408889634);  // (log2 e: the kernels' exponentials are exp2)
+  const void* mp = mo.p;
+  void* args[] = {&qp,  &kp,  &vp,  &op,  &L_,  &S_,  &heads_,     &rbs,     &qs0,  &qs1,   &qsr,   &ks0,
+                  &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_, &mp, &mo.kind, &mo.s0, &mo.s1, &mo.row, &mo.col};
+  if (simt)
+    library_launch(ctx, device, cat("attention_f32_", E, "_", Ev),
+                   [&] { return attention_simt_source(int(E), int(Ev), shared_limit); },
+                   "attention_simt", batch * row_blocks, 256, args, simt_shape_.shared_bytes(int(Ev)));
+  else
+    library_launch(ctx, device, cat("attention_", dtype_name(q.dtype()), "_", E),
+                   [&] { return attention_source(q.dtype(), int(E)); }, "attention_fwd", batch * row_blocks,
+                   32 * mma_shape.warps, args, mma_shape.shared_bytes(E));
+  return true;
+}
+
+}  // namespace cr::cuda

@@ -1,0 +1,30 @@
+// Fused attention: out = softmax(q k^T * scale) v in one kernel that never writes the {L, S}
+// scores (flash attention's online softmax). float16 / bfloat16 run on tensor cores (mma.sync,
+// attention.cuh); float32 on the FMA pipes (attention_simt.cuh: tensor cores would round it to
+// tf32). Library kernels (library.hpp): CUDA C written once, instantiated per dtype and head size.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "vm/registry.hpp"
+
+namespace cr::cuda {
+
+// Whether a kernel takes q / k / v of dtype d with L query rows, head size E (q, k) and Ev (v)
+// and this scale: a positive scale, and float16 or bfloat16 with E == Ev one of 16, 32, 64, 128,
+// or float32 with at least 32 query rows, E a multiple of 4 and Ev of 16, both at most 128. The
+// one predicate of T.attention, F.scaled_dot_product_attention and the graph rewrite.
+bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale);
+
+// out {..., L, Ev} (contiguous) = attention of q {..., L, E}, k {..., S, E}, v {..., S, Ev} on one
+// CUDA device, query i seeing keys 0..i when causal. mask (undefined: none) is a view of the
+// scores' shape {..., L, S} (broadcast dims of stride 0), bool (true: attend) or q's dtype (added
+// to the scaled scores). False (nothing ran) when the kernel does not take them (attention_takes;
+// a mask with more than two batch dims) and on GPUs before sm_80.
+bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+               bool causal, const Tensor& mask);
+
+// The module source for dtype d and head size E (tests compile it to CUBIN without a GPU).
+std::string attention_source(DType d, int E);
+
+}  // namespace cr::cuda

@@ -1,0 +1,223 @@
+// ---- crescent CUDA prelude ----
+// NVRTC sees no host headers: the fixed-width integer types, limits and type traits the scalar
+// definitions need are spelled out here. The namespaces vmath, sm and std mirror the names the
+// registry's expressions use (vm/kernels/scalar_math.hpp, vm/kernels/vmath.hpp), with the same
+// NaN / -0 / integer-wrap behaviour, computed with CUDA's accurate device math (expf, erff, ...:
+// no __expf-style intrinsics, whose errors exceed float32 rounding of the eager results).
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+
+namespace cr {
+template <class T> struct is_fp { static constexpr bool value = false; };
+template <> struct is_fp<float> { static constexpr bool value = true; };
+template <> struct is_fp<double> { static constexpr bool value = true; };
+template <class T> struct is_int { static constexpr bool value = false; };
+template <> struct is_int<int32_t> { static constexpr bool value = true; };
+template <> struct is_int<int64_t> { static constexpr bool value = true; };
+template <class T> struct unsigned_of { typedef T type; };
+template <> struct unsigned_of<int32_t> { typedef uint32_t type; };
+template <> struct unsigned_of<int64_t> { typedef uint64_t type; };
+
+template <class T> __forceinline__ T nan_();
+template <> __forceinline__ float nan_<float>() { return __int_as_float(0x7fc00000); }
+template <> __forceinline__ double nan_<double>() { return __longlong_as_double(0x7ff8000000000000ULL); }
+template <class T> __forceinline__ T inf_();
+template <> __forceinline__ float inf_<float>() { return __int_as_float(0x7f800000); }
+template <> __forceinline__ double inf_<double>() { return __longlong_as_double(0x7ff0000000000000ULL); }
+
+// float16 / bfloat16 storage: 16-bit words converted to and from float32 around every load and
+// store (the lowering computes in float32, jit/lower.hpp compute_dtype). Conversions from other
+// types go through float32, as the eager kernels' store() does (vm/dtype.hpp); float -> 16 bits
+// rounds to nearest even (PTX cvt.rn), NaN stays NaN.
+struct half_t {
+  unsigned short bits;
+  half_t() = default;
+  __forceinline__ half_t(float f) { asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f)); }
+  template <class T> __forceinline__ half_t(T v) : half_t(float(v)) {}
+  __forceinline__ operator float() const {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+    return f;
+  }
+};
+struct bf16_t {
+  unsigned short bits;
+  bf16_t() = default;
+  __forceinline__ bf16_t(float f) { asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(f)); }
+  template <class T> __forceinline__ bf16_t(T v) : bf16_t(float(v)) {}
+  __forceinline__ operator float() const { return __uint_as_float(uint32_t(bits) << 16); }
+};
+template <> struct is_fp<half_t> { static constexpr bool value = true; };
+template <> struct is_fp<bf16_t> { static constexpr bool value = true; };
+
+// N-element vectors (16 bytes: 4 float32, 8 float16), for aligned contiguous loads and stores of
+// N consecutive elements.
+template <class T, int N> struct alignas(N * sizeof(T)) vec { T v[N]; };
+template <int N, class T> __forceinline__ vec<T, N> loadv(const T* p) { return *reinterpret_cast<const vec<T, N>*>(p); }
+template <class T, int N> __forceinline__ void storev(T* p, const vec<T, N>& x) { *reinterpret_cast<vec<T, N>*>(p) = x; }
+
+// The run's values of a kernel (random ops' seeds and counter offsets), passed by value.
+template <int N> struct words { int64_t v[N]; };
+
+// A gather's 1-based position p as a 0-based one. A p outside 1..limit reads position 1 (never a
+// wild read) and is recorded in the kernel's check word {p, limit, site + 1} by the first thread
+// that finds one; the host reads the word at its next synchronisation (jit/checks.hpp).
+__forceinline__ int64_t position(int64_t p, int64_t limit, int site, int64_t* check) {
+  if (p >= 1 && p <= limit) return p - 1;
+  if (atomicCAS(reinterpret_cast<unsigned long long*>(check + 2), 0ull, (unsigned long long)(site + 1)) == 0ull) {
+    check[0] = p;
+    check[1] = limit;
+  }
+  return 0;
+}
+
+// Reduction folds. Integer sums and products wrap (unsigned arithmetic), as the CPU folds do;
+// max / min propagate NaN (the first NaN wins), as torch.amax / torch.amin.
+struct Sum {
+  template <class T> __forceinline__ T operator()(T a, T b) const {
+    if constexpr (is_int<T>::value) return T(typename unsigned_of<T>::type(a) + typename unsigned_of<T>::type(b));
+    else return a + b;
+  }
+};
+struct Prod {
+  template <class T> __forceinline__ T operator()(T a, T b) const {
+    if constexpr (is_int<T>::value) return T(typename unsigned_of<T>::type(a) * typename unsigned_of<T>::type(b));
+    else return a * b;
+  }
+};
+struct Max {
+  template <class T> __forceinline__ T operator()(T a, T b) const { return (a > b || a != a) ? a : b; }
+};
+struct Min {
+  template <class T> __forceinline__ T operator()(T a, T b) const { return (a < b || a != a) ? a : b; }
+};
+
+// Team reductions: every thread of the team gets the result (xor butterflies: the same fold
+// order on every lane, so every lane holds the same bits).
+template <class T> __forceinline__ T shfl_xor(T v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, v, lane_mask); }
+template <> __forceinline__ bool shfl_xor<bool>(bool v, int lane_mask) { return __shfl_xor_sync(0xffffffffu, int(v), lane_mask) != 0; }
+template <class T, class Op> __forceinline__ T warp_reduce(T v, Op op) {
+#pragma unroll
+  for (int m = 16; m >= 1; m /= 2) v = op(v, shfl_xor(v, m));
+  return v;
+}
+// One row per block of B threads: warps fold, then every thread folds the warps' partials in
+// warp order (deterministic). `smem` holds B / 32 partials; the second barrier lets the next
+// reduction reuse it.
+template <int B, class T, class Op> __forceinline__ T block_reduce(T v, Op op, T* smem) {
+  v = warp_reduce(v, op);
+  if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
+  __syncthreads();
+  T r = smem[0];
+#pragma unroll
+  for (int w = 1; w < B / 32; ++w) r = op(r, smem[w]);
+  __syncthreads();
+  return r;
+}
+}  // namespace cr
+
+// the functions the registry's scalar expressions name (vm/kernels/vmath.hpp). CR_F1_CALL ones
+// stay calls: sin / cos / tan and pow carry a large argument-reduction slow path, and inlined
+// at every (unrolled) use they made NVRTC's time grow with the chain - 20 sins took 800 ms, as
+// calls 50 ms. The call costs a few instructions in kernels that wait on memory anyway.
+#define CR_F1(name, f32, f64) \
+  __forceinline__ float name(float x) { return f32(x); } \
+  __forceinline__ double name(double x) { return f64(x); }
+#define CR_F1_CALL(name, f32, f64) \
+  __noinline__ float name(float x) { return f32(x); } \
+  __noinline__ double name(double x) { return f64(x); }
+namespace vmath {
+CR_F1(exp, expf, ::exp)
+CR_F1(exp2, exp2f, ::exp2)
+CR_F1(log, logf, ::log)
+CR_F1(log2, log2f, ::log2)
+CR_F1(log1p, log1pf, ::log1p)
+CR_F1(expm1, expm1f, ::expm1)
+CR_F1_CALL(sin, sinf, ::sin)
+CR_F1_CALL(cos, cosf, ::cos)
+CR_F1_CALL(tan, tanf, ::tan)
+CR_F1(tanh, tanhf, ::tanh)
+CR_F1(erf, erff, ::erf)
+template <class T> __forceinline__ T sigmoid(T x) { return T(1) / (T(1) + exp(-x)); }
+}  // namespace vmath
+namespace std {
+CR_F1(sqrt, sqrtf, ::sqrt)
+__forceinline__ float atan2(float a, float b) { return atan2f(a, b); }
+__forceinline__ double atan2(double a, double b) { return ::atan2(a, b); }
+}  // namespace std
+namespace cr {
+CR_F1(floor_fp, floorf, ::floor)
+CR_F1(ceil_fp, ceilf, ::ceil)
+CR_F1(rint_fp, rintf, ::rint)
+CR_F1(trunc_fp, truncf, ::trunc)
+__forceinline__ float fmod_fp(float a, float b) { return fmodf(a, b); }
+__forceinline__ double fmod_fp(double a, double b) { return ::fmod(a, b); }
+__noinline__ float pow_fp(float a, float b) { return powf(a, b); }
+__noinline__ double pow_fp(double a, double b) { return ::pow(a, b); }
+}  // namespace cr
+#undef CR_F1
+#undef CR_F1_CALL
+
+// the scalar definitions of the pointwise ops (vm/kernels/scalar_math.hpp)
+namespace sm {
+template <class T> __forceinline__ T floor_(T a) { if constexpr (cr::is_fp<T>::value) return cr::floor_fp(a); else return a; }
+template <class T> __forceinline__ T ceil_(T a) { if constexpr (cr::is_fp<T>::value) return cr::ceil_fp(a); else return a; }
+template <class T> __forceinline__ T round_(T a) { if constexpr (cr::is_fp<T>::value) return cr::rint_fp(a); else return a; }
+template <class T> __forceinline__ T trunc_(T a) { if constexpr (cr::is_fp<T>::value) return cr::trunc_fp(a); else return a; }
+template <class T> __forceinline__ T neg_(T a) {
+  if constexpr (cr::is_int<T>::value) return T(typename cr::unsigned_of<T>::type(0) - typename cr::unsigned_of<T>::type(a));
+  else return -a;
+}
+template <class T> __forceinline__ T abs_(T a) { return a < T(0) ? neg_(a) : a; }
+template <class T> __forceinline__ T sign_(T a) { return T((T(0) < a) - (a < T(0))); }
+template <class T> __forceinline__ T relu_(T a) { return a != a ? a : a > T(0) ? a : T(0); }
+template <class T> __forceinline__ T silu_(T a) { return a * vmath::sigmoid(a); }
+template <class T> __forceinline__ T gelu_(T a) { return T(0.5) * a * (T(1) + vmath::erf(a * T(0.70710678118654752440))); }
+template <class T> __forceinline__ T gelu_tanh_(T a) {
+  const T k = T(0.79788456080286535588), c = T(0.044715);
+  return T(0.5) * a * (T(1) + vmath::tanh(k * (a + c * a * a * a)));
+}
+template <class T> __forceinline__ T rsqrt_(T a) { return T(1) / std::sqrt(a); }
+template <class T> __forceinline__ bool isnan_(T a) { return a != a; }
+template <class T> __forceinline__ bool isinf_(T a) {
+  if constexpr (cr::is_fp<T>::value) return a == cr::inf_<T>() || a == -cr::inf_<T>();
+  else return false;
+}
+template <class T> __forceinline__ T maximum_(T a, T b) {
+  if constexpr (cr::is_fp<T>::value) { if (a != a || b != b) return cr::nan_<T>(); }
+  return a > b ? a : b;
+}
+template <class T> __forceinline__ T minimum_(T a, T b) {
+  if constexpr (cr::is_fp<T>::value) { if (a != a || b != b) return cr::nan_<T>(); }
+  return a < b ? a : b;
+}
+template <class T> __forceinline__ T fmod_(T a, T b) {
+  if constexpr (cr::is_fp<T>::value) return cr::fmod_fp(a, b);
+  else if constexpr (cr::is_int<T>::value) return b == T(-1) ? T(0) : T(a % b);
+  else return T(a && !b);
+}
+template <class T> __forceinline__ T remainder_(T a, T b) {  // Python's %: the sign of the divisor
+  if constexpr (cr::is_fp<T>::value) {
+    T r = cr::fmod_fp(a, b);
+    return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? r + b : r;
+  } else if constexpr (cr::is_int<T>::value) {
+    if (b == T(-1)) return T(0);
+    T r = T(a % b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? T(r + b) : r;
+  } else return T(a && !b);
+}
+template <class T> __forceinline__ T pow_(T a, T b) {
+  if constexpr (cr::is_int<T>::value) {  // exponentiation by squaring, wrapping
+    typedef typename cr::unsigned_of<T>::type U;
+    if (b < 0) return a == 1 ? T(1) : a == -1 ? T((b & 1) ? -1 : 1) : T(0);
+    U r = 1, base = U(a);
+    for (T e = b; e; e >>= 1, base *= base)
+      if (e & 1) r *= base;
+    return T(r);
+  } else if constexpr (cr::is_fp<T>::value) return cr::pow_fp(a, b);
+  else return a || !b;
+}
+}  // namespace sm
+// ---- end of the prelude ----

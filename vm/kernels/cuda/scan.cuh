@@ -1,0 +1,93 @@
+// Compiled after the prelude and the launcher's typedefs T (elements) and A (the accumulator)
+// (library.cpp source_of).
+//
+// cumsum over a contiguous {outer, n, inner}.
+// cumsum_rows (inner == 1, rows longer than a warp): a block per chunk of a row walks it in tiles
+// of 4 * blockDim elements: each thread adds its 4 neighbours, a warp scan (shuffles) of the
+// threads' sums, the warps' totals scanned by warp 0, and the carry of the tiles before. Few long
+// rows (a block per row would leave most of the GPU idle) are cut into chunks: cumsum_totals sums
+// each chunk first, and a chunk's block starts from the sum of the totals before it.
+// cumsum_walk (columns, or short rows): a thread per (outer, inner) position adds along n, reading
+// `inner` apart (neighbouring threads read neighbouring columns).
+__device__ __forceinline__ A warp_scan(A v, int lane) {
+  for (int o = 1; o < 32; o <<= 1) {
+    const A t = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += t;
+  }
+  return v;
+}
+
+// The sum of every thread's v, for all threads; `shared` holds 32 values.
+__device__ __forceinline__ A block_total(A v, A* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  A t = A(0);
+  for (int w = 0; w < warps; ++w) t += shared[w];
+  return t;
+}
+
+extern "C" __global__ void cumsum_totals(const T* __restrict__ x, A* __restrict__ totals, long long n, long long chunk,
+                                         long long chunks) {
+  __shared__ A shared[32];
+  const long long row = blockIdx.x / chunks, c = blockIdx.x - row * chunks;
+  const long long lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+  x += row * n;
+  A s = A(0);
+  for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) s += A(x[i]);
+  s = block_total(s, shared);
+  if (threadIdx.x == 0) totals[blockIdx.x] = s;
+}
+
+extern "C" __global__ void cumsum_rows(const T* __restrict__ x, T* __restrict__ y, long long n, long long chunk,
+                                       long long chunks, const A* __restrict__ totals) {
+  __shared__ A shared[32];
+  const long long row = blockIdx.x / chunks, c = blockIdx.x - row * chunks;
+  const long long lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+  x += row * n;
+  y += row * n;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  A carry = A(0);
+  if (c > 0) {  // the chunks before this one
+    for (long long k = threadIdx.x; k < c; k += blockDim.x) carry += totals[row * chunks + k];
+    carry = block_total(carry, shared);
+  }
+  for (long long base = lo; base < hi; base += 4 * (long long)blockDim.x) {
+    const long long i0 = base + 4 * (long long)threadIdx.x;
+    A v[4], run = A(0);
+    for (int e = 0; e < 4; ++e) {
+      if (i0 + e < hi) run += A(x[i0 + e]);
+      v[e] = run;
+    }
+    const A inclusive = warp_scan(run, lane);
+    A before = __shfl_up_sync(0xffffffffu, inclusive, 1);
+    if (lane == 0) before = A(0);
+    __syncthreads();  // (every reader of the last tile's totals is done)
+    if (lane == 31) shared[warp] = inclusive;
+    __syncthreads();
+    if (warp == 0) {
+      const A t = warp_scan(lane < warps ? shared[lane] : A(0), lane);
+      if (lane < warps) shared[lane] = t;
+    }
+    __syncthreads();
+    if (warp > 0) before += shared[warp - 1];
+    before += carry;
+    for (int e = 0; e < 4; ++e)
+      if (i0 + e < hi) y[i0 + e] = T(before + v[e]);
+    carry += shared[warps - 1];
+  }
+}
+
+extern "C" __global__ void cumsum_walk(const T* __restrict__ x, T* __restrict__ y, long long n, long long inner,
+                                       long long positions) {
+  const long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (p >= positions) return;
+  const long long o = p / inner, at = o * n * inner + (p - o * inner);
+  A acc = A(0);
+  for (long long i = 0; i < n; ++i) {
+    acc += A(x[at + i * inner]);
+    y[at + i * inner] = T(acc);
+  }
+}

@@ -1,0 +1,507 @@
+// The cr_api function table: the C entry points the Lua side calls through the FFI. Every
+// entry catches cr::Error and leaves the message in the VM's context: a C++ exception must never
+// cross into LuaJIT.
+#include "vm/lua/api.hpp"
+
+#include "vm/kernels/cuda/attention.hpp"
+#include "vm/cuda/driver.hpp"
+#include "jit/jit.hpp"
+#include "jit/cuda/eager.hpp"
+#include "vm/cuda/memory.hpp"
+#include "vm/cuda/streams.hpp"
+#include "vm/autograd/call.hpp"
+#include "vm/lua/autograd_api.hpp"
+#include "vm/cpu_march.hpp"
+#include "vm/devices.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "vm/graph/recorder.hpp"
+#include "vm/io/io.hpp"
+#include "vm/kernels/loop.hpp"
+#include "vm/ops/attention.hpp"
+#include "vm/print.hpp"
+#include "vm/registry.hpp"
+#include "vm/threads.hpp"
+
+namespace cr {
+namespace {
+
+
+template <class F> int32_t guarded(cr_ctx* c, F&& f) {
+  try {
+    return f();
+  } catch (const LocatedError& e) {
+    Context::of(c).error = e.what();
+    return -2;
+  } catch (const std::exception& e) {
+    Context::of(c).error = e.what();
+    return -1;
+  }
+}
+
+// Lua's collector does not see tensor memory: after enough tensor allocation (eager ops or a
+// compiled graph's outputs) ask Lua for a full collection, so that dropped tensors go back to the
+// allocators' caches (PyTorch frees them at once, by reference counts).
+// Host: 8 MB or 8x the Lua heap, whichever is larger. A collection costs time in proportion to the
+// Lua heap, so this bounds the collector's share of the time; and the next output reuses a block
+// that is still in the CPU caches instead of cycling through many cold ones. Blocks too large for
+// the caches (cpu_large_block_bytes: generated code streams them past the caches) gain nothing
+// from that reuse and count apart, with room for kGcLargeBlocks of them: a full collection (120 us
+// with the stdlib loaded) after every 16 MiB layer norm output was 11 % of the compiled call.
+// Device: GPU caches do not favour recent blocks, and a full collection (about 200 us with just the
+// stdlib loaded) costs several times a memory-bound kernel over 64 MB: collecting for every such
+// output made pw_chain on the H100 a 290 us call around a 43 us kernel. So dropped device tensors
+// may pile up to a quarter of what the device could still hand out (cuda::garbage_budget, at
+// most 4 GiB), re-measured at each collection: a program that nears the device's capacity
+// collects more and more often. Until the device cache holds that much, though, each output
+// would be a fresh cuMemAlloc (50-100 us of host time, measured on the H100: the first 256 calls
+// of an op writing 16 MiB): so the collector also runs after every 64 MiB taken from the driver,
+// and the blocks it frees serve the next outputs.
+constexpr size_t kGcMinBytes = size_t(8) << 20, kGcDriverBytes = size_t(64) << 20;
+constexpr double kGcHeapFactor = 8;
+// Handles: each tensor handed to Lua holds a header and storage on the C++ side, which the
+// collector releases long after the handle died, from cold cache lines. Small tensors barely
+// count in bytes, so handles count too: after max(4096, 4 x the Lua heap in KiB) of them the
+// collector completes its cycle (service bit 4). Not a full collection, which discards the
+// marking of a cycle in progress, sweeps everything and then runs a whole cycle (120 us for a
+// 700 KiB heap): with 60 ops a call in trace mode that was 2 cycles every 68 calls and 17-19 us a
+// call, against 15 us with no rule at all. Completing the cycle frees every handle dead when it
+// began; the rest go in the next one.
+constexpr size_t kGcMinHandles = 4096;
+constexpr double kGcHandlesPerHeapKb = 4;
+constexpr int64_t kGcLargeBlocks = 8;
+void note_allocations(cr_ctx* c) {
+  const Context& ctx = Context::of(c);
+  if (bytes_allocated_total() - ctx.bytes_at_last_gc > ctx.gc_every_bytes ||
+      large_bytes_allocated_total() - ctx.large_bytes_at_last_gc > size_t(kGcLargeBlocks * cpu_large_block_bytes()) ||
+      device_bytes_allocated_total() - ctx.device_bytes_at_last_gc > ctx.gc_every_device_bytes ||
+      device_driver_bytes() - ctx.driver_bytes_at_last_gc > kGcDriverBytes)
+    c->service |= 1;
+}
+
+int32_t hand_out(Context& ctx, std::vector<Tensor>& outs, cr_tensor** buf, int32_t cap) {
+  int32_t n = int32_t(outs.size());
+  ctx.handles_since_gc += size_t(n);
+  if (ctx.handles_since_gc > ctx.gc_every_handles) ctx.ffi.service |= 4;
+  if (n > cap) {
+    ctx.pending = std::move(outs);
+    return n;
+  }
+  for (int32_t i = 0; i < n; ++i) buf[i] = outs[size_t(i)].release();
+  ctx.handing(buf, size_t(n));
+  return n;
+}
+
+const cr_op_info* api_op_info(int32_t op) {
+  const auto& infos = Registry::get().infos();
+  return op >= 0 && size_t(op) < infos.size() ? &infos[size_t(op)] : nullptr;
+}
+
+int32_t api_call(cr_ctx* c, int32_t op, const cr_value* args, int32_t nargs, cr_tensor** outs, int32_t cap) {
+  return guarded(c, [&] {
+    Context& ctx = Context::of(c);
+    std::vector<Tensor>& r = ctx.call_outs;
+    autograd::call(ctx, op, args, nargs, r);
+    note_allocations(c);
+    int32_t n = hand_out(ctx, r, outs, cap);
+    r.clear();
+    return n;
+  });
+}
+
+int32_t api_take_outputs(cr_ctx* c, cr_tensor** outs, int32_t cap) {
+  Context& ctx = Context::of(c);
+  std::vector<Tensor> r = std::move(ctx.pending);
+  ctx.pending.clear();
+  return hand_out(ctx, r, outs, cap);
+}
+
+const char* api_last_error(cr_ctx* c) { return Context::of(c).error.c_str(); }
+void api_retain(cr_tensor* t) { tensor_retain(t); }
+void api_release(cr_tensor* t) { tensor_release(t); }
+
+// LuaJIT keeps type tags in the payload bits of NaNs: a double that Lua reads through the FFI must
+// be a canonical NaN, or Lua sees another type (the float32 NaN 0xffffffff that torch.log1p(-2)
+// makes came back from totable() as a nil).
+static void canonical_nans(double* v, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    if (std::isnan(v[i])) v[i] = std::numeric_limits<double>::quiet_NaN();
+}
+
+int32_t api_item(cr_ctx* c, cr_tensor* t, double* out) {
+  return guarded(c, [&] {
+    graph::ensure_real(Context::of(c), t);
+    Tensor x(t, true);
+    if (x.numel() != 1) fail(cat("item: expected a tensor with one element, got ", x.describe()));
+    Tensor d = Tensor::empty({}, DType::f64);
+    copy_into(d, x.dim() ? Tensor::view_of(x, {}, {}, x.offset()) : x);
+    *out = *d.data<double>();
+    canonical_nans(out, 1);
+    return 0;
+  });
+}
+
+int32_t api_read_all(cr_ctx* c, cr_tensor* t, double* out, int64_t n) {
+  return guarded(c, [&] {
+    graph::ensure_real(Context::of(c), t);
+    Tensor x(t, true);
+    if (x.numel() != n) fail("totable: buffer size mismatch");
+    Storage* s = storage_wrap(out, size_t(n) * 8, Device{}, [](void*, void*) {}, nullptr);
+    Tensor d = Tensor::from_storage(s, x.sizes(), contiguous_strides(x.sizes()), 0, DType::f64);
+    copy_into(d, x);
+    canonical_nans(out, n);
+    return 0;
+  });
+}
+
+const char* api_format(cr_ctx* c, cr_tensor* t) {
+  Context& ctx = Context::of(c);
+  try {
+    graph::ensure_real(ctx, t);
+    ctx.scratch = format_tensor(Tensor(t, true));
+    return ctx.scratch.c_str();
+  } catch (const std::exception& e) {
+    ctx.error = e.what();
+    return nullptr;
+  }
+}
+
+// Whoever holds the pointer may write through it: lazy values that would be recomputed from this
+// storage are computed first, and its version moves on.
+void* api_data_ptr(cr_ctx* c, cr_tensor* t) {
+  if (!t->_storage) return nullptr;
+  auto* s = static_cast<Storage*>(t->_storage);
+  try {
+    graph::before_write(Context::of(c), s);
+  } catch (const std::exception& e) {
+    Context::of(c).error = e.what();
+    return nullptr;
+  }
+  s->version.fetch_add(1);
+  return Tensor(t, true).data_bytes();
+}
+int32_t api_is_contiguous(cr_tensor* t) { return Tensor(t, true).is_contiguous(); }
+void api_manual_seed(cr_ctx* c, uint64_t seed) { Context::of(c).gen = Generator{seed, 0}; }
+int32_t api_num_threads() { return num_threads(); }
+double api_now_us() {
+  using namespace std::chrono;
+  return double(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) / 1e3;
+}
+void api_gc_done(cr_ctx* c, double lua_heap_kb) {
+  c->service &= ~5;
+  Context& ctx = Context::of(c);
+  ctx.bytes_at_last_gc = bytes_allocated_total();
+  ctx.handles_since_gc = 0;
+  ctx.gc_every_handles = std::max(kGcMinHandles, size_t(kGcHandlesPerHeapKb * lua_heap_kb));
+  ctx.large_bytes_at_last_gc = large_bytes_allocated_total();
+  ctx.gc_every_bytes = std::max(kGcMinBytes, size_t(kGcHeapFactor * lua_heap_kb * 1024));
+  ctx.device_bytes_at_last_gc = device_bytes_allocated_total();
+  ctx.driver_bytes_at_last_gc = device_driver_bytes();
+  if (ctx.device_bytes_at_last_gc) ctx.gc_every_device_bytes = device_garbage_budget();
+}
+
+int32_t api_save_safetensors(cr_ctx* c, const char* path, const char** names, const size_t* name_lens, cr_tensor** ts,
+                             int32_t n) {
+  return guarded(c, [&] {
+    std::vector<std::pair<std::string, Tensor>> items;
+    for (int32_t i = 0; i < n; ++i) {
+      graph::ensure_real(Context::of(c), ts[i]);
+      items.emplace_back(std::string(names[i], name_lens[i]), Tensor(ts[i], true));
+    }
+    save_safetensors(path, items);
+    return 0;
+  });
+}
+
+int32_t api_load_safetensors(cr_ctx* c, const char* path, cr_tensor** outs, int32_t cap) {
+  return guarded(c, [&] {
+    Context& ctx = Context::of(c);
+    auto items = load_safetensors(path);
+    ctx.loaded_names.clear();
+    std::vector<Tensor> ts;
+    for (auto& [name, t] : items) {
+      ctx.loaded_names.push_back(name);
+      ts.push_back(t);
+    }
+    return hand_out(ctx, ts, outs, cap);
+  });
+}
+
+const char* api_loaded_name(cr_ctx* c, int32_t i, size_t* len) {
+  Context& ctx = Context::of(c);
+  if (i < 0 || size_t(i) >= ctx.loaded_names.size()) return nullptr;
+  *len = ctx.loaded_names[size_t(i)].size();
+  return ctx.loaded_names[size_t(i)].data();
+}
+
+int32_t api_save_npy(cr_ctx* c, const char* path, cr_tensor* t) {
+  return guarded(c, [&] {
+    graph::ensure_real(Context::of(c), t);
+    save_npy(path, Tensor(t, true));
+    return 0;
+  });
+}
+
+cr_tensor* api_load_npy(cr_ctx* c, const char* path) {
+  cr_tensor* r = nullptr;
+  guarded(c, [&] {
+    r = load_npy(path).release();
+    Context::of(c).handing(&r, 1);
+    return 0;
+  });
+  return r;
+}
+
+// ---- graph capture ---------------------------------------------------------------------------
+
+graph::Recorder& rec(cr_ctx* c) { return *Context::of(c).recorder; }
+
+int32_t api_cap_function(cr_ctx* c, const char* name, int32_t hot, int32_t fullgraph, int32_t reduce_overhead,
+                         const char* backend, int32_t dynamic) {
+  return guarded(c, [&] {
+    guards::Options o;
+    o.dynamic = dynamic;
+    o.name = name;
+    o.hot = hot;
+    o.fullgraph = fullgraph != 0;
+    o.reduce_overhead = reduce_overhead != 0;
+    o.backend = backend;
+    return rec(c).new_function(o);
+  });
+}
+
+int32_t api_cap_begin(cr_ctx* c, int32_t fn, int32_t limit) {
+  return guarded(c, [&] { return int32_t(rec(c).begin(fn, limit)); });
+}
+
+int32_t api_cap_need(cr_ctx* c, cr_tensor* t, const char* reason, const char* where) {
+  return guarded(c, [&] {
+    graph::Recorder& r = rec(c);
+    if (r.active()) r.graph_break(reason, where, t);
+    if (t) graph::ensure_real(Context::of(c), t);
+    note_allocations(c);
+    return 0;
+  });
+}
+
+int32_t api_cap_finish(cr_ctx* c, cr_tensor** rets, int32_t n, const char* where) {
+  return guarded(c, [&] {
+    // not active: T.compiler.reset() inside the function stopped the capture (its ops ran)
+    if (rec(c).active()) rec(c).finish(std::vector<cr_tensor*>(rets, rets + n), where);
+    note_allocations(c);
+    return 0;
+  });
+}
+
+void api_cap_abort(cr_ctx* c) {
+  Context::of(c).drop_unclaimed();  // (an error unwound the call: perhaps before a wrap)
+  rec(c).abort();
+}
+void api_cap_where(cr_ctx* c, const char* where) {
+  c->service &= ~2;
+  rec(c).set_where(where);
+}
+// T.compiler.reset(): also gives cached device memory back (blocks in use stay with their tensors)
+void api_cap_reset(cr_ctx* c) {
+  rec(c).reset();
+  jit::cuda::clear_eager_cache();
+  cuda::empty_cache();
+}
+
+void api_cap_stats(cr_ctx* c, double* out) {
+  const graph::Stats& s = rec(c).stats;
+  const double v[] = {double(s.graphs_compiled),  double(s.recompiles),      double(s.graph_breaks),
+                      double(s.kernels_compiled), double(s.disk_cache_hits), double(s.eager_fallbacks),
+                      s.graph_run_us,             double(s.replays)};
+  for (size_t i = 0; i < 8; ++i) out[i] = v[i];
+}
+
+const char* api_cap_report(cr_ctx* c) {
+  Context& ctx = Context::of(c);
+  ctx.scratch.clear();
+  for (const graph::SegmentReport& r : rec(c).report) ctx.scratch += cat(r.ops, "\t", r.reason, "\t", r.where, "\t", r.symbolic, "\n");
+  return ctx.scratch.c_str();
+}
+
+void api_cap_set_logs(cr_ctx* c, const char* list) { rec(c).logs.parse(list); }
+void api_cap_drop(cr_ctx* c, int32_t fn) { rec(c).drop(fn); }
+// T.config entries the recorder needs ("" for nil)
+int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {
+  return guarded(c, [&] {
+    std::string n = name;
+    graph::Recorder& r = rec(c);
+    if (n == "debug_dir") r.debug_dir = value;
+    else if (n == "cache_dir") r.cache_dir = value;
+    else if (n == "sync_compile") r.sync_compile = std::string(value) == "true";
+    else fail(cat("config: unknown option ", n));
+    return 0;
+  });
+}
+int32_t api_cap_active(cr_ctx* c) { return rec(c).active(); }
+void api_cancel_compiles(cr_ctx* c) { jit::cancel_background_compiles(&rec(c)); }
+
+int32_t api_cap_plan(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n) {
+  return guarded(c, [&] { return rec(c).plan(fn, cands, n); });
+}
+
+int32_t api_cap_replay(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n, cr_tensor** outs, int32_t cap) {
+  return guarded(c, [&] {
+    std::vector<Tensor> rets;
+    if (!rec(c).has_plan(fn)) return -4;
+    if (!rec(c).replay(fn, cands, n, rets)) return -3;
+    note_allocations(c);
+    return hand_out(Context::of(c), rets, outs, cap);
+  });
+}
+
+int32_t api_cuda_device_count() { return cuda::device_count(); }
+const char* api_cuda_unavailable() {
+  static thread_local std::string why;
+  cuda::driver(&why);
+  return why.c_str();
+}
+int32_t api_cuda_synchronize(cr_ctx* c, int32_t dev) {
+  return guarded(c, [&] {
+    cuda::synchronize(dev);
+    return 0;
+  });
+}
+void api_cuda_empty_cache() { cuda::empty_cache(); }
+void api_cuda_stats(int32_t dev, double* out) {
+  const cuda::MemoryStats m = cuda::memory_stats(dev);
+  const double v[7] = {double(m.driver_allocs), double(m.driver_frees), double(m.cache_hits), double(m.in_use),
+                       double(m.reserved), double(host_op_count()), double(jit::cache_stats().cuda_compiled)};
+  std::copy(v, v + 7, out);
+}
+int32_t api_cuda_time(cr_ctx* c, int32_t dev, int32_t phase, double* ms) {
+  return guarded(c, [&] {
+    *ms = cuda::time_events(dev, phase);
+    return 0;
+  });
+}
+
+int32_t api_cuda_stream(cr_ctx* c, int32_t what, int64_t a, int64_t b, double* out) {
+  return guarded(c, [&] {
+    if (cuda::device_count() == 0) {
+      std::string why;
+      cuda::driver(&why);
+      fail(cat("cuda: streams and events need a CUDA device: ", why));
+    }
+    double r = 0;
+    switch (what) {
+      case 0: r = double(cuda::pool_stream(int(a))); break;
+      case 1:
+        if (a < 0 || a >= cuda::device_count()) fail(cat("cuda: no device cuda:", a));
+        r = double(a * cuda::kSlots + cuda::current_slot(int(a)));
+        break;
+      case 2: cuda::set_current_stream(a); break;
+      case 3: cuda::stream_synchronize(a); break;
+      case 4: r = cuda::stream_query(a); break;
+      case 5: cuda::stream_wait_stream(a, b); break;
+      case 6: r = double(cuda::event_create(int(a), b != 0)); break;
+      case 7: cuda::event_destroy(a); break;
+      case 8: cuda::event_record(a, b); break;
+      case 9: cuda::stream_wait_event(a, b); break;
+      case 10: r = cuda::event_query(a); break;
+      case 11: cuda::event_synchronize(a); break;
+      case 12: r = cuda::event_elapsed_ms(a, b); break;
+      default: fail(cat("cuda_stream: no call ", what));
+    }
+    *out = r;
+    return 0;
+  });
+}
+
+int32_t api_record_stream(cr_ctx* c, cr_tensor* t, int64_t s) {
+  return guarded(c, [&] {
+    graph::ensure_real(Context::of(c), t);
+    Tensor x(t, true);
+    if (x.device().is_cpu()) fail("record_stream: expected a CUDA tensor, got one on cpu");
+    auto* st = static_cast<Storage*>(t->_storage);
+    if (st && !st->free_fn) cuda::record_stream(st->data, x.device().index, s);  // (memory we did not allocate: its owner frees it)
+    return 0;
+  });
+}
+
+const char* api_native_unavailable(int32_t cuda) {
+  static thread_local std::string why;
+  const bool ok = cuda ? jit::cuda_backend_available(&why) : jit::cpu_backend_available(&why);
+  return ok ? nullptr : why.c_str();
+}
+
+int32_t api_attention_fused(const char* dtype, int64_t l, int64_t e, int64_t ev, double scale) {
+  DType d;
+  return parse_dtype(dtype, &d) && cuda::attention_takes(d, l, e, ev, scale) ? 1 : 0;
+}
+
+int32_t api_attention_mask_fits(cr_tensor* mask, cr_tensor* q, cr_tensor* k) {
+  const Tensor m(mask, true), qt(q, true), kt(k, true);
+  if (qt.dim() < 2 || kt.dim() < 2) return 0;
+  return attention_mask_problem(m.dtype(), m.device(), m.sizes(), qt.dtype(), qt.device(), attention_scores_shape(qt, kt)).empty();
+}
+
+}  // namespace
+
+const cr_api* api_table() {
+  static const cr_api api = {
+      1,
+      int32_t(Registry::get().ops().size()),
+      api_op_info,
+      api_call,
+      api_take_outputs,
+      api_last_error,
+      api_retain,
+      api_release,
+      api_item,
+      api_read_all,
+      api_format,
+      api_data_ptr,
+      api_is_contiguous,
+      api_manual_seed,
+      api_num_threads,
+      api_now_us,
+      api_gc_done,
+      api_save_safetensors,
+      api_load_safetensors,
+      api_loaded_name,
+      api_save_npy,
+      api_load_npy,
+      api_cap_function,
+      api_cap_begin,
+      api_cap_need,
+      api_cap_finish,
+      api_cap_abort,
+      api_cap_where,
+      api_cap_reset,
+      api_cap_stats,
+      api_cap_report,
+      api_cap_set_logs,
+      api_cap_drop,
+      api_cap_set_option,
+      api_cap_active,
+      api_cap_plan,
+      api_cap_replay,
+      api_cuda_device_count,
+      api_cuda_unavailable,
+      api_cuda_synchronize,
+      api_cuda_empty_cache,
+      api_cuda_stats,
+      api_cuda_time,
+      api_cuda_stream,
+      api_record_stream,
+      api_native_unavailable,
+      api_attention_fused,
+      api_attention_mask_fits,
+      jit::wait_background_compiles,
+      api_cancel_compiles,
+      autograd::api_table(),
+  };
+  return &api;
+}
+
+}  // namespace cr

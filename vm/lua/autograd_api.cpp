@@ -1,0 +1,194 @@
+// The autograd entries of the cr_api table (vm/lua/ffi_api.h cr_autograd_api), for
+// stdlib/autograd.lua. Like vm/lua/api.cpp, every entry keeps C++ exceptions out of LuaJIT.
+#include "vm/lua/autograd_api.hpp"
+
+#include "vm/autograd/call.hpp"
+#include "vm/autograd/engine.hpp"
+#include "vm/autograd/node.hpp"
+
+namespace cr::autograd {
+namespace {
+
+template <class F> int32_t guarded(cr_ctx* c, F&& f) {
+  try {
+    return f();
+  } catch (const HookRaised& e) {
+    Context::of(c).error = e.what();
+    return -2;
+  } catch (const std::exception& e) {
+    Context::of(c).error = e.what();
+    return -1;
+  }
+}
+
+cr_tensor* hand_one(cr_ctx* c, Tensor t) {
+  if (!t.defined()) return nullptr;
+  cr_tensor* p = t.release();
+  Context::of(c).handing(&p, 1);
+  return p;
+}
+
+// The autocast state as one number: bit 0 enabled, bits 1-3 the device type, bits 4-7 the dtype.
+int32_t autocast_mode(int32_t value) {
+  const AutocastState s = autocast;
+  if (value >= 0) autocast = AutocastState{(value & 1) != 0, int8_t(value >> 1 & 7), DType(value >> 4 & 15)};
+  return int32_t(s.enabled) | s.device << 1 | int32_t(s.dtype) << 4;
+}
+
+int32_t ag_mode(int32_t what, int32_t value) {
+  if (what == 2) return autocast_mode(value);
+  bool& flag = what == 0 ? grad_enabled : inference_mode;
+  const bool prev = flag;
+  if (value >= 0) flag = value != 0;
+  return prev;
+}
+
+int32_t ag_query(cr_tensor* t, int32_t what) {
+  const AutogradMeta* m = meta_of(t);
+  switch (what) {
+    case 0: return requires_grad(t);
+    case 1: return is_leaf(t);
+    case 2: return m && m->retains_grad;
+    default: return 0;
+  }
+}
+
+int32_t ag_set_requires_grad(cr_ctx* c, cr_tensor* t, int32_t b) {
+  return guarded(c, [&] {
+    if (!is_leaf(t))
+      fail("requires_grad_: you can only change requires_grad flags of leaf variables. If you want to use a computed "
+           "variable in a subgraph that doesn't require differentiation use var_no_grad = var:detach().");
+    const DType d = DType(t->_dtype);
+    if (b && !is_floating(d))
+      fail(cat("requires_grad_: only Tensors of floating point dtype can require gradients, got ", dtype_name(d)));
+    if (b || t->_autograd) ensure_meta(t).requires_grad = b != 0;
+    return 0;
+  });
+}
+
+cr_tensor* ag_get_grad(cr_ctx* c, cr_tensor* t) {
+  const AutogradMeta* m = meta_of(t);
+  return m ? hand_one(c, m->grad) : nullptr;
+}
+
+int32_t ag_set_grad(cr_ctx* c, cr_tensor* t, cr_tensor* g) {
+  return guarded(c, [&] {
+    if (!g) {
+      if (t->_autograd) meta_of(t)->grad = Tensor();
+      return 0;
+    }
+    Tensor x(t, true), gt(g, true);
+    if (gt.sizes() != x.sizes())
+      fail(cat("grad: assigned grad has data of a different size: ", shape_str(gt.sizes()), ", expected ", shape_str(x.sizes())));
+    if (gt.dtype() != x.dtype()) fail(cat("grad: assigned grad has data of a different type: ", dtype_name(gt.dtype()), ", expected ", dtype_name(x.dtype())));
+    if (!(gt.device() == x.device())) fail(cat("grad: assigned grad has data located on a different device: ", device_name(gt.device())));
+    ensure_meta(t).grad = gt;
+    return 0;
+  });
+}
+
+const char* ag_grad_fn(cr_ctx* c, cr_tensor* t, double* id) {
+  const AutogradMeta* m = meta_of(t);
+  if (!m || !m->grad_fn) return nullptr;
+  *id = double(m->grad_fn->seq);
+  Context::of(c).scratch = m->grad_fn->name();
+  return Context::of(c).scratch.c_str();
+}
+
+cr_tensor* ag_detach(cr_ctx* c, cr_tensor* t) {
+  const Tensor x(t, true);
+  return hand_one(c, Tensor::view_of(x, x.sizes(), x.strides(), x.offset()));
+}
+
+// Non-leaves keep their hooks / retained grad in their node's out_meta (the engine reads them).
+void watch(cr_tensor* t) {
+  AutogradMeta& m = ensure_meta(t);
+  if (!m.grad_fn) return;
+  auto& om = m.grad_fn->out_meta;
+  if (om.size() <= size_t(m.output_nr)) om.resize(size_t(m.output_nr) + 1, nullptr);
+  om[size_t(m.output_nr)] = &m;
+}
+
+int32_t ag_retain_grad(cr_ctx* c, cr_tensor* t) {
+  return guarded(c, [&] {
+    if (!requires_grad(t)) fail("retain_grad: can't retain_grad on Tensor that has requires_grad=false");
+    if (is_leaf(t)) return 0;
+    ensure_meta(t).retains_grad = true;
+    watch(t);
+    return 0;
+  });
+}
+
+int32_t ag_add_hook(cr_ctx* c, cr_tensor* t, int32_t id) {
+  return guarded(c, [&] {
+    if (!requires_grad(t)) fail("register_hook: cannot register a hook on a tensor that doesn't require gradient");
+    ensure_meta(t).hooks.push_back(id);
+    watch(t);
+    return 0;
+  });
+}
+
+int32_t ag_dead_hooks(int32_t* out, int32_t cap) {
+  auto& ids = dead_hooks();
+  const int32_t n = std::min<int32_t>(cap, int32_t(ids.size()));
+  std::copy(ids.end() - n, ids.end(), out);
+  ids.resize(ids.size() - size_t(n));
+  return n;
+}
+
+void ag_set_hook_caller(int32_t (*fn)(int32_t, cr_tensor*, cr_tensor**)) { hook_caller = fn; }
+
+int32_t ag_backward(cr_ctx* c, cr_tensor** roots, cr_tensor** grads, int32_t n, cr_tensor** inputs, int32_t ninputs,
+                    int32_t flags, cr_tensor** outs) {
+  return guarded(c, [&] {
+    Context& ctx = Context::of(c);
+    if (c->capturing) fail("backward: inside a compiled function (compiled autograd is not implemented yet)");
+    std::vector<Tensor> rs, gs, ins;
+    for (int32_t i = 0; i < n; ++i) {
+      rs.emplace_back(roots[i], true);
+      gs.push_back(grads[i] ? Tensor(grads[i], true) : Tensor());
+    }
+    for (int32_t i = 0; i < ninputs; ++i) ins.emplace_back(inputs[i], true);
+    BackwardOptions o{(flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0, (flags & 8) != 0};
+    std::vector<Tensor> r;
+    try {
+      r = backward(ctx, rs, gs, ins, o);
+    } catch (const HookRaised&) {
+      throw;
+    } catch (const Error& e) {
+      throw Error(cat(o.capture ? "autograd.grad: " : "backward: ", e.what()));
+    }
+    if (!o.capture) return 0;
+    std::vector<cr_tensor*> handed;
+    for (size_t i = 0; i < r.size(); ++i) {
+      outs[i] = r[i].defined() ? r[i].release() : nullptr;
+      if (outs[i]) handed.push_back(outs[i]);
+    }
+    ctx.handing(handed.data(), handed.size());
+    return 0;
+  });
+}
+
+void ag_where(cr_ctx* c, const char* where) {
+  c->service &= ~8;
+  set_where(where);
+}
+
+int32_t ag_status(int32_t op) {
+  const auto& ops = Registry::get().ops();
+  if (op < 0 || size_t(op) >= ops.size()) return -1;
+  const Derivative& d = ops[size_t(op)].grad;
+  return d.fn ? 1 : d.not_differentiable ? 2 : 0;
+}
+
+}  // namespace
+
+const cr_autograd_api* api_table() {
+  static const cr_autograd_api api = {ag_mode,     ag_query,       ag_set_requires_grad, ag_get_grad,
+                                      ag_set_grad, ag_grad_fn,     ag_detach,            ag_retain_grad,
+                                      ag_add_hook, ag_dead_hooks,  ag_set_hook_caller,   ag_backward,
+                                      ag_where,    ag_status};
+  return &api;
+}
+
+}  // namespace cr::autograd

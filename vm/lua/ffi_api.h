@@ -1,0 +1,139 @@
+/* The Lua <-> C++ boundary (DESIGN.md "The Lua boundary").
+ *
+ * This file is read twice: by the C++ compiler, and - with its '#' lines stripped - by LuaJIT's
+ * ffi.cdef, so it must stay plain C declarations. The C++ side fills one `cr_api` table of
+ * function pointers per process and hands its address, plus the VM's `cr_ctx`, to the Lua
+ * module; Lua calls through the pointers, which LuaJIT compiles into direct calls. The types
+ * they take (tensor headers, op arguments, cr_ctx) are the runtime's: vm/abi.h.
+ */
+#ifndef CRESCENT_FFI_API_H
+#define CRESCENT_FFI_API_H
+#include "vm/abi.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Autograd (vm/lua/autograd_api.cpp, stdlib/autograd.lua). Functions returning int32_t give -1 on an
+ * error (last_error) and -2 when a hook raised (the Lua side keeps its error). */
+typedef struct cr_autograd_api {
+  int32_t (*mode)(int32_t what, int32_t value); /* what 0: grad mode, 1: inference mode, 2: autocast
+                                                   (bit 0 on, bits 1-3 device type, 4-7 dtype);
+                                                   value -1 reads; returns the previous value */
+  int32_t (*query)(cr_tensor* t, int32_t what); /* 0 requires_grad, 1 is_leaf, 2 retains_grad */
+  int32_t (*set_requires_grad)(cr_ctx* ctx, cr_tensor* t, int32_t b);
+  cr_tensor* (*get_grad)(cr_ctx* ctx, cr_tensor* t);           /* NULL: none */
+  int32_t (*set_grad)(cr_ctx* ctx, cr_tensor* t, cr_tensor* g); /* g NULL clears */
+  const char* (*grad_fn)(cr_ctx* ctx, cr_tensor* t, double* id); /* NULL: a leaf */
+  cr_tensor* (*detach)(cr_ctx* ctx, cr_tensor* t);
+  int32_t (*retain_grad)(cr_ctx* ctx, cr_tensor* t);
+  int32_t (*add_hook)(cr_ctx* ctx, cr_tensor* t, int32_t id);
+  int32_t (*dead_hooks)(int32_t* out, int32_t cap);  /* hook ids of dead tensors */
+  /* the Lua function running hook `id` on grad: 0 and *out = a new reference or NULL (keep
+     grad), or -1 when the hook raised */
+  void (*set_hook_caller)(int32_t (*fn)(int32_t id, cr_tensor* grad, cr_tensor** out));
+  /* backward from n roots (grads[i] NULL: ones for a one-element root) to the leaves, or to
+     `inputs` only; flags: 1 retain_graph, 2 create_graph, 4 allow_unused, 8 return the inputs'
+     gradients in outs (T.autograd.grad; NULL = unused) instead of accumulating into .grad */
+  int32_t (*backward)(cr_ctx* ctx, cr_tensor** roots, cr_tensor** grads, int32_t n, cr_tensor** inputs,
+                      int32_t ninputs, int32_t flags, cr_tensor** outs);
+  void (*where)(cr_ctx* ctx, const char* where); /* the Lua position of the last recorded op */
+  int32_t (*status)(int32_t op); /* op's derivative: 0 none (raises when reached), 1 a rule,
+                                    2 not differentiable */
+} cr_autograd_api;
+
+typedef struct cr_api {
+  int32_t version;
+  int32_t op_count;
+  const cr_op_info* (*op_info)(int32_t op);
+  /* Runs op `op` on `args`; writes up to `cap` results to `outs` and returns how many there are
+   * (if more than cap, call take_outputs with a bigger buffer), or -1 on error. */
+  int32_t (*call)(cr_ctx* ctx, int32_t op, const cr_value* args, int32_t nargs,
+                  cr_tensor** outs, int32_t cap);
+  int32_t (*take_outputs)(cr_ctx* ctx, cr_tensor** outs, int32_t cap);
+  const char* (*last_error)(cr_ctx* ctx);
+  void (*retain)(cr_tensor* t);
+  void (*release)(cr_tensor* t);
+  int32_t (*item)(cr_ctx* ctx, cr_tensor* t, double* out);
+  /* Reads element `i` (row-major over the view) as a double; for totable. */
+  int32_t (*read_all)(cr_ctx* ctx, cr_tensor* t, double* out, int64_t n);
+  const char* (*format)(cr_ctx* ctx, cr_tensor* t);       /* tostring; NULL on error */
+  void* (*data_ptr)(cr_ctx* ctx, cr_tensor* t); /* counts as a write (lazy values read first) */
+  int32_t (*is_contiguous)(cr_tensor* t);
+  void (*manual_seed)(cr_ctx* ctx, uint64_t seed);
+  int32_t (*num_threads)(void);
+  double (*now_us)(void);
+  void (*gc_done)(cr_ctx* ctx, double lua_heap_kb);  /* after a collection Lua ran for service bit 1 or 4 */
+  /* IO: safetensors / npy. save_* take n tensors and names; load_* return the count or -1.
+   * Names go with their byte lengths: a name may hold NUL bytes (JSON's \u0000). */
+  int32_t (*save_safetensors)(cr_ctx* ctx, const char* path, const char** names,
+                              const size_t* name_lens, cr_tensor** ts, int32_t n);
+  int32_t (*load_safetensors)(cr_ctx* ctx, const char* path, cr_tensor** outs, int32_t cap);
+  const char* (*loaded_name)(cr_ctx* ctx, int32_t i, size_t* len);
+  int32_t (*save_npy)(cr_ctx* ctx, const char* path, cr_tensor* t);
+  cr_tensor* (*load_npy)(cr_ctx* ctx, const char* path);
+  /* Graph capture (vm/graph/recorder.hpp). Functions returning int32_t give -1 on an error
+   * (last_error, to be located at the caller) and -2 on an error whose message already starts
+   * with its Lua position. */
+  int32_t (*cap_function)(cr_ctx* ctx, const char* name, int32_t hot, int32_t fullgraph,
+                          int32_t reduce_overhead, const char* backend,
+                          int32_t dynamic); /* -1: automatic (nil), 0: false, 1: true */
+  int32_t (*cap_begin)(cr_ctx* ctx, int32_t fn, int32_t cache_size_limit); /* 0: already active */
+  int32_t (*cap_need)(cr_ctx* ctx, cr_tensor* t, const char* reason, const char* where);
+  int32_t (*cap_finish)(cr_ctx* ctx, cr_tensor** rets, int32_t n, const char* where);
+  void (*cap_abort)(cr_ctx* ctx);
+  void (*cap_where)(cr_ctx* ctx, const char* where);
+  void (*cap_reset)(cr_ctx* ctx);
+  void (*cap_stats)(cr_ctx* ctx, double* out); /* graphs_compiled, recompiles, graph_breaks,
+                                                  kernels_compiled, disk_cache_hits, eager_fallbacks,
+                                                  graph_run_us, replays */
+  const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call:
+                                                  "ops\treason\twhere\tsymbolic dims\n" */
+  void (*cap_set_logs)(cr_ctx* ctx, const char* list);
+  void (*cap_drop)(cr_ctx* ctx, int32_t fn);  /* the compiled function was collected: free its traces */
+  int32_t (*cap_set_option)(cr_ctx* ctx, const char* name, const char* value);  /* T.config: debug_dir, cache_dir, sync_compile */
+  int32_t (*cap_active)(cr_ctx* ctx);
+  /* reduce-overhead (stdlib/replay.lua): cap_plan returns 1 (planned), 0 (not yet), -1 (never:
+   * last_error says why); cap_replay returns the number of tensors written to outs, -3 when a
+   * guard failed (nothing ran), -4 when the plan is gone (T.compiler.reset), or an error code. */
+  int32_t (*cap_plan)(cr_ctx* ctx, int32_t fn, cr_tensor** cands, int32_t n);
+  int32_t (*cap_replay)(cr_ctx* ctx, int32_t fn, cr_tensor** cands, int32_t n, cr_tensor** outs, int32_t cap);
+  /* CUDA (T.cuda): the device count (0 without a driver) and why there is none; synchronize;
+   * empty_cache; stats of device dev into out[6]: driver_allocs, driver_frees, cache_hits,
+   * in_use bytes, reserved bytes, host_ops (ops run on host copies); time: phase 0 starts the
+   * device timer, phase 1 stops it and writes the milliseconds to *ms. */
+  int32_t (*cuda_device_count)(void);
+  const char* (*cuda_unavailable)(void);
+  int32_t (*cuda_synchronize)(cr_ctx* ctx, int32_t dev);
+  void (*cuda_empty_cache)(void);
+  void (*cuda_stats)(int32_t dev, double* out);
+  int32_t (*cuda_time)(cr_ctx* ctx, int32_t dev, int32_t phase, double* ms);
+  /* Streams and events (vm/cuda/streams.hpp): `what` names the call; stream ids and event ids
+   * are numbers; results go to out[0]. 0 new stream of device a (from its pool); 1 the current
+   * stream of device a; 2 make stream a current; 3 synchronize stream a; 4 query stream a (1 when
+   * its work is done); 5 stream a waits for stream b's work so far; 6 new event of device a
+   * (b: 1 with timing); 7 destroy event a; 8 record event a on stream b; 9 stream a waits for
+   * event b; 10 query event a; 11 synchronize event a; 12 milliseconds from event a to event b.
+   * record_stream: tensor t's memory is also used by stream s's work. */
+  int32_t (*cuda_stream)(cr_ctx* ctx, int32_t what, int64_t a, int64_t b, double* out);
+  int32_t (*record_stream)(cr_ctx* ctx, cr_tensor* t, int64_t s);
+  /* whether native code can be generated for the CPU (cuda = 0) or CUDA devices (1); NULL when
+   * it can, else why not */
+  const char* (*native_unavailable)(int32_t cuda);
+  /* whether attention of this dtype (name), query rows, head sizes and scale runs as a fused CUDA
+   * kernel (vm/kernels/cuda/attention.hpp attention_takes): F.scaled_dot_product_attention's choice */
+  int32_t (*attention_fused)(const char* dtype, int64_t l, int64_t e, int64_t ev, double scale);
+  /* whether `mask` is a mask the attention op takes for q and k (vm/ops/attention.hpp: bool or q's
+   * dtype, q's device, broadcasting to the scores): F.scaled_dot_product_attention's choice */
+  int32_t (*attention_mask_fits)(cr_tensor* mask, cr_tensor* q, cr_tensor* k);
+  /* returns once no compile is queued or running on the background thread */
+  void (*wait_compiles)(void);
+  /* drops this VM's compiles queued on the background thread, waits for its one in progress
+   * (os.exit calls it) */
+  void (*cancel_compiles)(cr_ctx* ctx);
+  const cr_autograd_api* autograd;
+} cr_api;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -104,8 +104,10 @@ T.nn = require "crescent.nn"
 T.F.bind(T)
 T.nn.bind(T)
 
--- autograd (API.md section 9)
+-- autograd and training (API.md section 9)
 autograd.bind(T)
+T.optim = require "crescent.optim"
+T.optim.bind(T)
 
 -- compilation (API.md section 5)
 local compile = require "crescent.compile"

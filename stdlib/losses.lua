@@ -22,7 +22,8 @@ local function start(op, input, target, opts, allowed, reductions)
   check_tensor(op, 2, "target", target)
   local o = L.check_opts(op, 3, opts, allowed)
   local r = o.reduction or "mean"
-  if not (reductions or REDUCTIONS)[r] then fail(string.format("%s: %s is not a valid value for reduction", op, tostring(r))) end
+  if not (reductions or REDUCTIONS)[r] then fail(string.format("%s: %s is not a valid value for reduction (expected %s)", op, tostring(r),
+      reductions and '"mean", "sum", "none" or "batchmean"' or '"mean", "sum" or "none"')) end
   local c = {}
   for k, v in pairs(o) do c[k] = v end
   c.reduction = r

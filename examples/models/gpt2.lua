@@ -163,8 +163,12 @@ function G.pick(logits, top_k, temperature)
 end
 
 -- generate(step, model, prompt {B, P}, n[, {top_k =, temperature =, on_token = fn(i)}]) -> ids
--- {B, P + n}. `step(ids, pos, cache)` is model:forward or a compiled version of it.
+-- {B, P + n}. `step(ids, pos, cache)` is model:forward or a compiled version of it. Runs without
+-- gradients (as transformers' generate), so a compiled step captures graphs.
 function G.generate(step, model, prompt, n, opts)
+  return T.no_grad(G._generate, step, model, prompt, n, opts)
+end
+function G._generate(step, model, prompt, n, opts)
   opts = opts or {}
   local B, P = prompt:size(1), prompt:size(2)
   local cache = model:new_cache(B, P + n)

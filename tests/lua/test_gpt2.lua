@@ -38,7 +38,9 @@ describe("GPT-2-style model vs PyTorch", function()
     local m, ref = model(), T.load(fixture() .. "/ref.safetensors")
     expect.close(m(ref.ids), ref.logits, 0, 1e-4)
     local f = T.compile(function(ids) return m(ids) end)
-    for _ = 1, 3 do expect.close(f(ref.ids), ref.logits, 0, 1e-4) end
+    for _ = 1, 3 do expect.close(T.no_grad(f, ref.ids), ref.logits, 0, 1e-4) end
+    -- with grad mode on, the parameters that require grad may not reach a capture
+    expect.errors(function() f(ref.ids) end, "compiled autograd is not implemented yet")
   end)
   it("continues the prompt greedily with PyTorch's 20 tokens, eager and compiled, with a KV cache", function()
     local m, ref = model(), T.load(fixture() .. "/ref.safetensors")
@@ -80,7 +82,7 @@ describe("GPT-2-style model on CUDA vs PyTorch", function()
     local ids = ref.ids:cuda()
     expect.close(m(ids):cpu(), ref.logits, 0, 1e-4)
     local f = T.compile(function(i) return m(i) end)
-    for _ = 1, 3 do expect.close(f(ids):cpu(), ref.logits, 0, 1e-4) end
+    for _ = 1, 3 do expect.close(T.no_grad(f, ids):cpu(), ref.logits, 0, 1e-4) end
     local prompt = ref.prompt:cuda()
     local eager = G.generate(function(...) return m:forward(...) end, m, prompt, NEW)
     expect.eq(eager:cpu():totable(), ref.greedy:totable())
@@ -147,7 +149,7 @@ describe("Llama-style block (examples/models/llama.lua)", function()
     local want = ref(x:double(), cos:double(), sin:double())
     expect.close(block(x, cos, sin), want, 1e-4, 1e-5)
     local f = T.compile(block)
-    for _ = 1, 3 do expect.close(f(x, cos, sin), want, 1e-4, 1e-5) end
+    for _ = 1, 3 do expect.close(T.no_grad(f, x, cos, sin), want, 1e-4, 1e-5) end
     -- causal: the first position's output depends on nothing after it
     local x2 = x:clone()
     x2:narrow(2, 2, 6):fill_(0)

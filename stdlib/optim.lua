@@ -61,7 +61,8 @@ function Optimizer:new(params, opts)
   for k, v in pairs(opts) do d[k] = v end
   self.check(name, d)
   local o = setmetatable({ defaults = d, state = {}, param_groups = {} }, self)
-  local groups = is_tensor(params[1]) and { { params = params } } or params
+  local first = params[1]
+  local groups = (type(first) == "table" and not is_tensor(first)) and params or { { params = params } }
   for _, g in ipairs(groups) do o:add_param_group(g) end
   return o
 end

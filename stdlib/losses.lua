@@ -52,7 +52,9 @@ end
 
 -- class probabilities (floating target of the input's shape)
 local function probabilities(op, lsm, target, o, cd)
-  same_size(op, lsm, target, "%s: class probabilities expected the input's shape %s, got %s")
+  if shape_str(lsm) ~= shape_str(target) then
+    fail(string.format("%s: class probabilities expected the input's shape %s, got %s", op, shape_str(lsm), shape_str(target)))
+  end
   local C = lsm:size(cd)
   local ls = o.label_smoothing or 0
   if ls > 0 then target = target * (1 - ls) + ls / C end
@@ -201,9 +203,8 @@ function L.kl_div(input, target, opts)
   if o.log_target then
     loss = target:exp() * (target - input)
   else
-    -- xlogy(t, t) - t * input, 0 where t == 0 (the log's argument kept at 1 there: no NaN gradient)
-    local safe = T.where(target:ne(0), target, 1)
-    loss = target * safe:log() - target * input
+    -- xlogy(t, t) - t * input: 0 where t == 0 (the gradient of t there is NaN, as PyTorch's)
+    loss = T.where(target:eq(0), 0, target * target:log()) - target * input
   end
   if o.reduction == "batchmean" then
     if input:dim() == 0 then return loss:sum() end

@@ -1,8 +1,9 @@
 // Fused optimizer updates (stdlib/optim.lua): _fused_sgd and _fused_adam take the tensor lists of
 // one parameter group and update every parameter and its state in place, in ONE threaded loop over
 // all their elements. Per element they follow PyTorch's single-tensor formulas
-// (torch/optim/sgd.py, adam.py, adamw.py) in the same order of roundings; float16 / bfloat16
-// compute in float32. Built with -ffp-contract=off: fma appears exactly where ATen's add(alpha) has it.
+// (torch/optim/sgd.py, adam.py, adamw.py) in the same order of roundings, so float32 results equal
+// torch 1.13's bit for bit; float16 / bfloat16 compute in float32. Built with -ffp-contract=off:
+// fma appears exactly where ATen's vectorised add(alpha) and addcmul have one.
 #include <algorithm>
 #include <cmath>
 
@@ -169,7 +170,7 @@ template <class E> void adam_range(const Slot& s, int64_t i0, int64_t i1, const 
     if (o.decoupled) pv = pv * decay;
     else if (o.wd != 0) gv = std::fma(pv, wd, gv);
     const C mv = std::fma(gv, keep1, load(m[i]) * b1);
-    C vv = load(v[i]) * b2 + keep2 * gv * gv;
+    C vv = std::fma(keep2 * gv, gv, load(v[i]) * b2);
     store(m[i], mv);
     store(v[i], vv);
     if (vmax) {

@@ -124,6 +124,26 @@ local function same_batch(q, k, v)  -- T.attention takes one batch shape (matmul
   end
   return true
 end
+-- T.attention has a derivative rule, or no input requires grad (else the composition below,
+-- whose ops have rules, records the backward)
+local attention_id
+local function fused_attention_differentiable(...)
+  if T.is_grad_enabled() then
+    local any = false
+    for i = 1, select("#", ...) do
+      local t = select(i, ...)
+      any = any or (t ~= nil and t.requires_grad)
+    end
+    if not any then return true end
+    if not attention_id then
+      for op = 0, core.api.op_count - 1 do
+        if core.ffi.string(core.api.op_info(op).name) == "attention" then attention_id = op end
+      end
+    end
+    return core.api.autograd.status(attention_id) == 1
+  end
+  return true
+end
 function F.scaled_dot_product_attention(q, k, v, opts)
   for i, t in ipairs({ q, k, v }) do check_tensor("scaled_dot_product_attention", i, ({ "query", "key", "value" })[i], t) end
   opts = check_opts("scaled_dot_product_attention", 4, opts, SDPA_OPTS)
@@ -133,7 +153,7 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   local scale = opts.scale or 1 / math.sqrt(q:size(-1))
   local m = opts.mask
   if m ~= nil then check_tensor("scaled_dot_product_attention", 4, "mask", m) end
-  if q.device ~= "cpu" and same_batch(q, k, v) and
+  if q.device ~= "cpu" and same_batch(q, k, v) and fused_attention_differentiable(q, k, v, m) and
      (m == nil or core.api.attention_mask_fits(core.ptr(m), core.ptr(q), core.ptr(k)) ~= 0) and
      core.api.attention_fused(q.dtype, q:size(-2), q:size(-1), v:size(-1), scale) ~= 0 then
     -- one op, a fused kernel: the scores never reach memory (a mask is read where it lies,

@@ -89,8 +89,10 @@ function GPT:init(cfg)
   self.cfg = cfg
   self.wte = nn.Embedding(cfg.vocab, cfg.d)
   self.wpe = nn.Embedding(cfg.n_ctx, cfg.d)
-  self.wte.weight = self.wte.weight * 0.02
-  self.wpe.weight = self.wpe.weight * 0.01
+  T.no_grad(function()  -- (scaled in place: the parameters stay leaves)
+    self.wte.weight:mul_(0.02)
+    self.wpe.weight:mul_(0.01)
+  end)
   local blocks = {}
   for i = 1, cfg.n_layer do blocks[i] = Block(cfg) end
   self.h = nn.ModuleList(blocks)

@@ -210,6 +210,7 @@ describe("fused updates", function()
     errs(function() T._fused_sgd({ p }, { p }, {}, { 0 }, { lr = 1, momentum = 0.5 }) end, "_fused_sgd", "momentum buffer")
     errs(function() T._fused_adam({ p }, { p }, { p:clone() }, {}, {}, { 1 }, { lr = 1 }) end, "_fused_adam", "exp_avg_sqs")
     errs(function() T._fused_adam({ p }, { p }, { p:clone() }, { p:clone() }, {}, { 0 }, { lr = 1 }) end, "_fused_adam", "counts >= 1")
+    errs(function() T._fused_sgd({ T.ones(1):expand(3) }, { p }, {}, { 0 }, { lr = 1 }) end, "_fused_sgd", "cannot update an expanded tensor in place")
   end)
 end)
 
@@ -468,5 +469,33 @@ def train(X, Y, W0, b0):
     R.check(r, "train#2", m.weight:detach(), 1e-5, 1e-6)
     R.check(r, "train#3", m.bias:detach(), 1e-5, 1e-6)
     expect.truthy(losses[20] < losses[1] * 0.7, "the loss falls")
+  end)
+end)
+
+describe("examples/train_gpt.lua", function()
+  it("resumes from its checkpoint exactly where an uninterrupted run goes", function()
+    local bin = expect.crescent_bin()
+    if not bin then expect.skip("the crescent executable is unknown (set CRESCENT_BIN)") end
+    local f = io.open("/usr/share/common-licenses/GPL-3")
+    if not f then expect.skip("no /usr/share/common-licenses (the example's default corpus)") end
+    f:close()
+    local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/") .. "/../../examples/train_gpt.lua"
+    local a, b = os.tmpname(), os.tmpname()
+    local function train(out, extra)
+      local cmd = string.format("%q %q --d 32 --layers 1 --steps 16 --eval-every 8 --sample 0 --out %q %s > /dev/null", bin, dir, out, extra)
+      expect.truthy(os.execute(cmd) == 0, "ran: " .. cmd)
+    end
+    train(a, "")
+    train(b, "--stop-after 8")
+    train(b, "--resume 1")
+    local sa, sb = T.load(a), T.load(b)
+    os.remove(a)
+    os.remove(b)
+    local n = 0
+    for k, t in pairs(sa) do
+      n = n + 1
+      expect.eq(sb[k]:totable(), t:totable(), k)
+    end
+    expect.truthy(n > 40 and sa["meta.step"]:item() == 16)
   end)
 end)

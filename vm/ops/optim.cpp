@@ -33,6 +33,9 @@ struct Lists {
 // A tensor the update reads (grads) or writes (params, state), as a contiguous array.
 Tensor readable(const Tensor& t) { return t.is_contiguous() ? t : contiguous(t); }
 Tensor working(Lists& l, const Tensor& t) {
+  for (int d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0 && t.size(d) > 1)
+      fail(cat("cannot update an expanded tensor in place (", t.describe(), ", dim ", d + 1, " has stride 0)"));
   if (t.is_contiguous()) return t;
   Tensor w = contiguous(t);
   l.write_back.emplace_back(t, w);

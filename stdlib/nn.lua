@@ -414,8 +414,8 @@ function nn.utils.clip_grad_norm_(params, max_norm, norm_type, opts)
     end
     local all = #norms == 1 and norms[1] or T.stack(norms)
     local total = norm_type == math.huge and all:amax() or all:norm(nil, false, { p = norm_type })
-    local v = total:item()
-    if opts.error_if_nonfinite and (v ~= v or v == math.huge or v == -math.huge) then
+    local v = opts.error_if_nonfinite and total:item()  -- (reads the device only when asked to)
+    if v and (v ~= v or v == math.huge or v == -math.huge) then
       fail(string.format("%s: The total norm of order %s for gradients from `parameters` is non-finite, so it cannot be " ..
         "clipped. To disable this error and scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`", op, tostring(norm_type)))
     end

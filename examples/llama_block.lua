@@ -9,6 +9,7 @@ local L = require "models.llama"
 local B, S = tonumber(arg and arg[1]) or 2, tonumber(arg and arg[2]) or 64
 local cfg = { d = 256, n_head = 8, n_kv_head = 2, hidden = 688 }
 T.manual_seed(0)
+T.set_grad_enabled(false)  -- inference: T.compile captures a model with grad mode off
 local block = L.Block(cfg):eval()
 local cos, sin = L.rotary_tables(S, cfg.d / cfg.n_head)
 local x = T.randn(B, S, cfg.d)

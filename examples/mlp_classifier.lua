@@ -1,7 +1,6 @@
 -- An MLP classifier in crescent's nn library: 784 -> 256 -> 128 -> 10 (Linear, ReLU, Dropout) on a
--- batch of synthetic "images" drawn around 10 class prototypes. Without training (crescent has no
--- autograd yet) the weights are random, except that a --weights file (safetensors, the names that
--- state_dict prints) loads trained ones. Prints the model, the loss, the accuracy and the
+-- batch of synthetic "images" drawn around 10 class prototypes. The weights are random, except that
+-- a --weights file (safetensors, the names that state_dict prints) loads trained ones. Prints the model, the loss, the accuracy and the
 -- predictions of a few samples, the timings of the forward pass, then the same forward through
 -- T.compile, checked equal to eager.
 --   crescent examples/mlp_classifier.lua [batch] [--weights FILE]
@@ -15,6 +14,9 @@ while arg and arg[i] do
   else batch, i = assert(tonumber(arg[i]), "mlp_classifier.lua: expected a batch size or --weights FILE"), i + 1 end
 end
 T.manual_seed(0)
+-- inference only: parameters require grad (as in PyTorch), and T.compile captures a model only
+-- with grad mode off (compiled training is issue 35)
+T.set_grad_enabled(false)
 
 local MLP = nn.Module:extend("MLP")
 function MLP:init(sizes, p)

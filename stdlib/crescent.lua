@@ -104,8 +104,10 @@ T.nn = require "crescent.nn"
 T.F.bind(T)
 T.nn.bind(T)
 
--- autograd and mixed precision (API.md section 9)
+-- autograd, training and mixed precision (API.md section 9)
 autograd.bind(T)
+T.optim = require "crescent.optim"
+T.optim.bind(T)
 require("crescent.amp").bind(T)
 
 -- compilation (API.md section 5)

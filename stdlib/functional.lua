@@ -8,7 +8,10 @@ local fail, is_tensor = core.fail, core.is_tensor
 local F = {}
 local T  -- crescent, bound by F.bind (crescent.lua requires this file while building T)
 
-function F.bind(t) T = t end
+function F.bind(t)
+  T = t
+  require("crescent.losses").bind(t)
+end
 
 local function check_tensor(op, i, name, v)
   if not is_tensor(v) then
@@ -121,6 +124,26 @@ local function same_batch(q, k, v)  -- T.attention takes one batch shape (matmul
   end
   return true
 end
+-- T.attention has a derivative rule, or no input requires grad (else the composition below,
+-- whose ops have rules, records the backward)
+local attention_id
+local function fused_attention_differentiable(...)
+  if T.is_grad_enabled() then
+    local any = false
+    for i = 1, select("#", ...) do
+      local t = select(i, ...)
+      any = any or (t ~= nil and t.requires_grad)
+    end
+    if not any then return true end
+    if not attention_id then
+      for op = 0, core.api.op_count - 1 do
+        if core.ffi.string(core.api.op_info(op).name) == "attention" then attention_id = op end
+      end
+    end
+    return core.api.autograd.status(attention_id) == 1
+  end
+  return true
+end
 function F.scaled_dot_product_attention(q, k, v, opts)
   for i, t in ipairs({ q, k, v }) do check_tensor("scaled_dot_product_attention", i, ({ "query", "key", "value" })[i], t) end
   opts = check_opts("scaled_dot_product_attention", 4, opts, SDPA_OPTS)
@@ -130,7 +153,7 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   local scale = opts.scale or 1 / math.sqrt(q:size(-1))
   local m = opts.mask
   if m ~= nil then check_tensor("scaled_dot_product_attention", 4, "mask", m) end
-  if q.device ~= "cpu" and same_batch(q, k, v) and
+  if q.device ~= "cpu" and same_batch(q, k, v) and fused_attention_differentiable(q, k, v, m) and
      (m == nil or core.api.attention_mask_fits(core.ptr(m), core.ptr(q), core.ptr(k)) ~= 0) and
      core.api.attention_fused(q.dtype, q:size(-2), q:size(-1), v:size(-1), scale) ~= 0 then
     -- one op, a fused kernel: the scores never reach memory (a mask is read where it lies,
@@ -148,71 +171,12 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   return T.matmul(s:softmax(-1), v)
 end
 
--- cross_entropy(input, target[, {reduction = "mean", ignore_index = -100, weight =,
--- label_smoothing = 0}]): input {N, C} (or {C}, or {N, C, d...}) of logits; target holds 1-based
--- class indices {N} (int64), or class probabilities of input's shape (floating).
-local CE_OPTS = { reduction = true, ignore_index = true, weight = true, label_smoothing = true }
-local REDUCTIONS = { mean = true, sum = true, none = true }
-
-local function class_dim(x) return x:dim() == 1 and 1 or 2 end
-
-local function ce_probabilities(lsm, target, o, cd)
-  if table.concat(target.shape, ",") ~= table.concat(lsm.shape, ",") then
-    fail("cross_entropy: class probabilities expected the input's shape {" .. table.concat(lsm.shape, ",") ..
-         "}, got {" .. table.concat(target.shape, ",") .. "}")
-  end
-  local C = lsm:size(cd)
-  local ls = o.label_smoothing or 0
-  if ls > 0 then target = target * (1 - ls) + ls / C end
-  local terms = lsm * target
-  if o.weight then terms = terms * o.weight:view(cd == 1 and { C } or F._class_view(lsm, C)) end
-  local loss = -terms:sum(cd)
-  if o.reduction == "none" then return loss end
-  if o.reduction == "sum" then return loss:sum() end
-  return loss:sum() / (lsm:numel() / C)
-end
-function F._class_view(x, C)  -- {1, C, 1, ...}: a per-class vector broadcast along dim 2
-  local s = { 1, C }
-  for _ = 3, x:dim() do s[#s + 1] = 1 end
-  return s
-end
-
-local function ce_indices(lsm, target, o, cd)
-  if target.dtype ~= "int64" and target.dtype ~= "int32" then
-    fail("cross_entropy: target expected int64 class indices (1-based) or floating class probabilities, got " .. target.dtype)
-  end
-  local C = lsm:size(cd)
-  local ignore = o.ignore_index or -100
-  local valid = target:ne(ignore)
-  local idx = T.where(valid, target, 1):long()
-  local picked = lsm:gather(cd, idx:unsqueeze(cd)):squeeze(cd)
-  local w = o.weight and T.where(valid, o.weight:index_select(1, idx:flatten()):view(idx.shape), 0) or valid:to(lsm.dtype)
-  local ls = o.label_smoothing or 0
-  local loss = -(picked * w)
-  if ls > 0 then
-    local smooth = o.weight and (lsm * o.weight:view(cd == 1 and { C } or F._class_view(lsm, C))):sum(cd) or lsm:sum(cd)
-    loss = loss * (1 - ls) - T.where(valid, smooth, 0) * (ls / C)
-  end
-  if o.reduction == "none" then return loss end
-  if o.reduction == "sum" then return loss:sum() end
-  return loss:sum() / w:sum()
-end
-
-function F.cross_entropy(input, target, opts)
-  check_tensor("cross_entropy", 1, "input", input)
-  check_tensor("cross_entropy", 2, "target", target)
-  local o = check_opts("cross_entropy", 3, opts, CE_OPTS)
-  o.reduction = o.reduction or "mean"
-  if not REDUCTIONS[o.reduction] then
-    fail("cross_entropy: option reduction expected \"mean\", \"sum\" or \"none\", got " .. tostring(o.reduction))
-  end
-  if input:dim() == 0 then fail("cross_entropy: input expected at least 1 dim (classes), got a 0-d tensor") end
-  local cd = class_dim(input)
-  local lsm = input:log_softmax(cd)
-  if target.dtype == "float32" or target.dtype == "float64" or target.dtype == "float16" or target.dtype == "bfloat16" then
-    return ce_probabilities(lsm, target, o, cd)
-  end
-  return ce_indices(lsm, target, o, cd)
+-- losses (crescent.losses): cross_entropy, nll_loss, mse_loss, l1_loss, smooth_l1_loss,
+-- binary_cross_entropy, binary_cross_entropy_with_logits, kl_div
+local losses = require "crescent.losses"
+losses.check_opts = check_opts
+for name, fn in pairs(losses) do
+  if name ~= "bind" and name ~= "check_opts" then F[name] = fn end
 end
 
 return F

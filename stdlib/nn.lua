@@ -23,7 +23,17 @@ nn.is_module = is_module
 
 -- Assigning a new field records its name, so traversals keep definition order. Names starting
 -- with "_" are private state, never parameters.
+-- A floating leaf tensor assigned as a parameter (not a buffer) requires grad, as PyTorch's
+-- nn.Parameter.
+local FLOATING = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
+local function as_parameter(self, k, v)
+  if is_tensor(v) and FLOATING[v.dtype] and not rawget(self, "_buffers")[k] and v.is_leaf and not v.requires_grad then
+    v:requires_grad_(true)
+  end
+end
+
 local function record(self, k, v)
+  if type(k) ~= "string" or k:sub(1, 1) ~= "_" then as_parameter(self, k, v) end
   rawset(self, k, v)
   local known = rawget(self, "_known")
   if not known[k] and (type(k) == "number" or (type(k) == "string" and k:sub(1, 1) ~= "_")) then
@@ -195,27 +205,45 @@ function Module:load_state_dict(sd, opts)
   if strict and #missing > 0 then errs[#errs + 1] = "missing keys: " .. table.concat(missing, ", ") end
   if strict and #unexpected > 0 then errs[#errs + 1] = "unexpected keys: " .. table.concat(unexpected, ", ") end
   if #errs > 0 then fail("load_state_dict: " .. self.__name .. ": " .. table.concat(errs, "; ")) end
-  for name, t in pairs(own) do
-    if sd[name] ~= nil then t:copy_(sd[name]) end
-  end
+  T.no_grad(function()
+    for name, t in pairs(own) do
+      if sd[name] ~= nil then t:copy_(sd[name]) end
+    end
+  end)
   return { missing_keys = missing, unexpected_keys = unexpected }
 end
 
-local FLOATING = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
-
 -- to(device_or_dtype_or_opts): parameters and buffers converted in place of the old ones. A dtype
--- converts only floating tensors (index buffers keep theirs), as PyTorch's Module.to.
+-- converts only floating tensors (index buffers keep theirs), as PyTorch's Module.to; converted
+-- parameters stay leaves that require grad.
 function Module:to(arg)
   local dtype = type(arg) == "string" and FLOATING[arg] and arg or (type(arg) == "table" and arg.dtype)
-  walk_tensors(self, "", function(m, k, v)
+  T.no_grad(walk_tensors, self, "", function(m, k, v)
     local converted
     if dtype and not FLOATING[v.dtype] then
       converted = type(arg) == "table" and arg.device and v:to(arg.device) or v
     else
       converted = v:to(arg)
     end
+    if converted ~= v and v.requires_grad then converted:requires_grad_(true) end
     rawset(m, k, converted)
   end)
+  return self
+end
+
+-- zero_grad([set_to_none = true]): the gradients of the parameters dropped (or zeroed in place)
+function Module:zero_grad(set_to_none)
+  for _, p in ipairs(self:parameters()) do
+    local g = p.grad
+    if g ~= nil then
+      if set_to_none == false then T.no_grad(function() g:detach():zero_() end) else p.grad = nil end
+    end
+  end
+end
+
+-- requires_grad_([b = true]): every parameter's flag
+function Module:requires_grad_(b)
+  for _, p in ipairs(self:parameters()) do p:requires_grad_(b ~= false) end
   return self
 end
 function Module:float() return self:to("float32") end
@@ -360,6 +388,53 @@ end
 function Dropout:forward(x) return F.dropout(x, self.p, self.training) end
 function Dropout:extra_repr() return "p=" .. self.p end
 nn.Dropout = Dropout
+
+-- nn.utils ------------------------------------------------------------------------------------------
+
+nn.utils = {}
+
+local function param_list(op, params)
+  if is_tensor(params) then return { params } end
+  if is_module(params) then return params:parameters() end
+  if type(params) ~= "table" then fail(op .. ": argument 1 (parameters) expected a tensor or a list of tensors, got " .. type(params)) end
+  for i, p in ipairs(params) do
+    if not is_tensor(p) then fail(string.format("%s: parameter %d expected a tensor, got %s", op, i, type(p))) end
+  end
+  return params
+end
+
+-- clip_grad_norm_(parameters, max_norm[, norm_type = 2[, {error_if_nonfinite = false}]]): scales
+-- the gradients in place so that their joint norm is at most max_norm; returns that norm (a 0-d
+-- tensor, before clipping), as torch.nn.utils.clip_grad_norm_.
+function nn.utils.clip_grad_norm_(params, max_norm, norm_type, opts)
+  local op = "clip_grad_norm_"
+  if type(norm_type) == "table" then norm_type, opts = nil, norm_type end
+  opts = options(op, 4, opts, { error_if_nonfinite = true })
+  if type(max_norm) ~= "number" then fail(op .. ": argument 2 (max_norm) expected a number, got " .. type(max_norm)) end
+  norm_type = norm_type or 2
+  if type(norm_type) ~= "number" then fail(op .. ": argument 3 (norm_type) expected a number, got " .. type(norm_type)) end
+  local grads = {}
+  for _, p in ipairs(param_list(op, params)) do
+    if p.grad ~= nil then grads[#grads + 1] = p.grad end
+  end
+  if #grads == 0 then return T.tensor(0.0) end
+  return T.no_grad(function()
+    local norms = {}
+    for i, g in ipairs(grads) do
+      norms[i] = norm_type == math.huge and g:abs():amax() or g:norm(nil, false, { p = norm_type })
+    end
+    local all = #norms == 1 and norms[1] or T.stack(norms)
+    local total = norm_type == math.huge and all:amax() or all:norm(nil, false, { p = norm_type })
+    local v = opts.error_if_nonfinite and total:item()  -- (reads the device only when asked to)
+    if v and (v ~= v or v == math.huge or v == -math.huge) then
+      fail(string.format("%s: The total norm of order %s for gradients from `parameters` is non-finite, so it cannot be " ..
+        "clipped. To disable this error and scale the gradients by the non-finite norm anyway, set `error_if_nonfinite=False`", op, tostring(norm_type)))
+    end
+    local coef = (max_norm / (total + 1e-6)):clamp(nil, 1.0)
+    for _, g in ipairs(grads) do g:mul_(coef) end
+    return total
+  end)
+end
 
 -- containers ------------------------------------------------------------------------------------
 

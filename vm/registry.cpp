@@ -25,6 +25,7 @@ Registry::Registry() {
   register_linalg(*this);
   register_sorting(*this);
   register_attention(*this);
+  register_optim(*this);
   register_derivatives(*this);
   for (const OpDef& d : ops_) infos_.push_back(cr_op_info{d.name, d.schema, int32_t(d.kind), d.flags});
 }
@@ -204,6 +205,13 @@ std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nar
       hooks().before_write(ctx, st);
       st->version.fetch_add(1);
     }
+    for (int i = 0; def.writes && i < nargs; ++i)
+      if ((def.writes >> i & 1) && args[i].tag == kTensors)
+        for (int j = 0; j < args[i].n; ++j) {
+          auto* st = static_cast<Storage*>(static_cast<cr_tensor* const*>(args[i].ptr)[j]->_storage);
+          hooks().before_write(ctx, st);
+          st->version.fetch_add(1);
+        }
     // metadata-only and copying ops (views, joins, conversions) work on CUDA tensors as they are;
     // the others run on host copies until they have CUDA kernels (vm/devices.hpp)
     if (def.kind != OpKind::View && def.kind != OpKind::Join && def.kind != OpKind::Convert &&

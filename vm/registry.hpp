@@ -124,6 +124,9 @@ struct OpDef {
   LoopForm loop = LoopForm::Auto;
   Derivative grad{};
   CastPolicy cast = CastPolicy::None;
+  // bit i: the op writes the tensors of its list argument i in place (the fused optimizer
+  // updates): the dispatcher bumps their versions as for an in-place op's self
+  uint32_t writes = 0;
 };
 // def with a loop form of its own (set at registration: `r.add(with_loop(OpDef{...}, LoopForm::Tril))`)
 inline OpDef with_loop(OpDef def, LoopForm form) {
@@ -159,6 +162,7 @@ void register_sorting(Registry& r);
 void register_attention(Registry& r);
 void register_creation(Registry& r);
 void register_conversions(Registry& r);
+void register_optim(Registry& r);
 void register_derivatives(Registry& r);  // vm/ops/*_grad.cpp
 
 // Block functions of no registry op, which the code generators call by name, with the scalar

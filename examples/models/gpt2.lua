@@ -89,8 +89,10 @@ function GPT:init(cfg)
   self.cfg = cfg
   self.wte = nn.Embedding(cfg.vocab, cfg.d)
   self.wpe = nn.Embedding(cfg.n_ctx, cfg.d)
-  self.wte.weight = self.wte.weight * 0.02
-  self.wpe.weight = self.wpe.weight * 0.01
+  T.no_grad(function()  -- (scaled in place: the parameters stay leaves)
+    self.wte.weight:mul_(0.02)
+    self.wpe.weight:mul_(0.01)
+  end)
   local blocks = {}
   for i = 1, cfg.n_layer do blocks[i] = Block(cfg) end
   self.h = nn.ModuleList(blocks)
@@ -163,8 +165,12 @@ function G.pick(logits, top_k, temperature)
 end
 
 -- generate(step, model, prompt {B, P}, n[, {top_k =, temperature =, on_token = fn(i)}]) -> ids
--- {B, P + n}. `step(ids, pos, cache)` is model:forward or a compiled version of it.
+-- {B, P + n}. `step(ids, pos, cache)` is model:forward or a compiled version of it. Runs without
+-- gradients (as transformers' generate), so a compiled step captures graphs.
 function G.generate(step, model, prompt, n, opts)
+  return T.no_grad(G._generate, step, model, prompt, n, opts)
+end
+function G._generate(step, model, prompt, n, opts)
   opts = opts or {}
   local B, P = prompt:size(1), prompt:size(2)
   local cache = model:new_cache(B, P + n)

@@ -766,7 +766,10 @@ require("recipes_scatter")(R, { ANY = ANY, FLOAT = FLOAT })
 
 -- ---- not compared -----------------------------------------------------------------------------------
 
-M.SKIPPED = {}
+M.SKIPPED = {
+  _fused_sgd = "an optimizer update; tests/lua/test_optim.lua compares T.optim.SGD with torch.optim.SGD",
+  _fused_adam = "an optimizer update; tests/lua/test_optim.lua compares T.optim.Adam / AdamW with torch.optim",
+}
 
 -- ---- known differences (excuses.lua) -------------------------------------------------------------
 

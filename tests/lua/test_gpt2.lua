@@ -1,6 +1,7 @@
 -- The GPT-2-style example model (examples/models/gpt2.lua) against PyTorch: a small random model
 -- written by tests/fixtures/gpt2_reference.py (Debian's python3-torch) as a safetensors file with
--- GPT-2's names, its logits and its greedy continuation. Eager and compiled, with the KV cache.
+-- GPT-2's names, its logits and its greedy continuation. Eager and compiled, with the KV cache;
+-- and 20 AdamW training steps against torch's (tests/fixtures/gpt2_train_reference.py).
 local T = require "crescent"
 local SH = require "shell"
 local TB = require "torch_bridge"
@@ -35,7 +36,9 @@ describe("GPT-2-style model vs PyTorch", function()
     local m, ref = model(), T.load(fixture() .. "/ref.safetensors")
     expect.close(m(ref.ids), ref.logits, 0, 1e-4)
     local f = T.compile(function(ids) return m(ids) end)
-    for _ = 1, 3 do expect.close(f(ref.ids), ref.logits, 0, 1e-4) end
+    for _ = 1, 3 do expect.close(T.no_grad(f, ref.ids), ref.logits, 0, 1e-4) end
+    -- with grad mode on, the parameters that require grad may not reach a capture
+    expect.errors(function() f(ref.ids) end, "compiled autograd is not implemented yet")
   end)
   it("continues the prompt greedily with PyTorch's 20 tokens, eager and compiled, with a KV cache", function()
     local m, ref = model(), T.load(fixture() .. "/ref.safetensors")
@@ -77,7 +80,7 @@ describe("GPT-2-style model on CUDA vs PyTorch", function()
     local ids = ref.ids:cuda()
     expect.close(m(ids):cpu(), ref.logits, 0, 1e-4)
     local f = T.compile(function(i) return m(i) end)
-    for _ = 1, 3 do expect.close(f(ids):cpu(), ref.logits, 0, 1e-4) end
+    for _ = 1, 3 do expect.close(T.no_grad(f, ids):cpu(), ref.logits, 0, 1e-4) end
     local prompt = ref.prompt:cuda()
     local eager = G.generate(function(...) return m:forward(...) end, m, prompt, NEW)
     expect.eq(eager:cpu():totable(), ref.greedy:totable())
@@ -144,10 +147,50 @@ describe("Llama-style block (examples/models/llama.lua)", function()
     local want = ref(x:double(), cos:double(), sin:double())
     expect.close(block(x, cos, sin), want, 1e-4, 1e-5)
     local f = T.compile(block)
-    for _ = 1, 3 do expect.close(f(x, cos, sin), want, 1e-4, 1e-5) end
+    for _ = 1, 3 do expect.close(T.no_grad(f, x, cos, sin), want, 1e-4, 1e-5) end
     -- causal: the first position's output depends on nothing after it
     local x2 = x:clone()
     x2:narrow(2, 2, 6):fill_(0)
     expect.close(block(x2, cos, sin):narrow(2, 1, 1), block(x, cos, sin):narrow(2, 1, 1), 1e-5, 1e-6)
+  end)
+end)
+
+describe("GPT-2-style model trained against PyTorch", function()
+  it("20 AdamW steps give torch's loss at every step and its final weights (float32, 1e-4)", function()
+    local have, why = TB.have("torch")
+    if not have then expect.skip(why) end
+    local dir = SH.tmpdir()
+    local steps, B, L = 20, 4, 16
+    local out = TB.script(root .. "/tests/fixtures/gpt2_train_reference.py", dir, CFG.vocab, CFG.d, CFG.n_head,
+      CFG.n_layer, CFG.n_ctx, steps, B, L)
+    if not out:find("ok") then error("gpt2_train_reference.py failed: " .. out) end
+    local m = G.load(G.new(CFG), dir .. "/model.safetensors")
+    local ref = T.load(dir .. "/train.safetensors")
+    SH.rm(dir)
+    local opt = T.optim.AdamW(m:parameters(), { lr = 1e-3 })
+    local losses = {}
+    for s = 1, steps do
+      opt:zero_grad()
+      local logits = m(ref.ids[s])
+      local loss = T.F.cross_entropy(logits:view(-1, CFG.vocab), ref.targets[s]:flatten() + 1)
+      loss:backward()
+      opt:step()
+      losses[s] = loss:item()
+    end
+    expect.close(T.tensor(losses, { dtype = "float32" }), ref.losses, 1e-4, 1e-6)
+    local n = 0
+    local D = CFG.d
+    for name, t in pairs(m:state_dict()) do
+      local r = ref["final." .. name]
+      if name:match("attn%.c_attn%.bias$") then
+        -- the key bias's gradient is zero in exact arithmetic (softmax ignores a shift common to
+        -- all keys): Adam normalises rounding noise there, so only the size of its steps is bounded
+        expect.truthy((t:narrow(1, D + 1, D) - r:narrow(1, D + 1, D)):abs():max():item() <= 2 * steps * 1e-3, name)
+        t, r = T.cat({ t:narrow(1, 1, D), t:narrow(1, 2 * D + 1, D) }), T.cat({ r:narrow(1, 1, D), r:narrow(1, 2 * D + 1, D) })
+      end
+      expect.close(t:detach(), r, 1e-4, 1e-6)
+      n = n + 1
+    end
+    expect.eq(n, 4 + 12 * CFG.n_layer)
   end)
 end)

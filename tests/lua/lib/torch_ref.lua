@@ -29,6 +29,27 @@ local function flat_values(x)
 end
 R.flat_values = flat_values
 
+-- A Python literal of a Lua number or boolean, and an expression rebuilding a tensor (same dtype,
+-- shape and values), for cases whose Python is written out rather than given inputs.
+local function num_lit(v)
+  if type(v) == "boolean" then return v and "True" or "False" end
+  if v ~= v then return "nan" end
+  if v == math.huge then return "inf" end
+  if v == -math.huge then return "-inf" end
+  if v == 0 and 1 / v < 0 then return "-0.0" end
+  if v == math.floor(v) and math.abs(v) < 2 ^ 53 then return string.format("%d", v) end
+  return string.format("%.17g", v)
+end
+R.num_lit = num_lit
+
+function R.lit(x)
+  if not T.is_tensor(x) then return num_lit(x) end
+  local parts = {}
+  for i, v in ipairs(flat_values(x)) do parts[i] = num_lit(v) end  -- torch.tensor converts to dtype
+  return string.format("torch.tensor([%s], dtype=torch.%s).reshape(%s)", table.concat(parts, ","), x.dtype,
+    "(" .. table.concat(x.shape, ",") .. (#x.shape == 1 and ",)" or ")"))
+end
+
 -- ---- batches of references ------------------------------------------------------------------------
 
 -- A tensor record gets v, its flat values (lists: every item).
@@ -39,7 +60,8 @@ end
 
 local Batch = {}
 Batch.__index = Batch
-function R.batch() return setmetatable({ b = TB.batch({ upcast_low = true }) }, Batch) end
+-- prelude: Python statements run once before the cases (helpers their expressions call)
+function R.batch(prelude) return setmetatable({ b = TB.batch({ upcast_low = true, prelude = prelude }) }, Batch) end
 
 -- expr: python expression over the names of `inputs` (crescent tensors, numbers, booleans)
 function Batch:add(key, expr, inputs) self.b:add(key, expr, inputs) end
@@ -67,8 +89,11 @@ end
 
 -- Compares a crescent result with the reference `key`: dtype, shape, values (expect.close
 -- tolerances unless given). A reference that raised in torch is an error here.
+-- (key "name#i": item i of a case whose torch result is a tuple or list)
 function R.check(res, key, got, rtol, atol)
   local r = res[key]
+  local base, item = key:match("^(.*)#(%d+)$")
+  if r == nil and base and res[base] then r = res[base].error and res[base] or (res[base].list or {})[tonumber(item)] end
   if r == nil then error("torch_ref: no reference for " .. key, 2) end
   if r.error then error(string.format("torch raised for %s: %s", key, r.error), 2) end
   if r.dtype ~= got.dtype then error(string.format("%s: dtype %s, torch gives %s", key, got.dtype, r.dtype), 2) end

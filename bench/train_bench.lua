@@ -1,0 +1,38 @@
+-- crescent's side of the training-step benchmark (bench/torch_train.py is PyTorch's; both run from
+-- bench/run_train.sh). One eager step of the GPT of examples/models/gpt2.lua (forward, cross
+-- entropy, backward, AdamW) on random next-token batches; and an AdamW step alone over 20
+-- parameters of 256 x 256 (the fused registry op, and {fused = false}: torch's single-tensor
+-- formulas as registry ops). Medians over REPS after a warm-up.
+--   crescent bench/train_bench.lua VOCAB D HEADS LAYERS CTX BATCH REPS      -> one JSON line
+local T = require "crescent"
+local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
+package.path = dir .. "/examples/?.lua;" .. package.path
+local G = require "models.gpt2"
+
+local V, D, H, NL, L, B, REPS = (function(a)
+  local r = {}
+  for i, dflt in ipairs({ 86, 96, 4, 3, 64, 16, 30 }) do r[i] = tonumber(a[i]) or dflt end
+  return unpack(r)
+end)(arg or {})
+T.manual_seed(0)
+local m = G.new({ vocab = V, n_ctx = L, d = D, n_head = H, n_layer = NL })
+local opt = T.optim.AdamW(m:parameters(), { lr = 1e-3 })
+local ids, targets = T.randint(0, V, { B, L }), T.randint(1, V + 1, { B * L })
+local function step()
+  opt:zero_grad()
+  T.F.cross_entropy(m(ids):view(-1, V), targets):backward()
+  opt:step()
+end
+local train = T.bench(step, {}, { warmup = 5, reps = REPS })
+
+local function adamw(fused)
+  local ps = {}
+  for i = 1, 20 do
+    ps[i] = T.randn(256, 256, { requires_grad = true })
+    ps[i].grad = T.randn(256, 256)
+  end
+  local o = T.optim.AdamW(ps, { lr = 1e-3, fused = fused })
+  return T.bench(function() o:step() end, {}, { warmup = 3, reps = REPS }).median_us / 1e3
+end
+print(string.format('{"step_ms": %.3f, "tokens_per_s": %.1f, "adamw_fused_ms": %.3f, "adamw_per_tensor_ms": %.3f, "params": %d}',
+  train.median_us / 1e3, B * L / (train.median_us / 1e6), adamw(nil), adamw(false), m:num_parameters()))

@@ -1,0 +1,152 @@
+-- The losses of T.F (API.md section 9) against torch 1.13's torch.nn.functional: the value and the
+-- gradient of the input (and of the target where torch gives one) for every option, in float32 and
+-- float64; and their refusals. Class indices are 1-based here, 0-based in torch.
+local T = require "crescent"
+local R = require "torch_ref"
+local F = T.F
+
+local errs = expect.error_checker("test_losses.lua")
+T.manual_seed(5)
+
+local B = R.batch([[
+import warnings
+warnings.filterwarnings("ignore")  # (kl_div's 'mean' warns on stderr, which the bridge reads)
+def lg(f, x, y, wrt_target=False):
+    x = x.clone().requires_grad_(True)
+    if wrt_target: y = y.clone().requires_grad_(True)
+    l = f(x, y)
+    (l.sum() if l.dim() else l).backward()
+    return [l.detach(), x.grad] + ([y.grad] if wrt_target else [])
+]])
+
+local cases = {}
+-- key: torch's f as a python lambda over (x, y) and the names in env; fn: crescent's over (x, y)
+local function case(key, dtype, x, y, py, fn, env, wrt_target)
+  env = env or {}
+  local e = { a = x:to(dtype), b = (T.is_tensor(y) and y.dtype ~= "int64") and y:to(dtype) or y }
+  for k, v in pairs(env) do e[k] = T.is_tensor(v) and v.dtype ~= "int64" and v:to(dtype) or v end
+  local pe = {}
+  for k, v in pairs(e) do pe[k] = v end
+  if e.b.dtype == "int64" then pe.b = e.b - 1 end  -- torch's classes from 0
+  B:add(key, string.format("lg(lambda x, y: %s, a, b, %s)", py, wrt_target and "True" or "False"), pe)
+  cases[#cases + 1] = { key = key, x = e.a, y = e.b, fn = function(xx, yy) return fn(xx, yy, e) end, target = wrt_target, dtype = dtype }
+end
+
+local N, C = 6, 5
+local logits = T.randn(N, C) * 2
+local idx = T.randint(1, C + 1, { N })
+idx[2] = 3  -- (the class ignore_index = 3 names below)
+local w = T.rand(C) + 0.5
+local probs = T.rand(N, C):softmax(-1)
+local spatial, spatial_t = T.randn(3, 4, 2), T.randint(1, 5, { 3, 2 })
+local x, y = T.randn(4, 3), T.randn(4, 3)
+y[1][1] = x[1][1]:item() + 0.25  -- inside smooth_l1's beta
+local p01 = T.rand(4, 3) * 0.98 + 0.01
+local y01 = T.rand(4, 3)
+local z = T.randn(4, 3) * 3
+z[1][2] = 0  -- -log(sigmoid) at 0: its gradient there is -1/2
+local pw = T.rand(3) + 0.5
+local lp = T.randn(4, 3):log_softmax(-1)
+local tp = T.rand(4, 3):softmax(-1)
+tp[2][2] = 0  -- xlogy(0, 0) = 0
+
+for _, dt in ipairs({ "float32", "float64" }) do
+  local function k(s) return s .. " " .. dt end
+  -- cross_entropy with class indices
+  case(k("ce"), dt, logits, idx, "F.cross_entropy(x, y)", function(a, b) return F.cross_entropy(a, b) end)
+  case(k("ce sum"), dt, logits, idx, "F.cross_entropy(x, y, reduction='sum')", function(a, b) return F.cross_entropy(a, b, { reduction = "sum" }) end)
+  case(k("ce none"), dt, logits, idx, "F.cross_entropy(x, y, reduction='none')", function(a, b) return F.cross_entropy(a, b, { reduction = "none" }) end)
+  case(k("ce weight"), dt, logits, idx, "F.cross_entropy(x, y, weight=w)", function(a, b, e) return F.cross_entropy(a, b, { weight = e.w }) end, { w = w })
+  case(k("ce ignore"), dt, logits, idx, "F.cross_entropy(x, y, ignore_index=2)", function(a, b) return F.cross_entropy(a, b, { ignore_index = 3 }) end)
+  case(k("ce smoothing"), dt, logits, idx, "F.cross_entropy(x, y, label_smoothing=0.1)", function(a, b) return F.cross_entropy(a, b, { label_smoothing = 0.1 }) end)
+  case(k("ce all"), dt, logits, idx, "F.cross_entropy(x, y, weight=w, ignore_index=2, label_smoothing=0.2)",
+    function(a, b, e) return F.cross_entropy(a, b, { weight = e.w, ignore_index = 3, label_smoothing = 0.2 }) end, { w = w })
+  case(k("ce all none"), dt, logits, idx, "F.cross_entropy(x, y, weight=w, ignore_index=2, label_smoothing=0.2, reduction='none')",
+    function(a, b, e) return F.cross_entropy(a, b, { weight = e.w, ignore_index = 3, label_smoothing = 0.2, reduction = "none" }) end, { w = w })
+  case(k("ce 1-d"), dt, logits[1], idx[3], "F.cross_entropy(x, y)", function(a, b) return F.cross_entropy(a, b) end)
+  case(k("ce spatial"), dt, spatial, spatial_t, "F.cross_entropy(x, y, label_smoothing=0.05)",
+    function(a, b) return F.cross_entropy(a, b, { label_smoothing = 0.05 }) end)
+  -- cross_entropy with class probabilities
+  case(k("ce probs"), dt, logits, probs, "F.cross_entropy(x, y)", function(a, b) return F.cross_entropy(a, b) end, nil, true)
+  case(k("ce probs options"), dt, logits, probs, "F.cross_entropy(x, y, weight=w, label_smoothing=0.3, reduction='none')",
+    function(a, b, e) return F.cross_entropy(a, b, { weight = e.w, label_smoothing = 0.3, reduction = "none" }) end, { w = w }, true)
+  -- nll_loss
+  case(k("nll"), dt, logits:log_softmax(-1), idx, "F.nll_loss(x, y)", function(a, b) return F.nll_loss(a, b) end)
+  case(k("nll options"), dt, logits:log_softmax(-1), idx, "F.nll_loss(x, y, weight=w, ignore_index=2)",
+    function(a, b, e) return F.nll_loss(a, b, { weight = e.w, ignore_index = 3 }) end, { w = w })
+  case(k("nll sum"), dt, logits:log_softmax(-1), idx, "F.nll_loss(x, y, reduction='sum')", function(a, b) return F.nll_loss(a, b, { reduction = "sum" }) end)
+  -- regression
+  for _, r in ipairs({ "mean", "sum", "none" }) do
+    case(k("mse " .. r), dt, x, y, "F.mse_loss(x, y, reduction='" .. r .. "')", function(a, b) return F.mse_loss(a, b, { reduction = r }) end, nil, true)
+    case(k("l1 " .. r), dt, x, y, "F.l1_loss(x, y, reduction='" .. r .. "')", function(a, b) return F.l1_loss(a, b, { reduction = r }) end, nil, true)
+  end
+  for _, beta in ipairs({ 1, 0.5, 0 }) do
+    case(k("smooth_l1 " .. beta), dt, x, y, "F.smooth_l1_loss(x, y, beta=" .. beta .. ")",
+      function(a, b) return F.smooth_l1_loss(a, b, { beta = beta }) end, nil, true)
+  end
+  -- binary
+  case(k("bce"), dt, p01, y01, "F.binary_cross_entropy(x, y)", function(a, b) return F.binary_cross_entropy(a, b) end, nil, true)
+  case(k("bce weight sum"), dt, p01, y01, "F.binary_cross_entropy(x, y, weight=v, reduction='sum')",
+    function(a, b, e) return F.binary_cross_entropy(a, b, { weight = e.v, reduction = "sum" }) end, { v = pw })
+  case(k("bcel"), dt, z, y01, "F.binary_cross_entropy_with_logits(x, y)", function(a, b) return F.binary_cross_entropy_with_logits(a, b) end, nil, true)
+  case(k("bcel pos_weight"), dt, z, y01, "F.binary_cross_entropy_with_logits(x, y, pos_weight=v)",
+    function(a, b, e) return F.binary_cross_entropy_with_logits(a, b, { pos_weight = e.v }) end, { v = pw }, true)
+  case(k("bcel all none"), dt, z, y01, "F.binary_cross_entropy_with_logits(x, y, weight=v, pos_weight=v * 2, reduction='none')",
+    function(a, b, e) return F.binary_cross_entropy_with_logits(a, b, { weight = e.v, pos_weight = e.v * 2, reduction = "none" }) end, { v = pw })
+  -- kl_div
+  for _, r in ipairs({ "batchmean", "sum", "mean", "none" }) do
+    case(k("kl " .. r), dt, lp, tp, "F.kl_div(x, y, reduction='" .. r .. "')", function(a, b) return F.kl_div(a, b, { reduction = r }) end, nil, true)
+  end
+  case(k("kl log_target"), dt, lp, tp:clamp(0.01):log(), "F.kl_div(x, y, reduction='batchmean', log_target=True)",
+    function(a, b) return F.kl_div(a, b, { reduction = "batchmean", log_target = true }) end, nil, true)
+end
+
+local res, why = B:run()
+local TOL = { float32 = { 2e-6, 1e-6 }, float64 = { 1e-11, 1e-12 } }
+
+describe("losses against torch 1.13 (value and gradients)", function()
+  for _, c in ipairs(cases) do
+    it(c.key, function()
+      if not res then expect.skip(why) end
+      if res[c.key] and res[c.key].error then error("torch raised: " .. res[c.key].error) end
+      local a = c.x:clone():requires_grad_()
+      local b = c.y
+      if c.target then b = c.y:clone():requires_grad_() end
+      local l = c.fn(a, b)
+      expect.truthy(l.grad_fn ~= nil, "differentiable")
+      local s = l:dim() > 0 and l:sum() or l
+      s:backward()
+      local tol = TOL[c.dtype]
+      R.check(res, c.key .. "#1", l:detach(), tol[1], tol[2])
+      R.check(res, c.key .. "#2", a.grad, tol[1], tol[2])
+      if c.target then R.check(res, c.key .. "#3", b.grad, tol[1], tol[2]) end
+    end)
+  end
+end)
+
+describe("losses refuse bad arguments", function()
+  it("with the function's name and PyTorch's wording", function()
+    errs(function() F.mse_loss(x, y, { reduction = "avg" }) end, "mse_loss", "avg is not a valid value for reduction")
+    errs(function() F.kl_div(lp, tp, { reduction = "all" }) end, "kl_div", 'all is not a valid value for reduction (expected "mean", "sum", "none" or "batchmean")')
+    errs(function() F.l1_loss(x, y, { beta = 1 }) end, "l1_loss", "unknown option 'beta'")
+    errs(function() F.cross_entropy(logits, idx, { label_smoothing = 1.5 }) end, "cross_entropy", "label_smoothing must be between 0.0 and 1.0. Got: 1.5")
+    errs(function() F.cross_entropy(logits, idx:narrow(1, 1, 4)) end, "cross_entropy", "Expected input batch_size (6) to match target batch_size (4).")
+    errs(function() F.cross_entropy(logits, probs:narrow(2, 1, 3)) end, "cross_entropy", "class probabilities expected the input's shape {6,5}, got {6,3}")
+    errs(function() F.nll_loss(logits, idx, { weight = T.ones(3) }) end, "nll_loss", "weight expected a tensor of 5 elements (one per class), got shape {3}")
+    errs(function() F.binary_cross_entropy(p01 * 2, y01) end, "binary_cross_entropy", "all elements of input should be between 0 and 1")
+    errs(function() F.binary_cross_entropy(p01, y01:narrow(1, 1, 2)) end, "binary_cross_entropy",
+      "Using a target size ({2,3}) that is different to the input size ({4,3}) is deprecated. Please ensure they have the same size.")
+    errs(function() F.binary_cross_entropy_with_logits(z, y01:t()) end, "binary_cross_entropy_with_logits", "Target size ({3,4}) must be the same as input size ({4,3})")
+    errs(function() F.smooth_l1_loss(x, y, { beta = -1 }) end, "smooth_l1_loss", "does not support negative values for beta")
+    errs(function() F.mse_loss(x, 3) end, "mse_loss", "argument 2 (target) expected a tensor, got number")
+  end)
+  it("stay finite where the naive forms overflow", function()
+    local big = T.tensor({ -200, 200, 0 }, { dtype = "float32", requires_grad = true })
+    local l = F.binary_cross_entropy_with_logits(big, T.tensor({ 1, 0, 1 }, { dtype = "float32" }), { reduction = "none" })
+    expect.close(l:detach(), { 200, 200, math.log(2) }, 1e-6, 1e-6)
+    l:sum():backward()
+    expect.close(big.grad, { -1, 1, -0.5 }, 1e-6, 1e-6)
+    local ce = F.cross_entropy(T.tensor({ { 1000, 0 } }, { dtype = "float32" }), T.tensor({ 2 }))
+    expect.close(ce, 1000, 1e-6)
+  end)
+end)

@@ -105,6 +105,7 @@ local function lr_factor(step)  -- linear warm-up, then cosine down to 10 %
 end
 local start = 0
 if ckpt then
+  for k, t in pairs(ckpt) do ckpt[k] = t:to(o.device) end  -- (the optimizer's state lives beside its parameters)
   local msd = {}
   for k, t in pairs(ckpt) do
     local name = k:match("^model%.(.+)$")
@@ -150,6 +151,7 @@ local function save(step)
   sd["meta.step"] = T.tensor(step, { dtype = "int64" })
   sd["meta.alphabet"] = T.tensor(chars, { dtype = "int64" })
   for _, k in ipairs({ "n_ctx", "d", "n_head", "n_layer" }) do sd["meta.config." .. k] = T.tensor(cfg[k], { dtype = "int64" }) end
+  T.no_grad(function() for k, t in pairs(sd) do sd[k] = t:cpu() end end)  -- (files hold host tensors)
   T.save(o.out, sd)
 end
 

@@ -115,6 +115,9 @@ M.EXCUSES = {
   { op = "var", kind = "differs", when = function(c) return any_input(c, function(i) return G.numel(i.shape) == 1 end) end,
     class = "torch", why = "one element, no degree of freedom (N == correction): torch 1.13's var_backward gives inf; "
       .. "crescent computes 2 (x - mean) / 0 = 0 / 0, NaN (the variance is NaN for every x)" },
+  { op = "addcmul", kind = "differs", when = function(c) return c.grad and any_input(c, function(i) return i.dtype == "int64" end) end,
+    class = "torch", why = "an int64 tensor1 / tensor2: torch 1.13's rule multiplies it by value in the default dtype "
+      .. "(float32: 3 * 0.3 = 0.90000004) before the float64 gradient; crescent computes in the result's dtype" },
   { op = "prod", kind = "differs", when = nonfinite_input, class = "limit",
     why = "infinite inputs with zeros in the tensor: torch's rule multiplies exclusive cumulative products (0 * inf = "
       .. "NaN); crescent's gives 0 to every element of a slice with two zeros and result / x elsewhere" },

@@ -37,6 +37,17 @@ local function bool_in_list(case)
   local m = case.misuse or ""
   return m:find("a boolean in a list of integers", 1, true) ~= nil or m:find("a boolean as integers", 1, true) ~= nil
 end
+-- an input with two equal values (a tie for topk to break)
+local function tied_input(case)
+  return any_input(case, function(i)
+    local seen = {}
+    for _, v in ipairs(i.values) do
+      if seen[v] then return true end
+      seen[v] = true
+    end
+    return false
+  end)
+end
 local WRITES = { add_ = true, sub_ = true, mul_ = true, div_ = true, fill_ = true, zero_ = true, copy_ = true,
                  masked_fill_ = true, clamp_ = true }
 
@@ -92,6 +103,24 @@ M.EXCUSES = {
   { op = "remainder", kind = "accepts", match = "derivative for aten::remainder is not implemented", class = "torch",
     why = "torch 1.13 has no derivative of remainder(number, tensor) for the tensor; crescent's is PyTorch's "
       .. "tensor-tensor formula, -grad * floor(self / other)" },
+  { op = "topk", kind = "differs", when = tied_input, class = "limit",
+    why = "tied values: which of the equal elements topk returns is unspecified (torch's docs), and its gradient goes "
+      .. "to the ones chosen; the values agree (the forward test compares them)" },
+  { op = "clamp", kind = "accepts", match = "doesn't match the broadcast shape", class = "torch",
+    why = "min / max tensors broadcasting the result beyond the input: torch 1.13's clamp_backward combines the masks "
+      .. "with an in-place logical_and_ into the input's shape and fails; crescent gives the gradient" },
+  { op = "std", kind = "accepts", match = "StdBackward0 returned an invalid gradient", class = "torch",
+    why = "std over all dims of a one-element tensor: torch 1.13's std_backward returns a 0-d gradient and fails its "
+      .. "own shape check; crescent gives the gradient (NaN, 0 / 0 as var's)" },
+  { op = "var", kind = "differs", when = function(c) return any_input(c, function(i) return G.numel(i.shape) == 1 end) end,
+    class = "torch", why = "one element, no degree of freedom (N == correction): torch 1.13's var_backward gives inf; "
+      .. "crescent computes 2 (x - mean) / 0 = 0 / 0, NaN (the variance is NaN for every x)" },
+  { op = "addcmul", kind = "differs", when = function(c) return c.grad and any_input(c, function(i) return i.dtype == "int64" end) end,
+    class = "torch", why = "an int64 tensor1 / tensor2: torch 1.13's rule multiplies it by value in the default dtype "
+      .. "(float32: 3 * 0.3 = 0.90000004) before the float64 gradient; crescent computes in the result's dtype" },
+  { op = "prod", kind = "differs", when = nonfinite_input, class = "limit",
+    why = "infinite inputs with zeros in the tensor: torch's rule multiplies exclusive cumulative products (0 * inf = "
+      .. "NaN); crescent's gives 0 to every element of a slice with two zeros and result / x elsewhere" },
   { op = { scatter_add = true, scatter_add_ = true }, kind = "accepts", match = "ScatterAddBackward0 returned an invalid gradient",
     class = "extension", why = "src larger than the index: torch's rule gathers a gradient of the index's shape and fails "
       .. "its own shape check; crescent gives the src elements no index reaches zeros" },

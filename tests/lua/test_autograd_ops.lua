@@ -136,6 +136,33 @@ case("masked_fill", function(x) return x:masked_fill(T.tensor({ true, false, tru
 case("masked_fill", function(x, v) return x:masked_fill(T.tensor({ false, true }), v) end, R(2, 2), R())
 case("masked_fill_", function(x) local z = x * 1; return z:masked_fill_(T.tensor({ true, false }), 2) end, R(2))
 
+-- Gradients at NaN, infinite and zero inputs as torch 1.13 gives them (found by tests/diff's
+-- gradient mode, seed 7; values from torch).
+local NAN, INF = 0 / 0, math.huge
+local function grads(fn, ...)
+  local xs = { ... }
+  for i, x in ipairs(xs) do xs[i] = T.tensor(x, { dtype = "float64" }):requires_grad_() end
+  return T.autograd.grad(fn(unpack(xs)):sum(), xs)
+end
+
+describe("gradients at special values, as PyTorch's", function()
+  it("relu passes the gradient at NaN (threshold_backward: 0 only where y <= 0)", function()
+    expect.close(grads(T.relu, { NAN, 1, -1, 0 })[1], { 1, 1, 0, 0 })
+  end)
+  it("min / max over everything split between the NaNs when the result is NaN, 0 elsewhere", function()
+    expect.close(grads(T.min, { 1, NAN, 3, NAN })[1], { 0, 0.5, 0, 0.5 })
+    expect.close(grads(T.max, { 1, 3, 3 })[1], { 0, 0.5, 0.5 })
+    expect.close(grads(T.amin, { 1, NAN, 3 })[1], { NAN, NAN, NAN })  -- amin keeps torch's mask * g / count
+  end)
+  it("remainder's divisor gradient is -div(x, y, rounding_mode='floor'): NaN for infinite x", function()
+    local g = grads(T.remainder, { INF, 5, -5, 7, 3, -INF, 1e300 }, { 2, -3, 3, 0, 0, 2, 1e-300 })
+    expect.close(g[2], { NAN, 2, 2, -INF, -INF, NAN, -INF })
+    local b = T.tensor({ 2, -3 }, { dtype = "float32" }):requires_grad_()
+    local gb = T.autograd.grad(T.remainder(T.tensor({ true, false }), b):sum(), { b })[1]
+    expect.close(gb, { -0.0, 0 })  -- a bool dividend is computed in the result's dtype
+  end)
+end)
+
 local STATUS = { [0] = "none", "rule", "not differentiable" }
 local ag = require("crescent.core").api.autograd
 

@@ -77,11 +77,24 @@ void pow_rule(Grad& g) {
   }
 }
 // fmod / remainder: x - trunc(x / y) * y and x - floor(x / y) * y
-template <const char* Round> void mod_rule(Grad& g) {
+void fmod_rule(Grad& g) {
   if (g.needs(0)) g.set(0, g.grad());
-  if (g.needs(1)) g.set(1, -g.grad() * f(Round, g.in(0) / g.in(1)));
+  if (g.needs(1)) g.set(1, -g.grad() * f("trunc", g.in(0) / g.in(1)));
 }
-constexpr char kTrunc[] = "trunc", kFloor[] = "floor";
+// PyTorch's div(x, y, rounding_mode="floor"): the exact quotient (x - fmod(x, y)) / y, one less
+// where fmod's sign is not y's; NaN for an infinite x; x / y where y == 0. In the result's dtype.
+Var floor_div(Var x, Var y, DType dtype) {
+  if (!x.is_num) x = to_dtype(x, dtype);
+  y = to_dtype(y, dtype);
+  Var m = f("fmod", x, y);
+  Var off = f("logical_and", mask("ne", m, 0.0), mask("ne", mask("lt", m, 0.0), mask("lt", y, 0.0)));
+  Var q = f("round", (x - m) / y - where(off, 1.0, 0.0));
+  return where(mask("eq", y, 0.0), x / y, q);
+}
+void remainder_rule(Grad& g) {
+  if (g.needs(0)) g.set(0, g.grad());
+  if (g.needs(1)) g.set(1, -g.grad() * floor_div(g.in(0), g.in(1), g.out_meta().dtype));
+}
 // maximum / minimum: the gradient goes to the chosen input, halved on ties
 template <const char* Wins> void extremum_rule(Grad& g) {
   Var a = g.in(0), b = g.in(1), gr = g.grad();
@@ -145,7 +158,7 @@ void register_pointwise_derivatives(Registry& r) {
   FROM_Y("tan", y * y + 1.0);
   FROM_Y("tanh", -(y * y) + 1.0);
   FROM_Y("sigmoid", y * (-y + 1.0));
-  FROM_Y("relu", mask("gt", y, 0.0));
+  FROM_Y("relu", f("logical_not", mask("le", y, 0.0)));  // NaN passes, as threshold_backward
   FROM_X("silu", f("sigmoid", x) * (x * (-f("sigmoid", x) + 1.0) + 1.0));
   FROM_X("erf", f("exp", -(x * x)) * (2 / std::sqrt(std::numbers::pi)));
   FROM_Y("reciprocal", -(y * y));
@@ -157,8 +170,8 @@ void register_pointwise_derivatives(Registry& r) {
   derivative(r, "mul", {.fn = mul_rule, .saves_inputs = kIn0 | kIn1});
   derivative(r, "div", {.fn = div_rule, .saves_inputs = kIn0 | kIn1});
   derivative(r, "pow", {.fn = pow_rule, .saves_inputs = kIn0 | kIn1, .saves_outputs = kOut0});
-  derivative(r, "fmod", {.fn = mod_rule<kTrunc>, .saves_inputs = kIn0 | kIn1});
-  derivative(r, "remainder", {.fn = mod_rule<kFloor>, .saves_inputs = kIn0 | kIn1});
+  derivative(r, "fmod", {.fn = fmod_rule, .saves_inputs = kIn0 | kIn1});
+  derivative(r, "remainder", {.fn = remainder_rule, .saves_inputs = kIn0 | kIn1});
   derivative(r, "maximum", {.fn = extremum_rule<kGt>, .saves_inputs = kIn0 | kIn1});
   derivative(r, "minimum", {.fn = extremum_rule<kLt>, .saves_inputs = kIn0 | kIn1});
   derivative(r, "atan2", {.fn = atan2_rule, .saves_inputs = kIn0 | kIn1});

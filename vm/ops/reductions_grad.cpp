@@ -56,9 +56,18 @@ void even_rule(Grad& g) {
   g.set(0, unreduce(g, g.grad()) * hit / count);
 }
 
+// max / min over everything (PyTorch's evenly_distribute_backward): split evenly between the
+// elements equal to the result, or between the NaNs when it is NaN; the others get 0
+void distribute_rule(Grad& g) {
+  Var x = g.in(0), y = g.out(0);
+  Var nan = op("logical_and", {op("isnan", {y}), op("isnan", {x})});
+  Var hit = op("logical_or", {op("eq", {x, y}), nan});
+  g.set(0, where(hit, g.grad() / op("sum", {hit}), 0.0));
+}
+
 // max / min along a dim (values, indices): the gradient goes to the index chosen
 void select_index_rule(Grad& g) {
-  if (!g.arg().has(1)) return even_rule(g);
+  if (!g.arg().has(1)) return distribute_rule(g);
   if (g.ndim(0) == 0) return g.set(0, reshape(g.grad(), {}));  // the one element is the extreme
   const int d = g.arg().dim(1, g.ndim(0));
   const Shape& s = g.sizes(0);

@@ -132,6 +132,8 @@ void wait_background_compiles() { Worker::get().wait_idle(); }
 
 void cancel_background_compiles(const void* owner) { Worker::get().cancel(owner); }
 
+void stop_background_compiles() { Worker::get().drain(); }
+
 void hold_background_compiles(bool hold) { Worker::get().hold(hold); }
 
 QueueStats background_stats() { return Worker::get().stats(); }

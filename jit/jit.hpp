@@ -21,6 +21,10 @@ void wait_background_compiles();
 // progress (at most a minute): a VM's end and os.exit call it, so that no compile of theirs runs
 // while the VM or exit destroys what it uses, and none runs for graphs that cannot run again.
 void cancel_background_compiles(const void* owner);
+// The process is ending: drops every queued compile (any owner's: a VM's eager kernel
+// specialisations too) and waits for the one running, before exit destroys the statics and
+// libraries (NVRTC's among them) that a compile uses. Nothing compiles in the background after it.
+void stop_background_compiles();
 
 // The background queue since the process started (for tests and benchmarks; jit/background.hpp).
 struct QueueStats {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "jit/jit.hpp"
 #include "vm/lua/lua_vm.hpp"
 #include "vm/lua/repl.hpp"
 
@@ -108,9 +109,8 @@ bool run_script(cr::LuaVM& vm, int argc, char** argv, int script) {
 // instead of ASan ending the process. ASAN_OPTIONS still overrides it. Unused without ASan.
 extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
 
-int main(int argc, char** argv) {
-  Options o;
-  if (int status = parse(argc, argv, o); status >= 0) return status;
+// Runs the chunks, the script and the REPL in one VM; returns the exit status.
+static int run(int argc, char** argv, const Options& o) {
   try {
     cr::LuaVM vm;
     set_arg(vm.state(), argc, argv, o.script);
@@ -123,4 +123,14 @@ int main(int argc, char** argv) {
     return report(e.what());
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  Options o;
+  if (int status = parse(argc, argv, o); status >= 0) return status;
+  int status = run(argc, argv, o);
+  // The VM is gone; no background compile may still run (an eager CUDA kernel's specialisation
+  // belongs to no VM) when exit destroys the statics and NVRTC's state a compile uses.
+  cr::jit::stop_background_compiles();
+  return status;
 }

@@ -133,7 +133,9 @@ end
 
 local function finish(where, ok, ...)
   if not ok then
-    api.cap_abort(ctx)
+    -- an op recorded before the error that fails on its values raised first in eager
+    local rc = api.cap_abort(ctx)
+    if rc < 0 then core.raise(rc) end
     error((...), 0)  -- the error as raised, with its own position
   end
   return hand_back(where, ...)

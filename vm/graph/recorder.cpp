@@ -411,12 +411,14 @@ void Recorder::stop() {
 
 void Recorder::abort() {
   if (!fn_) return;
+  std::exception_ptr failed;
   try {
     run_pending();
-  } catch (const std::exception&) {
-    // the call is already failing with its own error; its lazy tensors stay without values
+  } catch (...) {
+    failed = std::current_exception();  // (its lazy tensors stay without values)
   }
   stop();
+  if (failed) std::rethrow_exception(failed);
 }
 
 // ---- compilation -----------------------------------------------------------------------------

@@ -51,6 +51,8 @@ class Recorder {
   // The function returned `rets`: the last segment ends and the capture stops.
   void finish(const std::vector<cr_tensor*>& rets, const std::string& where);
   // An error unwound the call: runs what was recorded (its side effects are due) and stops.
+  // Runs the ops recorded before a Lua error unwound the call, then ends the capture; rethrows the
+  // error of one of them (eager would have raised it first).
   void abort();
   void set_where(const std::string& where);  // position of the op recorded last
 

@@ -298,9 +298,12 @@ int32_t api_cap_finish(cr_ctx* c, cr_tensor** rets, int32_t n, const char* where
   });
 }
 
-void api_cap_abort(cr_ctx* c) {
+int32_t api_cap_abort(cr_ctx* c) {
   Context::of(c).drop_unclaimed();  // (an error unwound the call: perhaps before a wrap)
-  rec(c).abort();
+  return guarded(c, [&] {
+    rec(c).abort();
+    return 0;
+  });
 }
 void api_cap_where(cr_ctx* c, const char* where) {
   c->service &= ~2;

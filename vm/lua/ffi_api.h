@@ -80,7 +80,7 @@ typedef struct cr_api {
   int32_t (*cap_begin)(cr_ctx* ctx, int32_t fn, int32_t cache_size_limit); /* 0: already active */
   int32_t (*cap_need)(cr_ctx* ctx, cr_tensor* t, const char* reason, const char* where);
   int32_t (*cap_finish)(cr_ctx* ctx, cr_tensor** rets, int32_t n, const char* where);
-  void (*cap_abort)(cr_ctx* ctx);
+  int32_t (*cap_abort)(cr_ctx* ctx);  /* < 0: an op recorded before the error failed (last_error) */
   void (*cap_where)(cr_ctx* ctx, const char* where);
   void (*cap_reset)(cr_ctx* ctx);
   void (*cap_stats)(cr_ctx* ctx, double* out); /* graphs_compiled, recompiles, graph_breaks,

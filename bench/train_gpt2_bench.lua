@@ -57,8 +57,9 @@ end
 local ms = median(times)
 -- on a GPU: what the caching allocator holds from the driver (it keeps its peak: nothing is given back
 -- during the run), against torch.cuda.max_memory_reserved
-local reserved = device ~= "cpu" and T.cuda.stats(device).reserved / 2 ^ 20 or nil
+local stats = device ~= "cpu" and T.cuda.stats(device) or nil
+local reserved = stats and stats.reserved / 2 ^ 20 or nil
 print(string.format('{"config": "%s", "batch": %d, "seq": %d, "device": "%s", "autocast": "%s", "step_ms": %.3f, ' ..
   '"tokens_per_s": %.1f, "first_loss": %.4f, "last_loss": %.4f, "params": %d%s}', name, batch, seq, device,
   autocast or "none", ms, batch * seq / (ms / 1e3), first_loss, last_loss, model:num_parameters(),
-  reserved and string.format(', "reserved_mib": %.1f', reserved) or ""))
+  reserved and string.format(', "reserved_mib": %.1f, "host_ops": %d', reserved, stats.host_ops) or ""))

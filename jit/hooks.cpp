@@ -1,6 +1,5 @@
 #include "jit/hooks.hpp"
 
-#include "jit/cuda/checks.hpp"
 #include "jit/cuda/eager.hpp"
 #include "jit/jit.hpp"
 
@@ -12,7 +11,6 @@ void install_hooks(Hooks& h) {
   h.cuda_cubin = [](Context& ctx, const std::string& source, const std::string& name, const std::string& arch) {
     return cuda_cubin(source, name, arch, cuda::compile_cache_dir(ctx));
   };
-  h.cuda_synchronized = cuda::check_deferred;
   h.compile_native = compile_native;
   h.backend_available = [](bool on_cuda, std::string* why) {
     return on_cuda ? cuda_backend_available(why) : cpu_backend_available(why);

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "jit/checks.hpp"
+#include "vm/checks.hpp"
 #include "jit/cpu/helpers.hpp"
 #include "vm/graph/graph.hpp"
 
@@ -59,7 +59,7 @@ std::string affine_str(const Affine& a);
 // holding a 1-based position (index_select, gather, embedding). In a LoopGraph, `dim` names that
 // dim (index[dim] is unused); in a Kernel the address is index[0] + (a - 1) * stride. A position
 // outside 1..limit reads position 1 instead and is reported through the kernel's check word
-// (jit/checks.hpp), naming LoopGraph::sites[site]. The source is always read from memory: a
+// (vm/checks.hpp), naming LoopGraph::sites[site]. The source is always read from memory: a
 // value of the same kernel cannot be computed at a position known only when it is loaded.
 // Runtime: word `site` of the run's values, an int64 the program sets at each run (the seed and
 // the counter offset of a random op: LoopGraph::draws), a parameter of the kernel, not code.
@@ -137,7 +137,7 @@ struct LoopGraph {
   std::vector<int32_t> of_graph;  // graph value id -> loop value id (-1: none yet)
   std::vector<LStep> steps;
   std::vector<std::string> notes;  // what ran as Extern and why (CRESCENT_LOGS=fusion)
-  CheckSites sites;  // gathers, for the errors of their checks (jit/checks.hpp)
+  CheckSites sites;  // gathers, for the errors of their checks (vm/checks.hpp)
   // Random ops lowered (rand / randn), in graph order: how many numbers each draws. Draw j reads
   // its seed from run word 2j and its first counter from word 2j + 1; the program takes them from
   // the generator as eager would, in this order (jit/program.cpp).

@@ -1,10 +1,10 @@
 // Running a compiled graph: buffers, kernel launches, extern steps, views, aliases, the check word
-// of gathers (jit/checks.hpp), the run values of random draws and operand numbers.
+// of gathers (vm/checks.hpp), the run values of random draws and operand numbers.
 #include "jit/program.hpp"
 
 #include <cstring>
 
-#include "jit/checks.hpp"
+#include "vm/checks.hpp"
 #include "vm/devices.hpp"
 #include "vm/kernels/loop.hpp"
 
@@ -67,7 +67,7 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
   };
   std::vector<void*> bufs;
   std::vector<Tensor> moved;  // inputs copied to the device for this run
-  int64_t host_word[kCheckWords] = {0, 0, 0, 0};  // the CPU's check word (jit/checks.hpp)
+  int64_t host_word[kCheckWords] = {0, 0, 0, 0};  // the CPU's check word (vm/checks.hpp)
   bool checked = false;
   std::vector<int64_t> run_values(2 * lg.draws.size());  // random ops' seeds and offsets
   size_t drawn = 0;

@@ -18,7 +18,7 @@ class PlanProgram : public graph::Executable {
  protected:
   // Runs kernel k; bufs[i] is the storage (element 0) of the kernel's i-th buffer slot.
   virtual void launch(size_t k, void** bufs) const = 0;
-  // A device program's check word (jit/checks.hpp), and reading it later (CPU programs use a
+  // A device program's check word (vm/checks.hpp), and reading it later (CPU programs use a
   // word of the run and read it at once).
   virtual void* check_word() const { return nullptr; }
   virtual void defer_check() const {}

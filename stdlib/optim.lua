@@ -1,8 +1,8 @@
 -- crescent.optim: T.optim (API.md section 9). Optimizers hold param groups and per-parameter state
--- as torch.optim does; a step updates each group's parameters on the CPU with ONE fused registry
--- op (_fused_sgd / _fused_adam, vm/ops/optim.cpp: one threaded loop over all their elements).
--- CUDA parameters take the per-tensor path (PyTorch's single-tensor formulas as registry ops)
--- until a fused CUDA kernel exists; {fused = false} takes it everywhere.
+-- as torch.optim does; a step updates each group's parameters of one device with ONE fused
+-- registry op (_fused_sgd / _fused_adam, vm/ops/optim.cpp: one threaded loop over all their
+-- elements on the CPU, a launch per 48 parameters on CUDA); {fused = false} takes the per-tensor
+-- path (PyTorch's single-tensor formulas as registry ops).
 local core = require "crescent.core"
 local fail, is_tensor = core.fail, core.is_tensor
 
@@ -124,21 +124,22 @@ function Optimizer:step(closure)
   return loss
 end
 
--- A group's parameters that have a gradient, split by where they are updated: the fused op (CPU)
--- or the per-tensor path.
+-- A group's parameters that have a gradient, split by how they are updated: a list per device for
+-- the fused op (vm/ops/optim.cpp; a kernel launch per 48 parameters on CUDA), or the per-tensor path.
 function Optimizer:_buckets(g)
-  local fused, each = {}, {}
+  local fused, each, by_device = {}, {}, {}
   for _, p in ipairs(g.params) do
     local grad = p.grad
     if grad ~= nil then
       local st = self.state[p]
       if st == nil then st = {}; self.state[p] = st end
       local item = { p = p, grad = grad, st = st }
-      if g.per_tensor or p.device ~= "cpu" then
-        if g.fused then fail(self.__name .. ": fused = true: no fused update for " .. p.device .. " tensors yet") end
+      if g.per_tensor then
         each[#each + 1] = item
       else
-        fused[#fused + 1] = item
+        local list = by_device[p.device]
+        if list == nil then list = {}; by_device[p.device] = list; fused[#fused + 1] = list end
+        list[#list + 1] = item
       end
     end
   end

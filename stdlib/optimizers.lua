@@ -1,6 +1,6 @@
 -- crescent.optimizers: SGD, Adam and AdamW (T.optim, API.md section 9) on the base class of
--- crescent.optim. Each group's CPU parameters take one fused op; the others the per-tensor path,
--- which writes torch 1.13's _single_tensor_* functions (torch/optim/sgd.py, adam.py, adamw.py)
+-- crescent.optim. Each group's parameters take one fused op per device; {fused = false} the
+-- per-tensor path, which writes torch 1.13's _single_tensor_* functions (torch/optim/sgd.py, adam.py, adamw.py)
 -- as registry ops.
 local core = require "crescent.core"
 local fail = core.fail
@@ -140,7 +140,7 @@ function M.define(optim, class, T)
     check_sgd, sgd_state_keys)
   function SGD:_update_group(g)
     local fused, each = self:_buckets(g)
-    if #fused > 0 then sgd_fused(T, g, fused) end
+    for _, list in ipairs(fused) do sgd_fused(T, g, list) end
     if #each > 0 then sgd_each(g, each) end
   end
   optim.SGD = SGD
@@ -150,7 +150,7 @@ function M.define(optim, class, T)
       maximize = false }, check_adam, adam_state_keys)
     function cls:_update_group(g)
       local fused, each = self:_buckets(g)
-      if #fused > 0 then adam_fused(T, g, fused, decoupled) end
+      for _, list in ipairs(fused) do adam_fused(T, g, list, decoupled) end
       if #each > 0 then adam_each(T, g, each, decoupled) end
     end
     return cls

@@ -22,7 +22,6 @@ Hooks g_hooks = {
     [](Context&, const std::string&, const std::string&, const std::string&) -> std::string {
       missing("cuda_cubin", "compiler");
     },
-    [](int, void*, bool) {},
     [](const std::shared_ptr<graph::Graph>&, const graph::NativeOptions&) { missing("compile_native", "compiler"); },
     [](bool, std::string*) -> bool { missing("backend_available", "compiler"); },
 };

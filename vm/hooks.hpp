@@ -38,9 +38,6 @@ struct Hooks {
   bool (*cuda_copy)(const Tensor& dst, const Tensor& src);
   // The CUBIN of a library kernel's module source for `arch` (prebuilt, cached or compiled).
   std::string (*cuda_cubin)(Context& ctx, const std::string& source, const std::string& name, const std::string& arch);
-  // A device (its stream `stream`, or all of it) was synchronised: generated kernels' deferred
-  // checks are read. Without a compiler no kernel deferred any: the default does nothing.
-  void (*cuda_synchronized)(int device, void* stream, bool whole_device);
   // Capture hands an optimised graph to a native backend (jit/jit.hpp compile_native), after
   // asking whether the CPU / CUDA backend can run here (`why` says why not).
   void (*compile_native)(const std::shared_ptr<graph::Graph>& g, const graph::NativeOptions& o);

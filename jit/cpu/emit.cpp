@@ -182,7 +182,7 @@ class KernelEmitter : FunctionBuilder {
     return J.context_new_array_access(c_, nullptr, ptrs_[size_t(slot)], address(a));
   }
 
-  // ---- the check word of gathers (jit/checks.hpp) ----
+  // ---- the check word of gathers (vm/checks.hpp) ----
   // A position outside 1..limit reads position 1 and is remembered in locals, with selects (the
   // loop still vectorises); the function stores the last one found in the word before it returns.
   void start_check() {

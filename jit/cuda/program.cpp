@@ -27,13 +27,13 @@ Program::Program(Plan plan, CudaModule m, const std::string& key, const std::str
     fns_.push_back(f);
   }
   for (const Buffer& b : plan_.buffers)
-    if (b.check) check_ = std::make_shared<DeviceCheck>(device.index, plan_.lg.sites);
+    if (b.check) check_ = std::make_shared<cr::cuda::DeviceCheck>(device.index, plan_.lg.sites);
 }
 
 Program::~Program() = default;
 
 void* Program::check_word() const { return check_->word; }
-void Program::defer_check() const { cuda::defer_check(check_, cr::cuda::current_stream(device_.index)); }
+void Program::defer_check() const { cr::cuda::defer_check(check_, cr::cuda::current_stream(device_.index)); }
 
 // Arguments: the buffers' pointers, then a dynamic kernel's size parameters (the driver copies
 // the values at the call). Its grid follows from this plan's concrete kernel.

@@ -4,7 +4,7 @@
 #pragma once
 #include <memory>
 
-#include "jit/cuda/checks.hpp"
+#include "vm/cuda/checks.hpp"
 #include "jit/cuda/emit.hpp"
 #include "jit/program.hpp"
 #include "vm/cuda/module.hpp"
@@ -26,7 +26,7 @@ class Program : public PlanProgram {
   void* check_word() const override;
   void defer_check() const override;
   CudaModule module_;
-  std::shared_ptr<DeviceCheck> check_;  // (plans with gathers)
+  std::shared_ptr<cr::cuda::DeviceCheck> check_;  // (plans with gathers)
   std::shared_ptr<cr::cuda::LoadedModule> loaded_;
   std::vector<void*> fns_;  // CUfunction per kernel
 };

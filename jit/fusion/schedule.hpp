@@ -23,7 +23,7 @@ struct Buffer {
                     // stored values that have one); -1: a temporary, contiguous
   int32_t lv = -1;  // loop value
   bool computed = false;  // written by a kernel of the plan (allocated by the program)
-  bool check = false;     // the plan's check word (jit/checks.hpp), provided by the program
+  bool check = false;     // the plan's check word (vm/checks.hpp), provided by the program
   bool runtime = false;   // the run's values (EOp::Runtime: 2 per draw), provided by the program
   bool numbers = false;   // the run's operand numbers (EOp::Number: float64 bits), likewise
   Shape sizes, strides;   // layout over the storage (element units)

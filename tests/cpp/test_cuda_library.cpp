@@ -16,6 +16,8 @@
 #include "vm/kernels/cuda/attention.hpp"
 #include "vm/kernels/cuda/attention_simt.hpp"
 #include "vm/kernels/cuda/library.hpp"
+#include "vm/kernels/cuda/optim.hpp"
+#include "vm/kernels/cuda/scatter.hpp"
 #include "vm/cuda/nvrtc.hpp"
 #include "vm/cuda/prebuilt.hpp"
 #include "jit/jit.hpp"
@@ -59,6 +61,18 @@ TEST_CASE("cuda: the library kernels (cumsum, sort) compile to CUBIN for every d
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::b8}) {
     const std::string bin = cr::cuda::compile_cubin(cr::cuda::sort_source(d), "sort", "sm_90");
     CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
+  }
+}
+
+TEST_CASE("cuda: the optimizer updates and scatter_add compile to CUBIN for every dtype", "[cuda]") {
+  if (!have_nvrtc()) return;
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    INFO(cr::dtype_name(d));
+    CHECK(cr::cuda::compile_cubin(cr::cuda::optim_source(d), "optim", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
+  }
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::b8}) {
+    INFO(cr::dtype_name(d));
+    CHECK(cr::cuda::compile_cubin(cr::cuda::scatter_source(d), "scatter", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
   }
 }
 

@@ -303,4 +303,78 @@ describe("CUDA kernels", function()
     expect.close(got:cpu():double(), T.attention(q5:double(), q5:double(), q5:double(), nil, false, m5:double()), 4e-3, 4e-3)
     expect.eq(T.cuda.stats().host_ops, host_ops)
   end)
+  it("add into positions on the device (index_add, scatter_add, the gathers' gradients), checking them there", function()
+    need_gpu()
+    local h = T.cuda.stats().host_ops
+    for _, dt in ipairs { "float32", "float64", "int32", "int64", "bool", "float16", "bfloat16" } do
+      local floating = dt:match("float") ~= nil
+      local x = (T.randn(6, 9) * 4):to(dt)
+      local src = (T.randn(6, 5) * 4):to(dt)
+      local cols = T.tensor({ 9, 1, 3, 3, 1 }):long() -- repeated positions collide
+      local sidx = T.randint(1, 7, { 4, 5 }):long()
+      local alpha = floating and 0.5 or 2
+      local cases = {
+        { x:cuda():index_add(2, cols:cuda(), src:cuda(), { alpha = alpha }), x:index_add(2, cols, src, { alpha = alpha }) },
+        { x:t():cuda():index_add(1, cols:cuda(), src:t():cuda()), x:t():index_add(1, cols, src:t()) }, -- strided
+        { x:cuda():scatter_add(1, sidx:cuda(), src:cuda()), x:scatter_add(1, sidx, src) },
+        { x:cuda():index_add_(2, cols:int():cuda(), src:cuda()), x:clone():index_add_(2, cols:int(), src) },
+      }
+      for i, c in ipairs(cases) do
+        expect.eq({ c[1].device, c[1].dtype, c[1].shape }, { "cuda:0", dt, c[2].shape }, dt .. " case " .. i)
+        -- (colliding float additions run in no fixed order: their last bits may differ)
+        local tol = dt == "float32" and 1e-5 or (dt:match("16") and 2e-2 or 0)
+        expect.close(c[1]:cpu():double(), c[2]:double(), tol, tol, dt .. " case " .. i)
+      end
+    end
+    -- embedding's gradient adds the rows of its output's gradient on the device
+    local w = T.randn(50, 8, { requires_grad = true })
+    local dw = w:detach():cuda():requires_grad_()
+    local ids = T.tensor({ { 3, 9, 3 }, { 50, 1, 3 } }):long()
+    T.embedding(ids, w):mul(T.arange(1, 49):view(2, 3, 8)):sum():backward()
+    T.embedding(ids:cuda(), dw):mul(T.arange(1, 49):view(2, 3, 8):cuda()):sum():backward()
+    expect.close(dw.grad:cpu(), w.grad, 1e-6, 1e-6)
+    expect.eq(T.cuda.stats().host_ops, h, "ops on host copies")
+    -- a bad position adds nothing, and raises at the next synchronisation, naming the op
+    local y = T.zeros(4, 3):cuda():index_add(1, T.tensor({ 2, 5 }):long():cuda(), T.ones(2, 3):cuda())
+    errs(function() local _ = y:cpu() end, "cpu", "index_add: index 5 is out of range for dim 1 of size 4 (expected 1..4)",
+      "found by a CUDA kernel that ran before this synchronisation")
+    expect.eq(y:cpu():totable(), { { 0, 0, 0 }, { 1, 1, 1 }, { 0, 0, 0 }, { 0, 0, 0 } })
+  end)
+  it("update parameters with the fused optimizer kernels: the CPU's results bit for bit in float32", function()
+    need_gpu()
+    local shapes = { { 300, 7 }, { 4097 }, { 3 }, { 1 }, { 2, 3, 4 } }
+    local function run(device, dtype, make, steps)
+      T.manual_seed(7)
+      local ps = {}
+      for i, s in ipairs(shapes) do ps[i] = T.randn(s):to(dtype):to(device):requires_grad_() end
+      for _ = 1, 60 do ps[#ps + 1] = T.randn(5):to(dtype):to(device):requires_grad_() end -- past 48 a launch
+      local opt = make(ps)
+      for k = 1, steps do
+        for i, p in ipairs(ps) do p.grad = (T.randn(p.shape) * k + i):to(dtype):to(device) end
+        opt:step()
+      end
+      local out = {}
+      for i, p in ipairs(ps) do out[i] = p:detach():cpu() end
+      return out
+    end
+    local makers = {
+      adamw = function(ps) return T.optim.AdamW(ps, { lr = 1e-2, weight_decay = 0.1 }) end,
+      adam = function(ps) return T.optim.Adam(ps, { lr = 1e-2, weight_decay = 0.01, amsgrad = true }) end,
+      sgd = function(ps) return T.optim.SGD(ps, { lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 1e-3 }) end,
+      sgd_plain = function(ps) return T.optim.SGD(ps, { lr = 0.1, maximize = true }) end,
+    }
+    for name, make in pairs(makers) do
+      for _, dt in ipairs { "float32", "float64", "bfloat16" } do
+        local want, got = run("cpu", dt, make, 4), run("cuda", dt, make, 4)
+        for i = 1, #want do
+          if dt == "bfloat16" then expect.close(got[i]:float(), want[i]:float(), 1e-2, 1e-2, name .. " " .. i)
+          else expect.eq(got[i]:totable(), want[i]:totable(), name .. " " .. dt .. " param " .. i) end
+        end
+      end
+    end
+    -- one fused call per device; a list mixing devices is refused by the op
+    local a, b = T.ones(3), T.ones(3):cuda()
+    errs(function() T._fused_sgd({ a, b }, { a, b }, {}, { 0, 0 }, { lr = 1 }) end, "_fused_sgd",
+      "param 2 expected param 1's device cpu, got cuda:0")
+  end)
 end)

@@ -8,10 +8,10 @@
 #include <mutex>
 #include <vector>
 
+#include "vm/cuda/checks.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
-#include "vm/hooks.hpp"
 
 namespace cr::cuda {
 namespace {
@@ -216,7 +216,7 @@ void copy_to_host(void* dst, const void* src, size_t n, int index) {
   CUstream s = current_stream(index);
   CR_CU(cuMemcpyDtoHAsync(dst, dptr(src), n, s), cat(n, " bytes from cuda:", index));
   CR_CU(cuStreamSynchronize(s), cat(n, " bytes from cuda:", index));
-  hooks().cuda_synchronized(index, s, false);
+  check_deferred(index, s, false);
 }
 void copy_on_device(void* dst, const void* src, size_t n, int index) {
   if (n == 0) return;
@@ -234,7 +234,7 @@ void fill_pattern(void* dst, size_t count, int width, uint32_t pattern, int inde
 void synchronize(int index) {
   use_device(index);
   CR_CU(cuCtxSynchronize(), cat("synchronising cuda:", index));
-  hooks().cuda_synchronized(index, nullptr, true);
+  check_deferred(index, nullptr, true);
 }
 
 }  // namespace cr::cuda

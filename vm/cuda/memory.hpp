@@ -35,7 +35,7 @@ size_t garbage_budget();
 size_t driver_bytes_total();
 
 // Copies on the current stream, ordered after its earlier launches; copy_to_host waits for it.
-// copy_to_host and synchronize then raise what the kernels' checks found (jit/cuda/checks.hpp).
+// copy_to_host and synchronize then raise what the kernels' checks found (vm/cuda/checks.hpp).
 void copy_to_device(void* dst, const void* src, size_t n, int index);
 void copy_to_host(void* dst, const void* src, size_t n, int index);
 void copy_on_device(void* dst, const void* src, size_t n, int index);

@@ -5,6 +5,8 @@
 #include "vm/kernels/cuda/attention.hpp"
 #include "vm/kernels/cuda/attention_simt.hpp"
 #include "vm/kernels/cuda/library.hpp"
+#include "vm/kernels/cuda/optim.hpp"
+#include "vm/kernels/cuda/scatter.hpp"
 #include "vm/cuda/nvrtc.hpp"
 #include "vm/error.hpp"
 #include "vm/hash.hpp"
@@ -14,7 +16,8 @@ namespace cr::cuda {
 // Attention: head sizes 64 and 128 are those of GPT-2, LLaMA and most models since; other sizes
 // compile at first use (1-2 s for float32). An H100 grants a block 227 KiB of shared memory.
 // cumsum and sort / topk (about 0.1 s each) in the dtypes models sort and sum: float, int32 /
-// int64 (ids, positions) and bool (masks).
+// int64 (ids, positions) and bool (masks). The optimizer updates and scatter_add (the gathers'
+// gradients) in the floating dtypes training uses.
 std::vector<LibraryInstance> prebuilt_instances() {
   constexpr size_t kSm90Shared = 227 << 10;
   std::vector<LibraryInstance> r;
@@ -27,6 +30,10 @@ std::vector<LibraryInstance> prebuilt_instances() {
     r.push_back({cat("sort_", dtype_name(d)), sort_source(d)});
   }
   r.push_back({"sort_bool", sort_source(DType::b8)});
+  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
+    r.push_back({cat("optim_", dtype_name(d)), optim_source(d)});
+    r.push_back({cat("scatter_", dtype_name(d)), scatter_source(d)});
+  }
   return r;
 }
 

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <vector>
 
+#include "vm/cuda/checks.hpp"
 #include "vm/error.hpp"
-#include "vm/hooks.hpp"
 
 namespace cr::cuda {
 namespace {
@@ -93,7 +93,7 @@ void stream_synchronize(int64_t id) {
   CUstream s = stream_of(id);
   use_device(stream_device(id));
   CR_CU(cuStreamSynchronize(s), "Stream:synchronize");
-  hooks().cuda_synchronized(stream_device(id), s, false);  // (as copy_to_host does)
+  check_deferred(stream_device(id), s, false);  // (as copy_to_host does)
 }
 
 bool stream_query(int64_t id) {

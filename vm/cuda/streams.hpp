@@ -27,7 +27,7 @@ CUstream current_stream(int index);  // (every launch asks: no checks)
 void set_current_stream(int64_t id);
 int64_t pool_stream(int index);  // the next stream of device `index`'s pool
 
-void stream_synchronize(int64_t id);  // then raises what its kernels' checks found (jit/cuda/checks.hpp)
+void stream_synchronize(int64_t id);  // then raises what its kernels' checks found (vm/cuda/checks.hpp)
 bool stream_query(int64_t id);  // whether all its work is done
 void stream_wait_stream(int64_t waiter, int64_t waited);  // waiter's later work waits for waited's work so far
 

@@ -9,6 +9,7 @@
 
 #include "vm/cuda/memory.hpp"
 #include "vm/devices.hpp"
+#include "vm/kernels/cuda/scatter.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr {
@@ -189,7 +190,8 @@ void run_embedding(OpCall& c) {
 // the index names along dim: out[c with c[d] := index(c) - 1] += alpha * src[c] over an iteration
 // shape (index_add: source's, its 1-D index broadcast along the other dims; scatter_add: index's).
 // Positions that differ off dim never collide: lines off dim run in parallel, and each line adds
-// in index order, so the result does not depend on the threads (deterministic).
+// in index order, so the result does not depend on the threads (deterministic). On CUDA a thread
+// per position adds atomically (vm/kernels/cuda/scatter.cuh), in no fixed order, as PyTorch's.
 
 struct Scatter {
   Tensor self, index;  // index: the values, contiguous int64
@@ -316,19 +318,21 @@ bool may_overlap(const Tensor& a, const Tensor& b) {
 }
 
 // out = self + the scattered source: out is a new contiguous tensor, or self itself (in place).
-void scatter_add_into(const Tensor& out, const Scatter& s, bool in_place) {
+void scatter_add_into(const OpCall& c, const Tensor& out, const Scatter& s, bool in_place) {
   const Tensor x = at_least_1d(s.self);
-  check_range(s.index, x.size(s.d), cat("dim ", s.d + 1, " of size ", x.size(s.d)));
+  const std::string what = cat("dim ", s.d + 1, " of size ", x.size(s.d));
+  if (out.device().is_cpu()) check_range(s.index, x.size(s.d), what);  // (CUDA: the kernel checks)
   if (in_place && (may_overlap(out, s.src) || may_overlap(out, s.index)))
     fail("the source or index shares memory with the tensor written in place (PyTorch refuses it too): clone() it first");
   if (!in_place) copy_into(out, s.self);
+  if (!out.device().is_cpu()) return cuda::scatter_add(c.ctx, at_least_1d(out), s.d, s.idx, s.src, s.alpha, c.def.name, what);
   visit(out.dtype(), [&](auto t) { scatter_lines<decltype(t)>(at_least_1d(out), s); });
 }
 
-void run_index_add(OpCall& c) { scatter_add_into(c.outs[0], prepare_index_add(c), false); }
-void run_scatter_add(OpCall& c) { scatter_add_into(c.outs[0], prepare_scatter_add(c), false); }
-void run_index_add_(OpCall& c) { scatter_add_into(writable(c, 0), prepare_index_add(c), true); }
-void run_scatter_add_(OpCall& c) { scatter_add_into(writable(c, 0), prepare_scatter_add(c), true); }
+void run_index_add(OpCall& c) { scatter_add_into(c, c.outs[0], prepare_index_add(c), false); }
+void run_scatter_add(OpCall& c) { scatter_add_into(c, c.outs[0], prepare_scatter_add(c), false); }
+void run_index_add_(OpCall& c) { scatter_add_into(c, writable(c, 0), prepare_index_add(c), true); }
+void run_scatter_add_(OpCall& c) { scatter_add_into(c, writable(c, 0), prepare_scatter_add(c), true); }
 
 // ---- masked_fill(x, mask, value): value where mask is true -----------------------------------
 
@@ -394,13 +398,14 @@ void register_indexing(Registry& r) {
   r.add(with_loop(OpDef{"embedding", "input:T, weight:T, opts:{padding_idx:I}", OpKind::Index, kNoMethod | kValueErrors, infer_embedding, run_embedding},
                   LoopForm::Embedding));
   // (no loop lowering: scatters run as extern steps in compiled graphs, on host copies on CUDA)
-  r.add(OpDef{"index_add", "self:T, dim:D, index:T, source:T, opts:{alpha:N}", OpKind::Index, kValueErrors, infer_index_add,
+  const int32_t dev = kValueErrors | kDeviceAware;  // (CUDA: scatter_add_into's kernel)
+  r.add(OpDef{"index_add", "self:T, dim:D, index:T, source:T, opts:{alpha:N}", OpKind::Index, dev, infer_index_add,
               run_index_add});
   r.add(OpDef{"index_add_", "self:T, dim:D, index:T, source:T, opts:{alpha:N}", OpKind::Index,
-              kReturnsSelf | kNoFunction | kValueErrors, nullptr, run_index_add_});
-  r.add(OpDef{"scatter_add", "self:T, dim:D, index:T, src:T", OpKind::Index, kValueErrors, infer_scatter_add, run_scatter_add});
-  r.add(OpDef{"scatter_add_", "self:T, dim:D, index:T, src:T", OpKind::Index, kReturnsSelf | kNoFunction | kValueErrors,
-              nullptr, run_scatter_add_});
+              kReturnsSelf | kNoFunction | dev, nullptr, run_index_add_});
+  r.add(OpDef{"scatter_add", "self:T, dim:D, index:T, src:T", OpKind::Index, dev, infer_scatter_add, run_scatter_add});
+  r.add(OpDef{"scatter_add_", "self:T, dim:D, index:T, src:T", OpKind::Index, kReturnsSelf | kNoFunction | dev, nullptr,
+              run_scatter_add_});
   r.set_cast({"scatter_add"}, CastPolicy::Promote);  // autocast: self and src agree
   r.add(with_loop(OpDef{"masked_fill", "self:T, mask:T, value:TN", OpKind::Index, 0, infer_masked_fill, run_masked_fill},
                   LoopForm::MaskedFill));

@@ -1,12 +1,13 @@
 // Fused optimizer updates (stdlib/optim.lua): _fused_sgd and _fused_adam take the tensor lists of
 // one parameter group and update every parameter and its state in place, in ONE threaded loop over
-// all their elements. Per element they follow PyTorch's single-tensor formulas
+// all their elements (on a CUDA device: a launch per 48 parameters, vm/kernels/cuda/optim.cuh). Per element they follow PyTorch's single-tensor formulas
 // (torch/optim/sgd.py, adam.py, adamw.py) in the same order of roundings, so float32 results equal
 // torch 1.13's bit for bit; float16 / bfloat16 compute in float32. Built with -ffp-contract=off:
 // fma appears exactly where ATen's vectorised add(alpha) and addcmul have one.
 #include <algorithm>
 #include <cmath>
 
+#include "vm/kernels/cuda/optim.hpp"
 #include "vm/ops/operands.hpp"
 #include "vm/threads.hpp"
 
@@ -25,6 +26,7 @@ struct Slot {
 };
 
 struct Lists {
+  Device device;
   std::vector<Slot> slots;
   std::vector<std::pair<Tensor, Tensor>> write_back;  // (tensor, its contiguous working copy)
   int64_t total = 0;
@@ -59,12 +61,13 @@ Lists gather(const OpCall& c, std::initializer_list<int> state_args) {
                states.back().size()));
   }
   Lists l;
+  if (!params.empty()) l.device = params[0].device();
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i];
     if (!is_floating(p.dtype())) fail(cat("param ", i + 1, " expected a floating tensor, got ", p.describe()));
-    if (!p.device().is_cpu())
-      fail(cat("param ", i + 1, " is a CUDA tensor: this fused update has no CUDA kernel yet (the optimizers take their "
-               "per-tensor path on CUDA)"));
+    if (!(p.device() == params[0].device()))
+      fail(cat("param ", i + 1, " expected param 1's device ", device_name(params[0].device()), ", got ",
+               device_name(p.device()), " (one call updates the parameters of one device)"));
     auto same = [&](const Tensor& t, const char* what) {
       if (t.sizes() != p.sizes() || t.dtype() != p.dtype() || !(t.device() == p.device()))
         fail(cat(what, " ", i + 1, " expected the parameter's ", p.describe(), " on ", device_name(p.device()), ", got ",
@@ -98,6 +101,22 @@ template <class F> void for_all(Lists& l, F&& f) {
       if (i0 < i1) f(s, i0, i1);
     }
   });
+  for (auto& [t, w] : l.write_back) copy_into(t, w);
+}
+
+// The CUDA side of for_all: the slots of each dtype in one fused_update (a launch per 48).
+void on_device(Context& ctx, Lists& l, cuda::Update kind, const cuda::UpdateScalars& o) {
+  for (int d = 0; d < kNumDTypes; ++d) {
+    std::vector<cuda::UpdateSlot> mine;
+    for (const Slot& s : l.slots) {
+      if (int(s.p.dtype()) != d) continue;
+      cuda::UpdateSlot u{s.p.data_bytes(), s.g.data_bytes(), {}, s.n, -s.step_size, s.bc2_sqrt};
+      for (int k = 0; k < kMaxState; ++k) u.s[k] = s.s[k].defined() ? s.s[k].data_bytes() : nullptr;
+      if (kind == cuda::Update::sgd) u.a = s.fresh;
+      mine.push_back(u);
+    }
+    if (!mine.empty()) cuda::fused_update(ctx, kind, l.device.index, DType(d), mine, o);
+  }
   for (auto& [t, w] : l.write_back) copy_into(t, w);
 }
 
@@ -143,6 +162,9 @@ void run_fused_sgd(OpCall& c) {
     l.slots[i].fresh = fresh[i] != 0;
     if (o.momentum != 0 && !l.slots[i].s[0].defined()) fail("momentum != 0 expects a momentum buffer per parameter");
   }
+  if (!l.device.is_cpu())
+    return on_device(c.ctx, l, cuda::Update::sgd,
+                     {o.lr, o.wd, 0, o.momentum, 0, 1 - o.dampening, 0, 0, o.nesterov, o.maximize, o.momentum != 0});
   for_all(l, [&](const Slot& s, int64_t i0, int64_t i1) {
     visit_floating(s.p.dtype(), [&](auto e) { sgd_range<decltype(e)>(s, i0, i1, o); });
   });
@@ -199,6 +221,10 @@ void run_fused_adam(OpCall& c) {
     s.step_size = o.lr / (1 - std::pow(o.beta1, t));
     s.bc2_sqrt = std::sqrt(1 - std::pow(o.beta2, t));
   }
+  if (!l.device.is_cpu())
+    return on_device(c.ctx, l, cuda::Update::adam,
+                     {o.lr, o.wd, 1 - o.lr * o.wd, o.beta1, o.beta2, 1 - o.beta1, 1 - o.beta2, o.eps, o.amsgrad,
+                      o.maximize, o.decoupled});
   for_all(l, [&](const Slot& s, int64_t i0, int64_t i1) {
     visit_floating(s.p.dtype(), [&](auto e) { adam_range<decltype(e)>(s, i0, i1, o); });
   });

@@ -63,7 +63,7 @@ template <int N> struct words { int64_t v[N]; };
 
 // A gather's 1-based position p as a 0-based one. A p outside 1..limit reads position 1 (never a
 // wild read) and is recorded in the kernel's check word {p, limit, site + 1} by the first thread
-// that finds one; the host reads the word at its next synchronisation (jit/checks.hpp).
+// that finds one; the host reads the word at its next synchronisation (vm/checks.hpp).
 __forceinline__ int64_t position(int64_t p, int64_t limit, int site, int64_t* check) {
   if (p >= 1 && p <= limit) return p - 1;
   if (atomicCAS(reinterpret_cast<unsigned long long*>(check + 2), 0ull, (unsigned long long)(site + 1)) == 0ull) {

@@ -1,17 +1,16 @@
-// The CUDA side of jit/checks.hpp: a program's check word in device memory, and the words to read
+// The CUDA side of vm/checks.hpp: a program's check word in device memory, and the words to read
 // at their device's next synchronisation (copy_to_host, synchronize: vm/cuda/memory.cpp).
 #pragma once
 #include <memory>
 
-#include "jit/checks.hpp"
+#include "vm/checks.hpp"
 
-namespace cr::jit::cuda {
+namespace cr::cuda {
 
 struct DeviceCheck {
   void* word = nullptr;  // kCheckWords int64 on the device, zeroed
   int device = 0;
-  void* stream = nullptr;  // the CUstream of the last launch that used it (a name of namespace cr::cuda here
-                           // would make `cuda` ambiguous where cr::jit is used)
+  void* stream = nullptr;  // the CUstream of the last launch that used it
   CheckSites sites;
   DeviceCheck(int device, CheckSites sites);
   ~DeviceCheck();
@@ -27,4 +26,4 @@ void defer_check(const std::shared_ptr<DeviceCheck>& c, void* stream);
 // bad position found.
 void check_deferred(int index, void* synced, bool whole_device);
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

@@ -1,8 +1,8 @@
-#include "jit/checks.hpp"
+#include "vm/checks.hpp"
 
 #include "vm/error.hpp"
 
-namespace cr::jit {
+namespace cr {
 
 void raise_check(const int64_t* word, const CheckSites& sites, const char* later) {
   const int64_t site = word[2] - 1;
@@ -14,4 +14,4 @@ void raise_check(const int64_t* word, const CheckSites& sites, const char* later
   throw LocatedError(cat(s.where, ": ", msg));
 }
 
-}  // namespace cr::jit
+}  // namespace cr

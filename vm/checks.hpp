@@ -1,4 +1,5 @@
-// Checks that generated kernels make on data: the positions of gathers (jit/loop_ir.hpp). A
+// Checks that device kernels make on data: the positions of gathers (jit/loop_ir.hpp) and of
+// scatters (vm/kernels/cuda/scatter.cuh). A
 // kernel that finds a position outside 1..limit reads position 1 instead (never a wild read) and
 // records it in its plan's check word, four int64: {position, limit, site + 1, 0}. A CPU program
 // reads the word when its run ends and raises. A CUDA program does not wait for its kernels: its
@@ -10,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace cr::jit {
+namespace cr {
 
 // A gather of a plan (LoopGraph::sites): {"x.lua:3", "index_select", "dim 1 of size 50"}.
 struct CheckSite {
@@ -24,4 +25,4 @@ constexpr int kCheckWords = 4;
 // cr::LocatedError) unless `later` says where it was found instead (CUDA's next synchronisation).
 void raise_check(const int64_t* word, const CheckSites& sites, const char* later = nullptr);
 
-}  // namespace cr::jit
+}  // namespace cr

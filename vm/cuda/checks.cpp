@@ -1,4 +1,4 @@
-#include "jit/cuda/checks.hpp"
+#include "vm/cuda/checks.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -9,10 +9,7 @@
 #include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
 
-namespace cr::jit::cuda {
-using cr::cuda::CUdeviceptr;
-using cr::cuda::driver;
-using cr::cuda::use_device;
+namespace cr::cuda {
 namespace {
 
 // (driver calls only: the words are read from inside copy_to_host, and outlive the allocator's
@@ -30,7 +27,7 @@ DeviceCheck::DeviceCheck(int d, CheckSites s) : device(d), sites(std::move(s)) {
   CUdeviceptr p = 0;
   CR_CU(cuMemAlloc(&p, sizeof(int64_t) * kCheckWords), "a check word");
   word = reinterpret_cast<void*>(p);
-  CR_CU(cuMemsetD8Async(p, 0, sizeof(int64_t) * kCheckWords, cr::cuda::current_stream(device)), "a check word");
+  CR_CU(cuMemsetD8Async(p, 0, sizeof(int64_t) * kCheckWords, current_stream(device)), "a check word");
 }
 
 DeviceCheck::~DeviceCheck() {
@@ -67,7 +64,7 @@ void check_deferred(int index, void* synced, bool whole_device) {
   for (const auto& c : mine) {
     int64_t w[kCheckWords];
     use_device(c->device);
-    const auto s = static_cast<cr::cuda::CUstream>(c->stream);
+    const auto s = static_cast<CUstream>(c->stream);
     CR_CU(cuMemcpyDtoHAsync(w, dptr(c->word), sizeof w, s), "reading a check word");
     CR_CU(cuStreamSynchronize(s), "reading a check word");
     if (w[2] == 0) continue;
@@ -80,4 +77,4 @@ void check_deferred(int index, void* synced, bool whole_device) {
   if (bad) raise_check(found, bad->sites, ", found by a CUDA kernel that ran before this synchronisation");
 }
 
-}  // namespace cr::jit::cuda
+}  // namespace cr::cuda

@@ -1,0 +1,19 @@
+// scatter_add on a CUDA device (scatter.cuh): index_add / scatter_add and the gradients of the
+// gathers (embedding, index_select, gather) add into their target on the device, atomically.
+#pragma once
+#include <string>
+
+#include "vm/registry.hpp"
+
+namespace cr::cuda {
+
+// out[c with c[d] := idx(c) - 1] += alpha * src[c] over idx's shape (idx and src: views of one
+// shape, any strides; idx int64 with 1-based values; out on the same device, of src's dtype).
+// An index outside 1..out.size(d) adds nothing and raises at the device's next synchronisation,
+// as `op`'s error about `what` ("dim 1 of size 50").
+void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, double alpha,
+                 const std::string& op, const std::string& what);
+
+std::string scatter_source(DType d);  // (tests compile it to CUBIN without a GPU)
+
+}  // namespace cr::cuda

@@ -131,6 +131,8 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
     const char* fn = starts("attention_f32") ? "attention_simt"
                      : starts("attention_")  ? "attention_fwd"
                      : starts("cumsum_")     ? "cumsum_rows"
+                     : starts("optim_")      ? "fused_adam"
+                     : starts("scatter_")    ? "scatter_add"
                                              : "sort_lines";
     CHECK(bin.find(std::string(1, '\0') + fn + std::string(1, '\0')) != std::string::npos);
     // another architecture, a changed source, extra NVRTC options: not this CUBIN

@@ -135,6 +135,18 @@ describe("CUDA tensors", function()
         expect.close(got:cpu(), T.matmul(a, b), 1e-5, 1e-4)
       end
     end
+    -- heads split off one projection: the batch steps by head within an entry, unevenly across
+    -- entries (a strided-batched call per entry)
+    local qkv = T.randn(2, 5, 36) * 3
+    for _, dt in ipairs({ "float32", "float64" }) do
+      local h, dh = qkv:to(dt), qkv:to(dt):cuda()
+      local function heads(t, i) return t:narrow(3, 12 * (i - 1) + 1, 12):reshape(2, 5, 3, 4):transpose(2, 3) end
+      expect.close(T.matmul(heads(dh, 1), heads(dh, 2):transpose(-2, -1)):cpu(),
+        T.matmul(heads(h, 1), heads(h, 2):transpose(-2, -1)), 1e-5, 1e-4)
+      local m = T.randn(3, 4, 2):to(dt)
+      expect.close(T.matmul(heads(dh, 3), m:cuda()):cpu(), T.matmul(heads(h, 3), m), 1e-5, 1e-4)
+      expect.close(T.matmul(heads(dh, 3):transpose(1, 2), m:cuda()):cpu(), T.matmul(heads(h, 3):transpose(1, 2), m), 1e-5, 1e-4)
+    end
     local x, w, bias = T.randn(6, 8), T.randn(4, 8), T.randn(4)
     expect.close(T.linear(x:cuda(), w:cuda(), bias:cuda()):cpu(), T.linear(x, w, bias), 1e-5, 1e-5)
     local p, q = T.randn(3, 2, 4), T.randn(3, 4, 5)

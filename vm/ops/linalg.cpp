@@ -264,8 +264,29 @@ bool fits_blas(const Tensor& out, const Tensor& a) {
 
 void matmul_into(Tensor out, Tensor a, Tensor b, bool accumulate);
 
-// CUDA: floating dtypes through cuBLAS (float16 / bfloat16 accumulate in float32), one call per
-// batch where the matrices are evenly spaced; integers (or no cuBLAS) on host copies.
+// Whether every group of `run` consecutive matrices steps evenly through memory, by one step.
+bool groups_even(const std::vector<int64_t>& o, size_t run) {
+  for (size_t g = 0; g < o.size(); g += run)
+    for (size_t i = g + 1; i < g + run; ++i)
+      if (o[i] - o[i - 1] != o[1] - o[0]) return false;
+  return true;
+}
+
+// The matrices of one strided-batched cuBLAS call: the longest run, a product of out's trailing
+// batch dims, whose groups step evenly in a and b alike (heads split off a fused qkv projection
+// step by the head within a batch entry, not across: a call per entry, not per matrix).
+size_t even_run(const Tensor& out, const std::vector<int64_t>& ao, const std::vector<int64_t>& bo) {
+  size_t run = 1;
+  for (int d = out.dim() - 3; d >= 0; --d) {
+    const size_t next = run * size_t(out.size(d));
+    if (next > size_t(INT_MAX) || !groups_even(ao, next) || !groups_even(bo, next)) break;
+    run = next;
+  }
+  return run;
+}
+
+// CUDA: floating dtypes through cuBLAS (float16 / bfloat16 accumulate in float32), a
+// strided-batched call per run of evenly spaced matrices; integers (or no cuBLAS) on host copies.
 void device_matmul(const Tensor& out, Tensor a, Tensor b, bool accumulate) {
   const DType d = out.dtype();
   if (!is_floating(d) || !cuda::blas_available() || !fits_blas(out, a)) {
@@ -283,21 +304,16 @@ void device_matmul(const Tensor& out, Tensor a, Tensor b, bool accumulate) {
   char* C = out.data_bytes();
   const int dev = out.device().index;
   const double beta = accumulate ? 1.0 : 0.0;
-  // one strided-batched call when each operand's matrices are evenly spaced (broadcast: 0)
-  auto even = [](const std::vector<int64_t>& o) {
-    for (size_t i = 2; i < o.size(); ++i)
-      if (o[i] - o[i - 1] != o[1] - o[0]) return false;
-    return true;
-  };
-  const size_t nb = ao.size();
-  if (nb > 1 && nb <= INT_MAX && even(ao) && even(bo)) {
-    cuda::gemm_batched(dev, d, int(M), int(N), int(K), A.p + ao[0] * int64_t(es), int(A.ld), A.trans, ao[1] - ao[0],
-                       B.p + bo[0] * int64_t(es), int(B.ld), B.trans, bo[1] - bo[0], C, int(N), M * N, int(nb), beta);
-    return;
+  const size_t nb = ao.size(), run = even_run(out, ao, bo);
+  for (size_t g = 0; g < nb; g += run) {
+    char* Cg = C + int64_t(g) * M * N * int64_t(es);
+    if (run > 1)
+      cuda::gemm_batched(dev, d, int(M), int(N), int(K), A.p + ao[g] * int64_t(es), int(A.ld), A.trans, ao[g + 1] - ao[g],
+                         B.p + bo[g] * int64_t(es), int(B.ld), B.trans, bo[g + 1] - bo[g], Cg, int(N), M * N, int(run), beta);
+    else
+      cuda::gemm(dev, d, int(M), int(N), int(K), A.p + ao[g] * int64_t(es), int(A.ld), A.trans, B.p + bo[g] * int64_t(es),
+                 int(B.ld), B.trans, Cg, int(N), beta);
   }
-  for (size_t i = 0; i < nb; ++i)
-    cuda::gemm(dev, d, int(M), int(N), int(K), A.p + ao[i] * int64_t(es), int(A.ld), A.trans, B.p + bo[i] * int64_t(es),
-               int(B.ld), B.trans, C + int64_t(i) * M * N * int64_t(es), int(N), beta);
 }
 
 // out {batch.., M, N} (contiguous, freshly made) = a {batchA.., M, K} @ b {batchB.., K, N},

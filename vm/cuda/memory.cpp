@@ -17,14 +17,20 @@ namespace cr::cuda {
 namespace {
 
 constexpr unsigned kEventDisableTiming = 2;
-constexpr size_t kMinBlock = 512, kPow2Limit = size_t(64) << 20, kLargeStep = size_t(2) << 20;
+constexpr size_t kMinBlock = 512, kSmallLimit = size_t(1) << 20, kStepLimit = size_t(64) << 20,
+                 kLargeStep = size_t(2) << 20;
 
+// Powers of two up to 1 MiB; then four classes per power of two (p < n <= 2p rounds up to a
+// quarter of p), so a block wastes at most a fifth of itself; 2 MiB steps past 64 MiB.
 size_t size_class(size_t n) {
   if (n <= kMinBlock) return kMinBlock;
-  if (n <= kPow2Limit) {
-    size_t c = kMinBlock;
-    while (c < n) c <<= 1;
-    return c;
+  size_t p = kMinBlock;
+  while (p < n && p < kSmallLimit) p <<= 1;
+  if (n <= kSmallLimit) return p;
+  if (n <= kStepLimit) {
+    while (p * 2 < n) p <<= 1;
+    const size_t q = p / 4;
+    return (n + q - 1) / q * q;
   }
   return (n + kLargeStep - 1) / kLargeStep * kLargeStep;
 }

@@ -2,7 +2,8 @@
 //
 // Eager ops free a result per op; a driver allocation (cuMemAlloc) synchronises the device and
 // costs tens of microseconds, so freed blocks are kept in size classes (powers of two up to
-// 64 MiB, 2 MiB steps above) and handed out again: no driver allocation per op in steady state.
+// 1 MiB, quarter steps of each power of two up to 64 MiB, 2 MiB steps above) and handed out
+// again: no driver allocation per op in steady state.
 // empty_cache() (T.cuda.empty_cache(), T.compiler.reset()) gives them back; an allocation that
 // fails empties the cache and tries once more before it raises.
 #pragma once

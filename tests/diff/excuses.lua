@@ -48,6 +48,12 @@ local function tied_input(case)
     return false
   end)
 end
+-- an input of more than one element, all equal (an expanded 0-d tensor)
+local function constant_input(i)
+  if G.numel(i.shape) < 2 then return false end
+  for _, v in ipairs(i.values) do if v ~= i.values[1] then return false end end
+  return true
+end
 local WRITES = { add_ = true, sub_ = true, mul_ = true, div_ = true, fill_ = true, zero_ = true, copy_ = true,
                  masked_fill_ = true, clamp_ = true }
 
@@ -112,6 +118,9 @@ M.EXCUSES = {
   { op = "std", kind = "accepts", match = "StdBackward0 returned an invalid gradient", class = "torch",
     why = "std over all dims of a one-element tensor: torch 1.13's std_backward returns a 0-d gradient and fails its "
       .. "own shape check; crescent gives the gradient (NaN, 0 / 0 as var's)" },
+  { op = { std = true, var = true }, kind = "differs", when = function(c) return c.grad and any_input(c, constant_input) end,
+    class = "torch", why = "every element equal: torch's mean rounds an ulp off the values, so its deviation is ~1e-16 "
+      .. "and the gradient a quotient of roundings; crescent's mean is exact, the deviation 0, its gradient 0" },
   { op = "var", kind = "differs", when = function(c) return any_input(c, function(i) return G.numel(i.shape) == 1 end) end,
     class = "torch", why = "one element, no degree of freedom (N == correction): torch 1.13's var_backward gives inf; "
       .. "crescent computes 2 (x - mean) / 0 = 0 / 0, NaN (the variance is NaN for every x)" },

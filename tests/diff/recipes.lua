@@ -67,6 +67,16 @@ R.gelu = { gen = function(c)
   return function(I) return T.gelu(a(I), { approximate = approx }) end, ("F.gelu(a, approximate=%q)"):format(approx)
 end }
 
+-- gelu's gradient (its backward rule's one op): aten's gelu_backward(grad_output, self, approximate)
+for name, approx in pairs({ _gelu_backward = "none", _gelu_tanh_backward = "tanh" }) do
+  R[name] = { gen = function(c)
+    local s, d = c:shape(), c:dtype(FLOAT)
+    local g, x = c:tensor(s, d), c:tensor(s, d)
+    return function(I) return T[name](g(I), x(I)) end,
+      ("torch.ops.aten.gelu_backward(%s, %s, approximate=%q)"):format(g.py, x.py, approx)
+  end }
+end
+
 -- Binary ops over two operands (a tensor and a tensor or a number, either way round).
 -- first / second: torch takes a number in that position (else it is wrapped by W, in
 -- tests/torch_bridge/crescent_ops.py).

@@ -113,10 +113,22 @@ describe("autograd surface", function()
       local d2 = T.autograd.grad(d1:sum(), { x })[1]
       expect.close(d2, T.no_grad(case[2], x), 1e-9, 1e-12)
     end
+    -- gelu's gradient is one fused op (_gelu_backward); its own gradient, in both forms
+    for _, mode in ipairs({ "none", "tanh" }) do
+      local function g(v) return T.autograd.grad(T.gelu(v, { approximate = mode }):sum(), { v }, { create_graph = true })[1] end
+      expect.truthy(T.autograd.gradcheck(g, { x }), "gelu " .. mode)
+    end
     local function f(v) return T.softmax(v, 1):select(1, 1) end
     expect.truthy(T.autograd.gradcheck(function(v)
       return T.autograd.grad(f(v), { v }, { create_graph = true })[1]
     end, { x }))
+  end)
+
+  it("norm with p < 1: the gradient of a zero element is 0, as PyTorch masks it", function()
+    local x = T.tensor({ 0, 4, -1, 0 }, { dtype = "float64", requires_grad = true })
+    x:norm({ p = 0.5 }):backward()
+    local n = (2 + 1) ^ 2  -- (sum |x|^0.5)^2
+    expect.close(x.grad, T.tensor({ 0, (4 ^ -0.5) * n ^ 0.5, -n ^ 0.5, 0 }, { dtype = "float64" }), 1e-12, 1e-12)
   end)
 
   it("retain_grad and hooks", function()

@@ -2,6 +2,7 @@
 -- derivative rule, on broadcast, 0-d, size-1 and non-contiguous inputs; and the registry's
 -- derivative status: an op with a rule but no case here fails.
 local T = require "crescent"
+expect.covers("_gelu_backward", "_gelu_tanh_backward")  -- (gelu's gradient; tests/diff compares their values with aten's)
 
 local function R(...) return T.randn({ ... }, { dtype = "float64" }):requires_grad_() end
 local function pos(...) return T.no_grad(function(...) return T.rand({ ... }, { dtype = "float64" }) + 0.5 end, ...):requires_grad_() end
@@ -22,6 +23,10 @@ for _, u in ipairs({ "log", "log2", "log1p", "sqrt", "rsqrt", "reciprocal", "exp
   case(u, function(x) return x[u](x) end, pos(3, 1))
 end
 case("gelu", function(x) return T.gelu(x, { approximate = "tanh" }) end, R(4))
+for _, b in ipairs({ "_gelu_backward", "_gelu_tanh_backward" }) do  -- (gelu's gradient: double backward)
+  case(b, function(g, x) return T[b](g, x) end, R(2, 3), R(2, 3))
+  case(b, function(g, x) return T[b](g, x) end, R(3), nc(2, 3))
+end
 for _, b in ipairs({ "add", "sub", "mul", "div", "maximum", "minimum", "atan2" }) do
   case(b, function(x, y) return T[b](x, y) end, R(2, 3), pos(3))
   case(b, function(x, y) return T[b](x, y) end, R(1, 3), nc(2, 3))

@@ -341,6 +341,8 @@ OPS = {
     "reciprocal": torch.reciprocal, "square": torch.square, "isnan": torch.isnan, "isinf": torch.isinf,
     "logical_not": torch.logical_not,
     "gelu": lambda x, o=None: F.gelu(x, approximate=(o or {}).get("approximate", "none")),
+    "_gelu_backward": lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="none"),
+    "_gelu_tanh_backward": lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="tanh"),
     "add": num_first(torch.add, lambda a, b: a + b), "sub": num_first(torch.sub, lambda a, b: a - b),
     "mul": num_first(torch.mul, lambda a, b: a * b), "div": num_first(torch.div, lambda a, b: a / b),
     "pow": num_first(torch.pow, lambda a, b: a ** b), "remainder": num_first(torch.remainder, lambda a, b: a % b),

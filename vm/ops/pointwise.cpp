@@ -90,6 +90,9 @@ CR_UNARY_OPS(CR_DEFINE_OP)
 CR_BINARY_OPS(CR_DEFINE_OP)
 CR_DEFINE_OP(gelu_tanh, Float, sm::gelu_tanh_(a))
 CR_DEFINE_OP(gelu_erf, Float, sm::gelu_(a))
+// gelu's gradient: grad_output (a) times the slope at the input (b), one kernel (gelu's rule)
+CR_DEFINE_OP(_gelu_backward, Float, sm::gelu_backward_(a, b))
+CR_DEFINE_OP(_gelu_tanh_backward, Float, sm::gelu_tanh_backward_(a, b))
 
 // The dtype an op computes in, from the promoted input dtype.
 DType compute_dtype(Rule rule, DType in, const char* name) {
@@ -561,6 +564,10 @@ void register_pointwise(Registry& r) {
                   LoopForm::Gelu));
 #define CR_REG_BINARY(NAME, ...) r.add(binary_def<Op_##NAME>(binary_schema(#NAME)));
   CR_BINARY_OPS(CR_REG_BINARY)
+  for (OpDef d : {binary_def<Op__gelu_backward>("grad_output:T, self:T"), binary_def<Op__gelu_tanh_backward>("grad_output:T, self:T")}) {
+    d.flags |= kNoMethod;
+    r.add(d);
+  }
   r.add(with_loop(OpDef{"where", "condition:T, self:TN, other:TN", OpKind::Ternary, kNoMethod, infer_where, run_where},
                   LoopForm::Where));
   // (an absent clamp bound leaves its sm::clamp_* call out; addcmul's value scales b, as add's alpha)

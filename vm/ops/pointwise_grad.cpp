@@ -37,10 +37,25 @@ Var gelu_tanh_slope(const Var& x) {
   Var left = x * 0.5, right = th + 1.0;
   return right * 0.5 + left * (-(th * th) + 1.0) * beta * (x * x * (3 * kappa) + 1.0);
 }
+// d slope / dx, for the gradients of gelu's gradient (double backward)
+Var gelu_erf_curvature(const Var& x) {
+  const double inv_sqrt2pi = 1 / std::sqrt(2 * std::numbers::pi);
+  return f("exp", x * x * -0.5) * inv_sqrt2pi * (-(x * x) + 2.0);
+}
+Var gelu_tanh_curvature(const Var& x) {
+  const double beta = std::sqrt(2 / std::numbers::pi), kappa = 0.044715;
+  Var th = f("tanh", (x + x * x * x * kappa) * beta);
+  Var du = (x * x * (3 * kappa) + 1.0) * beta;  // d inner / dx
+  return (-(th * th) + 1.0) * (du + x * x * (3 * beta * kappa) - x * th * du * du);
+}
 void gelu_rule(Grad& g) {
   const bool tanh = g.arg().has(1) && g.arg().str(1) == "tanh";
-  Var x = g.in(0);
-  g.set(0, g.grad() * (tanh ? gelu_tanh_slope(x) : gelu_erf_slope(x)));
+  g.set(0, op(tanh ? "_gelu_tanh_backward" : "_gelu_backward", {g.grad(), g.in(0)}));
+}
+template <bool Tanh> void gelu_backward_rule(Grad& g) {
+  Var x = g.in(1);
+  if (g.needs(0)) g.set(0, g.grad() * (Tanh ? gelu_tanh_slope(x) : gelu_erf_slope(x)));
+  if (g.needs(1)) g.set(1, g.grad() * g.in(0) * (Tanh ? gelu_tanh_curvature(x) : gelu_erf_curvature(x)));
 }
 
 void add_rule(Grad& g) {
@@ -165,6 +180,8 @@ void register_pointwise_derivatives(Registry& r) {
   FROM_X("square", x * 2.0);
   for (const char* n : {"floor", "ceil", "round", "trunc", "sign"}) derivative(r, n, {.fn = zero_grad_rule});
   derivative(r, "gelu", {.fn = gelu_rule, .saves_inputs = kIn0});
+  derivative(r, "_gelu_backward", {.fn = gelu_backward_rule<false>, .saves_inputs = kIn0 | kIn1});
+  derivative(r, "_gelu_tanh_backward", {.fn = gelu_backward_rule<true>, .saves_inputs = kIn0 | kIn1});
   derivative(r, "add", {.fn = add_rule});
   derivative(r, "sub", {.fn = sub_rule});
   derivative(r, "mul", {.fn = mul_rule, .saves_inputs = kIn0 | kIn1});

@@ -107,6 +107,7 @@ void norm_rule(Grad& g) {
     return g.set(0, gr * op("sign", {x}) * hit / op("sum", {hit, lua_dims(reduced(g)), true}));
   }
   Var slope = p == 2 ? x / n : op("sign", {x}) * op("pow", {op("abs", {x}), p - 1}) / op("pow", {n, p - 1});
+  if (p < 1) slope = where(op("eq", {x, 0.0}), 0.0, slope);  // (|x|^(p-1) is inf at 0: PyTorch masks it to 0)
   g.set(0, gr * where(op("eq", {n, 0.0}), 0.0, slope));
 }
 

@@ -179,6 +179,17 @@ template <class T> __forceinline__ T gelu_tanh_(T a) {
   const T k = T(0.79788456080286535588), c = T(0.044715);
   return T(0.5) * a * (T(1) + vmath::tanh(k * (a + c * a * a * a)));
 }
+// gelu's gradient g * dgelu/dx in one pass, PyTorch's GeluBackward formulas (GeluKernel.cpp).
+template <class T> __forceinline__ T gelu_backward_(T g, T x) {
+  const T cdf = T(0.5) * (T(1) + vmath::erf(x * T(0.70710678118654752440)));
+  const T pdf = T(0.39894228040143267794) * vmath::exp(x * x * T(-0.5));
+  return g * (cdf + x * pdf);
+}
+template <class T> __forceinline__ T gelu_tanh_backward_(T g, T x) {
+  const T k = T(0.79788456080286535588), c = T(0.044715);
+  const T th = vmath::tanh(k * (x + c * x * x * x));
+  return g * (T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * k * (T(1) + T(3) * c * x * x));
+}
 template <class T> __forceinline__ T rsqrt_(T a) { return T(1) / std::sqrt(a); }
 template <class T> __forceinline__ bool isnan_(T a) { return a != a; }
 template <class T> __forceinline__ bool isinf_(T a) {

@@ -50,7 +50,7 @@ class Pool {
   // finished its own call; fn must share the work out itself (parallel_for's chunks are claimed
   // from a counter). The caller never waits for a worker that has not started: on a busy machine
   // a worker may sleep for a whole scheduler time slice, and the caller then does all the work
-  // instead of stalling (attention on 2 loaded cores: 16 ms with the old fixed split, 1.7 on one).
+  // instead of stalling (a fixed split was 10x slower on 2 loaded cores: bench/RESULTS.md H35).
   void run(const std::function<void(int)>& fn) {
     {
       std::lock_guard<std::mutex> g(m_);

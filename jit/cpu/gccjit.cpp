@@ -45,7 +45,7 @@ void load(Loaded& l) {
   // one it reports a *fatal* driver error and calls exit(1), taking the whole process down
   // instead of failing the compile. So a host without them counts as having no usable libgccjit.
   // (Contexts with gcc_jit_context_set_bool_use_external_driver(ctxt, 1) run the system gcc
-  // instead and fail softly, "error invoking gcc driver: execvp", at about +2 ms per compile.)
+  // instead and fail softly, "error invoking gcc driver: execvp", at a cost to every compile.)
   for (const char* tool : {"as", "ld"}) {
     if (!on_path(tool)) {
       // (appends, not operator+: GCC 12 -O2 warns a false -Wrestrict on string concatenation)

@@ -38,8 +38,8 @@ constexpr int kVariantsPerOp = 64;
 // cached, so the programs come back in a millisecond each).
 constexpr size_t kMaxPrograms = 4096;
 // A key's first program is size-generic; at its kSpecialiseAfter-th call the kernel specialised to
-// its sizes compiles in the background and replaces it between two calls (measured on the H100:
-// softmax of 8192 x 4096 took 113 µs size-generic, 102 specialised).
+// its sizes (about 10 % faster: bench/RESULTS.md H35) compiles in the background and replaces it
+// between two calls.
 constexpr int kSpecialiseAfter = 16;
 
 // One program of a key: it serves a call whose numbers that are not kernel arguments equal its
@@ -88,8 +88,8 @@ std::shared_ptr<graph::Graph> one_node_graph(Context& ctx, int op, const cr_valu
   const OpDef& def = Registry::get().ops()[size_t(op)];
   g->name = cat("eager ", def.name);
   // Size-generic kernels (as a dynamic graph's): a tensor of a new size makes a new program of
-  // the same CUBIN (lowering and emission: 0.07-0.25 ms on the H100 host), not an NVRTC compile
-  // per shape (50-110 ms) - a REPL's shapes change from one line to the next.
+  // the same CUBIN (lowering and emission, a fraction of a millisecond), not an NVRTC compile per
+  // shape (tens of milliseconds) - a REPL's shapes change from one line to the next.
   g->dynamic = true;
   auto add_input = [&](cr_tensor* p) {
     Tensor t(p, true);

@@ -84,15 +84,10 @@ int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
     team = 32;
     o.block = rows_block(team);
   } else {
-    // A block per row, 16 items a lane (teams of up to 1024; rows longer than 16384 loop). A
-    // kernel of several passes (softmax, layer_norm) takes teams from 64 rather than 128. Items
-    // a lane against the grid, 8192 x 4096 float32 on the H100, back to back (GB/s, layer_norm /
-    // softmax; bench/RESULTS.md, 2026-11-27): with one wave of resident blocks walking the rows
-    // grid-stride, 16 items (teams of 256) 2757 / 2704, 32 2838 / 2747, 64 (teams of 64) 2859 /
-    // 2803; with a block per row (below, the grid) all three 2885-2888 / 2865-2885, the copy of
-    // the same bytes 2895. The loss was the last wave (8192 rows over 1056 blocks: 7 or 8 rows a
-    // block), not the items; 16 items compile in a third of 64's time (NVRTC, the unrolled row:
-    // layer_norm 62-78 ms against 148-213 on the x86 build guest). 64-bit values keep 16 too.
+    // A block per row, 16 items a lane (teams of up to 1024; rows longer than 16384 loop); a
+    // kernel of several passes (softmax, layer_norm) takes teams from 64 rather than 128. A block
+    // per row reads as fast as more items a lane, and 16 items compile in a third of 64's time
+    // (bench/RESULTS.md H32).
     const bool several = row_passes(w.k) > 1;
     o.form = Form::ReduceBlock;
     team = o.block = std::clamp<int64_t>(pow2_at_least((C + items - 1) / items), several ? 64 : 128, 1024);
@@ -103,9 +98,7 @@ int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
 
 // The form of a template for its instance's row length C (see the top): choose_form's for rows
 // of the bucket, as if they were many (the row count must not change the code). Returns the team.
-// Measured on the H100 against specialised kernels before this: one form for all lengths
-// (a warp per row, looped, or persistent over up to 1024 elements) was 1.3-2.4x slower on
-// attention's 131072 rows of 1024 and 2x on softmax / layer_norm's rows of 4096 (re-reads).
+// One form for all lengths was 1.3-2.4x slower than specialised kernels (bench/RESULTS.md H35).
 // Rows up to kSmallRows share one bucket (a warp, 16 checked items a lane): a sequence that grows
 // from 1 (a KV cache's attention rows) compiles once until it passes it, not at every doubling.
 constexpr int64_t kSmallRows = 32 * kPersistentItems;
@@ -249,11 +242,9 @@ class ReductionWriter {
   // unit-stride loads and write their row stores as 16-byte vectors: lane l owns the groups of
   // `vec` consecutive elements (g * team + l) * vec, so one vector access of a warp covers 32 x 16
   // contiguous bytes (float16 rows move 2 bytes an access otherwise). Returns vec (1: scalar
-  // accesses, element c = lane + it * team). Every row store must take the vector form: stored one
-  // by one, a lane's neighbours cost a store instruction each across the warp (softmax measured
-  // 20 % slower in float32, 3x in float16, with vector loads and scalar stores). On the H100, back
-  // to back: row_sum float32 2841 -> 2875 GB/s, float16 2387 -> 2626; layer_norm float32 2711 ->
-  // 2764, float16 2205 -> 2444; softmax float16 2411 -> 2469 (bench/RESULTS.md).
+  // accesses, element c = lane + it * team). Every row store must take the vector form too: stored
+  // one by one, a lane's neighbours cost a store instruction each across the warp (bench/RESULTS.md
+  // H35).
   int vector_group() const {
     const size_t last = k_.sizes.size() - 1;
     if (!persistent_ || ragged_ || w_.dynamic || team_ < 32 || last != size_t(k_.n_outer)) return 1;

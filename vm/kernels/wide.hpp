@@ -1,8 +1,7 @@
 // AVX-512 twins of the runtime's element loops. The binary is built for x86-64-v3 (AVX2) so that
 // it runs on every AVX2 machine; the loops whose cost is arithmetic rather than memory (the block
 // functions of exp, sin, tanh, erf... that generated kernels call) are compiled a second time for
-// AVX-512 with 512-bit vectors and chosen at run time. On the 2-core Xeon of bench/RESULTS.md this
-// made a compiled softmax 1.8 -> 1.4 ms and sin((x + 1) * 2) 2.9 -> 2.0 ms (4M floats).
+// AVX-512 with 512-bit vectors and chosen at run time (20-30 % faster: bench/RESULTS.md H35).
 // CR_TARGET_AVX512 marks such a twin; it may only run when use_avx512_loops() is true.
 #pragma once
 

@@ -47,31 +47,22 @@ template <class F> int32_t guarded(cr_ctx* c, F&& f) {
 // Lua's collector does not see tensor memory: after enough tensor allocation (eager ops or a
 // compiled graph's outputs) ask Lua for a full collection, so that dropped tensors go back to the
 // allocators' caches (PyTorch frees them at once, by reference counts).
-// Host: 8 MB or 8x the Lua heap, whichever is larger. A collection costs time in proportion to the
-// Lua heap, so this bounds the collector's share of the time; and the next output reuses a block
-// that is still in the CPU caches instead of cycling through many cold ones. Blocks too large for
-// the caches (cpu_large_block_bytes: generated code streams them past the caches) gain nothing
-// from that reuse and count apart, with room for kGcLargeBlocks of them: a full collection (120 us
-// with the stdlib loaded) after every 16 MiB layer norm output was 11 % of the compiled call.
-// Device: GPU caches do not favour recent blocks, and a full collection (about 200 us with just the
-// stdlib loaded) costs several times a memory-bound kernel over 64 MB: collecting for every such
-// output made pw_chain on the H100 a 290 us call around a 43 us kernel. So dropped device tensors
-// may pile up to a quarter of what the device could still hand out (cuda::garbage_budget, at
-// most 4 GiB), re-measured at each collection: a program that nears the device's capacity
-// collects more and more often. Until the device cache holds that much, though, each output
-// would be a fresh cuMemAlloc (50-100 us of host time, measured on the H100: the first 256 calls
-// of an op writing 16 MiB): so the collector also runs after every 64 MiB taken from the driver,
-// and the blocks it frees serve the next outputs.
+// Host: after 8 MB or 8x the Lua heap, whichever is larger - the collector's time grows with the
+// heap, and the next output reuses a block still in the CPU caches. Blocks too large for the
+// caches gain nothing from that reuse: they count apart, kGcLargeBlocks of them.
+// Device: a full collection costs several memory-bound kernels and GPU caches do not favour
+// recent blocks, so dropped device tensors may pile up to cuda::garbage_budget (a quarter of what
+// the device could still hand out, at most 4 GiB, re-measured at each collection); the collector
+// also runs after every 64 MiB taken from the driver, so freed blocks serve the next outputs
+// instead of fresh cuMemAllocs. (The costs behind these rules: bench/RESULTS.md, H35.)
 constexpr size_t kGcMinBytes = size_t(8) << 20, kGcDriverBytes = size_t(64) << 20;
 constexpr double kGcHeapFactor = 8;
 // Handles: each tensor handed to Lua holds a header and storage on the C++ side, which the
 // collector releases long after the handle died, from cold cache lines. Small tensors barely
 // count in bytes, so handles count too: after max(4096, 4 x the Lua heap in KiB) of them the
-// collector completes its cycle (service bit 4). Not a full collection, which discards the
-// marking of a cycle in progress, sweeps everything and then runs a whole cycle (120 us for a
-// 700 KiB heap): with 60 ops a call in trace mode that was 2 cycles every 68 calls and 17-19 us a
-// call, against 15 us with no rule at all. Completing the cycle frees every handle dead when it
-// began; the rest go in the next one.
+// collector completes its cycle (service bit 4): not a full collection, which would discard the
+// marking of a cycle in progress and run a whole new one. Completing the cycle frees every handle
+// dead when it began; the rest go in the next one.
 constexpr size_t kGcMinHandles = 4096;
 constexpr double kGcHandlesPerHeapKb = 4;
 constexpr int64_t kGcLargeBlocks = 8;

@@ -45,7 +45,7 @@ const std::string& cdef_text() {
 // Tensor handles are full userdata holding a cr_handle (stdlib/core.lua). LuaJIT finalises a
 // userdata by walking its list of them at each collection; a cdata with a finaliser costs two
 // hash operations in the FFI's finaliser table (one when made, one when finalised) and lives a
-// collection longer: 300 against 100 ns per short-lived handle, measured on a chain of ops.
+// collection longer (3x the cost per short-lived handle: bench/RESULTS.md H35).
 // Userdata can only be made through the C API, so the stdlib takes them from a pool that this
 // function refills, n at a time: new_handles(pool, n, mt) sets pool[1..n] to fresh handles
 // (p = NULL) with the metatable mt. A call from a compiled trace costs a stitch, once per n.

@@ -26,9 +26,8 @@ void blas_init() {
 }
 
 // Multiply-adds per block below which a product is not split further: a block must outweigh
-// handing it to a thread (microseconds on an idle machine, far more on a busy one). A decode
-// step's gemvs (768 x 2304: 1.8M) stay whole on one core - 12 us for 256 x 768 alone, 220 us
-// split in two on a loaded 2-core machine.
+// handing it to a thread (microseconds on an idle machine, far more on a busy one): a decode
+// step's gemvs (768 x 2304: 1.8M) stay whole on one core (split, 18x slower when loaded: H35).
 constexpr int64_t kBlasBlockMNK = int64_t(1) << 20;
 
 // ---- operands ------------------------------------------------------------------------------

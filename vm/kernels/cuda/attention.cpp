@@ -14,10 +14,8 @@ namespace {
 
 // A block's shape: warps, keys per tile, blocks per SM the registers are bounded for (two stages
 // of k / v tiles in dynamic shared memory, under the 48 KiB a launch takes without opting in).
-// Measured on the H100 (16x8x1024x64 float16): 4 warps, 64 keys, 4 blocks per SM (128 registers,
-// no spills) was the best of 4 / 8 warps, 1 / 2 m-tiles of 16 rows a warp, 32 / 64 / 128 keys,
-// one / two / three stages (bench/RESULTS.md); head size 128 takes 32 keys and 3 blocks (168
-// registers).
+// 4 warps, 64 keys, 4 blocks per SM (128 registers, no spills) were the best of the shapes tried
+// (bench/RESULTS.md H35); head size 128 takes 32 keys and 3 blocks (168 registers).
 struct BlockShape {
   int warps, bn, min_blocks;
   int rows() const { return 16 * warps; }
@@ -57,9 +55,7 @@ bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale) {
   // (scale > 0: the kernels take a row's max before scaling, which a positive scale keeps)
   if (!(scale > 0)) return false;
   // A float32 block computes 128 query rows whatever L is: for a few rows (decoding without a
-  // mask) the composite's two products and a softmax cost less. H100, 1024 keys, back to back:
-  // 12 heads of 1 row 41 us composite (the kernel takes as long as for 64 rows: 116); 63 rows
-  // 111 composite, 116 kernel; 128 heads of 63 rows 157 composite, 119 kernel.
+  // mask) the composite's two products and a softmax cost less (bench/RESULTS.md H35).
   constexpr int64_t kSimtMinRows = 32;
   if (d == DType::f32)
     return L >= kSimtMinRows && E > 0 && E <= 128 && E % 4 == 0 && Ev > 0 && Ev <= 128 && Ev % 16 == 0;

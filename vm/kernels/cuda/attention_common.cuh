@@ -14,8 +14,8 @@ __device__ __forceinline__ float ex2(float x) {
 }
 // The mask term of score (row, key) in log2 units, added to the scaled score: kind 1, a value of
 // q's dtype M; kind 2, bool (false: -inf). Rows past L and keys past S read nothing (their scores
-// are never stored, or become -inf). (Measured on the H100, 16x8x1024x64: loading key pairs as
-// one word, and row pointers kept per thread, were no faster; the float32 kernel was slower.)
+// are never stored, or become -inf). (Key pairs loaded as one word, and row pointers kept per
+// thread, were tried: no faster.)
 template <class M> __device__ __forceinline__ float mask_term(const void* mask, int kind, long long msr, long long msc,
                                                             int row, int key, int L, int S) {
   if (row >= L || key >= S) return 0.f;

@@ -5,9 +5,8 @@
 #include "vm/kernels/loop.hpp"
 
 namespace cr::cuda {
-// Measured on the H100 (float32 16x8x1024x64, bench/RESULTS.md): 8 rows x 8 keys a thread and
-// one block of 8 warps per SM (64 independent FMAs a thread) beat 4 x 4 at two or three blocks
-// per SM by 20 %: fewer shared-memory reads per FMA. Tiles of 128 keys for v's head sizes up to
+// 8 rows x 8 keys a thread and one block of 8 warps per SM (64 independent FMAs a thread) beat
+// 4 x 4 at two or three blocks per SM (bench/RESULTS.md H35): fewer shared-memory reads per FMA. Tiles of 128 keys for v's head sizes up to
 // 64 (the registers of 8 x 8 scores and 8 x 4 outputs), else 64; smaller blocks where the shared
 // memory does not take these (227 KiB a block on the H100, less on other GPUs).
 SimtShape simt_shape(int E, int Ev, size_t shared_limit) {

@@ -11,6 +11,7 @@
 
 #include "vm/cuda/blas.hpp"
 #include "vm/devices.hpp"
+#include "vm/ops/linalg.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr {
@@ -262,8 +263,6 @@ bool fits_blas(const Tensor& out, const Tensor& a) {
   return M <= INT_MAX && N <= INT_MAX && K <= INT_MAX;
 }
 
-void matmul_into(Tensor out, Tensor a, Tensor b, bool accumulate);
-
 // CUDA: floating dtypes through cuBLAS (float16 / bfloat16 accumulate in float32), one call per
 // batch where the matrices are evenly spaced; integers (or no cuBLAS) on host copies.
 void device_matmul(const Tensor& out, Tensor a, Tensor b, bool accumulate) {
@@ -300,8 +299,9 @@ void device_matmul(const Tensor& out, Tensor a, Tensor b, bool accumulate) {
                int(B.ld), B.trans, C + int64_t(i) * M * N * int64_t(es), int(N), beta);
 }
 
-// out {batch.., M, N} (contiguous, freshly made) = a {batchA.., M, K} @ b {batchB.., K, N},
-// plus out's current values when accumulate (linear's bias). Batch dims broadcast to out's.
+}  // namespace
+
+// (linear's bias is the accumulated out)
 void matmul_into(Tensor out, Tensor a, Tensor b, bool accumulate) {
   if (out.numel() == 0) return;
   if (a.size(a.dim() - 1) == 0) {  // an empty sum
@@ -325,6 +325,8 @@ void matmul_into(Tensor out, Tensor a, Tensor b, bool accumulate) {
   }
   visit_numeric(d, [&](auto t) { generic_matmul<decltype(t)>(out, a, b, accumulate); });
 }
+
+namespace {
 
 // ---- argument checks -------------------------------------------------------------------------
 

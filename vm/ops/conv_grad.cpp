@@ -47,7 +47,11 @@ void conv2d_rule(Grad& g) {
   if (g.needs(1)) {
     Var x = batched ? g.in(0) : unsqueeze(g.in(0), 0);
     Var cols = reshape(op("im2col", {x, kernel, same(g, 5), same(g, 4), same(g, 3)}), {N, G, kg, L});
-    g.set(1, reshape(sum(mm(gyr, mt(cols)), {0}, false), ws));
+    // the samples joined into the products' inner dim, so no per-sample copy of dW is made
+    auto by_group = [&](const Var& t, int64_t rows) { return reshape(op("permute", {t, Shape{2, 3, 1, 4}}), {G, rows, N * L}); };
+    Var gw = N == 1 ? mm(reshape(gyr, {G, cout / G, L}), mt(reshape(cols, {G, kg, L})))
+                    : mm(by_group(gyr, cout / G), mt(by_group(cols, kg)));
+    g.set(1, reshape(gw, ws));
   }
   if (g.is_tensor(2) && g.needs(2)) g.set(2, sum(gy, {0, 2, 3}, false));
 }

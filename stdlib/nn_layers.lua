@@ -210,6 +210,85 @@ function L.install(nn, h)
   nn.AvgPool2d = functional_class("AvgPool2d", "avg_pool2d", { stride = true, padding = true, ceil_mode = true, count_include_pad = true, divisor_override = true })
   nn.AdaptiveAvgPool2d = functional_class("AdaptiveAvgPool2d", "adaptive_avg_pool2d")
 
+  -- attention -------------------------------------------------------------------------------------
+
+  -- MultiheadAttention(embed_dim, num_heads[, {dropout = 0, bias = true, kdim =, vdim =,
+  -- batch_first = false, dtype =}]): PyTorch's parameters (in_proj_weight {3E, E} or
+  -- q/k/v_proj_weight when kdim / vdim differ, in_proj_bias, out_proj).
+  -- forward(query, key, value[, {key_padding_mask =, attn_mask =, need_weights = true,
+  -- average_attn_weights = true, is_causal = false}]) -> output, weights (nil unless need_weights).
+  -- Bool masks are true where attention is NOT allowed, as PyTorch's; float masks are added.
+  local MHA = nn.Module:extend("MultiheadAttention")
+  function MHA:init(E, H, opts)
+    local name = "MultiheadAttention"
+    positive_int(name, 1, "embed_dim", E)
+    positive_int(name, 2, "num_heads", H)
+    if E % H ~= 0 then fail(name .. ": embed_dim must be divisible by num_heads") end
+    opts = options(name, 3, opts, { dropout = true, bias = true, kdim = true, vdim = true, batch_first = true, dtype = true })
+    self.embed_dim, self.num_heads, self.dropout = E, H, opts.dropout or 0
+    self.batch_first = opts.batch_first == true
+    local kdim, vdim = opts.kdim or E, opts.vdim or E
+    self._same = kdim == E and vdim == E
+    local dt = opts.dtype
+    if self._same then
+      self.in_proj_weight = uniform({ 3 * E, E }, math.sqrt(6 / (4 * E)), dt)
+    else
+      self.q_proj_weight = uniform({ E, E }, math.sqrt(6 / (2 * E)), dt)
+      self.k_proj_weight = uniform({ E, kdim }, math.sqrt(6 / (E + kdim)), dt)
+      self.v_proj_weight = uniform({ E, vdim }, math.sqrt(6 / (E + vdim)), dt)
+    end
+    if opts.bias ~= false then self.in_proj_bias = T.zeros({ 3 * E }, { dtype = dt }) end
+    self.out_proj = nn.Linear(E, E, { bias = opts.bias ~= false, dtype = dt })
+    if self.out_proj.bias then T.no_grad(function() self.out_proj.bias:zero_() end) end
+  end
+
+  -- A mask as an additive float tensor of dtype (bool: true -> -inf).
+  local function additive(m, dtype)
+    if m.dtype == "bool" then return T.zeros(m.shape, { dtype = dtype, device = m.device }):masked_fill(m, -math.huge) end
+    return m
+  end
+
+  function MHA:forward(q, k, v, opts)
+    local name = "MultiheadAttention"
+    opts = options(name, 4, opts, { key_padding_mask = true, attn_mask = true, need_weights = true, average_attn_weights = true, is_causal = true })
+    local unbatched = q:dim() == 2
+    if unbatched then q, k, v = q:unsqueeze(2), k:unsqueeze(2), v:unsqueeze(2)
+    elseif self.batch_first then q, k, v = q:transpose(1, 2), k:transpose(1, 2), v:transpose(1, 2) end
+    local L, N, E = q:size(1), q:size(2), q:size(3)
+    if E ~= self.embed_dim then fail(string.format("%s: query expected embed_dim %d in its last dim, got %d", name, self.embed_dim, E)) end
+    local S, H = k:size(1), self.num_heads
+    local hd = E / H
+    local b = self.in_proj_bias
+    local function proj(x, i, w)
+      w = w or self.in_proj_weight:narrow(1, (i - 1) * E + 1, E)
+      return T.linear(x, w, b and b:narrow(1, (i - 1) * E + 1, E))
+    end
+    -- {len, N, E} -> {N, H, len, hd}
+    local function heads(x, len) return x:reshape(len, N, H, hd):permute(2, 3, 1, 4) end
+    local qh = heads(proj(q, 1, self.q_proj_weight), L)
+    local kh = heads(proj(k, 2, self.k_proj_weight), S)
+    local vh = heads(proj(v, 3, self.v_proj_weight), S)
+    local scores = T.matmul(qh, kh:transpose(-2, -1)) * (1 / math.sqrt(hd))
+    local am, kpm = opts.attn_mask, opts.key_padding_mask
+    if opts.is_causal and am == nil then am = T.ones(L, S, { dtype = "bool", device = q.device }):triu(1) end
+    if am ~= nil then
+      am = additive(am, scores.dtype)
+      scores = scores + (am:dim() == 3 and am:view(N, H, L, S) or am)
+    end
+    if kpm ~= nil then
+      kpm = additive(kpm, scores.dtype)
+      scores = scores + (unbatched and kpm:view(1, 1, 1, S) or kpm:view(N, 1, 1, S))
+    end
+    local w = F.dropout(scores:softmax(-1), self.dropout, self.training)
+    local out = T.matmul(w, vh):permute(3, 1, 2, 4):reshape(L, N, E)
+    out = self.out_proj(out)
+    if unbatched then out = out:squeeze(2) elseif self.batch_first then out = out:transpose(1, 2) end
+    if opts.need_weights == false then return out, nil end
+    if opts.average_attn_weights ~= false then w = w:mean(2) end
+    return out, unbatched and w:squeeze(1) or w
+  end
+  nn.MultiheadAttention = MHA
+
   -- small modules ---------------------------------------------------------------------------------
 
   nn.Tanh = nn.Module:extend("Tanh")

@@ -24,6 +24,12 @@ def run_module(m, sd, x, gy, train):
     y = m(x)
     (y * gy).sum().backward()
     return [y.detach(), x.grad] + [p.grad for p in m.parameters()] + [b for b in m.buffers() if b.is_floating_point()]
+def run_mha(m, sd, q, k, v, gy, kw):
+    m.load_state_dict(sd)
+    q, k, v = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out, w = m(q, k, v, **kw)
+    (out * gy).sum().backward()
+    return [out.detach(), w.detach(), q.grad, k.grad, v.grad] + [p.grad for p in m.parameters()]
 class Block(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -218,6 +224,30 @@ mcase("AvgPool2d AdaptiveAvgPool2d", nn.Sequential(nn.AvgPool2d(2, { stride = 1 
   "nn.Sequential(nn.AvgPool2d(2, stride=1), nn.AdaptiveAvgPool2d((2, 3)))", S(2, 3, 6, 7), true)
 mcase("Tanh Sigmoid Softmax LogSoftmax", nn.Sequential(nn.Tanh(), nn.Sigmoid(), nn.Softmax(2), nn.LogSoftmax(-1)),
   "nn.Sequential(nn.Tanh(), nn.Sigmoid(), nn.Softmax(1), nn.LogSoftmax(-1))", S(3, 4), true)
+
+-- MultiheadAttention: output, averaged weights, the gradients of q, k, v and the parameters
+local function mha_case(key, m, py, q, k, v, opts, pykw)
+  local env = { q = q, k = k, v = v }
+  local sd = state_literal(m, env)
+  for name, t in pairs(opts) do if T.is_tensor(t) then env[name] = t end end
+  local qg, kg, vg = q:clone():requires_grad_(), k:clone():requires_grad_(), v:clone():requires_grad_()
+  local out, w = m(qg, kg, vg, opts)
+  env.gy = T.randn(out.shape);
+  (out * env.gy):sum():backward()
+  local got = { out:detach(), w:detach(), qg.grad, kg.grad, vg.grad }
+  for _, p in ipairs(m:parameters()) do got[#got + 1] = p.grad end
+  mcases[#mcases + 1] = { key = key, got = got }
+  B:add(key, ("run_mha(%s, %s, q, k, v, gy, dict(%s))"):format(py, sd, pykw), env)
+end
+local kpm = T.tensor({ { false, false, true, false, true }, { false, false, false, false, true } })
+mha_case("MultiheadAttention batch_first masks", nn.MultiheadAttention(8, 2, { batch_first = true }),
+  "nn.MultiheadAttention(8, 2, batch_first=True)", S(2, 3, 8), S(2, 5, 8), S(2, 5, 8),
+  { key_padding_mask = kpm, attn_mask = S(3, 5) }, "key_padding_mask=key_padding_mask, attn_mask=attn_mask")
+mha_case("MultiheadAttention kdim vdim bool mask", nn.MultiheadAttention(8, 4, { kdim = 6, vdim = 4 }),
+  "nn.MultiheadAttention(8, 4, kdim=6, vdim=4)", S(3, 2, 8), S(5, 2, 6), S(5, 2, 4),
+  { attn_mask = T.rand(3, 5):lt(0.3), average_attn_weights = false }, "attn_mask=attn_mask, average_attn_weights=False")
+mha_case("MultiheadAttention unbatched no bias", nn.MultiheadAttention(6, 3, { bias = false }),
+  "nn.MultiheadAttention(6, 3, bias=False)", S(4, 6), S(3, 6), S(3, 6), {}, "")
 
 local res, why = B:run()
 

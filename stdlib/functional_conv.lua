@@ -280,7 +280,8 @@ function C.max_pool2d(x, k, ...)
   -- the window element (ki, kj) of output (oh, ow) sits at (oh*s - p + ki*d, ow*s - p + kj*d)
   local dev = x.device
   local k0 = i - 1
-  local ki, kj = k0:div(g.k[2], { rounding_mode = "floor" }), k0:remainder(g.k[2])
+  local kj = k0:remainder(g.k[2])
+  local ki = ((k0 - kj) / g.k[2]):long()  -- (exact: k0 - kj is a multiple)
   local oh = T.arange(g.Ho, { device = dev }):view(g.Ho, 1):expand(g.Ho, g.Wo):reshape(1, g.Ho * g.Wo)
   local ow = T.arange(g.Wo, { device = dev }):view(1, g.Wo):expand(g.Ho, g.Wo):reshape(1, g.Ho * g.Wo)
   local ih = oh * g.s[1] - g.p[1] + ki * g.d[1]

@@ -69,10 +69,12 @@ local function case(key, fn, py, inputs, rtol, atol)
   local c = { key = key, fn = fn, inputs = inputs, rtol = rtol, atol = atol, err = not ok and y or nil }
   cases[#cases + 1] = c
   if not ok then return end
-  c.gy = T.randn(y.shape, { dtype = y.dtype })
+  local floating = y.dtype == "float32" or y.dtype == "float64"
+  c.gy = floating and T.randn(y.shape, { dtype = y.dtype }) or nil  -- (index results: the value alone)
   local env, names = { gy = c.gy }, {}
   for i, x in ipairs(inputs) do env[NAMES[i]], names[i] = x, NAMES[i] end
-  B:add(key, string.format("fg(lambda %s: %s, gy, %s)", table.concat(names, ", "), py, table.concat(names, ", ")), env)
+  local args = table.concat(names, ", ")
+  B:add(key, floating and string.format("fg(lambda %s: %s, gy, %s)", args, py, args) or string.format("[(lambda %s: %s)(%s)]", args, py, args), env)
 end
 
 local function D(...) return T.randn({ ... }, { dtype = "float64" }) end
@@ -115,6 +117,8 @@ case("pad constant value crop", function(x) return F.pad(x, { -1, 2, 1, 0 }, { v
 case("max_pool2d", function(x) return F.max_pool2d(x, 2) end, "F.max_pool2d(a, 2)", { D(2, 3, 6, 7) })
 case("max_pool2d options", function(x) return F.max_pool2d(x, 3, { stride = 2, padding = 1, dilation = { 1, 2 }, ceil_mode = true }) end,
   "F.max_pool2d(a, 3, stride=2, padding=1, dilation=(1, 2), ceil_mode=True)", { D(2, 2, 8, 9) })
+case("max_pool2d indices", function(x) return select(2, F.max_pool2d(x, 3, { stride = 2, padding = 1, dilation = { 1, 2 }, return_indices = true })) end,
+  "F.max_pool2d(a, 3, stride=2, padding=1, dilation=(1, 2), return_indices=True)[1] + 1", { D(2, 2, 7, 9) })
 case("max_pool2d ties", function(x) return F.max_pool2d(x:relu(), 2) end, "F.max_pool2d(a.relu(), 2)", { D(1, 2, 4, 4) - 1 })
 case("avg_pool2d", function(x) return F.avg_pool2d(x, { 2, 3 }) end, "F.avg_pool2d(a, (2, 3))", { D(2, 3, 6, 7) })
 case("avg_pool2d pad ceil", function(x) return F.avg_pool2d(x, 3, { stride = 2, padding = 1, ceil_mode = true }) end,

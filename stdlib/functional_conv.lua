@@ -346,6 +346,44 @@ function C.adaptive_avg_pool2d(x, size)
   return T.matmul(T.matmul(adaptive_matrix(H, s[1], x), x), adaptive_matrix(W, s[2], x):t())
 end
 
+-- The 1-D pools: the 2-D ones over a height of 1 (indices, 1-based along the length, agree).
+local function one_d(op, x, k, o)
+  if x:dim() ~= 2 and x:dim() ~= 3 then fail(op .. ": input expected a 2-D {C, L} or 3-D {N, C, L} tensor, got " .. shape_str(x)) end
+  local function pair(name, v, lead)  -- nil stays nil (the 2-D pool's default)
+    if v ~= nil then return { lead, tuple(op, name, v, 1, 0)[1] } end
+  end
+  return x:unsqueeze(-2), { 1, tuple(op, "kernel_size", k, 1, 1)[1] }, pair("stride", o.stride, 1), pair("padding", o.padding, 0),
+    pair("dilation", o.dilation, 1)
+end
+
+-- max_pool1d(x, kernel_size[, stride[, padding[, dilation[, ceil_mode[, return_indices]]]]])
+function C.max_pool1d(x, k, ...)
+  local op = "max_pool1d"
+  check_tensor(op, 1, "input", x)
+  local o = named(op, 3, { ... }, { "stride", "padding", "dilation", "ceil_mode", "return_indices" })
+  local x2, k2, s2, p2, d2 = one_d(op, x, k, o)
+  local v, i = C.max_pool2d(x2, k2, { stride = s2, padding = p2, dilation = d2, ceil_mode = o.ceil_mode, return_indices = o.return_indices })
+  if i then return v:squeeze(-2), i:squeeze(-2) end
+  return v:squeeze(-2)
+end
+
+-- avg_pool1d(x, kernel_size[, stride[, padding[, ceil_mode[, count_include_pad]]]])
+function C.avg_pool1d(x, k, ...)
+  local op = "avg_pool1d"
+  check_tensor(op, 1, "input", x)
+  local o = named(op, 3, { ... }, { "stride", "padding", "ceil_mode", "count_include_pad" })
+  local x2, k2, s2, p2 = one_d(op, x, k, o)
+  return C.avg_pool2d(x2, k2, { stride = s2, padding = p2, ceil_mode = o.ceil_mode, count_include_pad = o.count_include_pad }):squeeze(-2)
+end
+
+-- adaptive_avg_pool1d(x, output_size): x {N, C, L} or {C, L}
+function C.adaptive_avg_pool1d(x, size)
+  local op = "adaptive_avg_pool1d"
+  check_tensor(op, 1, "input", x)
+  if x:dim() ~= 2 and x:dim() ~= 3 then fail(op .. ": input expected a 2-D {C, L} or 3-D {N, C, L} tensor, got " .. shape_str(x)) end
+  return T.matmul(x, adaptive_matrix(x:size(-1), tuple(op, "output_size", size, 1, 1)[1], x):t())
+end
+
 -- interpolate ---------------------------------------------------------------------------------------
 
 local ffi = core.ffi

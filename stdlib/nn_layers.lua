@@ -209,6 +209,15 @@ function L.install(nn, h)
   nn.MaxPool2d = functional_class("MaxPool2d", "max_pool2d", { stride = true, padding = true, dilation = true, ceil_mode = true, return_indices = true })
   nn.AvgPool2d = functional_class("AvgPool2d", "avg_pool2d", { stride = true, padding = true, ceil_mode = true, count_include_pad = true, divisor_override = true })
   nn.AdaptiveAvgPool2d = functional_class("AdaptiveAvgPool2d", "adaptive_avg_pool2d")
+  nn.MaxPool1d = functional_class("MaxPool1d", "max_pool1d", { stride = true, padding = true, dilation = true, ceil_mode = true, return_indices = true })
+  nn.AvgPool1d = functional_class("AvgPool1d", "avg_pool1d", { stride = true, padding = true, ceil_mode = true, count_include_pad = true })
+  nn.AdaptiveAvgPool1d = functional_class("AdaptiveAvgPool1d", "adaptive_avg_pool1d")
+
+  -- Upsample({size =, scale_factor =, mode = "nearest", align_corners =}): F.interpolate
+  local Upsample = nn.Module:extend("Upsample")
+  function Upsample:init(opts) self._opts = options("Upsample", 1, opts, { size = true, scale_factor = true, mode = true, align_corners = true }) end
+  function Upsample:forward(x) return F.interpolate(x, self._opts) end
+  nn.Upsample = Upsample
 
   -- attention -------------------------------------------------------------------------------------
 

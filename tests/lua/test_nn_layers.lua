@@ -128,6 +128,12 @@ case("avg_pool2d exclude pad", function(x) return F.avg_pool2d(x, 3, { stride = 
 case("avg_pool2d divisor", function(x) return F.avg_pool2d(x, 2, { divisor_override = 3 }) end, "F.avg_pool2d(a, 2, divisor_override=3)", { D(1, 2, 4, 4) })
 case("adaptive_avg_pool2d", function(x) return F.adaptive_avg_pool2d(x, { 3, 4 }) end, "F.adaptive_avg_pool2d(a, (3, 4))", { D(2, 3, 7, 9) })
 case("adaptive_avg_pool2d 1", function(x) return F.adaptive_avg_pool2d(x, 1) end, "F.adaptive_avg_pool2d(a, 1)", { D(2, 3, 5, 5) })
+case("max_pool1d", function(x) return F.max_pool1d(x, 3, 2, 1) end, "F.max_pool1d(a, 3, 2, 1)", { D(2, 3, 9) })
+case("max_pool1d indices", function(x) return select(2, F.max_pool1d(x, 2, { dilation = 2, ceil_mode = true, return_indices = true })) end,
+  "F.max_pool1d(a, 2, dilation=2, ceil_mode=True, return_indices=True)[1] + 1", { D(2, 3, 8) })
+case("avg_pool1d", function(x) return F.avg_pool1d(x, 3, { stride = 2, padding = 1, count_include_pad = false }) end,
+  "F.avg_pool1d(a, 3, stride=2, padding=1, count_include_pad=False)", { D(2, 3, 8) })
+case("adaptive_avg_pool1d", function(x) return F.adaptive_avg_pool1d(x, 3) end, "F.adaptive_avg_pool1d(a, 3)", { D(2, 7) })
 -- interpolate
 case("interpolate nearest size", function(x) return F.interpolate(x, { size = { 7, 5 } }) end, "F.interpolate(a, size=(7, 5))", { D(2, 3, 4, 3) })
 case("interpolate nearest scale", function(x) return F.interpolate(x, { scale_factor = 2.5 }) end, "F.interpolate(a, scale_factor=2.5)", { D(1, 2, 3, 4) })
@@ -226,6 +232,10 @@ mcase("BatchNorm2d untracked eval", nn.BatchNorm2d(3, { track_running_stats = fa
 mcase("GroupNorm", nn.GroupNorm(2, 6), "nn.GroupNorm(2, 6)", S(2, 6, 3, 3), true)
 mcase("AvgPool2d AdaptiveAvgPool2d", nn.Sequential(nn.AvgPool2d(2, { stride = 1 }), nn.AdaptiveAvgPool2d({ 2, 3 })),
   "nn.Sequential(nn.AvgPool2d(2, stride=1), nn.AdaptiveAvgPool2d((2, 3)))", S(2, 3, 6, 7), true)
+mcase("Upsample MaxPool1d AvgPool1d AdaptiveAvgPool1d", nn.Sequential(nn.Upsample({ scale_factor = 2, mode = "linear", align_corners = true }),
+  nn.MaxPool1d(3, { stride = 1 }), nn.AvgPool1d(2), nn.AdaptiveAvgPool1d(4)),
+  "nn.Sequential(nn.Upsample(scale_factor=2, mode='linear', align_corners=True), nn.MaxPool1d(3, stride=1), nn.AvgPool1d(2), nn.AdaptiveAvgPool1d(4))",
+  S(2, 3, 7), true)
 mcase("Tanh Sigmoid Softmax LogSoftmax", nn.Sequential(nn.Tanh(), nn.Sigmoid(), nn.Softmax(2), nn.LogSoftmax(-1)),
   "nn.Sequential(nn.Tanh(), nn.Sigmoid(), nn.Softmax(1), nn.LogSoftmax(-1))", S(3, 4), true)
 

@@ -390,4 +390,20 @@ describe("compiled layers", function()
     local f = T.compile(function(v) return m(v) end, { hot = 0 })
     for _ = 1, 2 do expect.close(T.no_grad(f, x), want:totable(), 1e-5, 1e-6) end
   end)
+  it("compiled resampling, pools and norms equal eager", function()
+    local blk = Block(3)
+    blk:eval()
+    local gn, mha = nn.GroupNorm(3, 3), nn.MultiheadAttention(48, 4, { batch_first = true })
+    local function g(v)
+      local y = blk(F.pad(v, { 1, 1, 2, 0 }, "reflect"))
+      y = F.interpolate(gn(y), { size = { 5, 7 }, mode = "bilinear" })
+      y = F.avg_pool2d(y, 2, { stride = 1, padding = 1 }) + F.adaptive_avg_pool2d(y, { 6, 8 })
+      local out = mha(y:flatten(3), y:flatten(3), y:flatten(3), { need_weights = false })
+      return out
+    end
+    local x = T.randn(2, 3, 4, 6)
+    local want = T.no_grad(g, x)
+    local f = T.compile(g, { hot = 0 })
+    for _ = 1, 2 do expect.close(T.no_grad(f, x), want:totable(), 1e-5, 1e-6) end
+  end)
 end)

@@ -89,6 +89,7 @@ case("conv2d groups no bias", function(x, w) return F.conv2d(x, w, nil, { stride
 case("conv2d depthwise", function(x, w) return F.conv2d(x, w, nil, { groups = 4, padding = 1 }) end,
   "F.conv2d(a, b, None, groups=4, padding=1)", { D(2, 4, 5, 5), D(4, 1, 3, 3) })
 case("conv2d 1x1", function(x, w, b) return F.conv2d(x, w, b) end, "F.conv2d(a, b, c)", { D(2, 6, 4, 5), D(3, 6, 1, 1), D(3) })
+case("conv2d 1x1 groups", function(x, w) return F.conv2d(x, w, nil, { groups = 3 }) end, "F.conv2d(a, b, None, groups=3)", { D(2, 6, 3, 4), D(9, 2, 1, 1) })
 case("conv2d same", function(x, w) return F.conv2d(x, w, nil, { padding = "same", dilation = 2 }) end,
   "F.conv2d(a, b, None, padding='same', dilation=2)", { D(1, 2, 6, 7), D(3, 2, 2, 3) })
 case("conv2d unbatched", function(x, w, b) return F.conv2d(x, w, b, 1, 1) end, "F.conv2d(a, b, c, 1, 1)", { D(3, 5, 5), D(2, 3, 3, 3), D(2) })

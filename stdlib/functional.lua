@@ -264,7 +264,7 @@ end
 -- conv1d, conv2d, conv_transpose2d, unfold, fold, pools, pad, interpolate (crescent.functional_conv)
 local conv = require "crescent.functional_conv"
 for name, fn in pairs(conv) do
-  if name ~= "bind" then F[name] = fn end
+  if type(fn) == "function" and name ~= "bind" then F[name] = fn end
 end
 
 -- losses (crescent.losses): cross_entropy, nll_loss, mse_loss, l1_loss, smooth_l1_loss,

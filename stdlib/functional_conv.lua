@@ -7,6 +7,9 @@ local core = require "crescent.core"
 local fail, is_tensor = core.fail, core.is_tensor
 
 local C = {}
+-- true: CPU tensors take the CUDA tensors' path too (gathered windows; tests/lua/test_nn_layers.lua)
+C.gather_on_cpu = false
+local function on_device(x) return x.device ~= "cpu" or C.gather_on_cpu end
 local T
 local check_opts
 function C.bind(t, opts_checker) T, check_opts = t, opts_checker end
@@ -176,11 +179,55 @@ local function conv_args(op, n, x, w, args)
   return x, stride, padding, dilation, o.groups
 end
 
+-- The position in the padded plane (1-based, flattened) that each window element (i, j) reads
+-- for each output (oh, ow): {kh*kw*Ho*Wo} int64, made on x's device.
+local function window_index(dev, kh, kw, Ho, Wo, Wp, s, d)
+  local function ar(n, step, shape) return (T.arange(n, { device = dev }) * step):view(shape) end
+  local rows = ar(kh, d[1], { kh, 1, 1, 1 }) + ar(Ho, s[1], { 1, 1, Ho, 1 })
+  local cols = ar(kw, d[2], { 1, kw, 1, 1 }) + ar(Wo, s[2], { 1, 1, 1, Wo })
+  return (rows * Wp + cols + 1):flatten()
+end
+
+-- im2col of an unpadded xp {N, C, Hp, Wp} as a gather: {N, C*kh*kw, Ho*Wo}. CUDA tensors take
+-- it, so that the windows are read by a gather kernel on the device (T.im2col would run on host
+-- copies there).
+local function gather_windows(xp, kh, kw, s, d)
+  local N, C, Hp, Wp = xp:size(1), xp:size(2), xp:size(3), xp:size(4)
+  local Ho = math.floor((Hp - d[1] * (kh - 1) - 1) / s[1]) + 1
+  local Wo = math.floor((Wp - d[2] * (kw - 1) - 1) / s[2]) + 1
+  local idx = window_index(xp.device, kh, kw, Ho, Wo, Wp, s, d)
+  return xp:reshape(N, C, Hp * Wp):index_select(3, idx):view(N, C * kh * kw, Ho * Wo), Ho, Wo
+end
+
+-- conv2d as a gather and a product (index_select of the windows, matmul per group): the path of
+-- CUDA tensors, whose ops run on the device (a gather kernel and cuBLAS) where the conv2d op would
+-- run on host copies. Its gradient comes from the ops' rules.
+function C._conv2d_gather(x, w, bias, stride, padding, dilation, groups)
+  local unbatched = x:dim() == 3
+  if unbatched then x = x:unsqueeze(1) end
+  groups = groups or 1
+  local N, cin, cout, kh, kw = x:size(1), x:size(2), w:size(1), w:size(3), w:size(4)
+  if w:size(2) * groups ~= cin or cout % groups ~= 0 then return T.conv2d(x, w, bias, stride, padding, dilation, groups) end  -- (its error)
+  local xp = C.pad(x, { padding[2], padding[2], padding[1], padding[1] })
+  if xp:size(3) < dilation[1] * (kh - 1) + 1 or xp:size(4) < dilation[2] * (kw - 1) + 1 then
+    return T.conv2d(x, w, bias, stride, padding, dilation, groups)  -- (its error)
+  end
+  local cols, Ho, Wo = gather_windows(xp, kh, kw, stride, dilation)
+  local kg = cin / groups * kh * kw
+  cols = cols:view(N, groups, kg, Ho * Wo)
+  local y = T.matmul(w:reshape(groups, cout / groups, kg), cols):view(N, cout, Ho, Wo)
+  if bias ~= nil then y = y + bias:view(1, cout, 1, 1) end
+  return unbatched and y:squeeze(1) or y
+end
+
 -- conv2d(x, w[, bias[, stride[, padding[, dilation[, groups]]]]]) or conv2d(x, w, bias, {stride =,
 -- padding =, dilation =, groups =}): x {N, Cin, H, W} (or {Cin, H, W}), w {Cout, Cin/groups, kh, kw}.
 function C.conv2d(x, w, bias, ...)
   local stride, padding, dilation, groups
   x, stride, padding, dilation, groups = conv_args("conv2d", 2, x, w, { ... })
+  if on_device(x) and x.device == w.device and x.dtype == w.dtype then
+    return C._conv2d_gather(x, w, bias, stride, padding, dilation, groups)
+  end
   return T.conv2d(x, w, bias, stride, padding, dilation, groups)
 end
 
@@ -189,7 +236,7 @@ end
 function C.conv1d(x, w, bias, ...)
   local s, p, d, groups
   x, s, p, d, groups = conv_args("conv1d", 1, x, w, { ... })
-  return T.conv2d(x:unsqueeze(-2), w:unsqueeze(-2), bias, { 1, s[1] }, { 0, p[1] }, { 1, d[1] }, groups):squeeze(-2)
+  return C.conv2d(x:unsqueeze(-2), w:unsqueeze(-2), bias, { 1, s[1] }, { 0, p[1] }, { 1, d[1] }, groups):squeeze(-2)
 end
 
 -- conv_transpose2d(x, w[, bias[, stride[, padding[, output_padding[, groups[, dilation]]]]]]) or
@@ -258,7 +305,8 @@ local function windows(op, x, k, s, p, d, ceil, fill)
   local hi_w = (g.Wo - 1) * g.s[2] + g.d[2] * (g.k[2] - 1) + 1 - g.W - g.p[2]
   g.hi = { hi_h, hi_w }
   local xp = C.pad(x, { g.p[2], hi_w, g.p[1], hi_h }, "constant", fill)
-  local cols = T.im2col(xp:reshape(g.N * g.C, 1, xp:size(3), xp:size(4)), g.k, g.d, 0, g.s)
+  xp = xp:reshape(g.N * g.C, 1, xp:size(3), xp:size(4))
+  local cols = on_device(x) and gather_windows(xp, g.k[1], g.k[2], g.s, g.d) or T.im2col(xp, g.k, g.d, 0, g.s)
   return cols, g
 end
 

@@ -90,6 +90,11 @@ case("conv2d depthwise", function(x, w) return F.conv2d(x, w, nil, { groups = 4,
   "F.conv2d(a, b, None, groups=4, padding=1)", { D(2, 4, 5, 5), D(4, 1, 3, 3) })
 case("conv2d 1x1", function(x, w, b) return F.conv2d(x, w, b) end, "F.conv2d(a, b, c)", { D(2, 6, 4, 5), D(3, 6, 1, 1), D(3) })
 case("conv2d 1x1 groups", function(x, w) return F.conv2d(x, w, nil, { groups = 3 }) end, "F.conv2d(a, b, None, groups=3)", { D(2, 6, 3, 4), D(9, 2, 1, 1) })
+-- (the CUDA path, checked here on the CPU)
+case("conv2d gather path", function(x, w, b) return F._conv2d_gather(x, w, b, { 2, 1 }, { 1, 2 }, { 1, 2 }, 2) end,
+  "F.conv2d(a, b, c, (2, 1), (1, 2), (1, 2), 2)", { D(2, 4, 7, 6), D(6, 2, 3, 2), D(6) })
+case("conv2d gather path unbatched", function(x, w) return F._conv2d_gather(x, w, nil, { 1, 1 }, { 0, 0 }, { 1, 1 }) end,
+  "F.conv2d(a, b)", { D(3, 5, 4), D(2, 3, 2, 2) })
 case("conv2d same", function(x, w) return F.conv2d(x, w, nil, { padding = "same", dilation = 2 }) end,
   "F.conv2d(a, b, None, padding='same', dilation=2)", { D(1, 2, 6, 7), D(3, 2, 2, 3) })
 case("conv2d unbatched", function(x, w, b) return F.conv2d(x, w, b, 1, 1) end, "F.conv2d(a, b, c, 1, 1)", { D(3, 5, 5), D(2, 3, 3, 3), D(2) })
@@ -293,6 +298,21 @@ describe("T.F layers against torch 1.13 (value and input gradients)", function()
 end)
 
 expect.covers("conv2d", "im2col", "col2im")
+
+describe("T.F layers on the CUDA tensors' path (gathered windows), run on the CPU", function()
+  local FC = require "crescent.functional_conv"
+  for _, c in ipairs(cases) do
+    it(c.key, function()
+      if c.err then error(c.err, 0) end
+      if not res then skip(why) end
+      FC.gather_on_cpu = true
+      local ok, got = pcall(value_and_grads, c.fn, c.gy, c.inputs)
+      FC.gather_on_cpu = false
+      if not ok then error(got, 0) end
+      for i = 1, #got do R.check(res, c.key .. "#" .. i, got[i], c.rtol, c.atol) end
+    end)
+  end
+end)
 
 -- ---- module machinery -----------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@
 //   conv2d(x, w {Cout, Cin/groups, kh, kw}) = per sample and group, W_g {Cout/g, Cin/g*kh*kw} @
 //     cols_g, on the BLAS core of vm/ops/linalg.cpp (bias written first, the product added to it).
 // The unbatched forms ({C, H, W}, {C*kh*kw, L}) are accepted as PyTorch does. CUDA tensors run on
-// host copies (the dispatcher's fallback for ops without CUDA kernels).
+// host copies (the dispatcher's fallback for ops without CUDA kernels); F.conv2d and the pools
+// give them a device path instead: a gather of the windows and cuBLAS (stdlib/functional_conv.lua).
 #include <algorithm>
 #include <cstring>
 

@@ -193,7 +193,7 @@ function L.install(nn, h)
   -- pools -------------------------------------------------------------------------------------------
 
   -- A module calling F[fname](x, first, opts) with the options it was made with.
-  local function functional_class(name, fname, allowed)
+  local function functional_class(name, fname, allowed, label)
     local cls = nn.Module:extend(name)
     function cls:init(first, opts)
       if first == nil then fail(name .. ": argument 1 expected a size, got nil") end
@@ -203,15 +203,15 @@ function L.install(nn, h)
       if self._opts then return F[fname](x, self._first, self._opts) end
       return F[fname](x, self._first)
     end
-    function cls:extra_repr() return "kernel_size=" .. (type(self._first) == "table" and list_str(self._first) or tostring(self._first)) end
+    function cls:extra_repr() return (label or "kernel_size") .. "=" .. (type(self._first) == "table" and list_str(self._first) or tostring(self._first)) end
     return cls
   end
   nn.MaxPool2d = functional_class("MaxPool2d", "max_pool2d", { stride = true, padding = true, dilation = true, ceil_mode = true, return_indices = true })
   nn.AvgPool2d = functional_class("AvgPool2d", "avg_pool2d", { stride = true, padding = true, ceil_mode = true, count_include_pad = true, divisor_override = true })
-  nn.AdaptiveAvgPool2d = functional_class("AdaptiveAvgPool2d", "adaptive_avg_pool2d")
+  nn.AdaptiveAvgPool2d = functional_class("AdaptiveAvgPool2d", "adaptive_avg_pool2d", nil, "output_size")
   nn.MaxPool1d = functional_class("MaxPool1d", "max_pool1d", { stride = true, padding = true, dilation = true, ceil_mode = true, return_indices = true })
   nn.AvgPool1d = functional_class("AvgPool1d", "avg_pool1d", { stride = true, padding = true, ceil_mode = true, count_include_pad = true })
-  nn.AdaptiveAvgPool1d = functional_class("AdaptiveAvgPool1d", "adaptive_avg_pool1d")
+  nn.AdaptiveAvgPool1d = functional_class("AdaptiveAvgPool1d", "adaptive_avg_pool1d", nil, "output_size")
 
   -- Upsample({size =, scale_factor =, mode = "nearest", align_corners =}): F.interpolate
   local Upsample = nn.Module:extend("Upsample")

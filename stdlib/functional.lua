@@ -11,6 +11,7 @@ local T  -- crescent, bound by F.bind (crescent.lua requires this file while bui
 function F.bind(t)
   T = t
   require("crescent.losses").bind(t)
+  require("crescent.functional_conv").bind(t, F._check_opts)
 end
 
 local function check_tensor(op, i, name, v)
@@ -169,6 +170,101 @@ function F.scaled_dot_product_attention(q, k, v, opts)
     if m.dtype == "bool" then s = s:masked_fill(m:logical_not(), -math.huge) else s = s + m end
   end
   return T.matmul(s:softmax(-1), v)
+end
+
+-- normalize(x[, p = 2[, dim = 2[, eps = 1e-12]]]) or normalize(x, {p =, dim =, eps =}): x divided
+-- by its p-norm along dim (at least eps).
+function F.normalize(x, p, dim, eps)
+  check_tensor("normalize", 1, "input", x)
+  if type(p) == "table" then
+    local o = check_opts("normalize", 2, p, { p = true, dim = true, eps = true })
+    p, dim, eps = o.p, o.dim, o.eps
+  end
+  local n = x:norm(dim or 2, true, { p = p or 2 })
+  return x / n:clamp(eps or 1e-12)
+end
+
+-- cosine_similarity(x1, x2[, dim = 2[, eps = 1e-8]]): x1.x2 / sqrt(max(|x1|^2 |x2|^2, eps^2))
+-- along dim, the inputs broadcast.
+function F.cosine_similarity(x1, x2, dim, eps)
+  check_tensor("cosine_similarity", 1, "x1", x1)
+  check_tensor("cosine_similarity", 2, "x2", x2)
+  if type(dim) == "table" then
+    local o = check_opts("cosine_similarity", 3, dim, { dim = true, eps = true })
+    dim, eps = o.dim, o.eps
+  end
+  dim, eps = dim or 2, eps or 1e-8
+  local w12 = (x1 * x2):sum(dim)
+  local w1, w2 = (x1 * x1):sum(dim), (x2 * x2):sum(dim)
+  return w12 / (w1 * w2):clamp(eps * eps):sqrt()
+end
+
+function F.tanh(x) return T.tanh(x) end
+function F.sigmoid(x) return T.sigmoid(x) end
+
+-- batch_norm(x, running_mean, running_var[, weight[, bias[, training = false[, momentum = 0.1[,
+-- eps = 1e-5]]]]]): x {N, C, ...}, statistics per channel (dim 2). Training normalises with the
+-- batch's (biased) variance and, when running tensors are given, updates them in place with the
+-- unbiased one; momentum nil gives the cumulative average (the caller passes 1 / batches).
+function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
+  local op = "batch_norm"
+  check_tensor(op, 1, "input", x)
+  if x:dim() < 2 then fail(op .. ": input expected at least 2 dims {N, C, ...}, got a " .. x:dim() .. "-D tensor") end
+  eps, momentum = eps or 1e-5, momentum or 0.1
+  local C = x:size(2)
+  local shape = { 1, C }
+  for _ = 3, x:dim() do shape[#shape + 1] = 1 end
+  local dims = { 1 }
+  for d = 3, x:dim() do dims[#dims + 1] = d end
+  local xf, dt = widen(x)
+  local mean, var
+  if training then
+    local n = xf:numel() / C
+    if n <= 1 then fail(string.format("%s: Expected more than 1 value per channel when training, got input size %s", op, "{" .. table.concat(x.shape, ",") .. "}")) end
+    mean = xf:mean(dims, true)
+    var = ((xf - mean) ^ 2):mean(dims, true)
+    if rm ~= nil then
+      T.no_grad(function()
+        rm:mul_(1 - momentum):add_(mean:view(C):to(rm.dtype) * momentum)
+        rv:mul_(1 - momentum):add_(var:view(C):to(rv.dtype) * (momentum * n / (n - 1)))
+      end)
+    end
+  else
+    if rm == nil or rv == nil then fail(op .. ": running_mean and running_var expected tensors when not training") end
+    mean, var = rm:view(shape), rv:view(shape)
+  end
+  local y = (xf - mean) * T.rsqrt(var + eps)
+  if w ~= nil then y = y * w:view(shape) end
+  if b ~= nil then y = y + b:view(shape) end
+  return narrow_back(y, dt)
+end
+
+-- group_norm(x, num_groups[, weight[, bias[, eps = 1e-5]]]): x {N, C, ...}, statistics over each
+-- group of C / num_groups channels and the spatial dims.
+function F.group_norm(x, G, w, b, eps)
+  local op = "group_norm"
+  check_tensor(op, 1, "input", x)
+  if x:dim() < 2 then fail(op .. ": input expected at least 2 dims {N, C, ...}, got a " .. x:dim() .. "-D tensor") end
+  local N, C = x:size(1), x:size(2)
+  if type(G) ~= "number" or G < 1 or C % G ~= 0 then
+    fail(string.format("%s: Expected number of channels in input to be divisible by num_groups, but got input of shape {%s} and num_groups=%s", op, table.concat(x.shape, ","), tostring(G)))
+  end
+  local xf, dt = widen(x)
+  local g = xf:reshape(N, G, -1)
+  local mean = g:mean(3, true)
+  local gc = g - mean
+  local y = (gc * T.rsqrt((gc * gc):mean(3, true) + (eps or 1e-5))):view(x.shape)
+  local shape = { 1, C }
+  for _ = 3, x:dim() do shape[#shape + 1] = 1 end
+  if w ~= nil then y = y * w:view(shape) end
+  if b ~= nil then y = y + b:view(shape) end
+  return narrow_back(y, dt)
+end
+
+-- conv1d, conv2d, conv_transpose2d, unfold, fold, pools, pad, interpolate (crescent.functional_conv)
+local conv = require "crescent.functional_conv"
+for name, fn in pairs(conv) do
+  if type(fn) == "function" and name ~= "bind" then F[name] = fn end
 end
 
 -- losses (crescent.losses): cross_entropy, nll_loss, mse_loss, l1_loss, smooth_l1_loss,

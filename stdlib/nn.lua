@@ -11,7 +11,10 @@ local fail, is_tensor = core.fail, core.is_tensor
 local nn = {}
 local T  -- crescent, bound by nn.bind
 
-function nn.bind(t) T = t end
+function nn.bind(t)
+  T = t
+  require("crescent.nn_layers").bind(t)
+end
 
 -- classes ---------------------------------------------------------------------------------------
 
@@ -468,5 +471,61 @@ function ModuleList:append(m)
 end
 function ModuleList:forward() fail("ModuleList: it has no forward; call its modules (self.list[i](x))") end
 nn.ModuleList = ModuleList
+
+-- ModuleDict(items): modules by name (self.name or self[name]), in the order given: items is a list
+-- of {name, module} pairs, or a table name -> module (taken in sorted name order).
+local ModuleDict = nn.Module:extend("ModuleDict")
+local function dict_pairs(op, items)
+  if items == nil then return {} end
+  if type(items) ~= "table" or is_module(items) then fail(op .. ": argument 1 expected a table of modules, got " .. (is_module(items) and "a module" or type(items))) end
+  if #items > 0 then return items end
+  local list = {}
+  for k, v in pairs(items) do list[#list + 1] = { k, v } end
+  table.sort(list, function(a, b) return tostring(a[1]) < tostring(b[1]) end)
+  return list
+end
+function ModuleDict:init(items) self:update(items) end
+function ModuleDict:update(items)
+  for _, kv in ipairs(dict_pairs("ModuleDict", items)) do
+    local k, m = kv[1], kv[2]
+    if type(k) ~= "string" or k:sub(1, 1) == "_" then fail("ModuleDict: keys expected names (strings not starting with _), got " .. tostring(k)) end
+    if ModuleDict[k] ~= nil or nn.Module[k] ~= nil then fail("ModuleDict: key '" .. k .. "' is the name of a method") end
+    if not is_module(m) then fail(string.format("ModuleDict: item '%s' expected a module, got %s", k, type(m))) end
+    self[k] = m
+  end
+  return self
+end
+function ModuleDict:keys()
+  local ks = {}
+  for k in self:named_children() do ks[#ks + 1] = k end
+  return ks
+end
+function ModuleDict:items() return self:named_children() end
+function ModuleDict:values()
+  local vs = {}
+  for _, m in self:named_children() do vs[#vs + 1] = m end
+  return vs
+end
+function ModuleDict:len() return #self:keys() end
+function ModuleDict:forward() fail("ModuleDict: it has no forward; call its modules (self.dict.name(x))") end
+nn.ModuleDict = ModuleDict
+
+-- ParameterList(list): tensors held as parameters (self[1], #self, ipairs), named "0", "1", ...
+local ParameterList = nn.Module:extend("ParameterList")
+function ParameterList:init(list)
+  if list ~= nil and (type(list) ~= "table" or is_tensor(list) or is_module(list)) then
+    fail("ParameterList: argument 1 expected a list of tensors, got " .. type(list))
+  end
+  for _, p in ipairs(list or {}) do self:append(p) end
+end
+function ParameterList:append(p)
+  if not is_tensor(p) then fail("ParameterList:append: expected a tensor, got " .. type(p)) end
+  self[#self + 1] = p
+  return self
+end
+function ParameterList:forward() fail("ParameterList: it has no forward") end
+nn.ParameterList = ParameterList
+
+require("crescent.nn_layers").install(nn, { positive_int = positive_int, options = options, uniform = uniform })
 
 return nn

@@ -163,6 +163,7 @@ void register_attention(Registry& r);
 void register_creation(Registry& r);
 void register_conversions(Registry& r);
 void register_optim(Registry& r);
+void register_conv(Registry& r);
 void register_derivatives(Registry& r);  // vm/ops/*_grad.cpp
 
 // Block functions of no registry op, which the code generators call by name, with the scalar

@@ -773,6 +773,7 @@ require("recipes_creation")(R, { op = op, dt = dt, maybe_dtype = maybe_dtype, AN
   CREATE = CREATE })
 
 require("recipes_scatter")(R, { ANY = ANY, FLOAT = FLOAT })
+require("recipes_conv")(R, { FLOAT = FLOAT })
 
 -- ---- not compared -----------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ void register_derivatives(Registry& r) {
   register_linalg_derivatives(r);
   register_indexing_derivatives(r);
   register_attention_derivatives(r);
+  register_conv_derivatives(r);
 }
 
 }  // namespace cr

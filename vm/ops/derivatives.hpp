@@ -9,4 +9,5 @@ void register_view_derivatives(Registry& r);
 void register_linalg_derivatives(Registry& r);
 void register_indexing_derivatives(Registry& r);
 void register_attention_derivatives(Registry& r);
+void register_conv_derivatives(Registry& r);
 }  // namespace cr

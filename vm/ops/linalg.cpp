@@ -11,6 +11,7 @@
 
 #include "vm/cuda/blas.hpp"
 #include "vm/devices.hpp"
+#include "vm/ops/linalg.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr {
@@ -261,8 +262,6 @@ bool fits_blas(const Tensor& out, const Tensor& a) {
   return M <= INT_MAX && N <= INT_MAX && K <= INT_MAX;
 }
 
-void matmul_into(Tensor out, Tensor a, Tensor b, bool accumulate);
-
 // Whether every group of `run` consecutive matrices steps evenly through memory, by one step.
 bool groups_even(const std::vector<int64_t>& o, size_t run) {
   for (size_t g = 0; g < o.size(); g += run)
@@ -315,8 +314,9 @@ void device_matmul(const Tensor& out, Tensor a, Tensor b, bool accumulate) {
   }
 }
 
-// out {batch.., M, N} (contiguous, freshly made) = a {batchA.., M, K} @ b {batchB.., K, N},
-// plus out's current values when accumulate (linear's bias). Batch dims broadcast to out's.
+}  // namespace
+
+// (linear's bias is the accumulated out)
 void matmul_into(Tensor out, Tensor a, Tensor b, bool accumulate) {
   if (out.numel() == 0) return;
   if (a.size(a.dim() - 1) == 0) {  // an empty sum
@@ -340,6 +340,8 @@ void matmul_into(Tensor out, Tensor a, Tensor b, bool accumulate) {
   }
   visit_numeric(d, [&](auto t) { generic_matmul<decltype(t)>(out, a, b, accumulate); });
 }
+
+namespace {
 
 // ---- argument checks -------------------------------------------------------------------------
 

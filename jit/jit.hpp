@@ -56,6 +56,7 @@ struct CacheStats {
   int64_t prebuilt = 0;         // CUDA modules found among the build's CUBINs (vm/cuda/prebuilt.hpp)
   int64_t rejected = 0;         // disk entries that failed their check (then recompiled)
   int64_t unpublished = 0;      // compiled objects the disk cache could not take (read-only, full)
+  int64_t evicted = 0;          // disk entries removed to keep the cache within cache_max_mb
   std::string last_rejection;   // the path of the last one and why
 };
 CacheStats cache_stats();

@@ -7,6 +7,7 @@
 #include "vm/cuda/driver.hpp"
 #include "jit/jit.hpp"
 #include "jit/cuda/eager.hpp"
+#include "jit/disk_cache.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/autograd/call.hpp"
@@ -341,6 +342,7 @@ int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {
     if (n == "debug_dir") r.debug_dir = value;
     else if (n == "cache_dir") r.cache_dir = value;
     else if (n == "sync_compile") r.sync_compile = std::string(value) == "true";
+    else if (n == "cache_max_mb") jit::set_cache_max_mb(std::strtod(value, nullptr));
     else fail(cat("config: unknown option ", n));
     return 0;
   });

@@ -28,7 +28,8 @@ function T.manual_seed(n)
   api.manual_seed(ctx, n)
 end
 
-function T.get_num_threads() return api.num_threads() end
+-- threads, tensor printing, a clock
+for name, fn in pairs(require "crescent.controls") do T[name] = fn end
 
 -- os.exit ends the process without closing the Lua state: a graph still compiling on the
 -- background thread finishes first (its compile would otherwise run while exit destroys what it

@@ -188,7 +188,15 @@ void* api_data_ptr(cr_ctx* c, cr_tensor* t) {
 }
 int32_t api_is_contiguous(cr_tensor* t) { return Tensor(t, true).is_contiguous(); }
 void api_manual_seed(cr_ctx* c, uint64_t seed) { Context::of(c).gen = Generator{seed, 0}; }
-int32_t api_num_threads() { return num_threads(); }
+int32_t api_num_threads(cr_ctx* c) {
+  return guarded(c, [] { return num_threads(); });
+}
+int32_t api_set_num_threads(cr_ctx* c, int32_t n) {
+  return guarded(c, [n] { return set_num_threads(n), 0; });
+}
+void api_set_printoptions(int32_t precision, double threshold, double edgeitems, int32_t linewidth, int32_t sci_mode) {
+  set_print_options({precision, int64_t(std::min(threshold, 9e18)), int64_t(std::min(edgeitems, 9e18)), linewidth, sci_mode});
+}
 double api_now_us() {
   using namespace std::chrono;
   return double(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) / 1e3;
@@ -469,6 +477,8 @@ const cr_api* api_table() {
       api_is_contiguous,
       api_manual_seed,
       api_num_threads,
+      api_set_num_threads,
+      api_set_printoptions,
       api_now_us,
       api_gc_done,
       api_save_safetensors,

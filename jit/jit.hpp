@@ -29,6 +29,7 @@ void stop_background_compiles();
 // The background queue since the process started (for tests and benchmarks; jit/background.hpp).
 struct QueueStats {
   int64_t queued = 0;     // waiting now
+  int64_t running = 0;    // compiling now (0 or 1)
   int64_t peak = 0;       // the most that ever waited at once
   int64_t stale = 0;      // dropped or skipped: their graph was gone (its function dropped)
   int64_t evicted = 0;    // dropped from a full queue: their graphs stay eager

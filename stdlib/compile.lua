@@ -262,7 +262,7 @@ function M.explain(fn, ...)
   return setmetatable(r, { __tostring = function(t) return t.summary end })
 end
 
-local STATS = ffi.new("double[8]")
+local STATS = ffi.new("double[10]")
 M.compiler = {
   reset = function() api.cap_reset(ctx) end,
   -- wait([fn]): returns once the background compiles are done (of every function: fn's among them)
@@ -274,7 +274,10 @@ M.compiler = {
     api.cap_stats(ctx, STATS)
     return { graphs_compiled = STATS[0], recompiles = STATS[1], graph_breaks = STATS[2],
              kernels_compiled = STATS[3], disk_cache_hits = STATS[4], eager_fallbacks = STATS[5],
-             graph_run_us = STATS[6], replays = STATS[7] }
+             graph_run_us = STATS[6], replays = STATS[7],
+             -- compiles queued or running on the background thread (of the process), and the time
+             -- of those whose outcome a graph has taken up
+             compiles_pending = STATS[8], compile_ms = STATS[9] }
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
   set_logs = function(list) api.cap_set_logs(ctx, list or "") end,

@@ -105,3 +105,24 @@ describe("T.time", function()
     S.truthy(dt >= 0.15, "0.2 s of sleep measured as " .. dt .. " s")
   end)
 end)
+
+describe("T.bench and T.compiler.stats", function()
+  S.native_it("bench waits for the compiles it started; stats count them, their time and what is pending", function()
+    local saved = { sync = T.config.sync_compile, dir = T.config.cache_dir }
+    T.config.sync_compile, T.config.cache_dir = false, "0"  -- compiled in the background, never from a cache
+    local ok, err = pcall(function()
+      T.compiler.reset()
+      local f = T.compile(function(v) return (v * 1.6875 - 0.8125):tanh() * v end, { hot = 0 })
+      local r = T.bench(f, { T.randn(64) }, { warmup = 1, reps = 3 })
+      S.truthy(r.median_us > 0, "median_us")
+      local s = T.compiler.stats()
+      S.eq(s.compiles_pending, 0, "compiles pending after bench")
+      S.truthy(s.graphs_compiled >= 1 and s.kernels_compiled >= 1, ("graphs %d, kernels %d"):format(s.graphs_compiled, s.kernels_compiled))
+      S.truthy(s.compile_ms > 0, "compile_ms " .. s.compile_ms)
+      T.compiler.reset()
+      S.eq({ T.compiler.stats().compile_ms, T.compiler.stats().compiles_pending }, { 0, 0 }, "after reset")
+    end)
+    T.config.sync_compile, T.config.cache_dir = saved.sync, saved.dir
+    if not ok then error(err, 0) end
+  end)
+end)

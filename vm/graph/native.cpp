@@ -54,6 +54,7 @@ void Recorder::execute(const Graph& g, std::vector<Tensor>& vals, const double* 
     std::unique_lock<std::mutex> lock(s.mutex);
     if (s.done && !s.seen) {
       s.seen = true;
+      stats.compile_ms += s.compile_ms;
       for (const std::string& l : s.log) log(l.substr(0, l.find(':')), l.substr(l.find(':') + 2));
       if (!s.error.empty()) {
         ++stats.eager_fallbacks;

@@ -327,10 +327,12 @@ void api_cap_reset(cr_ctx* c) {
 
 void api_cap_stats(cr_ctx* c, double* out) {
   const graph::Stats& s = rec(c).stats;
+  const jit::QueueStats q = jit::background_stats();
   const double v[] = {double(s.graphs_compiled),  double(s.recompiles),      double(s.graph_breaks),
                       double(s.kernels_compiled), double(s.disk_cache_hits), double(s.eager_fallbacks),
-                      s.graph_run_us,             double(s.replays)};
-  for (size_t i = 0; i < 8; ++i) out[i] = v[i];
+                      s.graph_run_us,             double(s.replays),         double(q.queued + q.running),
+                      s.compile_ms};
+  for (size_t i = 0; i < std::size(v); ++i) out[i] = v[i];
 }
 
 const char* api_cap_report(cr_ctx* c) {

@@ -65,6 +65,18 @@ status = lib.crescent_call(vm, b"broken", args, 1, None, 0, None)
 message = lib.crescent_last_error().decode()
 assert status == CRESCENT_LUA_ERROR and "view" in message, (status, message)
 print("error:", message.splitlines()[0])
+# compiled code through the shared library: in process (the compiler processes would run python)
+os.environ["CRESCENT_JIT_FORK"] = "0"
+check(lib.crescent_run_string(vm, b"""
+local T = crescent
+if not T.compiler.native_available('cpu') then print('compiled: no native CPU code here') return end
+T.config.sync_compile, T.config.cache_dir = true, '0'
+local f, v = T.compile(function(v) return (v * 2 + 1):tanh() end, { hot = 0 }), T.randn(8)
+for _ = 1, 3 do assert((f(v) - (v * 2 + 1):tanh()):abs():max():item() == 0, 'compiled result') end
+local s = T.compiler.stats()
+assert(s.kernels_compiled >= 1 and s.eager_fallbacks == 0, 'native code ran')
+print('compiled: ' .. s.kernels_compiled .. ' kernel(s), native')
+"""), "compiled function")
 lib.crescent_tensor_release(y)
 lib.crescent_tensor_release(x)
 lib.crescent_vm_destroy(vm)

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <set>
 #include <vector>
 
 #include "vm/error.hpp"
@@ -102,6 +105,17 @@ DiskUsage clear_disk_cache(const std::string& dir) {
       u.bytes += e.bytes;
     }
   return u;
+}
+
+void warn_unwritable(const std::string& dir, const std::string& why) {
+  static std::mutex m;
+  static std::set<std::string> told;
+  std::lock_guard<std::mutex> lock(m);
+  if (!told.insert(dir).second) return;
+  std::fprintf(stderr,
+               "crescent: warning: the kernel cache %s cannot take compiled kernels (%s); they will be compiled again "
+               "in each process (T.config.cache_dir, CRESCENT_CACHE_DIR; \"0\" turns the disk cache off)\n",
+               dir.c_str(), why.c_str());
 }
 
 void touch_entry(const std::string& path) { ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }

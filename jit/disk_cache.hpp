@@ -25,6 +25,9 @@ struct DiskUsage {
 DiskUsage disk_usage(const std::string& dir);
 // Removes every entry (and temporary file); returns what was removed.
 DiskUsage clear_disk_cache(const std::string& dir);
+// Says once per directory, on stderr, that `dir` cannot take entries (read-only, not a directory,
+// full): the kernels then load from their scratch directory and are compiled again next time.
+void warn_unwritable(const std::string& dir, const std::string& why);
 // Marks the entry at `path` as just used.
 void touch_entry(const std::string& path);
 // Removes the least recently used entries of `dir` until they take at most cache_max_mb(),

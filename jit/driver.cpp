@@ -125,7 +125,11 @@ Built load_entry(const std::string& path, const std::string& key) {
 bool publish_in(const std::string& dir, const std::string& name, const std::string& bytes) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (bytes.empty() || !publish_file(cat(dir, "/", name), bytes)) return false;
+  if (bytes.empty()) return false;
+  if (!publish_file(cat(dir, "/", name), bytes)) {
+    warn_unwritable(dir, ec ? ec.message() : std::strerror(errno));
+    return false;
+  }
   const int64_t evicted = evict_entries(dir, name);
   std::lock_guard<std::mutex> lock(cache_mutex);
   counters.evicted += evicted;

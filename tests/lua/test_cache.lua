@@ -105,6 +105,29 @@ describe("crescent --cache-info / --cache-clear", function()
   end)
 end)
 
+describe("a cache directory that cannot take entries", function()
+  S.native_it("is said once on stderr; the compiled code still runs", function()
+    SH.with_dir(function(dir)
+      local file = dir .. "/a-file"
+      SH.write(file, "not a directory")
+      local script = [[
+local T = crescent
+T.config.sync_compile = true
+local v = T.randn(8)
+for _, k in ipairs({ 3, 5 }) do
+  local f = T.compile(function(x) return (x * k + 1):tanh() end, { hot = 0 })
+  for _ = 1, 2 do assert((f(v) - (v * k + 1):tanh()):abs():max():item() == 0) end
+end
+print("kernels " .. T.compiler.stats().kernels_compiled)]]
+      local out, err, status = S.crescent({}, { script = script, env = "CRESCENT_CACHE_DIR=" .. SH.quote(file) })
+      S.eq({ out, status }, { "kernels 2\n", 0 }, err)
+      local warning = "crescent: warning: the kernel cache " .. file .. " cannot take compiled kernels (Not a directory)"
+      local first = err:find(warning, 1, true)
+      S.truthy(first and not err:find(warning, first + 1, true), "one warning: " .. err)
+    end)
+  end)
+end)
+
 describe("the test suite", function()
   it("keeps its kernel cache out of the user's home", function()
     local home = os.getenv("HOME")

@@ -31,8 +31,7 @@ const char* kUsage =
     "  -              run the script read from stdin\n"
     "With no script and no -e, starts the REPL. The module is preloaded as the global `crescent`.\n"
     "Environment: CRESCENT_NUM_THREADS, CRESCENT_LOGS, CRESCENT_CACHE_DIR, CRESCENT_CACHE_MAX_MB,\n"
-    "CRESCENT_DEBUG_DIR,\n"
-    "CRESCENT_HISTORY (REPL history file, default ~/.crescent_history).\n";
+    "CRESCENT_DEBUG_DIR, CRESCENT_HISTORY (REPL history file, default ~/.crescent_history).\n";
 
 struct Options {
   std::vector<std::string> chunks;  // -e, in order

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <utility>
 
 #include "jit/background.hpp"
 #include "jit/cache_entry.hpp"
@@ -282,7 +283,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
   double t0 = now_ms();
   std::vector<std::string> log;
   std::shared_ptr<const graph::Executable> exe;
-  int nkernels = 0;
+  int nkernels = 0, nloaded = 0;
   bool disk_hit = false;
   std::string error, dump_base, code_phases;
   double t_lower = 0, t_sched = 0, t_code = 0;
@@ -305,7 +306,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
     if (!o.device.is_cpu() && !plan.kernels.empty()) {
       bool cached = false;
       exe = cuda_program(std::move(plan), *g, o, log, &disk_hit, &cached, &code_phases);
-      if (cached) nkernels = 0;
+      if (cached) std::swap(nkernels, nloaded);
       t_code = now_ms();
     } else if (!plan.kernels.empty()) {
       cpu::FnTable fns;
@@ -332,7 +333,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
       }
       Built b = build_or_load(plan, fns, key, o, dump_base.empty() ? "" : dump_base + ".gccjit.c");
       disk_hit = b.disk_hit;
-      if (b.memory_hit || b.disk_hit) nkernels = 0;  // nothing was compiled
+      if (b.memory_hit || b.disk_hit) std::swap(nkernels, nloaded);  // nothing was compiled
       t_code = now_ms();
       exe = std::make_shared<cpu::Program>(std::move(plan), std::move(fns), b.so);
     }
@@ -349,6 +350,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
   slot.exe = exe;
   slot.error = error;
   slot.kernels = nkernels;
+  slot.kernels_loaded = nloaded;
   slot.disk_hit = disk_hit;
   slot.compile_ms = ms;
   slot.phases = cat("lower ", t_lower - t0, " ms, schedule ", t_sched - t_lower, " ms",

@@ -262,7 +262,7 @@ function M.explain(fn, ...)
   return setmetatable(r, { __tostring = function(t) return t.summary end })
 end
 
-local STATS = ffi.new("double[10]")
+local STATS = ffi.new("double[11]")  -- (api.cap_stats: 11 numbers)
 M.compiler = {
   reset = function() api.cap_reset(ctx) end,
   -- wait([fn]): returns once the background compiles are done (of every function: fn's among them)
@@ -277,7 +277,8 @@ M.compiler = {
              graph_run_us = STATS[6], replays = STATS[7],
              -- compiles queued or running on the background thread (of the process), and the time
              -- of those whose outcome a graph has taken up
-             compiles_pending = STATS[8], compile_ms = STATS[9] }
+             compiles_pending = STATS[8], compile_ms = STATS[9],
+             kernels_loaded = STATS[10] }  -- (kernels taken from the memory or disk cache)
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
   set_logs = function(list) api.cap_set_logs(ctx, list or "") end,

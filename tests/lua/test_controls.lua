@@ -112,15 +112,22 @@ describe("T.bench and T.compiler.stats", function()
     T.config.sync_compile, T.config.cache_dir = false, "0"  -- compiled in the background, never from a cache
     local ok, err = pcall(function()
       T.compiler.reset()
-      local f = T.compile(function(v) return (v * 1.6875 - 0.8125):tanh() * v end, { hot = 0 })
+      local fn = function(v) return (v * 1.6875 - 0.8125):tanh() * v end
+      local f = T.compile(fn, { hot = 0 })
       local r = T.bench(f, { T.randn(64) }, { warmup = 1, reps = 3 })
       S.truthy(r.median_us > 0, "median_us")
       local s = T.compiler.stats()
       S.eq(s.compiles_pending, 0, "compiles pending after bench")
       S.truthy(s.graphs_compiled >= 1 and s.kernels_compiled >= 1, ("graphs %d, kernels %d"):format(s.graphs_compiled, s.kernels_compiled))
       S.truthy(s.compile_ms > 0, "compile_ms " .. s.compile_ms)
+      S.eq(s.kernels_loaded, 0, "kernels loaded")
+      local g = T.compile(fn, { hot = 0 })  -- the same kernels: from the cache in memory
+      T.bench(g, { T.randn(64) }, { warmup = 1, reps = 3 })
+      s = T.compiler.stats()
+      S.truthy(s.kernels_loaded >= 1, "kernels loaded " .. s.kernels_loaded)
       T.compiler.reset()
-      S.eq({ T.compiler.stats().compile_ms, T.compiler.stats().compiles_pending }, { 0, 0 }, "after reset")
+      s = T.compiler.stats()
+      S.eq({ s.compile_ms, s.compiles_pending, s.kernels_loaded }, { 0, 0, 0 }, "after reset")
     end)
     T.config.sync_compile, T.config.cache_dir = saved.sync, saved.dir
     if not ok then error(err, 0) end

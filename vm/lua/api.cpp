@@ -325,13 +325,15 @@ void api_cap_reset(cr_ctx* c) {
   cuda::empty_cache();
 }
 
+constexpr size_t kCapStats = 11;  // (stdlib's buffers for cap_stats have this size)
 void api_cap_stats(cr_ctx* c, double* out) {
   const graph::Stats& s = rec(c).stats;
   const jit::QueueStats q = jit::background_stats();
   const double v[] = {double(s.graphs_compiled),  double(s.recompiles),      double(s.graph_breaks),
                       double(s.kernels_compiled), double(s.disk_cache_hits), double(s.eager_fallbacks),
                       s.graph_run_us,             double(s.replays),         double(q.queued + q.running),
-                      s.compile_ms};
+                      s.compile_ms,               double(s.kernels_loaded)};
+  static_assert(std::size(v) == kCapStats);
   for (size_t i = 0; i < std::size(v); ++i) out[i] = v[i];
 }
 

@@ -88,7 +88,8 @@ typedef struct cr_api {
   void (*cap_reset)(cr_ctx* ctx);
   void (*cap_stats)(cr_ctx* ctx, double* out); /* graphs_compiled, recompiles, graph_breaks,
                                                   kernels_compiled, disk_cache_hits, eager_fallbacks,
-                                                  graph_run_us, replays, compiles_pending, compile_ms */
+                                                  graph_run_us, replays, compiles_pending, compile_ms,
+                                                  kernels_loaded: 11 (kCapStats, stdlib's buffers) */
   const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call:
                                                   "ops\treason\twhere\tsymbolic dims\n" */
   void (*cap_set_logs)(cr_ctx* ctx, const char* list);

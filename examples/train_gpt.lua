@@ -155,8 +155,7 @@ local function save(step)
   T.save(o.out, sd)
 end
 
-local clock = require("crescent.core").api.now_us
-local t0, last_val = tonumber(clock()), nil
+local t0, last_val = T.time(), nil
 local last = math.min(o.steps, o.stop_after or o.steps)
 for step = start + 1, last do
   T.manual_seed(o.seed * 1000003 + step)
@@ -168,7 +167,7 @@ for step = start + 1, last do
   opt:step()
   sched:step()
   local l = loss:item()
-  local el = (tonumber(clock()) - t0) / 1e6
+  local el = T.time() - t0
   local done = step - start
   io.write(string.format("\rstep %d/%d | loss %.3f | %.0f tokens/s | ETA %.0fs   ", step, o.steps, l,
     done * o.batch * o.ctx / el, el / done * (o.steps - step)))

@@ -70,6 +70,7 @@ class Worker {
     std::lock_guard<std::mutex> lock(m_);
     QueueStats s = stats_;
     s.queued = int64_t(jobs_.size());
+    s.running = busy_ ? 1 : 0;
     return s;
   }
 

@@ -13,16 +13,17 @@ namespace cr::jit {
 
 namespace {
 
-// "crescent-kernel-cache-1 <key: 32 hex> <size: 16 hex> <hash: 32 hex>\n"; the ELF loader ignores
+// "crescent-kernel-cache-2 <key: 64 hex> <size: 16 hex> <sha-256: 64 hex>\n"; the ELF loader ignores
 // bytes after the last thing its headers point at, so the sealed file still loads as it is.
-constexpr char kMagic[] = "crescent-kernel-cache-1 ";
+constexpr char kMagic[] = "crescent-kernel-cache-2 ";
 constexpr size_t kMagicLen = sizeof kMagic - 1;
-constexpr size_t kTrailerLen = kMagicLen + 32 + 1 + 16 + 1 + 32 + 1;
+constexpr size_t kKeyLen = 64;
+constexpr size_t kTrailerLen = kMagicLen + kKeyLen + 1 + 16 + 1 + 64 + 1;
 
 std::string trailer(const std::string& key, const std::string& body) {
   char size[17];
   std::snprintf(size, sizeof size, "%016llx", static_cast<unsigned long long>(body.size()));
-  return cat(kMagic, key, " ", size, " ", hash128(body), "\n");
+  return cat(kMagic, key, " ", size, " ", sha256_hex(body), "\n");
 }
 
 // A regular file only, not through a symbolic link, opened without blocking: a FIFO, a device or
@@ -87,8 +88,8 @@ bool check_entry(const std::string& path, const std::string& key, std::string* w
   std::string body = bytes.substr(0, bytes.size() - kTrailerLen);
   std::string expect = trailer(key, body), found = bytes.substr(body.size());
   if (found == expect) return true;
-  bool other_key = found.compare(kMagicLen, 32, key) != 0;
-  *why = other_key ? cat("is the entry of another key (", found.substr(kMagicLen, 32), ")")
+  bool other_key = found.compare(kMagicLen, kKeyLen, key) != 0;
+  *why = other_key ? cat("is the entry of another key (", found.substr(kMagicLen, kKeyLen), ")")
                    : "does not match its checksum (damaged)";
   return false;
 }

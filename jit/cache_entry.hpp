@@ -1,5 +1,5 @@
 // Entries of the on-disk kernel cache: a compiled shared object followed by a trailer that seals
-// it - a magic, the cache key, the size and a 128-bit hash of the bytes before the trailer. An
+// it - a magic, the cache key, the size and the SHA-256 of the bytes before the trailer. An
 // entry is checked before dlopen(), which trusts the ELF it is given: a truncated object maps
 // pages past the end of the file (SIGBUS on first use), garbage may crash the loader, and a whole
 // object of another kernel would load fine and compute the wrong thing. A file that fails the
@@ -7,11 +7,11 @@
 #pragma once
 #include <string>
 
-#include "vm/hash.hpp"
+#include "vm/sha256.hpp"
 
 namespace cr::jit {
 
-using cr::hash128;  // (vm/hash.hpp: cache keys and entry checksums)
+using cr::sha256_hex;  // (vm/sha256.hpp: cache keys and entry checksums)
 
 // The bytes of the file at `path` ("" when it cannot be read, or is not a regular file: a FIFO, a
 // device or a symbolic link in the cache is a miss, never a hang or an endless read).

@@ -100,7 +100,7 @@ void serve_one(const std::string& request) {
     throw Error(cat("the compiler process generates code for ", cpu::compiler_id(), ", the program for ", f[1]));
   Plan plan;
   plan.kernels = cpu::decode_kernels(f[7]);
-  if (hash128(cpu::kernels_text(plan)) != f[5]) throw Error("internal: the kernels changed on their way to the compiler process");
+  if (sha256_hex(cpu::kernels_text(plan)) != f[5]) throw Error("internal: the kernels changed on their way to the compiler process");
   cpu::FnTable fns;
   cpu::collect_fns(plan, fns);
   if (joined(fns.names) != f[6]) throw Error("internal: the compiler process made another function table");
@@ -371,7 +371,7 @@ int64_t compiler_processes_started() { return started.load(); }
 void compile_in_compiler_process(const Plan& plan, const cpu::FnTable& fns, const std::string& so_path,
                                  const std::string& c_dump, Injected injected) {
   const char* inject = injected == Injected::Crash ? "crash" : injected == Injected::Hang ? "hang" : "";
-  const std::string request = pack({kMagic, cpu::compiler_id(), so_path, c_dump, inject, hash128(cpu::kernels_text(plan)),
+  const std::string request = pack({kMagic, cpu::compiler_id(), so_path, c_dump, inject, sha256_hex(cpu::kernels_text(plan)),
                                     joined(fns.names), cpu::encode_kernels(plan, fns)});
   Pool& pool = Pool::get();
   Server s = pool.take();

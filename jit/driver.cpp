@@ -1,7 +1,7 @@
 // The compile driver: lowering, scheduling, the kernel cache (memory, then disk), code
 // generation (jit/compiler_process.hpp), in line or on the background thread (jit/background.hpp).
 //
-// Cache key: a 128-bit hash of the kernels' full rendering (every expression, address, dtype
+// Cache key: the SHA-256 of the kernels' full rendering (every expression, address, dtype
 // and constant), the function table, kBlock, the compiler and its flags (compiler_id) and this
 // build of crescent. Kernels are compiled into a scratch directory (jit/scratch.hpp); disk entries
 // are `<cache_dir>/<key>.so`, sealed (jit/cache_entry.hpp), written under a unique temporary name
@@ -20,10 +20,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <utility>
 
 #include "jit/background.hpp"
 #include "jit/cache_entry.hpp"
 #include "jit/compiler_process.hpp"
+#include "jit/disk_cache.hpp"
 #include "jit/cpu/gccjit.hpp"
 #include "jit/cpu/program.hpp"
 #include "vm/cuda/driver.hpp"
@@ -106,6 +108,7 @@ Built load_entry(const std::string& path, const std::string& key) {
     try {
       b.so = load(path);
       b.disk_hit = true;
+      touch_entry(path);
       return b;
     } catch (const Error& e) {
       why = e.what();
@@ -118,12 +121,26 @@ Built load_entry(const std::string& path, const std::string& key) {
   return b;
 }
 
-// The compiled object at `so` (in a scratch directory) as the disk entry `path` for `key`; false
-// when the cache cannot take it.
-bool publish_entry(const std::string& so, const std::string& path, const std::string& key) {
+// `bytes` as the entry `name` of the cache directory `dir`, then the directory back within its
+// bound (jit/disk_cache.hpp); false when the cache cannot take it.
+bool publish_in(const std::string& dir, const std::string& name, const std::string& bytes) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (bytes.empty()) return false;
+  if (!publish_file(cat(dir, "/", name), bytes)) {
+    warn_unwritable(dir, ec ? ec.message() : std::strerror(errno));
+    return false;
+  }
+  const int64_t evicted = evict_entries(dir, name);
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  counters.evicted += evicted;
+  return true;
+}
+
+// The compiled object at `so` (in a scratch directory) as the disk entry for `key`.
+bool publish_entry(const std::string& so, const std::string& dir, const std::string& key) {
   seal_entry(so, key);
-  const std::string bytes = read_file(so);
-  return !bytes.empty() && publish_file(path, bytes);
+  return publish_in(dir, key + ".so", read_file(so));
 }
 
 Built build_or_load(const Plan& plan, cpu::FnTable& fns, const std::string& key, const Options& o, const std::string& dump) {
@@ -146,13 +163,13 @@ Built build_or_load(const Plan& plan, cpu::FnTable& fns, const std::string& key,
     ScratchDir scratch;  // removed on every path
     const std::string so = scratch.path + "/kernels.so";
     compile_to(plan, fns, so, dump);
-    bool published = false;
-    if (disk) {
-      std::error_code ec;
-      std::filesystem::create_directories(o.cache_dir, ec);
-      published = publish_entry(so, path, key);
+    const bool published = disk && publish_entry(so, o.cache_dir, key);
+    try {
+      b.so = load(published ? path : so);
+    } catch (const Error&) {  // (another process's eviction may remove the entry first)
+      if (!published) throw;
+      b.so = load(so);
     }
-    b.so = load(published ? path : so);
     std::lock_guard<std::mutex> lock(cache_mutex);
     ++counters.compiled;
     counters.unpublished += disk && !published ? 1 : 0;
@@ -172,7 +189,7 @@ void write_file(const std::string& path, const std::string& text);
 std::map<std::string, std::shared_ptr<const std::string>> cubin_cache;
 
 std::string cubin_key(const std::string& source, const std::string& arch) {
-  return hash128(cat(source, "\n", arch, " ", cr::cuda::nvrtc_version(), " ", cr::cuda::nvrtc_options(), " build ", build_id()));
+  return sha256_hex(cat(source, "\n", arch, " ", cr::cuda::nvrtc_version(), " ", cr::cuda::nvrtc_options(), " build ", build_id()));
 }
 
 std::shared_ptr<const std::string> cubin_for(const std::string& source, const std::string& arch, const std::string& name,
@@ -192,16 +209,13 @@ std::shared_ptr<const std::string> cubin_for(const std::string& source, const st
     std::string b = read_file(path);
     if (b.size() > 4 && b.compare(0, 4, "\x7f" "ELF") == 0) bin = std::make_shared<const std::string>(std::move(b));
     *disk_hit = bin != nullptr;  // a damaged entry (not ELF) is compiled again
+    if (*disk_hit) touch_entry(path);
   }
   if (!bin) {
     if (const char* inject = std::getenv("CRESCENT_JIT_FAIL"); inject && *inject && *inject != '0')
       throw Error("injected compile failure (CRESCENT_JIT_FAIL)");
     bin = std::make_shared<const std::string>(cr::cuda::compile_cubin(source, name, arch));
-    if (disk) {
-      std::error_code ec;
-      std::filesystem::create_directories(o.cache_dir, ec);
-      publish_file(path, *bin);  // (a cache that cannot be written only costs a compile next time)
-    }
+    if (disk) publish_in(o.cache_dir, key + ".cubin", *bin);  // (a cache that cannot take it costs a compile next time)
   }
   std::lock_guard<std::mutex> lock(cache_mutex);
   if (*disk_hit) {
@@ -269,7 +283,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
   double t0 = now_ms();
   std::vector<std::string> log;
   std::shared_ptr<const graph::Executable> exe;
-  int nkernels = 0;
+  int nkernels = 0, nloaded = 0;
   bool disk_hit = false;
   std::string error, dump_base, code_phases;
   double t_lower = 0, t_sched = 0, t_code = 0;
@@ -292,7 +306,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
     if (!o.device.is_cpu() && !plan.kernels.empty()) {
       bool cached = false;
       exe = cuda_program(std::move(plan), *g, o, log, &disk_hit, &cached, &code_phases);
-      if (cached) nkernels = 0;
+      if (cached) std::swap(nkernels, nloaded);
       t_code = now_ms();
     } else if (!plan.kernels.empty()) {
       cpu::FnTable fns;
@@ -302,7 +316,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
       std::string key_text = cat(code, "\nfns:");
       for (const std::string& n : fns.names) key_text += cat(n, ",");
       key_text += cat("\n", cpu::compiler_id(), " block ", kBlock, " build ", build_id());
-      std::string key = hash128(key_text);
+      std::string key = sha256_hex(key_text);
       if (o.log_code) log.push_back(cat("output_code: ", g->name, " (key ", key, ")\n", code));
       if (!o.debug_dir.empty()) {
         std::error_code ec;
@@ -319,7 +333,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
       }
       Built b = build_or_load(plan, fns, key, o, dump_base.empty() ? "" : dump_base + ".gccjit.c");
       disk_hit = b.disk_hit;
-      if (b.memory_hit || b.disk_hit) nkernels = 0;  // nothing was compiled
+      if (b.memory_hit || b.disk_hit) std::swap(nkernels, nloaded);  // nothing was compiled
       t_code = now_ms();
       exe = std::make_shared<cpu::Program>(std::move(plan), std::move(fns), b.so);
     }
@@ -336,6 +350,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
   slot.exe = exe;
   slot.error = error;
   slot.kernels = nkernels;
+  slot.kernels_loaded = nloaded;
   slot.disk_hit = disk_hit;
   slot.compile_ms = ms;
   slot.phases = cat("lower ", t_lower - t0, " ms, schedule ", t_sched - t_lower, " ms",

@@ -29,6 +29,7 @@ void stop_background_compiles();
 // The background queue since the process started (for tests and benchmarks; jit/background.hpp).
 struct QueueStats {
   int64_t queued = 0;     // waiting now
+  int64_t running = 0;    // compiling now (0 or 1)
   int64_t peak = 0;       // the most that ever waited at once
   int64_t stale = 0;      // dropped or skipped: their graph was gone (its function dropped)
   int64_t evicted = 0;    // dropped from a full queue: their graphs stay eager
@@ -56,6 +57,7 @@ struct CacheStats {
   int64_t prebuilt = 0;         // CUDA modules found among the build's CUBINs (vm/cuda/prebuilt.hpp)
   int64_t rejected = 0;         // disk entries that failed their check (then recompiled)
   int64_t unpublished = 0;      // compiled objects the disk cache could not take (read-only, full)
+  int64_t evicted = 0;          // disk entries removed to keep the cache within cache_max_mb
   std::string last_rejection;   // the path of the last one and why
 };
 CacheStats cache_stats();

@@ -12,8 +12,18 @@ local is_tensor, fail, ptr = core.is_tensor, core.fail, core.ptr
 
 local M = {}
 
+-- CRESCENT_CACHE_MAX_MB, the disk cache's bound (jit/disk_cache.hpp reads it too)
+local function env_cache_max_mb()
+  local v = os.getenv("CRESCENT_CACHE_MAX_MB")
+  if v == nil or v == "" then return 1024 end
+  local n = tonumber(v)
+  if not n or n <= 0 then fail(("CRESCENT_CACHE_MAX_MB: expected a positive number of MB, got %q"):format(v)) end
+  return n
+end
+
 local settings = {
   cache_size_limit = 8,   -- variants per site before it runs eagerly
+  cache_max_mb = env_cache_max_mb(),  -- the disk cache's bound: least recently used entries go first
   cache_dir = os.getenv("CRESCENT_CACHE_DIR") or ((os.getenv("HOME") or ".") .. "/.cache/crescent"),
   debug_dir = os.getenv("CRESCENT_DEBUG_DIR"),  -- per compiled graph: guards, graphs, compile time
   -- false: native code is compiled on a background thread while the graph keeps running on the
@@ -28,6 +38,7 @@ local SETTINGS = {
     return type(v) == "number" and v >= 0 and v == math.floor(v) and v < 2 ^ 31, "a non-negative integer"
   end,
   cache_dir = function(v) return type(v) == "string", 'a directory (a string; "0" disables the disk cache)' end,
+  cache_max_mb = function(v) return type(v) == "number" and v > 0 and v < math.huge, "a positive number of MB" end,
   debug_dir = function(v) return v == nil or type(v) == "string", "a directory (a string) or nil" end,
   sync_compile = function(v) return type(v) == "boolean", "a boolean" end,
 }
@@ -52,6 +63,10 @@ M.config = setmetatable({}, {
     local ok, expected = check(v)
     if not ok then fail(("config: %s expected %s, got %s"):format(k, expected, shown(v))) end
     settings[k] = v
+    if k == "cache_max_mb" then  -- (process-wide: jit/disk_cache.hpp)
+      local rc = api.cap_set_option(ctx, k, ("%.17g"):format(v))
+      if rc < 0 then core.raise(rc) end
+    end
   end,
 })
 
@@ -247,7 +262,7 @@ function M.explain(fn, ...)
   return setmetatable(r, { __tostring = function(t) return t.summary end })
 end
 
-local STATS = ffi.new("double[8]")
+local STATS = ffi.new("double[11]")  -- (api.cap_stats: 11 numbers)
 M.compiler = {
   reset = function() api.cap_reset(ctx) end,
   -- wait([fn]): returns once the background compiles are done (of every function: fn's among them)
@@ -259,7 +274,11 @@ M.compiler = {
     api.cap_stats(ctx, STATS)
     return { graphs_compiled = STATS[0], recompiles = STATS[1], graph_breaks = STATS[2],
              kernels_compiled = STATS[3], disk_cache_hits = STATS[4], eager_fallbacks = STATS[5],
-             graph_run_us = STATS[6], replays = STATS[7] }
+             graph_run_us = STATS[6], replays = STATS[7],
+             -- compiles queued or running on the background thread (of the process), and the time
+             -- of those whose outcome a graph has taken up
+             compiles_pending = STATS[8], compile_ms = STATS[9],
+             kernels_loaded = STATS[10] }  -- (kernels taken from the memory or disk cache)
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
   set_logs = function(list) api.cap_set_logs(ctx, list or "") end,

@@ -28,7 +28,8 @@ function T.manual_seed(n)
   api.manual_seed(ctx, n)
 end
 
-function T.get_num_threads() return api.num_threads() end
+-- threads, tensor printing, a clock
+for name, fn in pairs(require "crescent.controls") do T[name] = fn end
 
 -- os.exit ends the process without closing the Lua state: a graph still compiling on the
 -- background thread finishes first (its compile would otherwise run while exit destroys what it
@@ -62,7 +63,7 @@ local function cuda_device_of(args, seen)
   end
 end
 
-local MS = ffi.new("double[1]")
+local MS, STATS = ffi.new("double[1]"), ffi.new("double[11]")  -- (api.cap_stats: 11 numbers)
 -- T.bench(fn, args[, {warmup =, reps =, batch =}]) -> {median_us =, min_us =, max_us =}: wall time
 -- on the CPU; with CUDA tensors among args, device time between two events around each call.
 -- batch = K: each rep times K calls issued back to back and reports a K-th of it, so the host
@@ -76,17 +77,26 @@ function T.bench(fn, args, opts)
   local warmup, reps, batch = opts.warmup or 3, opts.reps or 20, opts.batch or 1
   local unpack = unpack or table.unpack
   local dev = cuda_device_of(args, {})
-  for _ = 1, warmup do fn(unpack(args)) end
+  local function call() fn(unpack(args)) end  -- (one call site: a compiled function's graphs are per site)
+  for _ = 1, warmup do call() end
+  -- compiles are not timed: wait for those the calls started and call again, until a call starts
+  -- none (a graph compiles from its second call on; a recompile may follow)
+  for _ = 1, 8 do
+    api.wait_compiles()
+    call()
+    api.cap_stats(ctx, STATS)
+    if STATS[8] == 0 then break end
+  end
   local times = {}
   for i = 1, reps do
     if dev then
       if api.cuda_time(ctx, dev, 0, MS) ~= 0 then core.raise(-1) end
-      for _ = 1, batch do fn(unpack(args)) end
+      for _ = 1, batch do call() end
       if api.cuda_time(ctx, dev, 1, MS) ~= 0 then core.raise(-1) end
       times[i] = MS[0] * 1000 / batch
     else
       local t0 = api.now_us()
-      for _ = 1, batch do fn(unpack(args)) end
+      for _ = 1, batch do call() end
       times[i] = (api.now_us() - t0) / batch
     end
   end

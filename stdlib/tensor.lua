@@ -124,6 +124,20 @@ end
 local select_ = ops.select and ops.select.fn
 local copy_, fill_ = ops.copy_.fn, ops.fill_.fn
 
+-- no silent nil: a key that is no field, method or supported index raises, naming what exists
+local suggest = require "crescent.suggest"
+local function unknown_key(k)
+  if type(k) ~= "string" then
+    fail(("tensor: cannot index with a %s (x[i] takes a number, as x:select(1, i); slices: x:narrow(dim, start, length), x:select(dim, i), x:index_select(dim, idx))")
+      :format(is_tensor(k) and "tensor" or type(k)))
+  end
+  if ops[k] and ops[k].func then fail(("tensor: no method %q: T.%s is a function, not a method"):format(k, k)) end
+  local hint, fields = suggest.hint(k, methods, props), {}
+  for name in pairs(props) do fields[#fields + 1] = name end
+  table.sort(fields)
+  fail(("tensor: no field or method %q%s; the fields are %s, the methods the ops (x:add(y))"):format(k, hint, table.concat(fields, ", ")))
+end
+
 local mt = core.tensor_mt
 mt.__index = function(t, k)
   local m = methods[k]
@@ -131,7 +145,7 @@ mt.__index = function(t, k)
   if type(k) == "number" then return select_(t, 1, k) end
   local p = props[k]
   if p ~= nil then return p(t) end
-  return nil
+  return unknown_key(k)
 end
 mt.__newindex = function(t, k, v)
   if type(k) ~= "number" then fail(string.format("tensor: cannot set field '%s' (tensors have no writable fields)", tostring(k))) end

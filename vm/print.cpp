@@ -1,5 +1,5 @@
-// tostring(x): the layout and number formatting of PyTorch's torch/_tensor_str.py (default print
-// options: precision 4, threshold 1000, edgeitems 3, linewidth 80), so that crescent prints
+// tostring(x): the layout and number formatting of PyTorch's torch/_tensor_str.py (its print
+// options: PrintOptions, by default precision 4, threshold 1000, edgeitems 3, linewidth 80), so that crescent prints
 // exactly what PyTorch prints for the same values. Only the printed elements are read: a summarised
 // tensor of 10^9 elements costs a few dozen loads, not a conversion of the whole tensor.
 #include "vm/print.hpp"
@@ -10,15 +10,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <type_traits>
 
 namespace cr {
 namespace {
 
-constexpr int kPrecision = 4;
-constexpr int64_t kThreshold = 1000;
-constexpr int64_t kEdgeItems = 3;
-constexpr int kLineWidth = 80;
+std::mutex options_mutex;
+PrintOptions options;
 
 // One element, as PyTorch sees it after .tolist(): floats widened to double, integers exact.
 template <class T> double read_float(const char* p) {
@@ -36,10 +35,10 @@ template <class T> int64_t read_int(const char* p) {
 // Python's "{:.Nf}" / "{:.Ne}" / "{:.0f}" of a double. C's printf agrees with Python on finite
 // values (both round the exact binary value correctly) and on infinities; NaN is always "nan" in
 // Python whatever its sign bit.
-std::string fmt_double(const char* spec, double v) {
+std::string fmt_double(const char* spec, int precision, double v) {
   if (std::isnan(v)) return "nan";
-  char buf[400];  // "%.4f" of DBL_MAX is 316 characters
-  std::snprintf(buf, sizeof buf, spec, v);
+  char buf[400];  // "%.60f" of DBL_MAX is 372 characters
+  std::snprintf(buf, sizeof buf, spec, precision, v);
   return buf;
 }
 
@@ -50,13 +49,13 @@ std::string pad_left(std::string s, size_t width) {
 
 class Printer {
  public:
-  explicit Printer(const Tensor& t) : t_(t), floating_(is_floating(t.dtype())) {
+  Printer(const Tensor& t, const PrintOptions& o) : t_(t), o_(o), floating_(is_floating(t.dtype())) {
     visit(t.dtype(), [&](auto z) {
       using T = decltype(z);
       if constexpr (std::is_integral_v<T>) read_i_ = read_int<T>;
       else read_f_ = read_float<T>;
     });
-    summarize_ = t.numel() > kThreshold;
+    summarize_ = t.numel() > o.threshold;
   }
 
   std::string body(int indent) {
@@ -66,6 +65,7 @@ class Printer {
 
  private:
   const Tensor& t_;
+  const PrintOptions& o_;
   bool floating_;
   bool summarize_ = false;
   double (*read_f_)(const char*) = nullptr;
@@ -75,15 +75,15 @@ class Printer {
   size_t max_width_ = 1;
 
   // Indices printed along dim d: all of them, or the edge items around "..." when summarising.
-  bool elided(int d) const { return summarize_ && t_.size(d) > 2 * kEdgeItems; }
+  bool elided(int d) const { return summarize_ && t_.size(d) > 2 * o_.edgeitems; }
   template <class F> void for_each_index(int d, F&& f) const {
     int64_t n = t_.size(d);
     if (!elided(d)) {
       for (int64_t i = 0; i < n; ++i) f(i);
       return;
     }
-    for (int64_t i = 0; i < kEdgeItems; ++i) f(i);
-    for (int64_t i = n - kEdgeItems; i < n; ++i) f(i);
+    for (int64_t i = 0; i < o_.edgeitems; ++i) f(i);
+    for (int64_t i = n - o_.edgeitems; i < n; ++i) f(i);
   }
   const char* at(const char* p, int d, int64_t i) const {
     return p + i * t_.stride(d) * int64_t(t_.itemsize());
@@ -122,12 +122,14 @@ class Printer {
     auto width = [&](const char* p) {
       double v = read_f_(p);
       if (!std::isfinite(v) || v == 0) return;
-      size_t w = sci_mode_ ? fmt_double("%.4e", v).size()
-                 : int_mode_ ? fmt_double("%.0f", v).size() + 1
-                             : fmt_double("%.4f", v).size();
+      size_t w = sci_mode_ ? fmt_double("%.*e", o_.precision, v).size()
+                 : int_mode_ ? fmt_double("%.*f", 0, v).size() + 1
+                             : fmt_double("%.*f", o_.precision, v).size();
       max_width_ = std::max(max_width_, w);
     };
     for_each_printed(0, t_.data_bytes(), width);
+    // (as PyTorch: the widths are the automatic mode's, the values then in the forced one)
+    if (o_.sci_mode >= 0) sci_mode_ = o_.sci_mode == 1;
   }
 
   std::string int_str(int64_t v) const {
@@ -141,12 +143,12 @@ class Printer {
     double v = read_f_(p);
     std::string s;
     if (sci_mode_) {
-      s = fmt_double("%.4e", v);
+      s = fmt_double("%.*e", o_.precision, v);
     } else if (int_mode_) {
-      s = fmt_double("%.0f", v);
+      s = fmt_double("%.*f", 0, v);
       if (std::isfinite(v)) s += ".";
     } else {
-      s = fmt_double("%.4f", v);
+      s = fmt_double("%.*f", o_.precision, v);
     }
     return pad_left(s, max_width_);
   }
@@ -158,7 +160,7 @@ class Printer {
     std::vector<std::string> slices;
     int64_t n = t_.size(d);
     for_each_index(d, [&](int64_t i) {
-      if (elided(d) && i == n - kEdgeItems) slices.push_back("...");
+      if (elided(d) && i == n - o_.edgeitems) slices.push_back("...");
       slices.push_back(format_dim(d + 1, at(p, d, i), indent + 1));
     });
     std::string sep = ",";
@@ -173,11 +175,11 @@ class Printer {
 
   // _vector_str: as many elements per line as fit in the line width
   std::string format_vector(int d, const char* p, int indent) const {
-    int64_t per_line = std::max<int64_t>(1, (kLineWidth - indent) / int64_t(max_width_ + 2));
+    int64_t per_line = std::max<int64_t>(1, (o_.linewidth - indent) / int64_t(max_width_ + 2));
     std::vector<std::string> data;
     int64_t n = t_.size(d);
     for_each_index(d, [&](int64_t i) {
-      if (elided(d) && i == n - kEdgeItems) data.push_back(" ...");
+      if (elided(d) && i == n - o_.edgeitems) data.push_back(" ...");
       data.push_back(format_value(at(p, d, i)));
     });
     std::string r = "[";
@@ -200,13 +202,13 @@ std::string size_tuple(const Shape& s) {
   return r + (s.size() == 1 ? ",)" : ")");
 }
 
-// _add_suffixes: ", dtype=..." on the last line, or on a new line when it would pass 80 columns
-std::string add_suffixes(std::string s, const std::vector<std::string>& suffixes, int indent) {
+// _add_suffixes: ", dtype=..." on the last line, or on a new line when it would pass the line width
+std::string add_suffixes(std::string s, const std::vector<std::string>& suffixes, int indent, int linewidth) {
   size_t nl = s.rfind('\n');
   int64_t last = nl == std::string::npos ? int64_t(s.size()) + 2 : int64_t(s.size() - nl) + 1;
   for (const std::string& suffix : suffixes) {
     int64_t len = int64_t(suffix.size());
-    if (last + len + 2 > kLineWidth) {
+    if (last + len + 2 > linewidth) {
       s += ",\n" + std::string(size_t(indent), ' ') + suffix;
       last = indent + len;
     } else {
@@ -219,7 +221,18 @@ std::string add_suffixes(std::string s, const std::vector<std::string>& suffixes
 
 }  // namespace
 
+PrintOptions print_options() {
+  std::lock_guard<std::mutex> g(options_mutex);
+  return options;
+}
+
+void set_print_options(const PrintOptions& o) {
+  std::lock_guard<std::mutex> g(options_mutex);
+  options = o;
+}
+
 std::string format_tensor(const Tensor& shown) {
+  const PrintOptions o = print_options();
   if (!shown.defined()) return "tensor(<undefined>)";
   const Tensor t = host_copy(shown);  // a CUDA tensor's values, read back
   const std::string prefix = "tensor(";
@@ -235,9 +248,9 @@ std::string format_tensor(const Tensor& shown) {
   } else {
     DType d = t.dtype();
     if (d != DType::f32 && d != DType::i64 && d != DType::b8) suffixes.push_back("dtype=" + torch_dtype_name(d));
-    body = Printer(t).body(indent);
+    body = Printer(t, o).body(indent);
   }
-  return add_suffixes(prefix + body, suffixes, indent);
+  return add_suffixes(prefix + body, suffixes, indent, o.linewidth);
 }
 
 }  // namespace cr

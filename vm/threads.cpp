@@ -6,9 +6,12 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "vm/error.hpp"
 
 namespace cr {
 
@@ -115,28 +118,55 @@ class Pool {
   std::exception_ptr error_;
 };
 
+constexpr int kMaxThreads = 256;
+
 int configured_threads() {
-  if (const char* s = std::getenv("CRESCENT_NUM_THREADS")) {
-    int n = std::atoi(s);
-    if (n > 0) return std::min(n, 256);
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
+  const char* s = std::getenv("CRESCENT_NUM_THREADS");
+  if (!s || !*s) return int(std::clamp(std::thread::hardware_concurrency(), 1u, unsigned(kMaxThreads)));
+  char* end = nullptr;
+  const long n = std::strtol(s, &end, 10);
+  if (*end || n < 1 || n > kMaxThreads)
+    throw Error(cat("CRESCENT_NUM_THREADS: expected a whole number of threads from 1 to ", kMaxThreads, ", got \"", s, "\""));
+  return int(n);
 }
 
-Pool& pool() {
-  static Pool p(configured_threads());
-  return p;
+// The pool, replaced whole by set_num_threads: a job in progress keeps the one it started on.
+std::mutex pool_mutex;
+std::shared_ptr<Pool> the_pool;
+std::atomic<int> pool_size{0};
+
+std::shared_ptr<Pool> pool() {
+  std::lock_guard<std::mutex> g(pool_mutex);
+  if (!the_pool) {
+    the_pool = std::make_shared<Pool>(configured_threads());
+    pool_size = the_pool->size();
+  }
+  return the_pool;
 }
 
 }  // namespace
 
-int num_threads() { return pool().size(); }
+int num_threads() {
+  const int n = pool_size.load(std::memory_order_relaxed);
+  return n ? n : pool()->size();
+}
+
+void set_num_threads(int n) {
+  if (n < 1 || n > kMaxThreads) throw Error(cat("set_num_threads: expected a whole number of threads from 1 to ", kMaxThreads, ", got ", n));
+  std::shared_ptr<Pool> old;
+  std::lock_guard<std::mutex> g(pool_mutex);
+  if (the_pool && the_pool->size() == n) return;
+  old = std::move(the_pool);  // (its workers end when the last job holding it has finished)
+  the_pool = std::make_shared<Pool>(n);
+  pool_size = n;
+}
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  Pool& p = pool();
-  int parts = int(std::min<int64_t>(p.size(), (n + grain - 1) / std::max<int64_t>(grain, 1)));
+  int parts = int(std::min<int64_t>(num_threads(), (n + grain - 1) / std::max<int64_t>(grain, 1)));
   if (parts <= 1 || t_in_worker) return fn(0, n);
+  const std::shared_ptr<Pool> pool_ref = pool();
+  Pool& p = *pool_ref;
   std::unique_lock<std::mutex> busy(p.job_lock(), std::try_to_lock);
   if (!busy.owns_lock()) return fn(0, n);
   // one chunk per thread, claimed by whoever is running: the caller takes them all when the

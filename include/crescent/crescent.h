@@ -15,7 +15,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The version, also as numbers (CMakeLists.txt reads them: the project's one version). */
+#define CRESCENT_VERSION_MAJOR 0
+#define CRESCENT_VERSION_MINOR 1
+#define CRESCENT_VERSION_PATCH 0
 #define CRESCENT_VERSION "0.1.0"
+/* MAJOR * 10000 + MINOR * 100 + PATCH, for #if CRESCENT_VERSION_NUM >= 100 */
+#define CRESCENT_VERSION_NUM (CRESCENT_VERSION_MAJOR * 10000 + CRESCENT_VERSION_MINOR * 100 + CRESCENT_VERSION_PATCH)
 
 #ifdef __cplusplus
 extern "C" {

@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 
+#include "jit/disk_cache.hpp"
 #include "jit/jit.hpp"
 #include "jit/program.hpp"
 #include "vm/devices.hpp"
@@ -282,8 +283,7 @@ bool run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<T
 // destinations, broadcast sources (a view with stride 0) and conversions need no host copy.
 std::string compile_cache_dir(Context& ctx) {
   if (!ctx.recorder->cache_dir.empty()) return ctx.recorder->cache_dir;
-  if (const char* d = std::getenv("CRESCENT_CACHE_DIR")) return d;
-  return cat(std::getenv("HOME") ? std::getenv("HOME") : ".", "/.cache/crescent");
+  return default_cache_dir();
 }
 
 bool copy_on_device(const Tensor& dst, const Tensor& source) {

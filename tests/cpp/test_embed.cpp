@@ -310,6 +310,9 @@ TEST_CASE("embed C: create, run, call, from_blob and accessors") {
   crescent_vm* vm = crescent_vm_create();
   REQUIRE(vm);
   REQUIRE(std::string(crescent_version()) == CRESCENT_VERSION);
+  REQUIRE(std::to_string(CRESCENT_VERSION_MAJOR) + "." + std::to_string(CRESCENT_VERSION_MINOR) + "." +
+              std::to_string(CRESCENT_VERSION_PATCH) == CRESCENT_VERSION);
+  REQUIRE(CRESCENT_VERSION_NUM == CRESCENT_VERSION_MAJOR * 10000 + CRESCENT_VERSION_MINOR * 100 + CRESCENT_VERSION_PATCH);
   REQUIRE(crescent_run_string(vm, "function f(x, a, s) x:mul_(a) return x:sum():item(), x + 1, s .. '?', x:t() end") ==
           CRESCENT_OK);
   float buf[6] = {1, 2, 3, 4, 5, 6};

@@ -7,6 +7,15 @@ local S = require "spec"
 local SH = require "shell"
 _G.describe, _G.it, _G.expect = S.describe, S.it, S
 
+-- The kernel cache: CRESCENT_CACHE_DIR (ctest sets it), else a directory of this run for it and
+-- the executables it starts, removed at the end; never the user's ~/.cache/crescent.
+local own_cache
+if (os.getenv("CRESCENT_CACHE_DIR") or "") == "" then
+  own_cache = SH.tmpdir()
+  require("crescent").config.cache_dir = own_cache
+  SH.child_env = "CRESCENT_CACHE_DIR=" .. SH.quote(own_cache)
+end
+
 -- "--coverage": load every spec file without running its specs (it() does nothing), then check
 -- the registry coverage; ctest runs the files one per test and this check as one more.
 local coverage_only = arg[1] == "--coverage"
@@ -34,6 +43,7 @@ end
 -- the registry coverage check: only when the whole suite ran
 if #arg == 0 or (coverage_only and #files > 0 and #arg == 1) then S.check_coverage() end
 
+if own_cache then SH.rm(own_cache) end
 for _, f in ipairs(S.failures) do io.stderr:write("FAIL ", f, "\n") end
 local r = S.results
 print(string.format("%d passed, %d failed, %d skipped", r.passed, r.failed, r.skipped))

@@ -9,7 +9,7 @@
 #include "vm/kernels/cuda/scatter.hpp"
 #include "vm/cuda/nvrtc.hpp"
 #include "vm/error.hpp"
-#include "vm/hash.hpp"
+#include "vm/sha256.hpp"
 
 namespace cr::cuda {
 
@@ -41,7 +41,7 @@ std::vector<LibraryInstance> prebuilt_instances() {
 // cache outlives both. A table is made by this build's NVRTC, and a CUBIN for sm_90 runs under
 // any later driver.
 std::string prebuilt_key(const std::string& source, const std::string& arch) {
-  return hash128(cat(source, "\n", arch, " ", nvrtc_options()));
+  return sha256_hex(cat(source, "\n", arch, " ", nvrtc_options()));
 }
 
 const PrebuiltCubin* find_prebuilt(const std::string& source, const std::string& arch) {

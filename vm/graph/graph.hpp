@@ -93,7 +93,8 @@ struct NativeSlot {
   std::shared_ptr<const Executable> exe;  // null after a failure, or when eager is as good
   std::string error;        // why it failed
   bool unlowered = false;   // Options::whole_graph and the graph does not lower whole
-  int kernels = 0;
+  int kernels = 0;          // compiled
+  int kernels_loaded = 0;   // taken from the kernel cache (memory or disk) instead
   bool disk_hit = false;
   double compile_ms = 0;
   std::string phases;       // where compile_ms went (CRESCENT_LOGS=perf)

@@ -54,12 +54,14 @@ void Recorder::execute(const Graph& g, std::vector<Tensor>& vals, const double* 
     std::unique_lock<std::mutex> lock(s.mutex);
     if (s.done && !s.seen) {
       s.seen = true;
+      stats.compile_ms += s.compile_ms;
       for (const std::string& l : s.log) log(l.substr(0, l.find(':')), l.substr(l.find(':') + 2));
       if (!s.error.empty()) {
         ++stats.eager_fallbacks;
         log("graph", cat("compiling ", g.name, " failed (", s.error, "): it stays on the eager kernels"));
       } else if (s.exe) {
         stats.kernels_compiled += s.kernels;
+        stats.kernels_loaded += s.kernels_loaded;
         if (g.reinstance && s.kernels > 0) ++stats.graphs_compiled;  // a new structure of a dynamic graph
         stats.disk_cache_hits += s.disk_hit ? 1 : 0;
         if (logs.perf) log("perf", cat(g.name, ": native code in ", s.compile_ms, " ms (", s.kernels, " kernels compiled", s.disk_hit ? ", from the disk cache" : "", "; ", s.phases, ")"));

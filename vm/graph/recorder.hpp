@@ -22,6 +22,8 @@ struct Stats {
           eager_fallbacks = 0;
   double graph_run_us = 0;  // time spent running graphs (kernels included), for overhead figures
   int64_t replays = 0;      // reduce-overhead calls that ran without Lua
+  double compile_ms = 0;    // the native compiles whose outcome the graphs have taken up
+  int64_t kernels_loaded = 0;  // kernels their graphs took from the kernel cache (memory or disk)
 };
 
 // What one segment of the last call did (for T.explain).

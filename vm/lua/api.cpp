@@ -7,6 +7,7 @@
 #include "vm/cuda/driver.hpp"
 #include "jit/jit.hpp"
 #include "jit/cuda/eager.hpp"
+#include "jit/disk_cache.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/autograd/call.hpp"
@@ -178,7 +179,15 @@ void* api_data_ptr(cr_ctx* c, cr_tensor* t) {
 }
 int32_t api_is_contiguous(cr_tensor* t) { return Tensor(t, true).is_contiguous(); }
 void api_manual_seed(cr_ctx* c, uint64_t seed) { Context::of(c).gen = Generator{seed, 0}; }
-int32_t api_num_threads() { return num_threads(); }
+int32_t api_num_threads(cr_ctx* c) {
+  return guarded(c, [] { return num_threads(); });
+}
+int32_t api_set_num_threads(cr_ctx* c, int32_t n) {
+  return guarded(c, [n] { return set_num_threads(n), 0; });
+}
+void api_set_printoptions(int32_t precision, double threshold, double edgeitems, int32_t linewidth, int32_t sci_mode) {
+  set_print_options({precision, int64_t(std::min(threshold, 9e18)), int64_t(std::min(edgeitems, 9e18)), linewidth, sci_mode});
+}
 double api_now_us() {
   using namespace std::chrono;
   return double(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) / 1e3;
@@ -307,12 +316,16 @@ void api_cap_reset(cr_ctx* c) {
   cuda::empty_cache();
 }
 
+constexpr size_t kCapStats = 11;  // (stdlib's buffers for cap_stats have this size)
 void api_cap_stats(cr_ctx* c, double* out) {
   const graph::Stats& s = rec(c).stats;
+  const jit::QueueStats q = jit::background_stats();
   const double v[] = {double(s.graphs_compiled),  double(s.recompiles),      double(s.graph_breaks),
                       double(s.kernels_compiled), double(s.disk_cache_hits), double(s.eager_fallbacks),
-                      s.graph_run_us,             double(s.replays)};
-  for (size_t i = 0; i < 8; ++i) out[i] = v[i];
+                      s.graph_run_us,             double(s.replays),         double(q.queued + q.running),
+                      s.compile_ms,               double(s.kernels_loaded)};
+  static_assert(std::size(v) == kCapStats);
+  for (size_t i = 0; i < std::size(v); ++i) out[i] = v[i];
 }
 
 const char* api_cap_report(cr_ctx* c) {
@@ -332,6 +345,7 @@ int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {
     if (n == "debug_dir") r.debug_dir = value;
     else if (n == "cache_dir") r.cache_dir = value;
     else if (n == "sync_compile") r.sync_compile = std::string(value) == "true";
+    else if (n == "cache_max_mb") jit::set_cache_max_mb(std::strtod(value, nullptr));
     else fail(cat("config: unknown option ", n));
     return 0;
   });
@@ -458,6 +472,8 @@ const cr_api* api_table() {
       api_is_contiguous,
       api_manual_seed,
       api_num_threads,
+      api_set_num_threads,
+      api_set_printoptions,
       api_now_us,
       api_gc_done,
       api_save_safetensors,

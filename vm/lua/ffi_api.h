@@ -60,7 +60,10 @@ typedef struct cr_api {
   void* (*data_ptr)(cr_ctx* ctx, cr_tensor* t); /* counts as a write (lazy values read first) */
   int32_t (*is_contiguous)(cr_tensor* t);
   void (*manual_seed)(cr_ctx* ctx, uint64_t seed);
-  int32_t (*num_threads)(void);
+  int32_t (*num_threads)(cr_ctx* ctx);                     /* -1: a bad CRESCENT_NUM_THREADS */
+  int32_t (*set_num_threads)(cr_ctx* ctx, int32_t n);
+  /* T.set_printoptions (vm/print.hpp); sci_mode -1 is automatic */
+  void (*set_printoptions)(int32_t precision, double threshold, double edgeitems, int32_t linewidth, int32_t sci_mode);
   double (*now_us)(void);
   void (*gc_done)(cr_ctx* ctx, double lua_heap_kb);  /* after a collection Lua ran for service bit 1 or 4 */
   /* IO: safetensors / npy. save_* take n tensors and names; load_* return the count or -1.
@@ -85,7 +88,8 @@ typedef struct cr_api {
   void (*cap_reset)(cr_ctx* ctx);
   void (*cap_stats)(cr_ctx* ctx, double* out); /* graphs_compiled, recompiles, graph_breaks,
                                                   kernels_compiled, disk_cache_hits, eager_fallbacks,
-                                                  graph_run_us, replays */
+                                                  graph_run_us, replays, compiles_pending, compile_ms,
+                                                  kernels_loaded: 11 (kCapStats, stdlib's buffers) */
   const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call:
                                                   "ops\treason\twhere\tsymbolic dims\n" */
   void (*cap_set_logs)(cr_ctx* ctx, const char* list);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "jit/disk_cache.hpp"
 #include "jit/jit.hpp"
 #include "vm/lua/lua_vm.hpp"
 #include "vm/lua/repl.hpp"
@@ -23,12 +24,14 @@ const char* kUsage =
     "  -e chunk       run the Lua chunk (may be repeated; runs before the script)\n"
     "  -i             enter the REPL after running the script / chunks\n"
     "  -v, --version  print the version\n"
+    "  --cache-info   print the kernel cache's directory, entries, size and bound\n"
+    "  --cache-clear  remove every entry of the kernel cache\n"
     "  -h, --help     print this help\n"
     "  --             stop handling options\n"
     "  -              run the script read from stdin\n"
     "With no script and no -e, starts the REPL. The module is preloaded as the global `crescent`.\n"
-    "Environment: CRESCENT_NUM_THREADS, CRESCENT_LOGS, CRESCENT_CACHE_DIR, CRESCENT_DEBUG_DIR,\n"
-    "CRESCENT_HISTORY (REPL history file, default ~/.crescent_history).\n";
+    "Environment: CRESCENT_NUM_THREADS, CRESCENT_LOGS, CRESCENT_CACHE_DIR, CRESCENT_CACHE_MAX_MB,\n"
+    "CRESCENT_DEBUG_DIR, CRESCENT_HISTORY (REPL history file, default ~/.crescent_history).\n";
 
 struct Options {
   std::vector<std::string> chunks;  // -e, in order
@@ -39,6 +42,23 @@ struct Options {
 int fail_usage(const std::string& msg) {
   std::fprintf(stderr, "crescent: %s\n%s", msg.c_str(), kUsage);
   return 1;
+}
+
+// --cache-info / --cache-clear: the kernel cache of T.config.cache_dir's default.
+int cache_command(bool clear) {
+  const std::string dir = cr::jit::default_cache_dir();
+  if (dir == "0") return std::printf("the kernel cache on disk is disabled (CRESCENT_CACHE_DIR=0)\n"), 0;
+  try {
+    const double max_mb = cr::jit::cache_max_mb();
+    const cr::jit::DiskUsage u = clear ? cr::jit::clear_disk_cache(dir) : cr::jit::disk_usage(dir);
+    std::printf("kernel cache %s%s\n%s%lld entries, %.1f MB (bound %g MB: T.config.cache_max_mb, CRESCENT_CACHE_MAX_MB)\n",
+                dir.c_str(), u.exists ? "" : " (no such directory yet)", clear ? "removed " : "", (long long)u.entries,
+                double(u.bytes) / (1024 * 1024), max_mb);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "crescent: %s\n", e.what());
+    return 1;
+  }
 }
 
 // Parses the options before the script. Returns -1 to go on, or the exit status.
@@ -53,6 +73,8 @@ int parse(int argc, char** argv, Options& o) {
     } else if (std::strcmp(a, "-v") == 0 || std::strcmp(a, "--version") == 0) {
       std::printf("%s\n", cr::version_line().c_str());
       return 0;
+    } else if (std::strcmp(a, "--cache-info") == 0 || std::strcmp(a, "--cache-clear") == 0) {
+      return cache_command(a[8] == 'c');
     } else if (std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0) {
       std::printf("%s", kUsage);
       return 0;

@@ -125,16 +125,22 @@ local select_ = ops.select and ops.select.fn
 local copy_, fill_ = ops.copy_.fn, ops.fill_.fn
 
 local mt = core.tensor_mt
+-- other keys: x[idx], x[mask], x[{entries}] and their assignments (crescent.indexing)
+local indexing = require "crescent.indexing"
+indexing.bind(ops)
+local index_get, index_set = indexing.get, indexing.set
+methods.index, methods.index_put_ = indexing.index, indexing.index_put_
+
 mt.__index = function(t, k)
   local m = methods[k]
   if m ~= nil then return m end
   if type(k) == "number" then return select_(t, 1, k) end
   local p = props[k]
   if p ~= nil then return p(t) end
-  return nil
+  return index_get(t, k)
 end
 mt.__newindex = function(t, k, v)
-  if type(k) ~= "number" then fail(string.format("tensor: cannot set field '%s' (tensors have no writable fields)", tostring(k))) end
+  if type(k) ~= "number" then return index_set(t, k, v) end
   local slice = select_(t, 1, k)
   if type(v) == "number" or type(v) == "boolean" then fill_(slice, v) else copy_(slice, v) end
 end

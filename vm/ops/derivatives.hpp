@@ -8,5 +8,6 @@ void register_reduction_derivatives(Registry& r);
 void register_view_derivatives(Registry& r);
 void register_linalg_derivatives(Registry& r);
 void register_indexing_derivatives(Registry& r);
+void register_selection_derivatives(Registry& r);
 void register_attention_derivatives(Registry& r);
 }  // namespace cr

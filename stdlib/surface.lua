@@ -1,0 +1,459 @@
+-- crescent.surface: PyTorch's data ops that are compositions of registry ops (API.md section
+-- 10): each is T.op and x:op, differentiable, compiled and run on CUDA through the ops it is
+-- made of (as PyTorch's CompositeImplicitAutograd ops). Index-valued inputs and results are
+-- 1-based; data-dependent sizes (unique, bincount, one_hot without num_classes) break graphs.
+local core = require "crescent.core"
+local indexing = require "crescent.indexing"
+local fail, is_tensor, is_opts = core.fail, core.is_tensor, require("crescent.binding").is_opts
+local unpack = unpack or table.unpack
+
+local S = {}  -- name -> function(x, ...), bound as T.name and x:name
+local T
+
+local function describe(v)
+  if is_tensor(v) then return v.dtype .. " tensor of shape " .. v:_shape_str() end
+  return type(v)
+end
+local function check_tensor(op, i, name, v)
+  if not is_tensor(v) then fail(string.format("%s: argument %d (%s) expected a tensor, got %s", op, i, name, describe(v))) end
+end
+local function opts_of(op, opts, allowed)
+  if opts == nil then return {} end
+  if not is_opts(opts) then fail(string.format("%s: options expected a table, got %s", op, describe(opts))) end
+  for k in pairs(opts) do
+    if not allowed[k] then fail(string.format("%s: unknown option '%s'", op, tostring(k))) end
+  end
+  return opts
+end
+local function dim0(op, x, d) return x._norm_dim(op, d, x:dim()) end  -- 0-based
+local function sizes_of(...)
+  local a = ...
+  if type(a) == "table" and not is_tensor(a) then return a end
+  return { ... }
+end
+local function long(x, values) return T.tensor(values, { dtype = "int64", device = x and x.device or nil }) end
+
+-- where / nonzero / sort ----------------------------------------------------------------------
+local where3, index_put_, nonzero1, sort2
+function S.where(cond, a, b)
+  if a == nil and b == nil then
+    check_tensor("where", 1, "condition", cond)
+    return indexing.columns(nonzero1(cond))
+  end
+  return where3(cond, a, b)
+end
+function S.nonzero(x, opts)
+  opts = opts_of("nonzero", opts, { as_tuple = true })
+  local nz = nonzero1(x)
+  if opts.as_tuple then return indexing.columns(nz) end
+  return nz
+end
+
+-- sort(x[, dim[, descending | {descending =}]]) and sort(x, {dim =, descending =})
+function S.sort(x, dim, desc)
+  if is_opts(dim) then dim, desc = dim.dim, dim.descending
+  elseif is_opts(desc) then desc = opts_of("sort", desc, { descending = true, stable = true }).descending end
+  return sort2(x, dim, desc)
+end
+function S.argsort(x, dim, desc)
+  local _, i = S.sort(x, dim, desc)
+  return i
+end
+
+-- reordering ---------------------------------------------------------------------------------
+function S.flip(x, ...)
+  local dims = sizes_of(...)
+  for _, d in ipairs(dims) do
+    local k = dim0("flip", x, d) + 1
+    local n = x:dim() == 0 and 1 or x:size(k)
+    if n > 1 then x = x:index_select(k, T.arange(n, 0, -1, { dtype = "int64", device = x.device })) end
+  end
+  return x
+end
+
+-- roll(x, shifts[, dims]): without dims, over the flattened tensor
+function S.roll(x, shifts, dims)
+  if dims == nil then
+    if type(shifts) == "table" and #shifts ~= 1 then fail("roll: shifts expected one number when dims is not given") end
+    return S.roll(x:flatten(), shifts, 1):view(x.shape)
+  end
+  shifts = type(shifts) == "table" and shifts or { shifts }
+  dims = type(dims) == "table" and dims or { dims }
+  if #shifts ~= #dims then
+    fail(string.format("roll: shifts (%d) and dims (%d) expected the same length", #shifts, #dims))
+  end
+  for j, d in ipairs(dims) do
+    local k = dim0("roll", x, d) + 1
+    local n = x:size(k)
+    local s = n > 0 and shifts[j] % n or 0
+    if s ~= 0 then x = T.cat({ x:narrow(k, n - s + 1, s), x:narrow(k, 1, n - s) }, k) end
+  end
+  return x
+end
+
+-- tile(x, reps...): reps padded with leading 1s; x["repeat"] requires as many reps as dims
+function S.tile(x, ...)
+  local reps = sizes_of(...)
+  local nd = math.max(#reps, x:dim())
+  local shape, big, final = {}, {}, {}
+  for j = 1, nd do
+    local r = reps[#reps - nd + j] or 1
+    local s = x.shape[x:dim() - nd + j] or 1
+    if type(r) ~= "number" or r < 0 or r ~= math.floor(r) then
+      fail("tile: repetitions expected non-negative integers, got " .. tostring(r))
+    end
+    shape[#shape + 1] = 1; shape[#shape + 1] = s
+    big[#big + 1] = r; big[#big + 1] = s
+    final[j] = r * s
+  end
+  return x:reshape(shape):expand(big):reshape(final)
+end
+S["repeat"] = function(x, ...)
+  local reps = sizes_of(...)
+  if #reps < x:dim() then
+    fail(string.format("repeat: the number of repetitions (%d) can not be smaller than the number of dims (%d)", #reps, x:dim()))
+  end
+  return S.tile(x, reps)
+end
+
+-- repeat_interleave(x, repeats[, dim]): repeats a number or a 1-D tensor of counts
+function S.repeat_interleave(x, repeats, dim)
+  if dim == nil then x, dim = x:flatten(), 1 end
+  local k = dim0("repeat_interleave", x, dim) + 1
+  if type(repeats) == "number" then
+    if repeats < 0 or repeats ~= math.floor(repeats) then fail("repeat_interleave: repeats must be non-negative, got " .. repeats) end
+    local big = x.shape
+    table.insert(big, k + 1, repeats)
+    local final = x.shape
+    final[k] = final[k] * repeats
+    return x:unsqueeze(k + 1):expand(big):reshape(final)
+  end
+  check_tensor("repeat_interleave", 2, "repeats", repeats)
+  local counts = repeats:dim() == 0 and {} or repeats:totable()
+  if repeats:dim() == 0 then for j = 1, x:size(k) do counts[j] = repeats:item() end end
+  if #counts ~= x:size(k) then
+    fail(string.format("repeat_interleave: repeats must have the same size as input along dim, got %d and %d", #counts, x:size(k)))
+  end
+  local idx = {}
+  for j, c in ipairs(counts) do
+    if c < 0 then fail("repeat_interleave: repeats can not be negative, got " .. c) end
+    for _ = 1, c do idx[#idx + 1] = j end
+  end
+  return x:index_select(k, T.tensor(idx, { dtype = "int64", device = x.device }):reshape(#idx))
+end
+
+-- creation like x ------------------------------------------------------------------------------
+local function like_opts(op, x, opts)
+  check_tensor(op, 1, "self", x)
+  opts = opts_of(op, opts, { dtype = true, device = true })
+  return { dtype = opts.dtype or x.dtype, device = opts.device or x.device }
+end
+function S.full_like(x, v, opts) return T.full(x.shape, v, like_opts("full_like", x, opts)) end
+function S.rand_like(x, opts) return T.rand(x.shape, like_opts("rand_like", x, opts)) end
+function S.randn_like(x, opts) return T.randn(x.shape, like_opts("randn_like", x, opts)) end
+-- randint_like(x, [low,] high[, opts])
+function S.randint_like(x, low, high, opts)
+  if high == nil or type(high) == "table" then low, high, opts = 0, low, high end
+  return T.randint(low, high, x.shape, like_opts("randint_like", x, opts))
+end
+-- randperm(n[, opts]): a random permutation of 1..n (1-based: it is an index)
+function S.randperm(n, opts)
+  if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then fail("randperm: n expected a non-negative integer, got " .. tostring(n)) end
+  opts = opts_of("randperm", opts, { dtype = true, device = true })
+  local _, i = T.rand(n, { device = opts.device }):sort(1)
+  return opts.dtype and i:to(opts.dtype) or i
+end
+
+-- comparison ---------------------------------------------------------------------------------
+function S.isclose(a, b, opts)
+  opts = opts_of("isclose", opts, { rtol = true, atol = true, equal_nan = true })
+  local rtol, atol = opts.rtol or 1e-05, opts.atol or 1e-08
+  if is_tensor(a) and is_tensor(b) and a.dtype ~= b.dtype then
+    fail(string.format("isclose: expected a and b to have the same dtype, got %s and %s", a.dtype, b.dtype))
+  end
+  local close = a:eq(b)
+  if a.dtype ~= "bool" then
+    local fa = (a.dtype == "int64" or a.dtype == "int32") and a:double() or a
+    local fb = is_tensor(b) and b:to(fa.dtype) or b
+    local tol = is_tensor(fb) and fb:abs() * rtol + atol or math.abs(fb) * rtol + atol
+    close = close:logical_or((fa - fb):abs():le(tol))
+    if opts.equal_nan then close = close:logical_or(fa:isnan():logical_and(is_tensor(fb) and fb:isnan() or fb ~= fb)) end
+  end
+  return close
+end
+function S.allclose(a, b, opts) return S.isclose(a, b, opts):all():item() end
+function S.equal(a, b)
+  check_tensor("equal", 1, "self", a)
+  check_tensor("equal", 2, "other", b)
+  if a:dim() ~= b:dim() then return false end
+  for j = 1, a:dim() do if a:size(j) ~= b:size(j) then return false end end
+  return a:eq(b):all():item()
+end
+S.clip = function(x, lo, hi) return x:clamp(lo, hi) end
+S.clip_ = function(x, lo, hi) return x:clamp_(lo, hi) end
+
+-- diff(x[, n = 1[, dim = -1[, {prepend =, append =}]]])
+function S.diff(x, n, dim, opts)
+  if is_opts(n) then n, opts = nil, n elseif is_opts(dim) then dim, opts = nil, dim end
+  opts = opts_of("diff", opts, { prepend = true, append = true })
+  n, dim = n or 1, dim or -1
+  local k = dim0("diff", x, dim) + 1
+  if opts.prepend or opts.append then
+    local parts = {}
+    for _, t in ipairs({ opts.prepend or false, x, opts.append or false }) do
+      if t then parts[#parts + 1] = t end
+    end
+    x = T.cat(parts, k)
+  end
+  for _ = 1, n do
+    local len = x:size(k)
+    if len == 0 then break end
+    local a, b = x:narrow(k, 2, len - 1), x:narrow(k, 1, len - 1)
+    x = x.dtype == "bool" and a:logical_xor(b) or a - b
+  end
+  return x
+end
+
+-- index inputs -------------------------------------------------------------------------------
+-- take_along_dim(x, index[, dim]): gather with x and index broadcast off dim
+function S.take_along_dim(x, index, dim)
+  if dim == nil then return x:flatten():gather(1, index:flatten()) end
+  local k = dim0("take_along_dim", x, dim) + 1
+  if x:dim() ~= index:dim() then fail("take_along_dim: input and indices should have the same number of dimensions") end
+  local xs, is = x.shape, index.shape
+  for j = 1, x:dim() do
+    if j ~= k then
+      local s = math.max(xs[j], is[j])
+      if (xs[j] ~= s and xs[j] ~= 1) or (is[j] ~= s and is[j] ~= 1) then
+        fail(string.format("take_along_dim: shapes {%s} and {%s} cannot be broadcast off dim %d", table.concat(xs, ","), table.concat(is, ","), k))
+      end
+      xs[j], is[j] = s, s
+    end
+  end
+  return x:expand(xs):gather(k, index:expand(is))
+end
+
+-- the x:index entries selecting positions index (a 1-D tensor) along dim k
+local function along(x, k, index)
+  if not is_tensor(index) or index:dim() > 1 or (index.dtype ~= "int64" and index.dtype ~= "int32") then
+    fail("index expected a 0-d or 1-D int64 tensor, got " .. describe(index))
+  end
+  local e = {}
+  for j = 1, k - 1 do e[j] = T.all end
+  e[k] = index:reshape(-1)
+  return e
+end
+function S.index_copy_(x, dim, index, src)
+  local k = dim0("index_copy_", x, dim) + 1
+  if src.dtype ~= x.dtype then fail(string.format("index_copy_: source expected self's dtype %s, got %s", x.dtype, describe(src))) end
+  return indexing.index_put_(x, along(x, k, index), x:dim() == 0 and src:reshape(1) or src)
+end
+function S.index_copy(x, dim, index, src) return S.index_copy_(x:clone(), dim, index, src) end
+function S.index_fill_(x, dim, index, value)
+  local k = dim0("index_fill_", x, dim) + 1
+  return indexing.index_put_(x, along(x, k, index), is_tensor(value) and value:to(x.dtype) or value)
+end
+function S.index_fill(x, dim, index, value) return S.index_fill_(x:clone(), dim, index, value) end
+
+-- scatter(x, dim, index, src | value[, {reduce = "add" | "multiply"}]): x[.., index[i], ..] = src[i]
+local function coords(op, x, k, index)
+  if index:dim() ~= math.max(x:dim(), 1) then
+    fail(string.format("%s: index expected as many dims as self {%s}, got %s", op, table.concat(x.shape, ","), describe(index)))
+  end
+  local list = {}
+  for j = 1, index:dim() do
+    if j == k then list[j] = index
+    else
+      if index:size(j) > x:size(j) then
+        fail(string.format("%s: index %s is larger than self {%s} in dim %d", op, describe(index), table.concat(x.shape, ","), j))
+      end
+      local shape = {}
+      for m = 1, index:dim() do shape[m] = m == j and index:size(j) or 1 end
+      list[j] = T.arange(1, index:size(j) + 1, { dtype = "int64", device = x.device }):view(shape)
+    end
+  end
+  return list
+end
+function S.scatter_(x, dim, index, src, opts)
+  opts = opts_of("scatter_", opts, { reduce = true })
+  local k = dim0("scatter_", x, dim) + 1
+  local list = coords("scatter_", x, k, index)
+  local v
+  if is_tensor(src) then
+    if src.dtype ~= x.dtype then fail(string.format("scatter_: src expected self's dtype %s, got %s", x.dtype, describe(src))) end
+    v = src
+    for j = 1, index:dim() do v = v:narrow(j, 1, index:size(j)) end
+  else
+    v = T.full({}, src, { dtype = x.dtype, device = x.device })
+  end
+  if opts.reduce == nil then return index_put_(x, list, v) end
+  if opts.reduce == "add" then return index_put_(x, list, v:expand(index.shape):contiguous(), true) end
+  fail("scatter_: reduce expected \"add\" (use scatter_reduce for the others), got " .. tostring(opts.reduce))
+end
+function S.scatter(x, dim, index, src, opts) return S.scatter_(x:clone(), dim, index, src, opts) end
+
+-- scatter_reduce(x, dim, index, src, reduce[, {include_self = true}]): "sum" and "mean"
+function S.scatter_reduce(x, dim, index, src, reduce, opts)
+  opts = opts_of("scatter_reduce", opts, { include_self = true })
+  local include = opts.include_self ~= false
+  local k = dim0("scatter_reduce", x, dim) + 1
+  if reduce ~= "sum" and reduce ~= "mean" then
+    fail(string.format("scatter_reduce: reduce \"%s\" is not implemented (implemented: sum, mean)", tostring(reduce)))
+  end
+  local base = include and x or S.scatter(x, dim, index, 0)
+  local total = base:scatter_add(k, index, src)
+  if reduce == "sum" then return total end
+  local ones = T.ones(index.shape, { dtype = x.dtype, device = x.device })
+  local count = T.full(x.shape, include and 1 or 0, { dtype = x.dtype, device = x.device }):scatter_add(k, index, ones)
+  count = count:clamp(1, nil)
+  if x.dtype == "int64" or x.dtype == "int32" then  -- floor division, as PyTorch's
+    return ((total - total:remainder(count)):double() / count:double()):to(x.dtype)
+  end
+  return total / count
+end
+
+-- positions and grids ------------------------------------------------------------------------
+local function tri_indices(op, upper)
+  return function(row, col, offset, opts)
+    if is_opts(offset) then offset, opts = nil, offset end
+    opts = opts_of(op, opts, { dtype = true, device = true })
+    offset = offset or 0
+    local r, c = {}, {}
+    for i = 1, row do
+      for j = 1, col do
+        if (upper and j - i >= offset) or (not upper and j - i <= offset) then r[#r + 1] = i; c[#c + 1] = j end
+      end
+    end
+    local out = T.tensor({ r, c }, { dtype = opts.dtype or "int64", device = opts.device })
+    return #r == 0 and T.zeros(2, 0, { dtype = opts.dtype or "int64", device = opts.device }) or out
+  end
+end
+S.triu_indices, S.tril_indices = tri_indices("triu_indices", true), tri_indices("tril_indices", false)
+
+-- meshgrid(t1, t2, ...[, {indexing = "ij" | "xy"}]) -> one tensor per input
+function S.meshgrid(...)
+  local ts = { ... }
+  if type(ts[1]) == "table" and not is_tensor(ts[1]) and not is_opts(ts[1]) then ts = { unpack(ts[1]), ts[2] } end
+  local opts = is_opts(ts[#ts]) and table.remove(ts) or {}
+  opts = opts_of("meshgrid", opts, { indexing = true })
+  local xy = opts.indexing == "xy"
+  if opts.indexing ~= nil and opts.indexing ~= "ij" and not xy then fail("meshgrid: indexing expected \"ij\" or \"xy\", got " .. tostring(opts.indexing)) end
+  local n, shape = #ts, {}
+  for j, t in ipairs(ts) do
+    check_tensor("meshgrid", j, "tensors", t)
+    if t:dim() > 1 then fail("meshgrid: expected 0-d or 1-D tensors, got " .. describe(t)) end
+    shape[j] = t:numel()
+  end
+  if xy and n >= 2 then shape[1], shape[2] = shape[2], shape[1] end
+  local r = {}
+  for j, t in ipairs(ts) do
+    local at = j
+    if xy and n >= 2 and j <= 2 then at = 3 - j end
+    local view = {}
+    for m = 1, n do view[m] = m == at and t:numel() or 1 end
+    r[j] = t:reshape(view):expand(shape)
+  end
+  return unpack(r)
+end
+
+-- one_hot(t[, num_classes]): classes 1..num_classes (1-based, as cross_entropy's targets)
+function S.one_hot(t, num_classes)
+  check_tensor("one_hot", 1, "tensor", t)
+  if t.dtype ~= "int64" then fail("one_hot: expected an int64 tensor of classes, got " .. describe(t)) end
+  if t:numel() > 0 then
+    local lo, hi = t:min():item(), t:max():item()
+    if lo < 1 then fail("one_hot: class values must be 1 or more (1-based), got " .. lo) end
+    if num_classes and hi > num_classes then fail(string.format("one_hot: class values must be at most num_classes (%d), got %d", num_classes, hi)) end
+    num_classes = num_classes or hi
+  end
+  num_classes = num_classes or 0
+  return T.arange(1, num_classes + 1, { dtype = "int64", device = t.device }):eq(t:unsqueeze(-1)):long()
+end
+
+-- counting -----------------------------------------------------------------------------------
+-- bincount(x[, weights[, minlength]]): counts of the values 0..max (data values, not indices)
+function S.bincount(x, weights, minlength)
+  if type(weights) == "number" then weights, minlength = nil, weights end
+  if x:dim() ~= 1 or (x.dtype ~= "int64" and x.dtype ~= "int32") then
+    fail("bincount: only supports 1-d non-negative integral inputs, got " .. describe(x))
+  end
+  minlength = minlength or 0
+  local n = minlength
+  if x:numel() > 0 then
+    if x:min():item() < 0 then fail("bincount: only supports 1-d non-negative integral inputs (got a negative value)") end
+    n = math.max(n, x:max():item() + 1)
+  end
+  local dtype = weights and (weights.dtype == "float32" and "float32" or "float64") or "int64"
+  local w = weights and weights:to(dtype) or T.ones(x:numel(), { dtype = dtype, device = x.device })
+  return T.zeros(n, { dtype = dtype, device = x.device }):index_add(1, x:long() + 1, w)
+end
+
+-- unique(x[, {sorted =, return_inverse =, return_counts =, dim =}]) -> values[, inverse][, counts]
+function S.unique(x, opts)
+  opts = opts_of("unique", opts, { sorted = true, return_inverse = true, return_counts = true, dim = true })
+  if opts.dim ~= nil then return S.unique_dim(x, opts) end
+  local flat = x:flatten()
+  local s, perm = flat:sort(1)
+  local n = s:numel()
+  local first = T.ones(n, { dtype = "bool", device = x.device })
+  if n > 1 then first:narrow(1, 2, n - 1):copy_(s:narrow(1, 2, n - 1):ne(s:narrow(1, 1, n - 1))) end
+  local values = s:masked_select(first)
+  local r = { values }
+  if opts.return_inverse then
+    local group = first:long():cumsum(1)  -- 1-based group of each sorted element
+    r[#r + 1] = T.zeros(n, { dtype = "int64", device = x.device }):scatter_(1, perm, group):view(x.shape)
+  end
+  if opts.return_counts then
+    local starts = T.nonzero(first):view(-1)
+    local ends = T.cat({ starts:narrow(1, 2, math.max(starts:numel() - 1, 0)), long(x, { n + 1 }) }, 1)
+    r[#r + 1] = starts:numel() == 0 and starts or ends - starts
+  end
+  return unpack(r)
+end
+-- unique along a dim: the distinct slices, in lexicographic order
+function S.unique_dim(x, opts)
+  local k = dim0("unique", x, opts.dim) + 1
+  local m = x:transpose(1, k)
+  local rows = m:reshape(m:size(1), -1):totable()
+  local function cmp(a, b)  -- -1, 0, 1: the lexicographic order of rows a and b
+    for j = 1, #rows[a] do
+      if rows[a][j] ~= rows[b][j] then return rows[a][j] < rows[b][j] and -1 or 1 end
+    end
+    return 0
+  end
+  local order = {}
+  for i = 1, #rows do order[i] = i end
+  table.sort(order, function(a, b)
+    local c = cmp(a, b)
+    if c ~= 0 then return c < 0 end
+    return a < b
+  end)
+  local keep, inverse, counts, g = {}, {}, {}, 0
+  for i, o in ipairs(order) do
+    if i == 1 or cmp(order[i - 1], o) ~= 0 then
+      g = g + 1
+      keep[g], counts[g] = o, 0
+    end
+    inverse[o], counts[g] = g, counts[g] + 1
+  end
+  local values = m:index_select(1, long(x, keep):reshape(#keep)):transpose(1, k)
+  local r = { values }
+  if opts.return_inverse then r[#r + 1] = long(x, inverse):reshape(#inverse) end
+  if opts.return_counts then r[#r + 1] = long(x, counts):reshape(#counts) end
+  return unpack(r)
+end
+
+local function_only = { randperm = true, triu_indices = true, tril_indices = true, meshgrid = true }
+function S.bind(t, methods, ops)
+  T = t
+  where3, nonzero1, sort2, index_put_ = ops.where.fn, ops.nonzero.fn, ops.sort.fn, ops.index_put_.fn
+  for name, fn in pairs(S) do
+    if name ~= "bind" and name ~= "unique_dim" then
+      if not name:match("_$") then T[name] = fn end  -- in-place forms are methods only
+      if not function_only[name] then methods[name] = fn end
+    end
+  end
+  T.F.one_hot = T.F.one_hot or S.one_hot
+end
+
+return S

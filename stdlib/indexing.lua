@@ -175,10 +175,9 @@ function M.get(x, k)
   fail(string.format("tensor: cannot index with a %s key (expected a number, a tensor or a list of entries)", type(k)))
 end
 
--- x[k] = v: a mask of x's shape with a number is masked_fill_; the rest index_put_ (values cast to
--- x's dtype, as PyTorch's setitem)
+-- x[k] = v: a mask of x's shape with a number is masked_fill_; the rest index_put_ (tensor
+-- values of another dtype raise, as PyTorch's setitem)
 function M.set(x, k, v)
-  if is_tensor(v) and v.dtype ~= x.dtype then v = v:to(x.dtype) end
   if is_tensor(k) then
     if k.dtype == "bool" and type(v) == "number" and k:dim() == x:dim() and k:dim() > 0 then
       local same = true

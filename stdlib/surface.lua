@@ -176,7 +176,8 @@ function S.isclose(a, b, opts)
     local fa = (a.dtype == "int64" or a.dtype == "int32") and a:double() or a
     local fb = is_tensor(b) and b:to(fa.dtype) or b
     local tol = is_tensor(fb) and fb:abs() * rtol + atol or math.abs(fb) * rtol + atol
-    close = close:logical_or((fa - fb):abs():le(tol))
+    local finite = fa:isinf():logical_or(is_tensor(fb) and fb:isinf() or math.abs(fb) == math.huge):logical_not()
+    close = close:logical_or((fa - fb):abs():le(tol):logical_and(finite))
     if opts.equal_nan then close = close:logical_or(fa:isnan():logical_and(is_tensor(fb) and fb:isnan() or fb ~= fb)) end
   end
   return close
@@ -333,7 +334,11 @@ S.triu_indices, S.tril_indices = tri_indices("triu_indices", true), tri_indices(
 -- meshgrid(t1, t2, ...[, {indexing = "ij" | "xy"}]) -> one tensor per input
 function S.meshgrid(...)
   local ts = { ... }
-  if type(ts[1]) == "table" and not is_tensor(ts[1]) and not is_opts(ts[1]) then ts = { unpack(ts[1]), ts[2] } end
+  if type(ts[1]) == "table" and not is_tensor(ts[1]) and not is_opts(ts[1]) then  -- meshgrid({a, b}[, opts])
+    local list = { unpack(ts[1]) }
+    list[#list + 1] = ts[2]
+    ts = list
+  end
   local opts = is_opts(ts[#ts]) and table.remove(ts) or {}
   opts = opts_of("meshgrid", opts, { indexing = true })
   local xy = opts.indexing == "xy"

@@ -154,6 +154,13 @@ template <class T> void accumulate(T& o, const T& v) {
   else store(o, load(o) + load(v));
 }
 
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 0, off = to.size() - from.size(); i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[off + i]) return false;
+  return true;
+}
+
 // Writes values (broadcast to the selection's shape) into the selected elements of a.self.
 void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
   const Tensor& self = a.self;
@@ -161,7 +168,7 @@ void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
   if (values.dtype() != self.dtype())
     fail(cat("values expected the destination's dtype ", dtype_name(self.dtype()), " (index_put requires the source and "
              "destination dtypes match), got ", values.describe()));
-  if (broadcast_shapes(values.sizes(), a.shape) != a.shape)
+  if (!broadcasts_to(values.sizes(), a.shape))
     fail(cat("shape mismatch: value tensor of shape ", shape_str(values.sizes()),
              " cannot be broadcast to indexing result of shape ", shape_str(a.shape)));
   if (may_overlap(self, values)) {  // x[i] = x[j]: read every value before the first write

@@ -1,0 +1,247 @@
+-- PyTorch's indexing in Lua form (x[mask], x[idx], x:index(list) and their assignments) and the
+-- data ops of API.md section 10, against PyTorch 1.13 (one python run): 1-based index values in
+-- Lua, 0-based in the Python expressions. Errors, and graph breaks in compiled functions.
+local T = require "crescent"
+local R = require "torch_ref"
+
+expect.covers("masked_select", "nonzero", "index", "index_put", "index_put_")
+
+T.manual_seed(7)
+math.randomseed(7)
+
+local function rnd(shape, dtype)
+  if dtype == "bool" then return T.rand(shape):gt(0.5) end
+  if dtype == "int32" or dtype == "int64" then return T.randint(-9, 10, shape, { dtype = dtype }) end
+  return T.randn(shape):to(dtype)
+end
+local function idx(n, shape) return T.randint(1, n + 1, shape, { dtype = "int64" }) end
+local function L(t) return T.tensor(t, { dtype = "int64" }) end
+
+local B = R.batch()
+local cases = {}
+local function case(key, fn, expr, inputs)
+  cases[#cases + 1] = { key = key, fn = fn }
+  B:add(key, expr, inputs)
+end
+-- fn runs on a clone of x and returns it (assignments)
+local function put_case(key, x, fn, py, inputs)
+  inputs.x = x
+  case(key, function() local y = x:clone(); fn(y); return y end, "(lambda y: (" .. py .. ", y)[1])(x.clone())", inputs)
+end
+
+-- ---- reading -------------------------------------------------------------------------------------
+for _, dt in ipairs({ "float32", "float64", "float16", "int32", "int64", "bool" }) do
+  local x = rnd({ 3, 4 }, dt)
+  local m, m1 = T.rand(3, 4):gt(0.4), T.tensor({ true, false, true })
+  local i2 = idx(3, { 2, 2 })
+  case("mask_" .. dt, function() return x[m] end, "x[m]", { x = x, m = m })
+  case("mask_rows_" .. dt, function() return x[m1] end, "x[m]", { x = x, m = m1 })
+  case("masked_select_bc_" .. dt, function() return x:masked_select(T.tensor({ true, false, false, true })) end,
+    "x.masked_select(torch.tensor([True, False, False, True]))", { x = x })
+  case("idx_" .. dt, function() return x[i2] end, "x[i - 1]", { x = x, i = i2 })
+  case("nonzero_" .. dt, function() return T.nonzero(x) end, "torch.nonzero(x) + 1", { x = x })
+end
+do
+  local x = rnd({ 3, 4, 5 }, "float32")
+  local a, b = idx(4, { 2 }), idx(5, { 3, 1 })
+  case("index_all_idx", function() return x:index({ T.all, a }) end, "x[:, a - 1]", { x = x, a = a })
+  case("index_adjacent", function() return x:index({ T.all, a:view(2, 1), b:view(1, 3) }) end,
+    "x[:, a.view(2, 1) - 1, b.view(1, 3) - 1]", { x = x, a = a, b = b })
+  local i3 = L({ 3, 1, 2 })
+  case("index_apart_fixed", function() return x:index({ i3, T.all, L({ 5, 1, 2 }) }) end, "x[[2, 0, 1], :, [4, 0, 1]]", { x = x })
+  case("index_number_range", function() return x:index({ 2, { 1, 4, 2 }, a }) end, "x[1, 0:4:2, a - 1]", { x = x, a = a })
+  local m2 = T.rand(4, 5):gt(0.5)
+  case("index_mask_2d", function() return x:index({ T.all, m2 }) end, "x[:, m]", { x = x, m = m2 })
+  case("index_range_only", function() return x:index({ { 2, 3 }, T.all, { 5, 5 } }) end, "x[1:3, :, 4:5]", { x = x })
+  case("x_table_key", function() return x[{ 3, T.all, 2 }] end, "x[2, :, 1]", { x = x })
+  case("where_1arg", function() return T.stack({ T.where(x:gt(0.5)) }) end, "torch.stack(torch.where(x > 0.5)) + 1", { x = x })
+  case("nonzero_tuple", function() return T.stack({ T.nonzero(x:gt(0), { as_tuple = true }) }) end,
+    "torch.stack(torch.nonzero(x > 0, as_tuple=True)) + 1", { x = x })
+  case("nonzero_0d", function() return T.nonzero(T.tensor(3)) end, "torch.nonzero(torch.tensor(3))", {})
+  case("mask_empty", function() return x[x:gt(100)] end, "x[x > 100]", { x = x })
+  case("mask_nc", function() return x:transpose(1, 3)[x:transpose(1, 3):lt(0)] end, "x.transpose(0, 2)[x.transpose(0, 2) < 0]", { x = x })
+end
+-- ---- assignment ------------------------------------------------------------------------------------
+for _, dt in ipairs({ "float32", "float64", "int64", "bool" }) do
+  local x = rnd({ 4, 3 }, dt)
+  local m = T.rand(4, 3):gt(0.5)
+  local v = rnd({ 2, 3 }, dt)
+  put_case("set_mask_num_" .. dt, x, function(y) y[m] = 1 end, "y.__setitem__(m, 1)", { m = m })
+  put_case("set_idx_" .. dt, x, function(y) y[L({ 4, 1 })] = v end, "y.__setitem__(torch.tensor([3, 0]), v)", { v = v })
+  put_case("set_rows_mask_" .. dt, x, function(y) y[T.tensor({ true, false, false, true })] = v end,
+    "y.__setitem__(torch.tensor([True, False, False, True]), v)", { v = v })
+end
+do
+  local x = rnd({ 4, 5 }, "float64")
+  local v, a = rnd({ 3 }, "float64"), L({ 2, 5, 2 })
+  put_case("put_accumulate", x, function(y) y:index_put_({ L({ 1, 4, 1 }), a }, v, true) end,
+    "y.index_put_((torch.tensor([0, 3, 0]), a - 1), v, accumulate=True)", { v = v, a = a })
+  put_case("put_col", x, function(y) y:index({ T.all, 2 }):copy_(v:narrow(1, 1, 1):expand(4)) end,
+    "y[:, 1].copy_(v[0:1].expand(4))", { v = v })
+  put_case("set_all_idx", x, function(y) y[{ T.all, a:narrow(1, 1, 2) }] = T.ones(4, 2, { dtype = "float64" }) end,
+    "y.__setitem__((slice(None), a[:2] - 1), torch.ones(4, 2, dtype=torch.float64))", { a = a })
+  put_case("set_mask_tensor", x, function(y) y[y:gt(0)] = T.zeros(1, { dtype = "float64" }) end, "y.__setitem__(y > 0, torch.zeros(1, dtype=torch.float64))", {})
+  local y3 = rnd({ 2, 3, 4 }, "float32")
+  local v3 = rnd({ 2, 2 }, "float32")
+  put_case("set_adjacent_middle", y3, function(y) y:index_put_({ T.all, L({ 3, 1 }), L({ 4, 2 }) }, v3:narrow(1, 1, 1)) end,
+    "y.__setitem__((slice(None), torch.tensor([2, 0]), torch.tensor([3, 1])), v[0:1])", { v = v3 })
+end
+
+-- ---- data ops --------------------------------------------------------------------------------------
+do
+  local x = rnd({ 3, 4 }, "float32")
+  local xi = T.randint(0, 5, { 10 }, { dtype = "int64" })
+  case("flip", function() return x:flip(1, 2) end, "x.flip(0, 1)", { x = x })
+  case("flip_neg", function() return T.flip(x, { -1 }) end, "x.flip(-1)", { x = x })
+  case("roll", function() return x:roll(2, 2) end, "x.roll(2, 1)", { x = x })
+  case("roll_multi", function() return x:roll({ -1, 5 }, { 1, 2 }) end, "x.roll((-1, 5), (0, 1))", { x = x })
+  case("roll_flat", function() return x:roll(3) end, "x.roll(3)", { x = x })
+  case("tile", function() return x:tile(2, 1, 3) end, "x.tile((2, 1, 3))", { x = x })
+  case("tile_short", function() return x:tile(2) end, "x.tile((2,))", { x = x })
+  case("repeat", function() return x["repeat"](x, 2, 3) end, "x.repeat(2, 3)", { x = x })
+  case("repeat_interleave", function() return x:repeat_interleave(2, 2) end, "x.repeat_interleave(2, 1)", { x = x })
+  case("repeat_interleave_flat", function() return x:repeat_interleave(3) end, "x.repeat_interleave(3)", { x = x })
+  case("repeat_interleave_t", function() return x:repeat_interleave(L({ 1, 0, 2 }), 1) end,
+    "x.repeat_interleave(torch.tensor([1, 0, 2]), 0)", { x = x })
+  case("full_like", function() return T.full_like(xi, 7) end, "torch.full_like(x, 7)", { x = xi })
+  case("full_like_dtype", function() return T.full_like(xi, 2.5, { dtype = "float64" }) end, "torch.full_like(x, 2.5, dtype=torch.float64)", { x = xi })
+  case("isclose", function() return T.isclose(x, x + 1e-6) end, "torch.isclose(x, x + 1e-6)", { x = x })
+  case("isclose_tol", function() return T.isclose(x, x * 1.01, { rtol = 0.02 }) end, "torch.isclose(x, x * 1.01, rtol=0.02)", { x = x })
+  local nan = T.tensor({ 0 / 0, 1, math.huge, -math.huge, 2 })
+  local nan2 = T.tensor({ 0 / 0, 1.00000001, math.huge, math.huge, 3 })
+  case("isclose_special", function() return T.isclose(nan, nan2) end, "torch.isclose(a, b)", { a = nan, b = nan2 })
+  case("isclose_nan", function() return T.isclose(nan, nan2, { equal_nan = true }) end, "torch.isclose(a, b, equal_nan=True)", { a = nan, b = nan2 })
+  case("isclose_int", function() return T.isclose(xi, xi + 1, { atol = 1 }) end, "torch.isclose(x, x + 1, atol=1)", { x = xi })
+  case("allclose", function() return T.tensor(T.allclose(x, x + 1e-9)) end, "torch.tensor(torch.allclose(x, x + 1e-9))", { x = x })
+  case("equal", function() return T.tensor({ T.equal(x, x:clone()), T.equal(x, x:t()), T.equal(x, x + 1) }) end,
+    "torch.tensor([torch.equal(x, x.clone()), torch.equal(x, x.t()), torch.equal(x, x + 1)])", { x = x })
+  case("clip", function() return x:clip(-0.5, 0.5) end, "x.clip(-0.5, 0.5)", { x = x })
+  case("diff", function() return x:diff() end, "x.diff()", { x = x })
+  case("diff_n_dim", function() return x:diff(2, 1) end, "x.diff(2, 0)", { x = x })
+  case("diff_pre", function() return x:diff(1, 2, { prepend = x:narrow(2, 1, 1), append = x }) end,
+    "x.diff(1, 1, prepend=x[:, 0:1], append=x)", { x = x })
+  case("diff_bool", function() return x:gt(0):diff() end, "(x > 0).diff()", { x = x })
+  case("argsort", function() return x:argsort(2) end, "x.argsort(1) + 1", { x = x })
+  case("argsort_desc", function() return x:argsort(1, { descending = true }) end, "x.argsort(0, descending=True) + 1", { x = x })
+  case("sort_opts", function() return (x:sort(2, { descending = true })) end, "x.sort(1, descending=True)[0]", { x = x })
+  case("sort_opts_only", function() return (x:sort({ dim = 1, descending = true })) end, "x.sort(0, descending=True)[0]", { x = x })
+  local ti = idx(4, { 3, 2 })
+  case("take_along_dim", function() return T.take_along_dim(x, ti, 2) end, "torch.take_along_dim(x, i - 1, 1)", { x = x, i = ti })
+  case("take_along_dim_flat", function() return x:take_along_dim(L({ 12, 1 })) end, "x.take_along_dim(torch.tensor([11, 0]))", { x = x })
+  case("take_along_dim_bc", function() return T.take_along_dim(x, L({ { 2, 1 } }), 2) end, "torch.take_along_dim(x, torch.tensor([[1, 0]]), 1)", { x = x })
+  local src = rnd({ 3, 2 }, "float32")
+  case("index_copy", function() return x:index_copy(2, L({ 4, 1 }), src) end, "x.index_copy(1, torch.tensor([3, 0]), s)", { x = x, s = src })
+  case("index_fill", function() return x:index_fill(1, L({ 3, 1 }), -2) end, "x.index_fill(0, torch.tensor([2, 0]), -2)", { x = x })
+  put_case("index_fill_", x, function(y) y:index_fill_(2, L({ 2 }), 9) end, "y.index_fill_(1, torch.tensor([1]), 9)", {})
+  local si, ss = L({ { 3, 1 }, { 2, 2 } }), rnd({ 2, 3 }, "float32")
+  case("scatter_src", function() return x:scatter(1, si, ss) end, "x.scatter(0, i - 1, s)", { x = x, i = si, s = ss })
+  case("scatter_value", function() return x:scatter(2, L({ { 4 }, { 1 }, { 2 } }), 5) end,
+    "x.scatter(1, torch.tensor([[3], [0], [1]]), 5)", { x = x })
+  case("scatter_add_reduce", function() return x:scatter(1, L({ { 1, 1 }, { 1, 1 } }), ss, { reduce = "add" }) end,
+    "x.scatter(0, torch.tensor([[0, 0], [0, 0]]), s, reduce='add')", { x = x, s = ss })
+  for _, red in ipairs({ "sum", "mean" }) do
+    for _, inc in ipairs({ true, false }) do
+      case(string.format("scatter_reduce_%s_%s", red, tostring(inc)),
+        function() return x:scatter_reduce(1, L({ { 1, 1 }, { 3, 1 } }), ss, red, { include_self = inc }) end,
+        string.format("x.scatter_reduce(0, torch.tensor([[0, 0], [2, 0]]), s, '%s', include_self=%s)", red, inc and "True" or "False"),
+        { x = x, s = ss })
+    end
+  end
+  local xl = T.randint(-20, 20, { 3, 4 }, { dtype = "int64" })
+  case("scatter_reduce_mean_int", function() return xl:scatter_reduce(1, L({ { 1, 1 }, { 3, 1 } }), xl:narrow(1, 1, 2):mul(3), "mean") end,
+    "x.scatter_reduce(0, torch.tensor([[0, 0], [2, 0]]), x[0:2] * 3, 'mean')", { x = xl })
+  case("triu_indices", function() return T.triu_indices(4, 5, 1) end, "torch.triu_indices(4, 5, 1) + 1", {})
+  case("tril_indices", function() return T.tril_indices(3, 3) end, "torch.tril_indices(3, 3) + 1", {})
+  case("tril_indices_neg", function() return T.tril_indices(4, 3, -1) end, "torch.tril_indices(4, 3, -1) + 1", {})
+  local a, b = T.arange(3), T.arange(4):double()
+  case("meshgrid_ij", function() return T.stack({ T.meshgrid(a:double(), b) }) end,
+    "torch.stack(torch.meshgrid(a.double(), b, indexing='ij'))", { a = a, b = b })
+  case("meshgrid_xy", function() return T.stack({ T.meshgrid({ a:double(), b }, { indexing = "xy" }) }) end,
+    "torch.stack(torch.meshgrid(a.double(), b, indexing='xy'))", { a = a, b = b })
+  local cls = L({ { 1, 3 }, { 2, 3 } })
+  case("one_hot", function() return T.one_hot(cls) end, "torch.nn.functional.one_hot(c - 1)", { c = cls })
+  case("one_hot_n", function() return T.F.one_hot(cls, 5) end, "torch.nn.functional.one_hot(c - 1, 5)", { c = cls })
+  case("bincount", function() return T.bincount(xi) end, "torch.bincount(x)", { x = xi })
+  case("bincount_min", function() return xi:bincount(nil, 9) end, "torch.bincount(x, minlength=9)", { x = xi })
+  local w = T.rand(10, { dtype = "float64" })
+  case("bincount_w", function() return T.bincount(xi, w) end, "torch.bincount(x, w)", { x = xi, w = w })
+  case("unique", function() return T.unique(xi) end, "torch.unique(x)", { x = xi })
+  case("unique_inverse", function() return select(2, T.unique(xi:view(2, 5), { return_inverse = true })) end,
+    "torch.unique(x.view(2, 5), return_inverse=True)[1] + 1", { x = xi })
+  case("unique_counts", function() return select(2, T.unique(xi, { return_counts = true })) end,
+    "torch.unique(x, return_counts=True)[1]", { x = xi })
+  local xd = L({ { 1, 2 }, { 0, 5 }, { 1, 2 }, { 0, 5 }, { 1, 1 } })
+  case("unique_dim", function() return T.unique(xd, { dim = 1 }) end, "torch.unique(x, dim=0)", { x = xd })
+  case("unique_dim_inv", function() return select(2, T.unique(xd, { dim = 1, return_inverse = true, return_counts = true })) end,
+    "torch.unique(x, dim=0, return_inverse=True)[1] + 1", { x = xd })
+  case("unique_dim2_counts", function() return select(2, T.unique(xd:t(), { dim = 2, return_counts = true })) end,
+    "torch.unique(x.t(), dim=1, return_counts=True)[1]", { x = xd })
+end
+
+local res, why = B:run()
+
+describe("indexing and data ops vs PyTorch", function()
+  for _, c in ipairs(cases) do
+    it(c.key, function()
+      if not res then expect.skip(why) end
+      R.check(res, c.key, c.fn())
+    end)
+  end
+end)
+
+describe("random data ops", function()
+  it("randperm is a permutation of 1..n; the *_like ops take x's shape, dtype and device", function()
+    local p = T.randperm(50)
+    expect.eq(p.dtype, "int64")
+    expect.eq(p:sort(1):totable(), T.arange(1, 51):totable())
+    local x = T.zeros(3, 2, { dtype = "float64" })
+    expect.eq(T.rand_like(x).shape, { 3, 2 })
+    expect.eq(T.randn_like(x).dtype, "float64")
+    local r = T.randint_like(x, 3, 6)
+    expect.truthy(r:ge(3):all():item() and r:lt(6):all():item(), "randint_like within [3, 6)")
+    expect.eq(T.randint_like(x, 4, { dtype = "int64" }).dtype, "int64")
+  end)
+end)
+
+describe("misuse", function()
+  local x = T.arange(12):view(3, 4)
+  it("out-of-range indices raise naming the op, before anything is written", function()
+    expect.errors(function() return x[L({ 4 })] end, "index_select: ", "index 4", "1..3")
+    expect.errors(function() return x:index({ L({ 1 }), L({ 5 }) }) end, "index: ", "index 5", "dim 2")
+    local y = x:clone()
+    expect.errors(function() y:index_put_({ L({ 1, 9 }) }, T.tensor(0)) end, "index_put_: ", "index 9")
+    expect.eq(y:totable(), x:totable())
+    expect.errors(function() y:scatter_(1, L({ { 0 } }), 1) end, "index_put_: ", "index 0")
+    expect.errors(function() T.nonzero(x):index({ L({ 1 }), L({ -1 }) }) end, "index: ", "index %-1")
+  end)
+  it("masks of the wrong shape and wrong index dtypes give PyTorch's errors", function()
+    expect.errors(function() return x[T.tensor({ true, false })] end, "index: ", "shape of the mask {2}", "{3,4}")
+    expect.errors(function() return x:masked_select(T.ones(3, 4)) end, "masked_select: ", "bool", "float32")
+    expect.errors(function() return x:masked_select(T.ones(2, 4, { dtype = "bool" })) end, "masked_select: ")
+    expect.errors(function() return x[T.ones(2)] end, "index: ", "must be int64, int32 or bool", "float32")
+    expect.errors(function() return T._ops.index.fn(x, { T.ones(2, { dtype = "bool" }) }) end, "index: ", "boolean masks go through")
+    expect.errors(function() return x:index({ 1, 1, 1 }) end, "index: ", "too many indices")
+    expect.errors(function() x[L({ 1 })] = T.ones(3, { dtype = "int64" }) end, "index_put_: ", "shape mismatch", "{3}", "{1,4}")
+    expect.errors(function() x:index_put_({ L({ 1 }) }, T.ones(4)) end, "index_put_: ", "dtypes match")
+    expect.errors(function() x[L({ 1 })] = T.ones(4) end, "index_put_: ", "dtypes match")  -- as torch's setitem
+    expect.errors(function() return x.shap end, "tensor: ", "no field or method 'shap'")
+    expect.errors(function() x.shape = 1 end, "tensor: ", "cannot set field 'shape'")
+    expect.errors(function() local _ = T.bincount(L({ -1, 2 })) end, "bincount: ", "non%-negative")
+    expect.errors(function() local _ = T.one_hot(L({ 0, 2 })) end, "one_hot: ", "1 or more")
+    expect.errors(function() local _ = x:repeat_interleave(L({ 1, -1, 1 }), 1) end, "repeat_interleave: ", "negative")
+    expect.errors(function() local _ = x["repeat"](x, 2) end, "repeat: ", "can not be smaller")
+  end)
+end)
+
+describe("compiled", function()
+  it("data-dependent sizes are graph breaks; compiled == eager", function()
+    local f = T.compile(function(x) local y = x * 2; local s = y[y:gt(0)]; return s:sum() + y:index({ T.all, L({ 2, 1 }) }):sum() end)
+    for k = 1, 4 do
+      local x = T.randn(3, 4 + k % 2)
+      local e = (x * 2)[(x * 2):gt(0)]:sum() + (x * 2):index({ T.all, L({ 2, 1 }) }):sum()
+      expect.close(f(x), e)
+    end
+    local full = T.compile(function(x) return T.nonzero(x) end, { fullgraph = true })
+    expect.errors(function() full(T.ones(2)) end, "graph break", "nonzero")
+  end)
+end)

@@ -393,6 +393,19 @@ function S.bincount(x, weights, minlength)
   return T.zeros(n, { dtype = dtype, device = x.device }):index_add(1, x:long() + 1, w)
 end
 
+-- the runs of equal values of a 1-D tensor: where each starts (bool), and their lengths
+local function run_starts(v)
+  local n = v:numel()
+  local first = T.ones(n, { dtype = "bool", device = v.device })
+  if n > 1 then first:narrow(1, 2, n - 1):copy_(v:narrow(1, 2, n - 1):ne(v:narrow(1, 1, n - 1))) end
+  return first
+end
+local function run_lengths(first, x)
+  local starts = T.nonzero(first):view(-1)
+  if starts:numel() == 0 then return starts end
+  return T.cat({ starts:narrow(1, 2, starts:numel() - 1), long(x, { first:numel() + 1 }) }, 1) - starts
+end
+
 -- unique(x[, {sorted =, return_inverse =, return_counts =, dim =}]) -> values[, inverse][, counts]
 function S.unique(x, opts)
   opts = opts_of("unique", opts, { sorted = true, return_inverse = true, return_counts = true, dim = true })
@@ -400,19 +413,14 @@ function S.unique(x, opts)
   local flat = x:flatten()
   local s, perm = flat:sort(1)
   local n = s:numel()
-  local first = T.ones(n, { dtype = "bool", device = x.device })
-  if n > 1 then first:narrow(1, 2, n - 1):copy_(s:narrow(1, 2, n - 1):ne(s:narrow(1, 1, n - 1))) end
+  local first = run_starts(s)
   local values = s:masked_select(first)
   local r = { values }
   if opts.return_inverse then
     local group = first:long():cumsum(1)  -- 1-based group of each sorted element
     r[#r + 1] = T.zeros(n, { dtype = "int64", device = x.device }):scatter_(1, perm, group):view(x.shape)
   end
-  if opts.return_counts then
-    local starts = T.nonzero(first):view(-1)
-    local ends = T.cat({ starts:narrow(1, 2, math.max(starts:numel() - 1, 0)), long(x, { n + 1 }) }, 1)
-    r[#r + 1] = starts:numel() == 0 and starts or ends - starts
-  end
+  if opts.return_counts then r[#r + 1] = run_lengths(first, x) end
   return unpack(r)
 end
 -- unique along a dim: the distinct slices, in lexicographic order
@@ -448,7 +456,144 @@ function S.unique_dim(x, opts)
   return unpack(r)
 end
 
-local function_only = { randperm = true, triu_indices = true, tril_indices = true, meshgrid = true }
+
+-- linear algebra and reductions ------------------------------------------------------------------
+-- rot90(x[, k = 1[, dims = {1, 2}]]): k quarter turns from the first dim towards the second
+function S.rot90(x, k, dims)
+  k, dims = (k or 1) % 4, dims or { 1, 2 }
+  if #dims ~= 2 then fail("rot90: dims expected two dims, got " .. #dims) end
+  local a, b = dim0("rot90", x, dims[1]) + 1, dim0("rot90", x, dims[2]) + 1
+  if a == b then fail("rot90: dims expected two different dims, got " .. dims[1] .. " and " .. dims[2]) end
+  if k == 1 then return S.flip(x, b):transpose(a, b) end
+  if k == 2 then return S.flip(x, a, b) end
+  if k == 3 then return S.flip(x, a):transpose(a, b) end
+  return x:clone()
+end
+local function vectors(op, a, b)
+  check_tensor(op, 1, "self", a)
+  check_tensor(op, 2, "other", b)
+  if a:dim() ~= 1 or b:dim() ~= 1 then fail(string.format("%s: expected 1-D tensors, got %s and %s", op, describe(a), describe(b))) end
+end
+function S.outer(a, b)
+  vectors("outer", a, b)
+  return a:unsqueeze(2) * b:unsqueeze(1)
+end
+function S.dot(a, b)
+  vectors("dot", a, b)
+  if a.dtype ~= b.dtype then fail(string.format("dot: expected both vectors to have the same dtype, got %s and %s", a.dtype, b.dtype)) end
+  if a:numel() ~= b:numel() then
+    fail(string.format("dot: inconsistent tensor size, expected tensor [%d] and src [%d] to have the same number of elements", a:numel(), b:numel()))
+  end
+  return (a * b):sum()
+end
+-- beta * input + alpha * product (beta = 0: input is ignored, NaNs included, as PyTorch)
+local function scaled_sum(op, input, product, opts)
+  opts = opts_of(op, opts, { beta = true, alpha = true })
+  local beta, alpha = opts.beta or 1, opts.alpha or 1
+  if alpha ~= 1 then product = product * alpha end
+  if beta == 0 then return product + T.zeros_like(input) end
+  return (beta == 1 and input or input * beta) + product
+end
+function S.addmm(input, a, b, opts) return scaled_sum("addmm", input, T.mm(a, b), opts) end
+function S.addmv(input, m, v, opts)
+  if m:dim() ~= 2 or v:dim() ~= 1 then fail(string.format("addmv: expected a matrix and a vector, got %s and %s", describe(m), describe(v))) end
+  return scaled_sum("addmv", input, T.matmul(m, v), opts)
+end
+function S.baddbmm(input, a, b, opts) return scaled_sum("baddbmm", input, T.bmm(a, b), opts) end
+
+-- nansum / nanmean(x[, dim[, keepdim]]): NaNs count as absent
+function S.nansum(x, dim, keepdim)
+  local z = x:isnan():logical_not()
+  return T.where(z, x, 0):sum(dim, keepdim)
+end
+function S.nanmean(x, dim, keepdim)
+  if not (x.dtype:find("float") or x.dtype == "bfloat16") then fail("nanmean: expected a floating tensor, got " .. describe(x)) end
+  return S.nansum(x, dim, keepdim) / x:isnan():logical_not():sum(dim, keepdim):to(x.dtype)
+end
+-- kthvalue(x, k[, dim = -1[, keepdim]]) -> values, indices (1-based)
+function S.kthvalue(x, k, dim, keepdim)
+  dim = dim or -1
+  local d = dim0("kthvalue", x, dim) + 1
+  local n = x:dim() == 0 and 1 or x:size(d)
+  if type(k) ~= "number" or k < 1 or k > n then fail(string.format("kthvalue: k expected 1..%d, got %s", n, tostring(k))) end
+  local v, i = x:sort(d)
+  if x:dim() == 0 then return v, i end
+  v, i = v:narrow(d, k, 1), i:narrow(d, k, 1)
+  if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
+  return v, i
+end
+-- median(x[, dim[, keepdim]]): the lower median; NaN when a NaN is among the values (as torch)
+function S.median(x, dim, keepdim)
+  if dim == nil then
+    local f = x:flatten()
+    if f:numel() == 0 then fail("median: an empty tensor has no median") end
+    local v = S.kthvalue(f, math.floor((f:numel() - 1) / 2) + 1, 1)
+    return T.where(f:isnan():any(), f:sum() * (0 / 0), v)
+  end
+  local d = dim0("median", x, dim) + 1
+  local n = x:dim() == 0 and 1 or x:size(d)
+  local v, i = x:sort(d)  -- NaN sorts last: a line holding one has it at the end
+  if x:dim() > 0 then
+    local last_v, last_i = v:narrow(d, n, 1), i:narrow(d, n, 1)
+    local nan = last_v:isnan()
+    v = T.where(nan, last_v, v:narrow(d, math.floor((n - 1) / 2) + 1, 1))
+    i = T.where(nan, last_i, i:narrow(d, math.floor((n - 1) / 2) + 1, 1))
+    if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
+  end
+  return v, i
+end
+
+-- random -----------------------------------------------------------------------------------------
+local function bshape(a, b)
+  local r, n = {}, math.max(#a, #b)
+  for i = 1, n do
+    local p, q = a[#a - n + i] or 1, b[#b - n + i] or 1
+    if p ~= q and p ~= 1 and q ~= 1 then
+      fail(string.format("normal: mean {%s} and std {%s} cannot be broadcast", table.concat(a, ","), table.concat(b, ",")))
+    end
+    r[i] = p == 1 and q or p
+  end
+  return r
+end
+-- bernoulli(p): 1 with probability p (a tensor of probabilities in [0, 1]), else 0
+function S.bernoulli(p)
+  check_tensor("bernoulli", 1, "self", p)
+  if p:lt(0):logical_or(p:gt(1)):any():item() then fail("bernoulli: expected all probabilities in [0, 1]") end
+  return T.rand(p.shape, { dtype = p.dtype == "float64" and "float64" or "float32", device = p.device }):lt(p):to(p.dtype)
+end
+-- normal(mean, std[, size[, opts]]): mean and std tensors or numbers (numbers: size needed)
+function S.normal(mean, std, size, opts)
+  std = std or 1
+  if is_tensor(std) and std:lt(0):any():item() or (type(std) == "number" and std < 0) then
+    fail("normal: expected std >= 0")
+  end
+  local like = is_tensor(mean) and mean or (is_tensor(std) and std or nil)
+  local shape
+  if like then
+    shape = bshape(is_tensor(mean) and mean.shape or {}, is_tensor(std) and std.shape or {})
+  else
+    if size == nil then fail("normal: with numbers for mean and std, expected a size") end
+    shape = size
+  end
+  opts = opts_of("normal", opts, { dtype = true, device = true })
+  local dtype = opts.dtype or (like and like.dtype) or "float32"
+  if not (dtype:find("float") or dtype == "bfloat16") then fail("normal: expected a floating mean / std / dtype, got " .. dtype) end
+  return T.randn(shape, { dtype = dtype, device = opts.device or (like and like.device) or nil }) * std + mean
+end
+
+-- unique_consecutive(x[, {return_inverse =, return_counts =}]): runs of equal values (flattened)
+function S.unique_consecutive(x, opts)
+  opts = opts_of("unique_consecutive", opts, { return_inverse = true, return_counts = true })
+  local flat = x:flatten()
+  local n = flat:numel()
+  local first = run_starts(flat)
+  local r = { flat:masked_select(first) }
+  if opts.return_inverse then r[#r + 1] = first:long():cumsum(1):view(x.shape) end
+  if opts.return_counts then r[#r + 1] = run_lengths(first, x) end
+  return unpack(r)
+end
+
+local function_only = { randperm = true, triu_indices = true, tril_indices = true, meshgrid = true, normal = true }
 function S.bind(t, methods, ops)
   T = t
   where3, nonzero1, sort2, index_put_ = ops.where.fn, ops.nonzero.fn, ops.sort.fn, ops.index_put_.fn

@@ -178,6 +178,38 @@ do
     "torch.unique(x.t(), dim=1, return_counts=True)[1]", { x = xd })
 end
 
+-- ---- linear algebra, reductions, runs ----------------------------------------------------------------
+do
+  local x, v, w = rnd({ 3, 4 }, "float64"), rnd({ 4 }, "float64"), rnd({ 3 }, "float64")
+  local nan = T.tensor({ { 1, 0 / 0, 3 }, { 4, 5, 6 } }, { dtype = "float64" })
+  case("rot90", function() return x:rot90() end, "x.rot90()", { x = x })
+  case("rot90_k", function() return T.rot90(x, -1, { 2, 1 }) end, "torch.rot90(x, -1, (1, 0))", { x = x })
+  case("rot90_2", function() return T.rot90(x:view(3, 2, 2), 2, { 1, 3 }) end, "torch.rot90(x.view(3, 2, 2), 2, (0, 2))", { x = x })
+  case("outer", function() return T.outer(v, w) end, "torch.outer(v, w)", { v = v, w = w })
+  case("dot", function() return T.dot(v, v) end, "torch.dot(v, v)", { v = v })
+  case("addmm", function() return T.addmm(w:view(3, 1), x, x:t(), { beta = 0.5, alpha = 2 }) end,
+    "torch.addmm(w.view(3, 1), x, x.t(), beta=0.5, alpha=2)", { x = x, w = w })
+  case("addmm_beta0", function() return T.addmm(nan:narrow(1, 1, 1):narrow(2, 1, 3):expand(3, 3), x, x:t(), { beta = 0 }) end,
+    "torch.addmm(q[0:1, 0:3].expand(3, 3), x, x.t(), beta=0)", { x = x, q = nan })
+  case("addmv", function() return T.addmv(w, x, v) end, "torch.addmv(w, x, v)", { x = x, v = v, w = w })
+  case("baddbmm", function() return T.baddbmm(x:narrow(2, 1, 3), x:view(1, 3, 4), x:t():view(1, 4, 3), { alpha = -1 }) end,
+    "torch.baddbmm(x[:, 0:3], x.view(1, 3, 4), x.t().reshape(1, 4, 3), alpha=-1)", { x = x })
+  case("nansum", function() return T.nansum(nan, 2) end, "torch.nansum(q, 1)", { q = nan })
+  case("nanmean", function() return nan:nanmean() end, "q.nanmean()", { q = nan })
+  case("nanmean_dim", function() return T.nanmean(nan, 1, true) end, "torch.nanmean(q, 0, True)", { q = nan })
+  case("kthvalue", function() return T.stack({ T.kthvalue(x, 2, 2) }) end, "torch.stack([r.to(x.dtype) + (i == 1) for i, r in enumerate(torch.kthvalue(x, 2, 1))])", { x = x })
+  case("median", function() return x:median() end, "x.median()", { x = x })
+  case("median_nan", function() return nan:median() end, "q.median()", { q = nan })
+  case("median_dim", function() return (T.median(nan, 2, true)) end, "torch.median(q, 1, True)[0]", { q = nan })
+  case("median_dim_idx", function() return select(2, T.median(x, 1)) end, "torch.median(x, 0)[1] + 1", { x = x })
+  local r = L({ 1, 1, 2, 2, 2, 3, 1, 1 })
+  case("unique_consecutive", function() return T.unique_consecutive(r) end, "torch.unique_consecutive(r)", { r = r })
+  case("unique_consecutive_c", function() return select(3, T.unique_consecutive(r, { return_inverse = true, return_counts = true })) end,
+    "torch.unique_consecutive(r, return_counts=True)[1]", { r = r })
+  case("unique_consecutive_i", function() return select(2, T.unique_consecutive(r:view(2, 4), { return_inverse = true })) end,
+    "torch.unique_consecutive(r.view(2, 4), return_inverse=True)[1] + 1", { r = r })
+end
+
 local res, why = B:run()
 
 describe("indexing and data ops vs PyTorch", function()
@@ -190,6 +222,16 @@ describe("indexing and data ops vs PyTorch", function()
 end)
 
 describe("random data ops", function()
+  it("bernoulli and normal draw with the asked parameters and shapes", function()
+    local b = T.bernoulli(T.full({ 4000 }, 0.25, { dtype = "float64" }))
+    expect.eq(b.dtype, "float64")
+    expect.truthy(math.abs(b:mean():item() - 0.25) < 0.05, "bernoulli's mean near p")
+    local n = T.normal(T.full({ 4000 }, 3, { dtype = "float32" }), 2)
+    expect.truthy(math.abs(n:mean():item() - 3) < 0.2 and math.abs(n:std():item() - 2) < 0.2, "normal's moments")
+    expect.eq(T.normal(0, 1, { 2, 3 }).shape, { 2, 3 })
+    expect.errors(function() local _ = T.bernoulli(T.full({ 2 }, 1.5)) end, "bernoulli: ", "%[0, 1%]")
+    expect.errors(function() local _ = T.normal(T.zeros(2, { dtype = "int64" }), 1) end, "normal: ", "floating")
+  end)
   it("randperm is a permutation of 1..n; the *_like ops take x's shape, dtype and device", function()
     local p = T.randperm(50)
     expect.eq(p.dtype, "int64")

@@ -593,6 +593,123 @@ function S.unique_consecutive(x, opts)
   return unpack(r)
 end
 
+
+-- scans by doubling (Hillis-Steele): log2(n) steps of one op over x and x shifted by 2^k along
+-- the dim, so they are registry ops (differentiable, compiled) and need no kernel of their own
+local function shifted(x, k, s, fill)
+  local n = x:size(k)
+  local pad = T.full_like(x:narrow(k, 1, s), fill)
+  return T.cat({ pad, x:narrow(k, 1, n - s) }, k)
+end
+function S.cumprod(x, dim)
+  local k = dim0("cumprod", x, dim) + 1
+  if x:dim() == 0 then return x:clone() end
+  if x.dtype == "bool" or x.dtype == "int32" then x = x:long() end
+  local s = 1
+  while s < x:size(k) do
+    x = x * shifted(x, k, s, 1)
+    s = s * 2
+  end
+  return x
+end
+-- cummax / cummin(x, dim) -> values, indices (1-based: the last position of the extreme so far;
+-- a NaN wins from where it is, as in PyTorch)
+local function cumextreme(op, better)
+  return function(x, dim)
+    local k = dim0(op, x, dim) + 1
+    if x:dim() == 0 then return x:clone(), T.ones({}, { dtype = "int64", device = x.device }) end
+    local n = x:size(k)
+    local shape = {}
+    for j = 1, x:dim() do shape[j] = j == k and n or 1 end
+    local v, i = x, T.arange(1, n + 1, { dtype = "int64", device = x.device }):view(shape):expand(x.shape)
+    local s = 1
+    while s < n do
+      local sv, si = v:narrow(k, 1, n - s), i:narrow(k, 1, n - s)
+      local cur, ci = v:narrow(k, s + 1, n - s), i:narrow(k, s + 1, n - s)
+      local take = better(sv, cur)
+      if x.dtype:find("float") then take = take:logical_or(sv:isnan():logical_and(cur:isnan():logical_not())) end
+      v = T.cat({ v:narrow(k, 1, s), T.where(take, sv, cur) }, k)
+      i = T.cat({ i:narrow(k, 1, s), T.where(take, si, ci) }, k)
+      s = s * 2
+    end
+    return v, i
+  end
+end
+S.cummax = cumextreme("cummax", function(a, b) return a:gt(b) end)
+S.cummin = cumextreme("cummin", function(a, b) return a:lt(b) end)
+
+-- searchsorted(sorted, values[, {right = false}]): 1-based insertion positions (torch's + 1) along
+-- the last dim of sorted; bucketize(values, boundaries[, {right =}]) the same with 1-D boundaries
+function S.searchsorted(sorted, values, opts)
+  opts = opts_of("searchsorted", opts, { right = true, side = true })
+  local right = opts.right or opts.side == "right"
+  check_tensor("searchsorted", 1, "sorted_sequence", sorted)
+  if not is_tensor(values) then values = T.full({}, values, { dtype = sorted.dtype, device = sorted.device }) end
+  if sorted:dim() > 1 and sorted:dim() ~= values:dim() then
+    fail("searchsorted: sorted_sequence and values expected the same number of dims (or a 1-D sorted_sequence)")
+  end
+  local before = right and sorted:unsqueeze(-2):le(values:unsqueeze(-1)) or sorted:unsqueeze(-2):lt(values:unsqueeze(-1))
+  if sorted:dim() == 1 then before = right and sorted:le(values:unsqueeze(-1)) or sorted:lt(values:unsqueeze(-1)) end
+  return before:sum(-1) + 1
+end
+function S.bucketize(values, boundaries, opts)
+  if not is_tensor(boundaries) or boundaries:dim() ~= 1 then fail("bucketize: boundaries expected a 1-D tensor, got " .. describe(boundaries)) end
+  return S.searchsorted(boundaries, values, opts_of("bucketize", opts, { right = true }))
+end
+
+-- histc(x[, bins = 100[, min = 0[, max = 0]]]): counts of bins equal parts of [min, max] (the
+-- data's range when min == max); values outside are not counted
+function S.histc(x, bins, lo, hi)
+  bins, lo, hi = bins or 100, lo or 0, hi or 0
+  if not x.dtype:find("float") and x.dtype ~= "bfloat16" then fail("histc: expected a floating tensor, got " .. describe(x)) end
+  if bins <= 0 then fail("histc: bins must be > 0, got " .. bins) end
+  if lo == hi and x:numel() > 0 then lo, hi = x:min():item(), x:max():item() end
+  if lo == hi then lo, hi = lo - 1, hi + 1 end
+  if lo > hi then fail(string.format("histc: max must be larger than min, got %s and %s", tostring(lo), tostring(hi))) end
+  local f = x:flatten()
+  local inside = f:ge(lo):logical_and(f:le(hi))
+  local pos = ((f - lo) * bins / (hi - lo)):floor():long():clamp(0, bins - 1)
+  return T.zeros(bins, { dtype = x.dtype, device = x.device }):index_add(1, pos:masked_select(inside) + 1,
+    T.ones(inside:sum():item(), { dtype = x.dtype, device = x.device }))
+end
+
+-- quantile(x, q[, dim[, keepdim]]): linear interpolation between the sorted values; q a number
+-- or a 1-D tensor (its dim first in the result); NaN where a NaN is among the values
+function S.quantile(x, q, dim, keepdim)
+  if not x.dtype:find("float") then fail("quantile: expected a float or double tensor, got " .. describe(x)) end
+  local qt = is_tensor(q) and q or T.tensor(q, { dtype = x.dtype, device = x.device })
+  if qt:dim() > 1 then fail("quantile: q expected a number or a 1-D tensor, got " .. describe(q)) end
+  if qt:lt(0):logical_or(qt:gt(1)):any():item() then fail("quantile: q values must be in the range [0, 1]") end
+  local v = dim == nil and x:flatten() or x
+  local k = dim == nil and 1 or dim0("quantile", x, dim) + 1
+  if v:dim() == 0 then v = v:reshape(1) end
+  local n = v:size(k)
+  if n == 0 then fail("quantile: input tensor must be non-empty") end
+  local sorted = v:sort(k)
+  local pos = qt:reshape(-1):double() * (n - 1)
+  local lo, hi = pos:floor(), pos:ceil()
+  local a, b = sorted:index_select(k, lo:long() + 1), sorted:index_select(k, hi:long() + 1)
+  local shape = {}
+  for j = 1, sorted:dim() do shape[j] = j == k and pos:numel() or 1 end
+  local r = T.lerp(a, b, (pos - lo):to(x.dtype):view(shape))
+  local nan = sorted:narrow(k, n, 1):isnan()
+  r = T.where(nan, sorted:narrow(k, n, 1), r)
+  local perm = { k }  -- the q dim first, the others in order
+  for j = 1, r:dim() do if j ~= k then perm[#perm + 1] = j end end
+  r = r:permute(perm)
+  if keepdim then
+    if dim == nil then
+      local ones = {}
+      for j = 1, x:dim() do ones[j] = 1 end
+      r = r:reshape(pos:numel(), unpack(ones))
+    else
+      r = r:unsqueeze(k + 1)
+    end
+  end
+  if qt:dim() == 0 then r = r:squeeze(1) end
+  return r
+end
+
 local function_only = { randperm = true, triu_indices = true, tril_indices = true, meshgrid = true, normal = true }
 function S.bind(t, methods, ops)
   T = t

@@ -210,6 +210,37 @@ do
     "torch.unique_consecutive(r.view(2, 4), return_inverse=True)[1] + 1", { r = r })
 end
 
+-- ---- scans, positions, histograms, quantiles -------------------------------------------------------------
+do
+  local x = rnd({ 3, 5 }, "float64")
+  local xn = T.tensor({ { 1, 3, 0 / 0, 2, 5 }, { 2, 2, 1, 3, 3 } }, { dtype = "float64" })
+  local xi = L({ { 1, 3, 3, 0, 2 }, { -1, 2, 2, 2, 5 } })
+  case("cumprod", function() return x:cumprod(2) end, "x.cumprod(1)", { x = x })
+  case("cumprod_int", function() return T.cumprod(xi, 1) end, "torch.cumprod(x, 0)", { x = xi })
+  case("cumprod_bool", function() return T.cumprod(xi:gt(0), 2) end, "torch.cumprod(x > 0, 1)", { x = xi })
+  for _, f in ipairs({ "cummax", "cummin" }) do
+    case(f, function() return (x[f](x, 2)) end, "x." .. f .. "(1)[0]", { x = x })
+    case(f .. "_ties_idx", function() return select(2, xi[f](xi, 2)) end, "x." .. f .. "(1)[1] + 1", { x = xi })
+    case(f .. "_nan", function() return (xn[f](xn, 2)) end, "x." .. f .. "(1)[0]", { x = xn })
+    case(f .. "_nan_idx", function() return select(2, xn[f](xn, 2)) end, "x." .. f .. "(1)[1] + 1", { x = xn })
+  end
+  local sorted = T.tensor({ 1, 3, 3, 5, 7 }, { dtype = "float64" })
+  local vals = T.tensor({ { 0, 3, 8 }, { 5, 6, 1 } }, { dtype = "float64" })
+  case("searchsorted", function() return T.searchsorted(sorted, vals) end, "torch.searchsorted(s, v) + 1", { s = sorted, v = vals })
+  case("searchsorted_right", function() return T.searchsorted(sorted, vals, { right = true }) end,
+    "torch.searchsorted(s, v, right=True) + 1", { s = sorted, v = vals })
+  case("searchsorted_nd", function() return T.searchsorted(vals:sort(2), vals) end, "torch.searchsorted(v.sort(1)[0], v) + 1", { v = vals })
+  case("bucketize", function() return T.bucketize(vals, sorted) end, "torch.bucketize(v, s) + 1", { s = sorted, v = vals })
+  local h = rnd({ 200 }, "float32")
+  case("histc", function() return T.histc(h, 10) end, "torch.histc(h, 10)", { h = h })
+  case("histc_range", function() return h:histc(7, -1, 1) end, "h.histc(7, -1, 1)", { h = h })
+  case("quantile", function() return x:quantile(0.3) end, "x.quantile(0.3)", { x = x })
+  case("quantile_dim", function() return T.quantile(x, T.tensor({ 0.25, 0.5, 1 }, { dtype = "float64" }), 2, true) end,
+    "torch.quantile(x, torch.tensor([0.25, 0.5, 1], dtype=torch.float64), 1, True)", { x = x })
+  case("quantile_3d", function() return T.quantile(x:view(3, 5, 1), 0.7, 2) end, "torch.quantile(x.view(3, 5, 1), 0.7, 1)", { x = x })
+  case("quantile_nan", function() return T.quantile(xn, 0.5, 2) end, "torch.quantile(x, 0.5, 1)", { x = xn })
+end
+
 local res, why = B:run()
 
 describe("indexing and data ops vs PyTorch", function()

@@ -293,26 +293,6 @@ function S.scatter_(x, dim, index, src, opts)
 end
 function S.scatter(x, dim, index, src, opts) return S.scatter_(x:clone(), dim, index, src, opts) end
 
--- scatter_reduce(x, dim, index, src, reduce[, {include_self = true}]): "sum" and "mean"
-function S.scatter_reduce(x, dim, index, src, reduce, opts)
-  opts = opts_of("scatter_reduce", opts, { include_self = true })
-  local include = opts.include_self ~= false
-  local k = dim0("scatter_reduce", x, dim) + 1
-  if reduce ~= "sum" and reduce ~= "mean" then
-    fail(string.format("scatter_reduce: reduce \"%s\" is not implemented (implemented: sum, mean)", tostring(reduce)))
-  end
-  local base = include and x or S.scatter(x, dim, index, 0)
-  local total = base:scatter_add(k, index, src)
-  if reduce == "sum" then return total end
-  local ones = T.ones(index.shape, { dtype = x.dtype, device = x.device })
-  local count = T.full(x.shape, include and 1 or 0, { dtype = x.dtype, device = x.device }):scatter_add(k, index, ones)
-  count = count:clamp(1, nil)
-  if x.dtype == "int64" or x.dtype == "int32" then  -- floor division, as PyTorch's
-    return ((total - total:remainder(count)):double() / count:double()):to(x.dtype)
-  end
-  return total / count
-end
-
 -- positions and grids ------------------------------------------------------------------------
 local function tri_indices(op, upper)
   return function(row, col, offset, opts)
@@ -710,7 +690,8 @@ function S.quantile(x, q, dim, keepdim)
   return r
 end
 
-local function_only = { randperm = true, triu_indices = true, tril_indices = true, meshgrid = true, normal = true }
+local function_only = { randperm = true, triu_indices = true, tril_indices = true, meshgrid = true, normal = true,
+  where = true }  -- (x:where(cond, y) is torch's, with x the values: not T.where's order)
 function S.bind(t, methods, ops)
   T = t
   where3, nonzero1, sort2, index_put_ = ops.where.fn, ops.nonzero.fn, ops.sort.fn, ops.index_put_.fn

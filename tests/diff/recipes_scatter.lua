@@ -53,6 +53,14 @@ for _, name in ipairs({ "scatter_add", "scatter_add_" }) do
   end }
 end
 
+R.scatter_reduce = { gen = function(c)
+  local a, b, idx, d = operands(c, true)
+  local reduce = c.r:pick({ "sum", "prod", "mean", "amax", "amin" })
+  local inc = c.r:chance(0.5)
+  return function(I) return T.scatter_reduce(a(I), d, idx(I), b(I), reduce, { include_self = inc }) end,
+    ("a.scatter_reduce(%s, c - 1, b, %q, include_self=%s)"):format(pd(d), reduce, inc and "True" or "False")
+end }
+
 R.masked_select = { gen = function(c)
   local s = c:shape(0, 3)
   local a = c:tensor(s, c:dtype(ANY))

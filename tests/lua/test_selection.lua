@@ -4,7 +4,7 @@
 local T = require "crescent"
 local R = require "torch_ref"
 
-expect.covers("masked_select", "nonzero", "index", "index_put", "index_put_")
+expect.covers("masked_select", "nonzero", "index", "index_put", "index_put_", "scatter_reduce")
 
 T.manual_seed(7)
 math.randomseed(7)
@@ -139,7 +139,7 @@ do
     "x.scatter(1, torch.tensor([[3], [0], [1]]), 5)", { x = x })
   case("scatter_add_reduce", function() return x:scatter(1, L({ { 1, 1 }, { 1, 1 } }), ss, { reduce = "add" }) end,
     "x.scatter(0, torch.tensor([[0, 0], [0, 0]]), s, reduce='add')", { x = x, s = ss })
-  for _, red in ipairs({ "sum", "mean" }) do
+  for _, red in ipairs({ "sum", "mean", "prod", "amax", "amin" }) do
     for _, inc in ipairs({ true, false }) do
       case(string.format("scatter_reduce_%s_%s", red, tostring(inc)),
         function() return x:scatter_reduce(1, L({ { 1, 1 }, { 3, 1 } }), ss, red, { include_self = inc }) end,
@@ -150,6 +150,13 @@ do
   local xl = T.randint(-20, 20, { 3, 4 }, { dtype = "int64" })
   case("scatter_reduce_mean_int", function() return xl:scatter_reduce(1, L({ { 1, 1 }, { 3, 1 } }), xl:narrow(1, 1, 2):mul(3), "mean") end,
     "x.scatter_reduce(0, torch.tensor([[0, 0], [2, 0]]), x[0:2] * 3, 'mean')", { x = xl })
+  local xn = T.tensor({ { 1, 0 / 0 }, { 3, 4 } })
+  for _, red in ipairs({ "amax", "amin", "prod" }) do
+    case("scatter_reduce_nan_" .. red, function() return xn:scatter_reduce(1, L({ { 1, 1 }, { 1, 2 } }), xn:flip(2), red) end,
+      "x.scatter_reduce(0, torch.tensor([[0, 0], [0, 1]]), x.flip(1), '" .. red .. "')", { x = xn })
+    case("scatter_reduce_int_" .. red, function() return xl:scatter_reduce(2, L({ { 1, 1, 4 }, { 2, 2, 2 } }), xl:narrow(2, 1, 3), red, { include_self = false }) end,
+      "x.scatter_reduce(1, torch.tensor([[0, 0, 3], [1, 1, 1]]), x[:, 0:3], '" .. red .. "', include_self=False)", { x = xl })
+  end
   case("triu_indices", function() return T.triu_indices(4, 5, 1) end, "torch.triu_indices(4, 5, 1) + 1", {})
   case("tril_indices", function() return T.tril_indices(3, 3) end, "torch.tril_indices(3, 3) + 1", {})
   case("tril_indices_neg", function() return T.tril_indices(4, 3, -1) end, "torch.tril_indices(4, 3, -1) + 1", {})
@@ -299,6 +306,8 @@ describe("misuse", function()
     expect.errors(function() x[L({ 1 })] = T.ones(4) end, "index_put_: ", "dtypes match")  -- as torch's setitem
     expect.errors(function() return x.shap end, "tensor: ", "no field or method 'shap'")
     expect.errors(function() x.shape = 1 end, "tensor: ", "cannot set field 'shape'")
+    expect.errors(function() local _ = x:scatter_reduce(1, L({ { 1 } }), x, "max") end, "scatter_reduce: ", "\"amax\"")
+    expect.errors(function() local _ = x:scatter_reduce(1, L({ { 4 } }), x, "sum") end, "scatter_reduce: ", "index 4")
     expect.errors(function() local _ = T.bincount(L({ -1, 2 })) end, "bincount: ", "non%-negative")
     expect.errors(function() local _ = T.one_hot(L({ 0, 2 })) end, "one_hot: ", "1 or more")
     expect.errors(function() local _ = x:repeat_interleave(L({ 1, -1, 1 }), 1) end, "repeat_interleave: ", "negative")

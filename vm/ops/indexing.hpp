@@ -16,6 +16,8 @@ Tensor at_least_1d(const Tensor& t);
 // Whether a and b reach a common byte of one storage (their extents intersect).
 bool may_overlap(const Tensor& a, const Tensor& b);
 
+void register_scatter_reduce(Registry& r);  // vm/ops/scatter_reduce.cpp, with the selections
+
 // Unsigned word of the element size: elements are moved, never converted, so one instantiation
 // per size serves every dtype.
 template <class F> void visit_width(size_t bytes, F&& f) {

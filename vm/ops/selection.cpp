@@ -221,6 +221,7 @@ void register_selection(Registry& r) {
               run_index_put});
   r.add(OpDef{"index_put_", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index,
               kReturnsSelf | kNoFunction | kValueErrors, nullptr, run_index_put_});
+  register_scatter_reduce(r);
 }
 
 }  // namespace cr

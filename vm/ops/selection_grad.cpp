@@ -47,6 +47,37 @@ void masked_select_rule(Grad& g) {
   g.set(0, op("index_put", {full, cols, to_dtype(g.grad(), g.meta(0).dtype), true}));
 }
 
+// scatter_reduce(self, dim, index, src, reduce, {include_self}): sum, mean, amax / amin (the
+// gradient split evenly between the values equal to the result, as PyTorch's); n counts the
+// source values each position took
+void scatter_reduce_rule(Grad& g) {
+  const std::string reduce = g.arg().str(4);
+  if (reduce == "prod") fail("scatter_reduce: derivative not implemented for reduce = \"prod\"");
+  if (g.sizes(2) != g.sizes(3)) fail("scatter_reduce: derivative not implemented for a src larger than the index");
+  const bool include_self = g.arg().boolean_or(5, true);
+  const int d = g.arg().dim(1, g.ndim(0));
+  const Meta& m = g.meta(0);
+  const Var idx = g.in(2), src = g.in(3);
+  auto scatter_sum = [&](const Var& v) { return op("scatter_add", {zeros(m.sizes, m.dtype, m.device), d + 1, idx, v}); };
+  Var n = scatter_sum(op("ones_like", {src}));
+  Var hit = op("gt", {n, 0.0});
+  Var gr = g.grad();
+  if (reduce == "sum" || reduce == "mean") {
+    if (reduce == "mean") gr = gr / op("clamp", {include_self ? n + 1.0 : n, 1.0, nullptr});
+    if (g.needs(0)) g.set(0, include_self ? gr : where(hit, 0.0, gr));
+    if (g.needs(3)) g.set(3, op("gather", {gr, d + 1, idx}));
+    return;
+  }
+  const Var r = g.out(0);
+  const Var self_wins = include_self ? op("eq", {g.in(0), r}) : op("logical_not", {hit});
+  const Var src_wins = op("eq", {src, op("gather", {r, d + 1, idx})});
+  Var count = scatter_sum(to_dtype(src_wins, m.dtype));
+  if (include_self) count = count + to_dtype(self_wins, m.dtype);
+  Var share = gr / op("clamp", {count, 1.0, nullptr});
+  if (g.needs(0)) g.set(0, where(self_wins, include_self ? share : gr, 0.0));
+  if (g.needs(3)) g.set(3, where(src_wins, op("gather", {share, d + 1, idx}), 0.0));
+}
+
 }  // namespace
 
 void register_selection_derivatives(Registry& r) {
@@ -55,6 +86,7 @@ void register_selection_derivatives(Registry& r) {
     derivative(r, n, {.fn = index_put_rule, .saves_inputs = kIn1, .nondiff = kIn1});
   derivative(r, "masked_select", {.fn = masked_select_rule, .saves_inputs = kIn1, .nondiff = kIn1});
   derivative(r, "nonzero", {.not_differentiable = true});
+  derivative(r, "scatter_reduce", {.fn = scatter_reduce_rule, .saves_inputs = 1 | 4 | 8, .saves_outputs = 1, .nondiff = 4});
 }
 
 }  // namespace cr

@@ -92,6 +92,9 @@ end
 
 -- v with the indexed dims first (a view), and where their result dims go back (nil: in front)
 local function front(v, dims)
+  local leading = true
+  for j, d in ipairs(dims) do leading = leading and d == j - 1 end
+  if leading then return v, 0 end  -- already in front: v itself (an in-place write may need grad)
   local perm, seen = {}, {}
   for _, d in ipairs(dims) do perm[#perm + 1] = d + 1; seen[d] = true end
   for d = 0, v:dim() - 1 do

@@ -114,14 +114,16 @@ end
 
 R.index = { gen = function(c)
   local a, idx, py_idx = advanced(c, false)
-  return function(I) return T._ops.index.fn(a(I), list(I, idx)) end, ("a[%s]"):format(py_idx)
+  return function(I) return T.index(a(I), list(I, idx)) end, ("a[%s]"):format(py_idx)
 end }
 
 for _, name in ipairs({ "index_put", "index_put_" }) do
   R[name] = { gen = function(c)
     local acc = c.r:chance(0.5)
     local a, idx, py_idx, v, vname = advanced(c, true, acc)
-    return function(I) return T._ops[name].fn(a(I), list(I, idx), v(I), acc) end,
+    local call = function(I) return T.index_put(a(I), list(I, idx), v(I), acc) end
+    if name == "index_put_" then call = function(I) local x = a(I); return x:index_put_(list(I, idx), v(I), acc) end end
+    return call,
       ("a.%s(%s, %s, accumulate=%s)"):format(name, py_idx, vname, acc and "True" or "False"),
       name == "index_put_" and { inplace = a } or nil
   end }

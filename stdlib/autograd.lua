@@ -257,8 +257,8 @@ mt.__newindex = function(t, k, v)
     check(ag.set_grad(ctx, ptr(t), v and ptr(v) or nil))
   elseif k == "requires_grad" then
     methods.requires_grad_(t, v)
-  elseif type(k) ~= "number" then
-    fail(string.format("tensor: cannot set field '%s' (the writable fields are grad and requires_grad)", tostring(k)))
+  elseif type(k) == "string" then
+    fail(string.format("tensor: cannot set field '%s' (the writable fields are grad and requires_grad)", k))
   else
     return base_newindex(t, k, v)
   end

@@ -247,7 +247,7 @@ local function gen_source(name, op, info, params, opts)
   local rest = np > 0 and params[np].rest
   local argnames = {}
   for k = 1, np do argnames[k] = "a" .. k end
-  emit("local put, put_opts, OPTKEYS, ARGS, OUTS, api, ctx, finish, wrap, wrap_list, is_opts, collect_rest = ...")
+  emit("local put, put_opts, OPTKEYS, ARGS, OUTS, api, ctx, finish, wrap, wrap_list, is_opts, collect_rest, size_break = ...")
   if rest then
     emit("return function(...)")
     emit("  local nv = select('#', ...)")
@@ -293,6 +293,9 @@ local function gen_source(name, op, info, params, opts)
       table.concat(clear, "; "), nargs, name))
     nargs = nargs + #opts.list
   end
+  if bit.band(info.flags, 512) ~= 0 then  -- result sizes from the values: a graph break first
+    emit(string.format("  if ctx.capturing ~= 0 then size_break(%q) end", name))
+  end
   emit(string.format("  local n = api.call(ctx, %d, ARGS, %d, OUTS, %d)", op, nargs, OUTCAP))
   emit(string.format("  local buf = finish(n, %q)", name))
   local flags = info.flags
@@ -317,6 +320,13 @@ local function collect_rest(first, nv, ...)
   return t
 end
 
+-- Inside a compiled function an op whose result sizes come from the values (nonzero) ends the
+-- graph at the caller's line; the op then runs eagerly (vm/graph/recorder.cpp).
+local function size_break(name)
+  local rc = api.cap_need(ctx, nil, name .. ": the result size depends on the values", core.where())
+  if rc < 0 then core.raise(rc) end
+end
+
 M.ops = {}  -- name -> { fn =, info =, params =, opts =, source = }
 
 function M.build()
@@ -329,7 +339,7 @@ function M.build()
     if opts then for i, o in ipairs(opts.list) do optkeys[o.name] = { index = i - 1, type = o.type } end end
     local src = gen_source(name, op, info, params, opts)
     local chunk = assert(loadstring(src, "=[crescent] op " .. name))
-    local fn = chunk(put, put_opts, optkeys, ARGS, OUTS, api, ctx, finish, wrap, wrap_list, is_opts, collect_rest)
+    local fn = chunk(put, put_opts, optkeys, ARGS, OUTS, api, ctx, finish, wrap, wrap_list, is_opts, collect_rest, size_break)
     M.ops[name] = { fn = fn, kind = info.kind, flags = info.flags, params = params, opts = opts,
                     schema = schema, source = src,
                     method = bit.band(info.flags, 2) == 0, func = bit.band(info.flags, 4) == 0 }

@@ -11,6 +11,8 @@ for name, o in pairs(tensor.ops) do
   if o.func then T[name] = o.fn end
 end
 
+T.index = tensor.methods.index  -- (x:index's list form: crescent.indexing)
+
 -- dtype constants
 for _, d in pairs(core.dtypes) do T[d] = d end
 
@@ -113,6 +115,7 @@ T.F = require "crescent.functional"
 T.nn = require "crescent.nn"
 T.F.bind(T)
 T.nn.bind(T)
+require("crescent.surface").bind(T, tensor.methods, tensor.ops)  -- data ops made of registry ops
 
 -- autograd, training and mixed precision (API.md section 9)
 autograd.bind(T)

@@ -124,13 +124,10 @@ end
 local select_ = ops.select and ops.select.fn
 local copy_, fill_ = ops.copy_.fn, ops.fill_.fn
 
--- no silent nil: a key that is no field, method or supported index raises, naming what exists
+-- no silent nil: a string key that is no field or method raises, naming what exists (other keys:
+-- crescent.indexing)
 local suggest = require "crescent.suggest"
 local function unknown_key(k)
-  if type(k) ~= "string" then
-    fail(("tensor: cannot index with a %s (x[i] takes a number, as x:select(1, i); slices: x:narrow(dim, start, length), x:select(dim, i), x:index_select(dim, idx))")
-      :format(is_tensor(k) and "tensor" or type(k)))
-  end
   if ops[k] and ops[k].func then fail(("tensor: no method %q: T.%s is a function, not a method"):format(k, k)) end
   local hint, fields = suggest.hint(k, methods, props), {}
   for name in pairs(props) do fields[#fields + 1] = name end
@@ -139,16 +136,23 @@ local function unknown_key(k)
 end
 
 local mt = core.tensor_mt
+-- other keys: x[idx], x[mask], x[{entries}] and their assignments (crescent.indexing)
+local indexing = require "crescent.indexing"
+indexing.bind(ops)
+local index_get, index_set = indexing.get, indexing.set
+methods.index, methods.index_put_ = indexing.index, indexing.index_put_
+
 mt.__index = function(t, k)
   local m = methods[k]
   if m ~= nil then return m end
   if type(k) == "number" then return select_(t, 1, k) end
   local p = props[k]
   if p ~= nil then return p(t) end
-  return unknown_key(k)
+  if type(k) == "string" then return unknown_key(k) end
+  return index_get(t, k)
 end
 mt.__newindex = function(t, k, v)
-  if type(k) ~= "number" then fail(string.format("tensor: cannot set field '%s' (tensors have no writable fields)", tostring(k))) end
+  if type(k) ~= "number" then return index_set(t, k, v) end
   local slice = select_(t, 1, k)
   if type(v) == "number" or type(v) == "boolean" then fill_(slice, v) else copy_(slice, v) end
 end

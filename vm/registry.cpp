@@ -22,6 +22,7 @@ Registry::Registry() {
   register_views(*this);
   register_joins(*this);
   register_indexing(*this);
+  register_selection(*this);
   register_linalg(*this);
   register_sorting(*this);
   register_attention(*this);

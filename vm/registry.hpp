@@ -39,6 +39,7 @@ enum OpFlag : int32_t {
   kValueErrors = 64,  // may fail on tensor values (an index out of range), not only on metadata
   kBoolResult = 128,  // pointwise: a bool result whatever the compute dtype (isnan, eq, logical_and)
   kDeviceAware = 256, // runs on CUDA tensors itself (matmul: cuBLAS); others run on host copies
+  kDataSize = 512,    // result sizes depend on the values (nonzero): a graph break when compiled
 };
 
 struct Meta {
@@ -157,6 +158,7 @@ void register_reductions(Registry& r);
 void register_views(Registry& r);
 void register_joins(Registry& r);
 void register_indexing(Registry& r);
+void register_selection(Registry& r);  // masked_select, nonzero, index, index_put
 void register_linalg(Registry& r);
 void register_sorting(Registry& r);
 void register_attention(Registry& r);

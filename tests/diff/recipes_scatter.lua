@@ -1,4 +1,5 @@
--- Recipes of the scatter-add ops (index_add(_), scatter_add(_)) for the differential test
+-- Recipes of the scatter-add ops (index_add(_), scatter_add(_)) and of the selections
+-- (masked_select, nonzero, index, index_put(_)) for the differential test
 -- (tests/diff/recipes.lua builds the table; see there for what a recipe is).
 local T = require "crescent"
 local G = require "gen"
@@ -49,6 +50,82 @@ for _, name in ipairs({ "scatter_add", "scatter_add_" }) do
     local a, b, idx, d = operands(c, true)
     return function(I) local x = a(I); return x[name](x, d, idx(I), b(I)) end,
       ("a.%s(%s, c - 1, b)"):format(name, pd(d)), name == "scatter_add_" and { inplace = a } or nil
+  end }
+end
+
+R.scatter_reduce = { gen = function(c)
+  local a, b, idx, d = operands(c, true)
+  local reduce = c.r:pick({ "sum", "prod", "mean", "amax", "amin" })
+  local inc = c.r:chance(0.5)
+  return function(I) return T.scatter_reduce(a(I), d, idx(I), b(I), reduce, { include_self = inc }) end,
+    ("a.scatter_reduce(%s, c - 1, b, %q, include_self=%s)"):format(pd(d), reduce, inc and "True" or "False")
+end }
+
+R.masked_select = { gen = function(c)
+  local s = c:shape(0, 3)
+  local a = c:tensor(s, c:dtype(ANY))
+  local m = c:tensor(c:bshape(s, 0.05), "bool")
+  return function(I) return T.masked_select(a(I), m(I)) end, "torch.masked_select(a, b)"
+end }
+
+R.nonzero = { gen = function(c)
+  local a = c:tensor(c:shape(0, 3), c:dtype(ANY))
+  return function(I) return T.nonzero(a(I)) end, "torch.nonzero(a) + 1"
+end }
+
+-- self, k index tensors broadcasting together (in range but for a rare case), and for
+-- index_put values of the selection's shape (or one broadcasting to it) and their Python names
+local function bcast(x, y)
+  local r, n = {}, math.max(#x, #y)
+  for i = 1, n do
+    local p, q = x[#x - n + i] or 1, y[#y - n + i] or 1
+    r[i] = p == 1 and q or p
+  end
+  return r
+end
+-- (put: accumulate, or one position: torch leaves which of repeated positions' values lands open)
+local function advanced(c, put, acc)
+  local s = c:shape(1, 3, { nonzero = c.r:chance(0.95) })
+  local dt = c:dtype(c.r:chance(0.7) and FLOAT or ANY)
+  local a = c:tensor(s, dt)
+  local k = c.r:int(1, math.min(#s, 2))
+  local is = (put and not acc) and {} or c:shape(0, 2)
+  local idx, names, b = {}, {}, {}
+  for j = 1, k do
+    local bad = c.r:chance(0.03)
+    local js = (j == 1 or #is == 0) and is or c:bshape(is)
+    b = bcast(b, js)
+    idx[j] = c:tensor(js, "int64", { lo = 1, hi = math.max(s[j], 1) + (bad and 1 or 0) })
+    names[j] = string.char(97 + j) .. " - 1"
+  end
+  local py_idx = "(" .. table.concat(names, ", ") .. ",)"
+  if not put then return a, idx, py_idx end
+  local vs = b
+  for j = k + 1, #s do vs[#vs + 1] = s[j] end
+  local form = c.r:weighted({ { "full", 5 }, { "suffix", 3 }, { "scalar", 2 } })
+  if form == "scalar" then vs = {} elseif form == "suffix" then table.remove(vs, 1) end
+  return a, idx, py_idx, c:tensor(vs, c.r:chance(0.97) and dt or c:dtype(ANY)), string.char(98 + k)
+end
+local function list(I, idx)
+  local l = {}
+  for j, t in ipairs(idx) do l[j] = t(I) end
+  return l
+end
+
+R.index = { gen = function(c)
+  local a, idx, py_idx = advanced(c, false)
+  return function(I) return T.index(a(I), list(I, idx)) end, ("a[%s]"):format(py_idx)
+end }
+
+for _, name in ipairs({ "index_put", "index_put_" }) do
+  R[name] = { gen = function(c)
+    local acc = c.r:chance(0.5)
+    local a, idx, py_idx, v, vname = advanced(c, true, acc)
+    local call = function(I) return T.index_put(a(I), list(I, idx), v(I), acc) end
+    if name == "index_put_" then call = function(I) local x = a(I); return x:index_put_(list(I, idx), v(I), acc) end end
+    return call,
+      ("a.%s(%s, %s, accumulate=%s)"):format(name, py_idx, vname, acc and "True" or "False"),
+      name == "index_put_" and { inplace = a } or nil
   end }
 end
 end

@@ -131,6 +131,28 @@ case("index_add", function(x, s) return T.index_add(x, 2, idx({ 3, 3 }), s) end,
 case("index_add", function(x, s) return x:index_add(1, idx({ 1 }), s) end, R(), R())
 case("index_add_", function(x, s) local z = x * 1; return z:index_add_(2, idx({ 1, 1 }), s) end, R(2, 3), R(2, 2))
 case("scatter_add", function(x, s) return x:scatter_add(1, idx({ { 1, 3 }, { 1, 1 } }), s) end, R(3, 2), R(2, 2))
+case("index", function(x) return T._ops.index.fn(x, { idx({ 2, 1, 2 }), idx({ { 3 }, { 1 } }) }) end, R(2, 3, 2))
+case("index", function(x) return x[idx({ 2, 2 })] end, nc(2, 3))
+case("index", function(x) return x:index({ T.all, idx({ 3, 1 }), idx({ 1, 1 }) }) end, R(2, 3, 2))
+for _, n in ipairs({ "index_put", "index_put_" }) do
+  for _, acc in ipairs({ false, true }) do
+    case(n, function(x, v)
+      local z = n == "index_put" and x or x * 1
+      -- (repeated positions only accumulating: written over, which value lands is unspecified)
+      return T._ops[n].fn(z, { idx({ 2, 1, 2 }), idx({ 1, 3, acc and 1 or 3 }) }, v, acc)
+    end, R(2, 3), R(3))
+  end
+end
+case("index_put", function(x, v) return T._ops.index_put.fn(x, { idx({ 2 }) }, v) end, R(3, 2), R(2))
+case("masked_select", function(x) return x:masked_select(T.tensor({ { true, false, true } })) end, R(2, 3))
+case("masked_select", function(x) return x[T.tensor({ { true, false }, { false, true } })] end, nc(2, 2))
+case("masked_select", function(x) return x:masked_select(T.tensor({ true, false })) end, R())
+for _, red in ipairs({ "sum", "mean", "amax", "amin" }) do
+  for _, inc in ipairs({ true, false }) do
+    case("scatter_reduce", function(x, s) return x:scatter_reduce(1, idx({ { 1, 3 }, { 1, 1 } }), s, red, { include_self = inc }) end,
+      R(3, 2), R(2, 2))
+  end
+end
 case("scatter_add", function(x, s) return x:scatter_add(2, idx({ { 2 }, { 2 } }), s) end, R(2, 3), nc(2, 3))
 case("scatter_add_", function(x, s) local z = x * 1; return z:scatter_add_(1, idx({ 2, 2 }), s) end, R(3), R(2))
 case("attention", function(q, k, v) return T.attention(q, k, v) end, R(2, 3, 4), R(2, 5, 4), R(2, 5, 3))

@@ -332,6 +332,13 @@ def sub_(x, b, o=None):
     return x.sub_(b, alpha=o["alpha"]) if o and "alpha" in o else x.sub_(b)
 
 
+def index(x, i):
+    """x[i] (a number: select along dim 1) or the registry's index (a list of index tensors)."""
+    if isinstance(i, (int, float)):
+        return x.select(0, pi(i))
+    return x[tuple(t - 1 for t in i)]
+
+
 OPS = {
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log,
     "log2": torch.log2, "log1p": torch.log1p, "expm1": torch.expm1, "sqrt": torch.sqrt,
@@ -367,7 +374,7 @@ OPS = {
     "transpose": lambda x, a, b: x.transpose(pd(a), pd(b)), "t": lambda x: x.t(),
     "permute": lambda x, *p: x.permute(pd(sizes(list(p))[0])),
     "narrow": lambda x, d, s, n: torch.narrow(x, pd(d), pi(s), n),
-    "select": lambda x, d, i: x.select(pd(d), pi(i)), "index": lambda x, i: x.select(0, pi(i)),
+    "select": lambda x, d, i: x.select(pd(d), pi(i)), "index": index,
     "slice": lambda x, d, a=None, b=None, s=None: lslice(x, pd(d), a, b, s),
     "unsqueeze": lambda x, d: x.unsqueeze(pd(d)), "squeeze": squeeze,
     "expand": lambda x, *s: x.expand(tuple(sizes(list(s))[0])), "view": lambda x, *s: x.view(tuple(sizes(list(s))[0])),
@@ -386,6 +393,12 @@ OPS = {
     "index_add_": lambda x, d, i, s, o=None: x.index_add_(pd(d), i - 1, s, alpha=(o or {}).get("alpha", 1)),
     "scatter_add": lambda x, d, i, s: torch.scatter_add(x, pd(d), i - 1, s),
     "scatter_add_": lambda x, d, i, s: x.scatter_add_(pd(d), i - 1, s),
+    "scatter_reduce": lambda x, d, i, s, r, o=None: torch.scatter_reduce(
+        x, pd(d), i - 1, s, r, include_self=(o or {}).get("include_self", True)),
+    "masked_select": torch.masked_select,
+    "nonzero": lambda x: torch.nonzero(x) + 1,
+    "index_put": lambda x, l, v, acc=None: torch.index_put(x, tuple(i - 1 for i in l), v, accumulate=bool(acc)),
+    "index_put_": lambda x, l, v, acc=None: x.index_put_(tuple(i - 1 for i in l), v, accumulate=bool(acc)),
     "matmul": torch.matmul, "mm": torch.mm, "bmm": torch.bmm, "linear": F.linear,
     "tril": lambda x, k=0: torch.tril(x, k), "triu": lambda x, k=0: torch.triu(x, k),
     "zeros": creation(torch.zeros), "ones": creation(torch.ones), "empty": creation(torch.empty),

@@ -97,9 +97,15 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
     outs = dispatch(ctx_, op, args, nargs);
     return;
   }
+  const OpDef& def = Registry::get().ops()[size_t(op)];
+  if (def.flags & kDataSize) {  // never recorded: a replay would assume the recorded sizes
+    if (s.ops > 0) graph_break(cat(def.name, ": the result size depends on the values"), def.name, nullptr);
+    for (cr_tensor* t : tensor_args(args, nargs)) ensure_real(ctx_, t);
+    outs = dispatch(ctx_, op, args, nargs);
+    return;
+  }
   int32_t first_new = s.next_vid;
   encode(ctx_, s, op, args, nargs);
-  const OpDef& def = Registry::get().ops()[size_t(op)];
   if (!s.recording) {
     pending_reason_.clear();
     if (replay(op, args, nargs, outs)) return;

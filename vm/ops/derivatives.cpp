@@ -15,6 +15,7 @@ void register_derivatives(Registry& r) {
   register_view_derivatives(r);
   register_linalg_derivatives(r);
   register_indexing_derivatives(r);
+  register_selection_derivatives(r);
   register_attention_derivatives(r);
   register_conv_derivatives(r);
 }

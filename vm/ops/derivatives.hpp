@@ -8,6 +8,7 @@ void register_reduction_derivatives(Registry& r);
 void register_view_derivatives(Registry& r);
 void register_linalg_derivatives(Registry& r);
 void register_indexing_derivatives(Registry& r);
+void register_selection_derivatives(Registry& r);
 void register_attention_derivatives(Registry& r);
 void register_conv_derivatives(Registry& r);
 }  // namespace cr

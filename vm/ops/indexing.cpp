@@ -10,10 +10,10 @@
 #include "vm/cuda/memory.hpp"
 #include "vm/devices.hpp"
 #include "vm/kernels/cuda/scatter.hpp"
+#include "vm/ops/indexing.hpp"
 #include "vm/ops/operands.hpp"
 
 namespace cr {
-namespace {
 
 // The index argument as a contiguous int64 tensor (the caller's tensor itself when it is one).
 Tensor index_arg(const OpCall& c, int i) {
@@ -41,16 +41,20 @@ void check_range(const Tensor& idx, int64_t n, const std::string& what) {
 // A rank >= 1 header over t: 0-d tensors act as 1-element vectors, as in PyTorch.
 Tensor at_least_1d(const Tensor& t) { return t.dim() ? t : Tensor::view_of(t, {1}, {1}, t.offset()); }
 
-// Unsigned word of the element size: elements are moved, never converted, so one instantiation
-// per size serves every dtype.
-template <class F> void visit_width(size_t bytes, F&& f) {
-  switch (bytes) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    default: return f(uint64_t{});
-  }
+// Whether a and b reach a common byte of one storage (their extents intersect).
+bool may_overlap(const Tensor& a, const Tensor& b) {
+  if (a.storage() != b.storage() || a.numel() == 0 || b.numel() == 0) return false;
+  auto extent = [](const Tensor& t) {
+    int64_t lo = t.offset(), hi = t.offset();
+    for (int k = 0; k < t.dim(); ++k) (t.stride(k) < 0 ? lo : hi) += (t.size(k) - 1) * t.stride(k);
+    return std::pair<int64_t, int64_t>{lo * int64_t(t.itemsize()), (hi + 1) * int64_t(t.itemsize())};
+  };
+  const auto [alo, ahi] = extent(a);
+  const auto [blo, bhi] = extent(b);
+  return alo < bhi && blo < ahi;
 }
+
+namespace {
 
 // out[c] = x[c with c[d] := index[c] - 1] over out's coordinates c. out is contiguous, index is
 // int64 with out's shape (stride 0 where it is broadcast), and its values are already checked.
@@ -303,19 +307,6 @@ Scatter prepare_scatter_add(const OpCall& c) {
 std::vector<Meta> infer_scatter(const Scatter& s) { return {{s.self.sizes(), s.self.dtype(), s.self.device()}}; }
 std::vector<Meta> infer_index_add(OpCall& c) { return infer_scatter(prepare_index_add(c)); }
 std::vector<Meta> infer_scatter_add(OpCall& c) { return infer_scatter(prepare_scatter_add(c)); }
-
-// Whether a and b reach a common byte of one storage (their extents intersect).
-bool may_overlap(const Tensor& a, const Tensor& b) {
-  if (a.storage() != b.storage() || a.numel() == 0 || b.numel() == 0) return false;
-  auto extent = [](const Tensor& t) {
-    int64_t lo = t.offset(), hi = t.offset();
-    for (int k = 0; k < t.dim(); ++k) (t.stride(k) < 0 ? lo : hi) += (t.size(k) - 1) * t.stride(k);
-    return std::pair<int64_t, int64_t>{lo * int64_t(t.itemsize()), (hi + 1) * int64_t(t.itemsize())};
-  };
-  const auto [alo, ahi] = extent(a);
-  const auto [blo, bhi] = extent(b);
-  return alo < bhi && blo < ahi;
-}
 
 // out = self + the scattered source: out is a new contiguous tensor, or self itself (in place).
 void scatter_add_into(const OpCall& c, const Tensor& out, const Scatter& s, bool in_place) {

@@ -16,6 +16,8 @@ FO.EXCLUDED = {
   mm = "needs 2-d operands and bmm 3-d ones: the matmul statement makes 1- to 3-d ones (matmul reaches both kernels)",
   bmm = "needs 3-d operands: the matmul statement makes 1- to 3-d ones (matmul reaches its kernel)",
   linear = "its weight is (out, in): the matmul statement makes matmul's (in, out) right operand",
+  index = "needs index tensors within each dim's size (x:index's one-tensor form is index_select): "
+    .. "test_selection.lua compares it with PyTorch, compiled too",
   gather = "needs an index tensor of the input's rank within its sizes: no generator yet",
   embedding = "needs an int64 index tensor within the weight's rows: no generator yet",
   attention = "needs query, key and value of matching head sizes: no generator yet",
@@ -52,6 +54,9 @@ FO.MISC = {
   "A:gt(0.5):any(D):float()", "A:lt(1):all(D, true):double()", "A:ne(0):all():float()",
   "A:index_add(D, T.tensor({1, 1}DEV_ARG), A:index_select(D, T.tensor({1, 1}DEV_ARG)) * 0.5)",
   "A:scatter_add(D, A:argmax(D, true), A)",
+  "A:masked_select(A:gt(0))", "A:scatter_reduce(D, A:argmin(D, true), A, \"amax\", {include_self = false})", "T.nonzero(A:gt(0.5)):float()",
+  "A:flatten():index_put({A:flatten():argmax(1, true)}, A:flatten():narrow(1, 1, 1), true)",
+  "A:flatten():clone():index_put_({A:flatten():argmin(1, true)}, A:amax())",
 }
 
 -- ---- probes -----------------------------------------------------------------------------------

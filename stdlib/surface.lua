@@ -1,0 +1,707 @@
+-- crescent.surface: PyTorch's data ops that are compositions of registry ops (API.md section
+-- 10): each is T.op and x:op, differentiable, compiled and run on CUDA through the ops it is
+-- made of (as PyTorch's CompositeImplicitAutograd ops). Index-valued inputs and results are
+-- 1-based; data-dependent sizes (unique, bincount, one_hot without num_classes) break graphs.
+local core = require "crescent.core"
+local indexing = require "crescent.indexing"
+local fail, is_tensor, is_opts = core.fail, core.is_tensor, require("crescent.binding").is_opts
+local unpack = unpack or table.unpack
+
+local S = {}  -- name -> function(x, ...), bound as T.name and x:name
+local T
+
+local function describe(v)
+  if is_tensor(v) then return v.dtype .. " tensor of shape " .. v:_shape_str() end
+  return type(v)
+end
+local function check_tensor(op, i, name, v)
+  if not is_tensor(v) then fail(string.format("%s: argument %d (%s) expected a tensor, got %s", op, i, name, describe(v))) end
+end
+local function opts_of(op, opts, allowed)
+  if opts == nil then return {} end
+  if not is_opts(opts) then fail(string.format("%s: options expected a table, got %s", op, describe(opts))) end
+  for k in pairs(opts) do
+    if not allowed[k] then fail(string.format("%s: unknown option '%s'", op, tostring(k))) end
+  end
+  return opts
+end
+local function dim0(op, x, d) return x._norm_dim(op, d, x:dim()) end  -- 0-based
+local function sizes_of(...)
+  local a = ...
+  if type(a) == "table" and not is_tensor(a) then return a end
+  return { ... }
+end
+local function long(x, values) return T.tensor(values, { dtype = "int64", device = x and x.device or nil }) end
+
+-- where / nonzero / sort ----------------------------------------------------------------------
+local where3, index_put_, nonzero1, sort2
+function S.where(cond, a, b)
+  if a == nil and b == nil then
+    check_tensor("where", 1, "condition", cond)
+    return indexing.columns(nonzero1(cond))
+  end
+  return where3(cond, a, b)
+end
+function S.nonzero(x, opts)
+  opts = opts_of("nonzero", opts, { as_tuple = true })
+  local nz = nonzero1(x)
+  if opts.as_tuple then return indexing.columns(nz) end
+  return nz
+end
+
+-- sort(x[, dim[, descending | {descending =}]]) and sort(x, {dim =, descending =})
+function S.sort(x, dim, desc)
+  if is_opts(dim) then dim, desc = dim.dim, dim.descending
+  elseif is_opts(desc) then desc = opts_of("sort", desc, { descending = true, stable = true }).descending end
+  return sort2(x, dim, desc)
+end
+function S.argsort(x, dim, desc)
+  local _, i = S.sort(x, dim, desc)
+  return i
+end
+
+-- reordering ---------------------------------------------------------------------------------
+function S.flip(x, ...)
+  local dims = sizes_of(...)
+  for _, d in ipairs(dims) do
+    local k = dim0("flip", x, d) + 1
+    local n = x:dim() == 0 and 1 or x:size(k)
+    if n > 1 then x = x:index_select(k, T.arange(n, 0, -1, { dtype = "int64", device = x.device })) end
+  end
+  return x
+end
+
+-- roll(x, shifts[, dims]): without dims, over the flattened tensor
+function S.roll(x, shifts, dims)
+  if dims == nil then
+    if type(shifts) == "table" and #shifts ~= 1 then fail("roll: shifts expected one number when dims is not given") end
+    return S.roll(x:flatten(), shifts, 1):view(x.shape)
+  end
+  shifts = type(shifts) == "table" and shifts or { shifts }
+  dims = type(dims) == "table" and dims or { dims }
+  if #shifts ~= #dims then
+    fail(string.format("roll: shifts (%d) and dims (%d) expected the same length", #shifts, #dims))
+  end
+  for j, d in ipairs(dims) do
+    local k = dim0("roll", x, d) + 1
+    local n = x:size(k)
+    local s = n > 0 and shifts[j] % n or 0
+    if s ~= 0 then x = T.cat({ x:narrow(k, n - s + 1, s), x:narrow(k, 1, n - s) }, k) end
+  end
+  return x
+end
+
+-- tile(x, reps...): reps padded with leading 1s; x["repeat"] requires as many reps as dims
+function S.tile(x, ...)
+  local reps = sizes_of(...)
+  local nd = math.max(#reps, x:dim())
+  local shape, big, final = {}, {}, {}
+  for j = 1, nd do
+    local r = reps[#reps - nd + j] or 1
+    local s = x.shape[x:dim() - nd + j] or 1
+    if type(r) ~= "number" or r < 0 or r ~= math.floor(r) then
+      fail("tile: repetitions expected non-negative integers, got " .. tostring(r))
+    end
+    shape[#shape + 1] = 1; shape[#shape + 1] = s
+    big[#big + 1] = r; big[#big + 1] = s
+    final[j] = r * s
+  end
+  return x:reshape(shape):expand(big):reshape(final)
+end
+S["repeat"] = function(x, ...)
+  local reps = sizes_of(...)
+  if #reps < x:dim() then
+    fail(string.format("repeat: the number of repetitions (%d) can not be smaller than the number of dims (%d)", #reps, x:dim()))
+  end
+  return S.tile(x, reps)
+end
+
+-- repeat_interleave(x, repeats[, dim]): repeats a number or a 1-D tensor of counts
+function S.repeat_interleave(x, repeats, dim)
+  if dim == nil then x, dim = x:flatten(), 1 end
+  local k = dim0("repeat_interleave", x, dim) + 1
+  if type(repeats) == "number" then
+    if repeats < 0 or repeats ~= math.floor(repeats) then fail("repeat_interleave: repeats must be non-negative, got " .. repeats) end
+    local big = x.shape
+    table.insert(big, k + 1, repeats)
+    local final = x.shape
+    final[k] = final[k] * repeats
+    return x:unsqueeze(k + 1):expand(big):reshape(final)
+  end
+  check_tensor("repeat_interleave", 2, "repeats", repeats)
+  local counts = repeats:dim() == 0 and {} or repeats:totable()
+  if repeats:dim() == 0 then for j = 1, x:size(k) do counts[j] = repeats:item() end end
+  if #counts ~= x:size(k) then
+    fail(string.format("repeat_interleave: repeats must have the same size as input along dim, got %d and %d", #counts, x:size(k)))
+  end
+  local idx = {}
+  for j, c in ipairs(counts) do
+    if c < 0 then fail("repeat_interleave: repeats can not be negative, got " .. c) end
+    for _ = 1, c do idx[#idx + 1] = j end
+  end
+  return x:index_select(k, T.tensor(idx, { dtype = "int64", device = x.device }):reshape(#idx))
+end
+
+-- creation like x ------------------------------------------------------------------------------
+local function like_opts(op, x, opts)
+  check_tensor(op, 1, "self", x)
+  opts = opts_of(op, opts, { dtype = true, device = true })
+  return { dtype = opts.dtype or x.dtype, device = opts.device or x.device }
+end
+function S.full_like(x, v, opts) return T.full(x.shape, v, like_opts("full_like", x, opts)) end
+function S.rand_like(x, opts) return T.rand(x.shape, like_opts("rand_like", x, opts)) end
+function S.randn_like(x, opts) return T.randn(x.shape, like_opts("randn_like", x, opts)) end
+-- randint_like(x, [low,] high[, opts])
+function S.randint_like(x, low, high, opts)
+  if high == nil or type(high) == "table" then low, high, opts = 0, low, high end
+  return T.randint(low, high, x.shape, like_opts("randint_like", x, opts))
+end
+-- randperm(n[, opts]): a random permutation of 1..n (1-based: it is an index)
+function S.randperm(n, opts)
+  if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then fail("randperm: n expected a non-negative integer, got " .. tostring(n)) end
+  opts = opts_of("randperm", opts, { dtype = true, device = true })
+  local _, i = T.rand(n, { device = opts.device }):sort(1)
+  return opts.dtype and i:to(opts.dtype) or i
+end
+
+-- comparison ---------------------------------------------------------------------------------
+function S.isclose(a, b, opts)
+  opts = opts_of("isclose", opts, { rtol = true, atol = true, equal_nan = true })
+  local rtol, atol = opts.rtol or 1e-05, opts.atol or 1e-08
+  if is_tensor(a) and is_tensor(b) and a.dtype ~= b.dtype then
+    fail(string.format("isclose: expected a and b to have the same dtype, got %s and %s", a.dtype, b.dtype))
+  end
+  local close = a:eq(b)
+  if a.dtype ~= "bool" then
+    local fa = (a.dtype == "int64" or a.dtype == "int32") and a:double() or a
+    local fb = is_tensor(b) and b:to(fa.dtype) or b
+    local tol = is_tensor(fb) and fb:abs() * rtol + atol or math.abs(fb) * rtol + atol
+    local finite = fa:isinf():logical_or(is_tensor(fb) and fb:isinf() or math.abs(fb) == math.huge):logical_not()
+    close = close:logical_or((fa - fb):abs():le(tol):logical_and(finite))
+    if opts.equal_nan then close = close:logical_or(fa:isnan():logical_and(is_tensor(fb) and fb:isnan() or fb ~= fb)) end
+  end
+  return close
+end
+function S.allclose(a, b, opts) return S.isclose(a, b, opts):all():item() end
+function S.equal(a, b)
+  check_tensor("equal", 1, "self", a)
+  check_tensor("equal", 2, "other", b)
+  if a:dim() ~= b:dim() then return false end
+  for j = 1, a:dim() do if a:size(j) ~= b:size(j) then return false end end
+  return a:eq(b):all():item()
+end
+S.clip = function(x, lo, hi) return x:clamp(lo, hi) end
+S.clip_ = function(x, lo, hi) return x:clamp_(lo, hi) end
+
+-- diff(x[, n = 1[, dim = -1[, {prepend =, append =}]]])
+function S.diff(x, n, dim, opts)
+  if is_opts(n) then n, opts = nil, n elseif is_opts(dim) then dim, opts = nil, dim end
+  opts = opts_of("diff", opts, { prepend = true, append = true })
+  n, dim = n or 1, dim or -1
+  local k = dim0("diff", x, dim) + 1
+  if opts.prepend or opts.append then
+    local parts = {}
+    for _, t in ipairs({ opts.prepend or false, x, opts.append or false }) do
+      if t then parts[#parts + 1] = t end
+    end
+    x = T.cat(parts, k)
+  end
+  for _ = 1, n do
+    local len = x:size(k)
+    if len == 0 then break end
+    local a, b = x:narrow(k, 2, len - 1), x:narrow(k, 1, len - 1)
+    x = x.dtype == "bool" and a:logical_xor(b) or a - b
+  end
+  return x
+end
+
+-- index inputs -------------------------------------------------------------------------------
+-- take_along_dim(x, index[, dim]): gather with x and index broadcast off dim
+function S.take_along_dim(x, index, dim)
+  if dim == nil then return x:flatten():gather(1, index:flatten()) end
+  local k = dim0("take_along_dim", x, dim) + 1
+  if x:dim() ~= index:dim() then fail("take_along_dim: input and indices should have the same number of dimensions") end
+  local xs, is = x.shape, index.shape
+  for j = 1, x:dim() do
+    if j ~= k then
+      local s = math.max(xs[j], is[j])
+      if (xs[j] ~= s and xs[j] ~= 1) or (is[j] ~= s and is[j] ~= 1) then
+        fail(string.format("take_along_dim: shapes {%s} and {%s} cannot be broadcast off dim %d", table.concat(xs, ","), table.concat(is, ","), k))
+      end
+      xs[j], is[j] = s, s
+    end
+  end
+  return x:expand(xs):gather(k, index:expand(is))
+end
+
+-- the x:index entries selecting positions index (a 1-D tensor) along dim k
+local function along(x, k, index)
+  if not is_tensor(index) or index:dim() > 1 or (index.dtype ~= "int64" and index.dtype ~= "int32") then
+    fail("index expected a 0-d or 1-D int64 tensor, got " .. describe(index))
+  end
+  local e = {}
+  for j = 1, k - 1 do e[j] = T.all end
+  e[k] = index:reshape(-1)
+  return e
+end
+function S.index_copy_(x, dim, index, src)
+  local k = dim0("index_copy_", x, dim) + 1
+  if src.dtype ~= x.dtype then fail(string.format("index_copy_: source expected self's dtype %s, got %s", x.dtype, describe(src))) end
+  return indexing.index_put_(x, along(x, k, index), x:dim() == 0 and src:reshape(1) or src)
+end
+function S.index_copy(x, dim, index, src) return S.index_copy_(x:clone(), dim, index, src) end
+function S.index_fill_(x, dim, index, value)
+  local k = dim0("index_fill_", x, dim) + 1
+  return indexing.index_put_(x, along(x, k, index), is_tensor(value) and value:to(x.dtype) or value)
+end
+function S.index_fill(x, dim, index, value) return S.index_fill_(x:clone(), dim, index, value) end
+
+-- scatter(x, dim, index, src | value[, {reduce = "add" | "multiply"}]): x[.., index[i], ..] = src[i]
+local function coords(op, x, k, index)
+  if index:dim() ~= math.max(x:dim(), 1) then
+    fail(string.format("%s: index expected as many dims as self {%s}, got %s", op, table.concat(x.shape, ","), describe(index)))
+  end
+  local list = {}
+  for j = 1, index:dim() do
+    if j == k then list[j] = index
+    else
+      if index:size(j) > x:size(j) then
+        fail(string.format("%s: index %s is larger than self {%s} in dim %d", op, describe(index), table.concat(x.shape, ","), j))
+      end
+      local shape = {}
+      for m = 1, index:dim() do shape[m] = m == j and index:size(j) or 1 end
+      list[j] = T.arange(1, index:size(j) + 1, { dtype = "int64", device = x.device }):view(shape)
+    end
+  end
+  return list
+end
+function S.scatter_(x, dim, index, src, opts)
+  opts = opts_of("scatter_", opts, { reduce = true })
+  local k = dim0("scatter_", x, dim) + 1
+  local list = coords("scatter_", x, k, index)
+  local v
+  if is_tensor(src) then
+    if src.dtype ~= x.dtype then fail(string.format("scatter_: src expected self's dtype %s, got %s", x.dtype, describe(src))) end
+    v = src
+    for j = 1, index:dim() do v = v:narrow(j, 1, index:size(j)) end
+  else
+    v = T.full({}, src, { dtype = x.dtype, device = x.device })
+  end
+  if opts.reduce == nil then return index_put_(x, list, v) end
+  if opts.reduce == "add" then return index_put_(x, list, v:expand(index.shape):contiguous(), true) end
+  fail("scatter_: reduce expected \"add\" (use scatter_reduce for the others), got " .. tostring(opts.reduce))
+end
+function S.scatter(x, dim, index, src, opts) return S.scatter_(x:clone(), dim, index, src, opts) end
+
+-- positions and grids ------------------------------------------------------------------------
+local function tri_indices(op, upper)
+  return function(row, col, offset, opts)
+    if is_opts(offset) then offset, opts = nil, offset end
+    opts = opts_of(op, opts, { dtype = true, device = true })
+    offset = offset or 0
+    local r, c = {}, {}
+    for i = 1, row do
+      for j = 1, col do
+        if (upper and j - i >= offset) or (not upper and j - i <= offset) then r[#r + 1] = i; c[#c + 1] = j end
+      end
+    end
+    local out = T.tensor({ r, c }, { dtype = opts.dtype or "int64", device = opts.device })
+    return #r == 0 and T.zeros(2, 0, { dtype = opts.dtype or "int64", device = opts.device }) or out
+  end
+end
+S.triu_indices, S.tril_indices = tri_indices("triu_indices", true), tri_indices("tril_indices", false)
+
+-- meshgrid(t1, t2, ...[, {indexing = "ij" | "xy"}]) -> one tensor per input
+function S.meshgrid(...)
+  local ts = { ... }
+  if type(ts[1]) == "table" and not is_tensor(ts[1]) and not is_opts(ts[1]) then  -- meshgrid({a, b}[, opts])
+    local list = { unpack(ts[1]) }
+    list[#list + 1] = ts[2]
+    ts = list
+  end
+  local opts = is_opts(ts[#ts]) and table.remove(ts) or {}
+  opts = opts_of("meshgrid", opts, { indexing = true })
+  local xy = opts.indexing == "xy"
+  if opts.indexing ~= nil and opts.indexing ~= "ij" and not xy then fail("meshgrid: indexing expected \"ij\" or \"xy\", got " .. tostring(opts.indexing)) end
+  local n, shape = #ts, {}
+  for j, t in ipairs(ts) do
+    check_tensor("meshgrid", j, "tensors", t)
+    if t:dim() > 1 then fail("meshgrid: expected 0-d or 1-D tensors, got " .. describe(t)) end
+    shape[j] = t:numel()
+  end
+  if xy and n >= 2 then shape[1], shape[2] = shape[2], shape[1] end
+  local r = {}
+  for j, t in ipairs(ts) do
+    local at = j
+    if xy and n >= 2 and j <= 2 then at = 3 - j end
+    local view = {}
+    for m = 1, n do view[m] = m == at and t:numel() or 1 end
+    r[j] = t:reshape(view):expand(shape)
+  end
+  return unpack(r)
+end
+
+-- one_hot(t[, num_classes]): classes 1..num_classes (1-based, as cross_entropy's targets)
+function S.one_hot(t, num_classes)
+  check_tensor("one_hot", 1, "tensor", t)
+  if t.dtype ~= "int64" then fail("one_hot: expected an int64 tensor of classes, got " .. describe(t)) end
+  if t:numel() > 0 then
+    local lo, hi = t:min():item(), t:max():item()
+    if lo < 1 then fail("one_hot: class values must be 1 or more (1-based), got " .. lo) end
+    if num_classes and hi > num_classes then fail(string.format("one_hot: class values must be at most num_classes (%d), got %d", num_classes, hi)) end
+    num_classes = num_classes or hi
+  end
+  num_classes = num_classes or 0
+  return T.arange(1, num_classes + 1, { dtype = "int64", device = t.device }):eq(t:unsqueeze(-1)):long()
+end
+
+-- counting -----------------------------------------------------------------------------------
+-- bincount(x[, weights[, minlength]]): counts of the values 0..max (data values, not indices)
+function S.bincount(x, weights, minlength)
+  if type(weights) == "number" then weights, minlength = nil, weights end
+  if x:dim() ~= 1 or (x.dtype ~= "int64" and x.dtype ~= "int32") then
+    fail("bincount: only supports 1-d non-negative integral inputs, got " .. describe(x))
+  end
+  minlength = minlength or 0
+  local n = minlength
+  if x:numel() > 0 then
+    if x:min():item() < 0 then fail("bincount: only supports 1-d non-negative integral inputs (got a negative value)") end
+    n = math.max(n, x:max():item() + 1)
+  end
+  local dtype = weights and (weights.dtype == "float32" and "float32" or "float64") or "int64"
+  local w = weights and weights:to(dtype) or T.ones(x:numel(), { dtype = dtype, device = x.device })
+  return T.zeros(n, { dtype = dtype, device = x.device }):index_add(1, x:long() + 1, w)
+end
+
+-- the runs of equal values of a 1-D tensor: where each starts (bool), and their lengths
+local function run_starts(v)
+  local n = v:numel()
+  local first = T.ones(n, { dtype = "bool", device = v.device })
+  if n > 1 then first:narrow(1, 2, n - 1):copy_(v:narrow(1, 2, n - 1):ne(v:narrow(1, 1, n - 1))) end
+  return first
+end
+local function run_lengths(first, x)
+  local starts = T.nonzero(first):view(-1)
+  if starts:numel() == 0 then return starts end
+  return T.cat({ starts:narrow(1, 2, starts:numel() - 1), long(x, { first:numel() + 1 }) }, 1) - starts
+end
+
+-- unique(x[, {sorted =, return_inverse =, return_counts =, dim =}]) -> values[, inverse][, counts]
+function S.unique(x, opts)
+  opts = opts_of("unique", opts, { sorted = true, return_inverse = true, return_counts = true, dim = true })
+  if opts.dim ~= nil then return S.unique_dim(x, opts) end
+  local flat = x:flatten()
+  local s, perm = flat:sort(1)
+  local n = s:numel()
+  local first = run_starts(s)
+  local values = s:masked_select(first)
+  local r = { values }
+  if opts.return_inverse then
+    local group = first:long():cumsum(1)  -- 1-based group of each sorted element
+    r[#r + 1] = T.zeros(n, { dtype = "int64", device = x.device }):scatter_(1, perm, group):view(x.shape)
+  end
+  if opts.return_counts then r[#r + 1] = run_lengths(first, x) end
+  return unpack(r)
+end
+-- unique along a dim: the distinct slices, in lexicographic order
+function S.unique_dim(x, opts)
+  local k = dim0("unique", x, opts.dim) + 1
+  local m = x:transpose(1, k)
+  local rows = m:reshape(m:size(1), -1):totable()
+  local function cmp(a, b)  -- -1, 0, 1: the lexicographic order of rows a and b
+    for j = 1, #rows[a] do
+      if rows[a][j] ~= rows[b][j] then return rows[a][j] < rows[b][j] and -1 or 1 end
+    end
+    return 0
+  end
+  local order = {}
+  for i = 1, #rows do order[i] = i end
+  table.sort(order, function(a, b)
+    local c = cmp(a, b)
+    if c ~= 0 then return c < 0 end
+    return a < b
+  end)
+  local keep, inverse, counts, g = {}, {}, {}, 0
+  for i, o in ipairs(order) do
+    if i == 1 or cmp(order[i - 1], o) ~= 0 then
+      g = g + 1
+      keep[g], counts[g] = o, 0
+    end
+    inverse[o], counts[g] = g, counts[g] + 1
+  end
+  local values = m:index_select(1, long(x, keep):reshape(#keep)):transpose(1, k)
+  local r = { values }
+  if opts.return_inverse then r[#r + 1] = long(x, inverse):reshape(#inverse) end
+  if opts.return_counts then r[#r + 1] = long(x, counts):reshape(#counts) end
+  return unpack(r)
+end
+
+
+-- linear algebra and reductions ------------------------------------------------------------------
+-- rot90(x[, k = 1[, dims = {1, 2}]]): k quarter turns from the first dim towards the second
+function S.rot90(x, k, dims)
+  k, dims = (k or 1) % 4, dims or { 1, 2 }
+  if #dims ~= 2 then fail("rot90: dims expected two dims, got " .. #dims) end
+  local a, b = dim0("rot90", x, dims[1]) + 1, dim0("rot90", x, dims[2]) + 1
+  if a == b then fail("rot90: dims expected two different dims, got " .. dims[1] .. " and " .. dims[2]) end
+  if k == 1 then return S.flip(x, b):transpose(a, b) end
+  if k == 2 then return S.flip(x, a, b) end
+  if k == 3 then return S.flip(x, a):transpose(a, b) end
+  return x:clone()
+end
+local function vectors(op, a, b)
+  check_tensor(op, 1, "self", a)
+  check_tensor(op, 2, "other", b)
+  if a:dim() ~= 1 or b:dim() ~= 1 then fail(string.format("%s: expected 1-D tensors, got %s and %s", op, describe(a), describe(b))) end
+end
+function S.outer(a, b)
+  vectors("outer", a, b)
+  return a:unsqueeze(2) * b:unsqueeze(1)
+end
+function S.dot(a, b)
+  vectors("dot", a, b)
+  if a.dtype ~= b.dtype then fail(string.format("dot: expected both vectors to have the same dtype, got %s and %s", a.dtype, b.dtype)) end
+  if a:numel() ~= b:numel() then
+    fail(string.format("dot: inconsistent tensor size, expected tensor [%d] and src [%d] to have the same number of elements", a:numel(), b:numel()))
+  end
+  return (a * b):sum()
+end
+-- beta * input + alpha * product (beta = 0: input is ignored, NaNs included, as PyTorch)
+local function scaled_sum(op, input, product, opts)
+  opts = opts_of(op, opts, { beta = true, alpha = true })
+  local beta, alpha = opts.beta or 1, opts.alpha or 1
+  if alpha ~= 1 then product = product * alpha end
+  if beta == 0 then return product + T.zeros_like(input) end
+  return (beta == 1 and input or input * beta) + product
+end
+function S.addmm(input, a, b, opts) return scaled_sum("addmm", input, T.mm(a, b), opts) end
+function S.addmv(input, m, v, opts)
+  if m:dim() ~= 2 or v:dim() ~= 1 then fail(string.format("addmv: expected a matrix and a vector, got %s and %s", describe(m), describe(v))) end
+  return scaled_sum("addmv", input, T.matmul(m, v), opts)
+end
+function S.baddbmm(input, a, b, opts) return scaled_sum("baddbmm", input, T.bmm(a, b), opts) end
+
+-- nansum / nanmean(x[, dim[, keepdim]]): NaNs count as absent
+function S.nansum(x, dim, keepdim)
+  local z = x:isnan():logical_not()
+  return T.where(z, x, 0):sum(dim, keepdim)
+end
+function S.nanmean(x, dim, keepdim)
+  if not (x.dtype:find("float") or x.dtype == "bfloat16") then fail("nanmean: expected a floating tensor, got " .. describe(x)) end
+  return S.nansum(x, dim, keepdim) / x:isnan():logical_not():sum(dim, keepdim):to(x.dtype)
+end
+-- kthvalue(x, k[, dim = -1[, keepdim]]) -> values, indices (1-based)
+function S.kthvalue(x, k, dim, keepdim)
+  dim = dim or -1
+  local d = dim0("kthvalue", x, dim) + 1
+  local n = x:dim() == 0 and 1 or x:size(d)
+  if type(k) ~= "number" or k < 1 or k > n then fail(string.format("kthvalue: k expected 1..%d, got %s", n, tostring(k))) end
+  local v, i = x:sort(d)
+  if x:dim() == 0 then return v, i end
+  v, i = v:narrow(d, k, 1), i:narrow(d, k, 1)
+  if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
+  return v, i
+end
+-- median(x[, dim[, keepdim]]): the lower median; NaN when a NaN is among the values (as torch)
+function S.median(x, dim, keepdim)
+  if dim == nil then
+    local f = x:flatten()
+    if f:numel() == 0 then fail("median: an empty tensor has no median") end
+    local v = S.kthvalue(f, math.floor((f:numel() - 1) / 2) + 1, 1)
+    return T.where(f:isnan():any(), f:sum() * (0 / 0), v)
+  end
+  local d = dim0("median", x, dim) + 1
+  local n = x:dim() == 0 and 1 or x:size(d)
+  local v, i = x:sort(d)  -- NaN sorts last: a line holding one has it at the end
+  if x:dim() > 0 then
+    local last_v, last_i = v:narrow(d, n, 1), i:narrow(d, n, 1)
+    local nan = last_v:isnan()
+    v = T.where(nan, last_v, v:narrow(d, math.floor((n - 1) / 2) + 1, 1))
+    i = T.where(nan, last_i, i:narrow(d, math.floor((n - 1) / 2) + 1, 1))
+    if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
+  end
+  return v, i
+end
+
+-- random -----------------------------------------------------------------------------------------
+local function bshape(a, b)
+  local r, n = {}, math.max(#a, #b)
+  for i = 1, n do
+    local p, q = a[#a - n + i] or 1, b[#b - n + i] or 1
+    if p ~= q and p ~= 1 and q ~= 1 then
+      fail(string.format("normal: mean {%s} and std {%s} cannot be broadcast", table.concat(a, ","), table.concat(b, ",")))
+    end
+    r[i] = p == 1 and q or p
+  end
+  return r
+end
+-- bernoulli(p): 1 with probability p (a tensor of probabilities in [0, 1]), else 0
+function S.bernoulli(p)
+  check_tensor("bernoulli", 1, "self", p)
+  if p:lt(0):logical_or(p:gt(1)):any():item() then fail("bernoulli: expected all probabilities in [0, 1]") end
+  return T.rand(p.shape, { dtype = p.dtype == "float64" and "float64" or "float32", device = p.device }):lt(p):to(p.dtype)
+end
+-- normal(mean, std[, size[, opts]]): mean and std tensors or numbers (numbers: size needed)
+function S.normal(mean, std, size, opts)
+  std = std or 1
+  if is_tensor(std) and std:lt(0):any():item() or (type(std) == "number" and std < 0) then
+    fail("normal: expected std >= 0")
+  end
+  local like = is_tensor(mean) and mean or (is_tensor(std) and std or nil)
+  local shape
+  if like then
+    shape = bshape(is_tensor(mean) and mean.shape or {}, is_tensor(std) and std.shape or {})
+  else
+    if size == nil then fail("normal: with numbers for mean and std, expected a size") end
+    shape = size
+  end
+  opts = opts_of("normal", opts, { dtype = true, device = true })
+  local dtype = opts.dtype or (like and like.dtype) or "float32"
+  if not (dtype:find("float") or dtype == "bfloat16") then fail("normal: expected a floating mean / std / dtype, got " .. dtype) end
+  return T.randn(shape, { dtype = dtype, device = opts.device or (like and like.device) or nil }) * std + mean
+end
+
+-- unique_consecutive(x[, {return_inverse =, return_counts =}]): runs of equal values (flattened)
+function S.unique_consecutive(x, opts)
+  opts = opts_of("unique_consecutive", opts, { return_inverse = true, return_counts = true })
+  local flat = x:flatten()
+  local n = flat:numel()
+  local first = run_starts(flat)
+  local r = { flat:masked_select(first) }
+  if opts.return_inverse then r[#r + 1] = first:long():cumsum(1):view(x.shape) end
+  if opts.return_counts then r[#r + 1] = run_lengths(first, x) end
+  return unpack(r)
+end
+
+
+-- scans by doubling (Hillis-Steele): log2(n) steps of one op over x and x shifted by 2^k along
+-- the dim, so they are registry ops (differentiable, compiled) and need no kernel of their own
+local function shifted(x, k, s, fill)
+  local n = x:size(k)
+  local pad = T.full_like(x:narrow(k, 1, s), fill)
+  return T.cat({ pad, x:narrow(k, 1, n - s) }, k)
+end
+function S.cumprod(x, dim)
+  local k = dim0("cumprod", x, dim) + 1
+  if x:dim() == 0 then return x:clone() end
+  if x.dtype == "bool" or x.dtype == "int32" then x = x:long() end
+  local s = 1
+  while s < x:size(k) do
+    x = x * shifted(x, k, s, 1)
+    s = s * 2
+  end
+  return x
+end
+-- cummax / cummin(x, dim) -> values, indices (1-based: the last position of the extreme so far;
+-- a NaN wins from where it is, as in PyTorch)
+local function cumextreme(op, better)
+  return function(x, dim)
+    local k = dim0(op, x, dim) + 1
+    if x:dim() == 0 then return x:clone(), T.ones({}, { dtype = "int64", device = x.device }) end
+    local n = x:size(k)
+    local shape = {}
+    for j = 1, x:dim() do shape[j] = j == k and n or 1 end
+    local v, i = x, T.arange(1, n + 1, { dtype = "int64", device = x.device }):view(shape):expand(x.shape)
+    local s = 1
+    while s < n do
+      local sv, si = v:narrow(k, 1, n - s), i:narrow(k, 1, n - s)
+      local cur, ci = v:narrow(k, s + 1, n - s), i:narrow(k, s + 1, n - s)
+      local take = better(sv, cur)
+      if x.dtype:find("float") then take = take:logical_or(sv:isnan():logical_and(cur:isnan():logical_not())) end
+      v = T.cat({ v:narrow(k, 1, s), T.where(take, sv, cur) }, k)
+      i = T.cat({ i:narrow(k, 1, s), T.where(take, si, ci) }, k)
+      s = s * 2
+    end
+    return v, i
+  end
+end
+S.cummax = cumextreme("cummax", function(a, b) return a:gt(b) end)
+S.cummin = cumextreme("cummin", function(a, b) return a:lt(b) end)
+
+-- searchsorted(sorted, values[, {right = false}]): 1-based insertion positions (torch's + 1) along
+-- the last dim of sorted; bucketize(values, boundaries[, {right =}]) the same with 1-D boundaries
+function S.searchsorted(sorted, values, opts)
+  opts = opts_of("searchsorted", opts, { right = true, side = true })
+  local right = opts.right or opts.side == "right"
+  check_tensor("searchsorted", 1, "sorted_sequence", sorted)
+  if not is_tensor(values) then values = T.full({}, values, { dtype = sorted.dtype, device = sorted.device }) end
+  if sorted:dim() > 1 and sorted:dim() ~= values:dim() then
+    fail("searchsorted: sorted_sequence and values expected the same number of dims (or a 1-D sorted_sequence)")
+  end
+  local before = right and sorted:unsqueeze(-2):le(values:unsqueeze(-1)) or sorted:unsqueeze(-2):lt(values:unsqueeze(-1))
+  if sorted:dim() == 1 then before = right and sorted:le(values:unsqueeze(-1)) or sorted:lt(values:unsqueeze(-1)) end
+  return before:sum(-1) + 1
+end
+function S.bucketize(values, boundaries, opts)
+  if not is_tensor(boundaries) or boundaries:dim() ~= 1 then fail("bucketize: boundaries expected a 1-D tensor, got " .. describe(boundaries)) end
+  return S.searchsorted(boundaries, values, opts_of("bucketize", opts, { right = true }))
+end
+
+-- histc(x[, bins = 100[, min = 0[, max = 0]]]): counts of bins equal parts of [min, max] (the
+-- data's range when min == max); values outside are not counted
+function S.histc(x, bins, lo, hi)
+  bins, lo, hi = bins or 100, lo or 0, hi or 0
+  if not x.dtype:find("float") and x.dtype ~= "bfloat16" then fail("histc: expected a floating tensor, got " .. describe(x)) end
+  if bins <= 0 then fail("histc: bins must be > 0, got " .. bins) end
+  if lo == hi and x:numel() > 0 then lo, hi = x:min():item(), x:max():item() end
+  if lo == hi then lo, hi = lo - 1, hi + 1 end
+  if lo > hi then fail(string.format("histc: max must be larger than min, got %s and %s", tostring(lo), tostring(hi))) end
+  local f = x:flatten()
+  local inside = f:ge(lo):logical_and(f:le(hi))
+  local pos = ((f - lo) * bins / (hi - lo)):floor():long():clamp(0, bins - 1)
+  return T.zeros(bins, { dtype = x.dtype, device = x.device }):index_add(1, pos:masked_select(inside) + 1,
+    T.ones(inside:sum():item(), { dtype = x.dtype, device = x.device }))
+end
+
+-- quantile(x, q[, dim[, keepdim]]): linear interpolation between the sorted values; q a number
+-- or a 1-D tensor (its dim first in the result); NaN where a NaN is among the values
+function S.quantile(x, q, dim, keepdim)
+  if not x.dtype:find("float") then fail("quantile: expected a float or double tensor, got " .. describe(x)) end
+  local qt = is_tensor(q) and q or T.tensor(q, { dtype = x.dtype, device = x.device })
+  if qt:dim() > 1 then fail("quantile: q expected a number or a 1-D tensor, got " .. describe(q)) end
+  if qt:lt(0):logical_or(qt:gt(1)):any():item() then fail("quantile: q values must be in the range [0, 1]") end
+  local v = dim == nil and x:flatten() or x
+  local k = dim == nil and 1 or dim0("quantile", x, dim) + 1
+  if v:dim() == 0 then v = v:reshape(1) end
+  local n = v:size(k)
+  if n == 0 then fail("quantile: input tensor must be non-empty") end
+  local sorted = v:sort(k)
+  local pos = qt:reshape(-1):double() * (n - 1)
+  local lo, hi = pos:floor(), pos:ceil()
+  local a, b = sorted:index_select(k, lo:long() + 1), sorted:index_select(k, hi:long() + 1)
+  local shape = {}
+  for j = 1, sorted:dim() do shape[j] = j == k and pos:numel() or 1 end
+  local r = T.lerp(a, b, (pos - lo):to(x.dtype):view(shape))
+  local nan = sorted:narrow(k, n, 1):isnan()
+  r = T.where(nan, sorted:narrow(k, n, 1), r)
+  local perm = { k }  -- the q dim first, the others in order
+  for j = 1, r:dim() do if j ~= k then perm[#perm + 1] = j end end
+  r = r:permute(perm)
+  if keepdim then
+    if dim == nil then
+      local ones = {}
+      for j = 1, x:dim() do ones[j] = 1 end
+      r = r:reshape(pos:numel(), unpack(ones))
+    else
+      r = r:unsqueeze(k + 1)
+    end
+  end
+  if qt:dim() == 0 then r = r:squeeze(1) end
+  return r
+end
+
+local function_only = { randperm = true, triu_indices = true, tril_indices = true, meshgrid = true, normal = true,
+  where = true }  -- (x:where(cond, y) is torch's, with x the values: not T.where's order)
+function S.bind(t, methods, ops)
+  T = t
+  where3, nonzero1, sort2, index_put_ = ops.where.fn, ops.nonzero.fn, ops.sort.fn, ops.index_put_.fn
+  for name, fn in pairs(S) do
+    if name ~= "bind" and name ~= "unique_dim" then
+      if not name:match("_$") then T[name] = fn end  -- in-place forms are methods only
+      if not function_only[name] then methods[name] = fn end
+    end
+  end
+  T.F.one_hot = T.F.one_hot or S.one_hot
+end
+
+return S

@@ -1,0 +1,227 @@
+// Selection by values and PyTorch's advanced indexing: masked_select and nonzero (result sizes
+// come from the values: kDataSize, a graph break in compiled functions), index (x[i1, i2, ...]
+// with index tensors for the leading dims: aten::index) and index_put / index_put_.
+// Index values are 1-based (API.md section 1) and range-checked before any element moves;
+// boolean masks in index lists are expanded by the Lua surface (stdlib/indexing.lua).
+#include <algorithm>
+
+#include "vm/devices.hpp"
+#include "vm/ops/indexing.hpp"
+
+namespace cr {
+namespace {
+
+// t seen with sizes s (broadcast), as a contiguous tensor
+Tensor expanded(const Tensor& t, const Shape& s) {
+  return contiguous(Tensor::view_of(t, s, broadcast_strides(t, s), t.offset()));
+}
+
+// ---- masked_select(self, mask): the elements where the (broadcast) mask is true, in order ----
+
+void run_masked_select(OpCall& c) {
+  const Tensor x = c.tensor(0), m = c.tensor(1);
+  check_device(x, m);
+  if (m.dtype() != DType::b8) fail(cat("mask ", dtype_list_error("a bool tensor", m.dtype())));
+  const Shape s = broadcast_shapes(x.sizes(), m.sizes());
+  const Tensor xe = expanded(x, s), me = expanded(m, s);
+  const bool* mp = me.data<bool>();
+  const int64_t n = shape_numel(s);
+  const int64_t count = std::count(mp, mp + n, true);
+  Tensor out = Tensor::empty({count}, x.dtype(), x.device());
+  visit_width(x.itemsize(), [&](auto w) {
+    using W = decltype(w);
+    const W* xp = xe.data<W>();
+    W* op = out.data<W>();
+    for (int64_t i = 0; i < n; ++i)
+      if (mp[i]) *op++ = xp[i];
+  });
+  c.outs.push_back(out);
+}
+
+// ---- nonzero(self): {count, ndim} int64, the 1-based coordinates of the nonzero elements -----
+
+void run_nonzero(OpCall& c) {
+  const Tensor x = contiguous(c.tensor(0));
+  const int64_t n = x.numel();
+  const int nd = x.dim();
+  std::vector<uint8_t> nz(static_cast<size_t>(n));
+  visit(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* p = x.data<T>();
+    for (int64_t i = 0; i < n; ++i) nz[size_t(i)] = load(p[i]) != decltype(load(p[i]))(0);  // NaN counts
+  });
+  const int64_t count = std::count(nz.begin(), nz.end(), uint8_t{1});
+  Tensor out = Tensor::empty({count, int64_t(nd)}, DType::i64, x.device());
+  int64_t* op = out.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (!nz[size_t(i)]) continue;
+    int64_t rem = i;
+    for (int k = nd - 1; k >= 0; --k) {
+      op[k] = rem % x.size(k) + 1;
+      rem /= x.size(k);
+    }
+    op += nd;
+  }
+  c.outs.push_back(out);
+}
+
+// ---- index(self, indices) / index_put_(self, indices, values[, accumulate]) ------------------
+// indices: k integer tensors for dims 1..k of self, broadcast together to B; the selection has
+// shape B .. self.shape[k+1..] and element (p, r) is self[idx_1[p], ..., idx_k[p], r].
+
+struct Advanced {
+  Tensor self;
+  Shape b, shape;             // the indices' broadcast shape; the selection's shape
+  std::vector<int64_t> base;  // per position p of B: the element offset of self[idx(p), 1, ...]
+  std::vector<int64_t> rest;  // per element r of self.shape[k+1..]: its offset
+};
+
+Shape index_shape(const Tensor& self, const std::vector<Tensor>& list) {
+  if (list.empty()) fail("indices expected a list of at least one index tensor, got an empty list");
+  if (int(list.size()) > self.dim())
+    fail(cat("too many indices for a tensor of dimension ", self.dim(), " (got ", list.size(), ")"));
+  Shape b = list[0].sizes();
+  for (const Tensor& t : list) {
+    check_device(self, t);
+    if (!is_integral(t.dtype()))
+      fail(cat("tensors used as indices must be int64 or int32 tensors, got ", t.describe(),
+               t.dtype() == DType::b8 ? " (boolean masks go through x[mask], x:index or nonzero)" : ""));
+    b = broadcast_shapes(b, t.sizes());
+  }
+  return b;
+}
+
+// Offsets of the elements of the dims from k on (row-major order).
+std::vector<int64_t> rest_offsets(const Tensor& self, size_t k) {
+  std::vector<int64_t> offs{0};
+  for (int d = int(k); d < self.dim(); ++d) {
+    std::vector<int64_t> next;
+    next.reserve(offs.size() * size_t(self.size(d)));
+    for (int64_t o : offs)
+      for (int64_t i = 0; i < self.size(d); ++i) next.push_back(o + i * self.stride(d));
+    offs.swap(next);
+  }
+  return offs;
+}
+
+Advanced prepare_advanced(const OpCall& c) {
+  Advanced a;
+  a.self = c.tensor(0);
+  const std::vector<Tensor> list = c.tensors(1);
+  a.b = index_shape(a.self, list);
+  a.shape = a.b;
+  for (int d = int(list.size()); d < a.self.dim(); ++d) a.shape.push_back(a.self.size(d));
+  return a;
+}
+
+// Fills a.base and a.rest, checking every index against its dim's size.
+void locate(Advanced& a, const OpCall& c) {
+  const std::vector<Tensor> list = c.tensors(1);
+  const int64_t n = shape_numel(a.b);
+  a.base.assign(size_t(n), a.self.offset());
+  for (size_t j = 0; j < list.size(); ++j) {
+    const Tensor idx = expanded(contiguous(cast(list[j], DType::i64)), a.b);
+    const int64_t size = a.self.size(int(j));
+    check_range(idx, size, cat("dim ", j + 1, " of size ", size));
+    const int64_t* p = idx.data<int64_t>();
+    for (int64_t i = 0; i < n; ++i) a.base[size_t(i)] += (p[i] - 1) * a.self.stride(int(j));
+  }
+  a.rest = rest_offsets(a.self, list.size());
+}
+
+std::vector<Meta> infer_index(OpCall& c) {
+  Advanced a = prepare_advanced(c);
+  return {{a.shape, a.self.dtype(), a.self.device()}};
+}
+
+void run_index(OpCall& c) {
+  Advanced a = prepare_advanced(c);
+  locate(a, c);
+  const Tensor& out = c.outs[0];
+  visit_width(a.self.itemsize(), [&](auto w) {
+    using W = decltype(w);
+    const W* xp = static_cast<const W*>(a.self.storage()->data);
+    W* op = out.data<W>();
+    for (int64_t b : a.base)
+      for (int64_t r : a.rest) *op++ = xp[b + r];
+  });
+}
+
+// o += v in the dtype's arithmetic (integers wrap, bool is "or"), as index_add
+template <class T> void accumulate(T& o, const T& v) {
+  if constexpr (std::is_same_v<T, bool>) o = o || v;
+  else if constexpr (std::is_integral_v<T>) o = wrapping_add(o, v);
+  else store(o, load(o) + load(v));
+}
+
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 0, off = to.size() - from.size(); i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[off + i]) return false;
+  return true;
+}
+
+// Writes values (broadcast to the selection's shape) into the selected elements of a.self.
+void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
+  const Tensor& self = a.self;
+  check_device(self, values);
+  if (values.dtype() != self.dtype())
+    fail(cat("values expected the destination's dtype ", dtype_name(self.dtype()), " (index_put requires the source and "
+             "destination dtypes match), got ", values.describe()));
+  if (!broadcasts_to(values.sizes(), a.shape))
+    fail(cat("shape mismatch: value tensor of shape ", shape_str(values.sizes()),
+             " cannot be broadcast to indexing result of shape ", shape_str(a.shape)));
+  if (may_overlap(self, values)) {  // x[i] = x[j]: read every value before the first write
+    Tensor copy = Tensor::empty(values.sizes(), values.dtype(), values.device());
+    copy_into(copy, values);
+    values = copy;
+  }
+  locate(a, c);
+  const Tensor v = expanded(values, a.shape);
+  visit(self.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* xp = reinterpret_cast<T*>(self.storage()->data);
+    const T* vp = v.data<T>();
+    for (int64_t b : a.base)
+      for (int64_t r : a.rest) {
+        if (acc) accumulate(xp[b + r], *vp);
+        else xp[b + r] = *vp;
+        ++vp;
+      }
+  });
+}
+
+void run_index_put_(OpCall& c) {
+  writable(c, 0);  // rejects expanded views
+  Advanced a = prepare_advanced(c);
+  for (const Tensor& t : c.tensors(1))
+    if (may_overlap(a.self, t)) fail("an index shares memory with the tensor written in place: clone() it first");
+  put(a, c, c.tensor(2), c.boolean_or(3, false));
+}
+
+std::vector<Meta> infer_index_put(OpCall& c) {
+  const Tensor self = c.tensor(0);
+  return {{self.sizes(), self.dtype(), self.device()}};
+}
+
+void run_index_put(OpCall& c) {
+  copy_into(c.outs[0], c.tensor(0));
+  Advanced a = prepare_advanced(c);
+  a.self = c.outs[0];
+  put(a, c, c.tensor(2), c.boolean_or(3, false));
+}
+
+}  // namespace
+
+void register_selection(Registry& r) {
+  r.add(OpDef{"masked_select", "self:T, mask:T", OpKind::Index, kDataSize, nullptr, run_masked_select});
+  r.add(OpDef{"nonzero", "self:T", OpKind::Index, kDataSize, nullptr, run_nonzero});
+  r.add(OpDef{"index", "self:T, indices:TL", OpKind::Index, kValueErrors, infer_index, run_index});
+  r.add(OpDef{"index_put", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index, kValueErrors, infer_index_put,
+              run_index_put});
+  r.add(OpDef{"index_put_", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index,
+              kReturnsSelf | kNoFunction | kValueErrors, nullptr, run_index_put_});
+  register_scatter_reduce(r);
+}
+
+}  // namespace cr

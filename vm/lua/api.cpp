@@ -275,8 +275,8 @@ int32_t api_cap_function(cr_ctx* c, const char* name, int32_t hot, int32_t fullg
   });
 }
 
-int32_t api_cap_begin(cr_ctx* c, int32_t fn, int32_t limit) {
-  return guarded(c, [&] { return int32_t(rec(c).begin(fn, limit)); });
+int32_t api_cap_begin(cr_ctx* c, int32_t fn, int32_t limit, int32_t train) {
+  return guarded(c, [&] { return int32_t(rec(c).begin(fn, limit, train)); });
 }
 
 int32_t api_cap_need(cr_ctx* c, cr_tensor* t, const char* reason, const char* where) {
@@ -320,8 +320,9 @@ void api_cap_stats(cr_ctx* c, double* out) {
   const graph::Stats& s = rec(c).stats;
   const double v[] = {double(s.graphs_compiled),  double(s.recompiles),      double(s.graph_breaks),
                       double(s.kernels_compiled), double(s.disk_cache_hits), double(s.eager_fallbacks),
-                      s.graph_run_us,             double(s.replays)};
-  for (size_t i = 0; i < 8; ++i) out[i] = v[i];
+                      s.graph_run_us,             double(s.replays),         double(s.backward_graphs_compiled),
+                      double(s.grad_fallbacks)};
+  for (size_t i = 0; i < 10; ++i) out[i] = v[i];
 }
 
 const char* api_cap_report(cr_ctx* c) {

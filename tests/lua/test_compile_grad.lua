@@ -114,6 +114,14 @@ local corpus = {
   { name = "a result that is an input", args = function(c) return x34(c), randn(c, 3, 4) end, fn = function(x, y)
     return x, y * x
   end },
+  { name = "embedding and index_select (index_add_ in the backward)", args = x34, fn = function(x)
+    local idx = T.tensor({ 3, 1, 3, 2 })
+    return T.embedding(idx, x:t()) * 2, x:index_select(2, idx):exp()
+  end },
+  { name = "cross_entropy and layer_norm", args = function(c) return x34(c), randn(c + 7, 4) end, fn = function(x, g)
+    local y = T.F.layer_norm(x, { 4 }, g)
+    return T.F.cross_entropy(y * 2, T.tensor({ 1, 4, 2 }))
+  end },
   { name = "integer results beside float ones", args = x34, fn = function(x)
     return x:argmax(2), x:max(2), x:gt(0), x * 2
   end },

@@ -38,11 +38,12 @@ class Tracer : public autograd::OpObserver {
     return v;
   }
 
-  // A tensor of an earlier call: the same header, or another header on the same layout.
+  // A tensor of an earlier call: the same header, or another header on the same layout (the
+  // latest value: an in-place op makes a new one).
   int32_t value_of(cr_tensor* p) {
     if (auto it = ids_.find(p); it != ids_.end()) return it->second;
     Tensor t(p, true);
-    for (size_t v = 0; v < held.size(); ++v)
+    for (size_t v = held.size(); v-- > 0;)
       if (held[v].defined() && same_layout(held[v], t)) return int32_t(v);
     if (broken.empty()) broken = cat("a derivative read ", t.describe(), ", which no traced op made");
     return -1;
@@ -51,8 +52,8 @@ class Tracer : public autograd::OpObserver {
   void on_call(int op, const cr_value* args, int nargs, const std::vector<Tensor>& outs) override {
     if (!broken.empty()) return;
     const OpDef& def = Registry::get().ops()[size_t(op)];
-    if (def.flags & kReturnsSelf) {
-      broken = cat("in-place op ", def.name, " in the traced backward");
+    if ((def.flags & kReturnsSelf) && !writable(static_cast<cr_tensor*>(args[0].ptr))) {
+      broken = cat("in-place op ", def.name, " on a value the traced backward did not make");
       return;
     }
     Node n;
@@ -62,6 +63,11 @@ class Tracer : public autograd::OpObserver {
     if (!broken.empty()) return;
     g.nodes.push_back(std::move(n));
     const int32_t index = int32_t(g.nodes.size() - 1);
+    if (def.flags & kReturnsSelf) {  // (as recorded graphs: a new value of self, on its storage)
+      Tensor self(static_cast<cr_tensor*>(args[0].ptr), true);
+      g.nodes[size_t(index)].outs.push_back(fresh(index, self, tensors.at(0)));
+      return;
+    }
     for (const Tensor& o : outs) {
       int32_t v = -1, views = -1;
       for (int32_t a : tensors) {
@@ -74,6 +80,20 @@ class Tracer : public autograd::OpObserver {
   }
 
   int32_t id(const Tensor& t) const { return ids_.at(t.get()); }
+
+  // An in-place write the backward graph can hold: to a value a rule made whole (a buffer it
+  // fills, e.g. index_add_ into zeros), not to a forward value, an input or a view.
+  bool writable(cr_tensor* p) {
+    auto it = ids_.find(p);
+    if (it == ids_.end()) return false;
+    for (int32_t id = it->second;;) {  // (through earlier writes to the same buffer)
+      const Value& v = g.values[size_t(id)];
+      if (fwd[size_t(id)] >= 0 || v.node < 0 || g.nodes[size_t(v.node)].kind != NodeKind::Op) return false;
+      if (v.views < 0) return true;
+      if (!g.nodes[size_t(v.node)].inplace()) return false;
+      id = v.views;
+    }
+  }
 
  private:
   std::unordered_map<cr_tensor*, int32_t> ids_;

@@ -51,9 +51,9 @@ void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
   s.alias[size_t(vid)] = alias;
   guards::Key& k = s.key;
   k.push_back(guards::kNewTensor | uint64_t(vid));
-  // (inputs also guard requires_grad: a training segment differentiates by it, and an inference
-  // one records a call on a tensor requiring grad eagerly, with eager autograd)
-  const bool grad = autograd::requires_grad(t);
+  // (inputs also guard requires_grad under grad mode: a training segment differentiates by it,
+  // and an inference one records a call on a tensor requiring grad eagerly, with eager autograd)
+  const bool grad = autograd::grad_enabled && autograd::requires_grad(t);
   k.push_back(uint64_t(uint8_t(t->_dtype)) | uint64_t(uint8_t(t->_dev_type)) << 8 |
               uint64_t(uint8_t(t->_dev_index)) << 16 | uint64_t(t->_ndim) << 24 | uint64_t(grad) << 48);
   k.push_back(uint64_t(t->_offset));

@@ -143,12 +143,14 @@ class CompiledFunction : public autograd::Backward {
     BackwardGraph& b = j_->backwards[key];
     Recorder& rec = recorder_of(ctx);
     if (!b.traced) {
-      b.traced = true;
+      // (the trace re-runs the forward from the inputs: its values matter only as a fallback's)
       Traced t = trace_backward(ctx, trace_input(), key, grads, true);
+      b.traced = true;  // (not when the trace raised: the next backward traces again)
       if (!t.broken.empty()) {
         b.fallback = t.broken;
         ++rec.stats.grad_fallbacks;
         if (rec.logs.aot) Recorder::log("aot", cat(j_->opts.name, ": the backward runs on eager autograd: ", t.broken));
+        check_inputs(j_->forward->inputs);
         return t.grads;  // (computed by the traced run itself)
       }
       b.t = std::move(t);
@@ -158,7 +160,11 @@ class CompiledFunction : public autograd::Backward {
         Recorder::log("aot", cat(b.t.graph->name, ": ", key.size(), " output gradient(s), ", b.t.graph->op_count(),
                                  " ops, reading ", b.t.reads.size(), " forward value(s)"));
     }
-    if (!b.fallback.empty()) return trace_backward(ctx, trace_input(), key, grads, false).grads;
+    if (!b.fallback.empty()) {
+      check_inputs(j_->forward->inputs);
+      return trace_backward(ctx, trace_input(), key, grads, false).grads;
+    }
+    for (const auto& [v, f] : b.t.reads) check_inputs({f});
     return run_backward(rec, b.t, grads, saved_of(n));
   }
 
@@ -166,8 +172,22 @@ class CompiledFunction : public autograd::Backward {
   std::vector<int32_t> ins_, outs_;  // value ids of the node's inputs and outputs
   std::vector<Tensor> inputs_;       // by value id: the forward graph's inputs (for tracing)
   std::vector<int32_t> saved_ids_;   // value ids of Node::saved_out's entries
+  std::vector<uint32_t> versions_;   // by value id: the forward inputs' storage versions
 
  private:
+  // Forward inputs read again (not through Node::saved_out, which the engine checks): unchanged,
+  // as eager autograd requires of what it saved.
+  void check_inputs(const std::vector<int32_t>& ids) const {
+    for (int32_t v : ids) {
+      if (size_t(v) >= inputs_.size() || !inputs_[size_t(v)].defined()) continue;
+      const Tensor& t = inputs_[size_t(v)];
+      if (t.storage()->version.load() != versions_[size_t(v)])
+        fail(cat("one of the variables needed for gradient computation has been modified by an inplace operation: [",
+                 dtype_name(t.dtype()), " ", shape_str(t.sizes()), "], an input of ", j_->opts.name,
+                 ", is at version ", t.storage()->version.load(), "; expected version ", versions_[size_t(v)], " instead"));
+    }
+  }
+
   TraceInput trace_input() {
     if (inputs_.empty()) fail("CompiledFunctionBackward: its saved values were already freed");
     return TraceInput{*j_->forward, inputs_, ins_, j_->plan.saved};
@@ -192,9 +212,11 @@ void attach_backward(const std::shared_ptr<Joint>& j, const std::vector<Tensor>&
   auto n = std::make_shared<autograd::Node>();
   auto alias = [](const Tensor& t) { return Tensor::view_of(t, t.sizes(), t.strides(), t.offset()); };
   cf->inputs_.resize(g.values.size());
+  cf->versions_.resize(g.values.size());
   for (int32_t v : g.inputs) {
     const Tensor& t = vals[size_t(v)];
     cf->inputs_[size_t(v)] = alias(t);
+    cf->versions_[size_t(v)] = t.storage()->version.load();
     if (!p.needs_grad[size_t(v)]) continue;
     n->inputs.push_back(autograd::Input{autograd::gradient_edge(t), int(n->inputs.size()), 0,
                                         Meta{t.sizes(), t.dtype(), t.device()}});

@@ -18,6 +18,10 @@
 --                                                      validation loss is below the baseline)
 --     --stop-after N (stop there, as an interrupted run would, with a checkpoint; the schedule
 --                     still spans --steps)
+--     --compile 1 (the model's forward and backward run as compiled graphs: T.compile of the
+--                  module, compiled autograd; at step 1 and every --eval-every steps the loss is
+--                  checked against an eager forward of the same batch; compare the tokens/s of a
+--                  run without it)
 -- The batches of step k are drawn from seed and k alone, so a resumed run repeats the steps of an
 -- uninterrupted one exactly.
 local T = require "crescent"
@@ -34,7 +38,7 @@ do
     local key, val = argv[i]:match("^%-%-([%w%-]+)$"), argv[i + 1]
     if not key or val == nil then error("train_gpt.lua: expected --option value pairs, got '" .. argv[i] .. "' (see the header of the script)", 0) end
     key = key:gsub("%-", "_")
-    if o[key] == nil and key ~= "resume" and key ~= "data" and key ~= "check" and key ~= "stop_after" then error("train_gpt.lua: unknown option --" .. key, 0) end
+    if o[key] == nil and key ~= "resume" and key ~= "data" and key ~= "check" and key ~= "stop_after" and key ~= "compile" then error("train_gpt.lua: unknown option --" .. key, 0) end
     o[key] = tonumber(val) or val
     i = i + 2
   end
@@ -124,8 +128,9 @@ local function batch(src)
   local idx = (starts + arange + 1):flatten()  -- (1-based positions)
   return src:index_select(1, idx):view(o.batch, o.ctx), src:index_select(1, idx + 1):view(o.batch, o.ctx)
 end
-local function loss_of(x, y)
-  local logits = model(x)
+local forward = o.compile == 1 and T.compile(model) or model
+local function loss_of(x, y, m)
+  local logits = (m or model)(x)
   return F.cross_entropy(logits:view(-1, V), y:flatten() + 1)
 end
 local function evaluate(step)
@@ -142,7 +147,8 @@ end
 print(string.format("crescent %s, %d threads, %s: corpus %d characters (%s), alphabet %d, unigram baseline %.3f nats",
   T.version, T.get_num_threads(), o.device, #text, o.data or "Debian's /usr/share/common-licenses", V, unigram))
 print(string.format("GPT %d layers, d %d, %d heads, context %d: %.2fM parameters; batch %d x %d, AdamW lr %g, steps %d..%d",
-  cfg.n_layer, cfg.d, cfg.n_head, cfg.n_ctx, model:num_parameters() / 1e6, o.batch, o.ctx, o.lr, start + 1, o.steps))
+  cfg.n_layer, cfg.d, cfg.n_head, cfg.n_ctx, model:num_parameters() / 1e6, o.batch, o.ctx, o.lr, start + 1, o.steps)
+  .. (o.compile == 1 and "; compiled" or ""))
 
 -- training ---------------------------------------------------------------------------------------------
 local function save(step)
@@ -161,7 +167,13 @@ for step = start + 1, last do
   T.manual_seed(o.seed * 1000003 + step)
   local x, y = batch(train)
   opt:zero_grad()
-  local loss = loss_of(x, y)
+  local loss = loss_of(x, y, forward)
+  if o.compile == 1 and (step == start + 1 or step % o.eval_every == 0) then
+    local l, e = loss:item(), T.no_grad(function() return loss_of(x, y):item() end)
+    if math.abs(l - e) > 1e-4 * math.max(1, math.abs(e)) then
+      error(string.format("train_gpt.lua: step %d: compiled loss %.6f, eager loss %.6f", step, l, e), 0)
+    end
+  end
   loss:backward()
   T.nn.utils.clip_grad_norm_(model:parameters(), 1.0)
   opt:step()

@@ -280,6 +280,9 @@ local function any_requires_grad(v, seen)
   end
   return false
 end
+-- Whether grad mode is on (compiled functions capture training graphs then).
+function M.grad_mode() return ag.mode(0, -1) ~= 0 end
+
 function M.needs_grad(...)
   if ag.mode(0, -1) == 0 then return false end
   for i = 1, select("#", ...) do

@@ -70,8 +70,10 @@ M.config = setmetatable({}, {
   end,
 })
 
--- "auto", "cpu" and "cuda" all compile native code for the device the graph's tensors are on
-local BACKENDS = { auto = true, eager = true, cpu = true, cuda = true }
+-- "auto", "cpu" and "cuda" all compile native code for the device the graph's tensors are on;
+-- "aot_eager" is "eager" named as PyTorch's: the joint graphs of training are built, and run on
+-- the eager kernels (for telling capture bugs from code-generation bugs)
+local BACKENDS = { auto = true, eager = true, aot_eager = true, cpu = true, cuda = true }
 local OPTIONS = { backend = true, fullgraph = true, dynamic = true, mode = true, hot = true }
 
 local function check_opts(opts)
@@ -83,7 +85,9 @@ local function check_opts(opts)
     end
   end
   local b = opts.backend or "auto"
-  if not BACKENDS[b] then fail("compile: option backend expected \"auto\", \"eager\", \"cpu\" or \"cuda\", got " .. tostring(b)) end
+  if not BACKENDS[b] then
+    fail("compile: option backend expected \"auto\", \"eager\", \"aot_eager\", \"cpu\" or \"cuda\", got " .. tostring(b))
+  end
   if opts.dynamic ~= nil and type(opts.dynamic) ~= "boolean" then
     fail("compile: option dynamic expected nil, true or false, got " .. tostring(opts.dynamic))
   end
@@ -177,14 +181,20 @@ local function send_config(config)
   end
 end
 
--- One capture of fn(...) as function `id`; the call runs plainly when a capture is active, and
--- eagerly when a tensor it is given requires grad (until compiled autograd, issue 35).
-local needs_grad = require("crescent.autograd").needs_grad
-local function capture_call(id, ret_where, fn, ...)
-  if needs_grad(...) then return fn(...) end
+-- Whether a call captures training graphs (compiled autograd, vm/graph/joint.hpp): 0 no (grad
+-- mode off), 1 yes (an argument or the module's parameters require grad), 2 if an earlier call
+-- met a tensor requiring grad (an upvalue: Recorder::begin).
+local needs_grad, grad_mode = require("crescent.autograd").needs_grad, require("crescent.autograd").grad_mode
+local function train_mode(module, ...)
+  if not grad_mode() then return 0 end
+  return needs_grad(module, ...) and 1 or 2
+end
+
+-- One capture of fn(...) as function `id`; the call runs plainly when a capture is active.
+local function capture_call(id, ret_where, train, fn, ...)
   local config = settings  -- (T.config's values, read without its metatable)
   send_config(config)
-  local rc = api.cap_begin(ctx, id, config.cache_size_limit)
+  local rc = api.cap_begin(ctx, id, config.cache_size_limit, train)
   if rc == 0 then return fn(...) end
   if rc < 0 then core.raise(rc) end
   return finish(ret_where, pcall(fn, ...))
@@ -210,15 +220,15 @@ function M.compile(fn, opts)
   local owner = ffi.gc(ffi.new("int32_t[1]", id), function() api.cap_drop(ctx, id) end)
   local call = function(...)
     local _ = owner
-    return capture_call(id, ret_where, fn, ...)
+    return capture_call(id, ret_where, train_mode(module, ...), fn, ...)
   end
-  if o.mode == "reduce-overhead" then
-    call = require("crescent.replay").wrap(fn, id, call)
-  end
-  local compiled_call = call
-  call = function(...)
-    if needs_grad(module, ...) then return fn(...) end
-    return compiled_call(...)
+  if o.mode == "reduce-overhead" then  -- (its replays are for calls that give no tensor requiring grad)
+    local replayed = require("crescent.replay").wrap(fn, id, call)
+    local captured = call
+    call = function(...)
+      if train_mode(module, ...) == 1 then return captured(...) end
+      return replayed(...)
+    end
   end
   compiled[call] = { fn = fn, opts = o }
   return call
@@ -232,7 +242,7 @@ function M.explain(fn, ...)
   if api.cap_active(ctx) ~= 0 then fail("explain: cannot run inside a compiled function") end
   local site = define_site(fn)
   local id = api.cap_function(ctx, site, 2 ^ 30, 0, 0, "eager", dynamic)
-  local ok, err = pcall(capture_call, id, "return of " .. site, fn, ...)
+  local ok, err = pcall(capture_call, id, "return of " .. site, train_mode(nil, ...), fn, ...)
   if not ok then api.cap_drop(ctx, id); error(err, 0) end
   local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {}, symbolic_dims = {} }
   for ops, reason, where, sym in ffi.string(api.cap_report(ctx)):gmatch("(%d+)\t([^\t]*)\t([^\t]*)\t([^\n]*)\n") do
@@ -262,7 +272,7 @@ function M.explain(fn, ...)
   return setmetatable(r, { __tostring = function(t) return t.summary end })
 end
 
-local STATS = ffi.new("double[11]")  -- (api.cap_stats: 11 numbers)
+local STATS = ffi.new("double[13]")  -- (api.cap_stats: 13 numbers)
 M.compiler = {
   reset = function() api.cap_reset(ctx) end,
   -- wait([fn]): returns once the background compiles are done (of every function: fn's among them)
@@ -278,7 +288,8 @@ M.compiler = {
              -- compiles queued or running on the background thread (of the process), and the time
              -- of those whose outcome a graph has taken up
              compiles_pending = STATS[8], compile_ms = STATS[9],
-             kernels_loaded = STATS[10] }  -- (kernels taken from the memory or disk cache)
+             kernels_loaded = STATS[10],  -- (kernels taken from the memory or disk cache)
+             backward_graphs_compiled = STATS[11], grad_fallbacks = STATS[12] }
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
   set_logs = function(list) api.cap_set_logs(ctx, list or "") end,

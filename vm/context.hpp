@@ -43,6 +43,12 @@ struct Context {
   // graph capture (vm/graph/recorder.hpp): the capture layer makes it (Hooks::start_capture) and
   // gives the deleter, so that the runtime needs none of its code
   std::unique_ptr<graph::Recorder, void (*)(graph::Recorder*)> recorder{nullptr, nullptr};
+  // A training capture (grad mode on, tensors requiring grad): the recorder's compiled segments
+  // carry their own autograd node (vm/graph/joint.hpp), so autograd records none for an op call
+  // the recorder replayed lazily (capture_lazy, set per call); recorded calls ran eagerly.
+  bool capture_training = false, capture_lazy = false;
+  // an inference capture met a tensor requiring grad: the function's next calls train
+  bool capture_wants_training = false;
 
   Context();
   ~Context();

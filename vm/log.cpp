@@ -20,6 +20,7 @@ void Logs::parse(const std::string& list) {
     fusion |= w == "fusion";
     output_code |= w == "output_code";
     host_ops |= w == "host_ops";
+    aot |= w == "aot";
     i = j + 1;
   }
 }

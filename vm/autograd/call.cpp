@@ -115,9 +115,12 @@ void record(Context& ctx, int op, const cr_value* args, int nargs, const std::ve
 
 }  // namespace
 
+thread_local OpObserver* op_observer = nullptr;
+
 void run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
   if (hooks().record_call(ctx, op, args, nargs, outs)) return;
   outs = dispatch(ctx, op, args, nargs);
+  if (op_observer) [[unlikely]] op_observer->on_call(op, args, nargs, outs);
 }
 
 void call_recording(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
@@ -125,23 +128,38 @@ void call_recording(Context& ctx, int op, const cr_value* args, int nargs, std::
   each_tensor(args, nargs, [&](int, int, cr_tensor* t) { any = any || requires_grad(t); });
   if (!any) return run_op(ctx, op, args, nargs, outs);
   const OpDef& def = Registry::get().ops()[size_t(op)];
-  if (ctx.ffi.capturing)
-    fail(cat(def.name, ": a tensor that requires grad reached a compiled function's capture; compiled autograd is not "
-                       "implemented yet: call the function under T.no_grad, or pass such tensors as its arguments (it "
-                       "then runs eagerly)"));
+  // an inference capture records the call (the key guards requires_grad): eager autograd, and
+  // the function's later calls capture training graphs
+  if (ctx.ffi.capturing && !ctx.capture_training) ctx.capture_wants_training = true;
   Tensor old_self;
   const bool inplace = def.flags & kReturnsSelf;
-  if (inplace) {
-    if (check_inplace(def, Tensor(static_cast<cr_tensor*>(args[0].ptr), true)))
-      old_self = dispatch(ctx, op_id("clone"), args, 1).at(0);
+  if (inplace) {  // (a lazy self is replayed: its compiled segment differentiates the write)
+    Tensor self(static_cast<cr_tensor*>(args[0].ptr), true);
+    if (check_inplace(def, self) && !self.is_lazy()) old_self = dispatch(ctx, op_id("clone"), args, 1).at(0);
   }
   run_op(ctx, op, args, nargs, outs);
+  if (ctx.ffi.capturing && ctx.capture_lazy) {  // replayed: its segment's compiled node differentiates it
+    if (!ctx.capture_training)
+      fail(cat(def.name, ": internal: a replayed call of an inference capture takes a tensor that requires grad"));
+    return;
+  }
   if (inplace) {
     std::vector<Tensor> self{Tensor(static_cast<cr_tensor*>(args[0].ptr), true)};
     record(ctx, op, args, nargs, self, old_self);
   } else {
     record(ctx, op, args, nargs, outs, old_self);
   }
+}
+
+void record_late(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
+  bool any = false;
+  each_tensor(args, nargs, [&](int, int, cr_tensor* t) { any = any || requires_grad(t); });
+  if (!any) return;
+  const OpDef& def = Registry::get().ops()[size_t(op)];
+  if (def.flags & kReturnsSelf)  // (its value from before the write is gone)
+    fail(cat(def.name, ": compiled autograd: an in-place op on a tensor requiring grad where the trace changed is not "
+                       "implemented; run the function eagerly"));
+  record(ctx, op, args, nargs, outs, Tensor());
 }
 
 void set_where(const char* where) {

@@ -25,13 +25,26 @@ inline bool touches_grad(const cr_value* args, int nargs) {
   return false;
 }
 
+// Sees every op call that runs (not those a capture takes): how vm/graph/joint.cpp traces the
+// derivative rules into a graph. One per thread, set while a trace runs.
+struct OpObserver {
+  virtual ~OpObserver() = default;
+  virtual void on_call(int op, const cr_value* args, int nargs, const std::vector<Tensor>& outs) = 0;
+};
+extern thread_local OpObserver* op_observer;
+
 void run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
 void call_recording(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
 
+// A training capture ran the call eagerly (a guard failed at it) after the replayed ops before it
+// ran and got their segment's node: its arguments may require grad only now.
+void record_late(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
+
 // The path without autocast (autocast.cpp calls it with the cast arguments).
 inline void call_plain(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
-  if (grad_enabled && touches_grad(args, nargs)) call_recording(ctx, op, args, nargs, outs);
-  else run_op(ctx, op, args, nargs, outs);
+  if (grad_enabled && touches_grad(args, nargs)) return call_recording(ctx, op, args, nargs, outs);
+  run_op(ctx, op, args, nargs, outs);
+  if (ctx.capture_training && !ctx.capture_lazy && grad_enabled) [[unlikely]] record_late(ctx, op, args, nargs, outs);
 }
 
 inline void call(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {

@@ -107,7 +107,7 @@ void check_versions(const Node& n) {
     const uint32_t now = s.t.storage()->version.load();
     if (now == s.version) return;
     fail(cat("one of the variables needed for gradient computation has been modified by an inplace operation: [",
-             dtype_name(s.t.dtype()), " ", shape_str(s.t.sizes()), "], saved by ", n.def()->name, " at ",
+             dtype_name(s.t.dtype()), " ", shape_str(s.t.sizes()), "], saved by ", n.custom ? n.name() : std::string(n.def()->name), " at ",
              n.where.empty() ? "?" : n.where, ", is at version ", now, "; expected version ", s.version, " instead"));
   };
   for (const Saved& s : n.saved_in) check(s);
@@ -119,7 +119,7 @@ Tensor fit(const Node& n, const Input& in, Tensor g) {
   if (g.sizes() != in.meta.sizes) {
     g = sum_to(g, in.meta.sizes).tensor();
     if (g.sizes() != in.meta.sizes)
-      fail(cat("internal: the derivative of ", n.def()->name, " gave argument ", in.slot + 1, " a gradient of shape ",
+      fail(cat("internal: the derivative of ", n.name(), " gave argument ", in.slot + 1, " a gradient of shape ",
                shape_str(g.sizes()), ", expected ", shape_str(in.meta.sizes)));
   }
   if (g.dtype() != in.meta.dtype) g = to_dtype(g, in.meta.dtype).tensor();
@@ -127,16 +127,10 @@ Tensor fit(const Node& n, const Input& in, Tensor g) {
   return g;
 }
 
-std::vector<Tensor> apply(Node& n, std::vector<Tensor>& out_grads, const BackwardOptions& o) {
+// A registry op's node: its derivative rule.
+void rule(Node& n, std::vector<Tensor>& out_grads, std::vector<Tensor>& in_grads) {
   const OpDef& def = *n.def();
-  if (n.released)
-    fail("Trying to backward through the graph a second time (or directly access saved tensors after they have "
-         "already been freed). Saved intermediate values of the graph are freed when you call backward() or "
-         "T.autograd.grad(). Specify retain_graph = true if you need to backward through the graph a second time or "
-         "if you need to access saved tensors after calling backward.");
   if (!def.grad.fn) fail(cat(def.name, ": derivative not implemented"));
-  check_versions(n);
-  std::vector<Tensor> in_grads(n.inputs.size());
   Grad g(n, out_grads, in_grads);
   try {
     def.grad.fn(g);
@@ -144,6 +138,22 @@ std::vector<Tensor> apply(Node& n, std::vector<Tensor>& out_grads, const Backwar
     throw;
   } catch (const Error& e) {
     throw Error(cat("backward of ", def.name, n.where.empty() ? "" : " (" + n.where + ")", ": ", e.what()));
+  }
+}
+
+std::vector<Tensor> apply(Node& n, std::vector<Tensor>& out_grads, const BackwardOptions& o) {
+  if (n.released)
+    fail("Trying to backward through the graph a second time (or directly access saved tensors after they have "
+         "already been freed). Saved intermediate values of the graph are freed when you call backward() or "
+         "T.autograd.grad(). Specify retain_graph = true if you need to backward through the graph a second time or "
+         "if you need to access saved tensors after calling backward.");
+  check_versions(n);
+  std::vector<Tensor> in_grads;
+  if (n.custom) {
+    in_grads = n.custom->apply(n, out_grads, o.create_graph);
+  } else {
+    in_grads.resize(n.inputs.size());
+    rule(n, out_grads, in_grads);
   }
   for (size_t i = 0; i < in_grads.size(); ++i)
     if (in_grads[i].defined()) in_grads[i] = fit(n, n.inputs[i], in_grads[i]);
@@ -217,16 +227,16 @@ std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& roots, std
     out_grads.resize(std::max<size_t>(n->outs.size(), 1));
     const bool needed = g[n].needed;
     for (size_t k = 0; needed && k < out_grads.size(); ++k) {  // tensor hooks, retain_grad, captures
-      AutogradMeta* m = n->op < 0 ? meta_of(n->leaf.get()) : k < n->out_meta.size() ? n->out_meta[k] : nullptr;
+      AutogradMeta* m = n->accumulates() ? meta_of(n->leaf.get()) : k < n->out_meta.size() ? n->out_meta[k] : nullptr;
       out_grads[k] = run_hooks(m, out_grads[k]);
-      if (n->op >= 0 && m && m->retains_grad && out_grads[k].defined()) accumulate_into(*m, out_grads[k], o.create_graph);
+      if (!n->accumulates() && m && m->retains_grad && out_grads[k].defined()) accumulate_into(*m, out_grads[k], o.create_graph);
       auto it = targets.find({n, int(k)});
       if (it != targets.end())
         for (int j : it->second) captured[size_t(j)] = out_grads[k];
     }
     std::vector<Tensor> in_grads;
     const bool any = std::any_of(out_grads.begin(), out_grads.end(), [](const Tensor& t) { return t.defined(); });
-    if (n->op < 0) {
+    if (n->accumulates()) {
       if (!o.capture && inputs.empty() && any) accumulate_grad(n->leaf, out_grads[0], o.create_graph);
     } else if (needed && any) {
       in_grads = apply(*n, out_grads, o);

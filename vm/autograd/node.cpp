@@ -14,6 +14,7 @@ const OpDef* Node::def() const { return op < 0 ? nullptr : &Registry::get().ops(
 // PyTorch's names without the overload number: mul and mul_ -> MulBackward, log_softmax ->
 // LogSoftmaxBackward.
 std::string Node::name() const {
+  if (custom) return custom->name();
   if (op < 0) return "AccumulateGrad";
   std::string r;
   bool up = true;
@@ -29,6 +30,7 @@ std::string Node::name() const {
 }
 
 void Node::release_saved() {
+  if (custom) custom->release();
   if (!saves) return;
   for (Saved& s : saved_in) s.t = Tensor();
   for (Saved& s : saved_out) s.t = Tensor();

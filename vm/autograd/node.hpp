@@ -41,8 +41,18 @@ struct Args {
   std::vector<std::vector<cr_tensor*>> lists;
 };
 
+// A node whose backward is not a registry op's derivative rule: a compiled segment's
+// (vm/graph/joint.hpp, PyTorch's autograd.Function of AOTAutograd). apply returns the gradient
+// of each entry of Node::inputs (undefined: none) from the gradients of its outputs.
+struct Backward {
+  virtual ~Backward() = default;
+  virtual std::string name() const = 0;
+  virtual std::vector<Tensor> apply(Node& n, std::vector<Tensor>& out_grads, bool create_graph) = 0;
+  virtual void release() = 0;  // frees what it saved (after a backward without retain_graph)
+};
+
 struct Node : std::enable_shared_from_this<Node> {
-  int op = -1;  // registry op; -1: AccumulateGrad of `leaf`
+  int op = -1;  // registry op; -1: AccumulateGrad of `leaf`, or a custom backward
   uint64_t seq = 0;
   std::string where;  // Lua file:line of the call
   std::vector<Input> inputs;
@@ -54,6 +64,9 @@ struct Node : std::enable_shared_from_this<Node> {
   std::vector<AutogradMeta*> out_meta;  // output k's tensor when it has hooks / retains its grad
   bool saves = false, released = false;
   Tensor leaf;  // AccumulateGrad
+  std::shared_ptr<Backward> custom;
+
+  bool accumulates() const { return op < 0 && !custom; }
 
   const OpDef* def() const;
   std::string name() const;  // "MulBackward", "AccumulateGrad"

@@ -168,6 +168,16 @@ int fuse_patterns(Graph& g);
 void optimize(Graph& g, Context& ctx);
 
 // ---- the eager backend (vm/graph/interp.cpp) ------------------------------------------------
+// The cr_value array of one op node, pointing into `vals` and into the node's own storage.
+struct CallArgs {
+  static constexpr size_t kInline = 8;
+  cr_value inline_args[kInline];
+  std::vector<cr_value> more;
+  std::vector<std::vector<cr_tensor*>> lists;  // only for tensor-list arguments (cat, stack)
+  cr_value* args;
+  CallArgs(const Node& n, const std::vector<Tensor>& vals, const double* numbers);
+};
+
 // `numbers` (every run function): the call's numbers, by Arg::varying (null: none vary).
 // Runs g's nodes with the eager kernels. `vals` is indexed by value id; inputs must be set on
 // entry; on return every value of a kept node is set. A value that holds a lazy tensor on entry

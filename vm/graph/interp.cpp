@@ -17,41 +17,32 @@ Tensor copy_of(const Tensor& t) {
   return r;
 }
 
-// The cr_value array of one op node, pointing into `vals` and into the node's own storage.
-struct CallArgs {
-  static constexpr size_t kInline = 8;
-  cr_value inline_args[kInline];
-  std::vector<cr_value> more;
-  std::vector<std::vector<cr_tensor*>> lists;  // only for tensor-list arguments (cat, stack)
-  cr_value* args;
+}  // namespace
 
-  CallArgs(const Node& n, const std::vector<Tensor>& vals, const double* numbers) {
-    if (n.args.size() > kInline) more.resize(n.args.size());
-    args = n.args.size() > kInline ? more.data() : inline_args;
-    for (size_t i = 0; i < n.args.size(); ++i) {
-      const Arg& a = n.args[i];
-      cr_value& v = args[i];
-      v = cr_value{a.tag, 0, a.varying >= 0 && numbers ? numbers[a.varying] : a.num, nullptr, nullptr};
-      switch (a.tag) {
-        case kTensor: v.ptr = vals[size_t(a.value)].get(); break;
-        case kTensors: {
-          if (lists.capacity() == 0) lists.reserve(n.args.size());
-          auto& l = lists.emplace_back();
-          for (int32_t id : a.values) l.push_back(vals[size_t(id)].get());
-          v.n = int32_t(l.size());
-          v.ptr = l.data();
-          break;
-        }
-        case kInts: v.n = int32_t(a.ints.size()); v.ptr = const_cast<int64_t*>(a.ints.data()); break;
-        case kDoubles: v.n = int32_t(a.doubles.size()); v.ptr = const_cast<double*>(a.doubles.data()); break;
-        case kString: v.str = a.str.c_str(); break;
-        default: break;
+CallArgs::CallArgs(const Node& n, const std::vector<Tensor>& vals, const double* numbers) {
+  if (n.args.size() > kInline) more.resize(n.args.size());
+  args = n.args.size() > kInline ? more.data() : inline_args;
+  for (size_t i = 0; i < n.args.size(); ++i) {
+    const Arg& a = n.args[i];
+    cr_value& v = args[i];
+    v = cr_value{a.tag, 0, a.varying >= 0 && numbers ? numbers[a.varying] : a.num, nullptr, nullptr};
+    switch (a.tag) {
+      case kTensor: v.ptr = vals[size_t(a.value)].get(); break;
+      case kTensors: {
+        if (lists.capacity() == 0) lists.reserve(n.args.size());
+        auto& l = lists.emplace_back();
+        for (int32_t id : a.values) l.push_back(vals[size_t(id)].get());
+        v.n = int32_t(l.size());
+        v.ptr = l.data();
+        break;
       }
+      case kInts: v.n = int32_t(a.ints.size()); v.ptr = const_cast<int64_t*>(a.ints.data()); break;
+      case kDoubles: v.n = int32_t(a.doubles.size()); v.ptr = const_cast<double*>(a.doubles.data()); break;
+      case kString: v.str = a.str.c_str(); break;
+      default: break;
     }
   }
-};
-
-}  // namespace
+}
 
 void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& vals, const double* numbers) {
   const Node& n = g.nodes[index];

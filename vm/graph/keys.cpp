@@ -5,6 +5,8 @@
 #include <cstring>
 #include <map>
 
+#include "vm/autograd/grad_mode.hpp"
+#include "vm/autograd/meta.hpp"
 #include "vm/graph/segment.hpp"
 #include "vm/ops/operands.hpp"
 
@@ -49,8 +51,11 @@ void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
   s.alias[size_t(vid)] = alias;
   guards::Key& k = s.key;
   k.push_back(guards::kNewTensor | uint64_t(vid));
+  // (inputs also guard requires_grad under grad mode: a training segment differentiates by it,
+  // and an inference one records a call on a tensor requiring grad eagerly, with eager autograd)
+  const bool grad = autograd::grad_enabled && autograd::requires_grad(t);
   k.push_back(uint64_t(uint8_t(t->_dtype)) | uint64_t(uint8_t(t->_dev_type)) << 8 |
-              uint64_t(uint8_t(t->_dev_index)) << 16 | uint64_t(t->_ndim) << 24);
+              uint64_t(uint8_t(t->_dev_index)) << 16 | uint64_t(t->_ndim) << 24 | uint64_t(grad) << 48);
   k.push_back(uint64_t(t->_offset));
   // symbolic sizes match any size; a contiguous layout then matches any contiguous layout
   const uint32_t sym = symbolic_dims(s, t, vid);
@@ -134,7 +139,8 @@ void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs) {
   const OpDef& def = Registry::get().ops()[size_t(op)];
   const bool shape_args = takes_shape_numbers(def);
   k.push_back(uint64_t(op));
-  k.push_back(uint64_t(nargs));
+  // a training segment's calls guard grad mode (an op under T.no_grad is not differentiated)
+  k.push_back(uint64_t(nargs) | uint64_t(s.train && autograd::grad_enabled) << 32);
   for (int i = 0; i < nargs; ++i) {
     const cr_value& a = args[i];
     k.push_back(uint64_t(a.tag));

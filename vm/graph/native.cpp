@@ -22,9 +22,8 @@ bool one_device(const Graph& g, Device* d) {
 
 }  // namespace
 
-void Recorder::start_native(const std::shared_ptr<Graph>& g) {
-  const std::string& backend = fn_->opts.backend;
-  if (backend == "eager" || g->op_count() == 0) return;
+void Recorder::start_native(const std::shared_ptr<Graph>& g, const std::string& backend) {
+  if (backend == "eager" || backend == "aot_eager" || g->op_count() == 0) return;
   Device device;
   if (!one_device(*g, &device)) return;
   std::string why;

@@ -8,7 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "vm/graph/joint.hpp"
 #include "vm/graph/segment.hpp"
+#include "vm/autograd/grad_mode.hpp"
+#include "vm/autograd/meta.hpp"
 #include "vm/kernels/loop.hpp"
 
 namespace cr::graph {
@@ -53,14 +56,16 @@ void Recorder::drop(int32_t id) {
   functions_[size_t(id)].reset();
 }
 
-bool Recorder::begin(int32_t fn, int cache_size_limit) {
+bool Recorder::begin(int32_t fn, int cache_size_limit, int train_mode) {
   if (fn_) return false;
   guards::Function& f = function(fn);
   fn_ = &f;
   ctx_.ffi.capturing = 1;
+  const bool train = train_mode == 1 || (train_mode == 2 && f.trains);
+  train_ = ctx_.capture_training = train;
   cache_size_limit_ = cache_size_limit;
   report.clear();
-  start_segment(f.site("entry"));
+  start_segment(f.site("entry", train));
   return true;
 }
 
@@ -72,7 +77,8 @@ void Recorder::start_segment(guards::Site& site) {
   s.site = &site;
   s.pos = &site.root;
   s.passthrough = site.eager;
-  s.mode = fn_->opts.dynamic;
+  s.train = train_;
+  s.mode = train_ ? 0 : fn_->opts.dynamic;  // (training graphs specialise on sizes: not dynamic yet)
   s.recording = site.root.children.empty() && site.root.ends.empty();
 }
 
@@ -92,6 +98,8 @@ void Recorder::reset() {
 void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
   Segment& s = *seg_;
   outs.clear();
+  ctx_.capture_lazy = false;
+  if (s.train) ++(autograd::grad_enabled ? s.grad_ops : s.no_grad_ops);
   if (s.passthrough) {
     for (cr_tensor* t : tensor_args(args, nargs)) ensure_real(ctx_, t);
     outs = dispatch(ctx_, op, args, nargs);
@@ -108,11 +116,11 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
   encode(ctx_, s, op, args, nargs);
   if (!s.recording) {
     pending_reason_.clear();
-    if (replay(op, args, nargs, outs)) return;
+    if ((ctx_.capture_lazy = replay(op, args, nargs, outs))) return;
     if (pending_reason_.empty()) {
       // automatic dynamic shapes: sizes that changed are symbolic from now on (one recompile)
       std::string changed = learn_dynamic(ctx_, s, op, args, nargs, first_new);
-      if (!changed.empty() && replay(op, args, nargs, outs)) return;
+      if (!changed.empty() && (ctx_.capture_lazy = replay(op, args, nargs, outs))) return;
       if (pending_reason_.empty())
         pending_reason_ = changed.empty() ? guards::describe_mismatch(*s.pos, s.key, op)
                                           : cat(def.name, ": ", changed, " (symbolic from now on)");
@@ -251,9 +259,18 @@ void Recorder::run_pending() {
   Leaf prefix{EndKind::Break, "", "", s.pos};
   auto g = guards::build_graph(prefix);
   take_event_args(*g, s);
+  std::shared_ptr<Joint> joint;
+  if (s.train) {  // (a prefix of a recorded path: the guards make it as differentiable as that path)
+    std::vector<char> needs_grad(g->values.size());
+    for (int32_t v : g->inputs) needs_grad[size_t(v)] = autograd::requires_grad(s.vals[size_t(v)].get());
+    GradPlan plan = plan_gradients(*g, needs_grad, s.grad_ops, s.no_grad_ops);
+    if (!plan.unsupported.empty()) fail(cat("internal: compiled autograd: a replayed prefix ", plan.unsupported));
+    if (plan.any) joint = make_joint(g, std::move(plan), JointOptions{cat(fn_->opts.name, " prefix"), fn_->opts.backend});
+  }
   std::vector<Tensor> vals = values_for(*g);
   run_eager(*g, ctx_, vals, s.numbers_or_null());
   settle(nullptr, vals, false);
+  if (joint) attach_node(joint, *g, vals, {});
 }
 
 // What a graph run starts from: the inputs, and the lazy tensors waiting for op outputs (the
@@ -365,6 +382,7 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
     for (cr_tensor* t : needed)
       if (t->_gen == s.gen) note_escape(leaf, t->_vid, "returned or read");
     ++leaf.hits;
+    if (s.train) check_training(leaf);
     if (!s.pending) {  // recorded: everything already ran eagerly
       settle(&leaf, s.vals, true);
     } else {
@@ -382,13 +400,14 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
       execute(*g, vals, s.numbers_or_null());
       double t1 = now_us();
       settle(&leaf, vals, cold, g.get());
+      if (leaf.joint && plan_of(*leaf.joint).any) attach_node(leaf.joint, *g, vals, needed);
       double t2 = now_us();
       vals.clear();  // the graph's temporaries die with its run
       stats.graph_run_us += (t1 - t0) + (now_us() - t2);
     }
     if (kind == EndKind::Return && report.size() == 1) remember_call(leaf, needed);
   }
-  if (kind == EndKind::Break) start_segment(fn_->site(cat("after ", reason, " at ", where)));
+  if (kind == EndKind::Break) start_segment(fn_->site(cat("after ", reason, " at ", where), train_));
 }
 
 void Recorder::graph_break(const std::string& reason, const std::string& where, cr_tensor* needed) {
@@ -410,7 +429,10 @@ void Recorder::finish(const std::vector<cr_tensor*>& rets, const std::string& wh
 }
 
 void Recorder::stop() {
+  if (ctx_.capture_wants_training) fn_->trains = true;
+  ctx_.capture_wants_training = false;
   fn_ = nullptr;
+  train_ = ctx_.capture_training = ctx_.capture_lazy = false;
   if (seg_) seg_->reset();
   ctx_.ffi.capturing = 0;
 }
@@ -538,8 +560,11 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf, const Graph& raw) {
     for (int32_t w = int32_t(v); w >= 0; w = g->values[size_t(w)].views) impure[size_t(w)] = 1;
   }
   g->outputs.clear();
+  std::vector<char> saved(g->values.size());  // a training segment's values its backward reads
+  if (leaf.joint)
+    for (int32_t v : plan_of(*leaf.joint).saved) saved[size_t(v)] = 1;
   for (size_t v = 0; v < g->values.size(); ++v) {
-    bool esc = v < leaf.escaping.size() && leaf.escaping[v];
+    bool esc = (v < leaf.escaping.size() && leaf.escaping[v]) || saved[v];
     if ((esc || impure[v]) && g->values[v].node >= 0 && g->nodes[size_t(g->values[v].node)].kind != NodeKind::Input)
       g->outputs.push_back(int32_t(v));
   }
@@ -563,7 +588,7 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf, const Graph& raw) {
   if (logs.perf)
     log("perf", cat(g->name, ": compiled in ", us, " us (", leaf.raw->op_count(), " ops -> ", g->op_count(), ")"));
   dump(leaf, *g, us);
-  start_native(g);
+  start_native(g, fn_->opts.backend);
   leaf.compiled = g;
   return g;
 }

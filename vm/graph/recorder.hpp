@@ -24,6 +24,9 @@ struct Stats {
   int64_t replays = 0;      // reduce-overhead calls that ran without Lua
   double compile_ms = 0;    // the native compiles whose outcome the graphs have taken up
   int64_t kernels_loaded = 0;  // kernels their graphs took from the kernel cache (memory or disk)
+  // compiled autograd (joint.hpp): backward graphs compiled, and segments / backwards that run
+  // on eager autograd instead (CRESCENT_LOGS=aot says why)
+  int64_t backward_graphs_compiled = 0, grad_fallbacks = 0;
 };
 
 // What one segment of the last call did (for T.explain).
@@ -35,6 +38,7 @@ struct SegmentReport {
 
 struct Segment;
 struct ExecRecord;
+struct Joint;
 
 class Recorder {
  public:
@@ -43,8 +47,11 @@ class Recorder {
 
   int32_t new_function(const guards::Options& opts);
   // Starts a call of function `fn`; false when a capture is already active (a nested compiled
-  // function is inlined into its caller's trace).
-  bool begin(int32_t fn, int cache_size_limit);
+  // function is inlined into its caller's trace). `train` 1: grad mode is on and some argument
+  // or parameter requires grad; 2: grad mode is on, and the call trains if a tensor requiring grad
+  // reached an earlier capture of fn (an upvalue). A training call's segments are differentiated
+  // as graphs (joint.hpp) and have their own trace trees, whose keys also hold grad mode.
+  bool begin(int32_t fn, int cache_size_limit, int train = 0);
   bool active() const { return fn_ != nullptr; }
   // One op call inside the capture: `outs` gets the tensors to hand to Lua.
   void call(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
@@ -68,6 +75,10 @@ class Recorder {
   bool has_plan(int32_t fn);
   void before_write(Storage* s);
   void reset();                              // T.compiler.reset()
+  // Compiled autograd's backward graphs (joint.cpp): optimised and handed to the native backend
+  // (none for backend "eager" / "aot_eager"), then run as forward graphs are.
+  std::shared_ptr<Graph> compile_backward(const std::shared_ptr<Graph>& traced, const std::string& backend);
+  void execute_backward(const Graph& g, std::vector<Tensor>& vals) { execute(g, vals, nullptr); }
   void drop(int32_t fn);                     // its Lua function was collected
 
   Stats stats;
@@ -97,13 +108,18 @@ class Recorder {
   void remember_call(guards::Leaf& leaf, const std::vector<cr_tensor*>& rets);
   // native code (vm/graph/native.cpp): starts compiling an optimised graph for its backend, and
   // runs a graph - natively once its code is ready, counting the compile's outcome once.
-  void start_native(const std::shared_ptr<Graph>& g);
+  void start_native(const std::shared_ptr<Graph>& g, const std::string& backend);
+  // Training segments (joint.hpp): the segment's plan, its node for Lua's tensors after a run.
+  void check_training(guards::Leaf& leaf);
+  void attach_node(const std::shared_ptr<Joint>& joint, const Graph& ran, std::vector<Tensor>& vals,
+                   const std::vector<cr_tensor*>& needed);
   void execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers);
 
   Context& ctx_;
   std::vector<std::unique_ptr<guards::Function>> functions_;
   guards::Function* fn_ = nullptr;
   int cache_size_limit_ = 8;
+  bool train_ = false;
   std::unique_ptr<Segment> seg_;
   std::string pending_reason_;  // the guard failure that started the current recording
   std::vector<std::weak_ptr<ExecRecord>> records_;  // ways to recompute values not kept

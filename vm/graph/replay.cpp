@@ -1,6 +1,7 @@
 // reduce-overhead (stdlib/replay.lua has the purity rules): a plan maps the inputs of a
 // function's one compiled segment to the call's arguments and upvalue tensors; a replay checks
 // the plan's guards and runs the graph without Lua.
+#include "vm/autograd/grad_mode.hpp"
 #include "vm/graph/segment.hpp"
 
 namespace cr::graph {
@@ -79,6 +80,7 @@ static bool same_meta(const cr_tensor* t, const ValueMeta& m) {
 bool Recorder::replay(int32_t id, cr_tensor* const* cands, int n, std::vector<Tensor>& rets) {
   guards::Function& f = function(id);
   if (!f.plan || fn_) return false;
+  if (f.trains && autograd::grad_enabled) return false;  // (a replay has no autograd: the call is captured)
   const guards::Plan& p = *f.plan;
   const Graph& g = *p.graph;
   if (n != p.ncands) return false;

@@ -15,6 +15,8 @@ struct Segment {
   bool passthrough = false;          // the site is over cache_size_limit: ops just run
   bool pending = false;              // replayed events that have not run yet
   int ops = 0;
+  bool train = false;                // a training capture's segment (joint.hpp)
+  int grad_ops = 0, no_grad_ops = 0;  // training: op calls made with grad mode on / off
   int32_t next_vid = 0;
   std::vector<Tensor> vals;          // by vid: inputs, outputs (lazy while replaying)
   std::vector<int32_t> alias;        // by vid: for inputs, an earlier input sharing the storage
@@ -63,7 +65,7 @@ struct Segment {
     event_args.clear();
     instance_raw.reset();
     numbers.clear();
-    ops = 0;
+    ops = grad_ops = no_grad_ops = 0;
     next_vid = 0;
     vals.clear();
     alias.clear();

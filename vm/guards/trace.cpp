@@ -6,8 +6,8 @@
 
 namespace cr::guards {
 
-Site& Function::site(const std::string& name) {
-  auto& s = sites[name];
+Site& Function::site(const std::string& name, bool train) {
+  auto& s = sites[train ? "train: " + name : name];
   if (!s) {
     s = std::make_unique<Site>();
     s->name = name;
@@ -90,6 +90,7 @@ void read_tensor(KeyReader& r, ArgView& a) {
   int ndim = int((h >> 24) & 0xff);
   a.dtype = dtype_name(DType(h & 0xff));
   if ((h >> 8) & 0xff) a.dtype += cat(" cuda:", (h >> 16) & 0xff);
+  if ((h >> 48) & 1) a.dtype += " requiring grad";
   a.value = cat("offset ", int64_t(r.next()));
   a.sizes = ints_str(r, uint64_t(ndim));
   a.strides = ints_str(r, uint64_t(ndim));
@@ -169,7 +170,10 @@ std::string first_difference(const TraceNode& was, const Key& key) {
   KeyReader a{was.key}, b{key};
   int op_a = int(a.next()), op_b = int(b.next());
   if (op_a != op_b) return cat(op_name(op_b), " instead of ", op_name(op_a), " (another branch or op order)");
-  uint64_t na = a.next(), nb = b.next();
+  uint64_t na = a.next(), nb = b.next();  // (bit 32: a training segment's grad mode)
+  if (na >> 32 != nb >> 32) return cat(op_name(op_a), ": grad mode ", na >> 32 ? "on" : "off", " -> ", nb >> 32 ? "on" : "off");
+  na &= 0xffffffff;
+  nb &= 0xffffffff;
   for (uint64_t i = 0; i < std::max(na, nb); ++i) {
     ArgView va = read_arg(a), vb = read_arg(b);
     if (va.kind != vb.kind || va.value != vb.value || va.dtype != vb.dtype || va.sizes != vb.sizes ||

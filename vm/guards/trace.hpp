@@ -13,6 +13,10 @@
 
 #include "vm/graph/graph.hpp"
 
+namespace cr::graph {
+struct Joint;
+}  // namespace cr::graph
+
 namespace cr::guards {
 
 using Key = std::vector<uint64_t>;
@@ -91,6 +95,8 @@ struct Leaf {
   std::map<std::vector<int64_t>, Instance> instances;  // by input layouts and event integers
   std::vector<std::vector<int64_t>> instance_order;   // oldest first
   std::string recompile_reason;              // why the compiled graph must be rebuilt
+  // a training segment (graph/joint.hpp): its gradient plan and backward graphs
+  std::shared_ptr<graph::Joint> joint;
 };
 
 // Where segments start: the entry of the function, or just after a given break.
@@ -140,7 +146,9 @@ struct Function {
   int32_t id;
   Options opts;
   std::map<std::string, std::unique_ptr<Site>> sites;
-  Site& site(const std::string& name);
+  // `train`: the sites of training captures (grad mode on), a tree of their own
+  Site& site(const std::string& name, bool train = false);
+  bool trains = false;  // a tensor requiring grad reached its capture: grad mode on means training
   // the last call when it was one segment (for reduce-overhead plans): its inputs, by identity
   // only (never dereferenced), and the vids of the tensors it returned
   std::shared_ptr<Leaf> last_leaf;

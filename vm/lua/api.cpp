@@ -275,8 +275,8 @@ int32_t api_cap_function(cr_ctx* c, const char* name, int32_t hot, int32_t fullg
   });
 }
 
-int32_t api_cap_begin(cr_ctx* c, int32_t fn, int32_t limit) {
-  return guarded(c, [&] { return int32_t(rec(c).begin(fn, limit)); });
+int32_t api_cap_begin(cr_ctx* c, int32_t fn, int32_t limit, int32_t train) {
+  return guarded(c, [&] { return int32_t(rec(c).begin(fn, limit, train)); });
 }
 
 int32_t api_cap_need(cr_ctx* c, cr_tensor* t, const char* reason, const char* where) {
@@ -316,14 +316,15 @@ void api_cap_reset(cr_ctx* c) {
   cuda::empty_cache();
 }
 
-constexpr size_t kCapStats = 11;  // (stdlib's buffers for cap_stats have this size)
+constexpr size_t kCapStats = 13;  // (stdlib's buffers for cap_stats have this size)
 void api_cap_stats(cr_ctx* c, double* out) {
   const graph::Stats& s = rec(c).stats;
   const jit::QueueStats q = jit::background_stats();
   const double v[] = {double(s.graphs_compiled),  double(s.recompiles),      double(s.graph_breaks),
                       double(s.kernels_compiled), double(s.disk_cache_hits), double(s.eager_fallbacks),
                       s.graph_run_us,             double(s.replays),         double(q.queued + q.running),
-                      s.compile_ms,               double(s.kernels_loaded)};
+                      s.compile_ms,               double(s.kernels_loaded),  double(s.backward_graphs_compiled),
+                      double(s.grad_fallbacks)};
   static_assert(std::size(v) == kCapStats);
   for (size_t i = 0; i < std::size(v); ++i) out[i] = v[i];
 }

@@ -80,7 +80,7 @@ typedef struct cr_api {
   int32_t (*cap_function)(cr_ctx* ctx, const char* name, int32_t hot, int32_t fullgraph,
                           int32_t reduce_overhead, const char* backend,
                           int32_t dynamic); /* -1: automatic (nil), 0: false, 1: true */
-  int32_t (*cap_begin)(cr_ctx* ctx, int32_t fn, int32_t cache_size_limit); /* 0: already active */
+  int32_t (*cap_begin)(cr_ctx* ctx, int32_t fn, int32_t cache_size_limit, int32_t train); /* 0: already active; train: Recorder::begin */
   int32_t (*cap_need)(cr_ctx* ctx, cr_tensor* t, const char* reason, const char* where);
   int32_t (*cap_finish)(cr_ctx* ctx, cr_tensor** rets, int32_t n, const char* where);
   int32_t (*cap_abort)(cr_ctx* ctx);  /* < 0: an op recorded before the error failed (last_error) */
@@ -89,7 +89,8 @@ typedef struct cr_api {
   void (*cap_stats)(cr_ctx* ctx, double* out); /* graphs_compiled, recompiles, graph_breaks,
                                                   kernels_compiled, disk_cache_hits, eager_fallbacks,
                                                   graph_run_us, replays, compiles_pending, compile_ms,
-                                                  kernels_loaded: 11 (kCapStats, stdlib's buffers) */
+                                                  kernels_loaded, backward_graphs_compiled,
+                                                  grad_fallbacks: 13 (kCapStats, stdlib's buffers) */
   const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call:
                                                   "ops\treason\twhere\tsymbolic dims\n" */
   void (*cap_set_logs)(cr_ctx* ctx, const char* list);

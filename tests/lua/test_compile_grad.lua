@@ -1,0 +1,334 @@
+-- Compiled autograd (issue 35, vm/graph/joint.hpp): a compiled function called with grad mode on
+-- gives the gradients of eager autograd - cold (recorded: eager autograd), replayed (one
+-- CompiledFunctionBackward node per segment, its backward graph run on the eager kernels) and
+-- compiled (forward and backward graphs native) - for a corpus of functions, graph breaks,
+-- modules trained with SGD and AdamW; no_grad switches to the inference graph; segments that
+-- cannot be differentiated as graphs fall back to eager autograd and are counted.
+local T = require "crescent"
+local S = expect
+local nn, optim = T.nn, T.optim
+
+local function stat(k) return T.compiler.stats()[k] end
+local function randn(seed, ...) T.manual_seed(seed); return T.randn(...) end
+local function x34(c) return randn(1000 + c, 3, 4) end
+local FLOATING = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
+local function floating(t) return FLOATING[t.dtype] end
+
+-- A loss over every floating result that requires grad (nonlinear, so gradients depend on values).
+local function loss_of(rets, n)
+  local loss
+  local function add(v)
+    if T.is_tensor(v) then
+      if v.requires_grad and floating(v) then
+        local l = (v * v):sum() * 0.5 + v:sum()
+        loss = loss and loss + l or l
+      end
+    elseif type(v) == "table" then
+      for _, x in pairs(v) do add(x) end
+    end
+  end
+  for i = 1, n do add(rets[i]) end
+  return loss
+end
+
+-- Runs f on leaf copies of args(call) (floating tensors require grad), backward through the loss;
+-- returns the loss and the gradients of the arguments (and of `params`, cleared after).
+local function grads(f, c, call, params)
+  local args = S.pack(c.args(call))
+  for i = 1, args.n do
+    local a = args[i]
+    if T.is_tensor(a) and floating(a) then args[i] = a:detach():clone():requires_grad_() end
+  end
+  local rets = S.pack(f(unpack(args, 1, args.n)))
+  local loss = loss_of(rets, rets.n)
+  loss:backward()
+  local r = { loss = loss:item() }
+  for i = 1, args.n do
+    if T.is_tensor(args[i]) and args[i].requires_grad then r[#r + 1] = args[i].grad end
+  end
+  for _, p in ipairs(params or {}) do
+    r[#r + 1] = p.grad
+    p.grad = nil
+  end
+  return r
+end
+
+local function close_num(got, want, what)
+  if math.abs(got - want) > 1e-5 * math.max(1, math.abs(want)) then error(string.format("%s: %.9g vs %.9g", what, got, want), 2) end
+end
+
+local function same_grads(got, want, what)
+  close_num(got.loss, want.loss, what .. ": loss")
+  S.eq(#got, #want, what .. ": number of gradients")
+  for i = 1, #want do
+    if want[i] == nil then S.eq(got[i], nil, what .. ": gradient " .. i) else S.close(got[i], want[i], 1e-5, 1e-5) end
+  end
+end
+
+local W = randn(77, 5, 4):requires_grad_()
+local function helper(x) local s = (x * 2):sum():item(); return x * s, s end
+
+local corpus = {
+  { name = "pointwise chain", args = x34, fn = function(x)
+    return ((x * 2 + 1):exp():tanh() - x:sigmoid()):relu() * x:abs():sqrt() + x:neg():exp()
+  end },
+  { name = "two inputs, broadcasting", args = function(c) return x34(c), randn(c, 4) end, fn = function(x, b)
+    return (x * b):sin() + b, x / (b:abs() + 1)
+  end },
+  { name = "reductions", args = x34, fn = function(x)
+    return x:sum(2), x:mean(1, true), x:amax(2), x:sum(), x:logsumexp(2), x:var(2), x:norm()
+  end },
+  { name = "softmax and log_softmax", args = x34, fn = function(x)
+    return x:softmax(2), x:log_softmax(1) * 0.5
+  end },
+  { name = "views", args = x34, fn = function(x)
+    return x:view(4, 3) * 2, x:reshape(2, 6):exp(), x:transpose(1, 2) + 1, x:t():contiguous(), x:flatten() * x:flatten()
+  end },
+  { name = "narrow, select, expand, unsqueeze", args = x34, fn = function(x)
+    return x:narrow(2, 2, 2) * 3, x:select(1, 3):exp(), x:sum(2, true):expand(3, 4) + x, x:unsqueeze(1):squeeze(1) * x
+  end },
+  { name = "matmul and linear", args = function(c) return x34(c), randn(c + 50, 4, 5), randn(c + 60, 5) end,
+    fn = function(a, b, bias) return a:matmul(b):relu(), T.linear(a, b:t(), bias), T.mm(a, b) * 2 end },
+  { name = "cat and stack", args = function(c) return x34(c), randn(c + 5, 3, 4) end, fn = function(x, y)
+    return T.cat({ x, y * 2 }, 1), T.stack({ x:exp(), y }, 3)
+  end },
+  { name = "gelu, silu, tanh, clamp", args = x34, fn = function(x)
+    return x:gelu() + x:silu(), T.clamp(x, -0.5, 0.5) * x, x:tanh():pow(2)
+  end },
+  { name = "a weight as an upvalue", args = x34, fn = function(x) return T.linear(x, W):tanh() end, params = { W } },
+  { name = "item() graph breaks in a loop", args = x34, fn = function(x)
+    local s = 0
+    for i = 1, 3 do s = s + (x * i):sin():sum():item() end
+    return x:exp() * s
+  end },
+  { name = "values used across a break", args = x34, fn = function(x)
+    local y = x:exp() * 2
+    local n = y:amax():item()
+    local z = y / n
+    return z - (z + y):amin():item(), y:sin()
+  end },
+  { name = "a break in a helper", args = x34, fn = function(x)
+    local a, s = helper(x:sin())
+    return a:exp(), helper(a)
+  end },
+  { name = "a result that is an input", args = function(c) return x34(c), randn(c, 3, 4) end, fn = function(x, y)
+    return x, y * x
+  end },
+  { name = "embedding and index_select (index_add_ in the backward)", args = x34, fn = function(x)
+    local idx = T.tensor({ 3, 1, 3, 2 })
+    return T.embedding(idx, x:t()) * 2, x:index_select(2, idx):exp()
+  end },
+  { name = "cross_entropy and layer_norm", args = function(c) return x34(c), randn(c + 7, 4) end, fn = function(x, g)
+    local y = T.F.layer_norm(x, { 4 }, g)
+    return T.F.cross_entropy(y * 2, T.tensor({ 1, 4, 2 }))
+  end },
+  { name = "integer results beside float ones", args = x34, fn = function(x)
+    return x:argmax(2), x:max(2), x:gt(0), x * 2
+  end },
+}
+
+-- Segments that are differentiated by eager autograd instead (counted in grad_fallbacks).
+local fallbacks = {
+  { name = "an in-place op on an intermediate", args = x34, fn = function(x)
+    local y = x * 2
+    y:add_(1)
+    return y:exp()
+  end },
+  { name = "T.no_grad around part of a segment", args = x34, fn = function(x)
+    local s = T.no_grad(function() return x * 3 end)
+    return x:exp() * s
+  end },
+}
+
+local CALLS = 5  -- cold (recorded), two replays on the eager kernels, then compiled (hot = 2)
+
+local function check(c, opts)
+  local cf = T.compile(c.fn, opts)
+  for call = 1, CALLS do
+    local want = grads(c.fn, c, call, c.params)
+    local got = grads(cf, c, call, c.params)
+    same_grads(got, want, c.name .. ", call " .. call)
+  end
+end
+
+for _, v in ipairs({ { "", nil }, { " (backend aot_eager)", { backend = "aot_eager" } } }) do
+  describe("compiled gradients match eager autograd" .. v[1], function()
+    for _, c in ipairs(corpus) do
+      it(c.name, function()
+        T.compiler.reset()
+        check(c, v[2])
+        S.truthy(stat("backward_graphs_compiled") > 0, "no backward graph was compiled")
+        S.eq(stat("grad_fallbacks"), 0, "grad fallbacks")
+      end)
+    end
+  end)
+end
+
+describe("segments compiled autograd does not take", function()
+  for _, c in ipairs(fallbacks) do
+    it(c.name .. " runs on eager autograd, counted", function()
+      T.compiler.reset()
+      check(c)
+      S.truthy(stat("grad_fallbacks") > 0, "no fallback was counted")
+    end)
+  end
+end)
+
+describe("the compiled node", function()
+  it("is one CompiledFunctionBackward per segment, from the first replay on", function()
+    local f = T.compile(function(x, w) return (x * w):sin():sum() end)
+    T.compiler.reset()
+    local x, w = T.randn(3, 4, { requires_grad = true }), T.randn(3, 4, { requires_grad = true })
+    S.eq(tostring(f(x, w).grad_fn), "<SumBackward>")  -- recorded: eager autograd
+    local y = f(x, w)
+    S.eq(tostring(y.grad_fn), "<CompiledFunctionBackward>")
+    S.eq(y.grad_fn:name(), "CompiledFunctionBackward")
+    y:backward()
+    S.close(x.grad, (x * w):cos() * w, 1e-5, 1e-6)
+  end)
+
+  it("splits the backward at a graph break: one node per segment", function()
+    local f = T.compile(function(x)
+      local y = x:exp()
+      local s = y:sum():item()
+      return y * s
+    end)
+    T.compiler.reset()
+    local x = T.randn(4, { requires_grad = true })
+    f(x)
+    local r = f(x)
+    S.eq(tostring(r.grad_fn), "<CompiledFunctionBackward>")
+    r:sum():backward()
+    local want = x:detach():exp() * x:detach():exp():sum()  -- s is a Lua number: no gradient through it
+    S.close(x.grad, want, 1e-5, 1e-6)
+  end)
+
+  it("uses the inference graph under T.no_grad, the training one outside", function()
+    local f = T.compile(function(x, w) return (x * w):tanh() end)
+    T.compiler.reset()
+    local x, w = T.randn(3, { requires_grad = true }), T.randn(3, { requires_grad = true })
+    for _ = 1, 4 do
+      local a = T.no_grad(f, x, w)
+      S.truthy(not a.requires_grad and a.grad_fn == nil, "no_grad result has no history")
+      local b = f(x, w)
+      S.truthy(b.requires_grad, "training result requires grad")
+      S.close(a, b, 0, 0)
+    end
+    S.eq(tostring(f(x, w).grad_fn), "<CompiledFunctionBackward>")
+  end)
+
+  it("retraces when requires_grad of an input changes (a guard)", function()
+    local f = T.compile(function(x, w) return (x * w):exp():sum() end)
+    T.compiler.reset()
+    local x, w = T.randn(3), T.randn(3, { requires_grad = true })
+    for _ = 1, 3 do f(x, w):backward() end
+    S.close(w.grad, (x * w):exp() * x * 3, 1e-5, 1e-6)
+    S.eq(x.grad, nil)
+    x:requires_grad_()
+    w.grad = nil
+    for _ = 1, 3 do f(x, w):backward() end
+    S.close(x.grad, (x * w):detach():exp() * w:detach() * 3, 1e-5, 1e-6)
+  end)
+
+  it("raises on a second backward without retain_graph, and version changes as eager does", function()
+    local f = T.compile(function(x) return x:sin() end)
+    local x = T.randn(3, { requires_grad = true })
+    f(x)
+    local y = f(x):sum()
+    y:backward({ retain_graph = true })
+    y:backward()
+    S.close(x.grad, x:detach():cos() * 2, 1e-6, 1e-6)
+    S.errors(function() y:backward() end, "backward through the graph a second time")
+    local h = T.randn(3, { requires_grad = true })
+    local g = T.compile(function(a) return a * 2, a:exp() end)
+    g(h)
+    local _, e = g(h)
+    e:mul_(2)  -- exp saves its output
+    S.errors(function() e:sum():backward() end, "modified by an inplace operation")
+  end)
+
+  it("refuses create_graph with a clear error", function()
+    local f = T.compile(function(x) return x:sin():sum() end)
+    local x = T.randn(3, { requires_grad = true })
+    f(x)
+    S.errors(function() f(x):backward({ create_graph = true }) end, "create_graph")
+  end)
+
+  it("replays the cached backward graph; background compiles land after T.compiler.wait", function()
+    T.config.sync_compile = false
+    local ok, err = pcall(function()
+      local f = T.compile(function(x, w) return ((x * w):sigmoid() * x):sum() end)
+      T.compiler.reset()
+      local x, w = T.randn(8, 16, { requires_grad = true }), T.randn(8, 16, { requires_grad = true })
+      for i = 1, 6 do
+        x.grad, w.grad = nil, nil
+        f(x, w):backward()
+        local s = (x * w):detach():sigmoid()
+        S.close(w.grad, s * (1 - s) * x * x, 1e-5, 1e-6)
+        if i == 4 then T.compiler.wait(f) end
+      end
+      S.eq(stat("backward_graphs_compiled"), 1, "one backward graph, replayed")
+    end)
+    T.config.sync_compile = true
+    if not ok then error(err, 0) end
+  end)
+
+  it("compiles the backward graph to native code", function()
+    S.need_native_cpu()
+    local dir = T.config.cache_dir
+    T.config.cache_dir = "0"  -- (no disk cache: every kernel is compiled and counted)
+    local ok, err = pcall(function()
+      -- (a function of its own: kernels compiled for another spec's graph are reused in memory)
+      local f = T.compile(function(x, w) return ((x * w):tanh() * x + w):sum() end)
+      local x, w = T.randn(8, 24, { requires_grad = true }), T.randn(8, 24, { requires_grad = true })
+      T.compiler.reset()
+      for _ = 1, 4 do T.no_grad(f, x, w) end  -- the inference graph alone
+      local forward = stat("kernels_compiled")
+      S.truthy(forward > 0, "the forward graph compiled no kernel")
+      T.compiler.reset()
+      for _ = 1, 5 do f(x, w):backward() end
+      S.truthy(stat("kernels_compiled") > forward, "the backward graph compiled no kernel")
+      S.eq(stat("eager_fallbacks"), 0, "eager fallbacks")
+    end)
+    T.config.cache_dir = dir
+    if not ok then error(err, 0) end
+  end)
+end)
+
+-- An MLP trained compiled and eagerly from the same weights: equal losses and weights.
+local function mlp()
+  T.manual_seed(3)
+  return nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))
+end
+
+local function train(make_opt, compiled)
+  local m = mlp()
+  local fwd = compiled and T.compile(m) or function(x) return m:forward(x) end
+  local opt = make_opt(m:parameters())
+  local losses = {}
+  for step = 1, 6 do
+    local x, y = randn(500 + step, 8, 6), randn(600 + step, 8, 3)
+    opt:zero_grad()
+    local loss = ((fwd(x) - y) ^ 2):mean()
+    loss:backward()
+    opt:step()
+    losses[step] = loss:item()
+  end
+  return losses, m:parameters()
+end
+
+describe("training a module compiled", function()
+  for name, make in pairs({
+    SGD = function(p) return optim.SGD(p, { lr = 0.1, momentum = 0.9 }) end,
+    AdamW = function(p) return optim.AdamW(p, { lr = 0.01, weight_decay = 0.1 }) end,
+  }) do
+    it("gives the losses and weights of eager training with " .. name, function()
+      T.compiler.reset()
+      local want, wp = train(make, false)
+      local got, gp = train(make, true)
+      for i = 1, #want do close_num(got[i], want[i], "loss " .. i) end
+      for i = 1, #wp do S.close(gp[i], wp[i], 1e-5, 1e-6) end
+      S.truthy(stat("backward_graphs_compiled") > 0, "no backward graph was compiled")
+    end)
+  end
+end)

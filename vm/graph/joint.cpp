@@ -1,0 +1,249 @@
+// Compiled autograd: the plan of a training segment, its node (CompiledFunctionBackward) and
+// the runs of its backward graphs. The tracing of those graphs is in joint_trace.cpp.
+#include "vm/graph/joint.hpp"
+
+#include "vm/autograd/node.hpp"
+#include "vm/autograd/var.hpp"
+#include "vm/graph/joint_trace.hpp"
+#include "vm/graph/recorder.hpp"
+#include "vm/kernels/loop.hpp"
+
+namespace cr::graph {
+
+namespace {
+
+template <class F> void each_tensor_arg(const Node& n, F&& f) {
+  for (size_t i = 0; i < n.args.size(); ++i) {
+    if (n.args[i].tag == kTensor) f(int(i), n.args[i].value);
+    for (int32_t v : n.args[i].values) f(int(i), v);
+  }
+}
+
+}  // namespace
+
+GradPlan plan_gradients(const Graph& g, const std::vector<char>& input_requires, int grad_ops, int no_grad_ops) {
+  GradPlan p;
+  p.needs_grad.assign(g.values.size(), 0);
+  if (grad_ops == 0) return p;  // every op ran under T.no_grad: an inference segment
+  for (int32_t v : g.inputs)
+    if (size_t(v) < input_requires.size() && input_requires[size_t(v)]) p.needs_grad[size_t(v)] = p.any = true;
+  std::vector<char> saved(g.values.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.kind != NodeKind::Op) continue;
+    const Derivative& d = n.def().grad;
+    bool in = false;
+    each_tensor_arg(n, [&](int slot, int32_t v) { in = in || (p.needs_grad[size_t(v)] && !(d.nondiff >> slot & 1)); });
+    if (!in || d.not_differentiable) continue;
+    if (!d.fn && p.unsupported.empty()) p.unsupported = cat(n.def().name, " (", n.where, ") has no derivative rule");
+    each_tensor_arg(n, [&](int slot, int32_t v) {
+      if (d.saves_inputs >> slot & 1) saved[size_t(v)] = 1;
+    });
+    for (size_t k = 0; k < n.outs.size(); ++k) {
+      const int32_t o = n.outs[k];
+      if (g.values[size_t(o)].node != int32_t(i)) continue;  // an argument handed back
+      if (is_floating(g.values[size_t(o)].meta.dtype)) p.needs_grad[size_t(o)] = p.any = true;
+      if (d.saves_outputs >> k & 1) saved[size_t(o)] = 1;
+    }
+  }
+  if (p.any && no_grad_ops > 0 && p.unsupported.empty())
+    p.unsupported = "grad mode changes inside the segment (T.no_grad / T.enable_grad around some of its ops)";
+  // A write could change a value the backward reads, or the history of a tensor requiring grad
+  // (eager autograd rebases it): not functionalised yet.
+  for (const Node& n : g.nodes)
+    if (p.any && n.inplace() && p.unsupported.empty())
+      p.unsupported = cat("in-place op ", n.def().name, " (", n.where, ") in a segment with gradients");
+  for (size_t v = 0; v < saved.size(); ++v)
+    if (saved[v]) p.saved.push_back(int32_t(v));
+  return p;
+}
+
+// One backward graph of a forward graph.
+struct BackwardGraph {
+  bool traced = false;
+  std::string fallback;  // why it runs on eager autograd instead ("": it does not)
+  Traced t;
+};
+
+struct Joint {
+  std::shared_ptr<const Graph> forward;
+  GradPlan plan;
+  JointOptions opts;
+  std::map<std::vector<int32_t>, BackwardGraph> backwards;  // by the outputs that receive a gradient
+};
+
+std::shared_ptr<Joint> make_joint(const std::shared_ptr<const Graph>& forward, GradPlan plan, JointOptions o) {
+  auto j = std::make_shared<Joint>();
+  j->forward = forward;
+  j->plan = std::move(plan);
+  j->opts = std::move(o);
+  return j;
+}
+
+const GradPlan& plan_of(const Joint& j) { return j.plan; }
+
+namespace {
+
+Recorder& recorder_of(Context& ctx) { return *ctx.recorder; }
+
+Tensor contiguous_copy(const Tensor& t) {
+  Tensor r = Tensor::empty(t.sizes(), t.dtype(), t.device());
+  copy_into(r, t);
+  return r;
+}
+
+// A value after the graph ran: a removed one is its kept value's.
+const Tensor& produced(const Graph& g, const std::vector<Tensor>& vals, int32_t v) {
+  for (const Graph::Alias& a : g.aliases)
+    if (a.removed == v && !vals[size_t(v)].defined()) return produced(g, vals, a.kept);
+  if (!vals[size_t(v)].defined()) fail(cat("internal: ", g.name, " did not produce value %", v));
+  return vals[size_t(v)];
+}
+
+// Runs a traced backward graph: the gradients (laid out as traced: else a contiguous copy, as
+// traced) and the forward values it reads in, the inputs' gradients out.
+std::vector<Tensor> run_backward(Recorder& rec, const Traced& t, const std::vector<Tensor>& grads,
+                                 const std::vector<Tensor>& saved) {
+  const Graph& g = *t.graph;
+  std::vector<Tensor> vals(g.values.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const int32_t v = t.grad_in[i];
+    vals[size_t(v)] = meta_of(grads[i]) == g.values[size_t(v)].meta ? grads[i] : contiguous_copy(grads[i]);
+  }
+  for (const auto& [v, f] : t.reads) {
+    if (!saved[size_t(f)].defined()) fail(cat("internal: ", g.name, " reads forward value %", f, ", which was not kept"));
+    vals[size_t(v)] = saved[size_t(f)];
+  }
+  rec.execute_backward(g, vals);
+  std::vector<Tensor> out(t.grad_out.size());
+  for (size_t k = 0; k < out.size(); ++k)
+    if (t.grad_out[k] >= 0) out[k] = produced(g, vals, t.grad_out[k]);
+  return out;
+}
+
+// The node of one run of a training segment.
+class CompiledFunction : public autograd::Backward {
+ public:
+  explicit CompiledFunction(std::shared_ptr<Joint> j) : j_(std::move(j)) {}
+  std::string name() const override { return "CompiledFunctionBackward"; }
+  void release() override { inputs_.clear(); }
+
+  std::vector<Tensor> apply(autograd::Node& n, std::vector<Tensor>& out_grads, bool create_graph) override {
+    if (create_graph)
+      fail("CompiledFunctionBackward: create_graph (a double backward) through a compiled segment is not implemented "
+           "yet; run the function eagerly (without T.compile) to differentiate twice");
+    Context& ctx = autograd::current_context();
+    std::vector<int32_t> key;
+    std::vector<Tensor> grads;
+    for (size_t k = 0; k < out_grads.size(); ++k)
+      if (out_grads[k].defined()) {
+        key.push_back(outs_[k]);
+        grads.push_back(out_grads[k]);
+      }
+    BackwardGraph& b = j_->backwards[key];
+    Recorder& rec = recorder_of(ctx);
+    if (!b.traced) {
+      // (the trace re-runs the forward from the inputs: its values matter only as a fallback's)
+      Traced t = trace_backward(ctx, trace_input(), key, grads, true);
+      b.traced = true;  // (not when the trace raised: the next backward traces again)
+      if (!t.broken.empty()) {
+        b.fallback = t.broken;
+        ++rec.stats.grad_fallbacks;
+        if (rec.logs.aot) Recorder::log("aot", cat(j_->opts.name, ": the backward runs on eager autograd: ", t.broken));
+        check_inputs(j_->forward->inputs);
+        return t.grads;  // (computed by the traced run itself)
+      }
+      b.t = std::move(t);
+      b.t.graph->name = cat(j_->opts.name, " backward #", j_->backwards.size());
+      b.t.graph = rec.compile_backward(b.t.graph, j_->opts.backend);
+      if (rec.logs.aot)
+        Recorder::log("aot", cat(b.t.graph->name, ": ", key.size(), " output gradient(s), ", b.t.graph->op_count(),
+                                 " ops, reading ", b.t.reads.size(), " forward value(s)"));
+    }
+    if (!b.fallback.empty()) {
+      check_inputs(j_->forward->inputs);
+      return trace_backward(ctx, trace_input(), key, grads, false).grads;
+    }
+    for (const auto& [v, f] : b.t.reads) check_inputs({f});
+    return run_backward(rec, b.t, grads, saved_of(n));
+  }
+
+  std::shared_ptr<Joint> j_;
+  std::vector<int32_t> ins_, outs_;  // value ids of the node's inputs and outputs
+  std::vector<Tensor> inputs_;       // by value id: the forward graph's inputs (for tracing)
+  std::vector<int32_t> saved_ids_;   // value ids of Node::saved_out's entries
+  std::vector<uint32_t> versions_;   // by value id: the forward inputs' storage versions
+
+ private:
+  // Forward inputs read again (not through Node::saved_out, which the engine checks): unchanged,
+  // as eager autograd requires of what it saved.
+  void check_inputs(const std::vector<int32_t>& ids) const {
+    for (int32_t v : ids) {
+      if (size_t(v) >= inputs_.size() || !inputs_[size_t(v)].defined()) continue;
+      const Tensor& t = inputs_[size_t(v)];
+      if (t.storage()->version.load() != versions_[size_t(v)])
+        fail(cat("one of the variables needed for gradient computation has been modified by an inplace operation: [",
+                 dtype_name(t.dtype()), " ", shape_str(t.sizes()), "], an input of ", j_->opts.name,
+                 ", is at version ", t.storage()->version.load(), "; expected version ", versions_[size_t(v)], " instead"));
+    }
+  }
+
+  TraceInput trace_input() {
+    if (inputs_.empty()) fail("CompiledFunctionBackward: its saved values were already freed");
+    return TraceInput{*j_->forward, inputs_, ins_, j_->plan.saved};
+  }
+  // The kept forward values by value id (version-checked by the engine, as eager saves are).
+  std::vector<Tensor> saved_of(const autograd::Node& n) const {
+    std::vector<Tensor> r(j_->forward->values.size());
+    for (size_t i = 0; i < saved_ids_.size(); ++i) r[size_t(saved_ids_[i])] = n.saved_out[i].t;
+    for (int32_t v : j_->forward->inputs)
+      if (!r[size_t(v)].defined()) r[size_t(v)] = inputs_.at(size_t(v));
+    return r;
+  }
+};
+
+}  // namespace
+
+void attach_backward(const std::shared_ptr<Joint>& j, const std::vector<Tensor>& vals,
+                     const std::vector<std::pair<int32_t, cr_tensor*>>& held) {
+  const Graph& g = *j->forward;
+  const GradPlan& p = j->plan;
+  auto cf = std::make_shared<CompiledFunction>(j);
+  auto n = std::make_shared<autograd::Node>();
+  auto alias = [](const Tensor& t) { return Tensor::view_of(t, t.sizes(), t.strides(), t.offset()); };
+  cf->inputs_.resize(g.values.size());
+  cf->versions_.resize(g.values.size());
+  for (int32_t v : g.inputs) {
+    const Tensor& t = vals[size_t(v)];
+    cf->inputs_[size_t(v)] = alias(t);
+    cf->versions_[size_t(v)] = t.storage()->version.load();
+    if (!p.needs_grad[size_t(v)]) continue;
+    n->inputs.push_back(autograd::Input{autograd::gradient_edge(t), int(n->inputs.size()), 0,
+                                        Meta{t.sizes(), t.dtype(), t.device()}});
+    cf->ins_.push_back(v);
+  }
+  for (int32_t v : p.saved) {
+    const Tensor& t = vals[size_t(v)];
+    if (!t.defined() || t.is_lazy())
+      fail(cat("internal: the forward graph ", j->opts.name, " did not keep value %", v, ", which its backward reads"));
+    n->saved_out.push_back(autograd::Saved{alias(t), t.storage()->version.load()});
+    cf->saved_ids_.push_back(v);
+  }
+  for (const auto& [v, t] : held) {
+    if (!p.needs_grad[size_t(v)]) continue;
+    autograd::AutogradMeta& m = autograd::ensure_meta(t);
+    m.grad_fn = n;
+    m.output_nr = int(cf->outs_.size());
+    m.requires_grad = false;
+    m.is_view = g.values[size_t(v)].views >= 0;
+    cf->outs_.push_back(v);
+    const ValueMeta& vm = g.values[size_t(v)].meta;
+    n->outs.push_back(Meta{concrete(vm.sizes), vm.dtype, vm.device});
+  }
+  if (cf->outs_.empty()) return;  // nothing Lua holds needs a gradient
+  n->seq = autograd::next_seq();
+  n->saves = true;
+  n->custom = cf;
+}
+
+}  // namespace cr::graph

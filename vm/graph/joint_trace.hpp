@@ -1,0 +1,35 @@
+// Tracing a compiled segment's backward (joint.hpp): the forward graph re-runs node by node
+// with eager autograd, the engine runs backward over those nodes, and every op call of both
+// goes into one joint graph. The backward graph is cut from it: the engine's calls, reading
+// the gradients and the forward values the segment kept - or recomputing the others (the
+// seam where a min-cut partitioner will decide; today every value a rule reads is kept).
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "vm/graph/graph.hpp"
+
+namespace cr::graph {
+
+struct TraceInput {
+  const Graph& forward;
+  const std::vector<Tensor>& inputs;  // by value id: the forward graph's inputs
+  const std::vector<int32_t>& ins;    // the inputs whose gradients are wanted (value ids)
+  const std::vector<int32_t>& kept;   // forward values the backward graph may read besides inputs
+};
+
+struct Traced {
+  std::vector<Tensor> grads;  // of `ins`, computed by the traced run (undefined: none)
+  std::string broken;         // why no graph could be cut ("": one was)
+  std::shared_ptr<Graph> graph;
+  std::vector<int32_t> grad_in;                       // the backward graph's value per output gradient
+  std::vector<std::pair<int32_t, int32_t>> reads;     // (its value, the forward value it reads)
+  std::vector<int32_t> grad_out;                      // its value per entry of `ins`, or -1
+};
+
+// `roots`: forward value ids whose gradients `grads` are. With `record` false it only computes.
+Traced trace_backward(Context& ctx, const TraceInput& in, const std::vector<int32_t>& roots,
+                      const std::vector<Tensor>& grads, bool record);
+
+}  // namespace cr::graph

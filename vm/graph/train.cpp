@@ -1,0 +1,65 @@
+// The recorder's side of compiled autograd (joint.hpp): which training segments are
+// differentiated as graphs, the node of each run, and the compilation of backward graphs.
+#include "vm/autograd/meta.hpp"
+#include "vm/graph/joint.hpp"
+#include "vm/graph/segment.hpp"
+
+namespace cr::graph {
+
+// A training segment's plan, made once per variant from its first replay (the guards hold grad
+// mode and requires_grad, so every later run has the same). A segment that cannot be
+// differentiated as a graph was recorded - run eagerly, with eager autograd - and its site runs
+// so from then on.
+void Recorder::check_training(guards::Leaf& leaf) {
+  Segment& s = *seg_;
+  if (leaf.joint) return;
+  if (!leaf.raw) leaf.raw = guards::build_graph(leaf);
+  std::vector<char> needs_grad(leaf.raw->values.size());
+  for (int32_t v : leaf.raw->inputs) needs_grad[size_t(v)] = autograd::requires_grad(s.vals[size_t(v)].get());
+  GradPlan plan = plan_gradients(*leaf.raw, needs_grad, s.grad_ops, s.no_grad_ops);
+  if (!plan.unsupported.empty()) {
+    if (s.pending) fail(cat("internal: compiled autograd: a replayed segment ", plan.unsupported));
+    s.site->eager = true;
+    ++stats.grad_fallbacks;
+    if (logs.aot)
+      log("aot", cat(fn_->opts.name, ": the segment at ", s.site->name, " runs eagerly with eager autograd: ",
+                     plan.unsupported));
+    return;
+  }
+  if (!s.pending) return;  // (recorded: the plan is made from the pre-run state of a replay)
+  const std::string name = cat(fn_->opts.name, " segment ending at ", leaf.where, " #", leaf.variant);
+  leaf.joint = make_joint(leaf.raw, std::move(plan), JointOptions{name, fn_->opts.backend});
+}
+
+// The values of the segment that Lua holds (or that end it) get the segment's node as grad_fn.
+void Recorder::attach_node(const std::shared_ptr<Joint>& joint, const Graph& ran, std::vector<Tensor>& vals,
+                           const std::vector<cr_tensor*>& needed) {
+  Segment& s = *seg_;
+  for (const Graph::Alias& a : ran.aliases)  // (removed values the backward may read)
+    if (!vals[size_t(a.removed)].defined()) vals[size_t(a.removed)] = vals[size_t(a.kept)];
+  std::vector<std::pair<int32_t, cr_tensor*>> held;
+  for (size_t v = 0; v < s.vals.size() && v < ran.values.size(); ++v) {
+    cr_tensor* p = s.vals[v].get();
+    if (!p || s.is_input[v] || p->_vid != int32_t(v)) continue;
+    const bool ends = std::find(needed.begin(), needed.end(), p) != needed.end();
+    if (ends || tensor_refs(p) > 1) held.emplace_back(int32_t(v), p);
+  }
+  attach_backward(joint, vals, held);
+}
+
+std::shared_ptr<Graph> Recorder::compile_backward(const std::shared_ptr<Graph>& traced, const std::string& backend) {
+  auto g = std::make_shared<Graph>(*traced);
+  try {
+    optimize(*g, ctx_);
+  } catch (const std::exception& e) {
+    ++stats.grad_fallbacks;
+    log("aot", cat("optimising ", g->name, " failed (", e.what(), "): it runs as traced"));
+    return traced;
+  }
+  ++stats.backward_graphs_compiled;
+  if (logs.graph) log("graph", g->str());
+  start_native(g, backend);
+  return g;
+}
+
+}  // namespace cr::graph

@@ -310,7 +310,7 @@ describe("misuse", function()
     expect.errors(function() x[L({ 1 })] = T.ones(3, { dtype = "int64" }) end, "index_put_: ", "shape mismatch", "{3}", "{1,4}")
     expect.errors(function() x:index_put_({ L({ 1 }) }, T.ones(4)) end, "index_put_: ", "dtypes match")
     expect.errors(function() x[L({ 1 })] = T.ones(4) end, "index_put_: ", "dtypes match")  -- as torch's setitem
-    expect.errors(function() return x.shap end, "tensor: ", "no field or method 'shap'")
+    expect.errors(function() return x.shap end, "tensor: ", 'no field or method "shap"')
     expect.errors(function() x.shape = 1 end, "tensor: ", "cannot set field 'shape'")
     expect.errors(function() local _ = x:scatter_reduce(1, L({ { 1 } }), x, "max") end, "scatter_reduce: ", "\"amax\"")
     expect.errors(function() local _ = x:scatter_reduce(1, L({ { 4 } }), x, "sum") end, "scatter_reduce: ", "index 4")

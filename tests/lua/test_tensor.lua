@@ -147,7 +147,8 @@ describe("T.bench", function()
   it("times batches of calls issued back to back (batch =), per call", function()
     local calls = 0
     local r = T.bench(function(a) calls = calls + 1; return a + 1 end, { T.ones(8) }, { warmup = 2, reps = 3, batch = 4 })
-    S.eq(calls, 2 + 3 * 4)
+    -- warm-up, then 1 to 8 calls until one starts no compile (T.bench), then the timed ones
+    S.truthy(calls >= 2 + 1 + 3 * 4 and calls <= 2 + 8 + 3 * 4, calls)
     S.truthy(r.min_us <= r.median_us and r.median_us <= r.max_us)
   end)
 end)

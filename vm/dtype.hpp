@@ -59,6 +59,13 @@ template <> struct Compute<BFloat16> { using type = float; };
 template <class T> using compute_t = typename Compute<T>::type;
 
 template <class T> inline compute_t<T> load(const T& v) { return v; }
+// A bool's byte as it is: memory no op wrote (empty) may hold any byte, and reading one that is
+// neither 0 nor 1 as a bool is undefined behaviour; any nonzero byte reads as true.
+inline bool load(const bool& v) {
+  unsigned char b;
+  std::memcpy(&b, &v, 1);
+  return b != 0;
+}
 inline float load(const Half& v) { return half_to_float(v.bits); }
 inline float load(const BFloat16& v) { return bf16_to_float(v.bits); }
 

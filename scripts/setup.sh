@@ -24,7 +24,7 @@ done
 # ---- 1. Debian packages ------------------------------------------------------------------------
 # python3-torch gives the reference values of the tests (/usr/bin/python3 -c 'import torch').
 packages=(g++ cmake ninja-build libluajit-5.1-dev libgccjit-12-dev catch2 libopenblas-dev
-          libreadline-dev python3-torch)
+          libreadline-dev pkg-config python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$'; then

@@ -20,9 +20,13 @@ local device = os.getenv("DEVICE") or "cpu"  -- DEVICE=cuda on a GPU machine
 local model = G.new(cfg):eval():to(device)
 local prompt = T.randint(0, cfg.vocab, { batch, plen }):to(device)
 
-local function generate(step)
+local kv = os.getenv("KV") or "dynamic"  -- KV=static: the compiled side decodes with G.decoder's CUDA-graph step
+local decoder = kv == "static" and G.decoder(model, batch, plen + new) or nil
+
+local function generate(step, kv_cache)
   local t0, t1 = tonumber(now()), nil
-  local ids = G.generate(step, model, prompt, new, { on_token = function(i) if i == 1 then t1 = tonumber(now()) end end })
+  local ids = G.generate(step, model, prompt, new, { kv_cache = kv_cache, decoder = kv_cache == "static" and decoder or nil,
+    on_token = function(i) if i == 1 then t1 = tonumber(now()) end end })
   ids:sum():item()
   local t2 = tonumber(now())
   return (t1 - t0) / 1e3, batch * (new - 1) / ((t2 - t1) / 1e6)
@@ -33,20 +37,20 @@ local function median(xs)
   return xs[math.floor((#xs + 1) / 2)]
 end
 
-local function measure(step)
+local function measure(step, kv_cache)
   local t0 = tonumber(now())
-  generate(step)
+  generate(step, kv_cache)
   local first_ms = (tonumber(now()) - t0) / 1e3
   local pre, tps = {}, {}
-  for r = 1, rounds do pre[r], tps[r] = generate(step) end
+  for r = 1, rounds do pre[r], tps[r] = generate(step, kv_cache) end
   return median(pre), median(tps), first_ms
 end
 
 local e_pre, e_tps = measure(function(...) return model:forward(...) end)
 local mode = os.getenv("MODE") or "default"  -- MODE=reduce-overhead: replay without re-running Lua
-local c_pre, c_tps, first = measure(T.compile(model, { mode = mode, dynamic = false }))
+local c_pre, c_tps, first = measure(T.compile(model, { mode = mode, dynamic = false }), kv)
 local s = T.compiler.stats()
-print(string.format('{"side": "crescent", "mode": "' .. mode .. '", "config": "%s", "batch": %d, "prompt": %d, "new": %d, ' ..
+print(string.format('{"side": "crescent", "mode": "' .. mode .. '", "kv": "' .. kv .. '", "cudagraph_replays": ' .. s.cudagraph_replays .. ', "config": "%s", "batch": %d, "prompt": %d, "new": %d, ' ..
   '"eager_prefill_ms": %.3f, "eager_decode_tps": %.2f, "compiled_prefill_ms": %.3f, "compiled_decode_tps": %.2f, ' ..
   '"first_compiled_run_ms": %.1f, "graphs_compiled": %d, "recompiles": %d}',
   name, batch, plen, new, e_pre, e_tps, c_pre, c_tps, first, s.graphs_compiled, s.recompiles))

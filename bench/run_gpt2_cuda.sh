@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPT-2-style generation on the GPU: crescent eager and compiled (bench/gpt2_bench.lua) and
-# PyTorch eager and torch.compile (bench/torch_gpt2.py) in one run, batch 1 and 16.
+# PyTorch eager and torch.compile (bench/torch_gpt2.py) in one run, batch 1 and 16; then the
+# static-cache decoders: crescent's reduce-overhead step (CUDA graphs, KV=static) against the
+# gpt-fast-style torch.compile(mode="reduce-overhead") one (bench/torch_gpt2_static.py).
 #   bench/run_gpt2_cuda.sh [config=gpt2] [prompt=128] [new=128] [rounds=2]   (CRESCENT=binary)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -12,6 +14,8 @@ for b in 1 16; do
   DEVICE=cuda "$bin" bench/gpt2_bench.lua "$config" "$b" "$prompt" "$new" "$rounds" >> "$out"
   DEVICE=cuda "$py" bench/torch_gpt2.py "$config" "$b" "$prompt" "$new" "$rounds" | grep '^{' >> "$out"
   DEVICE=cuda COMPILE=1 timeout 400 "$py" bench/torch_gpt2.py "$config" "$b" "$prompt" "$new" "$rounds" 2>/dev/null | grep '^{' >> "$out"
+  KV=static DEVICE=cuda "$bin" bench/gpt2_bench.lua "$config" "$b" "$prompt" "$new" "$rounds" | sed 's/"side": "crescent"/"side": "crescent static"/' >> "$out"
+  DEVICE=cuda timeout 400 "$py" bench/torch_gpt2_static.py "$config" "$b" "$prompt" "$new" "$rounds" 2>/dev/null | grep '^{' >> "$out"
 done
 "$py" - "$out" <<'PY'
 import json, sys
@@ -25,6 +29,19 @@ for b in (1, 16):
     ratio = f"{c['compiled_decode_tps'] / tc['decode_tps']:.2f}x" if c and tc else "-"
     print(f"| {b} | {f(te.get('decode_tps'))} | {f(tc.get('decode_tps'))} | {f(c.get('eager_decode_tps'))} | "
           f"{f(c.get('compiled_decode_tps'))} | {ratio} |")
+CFG = {"tiny": (96, 64, 32, 2), "small": (4096, 512, 256, 4), "gpt2": (50257, 1024, 768, 12)}
+V, N, D, L = CFG.get(rows[0]["config"], (0, 0, 0, 0)) if rows else (0, 0, 0, 0)
+WEIGHT_BYTES = 4 * (V * D + N * D + L * (12 * D * D + 13 * D) + 2 * D)  # float32, the LM head tied
+print()
+print("| batch | torch.compile static (reduce-overhead) | crescent static (CUDA graphs) | ratio | crescent GB/s of weights |")
+print("|---|---|---|---|---|")
+for b in (1, 16):
+    r = {x["side"]: x for x in rows if x["batch"] == b}
+    ts, cs = r.get("torch static", {}), r.get("crescent static", {})
+    tps = cs.get("compiled_decode_tps")
+    ratio = f"{tps / ts['decode_tps']:.2f}x" if tps and ts else "-"
+    gbs = f"{tps / b * WEIGHT_BYTES / 1e9:.0f}" if tps else "-"
+    print(f"| {b} | {ts.get('decode_tps', 0):.1f} | {tps or 0:.1f} | {ratio} | {gbs} |")
 c = [x for x in rows if x["side"] == "crescent"]
 print("decode tokens/s (batch x new tokens / decode time); crescent graphs compiled / recompiles:",
       ", ".join(f"{x['graphs_compiled']}/{x['recompiles']}" for x in c))

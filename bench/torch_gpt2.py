@@ -18,13 +18,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
-from torch_gpt2 import forward, random_params  # noqa: E402
+from torch_gpt2 import CONFIGS, forward, random_params  # noqa: E402
 
-CONFIGS = {  # as G.configs in examples/models/gpt2.lua
-    "tiny": dict(vocab=96, n_ctx=64, d=32, n_head=4, n_layer=2),
-    "small": dict(vocab=4096, n_ctx=512, d=256, n_head=8, n_layer=4),
-    "gpt2": dict(vocab=50257, n_ctx=1024, d=768, n_head=12, n_layer=12),
-}
 name, batch, plen, new, rounds = sys.argv[1], *(int(a) for a in sys.argv[2:6])
 torch.set_num_threads(int(os.environ.get("THREADS", "2")))
 torch.manual_seed(0)

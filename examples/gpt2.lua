@@ -14,6 +14,9 @@
 --     --top-k K --temperature T  sample from the K most likely tokens (default: greedy)
 --     --mode eager|compiled|both (default both)   --seed N (default 0)
 --     --device cpu|cuda          where the model runs (default cpu)
+--     --kv-cache static|dynamic  static: the cache written in place and the decode step replayed
+--                                with mode = "reduce-overhead" (CUDA graphs on CUDA); default
+--                                static on CUDA, dynamic on the CPU
 local T = require "crescent"
 
 local function script_dir()
@@ -33,6 +36,8 @@ local function parse_args(argv)
     o[key] = tonumber(val) or val
     i = i + 2
   end
+  o.kv_cache = o.kv_cache or (o.device == "cuda" and "static" or "dynamic")
+  if o.kv_cache ~= "static" and o.kv_cache ~= "dynamic" then error("gpt2.lua: --kv-cache expected static or dynamic, got " .. tostring(o.kv_cache), 0) end
   if not G.configs[o.config] then error("gpt2.lua: --config expected tiny, small or gpt2, got " .. tostring(o.config), 0) end
   return o
 end
@@ -61,9 +66,12 @@ if P + o.new > cfg.n_ctx then error(string.format("gpt2.lua: prompt %d + new %d 
 print(string.format("crescent %s, %d threads, %s: GPT-2-style model '%s' (%d layers, d %d, %d heads, vocab %d), %.1fM parameters, %s weights",
   T.version, T.get_num_threads(), o.device, o.config, cfg.n_layer, cfg.d, cfg.n_head, cfg.vocab, model:num_parameters() / 1e6,
   o.weights and "loaded" or "random"))
-print(string.format("prompt %d x %d tokens, %d new, %s", o.batch, P, o.new,
+print(string.format("prompt %d x %d tokens, %d new, %s KV cache, %s", o.batch, P, o.new, o.kv_cache,
   o.top_k and string.format("top-k %d sampling at temperature %g", o.top_k, o.temperature or 1) or "greedy"))
 
+
+-- the static cache's decode step, shared by the compiled runs (one CUDA graph for all of them)
+local decoder = o.kv_cache == "static" and G.decoder(model, o.batch, P + o.new, o.top_k, o.temperature) or nil
 
 -- Generates with `step`, printing a progress line; returns the ids and tokens/s of the decode.
 local function run(label, step)
@@ -71,7 +79,7 @@ local function run(label, step)
   local t0 = T.time()
   local t_first
   local ids = G.generate(step, model, prompt, o.new, {
-    top_k = o.top_k, temperature = o.temperature,
+    top_k = o.top_k, temperature = o.temperature, kv_cache = label ~= "eager" and o.kv_cache or nil, decoder = decoder,
     on_token = function(i)
       if i == 1 then t_first = T.time() end
       if i % 8 == 0 or i == o.new then io.write(string.format("\r%-9s %d/%d tokens", label, i, o.new)); io.flush() end

@@ -30,6 +30,8 @@ local settings = {
   -- eager kernels, and the graph switches between two calls; true: in line (the spec runner sets
   -- it, so that a test's second call runs native code).
   sync_compile = false,
+  -- mode = "reduce-overhead" on CUDA replays a proven call as one CUDA graph (false: from the host)
+  cudagraphs = true,
 }
 
 -- Each setting's check: whether v may be assigned, and what is expected.
@@ -41,6 +43,7 @@ local SETTINGS = {
   cache_max_mb = function(v) return type(v) == "number" and v > 0 and v < math.huge, "a positive number of MB" end,
   debug_dir = function(v) return v == nil or type(v) == "string", "a directory (a string) or nil" end,
   sync_compile = function(v) return type(v) == "boolean", "a boolean" end,
+  cudagraphs = function(v) return type(v) == "boolean", "a boolean" end,
 }
 local function shown(v)
   if type(v) == "string" then return ("%q"):format(v) end
@@ -166,10 +169,10 @@ local function define_site(fn)
 end
 
 -- T.config entries the recorder reads, sent when they change (compared unrolled: see above).
-local SENT_OPTIONS, sent = { "debug_dir", "cache_dir", "sync_compile" }, {}
+local SENT_OPTIONS, sent = { "debug_dir", "cache_dir", "sync_compile", "cudagraphs" }, {}
 local function send_config(config)
   if sent.debug_dir == config.debug_dir and sent.cache_dir == config.cache_dir and sent.sync_compile == config.sync_compile
-     and sent.valid then
+     and sent.cudagraphs == config.cudagraphs and sent.valid then
     return
   end
   sent = { valid = true }
@@ -272,7 +275,7 @@ function M.explain(fn, ...)
   return setmetatable(r, { __tostring = function(t) return t.summary end })
 end
 
-local STATS = ffi.new("double[13]")  -- (api.cap_stats: 13 numbers)
+local STATS = ffi.new("double[15]")  -- (api.cap_stats: 15 numbers)
 M.compiler = {
   reset = function() api.cap_reset(ctx) end,
   -- wait([fn]): returns once the background compiles are done (of every function: fn's among them)
@@ -289,7 +292,9 @@ M.compiler = {
              -- of those whose outcome a graph has taken up
              compiles_pending = STATS[8], compile_ms = STATS[9],
              kernels_loaded = STATS[10],  -- (kernels taken from the memory or disk cache)
-             backward_graphs_compiled = STATS[11], grad_fallbacks = STATS[12] }
+             backward_graphs_compiled = STATS[11], grad_fallbacks = STATS[12],
+             -- reduce-overhead on CUDA: plans recorded into CUDA graphs, replays that launched one
+             cudagraphs_recorded = STATS[13], cudagraph_replays = STATS[14] }
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
   set_logs = function(list) api.cap_set_logs(ctx, list or "") end,

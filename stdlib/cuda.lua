@@ -19,6 +19,8 @@ local OUT = ffi.new("double[1]")
 -- api.cuda_stream's calls (vm/lua/ffi_api.h)
 local NEW_STREAM, CURRENT, SET, SYNC_STREAM, QUERY_STREAM, WAIT_STREAM, NEW_EVENT, FREE_EVENT, RECORD, WAIT_EVENT,
   QUERY_EVENT, SYNC_EVENT, ELAPSED = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+local NEW_GRAPH, BEGIN_GRAPH, END_GRAPH, REPLAY_GRAPH, RESET_GRAPH, DELETE_GRAPH, ABORT_GRAPH =
+  13, 14, 15, 16, 17, 18, 19
 local SLOTS = 64  -- vm/cuda/streams.hpp kSlots: a stream id is device * SLOTS + slot
 
 local function call(what, a, b)
@@ -123,6 +125,62 @@ local function restore(prev, ok, ...)
   return ...
 end
 
+-- CUDA graphs (vm/cuda/graphs.hpp), as torch.cuda.CUDAGraph: what a capture queues on the device
+-- is recorded, not run; replay() runs it again with one launch, reading and writing the same
+-- memory - the tensors made during the capture (its static outputs) are overwritten by each
+-- replay, and new inputs are copied into the tensors it read (static inputs) before a replay.
+local CUDAGraph = {}
+CUDAGraph.__index = CUDAGraph
+
+local function check_graph(g, what)
+  if getmetatable(g) ~= CUDAGraph then
+    core.fail(what .. ": expected a CUDA graph (T.cuda.CUDAGraph()), got " .. (core.is_tensor(g) and "a tensor" or type(g)))
+  end
+  return g
+end
+
+local function new_graph(d)
+  local id = call(NEW_GRAPH, device_index(d))
+  -- (the graph and its memory pool go when the Lua object is collected)
+  local anchor = ffi.gc(ffi.new("char[1]"), function() api.cuda_stream(ctx, DELETE_GRAPH, id, 0, OUT) end)
+  return setmetatable({ id = id, device = "cuda:" .. device_index(d), anchor = anchor }, CUDAGraph)
+end
+
+-- pool: another graph's g:pool(), to share its memory (replay them in the order captured)
+function CUDAGraph:capture_begin(pool)
+  if pool ~= nil and type(pool) ~= "table" then core.fail("CUDAGraph:capture_begin: pool expected a graph's :pool(), got " .. type(pool)) end
+  call(BEGIN_GRAPH, self.id, pool and check_graph(pool.graph, "CUDAGraph:capture_begin").id or 0)
+  self.keep = pool and pool.graph or nil  -- (its pool must outlive this graph's replays)
+end
+function CUDAGraph:capture_end() self.nodes = call(END_GRAPH, self.id) end
+function CUDAGraph:replay() call(REPLAY_GRAPH, self.id) end
+function CUDAGraph:reset() call(RESET_GRAPH, self.id); self.nodes = nil end
+function CUDAGraph:pool() return { graph = self } end
+function CUDAGraph:__tostring()
+  return string.format("<cuda graph of %s: %s>", self.device, self.nodes and self.nodes .. " nodes" or "nothing captured")
+end
+
+-- T.cuda.graph(g, fn, opts): captures what fn(...) queues into g (opts.pool: another graph's
+-- pool); returns fn's results - the static outputs. An error in fn ends the capture first.
+local function capture_done(g, ok, ...)
+  if not ok then
+    api.cuda_stream(ctx, ABORT_GRAPH, g.id, 0, OUT)
+    error((...), 0)
+  end
+  g:capture_end()
+  return ...
+end
+local function graph(g, fn, opts, ...)
+  check_graph(g, "T.cuda.graph")
+  if type(fn) ~= "function" then core.fail("T.cuda.graph: argument 2 expected a function, got " .. type(fn)) end
+  if opts ~= nil and type(opts) ~= "table" then core.fail("T.cuda.graph: argument 3 (opts) expected a table, got " .. type(opts)) end
+  for k in pairs(opts or {}) do
+    if k ~= "pool" then core.fail("T.cuda.graph: unknown option '" .. tostring(k) .. "' (expected pool)") end
+  end
+  g:capture_begin(opts and opts.pool)
+  return capture_done(g, pcall(fn, ...))
+end
+
 -- T.cuda -------------------------------------------------------------------------------------
 local STATS = ffi.new("double[7]")
 M.cuda = {
@@ -172,6 +230,8 @@ M.cuda = {
     set_stream(s)
     return restore(prev, pcall(fn, ...))
   end,
+  CUDAGraph = function(d) return new_graph(d) end,
+  graph = graph,
   -- T.cuda.Event{enable_timing = false}
   Event = function(opts)
     opts = opts or {}

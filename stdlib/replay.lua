@@ -140,7 +140,7 @@ function M.wrap(fn, id, call)
       if st.kinds[i] == "tensor" then cands[i - 1] = ptr((select(i, ...))) end
     end
     for k, c in ipairs(walked.cands) do cands[n + k - 1] = ptr(state.read(c.ref)) end
-    local rc = api.cap_plan(ctx, id, cands, ncands)
+    local rc = api.cap_plan(ctx, id, cands, ncands, n)
     if rc < 0 then return refuse(ffi.string(api.last_error(ctx))) end
     if rc == 1 then
       st.plan, st.cands, st.walked = true, cands, walked

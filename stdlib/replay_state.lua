@@ -95,7 +95,7 @@ M.read = read
 -- { ref, what } in a fixed order; state.fns: the Lua functions; state.tables: the tables walked
 -- (with their entry counts, for the purity check).
 function M.walk(roots, globals)
-  local st = { guards = {}, cands = {}, fns = {}, tables = {}, counts = {}, seen = {} }
+  local st = { guards = {}, cands = {}, fns = {}, tables = {}, counts = {}, seen = {}, depth = {} }
   local add_value
   local function add_fn(f, root)
     if st.seen[f] or not (root or is_lua_function(f)) then return end
@@ -107,12 +107,15 @@ function M.walk(roots, globals)
       add_value({ f = f, i = i }, v, 0, name, "an upvalue of the function at " .. where(f))
     end
   end
+  -- (a table met again nearer a root is walked again from there: its deeper entries count too)
   local function add_table(t, depth, path, origin)
-    if st.seen[t] or LIBRARY[t] then return end
+    if LIBRARY[t] then return end
     local module = is_module(t)
     if module then depth = 0 elseif depth > M.MAX_DEPTH then return end
-    st.seen[t] = true
-    st.tables[#st.tables + 1] = t
+    local at = st.depth[t]
+    if at and at <= depth then return end
+    st.depth[t] = depth
+    if not at then st.tables[#st.tables + 1] = t end
     local n = 0
     for k, v in next, t do
       n = n + 1
@@ -147,7 +150,7 @@ function M.walk(roots, globals)
     if err == st then return nil, "it can read more Lua state than a replay checks (over " .. M.MAX_VALUES .. " values)" end
     error(err, 0)
   end
-  st.seen = nil
+  st.seen, st.depth = nil, nil
   return st
 end
 
@@ -220,7 +223,7 @@ function M.checker(st, first)
   local chunks = {}
   local i = 1
   while i <= #items do
-    local L, S, K, V, joins = {}, {}, {}, {}, {}
+    local L, S, K, V, joins, nv = {}, {}, {}, {}, {}, 0  -- (nv: V's count; a value may be nil)
     local body = {}
     local j = i
     while j <= #items and j - i < CHUNK_ITEMS and #joins < CHUNK_UPVALUES do
@@ -243,9 +246,10 @@ function M.checker(st, first)
       elseif it.absent then
         body[#body + 1] = string.format("if %s ~= nil then return %d end", expr, it.guard)
       else
-        V[#V + 1] = it.v
+        nv = nv + 1
+        V[nv] = it.v
         local cmp = tricky(it.v) and "same_number" or "rawequal"
-        body[#body + 1] = string.format("if not %s(%s, V[%d]) then return %d end", cmp, expr, #V, it.guard)
+        body[#body + 1] = string.format("if not %s(%s, V[%d]) then return %d end", cmp, expr, nv, it.guard)
       end
       j = j + 1
     end

@@ -10,7 +10,11 @@
 -- Generation keeps a static KV cache: {B, heads, S, head_dim} per layer, allocated for the whole
 -- generation, written at the positions of the new tokens and read through a mask of the
 -- positions written so far. Prefill and each decode step then have fixed shapes, so a compiled
--- model compiles one graph for the prompt and one for every decode step.
+-- model compiles one graph for the prompt and one for every decode step. With `kv_cache =
+-- "static"` the cache is also written in place and the decode step - model, cache update and the
+-- pick of the next token - takes only tensors (the token ids and the position, on the device), so
+-- mode = "reduce-overhead" replays it as one CUDA graph for every position, with no host
+-- synchronisation per token.
 local T = require "crescent"
 local nn, F = T.nn, T.F
 
@@ -116,10 +120,15 @@ function GPT:forward(ids, pos, cache)
     if kv then kv.k, kv.v = cache.k[i], cache.v[i] end
     local k, v
     x, k, v = block(x, kv)
-    if kv then next_cache.k[i], next_cache.v[i] = k, v end
+    if kv and cache.static then  -- (written in place: the decode step's graph keeps the addresses)
+      cache.k[i]:copy_(k)
+      cache.v[i]:copy_(v)
+    elseif kv then
+      next_cache.k[i], next_cache.v[i] = k, v
+    end
   end
   local logits = T.linear(self.ln_f(x), self.wte.weight)  -- the LM head is the token table
-  return logits, next_cache
+  return logits, cache and cache.static and cache or next_cache
 end
 
 -- An empty cache for batch B and S positions.
@@ -167,8 +176,43 @@ end
 -- generate(step, model, prompt {B, P}, n[, {top_k =, temperature =, on_token = fn(i)}]) -> ids
 -- {B, P + n}. `step(ids, pos, cache)` is model:forward or a compiled version of it. Runs without
 -- gradients (as transformers' generate), so a compiled step captures graphs.
+-- opts.kv_cache = "static": the decode steps run a G.decoder's compiled step (step runs the
+-- prefill); opts.decoder: the one to use (made for this batch, length and sampling), so that
+-- several generations share its cache and its CUDA graph - by default a new one.
 function G.generate(step, model, prompt, n, opts)
+  if opts and opts.kv_cache == "static" then return T.no_grad(G._generate_static, step, model, prompt, n, opts) end
   return T.no_grad(G._generate, step, model, prompt, n, opts)
+end
+
+-- A static cache for batch B and S positions and its decode step, compiled with reduce-overhead:
+-- step(ids {B, 1}, pos {1}) -> the next ids {B, 1}, pos + 1 (0-based ids and positions, int64 on
+-- the model's device).
+function G.decoder(model, B, S, top_k, temperature)
+  local cache = model:new_cache(B, S)
+  cache.static = true
+  local pick = G.pick  -- (an upvalue: a replay checks the Lua state the step reads)
+  local function decode(ids, pos)
+    local logits = model:forward(ids, pos, cache)
+    return pick(logits:select(2, 1), top_k, temperature), pos + 1
+  end
+  return { cache = cache, B = B, S = S, step = T.compile(decode, { mode = "reduce-overhead", dynamic = false }) }
+end
+
+function G._generate_static(step, model, prompt, n, opts)
+  local B, P = prompt:size(1), prompt:size(2)
+  local d = opts.decoder or G.decoder(model, B, P + n, opts.top_k, opts.temperature)
+  if d.B ~= B or d.S < P + n then error(("generate: the decoder is for batch %d and %d positions, the call needs %d and %d"):format(d.B, d.S, B, P + n), 2) end
+  local on = { device = prompt.device }
+  local logits = step(prompt, T.arange(P, on), d.cache)  -- (writes the prompt's keys and values)
+  local out = { prompt }
+  local nxt, pos = nil, T.full({ 1 }, P, { dtype = "int64", device = prompt.device })
+  for i = 1, n do
+    if i == 1 then nxt = G.pick(logits:select(2, P), opts.top_k, opts.temperature)
+    else nxt, pos = d.step(nxt, pos) end
+    out[#out + 1] = nxt
+    if opts.on_token then opts.on_token(i) end
+  end
+  return T.cat(out, 2)
 end
 function G._generate(step, model, prompt, n, opts)
   opts = opts or {}

@@ -77,6 +77,22 @@ describe("GPT-2-style model vs PyTorch", function()
   end)
 end)
 
+describe("GPT-2-style decoding with a static KV cache", function()
+  it("gives PyTorch's greedy tokens, its decode step replayed without Lua", function()
+    local m, ref = model(), T.load(fixture() .. "/ref.safetensors")
+    local step = T.compile(m, { dynamic = false })
+    local d = G.decoder(m, ref.prompt:size(1), ref.prompt:size(2) + NEW)
+    local r0 = T.compiler.stats().replays
+    for _ = 1, 3 do
+      expect.eq(G.generate(step, m, ref.prompt, NEW, { kv_cache = "static", decoder = d }):totable(), ref.greedy:totable())
+      T.compiler.wait()
+    end
+    expect.truthy(T.compiler.stats().replays - r0 >= NEW, "the decode steps replay")
+    expect.errors(function() G.generate(step, m, ref.prompt, NEW + 1, { kv_cache = "static", decoder = d }) end,
+                  "the decoder is for batch %d+ and")
+  end)
+end)
+
 describe("GPT-2-style model on CUDA vs PyTorch", function()
   it("gives PyTorch's logits and greedy tokens on the GPU, eager and compiled", function()
     if not T.cuda.is_available() then expect.skip("no CUDA device: " .. T.cuda.unavailable_reason()) end
@@ -90,6 +106,13 @@ describe("GPT-2-style model on CUDA vs PyTorch", function()
     expect.eq(eager:cpu():totable(), ref.greedy:totable())
     local step = T.compile(m)
     for _ = 1, 2 do expect.eq(G.generate(step, m, prompt, NEW):cpu():totable(), ref.greedy:totable()) end
+    -- the static cache: its decode step replayed as one CUDA graph for every position
+    local d = G.decoder(m, prompt:size(1), prompt:size(2) + NEW)
+    local r0 = T.compiler.stats().cudagraph_replays
+    for _ = 1, 2 do
+      expect.eq(G.generate(step, m, prompt, NEW, { kv_cache = "static", decoder = d }):cpu():totable(), ref.greedy:totable())
+    end
+    expect.truthy(T.compiler.stats().cudagraph_replays - r0 >= NEW, "the decode steps replay a CUDA graph")
   end)
 end)
 

@@ -92,6 +92,22 @@ describe("reduce-overhead and the Lua state the function reads (F2)", function()
                  function() rawset(_G, "RO_FLAG", true) end)
     rawset(_G, "RO_FLAG", nil)
   end)
+  it("keeps replaying with nil upvalues among the state, and sees one set", function()
+    local none, scale, other = nil, 2, nil
+    local f = replaying(function(a) return a * (none or scale) + (other or 0) end, x)
+    local r0 = replays()
+    for _ = 1, 3 do same(f(x), x * 2) end
+    S.eq(replays(), r0 + 3)
+    other = 1
+    same(f(x), x * 2 + 1)
+  end)
+  it("sees a table met deep first and near a root later (the nearer walk counts)", function()
+    local cache = { k = { T.tensor({ 1, 1, 1 }) } }
+    local holder = { a = { b = { c = cache } } }  -- cache is 3 levels down here, 0 as an upvalue
+    local f = replaying(function(a) return a + holder.a.b.c.k[1] * 0 + cache.k[1] end, x)
+    cache.k[1] = T.tensor({ 5, 5, 5 })
+    same(f(x), x + 5)
+  end)
   it("sees table fields one and two levels deep change", function()
     local cfg = { k = 2, inner = { k = 3, deeper = { k = 4 } } }
     after_change(function(a) return a * cfg.k end, { x }, function() cfg.k = 7 end)

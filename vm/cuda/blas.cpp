@@ -95,6 +95,10 @@ Handle handle(int index) {
   return h;
 }
 
+void blas_prepare(int index) {
+  if (blas_available()) handle(index);
+}
+
 // cuBLAS is column-major: the row-major C {M, N} is the column-major C^T {N, M} = B^T A^T, and a
 // row-major operand read as column-major is its transpose - so B goes first, transposed only
 // when it is column-major itself.

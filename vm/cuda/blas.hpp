@@ -12,6 +12,9 @@
 namespace cr::cuda {
 
 bool blas_available(std::string* why = nullptr);
+// Creates the calling thread's current stream's handle now, when cuBLAS is there (a CUDA graph
+// capture must not create one: vm/cuda/graphs.hpp).
+void blas_prepare(int index);
 
 // C = A B + beta C on device `index`, all row-major in crescent's terms: C {M, N} with leading
 // dimension ldc; A {M, K}, B {K, N} each either row-major (element (i, j) at p[i * ld + j]) or,

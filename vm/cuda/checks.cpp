@@ -47,6 +47,17 @@ void defer_check(const std::shared_ptr<DeviceCheck>& c, void* stream) {
   g_count.store(int(g_pending->size()));
 }
 
+std::vector<std::shared_ptr<DeviceCheck>> move_deferred(void* captured, void* stream) {
+  std::lock_guard<std::mutex> g(g_mutex);
+  std::vector<std::shared_ptr<DeviceCheck>> found;
+  for (const auto& c : *g_pending)
+    if (c->stream == captured) {
+      c->stream = stream;
+      found.push_back(c);
+    }
+  return found;
+}
+
 void check_deferred(int index, void* synced, bool whole_device) {
   if (g_count.load(std::memory_order_relaxed) == 0) return;
   std::vector<std::shared_ptr<DeviceCheck>> mine;

@@ -2,6 +2,7 @@
 // at their device's next synchronisation (copy_to_host, synchronize: vm/cuda/memory.cpp).
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "vm/checks.hpp"
 
@@ -21,6 +22,9 @@ struct DeviceCheck {
 // After a launch on `stream` that uses c's word: read it when that stream or the whole device is
 // next synchronised.
 void defer_check(const std::shared_ptr<DeviceCheck>& c, void* stream);
+// The words deferred on `captured` (a CUDA graph's capture: vm/cuda/graphs.hpp), now deferred on
+// `stream` instead: the graph's replays defer them again.
+std::vector<std::shared_ptr<DeviceCheck>> move_deferred(void* captured, void* stream);
 // Reads the words deferred on device `index` by launches on `synced` (or on any stream, when
 // `whole_device`), whose work is done: the caller synchronised. Clears them, and raises the first
 // bad position found.

@@ -94,6 +94,14 @@ Loaded& load() {
       L.why = "libcuda.so.1 lacks " + missing + " (driver too old)";
       return;
     }
+    resolve(lib, "cuStreamBeginCapture_v2", L.d.cuStreamBeginCapture);  // (optional: vm/cuda/graphs.cpp)
+    resolve(lib, "cuStreamEndCapture", L.d.cuStreamEndCapture);
+    resolve(lib, "cuStreamIsCapturing", L.d.cuStreamIsCapturing);
+    resolve(lib, "cuGraphInstantiateWithFlags", L.d.cuGraphInstantiateWithFlags);
+    resolve(lib, "cuGraphLaunch", L.d.cuGraphLaunch);
+    resolve(lib, "cuGraphExecDestroy", L.d.cuGraphExecDestroy);
+    resolve(lib, "cuGraphDestroy", L.d.cuGraphDestroy);
+    resolve(lib, "cuGraphGetNodes", L.d.cuGraphGetNodes);
     if (int rc = L.d.cuInit(0); rc != 0) {
       L.why = "cuInit failed with CUDA error " + std::to_string(rc) + (rc == 100 ? " (no CUDA device)" : "");
       return;

@@ -24,6 +24,12 @@ using CUmodule = CUmod_st*;
 using CUfunction = CUfunc_st*;
 using CUstream = CUstream_st*;
 using CUevent = CUevent_st*;
+struct CUgraph_st;
+struct CUgraphExec_st;
+struct CUgraphNode_st;
+using CUgraph = CUgraph_st*;
+using CUgraphExec = CUgraphExec_st*;
+using CUgraphNode = CUgraphNode_st*;
 
 // The driver's functions we call, resolved once.
 struct Driver {
@@ -63,6 +69,15 @@ struct Driver {
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*cuGetErrorName)(CUresult, const char**);
   CUresult (*cuGetErrorString)(CUresult, const char**);
+  // CUDA graphs (vm/cuda/graphs.hpp): optional, null on a driver without them
+  CUresult (*cuStreamBeginCapture)(CUstream, int);
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*);
+  CUresult (*cuStreamIsCapturing)(CUstream, int*);
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
+  CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode*, size_t*);
 };
 
 // The loaded driver, or null when there is none (no libcuda, no device, cuInit failed); `why`

@@ -94,6 +94,60 @@ void release_cached(int index, DeviceCache& c) {
 
 std::string mib(size_t n) { return cat(n / (1024.0 * 1024.0), " MiB"); }
 
+// A block of `size` bytes for stream `slot`: a cached one, or one from the driver.
+CUdeviceptr take_block(DeviceCache& c, size_t size, size_t nbytes, int slot, int index) {
+  auto& pool = c.free[size_t(slot)];
+  auto it = pool.find(size);
+  if (it != pool.end() && !it->second.empty()) {
+    CUdeviceptr p = it->second.back();
+    it->second.pop_back();
+    ++c.stats.cache_hits;
+    return p;
+  }
+  CUdeviceptr p = 0;
+  CUresult rc = driver()->cuMemAlloc(&p, size);
+  if (rc == 2) {  // CUDA_ERROR_OUT_OF_MEMORY: give the cache back and try once more
+    release_cached(index, c);
+    rc = driver()->cuMemAlloc(&p, size);
+  }
+  if (rc == 2) {
+    size_t free_b = 0, total = 0;
+    driver()->cuMemGetInfo(&free_b, &total);
+    fail(cat("out of memory allocating ", mib(nbytes), " on cuda:", index, " (", mib(free_b), " free of ", mib(total),
+             ", ", mib(c.stats.in_use), " held by crescent's tensors)"));
+  }
+  check(rc, "cuMemAlloc_v2", cat(nbytes, " bytes"));
+  ++c.stats.driver_allocs;
+  c.stats.reserved += size;
+  g_driver_bytes.fetch_add(size, std::memory_order_relaxed);
+  return p;
+}
+
+}  // namespace
+
+struct Pool {
+  int index = 0;
+  std::map<size_t, std::vector<CUdeviceptr>> free;
+  std::unordered_map<CUdeviceptr, size_t> blocks;  // every block it holds: its size class
+};
+
+namespace {
+thread_local Pool* t_pool = nullptr;
+std::unordered_map<CUdeviceptr, Pool*> g_pool_blocks;  // (g_mutex) null: its pool is gone
+
+// The pool is gone: its free blocks join the shared cache, the others when they are freed.
+void pool_delete(Pool* pool) {
+  std::lock_guard<std::mutex> g(g_mutex);
+  DeviceCache& c = g_caches[pool->index];
+  for (auto& [size, list] : pool->free)
+    for (CUdeviceptr b : list) {
+      c.free[0][size].push_back(b);
+      pool->blocks.erase(b);
+      g_pool_blocks.erase(b);
+    }
+  for (auto& [b, size] : pool->blocks) g_pool_blocks[b] = nullptr;
+  delete pool;
+}
 }  // namespace
 
 void* device_alloc(size_t nbytes, int index) {
@@ -103,35 +157,24 @@ void* device_alloc(size_t nbytes, int index) {
   std::lock_guard<std::mutex> g(g_mutex);
   DeviceCache& c = g_caches[index];
   if (!c.pending.empty()) collect_pending(c);
-  c.stats.in_use += size;
-  auto& pool = c.free[size_t(slot)];
-  auto it = pool.find(size);
-  if (it != pool.end() && !it->second.empty()) {
-    CUdeviceptr p = it->second.back();
-    it->second.pop_back();
-    ++c.stats.cache_hits;
-    if (slot) c.owners[p] = Owner{slot, {}};
-    return reinterpret_cast<void*>(p);
-  }
+  Pool* pool = t_pool && t_pool->index == index ? t_pool : nullptr;
   CUdeviceptr p = 0;
-  CUresult rc = driver()->cuMemAlloc(&p, size);
-  if (rc == 2) {  // CUDA_ERROR_OUT_OF_MEMORY: give the cache back and try once more
-    release_cached(index, c);
-    rc = driver()->cuMemAlloc(&p, size);
+  if (pool) {
+    auto it = pool->free.find(size);
+    if (it != pool->free.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      ++c.stats.cache_hits;
+    } else {
+      p = take_block(c, size, nbytes, slot, index);
+      pool->blocks[p] = size;
+      g_pool_blocks[p] = pool;
+    }
+  } else {
+    p = take_block(c, size, nbytes, slot, index);
+    if (slot) c.owners[p] = Owner{slot, {}};
   }
-  if (rc == 2) {
-    c.stats.in_use -= size;
-    size_t free_b = 0, total = 0;
-    driver()->cuMemGetInfo(&free_b, &total);
-    fail(cat("out of memory allocating ", mib(nbytes), " on cuda:", index, " (", mib(free_b), " free of ", mib(total),
-             ", ", mib(c.stats.in_use), " held by crescent's tensors)"));
-  }
-  if (rc != 0) c.stats.in_use -= size;
-  check(rc, "cuMemAlloc_v2", cat(nbytes, " bytes"));
-  ++c.stats.driver_allocs;
-  c.stats.reserved += size;
-  g_driver_bytes.fetch_add(size, std::memory_order_relaxed);
-  if (slot) c.owners[p] = Owner{slot, {}};
+  c.stats.in_use += size;
   return reinterpret_cast<void*>(p);
 }
 
@@ -142,6 +185,14 @@ void device_free(void* p, size_t nbytes, int index) {
   DeviceCache& c = g_caches[index];
   c.stats.in_use -= size;
   const CUdeviceptr b = reinterpret_cast<CUdeviceptr>(p);
+  if (auto pit = g_pool_blocks.find(b); pit != g_pool_blocks.end()) {
+    Pool* pool = pit->second;
+    if (pool) {
+      pool->free[size].push_back(b);
+      return;
+    }
+    g_pool_blocks.erase(pit);  // (its pool is gone: an ordinary block from now on)
+  }
   auto it = c.owners.find(b);
   if (it == c.owners.end()) {
     c.free[0][size].push_back(b);
@@ -162,6 +213,26 @@ void device_free(void* p, size_t nbytes, int index) {
     CR_CU(cuEventRecord(e, stream_of(int64_t(index) * kSlots + use)), "freeing a block used on other streams");
   }
   c.pending.push_back(std::move(pend));
+}
+
+std::shared_ptr<Pool> pool_new(int index) {
+  auto* p = new Pool;
+  p->index = index;
+  return std::shared_ptr<Pool>(p, pool_delete);
+}
+
+void pool_enter(Pool* p) { t_pool = p; }
+
+bool pool_owns(const Pool& p, const void* block) {
+  std::lock_guard<std::mutex> g(g_mutex);
+  return p.blocks.count(reinterpret_cast<CUdeviceptr>(block)) != 0;
+}
+
+size_t pool_reserved(const Pool& p) {
+  std::lock_guard<std::mutex> g(g_mutex);
+  size_t n = 0;
+  for (auto& [b, size] : p.blocks) n += size;
+  return n;
 }
 
 void record_stream(void* p, int index, int64_t stream) {

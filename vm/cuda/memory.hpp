@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace cr::cuda {
 
@@ -20,6 +21,17 @@ void device_free(void* p, size_t nbytes, int index);
 // s has queued by then, as PyTorch's caching allocator does.
 void record_stream(void* p, int index, int64_t stream);
 void empty_cache();
+
+// A private memory pool (CUDA graphs, vm/cuda/graphs.hpp): while a thread has entered one, its
+// allocations on the pool's device come from the pool, and a pool block freed at any time goes
+// back to the pool, never to the shared cache - a graph replays into those addresses, so no
+// other tensor may get them while the pool lives. Dropping the last reference gives the pool's
+// free blocks to the shared cache; blocks still in use join it when freed.
+struct Pool;
+std::shared_ptr<Pool> pool_new(int index);
+void pool_enter(Pool* p);  // null: leave
+bool pool_owns(const Pool& p, const void* block);
+size_t pool_reserved(const Pool& p);  // bytes of its blocks
 
 struct MemoryStats {
   int64_t driver_allocs = 0, driver_frees = 0, cache_hits = 0;

@@ -27,6 +27,7 @@ struct Stats {
   // compiled autograd (joint.hpp): backward graphs compiled, and segments / backwards that run
   // on eager autograd instead (CRESCENT_LOGS=aot says why)
   int64_t backward_graphs_compiled = 0, grad_fallbacks = 0;
+  int64_t cudagraphs_recorded = 0, cudagraph_replays = 0;  // reduce-overhead on CUDA (cudagraph.hpp)
 };
 
 // What one segment of the last call did (for T.explain).
@@ -70,7 +71,7 @@ class Recorder {
   // returns 1 when a plan exists, 0 when the call cannot be planned yet (not compiled yet), and
   // throws with the reason when it never can. replay: checks the guards of the plan's inputs
   // against `cands` and runs the graph; false on a guard failure (nothing ran).
-  int plan(int32_t fn, cr_tensor* const* cands, int n);
+  int plan(int32_t fn, cr_tensor* const* cands, int n, int nargs);
   bool replay(int32_t fn, cr_tensor* const* cands, int n, std::vector<Tensor>& rets);
   bool has_plan(int32_t fn);
   void before_write(Storage* s);
@@ -87,6 +88,7 @@ class Recorder {
   std::string debug_dir;  // CRESCENT_DEBUG_DIR / T.config.debug_dir: graph dumps ("" = none)
   std::string cache_dir;  // T.config.cache_dir: compiled kernels on disk ("" or "0" = none)
   bool sync_compile = false;  // T.config.sync_compile: native code compiled in line
+  bool cudagraphs = true;     // T.config.cudagraphs: reduce-overhead records CUDA graphs
   std::vector<SegmentReport> report;  // segments of the current / last call
 
  private:
@@ -114,6 +116,9 @@ class Recorder {
   void attach_node(const std::shared_ptr<Joint>& joint, const Graph& ran, std::vector<Tensor>& vals,
                    const std::vector<cr_tensor*>& needed);
   void execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers);
+  // reduce-overhead on CUDA (cudagraph.cpp): false when the call is left to the host replay
+  bool replay_on_graph(guards::Plan& p, std::vector<Tensor>& vals, std::vector<Tensor>& rets);
+  void record_on_graph(guards::Plan& p, std::vector<Tensor>& vals);
 
   Context& ctx_;
   std::vector<std::unique_ptr<guards::Function>> functions_;

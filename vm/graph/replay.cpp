@@ -22,7 +22,7 @@ void Recorder::remember_call(Leaf& leaf, const std::vector<cr_tensor*>& rets) {
   fn_->last_numbers = s.numbers;
 }
 
-int Recorder::plan(int32_t id, cr_tensor* const* cands, int n) {
+int Recorder::plan(int32_t id, cr_tensor* const* cands, int n, int nargs) {
   guards::Function& f = function(id);
   f.plan.reset();
   if (report.size() != 1 || report[0].reason != "return")
@@ -34,6 +34,7 @@ int Recorder::plan(int32_t id, cr_tensor* const* cands, int n) {
   p->leaf = leaf;
   p->graph = leaf->compiled;
   p->ncands = n;
+  p->nargs = nargs;
   if (p->graph->inputs.size() != f.last_inputs.size()) return 0;
   for (size_t i = 0; i < f.last_inputs.size(); ++i) {
     int k = -1;
@@ -102,9 +103,11 @@ bool Recorder::replay(int32_t id, cr_tensor* const* cands, int n, std::vector<Te
     vals[size_t(vid)] = Tensor(t, true);
   }
   double t0 = now_us();
-  execute(g, vals, p.numbers.empty() ? nullptr : p.numbers.data());
   rets.clear();
-  for (int32_t r : p.rets) rets.push_back(vals[size_t(r)]);
+  if (!replay_on_graph(*f.plan, vals, rets)) {
+    execute(g, vals, p.numbers.empty() ? nullptr : p.numbers.data());
+    for (int32_t r : p.rets) rets.push_back(vals[size_t(r)]);
+  }
   vals.clear();  // the graph's temporaries die with its run
   stats.graph_run_us += now_us() - t0;
   ++stats.replays;

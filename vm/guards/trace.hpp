@@ -15,6 +15,7 @@
 
 namespace cr::graph {
 struct Joint;
+struct CudaReplay;
 }  // namespace cr::graph
 
 namespace cr::guards {
@@ -140,6 +141,9 @@ struct Plan {
   std::vector<int32_t> rets;             // per returned tensor: its vid
   std::vector<double> numbers;           // the numbers that vary, as in the planned call (a
                                          // replay's arguments are the same, so are they)
+  int32_t nargs = 0;                     // candidates below it are the call's arguments, the
+                                         // others tensors of its Lua state
+  std::shared_ptr<graph::CudaReplay> cuda;  // its CUDA graph (vm/graph/cudagraph.hpp)
 };
 
 struct Function {

@@ -5,6 +5,7 @@
 
 #include "vm/kernels/cuda/attention.hpp"
 #include "vm/cuda/driver.hpp"
+#include "vm/cuda/graphs.hpp"
 #include "jit/jit.hpp"
 #include "jit/cuda/eager.hpp"
 #include "jit/disk_cache.hpp"
@@ -316,7 +317,7 @@ void api_cap_reset(cr_ctx* c) {
   cuda::empty_cache();
 }
 
-constexpr size_t kCapStats = 13;  // (stdlib's buffers for cap_stats have this size)
+constexpr size_t kCapStats = 15;  // (stdlib's buffers for cap_stats have this size)
 void api_cap_stats(cr_ctx* c, double* out) {
   const graph::Stats& s = rec(c).stats;
   const jit::QueueStats q = jit::background_stats();
@@ -324,7 +325,7 @@ void api_cap_stats(cr_ctx* c, double* out) {
                       double(s.kernels_compiled), double(s.disk_cache_hits), double(s.eager_fallbacks),
                       s.graph_run_us,             double(s.replays),         double(q.queued + q.running),
                       s.compile_ms,               double(s.kernels_loaded),  double(s.backward_graphs_compiled),
-                      double(s.grad_fallbacks)};
+                      double(s.grad_fallbacks),   double(s.cudagraphs_recorded), double(s.cudagraph_replays)};
   static_assert(std::size(v) == kCapStats);
   for (size_t i = 0; i < std::size(v); ++i) out[i] = v[i];
 }
@@ -346,6 +347,7 @@ int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {
     if (n == "debug_dir") r.debug_dir = value;
     else if (n == "cache_dir") r.cache_dir = value;
     else if (n == "sync_compile") r.sync_compile = std::string(value) == "true";
+    else if (n == "cudagraphs") r.cudagraphs = std::string(value) == "true";
     else if (n == "cache_max_mb") jit::set_cache_max_mb(std::strtod(value, nullptr));
     else fail(cat("config: unknown option ", n));
     return 0;
@@ -354,8 +356,8 @@ int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {
 int32_t api_cap_active(cr_ctx* c) { return rec(c).active(); }
 void api_cancel_compiles(cr_ctx* c) { jit::cancel_background_compiles(&rec(c)); }
 
-int32_t api_cap_plan(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n) {
-  return guarded(c, [&] { return rec(c).plan(fn, cands, n); });
+int32_t api_cap_plan(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n, int32_t nargs) {
+  return guarded(c, [&] { return rec(c).plan(fn, cands, n, nargs); });
 }
 
 int32_t api_cap_replay(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n, cr_tensor** outs, int32_t cap) {
@@ -419,6 +421,19 @@ int32_t api_cuda_stream(cr_ctx* c, int32_t what, int64_t a, int64_t b, double* o
       case 10: r = cuda::event_query(a); break;
       case 11: cuda::event_synchronize(a); break;
       case 12: r = cuda::event_elapsed_ms(a, b); break;
+      case 13: r = double(cuda::graph_new(int(a))); break;
+      case 14:
+        if (b > 0) cuda::graph_at(a).share_pool(cuda::graph_at(b));
+        cuda::graph_at(a).begin();
+        break;
+      case 15:
+        cuda::graph_at(a).end();
+        r = double(cuda::graph_at(a).nodes());
+        break;
+      case 16: cuda::graph_at(a).launch(); break;
+      case 17: cuda::graph_at(a).reset(); break;
+      case 18: cuda::graph_delete(a); break;
+      case 19: cuda::graph_at(a).abort(); break;
       default: fail(cat("cuda_stream: no call ", what));
     }
     *out = r;

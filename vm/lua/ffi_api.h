@@ -90,7 +90,8 @@ typedef struct cr_api {
                                                   kernels_compiled, disk_cache_hits, eager_fallbacks,
                                                   graph_run_us, replays, compiles_pending, compile_ms,
                                                   kernels_loaded, backward_graphs_compiled,
-                                                  grad_fallbacks: 13 (kCapStats, stdlib's buffers) */
+                                                  grad_fallbacks, cudagraphs_recorded,
+                                                  cudagraph_replays: 15 (kCapStats, stdlib's buffers) */
   const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call:
                                                   "ops\treason\twhere\tsymbolic dims\n" */
   void (*cap_set_logs)(cr_ctx* ctx, const char* list);
@@ -100,7 +101,7 @@ typedef struct cr_api {
   /* reduce-overhead (stdlib/replay.lua): cap_plan returns 1 (planned), 0 (not yet), -1 (never:
    * last_error says why); cap_replay returns the number of tensors written to outs, -3 when a
    * guard failed (nothing ran), -4 when the plan is gone (T.compiler.reset), or an error code. */
-  int32_t (*cap_plan)(cr_ctx* ctx, int32_t fn, cr_tensor** cands, int32_t n);
+  int32_t (*cap_plan)(cr_ctx* ctx, int32_t fn, cr_tensor** cands, int32_t n, int32_t nargs);
   int32_t (*cap_replay)(cr_ctx* ctx, int32_t fn, cr_tensor** cands, int32_t n, cr_tensor** outs, int32_t cap);
   /* CUDA (T.cuda): the device count (0 without a driver) and why there is none; synchronize;
    * empty_cache; stats of device dev into out[6]: driver_allocs, driver_frees, cache_hits,
@@ -117,7 +118,10 @@ typedef struct cr_api {
    * stream of device a; 2 make stream a current; 3 synchronize stream a; 4 query stream a (1 when
    * its work is done); 5 stream a waits for stream b's work so far; 6 new event of device a
    * (b: 1 with timing); 7 destroy event a; 8 record event a on stream b; 9 stream a waits for
-   * event b; 10 query event a; 11 synchronize event a; 12 milliseconds from event a to event b.
+   * event b; 10 query event a; 11 synchronize event a; 12 milliseconds from event a to event b;
+   * CUDA graphs (vm/cuda/graphs.hpp): 13 new graph of device a; 14 begin capturing graph a (into
+   * graph b's pool when b > 0); 15 end graph a's capture (its node count); 16 replay graph a;
+   * 17 reset graph a; 18 delete graph a; 19 abort graph a's capture.
    * record_stream: tensor t's memory is also used by stream s's work. */
   int32_t (*cuda_stream)(cr_ctx* ctx, int32_t what, int64_t a, int64_t b, double* out);
   int32_t (*record_stream)(cr_ctx* ctx, cr_tensor* t, int64_t s);

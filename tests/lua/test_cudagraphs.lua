@@ -1,0 +1,166 @@
+-- CUDA graphs (issue 38): mode = "reduce-overhead" on CUDA records a proven plan into a CUDA
+-- graph and replays it with one launch; T.cuda.CUDAGraph / T.cuda.graph capture by hand. Every
+-- case checks that a graph was recorded (so a host replay cannot pass for one) and compares
+-- against the same ops run eagerly. Skipped without a GPU.
+local T = require "crescent"
+local S = expect
+
+local function stats() return T.compiler.stats() end
+
+-- fn compiled with reduce-overhead and called with args() until a call launched a CUDA graph.
+local function graphed(fn, args)
+  local f = T.compile(fn, { mode = "reduce-overhead" })
+  for _ = 1, 12 do
+    local r0 = stats().cudagraph_replays
+    f(args())
+    T.compiler.wait()
+    if stats().cudagraph_replays == r0 + 1 then return f end
+  end
+  error("the function was never replayed from a CUDA graph", 2)
+end
+
+local function same(got, want, msg) S.close(got:cpu(), want:cpu(), 1e-6, 1e-6, msg) end
+
+describe("reduce-overhead records CUDA graphs", function()
+  it("replays with new argument values (copied into the graph's buffers)", function()
+    S.need_gpu()
+    local w = T.randn({ 16, 16 }):cuda()
+    local fn = function(x, y) return (x:matmul(w) + y):relu() * 2, (x - y):sum(-1) end
+    local f = graphed(fn, function() return T.randn({ 8, 16 }):cuda(), T.randn({ 8, 16 }):cuda() end)
+    for _ = 1, 5 do
+      local x, y = T.randn({ 8, 16 }):cuda(), T.randn({ 8, 16 }):cuda()
+      local r0 = stats().cudagraph_replays
+      local a, b = f(x, y)
+      S.eq(stats().cudagraph_replays, r0 + 1)
+      local ea, eb = fn(x, y)
+      same(a, ea)
+      same(b, eb)
+    end
+  end)
+
+  it("keeps a replay's results valid after the next replay", function()
+    S.need_gpu()
+    local f = graphed(function(x) return x * 3 + 1 end, function() return T.ones(64):cuda() end)
+    local r1 = f(T.full({ 64 }, 1):cuda())
+    local r2 = f(T.full({ 64 }, 2):cuda())
+    local v1 = r1:narrow(1, 1, 10)  -- a view of the first result, made before the third replay
+    local r3 = f(T.full({ 64 }, 3):cuda())
+    S.eq(r1:cpu():totable()[1], 4)
+    S.eq(v1:cpu():totable(), { 4, 4, 4, 4, 4, 4, 4, 4, 4, 4 })
+    S.eq(r2:cpu():totable()[64], 7)
+    S.eq(r3:cpu():totable()[1], 10)
+  end)
+
+  it("writes an argument the function changes in place back to it", function()
+    S.need_gpu()
+    local f = graphed(function(a) a:add_(1); return a * 2 end, function() return T.zeros(5):cuda() end)
+    local x = T.zeros(5):cuda()
+    local r0 = stats().cudagraph_replays
+    local y = f(x)
+    S.eq(stats().cudagraph_replays, r0 + 1)
+    S.eq(x:cpu():totable(), { 1, 1, 1, 1, 1 })
+    S.eq(y:cpu():totable(), { 2, 2, 2, 2, 2 })
+  end)
+
+  it("reads weights of the Lua state at their address: in-place updates are seen", function()
+    S.need_gpu()
+    local lin = T.nn.Linear(4, 3):cuda()
+    lin:requires_grad_(false)
+    local f = graphed(function(x) return lin(x) end, function() return T.ones(2, 4):cuda() end)
+    local x = T.randn({ 2, 4 }):cuda()
+    lin.weight:mul_(2)
+    local r0 = stats().cudagraph_replays
+    local got = f(x)
+    S.eq(stats().cudagraph_replays, r0 + 1)
+    same(got, lin(x))
+  end)
+
+  it("records again when a weight of the Lua state is replaced", function()
+    S.need_gpu()
+    local holder = { w = T.ones(6):cuda() }
+    local f = graphed(function(x) return x * holder.w end, function() return T.ones(6):cuda() end)
+    holder.w = T.full({ 6 }, 5):cuda()
+    local got
+    for _ = 1, 4 do got = f(T.ones(6):cuda()) end
+    S.eq(got:cpu():totable(), { 5, 5, 5, 5, 5, 5 })
+  end)
+
+  it("keeps functions that draw random numbers on the host replay", function()
+    S.need_gpu()
+    local f = T.compile(function(x) return x + T.rand({ 4 }, { device = "cuda" }) end, { mode = "reduce-overhead" })
+    local rec0 = stats().cudagraphs_recorded
+    local seen = {}
+    for _ = 1, 8 do
+      seen[f(T.zeros(4):cuda()):cpu():totable()[1]] = true
+      T.compiler.wait()
+    end
+    local n = 0
+    for _ in pairs(seen) do n = n + 1 end
+    S.eq(n, 8)
+    S.eq(stats().cudagraphs_recorded, rec0)
+  end)
+
+  it("records nothing with T.config.cudagraphs = false", function()
+    S.need_gpu()
+    T.config.cudagraphs = false
+    local ok, err = pcall(function()
+      local f = T.compile(function(x) return x - 1 end, { mode = "reduce-overhead" })
+      local rec0, rep0 = stats().cudagraphs_recorded, stats().replays
+      for _ = 1, 6 do f(T.ones(3):cuda()); T.compiler.wait() end
+      S.truthy(stats().replays > rep0, "the plan replays from the host")
+      S.eq(stats().cudagraphs_recorded, rec0)
+    end)
+    T.config.cudagraphs = true
+    if not ok then error(err, 0) end
+  end)
+
+  it("bounds memory over changing shapes", function()
+    S.need_gpu()
+    local f = T.compile(function(x) return (x * 2):exp() end, { mode = "reduce-overhead" })
+    for n = 1, 40 do f(T.ones(n * 1000):cuda()); f(T.ones(n * 1000):cuda()) end
+    T.compiler.wait()
+    local before = T.cuda.stats().reserved
+    for n = 41, 200 do f(T.ones(n * 1000):cuda()); f(T.ones(n * 1000):cuda()) end
+    T.compiler.reset()
+    collectgarbage(); collectgarbage()
+    T.cuda.synchronize()
+    S.truthy(T.cuda.stats().reserved <= before + 64 * 2 ^ 20, "reserved memory grew by more than 64 MiB")
+  end)
+end)
+
+describe("T.cuda.CUDAGraph", function()
+  it("captures eager work and replays it on new static-input values", function()
+    S.need_gpu()
+    local x = T.zeros(32):cuda()
+    local w = T.randn({ 32 }):cuda()
+    local g = T.cuda.CUDAGraph()
+    local y = T.cuda.graph(g, function() return (x * w + 1):tanh() end)
+    S.truthy(g.nodes >= 1)
+    for k = 1, 3 do
+      local v = T.randn({ 32 }):cuda()
+      x:copy_(v)
+      g:replay()
+      same(y, (v * w + 1):tanh(), "replay " .. k)
+    end
+  end)
+
+  it("shares a memory pool between graphs replayed in order", function()
+    S.need_gpu()
+    local x = T.ones(8):cuda()
+    local g1, g2 = T.cuda.CUDAGraph(), T.cuda.CUDAGraph()
+    local a = T.cuda.graph(g1, function() return x + 1 end)
+    local b = T.cuda.graph(g2, function() return a * 10 end, { pool = g1:pool() })
+    x:fill_(2)
+    g1:replay(); g2:replay()
+    S.eq(b:cpu():totable()[1], 30)
+  end)
+
+  it("raises on a synchronisation inside a capture, and the stream works after it", function()
+    S.need_gpu()
+    local x = T.ones(4):cuda()
+    local g = T.cuda.CUDAGraph()
+    S.errors(function() T.cuda.graph(g, function() return (x * 2):sum():item() end) end, "capturing")
+    S.eq((x + 1):cpu():totable(), { 2, 2, 2, 2 })
+    S.errors(function() g:replay() end, "nothing captured")
+  end)
+end)

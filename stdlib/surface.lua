@@ -611,8 +611,11 @@ function S.searchsorted(sorted, values, opts)
   local right = opts.right or opts.side == "right"
   check_tensor("searchsorted", 1, "sorted_sequence", sorted)
   if not is_tensor(values) then values = T.full({}, values, { dtype = sorted.dtype, device = sorted.device }) end
-  if sorted:dim() > 1 and sorted:dim() ~= values:dim() then
-    fail("searchsorted: sorted_sequence and values expected the same number of dims (or a 1-D sorted_sequence)")
+  local lead = sorted:dim() > 1 and sorted:dim() == values:dim()
+  for j = 1, sorted:dim() - 1 do lead = lead and sorted:size(j) == values:size(j) end
+  if sorted:dim() > 1 and not lead then
+    fail(string.format("searchsorted: sorted_sequence expected 1 dim or the leading dims of values, got {%s} and {%s}",
+      table.concat(sorted.shape, ","), table.concat(values.shape, ",")))
   end
   local before = right and sorted:unsqueeze(-2):le(values:unsqueeze(-1)) or sorted:unsqueeze(-2):lt(values:unsqueeze(-1))
   if sorted:dim() == 1 then before = right and sorted:le(values:unsqueeze(-1)) or sorted:lt(values:unsqueeze(-1)) end

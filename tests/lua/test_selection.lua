@@ -147,6 +147,18 @@ do
         { x = x, s = ss })
     end
   end
+  -- prod's gradient at zeros (PyTorch's formula): one zero of src at a position, two, a zero of self
+  local zs, zx = T.tensor({ 0.5, 0, 0, 0, -1.5, 2, 3 }, { dtype = "float64" }), T.tensor({ 0, 1.5, -2 }, { dtype = "float64" })
+  local zi, zg = L({ 1, 1, 2, 2, 3, 3, 1 }), T.tensor({ 0.3, -0.7, 1.1 }, { dtype = "float64" })
+  for _, inc in ipairs({ true, false }) do
+    for k, name in ipairs({ "x", "s" }) do
+      case(string.format("scatter_reduce_prod_grad_%s_%s", name, tostring(inc)), function()
+        local a, b = zx:clone():requires_grad_(), zs:clone():requires_grad_()
+        return T.autograd.grad((a:scatter_reduce(1, zi, b, "prod", { include_self = inc }) * zg):sum(), { a, b })[k]
+      end, string.format("(lambda a, b: torch.autograd.grad((a.scatter_reduce(0, i - 1, b, 'prod', include_self=%s) * g).sum(), (a, b))[%d])"
+        .. "(x.clone().requires_grad_(), s.clone().requires_grad_())", inc and "True" or "False", k - 1), { x = zx, s = zs, i = zi, g = zg })
+    end
+  end
   local xl = T.randint(-20, 20, { 3, 4 }, { dtype = "int64" })
   case("scatter_reduce_mean_int", function() return xl:scatter_reduce(1, L({ { 1, 1 }, { 3, 1 } }), xl:narrow(1, 1, 2):mul(3), "mean") end,
     "x.scatter_reduce(0, torch.tensor([[0, 0], [2, 0]]), x[0:2] * 3, 'mean')", { x = xl })

@@ -17,12 +17,8 @@ end
 local function idx(n, shape) return T.randint(1, n + 1, shape, { dtype = "int64" }) end
 local function L(t) return T.tensor(t, { dtype = "int64" }) end
 
-local B = R.batch()
-local cases = {}
-local function case(key, fn, expr, inputs)
-  cases[#cases + 1] = { key = key, fn = fn }
-  B:add(key, expr, inputs)
-end
+local refs = R.list()
+local function case(key, fn, expr, inputs) refs:case(key, fn, expr, inputs) end
 -- fn runs on a clone of x and returns it (assignments)
 local function put_case(key, x, fn, py, inputs)
   inputs.x = x
@@ -260,22 +256,7 @@ do
   case("quantile_nan", function() return T.quantile(xn, 0.5, 2) end, "torch.quantile(x, 0.5, 1)", { x = xn })
 end
 
--- (run by the first spec: loading the file for the registry coverage check starts no python)
-local res, why
-local function results()
-  if res == nil and why == nil then res, why = B:run() end
-  return res, why
-end
-
-describe("indexing and data ops vs PyTorch", function()
-  for _, c in ipairs(cases) do
-    it(c.key, function()
-      results()
-      if not res then expect.skip(why) end
-      R.check(res, c.key, c.fn())
-    end)
-  end
-end)
+refs:check("indexing and data ops vs PyTorch")
 
 describe("random data ops", function()
   it("bernoulli and normal draw with the asked parameters and shapes", function()

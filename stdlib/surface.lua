@@ -6,26 +6,12 @@ local core = require "crescent.core"
 local indexing = require "crescent.indexing"
 local fail, is_tensor, is_opts = core.fail, core.is_tensor, require("crescent.binding").is_opts
 local unpack = unpack or table.unpack
+local A = require "crescent.surface_args"
+local describe, check_tensor, opts_of, dim0 = A.describe, A.check_tensor, A.opts_of, A.dim0
 
 local S = {}  -- name -> function(x, ...), bound as T.name and x:name
 local T
 
-local function describe(v)
-  if is_tensor(v) then return v.dtype .. " tensor of shape " .. v:_shape_str() end
-  return type(v)
-end
-local function check_tensor(op, i, name, v)
-  if not is_tensor(v) then fail(string.format("%s: argument %d (%s) expected a tensor, got %s", op, i, name, describe(v))) end
-end
-local function opts_of(op, opts, allowed)
-  if opts == nil then return {} end
-  if not is_opts(opts) then fail(string.format("%s: options expected a table, got %s", op, describe(opts))) end
-  for k in pairs(opts) do
-    if not allowed[k] then fail(string.format("%s: unknown option '%s'", op, tostring(k))) end
-  end
-  return opts
-end
-local function dim0(op, x, d) return x._norm_dim(op, d, x:dim()) end  -- 0-based
 local function sizes_of(...)
   local a = ...
   if type(a) == "table" and not is_tensor(a) then return a end
@@ -625,8 +611,11 @@ function S.searchsorted(sorted, values, opts)
   local right = opts.right or opts.side == "right"
   check_tensor("searchsorted", 1, "sorted_sequence", sorted)
   if not is_tensor(values) then values = T.full({}, values, { dtype = sorted.dtype, device = sorted.device }) end
-  if sorted:dim() > 1 and sorted:dim() ~= values:dim() then
-    fail("searchsorted: sorted_sequence and values expected the same number of dims (or a 1-D sorted_sequence)")
+  local lead = sorted:dim() > 1 and sorted:dim() == values:dim()
+  for j = 1, sorted:dim() - 1 do lead = lead and sorted:size(j) == values:size(j) end
+  if sorted:dim() > 1 and not lead then
+    fail(string.format("searchsorted: sorted_sequence expected 1 dim or the leading dims of values, got {%s} and {%s}",
+      table.concat(sorted.shape, ","), table.concat(values.shape, ",")))
   end
   local before = right and sorted:unsqueeze(-2):le(values:unsqueeze(-1)) or sorted:unsqueeze(-2):lt(values:unsqueeze(-1))
   if sorted:dim() == 1 then before = right and sorted:le(values:unsqueeze(-1)) or sorted:lt(values:unsqueeze(-1)) end
@@ -691,9 +680,14 @@ function S.quantile(x, q, dim, keepdim)
 end
 
 local function_only = { randperm = true, triu_indices = true, tril_indices = true, meshgrid = true, normal = true,
-  where = true }  -- (x:where(cond, y) is torch's, with x the values: not T.where's order)
+  where = true, einsum = true }  -- (x:where(cond, y) is torch's, with x the values: not T.where's order)
 function S.bind(t, methods, ops)
   T = t
+  for _, name in ipairs({ "crescent.surface_more", "crescent.einsum" }) do
+    local more = require(name)
+    more.bind(t)
+    for k, fn in pairs(more) do if k ~= "bind" then S[k] = fn end end
+  end
   where3, nonzero1, sort2, index_put_ = ops.where.fn, ops.nonzero.fn, ops.sort.fn, ops.index_put_.fn
   for name, fn in pairs(S) do
     if name ~= "bind" and name ~= "unique_dim" then

@@ -147,11 +147,17 @@ case("index_put", function(x, v) return T._ops.index_put.fn(x, { idx({ 2 }) }, v
 case("masked_select", function(x) return x:masked_select(T.tensor({ { true, false, true } })) end, R(2, 3))
 case("masked_select", function(x) return x[T.tensor({ { true, false }, { false, true } })] end, nc(2, 2))
 case("masked_select", function(x) return x:masked_select(T.tensor({ true, false })) end, R())
-for _, red in ipairs({ "sum", "mean", "amax", "amin" }) do
+for _, red in ipairs({ "sum", "mean", "prod", "amax", "amin" }) do
   for _, inc in ipairs({ true, false }) do
     case("scatter_reduce", function(x, s) return x:scatter_reduce(1, idx({ { 1, 3 }, { 1, 1 } }), s, red, { include_self = inc }) end,
       R(3, 2), R(2, 2))
   end
+end
+-- prod at zeros: one zero of src at a position, two, and a zero of self
+local function with_zeros(t) return T.tensor(t, { dtype = "float64" }):requires_grad_() end
+for _, inc in ipairs({ true, false }) do
+  case("scatter_reduce", function(x, s) return x:scatter_reduce(1, idx({ 1, 1, 2, 2, 3, 3, 1 }), s, "prod", { include_self = inc }) end,
+    with_zeros({ 0, 1.5, -2 }), with_zeros({ 0.5, 0, 0, 0, -1.5, 2, 3 }))
 end
 case("scatter_add", function(x, s) return x:scatter_add(2, idx({ { 2 }, { 2 } }), s) end, R(2, 3), nc(2, 3))
 case("scatter_add_", function(x, s) local z = x * 1; return z:scatter_add_(1, idx({ 2, 2 }), s) end, R(3), R(2))

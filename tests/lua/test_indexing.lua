@@ -4,22 +4,14 @@
 -- non-contiguous inputs and indices, zero sizes, 0-d tensors, and every bad input.
 local T = require "crescent"
 local R = require "torch_ref"
+local Samples = require "samples"
 
 expect.covers("index_select", "gather", "embedding", "masked_fill", "masked_fill_")
 
 T.manual_seed(11)
 math.randomseed(11)
 
-local DTYPES = { "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" }
-
-local function rnd(shape, dtype)
-  if dtype == "bool" then return T.rand(shape):gt(0.5) end
-  if dtype == "int32" or dtype == "int64" then return T.randint(-50, 50, shape, { dtype = dtype }) end
-  return T.randn(shape):to(dtype)
-end
-
--- 1-based random indices into a dim of size n
-local function idx(n, shape, dtype) return T.randint(1, n + 1, shape, { dtype = dtype or "int64" }) end
+local DTYPES, rnd, idx = Samples.DTYPES, Samples.rnd, Samples.idx
 
 local function random_shape(nd, max)
   local s = {}

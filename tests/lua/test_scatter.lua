@@ -4,26 +4,17 @@
 -- padding_idx (its backward is an index_add). Values against PyTorch 1.13 (one python run).
 local T = require "crescent"
 local R = require "torch_ref"
+local Samples = require "samples"
 
 expect.covers("index_add", "index_add_", "scatter_add", "scatter_add_")
 
 T.manual_seed(5)
 math.randomseed(5)
 
-local DTYPES = { "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" }
-local function rnd(shape, dtype)
-  if dtype == "bool" then return T.rand(shape):gt(0.5) end
-  if dtype == "int32" or dtype == "int64" then return T.randint(-50, 50, shape, { dtype = dtype }) end
-  return T.randn(shape):to(dtype)
-end
-local function idx(n, shape, dtype) return T.randint(1, n + 1, shape, { dtype = dtype or "int64" }) end
+local DTYPES, rnd, idx = Samples.DTYPES, Samples.rnd, Samples.idx
 
-local B = R.batch()
-local cases = {}
-local function case(key, fn, expr, inputs)
-  cases[#cases + 1] = { key = key, fn = fn }
-  B:add(key, expr, inputs)
-end
+local L = R.list()
+local function case(key, fn, expr, inputs) L:case(key, fn, expr, inputs) end
 
 -- ---- index_add ---------------------------------------------------------------------------------
 for _, dt in ipairs(DTYPES) do
@@ -111,16 +102,7 @@ do
     "F.embedding(i - 1, w, padding_idx=2)", { i = ix, w = w })
 end
 
-local res, why = B:run()
-
-describe("scatter-add vs PyTorch", function()
-  for _, c in ipairs(cases) do
-    it(c.key, function()
-      if not res then expect.skip(why) end
-      R.check(res, c.key, c.fn())
-    end)
-  end
-end)
+L:check("scatter-add vs PyTorch")
 
 describe("scatter-add semantics", function()
   it("adds repeated positions in index order, 1-based", function()

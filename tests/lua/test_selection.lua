@@ -17,12 +17,8 @@ end
 local function idx(n, shape) return T.randint(1, n + 1, shape, { dtype = "int64" }) end
 local function L(t) return T.tensor(t, { dtype = "int64" }) end
 
-local B = R.batch()
-local cases = {}
-local function case(key, fn, expr, inputs)
-  cases[#cases + 1] = { key = key, fn = fn }
-  B:add(key, expr, inputs)
-end
+local refs = R.list()
+local function case(key, fn, expr, inputs) refs:case(key, fn, expr, inputs) end
 -- fn runs on a clone of x and returns it (assignments)
 local function put_case(key, x, fn, py, inputs)
   inputs.x = x
@@ -147,6 +143,18 @@ do
         { x = x, s = ss })
     end
   end
+  -- prod's gradient at zeros (PyTorch's formula): one zero of src at a position, two, a zero of self
+  local zs, zx = T.tensor({ 0.5, 0, 0, 0, -1.5, 2, 3 }, { dtype = "float64" }), T.tensor({ 0, 1.5, -2 }, { dtype = "float64" })
+  local zi, zg = L({ 1, 1, 2, 2, 3, 3, 1 }), T.tensor({ 0.3, -0.7, 1.1 }, { dtype = "float64" })
+  for _, inc in ipairs({ true, false }) do
+    for k, name in ipairs({ "x", "s" }) do
+      case(string.format("scatter_reduce_prod_grad_%s_%s", name, tostring(inc)), function()
+        local a, b = zx:clone():requires_grad_(), zs:clone():requires_grad_()
+        return T.autograd.grad((a:scatter_reduce(1, zi, b, "prod", { include_self = inc }) * zg):sum(), { a, b })[k]
+      end, string.format("(lambda a, b: torch.autograd.grad((a.scatter_reduce(0, i - 1, b, 'prod', include_self=%s) * g).sum(), (a, b))[%d])"
+        .. "(x.clone().requires_grad_(), s.clone().requires_grad_())", inc and "True" or "False", k - 1), { x = zx, s = zs, i = zi, g = zg })
+    end
+  end
   local xl = T.randint(-20, 20, { 3, 4 }, { dtype = "int64" })
   case("scatter_reduce_mean_int", function() return xl:scatter_reduce(1, L({ { 1, 1 }, { 3, 1 } }), xl:narrow(1, 1, 2):mul(3), "mean") end,
     "x.scatter_reduce(0, torch.tensor([[0, 0], [2, 0]]), x[0:2] * 3, 'mean')", { x = xl })
@@ -248,22 +256,7 @@ do
   case("quantile_nan", function() return T.quantile(xn, 0.5, 2) end, "torch.quantile(x, 0.5, 1)", { x = xn })
 end
 
--- (run by the first spec: loading the file for the registry coverage check starts no python)
-local res, why
-local function results()
-  if res == nil and why == nil then res, why = B:run() end
-  return res, why
-end
-
-describe("indexing and data ops vs PyTorch", function()
-  for _, c in ipairs(cases) do
-    it(c.key, function()
-      results()
-      if not res then expect.skip(why) end
-      R.check(res, c.key, c.fn())
-    end)
-  end
-end)
+refs:check("indexing and data ops vs PyTorch")
 
 describe("random data ops", function()
   it("bernoulli and normal draw with the asked parameters and shapes", function()
@@ -275,6 +268,14 @@ describe("random data ops", function()
     expect.eq(T.normal(0, 1, { 2, 3 }).shape, { 2, 3 })
     expect.errors(function() local _ = T.bernoulli(T.full({ 2 }, 1.5)) end, "bernoulli: ", "%[0, 1%]")
     expect.errors(function() local _ = T.normal(T.zeros(2, { dtype = "int64" }), 1) end, "normal: ", "floating")
+  end)
+  it("index-valued results are 1-based, as API.md section 10 states", function()
+    local x = T.tensor({ 3, 1, 4, 1, 5 }, { dtype = "float32" })
+    expect.eq({ x:argmax():item(), x:argmin():item(), select(2, x:max(1)):item() }, { 5, 2, 5 })
+    expect.eq(T.nonzero(x:gt(3)):view(-1):totable(), { 3, 5 })
+    expect.eq(T.bucketize(T.tensor({ 0, 3, 6 }), T.tensor({ 1, 3, 5 })):totable(), { 1, 2, 4 })
+    expect.eq(T.searchsorted(T.tensor({ 1, 3, 5 }), T.tensor({ 0, 3, 6 }), { right = true }):totable(), { 1, 3, 4 })
+    expect.eq({ select(2, x:mode()):item(), select(2, x:kthvalue(1)):item() }, { 4, 2 })
   end)
   it("randperm is a permutation of 1..n; the *_like ops take x's shape, dtype and device", function()
     local p = T.randperm(50)
@@ -299,6 +300,10 @@ describe("misuse", function()
     expect.eq(y:totable(), x:totable())
     expect.errors(function() y:scatter_(1, L({ { 0 } }), 1) end, "index_put_: ", "index 0")
     expect.errors(function() T.nonzero(x):index({ L({ 1 }), L({ -1 }) }) end, "index: ", "index %-1")
+  end)
+  it("searchsorted refuses leading dims that differ (as PyTorch)", function()
+    expect.errors(function() return T.searchsorted(T.ones(2, 3), T.ones(1, 2)) end, "searchsorted: ", "{2,3} and {1,2}")
+    expect.errors(function() return T.searchsorted(T.ones(2, 3), T.ones(2)) end, "searchsorted: ", "leading dims")
   end)
   it("masks of the wrong shape and wrong index dtypes give PyTorch's errors", function()
     expect.errors(function() return x[T.tensor({ true, false })] end, "index: ", "shape of the mask {2}", "{3,4}")

@@ -72,6 +72,21 @@ describe("topk and sort", function()
     expect.eq(b:totable(), { false, true, true })
     expect.eq(bi:totable(), { 2, 1, 3 })
   end)
+  it("sort a line long enough to be sorted in chunks and merged, ties in order of position", function()
+    for _, desc in ipairs({ false, true }) do
+      local n = 2 ^ 18
+      local x = T.randint(0, 50, { n }):float()
+      x[7] = 0 / 0
+      local v, i = x:sort(1, desc)
+      expect.truthy(T.allclose(x:index_select(1, i), v, { rtol = 0, atol = 0, equal_nan = true }), "the indices give the values")
+      local a, b, ia, ib = v:narrow(1, 1, n - 1), v:narrow(1, 2, n - 1), i:narrow(1, 1, n - 1), i:narrow(1, 2, n - 1)
+      expect.eq(desc and v[1]:isnan():item() or v[n]:isnan():item(), true)
+      local real = a:isnan():logical_or(b:isnan()):logical_not()
+      local ordered = desc and a:ge(b) or a:le(b)
+      expect.truthy(ordered:logical_or(real:logical_not()):all():item(), "ordered")
+      expect.truthy(a:ne(b):logical_or(ia:lt(ib)):all():item(), "equal values in order of position")
+    end
+  end)
   it("are captured by T.compile with the same results", function()
     local f = T.compile(function(x) local v, i = x:topk(3); return v * 2, i end, { backend = "cpu" })
     for _ = 1, 3 do

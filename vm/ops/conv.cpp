@@ -136,6 +136,19 @@ void per_sample(int64_t N, int64_t rows, int64_t row_work, const std::function<v
   for (int64_t n = 0; n < N; ++n) parallel_for(rows, grain, [&](int64_t r0, int64_t r1) { fn(n, r0, r1); });
 }
 
+// Argument 0 of im2col / col2im: a tensor of `dims` dims or a batch of them (`shapes` names both),
+// floating; an unbatched one comes as a batch of one
+struct Input {
+  Tensor t;
+  bool batched;
+};
+Input batched_input(const OpCall& c, int dims, const char* shapes) {
+  Tensor t = c.tensor(0);
+  if (t.dim() != dims && t.dim() != dims + 1) fail(cat("input expected a ", shapes, " tensor, got ", t.describe()));
+  check_floating(t, "input");
+  return {t.dim() == dims ? batch_of_one(t) : t, t.dim() == dims + 1};
+}
+
 // ---- im2col(input, kernel_size, dilation, padding, stride) ---------------------------------------
 
 struct Unfold {
@@ -145,11 +158,8 @@ struct Unfold {
 };
 
 Unfold prepare_im2col(const OpCall& c) {
-  Tensor x = c.tensor(0);
-  if (x.dim() != 3 && x.dim() != 4) fail(cat("input expected a 3-D {C, H, W} or 4-D {N, C, H, W} tensor, got ", x.describe()));
-  check_floating(x, "input");
-  Unfold u{x.dim() == 3 ? batch_of_one(x) : x,
-           window(c, 1), x.dim() == 4};
+  const Input in = batched_input(c, 3, "3-D {C, H, W} or 4-D {N, C, H, W}");
+  Unfold u{in.t, window(c, 1), in.batched};
   set_spatial(u.g, u.x.size(2), u.x.size(3));
   return u;
 }
@@ -185,11 +195,9 @@ struct Fold {
 };
 
 Fold prepare_col2im(const OpCall& c) {
-  Tensor t = c.tensor(0);
-  if (t.dim() != 2 && t.dim() != 3) fail(cat("input expected a 2-D {C*kh*kw, L} or 3-D {N, C*kh*kw, L} tensor, got ", t.describe()));
-  check_floating(t, "input");
-  Fold f{t.dim() == 2 ? batch_of_one(t) : t,
-         window(c, 2), 0, t.dim() == 3};
+  const Input in = batched_input(c, 2, "2-D {C*kh*kw, L} or 3-D {N, C*kh*kw, L}");
+  Fold f{in.t, window(c, 2), 0, in.batched};
+  const Tensor t = c.tensor(0);  // (as given, for the messages)
   const std::vector<int64_t> os = c.ints(1);
   if (os.size() != 1 && os.size() != 2) fail(cat("output_size expected one integer or a list of 2, got a list of ", os.size()));
   if (os[0] < 1 || os.back() < 1) fail(cat("output_size expected positive sizes, got {", os[0], ",", os.back(), "}"));

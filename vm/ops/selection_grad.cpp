@@ -1,6 +1,8 @@
 // Derivatives of the selection ops (vm/ops/selection.cpp): a selection's gradient is an
 // accumulating index_put of the output's gradient into zeros of the input's shape; index_put's
 // values get the gradient at the positions they were written to.
+#include <functional>
+
 #include "vm/autograd/grad.hpp"
 #include "vm/kernels/loop.hpp"
 #include "vm/ops/derivatives.hpp"
@@ -47,20 +49,43 @@ void masked_select_rule(Grad& g) {
   g.set(0, op("index_put", {full, cols, to_dtype(g.grad(), g.meta(0).dtype), true}));
 }
 
-// scatter_reduce(self, dim, index, src, reduce, {include_self}): sum, mean, amax / amin (the
-// gradient split evenly between the values equal to the result, as PyTorch's); n counts the
-// source values each position took
+// scatter_reduce's "prod" (PyTorch's formula): self's gradient is the product of the source
+// values, taken as result / self with self's zeros as 1; a source value's is result / src, or
+// where it is the only zero at its position, the product of the others (it taken as 1)
+void scatter_prod_grads(Grad& g, int d, bool include_self, const Var& hit,
+                        const std::function<Var(const Var&)>& scatter_sum) {
+  const Var self = g.in(0), idx = g.in(2), src = g.in(3), gr = g.grad();
+  auto prod = [&](const Var& s, const Var& v) { return op("scatter_reduce", {s, d + 1, idx, v, "prod", include_self}); };
+  if (g.needs(0)) {
+    const Var masked = where(op("eq", {self, 0.0}), 1.0, self);
+    const Var gs = gr * prod(masked, src) / masked;
+    g.set(0, include_self ? gs : where(hit, 0.0, gs));
+  }
+  if (!g.needs(3)) return;
+  const Var zero = op("eq", {src, 0.0});
+  const Var zeros_there = op("gather", {scatter_sum(to_dtype(zero, g.meta(0).dtype)), d + 1, idx});
+  const Var single = op("logical_and", {zero, op("eq", {zeros_there, 1.0})});
+  const Var others = op("gather", {gr * prod(self, where(single, 1.0, src)), d + 1, idx});
+  const Var divided = op("gather", {gr * g.out(0), d + 1, idx}) / where(zero, 1.0, src);
+  g.set(3, where(single, others, divided));
+}
+
+// scatter_reduce(self, dim, index, src, reduce, {include_self}): sum, mean, prod, amax / amin
+// (the gradient split evenly between the values equal to the result, as PyTorch's); n counts
+// the source values each position took
 void scatter_reduce_rule(Grad& g) {
   const std::string reduce = g.arg().str(4);
-  if (reduce == "prod") fail("scatter_reduce: derivative not implemented for reduce = \"prod\"");
   if (g.sizes(2) != g.sizes(3)) fail("scatter_reduce: derivative not implemented for a src larger than the index");
   const bool include_self = g.arg().boolean_or(5, true);
   const int d = g.arg().dim(1, g.ndim(0));
   const Meta& m = g.meta(0);
   const Var idx = g.in(2), src = g.in(3);
-  auto scatter_sum = [&](const Var& v) { return op("scatter_add", {zeros(m.sizes, m.dtype, m.device), d + 1, idx, v}); };
+  const std::function<Var(const Var&)> scatter_sum = [&](const Var& v) {
+    return op("scatter_add", {zeros(m.sizes, m.dtype, m.device), d + 1, idx, v});
+  };
   Var n = scatter_sum(op("ones_like", {src}));
   Var hit = op("gt", {n, 0.0});
+  if (reduce == "prod") return scatter_prod_grads(g, d, include_self, hit, scatter_sum);
   Var gr = g.grad();
   if (reduce == "sum" || reduce == "mean") {
     if (reduce == "mean") gr = gr / op("clamp", {include_self ? n + 1.0 : n, 1.0, nullptr});

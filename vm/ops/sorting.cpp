@@ -4,7 +4,8 @@
 // position, so results are deterministic.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <utility>
+#include <vector>
 
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/devices.hpp"
@@ -31,6 +32,24 @@ template <class C> struct Order {
   }
 };
 
+// Sorts (or, k < size, partially sorts) a line's (value, position) pairs in `ord`. The pairs are
+// contiguous: the comparisons read no strided values. A long line is sorted in chunks over the
+// pool and merged (the position breaks ties: the order is total, any split gives the same result).
+template <class C> void sort_line(std::vector<std::pair<C, int64_t>>& line, int64_t k, const Order<C>& ord, bool split) {
+  auto before = [&](const std::pair<C, int64_t>& a, const std::pair<C, int64_t>& b) {
+    return ord.ahead(a.first, a.second, b.first, b.second);
+  };
+  const int64_t n = int64_t(line.size());
+  if (k < n) return std::partial_sort(line.begin(), line.begin() + k, line.end(), before);
+  const int64_t parts = split ? std::min<int64_t>(num_threads(), n / kParallelGrain) : 1;
+  if (parts < 2) return std::sort(line.begin(), line.end(), before);
+  auto edge = [&](int64_t p) { return line.begin() + n * p / parts; };
+  parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) std::sort(edge(p), edge(p + 1), before);
+  });
+  for (int64_t p = 1; p < parts; ++p) std::inplace_merge(edge(0), edge(p), edge(p + 1), before);
+}
+
 // The first k positions of every line of x in `order`, written as values and indices.
 void order_lines(const Tensor& xin, int d, int64_t k, bool descending, const Tensor& vals, const Tensor& idx) {
   Tensor x = contiguous(xin);
@@ -43,20 +62,18 @@ void order_lines(const Tensor& xin, int d, int64_t k, bool descending, const Ten
     const T* xp = x.data<T>();
     T* vp = vals.data<T>();
     const Order<C> ord{descending};
-    parallel_for(l.outer * l.inner, std::max<int64_t>(1, kParallelGrain / (l.n * 8)), [&](int64_t r0, int64_t r1) {
-      std::vector<int64_t> pos(size_t(l.n));
+    const int64_t lines = l.outer * l.inner;
+    parallel_for(lines, std::max<int64_t>(1, kParallelGrain / (l.n * 8)), [&](int64_t r0, int64_t r1) {
+      std::vector<std::pair<C, int64_t>> line(size_t(l.n));
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t o = r / l.inner, j = r % l.inner;
         const T* src = xp + o * l.n * l.inner + j;
-        auto at = [&](int64_t i) { return C(load(src[i * l.inner])); };
-        std::iota(pos.begin(), pos.end(), int64_t{0});
-        auto before = [&](int64_t a, int64_t b) { return ord.ahead(at(a), a, at(b), b); };
-        if (k < l.n) std::partial_sort(pos.begin(), pos.begin() + k, pos.end(), before);
-        else std::sort(pos.begin(), pos.end(), before);
+        for (int64_t i = 0; i < l.n; ++i) line[size_t(i)] = {C(load(src[i * l.inner])), i};
+        sort_line(line, k, ord, lines == 1);
         const int64_t base = o * k * l.inner + j;
         for (int64_t i = 0; i < k; ++i) {
-          store(vp[base + i * l.inner], at(pos[size_t(i)]));
-          ip[base + i * l.inner] = pos[size_t(i)] + 1;
+          store(vp[base + i * l.inner], line[size_t(i)].first);
+          ip[base + i * l.inner] = line[size_t(i)].second + 1;
         }
       }
     });

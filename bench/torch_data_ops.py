@@ -1,0 +1,50 @@
+"""The cases of bench/data_ops_bench.lua with PyTorch (Debian's 1.13, /usr/bin/python3): same
+sizes (2^24), same thread count (CRESCENT_NUM_THREADS, default: all cores), 0-based indices,
+medians over repeated runs.
+    /usr/bin/python3 bench/torch_data_ops.py [reps]
+Prints a table, then one line per case: RESULT <name> <median_us> <bytes> B."""
+import os
+import sys
+import time
+
+import torch
+
+reps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+threads = int(os.environ.get("CRESCENT_NUM_THREADS", "0")) or os.cpu_count()
+torch.set_num_threads(threads)
+
+N = 2 ** 24
+results = []
+
+
+def bench(name, fn, args, nbytes):
+    fn(*args)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append((time.perf_counter() - t0) * 1e6)
+    times.sort()
+    # the same median as T.bench: element (reps + 1) // 2 of the sorted list, 1-based
+    results.append((name, times[(reps + 1) // 2 - 1], times[0], nbytes))
+
+
+torch.manual_seed(0)
+x = torch.randn(N)
+mask = x > 0
+idx = torch.randint(0, N, (N,))
+src = torch.randn(N)
+bench("masked_select 16M", lambda a, m: a.masked_select(m), (x, mask), 4 * N + N + 2 * N)
+bench("nonzero 16M", lambda m: torch.nonzero(m), (mask,), N + 4 * N)
+bench("index_select 16M", lambda a, i: a.index_select(0, i), (x, idx), 8 * N + 8 * N)
+bench("gather 16M", lambda a, i: a.gather(0, i), (x, idx), 8 * N + 8 * N)
+bench("scatter_add 16M", lambda a, i, s: a.scatter_add(0, i, s), (x, idx, src), 8 * N + 4 * N + 12 * N)
+bench("sort 16M", lambda a: a.sort(), (x,), 4 * N + 12 * N)
+bench("cumsum 16M", lambda a: a.cumsum(0), (x,), 8 * N)
+
+print(f"torch {torch.__version__} eager CPU, {torch.get_num_threads()} threads, median of {reps} runs")
+print(f"{'case':24s} {'median us':>12s} {'min us':>12s} {'GB/s':>12s}")
+for name, med, lo, nbytes in results:
+    print(f"{name:24s} {med:12.0f} {lo:12.0f} {nbytes / med / 1e3:12.2f}")
+for name, med, lo, nbytes in results:
+    print(f"RESULT {name.replace(' ', '_')} {med:.3f} {nbytes} B")

@@ -53,7 +53,11 @@ function methods:requires_grad_(b)
   return self
 end
 
-function methods:detach() return wrap(ag.detach(ctx, ptr(self))) end
+function methods:detach()
+  local t = ag.detach(ctx, ptr(self))
+  if t == nil then core.raise(-1) end
+  return wrap(t)
+end
 
 function methods:retain_grad()
   check(ag.retain_grad(ctx, ptr(self)))

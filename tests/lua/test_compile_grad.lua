@@ -174,6 +174,21 @@ describe("segments compiled autograd does not take", function()
   end
 end)
 
+describe("detach inside a compiled function", function()
+  it("gives eager's values and gradients, without and with grad mode", function()
+    local fn = function(x) return (x * 2):detach() + x end
+    local f = T.compile(fn)
+    local x = T.tensor({ 1, 2, 3 }, { dtype = "float32" })
+    for _ = 1, 4 do S.eq(f(x):totable(), { 3, 6, 9 }) end
+    local w = T.tensor({ 1, 2, 3 }, { dtype = "float32", requires_grad = true })
+    for _ = 1, 3 do
+      w.grad = nil
+      f(w):sum():backward()
+      S.eq(w.grad:totable(), { 1, 1, 1 })
+    end
+  end)
+end)
+
 describe("the compiled node", function()
   it("is one CompiledFunctionBackward per segment, from the first replay on", function()
     local f = T.compile(function(x, w) return (x * w):sin():sum() end)

@@ -5,6 +5,7 @@
 #include "vm/autograd/call.hpp"
 #include "vm/autograd/engine.hpp"
 #include "vm/autograd/node.hpp"
+#include "vm/graph/recorder.hpp"
 
 namespace cr::autograd {
 namespace {
@@ -95,9 +96,17 @@ const char* ag_grad_fn(cr_ctx* c, cr_tensor* t, double* id) {
   return Context::of(c).scratch.c_str();
 }
 
+// (a lazy tensor of a compiled function gets its value first: inside a capture, a graph break)
 cr_tensor* ag_detach(cr_ctx* c, cr_tensor* t) {
-  const Tensor x(t, true);
-  return hand_one(c, Tensor::view_of(x, x.sizes(), x.strides(), x.offset()));
+  cr_tensor* out = nullptr;
+  if (guarded(c, [&] {
+        if (!t->_storage || t->_lazy) graph::ensure_real(Context::of(c), t);
+        const Tensor x(t, true);
+        out = hand_one(c, Tensor::view_of(x, x.sizes(), x.strides(), x.offset()));
+        return 0;
+      }) < 0)
+    return nullptr;
+  return out;
 }
 
 // Non-leaves keep their hooks / retained grad in their node's out_meta (the engine reads them).

@@ -17,7 +17,8 @@ local name, batch, plen, new, rounds = arg[1] or "small", tonumber(arg[2] or 1),
 T.manual_seed(0)
 local cfg = G.configs[name]
 local device = os.getenv("DEVICE") or "cpu"  -- DEVICE=cuda on a GPU machine
-local model = G.new(cfg):eval():to(device)
+local dtype = os.getenv("DTYPE") or "float32"  -- DTYPE=bfloat16: weights, activations and cache
+local model = G.new(cfg):eval():to(device):to(dtype)
 local prompt = T.randint(0, cfg.vocab, { batch, plen }):to(device)
 
 local kv = os.getenv("KV") or "dynamic"  -- KV=static: the compiled side decodes with G.decoder's CUDA-graph step
@@ -50,7 +51,7 @@ local e_pre, e_tps = measure(function(...) return model:forward(...) end)
 local mode = os.getenv("MODE") or "default"  -- MODE=reduce-overhead: replay without re-running Lua
 local c_pre, c_tps, first = measure(T.compile(model, { mode = mode, dynamic = false }), kv)
 local s = T.compiler.stats()
-print(string.format('{"side": "crescent", "mode": "' .. mode .. '", "kv": "' .. kv .. '", "cudagraph_replays": ' .. s.cudagraph_replays .. ', "config": "%s", "batch": %d, "prompt": %d, "new": %d, ' ..
+print(string.format('{"side": "crescent", "mode": "' .. mode .. '", "dtype": "' .. dtype .. '", "kv": "' .. kv .. '", "cudagraph_replays": ' .. s.cudagraph_replays .. ', "config": "%s", "batch": %d, "prompt": %d, "new": %d, ' ..
   '"eager_prefill_ms": %.3f, "eager_decode_tps": %.2f, "compiled_prefill_ms": %.3f, "compiled_decode_tps": %.2f, ' ..
   '"first_compiled_run_ms": %.1f, "graphs_compiled": %d, "recompiles": %d}',
   name, batch, plen, new, e_pre, e_tps, c_pre, c_tps, first, s.graphs_compiled, s.recompiles))

@@ -25,11 +25,12 @@ name, batch, plen, new, rounds = sys.argv[1], *(int(a) for a in sys.argv[2:6])
 torch.manual_seed(0)
 cfg = CONFIGS[name]
 dev = os.environ.get("DEVICE", "cuda")
-p = {k: v.to(dev) for k, v in random_params(cfg["vocab"], cfg["d"], cfg["n_layer"], cfg["n_ctx"], scale=0.05).items()}
+dtype = getattr(torch, os.environ.get("DTYPE", "float32"))  # DTYPE=bfloat16: weights and cache
+p = {k: v.to(dev, dtype) for k, v in random_params(cfg["vocab"], cfg["d"], cfg["n_layer"], cfg["n_ctx"], scale=0.05).items()}
 prompt = torch.randint(0, cfg["vocab"], (batch, plen)).to(dev)
 d, H, layers = cfg["d"], cfg["n_head"], cfg["n_layer"]
 S = plen + new
-caches = [[torch.zeros(batch, H, S, d // H, device=dev) for _ in range(2)] for _ in range(layers)]
+caches = [[torch.zeros(batch, H, S, d // H, device=dev, dtype=dtype) for _ in range(2)] for _ in range(layers)]
 slots = torch.arange(S, device=dev)
 
 
@@ -83,6 +84,6 @@ def generate():
 with torch.no_grad():
     generate()
     runs = [generate() for _ in range(rounds)]
-print(json.dumps({"side": "torch static", "device": dev, "config": name, "batch": batch, "prompt": plen, "new": new,
+print(json.dumps({"side": "torch static", "dtype": str(dtype).split(".")[-1], "device": dev, "config": name, "batch": batch, "prompt": plen, "new": new,
                   "prefill_ms": statistics.median(r[0] for r in runs),
                   "decode_tps": statistics.median(r[1] for r in runs)}))

@@ -14,6 +14,7 @@
 --     --top-k K --temperature T  sample from the K most likely tokens (default: greedy)
 --     --mode eager|compiled|both (default both)   --seed N (default 0)
 --     --device cpu|cuda          where the model runs (default cpu)
+--     --dtype float32|bfloat16|float16  the weights' dtype (default float32)
 --     --kv-cache static|dynamic  static: the cache written in place and the decode step replayed
 --                                with mode = "reduce-overhead" (CUDA graphs on CUDA); default
 --                                static on CUDA, dynamic on the CPU
@@ -48,6 +49,7 @@ local cfg = G.configs[o.config]
 local model = G.new(cfg):eval()
 if o.weights then G.load(model, o.weights) end
 model:to(o.device)
+if o.dtype then model:to(o.dtype) end
 
 local prompt
 if o.prompt then

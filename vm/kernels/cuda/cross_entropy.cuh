@@ -10,7 +10,7 @@ extern "C" __global__ void cross_entropy_bwd(const T* x, const T* lse, const lon
   const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= n) return;
   const long long i = e % inner, c = (e / inner) % classes, p = e / (inner * classes) * inner + i;
-  A g = A(a[p]) * exp(A(x[e]) - A(lse[p])) - A(k[p]) * (w ? A(w[c]) : A(1));
+  A g = A(a[p]) * vmath::exp(A(x[e]) - A(lse[p])) - A(k[p]) * (w ? A(w[c]) : A(1));
   if (c == t[p] - 1) g -= A(b[p]);
   out[e] = T(g);
 }

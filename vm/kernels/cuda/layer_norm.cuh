@@ -26,7 +26,7 @@ extern "C" __global__ void layer_norm_fwd(const T* x, const T* w, const T* b, T*
     const A d = A(xr[j]) - mu;
     v += d * d;
   }
-  const A rs = A(1) / sqrt(cr::block_reduce<kBlock>(v, cr::Sum{}, smem) / A(n) + A(eps));
+  const A rs = A(1) / std::sqrt(cr::block_reduce<kBlock>(v, cr::Sum{}, smem) / A(n) + A(eps));
   for (long long j = threadIdx.x; j < n; j += kBlock) {
     A h = (A(xr[j]) - mu) * rs * weight_at(w, j);
     if (b) h += A(b[j]);

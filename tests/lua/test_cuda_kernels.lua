@@ -351,9 +351,9 @@ describe("CUDA kernels", function()
         local x, w, b = (T.randn(s[1]) * 2 + 0.5):to(dt), T.randn(s[2]):to(dt), T.randn(s[2]):to(dt)
         local go = T.randn(s[1]):to(dt)
         local function run(dev, with_w, with_b)
-          local xr = x:to(dev):requires_grad_()
-          local wr = with_w and w:to(dev):requires_grad_() or nil
-          local br = with_b and b:to(dev):requires_grad_() or nil
+          local xr = x:clone():to(dev):requires_grad_()  -- (a fresh leaf each run, on the CPU too)
+          local wr = with_w and w:clone():to(dev):requires_grad_() or nil
+          local br = with_b and b:clone():to(dev):requires_grad_() or nil
           local y = T.F.layer_norm(xr, s[2], wr, br)
           y:backward(go:to(dev))
           return { y:detach():cpu():double(), xr.grad:cpu():double(), wr and wr.grad:cpu():double(), br and br.grad:cpu():double() }
@@ -381,7 +381,7 @@ describe("CUDA kernels", function()
     expect.eq({ mean.device, mean.dtype, rstd.shape }, { "cuda:0", "float32", { 4, 1 } })
     local xc = T.randn(3, 8, { dtype = "float64" })
     local function dd(dev)
-      local xr = xc:to(dev):requires_grad_()
+      local xr = xc:clone():to(dev):requires_grad_()
       local g = T.autograd.grad(T.F.layer_norm(xr, 8):pow(3):sum(), { xr }, nil, { create_graph = true })[1]
       g:square():sum():backward()
       return xr.grad:cpu()
@@ -398,14 +398,15 @@ describe("CUDA kernels", function()
       local tol = dt == "float64" and 1e-10 or (dt == "float32" and 1e-5 or 2e-2)
       for si, s in ipairs(shapes) do
         local C = s[1][#s[1] == 1 and 1 or 2]
-        local x, t = (T.randn(s[1]) * 3):to(dt), T.randint(1, C + 1, s[2])
+        local x = (T.randn(s[1]) * 3):to(dt)
+        local t = #s[2] == 0 and T.tensor(3, { dtype = "int64" }) or T.randint(1, C + 1, s[2])
         local cw = (T.rand(C) + 0.5):to(dt)
         for oi, o in ipairs(opts) do
           local function run(dev)
             local oo = {}
             for kk, v in pairs(o) do oo[kk] = v end
             if o.weight then oo.weight = cw:to(dev) end
-            local xr = x:to(dev):requires_grad_()
+            local xr = x:clone():to(dev):requires_grad_()
             local l = T.F.cross_entropy(xr, t:to(dev), oo)
             ;(l:dim() > 0 and (l * T.arange(1, l:numel() + 1):view(l.shape):to(dt):to(dev)):sum() or l):backward()
             return l:detach():cpu():double(), xr.grad:cpu():double()

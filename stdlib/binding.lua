@@ -303,6 +303,7 @@ local function gen_source(name, op, info, params, opts)
   elseif bit.band(flags, 16) ~= 0 then emit("  return wrap_list(n, buf)")
   elseif bit.band(flags, 8) ~= 0 then
     emit("  if n == 1 then return wrap(buf[0]) end")
+    emit("  if n == 3 then return wrap(buf[0]), wrap(buf[1]), wrap(buf[2]) end")
     emit("  return wrap(buf[0]), wrap(buf[1])")
   else emit("  return wrap(buf[0])") end
   emit("end")

@@ -74,9 +74,22 @@ function F.softmax(x, dim, opts) return T.softmax(x, dim, opts) end
 function F.log_softmax(x, dim, opts) return T.log_softmax(x, dim, opts) end
 
 -- layer_norm(x, normalized_shape[, weight[, bias[, eps = 1e-5]]]): biased variance, as PyTorch.
+-- Eagerly one fused op (T._layer_norm, forward and backward kernels); inside a capture the
+-- composition below, which the code generators fuse with the neighbouring ops. A weight or bias
+-- of another dtype than x (autocast) takes the composition too.
+local function fusable(x, w, b)
+  if core.ctx.capturing ~= 0 then return false end
+  for _, t in ipairs({ w or x, b or x }) do
+    if not is_tensor(t) or t.dtype ~= x.dtype or t.device ~= x.device then return false end
+  end
+  return true
+end
 function F.layer_norm(x, shape, w, b, eps)
   check_tensor("layer_norm", 1, "input", x)
   local dims = last_dims("layer_norm", x, shape)
+  if fusable(x, w, b) then
+    return (T._layer_norm(x, type(shape) == "number" and { shape } or shape, w, b, eps or 1e-5))
+  end
   local xf, dt = widen(x)
   local mu = xf:mean(dims, true)
   local xc = xf - mu

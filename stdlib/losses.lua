@@ -68,7 +68,8 @@ end
 
 -- class indices: the mean divides by the summed weights of the targets not ignored (PyTorch's
 -- nll_loss); label smoothing adds the mean over the classes with the same weights.
-local function indices(op, lsm, target, o, cd)
+-- fused: lsm holds the logits, and T._cross_entropy (one op, a one-pass backward) computes the loss.
+local function indices(op, lsm, target, o, cd, fused)
   if target.dtype ~= "int64" and target.dtype ~= "int32" then
     fail(op .. ": target expected int64 class indices (1-based) or floating class probabilities, got " .. target.dtype)
   end
@@ -86,6 +87,9 @@ local function indices(op, lsm, target, o, cd)
   if o.weight and (o.weight:dim() ~= 1 or o.weight:size(1) ~= C) then
     fail(string.format("%s: weight expected a tensor of %d elements (one per class), got shape %s", op, C, shape_str(o.weight)))
   end
+  if fused then
+    return (T._cross_entropy(lsm, target, o.weight, o.ignore_index or -100, o.label_smoothing or 0, o.reduction))
+  end
   local valid = target:ne(o.ignore_index or -100)
   local idx = T.where(valid, target, 1):long()
   local picked = lsm:gather(cd, idx:unsqueeze(cd)):squeeze(cd)
@@ -101,6 +105,14 @@ local function indices(op, lsm, target, o, cd)
   return loss:sum() / w:sum()
 end
 
+-- Class-index cross_entropy is one op eagerly (T._cross_entropy); inside a capture, and for a
+-- weight of another dtype or device than the input's or one that requires grad (the fused op's
+-- weight gets none, as PyTorch's), the composition above.
+local function fusable(input, w)
+  if core.ctx.capturing ~= 0 or not FLOATING[input.dtype] then return false end
+  return w == nil or (w.dtype == input.dtype and w.device == input.device and not w.requires_grad)
+end
+
 -- cross_entropy(input, target[, {reduction = "mean", ignore_index = -100, weight =,
 -- label_smoothing = 0}]): input {N, C} (or {C}, or {N, C, d...}) of logits; target 1-based
 -- class indices {N, d...} (int64), or class probabilities of input's shape (floating).
@@ -113,9 +125,9 @@ function L.cross_entropy(input, target, opts)
   end
   if input:dim() == 0 then fail("cross_entropy: input expected at least 1 dim (classes), got a 0-d tensor") end
   local cd = class_dim(input)
-  local lsm = input:log_softmax(cd)
-  if FLOATING[target.dtype] then return probabilities("cross_entropy", lsm, target, o, cd) end
-  return indices("cross_entropy", lsm, target, o, cd)
+  if FLOATING[target.dtype] then return probabilities("cross_entropy", input:log_softmax(cd), target, o, cd) end
+  if fusable(input, o.weight) then return indices("cross_entropy", input, target, o, cd, true) end
+  return indices("cross_entropy", input:log_softmax(cd), target, o, cd)
 end
 
 -- nll_loss(input, target[, {weight =, ignore_index = -100, reduction = "mean"}]): input holds

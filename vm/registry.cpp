@@ -3,6 +3,7 @@
 
 #include "vm/context.hpp"
 #include "vm/hooks.hpp"
+#include "vm/ops/losses.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -26,6 +27,8 @@ Registry::Registry() {
   register_linalg(*this);
   register_sorting(*this);
   register_attention(*this);
+  register_norm(*this);
+  register_losses(*this);
   register_optim(*this);
   register_conv(*this);
   register_derivatives(*this);

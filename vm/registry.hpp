@@ -162,6 +162,7 @@ void register_selection(Registry& r);  // masked_select, nonzero, index, index_p
 void register_linalg(Registry& r);
 void register_sorting(Registry& r);
 void register_attention(Registry& r);
+void register_norm(Registry& r);  // _layer_norm and its backward
 void register_creation(Registry& r);
 void register_conversions(Registry& r);
 void register_optim(Registry& r);

@@ -15,6 +15,8 @@
 #include "jit/cache_entry.hpp"
 #include "vm/kernels/cuda/attention.hpp"
 #include "vm/kernels/cuda/attention_simt.hpp"
+#include "vm/kernels/cuda/cross_entropy.hpp"
+#include "vm/kernels/cuda/layer_norm.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/optim.hpp"
 #include "vm/kernels/cuda/scatter.hpp"
@@ -73,6 +75,15 @@ TEST_CASE("cuda: the optimizer updates and scatter_add compile to CUBIN for ever
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::b8}) {
     INFO(cr::dtype_name(d));
     CHECK(cr::cuda::compile_cubin(cr::cuda::scatter_source(d), "scatter", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
+  }
+}
+
+TEST_CASE("cuda: the layer_norm and cross_entropy kernels compile to CUBIN for every floating dtype", "[cuda]") {
+  if (!have_nvrtc()) return;
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    INFO(cr::dtype_name(d));
+    CHECK(cr::cuda::compile_cubin(cr::cuda::layer_norm_source(d), "layer_norm", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
+    CHECK(cr::cuda::compile_cubin(cr::cuda::cross_entropy_source(d), "ce", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
   }
 }
 

@@ -1,8 +1,8 @@
 -- CUDA kernels beyond pointwise and reductions (jit/cuda/): gathers with their position checks,
 -- extreme positions, random draws (the CPU's Philox numbers), the library kernels (cumsum, sort,
--- topk) and fused attention with and without masks, each against the CPU. The device tensors,
--- eager ops, memory and streams are in test_cuda.lua. Every case needs a GPU and skips cleanly
--- without one.
+-- topk), fused attention with and without masks, fused layer_norm and cross_entropy's gradient,
+-- each against the CPU. The device tensors, eager ops, memory and streams are in test_cuda.lua.
+-- Every case needs a GPU and skips cleanly without one.
 local T = require "crescent"
 
 local errs = expect.error_checker("test_cuda_kernels.lua")
@@ -339,6 +339,87 @@ describe("CUDA kernels", function()
     errs(function() local _ = y:cpu() end, "cpu", "index_add: index 5 is out of range for dim 1 of size 4 (expected 1..4)",
       "found by a CUDA kernel that ran before this synchronisation")
     expect.eq(y:cpu():totable(), { { 0, 0, 0 }, { 1, 1, 1 }, { 0, 0, 0 }, { 0, 0, 0 } })
+  end)
+  it("run layer_norm forward and backward as fused kernels: every floating dtype, the CPU's values, deterministic", function()
+    need_gpu()
+    local h = T.cuda.stats().host_ops
+    local shapes = { { { 8, 64, 768 }, { 768 } }, { { 37, 5 }, { 5 } }, { { 3, 4, 300 }, { 4, 300 } }, { { 2, 1 }, { 1 } },
+                     { { 1000, 33 }, { 33 } }, { { 0, 16 }, { 16 } } }
+    for _, dt in ipairs { "float32", "float64", "float16", "bfloat16" } do
+      local tol = dt == "float64" and 1e-10 or (dt == "float32" and 1e-4 or 3e-2)
+      for si, s in ipairs(shapes) do
+        local x, w, b = (T.randn(s[1]) * 2 + 0.5):to(dt), T.randn(s[2]):to(dt), T.randn(s[2]):to(dt)
+        local go = T.randn(s[1]):to(dt)
+        local function run(dev, with_w, with_b)
+          local xr = x:clone():to(dev):requires_grad_()  -- (a fresh leaf each run, on the CPU too)
+          local wr = with_w and w:clone():to(dev):requires_grad_() or nil
+          local br = with_b and b:clone():to(dev):requires_grad_() or nil
+          local y = T.F.layer_norm(xr, s[2], wr, br)
+          y:backward(go:to(dev))
+          return { y:detach():cpu():double(), xr.grad:cpu():double(), wr and wr.grad:cpu():double(), br and br.grad:cpu():double() }
+        end
+        for _, wb in ipairs { { true, true }, { false, false }, { true, false }, { false, true } } do
+          local want, got = run("cpu", wb[1], wb[2]), run("cuda", wb[1], wb[2])
+          local what = string.format("%s shape %d weight %s bias %s", dt, si, tostring(wb[1]), tostring(wb[2]))
+          expect.close(got[1], want[1], tol, tol, what .. " out")
+          expect.close(got[2], want[2], tol, tol, what .. " grad input")
+          -- (the column sums of 16-bit gradients round once from float32: a looser bound)
+          local ctol = dt:match("16") and 1e-1 or tol * 10
+          if got[3] then expect.close(got[3], want[3], ctol, ctol, what .. " grad weight") end
+          if got[4] then expect.close(got[4], want[4], ctol, ctol, what .. " grad bias") end
+          local again = run("cuda", wb[1], wb[2])
+          for i = 1, 4 do
+            if got[i] then expect.eq(again[i]:totable(), got[i]:totable(), what .. " deterministic " .. i) end
+          end
+        end
+      end
+    end
+    expect.eq(T.cuda.stats().host_ops, h, "ops on host copies")
+    -- mean / rstd on the device, float32 for 16-bit inputs; double backward takes the composition
+    local x = T.randn(4, 32):cuda()
+    local _, mean, rstd = T._layer_norm(x:half(), { 32 })
+    expect.eq({ mean.device, mean.dtype, rstd.shape }, { "cuda:0", "float32", { 4, 1 } })
+    local xc = T.randn(3, 8, { dtype = "float64" })
+    local function dd(dev)
+      local xr = xc:clone():to(dev):requires_grad_()
+      local g = T.autograd.grad(T.F.layer_norm(xr, 8):pow(3):sum(), { xr }, nil, { create_graph = true })[1]
+      g:square():sum():backward()
+      return xr.grad:cpu()
+    end
+    expect.close(dd("cuda"), dd("cpu"), 1e-9, 1e-9)
+  end)
+  it("run cross_entropy's gradient as one fused kernel: options, spatial targets, every floating dtype", function()
+    need_gpu()
+    local h = T.cuda.stats().host_ops
+    local opts = { {}, { reduction = "sum" }, { reduction = "none" }, { ignore_index = 3, label_smoothing = 0.1 },
+                   { weight = true, ignore_index = 2, label_smoothing = 0.2 }, { weight = true, reduction = "none" } }
+    local shapes = { { { 64, 1000 }, { 64 } }, { { 7 }, {} }, { { 3, 5, 4, 2 }, { 3, 4, 2 } } }
+    for _, dt in ipairs { "float32", "float64", "float16", "bfloat16" } do
+      local tol = dt == "float64" and 1e-10 or (dt == "float32" and 1e-5 or 2e-2)
+      for si, s in ipairs(shapes) do
+        local C = s[1][#s[1] == 1 and 1 or 2]
+        local x = (T.randn(s[1]) * 3):to(dt)
+        local t = #s[2] == 0 and T.tensor(3, { dtype = "int64" }) or T.randint(1, C + 1, s[2])
+        local cw = (T.rand(C) + 0.5):to(dt)
+        for oi, o in ipairs(opts) do
+          local function run(dev)
+            local oo = {}
+            for kk, v in pairs(o) do oo[kk] = v end
+            if o.weight then oo.weight = cw:to(dev) end
+            local xr = x:clone():to(dev):requires_grad_()
+            local l = T.F.cross_entropy(xr, t:to(dev), oo)
+            ;(l:dim() > 0 and (l * T.arange(1, l:numel() + 1):view(l.shape):to(dt):to(dev)):sum() or l):backward()
+            return l:detach():cpu():double(), xr.grad:cpu():double()
+          end
+          local l1, g1 = run("cpu")
+          local l2, g2 = run("cuda")
+          local what = string.format("%s shape %d options %d", dt, si, oi)
+          expect.close(l2, l1, tol * 10, tol * 10, what .. " loss")
+          expect.close(g2, g1, tol, tol, what .. " grad")
+        end
+      end
+    end
+    expect.eq(T.cuda.stats().host_ops, h, "ops on host copies")
   end)
   it("update parameters with the fused optimizer kernels: the CPU's results bit for bit in float32", function()
     need_gpu()

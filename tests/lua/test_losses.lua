@@ -5,12 +5,19 @@ local T = require "crescent"
 local R = require "torch_ref"
 local F = T.F
 
+expect.covers("_cross_entropy", "_cross_entropy_backward")  -- (F.cross_entropy's fused op, below)
 local errs = expect.error_checker("test_losses.lua")
 T.manual_seed(5)
 
 local B = R.batch([[
 import warnings
 warnings.filterwarnings("ignore")  # (kl_div's 'mean' warns on stderr, which the bridge reads)
+def ce2(x, y, w):
+    x = x.clone().requires_grad_(True)
+    l = F.cross_entropy(x, y, weight=w, ignore_index=2, label_smoothing=0.2)
+    g, = torch.autograd.grad(l, [x], create_graph=True)
+    (g * g.detach().cos()).sum().backward()
+    return [x.grad]
 def lg(f, x, y, wrt_target=False):
     x = x.clone().requires_grad_(True)
     if wrt_target: y = y.clone().requires_grad_(True)
@@ -101,6 +108,7 @@ for _, dt in ipairs({ "float32", "float64" }) do
     function(a, b) return F.kl_div(a, b, { reduction = "batchmean", log_target = true }) end, nil, true)
 end
 
+B:add("ce double backward", "ce2(a, b, w)", { a = logits:double(), b = idx - 1, w = w:double() })
 local res, why = B:run()
 local TOL = { float32 = { 2e-6, 1e-6 }, float64 = { 1e-11, 1e-12 } }
 
@@ -148,5 +156,34 @@ describe("losses refuse bad arguments", function()
     expect.close(big.grad, { -1, 1, -0.5 }, 1e-6, 1e-6)
     local ce = F.cross_entropy(T.tensor({ { 1000, 0 } }, { dtype = "float32" }), T.tensor({ 2 }))
     expect.close(ce, 1000, 1e-6)
+  end)
+end)
+
+describe("cross_entropy's fused op", function()
+  it("is the graph node of class-index cross_entropy, and a double backward matches torch's", function()
+    if not res then expect.skip(why) end
+    local x = logits:double():requires_grad_()
+    local l = F.cross_entropy(x, idx, { weight = w:double(), ignore_index = 3, label_smoothing = 0.2 })
+    expect.eq(tostring(l.grad_fn), "<CrossEntropyBackward>")
+    local g = T.autograd.grad(l, { x }, nil, { create_graph = true })[1]
+    ;(g * g:detach():cos()):sum():backward()
+    R.check(res, "ce double backward#1", x.grad, 1e-10, 1e-12)
+  end)
+  it("_cross_entropy_backward is the one-pass formula a * softmax - b * one_hot - k * weight", function()
+    local x, t = T.randn(3, 4), T.tensor({ 2, 4, 1 })
+    local a, b, k, cw = T.randn(3), T.randn(3), T.randn(3), T.rand(4)
+    local lse = x:logsumexp(2)
+    local one_hot = T.arange(1, 5):view(1, 4):eq(t:view(3, 1)):float()
+    local want = a:view(3, 1) * x:softmax(2) - b:view(3, 1) * one_hot - k:view(3, 1) * cw
+    expect.close(T._cross_entropy_backward(x, lse, t, a, b, k, cw), want, 1e-6, 1e-6)
+    expect.close(T._cross_entropy_backward(x, lse, t, a, b, k), want + k:view(3, 1) * (cw - 1), 1e-6, 1e-6)
+    errs(function() T._cross_entropy_backward(x, lse, t:int(), a, b, k) end, "_cross_entropy_backward", "target expected int64")
+    local g = T._cross_entropy_backward(x:clone():requires_grad_(), lse, t, a, b, k)
+    errs(function() g:sum():backward() end, "backward", "_cross_entropy_backward: derivative not implemented")
+  end)
+  it("refuses what the composition refuses, naming the op", function()
+    errs(function() F.cross_entropy(logits, T.tensor({ 1, 2, 3, 4, 5, 9 })) end, "_cross_entropy", "gather: index 9 is out of range for dim 2 of size 5")
+    errs(function() T._cross_entropy(logits, idx, nil, -100, 0, "avg") end, "_cross_entropy", 'reduction expected "mean", "sum" or "none", got "avg"')
+    errs(function() T._cross_entropy(logits, idx:view(2, 3)) end, "_cross_entropy", "target expected int64 class indices of shape {6}")
   end)
 end)

@@ -17,6 +17,8 @@ void register_derivatives(Registry& r) {
   register_indexing_derivatives(r);
   register_selection_derivatives(r);
   register_attention_derivatives(r);
+  register_norm_derivatives(r);
+  register_loss_derivatives(r);
   register_conv_derivatives(r);
 }
 

@@ -10,5 +10,7 @@ void register_linalg_derivatives(Registry& r);
 void register_indexing_derivatives(Registry& r);
 void register_selection_derivatives(Registry& r);
 void register_attention_derivatives(Registry& r);
+void register_norm_derivatives(Registry& r);
+void register_loss_derivatives(Registry& r);
 void register_conv_derivatives(Registry& r);
 }  // namespace cr

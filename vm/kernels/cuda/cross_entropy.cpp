@@ -1,0 +1,29 @@
+#include "vm/kernels/cuda/cross_entropy.hpp"
+
+#include "vm/kernels/cuda/library.hpp"
+#include "vm/kernels/cuda/prelude.hpp"
+#include "vm/kernels/cuda/sources.hpp"
+
+namespace cr::cuda {
+
+std::string cross_entropy_source(DType d) {
+  return cat(prelude(), "\ntypedef ", cuda_type(d), " T;\ntypedef ", d == DType::f64 ? "double" : "float", " A;\n",
+             cuda_source("cross_entropy.cuh"));
+}
+
+void cross_entropy_backward(Context& ctx, const Tensor& out, const Tensor& x, const Tensor& lse, const Tensor& t,
+                            const Tensor& a, const Tensor& b, const Tensor& k, const Tensor& w, int64_t classes,
+                            int64_t inner) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  void *xp = x.data_bytes(), *lp = lse.data_bytes(), *tp = t.data_bytes(), *ap = a.data_bytes();
+  void *bp = b.data_bytes(), *kp = k.data_bytes(), *wp = w.defined() ? w.data_bytes() : nullptr, *op = out.data_bytes();
+  long long nn = n, cc = classes, ii = inner;
+  void* args[] = {&xp, &lp, &tp, &ap, &bp, &kp, &wp, &op, &nn, &cc, &ii};
+  constexpr int kBlock = 256;
+  const DType d = x.dtype();
+  library_launch(ctx, x.device().index, cat("cross_entropy_", dtype_name(d)), [d] { return cross_entropy_source(d); },
+                 "cross_entropy_bwd", (n + kBlock - 1) / kBlock, kBlock, args);
+}
+
+}  // namespace cr::cuda

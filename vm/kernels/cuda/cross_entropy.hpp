@@ -1,0 +1,18 @@
+// The fused gradient of cross_entropy on a CUDA device (cross_entropy.cuh), for the
+// `_cross_entropy_backward` registry op (vm/ops/losses.cpp).
+#pragma once
+#include <string>
+
+#include "vm/registry.hpp"
+
+namespace cr::cuda {
+
+// out {outer, C, inner} from x (the same shape), per position lse, t (int64, 1-based), a, b, k,
+// and the class weights w (undefined: none); all contiguous on one device, of x's dtype but t.
+void cross_entropy_backward(Context& ctx, const Tensor& out, const Tensor& x, const Tensor& lse, const Tensor& t,
+                            const Tensor& a, const Tensor& b, const Tensor& k, const Tensor& w, int64_t classes,
+                            int64_t inner);
+
+std::string cross_entropy_source(DType d);  // (tests compile it to CUBIN without a GPU)
+
+}  // namespace cr::cuda

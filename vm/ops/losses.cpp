@@ -1,0 +1,148 @@
+// Fused cross_entropy with class indices (F.cross_entropy, stdlib/losses.lua, in eager mode):
+//   _cross_entropy(input, target, weight?, ignore_index = -100, label_smoothing = 0,
+//                  reduction = "mean") -> loss, lse
+//   _cross_entropy_backward(input, lse, target, a, b, k, weight?) -> grad_input
+// input {N, C, d...} (or {C}), target 1-based class indices of input's shape without the class
+// dim (int64 / int32), weight {C}. lse is the logsumexp over the classes per position, kept for
+// the backward in place of the log-probabilities: the gradient is one pass over the input,
+//   grad = a * exp(input - lse) - b * one_hot(target) - k * weight
+// with a, b, k per position (the rule, vm/ops/losses_grad.cpp, forms them from the reduction,
+// the target's weights and label_smoothing). The forward is PyTorch's formula as registry ops
+// on the input's device, never materialising the log-probabilities.
+#include <cmath>
+
+#include "vm/autograd/grad_mode.hpp"
+#include "vm/autograd/var.hpp"
+#include "vm/kernels/cuda/cross_entropy.hpp"
+#include "vm/ops/dense.hpp"
+#include "vm/ops/losses.hpp"
+#include "vm/ops/operands.hpp"
+
+namespace cr {
+
+int ce_class_dim(int ndim) { return ndim == 1 ? 0 : 1; }
+
+Shape ce_positions(const Shape& x) {
+  Shape p = x;
+  p.erase(p.begin() + ce_class_dim(int(x.size())));
+  return p;
+}
+
+namespace {
+using namespace autograd;
+
+void check_like(const char* role, const Tensor& t, const Tensor& x, const Shape& sizes) {
+  if (t.dtype() != x.dtype() || t.device() != x.device() || t.sizes() != sizes)
+    fail(cat(role, " expected input's dtype ", dtype_name(x.dtype()), ", device ", device_name(x.device()), " and shape ",
+             shape_str(sizes), ", got ", t.describe()));
+}
+
+void check_target(const Tensor& t, const Tensor& x, const Shape& positions) {
+  if ((t.dtype() != DType::i64 && t.dtype() != DType::i32) || t.device() != x.device() || t.sizes() != positions)
+    fail(cat("target expected int64 class indices of shape ", shape_str(positions), " on input's device, got ",
+             t.describe()));
+}
+
+Tensor check_input(const OpCall& c) {
+  const Tensor x = c.tensor(0);
+  if (!is_floating(x.dtype())) fail(cat("input ", dtype_list_error("a floating tensor", x.dtype())));
+  if (x.dim() == 0) fail("input expected at least 1 dim (classes), got a 0-d tensor");
+  return x;
+}
+
+std::vector<Meta> infer_cross_entropy(OpCall& c) {
+  const Tensor x = check_input(c);
+  const Shape pos = ce_positions(x.sizes());
+  check_target(c.tensor(1), x, pos);
+  if (c.has(2)) check_like("weight", c.tensor(2), x, {x.size(ce_class_dim(x.dim()))});
+  const double ls = c.number_or(4, 0);
+  if (!(ls >= 0 && ls <= 1)) fail(cat("label_smoothing expected a number in [0, 1], got ", ls));
+  const std::string r = c.has(5) ? c.str(5) : "mean";
+  if (r != "mean" && r != "sum" && r != "none") fail(cat("reduction expected \"mean\", \"sum\" or \"none\", got \"", r, "\""));
+  return {{r == "none" ? pos : Shape{}, x.dtype(), x.device()}, {pos, x.dtype(), x.device()}};
+}
+
+void run_cross_entropy(OpCall& c) {
+  ContextScope scope(c.ctx);
+  GradModeGuard off(false);
+  const Tensor x = c.tensor(0);
+  const int cd = ce_class_dim(x.dim());
+  const int64_t C = x.size(cd);
+  const double ls = c.number_or(4, 0);
+  Var lse = op("logsumexp", {x, cd + 1, false});
+  Var valid = op("ne", {c.tensor(1), c.number_or(3, -100)});
+  Var idx = to_dtype(where(valid, c.tensor(1), 1.0), DType::i64);
+  Var picked = op("squeeze", {op("gather", {x, cd + 1, unsqueeze(idx, cd)}), cd + 1}) - lse;
+  Var wt = to_dtype(valid, x.dtype()), wsum = double(C), wx = x;
+  if (c.has(2)) {
+    const Tensor w = c.tensor(2);
+    wt = where(valid, reshape(op("index_select", {w, 1, reshape(idx, {idx.tensor().numel()})}), idx.tensor().sizes()), 0.0);
+    Shape view(size_t(x.dim()), 1);
+    view[size_t(cd)] = C;
+    wx = x * reshape(w, view), wsum = op("sum", {w});
+  }
+  Var loss = -(picked * wt);
+  if (ls > 0) {  // the mean over the classes of -w_c log p_c, with the same weights
+    Var smooth = op("sum", {wx, cd + 1}) - lse * wsum;
+    loss = loss * (1 - ls) - where(valid, smooth, 0.0) * (ls / double(C));
+  }
+  const std::string r = c.has(5) ? c.str(5) : "mean";
+  if (r != "none") loss = r == "sum" ? op("sum", {loss}) : op("sum", {loss}) / op("sum", {wt});
+  copy_into(c.outs[0], loss.tensor());
+  copy_into(c.outs[1], lse.tensor());
+}
+
+std::vector<Meta> infer_cross_entropy_backward(OpCall& c) {
+  const Tensor x = check_input(c);
+  const Shape pos = ce_positions(x.sizes());
+  check_like("lse", c.tensor(1), x, pos);
+  check_target(c.tensor(2), x, pos);
+  if (c.tensor(2).dtype() != DType::i64) fail(cat("target expected int64, got ", c.tensor(2).describe()));
+  for (int i : {3, 4, 5}) check_like(c.arg_name(i), c.tensor(i), x, pos);
+  if (c.has(6)) check_like("weight", c.tensor(6), x, {x.size(ce_class_dim(x.dim()))});
+  return {{x.sizes(), x.dtype(), x.device()}};
+}
+
+template <class T, class C>
+void grad_rows(const T* x, const T* lse, const int64_t* t, const T* a, const T* b, const T* k, const T* w, T* out,
+               int64_t classes, int64_t inner, int64_t o0, int64_t o1) {
+  for (int64_t o = o0; o < o1; ++o)
+    for (int64_t c = 0; c < classes; ++c)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t e = (o * classes + c) * inner + i, p = o * inner + i;
+        C g = load(a[p]) * std::exp(load(x[e]) - load(lse[p])) - load(k[p]) * (w ? load(w[c]) : C(1));
+        if (c == t[p] - 1) g -= load(b[p]);
+        store(out[e], g);
+      }
+}
+
+void run_cross_entropy_backward(OpCall& c) {
+  Tensor in[7];
+  for (int i = 0; i < 7; ++i) in[i] = c.has(i) ? dense(c.tensor(i)) : Tensor();
+  const Tensor& x = in[0];
+  const int cd = ce_class_dim(x.dim());
+  const int64_t classes = x.size(cd), inner = cd == 0 ? 1 : x.numel() / std::max<int64_t>(1, x.size(0) * classes);
+  if (!x.device().is_cpu())
+    return cuda::cross_entropy_backward(c.ctx, c.outs[0], x, in[1], in[2], in[3], in[4], in[5], in[6], classes, inner);
+  const int64_t outer = cd == 0 ? 1 : x.size(0);
+  visit_floating(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* w = in[6].defined() ? in[6].data<T>() : nullptr;
+    parallel_for(outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, classes * inner)), [&](int64_t o0, int64_t o1) {
+      grad_rows<T, compute_t<T>>(x.data<T>(), in[1].data<T>(), in[2].data<int64_t>(), in[3].data<T>(), in[4].data<T>(),
+                                 in[5].data<T>(), w, c.outs[0].data<T>(), classes, inner, o0, o1);
+    });
+  });
+}
+
+}  // namespace
+
+void register_losses(Registry& r) {
+  r.add(OpDef{"_cross_entropy", "input:T, target:T, weight:T?, ignore_index:N?, label_smoothing:N?, reduction:S?",
+              OpKind::Other, kNoMethod | kMultiOut | kDeviceAware | kValueErrors, infer_cross_entropy, run_cross_entropy});
+  r.add(OpDef{"_cross_entropy_backward", "input:T, lse:T, target:T, a:T, b:T, k:T, weight:T?", OpKind::Other,
+              kNoMethod | kDeviceAware, infer_cross_entropy_backward, run_cross_entropy_backward});
+  r.set_cast({"_cross_entropy"}, CastPolicy::Float32);  // autocast: log_softmax and nll_loss run in float32
+}
+
+}  // namespace cr

@@ -1,0 +1,62 @@
+// The derivative of _cross_entropy (vm/ops/losses.cpp). Per position p of target t, with the
+// weight w_t of its class (0 where ignored), label smoothing s over C classes and class weights
+// W_c (1 without weight), the loss's derivative in the logits is
+//   g_p * (softmax_c * Q_p - (1 - s) w_t [c = t] - valid_p (s / C) W_c),  Q_p = sum of the rest
+// where g_p is the loss's gradient at p (divided by the summed w_t for "mean"). The fused
+// _cross_entropy_backward computes it in one pass from a = g Q, b = g (1 - s) w_t, k = g valid s / C;
+// with create_graph the same formula runs as registry ops, so a double backward differentiates it.
+// The class weights get no gradient (PyTorch's nll_loss has none): F.cross_entropy takes the
+// composition for a weight that requires grad.
+#include "vm/autograd/grad.hpp"
+#include "vm/autograd/grad_mode.hpp"
+#include "vm/ops/derivatives.hpp"
+#include "vm/ops/losses.hpp"
+
+namespace cr {
+namespace {
+using namespace autograd;
+
+constexpr uint32_t kInput = 1, kTarget = 2, kWeight = 4, kLse = 2;
+
+void cross_entropy_rule(Grad& g) {
+  if (g.has_grad(1)) fail("_cross_entropy: lse (output 2) is not differentiable");
+  if (!g.needs(0)) return;
+  const OpCall& arg = g.arg();
+  const int cd = ce_class_dim(g.ndim(0));
+  const int64_t C = g.sizes(0)[size_t(cd)];
+  const DType dt = g.meta(0).dtype;
+  const double s = arg.number_or(4, 0);
+  const bool weighted = g.is_tensor(2);
+  Var valid = op("ne", {g.in(1), arg.number_or(3, -100)});
+  Var idx = to_dtype(where(valid, g.in(1), 1.0), DType::i64), validf = to_dtype(valid, dt);
+  const Shape pos = ce_positions(g.sizes(0));
+  Var wt = validf, wsum = double(C);
+  if (weighted) {
+    Var picked = reshape(op("index_select", {g.in(2), 1, reshape(idx, {idx.tensor().numel()})}), pos);
+    wt = where(valid, picked, 0.0), wsum = op("sum", {g.in(2)});
+  }
+  const std::string r = arg.has(5) ? arg.str(5) : "mean";
+  Var gp = r == "mean" ? g.grad() / op("sum", {wt}) : g.grad();
+  Var b = gp * (wt * (1 - s)), k = gp * (validf * (s / double(C)));
+  Var a = b + k * wsum;
+  if (!grad_enabled) {
+    g.set(0, op("_cross_entropy_backward", {g.in(0), g.out(1), idx, a, b, k, weighted ? Arg(g.in(2)) : Arg(nullptr)}));
+    return;
+  }
+  Shape view(size_t(g.ndim(0)), 1);
+  view[size_t(cd)] = C;
+  const std::string dev = device_name(g.meta(0).device);
+  Var classes = reshape(op("arange", {int64_t(1), C + 1, nullptr, nullptr, dev.c_str()}), view);
+  Var one_hot = to_dtype(op("eq", {classes, unsqueeze(idx, cd)}), dt);
+  Var per_class = weighted ? reshape(g.in(2), view) : Var(1.0);
+  g.set(0, unsqueeze(a, cd) * op("softmax", {g.in(0), cd + 1}) - unsqueeze(b, cd) * one_hot - unsqueeze(k, cd) * per_class);
+}
+
+}  // namespace
+
+void register_loss_derivatives(Registry& r) {
+  derivative(r, "_cross_entropy", {.fn = cross_entropy_rule, .saves_inputs = kInput | kTarget | kWeight,
+                                   .saves_outputs = kLse, .nondiff = kTarget | kWeight});
+}
+
+}  // namespace cr

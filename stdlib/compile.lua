@@ -272,7 +272,7 @@ function M.explain(fn, ...)
   return setmetatable(r, { __tostring = function(t) return t.summary end })
 end
 
-local STATS = ffi.new("double[13]")  -- (api.cap_stats: 13 numbers)
+local STATS = ffi.new("double[16]")  -- (api.cap_stats: 16 numbers)
 M.compiler = {
   reset = function() api.cap_reset(ctx) end,
   -- wait([fn]): returns once the background compiles are done (of every function: fn's among them)
@@ -289,7 +289,10 @@ M.compiler = {
              -- of those whose outcome a graph has taken up
              compiles_pending = STATS[8], compile_ms = STATS[9],
              kernels_loaded = STATS[10],  -- (kernels taken from the memory or disk cache)
-             backward_graphs_compiled = STATS[11], grad_fallbacks = STATS[12] }
+             backward_graphs_compiled = STATS[11], grad_fallbacks = STATS[12],
+             -- the partitioner's: forward values saved for backward graphs, their bytes, and
+             -- forward ops the backward graphs recompute instead
+             saved_values = STATS[13], saved_bytes = STATS[14], recomputed_ops = STATS[15] }
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
   set_logs = function(list) api.cap_set_logs(ctx, list or "") end,

@@ -7,7 +7,7 @@ namespace cr {
 
 struct Logs {
   bool graph = false, guards = false, recompiles = false, graph_breaks = false, perf = false, fusion = false,
-       output_code = false, host_ops = false, aot = false;
+       output_code = false, host_ops = false, aot = false, partition = false;
   void parse(const std::string& list);  // "graph,guards,+recompiles"
 };
 

@@ -239,12 +239,22 @@ describe("the compiled node", function()
     y:backward()
     S.close(x.grad, x:detach():cos() * 2, 1e-6, 1e-6)
     S.errors(function() y:backward() end, "backward through the graph a second time")
+    local a, b = T.randn(2, 3, { requires_grad = true }), T.randn(3, 3, { requires_grad = true })
+    local g = T.compile(function(u, v) local m = u:matmul(v); return m, m:sin() end)
+    g(a, b)
+    local m, s = g(a, b)
+    m:mul_(2)  -- sin reads m, which the forward saves (a matmul is never recomputed)
+    S.errors(function() s:sum():backward() end, "modified by an inplace operation")
+  end)
+
+  it("recomputes a value the forward did not save: an in-place write to it changes nothing", function()
     local h = T.randn(3, { requires_grad = true })
     local g = T.compile(function(a) return a * 2, a:exp() end)
     g(h)
     local _, e = g(h)
-    e:mul_(2)  -- exp saves its output
-    S.errors(function() e:sum():backward() end, "modified by an inplace operation")
+    e:mul_(2)  -- (eager autograd would raise: exp saves its output; here the backward recomputes it)
+    e:sum():backward()
+    S.close(h.grad, h:detach():exp() * 2, 1e-6, 1e-6)
   end)
 
   it("refuses create_graph with a clear error", function()
@@ -331,4 +341,42 @@ describe("training a module compiled", function()
       S.truthy(stat("backward_graphs_compiled") > 0, "no backward graph was compiled")
     end)
   end
+end)
+
+-- The min-cut partitioner (vm/graph/partition.hpp): what the forward saves for its backward.
+local function partition_of(f, ...)
+  T.compiler.reset()
+  for _ = 1, 3 do f(...):sum():backward() end
+  return { saved = stat("saved_values"), bytes = stat("saved_bytes"), recomputed = stat("recomputed_ops") }
+end
+
+describe("the partitioner", function()
+  it("saves nothing but the input of a pointwise chain, recomputing the chain", function()
+    local f = T.compile(function(x) return ((x * 2 + 1):exp():tanh() - x:sigmoid()):relu() * x:abs():sqrt() end)
+    local x = T.randn(16, 8, { requires_grad = true })
+    local p = partition_of(f, x)
+    S.eq(p.saved, 0, "saved values")
+    S.eq(p.bytes, 0, "saved bytes")
+    S.truthy(p.recomputed >= 8, "the chain is recomputed in the backward")
+  end)
+
+  it("saves the matmul outputs of matmul -> gelu -> matmul and recomputes gelu", function()
+    local w1, w2 = T.randn(8, 32, { requires_grad = true }), T.randn(32, 4, { requires_grad = true })
+    local f = T.compile(function(x) return x:matmul(w1):gelu():matmul(w2) end)
+    local x = T.randn(16, 8, { requires_grad = true })
+    local p = partition_of(f, x)
+    -- gelu reads the first matmul's output (saved: never recomputed); the second matmul reads
+    -- gelu's (recomputed from the saved one, not saved)
+    S.eq(p.saved, 1, "saved values")
+    S.eq(p.bytes, 16 * 32 * 4, "saved bytes")
+    S.eq(p.recomputed, 1, "gelu recomputed")
+  end)
+
+  it("saves a reduction's small result rather than recomputing it", function()
+    local f = T.compile(function(x) local s = x:sum(2, true); return (x * s):exp() end)
+    local x = T.randn(16, 8, { requires_grad = true })
+    local p = partition_of(f, x)
+    S.eq(p.saved, 1, "saved values")
+    S.eq(p.bytes, 16 * 4, "saved bytes: the sum")
+  end)
 end)

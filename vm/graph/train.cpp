@@ -28,7 +28,16 @@ void Recorder::check_training(guards::Leaf& leaf) {
   }
   if (!s.pending) return;  // (recorded: the plan is made from the pre-run state of a replay)
   const std::string name = cat(fn_->opts.name, " segment ending at ", leaf.where, " #", leaf.variant);
+  note_plan(name, plan);
   leaf.joint = make_joint(leaf.raw, std::move(plan), JointOptions{name, fn_->opts.backend});
+}
+
+void Recorder::note_plan(const std::string& name, const GradPlan& p) {
+  stats.saved_values += int64_t(p.saved.size());
+  stats.saved_bytes += p.saved_bytes;
+  if (logs.partition)
+    log("partition", cat(name, ": saves ", p.saved.size(), " value(s), ", p.saved_bytes, " bytes (the derivative rules read ",
+                         p.required_count, ", ", p.required_bytes, " bytes; inputs are kept anyway)"));
 }
 
 // The values of the segment that Lua holds (or that end it) get the segment's node as grad_fn.

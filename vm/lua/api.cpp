@@ -316,7 +316,7 @@ void api_cap_reset(cr_ctx* c) {
   cuda::empty_cache();
 }
 
-constexpr size_t kCapStats = 13;  // (stdlib's buffers for cap_stats have this size)
+constexpr size_t kCapStats = 16;  // (stdlib's buffers for cap_stats have this size)
 void api_cap_stats(cr_ctx* c, double* out) {
   const graph::Stats& s = rec(c).stats;
   const jit::QueueStats q = jit::background_stats();
@@ -324,7 +324,8 @@ void api_cap_stats(cr_ctx* c, double* out) {
                       double(s.kernels_compiled), double(s.disk_cache_hits), double(s.eager_fallbacks),
                       s.graph_run_us,             double(s.replays),         double(q.queued + q.running),
                       s.compile_ms,               double(s.kernels_loaded),  double(s.backward_graphs_compiled),
-                      double(s.grad_fallbacks)};
+                      double(s.grad_fallbacks),   double(s.saved_values),    double(s.saved_bytes),
+                      double(s.recomputed_ops)};
   static_assert(std::size(v) == kCapStats);
   for (size_t i = 0; i < std::size(v); ++i) out[i] = v[i];
 }

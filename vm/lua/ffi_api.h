@@ -90,7 +90,8 @@ typedef struct cr_api {
                                                   kernels_compiled, disk_cache_hits, eager_fallbacks,
                                                   graph_run_us, replays, compiles_pending, compile_ms,
                                                   kernels_loaded, backward_graphs_compiled,
-                                                  grad_fallbacks: 13 (kCapStats, stdlib's buffers) */
+                                                  grad_fallbacks, saved_values, saved_bytes,
+                                                  recomputed_ops: 16 (kCapStats, stdlib's buffers) */
   const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call:
                                                   "ops\treason\twhere\tsymbolic dims\n" */
   void (*cap_set_logs)(cr_ctx* ctx, const char* list);

@@ -244,8 +244,12 @@ function M.explain(fn, ...)
   local id = api.cap_function(ctx, site, 2 ^ 30, 0, 0, "eager", dynamic)
   local ok, err = pcall(capture_call, id, "return of " .. site, train_mode(nil, ...), fn, ...)
   if not ok then api.cap_drop(ctx, id); error(err, 0) end
-  local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {}, symbolic_dims = {} }
-  for ops, reason, where, sym in ffi.string(api.cap_report(ctx)):gmatch("(%d+)\t([^\t]*)\t([^\t]*)\t([^\n]*)\n") do
+  -- (training: backward_graph_count forward graphs get a backward graph of their own; those in
+  -- grad_fallbacks are differentiated by eager autograd)
+  local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {}, symbolic_dims = {},
+              backward_graph_count = 0, grad_fallbacks = {} }
+  local report = ffi.string(api.cap_report(ctx))
+  for ops, reason, where, sym, bwd, why in report:gmatch("(%d+)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(%d)\t([^\n]*)\n") do
     ops = tonumber(ops)
     -- "%0:1=7": input value %0, 0-based dim 1, size 7 in this call (dims are 1-based in Lua)
     for v, d, size in sym:gmatch("%%(%d+):(%d+)=(%d+)") do
@@ -256,14 +260,20 @@ function M.explain(fn, ...)
       r.graph_count = r.graph_count + 1
       r.ops_per_graph[#r.ops_per_graph + 1] = ops
     end
+    if bwd == "1" then r.backward_graph_count = r.backward_graph_count + 1 end
+    if why ~= "" then r.grad_fallbacks[#r.grad_fallbacks + 1] = { graph = r.graph_count, reason = why } end
     if reason ~= "return" then
       r.graph_break_count = r.graph_break_count + 1
       r.break_reasons[#r.break_reasons + 1] = { reason = reason, where = where }
     end
   end
-  local lines = { string.format("%s: %d graph(s), %d graph break(s)", site, r.graph_count, r.graph_break_count) }
+  local lines = { string.format("%s: %d graph(s), %d graph break(s)", site, r.graph_count, r.graph_break_count)
+                  .. (r.backward_graph_count > 0 and string.format(", %d backward graph(s)", r.backward_graph_count) or "") }
   for i, n in ipairs(r.ops_per_graph) do lines[#lines + 1] = string.format("  graph %d: %d ops", i, n) end
   for i, b in ipairs(r.break_reasons) do lines[#lines + 1] = string.format("  break %d: %s at %s", i, b.reason, b.where) end
+  for _, f in ipairs(r.grad_fallbacks) do
+    lines[#lines + 1] = string.format("  graph %d: eager autograd differentiates it: %s", f.graph, f.reason)
+  end
   for _, s in ipairs(r.symbolic_dims) do
     lines[#lines + 1] = string.format("  symbolic: graph %d input %s dim %d (size %d now)", s.segment, s.input, s.dim, s.size)
   end

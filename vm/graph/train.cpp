@@ -12,12 +12,18 @@ namespace cr::graph {
 // so from then on.
 void Recorder::check_training(guards::Leaf& leaf) {
   Segment& s = *seg_;
-  if (leaf.joint) return;
+  SegmentReport& r = report.back();
+  if (leaf.joint) {
+    r.backward_graph = plan_of(*leaf.joint).any;
+    return;
+  }
   if (!leaf.raw) leaf.raw = guards::build_graph(leaf);
   std::vector<char> needs_grad(leaf.raw->values.size());
   for (int32_t v : leaf.raw->inputs) needs_grad[size_t(v)] = autograd::requires_grad(s.vals[size_t(v)].get());
   GradPlan plan = plan_gradients(*leaf.raw, needs_grad, s.grad_ops, s.no_grad_ops);
+  r.backward_graph = plan.any && plan.unsupported.empty();
   if (!plan.unsupported.empty()) {
+    r.grad_fallback = plan.unsupported;
     if (s.pending) fail(cat("internal: compiled autograd: a replayed segment ", plan.unsupported));
     s.site->eager = true;
     ++stats.grad_fallbacks;

@@ -177,8 +177,8 @@ std::vector<char> reduced_dims(const graph::Arg& a, int ndim, bool* ok) {
 }
 
 // The innermost dim (of size > 1) kept and one before it reduced: a loop kernel would fold each
-// result from a strided column, where eager's kernel (reduce_outer) adds whole contiguous rows
-// into the results - on the CPU much faster, and the same bits.
+// result from a strided column, where eager's sum (reduce_outer) adds whole contiguous rows into
+// the results - on the CPU much faster (the bias gradients of training), and the same bits.
 bool over_outer_dims(const Shape& in, const std::vector<char>& mask) {
   size_t last = in.size();
   while (last > 0 && in[last - 1] == 1) --last;
@@ -294,7 +294,7 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
   std::vector<char> mask = reduced_dims(n.args.size() > 1 ? n.args[1] : none, ndim, &ok);
   if (!ok) return reject("unexpected dim argument");
   if (along && n.args.size() > 2 && n.args[2].tag != kNone) return reject("the dtype option");
-  if (!along && device().is_cpu() && over_outer_dims(graph::concrete(xm.sizes), mask))
+  if ((form == F::Sum || form == F::Mean) && device().is_cpu() && over_outer_dims(graph::concrete(xm.sizes), mask))
     return reject("a reduction over outer dims only (eager's kernel folds whole rows into the results)");
   Decomposition D{*this, of(n.args[0].value), graph::concrete(xm.sizes), mask};
   D.keepdim = !along && n.args.size() > 2 && n.args[2].tag == kBool && n.args[2].num != 0;

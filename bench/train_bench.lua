@@ -3,7 +3,9 @@
 -- entropy, backward, AdamW) on random next-token batches; and an AdamW step alone over 20
 -- parameters of 256 x 256 (the fused registry op, and {fused = false}: torch's single-tensor
 -- formulas as registry ops). Medians over REPS after a warm-up.
---   crescent bench/train_bench.lua VOCAB D HEADS LAYERS CTX BATCH REPS      -> one JSON line
+-- MODE "compiled": the model's forward is T.compile(model) (compiled autograd: forward and
+-- backward graphs), the rest as eager.
+--   crescent bench/train_bench.lua VOCAB D HEADS LAYERS CTX BATCH REPS [MODE]      -> one JSON line
 local T = require "crescent"
 local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
 package.path = dir .. "/examples/?.lua;" .. package.path
@@ -14,13 +16,15 @@ local V, D, H, NL, L, B, REPS = (function(a)
   for i, dflt in ipairs({ 86, 96, 4, 3, 64, 16, 30 }) do r[i] = tonumber(a[i]) or dflt end
   return unpack(r)
 end)(arg or {})
+local MODE = (arg or {})[8] or "eager"
 T.manual_seed(0)
 local m = G.new({ vocab = V, n_ctx = L, d = D, n_head = H, n_layer = NL })
 local opt = T.optim.AdamW(m:parameters(), { lr = 1e-3 })
 local ids, targets = T.randint(0, V, { B, L }), T.randint(1, V + 1, { B * L })
+local fwd = MODE == "compiled" and T.compile(m) or m
 local function step()
   opt:zero_grad()
-  T.F.cross_entropy(m(ids):view(-1, V), targets):backward()
+  T.F.cross_entropy(fwd(ids):view(-1, V), targets):backward()
   opt:step()
 end
 local train = T.bench(step, {}, { warmup = 5, reps = REPS })
@@ -34,5 +38,5 @@ local function adamw(fused)
   local o = T.optim.AdamW(ps, { lr = 1e-3, fused = fused })
   return T.bench(function() o:step() end, {}, { warmup = 3, reps = REPS }).median_us / 1e3
 end
-print(string.format('{"step_ms": %.3f, "tokens_per_s": %.1f, "adamw_fused_ms": %.3f, "adamw_per_tensor_ms": %.3f, "params": %d}',
-  train.median_us / 1e3, B * L / (train.median_us / 1e6), adamw(nil), adamw(false), m:num_parameters()))
+print(string.format('{"mode": "%s", "step_ms": %.3f, "tokens_per_s": %.1f, "adamw_fused_ms": %.3f, "adamw_per_tensor_ms": %.3f, "params": %d}',
+  MODE, train.median_us / 1e3, B * L / (train.median_us / 1e6), adamw(nil), adamw(false), m:num_parameters()))

@@ -176,6 +176,18 @@ std::vector<char> reduced_dims(const graph::Arg& a, int ndim, bool* ok) {
   return mask;
 }
 
+// The innermost dim (of size > 1) kept and one before it reduced: a loop kernel would fold each
+// result from a strided column, where eager's sum (reduce_outer) adds whole contiguous rows into
+// the results - on the CPU much faster (the bias gradients of training), and the same bits.
+bool over_outer_dims(const Shape& in, const std::vector<char>& mask) {
+  size_t last = in.size();
+  while (last > 0 && in[last - 1] == 1) --last;
+  if (last == 0 || mask[last - 1]) return false;
+  for (size_t d = 0; d + 1 < last; ++d)
+    if (mask[d] && in[d] > 1) return true;
+  return false;
+}
+
 // op's block function on x, in x's dtype; throws when it has none (the lowering is undone)
 int32_t block_call(Body& b, const char* op, int32_t x) {
   int32_t r = Lowerer::call(b, op, x, -1, b.exprs[size_t(x)].dtype);
@@ -282,6 +294,8 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
   std::vector<char> mask = reduced_dims(n.args.size() > 1 ? n.args[1] : none, ndim, &ok);
   if (!ok) return reject("unexpected dim argument");
   if (along && n.args.size() > 2 && n.args[2].tag != kNone) return reject("the dtype option");
+  if ((form == F::Sum || form == F::Mean) && device().is_cpu() && over_outer_dims(graph::concrete(xm.sizes), mask))
+    return reject("a reduction over outer dims only (eager's kernel folds whole rows into the results)");
   Decomposition D{*this, of(n.args[0].value), graph::concrete(xm.sizes), mask};
   D.keepdim = !along && n.args.size() > 2 && n.args[2].tag == kBool && n.args[2].num != 0;
   D.gv_out = n.outs[0];

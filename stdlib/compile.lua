@@ -247,8 +247,12 @@ function M.explain(fn, ...)
   local id = api.cap_function(ctx, site, 2 ^ 30, 0, 0, "eager", dynamic)
   local ok, err = pcall(capture_call, id, "return of " .. site, train_mode(nil, ...), fn, ...)
   if not ok then api.cap_drop(ctx, id); error(err, 0) end
-  local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {}, symbolic_dims = {} }
-  for ops, reason, where, sym in ffi.string(api.cap_report(ctx)):gmatch("(%d+)\t([^\t]*)\t([^\t]*)\t([^\n]*)\n") do
+  -- (training: backward_graph_count forward graphs get a backward graph of their own; those in
+  -- grad_fallbacks are differentiated by eager autograd)
+  local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {}, symbolic_dims = {},
+              backward_graph_count = 0, grad_fallbacks = {} }
+  local report = ffi.string(api.cap_report(ctx))
+  for ops, reason, where, sym, bwd, why in report:gmatch("(%d+)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(%d)\t([^\n]*)\n") do
     ops = tonumber(ops)
     -- "%0:1=7": input value %0, 0-based dim 1, size 7 in this call (dims are 1-based in Lua)
     for v, d, size in sym:gmatch("%%(%d+):(%d+)=(%d+)") do
@@ -259,14 +263,20 @@ function M.explain(fn, ...)
       r.graph_count = r.graph_count + 1
       r.ops_per_graph[#r.ops_per_graph + 1] = ops
     end
+    if bwd == "1" then r.backward_graph_count = r.backward_graph_count + 1 end
+    if why ~= "" then r.grad_fallbacks[#r.grad_fallbacks + 1] = { graph = r.graph_count, reason = why } end
     if reason ~= "return" then
       r.graph_break_count = r.graph_break_count + 1
       r.break_reasons[#r.break_reasons + 1] = { reason = reason, where = where }
     end
   end
-  local lines = { string.format("%s: %d graph(s), %d graph break(s)", site, r.graph_count, r.graph_break_count) }
+  local lines = { string.format("%s: %d graph(s), %d graph break(s)", site, r.graph_count, r.graph_break_count)
+                  .. (r.backward_graph_count > 0 and string.format(", %d backward graph(s)", r.backward_graph_count) or "") }
   for i, n in ipairs(r.ops_per_graph) do lines[#lines + 1] = string.format("  graph %d: %d ops", i, n) end
   for i, b in ipairs(r.break_reasons) do lines[#lines + 1] = string.format("  break %d: %s at %s", i, b.reason, b.where) end
+  for _, f in ipairs(r.grad_fallbacks) do
+    lines[#lines + 1] = string.format("  graph %d: eager autograd differentiates it: %s", f.graph, f.reason)
+  end
   for _, s in ipairs(r.symbolic_dims) do
     lines[#lines + 1] = string.format("  symbolic: graph %d input %s dim %d (size %d now)", s.segment, s.input, s.dim, s.size)
   end
@@ -275,7 +285,7 @@ function M.explain(fn, ...)
   return setmetatable(r, { __tostring = function(t) return t.summary end })
 end
 
-local STATS = ffi.new("double[15]")  -- (api.cap_stats: 15 numbers)
+local STATS = ffi.new("double[18]")  -- (api.cap_stats: 18 numbers)
 M.compiler = {
   reset = function() api.cap_reset(ctx) end,
   -- wait([fn]): returns once the background compiles are done (of every function: fn's among them)
@@ -293,8 +303,12 @@ M.compiler = {
              compiles_pending = STATS[8], compile_ms = STATS[9],
              kernels_loaded = STATS[10],  -- (kernels taken from the memory or disk cache)
              backward_graphs_compiled = STATS[11], grad_fallbacks = STATS[12],
+             -- the partitioner's: forward values saved for backward graphs, their bytes, and
+             -- forward ops the backward graphs recompute instead
+             saved_values = STATS[13], saved_bytes = STATS[14], recomputed_ops = STATS[15],
+
              -- reduce-overhead on CUDA: plans recorded into CUDA graphs, replays that launched one
-             cudagraphs_recorded = STATS[13], cudagraph_replays = STATS[14] }
+             cudagraphs_recorded = STATS[16], cudagraph_replays = STATS[17] }
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
   set_logs = function(list) api.cap_set_logs(ctx, list or "") end,

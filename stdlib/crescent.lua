@@ -65,7 +65,7 @@ local function cuda_device_of(args, seen)
   end
 end
 
-local MS, STATS = ffi.new("double[1]"), ffi.new("double[15]")  -- (api.cap_stats: 15 numbers)
+local MS, STATS = ffi.new("double[1]"), ffi.new("double[18]")  -- (api.cap_stats: 18 numbers)
 -- T.bench(fn, args[, {warmup =, reps =, batch =}]) -> {median_us =, min_us =, max_us =}: wall time
 -- on the CPU; with CUDA tensors among args, device time between two events around each call.
 -- batch = K: each rep times K calls issued back to back and reports a K-th of it, so the host

@@ -21,6 +21,7 @@ void Logs::parse(const std::string& list) {
     output_code |= w == "output_code";
     host_ops |= w == "host_ops";
     aot |= w == "aot";
+    partition |= w == "partition";
     cudagraphs |= w == "cudagraphs";
     i = j + 1;
   }

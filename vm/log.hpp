@@ -7,7 +7,8 @@ namespace cr {
 
 struct Logs {
   bool graph = false, guards = false, recompiles = false, graph_breaks = false, perf = false, fusion = false,
-       output_code = false, host_ops = false, aot = false, cudagraphs = false;
+       output_code = false, host_ops = false, aot = false, partition = false,
+       cudagraphs = false;
   void parse(const std::string& list);  // "graph,guards,+recompiles"
 };
 

@@ -5,6 +5,7 @@
 #include "vm/autograd/node.hpp"
 #include "vm/autograd/var.hpp"
 #include "vm/graph/joint_trace.hpp"
+#include "vm/graph/partition.hpp"
 #include "vm/graph/recorder.hpp"
 #include "vm/kernels/loop.hpp"
 
@@ -53,8 +54,12 @@ GradPlan plan_gradients(const Graph& g, const std::vector<char>& input_requires,
   for (const Node& n : g.nodes)
     if (p.any && n.inplace() && p.unsupported.empty())
       p.unsupported = cat("in-place op ", n.def().name, " (", n.where, ") in a segment with gradients");
-  for (size_t v = 0; v < saved.size(); ++v)
-    if (saved[v]) p.saved.push_back(int32_t(v));
+  if (!p.any || !p.unsupported.empty()) return p;
+  Partition cut = min_cut_partition(g, saved);
+  p.saved = std::move(cut.saved);
+  p.saved_bytes = cut.saved_bytes;
+  p.required_bytes = cut.required_bytes;
+  p.required_count = cut.required_count;
   return p;
 }
 
@@ -121,6 +126,12 @@ std::vector<Tensor> run_backward(Recorder& rec, const Traced& t, const std::vect
   return out;
 }
 
+std::string recomputed_list(const Traced& t) {
+  std::string s;
+  for (const std::string& r : t.recomputed) s += cat(s.empty() ? "" : ", ", r);
+  return s.empty() ? "nothing" : s;
+}
+
 // The node of one run of a training segment.
 class CompiledFunction : public autograd::Backward {
  public:
@@ -156,9 +167,11 @@ class CompiledFunction : public autograd::Backward {
       b.t = std::move(t);
       b.t.graph->name = cat(j_->opts.name, " backward #", j_->backwards.size());
       b.t.graph = rec.compile_backward(b.t.graph, j_->opts.backend);
+      rec.stats.recomputed_ops += int64_t(b.t.recomputed.size());
       if (rec.logs.aot)
         Recorder::log("aot", cat(b.t.graph->name, ": ", key.size(), " output gradient(s), ", b.t.graph->op_count(),
                                  " ops, reading ", b.t.reads.size(), " forward value(s)"));
+      if (rec.logs.partition) Recorder::log("partition", cat(b.t.graph->name, " recomputes: ", recomputed_list(b.t)));
     }
     if (!b.fallback.empty()) {
       check_inputs(j_->forward->inputs);

@@ -18,9 +18,11 @@ namespace cr::graph {
 // What autograd needs from a training segment's forward graph (values by id).
 struct GradPlan {
   std::vector<char> needs_grad;  // depends differentiably on an input that requires grad
-  // what the forward keeps for the backward: today every tensor a derivative rule reads (the
-  // seam where a min-cut partitioner will choose saved vs recomputed values)
+  // what the forward keeps for the backward (partition.hpp: of the values the derivative rules
+  // read, the backward recomputes the others), its bytes, and what keeping all of those would
   std::vector<int32_t> saved;
+  int64_t saved_bytes = 0, required_bytes = 0;
+  int required_count = 0;
   std::string unsupported;  // why the segment falls back to eager autograd ("": it need not)
   bool any = false;         // some value requires grad
 };

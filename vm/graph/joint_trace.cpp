@@ -177,6 +177,8 @@ void cut(Tracer& tr, size_t first, const TraceInput& in, const std::vector<int32
     if (node < 0 || size_t(node) >= first || j.nodes[size_t(node)].kind != NodeKind::Op)
       fail(cat("internal: the traced backward reads joint value %", jv, ", which it cannot reach"));
     copy_node(size_t(node));
+    const int32_t fn = f >= 0 ? in.forward.values[size_t(f)].node : -1;
+    r.recomputed.push_back(cat(j.nodes[size_t(node)].def().name, fn >= 0 ? cat(" (", in.forward.nodes[size_t(fn)].where, ")") : ""));
     return map[size_t(jv)];
   };
   copy_node = [&](size_t i) {

@@ -2,7 +2,7 @@
 // with eager autograd, the engine runs backward over those nodes, and every op call of both
 // goes into one joint graph. The backward graph is cut from it: the engine's calls, reading
 // the gradients and the forward values the segment kept - or recomputing the others (the
-// seam where a min-cut partitioner will decide; today every value a rule reads is kept).
+// partitioner, partition.hpp, chose which).
 #pragma once
 #include <string>
 #include <utility>
@@ -26,6 +26,7 @@ struct Traced {
   std::vector<int32_t> grad_in;                       // the backward graph's value per output gradient
   std::vector<std::pair<int32_t, int32_t>> reads;     // (its value, the forward value it reads)
   std::vector<int32_t> grad_out;                      // its value per entry of `ins`, or -1
+  std::vector<std::string> recomputed;                // the forward ops it recomputes ("name (where)")
 };
 
 // `roots`: forward value ids whose gradients `grads` are. With `record` false it only computes.

@@ -265,7 +265,10 @@ void Recorder::run_pending() {
     for (int32_t v : g->inputs) needs_grad[size_t(v)] = autograd::requires_grad(s.vals[size_t(v)].get());
     GradPlan plan = plan_gradients(*g, needs_grad, s.grad_ops, s.no_grad_ops);
     if (!plan.unsupported.empty()) fail(cat("internal: compiled autograd: a replayed prefix ", plan.unsupported));
-    if (plan.any) joint = make_joint(g, std::move(plan), JointOptions{cat(fn_->opts.name, " prefix"), fn_->opts.backend});
+    if (plan.any) {
+      note_plan(cat(fn_->opts.name, " prefix"), plan);
+      joint = make_joint(g, std::move(plan), JointOptions{cat(fn_->opts.name, " prefix"), fn_->opts.backend});
+    }
   }
   std::vector<Tensor> vals = values_for(*g);
   run_eager(*g, ctx_, vals, s.numbers_or_null());

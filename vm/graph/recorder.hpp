@@ -27,6 +27,9 @@ struct Stats {
   // compiled autograd (joint.hpp): backward graphs compiled, and segments / backwards that run
   // on eager autograd instead (CRESCENT_LOGS=aot says why)
   int64_t backward_graphs_compiled = 0, grad_fallbacks = 0;
+  // the partitioner's choices (partition.hpp): forward values the training segments' plans save
+  // and their bytes, and forward ops their backward graphs recompute (CRESCENT_LOGS=partition)
+  int64_t saved_values = 0, saved_bytes = 0, recomputed_ops = 0;
   int64_t cudagraphs_recorded = 0, cudagraph_replays = 0;  // reduce-overhead on CUDA (cudagraph.hpp)
 };
 
@@ -35,11 +38,14 @@ struct SegmentReport {
   int ops;
   std::string reason, where;  // how it ended
   std::string symbolic;       // its inputs' symbolic dims: "%0:1=7 %2:2=128" (0-based dims)
+  bool backward_graph = false;  // a training segment differentiated as a graph (joint.hpp)
+  std::string grad_fallback;    // a training segment eager autograd differentiates: why
 };
 
 struct Segment;
 struct ExecRecord;
 struct Joint;
+struct GradPlan;
 
 class Recorder {
  public:
@@ -80,6 +86,7 @@ class Recorder {
   // (none for backend "eager" / "aot_eager"), then run as forward graphs are.
   std::shared_ptr<Graph> compile_backward(const std::shared_ptr<Graph>& traced, const std::string& backend);
   void execute_backward(const Graph& g, std::vector<Tensor>& vals) { execute(g, vals, nullptr); }
+  void note_plan(const std::string& name, const GradPlan& p);  // stats and logs of a partition
   void drop(int32_t fn);                     // its Lua function was collected
 
   Stats stats;

@@ -12,12 +12,18 @@ namespace cr::graph {
 // so from then on.
 void Recorder::check_training(guards::Leaf& leaf) {
   Segment& s = *seg_;
-  if (leaf.joint) return;
+  SegmentReport& r = report.back();
+  if (leaf.joint) {
+    r.backward_graph = plan_of(*leaf.joint).any;
+    return;
+  }
   if (!leaf.raw) leaf.raw = guards::build_graph(leaf);
   std::vector<char> needs_grad(leaf.raw->values.size());
   for (int32_t v : leaf.raw->inputs) needs_grad[size_t(v)] = autograd::requires_grad(s.vals[size_t(v)].get());
   GradPlan plan = plan_gradients(*leaf.raw, needs_grad, s.grad_ops, s.no_grad_ops);
+  r.backward_graph = plan.any && plan.unsupported.empty();
   if (!plan.unsupported.empty()) {
+    r.grad_fallback = plan.unsupported;
     if (s.pending) fail(cat("internal: compiled autograd: a replayed segment ", plan.unsupported));
     s.site->eager = true;
     ++stats.grad_fallbacks;
@@ -28,7 +34,16 @@ void Recorder::check_training(guards::Leaf& leaf) {
   }
   if (!s.pending) return;  // (recorded: the plan is made from the pre-run state of a replay)
   const std::string name = cat(fn_->opts.name, " segment ending at ", leaf.where, " #", leaf.variant);
+  note_plan(name, plan);
   leaf.joint = make_joint(leaf.raw, std::move(plan), JointOptions{name, fn_->opts.backend});
+}
+
+void Recorder::note_plan(const std::string& name, const GradPlan& p) {
+  stats.saved_values += int64_t(p.saved.size());
+  stats.saved_bytes += p.saved_bytes;
+  if (logs.partition)
+    log("partition", cat(name, ": saves ", p.saved.size(), " value(s), ", p.saved_bytes, " bytes (the derivative rules read ",
+                         p.required_count, ", ", p.required_bytes, " bytes; inputs are kept anyway)"));
 }
 
 // The values of the segment that Lua holds (or that end it) get the segment's node as grad_fn.

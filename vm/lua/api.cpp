@@ -317,7 +317,7 @@ void api_cap_reset(cr_ctx* c) {
   cuda::empty_cache();
 }
 
-constexpr size_t kCapStats = 15;  // (stdlib's buffers for cap_stats have this size)
+constexpr size_t kCapStats = 18;  // (stdlib's buffers for cap_stats have this size)
 void api_cap_stats(cr_ctx* c, double* out) {
   const graph::Stats& s = rec(c).stats;
   const jit::QueueStats q = jit::background_stats();
@@ -325,7 +325,8 @@ void api_cap_stats(cr_ctx* c, double* out) {
                       double(s.kernels_compiled), double(s.disk_cache_hits), double(s.eager_fallbacks),
                       s.graph_run_us,             double(s.replays),         double(q.queued + q.running),
                       s.compile_ms,               double(s.kernels_loaded),  double(s.backward_graphs_compiled),
-                      double(s.grad_fallbacks),   double(s.cudagraphs_recorded), double(s.cudagraph_replays)};
+                      double(s.grad_fallbacks),   double(s.saved_values),    double(s.saved_bytes),
+                      double(s.recomputed_ops),     double(s.cudagraphs_recorded), double(s.cudagraph_replays)};
   static_assert(std::size(v) == kCapStats);
   for (size_t i = 0; i < std::size(v); ++i) out[i] = v[i];
 }
@@ -333,7 +334,7 @@ void api_cap_stats(cr_ctx* c, double* out) {
 const char* api_cap_report(cr_ctx* c) {
   Context& ctx = Context::of(c);
   ctx.scratch.clear();
-  for (const graph::SegmentReport& r : rec(c).report) ctx.scratch += cat(r.ops, "\t", r.reason, "\t", r.where, "\t", r.symbolic, "\n");
+  for (const graph::SegmentReport& r : rec(c).report) ctx.scratch += cat(r.ops, "\t", r.reason, "\t", r.where, "\t", r.symbolic, "\t", int(r.backward_graph), "\t", r.grad_fallback, "\n");
   return ctx.scratch.c_str();
 }
 

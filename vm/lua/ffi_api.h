@@ -90,10 +90,12 @@ typedef struct cr_api {
                                                   kernels_compiled, disk_cache_hits, eager_fallbacks,
                                                   graph_run_us, replays, compiles_pending, compile_ms,
                                                   kernels_loaded, backward_graphs_compiled,
-                                                  grad_fallbacks, cudagraphs_recorded,
-                                                  cudagraph_replays: 15 (kCapStats, stdlib's buffers) */
+                                                  grad_fallbacks, saved_values, saved_bytes,
+                                                  recomputed_ops, cudagraphs_recorded, cudagraph_replays:
+                                                  18 (kCapStats, stdlib's buffers) */
   const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call:
-                                                  "ops\treason\twhere\tsymbolic dims\n" */
+                                                  "ops\treason\twhere\tsymbolic dims\tbackward graph
+                                                  (0/1)\twhy eager autograd differentiates it\n" */
   void (*cap_set_logs)(cr_ctx* ctx, const char* list);
   void (*cap_drop)(cr_ctx* ctx, int32_t fn);  /* the compiled function was collected: free its traces */
   int32_t (*cap_set_option)(cr_ctx* ctx, const char* name, const char* value);  /* T.config: debug_dir, cache_dir, sync_compile */

@@ -17,11 +17,12 @@ local DTYPE_NAME = { [2] = "float16", [3] = "bfloat16" }
 local DEFAULT_DTYPE = { cpu = "bfloat16", cuda = "float16" }  -- as PyTorch's
 local AUTOCAST_OPTS = { dtype = true, enabled = true, cache_enabled = true }
 
-local function state() -- enabled, device code, dtype code
-  local s = ag.mode(2, -1)
-  return s % 2 == 1, math.floor(s / 2) % 8, math.floor(s / 16) % 16
+local MODE = { [0] = 3, [1] = 2 }  -- ag.mode's slot of each device type's autocast state
+local function state(dev) -- enabled, dtype code
+  local s = ag.mode(MODE[dev], -1)
+  return s % 2 == 1, math.floor(s / 16) % 16
 end
-local function pack_state(on, dev, dt) return (on and 1 or 0) + dev * 2 + dt * 16 end
+local function pack_state(on, dt) return (on and 1 or 0) + dt * 16 end
 
 local function device_code(op, device)
   local code = type(device) == "string" and DEVICES[device]
@@ -67,28 +68,21 @@ function M.autocast(device, opts, fn, ...)
     fail("autocast: option dtype expected \"float16\" or \"bfloat16\" (the lower precision), got " .. tostring(dtype))
   end
   local on = opts.enabled ~= false
-  local prev = ag.mode(2, -1)
-  local _, pdev = state()
-  if not on and pdev ~= dev then  -- disabling another device's autocast leaves it as it is
-    return fn(unpack(args, 1, args.n))
-  end
-  ag.mode(2, pack_state(on, dev, dt))
+  local prev = ag.mode(MODE[dev], -1)
+  ag.mode(MODE[dev], pack_state(on, dt))
   local r = pack(pcall(fn, unpack(args, 1, args.n)))
-  ag.mode(2, prev)
+  ag.mode(MODE[dev], prev)
   if not r[1] then error(r[2], 0) end
   return unpack(r, 2, r.n)
 end
 
 -- T.is_autocast_enabled([device_type = "cuda"]), T.get_autocast_dtype(device_type)
 function M.is_autocast_enabled(device)
-  local on, dev = state()
-  return on and dev == device_code("is_autocast_enabled", device or "cuda")
+  return (state(device_code("is_autocast_enabled", device or "cuda")))
 end
 function M.get_autocast_dtype(device)
-  local on, dev, dt = state()
-  local want = device_code("get_autocast_dtype", device)
-  if on and dev == want then return DTYPE_NAME[dt] end
-  return DEFAULT_DTYPE[device]
+  local on, dt = state(device_code("get_autocast_dtype", device))
+  return on and DTYPE_NAME[dt] or DEFAULT_DTYPE[device]
 end
 
 M.scaler = require "crescent.grad_scaler"

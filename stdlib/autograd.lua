@@ -17,9 +17,14 @@ local function check(rc)
 end
 
 -- properties -----------------------------------------------------------------------------------
-function props.requires_grad(t) return ag.query(ptr(t), 0) ~= 0 end
-function props.is_leaf(t) return ag.query(ptr(t), 1) ~= 0 end
-function props.retains_grad(t) return ag.query(ptr(t), 2) ~= 0 end
+local function query(t, what)
+  local r = ag.query(ctx, ptr(t), what)
+  if r < 0 then core.raise(r) end
+  return r ~= 0
+end
+function props.requires_grad(t) return query(t, 0) end
+function props.is_leaf(t) return query(t, 1) end
+function props.retains_grad(t) return query(t, 2) end
 function props.grad(t)
   if ptr(t)._autograd == nil then return nil end
   local p = ag.get_grad(ctx, ptr(t))
@@ -35,7 +40,10 @@ local ID = ffi.new("double[1]")
 function props.grad_fn(t)
   if ptr(t)._autograd == nil then return nil end
   local s = ag.grad_fn(ctx, ptr(t), ID)
-  if s == nil then return nil end
+  if s == nil then
+    if ID[0] == -1 then core.raise(-1) end
+    return nil
+  end
   local id = ID[0]
   local n = nodes[id]
   if not n then
@@ -52,6 +60,8 @@ function methods:requires_grad_(b)
   check(ag.set_requires_grad(ctx, ptr(self), b and 1 or 0))
   return self
 end
+
+function methods:is_inference() return query(self, 3) end
 
 function methods:detach()
   local t = ag.detach(ctx, ptr(self))
@@ -252,7 +262,7 @@ mt.__tostring = function(t)
   if ptr(t)._autograd == nil then return s end
   local fn = props.grad_fn(t)
   if fn then return s:sub(1, -2) .. ", grad_fn=" .. tostring(fn) .. ")" end
-  if ag.query(ptr(t), 0) ~= 0 then return s:sub(1, -2) .. ", requires_grad=true)" end
+  if query(t, 0) then return s:sub(1, -2) .. ", requires_grad=true)" end
   return s
 end
 mt.__newindex = function(t, k, v)
@@ -271,7 +281,7 @@ end
 -- Whether grad mode is on and a tensor among the values (also inside tables, and a module's
 -- parameters) requires grad: T.compile then runs the call eagerly (compiled autograd is issue 35).
 local function any_requires_grad(v, seen)
-  if is_tensor(v) then return ptr(v)._autograd ~= nil and ag.query(ptr(v), 0) ~= 0 end
+  if is_tensor(v) then return ptr(v)._autograd ~= nil and query(v, 0) end
   if type(v) ~= "table" or seen[v] then return false end
   seen[v] = true
   if type(v.parameters) == "function" and getmetatable(v) then

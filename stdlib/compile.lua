@@ -306,7 +306,6 @@ M.compiler = {
              -- the partitioner's: forward values saved for backward graphs, their bytes, and
              -- forward ops the backward graphs recompute instead
              saved_values = STATS[13], saved_bytes = STATS[14], recomputed_ops = STATS[15],
-
              -- reduce-overhead on CUDA: plans recorded into CUDA graphs, replays that launched one
              cudagraphs_recorded = STATS[16], cudagraph_replays = STATS[17] }
   end,

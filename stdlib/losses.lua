@@ -225,4 +225,17 @@ function L.kl_div(input, target, opts)
   return reduce(loss, o.reduction)
 end
 
+-- PyTorch's autocast runs the losses in float32 (on both devices' lists): float16 / bfloat16
+-- input and target on a device whose autocast is on are cast first.
+local LOW = { float16 = true, bfloat16 = true }
+local function float32(x)
+  if is_tensor(x) and LOW[x.dtype] and T.is_autocast_enabled(x.device:match("^%a+")) then return x:float() end
+  return x
+end
+for _, name in ipairs({ "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
+                        "binary_cross_entropy_with_logits", "kl_div" }) do
+  local f = L[name]
+  L[name] = function(input, target, opts) return f(float32(input), float32(target), opts) end
+end
+
 return L

@@ -2,6 +2,7 @@
 #include "vm/devices.hpp"
 
 #include "vm/context.hpp"
+#include "vm/autograd/grad_mode.hpp"
 #include "vm/hooks.hpp"
 #include "vm/ops/losses.hpp"
 
@@ -56,11 +57,11 @@ void Registry::set_derivative(const char* name, const Derivative& d) {
   ops_[size_t(i)].grad = d;
 }
 
-void Registry::set_cast(std::initializer_list<const char*> names, CastPolicy p) {
+void Registry::set_cast(std::initializer_list<const char*> names, CastPolicy p, bool cpu) {
   for (const char* name : names) {
     int i = index_of(name);
     if (i < 0) fail(cat("autocast policy of '", name, "': no such op"));
-    ops_[size_t(i)].cast = p;
+    (cpu ? ops_[size_t(i)].cast_cpu : ops_[size_t(i)].cast) = p;
   }
 }
 
@@ -206,6 +207,9 @@ std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nar
       }
     }
     if ((def.flags & kReturnsSelf) && nargs > 0 && args[0].tag == kTensor) {
+      if (autograd::is_inference(static_cast<cr_tensor*>(args[0].ptr)) && !autograd::inference_mode)
+        fail("Inplace update to inference tensor outside InferenceMode is not allowed. You can make a clone to get a "
+             "normal tensor before doing inplace update.");
       auto* st = static_cast<Storage*>(static_cast<cr_tensor*>(args[0].ptr)->_storage);
       hooks().before_write(ctx, st);
       st->version.fetch_add(1);

@@ -93,6 +93,7 @@ struct Derivative {
   uint32_t saves_outputs = 0;              // bit k: output k is kept
   uint32_t nondiff = 0;                    // bit i: argument i gets no gradient (indices, masks)
   bool not_differentiable = false;         // no derivative exists (integer / bool results, creation)
+  bool saves_geometry = false;             // the node keeps tensor argument 0's strides and offset
 };
 
 // An op's autocast policy (vm/autograd/autocast.hpp; PyTorch's autocast op lists): None runs it as
@@ -124,7 +125,8 @@ struct OpDef {
   int8_t device_arg = -1;
   LoopForm loop = LoopForm::Auto;
   Derivative grad{};
-  CastPolicy cast = CastPolicy::None;
+  CastPolicy cast = CastPolicy::None;      // under CUDA autocast
+  CastPolicy cast_cpu = CastPolicy::None;  // under CPU autocast (PyTorch's CPU lists are shorter)
   // bit i: the op writes the tensors of its list argument i in place (the fused optimizer
   // updates): the dispatcher bumps their versions as for an in-place op's self
   uint32_t writes = 0;
@@ -143,7 +145,8 @@ class Registry {
   int index_of(const std::string& name) const;
   void add(const OpDef& def);
   void set_derivative(const char* name, const Derivative& d);
-  void set_cast(std::initializer_list<const char*> names, CastPolicy p);  // at the ops' registration
+  // at the ops' registration: the CUDA autocast policy, or the CPU one (cpu = true)
+  void set_cast(std::initializer_list<const char*> names, CastPolicy p, bool cpu = false);
   const std::vector<cr_op_info>& infos() const { return infos_; }
 
  private:

@@ -3,6 +3,7 @@
 #include "vm/cuda/driver.hpp"
 
 #include "vm/alloc.hpp"
+#include "vm/autograd/grad_mode.hpp"
 #include "vm/autograd/meta.hpp"
 #include "vm/cpu_march.hpp"
 #include "vm/hooks.hpp"
@@ -219,7 +220,9 @@ Tensor Tensor::empty(const Shape& sizes, DType dtype, Device device) {
 Tensor Tensor::view_of(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
   check_shape(sizes);  // before taking the reference from_storage adopts
   storage_retain(base.storage());
-  return from_storage(base.storage(), sizes, strides, offset, base.dtype());
+  Tensor t = from_storage(base.storage(), sizes, strides, offset, base.dtype());
+  t.get()->_flags = base.get()->_flags & autograd::kInferenceTensor;  // a view of an inference tensor is one
+  return t;
 }
 
 int64_t Tensor::numel() const {

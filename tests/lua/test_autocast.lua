@@ -1,5 +1,6 @@
 -- Mixed precision (API.md section 9): T.autocast's dtype choices per policy class (the registry's
--- OpDef::cast, after PyTorch's CUDA autocast lists; device-independent, so checked on the CPU),
+-- OpDef::cast and cast_cpu, after PyTorch's CUDA and CPU autocast lists; CUDA's with a GPU),
+-- the two devices' states apart,
 -- gradients through the casts, nesting, enabled = false, restore on error, and T.amp.GradScaler
 -- against PyTorch's GradScaler semantics (hand-computed: Debian's torch 1.13 disables its
 -- scaler without CUDA).
@@ -9,56 +10,93 @@ local errs = expect.error_checker("test_autocast.lua")
 local function ac(dtype, fn, ...) return T.autocast("cpu", { dtype = dtype }, fn, ...) end
 local a, b = T.randn(3, 4), T.randn(4, 5)
 
-describe("autocast dtype choices", function()
+-- The policy classes, checked on `dev` tensors under `dev`'s autocast. PyTorch's CUDA lists: float32
+-- for reductions, softmax, exp / log / pow; the widest input for cat / stack / where / addcmul.
+-- Its CPU lists are shorter: float32 for prod (and the losses), the widest for cat / stack only.
+local function dtype_choices(dev, cuda_lists)
+  local A, B = a:to(dev), b:to(dev)
+  local function acd(low, fn) return T.autocast(dev, { dtype = low }, fn) end
   for _, low in ipairs({ "float16", "bfloat16" }) do
-    it("lower precision for matmuls and attention (" .. low .. ")", function()
-      ac(low, function()
-        expect.eq(T.matmul(a, b).dtype, low)
-        expect.eq(T.mm(a, b).dtype, low)
-        expect.eq(T.bmm(a:unsqueeze(1), b:unsqueeze(1)).dtype, low)
-        expect.eq(T.F.linear(a, b:t(), T.randn(5)).dtype, low)
-        local q = T.randn(1, 2, 3, 4)
+    it("lower precision for matmuls and attention (" .. dev .. ", " .. low .. ")", function()
+      acd(low, function()
+        expect.eq(T.matmul(A, B).dtype, low)
+        expect.eq(T.mm(A, B).dtype, low)
+        expect.eq(T.bmm(A:unsqueeze(1), B:unsqueeze(1)).dtype, low)
+        expect.eq(T.F.linear(A, B:t(), T.randn(5):to(dev)).dtype, low)
+        local q = T.randn(1, 2, 3, 4):to(dev)
         expect.eq(T.attention(q, q, q).dtype, low)
       end)
     end)
 
-    it("float32 for reductions, softmax, exp / log / pow (" .. low .. ")", function()
-      local h = a:to(low)
-      ac(low, function()
+    it("float32 for the ops of its float32 list (" .. dev .. ", " .. low .. ")", function()
+      local h = A:to(low)
+      acd(low, function()
+        local f32 = { prod = true }
+        if cuda_lists then
+          for _, f in ipairs({ "sum", "logsumexp", "norm", "exp", "log", "rsqrt", "reciprocal", "expm1", "log1p" }) do f32[f] = true end
+        end
         for _, f in ipairs({ "sum", "prod", "logsumexp", "norm", "exp", "log", "rsqrt", "reciprocal", "expm1", "log1p" }) do
           local r = f == "logsumexp" and h[f](h, 2) or h[f](h)
-          expect.eq(r.dtype, "float32", f)
+          expect.eq(r.dtype, f32[f] and "float32" or low, f)
         end
-        expect.eq(T.softmax(h, -1).dtype, "float32")
-        expect.eq(T.log_softmax(h, -1).dtype, "float32")
-        expect.eq(T.cumsum(h, 1).dtype, "float32")
-        expect.eq(T.pow(h, 2).dtype, "float32")
-        expect.eq(T.F.cross_entropy(h, T.tensor({ 1, 2, 3 })).dtype, "float32")
+        local other = cuda_lists and "float32" or low
+        expect.eq(T.softmax(h, -1).dtype, other)
+        expect.eq(T.log_softmax(h, -1).dtype, other)
+        expect.eq(T.cumsum(h, 1).dtype, other)
+        expect.eq(T.pow(h, 2).dtype, other)
+        expect.eq(T.F.cross_entropy(h, T.tensor({ 1, 2, 3 }):to(dev)).dtype, "float32")
+        expect.eq(T.F.mse_loss(h, h).dtype, "float32")
       end)
     end)
 
-    it("the widest input for cat / stack / where / addcmul (" .. low .. ")", function()
-      local h = a:to(low)
-      ac(low, function()
-        expect.eq(T.cat({ a, h }).dtype, "float32")
+    it("the widest input for its promote list (" .. dev .. ", " .. low .. ")", function()
+      local h = A:to(low)
+      acd(low, function()
+        expect.eq(T.cat({ A, h }).dtype, "float32")
         expect.eq(T.stack({ h, h }).dtype, low)
-        expect.eq(T.where(a:gt(0), h, a).dtype, "float32")
-        expect.eq(T.addcmul(h, a, h).dtype, "float32")
-        expect.eq(T.cat({ a:double(), h }).dtype, "float64")  -- float64 is never cast
+        expect.eq(T.cat({ A:double(), h }).dtype, "float64")  -- float64 is never cast
+        expect.eq(T.where(A:gt(0), h, A).dtype, "float32")  -- (cast, or where's own promotion)
       end)
     end)
 
-    it("leaves other ops, float64, integers and other devices as they are (" .. low .. ")", function()
-      ac(low, function()
-        expect.eq((a + 1).dtype, "float32")
-        expect.eq(T.relu(a).dtype, "float32")
-        expect.eq(a:mean().dtype, "float32")  -- (mean is on no PyTorch list)
-        expect.eq(T.matmul(a:double(), b:double()).dtype, "float64")
-        expect.eq(T.arange(6):sum().dtype, "int64")
+    it("leaves other ops, float64 and integers as they are (" .. dev .. ", " .. low .. ")", function()
+      acd(low, function()
+        expect.eq((A + 1).dtype, "float32")
+        expect.eq(T.relu(A).dtype, "float32")
+        expect.eq(A:mean().dtype, "float32")  -- (mean is on no PyTorch list)
+        expect.eq(T.matmul(A:double(), B:double()).dtype, "float64")
+        expect.eq(T.arange(6):to(dev):sum().dtype, "int64")
       end)
-      T.autocast("cuda", { dtype = low }, function() expect.eq(T.matmul(a, b).dtype, "float32") end)
     end)
   end
+end
+
+describe("autocast dtype choices", function()
+  dtype_choices("cpu", false)
+  if T.cuda.is_available() then dtype_choices("cuda", true) end
+
+  it("keeps the CPU's and CUDA's states apart", function()
+    T.autocast("cuda", function()
+      expect.eq(T.matmul(a, b).dtype, "float32")  -- CPU tensors: CUDA's autocast does not apply
+      expect.truthy(T.is_autocast_enabled("cuda") and not T.is_autocast_enabled("cpu"))
+      T.autocast("cpu", function()
+        expect.truthy(T.is_autocast_enabled("cuda") and T.is_autocast_enabled("cpu"))
+        expect.eq(T.matmul(a, b).dtype, "bfloat16")
+        T.autocast("cuda", { enabled = false }, function()
+          expect.truthy(not T.is_autocast_enabled("cuda") and T.is_autocast_enabled("cpu"))
+          expect.eq(T.matmul(a, b).dtype, "bfloat16")
+        end)
+        expect.truthy(T.is_autocast_enabled("cuda"))
+      end)
+      expect.truthy(T.is_autocast_enabled("cuda") and not T.is_autocast_enabled("cpu"))
+    end)
+    T.autocast("cpu", { dtype = "float16" }, function()
+      T.autocast("cuda", { dtype = "bfloat16" }, function()
+        expect.eq(T.get_autocast_dtype("cpu"), "float16")
+        expect.eq(T.get_autocast_dtype("cuda"), "bfloat16")
+      end)
+    end)
+  end)
 
   it("defaults to bfloat16 on the CPU and float16 on CUDA, as PyTorch", function()
     T.autocast("cpu", function()
@@ -158,7 +196,9 @@ describe("autocast and T.compile", function()
         local p, q = f(a, b)
         expect.truthy(p.dtype == "float32" and q.dtype == "float32")
         local p2, q2 = ac("bfloat16", f, a, b)
-        expect.truthy(p2.dtype == "bfloat16" and q2.dtype == "float32")
+        expect.truthy(p2.dtype == "bfloat16" and q2.dtype == "bfloat16")  -- (softmax: on no CPU list)
+        local p3 = T.autocast("cuda", f, a, b)
+        expect.eq(p3.dtype, "float32")
         expect.close(p2, T.matmul(a:bfloat16(), b:bfloat16()) + 1, { atol = 0, rtol = 0 })
       end
     end)

@@ -8,10 +8,21 @@ namespace cr::autograd {
 
 namespace {
 
+// The device type whose autocast applies to the call (the first tensor argument's), -1: none.
+int call_device(const cr_value* args, int nargs) {
+  for (int i = 0; i < nargs; ++i) {
+    if (args[i].tag == kTensor) return static_cast<const cr_tensor*>(args[i].ptr)->_dev_type;
+    if (args[i].tag == kTensors && args[i].n > 0) return static_cast<cr_tensor* const*>(args[i].ptr)[0]->_dev_type;
+  }
+  return -1;
+}
+
+thread_local int device = 1;  // the device type of the call being cast
+
 // PyTorch's is_eligible: a floating tensor on the autocast device, not float64.
 bool eligible(const cr_tensor* p) {
   Tensor t(const_cast<cr_tensor*>(p), true);
-  return is_floating(t.dtype()) && t.dtype() != DType::f64 && t.device().type == autocast.device;
+  return is_floating(t.dtype()) && t.dtype() != DType::f64 && t.device().type == device;
 }
 
 template <class F> void each_eligible(const cr_value* args, int nargs, F&& f) {
@@ -28,9 +39,10 @@ template <class F> void each_eligible(const cr_value* args, int nargs, F&& f) {
 DType dtype_of(const cr_tensor* p) { return Tensor(const_cast<cr_tensor*>(p), true).dtype(); }
 
 DType target(CastPolicy p, const cr_value* args, int nargs) {
-  if (p == CastPolicy::Lower) return autocast.dtype;
+  const DType low = autocast.dev[device].dtype;
+  if (p == CastPolicy::Lower) return low;
   if (p == CastPolicy::Float32) return DType::f32;
-  DType t = autocast.dtype;  // Promote: the widest eligible argument, from the lower precision up
+  DType t = low;  // Promote: the widest eligible argument, from the lower precision up
   each_eligible(args, nargs, [&](const cr_tensor* x) { t = promote(t, dtype_of(x)); });
   return t;
 }
@@ -58,8 +70,12 @@ cr_tensor* cast(Context& ctx, cr_tensor* x, DType to, std::vector<Tensor>& keep)
 }  // namespace
 
 void call_autocast(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
-  const CastPolicy p = Registry::get().ops()[size_t(op)].cast;
+  const int type = call_device(args, nargs);
+  if (type < 0 || type > 1 || !autocast.dev[type].enabled) return call_plain(ctx, op, args, nargs, outs);
+  const OpDef& def = Registry::get().ops()[size_t(op)];
+  const CastPolicy p = type == 0 ? def.cast_cpu : def.cast;
   if (p == CastPolicy::None) return call_plain(ctx, op, args, nargs, outs);
+  device = type;
   const DType to = target(p, args, nargs);
   std::vector<cr_value> a(args, args + nargs);
   std::vector<Tensor> keep;                    // the casts, alive until the op has run

@@ -10,10 +10,18 @@
 
 namespace cr::autograd {
 
-struct AutocastState {
+// One device type's autocast (PyTorch keeps CUDA's and the CPU's apart: both may be on at once).
+struct AutocastDevice {
   bool enabled = false;
-  int8_t device = 1;          // Device::type: 0 cpu, 1 cuda
-  DType dtype = DType::f16;   // the lower precision
+  DType dtype;  // the lower precision
+};
+struct AutocastState {
+  bool enabled = false;  // either device's: the op-call path's one test
+  AutocastDevice dev[2] = {{false, DType::bf16}, {false, DType::f16}};  // by Device::type: cpu, cuda
+  void set(int type, AutocastDevice d) {
+    dev[type] = d;
+    enabled = dev[0].enabled || dev[1].enabled;
+  }
 };
 inline thread_local AutocastState autocast{};
 
@@ -27,8 +35,8 @@ struct AutocastOff {
   AutocastOff& operator=(const AutocastOff&) = delete;
 };
 
-// Runs op with its floating tensor arguments on the autocast device cast as its policy says
-// (cast_call is the path without autocast).
+// Runs op with its floating tensor arguments cast as its policy for their device type says, when
+// that device's autocast is on (an op's device: its first tensor argument's).
 void call_autocast(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
 
 }  // namespace cr::autograd

@@ -2,6 +2,7 @@
 #include "vm/autograd/call.hpp"
 
 #include "vm/autograd/node.hpp"
+#include "vm/autograd/views.hpp"
 #include "vm/hooks.hpp"
 
 namespace cr::autograd {
@@ -19,7 +20,22 @@ template <class F> void each_tensor(const cr_value* args, int nargs, F&& f) {
   }
 }
 
-Saved save(const Tensor& t) { return Saved{t, t.storage()->version.load()}; }
+Saved save(const Tensor& t, const OpDef& def) {
+  if (is_inference(t.get()))
+    fail(cat(def.name, ": Inference tensors cannot be saved for backward. To work around you can make a clone to get a normal tensor "
+         "and use it in autograd."));
+  return Saved{t, t.storage()->version.load()};
+}
+
+// Under inference mode the outputs with memory of their own are inference tensors (views take
+// the flag of what they view: Tensor::view_of).
+void mark_inference(const cr_value* args, int nargs, std::vector<Tensor>& outs) {
+  for (Tensor& o : outs) {
+    bool fresh = o.get()->_storage != nullptr;
+    each_tensor(args, nargs, [&](int, int, cr_tensor* x) { fresh = fresh && x->_storage != o.get()->_storage; });
+    if (fresh) o.get()->_flags |= kInferenceTensor;
+  }
+}
 
 // A header over out's storage without autograd metadata: a saved output must not keep its own
 // node alive (a cycle); the engine gives it its node back when create_graph needs it.
@@ -56,27 +72,49 @@ bool is_input(const cr_value* args, int nargs, const cr_tensor* t) {
   return found;
 }
 
-// Before an in-place op runs on self: PyTorch's refusals, and a copy of self when the
-// derivative needs its value from before the write.
-bool check_inplace(const OpDef& def, const Tensor& self) {
-  const AutogradMeta* m = meta_of(self.get());
-  if (m && requires_grad(self.get())) {
-    if (!m->grad_fn) fail(cat(def.name, ": a leaf Variable that requires grad is being used in an in-place operation."));
-    if (m->is_view || m->has_views)
-      fail(cat(def.name, ": an in-place operation on a view (or on a tensor with views) that requires grad is not "
-                         "implemented (PyTorch's CopySlices); use the out-of-place form"));
+// Whether an in-place op's derivative needs self's value from before the write (a copy is kept).
+bool needs_old_self(const OpDef& def) { return def.grad.saves_inputs & 1; }
+
+// An in-place op's other arguments sharing self's memory were saved after the write: they keep
+// the version from before it, so that a backward reading them raises as PyTorch's (x:mul_(x)).
+void saved_before_write(Node& n, const Tensor& self, uint32_t before) {
+  for (size_t i = 0; i < n.saved_in.size(); ++i) {
+    Saved& s = n.saved_in[i];
+    if (n.inputs[i].slot > 0 && s.t.defined() && s.t.storage() == self.storage()) s.version = before;
   }
-  return def.grad.saves_inputs & 1;
 }
 
-void record(Context& ctx, int op, const cr_value* args, int nargs, const std::vector<Tensor>& outs, const Tensor& old_self) {
+void record(Context& ctx, int op, const cr_value* args, int nargs, const std::vector<Tensor>& outs, const Tensor& old_self,
+            uint32_t before = 0) {
+  const OpDef& def = Registry::get().ops()[size_t(op)];
+  std::shared_ptr<Node> n = make_node(op, args, nargs, outs, old_self);
+  if (!n) return;
+  if (def.flags & kReturnsSelf) {
+    saved_before_write(*n, outs[0], before);
+    rebase_history(outs[0], n);
+  } else {
+    for (size_t k = 0; k < outs.size(); ++k) {
+      if (!is_floating(outs[k].dtype()) || is_input(args, nargs, outs[k].get())) continue;
+      AutogradMeta& m = ensure_meta(outs[k].get());
+      m.grad_fn = n;
+      m.output_nr = int(k);
+      m.requires_grad = false;
+    }
+  }
+  awaiting_where = n;
+  ctx.ffi.service |= 8;
+}
+
+}  // namespace
+
+std::shared_ptr<Node> make_node(int op, const cr_value* args, int nargs, const std::vector<Tensor>& outs,
+                                const Tensor& old_self) {
   const OpDef& def = Registry::get().ops()[size_t(op)];
   const bool inplace = def.flags & kReturnsSelf;
-  if (def.grad.not_differentiable) return;
-  std::vector<int> diff;
-  for (size_t k = 0; k < outs.size(); ++k)
-    if (is_floating(outs[k].dtype()) && (inplace || !is_input(args, nargs, outs[k].get()))) diff.push_back(int(k));
-  if (diff.empty()) return;
+  if (def.grad.not_differentiable) return nullptr;
+  bool diff = false;
+  for (const Tensor& o : outs) diff = diff || (is_floating(o.dtype()) && (inplace || !is_input(args, nargs, o.get())));
+  if (!diff) return nullptr;
   const Derivative& d = def.grad;
   auto n = std::make_shared<Node>();
   n->op = op;
@@ -90,36 +128,28 @@ void record(Context& ctx, int op, const cr_value* args, int nargs, const std::ve
     Input in{{}, i, k, Meta{t.sizes(), t.dtype(), t.device()}};
     if (requires_grad(p) && !(d.nondiff >> i & 1)) in.edge = gradient_edge(t);
     Saved s;
-    if (d.saves_inputs >> i & 1) s = save(i == 0 && inplace && old_self.defined() ? old_self : t);
+    if (d.saves_inputs >> i & 1) s = save(i == 0 && inplace && old_self.defined() ? old_self : t, def);
     cr_value& v = n->args.v[size_t(i)];
     if (v.tag == kTensor) v.ptr = s.t.get();
     else static_cast<cr_tensor**>(v.ptr)[k] = s.t.get();
     n->inputs.push_back(std::move(in));
     n->saved_in.push_back(std::move(s));
   });
+  if (d.saves_geometry) n->geometry = geometry_of(Tensor(static_cast<cr_tensor*>(args[0].ptr), true));
   for (size_t k = 0; k < outs.size(); ++k) {
     n->outs.push_back(Meta{outs[k].sizes(), outs[k].dtype(), outs[k].device()});
-    n->saved_out.push_back(d.saves_outputs >> k & 1 ? save(alias(outs[k])) : Saved{});
+    n->saved_out.push_back(d.saves_outputs >> k & 1 ? save(alias(outs[k]), def) : Saved{});
   }
-  for (int k : diff) {
-    AutogradMeta& m = ensure_meta(outs[size_t(k)].get());
-    m.grad_fn = n;
-    m.output_nr = k;
-    m.requires_grad = false;
-    if (def.kind == OpKind::View) m.is_view = true;
-  }
-  if (def.kind == OpKind::View && args[0].tag == kTensor) ensure_meta(static_cast<cr_tensor*>(args[0].ptr)).has_views = true;
-  awaiting_where = n;
-  ctx.ffi.service |= 8;
+  return n;
 }
-
-}  // namespace
 
 thread_local OpObserver* op_observer = nullptr;
 
 void run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
   if (hooks().record_call(ctx, op, args, nargs, outs)) return;
   outs = dispatch(ctx, op, args, nargs);
+  note_views(op, args, nargs, outs);
+  if (inference_mode) [[unlikely]] mark_inference(args, nargs, outs);
   if (op_observer) [[unlikely]] op_observer->on_call(op, args, nargs, outs);
 }
 
@@ -133,9 +163,17 @@ void call_recording(Context& ctx, int op, const cr_value* args, int nargs, std::
   if (ctx.ffi.capturing && !ctx.capture_training) ctx.capture_wants_training = true;
   Tensor old_self;
   const bool inplace = def.flags & kReturnsSelf;
+  uint32_t before = 0;
   if (inplace) {  // (a lazy self is replayed: its compiled segment differentiates the write)
     Tensor self(static_cast<cr_tensor*>(args[0].ptr), true);
-    if (check_inplace(def, self) && !self.is_lazy()) old_self = dispatch(ctx, op_id("clone"), args, 1).at(0);
+    check_inplace(def, self);
+    if (!self.is_lazy()) before = self.storage()->version.load();
+    if (needs_old_self(def) && !self.is_lazy()) {  // (recorded: a double backward reaches self through it)
+      std::vector<Tensor> c;
+      if (ctx.ffi.capturing) c = dispatch(ctx, op_id("clone"), args, 1);
+      else call_plain(ctx, op_id("clone"), args, 1, c);
+      old_self = c.at(0);
+    }
   }
   run_op(ctx, op, args, nargs, outs);
   if (ctx.ffi.capturing && ctx.capture_lazy) {  // replayed: its segment's compiled node differentiates it
@@ -145,7 +183,7 @@ void call_recording(Context& ctx, int op, const cr_value* args, int nargs, std::
   }
   if (inplace) {
     std::vector<Tensor> self{Tensor(static_cast<cr_tensor*>(args[0].ptr), true)};
-    record(ctx, op, args, nargs, self, old_self);
+    record(ctx, op, args, nargs, self, old_self, before);
   } else {
     record(ctx, op, args, nargs, outs, old_self);
   }

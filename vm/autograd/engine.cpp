@@ -142,21 +142,7 @@ void rule(Node& n, std::vector<Tensor>& out_grads, std::vector<Tensor>& in_grads
 }
 
 std::vector<Tensor> apply(Node& n, std::vector<Tensor>& out_grads, const BackwardOptions& o) {
-  if (n.released)
-    fail("Trying to backward through the graph a second time (or directly access saved tensors after they have "
-         "already been freed). Saved intermediate values of the graph are freed when you call backward() or "
-         "T.autograd.grad(). Specify retain_graph = true if you need to backward through the graph a second time or "
-         "if you need to access saved tensors after calling backward.");
-  check_versions(n);
-  std::vector<Tensor> in_grads;
-  if (n.custom) {
-    in_grads = n.custom->apply(n, out_grads, o.create_graph);
-  } else {
-    in_grads.resize(n.inputs.size());
-    rule(n, out_grads, in_grads);
-  }
-  for (size_t i = 0; i < in_grads.size(); ++i)
-    if (in_grads[i].defined()) in_grads[i] = fit(n, n.inputs[i], in_grads[i]);
+  std::vector<Tensor> in_grads = run_node(n, out_grads, o.create_graph);
   if (!o.retain_graph) n.release_saved();
   return in_grads;
 }
@@ -166,6 +152,25 @@ struct Later {
 };
 
 }  // namespace
+
+std::vector<Tensor> run_node(Node& n, std::vector<Tensor>& out_grads, bool create_graph) {
+  if (n.released)
+    fail("Trying to backward through the graph a second time (or directly access saved tensors after they have "
+         "already been freed). Saved intermediate values of the graph are freed when you call backward() or "
+         "T.autograd.grad(). Specify retain_graph = true if you need to backward through the graph a second time or "
+         "if you need to access saved tensors after calling backward.");
+  check_versions(n);
+  std::vector<Tensor> in_grads;
+  if (n.custom) {
+    in_grads = n.custom->apply(n, out_grads, create_graph);
+  } else {
+    in_grads.resize(n.inputs.size());
+    rule(n, out_grads, in_grads);
+  }
+  for (size_t i = 0; i < in_grads.size(); ++i)
+    if (in_grads[i].defined()) in_grads[i] = fit(n, n.inputs[i], in_grads[i]);
+  return in_grads;
+}
 
 void accumulate_grad(const Tensor& t, const Tensor& g, bool create_graph) { accumulate_into(ensure_meta(t.get()), g, create_graph); }
 

@@ -32,6 +32,11 @@ struct HookRaised : Error {
 std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& roots, std::vector<Tensor> grads,
                              const std::vector<Tensor>& inputs, const BackwardOptions& o);
 
+// Node n's gradients of its inputs from those of its outputs (its derivative rule or its custom
+// backward), each fitted to its input; n's saved tensors are checked, not released.
+struct Node;
+std::vector<Tensor> run_node(Node& n, std::vector<Tensor>& out_grads, bool create_graph);
+
 // x.grad = g and the engine's accumulation into it (a copy unless g is ours alone).
 void accumulate_grad(const Tensor& t, const Tensor& g, bool create_graph);
 void accumulate_into(AutogradMeta& m, const Tensor& g, bool create_graph);

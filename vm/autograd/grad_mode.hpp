@@ -1,11 +1,17 @@
 // Grad mode: whether ops record autograd nodes. Per thread, as PyTorch's (each VM is used from one
 // thread at a time); T.no_grad / enable_grad / inference_mode / set_grad_enabled set it.
 #pragma once
+#include "vm/abi.h"
 
 namespace cr::autograd {
 
 inline thread_local bool grad_enabled = true;
 inline thread_local bool inference_mode = false;  // also implies grad_enabled == false
+
+// cr_tensor::_flags bit of an inference tensor (PyTorch's): made by an op under inference mode,
+// or a view of one. It may not be changed in place, nor saved for backward, outside that mode.
+constexpr int8_t kInferenceTensor = 1;
+inline bool is_inference(const cr_tensor* t) { return t->_flags & kInferenceTensor; }
 
 // Sets grad mode for a scope (the engine: create_graph on or off) and restores it.
 struct GradModeGuard {

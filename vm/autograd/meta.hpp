@@ -11,17 +11,25 @@ namespace cr::autograd {
 
 struct Node;
 
+// How a view was made (PyTorch's CreationMeta): only Default views may be changed in place while
+// autograd records; the others raise at such a change (views.cpp). Compiled: an output of a
+// compiled training segment that views another value (no base kept: vm/graph/joint.cpp).
+enum class ViewCreation : uint8_t { Default, NoGrad, MultiOutput, Inference, Compiled };
+
 struct AutogradMeta {
   bool requires_grad = false;  // a leaf that requires grad (non-leaves: grad_fn set)
   bool retains_grad = false;
-  bool is_view = false;        // made by a view op from a tensor requiring grad
-  bool has_views = false;      // a view op took it as input while recording
+  ViewCreation creation = ViewCreation::Default;
   Tensor grad;
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
   std::vector<int32_t> hooks;  // ids of Lua hook functions (stdlib/autograd.lua)
   // the leaf's AccumulateGrad node, shared by every node that uses the leaf
   std::weak_ptr<Node> accumulator;
+  // A view (vm/autograd/views.hpp): the tensor owning the memory it views (never itself a view)
+  // and the storage version its grad_fn was made at (older: an in-place change made it stale).
+  Tensor base;
+  uint32_t attr_version = 0;
 };
 
 inline AutogradMeta* meta_of(const cr_tensor* t) { return static_cast<AutogradMeta*>(t->_autograd); }
@@ -29,13 +37,21 @@ AutogradMeta& ensure_meta(cr_tensor* t);
 // Called by tensor_release for a header with metadata.
 void drop_meta(cr_tensor* t);
 
+// A view's grad_fn, made again over its base when the storage changed in place since (views.cpp).
+const std::shared_ptr<Node>& view_grad_fn(cr_tensor* t, AutogradMeta& m);
+// t's grad_fn (null for leaves); m is t's metadata.
+inline const std::shared_ptr<Node>& grad_fn_of(const cr_tensor* t, AutogradMeta& m) {
+  return m.base.defined() ? view_grad_fn(const_cast<cr_tensor*>(t), m) : m.grad_fn;
+}
+
+// (a view requires grad when its base does, whatever its grad_fn: PyTorch's DifferentiableViewMeta)
 inline bool requires_grad(const cr_tensor* t) {
   const AutogradMeta* m = meta_of(t);
-  return m && (m->requires_grad || m->grad_fn);
+  return m && (m->requires_grad || m->grad_fn || (m->base.defined() && requires_grad(m->base.get())));
 }
 inline bool is_leaf(const cr_tensor* t) {
-  const AutogradMeta* m = meta_of(t);
-  return !m || !m->grad_fn;
+  AutogradMeta* m = meta_of(t);
+  return !m || !grad_fn_of(t, *m);
 }
 
 // Hook ids of tensors that died, for the Lua side to forget (stdlib/autograd.lua).

@@ -52,9 +52,9 @@ std::shared_ptr<Node> accumulator(const Tensor& leaf) {
 }
 
 Edge gradient_edge(const Tensor& t) {
-  const AutogradMeta* m = meta_of(t.get());
+  AutogradMeta* m = meta_of(t.get());
   if (!m) return {};
-  if (m->grad_fn) return {m->grad_fn, m->output_nr};
+  if (const auto& fn = grad_fn_of(t.get(), *m)) return {fn, m->output_nr};
   if (m->requires_grad) return {accumulator(t), 0};
   return {};
 }

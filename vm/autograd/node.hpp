@@ -32,6 +32,13 @@ struct Saved {
   uint32_t version = 0;
 };
 
+// A tensor's layout over its storage (as_strided's derivative and CopySlices read it).
+struct Geometry {
+  Shape sizes, strides;
+  int64_t offset = 0;
+};
+inline Geometry geometry_of(const Tensor& t) { return Geometry{t.sizes(), t.strides(), t.offset()}; }
+
 // An owned copy of an op call's arguments; tensor slots point at the saved tensors (or are null).
 struct Args {
   std::vector<cr_value> v;
@@ -63,6 +70,7 @@ struct Node : std::enable_shared_from_this<Node> {
   std::vector<Saved> saved_out;  // per output (a header without autograd metadata)
   std::vector<AutogradMeta*> out_meta;  // output k's tensor when it has hooks / retains its grad
   bool saves = false, released = false;
+  Geometry geometry;  // input 0's layout, when the derivative asks for it (Derivative::saves_geometry)
   Tensor leaf;  // AccumulateGrad
   std::shared_ptr<Backward> custom;
 
@@ -77,5 +85,11 @@ uint64_t next_seq();
 // The edge a gradient of t flows into: its grad_fn, or its leaf accumulator, or none.
 Edge gradient_edge(const Tensor& t);
 std::shared_ptr<Node> accumulator(const Tensor& leaf);
+
+// The node of one op call (call.cpp): an edge per tensor argument, what the derivative saves
+// (self from before the write for an in-place op: old_self), owned copies of the other
+// arguments. Null when no output is differentiable.
+std::shared_ptr<Node> make_node(int op, const cr_value* args, int nargs, const std::vector<Tensor>& outs,
+                                const Tensor& old_self);
 
 }  // namespace cr::autograd

@@ -248,7 +248,7 @@ void attach_backward(const std::shared_ptr<Joint>& j, const std::vector<Tensor>&
     m.grad_fn = n;
     m.output_nr = int(cf->outs_.size());
     m.requires_grad = false;
-    m.is_view = g.values[size_t(v)].views >= 0;
+    if (g.values[size_t(v)].views >= 0) m.creation = autograd::ViewCreation::Compiled;
     cf->outs_.push_back(v);
     const ValueMeta& vm = g.values[size_t(v)].meta;
     n->outs.push_back(Meta{concrete(vm.sizes), vm.dtype, vm.device});

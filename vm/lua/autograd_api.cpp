@@ -29,29 +29,33 @@ cr_tensor* hand_one(cr_ctx* c, Tensor t) {
   return p;
 }
 
-// The autocast state as one number: bit 0 enabled, bits 1-3 the device type, bits 4-7 the dtype.
-int32_t autocast_mode(int32_t value) {
-  const AutocastState s = autocast;
-  if (value >= 0) autocast = AutocastState{(value & 1) != 0, int8_t(value >> 1 & 7), DType(value >> 4 & 15)};
-  return int32_t(s.enabled) | s.device << 1 | int32_t(s.dtype) << 4;
+// One device type's autocast state as one number: bit 0 enabled, bits 4-7 the dtype.
+int32_t autocast_mode(int type, int32_t value) {
+  const AutocastDevice s = autocast.dev[type];
+  if (value >= 0) autocast.set(type, AutocastDevice{(value & 1) != 0, DType(value >> 4 & 15)});
+  return int32_t(s.enabled) | int32_t(s.dtype) << 4;
 }
 
 int32_t ag_mode(int32_t what, int32_t value) {
-  if (what == 2) return autocast_mode(value);
+  if (what == 2 || what == 3) return autocast_mode(what == 2 ? 1 : 0, value);
+  if (what == 4) return autocast_mode(1, -1) | autocast_mode(0, -1) << 8;  // both, read only
   bool& flag = what == 0 ? grad_enabled : inference_mode;
   const bool prev = flag;
   if (value >= 0) flag = value != 0;
   return prev;
 }
 
-int32_t ag_query(cr_tensor* t, int32_t what) {
-  const AutogradMeta* m = meta_of(t);
-  switch (what) {
-    case 0: return requires_grad(t);
-    case 1: return is_leaf(t);
-    case 2: return m && m->retains_grad;
-    default: return 0;
-  }
+int32_t ag_query(cr_ctx* c, cr_tensor* t, int32_t what) {
+  return guarded(c, [&] {
+    const AutogradMeta* m = meta_of(t);
+    switch (what) {
+      case 0: return int32_t(requires_grad(t));
+      case 1: return int32_t(is_leaf(t));
+      case 2: return int32_t(m && m->retains_grad);
+      case 3: return int32_t(is_inference(t));
+      default: return 0;
+    }
+  });
 }
 
 int32_t ag_set_requires_grad(cr_ctx* c, cr_tensor* t, int32_t b) {
@@ -62,6 +66,8 @@ int32_t ag_set_requires_grad(cr_ctx* c, cr_tensor* t, int32_t b) {
     const DType d = DType(t->_dtype);
     if (b && !is_floating(d))
       fail(cat("requires_grad_: only Tensors of floating point dtype can require gradients, got ", dtype_name(d)));
+    if (b && is_inference(t) && !inference_mode)
+      fail("requires_grad_: Setting requires_grad=True on inference tensor outside InferenceMode is not allowed.");
     if (b || t->_autograd) ensure_meta(t).requires_grad = b != 0;
     return 0;
   });
@@ -89,11 +95,18 @@ int32_t ag_set_grad(cr_ctx* c, cr_tensor* t, cr_tensor* g) {
 }
 
 const char* ag_grad_fn(cr_ctx* c, cr_tensor* t, double* id) {
-  const AutogradMeta* m = meta_of(t);
-  if (!m || !m->grad_fn) return nullptr;
-  *id = double(m->grad_fn->seq);
-  Context::of(c).scratch = m->grad_fn->name();
-  return Context::of(c).scratch.c_str();
+  AutogradMeta* m = meta_of(t);
+  const char* r = nullptr;
+  *id = 0;
+  if (guarded(c, [&] {
+    if (!m || !grad_fn_of(t, *m)) return 0;
+    *id = double(m->grad_fn->seq);
+    Context::of(c).scratch = m->grad_fn->name();
+    r = Context::of(c).scratch.c_str();
+    return 0;
+  }) < 0)
+    *id = -1;
+  return r;
 }
 
 // (a lazy tensor of a compiled function gets its value first: inside a capture, a graph break)
@@ -112,7 +125,7 @@ cr_tensor* ag_detach(cr_ctx* c, cr_tensor* t) {
 // Non-leaves keep their hooks / retained grad in their node's out_meta (the engine reads them).
 void watch(cr_tensor* t) {
   AutogradMeta& m = ensure_meta(t);
-  if (!m.grad_fn) return;
+  if (!grad_fn_of(t, m)) return;
   auto& om = m.grad_fn->out_meta;
   if (om.size() <= size_t(m.output_nr)) om.resize(size_t(m.output_nr) + 1, nullptr);
   om[size_t(m.output_nr)] = &m;

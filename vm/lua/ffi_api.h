@@ -16,14 +16,15 @@ extern "C" {
 /* Autograd (vm/lua/autograd_api.cpp, stdlib/autograd.lua). Functions returning int32_t give -1 on an
  * error (last_error) and -2 when a hook raised (the Lua side keeps its error). */
 typedef struct cr_autograd_api {
-  int32_t (*mode)(int32_t what, int32_t value); /* what 0: grad mode, 1: inference mode, 2: autocast
-                                                   (bit 0 on, bits 1-3 device type, 4-7 dtype);
+  int32_t (*mode)(int32_t what, int32_t value); /* what 0: grad mode, 1: inference mode, 2: CUDA
+                                                   autocast, 3: CPU autocast (bit 0 on, 4-7 dtype),
+                                                   4: both (CPU's << 8, read only);
                                                    value -1 reads; returns the previous value */
-  int32_t (*query)(cr_tensor* t, int32_t what); /* 0 requires_grad, 1 is_leaf, 2 retains_grad */
+  int32_t (*query)(cr_ctx* ctx, cr_tensor* t, int32_t what); /* 0 requires_grad, 1 is_leaf, 2 retains_grad, 3 is_inference; -1: error */
   int32_t (*set_requires_grad)(cr_ctx* ctx, cr_tensor* t, int32_t b);
   cr_tensor* (*get_grad)(cr_ctx* ctx, cr_tensor* t);           /* NULL: none */
   int32_t (*set_grad)(cr_ctx* ctx, cr_tensor* t, cr_tensor* g); /* g NULL clears */
-  const char* (*grad_fn)(cr_ctx* ctx, cr_tensor* t, double* id); /* NULL: a leaf */
+  const char* (*grad_fn)(cr_ctx* ctx, cr_tensor* t, double* id); /* NULL: a leaf (*id = -1: an error) */
   cr_tensor* (*detach)(cr_ctx* ctx, cr_tensor* t);
   int32_t (*retain_grad)(cr_ctx* ctx, cr_tensor* t);
   int32_t (*add_hook)(cr_ctx* ctx, cr_tensor* t, int32_t id);

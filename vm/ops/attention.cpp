@@ -216,6 +216,7 @@ void register_attention(Registry& r) {
   r.add(OpDef{"attention", "query:T, key:T, value:T, scale:N?, causal:B?, mask:T?", OpKind::Other, kNoMethod | kDeviceAware,
               infer_attention, run_attention});
   r.set_cast({"attention"}, CastPolicy::Lower);  // autocast: PyTorch's scaled_dot_product_attention
+  r.set_cast({"attention"}, CastPolicy::Lower, true);  // (on the CPU too since PyTorch 2.0)
 }
 
 }  // namespace cr

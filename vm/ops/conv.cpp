@@ -341,6 +341,7 @@ void register_conv(Registry& r) {
   r.add(OpDef{"conv2d", "input:T, weight:T, bias:T?, stride:Is?, padding:Is?, dilation:Is?, groups:I?", OpKind::Other,
               kNoMethod, infer_conv2d, run_conv2d});
   r.set_cast({"conv2d"}, CastPolicy::Lower);  // autocast: PyTorch's conv2d is in the lower-precision list
+  r.set_cast({"conv2d"}, CastPolicy::Lower, true);
 }
 
 }  // namespace cr

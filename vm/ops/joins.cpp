@@ -169,6 +169,7 @@ void register_joins(Registry& r) {
   r.add(OpDef{"cat", "tensors:TL, dim:D?", j, kNoMethod, nullptr, run_cat});
   r.add(OpDef{"stack", "tensors:TL, dim:D?", j, kNoMethod, nullptr, run_stack});
   r.set_cast({"cat", "stack"}, CastPolicy::Promote);  // autocast: the widest of the tensors
+  r.set_cast({"cat", "stack"}, CastPolicy::Promote, true);
   r.add(OpDef{"split", "self:T, size:Is, dim:D?", j, kListOut, nullptr, run_split});
   r.add(OpDef{"chunk", "self:T, chunks:I, dim:D?", j, kListOut, nullptr, run_chunk});
 }

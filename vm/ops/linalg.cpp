@@ -529,6 +529,7 @@ void register_linalg(Registry& r) {
   r.add(with_loop(OpDef{"tril", "self:T, diagonal:I?", OpKind::Linalg, 0, infer_tri<true>, run_tri<true>}, LoopForm::Tril));
   r.add(with_loop(OpDef{"triu", "self:T, diagonal:I?", OpKind::Linalg, 0, infer_tri<false>, run_tri<false>}, LoopForm::Triu));
   r.set_cast({"matmul", "mm", "bmm", "linear"}, CastPolicy::Lower);  // autocast: tensor-core dtypes
+  r.set_cast({"matmul", "mm", "bmm", "linear"}, CastPolicy::Lower, true);  // (PyTorch's CPU list too)
 }
 
 }  // namespace cr

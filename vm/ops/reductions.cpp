@@ -338,6 +338,7 @@ void register_reductions(Registry& r) {
   r.add(with_loop(OpDef{"any", kDimsSchema, K, 0, infer_truth, run_truth<false>}, LoopForm::Any));
   // PyTorch's autocast runs these in float32 (mean, var, amax ... keep their input's dtype)
   r.set_cast({"sum", "prod", "logsumexp", "norm"}, CastPolicy::Float32);
+  r.set_cast({"prod"}, CastPolicy::Float32, true);  // PyTorch's CPU float32 list has prod alone of these
   register_scans(r);
 }
 

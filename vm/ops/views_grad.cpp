@@ -1,5 +1,7 @@
 // Derivatives of the views (vm/ops/views.cpp) and conversions (vm/ops/conversions.cpp): a view's
 // gradient is the gradient laid back into the input's shape.
+#include <algorithm>
+
 #include "vm/autograd/call.hpp"
 #include "vm/autograd/grad.hpp"
 #include "vm/ops/derivatives.hpp"
@@ -68,6 +70,83 @@ void through_view(Grad& g) {
   g.set(0, z);
 }
 
+// ---- as_strided: PyTorch's as_strided_backward -------------------------------------------------
+
+// Whether some two elements of the layout may share memory (PyTorch's _maybe_overlapping_memory).
+bool maybe_overlapping(const Shape& sizes, const Shape& strides) {
+  std::vector<size_t> order(sizes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t reach = 0;
+  for (size_t i : order) {
+    if (strides[i] <= reach) return true;
+    reach += strides[i] * (sizes[i] - 1);
+  }
+  return false;
+}
+
+// The storage elements a layout needs from its offset on (PyTorch's _min_storage_size).
+int64_t min_storage(const Shape& sizes, const Shape& strides, int64_t offset) {
+  int64_t n = offset + 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) return offset;
+    n += (sizes[i] - 1) * strides[i];
+  }
+  return n;
+}
+
+// size-1 dims dropped (and, for the output, stride-0 dims summed out of the gradient)
+struct Layout {
+  Shape sizes, strides;
+};
+
+// The gradient scattered into a zero storage through the output's layout (summed where that
+// layout overlaps itself), divided by how often the input's layout reads each element, and read
+// back through the input's layout.
+void as_strided_rule(Grad& g) {
+  const Geometry& in = g.node().geometry;
+  const Meta& m = g.meta(0);
+  const Shape sizes = g.arg().ints(1), strides = g.arg().ints(2);
+  const int64_t offset = g.arg().integer_or(3, in.offset);
+  auto zero = [&] { g.set(0, zeros(m.sizes, m.dtype, m.device)); };
+  Var grad = g.grad();
+  Layout o, i;
+  for (int d = int(sizes.size()) - 1; d >= 0; --d) {
+    if (sizes[size_t(d)] == 0) return zero();
+    if (sizes[size_t(d)] == 1) {
+      grad = op("squeeze", {grad, d + 1});
+    } else if (strides[size_t(d)] == 0) {
+      grad = sum(grad, {d}, false);
+    } else {
+      o.sizes.insert(o.sizes.begin(), sizes[size_t(d)]);
+      o.strides.insert(o.strides.begin(), strides[size_t(d)]);
+    }
+  }
+  for (size_t d = 0; d < in.sizes.size(); ++d) {
+    if (in.sizes[d] == 0) return zero();
+    if (in.sizes[d] == 1) continue;
+    i.sizes.push_back(in.sizes[d]);
+    i.strides.push_back(in.strides[d]);
+  }
+  const bool out_overlap = maybe_overlapping(o.sizes, o.strides), in_overlap = maybe_overlapping(i.sizes, i.strides);
+  const int64_t shared = std::min(in.offset, offset), in_at = in.offset - shared, out_at = offset - shared;
+  const int64_t n = std::max(min_storage(i.sizes, i.strides, in_at), min_storage(o.sizes, o.strides, out_at));
+  const std::string dev = device_name(m.device);
+  Var storage = zeros({n}, m.dtype, m.device), positions;
+  if (in_overlap || out_overlap) positions = op("arange", {int64_t(1), n + 1, nullptr, nullptr, dev.c_str()});
+  auto at = [&](const Layout& l, int64_t off) {
+    return reshape(op("as_strided", {positions, l.sizes, l.strides, off}), {-1});
+  };
+  if (out_overlap) storage = op("index_add", {storage, 1, at(o, out_at), reshape(grad, {-1})});
+  else call_op("copy_", {op("as_strided", {storage, o.sizes, o.strides, out_at}), grad});
+  if (in_overlap) {
+    Var where = at(i, in_at);
+    Var ones = op("ones", {Shape{where.tensor().numel()}, dtype_name(m.dtype), dev.c_str()});
+    storage = storage / op("index_add", {zeros({n}, m.dtype, m.device), 1, where, ones});
+  }
+  g.set(0, op("as_strided", {storage, in.sizes, in.strides, in_at}));
+}
+
 // (a 1-D empty input beside inputs of another rank is skipped by cat, as PyTorch's: zeros)
 void cat_rule(Grad& g) {
   const int n = g.count(0), rank = int(g.out_meta().sizes.size());
@@ -116,6 +195,7 @@ void register_view_derivatives(Registry& r) {
   derivative(r, "narrow", {.fn = narrow_rule});
   derivative(r, "select", {.fn = select_rule});
   derivative(r, "slice", {.fn = through_view});
+  derivative(r, "as_strided", {.fn = as_strided_rule, .saves_geometry = true});
   derivative(r, "cat", {.fn = cat_rule});
   derivative(r, "stack", {.fn = stack_rule});
   derivative(r, "split", {.fn = join_outputs});

@@ -199,6 +199,7 @@ local function capture_call(id, ret_where, train, fn, ...)
   if rc < 0 then core.raise(rc) end
   return finish(ret_where, pcall(fn, ...))
 end
+core.entry(capture_call, 4)  -- (fn: an error in its tail call is at that line)
 
 local compiled = setmetatable({}, { __mode = "k" })  -- compiled function -> { fn =, opts = }
 
@@ -207,7 +208,11 @@ function M.compile(fn, opts)
   if type(fn) == "table" and type(fn.forward) == "function" then  -- a module: its forward
     module = fn
     site = define_site(module.forward)
-    fn = function(...) return module:forward(...) end
+    fn = function(...)
+      local forward = module.forward  -- (a local, not a tail call: crescent.position finds its line)
+      return core.pass(forward(module, ...))
+    end
+    core.entry(fn, 1)
   end
   if type(fn) ~= "function" then fail("compile: argument 1 (fn) expected a function or a module, got " .. type(fn)) end
   local o = check_opts(opts)

@@ -81,6 +81,47 @@ describe("crescent executable", function()
     has(err, path .. ":6: in main chunk", "stderr")
   end)
 
+  it("leaves crescent's own frames out of tracebacks unless CRESCENT_TRACEBACK=full", function()
+    local path = script("local T = crescent\nlocal function f(x)\n  local y = x + T.ones(3)\n  return y\nend\nf(T.ones(2))\n")
+    local _, err, st = run({ path })
+    expect.eq(st, 1)
+    expect.eq(err, "crescent: " .. path .. ":3: add: shapes {2} and {3} cannot be broadcast\nstack traceback:\n\t" ..
+      path .. ":3: in function 'f'\n\t" .. path .. ":6: in main chunk\n")
+    _, err, st = expect.crescent({ path }, { env = "CRESCENT_TRACEBACK=full" })
+    expect.eq(st, 1)
+    has(err, "[crescent] crescent.core:", "stderr")
+    has(err, path .. ":6: in main chunk", "stderr")
+    _, err = expect.crescent({ path }, { env = "CRESCENT_TRACEBACK=all" })
+    has(err, "CRESCENT_TRACEBACK=all is not one of: short, full", "stderr")
+    os.remove(path)
+  end)
+
+  it("reports an error in a tail call at the line of the tail call", function()
+    local path = script(table.concat({
+      "local T, nn = crescent, crescent.nn",
+      "local MLP = nn.Module:extend('MLP')",
+      "function MLP:init() self.fc1 = nn.Linear(3, 4); self.fc2 = nn.Linear(5, 3) end",
+      "function MLP:forward(x)",
+      "  local h = self.fc1(x)",
+      "  return self.fc2(h)",
+      "end",
+      "local m = MLP()",
+      "local f = T.compile(function(x) return T.add(x, T.ones(3)) end)",
+      "print(select(2, pcall(function() local y = m(T.randn(2, 3)); return y end)))",
+      "print(select(2, pcall(f, T.ones(2))))",
+      "print(select(2, pcall(T.compile(m), T.randn(2, 3))))",
+    }, "\n"))
+    local out, err, st = run({ path })
+    os.remove(path)
+    expect.eq(st, 0, err)
+    local lines = {}
+    for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    expect.eq(#lines, 3, out)
+    expect.truthy(lines[1]:find(path .. ":6: linear:", 1, true), out)
+    expect.truthy(lines[2]:find(path .. ":9: add: shapes {2} and {3}", 1, true), out)
+    expect.truthy(lines[3]:find(path .. ":6: linear:", 1, true), out)
+  end)
+
   it("exits 1 on -e errors, syntax errors, missing scripts and bad options", function()
     local _, err, st = run({ "-e", "error('boom')" })
     expect.eq(st, 1)

@@ -8,6 +8,7 @@
 #include "vm/lua/api.hpp"
 #include "vm/lua/layers.hpp"
 #include "vm/lua/stdlib.hpp"
+#include "vm/lua/traceback.hpp"
 #include "vm/tensor.hpp"
 
 extern "C" {
@@ -93,16 +94,6 @@ int load_embedded(lua_State* L) {
     lua_pushstring(L, name);
     lua_call(L, 1, 1);
   }
-  return 1;
-}
-
-int traceback(lua_State* L) {
-  const char* msg = lua_tostring(L, 1);
-  if (!msg) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_isstring(L, -1)) return 1;
-    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  }
-  luaL_traceback(L, L, msg, 1);
   return 1;
 }
 

@@ -254,9 +254,9 @@ describe("crescent REPL on piped input", function()
     expect.eq(out, "30\n1\nline1\nline2\n42\n")
   end)
 
-  it("reports errors with their location and keeps going", function()
+  it("reports errors with their location, keeps going, and exits 1 at the end", function()
     local out, err, st = run({}, "error('boom')\nprint('still here')\ncrescent.ones(2) + crescent.ones(3)\nx = = 1\n2 + 2\n")
-    expect.eq(st, 0)
+    expect.eq(st, 1)
     expect.eq(out, "still here\n4\n")
     has(err, "stdin:1: boom", "stderr")
     has(err, "stack traceback:", "stderr")
@@ -266,9 +266,56 @@ describe("crescent REPL on piped input", function()
 
   it("reports an unfinished chunk at the end of input", function()
     local out, err, st = run({}, "print(1)\nfor i = 1, 2 do\n")
-    expect.eq(st, 0)
+    expect.eq(st, 1)
     expect.eq(out, "1\n")
     has(err, "'<eof>'", "stderr")
+  end)
+
+  -- The REPL's output for these input lines, which raise no error.
+  local function repl(lines)
+    local out, err, st = run({}, table.concat(lines, "\n") .. "\n")
+    expect.eq(err, "")
+    expect.eq(st, 0)
+    return out
+  end
+
+  it("predefines T, shows sizes as {2, 3}, keeps `_`, and hides values after `;`", function()
+    local out = repl({
+      "x = T.ones(2, 3); x.shape",  -- statements, then an expression: no continuation
+      "x:size() == T.zeros(2, 3).shape, x.shape:equals{2, 3}, x.shape:equals{3, 2}",
+      "T.randn(4, 5);", "_.shape", "_", "a, b = 1; b",
+    })
+    expect.eq(out, "{2, 3}\ntrue\ttrue\tfalse\n{4, 5}\n{4, 5}\nnil\n")
+  end)
+
+  it("pretty-prints tables: nested, sorted keys, tensors in short, cycles marked", function()
+    local out = repl({
+      "{3, 'a', k = {x = true}, ['odd key'] = 1, t = T.zeros(2, {dtype = 'int64'})}",
+      "c = {1}; c.me = c; c",
+      "s = {}; for i = 1, 30 do s['key' .. i] = i end; s",
+      "T.config",
+    })
+    local lines = {}
+    for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    expect.eq(lines[1], '{3, "a", k = {x = true}, ["odd key"] = 1, t = tensor<{2}, int64>}')
+    expect.truthy(lines[2]:match("^{1, me = <cycle: table: 0x%x+>}$"), lines[2])
+    expect.eq(lines[3], "{")  -- too long for one line: one entry a line
+    expect.eq(lines[4], "  key1 = 1,")
+    expect.eq(lines[34], "}")
+    has(out, "\n  cache_size_limit = 8,\n")  -- a proxy (T.config) shows what it reads
+  end)
+
+  it("describes ops, functions and nn classes with help() and `?`", function()
+    local out, err, st = run({}, "help(T.randn)\n? T.ones(2):sum\nx = T.ones(2)\n? x:sum\nhelp(T.nn.Linear)\n" ..
+                                 "help(function(a, b) end)\nhelp(T.no_such_thing)\nhelp()\n")
+    expect.eq(st, 0, err)
+    has(out, "randn(size: int..., {dtype = string, device = string}) -> Tensor\n  creation op; T.randn(...) only\n")
+    has(out, "sum(self: Tensor, [dim: dim|{dims}], [keepdim: boolean], {dtype = string}) -> Tensor\n" ..
+             "  reduction; T.sum(...) or x:sum(...)\nsum(self: Tensor")
+    has(out, "nn.Linear(din, dout, opts): an nn module class")
+    has(out, "function(a, b), defined at stdin:1")
+    has(out, "nil: no value")
+    has(out, "crescent REPL: T (= crescent) is the module.")
   end)
 
   it("enters the REPL after a script with -i", function()
@@ -326,6 +373,16 @@ describe("crescent REPL on a terminal", function()
     has(out, "3\n")
     expect.eq(slurp(history), "1 + 1\nfunction f(a)\nreturn a * 2\nend\nf(21)\n=3\n")
     os.remove(history)
+  end)
+
+  it("hides a value after `;`, keeps it in `_`, and helps", function()
+    local history = os.tmpname()
+    local out, st = on_tty("x = T.ones(2):sum();\nT.ones(3):sum();\n_\n? T.randn\n", history)
+    os.remove(history)
+    expect.eq(st, 0)
+    has(out, "help() helps")
+    has(out, "> T.ones(3):sum();\n> _\n" .. tostring(crescent.ones(3):sum()) .. "\n")
+    has(out, "> ? T.randn\nrandn(size: int...")
   end)
 
   it("runs without a history file when it cannot be written", function()

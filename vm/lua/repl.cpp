@@ -1,6 +1,8 @@
 // The REPL (API.md section 7). Each input is first compiled as `return <line>` so that an
-// expression prints its values (as Lua 5.3's REPL does), then as a statement; while the parser
-// stops at '<eof>' the chunk is incomplete and continuation lines are read (lua.c's technique).
+// expression prints its values (as Lua 5.3's REPL does), then as statements ending in an
+// expression (`x = 1; x.shape`), then as statements; while the parser stops at '<eof>' the chunk
+// is incomplete and continuation lines are read (lua.c's technique). crescent.repl shows the
+// values (tables pretty-printed, `_` the last one; a trailing `;` hides them) and gives help().
 // On a terminal lines come from GNU readline (editing, history, completion of globals, fields
 // and tensor methods); otherwise they are read plainly, without prompts, so input can be piped.
 #include "vm/lua/repl.hpp"
@@ -283,7 +285,8 @@ class Repl {
 
   int run() {
     install_sigint();
-    if (tty_) std::printf("%s  (Ctrl-D exits)\n", version_line().c_str());
+    if (!setup()) return 1;
+    if (tty_) std::printf("%s  (Ctrl-D exits, help() helps)\n", version_line().c_str());
     top_ = lua_gettop(L_);
     for (;;) {
       lua_settop(L_, top_);
@@ -302,11 +305,24 @@ class Repl {
   }
 
  private:
+  // crescent.repl's globals (T, help) and its show function, kept at stack index show_.
+  bool setup() {
+    if (!vm_.run_string("require('crescent.repl').setup()", "=[crescent] repl")) return report(vm_.error()), false;
+    lua_getglobal(L_, "require");
+    lua_pushstring(L_, "crescent.repl");
+    lua_call(L_, 1, 1);
+    lua_getfield(L_, -1, "show");
+    lua_remove(L_, -2);
+    show_ = lua_gettop(L_);
+    return true;
+  }
+
+  // Piped input that met an error exits 1 (after running the rest), as a script would.
   int finish() {
     lua_settop(L_, top_);
     if (tty_) std::fputs("\n", stdout);
     std::fflush(stdout);
-    return 0;
+    return failed_ && !tty_ ? 1 : 0;
   }
 
   // History keeps physical lines, as the history file does (a multi-line entry would come
@@ -328,22 +344,45 @@ class Repl {
 
   bool load(const std::string& code) { return luaL_loadbuffer(L_, code.data(), code.size(), "=stdin") == 0; }
 
+  // An expression list, so its values print. Run through a function, not as `return <list>`:
+  // that tail call would drop the chunk's frame, and error("x") would lose its "stdin:1:".
+  bool load_values(const std::string& statements, std::string list) {
+    size_t end = list.find_last_not_of(" \t\n");
+    if (end != std::string::npos && list[end] == ';') list.erase(end);  // `x;`: shown quietly
+    if (!load(statements + "return " + list)) return false;
+    lua_pop(L_, 1);
+    return load(statements + "return (function(...) return ... end)(" + list + "\n)");
+  }
+
+  // `x = 1; x.shape`: statements, then an expression after the last `;`.
+  bool load_tail_expression(const std::string& code) {
+    size_t cut = code.find_last_of(';');
+    if (cut == std::string::npos || code.find_first_not_of(" \t\n", cut + 1) == std::string::npos) return false;
+    if (load_values(code.substr(0, cut + 1) + "\n", code.substr(cut + 1))) return true;
+    lua_pop(L_, 1);
+    return false;
+  }
+
+  // Lua 5.1's `=expr`, and `? obj` (help; `? x:sum` is the method x.sum).
+  static std::string rewrite(const std::string& line) {
+    if (!line.empty() && line[0] == '=') return "return " + line.substr(1);
+    size_t b = line.find_first_not_of(" \t");
+    if (b == std::string::npos || line[b] != '?') return line;
+    std::string obj = line.substr(b + 1);
+    size_t colon = obj.find_last_of(':');
+    if (colon != std::string::npos && obj.find_first_of("(\"'", colon) == std::string::npos) obj[colon] = '.';
+    return "help(" + obj + ")";
+  }
+
   // Leaves the compiled chunk (kReady) or the syntax error message (kSyntaxError) on the stack.
   Chunk compile(const std::string& first) {
-    std::string code = !first.empty() && first[0] == '=' ? "return " + first.substr(1) : first;  // Lua 5.1's `=expr`
+    std::string code = rewrite(first);
     for (;;) {
-      // An expression list first, so its values print. Run through a function, not as
-      // `return <line>`: that tail call would drop the chunk's frame, and error("x") would
-      // lose its "stdin:1:" position.
       bool open_expression = false;  // `1 +` is no statement, but an unfinished expression
-      if (load("return " + code)) {
-        lua_pop(L_, 1);
-        if (load("return (function(...) return ... end)(" + code + "\n)")) break;
-      } else {
-        open_expression = incomplete();
-      }
+      if (load_values("", code)) break;
+      open_expression = incomplete();
       lua_pop(L_, 1);
-      if (load(code)) break;
+      if (load_tail_expression(code) || load(code)) break;
       if (!incomplete() && !open_expression) break;
       lua_pop(L_, 1);
       std::string more;
@@ -355,6 +394,7 @@ class Repl {
       }
       code += "\n" + more;
     }
+    quiet_ = code.find_last_not_of(" \t\n") != std::string::npos && code[code.find_last_not_of(" \t\n")] == ';';
     return lua_isfunction(L_, -1) ? Chunk::kReady : Chunk::kSyntaxError;
   }
 
@@ -368,9 +408,11 @@ class Repl {
     int n = lua_gettop(L_) - base;
     if (!ok) report(vm_.error());
     else if (n > 0) {
-      lua_getglobal(L_, "print");
+      lua_pushvalue(L_, show_);
+      lua_pushboolean(L_, quiet_);
       lua_insert(L_, base + 1);
-      if (!vm_.pcall(n, 0)) report("error calling 'print' (" + vm_.error() + ")");
+      lua_insert(L_, base + 1);
+      if (!vm_.pcall(n + 1, 0)) report("error showing the result (" + vm_.error() + ")");
     }
     g_running.store(nullptr);
     lua_sethook(L_, nullptr, 0, 0);
@@ -378,6 +420,7 @@ class Repl {
   }
 
   void report(const std::string& msg) {
+    failed_ = true;
     std::fflush(stdout);
     std::fprintf(stderr, "%s\n", msg.c_str());
     std::fflush(stderr);
@@ -386,7 +429,9 @@ class Repl {
   LuaVM& vm_;
   lua_State* L_;
   bool tty_;
-  int top_ = 0;
+  int top_ = 0, show_ = 0;
+  bool quiet_ = false;  // the chunk ends in `;`: its values are not shown
+  bool failed_ = false;  // some chunk raised an error
   std::unique_ptr<History> history_;
 };
 

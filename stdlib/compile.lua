@@ -297,7 +297,11 @@ M.compiler = {
              backward_graphs_compiled = STATS[11], grad_fallbacks = STATS[12] }
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
-  set_logs = function(list) api.cap_set_logs(ctx, list or "") end,
+  set_logs = function(list)
+    if list ~= nil and type(list) ~= "string" then fail("compiler.set_logs: argument 1 expected a string, got " .. type(list)) end
+    local rc = api.cap_set_logs(ctx, list or "")
+    if rc < 0 then core.raise(rc) end
+  end,
   -- native_available("cpu" | "cuda") -> true, or false and why (libgccjit / driver / NVRTC missing)
   native_available = function(kind)
     local why = api.native_unavailable(kind == "cuda" and 1 or 0)

@@ -336,7 +336,9 @@ const char* api_cap_report(cr_ctx* c) {
   return ctx.scratch.c_str();
 }
 
-void api_cap_set_logs(cr_ctx* c, const char* list) { rec(c).logs.parse(list); }
+int32_t api_cap_set_logs(cr_ctx* c, const char* list) {
+  return guarded(c, [&] { return rec(c).logs.parse(list), 0; });
+}
 void api_cap_drop(cr_ctx* c, int32_t fn) { rec(c).drop(fn); }
 // T.config entries the recorder needs ("" for nil)
 int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {

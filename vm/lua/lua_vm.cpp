@@ -1,5 +1,6 @@
 #include "vm/lua/lua_vm.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string_view>
@@ -108,7 +109,13 @@ static void check_cpu() {
 #endif
 }
 
-LuaVM::LuaVM() : L_((check_cpu(), install_hooks(), luaL_newstate())) {
+// CRESCENT_LOGS checked before the state exists (Context parses it again), so that a wrong name
+// fails the VM's creation without leaving a state behind.
+static void check_logs() {
+  if (const char* list = std::getenv("CRESCENT_LOGS")) Logs().parse(list);
+}
+
+LuaVM::LuaVM() : L_((check_cpu(), check_logs(), install_hooks(), luaL_newstate())) {
   if (!L_) throw std::runtime_error("crescent: cannot create a Lua state (out of memory)");
   luaL_openlibs(L_);
   // Collect when the heap has grown by half (Lua's default waits for it to double). Tensor

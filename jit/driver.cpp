@@ -34,6 +34,7 @@
 #include "jit/cuda/program.hpp"
 #include "jit/fusion/schedule.hpp"
 #include "jit/scratch.hpp"
+#include "vm/env.hpp"
 
 namespace cr::jit {
 
@@ -74,8 +75,7 @@ std::shared_ptr<cpu::SharedObject> load(const std::string& path) {
 // CRESCENT_JIT_FORK=0 compiles in process (no crash or leak isolation; one compile at a time);
 // otherwise in a compiler process (jit/compiler_process.hpp).
 bool isolate_compiles() {
-  const char* v = std::getenv("CRESCENT_JIT_FORK");
-  return !(v && *v == '0');
+  return env_number(kEnvJitFork) != 0;
 }
 
 // CRESCENT_JIT_FAIL (tests of the fallback): "crash" / "hang" make the compiler process do so,

@@ -136,6 +136,24 @@ describe("crescent executable", function()
     crescent.compiler.set_logs("")
   end)
 
+  it("rejects environment numbers out of their range, naming the variable and the range", function()
+    for _, case in ipairs({
+      { "CRESCENT_JIT_TIMEOUT=abc", 'CRESCENT_JIT_TIMEOUT: expected a number from 0.001 to 86400, got "abc"' },
+      { "CRESCENT_JIT_TIMEOUT=0", 'CRESCENT_JIT_TIMEOUT: expected a number from 0.001 to 86400, got "0"' },
+      { "CRESCENT_JIT_FORK=no", 'CRESCENT_JIT_FORK: expected a whole number from 0 to 1, got "no"' },
+      { "CRESCENT_CUDA_WAVES=8x", 'CRESCENT_CUDA_WAVES: expected a whole number from 1 to 1024, got "8x"' },
+      { "CRESCENT_CPU_STREAM_BYTES=1.5", 'CRESCENT_CPU_STREAM_BYTES: expected a whole number from 1 to 1e+15, got "1.5"' },
+    }) do
+      local out, err, st = expect.crescent({ "-e", "print(1)" }, { env = case[1] })
+      expect.eq(st, 1, case[1])
+      expect.eq(out, "")
+      expect.eq(err, "crescent: " .. case[2] .. "\n")
+    end
+    local out, err, st = expect.crescent({ "-e", "print(1)" }, { env = "CRESCENT_JIT_TIMEOUT=0.5 CRESCENT_JIT_FORK=0 CRESCENT_CUDA_WAVES=4" })
+    expect.eq(st, 0, err)
+    expect.eq(out, "1\n")
+  end)
+
   it("exits 1 on -e errors, syntax errors, missing scripts and bad options", function()
     local _, err, st = run({ "-e", "error('boom')" })
     expect.eq(st, 1)

@@ -10,6 +10,7 @@
 #include "vm/lua/layers.hpp"
 #include "vm/lua/stdlib.hpp"
 #include "vm/lua/traceback.hpp"
+#include "vm/env.hpp"
 #include "vm/tensor.hpp"
 
 extern "C" {
@@ -109,13 +110,14 @@ static void check_cpu() {
 #endif
 }
 
-// CRESCENT_LOGS checked before the state exists (Context parses it again), so that a wrong name
-// fails the VM's creation without leaving a state behind.
-static void check_logs() {
+// CRESCENT_LOGS and the numbers of the environment checked before the state exists (Context
+// parses the logs again), so that a wrong value fails the VM's creation, leaving nothing behind.
+static void check_env() {
   if (const char* list = std::getenv("CRESCENT_LOGS")) Logs().parse(list);
+  check_environment();
 }
 
-LuaVM::LuaVM() : L_((check_cpu(), check_logs(), install_hooks(), luaL_newstate())) {
+LuaVM::LuaVM() : L_((check_cpu(), check_env(), install_hooks(), luaL_newstate())) {
   if (!L_) throw std::runtime_error("crescent: cannot create a Lua state (out of memory)");
   luaL_openlibs(L_);
   // Collect when the heap has grown by half (Lua's default waits for it to double). Tensor
@@ -136,7 +138,7 @@ LuaVM::LuaVM() : L_((check_cpu(), check_logs(), install_hooks(), luaL_newstate()
   lua_pop(L_, 2);
   // the executable and embedding hosts see the module as the global `crescent`
   if (!run_string("crescent = require 'crescent'", "=[crescent] init"))
-    throw std::runtime_error("crescent: loading the standard library failed: " + error_);
+    throw std::runtime_error("loading the standard library failed: " + error_.substr(0, error_.find("\nstack traceback:")));
 }
 
 // A graph of this VM may still be compiling on the background thread: it finishes before the

@@ -30,6 +30,7 @@ local settings = {
   -- eager kernels, and the graph switches between two calls; true: in line (the spec runner sets
   -- it, so that a test's second call runs native code).
   sync_compile = false,
+  repl_timing = false,  -- the REPL prints each command's wall time after its results
 }
 
 -- Each setting's check: whether v may be assigned, and what is expected.
@@ -41,6 +42,7 @@ local SETTINGS = {
   cache_max_mb = function(v) return type(v) == "number" and v > 0 and v < math.huge, "a positive number of MB" end,
   debug_dir = function(v) return v == nil or type(v) == "string", "a directory (a string) or nil" end,
   sync_compile = function(v) return type(v) == "boolean", "a boolean" end,
+  repl_timing = function(v) return type(v) == "boolean", "a boolean" end,
 }
 local function shown(v)
   if type(v) == "string" then return ("%q"):format(v) end

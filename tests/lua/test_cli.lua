@@ -320,6 +320,11 @@ describe("crescent REPL on piped input", function()
     expect.eq(out, "{2, 3}\ntrue\ttrue\tfalse\n{4, 5}\n{4, 5}\nnil\n")
   end)
 
+  it("prints each command's time after its results with T.config.repl_timing", function()
+    local out = repl({ "T.config.repl_timing = true", "1 + 1", "T.config.repl_timing = false", "3" })
+    expect.truthy(out:match("^%(%d+%.%d ms%)\n2\n%(%d+%.%d ms%)\n3\n$"), out)
+  end)
+
   it("pretty-prints tables: nested, sorted keys, tensors in short, cycles marked", function()
     local out = repl({
       "{3, 'a', k = {x = true}, ['odd key'] = 1, t = T.zeros(2, {dtype = 'int64'})}",

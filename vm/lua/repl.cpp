@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -404,7 +405,9 @@ class Repl {
     int base = lua_gettop(L_) - 1;
     g_sigint = 0;
     g_running.store(L_);
+    const auto start = std::chrono::steady_clock::now();
     bool ok = vm_.pcall(0, LUA_MULTRET);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     int n = lua_gettop(L_) - base;
     if (!ok) report(vm_.error());
     else if (n > 0) {
@@ -414,9 +417,27 @@ class Repl {
       lua_insert(L_, base + 1);
       if (!vm_.pcall(n + 1, 0)) report("error showing the result (" + vm_.error() + ")");
     }
+    if (timing()) std::printf("(%.1f ms)\n", ms);
     g_running.store(nullptr);
     lua_sethook(L_, nullptr, 0, 0);
     g_sigint = 0;
+  }
+
+  // T.config.repl_timing (read raw: T.config's __index is a plain table).
+  bool timing() {
+    lua_getglobal(L_, "crescent");
+    bool on = false;
+    if (lua_istable(L_, -1)) {
+      lua_getfield(L_, -1, "config");
+      if (lua_istable(L_, -1)) {
+        lua_getfield(L_, -1, "repl_timing");
+        on = lua_toboolean(L_, -1);
+        lua_pop(L_, 1);
+      }
+      lua_pop(L_, 1);
+    }
+    lua_pop(L_, 1);
+    return on;
   }
 
   void report(const std::string& msg) {

@@ -394,6 +394,15 @@ describe("crescent REPL on a terminal", function()
     return out, status
   end
 
+  -- The history file's entries: each follows a "#<time>" line; a multi-line one is one entry.
+  local function entries(path)
+    local text, list = slurp(path), {}
+    expect.truthy(text == "" or text:match("^#%d+\n"), text)
+    for entry in ("\n" .. text .. "#0\n"):gmatch("(.-)\n#%d+\n") do list[#list + 1] = entry end
+    table.remove(list, 1)  -- (the text before the first time line)
+    return list
+  end
+
   it("shows the banner and prompts, continues lines and keeps a history file", function()
     local history = os.tmpname()
     os.remove(history)
@@ -403,12 +412,24 @@ describe("crescent REPL on a terminal", function()
     has(out, "> 1 + 1\n2\n")
     has(out, ">> return a * 2\n")
     has(out, "> f(21)\n42\n")
-    expect.eq(slurp(history), "1 + 1\nfunction f(a)\nreturn a * 2\nend\nf(21)\n")
-    -- a second session appends to the same file
-    out, st = on_tty("=3\n", history)
+    expect.eq(entries(history), { "1 + 1", "function f(a)\nreturn a * 2\nend", "f(21)" })
+    -- a second session appends to the same file, and recalls a block whole (Ctrl-P, Enter)
+    out, st = on_tty("=3\n\16\16\16\nf(2)\n", history)
     expect.eq(st, 0)
     has(out, "3\n")
-    expect.eq(slurp(history), "1 + 1\nfunction f(a)\nreturn a * 2\nend\nf(21)\n=3\n")
+    has(out, "> f(2)\n4\n")
+    local block = "function f(a)\nreturn a * 2\nend"
+    expect.eq(entries(history), { "1 + 1", block, "f(21)", "=3", block, "f(2)" })
+    os.remove(history)
+  end)
+
+  it("reads a history file of one line an entry and rewrites it with time lines", function()
+    local history = os.tmpname()
+    spit(history, "x = 5\nprint(x)\n")
+    local out, st = on_tty("\16\16\n\16\16\n", history)  -- recall `x = 5`, then `print(x)`
+    expect.eq(st, 0)
+    has(out, "5\n")
+    expect.eq(entries(history), { "x = 5", "print(x)", "x = 5", "print(x)" })
     os.remove(history)
   end)
 

@@ -242,29 +242,59 @@ std::string history_path() {
   return home && *home ? std::string(home) + "/.crescent_history" : std::string();
 }
 
-// In-memory readline history, mirrored line by line into the history file when it is usable
+// In-memory readline history, mirrored entry by entry into the history file when it is usable
 // (appending keeps the entries of concurrent sessions); an unusable file is silently skipped.
+// An entry is a whole chunk (a multi-line block recalls as one); in the file each entry follows a
+// "#<time>" line, readline's multi-line format. A file without them (one line an entry, as older
+// versions wrote) is read line by line and rewritten so.
 class History {
  public:
   History() : path_(history_path()) {
     using_history();
     stifle_history(kHistoryLines);
+    history_comment_char = '#';
+    history_write_timestamps = 1;
+    history_multiline_entries = 1;
     if (path_.empty()) return;
-    int rc = read_history(path_.c_str());
+    int rc = lines_only() ? (read_lines(), write_history(path_.c_str())) : read_history(path_.c_str());
     if (rc == ENOENT) rc = write_history(path_.c_str());  // create it, so appends work
     if (rc != 0) path_.clear();
   }
   ~History() {
     if (!path_.empty()) history_truncate_file(path_.c_str(), kHistoryLines);
   }
-  void add(const std::string& line) {
-    if (line.find_first_not_of(" \t") == std::string::npos || line == last_) return;
-    last_ = line;
-    add_history(line.c_str());
+  void add(const std::string& entry) {
+    if (entry.find_first_not_of(" \t\n") == std::string::npos || entry == last_) return;
+    last_ = entry;
+    add_history(entry.c_str());
     if (!path_.empty() && append_history(1, path_.c_str()) != 0) path_.clear();
   }
 
  private:
+  // The file exists, is not empty and does not start with a "#<digits>" line.
+  bool lines_only() const {
+    FILE* f = std::fopen(path_.c_str(), "r");
+    if (!f) return false;
+    char first[64] = {};
+    const bool got = std::fgets(first, sizeof first, f) != nullptr;
+    std::fclose(f);
+    if (!got) return false;
+    size_t n = std::strspn(first + (first[0] == '#'), "0123456789");
+    return !(first[0] == '#' && n > 0 && (first[n + 1] == '\n' || first[n + 1] == '\0'));
+  }
+  void read_lines() {
+    FILE* f = std::fopen(path_.c_str(), "r");
+    if (!f) return;
+    char* line = nullptr;
+    size_t cap = 0;
+    for (ssize_t n; (n = getline(&line, &cap, f)) > 0;) {
+      if (line[n - 1] == '\n') line[n - 1] = '\0';
+      if (*line) add_history(line);
+    }
+    std::free(line);
+    std::fclose(f);
+  }
+
   std::string path_, last_;
 };
 
@@ -326,14 +356,7 @@ class Repl {
     return failed_ && !tty_ ? 1 : 0;
   }
 
-  // History keeps physical lines, as the history file does (a multi-line entry would come
-  // back from the file as separate lines anyway).
-  Input read(const char* prompt, std::string& line) {
-    if (!tty_) return read_plain(line);
-    Input in = read_terminal(prompt, line);
-    if (in == Input::kLine) history_->add(line);
-    return in;
-  }
+  Input read(const char* prompt, std::string& line) { return tty_ ? read_terminal(prompt, line) : read_plain(line); }
 
   // The parser gave up at the end of the text: more lines may complete the chunk.
   bool incomplete() const {
@@ -377,7 +400,7 @@ class Repl {
 
   // Leaves the compiled chunk (kReady) or the syntax error message (kSyntaxError) on the stack.
   Chunk compile(const std::string& first) {
-    std::string code = rewrite(first);
+    std::string code = rewrite(first), entry = first;  // entry: the chunk as typed, for the history
     for (;;) {
       bool open_expression = false;  // `1 +` is no statement, but an unfinished expression
       if (load_values("", code)) break;
@@ -394,7 +417,9 @@ class Repl {
         return Chunk::kEof;
       }
       code += "\n" + more;
+      entry += "\n" + more;
     }
+    if (tty_) history_->add(entry);
     quiet_ = code.find_last_not_of(" \t\n") != std::string::npos && code[code.find_last_not_of(" \t\n")] == ';';
     return lua_isfunction(L_, -1) ? Chunk::kReady : Chunk::kSyntaxError;
   }

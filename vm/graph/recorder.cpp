@@ -12,6 +12,7 @@
 #include "vm/graph/segment.hpp"
 #include "vm/autograd/grad_mode.hpp"
 #include "vm/autograd/meta.hpp"
+#include "vm/fixed.hpp"
 #include "vm/kernels/loop.hpp"
 
 namespace cr::graph {
@@ -586,7 +587,7 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf, const Graph& raw) {
   if (!g->dynamic || (leaf.instances.empty() && !leaf.compiled)) ++stats.graphs_compiled;
   if (logs.graph) log("graph", g->str());
   if (logs.perf)
-    log("perf", cat(g->name, ": compiled in ", us, " us (", leaf.raw->op_count(), " ops -> ", g->op_count(), ")"));
+    log("perf", cat(g->name, ": compiled in ", fixed(us), " us (", leaf.raw->op_count(), " ops -> ", g->op_count(), ")"));
   dump(leaf, *g, us);
   start_native(g, fn_->opts.backend);
   leaf.compiled = g;

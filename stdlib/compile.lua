@@ -251,8 +251,10 @@ function M.explain(fn, ...)
   local id = api.cap_function(ctx, site, 2 ^ 30, 0, 0, "eager", dynamic)
   local ok, err = pcall(capture_call, id, "return of " .. site, train_mode(nil, ...), fn, ...)
   if not ok then api.cap_drop(ctx, id); error(err, 0) end
-  local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {}, symbolic_dims = {} }
-  for ops, reason, where, sym in ffi.string(api.cap_report(ctx)):gmatch("(%d+)\t([^\t]*)\t([^\t]*)\t([^\n]*)\n") do
+  local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {}, graph_ops = {},
+              symbolic_dims = {} }
+  local report = ffi.string(api.cap_report(ctx))
+  for ops, reason, where, sym, names in report:gmatch("(%d+)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\n]*)\n") do
     ops = tonumber(ops)
     -- "%0:1=7": input value %0, 0-based dim 1, size 7 in this call (dims are 1-based in Lua)
     for v, d, size in sym:gmatch("%%(%d+):(%d+)=(%d+)") do
@@ -262,6 +264,9 @@ function M.explain(fn, ...)
     if ops > 0 then
       r.graph_count = r.graph_count + 1
       r.ops_per_graph[#r.ops_per_graph + 1] = ops
+      local list = {}
+      for name in names:gmatch("%S+") do list[#list + 1] = name end
+      r.graph_ops[#r.graph_ops + 1] = list  -- the graph's ops in call order
     end
     if reason ~= "return" then
       r.graph_break_count = r.graph_break_count + 1
@@ -269,7 +274,9 @@ function M.explain(fn, ...)
     end
   end
   local lines = { string.format("%s: %d graph(s), %d graph break(s)", site, r.graph_count, r.graph_break_count) }
-  for i, n in ipairs(r.ops_per_graph) do lines[#lines + 1] = string.format("  graph %d: %d ops", i, n) end
+  for i, n in ipairs(r.ops_per_graph) do
+    lines[#lines + 1] = string.format("  graph %d: %d ops: %s", i, n, table.concat(r.graph_ops[i], " "))
+  end
   for i, b in ipairs(r.break_reasons) do lines[#lines + 1] = string.format("  break %d: %s at %s", i, b.reason, b.where) end
   for _, s in ipairs(r.symbolic_dims) do
     lines[#lines + 1] = string.format("  symbolic: graph %d input %s dim %d (size %d now)", s.segment, s.input, s.dim, s.size)

@@ -332,7 +332,7 @@ void api_cap_stats(cr_ctx* c, double* out) {
 const char* api_cap_report(cr_ctx* c) {
   Context& ctx = Context::of(c);
   ctx.scratch.clear();
-  for (const graph::SegmentReport& r : rec(c).report) ctx.scratch += cat(r.ops, "\t", r.reason, "\t", r.where, "\t", r.symbolic, "\n");
+  for (const graph::SegmentReport& r : rec(c).report) ctx.scratch += cat(r.ops, "\t", r.reason, "\t", r.where, "\t", r.symbolic, "\t", r.op_names, "\n");
   return ctx.scratch.c_str();
 }
 

@@ -18,6 +18,7 @@ end
 -- with ==, a size and a plain table with size:equals(t).
 local Size = { __name = "Size" }
 Size.__index = Size
+core.Size = Size  -- (a library table: replay guards never walk it, stdlib/replay_state.lua)
 Size.__tostring = function(s) return "{" .. table.concat(s, ", ") .. "}" end
 function Size.equals(a, b)
   if type(b) ~= "table" or #a ~= #b then return false end

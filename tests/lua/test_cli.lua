@@ -355,6 +355,23 @@ describe("crescent REPL on piped input", function()
     has(out, "crescent REPL: T (= crescent) is the module.")
   end)
 
+  it("stops a pure-Lua loop at Ctrl-C (SIGINT) and goes on", function()
+    local bin = expect.need_bin()
+    local base = os.tmpname()
+    spit(base .. ".in", "io.write('looping\\n'); io.flush(); local n = 0; while true do n = n + 1 end\nprint('alive')\n")
+    -- SIGINT once the loop has started; a loop that ignores it is killed after 60 s (and fails)
+    local out = SH.run(("%s CRESCENT_HISTORY= %s < %s > %s 2> %s & pid=$!; " ..
+      "for i in $(seq 600); do grep -q looping %s && break; sleep 0.1; done; kill -INT $pid; " ..
+      "for i in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; " ..
+      "kill -KILL $pid 2>/dev/null && echo hung; wait $pid; echo status=$?"):format(SH.child_env or "", quote(bin),
+      quote(base .. ".in"), quote(base .. ".out"), quote(base .. ".err"), quote(base .. ".out")))
+    local stdout, stderr = slurp(base .. ".out"), slurp(base .. ".err")
+    for _, suffix in ipairs({ "", ".in", ".out", ".err" }) do os.remove(base .. suffix) end
+    expect.eq(out, "status=1\n")  -- (piped input that raised an error)
+    expect.eq(stdout, "looping\nalive\n")
+    has(stderr, "interrupted!", "stderr")
+  end)
+
   it("enters the REPL after a script with -i", function()
     local path = script("answer = 41\nfunction inc(x) return x + 1 end\n")
     local out, err, st = run({ "-i", path }, "inc(answer)\n")

@@ -44,9 +44,12 @@ constexpr int kHistoryLines = 1000;
 
 // ---- Ctrl-C -----------------------------------------------------------------------------------
 // While a chunk runs, Ctrl-C sets a hook that raises "interrupted!" at the next Lua instruction
-// (lua.c's technique) - a second Ctrl-C ends the process, for loops compiled by the JIT, which
-// never look at hooks; while a line is read, Ctrl-C cancels the input. This state is process-wide
-// because signal dispositions are: the REPL belongs to the executable, never to embedding hosts.
+// (lua.c's technique). Loops compiled by the JIT never look at hooks, so the code typed at the
+// REPL (and the functions it defines) runs in LuaJIT's interpreter: Ctrl-C stops any such loop
+// and the session goes on. A second unanswered Ctrl-C (a JIT-compiled loop of a script loaded
+// with -i or require) ends the process; while a line is read, Ctrl-C cancels it. This state is
+// process-wide because signal dispositions are: the REPL belongs to the executable, never to
+// embedding hosts.
 std::atomic<lua_State*> g_running{nullptr};
 volatile std::sig_atomic_t g_sigint = 0;
 
@@ -428,6 +431,7 @@ class Repl {
   // tensors print as PyTorch does). Errors print with their traceback; the loop goes on.
   void execute() {
     int base = lua_gettop(L_) - 1;
+    luaJIT_setmode(L_, -1, LUAJIT_MODE_ALLFUNC | LUAJIT_MODE_OFF);  // (interruptible: see Ctrl-C above)
     g_sigint = 0;
     g_running.store(L_);
     const auto start = std::chrono::steady_clock::now();

@@ -34,6 +34,8 @@
 #include "jit/cuda/program.hpp"
 #include "jit/fusion/schedule.hpp"
 #include "jit/scratch.hpp"
+#include "vm/env.hpp"
+#include "vm/fixed.hpp"
 
 namespace cr::jit {
 
@@ -74,8 +76,7 @@ std::shared_ptr<cpu::SharedObject> load(const std::string& path) {
 // CRESCENT_JIT_FORK=0 compiles in process (no crash or leak isolation; one compile at a time);
 // otherwise in a compiler process (jit/compiler_process.hpp).
 bool isolate_compiles() {
-  const char* v = std::getenv("CRESCENT_JIT_FORK");
-  return !(v && *v == '0');
+  return env_number(kEnvJitFork) != 0;
 }
 
 // CRESCENT_JIT_FAIL (tests of the fallback): "crash" / "hang" make the compiler process do so,
@@ -247,8 +248,8 @@ std::shared_ptr<const graph::Executable> cuda_program(Plan plan, const graph::Gr
   *cached = *disk_hit || memory_hit;
   const double t_bin = now_ms();
   auto p = std::make_shared<jit::cuda::Program>(std::move(plan), std::move(m), key, *bin, o.device);
-  *phases = cat("emit ", t_emit - t0, " ms, ", *cached ? "CUBIN from the cache " : "NVRTC ", t_bin - t_emit, " ms, module load ",
-                now_ms() - t_bin, " ms");
+  *phases = cat("emit ", fixed(t_emit - t0), " ms, ", *cached ? "CUBIN from the cache " : "NVRTC ", fixed(t_bin - t_emit),
+                " ms, module load ", fixed(now_ms() - t_bin), " ms");
   return p;
 }
 
@@ -342,8 +343,9 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
   }
   double ms = now_ms() - t0;
   if (!dump_base.empty())
-    write_file(dump_base + ".timings.txt", cat("lower ", t_lower - t0, " ms\nschedule ", t_sched - t_lower, " ms\ncode + cache ",
-                                               t_code > 0 ? t_code - t_sched : 0.0, " ms\ntotal ", ms, " ms\n",
+    write_file(dump_base + ".timings.txt", cat("lower ", fixed(t_lower - t0), " ms\nschedule ", fixed(t_sched - t_lower),
+                                               " ms\ncode + cache ", fixed(t_code > 0 ? t_code - t_sched : 0.0), " ms\ntotal ",
+                                               fixed(ms), " ms\n",
                                                disk_hit ? "from the disk cache\n" : "", error.empty() ? "" : cat("error: ", error, "\n")));
   std::lock_guard<std::mutex> lock(slot.mutex);
   slot.done = true;
@@ -353,7 +355,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
   slot.kernels_loaded = nloaded;
   slot.disk_hit = disk_hit;
   slot.compile_ms = ms;
-  slot.phases = cat("lower ", t_lower - t0, " ms, schedule ", t_sched - t_lower, " ms",
+  slot.phases = cat("lower ", fixed(t_lower - t0), " ms, schedule ", fixed(t_sched - t_lower), " ms",
                     code_phases.empty() ? "" : cat(", ", code_phases));
   slot.log = std::move(log);
 }

@@ -32,6 +32,7 @@ local settings = {
   sync_compile = false,
   -- mode = "reduce-overhead" on CUDA replays a proven call as one CUDA graph (false: from the host)
   cudagraphs = true,
+  repl_timing = false,  -- the REPL prints each command's wall time after its results
 }
 
 -- Each setting's check: whether v may be assigned, and what is expected.
@@ -44,6 +45,7 @@ local SETTINGS = {
   debug_dir = function(v) return v == nil or type(v) == "string", "a directory (a string) or nil" end,
   sync_compile = function(v) return type(v) == "boolean", "a boolean" end,
   cudagraphs = function(v) return type(v) == "boolean", "a boolean" end,
+  repl_timing = function(v) return type(v) == "boolean", "a boolean" end,
 }
 local function shown(v)
   if type(v) == "string" then return ("%q"):format(v) end
@@ -202,6 +204,7 @@ local function capture_call(id, ret_where, train, fn, ...)
   if rc < 0 then core.raise(rc) end
   return finish(ret_where, pcall(fn, ...))
 end
+core.entry(capture_call, 4)  -- (fn: an error in its tail call is at that line)
 
 local compiled = setmetatable({}, { __mode = "k" })  -- compiled function -> { fn =, opts = }
 
@@ -210,7 +213,11 @@ function M.compile(fn, opts)
   if type(fn) == "table" and type(fn.forward) == "function" then  -- a module: its forward
     module = fn
     site = define_site(module.forward)
-    fn = function(...) return module:forward(...) end
+    fn = function(...)
+      local forward = module.forward  -- (a local, not a tail call: crescent.position finds its line)
+      return core.pass(forward(module, ...))
+    end
+    core.entry(fn, 1)
   end
   if type(fn) ~= "function" then fail("compile: argument 1 (fn) expected a function or a module, got " .. type(fn)) end
   local o = check_opts(opts)
@@ -249,10 +256,11 @@ function M.explain(fn, ...)
   if not ok then api.cap_drop(ctx, id); error(err, 0) end
   -- (training: backward_graph_count forward graphs get a backward graph of their own; those in
   -- grad_fallbacks are differentiated by eager autograd)
-  local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {}, symbolic_dims = {},
-              backward_graph_count = 0, grad_fallbacks = {} }
+  local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {}, graph_ops = {},
+              symbolic_dims = {}, backward_graph_count = 0, grad_fallbacks = {} }
   local report = ffi.string(api.cap_report(ctx))
-  for ops, reason, where, sym, bwd, why in report:gmatch("(%d+)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(%d)\t([^\n]*)\n") do
+  for ops, reason, where, sym, names, bwd, why in
+      report:gmatch("(%d+)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(%d)\t([^\n]*)\n") do
     ops = tonumber(ops)
     -- "%0:1=7": input value %0, 0-based dim 1, size 7 in this call (dims are 1-based in Lua)
     for v, d, size in sym:gmatch("%%(%d+):(%d+)=(%d+)") do
@@ -262,6 +270,9 @@ function M.explain(fn, ...)
     if ops > 0 then
       r.graph_count = r.graph_count + 1
       r.ops_per_graph[#r.ops_per_graph + 1] = ops
+      local list = {}
+      for name in names:gmatch("%S+") do list[#list + 1] = name end
+      r.graph_ops[#r.graph_ops + 1] = list  -- the graph's ops in call order
     end
     if bwd == "1" then r.backward_graph_count = r.backward_graph_count + 1 end
     if why ~= "" then r.grad_fallbacks[#r.grad_fallbacks + 1] = { graph = r.graph_count, reason = why } end
@@ -272,7 +283,9 @@ function M.explain(fn, ...)
   end
   local lines = { string.format("%s: %d graph(s), %d graph break(s)", site, r.graph_count, r.graph_break_count)
                   .. (r.backward_graph_count > 0 and string.format(", %d backward graph(s)", r.backward_graph_count) or "") }
-  for i, n in ipairs(r.ops_per_graph) do lines[#lines + 1] = string.format("  graph %d: %d ops", i, n) end
+  for i, n in ipairs(r.ops_per_graph) do
+    lines[#lines + 1] = string.format("  graph %d: %d ops: %s", i, n, table.concat(r.graph_ops[i], " "))
+  end
   for i, b in ipairs(r.break_reasons) do lines[#lines + 1] = string.format("  break %d: %s at %s", i, b.reason, b.where) end
   for _, f in ipairs(r.grad_fallbacks) do
     lines[#lines + 1] = string.format("  graph %d: eager autograd differentiates it: %s", f.graph, f.reason)
@@ -310,7 +323,11 @@ M.compiler = {
              cudagraphs_recorded = STATS[16], cudagraph_replays = STATS[17] }
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
-  set_logs = function(list) api.cap_set_logs(ctx, list or "") end,
+  set_logs = function(list)
+    if list ~= nil and type(list) ~= "string" then fail("compiler.set_logs: argument 1 expected a string, got " .. type(list)) end
+    local rc = api.cap_set_logs(ctx, list or "")
+    if rc < 0 then core.raise(rc) end
+  end,
   -- native_available("cpu" | "cuda") -> true, or false and why (libgccjit / driver / NVRTC missing)
   native_available = function(kind)
     local why = api.native_unavailable(kind == "cuda" and 1 or 0)

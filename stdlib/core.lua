@@ -15,30 +15,22 @@ local core = {
   release_handle = release_handle,  -- the handles' finaliser (a lua_CFunction, vm/lua/lua_vm.cpp)
 }
 
--- The user's frame: the first Lua frame above `level` that is not part of the standard library.
--- A user function that tail-calls an op leaves no frame of its own: the next Lua frame up (the
--- line that called it) is the best position left; with none, the result is nil.
-local getinfo = debug.getinfo
-local function user_level(level)
-  while true do
-    local info = getinfo(level, "S")
-    if info == nil then return nil end
-    if info.what ~= "C" and info.what ~= "tail" and info.source:sub(1, 11) ~= "=[crescent]" then return level end
-    level = level + 1
-  end
-end
+-- The user's position (crescent.position): errors carry the user's file:line however deep
+-- inside crescent they were found, also when the user's function left by a tail call.
+local getinfo, find = debug.getinfo, require("crescent.position").find
+core.entry = require("crescent.position").entry
+function core.pass(...) return ... end  -- calls through it are no tail calls
 
--- Raises msg at the user's code, so errors carry the user's file:line however deep inside
--- crescent they were found.
 function core.fail(msg)
-  local level = user_level(3)
+  local level, pos = find(3)
+  if pos then error(pos .. ": " .. msg, 0) end
   error(msg, level and level - 1 or 0)
 end
 
 -- "file:line" of the user's code (graph nodes and breaks keep it), or "?".
 function core.where()
-  local level = user_level(3)
-  if not level then return "?" end
+  local level, pos = find(3)
+  if not level then return pos or "?" end
   local info = getinfo(level - 1, "Sl")
   return info.short_src .. ":" .. info.currentline
 end

@@ -48,13 +48,22 @@ end
 
 local Module = {}
 
+-- An instance's call: forward stays a local of this frame (not a tail call), so an error in a
+-- forward that tail-calls still finds its line (crescent.position).
+local pass = core.pass
+local function call_forward(self, ...)
+  local forward = self.forward
+  return pass(forward(self, ...))
+end
+core.entry(call_forward, 2)
+
 local function make_class(parent, name)
   local cls = { __name = name, super = parent }
   cls.__instance_mt = {
     __module = true,
     __index = cls,
     __newindex = record,
-    __call = function(self, ...) return self:forward(...) end,
+    __call = call_forward,
     __tostring = function(self) return self:__repr() end,
   }
   return setmetatable(cls, {

@@ -14,8 +14,26 @@ for name, o in pairs(ops) do
 end
 
 -- properties -----------------------------------------------------------------------------------
+-- x.shape / x:size(): a list of the sizes that prints as {2, 3} (torch.Size); two sizes compare
+-- with ==, a size and a plain table with size:equals(t).
+local Size = { __name = "Size" }
+Size.__index = Size
+core.Size = Size  -- (a library table: replay guards never walk it, stdlib/replay_state.lua)
+Size.__tostring = function(s) return "{" .. table.concat(s, ", ") .. "}" end
+function Size.equals(a, b)
+  if type(b) ~= "table" or #a ~= #b then return false end
+  for i = 1, #a do if a[i] ~= b[i] then return false end end
+  return true
+end
+Size.__eq = Size.equals
+function Size:numel()
+  local n = 1
+  for i = 1, #self do n = n * self[i] end
+  return n
+end
+
 function props.shape(t)
-  local p, s = ptr(t), {}
+  local p, s = ptr(t), setmetatable({}, Size)
   for i = 0, p._ndim - 1 do s[i + 1] = tonumber(p._sizes[i]) end
   return s
 end

@@ -1,30 +1,51 @@
 #include "vm/log.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 
 namespace cr {
 
+namespace {
+
+struct Name {
+  const char* name;
+  bool Logs::*on;
+};
+constexpr Name kNames[] = {{"graph", &Logs::graph},           {"guards", &Logs::guards},
+                           {"recompiles", &Logs::recompiles}, {"graph_breaks", &Logs::graph_breaks},
+                           {"perf", &Logs::perf},             {"fusion", &Logs::fusion},
+                           {"output_code", &Logs::output_code}, {"host_ops", &Logs::host_ops},
+                           {"aot", &Logs::aot},               {"partition", &Logs::partition},
+                           {"cudagraphs", &Logs::cudagraphs}};
+
+std::string valid_names() {
+  std::string out;
+  for (const Name& n : kNames) out += std::string(out.empty() ? "" : ", ") + n.name;
+  return out;
+}
+
+}  // namespace
+
+// An unknown name raises, naming the valid ones (as TORCH_LOGS does), rather than logging less
+// than was asked without a word.
 void Logs::parse(const std::string& list) {
-  *this = Logs{};
-  size_t i = 0;
-  while (i <= list.size()) {
-    size_t j = list.find(',', i);
-    if (j == std::string::npos) j = list.size();
+  Logs parsed;
+  for (size_t i = 0; i <= list.size();) {
+    size_t j = std::min(list.find(',', i), list.size());
     std::string w = list.substr(i, j - i);
-    while (!w.empty() && (w[0] == '+' || w[0] == ' ')) w.erase(0, 1);
-    graph |= w == "graph";
-    guards |= w == "guards";
-    recompiles |= w == "recompiles";
-    graph_breaks |= w == "graph_breaks";
-    perf |= w == "perf";
-    fusion |= w == "fusion";
-    output_code |= w == "output_code";
-    host_ops |= w == "host_ops";
-    aot |= w == "aot";
-    partition |= w == "partition";
-    cudagraphs |= w == "cudagraphs";
     i = j + 1;
+    w.erase(0, w.find_first_not_of(" +"));
+    w.erase(w.find_last_not_of(' ') + 1);
+    if (w.empty()) continue;
+    bool known = false;
+    for (const Name& n : kNames)
+      if (w == n.name) known = parsed.*n.on = true;
+    if (!known)
+      throw std::invalid_argument("CRESCENT_LOGS / T.compiler.set_logs: unknown log name \"" + w +
+                                  "\" (expected a comma list of: " + valid_names() + ")");
   }
+  *this = parsed;
 }
 
 void log_line(const std::string& what, const std::string& text) {

@@ -9,7 +9,7 @@ struct Logs {
   bool graph = false, guards = false, recompiles = false, graph_breaks = false, perf = false, fusion = false,
        output_code = false, host_ops = false, aot = false, partition = false,
        cudagraphs = false;
-  void parse(const std::string& list);  // "graph,guards,+recompiles"
+  void parse(const std::string& list);  // "graph,guards,+recompiles"; an unknown name throws
 };
 
 // One CRESCENT_LOGS line: "[crescent what] text" on stderr.

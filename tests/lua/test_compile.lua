@@ -373,6 +373,8 @@ describe("T.explain", function()
   it("counts graphs and breaks and names the break reason and line", function()
     local e = T.explain(one_break, T.ones(3))
     S.eq({ e.graph_count, e.graph_break_count, e.ops_per_graph }, { 2, 1, { 2, 1 } })
+    S.eq(e.graph_ops, { { "mul", "sum" }, { "add" } })  -- each graph's ops, in call order
+    S.truthy(e.summary:find("graph 1: 2 ops: mul sum\n", 1, true), e.summary)
     S.eq(e.break_reasons, { { reason = "item()", where = at("one_break") } })
     S.eq(tostring(e), e.summary)
     S.truthy(e.summary:find("item() at " .. at("one_break"), 1, true), e.summary)

@@ -102,7 +102,15 @@ describe("automatic dynamic shapes (dynamic = nil)", function()
   end)
   it("logs the dim that became symbolic", function()
     one_recompile_logged("f = T.compile(function(x) return x + 1 end, { hot = 0 }); " ..
-                         "f(T.ones(2, 3)); f(T.ones(5, 3)); f(T.ones(9, 3))", "recompiles", "dim 0 of input %0: 2 -> 5")
+                         "f(T.ones(2, 3)); f(T.ones(5, 3)); f(T.ones(9, 3))", "recompiles", "dim 1 of input %0: 2 -> 5")
+  end)
+  it("names the guard that failed once a dim is symbolic: a stride change, old and new", function()
+    local out = run_crescent({ "-e", "T = crescent; f = T.compile(function(x, w) return x:matmul(w) end, { hot = 0 }); " ..
+      "w = T.randn(8, 3); f(T.randn(4, 8), w); f(T.randn(5, 8), w); f(T.randn(6, 8), T.randn(3, 8):t())" },
+      nil, "CRESCENT_LOGS=recompiles")
+    S.truthy(out:find("dim 1 of input %0: 4 -> 5 (symbolic from now on)", 1, true), out)
+    S.truthy(out:find("matmul: argument 2 (other): strides {3,1} -> {1,8}", 1, true), out)
+    S.truthy(not out:find("-> symbolic", 1, true) and not out:find("18446744073709551615", 1, true), out)
   end)
 end)
 

@@ -227,11 +227,11 @@ bool changes_between(const guards::Key& was, const guards::Key& now, const Segme
       c.note(cat("argument ", arg + 1, ": ", shown(was[i], true), " -> ", shown(now[i], true)));
       continue;
     }
-    if (role[i] % 2) continue;
+    if (role[i] % 2 || now[i] == guards::kSymbolicSize) continue;  // (a symbolic size: nothing to learn)
     const Segment::Span& sp = s.spans[size_t(role[i] / 2)];
     const int d = int(i - sp.at);
     c.dims[sp.vid] |= uint32_t(1) << d;
-    c.note(cat("dim ", d, " of input %", sp.vid, ": ", shown(was[i], false), " -> ", now[i]));
+    c.note(cat("dim ", d + 1, " of input %", sp.vid, ": ", shown(was[i], false), " -> ", shown(now[i], false)));
   }
   return !c.dims.empty() || !c.numbers.empty();
 }

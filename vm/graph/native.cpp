@@ -3,6 +3,7 @@
 // on the Lua thread, the first time the graph runs after it is known (the compile itself may
 // have happened on the background thread).
 #include "vm/graph/recorder.hpp"
+#include "vm/fixed.hpp"
 #include "vm/hooks.hpp"
 #include "vm/threads.hpp"
 
@@ -63,7 +64,7 @@ void Recorder::execute(const Graph& g, std::vector<Tensor>& vals, const double* 
         stats.kernels_loaded += s.kernels_loaded;
         if (g.reinstance && s.kernels > 0) ++stats.graphs_compiled;  // a new structure of a dynamic graph
         stats.disk_cache_hits += s.disk_hit ? 1 : 0;
-        if (logs.perf) log("perf", cat(g.name, ": native code in ", s.compile_ms, " ms (", s.kernels, " kernels compiled", s.disk_hit ? ", from the disk cache" : "", "; ", s.phases, ")"));
+        if (logs.perf) log("perf", cat(g.name, ": native code in ", fixed(s.compile_ms), " ms (", s.kernels, " kernels compiled", s.disk_hit ? ", from the disk cache" : "", "; ", s.phases, ")"));
       }
     }
   }

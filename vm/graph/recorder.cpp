@@ -12,6 +12,7 @@
 #include "vm/graph/segment.hpp"
 #include "vm/autograd/grad_mode.hpp"
 #include "vm/autograd/meta.hpp"
+#include "vm/fixed.hpp"
 #include "vm/kernels/loop.hpp"
 
 namespace cr::graph {
@@ -183,6 +184,7 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
     s.pos = c.get();
     s.pending = true;
     ++s.ops;
+    s.op_ids.push_back(op);
     return true;
   }
   return false;
@@ -243,6 +245,7 @@ void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new
   s.pos = s.last_recorded = s.pos->children.back().get();
   if (s.dynamic && has_wildcard_args(def, args, nargs)) s.event_args.emplace_back(s.ops, s.pos->node.args);
   ++s.ops;
+  s.op_ids.push_back(op);
   ctx_.ffi.service |= 2;  // ask Lua for the position of this op (cap_where)
 }
 
@@ -376,7 +379,9 @@ Leaf& Recorder::leaf_for(EndKind kind, const std::string& reason, const std::str
 void Recorder::end_segment(EndKind kind, const std::string& reason, const std::string& where,
                            const std::vector<cr_tensor*>& needed) {
   Segment& s = *seg_;
-  report.push_back(SegmentReport{s.ops, reason, where, symbolic_dims(s)});
+  std::string names;
+  for (int32_t op : s.op_ids) names += cat(names.empty() ? "" : " ", Registry::get().ops()[size_t(op)].name);
+  report.push_back(SegmentReport{s.ops, reason, where, symbolic_dims(s), names});
   if (kind == EndKind::Break) ++stats.graph_breaks;
   if (kind == EndKind::Break && logs.graph_breaks && (s.recording || !s.pending))
     log("graph_breaks", cat(fn_->opts.name, ": graph break at ", where, ": ", reason, " (after ", s.ops, " ops)"));
@@ -589,7 +594,7 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf, const Graph& raw) {
   if (!g->dynamic || (leaf.instances.empty() && !leaf.compiled)) ++stats.graphs_compiled;
   if (logs.graph) log("graph", g->str());
   if (logs.perf)
-    log("perf", cat(g->name, ": compiled in ", us, " us (", leaf.raw->op_count(), " ops -> ", g->op_count(), ")"));
+    log("perf", cat(g->name, ": compiled in ", fixed(us), " us (", leaf.raw->op_count(), " ops -> ", g->op_count(), ")"));
   dump(leaf, *g, us);
   start_native(g, fn_->opts.backend);
   leaf.compiled = g;

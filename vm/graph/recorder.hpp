@@ -38,6 +38,7 @@ struct SegmentReport {
   int ops;
   std::string reason, where;  // how it ended
   std::string symbolic;       // its inputs' symbolic dims: "%0:1=7 %2:2=128" (0-based dims)
+  std::string op_names;       // its ops in call order, space-separated
   bool backward_graph = false;  // a training segment differentiated as a graph (joint.hpp)
   std::string grad_fallback;    // a training segment eager autograd differentiates: why
 };

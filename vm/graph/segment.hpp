@@ -15,6 +15,7 @@ struct Segment {
   bool passthrough = false;          // the site is over cache_size_limit: ops just run
   bool pending = false;              // replayed events that have not run yet
   int ops = 0;
+  std::vector<int32_t> op_ids;       // the ops counted in `ops`, in call order (T.explain's lists)
   bool train = false;                // a training capture's segment (joint.hpp)
   int grad_ops = 0, no_grad_ops = 0;  // training: op calls made with grad mode on / off
   int32_t next_vid = 0;
@@ -66,6 +67,7 @@ struct Segment {
     instance_raw.reset();
     numbers.clear();
     ops = grad_ops = no_grad_ops = 0;
+    op_ids.clear();
     next_vid = 0;
     vals.clear();
     alias.clear();

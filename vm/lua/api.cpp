@@ -334,11 +334,13 @@ void api_cap_stats(cr_ctx* c, double* out) {
 const char* api_cap_report(cr_ctx* c) {
   Context& ctx = Context::of(c);
   ctx.scratch.clear();
-  for (const graph::SegmentReport& r : rec(c).report) ctx.scratch += cat(r.ops, "\t", r.reason, "\t", r.where, "\t", r.symbolic, "\t", int(r.backward_graph), "\t", r.grad_fallback, "\n");
+  for (const graph::SegmentReport& r : rec(c).report) ctx.scratch += cat(r.ops, "\t", r.reason, "\t", r.where, "\t", r.symbolic, "\t", r.op_names, "\t", int(r.backward_graph), "\t", r.grad_fallback, "\n");
   return ctx.scratch.c_str();
 }
 
-void api_cap_set_logs(cr_ctx* c, const char* list) { rec(c).logs.parse(list); }
+int32_t api_cap_set_logs(cr_ctx* c, const char* list) {
+  return guarded(c, [&] { return rec(c).logs.parse(list), 0; });
+}
 void api_cap_drop(cr_ctx* c, int32_t fn) { rec(c).drop(fn); }
 // T.config entries the recorder needs ("" for nil)
 int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {

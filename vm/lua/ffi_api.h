@@ -95,9 +95,9 @@ typedef struct cr_api {
                                                   recomputed_ops, cudagraphs_recorded, cudagraph_replays:
                                                   18 (kCapStats, stdlib's buffers) */
   const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call:
-                                                  "ops\treason\twhere\tsymbolic dims\tbackward graph
+                                                  "ops\treason\twhere\tsymbolic dims\top names\tbackward graph
                                                   (0/1)\twhy eager autograd differentiates it\n" */
-  void (*cap_set_logs)(cr_ctx* ctx, const char* list);
+  int32_t (*cap_set_logs)(cr_ctx* ctx, const char* list);
   void (*cap_drop)(cr_ctx* ctx, int32_t fn);  /* the compiled function was collected: free its traces */
   int32_t (*cap_set_option)(cr_ctx* ctx, const char* name, const char* value);  /* T.config: debug_dir, cache_dir, sync_compile */
   int32_t (*cap_active)(cr_ctx* ctx);

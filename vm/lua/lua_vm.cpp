@@ -1,5 +1,6 @@
 #include "vm/lua/lua_vm.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string_view>
@@ -8,6 +9,8 @@
 #include "vm/lua/api.hpp"
 #include "vm/lua/layers.hpp"
 #include "vm/lua/stdlib.hpp"
+#include "vm/lua/traceback.hpp"
+#include "vm/env.hpp"
 #include "vm/tensor.hpp"
 
 extern "C" {
@@ -96,16 +99,6 @@ int load_embedded(lua_State* L) {
   return 1;
 }
 
-int traceback(lua_State* L) {
-  const char* msg = lua_tostring(L, 1);
-  if (!msg) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_isstring(L, -1)) return 1;
-    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  }
-  luaL_traceback(L, L, msg, 1);
-  return 1;
-}
-
 }  // namespace
 
 static void check_cpu() {
@@ -117,7 +110,14 @@ static void check_cpu() {
 #endif
 }
 
-LuaVM::LuaVM() : L_((check_cpu(), install_hooks(), luaL_newstate())) {
+// CRESCENT_LOGS and the numbers of the environment checked before the state exists (Context
+// parses the logs again), so that a wrong value fails the VM's creation, leaving nothing behind.
+static void check_env() {
+  if (const char* list = std::getenv("CRESCENT_LOGS")) Logs().parse(list);
+  check_environment();
+}
+
+LuaVM::LuaVM() : L_((check_cpu(), check_env(), install_hooks(), luaL_newstate())) {
   if (!L_) throw std::runtime_error("crescent: cannot create a Lua state (out of memory)");
   luaL_openlibs(L_);
   // Collect when the heap has grown by half (Lua's default waits for it to double). Tensor
@@ -138,7 +138,7 @@ LuaVM::LuaVM() : L_((check_cpu(), install_hooks(), luaL_newstate())) {
   lua_pop(L_, 2);
   // the executable and embedding hosts see the module as the global `crescent`
   if (!run_string("crescent = require 'crescent'", "=[crescent] init"))
-    throw std::runtime_error("crescent: loading the standard library failed: " + error_);
+    throw std::runtime_error("loading the standard library failed: " + error_.substr(0, error_.find("\nstack traceback:")));
 }
 
 // A graph of this VM may still be compiling on the background thread: it finishes before the

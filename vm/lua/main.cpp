@@ -1,5 +1,5 @@
-// The `crescent` executable (API.md section 7): `crescent script.lua [args...]` (`-` reads the
-// script from stdin), `-e chunk`, `-i` (REPL after the script and chunks), `--version`, `--help`;
+// The `crescent` executable (API.md section 7), a drop-in for `luajit`: `crescent script.lua
+// [args...]` (`-` reads the script from stdin), luajit's options -e -l -j -O -b -i -v, `--`;
 // with neither a script nor -e, the REPL. An error prints the message with the Lua traceback to
 // stderr and exits with status 1.
 #include <cstdio>
@@ -21,22 +21,48 @@ namespace {
 
 const char* kUsage =
     "usage: crescent [options] [script.lua [args...]]\n"
-    "  -e chunk       run the Lua chunk (may be repeated; runs before the script)\n"
+    "  -e chunk       run the Lua chunk (options run in order, before the script)\n"
+    "  -l name        require the module `name` (its result is also the global `name`)\n"
+    "  -j cmd         LuaJIT control: -jon, -joff, -jflush, or a jit.* module's start,\n"
+    "                 e.g. -jv, -jdump=im,out.txt (LuaJIT's jit/*.lua files)\n"
+    "  -O[opt]        LuaJIT optimiser flags, as jit.opt.start: -O3, -O-fold, -Ohotloop=10\n"
+    "  -b ...         save or list bytecode as `luajit -b` (jit.bcsave; must come first)\n"
     "  -i             enter the REPL after running the script / chunks\n"
-    "  -v, --version  print the version\n"
+    "  -v, --version  print the version (then go on with the other options)\n"
     "  --cache-info   print the kernel cache's directory, entries, size and bound\n"
     "  --cache-clear  remove every entry of the kernel cache\n"
     "  -h, --help     print this help\n"
     "  --             stop handling options\n"
     "  -              run the script read from stdin\n"
     "With no script and no -e, starts the REPL. The module is preloaded as the global `crescent`.\n"
-    "Environment: CRESCENT_NUM_THREADS, CRESCENT_LOGS, CRESCENT_CACHE_DIR, CRESCENT_CACHE_MAX_MB,\n"
-    "CRESCENT_DEBUG_DIR, CRESCENT_HISTORY (REPL history file, default ~/.crescent_history).\n";
+    "Lua C modules (luaopen_*) load with require: the executable exports LuaJIT's C API.\n"
+    "Environment:\n"
+    "  CRESCENT_NUM_THREADS    threads of the CPU kernels (default: all cores)\n"
+    "  CRESCENT_LOGS           compiler logs, a comma list (T.compiler logs; an unknown name is an error)\n"
+    "  CRESCENT_TRACEBACK      `full` keeps crescent's own frames in tracebacks\n"
+    "  CRESCENT_HISTORY        REPL history file (default ~/.crescent_history; empty: none)\n"
+    "  CRESCENT_CACHE_DIR      on-disk kernel cache (default ~/.cache/crescent; 0 disables)\n"
+    "  CRESCENT_CACHE_MAX_MB   bound of that cache (default 1024)\n"
+    "  CRESCENT_DEBUG_DIR      dump graphs, generated sources and timings per compiled graph\n"
+    "  CRESCENT_NVRTC_OPTIONS  more NVRTC options for every CUDA kernel\n"
+    "  CRESCENT_CUDA_WAVES     pointwise CUDA grids: waves of resident blocks (default 8)\n"
+    "  CRESCENT_CPU_MARCH      -march of generated CPU code\n"
+    "  CRESCENT_CPU_STREAM_BYTES  outputs from this size on are stored past the caches\n"
+    "  CRESCENT_JIT_TIMEOUT    seconds a native CPU compile may take (default 60)\n"
+    "  CRESCENT_JIT_FORK       0 runs libgccjit in process\n"
+    "  CRESCENT_JIT_FAIL       (tests) make native compiles fail\n";
+
+// An option that runs in the VM, in command-line order: -e chunk, -l module, -j cmd, -O flags.
+struct Action {
+  char kind;
+  std::string text;
+};
 
 struct Options {
-  std::vector<std::string> chunks;  // -e, in order
-  bool interactive = false;
-  int script = 0;  // argv index of the script; 0 when there is none
+  std::vector<Action> actions;
+  bool interactive = false, version = false, exec = false;  // exec: some -e
+  int script = 0;    // argv index of the script; 0 when there is none
+  int bytecode = 0;  // argv index of -b; the rest of argv is jit.bcsave's
 };
 
 int fail_usage(const std::string& msg) {
@@ -61,31 +87,40 @@ int cache_command(bool clear) {
   }
 }
 
-// Parses the options before the script. Returns -1 to go on, or the exit status.
+// A long option or -h; -1 when `a` is none of them, else the exit status.
+int long_option(const char* a) {
+  if (std::strcmp(a, "--version") == 0) return std::printf("%s\n", cr::version_line().c_str()), 0;
+  if (std::strcmp(a, "--cache-info") == 0 || std::strcmp(a, "--cache-clear") == 0) return cache_command(a[8] == 'c');
+  if (std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0) return std::printf("%s", kUsage), 0;
+  return -1;
+}
+
+// Parses the options before the script as luajit does (-e, -l and -j take the next argument or
+// the rest of their own). Returns -1 to go on, or the exit status.
 int parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
-    if (std::strcmp(a, "-e") == 0) {
-      if (i + 1 >= argc) return fail_usage("-e needs an argument");
-      o.chunks.push_back(argv[++i]);
-    } else if (std::strcmp(a, "-i") == 0) {
-      o.interactive = true;
-    } else if (std::strcmp(a, "-v") == 0 || std::strcmp(a, "--version") == 0) {
-      std::printf("%s\n", cr::version_line().c_str());
-      return 0;
-    } else if (std::strcmp(a, "--cache-info") == 0 || std::strcmp(a, "--cache-clear") == 0) {
-      return cache_command(a[8] == 'c');
-    } else if (std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0) {
-      std::printf("%s", kUsage);
-      return 0;
-    } else if (std::strcmp(a, "--") == 0) {
-      if (i + 1 < argc) o.script = i + 1;
-      return -1;
-    } else if (a[0] == '-' && a[1] != '\0') {
-      return fail_usage(std::string("unknown option ") + a);
+    if (a[0] != '-' || a[1] == '\0') return o.script = i, -1;  // the script, or `-` for stdin
+    if (std::strcmp(a, "--") == 0) return o.script = i + 1 < argc ? i + 1 : 0, -1;
+    if (int status = long_option(a); status >= 0) return status;
+    const char opt = a[1];
+    if ((opt == 'i' || opt == 'v') && a[2] == '\0') {
+      (opt == 'i' ? o.interactive : o.version) = true;
+    } else if (opt == 'b') {
+      if (i != 1) return fail_usage("-b must be the first option (the rest of the command line is jit.bcsave's)");
+      return o.bytecode = i, -1;
+    } else if (opt == 'O') {
+      o.actions.push_back({'O', a + 2});
+    } else if (opt == 'e' || opt == 'l' || opt == 'j') {
+      const char* text = a + 2;
+      if (*text == '\0') {
+        if (i + 1 >= argc) return fail_usage(std::string(a) + " needs an argument");
+        text = argv[++i];
+      }
+      o.actions.push_back({opt, text});
+      o.exec = o.exec || opt == 'e';
     } else {
-      o.script = i;
-      return -1;
+      return fail_usage(std::string("unknown option ") + a);
     }
   }
   return -1;
@@ -107,6 +142,62 @@ int report(const std::string& msg) {
   std::fflush(stdout);
   std::fprintf(stderr, "crescent: %s\n", msg.c_str());
   return 1;
+}
+
+// -l, -j, -O and -b as luajit.c runs them: `-jcmd=a,b` calls jit.cmd(a, b) when jit has such a
+// function (on, off, flush), else require("jit.cmd").start(a, b); an empty piece is nil.
+const char* kLuajitOptions = R"lua(
+local kind, text = ...
+local function call(f, args)
+  local a, n = {}, 0
+  for piece in args:gmatch("([^,]*),") do n = n + 1; a[n] = piece ~= "" and piece or nil end
+  return f(unpack(a, 1, n))
+end
+local function start(name)
+  local ok, mod = pcall(require, "jit." .. name)
+  if ok and type(mod) == "table" and type(mod.start) == "function" then return mod.start end
+  if ok or tostring(mod):find("^module 'jit%." .. name:gsub("%p", "%%%0") .. "' not found") then
+    error("unknown LuaJIT command, or LuaJIT's jit.* modules are not installed (jit/" .. name ..
+          ".lua, Debian package libluajit-5.1-common)", 0)
+  end
+  error(mod, 0)
+end
+local function run(...)
+  if kind == "l" then
+    _G[text] = require(text)
+  elseif kind == "O" then
+    call(require("jit.opt").start, text ~= "" and text .. "," or "")
+  elseif kind == "j" then
+    local name, args = text:match("^([^=]*)=?(.*)$")
+    local f = type(jit[name]) == "function" and jit[name] or start(name)
+    call(f, args ~= "" and args .. "," or "")
+  else  -- -b: every argument after it
+    start("bcsave")(select(3, ...))
+  end
+end
+local ok, err = pcall(run, ...)
+if not ok then  -- the option, not this chunk, is the position
+  local label = kind == "b" and "-b" or kind == "l" and "-l " .. text or "-" .. kind .. text
+  error(label .. ": " .. tostring(err):gsub("^%[crescent%] options:%d+: ", ""), 0)
+end
+)lua";
+
+// Runs one -l / -j / -O action (or -b with `args`); false with the error reported.
+bool run_luajit_option(cr::LuaVM& vm, char kind, const std::string& text, const std::vector<const char*>& args = {}) {
+  lua_State* L = vm.state();
+  if (luaL_loadbuffer(L, kLuajitOptions, std::strlen(kLuajitOptions), "=[crescent] options") != 0)
+    return report(lua_tostring(L, -1)), false;
+  lua_pushlstring(L, &kind, 1);
+  lua_pushstring(L, text.c_str());
+  for (const char* a : args) lua_pushstring(L, a);
+  if (!vm.pcall(int(args.size()) + 2, 0)) return report(vm.error()), false;
+  return true;
+}
+
+bool run_action(cr::LuaVM& vm, const Action& a) {
+  if (a.kind != 'e') return run_luajit_option(vm, a.kind, a.text);
+  if (!vm.run_string(a.text)) return report(vm.error()), false;
+  return true;
 }
 
 // Runs argv[script] with the rest of argv as its `...`; false with the error reported.
@@ -131,16 +222,24 @@ bool run_script(cr::LuaVM& vm, int argc, char** argv, int script) {
 // instead of ASan ending the process. ASAN_OPTIONS still overrides it. Unused without ASan.
 extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
 
-// Runs the chunks, the script and the REPL in one VM; returns the exit status.
+// Runs -b, or the options, the script and the REPL in one VM; returns the exit status.
 static int run(int argc, char** argv, const Options& o) {
   try {
     cr::LuaVM vm;
+    if (o.bytecode) {  // `-bl` is bcsave's `-l`, as in luajit.c
+      std::vector<const char*> args;
+      std::string flag = argv[o.bytecode][2] ? std::string("-") + (argv[o.bytecode] + 2) : "";
+      if (!flag.empty()) args.push_back(flag.c_str());
+      for (int i = o.bytecode + 1; i < argc; ++i) args.push_back(argv[i]);
+      return run_luajit_option(vm, 'b', "", args) ? 0 : 1;
+    }
     set_arg(vm.state(), argc, argv, o.script);
-    for (const std::string& c : o.chunks)
-      if (!vm.run_string(c)) return report(vm.error());
+    if (o.version) std::printf("%s\n", cr::version_line().c_str());
+    for (const Action& a : o.actions)
+      if (!run_action(vm, a)) return 1;
     if (o.script && !run_script(vm, argc, argv, o.script)) return 1;
     std::fflush(stdout);
-    if (o.interactive || (!o.script && o.chunks.empty())) return cr::run_repl(vm);
+    if (o.interactive || (!o.script && !o.exec && !o.version)) return cr::run_repl(vm);
   } catch (const std::exception& e) {
     return report(e.what());
   }

@@ -1,6 +1,8 @@
 // The REPL (API.md section 7). Each input is first compiled as `return <line>` so that an
-// expression prints its values (as Lua 5.3's REPL does), then as a statement; while the parser
-// stops at '<eof>' the chunk is incomplete and continuation lines are read (lua.c's technique).
+// expression prints its values (as Lua 5.3's REPL does), then as statements ending in an
+// expression (`x = 1; x.shape`), then as statements; while the parser stops at '<eof>' the chunk
+// is incomplete and continuation lines are read (lua.c's technique). crescent.repl shows the
+// values (tables pretty-printed, `_` the last one; a trailing `;` hides them) and gives help().
 // On a terminal lines come from GNU readline (editing, history, completion of globals, fields
 // and tensor methods); otherwise they are read plainly, without prompts, so input can be piped.
 #include "vm/lua/repl.hpp"
@@ -12,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -41,9 +44,12 @@ constexpr int kHistoryLines = 1000;
 
 // ---- Ctrl-C -----------------------------------------------------------------------------------
 // While a chunk runs, Ctrl-C sets a hook that raises "interrupted!" at the next Lua instruction
-// (lua.c's technique) - a second Ctrl-C ends the process, for loops compiled by the JIT, which
-// never look at hooks; while a line is read, Ctrl-C cancels the input. This state is process-wide
-// because signal dispositions are: the REPL belongs to the executable, never to embedding hosts.
+// (lua.c's technique). Loops compiled by the JIT never look at hooks, so the code typed at the
+// REPL (and the functions it defines) runs in LuaJIT's interpreter: Ctrl-C stops any such loop
+// and the session goes on. A second unanswered Ctrl-C (a JIT-compiled loop of a script loaded
+// with -i or require) ends the process; while a line is read, Ctrl-C cancels it. This state is
+// process-wide because signal dispositions are: the REPL belongs to the executable, never to
+// embedding hosts.
 std::atomic<lua_State*> g_running{nullptr};
 volatile std::sig_atomic_t g_sigint = 0;
 
@@ -239,29 +245,59 @@ std::string history_path() {
   return home && *home ? std::string(home) + "/.crescent_history" : std::string();
 }
 
-// In-memory readline history, mirrored line by line into the history file when it is usable
+// In-memory readline history, mirrored entry by entry into the history file when it is usable
 // (appending keeps the entries of concurrent sessions); an unusable file is silently skipped.
+// An entry is a whole chunk (a multi-line block recalls as one); in the file each entry follows a
+// "#<time>" line, readline's multi-line format. A file without them (one line an entry, as older
+// versions wrote) is read line by line and rewritten so.
 class History {
  public:
   History() : path_(history_path()) {
     using_history();
     stifle_history(kHistoryLines);
+    history_comment_char = '#';
+    history_write_timestamps = 1;
+    history_multiline_entries = 1;
     if (path_.empty()) return;
-    int rc = read_history(path_.c_str());
+    int rc = lines_only() ? (read_lines(), write_history(path_.c_str())) : read_history(path_.c_str());
     if (rc == ENOENT) rc = write_history(path_.c_str());  // create it, so appends work
     if (rc != 0) path_.clear();
   }
   ~History() {
     if (!path_.empty()) history_truncate_file(path_.c_str(), kHistoryLines);
   }
-  void add(const std::string& line) {
-    if (line.find_first_not_of(" \t") == std::string::npos || line == last_) return;
-    last_ = line;
-    add_history(line.c_str());
+  void add(const std::string& entry) {
+    if (entry.find_first_not_of(" \t\n") == std::string::npos || entry == last_) return;
+    last_ = entry;
+    add_history(entry.c_str());
     if (!path_.empty() && append_history(1, path_.c_str()) != 0) path_.clear();
   }
 
  private:
+  // The file exists, is not empty and does not start with a "#<digits>" line.
+  bool lines_only() const {
+    FILE* f = std::fopen(path_.c_str(), "r");
+    if (!f) return false;
+    char first[64] = {};
+    const bool got = std::fgets(first, sizeof first, f) != nullptr;
+    std::fclose(f);
+    if (!got) return false;
+    size_t n = std::strspn(first + (first[0] == '#'), "0123456789");
+    return !(first[0] == '#' && n > 0 && (first[n + 1] == '\n' || first[n + 1] == '\0'));
+  }
+  void read_lines() {
+    FILE* f = std::fopen(path_.c_str(), "r");
+    if (!f) return;
+    char* line = nullptr;
+    size_t cap = 0;
+    for (ssize_t n; (n = getline(&line, &cap, f)) > 0;) {
+      if (line[n - 1] == '\n') line[n - 1] = '\0';
+      if (*line) add_history(line);
+    }
+    std::free(line);
+    std::fclose(f);
+  }
+
   std::string path_, last_;
 };
 
@@ -283,7 +319,8 @@ class Repl {
 
   int run() {
     install_sigint();
-    if (tty_) std::printf("%s  (Ctrl-D exits)\n", version_line().c_str());
+    if (!setup()) return 1;
+    if (tty_) std::printf("%s  (Ctrl-D exits, help() helps)\n", version_line().c_str());
     top_ = lua_gettop(L_);
     for (;;) {
       lua_settop(L_, top_);
@@ -302,21 +339,27 @@ class Repl {
   }
 
  private:
+  // crescent.repl's globals (T, help) and its show function, kept at stack index show_.
+  bool setup() {
+    if (!vm_.run_string("require('crescent.repl').setup()", "=[crescent] repl")) return report(vm_.error()), false;
+    lua_getglobal(L_, "require");
+    lua_pushstring(L_, "crescent.repl");
+    lua_call(L_, 1, 1);
+    lua_getfield(L_, -1, "show");
+    lua_remove(L_, -2);
+    show_ = lua_gettop(L_);
+    return true;
+  }
+
+  // Piped input that met an error exits 1 (after running the rest), as a script would.
   int finish() {
     lua_settop(L_, top_);
     if (tty_) std::fputs("\n", stdout);
     std::fflush(stdout);
-    return 0;
+    return failed_ && !tty_ ? 1 : 0;
   }
 
-  // History keeps physical lines, as the history file does (a multi-line entry would come
-  // back from the file as separate lines anyway).
-  Input read(const char* prompt, std::string& line) {
-    if (!tty_) return read_plain(line);
-    Input in = read_terminal(prompt, line);
-    if (in == Input::kLine) history_->add(line);
-    return in;
-  }
+  Input read(const char* prompt, std::string& line) { return tty_ ? read_terminal(prompt, line) : read_plain(line); }
 
   // The parser gave up at the end of the text: more lines may complete the chunk.
   bool incomplete() const {
@@ -328,22 +371,45 @@ class Repl {
 
   bool load(const std::string& code) { return luaL_loadbuffer(L_, code.data(), code.size(), "=stdin") == 0; }
 
+  // An expression list, so its values print. Run through a function, not as `return <list>`:
+  // that tail call would drop the chunk's frame, and error("x") would lose its "stdin:1:".
+  bool load_values(const std::string& statements, std::string list) {
+    size_t end = list.find_last_not_of(" \t\n");
+    if (end != std::string::npos && list[end] == ';') list.erase(end);  // `x;`: shown quietly
+    if (!load(statements + "return " + list)) return false;
+    lua_pop(L_, 1);
+    return load(statements + "return (function(...) return ... end)(" + list + "\n)");
+  }
+
+  // `x = 1; x.shape`: statements, then an expression after the last `;`.
+  bool load_tail_expression(const std::string& code) {
+    size_t cut = code.find_last_of(';');
+    if (cut == std::string::npos || code.find_first_not_of(" \t\n", cut + 1) == std::string::npos) return false;
+    if (load_values(code.substr(0, cut + 1) + "\n", code.substr(cut + 1))) return true;
+    lua_pop(L_, 1);
+    return false;
+  }
+
+  // Lua 5.1's `=expr`, and `? obj` (help; `? x:sum` is the method x.sum).
+  static std::string rewrite(const std::string& line) {
+    if (!line.empty() && line[0] == '=') return "return " + line.substr(1);
+    size_t b = line.find_first_not_of(" \t");
+    if (b == std::string::npos || line[b] != '?') return line;
+    std::string obj = line.substr(b + 1);
+    size_t colon = obj.find_last_of(':');
+    if (colon != std::string::npos && obj.find_first_of("(\"'", colon) == std::string::npos) obj[colon] = '.';
+    return "help(" + obj + ")";
+  }
+
   // Leaves the compiled chunk (kReady) or the syntax error message (kSyntaxError) on the stack.
   Chunk compile(const std::string& first) {
-    std::string code = !first.empty() && first[0] == '=' ? "return " + first.substr(1) : first;  // Lua 5.1's `=expr`
+    std::string code = rewrite(first), entry = first;  // entry: the chunk as typed, for the history
     for (;;) {
-      // An expression list first, so its values print. Run through a function, not as
-      // `return <line>`: that tail call would drop the chunk's frame, and error("x") would
-      // lose its "stdin:1:" position.
       bool open_expression = false;  // `1 +` is no statement, but an unfinished expression
-      if (load("return " + code)) {
-        lua_pop(L_, 1);
-        if (load("return (function(...) return ... end)(" + code + "\n)")) break;
-      } else {
-        open_expression = incomplete();
-      }
+      if (load_values("", code)) break;
+      open_expression = incomplete();
       lua_pop(L_, 1);
-      if (load(code)) break;
+      if (load_tail_expression(code) || load(code)) break;
       if (!incomplete() && !open_expression) break;
       lua_pop(L_, 1);
       std::string more;
@@ -354,7 +420,10 @@ class Repl {
         return Chunk::kEof;
       }
       code += "\n" + more;
+      entry += "\n" + more;
     }
+    if (tty_) history_->add(entry);
+    quiet_ = code.find_last_not_of(" \t\n") != std::string::npos && code[code.find_last_not_of(" \t\n")] == ';';
     return lua_isfunction(L_, -1) ? Chunk::kReady : Chunk::kSyntaxError;
   }
 
@@ -362,22 +431,46 @@ class Repl {
   // tensors print as PyTorch does). Errors print with their traceback; the loop goes on.
   void execute() {
     int base = lua_gettop(L_) - 1;
+    luaJIT_setmode(L_, -1, LUAJIT_MODE_ALLFUNC | LUAJIT_MODE_OFF);  // (interruptible: see Ctrl-C above)
     g_sigint = 0;
     g_running.store(L_);
+    const auto start = std::chrono::steady_clock::now();
     bool ok = vm_.pcall(0, LUA_MULTRET);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     int n = lua_gettop(L_) - base;
     if (!ok) report(vm_.error());
     else if (n > 0) {
-      lua_getglobal(L_, "print");
+      lua_pushvalue(L_, show_);
+      lua_pushboolean(L_, quiet_);
       lua_insert(L_, base + 1);
-      if (!vm_.pcall(n, 0)) report("error calling 'print' (" + vm_.error() + ")");
+      lua_insert(L_, base + 1);
+      if (!vm_.pcall(n + 1, 0)) report("error showing the result (" + vm_.error() + ")");
     }
+    if (timing()) std::printf("(%.1f ms)\n", ms);
     g_running.store(nullptr);
     lua_sethook(L_, nullptr, 0, 0);
     g_sigint = 0;
   }
 
+  // T.config.repl_timing (read raw: T.config's __index is a plain table).
+  bool timing() {
+    lua_getglobal(L_, "crescent");
+    bool on = false;
+    if (lua_istable(L_, -1)) {
+      lua_getfield(L_, -1, "config");
+      if (lua_istable(L_, -1)) {
+        lua_getfield(L_, -1, "repl_timing");
+        on = lua_toboolean(L_, -1);
+        lua_pop(L_, 1);
+      }
+      lua_pop(L_, 1);
+    }
+    lua_pop(L_, 1);
+    return on;
+  }
+
   void report(const std::string& msg) {
+    failed_ = true;
     std::fflush(stdout);
     std::fprintf(stderr, "%s\n", msg.c_str());
     std::fflush(stderr);
@@ -386,7 +479,9 @@ class Repl {
   LuaVM& vm_;
   lua_State* L_;
   bool tty_;
-  int top_ = 0;
+  int top_ = 0, show_ = 0;
+  bool quiet_ = false;  // the chunk ends in `;`: its values are not shown
+  bool failed_ = false;  // some chunk raised an error
   std::unique_ptr<History> history_;
 };
 

@@ -264,11 +264,13 @@ TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cu
     Context ctx;
     Builder B{ctx};
     int32_t x = B.input(sample(c.shape, DType::f32, 4));
+    // (the graph's device is the CPU: there sum / mean over outer dims stay on eager's kernel)
+    const bool outer = c.dim != -1;
     for (const char* op : {"sum", "prod", "mean", "amax", "amin", "var", "std", "logsumexp", "norm", "softmax", "log_softmax", "any",
                            "all", "argmax", "argmin"})
-      B.g.outputs.push_back(B.op(op, {T(x), N(double(c.dim))}));
+      if (!outer || (std::string(op) != "sum" && std::string(op) != "mean")) B.g.outputs.push_back(B.op(op, {T(x), N(double(c.dim))}));
     for (int32_t v : B.ops("max", {T(x), N(double(c.dim))})) B.g.outputs.push_back(v);  // values and positions
-    B.g.outputs.push_back(B.op("sum", {T(x), N(double(c.dim)), Bool(true)}));  // keepdim
+    if (!outer) B.g.outputs.push_back(B.op("sum", {T(x), N(double(c.dim)), Bool(true)}));  // keepdim
     CHECK(externs(B.g).empty());
     Compiled r = compile(B, cat("reductions_", c.shape[0], "x", c.shape[1], "_dim", c.dim));
     bool seen = false;

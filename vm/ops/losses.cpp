@@ -73,22 +73,25 @@ void run_cross_entropy(OpCall& c) {
   Var valid = op("ne", {c.tensor(1), c.number_or(3, -100)});
   Var idx = to_dtype(where(valid, c.tensor(1), 1.0), DType::i64);
   Var picked = op("squeeze", {op("gather", {x, cd + 1, unsqueeze(idx, cd)}), cd + 1}) - lse;
+  // sums of float16 / bfloat16 values accumulate in float32 (as PyTorch's; CUDA has no 16-bit sum)
+  const bool half = x.dtype() == DType::f16 || x.dtype() == DType::bf16;
+  auto acc = [&](const Var& v) { return half ? to_dtype(v, DType::f32) : v; };
   Var wt = to_dtype(valid, x.dtype()), wsum = double(C), wx = x;
   if (c.has(2)) {
     const Tensor w = c.tensor(2);
     wt = where(valid, reshape(op("index_select", {w, 1, reshape(idx, {idx.tensor().numel()})}), idx.tensor().sizes()), 0.0);
     Shape view(size_t(x.dim()), 1);
     view[size_t(cd)] = C;
-    wx = x * reshape(w, view), wsum = op("sum", {w});
+    wx = x * reshape(w, view), wsum = op("sum", {acc(w)});
   }
   Var loss = -(picked * wt);
   if (ls > 0) {  // the mean over the classes of -w_c log p_c, with the same weights
-    Var smooth = op("sum", {wx, cd + 1}) - lse * wsum;
-    loss = loss * (1 - ls) - where(valid, smooth, 0.0) * (ls / double(C));
+    Var smooth = op("sum", {acc(wx), cd + 1}) - acc(lse) * wsum;
+    loss = acc(loss) * (1 - ls) - where(valid, smooth, 0.0) * (ls / double(C));
   }
   const std::string r = c.has(5) ? c.str(5) : "mean";
-  if (r != "none") loss = r == "sum" ? op("sum", {loss}) : op("sum", {loss}) / op("sum", {wt});
-  copy_into(c.outs[0], loss.tensor());
+  if (r != "none") loss = r == "sum" ? op("sum", {acc(loss)}) : op("sum", {acc(loss)}) / op("sum", {acc(wt)});
+  copy_into(c.outs[0], to_dtype(loss, x.dtype()).tensor());
   copy_into(c.outs[1], lse.tensor());
 }
 

@@ -27,6 +27,7 @@
 #include "jit/compiler_process.hpp"
 #include "jit/disk_cache.hpp"
 #include "jit/cpu/gccjit.hpp"
+#include "jit/cpu/helpers.hpp"
 #include "jit/cpu/program.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/nvrtc.hpp"
@@ -88,7 +89,7 @@ Injected injected_failure() {
   throw Error("injected compile failure (CRESCENT_JIT_FAIL)");
 }
 
-void compile_to(const Plan& plan, cpu::FnTable& fns, const std::string& so_path, const std::string& dump) {
+void compile_to(const Plan& plan, const cpu::FnTable& fns, const std::string& so_path, const std::string& dump) {
   const Injected injected = injected_failure();
   if (isolate_compiles()) compile_in_compiler_process(plan, fns, so_path, dump, injected);
   else cpu::compile_plan(plan, fns, so_path, dump);
@@ -143,7 +144,7 @@ bool publish_entry(const std::string& so, const std::string& dir, const std::str
   return publish_in(dir, key + ".so", read_file(so));
 }
 
-Built build_or_load(const Plan& plan, cpu::FnTable& fns, const std::string& key, const Options& o, const std::string& dump) {
+Built build_or_load(const Plan& plan, const cpu::FnTable& fns, const std::string& key, const Options& o, const std::string& dump) {
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
     auto it = memory_cache.find(key);
@@ -293,7 +294,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
     if (unlowered) return finish_unlowered(slot);
     t_lower = now_ms();
     std::string lg_text = o.debug_dir.empty() ? std::string() : lg.str();
-    Plan plan = schedule(std::move(lg), o.threads);
+    Plan plan = schedule(std::move(lg), o.device.is_cpu() ? cpu::schedule_target(o.threads) : jit::cuda::schedule_target(o.threads));
     if (g->dynamic)  // size-generic code: compiled from the templates, launched with the params
       for (const Kernel& k : plan.kernels) {
         plan.templates.push_back(k);
@@ -312,7 +313,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
       cpu::FnTable fns;
       cpu::collect_fns(plan, fns);
       std::string code;
-      for (size_t i = 0; i < plan.kernels.size(); ++i) code += plan.code(i).str();
+      for (size_t i = 0; i < plan.kernels.size(); ++i) code += plan.code(i).str(kBlock);
       std::string key_text = cat(code, "\nfns:");
       for (const std::string& n : fns.names) key_text += cat(n, ",");
       key_text += cat("\n", cpu::compiler_id(), " block ", kBlock, " build ", build_id());

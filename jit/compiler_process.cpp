@@ -26,6 +26,7 @@
 #include "jit/cache_entry.hpp"
 #include "jit/cpu/wire.hpp"
 #include "jit/scratch.hpp"
+#include "vm/config.hpp"
 
 extern char** environ;
 
@@ -361,7 +362,7 @@ std::string trimmed(std::string m) {
 }  // namespace
 
 int compile_timeout_ms() {
-  const char* v = std::getenv("CRESCENT_JIT_TIMEOUT");
+  const char* v = env_setting(Setting::JitTimeout);
   const double s = v && *v ? std::atof(v) : 60.0;
   return s > 0 ? int(std::min(s, 86400.0) * 1000) : 60000;
 }

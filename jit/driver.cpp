@@ -29,6 +29,7 @@
 #include "jit/cpu/gccjit.hpp"
 #include "jit/cpu/helpers.hpp"
 #include "jit/cpu/program.hpp"
+#include "vm/config.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/nvrtc.hpp"
 #include "vm/cuda/prebuilt.hpp"
@@ -75,14 +76,14 @@ std::shared_ptr<cpu::SharedObject> load(const std::string& path) {
 // CRESCENT_JIT_FORK=0 compiles in process (no crash or leak isolation; one compile at a time);
 // otherwise in a compiler process (jit/compiler_process.hpp).
 bool isolate_compiles() {
-  const char* v = std::getenv("CRESCENT_JIT_FORK");
+  const char* v = env_setting(Setting::JitFork);
   return !(v && *v == '0');
 }
 
 // CRESCENT_JIT_FAIL (tests of the fallback): "crash" / "hang" make the compiler process do so,
 // any other value but "0" fails the compile before it starts.
 Injected injected_failure() {
-  const char* v = std::getenv("CRESCENT_JIT_FAIL");
+  const char* v = env_setting(Setting::JitFail);
   if (!v || !*v || std::strcmp(v, "0") == 0) return Injected::None;
   if (isolate_compiles() && std::strcmp(v, "crash") == 0) return Injected::Crash;
   if (isolate_compiles() && std::strcmp(v, "hang") == 0) return Injected::Hang;
@@ -213,7 +214,7 @@ std::shared_ptr<const std::string> cubin_for(const std::string& source, const st
     if (*disk_hit) touch_entry(path);
   }
   if (!bin) {
-    if (const char* inject = std::getenv("CRESCENT_JIT_FAIL"); inject && *inject && *inject != '0')
+    if (const char* inject = env_setting(Setting::JitFail); inject && *inject && *inject != '0')
       throw Error("injected compile failure (CRESCENT_JIT_FAIL)");
     bin = std::make_shared<const std::string>(cr::cuda::compile_cubin(source, name, arch));
     if (disk) publish_in(o.cache_dir, key + ".cubin", *bin);  // (a cache that cannot take it costs a compile next time)

@@ -1,5 +1,6 @@
 #include "jit/cpu/target.hpp"
 
+#include "vm/config.hpp"
 #include "vm/cpu_march.hpp"
 
 #include <algorithm>
@@ -123,7 +124,7 @@ std::string codegen_march() {
 
 int64_t stream_store_bytes() {
   static const int64_t bytes = [] {
-    if (const char* v = std::getenv("CRESCENT_CPU_STREAM_BYTES"); v && *v) return std::max<int64_t>(1, std::atoll(v));
+    if (const char* v = env_setting(Setting::CpuStreamBytes); v && *v) return std::max<int64_t>(1, std::atoll(v));
     return cpu_large_block_bytes();
   }();
   return bytes;

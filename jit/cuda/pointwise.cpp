@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "vm/config.hpp"
+
 namespace cr::jit::cuda {
 
 namespace {
@@ -28,7 +30,7 @@ namespace {
 // default, for tuning.
 int64_t pointwise_waves() {
   static const int64_t w = [] {
-    const char* e = std::getenv("CRESCENT_CUDA_WAVES");
+    const char* e = env_setting(Setting::CudaWaves);
     return e && std::atoi(e) > 0 ? int64_t(std::atoi(e)) : int64_t(8);  // 8: best of 1, 8, 32 on the H100 (bench/diag_cuda.lua)
   }();
   return w;

@@ -9,6 +9,7 @@
 
 #include "jit/disk_cache.hpp"
 #include "jit/jit.hpp"
+#include "vm/config.hpp"
 #include "vm/lua/lua_vm.hpp"
 #include "vm/lua/repl.hpp"
 
@@ -30,8 +31,7 @@ const char* kUsage =
     "  --             stop handling options\n"
     "  -              run the script read from stdin\n"
     "With no script and no -e, starts the REPL. The module is preloaded as the global `crescent`.\n"
-    "Environment: CRESCENT_NUM_THREADS, CRESCENT_LOGS, CRESCENT_CACHE_DIR, CRESCENT_CACHE_MAX_MB,\n"
-    "CRESCENT_DEBUG_DIR, CRESCENT_HISTORY (REPL history file, default ~/.crescent_history).\n";
+    "Environment:\n";
 
 struct Options {
   std::vector<std::string> chunks;  // -e, in order
@@ -40,7 +40,7 @@ struct Options {
 };
 
 int fail_usage(const std::string& msg) {
-  std::fprintf(stderr, "crescent: %s\n%s", msg.c_str(), kUsage);
+  std::fprintf(stderr, "crescent: %s\n%s%s", msg.c_str(), kUsage, cr::settings_help().c_str());
   return 1;
 }
 
@@ -76,7 +76,7 @@ int parse(int argc, char** argv, Options& o) {
     } else if (std::strcmp(a, "--cache-info") == 0 || std::strcmp(a, "--cache-clear") == 0) {
       return cache_command(a[8] == 'c');
     } else if (std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0) {
-      std::printf("%s", kUsage);
+      std::printf("%s%s", kUsage, cr::settings_help().c_str());
       return 0;
     } else if (std::strcmp(a, "--") == 0) {
       if (i + 1 < argc) o.script = i + 1;

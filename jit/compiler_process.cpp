@@ -103,7 +103,7 @@ void serve_one(const std::string& request) {
   plan.kernels = cpu::decode_kernels(f[7]);
   if (sha256_hex(cpu::kernels_text(plan)) != f[5]) throw Error("internal: the kernels changed on their way to the compiler process");
   cpu::FnTable fns;
-  cpu::collect_fns(plan, fns);
+  cpu::collect_fns(plan, fns, false);
   if (joined(fns.names) != f[6]) throw Error("internal: the compiler process made another function table");
   if (f[4] == "crash") ::abort();
   while (f[4] == "hang") ::pause();
@@ -371,7 +371,7 @@ void compile_in_compiler_process(const Plan& plan, const cpu::FnTable& fns, cons
                                  const std::string& c_dump, Injected injected) {
   const char* inject = injected == Injected::Crash ? "crash" : injected == Injected::Hang ? "hang" : "";
   const std::string request = pack({kMagic, cpu::compiler_id(), so_path, c_dump, inject, sha256_hex(cpu::kernels_text(plan)),
-                                    joined(fns.names), cpu::encode_kernels(plan, fns)});
+                                    joined(fns.names), cpu::encode_kernels(plan)});
   Pool& pool = Pool::get();
   Server s = pool.take();
   std::string reply, errors;

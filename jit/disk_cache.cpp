@@ -12,6 +12,7 @@
 #include <set>
 #include <vector>
 
+#include "vm/config.hpp"
 #include "vm/error.hpp"
 
 namespace cr::jit {
@@ -21,7 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 double initial_max_mb() {
-  const char* v = std::getenv("CRESCENT_CACHE_MAX_MB");
+  const char* v = env_setting(Setting::CacheMaxMb);
   if (!v || !*v) return 1024;
   char* end = nullptr;
   const double mb = std::strtod(v, &end);
@@ -78,7 +79,7 @@ std::vector<Entry> entries_of(const std::string& dir, bool* exists) {
 }  // namespace
 
 std::string default_cache_dir() {
-  if (const char* d = std::getenv("CRESCENT_CACHE_DIR"); d && *d) return d;
+  if (const char* d = env_setting(Setting::CacheDir); d && *d) return d;
   return cat(std::getenv("HOME") ? std::getenv("HOME") : ".", "/.cache/crescent");
 }
 

@@ -27,7 +27,9 @@
 #include "jit/compiler_process.hpp"
 #include "jit/disk_cache.hpp"
 #include "jit/cpu/gccjit.hpp"
+#include "jit/cpu/helpers.hpp"
 #include "jit/cpu/program.hpp"
+#include "vm/config.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/nvrtc.hpp"
 #include "vm/cuda/prebuilt.hpp"
@@ -82,14 +84,14 @@ bool isolate_compiles() {
 // CRESCENT_JIT_FAIL (tests of the fallback): "crash" / "hang" make the compiler process do so,
 // any other value but "0" fails the compile before it starts.
 Injected injected_failure() {
-  const char* v = std::getenv("CRESCENT_JIT_FAIL");
+  const char* v = env_setting(Setting::JitFail);
   if (!v || !*v || std::strcmp(v, "0") == 0) return Injected::None;
   if (isolate_compiles() && std::strcmp(v, "crash") == 0) return Injected::Crash;
   if (isolate_compiles() && std::strcmp(v, "hang") == 0) return Injected::Hang;
   throw Error("injected compile failure (CRESCENT_JIT_FAIL)");
 }
 
-void compile_to(const Plan& plan, cpu::FnTable& fns, const std::string& so_path, const std::string& dump) {
+void compile_to(const Plan& plan, const cpu::FnTable& fns, const std::string& so_path, const std::string& dump) {
   const Injected injected = injected_failure();
   if (isolate_compiles()) compile_in_compiler_process(plan, fns, so_path, dump, injected);
   else cpu::compile_plan(plan, fns, so_path, dump);
@@ -144,7 +146,7 @@ bool publish_entry(const std::string& so, const std::string& dir, const std::str
   return publish_in(dir, key + ".so", read_file(so));
 }
 
-Built build_or_load(const Plan& plan, cpu::FnTable& fns, const std::string& key, const Options& o, const std::string& dump) {
+Built build_or_load(const Plan& plan, const cpu::FnTable& fns, const std::string& key, const Options& o, const std::string& dump) {
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
     auto it = memory_cache.find(key);
@@ -213,7 +215,7 @@ std::shared_ptr<const std::string> cubin_for(const std::string& source, const st
     if (*disk_hit) touch_entry(path);
   }
   if (!bin) {
-    if (const char* inject = std::getenv("CRESCENT_JIT_FAIL"); inject && *inject && *inject != '0')
+    if (const char* inject = env_setting(Setting::JitFail); inject && *inject && *inject != '0')
       throw Error("injected compile failure (CRESCENT_JIT_FAIL)");
     bin = std::make_shared<const std::string>(cr::cuda::compile_cubin(source, name, arch));
     if (disk) publish_in(o.cache_dir, key + ".cubin", *bin);  // (a cache that cannot take it costs a compile next time)
@@ -294,7 +296,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
     if (unlowered) return finish_unlowered(slot);
     t_lower = now_ms();
     std::string lg_text = o.debug_dir.empty() ? std::string() : lg.str();
-    Plan plan = schedule(std::move(lg), o.threads);
+    Plan plan = schedule(std::move(lg), o.device.is_cpu() ? cpu::schedule_target(o.threads) : jit::cuda::schedule_target(o.threads));
     if (g->dynamic)  // size-generic code: compiled from the templates, launched with the params
       for (const Kernel& k : plan.kernels) {
         plan.templates.push_back(k);
@@ -313,7 +315,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
       cpu::FnTable fns;
       cpu::collect_fns(plan, fns);
       std::string code;
-      for (size_t i = 0; i < plan.kernels.size(); ++i) code += plan.code(i).str();
+      for (size_t i = 0; i < plan.kernels.size(); ++i) code += plan.code(i).str(kBlock);
       std::string key_text = cat(code, "\nfns:");
       for (const std::string& n : fns.names) key_text += cat(n, ",");
       key_text += cat("\n", cpu::compiler_id(), " block ", kBlock, " build ", build_id());

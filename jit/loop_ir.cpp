@@ -99,7 +99,7 @@ std::string num_str(double x, DType d) {
 
 }  // namespace
 
-std::string Kernel::str() const {
+std::string Kernel::str(int64_t block) const {
   std::ostringstream o;
   o << "// " << name << ": loops {";
   for (size_t v = 0; v < sizes.size(); ++v) o << (v ? ", " : "") << int_str(sizes[v]);
@@ -181,7 +181,7 @@ std::string Kernel::str() const {
     std::string li = in;
     for (size_t v = size_t(n_outer); v < sizes.size(); ++v) {
       o << li << "for (int64_t i" << v << " = 0; i" << v << " < " << int_str(sizes[v]) << "; ++i" << v << ")"
-        << (v + 1 == sizes.size() ? "  // blocks of " + std::to_string(kBlock) + ", vectorised" : "") << "\n";
+        << (v + 1 == sizes.size() && block > 0 ? "  // blocks of " + std::to_string(block) + ", vectorised" : "") << "\n";
       li += "  ";
     }
     o << in << "{\n" << loop.str() << in << "}\n";

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "vm/checks.hpp"
-#include "jit/cpu/helpers.hpp"
+#include "jit/reduce.hpp"
 #include "vm/graph/graph.hpp"
 
 namespace cr::jit {
@@ -47,7 +47,9 @@ std::string affine_str(const Affine& a);
 // ---- expressions ----------------------------------------------------------------------------
 // Arith: "+", "-", "*", "/", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "!" (unary), "%u" (int64
 // operands taken as unsigned: randint's bits % span).
-// Call: a registry block function (element-wise, over arrays of the compute dtype).
+// Call: op `name` element-wise over its operands' dtype (the compute dtype; the result is bool
+// for predicates), resolved by each backend: a block function of the op on CPUs
+// (cr::block_function), its scalar expression in CUDA C.
 // Select: a ? b : c. Reduced: the accumulator of reduction `acc` (kernels only).
 // Count: a number of elements as a float64 (a reduction's count: mean's 1/n, var's n - 1), an
 // integer of the kernel like its sizes, so that a dynamic graph's templates take it as a
@@ -78,7 +80,6 @@ struct Expr {
   std::vector<Affine> index;
   double num = 0;    // Const
   std::string name;  // Arith operator, Call function name ("exp"), for printing and hashing
-  BlockFn fn = nullptr;
   int32_t acc = -1;  // Reduced
   int64_t count = 0;  // Count (a parameter in templates: jit/loop_ir.hpp parametrize)
   int32_t dim = -1;                   // gather (Load with a >= 0): the dim (LoopGraph)
@@ -193,7 +194,9 @@ struct Kernel {
   int max_depth = 0;
   void analyse();
   int64_t work_items() const;
-  std::string str() const;  // readable C-like rendering (CRESCENT_LOGS=output_code, debug dir)
+  // readable C-like rendering (CRESCENT_LOGS=output_code, debug dir); `block` > 0: the backend's
+  // block of the innermost loop, noted on it
+  std::string str(int64_t block = 0) const;
 };
 
 // ---- size parameters (dynamic shapes) ---------------------------------------------------------

@@ -114,13 +114,10 @@ int32_t Lowerer::arith(Body& b, const char* op, int32_t x, int32_t y, DType d) {
 }
 
 int32_t Lowerer::call(Body& b, const char* op, int32_t x, int32_t y, DType d) {
+  if (!block_function(op, d)) return -1;  // (each backend resolves the call by name and dtype)
   const OpDef* def = Registry::get().find(op);
-  const ExtraBlock* extra = def ? nullptr : extra_block(op);
-  BlockFn fn = def && def->block ? def->block(d) : extra ? extra->block(d) : nullptr;
-  if (!fn) return -1;
   Expr e{EOp::Call, def && (def->flags & kBoolResult) ? DType::b8 : d};
   e.name = op;
-  e.fn = fn;
   e.a = x;
   e.b = y;
   return b.add(std::move(e));

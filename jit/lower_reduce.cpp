@@ -241,7 +241,7 @@ bool extreme_position(Decomposition& D, bool max, const graph::Node& n, std::str
   Lowerer& L = D.L;
   const DType xd = compute_dtype(L.val(D.x).dtype);
   const ReduceKind k = max ? ReduceKind::Max : ReduceKind::Min;
-  if (!reduce_fn(k, xd)) return *why = "no block reduction for this dtype", false;
+  if (!reduce_supported(k, xd)) return *why = "no block reduction for this dtype", false;
   const bool values = n.outs.size() == 2;
   const int32_t gv_indices = n.outs.back();
   Body mb;
@@ -312,7 +312,7 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
   if (form == F::Max || form == F::Min) form = form == F::Max ? F::Amax : F::Amin;  // max(x): the largest value
   if (form == F::Sum || form == F::Prod || form == F::Amax || form == F::Amin) {
     ReduceKind k = form == F::Sum ? ReduceKind::Sum : form == F::Prod ? ReduceKind::Prod : form == F::Amax ? ReduceKind::Max : ReduceKind::Min;
-    if (!reduce_fn(k, cd)) return reject("no block reduction for this dtype");
+    if (!reduce_supported(k, cd)) return reject("no block reduction for this dtype");
     Body b;
     // eager converts the input to the output dtype first (a float16 value is then exact in float32)
     b.root = Lowerer::cast(b, D.input(b, od), cd);

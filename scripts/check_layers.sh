@@ -8,6 +8,8 @@
 #   5 programs  tools/ (build tools: may include any layer)
 # Calls upward go through the runtime's hook table (vm/hooks.hpp) instead; the build checks the
 # same order by linking each layer without the layers above it (CMakeLists.txt "layer checks").
+# Inside jit/, the loop IR and its passes (loop_ir, reduce, lower, lower_reduce, fusion/) include
+# no backend and no driver file of jit/, and neither backend (jit/cpu/, jit/cuda/) the other.
 # Prints every violation as file:line and exits 1 if there is one. Usage: check_layers.sh [ROOT]
 set -euo pipefail
 cd "${1:-$(dirname "$0")/..}"
@@ -22,6 +24,12 @@ function layer(p) {
   if (p ~ /^tools\//) return 5
   return 0
 }
+# the part of jit/ a path is in: "ir", "cpu", "cuda" or "driver"
+function part(p) {
+  if (p ~ /^jit\/(loop_ir|reduce|lower|lower_reduce)\.(hpp|cpp)$/ || p ~ /^jit\/fusion\//) return "ir"
+  if (p ~ /^jit\/(cpu|cuda)\//) { split(p, q, "/"); return q[2] }
+  return "driver"
+}
 BEGIN { split("runtime capture jit lua programs", name, " ") }
 {
   split($0, f, ":")  # file, line, text
@@ -32,6 +40,11 @@ BEGIN { split("runtime capture jit lua programs", name, " ") }
     printf "%s:%s: includes \"%s\", which is in no layer\n", f[1], f[2], target; bad++
   } else if (to > from) {
     printf "%s:%s: the %s layer includes \"%s\" of the %s layer above it\n", f[1], f[2], name[from], target, name[to]; bad++
+  } else if (from == 3 && to == 3) {
+    pf = part(f[1]); pt = part(target)
+    if ((pf == "ir" && pt != "ir") || (pf == "cpu" && pt == "cuda") || (pf == "cuda" && pt == "cpu")) {
+      printf "%s:%s: jit/%s code includes \"%s\" (jit/%s)\n", f[1], f[2], pf, target, pt; bad++
+    }
   }
   n++
 }

@@ -1,15 +1,15 @@
 #include "vm/context.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 
+#include "vm/config.hpp"
 #include "vm/hooks.hpp"
 
 namespace cr {
 
 Context::Context() {
   ffi.impl = this;
-  if (const char* l = std::getenv("CRESCENT_LOGS")) logs.parse(l);
+  logs = env_logs();
   hooks().start_capture(*this);
 }
 

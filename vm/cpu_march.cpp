@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <string>
 
+#include "vm/config.hpp"
+
 namespace cr {
 
 std::string_view cpu_march_override() {
-  const char* env = std::getenv("CRESCENT_CPU_MARCH");
+  const char* env = env_setting(Setting::CpuMarch);
   if (!env) return {};
   std::string_view v(env);
   if (v.starts_with("-march=")) v.remove_prefix(7);

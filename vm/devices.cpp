@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "vm/config.hpp"
 #include "vm/context.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/memory.hpp"
@@ -80,12 +81,7 @@ void copy_across(const Tensor& dst, const Tensor& src) {
   }
   if (dd == sd && !dd.is_cpu() && (dst.numel() == 0 || hooks().cuda_copy(dst, src))) return;
   if (dd == sd && !dd.is_cpu()) {  // (no Context here: the log follows the environment)
-    static const bool log = [] {
-      Logs l;
-      if (const char* e = std::getenv("CRESCENT_LOGS")) l.parse(e);
-      return l.host_ops;
-    }();
-    note_host_op(log, cat("copy of ", src.describe(), " into ", dst.describe(), ": no CUDA kernel, ran on host copies"));
+    note_host_op(env_logs().host_ops, cat("copy of ", src.describe(), " into ", dst.describe(), ": no CUDA kernel, ran on host copies"));
   }
   Tensor s = host_copy(src);
   if (dd.is_cpu()) return copy_into(dst, s);

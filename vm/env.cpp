@@ -19,12 +19,12 @@ std::string shown(double x) {
 }  // namespace
 
 double env_number(const EnvNumber& e) {
-  const char* v = std::getenv(e.name);
+  const char* v = env_setting(e.setting);
   if (!v || !*v) return e.fallback;
   char* end = nullptr;
   const double x = std::strtod(v, &end);
   if (end == v || *end || !(x >= e.lo && x <= e.hi) || (e.whole && x != std::floor(x)))
-    throw Error(cat(e.name, ": expected ", e.whole ? "a whole number" : "a number", " from ", shown(e.lo), " to ",
+    throw Error(cat(setting_name(e.setting), ": expected ", e.whole ? "a whole number" : "a number", " from ", shown(e.lo), " to ",
                     shown(e.hi), ", got \"", v, "\""));
   return x;
 }

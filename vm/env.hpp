@@ -2,19 +2,20 @@
 // range is an error naming it, the range and what it holds, never silently the default. The VM
 // checks them all when it starts (check_environment), so a typo fails at once.
 #pragma once
+#include "vm/config.hpp"
 
 namespace cr {
 
 struct EnvNumber {
-  const char* name;
+  Setting setting;          // its variable (vm/config.hpp)
   double fallback, lo, hi;  // unset or empty: fallback
   bool whole;               // an integer
 };
 
-inline constexpr EnvNumber kEnvJitTimeout{"CRESCENT_JIT_TIMEOUT", 60, 0.001, 86400, false};
-inline constexpr EnvNumber kEnvJitFork{"CRESCENT_JIT_FORK", 1, 0, 1, true};
-inline constexpr EnvNumber kEnvCudaWaves{"CRESCENT_CUDA_WAVES", 8, 1, 1024, true};
-inline constexpr EnvNumber kEnvCpuStreamBytes{"CRESCENT_CPU_STREAM_BYTES", 0, 1, 1e15, true};  // 0: unset
+inline constexpr EnvNumber kEnvJitTimeout{Setting::JitTimeout, 60, 0.001, 86400, false};
+inline constexpr EnvNumber kEnvJitFork{Setting::JitFork, 1, 0, 1, true};
+inline constexpr EnvNumber kEnvCudaWaves{Setting::CudaWaves, 8, 1, 1024, true};
+inline constexpr EnvNumber kEnvCpuStreamBytes{Setting::CpuStreamBytes, 0, 1, 1e15, true};  // 0: unset
 
 double env_number(const EnvNumber& v);
 void check_environment();

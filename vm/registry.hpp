@@ -184,6 +184,9 @@ struct ExtraBlock {
   const char* expr;
 };
 const ExtraBlock* extra_block(const std::string& name);  // null for other names
+// The block function of `op` over `compute` (a registry op's, else an extra block's): what
+// generated CPU code calls for a loop IR call of that op and dtype; null when there is none.
+BlockFn block_function(const std::string& op, DType compute);
 BlockFn gelu_tanh_block(DType compute);
 BlockFn softmax_exp_block(DType compute);  // lanes::exp_poly for float32, vmath::exp for float64
 BlockFn softmax_log_block(DType compute);  // std::log

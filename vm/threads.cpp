@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "vm/config.hpp"
 #include "vm/error.hpp"
 
 namespace cr {
@@ -121,7 +122,7 @@ class Pool {
 constexpr int kMaxThreads = 256;
 
 int configured_threads() {
-  const char* s = std::getenv("CRESCENT_NUM_THREADS");
+  const char* s = env_setting(Setting::NumThreads);
   if (!s || !*s) return int(std::clamp(std::thread::hardware_concurrency(), 1u, unsigned(kMaxThreads)));
   char* end = nullptr;
   const long n = std::strtol(s, &end, 10);

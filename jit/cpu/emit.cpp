@@ -25,17 +25,16 @@
 #include <set>
 
 #include "jit/cpu/builder.hpp"
+#include "jit/cpu/helpers.hpp"
 #include "jit/cpu/stream_rule.hpp"
 #include "jit/cpu/target.hpp"
 
 namespace cr::jit::cpu {
 
-int FnTable::index(void* p, const std::string& name) {
-  for (size_t i = 0; i < ptrs.size(); ++i)
-    if (ptrs[i] == p) return int(i);
-  ptrs.push_back(p);
-  names.push_back(name);
-  return int(ptrs.size() - 1);
+int FnTable::index(const std::string& name) const {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return int(i);
+  throw Error(cat("internal: ", name, " is not in the plan's function table"));
 }
 
 namespace {
@@ -43,21 +42,38 @@ namespace {
 constexpr const char* kStreamName = "stream_block";
 constexpr const char* kFenceName = "stream_fence";
 
+// A call's block function is the op's over its operands' dtype (a predicate's result is bool).
+std::string call_name(const Kernel& k, const Expr& e) { return cat(e.name, ":", dtype_name(k.body.exprs[size_t(e.a)].dtype)); }
+std::string reduce_fn_name(const Accumulate& a) { return cat(reduce_name(a.kind), ":", dtype_name(a.in)); }
+
+void add_fn(FnTable& fns, const std::string& name, void* p, bool resolve) {
+  for (const std::string& n : fns.names)
+    if (n == name) return;
+  if (resolve && !p) throw Error(cat("internal: generated code calls ", name, ", which has no block function"));
+  fns.names.push_back(name);
+  if (resolve) fns.ptrs.push_back(p);
+}
+
 }  // namespace
 
-void collect_fns(const Plan& plan, FnTable& fns) {
+void collect_fns(const Plan& plan, FnTable& fns, bool resolve) {
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     const Kernel& k = plan.code(i);
-    for (const Expr& e : k.body.exprs)
-      if (e.op == EOp::Call) fns.index(reinterpret_cast<void*>(e.fn), cat(e.name, ":", dtype_name(e.dtype)));
+    for (const Expr& e : k.body.exprs) {
+      if (e.op != EOp::Call) continue;
+      const DType in = k.body.exprs[size_t(e.a)].dtype;
+      add_fn(fns, call_name(k, e), resolve ? reinterpret_cast<void*>(block_function(e.name, in)) : nullptr, resolve);
+    }
     for (const Accumulate& a : k.accs)
-      fns.index(reinterpret_cast<void*>(reduce_fn(a.kind, a.in)), cat(reduce_name(a.kind), ":", dtype_name(a.in)));
+      add_fn(fns, reduce_fn_name(a), resolve ? reinterpret_cast<void*>(reduce_fn(a.kind, a.in)) : nullptr, resolve);
     if (any_streamed(k)) {
-      fns.index(reinterpret_cast<void*>(&stream_block), kStreamName);
-      fns.index(reinterpret_cast<void*>(&stream_fence), kFenceName);
+      add_fn(fns, kStreamName, reinterpret_cast<void*>(&stream_block), resolve);
+      add_fn(fns, kFenceName, reinterpret_cast<void*>(&stream_fence), resolve);
     }
   }
 }
+
+ScheduleTarget schedule_target(int threads) { return {threads, kBlock}; }
 
 std::string compiler_id() {
   return cat("libgccjit-12 -O3 -ffp-contract=off -march=", codegen_march(), " stream-from=", stream_store_bytes());
@@ -69,7 +85,7 @@ namespace {
 
 class KernelEmitter : FunctionBuilder {
  public:
-  KernelEmitter(const GccJit& J, gcc_jit_context* c, const Types& t, const Kernel& k, FnTable& fns)
+  KernelEmitter(const GccJit& J, gcc_jit_context* c, const Types& t, const Kernel& k, const FnTable& fns)
       : FunctionBuilder(J, c, t), k_(k), fns_(fns) {}
 
   void emit() {
@@ -91,7 +107,7 @@ class KernelEmitter : FunctionBuilder {
     for (int d = 0; d <= k_.max_depth; ++d) stage(d);
     close_loop();
     if (any_streamed(k_)) {
-      gcc_jit_rvalue* f = fn_ptr(reinterpret_cast<void*>(&stream_fence), kFenceName, t_.fence_fn);
+      gcc_jit_rvalue* f = fn_ptr(kFenceName, t_.fence_fn);
       J.block_add_eval(cur_, nullptr, J.context_new_call_through_ptr(c_, nullptr, f, 0, nullptr));
     }
     flush_check();
@@ -274,25 +290,25 @@ class KernelEmitter : FunctionBuilder {
     }
     return bin(type(e.dtype), bop, a, b);
   }
-  gcc_jit_rvalue* fn_ptr(void* p, const std::string& name, gcc_jit_type* ty) {
-    int idx = fns_.index(p, name);
+  gcc_jit_rvalue* fn_ptr(const std::string& name, gcc_jit_type* ty) {
+    int idx = fns_.index(name);
     gcc_jit_rvalue* raw = J.lvalue_as_rvalue(J.context_new_array_access(c_, nullptr, fnsp_, i64(idx)));
     return J.context_new_cast(c_, nullptr, raw, ty);
   }
   void call_block(const Expr& e, gcc_jit_rvalue* a, gcc_jit_rvalue* b, gcc_jit_rvalue* out, gcc_jit_rvalue* n) {
-    gcc_jit_rvalue* f = fn_ptr(reinterpret_cast<void*>(e.fn), cat(e.name, ":", dtype_name(e.dtype)), t_.block_fn);
+    gcc_jit_rvalue* f = fn_ptr(call_name(k_, e), t_.block_fn);
     gcc_jit_rvalue* args[4] = {a, b ? b : J.context_null(c_, t_.vptr), out, n};
     J.block_add_eval(cur_, nullptr, J.context_new_call_through_ptr(c_, nullptr, f, 4, args));
   }
   // stream_block(&buffer[store's address at the block start jb], src, n * element size)
   void stream(const Store& s, gcc_jit_rvalue* dst, gcc_jit_rvalue* src, gcc_jit_rvalue* n) {
-    gcc_jit_rvalue* f = fn_ptr(reinterpret_cast<void*>(&stream_block), kStreamName, t_.stream_fn);
+    gcc_jit_rvalue* f = fn_ptr(kStreamName, t_.stream_fn);
     int64_t elem = int64_t(dtype_size(k_.body.exprs[size_t(s.expr)].dtype));
     gcc_jit_rvalue* args[3] = {dst, src, bin(t_.i64, GCC_JIT_BINARY_OP_MULT, n, i64(elem))};
     J.block_add_eval(cur_, nullptr, J.context_new_call_through_ptr(c_, nullptr, f, 3, args));
   }
   void call_reduce(const Accumulate& a, gcc_jit_rvalue* x, gcc_jit_rvalue* n, gcc_jit_lvalue* acc) {
-    gcc_jit_rvalue* f = fn_ptr(reinterpret_cast<void*>(reduce_fn(a.kind, a.in)), cat(reduce_name(a.kind), ":", dtype_name(a.in)), t_.reduce_fn);
+    gcc_jit_rvalue* f = fn_ptr(reduce_fn_name(a), t_.reduce_fn);
     gcc_jit_rvalue* args[3] = {x, n, vptr(acc)};
     J.block_add_eval(cur_, nullptr, J.context_new_call_through_ptr(c_, nullptr, f, 3, args));
   }
@@ -739,7 +755,7 @@ class KernelEmitter : FunctionBuilder {
   }
 
   const Kernel& k_;
-  FnTable& fns_;
+  const FnTable& fns_;
   gcc_jit_rvalue *bufs_ = nullptr, *fnsp_ = nullptr, *lo_ = nullptr, *hi_ = nullptr;
   std::vector<gcc_jit_rvalue*> ptrs_, vars_;
   std::map<int32_t, gcc_jit_rvalue*> outer_;
@@ -755,7 +771,7 @@ class KernelEmitter : FunctionBuilder {
 
 }  // namespace
 
-void compile_plan(const Plan& plan, FnTable& fns, const std::string& so_path, const std::string& c_dump_path) {
+void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_path, const std::string& c_dump_path) {
   std::string why;
   const GccJit* J = gccjit(&why);
   if (!J) throw Error(cat("libgccjit is not available: ", why));
@@ -784,7 +800,7 @@ void compile_plan(const Plan& plan, FnTable& fns, const std::string& so_path, co
 
 #else
 
-void compile_plan(const Plan&, FnTable&, const std::string&, const std::string&) {
+void compile_plan(const Plan&, const FnTable&, const std::string&, const std::string&) {
   throw Error("this build has no libgccjit headers: CPU code generation is not available");
 }
 

@@ -6,7 +6,6 @@
 // folds a column. The block pointwise functions are OpDef::block (vm/ops/pointwise.cpp).
 #include "jit/cpu/helpers.hpp"
 
-#include <limits>
 #include <type_traits>
 
 #include "vm/error.hpp"
@@ -55,12 +54,6 @@ template <class T> ReduceFn fn_for(ReduceKind kind) {
   return nullptr;
 }
 
-template <class T> double limit(bool max) {
-  using L = std::numeric_limits<T>;
-  if constexpr (L::has_infinity) return max ? double(L::infinity()) : -double(L::infinity());
-  else return max ? double(L::max()) : double(L::lowest());
-}
-
 // Sum / prod accumulators wrap on integer overflow (unsigned arithmetic), as folds::Prod does.
 template <class T> void combine(ReduceKind kind, T& a, T b) {
   using U = std::make_unsigned_t<int64_t>;
@@ -82,18 +75,6 @@ template <class T> void combine(ReduceKind kind, T& a, T b) {
 
 }  // namespace
 
-DType reduce_acc_dtype(ReduceKind kind, DType in) {
-  switch (kind) {
-    case ReduceKind::Sum:
-    case ReduceKind::Prod: return is_floating(in) ? DType::f64 : DType::i64;
-    case ReduceKind::Max:
-    case ReduceKind::Min:
-    case ReduceKind::OrderedSum:
-    case ReduceKind::OrderedMax: break;
-  }
-  return in;
-}
-
 ReduceFn reduce_fn(ReduceKind kind, DType in) {
   switch (in) {
     case DType::f32: return fn_for<float>(kind);
@@ -105,27 +86,6 @@ ReduceFn reduce_fn(ReduceKind kind, DType in) {
     case DType::bf16: break;
   }
   return nullptr;
-}
-
-// Note: double(INT64_MAX) is 2^63, which is out of int64's range: a caller converting the Min
-// init of int64 to an integer must saturate (or use INT64_MAX itself); every other value is exact.
-double reduce_init(ReduceKind kind, DType in) {
-  switch (kind) {
-    case ReduceKind::Sum:
-    case ReduceKind::OrderedSum: return 0;
-    case ReduceKind::Prod: return 1;
-    case ReduceKind::Max:
-    case ReduceKind::Min:
-    case ReduceKind::OrderedMax: break;
-  }
-  const bool max = kind == ReduceKind::Min;  // the identity of min is the largest value
-  switch (in) {
-    case DType::f64: return limit<double>(max);
-    case DType::i32: return limit<int32_t>(max);
-    case DType::i64: return limit<int64_t>(max);
-    case DType::b8: return max ? 1.0 : 0.0;
-    default: return limit<float>(max);  // f32 (f16 / bf16: unsupported, also +-inf)
-  }
 }
 
 void reduce_merge(ReduceKind kind, DType acc, void* a, const void* b) {
@@ -146,18 +106,6 @@ void reduce_merge(ReduceKind kind, DType acc, void* a, const void* b) {
     }
   };
   visit(acc, merge);
-}
-
-const char* reduce_name(ReduceKind kind) {
-  switch (kind) {
-    case ReduceKind::Sum: return "sum";
-    case ReduceKind::Max: return "max";
-    case ReduceKind::Min: return "min";
-    case ReduceKind::Prod: return "prod";
-    case ReduceKind::OrderedSum: return "ordered_sum";
-    case ReduceKind::OrderedMax: return "ordered_max";
-  }
-  return "?";
 }
 
 }  // namespace cr::jit

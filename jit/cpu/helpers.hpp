@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 
+#include "jit/reduce.hpp"
 #include "vm/dtype.hpp"
 #include "vm/kernels/lanes.hpp"
 #include "vm/registry.hpp"  // cr::BlockFn
@@ -23,21 +24,11 @@ static_assert(kBlock == lanes::kSoftmaxBlock, "eager softmax rows fold in the bl
 // (out: bool for predicates). Unary functions ignore b.
 using BlockFn = cr::BlockFn;
 
-// Reductions over a block: folds x[0..n) (contiguous, dtype `in`) into *acc. OrderedSum and
-// OrderedMax (float32 / float64 only) fold element after element in the input dtype, as eager
-// softmax folds a column (lanes::max_step); their partial results never merge (no split).
-enum class ReduceKind : uint8_t { Sum, Max, Min, Prod, OrderedSum, OrderedMax };
+// Reductions over a block (jit/reduce.hpp): folds x[0..n) (contiguous, dtype `in`) into *acc.
 using ReduceFn = void (*)(const void* x, int64_t n, void* acc);
-// The accumulator dtype of kind over `in`: sums of float32 accumulate in float64 across blocks,
-// integer and bool sums in int64, max / min and the ordered folds in the input dtype.
-// Unsupported: DType::f16 (none).
-DType reduce_acc_dtype(ReduceKind kind, DType in);
-ReduceFn reduce_fn(ReduceKind kind, DType in);           // nullptr when unsupported
-// The initial accumulator value (0, 1, -inf / lowest, +inf / max) as a double.
-double reduce_init(ReduceKind kind, DType in);
+ReduceFn reduce_fn(ReduceKind kind, DType in);  // nullptr when unsupported (float16 / bfloat16)
 // Merges the partial accumulator `b` (positions after a's) into *a: for split reductions.
 void reduce_merge(ReduceKind kind, DType acc, void* a, const void* b);
-const char* reduce_name(ReduceKind kind);
 
 // Streaming stores (jit/cpu/stream.cpp): a generated kernel computes a block of a large output in
 // a stack array and hands it to stream_block, which writes it to dst with non-temporal stores

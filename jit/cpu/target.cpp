@@ -1,5 +1,6 @@
 #include "jit/cpu/target.hpp"
 
+#include "vm/config.hpp"
 #include "vm/cpu_march.hpp"
 #include "vm/env.hpp"
 

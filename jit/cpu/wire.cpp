@@ -8,7 +8,7 @@
 namespace cr::jit::cpu {
 
 // A field added to these structures must be added below (then update the sizes here).
-static_assert(sizeof(Affine) == 32 && sizeof(Expr) == 144 && sizeof(Store) == 48 && sizeof(Accumulate) == 8,
+static_assert(sizeof(Affine) == 32 && sizeof(Expr) == 136 && sizeof(Store) == 48 && sizeof(Accumulate) == 8,
               "the loop IR changed: update jit/cpu/wire.cpp");
 static_assert(sizeof(Kernel) == 336, "Kernel changed: update jit/cpu/wire.cpp");
 
@@ -33,23 +33,17 @@ class Writer {
     pod(a.c);
     list(a.k);
   }
-  void expr(const Expr& e, const FnTable& fns) {
+  void expr(const Expr& e) {
     pod(e.op), pod(e.dtype), pod(e.a), pod(e.b), pod(e.c), pod(e.value);
     pod(uint32_t(e.index.size()));
     for (const Affine& a : e.index) affine(a);
     pod(e.num), str(e.name);
-    int32_t fn = -1;
-    if (e.fn) {
-      for (size_t i = 0; i < fns.ptrs.size() && fn < 0; ++i)
-        if (fns.ptrs[i] == reinterpret_cast<void*>(e.fn)) fn = int32_t(i);
-      if (fn < 0) throw Error(cat("internal: block function ", e.name, " is not in the plan's function table"));
-    }
-    pod(fn), pod(e.acc), pod(e.count), pod(e.dim), pod(e.stride), pod(e.limit), pod(e.site);
+    pod(e.acc), pod(e.count), pod(e.dim), pod(e.stride), pod(e.limit), pod(e.site);
   }
-  void kernel(const Kernel& k, const FnTable& fns) {
+  void kernel(const Kernel& k) {
     str(k.name), list(k.sizes), pod(k.n_outer);
     pod(uint32_t(k.body.exprs.size()));
-    for (const Expr& e : k.body.exprs) expr(e, fns);
+    for (const Expr& e : k.body.exprs) expr(e);
     pod(k.body.root);
     pod(uint32_t(k.stores.size()));
     for (const Store& s : k.stores) pod(s.buffer), affine(s.addr), pod(s.expr);
@@ -95,9 +89,6 @@ class Reader {
     e.index.resize(count());
     for (Affine& a : e.index) affine(a);
     pod(e.num), str(e.name);
-    int32_t fn = -1;
-    pod(fn);
-    e.fn = fn < 0 ? nullptr : reinterpret_cast<BlockFn>(uintptr_t(fn) + 1);  // stand-in, unique per index
     pod(e.acc), pod(e.count), pod(e.dim), pod(e.stride), pod(e.limit), pod(e.site);
   }
   void kernel(Kernel& k) {
@@ -123,10 +114,10 @@ class Reader {
 
 }  // namespace
 
-std::string encode_kernels(const Plan& plan, const FnTable& fns) {
+std::string encode_kernels(const Plan& plan) {
   Writer w;
   w.pod(uint32_t(plan.kernels.size()));
-  for (size_t i = 0; i < plan.kernels.size(); ++i) w.kernel(plan.code(i), fns);
+  for (size_t i = 0; i < plan.kernels.size(); ++i) w.kernel(plan.code(i));
   return std::move(w.out);
 }
 

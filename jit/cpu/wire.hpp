@@ -1,7 +1,5 @@
 // The kernels of a plan as bytes, for the compiler process (jit/compiler.cpp): every field of
-// Kernel, Expr, Store and Accumulate, in a fixed order. A block function (Expr::fn, an address in
-// this process) travels as its index in the plan's FnTable and comes back as a stand-in pointer,
-// unique per index: code generation only looks the pointer up in the table (FnTable::index).
+// Kernel, Expr, Store and Accumulate, in a fixed order (no addresses: calls are named).
 #pragma once
 #include <string>
 #include <string_view>
@@ -11,8 +9,8 @@
 
 namespace cr::jit::cpu {
 
-// The kernels plan.code(i), each Call's fn by its index in `fns` (collect_fns(plan, fns) first).
-std::string encode_kernels(const Plan& plan, const FnTable& fns);
+// The kernels plan.code(i).
+std::string encode_kernels(const Plan& plan);
 // Their copy; throws Error on bytes that are not a whole encoding.
 std::vector<Kernel> decode_kernels(std::string_view bytes);
 

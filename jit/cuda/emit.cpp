@@ -171,6 +171,8 @@ std::string kernel_text(size_t i, const Plan& plan, const Target& t, CudaKernel&
 
 }  // namespace
 
+ScheduleTarget schedule_target(int threads) { return {threads, 512}; }
+
 CudaModule emit_plan(const Plan& plan, const Target& target) {
   CudaModule m;
   m.arch = target.arch;

@@ -75,6 +75,10 @@ struct CudaModule {
   std::vector<CudaKernel> kernels;  // in plan.kernels order
 };
 
+// Plans for CUDA code. Its kernels do not use Kernel::chunk (a template keeps it as a parameter):
+// the plan is cut as for CPUs (threads, 512-element blocks): it does not depend on the device.
+ScheduleTarget schedule_target(int threads);
+
 // Emits CUDA C for every kernel of the plan. Throws cr::Error for what it cannot emit yet
 // (float16 / bfloat16).
 CudaModule emit_plan(const Plan& plan, const Target& target = {});

@@ -27,7 +27,7 @@ struct Group {
 
 class Scheduler {
  public:
-  Scheduler(LoopGraph lg, int threads) : threads_(threads) { plan_.lg = std::move(lg); }
+  Scheduler(LoopGraph lg, const ScheduleTarget& t) : target_(t) { plan_.lg = std::move(lg); }
   Plan run();
 
  private:
@@ -43,7 +43,7 @@ class Scheduler {
   int32_t special_buffer(bool Buffer::*kind, int64_t n);
 
   Plan plan_;
-  int threads_;
+  ScheduleTarget target_;
   std::vector<Group> groups_;
   std::vector<int32_t> group_of_;  // loop value -> group index (-1: none)
   std::string last_refusal_;       // why the last try_join failed (for the fusion log)
@@ -435,11 +435,12 @@ void Scheduler::finish_kernel(Kernel& k, const Group& g) {
   // in dynamic graphs, with a chunk that may cover the row: the choice must not depend on sizes)
   int64_t outer = 1;
   for (int v = 0; v < k.n_outer; ++v) outer *= k.sizes[size_t(v)];
-  int64_t inner = k.sizes.back(), target = 8 * int64_t(std::max(threads_, 1));
-  if (!reduction && int(k.sizes.size()) == k.n_outer + 1 && (dynamic || (outer < target && inner > 4 * kBlock))) {
+  const int64_t block = target_.block;
+  int64_t inner = k.sizes.back(), target = 8 * int64_t(std::max(target_.threads, 1));
+  if (block > 0 && !reduction && int(k.sizes.size()) == k.n_outer + 1 && (dynamic || (outer < target && inner > 4 * block))) {
     int64_t per_row = (target + std::max<int64_t>(outer, 1) - 1) / std::max<int64_t>(outer, 1);
-    int64_t chunk = std::max<int64_t>(4 * kBlock, (inner + per_row - 1) / per_row);
-    chunk = (chunk + kBlock - 1) / kBlock * kBlock;
+    int64_t chunk = std::max<int64_t>(4 * block, (inner + per_row - 1) / per_row);
+    chunk = (chunk + block - 1) / block * block;
     if (chunk < inner || dynamic) k.chunk = chunk;
   }
   k.analyse();
@@ -582,6 +583,6 @@ void Scheduler::plan_memory() {
     if (!keep[b] && last[b] >= 0) plan_.steps[size_t(last[b])].release.push_back(int32_t(b));
 }
 
-Plan schedule(LoopGraph lg, int threads) { return Scheduler(std::move(lg), threads).run(); }
+Plan schedule(LoopGraph lg, const ScheduleTarget& target) { return Scheduler(std::move(lg), target).run(); }
 
 }  // namespace cr::jit

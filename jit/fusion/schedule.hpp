@@ -53,7 +53,13 @@ struct Plan {
   const Kernel& code(size_t i) const { return templates.empty() ? kernels[i] : templates[i]; }
 };
 
+// What the scheduler takes from the backend that runs the plan (cpu::schedule_target, ...).
+struct ScheduleTarget {
+  int threads = 1;    // workers sharing a kernel's work items
+  int64_t block = 0;  // the innermost loop's unit of work: its chunks are multiples (0: no chunks)
+};
+
 // Throws cr::Error when the graph cannot be scheduled (the caller runs it eagerly).
-Plan schedule(LoopGraph lg, int threads);
+Plan schedule(LoopGraph lg, const ScheduleTarget& target);
 
 }  // namespace cr::jit

@@ -541,6 +541,15 @@ TEST_CASE("softmax's float32 exp: the same bits in vector lanes, tails, in place
   CHECK(std::memcmp(got.data(), want.data(), kN * sizeof(float)) == 0);
 }
 
+TEST_CASE("reduce_supported (the loop IR's) is where the CPU has a block reduction", "[blocks]") {
+  using K = ReduceKind;
+  for (K k : {K::Sum, K::Max, K::Min, K::Prod, K::OrderedSum, K::OrderedMax})
+    for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::b8, DType::f16, DType::bf16}) {
+      INFO(jit::reduce_name(k) << " " << dtype_name(d));
+      CHECK(jit::reduce_supported(k, d) == (jit::reduce_fn(k, d) != nullptr));
+    }
+}
+
 TEST_CASE("ordered folds: element after element in the input dtype, as eager softmax's columns", "[blocks]") {
   using K = ReduceKind;
   CHECK(std::string(jit::reduce_name(K::OrderedSum)) == "ordered_sum");

@@ -95,7 +95,7 @@ void dump(const std::string& name, const Builder& B, const Plan& plan, const Cud
 // lower -> schedule -> CUDA C -> CUBIN; the rendered module is in the log of any failure.
 Compiled compile(const Builder& B, const std::string& name) {
   const Graph& g = B.g;
-  Plan plan = schedule(lower(g), 2);
+  Plan plan = schedule(lower(g), jit::cuda::schedule_target(2));
   CudaModule m = jit::cuda::emit_plan(plan);
   INFO("generated CUDA for " << name << ":\n" << jit::cuda::render(m));
   std::string cubin;
@@ -521,7 +521,7 @@ namespace {
 // params of this instance.
 Plan dynamic_plan(Builder& B) {
   B.g.dynamic = true;
-  Plan plan = schedule(lower(B.g), 2);
+  Plan plan = schedule(lower(B.g), jit::cuda::schedule_target(2));
   for (const Kernel& k : plan.kernels) {
     plan.templates.push_back(k);
     plan.params.push_back(parametrize(plan.templates.back()));
@@ -692,7 +692,7 @@ TEST_CASE("cuda: a dynamic graph's kernels are one source for every size, sizes 
     Context ctx;
     Builder B{ctx};
     softmax_graph(B, 64, 127);
-    CudaModule m = jit::cuda::emit_plan(schedule(lower(B.g), 2));
+    CudaModule m = jit::cuda::emit_plan(schedule(lower(B.g), jit::cuda::schedule_target(2)));
     REQUIRE(m.kernels.size() == 1);
     CHECK(m.kernels[0].size_params == 0);
     CHECK(m.source.find("int64_t P0") == std::string::npos);

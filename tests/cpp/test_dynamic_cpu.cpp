@@ -11,6 +11,7 @@
 #include <random>
 
 #include "graph_builder.hpp"
+#include "jit/cpu/emit.hpp"
 #include "jit/fusion/schedule.hpp"
 #include "jit/jit.hpp"
 #include "vm/kernels/loop.hpp"
@@ -165,7 +166,7 @@ TEST_CASE("dynamic cpu: templates render size parameters, equal for every size",
     Context ctx;
     Builder B{ctx};
     std::shared_ptr<Graph> g = dynamic_graph(ctx, B, layer_norm_sums, n);
-    jit::Plan plan = jit::schedule(jit::lower(*g), 4);
+    jit::Plan plan = jit::schedule(jit::lower(*g), jit::cpu::schedule_target(4));
     std::string text;
     for (const jit::Kernel& k : plan.kernels) {
       jit::Kernel t = k;

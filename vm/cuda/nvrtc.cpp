@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "vm/config.hpp"
 #include "vm/error.hpp"
 
 namespace cr::cuda {
@@ -114,7 +115,7 @@ std::string nvrtc_version() { return loaded().version; }
 // Read at each compile (a compile costs tens of ms; tests set it); part of the cache key.
 static std::vector<std::string> extra_options() {
   std::vector<std::string> v;
-  const char* env = std::getenv("CRESCENT_NVRTC_OPTIONS");
+  const char* env = env_setting(Setting::NvrtcOptions);
   std::istringstream in(env ? env : "");
   for (std::string w; in >> w;) v.push_back(w);
   return v;

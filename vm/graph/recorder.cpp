@@ -10,6 +10,7 @@
 
 #include "vm/graph/joint.hpp"
 #include "vm/graph/segment.hpp"
+#include "vm/config.hpp"
 #include "vm/autograd/grad_mode.hpp"
 #include "vm/autograd/meta.hpp"
 #include "vm/fixed.hpp"
@@ -32,7 +33,7 @@ std::atomic<uint64_t> g_generation{1};  // process-wide, so tensors shared by tw
 }  // namespace
 
 Recorder::Recorder(Context& ctx) : logs(ctx.logs), ctx_(ctx) {
-  if (const char* d = std::getenv("CRESCENT_DEBUG_DIR")) debug_dir = d;
+  if (const char* d = env_setting(Setting::DebugDir)) debug_dir = d;
 }
 Recorder::~Recorder() = default;
 

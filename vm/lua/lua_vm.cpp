@@ -10,6 +10,7 @@
 #include "vm/lua/layers.hpp"
 #include "vm/lua/stdlib.hpp"
 #include "vm/lua/traceback.hpp"
+
 #include "vm/env.hpp"
 #include "vm/tensor.hpp"
 
@@ -113,7 +114,7 @@ static void check_cpu() {
 // CRESCENT_LOGS and the numbers of the environment checked before the state exists (Context
 // parses the logs again), so that a wrong value fails the VM's creation, leaving nothing behind.
 static void check_env() {
-  if (const char* list = std::getenv("CRESCENT_LOGS")) Logs().parse(list);
+  if (const char* list = env_setting(Setting::Logs)) Logs().parse(list);
   check_environment();
 }
 

@@ -9,6 +9,7 @@
 
 #include "jit/disk_cache.hpp"
 #include "jit/jit.hpp"
+#include "vm/config.hpp"
 #include "vm/lua/lua_vm.hpp"
 #include "vm/lua/repl.hpp"
 
@@ -36,21 +37,7 @@ const char* kUsage =
     "  -              run the script read from stdin\n"
     "With no script and no -e, starts the REPL. The module is preloaded as the global `crescent`.\n"
     "Lua C modules (luaopen_*) load with require: the executable exports LuaJIT's C API.\n"
-    "Environment:\n"
-    "  CRESCENT_NUM_THREADS    threads of the CPU kernels (default: all cores)\n"
-    "  CRESCENT_LOGS           compiler logs, a comma list (T.compiler logs; an unknown name is an error)\n"
-    "  CRESCENT_TRACEBACK      `full` keeps crescent's own frames in tracebacks\n"
-    "  CRESCENT_HISTORY        REPL history file (default ~/.crescent_history; empty: none)\n"
-    "  CRESCENT_CACHE_DIR      on-disk kernel cache (default ~/.cache/crescent; 0 disables)\n"
-    "  CRESCENT_CACHE_MAX_MB   bound of that cache (default 1024)\n"
-    "  CRESCENT_DEBUG_DIR      dump graphs, generated sources and timings per compiled graph\n"
-    "  CRESCENT_NVRTC_OPTIONS  more NVRTC options for every CUDA kernel\n"
-    "  CRESCENT_CUDA_WAVES     pointwise CUDA grids: waves of resident blocks (default 8)\n"
-    "  CRESCENT_CPU_MARCH      -march of generated CPU code\n"
-    "  CRESCENT_CPU_STREAM_BYTES  outputs from this size on are stored past the caches\n"
-    "  CRESCENT_JIT_TIMEOUT    seconds a native CPU compile may take (default 60)\n"
-    "  CRESCENT_JIT_FORK       0 runs libgccjit in process\n"
-    "  CRESCENT_JIT_FAIL       (tests) make native compiles fail\n";
+    "Environment:\n";
 
 // An option that runs in the VM, in command-line order: -e chunk, -l module, -j cmd, -O flags.
 struct Action {
@@ -66,7 +53,7 @@ struct Options {
 };
 
 int fail_usage(const std::string& msg) {
-  std::fprintf(stderr, "crescent: %s\n%s", msg.c_str(), kUsage);
+  std::fprintf(stderr, "crescent: %s\n%s%s", msg.c_str(), kUsage, cr::settings_help().c_str());
   return 1;
 }
 
@@ -91,7 +78,8 @@ int cache_command(bool clear) {
 int long_option(const char* a) {
   if (std::strcmp(a, "--version") == 0) return std::printf("%s\n", cr::version_line().c_str()), 0;
   if (std::strcmp(a, "--cache-info") == 0 || std::strcmp(a, "--cache-clear") == 0) return cache_command(a[8] == 'c');
-  if (std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0) return std::printf("%s", kUsage), 0;
+  if (std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0)
+    return std::printf("%s%s", kUsage, cr::settings_help().c_str()), 0;
   return -1;
 }
 

@@ -32,6 +32,8 @@ extern "C" {
 #include <luajit.h>
 }
 
+#include "vm/config.hpp"
+
 namespace cr {
 
 std::string version_line() { return "crescent " CRESCENT_VERSION " (" LUAJIT_VERSION ")"; }
@@ -240,7 +242,7 @@ char** complete(const char* text, int, int) {
 
 // ---- history ----------------------------------------------------------------------------------
 std::string history_path() {
-  if (const char* p = std::getenv("CRESCENT_HISTORY")) return p;  // "" disables the file
+  if (const char* p = env_setting(Setting::History)) return p;  // "" disables the file
   const char* home = std::getenv("HOME");
   return home && *home ? std::string(home) + "/.crescent_history" : std::string();
 }

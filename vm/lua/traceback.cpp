@@ -12,13 +12,15 @@ extern "C" {
 #include <lua.h>
 }
 
+#include "vm/config.hpp"
+
 namespace cr {
 
 namespace {
 
 bool full_traceback() {
   static const bool full = [] {
-    const char* v = std::getenv("CRESCENT_TRACEBACK");
+    const char* v = env_setting(Setting::Traceback);
     if (!v || !*v || std::strcmp(v, "short") == 0) return false;
     if (std::strcmp(v, "full") == 0) return true;
     std::fprintf(stderr, "crescent: warning: CRESCENT_TRACEBACK=%s is not one of: short, full (using short)\n", v);

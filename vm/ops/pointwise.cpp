@@ -556,6 +556,12 @@ const ExtraBlock* extra_block(const std::string& name) {
   return nullptr;
 }
 
+BlockFn block_function(const std::string& op, DType compute) {
+  if (const OpDef* def = Registry::get().find(op)) return def->block ? def->block(compute) : nullptr;
+  const ExtraBlock* extra = extra_block(op);
+  return extra ? extra->block(compute) : nullptr;
+}
+
 void register_pointwise(Registry& r) {
 #define CR_REG_UNARY(NAME, ...) r.add(unary_def<Op_##NAME>());
   CR_UNARY_OPS(CR_REG_UNARY)

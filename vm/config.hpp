@@ -1,0 +1,46 @@
+// Every environment setting of crescent, declared once: its variable, its default and what it
+// does (LuaJIT's JIT_PARAMDEF). Code reads a setting through env_setting, never getenv, and
+// `crescent --help` lists this table. Settings are read where used: a compile reads its own at
+// its start, so a program (or a test) may change CRESCENT_JIT_* / NVRTC options between compiles.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "vm/log.hpp"
+
+namespace cr {
+
+// X(id, variable, default, what it does)
+#define CR_SETTINGS(X)                                                                                              \
+  X(NumThreads, "CRESCENT_NUM_THREADS", "the cores", "threads of the CPU kernels, 1 to 256")                        \
+  X(Logs, "CRESCENT_LOGS", "none",                                                                                 \
+    "logs on stderr, comma-separated: graph guards recompiles graph_breaks fusion output_code perf host_ops aot "  \
+    "partition cudagraphs (an unknown name is an error)")                                                         \
+  X(Traceback, "CRESCENT_TRACEBACK", "short", "full: tracebacks keep crescent's own frames")                     \
+  X(CacheDir, "CRESCENT_CACHE_DIR", "~/.cache/crescent", "the kernel cache's directory; 0: no cache on disk")       \
+  X(CacheMaxMb, "CRESCENT_CACHE_MAX_MB", "1024", "the kernel cache's bound in MB (least recently used go first)")  \
+  X(DebugDir, "CRESCENT_DEBUG_DIR", "none", "per compiled graph: its loops, fusion, code and timings")               \
+  X(History, "CRESCENT_HISTORY", "~/.crescent_history", "the REPL's history file; empty: none")                    \
+  X(CpuMarch, "CRESCENT_CPU_MARCH", "the host's level", "-march of generated CPU code (\"native\": detect)")        \
+  X(CpuStreamBytes, "CRESCENT_CPU_STREAM_BYTES", "half the largest cache", "generated stores this large stream")   \
+  X(JitFork, "CRESCENT_JIT_FORK", "1", "0: compile CPU code in process, not in compiler processes")                 \
+  X(JitTimeout, "CRESCENT_JIT_TIMEOUT", "60", "seconds a CPU compile may take before it is killed")                \
+  X(JitFail, "CRESCENT_JIT_FAIL", "0", "tests: fail (any value), crash or hang every compile")                     \
+  X(NvrtcOptions, "CRESCENT_NVRTC_OPTIONS", "none", "more NVRTC options, split at spaces (e.g. -lineinfo)")          \
+  X(CudaWaves, "CRESCENT_CUDA_WAVES", "8", "waves of resident blocks of a pointwise CUDA grid")
+
+enum class Setting : uint8_t {
+#define CR_SETTING_ID(id, ...) id,
+  CR_SETTINGS(CR_SETTING_ID)
+#undef CR_SETTING_ID
+};
+
+// The variable's value now; null when it is not set (the site applies the default above).
+const char* env_setting(Setting s);
+const char* setting_name(Setting s);  // "CRESCENT_NUM_THREADS"
+// One line per setting: "  CRESCENT_NUM_THREADS  threads of ... (default: the cores)".
+std::string settings_help();
+// The switches of CRESCENT_LOGS, parsed once.
+const Logs& env_logs();
+
+}  // namespace cr

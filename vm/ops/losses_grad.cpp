@@ -30,13 +30,17 @@ void cross_entropy_rule(Grad& g) {
   Var valid = op("ne", {g.in(1), arg.number_or(3, -100)});
   Var idx = to_dtype(where(valid, g.in(1), 1.0), DType::i64), validf = to_dtype(valid, dt);
   const Shape pos = ce_positions(g.sizes(0));
+  // float16 / bfloat16 sums accumulate in float32 (as the forward's; CUDA has no 16-bit sum)
+  auto total = [&](const Var& v) {
+    return dt == DType::f16 || dt == DType::bf16 ? to_dtype(op("sum", {to_dtype(v, DType::f32)}), dt) : op("sum", {v});
+  };
   Var wt = validf, wsum = double(C);
   if (weighted) {
     Var picked = reshape(op("index_select", {g.in(2), 1, reshape(idx, {idx.tensor().numel()})}), pos);
-    wt = where(valid, picked, 0.0), wsum = op("sum", {g.in(2)});
+    wt = where(valid, picked, 0.0), wsum = total(g.in(2));
   }
   const std::string r = arg.has(5) ? arg.str(5) : "mean";
-  Var gp = r == "mean" ? g.grad() / op("sum", {wt}) : g.grad();
+  Var gp = r == "mean" ? g.grad() / total(wt) : g.grad();
   Var b = gp * (wt * (1 - s)), k = gp * (validf * (s / double(C)));
   Var a = b + k * wsum;
   if (!grad_enabled) {

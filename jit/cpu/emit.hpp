@@ -13,27 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "jit/cpu/fns.hpp"
 #include "jit/fusion/schedule.hpp"
 
 namespace cr::jit::cpu {
-
-// The functions generated code calls, by index, each named by what it computes ("exp:float32",
-// "sum:float32", "stream_block"): code generation needs the names only, the program `ptrs`,
-// their addresses in this process (collect_fns with `resolve`).
-struct FnTable {
-  std::vector<std::string> names;
-  std::vector<void*> ptrs;
-  int index(const std::string& name) const;  // throws when the table lacks it
-};
 
 using KernelFn = void (*)(void** bufs, void** fns, const int64_t* P, int64_t w0, int64_t w1);
 
 // Emits the plan's kernels and compiles them into the shared object `so_path`. Throws Error with
 // libgccjit's message when it fails. `c_dump` (optional): libgccjit's C-like dump of the code.
 void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_path, const std::string& c_dump_path);
-// The function table of a plan, without compiling (a cached shared object needs only this).
-// Without `resolve` the names only: a compiler process runs before the registry exists.
-void collect_fns(const Plan& plan, FnTable& fns, bool resolve = true);
 
 // Plans for generated CPU code: `threads` workers, chunks of whole blocks (kBlock).
 ScheduleTarget schedule_target(int threads);

@@ -28,6 +28,10 @@ Shape ce_positions(const Shape& x) {
   return p;
 }
 
+autograd::Var ce_accumulated(const autograd::Var& v, DType dt) {
+  return dt == DType::f16 || dt == DType::bf16 ? autograd::to_dtype(v, DType::f32) : v;
+}
+
 namespace {
 using namespace autograd;
 
@@ -69,14 +73,12 @@ void run_cross_entropy(OpCall& c) {
   const int cd = ce_class_dim(x.dim());
   const int64_t C = x.size(cd);
   const double ls = c.number_or(4, 0);
-  const bool half = x.dtype() == DType::f16 || x.dtype() == DType::bf16;
-  Var lse = half ? to_dtype(op("logsumexp", {to_dtype(x, DType::f32), cd + 1, false}), x.dtype())
-                 : op("logsumexp", {x, cd + 1, false});
+  Var lse = to_dtype(op("logsumexp", {ce_accumulated(x, x.dtype()), cd + 1, false}), x.dtype());
   Var valid = op("ne", {c.tensor(1), c.number_or(3, -100)});
   Var idx = to_dtype(where(valid, c.tensor(1), 1.0), DType::i64);
   Var picked = op("squeeze", {op("gather", {x, cd + 1, unsqueeze(idx, cd)}), cd + 1}) - lse;
   // sums of float16 / bfloat16 values accumulate in float32 (as PyTorch's; CUDA has no 16-bit sum)
-  auto acc = [&](const Var& v) { return half ? to_dtype(v, DType::f32) : v; };
+  auto acc = [&](const Var& v) { return ce_accumulated(v, x.dtype()); };
   Var wt = to_dtype(valid, x.dtype()), wsum = double(C), wx = x;
   if (c.has(2)) {
     const Tensor w = c.tensor(2);

@@ -31,9 +31,7 @@ void cross_entropy_rule(Grad& g) {
   Var idx = to_dtype(where(valid, g.in(1), 1.0), DType::i64), validf = to_dtype(valid, dt);
   const Shape pos = ce_positions(g.sizes(0));
   // float16 / bfloat16 sums accumulate in float32 (as the forward's; CUDA has no 16-bit sum)
-  auto total = [&](const Var& v) {
-    return dt == DType::f16 || dt == DType::bf16 ? to_dtype(op("sum", {to_dtype(v, DType::f32)}), dt) : op("sum", {v});
-  };
+  auto total = [&](const Var& v) { return to_dtype(op("sum", {ce_accumulated(v, dt)}), dt); };
   Var wt = validf, wsum = double(C);
   if (weighted) {
     Var picked = reshape(op("index_select", {g.in(2), 1, reshape(idx, {idx.tensor().numel()})}), pos);

@@ -43,12 +43,17 @@ local function stream_of(id)
   return s
 end
 
-local function check_stream(s, what)
-  if getmetatable(s) ~= Stream then
-    core.fail(what .. ": expected a stream (T.cuda.Stream()), got " .. (core.is_tensor(s) and "a tensor" or type(s)))
+-- checker(mt, expected) -> check(v, what): v when its metatable is mt, else an error naming the
+-- call, what it expected and what it got
+local function checker(mt, expected)
+  return function(v, what)
+    if getmetatable(v) ~= mt then
+      core.fail(what .. ": expected " .. expected .. ", got " .. (core.is_tensor(v) and "a tensor" or type(v)))
+    end
+    return v
   end
-  return s
 end
+local check_stream = checker(Stream, "a stream (T.cuda.Stream())")
 
 function Stream:__tostring()
   local slot = self.id % SLOTS
@@ -80,10 +85,7 @@ local function current_stream(d) return stream_of(call(CURRENT, device_index(d))
 local Event = {}
 Event.__index = Event
 
-local function check_event(e, what)
-  if getmetatable(e) ~= Event then core.fail(what .. ": expected an event (T.cuda.Event()), got " .. type(e)) end
-  return e
-end
+local check_event = checker(Event, "an event (T.cuda.Event())")
 
 function Event:record(stream)
   stream = stream and check_stream(stream, "Event:record") or current_stream(self.device)
@@ -132,12 +134,7 @@ end
 local CUDAGraph = {}
 CUDAGraph.__index = CUDAGraph
 
-local function check_graph(g, what)
-  if getmetatable(g) ~= CUDAGraph then
-    core.fail(what .. ": expected a CUDA graph (T.cuda.CUDAGraph()), got " .. (core.is_tensor(g) and "a tensor" or type(g)))
-  end
-  return g
-end
+local check_graph = checker(CUDAGraph, "a CUDA graph (T.cuda.CUDAGraph())")
 
 local function new_graph(d)
   local id = call(NEW_GRAPH, device_index(d))

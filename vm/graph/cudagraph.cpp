@@ -46,18 +46,6 @@ Storage* free_block(Storage* s, void* block, bool keep) {
   return keep ? storage_wrap(block, n, d, keep_block, nullptr) : nullptr;
 }
 
-// Value roots written by the graph: in-place ops, and the list arguments of ops that write them.
-std::vector<char> written_by(const Graph& g) {
-  std::vector<char> w = written_roots(g);
-  for (const Node& n : g.nodes) {
-    if (n.kind != NodeKind::Op || !n.def().writes) continue;
-    for (size_t i = 0; i < n.args.size() && i < 32; ++i)
-      if (n.def().writes & (1u << i))
-        for (int32_t v : n.args[i].values) w[size_t(storage_root(g, v))] = 1;
-  }
-  return w;
-}
-
 // Whether graph input value `vid` comes from an argument of the call (not from its Lua state).
 bool is_argument(const Graph& g, const guards::Plan& p, int32_t vid) {
   const size_t i = size_t(std::find(g.inputs.begin(), g.inputs.end(), vid) - g.inputs.begin());
@@ -93,7 +81,7 @@ void Recorder::record_on_graph(guards::Plan& p, std::vector<Tensor>& vals) {
   const Graph& g = *p.graph;
   for (const Node& n : g.nodes)
     if (n.random()) fail(cat("it draws random numbers (", n.def().name, " at ", n.where, ")"));
-  const std::vector<char> written = written_by(g);
+  const std::vector<char> written = written_roots(g);
   auto graph = std::make_unique<cuda::Graph>(c.device);
   std::vector<Tensor> cv(g.values.size());
   cuda::pool_enter(graph->pool().get());

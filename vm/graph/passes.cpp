@@ -21,11 +21,16 @@ int32_t storage_root(const Graph& g, int32_t v) {
 
 std::vector<char> written_roots(const Graph& g) {
   std::vector<char> w(g.values.size());
-  for (const Node& n : g.nodes)
+  for (const Node& n : g.nodes) {
     if (n.inplace()) {
       w[size_t(storage_root(g, n.args[0].value))] = 1;
       w[size_t(storage_root(g, n.outs[0]))] = 1;
     }
+    if (n.kind != NodeKind::Op || !n.def().writes) continue;
+    for (size_t i = 0; i < n.args.size() && i < 32; ++i)  // (OpDef::writes: list arguments written in place)
+      if (n.def().writes & (1u << i))
+        for (int32_t v : n.args[i].values) w[size_t(storage_root(g, v))] = 1;
+  }
   return w;
 }
 

@@ -285,19 +285,21 @@ bool Lowerer::reduction(int32_t node, std::string* why) {
   if ((n.outs.size() != 1 && !with_indices) || n.args.empty() || n.args[0].tag != kTensor) return reject("unexpected arguments");
   const graph::ValueMeta& xm = g.values[size_t(n.args[0].value)].meta;
   const graph::ValueMeta& om = g.values[size_t(n.outs[0])].meta;
-  int ndim = int(xm.sizes.size());
-  if (ndim == 0) return reject("a 0-d input");
   if (!loop_dtype(xm.dtype, device())) return reject("a float16 / bfloat16 input");
   bool along = form == F::Softmax || form == F::LogSoftmax;
+  if (xm.sizes.empty() && along) return reject("a 0-d input");
+  // a 0-d input reduces as a 1-d one of size 1 (its load takes no index): the eager dims 1 / -1
+  Shape in = xm.sizes.empty() ? Shape{1} : graph::concrete(xm.sizes);
+  int ndim = int(in.size());
   bool ok = true;
   graph::Arg none;
   std::vector<char> mask = reduced_dims(n.args.size() > 1 ? n.args[1] : none, ndim, &ok);
   if (!ok) return reject("unexpected dim argument");
   if (along && n.args.size() > 2 && n.args[2].tag != kNone) return reject("the dtype option");
-  if ((form == F::Sum || form == F::Mean) && device().is_cpu() && over_outer_dims(graph::concrete(xm.sizes), mask))
+  if ((form == F::Sum || form == F::Mean) && device().is_cpu() && over_outer_dims(in, mask))
     return reject("a reduction over outer dims only (eager's kernel folds whole rows into the results)");
-  Decomposition D{*this, of(n.args[0].value), graph::concrete(xm.sizes), mask};
-  D.keepdim = !along && n.args.size() > 2 && n.args[2].tag == kBool && n.args[2].num != 0;
+  Decomposition D{*this, of(n.args[0].value), in, mask};
+  D.keepdim = !along && !xm.sizes.empty() && n.args.size() > 2 && n.args[2].tag == kBool && n.args[2].num != 0;
   D.gv_out = n.outs[0];
   D.node = node;
   D.out = graph::concrete(om.sizes);

@@ -151,7 +151,14 @@ void check_same_device(const cr_value* args, int nargs) {
 
 std::vector<Tensor> run_on_host(Context& ctx, const OpDef& def, const cr_value* args, int nargs) {
   check_same_device(args, nargs);
-  note_host_op(ctx.logs.host_ops, cat(def.name, ": no CUDA kernel for these operands, ran on host copies"));
+  if (ctx.logs.host_ops) {  // the operands, to see which case the kernels miss
+    std::string what;
+    for (int i = 0; i < nargs; ++i)
+      if (args[i].tag == kTensor) what += cat(what.empty() ? " (" : ", ", Tensor(static_cast<cr_tensor*>(args[i].ptr), true).describe());
+    note_host_op(true, cat(def.name, ": no CUDA kernel for these operands", what, what.empty() ? "" : ")", ", ran on host copies"));
+  } else {
+    note_host_op(false, "");
+  }
   std::vector<cr_value> hargs(args, args + nargs);
   std::vector<Tensor> keep;
   std::vector<std::vector<cr_tensor*>> lists(static_cast<size_t>(nargs));

@@ -218,3 +218,30 @@ describe("random draws in compiled graphs", function()
     S.truthy(st.kernels_compiled + st.disk_cache_hits > 0, "nothing was compiled")
   end)
 end)
+
+describe("reductions of 0-d tensors", function()
+  -- lowered as reductions over one dim of size 1 (on CUDA the eager op is such a kernel too)
+  local cases = {
+    function(x) return x:sum() end, function(x) return x:amax() end, function(x) return x:prod() end,
+    function(x) return x:sum(1, true) end, function(x) return x:logsumexp(-1) end, function(x) return x:argmax() end,
+    function(x) return x:max(1) end, function(x) return x:any() end, function(x) return x:all() end,
+    function(x) return (x * 2):sum() + 1 end, function(x) return x:mean() end, function(x) return x:var() end,
+    function(x) return x:std(1, { correction = 0 }) end, function(x) return x:norm() end,
+  }
+  it("give eager's values when compiled", function()
+    for i, fn in ipairs(cases) do
+      for _, dt in ipairs(i <= 10 and { "float32", "float64", "int64", "bool" } or { "float32", "float64" }) do
+        local x = T.tensor(dt == "bool" and 1 or -2.5):to(dt)
+        local want = { fn(x) }
+        local f = T.compile(fn)
+        for call = 1, 3 do
+          local got = { f(x) }
+          for k = 1, #want do
+            S.eq({ got[k].dtype, got[k].shape, tostring(got[k]) }, { want[k].dtype, want[k].shape, tostring(want[k]) },
+              ("case %d %s call %d result %d"):format(i, dt, call, k))
+          end
+        end
+      end
+    end
+  end)
+end)

@@ -77,7 +77,7 @@ void run_cross_entropy(OpCall& c) {
   Var valid = op("ne", {c.tensor(1), c.number_or(3, -100)});
   Var idx = to_dtype(where(valid, c.tensor(1), 1.0), DType::i64);
   Var picked = op("squeeze", {op("gather", {x, cd + 1, unsqueeze(idx, cd)}), cd + 1}) - lse;
-  // sums of float16 / bfloat16 values accumulate in float32 (as PyTorch's; CUDA has no 16-bit sum)
+  // sums of float16 / bfloat16 values accumulate in float32 (as PyTorch's reductions do)
   auto acc = [&](const Var& v) { return ce_accumulated(v, x.dtype()); };
   Var wt = to_dtype(valid, x.dtype()), wsum = double(C), wx = x;
   if (c.has(2)) {

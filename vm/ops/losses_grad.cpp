@@ -30,7 +30,7 @@ void cross_entropy_rule(Grad& g) {
   Var valid = op("ne", {g.in(1), arg.number_or(3, -100)});
   Var idx = to_dtype(where(valid, g.in(1), 1.0), DType::i64), validf = to_dtype(valid, dt);
   const Shape pos = ce_positions(g.sizes(0));
-  // float16 / bfloat16 sums accumulate in float32 (as the forward's; CUDA has no 16-bit sum)
+  // float16 / bfloat16 sums accumulate in float32 (as the forward's)
   auto total = [&](const Var& v) { return to_dtype(op("sum", {ce_accumulated(v, dt)}), dt); };
   Var wt = validf, wsum = double(C);
   if (weighted) {

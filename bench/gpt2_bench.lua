@@ -24,12 +24,21 @@ local prompt = T.randint(0, cfg.vocab, { batch, plen }):to(device)
 local kv = os.getenv("KV") or "dynamic"  -- KV=static: the compiled side decodes with G.decoder's CUDA-graph step
 local decoder = kv == "static" and G.decoder(model, batch, plen + new) or nil
 
+-- the device work of the decode steps (T.cuda.stats): kernels + cuBLAS calls + CUDA-graph nodes
+local function device_ops()
+  if device ~= "cuda" then return 0 end
+  local c = T.cuda.stats()
+  return c.kernel_launches + c.blas_calls + c.graph_nodes
+end
+local ops_per_token = 0
+
 local function generate(step, kv_cache)
-  local t0, t1 = tonumber(now()), nil
+  local t0, t1, o1 = tonumber(now()), nil, nil
   local ids = G.generate(step, model, prompt, new, { kv_cache = kv_cache, decoder = kv_cache == "static" and decoder or nil,
-    on_token = function(i) if i == 1 then t1 = tonumber(now()) end end })
+    on_token = function(i) if i == 1 then t1, o1 = tonumber(now()), device_ops() end end })
   ids:sum():item()
   local t2 = tonumber(now())
+  ops_per_token = (device_ops() - o1) / (new - 1)
   return (t1 - t0) / 1e3, batch * (new - 1) / ((t2 - t1) / 1e6)
 end
 
@@ -47,11 +56,16 @@ local function measure(step, kv_cache)
   return median(pre), median(tps), first_ms
 end
 
+local weight_bytes = 0  -- read once per decode step (the embedding's rows aside)
+local BYTES = { float32 = 4, bfloat16 = 2, float16 = 2, float64 = 8 }
+for _, p in ipairs(model:parameters()) do weight_bytes = weight_bytes + p:numel() * BYTES[p.dtype] end
 local e_pre, e_tps = measure(function(...) return model:forward(...) end)
 local mode = os.getenv("MODE") or "default"  -- MODE=reduce-overhead: replay without re-running Lua
 local c_pre, c_tps, first = measure(T.compile(model, { mode = mode, dynamic = false }), kv)
 local s = T.compiler.stats()
 print(string.format('{"side": "crescent", "mode": "' .. mode .. '", "dtype": "' .. dtype .. '", "kv": "' .. kv .. '", "cudagraph_replays": ' .. s.cudagraph_replays .. ', "config": "%s", "batch": %d, "prompt": %d, "new": %d, ' ..
   '"eager_prefill_ms": %.3f, "eager_decode_tps": %.2f, "compiled_prefill_ms": %.3f, "compiled_decode_tps": %.2f, ' ..
-  '"first_compiled_run_ms": %.1f, "graphs_compiled": %d, "recompiles": %d}',
-  name, batch, plen, new, e_pre, e_tps, c_pre, c_tps, first, s.graphs_compiled, s.recompiles))
+  '"first_compiled_run_ms": %.1f, "graphs_compiled": %d, "recompiles": %d, "weight_mb": %.1f, "compiled_weight_gbps": %.1f, ' ..
+  '"compiled_device_ops_per_token": %.1f}',
+  name, batch, plen, new, e_pre, e_tps, c_pre, c_tps, first, s.graphs_compiled, s.recompiles, weight_bytes / 2 ^ 20,
+  weight_bytes * c_tps / batch / 1e9, ops_per_token))

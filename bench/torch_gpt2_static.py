@@ -81,9 +81,11 @@ def generate():
     return (t1 - t0) * 1e3, batch * (new - 1) / (t2 - t1)
 
 
+weight_bytes = sum(t.numel() * t.element_size() for t in p.values())  # read once per decode step
 with torch.no_grad():
     generate()
     runs = [generate() for _ in range(rounds)]
 print(json.dumps({"side": "torch static", "dtype": str(dtype).split(".")[-1], "device": dev, "config": name, "batch": batch, "prompt": plen, "new": new,
                   "prefill_ms": statistics.median(r[0] for r in runs),
-                  "decode_tps": statistics.median(r[1] for r in runs)}))
+                  "decode_tps": statistics.median(r[1] for r in runs),
+                  "weight_gbps": weight_bytes * statistics.median(r[1] for r in runs) / batch / 1e9}))

@@ -179,7 +179,7 @@ local function graph(g, fn, opts, ...)
 end
 
 -- T.cuda -------------------------------------------------------------------------------------
-local STATS = ffi.new("double[7]")
+local STATS = ffi.new("double[11]")
 M.cuda = {
   is_available = function() return api.cuda_device_count() > 0 end,
   device_count = function() return api.cuda_device_count() end,
@@ -192,11 +192,13 @@ M.cuda = {
   -- gives the device memory cached for reuse back to the driver
   empty_cache = function() api.cuda_empty_cache() end,
   -- {driver_allocs, driver_frees, cache_hits, in_use, reserved (bytes), host_ops, modules_compiled
-  -- (CUDA modules this process compiled with NVRTC; cache hits and prebuilt ones not)}
+  -- (CUDA modules this process compiled with NVRTC; cache hits and prebuilt ones not),
+  -- kernel_launches, blas_calls, graph_launches, graph_nodes (the work queued on the devices)}
   stats = function(d)
     api.cuda_stats(device_index(d), STATS)
     return { driver_allocs = STATS[0], driver_frees = STATS[1], cache_hits = STATS[2], in_use = STATS[3],
-             reserved = STATS[4], host_ops = STATS[5], modules_compiled = STATS[6] }
+             reserved = STATS[4], host_ops = STATS[5], modules_compiled = STATS[6],
+             kernel_launches = STATS[7], blas_calls = STATS[8], graph_launches = STATS[9], graph_nodes = STATS[10] }
   end,
 
   -- T.cuda.Stream([device]) or T.cuda.Stream{device =}: a stream of the device's pool

@@ -46,6 +46,7 @@ void Program::launch(size_t k, void** bufs) const {
   if (kern.size_params)
     for (const int64_t& p : plan_.params[k]) args.push_back(const_cast<int64_t*>(&p));
   cr::cuda::use_device(device_.index);
+  cr::cuda::launch_counts().kernels.fetch_add(1, std::memory_order_relaxed);
   CR_CU(cuLaunchKernel(static_cast<CUfunction>(fns_[k]), unsigned(grid), 1, 1, unsigned(kern.block), 1, 1,
                        unsigned(kern.shared_bytes), cr::cuda::current_stream(device_.index), args.data(), nullptr),
         kern.name);

@@ -29,9 +29,15 @@ describe("reduce-overhead records CUDA graphs", function()
     local f = graphed(fn, function() return T.randn({ 8, 16 }):cuda(), T.randn({ 8, 16 }):cuda() end)
     for _ = 1, 5 do
       local x, y = T.randn({ 8, 16 }):cuda(), T.randn({ 8, 16 }):cuda()
-      local r0 = stats().cudagraph_replays
+      local r0, c0 = stats().cudagraph_replays, T.cuda.stats()
       local a, b = f(x, y)
+      local c1 = T.cuda.stats()
       S.eq(stats().cudagraph_replays, r0 + 1)
+      -- one graph launch: its nodes counted, no kernel or cuBLAS call launched from the host
+      S.eq({ c1.graph_launches - c0.graph_launches, c1.kernel_launches - c0.kernel_launches, c1.blas_calls - c0.blas_calls },
+        { 1, 0, 0 }, "work queued by the replay")
+      S.truthy(c1.graph_nodes - c0.graph_nodes >= 2, ("the graph's nodes (a matmul and a kernel at least): %d")
+        :format(c1.graph_nodes - c0.graph_nodes))
       local ea, eb = fn(x, y)
       same(a, ea)
       same(b, eb)

@@ -278,7 +278,13 @@ describe("T.nn layers with weights copied into torch 1.13", function()
       local want = res[c.key]
       if want.error then error("torch raised: " .. want.error, 0) end
       expect.eq(#c.got, #want.list, "results")
-      for i = 1, #c.got do R.check(res, c.key .. "#" .. i, c.got[i], 1e-4, 1e-5) end
+      -- gradients through batch statistics cancel: their absolute tolerance scales with the
+      -- tensor's largest element (float32 rounding of the terms, not of the small result)
+      for i = 1, #c.got do
+        local g = c.got[i]
+        local scale = (i > 1 and g:numel() > 0) and math.max(1, g:abs():max():item()) or 1
+        R.check(res, c.key .. "#" .. i, g, 1e-4, 1e-5 * scale)
+      end
     end)
   end
 end)

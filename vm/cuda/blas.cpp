@@ -111,6 +111,7 @@ void gemm_batched(int index, DType d, int M, int N, int K, const void* A, int ld
                   const void* B, int ldb, bool b_colmajor, int64_t sb, void* C, int ldc, int64_t sc, int batch, double beta) {
   Handle h = handle(index);
   Blas& L = blas();
+  launch_counts().blas.fetch_add(1, std::memory_order_relaxed);
   const int opb = b_colmajor ? kOpT : kOpN, opa = a_colmajor ? kOpT : kOpN;
   if (d == DType::f16 || d == DType::bf16) {
     const int t = d == DType::f16 ? kCudaR16F : kCudaR16BF;

@@ -10,6 +10,11 @@
 #include "vm/error.hpp"
 
 namespace cr::cuda {
+
+LaunchCounts& launch_counts() {
+  static LaunchCounts counts;
+  return counts;
+}
 namespace {
 
 constexpr int kAttrMaxThreadsPerBlock = 1, kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76,

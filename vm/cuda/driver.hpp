@@ -6,6 +6,7 @@
 // function, CUDA's error name and text, and what we were doing.
 #pragma once
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -105,6 +106,14 @@ struct DeviceInfo {
   size_t total_memory = 0;
 };
 const DeviceInfo& device_info(int index);
+
+// The work the host queued on the devices (T.cuda.stats): kernels launched (generated and
+// library ones), cuBLAS calls, CUDA-graph launches and the nodes those ran. Work a capture
+// records counts once, when it is recorded.
+struct LaunchCounts {
+  std::atomic<int64_t> kernels{0}, blas{0}, graphs{0}, graph_nodes{0};
+};
+LaunchCounts& launch_counts();
 
 // T.bench's device timer on `index`'s current stream (vm/cuda/streams.hpp): phase 0 records the start event; phase 1
 // records the end event, waits for it and returns the milliseconds between the two.

@@ -105,6 +105,8 @@ void Graph::launch() const {
   use_device(index_);
   CUstream s = current_stream(index_);
   CR_CU(cuGraphLaunch(exec_, s), "replaying a CUDA graph");
+  launch_counts().graphs.fetch_add(1, std::memory_order_relaxed);
+  launch_counts().graph_nodes.fetch_add(int64_t(nodes_), std::memory_order_relaxed);
   for (const auto& c : checks_) defer_check(c, s);
 }
 

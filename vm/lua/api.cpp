@@ -388,9 +388,11 @@ int32_t api_cuda_synchronize(cr_ctx* c, int32_t dev) {
 void api_cuda_empty_cache() { cuda::empty_cache(); }
 void api_cuda_stats(int32_t dev, double* out) {
   const cuda::MemoryStats m = cuda::memory_stats(dev);
-  const double v[7] = {double(m.driver_allocs), double(m.driver_frees), double(m.cache_hits), double(m.in_use),
-                       double(m.reserved), double(host_op_count()), double(jit::cache_stats().cuda_compiled)};
-  std::copy(v, v + 7, out);
+  const cuda::LaunchCounts& l = cuda::launch_counts();
+  const double v[11] = {double(m.driver_allocs), double(m.driver_frees), double(m.cache_hits), double(m.in_use),
+                        double(m.reserved), double(host_op_count()), double(jit::cache_stats().cuda_compiled),
+                        double(l.kernels.load()), double(l.blas.load()), double(l.graphs.load()), double(l.graph_nodes.load())};
+  std::copy(v, v + 11, out);
 }
 int32_t api_cuda_time(cr_ctx* c, int32_t dev, int32_t phase, double* ms) {
   return guarded(c, [&] {

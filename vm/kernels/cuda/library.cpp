@@ -79,6 +79,7 @@ void launch_function(CUfunction f, int device, int64_t grid, int block, void* co
                      size_t shared_bytes) {
   use_device(device);
   allow_shared(f, shared_bytes, what);
+  launch_counts().kernels.fetch_add(1, std::memory_order_relaxed);
   CR_CU(cuLaunchKernel(f, unsigned(grid), 1, 1, unsigned(block), 1, 1, unsigned(shared_bytes), current_stream(device),
                        const_cast<void**>(args), nullptr),
         what);

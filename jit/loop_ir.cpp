@@ -118,8 +118,12 @@ std::string Kernel::str(int64_t block) const {
   }
   o << ind.substr(2) << "{\n";
   std::vector<char> shown(body.exprs.size(), 0);
+  // walked: bit 1 << want_inner once an expression's operands were visited for that side (a
+  // second walk adds nothing; without it a shared operand is walked once per path: 2^depth)
+  std::vector<char> walked(body.exprs.size(), 0);
   auto expr = [&](auto&& self, int32_t i, bool want_inner, std::ostream& out, const std::string& in) -> void {
-    if (shown[size_t(i)]) return;
+    if (shown[size_t(i)] || (walked[size_t(i)] >> int(want_inner) & 1)) return;
+    walked[size_t(i)] = char(walked[size_t(i)] | 1 << int(want_inner));
     const Expr& e = body.exprs[size_t(i)];
     for (int32_t op : {e.a, e.b, e.c})
       if (op >= 0) self(self, op, want_inner, out, in);

@@ -63,12 +63,6 @@ end
 
 function methods:is_inference() return query(self, 3) end
 
-function methods:detach()
-  local t = ag.detach(ctx, ptr(self))
-  if t == nil then core.raise(-1) end
-  return wrap(t)
-end
-
 function methods:retain_grad()
   check(ag.retain_grad(ctx, ptr(self)))
 end

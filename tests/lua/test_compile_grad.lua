@@ -187,6 +187,17 @@ describe("detach inside a compiled function", function()
       S.eq(w.grad:totable(), { 1, 1, 1 })
     end
   end)
+  it("is an op of the graph, not a graph break", function()
+    local f = T.compile(function(a) local h = (a * 3):detach(); return a * h end)
+    T.compiler.reset()
+    for i = 1, 4 do
+      local a = T.randn(5, { requires_grad = true })
+      f(a):sum():backward()
+      S.close(a.grad, a:detach() * 3, 1e-6, 1e-6, "call " .. i)
+    end
+    S.eq(T.compiler.stats().graph_breaks, 0)
+    S.eq(T.compiler.stats().backward_graphs_compiled, 1)
+  end)
 end)
 
 describe("the compiled node", function()

@@ -86,12 +86,14 @@ void mark_needed(Graph& g, const std::unordered_map<Key, std::vector<int>, KeyHa
   for (auto& [n, info] : g) info.needed = memo[n];
 }
 
-Tensor run_hooks(const AutogradMeta* m, Tensor g) {
+// m's hooks registered on node n (a leaf's: on its accumulator), in order
+Tensor run_hooks(const AutogradMeta* m, const Node* n, Tensor g) {
   if (!m || m->hooks.empty() || !g.defined()) return g;
-  for (int32_t id : m->hooks) {
+  for (const TensorHook& h : m->hooks) {
+    if (n->accumulates() ? !h.fn.expired() : h.fn.lock().get() != n) continue;
     cr_tensor* out = nullptr;
     if (!hook_caller) fail("register_hook: no hook caller installed");
-    if (hook_caller(id, g.get(), &out) != 0) throw HookRaised();
+    if (hook_caller(h.id, g.get(), &out) != 0) throw HookRaised();
     if (!out) continue;
     Tensor r(out, false);
     if (r.sizes() != g.sizes())
@@ -233,8 +235,10 @@ std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& roots, std
     const bool needed = g[n].needed;
     for (size_t k = 0; needed && k < out_grads.size(); ++k) {  // tensor hooks, retain_grad, captures
       AutogradMeta* m = n->accumulates() ? meta_of(n->leaf.get()) : k < n->out_meta.size() ? n->out_meta[k] : nullptr;
-      out_grads[k] = run_hooks(m, out_grads[k]);
-      if (!n->accumulates() && m && m->retains_grad && out_grads[k].defined()) accumulate_into(*m, out_grads[k], o.create_graph);
+      out_grads[k] = run_hooks(m, n, out_grads[k]);
+      // (retain_grad: the gradient of the tensor's latest value, its grad_fn now)
+      if (!n->accumulates() && m && m->retains_grad && m->grad_fn.get() == n && m->output_nr == int(k) && out_grads[k].defined())
+        accumulate_into(*m, out_grads[k], o.create_graph);
       auto it = targets.find({n, int(k)});
       if (it != targets.end())
         for (int j : it->second) captured[size_t(j)] = out_grads[k];

@@ -14,12 +14,21 @@ std::vector<int32_t>& dead_hooks() {
   return ids;
 }
 
+void watch(AutogradMeta& m) {
+  if (!m.grad_fn) return;
+  auto& om = m.grad_fn->out_meta;
+  if (om.size() <= size_t(m.output_nr)) om.resize(size_t(m.output_nr) + 1, nullptr);
+  om[size_t(m.output_nr)] = &m;
+  m.watched.emplace_back(m.grad_fn, m.output_nr);
+}
+
 void drop_meta(cr_tensor* t) {
   AutogradMeta* m = meta_of(t);
   t->_autograd = nullptr;
-  if (m->grad_fn && size_t(m->output_nr) < m->grad_fn->out_meta.size() && m->grad_fn->out_meta[size_t(m->output_nr)] == m)
-    m->grad_fn->out_meta[size_t(m->output_nr)] = nullptr;
-  for (int32_t id : m->hooks) dead_hooks().push_back(id);
+  for (auto& [w, k] : m->watched)  // (an in-place change left older nodes pointing here too)
+    if (std::shared_ptr<Node> n = w.lock(); n && size_t(k) < n->out_meta.size() && n->out_meta[size_t(k)] == m)
+      n->out_meta[size_t(k)] = nullptr;
+  for (const TensorHook& h : m->hooks) dead_hooks().push_back(h.id);
   delete m;
 }
 

@@ -11,6 +11,14 @@ namespace cr::autograd {
 
 struct Node;
 
+// A tensor hook (register_hook): it sees the gradient of the value the tensor had when it was
+// registered - the node then its grad_fn (none for a leaf) - as PyTorch's hooks across an
+// in-place change; retain_grad follows the latest value.
+struct TensorHook {
+  int32_t id;
+  std::weak_ptr<Node> fn;
+};
+
 // How a view was made (PyTorch's CreationMeta): only Default views may be changed in place while
 // autograd records; the others raise at such a change (views.cpp). Compiled: an output of a
 // compiled training segment that views another value (no base kept: vm/graph/joint.cpp).
@@ -23,7 +31,9 @@ struct AutogradMeta {
   Tensor grad;
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
-  std::vector<int32_t> hooks;  // ids of Lua hook functions (stdlib/autograd.lua)
+  std::vector<TensorHook> hooks;  // Lua hook functions (stdlib/autograd.lua)
+  // the nodes whose out_meta slot points here (watch): cleared when the tensor dies
+  std::vector<std::pair<std::weak_ptr<Node>, int>> watched;
   // the leaf's AccumulateGrad node, shared by every node that uses the leaf
   std::weak_ptr<Node> accumulator;
   // A view (vm/autograd/views.hpp): the tensor owning the memory it views (never itself a view)
@@ -36,6 +46,9 @@ inline AutogradMeta* meta_of(const cr_tensor* t) { return static_cast<AutogradMe
 AutogradMeta& ensure_meta(cr_tensor* t);
 // Called by tensor_release for a header with metadata.
 void drop_meta(cr_tensor* t);
+// Makes m's grad_fn report output output_nr's gradient to m (its hooks, retain_grad): the
+// engine reads the node's out_meta.
+void watch(AutogradMeta& m);
 
 // A view's grad_fn, made again over its base when the storage changed in place since (views.cpp).
 const std::shared_ptr<Node>& view_grad_fn(cr_tensor* t, AutogradMeta& m);

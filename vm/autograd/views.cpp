@@ -43,6 +43,7 @@ void replay_view(cr_tensor* t, AutogradMeta& m) {
   args[3] = cr_value{kNumber, 0, double(view.offset()), nullptr, nullptr};
   m.grad_fn = make_node(op_id("as_strided"), args, 4, {view}, Tensor());
   m.output_nr = 0;
+  if (m.retains_grad) watch(m);
 }
 
 // One past the last element a layout reaches, counted from `from`.
@@ -99,6 +100,7 @@ const std::shared_ptr<Node>& view_grad_fn(cr_tensor* t, AutogradMeta& m) {
 void note_views(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
   const OpDef& def = Registry::get().ops()[size_t(op)];
   if ((def.kind != OpKind::View && !(def.flags & kListOut)) || nargs == 0 || args[0].tag != kTensor) return;
+  if (def.grad.not_differentiable) return;  // detach: a view of the storage, not of the autograd history
   auto* in = static_cast<cr_tensor*>(args[0].ptr);
   if (!in->_storage) return;
   const AutogradMeta* im = meta_of(in);
@@ -139,6 +141,7 @@ void rebase_history(const Tensor& self, const std::shared_ptr<Node>& fn) {
     m.grad_fn = fn;
     m.output_nr = 0;
     m.requires_grad = false;
+    if (m.retains_grad) watch(m);
     return;
   }
   const Tensor& base = m.base;

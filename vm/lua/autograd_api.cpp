@@ -109,26 +109,10 @@ const char* ag_grad_fn(cr_ctx* c, cr_tensor* t, double* id) {
   return r;
 }
 
-// (a lazy tensor of a compiled function gets its value first: inside a capture, a graph break)
-cr_tensor* ag_detach(cr_ctx* c, cr_tensor* t) {
-  cr_tensor* out = nullptr;
-  if (guarded(c, [&] {
-        if (!t->_storage || t->_lazy) graph::ensure_real(Context::of(c), t);
-        const Tensor x(t, true);
-        out = hand_one(c, Tensor::view_of(x, x.sizes(), x.strides(), x.offset()));
-        return 0;
-      }) < 0)
-    return nullptr;
-  return out;
-}
-
 // Non-leaves keep their hooks / retained grad in their node's out_meta (the engine reads them).
 void watch(cr_tensor* t) {
   AutogradMeta& m = ensure_meta(t);
-  if (!grad_fn_of(t, m)) return;
-  auto& om = m.grad_fn->out_meta;
-  if (om.size() <= size_t(m.output_nr)) om.resize(size_t(m.output_nr) + 1, nullptr);
-  om[size_t(m.output_nr)] = &m;
+  if (grad_fn_of(t, m)) autograd::watch(m);
 }
 
 int32_t ag_retain_grad(cr_ctx* c, cr_tensor* t) {
@@ -144,7 +128,8 @@ int32_t ag_retain_grad(cr_ctx* c, cr_tensor* t) {
 int32_t ag_add_hook(cr_ctx* c, cr_tensor* t, int32_t id) {
   return guarded(c, [&] {
     if (!requires_grad(t)) fail("register_hook: cannot register a hook on a tensor that doesn't require gradient");
-    ensure_meta(t).hooks.push_back(id);
+    AutogradMeta& m = ensure_meta(t);
+    m.hooks.push_back(TensorHook{id, grad_fn_of(t, m)});
     watch(t);
     return 0;
   });
@@ -207,7 +192,7 @@ int32_t ag_status(int32_t op) {
 
 const cr_autograd_api* api_table() {
   static const cr_autograd_api api = {ag_mode,     ag_query,       ag_set_requires_grad, ag_get_grad,
-                                      ag_set_grad, ag_grad_fn,     ag_detach,            ag_retain_grad,
+                                      ag_set_grad, ag_grad_fn,     ag_retain_grad,
                                       ag_add_hook, ag_dead_hooks,  ag_set_hook_caller,   ag_backward,
                                       ag_where,    ag_status};
   return &api;

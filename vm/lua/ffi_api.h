@@ -25,7 +25,6 @@ typedef struct cr_autograd_api {
   cr_tensor* (*get_grad)(cr_ctx* ctx, cr_tensor* t);           /* NULL: none */
   int32_t (*set_grad)(cr_ctx* ctx, cr_tensor* t, cr_tensor* g); /* g NULL clears */
   const char* (*grad_fn)(cr_ctx* ctx, cr_tensor* t, double* id); /* NULL: a leaf (*id = -1: an error) */
-  cr_tensor* (*detach)(cr_ctx* ctx, cr_tensor* t);
   int32_t (*retain_grad)(cr_ctx* ctx, cr_tensor* t);
   int32_t (*add_hook)(cr_ctx* ctx, cr_tensor* t, int32_t id);
   int32_t (*dead_hooks)(int32_t* out, int32_t cap);  /* hook ids of dead tensors */

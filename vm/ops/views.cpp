@@ -340,6 +340,8 @@ void register_views(Registry& r) {
   r.add(OpDef{"narrow", "self:T, dim:D, start:I, length:I", v, 0, nullptr, run_narrow});
   r.add(OpDef{"as_strided", "self:T, size:Is, stride:Is, offset:I?", v, 0, nullptr, run_as_strided});
   r.add(OpDef{"select", "self:T, dim:D, index:I", v, 0, nullptr, run_select});
+  // x:detach(): the same elements, outside autograd (no derivative, not a differentiable view)
+  r.add(OpDef{"detach", "self:T", v, 0, nullptr, [](OpCall& c) { push_same(c, c.tensor(0)); }});
   r.add(OpDef{"slice", "self:T, dim:D, start:I?, stop:I?, step:I?", v, 0, nullptr, run_slice});
 }
 

@@ -203,7 +203,7 @@ void register_view_derivatives(Registry& r) {
   derivative(r, "copy_", {.fn = copy_rule});
   derivative(r, "fill_", {.fn = fill_rule});
   derivative(r, "zero_", {.fn = [](Grad&) {}});
-  for (const char* n : {"int", "long", "bool"}) derivative(r, n, {.not_differentiable = true});
+  for (const char* n : {"int", "long", "bool", "detach"}) derivative(r, n, {.not_differentiable = true});
 }
 
 }  // namespace cr

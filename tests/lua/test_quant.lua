@@ -146,6 +146,7 @@ describe("int8 weight-only products on CUDA", function()
   it("the device kernels give the CPU op's values: rows 1, 3, 16 (GEMV), 17, 64 (dequantise + cuBLAS)", function()
     expect.need_gpu()
     T.manual_seed(4)
+    local h = T.cuda.stats().host_ops
     for _, k in ipairs { 100, 768 } do
       local q, s = T._int8_quantize(T.randn(300, k))
       local b = T.randn(300)
@@ -166,6 +167,7 @@ describe("int8 weight-only products on CUDA", function()
         end
       end
     end
+    expect.eq(T.cuda.stats().host_ops, h, "host ops (the products ran on the device)")
   end)
 
   it("runs inside a compiled function replayed as one CUDA graph (reduce-overhead)", function()

@@ -51,7 +51,7 @@ __forceinline__ void gemv(const T* x, const uint4* q, const S* scales, const T* 
     stage_x<MT>(xs, x, m, k, k0, kt, ct);
     __syncthreads();
     const int cn = int((kp - k0) / 16 < ct ? (kp - k0) / 16 : ct);
-#pragma unroll 2
+#pragma unroll 4
     for (int c = lane; c < cn; c += 32) {
       float w[kRows][16];
 #pragma unroll
@@ -66,11 +66,11 @@ __forceinline__ void gemv(const T* x, const uint4* q, const S* scales, const T* 
       for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
-          const A* a = xs + ((mi * 4 + p) * ct + c) * 4;
+          const cr::vec<A, 4> a = cr::loadv<4>(xs + ((mi * 4 + p) * ct + c) * 4);
 #pragma unroll
           for (int j = 0; j < 4; ++j)
 #pragma unroll
-            for (int r = 0; r < kRows; ++r) acc[mi][r] += a[j] * A(w[r][p * 4 + j]);
+            for (int r = 0; r < kRows; ++r) acc[mi][r] += a.v[j] * A(w[r][p * 4 + j]);
         }
     }
   }
@@ -80,7 +80,8 @@ __forceinline__ void gemv(const T* x, const uint4* q, const S* scales, const T* 
     for (int r = 0; r < kRows; ++r) {
       const A s = cr::warp_reduce(acc[mi][r], cr::Sum{});
       const long long row = row0 + r;
-      if (lane == 0 && mi < m && row < n) y[mi * n + row] = T(s * A(scales[row]) + (bias ? A(bias[row]) : A(0)));
+      if (lane == (mi * kRows + r) % 32 && mi < m && row < n)  // (every lane holds the sum: the stores spread)
+        y[mi * n + row] = T(s * A(scales[row]) + (bias ? A(bias[row]) : A(0)));
     }
 }
 

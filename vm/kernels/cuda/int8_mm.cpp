@@ -9,7 +9,8 @@
 namespace cr::cuda {
 namespace {
 
-constexpr int kBlock = 128, kBlockRows = 8;  // (as int8_mm.cuh: kWarps warps of kRows rows)
+constexpr int kBlock = 128;              // (as int8_mm.cuh: kWarps warps)
+int rows_per_warp(int mt) { return mt <= 2 ? 1 : 2; }  // (int8_mm.cuh's CR_GEMV instances)
 constexpr int64_t kTileBytes = 32 << 10;     // x's tile in shared memory
 
 void* ptr(const Tensor& t) { return t.defined() ? t.data_bytes() : nullptr; }
@@ -40,7 +41,8 @@ void int8_gemv(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& q, 
   int mm = int(m), ktile = kt;
   long long nn = n, kk = k, kpp = kp;
   void* args[] = {&xp, &qp, &sp, &bp, &yp, &mm, &nn, &kk, &kpp, &ktile};
-  launch(ctx, x, scales, cat("int8_gemv_", mt).c_str(), (n + kBlockRows - 1) / kBlockRows, kBlock, args,
+  const int64_t block_rows = kBlock / 32 * rows_per_warp(mt);
+  launch(ctx, x, scales, cat("int8_gemv_", mt).c_str(), (n + block_rows - 1) / block_rows, kBlock, args,
          size_t(mt * kt * asize));
 }
 

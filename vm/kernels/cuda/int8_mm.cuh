@@ -4,11 +4,11 @@
 // y {m, n} = x {m, k} @ (q * scale)^T (+ bias) for the `_int8_weight_mm` registry op
 // (vm/ops/quant.cpp): q {n, kp} int8 (rows padded with zeros to kp, a multiple of 16 bytes),
 // one scale per row. For m <= 16 (decoding) a GEMV / small GEMM that reads the weight once at
-// full bandwidth: a warp per kRows rows, 16-byte loads of q, x staged in shared memory (tiles of
+// full bandwidth: a warp per ROWS rows (1 for m <= 2: more warps in flight; 2 above: x's values
+// read from shared memory serve both), 16-byte loads of q, x staged in shared memory (tiles of
 // kt columns), sums in A, the scale applied once per output. Larger m: q * scale dequantised
 // into x's dtype (int8_dequant), then cuBLAS (the launcher).
 #define kWarps 4
-#define kRows 2
 
 // The 4 signed bytes of word v (byte j = column j), exactly as floats: PRMT builds 2^23 + u
 // (u = byte + 128) and one subtraction removes the offset: no int -> float conversions.
@@ -32,7 +32,7 @@ __forceinline__ void stage_x(A* xs, const T* x, int m, long long k, long long k0
   }
 }
 
-template <int MT>
+template <int MT, int kRows>
 __forceinline__ void gemv(const T* x, const uint4* q, const S* scales, const T* bias, T* y, int m, long long n,
                           long long k, long long kp, int kt) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -85,17 +85,17 @@ __forceinline__ void gemv(const T* x, const uint4* q, const S* scales, const T* 
     }
 }
 
-#define CR_GEMV(MT)                                                                                                  \
+#define CR_GEMV(MT, ROWS)                                                                                            \
   extern "C" __global__ void __launch_bounds__(kWarps * 32) int8_gemv_##MT(                                          \
       const T* x, const uint4* q, const S* scales, const T* bias, T* y, int m, long long n, long long k, long long kp, \
       int kt) {                                                                                                      \
-    gemv<MT>(x, q, scales, bias, y, m, n, k, kp, kt);                                                                \
+    gemv<MT, ROWS>(x, q, scales, bias, y, m, n, k, kp, kt);                                                          \
   }
-CR_GEMV(1)
-CR_GEMV(2)
-CR_GEMV(4)
-CR_GEMV(8)
-CR_GEMV(16)
+CR_GEMV(1, 1)
+CR_GEMV(2, 1)
+CR_GEMV(4, 2)
+CR_GEMV(8, 2)
+CR_GEMV(16, 2)
 
 // w {n, k} in T = q * scale, a thread per element (grid-stride).
 extern "C" __global__ void int8_dequant(const signed char* q, const S* scales, T* w, long long n, long long k,

@@ -4,7 +4,7 @@
 -- the prompt, one for the decode steps). Per mode, after one warm-up generation (which compiles),
 -- the medians over ROUNDS of prefill ms and decode tokens/s = batch * (NEW - 1) / decode time.
 --   crescent bench/gpt2_bench.lua CONFIG BATCH PROMPT NEW ROUNDS      -> one JSON line
---   (DEVICE=cuda: the model and the prompt on the GPU)
+--   (DEVICE=cuda: the model and the prompt on the GPU; DTYPE=bfloat16; QUANT=int8; KV=static)
 local T = require "crescent"
 T.config.sync_compile = true  -- compiles in line: the timed calls run native code
 local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
@@ -19,6 +19,8 @@ local cfg = G.configs[name]
 local device = os.getenv("DEVICE") or "cpu"  -- DEVICE=cuda on a GPU machine
 local dtype = os.getenv("DTYPE") or "float32"  -- DTYPE=bfloat16: weights, activations and cache
 local model = G.new(cfg):eval():to(device):to(dtype)
+local quant = os.getenv("QUANT")  -- QUANT=int8: int8 weight-only projections and LM head (G.quantize_int8)
+if quant == "int8" then G.quantize_int8(model) elseif quant and quant ~= "" then error("QUANT expected int8, got " .. quant) end
 local prompt = T.randint(0, cfg.vocab, { batch, plen }):to(device)
 
 local kv = os.getenv("KV") or "dynamic"  -- KV=static: the compiled side decodes with G.decoder's CUDA-graph step
@@ -63,7 +65,7 @@ local e_pre, e_tps = measure(function(...) return model:forward(...) end)
 local mode = os.getenv("MODE") or "default"  -- MODE=reduce-overhead: replay without re-running Lua
 local c_pre, c_tps, first = measure(T.compile(model, { mode = mode, dynamic = false }), kv)
 local s = T.compiler.stats()
-print(string.format('{"side": "crescent", "mode": "' .. mode .. '", "dtype": "' .. dtype .. '", "kv": "' .. kv .. '", "cudagraph_replays": ' .. s.cudagraph_replays .. ', "config": "%s", "batch": %d, "prompt": %d, "new": %d, ' ..
+print(string.format('{"side": "crescent", "mode": "' .. mode .. '", "dtype": "' .. dtype .. '", "quant": "' .. (quant or "") .. '", "kv": "' .. kv .. '", "cudagraph_replays": ' .. s.cudagraph_replays .. ', "config": "%s", "batch": %d, "prompt": %d, "new": %d, ' ..
   '"eager_prefill_ms": %.3f, "eager_decode_tps": %.2f, "compiled_prefill_ms": %.3f, "compiled_decode_tps": %.2f, ' ..
   '"first_compiled_run_ms": %.1f, "graphs_compiled": %d, "recompiles": %d, "weight_mb": %.1f, "compiled_weight_gbps": %.1f, ' ..
   '"compiled_device_ops_per_token": %.1f}',

@@ -2,7 +2,8 @@
 # GPT-2-style generation on the GPU: crescent eager and compiled (bench/gpt2_bench.lua) and
 # PyTorch eager and torch.compile (bench/torch_gpt2.py) in one run, batch 1 and 16; then the
 # static-cache decoders: crescent's reduce-overhead step (CUDA graphs, KV=static) against the
-# gpt-fast-style torch.compile(mode="reduce-overhead") one (bench/torch_gpt2_static.py).
+# gpt-fast-style torch.compile(mode="reduce-overhead") one (bench/torch_gpt2_static.py), and
+# crescent's static decoder with int8 weight-only projections and LM head (QUANT=int8).
 #   bench/run_gpt2_cuda.sh [config=gpt2] [prompt=128] [new=128] [rounds=2]   (CRESCENT=binary)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,6 +17,7 @@ for b in 1 16; do
   DEVICE=cuda COMPILE=1 timeout 400 "$py" bench/torch_gpt2.py "$config" "$b" "$prompt" "$new" "$rounds" 2>/dev/null | grep '^{' >> "$out"
   KV=static DEVICE=cuda "$bin" bench/gpt2_bench.lua "$config" "$b" "$prompt" "$new" "$rounds" | sed 's/"side": "crescent"/"side": "crescent static"/' >> "$out"
   DEVICE=cuda timeout 400 "$py" bench/torch_gpt2_static.py "$config" "$b" "$prompt" "$new" "$rounds" 2>/dev/null | grep '^{' >> "$out"
+  QUANT=int8 KV=static DEVICE=cuda "$bin" bench/gpt2_bench.lua "$config" "$b" "$prompt" "$new" "$rounds" | sed 's/"side": "crescent"/"side": "crescent static int8"/' >> "$out"
 done
 "$py" - "$out" <<'PY'
 import json, sys
@@ -42,6 +44,17 @@ for b in (1, 16):
     ratio = f"{tps / ts['decode_tps']:.2f}x" if tps and ts else "-"
     gbs = f"{tps / b * WEIGHT_BYTES / 1e9:.0f}" if tps else "-"
     print(f"| {b} | {ts.get('decode_tps', 0):.1f} | {tps or 0:.1f} | {ratio} | {gbs} |")
+# int8: the projections and the LM head one byte a weight plus float32 scales; wpe, biases, norms float32
+INT8_BYTES = V * D + L * 12 * D * D + 4 * (V + N * D + L * (9 * D + 13 * D) + 2 * D)
+print()
+print("| batch | crescent static int8 (CUDA graphs) | vs float32 static | GB/s of weights |")
+print("|---|---|---|---|")
+for b in (1, 16):
+    r = {x["side"]: x for x in rows if x["batch"] == b}
+    tps, f32 = r.get("crescent static int8", {}).get("compiled_decode_tps"), r.get("crescent static", {}).get("compiled_decode_tps")
+    ratio = f"{tps / f32:.2f}x" if tps and f32 else "-"
+    gbs = f"{tps / b * INT8_BYTES / 1e9:.0f}" if tps else "-"
+    print(f"| {b} | {tps or 0:.1f} | {ratio} | {gbs} |")
 c = [x for x in rows if x["side"] == "crescent"]
 print("decode tokens/s (batch x new tokens / decode time); crescent graphs compiled / recompiles:",
       ", ".join(f"{x['graphs_compiled']}/{x['recompiles']}" for x in c))

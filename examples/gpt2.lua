@@ -18,6 +18,8 @@
 --     --kv-cache static|dynamic  static: the cache written in place and the decode step replayed
 --                                with mode = "reduce-overhead" (CUDA graphs on CUDA); default
 --                                static on CUDA, dynamic on the CPU
+--     --quant int8               int8 weight-only quantisation of the projections and the LM head
+--                                (T.nn.quantize_int8; the int8 product kernels)
 local T = require "crescent"
 
 local function script_dir()
@@ -38,6 +40,7 @@ local function parse_args(argv)
     i = i + 2
   end
   o.kv_cache = o.kv_cache or (o.device == "cuda" and "static" or "dynamic")
+  if o.quant ~= nil and o.quant ~= "int8" then error("gpt2.lua: --quant expected int8, got " .. tostring(o.quant), 0) end
   if o.kv_cache ~= "static" and o.kv_cache ~= "dynamic" then error("gpt2.lua: --kv-cache expected static or dynamic, got " .. tostring(o.kv_cache), 0) end
   if not G.configs[o.config] then error("gpt2.lua: --config expected tiny, small or gpt2, got " .. tostring(o.config), 0) end
   return o
@@ -50,6 +53,8 @@ local model = G.new(cfg):eval()
 if o.weights then G.load(model, o.weights) end
 model:to(o.device)
 if o.dtype then model:to(o.dtype) end
+local nparams = model:num_parameters()
+if o.quant == "int8" then G.quantize_int8(model) end
 
 local prompt
 if o.prompt then
@@ -65,9 +70,9 @@ prompt = prompt:to(o.device)
 local P = prompt:size(2)
 if P + o.new > cfg.n_ctx then error(string.format("gpt2.lua: prompt %d + new %d tokens exceed the context of %d", P, o.new, cfg.n_ctx), 0) end
 
-print(string.format("crescent %s, %d threads, %s: GPT-2-style model '%s' (%d layers, d %d, %d heads, vocab %d), %.1fM parameters, %s weights",
-  T.version, T.get_num_threads(), o.device, o.config, cfg.n_layer, cfg.d, cfg.n_head, cfg.vocab, model:num_parameters() / 1e6,
-  o.weights and "loaded" or "random"))
+print(string.format("crescent %s, %d threads, %s: GPT-2-style model '%s' (%d layers, d %d, %d heads, vocab %d), %.1fM parameters, %s weights%s",
+  T.version, T.get_num_threads(), o.device, o.config, cfg.n_layer, cfg.d, cfg.n_head, cfg.vocab, nparams / 1e6,
+  o.weights and "loaded" or "random", o.quant and ", quantised to " .. o.quant or ""))
 print(string.format("prompt %d x %d tokens, %d new, %s KV cache, %s", o.batch, P, o.new, o.kv_cache,
   o.top_k and string.format("top-k %d sampling at temperature %g", o.top_k, o.temperature or 1) or "greedy"))
 

@@ -14,6 +14,7 @@ local T  -- crescent, bound by nn.bind
 function nn.bind(t)
   T = t
   require("crescent.nn_layers").bind(t)
+  require("crescent.nn_quant").bind(t)
 end
 
 -- classes ---------------------------------------------------------------------------------------
@@ -536,5 +537,6 @@ function ParameterList:forward() fail("ParameterList: it has no forward") end
 nn.ParameterList = ParameterList
 
 require("crescent.nn_layers").install(nn, { positive_int = positive_int, options = options, uniform = uniform })
+require("crescent.nn_quant").install(nn)
 
 return nn

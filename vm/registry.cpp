@@ -29,6 +29,7 @@ Registry::Registry() {
   register_sorting(*this);
   register_attention(*this);
   register_norm(*this);
+  register_quant(*this);
   register_losses(*this);
   register_optim(*this);
   register_conv(*this);

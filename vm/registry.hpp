@@ -166,6 +166,7 @@ void register_linalg(Registry& r);
 void register_sorting(Registry& r);
 void register_attention(Registry& r);
 void register_norm(Registry& r);  // _layer_norm and its backward
+void register_quant(Registry& r);  // int8 weight-only quantisation
 void register_creation(Registry& r);
 void register_conversions(Registry& r);
 void register_optim(Registry& r);

@@ -11,9 +11,10 @@
 -- generation, written at the positions of the new tokens and read through a mask of the
 -- positions written so far. Prefill and each decode step then have fixed shapes, so a compiled
 -- model compiles one graph for the prompt and one for every decode step. With `kv_cache =
--- "static"` the cache is also written in place and the decode step - model, cache update and the
--- pick of the next token - takes only tensors (the token ids and the position, on the device), so
--- mode = "reduce-overhead" replays it as one CUDA graph for every position, with no host
+-- "static"` the cache is also written in place, only the new tokens' slots (index_copy_ at the
+-- positions, held on the device: not a guard), and the decode step - model, cache update and the
+-- pick of the next token - takes only tensors (the token ids and the position), so mode =
+-- "reduce-overhead" replays it as one CUDA graph for every position, with no host
 -- synchronisation per token.
 local T = require "crescent"
 local nn, F = T.nn, T.F
@@ -33,6 +34,8 @@ function Conv1D:init(din, dout)
   self.bias = T.zeros(dout)
 end
 function Conv1D:forward(x) return T.matmul(x, self.weight) + self.bias end
+-- (T.nn.quantize_int8: the Linear of the same product, weight {out, in})
+function Conv1D:quantize_int8() return nn.Int8Linear(self.weight:t(), self.bias) end
 
 local Attention = nn.Module:extend("Attention")
 function Attention:init(cfg)
@@ -50,8 +53,10 @@ local function write(cache, k_new, at)
   return T.where(written, T.matmul(at:to(k_new.dtype), k_new), cache)
 end
 
--- x {B, L, D}; kv: nil (attend over x itself, causal) or {k =, v =, at = {S, L} bool scatter,
--- mask = {L, S} bool visible keys}. Returns the output and the updated k, v caches.
+-- x {B, L, D}; kv: nil (attend over x itself, causal) or {k =, v =, mask = {L, S} bool visible
+-- keys, and at = {S, L} bool scatter (a new cache) or index = {L} 1-based slots (the static cache,
+-- written in place: index_copy_ at positions held on the device, one slot per new token)}.
+-- Returns the output and the updated k, v caches.
 function Attention:forward(x, kv)
   local B, L, D = x:size(1), x:size(2), x:size(3)
   local H = self.n_head
@@ -59,7 +64,10 @@ function Attention:forward(x, kv)
   local function heads(t) return t:reshape(B, L, H, D / H):transpose(2, 3) end
   local q, k, v = heads(qkv[1]), heads(qkv[2]), heads(qkv[3])
   local y
-  if kv then
+  if kv and kv.index then
+    k, v = kv.k:index_copy_(3, kv.index, k), kv.v:index_copy_(3, kv.index, v)
+    y = F.scaled_dot_product_attention(q, k, v, { mask = kv.mask })
+  elseif kv then
     k, v = write(kv.k, k, kv.at), write(kv.v, v, kv.at)
     y = F.scaled_dot_product_attention(q, k, v, { mask = kv.mask })
   else
@@ -113,21 +121,20 @@ function GPT:forward(ids, pos, cache)
   local kv, next_cache
   if cache then
     local slots = cache.slots  -- 0..S-1, made once with the cache
-    kv = { at = slots:view(-1, 1):eq(pos:view(1, -1)), mask = slots:view(1, -1):le(pos:view(-1, 1)) }
+    kv = { mask = slots:view(1, -1):le(pos:view(-1, 1)) }
+    if cache.static then kv.index = pos + 1  -- (written in place: the decode step's graph keeps the addresses)
+    else kv.at = slots:view(-1, 1):eq(pos:view(1, -1)) end
     next_cache = { k = {}, v = {}, slots = slots }
   end
   for i, block in ipairs(self.h) do
     if kv then kv.k, kv.v = cache.k[i], cache.v[i] end
     local k, v
     x, k, v = block(x, kv)
-    if kv and cache.static then  -- (written in place: the decode step's graph keeps the addresses)
-      cache.k[i]:copy_(k)
-      cache.v[i]:copy_(v)
-    elseif kv then
-      next_cache.k[i], next_cache.v[i] = k, v
-    end
+    if kv then next_cache.k[i], next_cache.v[i] = k, v end
   end
-  local logits = T.linear(self.ln_f(x), self.wte.weight)  -- the LM head is the token table
+  -- the LM head is the token table (or its int8 copy: G.quantize_int8)
+  local h = self.ln_f(x)
+  local logits = self.lm_head and self.lm_head(h) or T.linear(h, self.wte.weight)
   return logits, cache and cache.static and cache or next_cache
 end
 
@@ -146,6 +153,14 @@ function GPT:new_cache(B, S)
 end
 
 function G.new(cfg) return GPT(cfg) end
+
+-- int8 weight-only quantisation (T.nn.quantize_int8) of every projection and of the LM head (an
+-- Int8Linear copy of the token table, which the embedding lookup keeps reading in float).
+function G.quantize_int8(model)
+  T.nn.quantize_int8(model)
+  model.lm_head = nn.Int8Linear(model.wte.weight)
+  return model
+end
 
 -- GPT-2 checkpoints carry the causal-mask buffers (`h.N.attn.bias`, `masked_bias`) and
 -- sometimes a "transformer." prefix and an `lm_head.weight` equal to `wte.weight`: none of them

@@ -16,6 +16,7 @@
 #include "vm/kernels/cuda/attention.hpp"
 #include "vm/kernels/cuda/attention_simt.hpp"
 #include "vm/kernels/cuda/cross_entropy.hpp"
+#include "vm/kernels/cuda/int8_mm.hpp"
 #include "vm/kernels/cuda/layer_norm.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/optim.hpp"
@@ -85,6 +86,18 @@ TEST_CASE("cuda: the layer_norm and cross_entropy kernels compile to CUBIN for e
     CHECK(cr::cuda::compile_cubin(cr::cuda::layer_norm_source(d), "layer_norm", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
     CHECK(cr::cuda::compile_cubin(cr::cuda::cross_entropy_source(d), "ce", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
   }
+}
+
+TEST_CASE("cuda: the int8 weight-only product kernels compile to CUBIN for every floating dtype", "[cuda]") {
+  if (!have_nvrtc()) return;
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    for (DType s : {DType::f32, DType::f16, DType::bf16}) {
+      INFO(cr::dtype_name(d) << " input, " << cr::dtype_name(s) << " scales");
+      const std::string src = cr::cuda::int8_mm_source(d, s);
+      if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP"))
+        std::ofstream(cat(dir, "/int8_mm_", cr::dtype_name(d), "_", cr::dtype_name(s), ".cu")) << src;
+      CHECK(cr::cuda::compile_cubin(src, "int8_mm", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
+    }
 }
 
 TEST_CASE("cuda: the float32 attention kernel compiles to CUBIN for its head sizes", "[cuda]") {

@@ -9,6 +9,27 @@ local errs = expect.error_checker("test_cuda_kernels.lua")
 local need_gpu = expect.need_gpu
 
 describe("CUDA kernels", function()
+  it("index_copy_ / index_put_ with one index tensor write on the device; a bad index raises at the next sync", function()
+    need_gpu()
+    local h = T.cuda.stats().host_ops
+    for _, dt in ipairs { "float32", "bfloat16", "int64", "bool" } do
+      local x, v = (T.randn(2, 3, 7, 4) * 4):to(dt), (T.randn(2, 3, 2, 4) * 4):to(dt)
+      local pos = T.tensor({ 6, 2 }):long()
+      expect.eq(x:cuda():index_copy_(3, pos:cuda(), v:cuda()):cpu():totable(), x:clone():index_copy_(3, pos, v):totable(), dt)
+      local row, at = x[2], T.tensor(1):long()  -- a 0-d index
+      expect.eq(x:cuda():index_copy_(1, at:cuda(), row:cuda()):cpu():totable(), x:clone():index_copy_(1, at, row):totable(), dt)
+      if dt ~= "bool" then
+        local y, w = x:view(42, 4), (T.randn(3, 4) * 4):to(dt)
+        local idx = T.tensor({ 5, 40, 5 }):long()  -- (accumulated: repeated positions add)
+        expect.close(y:cuda():index_put_({ idx:cuda() }, w:cuda(), true):cpu():double(),
+          y:clone():index_put_({ idx }, w, true):double(), 1e-2, 1e-2)
+      end
+    end
+    expect.eq(T.cuda.stats().host_ops, h, "host ops")
+    local x = T.zeros(2, 5, 3):cuda()
+    x:index_copy_(2, T.tensor({ 9 }):long():cuda(), T.ones(2, 1, 3):cuda())
+    expect.errors(function() T.cuda.synchronize() end, "index_put_: index 9 is out of range")
+  end)
   it("gather on the device (index_select, gather, embedding), checking the positions there", function()
     need_gpu()
     local h = T.cuda.stats().host_ops

@@ -1,7 +1,8 @@
 -- The GPT-2-style example model (examples/models/gpt2.lua) against PyTorch: a small random model
 -- written by tests/fixtures/gpt2_reference.py (Debian's python3-torch) as a safetensors file with
--- GPT-2's names, its logits and its greedy continuation. Eager and compiled, with the KV cache;
--- and 20 AdamW training steps against torch's (tests/fixtures/gpt2_train_reference.py).
+-- GPT-2's names, its logits and its greedy continuation. Eager and compiled, with the KV cache,
+-- quantised to int8 (T.nn.quantize_int8); and 20 AdamW training steps against torch's
+-- (tests/fixtures/gpt2_train_reference.py).
 local T = require "crescent"
 local SH = require "shell"
 local TB = require "torch_bridge"
@@ -91,6 +92,26 @@ describe("GPT-2-style decoding with a static KV cache", function()
     expect.errors(function() G.generate(step, m, ref.prompt, NEW + 1, { kv_cache = "static", decoder = d }) end,
                   "the decoder is for batch %d+ and")
   end)
+  it("writes one slot a step at the position held as a tensor: the dynamic cache's 128 ids, one graph for every position", function()
+    T.manual_seed(11)
+    local cfg = { vocab = 96, d = 32, n_head = 4, n_layer = 2, n_ctx = 160 }
+    local m, n = G.new(cfg):eval(), 128
+    local prompt = T.randint(0, cfg.vocab, { 2, 5 })
+    local want = G.generate(function(...) return m:forward(...) end, m, prompt, n):totable()
+    T.compiler.reset()
+    local step = T.compile(m, { dynamic = false })
+    local d = G.decoder(m, 2, 5 + n)
+    expect.eq(G.generate(step, m, prompt, n, { kv_cache = "static", decoder = d }):totable(), want, "first run")
+    T.compiler.wait()
+    local s0 = T.compiler.stats()
+    expect.eq(G.generate(step, m, prompt, n, { kv_cache = "static", decoder = d }):totable(), want, "second run")
+    local s = T.compiler.stats()
+    -- the prompt's graph and the decode step's: the position (a device scalar) is no guard
+    expect.truthy(s.graphs_compiled <= 2, "graphs " .. s.graphs_compiled)
+    expect.eq(s.recompiles, 0, "recompiles")
+    expect.eq(s.graphs_compiled, s0.graphs_compiled, "graphs compiled by the second run")
+    expect.truthy(s.replays - s0.replays >= n - 1, "decode steps replayed: " .. (s.replays - s0.replays))
+  end)
 end)
 
 describe("GPT-2-style model on CUDA vs PyTorch", function()
@@ -113,6 +134,45 @@ describe("GPT-2-style model on CUDA vs PyTorch", function()
       expect.eq(G.generate(step, m, prompt, NEW, { kv_cache = "static", decoder = d }):cpu():totable(), ref.greedy:totable())
     end
     expect.truthy(T.compiler.stats().cudagraph_replays - r0 >= NEW, "the decode steps replay a CUDA graph")
+  end)
+end)
+
+-- int8 logits vs float32: within 3 % of the largest logit (a weight moves by up to scale / 2;
+-- 1.5 % measured on the fixture)
+local LOGIT_TOL = 0.03
+
+describe("GPT-2-style model quantised to int8", function()
+  it("gives float32's logits within 3 % of the largest and its greedy tokens, eager and compiled", function()
+    local m, ref = G.quantize_int8(model()), T.load(fixture() .. "/ref.safetensors")
+    expect.eq(m.h[1].attn.c_attn.__name, "Int8Linear")
+    expect.eq(m.lm_head.__name, "Int8Linear")
+    local logits = T.no_grad(m, ref.ids)
+    local scale = ref.logits:abs():max():item()
+    expect.close(logits, ref.logits, 0, LOGIT_TOL * scale)
+    local f = T.compile(function(ids) return m(ids) end)
+    for _ = 1, 3 do expect.close(T.no_grad(f, ref.ids), logits, 1e-5, 1e-5) end
+    local step = T.compile(m, { dynamic = false })
+    expect.eq(G.generate(step, m, ref.prompt, NEW):totable(), ref.greedy:totable())
+    for _ = 1, 2 do
+      expect.eq(G.generate(step, m, ref.prompt, NEW, { kv_cache = "static" }):totable(), ref.greedy:totable())
+    end
+  end)
+
+  it("decodes on CUDA through a CUDA graph with the CPU int8 model's tokens", function()
+    expect.need_gpu()
+    local m, ref = G.quantize_int8(model()), T.load(fixture() .. "/ref.safetensors")
+    local step = T.compile(m, { dynamic = false })
+    local want = G.generate(step, m, ref.prompt, NEW):totable()
+    m:to("cuda")
+    local prompt = ref.prompt:cuda()
+    local dstep = T.compile(m, { dynamic = false })
+    local d = G.decoder(m, prompt:size(1), prompt:size(2) + NEW)
+    local r0 = T.compiler.stats().cudagraph_replays
+    for _ = 1, 2 do
+      expect.eq(G.generate(dstep, m, prompt, NEW, { kv_cache = "static", decoder = d }):cpu():totable(), want,
+        "int8 ids on CUDA (static cache, CUDA graph) vs CPU")
+    end
+    expect.truthy(T.compiler.stats().cudagraph_replays - r0 >= NEW, "the int8 decode steps replay a CUDA graph")
   end)
 end)
 

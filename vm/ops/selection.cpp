@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "vm/devices.hpp"
+#include "vm/kernels/cuda/scatter.hpp"
 #include "vm/ops/indexing.hpp"
 
 namespace cr {
@@ -161,8 +162,8 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
   return true;
 }
 
-// Writes values (broadcast to the selection's shape) into the selected elements of a.self.
-void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
+// The values to write, checked against a.self and the selection (a copy when they overlap a.self).
+Tensor checked_values(const Advanced& a, Tensor values) {
   const Tensor& self = a.self;
   check_device(self, values);
   if (values.dtype() != self.dtype())
@@ -176,6 +177,13 @@ void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
     copy_into(copy, values);
     values = copy;
   }
+  return values;
+}
+
+// Writes values (broadcast to the selection's shape) into the selected elements of a.self.
+void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
+  const Tensor& self = a.self;
+  values = checked_values(a, values);
   locate(a, c);
   const Tensor v = expanded(values, a.shape);
   visit(self.dtype(), [&](auto t) {
@@ -191,12 +199,37 @@ void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
   });
 }
 
+// On CUDA, one 0-d or 1-D index (index_copy_, x[idx] = v: a KV cache's slot at a position held on
+// the device) is a scatter along dim 1 there (capturable in a CUDA graph); other lists run on host
+// copies. A bad index raises at the device's next synchronisation.
+void put_on_device(Advanced& a, const OpCall& c, const Tensor& values, bool acc) {
+  const Tensor& self = a.self;
+  const Tensor v0 = expanded(checked_values(a, values), a.shape);
+  const Tensor idx = cast(c.tensors(1)[0], DType::i64);
+  Shape sizes = a.shape, strides(a.shape.size(), 0), vstrides = v0.strides();
+  if (idx.dim() == 0) {  // (the selection has no index dim: one of size 1)
+    sizes.insert(sizes.begin(), 1);
+    strides.push_back(0);
+    vstrides.insert(vstrides.begin(), 0);
+  } else {
+    strides[0] = idx.size(0) == 1 ? 0 : idx.stride(0);
+  }
+  const Tensor iv = Tensor::view_of(idx, sizes, strides, idx.offset());
+  const Tensor vv = Tensor::view_of(v0, sizes, vstrides, v0.offset());
+  const std::string what = cat("dim 1 of size ", self.size(0));
+  if (acc) cuda::scatter_add(c.ctx, self, 0, iv, vv, 1.0, c.def.name, what);
+  else cuda::scatter_copy(c.ctx, self, 0, iv, vv, c.def.name, what);
+}
+
 void run_index_put_(OpCall& c) {
   writable(c, 0);  // rejects expanded views
   Advanced a = prepare_advanced(c);
-  for (const Tensor& t : c.tensors(1))
+  const std::vector<Tensor> list = c.tensors(1);
+  for (const Tensor& t : list)
     if (may_overlap(a.self, t)) fail("an index shares memory with the tensor written in place: clone() it first");
-  put(a, c, c.tensor(2), c.boolean_or(3, false));
+  if (a.self.device().is_cpu()) return put(a, c, c.tensor(2), c.boolean_or(3, false));
+  if (list.size() == 1 && list[0].dim() <= 1) return put_on_device(a, c, c.tensor(2), c.boolean_or(3, false));
+  run_on_host(c.ctx, c.def, c.args, c.nargs);
 }
 
 std::vector<Meta> infer_index_put(OpCall& c) {
@@ -220,7 +253,7 @@ void register_selection(Registry& r) {
   r.add(OpDef{"index_put", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index, kValueErrors, infer_index_put,
               run_index_put});
   r.add(OpDef{"index_put_", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index,
-              kReturnsSelf | kNoFunction | kValueErrors, nullptr, run_index_put_});
+              kReturnsSelf | kNoFunction | kValueErrors | kDeviceAware, nullptr, run_index_put_});
   register_scatter_reduce(r);
 }
 

@@ -48,14 +48,13 @@ std::string scatter_source(DType d) {
   return cat(prelude(), "\ntypedef ", cuda_type(d), " T;\ntypedef ", scaled_type(d), " A;\n", cuda_source("scatter.cuh"));
 }
 
-void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, double alpha,
-                 const std::string& op, const std::string& what) {
-  const int64_t n = idx.numel();
-  if (n == 0) return;
+namespace {
+
+Geo geometry(const Tensor& out, int d, const Tensor& idx, const Tensor& src) {
   Geo g{};
   g.nd = idx.dim();
   g.d = d;
-  g.n = n;
+  g.n = idx.numel();
   g.limit = out.size(d);
   for (int k = 0; k < g.nd; ++k) {
     g.sizes[k] = idx.size(k);
@@ -63,9 +62,31 @@ void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, cons
     g.src_strides[k] = src.stride(k);
     g.out_strides[k] = out.stride(k);
   }
+  return g;
+}
+
+// Launches `fn` over idx's positions; `extra` (alpha, or null) goes between the geometry and the check word.
+void launch_scatter(Context& ctx, const char* fn, const Tensor& out, int d, const Tensor& idx, const Tensor& src,
+                    void* extra, const std::string& op, const std::string& what) {
+  const int64_t n = idx.numel();
+  if (n == 0) return;
+  Geo g = geometry(out, d, idx, src);
   const int device = out.device().index;
   const std::shared_ptr<DeviceCheck> check = check_for(device, op, what);
   void *op_ = out.data_bytes(), *ip = idx.data_bytes(), *sp = src.data_bytes(), *cp = check->word;
+  void* with[] = {&op_, &ip, &sp, &g, extra, &cp};
+  void* without[] = {&op_, &ip, &sp, &g, &cp};
+  constexpr int kBlock = 256;
+  const DType dt = out.dtype();
+  library_launch(ctx, device, cat("scatter_", dtype_name(dt)), [dt] { return scatter_source(dt); }, fn,
+                 (n + kBlock - 1) / kBlock, kBlock, extra ? with : without);
+  defer_check(check, current_stream(device));
+}
+
+}  // namespace
+
+void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, double alpha,
+                 const std::string& op, const std::string& what) {
   double af = alpha;
   float a32 = float(alpha);
   long long ai = static_cast<long long>(alpha);
@@ -77,12 +98,12 @@ void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, cons
     case DType::b8: ap = &ab; break;
     default: ap = &a32;
   }
-  void* args[] = {&op_, &ip, &sp, &g, ap, &cp};
-  constexpr int kBlock = 256;
-  const DType dt = out.dtype();
-  library_launch(ctx, device, cat("scatter_", dtype_name(dt)), [dt] { return scatter_source(dt); }, "scatter_add",
-                 (n + kBlock - 1) / kBlock, kBlock, args);
-  defer_check(check, current_stream(device));
+  launch_scatter(ctx, "scatter_add", out, d, idx, src, ap, op, what);
+}
+
+void scatter_copy(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, const std::string& op,
+                  const std::string& what) {
+  launch_scatter(ctx, "scatter_copy", out, d, idx, src, nullptr, op, what);
 }
 
 }  // namespace cr::cuda

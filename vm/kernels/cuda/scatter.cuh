@@ -6,7 +6,8 @@
 // iteration shape (index_add: source's shape, its 1-D index broadcast along the other dims;
 // scatter_add: index's), a thread per position. Colliding positions add atomically, so the order
 // of additions (and a float sum's last bits) varies from run to run, as in PyTorch's CUDA kernel.
-// An index outside 1..limit adds nothing and is recorded in the check word (vm/checks.hpp).
+// scatter_copy stores src[c] there instead (index_put_: of colliding positions, one wins).
+// An index outside 1..limit writes nothing and is recorded in the check word (vm/checks.hpp).
 struct ScatterGeo {
   long long sizes[16], idx_strides[16], src_strides[16], out_strides[16];
   long long n, limit;
@@ -60,22 +61,38 @@ __forceinline__ long long scaled(long long alpha, long long s) {
 }
 __forceinline__ int scaled(int alpha, int s) { return alpha != 0 && s != 0; }
 
-extern "C" __global__ void scatter_add(T* __restrict__ out, const long long* __restrict__ index, const T* __restrict__ src,
-                                       ScatterGeo g, A alpha, int64_t* check) {
-  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= g.n) return;
-  long long rem = i, io = 0, so = 0, oo = 0;
+// Position i of the iteration shape: src's offset, and out's element (null for a bad index).
+__forceinline__ T* target(T* out, const long long* index, const ScatterGeo& g, long long i, long long* so,
+                          int64_t* check) {
+  long long rem = i, io = 0, oo = 0;
+  *so = 0;
   for (int k = g.nd - 1; k >= 0; --k) {
     const long long c = rem % g.sizes[k];
     rem /= g.sizes[k];
     io += c * g.idx_strides[k];
-    so += c * g.src_strides[k];
+    *so += c * g.src_strides[k];
     if (k != g.d) oo += c * g.out_strides[k];
   }
   const long long p = index[io];
   if (p < 1 || p > g.limit) {
     cr::position(p, g.limit, 0, check);
-    return;
+    return nullptr;
   }
-  add_at(out + oo + (p - 1) * g.out_strides[g.d], scaled(alpha, A(src[so])));
+  return out + oo + (p - 1) * g.out_strides[g.d];
+}
+
+extern "C" __global__ void scatter_add(T* __restrict__ out, const long long* __restrict__ index, const T* __restrict__ src,
+                                       ScatterGeo g, A alpha, int64_t* check) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  long long so;
+  if (i >= g.n) return;
+  if (T* o = target(out, index, g, i, &so, check)) add_at(o, scaled(alpha, A(src[so])));
+}
+
+extern "C" __global__ void scatter_copy(T* __restrict__ out, const long long* __restrict__ index,
+                                        const T* __restrict__ src, ScatterGeo g, int64_t* check) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  long long so;
+  if (i >= g.n) return;
+  if (T* o = target(out, index, g, i, &so, check)) *o = src[so];
 }

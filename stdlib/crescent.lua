@@ -126,6 +126,7 @@ require("crescent.amp").bind(T)
 -- several GPUs: NCCL collectives (crescent.distributed)
 T.distributed = require "crescent.distributed"
 T.distributed.bind(T)
+require("crescent.ddp").bind(T)
 
 -- compilation (API.md section 5)
 local compile = require "crescent.compile"

@@ -20,6 +20,7 @@ void drop_meta(cr_tensor* t) {
   if (m->grad_fn && size_t(m->output_nr) < m->grad_fn->out_meta.size() && m->grad_fn->out_meta[size_t(m->output_nr)] == m)
     m->grad_fn->out_meta[size_t(m->output_nr)] = nullptr;
   for (int32_t id : m->hooks) dead_hooks().push_back(id);
+  for (int32_t id : m->post_hooks) dead_hooks().push_back(id);
   delete m;
 }
 

@@ -24,6 +24,7 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
   std::vector<int32_t> hooks;  // ids of Lua hook functions (stdlib/autograd.lua)
+  std::vector<int32_t> post_hooks;  // a leaf's post-accumulate-grad hooks: called with the leaf
   // the leaf's AccumulateGrad node, shared by every node that uses the leaf
   std::weak_ptr<Node> accumulator;
   // A view (vm/autograd/views.hpp): the tensor owning the memory it views (never itself a view)

@@ -40,6 +40,9 @@ typedef struct cr_autograd_api {
   void (*where)(cr_ctx* ctx, const char* where); /* the Lua position of the last recorded op */
   int32_t (*status)(int32_t op); /* op's derivative: 0 none (raises when reached), 1 a rule,
                                     2 not differentiable */
+  /* a hook called (by the hook caller, with the leaf itself) after backward accumulated into the
+     leaf's .grad */
+  int32_t (*add_post_hook)(cr_ctx* ctx, cr_tensor* t, int32_t id);
 } cr_autograd_api;
 
 /* T.distributed (vm/lua/dist_api.cpp, stdlib/distributed.lua): the process's NCCL communicator.

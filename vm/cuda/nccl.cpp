@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstddef>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -28,7 +29,7 @@ constexpr int kUint8 = 1, kInt32 = 2, kInt64 = 4, kFloat16 = 6, kFloat32 = 7, kF
 // ncclConfig_t as of NCCL 2.18 (nccl.h keeps the layout of each version: the library reads the
 // fields `version` names and defaults the later ones), so any NCCL from 2.18 on takes it.
 struct Config {
-  size_t size = sizeof(Config);
+  size_t size = 0;  // (set to the bytes up to split_share: the padding after it is no field of ours)
   unsigned magic = 0xcafebeef;
   unsigned version = 21800;  // NCCL_VERSION(2, 18, 0)
   int blocking = 0;
@@ -194,6 +195,7 @@ NcclComm* nccl_comm_init(const NcclId& id, int rank, int world, int index, doubl
   c->index = index;
   c->timeout_s = timeout_s;
   Config config;
+  config.size = offsetof(Config, split_share) + sizeof(int);
   Result rc = N.init_rank_config(&c->comm, world, id, rank, &config);
   if (rc != 0 && rc != kInProgress) nccl_fail(rc, "ncclCommInitRankConfig", c->comm);
   settle(*c, rc, "ncclCommInitRankConfig", timeout_s);

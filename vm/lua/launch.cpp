@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -82,7 +83,7 @@ bool step(Run& run, int nproc) {
         if (nproc > 1) std::fprintf(stderr, "crescent: rank %d %s; stopping the other ranks\n", r, describe(status).c_str());
       }
     }
-  } else if (pid < 0) {
+  } else if (pid < 0 && errno != EINTR) {
     return false;  // (ECHILD: none left)
   } else {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

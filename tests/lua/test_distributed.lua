@@ -314,4 +314,11 @@ describe("T.distributed on every rank", function()
     for i, p in ipairs(ddp:parameters()) do d = math.max(d, (p.grad - rp[i].grad):abs():max():item()) end
     expect.truthy(d < 1e-12, "accumulated gradients differ by " .. d)
   end)
+
+  it("destroy_process_group flushes and leaves no group", function()
+    ensure_group()
+    D.destroy_process_group()
+    expect.eq(D.is_initialized(), false)
+    expect.errors(function() D.all_reduce(T.ones(2)) end, "not initialized")
+  end)
 end)

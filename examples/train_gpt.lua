@@ -22,6 +22,10 @@
 --                  module, compiled autograd; at step 1 and every --eval-every steps the loss is
 --                  checked against an eager forward of the same batch; compare the tokens/s of a
 --                  run without it)
+--     --nproc N (data-parallel on N GPUs: runs itself under `crescent --nproc N ... --ddp`)
+--     --ddp (under `crescent --nproc N`: one rank of a data-parallel run; each rank takes its
+--            slice of the --batch rows, T.nn.parallel.DistributedDataParallel averages the
+--            gradients, rank 0 prints and saves; the logged loss is the ranks' average)
 -- The batches of step k are drawn from seed and k alone, so a resumed run repeats the steps of an
 -- uninterrupted one exactly.
 local T = require "crescent"
@@ -36,13 +40,37 @@ do
   local argv, i = arg or {}, 1
   while argv[i] do
     local key, val = argv[i]:match("^%-%-([%w%-]+)$"), argv[i + 1]
+    if key == "ddp" and (val == nil or val:match("^%-%-")) then val, i = "1", i - 1 end  -- (a bare flag)
     if not key or val == nil then error("train_gpt.lua: expected --option value pairs, got '" .. argv[i] .. "' (see the header of the script)", 0) end
     key = key:gsub("%-", "_")
-    if o[key] == nil and key ~= "resume" and key ~= "data" and key ~= "check" and key ~= "stop_after" and key ~= "compile" then error("train_gpt.lua: unknown option --" .. key, 0) end
+    if o[key] == nil and key ~= "resume" and key ~= "data" and key ~= "check" and key ~= "stop_after" and key ~= "compile" and key ~= "nproc" and key ~= "ddp" then error("train_gpt.lua: unknown option --" .. key, 0) end
     o[key] = tonumber(val) or val
     i = i + 2
   end
 end
+
+-- --nproc N: this script again on N ranks (crescent's launcher), each with --ddp
+if o.nproc and not o.ddp then
+  local q = function(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+  local cmd = { q(arg[-1]), "--nproc", tonumber(o.nproc), q(arg[0]) }
+  local argv, i = arg, 1
+  while argv[i] do
+    if argv[i] == "--nproc" then i = i + 2 else cmd[#cmd + 1] = q(argv[i]); i = i + 1 end
+  end
+  cmd[#cmd + 1] = "--ddp"
+  local ok, _, status = os.execute(table.concat(cmd, " "))
+  os.exit(type(ok) == "number" and (ok == 0 and 0 or 1) or (ok and 0 or status or 1))
+end
+local D, rank, world = T.distributed, 0, 1
+if o.ddp then
+  if o.compile == 1 then error("train_gpt.lua: --compile 1 with --ddp is not supported yet (issue 40)", 0) end
+  D.init_process_group("nccl")
+  rank, world = D.get_rank(), D.get_world_size()
+  o.device = D.device()
+  if o.batch % world ~= 0 then error(string.format("train_gpt.lua: --batch %d does not split over %d ranks", o.batch, world), 0) end
+end
+local main = rank == 0  -- (prints, evaluates and saves)
+local print = main and print or function() end
 T.manual_seed(o.seed)
 
 -- the corpus ----------------------------------------------------------------------------------------
@@ -129,6 +157,8 @@ local function batch(src)
   return src:index_select(1, idx):view(o.batch, o.ctx), src:index_select(1, idx + 1):view(o.batch, o.ctx)
 end
 local forward = o.compile == 1 and T.compile(model) or model
+local per = o.batch / world
+if o.ddp then forward = T.nn.parallel.DistributedDataParallel(model) end
 local function loss_of(x, y, m)
   local logits = (m or model)(x)
   return F.cross_entropy(logits:view(-1, V), y:flatten() + 1)
@@ -166,6 +196,7 @@ local last = math.min(o.steps, o.stop_after or o.steps)
 for step = start + 1, last do
   T.manual_seed(o.seed * 1000003 + step)
   local x, y = batch(train)
+  if o.ddp then x, y = x:narrow(1, rank * per + 1, per), y:narrow(1, rank * per + 1, per) end  -- (this rank's rows)
   opt:zero_grad()
   local loss = loss_of(x, y, forward)
   if o.compile == 1 and (step == start + 1 or step % o.eval_every == 0) then
@@ -178,13 +209,17 @@ for step = start + 1, last do
   T.nn.utils.clip_grad_norm_(model:parameters(), 1.0)
   opt:step()
   sched:step()
-  local l = loss:item()
+  local l = loss:detach():clone()
+  if o.ddp then D.all_reduce(l, { op = "avg" }) end
+  l = l:item()
   local el = T.time() - t0
   local done = step - start
-  io.write(string.format("\rstep %d/%d | loss %.3f | %.0f tokens/s | ETA %.0fs   ", step, o.steps, l,
-    done * o.batch * o.ctx / el, el / done * (o.steps - step)))
-  io.flush()
-  if step % o.eval_every == 0 or step == last then
+  if main then
+    io.write(string.format("\rstep %d/%d | loss %.3f | %.0f tokens/s | ETA %.0fs   ", step, o.steps, l,
+      done * o.batch * o.ctx / el, el / done * (o.steps - step)))
+    io.flush()
+  end
+  if main and (step % o.eval_every == 0 or step == last) then
     last_val = evaluate(step)
     io.write(string.format("\rstep %d/%d | loss %.3f | val loss %.3f (unigram %.3f) | %.0fs\n", step, o.steps, l, last_val, unigram, el))
     save(step)
@@ -193,6 +228,8 @@ end
 if last_val then
   print(string.format("validation loss %.3f, %.3f below the unigram baseline; checkpoint %s", last_val, unigram - last_val, o.out))
 end
+if o.ddp then D.destroy_process_group() end
+if not main then os.exit(0) end
 if o.check and not (last_val and last_val < unigram) then
   print("train_gpt.lua: the validation loss did not fall below the unigram baseline")
   os.exit(1)

@@ -97,13 +97,45 @@ end)
 ag.set_hook_caller(caller)
 
 local handle_mt = { __index = { remove = function(h) hooks[h.id] = nil end } }
-function methods:register_hook(fn)
-  if type(fn) ~= "function" then fail("register_hook: argument 1 (hook) expected a function, got " .. type(fn)) end
+local function add_hook(self, fn, op, adder)
+  if type(fn) ~= "function" then fail(op .. ": argument 1 (hook) expected a function, got " .. type(fn)) end
   forget_dead()
   next_hook = next_hook + 1
-  check(ag.add_hook(ctx, ptr(self), next_hook))
+  check(adder(ctx, ptr(self), next_hook))
   hooks[next_hook] = fn
   return setmetatable({ id = next_hook }, handle_mt)
+end
+function methods:register_hook(fn) return add_hook(self, fn, "register_hook", ag.add_hook) end
+-- fn(leaf) after backward accumulated into leaf.grad (torch's register_post_accumulate_grad_hook)
+function methods:register_post_accumulate_grad_hook(fn)
+  return add_hook(self, fn, "register_post_accumulate_grad_hook", ag.add_post_hook)
+end
+
+-- T.autograd.queue_callback(fn): fn() runs once the backward pass in progress is done (torch's
+-- Variable._execution_engine.queue_callback)
+local callbacks, in_backward, pass = {}, false, 0
+-- the number of backward passes started so far (a pass's hooks tell theirs from an earlier one's)
+function M.pass() return pass end
+function M.queue_callback(fn)
+  if type(fn) ~= "function" then fail("queue_callback: argument 1 expected a function, got " .. type(fn)) end
+  if not in_backward then fail("queue_callback: callbacks can only be queued during a backward pass (from a hook)") end
+  callbacks[#callbacks + 1] = fn
+end
+
+local function run_callbacks(ok)
+  local list = callbacks
+  callbacks, in_backward = {}, false
+  if not ok then return end
+  local i = 1
+  while list[i] do  -- (a callback may queue more)
+    in_backward = true
+    local ok2, err = pcall(list[i])
+    in_backward = false
+    for _, f in ipairs(callbacks) do list[#list + 1] = f end
+    callbacks = {}
+    if not ok2 then error(err, 0) end
+    i = i + 1
+  end
 end
 
 -- backward ---------------------------------------------------------------------------------------
@@ -131,8 +163,10 @@ local function run(op, roots, n, grads, inputs, ninputs, flags)
     G[i - 1] = g and ptr(g) or nil
   end
   for j = 1, ninputs do I[j - 1] = ptr(inputs[j]) end
+  in_backward, pass = true, pass + 1
   local rc = ag.backward(ctx, R, G, n, I, ninputs, flags, O)
   local _ = { roots, grads, inputs }  -- (alive until here)
+  run_callbacks(rc == 0)
   if rc ~= 0 then
     if hook_err ~= nil then
       local e = hook_err
@@ -214,7 +248,7 @@ local function with_mode(op, grad, inference, fn, ...)
 end
 
 function M.bind(T)
-  T.autograd = { grad = M.grad, backward = M.backward, gradcheck = M.gradcheck }
+  T.autograd = { grad = M.grad, backward = M.backward, gradcheck = M.gradcheck, queue_callback = M.queue_callback }
   T.no_grad = function(fn, ...) return with_mode("no_grad", false, nil, fn, ...) end
   T.enable_grad = function(fn, ...) return with_mode("enable_grad", true, nil, fn, ...) end
   T.inference_mode = function(fn, ...) return with_mode("inference_mode", false, true, fn, ...) end

@@ -123,6 +123,11 @@ T.optim = require "crescent.optim"
 T.optim.bind(T)
 require("crescent.amp").bind(T)
 
+-- several GPUs: NCCL collectives (crescent.distributed)
+T.distributed = require "crescent.distributed"
+T.distributed.bind(T)
+require("crescent.ddp").bind(T)
+
 -- compilation (API.md section 5)
 local compile = require "crescent.compile"
 T.compile, T.explain, T.compiler, T.config, T.mark_dynamic =

@@ -27,7 +27,10 @@ namespace cr {
   X(JitTimeout, "CRESCENT_JIT_TIMEOUT", "60", "seconds a CPU compile may take before it is killed")                \
   X(JitFail, "CRESCENT_JIT_FAIL", "0", "tests: fail (any value), crash or hang every compile")                     \
   X(NvrtcOptions, "CRESCENT_NVRTC_OPTIONS", "none", "more NVRTC options, split at spaces (e.g. -lineinfo)")          \
-  X(CudaWaves, "CRESCENT_CUDA_WAVES", "8", "waves of resident blocks of a pointwise CUDA grid")
+  X(CudaWaves, "CRESCENT_CUDA_WAVES", "8", "waves of resident blocks of a pointwise CUDA grid")               \
+  X(NcclLib, "CRESCENT_NCCL_LIB", "none", "libnccl.so.2 to try first (the file, or its folder)")                 \
+  X(DistTimeout, "CRESCENT_DIST_TIMEOUT", "300", "seconds T.distributed waits for the other ranks")              \
+  X(DistFile, "CRESCENT_DIST_FILE", "--nproc's", "the file through which rank 0 shares NCCL's id")
 
 enum class Setting : uint8_t {
 #define CR_SETTING_ID(id, ...) id,

@@ -103,6 +103,20 @@ Tensor run_hooks(const AutogradMeta* m, const Node* n, Tensor g) {
   return g;
 }
 
+// After a leaf's .grad took this pass's gradient (torch's register_post_accumulate_grad_hook).
+void run_post_hooks(const Tensor& leaf) {
+  const AutogradMeta* m = meta_of(leaf.get());
+  if (!m) return;
+  for (int32_t id : m->post_hooks) {
+    cr_tensor* out = nullptr;
+    if (hook_caller(id, leaf.get(), &out) != 0) throw HookRaised();
+    if (out) {
+      Tensor(out, false);
+      fail("register_post_accumulate_grad_hook: a hook returned a value, expected nothing");
+    }
+  }
+}
+
 void check_versions(const Node& n) {
   auto check = [&](const Saved& s) {
     if (!s.t.defined()) return;
@@ -246,7 +260,10 @@ std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& roots, std
     std::vector<Tensor> in_grads;
     const bool any = std::any_of(out_grads.begin(), out_grads.end(), [](const Tensor& t) { return t.defined(); });
     if (n->accumulates()) {
-      if (!o.capture && inputs.empty() && any) accumulate_grad(n->leaf, out_grads[0], o.create_graph);
+      if (!o.capture && inputs.empty() && any) {
+        accumulate_grad(n->leaf, out_grads[0], o.create_graph);
+        run_post_hooks(n->leaf);
+      }
     } else if (needed && any) {
       in_grads = apply(*n, out_grads, o);
     }

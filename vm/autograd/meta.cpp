@@ -29,6 +29,7 @@ void drop_meta(cr_tensor* t) {
     if (std::shared_ptr<Node> n = w.lock(); n && size_t(k) < n->out_meta.size() && n->out_meta[size_t(k)] == m)
       n->out_meta[size_t(k)] = nullptr;
   for (const TensorHook& h : m->hooks) dead_hooks().push_back(h.id);
+  for (int32_t id : m->post_hooks) dead_hooks().push_back(id);
   delete m;
 }
 

@@ -32,6 +32,7 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
   std::vector<TensorHook> hooks;  // Lua hook functions (stdlib/autograd.lua)
+  std::vector<int32_t> post_hooks;  // a leaf's post-accumulate-grad hooks: called with the leaf
   // the nodes whose out_meta slot points here (watch): cleared when the tensor dies
   std::vector<std::pair<std::weak_ptr<Node>, int>> watched;
   // the leaf's AccumulateGrad node, shared by every node that uses the leaf

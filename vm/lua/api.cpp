@@ -13,6 +13,7 @@
 #include "vm/cuda/streams.hpp"
 #include "vm/autograd/call.hpp"
 #include "vm/lua/autograd_api.hpp"
+#include "vm/lua/dist_api.hpp"
 #include "vm/cpu_march.hpp"
 #include "vm/devices.hpp"
 
@@ -531,6 +532,7 @@ const cr_api* api_table() {
       jit::wait_background_compiles,
       api_cancel_compiles,
       autograd::api_table(),
+      dist_api_table(),
   };
   return &api;
 }

@@ -135,6 +135,15 @@ int32_t ag_add_hook(cr_ctx* c, cr_tensor* t, int32_t id) {
   });
 }
 
+int32_t ag_add_post_hook(cr_ctx* c, cr_tensor* t, int32_t id) {
+  return guarded(c, [&] {
+    if (!requires_grad(t) || !is_leaf(t))
+      fail("register_post_accumulate_grad_hook: expected a leaf tensor that requires grad");
+    ensure_meta(t).post_hooks.push_back(id);
+    return 0;
+  });
+}
+
 int32_t ag_dead_hooks(int32_t* out, int32_t cap) {
   auto& ids = dead_hooks();
   const int32_t n = std::min<int32_t>(cap, int32_t(ids.size()));
@@ -194,7 +203,7 @@ const cr_autograd_api* api_table() {
   static const cr_autograd_api api = {ag_mode,     ag_query,       ag_set_requires_grad, ag_get_grad,
                                       ag_set_grad, ag_grad_fn,     ag_retain_grad,
                                       ag_add_hook, ag_dead_hooks,  ag_set_hook_caller,   ag_backward,
-                                      ag_where,    ag_status};
+                                      ag_where,    ag_status,      ag_add_post_hook};
   return &api;
 }
 

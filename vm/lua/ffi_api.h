@@ -39,7 +39,23 @@ typedef struct cr_autograd_api {
   void (*where)(cr_ctx* ctx, const char* where); /* the Lua position of the last recorded op */
   int32_t (*status)(int32_t op); /* op's derivative: 0 none (raises when reached), 1 a rule,
                                     2 not differentiable */
+  /* a hook called (by the hook caller, with the leaf itself) after backward accumulated into the
+     leaf's .grad */
+  int32_t (*add_post_hook)(cr_ctx* ctx, cr_tensor* t, int32_t id);
 } cr_autograd_api;
+
+/* T.distributed (vm/lua/dist_api.cpp, stdlib/distributed.lua): the process's NCCL communicator.
+ * Functions returning int32_t give -1 on an error (last_error). */
+typedef struct cr_dist_api {
+  const char* (*unavailable)(void);             /* NULL when NCCL loads, else why not */
+  int32_t (*unique_id)(cr_ctx* ctx, char* out); /* ncclGetUniqueId: 128 bytes */
+  int32_t (*init)(cr_ctx* ctx, const char* id, int32_t rank, int32_t world, int32_t device, double timeout_s);
+  /* coll 0 all_reduce, 1 broadcast (root), 2 all_gather, 3 reduce_scatter (op: ncclRedOp_t) from
+     send into recv (the same tensor: in place) on stream id `stream` (-1: the current one) */
+  int32_t (*collective)(cr_ctx* ctx, int32_t coll, cr_tensor* send, cr_tensor* recv, int32_t op, int32_t root,
+                        int64_t stream);
+  int32_t (*destroy)(cr_ctx* ctx, int32_t abort, double timeout_s);
+} cr_dist_api;
 
 typedef struct cr_api {
   int32_t version;
@@ -142,6 +158,7 @@ typedef struct cr_api {
    * (os.exit calls it) */
   void (*cancel_compiles)(cr_ctx* ctx);
   const cr_autograd_api* autograd;
+  const cr_dist_api* dist;
 } cr_api;
 
 #ifdef __cplusplus

@@ -10,6 +10,7 @@
 #include "jit/disk_cache.hpp"
 #include "jit/jit.hpp"
 #include "vm/config.hpp"
+#include "vm/lua/launch.hpp"
 #include "vm/lua/lua_vm.hpp"
 #include "vm/lua/repl.hpp"
 
@@ -32,6 +33,8 @@ const char* kUsage =
     "  -v, --version  print the version (then go on with the other options)\n"
     "  --cache-info   print the kernel cache's directory, entries, size and bound\n"
     "  --cache-clear  remove every entry of the kernel cache\n"
+    "  --nproc N      run the script in N processes, one per GPU (T.distributed): rank r gets\n"
+    "                 RANK=r, LOCAL_RANK=r, WORLD_SIZE=N; when one fails the others are stopped\n"
     "  -h, --help     print this help\n"
     "  --             stop handling options\n"
     "  -              run the script read from stdin\n"
@@ -50,6 +53,8 @@ struct Options {
   bool interactive = false, version = false, exec = false;  // exec: some -e
   int script = 0;    // argv index of the script; 0 when there is none
   int bytecode = 0;  // argv index of -b; the rest of argv is jit.bcsave's
+  int nproc = 0;     // --nproc N: run under the launcher (vm/lua/launch.hpp)
+  int nproc_at = 0, nproc_len = 0;  // its place in argv, left out of the ranks' command line
 };
 
 int fail_usage(const std::string& msg) {
@@ -85,9 +90,29 @@ int long_option(const char* a) {
 
 // Parses the options before the script as luajit does (-e, -l and -j take the next argument or
 // the rest of their own). Returns -1 to go on, or the exit status.
+// --nproc N or --nproc=N at argv[*i]: 1 when it is one (N in o.nproc), 0 when not, -1 when bad.
+int nproc_option(int argc, char** argv, int* i, Options& o) {
+  const char* a = argv[*i];
+  const char* n = nullptr;
+  const int at = *i;
+  if (std::strncmp(a, "--nproc=", 8) == 0) n = a + 8;
+  else if (std::strcmp(a, "--nproc") == 0 && *i + 1 < argc) n = argv[++*i];
+  else if (std::strcmp(a, "--nproc") != 0) return 0;
+  char* end = nullptr;
+  const long v = n ? std::strtol(n, &end, 10) : 0;
+  if (!n || *end != '\0' || v < 1 || v > 1024) return fail_usage("--nproc needs a number of processes, 1 to 1024"), -1;
+  o.nproc = int(v);
+  o.nproc_at = at, o.nproc_len = *i - at + 1;
+  return 1;
+}
+
 int parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
+    if (int r = nproc_option(argc, argv, &i, o); r != 0) {
+      if (r < 0) return 1;
+      continue;
+    }
     if (a[0] != '-' || a[1] == '\0') return o.script = i, -1;  // the script, or `-` for stdin
     if (std::strcmp(a, "--") == 0) return o.script = i + 1 < argc ? i + 1 : 0, -1;
     if (int status = long_option(a); status >= 0) return status;
@@ -237,6 +262,12 @@ static int run(int argc, char** argv, const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   if (int status = parse(argc, argv, o); status >= 0) return status;
+  if (o.nproc > 0) {
+    std::vector<char*> args;
+    for (int i = 0; i < argc; ++i)
+      if (i < o.nproc_at || i >= o.nproc_at + o.nproc_len) args.push_back(argv[i]);
+    return cr::launch(o.nproc, int(args.size()), args.data());
+  }
   int status = run(argc, argv, o);
   // The VM is gone; no background compile may still run (an eager CUDA kernel's specialisation
   // belongs to no VM) when exit destroys the statics and NVRTC's state a compile uses.

@@ -1,0 +1,182 @@
+-- T.nn.parallel.DistributedDataParallel(module[, {bucket_cap_mb = 25, broadcast_buffers = true}]):
+-- data-parallel training over T.distributed, as torch's DDP. At construction rank 0's parameters
+-- and buffers are broadcast to every rank. The parameters that require grad are grouped, in
+-- reverse order (the order backward reaches them), into buckets of at most bucket_cap_mb of one
+-- dtype; a post-accumulate-grad hook copies each gradient into its bucket's flat buffer, and a
+-- full bucket is all-reduced (average) asynchronously while backward goes on - buckets launch in
+-- index order on every rank, as NCCL needs. A callback at the end of backward waits for them and
+-- copies the averages back into .grad. Inside ddp:no_sync(fn) gradients only accumulate locally;
+-- the next backward outside it reduces the sum. state_dict / load_state_dict are the wrapped
+-- module's (no "module." prefix: checkpoints load into the bare model and back).
+local core = require "crescent.core"
+local autograd = require "crescent.autograd"
+local fail = core.fail
+
+local M = {}
+local T, D  -- crescent and T.distributed, bound by M.bind
+
+local OPTS = { bucket_cap_mb = true, broadcast_buffers = true, device_ids = true, output_device = true,
+  find_unused_parameters = true, gradient_as_bucket_view = true }
+
+local function check_opts(opts)
+  if type(opts) ~= "table" then fail("DistributedDataParallel: options expected a table, got " .. type(opts)) end
+  for k in pairs(opts) do
+    if not OPTS[k] then fail("DistributedDataParallel: unknown option '" .. tostring(k) .. "'") end
+  end
+  if opts.find_unused_parameters then
+    fail("DistributedDataParallel: find_unused_parameters = true is not implemented (every parameter that requires grad must get a gradient)")
+  end
+  local mb = opts.bucket_cap_mb or 25
+  if type(mb) ~= "number" or mb <= 0 then fail("DistributedDataParallel: bucket_cap_mb expected a positive number, got " .. tostring(mb)) end
+  return mb
+end
+
+-- buckets in reverse parameter order: {dtype, device, numel, entries = {{param, offset, numel}}}
+local SIZES = { float32 = 4, float64 = 8, float16 = 2, bfloat16 = 2 }
+
+local function make_buckets(params, cap_bytes)
+  local buckets, cur = {}, nil
+  for i = #params, 1, -1 do
+    local p = params[i]
+    local n, bytes = p:numel(), p:numel() * (SIZES[p.dtype] or 8)
+    if not cur or cur.dtype ~= p.dtype or cur.device ~= p.device or (cur.bytes + bytes > cap_bytes and #cur.entries > 0) then
+      cur = { dtype = p.dtype, device = p.device, numel = 0, bytes = 0, entries = {} }
+      buckets[#buckets + 1] = cur
+    end
+    cur.entries[#cur.entries + 1] = { param = p, offset = cur.numel, numel = n }
+    cur.numel, cur.bytes = cur.numel + n, cur.bytes + bytes
+  end
+  for _, b in ipairs(buckets) do b.flat = T.zeros({ b.numel }, { dtype = b.dtype, device = b.device }) end
+  return buckets
+end
+
+local function broadcast_all(tensors)
+  T.no_grad(function()
+    for _, t in ipairs(tensors) do D.broadcast(t, 0) end
+  end)
+end
+
+local function module_buffers(m)
+  local out = {}
+  for _, b in m:named_buffers() do out[#out + 1] = b end
+  return out
+end
+
+local DDP  -- the class, made by M.bind (it needs T.nn)
+
+-- backward ------------------------------------------------------------------------------------
+
+local function launch_ready(self)
+  local r = self._reducer
+  while r.next <= #r.buckets and r.buckets[r.next].pending == 0 do
+    local b = r.buckets[r.next]
+    b.work = D.all_reduce(b.flat, { op = "avg", async_op = true })
+    r.next = r.next + 1
+  end
+end
+
+-- the end of backward: every bucket reduced, the averages back in .grad
+local function finish(self)
+  local r = self._reducer
+  if r.next <= #r.buckets then
+    local missing = {}
+    for i = r.next, #r.buckets do
+      for _, e in ipairs(r.buckets[i].entries) do
+        if not r.ready[e.param] then missing[#missing + 1] = table.concat(e.param.shape, "x") end
+      end
+    end
+    fail("DistributedDataParallel: " .. #missing .. " parameter(s) that require grad got no gradient in this backward "
+      .. "(shapes " .. table.concat(missing, ", ") .. "); every parameter must take part in the loss")
+  end
+  T.no_grad(function()
+    for _, b in ipairs(r.buckets) do
+      b.work:wait()
+      b.work = nil
+      for _, e in ipairs(b.entries) do
+        e.param.grad:copy_(b.flat:narrow(1, e.offset + 1, e.numel):view(e.param.shape))
+      end
+    end
+  end)
+end
+
+-- a parameter's .grad is complete for this backward
+local function on_grad(self, p)
+  if not self._sync then return end
+  local r = self._reducer
+  if r.pass ~= autograd.pass() then  -- the first gradient of this backward
+    for _, b in ipairs(r.buckets) do
+      if b.work then b.work:wait() end  -- (a backward that failed left it in flight)
+      b.work, b.pending = nil, #b.entries
+    end
+    r.pass, r.next, r.ready = autograd.pass(), 1, {}
+    autograd.queue_callback(function() finish(self) end)
+  end
+  if r.ready[p] then return end
+  r.ready[p] = true
+  local b, e = r.where[p][1], r.where[p][2]
+  T.no_grad(function() b.flat:narrow(1, e.offset + 1, e.numel):copy_(p.grad:reshape({ -1 })) end)
+  b.pending = b.pending - 1
+  if b.pending == 0 then launch_ready(self) end
+end
+
+-- the class -------------------------------------------------------------------------------------
+
+local function init(self, module, opts)
+  if not T.nn.is_module(module) then fail("DistributedDataParallel: argument 1 expected a module, got " .. type(module)) end
+  opts = opts or {}
+  local mb = check_opts(opts)
+  if not D.is_initialized() then fail("DistributedDataParallel: the default process group is not initialized (T.distributed.init_process_group)") end
+  self.module = module
+  self._sync, self._broadcast_buffers = true, opts.broadcast_buffers ~= false
+  local params = {}
+  for _, p in ipairs(module:parameters()) do
+    if p.requires_grad then params[#params + 1] = p end
+    if p.device == "cpu" then fail("DistributedDataParallel: the module's parameters must be on " .. D.device() .. ", one is on cpu") end
+  end
+  broadcast_all(module:parameters())
+  broadcast_all(module_buffers(module))
+  local buckets = make_buckets(params, mb * 1024 * 1024)
+  local where = {}
+  for _, b in ipairs(buckets) do
+    for _, e in ipairs(b.entries) do where[e.param] = { b, e } end
+  end
+  self._reducer = { buckets = buckets, where = where }
+  self._hooks = {}
+  for _, p in ipairs(params) do
+    self._hooks[#self._hooks + 1] = p:register_post_accumulate_grad_hook(function() on_grad(self, p) end)
+  end
+end
+
+local function forward(self, ...)
+  if self._broadcast_buffers and self.training then
+    local bufs = module_buffers(self.module)
+    if #bufs > 0 then broadcast_all(bufs) end
+  end
+  return self.module(...)
+end
+
+local function restore(self, prev, ok, ...)
+  self._sync = prev
+  if not ok then error((...), 0) end
+  return ...
+end
+
+-- ddp:no_sync(fn, ...): runs fn(...) with gradient reduction off (local accumulation); returns its results
+local function no_sync(self, fn, ...)
+  if type(fn) ~= "function" then fail("DistributedDataParallel:no_sync: argument 1 expected a function, got " .. type(fn)) end
+  local prev = self._sync
+  self._sync = false
+  return restore(self, prev, pcall(fn, ...))
+end
+
+function M.bind(t)
+  T, D = t, t.distributed
+  DDP = T.nn.Module:extend("DistributedDataParallel")
+  DDP.init, DDP.forward, DDP.no_sync = init, forward, no_sync
+  function DDP:state_dict() return self.module:state_dict() end
+  function DDP:load_state_dict(sd, opts) return self.module:load_state_dict(sd, opts) end
+  T.nn.parallel = T.nn.parallel or {}
+  T.nn.parallel.DistributedDataParallel = DDP
+end
+
+return M

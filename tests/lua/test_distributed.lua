@@ -1,0 +1,324 @@
+-- T.distributed, T.nn.parallel.DistributedDataParallel and `crescent --nproc N` (issue 40).
+-- Run as one process, this file checks the launcher, the errors of a machine without NCCL or
+-- GPUs, the autograd hooks DDP stands on, and (with NCCL and GPUs) timeouts and a failing rank.
+-- Run under `crescent --nproc 2 tests/lua/run.lua tests/lua/test_distributed.lua` (ctest
+-- lua_distributed_nproc2), every rank runs the "on every rank" specs: collectives against
+-- results computed on the host, work handles, DDP == one process on the whole batch. Those skip
+-- without 2 GPUs or NCCL. Each such spec issues all its collectives before it checks anything,
+-- so a failed check on one rank does not leave the other waiting in a collective.
+local T = require "crescent"
+local D = T.distributed
+local SH = require "shell"
+
+local RANKED = os.getenv("RANK") ~= nil and os.getenv("CRESCENT_DIST_RUN") ~= nil
+
+local function has(s, part, what)
+  if not s:find(part, 1, true) then error(string.format("%s does not contain %q:\n%s", what or "output", part, s), 2) end
+end
+
+local function need_gpus(n)
+  if not D.is_available() then expect.skip("NCCL is not available: " .. D.unavailable_reason()) end
+  if T.cuda.device_count() < n then expect.skip("needs " .. n .. " CUDA devices, this machine has " .. T.cuda.device_count()) end
+end
+
+-- Runs `text` as a script under `crescent --nproc n`; returns stdout, stderr, status.
+local function launch(n, text, env)
+  local path = os.tmpname() .. "_dist.lua"
+  SH.write(path, text)
+  local out, err, st = expect.crescent({ "--nproc", tostring(n), path }, { env = env })
+  os.remove(path)
+  return out, err, st
+end
+
+if not RANKED then
+  describe("crescent --nproc (the launcher)", function()
+    it("starts N ranks with RANK, LOCAL_RANK, WORLD_SIZE and a rendezvous file", function()
+      local out, err, st = launch(2, [[
+        print(string.format("rank=%s local=%s world=%s file=%s args=%s", os.getenv("RANK"), os.getenv("LOCAL_RANK"),
+          os.getenv("WORLD_SIZE"), tostring((os.getenv("CRESCENT_DIST_FILE") or "") ~= ""), table.concat(arg, ",")))
+      ]])
+      expect.eq(st, 0, err)
+      local lines = {}
+      for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
+      table.sort(lines)
+      expect.eq(lines, { "rank=0 local=0 world=2 file=true args=", "rank=1 local=1 world=2 file=true args=" })
+    end)
+
+    it("exits with a failed rank's status, naming it, and stops the others", function()
+      local out, err, st = launch(2, [[
+        if os.getenv("RANK") == "1" then io.stderr:write("rank 1 gives up\n"); os.exit(3) end
+        os.execute("sleep 60")  -- (stopped by the launcher, with its process group)
+        print("rank 0 was not stopped")
+      ]])
+      expect.eq(st, 3)
+      has(err, "rank 1 gives up")
+      has(err, "rank 1 of 2 failed (it exited with status 3)")
+      expect.eq(out, "")
+    end)
+
+    it("reports a rank that raised", function()
+      local _, err, st = launch(2, [[if os.getenv("RANK") == "0" then error("planned failure") end]])
+      expect.eq(st, 1)
+      has(err, "planned failure")
+      has(err, "rank 0 of 2 failed")
+    end)
+
+    it("checks its argument and lists it in --help", function()
+      for _, bad in ipairs({ "0", "x", "-1", "2000" }) do
+        local _, err, st = expect.crescent({ "--nproc", bad, "x.lua" })
+        expect.eq(st, 1)
+        has(err, "--nproc needs a number of processes, 1 to 1024")
+      end
+      local out = expect.crescent({ "--help" })
+      has(out, "--nproc N")
+      has(out, "CRESCENT_NCCL_LIB")
+      has(out, "CRESCENT_DIST_TIMEOUT")
+    end)
+  end)
+
+  describe("T.distributed without a process group", function()
+    it("raises clear errors", function()
+      expect.eq(D.is_initialized(), false)
+      expect.eq(D.get_rank(), -1)
+      expect.errors(function() D.init_process_group("gloo") end, "backend \"gloo\" is not available")
+      expect.errors(function() D.all_reduce(T.ones(2)) end, "all_reduce: the default process group is not initialized")
+      expect.errors(function() D.barrier() end, "barrier: the default process group is not initialized")
+      expect.errors(function() T.nn.parallel.DistributedDataParallel(T.nn.Linear(2, 2)) end, "not initialized")
+      if not D.is_available() then
+        expect.truthy(D.unavailable_reason() ~= "")
+        expect.errors(function() D.init_process_group("nccl", { rank = 0, world_size = 1 }) end,
+          "the nccl backend is not available: ")
+      end
+    end)
+
+    it("asks for RANK and WORLD_SIZE", function()
+      if not D.is_available() then expect.skip("NCCL is not available: " .. D.unavailable_reason()) end
+      local _, err, st = expect.crescent({ "-e", "crescent.distributed.init_process_group('nccl')" }, { env = "RANK= WORLD_SIZE=" })
+      expect.eq(st, 1)
+      has(err, "RANK and WORLD_SIZE are not set")
+    end)
+  end)
+
+  describe("autograd hooks for DDP", function()
+    it("calls post-accumulate-grad hooks once per backward, after .grad is complete", function()
+      local w = T.tensor({ 1, 2, 3 }, { dtype = "float32", requires_grad = true })
+      local seen, finals = {}, {}
+      w:register_post_accumulate_grad_hook(function(p)
+        seen[#seen + 1] = p.grad:totable()
+        T.autograd.queue_callback(function() finals[#finals + 1] = w.grad:totable() end)
+      end)
+      ;((w * w):sum() + (w * 3):sum()):backward()
+      expect.eq(seen, { { 5, 7, 9 } })
+      expect.eq(finals, { { 5, 7, 9 } })
+      ;(w * 2):sum():backward()
+      expect.eq(seen[2], { 7, 9, 11 })
+      expect.eq(#finals, 2)
+      expect.errors(function() T.autograd.queue_callback(function() end) end, "only be queued during a backward pass")
+      local x = T.ones(2, { requires_grad = true })
+      expect.errors(function() (x * 2):register_post_accumulate_grad_hook(function() end) end, "expected a leaf tensor")
+    end)
+  end)
+
+  describe("T.distributed with NCCL (one process)", function()
+    it("times out waiting for rank 0's id, and for the other ranks", function()
+      need_gpus(1)
+      local file = os.tmpname() .. "_none.id"
+      local _, err, st = expect.crescent({ "-e", "crescent.distributed.init_process_group('nccl')" },
+        { env = "RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 CRESCENT_DIST_TIMEOUT=2 CRESCENT_DIST_RUN= CRESCENT_DIST_FILE=" .. file })
+      expect.eq(st, 1)
+      has(err, "rank 1 waited 2 s for rank 0's NCCL id")
+      _, err, st = expect.crescent({ "-e", "crescent.distributed.init_process_group('nccl')" },
+        { env = "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 CRESCENT_DIST_TIMEOUT=3 CRESCENT_DIST_RUN= CRESCENT_DIST_FILE=" .. file })
+      os.remove(file)
+      expect.eq(st, 1)
+      has(err, "timed out after 3 s waiting for the other ranks")
+    end)
+
+    it("a rank that raises stops the run with a clear error, not a hang", function()
+      need_gpus(2)
+      local _, err, st = launch(2, [[
+        local T = require "crescent"
+        T.distributed.init_process_group("nccl")
+        if T.distributed.get_rank() == 1 then error("planned failure on rank 1") end
+        local t = T.ones(4, { device = T.distributed.device() })
+        T.distributed.all_reduce(t)  -- (rank 1 never joins: rank 0 waits until stopped)
+        T.cuda.synchronize(T.distributed.device())
+      ]], "CRESCENT_DIST_TIMEOUT=60")
+      expect.truthy(st ~= 0)
+      has(err, "planned failure on rank 1")
+      has(err, "rank 1 of 2 failed")
+    end)
+  end)
+  return
+end
+
+-- on every rank (under crescent --nproc N) ---------------------------------------------------------
+
+local function ensure_group()
+  need_gpus(2)
+  if not D.is_initialized() then D.init_process_group("nccl") end
+  return D.get_rank(), D.get_world_size(), D.device()
+end
+
+local function host(t) return t:cpu():double():totable() end
+
+-- element i (1-based) of rank r's input for op
+local function value(op, dtype, r, i, n)
+  if dtype == "bool" then return (i + r) % 3 == 0 end
+  if op == "prod" then return 1 + (i + r) % 2 end
+  return 1 + i % 4 + n * ((i + r) % 3)  -- (the sum over ranks divides by n: avg is exact for integers)
+end
+
+local function expected(op, dtype, i, n)
+  local acc
+  for r = 0, n - 1 do
+    local v = value(op, dtype, r, i, n)
+    if dtype == "bool" then v = v and 1 or 0 end
+    if acc == nil then acc = v
+    elseif op == "sum" or op == "avg" then acc = acc + v
+    elseif op == "prod" then acc = acc * v
+    elseif op == "max" then acc = math.max(acc, v)
+    else acc = math.min(acc, v) end
+  end
+  if dtype == "bool" then return acc ~= 0 and 1 or 0 end
+  return op == "avg" and acc / n or acc
+end
+
+local DTYPES = { "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" }
+local OPS = { "sum", "avg", "max", "min", "prod" }
+local N = 12
+
+describe("T.distributed on every rank", function()
+  it("all_reduce: every dtype and op against the host", function()
+    local rank, world, dev = ensure_group()
+    local got, bool_avg = {}, nil
+    for _, dt in ipairs(DTYPES) do
+      for _, op in ipairs(OPS) do
+        if dt == "bool" and op == "avg" then
+          local t = T.zeros(N, { dtype = "bool", device = dev })
+          bool_avg = select(2, pcall(D.all_reduce, t, { op = "avg" }))
+        else
+          local vals = {}
+          for i = 1, N do vals[i] = value(op, dt, rank, i, world) end
+          local t = T.tensor(vals, { dtype = dt, device = dev })
+          D.all_reduce(t, { op = op })
+          got[dt .. " " .. op] = t
+        end
+      end
+    end
+    T.cuda.synchronize(dev)
+    for key, t in pairs(got) do
+      local dt, op = key:match("(%S+) (%S+)")
+      local want = {}
+      for i = 1, N do want[i] = expected(op, dt, i, world) end
+      expect.eq(host(t), want, key)
+      expect.eq(t.dtype, dt)
+    end
+    has(tostring(bool_avg), "not defined for bool tensors")
+  end)
+
+  it("async work handles, broadcast, all_gather and reduce_scatter", function()
+    local rank, world, dev = ensure_group()
+    local a = T.full({ 3, 4 }, rank + 1, { device = dev })
+    local w = D.all_reduce(a, { op = "max", async_op = true })
+    w:wait()
+    local b = T.arange(6, { device = dev }):double() + 10 * rank
+    D.broadcast(b, world - 1)
+    local x = T.tensor({ rank, rank + 0.5 }, { device = dev })
+    local list = {}
+    for i = 1, world do list[i] = T.zeros(2, { device = dev }) end
+    local wl = D.all_gather(list, x, { async_op = true })
+    local flat = T.zeros({ world, 2 }, { device = dev })
+    D.all_gather_into_tensor(flat, x)
+    local parts = {}
+    for i = 1, world do parts[i] = T.full({ 2 }, 100 * i + rank, { device = dev }) end
+    local rs = T.zeros(2, { device = dev })
+    D.reduce_scatter(rs, parts, { op = "sum" })
+    local rst = T.zeros(3, { dtype = "int64", device = dev })
+    local wr = D.reduce_scatter_tensor(rst, T.arange(3 * world, { dtype = "int64", device = dev }), { op = "min", async_op = true })
+    wl:wait()
+    wr:wait()
+    D.barrier()
+    expect.truthy(w:is_completed() and wl:is_completed() and wr:is_completed())
+    expect.eq(host(a), host(T.full({ 3, 4 }, world)))
+    expect.eq(host(b), host(T.arange(6):double() + 10 * (world - 1)))
+    for i = 1, world do expect.eq(host(list[i]), { i - 1, i - 0.5 }) end
+    expect.eq(host(flat)[world], { world - 1, world - 0.5 })
+    local s = 0
+    for r = 0, world - 1 do s = s + 100 * (rank + 1) + r end
+    expect.eq(host(rs), { s, s })
+    expect.eq(host(rst), { 3 * rank, 3 * rank + 1, 3 * rank + 2 })
+    expect.errors(function() D.all_reduce(T.ones(2)) end, "is a CPU tensor")
+    expect.errors(function() D.all_gather_into_tensor(T.zeros(3, { device = dev }), x) end, "output elements = input elements x world size")
+    expect.errors(function() D.broadcast(x, world) end, "src expected a rank")
+  end)
+
+  -- a small MLP, float64: DDP over the ranks' slices == one process on the whole batch
+  local function mlp(seed, dev)
+    T.manual_seed(seed)
+    return T.nn.Sequential(T.nn.Linear(6, 16), T.nn.Tanh(), T.nn.Linear(16, 16), T.nn.Tanh(), T.nn.Linear(16, 3)):double():to(dev)
+  end
+
+  local function max_diff(m1, m2)
+    local d, p2 = 0, m2:parameters()
+    for i, p in ipairs(m1:parameters()) do d = math.max(d, (p - p2[i]):abs():max():item()) end
+    return d
+  end
+
+  it("DistributedDataParallel == one process on the concatenated batch (10 SGD steps)", function()
+    local rank, world, dev = ensure_group()
+    local model = mlp(100 + rank, dev)  -- (different on each rank: DDP broadcasts rank 0's)
+    local ddp = T.nn.parallel.DistributedDataParallel(model, { bucket_cap_mb = 0.001 })
+    local ref = mlp(0, dev)
+    ref:load_state_dict(ddp:state_dict())
+    local per = 4
+    local opt = T.optim.SGD(ddp:parameters(), { lr = 0.1 })
+    local ropt = T.optim.SGD(ref:parameters(), { lr = 0.1 })
+    for step = 1, 10 do
+      T.manual_seed(1000 + step)
+      local x, y = T.randn({ per * world, 6 }):double():to(dev), T.randn({ per * world, 3 }):double():to(dev)
+      opt:zero_grad()
+      T.F.mse_loss(ddp(x:narrow(1, rank * per + 1, per)), y:narrow(1, rank * per + 1, per)):backward()
+      opt:step()
+      ropt:zero_grad()
+      T.F.mse_loss(ref(x), y):backward()
+      ropt:step()
+    end
+    local gathered = T.zeros({ world, 3 }, { dtype = "float64", device = dev })
+    D.all_gather_into_tensor(gathered, model:parameters()[5]:reshape(-1):narrow(1, 1, 3):contiguous())
+    T.cuda.synchronize(dev)
+    expect.truthy(max_diff(model, ref) < 1e-12, "DDP and one process differ by " .. max_diff(model, ref))
+    local g = host(gathered)
+    for r = 2, world do expect.eq(g[r], g[1]) end
+  end)
+
+  it("no_sync accumulates locally; the next backward reduces the sum", function()
+    local rank, world, dev = ensure_group()
+    local ddp = T.nn.parallel.DistributedDataParallel(mlp(7, dev))
+    local ref = mlp(7, dev)
+    local per = 3
+    local batches = {}
+    for k = 1, 3 do
+      T.manual_seed(50 + k)
+      batches[k] = { T.randn({ per * world, 6 }):double():to(dev), T.randn({ per * world, 3 }):double():to(dev) }
+    end
+    local function local_step(k)
+      local x, y = batches[k][1], batches[k][2]
+      T.F.mse_loss(ddp(x:narrow(1, rank * per + 1, per)), y:narrow(1, rank * per + 1, per)):backward()
+    end
+    ddp:no_sync(function() local_step(1); local_step(2) end)
+    local_step(3)
+    for k = 1, 3 do T.F.mse_loss(ref(batches[k][1]), batches[k][2]):backward() end
+    T.cuda.synchronize(dev)
+    local d, rp = 0, ref:parameters()
+    for i, p in ipairs(ddp:parameters()) do d = math.max(d, (p.grad - rp[i].grad):abs():max():item()) end
+    expect.truthy(d < 1e-12, "accumulated gradients differ by " .. d)
+  end)
+
+  it("destroy_process_group flushes and leaves no group", function()
+    ensure_group()
+    D.destroy_process_group()
+    expect.eq(D.is_initialized(), false)
+    expect.errors(function() D.all_reduce(T.ones(2)) end, "not initialized")
+  end)
+end)

@@ -1,0 +1,40 @@
+// NCCL (the collectives of T.distributed), loaded at run time like the driver: dlopen of
+// $CRESCENT_NCCL_LIB (the file, or a folder holding libnccl.so.2), "libnccl.so.2", then
+// $CUDA_HOME/lib64 and /usr/local/cuda/lib64. Linking it would make every binary need it; PyTorch's
+// pip wheels carry one (nvidia/nccl/lib), which CRESCENT_NCCL_LIB may name.
+//
+// Communicators are made non-blocking (ncclConfig_t.blocking = 0) so that a rank which never
+// comes is a timeout, not a hang: every call that answers ncclInProgress is polled with
+// ncclCommGetAsyncError until done or until its deadline, when the communicator is aborted.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <string>
+
+#include "vm/cuda/driver.hpp"
+#include "vm/dtype.hpp"
+
+namespace cr::cuda {
+
+bool nccl_available(std::string* why = nullptr);
+int nccl_version();  // ncclGetVersion's code, e.g. 22809; raises without NCCL
+
+using NcclId = std::array<char, 128>;  // ncclUniqueId
+NcclId nccl_unique_id();
+
+struct NcclComm;  // ncclComm
+// Joins the communicator of `world` ranks as `rank` on device `index` (collective: every rank
+// calls it with the same id); raises when the others do not come within timeout_s seconds.
+NcclComm* nccl_comm_init(const NcclId& id, int rank, int world, int index, double timeout_s);
+void nccl_comm_destroy(NcclComm* c, double timeout_s);  // flushes its work first
+void nccl_comm_abort(NcclComm* c);
+
+enum class Coll { all_reduce, broadcast, all_gather, reduce_scatter };
+enum class RedOp { sum = 0, prod = 1, max = 2, min = 3, avg = 4 };  // ncclRedOp_t's values
+// Queues collective `c` on `stream` of the communicator's device. count: the elements of send for
+// all_reduce / broadcast / all_gather, of recv for reduce_scatter; root: broadcast's source rank.
+// bool travels as uint8 with sum -> max and prod -> min (logical or / and), as in PyTorch.
+void nccl_collective(NcclComm* c, Coll coll, const void* send, void* recv, size_t count, DType d, RedOp op, int root,
+                     CUstream stream);
+
+}  // namespace cr::cuda

@@ -216,7 +216,10 @@ template <class T> struct AddScaled {
 
 // The lines of the iteration shape: every dim but d and the inner dim j (the last, unless d is),
 // whose range is cut into chunks when there are fewer lines than threads (an embedding's
-// gradient: one line, the features cut into chunks).
+// gradient: one line, the features cut into chunks). Still fewer tasks than threads (a 1-D
+// index_add, bincount): the target rows are cut into parts, each task walking the whole line and
+// adding only into its part - every element gets its additions in the serial order, so the result
+// is bit-identical to one thread's whatever the thread count.
 template <class T> void scatter_lines(const Tensor& out, const Scatter& s) {
   const int nd = s.idx.dim(), d = s.d, jd = d == nd - 1 ? -1 : nd - 1;
   const Shape sizes = s.idx.sizes(), os = out.strides(), is = s.idx.strides(), ss = s.src.strides();
@@ -225,30 +228,38 @@ template <class T> void scatter_lines(const Tensor& out, const Scatter& s) {
   if (s.idx.numel() == 0) return;
   const int64_t want = lines >= num_threads() ? 1 : (num_threads() + lines - 1) / lines;
   const int64_t chunks = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, J / 64)), chunk = (J + chunks - 1) / chunks;
+  const int64_t tasks = lines * chunks, rows = out.size(d);
+  const int64_t parts = tasks >= num_threads() || K * chunk < 2 * kParallelGrain
+                            ? 1 : std::min<int64_t>((num_threads() + tasks - 1) / tasks, std::max<int64_t>(rows, 1));
   const int64_t osj = jd < 0 ? 0 : os[size_t(jd)], isj = jd < 0 ? 0 : is[size_t(jd)], ssj = jd < 0 ? 0 : ss[size_t(jd)];
   const AddScaled<T> add{compute_t<T>(s.alpha)};
   T* op = out.data<T>();
   const int64_t* ip = s.idx.data<int64_t>();
   const T* sp = s.src.data<T>();
-  parallel_for(lines * chunks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, K * chunk)), [&](int64_t t0, int64_t t1) {
+  const int64_t grain = parts > 1 ? 1 : std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, K * chunk));
+  parallel_for(tasks * parts, grain, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      int64_t ob = 0, ib = 0, sb = 0, rem = t / chunks;
+      int64_t ob = 0, ib = 0, sb = 0, rem = t / parts / chunks;
       for (int k = nd - 1; k >= 0; --k) {
         if (k == d || k == jd) continue;
         const int64_t ck = rem % sizes[size_t(k)];
         rem /= sizes[size_t(k)];
         ob += ck * os[size_t(k)], ib += ck * is[size_t(k)], sb += ck * ss[size_t(k)];
       }
-      const int64_t j0 = t % chunks * chunk, j1 = std::min(J, j0 + chunk);
+      const int64_t j0 = t / parts % chunks * chunk, j1 = std::min(J, j0 + chunk), part = t % parts;
+      const uint64_t lo = uint64_t(rows * part / parts + 1), span = uint64_t(rows * (part + 1) / parts + 1) - lo;
+      auto mine = [&](int64_t p) { return parts == 1 || uint64_t(p) - lo < span; };  // (p in lo..lo+span-1)
       for (int64_t k = 0; k < K; ++k) {
         const int64_t* ik = ip + ib + k * is[size_t(d)];
         const T* sk = sp + sb + k * ss[size_t(d)];
         T* ok = op + ob;
         if (isj == 0) {  // one target row for the whole chunk (index_add, embedding)
+          if (!mine(ik[0])) continue;
           T* row = ok + (ik[0] - 1) * os[size_t(d)];
           for (int64_t j = j0; j < j1; ++j) add(row[j * osj], sk[j * ssj]);
         } else {
-          for (int64_t j = j0; j < j1; ++j) add(ok[(ik[j * isj] - 1) * os[size_t(d)] + j * osj], sk[j * ssj]);
+          for (int64_t j = j0; j < j1; ++j)
+            if (mine(ik[j * isj])) add(ok[(ik[j * isj] - 1) * os[size_t(d)] + j * osj], sk[j * ssj]);
         }
       }
     }

@@ -3,9 +3,11 @@
 // with index tensors for the leading dims: aten::index) and index_put / index_put_.
 // Index values are 1-based (API.md section 1) and range-checked before any element moves;
 // boolean masks in index lists are expanded by the Lua surface (stdlib/indexing.lua).
+// On CUDA, each runs its device kernels (vm/kernels/cuda/select.hpp).
 #include <algorithm>
 
 #include "vm/devices.hpp"
+#include "vm/kernels/cuda/select.hpp"
 #include "vm/ops/indexing.hpp"
 
 namespace cr {
@@ -24,6 +26,7 @@ void run_masked_select(OpCall& c) {
   if (m.dtype() != DType::b8) fail(cat("mask ", dtype_list_error("a bool tensor", m.dtype())));
   const Shape s = broadcast_shapes(x.sizes(), m.sizes());
   const Tensor xe = expanded(x, s), me = expanded(m, s);
+  if (!x.device().is_cpu()) return c.outs.push_back(cuda::masked_select(c.ctx, xe, me));
   const bool* mp = me.data<bool>();
   const int64_t n = shape_numel(s);
   const int64_t count = std::count(mp, mp + n, true);
@@ -42,6 +45,7 @@ void run_masked_select(OpCall& c) {
 
 void run_nonzero(OpCall& c) {
   const Tensor x = contiguous(c.tensor(0));
+  if (!x.device().is_cpu()) return c.outs.push_back(cuda::nonzero(c.ctx, x));
   const int64_t n = x.numel();
   const int nd = x.dim();
   std::vector<uint8_t> nz(static_cast<size_t>(n));
@@ -129,6 +133,22 @@ void locate(Advanced& a, const OpCall& c) {
   a.rest = rest_offsets(a.self, list.size());
 }
 
+// On a CUDA device: the index tensors as the rows of one {k, nb} int64 tensor there, and what
+// each position is checked against (the CPU's check_range wording).
+Tensor index_rows(const Advanced& a, const OpCall& c, std::vector<std::string>& whats) {
+  const std::vector<Tensor> list = c.tensors(1);
+  const int64_t n = shape_numel(a.b), k = int64_t(list.size());
+  Tensor rows = Tensor::empty({k, n}, DType::i64, a.self.device());
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t size = a.self.size(int(j));
+    if (size == 0 && n > 0) fail(cat("index is out of range for dim ", j + 1, " of size 0, which is empty (no index is valid)"));
+    const Tensor& t = list[size_t(j)];
+    copy_into(Tensor::view_of(rows, a.b, contiguous_strides(a.b), j * n), t);  // (broadcast, as int64)
+    whats.push_back(cat("dim ", j + 1, " of size ", size));
+  }
+  return rows;
+}
+
 std::vector<Meta> infer_index(OpCall& c) {
   Advanced a = prepare_advanced(c);
   return {{a.shape, a.self.dtype(), a.self.device()}};
@@ -136,6 +156,11 @@ std::vector<Meta> infer_index(OpCall& c) {
 
 void run_index(OpCall& c) {
   Advanced a = prepare_advanced(c);
+  if (!a.self.device().is_cpu()) {
+    std::vector<std::string> whats;
+    const Tensor rows = index_rows(a, c, whats);
+    return cuda::index_gather(c.ctx, c.outs[0], a.self, rows, c.def.name, whats);
+  }
   locate(a, c);
   const Tensor& out = c.outs[0];
   visit_width(a.self.itemsize(), [&](auto w) {
@@ -164,6 +189,7 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
 // Writes values (broadcast to the selection's shape) into the selected elements of a.self.
 void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
   const Tensor& self = a.self;
+  if (values.dim() == 0 && values.device().is_cpu()) values = to_device(values, self.device());  // (a scalar)
   check_device(self, values);
   if (values.dtype() != self.dtype())
     fail(cat("values expected the destination's dtype ", dtype_name(self.dtype()), " (index_put requires the source and "
@@ -176,8 +202,13 @@ void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
     copy_into(copy, values);
     values = copy;
   }
-  locate(a, c);
   const Tensor v = expanded(values, a.shape);
+  if (!self.device().is_cpu()) {
+    std::vector<std::string> whats;
+    const Tensor rows = index_rows(a, c, whats);
+    return cuda::index_put(c.ctx, self, rows, v, acc, c.def.name, whats);
+  }
+  locate(a, c);
   visit(self.dtype(), [&](auto t) {
     using T = decltype(t);
     T* xp = reinterpret_cast<T*>(self.storage()->data);
@@ -214,13 +245,15 @@ void run_index_put(OpCall& c) {
 }  // namespace
 
 void register_selection(Registry& r) {
-  r.add(OpDef{"masked_select", "self:T, mask:T", OpKind::Index, kDataSize, nullptr, run_masked_select});
-  r.add(OpDef{"nonzero", "self:T", OpKind::Index, kDataSize, nullptr, run_nonzero});
-  r.add(OpDef{"index", "self:T, indices:TL", OpKind::Index, kValueErrors, infer_index, run_index});
-  r.add(OpDef{"index_put", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index, kValueErrors, infer_index_put,
-              run_index_put});
+  // (CUDA: vm/kernels/cuda/select.hpp)
+  const int32_t dev = kDeviceAware;
+  r.add(OpDef{"masked_select", "self:T, mask:T", OpKind::Index, kDataSize | dev, nullptr, run_masked_select});
+  r.add(OpDef{"nonzero", "self:T", OpKind::Index, kDataSize | dev, nullptr, run_nonzero});
+  r.add(OpDef{"index", "self:T, indices:TL", OpKind::Index, kValueErrors | dev, infer_index, run_index});
+  r.add(OpDef{"index_put", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index, kValueErrors | dev,
+              infer_index_put, run_index_put});
   r.add(OpDef{"index_put_", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index,
-              kReturnsSelf | kNoFunction | kValueErrors, nullptr, run_index_put_});
+              kReturnsSelf | kNoFunction | kValueErrors | dev, nullptr, run_index_put_});
   register_scatter_reduce(r);
 }
 

@@ -1,9 +1,6 @@
 #include "vm/kernels/cuda/scatter.hpp"
 
-#include <map>
 #include <memory>
-#include <mutex>
-#include <tuple>
 
 #include "vm/cuda/checks.hpp"
 #include "vm/cuda/streams.hpp"
@@ -32,16 +29,6 @@ const char* scaled_type(DType d) {
   }
 }
 
-// The check word of each (device, op, what): reused by every launch that reports the same error.
-std::shared_ptr<DeviceCheck> check_for(int device, const std::string& op, const std::string& what) {
-  static std::mutex m;
-  static auto* checks = new std::map<std::tuple<int, std::string, std::string>, std::shared_ptr<DeviceCheck>>;  // (never freed)
-  std::lock_guard<std::mutex> g(m);
-  auto& c = (*checks)[{device, op, what}];
-  if (!c) c = std::make_shared<DeviceCheck>(device, CheckSites{{"", op, what}});
-  return c;
-}
-
 }  // namespace
 
 std::string scatter_source(DType d) {
@@ -64,7 +51,7 @@ void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, cons
     g.out_strides[k] = out.stride(k);
   }
   const int device = out.device().index;
-  const std::shared_ptr<DeviceCheck> check = check_for(device, op, what);
+  const std::shared_ptr<DeviceCheck> check = library_check(device, op, {what});
   void *op_ = out.data_bytes(), *ip = idx.data_bytes(), *sp = src.data_bytes(), *cp = check->word;
   double af = alpha;
   float a32 = float(alpha);

@@ -115,17 +115,22 @@ function S.repeat_interleave(x, repeats, dim)
     return x:unsqueeze(k + 1):expand(big):reshape(final)
   end
   check_tensor("repeat_interleave", 2, "repeats", repeats)
-  local counts = repeats:dim() == 0 and {} or repeats:totable()
-  if repeats:dim() == 0 then for j = 1, x:size(k) do counts[j] = repeats:item() end end
-  if #counts ~= x:size(k) then
-    fail(string.format("repeat_interleave: repeats must have the same size as input along dim, got %d and %d", #counts, x:size(k)))
+  if repeats.dtype ~= "int64" and repeats.dtype ~= "int32" then
+    fail("repeat_interleave: repeats has to be an int64 or int32 tensor, got " .. describe(repeats))
   end
-  local idx = {}
-  for j, c in ipairs(counts) do
-    if c < 0 then fail("repeat_interleave: repeats can not be negative, got " .. c) end
-    for _ = 1, c do idx[#idx + 1] = j end
+  local n = x:size(k)
+  if repeats:dim() == 0 then repeats = repeats:reshape(1):expand(n) end
+  if repeats:dim() ~= 1 or repeats:numel() ~= n then
+    fail(string.format("repeat_interleave: repeats must have the same size as input along dim, got %d and %d", repeats:numel(), n))
   end
-  return x:index_select(k, T.tensor(idx, { dtype = "int64", device = x.device }):reshape(#idx))
+  if n > 0 and repeats:min():item() < 0 then fail("repeat_interleave: repeats can not be negative, got " .. repeats:min():item()) end
+  -- position j of the result takes the last group whose start is <= j (an empty group starts where
+  -- the next one does): the count of starts <= j, a cumsum of the starts' marks, all on x's device
+  local ends = repeats:long():cumsum(1)
+  local total = n > 0 and ends[n]:item() or 0
+  local marks = T.zeros(total + 1, { dtype = "int64", device = x.device })
+  marks:index_add_(1, ends - repeats + 1, T.ones(n, { dtype = "int64", device = x.device }))
+  return x:index_select(k, marks:narrow(1, 1, total):cumsum(1))
 end
 
 -- creation like x ------------------------------------------------------------------------------
@@ -369,7 +374,8 @@ end
 local function run_lengths(first, x)
   local starts = T.nonzero(first):view(-1)
   if starts:numel() == 0 then return starts end
-  return T.cat({ starts:narrow(1, 2, starts:numel() - 1), long(x, { first:numel() + 1 }) }, 1) - starts
+  local after = T.full({ 1 }, first:numel() + 1, { dtype = "int64", device = x.device })
+  return T.cat({ starts:narrow(1, 2, starts:numel() - 1), after }, 1) - starts
 end
 
 -- unique(x[, {sorted =, return_inverse =, return_counts =, dim =}]) -> values[, inverse][, counts]

@@ -1,9 +1,9 @@
 // Selection by values and PyTorch's advanced indexing: masked_select and nonzero (result sizes
 // come from the values: kDataSize, a graph break in compiled functions), index (x[i1, i2, ...]
 // with index tensors for the leading dims: aten::index) and index_put / index_put_.
-// Index values are 1-based (API.md section 1) and range-checked before any element moves;
-// boolean masks in index lists are expanded by the Lua surface (stdlib/indexing.lua).
-// On CUDA, each runs its device kernels (vm/kernels/cuda/select.hpp).
+// Index values are 1-based (API.md section 1) and range-checked before any element moves (on
+// CUDA by the kernels, raising at the next synchronisation: vm/kernels/cuda/select.hpp); boolean
+// masks in index lists are expanded by the Lua surface (stdlib/indexing.lua).
 #include <algorithm>
 
 #include "vm/devices.hpp"
@@ -86,7 +86,7 @@ Shape index_shape(const Tensor& self, const std::vector<Tensor>& list) {
     fail(cat("too many indices for a tensor of dimension ", self.dim(), " (got ", list.size(), ")"));
   Shape b = list[0].sizes();
   for (const Tensor& t : list) {
-    check_device(self, t);
+    if (self.device().is_cpu() || !t.device().is_cpu()) check_device(self, t);  // (CPU indices of a CUDA self: PyTorch's)
     if (!is_integral(t.dtype()))
       fail(cat("tensors used as indices must be int64 or int32 tensors, got ", t.describe(),
                t.dtype() == DType::b8 ? " (boolean masks go through x[mask], x:index or nonzero)" : ""));
@@ -189,7 +189,7 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
 // Writes values (broadcast to the selection's shape) into the selected elements of a.self.
 void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
   const Tensor& self = a.self;
-  if (values.dim() == 0 && values.device().is_cpu()) values = to_device(values, self.device());  // (a scalar)
+  if (values.dim() == 0 && values.device().is_cpu() && !self.device().is_cpu()) values = to_device(values, self.device());
   check_device(self, values);
   if (values.dtype() != self.dtype())
     fail(cat("values expected the destination's dtype ", dtype_name(self.dtype()), " (index_put requires the source and "

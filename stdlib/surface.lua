@@ -610,6 +610,21 @@ end
 S.cummax = cumextreme("cummax", function(a, b) return a:gt(b) end)
 S.cummin = cumextreme("cummin", function(a, b) return a:lt(b) end)
 
+-- For searchsorted with long sequences: how many entries of each line of sorted come before each
+-- value of its line, by one stable sort of both together (the values ahead of equal entries, or
+-- after them for right), O((m + n) log) rather than the m * n of a comparison; NaN sorts last, so
+-- a NaN value is past every number, as in PyTorch's binary search.
+local function merged_rank(sorted, values, right)
+  local m = sorted:size(-1)
+  local s = sorted:reshape(-1, m)
+  local v = values:reshape(s:size(1), -1)
+  local k = v:size(2)
+  local _, perm = T.cat(right and { s, v } or { v, s }, 2):sort(2)
+  local before = (right and perm:le(m) or perm:gt(k)):long():cumsum(2)  -- entries placed so far
+  local at = T.zeros(s:size(1), m + k, { dtype = "int64", device = s.device }):scatter_(2, perm, before)
+  return at:narrow(2, right and m + 1 or 1, k):reshape(values.shape)
+end
+
 -- searchsorted(sorted, values[, {right = false}]): 1-based insertion positions (torch's + 1) along
 -- the last dim of sorted; bucketize(values, boundaries[, {right =}]) the same with 1-D boundaries
 function S.searchsorted(sorted, values, opts)
@@ -623,9 +638,13 @@ function S.searchsorted(sorted, values, opts)
     fail(string.format("searchsorted: sorted_sequence expected 1 dim or the leading dims of values, got {%s} and {%s}",
       table.concat(sorted.shape, ","), table.concat(values.shape, ",")))
   end
-  local before = right and sorted:unsqueeze(-2):le(values:unsqueeze(-1)) or sorted:unsqueeze(-2):lt(values:unsqueeze(-1))
-  if sorted:dim() == 1 then before = right and sorted:le(values:unsqueeze(-1)) or sorted:lt(values:unsqueeze(-1)) end
-  return before:sum(-1) + 1
+  local m = sorted:dim() == 0 and 1 or sorted:size(-1)
+  if m > 32 and sorted.dtype == values.dtype and values:numel() > 0 then return merged_rank(sorted, values, right) + 1 end
+  -- PyTorch's binary search counts the entries s with not (s >= v) (right: not (s > v)): a NaN
+  -- value is past every entry
+  local s = sorted:dim() == 1 and sorted or sorted:unsqueeze(-2)
+  local after = right and s:gt(values:unsqueeze(-1)) or s:ge(values:unsqueeze(-1))
+  return after:logical_not():sum(-1) + 1
 end
 function S.bucketize(values, boundaries, opts)
   if not is_tensor(boundaries) or boundaries:dim() ~= 1 then fail("bucketize: boundaries expected a 1-D tensor, got " .. describe(boundaries)) end

@@ -339,6 +339,14 @@ describe("CUDA selections", function()
       agree("repeat_interleave " .. what, function(a, r) return T.repeat_interleave(a, r, 1) end, { x, T.tensor({ 0, 2, 1, 3, 0, 1 }) })
       agree("repeat_interleave number " .. what, function(a) return T.repeat_interleave(a, 3, 2) end, { x })
     end
+    local edges, v = (T.randn(1000) * 2):sort(1), T.randn(BIG) * 2
+    v[5] = 0 / 0
+    agree("searchsorted of 3M values among 1000 entries", function(s, w) return T.searchsorted(s, w) end, { edges, v })
+    agree("searchsorted right, 3M values, 1000 entries", function(s, w) return T.searchsorted(s, w, { right = true }) end, { edges:round(), v:round() })
+    agree("bucketize of 3M values, 1000 boundaries", function(w, s) return T.bucketize(w, s) end, { v, edges })
+    agree("searchsorted of 8 rows of 5000 entries", function(s, w) return T.searchsorted(s, w) end,
+      { T.randint(0, 100, { 8, 5000 }):sort(2), T.randint(-5, 105, { 8, 3000 }) })
+    agree("repeat_interleave of 3M counts", function(a, r) return T.repeat_interleave(a, r) end, { T.randn(BIG), T.randint(0, 3, { BIG }) })
     expect.eq(host_ops(), h, "surface ops: ops on host copies")
   end)
 

@@ -128,7 +128,7 @@ describe("scatter-add semantics", function()
     for k = 1, 600 do b[ix[k]:item()]:add_(src[k]) end  -- one row at a time, in order
     expect.eq(a:eq(b):all():item(), true)
   end)
-  it("adds a single long line in index order on any number of threads (the targets cut into parts)", function()
+  it("adds a single long line over the threads: the same result on any number of them, the serial sum's up to rounding", function()
     local n0 = T.get_num_threads()
     local src, src2 = T.randn(200000), T.randn(200000, 2)
     local ix, big = T.randint(1, 1001, { 200000 }), T.randint(1, 150001, { 200000 })

@@ -169,6 +169,7 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
                      : starts("cumsum_")     ? "cumsum_rows"
                      : starts("optim_")      ? "fused_adam"
                      : starts("scatter_")    ? "scatter_add"
+                     : starts("select_")     ? "index_gather"
                                              : "sort_lines";
     CHECK(bin.find(std::string(1, '\0') + fn + std::string(1, '\0')) != std::string::npos);
     // another architecture, a changed source, extra NVRTC options: not this CUBIN

@@ -217,70 +217,52 @@ template <class T> struct AddScaled {
 };
 
 // One line of the iteration shape (its offsets ob / ib / sb), columns j0..j1-1, elements k0..k1-1
-// added into out (element strides od along d, oj along j) in index order. Filtered: only targets
-// in rows lo..hi-1 (1-based); the others go to a scratch element - a select, not a branch, which
-// random positions would mispredict.
+// added into out (element strides od along d, oj along j) in index order.
 template <class T> struct Line {
   const T* sp;
   const int64_t* ip;
   T* op;
   int64_t id, sd, ij, sj, od, oj;  // strides: index / source / out along d and j
   AddScaled<T> add;
-  template <bool Filtered> void run(int64_t ob, int64_t ib, int64_t sb, int64_t k0, int64_t k1, int64_t j0, int64_t j1,
-                                    uint64_t lo, uint64_t span) const {
-    T scratch{};
+  void run(int64_t ob, int64_t ib, int64_t sb, int64_t k0, int64_t k1, int64_t j0, int64_t j1) const {
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t* ik = ip + ib + k * id;
       const T* sk = sp + sb + k * sd;
-      if (!Filtered && ij == 0) {  // one target row for the whole chunk (index_add, embedding)
+      if (ij == 0) {  // one target row for the whole chunk (index_add, embedding)
         T* row = op + ob + (ik[0] - 1) * od;
         for (int64_t j = j0; j < j1; ++j) add(row[j * oj], sk[j * sj]);
         continue;
       }
       for (int64_t j = j0; j < j1; ++j) {
-        const int64_t p = ik[j * ij];
-        T* at = op + ob + (p - 1) * od + j * oj;
-        if constexpr (Filtered) at = uint64_t(p) - lo < span ? at : &scratch;
-        add(*at, sk[j * sj]);
+        add(op[ob + (ik[j * ij] - 1) * od + j * oj], sk[j * sj]);
       }
     }
   }
 };
 
-// A long single line over the pool. A small target (at most an eighth of the line): the line cut
-// into a fixed number of pieces (by its length, not the threads), each summed into a zeroed
-// target of its own, then the pieces added in order - the same result on any number of threads,
-// the serial sum's up to float rounding (exact for integers and bool). A larger target: its rows
-// cut into one part per thread, each task walking the whole line and adding only into its part -
-// every element gets its additions in the serial order (bit-identical to one thread's).
+// A long single line into a small target (at most an eighth of the line: a histogram, bincount)
+// over the pool: cut into pieces, each summed into a zeroed target of its own (in parallel), then
+// the pieces added into out in order. Their number follows the line's length, never the threads,
+// so the result is the same on any number of threads: the serial sum's up to float rounding,
+// exact for integers and bool. (Larger targets add serially: extra targets of their size, or
+// each thread walking the whole line for its rows, measured slower on 2 cores.)
 template <class T> void scatter_one_line(const Tensor& out, const Scatter& s, const Line<T>& line, int64_t K, int64_t J) {
-  const int64_t rows = out.size(s.d), target = rows * J;
-  if (target * 8 <= K * J) {
-    const int64_t pieces = std::clamp<int64_t>(K * J / kParallelGrain, 2, 16);
-    std::unique_ptr<T[]> sums(new T[size_t(pieces * target)]);
-    std::memset(static_cast<void*>(sums.get()), 0, size_t(pieces * target) * sizeof(T));  // (zero bits: 0 in every dtype)
-    parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) {
-        Line<T> part = line;
-        part.op = sums.get() + p * target, part.od = J, part.oj = 1;
-        part.template run<false>(0, 0, 0, K * p / pieces, K * (p + 1) / pieces, 0, J, 0, 0);
-      }
-    });
-    const AddScaled<T> plus{compute_t<T>(1)};
-    parallel_for(target, kParallelGrain, [&](int64_t e0, int64_t e1) {
-      for (int64_t e = e0; e < e1; ++e) {
-        T& o = line.op[e / J * line.od + e % J * line.oj];
-        for (int64_t p = 0; p < pieces; ++p) plus(o, sums[size_t(p * target + e)]);
-      }
-    });
-    return;
-  }
-  const int64_t parts = std::min<int64_t>(num_threads(), rows);
-  if (parts < 2) return line.template run<false>(0, 0, 0, 0, K, 0, J, 0, 0);
-  parallel_for(parts, 1, [&](int64_t p0, int64_t p1) {
+  const int64_t target = out.size(s.d) * J;
+  const int64_t pieces = std::clamp<int64_t>(K * J / kParallelGrain, 2, 16);
+  std::unique_ptr<T[]> sums(new T[size_t(pieces * target)]);
+  parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
-      const uint64_t lo = uint64_t(rows * p / parts + 1), hi = uint64_t(rows * (p + 1) / parts + 1);
-      line.template run<true>(0, 0, 0, 0, K, 0, J, lo, hi - lo);
+      Line<T> part = line;
+      part.op = sums.get() + p * target, part.od = J, part.oj = 1;
+      std::memset(static_cast<void*>(part.op), 0, size_t(target) * sizeof(T));  // (zero bits: 0 in every dtype)
+      part.run(0, 0, 0, K * p / pieces, K * (p + 1) / pieces, 0, J);
+    }
+  });
+  const AddScaled<T> plus{compute_t<T>(1)};
+  parallel_for(target, kParallelGrain, [&](int64_t e0, int64_t e1) {
+    for (int64_t e = e0; e < e1; ++e) {
+      T& o = line.op[e / J * line.od + e % J * line.oj];
+      for (int64_t p = 0; p < pieces; ++p) plus(o, sums[size_t(p * target + e)]);
     }
   });
 }
@@ -288,8 +270,8 @@ template <class T> void scatter_one_line(const Tensor& out, const Scatter& s, co
 // The lines of the iteration shape: every dim but d and the inner dim j (the last, unless d is),
 // whose range is cut into chunks when there are fewer lines than threads (an embedding's
 // gradient: one line, the features cut into chunks); each adds in index order, so the result
-// does not depend on the threads. A single long line of fewer than 64 columns (a 1-D index_add,
-// bincount) is cut as scatter_one_line says.
+// does not depend on the threads. A single long line of fewer than 64 columns into a small
+// target (a 1-D index_add, bincount) is cut as scatter_one_line says.
 template <class T> void scatter_lines(const Tensor& out, const Scatter& s) {
   const int nd = s.idx.dim(), d = s.d, jd = d == nd - 1 ? -1 : nd - 1;
   const Shape sizes = s.idx.sizes(), os = out.strides(), is = s.idx.strides(), ss = s.src.strides();
@@ -299,7 +281,8 @@ template <class T> void scatter_lines(const Tensor& out, const Scatter& s) {
   const auto at = [&](const Shape& st, int k) { return k < 0 ? int64_t(0) : st[size_t(k)]; };
   const Line<T> line{s.src.data<T>(), s.idx.data<int64_t>(), out.data<T>(), is[size_t(d)], ss[size_t(d)],
                      at(is, jd), at(ss, jd), os[size_t(d)], at(os, jd), AddScaled<T>{compute_t<T>(s.alpha)}};
-  if (lines == 1 && J < 64 && K * J >= 2 * kParallelGrain) return scatter_one_line(out, s, line, K, J);
+  if (lines == 1 && J < 64 && K * J >= 2 * kParallelGrain && out.size(d) * J * 8 <= K * J)
+    return scatter_one_line(out, s, line, K, J);
   const int64_t want = lines >= num_threads() ? 1 : (num_threads() + lines - 1) / lines;
   const int64_t chunks = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, J / 64)), chunk = (J + chunks - 1) / chunks;
   parallel_for(lines * chunks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, K * chunk)), [&](int64_t t0, int64_t t1) {
@@ -312,7 +295,7 @@ template <class T> void scatter_lines(const Tensor& out, const Scatter& s) {
         ob += ck * os[size_t(k)], ib += ck * is[size_t(k)], sb += ck * ss[size_t(k)];
       }
       const int64_t j0 = t % chunks * chunk;
-      line.template run<false>(ob, ib, sb, 0, K, j0, std::min(J, j0 + chunk), 0, 0);
+      line.run(ob, ib, sb, 0, K, j0, std::min(J, j0 + chunk));
     }
   });
 }

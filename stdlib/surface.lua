@@ -115,17 +115,22 @@ function S.repeat_interleave(x, repeats, dim)
     return x:unsqueeze(k + 1):expand(big):reshape(final)
   end
   check_tensor("repeat_interleave", 2, "repeats", repeats)
-  local counts = repeats:dim() == 0 and {} or repeats:totable()
-  if repeats:dim() == 0 then for j = 1, x:size(k) do counts[j] = repeats:item() end end
-  if #counts ~= x:size(k) then
-    fail(string.format("repeat_interleave: repeats must have the same size as input along dim, got %d and %d", #counts, x:size(k)))
+  if repeats.dtype ~= "int64" and repeats.dtype ~= "int32" then
+    fail("repeat_interleave: repeats has to be an int64 or int32 tensor, got " .. describe(repeats))
   end
-  local idx = {}
-  for j, c in ipairs(counts) do
-    if c < 0 then fail("repeat_interleave: repeats can not be negative, got " .. c) end
-    for _ = 1, c do idx[#idx + 1] = j end
+  local n = x:size(k)
+  if repeats:dim() == 0 then repeats = repeats:reshape(1):expand(n) end
+  if repeats:dim() ~= 1 or repeats:numel() ~= n then
+    fail(string.format("repeat_interleave: repeats must have the same size as input along dim, got %d and %d", repeats:numel(), n))
   end
-  return x:index_select(k, T.tensor(idx, { dtype = "int64", device = x.device }):reshape(#idx))
+  if n > 0 and repeats:min():item() < 0 then fail("repeat_interleave: repeats can not be negative, got " .. repeats:min():item()) end
+  -- position j of the result takes the last group whose start is <= j (an empty group starts where
+  -- the next one does): the count of starts <= j, a cumsum of the starts' marks, all on x's device
+  local ends = repeats:long():cumsum(1)
+  local total = n > 0 and ends[n]:item() or 0
+  local marks = T.zeros(total + 1, { dtype = "int64", device = x.device })
+  marks:index_add_(1, ends - repeats + 1, T.ones(n, { dtype = "int64", device = x.device }))
+  return x:index_select(k, marks:narrow(1, 1, total):cumsum(1))
 end
 
 -- creation like x ------------------------------------------------------------------------------
@@ -369,7 +374,8 @@ end
 local function run_lengths(first, x)
   local starts = T.nonzero(first):view(-1)
   if starts:numel() == 0 then return starts end
-  return T.cat({ starts:narrow(1, 2, starts:numel() - 1), long(x, { first:numel() + 1 }) }, 1) - starts
+  local after = T.full({ 1 }, first:numel() + 1, { dtype = "int64", device = x.device })
+  return T.cat({ starts:narrow(1, 2, starts:numel() - 1), after }, 1) - starts
 end
 
 -- unique(x[, {sorted =, return_inverse =, return_counts =, dim =}]) -> values[, inverse][, counts]
@@ -604,6 +610,21 @@ end
 S.cummax = cumextreme("cummax", function(a, b) return a:gt(b) end)
 S.cummin = cumextreme("cummin", function(a, b) return a:lt(b) end)
 
+-- For searchsorted with long sequences: how many entries of each line of sorted come before each
+-- value of its line, by one stable sort of both together (the values ahead of equal entries, or
+-- after them for right), O((m + n) log) rather than the m * n of a comparison; NaN sorts last, so
+-- a NaN value is past every number, as in PyTorch's binary search.
+local function merged_rank(sorted, values, right)
+  local m = sorted:size(-1)
+  local s = sorted:reshape(-1, m)
+  local v = values:reshape(s:size(1), -1)
+  local k = v:size(2)
+  local _, perm = T.cat(right and { s, v } or { v, s }, 2):sort(2)
+  local before = (right and perm:le(m) or perm:gt(k)):long():cumsum(2)  -- entries placed so far
+  local at = T.zeros(s:size(1), m + k, { dtype = "int64", device = s.device }):scatter_(2, perm, before)
+  return at:narrow(2, right and m + 1 or 1, k):reshape(values.shape)
+end
+
 -- searchsorted(sorted, values[, {right = false}]): 1-based insertion positions (torch's + 1) along
 -- the last dim of sorted; bucketize(values, boundaries[, {right =}]) the same with 1-D boundaries
 function S.searchsorted(sorted, values, opts)
@@ -617,9 +638,13 @@ function S.searchsorted(sorted, values, opts)
     fail(string.format("searchsorted: sorted_sequence expected 1 dim or the leading dims of values, got {%s} and {%s}",
       table.concat(sorted.shape, ","), table.concat(values.shape, ",")))
   end
-  local before = right and sorted:unsqueeze(-2):le(values:unsqueeze(-1)) or sorted:unsqueeze(-2):lt(values:unsqueeze(-1))
-  if sorted:dim() == 1 then before = right and sorted:le(values:unsqueeze(-1)) or sorted:lt(values:unsqueeze(-1)) end
-  return before:sum(-1) + 1
+  local m = sorted:dim() == 0 and 1 or sorted:size(-1)
+  if m > 32 and sorted.dtype == values.dtype and values:numel() > 0 then return merged_rank(sorted, values, right) + 1 end
+  -- PyTorch's binary search counts the entries s with not (s >= v) (right: not (s > v)): a NaN
+  -- value is past every entry
+  local s = sorted:dim() == 1 and sorted or sorted:unsqueeze(-2)
+  local after = right and s:gt(values:unsqueeze(-1)) or s:ge(values:unsqueeze(-1))
+  return after:logical_not():sum(-1) + 1
 end
 function S.bucketize(values, boundaries, opts)
   if not is_tensor(boundaries) or boundaries:dim() ~= 1 then fail("bucketize: boundaries expected a 1-D tensor, got " .. describe(boundaries)) end

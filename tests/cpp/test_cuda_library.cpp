@@ -1,8 +1,9 @@
 // jit/cuda's fixed code: NVRTC itself (loading, options) and the library kernels written once as
-// CUDA C (cumsum, sort / topk, fused attention) compile to CUBIN for sm_90 in every dtype and head
-// size; the build's prebuilt CUBINs (vm/cuda/prebuilt.hpp) are those of the current sources.
-// No GPU needed; skipped (with a warning) where NVRTC cannot be loaded. CRESCENT_TEST_CUDA_DUMP=dir
-// writes the attention sources there. (Generated kernels: test_cuda_emit.cpp.)
+// CUDA C (cumsum, sort / topk, selections, scatter, fused attention, ...) compile to CUBIN for
+// sm_90 in every dtype and head size, without a warning; the build's prebuilt CUBINs
+// (vm/cuda/prebuilt.hpp) are those of the current sources. No GPU needed; skipped (with a
+// warning) where NVRTC cannot be loaded. CRESCENT_TEST_CUDA_DUMP=dir writes the attention sources
+// there. (Generated kernels: test_cuda_emit.cpp.)
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/optim.hpp"
 #include "vm/kernels/cuda/scatter.hpp"
+#include "vm/kernels/cuda/select.hpp"
 #include "vm/cuda/nvrtc.hpp"
 #include "vm/cuda/prebuilt.hpp"
 #include "jit/jit.hpp"
@@ -33,6 +35,16 @@ namespace {
 
 bool have_nvrtc() { return available(cr::cuda::nvrtc_available, "NVRTC unavailable, CUDA library tests skipped"); }
 
+// Whether `source` compiles to a CUBIN for sm_90 without a warning (NVRTC has no
+// warnings-as-errors option: the log of a successful compile must be empty).
+bool compiles_clean(const std::string& source, const char* name) {
+  std::string log;
+  const std::string bin = cr::cuda::compile_cubin(source, name, "sm_90", &log);
+  INFO(name << ": " << log);
+  CHECK(log.empty());
+  return bin.compare(0, 4, "\x7f" "ELF") == 0 && log.empty();
+}
+
 }  // namespace
 
 TEST_CASE("cuda: NVRTC loads and reports a version", "[cuda]") {
@@ -41,6 +53,10 @@ TEST_CASE("cuda: NVRTC loads and reports a version", "[cuda]") {
   WARN(cr::cuda::nvrtc_version());
   CHECK_THROWS_WITH(cr::cuda::compile_cubin("__global__ void f() { undefined_thing(); }", "bad.cu"),
                     Catch::Contains("bad.cu") && Catch::Contains("undefined_thing"));
+  std::string log;  // (what compiles_clean reads: a warning lands in the log of a success)
+  const char* warns = "extern \"C\" __global__ void f(float* p) { int unused; p[0] = 1.0f; }";
+  cr::cuda::compile_cubin(warns, "warn.cu", "sm_90", &log);
+  CHECK_THAT(log, Catch::Contains("unused"));
 }
 
 TEST_CASE("cuda: CRESCENT_NVRTC_OPTIONS reaches NVRTC", "[cuda]") {
@@ -58,12 +74,12 @@ TEST_CASE("cuda: CRESCENT_NVRTC_OPTIONS reaches NVRTC", "[cuda]") {
 TEST_CASE("cuda: the library kernels (cumsum, sort) compile to CUBIN for every dtype", "[cuda]") {
   if (!have_nvrtc()) return;
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
-    const std::string bin = cr::cuda::compile_cubin(cr::cuda::cumsum_source(d), "cumsum", "sm_90");
-    CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
+    INFO(cr::dtype_name(d));
+    CHECK(compiles_clean(cr::cuda::cumsum_source(d), "cumsum"));
   }
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::b8}) {
-    const std::string bin = cr::cuda::compile_cubin(cr::cuda::sort_source(d), "sort", "sm_90");
-    CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
+    INFO(cr::dtype_name(d));
+    CHECK(compiles_clean(cr::cuda::sort_source(d), "sort"));
   }
 }
 
@@ -71,11 +87,24 @@ TEST_CASE("cuda: the optimizer updates and scatter_add compile to CUBIN for ever
   if (!have_nvrtc()) return;
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     INFO(cr::dtype_name(d));
-    CHECK(cr::cuda::compile_cubin(cr::cuda::optim_source(d), "optim", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
+    CHECK(compiles_clean(cr::cuda::optim_source(d), "optim"));
   }
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::b8}) {
     INFO(cr::dtype_name(d));
-    CHECK(cr::cuda::compile_cubin(cr::cuda::scatter_source(d), "scatter", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
+    CHECK(compiles_clean(cr::cuda::scatter_source(d), "scatter"));
+  }
+}
+
+TEST_CASE("cuda: the selections (masked_select, nonzero, index, index_put) compile for every dtype", "[cuda]") {
+  if (!have_nvrtc()) return;
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::b8}) {
+    INFO(cr::dtype_name(d));
+    std::string log;
+    const std::string bin = cr::cuda::compile_cubin(cr::cuda::select_source(d), "select", "sm_90", &log);
+    CHECK(log.empty());
+    for (const char* fn :
+         {"count_mask", "count_nonzero", "masked_select_write", "nonzero_write", "index_gather", "index_put"})
+      CHECK(bin.find(std::string(1, '\0') + fn + std::string(1, '\0')) != std::string::npos);
   }
 }
 
@@ -83,8 +112,8 @@ TEST_CASE("cuda: the layer_norm and cross_entropy kernels compile to CUBIN for e
   if (!have_nvrtc()) return;
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     INFO(cr::dtype_name(d));
-    CHECK(cr::cuda::compile_cubin(cr::cuda::layer_norm_source(d), "layer_norm", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
-    CHECK(cr::cuda::compile_cubin(cr::cuda::cross_entropy_source(d), "ce", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
+    CHECK(compiles_clean(cr::cuda::layer_norm_source(d), "layer_norm"));
+    CHECK(compiles_clean(cr::cuda::cross_entropy_source(d), "ce"));
   }
 }
 
@@ -109,8 +138,7 @@ TEST_CASE("cuda: the float32 attention kernel compiles to CUBIN for its head siz
     CHECK(cr::cuda::simt_shape(e, ev, 227 << 10).rows() == 128);
     CHECK(cr::cuda::simt_shape(e, ev, 99 << 10).shared_bytes(ev) <= (99 << 10));  // (a GPU of less)
     if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) std::ofstream(cat(dir, "/attention_f32_", e, "_", ev, ".cu")) << src;
-    const std::string bin = cr::cuda::compile_cubin(src, "attention", "sm_90");
-    CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
+    CHECK(compiles_clean(src, "attention"));
   }
   CHECK_FALSE(cr::cuda::attention_takes(DType::f32, 64, 64, 40, 0.125));   // (v's head size: a multiple of 16)
   CHECK_FALSE(cr::cuda::attention_takes(DType::f32, 64, 66, 64, 0.125));   // (q's: a multiple of 4)
@@ -128,8 +156,7 @@ TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dt
       CHECK(cr::cuda::attention_takes(d, 1, e, e, 0.125));
       const std::string src = cr::cuda::attention_source(d, e);
       if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) std::ofstream(cat(dir, "/attention_", dtype_name(d), "_", e, ".cu")) << src;
-      const std::string bin = cr::cuda::compile_cubin(src, "attention", "sm_90");
-      CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
+      CHECK(compiles_clean(src, "attention"));
     }
   CHECK_FALSE(cr::cuda::attention_takes(DType::f64, 64, 64, 64, 0.125));
   CHECK_FALSE(cr::cuda::attention_takes(DType::f16, 64, 64, 32, 0.125));
@@ -157,6 +184,7 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
                      : starts("cumsum_")     ? "cumsum_rows"
                      : starts("optim_")      ? "fused_adam"
                      : starts("scatter_")    ? "scatter_add"
+                     : starts("select_")     ? "index_gather"
                                              : "sort_lines";
     CHECK(bin.find(std::string(1, '\0') + fn + std::string(1, '\0')) != std::string::npos);
     // another architecture, a changed source, extra NVRTC options: not this CUBIN

@@ -128,6 +128,24 @@ describe("scatter-add semantics", function()
     for k = 1, 600 do b[ix[k]:item()]:add_(src[k]) end  -- one row at a time, in order
     expect.eq(a:eq(b):all():item(), true)
   end)
+  it("adds a single long line over the threads: the same result on any number of them, the serial sum's up to rounding", function()
+    local n0 = T.get_num_threads()
+    local src, src2 = T.randn(200000), T.randn(200000, 2)
+    local ix, big = T.randint(1, 1001, { 200000 }), T.randint(1, 150001, { 200000 })
+    local runs = {}
+    for _, n in ipairs({ 1, 2, 3, 4 }) do
+      T.set_num_threads(n)
+      runs[n] = { T.zeros(1000):index_add(1, ix, src), T.zeros(150000):scatter_add(1, big, src),
+        T.zeros(1000, 2):index_add(1, ix, src2), T.zeros(1000, { dtype = "int64" }):index_add(1, ix, T.ones(200000, { dtype = "int64" })) }
+    end
+    T.set_num_threads(n0)
+    for n = 2, 4 do
+      for k, r in ipairs(runs[n]) do expect.eq(r:eq(runs[1][k]):all():item(), true, ("case %d, %d threads vs 1"):format(k, n)) end
+    end
+    local want = T.zeros(1000, { dtype = "float64" })  -- (the serial order, summed in float64)
+    expect.close(runs[2][1]:double(), want:index_add(1, ix, src:double()), 1e-4, 1e-4)
+    expect.eq(runs[2][4]:sum():item(), 200000)
+  end)
   it("refuses a source or index that overlaps self in place (as PyTorch)", function()
     local y = T.randn(4, 3)
     expect.errors(function() y:index_add_(1, T.tensor({ 2, 1, 4, 3 }), y) end, "index_add_: ", "memory", "clone")

@@ -246,6 +246,17 @@ do
     "torch.searchsorted(s, v, right=True) + 1", { s = sorted, v = vals })
   case("searchsorted_nd", function() return T.searchsorted(vals:sort(2), vals) end, "torch.searchsorted(v.sort(1)[0], v) + 1", { v = vals })
   case("bucketize", function() return T.bucketize(vals, sorted) end, "torch.bucketize(v, s) + 1", { s = sorted, v = vals })
+  -- long sequences (more than 32 entries): one stable sort of entries and values together
+  local long = (T.randn(3, 90, { dtype = "float64" }) * 4):floor():sort(2)
+  local lv = (T.randn(3, 70, { dtype = "float64" }) * 5):floor()
+  lv[2][3], lv[1][1] = 0 / 0, long[1][7]:item()
+  case("searchsorted_long", function() return T.searchsorted(long[2], lv) end, "torch.searchsorted(s[1], v) + 1", { s = long, v = lv })
+  case("searchsorted_long_right", function() return T.searchsorted(long[2], lv, { right = true }) end,
+    "torch.searchsorted(s[1], v, right=True) + 1", { s = long, v = lv })
+  case("searchsorted_long_nd", function() return T.searchsorted(long, lv, { right = true }) end,
+    "torch.searchsorted(s, v, right=True) + 1", { s = long, v = lv })
+  case("bucketize_long", function() return T.bucketize(lv, long[3]) end, "torch.bucketize(v, s[2]) + 1", { s = long, v = lv })
+  case("searchsorted_nan", function() return T.searchsorted(sorted, lv[2]) end, "torch.searchsorted(s, v[1]) + 1", { s = sorted, v = lv })
   local h = rnd({ 200 }, "float32")
   case("histc", function() return T.histc(h, 10) end, "torch.histc(h, 10)", { h = h })
   case("histc_range", function() return h:histc(7, -1, 1) end, "h.histc(7, -1, 1)", { h = h })

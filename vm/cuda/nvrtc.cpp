@@ -127,7 +127,7 @@ std::string nvrtc_options() {
   return s;
 }
 
-std::string compile_cubin(const std::string& source, const std::string& name, const std::string& arch) {
+std::string compile_cubin(const std::string& source, const std::string& name, const std::string& arch, std::string* log) {
   const Loaded& l = loaded();
   if (!l.ok) throw Error(cat("NVRTC is not available: ", l.why));
   const Nvrtc& f = l.fn;
@@ -149,6 +149,7 @@ std::string compile_cubin(const std::string& source, const std::string& name, co
   for (const std::string& o : extra) opts.push_back(o.c_str());
   nvrtcResult r = f.CompileProgram(p, int(opts.size()), opts.data());
   if (r != 0) throw Error(cat("NVRTC (", arch, ") failed to compile ", name, ": ", f.GetErrorString(r), "\n", program_log(f, p)));
+  if (log) *log = program_log(f, p);
   size_t n = 0;
   if ((r = f.GetCUBINSize(p, &n)) != 0) throw Error(cat("nvrtcGetCUBINSize: ", f.GetErrorString(r)));
   std::string cubin(n, '\0');

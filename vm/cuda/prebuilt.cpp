@@ -7,6 +7,7 @@
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/optim.hpp"
 #include "vm/kernels/cuda/scatter.hpp"
+#include "vm/kernels/cuda/select.hpp"
 #include "vm/cuda/nvrtc.hpp"
 #include "vm/error.hpp"
 #include "vm/sha256.hpp"
@@ -17,7 +18,8 @@ namespace cr::cuda {
 // compile at first use (1-2 s for float32). An H100 grants a block 227 KiB of shared memory.
 // cumsum and sort / topk (about 0.1 s each) in the dtypes models sort and sum: float, int32 /
 // int64 (ids, positions) and bool (masks). The optimizer updates and scatter_add (the gathers'
-// gradients) in the floating dtypes training uses.
+// gradients) in the floating dtypes training uses; the selections (x[mask], nonzero, x[idx]) of
+// float32 values, int64 ids and bool masks.
 std::vector<LibraryInstance> prebuilt_instances() {
   constexpr size_t kSm90Shared = 227 << 10;
   std::vector<LibraryInstance> r;
@@ -34,6 +36,7 @@ std::vector<LibraryInstance> prebuilt_instances() {
     r.push_back({cat("optim_", dtype_name(d)), optim_source(d)});
     r.push_back({cat("scatter_", dtype_name(d)), scatter_source(d)});
   }
+  for (DType d : {DType::f32, DType::i64, DType::b8}) r.push_back({cat("select_", dtype_name(d)), select_source(d)});
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "vm/cuda/memory.hpp"
 #include "vm/devices.hpp"
@@ -194,8 +195,9 @@ void run_embedding(OpCall& c) {
 // the index names along dim: out[c with c[d] := index(c) - 1] += alpha * src[c] over an iteration
 // shape (index_add: source's, its 1-D index broadcast along the other dims; scatter_add: index's).
 // Positions that differ off dim never collide: lines off dim run in parallel, and each line adds
-// in index order, so the result does not depend on the threads (deterministic). On CUDA a thread
-// per position adds atomically (vm/kernels/cuda/scatter.cuh), in no fixed order, as PyTorch's.
+// in index order, so the result does not depend on the threads (deterministic; a single long line
+// is cut as scatter_one_line says). On CUDA a thread per position adds atomically
+// (vm/kernels/cuda/scatter.cuh), in no fixed order, as PyTorch's.
 
 struct Scatter {
   Tensor self, index;  // index: the values, contiguous int64
@@ -214,22 +216,75 @@ template <class T> struct AddScaled {
   }
 };
 
+// One line of the iteration shape (its offsets ob / ib / sb), columns j0..j1-1, elements k0..k1-1
+// added into out (element strides od along d, oj along j) in index order.
+template <class T> struct Line {
+  const T* sp;
+  const int64_t* ip;
+  T* op;
+  int64_t id, sd, ij, sj, od, oj;  // strides: index / source / out along d and j
+  AddScaled<T> add;
+  void run(int64_t ob, int64_t ib, int64_t sb, int64_t k0, int64_t k1, int64_t j0, int64_t j1) const {
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t* ik = ip + ib + k * id;
+      const T* sk = sp + sb + k * sd;
+      if (ij == 0) {  // one target row for the whole chunk (index_add, embedding)
+        T* row = op + ob + (ik[0] - 1) * od;
+        for (int64_t j = j0; j < j1; ++j) add(row[j * oj], sk[j * sj]);
+        continue;
+      }
+      for (int64_t j = j0; j < j1; ++j) {
+        add(op[ob + (ik[j * ij] - 1) * od + j * oj], sk[j * sj]);
+      }
+    }
+  }
+};
+
+// A long single line into a small target (at most an eighth of the line: a histogram, bincount)
+// over the pool: cut into pieces, each summed into a zeroed target of its own (in parallel), then
+// the pieces added into out in order. Their number follows the line's length, never the threads,
+// so the result is the same on any number of threads: the serial sum's up to float rounding,
+// exact for integers and bool. (Larger targets add serially: extra targets of their size, or
+// each thread walking the whole line for its rows, measured slower on 2 cores.)
+template <class T> void scatter_one_line(const Tensor& out, const Scatter& s, const Line<T>& line, int64_t K, int64_t J) {
+  const int64_t target = out.size(s.d) * J;
+  const int64_t pieces = std::clamp<int64_t>(K * J / kParallelGrain, 2, 16);
+  std::unique_ptr<T[]> sums(new T[size_t(pieces * target)]);
+  parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      Line<T> part = line;
+      part.op = sums.get() + p * target, part.od = J, part.oj = 1;
+      std::memset(static_cast<void*>(part.op), 0, size_t(target) * sizeof(T));  // (zero bits: 0 in every dtype)
+      part.run(0, 0, 0, K * p / pieces, K * (p + 1) / pieces, 0, J);
+    }
+  });
+  const AddScaled<T> plus{compute_t<T>(1)};
+  parallel_for(target, kParallelGrain, [&](int64_t e0, int64_t e1) {
+    for (int64_t e = e0; e < e1; ++e) {
+      T& o = line.op[e / J * line.od + e % J * line.oj];
+      for (int64_t p = 0; p < pieces; ++p) plus(o, sums[size_t(p * target + e)]);
+    }
+  });
+}
+
 // The lines of the iteration shape: every dim but d and the inner dim j (the last, unless d is),
 // whose range is cut into chunks when there are fewer lines than threads (an embedding's
-// gradient: one line, the features cut into chunks).
+// gradient: one line, the features cut into chunks); each adds in index order, so the result
+// does not depend on the threads. A single long line of fewer than 64 columns into a small
+// target (a 1-D index_add, bincount) is cut as scatter_one_line says.
 template <class T> void scatter_lines(const Tensor& out, const Scatter& s) {
   const int nd = s.idx.dim(), d = s.d, jd = d == nd - 1 ? -1 : nd - 1;
   const Shape sizes = s.idx.sizes(), os = out.strides(), is = s.idx.strides(), ss = s.src.strides();
   const int64_t K = sizes[size_t(d)], J = jd < 0 ? 1 : sizes[size_t(jd)];
   const int64_t lines = s.idx.numel() / std::max<int64_t>(K * J, 1);
   if (s.idx.numel() == 0) return;
+  const auto at = [&](const Shape& st, int k) { return k < 0 ? int64_t(0) : st[size_t(k)]; };
+  const Line<T> line{s.src.data<T>(), s.idx.data<int64_t>(), out.data<T>(), is[size_t(d)], ss[size_t(d)],
+                     at(is, jd), at(ss, jd), os[size_t(d)], at(os, jd), AddScaled<T>{compute_t<T>(s.alpha)}};
+  if (lines == 1 && J < 64 && K * J >= 2 * kParallelGrain && out.size(d) * J * 8 <= K * J)
+    return scatter_one_line(out, s, line, K, J);
   const int64_t want = lines >= num_threads() ? 1 : (num_threads() + lines - 1) / lines;
   const int64_t chunks = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, J / 64)), chunk = (J + chunks - 1) / chunks;
-  const int64_t osj = jd < 0 ? 0 : os[size_t(jd)], isj = jd < 0 ? 0 : is[size_t(jd)], ssj = jd < 0 ? 0 : ss[size_t(jd)];
-  const AddScaled<T> add{compute_t<T>(s.alpha)};
-  T* op = out.data<T>();
-  const int64_t* ip = s.idx.data<int64_t>();
-  const T* sp = s.src.data<T>();
   parallel_for(lines * chunks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, K * chunk)), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       int64_t ob = 0, ib = 0, sb = 0, rem = t / chunks;
@@ -239,18 +294,8 @@ template <class T> void scatter_lines(const Tensor& out, const Scatter& s) {
         rem /= sizes[size_t(k)];
         ob += ck * os[size_t(k)], ib += ck * is[size_t(k)], sb += ck * ss[size_t(k)];
       }
-      const int64_t j0 = t % chunks * chunk, j1 = std::min(J, j0 + chunk);
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t* ik = ip + ib + k * is[size_t(d)];
-        const T* sk = sp + sb + k * ss[size_t(d)];
-        T* ok = op + ob;
-        if (isj == 0) {  // one target row for the whole chunk (index_add, embedding)
-          T* row = ok + (ik[0] - 1) * os[size_t(d)];
-          for (int64_t j = j0; j < j1; ++j) add(row[j * osj], sk[j * ssj]);
-        } else {
-          for (int64_t j = j0; j < j1; ++j) add(ok[(ik[j * isj] - 1) * os[size_t(d)] + j * osj], sk[j * ssj]);
-        }
-      }
+      const int64_t j0 = t % chunks * chunk;
+      line.run(ob, ib, sb, 0, K, j0, std::min(J, j0 + chunk));
     }
   });
 }

@@ -1,12 +1,13 @@
 // Selection by values and PyTorch's advanced indexing: masked_select and nonzero (result sizes
 // come from the values: kDataSize, a graph break in compiled functions), index (x[i1, i2, ...]
 // with index tensors for the leading dims: aten::index) and index_put / index_put_.
-// Index values are 1-based (API.md section 1) and range-checked before any element moves;
-// boolean masks in index lists are expanded by the Lua surface (stdlib/indexing.lua).
+// Index values are 1-based (API.md section 1) and range-checked before any element moves (on
+// CUDA by the kernels, raising at the next synchronisation: vm/kernels/cuda/select.hpp); boolean
+// masks in index lists are expanded by the Lua surface (stdlib/indexing.lua).
 #include <algorithm>
 
 #include "vm/devices.hpp"
-#include "vm/kernels/cuda/scatter.hpp"
+#include "vm/kernels/cuda/select.hpp"
 #include "vm/ops/indexing.hpp"
 
 namespace cr {
@@ -25,6 +26,7 @@ void run_masked_select(OpCall& c) {
   if (m.dtype() != DType::b8) fail(cat("mask ", dtype_list_error("a bool tensor", m.dtype())));
   const Shape s = broadcast_shapes(x.sizes(), m.sizes());
   const Tensor xe = expanded(x, s), me = expanded(m, s);
+  if (!x.device().is_cpu()) return c.outs.push_back(cuda::masked_select(c.ctx, xe, me));
   const bool* mp = me.data<bool>();
   const int64_t n = shape_numel(s);
   const int64_t count = std::count(mp, mp + n, true);
@@ -43,6 +45,7 @@ void run_masked_select(OpCall& c) {
 
 void run_nonzero(OpCall& c) {
   const Tensor x = contiguous(c.tensor(0));
+  if (!x.device().is_cpu()) return c.outs.push_back(cuda::nonzero(c.ctx, x));
   const int64_t n = x.numel();
   const int nd = x.dim();
   std::vector<uint8_t> nz(static_cast<size_t>(n));
@@ -83,7 +86,7 @@ Shape index_shape(const Tensor& self, const std::vector<Tensor>& list) {
     fail(cat("too many indices for a tensor of dimension ", self.dim(), " (got ", list.size(), ")"));
   Shape b = list[0].sizes();
   for (const Tensor& t : list) {
-    check_device(self, t);
+    if (self.device().is_cpu() || !t.device().is_cpu()) check_device(self, t);  // (CPU indices of a CUDA self: PyTorch's)
     if (!is_integral(t.dtype()))
       fail(cat("tensors used as indices must be int64 or int32 tensors, got ", t.describe(),
                t.dtype() == DType::b8 ? " (boolean masks go through x[mask], x:index or nonzero)" : ""));
@@ -130,6 +133,22 @@ void locate(Advanced& a, const OpCall& c) {
   a.rest = rest_offsets(a.self, list.size());
 }
 
+// On a CUDA device: the index tensors as the rows of one {k, nb} int64 tensor there, and what
+// each position is checked against (the CPU's check_range wording).
+Tensor index_rows(const Advanced& a, const OpCall& c, std::vector<std::string>& whats) {
+  const std::vector<Tensor> list = c.tensors(1);
+  const int64_t n = shape_numel(a.b), k = int64_t(list.size());
+  Tensor rows = Tensor::empty({k, n}, DType::i64, a.self.device());
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t size = a.self.size(int(j));
+    if (size == 0 && n > 0) fail(cat("index is out of range for dim ", j + 1, " of size 0, which is empty (no index is valid)"));
+    const Tensor& t = list[size_t(j)];
+    copy_into(Tensor::view_of(rows, a.b, contiguous_strides(a.b), j * n), t);  // (broadcast, as int64)
+    whats.push_back(cat("dim ", j + 1, " of size ", size));
+  }
+  return rows;
+}
+
 std::vector<Meta> infer_index(OpCall& c) {
   Advanced a = prepare_advanced(c);
   return {{a.shape, a.self.dtype(), a.self.device()}};
@@ -137,6 +156,11 @@ std::vector<Meta> infer_index(OpCall& c) {
 
 void run_index(OpCall& c) {
   Advanced a = prepare_advanced(c);
+  if (!a.self.device().is_cpu()) {
+    std::vector<std::string> whats;
+    const Tensor rows = index_rows(a, c, whats);
+    return cuda::index_gather(c.ctx, c.outs[0], a.self, rows, c.def.name, whats);
+  }
   locate(a, c);
   const Tensor& out = c.outs[0];
   visit_width(a.self.itemsize(), [&](auto w) {
@@ -162,9 +186,10 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
   return true;
 }
 
-// The values to write, checked against a.self and the selection (a copy when they overlap a.self).
-Tensor checked_values(const Advanced& a, Tensor values) {
+// Writes values (broadcast to the selection's shape) into the selected elements of a.self.
+void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
   const Tensor& self = a.self;
+  if (values.dim() == 0 && values.device().is_cpu() && !self.device().is_cpu()) values = to_device(values, self.device());
   check_device(self, values);
   if (values.dtype() != self.dtype())
     fail(cat("values expected the destination's dtype ", dtype_name(self.dtype()), " (index_put requires the source and "
@@ -177,15 +202,13 @@ Tensor checked_values(const Advanced& a, Tensor values) {
     copy_into(copy, values);
     values = copy;
   }
-  return values;
-}
-
-// Writes values (broadcast to the selection's shape) into the selected elements of a.self.
-void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
-  const Tensor& self = a.self;
-  values = checked_values(a, values);
-  locate(a, c);
   const Tensor v = expanded(values, a.shape);
+  if (!self.device().is_cpu()) {
+    std::vector<std::string> whats;
+    const Tensor rows = index_rows(a, c, whats);
+    return cuda::index_put(c.ctx, self, rows, v, acc, c.def.name, whats);
+  }
+  locate(a, c);
   visit(self.dtype(), [&](auto t) {
     using T = decltype(t);
     T* xp = reinterpret_cast<T*>(self.storage()->data);
@@ -199,37 +222,12 @@ void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
   });
 }
 
-// On CUDA, one 0-d or 1-D index (index_copy_, x[idx] = v: a KV cache's slot at a position held on
-// the device) is a scatter along dim 1 there (capturable in a CUDA graph); other lists run on host
-// copies. A bad index raises at the device's next synchronisation.
-void put_on_device(Advanced& a, const OpCall& c, const Tensor& values, bool acc) {
-  const Tensor& self = a.self;
-  const Tensor v0 = expanded(checked_values(a, values), a.shape);
-  const Tensor idx = cast(c.tensors(1)[0], DType::i64);
-  Shape sizes = a.shape, strides(a.shape.size(), 0), vstrides = v0.strides();
-  if (idx.dim() == 0) {  // (the selection has no index dim: one of size 1)
-    sizes.insert(sizes.begin(), 1);
-    strides.push_back(0);
-    vstrides.insert(vstrides.begin(), 0);
-  } else {
-    strides[0] = idx.size(0) == 1 ? 0 : idx.stride(0);
-  }
-  const Tensor iv = Tensor::view_of(idx, sizes, strides, idx.offset());
-  const Tensor vv = Tensor::view_of(v0, sizes, vstrides, v0.offset());
-  const std::string what = cat("dim 1 of size ", self.size(0));
-  if (acc) cuda::scatter_add(c.ctx, self, 0, iv, vv, 1.0, c.def.name, what);
-  else cuda::scatter_copy(c.ctx, self, 0, iv, vv, c.def.name, what);
-}
-
 void run_index_put_(OpCall& c) {
   writable(c, 0);  // rejects expanded views
   Advanced a = prepare_advanced(c);
-  const std::vector<Tensor> list = c.tensors(1);
-  for (const Tensor& t : list)
+  for (const Tensor& t : c.tensors(1))
     if (may_overlap(a.self, t)) fail("an index shares memory with the tensor written in place: clone() it first");
-  if (a.self.device().is_cpu()) return put(a, c, c.tensor(2), c.boolean_or(3, false));
-  if (list.size() == 1 && list[0].dim() <= 1) return put_on_device(a, c, c.tensor(2), c.boolean_or(3, false));
-  run_on_host(c.ctx, c.def, c.args, c.nargs);
+  put(a, c, c.tensor(2), c.boolean_or(3, false));
 }
 
 std::vector<Meta> infer_index_put(OpCall& c) {
@@ -247,13 +245,15 @@ void run_index_put(OpCall& c) {
 }  // namespace
 
 void register_selection(Registry& r) {
-  r.add(OpDef{"masked_select", "self:T, mask:T", OpKind::Index, kDataSize, nullptr, run_masked_select});
-  r.add(OpDef{"nonzero", "self:T", OpKind::Index, kDataSize, nullptr, run_nonzero});
-  r.add(OpDef{"index", "self:T, indices:TL", OpKind::Index, kValueErrors, infer_index, run_index});
-  r.add(OpDef{"index_put", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index, kValueErrors, infer_index_put,
-              run_index_put});
+  // (CUDA: vm/kernels/cuda/select.hpp)
+  const int32_t dev = kDeviceAware;
+  r.add(OpDef{"masked_select", "self:T, mask:T", OpKind::Index, kDataSize | dev, nullptr, run_masked_select});
+  r.add(OpDef{"nonzero", "self:T", OpKind::Index, kDataSize | dev, nullptr, run_nonzero});
+  r.add(OpDef{"index", "self:T, indices:TL", OpKind::Index, kValueErrors | dev, infer_index, run_index});
+  r.add(OpDef{"index_put", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index, kValueErrors | dev,
+              infer_index_put, run_index_put});
   r.add(OpDef{"index_put_", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index,
-              kReturnsSelf | kNoFunction | kValueErrors | kDeviceAware, nullptr, run_index_put_});
+              kReturnsSelf | kNoFunction | kValueErrors | dev, nullptr, run_index_put_});
   register_scatter_reduce(r);
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 
+#include "vm/cuda/checks.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/module.hpp"
 #include "vm/cuda/streams.hpp"
@@ -100,6 +101,21 @@ void launch(CUfunction f, int device, int64_t grid, int block, std::initializer_
 void library_launch(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source,
                     const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes) {
   launch_function(library_function(ctx, device, key, source, fn), device, grid, block, args, fn, shared_bytes);
+}
+
+std::shared_ptr<DeviceCheck> library_check(int device, const std::string& op, const std::vector<std::string>& whats) {
+  static std::mutex m;
+  static auto* checks = new std::map<std::string, std::shared_ptr<DeviceCheck>>;  // (never freed)
+  std::string key = cat(device, "|", op);
+  for (const std::string& w : whats) key += "|" + w;
+  std::lock_guard<std::mutex> g(m);
+  std::shared_ptr<DeviceCheck>& c = (*checks)[key];
+  if (!c) {
+    CheckSites sites;
+    for (const std::string& w : whats) sites.push_back({"", op, w});
+    c = std::make_shared<DeviceCheck>(device, sites);
+  }
+  return c;
 }
 
 std::string cumsum_source(DType d) { return source_of("scan.cuh", d); }

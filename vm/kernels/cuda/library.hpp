@@ -6,11 +6,15 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "vm/registry.hpp"
 
 namespace cr::cuda {
+
+struct DeviceCheck;
 
 // out = the running sum of x along the middle dim of {outer, n, inner}; both contiguous, of
 // out's dtype, on one CUDA device. Floating sums accumulate in float64 and integer sums wrap in
@@ -38,5 +42,10 @@ std::string sort_source(DType d);
 // name one source.
 void library_launch(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source,
                     const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes = 0);
+
+// The check word of the library kernels' positions on `device` for op `op`: site j is the
+// position against `whats[j]` ("dim 1 of size 50"). One word per (device, op, whats), reused by
+// every launch that reports the same errors (read at the next synchronisation: vm/cuda/checks.hpp).
+std::shared_ptr<DeviceCheck> library_check(int device, const std::string& op, const std::vector<std::string>& whats);
 
 }  // namespace cr::cuda

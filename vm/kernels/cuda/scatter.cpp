@@ -1,9 +1,6 @@
 #include "vm/kernels/cuda/scatter.hpp"
 
-#include <map>
 #include <memory>
-#include <mutex>
-#include <tuple>
 
 #include "vm/cuda/checks.hpp"
 #include "vm/cuda/streams.hpp"
@@ -32,16 +29,6 @@ const char* scaled_type(DType d) {
   }
 }
 
-// The check word of each (device, op, what): reused by every launch that reports the same error.
-std::shared_ptr<DeviceCheck> check_for(int device, const std::string& op, const std::string& what) {
-  static std::mutex m;
-  static auto* checks = new std::map<std::tuple<int, std::string, std::string>, std::shared_ptr<DeviceCheck>>;  // (never freed)
-  std::lock_guard<std::mutex> g(m);
-  auto& c = (*checks)[{device, op, what}];
-  if (!c) c = std::make_shared<DeviceCheck>(device, CheckSites{{"", op, what}});
-  return c;
-}
-
 }  // namespace
 
 std::string scatter_source(DType d) {
@@ -65,21 +52,20 @@ Geo geometry(const Tensor& out, int d, const Tensor& idx, const Tensor& src) {
   return g;
 }
 
-// Launches `fn` over idx's positions; `extra` (alpha, or null) goes between the geometry and the check word.
+// Launches `fn` over idx's positions; `alpha` goes between the geometry and the check word.
 void launch_scatter(Context& ctx, const char* fn, const Tensor& out, int d, const Tensor& idx, const Tensor& src,
-                    void* extra, const std::string& op, const std::string& what) {
+                    void* alpha, const std::string& op, const std::string& what) {
   const int64_t n = idx.numel();
   if (n == 0) return;
   Geo g = geometry(out, d, idx, src);
   const int device = out.device().index;
-  const std::shared_ptr<DeviceCheck> check = check_for(device, op, what);
+  const std::shared_ptr<DeviceCheck> check = library_check(device, op, {what});
   void *op_ = out.data_bytes(), *ip = idx.data_bytes(), *sp = src.data_bytes(), *cp = check->word;
-  void* with[] = {&op_, &ip, &sp, &g, extra, &cp};
-  void* without[] = {&op_, &ip, &sp, &g, &cp};
+  void* args[] = {&op_, &ip, &sp, &g, alpha, &cp};
   constexpr int kBlock = 256;
   const DType dt = out.dtype();
   library_launch(ctx, device, cat("scatter_", dtype_name(dt)), [dt] { return scatter_source(dt); }, fn,
-                 (n + kBlock - 1) / kBlock, kBlock, extra ? with : without);
+                 (n + kBlock - 1) / kBlock, kBlock, args);
   defer_check(check, current_stream(device));
 }
 
@@ -99,11 +85,6 @@ void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, cons
     default: ap = &a32;
   }
   launch_scatter(ctx, "scatter_add", out, d, idx, src, ap, op, what);
-}
-
-void scatter_copy(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, const std::string& op,
-                  const std::string& what) {
-  launch_scatter(ctx, "scatter_copy", out, d, idx, src, nullptr, op, what);
 }
 
 }  // namespace cr::cuda

@@ -6,7 +6,6 @@
 // iteration shape (index_add: source's shape, its 1-D index broadcast along the other dims;
 // scatter_add: index's), a thread per position. Colliding positions add atomically, so the order
 // of additions (and a float sum's last bits) varies from run to run, as in PyTorch's CUDA kernel.
-// scatter_copy stores src[c] there instead (index_put_: of colliding positions, one wins).
 // An index outside 1..limit writes nothing and is recorded in the check word (vm/checks.hpp).
 struct ScatterGeo {
   long long sizes[16], idx_strides[16], src_strides[16], out_strides[16];
@@ -87,12 +86,4 @@ extern "C" __global__ void scatter_add(T* __restrict__ out, const long long* __r
   long long so;
   if (i >= g.n) return;
   if (T* o = target(out, index, g, i, &so, check)) add_at(o, scaled(alpha, A(src[so])));
-}
-
-extern "C" __global__ void scatter_copy(T* __restrict__ out, const long long* __restrict__ index,
-                                        const T* __restrict__ src, ScatterGeo g, int64_t* check) {
-  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  long long so;
-  if (i >= g.n) return;
-  if (T* o = target(out, index, g, i, &so, check)) *o = src[so];
 }

@@ -14,11 +14,6 @@ namespace cr::cuda {
 void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, double alpha,
                  const std::string& op, const std::string& what);
 
-// out[c with c[d] := idx(c) - 1] = src[c], the same geometry and checks (index_put_); of
-// positions that collide, one (unspecified) wins, as in PyTorch's CUDA kernel.
-void scatter_copy(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, const std::string& op,
-                  const std::string& what);
-
 std::string scatter_source(DType d);  // (tests compile it to CUBIN without a GPU)
 
 }  // namespace cr::cuda

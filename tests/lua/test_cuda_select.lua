@@ -1,0 +1,365 @@
+-- Selections and data-dependent ops on a CUDA device against the CPU: masked_select, nonzero /
+-- where(cond) / x[mask], index (x:index with several index tensors), index_put_ / x[...] = v
+-- (accumulate included), and the surface ops made of them (unique, unique_consecutive,
+-- bincount, histc, index_copy_ / index_fill_, scatter_, argsort, searchsorted, bucketize,
+-- repeat_interleave, take_along_dim, cummax / cummin / cumprod): every dtype, random shapes,
+-- broadcast and strided operands, empty selections, all-true masks, duplicates, inputs of more
+-- than one block (3M elements), out-of-range positions raising at the next synchronisation, and
+-- no op on host copies (T.cuda.stats().host_ops). Every case needs a GPU and skips without one.
+-- CRESCENT_TEST_CUDA_AS_CPU=1 runs the cases with the CPU as the device (the spec's own logic,
+-- where there is no GPU).
+local T = require "crescent"
+
+local AS_CPU = os.getenv("CRESCENT_TEST_CUDA_AS_CPU") == "1"
+local WHERE = AS_CPU and "cpu" or "cuda:0"
+local FLOAT = expect.FLOAT
+local DTYPES = expect.DTYPES
+
+local function need_device() if not AS_CPU then expect.need_gpu() end end
+local function dev(t) return AS_CPU and t:clone() or t:cuda() end
+local function host_ops() return AS_CPU and 0 or T.cuda.stats().host_ops end
+local function sync() if not AS_CPU then T.cuda.synchronize() end end
+local function shape_str(t) return "{" .. table.concat(t.shape, ",") .. "}" end
+
+-- got (computed on the device) is want (the CPU's): device, dtype, shape, then every value (NaN
+-- equals NaN; within tol relative and absolute when given). The message names the case, how many
+-- elements differ and the first of them (flat position, both values).
+local function same(got, want, what, tol)
+  if got.device ~= WHERE then error(string.format("%s: result on %s, expected %s", what, got.device, WHERE), 2) end
+  if got.dtype ~= want.dtype then error(string.format("%s: dtype %s, expected %s", what, got.dtype, want.dtype), 2) end
+  if shape_str(got) ~= shape_str(want) then
+    error(string.format("%s: shape %s, expected %s", what, shape_str(got), shape_str(want)), 2)
+  end
+  local g = got:cpu()
+  if g:numel() == 0 then return end
+  local bad
+  if tol then
+    local gd, wd = g:double(), want:double()
+    bad = (gd - wd):abs():gt(wd:abs() * tol + tol)
+  else
+    bad = g:ne(want)
+  end
+  if FLOAT[want.dtype] then bad = bad:logical_and(g:isnan():logical_and(want:isnan()):logical_not()) end
+  if not bad:any():item() then return end
+  local first = bad:flatten():nonzero():view(-1)[1]:item()
+  error(string.format("%s: %d of %d elements differ; the first at flat position %d: got %s, expected %s", what,
+    bad:sum():item(), g:numel(), first, tostring(g:flatten()[first]:item()), tostring(want:flatten()[first]:item())), 2)
+end
+
+-- same() for each result of fn(device operands...) against fn(CPU operands...)
+local function agree(what, fn, args, tol)
+  local dargs = {}
+  for i, a in ipairs(args) do dargs[i] = T.is_tensor(a) and dev(a) or a end
+  local got, want = { fn(unpack(dargs)) }, { fn(unpack(args)) }
+  if #got ~= #want then error(string.format("%s: %d results, expected %d", what, #got, #want), 2) end
+  for i = 1, #want do same(got[i], want[i], #want > 1 and (what .. ", result " .. i) or what, tol) end
+end
+
+-- Random values of dtype dt: small integers (many duplicates and zeros); floats also get NaN and
+-- -0 at a few places.
+local function values(shape, dt)
+  if dt == "bool" then return T.rand(shape):lt(0.5) end
+  local x = (T.randn(shape) * 3):floor()
+  if FLOAT[dt] and x:numel() > 0 then
+    x = x:masked_fill(T.rand(shape):lt(0.03), 0 / 0):masked_fill(T.rand(shape):lt(0.03), -0.0)
+  end
+  return x:to(dt)
+end
+
+-- The masks a selection is tried with: random, none, all, sparse, the first element only.
+local function masks(shape)
+  local n = 1
+  for _, s in ipairs(shape) do n = n * s end
+  local first = T.zeros(n, { dtype = "bool" })
+  if n > 0 then first[1] = true end
+  return {
+    { "random", T.rand(shape):lt(0.5) }, { "none", T.zeros(shape, { dtype = "bool" }) },
+    { "all", T.ones(shape, { dtype = "bool" }) }, { "sparse", T.rand(shape):lt(0.001) },
+    { "first", first:view(shape) },
+  }
+end
+
+-- fn raises at the device's next synchronisation (at once on the CPU) with each of `texts`.
+local function raises(what, fn, ...)
+  local ok, err = pcall(function()
+    local r = fn()
+    sync()
+    if T.is_tensor(r) then local _ = r:cpu() end
+  end)
+  if ok then error(what .. ": expected an error, got none", 2) end
+  err = tostring(err)
+  for _, t in ipairs({ ... }) do
+    if not err:find(t, 1, true) then error(string.format("%s: error %q does not name %q", what, err, t), 2) end
+  end
+  if not AS_CPU and not err:find("found by a CUDA kernel", 1, true) then
+    error(string.format("%s: error %q does not say a CUDA kernel found it", what, err), 2)
+  end
+end
+
+local SHAPES = { {}, { 0 }, { 1 }, { 7 }, { 0, 3 }, { 3, 5 }, { 2, 3, 4 }, { 4099 }, { 3, 4096 + 5 } }
+local BIG = 3 * 2 ^ 20 + 17  -- more than 700 tiles of 4096, and a partial last one
+
+describe("CUDA selections", function()
+  it("masked_select: every dtype and shape, empty / all-true / sparse masks, broadcast and strided operands", function()
+    need_device()
+    T.manual_seed(1)
+    local h = host_ops()
+    for _, dt in ipairs(DTYPES) do
+      for _, shape in ipairs(SHAPES) do
+        local x = values(shape, dt)
+        for _, m in ipairs(masks(shape)) do
+          agree(string.format("masked_select %s %s, %s mask", dt, shape_str(x), m[1]), function(a, k) return a:masked_select(k) end, { x, m[2] })
+        end
+      end
+      local x = values({ 3, 5 }, dt)
+      agree("masked_select " .. dt .. ", mask {3,1} broadcast", function(a, k) return a:masked_select(k) end, { x, T.rand(3, 1):lt(0.5) })
+      agree("masked_select " .. dt .. ", x {5} broadcast", function(a, k) return a:masked_select(k) end, { x[2], T.rand(3, 5):lt(0.5) })
+      agree("masked_select " .. dt .. ", strided x", function(a, k) return a:t():masked_select(k) end, { x, T.rand(5, 3):lt(0.5) })
+      agree("masked_select " .. dt .. ", 0-d x", function(a, k) return a:masked_select(k) end, { values({}, dt), T.rand(4):lt(0.5) })
+    end
+    expect.eq(host_ops(), h, "masked_select: ops on host copies")
+  end)
+
+  it("masked_select over several blocks (3M elements): half, nearly all and nearly none selected", function()
+    need_device()
+    T.manual_seed(2)
+    local h = host_ops()
+    for _, dt in ipairs({ "float32", "int64", "float16", "bool" }) do
+      local x = dt == "bool" and T.rand(BIG):lt(0.3) or (T.randn(BIG) * 1000):to(dt)
+      for _, p in ipairs({ 0.5, 0.999, 1e-5 }) do
+        agree(string.format("masked_select %s of %d, p = %g", dt, BIG, p), function(a, k) return a:masked_select(k) end, { x, T.rand(BIG):lt(p) })
+      end
+    end
+    local x = T.randn(1500, 2001)  -- (a 2-D mask of several blocks whose rows straddle tiles)
+    agree("masked_select {1500,2001}", function(a, k) return a:masked_select(k) end, { x, x:gt(0.3) })
+    expect.eq(host_ops(), h, "masked_select: ops on host copies")
+  end)
+
+  it("nonzero / where(cond) / x[mask]: 1-based coordinates for every dtype (NaN counts, -0 does not)", function()
+    need_device()
+    T.manual_seed(3)
+    local h = host_ops()
+    local shapes = { {}, { 0 }, { 0, 3 }, { 5 }, { 3, 4 }, { 2, 3, 4 }, { 2, 2, 2, 2, 2 }, { 4099 }, { 3, 4096 + 5 } }
+    for _, dt in ipairs(DTYPES) do
+      for _, shape in ipairs(shapes) do
+        local x = values(shape, dt)
+        local what = string.format("%s %s", dt, shape_str(x))
+        agree("nonzero " .. what, function(a) return T.nonzero(a) end, { x })
+        if x:dim() > 0 then
+          agree("nonzero as_tuple " .. what, function(a) return T.nonzero(a, { as_tuple = true }) end, { x })
+          agree("where(cond) " .. what, function(a) return T.where(a:ne(0)) end, { x })
+          agree("x[mask] " .. what, function(a, k) return a[k] end, { x, T.rand(shape):lt(0.5) })
+        end
+      end
+      local x = values({ 4, 5, 3 }, dt)
+      agree("x[mask] over the first 2 of 3 dims, " .. dt, function(a, k) return a[k] end, { x, T.rand(4, 5):lt(0.5) })
+      agree("x:index({T.all, mask}), " .. dt, function(a, k) return a:index({ T.all, k }) end, { x, T.rand(5, 3):lt(0.5) })
+      agree("nonzero of a strided " .. dt, function(a) return T.nonzero(a:transpose(1, 3)) end, { x })
+    end
+    local big = T.randn(BIG)
+    agree("nonzero of 3M, 1% nonzero", function(a) return T.nonzero(a) end, { big:gt(2.33):to("float32") })
+    agree("nonzero of 3M, all nonzero", function(a) return T.nonzero(a) end, { T.ones(BIG, { dtype = "int32" }) })
+    agree("nonzero of {1500,2001}", function(a) return T.nonzero(a) end, { T.randn(1500, 2001):gt(1) })
+    agree("x[mask] of 3M", function(a, k) return a[k] end, { big, big:gt(0) })
+    expect.eq(host_ops(), h, "nonzero: ops on host copies")
+  end)
+
+  it("x:index with several index tensors: int64 / int32, broadcast, slices between them, duplicates, empty", function()
+    need_device()
+    T.manual_seed(4)
+    local h = host_ops()
+    for _, dt in ipairs(DTYPES) do
+      local x = values({ 6, 7, 5 }, dt)
+      local i1, i2 = T.randint(1, 7, { 10 }), T.randint(1, 8, { 10 })  -- (duplicates)
+      local cases = {
+        { "two dims", function(a) return a:index({ i1, i2 }) end },
+        { "two dims, int32", function(a) return a:index({ i1:int(), i2:int() }) end },
+        { "broadcast {4,1} x {1,3}", function(a) return a:index({ i1:narrow(1, 1, 4):view(4, 1), i2:narrow(1, 1, 3):view(1, 3) }) end },
+        { "three dims", function(a) return a:index({ i1, i2, T.randint(1, 6, { 10 }) }) end },
+        { "dims 1 and 3 (a slice between)", function(a) return a:index({ i1, T.all, T.randint(1, 6, { 10 }) }) end },
+        { "dims 2 and 3", function(a) return a:index({ T.all, i2, T.randint(1, 6, { 10 }) }) end },
+        { "a range then two dims", function(a) return a:index({ { 2, 5 }, i2, T.randint(1, 6, { 10 }) }) end },
+        { "negative-free 2-D mask", function(a) return a:index({ T.rand(6, 7):lt(0.4) }) end },
+        { "empty", function(a) return a:index({ T.zeros(0, { dtype = "int64" }), T.zeros(0, { dtype = "int64" }) }) end },
+        { "strided self", function(a) return a:transpose(1, 2):index({ i2, i1 }) end },
+      }
+      for _, c in ipairs(cases) do
+        T.manual_seed(40)  -- (the cases that draw indices draw the same on both sides)
+        local want = c[2](x)
+        T.manual_seed(40)
+        same(c[2](dev(x)), want, string.format("index %s %s, %s", dt, shape_str(x), c[1]))
+      end
+    end
+    local x = values({ 6, 7, 5 }, "float32")
+    local i1, i2 = T.randint(1, 7, { 4, 1 }), T.randint(1, 8, { 3 })
+    same(dev(x):index({ i1, i2 }), x:index({ i1, i2 }), "index of a device tensor by CPU index tensors (PyTorch allows them)")
+    x = T.randn(3000, 1000)
+    agree("index of 3M positions", function(a, p, q) return a:index({ p, q }) end,
+      { x, T.randint(1, 3001, { BIG }), T.randint(1, 1001, { BIG }) })
+    expect.eq(host_ops(), h, "index: ops on host copies")
+  end)
+
+  it("x:index with a position out of range raises at the next synchronisation, naming the op and the dim", function()
+    need_device()
+    local x = dev(T.randn(6, 7, 5))
+    raises("index dim 2", function() return x:index({ dev(T.tensor({ 1, 2 })), dev(T.tensor({ 1, 8 })) }) end,
+      "index: index 8 is out of range for dim 2 of size 7 (expected 1..7)")
+    raises("index dim 1", function() return x:index({ dev(T.tensor({ 0, 2 })), dev(T.tensor({ 1, 3 })) }) end,
+      "index: index 0 is out of range for dim 1 of size 6 (expected 1..6)")
+    raises("index dim 3", function() return x:index({ T.all, dev(T.tensor({ 1 })), dev(T.tensor({ -1 })) }) end,
+      "index: index -1 is out of range for dim 2 of size 5 (expected 1..5)")  -- (dims 2 and 3 moved in front)
+    -- the device stays usable, and the next good call is right
+    same(x:index({ dev(T.tensor({ 6, 1 })), dev(T.tensor({ 7, 1 })) }), x:cpu():index({ T.tensor({ 6, 1 }), T.tensor({ 7, 1 }) }), "index after the errors")
+  end)
+
+  it("index_put_ / x[...] = v: unique positions, accumulated duplicates, masks, broadcast values", function()
+    need_device()
+    T.manual_seed(5)
+    local h = host_ops()
+    for _, dt in ipairs(DTYPES) do
+      local x = values({ 6, 7, 5 }, dt)
+      local rows = select(2, T.rand(6):sort(1)):narrow(1, 1, 4)  -- (4 distinct rows)
+      local cols = T.randint(1, 8, { 4 })
+      local v = values({ 4, 5 }, dt)
+      local d1, d2, d3 = T.tensor({ 1, 1, 2, 1, 6 }), T.tensor({ 3, 3, 3, 3, 7 }), T.tensor({ 5, 5, 5, 5, 1 })
+      local dv = (dt == "bool") and T.rand(5):lt(0.5) or T.randint(-3, 4, { 5 }):to(dt)  -- (exact sums)
+      local cases = {
+        { "unique positions", function(a) return a:index_put_({ rows, cols }, v) end },
+        { "int32 indices", function(a) return a:index_put_({ rows:int(), cols:int() }, v) end },
+        { "a number", function(a) return a:index_put_({ rows, cols }, dt == "bool" and true or 2) end },
+        { "a 0-d value broadcast", function(a) return a:index_put_({ rows, cols }, v[1][1]) end },
+        { "accumulate duplicates", function(a) return a:index_put_({ d1, d2, d3 }, dv, true) end },
+        { "accumulate rows", function(a) return a:index_put_({ d1, d2 }, values({ 5, 5 }, dt):masked_fill(T.zeros(5, 5, { dtype = "bool" }), 0), true) end },
+        { "dims 1 and 3", function(a) return a:index_put_({ rows, T.all, T.randint(1, 6, { 4 }) }, values({ 4, 7 }, dt)) end },
+        { "x[mask2d] = v", function(a) local m = T.rand(6, 7):lt(0.5); a[m] = dt == "bool" and false or 3; return a end },
+        { "x[mask3d] = v", function(a) local m = T.rand(6, 7, 5):lt(0.5); a[m] = dt == "bool" and true or -1; return a end },
+        { "x[idx] = t", function(a) a[rows] = values({ 4, 7, 5 }, dt); return a end },
+        { "index_put (a copy)", function(a) return a:index_put({ rows, cols }, v) end },
+        { "strided self", function(a) a:transpose(1, 3):index_put_({ T.tensor({ 5, 1 }), T.tensor({ 7, 2 }) }, values({ 2, 6 }, dt)); return a end },
+      }
+      for _, c in ipairs(cases) do
+        T.manual_seed(50)
+        local want = c[2](x:clone())
+        T.manual_seed(50)
+        local y = dev(x)
+        local got = c[2](y)
+        same(got, want, string.format("index_put_ %s, %s", dt, c[1]))
+        same(y, c[1] == "index_put (a copy)" and x or want, string.format("index_put_ %s, %s: the tensor written", dt, c[1]))
+      end
+    end
+    -- accumulate over several blocks: 3M positions into 1M (counts stay exact in float32)
+    local pos = T.randint(1, 2 ^ 20 + 1, { BIG })
+    for _, dt in ipairs({ "float32", "int64", "float64", "int32" }) do
+      agree("index_put_ accumulate 3M into 1M, " .. dt, function(a, p, o) return a:index_put_({ p }, o, true) end,
+        { T.zeros(2 ^ 20, { dtype = dt }), pos, T.ones(BIG, { dtype = dt }) })
+    end
+    local p = select(2, T.rand(BIG):sort(1))  -- (distinct positions: one write each)
+    agree("index_put_ 3M distinct positions", function(a, q, o) return a:index_put_({ q }, o) end, { T.zeros(BIG), p, T.randn(BIG) })
+    expect.eq(host_ops(), h, "index_put_: ops on host copies")
+  end)
+
+  it("index_put_ with a position out of range raises at the next synchronisation, naming the op", function()
+    need_device()
+    local y = dev(T.zeros(6, 4))
+    raises("index_put_ dim 1", function() return y:index_put_({ dev(T.tensor({ 1, 9 })) }, dev(T.ones({}))) end,
+      "index_put_: index 9 is out of range for dim 1 of size 6 (expected 1..6)")
+    raises("index_put_ accumulate dim 2", function() return y:index_put_({ dev(T.tensor({ 2 })), dev(T.tensor({ 5 })) }, dev(T.ones({})), true) end,
+      "index_put_: index 5 is out of range for dim 2 of size 4 (expected 1..4)")
+    if not AS_CPU then  -- nothing is written for a bad position; the good ones are (the device checks as it goes)
+      expect.eq(y:cpu():totable(), { { 1, 1, 1, 1 }, { 0, 0, 0, 0 }, { 0, 0, 0, 0 }, { 0, 0, 0, 0 }, { 0, 0, 0, 0 }, { 0, 0, 0, 0 } },
+        "index_put_ after the errors: row 1 written, nothing else")
+    end
+    local z = dev(T.zeros(3))
+    z:index_put_({ dev(T.tensor({ 3, 3 })) }, dev(T.tensor({ 1, 2 }, { dtype = "float32" })), true)
+    expect.eq(z:cpu():totable(), { 0, 0, 3 }, "index_put_ after the errors")
+  end)
+
+  it("unique / unique_consecutive (sorted, inverse, counts), bincount, histc on the device", function()
+    need_device()
+    T.manual_seed(6)
+    local h = host_ops()
+    local opts = { return_inverse = true, return_counts = true }
+    for _, dt in ipairs({ "float32", "float64", "int32", "int64", "float16", "bfloat16", "bool" }) do
+      for _, shape in ipairs({ { 0 }, { 1 }, { 9 }, { 4, 6 }, { 5000 } }) do
+        local x = values(shape, dt)
+        if FLOAT[dt] then x = x:masked_fill(x:isnan(), 7) end  -- (NaN: PyTorch's unique keeps each apart)
+        local what = string.format("%s %s", dt, shape_str(x))
+        agree("unique " .. what, function(a) return T.unique(a) end, { x })
+        agree("unique inverse / counts " .. what, function(a) return T.unique(a, opts) end, { x })
+        agree("unique_consecutive " .. what, function(a) return T.unique_consecutive(a, opts) end, { x })
+        agree("unique_consecutive of the sorted " .. what, function(a) return T.unique_consecutive(a:flatten():sort(1), opts) end, { x })
+      end
+    end
+    local ids = T.randint(1, 1001, { BIG })
+    agree("unique of 3M in 1..1000", function(a) return T.unique(a, opts) end, { ids })
+    agree("unique of 3M distinct", function(a) return T.unique(a, opts) end, { select(2, T.rand(BIG):sort(1)) })
+    agree("unique of 3M equal", function(a) return T.unique(a, opts) end, { T.full({ BIG }, 4, { dtype = "int64" }) })
+    agree("unique_consecutive of 3M", function(a) return T.unique_consecutive(a, opts) end, { ids:div(300, { rounding_mode = "floor" }):sort(1) })
+    for _, dt in ipairs({ "int64", "int32" }) do
+      local c = T.randint(0, 30, { 500 }):to(dt)
+      agree("bincount " .. dt, function(a) return T.bincount(a) end, { c })
+      agree("bincount minlength " .. dt, function(a) return T.bincount(a, nil, 40) end, { c })
+      agree("bincount weights " .. dt, function(a, w) return T.bincount(a, w) end, { c, T.randint(0, 5, { 500 }):double() })
+      agree("bincount empty " .. dt, function(a) return T.bincount(a, nil, 3) end, { T.zeros(0, { dtype = dt }) })
+    end
+    agree("bincount of 3M", function(a) return T.bincount(a) end, { ids })
+    for _, dt in ipairs({ "float32", "float64" }) do
+      local x = (T.randn(2000) * 4):to(dt)
+      agree("histc " .. dt, function(a) return T.histc(a, 17, -5, 5) end, { x })
+      agree("histc of the data's range " .. dt, function(a) return T.histc(a, 10) end, { x })
+    end
+    agree("histc of 3M", function(a) return T.histc(a, 100, -3, 3) end, { T.randn(BIG) })
+    expect.eq(host_ops(), h, "unique / bincount / histc: ops on host copies")
+  end)
+
+  it("index_copy_ / index_fill_ / scatter_ / argsort / searchsorted / bucketize / repeat_interleave / take_along_dim / cummax / cummin / cumprod", function()
+    need_device()
+    T.manual_seed(7)
+    local h = host_ops()
+    for _, dt in ipairs(DTYPES) do
+      local x = values({ 6, 5 }, dt)
+      local rows = select(2, T.rand(6):sort(1)):narrow(1, 1, 3)
+      local what = dt .. " {6,5}"
+      agree("index_copy_ " .. what, function(a, s) return a:clone():index_copy_(1, rows:to(a.device), s) end, { x, values({ 3, 5 }, dt) })
+      agree("index_copy_ dim 2 " .. what, function(a, s) return a:clone():index_copy_(2, T.tensor({ 5, 2 }):to(a.device), s) end, { x, values({ 6, 2 }, dt) })
+      agree("index_fill_ " .. what, function(a) return a:clone():index_fill_(2, T.tensor({ 4, 1 }):to(a.device), dt == "bool" and true or 9) end, { x })
+      agree("scatter_ " .. what, function(a, i, s) return a:clone():scatter_(1, i, s) end,
+        { x, select(2, T.rand(6, 5):sort(1)):narrow(1, 1, 4), values({ 4, 5 }, dt) })
+      agree("take_along_dim " .. what, function(a, i) return T.take_along_dim(a, i, 2) end, { x, T.randint(1, 6, { 6, 8 }) })
+      if dt ~= "bool" then
+        local tol = (dt == "float16" or dt == "bfloat16") and 1e-2 or nil
+        agree("argsort " .. what, function(a) return a:argsort(2) end, { FLOAT[dt] and x:masked_fill(x:isnan(), 0) or x })
+        agree("argsort descending " .. what, function(a) return a:argsort(1, true) end, { x })
+        agree("cummax " .. what, function(a) return T.cummax(a, 2) end, { x })
+        agree("cummin " .. what, function(a) return T.cummin(a, 1) end, { x })
+        agree("cumprod " .. what, function(a) return T.cumprod(a:clamp(-2, 2), 2) end, { x }, tol)
+        local b = T.arange(-6, 7, 2):to(dt)
+        agree("searchsorted " .. what, function(s, v) return T.searchsorted(s, v) end, { b, x })
+        agree("searchsorted right " .. what, function(s, v) return T.searchsorted(s, v, { right = true }) end, { b, x })
+        agree("bucketize " .. what, function(v, s) return T.bucketize(v, s) end, { x, b })
+      end
+      agree("repeat_interleave " .. what, function(a, r) return T.repeat_interleave(a, r, 1) end, { x, T.tensor({ 0, 2, 1, 3, 0, 1 }) })
+      agree("repeat_interleave number " .. what, function(a) return T.repeat_interleave(a, 3, 2) end, { x })
+    end
+    local edges, v = (T.randn(1000) * 2):sort(1), T.randn(BIG) * 2
+    v[5] = 0 / 0
+    agree("searchsorted of 3M values among 1000 entries", function(s, w) return T.searchsorted(s, w) end, { edges, v })
+    agree("searchsorted right, 3M values, 1000 entries", function(s, w) return T.searchsorted(s, w, { right = true }) end, { edges:round(), v:round() })
+    agree("bucketize of 3M values, 1000 boundaries", function(w, s) return T.bucketize(w, s) end, { v, edges })
+    agree("searchsorted of 8 rows of 5000 entries", function(s, w) return T.searchsorted(s, w) end,
+      { T.randint(0, 100, { 8, 5000 }):sort(2), T.randint(-5, 105, { 8, 3000 }) })
+    agree("repeat_interleave of 3M counts", function(a, r) return T.repeat_interleave(a, r) end, { T.randn(BIG), T.randint(0, 3, { BIG }) })
+    expect.eq(host_ops(), h, "surface ops: ops on host copies")
+  end)
+
+  it("compiled functions break at a data-dependent size and select on the device", function()
+    need_device()
+    T.manual_seed(8)
+    local f = T.compile(function(a, m) return (a * 2):masked_select(m):sum() + a[m:logical_not()]:numel() end)
+    for _, n in ipairs({ 10, 5000, 5000, 70000 }) do
+      local x = T.randint(-5, 6, { n }):float()
+      local m = x:gt(0)
+      same(f(dev(x), dev(m)), f(x, m), "compiled masked_select, " .. n .. " elements")
+    end
+  end)
+end)

@@ -1,0 +1,138 @@
+#include "vm/kernels/cuda/select.hpp"
+
+#include <algorithm>
+
+#include "vm/cuda/checks.hpp"
+#include "vm/cuda/driver.hpp"
+#include "vm/cuda/streams.hpp"
+#include "vm/devices.hpp"
+#include "vm/kernels/cuda/library.hpp"
+#include "vm/kernels/cuda/scatter.hpp"
+#include "vm/kernels/cuda/sources.hpp"
+
+namespace cr::cuda {
+namespace {
+
+constexpr int kBlock = 256;
+constexpr long long kTile = 16 * kBlock;  // elements a block compacts (16 rounds of a ballot)
+
+// Laid out as select.cuh's Coords and IndexGeo.
+struct Coords {
+  long long sizes[kMaxDims];
+  int nd;
+};
+struct IndexGeo {
+  long long limits[kMaxDims], strides[kMaxDims], rest_sizes[kMaxDims], rest_strides[kMaxDims];
+  long long nb, nr, n;
+  int k, nrest;
+};
+static_assert(kMaxDims == 16, "select.cuh's geometries hold 16 dims");
+
+void launch(Context& ctx, int device, DType d, const char* fn, int64_t grid, void* const* args) {
+  library_launch(ctx, device, cat("select_", dtype_name(d)), [d] { return select_source(d); }, fn, grid, kBlock, args);
+}
+
+// The inclusive offsets of the tiles' selected elements, from `count_fn`'s counts; `total` gets
+// their sum (read back: the one synchronisation).
+Tensor tile_offsets(Context& ctx, const Tensor& x, const char* count_fn, void* flags, long long n, int64_t* total) {
+  const int device = x.device().index;
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  Tensor counts = Tensor::empty({tiles}, DType::i64, x.device()), offsets = Tensor::empty({tiles}, DType::i64, x.device());
+  void* cp = counts.data_bytes();
+  long long tile = kTile;
+  void* args[] = {&flags, &n, &tile, &cp};
+  launch(ctx, device, x.dtype(), count_fn, tiles, args);
+  cumsum(ctx, offsets, counts, 1, tiles, 1);
+  *total = host_copy(Tensor::view_of(offsets, {1}, {1}, tiles - 1)).data<int64_t>()[0];
+  return offsets;
+}
+
+}  // namespace
+
+std::string select_source(DType d) { return cat(scatter_source(d), "\n", cuda_source("select.cuh")); }
+
+Tensor masked_select(Context& ctx, const Tensor& x, const Tensor& mask) {
+  long long n = x.numel();
+  if (n == 0) return Tensor::empty({0}, x.dtype(), x.device());
+  int64_t count = 0;
+  const Tensor offsets = tile_offsets(ctx, x, "count_mask", mask.data_bytes(), n, &count);
+  Tensor out = Tensor::empty({count}, x.dtype(), x.device());
+  if (count == 0) return out;
+  void *xp = x.data_bytes(), *mp = mask.data_bytes(), *op = offsets.data_bytes(), *yp = out.data_bytes();
+  long long tile = kTile;
+  void* args[] = {&xp, &mp, &n, &tile, &op, &yp};
+  launch(ctx, x.device().index, x.dtype(), "masked_select_write", offsets.numel(), args);
+  return out;
+}
+
+Tensor nonzero(Context& ctx, const Tensor& x) {
+  long long n = x.numel();
+  if (n == 0) return Tensor::empty({0, int64_t(x.dim())}, DType::i64, x.device());
+  int64_t count = 0;
+  const Tensor offsets = tile_offsets(ctx, x, "count_nonzero", x.data_bytes(), n, &count);
+  Tensor out = Tensor::empty({count, int64_t(x.dim())}, DType::i64, x.device());
+  if (out.numel() == 0) return out;
+  Coords g{};
+  g.nd = x.dim();
+  for (int k = 0; k < g.nd; ++k) g.sizes[k] = x.size(k);
+  void *xp = x.data_bytes(), *op = offsets.data_bytes(), *yp = out.data_bytes();
+  long long tile = kTile;
+  void* args[] = {&xp, &n, &tile, &op, &yp, &g};
+  launch(ctx, x.device().index, x.dtype(), "nonzero_write", offsets.numel(), args);
+  return out;
+}
+
+namespace {
+
+IndexGeo index_geo(const Tensor& self, const Tensor& idx, int64_t n) {
+  IndexGeo g{};
+  g.k = int(idx.size(0));
+  g.nb = idx.size(1);
+  g.n = n;
+  g.nr = 1;
+  for (int j = 0; j < g.k; ++j) {
+    g.limits[j] = self.size(j);
+    g.strides[j] = self.stride(j);
+  }
+  g.nrest = self.dim() - g.k;
+  for (int d = 0; d < g.nrest; ++d) {
+    g.rest_sizes[d] = self.size(g.k + d);
+    g.rest_strides[d] = self.stride(g.k + d);
+    g.nr *= self.size(g.k + d);
+  }
+  return g;
+}
+
+// A grid-stride launch's blocks: a few waves of the device's multiprocessors at most.
+int64_t grid_of(int64_t n, int device) {
+  return std::clamp<int64_t>((n + kBlock - 1) / kBlock, 1, int64_t(device_info(device).multiprocessors) * 8);
+}
+
+}  // namespace
+
+void index_gather(Context& ctx, const Tensor& out, const Tensor& self, const Tensor& idx, const std::string& op,
+                  const std::vector<std::string>& whats) {
+  if (out.numel() == 0) return;
+  const int device = self.device().index;
+  IndexGeo g = index_geo(self, idx, out.numel());
+  const std::shared_ptr<DeviceCheck> check = library_check(device, op, whats);
+  void *sp = self.data_bytes(), *ip = idx.data_bytes(), *yp = out.data_bytes(), *cp = check->word;
+  void* args[] = {&sp, &ip, &yp, &g, &cp};
+  launch(ctx, device, self.dtype(), "index_gather", grid_of(g.n, device), args);
+  defer_check(check, current_stream(device));
+}
+
+void index_put(Context& ctx, const Tensor& self, const Tensor& idx, const Tensor& values, bool accumulate,
+               const std::string& op, const std::vector<std::string>& whats) {
+  if (values.numel() == 0) return;
+  const int device = self.device().index;
+  IndexGeo g = index_geo(self, idx, values.numel());
+  const std::shared_ptr<DeviceCheck> check = library_check(device, op, whats);
+  void *sp = self.data_bytes(), *ip = idx.data_bytes(), *vp = values.data_bytes(), *cp = check->word;
+  int acc = accumulate;
+  void* args[] = {&sp, &ip, &vp, &g, &acc, &cp};
+  launch(ctx, device, self.dtype(), "index_put", grid_of(g.n, device), args);
+  defer_check(check, current_stream(device));
+}
+
+}  // namespace cr::cuda

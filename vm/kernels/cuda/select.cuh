@@ -1,0 +1,135 @@
+// Compiled after scatter.cuh's module (the prelude, T, A and scatter.cuh: add_at) (select.cpp).
+//
+// Selections whose size comes from the values - masked_select, nonzero - compact in two passes
+// over tiles of `tile` elements, a block per tile: count_* counts each tile's selected elements,
+// the host scans the counts (cumsum: inclusive offsets) and reads the total, and *_write places
+// each tile's elements from its offset in order (a warp ballot ranks the selected ones of a round
+// of blockDim elements, the warps' counts in shared memory place the warps). Tile bounds are
+// uniform across a block, so every thread reaches each __syncthreads / ballot.
+// index_gather / index_put: PyTorch's advanced indexing, a thread per element (grid-stride):
+// element e = p * nr + r of the selection is self[idx_1[p], ..., idx_k[p], rest r], the k
+// 1-based positions checked against their dims (site j: dim j), as the gathers do.
+
+// The rank of each selected element of the tiles' rounds: calls emit(i, slot) for every selected
+// i in lo..hi-1, slots base, base + 1, ... in order of i.
+template <class Flag, class Emit>
+__device__ __forceinline__ void compact_tile(long long lo, long long hi, long long base, Flag flag, Emit emit) {
+  __shared__ int warp_count[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (long long r = lo; r < hi; r += blockDim.x) {
+    const long long i = r + threadIdx.x;
+    const bool f = i < hi && flag(i);
+    const unsigned bits = __ballot_sync(0xffffffffu, f);
+    if (lane == 0) warp_count[warp] = __popc(bits);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < warps; ++w) {
+      const int c = warp_count[w];
+      if (w < warp) before += c;
+      total += c;
+    }
+    if (f) emit(i, base + before + __popc(bits & ((1u << lane) - 1u)));
+    base += total;
+    __syncthreads();  // (every thread has read the counts before the next round writes them)
+  }
+}
+
+template <class Flag> __device__ __forceinline__ void count_tile(long long n, long long tile, long long* counts, Flag flag) {
+  const long long lo = (long long)blockIdx.x * tile, hi = lo + tile < n ? lo + tile : n;
+  int c = 0;
+  for (long long r = lo; r < hi; r += blockDim.x) {
+    const long long i = r + threadIdx.x;
+    c += __syncthreads_count(i < hi && flag(i));
+  }
+  if (threadIdx.x == 0) counts[blockIdx.x] = c;
+}
+
+// The offset of this block's tile among the selected elements (offsets: inclusive sums).
+__device__ __forceinline__ long long tile_base(const long long* offsets) {
+  return blockIdx.x == 0 ? 0 : offsets[blockIdx.x - 1];
+}
+
+__device__ __forceinline__ bool nonzero_value(T v) { return A(v) != A(0); }  // (NaN counts, -0 does not)
+
+extern "C" __global__ void count_mask(const bool* __restrict__ mask, long long n, long long tile, long long* counts) {
+  count_tile(n, tile, counts, [&](long long i) { return mask[i]; });
+}
+
+extern "C" __global__ void count_nonzero(const T* __restrict__ x, long long n, long long tile, long long* counts) {
+  count_tile(n, tile, counts, [&](long long i) { return nonzero_value(x[i]); });
+}
+
+extern "C" __global__ void masked_select_write(const T* __restrict__ x, const bool* __restrict__ mask, long long n,
+                                               long long tile, const long long* __restrict__ offsets, T* __restrict__ out) {
+  const long long lo = (long long)blockIdx.x * tile, hi = lo + tile < n ? lo + tile : n;
+  compact_tile(lo, hi, tile_base(offsets), [&](long long i) { return mask[i]; },
+               [&](long long i, long long slot) { out[slot] = x[i]; });
+}
+
+// nonzero's rows: the 1-based coordinates of each selected element of x (sizes: x's, nd dims).
+struct Coords {
+  long long sizes[16];
+  int nd;
+};
+
+extern "C" __global__ void nonzero_write(const T* __restrict__ x, long long n, long long tile,
+                                         const long long* __restrict__ offsets, long long* __restrict__ out, Coords g) {
+  const long long lo = (long long)blockIdx.x * tile, hi = lo + tile < n ? lo + tile : n;
+  compact_tile(lo, hi, tile_base(offsets), [&](long long i) { return nonzero_value(x[i]); },
+               [&](long long i, long long slot) {
+                 long long rem = i;
+                 for (int k = g.nd - 1; k >= 0; --k) {
+                   out[slot * g.nd + k] = rem % g.sizes[k] + 1;
+                   rem /= g.sizes[k];
+                 }
+               });
+}
+
+// The geometry of an advanced index: the k indexed dims of self (their sizes are the positions'
+// limits), the rest dims after them; idx holds the k index rows of nb positions each.
+struct IndexGeo {
+  long long limits[16], strides[16], rest_sizes[16], rest_strides[16];
+  long long nb, nr, n;
+  int k, nrest;
+};
+
+// The element offset in self of selection element e, or -1 when a position is out of range
+// (recorded in the check word, site j for dim j).
+__device__ __forceinline__ long long index_offset(const long long* idx, const IndexGeo& g, long long e, int64_t* check) {
+  const long long p = e / g.nr;
+  long long r = e - p * g.nr, off = 0;
+  for (int j = 0; j < g.k; ++j) {
+    const long long q = idx[j * g.nb + p];
+    if (q < 1 || q > g.limits[j]) {
+      cr::position(q, g.limits[j], j, check);
+      return -1;
+    }
+    off += (q - 1) * g.strides[j];
+  }
+  for (int d = g.nrest - 1; d >= 0; --d) {
+    const long long c = r % g.rest_sizes[d];
+    r /= g.rest_sizes[d];
+    off += c * g.rest_strides[d];
+  }
+  return off;
+}
+
+extern "C" __global__ void index_gather(const T* __restrict__ self, const long long* __restrict__ idx, T* __restrict__ out,
+                                        IndexGeo g, int64_t* check) {
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < g.n; e += (long long)gridDim.x * blockDim.x) {
+    const long long off = index_offset(idx, g, e, check);
+    if (off >= 0) out[e] = self[off];
+  }
+}
+
+// self[...] = values[e] (accumulate: += atomically, as index_put's CUDA kernel in PyTorch; without
+// it, of positions named twice one write wins, unspecified which, as in PyTorch).
+extern "C" __global__ void index_put(T* self, const long long* __restrict__ idx, const T* __restrict__ values, IndexGeo g,
+                                     int accumulate, int64_t* check) {
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < g.n; e += (long long)gridDim.x * blockDim.x) {
+    const long long off = index_offset(idx, g, e, check);
+    if (off < 0) continue;
+    if (accumulate) add_at(self + off, A(values[e]));
+    else self[off] = values[e];
+  }
+}

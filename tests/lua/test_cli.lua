@@ -110,16 +110,36 @@ describe("crescent executable", function()
       "print(select(2, pcall(function() local y = m(T.randn(2, 3)); return y end)))",
       "print(select(2, pcall(f, T.ones(2))))",
       "print(select(2, pcall(T.compile(m), T.randn(2, 3))))",
+      "local y = T.ones(4, 2)",
+      "local function f(x)",
+      "  return x:matmul(y)",  -- line 15
+      "end",
+      "function g(x) return T.matmul(x, y) end",
+      "local M = { h = function(x) return T.matmul(x, y) end }",
+      "function M:k(x) return x:matmul(y) end",  -- line 19
+      "print(select(2, pcall(function() local r = f(T.ones(2, 3)); return r end)))",
+      "print(select(2, pcall(function() local r = g(T.ones(2, 3)); return r end)))",
+      "print(select(2, pcall(function() local r = M.h(T.ones(2, 3)); return r end)))",
+      "print(select(2, pcall(function() local r = M:k(T.ones(2, 3)); return r end)))",
+      "print(select(2, pcall(function() local r = f(T.ones(2, 4)) + T.matmul(T.ones(2, 3), y); return r end)))",  -- line 24
+      "local r = f(T.ones(2, 3))",
     }, "\n"))
     local out, err, st = run({ path })
     os.remove(path)
-    expect.eq(st, 0, err)
+    expect.eq(st, 1, err)
     local lines = {}
     for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
-    expect.eq(#lines, 3, out)
+    expect.eq(#lines, 8, out)
     expect.truthy(lines[1]:find(path .. ":6: linear:", 1, true), out)
     expect.truthy(lines[2]:find(path .. ":9: add: shapes {2} and {3}", 1, true), out)
     expect.truthy(lines[3]:find(path .. ":6: linear:", 1, true), out)
+    -- plain functions that tail-call an op: a local, a global, a field, a method
+    for i, line in ipairs({ 15, 17, 18, 19 }) do
+      expect.truthy(lines[3 + i]:find(path .. ":" .. line .. ": matmul: shapes {2,3} and {4,2}", 1, true), out)
+    end
+    -- the op called directly on a line that also calls a tail-calling function
+    expect.truthy(lines[8]:find(path .. ":24: matmul: shapes {2,3} and {4,2}", 1, true), out)
+    has(err, "crescent: " .. path .. ":15: matmul: shapes {2,3} and {4,2}", "stderr")
   end)
 
   it("rejects an unknown CRESCENT_LOGS name, listing the valid ones", function()

@@ -12,9 +12,10 @@ local funcbc, funck, funcinfo = jutil.funcbc, jutil.funck, jutil.funcinfo
 
 local M = {}
 
--- library function -> index of its local that holds the user function it calls
-local entries = setmetatable({}, { __mode = "k" })
-function M.entry(f, slot) entries[f] = slot end
+-- library function -> index of its local that holds the user function it calls; and how many
+-- of that function's parameters come before the entry's varargs (`self`: 1)
+local entries, shifts = setmetatable({}, { __mode = "k" }), setmetatable({}, { __mode = "k" })
+function M.entry(f, slot, shift) entries[f], shifts[f] = slot, shift or 0 end
 
 local function library(source) return source:sub(1, 11) == "=[crescent]" end
 
@@ -133,34 +134,78 @@ local function tail_caller(level)
   return found ~= callee.func and dropped(found) or nil
 end
 
--- The frames pcall adds between its caller and the function it calls (LuaJIT: none).
+-- The Lua frames from `level` up (levels as the loop's own function counts them): level, its
+-- getinfo "Sf", whether it is the user's.
+local function lua_frames(level)
+  level = level - 1
+  return function()
+    while true do
+      level = level + 1
+      local info = getinfo(level + 1, "Sf")  -- (+ 1: this function's frame)
+      if info == nil then return nil end
+      if info.what ~= "C" then return level, info, not library(info.source) end
+    end
+  end
+end
+
+-- For the frame at `level` (as the caller counts) running f: when f is a library entry, the user
+-- function it called, and true.
+local function entry_callee(level, f)
+  if not entries[f] then return nil, false end
+  local _, callee = getlocal(level + 1, entries[f])
+  return callee, true
+end
+
+-- The name of a local or upvalue of the first user frame at or above `level` whose value
+-- `holds` accepts; or, for a user function a library entry called and whose frame is gone (a
+-- tail call), the parameter that received it. nil when none.
+function M.name_of(level, holds)
+  for lv, info, user in lua_frames(level) do
+    if user then
+      for i = 1, 255 do
+        local name, v = getlocal(lv, i)
+        if name == nil then break end
+        if name:sub(1, 1) ~= "(" and holds(v) then return name end
+      end
+      for i = 1, 255 do
+        local name, v = getupvalue(info.func, i)
+        if name == nil then break end
+        if holds(v) then return name end
+      end
+      return nil
+    end
+    local callee, entry = entry_callee(lv, info.func)
+    if entry then
+      for i = 1, 255 do
+        local name, v = getlocal(lv, -i)
+        if name == nil then break end
+        if holds(v) then return type(callee) == "function" and getlocal(callee, i + shifts[info.func]) or nil end
+      end
+    end
+  end
+end
+
+-- The frames pcall adds between its caller and the function it calls.
 local PCALL_FRAMES = select(2, pcall(function() return getinfo(2, "f").func == pcall and 1 or 0 end))
 
 -- The stack level of the user's frame at or above `level` (levels as debug.getinfo counts them
 -- here: 1 is find itself), or nil and the "file:line" of a tail-calling user function, or nil.
 function M.find(level)
   local inner  -- the function of the nearest Lua frame below
-  local first = level
-  while true do
-    local info = getinfo(level, "Sf")
-    if info == nil then return nil end
-    if info.what ~= "C" then
-      if not library(info.source) then
-        if level > first then
-          local ok, pos = pcall(tail_caller, level + PCALL_FRAMES)
-          if ok and pos then return nil, pos end
-        end
-        return level
+  for lv, info, user in lua_frames(level) do
+    if user then
+      if lv > level then
+        local ok, pos = pcall(tail_caller, lv + PCALL_FRAMES)
+        if ok and pos then return nil, pos end
       end
-      local slot = entries[info.func]
-      if slot then
-        local _, callee = getlocal(level, slot)
-        local pos = callee ~= inner and dropped(callee)
-        if pos then return nil, pos end
-      end
-      inner = info.func
+      return lv
     end
-    level = level + 1
+    local callee, entry = entry_callee(lv, info.func)
+    if entry then
+      local pos = callee ~= inner and dropped(callee)
+      if pos then return nil, pos end
+    end
+    inner = info.func
   end
 end
 

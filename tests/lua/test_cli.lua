@@ -143,7 +143,8 @@ describe("crescent executable", function()
   end)
 
   it("rejects an unknown CRESCENT_LOGS name, listing the valid ones", function()
-    local kValid = "(expected a comma list of: graph, guards, recompiles, graph_breaks, perf, fusion, output_code, host_ops, aot, partition, cudagraphs)"
+    local kValid = "(expected a comma list of: graph, guards, recompiles, graph_breaks, perf, fusion, output_code, host_ops, aot, " ..
+                   "partition, cudagraphs, progress; -name turns one off)"
     local out, err, st = expect.crescent({ "-e", "print(1)" }, { env = "CRESCENT_LOGS=graph,grpah" })
     expect.eq(st, 1)
     expect.eq(out, "")
@@ -505,6 +506,16 @@ describe("crescent REPL on a terminal", function()
     has(out, "help() helps")
     has(out, "> T.ones(3):sum();\n> _\n" .. tostring(crescent.ones(3):sum()) .. "\n")
     has(out, "> ? T.randn\nrandn(size: int...")
+  end)
+
+  it("completes globals, fields and a tensor's methods with Tab", function()
+    local history = os.tmpname()
+    local out, st = on_tty("T.linsp\t(1, 3, 3)\nx = T.ones(2, 2)\nx:cums\t(1)\nprint(string.upp\t('ok'))\n", history)
+    os.remove(history)
+    expect.eq(st, 0)
+    has(out, "> T.linspace(1, 3, 3)\n" .. tostring(crescent.linspace(1, 3, 3)))
+    has(out, "> x:cumsum(1)\n" .. tostring(crescent.ones(2, 2):cumsum(1)))
+    has(out, "> print(string.upper('ok'))\nOK\n")
   end)
 
   it("runs without a history file when it cannot be written", function()

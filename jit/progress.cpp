@@ -20,7 +20,12 @@ double now_ms() {
 ProgressNote::ProgressNote(std::string graph, std::string device, bool on)
     : graph_(std::move(graph)), device_(std::move(device)), start_ms_(now_ms()), after_ms_(-1) {
   if (!on) return;
-  after_ms_ = env_number(kEnvProgressAfter) * 1000;
+  try {  // (checked when the VM started; a compile, perhaps on the background thread, must not throw here)
+    after_ms_ = env_number(kEnvProgressAfter) * 1000;
+  } catch (const std::exception& e) {
+    log_line("progress", cat(e.what(), ": no progress note"));
+    return;
+  }
   watcher_ = std::thread([this] { watch(); });
 }
 

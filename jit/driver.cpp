@@ -26,6 +26,7 @@
 #include "jit/cache_entry.hpp"
 #include "jit/compiler_process.hpp"
 #include "jit/disk_cache.hpp"
+#include "jit/dot.hpp"
 #include "jit/cpu/gccjit.hpp"
 #include "jit/cpu/helpers.hpp"
 #include "jit/cpu/program.hpp"
@@ -35,6 +36,7 @@
 #include "vm/cuda/prebuilt.hpp"
 #include "jit/cuda/program.hpp"
 #include "jit/fusion/schedule.hpp"
+#include "jit/progress.hpp"
 #include "jit/scratch.hpp"
 #include "vm/env.hpp"
 #include "vm/fixed.hpp"
@@ -276,6 +278,16 @@ LoopGraph lower_whole(const graph::Graph& g, bool whole, bool* unlowered) {
   }
 }
 
+// CRESCENT_DEBUG_DIR's files of graph `name`: "<dir>/<name, as a file name>-<key's start>".
+std::string debug_base(const Options& o, const std::string& name, const std::string& key) {
+  std::error_code ec;
+  std::filesystem::create_directories(o.debug_dir, ec);
+  std::string safe = name;
+  for (char& ch : safe)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.') ch = '_';
+  return cat(o.debug_dir, "/", safe, "-", key.substr(0, 8));
+}
+
 void finish_unlowered(graph::NativeSlot& slot) {
   std::lock_guard<std::mutex> lock(slot.mutex);
   slot.done = true;
@@ -291,10 +303,12 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
   std::string error, dump_base, code_phases;
   double t_lower = 0, t_sched = 0, t_code = 0;
   bool unlowered = false;
+  ProgressNote note(g->name, device_name(o.device), o.log_progress);
   try {
     LoopGraph lg = lower_whole(*g, o.whole_graph, &unlowered);
     if (unlowered) return finish_unlowered(slot);
     t_lower = now_ms();
+    note.phase("scheduling");
     std::string lg_text = o.debug_dir.empty() ? std::string() : lg.str();
     Plan plan = schedule(std::move(lg), o.device.is_cpu() ? cpu::schedule_target(o.threads) : jit::cuda::schedule_target(o.threads));
     if (g->dynamic)  // size-generic code: compiled from the templates, launched with the params
@@ -306,10 +320,17 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
     if (o.log_fusion)
       for (const std::string& l : plan.log) log.push_back(cat("fusion: ", g->name, ": ", l));
     nkernels = int(plan.kernels.size());
+    note.kernels(nkernels);
+    if (!o.debug_dir.empty()) {  // (named by its own hash: the kernels' key comes later)
+      const std::string dot = plan_dot(*g, plan);
+      write_dot(debug_base(o, g->name, sha256_hex(dot)), dot);
+    }
+    note.phase("code generation");
     if (!o.device.is_cpu() && !plan.kernels.empty()) {
       bool cached = false;
       exe = cuda_program(std::move(plan), *g, o, log, &disk_hit, &cached, &code_phases);
       if (cached) std::swap(nkernels, nloaded);
+      note.done(nkernels + nloaded);
       t_code = now_ms();
     } else if (!plan.kernels.empty()) {
       cpu::FnTable fns;
@@ -322,12 +343,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
       std::string key = sha256_hex(key_text);
       if (o.log_code) log.push_back(cat("output_code: ", g->name, " (key ", key, ")\n", code));
       if (!o.debug_dir.empty()) {
-        std::error_code ec;
-        std::filesystem::create_directories(o.debug_dir, ec);
-        std::string safe = g->name;
-        for (char& ch : safe)
-          if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.') ch = '_';
-        dump_base = cat(o.debug_dir, "/", safe, "-", key.substr(0, 8));
+        dump_base = debug_base(o, g->name, key);
         std::string fusion;
         for (const std::string& l : plan.log) fusion += l + "\n";
         write_file(dump_base + ".loops.txt", lg_text);
@@ -337,6 +353,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
       Built b = build_or_load(plan, fns, key, o, dump_base.empty() ? "" : dump_base + ".gccjit.c");
       disk_hit = b.disk_hit;
       if (b.memory_hit || b.disk_hit) std::swap(nkernels, nloaded);  // nothing was compiled
+      note.done(nkernels + nloaded);
       t_code = now_ms();
       exe = std::make_shared<cpu::Program>(std::move(plan), std::move(fns), b.so);
     }

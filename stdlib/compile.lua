@@ -217,7 +217,7 @@ function M.compile(fn, opts)
       local forward = module.forward  -- (a local, not a tail call: crescent.position finds its line)
       return core.pass(forward(module, ...))
     end
-    core.entry(fn, 1)
+    core.entry(fn, 1, 1)
   end
   if type(fn) ~= "function" then fail("compile: argument 1 (fn) expected a function or a module, got " .. type(fn)) end
   local o = check_opts(opts)
@@ -262,10 +262,13 @@ function M.explain(fn, ...)
   for ops, reason, where, sym, names, bwd, why in
       report:gmatch("(%d+)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(%d)\t([^\n]*)\n") do
     ops = tonumber(ops)
-    -- "%0:1=7": input value %0, 0-based dim 1, size 7 in this call (dims are 1-based in Lua)
-    for v, d, size in sym:gmatch("%%(%d+):(%d+)=(%d+)") do
-      r.symbolic_dims[#r.symbolic_dims + 1] = { segment = r.graph_count + (ops > 0 and 1 or 0), input = "%" .. v,
-                                                dim = tonumber(d) + 1, size = tonumber(size) }
+    -- "1:1=7": input 1, 0-based dim 1, size 7 in this call (dims are 1-based in Lua); the
+    -- segment's symbols s0, s1... in this order, as the logs name them
+    local k = 0
+    for i, d, size in sym:gmatch("(%d+):(%d+)=(%d+)") do
+      r.symbolic_dims[#r.symbolic_dims + 1] = { segment = r.graph_count + (ops > 0 and 1 or 0), input = tonumber(i),
+                                                dim = tonumber(d) + 1, size = tonumber(size), symbol = "s" .. k }
+      k = k + 1
     end
     if ops > 0 then
       r.graph_count = r.graph_count + 1
@@ -291,7 +294,8 @@ function M.explain(fn, ...)
     lines[#lines + 1] = string.format("  graph %d: eager autograd differentiates it: %s", f.graph, f.reason)
   end
   for _, s in ipairs(r.symbolic_dims) do
-    lines[#lines + 1] = string.format("  symbolic: graph %d input %s dim %d (size %d now)", s.segment, s.input, s.dim, s.size)
+    lines[#lines + 1] = string.format("  symbolic: graph %d %s = input %d dim %d (size %d now)", s.segment, s.symbol, s.input,
+                                      s.dim, s.size)
   end
   r.summary = table.concat(lines, "\n")
   api.cap_drop(ctx, id)

@@ -35,6 +35,12 @@ function core.where()
   return info.short_src .. ":" .. info.currentline
 end
 
+-- The user's name of the tensor at p (crescent.position.name_of), or nil.
+local name_of = require("crescent.position").name_of
+function core.name_of(p)
+  return name_of(3, function(v) return core.is_tensor(v) and core.ptr(v) == p end)
+end
+
 -- Raises the last C++ error (see core.fail). rc -2: the message already starts with its
 -- position (an op of a captured graph that failed when the graph ran).
 function core.raise(rc)
@@ -48,6 +54,7 @@ function core.service()
   local ctx, api = core.ctx, core.api
   if bit.band(ctx.service, 2) ~= 0 then api.cap_where(ctx, core.where()) end
   if bit.band(ctx.service, 8) ~= 0 then api.autograd.where(ctx, core.where()) end
+  if bit.band(ctx.service, 16) ~= 0 then api.cap_name(ctx, core.name_of(api.cap_unnamed(ctx)) or "") end
   if bit.band(ctx.service, 5) == 0 then return end
   if bit.band(ctx.service, 1) ~= 0 then
     collectgarbage()

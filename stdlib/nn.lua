@@ -56,7 +56,7 @@ local function call_forward(self, ...)
   local forward = self.forward
   return pass(forward(self, ...))
 end
-core.entry(call_forward, 2)
+core.entry(call_forward, 2, 1)
 
 local function make_class(parent, name)
   local cls = { __name = name, super = parent }

@@ -54,7 +54,8 @@ typedef struct cr_ctx {
   int32_t service;        /* requests to the Lua side after an op: 1 = run a full collection
                              (tensor memory grew), 2 = tell the recorder the Lua position
                              (cap_where), 4 = complete the collector's cycle (handle count),
-                             8 = tell autograd the Lua position (autograd->where) */
+                             8 = tell autograd the Lua position (autograd->where),
+                             16 = name the tensor of a failed guard (cap_unnamed, cap_name) */
   int32_t capturing;      /* a compiled function is being captured: reading data is a graph break */
   int32_t claimed;        /* how many of the tensors handed out last Lua has wrapped (core.wrap) */
   void* impl;             /* cr::Context* */

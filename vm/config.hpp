@@ -13,9 +13,9 @@ namespace cr {
 // X(id, variable, default, what it does)
 #define CR_SETTINGS(X)                                                                                              \
   X(NumThreads, "CRESCENT_NUM_THREADS", "the cores", "threads of the CPU kernels, 1 to 256")                        \
-  X(Logs, "CRESCENT_LOGS", "none",                                                                                 \
+  X(Logs, "CRESCENT_LOGS", "progress",                                                                               \
     "logs on stderr, comma-separated: graph guards recompiles graph_breaks fusion output_code perf host_ops aot "  \
-    "partition cudagraphs (an unknown name is an error)")                                                         \
+    "partition cudagraphs progress (on by default); -name turns one off (an unknown name is an error)")          \
   X(Traceback, "CRESCENT_TRACEBACK", "short", "full: tracebacks keep crescent's own frames")                     \
   X(CacheDir, "CRESCENT_CACHE_DIR", "~/.cache/crescent", "the kernel cache's directory; 0: no cache on disk")       \
   X(CacheMaxMb, "CRESCENT_CACHE_MAX_MB", "1024", "the kernel cache's bound in MB (least recently used go first)")  \
@@ -25,6 +25,7 @@ namespace cr {
   X(CpuStreamBytes, "CRESCENT_CPU_STREAM_BYTES", "half the largest cache", "generated stores this large stream")   \
   X(JitFork, "CRESCENT_JIT_FORK", "1", "0: compile CPU code in process, not in compiler processes")                 \
   X(JitTimeout, "CRESCENT_JIT_TIMEOUT", "60", "seconds a CPU compile may take before it is killed")                \
+  X(ProgressAfter, "CRESCENT_PROGRESS_AFTER", "1", "seconds a compile runs before its progress note (0: every compile)") \
   X(JitFail, "CRESCENT_JIT_FAIL", "0", "tests: fail (any value), crash or hang every compile")                     \
   X(NvrtcOptions, "CRESCENT_NVRTC_OPTIONS", "none", "more NVRTC options, split at spaces (e.g. -lineinfo)")          \
   X(CudaWaves, "CRESCENT_CUDA_WAVES", "8", "waves of resident blocks of a pointwise CUDA grid")               \

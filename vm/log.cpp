@@ -17,7 +17,7 @@ constexpr Name kNames[] = {{"graph", &Logs::graph},           {"guards", &Logs::
                            {"perf", &Logs::perf},             {"fusion", &Logs::fusion},
                            {"output_code", &Logs::output_code}, {"host_ops", &Logs::host_ops},
                            {"aot", &Logs::aot},               {"partition", &Logs::partition},
-                           {"cudagraphs", &Logs::cudagraphs}};
+                           {"cudagraphs", &Logs::cudagraphs}, {"progress", &Logs::progress}};
 
 std::string valid_names() {
   std::string out;
@@ -35,15 +35,17 @@ void Logs::parse(const std::string& list) {
     size_t j = std::min(list.find(',', i), list.size());
     std::string w = list.substr(i, j - i);
     i = j + 1;
-    w.erase(0, w.find_first_not_of(" +"));
+    w.erase(0, w.find_first_not_of(' '));
     w.erase(w.find_last_not_of(' ') + 1);
+    const bool on = w.empty() || w[0] != '-';
+    if (!w.empty() && (w[0] == '+' || w[0] == '-')) w.erase(0, 1);
     if (w.empty()) continue;
     bool known = false;
     for (const Name& n : kNames)
-      if (w == n.name) known = parsed.*n.on = true;
+      if (w == n.name) parsed.*n.on = on, known = true;
     if (!known)
       throw std::invalid_argument("CRESCENT_LOGS / T.compiler.set_logs: unknown log name \"" + w +
-                                  "\" (expected a comma list of: " + valid_names() + ")");
+                                  "\" (expected a comma list of: " + valid_names() + "; -name turns one off)");
   }
   *this = parsed;
 }

@@ -9,7 +9,10 @@ struct Logs {
   bool graph = false, guards = false, recompiles = false, graph_breaks = false, perf = false, fusion = false,
        output_code = false, host_ops = false, aot = false, partition = false,
        cudagraphs = false;
-  void parse(const std::string& list);  // "graph,guards,+recompiles"; an unknown name throws
+  bool progress = true;  // a note on stderr while a compile runs long (jit/progress.hpp)
+  // "graph,guards,+recompiles,-progress": the names listed on, "-name" off, the others as by
+  // default; an unknown name throws
+  void parse(const std::string& list);
 };
 
 // One CRESCENT_LOGS line: "[crescent what] text" on stderr.

@@ -33,7 +33,7 @@ describe("crescent executable", function()
     has(out, "usage: crescent")
     has(out, "-e chunk")
     has(out, "-i ")
-    for _, part in ipairs({ "-l name", "-j cmd", "-O[opt]", "-b ...", "CRESCENT_NUM_THREADS", "CRESCENT_LOGS",
+    for _, part in ipairs({ "-l name", "-j cmd", "-O[opt]", "-b ...", "-E ", "LUA_INIT", "CRESCENT_NUM_THREADS", "CRESCENT_LOGS",
                             "CRESCENT_TRACEBACK", "CRESCENT_CACHE_MAX_MB", "CRESCENT_JIT_FORK" }) do
       has(out, part)
     end
@@ -110,20 +110,41 @@ describe("crescent executable", function()
       "print(select(2, pcall(function() local y = m(T.randn(2, 3)); return y end)))",
       "print(select(2, pcall(f, T.ones(2))))",
       "print(select(2, pcall(T.compile(m), T.randn(2, 3))))",
+      "local y = T.ones(4, 2)",
+      "local function f(x)",
+      "  return x:matmul(y)",  -- line 15
+      "end",
+      "function g(x) return T.matmul(x, y) end",
+      "local M = { h = function(x) return T.matmul(x, y) end }",
+      "function M:k(x) return x:matmul(y) end",  -- line 19
+      "print(select(2, pcall(function() local r = f(T.ones(2, 3)); return r end)))",
+      "print(select(2, pcall(function() local r = g(T.ones(2, 3)); return r end)))",
+      "print(select(2, pcall(function() local r = M.h(T.ones(2, 3)); return r end)))",
+      "print(select(2, pcall(function() local r = M:k(T.ones(2, 3)); return r end)))",
+      "print(select(2, pcall(function() local r = f(T.ones(2, 4)) + T.matmul(T.ones(2, 3), y); return r end)))",  -- line 24
+      "local r = f(T.ones(2, 3))",
     }, "\n"))
     local out, err, st = run({ path })
     os.remove(path)
-    expect.eq(st, 0, err)
+    expect.eq(st, 1, err)
     local lines = {}
     for l in out:gmatch("[^\n]+") do lines[#lines + 1] = l end
-    expect.eq(#lines, 3, out)
+    expect.eq(#lines, 8, out)
     expect.truthy(lines[1]:find(path .. ":6: linear:", 1, true), out)
     expect.truthy(lines[2]:find(path .. ":9: add: shapes {2} and {3}", 1, true), out)
     expect.truthy(lines[3]:find(path .. ":6: linear:", 1, true), out)
+    -- plain functions that tail-call an op: a local, a global, a field, a method
+    for i, line in ipairs({ 15, 17, 18, 19 }) do
+      expect.truthy(lines[3 + i]:find(path .. ":" .. line .. ": matmul: shapes {2,3} and {4,2}", 1, true), out)
+    end
+    -- the op called directly on a line that also calls a tail-calling function
+    expect.truthy(lines[8]:find(path .. ":24: matmul: shapes {2,3} and {4,2}", 1, true), out)
+    has(err, "crescent: " .. path .. ":15: matmul: shapes {2,3} and {4,2}", "stderr")
   end)
 
   it("rejects an unknown CRESCENT_LOGS name, listing the valid ones", function()
-    local kValid = "(expected a comma list of: graph, guards, recompiles, graph_breaks, perf, fusion, output_code, host_ops, aot, partition, cudagraphs)"
+    local kValid = "(expected a comma list of: graph, guards, recompiles, graph_breaks, perf, fusion, output_code, host_ops, aot, " ..
+                   "partition, cudagraphs, progress; -name turns one off)"
     local out, err, st = expect.crescent({ "-e", "print(1)" }, { env = "CRESCENT_LOGS=graph,grpah" })
     expect.eq(st, 1)
     expect.eq(out, "")
@@ -243,6 +264,33 @@ describe("crescent as a drop-in for luajit", function()
     os.remove(path)
     expect.eq(st, 0, err)
     expect.eq(out, run({ "--version" }) .. "-v\t-e\tx = 1\t" .. path .. "\ta\n")
+  end)
+
+  it("runs LUA_INIT (a chunk, or @file) before the options and the script; -E ignores it", function()
+    local path = script("print('script', init, arg[1])\n")
+    local init = script("init = 'from file'; print('init file', arg[0])\n")
+    local chunk = "LUA_INIT='init = 7; print(\"init chunk\")'"
+    local out, err, st = expect.crescent({ "-e", "print('e', init)", path, "a" }, { env = chunk })
+    expect.eq(st, 0, err)
+    expect.eq(out, "init chunk\ne\t7\nscript\t7\ta\n")
+    out, err, st = expect.crescent({ path }, { env = "LUA_INIT=@" .. quote(init) })
+    expect.eq(st, 0, err)
+    expect.eq(out, "init file\t" .. path .. "\nscript\tfrom file\tnil\n")
+    out, err, st = expect.crescent({ "-E", path }, { env = chunk .. " LUA_PATH='/nowhere/?.lua'" })
+    expect.eq(st, 0, err)
+    expect.eq(out, "script\tnil\tnil\n")
+    out = expect.crescent({ "-E", "-e", "print(package.path:find('/nowhere/', 1, true))" }, { env = "LUA_PATH='/nowhere/?.lua'" })
+    expect.eq(out, "nil\n")
+    out = expect.crescent({ "-e", "print(package.path:find('/nowhere/', 1, true))" }, { env = "LUA_PATH='/nowhere/?.lua'" })
+    expect.eq(out, "1\t9\n")
+    out, err, st = expect.crescent({ "-e", "print('not reached')" }, { env = "LUA_INIT='error(\"boom\")'" })
+    expect.eq({ out, st }, { "", 1 })
+    has(err, "crescent: LUA_INIT:1: boom", "stderr")
+    out, err, st = expect.crescent({ path }, { env = "LUA_INIT=@/no/such/init.lua" })
+    expect.eq({ out, st }, { "", 1 })
+    has(err, "crescent: cannot open /no/such/init.lua", "stderr")
+    os.remove(path)
+    os.remove(init)
   end)
 end)
 
@@ -458,6 +506,16 @@ describe("crescent REPL on a terminal", function()
     has(out, "help() helps")
     has(out, "> T.ones(3):sum();\n> _\n" .. tostring(crescent.ones(3):sum()) .. "\n")
     has(out, "> ? T.randn\nrandn(size: int...")
+  end)
+
+  it("completes globals, fields and a tensor's methods with Tab", function()
+    local history = os.tmpname()
+    local out, st = on_tty("T.linsp\t(1, 3, 3)\nx = T.ones(2, 2)\nx:cums\t(1)\nprint(string.upp\t('ok'))\n", history)
+    os.remove(history)
+    expect.eq(st, 0)
+    has(out, "> T.linspace(1, 3, 3)\n" .. tostring(crescent.linspace(1, 3, 3)))
+    has(out, "> x:cumsum(1)\n" .. tostring(crescent.ones(2, 2):cumsum(1)))
+    has(out, "> print(string.upper('ok'))\nOK\n")
   end)
 
   it("runs without a history file when it cannot be written", function()

@@ -102,15 +102,28 @@ describe("automatic dynamic shapes (dynamic = nil)", function()
   end)
   it("logs the dim that became symbolic", function()
     one_recompile_logged("f = T.compile(function(x) return x + 1 end, { hot = 0 }); " ..
-                         "f(T.ones(2, 3)); f(T.ones(5, 3)); f(T.ones(9, 3))", "recompiles", "dim 1 of input %0: 2 -> 5")
+                         "f(T.ones(2, 3)); f(T.ones(5, 3)); f(T.ones(9, 3))", "recompiles", "input 1 dim 1: 2 -> 5")
   end)
   it("names the guard that failed once a dim is symbolic: a stride change, old and new", function()
     local out = run_crescent({ "-e", "T = crescent; f = T.compile(function(x, w) return x:matmul(w) end, { hot = 0 }); " ..
       "w = T.randn(8, 3); f(T.randn(4, 8), w); f(T.randn(5, 8), w); f(T.randn(6, 8), T.randn(3, 8):t())" },
       nil, "CRESCENT_LOGS=recompiles")
-    S.truthy(out:find("dim 1 of input %0: 4 -> 5 (symbolic from now on)", 1, true), out)
-    S.truthy(out:find("matmul: argument 2 (other): strides {3,1} -> {1,8}", 1, true), out)
+    S.truthy(out:find("input 1 dim 1: 4 -> 5 (symbolic from now on)", 1, true), out)
+    S.truthy(out:find("matmul: argument 2 (other) `w`: strides {3,1} -> {1,8}", 1, true), out)
     S.truthy(not out:find("-> symbolic", 1, true) and not out:find("18446744073709551615", 1, true), out)
+  end)
+  it("names symbolic sizes s0, s1 in guards, recompiles and T.explain; a variable by its Lua name", function()
+    local out = run_crescent({ "-e", "T = crescent; f = T.compile(function(x, w) return (x * w):sum(2) end, { hot = 0 }); " ..
+      "for n = 2, 3 do f(T.ones(n, 3), T.ones(n, 3)) end; " ..
+      "local w = T.ones(3, 4):t(); f(T.ones(4, 3), w); " ..
+      "g = T.compile(function(x, w) return (x * w):sum(2) end, { dynamic = true }); " ..
+      "print(T.explain(g, T.ones(5, 3), T.ones(5, 3)))" }, nil, "CRESCENT_LOGS=recompiles,guards")
+    S.truthy(out:find("mul: input 1 dim 1: 2 -> 3, input 2 dim 1: 2 -> 3 (symbolic from now on)", 1, true), out)
+    S.truthy(out:find("input 1 (%0): float32{s0,3} strides contiguous\n  input 2 (%1): float32{s1,3} strides contiguous", 1, true), out)
+    S.truthy(out:find("mul: argument 2 (other) `w`: strides contiguous -> {1,4}", 1, true), out)
+    S.truthy(out:find("symbolic: graph 1 s0 = input 1 dim 1 (size 5 now)", 1, true), out)
+    S.truthy(out:find("symbolic: graph 1 s2 = input 2 dim 1 (size 5 now)", 1, true), out)
+    S.truthy(not out:find("18446744073709551615", 1, true) and not out:find("%-[12][,}]"), out)
   end)
 end)
 

@@ -69,30 +69,35 @@ std::string arg_str(const Arg& a) {
 
 }  // namespace
 
+std::string Graph::node_str(size_t i) const {
+  const Node& n = nodes[i];
+  std::string lhs;
+  for (size_t k = 0; k < n.outs.size(); ++k) lhs += cat(k ? ", %" : "%", n.outs[k]);
+  std::string rhs;
+  if (n.kind == NodeKind::Input) {
+    rhs = cat("input ", n.input_index + 1);
+    const Value& v = values[size_t(n.outs[0])];
+    if (v.alias_of >= 0) rhs += cat(" (shares storage with %", v.alias_of, ")");
+  } else if (n.kind == NodeKind::Const) {
+    rhs = "constant";
+  } else {
+    rhs = std::string(n.def().name) + "(";
+    for (size_t k = 0; k < n.args.size(); ++k) rhs += cat(k ? ", " : "", arg_str(n.args[k]));
+    rhs += ")";
+  }
+  std::string types;
+  for (int32_t o : n.outs) {
+    if (!types.empty()) types += ", ";
+    types += values[size_t(o)].meta.str();
+  }
+  return cat(lhs, " = ", rhs, " : ", types);
+}
+
 std::string Graph::str() const {
   std::string s = cat("graph ", name, ": ", inputs.size(), " inputs, ", op_count(), " ops\n");
-  for (const Node& n : nodes) {
-    std::string lhs;
-    for (size_t i = 0; i < n.outs.size(); ++i) lhs += cat(i ? ", %" : "%", n.outs[i]);
-    std::string rhs;
-    if (n.kind == NodeKind::Input) {
-      rhs = cat("input ", n.input_index + 1);
-      const Value& v = values[size_t(n.outs[0])];
-      if (v.alias_of >= 0) rhs += cat(" (shares storage with %", v.alias_of, ")");
-    } else if (n.kind == NodeKind::Const) {
-      rhs = "constant";
-    } else {
-      rhs = std::string(n.def().name) + "(";
-      for (size_t i = 0; i < n.args.size(); ++i) rhs += cat(i ? ", " : "", arg_str(n.args[i]));
-      rhs += ")";
-    }
-    std::string types;
-    for (int32_t o : n.outs) {
-      if (!types.empty()) types += ", ";
-      types += values[size_t(o)].meta.str();
-    }
-    s += cat("  ", lhs, " = ", rhs, " : ", types);
-    if (!n.where.empty()) s += "    -- " + n.where;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    s += "  " + node_str(i);
+    if (!nodes[i].where.empty()) s += "    -- " + nodes[i].where;
     s += "\n";
   }
   s += "  outputs:";

@@ -79,6 +79,7 @@ struct NativeOptions {
   // without code and with `unlowered` set (eager CUDA ops then take their host path)
   bool whole_graph = false;
   bool log_fusion = false, log_code = false;
+  bool log_progress = false;  // the note of a long compile (jit/progress.hpp)
   int threads = 1;
   Device device;           // where the graph's tensors live (CUDA: jit/cuda, else jit/cpu)
   const void* owner = nullptr;  // the VM compiling (its end drops its queued background compiles)
@@ -147,6 +148,7 @@ struct Graph {
   int32_t add_value(int32_t node, const ValueMeta& m);
   int op_count() const;
   std::string str() const;       // one node a line (CRESCENT_LOGS=graph)
+  std::string node_str(size_t i) const;  // "%2 = mul(%0, 2) : float32{3}"
 };
 
 // ---- passes (vm/graph/passes.cpp) ----------------------------------------------------------

@@ -199,6 +199,16 @@ struct Changes {
   void note(const std::string& w) { what += cat(what.empty() ? "" : ", ", w); }
 };
 
+}  // namespace
+
+int input_ordinal(const Segment& s, int32_t vid) {
+  int n = 0;
+  for (int32_t v = 0; v <= vid && size_t(v) < s.is_input.size(); ++v) n += s.is_input[size_t(v)] ? 1 : 0;
+  return n;
+}
+
+namespace {
+
 bool changes_between(const guards::Key& was, const guards::Key& now, const Segment& s, Changes& c) {
   if (was.size() != now.size()) return false;
   // >= 0: the span of a size (even) or stride (odd); <= -2: number span -2 - role
@@ -231,7 +241,7 @@ bool changes_between(const guards::Key& was, const guards::Key& now, const Segme
     const Segment::Span& sp = s.spans[size_t(role[i] / 2)];
     const int d = int(i - sp.at);
     c.dims[sp.vid] |= uint32_t(1) << d;
-    c.note(cat("dim ", d + 1, " of input %", sp.vid, ": ", shown(was[i], false), " -> ", shown(now[i], false)));
+    c.note(cat("input ", input_ordinal(s, sp.vid), " dim ", d + 1, ": ", shown(was[i], false), " -> ", shown(now[i], false)));
   }
   return !c.dims.empty() || !c.numbers.empty();
 }

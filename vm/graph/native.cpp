@@ -42,6 +42,7 @@ void Recorder::start_native(const std::shared_ptr<Graph>& g, const std::string& 
   o.sync = sync_compile;
   o.log_fusion = logs.fusion;
   o.log_code = logs.output_code;
+  o.log_progress = logs.progress;
   o.threads = num_threads();
   o.device = device;
   o.owner = this;

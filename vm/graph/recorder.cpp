@@ -123,9 +123,13 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
       // automatic dynamic shapes: sizes that changed are symbolic from now on (one recompile)
       std::string changed = learn_dynamic(ctx_, s, op, args, nargs, first_new);
       if (!changed.empty() && (ctx_.capture_lazy = replay(op, args, nargs, outs))) return;
-      if (pending_reason_.empty())
-        pending_reason_ = changed.empty() ? guards::describe_mismatch(*s.pos, s.key, op)
-                                          : cat(def.name, ": ", changed, " (symbolic from now on)");
+      if (pending_reason_.empty() && changed.empty()) {
+        int arg = -1;
+        pending_reason_ = guards::describe_mismatch(*s.pos, s.key, op, &arg);
+        if (arg >= 0 && arg < nargs && args[arg].tag == kTensor) ask_name(static_cast<cr_tensor*>(args[arg].ptr));
+      } else if (pending_reason_.empty()) {
+        pending_reason_ = cat(def.name, ": ", changed, " (symbolic from now on)");
+      }
     }
     // a guard failure: what ran lazily so far runs now, and recording goes on from here
     run_pending();
@@ -248,6 +252,20 @@ void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new
   ++s.ops;
   s.op_ids.push_back(op);
   ctx_.ffi.service |= 2;  // ask Lua for the position of this op (cap_where)
+}
+
+// The Lua name of a tensor argument whose guard failed (Lua answers through name_arg): the
+// recompile log then says `w`, not only "argument 2".
+void Recorder::ask_name(cr_tensor* t) {
+  unnamed_ = t;
+  name_at_ = pending_reason_.find("): ");
+  ctx_.ffi.service |= 16;
+}
+
+void Recorder::name_arg(const std::string& name) {
+  ctx_.ffi.service &= ~16;
+  if (unnamed_ && !name.empty() && name_at_ < pending_reason_.size()) pending_reason_.insert(name_at_ + 1, cat(" `", name, "`"));
+  unnamed_ = nullptr;
 }
 
 void Recorder::set_where(const std::string& where) {
@@ -526,14 +544,14 @@ std::shared_ptr<Graph> Recorder::instance(Leaf& leaf) {
   return compiled;
 }
 
-// The symbolic dims of the segment's inputs, for T.explain: "%0:1=7" (value, 0-based dim, size).
+// The symbolic dims of the segment's inputs, for T.explain: "1:1=7" (input, 0-based dim, size).
 std::string Recorder::symbolic_dims(const Segment& s) const {
   std::string r;
   if (!s.dynamic) return r;  // (every call ends segments here: static ones pay nothing)
   for (size_t v = 0; v < s.symbolic.size() && v < s.vals.size(); ++v)
     for (int d = 0; d < 32 && s.symbolic[v] >> d; ++d)
       if (s.symbolic[v] >> d & 1 && s.vals[v].defined())
-        r += cat(r.empty() ? "" : " ", "%", v, ":", d, "=", s.vals[v].size(d));
+        r += cat(r.empty() ? "" : " ", input_ordinal(s, int32_t(v)), ":", d, "=", s.vals[v].size(d));
   return r;
 }
 

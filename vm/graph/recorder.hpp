@@ -72,6 +72,8 @@ class Recorder {
   // error of one of them (eager would have raised it first).
   void abort();
   void set_where(const std::string& where);  // position of the op recorded last
+  cr_tensor* unnamed() const { return unnamed_; }  // the tensor ask_name wants named (or null)
+  void name_arg(const std::string& name);     // its Lua name ("": none found)
 
   // reduce-overhead (stdlib/replay.lua). plan: after a call of `fn`, maps the inputs of its one
   // compiled segment to `cands` (the call's arguments and tensors reachable from its upvalues);
@@ -135,6 +137,9 @@ class Recorder {
   bool train_ = false;
   std::unique_ptr<Segment> seg_;
   std::string pending_reason_;  // the guard failure that started the current recording
+  void ask_name(cr_tensor* t);
+  cr_tensor* unnamed_ = nullptr;  // the argument of pending_reason_ to name, at name_at_
+  size_t name_at_ = 0;
   std::vector<std::weak_ptr<ExecRecord>> records_;  // ways to recompute values not kept
   size_t records_live_ = 0;                           // records_'s size after its last pruning
   std::vector<std::pair<cr_tensor*, int32_t>> waiting_;  // settle's scratch list

@@ -98,6 +98,8 @@ void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs);
 // "dim 1 of input %0: 4 -> 7" (0-based dims) or "argument 2: 0.5 -> 0.25", or "" when nothing did.
 // While recording after such a change, compares the call with the earlier path's event instead
 // (Segment::shadow): whatever else changed in the segment is learnt in the same recompile.
+// Value `vid`, an input of the segment, as the API counts them: "input 1" is the first met.
+int input_ordinal(const Segment& s, int32_t vid);
 std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args, int nargs, int32_t first_new);
 
 // Shape rules (shapes.cpp): the layouts of an op call's fresh outputs, derived without running

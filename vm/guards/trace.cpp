@@ -50,10 +50,12 @@ std::shared_ptr<graph::Graph> build_graph(const Leaf& leaf) {
 
 namespace {
 
-// Reads a key back, one argument at a time.
+// Reads a key back, one argument at a time. Symbolic sizes are named s0, s1... in the order the
+// segment's inputs meet them (`sym`: the next one's number).
 struct KeyReader {
   const Key& k;
   size_t i = 0;
+  int sym = 0;
   uint64_t next() { return i < k.size() ? k[i++] : 0; }
 };
 
@@ -63,13 +65,19 @@ struct ArgView {  // one decoded argument, as text pieces to compare
   std::string dtype, sizes, strides, alias;
 };
 
-std::string ints_str(KeyReader& r, uint64_t n) {
+// n words of a list: sizes (a symbolic one is its symbol), strides ("contiguous" for those of a
+// tensor with symbolic sizes) or integers (with dynamic shapes, any integer matches: "any").
+enum class Ints { Sizes, Strides, List };
+std::string ints_str(KeyReader& r, uint64_t n, Ints kind = Ints::List) {
   std::string s = "{";
+  bool contiguous = n > 0;
   for (uint64_t j = 0; j < n; ++j) {
-      s += j ? "," : "";
-      s += std::to_string(int64_t(r.next()));
-    }
-  return s + "}";
+    const uint64_t w = r.next();
+    contiguous = contiguous && w == kContiguousStride;
+    s += j ? "," : "";
+    s += w != kSymbolicSize ? std::to_string(int64_t(w)) : kind == Ints::Sizes ? cat("s", r.sym++) : std::string("any");
+  }
+  return kind == Ints::Strides && contiguous ? "contiguous" : s + "}";
 }
 
 double as_double(uint64_t bits) {
@@ -92,8 +100,8 @@ void read_tensor(KeyReader& r, ArgView& a) {
   if ((h >> 8) & 0xff) a.dtype += cat(" cuda:", (h >> 16) & 0xff);
   if ((h >> 48) & 1) a.dtype += " requiring grad";
   a.value = cat("offset ", int64_t(r.next()));
-  a.sizes = ints_str(r, uint64_t(ndim));
-  a.strides = ints_str(r, uint64_t(ndim));
+  a.sizes = ints_str(r, uint64_t(ndim), Ints::Sizes);
+  a.strides = ints_str(r, uint64_t(ndim), Ints::Strides);
   int64_t alias = int64_t(r.next()) - 1;
   a.alias = alias < 0 ? "no other input" : cat("input %", alias);
 }
@@ -107,7 +115,8 @@ ArgView read_arg(KeyReader& r) {
     case kNumber: {
       const uint64_t w = r.next();
       a.kind = "number";
-      a.value = w == kVaryingNumber    ? "any number"
+      a.value = w == kSymbolicSize     ? "any integer (a size)"
+                : w == kVaryingNumber  ? "any number"
                 : w == kVaryingInteger ? "any integer"
                 : w == kVaryingFraction ? "any non-integer"
                                         : cat(as_double(w));
@@ -165,9 +174,18 @@ std::string arg_change(const ArgView& was, const ArgView& now) {
 
 std::string op_name(int op) { return Registry::get().ops()[size_t(op)].name; }
 
+// The symbolic sizes of the new inputs up to `at` (the next symbol's number).
+int symbols_before(const TraceNode& at) {
+  int n = 0;
+  for (const TraceNode* t : path_of(&at))
+    for (const NewInput& in : t->new_inputs) n += __builtin_popcount(in.symbolic);
+  return n;
+}
+
 // Compares `key` with one recorded event: the first difference, or "" when equal.
-std::string first_difference(const TraceNode& was, const Key& key) {
-  KeyReader a{was.key}, b{key};
+std::string first_difference(const TraceNode& was, const Key& key, int* arg) {
+  const int sym = was.parent ? symbols_before(*was.parent) : 0;
+  KeyReader a{was.key, 0, sym}, b{key, 0, sym};
   int op_a = int(a.next()), op_b = int(b.next());
   if (op_a != op_b) return cat(op_name(op_b), " instead of ", op_name(op_a), " (another branch or op order)");
   uint64_t na = a.next(), nb = b.next();  // (bit 32: a training segment's grad mode)
@@ -178,6 +196,7 @@ std::string first_difference(const TraceNode& was, const Key& key) {
     ArgView va = read_arg(a), vb = read_arg(b);
     if (va.kind != vb.kind || va.value != vb.value || va.dtype != vb.dtype || va.sizes != vb.sizes ||
         va.strides != vb.strides || va.alias != vb.alias) {
+      *arg = int(i);
       return cat(op_name(op_a), ": argument ", i + 1, " (", schema_arg_name(Registry::get().ops()[size_t(op_a)], int(i)),
                  "): ", arg_change(va, vb));
     }
@@ -187,24 +206,41 @@ std::string first_difference(const TraceNode& was, const Key& key) {
 
 }  // namespace
 
-std::string describe_mismatch(const TraceNode& at, const Key& key, int op) {
+std::string describe_mismatch(const TraceNode& at, const Key& key, int op, int* arg) {
+  *arg = -1;
   if (at.children.empty()) return cat("a new op ", op_name(op), " where the recorded segment ended");
   const TraceNode* best = at.children.front().get();
   for (const auto& c : at.children)
     if (!c->key.empty() && int(c->key[0]) == op) best = c.get();
-  std::string d = first_difference(*best, key);
+  std::string d = first_difference(*best, key, arg);
   if (!best->node.where.empty()) d += " (recorded at " + best->node.where + ")";
   return d;
 }
 
+namespace {
+
+// "input 2 (%1): float32{s0,3} strides contiguous": its symbolic sizes named from *sym on.
+std::string input_guard(const NewInput& in, int ordinal, int* sym) {
+  graph::ValueMeta m = in.meta;
+  bool symbolic = false;
+  for (size_t d = 0; d < m.sizes.size(); ++d)
+    if (in.symbolic >> d & 1) m.sizes[d].sym = (*sym)++, symbolic = true;
+  const Shape strides = m.strides;
+  m.strides = contiguous_strides(concrete(m.sizes));  // (str() leaves them out: they follow)
+  const bool contiguous = strides == m.strides;
+  std::string s = cat("  input ", ordinal, " (%", in.vid, "): ", m.str(), " strides ",
+                      symbolic && contiguous ? "contiguous" : shape_str(strides));
+  if (in.alias_of >= 0) s += cat(", shares storage with %", in.alias_of);
+  return s + "\n";
+}
+
+}  // namespace
+
 std::string describe_guards(const Leaf& leaf) {
   std::string s = cat("guards of segment ending at ", leaf.where, " (variant ", leaf.variant, "):\n");
+  int inputs = 0, sym = 0;
   for (const TraceNode* t : path_of(leaf.last)) {
-    for (const NewInput& in : t->new_inputs) {
-      s += cat("  input %", in.vid, ": ", in.meta.str(), " strides ", shape_str(in.meta.strides));
-      if (in.alias_of >= 0) s += cat(", shares storage with %", in.alias_of);
-      s += "\n";
-    }
+    for (const NewInput& in : t->new_inputs) s += input_guard(in, ++inputs, &sym);
     const graph::Node& n = t->node;
     for (size_t i = 0; i < n.args.size(); ++i) {
       const graph::Arg& a = n.args[i];

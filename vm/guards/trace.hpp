@@ -169,7 +169,8 @@ std::vector<const TraceNode*> path_of(const TraceNode* last);
 
 // Why `key` matched none of `at`'s children (for CRESCENT_LOGS=recompiles): names the op, the
 // argument and the guard that failed, e.g. "add at f.lua:4: argument 2 (other): sizes {4} -> {5}".
-std::string describe_mismatch(const TraceNode& at, const Key& key, int op);
+// *arg: the 0-based argument that differs, or -1.
+std::string describe_mismatch(const TraceNode& at, const Key& key, int op, int* arg);
 // The guards of a segment, one a line (CRESCENT_LOGS=guards).
 std::string describe_guards(const Leaf& leaf);
 

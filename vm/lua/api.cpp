@@ -342,6 +342,8 @@ const char* api_cap_report(cr_ctx* c) {
 int32_t api_cap_set_logs(cr_ctx* c, const char* list) {
   return guarded(c, [&] { return rec(c).logs.parse(list), 0; });
 }
+cr_tensor* api_cap_unnamed(cr_ctx* c) { return rec(c).unnamed(); }
+void api_cap_name(cr_ctx* c, const char* name) { rec(c).name_arg(name); }
 void api_cap_drop(cr_ctx* c, int32_t fn) { rec(c).drop(fn); }
 // T.config entries the recorder needs ("" for nil)
 int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {
@@ -513,6 +515,8 @@ const cr_api* api_table() {
       api_cap_stats,
       api_cap_report,
       api_cap_set_logs,
+      api_cap_unnamed,
+      api_cap_name,
       api_cap_drop,
       api_cap_set_option,
       api_cap_active,

@@ -113,6 +113,8 @@ typedef struct cr_api {
                                                   "ops\treason\twhere\tsymbolic dims\top names\tbackward graph
                                                   (0/1)\twhy eager autograd differentiates it\n" */
   int32_t (*cap_set_logs)(cr_ctx* ctx, const char* list);
+  cr_tensor* (*cap_unnamed)(cr_ctx* ctx);  /* service 16: the tensor to name (then cap_name) */
+  void (*cap_name)(cr_ctx* ctx, const char* name);
   void (*cap_drop)(cr_ctx* ctx, int32_t fn);  /* the compiled function was collected: free its traces */
   int32_t (*cap_set_option)(cr_ctx* ctx, const char* name, const char* value);  /* T.config: debug_dir, cache_dir, sync_compile */
   int32_t (*cap_active)(cr_ctx* ctx);

@@ -118,8 +118,12 @@ static void check_env() {
   check_environment();
 }
 
-LuaVM::LuaVM() : L_((check_cpu(), check_env(), install_hooks(), luaL_newstate())) {
+LuaVM::LuaVM(bool ignore_env) : L_((check_cpu(), check_env(), install_hooks(), luaL_newstate())) {
   if (!L_) throw std::runtime_error("crescent: cannot create a Lua state (out of memory)");
+  if (ignore_env) {  // read by luaopen_package (luajit.c's FLAGS_NOENV)
+    lua_pushboolean(L_, 1);
+    lua_setfield(L_, LUA_REGISTRYINDEX, "LUA_NOENV");
+  }
   luaL_openlibs(L_);
   // Collect when the heap has grown by half (Lua's default waits for it to double). Tensor
   // handles are tiny on the Lua heap but each holds a C++ tensor: fewer dead handles waiting

@@ -12,7 +12,9 @@ namespace cr {
 
 class LuaVM {
  public:
-  LuaVM();
+  // ignore_env: LUA_PATH and LUA_CPATH are not read (package.path / cpath keep their defaults),
+  // as `luajit -E` does.
+  explicit LuaVM(bool ignore_env = false);
   ~LuaVM();
   LuaVM(const LuaVM&) = delete;
   LuaVM& operator=(const LuaVM&) = delete;

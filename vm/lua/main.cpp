@@ -1,8 +1,9 @@
 // The `crescent` executable (API.md section 7), a drop-in for `luajit`: `crescent script.lua
-// [args...]` (`-` reads the script from stdin), luajit's options -e -l -j -O -b -i -v, `--`;
-// with neither a script nor -e, the REPL. An error prints the message with the Lua traceback to
+// [args...]` (`-` reads the script from stdin), luajit's options -e -l -j -O -b -i -v -E, `--`,
+// and LUA_INIT; with neither a script nor -e, the REPL. An error prints the message with the Lua traceback to
 // stderr and exits with status 1.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@ const char* kUsage =
     "  -b ...         save or list bytecode as `luajit -b` (jit.bcsave; must come first)\n"
     "  -i             enter the REPL after running the script / chunks\n"
     "  -v, --version  print the version (then go on with the other options)\n"
+    "  -E             ignore the environment variables LUA_INIT, LUA_PATH and LUA_CPATH\n"
     "  --cache-info   print the kernel cache's directory, entries, size and bound\n"
     "  --cache-clear  remove every entry of the kernel cache\n"
     "  --nproc N      run the script in N processes, one per GPU (T.distributed): rank r gets\n"
@@ -40,7 +42,10 @@ const char* kUsage =
     "  -              run the script read from stdin\n"
     "With no script and no -e, starts the REPL. The module is preloaded as the global `crescent`.\n"
     "Lua C modules (luaopen_*) load with require: the executable exports LuaJIT's C API.\n"
-    "Environment:\n";
+    "Environment:\n"
+    "  LUA_INIT  run before the options and the script: \"@file\" runs the file, any other value\n"
+    "            is a Lua chunk (as luajit, LUA_INIT_5_1 is not read)\n"
+    "  LUA_PATH, LUA_CPATH  package.path, package.cpath (\";;\": the default)\n";
 
 // An option that runs in the VM, in command-line order: -e chunk, -l module, -j cmd, -O flags.
 struct Action {
@@ -51,6 +56,7 @@ struct Action {
 struct Options {
   std::vector<Action> actions;
   bool interactive = false, version = false, exec = false;  // exec: some -e
+  bool ignore_env = false;                                  // -E
   int script = 0;    // argv index of the script; 0 when there is none
   int bytecode = 0;  // argv index of -b; the rest of argv is jit.bcsave's
   int nproc = 0;     // --nproc N: run under the launcher (vm/lua/launch.hpp)
@@ -117,8 +123,8 @@ int parse(int argc, char** argv, Options& o) {
     if (std::strcmp(a, "--") == 0) return o.script = i + 1 < argc ? i + 1 : 0, -1;
     if (int status = long_option(a); status >= 0) return status;
     const char opt = a[1];
-    if ((opt == 'i' || opt == 'v') && a[2] == '\0') {
-      (opt == 'i' ? o.interactive : o.version) = true;
+    if ((opt == 'i' || opt == 'v' || opt == 'E') && a[2] == '\0') {
+      (opt == 'i' ? o.interactive : opt == 'v' ? o.version : o.ignore_env) = true;
     } else if (opt == 'b') {
       if (i != 1) return fail_usage("-b must be the first option (the rest of the command line is jit.bcsave's)");
       return o.bytecode = i, -1;
@@ -213,6 +219,21 @@ bool run_action(cr::LuaVM& vm, const Action& a) {
   return true;
 }
 
+// LUA_INIT as luajit.c runs it: "@file" runs the file, any other value is a chunk named
+// "=LUA_INIT"; false with the error reported.
+bool run_lua_init(cr::LuaVM& vm) {
+  const char* init = std::getenv("LUA_INIT");
+  if (!init) return true;
+  if (init[0] != '@') return vm.run_string(init, "=LUA_INIT") || (report(vm.error()), false);
+  lua_State* L = vm.state();
+  if (luaL_loadfile(L, init + 1) != 0) {
+    report(lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return false;
+  }
+  return vm.pcall(0, 0) || (report(vm.error()), false);
+}
+
 // Runs argv[script] with the rest of argv as its `...`; false with the error reported.
 bool run_script(cr::LuaVM& vm, int argc, char** argv, int script) {
   lua_State* L = vm.state();
@@ -238,7 +259,7 @@ extern "C" const char* __asan_default_options() { return "allocator_may_return_n
 // Runs -b, or the options, the script and the REPL in one VM; returns the exit status.
 static int run(int argc, char** argv, const Options& o) {
   try {
-    cr::LuaVM vm;
+    cr::LuaVM vm(o.ignore_env);
     if (o.bytecode) {  // `-bl` is bcsave's `-l`, as in luajit.c
       std::vector<const char*> args;
       std::string flag = argv[o.bytecode][2] ? std::string("-") + (argv[o.bytecode] + 2) : "";
@@ -247,6 +268,7 @@ static int run(int argc, char** argv, const Options& o) {
       return run_luajit_option(vm, 'b', "", args) ? 0 : 1;
     }
     set_arg(vm.state(), argc, argv, o.script);
+    if (!o.ignore_env && !run_lua_init(vm)) return 1;
     if (o.version) std::printf("%s\n", cr::version_line().c_str());
     for (const Action& a : o.actions)
       if (!run_action(vm, a)) return 1;

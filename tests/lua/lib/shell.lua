@@ -74,14 +74,16 @@ end
 
 -- Runs the crescent executable with the argument list `args`; opts: script (a Lua text run as the
 -- first argument), stdin (text), env ("NAME=value ..."), merge (stderr into stdout, in order).
--- SH.child_env (run.lua's kernel cache) comes before opts.env.
+-- SH.child_env (run.lua's kernel cache) comes before opts.env, and so does a progress threshold
+-- of a day.
 -- Returns stdout, stderr, exit status; nil and why when the executable is unknown.
 function SH.crescent(args, opts)
   opts = opts or {}
   local bin = SH.crescent_bin()
   if not bin then return nil, "the crescent executable is unknown (set CRESCENT_BIN)" end
   local base = os.tmpname()
-  local cmd = { SH.child_env or "", opts.env or "", "CRESCENT_HISTORY=", quote(bin) }
+  -- (no progress note unless a test asks: a slow compile on a loaded machine would change stderr)
+  local cmd = { SH.child_env or "", "CRESCENT_PROGRESS_AFTER=86400", opts.env or "", "CRESCENT_HISTORY=", quote(bin) }
   if opts.script then
     SH.write(base .. ".lua", opts.script)
     cmd[#cmd + 1] = quote(base .. ".lua")

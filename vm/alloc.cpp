@@ -16,11 +16,9 @@ constexpr int kMinShift = 6, kMaxShift = 20;                      // small class
 constexpr size_t kMaxCachedBytesPerClass = size_t(16) << 20;      // Lua's GC frees in bursts
 constexpr size_t kMaxCachedLargeBytes = size_t(512) << 20;
 
-// Small blocks are carved from 2 MiB chunks of transparent huge pages, a batch of a class at a
-// time: a heap grown 4 KiB at a time faults once per page, which costs more than a small op (tens
-// of us in a VM), and a compiled function's first calls grow the heap by the lazy tensors Lua
-// has not collected yet. A chunk faults once; its blocks go back to the caches, never to the system.
-// (Without MADV_DONTFORK: a forked child may still run finalizers that touch tensor headers.)
+// Small blocks are carved, a batch of a class at a time, from 2 MiB chunks of huge pages (a fault
+// each): a heap grown 4 KiB at a time faults per page, tens of us in a VM, and a compiled function's
+// first calls grow it by the lazy tensors Lua has not collected yet. Chunks are never given back.
 constexpr int kArenaMaxShift = 16;  // classes up to 64 KiB
 struct Arena {
   char* next = nullptr;
@@ -128,6 +126,7 @@ void* carve(Arena&, std::vector<void*>&, int) { return nullptr; }  // blocks sta
 bool in_arena(const Arena&, const void*) { return false; }
 #else
 // One block of class c, with more of the batch pushed to `spare`; null when no chunk can be mapped.
+// (No MADV_DONTFORK, unlike large blocks: a forked child's finalizers may touch tensor headers.)
 void* carve(Arena& a, std::vector<void*>& spare, int c) {
   constexpr size_t kBatchBytes = size_t(64) << 10;  // carved per miss of a class
   const size_t size = size_t(1) << c, n = std::max<size_t>(1, kBatchBytes >> c);

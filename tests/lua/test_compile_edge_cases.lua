@@ -246,10 +246,9 @@ describe("reductions of 0-d tensors", function()
   end)
 end)
 
--- What a compiled call leaves until Lua collects its handles (a lazy header per op, a record of
--- how to recompute the values the graph dropped) comes from the host block caches, carved from
--- huge pages: from malloc's heap it cost a page fault per 4 KiB, and the first calls of a
--- 60-op function were 9x slower than later ones, until the collector's first cycle.
+-- What a compiled call leaves until Lua collects its handles (a lazy header per op, the record
+-- that recomputes dropped values) comes from the host caches' huge pages: from malloc's growing
+-- heap it cost a page fault per 4 KiB, and the first ~70 calls of a 60-op function were 9x slower.
 describe("host memory of the first compiled calls", function()
   it("a 60-op chain keeps nothing from malloc's heap per call", function()
     local ffi = require "ffi"

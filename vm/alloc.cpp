@@ -16,6 +16,16 @@ constexpr int kMinShift = 6, kMaxShift = 20;                      // small class
 constexpr size_t kMaxCachedBytesPerClass = size_t(16) << 20;      // Lua's GC frees in bursts
 constexpr size_t kMaxCachedLargeBytes = size_t(512) << 20;
 
+// Small blocks are carved, a batch of a class at a time, from 2 MiB chunks of huge pages (a fault
+// each): a heap grown 4 KiB at a time faults per page, tens of us in a VM, and a compiled function's
+// first calls grow it by the lazy tensors Lua has not collected yet. Chunks are never given back.
+constexpr int kArenaMaxShift = 16;  // classes up to 64 KiB
+struct Arena {
+  char* next = nullptr;
+  char* end = nullptr;
+  std::vector<uintptr_t> chunks;  // sorted starts
+};
+
 // Large blocks are cached too: a fresh multi-megabyte block from the system costs a page fault
 // per 4 KiB on first touch, as much as a memory-bound op itself. Sizes are rounded up to 1/8
 // of their power of two so that blocks of similar size are reused.
@@ -24,6 +34,7 @@ struct Cache {
   std::vector<void*> small[kMaxShift + 1];
   std::multimap<size_t, void*> large;
   size_t large_bytes = 0;
+  Arena arena;
 };
 Cache& cache() {
   static Cache* c = new Cache;  // never destroyed: tensors may be freed during exit
@@ -90,7 +101,7 @@ constexpr size_t kHuge = size_t(2) << 20;
 void* large_map(size_t n) { return std::aligned_alloc(64, n); }
 void large_unmap(void* p, size_t) { std::free(p); }
 #else
-void* large_map(size_t n) {
+void* map_aligned(size_t n) {
   size_t align = n >= kHuge ? kHuge : 4096;
   size_t span = n + align - 4096;
   void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -99,11 +110,42 @@ void* large_map(size_t n) {
   if (start > lo) munmap(raw, start - lo);
   if (lo + span > start + n) munmap(reinterpret_cast<void*>(start + n), lo + span - (start + n));
   void* p = reinterpret_cast<void*>(start);
-  madvise(p, n, MADV_DONTFORK);
   if (n >= kHuge) madvise(p, n, MADV_HUGEPAGE);
   return p;
 }
+void* large_map(size_t n) {
+  void* p = map_aligned(n);
+  if (p) madvise(p, n, MADV_DONTFORK);
+  return p;
+}
 void large_unmap(void* p, size_t n) { munmap(p, n); }
+#endif
+
+#if defined(CR_ASAN)
+void* carve(Arena&, std::vector<void*>&, int) { return nullptr; }  // blocks stay malloc'd, watched
+bool in_arena(const Arena&, const void*) { return false; }
+#else
+// One block of class c, with more of the batch pushed to `spare`; null when no chunk can be mapped.
+// (No MADV_DONTFORK, unlike large blocks: a forked child's finalizers may touch tensor headers.)
+void* carve(Arena& a, std::vector<void*>& spare, int c) {
+  constexpr size_t kBatchBytes = size_t(64) << 10;  // carved per miss of a class
+  const size_t size = size_t(1) << c, n = std::max<size_t>(1, kBatchBytes >> c);
+  if (size_t(a.end - a.next) < n * size) {
+    char* chunk = static_cast<char*>(map_aligned(kHuge));
+    if (!chunk) return nullptr;
+    a.chunks.insert(std::upper_bound(a.chunks.begin(), a.chunks.end(), uintptr_t(chunk)), uintptr_t(chunk));
+    a.next = chunk;
+    a.end = chunk + kHuge;
+  }
+  for (size_t i = 1; i < n; ++i) spare.push_back(a.next + i * size);
+  void* p = a.next;
+  a.next += n * size;
+  return p;
+}
+bool in_arena(const Arena& a, const void* p) {
+  uintptr_t chunk = uintptr_t(p) & ~uintptr_t(kHuge - 1);
+  return std::binary_search(a.chunks.begin(), a.chunks.end(), chunk);
+}
 #endif
 
 }  // namespace
@@ -147,6 +189,8 @@ void* host_alloc(size_t nbytes) {
       k.small[c].pop_back();
       return p;
     }
+    if (c <= kArenaMaxShift)
+      if (void* p = carve(k.arena, k.small[c], c)) return p;
   }
   return std::aligned_alloc(64, size_t(1) << c);
 }
@@ -179,7 +223,7 @@ void host_free(void* p, size_t nbytes) {
   }
   {
     std::lock_guard<std::mutex> g(k.m);
-    if ((k.small[c].size() + 1) << c <= kMaxCachedBytesPerClass) {
+    if ((k.small[c].size() + 1) << c <= kMaxCachedBytesPerClass || in_arena(k.arena, p)) {
       k.small[c].push_back(p);
       return;
     }
@@ -187,22 +231,31 @@ void host_free(void* p, size_t nbytes) {
   std::free(p);
 }
 
+// (Blocks of the arena's chunks stay cached: a chunk goes back only with all of its blocks.)
 void host_cache_clear() {
   Cache& k = cache();
   std::lock_guard<std::mutex> g(k.m);
-  if (Front* fr = front()) {
-    for (auto& v : fr->blocks) {
-      for (void* p : v) std::free(p);
-      v.clear();
-    }
-  }
-  for (auto& v : k.small) {
-    for (void* p : v) std::free(p);
-    v.clear();
-  }
+  auto clear = [&](std::vector<void*>& v) {
+    std::erase_if(v, [&](void* p) { return in_arena(k.arena, p) ? false : (std::free(p), true); });
+  };
+  if (Front* fr = front())
+    for (auto& v : fr->blocks) clear(v);
+  for (auto& v : k.small) clear(v);
   for (auto& [n, p] : k.large) large_unmap(p, n);
   k.large.clear();
   k.large_bytes = 0;
+}
+
+bool host_chunks_own(const void* p) {
+  Cache& k = cache();
+  std::lock_guard<std::mutex> g(k.m);
+  return in_arena(k.arena, p);
+}
+
+size_t host_chunk_bytes() {
+  Cache& k = cache();
+  std::lock_guard<std::mutex> g(k.m);
+  return k.arena.chunks.size() * kHuge;
 }
 
 }  // namespace cr

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "vm/alloc.hpp"
 #include "vm/graph/segment.hpp"
 
 namespace cr::graph {
@@ -13,16 +14,18 @@ using guards::Leaf;
 // How a value a segment did not produce can still be computed: the segment's recorded graph and
 // its inputs, with the storage versions they had (an in-place write since then makes it
 // impossible, and is reported rather than computed wrongly).
+// (Records live until Lua collects their tensors: host_alloc's memory, see HostAllocator.)
+template <class T> using HostVector = std::vector<T, HostAllocator<T>>;
 struct ExecRecord {
   bool external = false;     // an input wraps host memory (from_blob): writes to it are unseen
   std::shared_ptr<Graph> raw;
-  std::vector<Tensor> vals;  // inputs, by vid
-  std::vector<double> numbers;  // the call's numbers that vary (Segment::numbers)
-  std::vector<std::pair<Tensor, uint32_t>> versions;
+  HostVector<Tensor> vals;  // inputs, by vid
+  HostVector<double> numbers;  // the call's numbers that vary (Segment::numbers)
+  HostVector<std::pair<Tensor, uint32_t>> versions;
   std::weak_ptr<Leaf> leaf;  // the segment variant the values came from
   // One slot per waiting tensor, reserved once (the tensors point at their slots). The record
   // keeps itself alive (`self`) until the last of them leaves.
-  std::vector<LazyInfo> slots;
+  HostVector<LazyInfo> slots;
   size_t waiting = 0;
   std::shared_ptr<ExecRecord> self;
   ~ExecRecord() {
@@ -61,7 +64,7 @@ void recompute(Context& ctx, cr_tensor* t, ExecRecord& r, int32_t vid) {
   Graph g = prune_for(*r.raw, vid);
   for (const Node& n : g.nodes)  // compile() keeps every value a write reaches: none is left
     if (n.inplace()) fail(cat("internal: recomputing value %", vid, " would repeat an in-place write"));
-  std::vector<Tensor> vals = r.vals;
+  std::vector<Tensor> vals(r.vals.begin(), r.vals.end());
   run_eager(g, ctx, vals, r.numbers.empty() ? nullptr : r.numbers.data());
   Tensor::attach(t, vals[size_t(vid)]);
 }
@@ -139,12 +142,12 @@ void note_escape(Leaf& leaf, int32_t vid, const char* how) {
 
 std::shared_ptr<ExecRecord> wait_on_record(Leaf& leaf, const std::shared_ptr<Leaf>& owner, const Segment& s,
                                            const std::vector<std::pair<cr_tensor*, int32_t>>& waiting) {
-  auto rec = std::make_shared<ExecRecord>();
+  auto rec = std::allocate_shared<ExecRecord>(HostAllocator<ExecRecord>());
   if (!leaf.raw) leaf.raw = guards::build_graph(leaf);
   // dynamic: the graph with this call's sizes and integers
   rec->raw = !leaf.dynamic ? leaf.raw : s.instance_raw ? s.instance_raw : instance_of(*leaf.raw, s);
   rec->leaf = owner;
-  rec->numbers = s.numbers;
+  rec->numbers.assign(s.numbers.begin(), s.numbers.end());
   rec->vals.resize(s.vals.size());
   for (int32_t in : leaf.raw->inputs) {
     Storage* st = s.vals[size_t(in)].storage();

@@ -223,19 +223,22 @@ describe("CUDA selections", function()
       local v = values({ 4, 5 }, dt)
       local d1, d2, d3 = T.tensor({ 1, 1, 2, 1, 6 }), T.tensor({ 3, 3, 3, 3, 7 }), T.tensor({ 5, 5, 5, 5, 1 })
       local dv = (dt == "bool") and T.rand(5):lt(0.5) or T.randint(-3, 4, { 5 }):to(dt)  -- (exact sums)
+      -- values on the written tensor's device (PyTorch takes a CPU value only when 0-d); the
+      -- positions may stay on the CPU
+      local function on(a, t) return t:to(a.device) end
       local cases = {
-        { "unique positions", function(a) return a:index_put_({ rows, cols }, v) end },
-        { "int32 indices", function(a) return a:index_put_({ rows:int(), cols:int() }, v) end },
+        { "unique positions", function(a) return a:index_put_({ rows, cols }, on(a, v)) end },
+        { "int32 indices", function(a) return a:index_put_({ rows:int(), cols:int() }, on(a, v)) end },
         { "a number", function(a) return a:index_put_({ rows, cols }, dt == "bool" and true or 2) end },
         { "a 0-d value broadcast", function(a) return a:index_put_({ rows, cols }, v[1][1]) end },
-        { "accumulate duplicates", function(a) return a:index_put_({ d1, d2, d3 }, dv, true) end },
-        { "accumulate rows", function(a) return a:index_put_({ d1, d2 }, values({ 5, 5 }, dt):masked_fill(T.zeros(5, 5, { dtype = "bool" }), 0), true) end },
-        { "dims 1 and 3", function(a) return a:index_put_({ rows, T.all, T.randint(1, 6, { 4 }) }, values({ 4, 7 }, dt)) end },
+        { "accumulate duplicates", function(a) return a:index_put_({ d1, d2, d3 }, on(a, dv), true) end },
+        { "accumulate rows", function(a) return a:index_put_({ d1, d2 }, on(a, values({ 5, 5 }, dt):masked_fill(T.zeros(5, 5, { dtype = "bool" }), 0)), true) end },
+        { "dims 1 and 3", function(a) return a:index_put_({ rows, T.all, T.randint(1, 6, { 4 }) }, on(a, values({ 4, 7 }, dt))) end },
         { "x[mask2d] = v", function(a) local m = T.rand(6, 7):lt(0.5); a[m] = dt == "bool" and false or 3; return a end },
         { "x[mask3d] = v", function(a) local m = T.rand(6, 7, 5):lt(0.5); a[m] = dt == "bool" and true or -1; return a end },
-        { "x[idx] = t", function(a) a[rows] = values({ 4, 7, 5 }, dt); return a end },
-        { "index_put (a copy)", function(a) return a:index_put({ rows, cols }, v) end },
-        { "strided self", function(a) a:transpose(1, 3):index_put_({ T.tensor({ 5, 1 }), T.tensor({ 7, 2 }) }, values({ 2, 6 }, dt)); return a end },
+        { "x[idx] = t", function(a) a[rows] = on(a, values({ 4, 7, 5 }, dt)); return a end },
+        { "index_put (a copy)", function(a) return a:index_put({ rows, cols }, on(a, v)) end },
+        { "strided self", function(a) a:transpose(1, 3):index_put_({ T.tensor({ 5, 1 }), T.tensor({ 7, 2 }) }, on(a, values({ 2, 6 }, dt))); return a end },
       }
       for _, c in ipairs(cases) do
         T.manual_seed(50)

@@ -130,6 +130,10 @@ struct OpDef {
   // bit i: the op writes the tensors of its list argument i in place (the fused optimizer
   // updates): the dispatcher bumps their versions as for an in-place op's self
   uint32_t writes = 0;
+  // Conversions (to, float, cpu, contiguous, ...), which return argument 0 itself when nothing
+  // changes and have no infer: false when the call returns it, else true with the metadata of
+  // the contiguous copy it makes. Read without running the op by graph replay (vm/graph/shapes.cpp).
+  bool (*conversion)(OpCall&, Meta*) = nullptr;
 };
 // def with a loop form of its own (set at registration: `r.add(with_loop(OpDef{...}, LoopForm::Tril))`)
 inline OpDef with_loop(OpDef def, LoopForm form) {

@@ -16,19 +16,6 @@ enum ValueTag : int32_t { kNone = 0, kTensor = 1, kNumber = 2, kBool = 3, kInts 
 
 enum class OpKind : int32_t { Unary, Binary, Ternary, Reduction, View, Join, Index, Linalg, Creation, Convert, Other };
 
-// How the code generators lower an op to loops (jit/lower.cpp). Auto: by its kind (pointwise ops
-// from `expr`, reductions, conversions); the others name a lowering of their own: a selection
-// (where, masked_fill), a triangle of positions (tril, triu), a generator of positions (arange,
-// linspace, eye).
-enum class LoopForm : uint8_t {
-  Auto, Where, MaskedFill, Tril, Triu, Arange, Linspace, Eye, IndexSelect, Gather, Embedding, Rand, Randn, Randint,
-  // pointwise ops with a second form chosen by an argument: pow by a number (multiplications for
-  // small integral exponents), gelu by approximate = "tanh"
-  Pow, Gelu,
-  // reductions and their decompositions (jit/lower_reduce.cpp)
-  Sum, Prod, Mean, Amax, Amin, Max, Min, Argmax, Argmin, Var, Std, Logsumexp, Norm, All, Any, Softmax, LogSoftmax
-};
-
 enum OpFlag : int32_t {
   kReturnsSelf = 1,   // in-place: the Lua wrapper returns its first argument
   kNoMethod = 2,      // only T.op(...), not x:op(...)
@@ -40,6 +27,9 @@ enum OpFlag : int32_t {
   kBoolResult = 128,  // pointwise: a bool result whatever the compute dtype (isnan, eq, logical_and)
   kDeviceAware = 256, // runs on CUDA tensors itself (matmul: cuBLAS); others run on host copies
   kDataSize = 512,    // result sizes depend on the values (nonzero): a graph break when compiled
+  // guard semantics of a trace's number arguments (vm/graph/keys.cpp), which the lowering shares:
+  kCodeNumbers = 1024,  // a number operand picks the code (pow's exponent: x * x for 2): never varies
+  kConditionArg = 2048, // argument 0 is a bool condition (where), no operand of the result type
 };
 
 struct Meta {
@@ -123,7 +113,6 @@ struct OpDef {
   // The argument slot of the op's {device =} option (creation ops), -1 without one; set by
   // Registry::add from the schema.
   int8_t device_arg = -1;
-  LoopForm loop = LoopForm::Auto;
   Derivative grad{};
   CastPolicy cast = CastPolicy::None;      // under CUDA autocast
   CastPolicy cast_cpu = CastPolicy::None;  // under CPU autocast (PyTorch's CPU lists are shorter)
@@ -135,11 +124,6 @@ struct OpDef {
   // the contiguous copy it makes. Read without running the op by graph replay (vm/graph/shapes.cpp).
   bool (*conversion)(OpCall&, Meta*) = nullptr;
 };
-// def with a loop form of its own (set at registration: `r.add(with_loop(OpDef{...}, LoopForm::Tril))`)
-inline OpDef with_loop(OpDef def, LoopForm form) {
-  def.loop = form;
-  return def;
-}
 
 class Registry {
  public:

@@ -11,22 +11,29 @@
 
 namespace cr {
 
-// Argument tags of cr_value (mirrored in stdlib/binding.lua).
-enum ValueTag : int32_t { kNone = 0, kTensor = 1, kNumber = 2, kBool = 3, kInts = 4, kTensors = 5, kString = 6, kDoubles = 7 };
+// Argument tags of cr_value (vm/abi.h's codes, which stdlib/binding.lua reads).
+enum ValueTag : int32_t {
+  kNone = CR_TAG_NONE, kTensor = CR_TAG_TENSOR, kNumber = CR_TAG_NUMBER, kBool = CR_TAG_BOOL, kInts = CR_TAG_INTS,
+  kTensors = CR_TAG_TENSORS, kString = CR_TAG_STRING, kDoubles = CR_TAG_DOUBLES
+};
 
-enum class OpKind : int32_t { Unary, Binary, Ternary, Reduction, View, Join, Index, Linalg, Creation, Convert, Other };
+enum class OpKind : int32_t {  // (vm/abi.h's codes)
+  Unary = CR_KIND_UNARY, Binary = CR_KIND_BINARY, Ternary = CR_KIND_TERNARY, Reduction = CR_KIND_REDUCTION,
+  View = CR_KIND_VIEW, Join = CR_KIND_JOIN, Index = CR_KIND_INDEX, Linalg = CR_KIND_LINALG,
+  Creation = CR_KIND_CREATION, Convert = CR_KIND_CONVERT, Other = CR_KIND_OTHER
+};
 
-enum OpFlag : int32_t {
-  kReturnsSelf = 1,   // in-place: the Lua wrapper returns its first argument
-  kNoMethod = 2,      // only T.op(...), not x:op(...)
-  kNoFunction = 4,    // only x:op(...)
-  kMultiOut = 8,      // returns several tensors as several Lua values
-  kListOut = 16,      // returns a Lua table of tensors (split, chunk)
+enum OpFlag : int32_t {  // (those Lua reads are vm/abi.h's codes)
+  kReturnsSelf = CR_OP_RETURNS_SELF,  // in-place: the Lua wrapper returns its first argument
+  kNoMethod = CR_OP_NO_METHOD,        // only T.op(...), not x:op(...)
+  kNoFunction = CR_OP_NO_FUNCTION,    // only x:op(...)
+  kMultiOut = CR_OP_MULTI_OUT,        // returns several tensors as several Lua values
+  kListOut = CR_OP_LIST_OUT,          // returns a Lua table of tensors (split, chunk)
   kRandom = 32,       // draws from the generator: never folded, merged or dropped by graph passes
   kValueErrors = 64,  // may fail on tensor values (an index out of range), not only on metadata
   kBoolResult = 128,  // pointwise: a bool result whatever the compute dtype (isnan, eq, logical_and)
   kDeviceAware = 256, // runs on CUDA tensors itself (matmul: cuBLAS); others run on host copies
-  kDataSize = 512,    // result sizes depend on the values (nonzero): a graph break when compiled
+  kDataSize = CR_OP_DATA_SIZE,        // result sizes depend on the values (nonzero): a graph break when compiled
   // guard semantics of a trace's number arguments (vm/graph/keys.cpp), which the lowering shares:
   kCodeNumbers = 1024,  // a number operand picks the code (pow's exponent: x * x for 2): never varies
   kConditionArg = 2048, // argument 0 is a bool condition (where), no operand of the result type

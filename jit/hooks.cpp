@@ -2,10 +2,12 @@
 
 #include "jit/cuda/eager.hpp"
 #include "jit/jit.hpp"
+#include "jit/lower.hpp"
 
 namespace cr::jit {
 
 void install_hooks(Hooks& h) {
+  Lowerings::get();  // the lowering table is checked as it is built: a bad entry fails at start
   h.cuda_run_op = cuda::run_op;
   h.cuda_copy = cuda::copy_on_device;
   h.cuda_cubin = [](Context& ctx, const std::string& source, const std::string& name, const std::string& arch) {

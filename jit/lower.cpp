@@ -2,11 +2,14 @@
 // expression per element: the registry's scalar expression when it is plain arithmetic (emitted
 // inline by the backends), else a call of the op's block function (the eager kernel's own
 // arithmetic, vectorised over a block). Views become index maps over their root's storage.
-// Reductions and their decompositions are in lower_reduce.cpp. Anything else is an Extern step
-// run by the eager kernels inside the compiled graph, with the reason kept for the fusion log.
+// Each op's lowering comes from the table (Lowerings, built here from each lowering file's
+// registrations): positional ops are in lower_ops.cpp, reductions in lower_reduce.cpp. An op
+// without one is an Extern step run by the eager kernels inside the compiled graph, with the
+// reason kept for the fusion log.
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <string_view>
 
 #include "jit/lower.hpp"
 #include "vm/kernels/scalar_math.hpp"
@@ -294,377 +297,202 @@ struct ExprParser {
 
 }  // namespace
 
+
 // ---- graph nodes ----------------------------------------------------------------------------
+
+int32_t NodeLowering::optional_operand(Body& b, int i, const Shape& shape, DType compute) {
+  return size_t(i) < n.args.size() && n.args[size_t(i)].tag != kNone ? operand(b, i, shape, compute) : -1;
+}
+
+int32_t NodeLowering::operand(Body& b, int i, const Shape& shape, DType compute) {
+  const graph::Arg& a = n.args[size_t(i)];
+  if (a.tag == kNumber && a.varying >= 0 && !literal_numbers) {  // a number that varies (graph::Arg::varying)
+    Expr e{EOp::Number, DType::f64};
+    e.site = int32_t(L.lg.numbers.size());
+    L.lg.numbers.push_back({index, int32_t(i)});
+    return Lowerer::cast(b, b.add(std::move(e)), compute);  // (rounded as eager rounds the scalar)
+  }
+  if (a.tag != kTensor) return Lowerer::constant(b, a.num, compute);
+  int32_t lv = L.of(a.value);
+  return Lowerer::cast(b, Lowerer::load_broadcast(b, L.val(lv), lv, shape), compute);
+}
+
+bool NodeLowering::define(LoopValue v) {
+  L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
+  return true;
+}
+
+LoopValue NodeLowering::pointwise_value() const {
+  const graph::ValueMeta& m = out().meta;
+  LoopValue v{LKind::Pointwise, n.outs[0], graph::concrete(m.sizes), m.dtype};
+  v.graph_node = index;
+  return v;
+}
 
 namespace {
 
-struct NodeLowering {
-  Lowerer& L;
-  const graph::Node& n;
-  int32_t index;
-  std::string why;  // set when the node has no loop lowering
-  // pow's exponent picks its code (sm::pow_form: x * x for 2...): a literal even where it varies
-  // (an eager op's one-node graph marks every number: its program then serves that value only)
-  bool literal_numbers = false;
+// Operand i for the registry's result-type rule: a tensor value or a Lua number / boolean.
+OperandType desc(const NodeLowering& nl, int i) {
+  const graph::Arg& a = nl.n.args[size_t(i)];
+  if (a.tag != kTensor) return {OperandClass::Scalar, scalar_dtype(a.num, a.tag == kBool)};
+  const graph::ValueMeta& m = nl.meta_of(a);
+  return {m.sizes.empty() ? OperandClass::ZeroDim : OperandClass::Dimensioned, m.dtype};
+}
 
-  const graph::Value& out() const { return L.g.values[size_t(n.outs[0])]; }
+// x ^ e as eager computes it (sm::pow_form); -1 for a generic exponent
+int32_t pow_scalar(Body& b, int32_t x, double e, DType d) {
+  auto mul = [&](int32_t p, int32_t q) { return Lowerer::arith(b, "*", p, q, d); };
+  auto inv = [&](int32_t p) { return Lowerer::arith(b, "/", Lowerer::constant(b, 1, d), p, d); };
+  switch (sm::pow_form(e)) {
+    case sm::PowForm::Identity: return x;
+    case sm::PowForm::Square: return mul(x, x);
+    case sm::PowForm::Cube: return mul(mul(x, x), x);
+    case sm::PowForm::Sqrt: return Lowerer::call(b, "sqrt", x, -1, d);
+    case sm::PowForm::Rsqrt: return Lowerer::call(b, "rsqrt", x, -1, d);
+    case sm::PowForm::Reciprocal: return inv(x);
+    case sm::PowForm::InvSquare: return inv(mul(x, x));
+    case sm::PowForm::Generic: break;
+  }
+  return -1;
+}
 
-  bool reject(std::string reason) {
-    why = std::move(reason);
-    return false;
-  }
+// The pointwise lowering's forms: the registry's scalar expression, and the ops with a second
+// form chosen by an argument: pow by a number (multiplications for small integral exponents),
+// gelu by approximate = "tanh".
+enum Pointwise : int { kExpr, kPow, kGelu };
 
-  // Operand i for the registry's result-type rule: a tensor value or a Lua number / boolean.
-  OperandType desc(int i) const {
-    const graph::Arg& a = n.args[size_t(i)];
-    if (a.tag != kTensor) return {OperandClass::Scalar, scalar_dtype(a.num, a.tag == kBool)};
-    const graph::ValueMeta& m = L.g.values[size_t(a.value)].meta;
-    return {m.sizes.empty() ? OperandClass::ZeroDim : OperandClass::Dimensioned, m.dtype};
-  }
-  // operand i, or -1 when the op's optional argument i is absent (clamp's bounds)
-  int32_t optional_operand(Body& b, int i, const Shape& shape, DType compute) {
-    return size_t(i) < n.args.size() && n.args[size_t(i)].tag != kNone ? operand(b, i, shape, compute) : -1;
-  }
-  int32_t operand(Body& b, int i, const Shape& shape, DType compute) {
-    const graph::Arg& a = n.args[size_t(i)];
-    if (a.tag == kNumber && a.varying >= 0 && !literal_numbers) {  // a number that varies (graph::Arg::varying)
-      Expr e{EOp::Number, DType::f64};
-      e.site = int32_t(L.lg.numbers.size());
-      L.lg.numbers.push_back({index, int32_t(i)});
-      return Lowerer::cast(b, b.add(std::move(e)), compute);  // (rounded as eager rounds the scalar)
+// The dtype a pointwise node computes in (its operands' result type; float32 for 16-bit ones).
+DType pointwise_compute(const NodeLowering& nl, int nin) {
+  const graph::ValueMeta& m = nl.out().meta;
+  std::vector<OperandType> ops;
+  for (int i = 0; i < nin && i < int(nl.n.args.size()); ++i) ops.push_back(desc(nl, i));
+  DType compute = m.dtype;
+  if (m.dtype == DType::b8) compute = nin == 1 ? ops[0].dtype : result_type(ops);
+  if (nl.n.def().kind == OpKind::Unary && is_floating(m.dtype)) compute = m.dtype;
+  return compute_dtype(compute);  // float16 / bfloat16: float32, rounded once when stored
+}
+
+// Unary, binary and ternary ops from their scalar expression (OpDef::expr): inline arithmetic,
+// else a call of the op's block function.
+bool pointwise(NodeLowering& nl, int form) {
+  const graph::Node& n = nl.n;
+  const OpDef& def = n.def();
+  const graph::ValueMeta& m = nl.out().meta;
+  const int nin = def.kind == OpKind::Unary ? 1 : def.kind == OpKind::Binary ? 2 : 3;
+  for (int i = 0; i < nin && i < int(n.args.size()); ++i)
+    if (n.args[size_t(i)].tag == kTensor && !loop_dtype(nl.meta_of(n.args[size_t(i)]).dtype, nl.L.device()))
+      return nl.reject("a float16 / bfloat16 operand");
+  if (!def.expr) return nl.reject("no scalar expression");
+  const DType compute = pointwise_compute(nl, nin);
+  if (!is_floating(compute) && (def.flags & kValueErrors))
+    return nl.reject("its integer form checks the values (division by zero, negative powers)");
+  LoopValue v = nl.pointwise_value();
+  const Shape& shape = v.sizes;
+  Body& b = v.body;
+  nl.literal_numbers = (def.flags & kCodeNumbers) != 0;
+  int32_t x = nl.operand(b, 0, shape, compute);
+  int32_t root = -1;
+  if (form == kPow && is_floating(compute) && n.args[1].tag == kNumber) root = pow_scalar(b, x, n.args[1].num, compute);
+  if (root < 0) {
+    int32_t y = nin >= 2 ? nl.optional_operand(b, 1, shape, compute) : -1;
+    int32_t z = nin == 3 ? nl.optional_operand(b, 2, shape, compute) : -1;
+    // a number after the operands scales the second one (add / sub alpha, addcmul's value)
+    if (const graph::Arg* s = n.args.size() > size_t(nin) ? &n.args[size_t(nin)] : nullptr;
+        s && s->is_number() && (s->num != 1.0 || s->varying >= 0) && y >= 0)
+      y = Lowerer::arith(b, "*", y, nl.operand(b, nin, shape, compute), compute);
+    ExprParser p{def.expr, b, x, y, compute, z};
+    root = p.parse_ternary();
+    p.skip();
+    if (!p.ok || *p.s) {  // not inline arithmetic: a call
+      if (compute == DType::b8 && std::string_view(def.name) != "logical_not") return nl.reject("bool inputs of a function");
+      bool tanh = form == kGelu && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh";
+      if (nin == 3) return nl.reject("its scalar expression has no inline form");
+      root = Lowerer::call(b, tanh ? "gelu_tanh" : def.name, x, y, compute);
+      if (root < 0) return nl.reject(cat("no block function for ", dtype_name(compute)));
     }
-    if (a.tag != kTensor) return Lowerer::constant(b, a.num, compute);
-    int32_t lv = L.of(a.value);
-    return Lowerer::cast(b, Lowerer::load_broadcast(b, L.val(lv), lv, shape), compute);
+    // bool arithmetic (add / mul of masks) computes in int and stores != 0, as eager does
+    if (compute == DType::b8 && b.exprs[size_t(root)].dtype != DType::b8) root = Lowerer::cast(b, root, DType::b8);
   }
+  b.root = Lowerer::cast(b, root, m.dtype);
+  return nl.define(std::move(v));
+}
 
-  // x ^ e as eager computes it (sm::pow_form); -1 for a generic exponent
-  static int32_t pow_scalar(Body& b, int32_t x, double e, DType d) {
-    auto mul = [&](int32_t p, int32_t q) { return Lowerer::arith(b, "*", p, q, d); };
-    auto inv = [&](int32_t p) { return Lowerer::arith(b, "/", Lowerer::constant(b, 1, d), p, d); };
-    switch (sm::pow_form(e)) {
-      case sm::PowForm::Identity: return x;
-      case sm::PowForm::Square: return mul(x, x);
-      case sm::PowForm::Cube: return mul(mul(x, x), x);
-      case sm::PowForm::Sqrt: return Lowerer::call(b, "sqrt", x, -1, d);
-      case sm::PowForm::Rsqrt: return Lowerer::call(b, "rsqrt", x, -1, d);
-      case sm::PowForm::Reciprocal: return inv(x);
-      case sm::PowForm::InvSquare: return inv(mul(x, x));
-      case sm::PowForm::Generic: break;
-    }
-    return -1;
-  }
+// where(condition, x, y): a select in the result's dtype.
+bool where(NodeLowering& nl, int) {
+  for (int i = 0; i < 3 && i < int(nl.n.args.size()); ++i)
+    if (nl.n.args[size_t(i)].tag == kTensor && !loop_dtype(nl.meta_of(nl.n.args[size_t(i)]).dtype, nl.L.device()))
+      return nl.reject("a float16 / bfloat16 operand");
+  LoopValue v = nl.pointwise_value();
+  Body& b = v.body;
+  const DType cd = compute_dtype(v.dtype);
+  int32_t c = nl.operand(b, 0, v.sizes, DType::b8);
+  int32_t root = b.add(Expr{EOp::Select, cd, c, nl.operand(b, 1, v.sizes, cd), nl.operand(b, 2, v.sizes, cd)});
+  b.root = Lowerer::cast(b, root, v.dtype);
+  return nl.define(std::move(v));
+}
 
-  bool pointwise() {
-    const OpDef& def = n.def();
-    const graph::ValueMeta& m = out().meta;
-    Shape shape = graph::concrete(m.sizes);
-    std::string name = def.name;
-    int nin = def.kind == OpKind::Unary ? 1 : def.kind == OpKind::Binary ? 2 : 3;
-    for (int i = 0; i < nin && i < int(n.args.size()); ++i)
-      if (n.args[size_t(i)].tag == kTensor && !loop_dtype(L.g.values[size_t(n.args[size_t(i)].value)].meta.dtype, L.device()))
-        return reject("a float16 / bfloat16 operand");
-    std::vector<OperandType> ops;
-    for (int i = 0; i < nin && i < int(n.args.size()); ++i) ops.push_back(desc(i));
-    DType compute = m.dtype;
-    if (m.dtype == DType::b8) compute = nin == 1 ? ops[0].dtype : result_type(ops);
-    if (def.kind == OpKind::Unary && is_floating(m.dtype)) compute = m.dtype;
-    compute = compute_dtype(compute);  // float16 / bfloat16: float32, rounded once when stored
+// float() / long() / to(dtype) / clone() / contiguous(): an element-wise copy with a cast.
+bool convert(NodeLowering& nl, int) {
+  const graph::Arg& a = nl.n.args[0];
+  if (a.tag != kTensor) return nl.reject("no tensor");
+  const graph::ValueMeta& m = nl.out().meta, &in = nl.meta_of(a);
+  if (!(m.device == in.device)) return nl.reject("a device transfer");
+  if (!loop_dtype(m.dtype, nl.L.device()) || !loop_dtype(in.dtype, nl.L.device())) return nl.reject("a float16 / bfloat16 conversion");
+  LoopValue v = nl.pointwise_value();
+  if (v.sizes != graph::concrete(in.sizes)) return nl.reject("a shape change");
+  int32_t lv = nl.L.of(a.value);
+  v.body.root = Lowerer::cast(v.body, Lowerer::load_broadcast(v.body, nl.L.val(lv), lv, v.sizes), m.dtype);
+  return nl.define(std::move(v));
+}
 
-    LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
-    v.graph_node = index;
-    Body& b = v.body;
-    int32_t root = -1;
-    if (def.loop == LoopForm::Where) {
-      int32_t c = operand(b, 0, shape, DType::b8);
-      const DType cd = compute_dtype(m.dtype);
-      root = b.add(Expr{EOp::Select, cd, c, operand(b, 1, shape, cd), operand(b, 2, shape, cd)});
-    } else if (def.expr) {
-      if (!is_floating(compute) && (def.flags & kValueErrors))
-        return reject("its integer form checks the values (division by zero, negative powers)");
-      literal_numbers = def.loop == LoopForm::Pow;
-      int32_t x = operand(b, 0, shape, compute);
-      if (def.loop == LoopForm::Pow && is_floating(compute) && n.args[1].tag == kNumber)
-        root = pow_scalar(b, x, n.args[1].num, compute);
-      if (root >= 0) {
-        b.root = Lowerer::cast(b, root, m.dtype);
-        L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
-        return true;
-      }
-      int32_t y = nin >= 2 ? optional_operand(b, 1, shape, compute) : -1;
-      int32_t z = nin == 3 ? optional_operand(b, 2, shape, compute) : -1;
-      // a number after the operands scales the second one (add / sub alpha, addcmul's value)
-      if (const graph::Arg* s = n.args.size() > size_t(nin) ? &n.args[size_t(nin)] : nullptr;
-          s && s->is_number() && (s->num != 1.0 || s->varying >= 0) && y >= 0)
-        y = Lowerer::arith(b, "*", y, operand(b, nin, shape, compute), compute);
-      ExprParser p{def.expr, b, x, y, compute, z};
-      root = p.parse_ternary();
-      p.skip();
-      bool is_call = !p.ok || *p.s;
-      if (is_call) {
-        if (compute == DType::b8 && name != "logical_not") return reject("bool inputs of a function");
-        bool tanh = def.loop == LoopForm::Gelu && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh";
-        if (nin == 3) return reject("its scalar expression has no inline form");
-        root = Lowerer::call(b, tanh ? "gelu_tanh" : def.name, x, y, compute);
-        if (root < 0) return reject(cat("no block function for ", dtype_name(compute)));
-      }
-      // bool arithmetic (add / mul of masks) computes in int and stores != 0, as eager does
-      if (compute == DType::b8 && b.exprs[size_t(root)].dtype != DType::b8) root = Lowerer::cast(b, root, DType::b8);
-    } else {
-      return reject("no scalar expression");
-    }
-    b.root = Lowerer::cast(b, root, m.dtype);
-    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
-    return true;
-  }
-
-  // masked_fill(x, mask, value) = where(mask, value, x), the value converted to x's dtype first as
-  // eager does. A fractional value into an integer tensor stays eager (its conversion checks).
-  bool masked_fill() {
-    const graph::ValueMeta& m = out().meta;
-    const graph::Arg& v = n.args[2];
-    const bool float_value = v.tag == kTensor ? is_floating(L.g.values[size_t(v.value)].meta.dtype) : v.num != std::floor(v.num);
-    if (!is_floating(m.dtype) && float_value) return reject("a float value into an integer tensor");
-    if (m.dtype == DType::b8 && v.tag != kTensor && v.num != 0 && v.num != 1) return reject("a bool tensor filled with a number");
-    Shape shape = graph::concrete(m.sizes);
-    LoopValue lv{LKind::Pointwise, n.outs[0], shape, m.dtype};
-    lv.graph_node = index;
-    Body& b = lv.body;
-    const DType cd = compute_dtype(m.dtype);
-    int32_t value = Lowerer::cast(b, operand(b, 2, shape, m.dtype), cd);
-    b.root = Lowerer::cast(b, b.add(Expr{EOp::Select, cd, operand(b, 1, shape, DType::b8), value, operand(b, 0, shape, cd)}), m.dtype);
-    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(lv));
-    return true;
-  }
-
-  // tril / triu: x where the element's column minus its row is <= k (tril) or >= k (triu), else
-  // 0, as eager zeroes the other triangle (vm/ops/linalg.cpp run_tri); the op checked ndim >= 2.
-  bool triangle(bool lower) {
-    const graph::ValueMeta& m = out().meta;
-    if (n.args[0].tag != kTensor) return reject("no tensor");
-    Shape shape = graph::concrete(m.sizes);
-    const size_t row = shape.size() - 2, col = shape.size() - 1;
-    const double k = n.args.size() > 1 && n.args[1].is_number() ? n.args[1].num : 0;
-    LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
-    v.graph_node = index;
-    Body& b = v.body;
-    Affine diagonal = Affine::var(col);
-    diagonal.add(row, -1);
-    int32_t keep = Lowerer::arith(b, lower ? "<=" : ">=", Lowerer::index(b, diagonal, DType::i64),
-                                  Lowerer::constant(b, k, DType::i64), DType::b8);
-    const DType cd = compute_dtype(m.dtype);
-    int32_t kept = b.add(Expr{EOp::Select, cd, keep, operand(b, 0, shape, cd), Lowerer::constant(b, 0, cd)});
-    b.root = Lowerer::cast(b, kept, m.dtype);
-    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
-    return true;
-  }
-
-  // arange / linspace / eye: values of their position, computed as the eager kernels compute them
-  // (vm/ops/creation.cpp: in float64, then stored in the dtype). The op checked the arguments.
-  bool generator(LoopForm form) {
-    const graph::ValueMeta& m = out().meta;
-    if (m.dtype == DType::f16 || m.dtype == DType::bf16) return reject("a float16 / bfloat16 result");
-    Shape shape = graph::concrete(m.sizes);
-    LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
-    v.graph_node = index;
-    Body& b = v.body;
-    const DType f64 = DType::f64;
-    auto num = [&](size_t i, double otherwise) { return i < n.args.size() && n.args[i].is_number() ? n.args[i].num : otherwise; };
-    auto at = [&](size_t d) { return Lowerer::index(b, Affine::var(d), DType::i64); };
-    auto c = [&](double x, DType d) { return Lowerer::constant(b, x, d); };
-    int32_t root;
-    if (form == LoopForm::Eye) {  // 1 on the diagonal
-      root = Lowerer::cast(b, Lowerer::arith(b, "==", at(0), at(1), DType::b8), m.dtype);
-    } else if (form == LoopForm::Arange) {  // start + i * step
-      const bool bounds = n.args.size() > 1 && n.args[1].is_number();  // arange(start, stop[, step]) / arange(stop)
-      double start = bounds ? num(0, 0) : 0, step = num(2, 1);
-      if (!is_floating(m.dtype)) start = std::trunc(start), step = std::trunc(step);  // (as run_arange)
-      root = Lowerer::arith(b, "+", c(start, f64), Lowerer::arith(b, "*", Lowerer::cast(b, at(0), f64), c(step, f64), f64), f64);
-    } else {  // linspace: symmetric from both ends, so that the last point is exactly the end
-      const double a = num(0, 0), e = num(1, 0);
-      const int64_t steps = shape[0];
-      const double step = steps > 1 ? (e - a) / double(steps - 1) : 0;
-      if (steps == 1) {
-        root = c(a, f64);
-      } else {
-        int32_t i = at(0);
-        int32_t head = Lowerer::arith(b, "+", c(a, f64), Lowerer::arith(b, "*", c(step, f64), Lowerer::cast(b, i, f64), f64), f64);
-        int32_t back = Lowerer::cast(b, Lowerer::arith(b, "-", c(double(steps - 1), DType::i64), i, DType::i64), f64);
-        int32_t tail = Lowerer::arith(b, "-", c(e, f64), Lowerer::arith(b, "*", c(step, f64), back, f64), f64);
-        root = b.add(Expr{EOp::Select, f64, Lowerer::arith(b, "<", i, c(double(steps / 2), DType::i64), DType::b8), head, tail});
-      }
-    }
-    b.root = Lowerer::cast(b, root, m.dtype);
-    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
-    return true;
-  }
-
-  // index_select(x, dim, index) / gather(x, dim, index) / embedding(index, weight): x read at a
-  // position along one dim that is data (a gather Load, jit/loop_ir.hpp), 1-based, checked by
-  // the kernel against the dim's size. index_select's index runs along the result's dim d;
-  // gather's has the result's shape; embedding's (any shape) picks rows of {n, D} weights.
-  bool gather(LoopForm form) {
-    const bool embed = form == LoopForm::Embedding;
-    const graph::Arg &xa = n.args[embed ? 1 : 0], &ia = n.args[embed ? 0 : 2];
-    if (xa.tag != kTensor || ia.tag != kTensor) return reject("no tensor");
-    const graph::ValueMeta& xm = L.g.values[size_t(xa.value)].meta;
-    const graph::ValueMeta& im = L.g.values[size_t(ia.value)].meta;
-    if (xm.sizes.empty() || !is_integral(im.dtype)) return reject("a 0-d input or a non-integer index");
-    if (!loop_dtype(xm.dtype, L.device())) return reject("a float16 / bfloat16 input");
-    const Shape xs = graph::concrete(xm.sizes), is = graph::concrete(im.sizes);
-    const int d = embed ? 0 : normalize_dim(int64_t(n.args[1].num), int(xs.size()));
-    const graph::ValueMeta& m = out().meta;
-    Shape shape = graph::concrete(m.sizes);
-    int64_t numel = 1;
-    for (int64_t sz : shape) numel *= sz;
-    // no valid position and something to read: eager raises it before any kernel runs
-    if (xs[size_t(d)] == 0 && numel > 0) return reject("an empty dim to gather from");
-    LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
-    v.graph_node = index;
-    Body& b = v.body;
-    const size_t nd = shape.size();
-    // the index's dims over the result's variables: index_select's runs along dim d; gather's
-    // and embedding's are the result's leading dims
-    std::vector<int> ivars(is.size(), -1);
-    for (size_t k = 0; k < is.size(); ++k) ivars[k] = form == LoopForm::IndexSelect ? d : int(k);
-    int32_t il = L.of(ia.value);
-    int32_t at = Lowerer::cast(b, Lowerer::load_at(b, L.val(il), il, ivars), DType::i64);
-    Expr e{EOp::Load, xm.dtype};
-    e.value = L.of(xa.value);
-    e.a = at;
-    e.dim = d;
-    e.limit = xs[size_t(d)];
-    e.site = int32_t(L.lg.sites.size());
-    for (size_t k = 0; k < xs.size(); ++k)
-      e.index.push_back(int(k) == d ? Affine{} : Affine::var(embed ? nd - 1 : k));
-    L.lg.sites.push_back({n.where, n.def().name, embed ? cat("a weight of ", xs[0], " rows") : cat("dim ", d + 1, " of size ", xs[size_t(d)])});
-    b.root = Lowerer::cast(b, b.add(std::move(e)), m.dtype);
-    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
-    return true;
-  }
-
-  // rand / randn / randint(lo, hi): element i (row-major) is draw(offset + i, seed), as the eager
-  // kernels draw it (vm/ops/creation.cpp run_random), with the seed and offset run values
-  // (EOp::Runtime) that the program takes from the generator at each run. randint is lo +
-  // bits % (hi - lo); eager goes through a double, so only ranges whose values are exact in one
-  // lower (|lo| + span <= 2^53; the others draw on the eager kernels).
-  bool random(LoopForm form) {
-    const graph::ValueMeta& m = out().meta;
-    const bool integers = form == LoopForm::Randint;
-    if ((!integers && !is_floating(m.dtype)) || !loop_dtype(m.dtype, L.device())) return reject("not a float32 / float64 result");
-    const double lo = integers ? n.args[0].num : 0, span = integers ? n.args[1].num - n.args[0].num : 0;
-    if (integers && !(std::fabs(lo) + span <= 0x1p53)) return reject("a range beyond 2^53");
-    Shape shape = graph::concrete(m.sizes);
-    LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
-    v.graph_node = index;
-    Body& b = v.body;
-    const int32_t j = int32_t(L.lg.draws.size());
-    int64_t numel = 1;
-    for (int64_t s : shape) numel *= s;
-    L.lg.draws.push_back(numel);
-    Affine flat = contiguous_position(shape);
-    auto word = [&](int32_t w) {
-      Expr e{EOp::Runtime, DType::i64};
-      e.site = w;
-      return b.add(std::move(e));
-    };
-    int32_t counter = Lowerer::arith(b, "+", word(2 * j + 1), Lowerer::index(b, flat, DType::i64), DType::i64);
-    const char* draw = form == LoopForm::Rand ? "philox_uniform" : form == LoopForm::Randn ? "philox_normal" : "philox_bits";
-    int32_t x = Lowerer::call(b, draw, counter, word(2 * j), DType::i64);
-    if (x < 0) return reject("no draw function");
-    if (integers) {
-      const DType i64 = DType::i64;
-      x = Lowerer::arith(b, "+", Lowerer::constant(b, lo, i64), Lowerer::arith(b, "%u", x, Lowerer::constant(b, span, i64), i64), i64);
-    } else {
-      b.exprs[size_t(x)].dtype = DType::f64;  // (int64 counters in, float64 numbers out)
-    }
-    b.root = Lowerer::cast(b, x, m.dtype);
-    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
-    return true;
-  }
-  static Affine contiguous_position(const Shape& shape) {
-    Affine a;
-    int64_t stride = 1;
-    for (size_t d = shape.size(); d-- > 0;) {
-      a.add(d, stride);
-      stride *= shape[d];
-    }
-    return a;
-  }
-
-  // float() / long() / to(dtype) / clone() / contiguous(): an element-wise copy with a cast.
-  bool convert() {
-    if (n.inplace()) return reject("in-place");
-    const graph::Arg& a = n.args[0];
-    if (a.tag != kTensor) return reject("no tensor");
-    const graph::ValueMeta& m = out().meta, &in = L.g.values[size_t(a.value)].meta;
-    if (!(m.device == in.device)) return reject("a device transfer");
-    if (!loop_dtype(m.dtype, L.device()) || !loop_dtype(in.dtype, L.device())) return reject("a float16 / bfloat16 conversion");
-    Shape shape = graph::concrete(m.sizes);
-    if (shape != graph::concrete(in.sizes)) return reject("a shape change");
-    LoopValue v{LKind::Pointwise, n.outs[0], shape, m.dtype};
-    v.graph_node = index;
-    int32_t lv = L.of(a.value);
-    v.body.root = Lowerer::cast(v.body, Lowerer::load_broadcast(v.body, L.val(lv), lv, shape), m.dtype);
-    L.lg.of_graph[size_t(n.outs[0])] = L.add_value(std::move(v));
-    return true;
-  }
-
-  bool lower() {
-    const OpDef& def = n.def();
-    if (n.outs.empty()) return reject("no output");
-    for (int32_t o : n.outs)
-      if (L.g.values[size_t(o)].node != index) return reject("returns its argument");
-    if (n.inplace()) return reject("in-place (writes its argument)");
-    if (n.random() && def.loop != LoopForm::Rand && def.loop != LoopForm::Randn && def.loop != LoopForm::Randint) return reject("random");
-    if (!(out().meta.device == L.g.values.front().meta.device)) return reject("on another device than the graph");
-    if (!loop_dtype(out().meta.dtype, L.device())) return reject("float16 / bfloat16 result");
-    switch (def.loop) {  // a lowering of its own (OpDef::loop), else by the op's kind
-      case LoopForm::MaskedFill: return masked_fill();
-      case LoopForm::Tril:
-      case LoopForm::Triu: return triangle(def.loop == LoopForm::Tril);
-      case LoopForm::Arange:
-      case LoopForm::Linspace:
-      case LoopForm::Eye: return generator(def.loop);
-      case LoopForm::IndexSelect:
-      case LoopForm::Gather:
-      case LoopForm::Embedding: return gather(def.loop);
-      case LoopForm::Rand:
-      case LoopForm::Randn:
-      case LoopForm::Randint: return random(def.loop);
-      case LoopForm::Sum:
-      case LoopForm::Prod:
-      case LoopForm::Mean:
-      case LoopForm::Amax:
-      case LoopForm::Amin:
-      case LoopForm::Max:
-      case LoopForm::Min:
-      case LoopForm::Argmax:
-      case LoopForm::Argmin:
-      case LoopForm::Var:
-      case LoopForm::Std:
-      case LoopForm::Logsumexp:
-      case LoopForm::Norm:
-      case LoopForm::All:
-      case LoopForm::Any:
-      case LoopForm::Softmax:
-      case LoopForm::LogSoftmax: return L.reduction(index, &why);  // (lower_reduce.cpp)
-      case LoopForm::Where:  // (pointwise ops: pointwise() picks the form)
-      case LoopForm::Pow:
-      case LoopForm::Gelu:
-      case LoopForm::Auto: break;
-    }
-    switch (def.kind) {
-      case OpKind::Unary:
-      case OpKind::Binary:
-      case OpKind::Ternary: return pointwise();
-      case OpKind::Convert: return convert();
-      default: return reject(cat("no loop lowering for ", def.name, " (", def.kind == OpKind::Linalg ? "a library call" : "not a loop op", ")"));
-    }
-  }
-};
+// A node of an op: the checks every lowering shares, then the op's lowering.
+bool lower_node(NodeLowering& nl) {
+  const graph::Node& n = nl.n;
+  const OpDef& def = n.def();
+  const Lowering& l = Lowerings::get().of(n.op);
+  if (n.outs.empty()) return nl.reject("no output");
+  for (int32_t o : n.outs)
+    if (nl.L.g.values[size_t(o)].node != nl.index) return nl.reject("returns its argument");
+  if (n.inplace()) return nl.reject("in-place (writes its argument)");
+  if (n.random() && !l.draws) return nl.reject("random");
+  if (!(nl.out().meta.device == nl.L.g.values.front().meta.device)) return nl.reject("on another device than the graph");
+  if (!loop_dtype(nl.out().meta.dtype, nl.L.device())) return nl.reject("float16 / bfloat16 result");
+  if (!l.fn) return nl.reject(cat("no loop lowering for ", def.name, " (", def.kind == OpKind::Linalg ? "a library call" : "not a loop op", ")"));
+  return l.fn(nl, l.form);
+}
 
 }  // namespace
+
+void register_node_lowerings(Lowerings& t) {
+  t.add("where", where);
+  t.add("pow", pointwise, kPow);
+  t.add("gelu", pointwise, kGelu);
+  // the other pointwise ops and the conversions, by their kind
+  const std::vector<OpDef>& ops = Registry::get().ops();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const OpKind k = ops[i].kind;
+    const bool elementwise = k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Ternary;
+    if (!t.lowered(int(i)) && (elementwise || k == OpKind::Convert)) t.add(ops[i].name, elementwise ? pointwise : convert, kExpr);
+  }
+}
+
+Lowerings::Lowerings() : table_(Registry::get().ops().size()) {
+  register_position_lowerings(*this);
+  register_reduction_lowerings(*this);
+  register_node_lowerings(*this);  // (last: it lowers by kind the ops the others did not name)
+}
+
+const Lowerings& Lowerings::get() {
+  static const Lowerings table;
+  return table;
+}
+
+void Lowerings::add(const char* op, LowerFn fn, int form, bool draws) {
+  const int i = Registry::get().index_of(op);
+  if (i < 0) throw Error(cat("the lowering table names ", op, ", which is no registry op"));
+  if (table_[size_t(i)].fn) throw Error(cat("the lowering table lowers ", op, " twice"));
+  table_[size_t(i)] = Lowering{fn, form, draws};
+}
 
 LoopGraph lower(const graph::Graph& g) {
   LoopGraph lg;
@@ -698,7 +526,10 @@ LoopGraph lower(const graph::Graph& g) {
       continue;
     }
     NodeLowering nl{L, n, int32_t(i)};
-    if (nl.lower()) continue;
+    const size_t nvalues = lg.values.size(), nsteps = lg.steps.size();
+    if (lower_node(nl)) continue;
+    lg.values.resize(nvalues);  // (a lowering that failed half-way: undone)
+    lg.steps.resize(nsteps);
     lg.notes.push_back(cat(n.def().name, n.where.empty() ? "" : cat(" (", n.where, ")"), ": extern: ", nl.why));
     lg.steps.push_back(LStep{true, int32_t(i), -1});
     for (int32_t o : n.outs)

@@ -1,5 +1,6 @@
 // Lowering of reductions and of the ops that decompose into reductions: sum, prod, mean,
-// amax / amin, any / all, var / std, logsumexp, norm (p = 2), softmax, log_softmax.
+// amax / amin, any / all, var / std, logsumexp, norm (p = 2), softmax, log_softmax, each
+// registered in the lowering table at the end of this file.
 //
 // A decomposition is written with the same loop values as everything else: intermediate
 // reductions keep their reduced dims (size 1) so full-shape consumers load them broadcast, and the
@@ -271,136 +272,202 @@ bool extreme_position(Decomposition& D, bool max, const graph::Node& n, std::str
   return true;
 }
 
-}  // namespace
+// How a reduction node's arguments read (bits): (x, dims, keepdim, ...) by default; softmax's
+// (x, dim, {dtype}) (kAlong); max / min also return the positions along a dim (kIndices); sum and
+// mean on the CPU leave reductions over outer dims to eager's kernel (kRows: over_outer_dims).
+enum ArgForm : unsigned { kDims = 0, kAlong = 1, kIndices = 2, kRows = 4 };
 
-bool Lowerer::reduction(int32_t node, std::string* why) {
-  const graph::Node& n = g.nodes[size_t(node)];
-  using F = LoopForm;
-  F form = n.def().loop;  // the op's reduction (OpDef::loop)
-  auto reject = [&](std::string r) {
-    *why = std::move(r);
-    return false;
-  };
-  const bool with_indices = (form == F::Max || form == F::Min) && n.outs.size() == 2;  // max(x, dim): values, indices
-  if ((n.outs.size() != 1 && !with_indices) || n.args.empty() || n.args[0].tag != kTensor) return reject("unexpected arguments");
-  const graph::ValueMeta& xm = g.values[size_t(n.args[0].value)].meta;
-  const graph::ValueMeta& om = g.values[size_t(n.outs[0])].meta;
-  if (!loop_dtype(xm.dtype, device())) return reject("a float16 / bfloat16 input");
-  bool along = form == F::Softmax || form == F::LogSoftmax;
-  if (xm.sizes.empty() && along) return reject("a 0-d input");
-  // a 0-d input reduces as a 1-d one of size 1 (its load takes no index): the eager dims 1 / -1
-  Shape in = xm.sizes.empty() ? Shape{1} : graph::concrete(xm.sizes);
-  int ndim = int(in.size());
-  bool ok = true;
-  graph::Arg none;
-  std::vector<char> mask = reduced_dims(n.args.size() > 1 ? n.args[1] : none, ndim, &ok);
-  if (!ok) return reject("unexpected dim argument");
-  if (along && n.args.size() > 2 && n.args[2].tag != kNone) return reject("the dtype option");
-  if ((form == F::Sum || form == F::Mean) && device().is_cpu() && over_outer_dims(in, mask))
-    return reject("a reduction over outer dims only (eager's kernel folds whole rows into the results)");
-  Decomposition D{*this, of(n.args[0].value), in, mask};
-  D.keepdim = !along && !xm.sizes.empty() && n.args.size() > 2 && n.args[2].tag == kBool && n.args[2].num != 0;
-  D.gv_out = n.outs[0];
-  D.node = node;
-  D.out = graph::concrete(om.sizes);
-  for (int d = 0; d < ndim; ++d)
-    if (mask[size_t(d)]) D.count *= D.in[size_t(d)];
-  if (D.count == 0) return reject("an empty reduction");
-  // od: the result's dtype; cd: the one intermediates are computed in (float16 / bfloat16: float32)
-  const DType od = om.dtype, cd = compute_dtype(od), f64 = DType::f64;
-  if (!loop_dtype(od, device())) return reject("a float16 / bfloat16 result");
-
-  if (form == F::Argmax || form == F::Argmin || with_indices) return extreme_position(D, form == F::Argmax || form == F::Max, n, why);
-  if (form == F::Max || form == F::Min) form = form == F::Max ? F::Amax : F::Amin;  // max(x): the largest value
-  if (form == F::Sum || form == F::Prod || form == F::Amax || form == F::Amin) {
-    ReduceKind k = form == F::Sum ? ReduceKind::Sum : form == F::Prod ? ReduceKind::Prod : form == F::Amax ? ReduceKind::Max : ReduceKind::Min;
-    if (!reduce_supported(k, cd)) return reject("no block reduction for this dtype");
-    Body b;
-    // eager converts the input to the output dtype first (a float16 value is then exact in float32)
-    b.root = Lowerer::cast(b, D.input(b, od), cd);
-    D.reduce(std::move(b), k, od, true);
-    return true;
-  }
-  if (form == F::Any || form == F::All) {  // Max / Min of the elements as bools (x != 0: NaN is true)
-    Body b;
-    b.root = D.input(b, DType::b8);
-    D.reduce(std::move(b), form == F::Any ? ReduceKind::Max : ReduceKind::Min, DType::b8, true);
-    return true;
-  }
-  if (!is_floating(od)) return reject("an integer result");
+// A reduction node, its arguments checked: its decomposition and the result's dtypes.
+struct Reduce {
+  NodeLowering& nl;
+  Decomposition& D;
+  DType od, cd;  // the result's dtype; the one intermediates are computed in (16-bit: float32)
+  bool reject(std::string r) { return nl.reject(std::move(r)); }
   // Σ build(body) as a float64 keep-dims intermediate. A float32 body is summed as eager sums
   // float32 (float lanes within a block, float64 across blocks: jit/cpu/helpers.cpp), straight
   // from where it lies; converting every element to float64 first costs a pass of its own.
-  auto sum_of = [&](auto build) {
+  template <class F> int32_t sum_of(F build) {
     Body b;
     b.root = build(b);
-    if (b.exprs[size_t(b.root)].dtype != DType::f32) b.root = cast(b, b.root, f64);
-    return D.reduce(std::move(b), ReduceKind::Sum, f64, false);
-  };
-  size_t nvalues = lg.values.size(), nsteps = lg.steps.size();
-  try {
-    if (form == F::Mean) {
-      int32_t s = sum_of([&](Body& b) { return Lowerer::cast(b, D.input(b, od), cd); });
-      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
-        // (1 / n at run time, as eager folds it: the same bits, and one template for every n)
-        int32_t inv = arith(b, "/", constant(b, 1.0, f64), count(b, D.count), f64);
-        return arith(b, "*", D.load_kept(b, s, vars), inv, f64);
-      });
-    } else if (form == F::Var || form == F::Std) {
-      double correction = n.args.size() > 3 && n.args[3].is_number() ? n.args[3].num : 1.0;
-      if (n.args.size() > 4 && n.args[4].tag == kBool) correction = n.args[4].num != 0 ? 1.0 : 0.0;
-      // n - correction: from the count at run time for the usual corrections (n >= 1 keeps it
-      // non-negative); other corrections fold, clamped at 0 as eager does
-      const bool usual = correction == 0 || correction == 1;
-      auto denom = [&](Body& b) {
-        if (!usual) return constant(b, std::max(0.0, double(D.count) - correction), f64);
-        int32_t c = count(b, D.count);
-        return correction == 0 ? c : arith(b, "-", c, constant(b, correction, f64), f64);
-      };
-      int32_t s = sum_of([&](Body& b) { return D.input(b, f64); });
-      int32_t mean = D.per_output(f64, false, [&](Body& b, const std::vector<int>& vars) {
-        return arith(b, "/", D.load_kept(b, s, vars), count(b, D.count), f64);
-      });
-      int32_t ss = sum_of([&](Body& b) {
-        int32_t dx = arith(b, "-", D.input(b, f64), D.at_full(b, mean), f64);
-        return arith(b, "*", dx, dx, f64);
-      });
-      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
-        int32_t v = arith(b, "/", D.load_kept(b, ss, vars), denom(b), f64);
-        return form == F::Std ? block_call(b, "sqrt", v) : v;
-      });
-    } else if (form == F::Norm) {
-      double p = n.args.size() > 3 && n.args[3].is_number() ? n.args[3].num : 2.0;
-      if (p != 2) return reject("norm with p other than 2");
-      int32_t s = sum_of([&](Body& b) {
-        int32_t v = D.input(b, f64);
-        return arith(b, "*", v, v, f64);
-      });
-      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) { return block_call(b, "sqrt", D.load_kept(b, s, vars)); });
-    } else if (form == F::Logsumexp) {
-      Body mb;
-      mb.root = Lowerer::cast(mb, D.input(mb, od), cd);
-      int32_t m = D.reduce(std::move(mb), ReduceKind::Max, cd, false);
-      // the shift: the max, or 0 where it is infinite (then the sum is 0 or inf by itself)
-      int32_t shift = D.per_output(cd, false, [&](Body& b, const std::vector<int>& vars) {
-        int32_t mv = D.load_kept(b, m, vars);
-        return b.add(Expr{EOp::Select, cd, block_call(b, "isinf", mv), constant(b, 0, cd), mv});
-      });
-      int32_t s = sum_of([&](Body& b) {
-        return block_call(b, "exp", arith(b, "-", Lowerer::cast(b, D.input(b, od), cd), D.at_full(b, shift), cd));
-      });
-      D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
-        return arith(b, "+", block_call(b, "log", D.load_kept(b, s, vars)), cast(b, D.load_kept(b, shift, vars), f64), f64);
-      });
-    } else {  // softmax, log_softmax
-      softmax(D, form == F::LogSoftmax, cd, od);
-    }
-  } catch (const Error& e) {  // undo the values made so far
-    lg.values.resize(nvalues);
-    lg.steps.resize(nsteps);
-    return reject(e.what());
+    if (b.exprs[size_t(b.root)].dtype != DType::f32) b.root = Lowerer::cast(b, b.root, DType::f64);
+    return D.reduce(std::move(b), ReduceKind::Sum, DType::f64, false);
   }
+};
+using ReduceFn = bool (*)(Reduce&, int form);
+
+// The checks and the decomposition every reduction shares, then `F` (with the op's form); a
+// block function missing for a dtype (block_call's error) leaves the node to eager.
+template <ReduceFn F, unsigned A> bool reduction(NodeLowering& nl, int form) {
+  const graph::Node& n = nl.n;
+  Lowerer& L = nl.L;
+  const bool with_indices = (A & kIndices) && n.outs.size() == 2;  // max(x, dim): values, indices
+  if ((n.outs.size() != 1 && !with_indices) || n.args.empty() || n.args[0].tag != kTensor) return nl.reject("unexpected arguments");
+  const graph::ValueMeta& xm = nl.meta_of(n.args[0]);
+  const graph::ValueMeta& om = nl.out().meta;
+  if (!loop_dtype(xm.dtype, L.device())) return nl.reject("a float16 / bfloat16 input");
+  const bool along = A & kAlong;
+  if (xm.sizes.empty() && along) return nl.reject("a 0-d input");
+  // a 0-d input reduces as a 1-d one of size 1 (its load takes no index): the eager dims 1 / -1
+  const Shape in = xm.sizes.empty() ? Shape{1} : graph::concrete(xm.sizes);
+  const int ndim = int(in.size());
+  bool ok = true;
+  graph::Arg none;
+  std::vector<char> mask = reduced_dims(n.args.size() > 1 ? n.args[1] : none, ndim, &ok);
+  if (!ok) return nl.reject("unexpected dim argument");
+  if (along && n.args.size() > 2 && n.args[2].tag != kNone) return nl.reject("the dtype option");
+  if ((A & kRows) && L.device().is_cpu() && over_outer_dims(in, mask))
+    return nl.reject("a reduction over outer dims only (eager's kernel folds whole rows into the results)");
+  Decomposition D{L, L.of(n.args[0].value), in, mask};
+  D.keepdim = !along && !xm.sizes.empty() && n.args.size() > 2 && n.args[2].tag == kBool && n.args[2].num != 0;
+  D.gv_out = n.outs[0];
+  D.node = nl.index;
+  D.out = graph::concrete(om.sizes);
+  for (int d = 0; d < ndim; ++d)
+    if (mask[size_t(d)]) D.count *= D.in[size_t(d)];
+  if (D.count == 0) return nl.reject("an empty reduction");
+  if (!loop_dtype(om.dtype, L.device())) return nl.reject("a float16 / bfloat16 result");
+  Reduce r{nl, D, om.dtype, compute_dtype(om.dtype)};
+  try {
+    return F(r, form);
+  } catch (const Error& e) {
+    return nl.reject(e.what());
+  }
+}
+
+// sum, prod, amax, amin (form: the ReduceKind), and max / min without a dim.
+bool fold(Reduce& r, int form) {
+  const ReduceKind k = ReduceKind(form);
+  if (!reduce_supported(k, r.cd)) return r.reject("no block reduction for this dtype");
+  Body b;
+  // eager converts the input to the output dtype first (a float16 value is then exact in float32)
+  b.root = Lowerer::cast(b, r.D.input(b, r.od), r.cd);
+  r.D.reduce(std::move(b), k, r.od, true);
   return true;
+}
+
+// argmax / argmin (form: 1 for the largest).
+bool position(Reduce& r, int max) { return extreme_position(r.D, max, r.nl.n, &r.nl.why); }
+
+// max / min (form: 1 for max): the extreme value, or along a dim its values and positions.
+bool extreme(Reduce& r, int max) {
+  if (r.nl.n.outs.size() == 2) return position(r, max);
+  return fold(r, int(max ? ReduceKind::Max : ReduceKind::Min));
+}
+
+// any / all (form: 1 for any): Max / Min of the elements as bools (x != 0: NaN is true).
+bool truth(Reduce& r, int any) {
+  Body b;
+  b.root = r.D.input(b, DType::b8);
+  r.D.reduce(std::move(b), any ? ReduceKind::Max : ReduceKind::Min, DType::b8, true);
+  return true;
+}
+
+bool mean(Reduce& r, int) {
+  if (!is_floating(r.od)) return r.reject("an integer result");
+  Decomposition& D = r.D;
+  const DType f64 = DType::f64;
+  int32_t s = r.sum_of([&](Body& b) { return Lowerer::cast(b, D.input(b, r.od), r.cd); });
+  D.per_output(r.od, true, [&](Body& b, const std::vector<int>& vars) {
+    // (1 / n at run time, as eager folds it: the same bits, and one template for every n)
+    int32_t inv = Lowerer::arith(b, "/", Lowerer::constant(b, 1.0, f64), Lowerer::count(b, D.count), f64);
+    return Lowerer::arith(b, "*", D.load_kept(b, s, vars), inv, f64);
+  });
+  return true;
+}
+
+// var / std (form: 1 for std, the square root).
+bool variance(Reduce& r, int root) {
+  if (!is_floating(r.od)) return r.reject("an integer result");
+  const graph::Node& n = r.nl.n;
+  Decomposition& D = r.D;
+  const DType f64 = DType::f64;
+  double correction = n.args.size() > 3 && n.args[3].is_number() ? n.args[3].num : 1.0;
+  if (n.args.size() > 4 && n.args[4].tag == kBool) correction = n.args[4].num != 0 ? 1.0 : 0.0;
+  // n - correction: from the count at run time for the usual corrections (n >= 1 keeps it
+  // non-negative); other corrections fold, clamped at 0 as eager does
+  const bool usual = correction == 0 || correction == 1;
+  auto denom = [&](Body& b) {
+    if (!usual) return Lowerer::constant(b, std::max(0.0, double(D.count) - correction), f64);
+    int32_t c = Lowerer::count(b, D.count);
+    return correction == 0 ? c : Lowerer::arith(b, "-", c, Lowerer::constant(b, correction, f64), f64);
+  };
+  int32_t s = r.sum_of([&](Body& b) { return D.input(b, f64); });
+  int32_t mu = D.per_output(f64, false, [&](Body& b, const std::vector<int>& vars) {
+    return Lowerer::arith(b, "/", D.load_kept(b, s, vars), Lowerer::count(b, D.count), f64);
+  });
+  int32_t ss = r.sum_of([&](Body& b) {
+    int32_t dx = Lowerer::arith(b, "-", D.input(b, f64), D.at_full(b, mu), f64);
+    return Lowerer::arith(b, "*", dx, dx, f64);
+  });
+  D.per_output(r.od, true, [&](Body& b, const std::vector<int>& vars) {
+    int32_t v = Lowerer::arith(b, "/", D.load_kept(b, ss, vars), denom(b), f64);
+    return root ? block_call(b, "sqrt", v) : v;
+  });
+  return true;
+}
+
+bool norm(Reduce& r, int) {
+  if (!is_floating(r.od)) return r.reject("an integer result");
+  const graph::Node& n = r.nl.n;
+  double p = n.args.size() > 3 && n.args[3].is_number() ? n.args[3].num : 2.0;
+  if (p != 2) return r.reject("norm with p other than 2");
+  const DType f64 = DType::f64;
+  int32_t s = r.sum_of([&](Body& b) {
+    int32_t v = r.D.input(b, f64);
+    return Lowerer::arith(b, "*", v, v, f64);
+  });
+  r.D.per_output(r.od, true, [&](Body& b, const std::vector<int>& vars) { return block_call(b, "sqrt", r.D.load_kept(b, s, vars)); });
+  return true;
+}
+
+bool logsumexp(Reduce& r, int) {
+  if (!is_floating(r.od)) return r.reject("an integer result");
+  Decomposition& D = r.D;
+  const DType od = r.od, cd = r.cd, f64 = DType::f64;
+  Body mb;
+  mb.root = Lowerer::cast(mb, D.input(mb, od), cd);
+  int32_t m = D.reduce(std::move(mb), ReduceKind::Max, cd, false);
+  // the shift: the max, or 0 where it is infinite (then the sum is 0 or inf by itself)
+  int32_t shift = D.per_output(cd, false, [&](Body& b, const std::vector<int>& vars) {
+    int32_t mv = D.load_kept(b, m, vars);
+    return b.add(Expr{EOp::Select, cd, block_call(b, "isinf", mv), Lowerer::constant(b, 0, cd), mv});
+  });
+  int32_t s = r.sum_of([&](Body& b) {
+    return block_call(b, "exp", Lowerer::arith(b, "-", Lowerer::cast(b, D.input(b, od), cd), D.at_full(b, shift), cd));
+  });
+  D.per_output(od, true, [&](Body& b, const std::vector<int>& vars) {
+    return Lowerer::arith(b, "+", block_call(b, "log", D.load_kept(b, s, vars)), Lowerer::cast(b, D.load_kept(b, shift, vars), f64), f64);
+  });
+  return true;
+}
+
+// softmax / log_softmax (form: 1 for log_softmax).
+bool softmax_node(Reduce& r, int log) {
+  if (!is_floating(r.od)) return r.reject("an integer result");
+  softmax(r.D, log, r.cd, r.od);
+  return true;
+}
+
+}  // namespace
+
+void register_reduction_lowerings(Lowerings& t) {
+  t.add("sum", reduction<fold, kRows>, int(ReduceKind::Sum));
+  t.add("prod", reduction<fold, kDims>, int(ReduceKind::Prod));
+  t.add("amax", reduction<fold, kDims>, int(ReduceKind::Max));
+  t.add("amin", reduction<fold, kDims>, int(ReduceKind::Min));
+  t.add("max", reduction<extreme, kIndices>, 1);
+  t.add("min", reduction<extreme, kIndices>, 0);
+  t.add("argmax", reduction<position, kDims>, 1);
+  t.add("argmin", reduction<position, kDims>, 0);
+  t.add("any", reduction<truth, kDims>, 1);
+  t.add("all", reduction<truth, kDims>, 0);
+  t.add("mean", reduction<mean, kRows>);
+  t.add("var", reduction<variance, kDims>, 0);
+  t.add("std", reduction<variance, kDims>, 1);
+  t.add("norm", reduction<norm, kDims>);
+  t.add("logsumexp", reduction<logsumexp, kDims>);
+  t.add("softmax", reduction<softmax_node, kAlong>, 0);
+  t.add("log_softmax", reduction<softmax_node, kAlong>, 1);
 }
 
 }  // namespace cr::jit

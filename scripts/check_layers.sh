@@ -8,7 +8,7 @@
 #   5 programs  tools/ (build tools: may include any layer)
 # Calls upward go through the runtime's hook table (vm/hooks.hpp) instead; the build checks the
 # same order by linking each layer without the layers above it (CMakeLists.txt "layer checks").
-# Inside jit/, the loop IR and its passes (loop_ir, reduce, lower, lower_reduce, fusion/) include
+# Inside jit/, the loop IR and its passes (loop_ir, reduce, lower, lower_*, fusion/) include
 # no backend and no driver file of jit/, and neither backend (jit/cpu/, jit/cuda/) the other.
 # Prints every violation as file:line and exits 1 if there is one. Usage: check_layers.sh [ROOT]
 set -euo pipefail
@@ -26,7 +26,7 @@ function layer(p) {
 }
 # the part of jit/ a path is in: "ir", "cpu", "cuda" or "driver"
 function part(p) {
-  if (p ~ /^jit\/(loop_ir|reduce|lower|lower_reduce)\.(hpp|cpp)$/ || p ~ /^jit\/fusion\//) return "ir"
+  if (p ~ /^jit\/(loop_ir|reduce|lower|lower_[a-z]+)\.(hpp|cpp)$/ || p ~ /^jit\/fusion\//) return "ir"
   if (p ~ /^jit\/(cpu|cuda)\//) { split(p, q, "/"); return q[2] }
   return "driver"
 }

@@ -177,7 +177,7 @@ local function run(op, roots, n, grads, inputs, ninputs, flags)
     core.raise(rc)
   end
   if ctx.service ~= 0 then core.service() end
-  if bit.band(flags, 8) == 0 then return end
+  if bit.band(flags, ffi.C.CR_OP_MULTI_OUT) == 0 then return end
   local r = { n = ninputs }
   for j = 1, ninputs do
     if O[j - 1] ~= nil then r[j] = wrap(O[j - 1]) end
@@ -261,7 +261,7 @@ function M.bind(T)
 end
 
 -- {requires_grad = b} on creation ops --------------------------------------------------------------
-local CREATION = 8
+local CREATION = ffi.C.CR_KIND_CREATION  -- (vm/abi.h enum cr_op_kind)
 local function with_requires_grad(fn)
   return function(...)
     local n = select("#", ...)

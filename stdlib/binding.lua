@@ -20,7 +20,10 @@ for i = 0, MAXARGS - 1 do
   INTS[i] = { cap = 16, buf = ffi.new("int64_t[16]") }
   TLIST[i] = { cap = 16, buf = ffi.new("cr_tensor*[16]") }
 end
-local TAG = { none = 0, tensor = 1, number = 2, bool = 3, ints = 4, tensors = 5, string = 6, doubles = 7 }
+local C = ffi.C  -- (vm/abi.h's codes: enum cr_value_tag, enum cr_op_flag)
+local TAG = { none = C.CR_TAG_NONE, tensor = C.CR_TAG_TENSOR, number = C.CR_TAG_NUMBER, bool = C.CR_TAG_BOOL,
+              ints = C.CR_TAG_INTS, tensors = C.CR_TAG_TENSORS, string = C.CR_TAG_STRING, doubles = C.CR_TAG_DOUBLES }
+local T_NONE, T_TENSOR, T_NUMBER, T_BOOL = TAG.none, TAG.tensor, TAG.number, TAG.bool
 M.TAG = TAG
 
 local function describe(v)
@@ -38,33 +41,33 @@ end
 -- stores ------------------------------------------------------------------------------------
 local put = {}
 function put.T(i, v, op, name)
-  if is_tensor(v) then ARGS[i].tag = 1; ARGS[i].ptr = ptr(v)
+  if is_tensor(v) then ARGS[i].tag = T_TENSOR; ARGS[i].ptr = ptr(v)
   else argerr(op, i + 1, name, "a tensor", v) end
 end
 function put.TN(i, v, op, name)
   local t = type(v)
-  if t == "number" then ARGS[i].tag = 2; ARGS[i].num = v
-  elseif is_tensor(v) then ARGS[i].tag = 1; ARGS[i].ptr = ptr(v)
-  elseif t == "boolean" then ARGS[i].tag = 3; ARGS[i].num = v and 1 or 0
+  if t == "number" then ARGS[i].tag = T_NUMBER; ARGS[i].num = v
+  elseif is_tensor(v) then ARGS[i].tag = T_TENSOR; ARGS[i].ptr = ptr(v)
+  elseif t == "boolean" then ARGS[i].tag = T_BOOL; ARGS[i].num = v and 1 or 0
   else argerr(op, i + 1, name, "a tensor or a number", v) end
 end
 function put.N(i, v, op, name)
-  if type(v) == "number" then ARGS[i].tag = 2; ARGS[i].num = v
-  elseif type(v) == "boolean" then ARGS[i].tag = 3; ARGS[i].num = v and 1 or 0
+  if type(v) == "number" then ARGS[i].tag = T_NUMBER; ARGS[i].num = v
+  elseif type(v) == "boolean" then ARGS[i].tag = T_BOOL; ARGS[i].num = v and 1 or 0
   else argerr(op, i + 1, name, "a number", v) end
 end
 -- an integer (a size, dim or count): a boolean is refused, as PyTorch refuses True there
 function put.I(i, v, op, name)
-  if type(v) == "number" then ARGS[i].tag = 2; ARGS[i].num = v
+  if type(v) == "number" then ARGS[i].tag = T_NUMBER; ARGS[i].num = v
   else argerr(op, i + 1, name, "an integer", v) end
 end
 put.D = put.I
 function put.B(i, v, op, name)
-  if type(v) == "boolean" then ARGS[i].tag = 3; ARGS[i].num = v and 1 or 0
+  if type(v) == "boolean" then ARGS[i].tag = T_BOOL; ARGS[i].num = v and 1 or 0
   else argerr(op, i + 1, name, "a boolean", v) end
 end
 function put.S(i, v, op, name)
-  if type(v) == "string" then ARGS[i].tag = 6; ARGS[i].str = v
+  if type(v) == "string" then ARGS[i].tag = TAG.string; ARGS[i].str = v
   else argerr(op, i + 1, name, "a string", v) end
 end
 local function ints_buf(i, n)
@@ -74,7 +77,7 @@ local function ints_buf(i, n)
 end
 -- a number, or a list of numbers
 function put.Is(i, v, op, name)
-  if type(v) == "number" then ARGS[i].tag = 2; ARGS[i].num = v; return end
+  if type(v) == "number" then ARGS[i].tag = T_NUMBER; ARGS[i].num = v; return end
   if type(v) ~= "table" or is_tensor(v) then argerr(op, i + 1, name, "an integer or a list of integers", v) end
   local n = #v
   local buf = ints_buf(i, n)
@@ -86,7 +89,7 @@ function put.Is(i, v, op, name)
     end
     buf[k - 1] = x
   end
-  ARGS[i].tag = 4; ARGS[i].n = n; ARGS[i].ptr = buf
+  ARGS[i].tag = TAG.ints; ARGS[i].n = n; ARGS[i].ptr = buf
 end
 put.Ds = put.Is
 function put.TL(i, v, op, name)
@@ -99,7 +102,7 @@ function put.TL(i, v, op, name)
     if not is_tensor(t) then argerr(op, i + 1, name, "a list of tensors", t) end
     b.buf[k - 1] = ptr(t)
   end
-  ARGS[i].tag = 5; ARGS[i].n = n; ARGS[i].ptr = b.buf
+  ARGS[i].tag = TAG.tensors; ARGS[i].n = n; ARGS[i].ptr = b.buf
 end
 -- A data table that is no list: a hole (a nil before its end: {1, nil, 3}) or keys other than
 -- 1..n (n = #x); raises naming the first.
@@ -168,7 +171,7 @@ function put.Data(i, v, op, name)
   local buf = ffi.new("double[?]", math.max(#flat, 1))
   for k = 1, #flat do buf[k - 1] = flat[k] end
   -- num = 1: every value was a boolean (a bool tensor); mixed data is numeric, as torch.tensor
-  ARGS[i].tag = 7; ARGS[i].n = #flat; ARGS[i].ptr = buf; ARGS[i].num = (bools and not numbers) and 1 or 0
+  ARGS[i].tag = TAG.doubles; ARGS[i].n = #flat; ARGS[i].ptr = buf; ARGS[i].num = (bools and not numbers) and 1 or 0
   M._keep = buf  -- alive until the call returns
   put.Is(i + 1, dims, op, "shape")
 end
@@ -201,7 +204,7 @@ local function put_opts(base, opts, keys, op)
   for name, slot in pairs(keys) do
     local v = opts[name]
     local i = base + slot.index
-    if v == nil then ARGS[i].tag = 0 else put[slot.type](i, v, op, name) end
+    if v == nil then ARGS[i].tag = T_NONE else put[slot.type](i, v, op, name) end
   end
 end
 
@@ -278,7 +281,7 @@ local function gen_source(name, op, info, params, opts)
   for k, p in ipairs(params) do
     local v = "a" .. k
     if p.optional then
-      emit(string.format("  if %s == nil then ARGS[%d].tag = 0 else put.%s(%d, %s, %q, %q) end", v, k - 1, p.type, k - 1, v, name, p.name))
+      emit(string.format("  if %s == nil then ARGS[%d].tag = %d else put.%s(%d, %s, %q, %q) end", v, k - 1, T_NONE, p.type, k - 1, v, name, p.name))
     else
       emit(string.format("  put.%s(%d, %s, %q, %q)", p.type, k - 1, v, name, p.name))
     end
@@ -288,20 +291,20 @@ local function gen_source(name, op, info, params, opts)
   if opts then
     -- unrolled: a loop here would start its own trace inside every op call
     local clear = {}
-    for i = nargs, nargs + #opts.list - 1 do clear[#clear + 1] = string.format("ARGS[%d].tag = 0", i) end
+    for i = nargs, nargs + #opts.list - 1 do clear[#clear + 1] = string.format("ARGS[%d].tag = %d", i, T_NONE) end
     emit(string.format("  if opts == nil then %s else put_opts(%d, opts, OPTKEYS, %q) end",
       table.concat(clear, "; "), nargs, name))
     nargs = nargs + #opts.list
   end
-  if bit.band(info.flags, 512) ~= 0 then  -- result sizes from the values: a graph break first
+  if bit.band(info.flags, C.CR_OP_DATA_SIZE) ~= 0 then  -- result sizes from the values: a graph break first
     emit(string.format("  if ctx.capturing ~= 0 then size_break(%q) end", name))
   end
   emit(string.format("  local n = api.call(ctx, %d, ARGS, %d, OUTS, %d)", op, nargs, OUTCAP))
   emit(string.format("  local buf = finish(n, %q)", name))
   local flags = info.flags
-  if bit.band(flags, 1) ~= 0 then emit("  return a1")
-  elseif bit.band(flags, 16) ~= 0 then emit("  return wrap_list(n, buf)")
-  elseif bit.band(flags, 8) ~= 0 then
+  if bit.band(flags, C.CR_OP_RETURNS_SELF) ~= 0 then emit("  return a1")
+  elseif bit.band(flags, C.CR_OP_LIST_OUT) ~= 0 then emit("  return wrap_list(n, buf)")
+  elseif bit.band(flags, C.CR_OP_MULTI_OUT) ~= 0 then
     emit("  if n == 1 then return wrap(buf[0]) end")
     emit("  if n == 3 then return wrap(buf[0]), wrap(buf[1]), wrap(buf[2]) end")
     emit("  return wrap(buf[0]), wrap(buf[1])")
@@ -343,7 +346,7 @@ function M.build()
     local fn = chunk(put, put_opts, optkeys, ARGS, OUTS, api, ctx, finish, wrap, wrap_list, is_opts, collect_rest, size_break)
     M.ops[name] = { fn = fn, kind = info.kind, flags = info.flags, params = params, opts = opts,
                     schema = schema, source = src,
-                    method = bit.band(info.flags, 2) == 0, func = bit.band(info.flags, 4) == 0 }
+                    method = bit.band(info.flags, C.CR_OP_NO_METHOD) == 0, func = bit.band(info.flags, C.CR_OP_NO_FUNCTION) == 0 }
   end
   return M.ops
 end

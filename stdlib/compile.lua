@@ -14,7 +14,7 @@ local M = {}
 
 -- CRESCENT_CACHE_MAX_MB, the disk cache's bound (jit/disk_cache.hpp reads it too)
 local function env_cache_max_mb()
-  local v = os.getenv("CRESCENT_CACHE_MAX_MB")
+  local v = core.setting("CRESCENT_CACHE_MAX_MB")
   if v == nil or v == "" then return 1024 end
   local n = tonumber(v)
   if not n or n <= 0 then fail(("CRESCENT_CACHE_MAX_MB: expected a positive number of MB, got %q"):format(v)) end
@@ -24,8 +24,8 @@ end
 local settings = {
   cache_size_limit = 8,   -- variants per site before it runs eagerly
   cache_max_mb = env_cache_max_mb(),  -- the disk cache's bound: least recently used entries go first
-  cache_dir = os.getenv("CRESCENT_CACHE_DIR") or ((os.getenv("HOME") or ".") .. "/.cache/crescent"),
-  debug_dir = os.getenv("CRESCENT_DEBUG_DIR"),  -- per compiled graph: guards, graphs, compile time
+  cache_dir = ffi.string(api.default_cache_dir()),  -- (jit/disk_cache.cpp default_cache_dir)
+  debug_dir = core.setting("CRESCENT_DEBUG_DIR"),  -- per compiled graph: guards, graphs, compile time
   -- false: native code is compiled on a background thread while the graph keeps running on the
   -- eager kernels, and the graph switches between two calls; true: in line (the spec runner sets
   -- it, so that a test's second call runs native code).
@@ -302,7 +302,8 @@ function M.explain(fn, ...)
   return setmetatable(r, { __tostring = function(t) return t.summary end })
 end
 
-local STATS = ffi.new("double[18]")  -- (api.cap_stats: 18 numbers)
+local C = ffi.C
+local STATS = ffi.new("double[?]", C.CR_CAP_STATS)  -- (api.cap_stats: vm/lua/ffi_api.h cr_cap_stat)
 M.compiler = {
   reset = function() api.cap_reset(ctx) end,
   -- wait([fn]): returns once the background compiles are done (of every function: fn's among them)
@@ -312,19 +313,23 @@ M.compiler = {
   end,
   stats = function()
     api.cap_stats(ctx, STATS)
-    return { graphs_compiled = STATS[0], recompiles = STATS[1], graph_breaks = STATS[2],
-             kernels_compiled = STATS[3], disk_cache_hits = STATS[4], eager_fallbacks = STATS[5],
-             graph_run_us = STATS[6], replays = STATS[7],
+    return { graphs_compiled = STATS[C.CR_STAT_GRAPHS_COMPILED], recompiles = STATS[C.CR_STAT_RECOMPILES],
+             graph_breaks = STATS[C.CR_STAT_GRAPH_BREAKS], kernels_compiled = STATS[C.CR_STAT_KERNELS_COMPILED],
+             disk_cache_hits = STATS[C.CR_STAT_DISK_CACHE_HITS], eager_fallbacks = STATS[C.CR_STAT_EAGER_FALLBACKS],
+             graph_run_us = STATS[C.CR_STAT_GRAPH_RUN_US], replays = STATS[C.CR_STAT_REPLAYS],
              -- compiles queued or running on the background thread (of the process), and the time
              -- of those whose outcome a graph has taken up
-             compiles_pending = STATS[8], compile_ms = STATS[9],
-             kernels_loaded = STATS[10],  -- (kernels taken from the memory or disk cache)
-             backward_graphs_compiled = STATS[11], grad_fallbacks = STATS[12],
+             compiles_pending = STATS[C.CR_STAT_COMPILES_PENDING], compile_ms = STATS[C.CR_STAT_COMPILE_MS],
+             kernels_loaded = STATS[C.CR_STAT_KERNELS_LOADED],  -- (kernels taken from the memory or disk cache)
+             backward_graphs_compiled = STATS[C.CR_STAT_BACKWARD_GRAPHS_COMPILED],
+             grad_fallbacks = STATS[C.CR_STAT_GRAD_FALLBACKS],
              -- the partitioner's: forward values saved for backward graphs, their bytes, and
              -- forward ops the backward graphs recompute instead
-             saved_values = STATS[13], saved_bytes = STATS[14], recomputed_ops = STATS[15],
+             saved_values = STATS[C.CR_STAT_SAVED_VALUES], saved_bytes = STATS[C.CR_STAT_SAVED_BYTES],
+             recomputed_ops = STATS[C.CR_STAT_RECOMPUTED_OPS],
              -- reduce-overhead on CUDA: plans recorded into CUDA graphs, replays that launched one
-             cudagraphs_recorded = STATS[16], cudagraph_replays = STATS[17] }
+             cudagraphs_recorded = STATS[C.CR_STAT_CUDAGRAPHS_RECORDED],
+             cudagraph_replays = STATS[C.CR_STAT_CUDAGRAPH_REPLAYS] }
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
   set_logs = function(list)

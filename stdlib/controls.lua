@@ -21,7 +21,7 @@ function M.get_num_threads()
 end
 
 -- a bad CRESCENT_NUM_THREADS raises when crescent loads, not at the first parallel op
-if (os.getenv("CRESCENT_NUM_THREADS") or "") ~= "" then M.get_num_threads() end
+if (core.setting("CRESCENT_NUM_THREADS") or "") ~= "" then M.get_num_threads() end
 
 function M.set_num_threads(n)
   if not whole(n) then fail("set_num_threads: expected a whole number of threads from 1 to 256, got " .. shown(n)) end

@@ -9,7 +9,10 @@ local core = {
   ffi = ffi,
   api = ffi.cast("cr_api*", api_ptr),
   ctx = ffi.cast("cr_ctx*", ctx_ptr),
-  dtypes = { [0] = "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" },
+  -- dtype names by code (vm/abi.h enum cr_dtype)
+  dtypes = { [ffi.C.CR_FLOAT32] = "float32", [ffi.C.CR_FLOAT64] = "float64", [ffi.C.CR_FLOAT16] = "float16",
+             [ffi.C.CR_BFLOAT16] = "bfloat16", [ffi.C.CR_INT32] = "int32", [ffi.C.CR_INT64] = "int64",
+             [ffi.C.CR_BOOL] = "bool" },
   -- the tensor handles' metatable, filled by crescent.tensor before the first handle is made
   tensor_mt = {},
   release_handle = release_handle,  -- the handles' finaliser (a lua_CFunction, vm/lua/lua_vm.cpp)
@@ -47,6 +50,14 @@ function core.raise(rc)
   local msg = ffi.string(core.api.last_error(core.ctx))
   if rc == -2 then error(msg, 0) end
   core.fail(msg)
+end
+
+-- The environment setting `variable` (CRESCENT_*, declared in vm/config.hpp) or nil when unset:
+-- read through the C++ table, which raises for a variable it does not declare.
+local SETTING = ffi.new("const char*[1]")
+function core.setting(variable)
+  if core.api.env_setting(core.ctx, variable, SETTING) ~= 0 then core.raise(-1) end
+  return SETTING[0] ~= nil and ffi.string(SETTING[0]) or nil
 end
 
 -- Requests the C++ side leaves in ctx.service after an op (see vm/abi.h cr_ctx).

@@ -65,7 +65,7 @@ local function cuda_device_of(args, seen)
   end
 end
 
-local MS, STATS = ffi.new("double[1]"), ffi.new("double[18]")  -- (api.cap_stats: 18 numbers)
+local MS, STATS = ffi.new("double[1]"), ffi.new("double[?]", ffi.C.CR_CAP_STATS)  -- (api.cap_stats)
 -- T.bench(fn, args[, {warmup =, reps =, batch =}]) -> {median_us =, min_us =, max_us =}: wall time
 -- on the CPU; with CUDA tensors among args, device time between two events around each call.
 -- batch = K: each rep times K calls issued back to back and reports a K-th of it, so the host
@@ -87,7 +87,7 @@ function T.bench(fn, args, opts)
     api.wait_compiles()
     call()
     api.cap_stats(ctx, STATS)
-    if STATS[8] == 0 then break end
+    if STATS[ffi.C.CR_STAT_COMPILES_PENDING] == 0 then break end
   end
   local times = {}
   for i = 1, reps do

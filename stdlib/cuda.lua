@@ -16,12 +16,8 @@ end
 M.device_index = device_index
 
 local OUT = ffi.new("double[1]")
--- api.cuda_stream's calls (vm/lua/ffi_api.h)
-local NEW_STREAM, CURRENT, SET, SYNC_STREAM, QUERY_STREAM, WAIT_STREAM, NEW_EVENT, FREE_EVENT, RECORD, WAIT_EVENT,
-  QUERY_EVENT, SYNC_EVENT, ELAPSED = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
-local NEW_GRAPH, BEGIN_GRAPH, END_GRAPH, REPLAY_GRAPH, RESET_GRAPH, DELETE_GRAPH, ABORT_GRAPH =
-  13, 14, 15, 16, 17, 18, 19
-local SLOTS = 64  -- vm/cuda/streams.hpp kSlots: a stream id is device * SLOTS + slot
+local C = ffi.C  -- api.cuda_stream's calls (vm/lua/ffi_api.h enum cr_stream_call), CR_STREAM_SLOTS
+local SLOTS = C.CR_STREAM_SLOTS  -- a stream id is device * SLOTS + slot
 
 local function call(what, a, b)
   if api.cuda_stream(ctx, what, a, b or 0, OUT) ~= 0 then core.raise(-1) end
@@ -60,10 +56,10 @@ function Stream:__tostring()
   return slot == 0 and "<cuda stream: the default stream of " .. self.device .. ">"
     or string.format("<cuda stream %d of %s>", slot, self.device)
 end
-function Stream:synchronize() call(SYNC_STREAM, self.id) end
-function Stream:query() return call(QUERY_STREAM, self.id) ~= 0 end
+function Stream:synchronize() call(C.CR_STREAM_SYNC, self.id) end
+function Stream:query() return call(C.CR_STREAM_QUERY, self.id) ~= 0 end
 -- work queued on self from now on waits for the work queued on `other` so far
-function Stream:wait_stream(other) call(WAIT_STREAM, self.id, check_stream(other, "Stream:wait_stream").id) end
+function Stream:wait_stream(other) call(C.CR_STREAM_WAIT_STREAM, self.id, check_stream(other, "Stream:wait_stream").id) end
 
 -- The stream's work is ordered by Lua's statements, but a compiled function records ops and runs
 -- them later: switching streams inside one is a graph break, so the ops recorded before it run
@@ -74,10 +70,10 @@ local function set_stream(s)
     local rc = api.cap_need(ctx, nil, "T.cuda.set_stream()", core.where())
     if rc < 0 then core.raise(rc) end
   end
-  call(SET, s.id)
+  call(C.CR_STREAM_SET, s.id)
 end
 
-local function current_stream(d) return stream_of(call(CURRENT, device_index(d))) end
+local function current_stream(d) return stream_of(call(C.CR_STREAM_CURRENT, device_index(d))) end
 
 -- Events ----------------------------------------------------------------------------------------
 -- T.cuda.Event{enable_timing = false}: made on its first record, on the stream's device (as
@@ -90,24 +86,24 @@ local check_event = checker(Event, "an event (T.cuda.Event())")
 function Event:record(stream)
   stream = stream and check_stream(stream, "Event:record") or current_stream(self.device)
   if not self.id then
-    local id = call(NEW_EVENT, math.floor(stream.id / SLOTS), self.enable_timing and 1 or 0)
+    local id = call(C.CR_EVENT_NEW, math.floor(stream.id / SLOTS), self.enable_timing and 1 or 0)
     self.id, self.device = id, stream.device
-    self.anchor = ffi.gc(ffi.new("int64_t[1]", id), function(p) api.cuda_stream(ctx, FREE_EVENT, p[0], 0, OUT) end)
+    self.anchor = ffi.gc(ffi.new("int64_t[1]", id), function(p) api.cuda_stream(ctx, C.CR_EVENT_FREE, p[0], 0, OUT) end)
   end
-  call(RECORD, self.id, stream.id)
+  call(C.CR_EVENT_RECORD, self.id, stream.id)
 end
 -- work queued on `stream` (default: the current one) from now on waits for the recorded work
 function Event:wait(stream)
   stream = stream and check_stream(stream, "Event:wait") or current_stream(self.device)
-  if self.id then call(WAIT_EVENT, stream.id, self.id) end
+  if self.id then call(C.CR_STREAM_WAIT_EVENT, stream.id, self.id) end
 end
-function Event:query() return not self.id or call(QUERY_EVENT, self.id) ~= 0 end
-function Event:synchronize() if self.id then call(SYNC_EVENT, self.id) end end
+function Event:query() return not self.id or call(C.CR_EVENT_QUERY, self.id) ~= 0 end
+function Event:synchronize() if self.id then call(C.CR_EVENT_SYNC, self.id) end end
 -- milliseconds between this event and `finish`, both recorded and passed
 function Event:elapsed_time(finish)
   check_event(finish, "Event:elapsed_time")
   if not self.id or not finish.id then core.fail("Event:elapsed_time: both events must be recorded first") end
-  return call(ELAPSED, self.id, finish.id)
+  return call(C.CR_EVENT_ELAPSED, self.id, finish.id)
 end
 function Event:__tostring() return "<cuda event" .. (self.device and " of " .. self.device or "") .. ">" end
 
@@ -137,21 +133,21 @@ CUDAGraph.__index = CUDAGraph
 local check_graph = checker(CUDAGraph, "a CUDA graph (T.cuda.CUDAGraph())")
 
 local function new_graph(d)
-  local id = call(NEW_GRAPH, device_index(d))
+  local id = call(C.CR_GRAPH_NEW, device_index(d))
   -- (the graph and its memory pool go when the Lua object is collected)
-  local anchor = ffi.gc(ffi.new("char[1]"), function() api.cuda_stream(ctx, DELETE_GRAPH, id, 0, OUT) end)
+  local anchor = ffi.gc(ffi.new("char[1]"), function() api.cuda_stream(ctx, C.CR_GRAPH_DELETE, id, 0, OUT) end)
   return setmetatable({ id = id, device = "cuda:" .. device_index(d), anchor = anchor }, CUDAGraph)
 end
 
 -- pool: another graph's g:pool(), to share its memory (replay them in the order captured)
 function CUDAGraph:capture_begin(pool)
   if pool ~= nil and type(pool) ~= "table" then core.fail("CUDAGraph:capture_begin: pool expected a graph's :pool(), got " .. type(pool)) end
-  call(BEGIN_GRAPH, self.id, pool and check_graph(pool.graph, "CUDAGraph:capture_begin").id or 0)
+  call(C.CR_GRAPH_BEGIN, self.id, pool and check_graph(pool.graph, "CUDAGraph:capture_begin").id or 0)
   self.keep = pool and pool.graph or nil  -- (its pool must outlive this graph's replays)
 end
-function CUDAGraph:capture_end() self.nodes = call(END_GRAPH, self.id) end
-function CUDAGraph:replay() call(REPLAY_GRAPH, self.id) end
-function CUDAGraph:reset() call(RESET_GRAPH, self.id); self.nodes = nil end
+function CUDAGraph:capture_end() self.nodes = call(C.CR_GRAPH_END, self.id) end
+function CUDAGraph:replay() call(C.CR_GRAPH_REPLAY, self.id) end
+function CUDAGraph:reset() call(C.CR_GRAPH_RESET, self.id); self.nodes = nil end
 function CUDAGraph:pool() return { graph = self } end
 function CUDAGraph:__tostring()
   return string.format("<cuda graph of %s: %s>", self.device, self.nodes and self.nodes .. " nodes" or "nothing captured")
@@ -161,7 +157,7 @@ end
 -- pool); returns fn's results - the static outputs. An error in fn ends the capture first.
 local function capture_done(g, ok, ...)
   if not ok then
-    api.cuda_stream(ctx, ABORT_GRAPH, g.id, 0, OUT)
+    api.cuda_stream(ctx, C.CR_GRAPH_ABORT, g.id, 0, OUT)
     error((...), 0)
   end
   g:capture_end()
@@ -179,7 +175,7 @@ local function graph(g, fn, opts, ...)
 end
 
 -- T.cuda -------------------------------------------------------------------------------------
-local STATS = ffi.new("double[11]")
+local STATS = ffi.new("double[?]", C.CR_CUDA_STATS)  -- (api.cuda_stats: vm/lua/ffi_api.h cr_cuda_stat)
 M.cuda = {
   is_available = function() return api.cuda_device_count() > 0 end,
   device_count = function() return api.cuda_device_count() end,
@@ -196,9 +192,12 @@ M.cuda = {
   -- kernel_launches, blas_calls, graph_launches, graph_nodes (the work queued on the devices)}
   stats = function(d)
     api.cuda_stats(device_index(d), STATS)
-    return { driver_allocs = STATS[0], driver_frees = STATS[1], cache_hits = STATS[2], in_use = STATS[3],
-             reserved = STATS[4], host_ops = STATS[5], modules_compiled = STATS[6],
-             kernel_launches = STATS[7], blas_calls = STATS[8], graph_launches = STATS[9], graph_nodes = STATS[10] }
+    return { driver_allocs = STATS[C.CR_CUDA_DRIVER_ALLOCS], driver_frees = STATS[C.CR_CUDA_DRIVER_FREES],
+             cache_hits = STATS[C.CR_CUDA_CACHE_HITS], in_use = STATS[C.CR_CUDA_IN_USE],
+             reserved = STATS[C.CR_CUDA_RESERVED], host_ops = STATS[C.CR_CUDA_HOST_OPS],
+             modules_compiled = STATS[C.CR_CUDA_MODULES_COMPILED], kernel_launches = STATS[C.CR_CUDA_KERNEL_LAUNCHES],
+             blas_calls = STATS[C.CR_CUDA_BLAS_CALLS], graph_launches = STATS[C.CR_CUDA_GRAPH_LAUNCHES],
+             graph_nodes = STATS[C.CR_CUDA_GRAPH_NODES] }
   end,
 
   -- T.cuda.Stream([device]) or T.cuda.Stream{device =}: a stream of the device's pool
@@ -210,11 +209,11 @@ M.cuda = {
       end
       d = opts.device
     end
-    return stream_of(call(NEW_STREAM, device_index(d)))
+    return stream_of(call(C.CR_STREAM_NEW, device_index(d)))
   end,
   current_stream = current_stream,
   default_stream = function(d)
-    call(CURRENT, device_index(d))  -- (checks the device)
+    call(C.CR_STREAM_CURRENT, device_index(d))  -- (checks the device)
     return stream_of(device_index(d) * SLOTS)
   end,
   set_stream = set_stream,

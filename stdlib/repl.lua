@@ -73,9 +73,13 @@ end
 -- ---- help -------------------------------------------------------------------------------------
 local kTypes = { T = "Tensor", TN = "Tensor|number", N = "number", I = "int", Is = "int", D = "dim",
                  Ds = "dim|{dims}", B = "boolean", S = "string", TL = "{Tensor...}", Data = "number|table" }
-local kKinds = { [0] = "pointwise op of one tensor", "pointwise op of two operands (broadcasting)",
-                 "pointwise op of three operands (broadcasting)", "reduction", "view (shares the storage, no copy)",
-                 "join", "indexing op", "linear algebra op", "creation op", "conversion", "op" }
+local C = require("ffi").C  -- (vm/abi.h: enum cr_op_kind, enum cr_op_flag)
+local kKinds = { [C.CR_KIND_UNARY] = "pointwise op of one tensor",
+                 [C.CR_KIND_BINARY] = "pointwise op of two operands (broadcasting)",
+                 [C.CR_KIND_TERNARY] = "pointwise op of three operands (broadcasting)", [C.CR_KIND_REDUCTION] = "reduction",
+                 [C.CR_KIND_VIEW] = "view (shares the storage, no copy)", [C.CR_KIND_JOIN] = "join",
+                 [C.CR_KIND_INDEX] = "indexing op", [C.CR_KIND_LINALG] = "linear algebra op",
+                 [C.CR_KIND_CREATION] = "creation op", [C.CR_KIND_CONVERT] = "conversion", [C.CR_KIND_OTHER] = "op" }
 
 local function param_text(p)
   local s = p.name .. ": " .. (kTypes[p.type] or p.type) .. (p.rest and "..." or "")
@@ -92,12 +96,12 @@ local function op_help(name, o)
     params[#params + 1] = "{" .. table.concat(keys, ", ") .. "}"
   end
   local flags = o.flags
-  local result = bit.band(flags, 16) ~= 0 and "{Tensor...}" or bit.band(flags, 8) ~= 0 and "Tensor, Tensor..."
-                 or bit.band(flags, 1) ~= 0 and "self" or "Tensor"
+  local result = bit.band(flags, C.CR_OP_LIST_OUT) ~= 0 and "{Tensor...}" or bit.band(flags, C.CR_OP_MULTI_OUT) ~= 0 and "Tensor, Tensor..."
+                 or bit.band(flags, C.CR_OP_RETURNS_SELF) ~= 0 and "self" or "Tensor"
   local forms = o.func and o.method and "T." .. name .. "(...) or x:" .. name .. "(...)"
                 or o.func and "T." .. name .. "(...) only" or "x:" .. name .. "(...) only"
   return string.format("%s(%s) -> %s\n  %s%s; %s", name, table.concat(params, ", "), result, kKinds[o.kind] or "op",
-                       bit.band(flags, 1) ~= 0 and ", in place" or "", forms)
+                       bit.band(flags, C.CR_OP_RETURNS_SELF) ~= 0 and ", in place" or "", forms)
 end
 
 -- The registry op whose Lua function is f (T.op or a tensor method), or nil.

@@ -68,7 +68,7 @@ local OUTCAP = 64
 local OUTS = ffi.new("cr_tensor*[?]", OUTCAP)
 
 local function log(msg)
-  if os.getenv("CRESCENT_LOGS") then io.stderr:write("[crescent recompiles] reduce-overhead: ", msg, "\n") end
+  if core.setting("CRESCENT_LOGS") then io.stderr:write("[crescent recompiles] reduce-overhead: ", msg, "\n") end
 end
 
 function M.wrap(fn, id, call)

@@ -6,6 +6,7 @@ local binding = require "crescent.binding"
 local ffi, api, ctx = core.ffi, core.api, core.ctx
 local fail, is_tensor, wrap, ptr = core.fail, core.is_tensor, core.wrap, core.ptr
 local dtypes = core.dtypes
+local BOOL = core.ffi.C.CR_BOOL  -- (vm/abi.h enum cr_dtype)
 
 local ops = binding.build()
 local methods, props = {}, {}
@@ -88,7 +89,7 @@ function methods:item()
   local rc = api.item(ctx, ptr(self), ITEM)
   if rc ~= 0 then core.raise(rc) end
   local v = ITEM[0]
-  if ptr(self)._dtype == 6 then return v ~= 0 end
+  if ptr(self)._dtype == BOOL then return v ~= 0 end
   return v
 end
 
@@ -99,7 +100,7 @@ function methods:totable()
   local buf = ffi.new("double[?]", math.max(n, 1))
   local rc = api.read_all(ctx, ptr(self), buf, n)
   if rc ~= 0 then core.raise(rc) end
-  local shape, isbool = props.shape(self), ptr(self)._dtype == 6
+  local shape, isbool = props.shape(self), ptr(self)._dtype == BOOL
   local pos = 0
   local function build(d)
     if d > #shape then

@@ -13,6 +13,23 @@
 extern "C" {
 #endif
 
+/* Codes the Lua side reads as ffi.C.<NAME>, never as copies of the numbers; the C++ enums
+ * (cr::DType, cr::ValueTag, cr::OpKind, cr::OpFlag) are defined from them. */
+enum cr_dtype { CR_FLOAT32, CR_FLOAT64, CR_FLOAT16, CR_BFLOAT16, CR_INT32, CR_INT64, CR_BOOL, CR_NUM_DTYPES };
+enum cr_value_tag {
+  CR_TAG_NONE, CR_TAG_TENSOR, CR_TAG_NUMBER, CR_TAG_BOOL, CR_TAG_INTS, CR_TAG_TENSORS, CR_TAG_STRING, CR_TAG_DOUBLES
+};
+/* cr_op_info::kind (cr::OpKind) */
+enum cr_op_kind {
+  CR_KIND_UNARY, CR_KIND_BINARY, CR_KIND_TERNARY, CR_KIND_REDUCTION, CR_KIND_VIEW, CR_KIND_JOIN, CR_KIND_INDEX,
+  CR_KIND_LINALG, CR_KIND_CREATION, CR_KIND_CONVERT, CR_KIND_OTHER
+};
+/* the cr_op_info::flags bits the Lua binding reads (vm/registry.hpp OpFlag says what each means) */
+enum cr_op_flag {
+  CR_OP_RETURNS_SELF = 1, CR_OP_NO_METHOD = 2, CR_OP_NO_FUNCTION = 4, CR_OP_MULTI_OUT = 8, CR_OP_LIST_OUT = 16,
+  CR_OP_DATA_SIZE = 512
+};
+
 /* A tensor: a view (sizes, strides in elements, offset in elements) over a refcounted storage.
  * Lua reads the leading fields directly (x:dim(), x:size(), x.dtype) without a call. */
 /* Everything but the sizes and strides lies in the first 64 bytes: a release (the collector
@@ -20,7 +37,7 @@ extern "C" {
    touches one cache line of the header. */
 typedef struct cr_tensor {
   int32_t _refs;          /* atomic on the C++ side; Lua never touches it */
-  int8_t _dtype;          /* cr::DType */
+  int8_t _dtype;          /* enum cr_dtype (cr::DType) */
   int8_t _dev_type;       /* 0 = cpu, 1 = cuda */
   int8_t _dev_index;
   int8_t _flags;
@@ -40,7 +57,7 @@ typedef struct cr_tensor {
 /* The payload of a Lua tensor handle, a userdata (stdlib/core.lua, vm/lua/lua_vm.cpp new_handles). */
 typedef struct cr_handle { cr_tensor* p; } cr_handle;
 
-/* One argument of an op call. tag: see cr::ValueTag. */
+/* One argument of an op call. tag: enum cr_value_tag (cr::ValueTag). */
 typedef struct cr_value {
   int32_t tag;
   int32_t n;              /* element count for lists */
@@ -64,7 +81,7 @@ typedef struct cr_ctx {
 typedef struct cr_op_info {
   const char* name;
   const char* schema;     /* argument schema, parsed by stdlib/binding.lua */
-  int32_t kind;           /* cr::OpKind */
+  int32_t kind;           /* enum cr_op_kind (cr::OpKind) */
   int32_t flags;          /* cr::OpFlag bits */
 } cr_op_info;
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "vm/error.hpp"
 
@@ -21,6 +22,11 @@ constexpr SettingDef kSettings[] = {CR_SETTINGS(CR_SETTING_DEF)};
 
 const char* setting_name(Setting s) { return kSettings[size_t(s)].env; }
 const char* env_setting(Setting s) { return std::getenv(setting_name(s)); }
+bool find_setting(const std::string& variable, Setting* s) {
+  for (size_t i = 0; i < std::size(kSettings); ++i)
+    if (variable == kSettings[i].env) return *s = Setting(i), true;
+  return false;
+}
 
 std::string settings_help() {
   size_t width = 0;

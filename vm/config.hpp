@@ -42,6 +42,8 @@ enum class Setting : uint8_t {
 // The variable's value now; null when it is not set (the site applies the default above).
 const char* env_setting(Setting s);
 const char* setting_name(Setting s);  // "CRESCENT_NUM_THREADS"
+// The setting whose variable is `variable` (the Lua side reads settings by name); false if none.
+bool find_setting(const std::string& variable, Setting* s);
 // One line per setting: "  CRESCENT_NUM_THREADS  threads of ... (default: the cores)".
 std::string settings_help();
 // The switches of CRESCENT_LOGS, parsed once.

@@ -7,10 +7,14 @@
 #include <string>
 #include <type_traits>
 
+#include "vm/abi.h"
+
 namespace cr {
 
-enum class DType : int8_t { f32 = 0, f64, f16, bf16, i32, i64, b8 };
-constexpr int kNumDTypes = 7;
+enum class DType : int8_t {  // (vm/abi.h's codes, which Lua reads)
+  f32 = CR_FLOAT32, f64 = CR_FLOAT64, f16 = CR_FLOAT16, bf16 = CR_BFLOAT16, i32 = CR_INT32, i64 = CR_INT64, b8 = CR_BOOL
+};
+constexpr int kNumDTypes = CR_NUM_DTYPES;
 
 struct Half { uint16_t bits; };
 struct BFloat16 { uint16_t bits; };

@@ -11,35 +11,32 @@
 
 namespace cr {
 
-// Argument tags of cr_value (mirrored in stdlib/binding.lua).
-enum ValueTag : int32_t { kNone = 0, kTensor = 1, kNumber = 2, kBool = 3, kInts = 4, kTensors = 5, kString = 6, kDoubles = 7 };
-
-enum class OpKind : int32_t { Unary, Binary, Ternary, Reduction, View, Join, Index, Linalg, Creation, Convert, Other };
-
-// How the code generators lower an op to loops (jit/lower.cpp). Auto: by its kind (pointwise ops
-// from `expr`, reductions, conversions); the others name a lowering of their own: a selection
-// (where, masked_fill), a triangle of positions (tril, triu), a generator of positions (arange,
-// linspace, eye).
-enum class LoopForm : uint8_t {
-  Auto, Where, MaskedFill, Tril, Triu, Arange, Linspace, Eye, IndexSelect, Gather, Embedding, Rand, Randn, Randint,
-  // pointwise ops with a second form chosen by an argument: pow by a number (multiplications for
-  // small integral exponents), gelu by approximate = "tanh"
-  Pow, Gelu,
-  // reductions and their decompositions (jit/lower_reduce.cpp)
-  Sum, Prod, Mean, Amax, Amin, Max, Min, Argmax, Argmin, Var, Std, Logsumexp, Norm, All, Any, Softmax, LogSoftmax
+// Argument tags of cr_value (vm/abi.h's codes, which stdlib/binding.lua reads).
+enum ValueTag : int32_t {
+  kNone = CR_TAG_NONE, kTensor = CR_TAG_TENSOR, kNumber = CR_TAG_NUMBER, kBool = CR_TAG_BOOL, kInts = CR_TAG_INTS,
+  kTensors = CR_TAG_TENSORS, kString = CR_TAG_STRING, kDoubles = CR_TAG_DOUBLES
 };
 
-enum OpFlag : int32_t {
-  kReturnsSelf = 1,   // in-place: the Lua wrapper returns its first argument
-  kNoMethod = 2,      // only T.op(...), not x:op(...)
-  kNoFunction = 4,    // only x:op(...)
-  kMultiOut = 8,      // returns several tensors as several Lua values
-  kListOut = 16,      // returns a Lua table of tensors (split, chunk)
+enum class OpKind : int32_t {  // (vm/abi.h's codes)
+  Unary = CR_KIND_UNARY, Binary = CR_KIND_BINARY, Ternary = CR_KIND_TERNARY, Reduction = CR_KIND_REDUCTION,
+  View = CR_KIND_VIEW, Join = CR_KIND_JOIN, Index = CR_KIND_INDEX, Linalg = CR_KIND_LINALG,
+  Creation = CR_KIND_CREATION, Convert = CR_KIND_CONVERT, Other = CR_KIND_OTHER
+};
+
+enum OpFlag : int32_t {  // (those Lua reads are vm/abi.h's codes)
+  kReturnsSelf = CR_OP_RETURNS_SELF,  // in-place: the Lua wrapper returns its first argument
+  kNoMethod = CR_OP_NO_METHOD,        // only T.op(...), not x:op(...)
+  kNoFunction = CR_OP_NO_FUNCTION,    // only x:op(...)
+  kMultiOut = CR_OP_MULTI_OUT,        // returns several tensors as several Lua values
+  kListOut = CR_OP_LIST_OUT,          // returns a Lua table of tensors (split, chunk)
   kRandom = 32,       // draws from the generator: never folded, merged or dropped by graph passes
   kValueErrors = 64,  // may fail on tensor values (an index out of range), not only on metadata
   kBoolResult = 128,  // pointwise: a bool result whatever the compute dtype (isnan, eq, logical_and)
   kDeviceAware = 256, // runs on CUDA tensors itself (matmul: cuBLAS); others run on host copies
-  kDataSize = 512,    // result sizes depend on the values (nonzero): a graph break when compiled
+  kDataSize = CR_OP_DATA_SIZE,        // result sizes depend on the values (nonzero): a graph break when compiled
+  // guard semantics of a trace's number arguments (vm/graph/keys.cpp), which the lowering shares:
+  kCodeNumbers = 1024,  // a number operand picks the code (pow's exponent: x * x for 2): never varies
+  kConditionArg = 2048, // argument 0 is a bool condition (where), no operand of the result type
 };
 
 struct Meta {
@@ -123,19 +120,17 @@ struct OpDef {
   // The argument slot of the op's {device =} option (creation ops), -1 without one; set by
   // Registry::add from the schema.
   int8_t device_arg = -1;
-  LoopForm loop = LoopForm::Auto;
   Derivative grad{};
   CastPolicy cast = CastPolicy::None;      // under CUDA autocast
   CastPolicy cast_cpu = CastPolicy::None;  // under CPU autocast (PyTorch's CPU lists are shorter)
   // bit i: the op writes the tensors of its list argument i in place (the fused optimizer
   // updates): the dispatcher bumps their versions as for an in-place op's self
   uint32_t writes = 0;
+  // Conversions (to, float, cpu, contiguous, ...), which return argument 0 itself when nothing
+  // changes and have no infer: false when the call returns it, else true with the metadata of
+  // the contiguous copy it makes. Read without running the op by graph replay (vm/graph/shapes.cpp).
+  bool (*conversion)(OpCall&, Meta*) = nullptr;
 };
-// def with a loop form of its own (set at registration: `r.add(with_loop(OpDef{...}, LoopForm::Tril))`)
-inline OpDef with_loop(OpDef def, LoopForm form) {
-  def.loop = form;
-  return def;
-}
 
 class Registry {
  public:

@@ -24,3 +24,14 @@ TEST_CASE("settings: one table with the variable of each, read when asked", "[co
   ::unsetenv("CRESCENT_NVRTC_OPTIONS");
   CHECK(env_setting(Setting::NvrtcOptions) == nullptr);
 }
+
+TEST_CASE("settings: found by their variable, as the Lua side reads them", "[config]") {
+  Setting s;
+#define CR_SETTING_FOUND(id, env, ...)    \
+  REQUIRE(find_setting(env, &s));        \
+  CHECK(s == Setting::id);
+  CR_SETTINGS(CR_SETTING_FOUND)
+#undef CR_SETTING_FOUND
+  CHECK_FALSE(find_setting("CRESCENT_NO_SUCH_SETTING", &s));
+  CHECK_FALSE(find_setting("HOME", &s));
+}

@@ -133,3 +133,27 @@ describe("T.bench and T.compiler.stats", function()
     if not ok then error(err, 0) end
   end)
 end)
+
+describe("the Lua side's constants and settings", function()
+  local core = require "crescent.core"
+  local C = core.ffi.C
+  it("T.compiler.stats() names every number api.cap_stats writes", function()
+    local n = 0
+    for _, v in pairs(T.compiler.stats()) do
+      n = n + 1
+      S.eq(type(v), "number", "a stat")
+    end
+    S.eq(n, C.CR_CAP_STATS, "stats")
+  end)
+  it("names each dtype by the C side's code", function()
+    for _, d in ipairs({ "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" }) do
+      S.eq(T.zeros(2, { dtype = d }).dtype, d)
+    end
+    S.eq(core.dtypes[C.CR_INT64], "int64")
+    S.eq(T.ones(1, { dtype = "bool" }):item(), true)  -- (a bool tensor's values are booleans)
+  end)
+  it("reads CRESCENT_* settings through the C++ table, which rejects an undeclared variable", function()
+    S.eq(core.setting("CRESCENT_NVRTC_OPTIONS"), os.getenv("CRESCENT_NVRTC_OPTIONS"), "a declared setting")
+    S.errors(function() core.setting("CRESCENT_NO_SUCH_SETTING") end, "no setting CRESCENT_NO_SUCH_SETTING")
+  end)
+end)

@@ -80,7 +80,7 @@ bool takes_shape_numbers(const OpDef& def) { return def.kind == OpKind::View || 
 int operand_count(const OpDef& def) { return def.kind == OpKind::Binary ? 2 : def.kind == OpKind::Ternary ? 3 : 0; }
 
 bool may_vary(const OpDef& def, int i) {
-  return i <= operand_count(def) && operand_count(def) > 0 && !(def.flags & kValueErrors) && def.loop != LoopForm::Pow;
+  return i <= operand_count(def) && operand_count(def) > 0 && !(def.flags & (kValueErrors | kCodeNumbers));
 }
 
 uint64_t varying_slot(const Segment& s, int arg) { return uint64_t(s.ops) << 8 | uint64_t(arg); }
@@ -97,7 +97,7 @@ bool varies(const Segment& s, const OpDef& def, int i) {
 // vary - a number of either class does not promote it (x * 2 and x * 2.5 are both float for a
 // float x; an int tensor's are not). where's condition is not such an operand.
 bool class_free(const Segment& s, const OpDef& def, const cr_value* args, int nargs, int i) {
-  for (int j = def.loop == LoopForm::Where ? 1 : 0; j < operand_count(def) && j < nargs; ++j) {
+  for (int j = (def.flags & kConditionArg) ? 1 : 0; j < operand_count(def) && j < nargs; ++j) {
     if (j == i) continue;
     if (args[j].tag == kTensor && is_floating(DType(static_cast<const cr_tensor*>(args[j].ptr)->_dtype))) return true;
     if (args[j].tag == kNumber && !varies(s, def, j) && !scalar_is_integral(args[j].num)) return true;

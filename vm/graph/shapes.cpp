@@ -4,16 +4,15 @@
 // op. Every rule is conservative: when it cannot vouch for the result (no rule for the op, or the
 // call would not return what was recorded - a copy where a view was, another number of pieces),
 // it answers false and the recorder treats the event as a guard failure: the op then runs
-// eagerly and is recorded, which is always right.
+// eagerly and is recorded, which is always right. Every rule is the op's registry entry's:
 //
-//  - ops with an `infer` rule (pointwise, reductions, linalg, creation, ...): infer, whose
-//    outputs are contiguous (the dispatcher allocates them so);
+//  - ops with an `infer` rule (pointwise, reductions, joins, linalg, creation, ...): infer,
+//    whose outputs are contiguous (the dispatcher allocates them so);
+//  - conversions: OpDef::conversion, a contiguous copy or the input itself;
 //  - views, split and chunk: the op itself, on headers.
 // Lazy arguments get "phantom" storage - a storage without memory - meanwhile, since views (and
 // infer rules that take views, as matmul's) only compute headers; reshape refuses to copy one.
-//  - conversions and contiguous: the input's sizes, contiguous, the recorded dtype and device;
-//  - cat and stack: their size arithmetic.
-#include <string_view>
+// Ops with none (in-place ops, those whose sizes depend on values) are guard failures.
 
 #include "vm/graph/segment.hpp"
 
@@ -68,47 +67,14 @@ bool derive_views(OpCall& c, const std::vector<guards::OutInfo>& recorded, std::
   return true;
 }
 
-// to, float, ..., cpu, cuda, contiguous: a contiguous copy, or the input itself.
+// Conversions: the copy their rule (OpDef::conversion) says they make, or the input itself.
 bool derive_conversion(OpCall& c, const std::vector<guards::OutInfo>& recorded, std::vector<ValueMeta>& metas) {
-  if (recorded.size() != 1) return false;
-  Tensor x = c.tensor(0);
+  Meta m;
+  if (recorded.size() != 1 || c.def.conversion(c, &m) != recorded[0].fresh) return false;
   const guards::OutInfo& o = recorded[0];
-  // (contiguous is the one conversion whose copying depends on the layout, not on dtype / device)
-  if (std::string_view(c.def.name) == "contiguous" && o.fresh == x.is_contiguous()) return false;
-  if (!o.fresh) return true;  // dtype and device are the same as when recorded: it returns x
-  if (!contiguous_meta(o.meta)) return false;
-  metas[0] = contiguous_like(x.sizes(), o.meta);
-  return true;
-}
-
-// cat / stack: the sizes of the inputs, joined along the dim.
-bool derive_join(OpCall& c, const std::vector<guards::OutInfo>& recorded, std::vector<ValueMeta>& metas) {
-  const std::string_view name = c.def.name;
-  if (name != "cat" && name != "stack") return false;
-  if (recorded.size() != 1 || !recorded[0].fresh || !contiguous_meta(recorded[0].meta)) return false;
-  std::vector<Tensor> ts = c.tensors(0);
-  if (ts.empty() || ts[0].dim() == 0) return false;
-  const Shape first = ts[0].sizes();
-  const int n = int(first.size());
-  const bool is_cat = name == "cat";
-  Shape sizes = first;
-  if (is_cat) {
-    const int d = c.has(1) ? c.dim(1, n) : 0;
-    sizes[size_t(d)] = 0;
-    for (const Tensor& t : ts) {
-      if (t.dim() != n) return false;  // (empty 1-d tensors are skipped by cat: left to the op)
-      for (int j = 0; j < n; ++j)
-        if (j != d && t.size(j) != first[size_t(j)]) return false;
-      sizes[size_t(d)] += t.size(d);
-    }
-  } else {
-    for (const Tensor& t : ts)
-      if (t.sizes() != first) return false;
-    const int64_t given = c.has(1) ? c.integer(1) : 1;
-    if (given == 0 || given > n + 1 || given < -(n + 1)) return false;
-    sizes.insert(sizes.begin() + (given > 0 ? given - 1 : given + n + 1), int64_t(ts.size()));
-  }
-  metas[0] = contiguous_like(sizes, recorded[0].meta);
+  if (!o.fresh) return true;  // it returns its argument, as when recorded
+  if (!contiguous_meta(o.meta) || m.dtype != o.meta.dtype || !(m.device == o.meta.device)) return false;
+  metas[0] = contiguous_like(m.sizes, o.meta);
   return true;
 }
 
@@ -139,8 +105,7 @@ bool derive_outputs(Context& ctx, int op, const cr_value* args, int nargs, const
     with_phantoms(args, nargs, [&] {
       if (def.infer) ok = derive_inferred(c, recorded, metas);
       else if (def.kind == OpKind::View || (def.flags & kListOut)) ok = derive_views(c, recorded, metas);  // split, chunk
-      else if (def.kind == OpKind::Join) ok = derive_join(c, recorded, metas);  // cat, stack
-      else if (def.kind == OpKind::Convert) ok = derive_conversion(c, recorded, metas);
+      else if (def.conversion) ok = derive_conversion(c, recorded, metas);
     });
   } catch (const Error&) {
     ok = false;  // the op would fail with these sizes: running it eagerly raises its own error

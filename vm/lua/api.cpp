@@ -13,6 +13,7 @@
 #include "vm/cuda/streams.hpp"
 #include "vm/autograd/call.hpp"
 #include "vm/lua/autograd_api.hpp"
+#include "vm/config.hpp"
 #include "vm/lua/dist_api.hpp"
 #include "vm/cpu_march.hpp"
 #include "vm/devices.hpp"
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "vm/graph/recorder.hpp"
 #include "vm/io/io.hpp"
@@ -318,18 +320,27 @@ void api_cap_reset(cr_ctx* c) {
   cuda::empty_cache();
 }
 
-constexpr size_t kCapStats = 18;  // (stdlib's buffers for cap_stats have this size)
+// out[0 .. n): the numbers at their indices (enum cr_cap_stat, cr_cuda_stat), 0 for any other
+void put_stats(double* out, int n, std::initializer_list<std::pair<int, double>> v) {
+  std::fill(out, out + n, 0.0);
+  for (const auto& [i, x] : v) out[i] = x;
+}
+
 void api_cap_stats(cr_ctx* c, double* out) {
   const graph::Stats& s = rec(c).stats;
   const jit::QueueStats q = jit::background_stats();
-  const double v[] = {double(s.graphs_compiled),  double(s.recompiles),      double(s.graph_breaks),
-                      double(s.kernels_compiled), double(s.disk_cache_hits), double(s.eager_fallbacks),
-                      s.graph_run_us,             double(s.replays),         double(q.queued + q.running),
-                      s.compile_ms,               double(s.kernels_loaded),  double(s.backward_graphs_compiled),
-                      double(s.grad_fallbacks),   double(s.saved_values),    double(s.saved_bytes),
-                      double(s.recomputed_ops),     double(s.cudagraphs_recorded), double(s.cudagraph_replays)};
-  static_assert(std::size(v) == kCapStats);
-  for (size_t i = 0; i < std::size(v); ++i) out[i] = v[i];
+  put_stats(out, CR_CAP_STATS,
+            {{CR_STAT_GRAPHS_COMPILED, double(s.graphs_compiled)}, {CR_STAT_RECOMPILES, double(s.recompiles)},
+             {CR_STAT_GRAPH_BREAKS, double(s.graph_breaks)}, {CR_STAT_KERNELS_COMPILED, double(s.kernels_compiled)},
+             {CR_STAT_DISK_CACHE_HITS, double(s.disk_cache_hits)}, {CR_STAT_EAGER_FALLBACKS, double(s.eager_fallbacks)},
+             {CR_STAT_GRAPH_RUN_US, s.graph_run_us}, {CR_STAT_REPLAYS, double(s.replays)},
+             {CR_STAT_COMPILES_PENDING, double(q.queued + q.running)}, {CR_STAT_COMPILE_MS, s.compile_ms},
+             {CR_STAT_KERNELS_LOADED, double(s.kernels_loaded)},
+             {CR_STAT_BACKWARD_GRAPHS_COMPILED, double(s.backward_graphs_compiled)},
+             {CR_STAT_GRAD_FALLBACKS, double(s.grad_fallbacks)}, {CR_STAT_SAVED_VALUES, double(s.saved_values)},
+             {CR_STAT_SAVED_BYTES, double(s.saved_bytes)}, {CR_STAT_RECOMPUTED_OPS, double(s.recomputed_ops)},
+             {CR_STAT_CUDAGRAPHS_RECORDED, double(s.cudagraphs_recorded)},
+             {CR_STAT_CUDAGRAPH_REPLAYS, double(s.cudagraph_replays)}});
 }
 
 const char* api_cap_report(cr_ctx* c) {
@@ -361,6 +372,19 @@ int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {
 }
 int32_t api_cap_active(cr_ctx* c) { return rec(c).active(); }
 void api_cancel_compiles(cr_ctx* c) { jit::cancel_background_compiles(&rec(c)); }
+int32_t api_env_setting(cr_ctx* c, const char* variable, const char** value) {
+  return guarded(c, [&] {
+    Setting s;
+    if (!find_setting(variable, &s)) fail(cat("no setting ", variable, " (vm/config.hpp declares them)"));
+    *value = env_setting(s);
+    return 0;
+  });
+}
+const char* api_default_cache_dir() {
+  static thread_local std::string dir;
+  dir = jit::default_cache_dir();
+  return dir.c_str();
+}
 
 int32_t api_cap_plan(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n, int32_t nargs) {
   return guarded(c, [&] { return rec(c).plan(fn, cands, n, nargs); });
@@ -392,10 +416,13 @@ void api_cuda_empty_cache() { cuda::empty_cache(); }
 void api_cuda_stats(int32_t dev, double* out) {
   const cuda::MemoryStats m = cuda::memory_stats(dev);
   const cuda::LaunchCounts& l = cuda::launch_counts();
-  const double v[11] = {double(m.driver_allocs), double(m.driver_frees), double(m.cache_hits), double(m.in_use),
-                        double(m.reserved), double(host_op_count()), double(jit::cache_stats().cuda_compiled),
-                        double(l.kernels.load()), double(l.blas.load()), double(l.graphs.load()), double(l.graph_nodes.load())};
-  std::copy(v, v + 11, out);
+  put_stats(out, CR_CUDA_STATS,
+            {{CR_CUDA_DRIVER_ALLOCS, double(m.driver_allocs)}, {CR_CUDA_DRIVER_FREES, double(m.driver_frees)},
+             {CR_CUDA_CACHE_HITS, double(m.cache_hits)}, {CR_CUDA_IN_USE, double(m.in_use)},
+             {CR_CUDA_RESERVED, double(m.reserved)}, {CR_CUDA_HOST_OPS, double(host_op_count())},
+             {CR_CUDA_MODULES_COMPILED, double(jit::cache_stats().cuda_compiled)},
+             {CR_CUDA_KERNEL_LAUNCHES, double(l.kernels.load())}, {CR_CUDA_BLAS_CALLS, double(l.blas.load())},
+             {CR_CUDA_GRAPH_LAUNCHES, double(l.graphs.load())}, {CR_CUDA_GRAPH_NODES, double(l.graph_nodes.load())}});
 }
 int32_t api_cuda_time(cr_ctx* c, int32_t dev, int32_t phase, double* ms) {
   return guarded(c, [&] {
@@ -404,6 +431,7 @@ int32_t api_cuda_time(cr_ctx* c, int32_t dev, int32_t phase, double* ms) {
   });
 }
 
+static_assert(CR_STREAM_SLOTS == cuda::kSlots);
 int32_t api_cuda_stream(cr_ctx* c, int32_t what, int64_t a, int64_t b, double* out) {
   return guarded(c, [&] {
     if (cuda::device_count() == 0) {
@@ -413,35 +441,35 @@ int32_t api_cuda_stream(cr_ctx* c, int32_t what, int64_t a, int64_t b, double* o
     }
     double r = 0;
     switch (what) {
-      case 0: r = double(cuda::pool_stream(int(a))); break;
-      case 1:
+      case CR_STREAM_NEW: r = double(cuda::pool_stream(int(a))); break;
+      case CR_STREAM_CURRENT:
         if (a < 0 || a >= cuda::device_count()) fail(cat("cuda: no device cuda:", a));
         r = double(a * cuda::kSlots + cuda::current_slot(int(a)));
         break;
-      case 2: cuda::set_current_stream(a); break;
-      case 3: cuda::stream_synchronize(a); break;
-      case 4: r = cuda::stream_query(a); break;
-      case 5: cuda::stream_wait_stream(a, b); break;
-      case 6: r = double(cuda::event_create(int(a), b != 0)); break;
-      case 7: cuda::event_destroy(a); break;
-      case 8: cuda::event_record(a, b); break;
-      case 9: cuda::stream_wait_event(a, b); break;
-      case 10: r = cuda::event_query(a); break;
-      case 11: cuda::event_synchronize(a); break;
-      case 12: r = cuda::event_elapsed_ms(a, b); break;
-      case 13: r = double(cuda::graph_new(int(a))); break;
-      case 14:
+      case CR_STREAM_SET: cuda::set_current_stream(a); break;
+      case CR_STREAM_SYNC: cuda::stream_synchronize(a); break;
+      case CR_STREAM_QUERY: r = cuda::stream_query(a); break;
+      case CR_STREAM_WAIT_STREAM: cuda::stream_wait_stream(a, b); break;
+      case CR_EVENT_NEW: r = double(cuda::event_create(int(a), b != 0)); break;
+      case CR_EVENT_FREE: cuda::event_destroy(a); break;
+      case CR_EVENT_RECORD: cuda::event_record(a, b); break;
+      case CR_STREAM_WAIT_EVENT: cuda::stream_wait_event(a, b); break;
+      case CR_EVENT_QUERY: r = cuda::event_query(a); break;
+      case CR_EVENT_SYNC: cuda::event_synchronize(a); break;
+      case CR_EVENT_ELAPSED: r = cuda::event_elapsed_ms(a, b); break;
+      case CR_GRAPH_NEW: r = double(cuda::graph_new(int(a))); break;
+      case CR_GRAPH_BEGIN:
         if (b > 0) cuda::graph_at(a).share_pool(cuda::graph_at(b));
         cuda::graph_at(a).begin();
         break;
-      case 15:
+      case CR_GRAPH_END:
         cuda::graph_at(a).end();
         r = double(cuda::graph_at(a).nodes());
         break;
-      case 16: cuda::graph_at(a).launch(); break;
-      case 17: cuda::graph_at(a).reset(); break;
-      case 18: cuda::graph_delete(a); break;
-      case 19: cuda::graph_at(a).abort(); break;
+      case CR_GRAPH_REPLAY: cuda::graph_at(a).launch(); break;
+      case CR_GRAPH_RESET: cuda::graph_at(a).reset(); break;
+      case CR_GRAPH_DELETE: cuda::graph_delete(a); break;
+      case CR_GRAPH_ABORT: cuda::graph_at(a).abort(); break;
       default: fail(cat("cuda_stream: no call ", what));
     }
     *out = r;
@@ -535,6 +563,8 @@ const cr_api* api_table() {
       api_attention_mask_fits,
       jit::wait_background_compiles,
       api_cancel_compiles,
+      api_env_setting,
+      api_default_cache_dir,
       autograd::api_table(),
       dist_api_table(),
   };

@@ -57,6 +57,50 @@ typedef struct cr_dist_api {
   int32_t (*destroy)(cr_ctx* ctx, int32_t abort, double timeout_s);
 } cr_dist_api;
 
+/* Constants the Lua side reads as ffi.C.<NAME> (never copies of the numbers). */
+
+/* api.cap_stats's numbers (T.compiler.stats()), at these indices of a double[CR_CAP_STATS] */
+enum cr_cap_stat {
+  CR_STAT_GRAPHS_COMPILED, CR_STAT_RECOMPILES, CR_STAT_GRAPH_BREAKS, CR_STAT_KERNELS_COMPILED,
+  CR_STAT_DISK_CACHE_HITS, CR_STAT_EAGER_FALLBACKS, CR_STAT_GRAPH_RUN_US, CR_STAT_REPLAYS,
+  CR_STAT_COMPILES_PENDING, CR_STAT_COMPILE_MS, CR_STAT_KERNELS_LOADED, CR_STAT_BACKWARD_GRAPHS_COMPILED,
+  CR_STAT_GRAD_FALLBACKS, CR_STAT_SAVED_VALUES, CR_STAT_SAVED_BYTES, CR_STAT_RECOMPUTED_OPS,
+  CR_STAT_CUDAGRAPHS_RECORDED, CR_STAT_CUDAGRAPH_REPLAYS,
+  CR_CAP_STATS
+};
+/* api.cuda_stats's numbers (T.cuda.memory_stats()), at these indices of a double[CR_CUDA_STATS] */
+enum cr_cuda_stat {
+  CR_CUDA_DRIVER_ALLOCS, CR_CUDA_DRIVER_FREES, CR_CUDA_CACHE_HITS, CR_CUDA_IN_USE, CR_CUDA_RESERVED,
+  CR_CUDA_HOST_OPS, CR_CUDA_MODULES_COMPILED, CR_CUDA_KERNEL_LAUNCHES, CR_CUDA_BLAS_CALLS,
+  CR_CUDA_GRAPH_LAUNCHES, CR_CUDA_GRAPH_NODES,
+  CR_CUDA_STATS
+};
+/* api.cuda_stream's calls (`what`): a, b are its arguments, the result goes to out[0] */
+enum cr_stream_call {
+  CR_STREAM_NEW,         /* a new stream of device a (from its pool) */
+  CR_STREAM_CURRENT,     /* the current stream of device a */
+  CR_STREAM_SET,         /* make stream a current */
+  CR_STREAM_SYNC,        /* synchronize stream a */
+  CR_STREAM_QUERY,       /* query stream a (1 when its work is done) */
+  CR_STREAM_WAIT_STREAM, /* stream a waits for stream b's work so far */
+  CR_EVENT_NEW,          /* a new event of device a (b: 1 with timing) */
+  CR_EVENT_FREE,         /* destroy event a */
+  CR_EVENT_RECORD,       /* record event a on stream b */
+  CR_STREAM_WAIT_EVENT,  /* stream a waits for event b */
+  CR_EVENT_QUERY,        /* query event a */
+  CR_EVENT_SYNC,         /* synchronize event a */
+  CR_EVENT_ELAPSED,      /* milliseconds from event a to event b */
+  CR_GRAPH_NEW,          /* CUDA graphs (vm/cuda/graphs.hpp): a new graph of device a */
+  CR_GRAPH_BEGIN,        /* begin capturing graph a (into graph b's pool when b > 0) */
+  CR_GRAPH_END,          /* end graph a's capture (its node count) */
+  CR_GRAPH_REPLAY,       /* replay graph a */
+  CR_GRAPH_RESET,        /* reset graph a */
+  CR_GRAPH_DELETE,       /* delete graph a */
+  CR_GRAPH_ABORT         /* abort graph a's capture */
+};
+/* a stream id is device * CR_STREAM_SLOTS + slot (vm/cuda/streams.hpp kSlots) */
+enum { CR_STREAM_SLOTS = 64 };
+
 typedef struct cr_api {
   int32_t version;
   int32_t op_count;
@@ -102,13 +146,7 @@ typedef struct cr_api {
   int32_t (*cap_abort)(cr_ctx* ctx);  /* < 0: an op recorded before the error failed (last_error) */
   void (*cap_where)(cr_ctx* ctx, const char* where);
   void (*cap_reset)(cr_ctx* ctx);
-  void (*cap_stats)(cr_ctx* ctx, double* out); /* graphs_compiled, recompiles, graph_breaks,
-                                                  kernels_compiled, disk_cache_hits, eager_fallbacks,
-                                                  graph_run_us, replays, compiles_pending, compile_ms,
-                                                  kernels_loaded, backward_graphs_compiled,
-                                                  grad_fallbacks, saved_values, saved_bytes,
-                                                  recomputed_ops, cudagraphs_recorded, cudagraph_replays:
-                                                  18 (kCapStats, stdlib's buffers) */
+  void (*cap_stats)(cr_ctx* ctx, double* out); /* out[CR_CAP_STATS] (enum cr_cap_stat) */
   const char* (*cap_report)(cr_ctx* ctx);      /* segments of the last call:
                                                   "ops\treason\twhere\tsymbolic dims\top names\tbackward graph
                                                   (0/1)\twhy eager autograd differentiates it\n" */
@@ -124,24 +162,17 @@ typedef struct cr_api {
   int32_t (*cap_plan)(cr_ctx* ctx, int32_t fn, cr_tensor** cands, int32_t n, int32_t nargs);
   int32_t (*cap_replay)(cr_ctx* ctx, int32_t fn, cr_tensor** cands, int32_t n, cr_tensor** outs, int32_t cap);
   /* CUDA (T.cuda): the device count (0 without a driver) and why there is none; synchronize;
-   * empty_cache; stats of device dev into out[6]: driver_allocs, driver_frees, cache_hits,
-   * in_use bytes, reserved bytes, host_ops (ops run on host copies); time: phase 0 starts the
-   * device timer, phase 1 stops it and writes the milliseconds to *ms. */
+   * empty_cache; stats of device dev into out[CR_CUDA_STATS] (enum cr_cuda_stat: in_use and
+   * reserved in bytes, host_ops the ops run on host copies); time: phase 0 starts the device
+   * timer, phase 1 stops it and writes the milliseconds to *ms. */
   int32_t (*cuda_device_count)(void);
   const char* (*cuda_unavailable)(void);
   int32_t (*cuda_synchronize)(cr_ctx* ctx, int32_t dev);
   void (*cuda_empty_cache)(void);
   void (*cuda_stats)(int32_t dev, double* out);
   int32_t (*cuda_time)(cr_ctx* ctx, int32_t dev, int32_t phase, double* ms);
-  /* Streams and events (vm/cuda/streams.hpp): `what` names the call; stream ids and event ids
-   * are numbers; results go to out[0]. 0 new stream of device a (from its pool); 1 the current
-   * stream of device a; 2 make stream a current; 3 synchronize stream a; 4 query stream a (1 when
-   * its work is done); 5 stream a waits for stream b's work so far; 6 new event of device a
-   * (b: 1 with timing); 7 destroy event a; 8 record event a on stream b; 9 stream a waits for
-   * event b; 10 query event a; 11 synchronize event a; 12 milliseconds from event a to event b;
-   * CUDA graphs (vm/cuda/graphs.hpp): 13 new graph of device a; 14 begin capturing graph a (into
-   * graph b's pool when b > 0); 15 end graph a's capture (its node count); 16 replay graph a;
-   * 17 reset graph a; 18 delete graph a; 19 abort graph a's capture.
+  /* Streams and events (vm/cuda/streams.hpp): `what` names the call (enum cr_stream_call);
+   * stream ids and event ids are numbers; results go to out[0].
    * record_stream: tensor t's memory is also used by stream s's work. */
   int32_t (*cuda_stream)(cr_ctx* ctx, int32_t what, int64_t a, int64_t b, double* out);
   int32_t (*record_stream)(cr_ctx* ctx, cr_tensor* t, int64_t s);
@@ -159,6 +190,10 @@ typedef struct cr_api {
   /* drops this VM's compiles queued on the background thread, waits for its one in progress
    * (os.exit calls it) */
   void (*cancel_compiles)(cr_ctx* ctx);
+  /* the environment setting `variable` (a CRESCENT_* variable declared in vm/config.hpp) into
+   * *value (NULL when unset); -1 for a variable that is no setting (last_error) */
+  int32_t (*env_setting)(cr_ctx* ctx, const char* variable, const char** value);
+  const char* (*default_cache_dir)(void);  /* CRESCENT_CACHE_DIR, else ~/.cache/crescent */
   const cr_autograd_api* autograd;
   const cr_dist_api* dist;
 } cr_api;

@@ -5,8 +5,12 @@
 namespace cr {
 namespace {
 
-// x:to(dtype | device | {dtype =, device =}): returns x itself when nothing changes.
-void run_to(OpCall& c) {
+// Each conversion's rule: the metadata of the copy it makes (contiguous, x's sizes), or false
+// when it returns x itself. The op and graph replay with symbolic sizes (OpDef::conversion,
+// vm/graph/shapes.cpp) both follow it.
+
+// x:to(dtype | device | {dtype =, device =}): x itself when nothing changes.
+bool convert_to(OpCall& c, Meta* m) {
   Tensor x = c.tensor(0);
   DType dtype = x.dtype();
   Device device = x.device();
@@ -16,28 +20,43 @@ void run_to(OpCall& c) {
   }
   if (c.has(2) && !parse_dtype(c.str(2), &dtype)) fail(cat("unknown dtype \"", c.str(2), "\""));
   if (c.has(3)) device = parse_device(c.str(3));
-  if (!(device == x.device())) {
-    Tensor moved = Tensor::empty(x.sizes(), dtype, device);
-    copy_into(moved, x);
-    c.outs.push_back(moved);
-    return;
-  }
-  c.outs.push_back(cast(x, dtype));
+  *m = Meta{x.sizes(), dtype, device};
+  return !(dtype == x.dtype() && device == x.device());
 }
 
-template <DType D> void run_as(OpCall& c) { c.outs.push_back(cast(c.tensor(0), D)); }
+// x:float(), x:long(), ...
+template <DType D> bool convert_as(OpCall& c, Meta* m) {
+  Tensor x = c.tensor(0);
+  *m = Meta{x.sizes(), D, x.device()};
+  return x.dtype() != D;
+}
 
 // x:cpu() / x:cuda(): x itself when it is there already, else a copy.
-template <int8_t Type> void run_move(OpCall& c) {
+template <int8_t Type> bool convert_move(OpCall& c, Meta* m) {
   Tensor x = c.tensor(0);
-  const Device d{Type, 0};
-  if (x.device().type == Type) return c.outs.push_back(x);
-  Tensor moved = Tensor::empty(x.sizes(), x.dtype(), d);
-  copy_into(moved, x);
-  c.outs.push_back(moved);
+  *m = Meta{x.sizes(), x.dtype(), Device{Type, 0}};
+  return x.device().type != Type;
 }
 
-void run_contiguous(OpCall& c) { c.outs.push_back(contiguous(c.tensor(0))); }
+bool convert_contiguous(OpCall& c, Meta* m) {
+  Tensor x = c.tensor(0);
+  *m = Meta{x.sizes(), x.dtype(), x.device()};
+  return !x.is_contiguous();
+}
+
+template <bool (*Rule)(OpCall&, Meta*)> void run_convert(OpCall& c) {
+  Tensor x = c.tensor(0);
+  Meta m;
+  if (!Rule(c, &m)) return c.outs.push_back(x);
+  Tensor out = Tensor::empty(m.sizes, m.dtype, m.device);
+  copy_into(out, x);
+  c.outs.push_back(out);
+}
+template <bool (*Rule)(OpCall&, Meta*)> OpDef conversion(const char* name, const char* schema, int32_t flags) {
+  OpDef def{name, schema, OpKind::Convert, flags, nullptr, run_convert<Rule>};
+  def.conversion = Rule;
+  return def;
+}
 
 std::vector<Meta> infer_clone(OpCall& c) {
   Tensor x = c.tensor(0);
@@ -77,17 +96,17 @@ void run_zero_(OpCall& c) { fill(writable(c, 0), 0); }
 
 void register_conversions(Registry& r) {
   const int m = kNoFunction;
-  r.add(OpDef{"to", "self:T, target:S?, opts:{dtype:S, device:S}", OpKind::Convert, m, nullptr, run_to});
-  r.add(OpDef{"float", "self:T", OpKind::Convert, m, nullptr, run_as<DType::f32>});
-  r.add(OpDef{"double", "self:T", OpKind::Convert, m, nullptr, run_as<DType::f64>});
-  r.add(OpDef{"half", "self:T", OpKind::Convert, m, nullptr, run_as<DType::f16>});
-  r.add(OpDef{"bfloat16", "self:T", OpKind::Convert, m, nullptr, run_as<DType::bf16>});
-  r.add(OpDef{"int", "self:T", OpKind::Convert, m, nullptr, run_as<DType::i32>});
-  r.add(OpDef{"long", "self:T", OpKind::Convert, m, nullptr, run_as<DType::i64>});
-  r.add(OpDef{"bool", "self:T", OpKind::Convert, m, nullptr, run_as<DType::b8>});
-  r.add(OpDef{"cpu", "self:T", OpKind::Convert, m, nullptr, run_move<0>});
-  r.add(OpDef{"cuda", "self:T", OpKind::Convert, m, nullptr, run_move<1>});
-  r.add(OpDef{"contiguous", "self:T", OpKind::Convert, 0, nullptr, run_contiguous});
+  r.add(conversion<convert_to>("to", "self:T, target:S?, opts:{dtype:S, device:S}", m));
+  r.add(conversion<convert_as<DType::f32>>("float", "self:T", m));
+  r.add(conversion<convert_as<DType::f64>>("double", "self:T", m));
+  r.add(conversion<convert_as<DType::f16>>("half", "self:T", m));
+  r.add(conversion<convert_as<DType::bf16>>("bfloat16", "self:T", m));
+  r.add(conversion<convert_as<DType::i32>>("int", "self:T", m));
+  r.add(conversion<convert_as<DType::i64>>("long", "self:T", m));
+  r.add(conversion<convert_as<DType::b8>>("bool", "self:T", m));
+  r.add(conversion<convert_move<0>>("cpu", "self:T", m));
+  r.add(conversion<convert_move<1>>("cuda", "self:T", m));
+  r.add(conversion<convert_contiguous>("contiguous", "self:T", 0));
   r.add(OpDef{"clone", "self:T", OpKind::Convert, 0, infer_clone, run_clone});
   r.add(OpDef{"copy_", "self:T, src:TN", OpKind::Convert, kReturnsSelf | m, nullptr, run_copy_});
   r.add(OpDef{"fill_", "self:T, value:TN", OpKind::Convert, kReturnsSelf | m, nullptr, run_fill_});

@@ -216,12 +216,12 @@ void register_creation(Registry& r) {
   r.add(OpDef{"ones", sized.c_str(), OpKind::Creation, fn | kDeviceAware, infer_sized, run_ones});
   r.add(OpDef{"empty", sized.c_str(), OpKind::Creation, fn | kDeviceAware, infer_sized, run_empty});
   r.add(OpDef{"full", full.c_str(), OpKind::Creation, fn | kDeviceAware, infer_full, run_full});
-  r.add(with_loop(OpDef{"arange", arange.c_str(), OpKind::Creation, fn, infer_arange, run_arange}, LoopForm::Arange));
-  r.add(with_loop(OpDef{"linspace", linspace.c_str(), OpKind::Creation, fn, infer_linspace, run_linspace}, LoopForm::Linspace));
-  r.add(with_loop(OpDef{"eye", eye.c_str(), OpKind::Creation, fn, infer_eye, run_eye}, LoopForm::Eye));
-  r.add(with_loop(OpDef{"rand", sized.c_str(), OpKind::Creation, fn | kRandom, infer_float_sized, run_rand}, LoopForm::Rand));
-  r.add(with_loop(OpDef{"randn", sized.c_str(), OpKind::Creation, fn | kRandom, infer_float_sized, run_randn}, LoopForm::Randn));
-  r.add(with_loop(OpDef{"randint", randint.c_str(), OpKind::Creation, fn | kRandom, infer_randint, run_randint}, LoopForm::Randint));
+  r.add(OpDef{"arange", arange.c_str(), OpKind::Creation, fn, infer_arange, run_arange});
+  r.add(OpDef{"linspace", linspace.c_str(), OpKind::Creation, fn, infer_linspace, run_linspace});
+  r.add(OpDef{"eye", eye.c_str(), OpKind::Creation, fn, infer_eye, run_eye});
+  r.add(OpDef{"rand", sized.c_str(), OpKind::Creation, fn | kRandom, infer_float_sized, run_rand});
+  r.add(OpDef{"randn", sized.c_str(), OpKind::Creation, fn | kRandom, infer_float_sized, run_randn});
+  r.add(OpDef{"randint", randint.c_str(), OpKind::Creation, fn | kRandom, infer_randint, run_randint});
   r.add(OpDef{"zeros_like", like.c_str(), OpKind::Creation, fn | kDeviceAware, infer_like, run_zeros});
   r.add(OpDef{"ones_like", like.c_str(), OpKind::Creation, fn | kDeviceAware, infer_like, run_ones});
   r.add(OpDef{"empty_like", like.c_str(), OpKind::Creation, fn | kDeviceAware, infer_like, run_empty});

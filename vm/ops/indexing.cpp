@@ -426,13 +426,10 @@ void run_masked_fill_(OpCall& c) {
 }  // namespace
 
 void register_indexing(Registry& r) {
-  // (generated kernels gather too: jit/lower.cpp; on CUDA they check the positions on the device)
-  r.add(with_loop(OpDef{"index_select", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_index_select, run_index_select},
-                  LoopForm::IndexSelect));
-  r.add(with_loop(OpDef{"gather", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_gather, run_gather},
-                  LoopForm::Gather));
-  r.add(with_loop(OpDef{"embedding", "input:T, weight:T, opts:{padding_idx:I}", OpKind::Index, kNoMethod | kValueErrors, infer_embedding, run_embedding},
-                  LoopForm::Embedding));
+  // (generated kernels gather too: jit/lower_ops.cpp; on CUDA they check the positions on the device)
+  r.add(OpDef{"index_select", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_index_select, run_index_select});
+  r.add(OpDef{"gather", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_gather, run_gather});
+  r.add(OpDef{"embedding", "input:T, weight:T, opts:{padding_idx:I}", OpKind::Index, kNoMethod | kValueErrors, infer_embedding, run_embedding});
   // (no loop lowering: scatters run as extern steps in compiled graphs, on host copies on CUDA)
   const int32_t dev = kValueErrors | kDeviceAware;  // (CUDA: scatter_add_into's kernel)
   r.add(OpDef{"index_add", "self:T, dim:D, index:T, source:T, opts:{alpha:N}", OpKind::Index, dev, infer_index_add,
@@ -443,8 +440,7 @@ void register_indexing(Registry& r) {
   r.add(OpDef{"scatter_add_", "self:T, dim:D, index:T, src:T", OpKind::Index, kReturnsSelf | kNoFunction | dev, nullptr,
               run_scatter_add_});
   r.set_cast({"scatter_add"}, CastPolicy::Promote);  // autocast: self and src agree
-  r.add(with_loop(OpDef{"masked_fill", "self:T, mask:T, value:TN", OpKind::Index, 0, infer_masked_fill, run_masked_fill},
-                  LoopForm::MaskedFill));
+  r.add(OpDef{"masked_fill", "self:T, mask:T, value:TN", OpKind::Index, 0, infer_masked_fill, run_masked_fill});
   r.add(OpDef{"masked_fill_", "self:T, mask:T, value:TN", OpKind::Index, kReturnsSelf | kNoFunction | kDeviceAware,
               nullptr, run_masked_fill_});
 }

@@ -32,8 +32,9 @@ Tensor region(const Tensor& out, const Shape& sizes, int d, int64_t pos) {
 // stand for "no tensor"), so it is skipped when shapes are checked and copied.
 bool skipped(const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; }
 
-// T.cat(list[, dim]): the inputs joined along dim (default 1); other sizes must match
-void run_cat(OpCall& c) {
+// T.cat(list[, dim]): the inputs joined along dim (default 1); other sizes must match. The
+// result's metadata (the rule graph replay with symbolic sizes also follows, vm/graph/shapes.cpp).
+std::vector<Meta> infer_cat(OpCall& c) {
   DType dtype;
   std::vector<Tensor> ts = input_list(c, &dtype);
   int ref = -1;
@@ -44,8 +45,7 @@ void run_cat(OpCall& c) {
   }
   if (ref < 0) {  // only empty 1-d tensors: the result is one too
     if (c.has(1)) c.dim(1, 1);
-    c.outs.push_back(Tensor::empty({0}, dtype, ts[0].device()));
-    return;
+    return {{{0}, dtype, ts[0].device()}};
   }
   const Tensor& r = ts[size_t(ref)];
   const int n = r.dim();
@@ -64,18 +64,28 @@ void run_cat(OpCall& c) {
                  shape_str(r.sizes()), ", tensor ", i + 1, " has shape ", shape_str(t.sizes())));
     if (__builtin_add_overflow(sizes[size_t(d)], t.size(d), &sizes[size_t(d)])) fail("the result is too large");
   }
-  Tensor out = Tensor::empty(sizes, dtype, r.device());
+  return {{sizes, dtype, r.device()}};
+}
+void run_cat(OpCall& c) {
+  std::vector<Tensor> ts = c.tensors(0);
+  const Tensor& out = c.outs[0];  // (only empty 1-d inputs: an empty 1-d result, nothing to copy)
+  const int d = c.has(1) ? c.dim(1, out.dim()) : 0;
   int64_t pos = 0;
   for (const Tensor& t : ts) {
     if (skipped(t) || t.numel() == 0) continue;
     copy_into(region(out, t.sizes(), d, pos), t);
     pos += t.size(d);
   }
-  c.outs.push_back(out);
 }
 
 // T.stack(list[, dim]): equal-shaped inputs joined along a new dim (1..ndim+1, default 1)
-void run_stack(OpCall& c) {
+int stack_dim(const OpCall& c, int n) {
+  const int64_t given = c.has(1) ? c.integer(1) : 1;
+  if (given == 0 || given > n + 1 || given < -(n + 1))
+    fail(cat("dim ", given, " is out of range for stacking ", n, "-d tensors (expected 1..", n + 1, " or -", n + 1, "..-1)"));
+  return int(given > 0 ? given - 1 : given + n + 1);
+}
+std::vector<Meta> infer_stack(OpCall& c) {
   DType dtype;
   std::vector<Tensor> ts = input_list(c, &dtype);
   const Shape shape = ts[0].sizes();
@@ -83,21 +93,21 @@ void run_stack(OpCall& c) {
     if (ts[i].sizes() != shape)
       fail(cat("expected tensors of equal shape, got ", shape_str(shape), " (tensor 1) and ", shape_str(ts[i].sizes()),
                " (tensor ", i + 1, ")"));
-  const int n = int(shape.size());
-  const int64_t given = c.has(1) ? c.integer(1) : 1;
-  if (given == 0 || given > n + 1 || given < -(n + 1))
-    fail(cat("dim ", given, " is out of range for stacking ", n, "-d tensors (expected 1..", n + 1, " or -", n + 1, "..-1)"));
-  const int d = int(given > 0 ? given - 1 : given + n + 1);
   Shape sizes = shape;
-  sizes.insert(sizes.begin() + d, int64_t(ts.size()));
-  Tensor out = Tensor::empty(sizes, dtype, ts[0].device());
-  if (out.numel() == 0) return c.outs.push_back(out);
+  sizes.insert(sizes.begin() + stack_dim(c, int(shape.size())), int64_t(ts.size()));
+  return {{sizes, dtype, ts[0].device()}};
+}
+void run_stack(OpCall& c) {
+  std::vector<Tensor> ts = c.tensors(0);
+  const Tensor& out = c.outs[0];
+  if (out.numel() == 0) return;
+  const Shape shape = ts[0].sizes();
+  const int d = stack_dim(c, int(shape.size()));
   Shape st = out.strides();
   const int64_t step = st[size_t(d)];
   st.erase(st.begin() + d);
   for (size_t i = 0; i < ts.size(); ++i)
     copy_into(Tensor::view_of(out, shape, st, out.offset() + int64_t(i) * step), ts[i]);
-  c.outs.push_back(out);
 }
 
 // Views of x: consecutive pieces of the given sizes along dim d.
@@ -166,8 +176,8 @@ void run_chunk(OpCall& c) {
 
 void register_joins(Registry& r) {
   const OpKind j = OpKind::Join;
-  r.add(OpDef{"cat", "tensors:TL, dim:D?", j, kNoMethod, nullptr, run_cat});
-  r.add(OpDef{"stack", "tensors:TL, dim:D?", j, kNoMethod, nullptr, run_stack});
+  r.add(OpDef{"cat", "tensors:TL, dim:D?", j, kNoMethod, infer_cat, run_cat});
+  r.add(OpDef{"stack", "tensors:TL, dim:D?", j, kNoMethod, infer_stack, run_stack});
   r.set_cast({"cat", "stack"}, CastPolicy::Promote);  // autocast: the widest of the tensors
   r.set_cast({"cat", "stack"}, CastPolicy::Promote, true);
   r.add(OpDef{"split", "self:T, size:Is, dim:D?", j, kListOut, nullptr, run_split});

@@ -526,8 +526,8 @@ void register_linalg(Registry& r) {
   r.add(OpDef{"mm", "self:T, mat2:T", OpKind::Linalg, dev, infer_mm, run_fixed});
   r.add(OpDef{"bmm", "self:T, mat2:T", OpKind::Linalg, dev, infer_bmm, run_fixed});
   r.add(OpDef{"linear", "input:T, weight:T, bias:T?", OpKind::Linalg, kNoMethod | dev, infer_linear, run_linear});
-  r.add(with_loop(OpDef{"tril", "self:T, diagonal:I?", OpKind::Linalg, 0, infer_tri<true>, run_tri<true>}, LoopForm::Tril));
-  r.add(with_loop(OpDef{"triu", "self:T, diagonal:I?", OpKind::Linalg, 0, infer_tri<false>, run_tri<false>}, LoopForm::Triu));
+  r.add(OpDef{"tril", "self:T, diagonal:I?", OpKind::Linalg, 0, infer_tri<true>, run_tri<true>});
+  r.add(OpDef{"triu", "self:T, diagonal:I?", OpKind::Linalg, 0, infer_tri<false>, run_tri<false>});
   r.set_cast({"matmul", "mm", "bmm", "linear"}, CastPolicy::Lower);  // autocast: tensor-core dtypes
   r.set_cast({"matmul", "mm", "bmm", "linear"}, CastPolicy::Lower, true);  // (PyTorch's CPU list too)
 }

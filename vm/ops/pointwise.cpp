@@ -511,14 +511,12 @@ const char* binary_schema(const std::string& name) {  // add / sub also take {al
 // (run_binary): flagged, so that the code generators leave their integer forms to eager.
 template <class Op> constexpr bool kIntegerValueErrors =
     std::is_same_v<Op, Op_fmod> || std::is_same_v<Op, Op_remainder> || std::is_same_v<Op, Op_pow>;
-// pow's scalar exponents lower to their own form (jit/lower.cpp pow_scalar)
-template <class Op> constexpr LoopForm kLoopForm = LoopForm::Auto;
-template <> constexpr LoopForm kLoopForm<Op_pow> = LoopForm::Pow;
+// pow's scalar exponent picks its code (jit/lower.cpp pow_scalar)
+template <class Op> constexpr int32_t kCodeFlag = std::is_same_v<Op, Op_pow> ? kCodeNumbers : 0;
 
 template <class Op> OpDef binary_def(const char* schema) {
-  int32_t flags = kResultFlag<Op> | (kIntegerValueErrors<Op> ? kValueErrors : 0);
-  return with_loop(OpDef{Op::name, schema, OpKind::Binary, flags, infer_binary<Op>, run_binary<Op>, Op::expr, block_of<Op, 2>},
-                   kLoopForm<Op>);
+  int32_t flags = kResultFlag<Op> | (kIntegerValueErrors<Op> ? kValueErrors : 0) | kCodeFlag<Op>;
+  return OpDef{Op::name, schema, OpKind::Binary, flags, infer_binary<Op>, run_binary<Op>, Op::expr, block_of<Op, 2>};
 }
 
 }  // namespace
@@ -565,17 +563,15 @@ BlockFn block_function(const std::string& op, DType compute) {
 void register_pointwise(Registry& r) {
 #define CR_REG_UNARY(NAME, ...) r.add(unary_def<Op_##NAME>());
   CR_UNARY_OPS(CR_REG_UNARY)
-  r.add(with_loop(OpDef{"gelu", "self:T, opts:{approximate:S}", OpKind::Unary, 0, infer_unary<Op_gelu_erf>, run_gelu,
-                        Op_gelu_erf::expr, block_of<Op_gelu_erf, 1>},
-                  LoopForm::Gelu));
+  r.add(OpDef{"gelu", "self:T, opts:{approximate:S}", OpKind::Unary, 0, infer_unary<Op_gelu_erf>, run_gelu,
+              Op_gelu_erf::expr, block_of<Op_gelu_erf, 1>});
 #define CR_REG_BINARY(NAME, ...) r.add(binary_def<Op_##NAME>(binary_schema(#NAME)));
   CR_BINARY_OPS(CR_REG_BINARY)
   for (OpDef d : {binary_def<Op__gelu_backward>("grad_output:T, self:T"), binary_def<Op__gelu_tanh_backward>("grad_output:T, self:T")}) {
     d.flags |= kNoMethod;
     r.add(d);
   }
-  r.add(with_loop(OpDef{"where", "condition:T, self:TN, other:TN", OpKind::Ternary, kNoMethod, infer_where, run_where},
-                  LoopForm::Where));
+  r.add(OpDef{"where", "condition:T, self:TN, other:TN", OpKind::Ternary, kNoMethod | kConditionArg, infer_where, run_where});
   // (an absent clamp bound leaves its sm::clamp_* call out; addcmul's value scales b, as add's alpha)
   r.add(OpDef{"clamp", "self:T, min:TN?, max:TN?", OpKind::Ternary, 0, infer_clamp, run_clamp,
               "sm::clamp_max_(sm::clamp_min_(a, b), c)"});

@@ -321,21 +321,21 @@ constexpr const char* kDtypeSchema = "self:T, dim:Ds?, keepdim:B?, opts:{dtype:S
 
 void register_reductions(Registry& r) {
   const OpKind K = OpKind::Reduction;
-  r.add(with_loop(OpDef{"sum", kDtypeSchema, K, 0, infer_sum, run_sum}, LoopForm::Sum));
-  r.add(with_loop(OpDef{"mean", kDtypeSchema, K, 0, infer_mean, run_mean}, LoopForm::Mean));
-  r.add(with_loop(OpDef{"prod", kDtypeSchema, K, 0, infer_sum, run_prod}, LoopForm::Prod));
-  r.add(with_loop(OpDef{"amax", kDimsSchema, K, 0, infer_extreme, run_amax<true>}, LoopForm::Amax));
-  r.add(with_loop(OpDef{"amin", kDimsSchema, K, 0, infer_extreme, run_amax<false>}, LoopForm::Amin));
-  r.add(with_loop(OpDef{"max", kDimSchema, K, kMultiOut, infer_max, run_max<true>}, LoopForm::Max));
-  r.add(with_loop(OpDef{"min", kDimSchema, K, kMultiOut, infer_max, run_max<false>}, LoopForm::Min));
-  r.add(with_loop(OpDef{"argmax", kDimSchema, K, 0, infer_argmax, run_argmax<true>}, LoopForm::Argmax));
-  r.add(with_loop(OpDef{"argmin", kDimSchema, K, 0, infer_argmax, run_argmax<false>}, LoopForm::Argmin));
-  r.add(with_loop(OpDef{"var", "self:T, dim:Ds?, keepdim:B?, opts:{correction:N, unbiased:B}", K, 0, infer_var, run_var<false>}, LoopForm::Var));
-  r.add(with_loop(OpDef{"std", "self:T, dim:Ds?, keepdim:B?, opts:{correction:N, unbiased:B}", K, 0, infer_var, run_var<true>}, LoopForm::Std));
-  r.add(with_loop(OpDef{"logsumexp", kDimsSchema, K, 0, infer_logsumexp, run_logsumexp}, LoopForm::Logsumexp));
-  r.add(with_loop(OpDef{"norm", "self:T, dim:Ds?, keepdim:B?, opts:{p:N}", K, 0, infer_norm, run_norm}, LoopForm::Norm));
-  r.add(with_loop(OpDef{"all", kDimsSchema, K, 0, infer_truth, run_truth<true>}, LoopForm::All));
-  r.add(with_loop(OpDef{"any", kDimsSchema, K, 0, infer_truth, run_truth<false>}, LoopForm::Any));
+  r.add(OpDef{"sum", kDtypeSchema, K, 0, infer_sum, run_sum});
+  r.add(OpDef{"mean", kDtypeSchema, K, 0, infer_mean, run_mean});
+  r.add(OpDef{"prod", kDtypeSchema, K, 0, infer_sum, run_prod});
+  r.add(OpDef{"amax", kDimsSchema, K, 0, infer_extreme, run_amax<true>});
+  r.add(OpDef{"amin", kDimsSchema, K, 0, infer_extreme, run_amax<false>});
+  r.add(OpDef{"max", kDimSchema, K, kMultiOut, infer_max, run_max<true>});
+  r.add(OpDef{"min", kDimSchema, K, kMultiOut, infer_max, run_max<false>});
+  r.add(OpDef{"argmax", kDimSchema, K, 0, infer_argmax, run_argmax<true>});
+  r.add(OpDef{"argmin", kDimSchema, K, 0, infer_argmax, run_argmax<false>});
+  r.add(OpDef{"var", "self:T, dim:Ds?, keepdim:B?, opts:{correction:N, unbiased:B}", K, 0, infer_var, run_var<false>});
+  r.add(OpDef{"std", "self:T, dim:Ds?, keepdim:B?, opts:{correction:N, unbiased:B}", K, 0, infer_var, run_var<true>});
+  r.add(OpDef{"logsumexp", kDimsSchema, K, 0, infer_logsumexp, run_logsumexp});
+  r.add(OpDef{"norm", "self:T, dim:Ds?, keepdim:B?, opts:{p:N}", K, 0, infer_norm, run_norm});
+  r.add(OpDef{"all", kDimsSchema, K, 0, infer_truth, run_truth<true>});
+  r.add(OpDef{"any", kDimsSchema, K, 0, infer_truth, run_truth<false>});
   // PyTorch's autocast runs these in float32 (mean, var, amax ... keep their input's dtype)
   r.set_cast({"sum", "prod", "logsumexp", "norm"}, CastPolicy::Float32);
   r.set_cast({"prod"}, CastPolicy::Float32, true);  // PyTorch's CPU float32 list has prod alone of these

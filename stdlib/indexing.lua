@@ -185,7 +185,8 @@ function M.set(x, k, v)
     if k.dtype == "bool" and type(v) == "number" and k:dim() == x:dim() and k:dim() > 0 then
       local same = true
       for j = 1, k:dim() do same = same and k:size(j) == x:size(j) end
-      if same then return x:masked_fill_(k, v) end
+      -- (a mask on the CPU indexes a CUDA tensor too, as PyTorch's positions may)
+      if same then return x:masked_fill_(k.device == x.device and k or k:to(x.device), v) end
     end
     return M.index_put_(x, { k }, v)
   end

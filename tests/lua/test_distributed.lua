@@ -231,7 +231,7 @@ describe("T.distributed on every rank", function()
     local flat = T.zeros({ world, 2 }, { device = dev })
     D.all_gather_into_tensor(flat, x)
     local parts = {}
-    for i = 1, world do parts[i] = T.full({ 2 }, 100 * i + rank, { device = dev }) end
+    for i = 1, world do parts[i] = T.full({ 2 }, 100 * i + rank, { dtype = "float32", device = dev }) end
     local rs = T.zeros(2, { device = dev })
     D.reduce_scatter(rs, parts, { op = "sum" })
     local rst = T.zeros(3, { dtype = "int64", device = dev })

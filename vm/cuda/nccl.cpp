@@ -136,14 +136,16 @@ using Clock = std::chrono::steady_clock;
 void settle(NcclComm& c, Result rc, const char* fn, double timeout_s) {
   Nccl& N = nccl();
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-  while (rc == kInProgress) {
+  // an enqueue in progress usually settles within microseconds: poll at once, yield, then sleep
+  for (int polls = 0; rc == kInProgress; ++polls) {
     if (Clock::now() > deadline) {
       N.abort(c.comm);
       c.comm = nullptr;
       fail(cat(fn, ": timed out after ", timeout_s,
                " s waiting for the other ranks (CRESCENT_DIST_TIMEOUT; did every rank call it, with the same world size?)"));
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (polls >= 64) std::this_thread::sleep_for(std::chrono::microseconds(polls < 256 ? 10 : 200));
+    else if (polls > 0) std::this_thread::yield();
     if (Result e = N.async_error(c.comm, &rc); e != 0) nccl_fail(e, "ncclCommGetAsyncError", c.comm);
   }
   if (rc != 0) nccl_fail(rc, fn, c.comm);

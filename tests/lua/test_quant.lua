@@ -117,7 +117,7 @@ describe("int8 weight-only quantisation", function()
     expect.errors(function() T._int8_weight_mm(x:long(), q, s) end, "_int8_weight_mm: input expected a floating tensor")
     local xg = T.randn(2, 20, { requires_grad = true })
     local y = T._int8_weight_mm(xg, q, s):sum()
-    expect.errors(function() y:backward() end, "_int8_weight_mm: derivative not implemented %(int8 weight%-only")
+    expect.errors(function() y:backward() end, "_int8_weight_mm: derivative not implemented")
   end)
 
   it("quantize_int8 replaces every nn.Linear by an Int8Linear of its weights", function()

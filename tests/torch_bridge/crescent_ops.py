@@ -379,7 +379,7 @@ OPS = {
     "unsqueeze": lambda x, d: x.unsqueeze(pd(d)), "squeeze": squeeze,
     "expand": lambda x, *s: x.expand(tuple(sizes(list(s))[0])), "view": lambda x, *s: x.view(tuple(sizes(list(s))[0])),
     "reshape": lambda x, *s: x.reshape(tuple(sizes(list(s))[0])), "flatten": flatten,
-    "contiguous": lambda x: x.contiguous(), "clone": lambda x: x.clone(), "float": lambda x: x.float(),
+    "contiguous": lambda x: x.contiguous(), "clone": lambda x: x.clone(), "detach": lambda x: x.detach(), "float": lambda x: x.float(),
     "double": lambda x: x.double(), "long": lambda x: x.long(), "int": lambda x: x.int(),
     "half": lambda x: x.half(), "bfloat16": lambda x: x.bfloat16(), "bool": lambda x: x.bool(),
     "cpu": lambda x: x.cpu(), "cuda": lambda x: x.cuda(), "to": to,

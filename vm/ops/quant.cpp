@@ -10,7 +10,6 @@
 
 #include <cmath>
 
-#include "vm/autograd/grad.hpp"
 #include "vm/kernels/cuda/int8_mm.hpp"
 #include "vm/ops/dense.hpp"
 #include "vm/ops/indexing.hpp"
@@ -163,19 +162,15 @@ void run_int8_mm(OpCall& c) {
   run_cuda(c.ctx, y, x, q, s, b, sh);
 }
 
-void no_gradient(autograd::Grad&) {
-  fail("_int8_weight_mm: derivative not implemented (int8 weight-only quantisation is for inference: train the float "
-       "model, then quantize_int8 a copy)");
-}
-
 }  // namespace
 
 void register_quant(Registry& r) {
-  r.add(OpDef{"_int8_quantize", "weight:T", OpKind::Other, kNoMethod | kMultiOut, infer_quantize, run_quantize});
+  OpDef quantize{"_int8_quantize", "weight:T", OpKind::Other, kNoMethod | kMultiOut, infer_quantize, run_quantize};
+  quantize.grad.not_differentiable = true;  // (rounded codes and their scales)
+  r.add(quantize);
   OpDef mm{"_int8_weight_mm", "input:T, weight:T, scales:T, bias:T?", OpKind::Other, kNoMethod | kDeviceAware,
            infer_int8_mm, run_int8_mm};
-  mm.grad.fn = no_gradient;
-  r.add(mm);
+  r.add(mm);  // no derivative: int8 weight-only quantisation is for inference (a backward raises)
 }
 
 }  // namespace cr

@@ -14,6 +14,7 @@ threads = int(os.environ.get("CRESCENT_NUM_THREADS", "0")) or os.cpu_count()
 torch.set_num_threads(threads)
 
 N = 2 ** 24
+dev = os.environ.get("DEVICE", "cpu")  # DEVICE=cuda: device time between two events
 results = []
 
 
@@ -21,6 +22,14 @@ def bench(name, fn, args, nbytes):
     fn(*args)
     times = []
     for _ in range(reps):
+        if dev == "cuda":
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            fn(*args)
+            e1.record()
+            e1.synchronize()
+            times.append(e0.elapsed_time(e1) * 1e3)
+            continue
         t0 = time.perf_counter()
         fn(*args)
         times.append((time.perf_counter() - t0) * 1e6)
@@ -30,22 +39,23 @@ def bench(name, fn, args, nbytes):
 
 
 torch.manual_seed(0)
-x = torch.randn(N)
+x = torch.randn(N).to(dev)
 mask = x > 0
-idx = torch.randint(0, N, (N,))
-src = torch.randn(N)
+idx = torch.randint(0, N, (N,)).to(dev)
+src = torch.randn(N).to(dev)
+bench("copy 16M", lambda a: a.clone(), (x,), 8 * N)
 bench("masked_select 16M", lambda a, m: a.masked_select(m), (x, mask), 4 * N + N + 2 * N)
 bench("nonzero 16M", lambda m: torch.nonzero(m), (mask,), N + 4 * N)
 bench("index_select 16M", lambda a, i: a.index_select(0, i), (x, idx), 8 * N + 8 * N)
 bench("gather 16M", lambda a, i: a.gather(0, i), (x, idx), 8 * N + 8 * N)
 bench("scatter_add 16M", lambda a, i, s: a.scatter_add(0, i, s), (x, idx, src), 8 * N + 4 * N + 12 * N)
-small = torch.randint(0, 1000, (N,))
-bench("index_add 16M into 1000", lambda a, i, s: a.index_add(0, i, s), (torch.zeros(1000), small, src), 8 * N + 4 * N)
+small = torch.randint(0, 1000, (N,)).to(dev)
+bench("index_add 16M into 1000", lambda a, i, s: a.index_add(0, i, s), (torch.zeros(1000, device=dev), small, src), 8 * N + 4 * N)
 bench("bincount 16M into 1000", lambda i: torch.bincount(i), (small,), 8 * N)
 bench("sort 16M", lambda a: a.sort(), (x,), 4 * N + 12 * N)
 bench("cumsum 16M", lambda a: a.cumsum(0), (x,), 8 * N)
 
-print(f"torch {torch.__version__} eager CPU, {torch.get_num_threads()} threads, median of {reps} runs")
+print(f"torch {torch.__version__} eager {dev}, {torch.get_num_threads()} threads, median of {reps} runs")
 print(f"{'case':24s} {'median us':>12s} {'min us':>12s} {'GB/s':>12s}")
 for name, med, lo, nbytes in results:
     print(f"{name:24s} {med:12.0f} {lo:12.0f} {nbytes / med / 1e3:12.2f}")

@@ -546,6 +546,10 @@ R.clone = { gen = function(c)
   local a = c:tensor(c:shape(), c:dtype(ANY))
   return function(I) return T.clone(a(I)) end, "a.clone()"
 end }
+R.detach = { gen = function(c)
+  local a = c:tensor(c:shape(), c:dtype(ANY))
+  return function(I) return T.detach(a(I)) end, "a.detach()"
+end }
 
 -- ---- joining and splitting -----------------------------------------------------------------------
 

@@ -4,7 +4,7 @@
 local T = require "crescent"
 
 expect.covers("view", "reshape", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", "flatten",
-  "narrow", "select", "slice", "as_strided")
+  "narrow", "select", "slice", "as_strided", "detach")
 
 local R = require "torch_ref"
 local A = R.A  -- A(2, 3) = arange(6):view(2, 3), here and in the python snippets (int64 in both)
@@ -508,5 +508,18 @@ describe("as_strided", function()
     errs(function() local _ = x:as_strided({ 2 }, { 1 }, -1) end, "as_strided", "reach element")
     errs(function() local _ = x:as_strided({ 2 }, { 1, 1 }) end, "as_strided", "different lengths")
     errs(function() local _ = x:as_strided({ 2 }, { -1 }) end, "as_strided", "non-negative")
+  end)
+end)
+
+describe("detach", function()
+  it("views the same elements outside autograd: storage shared, no grad, not a view for autograd", function()
+    local x = T.randn(3, 4, { requires_grad = true })
+    local y = (x * 2):t()
+    local d = y:detach()
+    expect.eq({ d.shape, d:stride(), d.requires_grad, d.grad_fn }, { y.shape, y:stride(), false, nil })
+    expect.eq(d:totable(), y:totable())
+    d:zero_()  -- writes y's storage: y reads zeros (PyTorch shares the storage too)
+    expect.eq(y:sum():item(), 0)
+    expect.eq(T.detach(x).requires_grad, false)
   end)
 end)

@@ -538,18 +538,12 @@ R.as_strided = { gen = function(c)
     ("torch.as_strided(a, %s, %s, %s)"):format(py(size), py(stride), py(offset or 0))
 end }
 
-R.contiguous = { gen = function(c)
+-- ops giving a's elements (a copy, or a itself): any shape and dtype
+local function same_elements(op) return { gen = function(c)
   local a = c:tensor(c:shape(), c:dtype(ANY))
-  return function(I) return T.contiguous(a(I)) end, "a.contiguous()"
-end }
-R.clone = { gen = function(c)
-  local a = c:tensor(c:shape(), c:dtype(ANY))
-  return function(I) return T.clone(a(I)) end, "a.clone()"
-end }
-R.detach = { gen = function(c)
-  local a = c:tensor(c:shape(), c:dtype(ANY))
-  return function(I) return T.detach(a(I)) end, "a.detach()"
-end }
+  return function(I) return T[op](a(I)) end, "a." .. op .. "()"
+end } end
+R.contiguous, R.clone, R.detach = same_elements("contiguous"), same_elements("clone"), same_elements("detach")
 
 -- ---- joining and splitting -----------------------------------------------------------------------
 

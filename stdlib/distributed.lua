@@ -246,22 +246,23 @@ function M.broadcast(t, src, opts)
   return run("broadcast", BROADCAST, t, t, 0, src, o.async_op)
 end
 
+-- A collective from tensor t into tensor out (reduce: it takes {op =})
+local function into_tensor(name, coll, out, t, opts, reduce)
+  local o = opts_of(name, opts, reduce and REDUCE_OPTS or PLAIN_OPTS)
+  no_group(name, o)
+  check_tensor(out, name, "output")
+  check_tensor(t, name, "input")
+  return run(name, coll, t, out, reduce and redop_of(name, o) or 0, 0, o.async_op)
+end
+
 -- all_gather_into_tensor(out, t): out (world_size x t's elements) holds every rank's t in rank order
 function M.all_gather_into_tensor(out, t, opts)
-  local o = opts_of("all_gather_into_tensor", opts, PLAIN_OPTS)
-  no_group("all_gather_into_tensor", o)
-  check_tensor(out, "all_gather_into_tensor", "output")
-  check_tensor(t, "all_gather_into_tensor", "input")
-  return run("all_gather_into_tensor", ALL_GATHER, t, out, 0, 0, o.async_op)
+  return into_tensor("all_gather_into_tensor", ALL_GATHER, out, t, opts, false)
 end
 
 -- reduce_scatter_tensor(out, t[, {op =}]): out is the reduction of every rank's block `rank` of t
 function M.reduce_scatter_tensor(out, t, opts)
-  local o = opts_of("reduce_scatter_tensor", opts, REDUCE_OPTS)
-  no_group("reduce_scatter_tensor", o)
-  check_tensor(out, "reduce_scatter_tensor", "output")
-  check_tensor(t, "reduce_scatter_tensor", "input")
-  return run("reduce_scatter_tensor", REDUCE_SCATTER, t, out, redop_of("reduce_scatter_tensor", o), 0, o.async_op)
+  return into_tensor("reduce_scatter_tensor", REDUCE_SCATTER, out, t, opts, true)
 end
 
 -- the options and group of a collective on a list of tensors, one per rank (checked)

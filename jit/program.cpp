@@ -27,12 +27,17 @@ bool layout_is(const Tensor& t, const Buffer& b) {
 
 // The random ops of kernel k, and those before it that have no numbers yet, take the
 // generator's seed and next counters in graph order, as the eager ops would have drawn them.
+// While a CUDA graph records, they take counters relative to the replay's base instead, and the
+// last word points at the device's {seed, base} (prelude.cuh run_word).
 void draw_numbers(Context& ctx, const Kernel& k, const std::vector<int64_t>& draws, std::vector<int64_t>& values, size_t& drawn) {
+  Generator& gen = ctx.gen;
   for (; int32_t(drawn) < k.draws; ++drawn) {
-    values[2 * drawn] = int64_t(ctx.gen.seed);
-    values[2 * drawn + 1] = int64_t(ctx.gen.offset);
-    ctx.gen.offset += uint64_t(draws[drawn]);
+    const bool captured = gen.capture_words != nullptr;
+    values[2 * drawn] = captured ? 0 : int64_t(gen.seed);
+    values[2 * drawn + 1] = int64_t(captured ? gen.captured : gen.offset);
+    (captured ? gen.captured : gen.offset) += uint64_t(draws[drawn]);
   }
+  values.back() = int64_t(reinterpret_cast<intptr_t>(gen.capture_words));
 }
 
 }  // namespace
@@ -69,7 +74,7 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
   std::vector<Tensor> moved;  // inputs copied to the device for this run
   int64_t host_word[kCheckWords] = {0, 0, 0, 0};  // the CPU's check word (vm/checks.hpp)
   bool checked = false;
-  std::vector<int64_t> run_values(2 * lg.draws.size());  // random ops' seeds and offsets
+  std::vector<int64_t> run_values(2 * lg.draws.size() + 1);  // random ops' seeds and offsets, base
   size_t drawn = 0;
   std::vector<int64_t> number_words(lg.numbers.size());  // operand numbers, float64 bits
   for (size_t j = 0; j < lg.numbers.size(); ++j) {

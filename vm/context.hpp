@@ -18,6 +18,11 @@ class Recorder;
 struct Generator {
   uint64_t seed = 0x853c49e6748fea9bULL;
   uint64_t offset = 0;  // Philox counter: advanced by the number of values each call draws
+  // While a CUDA graph records (vm/graph/cudagraph.cpp): compiled kernels read the seed and the
+  // base offset from these two device words, which each replay sets, and take offsets relative
+  // to it; `captured` counts the values drawn so far. Null otherwise.
+  const int64_t* capture_words = nullptr;
+  uint64_t captured = 0;
 };
 
 struct Context {

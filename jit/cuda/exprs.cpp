@@ -100,7 +100,7 @@ std::string Exprs::rhs(int32_t i) {
     case EOp::Load: return load ? load(e) : plain_load(k_, e);
     case EOp::Const: return literal(e.num, e.dtype);
     case EOp::Index: return cat("(", cuda_type(e.dtype), ")(", affine_str(e.index[0]), ")");
-    case EOp::Runtime: return cat("p", k_.runtime, ".v[", e.site, "]");
+    case EOp::Runtime: return cat("cr::run_word(p", k_.runtime, ", ", e.site, ")");
     case EOp::Number: return cat("__longlong_as_double(p", k_.numbers, ".v[", e.site, "])");
     case EOp::Count: return cat("double(", int_str(e.count), ")");
     case EOp::Cast: {

@@ -326,7 +326,7 @@ Kernel Scheduler::build(const Group& g, bool check_only, const std::vector<char>
     if (e.op == EOp::Runtime) k.draws = std::max(k.draws, e.site / 2 + 1);
   if (k.draws > 0 && !check_only) {
     k.runtime = int32_t(k.buffers.size());
-    k.buffers.push_back(special_buffer(&Buffer::runtime, int64_t(2 * plan_.lg.draws.size())));
+    k.buffers.push_back(special_buffer(&Buffer::runtime, int64_t(2 * plan_.lg.draws.size() + 1)));  // (+ jit/program.cpp's base)
   }
   const bool numbers = std::any_of(k.body.exprs.begin(), k.body.exprs.end(), [](const Expr& e) { return e.op == EOp::Number; });
   if (numbers && !check_only) {

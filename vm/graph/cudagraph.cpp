@@ -71,6 +71,8 @@ void CudaReplay::drop() {
   block_addr.clear();
   outs.clear();
   inputs.clear();
+  rng = Tensor();
+  draws = 0;
   graph.reset();
 }
 
@@ -79,8 +81,6 @@ void CudaReplay::drop() {
 void Recorder::record_on_graph(guards::Plan& p, std::vector<Tensor>& vals) {
   CudaReplay& c = *p.cuda;
   const Graph& g = *p.graph;
-  for (const Node& n : g.nodes)
-    if (n.random()) fail(cat("it draws random numbers (", n.def().name, " at ", n.where, ")"));
   const std::vector<char> written = written_roots(g);
   auto graph = std::make_unique<cuda::Graph>(c.device);
   std::vector<Tensor> cv(g.values.size());
@@ -112,14 +112,29 @@ void Recorder::record_on_graph(guards::Plan& p, std::vector<Tensor>& vals) {
     throw;
   }
   cuda::pool_enter(nullptr);
+  Generator& gen = ctx_.gen;
+  const uint64_t offset = gen.offset;
+  c.rng = Tensor::empty({2}, DType::i64, Device{1, int8_t(c.device)});
+  gen.capture_words = reinterpret_cast<const int64_t*>(c.rng.data_bytes());
+  gen.captured = 0;
   graph->begin();
   try {
     execute(g, cv, p.numbers.empty() ? nullptr : p.numbers.data());
   } catch (...) {
+    gen.capture_words = nullptr;
+    gen.offset = offset;
     graph->abort();
     throw;
   }
+  gen.capture_words = nullptr;
   graph->end();
+  c.draws = gen.captured;
+  if (gen.offset != offset) {
+    gen.offset = offset;
+    for (const Node& n : g.nodes)
+      if (n.random()) fail(cat("it draws random numbers on an eager kernel (", n.def().name, " at ", n.where, ")"));
+    fail("it draws random numbers on an eager kernel");
+  }
   for (int32_t r : p.rets) {
     const Tensor& t = cv[size_t(r)];
     Storage* s = t.storage();
@@ -176,6 +191,12 @@ bool Recorder::replay_on_graph(guards::Plan& p, std::vector<Tensor>& vals, std::
   for (const CudaReplay::Input& in : c.inputs)
     if (in.arg) cuda::copy_on_device(in.buffer.data_bytes(), vals[size_t(in.vid)].data_bytes(), in.nbytes, c.device);
   for (size_t k = 0; k < c.blocks.size(); ++k) c.blocks[k] = free_block(c.blocks[k], c.block_addr[k], true);
+  if (c.draws) {  // (the replay draws what the host replay would: same seed, next counters)
+    c.rng_host[0] = int64_t(ctx_.gen.seed);
+    c.rng_host[1] = int64_t(ctx_.gen.offset);
+    ctx_.gen.offset += c.draws;
+    cuda::copy_to_device(c.rng.data_bytes(), c.rng_host, sizeof c.rng_host, c.device);
+  }
   c.graph->launch();
   for (const CudaReplay::Input& in : c.inputs)
     if (in.arg && in.written)

@@ -6,8 +6,11 @@
 //  - results live in the graph's private memory pool. Unlike PyTorch, a result stays valid after
 //    the next replay: a replay first copies the results of the last one that are still
 //    referenced out of the pool (one device copy each) - never stale data, never an error;
-//  - what cannot be recorded (random ops, a result that is a view of an argument, a
-//    synchronisation inside the graph) keeps the host replay; CRESCENT_LOGS=cudagraphs says why.
+//  - random ops of compiled kernels read the seed and a base offset from device words that each
+//    replay sets, and advance the generator as the host replay would (the same numbers);
+//  - what cannot be recorded (a random op on an eager kernel, a result that is a view of an
+//    argument, a synchronisation inside the graph) keeps the host replay; CRESCENT_LOGS=cudagraphs
+//    says why.
 #pragma once
 #include <memory>
 #include <string>
@@ -37,6 +40,9 @@ struct CudaReplay {
     Tensor buffer;
   };
   std::vector<Input> inputs;
+  Tensor rng;                  // {seed, base offset} of the graph's random draws, set per replay
+  int64_t rng_host[2] = {0, 0};
+  uint64_t draws = 0;          // values the graph draws per replay
   std::vector<Storage*> blocks;  // the results' storages of the last replay (one reference each)
   std::vector<void*> block_addr;
   struct Out {

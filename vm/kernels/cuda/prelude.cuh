@@ -60,6 +60,12 @@ template <class T, int N> __forceinline__ void storev(T* p, const vec<T, N>& x) 
 
 // The run's values of a kernel (random ops' seeds and counter offsets), passed by value.
 template <int N> struct words { int64_t v[N]; };
+// Run value `site` (seed: even, offset: odd). The last word, when not 0, points at the device's
+// {seed, base offset} of a CUDA graph, which each replay sets; the values are then relative.
+template <int N> __forceinline__ int64_t run_word(const words<N>& w, int site) {
+  const int64_t* base = reinterpret_cast<const int64_t*>(w.v[N - 1]);
+  return (base ? base[site & 1] : 0) + w.v[site];
+}
 
 // A gather's 1-based position p as a 0-based one. A p outside 1..limit reads position 1 (never a
 // wild read) and is recorded in the kernel's check word {p, limit, site + 1} by the first thread

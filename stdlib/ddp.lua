@@ -31,21 +31,42 @@ local function check_opts(opts)
   return mb
 end
 
--- buckets in reverse parameter order: {dtype, device, numel, entries = {{param, offset, numel}}}
 local SIZES = { float32 = 4, float64 = 8, float16 = 2, bfloat16 = 2 }
+M.SIZES = SIZES  -- (bytes per element)
 
-local function make_buckets(params, cap_bytes)
+-- The buckets of a reduction: the parameters in reverse order (the order backward reaches them),
+-- at most cap_bytes of one key (dtype and device) each, a larger parameter alone. params: a list
+-- of {numel =, bytes =, key =}; returns {{key =, numel =, entries = {{index =, offset =, numel =}}}}.
+function M.plan(params, cap_bytes)
   local buckets, cur = {}, nil
   for i = #params, 1, -1 do
     local p = params[i]
-    local n, bytes = p:numel(), p:numel() * (SIZES[p.dtype] or 8)
-    if not cur or cur.dtype ~= p.dtype or cur.device ~= p.device or (cur.bytes + bytes > cap_bytes and #cur.entries > 0) then
-      cur = { dtype = p.dtype, device = p.device, numel = 0, bytes = 0, entries = {} }
+    if not cur or cur.key ~= p.key or (cur.bytes + p.bytes > cap_bytes and #cur.entries > 0) then
+      cur = { key = p.key, numel = 0, bytes = 0, entries = {} }
       buckets[#buckets + 1] = cur
     end
-    cur.entries[#cur.entries + 1] = { param = p, offset = cur.numel, numel = n }
-    cur.numel, cur.bytes = cur.numel + n, cur.bytes + bytes
+    cur.entries[#cur.entries + 1] = { index = i, offset = cur.numel, numel = p.numel }
+    cur.numel, cur.bytes = cur.numel + p.numel, cur.bytes + p.bytes
   end
+  return buckets
+end
+
+-- M.plan of parameter tensors: each bucket gets its dtype and device, each entry its param
+function M.buckets_of(params, cap_bytes)
+  local info = {}
+  for i, p in ipairs(params) do
+    info[i] = { numel = p:numel(), bytes = p:numel() * (SIZES[p.dtype] or 8), key = p.dtype .. "@" .. p.device }
+  end
+  local buckets = M.plan(info, cap_bytes)
+  for _, b in ipairs(buckets) do
+    b.dtype, b.device = params[b.entries[1].index].dtype, params[b.entries[1].index].device
+    for _, e in ipairs(b.entries) do e.param = params[e.index] end
+  end
+  return buckets
+end
+
+local function make_buckets(params, cap_bytes)
+  local buckets = M.buckets_of(params, cap_bytes)
   for _, b in ipairs(buckets) do b.flat = T.zeros({ b.numel }, { dtype = b.dtype, device = b.device }) end
   return buckets
 end
@@ -75,19 +96,23 @@ local function launch_ready(self)
   end
 end
 
+-- raises unless buckets `next` on were all launched in this backward (a parameter got no gradient)
+function M.check_complete(who, buckets, next, ready)
+  if next > #buckets then return end
+  local missing = {}
+  for i = next, #buckets do
+    for _, e in ipairs(buckets[i].entries) do
+      if not ready[e.param] then missing[#missing + 1] = table.concat(e.param.shape, "x") end
+    end
+  end
+  fail(who .. ": " .. #missing .. " parameter(s) that require grad got no gradient in this backward (shapes "
+    .. table.concat(missing, ", ") .. "); every parameter must take part in the loss")
+end
+
 -- the end of backward: every bucket reduced, the averages back in .grad
 local function finish(self)
   local r = self._reducer
-  if r.next <= #r.buckets then
-    local missing = {}
-    for i = r.next, #r.buckets do
-      for _, e in ipairs(r.buckets[i].entries) do
-        if not r.ready[e.param] then missing[#missing + 1] = table.concat(e.param.shape, "x") end
-      end
-    end
-    fail("DistributedDataParallel: " .. #missing .. " parameter(s) that require grad got no gradient in this backward "
-      .. "(shapes " .. table.concat(missing, ", ") .. "); every parameter must take part in the loss")
-  end
+  M.check_complete("DistributedDataParallel", r.buckets, r.next, r.ready)
   T.no_grad(function()
     for _, b in ipairs(r.buckets) do
       b.work:wait()

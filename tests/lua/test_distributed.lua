@@ -3,7 +3,8 @@
 -- GPUs, the autograd hooks DDP stands on, and (with NCCL and GPUs) timeouts and a failing rank.
 -- Run under `crescent --nproc 2 tests/lua/run.lua tests/lua/test_distributed.lua` (ctest
 -- lua_distributed_nproc2), every rank runs the "on every rank" specs: collectives against
--- results computed on the host, work handles, DDP == one process on the whole batch. Those skip
+-- results computed on the host, work handles, DDP == one process on the whole batch, the sharded
+-- optimizer == DDP + AdamW (its arithmetic and a simulated group run on the CPU). Those skip
 -- without 2 GPUs or NCCL. Each such spec issues all its collectives before it checks anything,
 -- so a failed check on one rank does not leave the other waiting in a collective.
 local T = require "crescent"
@@ -116,6 +117,158 @@ if not RANKED then
       expect.errors(function() T.autograd.queue_callback(function() end) end, "only be queued during a backward pass")
       local x = T.ones(2, { requires_grad = true })
       expect.errors(function() (x * 2):register_post_accumulate_grad_hook(function() end) end, "expected a leaf tensor")
+    end)
+  end)
+
+  -- A process group of `world` ranks simulated in one process (CPU tensors): each rank runs in a
+  -- coroutine; a collective completes once every rank posted it, and its wait() yields until then.
+  local function fabric(world)
+    local F, posts = { world = world }, {}
+    local function complete(slot)
+      T.no_grad(function()
+        for r = 0, world - 1 do
+          local out = slot[r].out
+          if slot.kind == "reduce_scatter" then
+            local n, acc = out:numel(), nil
+            for q = 0, world - 1 do
+              local part = slot[q].t:narrow(1, r * n + 1, n)
+              acc = acc and acc + part or part:clone()
+            end
+            out:copy_(acc / world)
+          elseif slot.kind == "all_gather" then
+            for q = 0, world - 1 do
+              local n = slot[q].t:numel()
+              out:narrow(1, q * n + 1, n):copy_(slot[q].t)
+            end
+          elseif r ~= 0 then
+            out:copy_(slot[0].t)
+          end
+        end
+      end)
+      slot.done = true
+    end
+    function F.comm(rank)
+      local seq = 0
+      local function post(kind, out, t)
+        seq = seq + 1
+        local slot = posts[seq] or { n = 0, kind = kind }
+        posts[seq] = slot
+        if slot.kind ~= kind then error(string.format("rank %d posted %s where another rank posted %s", rank, kind, slot.kind)) end
+        slot[rank], slot.n = { out = out, t = t }, slot.n + 1
+        if slot.n == world then complete(slot) end
+        return { wait = function() while not slot.done do coroutine.yield() end end }
+      end
+      return { rank = rank, world = world,
+        reduce_scatter = function(out, t) return post("reduce_scatter", out, t) end,
+        all_gather = function(out, t) return post("all_gather", out, t) end,
+        broadcast = function(t) post("broadcast", t, t):wait() end }
+    end
+    -- body(rank) on every rank, round robin until all are done
+    function F.run(body)
+      local cos = {}
+      for r = 0, world - 1 do cos[r] = coroutine.create(function() body(r) end) end
+      for _ = 1, 100000 do
+        local alive = 0
+        for r = 0, world - 1 do
+          if coroutine.status(cos[r]) ~= "dead" then
+            local ok, err = coroutine.resume(cos[r])
+            if not ok then error(err, 0) end
+            if coroutine.status(cos[r]) ~= "dead" then alive = alive + 1 end
+          end
+        end
+        if alive == 0 then return end
+      end
+      error("the simulated ranks did not finish (a collective some rank never posted)")
+    end
+    return F
+  end
+
+  describe("ShardedOptimizer (ZeRO-2) without GPUs", function()
+    local Z, ddp = require "crescent.zero", require "crescent.ddp"
+
+    it("plans buckets and shards: padding, a shard boundary inside a tensor", function()
+      -- parameters of 35, 7, 28 and 4 elements (float64), buckets of at most 300 bytes
+      local info = {}
+      for i, n in ipairs({ 35, 7, 28, 4 }) do info[i] = { numel = n, bytes = 8 * n, key = "float64@cpu" } end
+      local b = ddp.plan(info, 300)
+      expect.eq(#b, 3)
+      expect.eq({ b[1].numel, b[2].numel, b[3].numel }, { 32, 7, 35 })
+      expect.eq({ b[1].entries[1].index, b[1].entries[2].index, b[1].entries[2].offset }, { 4, 3, 4 })
+      expect.eq({ Z.shard_size(32, 3), Z.shard_size(7, 2), Z.shard_size(35, 2), Z.shard_size(8, 4) }, { 11, 4, 18, 2 })
+      -- world 3, bucket 1 (param 4: 0..3, param 3: 4..31 of the bucket): shards 0..10, 11..21, 22..32
+      expect.eq(Z.pieces(b[1], 3, 0), { { index = 4, from = 0, to = 0, numel = 4 }, { index = 3, from = 0, to = 4, numel = 7 } })
+      expect.eq(Z.pieces(b[1], 3, 1), { { index = 3, from = 7, to = 0, numel = 11 } })
+      expect.eq(Z.pieces(b[1], 3, 2), { { index = 3, from = 18, to = 0, numel = 10 } })  -- (and 1 of padding)
+      expect.eq(Z.pieces(b[2], 2, 1), { { index = 2, from = 4, to = 0, numel = 3 } })
+      local total = 0
+      for r = 0, 2 do
+        for _, pc in ipairs(Z.pieces(b[3], 3, r)) do total = total + pc.numel end
+      end
+      expect.eq(total, 35)
+    end)
+
+    it("checks its arguments", function()
+      local F = fabric(1)
+      local w = T.zeros(3, { requires_grad = true })
+      expect.errors(function() Z.new(w, T.optim.AdamW, {}, F.comm(0)) end, "expected a list of tensors, got a tensor")
+      expect.errors(function() Z.new({ { params = { w } } }, T.optim.AdamW, {}, F.comm(0)) end, "parameter groups are not implemented")
+      expect.errors(function() Z.new({ w }, "AdamW", {}, F.comm(0)) end, "expected an optimizer class")
+      expect.errors(function() Z.new({ w }, T.optim.AdamW, { bucket_cap_mb = 0 }, F.comm(0)) end, "bucket_cap_mb expected a positive number")
+      expect.errors(function() Z.new({ w }, T.optim.AdamW, { lr = 0.1, bogus = 1 }, F.comm(0)) end, "unknown option 'bogus'")
+      expect.errors(function() Z.new({ T.zeros(2) }, T.optim.AdamW, {}, F.comm(0)) end, "none of the parameters requires grad")
+      expect.errors(function() T.distributed.ShardedOptimizer({ w }, T.optim.AdamW) end, "not initialized")
+      expect.errors(function() Z.new({ w }, T.optim.AdamW, {}, F.comm(0)):state_dict() end, "not implemented")
+      local a, b = T.ones(2, { requires_grad = true }), T.ones(3, { requires_grad = true })
+      Z.new({ a, b }, T.optim.AdamW, { bucket_cap_mb = 1e-6 }, F.comm(0))
+      expect.errors(function() (a * 2):sum():backward() end, "ShardedOptimizer: 1 parameter%(s%) that require grad got no gradient in this backward %(shapes 3%)")
+    end)
+
+    it("on 2 and 3 simulated ranks == AdamW on the whole batch (10 steps, uneven shards)", function()
+      local function mlp(seed)
+        T.manual_seed(seed)
+        return T.nn.Sequential(T.nn.Linear(5, 7), T.nn.Tanh(), T.nn.Linear(7, 4)):double()
+      end
+      local opts = { lr = 0.02, weight_decay = 0.1 }
+      for _, world in ipairs({ 2, 3 }) do
+        local per, steps, data = 2, 10, {}
+        for s = 1, steps do
+          T.manual_seed(500 + s)
+          data[s] = { T.randn({ per * world, 5 }):double(), T.randn({ per * world, 4 }):double() }
+        end
+        local ref = mlp(100)
+        local ropt = T.optim.AdamW(ref:parameters(), opts)
+        for s = 1, steps do
+          ropt:zero_grad()
+          T.F.mse_loss(ref(data[s][1]), data[s][2]):backward()
+          ropt:step()
+        end
+        local F, models, mems, grads_left = fabric(world), {}, {}, 0
+        F.run(function(rank)
+          local model = mlp(100 + rank)  -- (rank 0's parameters are broadcast)
+          local o = { bucket_cap_mb = 300 / 2 ^ 20 }
+          for k, v in pairs(opts) do o[k] = v end
+          local opt = Z.new(model:parameters(), T.optim.AdamW, o, F.comm(rank))
+          for s = 1, steps do
+            opt:zero_grad()
+            local x, y = data[s][1]:narrow(1, rank * per + 1, per), data[s][2]:narrow(1, rank * per + 1, per)
+            T.F.mse_loss(model(x), y):backward()
+            for _, p in ipairs(model:parameters()) do
+              if p.grad ~= nil then grads_left = grads_left + 1 end
+            end
+            opt:step()
+          end
+          models[rank], mems[rank] = model, opt:memory()
+        end)
+        expect.eq(grads_left, 0)
+        for r = 0, world - 1 do
+          local d, rp = 0, ref:parameters()
+          for i, p in ipairs(models[r]:parameters()) do d = math.max(d, (p - rp[i]):abs():max():item()) end
+          expect.truthy(d < 1e-12, string.format("world %d rank %d: sharded and whole differ by %g", world, r, d))
+          -- AdamW's two moments for the rank's shards only (74 elements: 2 x 74 x 8 B over world ranks)
+          expect.truthy(mems[r].state >= 2 * mems[r].shards and mems[r].state <= 2 * mems[r].shards + 64, tostring(mems[r].state))
+          expect.truthy(mems[r].shards <= 8 * (math.ceil(74 / world) + 3), tostring(mems[r].shards))
+        end
+      end
     end)
   end)
 
@@ -313,6 +466,67 @@ describe("T.distributed on every rank", function()
     local d, rp = 0, ref:parameters()
     for i, p in ipairs(ddp:parameters()) do d = math.max(d, (p.grad - rp[i].grad):abs():max():item()) end
     expect.truthy(d < 1e-12, "accumulated gradients differ by " .. d)
+  end)
+
+  -- the device memory a first optimizer step adds (its state), after backward
+  local function state_growth(opt, model, x, dev)
+    opt:zero_grad()
+    model(x):sum():backward()
+    collectgarbage()
+    T.cuda.synchronize(dev)
+    local before = T.cuda.stats(dev).in_use
+    opt:step()
+    collectgarbage()
+    collectgarbage()
+    T.cuda.synchronize(dev)
+    return T.cuda.stats(dev).in_use - before
+  end
+
+  it("ShardedOptimizer (ZeRO-2) == DDP + AdamW (10 steps, uneven shards); its state ~1/world", function()
+    local rank, world, dev = ensure_group()
+    local opts = { lr = 0.01, weight_decay = 0.05 }
+    local ddp = T.nn.parallel.DistributedDataParallel(mlp(100 + rank, dev), { bucket_cap_mb = 0.001 })
+    local model = mlp(0, dev)
+    model:load_state_dict(ddp:state_dict())
+    local dopt = T.optim.AdamW(ddp:parameters(), opts)
+    -- 435 parameters in buckets of 67, 256 and 112: shard boundaries inside tensors, padding
+    local sopts = { bucket_cap_mb = 0.001 }
+    for k, v in pairs(opts) do sopts[k] = v end
+    local sopt = D.ShardedOptimizer(model:parameters(), T.optim.AdamW, sopts)
+    local per, grads_left = 4, 0
+    for step = 1, 10 do
+      T.manual_seed(2000 + step)
+      local x, y = T.randn({ per * world, 6 }):double():to(dev), T.randn({ per * world, 3 }):double():to(dev)
+      local xs, ys = x:narrow(1, rank * per + 1, per), y:narrow(1, rank * per + 1, per)
+      dopt:zero_grad()
+      T.F.mse_loss(ddp(xs), ys):backward()
+      dopt:step()
+      sopt:zero_grad()
+      T.F.mse_loss(model(xs), ys):backward()
+      for _, p in ipairs(model:parameters()) do
+        if p.grad ~= nil then grads_left = grads_left + 1 end
+      end
+      sopt:step()
+    end
+    -- state memory: AdamW on one rank's whole Linear against the sharded one (float32, ~1 M parameters)
+    T.manual_seed(5)
+    local big1, big2 = T.nn.Linear(1001, 999):to(dev), T.nn.Linear(1001, 999):to(dev)
+    local xb = T.randn({ 2, 1001 }):to(dev)
+    local whole = state_growth(T.optim.AdamW(big1:parameters(), opts), big1, xb, dev)
+    local big_opt = D.ShardedOptimizer(big2:parameters(), T.optim.AdamW, opts)
+    local sharded = state_growth(big_opt, big2, xb, dev)
+    local counted = big_opt:memory()
+    T.cuda.synchronize(dev)
+    if rank == 0 then
+      print(string.format("ShardedOptimizer state on %d ranks: AdamW %.2f MB per rank, sharded %.2f MB (T.cuda in_use growth of "
+        .. "the first step; the shards' own count %.2f MB of state, %.2f MB of shards)", world, whole / 2 ^ 20,
+        sharded / 2 ^ 20, counted.state / 2 ^ 20, counted.shards / 2 ^ 20))
+    end
+    expect.eq(grads_left, 0)
+    expect.truthy(max_diff(model, ddp.module) < 1e-12, "sharded and DDP differ by " .. max_diff(model, ddp.module))
+    local n = 1001 * 999 + 999
+    expect.truthy(counted.state >= 8 * math.ceil(n / world) and counted.state <= 8 * math.ceil(n / world) + 64, tostring(counted.state))
+    expect.truthy(sharded < whole * (1 / world + 0.25), string.format("sharded state %d B, whole %d B", sharded, whole))
   end)
 
   it("destroy_process_group flushes and leaves no group", function()

@@ -1,0 +1,222 @@
+-- T.distributed.ShardedOptimizer(params, T.optim.AdamW, opts): sharded data parallel, ZeRO stage 2
+-- (gradients and optimizer state sharded; DeepSpeed's name for it). The parameters are bucketed
+-- as DDP's (bucket_cap_mb, default 25) and each bucket, padded to a multiple of the world size,
+-- is cut in one shard per rank. During backward a post-accumulate-grad hook copies each gradient
+-- into its bucket's flat buffer and drops the parameter's .grad; a full bucket is reduce-scattered
+-- (average) asynchronously, so each rank receives only its shard's gradient. The inner optimizer
+-- (any T.optim class, built with opts) steps on the rank's shard only - its state is ~1/world of
+-- the whole - and step() all-gathers the shards back into every parameter. It takes the place of
+-- DDP (no DDP wrapper: the model's parameters are broadcast from rank 0 here). The name is not
+-- PyTorch's ZeroRedundancyOptimizer: that one shards the optimizer state only (stage 1).
+local core = require "crescent.core"
+local autograd = require "crescent.autograd"
+local ddp = require "crescent.ddp"
+local fail, is_tensor = core.fail, core.is_tensor
+
+local M = {}
+local T, D  -- crescent and T.distributed, bound by M.bind
+
+-- Pure arithmetic --------------------------------------------------------------------------------
+
+-- a bucket of `numel` elements padded to a multiple of world: the elements of each rank's shard
+function M.shard_size(numel, world) return math.ceil(numel / world) end
+
+-- The parts of bucket b's parameters inside rank's shard: {{index =, from =, to =, numel =}}
+-- (from: the offset in the flattened parameter, to: in the shard; 0-based).
+function M.pieces(b, world, rank)
+  local shard = M.shard_size(b.numel, world)
+  local lo, hi, out = rank * shard, (rank + 1) * shard, {}
+  for _, e in ipairs(b.entries) do
+    local s, t = math.max(lo, e.offset), math.min(hi, e.offset + e.numel)
+    if s < t then out[#out + 1] = { index = e.index, from = s - e.offset, to = s - lo, numel = t - s } end
+  end
+  return out
+end
+
+-- Collectives -----------------------------------------------------------------------------------
+
+-- what the optimizer needs of the process group (a test gives a simulated one)
+local function nccl_comm()
+  return {
+    rank = D.get_rank(), world = D.get_world_size(),
+    reduce_scatter = function(out, t) return D.reduce_scatter_tensor(out, t, { op = "avg", async_op = true }) end,
+    all_gather = function(out, t) return D.all_gather_into_tensor(out, t, { async_op = true }) end,
+    broadcast = function(t) T.no_grad(function() D.broadcast(t, 0) end) end,
+  }
+end
+
+-- The class ---------------------------------------------------------------------------------------
+
+local Sharded = {}
+Sharded.__index = Sharded
+Sharded.__name = "ShardedOptimizer"
+
+-- the reductions of the last backward, added into the shards' gradients
+local function settle(self)
+  for _, b in ipairs(self._buckets) do
+    if b.work then
+      b.work:wait()
+      local g = b.master.grad
+      if g == nil then b.master.grad = b.out else T.no_grad(function() g:add_(b.out) end) end
+      b.work, b.out = nil, nil
+    end
+  end
+end
+
+local function launch_ready(self)
+  local r, comm = self._run, self._comm
+  while r.next <= #self._buckets and self._buckets[r.next].pending == 0 do
+    local b = self._buckets[r.next]
+    b.out = T.empty({ b.shard }, { dtype = b.dtype, device = b.device })
+    b.work = comm.reduce_scatter(b.out, b.flat)
+    b.flat = nil  -- (the work holds it until the collective is done)
+    r.next = r.next + 1
+  end
+end
+
+-- p.grad is complete for this backward: into its bucket, then dropped
+local function on_grad(self, p)
+  local r = self._run
+  if r.pass ~= autograd.pass() then  -- the first gradient of this backward
+    settle(self)
+    for _, b in ipairs(self._buckets) do b.pending, b.flat = #b.entries, nil end
+    r.pass, r.next, r.ready = autograd.pass(), 1, {}
+    autograd.queue_callback(function() ddp.check_complete("ShardedOptimizer", self._buckets, r.next, r.ready) end)
+  end
+  if r.ready[p] then return end
+  r.ready[p] = true
+  local b, e = self._where[p][1], self._where[p][2]
+  T.no_grad(function()
+    b.flat = b.flat or T.zeros({ b.shard * self._comm.world }, { dtype = b.dtype, device = b.device })
+    b.flat:narrow(1, e.offset + 1, e.numel):copy_(p.grad:reshape({ -1 }))
+  end)
+  p.grad = nil
+  b.pending = b.pending - 1
+  if b.pending == 0 then launch_ready(self) end
+end
+
+local function check_args(params, optim_class, opts)
+  if type(params) ~= "table" or is_tensor(params) then
+    fail("ShardedOptimizer: argument 1 (params) expected a list of tensors, got " .. (is_tensor(params) and "a tensor" or type(params)))
+  end
+  for i, p in ipairs(params) do
+    if not is_tensor(p) then
+      fail("ShardedOptimizer: param " .. i .. " is a " .. type(p) .. "; parameter groups are not implemented (a list of tensors)")
+    end
+  end
+  if #params == 0 then fail("ShardedOptimizer: got an empty parameter list") end
+  local callable = type(optim_class) == "function" or (type(optim_class) == "table" and getmetatable(optim_class)
+    and getmetatable(optim_class).__call)
+  if not callable then fail("ShardedOptimizer: argument 2 expected an optimizer class (e.g. T.optim.AdamW), got " .. type(optim_class)) end
+  if opts ~= nil and (type(opts) ~= "table" or is_tensor(opts)) then fail("ShardedOptimizer: argument 3 (opts) expected a table, got " .. type(opts)) end
+  local inner, mb = {}, 25
+  for k, v in pairs(opts or {}) do
+    if k == "bucket_cap_mb" then mb = v else inner[k] = v end
+  end
+  if type(mb) ~= "number" or mb <= 0 then fail("ShardedOptimizer: bucket_cap_mb expected a positive number, got " .. tostring(mb)) end
+  return inner, mb
+end
+
+-- the rank's shard of bucket b (padding zero), a leaf the inner optimizer updates
+local function master_of(b, comm)
+  local m = T.zeros({ b.shard }, { dtype = b.dtype, device = b.device })
+  T.no_grad(function()
+    for _, pc in ipairs(M.pieces(b, comm.world, comm.rank)) do
+      local p = b.entries_by_index[pc.index].param
+      m:narrow(1, pc.to + 1, pc.numel):copy_(p:detach():reshape({ -1 }):narrow(1, pc.from + 1, pc.numel))
+    end
+  end)
+  return m:requires_grad_(true)
+end
+
+local function new(params, optim_class, opts, comm)
+  local inner_opts, mb = check_args(params, optim_class, opts)
+  if not comm then
+    if not D.is_initialized() then fail("ShardedOptimizer: the default process group is not initialized (T.distributed.init_process_group)") end
+    comm = nccl_comm()
+  end
+  local own = {}
+  for _, p in ipairs(params) do
+    if p.requires_grad then own[#own + 1] = p end
+  end
+  if #own == 0 then fail("ShardedOptimizer: none of the parameters requires grad") end
+  for _, p in ipairs(params) do comm.broadcast(p) end
+  local self = setmetatable({ _comm = comm, _params = own, _where = {}, _run = {}, _hooks = {} }, Sharded)
+  self._buckets = ddp.buckets_of(own, mb * 1024 * 1024)
+  local masters = {}
+  for i, b in ipairs(self._buckets) do
+    b.shard, b.entries_by_index = M.shard_size(b.numel, comm.world), {}
+    for _, e in ipairs(b.entries) do
+      b.entries_by_index[e.index] = e
+      self._where[e.param] = { b, e }
+    end
+    b.master = master_of(b, comm)
+    masters[i] = b.master
+  end
+  self._inner = optim_class(masters, inner_opts)
+  self.param_groups, self.state, self.defaults = self._inner.param_groups, self._inner.state, self._inner.defaults
+  for _, p in ipairs(own) do
+    self._hooks[#self._hooks + 1] = p:register_post_accumulate_grad_hook(function() on_grad(self, p) end)
+  end
+  return self
+end
+
+-- step([closure]): the inner optimizer on this rank's shards, then every rank's shards back into
+-- the parameters (an all_gather per bucket)
+function Sharded:step(closure)
+  local loss
+  if closure ~= nil then loss = T.enable_grad(closure) end
+  settle(self)
+  self._inner:step()
+  local works, fulls = {}, {}
+  for i, b in ipairs(self._buckets) do
+    fulls[i] = T.empty({ b.shard * self._comm.world }, { dtype = b.dtype, device = b.device })
+    works[i] = self._comm.all_gather(fulls[i], b.master)
+  end
+  for i, b in ipairs(self._buckets) do
+    works[i]:wait()
+    T.no_grad(function()
+      for _, e in ipairs(b.entries) do e.param:copy_(fulls[i]:narrow(1, e.offset + 1, e.numel):view(e.param.shape)) end
+    end)
+  end
+  return loss
+end
+
+-- zero_grad([set_to_none = true]): the shards' gradients (the parameters keep none)
+function Sharded:zero_grad(set_to_none)
+  settle(self)
+  self._inner:zero_grad(set_to_none)
+  for _, p in ipairs(self._params) do p.grad = nil end
+end
+
+-- the tensors this rank keeps for the optimizer: {shards =, state =} in bytes
+function Sharded:memory()
+  local SIZES, shards, state = ddp.SIZES, 0, 0
+  for _, b in ipairs(self._buckets) do
+    shards = shards + b.shard * SIZES[b.dtype]
+    for _, v in pairs(self.state[b.master] or {}) do
+      if is_tensor(v) then state = state + v:numel() * SIZES[v.dtype] end
+    end
+  end
+  return { shards = shards, state = state }
+end
+
+function Sharded:state_dict()
+  fail("ShardedOptimizer:state_dict: not implemented (each rank holds only its shard of the state)")
+end
+Sharded.load_state_dict = Sharded.state_dict
+
+function Sharded:__tostring()
+  return string.format("ShardedOptimizer(%s, rank %d of %d, %d buckets)", self._inner.__name or "?", self._comm.rank,
+    self._comm.world, #self._buckets)
+end
+
+-- (a test's simulated process group: comm = {rank =, world =, reduce_scatter =, all_gather =, broadcast =})
+M.new = new
+
+function M.bind(t)
+  T, D = t, t.distributed
+  D.ShardedOptimizer = function(params, optim_class, opts) return new(params, optim_class, opts) end
+end
+
+return M

@@ -14,7 +14,7 @@ local ddp = require "crescent.ddp"
 local fail, is_tensor = core.fail, core.is_tensor
 
 local M = {}
-local T, D  -- crescent and T.distributed, bound by M.bind
+local T  -- crescent, bound by M.bind
 
 -- Pure arithmetic --------------------------------------------------------------------------------
 
@@ -31,18 +31,6 @@ function M.pieces(b, world, rank)
     if s < t then out[#out + 1] = { index = e.index, from = s - e.offset, to = s - lo, numel = t - s } end
   end
   return out
-end
-
--- Collectives -----------------------------------------------------------------------------------
-
--- what the optimizer needs of the process group (a test gives a simulated one)
-local function nccl_comm()
-  return {
-    rank = D.get_rank(), world = D.get_world_size(),
-    reduce_scatter = function(out, t) return D.reduce_scatter_tensor(out, t, { op = "avg", async_op = true }) end,
-    all_gather = function(out, t) return D.all_gather_into_tensor(out, t, { async_op = true }) end,
-    broadcast = function(t) T.no_grad(function() D.broadcast(t, 0) end) end,
-  }
 end
 
 -- The class ---------------------------------------------------------------------------------------
@@ -111,7 +99,7 @@ local function check_args(params, optim_class, opts)
   if opts ~= nil and (type(opts) ~= "table" or is_tensor(opts)) then fail("ShardedOptimizer: argument 3 (opts) expected a table, got " .. type(opts)) end
   local inner, mb = {}, 25
   for k, v in pairs(opts or {}) do
-    if k == "bucket_cap_mb" then mb = v else inner[k] = v end
+    if k == "bucket_cap_mb" then mb = v elseif k ~= "process_group" then inner[k] = v end
   end
   if type(mb) ~= "number" or mb <= 0 then fail("ShardedOptimizer: bucket_cap_mb expected a positive number, got " .. tostring(mb)) end
   return inner, mb
@@ -129,12 +117,9 @@ local function master_of(b, comm)
   return m:requires_grad_(true)
 end
 
-local function new(params, optim_class, opts, comm)
+local function new(params, optim_class, opts)
   local inner_opts, mb = check_args(params, optim_class, opts)
-  if not comm then
-    if not D.is_initialized() then fail("ShardedOptimizer: the default process group is not initialized (T.distributed.init_process_group)") end
-    comm = nccl_comm()
-  end
+  local comm = ddp.group_of("ShardedOptimizer", opts or {})
   local own = {}
   for _, p in ipairs(params) do
     if p.requires_grad then own[#own + 1] = p end
@@ -211,12 +196,9 @@ function Sharded:__tostring()
     self._comm.world, #self._buckets)
 end
 
--- (a test's simulated process group: comm = {rank =, world =, reduce_scatter =, all_gather =, broadcast =})
-M.new = new
-
 function M.bind(t)
-  T, D = t, t.distributed
-  D.ShardedOptimizer = function(params, optim_class, opts) return new(params, optim_class, opts) end
+  T = t
+  t.distributed.ShardedOptimizer = new
 end
 
 return M

@@ -126,24 +126,25 @@ if not RANKED then
     local F, posts = { world = world }, {}
     local function complete(slot)
       T.no_grad(function()
+        local results = {}  -- (all computed before any is written: all_reduce is in place)
         for r = 0, world - 1 do
-          local out = slot[r].out
-          if slot.kind == "reduce_scatter" then
-            local n, acc = out:numel(), nil
+          local n = slot[r].out:numel()
+          if slot.kind == "reduce_scatter" or slot.kind == "all_reduce" then
+            local acc
             for q = 0, world - 1 do
-              local part = slot[q].t:narrow(1, r * n + 1, n)
+              local part = slot.kind == "all_reduce" and slot[q].t or slot[q].t:narrow(1, r * n + 1, n)
               acc = acc and acc + part or part:clone()
             end
-            out:copy_(acc / world)
+            results[r] = acc / world
           elseif slot.kind == "all_gather" then
-            for q = 0, world - 1 do
-              local n = slot[q].t:numel()
-              out:narrow(1, q * n + 1, n):copy_(slot[q].t)
-            end
-          elseif r ~= 0 then
-            out:copy_(slot[0].t)
+            local parts = {}
+            for q = 0, world - 1 do parts[q + 1] = slot[q].t end
+            results[r] = T.cat(parts)
+          else
+            results[r] = slot[0].t:clone()
           end
         end
+        for r = 0, world - 1 do slot[r].out:copy_(results[r]:view(slot[r].out.shape)) end
       end)
       slot.done = true
     end
@@ -159,6 +160,7 @@ if not RANKED then
         return { wait = function() while not slot.done do coroutine.yield() end end }
       end
       return { rank = rank, world = world,
+        all_reduce = function(t) return post("all_reduce", t, t) end,
         reduce_scatter = function(out, t) return post("reduce_scatter", out, t) end,
         all_gather = function(out, t) return post("all_gather", out, t) end,
         broadcast = function(t) post("broadcast", t, t):wait() end }
@@ -185,6 +187,11 @@ if not RANKED then
 
   describe("ShardedOptimizer (ZeRO-2) without GPUs", function()
     local Z, ddp = require "crescent.zero", require "crescent.ddp"
+    local function sharded(params, cls, opts, group)
+      local o = { process_group = group }
+      for k, v in pairs(opts) do o[k] = v end
+      return D.ShardedOptimizer(params, cls, o)
+    end
 
     it("plans buckets and shards: padding, a shard boundary inside a tensor", function()
       -- parameters of 35, 7, 28 and 4 elements (float64), buckets of at most 300 bytes
@@ -210,20 +217,21 @@ if not RANKED then
     it("checks its arguments", function()
       local F = fabric(1)
       local w = T.zeros(3, { requires_grad = true })
-      expect.errors(function() Z.new(w, T.optim.AdamW, {}, F.comm(0)) end, "expected a list of tensors, got a tensor")
-      expect.errors(function() Z.new({ { params = { w } } }, T.optim.AdamW, {}, F.comm(0)) end, "parameter groups are not implemented")
-      expect.errors(function() Z.new({ w }, "AdamW", {}, F.comm(0)) end, "expected an optimizer class")
-      expect.errors(function() Z.new({ w }, T.optim.AdamW, { bucket_cap_mb = 0 }, F.comm(0)) end, "bucket_cap_mb expected a positive number")
-      expect.errors(function() Z.new({ w }, T.optim.AdamW, { lr = 0.1, bogus = 1 }, F.comm(0)) end, "unknown option 'bogus'")
-      expect.errors(function() Z.new({ T.zeros(2) }, T.optim.AdamW, {}, F.comm(0)) end, "none of the parameters requires grad")
+      expect.errors(function() sharded(w, T.optim.AdamW, {}, F.comm(0)) end, "expected a list of tensors, got a tensor")
+      expect.errors(function() sharded({ { params = { w } } }, T.optim.AdamW, {}, F.comm(0)) end, "parameter groups are not implemented")
+      expect.errors(function() sharded({ w }, "AdamW", {}, F.comm(0)) end, "expected an optimizer class")
+      expect.errors(function() sharded({ w }, T.optim.AdamW, { bucket_cap_mb = 0 }, F.comm(0)) end, "bucket_cap_mb expected a positive number")
+      expect.errors(function() sharded({ w }, T.optim.AdamW, { lr = 0.1, bogus = 1 }, F.comm(0)) end, "unknown option 'bogus'")
+      expect.errors(function() sharded({ T.zeros(2) }, T.optim.AdamW, {}, F.comm(0)) end, "none of the parameters requires grad")
       expect.errors(function() T.distributed.ShardedOptimizer({ w }, T.optim.AdamW) end, "not initialized")
-      expect.errors(function() Z.new({ w }, T.optim.AdamW, {}, F.comm(0)):state_dict() end, "not implemented")
+      expect.errors(function() sharded({ w }, T.optim.AdamW, {}, F.comm(0)):state_dict() end, "not implemented")
+      expect.errors(function() sharded({ w }, T.optim.AdamW, {}, 3) end, "process_group expected a table")
       local a, b = T.ones(2, { requires_grad = true }), T.ones(3, { requires_grad = true })
-      Z.new({ a, b }, T.optim.AdamW, { bucket_cap_mb = 1e-6 }, F.comm(0))
+      sharded({ a, b }, T.optim.AdamW, { bucket_cap_mb = 1e-6 }, F.comm(0))
       expect.errors(function() (a * 2):sum():backward() end, "ShardedOptimizer: 1 parameter%(s%) that require grad got no gradient in this backward %(shapes 3%)")
     end)
 
-    it("on 2 and 3 simulated ranks == AdamW on the whole batch (10 steps, uneven shards)", function()
+    it("on 2 (compiled) and 3 simulated ranks == AdamW on the whole batch (10 steps, uneven shards)", function()
       local function mlp(seed)
         T.manual_seed(seed)
         return T.nn.Sequential(T.nn.Linear(5, 7), T.nn.Tanh(), T.nn.Linear(7, 4)):double()
@@ -245,13 +253,13 @@ if not RANKED then
         local F, models, mems, grads_left = fabric(world), {}, {}, 0
         F.run(function(rank)
           local model = mlp(100 + rank)  -- (rank 0's parameters are broadcast)
-          local o = { bucket_cap_mb = 300 / 2 ^ 20 }
-          for k, v in pairs(opts) do o[k] = v end
-          local opt = Z.new(model:parameters(), T.optim.AdamW, o, F.comm(rank))
+          local opt = sharded(model:parameters(), T.optim.AdamW, { lr = opts.lr, weight_decay = opts.weight_decay,
+            bucket_cap_mb = 300 / 2 ^ 20 }, F.comm(rank))
+          local forward = world == 2 and T.compile(model) or model  -- (gradients out of one compiled backward)
           for s = 1, steps do
             opt:zero_grad()
             local x, y = data[s][1]:narrow(1, rank * per + 1, per), data[s][2]:narrow(1, rank * per + 1, per)
-            T.F.mse_loss(model(x), y):backward()
+            T.F.mse_loss(forward(x), y):backward()
             for _, p in ipairs(model:parameters()) do
               if p.grad ~= nil then grads_left = grads_left + 1 end
             end
@@ -269,6 +277,52 @@ if not RANKED then
           expect.truthy(mems[r].shards <= 8 * (math.ceil(74 / world) + 3), tostring(mems[r].shards))
         end
       end
+    end)
+  end)
+
+  describe("DistributedDataParallel on simulated ranks (CPU)", function()
+    -- 2 ranks x 3 rows; a model whose parameters make 3 buckets of at most 200 bytes
+    local function train(compiled, steps)
+      local world, per, data = 2, 3, {}
+      for s = 1, steps do
+        T.manual_seed(700 + s)
+        data[s] = { T.randn({ per * world, 5 }):double(), T.randn({ per * world, 4 }):double() }
+      end
+      local F, models, fired = fabric(world), {}, 0
+      F.run(function(rank)
+        T.manual_seed(300 + rank)  -- (rank 0's parameters are broadcast)
+        local model = T.nn.Sequential(T.nn.Linear(5, 9), T.nn.Tanh(), T.nn.Linear(9, 4)):double()
+        local ddp = T.nn.parallel.DistributedDataParallel(model, { process_group = F.comm(rank), bucket_cap_mb = 200 / 2 ^ 20 })
+        for _, p in ipairs(model:parameters()) do p:register_post_accumulate_grad_hook(function() fired = fired + 1 end) end
+        local forward = compiled and T.compile(ddp) or ddp
+        local opt = T.optim.AdamW(ddp:parameters(), { lr = 0.02 })
+        for s = 1, steps do
+          opt:zero_grad()
+          local x, y = data[s][1]:narrow(1, rank * per + 1, per), data[s][2]:narrow(1, rank * per + 1, per)
+          T.F.mse_loss(forward(x), y):backward()
+          opt:step()
+        end
+        models[rank + 1] = model
+      end)
+      return models, fired
+    end
+
+    it("compiled DDP == eager DDP (5 AdamW steps): one compiled backward node fires every bucket's hooks", function()
+      local stats0 = T.compiler.stats()
+      local compiled, fired = train(true, 5)
+      local stats1 = T.compiler.stats()
+      local eager = train(false, 5)
+      expect.eq(fired, 2 * 5 * 4)
+      expect.truthy(stats1.graphs_compiled > stats0.graphs_compiled and stats1.backward_graphs_compiled > stats0.backward_graphs_compiled,
+        "the forward and its backward were compiled")
+      for r = 1, 2 do
+        local d, ep = 0, eager[r]:parameters()
+        for i, p in ipairs(compiled[r]:parameters()) do d = math.max(d, (p - ep[i]):abs():max():item()) end
+        expect.truthy(d < 1e-12, string.format("rank %d: compiled and eager DDP differ by %g", r - 1, d))
+      end
+      local d, p2 = 0, eager[2]:parameters()
+      for i, p in ipairs(eager[1]:parameters()) do d = math.max(d, (p - p2[i]):abs():max():item()) end
+      expect.eq(d, 0)
     end)
   end)
 
@@ -412,6 +466,13 @@ describe("T.distributed on every rank", function()
     return T.nn.Sequential(T.nn.Linear(6, 16), T.nn.Tanh(), T.nn.Linear(16, 16), T.nn.Tanh(), T.nn.Linear(16, 3)):double():to(dev)
   end
 
+  -- a step's batch, per rows a rank: the whole x, y, then this rank's rows
+  local function batch(seed, rank, world, per, dev)
+    T.manual_seed(seed)
+    local x, y = T.randn({ per * world, 6 }):double():to(dev), T.randn({ per * world, 3 }):double():to(dev)
+    return x, y, x:narrow(1, rank * per + 1, per), y:narrow(1, rank * per + 1, per)
+  end
+
   local function max_diff(m1, m2)
     local d, p2 = 0, m2:parameters()
     for i, p in ipairs(m1:parameters()) do d = math.max(d, (p - p2[i]):abs():max():item()) end
@@ -428,10 +489,9 @@ describe("T.distributed on every rank", function()
     local opt = T.optim.SGD(ddp:parameters(), { lr = 0.1 })
     local ropt = T.optim.SGD(ref:parameters(), { lr = 0.1 })
     for step = 1, 10 do
-      T.manual_seed(1000 + step)
-      local x, y = T.randn({ per * world, 6 }):double():to(dev), T.randn({ per * world, 3 }):double():to(dev)
+      local x, y, xs, ys = batch(1000 + step, rank, world, per, dev)
       opt:zero_grad()
-      T.F.mse_loss(ddp(x:narrow(1, rank * per + 1, per)), y:narrow(1, rank * per + 1, per)):backward()
+      T.F.mse_loss(ddp(xs), ys):backward()
       opt:step()
       ropt:zero_grad()
       T.F.mse_loss(ref(x), y):backward()
@@ -468,6 +528,28 @@ describe("T.distributed on every rank", function()
     expect.truthy(d < 1e-12, "accumulated gradients differ by " .. d)
   end)
 
+  it("compiled DDP == eager DDP (5 AdamW steps)", function()
+    local rank, world, dev = ensure_group()
+    local function run(compiled)
+      local ddp = T.nn.parallel.DistributedDataParallel(mlp(100 + rank, dev), { bucket_cap_mb = 0.001 })
+      local forward = compiled and T.compile(ddp) or ddp
+      local opt = T.optim.AdamW(ddp:parameters(), { lr = 0.01 })
+      local per = 4
+      for step = 1, 5 do
+        local _, _, xs, ys = batch(3000 + step, rank, world, per, dev)
+        opt:zero_grad()
+        T.F.mse_loss(forward(xs), ys):backward()
+        opt:step()
+      end
+      return ddp.module
+    end
+    local before = T.compiler.stats().backward_graphs_compiled
+    local compiled, eager = run(true), run(false)
+    T.cuda.synchronize(dev)
+    expect.truthy(T.compiler.stats().backward_graphs_compiled > before, "the backward was compiled")
+    expect.truthy(max_diff(compiled, eager) < 1e-10, "compiled and eager DDP differ by " .. max_diff(compiled, eager))
+  end)
+
   -- the device memory a first optimizer step adds (its state), after backward
   local function state_growth(opt, model, x, dev)
     opt:zero_grad()
@@ -495,9 +577,7 @@ describe("T.distributed on every rank", function()
     local sopt = D.ShardedOptimizer(model:parameters(), T.optim.AdamW, sopts)
     local per, grads_left = 4, 0
     for step = 1, 10 do
-      T.manual_seed(2000 + step)
-      local x, y = T.randn({ per * world, 6 }):double():to(dev), T.randn({ per * world, 3 }):double():to(dev)
-      local xs, ys = x:narrow(1, rank * per + 1, per), y:narrow(1, rank * per + 1, per)
+      local _, _, xs, ys = batch(2000 + step, rank, world, per, dev)
       dopt:zero_grad()
       T.F.mse_loss(ddp(xs), ys):backward()
       dopt:step()

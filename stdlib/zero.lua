@@ -39,15 +39,16 @@ local Sharded = {}
 Sharded.__index = Sharded
 Sharded.__name = "ShardedOptimizer"
 
--- the reductions of the last backward, added into the shards' gradients
+-- the reductions of the backward passes so far, added into the shards' gradients (in order; not
+-- from a hook: a later backward only queues more)
 local function settle(self)
   for _, b in ipairs(self._buckets) do
-    if b.work then
-      b.work:wait()
+    for _, f in ipairs(b.inflight) do
+      f.work:wait()
       local g = b.master.grad
-      if g == nil then b.master.grad = b.out else T.no_grad(function() g:add_(b.out) end) end
-      b.work, b.out = nil, nil
+      if g == nil then b.master.grad = f.out else T.no_grad(function() g:add_(f.out) end) end
     end
+    b.inflight = {}
   end
 end
 
@@ -55,8 +56,8 @@ local function launch_ready(self)
   local r, comm = self._run, self._comm
   while r.next <= #self._buckets and self._buckets[r.next].pending == 0 do
     local b = self._buckets[r.next]
-    b.out = T.empty({ b.shard }, { dtype = b.dtype, device = b.device })
-    b.work = comm.reduce_scatter(b.out, b.flat)
+    local out = T.empty({ b.shard }, { dtype = b.dtype, device = b.device })
+    b.inflight[#b.inflight + 1] = { out = out, work = comm.reduce_scatter(out, b.flat) }
     b.flat = nil  -- (the work holds it until the collective is done)
     r.next = r.next + 1
   end
@@ -66,7 +67,6 @@ end
 local function on_grad(self, p)
   local r = self._run
   if r.pass ~= autograd.pass() then  -- the first gradient of this backward
-    settle(self)
     for _, b in ipairs(self._buckets) do b.pending, b.flat = #b.entries, nil end
     r.pass, r.next, r.ready = autograd.pass(), 1, {}
     autograd.queue_callback(function() ddp.check_complete("ShardedOptimizer", self._buckets, r.next, r.ready) end)
@@ -130,7 +130,7 @@ local function new(params, optim_class, opts)
   self._buckets = ddp.buckets_of(own, mb * 1024 * 1024)
   local masters = {}
   for i, b in ipairs(self._buckets) do
-    b.shard, b.entries_by_index = M.shard_size(b.numel, comm.world), {}
+    b.shard, b.entries_by_index, b.inflight = M.shard_size(b.numel, comm.world), {}, {}
     for _, e in ipairs(b.entries) do
       b.entries_by_index[e.index] = e
       self._where[e.param] = { b, e }
@@ -172,6 +172,27 @@ function Sharded:zero_grad(set_to_none)
   settle(self)
   self._inner:zero_grad(set_to_none)
   for _, p in ipairs(self._params) do p.grad = nil end
+end
+
+-- clip_grad_norm_(max_norm): T.nn.utils.clip_grad_norm_ (2-norm) of every rank's shards - the
+-- parameters keep no .grad to clip; returns the total norm before clipping (a 0-d tensor)
+function Sharded:clip_grad_norm_(max_norm)
+  if type(max_norm) ~= "number" then fail("ShardedOptimizer:clip_grad_norm_: max_norm expected a number, got " .. type(max_norm)) end
+  settle(self)
+  local grads, b1 = {}, self._buckets[1]
+  for _, b in ipairs(self._buckets) do grads[#grads + 1] = b.master.grad end
+  local sq = T.no_grad(function()
+    local acc = T.zeros({ 1 }, { dtype = "float64", device = b1.device })
+    for _, g in ipairs(grads) do acc:add_((g:double() * g:double()):sum()) end
+    return acc
+  end)
+  self._comm.all_reduce(sq):wait()  -- (the average of the ranks' sums of squares)
+  return T.no_grad(function()
+    local total = (sq * self._comm.world):sqrt()
+    local coef = (max_norm / (total + 1e-6)):clamp(nil, 1.0)
+    for _, g in ipairs(grads) do g:mul_(coef:to(g.dtype)) end
+    return total:squeeze()
+  end)
 end
 
 -- the tensors this rank keeps for the optimizer: {shards =, state =} in bytes

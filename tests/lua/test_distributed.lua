@@ -231,7 +231,7 @@ if not RANKED then
       expect.errors(function() (a * 2):sum():backward() end, "ShardedOptimizer: 1 parameter%(s%) that require grad got no gradient in this backward %(shapes 3%)")
     end)
 
-    it("on 2 (compiled) and 3 simulated ranks == AdamW on the whole batch (10 steps, uneven shards)", function()
+    it("on 2 (compiled) and 3 (accumulated, clipped) simulated ranks == AdamW on the whole batch (10 steps)", function()
       local function mlp(seed)
         T.manual_seed(seed)
         return T.nn.Sequential(T.nn.Linear(5, 7), T.nn.Tanh(), T.nn.Linear(7, 4)):double()
@@ -243,14 +243,17 @@ if not RANKED then
           T.manual_seed(500 + s)
           data[s] = { T.randn({ per * world, 5 }):double(), T.randn({ per * world, 4 }):double() }
         end
+        -- world 3: two micro-batches a step (gradients accumulate in the shards), clipped
+        local micro, clip = world == 3 and 2 or 1, world == 3 and 0.05 or nil
         local ref = mlp(100)
         local ropt = T.optim.AdamW(ref:parameters(), opts)
         for s = 1, steps do
           ropt:zero_grad()
           T.F.mse_loss(ref(data[s][1]), data[s][2]):backward()
+          if clip then T.nn.utils.clip_grad_norm_(ref:parameters(), clip) end
           ropt:step()
         end
-        local F, models, mems, grads_left = fabric(world), {}, {}, 0
+        local F, models, mems, grads_left, norms = fabric(world), {}, {}, 0, {}
         F.run(function(rank)
           local model = mlp(100 + rank)  -- (rank 0's parameters are broadcast)
           local opt = sharded(model:parameters(), T.optim.AdamW, { lr = opts.lr, weight_decay = opts.weight_decay,
@@ -258,16 +261,26 @@ if not RANKED then
           local forward = world == 2 and T.compile(model) or model  -- (gradients out of one compiled backward)
           for s = 1, steps do
             opt:zero_grad()
-            local x, y = data[s][1]:narrow(1, rank * per + 1, per), data[s][2]:narrow(1, rank * per + 1, per)
-            T.F.mse_loss(forward(x), y):backward()
+            for m = 1, micro do
+              local rows = per / micro
+              local at = rank * per + (m - 1) * rows + 1
+              local loss = T.F.mse_loss(forward(data[s][1]:narrow(1, at, rows)), data[s][2]:narrow(1, at, rows))
+              ;(loss / micro):backward()
+            end
             for _, p in ipairs(model:parameters()) do
               if p.grad ~= nil then grads_left = grads_left + 1 end
+            end
+            if clip then
+              local n = opt:clip_grad_norm_(clip):item()  -- (it yields: the index is taken after)
+              norms[#norms + 1] = n
             end
             opt:step()
           end
           models[rank], mems[rank] = model, opt:memory()
         end)
         expect.eq(grads_left, 0)
+        expect.eq(#norms, clip and world * steps or 0)
+        for _, n in ipairs(norms) do expect.truthy(n > clip, "clipped: the norm " .. n .. " is above max_norm") end
         for r = 0, world - 1 do
           local d, rp = 0, ref:parameters()
           for i, p in ipairs(models[r]:parameters()) do d = math.max(d, (p - rp[i]):abs():max():item()) end
@@ -564,7 +577,7 @@ describe("T.distributed on every rank", function()
     return T.cuda.stats(dev).in_use - before
   end
 
-  it("ShardedOptimizer (ZeRO-2) == DDP + AdamW (10 steps, uneven shards); its state ~1/world", function()
+  it("ShardedOptimizer (ZeRO-2) == DDP + AdamW (10 clipped steps, uneven shards); its state ~1/world", function()
     local rank, world, dev = ensure_group()
     local opts = { lr = 0.01, weight_decay = 0.05 }
     local ddp = T.nn.parallel.DistributedDataParallel(mlp(100 + rank, dev), { bucket_cap_mb = 0.001 })
@@ -580,12 +593,14 @@ describe("T.distributed on every rank", function()
       local _, _, xs, ys = batch(2000 + step, rank, world, per, dev)
       dopt:zero_grad()
       T.F.mse_loss(ddp(xs), ys):backward()
+      T.nn.utils.clip_grad_norm_(ddp:parameters(), 0.05)
       dopt:step()
       sopt:zero_grad()
       T.F.mse_loss(model(xs), ys):backward()
       for _, p in ipairs(model:parameters()) do
         if p.grad ~= nil then grads_left = grads_left + 1 end
       end
+      sopt:clip_grad_norm_(0.05)
       sopt:step()
     end
     -- state memory: AdamW on one rank's whole Linear against the sharded one (float32, ~1 M parameters)

@@ -201,7 +201,7 @@ function Sharded:memory()
   for _, b in ipairs(self._buckets) do
     shards = shards + b.shard * SIZES[b.dtype]
     for _, v in pairs(self.state[b.master] or {}) do
-      if is_tensor(v) then state = state + v:numel() * SIZES[v.dtype] end
+      if is_tensor(v) then state = state + v:numel() * (SIZES[v.dtype] or 8) end
     end
   end
   return { shards = shards, state = state }

@@ -52,11 +52,13 @@ function M.plan(params, cap_bytes)
   return buckets
 end
 
--- M.plan of parameter tensors: each bucket gets its dtype and device, each entry its param
-function M.buckets_of(params, cap_bytes)
+-- M.plan of parameter tensors: each bucket gets its dtype and device, each entry its param;
+-- group (optional): a parameter's group number, kept apart as the dtype is
+function M.buckets_of(params, cap_bytes, group)
   local info = {}
   for i, p in ipairs(params) do
-    info[i] = { numel = p:numel(), bytes = p:numel() * (SIZES[p.dtype] or 8), key = p.dtype .. "@" .. p.device }
+    local key = p.dtype .. "@" .. p.device .. (group and "#" .. group[p] or "")
+    info[i] = { numel = p:numel(), bytes = p:numel() * (SIZES[p.dtype] or 8), key = key }
   end
   local buckets = M.plan(info, cap_bytes)
   for _, b in ipairs(buckets) do

@@ -1,6 +1,6 @@
--- T.distributed.ShardedOptimizer(params, T.optim.AdamW, opts): sharded data parallel, ZeRO stage 2
+-- T.distributed.ShardedOptimizer(params_or_groups, T.optim.AdamW, opts): sharded data parallel, ZeRO stage 2
 -- (gradients and optimizer state sharded; DeepSpeed's name for it). The parameters are bucketed
--- as DDP's (bucket_cap_mb, default 25) and each bucket, padded to a multiple of the world size,
+-- as DDP's (bucket_cap_mb, default 25; a bucket holds one param group) and each bucket, padded to a multiple of the world size,
 -- is cut in one shard per rank. During backward a post-accumulate-grad hook copies each gradient
 -- into its bucket's flat buffer and drops the parameter's .grad; a full bucket is reduce-scattered
 -- (average) asynchronously, so each rank receives only its shard's gradient. The inner optimizer
@@ -83,16 +83,27 @@ local function on_grad(self, p)
   if b.pending == 0 then launch_ready(self) end
 end
 
-local function check_args(params, optim_class, opts)
+-- params: a list of tensors or of groups {params =, <options>}; returns the groups
+local function groups_of(params)
   if type(params) ~= "table" or is_tensor(params) then
-    fail("ShardedOptimizer: argument 1 (params) expected a list of tensors, got " .. (is_tensor(params) and "a tensor" or type(params)))
-  end
-  for i, p in ipairs(params) do
-    if not is_tensor(p) then
-      fail("ShardedOptimizer: param " .. i .. " is a " .. type(p) .. "; parameter groups are not implemented (a list of tensors)")
-    end
+    fail("ShardedOptimizer: argument 1 (params) expected a list of tensors or of groups, got " .. (is_tensor(params) and "a tensor" or type(params)))
   end
   if #params == 0 then fail("ShardedOptimizer: got an empty parameter list") end
+  local groups = is_tensor(params[1]) and { { params = params } } or params
+  for gi, g in ipairs(groups) do
+    if type(g) ~= "table" or is_tensor(g) or type(g.params) ~= "table" then
+      fail("ShardedOptimizer: param group " .. gi .. " expected a table {params = a list of tensors, ...}, got "
+        .. (is_tensor(g) and "a tensor" or type(g) == "table" and "a table without params" or type(g)))
+    end
+    for i, p in ipairs(is_tensor(g.params) and { g.params } or g.params) do
+      if not is_tensor(p) then fail(string.format("ShardedOptimizer: param %d of group %d is a %s, expected a tensor", i, gi, type(p))) end
+    end
+  end
+  return groups
+end
+
+local function check_args(params, optim_class, opts)
+  local groups = groups_of(params)
   local callable = type(optim_class) == "function" or (type(optim_class) == "table" and getmetatable(optim_class)
     and getmetatable(optim_class).__call)
   if not callable then fail("ShardedOptimizer: argument 2 expected an optimizer class (e.g. T.optim.AdamW), got " .. type(optim_class)) end
@@ -102,7 +113,23 @@ local function check_args(params, optim_class, opts)
     if k == "bucket_cap_mb" then mb = v elseif k ~= "process_group" then inner[k] = v end
   end
   if type(mb) ~= "number" or mb <= 0 then fail("ShardedOptimizer: bucket_cap_mb expected a positive number, got " .. tostring(mb)) end
-  return inner, mb
+  return groups, inner, mb
+end
+
+-- the inner optimizer's groups: each group's options with the masters of its buckets
+local function inner_groups(groups, buckets, group_of)
+  local out, index = {}, {}
+  for _, b in ipairs(buckets) do
+    local gi = group_of[b.entries[1].param]
+    if not index[gi] then
+      local g = {}
+      for k, v in pairs(groups[gi]) do g[k] = v end
+      g.params = {}
+      out[#out + 1], index[gi] = g, g
+    end
+    index[gi].params[#index[gi].params + 1] = b.master
+  end
+  return out
 end
 
 -- the rank's shard of bucket b (padding zero), a leaf the inner optimizer updates
@@ -118,27 +145,27 @@ local function master_of(b, comm)
 end
 
 local function new(params, optim_class, opts)
-  local inner_opts, mb = check_args(params, optim_class, opts)
+  local groups, inner_opts, mb = check_args(params, optim_class, opts)
   local comm = ddp.group_of("ShardedOptimizer", opts or {})
-  local own = {}
-  for _, p in ipairs(params) do
-    if p.requires_grad then own[#own + 1] = p end
+  local own, group_of = {}, {}
+  for gi, g in ipairs(groups) do
+    for _, p in ipairs(is_tensor(g.params) and { g.params } or g.params) do
+      comm.broadcast(p)
+      if p.requires_grad then own[#own + 1], group_of[p] = p, gi end
+    end
   end
   if #own == 0 then fail("ShardedOptimizer: none of the parameters requires grad") end
-  for _, p in ipairs(params) do comm.broadcast(p) end
   local self = setmetatable({ _comm = comm, _params = own, _where = {}, _run = {}, _hooks = {} }, Sharded)
-  self._buckets = ddp.buckets_of(own, mb * 1024 * 1024)
-  local masters = {}
-  for i, b in ipairs(self._buckets) do
+  self._buckets = ddp.buckets_of(own, mb * 1024 * 1024, group_of)
+  for _, b in ipairs(self._buckets) do
     b.shard, b.entries_by_index, b.inflight = M.shard_size(b.numel, comm.world), {}, {}
     for _, e in ipairs(b.entries) do
       b.entries_by_index[e.index] = e
       self._where[e.param] = { b, e }
     end
     b.master = master_of(b, comm)
-    masters[i] = b.master
   end
-  self._inner = optim_class(masters, inner_opts)
+  self._inner = optim_class(inner_groups(groups, self._buckets, group_of), inner_opts)
   self.param_groups, self.state, self.defaults = self._inner.param_groups, self._inner.state, self._inner.defaults
   for _, p in ipairs(own) do
     self._hooks[#self._hooks + 1] = p:register_post_accumulate_grad_hook(function() on_grad(self, p) end)

@@ -217,8 +217,9 @@ if not RANKED then
     it("checks its arguments", function()
       local F = fabric(1)
       local w = T.zeros(3, { requires_grad = true })
-      expect.errors(function() sharded(w, T.optim.AdamW, {}, F.comm(0)) end, "expected a list of tensors, got a tensor")
-      expect.errors(function() sharded({ { params = { w } } }, T.optim.AdamW, {}, F.comm(0)) end, "parameter groups are not implemented")
+      expect.errors(function() sharded(w, T.optim.AdamW, {}, F.comm(0)) end, "expected a list of tensors or of groups, got a tensor")
+      expect.errors(function() sharded({ { w } }, T.optim.AdamW, {}, F.comm(0)) end, "param group 1 expected a table {params = a list of tensors, ...}, got a table without params")
+      expect.errors(function() sharded({ w, 3 }, T.optim.AdamW, {}, F.comm(0)) end, "param 2 of group 1 is a number, expected a tensor")
       expect.errors(function() sharded({ w }, "AdamW", {}, F.comm(0)) end, "expected an optimizer class")
       expect.errors(function() sharded({ w }, T.optim.AdamW, { bucket_cap_mb = 0 }, F.comm(0)) end, "bucket_cap_mb expected a positive number")
       expect.errors(function() sharded({ w }, T.optim.AdamW, { lr = 0.1, bogus = 1 }, F.comm(0)) end, "unknown option 'bogus'")
@@ -231,7 +232,7 @@ if not RANKED then
       expect.errors(function() (a * 2):sum():backward() end, "ShardedOptimizer: 1 parameter%(s%) that require grad got no gradient in this backward %(shapes 3%)")
     end)
 
-    it("on 2 (compiled) and 3 (accumulated, clipped) simulated ranks == AdamW on the whole batch (10 steps)", function()
+    it("on 2 (compiled, 2 param groups) and 3 (accumulated, clipped) simulated ranks == AdamW on the whole batch (10 steps)", function()
       local function mlp(seed)
         T.manual_seed(seed)
         return T.nn.Sequential(T.nn.Linear(5, 7), T.nn.Tanh(), T.nn.Linear(7, 4)):double()
@@ -245,8 +246,15 @@ if not RANKED then
         end
         -- world 3: two micro-batches a step (gradients accumulate in the shards), clipped
         local micro, clip = world == 3 and 2 or 1, world == 3 and 0.05 or nil
+        -- world 2: two param groups (no weight decay on biases), as GPT training has
+        local function groups(m)
+          if world ~= 2 then return m:parameters() end
+          local decay, plain = {}, {}
+          for _, p in ipairs(m:parameters()) do table.insert(p:dim() == 1 and plain or decay, p) end
+          return { { params = decay }, { params = plain, weight_decay = 0 } }
+        end
         local ref = mlp(100)
-        local ropt = T.optim.AdamW(ref:parameters(), opts)
+        local ropt = T.optim.AdamW(groups(ref), opts)
         for s = 1, steps do
           ropt:zero_grad()
           T.F.mse_loss(ref(data[s][1]), data[s][2]):backward()
@@ -256,7 +264,7 @@ if not RANKED then
         local F, models, mems, grads_left, norms = fabric(world), {}, {}, 0, {}
         F.run(function(rank)
           local model = mlp(100 + rank)  -- (rank 0's parameters are broadcast)
-          local opt = sharded(model:parameters(), T.optim.AdamW, { lr = opts.lr, weight_decay = opts.weight_decay,
+          local opt = sharded(groups(model), T.optim.AdamW, { lr = opts.lr, weight_decay = opts.weight_decay,
             bucket_cap_mb = 300 / 2 ^ 20 }, F.comm(rank))
           local forward = world == 2 and T.compile(model) or model  -- (gradients out of one compiled backward)
           for s = 1, steps do

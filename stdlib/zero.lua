@@ -1,12 +1,14 @@
--- T.distributed.ShardedOptimizer(params_or_groups, T.optim.AdamW, opts): sharded data parallel, ZeRO stage 2
--- (gradients and optimizer state sharded; DeepSpeed's name for it). The parameters are bucketed
--- as DDP's (bucket_cap_mb, default 25; a bucket holds one param group) and each bucket, padded to a multiple of the world size,
--- is cut in one shard per rank. During backward a post-accumulate-grad hook copies each gradient
--- into its bucket's flat buffer and drops the parameter's .grad; a full bucket is reduce-scattered
--- (average) asynchronously, so each rank receives only its shard's gradient. The inner optimizer
--- (any T.optim class, built with opts) steps on the rank's shard only - its state is ~1/world of
--- the whole - and step() all-gathers the shards back into every parameter. It takes the place of
--- DDP (no DDP wrapper: the model's parameters are broadcast from rank 0 here). The name is not
+-- T.distributed.ShardedOptimizer(params_or_groups, T.optim.AdamW, opts): sharded data parallel,
+-- ZeRO stage 2 (gradients and optimizer state sharded; DeepSpeed's name for it). The parameters
+-- are bucketed as DDP's (bucket_cap_mb, default 25; a bucket holds one param group) and each
+-- bucket, padded to a multiple of the world size, is cut in one shard per rank. During backward a
+-- post-accumulate-grad hook copies each gradient into its bucket's flat buffer and drops the
+-- parameter's .grad; a full bucket is reduce-scattered (average) asynchronously, so each rank
+-- receives only its shard's gradient. The inner optimizer (any T.optim class, built with opts)
+-- steps on the rank's shards only - its state is ~1/world of the whole - and step() all-gathers
+-- the shards back into every parameter. It takes DDP's place (no DDP wrapper: the parameters are
+-- broadcast from rank 0 here). opts: the inner optimizer's, bucket_cap_mb and process_group
+-- (ddp.lua's M.default_group). state_dict() is the whole, unsharded state. The name is not
 -- PyTorch's ZeroRedundancyOptimizer: that one shards the optimizer state only (stage 1).
 local core = require "crescent.core"
 local autograd = require "crescent.autograd"
@@ -116,20 +118,23 @@ local function check_args(params, optim_class, opts)
   return groups, inner, mb
 end
 
--- the inner optimizer's groups: each group's options with the masters of its buckets
+-- the inner optimizer's groups: each group's options with the masters of its buckets; and the
+-- position among them of each param group that has some
 local function inner_groups(groups, buckets, group_of)
-  local out, index = {}, {}
+  local out, pos = {}, {}
   for _, b in ipairs(buckets) do
     local gi = group_of[b.entries[1].param]
-    if not index[gi] then
+    if not pos[gi] then
       local g = {}
       for k, v in pairs(groups[gi]) do g[k] = v end
       g.params = {}
-      out[#out + 1], index[gi] = g, g
+      out[#out + 1] = g
+      pos[gi] = #out
     end
-    index[gi].params[#index[gi].params + 1] = b.master
+    local list = out[pos[gi]].params
+    list[#list + 1] = b.master
   end
-  return out
+  return out, pos
 end
 
 -- the rank's shard of bucket b (padding zero), a leaf the inner optimizer updates
@@ -165,7 +170,8 @@ local function new(params, optim_class, opts)
     end
     b.master = master_of(b, comm)
   end
-  self._inner = optim_class(inner_groups(groups, self._buckets, group_of), inner_opts)
+  local inner, pos = inner_groups(groups, self._buckets, group_of)
+  self._inner, self._groups, self._group_pos = optim_class(inner, inner_opts), groups, pos
   self.param_groups, self.state, self.defaults = self._inner.param_groups, self._inner.state, self._inner.defaults
   for _, p in ipairs(own) do
     self._hooks[#self._hooks + 1] = p:register_post_accumulate_grad_hook(function() on_grad(self, p) end)
@@ -234,10 +240,108 @@ function Sharded:memory()
   return { shards = shards, state = state }
 end
 
-function Sharded:state_dict()
-  fail("ShardedOptimizer:state_dict: not implemented (each rank holds only its shard of the state)")
+-- state_dict / load_state_dict: the whole optimizer's, as the inner optimizer class keeps it
+-- unsharded (Optimizer:state_dict's structure): checkpoints load into either.
+
+local function params_of(g) return is_tensor(g.params) and { g.params } or g.params end
+
+-- the param groups as Optimizer:state_dict packs them, and each parameter's number
+local function packed_groups(self)
+  local index, n, out = {}, 0, {}
+  for gi, g in ipairs(self._groups) do
+    local src, packed = self.param_groups[self._group_pos[gi]] or g, { params = {} }
+    for k, v in pairs(self.defaults) do packed[k] = v end
+    for k, v in pairs(src) do
+      if k ~= "params" and k ~= "per_tensor" and k ~= "fused" then packed[k] = type(v) == "table" and { unpack(v) } or v end
+    end
+    for i, p in ipairs(params_of(g)) do
+      index[p], packed.params[i] = n, n
+      n = n + 1
+    end
+    out[gi] = packed
+  end
+  return out, index
 end
-Sharded.load_state_dict = Sharded.state_dict
+
+-- state_dict(): collective (an all_gather per bucket and state tensor); every rank gets the whole
+function Sharded:state_dict()
+  local groups, index = packed_groups(self)
+  local state, comm = {}, self._comm
+  for _, b in ipairs(self._buckets) do
+    local st = self.state[b.master]
+    if st then
+      local per = {}
+      for _, e in ipairs(b.entries) do per[e.param] = {} end
+      for _, k in ipairs(core.sorted_keys(st)) do
+        local v = st[k]
+        if is_tensor(v) and v:numel() == b.shard then
+          local full = T.empty({ b.shard * comm.world }, { dtype = v.dtype, device = v.device })
+          comm.all_gather(full, v):wait()
+          T.no_grad(function()
+            for _, e in ipairs(b.entries) do per[e.param][k] = full:narrow(1, e.offset + 1, e.numel):view(e.param.shape):clone() end
+          end)
+        else
+          for _, e in ipairs(b.entries) do per[e.param][k] = k == "step" and T.tensor(v, { dtype = "float32" }) or v end
+        end
+      end
+      for _, e in ipairs(b.entries) do state[index[e.param]] = per[e.param] end
+    end
+  end
+  return { state = state, param_groups = groups }
+end
+
+-- this rank's shard of state `k` of bucket b, from the parameters' whole states
+local function shard_of(self, b, by_param, k)
+  local m = T.zeros({ b.shard }, { dtype = b.dtype, device = b.device })
+  for _, pc in ipairs(M.pieces(b, self._comm.world, self._comm.rank)) do
+    local p = b.entries_by_index[pc.index].param
+    local v = (by_param[p] or {})[k]
+    if not is_tensor(v) or v:numel() ~= p:numel() then
+      fail(string.format("ShardedOptimizer:load_state_dict: the state '%s' of a parameter of shape %s is missing or of another size",
+        k, table.concat(p.shape, "x")))
+    end
+    T.no_grad(function() m:narrow(1, pc.to + 1, pc.numel):copy_(v:to({ dtype = b.dtype, device = b.device }):reshape({ -1 }):narrow(1, pc.from + 1, pc.numel)) end)
+  end
+  return m
+end
+
+-- load_state_dict(sd): sd as state_dict() or the inner optimizer class's state_dict() gives it
+-- (or its flat form from T.load); each rank keeps its shards of it
+function Sharded:load_state_dict(sd)
+  if type(sd) == "table" and sd.state == nil then sd = T.optim.unflatten_state_dict(sd) end
+  if type(sd) ~= "table" or type(sd.state) ~= "table" or type(sd.param_groups) ~= "table" or #sd.param_groups ~= #self._groups then
+    fail("ShardedOptimizer:load_state_dict: expected a state_dict {state =, param_groups =} of " .. #self._groups .. " param group(s)")
+  end
+  local by_param = {}
+  for gi, g in ipairs(self._groups) do
+    local saved, list = sd.param_groups[gi], params_of(g)
+    if type(saved.params) ~= "table" or #saved.params ~= #list then
+      fail(string.format("ShardedOptimizer:load_state_dict: param group %d has %d parameters, the saved one %s", gi, #list,
+        type(saved.params) == "table" and #saved.params or "none"))
+    end
+    for i, p in ipairs(list) do by_param[p] = sd.state[saved.params[i]] end
+  end
+  local state = {}
+  for _, b in ipairs(self._buckets) do
+    local first = by_param[b.entries[1].param]
+    if first then
+      local s = {}
+      for k, v in pairs(first) do
+        if k == "step" then s[k] = is_tensor(v) and v:item() or v
+        elseif is_tensor(v) and v:numel() == b.entries[1].numel then s[k] = shard_of(self, b, by_param, k)
+        else s[k] = v end
+      end
+      state[b.master] = s
+    end
+  end
+  self._inner.state, self.state = state, state
+  for gi in ipairs(self._groups) do
+    local g = self.param_groups[self._group_pos[gi]]
+    for k, v in pairs(g and sd.param_groups[gi] or {}) do
+      if k ~= "params" and k ~= "fused" then g[k] = type(v) == "table" and { unpack(v) } or v end
+    end
+  end
+end
 
 function Sharded:__tostring()
   return string.format("ShardedOptimizer(%s, rank %d of %d, %d buckets)", self._inner.__name or "?", self._comm.rank,

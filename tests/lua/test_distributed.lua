@@ -31,6 +31,30 @@ local function launch(n, text, env)
   return out, err, st
 end
 
+-- the largest difference of two optimizer state_dicts (an error when they differ in structure)
+local function state_diff(a, b)
+  expect.eq(#a.param_groups, #b.param_groups)
+  for gi, g in ipairs(b.param_groups) do
+    for k, v in pairs(g) do expect.eq(a.param_groups[gi][k], v, "param group " .. gi .. " " .. k) end
+  end
+  local d, n = 0, 0
+  for id, st in pairs(b.state) do
+    n = n + 1
+    for k, v in pairs(st) do
+      local w = a.state[id] and a.state[id][k]
+      if not T.is_tensor(v) then expect.eq(w, v)
+      elseif k == "step" then expect.eq(w:item(), v:item())
+      else
+        expect.eq(w.shape, v.shape)
+        d = math.max(d, (w - v):abs():max():item())
+      end
+    end
+  end
+  for _ in pairs(a.state) do n = n - 1 end
+  expect.eq(n, 0, "as many states")
+  return d
+end
+
 if not RANKED then
   describe("crescent --nproc (the launcher)", function()
     it("starts N ranks with RANK, LOCAL_RANK, WORLD_SIZE and a rendezvous file", function()
@@ -148,10 +172,11 @@ if not RANKED then
       end)
       slot.done = true
     end
+    local seqs = {}  -- (a rank's collectives, numbered across its comm objects)
     function F.comm(rank)
-      local seq = 0
       local function post(kind, out, t)
-        seq = seq + 1
+        seqs[rank] = (seqs[rank] or 0) + 1
+        local seq = seqs[rank]
         local slot = posts[seq] or { n = 0, kind = kind }
         posts[seq] = slot
         if slot.kind ~= kind then error(string.format("rank %d posted %s where another rank posted %s", rank, kind, slot.kind)) end
@@ -225,7 +250,6 @@ if not RANKED then
       expect.errors(function() sharded({ w }, T.optim.AdamW, { lr = 0.1, bogus = 1 }, F.comm(0)) end, "unknown option 'bogus'")
       expect.errors(function() sharded({ T.zeros(2) }, T.optim.AdamW, {}, F.comm(0)) end, "none of the parameters requires grad")
       expect.errors(function() T.distributed.ShardedOptimizer({ w }, T.optim.AdamW) end, "not initialized")
-      expect.errors(function() sharded({ w }, T.optim.AdamW, {}, F.comm(0)):state_dict() end, "not implemented")
       expect.errors(function() sharded({ w }, T.optim.AdamW, {}, 3) end, "process_group expected a table")
       local a, b = T.ones(2, { requires_grad = true }), T.ones(3, { requires_grad = true })
       sharded({ a, b }, T.optim.AdamW, { bucket_cap_mb = 1e-6 }, F.comm(0))
@@ -261,7 +285,8 @@ if not RANKED then
           if clip then T.nn.utils.clip_grad_norm_(ref:parameters(), clip) end
           ropt:step()
         end
-        local F, models, mems, grads_left, norms = fabric(world), {}, {}, 0, {}
+        local rsd = ropt:state_dict()
+        local F, models, mems, grads_left, norms, sds, sds_again = fabric(world), {}, {}, 0, {}, {}, {}
         F.run(function(rank)
           local model = mlp(100 + rank)  -- (rank 0's parameters are broadcast)
           local opt = sharded(groups(model), T.optim.AdamW, { lr = opts.lr, weight_decay = opts.weight_decay,
@@ -285,11 +310,17 @@ if not RANKED then
             opt:step()
           end
           models[rank], mems[rank] = model, opt:memory()
+          -- the whole state on every rank; loaded into a fresh optimizer, sharded again
+          local again = sharded(groups(model), T.optim.AdamW, { lr = 1 }, F.comm(rank))
+          again:load_state_dict(rsd)
+          sds[rank], sds_again[rank] = opt:state_dict(), again:state_dict()
         end)
         expect.eq(grads_left, 0)
         expect.eq(#norms, clip and world * steps or 0)
         for _, n in ipairs(norms) do expect.truthy(n > clip, "clipped: the norm " .. n .. " is above max_norm") end
         for r = 0, world - 1 do
+          expect.truthy(state_diff(sds[r], rsd) < 1e-12, "state_dict: rank " .. r .. " differs by " .. state_diff(sds[r], rsd))
+          expect.eq(state_diff(sds_again[r], rsd), 0)
           local d, rp = 0, ref:parameters()
           for i, p in ipairs(models[r]:parameters()) do d = math.max(d, (p - rp[i]):abs():max():item()) end
           expect.truthy(d < 1e-12, string.format("world %d rank %d: sharded and whole differ by %g", world, r, d))
@@ -619,6 +650,7 @@ describe("T.distributed on every rank", function()
     local big_opt = D.ShardedOptimizer(big2:parameters(), T.optim.AdamW, opts)
     local sharded = state_growth(big_opt, big2, xb, dev)
     local counted = big_opt:memory()
+    local ssd, dsd = sopt:state_dict(), dopt:state_dict()
     T.cuda.synchronize(dev)
     if rank == 0 then
       print(string.format("ShardedOptimizer state on %d ranks: AdamW %.2f MB per rank, sharded %.2f MB (T.cuda in_use growth of "
@@ -627,6 +659,7 @@ describe("T.distributed on every rank", function()
     end
     expect.eq(grads_left, 0)
     expect.truthy(max_diff(model, ddp.module) < 1e-12, "sharded and DDP differ by " .. max_diff(model, ddp.module))
+    expect.truthy(state_diff(ssd, dsd) < 1e-12, "the state_dicts differ by " .. state_diff(ssd, dsd))
     local n = 1001 * 999 + 999
     expect.truthy(counted.state >= 8 * math.ceil(n / world) and counted.state <= 8 * math.ceil(n / world) + 64, tostring(counted.state))
     expect.truthy(sharded < whole * (1 / world + 0.25), string.format("sharded state %d B, whole %d B", sharded, whole))

@@ -88,7 +88,8 @@ end
 -- params: a list of tensors or of groups {params =, <options>}; returns the groups
 local function groups_of(params)
   if type(params) ~= "table" or is_tensor(params) then
-    fail("ShardedOptimizer: argument 1 (params) expected a list of tensors or of groups, got " .. (is_tensor(params) and "a tensor" or type(params)))
+    fail("ShardedOptimizer: argument 1 (params) expected a list of tensors or of groups, got "
+      .. (is_tensor(params) and "a tensor" or type(params)))
   end
   if #params == 0 then fail("ShardedOptimizer: got an empty parameter list") end
   local groups = is_tensor(params[1]) and { { params = params } } or params
@@ -109,7 +110,9 @@ local function check_args(params, optim_class, opts)
   local callable = type(optim_class) == "function" or (type(optim_class) == "table" and getmetatable(optim_class)
     and getmetatable(optim_class).__call)
   if not callable then fail("ShardedOptimizer: argument 2 expected an optimizer class (e.g. T.optim.AdamW), got " .. type(optim_class)) end
-  if opts ~= nil and (type(opts) ~= "table" or is_tensor(opts)) then fail("ShardedOptimizer: argument 3 (opts) expected a table, got " .. type(opts)) end
+  if opts ~= nil and (type(opts) ~= "table" or is_tensor(opts)) then
+    fail("ShardedOptimizer: argument 3 (opts) expected a table, got " .. type(opts))
+  end
   local inner, mb = {}, 25
   for k, v in pairs(opts or {}) do
     if k == "bucket_cap_mb" then mb = v elseif k ~= "process_group" then inner[k] = v end
@@ -300,7 +303,8 @@ local function shard_of(self, b, by_param, k)
       fail(string.format("ShardedOptimizer:load_state_dict: the state '%s' of a parameter of shape %s is missing or of another size",
         k, table.concat(p.shape, "x")))
     end
-    T.no_grad(function() m:narrow(1, pc.to + 1, pc.numel):copy_(v:to({ dtype = b.dtype, device = b.device }):reshape({ -1 }):narrow(1, pc.from + 1, pc.numel)) end)
+    local part = v:to({ dtype = b.dtype, device = b.device }):reshape({ -1 }):narrow(1, pc.from + 1, pc.numel)
+    T.no_grad(function() m:narrow(1, pc.to + 1, pc.numel):copy_(part) end)
   end
   return m
 end

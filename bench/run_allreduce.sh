@@ -3,7 +3,7 @@
 # PyTorch (dist.all_reduce) and bare NCCL (build/nccl_allreduce, nccl-tests' method), each with
 # the NCCL of PyTorch's wheel unless CRESCENT_NCCL_LIB names another.
 #   bench/run_allreduce.sh [N=2] [build=build]
-set -e
+# (each part runs even when another fails)
 N=${1:-2}
 BUILD=${2:-build}
 PY=${PYTHON:-python3}

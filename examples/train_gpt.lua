@@ -63,7 +63,6 @@ if o.nproc and not o.ddp then
 end
 local D, rank, world = T.distributed, 0, 1
 if o.ddp then
-  if o.compile == 1 then error("train_gpt.lua: --compile 1 with --ddp is not supported yet (issue 40)", 0) end
   D.init_process_group("nccl")
   rank, world = D.get_rank(), D.get_world_size()
   o.device = D.device()
@@ -156,9 +155,9 @@ local function batch(src)
   local idx = (starts + arange + 1):flatten()  -- (1-based positions)
   return src:index_select(1, idx):view(o.batch, o.ctx), src:index_select(1, idx + 1):view(o.batch, o.ctx)
 end
-local forward = o.compile == 1 and T.compile(model) or model
 local per = o.batch / world
-if o.ddp then forward = T.nn.parallel.DistributedDataParallel(model) end
+local forward = o.ddp and T.nn.parallel.DistributedDataParallel(model) or model
+if o.compile == 1 then forward = T.compile(forward) end  -- (DDP's bucket hooks fire from the compiled backward)
 local function loss_of(x, y, m)
   local logits = (m or model)(x)
   return F.cross_entropy(logits:view(-1, V), y:flatten() + 1)

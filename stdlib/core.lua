@@ -75,6 +75,14 @@ function core.service()
   api.gc_done(ctx, collectgarbage("count"))
 end
 
+-- t's keys in order (as strings: mixed key types compare)
+function core.sorted_keys(t)
+  local ks = {}
+  for k in pairs(t) do ks[#ks + 1] = k end
+  table.sort(ks, function(a, b) return tostring(a) < tostring(b) end)
+  return ks
+end
+
 -- Lua needs the value of tensor t (item, totable, tostring...): inside a compiled function
 -- this is a graph break; a tensor whose graph already ran gets its value.
 function core.need(t, reason)

@@ -127,6 +127,7 @@ require("crescent.amp").bind(T)
 T.distributed = require "crescent.distributed"
 T.distributed.bind(T)
 require("crescent.ddp").bind(T)
+require("crescent.zero").bind(T)
 
 -- compilation (API.md section 5)
 local compile = require "crescent.compile"

@@ -1,4 +1,5 @@
--- T.nn.parallel.DistributedDataParallel(module[, {bucket_cap_mb = 25, broadcast_buffers = true}]):
+-- T.nn.parallel.DistributedDataParallel(module[, {bucket_cap_mb = 25, broadcast_buffers = true,
+-- process_group = (M.default_group)}]):
 -- data-parallel training over T.distributed, as torch's DDP. At construction rank 0's parameters
 -- and buffers are broadcast to every rank. The parameters that require grad are grouped, in
 -- reverse order (the order backward reaches them), into buckets of at most bucket_cap_mb of one
@@ -15,7 +16,7 @@ local fail = core.fail
 local M = {}
 local T, D  -- crescent and T.distributed, bound by M.bind
 
-local OPTS = { bucket_cap_mb = true, broadcast_buffers = true, device_ids = true, output_device = true,
+local OPTS = { bucket_cap_mb = true, broadcast_buffers = true, device_ids = true, output_device = true, process_group = true,
   find_unused_parameters = true, gradient_as_bucket_view = true }
 
 local function check_opts(opts)
@@ -31,29 +32,74 @@ local function check_opts(opts)
   return mb
 end
 
--- buckets in reverse parameter order: {dtype, device, numel, entries = {{param, offset, numel}}}
 local SIZES = { float32 = 4, float64 = 8, float16 = 2, bfloat16 = 2 }
+M.SIZES = SIZES  -- (bytes per element)
 
-local function make_buckets(params, cap_bytes)
+-- The buckets of a reduction: the parameters in reverse order (the order backward reaches them),
+-- at most cap_bytes of one key (dtype and device) each, a larger parameter alone. params: a list
+-- of {numel =, bytes =, key =}; returns {{key =, numel =, entries = {{index =, offset =, numel =}}}}.
+function M.plan(params, cap_bytes)
   local buckets, cur = {}, nil
   for i = #params, 1, -1 do
     local p = params[i]
-    local n, bytes = p:numel(), p:numel() * (SIZES[p.dtype] or 8)
-    if not cur or cur.dtype ~= p.dtype or cur.device ~= p.device or (cur.bytes + bytes > cap_bytes and #cur.entries > 0) then
-      cur = { dtype = p.dtype, device = p.device, numel = 0, bytes = 0, entries = {} }
+    if not cur or cur.key ~= p.key or (cur.bytes + p.bytes > cap_bytes and #cur.entries > 0) then
+      cur = { key = p.key, numel = 0, bytes = 0, entries = {} }
       buckets[#buckets + 1] = cur
     end
-    cur.entries[#cur.entries + 1] = { param = p, offset = cur.numel, numel = n }
-    cur.numel, cur.bytes = cur.numel + n, cur.bytes + bytes
+    cur.entries[#cur.entries + 1] = { index = i, offset = cur.numel, numel = p.numel }
+    cur.numel, cur.bytes = cur.numel + p.numel, cur.bytes + p.bytes
   end
+  return buckets
+end
+
+-- M.plan of parameter tensors: each bucket gets its dtype and device, each entry its param;
+-- group (optional): a parameter's group number, kept apart as the dtype is
+function M.buckets_of(params, cap_bytes, group)
+  local info = {}
+  for i, p in ipairs(params) do
+    local key = p.dtype .. "@" .. p.device .. (group and "#" .. group[p] or "")
+    info[i] = { numel = p:numel(), bytes = p:numel() * (SIZES[p.dtype] or 8), key = key }
+  end
+  local buckets = M.plan(info, cap_bytes)
+  for _, b in ipairs(buckets) do
+    b.dtype, b.device = params[b.entries[1].index].dtype, params[b.entries[1].index].device
+    for _, e in ipairs(b.entries) do e.param = params[e.index] end
+  end
+  return buckets
+end
+
+local function make_buckets(params, cap_bytes)
+  local buckets = M.buckets_of(params, cap_bytes)
   for _, b in ipairs(buckets) do b.flat = T.zeros({ b.numel }, { dtype = b.dtype, device = b.device }) end
   return buckets
 end
 
-local function broadcast_all(tensors)
-  T.no_grad(function()
-    for _, t in ipairs(tensors) do D.broadcast(t, 0) end
-  end)
+-- The default process group as DDP and the sharded optimizer use it: {rank, world, all_reduce(t),
+-- reduce_scatter(out, t), all_gather(out, t)} (average; asynchronous: a work handle), broadcast(t)
+-- from rank 0. A table of these is what the process_group option takes.
+function M.default_group(who)
+  if not D.is_initialized() then fail(who .. ": the default process group is not initialized (T.distributed.init_process_group)") end
+  return {
+    rank = D.get_rank(), world = D.get_world_size(),
+    all_reduce = function(t) return D.all_reduce(t, { op = "avg", async_op = true }) end,
+    reduce_scatter = function(out, t) return D.reduce_scatter_tensor(out, t, { op = "avg", async_op = true }) end,
+    all_gather = function(out, t) return D.all_gather_into_tensor(out, t, { async_op = true }) end,
+    broadcast = function(t) T.no_grad(function() D.broadcast(t, 0) end) end,
+  }
+end
+
+-- opts.process_group (checked), else the default group
+function M.group_of(who, opts)
+  local g = opts.process_group
+  if g == nil then return M.default_group(who), true end
+  if type(g) ~= "table" or type(g.world) ~= "number" or type(g.rank) ~= "number" then
+    fail(who .. ": process_group expected a table {rank =, world =, all_reduce =, ...}, got " .. type(g))
+  end
+  return g, false
+end
+
+local function broadcast_all(group, tensors)
+  for _, t in ipairs(tensors) do group.broadcast(t) end
 end
 
 local function module_buffers(m)
@@ -70,28 +116,34 @@ local function launch_ready(self)
   local r = self._reducer
   while r.next <= #r.buckets and r.buckets[r.next].pending == 0 do
     local b = r.buckets[r.next]
-    b.work = D.all_reduce(b.flat, { op = "avg", async_op = true })
+    b.work = self._group.all_reduce(b.flat)
     r.next = r.next + 1
   end
+end
+
+-- raises unless buckets `next` on were all launched in this backward (a parameter got no gradient)
+function M.check_complete(who, buckets, next, ready)
+  if next > #buckets then return end
+  local missing = {}
+  for i = next, #buckets do
+    for _, e in ipairs(buckets[i].entries) do
+      if not ready[e.param] then missing[#missing + 1] = table.concat(e.param.shape, "x") end
+    end
+  end
+  fail(who .. ": " .. #missing .. " parameter(s) that require grad got no gradient in this backward (shapes "
+    .. table.concat(missing, ", ") .. "); every parameter must take part in the loss")
 end
 
 -- the end of backward: every bucket reduced, the averages back in .grad
 local function finish(self)
   local r = self._reducer
-  if r.next <= #r.buckets then
-    local missing = {}
-    for i = r.next, #r.buckets do
-      for _, e in ipairs(r.buckets[i].entries) do
-        if not r.ready[e.param] then missing[#missing + 1] = table.concat(e.param.shape, "x") end
-      end
-    end
-    fail("DistributedDataParallel: " .. #missing .. " parameter(s) that require grad got no gradient in this backward "
-      .. "(shapes " .. table.concat(missing, ", ") .. "); every parameter must take part in the loss")
+  M.check_complete("DistributedDataParallel", r.buckets, r.next, r.ready)
+  for _, b in ipairs(r.buckets) do
+    b.work:wait()
+    b.work = nil
   end
   T.no_grad(function()
     for _, b in ipairs(r.buckets) do
-      b.work:wait()
-      b.work = nil
       for _, e in ipairs(b.entries) do
         e.param.grad:copy_(b.flat:narrow(1, e.offset + 1, e.numel):view(e.param.shape))
       end
@@ -125,16 +177,16 @@ local function init(self, module, opts)
   if not T.nn.is_module(module) then fail("DistributedDataParallel: argument 1 expected a module, got " .. type(module)) end
   opts = opts or {}
   local mb = check_opts(opts)
-  if not D.is_initialized() then fail("DistributedDataParallel: the default process group is not initialized (T.distributed.init_process_group)") end
-  self.module = module
+  local group, nccl = M.group_of("DistributedDataParallel", opts)
+  self.module, self._group = module, group
   self._sync, self._broadcast_buffers = true, opts.broadcast_buffers ~= false
   local params = {}
   for _, p in ipairs(module:parameters()) do
     if p.requires_grad then params[#params + 1] = p end
-    if p.device == "cpu" then fail("DistributedDataParallel: the module's parameters must be on " .. D.device() .. ", one is on cpu") end
+    if nccl and p.device == "cpu" then fail("DistributedDataParallel: the module's parameters must be on " .. D.device() .. ", one is on cpu") end
   end
-  broadcast_all(module:parameters())
-  broadcast_all(module_buffers(module))
+  broadcast_all(group, module:parameters())
+  broadcast_all(group, module_buffers(module))
   local buckets = make_buckets(params, mb * 1024 * 1024)
   local where = {}
   for _, b in ipairs(buckets) do
@@ -150,7 +202,7 @@ end
 local function forward(self, ...)
   if self._broadcast_buffers and self.training then
     local bufs = module_buffers(self.module)
-    if #bufs > 0 then broadcast_all(bufs) end
+    if #bufs > 0 then broadcast_all(self._group, bufs) end
   end
   return self.module(...)
 end

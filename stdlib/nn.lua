@@ -187,12 +187,7 @@ function Module:state_dict()
   return sd
 end
 
-local function sorted_keys(t)
-  local ks = {}
-  for k in pairs(t) do ks[#ks + 1] = k end
-  table.sort(ks)
-  return ks
-end
+local sorted_keys = core.sorted_keys
 
 -- load_state_dict(sd[, {strict = true}]) copies sd's tensors into the module's (converting the
 -- dtype; sizes must match). strict: a missing or unexpected key is an error naming every such

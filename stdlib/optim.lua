@@ -11,12 +11,7 @@ local T  -- crescent, bound by M.bind
 
 local FLOATING = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
 
-local function sorted_keys(t)
-  local ks = {}
-  for k in pairs(t) do ks[#ks + 1] = k end
-  table.sort(ks, function(a, b) return tostring(a) < tostring(b) end)
-  return ks
-end
+local sorted_keys = core.sorted_keys
 
 local function shape_str(t) return "{" .. table.concat(t.shape, ",") .. "}" end
 

@@ -3,7 +3,8 @@
 -- GPUs, the autograd hooks DDP stands on, and (with NCCL and GPUs) timeouts and a failing rank.
 -- Run under `crescent --nproc 2 tests/lua/run.lua tests/lua/test_distributed.lua` (ctest
 -- lua_distributed_nproc2), every rank runs the "on every rank" specs: collectives against
--- results computed on the host, work handles, DDP == one process on the whole batch. Those skip
+-- results computed on the host, work handles, DDP == one process on the whole batch, the sharded
+-- optimizer == DDP + AdamW (its arithmetic and a simulated group run on the CPU). Those skip
 -- without 2 GPUs or NCCL. Each such spec issues all its collectives before it checks anything,
 -- so a failed check on one rank does not leave the other waiting in a collective.
 local T = require "crescent"
@@ -28,6 +29,30 @@ local function launch(n, text, env)
   local out, err, st = expect.crescent({ "--nproc", tostring(n), path }, { env = env })
   os.remove(path)
   return out, err, st
+end
+
+-- the largest difference of two optimizer state_dicts (an error when they differ in structure)
+local function state_diff(a, b)
+  expect.eq(#a.param_groups, #b.param_groups)
+  for gi, g in ipairs(b.param_groups) do
+    for k, v in pairs(g) do expect.eq(a.param_groups[gi][k], v, "param group " .. gi .. " " .. k) end
+  end
+  local d, n = 0, 0
+  for id, st in pairs(b.state) do
+    n = n + 1
+    for k, v in pairs(st) do
+      local w = a.state[id] and a.state[id][k]
+      if not T.is_tensor(v) then expect.eq(w, v)
+      elseif k == "step" then expect.eq(w:item(), v:item())
+      else
+        expect.eq(w.shape, v.shape)
+        d = math.max(d, (w - v):abs():max():item())
+      end
+    end
+  end
+  for _ in pairs(a.state) do n = n - 1 end
+  expect.eq(n, 0, "as many states")
+  return d
 end
 
 if not RANKED then
@@ -116,6 +141,240 @@ if not RANKED then
       expect.errors(function() T.autograd.queue_callback(function() end) end, "only be queued during a backward pass")
       local x = T.ones(2, { requires_grad = true })
       expect.errors(function() (x * 2):register_post_accumulate_grad_hook(function() end) end, "expected a leaf tensor")
+    end)
+  end)
+
+  -- A process group of `world` ranks simulated in one process (CPU tensors): each rank runs in a
+  -- coroutine; a collective completes once every rank posted it, and its wait() yields until then.
+  local function fabric(world)
+    local F, posts = { world = world }, {}
+    local function complete(slot)
+      T.no_grad(function()
+        local results = {}  -- (all computed before any is written: all_reduce is in place)
+        for r = 0, world - 1 do
+          local n = slot[r].out:numel()
+          if slot.kind == "reduce_scatter" or slot.kind == "all_reduce" then
+            local acc
+            for q = 0, world - 1 do
+              local part = slot.kind == "all_reduce" and slot[q].t or slot[q].t:narrow(1, r * n + 1, n)
+              acc = acc and acc + part or part:clone()
+            end
+            results[r] = acc / world
+          elseif slot.kind == "all_gather" then
+            local parts = {}
+            for q = 0, world - 1 do parts[q + 1] = slot[q].t end
+            results[r] = T.cat(parts)
+          else
+            results[r] = slot[0].t:clone()
+          end
+        end
+        for r = 0, world - 1 do slot[r].out:copy_(results[r]:view(slot[r].out.shape)) end
+      end)
+      slot.done = true
+    end
+    local seqs = {}  -- (a rank's collectives, numbered across its comm objects)
+    function F.comm(rank)
+      local function post(kind, out, t)
+        seqs[rank] = (seqs[rank] or 0) + 1
+        local seq = seqs[rank]
+        local slot = posts[seq] or { n = 0, kind = kind }
+        posts[seq] = slot
+        if slot.kind ~= kind then error(string.format("rank %d posted %s where another rank posted %s", rank, kind, slot.kind)) end
+        slot[rank], slot.n = { out = out, t = t }, slot.n + 1
+        if slot.n == world then complete(slot) end
+        return { wait = function() while not slot.done do coroutine.yield() end end }
+      end
+      return { rank = rank, world = world,
+        all_reduce = function(t) return post("all_reduce", t, t) end,
+        reduce_scatter = function(out, t) return post("reduce_scatter", out, t) end,
+        all_gather = function(out, t) return post("all_gather", out, t) end,
+        broadcast = function(t) post("broadcast", t, t):wait() end }
+    end
+    -- body(rank) on every rank, round robin until all are done
+    function F.run(body)
+      local cos = {}
+      for r = 0, world - 1 do cos[r] = coroutine.create(function() body(r) end) end
+      for _ = 1, 100000 do
+        local alive = 0
+        for r = 0, world - 1 do
+          if coroutine.status(cos[r]) ~= "dead" then
+            local ok, err = coroutine.resume(cos[r])
+            if not ok then error(err, 0) end
+            if coroutine.status(cos[r]) ~= "dead" then alive = alive + 1 end
+          end
+        end
+        if alive == 0 then return end
+      end
+      error("the simulated ranks did not finish (a collective some rank never posted)")
+    end
+    return F
+  end
+
+  describe("ShardedOptimizer (ZeRO-2) without GPUs", function()
+    local Z, ddp = require "crescent.zero", require "crescent.ddp"
+    local function sharded(params, cls, opts, group)
+      local o = { process_group = group }
+      for k, v in pairs(opts) do o[k] = v end
+      return D.ShardedOptimizer(params, cls, o)
+    end
+
+    it("plans buckets and shards: padding, a shard boundary inside a tensor", function()
+      -- parameters of 35, 7, 28 and 4 elements (float64), buckets of at most 300 bytes
+      local info = {}
+      for i, n in ipairs({ 35, 7, 28, 4 }) do info[i] = { numel = n, bytes = 8 * n, key = "float64@cpu" } end
+      local b = ddp.plan(info, 300)
+      expect.eq(#b, 3)
+      expect.eq({ b[1].numel, b[2].numel, b[3].numel }, { 32, 7, 35 })
+      expect.eq({ b[1].entries[1].index, b[1].entries[2].index, b[1].entries[2].offset }, { 4, 3, 4 })
+      expect.eq({ Z.shard_size(32, 3), Z.shard_size(7, 2), Z.shard_size(35, 2), Z.shard_size(8, 4) }, { 11, 4, 18, 2 })
+      -- world 3, bucket 1 (param 4: 0..3, param 3: 4..31 of the bucket): shards 0..10, 11..21, 22..32
+      expect.eq(Z.pieces(b[1], 3, 0), { { index = 4, from = 0, to = 0, numel = 4 }, { index = 3, from = 0, to = 4, numel = 7 } })
+      expect.eq(Z.pieces(b[1], 3, 1), { { index = 3, from = 7, to = 0, numel = 11 } })
+      expect.eq(Z.pieces(b[1], 3, 2), { { index = 3, from = 18, to = 0, numel = 10 } })  -- (and 1 of padding)
+      expect.eq(Z.pieces(b[2], 2, 1), { { index = 2, from = 4, to = 0, numel = 3 } })
+      local total = 0
+      for r = 0, 2 do
+        for _, pc in ipairs(Z.pieces(b[3], 3, r)) do total = total + pc.numel end
+      end
+      expect.eq(total, 35)
+    end)
+
+    it("checks its arguments", function()
+      local F = fabric(1)
+      local w = T.zeros(3, { requires_grad = true })
+      expect.errors(function() sharded(w, T.optim.AdamW, {}, F.comm(0)) end, "expected a list of tensors or of groups, got a tensor")
+      expect.errors(function() sharded({ { w } }, T.optim.AdamW, {}, F.comm(0)) end, "param group 1 expected a table {params = a list of tensors, ...}, got a table without params")
+      expect.errors(function() sharded({ w, 3 }, T.optim.AdamW, {}, F.comm(0)) end, "param 2 of group 1 is a number, expected a tensor")
+      expect.errors(function() sharded({ w }, "AdamW", {}, F.comm(0)) end, "expected an optimizer class")
+      expect.errors(function() sharded({ w }, T.optim.AdamW, { bucket_cap_mb = 0 }, F.comm(0)) end, "bucket_cap_mb expected a positive number")
+      expect.errors(function() sharded({ w }, T.optim.AdamW, { lr = 0.1, bogus = 1 }, F.comm(0)) end, "unknown option 'bogus'")
+      expect.errors(function() sharded({ T.zeros(2) }, T.optim.AdamW, {}, F.comm(0)) end, "none of the parameters requires grad")
+      expect.errors(function() T.distributed.ShardedOptimizer({ w }, T.optim.AdamW) end, "not initialized")
+      expect.errors(function() sharded({ w }, T.optim.AdamW, {}, 3) end, "process_group expected a table")
+      local a, b = T.ones(2, { requires_grad = true }), T.ones(3, { requires_grad = true })
+      sharded({ a, b }, T.optim.AdamW, { bucket_cap_mb = 1e-6 }, F.comm(0))
+      expect.errors(function() (a * 2):sum():backward() end, "ShardedOptimizer: 1 parameter%(s%) that require grad got no gradient in this backward %(shapes 3%)")
+    end)
+
+    it("on 2 (compiled, 2 param groups) and 3 (accumulated, clipped) simulated ranks == AdamW on the whole batch (10 steps)", function()
+      local function mlp(seed)
+        T.manual_seed(seed)
+        return T.nn.Sequential(T.nn.Linear(5, 7), T.nn.Tanh(), T.nn.Linear(7, 4)):double()
+      end
+      local opts = { lr = 0.02, weight_decay = 0.1 }
+      for _, world in ipairs({ 2, 3 }) do
+        local per, steps, data = 2, 10, {}
+        for s = 1, steps do
+          T.manual_seed(500 + s)
+          data[s] = { T.randn({ per * world, 5 }):double(), T.randn({ per * world, 4 }):double() }
+        end
+        -- world 3: two micro-batches a step (gradients accumulate in the shards), clipped
+        local micro, clip = world == 3 and 2 or 1, world == 3 and 0.05 or nil
+        -- world 2: two param groups (no weight decay on biases), as GPT training has
+        local function groups(m)
+          if world ~= 2 then return m:parameters() end
+          local decay, plain = {}, {}
+          for _, p in ipairs(m:parameters()) do table.insert(p:dim() == 1 and plain or decay, p) end
+          return { { params = decay }, { params = plain, weight_decay = 0 } }
+        end
+        local ref = mlp(100)
+        local ropt = T.optim.AdamW(groups(ref), opts)
+        for s = 1, steps do
+          ropt:zero_grad()
+          T.F.mse_loss(ref(data[s][1]), data[s][2]):backward()
+          if clip then T.nn.utils.clip_grad_norm_(ref:parameters(), clip) end
+          ropt:step()
+        end
+        local rsd = ropt:state_dict()
+        local F, models, mems, grads_left, norms, sds, sds_again = fabric(world), {}, {}, 0, {}, {}, {}
+        F.run(function(rank)
+          local model = mlp(100 + rank)  -- (rank 0's parameters are broadcast)
+          local opt = sharded(groups(model), T.optim.AdamW, { lr = opts.lr, weight_decay = opts.weight_decay,
+            bucket_cap_mb = 300 / 2 ^ 20 }, F.comm(rank))
+          local forward = world == 2 and T.compile(model) or model  -- (gradients out of one compiled backward)
+          for s = 1, steps do
+            opt:zero_grad()
+            for m = 1, micro do
+              local rows = per / micro
+              local at = rank * per + (m - 1) * rows + 1
+              local loss = T.F.mse_loss(forward(data[s][1]:narrow(1, at, rows)), data[s][2]:narrow(1, at, rows))
+              ;(loss / micro):backward()
+            end
+            for _, p in ipairs(model:parameters()) do
+              if p.grad ~= nil then grads_left = grads_left + 1 end
+            end
+            if clip then
+              local n = opt:clip_grad_norm_(clip):item()  -- (it yields: the index is taken after)
+              norms[#norms + 1] = n
+            end
+            opt:step()
+          end
+          models[rank], mems[rank] = model, opt:memory()
+          -- the whole state on every rank; loaded into a fresh optimizer, sharded again
+          local again = sharded(groups(model), T.optim.AdamW, { lr = 1 }, F.comm(rank))
+          again:load_state_dict(rsd)
+          sds[rank], sds_again[rank] = opt:state_dict(), again:state_dict()
+        end)
+        expect.eq(grads_left, 0)
+        expect.eq(#norms, clip and world * steps or 0)
+        for _, n in ipairs(norms) do expect.truthy(n > clip, "clipped: the norm " .. n .. " is above max_norm") end
+        for r = 0, world - 1 do
+          expect.truthy(state_diff(sds[r], rsd) < 1e-12, "state_dict: rank " .. r .. " differs by " .. state_diff(sds[r], rsd))
+          expect.eq(state_diff(sds_again[r], rsd), 0)
+          local d, rp = 0, ref:parameters()
+          for i, p in ipairs(models[r]:parameters()) do d = math.max(d, (p - rp[i]):abs():max():item()) end
+          expect.truthy(d < 1e-12, string.format("world %d rank %d: sharded and whole differ by %g", world, r, d))
+          -- AdamW's two moments for the rank's shards only (74 elements: 2 x 74 x 8 B over world ranks)
+          expect.truthy(mems[r].state >= 2 * mems[r].shards and mems[r].state <= 2 * mems[r].shards + 64, tostring(mems[r].state))
+          expect.truthy(mems[r].shards <= 8 * (math.ceil(74 / world) + 3), tostring(mems[r].shards))
+        end
+      end
+    end)
+  end)
+
+  describe("DistributedDataParallel on simulated ranks (CPU)", function()
+    -- 2 ranks x 3 rows; a model whose parameters make 3 buckets of at most 200 bytes
+    local function train(compiled, steps)
+      local world, per, data = 2, 3, {}
+      for s = 1, steps do
+        T.manual_seed(700 + s)
+        data[s] = { T.randn({ per * world, 5 }):double(), T.randn({ per * world, 4 }):double() }
+      end
+      local F, models, fired = fabric(world), {}, 0
+      F.run(function(rank)
+        T.manual_seed(300 + rank)  -- (rank 0's parameters are broadcast)
+        local model = T.nn.Sequential(T.nn.Linear(5, 9), T.nn.Tanh(), T.nn.Linear(9, 4)):double()
+        local ddp = T.nn.parallel.DistributedDataParallel(model, { process_group = F.comm(rank), bucket_cap_mb = 200 / 2 ^ 20 })
+        for _, p in ipairs(model:parameters()) do p:register_post_accumulate_grad_hook(function() fired = fired + 1 end) end
+        local forward = compiled and T.compile(ddp) or ddp
+        local opt = T.optim.AdamW(ddp:parameters(), { lr = 0.02 })
+        for s = 1, steps do
+          opt:zero_grad()
+          local x, y = data[s][1]:narrow(1, rank * per + 1, per), data[s][2]:narrow(1, rank * per + 1, per)
+          T.F.mse_loss(forward(x), y):backward()
+          opt:step()
+        end
+        models[rank + 1] = model
+      end)
+      return models, fired
+    end
+
+    it("compiled DDP == eager DDP (5 AdamW steps): one compiled backward node fires every bucket's hooks", function()
+      local stats0 = T.compiler.stats()
+      local compiled, fired = train(true, 5)
+      local stats1 = T.compiler.stats()
+      local eager = train(false, 5)
+      expect.eq(fired, 2 * 5 * 4)
+      expect.truthy(stats1.graphs_compiled > stats0.graphs_compiled and stats1.backward_graphs_compiled > stats0.backward_graphs_compiled,
+        "the forward and its backward were compiled")
+      for r = 1, 2 do
+        local d, ep = 0, eager[r]:parameters()
+        for i, p in ipairs(compiled[r]:parameters()) do d = math.max(d, (p - ep[i]):abs():max():item()) end
+        expect.truthy(d < 1e-12, string.format("rank %d: compiled and eager DDP differ by %g", r - 1, d))
+      end
+      local d, p2 = 0, eager[2]:parameters()
+      for i, p in ipairs(eager[1]:parameters()) do d = math.max(d, (p - p2[i]):abs():max():item()) end
+      expect.eq(d, 0)
     end)
   end)
 
@@ -259,6 +518,13 @@ describe("T.distributed on every rank", function()
     return T.nn.Sequential(T.nn.Linear(6, 16), T.nn.Tanh(), T.nn.Linear(16, 16), T.nn.Tanh(), T.nn.Linear(16, 3)):double():to(dev)
   end
 
+  -- a step's batch, per rows a rank: the whole x, y, then this rank's rows
+  local function batch(seed, rank, world, per, dev)
+    T.manual_seed(seed)
+    local x, y = T.randn({ per * world, 6 }):double():to(dev), T.randn({ per * world, 3 }):double():to(dev)
+    return x, y, x:narrow(1, rank * per + 1, per), y:narrow(1, rank * per + 1, per)
+  end
+
   local function max_diff(m1, m2)
     local d, p2 = 0, m2:parameters()
     for i, p in ipairs(m1:parameters()) do d = math.max(d, (p - p2[i]):abs():max():item()) end
@@ -275,10 +541,9 @@ describe("T.distributed on every rank", function()
     local opt = T.optim.SGD(ddp:parameters(), { lr = 0.1 })
     local ropt = T.optim.SGD(ref:parameters(), { lr = 0.1 })
     for step = 1, 10 do
-      T.manual_seed(1000 + step)
-      local x, y = T.randn({ per * world, 6 }):double():to(dev), T.randn({ per * world, 3 }):double():to(dev)
+      local x, y, xs, ys = batch(1000 + step, rank, world, per, dev)
       opt:zero_grad()
-      T.F.mse_loss(ddp(x:narrow(1, rank * per + 1, per)), y:narrow(1, rank * per + 1, per)):backward()
+      T.F.mse_loss(ddp(xs), ys):backward()
       opt:step()
       ropt:zero_grad()
       T.F.mse_loss(ref(x), y):backward()
@@ -313,6 +578,91 @@ describe("T.distributed on every rank", function()
     local d, rp = 0, ref:parameters()
     for i, p in ipairs(ddp:parameters()) do d = math.max(d, (p.grad - rp[i].grad):abs():max():item()) end
     expect.truthy(d < 1e-12, "accumulated gradients differ by " .. d)
+  end)
+
+  it("compiled DDP == eager DDP (5 AdamW steps)", function()
+    local rank, world, dev = ensure_group()
+    local function run(compiled)
+      local ddp = T.nn.parallel.DistributedDataParallel(mlp(100 + rank, dev), { bucket_cap_mb = 0.001 })
+      local forward = compiled and T.compile(ddp) or ddp
+      local opt = T.optim.AdamW(ddp:parameters(), { lr = 0.01 })
+      local per = 4
+      for step = 1, 5 do
+        local _, _, xs, ys = batch(3000 + step, rank, world, per, dev)
+        opt:zero_grad()
+        T.F.mse_loss(forward(xs), ys):backward()
+        opt:step()
+      end
+      return ddp.module
+    end
+    local before = T.compiler.stats().backward_graphs_compiled
+    local compiled, eager = run(true), run(false)
+    T.cuda.synchronize(dev)
+    expect.truthy(T.compiler.stats().backward_graphs_compiled > before, "the backward was compiled")
+    expect.truthy(max_diff(compiled, eager) < 1e-10, "compiled and eager DDP differ by " .. max_diff(compiled, eager))
+  end)
+
+  -- the device memory a first optimizer step adds (its state), after backward
+  local function state_growth(opt, model, x, dev)
+    opt:zero_grad()
+    model(x):sum():backward()
+    collectgarbage()
+    T.cuda.synchronize(dev)
+    local before = T.cuda.stats(dev).in_use
+    opt:step()
+    collectgarbage()
+    collectgarbage()
+    T.cuda.synchronize(dev)
+    return T.cuda.stats(dev).in_use - before
+  end
+
+  it("ShardedOptimizer (ZeRO-2) == DDP + AdamW (10 clipped steps, uneven shards); its state ~1/world", function()
+    local rank, world, dev = ensure_group()
+    local opts = { lr = 0.01, weight_decay = 0.05 }
+    local ddp = T.nn.parallel.DistributedDataParallel(mlp(100 + rank, dev), { bucket_cap_mb = 0.001 })
+    local model = mlp(0, dev)
+    model:load_state_dict(ddp:state_dict())
+    local dopt = T.optim.AdamW(ddp:parameters(), opts)
+    -- 435 parameters in buckets of 67, 256 and 112: shard boundaries inside tensors, padding
+    local sopts = { bucket_cap_mb = 0.001 }
+    for k, v in pairs(opts) do sopts[k] = v end
+    local sopt = D.ShardedOptimizer(model:parameters(), T.optim.AdamW, sopts)
+    local per, grads_left = 4, 0
+    for step = 1, 10 do
+      local _, _, xs, ys = batch(2000 + step, rank, world, per, dev)
+      dopt:zero_grad()
+      T.F.mse_loss(ddp(xs), ys):backward()
+      T.nn.utils.clip_grad_norm_(ddp:parameters(), 0.05)
+      dopt:step()
+      sopt:zero_grad()
+      T.F.mse_loss(model(xs), ys):backward()
+      for _, p in ipairs(model:parameters()) do
+        if p.grad ~= nil then grads_left = grads_left + 1 end
+      end
+      sopt:clip_grad_norm_(0.05)
+      sopt:step()
+    end
+    -- state memory: AdamW on one rank's whole Linear against the sharded one (float32, ~1 M parameters)
+    T.manual_seed(5)
+    local big1, big2 = T.nn.Linear(1001, 999):to(dev), T.nn.Linear(1001, 999):to(dev)
+    local xb = T.randn({ 2, 1001 }):to(dev)
+    local whole = state_growth(T.optim.AdamW(big1:parameters(), opts), big1, xb, dev)
+    local big_opt = D.ShardedOptimizer(big2:parameters(), T.optim.AdamW, opts)
+    local sharded = state_growth(big_opt, big2, xb, dev)
+    local counted = big_opt:memory()
+    local ssd, dsd = sopt:state_dict(), dopt:state_dict()
+    T.cuda.synchronize(dev)
+    if rank == 0 then
+      print(string.format("ShardedOptimizer state on %d ranks: AdamW %.2f MB per rank, sharded %.2f MB (T.cuda in_use growth of "
+        .. "the first step; the shards' own count %.2f MB of state, %.2f MB of shards)", world, whole / 2 ^ 20,
+        sharded / 2 ^ 20, counted.state / 2 ^ 20, counted.shards / 2 ^ 20))
+    end
+    expect.eq(grads_left, 0)
+    expect.truthy(max_diff(model, ddp.module) < 1e-12, "sharded and DDP differ by " .. max_diff(model, ddp.module))
+    expect.truthy(state_diff(ssd, dsd) < 1e-12, "the state_dicts differ by " .. state_diff(ssd, dsd))
+    local n = 1001 * 999 + 999
+    expect.truthy(counted.state >= 8 * math.ceil(n / world) and counted.state <= 8 * math.ceil(n / world) + 64, tostring(counted.state))
+    expect.truthy(sharded < whole * (1 / world + 0.25), string.format("sharded state %d B, whole %d B", sharded, whole))
   end)
 
   it("destroy_process_group flushes and leaves no group", function()

@@ -2,9 +2,11 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -32,7 +34,7 @@ struct Config {
   size_t size = 0;  // (set to the bytes up to split_share: the padding after it is no field of ours)
   unsigned magic = 0xcafebeef;
   unsigned version = 21800;  // NCCL_VERSION(2, 18, 0)
-  int blocking = 0;
+  int blocking = 1;
   int cga_cluster_size = INT_MIN, min_ctas = INT_MIN, max_ctas = INT_MIN;  // NCCL_CONFIG_UNDEF_INT
   const char* net_name = nullptr;
   int split_share = INT_MIN;
@@ -131,24 +133,71 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Polls a non-blocking communicator until the call that answered `rc` is done; raises on an
-// error, and aborts the communicator once `timeout_s` has passed.
+const char* const kTimeoutHint =
+    " s waiting for the other ranks (CRESCENT_DIST_TIMEOUT; did every rank call it, with the same world size?)";
+
+// Ends the process when a blocking NCCL call outlives its deadline. Aborting the communicator from
+// this thread instead would free what the blocked call still uses. Arming costs a clock read and
+// two stores; the thread (one per process, started by the first arm) looks every 20 ms.
+class Watchdog {
+ public:
+  void arm(const char* fn, double timeout_s) {
+    std::call_once(started_, [this] { std::thread([this] { watch(); }).detach(); });
+    fn_.store(fn, std::memory_order_relaxed);
+    timeout_s_.store(timeout_s, std::memory_order_relaxed);
+    const auto d = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    deadline_.store(d.time_since_epoch().count(), std::memory_order_release);
+  }
+  void disarm() { deadline_.store(0, std::memory_order_release); }
+
+ private:
+  [[noreturn]] void watch() {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const Clock::rep d = deadline_.load(std::memory_order_acquire);
+      if (d == 0 || Clock::now().time_since_epoch().count() <= d) continue;
+      std::fprintf(stderr, "crescent: %s: timed out after %g%s; ending this process\n", fn_.load(),
+                   timeout_s_.load(), kTimeoutHint);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+  std::once_flag started_;
+  std::atomic<Clock::rep> deadline_{0};
+  std::atomic<const char*> fn_{""};
+  std::atomic<double> timeout_s_{0};
+};
+
+Watchdog& watchdog() {
+  static Watchdog* w = new Watchdog;  // (never destroyed: its thread outlives static destruction)
+  return *w;
+}
+
+// A non-blocking communicator (NCCL_COMM_BLOCKING=0 overrides ours) answers ncclInProgress: polls
+// until the call is done; raises on an error, and aborts the communicator once timeout_s passed.
 void settle(NcclComm& c, Result rc, const char* fn, double timeout_s) {
   Nccl& N = nccl();
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-  // an enqueue in progress usually settles within microseconds: poll at once, yield, then sleep
   for (int polls = 0; rc == kInProgress; ++polls) {
     if (Clock::now() > deadline) {
       N.abort(c.comm);
       c.comm = nullptr;
-      fail(cat(fn, ": timed out after ", timeout_s,
-               " s waiting for the other ranks (CRESCENT_DIST_TIMEOUT; did every rank call it, with the same world size?)"));
+      fail(cat(fn, ": timed out after ", timeout_s, kTimeoutHint));
     }
     if (polls >= 64) std::this_thread::sleep_for(std::chrono::microseconds(polls < 256 ? 10 : 200));
     else if (polls > 0) std::this_thread::yield();
     if (Result e = N.async_error(c.comm, &rc); e != 0) nccl_fail(e, "ncclCommGetAsyncError", c.comm);
   }
   if (rc != 0) nccl_fail(rc, fn, c.comm);
+}
+
+// Runs the NCCL call `f` (blocking: it returns once queued, or once the other ranks came when it
+// connects them) under the watchdog, then settles its result. f must not throw.
+template <class F> void call(NcclComm& c, const char* fn, double timeout_s, F&& f) {
+  watchdog().arm(fn, timeout_s);
+  const Result rc = f();
+  watchdog().disarm();
+  settle(c, rc, fn, timeout_s);
 }
 
 int nccl_type(DType d) {
@@ -198,9 +247,7 @@ NcclComm* nccl_comm_init(const NcclId& id, int rank, int world, int index, doubl
   c->timeout_s = timeout_s;
   Config config;
   config.size = offsetof(Config, split_share) + sizeof(int);
-  Result rc = N.init_rank_config(&c->comm, world, id, rank, &config);
-  if (rc != 0 && rc != kInProgress) nccl_fail(rc, "ncclCommInitRankConfig", c->comm);
-  settle(*c, rc, "ncclCommInitRankConfig", timeout_s);
+  call(*c, "ncclCommInitRankConfig", timeout_s, [&] { return N.init_rank_config(&c->comm, world, id, rank, &config); });
   return c.release();
 }
 
@@ -209,7 +256,7 @@ void nccl_comm_destroy(NcclComm* c, double timeout_s) {
   if (!c->comm) return;
   Nccl& N = loaded();
   use_device(c->index);
-  settle(*c, N.finalize(c->comm), "ncclCommFinalize", timeout_s);
+  call(*c, "ncclCommFinalize", timeout_s, [&] { return N.finalize(c->comm); });
   if (c->comm) N.destroy(c->comm);
 }
 
@@ -224,16 +271,18 @@ void nccl_collective(NcclComm* c, Coll coll, const void* send, void* recv, size_
   if (!c->comm) fail("T.distributed: the communicator was aborted after an earlier error");
   use_device(c->index);
   const int t = nccl_type(d);
+  const int rop = coll == Coll::all_reduce || coll == Coll::reduce_scatter ? nccl_op(d, op) : 0;  // (may raise)
+  const double limit = c->timeout_s;
   switch (coll) {
     case Coll::all_reduce:
-      return settle(*c, N.all_reduce(send, recv, count, t, nccl_op(d, op), c->comm, stream), "ncclAllReduce", c->timeout_s);
+      return call(*c, "ncclAllReduce", limit, [&] { return N.all_reduce(send, recv, count, t, rop, c->comm, stream); });
     case Coll::broadcast:
-      return settle(*c, N.broadcast(send, recv, count, t, root, c->comm, stream), "ncclBroadcast", c->timeout_s);
+      return call(*c, "ncclBroadcast", limit, [&] { return N.broadcast(send, recv, count, t, root, c->comm, stream); });
     case Coll::all_gather:
-      return settle(*c, N.all_gather(send, recv, count, t, c->comm, stream), "ncclAllGather", c->timeout_s);
+      return call(*c, "ncclAllGather", limit, [&] { return N.all_gather(send, recv, count, t, c->comm, stream); });
     case Coll::reduce_scatter:
-      return settle(*c, N.reduce_scatter(send, recv, count, t, nccl_op(d, op), c->comm, stream), "ncclReduceScatter",
-                    c->timeout_s);
+      return call(*c, "ncclReduceScatter", limit,
+                  [&] { return N.reduce_scatter(send, recv, count, t, rop, c->comm, stream); });
   }
 }
 

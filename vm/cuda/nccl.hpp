@@ -3,9 +3,10 @@
 // $CUDA_HOME/lib64 and /usr/local/cuda/lib64. Linking it would make every binary need it; PyTorch's
 // pip wheels carry one (nvidia/nccl/lib), which CRESCENT_NCCL_LIB may name.
 //
-// Communicators are made non-blocking (ncclConfig_t.blocking = 0) so that a rank which never
-// comes is a timeout, not a hang: every call that answers ncclInProgress is polled with
-// ncclCommGetAsyncError until done or until its deadline, when the communicator is aborted.
+// Communicators are blocking (ncclConfig_t.blocking = 1): a non-blocking one makes NCCL start a
+// thread per collective (~100 us a call). A call that may wait for the other ranks (init, an
+// enqueue that connects peers, finalize) runs under a watchdog thread, which ends the process
+// with a clear message when it outlives its deadline, so a rank that never comes is no hang.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -24,7 +25,7 @@ NcclId nccl_unique_id();
 
 struct NcclComm;  // ncclComm
 // Joins the communicator of `world` ranks as `rank` on device `index` (collective: every rank
-// calls it with the same id); raises when the others do not come within timeout_s seconds.
+// calls it with the same id); the process ends when the others do not come within timeout_s.
 NcclComm* nccl_comm_init(const NcclId& id, int rank, int world, int index, double timeout_s);
 void nccl_comm_destroy(NcclComm* c, double timeout_s);  // flushes its work first
 void nccl_comm_abort(NcclComm* c);

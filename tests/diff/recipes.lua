@@ -776,6 +776,8 @@ require("recipes_conv")(R, { FLOAT = FLOAT })
 -- ---- not compared -----------------------------------------------------------------------------------
 
 M.SKIPPED = {
+  _conv2d_input_grad = "conv2d's gradient through cuDNN (CUDA only): tests/lua/test_cuda_conv.lua compares it with the CPU's",
+  _conv2d_weight_grad = "conv2d's gradient through cuDNN (CUDA only): tests/lua/test_cuda_conv.lua compares it with the CPU's",
   _fused_sgd = "an optimizer update; tests/lua/test_optim.lua compares T.optim.SGD with torch.optim.SGD",
   _fused_adam = "an optimizer update; tests/lua/test_optim.lua compares T.optim.Adam / AdamW with torch.optim",
   _layer_norm = "F.layer_norm's fused op; tests/lua/test_layer_norm.lua compares it and its gradients with torch",

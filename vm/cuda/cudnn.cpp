@@ -90,7 +90,7 @@ Library& library() {
   return L;
 }
 
-void check(Status s, const char* what) {
+void check_cudnn(Status s, const char* what) {
   if (s != kSuccess) fail(cat("cuDNN error in cudnn", what, ": ", library().fn.GetErrorString(s), " (", s, ")"));
 }
 
@@ -118,8 +118,8 @@ Handle handle(int index) {
   if (L.handles.empty()) L.handles.assign(size_t(device_count()), {});
   Handle& h = L.handles[size_t(index)][size_t(current_slot(index))];
   if (!h) {
-    check(L.fn.Create(&h), "Create");
-    check(L.fn.SetStream(h, current_stream(index)), "SetStream");  // (for good: one handle per stream)
+    check_cudnn(L.fn.Create(&h), "Create");
+    check_cudnn(L.fn.SetStream(h, current_stream(index)), "SetStream");  // (for good: one handle per stream)
   }
   return h;
 }
@@ -142,19 +142,19 @@ struct Descriptors {
   explicit Descriptors(const ConvShape& s) {
     const Api& F = library().fn;
     const int t = data_type(s.dtype);
-    check(F.CreateTensorDescriptor(&x), "CreateTensorDescriptor");
-    check(F.CreateTensorDescriptor(&y), "CreateTensorDescriptor");
-    check(F.CreateFilterDescriptor(&w), "CreateFilterDescriptor");
-    check(F.CreateConvolutionDescriptor(&conv), "CreateConvolutionDescriptor");
-    check(F.SetTensor4dDescriptor(x, kNchw, t, s.n, s.c, s.h, s.w), "SetTensor4dDescriptor");
-    check(F.SetTensor4dDescriptor(y, kNchw, t, s.n, s.k, s.oh, s.ow), "SetTensor4dDescriptor");
-    check(F.SetFilter4dDescriptor(w, t, kNchw, s.k, s.c / s.groups, s.r, s.s), "SetFilter4dDescriptor");
+    check_cudnn(F.CreateTensorDescriptor(&x), "CreateTensorDescriptor");
+    check_cudnn(F.CreateTensorDescriptor(&y), "CreateTensorDescriptor");
+    check_cudnn(F.CreateFilterDescriptor(&w), "CreateFilterDescriptor");
+    check_cudnn(F.CreateConvolutionDescriptor(&conv), "CreateConvolutionDescriptor");
+    check_cudnn(F.SetTensor4dDescriptor(x, kNchw, t, s.n, s.c, s.h, s.w), "SetTensor4dDescriptor");
+    check_cudnn(F.SetTensor4dDescriptor(y, kNchw, t, s.n, s.k, s.oh, s.ow), "SetTensor4dDescriptor");
+    check_cudnn(F.SetFilter4dDescriptor(w, t, kNchw, s.k, s.c / s.groups, s.r, s.s), "SetFilter4dDescriptor");
     // half / bfloat16 accumulate in float32, as PyTorch's cuDNN convolutions
     const int compute = s.dtype == DType::f64 ? kDouble : kFloat;
-    check(F.SetConvolution2dDescriptor(conv, s.pad_h, s.pad_w, s.stride_h, s.stride_w, s.dil_h, s.dil_w,
+    check_cudnn(F.SetConvolution2dDescriptor(conv, s.pad_h, s.pad_w, s.stride_h, s.stride_w, s.dil_h, s.dil_w,
                                        kCrossCorrelation, compute),
           "SetConvolution2dDescriptor");
-    check(F.SetConvolutionGroupCount(conv, s.groups), "SetConvolutionGroupCount");
+    check_cudnn(F.SetConvolutionGroupCount(conv, s.groups), "SetConvolutionGroupCount");
   }
   ~Descriptors() {
     const Api& F = library().fn;
@@ -193,15 +193,15 @@ int ranked(Handle h, ConvPass pass, const Descriptors& d, AlgoPerf* perf) {
   int n = 0;
   switch (pass) {
     case ConvPass::forward:
-      check(F.GetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMaxAlgos, &n, perf),
+      check_cudnn(F.GetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMaxAlgos, &n, perf),
             "GetConvolutionForwardAlgorithm_v7");
       break;
     case ConvPass::backward_data:
-      check(F.GetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMaxAlgos, &n, perf),
+      check_cudnn(F.GetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMaxAlgos, &n, perf),
             "GetConvolutionBackwardDataAlgorithm_v7");
       break;
     case ConvPass::backward_filter:
-      check(F.GetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMaxAlgos, &n, perf),
+      check_cudnn(F.GetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMaxAlgos, &n, perf),
             "GetConvolutionBackwardFilterAlgorithm_v7");
       break;
   }
@@ -237,13 +237,13 @@ void run_pass(Handle h, ConvPass pass, const Descriptors& d, const Choice& c, DT
   const void* beta = dt == DType::f64 ? static_cast<const void*>(&zero_d) : &zero;
   switch (pass) {
     case ConvPass::forward:
-      return check(F.ConvolutionForward(h, alpha, d.x, x, d.w, w, d.conv, c.algo, ws, c.workspace, beta, d.y, y),
+      return check_cudnn(F.ConvolutionForward(h, alpha, d.x, x, d.w, w, d.conv, c.algo, ws, c.workspace, beta, d.y, y),
                    "ConvolutionForward");
     case ConvPass::backward_data:
-      return check(F.ConvolutionBackwardData(h, alpha, d.w, w, d.y, y, d.conv, c.algo, ws, c.workspace, beta, d.x, x),
+      return check_cudnn(F.ConvolutionBackwardData(h, alpha, d.w, w, d.y, y, d.conv, c.algo, ws, c.workspace, beta, d.x, x),
                    "ConvolutionBackwardData");
     case ConvPass::backward_filter:
-      return check(F.ConvolutionBackwardFilter(h, alpha, d.x, x, d.y, y, d.conv, c.algo, ws, c.workspace, beta, d.w, w),
+      return check_cudnn(F.ConvolutionBackwardFilter(h, alpha, d.x, x, d.y, y, d.conv, c.algo, ws, c.workspace, beta, d.w, w),
                    "ConvolutionBackwardFilter");
   }
 }
@@ -285,7 +285,7 @@ void cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, 
     auto it = cache.find(key);
     if (chosen) chosen->clear();
     if (it == cache.end()) {
-      check(library().fn.SetConvolutionMathType(d.conv, math), "SetConvolutionMathType");
+      check_cudnn(library().fn.SetConvolutionMathType(d.conv, math), "SetConvolutionMathType");
       it = cache.emplace(key, choose(index, h, pass, s, d, math)).first;
       if (chosen)
         *chosen = cat(kPassNames[int(pass)], " algorithm ", it->second.algo, ", math ", it->second.math, ", workspace ",
@@ -294,7 +294,7 @@ void cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, 
     c = it->second;
   }
   // the math type goes with the algorithm (cuDNN picks tensor-core kernels from both)
-  check(library().fn.SetConvolutionMathType(d.conv, c.math), "SetConvolutionMathType");
+  check_cudnn(library().fn.SetConvolutionMathType(d.conv, c.math), "SetConvolutionMathType");
   void* ws = c.workspace ? device_alloc(c.workspace, index) : nullptr;
   try {
     run_pass(h, pass, d, c, s.dtype, x, w, y, ws);
@@ -311,14 +311,14 @@ void cudnn_add_bias(int index, const ConvShape& s, const void* bias, void* y) {
   const Descriptors d(s);
   const Api& F = library().fn;
   TensorDesc b = nullptr;
-  check(F.CreateTensorDescriptor(&b), "CreateTensorDescriptor");
+  check_cudnn(F.CreateTensorDescriptor(&b), "CreateTensorDescriptor");
   const Status st = F.SetTensor4dDescriptor(b, kNchw, data_type(s.dtype), 1, s.k, 1, 1);
   const float one = 1;
   const double one_d = 1;
   const void* alpha = s.dtype == DType::f64 ? static_cast<const void*>(&one_d) : &one;
   const Status add = st == kSuccess ? F.AddTensor(h, alpha, b, bias, alpha, d.y, y) : st;
   F.DestroyTensorDescriptor(b);
-  check(add, "AddTensor");
+  check_cudnn(add, "AddTensor");
 }
 
 }  // namespace cr::cuda

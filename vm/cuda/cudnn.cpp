@@ -208,20 +208,23 @@ int ranked(Handle h, ConvPass pass, const Descriptors& d, AlgoPerf* perf) {
   return n;
 }
 
-// Picks the first ranked algorithm that succeeds under `math` (FMA math admits no other) and
-// whose workspace the allocator can give.
+// Picks the first ranked algorithm that succeeds and whose workspace the allocator can give;
+// under FMA math (float32 without TF32) those ranked for FMA first, then any run with FMA math.
 Choice choose(int index, Handle h, ConvPass pass, const ConvShape& s, const Descriptors& d, int math) {
   AlgoPerf perf[kMaxAlgos] = {};
   const int n = ranked(h, pass, d, perf);
-  for (int i = 0; i < n; ++i) {
-    const AlgoPerf& p = perf[i];
-    if (p.status != kSuccess || (math == kFmaMath && p.math_type != kFmaMath)) continue;
-    try {
-      if (p.memory) device_free(device_alloc(p.memory, index), p.memory, index);
-    } catch (const Error&) {
-      continue;  // (out of memory: a later algorithm may need less)
+  for (bool strict : {true, false}) {
+    for (int i = 0; i < n; ++i) {
+      const AlgoPerf& p = perf[i];
+      if (p.status != kSuccess || (math == kFmaMath && strict && p.math_type != kFmaMath)) continue;
+      try {
+        if (p.memory) device_free(device_alloc(p.memory, index), p.memory, index);
+      } catch (const Error&) {
+        continue;  // (out of memory: a later algorithm may need less)
+      }
+      return {p.algo, math == kFmaMath ? kFmaMath : p.math_type, p.memory};
     }
-    return {p.algo, p.math_type, p.memory};
+    if (math != kFmaMath) break;
   }
   fail(cat("cuDNN has no ", kPassNames[int(pass)], " algorithm for this convolution (", dtype_name(s.dtype), ", input {",
            s.n, ",", s.c, ",", s.h, ",", s.w, "}, weight {", s.k, ",", s.c / s.groups, ",", s.r, ",", s.s, "}, groups ",

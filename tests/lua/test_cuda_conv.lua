@@ -219,4 +219,19 @@ describe("convolutions on CUDA", function()
     local f = T.compile(fn)
     near(f(x, w, b), fn(x, w, b), "compiled conv2d", 1e-6)
   end)
+  it("CRESCENT_LOGS=perf names the library and cuDNN's algorithms; fusion shows conv2d as an extern step", function()
+    need_cudnn()
+    if AS_CPU then expect.skip("CRESCENT_TEST_CUDA_AS_CPU=1") end
+    local script = "local T = require 'crescent'; T.config.sync_compile = true; " ..
+      "local x, w = T.randn(2, 4, 8, 8):cuda(), T.randn(8, 4, 3, 3):cuda(); " ..
+      "local f = T.compile(function(a, b) return T.F.relu(T.F.conv2d(a, b, nil, 1, 1)) end); f(x, w); T.cuda.synchronize()"
+    local out = expect.crescent({ "-e", script }, { env = "CRESCENT_LOGS=perf,fusion", merge = true })
+    for _, want in ipairs({ "convolutions on CUDA: cuDNN 9", "conv2d: cuDNN 9", "forward algorithm",
+                            "conv2d (", "extern: no loop lowering for conv2d" }) do
+      expect.truthy(out:find(want, 1, true), "expected '" .. want .. "' in:\n" .. out)
+    end
+    out = expect.crescent({ "-e", script }, { env = "CRESCENT_LOGS=perf CRESCENT_CUDNN=0", merge = true })
+    local want = "convolutions on CUDA: im2col gather + cuBLAS (T.backends.cudnn.enabled is false)"
+    expect.truthy(out:find(want, 1, true), "expected '" .. want .. "' in:\n" .. out)
+  end)
 end)

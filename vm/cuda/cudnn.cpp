@@ -267,6 +267,11 @@ int cudnn_version(std::string* why) {
   return L.loaded ? int(L.fn.GetVersion()) : 0;
 }
 
+std::string cudnn_version_name() {
+  const int v = cudnn_version();
+  return cat("cuDNN ", v / 10000, ".", v / 100 % 100, ".", v % 100);
+}
+
 bool cudnn_flag(CudnnFlag f) { return flag_ref(f).load(); }
 bool set_cudnn_flag(CudnnFlag f, bool on) { return flag_ref(f).exchange(on); }
 bool cudnn_usable() { return cudnn_flag(CudnnFlag::enabled) && cudnn_available(); }

@@ -18,6 +18,7 @@ namespace cr::cuda {
 bool cudnn_available(std::string* why = nullptr);
 // cudnnGetVersion's code (91900 for 9.19.0) once the library loads (no driver needed); else 0.
 int cudnn_version(std::string* why = nullptr);
+std::string cudnn_version_name();  // "cuDNN 9.19.0" (what the logs say)
 
 // The switches of T.backends.cudnn. enabled (CRESCENT_CUDNN=0: off at start): whether the conv
 // ops of CUDA tensors take cuDNN. allow_tf32 (on, as PyTorch's torch.backends.cudnn.allow_tf32):

@@ -518,7 +518,7 @@ int32_t cudnn_takes(cr_ctx* c) {
   std::string why;
   const bool on = cuda::cudnn_flag(cuda::CudnnFlag::enabled), ok = cuda::cudnn_available(&why);
   if (Context::of(c).logs.perf && logged.exchange(int(on) * 2 + int(ok)) != int(on) * 2 + int(ok))
-    log_line("perf", on && ok ? cat("convolutions on CUDA: cuDNN ", cuda::cudnn_version())
+    log_line("perf", on && ok ? "convolutions on CUDA: " + cuda::cudnn_version_name()
                               : cat("convolutions on CUDA: im2col gather + cuBLAS (",
                                     on ? "cuDNN unavailable: " + why : "T.backends.cudnn.enabled is false", ")"));
   return on && ok;

@@ -42,7 +42,7 @@ cuda::ConvShape shape_of(const Shape& xs, const Shape& ws, DType d, const ConvPa
 
 void log_choice(const OpCall& c, const cuda::ConvShape& s, const std::string& chosen) {
   if (chosen.empty() || !c.ctx.logs.perf) return;
-  log_line("perf", cat(c.def.name, ": cuDNN ", cuda::cudnn_version(), " ", dtype_name(s.dtype), " input {", s.n, ",", s.c,
+  log_line("perf", cat(c.def.name, ": ", cuda::cudnn_version_name(), " ", dtype_name(s.dtype), " input {", s.n, ",", s.c,
                        ",", s.h, ",", s.w, "} weight {", s.k, ",", s.c / s.groups, ",", s.r, ",", s.s, "} groups ",
                        s.groups, ": ", chosen));
 }

@@ -35,7 +35,7 @@ constexpr const char* kParts[] = {"libcudnn_graph.so.9", "libcudnn_engines_preco
                                   "libcudnn_ops.so.9", "libcudnn_cnn.so.9"};
 
 void* open_in(const std::string& folder, const std::string& file = "libcudnn.so.9") {
-  for (const char* part : kParts) dlopen((folder + "/" + part).c_str(), RTLD_NOW | RTLD_GLOBAL);
+  for (const char* part : kParts) dlopen((folder + "/" + part).c_str(), RTLD_NOW | RTLD_LOCAL);
   return dlopen((folder + "/" + file).c_str(), RTLD_NOW | RTLD_LOCAL);
 }
 

@@ -142,6 +142,7 @@ void register_conv_cuda(Registry& r) {
               run_input_grad});
   r.add(OpDef{"_conv2d_weight_grad", weight.c_str(), OpKind::Other, kNoMethod | kDeviceAware, infer_weight_grad,
               run_weight_grad});
+  r.set_cast({"_conv2d_input_grad"}, CastPolicy::Lower);  // F.conv_transpose2d on CUDA (PyTorch's lower-precision list)
 }
 
 }  // namespace cr

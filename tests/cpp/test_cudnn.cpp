@@ -1,14 +1,18 @@
 // vm/cuda/cudnn.hpp: cuDNN through dlopen. Our declarations (vm/cuda/cudnn_api.hpp) are checked
 // against cuDNN's headers where the build found them (CRESCENT_CUDNN_HEADERS); the library loads
-// without a driver (cudnnGetVersion), and without one every convolution raises why.
+// without a driver (cudnnGetVersion), and without one every convolution raises why; with a GPU,
+// each pass of a small convolution is checked by hand.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "vm/cuda/cudnn.hpp"
 #include "vm/cuda/cudnn_api.hpp"
+#include "vm/cuda/memory.hpp"
 #include "vm/error.hpp"
 
 #ifdef CRESCENT_CUDNN_HEADERS
@@ -96,4 +100,46 @@ TEST_CASE("cudnn: the switches of T.backends.cudnn", "[cudnn]") {
   CHECK(!cuda::cudnn_flag(cuda::CudnnFlag::allow_tf32));
   CHECK(!cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32));
   CHECK(cuda::cudnn_flag(cuda::CudnnFlag::allow_tf32) == tf32);
+}
+
+namespace {
+std::vector<float> on_device(int pass, const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& y,
+                             const cuda::ConvShape& s) {
+  const std::vector<float>* host[3] = {&x, &w, &y};
+  void* dev[3];
+  for (int i = 0; i < 3; ++i) {
+    dev[i] = cuda::device_alloc(host[i]->size() * sizeof(float), 0);
+    cuda::copy_to_device(dev[i], host[i]->data(), host[i]->size() * sizeof(float), 0);
+  }
+  cuda::cudnn_conv(0, cuda::ConvPass(pass), s, dev[0], dev[1], dev[2]);
+  const int out = pass == 0 ? 2 : pass == 1 ? 0 : 1;
+  std::vector<float> r(host[out]->size());
+  cuda::copy_to_host(r.data(), dev[out], r.size() * sizeof(float), 0);
+  for (int i = 0; i < 3; ++i) cuda::device_free(dev[i], host[i]->size() * sizeof(float), 0);
+  return r;
+}
+bool close(const std::vector<float>& got, const std::vector<float>& want) {  // (an FFT algorithm rounds)
+  for (size_t i = 0; i < want.size(); ++i)
+    if (got.size() != want.size() || std::abs(got[i] - want[i]) > 1e-4f) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("cudnn: forward, backward data and backward filter of a 2x2 kernel", "[cudnn]") {
+  std::string why;
+  if (!cuda::cudnn_available(&why)) {
+    WARN("skipped: " << why);
+    return;
+  }
+  const bool tf32 = cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, false);
+  cuda::ConvShape s;  // x {1, 1, 3, 3} = 1..9, w {1, 1, 2, 2}, y {1, 1, 2, 2}
+  s.n = s.c = s.k = 1, s.h = s.w = 3, s.r = s.s = 2, s.oh = s.ow = 2;
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9}, w = {1, 0, 0, 2}, y = {1, 0, 0, 1};
+  // y[i][j] = x[i][j] + 2 x[i+1][j+1]
+  CHECK(close(on_device(0, x, w, std::vector<float>(4), s), {11, 14, 20, 23}));
+  // dx = the windows of w placed at y's ones: (0,0) and (1,1)
+  CHECK(close(on_device(1, std::vector<float>(9), w, y, s), {1, 0, 0, 0, 3, 0, 0, 0, 2}));
+  // dw[a][b] = x[a][b] + x[a+1][b+1]
+  CHECK(close(on_device(2, x, std::vector<float>(4), y, s), {6, 8, 12, 14}));
+  cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32);
 }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -134,34 +135,38 @@ int data_type(DType d) {
   }
 }
 
-// The descriptors of one convolution, made per call (microseconds, beside the kernels).
+// The descriptors of one convolution (and of a bias {1, k, 1, 1}), kept with its algorithm.
 struct Descriptors {
-  TensorDesc x = nullptr, y = nullptr;
+  TensorDesc x = nullptr, y = nullptr, bias = nullptr;
   FilterDesc w = nullptr;
   ConvDesc conv = nullptr;
-  explicit Descriptors(const ConvShape& s) {
+  void init(const ConvShape& s, int math) {
     const Api& F = library().fn;
     const int t = data_type(s.dtype);
     check_cudnn(F.CreateTensorDescriptor(&x), "CreateTensorDescriptor");
     check_cudnn(F.CreateTensorDescriptor(&y), "CreateTensorDescriptor");
+    check_cudnn(F.CreateTensorDescriptor(&bias), "CreateTensorDescriptor");
     check_cudnn(F.CreateFilterDescriptor(&w), "CreateFilterDescriptor");
     check_cudnn(F.CreateConvolutionDescriptor(&conv), "CreateConvolutionDescriptor");
     check_cudnn(F.SetTensor4dDescriptor(x, kNchw, t, s.n, s.c, s.h, s.w), "SetTensor4dDescriptor");
     check_cudnn(F.SetTensor4dDescriptor(y, kNchw, t, s.n, s.k, s.oh, s.ow), "SetTensor4dDescriptor");
+    check_cudnn(F.SetTensor4dDescriptor(bias, kNchw, t, 1, s.k, 1, 1), "SetTensor4dDescriptor");
     check_cudnn(F.SetFilter4dDescriptor(w, t, kNchw, s.k, s.c / s.groups, s.r, s.s), "SetFilter4dDescriptor");
     // half / bfloat16 accumulate in float32, as PyTorch's cuDNN convolutions
     const int compute = s.dtype == DType::f64 ? kDouble : kFloat;
     check_cudnn(F.SetConvolution2dDescriptor(conv, s.pad_h, s.pad_w, s.stride_h, s.stride_w, s.dil_h, s.dil_w,
-                                       kCrossCorrelation, compute),
-          "SetConvolution2dDescriptor");
+                                             kCrossCorrelation, compute),
+                "SetConvolution2dDescriptor");
     check_cudnn(F.SetConvolutionGroupCount(conv, s.groups), "SetConvolutionGroupCount");
+    check_cudnn(F.SetConvolutionMathType(conv, math), "SetConvolutionMathType");
   }
+  Descriptors() = default;
   ~Descriptors() {
     const Api& F = library().fn;
-    F.DestroyConvolutionDescriptor(conv);
-    F.DestroyFilterDescriptor(w);
-    F.DestroyTensorDescriptor(y);
-    F.DestroyTensorDescriptor(x);
+    if (conv) F.DestroyConvolutionDescriptor(conv);
+    if (w) F.DestroyFilterDescriptor(w);
+    for (TensorDesc t : {x, y, bias})
+      if (t) F.DestroyTensorDescriptor(t);
   }
   Descriptors(const Descriptors&) = delete;
   Descriptors& operator=(const Descriptors&) = delete;
@@ -280,53 +285,49 @@ void cudnn_prepare(int index) {
   if (cudnn_usable()) handle(index);
 }
 
-void cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, std::string* chosen) {
-  Handle h = handle(index);
-  const Descriptors d(s);
+// A shape's descriptors and algorithm, made on its first call: later calls only launch.
+struct Plan {
+  Descriptors d;
+  Choice c;
+};
+
+const Plan& plan(int index, Handle h, ConvPass pass, const ConvShape& s, std::string* chosen) {
   const int math = math_type(s.dtype);
   static std::mutex m;
-  static std::map<Key, Choice> cache;
+  static std::map<Key, std::unique_ptr<Plan>> plans;
   const Key key = key_of(index, pass, s, math);
-  Choice c;
-  {
-    std::lock_guard<std::mutex> g(m);
-    auto it = cache.find(key);
-    if (chosen) chosen->clear();
-    if (it == cache.end()) {
-      check_cudnn(library().fn.SetConvolutionMathType(d.conv, math), "SetConvolutionMathType");
-      it = cache.emplace(key, choose(index, h, pass, s, d, math)).first;
-      if (chosen)
-        *chosen = cat(kPassNames[int(pass)], " algorithm ", it->second.algo, ", math ", it->second.math, ", workspace ",
-                      it->second.workspace, " B");
-    }
-    c = it->second;
-  }
+  std::lock_guard<std::mutex> g(m);
+  if (chosen) chosen->clear();
+  auto it = plans.find(key);
+  if (it != plans.end()) return *it->second;
+  auto p = std::make_unique<Plan>();
+  p->d.init(s, math);
+  p->c = choose(index, h, pass, s, p->d, math);
   // the math type goes with the algorithm (cuDNN picks tensor-core kernels from both)
-  check_cudnn(library().fn.SetConvolutionMathType(d.conv, c.math), "SetConvolutionMathType");
-  void* ws = c.workspace ? device_alloc(c.workspace, index) : nullptr;
+  check_cudnn(library().fn.SetConvolutionMathType(p->d.conv, p->c.math), "SetConvolutionMathType");
+  if (chosen)
+    *chosen = cat(kPassNames[int(pass)], " algorithm ", p->c.algo, ", math ", p->c.math, ", workspace ", p->c.workspace, " B");
+  return *plans.emplace(key, std::move(p)).first->second;
+}
+
+void cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, const void* bias,
+                std::string* chosen) {
+  Handle h = handle(index);
+  const Plan& p = plan(index, h, pass, s, chosen);
+  void* ws = p.c.workspace ? device_alloc(p.c.workspace, index) : nullptr;
   try {
-    run_pass(h, pass, d, c, s.dtype, x, w, y, ws);
+    run_pass(h, pass, p.d, p.c, s.dtype, x, w, y, ws);
   } catch (...) {
-    if (ws) device_free(ws, c.workspace, index);
+    if (ws) device_free(ws, p.c.workspace, index);
     throw;
   }
   // stream-ordered: the block is handed out again only on this stream, after the convolution
-  if (ws) device_free(ws, c.workspace, index);
-}
-
-void cudnn_add_bias(int index, const ConvShape& s, const void* bias, void* y) {
-  Handle h = handle(index);
-  const Descriptors d(s);
-  const Api& F = library().fn;
-  TensorDesc b = nullptr;
-  check_cudnn(F.CreateTensorDescriptor(&b), "CreateTensorDescriptor");
-  const Status st = F.SetTensor4dDescriptor(b, kNchw, data_type(s.dtype), 1, s.k, 1, 1);
+  if (ws) device_free(ws, p.c.workspace, index);
+  if (pass != ConvPass::forward || !bias) return;
   const float one = 1;
   const double one_d = 1;
   const void* alpha = s.dtype == DType::f64 ? static_cast<const void*>(&one_d) : &one;
-  const Status add = st == kSuccess ? F.AddTensor(h, alpha, b, bias, alpha, d.y, y) : st;
-  F.DestroyTensorDescriptor(b);
-  check_cudnn(add, "AddTensor");
+  check_cudnn(library().fn.AddTensor(h, alpha, p.d.bias, bias, alpha, p.d.y, y), "AddTensor");
 }
 
 }  // namespace cr::cuda

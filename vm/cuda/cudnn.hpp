@@ -44,10 +44,9 @@ struct ConvShape {
 // the output) and w; backward_filter: w = the gradient of the weight from x and y.
 enum class ConvPass { forward = 0, backward_data = 1, backward_filter = 2 };
 // Queues `pass` on device `index`'s current stream; it overwrites its output (y, x or w) and
-// reads the two others. `chosen` (when given) receives a line naming the algorithm the first
-// time a shape picks one, else "".
-void cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, std::string* chosen = nullptr);
-// y {n, k, oh, ow} += bias {k} (cudnnAddTensor).
-void cudnn_add_bias(int index, const ConvShape& s, const void* bias, void* y);
+// reads the two others; forward then adds `bias` {k} when given. `chosen` (when given) receives
+// a line naming the algorithm the first time a shape picks one, else "".
+void cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, const void* bias = nullptr,
+                std::string* chosen = nullptr);
 
 }  // namespace cr::cuda

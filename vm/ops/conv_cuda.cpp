@@ -48,9 +48,10 @@ void log_choice(const OpCall& c, const cuda::ConvShape& s, const std::string& ch
 }
 
 void run_pass(OpCall& c, cuda::ConvPass pass, const cuda::ConvShape& s, const Tensor& x, const Tensor& w,
-              const Tensor& y) {
+              const Tensor& y, const Tensor& bias = Tensor()) {
   std::string chosen;
-  cuda::cudnn_conv(y.device().index, pass, s, x.data_bytes(), w.data_bytes(), y.data_bytes(), &chosen);
+  cuda::cudnn_conv(y.device().index, pass, s, x.data_bytes(), w.data_bytes(), y.data_bytes(),
+                   bias.defined() ? bias.data_bytes() : nullptr, &chosen);
   log_choice(c, s, chosen);
 }
 
@@ -128,9 +129,12 @@ void conv2d_cuda(OpCall& c, const Tensor& xin, const Tensor& win, const Tensor& 
   const cuda::ConvShape s = shape_of(x.sizes(), w.sizes(), x.dtype(), p);
   if (c.outs[0].numel() == 0) return;
   const Tensor out = writable(c.outs[0]);
-  if (x.numel() == 0 || w.numel() == 0) fill_across(out, 0);  // an empty sum
-  else run_pass(c, cuda::ConvPass::forward, s, x, w, out);
-  if (bias.defined()) cuda::cudnn_add_bias(out.device().index, s, contiguous(bias).data_bytes(), out.data_bytes());
+  if (x.numel() == 0 || w.numel() == 0) {  // an empty sum
+    if (!bias.defined()) fill_across(out, 0);
+    else copy_into(out, Tensor::view_of(bias, {1, s.k, 1, 1}, {0, bias.stride(0), 0, 0}, bias.offset()));
+  } else {
+    run_pass(c, cuda::ConvPass::forward, s, x, w, out, bias.defined() ? contiguous(bias) : Tensor());
+  }
   done(c.outs[0], out);
 }
 

@@ -3,7 +3,8 @@
 --   CRESCENT_NUM_THREADS=2 crescent bench/conv_bench.lua [reps [batch]]       (CPU, float32, batch 4)
 --   DEVICE=cuda PYTHON=python3 crescent bench/conv_bench.lua [reps [batch]]   (batch 32, float32 and
 --     bfloat16; device time; cuDNN, and the gather + cuBLAS path it replaces, T.backends.cudnn.enabled = false)
--- DTYPES=float32,float16 picks the dtypes; PYTHON the interpreter with torch (default /usr/bin/python3).
+-- DTYPES=float32,float16 picks the dtypes; PYTHON the interpreter with torch (default /usr/bin/python3);
+-- BENCHMARK=1 times cuDNN's algorithms on both sides (T.backends.cudnn.benchmark, torch's the same).
 -- ratio = crescent median / torch median (below 1: crescent is faster). Both frameworks keep their
 -- default TF32 rule for cuDNN convolutions (allowed).
 local T = require "crescent"
@@ -13,6 +14,8 @@ local reps, batch = tonumber(arg[1]) or (cuda and 50 or 10), tonumber(arg[2]) or
 local dtypes = {}
 for d in (os.getenv("DTYPES") or (cuda and "float32,bfloat16" or "float32")):gmatch("[^,]+") do dtypes[#dtypes + 1] = d end
 local python = os.getenv("PYTHON") or "/usr/bin/python3"
+local benchmark = os.getenv("BENCHMARK") == "1"
+if cuda then T.backends.cudnn.benchmark = benchmark end
 
 -- name, in, out, kernel, stride, padding, input size (ResNet-18: conv1, then a 3x3 of each
 -- stage, each stage's strided 3x3 and 1x1 downsample)
@@ -28,8 +31,8 @@ local SHAPES = {
 
 -- torch's medians by "<case>_<dtype>" (nil without torch)
 local function torch_medians()
-  local cmd = string.format("DEVICE=%s DTYPES=%s %s bench/torch_conv.py %d %d 2>/dev/null", dev, table.concat(dtypes, ","),
-    python, reps, batch)
+  local cmd = string.format("DEVICE=%s DTYPES=%s BENCHMARK=%s %s bench/torch_conv.py %d %d 2>/dev/null", dev,
+    table.concat(dtypes, ","), benchmark and 1 or 0, python, reps, batch)
   local p = io.popen(cmd)
   local out = {}
   for line in p:lines() do
@@ -63,8 +66,8 @@ for _, dt in ipairs(dtypes) do
 end
 local ref = torch_medians() or {}
 local lib = cuda and (T.backends.cudnn.is_available() and "cuDNN " .. T.backends.cudnn.version() or "no cuDNN") or "CPU"
-print(string.format("conv2d forward on %s (%s), batch %d, %d threads, median of %d runs; torch eager beside", dev, lib, batch,
-  T.get_num_threads(), reps))
+print(string.format("conv2d forward on %s (%s%s), batch %d, %d threads, median of %d runs; torch eager beside", dev, lib,
+  benchmark and ", benchmark mode" or "", batch, T.get_num_threads(), reps))
 print(string.format("| %-14s | %-8s | %14s | %9s | %12s | %16s | %17s |", "case", "dtype", "crescent (us)", "TFLOP/s",
   "torch (us)", "crescent / torch", "without cuDNN (us)"))
 for _, r in ipairs(rows) do

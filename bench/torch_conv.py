@@ -1,7 +1,7 @@
 """The cases of bench/conv_bench.lua (which runs this script) with PyTorch eager, same device
 (DEVICE: cpu or cuda), shapes, dtypes (DTYPES, comma-separated) and thread count
 (CRESCENT_NUM_THREADS, default: all cores), medians over repeated runs (on CUDA: device time
-between events, PyTorch's default cuDNN settings: benchmark off, TF32 allowed).
+between events, PyTorch's default cuDNN settings: TF32 allowed, benchmark off unless BENCHMARK=1).
     DEVICE=cuda DTYPES=float32,bfloat16 python3 bench/torch_conv.py [reps [batch]]
 Prints a table, then one line per case: RESULT <name>_<dtype> <median_us> <GFLOP/s>."""
 import os
@@ -18,6 +18,7 @@ batch = int(sys.argv[2]) if len(sys.argv) > 2 else (32 if cuda else 4)
 dtypes = os.environ.get("DTYPES", "float32").split(",")
 threads = int(os.environ.get("CRESCENT_NUM_THREADS", "0")) or os.cpu_count()
 torch.set_num_threads(threads)
+torch.backends.cudnn.benchmark = os.environ.get("BENCHMARK") == "1"
 
 SHAPES = [
     ("conv1 7x7/2", 3, 64, 7, 2, 3, 224),

@@ -244,11 +244,11 @@ M.cuda = {
 
 M.check_stream = check_stream
 
--- T.backends.cudnn (torch.backends.cudnn): enabled (CRESCENT_CUDNN=0 starts it off) and allow_tf32
--- (on: float32 convolutions may use TF32, as PyTorch's default) read and set the runtime's
--- switches; is_available(), unavailable_reason() and version() (cudnnGetVersion's code, nil
+-- T.backends.cudnn (torch.backends.cudnn): enabled (CRESCENT_CUDNN=0 starts it off), allow_tf32
+-- (on: float32 convolutions may use TF32, as PyTorch's default) and benchmark (off: a new shape
+-- takes cuDNN's heuristics, not its timed algorithms) read and set the runtime's switches; is_available(), unavailable_reason() and version() (cudnnGetVersion's code, nil
 -- without cuDNN).
-local CUDNN_FLAGS = { enabled = 0, allow_tf32 = 1 }
+local CUDNN_FLAGS = { enabled = 0, allow_tf32 = 1, benchmark = 4 }
 local cudnn = {
   is_available = function() return api.cudnn_unavailable() == nil end,
   -- why cuDNN cannot be used here ("" when it can)
@@ -268,7 +268,7 @@ M.backends = {
       return cudnn[k]
     end,
     __newindex = function(_, k, v)
-      if not CUDNN_FLAGS[k] then core.fail("T.backends.cudnn: unknown setting '" .. tostring(k) .. "' (expected enabled or allow_tf32)") end
+      if not CUDNN_FLAGS[k] then core.fail("T.backends.cudnn: unknown setting '" .. tostring(k) .. "' (expected enabled, allow_tf32 or benchmark)") end
       if type(v) ~= "boolean" then core.fail("T.backends.cudnn." .. k .. ": expected a boolean, got " .. type(v)) end
       api.cudnn_state(ctx, CUDNN_FLAGS[k], v and 1 or 0)
     end,

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -100,8 +101,8 @@ std::atomic<bool>& flag_ref(CudnnFlag f) {
     const char* e = env_setting(Setting::Cudnn);
     return !(e && std::string(e) == "0");
   }()};
-  static std::atomic<bool> tf32{true};
-  return f == CudnnFlag::enabled ? enabled : tf32;
+  static std::atomic<bool> tf32{true}, benchmark{false};
+  return f == CudnnFlag::enabled ? enabled : f == CudnnFlag::allow_tf32 ? tf32 : benchmark;
 }
 
 Library& usable_library(int index) {
@@ -183,41 +184,81 @@ struct Choice {
   int algo = 0, math = 0;
   size_t workspace = 0;
 };
-using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int>;
-Key key_of(int index, ConvPass pass, const ConvShape& s, int math) {
-  return {index, int(pass), int(s.dtype), math, s.n, s.c, s.h, s.w, s.k, s.r, s.s, s.pad_h, s.pad_w, s.stride_h,
-          s.stride_w, s.dil_h, s.dil_w, s.groups, s.oh * 65536 + s.ow};
+using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int>;
+Key key_of(int index, ConvPass pass, const ConvShape& s, int math, bool timed) {
+  return {index, int(pass), int(s.dtype), math, timed, s.n, s.c, s.h, s.w, s.k, s.r, s.s, s.pad_h, s.pad_w,
+          s.stride_h, s.stride_w, s.dil_h, s.dil_w, s.groups, s.oh * 65536 + s.ow};
 }
 
 constexpr int kMaxAlgos = 16;
 const char* const kPassNames[] = {"forward", "backward data", "backward filter"};
 
-// The heuristics' ranked algorithms for `pass`, those that run in `math` first.
+// The heuristics' ranked algorithms for `pass`.
 int ranked(Handle h, ConvPass pass, const Descriptors& d, AlgoPerf* perf) {
   const Api& F = library().fn;
   int n = 0;
   switch (pass) {
     case ConvPass::forward:
       check_cudnn(F.GetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMaxAlgos, &n, perf),
-            "GetConvolutionForwardAlgorithm_v7");
+                  "GetConvolutionForwardAlgorithm_v7");
       break;
     case ConvPass::backward_data:
       check_cudnn(F.GetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMaxAlgos, &n, perf),
-            "GetConvolutionBackwardDataAlgorithm_v7");
+                  "GetConvolutionBackwardDataAlgorithm_v7");
       break;
     case ConvPass::backward_filter:
       check_cudnn(F.GetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, kMaxAlgos, &n, perf),
-            "GetConvolutionBackwardFilterAlgorithm_v7");
+                  "GetConvolutionBackwardFilterAlgorithm_v7");
       break;
   }
   return n;
 }
 
-// Picks the first ranked algorithm that succeeds and whose workspace the allocator can give;
-// under FMA math (float32 without TF32) those ranked for FMA first, then any run with FMA math.
-Choice choose(int index, Handle h, ConvPass pass, const ConvShape& s, const Descriptors& d, int math) {
+// The operands of one call (the output is written by the timing runs, then by the real one).
+struct Operands {
+  void *x, *w, *y;
+};
+
+// The algorithms for `pass` timed on the call's operands, fastest first, with a workspace as
+// large as the heuristics' largest (at most 1 GiB) that the allocator gives (halved until it does).
+int timed(int index, Handle h, ConvPass pass, const Descriptors& d, const Operands& o, AlgoPerf* perf) {
+  AlgoPerf hint[kMaxAlgos] = {};
+  size_t bytes = 0;
+  for (int i = 0, n = ranked(h, pass, d, hint); i < n; ++i)
+    if (hint[i].status == kSuccess) bytes = std::max(bytes, std::min(hint[i].memory, size_t(1) << 30));
+  void* ws = nullptr;
+  while (bytes && !ws) try {
+      ws = device_alloc(bytes, index);
+    } catch (const Error&) {
+      bytes /= 2;
+    }
+  const Api& F = library().fn;
+  int n = 0;
+  Status st = kSuccess;
+  switch (pass) {
+    case ConvPass::forward:
+      st = F.FindConvolutionForwardAlgorithmEx(h, d.x, o.x, d.w, o.w, d.conv, d.y, o.y, kMaxAlgos, &n, perf, ws, bytes);
+      break;
+    case ConvPass::backward_data:
+      st = F.FindConvolutionBackwardDataAlgorithmEx(h, d.w, o.w, d.y, o.y, d.conv, d.x, o.x, kMaxAlgos, &n, perf, ws, bytes);
+      break;
+    case ConvPass::backward_filter:
+      st = F.FindConvolutionBackwardFilterAlgorithmEx(h, d.x, o.x, d.y, o.y, d.conv, d.w, o.w, kMaxAlgos, &n, perf, ws,
+                                                      bytes);
+      break;
+  }
+  if (ws) device_free(ws, bytes, index);
+  check_cudnn(st, "FindConvolution*AlgorithmEx");
+  return n;
+}
+
+// Picks the first ranked (or timed: `timing`) algorithm that succeeds and whose workspace the
+// allocator can give; under FMA math (float32 without TF32) those ranked for FMA first, then any
+// run with FMA math.
+Choice choose(int index, Handle h, ConvPass pass, const ConvShape& s, const Descriptors& d, int math,
+              const Operands* timing) {
   AlgoPerf perf[kMaxAlgos] = {};
-  const int n = ranked(h, pass, d, perf);
+  const int n = timing ? timed(index, h, pass, d, *timing, perf) : ranked(h, pass, d, perf);
   for (bool strict : {true, false}) {
     for (int i = 0; i < n; ++i) {
       const AlgoPerf& p = perf[i];
@@ -291,29 +332,31 @@ struct Plan {
   Choice c;
 };
 
-const Plan& plan(int index, Handle h, ConvPass pass, const ConvShape& s, std::string* chosen) {
+const Plan& plan(int index, Handle h, ConvPass pass, const ConvShape& s, const Operands& o, std::string* chosen) {
   const int math = math_type(s.dtype);
+  const bool timing = cudnn_flag(CudnnFlag::benchmark);
   static std::mutex m;
   static std::map<Key, std::unique_ptr<Plan>> plans;
-  const Key key = key_of(index, pass, s, math);
+  const Key key = key_of(index, pass, s, math, timing);
   std::lock_guard<std::mutex> g(m);
   if (chosen) chosen->clear();
   auto it = plans.find(key);
   if (it != plans.end()) return *it->second;
   auto p = std::make_unique<Plan>();
   p->d.init(s, math);
-  p->c = choose(index, h, pass, s, p->d, math);
+  p->c = choose(index, h, pass, s, p->d, math, timing ? &o : nullptr);
   // the math type goes with the algorithm (cuDNN picks tensor-core kernels from both)
   check_cudnn(library().fn.SetConvolutionMathType(p->d.conv, p->c.math), "SetConvolutionMathType");
   if (chosen)
-    *chosen = cat(kPassNames[int(pass)], " algorithm ", p->c.algo, ", math ", p->c.math, ", workspace ", p->c.workspace, " B");
+    *chosen = cat(kPassNames[int(pass)], " algorithm ", p->c.algo, timing ? " (timed)" : "", ", math ", p->c.math,
+                  ", workspace ", p->c.workspace, " B");
   return *plans.emplace(key, std::move(p)).first->second;
 }
 
 void cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, const void* bias,
                 std::string* chosen) {
   Handle h = handle(index);
-  const Plan& p = plan(index, h, pass, s, chosen);
+  const Plan& p = plan(index, h, pass, s, {x, w, y}, chosen);
   void* ws = p.c.workspace ? device_alloc(p.c.workspace, index) : nullptr;
   try {
     run_pass(h, pass, p.d, p.c, s.dtype, x, w, y, ws);

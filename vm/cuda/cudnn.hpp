@@ -4,7 +4,8 @@
 //
 // The legacy convolution API cuDNN 9 keeps (cudnnConvolutionForward / BackwardData /
 // BackwardFilter), NCHW-contiguous operands, the algorithm from cudnnGet*Algorithm_v7's
-// heuristics (PyTorch's default, benchmark off) cached per shape, dtype and math; a handle per
+// heuristics (PyTorch's default, benchmark off) or timed by cudnnFind*AlgorithmEx (benchmark on),
+// cached per shape, dtype, math and mode; a handle per
 // device and stream slot on that stream; workspaces from the caching allocator (vm/cuda/memory.hpp).
 #pragma once
 #include <cstdint>
@@ -22,8 +23,9 @@ std::string cudnn_version_name();  // "cuDNN 9.19.0" (what the logs say)
 
 // The switches of T.backends.cudnn. enabled (CRESCENT_CUDNN=0: off at start): whether the conv
 // ops of CUDA tensors take cuDNN. allow_tf32 (on, as PyTorch's torch.backends.cudnn.allow_tf32):
-// float32 convolutions may use TF32 tensor cores.
-enum class CudnnFlag { enabled = 0, allow_tf32 = 1 };
+// float32 convolutions may use TF32 tensor cores. benchmark (off, as PyTorch's): a new shape
+// times cuDNN's algorithms (cudnnFind*AlgorithmEx) instead of taking the heuristics' first.
+enum class CudnnFlag { enabled = 0, allow_tf32 = 1, benchmark = 2 };
 bool cudnn_flag(CudnnFlag f);
 bool set_cudnn_flag(CudnnFlag f, bool on);  // returns the previous value
 // enabled and available: the conv ops' choice

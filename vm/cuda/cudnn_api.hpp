@@ -62,6 +62,12 @@ struct Api {
   Status (*ConvolutionBackwardFilter)(Handle, const void*, TensorDesc, const void*, TensorDesc, const void*, ConvDesc, int,
                                       void*, size_t, const void*, FilterDesc, void*);
   Status (*AddTensor)(Handle, const void*, TensorDesc, const void*, const void*, TensorDesc, void*);
+  Status (*FindConvolutionForwardAlgorithmEx)(Handle, TensorDesc, const void*, FilterDesc, const void*, ConvDesc,
+                                              TensorDesc, void*, int, int*, AlgoPerf*, void*, size_t);
+  Status (*FindConvolutionBackwardDataAlgorithmEx)(Handle, FilterDesc, const void*, TensorDesc, const void*, ConvDesc,
+                                                   TensorDesc, void*, int, int*, AlgoPerf*, void*, size_t);
+  Status (*FindConvolutionBackwardFilterAlgorithmEx)(Handle, TensorDesc, const void*, TensorDesc, const void*, ConvDesc,
+                                                     FilterDesc, void*, int, int*, AlgoPerf*, void*, size_t);
 };
 
 // X(field): every function of Api, resolved as "cudnn" #field.
@@ -72,6 +78,8 @@ struct Api {
   X(SetConvolutionMathType) X(DestroyConvolutionDescriptor) X(GetConvolutionForwardAlgorithm_v7)                    \
   X(GetConvolutionForwardWorkspaceSize) X(ConvolutionForward) X(GetConvolutionBackwardDataAlgorithm_v7)             \
   X(GetConvolutionBackwardDataWorkspaceSize) X(ConvolutionBackwardData) X(GetConvolutionBackwardFilterAlgorithm_v7) \
-  X(GetConvolutionBackwardFilterWorkspaceSize) X(ConvolutionBackwardFilter) X(AddTensor)
+  X(GetConvolutionBackwardFilterWorkspaceSize) X(ConvolutionBackwardFilter) X(AddTensor)                           \
+  X(FindConvolutionForwardAlgorithmEx) X(FindConvolutionBackwardDataAlgorithmEx)                                    \
+  X(FindConvolutionBackwardFilterAlgorithmEx)
 
 }  // namespace cr::cuda::cudnn_api

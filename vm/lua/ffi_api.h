@@ -186,8 +186,8 @@ typedef struct cr_api {
    * dtype, q's device, broadcasting to the scores): F.scaled_dot_product_attention's choice */
   int32_t (*attention_mask_fits)(cr_tensor* mask, cr_tensor* q, cr_tensor* k);
   /* cuDNN (vm/cuda/cudnn.hpp, T.backends.cudnn): NULL when it can be used, else why not;
-   * cudnn_state what 0 (enabled) / 1 (allow_tf32): value 0 or 1 sets, -1 reads, returns the
-   * previous value; 2: cudnnGetVersion's code (0 when it does not load); 3: whether the
+   * cudnn_state what 0 (enabled) / 1 (allow_tf32) / 4 (benchmark): value 0 or 1 sets, -1 reads,
+   * returns the previous value; 2: cudnnGetVersion's code (0 when it does not load); 3: whether the
    * convolutions of CUDA tensors take cuDNN (logged under CRESCENT_LOGS=perf when it changes) */
   const char* (*cudnn_unavailable)(void);
   int32_t (*cudnn_state)(cr_ctx* ctx, int32_t what, int32_t value);

@@ -326,6 +326,13 @@ void cudnn_prepare(int index) {
   if (cudnn_usable()) handle(index);
 }
 
+// Whether the current stream records a CUDA graph (timing runs there would be recorded too).
+bool capturing(int index) {
+  const Driver* d = driver();
+  int status = 0;
+  return d && d->cuStreamIsCapturing && d->cuStreamIsCapturing(current_stream(index), &status) == 0 && status != 0;
+}
+
 // A shape's descriptors and algorithm, made on its first call: later calls only launch.
 struct Plan {
   Descriptors d;
@@ -334,7 +341,7 @@ struct Plan {
 
 const Plan& plan(int index, Handle h, ConvPass pass, const ConvShape& s, const Operands& o, std::string* chosen) {
   const int math = math_type(s.dtype);
-  const bool timing = cudnn_flag(CudnnFlag::benchmark);
+  const bool timing = cudnn_flag(CudnnFlag::benchmark) && !capturing(index);
   static std::mutex m;
   static std::map<Key, std::unique_ptr<Plan>> plans;
   const Key key = key_of(index, pass, s, math, timing);

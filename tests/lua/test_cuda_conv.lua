@@ -121,6 +121,9 @@ describe("T.backends.cudnn", function()
 end)
 
 describe("convolutions on CUDA", function()
+  -- (each case with T.backends.cudnn.enabled, whatever CRESCENT_CUDNN says)
+  local spec_it = it
+  local function it(name, fn) spec_it(name, function() with("enabled", true, fn) end) end
   it("conv2d / conv1d forward and gradients in float32 (no TF32) and float64", function()
     need_cudnn()
     with("allow_tf32", false, function()
@@ -258,7 +261,7 @@ describe("convolutions on CUDA", function()
     local script = "local T = require 'crescent'; T.config.sync_compile = true; " ..
       "local x, w = T.randn(2, 4, 8, 8):cuda(), T.randn(8, 4, 3, 3):cuda(); " ..
       "local f = T.compile(function(a, b) return T.F.relu(T.F.conv2d(a, b, nil, 1, 1)) end); f(x, w); T.cuda.synchronize()"
-    local out = expect.crescent({ "-e", script }, { env = "CRESCENT_LOGS=perf,fusion", merge = true })
+    local out = expect.crescent({ "-e", script }, { env = "CRESCENT_LOGS=perf,fusion CRESCENT_CUDNN=1", merge = true })
     for _, want in ipairs({ "convolutions on CUDA: cuDNN 9", "conv2d: cuDNN 9", "forward algorithm",
                             "conv2d (", "extern: no loop lowering for conv2d" }) do
       expect.truthy(out:find(want, 1, true), "expected '" .. want .. "' in:\n" .. out)

@@ -112,11 +112,19 @@ describe("T.backends.cudnn", function()
     local out = expect.crescent({ "-e", "print(require('crescent').backends.cudnn.enabled)" }, { env = "CRESCENT_CUDNN=0" })
     expect.eq(out, "false\n")
   end)
-  it("its gradient ops run on CUDA tensors only", function()
-    errs(function() T._conv2d_input_grad(T.ones(1, 2, 3, 3), T.ones(2, 2, 1, 1), { 1, 2, 3, 3 }) end,
-      "_conv2d_input_grad", "runs on CUDA tensors through cuDNN only")
+  it("its gradient ops are conv2d's gradients on the CPU too, and check their operands", function()
+    T.manual_seed(1)
+    local x = T.randn(2, 4, 7, 6, { dtype = "float64" }):requires_grad_()
+    local w = T.randn(6, 2, 3, 2, { dtype = "float64" }):requires_grad_()
+    local y = F.conv2d(x, w, nil, { 2, 1 }, { 1, 0 }, { 1, 2 }, 2)
+    local gy = T.randn(y.shape, { dtype = "float64" })
+    y:backward(gy)
+    near(T._conv2d_input_grad(gy, w:detach(), x.shape, { 2, 1 }, { 1, 0 }, { 1, 2 }, 2), x.grad, "input grad", 1e-12)
+    near(T._conv2d_weight_grad(gy, x:detach(), w.shape, { 2, 1 }, { 1, 0 }, { 1, 2 }, 2), w.grad, "weight grad", 1e-12)
     errs(function() T._conv2d_weight_grad(T.ones(1, 2, 3, 3), T.ones(1, 2, 3, 3), { 2, 2, 2, 2 }) end,
       "_conv2d_weight_grad", "grad_output expected {1,2,2,2}")
+    errs(function() T._conv2d_input_grad(T.ones(1, 2, 3, 3), T.ones(2, 3, 1, 1), { 1, 2, 3, 3 }) end,
+      "_conv2d_input_grad", "expected an input of 3 channels")
   end)
 end)
 

@@ -326,7 +326,57 @@ void run_conv2d(OpCall& c) {
   });
 }
 
+// ---- conv2d's gradients on the CPU (_conv2d_input_grad / _conv2d_weight_grad; CUDA: cuDNN) ----
+
+// W_g^T (or a column block's transpose): the {cols, rows} transposed view of the row-major
+// {rows, cols} matrix at element `at` of t.
+Tensor transposed(const Tensor& t, int64_t rows, int64_t cols, int64_t at) {
+  return Tensor::view_of(t, {cols, rows}, {1, cols}, t.offset() + at);
+}
+
+// dX[n] = col2im(W_g^T @ dY_g[n]) for each group.
+template <class T> void input_grad_cpu(const Tensor& gy, const Tensor& w, const Tensor& dx, const Geo& g, int64_t G) {
+  const int64_t N = dx.size(0), cin = dx.size(1), cout = w.size(0), cog = cout / G, kg = cin / G * g.kk(), L = g.L();
+  Tensor cols = Tensor::empty({cin * g.kk(), L}, dx.dtype());
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t gi = 0; gi < G; ++gi)
+      matmul_into(matrix(cols, kg, L, gi * kg * L), transposed(w, cog, kg, gi * cog * kg),
+                  matrix(gy, cog, L, (n * cout + gi * cog) * L), false);
+    T* plane = dx.data<T>() + n * cin * g.H * g.W;
+    parallel_for(cin, 1, [&](int64_t c0, int64_t c1) { col2im_channels(cols.data<T>(), g, plane, c0, c1); });
+  }
+}
+
+// dW_g = the sum over samples of dY_g[n] @ im2col(X[n])_g^T.
+template <class T> void weight_grad_cpu(const Tensor& gy, const Tensor& x, const Tensor& dw, const Geo& g, int64_t G) {
+  const int64_t N = x.size(0), cin = x.size(1), cout = dw.size(0), cog = cout / G, kg = cin / G * g.kk(), L = g.L();
+  Tensor cols = Tensor::empty({cin * g.kk(), L}, x.dtype());
+  for (int64_t n = 0; n < N; ++n) {
+    parallel_for(cin * g.kk(), std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, L)), [&](int64_t r0, int64_t r1) {
+      im2col_rows(x.data<T>() + n * cin * g.H * g.W, g, cols.data<T>(), r0, r1);
+    });
+    for (int64_t gi = 0; gi < G; ++gi)
+      matmul_into(matrix(dw, cog, kg, gi * cog * kg), matrix(gy, cog, L, (n * cout + gi * cog) * L),
+                  transposed(cols, kg, L, gi * kg * L), n > 0);
+  }
+}
+
 }  // namespace
+
+void conv2d_grad_cpu(const Tensor& gyin, const Tensor& other, const Tensor& out, bool input_grad, const ConvParams& p) {
+  const Tensor gy = contiguous(gyin), o = contiguous(other);
+  const Tensor& w = input_grad ? o : out;
+  const Tensor& x = input_grad ? out : o;
+  Geo g{w.size(2), w.size(3), p.dh, p.dw, p.ph, p.pw, p.sh, p.sw};
+  set_spatial(g, x.size(2), x.size(3));
+  if (out.numel() == 0) return;
+  if (gy.numel() == 0 || o.numel() == 0) return fill(out, 0);  // an empty sum
+  visit_floating(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (input_grad) input_grad_cpu<T>(gy, w, out, g, p.groups);
+    else weight_grad_cpu<T>(gy, x, out, g, p.groups);
+  });
+}
 
 ConvParams conv_params(const OpCall& c) {
   ConvParams p;

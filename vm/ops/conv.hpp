@@ -16,7 +16,11 @@ int64_t conv_blocks(int64_t n, int64_t k, int64_t d, int64_t p, int64_t s, const
 // T.backends.cudnn takes it, else on host copies.
 void conv2d_cuda(OpCall& c, const Tensor& x, const Tensor& w, const Tensor& bias, const ConvParams& p);
 
-// _conv2d_input_grad / _conv2d_weight_grad: conv2d's gradients through cuDNN (their rules:
+// The CPU kernels of _conv2d_input_grad (input_grad: out = dX from gy and other = w) and
+// _conv2d_weight_grad (out = dW from gy and other = x); out contiguous.
+void conv2d_grad_cpu(const Tensor& gy, const Tensor& other, const Tensor& out, bool input_grad, const ConvParams& p);
+
+// _conv2d_input_grad / _conv2d_weight_grad: conv2d's gradients as ops (CUDA: cuDNN; their rules:
 // vm/ops/conv_grad.cpp).
 void register_conv_cuda(Registry& r);
 

@@ -2,7 +2,8 @@
 // their own, which conv2d's rule takes on CUDA (vm/ops/conv_grad.cpp):
 //   _conv2d_input_grad(grad_output, weight, input_size, stride, padding, dilation, groups)
 //   _conv2d_weight_grad(grad_output, input, weight_size, stride, padding, dilation, groups)
-// (cuDNN's backward data / backward filter; F.conv_transpose2d is the first). Operands are made
+// (cuDNN's backward data / backward filter; F.conv_transpose2d is the first; on the CPU the
+// im2col / col2im kernels of vm/ops/conv.cpp, so that their rules are checked everywhere). Operands are made
 // NCHW-contiguous; CRESCENT_LOGS=perf names the algorithm cuDNN picks for each new shape.
 #include <climits>
 
@@ -103,8 +104,7 @@ std::vector<Meta> infer_weight_grad(OpCall& c) { return infer_grad(c, false); }
 
 void run_grad(OpCall& c, bool input_grad) {
   GradCall g = prepare_grad(c, input_grad);
-  if (g.gy.device().is_cpu())
-    fail("runs on CUDA tensors through cuDNN only (on the CPU, conv2d's gradient is col2im / im2col of products)");
+  if (g.gy.device().is_cpu()) return conv2d_grad_cpu(g.gy, g.other, c.outs[0], input_grad, g.p);
   std::string why;
   if (!cuda::cudnn_available(&why)) fail("needs cuDNN: " + why);
   if (c.outs[0].numel() == 0) return;

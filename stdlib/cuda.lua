@@ -243,4 +243,35 @@ M.cuda = {
 }
 
 M.check_stream = check_stream
+
+-- T.backends.cudnn (torch.backends.cudnn): enabled (CRESCENT_CUDNN=0 starts it off), allow_tf32
+-- (on: float32 convolutions may use TF32, as PyTorch's default) and benchmark (off: a new shape
+-- takes cuDNN's heuristics, not its timed algorithms) read and set the runtime's switches; is_available(), unavailable_reason() and version() (cudnnGetVersion's code, nil
+-- without cuDNN).
+local CUDNN_FLAGS = { enabled = 0, allow_tf32 = 1, benchmark = 4 }
+local cudnn = {
+  is_available = function() return api.cudnn_unavailable() == nil end,
+  -- why cuDNN cannot be used here ("" when it can)
+  unavailable_reason = function()
+    local why = api.cudnn_unavailable()
+    return why == nil and "" or ffi.string(why)
+  end,
+  version = function()
+    local v = api.cudnn_state(ctx, 2, -1)
+    return v ~= 0 and v or nil
+  end,
+}
+M.backends = {
+  cudnn = setmetatable({}, {
+    __index = function(_, k)
+      if CUDNN_FLAGS[k] then return api.cudnn_state(ctx, CUDNN_FLAGS[k], -1) ~= 0 end
+      return cudnn[k]
+    end,
+    __newindex = function(_, k, v)
+      if not CUDNN_FLAGS[k] then core.fail("T.backends.cudnn: unknown setting '" .. tostring(k) .. "' (expected enabled, allow_tf32 or benchmark)") end
+      if type(v) ~= "boolean" then core.fail("T.backends.cudnn." .. k .. ": expected a boolean, got " .. type(v)) end
+      api.cudnn_state(ctx, CUDNN_FLAGS[k], v and 1 or 0)
+    end,
+  }),
+}
 return M

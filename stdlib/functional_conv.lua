@@ -10,6 +10,8 @@ local C = {}
 -- true: CPU tensors take the CUDA tensors' path too (gathered windows; tests/lua/test_nn_layers.lua)
 C.gather_on_cpu = false
 local function on_device(x) return x.device ~= "cpu" or C.gather_on_cpu end
+-- CUDA tensors whose convolutions take cuDNN (T.backends.cudnn, vm/cuda/cudnn.hpp)
+local function cudnn_takes(x) return x.device ~= "cpu" and core.api.cudnn_state(core.ctx, 3, -1) ~= 0 end
 local T
 local check_opts
 function C.bind(t, opts_checker) T, check_opts = t, opts_checker end
@@ -222,10 +224,11 @@ end
 
 -- conv2d(x, w[, bias[, stride[, padding[, dilation[, groups]]]]]) or conv2d(x, w, bias, {stride =,
 -- padding =, dilation =, groups =}): x {N, Cin, H, W} (or {Cin, H, W}), w {Cout, Cin/groups, kh, kw}.
+-- CUDA tensors: the conv2d op (cuDNN) where cuDNN is taken, else the gather and cuBLAS.
 function C.conv2d(x, w, bias, ...)
   local stride, padding, dilation, groups
   x, stride, padding, dilation, groups = conv_args("conv2d", 2, x, w, { ... })
-  if on_device(x) and x.device == w.device and x.dtype == w.dtype then
+  if on_device(x) and x.device == w.device and x.dtype == w.dtype and not cudnn_takes(x) then
     return C._conv2d_gather(x, w, bias, stride, padding, dilation, groups)
   end
   return T.conv2d(x, w, bias, stride, padding, dilation, groups)
@@ -241,7 +244,8 @@ end
 
 -- conv_transpose2d(x, w[, bias[, stride[, padding[, output_padding[, groups[, dilation]]]]]]) or
 -- with {stride =, padding =, output_padding =, groups =, dilation =}: x {N, Cin, H, W},
--- w {Cin, Cout/groups, kh, kw}; the adjoint of conv2d: col2im of W_g^T @ x_g.
+-- w {Cin, Cout/groups, kh, kw}; the adjoint of conv2d: col2im of W_g^T @ x_g, or on CUDA with
+-- cuDNN its backward data (when output_padding < stride: the output size conv2d maps back to x's).
 function C.conv_transpose2d(x, w, bias, ...)
   local op = "conv_transpose2d"
   check_tensor(op, 1, "input", x)
@@ -265,9 +269,14 @@ function C.conv_transpose2d(x, w, bias, ...)
   local cout = w:size(2) * G
   local Ho = (H - 1) * s[1] - 2 * p[1] + d[1] * (kh - 1) + op_[1] + 1
   local Wo = (W - 1) * s[2] - 2 * p[2] + d[2] * (kw - 1) + op_[2] + 1
-  local wg = w:reshape(G, cin / G, cout / G * kh * kw):transpose(-1, -2)
-  local cols = T.matmul(wg, x:reshape(N, G, cin / G, H * W)):reshape(N, cout * kh * kw, H * W)
-  local y = T.col2im(cols, { Ho, Wo }, { kh, kw }, d, p, s)
+  local y
+  if cudnn_takes(x) and op_[1] < s[1] and op_[2] < s[2] and x.device == w.device and x.dtype == w.dtype then
+    y = T._conv2d_input_grad(x, w, { N, cout, Ho, Wo }, s, p, d, G)
+  else
+    local wg = w:reshape(G, cin / G, cout / G * kh * kw):transpose(-1, -2)
+    local cols = T.matmul(wg, x:reshape(N, G, cin / G, H * W)):reshape(N, cout * kh * kw, H * W)
+    y = T.col2im(cols, { Ho, Wo }, { kh, kw }, d, p, s)
+  end
   if bias ~= nil then y = y + bias:view(1, cout, 1, 1) end
   return unbatched and y:squeeze(1) or y
 end

@@ -209,7 +209,9 @@ end
 -- The torch outcome of every case: { results = snapshots } | { error = } | { crashed = } (a case
 -- that kills the python process: the bridge retries the others without it).
 local function run_torch(o, cases)
-  local b = TB.batch({ device = o.device, tensors_only = true, bisect = true, keep = o.keep })
+  -- (full float32 convolutions on both sides: TF32's 10-bit products are outside the tolerances)
+  local b = TB.batch({ device = o.device, tensors_only = true, bisect = true, keep = o.keep,
+                       prelude = "torch.backends.cudnn.allow_tf32 = False" })
   for _, c in ipairs(cases) do
     for _, input in ipairs(c.inputs) do b:input(c.key .. "." .. input.name, G.base_tensor(input)) end
     local expr = c.expr
@@ -312,6 +314,7 @@ local function main()
     print("diff_torch: SKIPPED: --device cuda and crescent sees no GPU")
     os.exit(0, true)
   end
+  T.backends.cudnn.allow_tf32 = false  -- (as torch's side: run_torch's prelude)
   local have, why = TB.have(TB.need(o.device))
   if not have then
     print("diff_torch: SKIPPED: " .. why)

@@ -192,6 +192,11 @@ case("col2im", function(x) return T.col2im(x, { 3, 4 }, { 2, 2 }, 1, 1, { 2, 1 }
 case("col2im", function(x) return T.col2im(x, 3, 2) end, R(4, 4))
 case("conv2d", function(x, w, b) return T.conv2d(x, w, b, { 2, 1 }, 1, { 1, 2 }, 2) end, R(2, 4, 5, 5), R(4, 2, 2, 2), R(4))
 case("conv2d", function(x, w) return T.conv2d(x, w:unsqueeze(3):unsqueeze(4)) end, R(3, 4, 4), nc(2, 3))
+-- conv2d's gradients as ops (cuDNN's on CUDA): x {2, 4, 5, 5}, w {4, 2, 2, 2}, y {2, 4, 3, 5}
+case("_conv2d_input_grad", function(gy, w) return T._conv2d_input_grad(gy, w, { 2, 4, 5, 5 }, { 2, 1 }, 1, { 1, 2 }, 2) end,
+  R(2, 4, 3, 5), R(4, 2, 2, 2))
+case("_conv2d_weight_grad", function(gy, x) return T._conv2d_weight_grad(gy, x, { 4, 2, 2, 2 }, { 2, 1 }, 1, { 1, 2 }, 2) end,
+  R(2, 4, 3, 5), R(2, 4, 5, 5))
 case("masked_fill", function(x) return x:masked_fill(T.tensor({ true, false, true }), 0.5) end, R(2, 3))
 case("masked_fill", function(x, v) return x:masked_fill(T.tensor({ false, true }), v) end, R(2, 2), R())
 case("masked_fill_", function(x) local z = x * 1; return z:masked_fill_(T.tensor({ true, false }), 2) end, R(2))

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "vm/cuda/blas.hpp"
+#include "vm/cuda/cudnn.hpp"
 #include "vm/cuda/checks.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
@@ -56,6 +57,7 @@ void Graph::begin() {
   side_ = side;
   try {
     blas_prepare(index_);  // (a handle made inside the capture would allocate its workspace there)
+    cudnn_prepare(index_);
     pool_enter(pool_.get());
     CR_CU(cuStreamBeginCapture(stream_of(side_), kCaptureRelaxed), "beginning a CUDA graph capture");
   } catch (...) {

@@ -4,6 +4,7 @@
 #include "vm/lua/api.hpp"
 
 #include "vm/kernels/cuda/attention.hpp"
+#include "vm/cuda/cudnn.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/graphs.hpp"
 #include "jit/jit.hpp"
@@ -19,6 +20,7 @@
 #include "vm/devices.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -505,6 +507,30 @@ int32_t api_attention_mask_fits(cr_tensor* mask, cr_tensor* q, cr_tensor* k) {
   return attention_mask_problem(m.dtype(), m.device(), m.sizes(), qt.dtype(), qt.device(), attention_scores_shape(qt, kt)).empty();
 }
 
+const char* api_cudnn_unavailable() {
+  static thread_local std::string why;
+  return cuda::cudnn_available(&why) ? nullptr : why.c_str();
+}
+
+// Which library the convolutions of CUDA tensors take, logged when it changes.
+int32_t cudnn_takes(cr_ctx* c) {
+  static std::atomic<int> logged{-1};
+  std::string why;
+  const bool on = cuda::cudnn_flag(cuda::CudnnFlag::enabled), ok = cuda::cudnn_available(&why);
+  if (Context::of(c).logs.perf && logged.exchange(int(on) * 2 + int(ok)) != int(on) * 2 + int(ok))
+    log_line("perf", on && ok ? "convolutions on CUDA: " + cuda::cudnn_version_name()
+                              : cat("convolutions on CUDA: im2col gather + cuBLAS (",
+                                    on ? "cuDNN unavailable: " + why : "T.backends.cudnn.enabled is false", ")"));
+  return on && ok;
+}
+
+int32_t api_cudnn_state(cr_ctx* c, int32_t what, int32_t value) {
+  if (what == 2) return cuda::cudnn_version();
+  if (what == 3) return cudnn_takes(c);
+  const auto f = what == 0 ? cuda::CudnnFlag::enabled : what == 1 ? cuda::CudnnFlag::allow_tf32 : cuda::CudnnFlag::benchmark;
+  return value < 0 ? cuda::cudnn_flag(f) : cuda::set_cudnn_flag(f, value != 0);
+}
+
 }  // namespace
 
 const cr_api* api_table() {
@@ -561,6 +587,8 @@ const cr_api* api_table() {
       api_native_unavailable,
       api_attention_fused,
       api_attention_mask_fits,
+      api_cudnn_unavailable,
+      api_cudnn_state,
       jit::wait_background_compiles,
       api_cancel_compiles,
       api_env_setting,

@@ -185,6 +185,12 @@ typedef struct cr_api {
   /* whether `mask` is a mask the attention op takes for q and k (vm/ops/attention.hpp: bool or q's
    * dtype, q's device, broadcasting to the scores): F.scaled_dot_product_attention's choice */
   int32_t (*attention_mask_fits)(cr_tensor* mask, cr_tensor* q, cr_tensor* k);
+  /* cuDNN (vm/cuda/cudnn.hpp, T.backends.cudnn): NULL when it can be used, else why not;
+   * cudnn_state what 0 (enabled) / 1 (allow_tf32) / 4 (benchmark): value 0 or 1 sets, -1 reads,
+   * returns the previous value; 2: cudnnGetVersion's code (0 when it does not load); 3: whether the
+   * convolutions of CUDA tensors take cuDNN (logged under CRESCENT_LOGS=perf when it changes) */
+  const char* (*cudnn_unavailable)(void);
+  int32_t (*cudnn_state)(cr_ctx* ctx, int32_t what, int32_t value);
   /* returns once no compile is queued or running on the background thread */
   void (*wait_compiles)(void);
   /* drops this VM's compiles queued on the background thread, waits for its one in progress

@@ -6,11 +6,13 @@
 //   conv2d(x, w {Cout, Cin/groups, kh, kw}) = per sample and group, W_g {Cout/g, Cin/g*kh*kw} @
 //     cols_g, on the BLAS core of vm/ops/linalg.cpp (bias written first, the product added to it).
 // The unbatched forms ({C, H, W}, {C*kh*kw, L}) are accepted as PyTorch does. CUDA tensors run on
-// host copies (the dispatcher's fallback for ops without CUDA kernels); F.conv2d and the pools
-// give them a device path instead: a gather of the windows and cuBLAS (stdlib/functional_conv.lua).
+// host copies (the dispatcher's fallback for ops without CUDA kernels), conv2d through cuDNN
+// (vm/ops/conv_cuda.cpp); without cuDNN F.conv2d and the pools give them a device path instead:
+// a gather of the windows and cuBLAS (stdlib/functional_conv.lua).
 #include <algorithm>
 #include <cstring>
 
+#include "vm/ops/conv.hpp"
 #include "vm/ops/linalg.hpp"
 #include "vm/ops/operands.hpp"
 
@@ -49,18 +51,11 @@ Geo window(const OpCall& c, int k) {
   return g;
 }
 
-// Output positions along one dim; fails when the padded input is smaller than the window.
-int64_t blocks(int64_t n, int64_t k, int64_t d, int64_t p, int64_t s, const char* what) {
-  const int64_t span = d * (k - 1) + 1, avail = n + 2 * p;
-  if (avail < span)
-    fail(cat("the padded input ", what, " (", n, " + 2 * ", p, ") is smaller than the dilated kernel (", span, ")"));
-  return (avail - span) / s + 1;
-}
 void set_spatial(Geo& g, int64_t H, int64_t W) {
   g.H = H;
   g.W = W;
-  g.Ho = blocks(H, g.kh, g.dh, g.ph, g.sh, "height");
-  g.Wo = blocks(W, g.kw, g.dw, g.pw, g.sw, "width");
+  g.Ho = conv_blocks(H, g.kh, g.dh, g.ph, g.sh, "height");
+  g.Wo = conv_blocks(W, g.kw, g.dw, g.pw, g.sw, "width");
 }
 
 // t with a leading batch dim of 1 (the unbatched forms), a view.
@@ -250,9 +245,8 @@ Conv prepare_conv(const OpCall& c) {
   if (w.dtype() != x.dtype() || w.device() != x.device())
     fail(cat("weight expected the input's dtype and device (", x.describe(), " on ", device_name(x.device()), "), got ", w.describe(),
              " on ", device_name(w.device())));
-  Conv v{x.dim() == 3 ? batch_of_one(x) : x,
-         w, Tensor(), Geo{}, c.integer_or(6, 1), x.dim() == 4};
-  if (v.groups < 1) fail(cat("groups expected a positive integer, got ", v.groups));
+  const ConvParams p = conv_params(c);
+  Conv v{x.dim() == 3 ? batch_of_one(x) : x, w, Tensor(), Geo{}, p.groups, x.dim() == 4};
   const int64_t cout = w.size(0), cin = v.x.size(1);
   if (cout % v.groups != 0) fail(cat("out_channels (", cout, ") expected to be divisible by groups (", v.groups, ")"));
   if (w.size(1) * v.groups != cin)
@@ -265,9 +259,7 @@ Conv prepare_conv(const OpCall& c) {
   }
   v.g.kh = w.size(2);
   v.g.kw = w.size(3);
-  pair(c, 3, 1, 1, &v.g.sh, &v.g.sw);
-  pair(c, 4, 0, 0, &v.g.ph, &v.g.pw);
-  pair(c, 5, 1, 1, &v.g.dh, &v.g.dw);
+  v.g.sh = p.sh, v.g.sw = p.sw, v.g.ph = p.ph, v.g.pw = p.pw, v.g.dh = p.dh, v.g.dw = p.dw;
   set_spatial(v.g, v.x.size(2), v.x.size(3));
   return v;
 }
@@ -307,6 +299,9 @@ template <class T> void conv_sample(const Conv& v, const Tensor& x, const Tensor
 
 void run_conv2d(OpCall& c) {
   Conv v = prepare_conv(c);
+  const Geo& vg = v.g;
+  if (!v.x.device().is_cpu())
+    return conv2d_cuda(c, v.x, v.w, v.bias, {vg.sh, vg.sw, vg.ph, vg.pw, vg.dh, vg.dw, v.groups});
   const Tensor x = contiguous(v.x), w = contiguous(v.w), bias = v.bias.defined() ? contiguous(v.bias) : Tensor();
   const Tensor& out = c.outs[0];
   const Geo& g = v.g;
@@ -331,17 +326,86 @@ void run_conv2d(OpCall& c) {
   });
 }
 
+// ---- conv2d's gradients on the CPU (_conv2d_input_grad / _conv2d_weight_grad; CUDA: cuDNN) ----
+
+// W_g^T (or a column block's transpose): the {cols, rows} transposed view of the row-major
+// {rows, cols} matrix at element `at` of t.
+Tensor transposed(const Tensor& t, int64_t rows, int64_t cols, int64_t at) {
+  return Tensor::view_of(t, {cols, rows}, {1, cols}, t.offset() + at);
+}
+
+// dX[n] = col2im(W_g^T @ dY_g[n]) for each group.
+template <class T> void input_grad_cpu(const Tensor& gy, const Tensor& w, const Tensor& dx, const Geo& g, int64_t G) {
+  const int64_t N = dx.size(0), cin = dx.size(1), cout = w.size(0), cog = cout / G, kg = cin / G * g.kk(), L = g.L();
+  Tensor cols = Tensor::empty({cin * g.kk(), L}, dx.dtype());
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t gi = 0; gi < G; ++gi)
+      matmul_into(matrix(cols, kg, L, gi * kg * L), transposed(w, cog, kg, gi * cog * kg),
+                  matrix(gy, cog, L, (n * cout + gi * cog) * L), false);
+    T* plane = dx.data<T>() + n * cin * g.H * g.W;
+    parallel_for(cin, 1, [&](int64_t c0, int64_t c1) { col2im_channels(cols.data<T>(), g, plane, c0, c1); });
+  }
+}
+
+// dW_g = the sum over samples of dY_g[n] @ im2col(X[n])_g^T.
+template <class T> void weight_grad_cpu(const Tensor& gy, const Tensor& x, const Tensor& dw, const Geo& g, int64_t G) {
+  const int64_t N = x.size(0), cin = x.size(1), cout = dw.size(0), cog = cout / G, kg = cin / G * g.kk(), L = g.L();
+  Tensor cols = Tensor::empty({cin * g.kk(), L}, x.dtype());
+  for (int64_t n = 0; n < N; ++n) {
+    parallel_for(cin * g.kk(), std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, L)), [&](int64_t r0, int64_t r1) {
+      im2col_rows(x.data<T>() + n * cin * g.H * g.W, g, cols.data<T>(), r0, r1);
+    });
+    for (int64_t gi = 0; gi < G; ++gi)
+      matmul_into(matrix(dw, cog, kg, gi * cog * kg), matrix(gy, cog, L, (n * cout + gi * cog) * L),
+                  transposed(cols, kg, L, gi * kg * L), n > 0);
+  }
+}
+
 }  // namespace
+
+void conv2d_grad_cpu(const Tensor& gyin, const Tensor& other, const Tensor& out, bool input_grad, const ConvParams& p) {
+  const Tensor gy = contiguous(gyin), o = contiguous(other);
+  const Tensor& w = input_grad ? o : out;
+  const Tensor& x = input_grad ? out : o;
+  Geo g{w.size(2), w.size(3), p.dh, p.dw, p.ph, p.pw, p.sh, p.sw};
+  set_spatial(g, x.size(2), x.size(3));
+  if (out.numel() == 0) return;
+  if (gy.numel() == 0 || o.numel() == 0) return fill(out, 0);  // an empty sum
+  visit_floating(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if (input_grad) input_grad_cpu<T>(gy, w, out, g, p.groups);
+    else weight_grad_cpu<T>(gy, x, out, g, p.groups);
+  });
+}
+
+ConvParams conv_params(const OpCall& c) {
+  ConvParams p;
+  pair(c, 3, 1, 1, &p.sh, &p.sw);
+  pair(c, 4, 0, 0, &p.ph, &p.pw);
+  pair(c, 5, 1, 1, &p.dh, &p.dw);
+  p.groups = c.integer_or(6, 1);
+  if (p.groups < 1) fail(cat("groups expected a positive integer, got ", p.groups));
+  return p;
+}
+
+int64_t conv_blocks(int64_t n, int64_t k, int64_t d, int64_t p, int64_t s, const char* what) {
+  const int64_t span = d * (k - 1) + 1, avail = n + 2 * p;
+  if (avail < span)
+    fail(cat("the padded input ", what, " (", n, " + 2 * ", p, ") is smaller than the dilated kernel (", span, ")"));
+  return (avail - span) / s + 1;
+}
 
 void register_conv(Registry& r) {
   r.add(OpDef{"im2col", "input:T, kernel_size:Is, dilation:Is?, padding:Is?, stride:Is?", OpKind::Other, kNoMethod,
               infer_im2col, run_im2col});
   r.add(OpDef{"col2im", "input:T, output_size:Is, kernel_size:Is, dilation:Is?, padding:Is?, stride:Is?", OpKind::Other,
               kNoMethod, infer_col2im, run_col2im});
+  // (CUDA: cuDNN, vm/ops/conv_cuda.cpp)
   r.add(OpDef{"conv2d", "input:T, weight:T, bias:T?, stride:Is?, padding:Is?, dilation:Is?, groups:I?", OpKind::Other,
-              kNoMethod, infer_conv2d, run_conv2d});
+              kNoMethod | kDeviceAware, infer_conv2d, run_conv2d});
   r.set_cast({"conv2d"}, CastPolicy::Lower);  // autocast: PyTorch's conv2d is in the lower-precision list
   r.set_cast({"conv2d"}, CastPolicy::Lower, true);
+  register_conv_cuda(r);
 }
 
 }  // namespace cr

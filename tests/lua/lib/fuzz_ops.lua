@@ -22,6 +22,10 @@ FO.EXCLUDED = {
   _int8_quantize = "returns packed int8 rows (int32) and scales: test_quant.lua checks every byte",
   _int8_weight_mm = "needs packed int8 rows of the input's last size from _int8_quantize: no generator yet "
     .. "(test_quant.lua compares it with a float64 reference, compiled in test_gpt2.lua)",
+  _conv2d_input_grad = "needs a grad_output of the convolution's output size: no generator yet (test_cuda_conv.lua "
+    .. "compares it with conv2d's gradient, test_autograd_ops.lua gradchecks it)",
+  _conv2d_weight_grad = "needs a grad_output of the convolution's output size: no generator yet (test_cuda_conv.lua "
+    .. "compares it with conv2d's gradient, test_autograd_ops.lua gradchecks it)",
   _fused_sgd = "an optimizer's update of parameter lists in place: it refuses to run inside a capture",
   _fused_adam = "an optimizer's update of parameter lists in place: it refuses to run inside a capture",
   mm = "needs 2-d operands and bmm 3-d ones: the matmul statement makes 1- to 3-d ones (matmul reaches both kernels)",

@@ -1,0 +1,85 @@
+// Our own declarations of the cuDNN 9 functions, enum values and struct that vm/cuda/cudnn.cpp
+// uses (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h): no build-time cuDNN dependency.
+// tests/cpp/test_cudnn.cpp checks them against the real headers where those are installed.
+#pragma once
+#include <cstddef>
+
+#include "vm/cuda/driver.hpp"
+
+namespace cr::cuda::cudnn_api {
+
+using Status = int;        // cudnnStatus_t
+using Handle = void*;      // cudnnHandle_t
+using TensorDesc = void*;  // cudnnTensorDescriptor_t
+using FilterDesc = void*;  // cudnnFilterDescriptor_t
+using ConvDesc = void*;    // cudnnConvolutionDescriptor_t
+
+constexpr int kSuccess = 0;                                                   // CUDNN_STATUS_SUCCESS
+constexpr int kFloat = 0, kDouble = 1, kHalf = 2, kBfloat16 = 9;              // cudnnDataType_t
+constexpr int kNchw = 0;                                                      // CUDNN_TENSOR_NCHW
+constexpr int kCrossCorrelation = 1;                                          // cudnnConvolutionMode_t
+constexpr int kDefaultMath = 0, kTensorOpMath = 1, kFmaMath = 3;              // cudnnMathType_t
+
+// cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t (one layout, the algo enum aside)
+struct AlgoPerf {
+  int algo;
+  Status status;
+  float time;
+  size_t memory;
+  int determinism;
+  int math_type;
+  int reserved[3];
+};
+
+struct Api {
+  size_t (*GetVersion)();
+  const char* (*GetErrorString)(Status);
+  Status (*Create)(Handle*);
+  Status (*SetStream)(Handle, CUstream);
+  Status (*CreateTensorDescriptor)(TensorDesc*);
+  Status (*SetTensor4dDescriptor)(TensorDesc, int, int, int, int, int, int);
+  Status (*DestroyTensorDescriptor)(TensorDesc);
+  Status (*CreateFilterDescriptor)(FilterDesc*);
+  Status (*SetFilter4dDescriptor)(FilterDesc, int, int, int, int, int, int);
+  Status (*DestroyFilterDescriptor)(FilterDesc);
+  Status (*CreateConvolutionDescriptor)(ConvDesc*);
+  Status (*SetConvolution2dDescriptor)(ConvDesc, int, int, int, int, int, int, int, int);
+  Status (*SetConvolutionGroupCount)(ConvDesc, int);
+  Status (*SetConvolutionMathType)(ConvDesc, int);
+  Status (*DestroyConvolutionDescriptor)(ConvDesc);
+  Status (*GetConvolutionForwardAlgorithm_v7)(Handle, TensorDesc, FilterDesc, ConvDesc, TensorDesc, int, int*, AlgoPerf*);
+  Status (*GetConvolutionForwardWorkspaceSize)(Handle, TensorDesc, FilterDesc, ConvDesc, TensorDesc, int, size_t*);
+  Status (*ConvolutionForward)(Handle, const void*, TensorDesc, const void*, FilterDesc, const void*, ConvDesc, int, void*,
+                               size_t, const void*, TensorDesc, void*);
+  Status (*GetConvolutionBackwardDataAlgorithm_v7)(Handle, FilterDesc, TensorDesc, ConvDesc, TensorDesc, int, int*,
+                                                   AlgoPerf*);
+  Status (*GetConvolutionBackwardDataWorkspaceSize)(Handle, FilterDesc, TensorDesc, ConvDesc, TensorDesc, int, size_t*);
+  Status (*ConvolutionBackwardData)(Handle, const void*, FilterDesc, const void*, TensorDesc, const void*, ConvDesc, int,
+                                    void*, size_t, const void*, TensorDesc, void*);
+  Status (*GetConvolutionBackwardFilterAlgorithm_v7)(Handle, TensorDesc, TensorDesc, ConvDesc, FilterDesc, int, int*,
+                                                     AlgoPerf*);
+  Status (*GetConvolutionBackwardFilterWorkspaceSize)(Handle, TensorDesc, TensorDesc, ConvDesc, FilterDesc, int, size_t*);
+  Status (*ConvolutionBackwardFilter)(Handle, const void*, TensorDesc, const void*, TensorDesc, const void*, ConvDesc, int,
+                                      void*, size_t, const void*, FilterDesc, void*);
+  Status (*AddTensor)(Handle, const void*, TensorDesc, const void*, const void*, TensorDesc, void*);
+  Status (*FindConvolutionForwardAlgorithmEx)(Handle, TensorDesc, const void*, FilterDesc, const void*, ConvDesc,
+                                              TensorDesc, void*, int, int*, AlgoPerf*, void*, size_t);
+  Status (*FindConvolutionBackwardDataAlgorithmEx)(Handle, FilterDesc, const void*, TensorDesc, const void*, ConvDesc,
+                                                   TensorDesc, void*, int, int*, AlgoPerf*, void*, size_t);
+  Status (*FindConvolutionBackwardFilterAlgorithmEx)(Handle, TensorDesc, const void*, TensorDesc, const void*, ConvDesc,
+                                                     FilterDesc, void*, int, int*, AlgoPerf*, void*, size_t);
+};
+
+// X(field): every function of Api, resolved as "cudnn" #field.
+#define CR_CUDNN_FUNCTIONS(X)                                                                                        \
+  X(GetVersion) X(GetErrorString) X(Create) X(SetStream) X(CreateTensorDescriptor) X(SetTensor4dDescriptor)        \
+  X(DestroyTensorDescriptor) X(CreateFilterDescriptor) X(SetFilter4dDescriptor) X(DestroyFilterDescriptor)          \
+  X(CreateConvolutionDescriptor) X(SetConvolution2dDescriptor) X(SetConvolutionGroupCount)                          \
+  X(SetConvolutionMathType) X(DestroyConvolutionDescriptor) X(GetConvolutionForwardAlgorithm_v7)                    \
+  X(GetConvolutionForwardWorkspaceSize) X(ConvolutionForward) X(GetConvolutionBackwardDataAlgorithm_v7)             \
+  X(GetConvolutionBackwardDataWorkspaceSize) X(ConvolutionBackwardData) X(GetConvolutionBackwardFilterAlgorithm_v7) \
+  X(GetConvolutionBackwardFilterWorkspaceSize) X(ConvolutionBackwardFilter) X(AddTensor)                           \
+  X(FindConvolutionForwardAlgorithmEx) X(FindConvolutionBackwardDataAlgorithmEx)                                    \
+  X(FindConvolutionBackwardFilterAlgorithmEx)
+
+}  // namespace cr::cuda::cudnn_api

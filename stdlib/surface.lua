@@ -360,7 +360,8 @@ function S.bincount(x, weights, minlength)
     n = math.max(n, x:max():item() + 1)
   end
   local dtype = weights and (weights.dtype == "float32" and "float32" or "float64") or "int64"
-  local w = weights and weights:to(dtype) or T.ones(x:numel(), { dtype = dtype, device = x.device })
+  -- (without weights a broadcast 1: the device counts in 32-bit bins, vm/kernels/cuda/scatter.cuh)
+  local w = weights and weights:to(dtype) or T.ones(1, { dtype = dtype, device = x.device }):expand(x:numel())
   return T.zeros(n, { dtype = dtype, device = x.device }):index_add(1, x:long() + 1, w)
 end
 
@@ -662,9 +663,10 @@ function S.histc(x, bins, lo, hi)
   if lo > hi then fail(string.format("histc: max must be larger than min, got %s and %s", tostring(lo), tostring(hi))) end
   local f = x:flatten()
   local inside = f:ge(lo):logical_and(f:le(hi))
-  local pos = ((f - lo) * bins / (hi - lo)):floor():long():clamp(0, bins - 1)
-  return T.zeros(bins, { dtype = x.dtype, device = x.device }):index_add(1, pos:masked_select(inside) + 1,
-    T.ones(inside:sum():item(), { dtype = x.dtype, device = x.device }))
+  -- (values outside go to a bin past the last, cut off: no selection, no read-back of its size)
+  local pos = ((f - lo) * bins / (hi - lo)):floor():long():clamp(0, bins - 1):masked_fill(inside:logical_not(), bins)
+  local one = T.ones(1, { dtype = x.dtype, device = x.device }):expand(f:numel())
+  return T.zeros(bins + 1, { dtype = x.dtype, device = x.device }):index_add(1, pos + 1, one):narrow(1, 1, bins)
 end
 
 -- quantile(x, q[, dim[, keepdim]]): linear interpolation between the sorted values; q a number

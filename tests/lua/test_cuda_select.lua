@@ -355,6 +355,48 @@ describe("CUDA selections", function()
     expect.eq(host_ops(), h, "surface ops: ops on host copies")
   end)
 
+  it("histograms: a long 1-D index_add into shared-memory bins, counting, warp-grouped counts, bincount / histc", function()
+    need_device()
+    T.manual_seed(9)
+    local h = host_ops()
+    for _, dt in ipairs(DTYPES) do
+      local tol = (dt == "float16" or dt == "bfloat16") and 2e-2 or nil
+      for _, bins in ipairs({ 1, 37, 1000, 6000, 20000 }) do
+        if tol and bins == 1 then goto next end  -- (3000 into one bin: 16-bit sums round by order)
+        local n = math.max(3000, 3 * bins)
+        local what = string.format("%s, %d into %d", dt, n, bins)
+        local pos, src = T.randint(1, bins + 1, { n }), values({ n }, dt)
+        if FLOAT[dt] then src = src:masked_fill(src:isnan(), 1) end
+        agree("index_add " .. what, function(o, i, s) return o:index_add(1, i, s) end, { values({ bins }, dt), pos, src }, tol)
+        agree("index_add alpha " .. what, function(o, i, s) return o:index_add(1, i, s, { alpha = 2 }) end,
+          { T.zeros(bins, { dtype = dt }), pos, src }, tol)
+        local one = T.ones(1, { dtype = dt }):expand(n)  -- (a constant source: counted)
+        agree("counting " .. what, function(o, i, s) return o:index_add(1, i, s) end, { T.zeros(bins, { dtype = dt }), pos, one }, tol)
+        agree("counting, skewed " .. what, function(o, i, s) return o:index_add(1, i, s) end,
+          { T.zeros(bins, { dtype = dt }), pos:remainder(math.min(3, bins)) + 1, one }, tol)
+        agree("into a strided target " .. what, function(o, i, s) return o:select(2, 2):index_add_(1, i, s) end,
+          { T.zeros(bins, 2, { dtype = dt }), pos, src }, tol)
+        ::next::
+      end
+    end
+    local z = T.full({ 40 }, -0.0, { dtype = "float32" })  -- (untouched bins keep -0: nothing is added to them)
+    agree("-0 in untouched bins", function(o, i, s) return o:index_add(1, i, s):reciprocal() end,
+      { z, T.randint(1, 21, { 4000 }), T.randn(4000) })
+    local ids = T.randint(0, 1000, { BIG })
+    agree("bincount of 3M into 1000", function(a) return T.bincount(a) end, { ids })
+    agree("bincount of 3M into 50000", function(a) return T.bincount(a) end, { ids * 50 })
+    agree("bincount of 3M, float32 weights", function(a, w) return T.bincount(a, w) end, { ids, T.rand(BIG) }, 1e-4)
+    agree("bincount of 3M, float64 weights", function(a, w) return T.bincount(a, w) end, { ids, T.rand(BIG):double() }, 1e-9)
+    agree("histc of 3M, 20000 bins", function(a) return T.histc(a, 20000, -2, 2) end, { T.randn(BIG) })
+    agree("histc float16", function(a) return T.histc(a, 30, -2, 2) end, { T.randn(5000):half() })
+    raises("index_add of a long line, a position past the bins", function()
+      local i = T.randint(1, 11, { 5000 })
+      i[4321] = 11
+      return dev(T.zeros(10)):index_add(1, dev(i), dev(T.ones(1):expand(5000)))
+    end, "index_add", "11")
+    expect.eq(host_ops(), h, "histograms: ops on host copies")
+  end)
+
   it("compiled functions break at a data-dependent size and select on the device", function()
     need_device()
     T.manual_seed(8)

@@ -1,8 +1,10 @@
 #include "vm/kernels/cuda/scatter.hpp"
 
+#include <algorithm>
 #include <memory>
 
 #include "vm/cuda/checks.hpp"
+#include "vm/cuda/driver.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/prelude.hpp"
@@ -29,10 +31,23 @@ const char* scaled_type(DType d) {
   }
 }
 
+// What a histogram's shared-memory bins hold (scatter.cuh's B): float sums for float32 (and,
+// unused, the 16-bit floats), wrapping integers, bool's "or" in a word.
+const char* bin_type(DType d) {
+  switch (d) {
+    case DType::f64: return "double";
+    case DType::i64: return "unsigned long long";
+    case DType::i32: case DType::b8: return "unsigned";
+    default: return "float";
+  }
+}
+size_t bin_bytes(DType d) { return d == DType::f64 || d == DType::i64 ? 8 : 4; }
+
 }  // namespace
 
 std::string scatter_source(DType d) {
-  return cat(prelude(), "\ntypedef ", cuda_type(d), " T;\ntypedef ", scaled_type(d), " A;\n", cuda_source("scatter.cuh"));
+  return cat(prelude(), "\ntypedef ", cuda_type(d), " T;\ntypedef ", scaled_type(d), " A;\ntypedef ", bin_type(d),
+             " B;\n", cuda_source("scatter.cuh"));
 }
 
 namespace {
@@ -52,20 +67,44 @@ Geo geometry(const Tensor& out, int d, const Tensor& idx, const Tensor& src) {
   return g;
 }
 
-// Launches `fn` over idx's positions; `alpha` goes between the geometry and the check word.
-void launch_scatter(Context& ctx, const char* fn, const Tensor& out, int d, const Tensor& idx, const Tensor& src,
+constexpr int kBlock = 256;
+constexpr size_t kBinBytes = 48 << 10;  // the shared memory every launch gets without an opt-in
+
+struct Launch {
+  const char* fn;
+  int64_t grid;
+  size_t shared;
+};
+
+// scatter_add's launch. A 1-D line into a 1-D target (a histogram) keeps its bins in shared
+// memory when they fit and the line is long enough to pay for clearing them; counting into more
+// bins (a constant source) groups a warp's equal bins; anything else is a thread per position.
+// (16-bit floats add one by one, as the CPU: float bins would not saturate where they do.)
+Launch add_launch(const Tensor& out, const Tensor& idx, const Tensor& src) {
+  const int64_t n = idx.numel(), threads = (n + kBlock - 1) / kBlock;
+  const bool half = out.dtype() == DType::f16 || out.dtype() == DType::bf16;
+  if (out.dim() != 1 || idx.dim() != 1 || n < 4 * kBlock || half) return {"scatter_add", threads, 0};
+  const bool counting = src.stride(0) == 0;
+  const int64_t waves = int64_t(device_info(out.device().index).multiprocessors) * 4;
+  const size_t shared = size_t(out.size(0)) * (counting ? 4 : bin_bytes(out.dtype()));
+  if (shared <= kBinBytes && n >= 2 * out.size(0))
+    return {"scatter_bins", std::clamp<int64_t>(n / (16 * kBlock), 1, waves), shared};
+  if (counting) return {"count_line", std::min(threads, 2 * waves), 0};
+  return {"scatter_add", threads, 0};
+}
+
+// Launches l.fn over idx's positions; `alpha` goes between the geometry and the check word.
+void launch_scatter(Context& ctx, const Launch& l, const Tensor& out, int d, const Tensor& idx, const Tensor& src,
                     void* alpha, const std::string& op, const std::string& what) {
-  const int64_t n = idx.numel();
-  if (n == 0) return;
+  if (idx.numel() == 0) return;
   Geo g = geometry(out, d, idx, src);
   const int device = out.device().index;
   const std::shared_ptr<DeviceCheck> check = library_check(device, op, {what});
   void *op_ = out.data_bytes(), *ip = idx.data_bytes(), *sp = src.data_bytes(), *cp = check->word;
   void* args[] = {&op_, &ip, &sp, &g, alpha, &cp};
-  constexpr int kBlock = 256;
   const DType dt = out.dtype();
-  library_launch(ctx, device, cat("scatter_", dtype_name(dt)), [dt] { return scatter_source(dt); }, fn,
-                 (n + kBlock - 1) / kBlock, kBlock, args);
+  library_launch(ctx, device, cat("scatter_", dtype_name(dt)), [dt] { return scatter_source(dt); }, l.fn, l.grid, kBlock,
+                 args, l.shared);
   defer_check(check, current_stream(device));
 }
 
@@ -84,7 +123,7 @@ void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, cons
     case DType::b8: ap = &ab; break;
     default: ap = &a32;
   }
-  launch_scatter(ctx, "scatter_add", out, d, idx, src, ap, op, what);
+  launch_scatter(ctx, add_launch(out, idx, src), out, d, idx, src, ap, op, what);
 }
 
 }  // namespace cr::cuda

@@ -21,6 +21,7 @@
 #include "vm/kernels/cuda/layer_norm.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/optim.hpp"
+#include "vm/kernels/cuda/radix.hpp"
 #include "vm/kernels/cuda/scatter.hpp"
 #include "vm/kernels/cuda/select.hpp"
 #include "vm/cuda/nvrtc.hpp"
@@ -71,7 +72,7 @@ TEST_CASE("cuda: CRESCENT_NVRTC_OPTIONS reaches NVRTC", "[cuda]") {
   CHECK(cr::cuda::nvrtc_options().empty());
 }
 
-TEST_CASE("cuda: the library kernels (cumsum, sort) compile to CUBIN for every dtype", "[cuda]") {
+TEST_CASE("cuda: the library kernels (cumsum, sort, radix sort) compile to CUBIN for every dtype", "[cuda]") {
   if (!have_nvrtc()) return;
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
     INFO(cr::dtype_name(d));
@@ -80,6 +81,7 @@ TEST_CASE("cuda: the library kernels (cumsum, sort) compile to CUBIN for every d
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::b8}) {
     INFO(cr::dtype_name(d));
     CHECK(compiles_clean(cr::cuda::sort_source(d), "sort"));
+    CHECK(compiles_clean(cr::cuda::radix_source(d), "radix"));
   }
 }
 

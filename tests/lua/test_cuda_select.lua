@@ -397,6 +397,42 @@ describe("CUDA selections", function()
     expect.eq(host_ops(), h, "histograms: ops on host copies")
   end)
 
+  it("radix sort of long lines: every dtype, NaN / -0 / inf / extremes, ties, descending, rows, columns, topk", function()
+    need_device()
+    T.manual_seed(10)
+    local h = host_ops()
+    local function sorts(what, x, d)
+      for _, desc in ipairs({ false, true }) do
+        local w = string.format("%s%s", what, desc and ", descending" or "")
+        agree("sort " .. w, function(a) return a:sort(d, desc) end, { x })
+      end
+    end
+    for _, dt in ipairs(DTYPES) do
+      local x = values({ 40000 }, dt)  -- (more than two tiles of 16384; many ties)
+      if FLOAT[dt] then
+        x[5], x[6], x[39999] = 1 / 0, -1 / 0, -1 / 0
+      elseif dt == "int64" then
+        x[5], x[6] = 2 ^ 62, -2 ^ 63  -- (the smallest int64; doubles reach no larger max exactly)
+      elseif dt == "int32" then
+        x[5], x[6] = 2147483647, -2147483648
+      end
+      sorts(dt .. " {40000}", x, 1)
+      sorts(dt .. " rows {3,5000}", values({ 3, 5000 }, dt), 2)
+      sorts(dt .. " columns {4100,3}", values({ 4100, 3 }, dt), 1)
+      if dt ~= "bool" then
+        agree("topk 3000 of " .. dt, function(a) return a:topk(3000, 1, false) end, { x })
+        agree("argsort " .. dt, function(a) return a:argsort(1, true) end, { x })
+      end
+    end
+    local r = T.randn(BIG)
+    r[77] = 0 / 0
+    sorts("float32 of 3M distinct", r, 1)
+    sorts("float32 of 3M, few values", (r * 2):round(), 1)
+    sorts("int64 of 3M", T.randint(-2 ^ 40, 2 ^ 40, { BIG }), 1)
+    agree("sort of a {2,9000,2} middle dim", function(a) return a:sort(2) end, { T.randn(2, 9000, 2) })
+    expect.eq(host_ops(), h, "radix sort: ops on host copies")
+  end)
+
   it("compiled functions break at a data-dependent size and select on the device", function()
     need_device()
     T.manual_seed(8)

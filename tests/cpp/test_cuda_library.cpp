@@ -85,7 +85,7 @@ TEST_CASE("cuda: the library kernels (cumsum, sort, radix sort) compile to CUBIN
   }
 }
 
-TEST_CASE("cuda: the optimizer updates and scatter_add compile to CUBIN for every dtype", "[cuda]") {
+TEST_CASE("cuda: the optimizer updates, scatter_add and scatter_reduce compile to CUBIN for every dtype", "[cuda]") {
   if (!have_nvrtc()) return;
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     INFO(cr::dtype_name(d));
@@ -94,6 +94,7 @@ TEST_CASE("cuda: the optimizer updates and scatter_add compile to CUBIN for ever
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::b8}) {
     INFO(cr::dtype_name(d));
     CHECK(compiles_clean(cr::cuda::scatter_source(d), "scatter"));
+    if (d != DType::b8) CHECK(compiles_clean(cr::cuda::scatter_reduce_source(d), "scatter_reduce"));
   }
 }
 

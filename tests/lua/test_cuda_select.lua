@@ -433,6 +433,45 @@ describe("CUDA selections", function()
     expect.eq(host_ops(), h, "radix sort: ops on host copies")
   end)
 
+  it("scatter_reduce (sum, prod, mean, amax, amin; include_self or not) by atomics on the device", function()
+    need_device()
+    T.manual_seed(11)
+    local h = host_ops()
+    for _, dt in ipairs(DTYPES) do
+      if dt ~= "bool" then
+        local tol = (dt == "float16" or dt == "bfloat16") and 2e-2 or nil
+        for _, red in ipairs({ "sum", "prod", "mean", "amax", "amin" }) do
+          for _, inc in ipairs({ true, false }) do
+            local what = string.format("%s %s include_self=%s", dt, red, tostring(inc))
+            local f = function(d) return function(a, i, s) return a:scatter_reduce(d, i, s, red, { include_self = inc }) end end
+            agree("scatter_reduce dim 1 " .. what, f(1), { values({ 6, 5 }, dt), T.randint(1, 7, { 8, 5 }), values({ 8, 5 }, dt) }, tol)
+            agree("scatter_reduce dim 2, a smaller index " .. what, f(2),
+              { values({ 4, 9 }, dt), T.randint(1, 10, { 3, 12 }), values({ 4, 14 }, dt) }, tol)
+            agree("scatter_reduce strided " .. what, f(1),
+              { values({ 5, 7 }, dt):t(), T.randint(1, 8, { 9, 5 }), values({ 5, 9 }, dt):t() }, tol)
+          end
+        end
+      end
+    end
+    local big = T.randint(1, 1001, { BIG })  -- (many hits a target: every combination contends)
+    for _, red in ipairs({ "sum", "mean", "amax", "amin" }) do
+      for _, inc in ipairs({ true, false }) do
+        agree(string.format("scatter_reduce of 3M into 1000, %s, include_self=%s", red, tostring(inc)),
+          function(a, i, s) return a:scatter_reduce(1, i, s, red, { include_self = inc }) end,
+          { T.randn(1000), big, T.randn(BIG) }, 1e-3)
+        agree(string.format("scatter_reduce of 3M int64 into 1000, %s, include_self=%s", red, tostring(inc)),
+          function(a, i, s) return a:scatter_reduce(1, i, s, red, { include_self = inc }) end,
+          { T.randint(-50, 50, { 1000 }), big, T.randint(-1000, 1000, { BIG }) })
+      end
+    end
+    agree("scatter_reduce prod of 3M into 1000", function(a, i, s) return a:scatter_reduce(1, i, s, "prod") end,
+      { T.ones(1000), big, T.ones(BIG):masked_fill(T.rand(BIG):lt(0.001), -1) })
+    raises("scatter_reduce, a position past dim 1", function()
+      return dev(T.zeros(4)):scatter_reduce(1, dev(T.tensor({ 1, 5 })), dev(T.ones(2)), "amax")
+    end, "scatter_reduce", "5")
+    expect.eq(host_ops(), h, "scatter_reduce: ops on host copies")
+  end)
+
   it("compiled functions break at a data-dependent size and select on the device", function()
     need_device()
     T.manual_seed(8)

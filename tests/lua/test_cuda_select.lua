@@ -472,6 +472,24 @@ describe("CUDA selections", function()
     expect.eq(host_ops(), h, "scatter_reduce: ops on host copies")
   end)
 
+  it("unique(dim =): rows ordered by stable sorts of their columns on the device", function()
+    need_device()
+    T.manual_seed(12)
+    local h = host_ops()
+    for _, dt in ipairs(DTYPES) do
+      for _, shape in ipairs({ { 0, 3 }, { 4, 0 }, { 1, 5 }, { 30, 3 }, { 6, 4, 2 }, { 5000, 2 } }) do
+        local x = dt == "bool" and T.rand(shape):lt(0.5) or T.randint(-2, 3, shape):to(dt)
+        for k = 1, #shape do
+          local what = string.format("%s %s dim %d", dt, shape_str(x), k)
+          agree("unique " .. what, function(a) return T.unique(a, { dim = k, return_inverse = true, return_counts = true }) end, { x })
+        end
+      end
+    end
+    agree("unique of 3M rows of 2, dim 1", function(a) return T.unique(a, { dim = 1, return_counts = true }) end,
+      { T.randint(0, 40, { BIG, 2 }) })
+    expect.eq(host_ops(), h, "unique(dim): ops on host copies")
+  end)
+
   it("compiled functions break at a data-dependent size and select on the device", function()
     need_device()
     T.manual_seed(8)

@@ -360,7 +360,8 @@ function S.bincount(x, weights, minlength)
     n = math.max(n, x:max():item() + 1)
   end
   local dtype = weights and (weights.dtype == "float32" and "float32" or "float64") or "int64"
-  local w = weights and weights:to(dtype) or T.ones(x:numel(), { dtype = dtype, device = x.device })
+  -- (without weights a broadcast 1: the device counts in 32-bit bins, vm/kernels/cuda/scatter.cuh)
+  local w = weights and weights:to(dtype) or T.ones(1, { dtype = dtype, device = x.device }):expand(x:numel())
   return T.zeros(n, { dtype = dtype, device = x.device }):index_add(1, x:long() + 1, w)
 end
 
@@ -395,36 +396,27 @@ function S.unique(x, opts)
   if opts.return_counts then r[#r + 1] = run_lengths(first, x) end
   return unpack(r)
 end
--- unique along a dim: the distinct slices, in lexicographic order
+-- unique along a dim: the distinct slices in lexicographic order, all on x's device: stable sorts
+-- of the columns from the last to the first order the rows (ties keep their order), then the
+-- rows that differ from the one before start the groups
 function S.unique_dim(x, opts)
   local k = dim0("unique", x, opts.dim) + 1
   local m = x:transpose(1, k)
-  local rows = m:reshape(m:size(1), -1):totable()
-  local function cmp(a, b)  -- -1, 0, 1: the lexicographic order of rows a and b
-    for j = 1, #rows[a] do
-      if rows[a][j] ~= rows[b][j] then return rows[a][j] < rows[b][j] and -1 or 1 end
-    end
-    return 0
+  local n = m:size(1)
+  local rows = m:reshape(n, n > 0 and math.floor(m:numel() / n) or 0)
+  local perm = T.arange(1, n + 1, { dtype = "int64", device = x.device })
+  for j = rows:size(2), 1, -1 do
+    local _, o = rows:select(2, j):index_select(1, perm):sort(1)
+    perm = perm:index_select(1, o)
   end
-  local order = {}
-  for i = 1, #rows do order[i] = i end
-  table.sort(order, function(a, b)
-    local c = cmp(a, b)
-    if c ~= 0 then return c < 0 end
-    return a < b
-  end)
-  local keep, inverse, counts, g = {}, {}, {}, 0
-  for i, o in ipairs(order) do
-    if i == 1 or cmp(order[i - 1], o) ~= 0 then
-      g = g + 1
-      keep[g], counts[g] = o, 0
-    end
-    inverse[o], counts[g] = g, counts[g] + 1
+  local sorted = rows:index_select(1, perm)
+  local first = T.ones(n, { dtype = "bool", device = x.device })
+  if n > 1 then first:narrow(1, 2, n - 1):copy_(sorted:narrow(1, 2, n - 1):ne(sorted:narrow(1, 1, n - 1)):any(2)) end
+  local r = { m:index_select(1, perm:masked_select(first)):transpose(1, k) }
+  if opts.return_inverse then
+    r[#r + 1] = T.zeros(n, { dtype = "int64", device = x.device }):scatter_(1, perm, first:long():cumsum(1))
   end
-  local values = m:index_select(1, long(x, keep):reshape(#keep)):transpose(1, k)
-  local r = { values }
-  if opts.return_inverse then r[#r + 1] = long(x, inverse):reshape(#inverse) end
-  if opts.return_counts then r[#r + 1] = long(x, counts):reshape(#counts) end
+  if opts.return_counts then r[#r + 1] = run_lengths(first, x) end
   return unpack(r)
 end
 
@@ -662,9 +654,10 @@ function S.histc(x, bins, lo, hi)
   if lo > hi then fail(string.format("histc: max must be larger than min, got %s and %s", tostring(lo), tostring(hi))) end
   local f = x:flatten()
   local inside = f:ge(lo):logical_and(f:le(hi))
-  local pos = ((f - lo) * bins / (hi - lo)):floor():long():clamp(0, bins - 1)
-  return T.zeros(bins, { dtype = x.dtype, device = x.device }):index_add(1, pos:masked_select(inside) + 1,
-    T.ones(inside:sum():item(), { dtype = x.dtype, device = x.device }))
+  -- (values outside go to a bin past the last, cut off: no selection, no read-back of its size)
+  local pos = ((f - lo) * bins / (hi - lo)):floor():long():clamp(0, bins - 1):masked_fill(inside:logical_not(), bins)
+  local one = T.ones(1, { dtype = x.dtype, device = x.device }):expand(f:numel())
+  return T.zeros(bins + 1, { dtype = x.dtype, device = x.device }):index_add(1, pos + 1, one):narrow(1, 1, bins)
 end
 
 -- quantile(x, q[, dim[, keepdim]]): linear interpolation between the sorted values; q a number

@@ -21,6 +21,7 @@
 #include "vm/kernels/cuda/layer_norm.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/optim.hpp"
+#include "vm/kernels/cuda/radix.hpp"
 #include "vm/kernels/cuda/scatter.hpp"
 #include "vm/kernels/cuda/select.hpp"
 #include "vm/cuda/nvrtc.hpp"
@@ -71,7 +72,7 @@ TEST_CASE("cuda: CRESCENT_NVRTC_OPTIONS reaches NVRTC", "[cuda]") {
   CHECK(cr::cuda::nvrtc_options().empty());
 }
 
-TEST_CASE("cuda: the library kernels (cumsum, sort) compile to CUBIN for every dtype", "[cuda]") {
+TEST_CASE("cuda: the library kernels (cumsum, sort, radix sort) compile to CUBIN for every dtype", "[cuda]") {
   if (!have_nvrtc()) return;
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
     INFO(cr::dtype_name(d));
@@ -80,10 +81,11 @@ TEST_CASE("cuda: the library kernels (cumsum, sort) compile to CUBIN for every d
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::b8}) {
     INFO(cr::dtype_name(d));
     CHECK(compiles_clean(cr::cuda::sort_source(d), "sort"));
+    CHECK(compiles_clean(cr::cuda::radix_source(d), "radix"));
   }
 }
 
-TEST_CASE("cuda: the optimizer updates and scatter_add compile to CUBIN for every dtype", "[cuda]") {
+TEST_CASE("cuda: the optimizer updates, scatter_add and scatter_reduce compile to CUBIN for every dtype", "[cuda]") {
   if (!have_nvrtc()) return;
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     INFO(cr::dtype_name(d));
@@ -92,6 +94,7 @@ TEST_CASE("cuda: the optimizer updates and scatter_add compile to CUBIN for ever
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::b8}) {
     INFO(cr::dtype_name(d));
     CHECK(compiles_clean(cr::cuda::scatter_source(d), "scatter"));
+    if (d != DType::b8) CHECK(compiles_clean(cr::cuda::scatter_reduce_source(d), "scatter_reduce"));
   }
 }
 
@@ -183,6 +186,7 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
                      : starts("attention_")  ? "attention_fwd"
                      : starts("cumsum_")     ? "cumsum_rows"
                      : starts("optim_")      ? "fused_adam"
+                     : starts("radix_")      ? "radix_scatter"
                      : starts("scatter_")    ? "scatter_add"
                      : starts("select_")     ? "index_gather"
                                              : "sort_lines";

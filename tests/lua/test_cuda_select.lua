@@ -355,6 +355,141 @@ describe("CUDA selections", function()
     expect.eq(host_ops(), h, "surface ops: ops on host copies")
   end)
 
+  it("histograms: a long 1-D index_add into shared-memory bins, counting, warp-grouped counts, bincount / histc", function()
+    need_device()
+    T.manual_seed(9)
+    local h = host_ops()
+    for _, dt in ipairs(DTYPES) do
+      local tol = (dt == "float16" or dt == "bfloat16") and 2e-2 or nil
+      for _, bins in ipairs({ 1, 37, 1000, 6000, 20000 }) do
+        if tol and bins == 1 then goto next end  -- (3000 into one bin: 16-bit sums round by order)
+        local n = math.max(3000, 3 * bins)
+        local what = string.format("%s, %d into %d", dt, n, bins)
+        local pos, src = T.randint(1, bins + 1, { n }), values({ n }, dt)
+        if FLOAT[dt] then src = src:masked_fill(src:isnan(), 1) end
+        agree("index_add " .. what, function(o, i, s) return o:index_add(1, i, s) end, { values({ bins }, dt), pos, src }, tol)
+        agree("index_add alpha " .. what, function(o, i, s) return o:index_add(1, i, s, { alpha = 2 }) end,
+          { T.zeros(bins, { dtype = dt }), pos, src }, tol)
+        local one = T.ones(1, { dtype = dt }):expand(n)  -- (a constant source: counted)
+        agree("counting " .. what, function(o, i, s) return o:index_add(1, i, s) end, { T.zeros(bins, { dtype = dt }), pos, one }, tol)
+        agree("counting, skewed " .. what, function(o, i, s) return o:index_add(1, i, s) end,
+          { T.zeros(bins, { dtype = dt }), pos:remainder(math.min(3, bins)) + 1, one }, tol)
+        agree("into a strided target " .. what, function(o, i, s) return o:select(2, 2):index_add_(1, i, s) end,
+          { T.zeros(bins, 2, { dtype = dt }), pos, src }, tol)
+        ::next::
+      end
+    end
+    local z = T.full({ 40 }, -0.0, { dtype = "float32" })  -- (untouched bins keep -0: nothing is added to them)
+    agree("-0 in untouched bins", function(o, i, s) return o:index_add(1, i, s):reciprocal() end,
+      { z, T.randint(1, 21, { 4000 }), T.randn(4000) })
+    local ids = T.randint(0, 1000, { BIG })
+    agree("bincount of 3M into 1000", function(a) return T.bincount(a) end, { ids })
+    agree("bincount of 3M into 50000", function(a) return T.bincount(a) end, { ids * 50 })
+    agree("bincount of 3M, float32 weights", function(a, w) return T.bincount(a, w) end, { ids, T.rand(BIG) }, 1e-4)
+    agree("bincount of 3M, float64 weights", function(a, w) return T.bincount(a, w) end, { ids, T.rand(BIG):double() }, 1e-9)
+    agree("histc of 3M, 20000 bins", function(a) return T.histc(a, 20000, -2, 2) end, { T.randn(BIG) })
+    agree("histc float16", function(a) return T.histc(a, 30, -2, 2) end, { T.randn(5000):half() })
+    raises("index_add of a long line, a position past the bins", function()
+      local i = T.randint(1, 11, { 5000 })
+      i[4321] = 11
+      return dev(T.zeros(10)):index_add(1, dev(i), dev(T.ones(1):expand(5000)))
+    end, "index_add", "11")
+    expect.eq(host_ops(), h, "histograms: ops on host copies")
+  end)
+
+  it("radix sort of long lines: every dtype, NaN / -0 / inf / extremes, ties, descending, rows, columns, topk", function()
+    need_device()
+    T.manual_seed(10)
+    local h = host_ops()
+    local function sorts(what, x, d)
+      for _, desc in ipairs({ false, true }) do
+        local w = string.format("%s%s", what, desc and ", descending" or "")
+        agree("sort " .. w, function(a) return a:sort(d, desc) end, { x })
+      end
+    end
+    for _, dt in ipairs(DTYPES) do
+      local x = values({ 40000 }, dt)  -- (more than two tiles of 16384; many ties)
+      if FLOAT[dt] then
+        x[5], x[6], x[39999] = 1 / 0, -1 / 0, -1 / 0
+      elseif dt == "int64" then
+        x[5], x[6] = 2 ^ 62, -2 ^ 63  -- (the smallest int64; doubles reach no larger max exactly)
+      elseif dt == "int32" then
+        x[5], x[6] = 2147483647, -2147483648
+      end
+      sorts(dt .. " {40000}", x, 1)
+      sorts(dt .. " rows {3,5000}", values({ 3, 5000 }, dt), 2)
+      sorts(dt .. " columns {4100,3}", values({ 4100, 3 }, dt), 1)
+      if dt ~= "bool" then
+        agree("topk 3000 of " .. dt, function(a) return a:topk(3000, 1, false) end, { x })
+        agree("argsort " .. dt, function(a) return a:argsort(1, true) end, { x })
+      end
+    end
+    local r = T.randn(BIG)
+    r[77] = 0 / 0
+    sorts("float32 of 3M distinct", r, 1)
+    sorts("float32 of 3M, few values", (r * 2):round(), 1)
+    sorts("int64 of 3M", T.randint(-2 ^ 40, 2 ^ 40, { BIG }), 1)
+    agree("sort of a {2,9000,2} middle dim", function(a) return a:sort(2) end, { T.randn(2, 9000, 2) })
+    expect.eq(host_ops(), h, "radix sort: ops on host copies")
+  end)
+
+  it("scatter_reduce (sum, prod, mean, amax, amin; include_self or not) by atomics on the device", function()
+    need_device()
+    T.manual_seed(11)
+    local h = host_ops()
+    for _, dt in ipairs(DTYPES) do
+      if dt ~= "bool" then
+        local tol = (dt == "float16" or dt == "bfloat16") and 2e-2 or nil
+        for _, red in ipairs({ "sum", "prod", "mean", "amax", "amin" }) do
+          for _, inc in ipairs({ true, false }) do
+            local what = string.format("%s %s include_self=%s", dt, red, tostring(inc))
+            local f = function(d) return function(a, i, s) return a:scatter_reduce(d, i, s, red, { include_self = inc }) end end
+            agree("scatter_reduce dim 1 " .. what, f(1), { values({ 6, 5 }, dt), T.randint(1, 7, { 8, 5 }), values({ 8, 5 }, dt) }, tol)
+            agree("scatter_reduce dim 2, a smaller index " .. what, f(2),
+              { values({ 4, 9 }, dt), T.randint(1, 10, { 3, 12 }), values({ 4, 14 }, dt) }, tol)
+            agree("scatter_reduce strided " .. what, f(1),
+              { values({ 5, 7 }, dt):t(), T.randint(1, 8, { 9, 5 }), values({ 5, 9 }, dt):t() }, tol)
+          end
+        end
+      end
+    end
+    local big = T.randint(1, 1001, { BIG })  -- (many hits a target: every combination contends)
+    for _, red in ipairs({ "sum", "mean", "amax", "amin" }) do
+      for _, inc in ipairs({ true, false }) do
+        agree(string.format("scatter_reduce of 3M into 1000, %s, include_self=%s", red, tostring(inc)),
+          function(a, i, s) return a:scatter_reduce(1, i, s, red, { include_self = inc }) end,
+          { T.randn(1000), big, T.randn(BIG) }, 1e-3)
+        agree(string.format("scatter_reduce of 3M int64 into 1000, %s, include_self=%s", red, tostring(inc)),
+          function(a, i, s) return a:scatter_reduce(1, i, s, red, { include_self = inc }) end,
+          { T.randint(-50, 50, { 1000 }), big, T.randint(-1000, 1000, { BIG }) })
+      end
+    end
+    agree("scatter_reduce prod of 3M into 1000", function(a, i, s) return a:scatter_reduce(1, i, s, "prod") end,
+      { T.ones(1000), big, T.ones(BIG):masked_fill(T.rand(BIG):lt(0.001), -1) })
+    raises("scatter_reduce, a position past dim 1", function()
+      return dev(T.zeros(4)):scatter_reduce(1, dev(T.tensor({ 1, 5 })), dev(T.ones(2)), "amax")
+    end, "scatter_reduce", "5")
+    expect.eq(host_ops(), h, "scatter_reduce: ops on host copies")
+  end)
+
+  it("unique(dim =): rows ordered by stable sorts of their columns on the device", function()
+    need_device()
+    T.manual_seed(12)
+    local h = host_ops()
+    for _, dt in ipairs(DTYPES) do
+      for _, shape in ipairs({ { 0, 3 }, { 4, 0 }, { 1, 5 }, { 30, 3 }, { 6, 4, 2 }, { 5000, 2 } }) do
+        local x = dt == "bool" and T.rand(shape):lt(0.5) or T.randint(-2, 3, shape):to(dt)
+        for k = 1, #shape do
+          local what = string.format("%s %s dim %d", dt, shape_str(x), k)
+          agree("unique " .. what, function(a) return T.unique(a, { dim = k, return_inverse = true, return_counts = true }) end, { x })
+        end
+      end
+    end
+    agree("unique of 3M rows of 2, dim 1", function(a) return T.unique(a, { dim = 1, return_counts = true }) end,
+      { T.randint(0, 40, { BIG, 2 }) })
+    expect.eq(host_ops(), h, "unique(dim): ops on host copies")
+  end)
+
   it("compiled functions break at a data-dependent size and select on the device", function()
     need_device()
     T.manual_seed(8)

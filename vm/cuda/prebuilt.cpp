@@ -6,6 +6,7 @@
 #include "vm/kernels/cuda/attention_simt.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/optim.hpp"
+#include "vm/kernels/cuda/radix.hpp"
 #include "vm/kernels/cuda/scatter.hpp"
 #include "vm/kernels/cuda/select.hpp"
 #include "vm/cuda/nvrtc.hpp"
@@ -17,7 +18,8 @@ namespace cr::cuda {
 // Attention: head sizes 64 and 128 are those of GPT-2, LLaMA and most models since; other sizes
 // compile at first use (1-2 s for float32). An H100 grants a block 227 KiB of shared memory.
 // cumsum and sort / topk (about 0.1 s each) in the dtypes models sort and sum: float, int32 /
-// int64 (ids, positions) and bool (masks). The optimizer updates and scatter_add (the gathers'
+// int64 (ids, positions) and bool (masks); the radix sort of long lines of floats and ids
+// (unique). The optimizer updates and scatter_add (the gathers'
 // gradients) in the floating dtypes training uses; the selections (x[mask], nonzero, x[idx]) of
 // float32 values, int64 ids and bool masks.
 std::vector<LibraryInstance> prebuilt_instances() {
@@ -32,6 +34,7 @@ std::vector<LibraryInstance> prebuilt_instances() {
     r.push_back({cat("sort_", dtype_name(d)), sort_source(d)});
   }
   r.push_back({"sort_bool", sort_source(DType::b8)});
+  for (DType d : {DType::f32, DType::i64}) r.push_back({cat("radix_", dtype_name(d)), radix_source(d)});
   for (DType d : {DType::f32, DType::f16, DType::bf16}) {
     r.push_back({cat("optim_", dtype_name(d)), optim_source(d)});
     r.push_back({cat("scatter_", dtype_name(d)), scatter_source(d)});

@@ -2,9 +2,11 @@
 // combined into the element of a copy of self its index names along dim, by reduce = "sum",
 // "prod", "mean", "amax" or "amin" (PyTorch's; a NaN wins amax / amin; the mean of integers
 // rounds down). include_self = false: the positions the index names start from their first
-// source value. Index values are 1-based and checked before anything is written.
+// source value. Index values are 1-based and checked before anything is written (on CUDA by the
+// kernels, raising at the next synchronisation: vm/kernels/cuda/scatter_reduce.cuh).
 #include <cmath>
 
+#include "vm/kernels/cuda/scatter.hpp"
 #include "vm/ops/indexing.hpp"
 
 namespace cr {
@@ -110,7 +112,14 @@ std::vector<Meta> infer_scatter_reduce(OpCall& c) {
 void run_scatter_reduce(OpCall& c) {
   ScatterReduce s = prepare(c);
   const Tensor x = at_least_1d(s.self);
-  check_range(s.index, x.size(s.d), cat("dim ", s.d + 1, " of size ", x.size(s.d)));
+  const std::string what = cat("dim ", s.d + 1, " of size ", x.size(s.d));
+  if (!x.device().is_cpu()) {  // (the kernels check the positions)
+    static_assert(int(Reduce::Amin) == cuda::kReduceAmin && int(Reduce::Mean) == cuda::kReduceMean);
+    copy_into(c.outs[0], s.self);
+    return cuda::scatter_reduce(c.ctx, at_least_1d(c.outs[0]), s.d, at_least_1d(s.index), at_least_1d(s.src),
+                                int(s.reduce), s.include_self, c.def.name, what);
+  }
+  check_range(s.index, x.size(s.d), what);
   copy_into(c.outs[0], s.self);
   visit_numeric(s.self.dtype(), [&](auto t) { reduce_into<decltype(t)>(c.outs[0], s); });
 }
@@ -119,7 +128,7 @@ void run_scatter_reduce(OpCall& c) {
 
 void register_scatter_reduce(Registry& r) {
   r.add(OpDef{"scatter_reduce", "self:T, dim:D, index:T, src:T, reduce:S, opts:{include_self:B}", OpKind::Index,
-              kValueErrors, infer_scatter_reduce, run_scatter_reduce});
+              kValueErrors | kDeviceAware, infer_scatter_reduce, run_scatter_reduce});
 }
 
 }  // namespace cr

@@ -11,6 +11,7 @@
 #include "vm/cuda/streams.hpp"
 #include "vm/hooks.hpp"
 #include "vm/kernels/cuda/prelude.hpp"
+#include "vm/kernels/cuda/radix.hpp"
 #include "vm/kernels/cuda/sources.hpp"
 #include "vm/kernels/loop.hpp"
 
@@ -176,38 +177,6 @@ void sort_pass(Context& ctx, const Tensor& x, const Tensor* xi, const Tensor& y,
          shared);
 }
 
-// One merge_runs launch: runs of `run` of x / xi into runs of 2 * run of y / yi.
-void merge_pass(Context& ctx, const Tensor& x, const Tensor& xi, const Tensor& y, const Tensor& yi, int64_t outer,
-                int64_t n, int64_t inner, int64_t run, bool descending, bool final) {
-  const int device = y.device().index;
-  void *xp = x.data_bytes(), *xip = xi.data_bytes(), *yp = y.data_bytes(), *yip = yi.data_bytes();
-  long long n_ = n, inner_ = inner, run_ = run, elements = outer * n * inner;
-  int desc = descending, one = final;
-  constexpr int kBlock = 256;
-  launch(function(ctx, device, "sort", "sort.cuh", x.dtype(), "merge_runs"), device, (elements + kBlock - 1) / kBlock, kBlock,
-         {&xp, &xip, &yp, &yip, &n_, &inner_, &run_, &elements, &desc, &one}, "merge_runs");
-}
-
-// A sort of lines longer than a chunk: the chunks sorted in shared memory, then merged pairwise
-// (log2(n / chunk) passes); the first k of the sorted lines are the result.
-void sort_long(Context& ctx, const Tensor& x, int64_t outer, int64_t n, int64_t inner, int64_t k, bool descending,
-               const Tensor& values, const Tensor& indices) {
-  const Shape lines{outer, n, inner};
-  Tensor v = Tensor::empty(lines, x.dtype(), x.device()), vi = Tensor::empty(lines, DType::i64, x.device());
-  sort_pass(ctx, x, nullptr, v, vi, outer, n, inner, kSortChunk, kSortChunk, n, descending, false);
-  Tensor w = Tensor::empty(lines, x.dtype(), x.device()), wi = Tensor::empty(lines, DType::i64, x.device());
-  for (int64_t run = kSortChunk; run < n; run *= 2) {
-    const bool last = run * 2 >= n, direct = last && k == n;
-    merge_pass(ctx, v, vi, direct ? values : w, direct ? indices : wi, outer, n, inner, run, descending, last);
-    if (direct) return;
-    std::swap(v, w);
-    std::swap(vi, wi);
-  }
-  const Shape kept{outer, k, inner}, strides = contiguous_strides(lines), out_strides = contiguous_strides(kept);
-  copy_into(Tensor::view_of(values, kept, out_strides, values.offset()), Tensor::view_of(v, kept, strides, 0));
-  copy_into(Tensor::view_of(indices, kept, out_strides, indices.offset()), Tensor::view_of(vi, kept, strides, 0));
-}
-
 }  // namespace
 
 bool order_lines(Context& ctx, const Tensor& x, int64_t outer, int64_t n, int64_t inner, int64_t k, bool descending,
@@ -215,7 +184,7 @@ bool order_lines(Context& ctx, const Tensor& x, int64_t outer, int64_t n, int64_
   if (n >= (int64_t(1) << 31) || outer * inner * ((n + kSortChunk - 1) / kSortChunk) >= (int64_t(1) << 31)) return false;
   if (values.numel() == 0) return true;
   if (n > kSortChunk && k > kSortChunk / 2) {
-    sort_long(ctx, x, outer, n, inner, k, descending, values, indices);
+    radix_sort_lines(ctx, x, outer, n, inner, k, descending, values, indices);
     return true;
   }
   Tensor cur = x, cur_i;

@@ -26,7 +26,7 @@ void cumsum(Context& ctx, const Tensor& out, const Tensor& x, int64_t outer, int
 // sorting.cpp: NaN above every number, equal values by position) into values / indices {outer, k,
 // inner} (1-based positions). Lines of up to kSortChunk elements are sorted in one block's shared
 // memory; longer ones keep each chunk's first k until one chunk holds them (k <= kSortChunk / 2),
-// or are sorted whole: sorted chunks merged pairwise. False (nothing ran) for lines of 2^31
+// or are sorted whole by a radix sort (radix.hpp). False (nothing ran) for lines of 2^31
 // elements or more: the caller orders host copies.
 constexpr int64_t kSortChunk = 4096;
 bool order_lines(Context& ctx, const Tensor& x, int64_t outer, int64_t n, int64_t inner, int64_t k, bool descending,

@@ -87,3 +87,69 @@ extern "C" __global__ void scatter_add(T* __restrict__ out, const long long* __r
   if (i >= g.n) return;
   if (T* o = target(out, index, g, i, &so, check)) add_at(o, scaled(alpha, A(src[so])));
 }
+
+// A long 1-D line into a 1-D target of few bins (a histogram: bincount, histc, a 1-D index_add):
+// scatter_bins sums a grid-stride share of the line per block into bins of B in shared memory,
+// then adds each touched bin once into out. Floating bins start at -0.0 (the additive identity,
+// so an untouched bin is skipped exactly); a constant source (stride 0: counting) keeps 32-bit
+// counters, multiplied by the value at the merge.
+__forceinline__ void bin_add(float* b, float v) { atomicAdd(b, v); }
+__forceinline__ void bin_add(double* b, double v) { atomicAdd(b, v); }
+__forceinline__ void bin_add(unsigned long long* b, long long v) { atomicAdd(b, (unsigned long long)v); }
+__forceinline__ void bin_add(unsigned* b, long long v) { atomicAdd(b, unsigned(v)); }
+__forceinline__ void bin_add(unsigned* b, int v) { if (v) atomicOr(b, 1u); }
+__forceinline__ bool untouched(float b) { return __float_as_uint(b) == 0x80000000u; }
+__forceinline__ bool untouched(double b) { return (unsigned long long)__double_as_longlong(b) == 0x8000000000000000ull; }
+__forceinline__ bool untouched(unsigned long long b) { return b == 0; }
+__forceinline__ bool untouched(unsigned b) { return b == 0; }
+
+extern "C" __global__ void scatter_bins(T* __restrict__ out, const long long* __restrict__ index,
+                                        const T* __restrict__ src, ScatterGeo g, A alpha, int64_t* check) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  B* bins = reinterpret_cast<B*>(smem);
+  unsigned* counts = reinterpret_cast<unsigned*>(smem);
+  const bool counting = g.src_strides[0] == 0;
+  for (long long b = threadIdx.x; b < g.limit; b += blockDim.x) {
+    if (counting) counts[b] = 0u;
+    else bins[b] = B(-0.0);
+  }
+  __syncthreads();
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < g.n; i += step) {
+    const long long p = index[i * g.idx_strides[0]];
+    if (p < 1 || p > g.limit) cr::position(p, g.limit, 0, check);
+    else if (counting) atomicAdd(counts + (p - 1), 1u);
+    else bin_add(bins + (p - 1), scaled(alpha, A(src[i * g.src_strides[0]])));
+  }
+  __syncthreads();
+  const A each = counting ? scaled(alpha, A(src[0])) : A(0);
+  for (long long b = threadIdx.x; b < g.limit; b += blockDim.x) {
+    T* o = out + b * g.out_strides[0];
+    if (counting) {
+      if (counts[b]) add_at(o, scaled(each, A(counts[b])));
+    } else if (!untouched(bins[b])) add_at(o, A(bins[b]));
+  }
+}
+
+// count_line: a constant source (counting) into a 1-D target too large for shared memory; the
+// lanes of a warp that hit one bin are grouped (match_any) and their leader adds the count once.
+extern "C" __global__ void count_line(T* __restrict__ out, const long long* __restrict__ index, const T* __restrict__ src,
+                                      ScatterGeo g, A alpha, int64_t* check) {
+  const A each = scaled(alpha, A(src[0]));
+  const long long step = (long long)gridDim.x * blockDim.x;
+  const unsigned lane = threadIdx.x & 31u;
+  for (long long base = (long long)blockIdx.x * blockDim.x; base < g.n; base += step) {  // (uniform: whole warps)
+    const long long i = base + threadIdx.x;
+    const long long p = i < g.n ? index[i * g.idx_strides[0]] : 1;
+    const bool ok = i < g.n && p >= 1 && p <= g.limit;
+    if (i < g.n && !ok) cr::position(p, g.limit, 0, check);
+    const unsigned live = __ballot_sync(0xffffffffu, ok);
+    if (!ok) continue;
+#if __CUDA_ARCH__ >= 700
+    const unsigned peers = __match_any_sync(live, p);
+#else
+    const unsigned peers = 1u << lane;
+#endif
+    if (lane == unsigned(__ffs(peers) - 1)) add_at(out + (p - 1) * g.out_strides[0], scaled(each, A(__popc(peers))));
+  }
+}

@@ -14,6 +14,15 @@ namespace cr::cuda {
 void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, double alpha,
                  const std::string& op, const std::string& what);
 
-std::string scatter_source(DType d);  // (tests compile it to CUBIN without a GPU)
+// scatter_reduce (vm/ops/scatter_reduce.cpp) into out, a copy of self (contiguous): each src
+// element at idx's positions combined into out[c with c[d] := idx(c) - 1] by `reduce` (kReduce*,
+// atomically: the order of a float sum varies as in PyTorch's CUDA kernel); without include_self
+// the named positions start from the reduction's identity. Bad positions raise as scatter_add's.
+constexpr int kReduceSum = 0, kReduceProd = 1, kReduceMean = 2, kReduceAmax = 3, kReduceAmin = 4;  // (scatter_reduce.cuh R_*)
+void scatter_reduce(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, int reduce,
+                    bool include_self, const std::string& op, const std::string& what);
+
+std::string scatter_source(DType d);         // (tests compile them to CUBIN without a GPU)
+std::string scatter_reduce_source(DType d);
 
 }  // namespace cr::cuda

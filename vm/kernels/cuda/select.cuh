@@ -34,13 +34,13 @@ __device__ __forceinline__ void compact_tile(long long lo, long long hi, long lo
   }
 }
 
+// (each thread counts its share, then one block reduction: no barrier per round)
 template <class Flag> __device__ __forceinline__ void count_tile(long long n, long long tile, long long* counts, Flag flag) {
+  __shared__ int partial[32];
   const long long lo = (long long)blockIdx.x * tile, hi = lo + tile < n ? lo + tile : n;
   int c = 0;
-  for (long long r = lo; r < hi; r += blockDim.x) {
-    const long long i = r + threadIdx.x;
-    c += __syncthreads_count(i < hi && flag(i));
-  }
+  for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) c += flag(i) ? 1 : 0;
+  c = cr::block_reduce<256>(c, [](int a, int b) { return a + b; }, partial);
   if (threadIdx.x == 0) counts[blockIdx.x] = c;
 }
 
@@ -77,11 +77,13 @@ extern "C" __global__ void nonzero_write(const T* __restrict__ x, long long n, l
   const long long lo = (long long)blockIdx.x * tile, hi = lo + tile < n ? lo + tile : n;
   compact_tile(lo, hi, tile_base(offsets), [&](long long i) { return nonzero_value(x[i]); },
                [&](long long i, long long slot) {
-                 long long rem = i;
-                 for (int k = g.nd - 1; k >= 0; --k) {
-                   out[slot * g.nd + k] = rem % g.sizes[k] + 1;
-                   rem /= g.sizes[k];
+                 long long rem = i;  // (dim 0's coordinate is what remains: no division; none for 1-D)
+                 for (int k = g.nd - 1; k > 0; --k) {
+                   const long long q = rem / g.sizes[k];
+                   out[slot * g.nd + k] = rem - q * g.sizes[k] + 1;
+                   rem = q;
                  }
+                 out[slot * g.nd] = rem + 1;
                });
 }
 

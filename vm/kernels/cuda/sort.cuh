@@ -7,7 +7,7 @@
 // order (NaN above every number, equal values by position), and writes its first `keep` to line
 // slots chunk * keep + t of an output {outer, out_len, inner}. A line longer than a block's chunk
 // is cut: for topk each chunk keeps its first k, and the kept candidates (with their positions, xi)
-// are ordered again until one chunk holds them; a whole sort merges the sorted chunks pairwise.
+// are ordered again until one chunk holds them; a whole sort of such lines is radix.cuh's.
 #define PAD 0x7fffffff
 __device__ __forceinline__ bool ahead(C a, long long ia, C b, long long ib, int desc) {
   if (ia == PAD || ib == PAD) return ib == PAD && ia != PAD;
@@ -60,32 +60,4 @@ extern "C" __global__ void sort_lines(const T* __restrict__ x, const long long* 
     y[at] = T(key[t]);
     yi[at] = (long long)pos[t] + one;
   }
-}
-
-// merge_runs: lines of n whose runs of `run` elements are sorted (0-based positions xi); each pair
-// of neighbouring runs becomes one sorted run. An element's place is its rank in its own run plus
-// the number of the other run's elements ahead of it, found by a binary search: the order is
-// total, so no two elements claim one place.
-extern "C" __global__ void merge_runs(const T* __restrict__ x, const long long* __restrict__ xi, T* __restrict__ y,
-                                      long long* __restrict__ yi, long long n, long long inner, long long run,
-                                      long long elements, int desc, int one) {
-  const long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (p >= elements) return;
-  const long long line = p / n, i = p - line * n, o = line / inner, base = o * n * inner + (line - o * inner);
-  const long long r = i / run, other = (r ^ 1) * run, at = base + i * inner;
-  const T v = x[at];
-  const C key = C(v);
-  const long long vi = xi[at];
-  long long lo = 0;
-  if (other < n) {
-    long long hi = run < n - other ? run : n - other;
-    while (lo < hi) {
-      const long long mid = (lo + hi) / 2, m_at = base + (other + mid) * inner;
-      if (ahead(C(x[m_at]), xi[m_at], key, vi, desc)) lo = mid + 1;
-      else hi = mid;
-    }
-  }
-  const long long dst = base + ((r & ~1LL) * run + (i - r * run) + lo) * inner;
-  y[dst] = v;
-  yi[dst] = vi + one;
 }

@@ -382,7 +382,7 @@ TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
     CHECK(externs(B.g).empty());
     Compiled r = compile(B, "random");
     CHECK(r.module.source.find("cr::philox_normal(") != std::string::npos);
-    CHECK(r.module.source.find("const cr::words<6> p") != std::string::npos);  // three draws: seeds and offsets
+    CHECK(r.module.source.find("const cr::words<7> p") != std::string::npos);  // three draws: seeds, offsets, a graph base
     CHECK(r.module.source.find("(uint64_t)") != std::string::npos);            // randint's bits % span
   }
   SECTION("arange / linspace / eye: generators from positions, fused with a user") {

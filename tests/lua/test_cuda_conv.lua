@@ -268,7 +268,7 @@ describe("convolutions on CUDA", function()
     if AS_CPU then expect.skip("CRESCENT_TEST_CUDA_AS_CPU=1") end
     local script = "local T = require 'crescent'; T.config.sync_compile = true; " ..
       "local x, w = T.randn(2, 4, 8, 8):cuda(), T.randn(8, 4, 3, 3):cuda(); " ..
-      "local f = T.compile(function(a, b) return T.F.relu(T.F.conv2d(a, b, nil, 1, 1)) end); f(x, w); T.cuda.synchronize()"
+      "local f = T.compile(function(a, b) return T.F.relu(T.F.conv2d(a, b, nil, 1, 1)) end); for _ = 1, 3 do f(x, w) end; T.compiler.wait(); T.cuda.synchronize()"
     local out = expect.crescent({ "-e", script }, { env = "CRESCENT_LOGS=perf,fusion CRESCENT_CUDNN=1", merge = true })
     for _, want in ipairs({ "convolutions on CUDA: cuDNN 9", "conv2d: cuDNN 9", "forward algorithm",
                             "conv2d (", "extern: no loop lowering for conv2d" }) do

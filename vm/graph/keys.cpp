@@ -24,7 +24,7 @@ uint64_t bits(double d) {
 // specialises (dynamic = false), all with dynamic = true; else those T.mark_dynamic marked and
 // those the site made symbolic after they changed.
 uint32_t symbolic_dims(const Segment& s, const cr_tensor* t, int32_t vid) {
-  if (s.mode == 0 || t->_ndim == 0) return 0;
+  if (s.mode == 0 || s.train || t->_ndim == 0) return 0;  // (training graphs specialise on sizes)
   const uint32_t all = t->_ndim >= 32 ? ~uint32_t(0) : (uint32_t(1) << t->_ndim) - 1;
   if (s.mode == 1) return all;
   uint32_t m = t->_dynamic;
@@ -85,10 +85,14 @@ bool may_vary(const OpDef& def, int i) {
 
 uint64_t varying_slot(const Segment& s, int arg) { return uint64_t(s.ops) << 8 | uint64_t(arg); }
 
+// A training segment's call under grad mode: its numbers are baked into the traced backward
+// graph, so they never vary (under T.no_grad - an optimizer update - they may: an lr schedule).
+bool differentiated(const Segment& s) { return s.train && autograd::grad_enabled; }
+
 // Whether number argument i varies: from the start with dynamic = true; after it changed once
 // with automatic dynamic (the site remembers it, keys.cpp learn_dynamic); never with false.
 bool varies(const Segment& s, const OpDef& def, int i) {
-  if (!may_vary(def, i) || s.mode == 0) return false;
+  if (!may_vary(def, i) || s.mode == 0 || differentiated(s)) return false;
   return s.mode == 1 || s.site->varying_numbers.count(varying_slot(s, i));
 }
 
@@ -253,7 +257,7 @@ std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args
   // the earlier path at this position (the shadow), so that one recompile learns every change
   const guards::TraceNode* at = s.recording ? s.shadow : s.pos;
   s.shadow = nullptr;
-  if (!at || s.mode != -1) return "";
+  if (!at || s.mode != -1 || differentiated(s)) return "";
   Changes c;
   for (const auto& child : at->children) {
     if (child->key.empty() || int(child->key[0]) != op) continue;
@@ -261,7 +265,7 @@ std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args
     s.shadow = child.get();
     if (changes_between(child->key, s.key, s, c) || s.recording) break;
   }
-  if (c.dims.empty() && c.numbers.empty()) {
+  if ((c.dims.empty() && c.numbers.empty()) || (s.train && !c.dims.empty())) {
     if (!s.recording) s.shadow = nullptr;
     return "";
   }

@@ -80,7 +80,7 @@ void Recorder::start_segment(guards::Site& site) {
   s.pos = &site.root;
   s.passthrough = site.eager;
   s.train = train_;
-  s.mode = train_ ? 0 : fn_->opts.dynamic;  // (training graphs specialise on sizes: not dynamic yet)
+  s.mode = fn_->opts.dynamic;  // (a training segment's sizes stay static: keys.cpp symbolic_dims)
   s.recording = site.root.children.empty() && site.root.ends.empty();
 }
 

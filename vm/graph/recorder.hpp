@@ -61,6 +61,22 @@ class Recorder {
   // as graphs (joint.hpp) and have their own trace trees, whose keys also hold grad mode.
   bool begin(int32_t fn, int cache_size_limit, int train = 0);
   bool active() const { return fn_ != nullptr; }
+  // backward() inside a capture (the segment before it ended at a graph break): the engine's op
+  // calls run eagerly, not recorded, until the scope ends (issue 35)
+  struct Pause {
+    Recorder& r;
+    Context& ctx;
+    int32_t capturing;
+    explicit Pause(Recorder& rec, Context& c) : r(rec), ctx(c), capturing(c.ffi.capturing) {
+      r.paused_ = true;
+      ctx.ffi.capturing = 0;
+    }
+    ~Pause() {
+      r.paused_ = false;
+      ctx.ffi.capturing = capturing;
+    }
+  };
+  bool paused() const { return paused_; }
   // One op call inside the capture: `outs` gets the tensors to hand to Lua.
   void call(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
   // Lua needs the value of `t` (a lazy tensor of the current segment): a graph break.
@@ -135,6 +151,7 @@ class Recorder {
   guards::Function* fn_ = nullptr;
   int cache_size_limit_ = 8;
   bool train_ = false;
+  bool paused_ = false;
   std::unique_ptr<Segment> seg_;
   std::string pending_reason_;  // the guard failure that started the current recording
   void ask_name(cr_tensor* t);

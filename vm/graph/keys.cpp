@@ -24,7 +24,7 @@ uint64_t bits(double d) {
 // specialises (dynamic = false), all with dynamic = true; else those T.mark_dynamic marked and
 // those the site made symbolic after they changed.
 uint32_t symbolic_dims(const Segment& s, const cr_tensor* t, int32_t vid) {
-  if (s.mode == 0 || s.train || t->_ndim == 0) return 0;  // (training graphs specialise on sizes)
+  if (s.mode == 0 || t->_ndim == 0) return 0;
   const uint32_t all = t->_ndim >= 32 ? ~uint32_t(0) : (uint32_t(1) << t->_ndim) - 1;
   if (s.mode == 1) return all;
   uint32_t m = t->_dynamic;
@@ -126,6 +126,18 @@ void encode_number(Segment& s, const OpDef& def, const cr_value* args, int nargs
 }
 
 }  // namespace
+
+void vary_numbers(Graph& g, std::vector<double>& numbers) {
+  for (Node& n : g.nodes) {
+    if (n.kind != NodeKind::Op || n.outs.empty() || !is_floating(g.values[size_t(n.outs[0])].meta.dtype)) continue;
+    for (size_t i = 0; i < n.args.size(); ++i) {
+      Arg& a = n.args[i];
+      if (a.tag != kNumber || a.varying >= 0 || !may_vary(n.def(), int(i))) continue;
+      a.varying = int32_t(numbers.size());
+      numbers.push_back(a.num);
+    }
+  }
+}
 
 bool has_wildcard_args(const OpDef& def, const cr_value* args, int nargs) {
   for (int i = 0; i < nargs; ++i)
@@ -257,7 +269,7 @@ std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args
   // the earlier path at this position (the shadow), so that one recompile learns every change
   const guards::TraceNode* at = s.recording ? s.shadow : s.pos;
   s.shadow = nullptr;
-  if (!at || s.mode != -1 || differentiated(s)) return "";
+  if (!at || s.mode != -1) return "";
   Changes c;
   for (const auto& child : at->children) {
     if (child->key.empty() || int(child->key[0]) != op) continue;
@@ -265,7 +277,7 @@ std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args
     s.shadow = child.get();
     if (changes_between(child->key, s.key, s, c) || s.recording) break;
   }
-  if ((c.dims.empty() && c.numbers.empty()) || (s.train && !c.dims.empty())) {
+  if ((c.dims.empty() && c.numbers.empty()) || (differentiated(s) && !c.numbers.empty())) {
     if (!s.recording) s.shadow = nullptr;
     return "";
   }

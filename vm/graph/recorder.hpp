@@ -46,6 +46,7 @@ struct SegmentReport {
 struct Segment;
 struct ExecRecord;
 struct Joint;
+struct JointOptions;
 struct GradPlan;
 
 class Recorder {
@@ -103,8 +104,9 @@ class Recorder {
   void reset();                              // T.compiler.reset()
   // Compiled autograd's backward graphs (joint.cpp): optimised and handed to the native backend
   // (none for backend "eager" / "aot_eager"), then run as forward graphs are.
-  std::shared_ptr<Graph> compile_backward(const std::shared_ptr<Graph>& traced, const std::string& backend);
-  void execute_backward(const Graph& g, std::vector<Tensor>& vals) { execute(g, vals, nullptr); }
+  std::shared_ptr<Graph> compile_backward(const std::shared_ptr<Graph>& traced, const JointOptions& o,
+                                          std::vector<double>& numbers);
+  void execute_backward(const Graph& g, std::vector<Tensor>& vals, const double* numbers) { execute(g, vals, numbers); }
   void note_plan(const std::string& name, const GradPlan& p);  // stats and logs of a partition
   void drop(int32_t fn);                     // its Lua function was collected
 
@@ -139,6 +141,7 @@ class Recorder {
   void start_native(const std::shared_ptr<Graph>& g, const std::string& backend);
   // Training segments (joint.hpp): the segment's plan, its node for Lua's tensors after a run.
   void check_training(guards::Leaf& leaf);
+  std::shared_ptr<Joint> joint_of(guards::Leaf& leaf);  // of this call's instance when dynamic
   void attach_node(const std::shared_ptr<Joint>& joint, const Graph& ran, std::vector<Tensor>& vals,
                    const std::vector<cr_tensor*>& needed);
   void execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers);

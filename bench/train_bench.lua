@@ -4,7 +4,8 @@
 -- parameters of 256 x 256 (the fused registry op, and {fused = false}: torch's single-tensor
 -- formulas as registry ops). Medians over REPS after a warm-up.
 -- MODE "compiled": the model's forward is T.compile(model) (compiled autograd: forward and
--- backward graphs), the rest as eager.
+-- backward graphs), the rest as eager; "step": the whole step (zero_grad, forward, backward,
+-- AdamW update) is one compiled function.
 --   crescent bench/train_bench.lua VOCAB D HEADS LAYERS CTX BATCH REPS [MODE]      -> one JSON line
 local T = require "crescent"
 local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
@@ -27,6 +28,7 @@ local function step()
   T.F.cross_entropy(fwd(ids):view(-1, V), targets):backward()
   opt:step()
 end
+if MODE == "step" then step = T.compile(step) end
 local train = T.bench(step, {}, { warmup = 5, reps = REPS })
 
 local function adamw(fused)

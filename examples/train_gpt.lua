@@ -22,6 +22,8 @@
 --                  module, compiled autograd; at step 1 and every --eval-every steps the loss is
 --                  checked against an eager forward of the same batch; compare the tokens/s of a
 --                  run without it)
+--     --compile 2 (the whole step - zero_grad, forward, backward, clip_grad_norm_ and the AdamW
+--                  update - is one compiled function; the same loss check)
 --     --nproc N (data-parallel on N GPUs: runs itself under `crescent --nproc N ... --ddp`)
 --     --ddp (under `crescent --nproc N`: one rank of a data-parallel run; each rank takes its
 --            slice of the --batch rows, T.nn.parallel.DistributedDataParallel averages the
@@ -177,7 +179,7 @@ print(string.format("crescent %s, %d threads, %s: corpus %d characters (%s), alp
   T.version, T.get_num_threads(), o.device, #text, o.data or "Debian's /usr/share/common-licenses", V, unigram))
 print(string.format("GPT %d layers, d %d, %d heads, context %d: %.2fM parameters; batch %d x %d, AdamW lr %g, steps %d..%d",
   cfg.n_layer, cfg.d, cfg.n_head, cfg.n_ctx, model:num_parameters() / 1e6, o.batch, o.ctx, o.lr, start + 1, o.steps)
-  .. (o.compile == 1 and "; compiled" or ""))
+  .. (o.compile == 1 and "; compiled" or o.compile == 2 and "; compiled step" or ""))
 
 -- training ---------------------------------------------------------------------------------------------
 local function save(step)
@@ -190,23 +192,32 @@ local function save(step)
   T.save(o.out, sd)
 end
 
+-- one training step: the loss (--compile 2 compiles all of it)
+local function train_step(x, y)
+  opt:zero_grad()
+  local loss = loss_of(x, y, forward)
+  loss:backward()
+  T.nn.utils.clip_grad_norm_(model:parameters(), 1.0)
+  opt:step()
+  return loss
+end
+if o.compile == 2 then train_step = T.compile(train_step) end
+local function check_loss(step, l, e)
+  if math.abs(l - e) > 1e-4 * math.max(1, math.abs(e)) then
+    error(string.format("train_gpt.lua: step %d: compiled loss %.6f, eager loss %.6f", step, l, e), 0)
+  end
+end
+
 local t0, last_val = T.time(), nil
 local last = math.min(o.steps, o.stop_after or o.steps)
 for step = start + 1, last do
   T.manual_seed(o.seed * 1000003 + step)
   local x, y = batch(train)
   if o.ddp then x, y = x:narrow(1, rank * per + 1, per), y:narrow(1, rank * per + 1, per) end  -- (this rank's rows)
-  opt:zero_grad()
-  local loss = loss_of(x, y, forward)
-  if o.compile == 1 and (step == start + 1 or step % o.eval_every == 0) then
-    local l, e = loss:item(), T.no_grad(function() return loss_of(x, y):item() end)
-    if math.abs(l - e) > 1e-4 * math.max(1, math.abs(e)) then
-      error(string.format("train_gpt.lua: step %d: compiled loss %.6f, eager loss %.6f", step, l, e), 0)
-    end
-  end
-  loss:backward()
-  T.nn.utils.clip_grad_norm_(model:parameters(), 1.0)
-  opt:step()
+  local checked = (o.compile or 0) ~= 0 and (step == start + 1 or step % o.eval_every == 0)
+  local eager = checked and T.no_grad(function() return loss_of(x, y):item() end)  -- (before the update)
+  local loss = train_step(x, y)
+  if checked then check_loss(step, loss:item(), eager) end
   sched:step()
   local l = loss:detach():clone()
   if o.ddp then D.all_reduce(l, { op = "avg" }) end

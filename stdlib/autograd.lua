@@ -151,9 +151,21 @@ local function tensor_list(v, what, op, allow_nil)
   return v, n
 end
 
+-- Inside a compiled function, backward ends the segment before it (a graph break: the segment's
+-- values get their CompiledFunctionBackward node) and the engine runs eagerly over those nodes,
+-- running their backward graphs (vm/lua/autograd_api.cpp); the ops after it start a new segment.
+local function captured_backward(op, roots, n, grads, inputs, ninputs)
+  for i = 1, n do
+    core.need(roots[i], op .. "()")
+    if grads and grads[i] ~= nil then core.need(grads[i], op .. "()") end
+  end
+  for j = 1, ninputs do core.need(inputs[j], op .. "()") end
+end
+
 -- (not compiled: the engine calls hooks back into Lua, which LuaJIT allows only from interpreted
 -- FFI calls)
 local function run(op, roots, n, grads, inputs, ninputs, flags)
+  if ctx.capturing ~= 0 then captured_backward(op, roots, n, grads, inputs, ninputs) end
   local R, G = ffi.new("cr_tensor*[?]", n), ffi.new("cr_tensor*[?]", n)
   local I, O = ffi.new("cr_tensor*[?]", ninputs + 1), ffi.new("cr_tensor*[?]", ninputs + 1)
   for i = 1, n do

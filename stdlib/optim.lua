@@ -107,10 +107,6 @@ end
 
 -- step([closure]): closure re-evaluates the loss (with grad) and returns it; step returns it.
 function Optimizer:step(closure)
-  if core.ctx.capturing ~= 0 then
-    fail(self.__name .. ":step(): an optimizer step inside a compiled function is not implemented yet (compiled training is " ..
-         "issue 35); call it outside T.compile")
-  end
   local loss
   if closure ~= nil then loss = T.enable_grad(closure) end
   T.no_grad(function()
@@ -121,15 +117,18 @@ end
 
 -- A group's parameters that have a gradient, split by how they are updated: a list per device for
 -- the fused op (vm/ops/optim.cpp; a kernel launch per 48 parameters on CUDA), or the per-tensor path.
+-- Inside a compiled function every parameter takes the per-tensor path: its ops are recorded
+-- (in-place updates of the parameters and state, written back by the graph) and fused there.
 function Optimizer:_buckets(g)
   local fused, each, by_device = {}, {}, {}
+  local capturing = core.ctx.capturing ~= 0
   for _, p in ipairs(g.params) do
     local grad = p.grad
     if grad ~= nil then
       local st = self.state[p]
       if st == nil then st = {}; self.state[p] = st end
       local item = { p = p, grad = grad, st = st }
-      if g.per_tensor then
+      if g.per_tensor or capturing then
         each[#each + 1] = item
       else
         local list = by_device[p.device]

@@ -12,7 +12,7 @@ void install_hooks(Hooks& h) {
   h.before_write = before_write;
   h.release_lazy = release_lazy;
   h.record_call = [](Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
-    if (!ctx.recorder->active()) return false;
+    if (!ctx.recorder->active() || ctx.recorder->paused()) return false;
     ctx.recorder->call(op, args, nargs, outs);
     return true;
   };

@@ -86,6 +86,7 @@ std::shared_ptr<Joint> make_joint(const std::shared_ptr<const Graph>& forward, G
 }
 
 const GradPlan& plan_of(const Joint& j) { return j.plan; }
+const JointOptions& options_of(const Joint& j) { return j.opts; }
 
 namespace {
 
@@ -119,7 +120,7 @@ std::vector<Tensor> run_backward(Recorder& rec, const Traced& t, const std::vect
     if (!saved[size_t(f)].defined()) fail(cat("internal: ", g.name, " reads forward value %", f, ", which was not kept"));
     vals[size_t(v)] = saved[size_t(f)];
   }
-  rec.execute_backward(g, vals);
+  rec.execute_backward(g, vals, t.numbers.empty() ? nullptr : t.numbers.data());
   std::vector<Tensor> out(t.grad_out.size());
   for (size_t k = 0; k < out.size(); ++k)
     if (t.grad_out[k] >= 0) out[k] = produced(g, vals, t.grad_out[k]);
@@ -166,7 +167,7 @@ class CompiledFunction : public autograd::Backward {
       }
       b.t = std::move(t);
       b.t.graph->name = cat(j_->opts.name, " backward #", j_->backwards.size());
-      b.t.graph = rec.compile_backward(b.t.graph, j_->opts.backend);
+      b.t.graph = rec.compile_backward(b.t.graph, j_->opts, b.t.numbers);
       rec.stats.recomputed_ops += int64_t(b.t.recomputed.size());
       if (rec.logs.aot)
         Recorder::log("aot", cat(b.t.graph->name, ": ", key.size(), " output gradient(s), ", b.t.graph->op_count(),

@@ -35,9 +35,13 @@ struct Joint;
 struct JointOptions {
   std::string name;     // the forward graph's, for logs
   std::string backend;  // compile's option: "eager" / "aot_eager" run the backward on the eager kernels
+  // an instance of a dynamic segment: its backward graphs are compiled size-generic, and counted
+  // in backward_graphs_compiled only for the segment's first instance (as forward graphs are)
+  bool dynamic = false, reinstance = false;
 };
 std::shared_ptr<Joint> make_joint(const std::shared_ptr<const Graph>& forward, GradPlan plan, JointOptions o);
 const GradPlan& plan_of(const Joint& j);
+const JointOptions& options_of(const Joint& j);
 
 // After the forward graph ran (`vals` by value id, inputs included): makes the segment's node,
 // whose inputs are the graph inputs that require grad, and gives it as grad_fn to `held` (value

@@ -27,6 +27,7 @@ struct Traced {
   std::vector<std::pair<int32_t, int32_t>> reads;     // (its value, the forward value it reads)
   std::vector<int32_t> grad_out;                      // its value per entry of `ins`, or -1
   std::vector<std::string> recomputed;                // the forward ops it recomputes ("name (where)")
+  std::vector<double> numbers;                        // its numbers that vary (Arg::varying)
 };
 
 // `roots`: forward value ids whose gradients `grads` are. With `record` false it only computes.

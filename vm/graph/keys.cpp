@@ -85,10 +85,14 @@ bool may_vary(const OpDef& def, int i) {
 
 uint64_t varying_slot(const Segment& s, int arg) { return uint64_t(s.ops) << 8 | uint64_t(arg); }
 
+// A training segment's call under grad mode: its numbers are baked into the traced backward
+// graph, so they never vary (under T.no_grad - an optimizer update - they may: an lr schedule).
+bool differentiated(const Segment& s) { return s.train && autograd::grad_enabled; }
+
 // Whether number argument i varies: from the start with dynamic = true; after it changed once
 // with automatic dynamic (the site remembers it, keys.cpp learn_dynamic); never with false.
 bool varies(const Segment& s, const OpDef& def, int i) {
-  if (!may_vary(def, i) || s.mode == 0) return false;
+  if (!may_vary(def, i) || s.mode == 0 || differentiated(s)) return false;
   return s.mode == 1 || s.site->varying_numbers.count(varying_slot(s, i));
 }
 
@@ -122,6 +126,18 @@ void encode_number(Segment& s, const OpDef& def, const cr_value* args, int nargs
 }
 
 }  // namespace
+
+void vary_numbers(Graph& g, std::vector<double>& numbers) {
+  for (Node& n : g.nodes) {
+    if (n.kind != NodeKind::Op || n.outs.empty() || !is_floating(g.values[size_t(n.outs[0])].meta.dtype)) continue;
+    for (size_t i = 0; i < n.args.size(); ++i) {
+      Arg& a = n.args[i];
+      if (a.tag != kNumber || a.varying >= 0 || !may_vary(n.def(), int(i))) continue;
+      a.varying = int32_t(numbers.size());
+      numbers.push_back(a.num);
+    }
+  }
+}
 
 bool has_wildcard_args(const OpDef& def, const cr_value* args, int nargs) {
   for (int i = 0; i < nargs; ++i)
@@ -261,7 +277,7 @@ std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args
     s.shadow = child.get();
     if (changes_between(child->key, s.key, s, c) || s.recording) break;
   }
-  if (c.dims.empty() && c.numbers.empty()) {
+  if ((c.dims.empty() && c.numbers.empty()) || (differentiated(s) && !c.numbers.empty())) {
     if (!s.recording) s.shadow = nullptr;
     return "";
   }

@@ -80,7 +80,7 @@ void Recorder::start_segment(guards::Site& site) {
   s.pos = &site.root;
   s.passthrough = site.eager;
   s.train = train_;
-  s.mode = train_ ? 0 : fn_->opts.dynamic;  // (training graphs specialise on sizes: not dynamic yet)
+  s.mode = fn_->opts.dynamic;
   s.recording = site.root.children.empty() && site.root.ends.empty();
 }
 
@@ -427,7 +427,7 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
       execute(*g, vals, s.numbers_or_null());
       double t1 = now_us();
       settle(&leaf, vals, cold, g.get());
-      if (leaf.joint && plan_of(*leaf.joint).any) attach_node(leaf.joint, *g, vals, needed);
+      if (leaf.joint && plan_of(*leaf.joint).any) attach_node(joint_of(leaf), *g, vals, needed);
       double t2 = now_us();
       vals.clear();  // the graph's temporaries die with its run
       stats.graph_run_us += (t1 - t0) + (now_us() - t2);

@@ -46,6 +46,7 @@ struct SegmentReport {
 struct Segment;
 struct ExecRecord;
 struct Joint;
+struct JointOptions;
 struct GradPlan;
 
 class Recorder {
@@ -61,6 +62,22 @@ class Recorder {
   // as graphs (joint.hpp) and have their own trace trees, whose keys also hold grad mode.
   bool begin(int32_t fn, int cache_size_limit, int train = 0);
   bool active() const { return fn_ != nullptr; }
+  // backward() inside a capture (the segment before it ended at a graph break): the engine's op
+  // calls run eagerly, not recorded, until the scope ends (issue 35)
+  struct Pause {
+    Recorder& r;
+    Context& ctx;
+    int32_t capturing;
+    explicit Pause(Recorder& rec, Context& c) : r(rec), ctx(c), capturing(c.ffi.capturing) {
+      r.paused_ = true;
+      ctx.ffi.capturing = 0;
+    }
+    ~Pause() {
+      r.paused_ = false;
+      ctx.ffi.capturing = capturing;
+    }
+  };
+  bool paused() const { return paused_; }
   // One op call inside the capture: `outs` gets the tensors to hand to Lua.
   void call(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
   // Lua needs the value of `t` (a lazy tensor of the current segment): a graph break.
@@ -87,8 +104,9 @@ class Recorder {
   void reset();                              // T.compiler.reset()
   // Compiled autograd's backward graphs (joint.cpp): optimised and handed to the native backend
   // (none for backend "eager" / "aot_eager"), then run as forward graphs are.
-  std::shared_ptr<Graph> compile_backward(const std::shared_ptr<Graph>& traced, const std::string& backend);
-  void execute_backward(const Graph& g, std::vector<Tensor>& vals) { execute(g, vals, nullptr); }
+  std::shared_ptr<Graph> compile_backward(const std::shared_ptr<Graph>& traced, const JointOptions& o,
+                                          std::vector<double>& numbers);
+  void execute_backward(const Graph& g, std::vector<Tensor>& vals, const double* numbers) { execute(g, vals, numbers); }
   void note_plan(const std::string& name, const GradPlan& p);  // stats and logs of a partition
   void drop(int32_t fn);                     // its Lua function was collected
 
@@ -123,6 +141,7 @@ class Recorder {
   void start_native(const std::shared_ptr<Graph>& g, const std::string& backend);
   // Training segments (joint.hpp): the segment's plan, its node for Lua's tensors after a run.
   void check_training(guards::Leaf& leaf);
+  std::shared_ptr<Joint> joint_of(guards::Leaf& leaf);  // of this call's instance when dynamic
   void attach_node(const std::shared_ptr<Joint>& joint, const Graph& ran, std::vector<Tensor>& vals,
                    const std::vector<cr_tensor*>& needed);
   void execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers);
@@ -135,6 +154,7 @@ class Recorder {
   guards::Function* fn_ = nullptr;
   int cache_size_limit_ = 8;
   bool train_ = false;
+  bool paused_ = false;
   std::unique_ptr<Segment> seg_;
   std::string pending_reason_;  // the guard failure that started the current recording
   void ask_name(cr_tensor* t);

@@ -100,6 +100,10 @@ void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs);
 // (Segment::shadow): whatever else changed in the segment is learnt in the same recompile.
 // Value `vid`, an input of the segment, as the API counts them: "input 1" is the first met.
 int input_ordinal(const Segment& s, int32_t vid);
+// A dynamic segment's backward graph (train.cpp): the operand numbers of its floating ops vary
+// from the start (a mean's 1 / n depends on the sizes), appended to `numbers`, so that one
+// instance's size-generic native code serves the others.
+void vary_numbers(Graph& g, std::vector<double>& numbers);
 std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args, int nargs, int32_t first_new);
 
 // Shape rules (shapes.cpp): the layouts of an op call's fresh outputs, derived without running

@@ -62,8 +62,32 @@ void Recorder::attach_node(const std::shared_ptr<Joint>& joint, const Graph& ran
   attach_backward(joint, vals, held);
 }
 
-std::shared_ptr<Graph> Recorder::compile_backward(const std::shared_ptr<Graph>& traced, const std::string& backend) {
+// A dynamic segment's joint for this call's instance (Recorder::instance): its backward graphs
+// are traced with the call's sizes and integers. A hot instance keeps its joint; a cold call's
+// backward runs on the eager kernels.
+std::shared_ptr<Joint> Recorder::joint_of(guards::Leaf& leaf) {
+  if (!leaf.joint || !leaf.dynamic) return leaf.joint;
+  Segment& s = *seg_;
+  bool first = true;
+  guards::Leaf::Instance* mine = nullptr;
+  for (auto& [layouts, inst] : leaf.instances) {
+    if (inst.raw == s.instance_raw) mine = &inst;
+    else if (inst.joint) first = false;
+  }
+  if (mine && mine->joint) return mine->joint;
+  const JointOptions& o = options_of(*leaf.joint);
+  auto j = make_joint(s.instance_raw, plan_of(*leaf.joint),
+                      JointOptions{o.name, mine ? o.backend : "eager", true, !mine || !first});
+  if (mine) mine->joint = j;
+  return j;
+}
+
+std::shared_ptr<Graph> Recorder::compile_backward(const std::shared_ptr<Graph>& traced, const JointOptions& o,
+                                                  std::vector<double>& numbers) {
   auto g = std::make_shared<Graph>(*traced);
+  g->dynamic = o.dynamic;
+  g->reinstance = o.reinstance;
+  if (o.dynamic) vary_numbers(*g, numbers);
   try {
     optimize(*g, ctx_);
   } catch (const std::exception& e) {
@@ -71,9 +95,9 @@ std::shared_ptr<Graph> Recorder::compile_backward(const std::shared_ptr<Graph>& 
     log("aot", cat("optimising ", g->name, " failed (", e.what(), "): it runs as traced"));
     return traced;
   }
-  ++stats.backward_graphs_compiled;
+  if (!o.reinstance) ++stats.backward_graphs_compiled;
   if (logs.graph) log("graph", g->str());
-  start_native(g, backend);
+  start_native(g, o.backend);
   return g;
 }
 

@@ -92,6 +92,7 @@ struct Leaf {
   struct Instance {
     std::shared_ptr<graph::Graph> raw;       // `raw` with these layouts and integers
     std::shared_ptr<graph::Graph> compiled;  // raw, optimised and compiled
+    std::shared_ptr<graph::Joint> joint;     // a training segment's: backward graphs of this shape
   };
   std::map<std::vector<int64_t>, Instance> instances;  // by input layouts and event integers
   std::vector<std::vector<int64_t>> instance_order;   // oldest first

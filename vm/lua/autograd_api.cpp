@@ -2,6 +2,8 @@
 // stdlib/autograd.lua. Like vm/lua/api.cpp, every entry keeps C++ exceptions out of LuaJIT.
 #include "vm/lua/autograd_api.hpp"
 
+#include <optional>
+
 #include "vm/autograd/call.hpp"
 #include "vm/autograd/engine.hpp"
 #include "vm/autograd/node.hpp"
@@ -158,7 +160,10 @@ int32_t ag_backward(cr_ctx* c, cr_tensor** roots, cr_tensor** grads, int32_t n, 
                     int32_t flags, cr_tensor** outs) {
   return guarded(c, [&] {
     Context& ctx = Context::of(c);
-    if (c->capturing) fail("backward: inside a compiled function (compiled autograd is not implemented yet)");
+    // inside a compiled function the segment before ended at a graph break (stdlib/autograd.lua):
+    // the engine runs eagerly, and the compiled segments' nodes run their backward graphs
+    std::optional<graph::Recorder::Pause> pause;
+    if (c->capturing) pause.emplace(*ctx.recorder, ctx);
     std::vector<Tensor> rs, gs, ins;
     for (int32_t i = 0; i < n; ++i) {
       rs.emplace_back(roots[i], true);

@@ -50,6 +50,7 @@ end
 local cuda = require "crescent.cuda"
 local device_index = cuda.device_index
 T.cuda = cuda.cuda
+T.backends = cuda.backends
 
 -- The CUDA device among fn's arguments (tensors, also inside tables), or nil.
 local function cuda_device_of(args, seen)

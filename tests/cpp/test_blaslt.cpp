@@ -50,6 +50,8 @@ TEST_CASE("cuBLASLt declarations match cublasLt.h", "[cuda][blaslt]") {
   STATIC_REQUIRE(lt::kPrefAlignC == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES);
   STATIC_REQUIRE(lt::kPrefAlignD == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES);
 
+  STATIC_REQUIRE(lt::kStatusInvalidValue == CUBLAS_STATUS_INVALID_VALUE);
+  STATIC_REQUIRE(lt::kStatusNotSupported == CUBLAS_STATUS_NOT_SUPPORTED);
   STATIC_REQUIRE(sizeof(lt::Algo) == sizeof(cublasLtMatmulAlgo_t));
   STATIC_REQUIRE(sizeof(lt::HeuristicResult) == sizeof(cublasLtMatmulHeuristicResult_t));
   STATIC_REQUIRE(offsetof(lt::HeuristicResult, workspace_size) == offsetof(cublasLtMatmulHeuristicResult_t, workspaceSize));

@@ -118,7 +118,7 @@ Plan make_plan(lt::Handle handle, int type, int M, int N, int K, int lda, bool a
 }
 
 
-std::mutex mutex;  // (a plan's descriptor gets each call's bias pointer: one call at a time)
+std::mutex lt_mutex;  // (a plan's descriptor gets each call's bias pointer: one call at a time)
 
 lt::Handle& handle_locked(Lt& L, int index) {
   lt::Handle& h = L.handles[size_t(index)];
@@ -132,7 +132,7 @@ void blaslt_prepare(int index) {
   Lt& L = lib();
   if (!L.ok) return;
   use_device(index);
-  std::lock_guard<std::mutex> g(mutex);
+  std::lock_guard<std::mutex> g(lt_mutex);
   handle_locked(L, index);
 }
 
@@ -150,9 +150,10 @@ bool gemm_epilogue(int index, DType d, int M, int N, int K, const void* A, int l
   const int type = d == DType::f16 ? lt::kR16F : d == DType::bf16 ? lt::kR16BF : lt::kR32F;
   use_device(index);
   static std::map<Key, Plan> plans;
-  std::lock_guard<std::mutex> g(mutex);
+  std::lock_guard<std::mutex> g(lt_mutex);
   lt::Handle h = handle_locked(L, index);
-  const std::array<uint32_t, 4> aligns{alignment(B), alignment(A), alignment(R ? R : D), alignment(D)};  // (Lt's A, B, C, D)
+  // (in cuBLASLt's order: its A is our B)
+  const std::array<uint32_t, 4> aligns{alignment(B), alignment(A), alignment(R ? R : D), alignment(D)};
   const Key key{index, type, M, N, K, lda, a_colmajor, ldb, b_colmajor, int(act), R ? ldr : -1, ldd, bias != nullptr,
                 aligns, type == lt::kR32F && allow_tf32()};
   auto it = plans.find(key);
@@ -168,6 +169,11 @@ bool gemm_epilogue(int index, DType d, int M, int N, int K, const void* A, int l
   const lt::Status s = L.f.matmul(h, p.desc, &one, B, p.a, A, p.b, &beta, R ? R : D, p.c, D, p.d, &p.best.algo, work,
                                   ws, current_stream(index));
   if (work) device_free(work, ws, index);  // (blocks are cached per stream: later work on it is ordered after)
+  // (a case the chosen algorithm refuses at launch: nothing was queued)
+  if (s == lt::kStatusNotSupported || s == lt::kStatusInvalidValue) {
+    p.ok = false;
+    return false;
+  }
   check_lt(s, "cublasLtMatmul");
   launch_counts().blas.fetch_add(1, std::memory_order_relaxed);
   return true;

@@ -11,6 +11,7 @@ using Status = int;
 using Handle = void*;  // cublasLtHandle_t, cublasLtMatmulDesc_t, ... (opaque pointers)
 using Stream = void*;  // CUstream
 
+constexpr Status kStatusInvalidValue = 7, kStatusNotSupported = 15;  // cublasStatus_t
 constexpr int kR32F = 0, kR16F = 2, kR16BF = 14;         // cudaDataType_t
 constexpr int kCompute32F = 68, kCompute32FTf32 = 77;  // cublasComputeType_t
 constexpr int kOpN = 0, kOpT = 1;                      // cublasOperation_t

@@ -23,6 +23,9 @@ local function operands(dt, M, K, N, transposed, dev)
   return on(T.randn(M, K)), on(transposed and T.randn(N, K) or T.randn(K, N)), on(T.randn(N)), on(T.randn(M, N))
 end
 
+-- (sums of K products in another blocking: their rounding, relative to the terms' size)
+local TOL = { float64 = { 1e-12, 1e-11 }, float32 = { 1e-5, 1e-4 }, bfloat16 = { 1e-2, 1e-2 } }
+
 describe("_addmm_epilogue on the CPU", function()
   it("equals the product, bias add, activation and residual add it stands for", function()
     T.manual_seed(1)
@@ -32,17 +35,18 @@ describe("_addmm_epilogue on the CPU", function()
           for _, tr in ipairs { false, true } do
             local x, w, b, r = operands(dt, shape[1], shape[2], shape[3], tr)
             local what = ("%s %s %s transposed %s"):format(dt, table.concat(shape, "x"), act, tostring(tr))
-            S.close(T._addmm_epilogue(x, w, b, nil, act, tr), reference(x, w, b, nil, act, tr), nil, nil, what)
-            S.close(T._addmm_epilogue(x, w, b, r, act, tr), reference(x, w, b, r, act, tr), nil, nil, what .. " + r")
-            S.close(T._addmm_epilogue(x, w, nil, r, act, tr), reference(x, w, nil, r, act, tr), nil, nil, what .. " no bias")
+            local rt, at = unpack(TOL[dt])
+            S.close(T._addmm_epilogue(x, w, b, nil, act, tr), reference(x, w, b, nil, act, tr), rt, at, what)
+            S.close(T._addmm_epilogue(x, w, b, r, act, tr), reference(x, w, b, r, act, tr), rt, at, what .. " + r")
+            S.close(T._addmm_epilogue(x, w, nil, r, act, tr), reference(x, w, nil, r, act, tr), rt, at, what .. " no bias")
           end
         end
       end
     end
     local x3 = T.randn(2, 5, 8)
     local w, b, r = T.randn(8, 3), T.randn(3), T.randn(2, 5, 3)
-    S.close(T._addmm_epilogue(x3, w, b, r), reference(x3, w, b, r))  -- batch dims fold into rows
-    S.close(T._addmm_epilogue(x3:transpose(1, 2):contiguous():transpose(1, 2), w, b), reference(x3, w, b))
+    S.close(T._addmm_epilogue(x3, w, b, r), reference(x3, w, b, r), 1e-5, 1e-4)  -- batch dims fold into rows
+    S.close(T._addmm_epilogue(x3:transpose(1, 2):contiguous():transpose(1, 2), w, b), reference(x3, w, b), 1e-5, 1e-4)
   end)
 
   it("names the op, the expectation and what was given on misuse; has no gradient", function()
@@ -65,13 +69,13 @@ local function compiled_graph(fn, args)
   T.config.debug_dir = dir
   local f = T.compile(fn)
   local got
-  for _ = 1, 4 do got = T.no_grad(f, table.unpack(args)) end
+  for _ = 1, 4 do got = T.no_grad(f, unpack(args)) end
   T.compiler.wait()
-  got = T.no_grad(f, table.unpack(args))
+  got = T.no_grad(f, unpack(args))
   T.config.debug_dir = saved
   local text = {}
   for _, name in ipairs(SH.ls(dir)) do
-    if not name:match("%.%a+%.%a+$") and not name:match("%.dot$") and not name:match("%.svg$") then
+    if name:match("%.graph%.txt$") then
       text[#text + 1] = SH.read(dir .. "/" .. name)
     end
   end
@@ -88,13 +92,13 @@ describe("the epilogue rewrite in compiled functions", function()
     T.manual_seed(2)
     local args = { T.randn(2, 70, 32), T.randn(32, 128) * 0.1, T.randn(128), T.randn(128, 32) * 0.1, T.randn(32) }
     local got, text = compiled_graph(mlp, args)
-    S.close(got, mlp(table.unpack(args)), 1e-5, 1e-5)
+    S.close(got, mlp(unpack(args)), 1e-5, 1e-5)
     local optimised = text:match("%-%- optimised\n(.-)%-%- compile time") or text
     local _, fused = optimised:gsub("= _addmm_epilogue%(", "")
     S.eq(fused, 2, optimised)
   end)
 
-  it("fuses linear with relu; leaves the erf gelu and a product used twice alone", function()
+  it("fuses linear with relu; the bias only before the erf gelu; nothing of a product used twice", function()
     T.manual_seed(3)
     local lin = T.nn.Linear(16, 24)
     local x0 = T.randn(5, 16)
@@ -103,7 +107,8 @@ describe("the epilogue rewrite in compiled functions", function()
     S.truthy(text:find("_addmm_epilogue(", 1, true), text)
     local x, w, b = T.randn(5, 16), T.randn(16, 8), T.randn(8)
     local _, erf = compiled_graph(function(a) return T.gelu(T.matmul(a, w) + b) end, { x })
-    S.truthy(not erf:match("%-%- optimised\n(.-)%-%- compile time"):find("_addmm_epilogue", 1, true), erf)
+    local opt = erf:match("%-%- optimised\n(.-)%-%- compile time")
+    S.truthy(opt:find('_addmm_epilogue(%0, %1, %3, nil, "none", false)', 1, true) and opt:find("= gelu(", 1, true), erf)
     local got2, twice = compiled_graph(function(a) local p = T.matmul(a, w) return p + b, p * 2 end, { x })
     S.close(got2, T.matmul(x, w) + b)
     S.truthy(not twice:match("%-%- optimised\n(.-)%-%- compile time"):find("_addmm_epilogue", 1, true), twice)
@@ -150,17 +155,17 @@ describe("cuBLASLt epilogues on CUDA", function()
     local args = { T.randn(1, 1, 768), T.randn(768, 3072) * 0.02, T.randn(3072), T.randn(3072, 768) * 0.02, T.randn(768) }
     for i, a in ipairs(args) do args[i] = a:cuda() end
     local f = T.compile(mlp)
-    for _ = 1, 4 do T.no_grad(f, table.unpack(args)) end
+    for _ = 1, 4 do T.no_grad(f, unpack(args)) end
     T.compiler.wait()
     T.cuda.synchronize()
     local s0 = T.cuda.stats()
-    local got = T.no_grad(f, table.unpack(args))
+    local got = T.no_grad(f, unpack(args))
     local s1 = T.cuda.stats()
-    S.close(got:cpu(), mlp(table.unpack(args)):cpu(), 1e-4, 1e-4)
+    S.close(got:cpu(), mlp(unpack(args)):cpu(), 1e-4, 1e-4)
     S.eq(s1.blas_calls - s0.blas_calls, 2, "cuBLASLt calls a step")
     S.eq(s1.kernel_launches - s0.kernel_launches, 0, "other kernels a step")
     T.backends.cuda.matmul.allow_tf32 = true
-    local tf = T.no_grad(f, table.unpack(args))
+    local tf = T.no_grad(f, unpack(args))
     T.backends.cuda.matmul.allow_tf32 = false
     S.close(tf:cpu(), got:cpu(), 2e-2, 2e-2)
   end)

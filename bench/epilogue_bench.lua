@@ -1,6 +1,7 @@
 -- Products with fused epilogues (vm/ops/epilogue.cpp): compiled median µs of the anchor's mlp
 -- (workloads.lua: matmul -> bias -> gelu as tanh arithmetic -> matmul -> bias) and of GPT-2's MLP
--- (T.gelu tanh, then bias + residual: both products take their whole epilogue), on the CPU or
+-- (T.gelu tanh, then bias + residual: both products take their whole epilogue), and the CPU time
+-- a call takes (all threads: steadier than wall time on a shared machine), on the CPU or
 -- (DEVICE=cuda) the GPU. bench/run_epilogue.sh alternates two builds (before / after) round by round.
 --   CRESCENT_NUM_THREADS=2 build/crescent bench/epilogue_bench.lua [reps]
 local T = require "crescent"
@@ -24,6 +25,10 @@ work[#work + 1] = { "gpt2_mlp", gpt2_mlp, args }
 
 for _, w in ipairs(work) do
   local f = T.compile(w[2])
-  local r = T.bench(function(...) return T.no_grad(f, ...) end, w[3], { warmup = 20, reps = reps })
-  print(string.format('{"name": "%s", "compiled_us": %.1f}', w[1], r.median_us))
+  local call = function(...) return T.no_grad(f, ...) end
+  local r = T.bench(call, w[3], { warmup = 5, reps = reps })
+  local c0 = os.clock()  -- (the process's CPU time, all threads: steadier than wall time on a loaded machine)
+  for _ = 1, reps do call(unpack(w[3])) end
+  local cpu = (os.clock() - c0) / reps * 1e6
+  print(string.format('{"name": "%s", "compiled_us": %.1f, "cpu_us": %.1f}', w[1], r.median_us, cpu))
 end

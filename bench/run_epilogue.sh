@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fused GEMM epilogues before / after: `rounds` alternating rounds of bench/epilogue_bench.lua
-# with two crescent binaries, then per workload the best round of each (the machine is shared).
+# with two crescent binaries, then per workload the best round of each, wall and CPU time (the
+# machine is shared).
 #   bench/run_epilogue.sh BEFORE_BIN AFTER_BIN [rounds=5] [reps=30]      (THREADS=2 by default)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -21,10 +22,12 @@ for side in ("before", "after"):
     for f in glob.glob(f"{d}/{side}.*.jsonl"):
         for line in open(f):
             r = json.loads(line)
-            k = (r["name"], side)
-            best[k] = min(best.get(k, float("inf")), r["compiled_us"])
-print("| workload | before µs | after µs | speed-up |\n|---|---|---|---|")
+            for m in ("compiled_us", "cpu_us"):
+                k = (r["name"], side, m)
+                best[k] = min(best.get(k, float("inf")), r[m])
+print("| workload | before µs (CPU µs) | after µs (CPU µs) | speed-up (CPU time) |\n|---|---|---|---|")
 for name in sorted({k[0] for k in best}):
-    b, a = best[(name, "before")], best[(name, "after")]
-    print(f"| {name} | {b:.0f} | {a:.0f} | {b / a:.2f}x |")
+    b, a = best[(name, "before", "compiled_us")], best[(name, "after", "compiled_us")]
+    bc, ac = best[(name, "before", "cpu_us")], best[(name, "after", "cpu_us")]
+    print(f"| {name} | {b:.0f} ({bc:.0f}) | {a:.0f} ({ac:.0f}) | {b / a:.2f}x ({bc / ac:.2f}x) |")
 PY

@@ -188,10 +188,11 @@ template <class T> void blas_matmul(const Tensor& out, Tensor a, Tensor b, bool 
   });
 }
 
-// Tiles of at most kTileRows rows and ~kTileElems outputs (256 KB of float32: in L2 when the
-// epilogue reads them), widened until each is worth a task; few rows (a decode step) are cut
-// by columns so that every thread has one.
-constexpr int64_t kTileRows = 64, kTileElems = int64_t(1) << 16;
+// Tiles of at most kTileRows rows and ~kTileElems outputs (4 MB of float32, an eighth of the L3
+// the epilogue then reads them from), widened until each is worth a task; few rows (a decode
+// step) are cut by columns so that every thread has one. Smaller tiles cost more in BLAS's
+// packing of the operands than the epilogue saves (bench/RESULTS.md).
+constexpr int64_t kTileRows = 256, kTileElems = int64_t(1) << 20;
 
 template <class T> void tiled_matmul(const Tensor& out, Tensor a, Tensor b, const TileFn& after) {
   blas_init();

@@ -132,7 +132,8 @@ describe("cuBLASLt epilogues on CUDA", function()
   it("give the CPU op's values: float32, float16, bfloat16, every activation, residual, layouts", function()
     S.need_gpu()
     T.manual_seed(4)
-    local tol = { float32 = { 1e-4, 1e-4 }, float16 = { 2e-2, 2e-2 }, bfloat16 = { 5e-2, 5e-2 } }
+    -- (the result rounded once to its dtype; sums of K terms of about 1 in float32)
+    local tol = { float32 = { 1e-4, 1e-4 }, float16 = { 4e-3, 2e-3 }, bfloat16 = { 1.6e-2, 8e-3 } }
     for _, dt in ipairs { "float32", "float16", "bfloat16" } do
       for _, shape in ipairs { { 1, 768, 3072 }, { 7, 64, 40 }, { 128, 256, 96 } } do
         for _, act in ipairs { "none", "relu", "gelu_tanh" } do
@@ -143,7 +144,7 @@ describe("cuBLASLt epilogues on CUDA", function()
             local want = reference(x:to(dt):float(), w:to(dt):float(), b:to(dt):float(), r:to(dt):float(), act, tr)
             local got = T._addmm_epilogue(d(x), d(w), d(b), d(r), act, tr)
             S.eq(got.dtype, dt, what)
-            S.close(got:float():cpu(), want, tol[dt][1] * shape[2] ^ 0.5, tol[dt][2] * shape[2] ^ 0.5, what)
+            S.close(got:float():cpu(), want, tol[dt][1], tol[dt][2] * shape[2] ^ 0.5, what)
           end
         end
       end

@@ -274,4 +274,17 @@ M.backends = {
     end,
   }),
 }
+-- T.backends.cuda.matmul.allow_tf32 (PyTorch's flag, false by default): float32 products on CUDA
+-- (cuBLAS, cuBLASLt) may round their inputs to TF32 on tensor cores.
+local tf32 = false
+M.backends.cuda = { matmul = setmetatable({}, {
+  __index = function(_, k) if k == "allow_tf32" then return tf32 end end,
+  __newindex = function(_, k, v)
+    if k ~= "allow_tf32" then core.fail("T.backends.cuda.matmul: unknown setting '" .. tostring(k) .. "' (expected allow_tf32)") end
+    if type(v) ~= "boolean" then core.fail("T.backends.cuda.matmul.allow_tf32: expected a boolean, got " .. type(v)) end
+    call(C.CR_MATMUL_TF32, v and 1 or 0)
+    tf32 = v
+  end,
+}) }
+
 return M

@@ -30,6 +30,7 @@ Registry::Registry() {
   register_attention(*this);
   register_norm(*this);
   register_quant(*this);
+  register_epilogue(*this);
   register_losses(*this);
   register_optim(*this);
   register_conv(*this);

@@ -162,6 +162,7 @@ void register_sorting(Registry& r);
 void register_attention(Registry& r);
 void register_norm(Registry& r);  // _layer_norm and its backward
 void register_quant(Registry& r);  // int8 weight-only quantisation
+void register_epilogue(Registry& r);  // _addmm_epilogue (vm/graph/epilogues.cpp makes it)
 void register_creation(Registry& r);
 void register_conversions(Registry& r);
 void register_optim(Registry& r);

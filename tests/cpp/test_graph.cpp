@@ -582,3 +582,45 @@ TEST_CASE("fuse_patterns turns attention's ops into one attention op where the C
     }
   }
 }
+
+// matmul + bias (or linear with its bias) -> [relu | gelu tanh] -> [+ residual] on the CPU becomes
+// one _addmm_epilogue, whose per-tile epilogue gives the recorded ops' values within float
+// rounding (600 rows: tiles of 256, 256 and 88); chains it cannot take keep their ops.
+TEST_CASE("fuse_patterns turns a product's bias, activation and residual into one _addmm_epilogue", "[graph]") {
+  Context ctx;
+  for (const std::string head : {"matmul", "linear"})
+  for (const std::string act : {"", "relu", "gelu"})
+  for (bool residual : {false, true}) {
+    INFO(head << " " << act << (residual ? " + residual" : ""));
+    Builder B{ctx};
+    const int32_t x = B.input(uniform({2, 300, 48}, 1)), b = B.input(uniform({40}, 3)), r = B.input(uniform({2, 300, 40}, 4));
+    const int32_t w = B.input(uniform(head == "matmul" ? Shape{48, 40} : Shape{40, 48}, 2));
+    int32_t y = head == "matmul" ? B.op("add", {T(B.op("matmul", {T(x), T(w)})), T(b)}) : B.op("linear", {T(x), T(w), T(b)});
+    if (act == "relu") y = B.op("relu", {T(y)});
+    if (act == "gelu") y = B.op("gelu", {T(y), S("tanh")});
+    if (residual) y = B.op("add", {T(r), T(y)});
+    B.g.outputs = {y};
+    Graph g = B.g;
+    REQUIRE(fuse_patterns(g) == 1);
+    eliminate_dead_code(g);
+    CHECK(op_names(g) == std::vector<std::string>{"_addmm_epilogue"});
+    const std::vector<Tensor> in = random_inputs(B.g, 5);
+    const std::vector<double> want = elements(run(B.g, ctx, in)[size_t(y)]), got = elements(run(g, ctx, in)[size_t(y)]);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) REQUIRE(std::abs(got[i] - want[i]) <= 1e-5 * (1 + std::abs(want[i])));
+  }
+  SECTION("chains it cannot take keep their ops") {
+    Builder B{ctx};
+    const int32_t x = B.input(uniform({6, 8}, 1)), w = B.input(uniform({8, 5}, 2)), b = B.input(uniform({6, 5}, 3));
+    const int32_t p = B.op("matmul", {T(x), T(w)});
+    const int32_t wide = B.op("add", {T(p), T(b)});                    // a {M, N} bias is no bias
+    const int32_t twice = B.op("gelu", {T(B.op("add", {T(p), T(B.input(uniform({5}, 4)))})), S("none")});  // erf gelu
+    B.g.outputs = {wide, twice};
+    Graph g = B.g;
+    CHECK(fuse_patterns(g) == 0);  // (p has two uses, and the erf gelu is not cuBLASLt's)
+    Builder I{ctx};
+    const int32_t xi = I.input(cast(uniform({6, 8}, 1), DType::i64)), wi = I.input(cast(uniform({8, 5}, 2), DType::i64));
+    I.g.outputs = {I.op("add", {T(I.op("matmul", {T(xi), T(wi)})), T(I.input(cast(uniform({5}, 4), DType::i64)))})};
+    CHECK(fuse_patterns(I.g) == 0);  // integers: no BLAS tiles
+  }
+}

@@ -786,6 +786,8 @@ M.SKIPPED = {
   _layer_norm_backward = "layer_norm's gradient; tests/lua/test_layer_norm.lua compares it with torch's",
   _cross_entropy = "F.cross_entropy's fused op; tests/lua/test_losses.lua compares it and its gradient with torch",
   _cross_entropy_backward = "cross_entropy's gradient; tests/lua/test_losses.lua compares it with torch's",
+  _addmm_epilogue = "the fused product + bias + activation + residual of compiled graphs, no torch op: "
+    .. "tests/lua/test_epilogue.lua compares it with the ops it stands for",
   _int8_quantize = "int8 packing, no torch op: tests/lua/test_quant.lua checks every byte and scale",
   _int8_weight_mm = "int8 weight-only product, no torch op: tests/lua/test_quant.lua compares it with a float64 "
     .. "reference of the dequantised weight",

@@ -3,9 +3,11 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <atomic>
 #include <mutex>
 #include <vector>
 
+#include "vm/cuda/blaslt.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
@@ -17,7 +19,8 @@ using Handle = void*;
 using Status = int;
 constexpr int kOpN = 0, kOpT = 1;
 // cudaDataType / cublasComputeType_t / cublasGemmAlgo_t values (library_types.h, cublas_api.h)
-constexpr int kCudaR16F = 2, kCudaR16BF = 14, kComputeF32 = 68, kGemmDefault = -1;
+constexpr int kCudaR32F = 0, kCudaR16F = 2, kCudaR16BF = 14, kComputeF32 = 68, kComputeTf32 = 77, kGemmDefault = -1;
+std::atomic<bool> tf32{false};
 
 struct Blas {
   Status (*create)(Handle*);
@@ -74,6 +77,9 @@ void check_blas(Status s, const char* what) {
 
 }  // namespace
 
+void set_allow_tf32(bool on) { tf32.store(on, std::memory_order_relaxed); }
+bool allow_tf32() { return tf32.load(std::memory_order_relaxed); }
+
 bool blas_available(std::string* why) {
   Blas& B = blas();
   if (why) *why = B.why;
@@ -97,6 +103,7 @@ Handle handle(int index) {
 
 void blas_prepare(int index) {
   if (blas_available()) handle(index);
+  blaslt_prepare(index);
 }
 
 // cuBLAS is column-major: the row-major C {M, N} is the column-major C^T {N, M} = B^T A^T, and a
@@ -113,11 +120,12 @@ void gemm_batched(int index, DType d, int M, int N, int K, const void* A, int ld
   Blas& L = blas();
   launch_counts().blas.fetch_add(1, std::memory_order_relaxed);
   const int opb = b_colmajor ? kOpT : kOpN, opa = a_colmajor ? kOpT : kOpN;
-  if (d == DType::f16 || d == DType::bf16) {
-    const int t = d == DType::f16 ? kCudaR16F : kCudaR16BF;
+  const bool fast = d == DType::f32 && allow_tf32();
+  if (d == DType::f16 || d == DType::bf16 || fast) {
+    const int t = d == DType::f16 ? kCudaR16F : d == DType::bf16 ? kCudaR16BF : kCudaR32F;
     const float one = 1, b = float(beta);
     check_blas(L.gemm_ex_b(h, opb, opa, N, M, K, &one, B, t, ldb, sb, A, t, lda, sa, &b, C, t, ldc, sc, batch,
-                           kComputeF32, kGemmDefault),
+                           fast ? kComputeTf32 : kComputeF32, kGemmDefault),
                "cublasGemmStridedBatchedEx");
   } else if (d == DType::f64) {
     const double one = 1, b = beta;

@@ -1,8 +1,9 @@
 // Matrix products on CUDA devices through cuBLAS, loaded at run time like the driver (dlopen
 // "libcublas.so.13" / ".12" / "libcublas.so"): linking it would make the binary need CUDA's
 // libraries everywhere, and its kernels are the fastest general GEMMs for the H100 we can call.
-// Full float32 precision (no TF32), as PyTorch's default; float16 / bfloat16 products accumulate
-// in float32 (cublasGemmStridedBatchedEx, compute type 32F).
+// Full float32 precision unless TF32 is allowed (T.backends.cuda.matmul.allow_tf32, PyTorch's
+// flag, off by default); float16 / bfloat16 products accumulate in float32
+// (cublasGemmStridedBatchedEx, compute type 32F).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,6 +13,9 @@
 namespace cr::cuda {
 
 bool blas_available(std::string* why = nullptr);
+// Whether float32 products may round their inputs to TF32 (tensor cores): read at each call.
+void set_allow_tf32(bool on);
+bool allow_tf32();
 // Creates the calling thread's current stream's handle now, when cuBLAS is there (a CUDA graph
 // capture must not create one: vm/cuda/graphs.hpp).
 void blas_prepare(int index);

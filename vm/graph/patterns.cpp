@@ -9,8 +9,13 @@
 // a masked_fill's node the logical_not of its mask (attention's bool masks keep true keys), the
 // second matmul's the attention; the scale, add and softmax nodes are left dead for
 // eliminate_dead_code.
+// And GEMM epilogues: matmul(x, w) + bias (or linear(x, w[, bias])) -> [relu | gelu tanh] ->
+// [+ residual] becomes _addmm_epilogue (vm/ops/epilogue.cpp) where its kernel takes it: one
+// cuBLASLt call on CUDA (a residual only without an activation: cuBLASLt adds it before), one
+// pass per output tile in cache on the CPU; the last node of the chain becomes the fused op.
 #include <cmath>
 
+#include "vm/cuda/blaslt.hpp"
 #include "vm/kernels/cuda/attention.hpp"
 #include "vm/graph/graph.hpp"
 #include "vm/ops/attention.hpp"
@@ -24,6 +29,8 @@ struct Ops {
   int transpose = Registry::get().index_of("transpose"), attention = Registry::get().index_of("attention");
   int add = Registry::get().index_of("add"), masked_fill = Registry::get().index_of("masked_fill");
   int logical_not = Registry::get().index_of("logical_not");
+  int linear = Registry::get().index_of("linear"), relu = Registry::get().index_of("relu");
+  int gelu = Registry::get().index_of("gelu"), epilogue = Registry::get().index_of("_addmm_epilogue");
 };
 
 // Uses of every value by nodes' arguments, and by the outputs (which count as a use each).
@@ -170,6 +177,126 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
   return true;
 }
 
+// ---- GEMM epilogues ----------------------------------------------------------------------
+
+bool constant_sizes(const ValueMeta& m) {
+  for (const SymInt& s : m.sizes)
+    if (s.sym >= 0) return false;
+  return true;
+}
+bool dense_meta(const ValueMeta& m) { return m.strides == contiguous_strides(concrete(m.sizes)); }
+
+// The dtypes and devices whose fused kernel is one call (the rest keep their ops).
+bool epilogue_takes(const ValueMeta& m) {
+  if (m.device.is_cpu()) return m.dtype == DType::f32 || m.dtype == DType::f64;
+  return (m.dtype == DType::f32 || m.dtype == DType::f16 || m.dtype == DType::bf16) && cuda::blaslt_available();
+}
+
+// The node that uses v, when v's only use is one node's argument (not an output).
+struct Consumers {
+  std::vector<int32_t> at;
+  explicit Consumers(const Graph& g) : at(g.values.size(), -1) {
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (const Arg& a : g.nodes[i].args)
+        if (a.tag == kTensor) at[size_t(a.value)] = int32_t(i);
+  }
+};
+Node* single_user(Graph& g, int32_t v, const Consumers& c, const std::vector<int>& uses) {
+  if (uses[size_t(v)] != 1 || c.at[size_t(v)] < 0) return nullptr;
+  Node& n = g.nodes[size_t(c.at[size_t(v)])];
+  return n.kind == NodeKind::Op && n.outs.size() == 1 ? &n : nullptr;
+}
+
+// add(v, t) or add(t, v) without alpha: t's value, else -1.
+int32_t other_addend(const Node& n, int32_t v, int add) {
+  if (n.op != add || !is_tensor(n, 0) || !is_tensor(n, 1) || !absent(n, 2)) return -1;
+  if (n.args[0].value == v && n.args[1].value != v) return n.args[1].value;
+  return n.args[1].value == v && n.args[0].value != v ? n.args[0].value : -1;
+}
+
+struct Chain {
+  int32_t x = -1, w = -1, bias = -1, residual = -1;
+  bool transposed = false;
+  const char* act = "none";
+  Node* last = nullptr;
+};
+
+// The head: matmul(x {.., K} dense, w {K, N}) or linear(x, w {N, K}[, bias]), w read in place by BLAS.
+bool head_of(const Graph& g, const Node& n, const Ops& ops, Chain* c) {
+  if ((n.op != ops.matmul && n.op != ops.linear) || !is_tensor(n, 0) || !is_tensor(n, 1) || n.outs.size() != 1) return false;
+  const ValueMeta &x = meta(g, n.args[0]), &w = meta(g, n.args[1]), &out = g.values[size_t(n.outs[0])].meta;
+  if (x.sizes.size() < 2 || w.sizes.size() != 2 || !constant_sizes(x) || !constant_sizes(w) || !dense_meta(x)) return false;
+  if (w.strides[0] != 1 && w.strides[1] != 1) return false;
+  if (w.dtype != x.dtype || !(w.device == x.device) || !epilogue_takes(out)) return false;
+  c->x = n.args[0].value;
+  c->w = n.args[1].value;
+  c->transposed = n.op == ops.linear;
+  if (n.op == ops.linear && !absent(n, 2)) {
+    if (!is_tensor(n, 2)) return false;
+    c->bias = n.args[2].value;
+  }
+  return true;
+}
+
+// A bias for output `out`: {N}, contiguous, of its dtype and device.
+bool bias_fits(const ValueMeta& b, const ValueMeta& out) {
+  return b.sizes.size() == 1 && constant_sizes(b) && b.sizes[0] == out.sizes.back() && (b.strides[0] == 1 || b.sizes[0].value == 1) &&
+         b.dtype == out.dtype && b.device == out.device;
+}
+
+// Follows the single-use chain from head node `at` to the last node it fuses (c->last).
+bool match_epilogue(Graph& g, int32_t at, const Ops& ops, const std::vector<int>& uses, const Consumers& cons, Chain* c) {
+  Node& head = g.nodes[size_t(at)];
+  if (!head_of(g, head, ops, c)) return false;
+  int32_t v = head.outs[0];
+  const ValueMeta out = g.values[size_t(v)].meta;
+  Node* n = single_user(g, v, cons, uses);
+  if (c->bias >= 0) {  // linear's own bias: the linear alone is worth one call
+    if (!bias_fits(g.values[size_t(c->bias)].meta, out)) return false;
+    c->last = &head;
+  } else {  // matmul (or linear without one), then the add of a bias
+    const int32_t b = n ? other_addend(*n, v, ops.add) : -1;
+    if (b < 0 || !bias_fits(g.values[size_t(b)].meta, out) || g.values[size_t(n->outs[0])].meta.sizes != out.sizes)
+      return false;
+    c->bias = b;
+    c->last = n;
+    v = n->outs[0];
+    n = single_user(g, v, cons, uses);
+  }
+  if (n && ((n->op == ops.relu && n->args.size() == 1) ||
+            (n->op == ops.gelu && n->args.size() > 1 && n->args[1].tag == kString && n->args[1].str == "tanh"))) {
+    c->act = n->op == ops.relu ? "relu" : "gelu_tanh";
+    c->last = n;
+    v = n->outs[0];
+    n = single_user(g, v, cons, uses);
+  }
+  const bool residual_ok = out.device.is_cpu() || std::string(c->act) == "none";  // (cuBLASLt: before its activation)
+  if (n && residual_ok) {
+    const int32_t r = other_addend(*n, v, ops.add);
+    const ValueMeta* rm = r >= 0 ? &g.values[size_t(r)].meta : nullptr;
+    if (rm && rm->sizes == out.sizes && rm->dtype == out.dtype && rm->device == out.device && dense_meta(*rm) &&
+        g.values[size_t(n->outs[0])].meta.sizes == out.sizes) {
+      c->residual = r;
+      c->last = n;
+    }
+  }
+  return true;
+}
+
+bool rewrite_epilogue(Graph& g, int32_t at, const Ops& ops, const std::vector<int>& uses, const Consumers& cons) {
+  Chain c;
+  if (!match_epilogue(g, at, ops, uses, cons, &c)) return false;
+  const int32_t last_at = int32_t(c.last - g.nodes.data());
+  if (writes_between(g, at, last_at)) return false;
+  auto opt = [](int32_t v) { return v >= 0 ? Arg::tensor(v) : Arg{}; };
+  Arg act;
+  act.tag = kString;
+  act.str = c.act;
+  c.last->op = ops.epilogue;
+  c.last->args = {Arg::tensor(c.x), Arg::tensor(c.w), opt(c.bias), opt(c.residual), act, Arg::boolean(c.transposed)};
+  return true;  // (the head and the nodes between are left dead)
+}
+
 }  // namespace
 
 int fuse_patterns(Graph& g) {
@@ -183,6 +310,11 @@ int fuse_patterns(Graph& g) {
     if (n.kind != NodeKind::Op || n.op != ops.matmul) continue;
     const std::vector<int> uses = use_counts(g);  // (a rewrite changes them; graphs hold few matmuls)
     if (rewrite_attention(g, int32_t(i), ops, uses)) ++changed;
+  }
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.kind != NodeKind::Op || (n.op != ops.matmul && n.op != ops.linear)) continue;
+    if (rewrite_epilogue(g, int32_t(i), ops, use_counts(g), Consumers(g))) ++changed;
   }
   return changed;
 }

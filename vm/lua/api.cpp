@@ -4,6 +4,7 @@
 #include "vm/lua/api.hpp"
 
 #include "vm/kernels/cuda/attention.hpp"
+#include "vm/cuda/blas.hpp"
 #include "vm/cuda/cudnn.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/graphs.hpp"
@@ -436,6 +437,11 @@ int32_t api_cuda_time(cr_ctx* c, int32_t dev, int32_t phase, double* ms) {
 static_assert(CR_STREAM_SLOTS == cuda::kSlots);
 int32_t api_cuda_stream(cr_ctx* c, int32_t what, int64_t a, int64_t b, double* out) {
   return guarded(c, [&] {
+    if (what == CR_MATMUL_TF32) {
+      cuda::set_allow_tf32(a != 0);
+      *out = 0;
+      return 0;
+    }
     if (cuda::device_count() == 0) {
       std::string why;
       cuda::driver(&why);

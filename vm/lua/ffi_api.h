@@ -96,7 +96,8 @@ enum cr_stream_call {
   CR_GRAPH_REPLAY,       /* replay graph a */
   CR_GRAPH_RESET,        /* reset graph a */
   CR_GRAPH_DELETE,       /* delete graph a */
-  CR_GRAPH_ABORT         /* abort graph a's capture */
+  CR_GRAPH_ABORT,        /* abort graph a's capture */
+  CR_MATMUL_TF32         /* T.backends.cuda.matmul.allow_tf32 = (a != 0); needs no device */
 };
 /* a stream id is device * CR_STREAM_SLOTS + slot (vm/cuda/streams.hpp kSlots) */
 enum { CR_STREAM_SLOTS = 64 };

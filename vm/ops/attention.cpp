@@ -159,22 +159,6 @@ void attention_cpu(const Tensor& out, const Tensor& qin, const Tensor& kin, cons
   });
 }
 
-cr_value tensor_arg(const Tensor& t) {
-  cr_value a{};
-  a.tag = kTensor;
-  a.ptr = t.get();
-  return a;
-}
-cr_value number_arg(double x) {
-  cr_value a{};
-  a.tag = kNumber;
-  a.num = x;
-  return a;
-}
-Tensor call(Context& ctx, const char* op, std::initializer_list<cr_value> args) {
-  return dispatch(ctx, Registry::get().index_of(op), std::data(args), int(args.size())).at(0);
-}
-
 // On CUDA where the fused kernel does not take the inputs (float32 / float64, other head sizes):
 // the composite F.scaled_dot_product_attention, op by op on the device.
 void attention_composite(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -188,6 +188,34 @@ template <class T> void blas_matmul(const Tensor& out, Tensor a, Tensor b, bool 
   });
 }
 
+// Tiles of at most kTileRows rows and ~kTileElems outputs (4 MB of float32, an eighth of the L3
+// the epilogue then reads them from), widened until each is worth a task; few rows (a decode
+// step) are cut by columns so that every thread has one. Smaller tiles cost more in BLAS's
+// packing of the operands than the epilogue saves (bench/RESULTS.md).
+constexpr int64_t kTileRows = 256, kTileElems = int64_t(1) << 20;
+
+template <class T> void tiled_matmul(const Tensor& out, Tensor a, Tensor b, const TileFn& after) {
+  blas_init();
+  Mat A, B;
+  if (!blas_layout(a, &A)) blas_layout(a = contiguous(a), &A);
+  if (!blas_layout(b, &B)) blas_layout(b = contiguous(b), &B);
+  const int64_t M = A.rows, N = B.cols, K = A.cols;
+  const int64_t rb = std::min(M, kTileRows), row_blocks = (M + rb - 1) / rb;
+  int64_t cb = std::max<int64_t>(16, kTileElems / rb / 16 * 16);
+  if (row_blocks < num_threads()) cb = std::min(cb, ((N * row_blocks + num_threads() - 1) / num_threads() + 15) / 16 * 16);
+  while (cb < N && rb * cb * K < kBlasBlockMNK) cb *= 2;
+  cb = std::min(cb, N);
+  const int64_t col_blocks = (N + cb - 1) / cb;
+  T* C = out.data<T>();
+  parallel_for(row_blocks * col_blocks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r0 = t / col_blocks * rb, r1 = std::min(M, r0 + rb), c0 = t % col_blocks * cb, c1 = std::min(N, c0 + cb);
+      gemm(rows_of(A, r0, r1, sizeof(T)), cols_of(B, c0, c1, sizeof(T)), C + r0 * N + c0, int(N), T(0), true);
+      after(r0, r1, c0, c1);
+    }
+  });
+}
+
 // ---- the generic path (float16, bfloat16, int32, int64; any size) --------------------------
 
 // Accumulator: float for the 16-bit floats, unsigned 64-bit for integers (wraps like int64
@@ -339,6 +367,25 @@ void matmul_into(Tensor out, Tensor a, Tensor b, bool accumulate) {
     return;
   }
   visit_numeric(d, [&](auto t) { generic_matmul<decltype(t)>(out, a, b, accumulate); });
+}
+
+bool cuda_matmul_epilogue(const Tensor& out, Tensor a, Tensor b, const Tensor& bias, cuda::Epilogue act,
+                          const Tensor& residual) {
+  if (!fits_blas(out, a) || a.size(1) == 0) return false;
+  Mat A, B;
+  if (!blas_layout(a, &A)) blas_layout(a = contiguous(a), &A);
+  if (!blas_layout(b, &B)) blas_layout(b = contiguous(b), &B);
+  const int M = int(A.rows), N = int(B.cols);
+  return cuda::gemm_epilogue(out.device().index, out.dtype(), M, N, int(A.cols), A.p, int(A.ld), A.trans, B.p,
+                             int(B.ld), B.trans, bias.defined() ? bias.data_bytes() : nullptr, act,
+                             residual.defined() ? residual.data_bytes() : nullptr, N, out.data_bytes(), N);
+}
+
+void matmul_tiles(const Tensor& out, Tensor a, Tensor b, const TileFn& after) {
+  if (out.numel() == 0) return;
+  if (out.dtype() == DType::f32) tiled_matmul<float>(out, a, b, after);
+  else if (out.dtype() == DType::f64) tiled_matmul<double>(out, a, b, after);
+  else fail(cat("matmul_tiles: expected float32 or float64, got ", dtype_name(out.dtype())));
 }
 
 namespace {

@@ -110,4 +110,20 @@ Along along(const Tensor& x, int d) {
   return a;
 }
 
+cr_value tensor_arg(const Tensor& t) {
+  cr_value a{};
+  a.tag = kTensor;
+  a.ptr = t.get();
+  return a;
+}
+cr_value number_arg(double x) {
+  cr_value a{};
+  a.tag = kNumber;
+  a.num = x;
+  return a;
+}
+Tensor call(Context& ctx, const char* op, std::initializer_list<cr_value> args) {
+  return dispatch(ctx, Registry::get().index_of(op), std::data(args), int(args.size())).at(0);
+}
+
 }  // namespace cr

@@ -67,4 +67,9 @@ Tensor writable(const OpCall& c, int i);
 
 std::string dtype_list_error(const char* what, DType d);  // "expected a floating tensor, got int32"
 
+// An op called from another op's kernel (composites): its arguments, and the call (one output).
+cr_value tensor_arg(const Tensor& t);
+cr_value number_arg(double x);
+Tensor call(Context& ctx, const char* op, std::initializer_list<cr_value> args);
+
 }  // namespace cr

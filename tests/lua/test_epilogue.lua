@@ -1,0 +1,174 @@
+-- Matmul with fused epilogues (vm/ops/epilogue.cpp, the rewrite in vm/graph/patterns.cpp):
+-- _addmm_epilogue against the ops it stands for on the CPU (every activation, residual,
+-- transposed weight), the rewrite inside compiled functions (the optimised graph holds the fused
+-- op and gives eager's values), T.backends.cuda.matmul.allow_tf32; on CUDA (skipped without a
+-- GPU) cuBLASLt's epilogues in float32 / float16 / bfloat16 against the CPU, and a GPT-2-style MLP
+-- compiled to two cuBLASLt calls and no other kernel.
+local T = require "crescent"
+local S = expect
+local SH = require "shell"
+
+S.covers("_addmm_epilogue")
+
+-- The unfused form: act(x @ w + b) + r (w {K, N}, or linear's {N, K} when transposed).
+local function reference(x, w, b, r, act, transposed)
+  local y = T.matmul(x, transposed and w:t() or w)
+  if b then y = y + b end
+  if act == "relu" then y = T.relu(y) elseif act == "gelu_tanh" then y = T.gelu(y, { approximate = "tanh" }) end
+  return r and y + r or y
+end
+
+local function operands(dt, M, K, N, transposed, dev)
+  local on = function(t) return t:to(dt):to(dev or "cpu") end
+  return on(T.randn(M, K)), on(transposed and T.randn(N, K) or T.randn(K, N)), on(T.randn(N)), on(T.randn(M, N))
+end
+
+-- (sums of K products in another blocking: their rounding, relative to the terms' size)
+local TOL = { float64 = { 1e-12, 1e-11 }, float32 = { 1e-5, 1e-4 }, bfloat16 = { 1e-2, 1e-2 } }
+
+describe("_addmm_epilogue on the CPU", function()
+  it("equals the product, bias add, activation and residual add it stands for", function()
+    T.manual_seed(1)
+    for _, dt in ipairs { "float64", "float32", "bfloat16" } do
+      -- (one tile; three tiles of rows, the last partial; two of columns: vm/ops/linalg.cpp)
+      for _, shape in ipairs { { 1, 48, 40 }, { 70, 48, 40 }, { 600, 64, 200 }, { 3, 512, 2000 } } do
+        for _, act in ipairs { "none", "relu", "gelu_tanh" } do
+          for _, tr in ipairs { false, true } do
+            local x, w, b, r = operands(dt, shape[1], shape[2], shape[3], tr)
+            local what = ("%s %s %s transposed %s"):format(dt, table.concat(shape, "x"), act, tostring(tr))
+            local rt, at = unpack(TOL[dt])
+            S.close(T._addmm_epilogue(x, w, b, nil, act, tr), reference(x, w, b, nil, act, tr), rt, at, what)
+            S.close(T._addmm_epilogue(x, w, b, r, act, tr), reference(x, w, b, r, act, tr), rt, at, what .. " + r")
+            S.close(T._addmm_epilogue(x, w, nil, r, act, tr), reference(x, w, nil, r, act, tr), rt, at, what .. " no bias")
+          end
+        end
+      end
+    end
+    local x3 = T.randn(2, 5, 8)
+    local w, b, r = T.randn(8, 3), T.randn(3), T.randn(2, 5, 3)
+    S.close(T._addmm_epilogue(x3, w, b, r), reference(x3, w, b, r), 1e-5, 1e-4)  -- batch dims fold into rows
+    S.close(T._addmm_epilogue(x3:transpose(1, 2):contiguous():transpose(1, 2), w, b), reference(x3, w, b), 1e-5, 1e-4)
+  end)
+
+  it("names the op, the expectation and what was given on misuse; has no gradient", function()
+    local x, w, b = T.randn(4, 8), T.randn(8, 3), T.randn(3)
+    S.errors(function() T._addmm_epilogue(x, T.randn(7, 3), b) end, "_addmm_epilogue: .*does not fit weight")
+    S.errors(function() T._addmm_epilogue(x, w, T.randn(4)) end, "_addmm_epilogue: bias expected shape {3}")
+    S.errors(function() T._addmm_epilogue(x, w, b, T.randn(3, 3)) end, "_addmm_epilogue: residual expected the result's shape")
+    S.errors(function() T._addmm_epilogue(x, w, b, nil, "gelu") end, '_addmm_epilogue: activation expected "none"')
+    S.errors(function() T._addmm_epilogue(x, w:double(), b) end, "_addmm_epilogue: weight expected a float32 tensor")
+    local xg = T.randn(4, 8, { requires_grad = true })
+    local y = T._addmm_epilogue(xg, w, b):sum()
+    S.errors(function() y:backward() end, "_addmm_epilogue: derivative not implemented")
+  end)
+end)
+
+-- fn compiled, called until its graph is optimised (the debug dump written), checked against eager.
+local function compiled_graph(fn, args)
+  local dir = SH.tmpdir()
+  local saved = T.config.debug_dir
+  T.config.debug_dir = dir
+  local f = T.compile(fn)
+  local got
+  for _ = 1, 4 do got = T.no_grad(f, unpack(args)) end
+  T.compiler.wait()
+  got = T.no_grad(f, unpack(args))
+  T.config.debug_dir = saved
+  local text = {}
+  for _, name in ipairs(SH.ls(dir)) do
+    if name:match("%.graph%.txt$") then
+      text[#text + 1] = SH.read(dir .. "/" .. name)
+    end
+  end
+  SH.rm(dir)
+  return got, table.concat(text, "\n")
+end
+
+local function mlp(x, w1, b1, w2, b2)  -- GPT-2's MLP with its residual
+  return x + (T.matmul(T.gelu(T.matmul(x, w1) + b1, { approximate = "tanh" }), w2) + b2)
+end
+
+describe("the epilogue rewrite in compiled functions", function()
+  it("fuses GPT-2's MLP (gelu tanh, then bias + residual) and gives eager's values", function()
+    T.manual_seed(2)
+    local args = { T.randn(2, 70, 32), T.randn(32, 128) * 0.1, T.randn(128), T.randn(128, 32) * 0.1, T.randn(32) }
+    local got, text = compiled_graph(mlp, args)
+    S.close(got, mlp(unpack(args)), 1e-5, 1e-5)
+    local optimised = text:match("%-%- optimised\n(.-)%-%- compile time") or text
+    local _, fused = optimised:gsub("= _addmm_epilogue%(", "")
+    S.eq(fused, 2, optimised)
+  end)
+
+  it("fuses linear with relu; the bias only before the erf gelu; nothing of a product used twice", function()
+    T.manual_seed(3)
+    local lin = T.nn.Linear(16, 24)
+    local x0 = T.randn(5, 16)
+    local got, text = compiled_graph(function(x) return T.relu(lin(x)) end, { x0 })
+    S.close(got, T.no_grad(function() return T.relu(lin(x0)) end))
+    S.truthy(text:find("_addmm_epilogue(", 1, true), text)
+    local x, w, b = T.randn(5, 16), T.randn(16, 8), T.randn(8)
+    local _, erf = compiled_graph(function(a) return T.gelu(T.matmul(a, w) + b) end, { x })
+    local opt = erf:match("%-%- optimised\n(.-)%-%- compile time")
+    S.truthy(opt:find('_addmm_epilogue(%0, %1, %3, nil, "none", false)', 1, true) and opt:find("= gelu(", 1, true), erf)
+    local got2, twice = compiled_graph(function(a) local p = T.matmul(a, w) return p + b, p * 2 end, { x })
+    S.close(got2, T.matmul(x, w) + b)
+    S.truthy(not twice:match("%-%- optimised\n(.-)%-%- compile time"):find("_addmm_epilogue", 1, true), twice)
+  end)
+end)
+
+describe("T.backends.cuda.matmul.allow_tf32", function()
+  it("is false by default, takes booleans, and rejects other settings", function()
+    S.eq(T.backends.cuda.matmul.allow_tf32, false)
+    T.backends.cuda.matmul.allow_tf32 = true
+    S.eq(T.backends.cuda.matmul.allow_tf32, true)
+    T.backends.cuda.matmul.allow_tf32 = false
+    S.eq(T.backends.cuda.matmul.allow_tf32, false)
+    S.errors(function() T.backends.cuda.matmul.allow_tf32 = 1 end, "allow_tf32: expected a boolean, got number")
+    S.errors(function() T.backends.cuda.matmul.allow_fp16 = true end, "unknown setting 'allow_fp16'")
+  end)
+end)
+
+describe("cuBLASLt epilogues on CUDA", function()
+  it("give the CPU op's values: float32, float16, bfloat16, every activation, residual, layouts", function()
+    S.need_gpu()
+    T.manual_seed(4)
+    -- (the result rounded once to its dtype; sums of K terms of about 1 in float32)
+    local tol = { float32 = { 1e-4, 1e-4 }, float16 = { 4e-3, 2e-3 }, bfloat16 = { 1.6e-2, 8e-3 } }
+    for _, dt in ipairs { "float32", "float16", "bfloat16" } do
+      for _, shape in ipairs { { 1, 768, 3072 }, { 7, 64, 40 }, { 128, 256, 96 } } do
+        for _, act in ipairs { "none", "relu", "gelu_tanh" } do
+          for _, tr in ipairs { false, true } do
+            local x, w, b, r = operands("float32", shape[1], shape[2], shape[3], tr)
+            local d = function(t) return t:to(dt):cuda() end
+            local what = ("%s %s %s transposed %s"):format(dt, table.concat(shape, "x"), act, tostring(tr))
+            local want = reference(x:to(dt):float(), w:to(dt):float(), b:to(dt):float(), r:to(dt):float(), act, tr)
+            local got = T._addmm_epilogue(d(x), d(w), d(b), d(r), act, tr)
+            S.eq(got.dtype, dt, what)
+            S.close(got:float():cpu(), want, tol[dt][1], tol[dt][2] * shape[2] ^ 0.5, what)
+          end
+        end
+      end
+    end
+  end)
+
+  it("runs GPT-2's MLP compiled as two cuBLASLt calls and no other kernel, also under TF32", function()
+    S.need_gpu()
+    T.manual_seed(5)
+    local args = { T.randn(1, 1, 768), T.randn(768, 3072) * 0.02, T.randn(3072), T.randn(3072, 768) * 0.02, T.randn(768) }
+    for i, a in ipairs(args) do args[i] = a:cuda() end
+    local f = T.compile(mlp)
+    for _ = 1, 4 do T.no_grad(f, unpack(args)) end
+    T.compiler.wait()
+    T.cuda.synchronize()
+    local s0 = T.cuda.stats()
+    local got = T.no_grad(f, unpack(args))
+    local s1 = T.cuda.stats()
+    S.close(got:cpu(), mlp(unpack(args)):cpu(), 1e-4, 1e-4)
+    S.eq(s1.blas_calls - s0.blas_calls, 2, "cuBLASLt calls a step")
+    S.eq(s1.kernel_launches - s0.kernel_launches, 0, "other kernels a step")
+    T.backends.cuda.matmul.allow_tf32 = true
+    local tf = T.no_grad(f, unpack(args))
+    T.backends.cuda.matmul.allow_tf32 = false
+    S.close(tf:cpu(), got:cpu(), 2e-2, 2e-2)
+  end)
+end)

@@ -118,7 +118,7 @@ class Tuning {
     const bool complete = try_all(k, in, &c, &line);
     ++tally_.kernels;
     if (!install(k, c)) return;
-    log(cat(name_, " ", kern.name, ":", line, "; winner ", shown(c)));
+    log(cat(name_, " ", kern.name, ":", line, " winner ", shown(c)));
     if (disk && complete) publish_file(file, cat(shown(c), "\n"));
   }
 

@@ -119,7 +119,7 @@ class Tuning {
     ++tally_.kernels;
     if (!install(k, c)) return;
     log(cat(name_, " ", kern.name, ":", line, " winner ", shown(c)));
-    if (disk && complete) publish_file(file, cat(shown(c), "\n"));
+    if (disk && complete) publish_file(file, cat("block ", c.block, " threads ", c.threads, "\n"));  // (read_choice)
   }
 
   void finish() {

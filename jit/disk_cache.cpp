@@ -39,7 +39,8 @@ bool is_hex_key(const std::string& s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-// `<key>.so`, `<key>.cubin`, `<key>.tune` (an autotuning choice), or a temporary file of one (io::create_temp: `.<name>.tmp-<pid>-<n>`)
+// `<key>.so`, `<key>.cubin`, `<key>.tune` (an autotuning choice), or a temporary file of one
+// (io::create_temp: `.<name>.tmp-<pid>-<n>`)
 bool is_entry(const std::string& name, bool* temp) {
   std::string n = name;
   *temp = n.size() > 1 && n[0] == '.' && n.find(".tmp-") != std::string::npos;

@@ -21,6 +21,10 @@ namespace {
 
 constexpr int64_t kBlocks[] = {kBlock, 256, 1024, 2048};  // the default first
 constexpr int kRuns = 3;                                  // timed runs of a candidate: the best counts
+// A loaded machine makes single timings noisy: the fastest candidate must beat the default again
+// in kConfirmRuns alternating runs, by kMargin, or the default stays.
+constexpr int kConfirmRuns = 5;
+constexpr double kMargin = 0.95;
 
 std::mutex stats_mutex;
 AutotuneStats totals;
@@ -140,6 +144,7 @@ class Tuning {
   // reference) until the budget is spent; *best gets the fastest. False when some were left.
   bool try_all(size_t k, const cpu::KernelInputs& in, CpuConfig* best, std::string* line) {
     const Kernel& kern = plan_.kernels[k];
+    if (!kernels(kBlock)) return false;  // (the default's, loaded already: in memory)
     Work w(in);
     cpu::KernelInputs reference;
     double best_ms = std::numeric_limits<double>::infinity();
@@ -161,11 +166,7 @@ class Tuning {
         continue;
       }
       double ms = std::numeric_limits<double>::infinity();
-      for (int r = 0; r < kRuns; ++r) {
-        const double t = now_ms();
-        run(k, fn, c.threads, w);
-        ms = std::min(ms, now_ms() - t);
-      }
+      for (int r = 0; r < kRuns; ++r) ms = std::min(ms, timed(k, fn, c.threads, w));
       ++tally_.candidates;
       *line += cat(" ", shown(c), ": ", fixed(ms * 1000), " us;");
       if (ms < best_ms) {
@@ -173,7 +174,25 @@ class Tuning {
         *best = c;
       }
     }
+    if (!(*best == CpuConfig{}) && !confirmed(k, *best, w)) {
+      *line += cat(" ", shown(*best), " not confirmed against the default;");
+      *best = CpuConfig{};
+    }
     return true;
+  }
+
+  bool confirmed(size_t k, const CpuConfig& c, Work& w) {
+    const cpu::KernelFn fns[2] = {cpu::kernel_fn(*kernels(kBlock), plan_.kernels[k]), cpu::kernel_fn(*kernels(c.block), plan_.kernels[k])};
+    double ms[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+    for (int r = 0; r < kConfirmRuns; ++r)
+      for (int i = 0; i < 2; ++i) ms[i] = std::min(ms[i], timed(k, fns[i], i ? c.threads : 0, w));
+    return ms[1] < kMargin * ms[0];
+  }
+
+  double timed(size_t k, cpu::KernelFn fn, int threads, Work& w) {
+    const double t = now_ms();
+    run(k, fn, threads, w);
+    return now_ms() - t;
   }
 
   void run(size_t k, cpu::KernelFn fn, int threads, Work& w) {

@@ -3,8 +3,6 @@
 
 #include <dlfcn.h>
 
-#include <cstring>
-
 #include "vm/checks.hpp"
 #include "vm/kernels/loop.hpp"
 #include "vm/threads.hpp"

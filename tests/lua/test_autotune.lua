@@ -48,7 +48,7 @@ end)
 local KERNELS = {
   { "pointwise chain", function(x) return ((x * 1.5 + 0.25):tanh() * x):sigmoid() - x / 3 end, { 48, 3000 } },
   { "row reduction", function(x) return (x * 0.5 + 1):sum(2) end, { 48, 5000 }, true },
-  { "whole-tensor sum", function(x) return (x:abs() + 0.125):sum() end, { 300000 }, true },
+  { "whole-tensor sum", function(x) return ((x + 0.125) * 2):sum() end, { 512, 2048 }, true },  -- (partials that cancel)
   { "softmax", function(x) return (x * 1.25):softmax(2) end, { 32, 3000 }, true },
 }
 

@@ -23,9 +23,10 @@ namespace cr::jit {
 enum class Injected : uint8_t { None, Crash, Hang };
 
 // Compiles the plan's kernels into the shared object `so_path` (and libgccjit's dump into
-// `c_dump`, when given) in a compiler process; throws Error with the reason when it fails.
+// `c_dump`, when given) in a compiler process, with `block` (cpu::compile_plan); throws Error with
+// the reason when it fails.
 void compile_in_compiler_process(const Plan& plan, const cpu::FnTable& fns, const std::string& so_path,
-                                 const std::string& c_dump, Injected injected = Injected::None);
+                                 const std::string& c_dump, Injected injected = Injected::None, int64_t block = kBlock);
 
 // CRESCENT_JIT_TIMEOUT in milliseconds (default 60 s).
 int compile_timeout_ms();

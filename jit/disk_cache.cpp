@@ -39,12 +39,13 @@ bool is_hex_key(const std::string& s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-// `<key>.so`, `<key>.cubin`, or a temporary file of one (io::create_temp: `.<name>.tmp-<pid>-<n>`)
+// `<key>.so`, `<key>.cubin`, `<key>.tune` (an autotuning choice), or a temporary file of one
+// (io::create_temp: `.<name>.tmp-<pid>-<n>`)
 bool is_entry(const std::string& name, bool* temp) {
   std::string n = name;
   *temp = n.size() > 1 && n[0] == '.' && n.find(".tmp-") != std::string::npos;
   if (*temp) n = n.substr(1, n.find(".tmp-") - 1);
-  for (const char* ext : {".so", ".cubin"}) {
+  for (const char* ext : {".so", ".cubin", ".tune"}) {
     const size_t len = std::char_traits<char>::length(ext);
     if (n.size() > len && n.compare(n.size() - len, len, ext) == 0 && is_hex_key(n.substr(0, n.size() - len))) return true;
   }

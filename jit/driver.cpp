@@ -22,6 +22,7 @@
 #include <map>
 #include <utility>
 
+#include "jit/autotune.hpp"
 #include "jit/background.hpp"
 #include "jit/cache_entry.hpp"
 #include "jit/compiler_process.hpp"
@@ -43,14 +44,6 @@
 
 namespace cr::jit {
 
-namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// ---- the kernel cache ------------------------------------------------------------------------
-
 // This build of crescent: the file holding this code (executable or shared library), its size
 // and modification time. Any rebuild changes the key, so a stale entry is never loaded.
 std::string build_id() {
@@ -63,6 +56,14 @@ std::string build_id() {
   }();
   return id;
 }
+
+namespace {
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ---- the kernel cache ------------------------------------------------------------------------
 
 std::mutex cache_mutex;
 // entries live as long as a compiled graph uses them (then the shared object is unloaded)
@@ -93,10 +94,10 @@ Injected injected_failure() {
   throw Error("injected compile failure (CRESCENT_JIT_FAIL)");
 }
 
-void compile_to(const Plan& plan, const cpu::FnTable& fns, const std::string& so_path, const std::string& dump) {
+void compile_to(const Plan& plan, const cpu::FnTable& fns, const std::string& so_path, const std::string& dump, int64_t block) {
   const Injected injected = injected_failure();
-  if (isolate_compiles()) compile_in_compiler_process(plan, fns, so_path, dump, injected);
-  else cpu::compile_plan(plan, fns, so_path, dump);
+  if (isolate_compiles()) compile_in_compiler_process(plan, fns, so_path, dump, injected, block);
+  else cpu::compile_plan(plan, fns, so_path, dump, block);
 }
 
 struct Built {
@@ -148,7 +149,8 @@ bool publish_entry(const std::string& so, const std::string& dir, const std::str
   return publish_in(dir, key + ".so", read_file(so));
 }
 
-Built build_or_load(const Plan& plan, const cpu::FnTable& fns, const std::string& key, const Options& o, const std::string& dump) {
+Built build_or_load(const Plan& plan, const cpu::FnTable& fns, const std::string& key, const Options& o, const std::string& dump,
+                    int64_t block) {
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
     auto it = memory_cache.find(key);
@@ -167,7 +169,7 @@ Built build_or_load(const Plan& plan, const cpu::FnTable& fns, const std::string
   if (!b.so) {
     ScratchDir scratch;  // removed on every path
     const std::string so = scratch.path + "/kernels.so";
-    compile_to(plan, fns, so, dump);
+    compile_to(plan, fns, so, dump, block);
     const bool published = disk && publish_entry(so, o.cache_dir, key);
     try {
       b.so = load(published ? path : so);
@@ -183,6 +185,15 @@ Built build_or_load(const Plan& plan, const cpu::FnTable& fns, const std::string
   if (b.disk_hit) ++counters.disk_hits;
   memory_cache[key] = b.so;
   return b;
+}
+
+// The kernel cache's key of the plan's CPU code with `block`; `code` gets the kernels' text.
+std::string cpu_key(const Plan& plan, const cpu::FnTable& fns, int64_t block, std::string* code) {
+  for (size_t i = 0; i < plan.kernels.size(); ++i) *code += plan.code(i).str(kBlock);
+  std::string key_text = cat(*code, "\nfns:");
+  for (const std::string& n : fns.names) key_text += cat(n, ",");
+  key_text += cat("\n", cpu::compiler_id(), " block ", block, " build ", build_id());
+  return sha256_hex(key_text);
 }
 
 // ---- one compilation ---------------------------------------------------------------------------
@@ -327,6 +338,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
     }
     note.phase("code generation");
     if (!o.device.is_cpu() && !plan.kernels.empty()) {
+      if (o.autotune) autotune_cuda_untuned();
       bool cached = false;
       exe = cuda_program(std::move(plan), *g, o, log, &disk_hit, &cached, &code_phases);
       if (cached) std::swap(nkernels, nloaded);
@@ -336,11 +348,7 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
       cpu::FnTable fns;
       cpu::collect_fns(plan, fns);
       std::string code;
-      for (size_t i = 0; i < plan.kernels.size(); ++i) code += plan.code(i).str(kBlock);
-      std::string key_text = cat(code, "\nfns:");
-      for (const std::string& n : fns.names) key_text += cat(n, ",");
-      key_text += cat("\n", cpu::compiler_id(), " block ", kBlock, " build ", build_id());
-      std::string key = sha256_hex(key_text);
+      const std::string key = cpu_key(plan, fns, kBlock, &code);
       if (o.log_code) log.push_back(cat("output_code: ", g->name, " (key ", key, ")\n", code));
       if (!o.debug_dir.empty()) {
         dump_base = debug_base(o, g->name, key);
@@ -350,12 +358,14 @@ void compile_now(const std::shared_ptr<graph::Graph>& g, const Options& o, graph
         write_file(dump_base + ".fusion.txt", fusion);
         write_file(dump_base + ".kernels.c", code);
       }
-      Built b = build_or_load(plan, fns, key, o, dump_base.empty() ? "" : dump_base + ".gccjit.c");
+      Built b = build_or_load(plan, fns, key, o, dump_base.empty() ? "" : dump_base + ".gccjit.c", kBlock);
       disk_hit = b.disk_hit;
       if (b.memory_hit || b.disk_hit) std::swap(nkernels, nloaded);  // nothing was compiled
       note.done(nkernels + nloaded);
       t_code = now_ms();
-      exe = std::make_shared<cpu::Program>(std::move(plan), std::move(fns), b.so);
+      auto program = std::make_shared<cpu::Program>(std::move(plan), std::move(fns), b.so);
+      if (o.autotune) autotune_cpu(g, program, o);
+      exe = program;
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -393,6 +403,11 @@ std::string cuda_cubin(const std::string& source, const std::string& name, const
   o.cache_dir = cache_dir;
   bool disk_hit = false, memory_hit = false;
   return *cubin_for(source, arch, name, cubin_key(source, arch), o, &disk_hit, &memory_hit);
+}
+
+std::shared_ptr<cpu::SharedObject> cpu_kernels(const Plan& plan, const cpu::FnTable& fns, int64_t block, const Options& o) {
+  std::string code;
+  return build_or_load(plan, fns, cpu_key(plan, fns, block, &code), o, "", block).so;
 }
 
 bool cpu_backend_available(std::string* why) { return cpu::gccjit(why) != nullptr; }

@@ -12,15 +12,6 @@ namespace cr::jit {
 
 namespace {
 
-int64_t extent(const Shape& sizes, const Shape& strides, int64_t offset) {
-  int64_t hi = offset;
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] == 0) return 0;
-    hi += (sizes[d] - 1) * strides[d];
-  }
-  return hi + 1;
-}
-
 bool layout_is(const Tensor& t, const Buffer& b) {
   return t.sizes() == b.sizes && t.strides() == b.strides && t.offset() == b.offset && t.dtype() == b.dtype;
 }
@@ -42,6 +33,15 @@ void draw_numbers(Context& ctx, const Kernel& k, const std::vector<int64_t>& dra
 
 }  // namespace
 
+int64_t buffer_extent(const Buffer& b) {
+  int64_t hi = b.offset;
+  for (size_t d = 0; d < b.sizes.size(); ++d) {
+    if (b.sizes[d] == 0) return 0;
+    hi += (b.sizes[d] - 1) * b.strides[d];
+  }
+  return hi + 1;
+}
+
 void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* numbers) const {
   const LoopGraph& lg = plan_.lg;
   const graph::Graph& g = *lg.g;
@@ -57,7 +57,7 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
     if (t.defined() && t.is_lazy() && buf.offset == 0 && buf.strides == contiguous_strides(buf.sizes) &&
         Tensor::give_storage(t.get(), buf.sizes, buf.dtype, device_))
       return;
-    int64_t n = extent(buf.sizes, buf.strides, buf.offset);
+    int64_t n = buffer_extent(buf);
     Storage* s = storage_new(size_t(n) * dtype_size(buf.dtype), device_);
     t = Tensor::from_storage(s, buf.sizes, buf.strides, buf.offset, buf.dtype);  // adopts s
     mine[size_t(b)] = 1;

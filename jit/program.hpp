@@ -7,6 +7,9 @@
 
 namespace cr::jit {
 
+// The elements of its storage that buffer b spans (from element 0).
+int64_t buffer_extent(const Buffer& b);
+
 class PlanProgram : public graph::Executable {
  public:
   PlanProgram(Plan plan, Device device) : plan_(std::move(plan)), device_(device) {}

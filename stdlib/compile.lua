@@ -32,6 +32,9 @@ local settings = {
   sync_compile = false,
   -- mode = "reduce-overhead" on CUDA replays a proven call as one CUDA graph (false: from the host)
   cudagraphs = true,
+  -- true: every compile tunes its kernels as mode = "max-autotune" does (jit/autotune.hpp)
+  autotune = false,
+  autotune_budget_ms = 2000,  -- tuning time per graph (candidate compiles and timing)
   repl_timing = false,  -- the REPL prints each command's wall time after its results
 }
 
@@ -45,6 +48,8 @@ local SETTINGS = {
   debug_dir = function(v) return v == nil or type(v) == "string", "a directory (a string) or nil" end,
   sync_compile = function(v) return type(v) == "boolean", "a boolean" end,
   cudagraphs = function(v) return type(v) == "boolean", "a boolean" end,
+  autotune = function(v) return type(v) == "boolean", "a boolean" end,
+  autotune_budget_ms = function(v) return type(v) == "number" and v >= 0 and v < math.huge, "a non-negative number of ms" end,
   repl_timing = function(v) return type(v) == "boolean", "a boolean" end,
 }
 local function shown(v)
@@ -78,6 +83,8 @@ M.config = setmetatable({}, {
 -- "auto", "cpu" and "cuda" all compile native code for the device the graph's tensors are on;
 -- "aot_eager" is "eager" named as PyTorch's: the joint graphs of training are built, and run on
 -- the eager kernels (for telling capture bugs from code-generation bugs)
+local MODES = { default = ffi.C.CR_MODE_DEFAULT, ["reduce-overhead"] = ffi.C.CR_MODE_REDUCE_OVERHEAD,
+                ["max-autotune"] = ffi.C.CR_MODE_MAX_AUTOTUNE }
 local BACKENDS = { auto = true, eager = true, aot_eager = true, cpu = true, cuda = true }
 local OPTIONS = { backend = true, fullgraph = true, dynamic = true, mode = true, hot = true }
 
@@ -97,8 +104,8 @@ local function check_opts(opts)
     fail("compile: option dynamic expected nil, true or false, got " .. tostring(opts.dynamic))
   end
   local mode = opts.mode or "default"
-  if mode ~= "default" and mode ~= "reduce-overhead" then
-    fail("compile: option mode expected \"default\" or \"reduce-overhead\", got " .. tostring(mode))
+  if mode ~= "default" and mode ~= "reduce-overhead" and mode ~= "max-autotune" then
+    fail("compile: option mode expected \"default\", \"reduce-overhead\" or \"max-autotune\", got " .. tostring(mode))
   end
   local hot = opts.hot or 2
   if type(hot) ~= "number" or hot < 0 or hot ~= math.floor(hot) then
@@ -171,17 +178,18 @@ local function define_site(fn)
 end
 
 -- T.config entries the recorder reads, sent when they change (compared unrolled: see above).
-local SENT_OPTIONS, sent = { "debug_dir", "cache_dir", "sync_compile", "cudagraphs" }, {}
+local SENT_OPTIONS, sent = { "debug_dir", "cache_dir", "sync_compile", "cudagraphs", "autotune", "autotune_budget_ms" }, {}
 local function send_config(config)
   if sent.debug_dir == config.debug_dir and sent.cache_dir == config.cache_dir and sent.sync_compile == config.sync_compile
-     and sent.cudagraphs == config.cudagraphs and sent.valid then
+     and sent.cudagraphs == config.cudagraphs and sent.autotune == config.autotune
+     and sent.autotune_budget_ms == config.autotune_budget_ms and sent.valid then
     return
   end
   sent = { valid = true }
   for _, k in ipairs(SENT_OPTIONS) do
     local v = config[k]
     sent[k] = v
-    local rc = api.cap_set_option(ctx, k, v == nil and "" or tostring(v))
+    local rc = api.cap_set_option(ctx, k, v == nil and "" or type(v) == "number" and ("%.17g"):format(v) or tostring(v))
     if rc < 0 then core.raise(rc) end
   end
 end
@@ -222,8 +230,7 @@ function M.compile(fn, opts)
   if type(fn) ~= "function" then fail("compile: argument 1 (fn) expected a function or a module, got " .. type(fn)) end
   local o = check_opts(opts)
   site = site or define_site(fn)
-  local id = api.cap_function(ctx, site, o.hot, o.fullgraph and 1 or 0, o.mode == "reduce-overhead" and 1 or 0, o.backend,
-                              o.dynamic)
+  local id = api.cap_function(ctx, site, o.hot, o.fullgraph and 1 or 0, MODES[o.mode], o.backend, o.dynamic)
   if id < 0 then core.raise(id) end
   local ret_where = "return of " .. site
   -- the traces live in C++ as long as the compiled function does
@@ -329,7 +336,13 @@ M.compiler = {
              recomputed_ops = STATS[C.CR_STAT_RECOMPUTED_OPS],
              -- reduce-overhead on CUDA: plans recorded into CUDA graphs, replays that launched one
              cudagraphs_recorded = STATS[C.CR_STAT_CUDAGRAPHS_RECORDED],
-             cudagraph_replays = STATS[C.CR_STAT_CUDAGRAPH_REPLAYS] }
+             cudagraph_replays = STATS[C.CR_STAT_CUDAGRAPH_REPLAYS],
+             -- mode = "max-autotune" (of the process): tuning jobs finished, kernels tuned by
+             -- timing, candidates timed, kernels whose choice came from the cache directory,
+             -- candidates rejected (outputs not the default's), and the jobs' time
+             autotune_graphs = STATS[C.CR_STAT_AUTOTUNE_GRAPHS], autotune_kernels = STATS[C.CR_STAT_AUTOTUNE_KERNELS],
+             autotune_candidates = STATS[C.CR_STAT_AUTOTUNE_CANDIDATES], autotune_cached = STATS[C.CR_STAT_AUTOTUNE_CACHED],
+             autotune_rejected = STATS[C.CR_STAT_AUTOTUNE_REJECTED], autotune_ms = STATS[C.CR_STAT_AUTOTUNE_MS] }
   end,
   -- the same list as CRESCENT_LOGS ("graph,guards,recompiles,graph_breaks"); "" turns them off
   set_logs = function(list)

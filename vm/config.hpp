@@ -15,7 +15,7 @@ namespace cr {
   X(NumThreads, "CRESCENT_NUM_THREADS", "the cores", "threads of the CPU kernels, 1 to 256")                        \
   X(Logs, "CRESCENT_LOGS", "progress",                                                                               \
     "logs on stderr, comma-separated: graph guards recompiles graph_breaks fusion output_code perf host_ops aot "  \
-    "partition cudagraphs progress (on by default); -name turns one off (an unknown name is an error)")          \
+    "partition cudagraphs autotune progress (on by default); -name turns one off (an unknown name is an error)")          \
   X(Traceback, "CRESCENT_TRACEBACK", "short", "full: tracebacks keep crescent's own frames")                     \
   X(CacheDir, "CRESCENT_CACHE_DIR", "~/.cache/crescent", "the kernel cache's directory; 0: no cache on disk")       \
   X(CacheMaxMb, "CRESCENT_CACHE_MAX_MB", "1024", "the kernel cache's bound in MB (least recently used go first)")  \

@@ -17,7 +17,8 @@ constexpr Name kNames[] = {{"graph", &Logs::graph},           {"guards", &Logs::
                            {"perf", &Logs::perf},             {"fusion", &Logs::fusion},
                            {"output_code", &Logs::output_code}, {"host_ops", &Logs::host_ops},
                            {"aot", &Logs::aot},               {"partition", &Logs::partition},
-                           {"cudagraphs", &Logs::cudagraphs}, {"progress", &Logs::progress}};
+                           {"cudagraphs", &Logs::cudagraphs}, {"autotune", &Logs::autotune},
+                           {"progress", &Logs::progress}};
 
 std::string valid_names() {
   std::string out;

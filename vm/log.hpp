@@ -8,7 +8,7 @@ namespace cr {
 struct Logs {
   bool graph = false, guards = false, recompiles = false, graph_breaks = false, perf = false, fusion = false,
        output_code = false, host_ops = false, aot = false, partition = false,
-       cudagraphs = false;
+       cudagraphs = false, autotune = false;
   bool progress = true;  // a note on stderr while a compile runs long (jit/progress.hpp)
   // "graph,guards,+recompiles,-progress": the names listed on, "-name" off, the others as by
   // default; an unknown name throws

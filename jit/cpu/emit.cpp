@@ -7,7 +7,7 @@
 //       outer-level values and stores           scalars, computed once per outer index
 //       accumulators = init
 //       for inner variables but the last:
-//         for jb in blocks of kBlock of the innermost:
+//         for jb in blocks of kBlock (or a tuned block) of the innermost:
 //           phase 0 loop: loads, inline arithmetic, stores, block temps
 //           block calls (exp, erf, ...) on temps -> phase 1 loop -> ...
 //           block reductions of temps (or straight from the buffer) into the accumulators
@@ -44,8 +44,8 @@ namespace {
 
 class KernelEmitter : FunctionBuilder {
  public:
-  KernelEmitter(const GccJit& J, gcc_jit_context* c, const Types& t, const Kernel& k, const FnTable& fns)
-      : FunctionBuilder(J, c, t), k_(k), fns_(fns) {}
+  KernelEmitter(const GccJit& J, gcc_jit_context* c, const Types& t, const Kernel& k, const FnTable& fns, int64_t block)
+      : FunctionBuilder(J, c, t), k_(k), fns_(fns), block_(block) {}
 
   void emit() {
     gcc_jit_param* ps[5] = {J.context_new_param(c_, nullptr, t_.vpp, "bufs"), J.context_new_param(c_, nullptr, t_.vpp, "fns"),
@@ -296,7 +296,7 @@ class KernelEmitter : FunctionBuilder {
     return outer_[i] = r;
   }
 
-  // a block of kBlock values: a local array, or (ptr) the block's first element in a buffer
+  // a block of block_ values: a local array, or (ptr) the block's first element in a buffer
   struct Slot {
     gcc_jit_lvalue* array = nullptr;
     gcc_jit_rvalue* ptr = nullptr;
@@ -338,8 +338,7 @@ class KernelEmitter : FunctionBuilder {
   }
   // A pointwise kernel that calls block functions (sin, exp, ...) computes long enough per block
   // that its next reads stall if they start only when the block is done: each block prefetches
-  // the unit-stride inputs kAhead elements on, so that memory and arithmetic overlap.
-  static constexpr int64_t kAhead = 2 * kBlock;
+  // the unit-stride inputs 2 * block_ elements on, so that memory and arithmetic overlap.
   void prefetch_ahead(gcc_jit_rvalue* jb, gcc_jit_rvalue* n) {
     if (std::none_of(k_.body.exprs.begin(), k_.body.exprs.end(), [](const Expr& e) { return e.op == EOp::Call; })) return;
     size_t last = k_.sizes.size() - 1;
@@ -347,7 +346,7 @@ class KernelEmitter : FunctionBuilder {
     for (const Expr& e : k_.body.exprs) {
       if (e.op != EOp::Load || e.gather() || e.index[0].coef(last) != 1 || !seen.insert({e.value, e.index[0].k}).second) continue;
       gcc_jit_rvalue* saved = vars_[last];
-      vars_[last] = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, jb, i64(kAhead));
+      vars_[last] = bin(t_.i64, GCC_JIT_BINARY_OP_PLUS, jb, i64(2 * block_));
       gcc_jit_lvalue* first = element(e.value, e.index[0]);
       vars_[last] = saved;
       prefetch_lines(first, n, e.dtype);
@@ -516,7 +515,7 @@ class KernelEmitter : FunctionBuilder {
       vars_[v] = J.lvalue_as_rvalue(iv);
     }
     gcc_jit_lvalue* jb = local(t_.i64, "jb");
-    open_loop(jb, lo_, hi_, kBlock);
+    open_loop(jb, lo_, hi_, block_);
     block(d, J.lvalue_as_rvalue(jb), stores, accs);
     close_loop();
     for (size_t v = size_t(k_.n_outer); v < last; ++v) close_loop();
@@ -551,7 +550,7 @@ class KernelEmitter : FunctionBuilder {
     size_t last = k_.sizes.size() - 1;
     gcc_jit_lvalue* len = local(t_.i64, "len");
     J.block_add_assignment(cur_, nullptr, len, bin(t_.i64, GCC_JIT_BINARY_OP_MINUS, hi_, jb));
-    clamp_above(len, i64(kBlock));
+    clamp_above(len, i64(block_));
     gcc_jit_rvalue* n = J.lvalue_as_rvalue(len);
     if (d == 1) prefetch_next_row(jb, n);
     if (k_.accs.empty()) prefetch_ahead(jb, n);
@@ -573,7 +572,7 @@ class KernelEmitter : FunctionBuilder {
     // inner expr -> its block of values: a local array, or straight in a buffer (below)
     std::map<int32_t, Slot> temp;
     std::map<std::pair<int32_t, int>, gcc_jit_lvalue*> fill;  // outer value broadcast for a call
-    auto array = [&](DType d) { return Slot{local(J.context_new_array_type(c_, nullptr, type(d), kBlock), "t"), nullptr}; };
+    auto array = [&](DType d) { return Slot{local(J.context_new_array_type(c_, nullptr, type(d), block_), "t"), nullptr}; };
     std::set<int32_t> needed;
     std::function<void(int32_t)> need = [&](int32_t i) {
       if (!k_.inner[size_t(i)] || !needed.insert(i).second || reused(i)) return;
@@ -715,6 +714,7 @@ class KernelEmitter : FunctionBuilder {
 
   const Kernel& k_;
   const FnTable& fns_;
+  const int64_t block_;  // elements per block of the innermost loop (kBlock unless tuned)
   gcc_jit_rvalue *bufs_ = nullptr, *fnsp_ = nullptr, *lo_ = nullptr, *hi_ = nullptr;
   std::vector<gcc_jit_rvalue*> ptrs_, vars_;
   std::map<int32_t, gcc_jit_rvalue*> outer_;
@@ -730,7 +730,7 @@ class KernelEmitter : FunctionBuilder {
 
 }  // namespace
 
-void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_path, const std::string& c_dump_path) {
+void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_path, const std::string& c_dump_path, int64_t block) {
   std::string why;
   const GccJit* J = gccjit(&why);
   if (!J) throw Error(cat("libgccjit is not available: ", why));
@@ -751,7 +751,7 @@ void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_pa
   for (const char* opt : {march.c_str(), "-ffp-contract=off", "-fwrapv", "-fno-math-errno", "-fno-semantic-interposition"})
     J->context_add_command_line_option(c, opt);
   Types t = make_types(*J, c);
-  for (size_t i = 0; i < plan.kernels.size(); ++i) KernelEmitter(*J, c, t, plan.code(i), fns).emit();
+  for (size_t i = 0; i < plan.kernels.size(); ++i) KernelEmitter(*J, c, t, plan.code(i), fns, block).emit();
   if (!c_dump_path.empty()) J->context_dump_to_file(c, c_dump_path.c_str(), 0);
   J->context_compile_to_file(c, GCC_JIT_OUTPUT_KIND_DYNAMIC_LIBRARY, so_path.c_str());
   if (const char* err = J->context_get_first_error(c)) throw Error(cat("libgccjit: ", err));
@@ -759,7 +759,7 @@ void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_pa
 
 #else
 
-void compile_plan(const Plan&, const FnTable&, const std::string&, const std::string&) {
+void compile_plan(const Plan&, const FnTable&, const std::string&, const std::string&, int64_t) {
   throw Error("this build has no libgccjit headers: CPU code generation is not available");
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "jit/cpu/fns.hpp"
+#include "jit/cpu/helpers.hpp"
 #include "jit/fusion/schedule.hpp"
 
 namespace cr::jit::cpu {
@@ -22,7 +23,9 @@ using KernelFn = void (*)(void** bufs, void** fns, const int64_t* P, int64_t w0,
 
 // Emits the plan's kernels and compiles them into the shared object `so_path`. Throws Error with
 // libgccjit's message when it fails. `c_dump` (optional): libgccjit's C-like dump of the code.
-void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_path, const std::string& c_dump_path);
+// `block`: elements per block of the inner loops (kBlock; autotuning tries others, jit/autotune.hpp).
+void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_path, const std::string& c_dump_path,
+                  int64_t block = kBlock);
 
 // Plans for generated CPU code: `threads` workers, chunks of whole blocks (kBlock).
 ScheduleTarget schedule_target(int threads);

@@ -151,7 +151,8 @@ std::string head(const Kernel& k, const CudaKernel& c, bool dynamic) {
 constexpr int64_t kMaxArgBytes = 4096;
 
 // Kernel i of the plan, from its template when it has one (launched on its own sizes).
-std::string kernel_text(size_t i, const Plan& plan, const Target& t, CudaKernel& c, std::map<std::string, std::string>& fns) {
+std::string kernel_text(size_t i, const Plan& plan, const Target& t, const KernelConfig& config, CudaKernel& c,
+                        std::map<std::string, std::string>& fns) {
   const Kernel& k = plan.code(i);
   c.name = k.name;
   c.params = params_of(k, plan);
@@ -163,7 +164,8 @@ std::string kernel_text(size_t i, const Plan& plan, const Target& t, CudaKernel&
   Lines body;
   body.indent = 1;
   static const std::vector<int64_t> none;
-  KernelWriter w{k, plan.kernels[i], plan.params.empty() ? none : plan.params[i], t, c, body, fns};
+  static const KernelConfig heuristic;
+  KernelWriter w{k, plan.kernels[i], plan.params.empty() ? none : plan.params[i], t, c, body, fns, is_template(k) ? heuristic : config};
   if (k.accs.empty()) write_pointwise(w);
   else write_reduction(w);
   return cat(head(k, c, w.dynamic), signature(c), " {\n  typedef ", c.index32 ? "int" : "int64_t", " idx_t;\n", body.text, "}\n");
@@ -173,7 +175,8 @@ std::string kernel_text(size_t i, const Plan& plan, const Target& t, CudaKernel&
 
 ScheduleTarget schedule_target(int threads) { return {threads, 512}; }
 
-CudaModule emit_plan(const Plan& plan, const Target& target) {
+CudaModule emit_plan(const Plan& plan, const Target& target, const std::vector<KernelConfig>& configs) {
+  static const KernelConfig heuristic;
   CudaModule m;
   m.arch = target.arch;
   std::map<std::string, std::string> fns;
@@ -181,7 +184,7 @@ CudaModule emit_plan(const Plan& plan, const Target& target) {
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     CudaKernel c;
     kernels += '\n';
-    kernels += kernel_text(i, plan, target, c, fns);
+    kernels += kernel_text(i, plan, target, i < configs.size() ? configs[i] : heuristic, c, fns);
     m.kernels.push_back(std::move(c));
   }
   m.source = cr::cuda::prelude();
@@ -192,6 +195,35 @@ CudaModule emit_plan(const Plan& plan, const Target& target) {
   }
   m.source += kernels;
   return m;
+}
+
+std::string config_name(const KernelConfig& c) {
+  std::string s;
+  auto part = [&](const char* what, int64_t v) {
+    if (v) s += cat(s.empty() ? "" : " ", what, " ", v);
+  };
+  part("block", c.block);
+  part("waves", c.waves);
+  part("vector", c.vector_width);
+  part("team", c.team);
+  part("rows/block", c.rows_per_block);
+  return s.empty() ? "heuristic" : s;
+}
+
+std::vector<KernelConfig> candidates(const CudaKernel& c) {
+  std::vector<KernelConfig> out{KernelConfig{}};
+  if (c.size_params > 0) return out;
+  if (c.form == Form::Pointwise) {
+    for (int64_t block : {128, 256, 512})
+      for (int64_t waves : {1, 8, 32})
+        for (int vec : {0, 1})
+          if (vec == 0 || c.vector_width > 1) out.push_back(KernelConfig{block, vec, waves, 0, 0});
+    return out;
+  }
+  for (int64_t rows : {64, 256}) out.push_back(KernelConfig{0, 0, 0, 1, rows});
+  for (int64_t rows : {1, 4, 8}) out.push_back(KernelConfig{0, 0, 0, 32, rows});
+  for (int64_t team : {64, 128, 256, 512, 1024}) out.push_back(KernelConfig{0, 0, 0, team, 1});
+  return out;
 }
 
 std::string render(const CudaModule& m) {

@@ -65,6 +65,17 @@ struct CudaKernel {
   int64_t items_per_block = 1, max_grid = 0;
 };
 
+// A kernel's launch shape where autotuning chooses it (jit/autotune.hpp); 0 everywhere: the
+// heuristic's. Kernels of templates (dynamic graphs) keep the heuristic's.
+struct KernelConfig {
+  int64_t block = 0;           // pointwise: threads a block
+  int vector_width = 0;        // pointwise: 1 keeps to the scalar form
+  int64_t waves = 0;           // pointwise: waves of resident blocks (so, elements a thread)
+  int64_t team = 0;            // reductions: threads that fold one row (1, 32, or 64 to 1024: a block)
+  int64_t rows_per_block = 0;  // reductions of a thread or a warp a row
+};
+std::string config_name(const KernelConfig& c);  // "block 256 waves 8 vector 4", for logs and tests
+
 // The grid for `instance`, a concrete kernel of the structure `c` was emitted for: 0 when
 // there is nothing to do.
 int64_t launch_grid(const CudaKernel& c, const Kernel& instance);
@@ -79,9 +90,15 @@ struct CudaModule {
 // the plan is cut as for CPUs (threads, 512-element blocks): it does not depend on the device.
 ScheduleTarget schedule_target(int threads);
 
-// Emits CUDA C for every kernel of the plan. Throws cr::Error for what it cannot emit yet
-// (float16 / bfloat16).
-CudaModule emit_plan(const Plan& plan, const Target& target = {});
+// Emits CUDA C for every kernel of the plan, kernel i with configs[i] when given. Throws
+// cr::Error for what it cannot emit yet.
+CudaModule emit_plan(const Plan& plan, const Target& target = {}, const std::vector<KernelConfig>& configs = {});
+
+// The configurations autotuning tries for a kernel that emit_plan emitted with the heuristic
+// (`c`), the heuristic's first: block size, waves and vector width of pointwise kernels; the team
+// (one thread, a warp, or a block per row: the split of a row's reduction) and rows per block
+// of reductions.
+std::vector<KernelConfig> candidates(const CudaKernel& c);
 
 // CRESCENT_LOGS=output_code: the launch table, then the source.
 std::string render(const CudaModule& m);

@@ -23,6 +23,7 @@ struct KernelWriter {
   CudaKernel& out;
   Lines& lines;
   std::map<std::string, std::string>& functions;  // the module's op functions
+  const KernelConfig& config;  // (0s: the heuristic's choices)
   const bool dynamic = is_template(k);
 
   // the index type of the generated code: the kernel's typedef (int or int64_t, set_index_type)

@@ -178,15 +178,16 @@ void write_pointwise(KernelWriter& w) {
   const Kernel& k = w.k;
   CudaKernel& o = w.out;
   o.form = Form::Pointwise;
-  o.block = kPointwiseBlock;
+  const KernelConfig& cfg = w.config;
+  o.block = cfg.block ? cfg.block : kPointwiseBlock;
   // 16-bit stores take groups of 8 (16 bytes) when the kernel allows it, else of 4
   int vec = group_width(k);
   if (vec == 8 && !(w.dynamic ? !vector_params(k, vec).empty() : vectorisable(k, vec))) vec = 4;
   std::vector<int64_t> vparams = w.dynamic ? vector_params(k, vec) : std::vector<int64_t>{};
-  const bool vector = w.dynamic ? instance_vectorises(vparams, w.params, vec) : vectorisable(k, vec);
+  const bool vector = w.dynamic ? instance_vectorises(vparams, w.params, vec) : cfg.vector_width != 1 && vectorisable(k, vec);
   o.vector_width = vector ? vec : 1;
   o.vector_form = w.dynamic ? !vparams.empty() : vector;
-  w.set_grid(o.block, pointwise_waves());
+  w.set_grid(o.block, cfg.waves ? cfg.waves : pointwise_waves());
   w.set_index_type();
   if (!w.dynamic || vparams.empty()) {
     group_loop(w, vector ? vec : 1);

@@ -75,7 +75,11 @@ int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
   int64_t team;
   // few rows: a smaller block (at least a warp: zero rows, an empty input, still launch one)
   auto rows_block = [&](int64_t t) { return std::clamp<int64_t>((R * t + 31) / 32 * 32, 32, 256); };
-  if ((strided_rows(w.k) && R >= 1024) || (C <= 16 && R >= 4096)) {
+  if (const KernelConfig& cfg = w.config; cfg.team > 0) {  // autotuning's choice
+    team = cfg.team;
+    o.form = team == 1 ? Form::ReduceThread : team == 32 ? Form::ReduceWarp : Form::ReduceBlock;
+    o.block = team > 32 ? team : std::clamp<int64_t>(team * std::max<int64_t>(1, cfg.rows_per_block), 32, 1024);
+  } else if ((strided_rows(w.k) && R >= 1024) || (C <= 16 && R >= 4096)) {
     o.form = Form::ReduceThread;  // neighbouring threads read neighbouring rows: coalesced
     team = 1;
     o.block = rows_block(team);

@@ -144,7 +144,7 @@ describe("crescent executable", function()
 
   it("rejects an unknown CRESCENT_LOGS name, listing the valid ones", function()
     local kValid = "(expected a comma list of: graph, guards, recompiles, graph_breaks, perf, fusion, output_code, host_ops, aot, " ..
-                   "partition, cudagraphs, progress; -name turns one off)"
+                   "partition, cudagraphs, autotune, progress; -name turns one off)"
     local out, err, st = expect.crescent({ "-e", "print(1)" }, { env = "CRESCENT_LOGS=graph,grpah" })
     expect.eq(st, 1)
     expect.eq(out, "")

@@ -81,6 +81,11 @@ struct NativeOptions {
   bool log_fusion = false, log_code = false;
   bool log_progress = false;  // the note of a long compile (jit/progress.hpp)
   int threads = 1;
+  // mode = "max-autotune" / T.config.autotune: candidate configurations of every kernel are
+  // timed in the background within the budget, the fastest kept (jit/autotune.hpp)
+  bool autotune = false;
+  double autotune_budget_ms = 2000;
+  bool log_autotune = false;  // CRESCENT_LOGS=autotune: candidates, times, winner per kernel
   Device device;           // where the graph's tensors live (CUDA: jit/cuda, else jit/cpu)
   const void* owner = nullptr;  // the VM compiling (its end drops its queued background compiles)
 };

@@ -23,7 +23,7 @@ bool one_device(const Graph& g, Device* d) {
 
 }  // namespace
 
-void Recorder::start_native(const std::shared_ptr<Graph>& g, const std::string& backend) {
+void Recorder::start_native(const std::shared_ptr<Graph>& g, const std::string& backend, bool tune) {
   if (backend == "eager" || backend == "aot_eager" || g->op_count() == 0) return;
   Device device;
   if (!one_device(*g, &device)) return;
@@ -44,6 +44,9 @@ void Recorder::start_native(const std::shared_ptr<Graph>& g, const std::string& 
   o.log_code = logs.output_code;
   o.log_progress = logs.progress;
   o.threads = num_threads();
+  o.autotune = tune || autotune;
+  o.autotune_budget_ms = autotune_budget_ms;
+  o.log_autotune = logs.autotune;
   o.device = device;
   o.owner = this;
   hooks().compile_native(g, o);

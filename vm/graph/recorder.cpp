@@ -615,7 +615,7 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf, const Graph& raw) {
   if (logs.perf)
     log("perf", cat(g->name, ": compiled in ", fixed(us), " us (", leaf.raw->op_count(), " ops -> ", g->op_count(), ")"));
   dump(leaf, *g, us);
-  start_native(g, fn_->opts.backend);
+  start_native(g, fn_->opts.backend, fn_->opts.autotune);
   leaf.compiled = g;
   return g;
 }

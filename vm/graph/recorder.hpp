@@ -117,6 +117,8 @@ class Recorder {
   std::string cache_dir;  // T.config.cache_dir: compiled kernels on disk ("" or "0" = none)
   bool sync_compile = false;  // T.config.sync_compile: native code compiled in line
   bool cudagraphs = true;     // T.config.cudagraphs: reduce-overhead records CUDA graphs
+  bool autotune = false;      // T.config.autotune: every compile tunes (as mode = "max-autotune")
+  double autotune_budget_ms = 2000;  // T.config.autotune_budget_ms: tuning time per graph
   std::vector<SegmentReport> report;  // segments of the current / last call
 
  private:
@@ -138,7 +140,8 @@ class Recorder {
   void remember_call(guards::Leaf& leaf, const std::vector<cr_tensor*>& rets);
   // native code (vm/graph/native.cpp): starts compiling an optimised graph for its backend, and
   // runs a graph - natively once its code is ready, counting the compile's outcome once.
-  void start_native(const std::shared_ptr<Graph>& g, const std::string& backend);
+  // `autotune`: the function's mode is "max-autotune" (T.config.autotune tunes every graph).
+  void start_native(const std::shared_ptr<Graph>& g, const std::string& backend, bool autotune = false);
   // Training segments (joint.hpp): the segment's plan, its node for Lua's tensors after a run.
   void check_training(guards::Leaf& leaf);
   std::shared_ptr<Joint> joint_of(guards::Leaf& leaf);  // of this call's instance when dynamic

@@ -118,6 +118,7 @@ struct Options {
   int hot = 2;
   bool fullgraph = false;
   bool reduce_overhead = false;
+  bool autotune = false;  // mode = "max-autotune"
   std::string backend = "auto";
   int dynamic = -1;  // API.md section 5: -1 automatic (nil), 0 always specialise, 1 symbolic sizes
                      // and varying operand numbers from the start

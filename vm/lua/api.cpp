@@ -9,6 +9,7 @@
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/graphs.hpp"
 #include "jit/jit.hpp"
+#include "jit/autotune.hpp"
 #include "jit/cuda/eager.hpp"
 #include "jit/disk_cache.hpp"
 #include "vm/cuda/memory.hpp"
@@ -268,7 +269,7 @@ cr_tensor* api_load_npy(cr_ctx* c, const char* path) {
 
 graph::Recorder& rec(cr_ctx* c) { return *Context::of(c).recorder; }
 
-int32_t api_cap_function(cr_ctx* c, const char* name, int32_t hot, int32_t fullgraph, int32_t reduce_overhead,
+int32_t api_cap_function(cr_ctx* c, const char* name, int32_t hot, int32_t fullgraph, int32_t mode,
                          const char* backend, int32_t dynamic) {
   return guarded(c, [&] {
     guards::Options o;
@@ -276,7 +277,8 @@ int32_t api_cap_function(cr_ctx* c, const char* name, int32_t hot, int32_t fullg
     o.name = name;
     o.hot = hot;
     o.fullgraph = fullgraph != 0;
-    o.reduce_overhead = reduce_overhead != 0;
+    o.reduce_overhead = mode == CR_MODE_REDUCE_OVERHEAD;
+    o.autotune = mode == CR_MODE_MAX_AUTOTUNE;
     o.backend = backend;
     return rec(c).new_function(o);
   });
@@ -332,6 +334,7 @@ void put_stats(double* out, int n, std::initializer_list<std::pair<int, double>>
 void api_cap_stats(cr_ctx* c, double* out) {
   const graph::Stats& s = rec(c).stats;
   const jit::QueueStats q = jit::background_stats();
+  const jit::AutotuneStats a = jit::autotune_stats();
   put_stats(out, CR_CAP_STATS,
             {{CR_STAT_GRAPHS_COMPILED, double(s.graphs_compiled)}, {CR_STAT_RECOMPILES, double(s.recompiles)},
              {CR_STAT_GRAPH_BREAKS, double(s.graph_breaks)}, {CR_STAT_KERNELS_COMPILED, double(s.kernels_compiled)},
@@ -343,7 +346,10 @@ void api_cap_stats(cr_ctx* c, double* out) {
              {CR_STAT_GRAD_FALLBACKS, double(s.grad_fallbacks)}, {CR_STAT_SAVED_VALUES, double(s.saved_values)},
              {CR_STAT_SAVED_BYTES, double(s.saved_bytes)}, {CR_STAT_RECOMPUTED_OPS, double(s.recomputed_ops)},
              {CR_STAT_CUDAGRAPHS_RECORDED, double(s.cudagraphs_recorded)},
-             {CR_STAT_CUDAGRAPH_REPLAYS, double(s.cudagraph_replays)}});
+             {CR_STAT_CUDAGRAPH_REPLAYS, double(s.cudagraph_replays)}, {CR_STAT_AUTOTUNE_GRAPHS, double(a.graphs)},
+             {CR_STAT_AUTOTUNE_KERNELS, double(a.kernels)}, {CR_STAT_AUTOTUNE_CANDIDATES, double(a.candidates)},
+             {CR_STAT_AUTOTUNE_CACHED, double(a.cached)}, {CR_STAT_AUTOTUNE_REJECTED, double(a.rejected)},
+             {CR_STAT_AUTOTUNE_MS, a.ms}});
 }
 
 const char* api_cap_report(cr_ctx* c) {
@@ -368,6 +374,8 @@ int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {
     else if (n == "cache_dir") r.cache_dir = value;
     else if (n == "sync_compile") r.sync_compile = std::string(value) == "true";
     else if (n == "cudagraphs") r.cudagraphs = std::string(value) == "true";
+    else if (n == "autotune") r.autotune = std::string(value) == "true";
+    else if (n == "autotune_budget_ms") r.autotune_budget_ms = std::strtod(value, nullptr);
     else if (n == "cache_max_mb") jit::set_cache_max_mb(std::strtod(value, nullptr));
     else fail(cat("config: unknown option ", n));
     return 0;

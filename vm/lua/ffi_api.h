@@ -66,8 +66,13 @@ enum cr_cap_stat {
   CR_STAT_COMPILES_PENDING, CR_STAT_COMPILE_MS, CR_STAT_KERNELS_LOADED, CR_STAT_BACKWARD_GRAPHS_COMPILED,
   CR_STAT_GRAD_FALLBACKS, CR_STAT_SAVED_VALUES, CR_STAT_SAVED_BYTES, CR_STAT_RECOMPUTED_OPS,
   CR_STAT_CUDAGRAPHS_RECORDED, CR_STAT_CUDAGRAPH_REPLAYS,
+  CR_STAT_AUTOTUNE_GRAPHS, CR_STAT_AUTOTUNE_KERNELS, CR_STAT_AUTOTUNE_CANDIDATES, CR_STAT_AUTOTUNE_CACHED,
+  CR_STAT_AUTOTUNE_REJECTED, CR_STAT_AUTOTUNE_MS,
   CR_CAP_STATS
 };
+
+/* api.cap_function's mode (T.compile's option mode) */
+enum cr_compile_mode { CR_MODE_DEFAULT, CR_MODE_REDUCE_OVERHEAD, CR_MODE_MAX_AUTOTUNE };
 /* api.cuda_stats's numbers (T.cuda.memory_stats()), at these indices of a double[CR_CUDA_STATS] */
 enum cr_cuda_stat {
   CR_CUDA_DRIVER_ALLOCS, CR_CUDA_DRIVER_FREES, CR_CUDA_CACHE_HITS, CR_CUDA_IN_USE, CR_CUDA_RESERVED,
@@ -139,7 +144,7 @@ typedef struct cr_api {
    * (last_error, to be located at the caller) and -2 on an error whose message already starts
    * with its Lua position. */
   int32_t (*cap_function)(cr_ctx* ctx, const char* name, int32_t hot, int32_t fullgraph,
-                          int32_t reduce_overhead, const char* backend,
+                          int32_t mode /* enum cr_compile_mode */, const char* backend,
                           int32_t dynamic); /* -1: automatic (nil), 0: false, 1: true */
   int32_t (*cap_begin)(cr_ctx* ctx, int32_t fn, int32_t cache_size_limit, int32_t train); /* 0: already active; train: Recorder::begin */
   int32_t (*cap_need)(cr_ctx* ctx, cr_tensor* t, const char* reason, const char* where);

@@ -381,7 +381,7 @@ describe("CUDA selections", function()
     end
     local z = T.full({ 40 }, -0.0, { dtype = "float32" })  -- (untouched bins keep -0: nothing is added to them)
     agree("-0 in untouched bins", function(o, i, s) return o:index_add(1, i, s):reciprocal() end,
-      { z, T.randint(1, 21, { 4000 }), T.randn(4000) })
+      { z, T.randint(1, 21, { 4000 }), T.randn(4000) }, 1e-5)  -- (float sums: the order is the device's)
     local ids = T.randint(0, 1000, { BIG })
     agree("bincount of 3M into 1000", function(a) return T.bincount(a) end, { ids })
     agree("bincount of 3M into 50000", function(a) return T.bincount(a) end, { ids * 50 })

@@ -80,6 +80,7 @@ struct NativeOptions {
   bool whole_graph = false;
   bool log_fusion = false, log_code = false;
   bool log_progress = false;  // the note of a long compile (jit/progress.hpp)
+  bool log_perf = false;      // a line after each compile phase (jit/driver.cpp)
   int threads = 1;
   Device device;           // where the graph's tensors live (CUDA: jit/cuda, else jit/cpu)
   const void* owner = nullptr;  // the VM compiling (its end drops its queued background compiles)

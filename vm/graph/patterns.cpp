@@ -18,13 +18,7 @@
 namespace cr::graph {
 namespace {
 
-struct Ops {
-  int matmul = Registry::get().index_of("matmul"), softmax = Registry::get().index_of("softmax");
-  int mul = Registry::get().index_of("mul"), div = Registry::get().index_of("div");
-  int transpose = Registry::get().index_of("transpose"), attention = Registry::get().index_of("attention");
-  int add = Registry::get().index_of("add"), masked_fill = Registry::get().index_of("masked_fill");
-  int logical_not = Registry::get().index_of("logical_not");
-};
+using Ops = OpIds;  // (vm/registry.hpp CR_NAMED_OPS)
 
 // Uses of every value by nodes' arguments, and by the outputs (which count as a use each).
 std::vector<int> use_counts(const Graph& g) {
@@ -173,7 +167,7 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
 }  // namespace
 
 int fuse_patterns(Graph& g) {
-  static const Ops ops;
+  const Ops& ops = Registry::get().ids();
   // A dynamic graph's code serves every instance of its sizes; the rewrite checks one instance's
   // (the head size, the batch shapes), so those graphs keep their ops.
   if (g.dynamic) return 0;

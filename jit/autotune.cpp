@@ -13,6 +13,7 @@
 
 #include "jit/background.hpp"
 #include "jit/cache_entry.hpp"
+#include "jit/kernel_cache.hpp"
 #include "vm/fixed.hpp"
 #include "vm/log.hpp"
 
@@ -290,6 +291,11 @@ void autotune_cuda_untuned() {
   std::call_once(once, [] {
     log_line("autotune", "CUDA graphs are not tuned yet: they run the heuristic's launch configurations");
   });
+}
+
+void autotune_program(const std::shared_ptr<graph::Graph>& g, const std::shared_ptr<const graph::Executable>& exe, const Options& o) {
+  if (!o.device.is_cpu()) return autotune_cuda_untuned();
+  autotune_cpu(g, std::const_pointer_cast<cpu::Program>(std::static_pointer_cast<const cpu::Program>(exe)), o);
 }
 
 AutotuneStats autotune_stats() {

@@ -45,9 +45,12 @@ struct AutotuneStats {
 };
 AutotuneStats autotune_stats();
 
-// driver.cpp: this build's identity (in cache keys), and the plan's kernels compiled with
-// `block`, through the kernel cache (memory, then disk).
-std::string build_id();
+// Arranges the tuning of a freshly compiled program (the driver calls it before publishing it):
+// autotune_cpu for CPU programs; CUDA ones are not tuned yet.
+void autotune_program(const std::shared_ptr<graph::Graph>& g, const std::shared_ptr<const graph::Executable>& exe, const Options& o);
+
+// jit/cpu/backend.cpp: the plan's kernels compiled with `block`, through the kernel cache
+// (memory, then disk).
 std::shared_ptr<cpu::SharedObject> cpu_kernels(const Plan& plan, const cpu::FnTable& fns, int64_t block, const Options& o);
 
 }  // namespace cr::jit

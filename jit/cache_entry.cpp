@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
+#include <utility>
 
 #include "vm/error.hpp"
 #include "vm/io/file.hpp"
@@ -66,6 +67,8 @@ bool publish_file(const std::string& path, const std::string& bytes) {
   return ok;
 }
 
+std::string sealed(const std::string& body, const std::string& key) { return body + trailer(key, body); }
+
 void seal_entry(const std::string& path, const std::string& key) {
   std::string body;
   if (!read_all(path, &body)) throw Error(cat("cannot read the compiled kernels ", path));
@@ -75,7 +78,7 @@ void seal_entry(const std::string& path, const std::string& key) {
   if (!f) throw Error(cat("cannot write the compiled kernels ", path));
 }
 
-bool check_entry(const std::string& path, const std::string& key, std::string* why) {
+bool check_entry(const std::string& path, const std::string& key, std::string* why, std::string* body_out) {
   std::string bytes, problem;
   if (!read_all(path, &bytes, &problem)) {
     *why = cat("cannot be read (", problem, ")");
@@ -87,7 +90,10 @@ bool check_entry(const std::string& path, const std::string& key, std::string* w
   }
   std::string body = bytes.substr(0, bytes.size() - kTrailerLen);
   std::string expect = trailer(key, body), found = bytes.substr(body.size());
-  if (found == expect) return true;
+  if (found == expect) {
+    if (body_out) *body_out = std::move(body);
+    return true;
+  }
   bool other_key = found.compare(kMagicLen, kKeyLen, key) != 0;
   *why = other_key ? cat("is the entry of another key (", found.substr(kMagicLen, kKeyLen), ")")
                    : "does not match its checksum (damaged)";

@@ -1,9 +1,9 @@
-// Entries of the on-disk kernel cache: a compiled shared object followed by a trailer that seals
-// it - a magic, the cache key, the size and the SHA-256 of the bytes before the trailer. An
-// entry is checked before dlopen(), which trusts the ELF it is given: a truncated object maps
-// pages past the end of the file (SIGBUS on first use), garbage may crash the loader, and a whole
-// object of another kernel would load fine and compute the wrong thing. A file that fails the
-// check is discarded and the kernels are compiled again.
+// Entries of the on-disk kernel cache, of every backend (a CPU shared object, a CUBIN): the
+// compiled bytes followed by a trailer that seals them - a magic, the cache key, the size and the
+// SHA-256 of the bytes before the trailer. An entry is checked before it is loaded: dlopen() and
+// the CUDA driver trust the ELF they are given (a truncated object maps pages past the end of the
+// file, garbage may crash the loader, an object of another kernel loads and computes the wrong
+// thing). A file that fails the check is discarded and the kernels are compiled again.
 #pragma once
 #include <string>
 
@@ -22,11 +22,13 @@ std::string read_file(const std::string& path);
 // when it could not (the temporary file is removed).
 bool publish_file(const std::string& path, const std::string& bytes);
 
+// `body` sealed for `key`: the bytes of its disk entry.
+std::string sealed(const std::string& body, const std::string& key);
 // Appends the trailer for `key` to the compiled object at `path`; throws cr::Error on failure.
 void seal_entry(const std::string& path, const std::string& key);
 
 // Whether the file at `path` is a whole sealed entry for `key` (a regular file, not a link); if
-// not, `why` says what is wrong.
-bool check_entry(const std::string& path, const std::string& key, std::string* why);
+// not, `why` says what is wrong. `body`, when given, receives the bytes before the trailer.
+bool check_entry(const std::string& path, const std::string& key, std::string* why, std::string* body = nullptr);
 
 }  // namespace cr::jit

@@ -14,17 +14,15 @@
 #pragma once
 #include <string>
 
+#include "jit/backend.hpp"
 #include "jit/cpu/emit.hpp"
 
 namespace cr::jit {
 
-// What a compiler process does with a request instead of compiling (CRESCENT_JIT_FAIL=crash /
-// hang, for tests of the fallback).
-enum class Injected : uint8_t { None, Crash, Hang };
-
 // Compiles the plan's kernels into the shared object `so_path` (and libgccjit's dump into
 // `c_dump`, when given) in a compiler process, with `block` (cpu::compile_plan); throws Error with
-// the reason when it fails.
+// the reason when it fails. `injected`: what the process does instead of compiling
+// (jit/backend.hpp injected_failure).
 void compile_in_compiler_process(const Plan& plan, const cpu::FnTable& fns, const std::string& so_path,
                                  const std::string& c_dump, Injected injected = Injected::None, int64_t block = kBlock);
 

@@ -1,5 +1,6 @@
 #include "jit/hooks.hpp"
 
+#include "jit/backend.hpp"
 #include "jit/cuda/eager.hpp"
 #include "jit/jit.hpp"
 #include "jit/lower.hpp"
@@ -14,9 +15,7 @@ void install_hooks(Hooks& h) {
     return cuda_cubin(source, name, arch, cuda::compile_cache_dir(ctx));
   };
   h.compile_native = compile_native;
-  h.backend_available = [](bool on_cuda, std::string* why) {
-    return on_cuda ? cuda_backend_available(why) : cpu_backend_available(why);
-  };
+  h.backend_available = [](bool on_cuda, std::string* why) { return backend_for(Device{int8_t(on_cuda), 0}).available(why); };
 }
 
 }  // namespace cr::jit

@@ -11,21 +11,23 @@ local M = {}
 local T  -- crescent, bound by M.bind
 
 -- autocast ------------------------------------------------------------------------------------
-local DEVICES = { cpu = 0, cuda = 1 }
-local DTYPE_CODE = { float16 = 2, bfloat16 = 3 }
-local DTYPE_NAME = { [2] = "float16", [3] = "bfloat16" }
+local C = core.ffi.C  -- (vm/abi.h enum cr_dtype; vm/lua/ffi_api.h enum cr_ag_mode)
+-- ag.mode's slot of each device type's autocast state
+local MODE = { cpu = C.CR_AG_AUTOCAST_CPU, cuda = C.CR_AG_AUTOCAST_CUDA }
+local DTYPE_CODE = { float16 = C.CR_FLOAT16, bfloat16 = C.CR_BFLOAT16 }
+local DTYPE_NAME = { [C.CR_FLOAT16] = "float16", [C.CR_BFLOAT16] = "bfloat16" }
 local DEFAULT_DTYPE = { cpu = "bfloat16", cuda = "float16" }  -- as PyTorch's
 local AUTOCAST_OPTS = { dtype = true, enabled = true, cache_enabled = true }
 
-local MODE = { [0] = 3, [1] = 2 }  -- ag.mode's slot of each device type's autocast state
-local function state(dev) -- enabled, dtype code
-  local s = ag.mode(MODE[dev], -1)
+local function state(slot) -- enabled, dtype code
+  local s = ag.mode(slot, -1)
   return s % 2 == 1, math.floor(s / 16) % 16
 end
 local function pack_state(on, dt) return (on and 1 or 0) + dt * 16 end
 
-local function device_code(op, device)
-  local code = type(device) == "string" and DEVICES[device]
+-- the ag.mode slot of device type `device`
+local function device_slot(op, device)
+  local code = type(device) == "string" and MODE[device]
   if not code then
     fail(op .. ": argument 1 (device_type) expected \"cuda\" or \"cpu\", got " ..
       (type(device) == "string" and '"' .. device .. '"' or type(device)))
@@ -56,7 +58,7 @@ function M.autocast(device, opts, fn, ...)
   else
     args = pack(...)
   end
-  local dev = device_code("autocast", device)
+  local dev = device_slot("autocast", device)
   check_opts(opts or {})
   opts = opts or {}
   if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
@@ -68,20 +70,20 @@ function M.autocast(device, opts, fn, ...)
     fail("autocast: option dtype expected \"float16\" or \"bfloat16\" (the lower precision), got " .. tostring(dtype))
   end
   local on = opts.enabled ~= false
-  local prev = ag.mode(MODE[dev], -1)
-  ag.mode(MODE[dev], pack_state(on, dt))
+  local prev = ag.mode(dev, -1)
+  ag.mode(dev, pack_state(on, dt))
   local r = pack(pcall(fn, unpack(args, 1, args.n)))
-  ag.mode(MODE[dev], prev)
+  ag.mode(dev, prev)
   if not r[1] then error(r[2], 0) end
   return unpack(r, 2, r.n)
 end
 
 -- T.is_autocast_enabled([device_type = "cuda"]), T.get_autocast_dtype(device_type)
 function M.is_autocast_enabled(device)
-  return (state(device_code("is_autocast_enabled", device or "cuda")))
+  return (state(device_slot("is_autocast_enabled", device or "cuda")))
 end
 function M.get_autocast_dtype(device)
-  local on, dt = state(device_code("get_autocast_dtype", device))
+  local on, dt = state(device_slot("get_autocast_dtype", device))
   return on and DTYPE_NAME[dt] or DEFAULT_DTYPE[device]
 end
 

@@ -6,6 +6,8 @@ local tensor = require "crescent.tensor"
 local binding = require "crescent.binding"
 local ffi, api, ctx = core.ffi, core.api, core.ctx
 local ag = api.autograd
+local C = ffi.C  -- (vm/lua/ffi_api.h: enum cr_ag_mode, cr_ag_query, cr_ag_backward_flag)
+local GRAD, INFERENCE = C.CR_AG_GRAD_MODE, C.CR_AG_INFERENCE_MODE
 local fail, is_tensor, wrap, ptr = core.fail, core.is_tensor, core.wrap, core.ptr
 local methods, props = tensor.methods, tensor.props
 local unpack = unpack or table.unpack
@@ -22,9 +24,9 @@ local function query(t, what)
   if r < 0 then core.raise(r) end
   return r ~= 0
 end
-function props.requires_grad(t) return query(t, 0) end
-function props.is_leaf(t) return query(t, 1) end
-function props.retains_grad(t) return query(t, 2) end
+function props.requires_grad(t) return query(t, C.CR_AG_REQUIRES_GRAD) end
+function props.is_leaf(t) return query(t, C.CR_AG_IS_LEAF) end
+function props.retains_grad(t) return query(t, C.CR_AG_RETAINS_GRAD) end
 function props.grad(t)
   if ptr(t)._autograd == nil then return nil end
   local p = ag.get_grad(ctx, ptr(t))
@@ -61,7 +63,7 @@ function methods:requires_grad_(b)
   return self
 end
 
-function methods:is_inference() return query(self, 3) end
+function methods:is_inference() return query(self, C.CR_AG_IS_INFERENCE) end
 
 function methods:retain_grad()
   check(ag.retain_grad(ctx, ptr(self)))
@@ -205,7 +207,8 @@ local function flags_of(op, o, allowed)
   local create = o.create_graph and true or false
   local retain = o.retain_graph
   if retain == nil then retain = create end
-  return (retain and 1 or 0) + (create and 2 or 0) + (o.allow_unused and 4 or 0)
+  return (retain and C.CR_AG_RETAIN_GRAPH or 0) + (create and C.CR_AG_CREATE_GRAPH or 0)
+         + (o.allow_unused and C.CR_AG_ALLOW_UNUSED or 0)
 end
 
 -- x:backward([gradient][, {retain_graph =, create_graph =, inputs =}])
@@ -227,7 +230,7 @@ function M.grad(outputs, inputs, grad_outputs, opts)
   local ins, ni = tensor_list(inputs, "inputs", "autograd.grad")
   local grads = grad_outputs
   if grads ~= nil then grads = tensor_list(grads, "grad_outputs", "autograd.grad", true) end
-  local flags = flags_of("autograd.grad", opts or {}, GRAD_OPTS) + 8
+  local flags = flags_of("autograd.grad", opts or {}, GRAD_OPTS) + C.CR_AG_RETURN_GRADS
   return run("autograd.grad", outs, n, grads, ins, ni, flags)
 end
 
@@ -250,11 +253,11 @@ local function with_mode(op, grad, inference, fn, ...)
   if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
     fail(op .. ": argument 1 (fn) expected a function, got " .. type(fn))
   end
-  local pg = ag.mode(0, grad and 1 or 0)
-  local pi = ag.mode(1, inference == nil and -1 or (inference and 1 or 0))
+  local pg = ag.mode(GRAD, grad and 1 or 0)
+  local pi = ag.mode(INFERENCE, inference == nil and -1 or (inference and 1 or 0))
   local r = pack(pcall(fn, ...))
-  ag.mode(0, pg)
-  ag.mode(1, pi)
+  ag.mode(GRAD, pg)
+  ag.mode(INFERENCE, pi)
   if not r[1] then error(r[2], 0) end
   return unpack(r, 2, r.n)
 end
@@ -266,10 +269,10 @@ function M.bind(T)
   T.inference_mode = function(fn, ...) return with_mode("inference_mode", false, true, fn, ...) end
   T.set_grad_enabled = function(b)
     if type(b) ~= "boolean" then fail("set_grad_enabled: argument 1 (mode) expected a boolean, got " .. type(b)) end
-    ag.mode(0, b and 1 or 0)
+    ag.mode(GRAD, b and 1 or 0)
   end
-  T.is_grad_enabled = function() return ag.mode(0, -1) ~= 0 end
-  T.is_inference_mode_enabled = function() return ag.mode(1, -1) ~= 0 end
+  T.is_grad_enabled = function() return ag.mode(GRAD, -1) ~= 0 end
+  T.is_inference_mode_enabled = function() return ag.mode(INFERENCE, -1) ~= 0 end
 end
 
 -- {requires_grad = b} on creation ops --------------------------------------------------------------
@@ -302,7 +305,7 @@ mt.__tostring = function(t)
   if ptr(t)._autograd == nil then return s end
   local fn = props.grad_fn(t)
   if fn then return s:sub(1, -2) .. ", grad_fn=" .. tostring(fn) .. ")" end
-  if query(t, 0) then return s:sub(1, -2) .. ", requires_grad=true)" end
+  if query(t, C.CR_AG_REQUIRES_GRAD) then return s:sub(1, -2) .. ", requires_grad=true)" end
   return s
 end
 mt.__newindex = function(t, k, v)
@@ -321,7 +324,7 @@ end
 -- Whether grad mode is on and a tensor among the values (also inside tables, and a module's
 -- parameters) requires grad: T.compile then runs the call eagerly (compiled autograd is issue 35).
 local function any_requires_grad(v, seen)
-  if is_tensor(v) then return ptr(v)._autograd ~= nil and query(v, 0) end
+  if is_tensor(v) then return ptr(v)._autograd ~= nil and query(v, C.CR_AG_REQUIRES_GRAD) end
   if type(v) ~= "table" or seen[v] then return false end
   seen[v] = true
   if type(v.parameters) == "function" and getmetatable(v) then
@@ -335,10 +338,10 @@ local function any_requires_grad(v, seen)
   return false
 end
 -- Whether grad mode is on (compiled functions capture training graphs then).
-function M.grad_mode() return ag.mode(0, -1) ~= 0 end
+function M.grad_mode() return ag.mode(GRAD, -1) ~= 0 end
 
 function M.needs_grad(...)
-  if ag.mode(0, -1) == 0 then return false end
+  if ag.mode(GRAD, -1) == 0 then return false end
   for i = 1, select("#", ...) do
     if any_requires_grad((select(i, ...)), {}) then return true end
   end

@@ -60,14 +60,16 @@ function core.setting(variable)
   return SETTING[0] ~= nil and ffi.string(SETTING[0]) or nil
 end
 
--- Requests the C++ side leaves in ctx.service after an op (see vm/abi.h cr_ctx).
+-- Requests the C++ side leaves in ctx.service after an op (vm/abi.h enum cr_service).
+local GC_FULL, WHERE, GC_STEP = ffi.C.CR_SERVICE_GC_FULL, ffi.C.CR_SERVICE_WHERE, ffi.C.CR_SERVICE_GC_STEP
+local GRAD_WHERE, NAME = ffi.C.CR_SERVICE_GRAD_WHERE, ffi.C.CR_SERVICE_NAME
 function core.service()
   local ctx, api = core.ctx, core.api
-  if bit.band(ctx.service, 2) ~= 0 then api.cap_where(ctx, core.where()) end
-  if bit.band(ctx.service, 8) ~= 0 then api.autograd.where(ctx, core.where()) end
-  if bit.band(ctx.service, 16) ~= 0 then api.cap_name(ctx, core.name_of(api.cap_unnamed(ctx)) or "") end
-  if bit.band(ctx.service, 5) == 0 then return end
-  if bit.band(ctx.service, 1) ~= 0 then
+  if bit.band(ctx.service, WHERE) ~= 0 then api.cap_where(ctx, core.where()) end
+  if bit.band(ctx.service, GRAD_WHERE) ~= 0 then api.autograd.where(ctx, core.where()) end
+  if bit.band(ctx.service, NAME) ~= 0 then api.cap_name(ctx, core.name_of(api.cap_unnamed(ctx)) or "") end
+  if bit.band(ctx.service, GC_FULL + GC_STEP) == 0 then return end
+  if bit.band(ctx.service, GC_FULL) ~= 0 then
     collectgarbage()
   else  -- a step of "2^30 KiB" runs until the cycle in progress (or a new one) completes
     collectgarbage("step", 1073741823)

@@ -16,11 +16,12 @@ end
 M.device_index = device_index
 
 local OUT = ffi.new("double[1]")
-local C = ffi.C  -- api.cuda_stream's calls (vm/lua/ffi_api.h enum cr_stream_call), CR_STREAM_SLOTS
+local S = api.stream  -- one entry per call (vm/lua/ffi_api.h cr_stream_api)
+local C = ffi.C  -- (vm/lua/ffi_api.h: CR_STREAM_SLOTS, enum cr_cuda_stat)
 local SLOTS = C.CR_STREAM_SLOTS  -- a stream id is device * SLOTS + slot
 
-local function call(what, a, b)
-  if api.cuda_stream(ctx, what, a, b or 0, OUT) ~= 0 then core.raise(-1) end
+local function call(entry, ...)
+  if entry(ctx, OUT, ...) ~= 0 then core.raise(-1) end
   return OUT[0]
 end
 
@@ -56,10 +57,10 @@ function Stream:__tostring()
   return slot == 0 and "<cuda stream: the default stream of " .. self.device .. ">"
     or string.format("<cuda stream %d of %s>", slot, self.device)
 end
-function Stream:synchronize() call(C.CR_STREAM_SYNC, self.id) end
-function Stream:query() return call(C.CR_STREAM_QUERY, self.id) ~= 0 end
+function Stream:synchronize() call(S.stream_sync, self.id) end
+function Stream:query() return call(S.stream_query, self.id) ~= 0 end
 -- work queued on self from now on waits for the work queued on `other` so far
-function Stream:wait_stream(other) call(C.CR_STREAM_WAIT_STREAM, self.id, check_stream(other, "Stream:wait_stream").id) end
+function Stream:wait_stream(other) call(S.stream_wait_stream, self.id, check_stream(other, "Stream:wait_stream").id) end
 
 -- The stream's work is ordered by Lua's statements, but a compiled function records ops and runs
 -- them later: switching streams inside one is a graph break, so the ops recorded before it run
@@ -70,10 +71,10 @@ local function set_stream(s)
     local rc = api.cap_need(ctx, nil, "T.cuda.set_stream()", core.where())
     if rc < 0 then core.raise(rc) end
   end
-  call(C.CR_STREAM_SET, s.id)
+  call(S.stream_set, s.id)
 end
 
-local function current_stream(d) return stream_of(call(C.CR_STREAM_CURRENT, device_index(d))) end
+local function current_stream(d) return stream_of(call(S.stream_current, device_index(d))) end
 
 -- Events ----------------------------------------------------------------------------------------
 -- T.cuda.Event{enable_timing = false}: made on its first record, on the stream's device (as
@@ -86,24 +87,24 @@ local check_event = checker(Event, "an event (T.cuda.Event())")
 function Event:record(stream)
   stream = stream and check_stream(stream, "Event:record") or current_stream(self.device)
   if not self.id then
-    local id = call(C.CR_EVENT_NEW, math.floor(stream.id / SLOTS), self.enable_timing and 1 or 0)
+    local id = call(S.event_new, math.floor(stream.id / SLOTS), self.enable_timing and 1 or 0)
     self.id, self.device = id, stream.device
-    self.anchor = ffi.gc(ffi.new("int64_t[1]", id), function(p) api.cuda_stream(ctx, C.CR_EVENT_FREE, p[0], 0, OUT) end)
+    self.anchor = ffi.gc(ffi.new("int64_t[1]", id), function(p) S.event_free(ctx, OUT, p[0]) end)
   end
-  call(C.CR_EVENT_RECORD, self.id, stream.id)
+  call(S.event_record, self.id, stream.id)
 end
 -- work queued on `stream` (default: the current one) from now on waits for the recorded work
 function Event:wait(stream)
   stream = stream and check_stream(stream, "Event:wait") or current_stream(self.device)
-  if self.id then call(C.CR_STREAM_WAIT_EVENT, stream.id, self.id) end
+  if self.id then call(S.stream_wait_event, stream.id, self.id) end
 end
-function Event:query() return not self.id or call(C.CR_EVENT_QUERY, self.id) ~= 0 end
-function Event:synchronize() if self.id then call(C.CR_EVENT_SYNC, self.id) end end
+function Event:query() return not self.id or call(S.event_query, self.id) ~= 0 end
+function Event:synchronize() if self.id then call(S.event_sync, self.id) end end
 -- milliseconds between this event and `finish`, both recorded and passed
 function Event:elapsed_time(finish)
   check_event(finish, "Event:elapsed_time")
   if not self.id or not finish.id then core.fail("Event:elapsed_time: both events must be recorded first") end
-  return call(C.CR_EVENT_ELAPSED, self.id, finish.id)
+  return call(S.event_elapsed, self.id, finish.id)
 end
 function Event:__tostring() return "<cuda event" .. (self.device and " of " .. self.device or "") .. ">" end
 
@@ -133,21 +134,21 @@ CUDAGraph.__index = CUDAGraph
 local check_graph = checker(CUDAGraph, "a CUDA graph (T.cuda.CUDAGraph())")
 
 local function new_graph(d)
-  local id = call(C.CR_GRAPH_NEW, device_index(d))
+  local id = call(S.graph_new, device_index(d))
   -- (the graph and its memory pool go when the Lua object is collected)
-  local anchor = ffi.gc(ffi.new("char[1]"), function() api.cuda_stream(ctx, C.CR_GRAPH_DELETE, id, 0, OUT) end)
+  local anchor = ffi.gc(ffi.new("char[1]"), function() S.graph_delete(ctx, OUT, id) end)
   return setmetatable({ id = id, device = "cuda:" .. device_index(d), anchor = anchor }, CUDAGraph)
 end
 
 -- pool: another graph's g:pool(), to share its memory (replay them in the order captured)
 function CUDAGraph:capture_begin(pool)
   if pool ~= nil and type(pool) ~= "table" then core.fail("CUDAGraph:capture_begin: pool expected a graph's :pool(), got " .. type(pool)) end
-  call(C.CR_GRAPH_BEGIN, self.id, pool and check_graph(pool.graph, "CUDAGraph:capture_begin").id or 0)
+  call(S.graph_begin, self.id, pool and check_graph(pool.graph, "CUDAGraph:capture_begin").id or 0)
   self.keep = pool and pool.graph or nil  -- (its pool must outlive this graph's replays)
 end
-function CUDAGraph:capture_end() self.nodes = call(C.CR_GRAPH_END, self.id) end
-function CUDAGraph:replay() call(C.CR_GRAPH_REPLAY, self.id) end
-function CUDAGraph:reset() call(C.CR_GRAPH_RESET, self.id); self.nodes = nil end
+function CUDAGraph:capture_end() self.nodes = call(S.graph_end, self.id) end
+function CUDAGraph:replay() call(S.graph_replay, self.id) end
+function CUDAGraph:reset() call(S.graph_reset, self.id); self.nodes = nil end
 function CUDAGraph:pool() return { graph = self } end
 function CUDAGraph:__tostring()
   return string.format("<cuda graph of %s: %s>", self.device, self.nodes and self.nodes .. " nodes" or "nothing captured")
@@ -157,7 +158,7 @@ end
 -- pool); returns fn's results - the static outputs. An error in fn ends the capture first.
 local function capture_done(g, ok, ...)
   if not ok then
-    api.cuda_stream(ctx, C.CR_GRAPH_ABORT, g.id, 0, OUT)
+    S.graph_abort(ctx, OUT, g.id)
     error((...), 0)
   end
   g:capture_end()
@@ -209,11 +210,11 @@ M.cuda = {
       end
       d = opts.device
     end
-    return stream_of(call(C.CR_STREAM_NEW, device_index(d)))
+    return stream_of(call(S.stream_new, device_index(d)))
   end,
   current_stream = current_stream,
   default_stream = function(d)
-    call(C.CR_STREAM_CURRENT, device_index(d))  -- (checks the device)
+    call(S.stream_current, device_index(d))  -- (checks the device)
     return stream_of(device_index(d) * SLOTS)
   end,
   set_stream = set_stream,
@@ -282,7 +283,7 @@ M.backends.cuda = { matmul = setmetatable({}, {
   __newindex = function(_, k, v)
     if k ~= "allow_tf32" then core.fail("T.backends.cuda.matmul: unknown setting '" .. tostring(k) .. "' (expected allow_tf32)") end
     if type(v) ~= "boolean" then core.fail("T.backends.cuda.matmul.allow_tf32: expected a boolean, got " .. type(v)) end
-    call(C.CR_MATMUL_TF32, v and 1 or 0)
+    call(S.matmul_tf32, v and 1 or 0)
     tf32 = v
   end,
 }) }

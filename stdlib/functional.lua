@@ -154,7 +154,7 @@ local function fused_attention_differentiable(...)
         if core.ffi.string(core.api.op_info(op).name) == "attention" then attention_id = op end
       end
     end
-    return core.api.autograd.status(attention_id) == 1
+    return core.api.autograd.status(attention_id) == core.ffi.C.CR_AG_HAS_RULE
   end
   return true
 end

@@ -91,7 +91,7 @@ function M.wrap(fn, id, call)
     for i = 1, n do names[i] = "a" .. i end
     if n > 0 then L[#L + 1] = "local " .. table.concat(names, ", ") .. " = ..." end
     L[#L + 1] = string.format("if select('#', ...) ~= %d then return slow(...) end", n)
-    L[#L + 1] = "if mode(4, -1) ~= autocast then return slow(...) end"  -- (the plan's casts are the probe's)
+    L[#L + 1] = "if mode(" .. ffi.C.CR_AG_AUTOCAST_BOTH .. ", -1) ~= autocast then return slow(...) end"  -- (the plan's casts are the probe's)
     for i = 1, n do
       if st.kinds[i] == "tensor" then
         L[#L + 1] = string.format("if not is_tensor(a%d) then return slow(...) end; cands[%d] = ptr(a%d)", i, i - 1, i)
@@ -120,7 +120,7 @@ function M.wrap(fn, id, call)
   -- After a clean probe: the plan for this call's arguments, results and Lua state (`walked`).
   local function try_plan(n, rets, walked, ...)
     st.nargs, st.kinds, st.values = n, {}, {}
-    st.autocast = api.autograd.mode(4, -1)  -- T.autocast's states (crescent.amp)
+    st.autocast = api.autograd.mode(ffi.C.CR_AG_AUTOCAST_BOTH, -1)  -- T.autocast's states (crescent.amp)
     for i = 1, n do
       local v = (select(i, ...))
       if is_tensor(v) then st.kinds[i] = "tensor"

@@ -66,13 +66,18 @@ typedef struct cr_value {
   const char* str;        /* strings */
 } cr_value;
 
+/* cr_ctx::service bits: what the Lua side does after an op (stdlib/core.lua core.service) */
+enum cr_service {
+  CR_SERVICE_GC_FULL = 1,     /* run a full collection (tensor memory grew), then gc_done */
+  CR_SERVICE_WHERE = 2,       /* tell the recorder the Lua position (cap_where) */
+  CR_SERVICE_GC_STEP = 4,     /* complete the collector's cycle (handle count), then gc_done */
+  CR_SERVICE_GRAD_WHERE = 8,  /* tell autograd the Lua position (autograd->where) */
+  CR_SERVICE_NAME = 16        /* name the tensor of a failed guard (cap_unnamed, cap_name) */
+};
+
 /* Per-VM state the Lua side reads without a call. */
 typedef struct cr_ctx {
-  int32_t service;        /* requests to the Lua side after an op: 1 = run a full collection
-                             (tensor memory grew), 2 = tell the recorder the Lua position
-                             (cap_where), 4 = complete the collector's cycle (handle count),
-                             8 = tell autograd the Lua position (autograd->where),
-                             16 = name the tensor of a failed guard (cap_unnamed, cap_name) */
+  int32_t service;        /* requests to the Lua side after an op: enum cr_service bits */
   int32_t capturing;      /* a compiled function is being captured: reading data is a graph break */
   int32_t claimed;        /* how many of the tensors handed out last Lua has wrapped (core.wrap) */
   void* impl;             /* cr::Context* */

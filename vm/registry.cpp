@@ -36,6 +36,14 @@ Registry::Registry() {
   register_conv(*this);
   register_derivatives(*this);
   for (const OpDef& d : ops_) infos_.push_back(cr_op_info{d.name, d.schema, int32_t(d.kind), d.flags});
+  auto id = [this](const char* name) {
+    const int i = index_of(name);
+    if (i < 0) fail(cat("internal: CR_NAMED_OPS names '", name, "', which is no registered op"));
+    return int32_t(i);
+  };
+#define CR_OP_ID(name) ids_.name = id(#name);
+  CR_NAMED_OPS(CR_OP_ID)
+#undef CR_OP_ID
 }
 
 void Registry::add(const OpDef& def) {

@@ -132,6 +132,18 @@ struct OpDef {
   bool (*conversion)(OpCall&, Meta*) = nullptr;
 };
 
+// The ops that code outside vm/ops/ builds or matches by identity (graph rewrites, device copies),
+// as registry ids found once when the registry is built (LuaJIT's IR_ opcodes): no op name is
+// looked up anywhere else.
+#define CR_NAMED_OPS(X) \
+  X(_addmm_epilogue) X(add) X(as_strided) X(attention) X(clone) X(div) X(gelu) X(linear) X(logical_not) \
+  X(masked_fill) X(matmul) X(mul) X(relu) X(softmax) X(transpose)
+struct OpIds {
+#define CR_OP_ID(name) int32_t name = -1;
+  CR_NAMED_OPS(CR_OP_ID)
+#undef CR_OP_ID
+};
+
 class Registry {
  public:
   static Registry& get();
@@ -143,10 +155,12 @@ class Registry {
   // at the ops' registration: the CUDA autocast policy, or the CPU one (cpu = true)
   void set_cast(std::initializer_list<const char*> names, CastPolicy p, bool cpu = false);
   const std::vector<cr_op_info>& infos() const { return infos_; }
+  const OpIds& ids() const { return ids_; }
 
  private:
   Registry();
   std::vector<OpDef> ops_;
+  OpIds ids_;
   std::vector<cr_op_info> infos_;
 };
 

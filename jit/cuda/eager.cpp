@@ -300,7 +300,7 @@ bool copy_on_device(const Tensor& dst, const Tensor& source) {
   const Entry e = program_for(ctx, key, nullptr, 0, kCopyFamily, kCopyVariants, [&] {
     cr_value arg{kTensor, 0, 0, src.get(), nullptr};
     std::vector<Tensor> inputs;
-    auto g = one_node_graph(ctx, Registry::get().index_of("clone"), &arg, 1, inputs);
+    auto g = one_node_graph(ctx, Registry::get().ids().clone, &arg, 1, inputs);
     g->name = "eager copy";
     g->values[size_t(g->outputs[0])].meta = graph::meta_of(dst);  // written in dst's layout and dtype
     return g;

@@ -16,7 +16,7 @@ Target target_of(int index);
 
 class Program : public PlanProgram {
  public:
-  // `key` names the CUBIN (jit/driver.cpp cubin_key): programs of one CUBIN on one device share
+  // `key` names the CUBIN (jit/cuda/backend.hpp cubin_key): programs of one CUBIN on one device share
   // its loaded module (vm/cuda/module.hpp).
   Program(Plan plan, CudaModule m, const std::string& key, const std::string& cubin, Device device);
   ~Program() override;

@@ -14,6 +14,7 @@
 
 #include "graph_builder.hpp"
 #include "jit/cache_entry.hpp"
+#include "jit/cuda/backend.hpp"
 #include "vm/kernels/cuda/attention.hpp"
 #include "vm/kernels/cuda/attention_simt.hpp"
 #include "vm/kernels/cuda/cross_entropy.hpp"
@@ -222,7 +223,34 @@ TEST_CASE("cuda: a compiled CUBIN lands whole in the disk cache, no temporary fi
   std::vector<fs::path> files;
   for (const fs::directory_entry& f : fs::directory_iterator(dir)) files.push_back(f.path());
   REQUIRE(files.size() == 1);
-  CHECK(files[0].extension() == ".cubin");
-  CHECK(read_file(files[0].string()) == bin);
+  CHECK(files[0].filename() == jit::cuda::cubin_key(src, "sm_90") + ".cubin");
+  std::string why, body;
+  CHECK(check_entry(files[0].string(), jit::cuda::cubin_key(src, "sm_90"), &why, &body));  // sealed
+  CHECK(body == bin);
+  fs::remove_all(dir);
+}
+
+// A truncated CUBIN that still starts with ELF (what a full disk or a killed writer leaves) is
+// rejected by its seal, removed and compiled again; the entry is then whole.
+TEST_CASE("cuda: a truncated CUBIN entry in the disk cache is compiled again", "[cuda]") {
+  if (!have_nvrtc()) return;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / cat("crescent_cubin_truncated_", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string src = cat("extern \"C\" __global__ void g(float* p) { p[threadIdx.x] = ", ::getpid() % 1000, ".25f; }");
+  const std::string key = jit::cuda::cubin_key(src, "sm_90"), path = (dir / (key + ".cubin")).string();
+  const std::string whole = sealed(std::string("\x7f" "ELF") + std::string(4000, 'x'), key);
+  REQUIRE(publish_file(path, whole.substr(0, whole.size() / 2)));
+  const CacheStats before = cache_stats();
+  const std::string bin = cuda_cubin(src, "truncated.cu", "sm_90", dir.string());
+  const CacheStats after = cache_stats();
+  CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
+  CHECK(after.rejected == before.rejected + 1);
+  CHECK(after.last_rejection.find("no cache trailer") != std::string::npos);
+  CHECK(after.cuda_compiled == before.cuda_compiled + 1);
+  std::string why, body;
+  CHECK(check_entry(path, key, &why, &body));
+  CHECK(body == bin);
   fs::remove_all(dir);
 }

@@ -54,6 +54,22 @@ for _ = 1, 4 do f(T.ones(2)) end
 ]] })
     S.truthy(log:find("%[crescent perf%] .- compiled in [%d.]+ us %(2 ops %-> 2%)"), log)
   end)
+
+  it("logs each native compile phase, in order, with CRESCENT_LOGS=perf", function()
+    local _, log = S.crescent({}, { env = "CRESCENT_LOGS=perf CRESCENT_CACHE_DIR=0", script = [[local T = require "crescent"
+T.config.sync_compile = true
+local f = T.compile(function(x) return (x * 2 + 1):relu():sum() end)
+for _ = 1, 4 do f(T.ones(64)) end
+]] })
+    local at = 0
+    for _, phase in ipairs({ "lower [%d.]+ ms: %d+ loop values", "schedule [%d.]+ ms: 1 kernels", "emit [%d.]+ ms: cpu code, key %x+",
+                             "build [%d.]+ ms: compiled", "load [%d.]+ ms: program ready" }) do
+      local found = log:find("%[crescent perf%] [^\n]-: " .. phase, at + 1)
+      S.truthy(found, phase .. " after position " .. at .. " in:\n" .. log)
+      at = found
+    end
+    S.truthy(log:find("native code in [%d.]+ ms %(1 kernels compiled; lower [%d.]+ ms, schedule [%d.]+ ms, emit", at + 1), log)
+  end)
 end)
 
 -- Runs a script with the crescent executable; returns its stdout and stderr together.

@@ -9,6 +9,7 @@ local T = require "crescent"
 local F = T.F
 
 local errs = expect.error_checker("test_cuda_conv.lua")
+expect.covers("_conv2d_input_grad", "_conv2d_weight_grad")  -- (their CPU kernels: the gradient-op cases below)
 local AS_CPU = os.getenv("CRESCENT_TEST_CUDA_AS_CPU") == "1"
 local DEV = AS_CPU and "cpu" or "cuda"
 

@@ -102,7 +102,7 @@ void record(Context& ctx, int op, const cr_value* args, int nargs, const std::ve
     }
   }
   awaiting_where = n;
-  ctx.ffi.service |= 8;
+  ctx.ffi.service |= CR_SERVICE_GRAD_WHERE;
 }
 
 }  // namespace

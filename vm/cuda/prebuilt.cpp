@@ -43,7 +43,7 @@ std::vector<LibraryInstance> prebuilt_instances() {
   return r;
 }
 
-// Not cubin_key (jit/driver.cpp): that one names NVRTC's version and the build, because a disk
+// Not cubin_key (jit/cuda/backend.hpp): that one names NVRTC's version and the build, because a disk
 // cache outlives both. A table is made by this build's NVRTC, and a CUBIN for sm_90 runs under
 // any later driver.
 std::string prebuilt_key(const std::string& source, const std::string& arch) {

@@ -80,6 +80,7 @@ struct NativeOptions {
   bool whole_graph = false;
   bool log_fusion = false, log_code = false;
   bool log_progress = false;  // the note of a long compile (jit/progress.hpp)
+  bool log_perf = false;      // a line after each compile phase (jit/driver.cpp)
   int threads = 1;
   // mode = "max-autotune" / T.config.autotune: candidate configurations of every kernel are
   // timed in the background within the budget, the fastest kept (jit/autotune.hpp)

@@ -43,6 +43,7 @@ void Recorder::start_native(const std::shared_ptr<Graph>& g, const std::string& 
   o.log_fusion = logs.fusion;
   o.log_code = logs.output_code;
   o.log_progress = logs.progress;
+  o.log_perf = logs.perf;
   o.threads = num_threads();
   o.autotune = tune || autotune;
   o.autotune_budget_ms = autotune_budget_ms;

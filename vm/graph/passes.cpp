@@ -95,7 +95,7 @@ Arg ints_arg(const Shape& s) {
 // A view of a view becomes one as_strided of the first view's input (sizes are guarded, so the
 // layout is known); then a view whose result has its input's layout is its input.
 int canonicalize_views(Graph& g) {
-  static const int as_strided = Registry::get().index_of("as_strided");
+  const int as_strided = Registry::get().ids().as_strided;
   int changed = 0;
   for (Node& n : g.nodes) {
     if (!is_view_node(g, n)) continue;

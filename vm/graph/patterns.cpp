@@ -23,15 +23,7 @@
 namespace cr::graph {
 namespace {
 
-struct Ops {
-  int matmul = Registry::get().index_of("matmul"), softmax = Registry::get().index_of("softmax");
-  int mul = Registry::get().index_of("mul"), div = Registry::get().index_of("div");
-  int transpose = Registry::get().index_of("transpose"), attention = Registry::get().index_of("attention");
-  int add = Registry::get().index_of("add"), masked_fill = Registry::get().index_of("masked_fill");
-  int logical_not = Registry::get().index_of("logical_not");
-  int linear = Registry::get().index_of("linear"), relu = Registry::get().index_of("relu");
-  int gelu = Registry::get().index_of("gelu"), epilogue = Registry::get().index_of("_addmm_epilogue");
-};
+using Ops = OpIds;  // (vm/registry.hpp CR_NAMED_OPS)
 
 // Uses of every value by nodes' arguments, and by the outputs (which count as a use each).
 std::vector<int> use_counts(const Graph& g) {
@@ -292,7 +284,7 @@ bool rewrite_epilogue(Graph& g, int32_t at, const Ops& ops, const std::vector<in
   Arg act;
   act.tag = kString;
   act.str = c.act;
-  c.last->op = ops.epilogue;
+  c.last->op = ops._addmm_epilogue;
   c.last->args = {Arg::tensor(c.x), Arg::tensor(c.w), opt(c.bias), opt(c.residual), act, Arg::boolean(c.transposed)};
   return true;  // (the head and the nodes between are left dead)
 }
@@ -300,7 +292,7 @@ bool rewrite_epilogue(Graph& g, int32_t at, const Ops& ops, const std::vector<in
 }  // namespace
 
 int fuse_patterns(Graph& g) {
-  static const Ops ops;
+  const Ops& ops = Registry::get().ids();
   // A dynamic graph's code serves every instance of its sizes; the rewrite checks one instance's
   // (the head size, the batch shapes), so those graphs keep their ops.
   if (g.dynamic) return 0;

@@ -251,7 +251,7 @@ void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new
   if (s.dynamic && has_wildcard_args(def, args, nargs)) s.event_args.emplace_back(s.ops, s.pos->node.args);
   ++s.ops;
   s.op_ids.push_back(op);
-  ctx_.ffi.service |= 2;  // ask Lua for the position of this op (cap_where)
+  ctx_.ffi.service |= CR_SERVICE_WHERE;  // ask Lua for the position of this op (cap_where)
 }
 
 // The Lua name of a tensor argument whose guard failed (Lua answers through name_arg): the
@@ -259,11 +259,11 @@ void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new
 void Recorder::ask_name(cr_tensor* t) {
   unnamed_ = t;
   name_at_ = pending_reason_.find("): ");
-  ctx_.ffi.service |= 16;
+  ctx_.ffi.service |= CR_SERVICE_NAME;
 }
 
 void Recorder::name_arg(const std::string& name) {
-  ctx_.ffi.service &= ~16;
+  ctx_.ffi.service &= ~CR_SERVICE_NAME;
   if (unnamed_ && !name.empty() && name_at_ < pending_reason_.size()) pending_reason_.insert(name_at_ + 1, cat(" `", name, "`"));
   unnamed_ = nullptr;
 }

@@ -81,13 +81,13 @@ void note_allocations(cr_ctx* c) {
       large_bytes_allocated_total() - ctx.large_bytes_at_last_gc > size_t(kGcLargeBlocks * cpu_large_block_bytes()) ||
       device_bytes_allocated_total() - ctx.device_bytes_at_last_gc > ctx.gc_every_device_bytes ||
       device_driver_bytes() - ctx.driver_bytes_at_last_gc > kGcDriverBytes)
-    c->service |= 1;
+    c->service |= CR_SERVICE_GC_FULL;
 }
 
 int32_t hand_out(Context& ctx, std::vector<Tensor>& outs, cr_tensor** buf, int32_t cap) {
   int32_t n = int32_t(outs.size());
   ctx.handles_since_gc += size_t(n);
-  if (ctx.handles_since_gc > ctx.gc_every_handles) ctx.ffi.service |= 4;
+  if (ctx.handles_since_gc > ctx.gc_every_handles) ctx.ffi.service |= CR_SERVICE_GC_STEP;
   if (n > cap) {
     ctx.pending = std::move(outs);
     return n;
@@ -201,7 +201,7 @@ double api_now_us() {
   return double(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) / 1e3;
 }
 void api_gc_done(cr_ctx* c, double lua_heap_kb) {
-  c->service &= ~5;
+  c->service &= ~(CR_SERVICE_GC_FULL | CR_SERVICE_GC_STEP);
   Context& ctx = Context::of(c);
   ctx.bytes_at_last_gc = bytes_allocated_total();
   ctx.handles_since_gc = 0;
@@ -315,7 +315,7 @@ int32_t api_cap_abort(cr_ctx* c) {
   });
 }
 void api_cap_where(cr_ctx* c, const char* where) {
-  c->service &= ~2;
+  c->service &= ~CR_SERVICE_WHERE;
   rec(c).set_where(where);
 }
 // T.compiler.reset(): also gives cached device memory back (blocks in use stay with their tensors)
@@ -443,55 +443,71 @@ int32_t api_cuda_time(cr_ctx* c, int32_t dev, int32_t phase, double* ms) {
 }
 
 static_assert(CR_STREAM_SLOTS == cuda::kSlots);
-int32_t api_cuda_stream(cr_ctx* c, int32_t what, int64_t a, int64_t b, double* out) {
+// One entry of cr_stream_api: `f` computes out[0] (streams, events and graphs need a device).
+template <class F> int32_t stream_call(cr_ctx* c, double* out, F&& f) {
   return guarded(c, [&] {
-    if (what == CR_MATMUL_TF32) {
-      cuda::set_allow_tf32(a != 0);
-      *out = 0;
-      return 0;
-    }
     if (cuda::device_count() == 0) {
       std::string why;
       cuda::driver(&why);
       fail(cat("cuda: streams and events need a CUDA device: ", why));
     }
-    double r = 0;
-    switch (what) {
-      case CR_STREAM_NEW: r = double(cuda::pool_stream(int(a))); break;
-      case CR_STREAM_CURRENT:
-        if (a < 0 || a >= cuda::device_count()) fail(cat("cuda: no device cuda:", a));
-        r = double(a * cuda::kSlots + cuda::current_slot(int(a)));
-        break;
-      case CR_STREAM_SET: cuda::set_current_stream(a); break;
-      case CR_STREAM_SYNC: cuda::stream_synchronize(a); break;
-      case CR_STREAM_QUERY: r = cuda::stream_query(a); break;
-      case CR_STREAM_WAIT_STREAM: cuda::stream_wait_stream(a, b); break;
-      case CR_EVENT_NEW: r = double(cuda::event_create(int(a), b != 0)); break;
-      case CR_EVENT_FREE: cuda::event_destroy(a); break;
-      case CR_EVENT_RECORD: cuda::event_record(a, b); break;
-      case CR_STREAM_WAIT_EVENT: cuda::stream_wait_event(a, b); break;
-      case CR_EVENT_QUERY: r = cuda::event_query(a); break;
-      case CR_EVENT_SYNC: cuda::event_synchronize(a); break;
-      case CR_EVENT_ELAPSED: r = cuda::event_elapsed_ms(a, b); break;
-      case CR_GRAPH_NEW: r = double(cuda::graph_new(int(a))); break;
-      case CR_GRAPH_BEGIN:
-        if (b > 0) cuda::graph_at(a).share_pool(cuda::graph_at(b));
-        cuda::graph_at(a).begin();
-        break;
-      case CR_GRAPH_END:
-        cuda::graph_at(a).end();
-        r = double(cuda::graph_at(a).nodes());
-        break;
-      case CR_GRAPH_REPLAY: cuda::graph_at(a).launch(); break;
-      case CR_GRAPH_RESET: cuda::graph_at(a).reset(); break;
-      case CR_GRAPH_DELETE: cuda::graph_delete(a); break;
-      case CR_GRAPH_ABORT: cuda::graph_at(a).abort(); break;
-      default: fail(cat("cuda_stream: no call ", what));
-    }
-    *out = r;
+    *out = f();
     return 0;
   });
 }
+// An entry whose call returns nothing: out[0] = 0.
+#define CR_STREAM_VOID(name, ...) [](cr_ctx* c, double* out, __VA_ARGS__) { return stream_call(c, out, [&] { name; return 0.0; }); }
+
+const cr_stream_api* stream_api_table() {
+  static const cr_stream_api t = {
+      [](cr_ctx* c, double* out, int64_t dev) { return stream_call(c, out, [&] { return double(cuda::pool_stream(int(dev))); }); },
+      [](cr_ctx* c, double* out, int64_t dev) {
+        return stream_call(c, out, [&] {
+          if (dev < 0 || dev >= cuda::device_count()) fail(cat("cuda: no device cuda:", dev));
+          return double(dev * cuda::kSlots + cuda::current_slot(int(dev)));
+        });
+      },
+      CR_STREAM_VOID(cuda::set_current_stream(s), int64_t s),
+      CR_STREAM_VOID(cuda::stream_synchronize(s), int64_t s),
+      [](cr_ctx* c, double* out, int64_t s) { return stream_call(c, out, [&] { return double(cuda::stream_query(s)); }); },
+      CR_STREAM_VOID(cuda::stream_wait_stream(s, other), int64_t s, int64_t other),
+      CR_STREAM_VOID(cuda::stream_wait_event(s, e), int64_t s, int64_t e),
+      [](cr_ctx* c, double* out, int64_t dev, int64_t timing) {
+        return stream_call(c, out, [&] { return double(cuda::event_create(int(dev), timing != 0)); });
+      },
+      CR_STREAM_VOID(cuda::event_destroy(e), int64_t e),
+      CR_STREAM_VOID(cuda::event_record(e, s), int64_t e, int64_t s),
+      [](cr_ctx* c, double* out, int64_t e) { return stream_call(c, out, [&] { return double(cuda::event_query(e)); }); },
+      CR_STREAM_VOID(cuda::event_synchronize(e), int64_t e),
+      [](cr_ctx* c, double* out, int64_t e, int64_t end) { return stream_call(c, out, [&] { return double(cuda::event_elapsed_ms(e, end)); }); },
+      [](cr_ctx* c, double* out, int64_t dev) { return stream_call(c, out, [&] { return double(cuda::graph_new(int(dev))); }); },
+      [](cr_ctx* c, double* out, int64_t g, int64_t pool) {
+        return stream_call(c, out, [&] {
+          if (pool > 0) cuda::graph_at(g).share_pool(cuda::graph_at(pool));
+          cuda::graph_at(g).begin();
+          return 0.0;
+        });
+      },
+      [](cr_ctx* c, double* out, int64_t g) {
+        return stream_call(c, out, [&] {
+          cuda::graph_at(g).end();
+          return double(cuda::graph_at(g).nodes());
+        });
+      },
+      CR_STREAM_VOID(cuda::graph_at(g).launch(), int64_t g),
+      CR_STREAM_VOID(cuda::graph_at(g).reset(), int64_t g),
+      CR_STREAM_VOID(cuda::graph_delete(g), int64_t g),
+      CR_STREAM_VOID(cuda::graph_at(g).abort(), int64_t g),
+      [](cr_ctx* c, double* out, int64_t on) {  // (a setting: needs no device)
+        return guarded(c, [&] {
+          cuda::set_allow_tf32(on != 0);
+          return int32_t(*out = 0);
+        });
+      },
+  };
+  return &t;
+}
+#undef CR_STREAM_VOID
 
 int32_t api_record_stream(cr_ctx* c, cr_tensor* t, int64_t s) {
   return guarded(c, [&] {
@@ -596,7 +612,6 @@ const cr_api* api_table() {
       api_cuda_empty_cache,
       api_cuda_stats,
       api_cuda_time,
-      api_cuda_stream,
       api_record_stream,
       api_native_unavailable,
       api_attention_fused,
@@ -608,6 +623,7 @@ const cr_api* api_table() {
       api_env_setting,
       api_default_cache_dir,
       autograd::api_table(),
+      stream_api_table(),
       dist_api_table(),
   };
   return &api;

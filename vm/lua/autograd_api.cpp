@@ -39,9 +39,9 @@ int32_t autocast_mode(int type, int32_t value) {
 }
 
 int32_t ag_mode(int32_t what, int32_t value) {
-  if (what == 2 || what == 3) return autocast_mode(what == 2 ? 1 : 0, value);
-  if (what == 4) return autocast_mode(1, -1) | autocast_mode(0, -1) << 8;  // both, read only
-  bool& flag = what == 0 ? grad_enabled : inference_mode;
+  if (what == CR_AG_AUTOCAST_CUDA || what == CR_AG_AUTOCAST_CPU) return autocast_mode(what == CR_AG_AUTOCAST_CUDA ? 1 : 0, value);
+  if (what == CR_AG_AUTOCAST_BOTH) return autocast_mode(1, -1) | autocast_mode(0, -1) << 8;  // read only
+  bool& flag = what == CR_AG_GRAD_MODE ? grad_enabled : inference_mode;
   const bool prev = flag;
   if (value >= 0) flag = value != 0;
   return prev;
@@ -51,10 +51,10 @@ int32_t ag_query(cr_ctx* c, cr_tensor* t, int32_t what) {
   return guarded(c, [&] {
     const AutogradMeta* m = meta_of(t);
     switch (what) {
-      case 0: return int32_t(requires_grad(t));
-      case 1: return int32_t(is_leaf(t));
-      case 2: return int32_t(m && m->retains_grad);
-      case 3: return int32_t(is_inference(t));
+      case CR_AG_REQUIRES_GRAD: return int32_t(requires_grad(t));
+      case CR_AG_IS_LEAF: return int32_t(is_leaf(t));
+      case CR_AG_RETAINS_GRAD: return int32_t(m && m->retains_grad);
+      case CR_AG_IS_INFERENCE: return int32_t(is_inference(t));
       default: return 0;
     }
   });
@@ -170,7 +170,8 @@ int32_t ag_backward(cr_ctx* c, cr_tensor** roots, cr_tensor** grads, int32_t n, 
       gs.push_back(grads[i] ? Tensor(grads[i], true) : Tensor());
     }
     for (int32_t i = 0; i < ninputs; ++i) ins.emplace_back(inputs[i], true);
-    BackwardOptions o{(flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0, (flags & 8) != 0};
+    BackwardOptions o{(flags & CR_AG_RETAIN_GRAPH) != 0, (flags & CR_AG_CREATE_GRAPH) != 0, (flags & CR_AG_ALLOW_UNUSED) != 0,
+                      (flags & CR_AG_RETURN_GRADS) != 0};
     std::vector<Tensor> r;
     try {
       r = backward(ctx, rs, gs, ins, o);
@@ -191,7 +192,7 @@ int32_t ag_backward(cr_ctx* c, cr_tensor** roots, cr_tensor** grads, int32_t n, 
 }
 
 void ag_where(cr_ctx* c, const char* where) {
-  c->service &= ~8;
+  c->service &= ~CR_SERVICE_GRAD_WHERE;
   set_where(where);
 }
 
@@ -199,7 +200,7 @@ int32_t ag_status(int32_t op) {
   const auto& ops = Registry::get().ops();
   if (op < 0 || size_t(op) >= ops.size()) return -1;
   const Derivative& d = ops[size_t(op)].grad;
-  return d.fn ? 1 : d.not_differentiable ? 2 : 0;
+  return d.fn ? CR_AG_HAS_RULE : d.not_differentiable ? CR_AG_NOT_DIFFERENTIABLE : CR_AG_NO_RULE;
 }
 
 }  // namespace

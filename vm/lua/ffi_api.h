@@ -15,12 +15,18 @@ extern "C" {
 
 /* Autograd (vm/lua/autograd_api.cpp, stdlib/autograd.lua). Functions returning int32_t give -1 on an
  * error (last_error) and -2 when a hook raised (the Lua side keeps its error). */
+/* mode's `what`; an autocast state is bit 0 on, bits 4-7 the dtype; BOTH is CUDA's | CPU's << 8 */
+enum cr_ag_mode { CR_AG_GRAD_MODE, CR_AG_INFERENCE_MODE, CR_AG_AUTOCAST_CUDA, CR_AG_AUTOCAST_CPU, CR_AG_AUTOCAST_BOTH };
+enum cr_ag_query { CR_AG_REQUIRES_GRAD, CR_AG_IS_LEAF, CR_AG_RETAINS_GRAD, CR_AG_IS_INFERENCE };
+/* backward's flags: CR_AG_RETURN_GRADS returns the inputs' gradients in outs (T.autograd.grad)
+   instead of accumulating into .grad */
+enum cr_ag_backward_flag { CR_AG_RETAIN_GRAPH = 1, CR_AG_CREATE_GRAPH = 2, CR_AG_ALLOW_UNUSED = 4, CR_AG_RETURN_GRADS = 8 };
+/* status: an op's derivative (CR_AG_NO_RULE raises when backward reaches it) */
+enum cr_ag_status { CR_AG_NO_RULE, CR_AG_HAS_RULE, CR_AG_NOT_DIFFERENTIABLE };
 typedef struct cr_autograd_api {
-  int32_t (*mode)(int32_t what, int32_t value); /* what 0: grad mode, 1: inference mode, 2: CUDA
-                                                   autocast, 3: CPU autocast (bit 0 on, 4-7 dtype),
-                                                   4: both (CPU's << 8, read only);
-                                                   value -1 reads; returns the previous value */
-  int32_t (*query)(cr_ctx* ctx, cr_tensor* t, int32_t what); /* 0 requires_grad, 1 is_leaf, 2 retains_grad, 3 is_inference; -1: error */
+  int32_t (*mode)(int32_t what, int32_t value); /* what: enum cr_ag_mode (BOTH read only); value -1
+                                                   reads; returns the previous value */
+  int32_t (*query)(cr_ctx* ctx, cr_tensor* t, int32_t what); /* what: enum cr_ag_query; -1: error */
   int32_t (*set_requires_grad)(cr_ctx* ctx, cr_tensor* t, int32_t b);
   cr_tensor* (*get_grad)(cr_ctx* ctx, cr_tensor* t);           /* NULL: none */
   int32_t (*set_grad)(cr_ctx* ctx, cr_tensor* t, cr_tensor* g); /* g NULL clears */
@@ -32,13 +38,11 @@ typedef struct cr_autograd_api {
      grad), or -1 when the hook raised */
   void (*set_hook_caller)(int32_t (*fn)(int32_t id, cr_tensor* grad, cr_tensor** out));
   /* backward from n roots (grads[i] NULL: ones for a one-element root) to the leaves, or to
-     `inputs` only; flags: 1 retain_graph, 2 create_graph, 4 allow_unused, 8 return the inputs'
-     gradients in outs (T.autograd.grad; NULL = unused) instead of accumulating into .grad */
+     `inputs` only; flags: enum cr_ag_backward_flag (outs NULL without CR_AG_RETURN_GRADS) */
   int32_t (*backward)(cr_ctx* ctx, cr_tensor** roots, cr_tensor** grads, int32_t n, cr_tensor** inputs,
                       int32_t ninputs, int32_t flags, cr_tensor** outs);
   void (*where)(cr_ctx* ctx, const char* where); /* the Lua position of the last recorded op */
-  int32_t (*status)(int32_t op); /* op's derivative: 0 none (raises when reached), 1 a rule,
-                                    2 not differentiable */
+  int32_t (*status)(int32_t op); /* op's derivative: enum cr_ag_status */
   /* a hook called (by the hook caller, with the leaf itself) after backward accumulated into the
      leaf's .grad */
   int32_t (*add_post_hook)(cr_ctx* ctx, cr_tensor* t, int32_t id);
@@ -80,30 +84,33 @@ enum cr_cuda_stat {
   CR_CUDA_GRAPH_LAUNCHES, CR_CUDA_GRAPH_NODES,
   CR_CUDA_STATS
 };
-/* api.cuda_stream's calls (`what`): a, b are its arguments, the result goes to out[0] */
-enum cr_stream_call {
-  CR_STREAM_NEW,         /* a new stream of device a (from its pool) */
-  CR_STREAM_CURRENT,     /* the current stream of device a */
-  CR_STREAM_SET,         /* make stream a current */
-  CR_STREAM_SYNC,        /* synchronize stream a */
-  CR_STREAM_QUERY,       /* query stream a (1 when its work is done) */
-  CR_STREAM_WAIT_STREAM, /* stream a waits for stream b's work so far */
-  CR_EVENT_NEW,          /* a new event of device a (b: 1 with timing) */
-  CR_EVENT_FREE,         /* destroy event a */
-  CR_EVENT_RECORD,       /* record event a on stream b */
-  CR_STREAM_WAIT_EVENT,  /* stream a waits for event b */
-  CR_EVENT_QUERY,        /* query event a */
-  CR_EVENT_SYNC,         /* synchronize event a */
-  CR_EVENT_ELAPSED,      /* milliseconds from event a to event b */
-  CR_GRAPH_NEW,          /* CUDA graphs (vm/cuda/graphs.hpp): a new graph of device a */
-  CR_GRAPH_BEGIN,        /* begin capturing graph a (into graph b's pool when b > 0) */
-  CR_GRAPH_END,          /* end graph a's capture (its node count) */
-  CR_GRAPH_REPLAY,       /* replay graph a */
-  CR_GRAPH_RESET,        /* reset graph a */
-  CR_GRAPH_DELETE,       /* delete graph a */
-  CR_GRAPH_ABORT,        /* abort graph a's capture */
-  CR_MATMUL_TF32         /* T.backends.cuda.matmul.allow_tf32 = (a != 0); needs no device */
-};
+/* Streams, events and CUDA graphs (vm/cuda/streams.hpp, vm/cuda/graphs.hpp, stdlib/cuda.lua): one
+ * entry per call; each returns 0, or -1 with last_error, and leaves its result (a new id, a query's
+ * 1 when the work is done, an event's milliseconds, a graph's node count; else 0) in out[0]. Stream
+ * and event ids are numbers. */
+typedef struct cr_stream_api {
+  int32_t (*stream_new)(cr_ctx* ctx, double* out, int64_t dev);       /* from device dev's pool */
+  int32_t (*stream_current)(cr_ctx* ctx, double* out, int64_t dev);
+  int32_t (*stream_set)(cr_ctx* ctx, double* out, int64_t stream);    /* make it current */
+  int32_t (*stream_sync)(cr_ctx* ctx, double* out, int64_t stream);
+  int32_t (*stream_query)(cr_ctx* ctx, double* out, int64_t stream);
+  int32_t (*stream_wait_stream)(cr_ctx* ctx, double* out, int64_t stream, int64_t other); /* other's work so far */
+  int32_t (*stream_wait_event)(cr_ctx* ctx, double* out, int64_t stream, int64_t event);
+  int32_t (*event_new)(cr_ctx* ctx, double* out, int64_t dev, int64_t timing);
+  int32_t (*event_free)(cr_ctx* ctx, double* out, int64_t event);
+  int32_t (*event_record)(cr_ctx* ctx, double* out, int64_t event, int64_t stream);
+  int32_t (*event_query)(cr_ctx* ctx, double* out, int64_t event);
+  int32_t (*event_sync)(cr_ctx* ctx, double* out, int64_t event);
+  int32_t (*event_elapsed)(cr_ctx* ctx, double* out, int64_t event, int64_t end); /* ms from event to end */
+  int32_t (*graph_new)(cr_ctx* ctx, double* out, int64_t dev);
+  int32_t (*graph_begin)(cr_ctx* ctx, double* out, int64_t graph, int64_t pool); /* pool > 0: share graph pool's memory */
+  int32_t (*graph_end)(cr_ctx* ctx, double* out, int64_t graph);
+  int32_t (*graph_replay)(cr_ctx* ctx, double* out, int64_t graph);
+  int32_t (*graph_reset)(cr_ctx* ctx, double* out, int64_t graph);
+  int32_t (*graph_delete)(cr_ctx* ctx, double* out, int64_t graph);
+  int32_t (*graph_abort)(cr_ctx* ctx, double* out, int64_t graph);
+  int32_t (*matmul_tf32)(cr_ctx* ctx, double* out, int64_t on); /* T.backends.cuda.matmul.allow_tf32; no device needed */
+} cr_stream_api;
 /* a stream id is device * CR_STREAM_SLOTS + slot (vm/cuda/streams.hpp kSlots) */
 enum { CR_STREAM_SLOTS = 64 };
 
@@ -177,10 +184,8 @@ typedef struct cr_api {
   void (*cuda_empty_cache)(void);
   void (*cuda_stats)(int32_t dev, double* out);
   int32_t (*cuda_time)(cr_ctx* ctx, int32_t dev, int32_t phase, double* ms);
-  /* Streams and events (vm/cuda/streams.hpp): `what` names the call (enum cr_stream_call);
-   * stream ids and event ids are numbers; results go to out[0].
-   * record_stream: tensor t's memory is also used by stream s's work. */
-  int32_t (*cuda_stream)(cr_ctx* ctx, int32_t what, int64_t a, int64_t b, double* out);
+  /* record_stream: tensor t's memory is also used by stream s's work (api.stream: the other
+   * stream, event and graph calls) */
   int32_t (*record_stream)(cr_ctx* ctx, cr_tensor* t, int64_t s);
   /* whether native code can be generated for the CPU (cuda = 0) or CUDA devices (1); NULL when
    * it can, else why not */
@@ -207,6 +212,7 @@ typedef struct cr_api {
   int32_t (*env_setting)(cr_ctx* ctx, const char* variable, const char** value);
   const char* (*default_cache_dir)(void);  /* CRESCENT_CACHE_DIR, else ~/.cache/crescent */
   const cr_autograd_api* autograd;
+  const cr_stream_api* stream;
   const cr_dist_api* dist;
 } cr_api;
 

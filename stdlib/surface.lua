@@ -404,15 +404,23 @@ function S.unique_dim(x, opts)
   local m = x:transpose(1, k)
   local n = m:size(1)
   local rows = m:reshape(n, n > 0 and math.floor(m:numel() / n) or 0)
+  local keys = rows  -- sorted as float32 / float64 / int64 (order-preserving widenings)
+  if keys.dtype == "float16" or keys.dtype == "bfloat16" then keys = keys:float()
+  elseif keys.dtype ~= "float32" and keys.dtype ~= "float64" and keys.dtype ~= "int64" then keys = keys:long() end
   local perm = T.arange(1, n + 1, { dtype = "int64", device = x.device })
-  for j = rows:size(2), 1, -1 do
-    local _, o = rows:select(2, j):index_select(1, perm):sort(1)
-    perm = perm:index_select(1, o)
+  -- (x[idx] runs the selection kernels on CUDA, whatever the dtype and layout)
+  for j = keys:size(2), 1, -1 do
+    local _, o = keys:select(2, j)[perm]:sort(1)
+    perm = perm[o]
   end
-  local sorted = rows:index_select(1, perm)
+  local sorted = keys[perm]
   local first = T.ones(n, { dtype = "bool", device = x.device })
-  if n > 1 then first:narrow(1, 2, n - 1):copy_(sorted:narrow(1, 2, n - 1):ne(sorted:narrow(1, 1, n - 1)):any(2)) end
-  local r = { m:index_select(1, perm:masked_select(first)):transpose(1, k) }
+  if n > 1 and rows:size(2) > 0 then  -- (rows of no elements are all equal)
+    first:narrow(1, 2, n - 1):copy_(sorted:narrow(1, 2, n - 1):ne(sorted:narrow(1, 1, n - 1)):any(2))
+  elseif n > 1 then
+    first:narrow(1, 2, n - 1):fill_(false)
+  end
+  local r = { m[perm[first]]:transpose(1, k) }
   if opts.return_inverse then
     r[#r + 1] = T.zeros(n, { dtype = "int64", device = x.device }):scatter_(1, perm, first:long():cumsum(1))
   end

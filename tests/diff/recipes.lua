@@ -776,10 +776,8 @@ require("recipes_conv")(R, { FLOAT = FLOAT })
 -- ---- not compared -----------------------------------------------------------------------------------
 
 M.SKIPPED = {
-  _conv2d_input_grad = "conv2d's input gradient (torch.nn.grad.conv2d_input): tests/lua/test_cuda_conv.lua compares it with "
-    .. "conv2d's gradient, on the CPU and on CUDA",
-  _conv2d_weight_grad = "conv2d's weight gradient (torch.nn.grad.conv2d_weight): tests/lua/test_cuda_conv.lua compares it "
-    .. "with conv2d's gradient, on the CPU and on CUDA",
+  _conv2d_input_grad = "conv2d's input gradient: test_cuda_conv.lua compares it with conv2d's, CPU and CUDA",
+  _conv2d_weight_grad = "conv2d's weight gradient: test_cuda_conv.lua compares it with conv2d's, CPU and CUDA",
   _fused_sgd = "an optimizer update; tests/lua/test_optim.lua compares T.optim.SGD with torch.optim.SGD",
   _fused_adam = "an optimizer update; tests/lua/test_optim.lua compares T.optim.Adam / AdamW with torch.optim",
   _layer_norm = "F.layer_norm's fused op; tests/lua/test_layer_norm.lua compares it and its gradients with torch",

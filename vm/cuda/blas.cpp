@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "vm/cuda/dl.hpp"
 #include "vm/cuda/blaslt.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/streams.hpp"
@@ -47,9 +48,7 @@ Blas& blas() {
   static std::once_flag once;
   std::call_once(once, [] {
     if (!driver(&B.why)) return;
-    void* lib = nullptr;
-    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"})
-      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    void* lib = open_first({"libcublas.so.13", "libcublas.so.12", "libcublas.so"});
     if (!lib) {
       B.why = "libcublas could not be loaded (libcublas.so.13 / .12 not found)";
       return;

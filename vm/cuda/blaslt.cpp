@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "vm/cuda/dl.hpp"
 #include "vm/cuda/blas.hpp"
 #include "vm/cuda/blaslt_abi.hpp"
 #include "vm/cuda/driver.hpp"
@@ -27,29 +28,22 @@ struct Lt {
   std::vector<lt::Handle> handles;  // per device, made on first use (not bound to a stream)
 };
 
-template <class F> bool load(void* lib, const char* name, F*& fn) {
-  fn = reinterpret_cast<F*>(dlsym(lib, name));
-  return fn != nullptr;
-}
-
 Lt& lib() {
   static Lt L;
   static std::once_flag once;
   std::call_once(once, [] {
     if (!driver(&L.why)) return;
-    void* h = nullptr;
-    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"})
-      if ((h = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    void* h = open_first({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"});
     if (!h) {
       L.why = "libcublasLt could not be loaded (libcublasLt.so.13 / .12 not found)";
       return;
     }
     lt::Functions& f = L.f;
-    if (!load(h, "cublasLtCreate", f.create) || !load(h, "cublasLtMatmulDescCreate", f.desc_create) ||
-        !load(h, "cublasLtMatmulDescSetAttribute", f.desc_set) || !load(h, "cublasLtMatrixLayoutCreate", f.layout_create) ||
-        !load(h, "cublasLtMatmulPreferenceCreate", f.pref_create) ||
-        !load(h, "cublasLtMatmulPreferenceSetAttribute", f.pref_set) ||
-        !load(h, "cublasLtMatmulAlgoGetHeuristic", f.heuristic) || !load(h, "cublasLtMatmul", f.matmul)) {
+    if (!resolve(h, "cublasLtCreate", f.create) || !resolve(h, "cublasLtMatmulDescCreate", f.desc_create) ||
+        !resolve(h, "cublasLtMatmulDescSetAttribute", f.desc_set) || !resolve(h, "cublasLtMatrixLayoutCreate", f.layout_create) ||
+        !resolve(h, "cublasLtMatmulPreferenceCreate", f.pref_create) ||
+        !resolve(h, "cublasLtMatmulPreferenceSetAttribute", f.pref_set) ||
+        !resolve(h, "cublasLtMatmulAlgoGetHeuristic", f.heuristic) || !resolve(h, "cublasLtMatmul", f.matmul)) {
       L.why = "libcublasLt lacks one of cublasLtCreate / MatmulDescCreate / MatrixLayoutCreate / MatmulPreferenceCreate "
               "/ MatmulAlgoGetHeuristic / Matmul";
       return;

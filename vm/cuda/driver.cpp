@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "vm/cuda/dl.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
 
@@ -19,12 +20,6 @@ namespace {
 
 constexpr int kAttrMaxThreadsPerBlock = 1, kAttrMultiprocessors = 16, kAttrCcMajor = 75, kAttrCcMinor = 76,
               kAttrMaxSharedOptin = 97;
-
-// Resolves `name` (the versioned symbol where the ABI has one) into `fn`; false when missing.
-template <class F> bool resolve(void* lib, const char* name, F*& fn) {
-  fn = reinterpret_cast<F*>(dlsym(lib, name));
-  return fn != nullptr;
-}
 
 bool resolve_all(void* lib, Driver& d, std::string* missing) {
   struct Entry {

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "vm/cuda/dl.hpp"
 #include "vm/config.hpp"
 #include "vm/error.hpp"
 
@@ -67,16 +68,7 @@ void* open_library(std::string* tried) {
   names.push_back("libnccl.so.2");
   if (const char* home = std::getenv("CUDA_HOME"); home && *home) names.push_back(std::string(home) + "/lib64/libnccl.so.2");
   names.push_back("/usr/local/cuda/lib64/libnccl.so.2");
-  for (const std::string& n : names) {
-    if (void* lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
-    *tried += (tried->empty() ? "" : ", ") + n;
-  }
-  return nullptr;
-}
-
-template <class F> bool resolve(void* lib, const char* name, F*& fn) {
-  fn = reinterpret_cast<F*>(dlsym(lib, name));
-  return fn != nullptr;
+  return open_first(names, tried);
 }
 
 Nccl& nccl() {

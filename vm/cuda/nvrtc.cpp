@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "vm/cuda/dl.hpp"
 #include "vm/config.hpp"
 #include "vm/error.hpp"
 
@@ -57,12 +58,8 @@ template <class F> bool resolve(void* lib, const char* name, F*& out, std::strin
 }
 
 void load(Loaded& l) {
-  void* lib = nullptr;
   std::string tried;
-  for (const std::string& n : candidates()) {
-    if ((lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
-    tried += cat(tried.empty() ? "" : ", ", n);
-  }
+  void* lib = open_first(candidates(), &tried);
   if (!lib) {
     l.why = cat("cannot load NVRTC (tried ", tried, ")");
     return;

@@ -99,11 +99,21 @@ end
 local SHAPES = { {}, { 0 }, { 1 }, { 7 }, { 0, 3 }, { 3, 5 }, { 2, 3, 4 }, { 4099 }, { 3, 4096 + 5 } }
 local BIG = 3 * 2 ^ 20 + 17  -- more than 700 tiles of 4096, and a partial last one
 
-describe("CUDA selections", function()
-  it("masked_select: every dtype and shape, empty / all-true / sparse masks, broadcast and strided operands", function()
+-- it() for a case on the device: seeded, and no op of it may run on host copies (`what` names
+-- them in the failure)
+local function device_it(name, seed, what, fn)
+  it(name, function()
     need_device()
-    T.manual_seed(1)
+    T.manual_seed(seed)
     local h = host_ops()
+    fn()
+    expect.eq(host_ops(), h, what)
+  end)
+end
+
+describe("CUDA selections", function()
+  device_it("masked_select: every dtype and shape, empty / all-true / sparse masks, broadcast and strided operands",
+    1, "masked_select: ops on host copies", function()
     for _, dt in ipairs(DTYPES) do
       for _, shape in ipairs(SHAPES) do
         local x = values(shape, dt)
@@ -117,13 +127,10 @@ describe("CUDA selections", function()
       agree("masked_select " .. dt .. ", strided x", function(a, k) return a:t():masked_select(k) end, { x, T.rand(5, 3):lt(0.5) })
       agree("masked_select " .. dt .. ", 0-d x", function(a, k) return a:masked_select(k) end, { values({}, dt), T.rand(4):lt(0.5) })
     end
-    expect.eq(host_ops(), h, "masked_select: ops on host copies")
   end)
 
-  it("masked_select over several blocks (3M elements): half, nearly all and nearly none selected", function()
-    need_device()
-    T.manual_seed(2)
-    local h = host_ops()
+  device_it("masked_select over several blocks (3M elements): half, nearly all and nearly none selected",
+    2, "masked_select: ops on host copies", function()
     for _, dt in ipairs({ "float32", "int64", "float16", "bool" }) do
       local x = dt == "bool" and T.rand(BIG):lt(0.3) or (T.randn(BIG) * 1000):to(dt)
       for _, p in ipairs({ 0.5, 0.999, 1e-5 }) do
@@ -132,13 +139,10 @@ describe("CUDA selections", function()
     end
     local x = T.randn(1500, 2001)  -- (a 2-D mask of several blocks whose rows straddle tiles)
     agree("masked_select {1500,2001}", function(a, k) return a:masked_select(k) end, { x, x:gt(0.3) })
-    expect.eq(host_ops(), h, "masked_select: ops on host copies")
   end)
 
-  it("nonzero / where(cond) / x[mask]: 1-based coordinates for every dtype (NaN counts, -0 does not)", function()
-    need_device()
-    T.manual_seed(3)
-    local h = host_ops()
+  device_it("nonzero / where(cond) / x[mask]: 1-based coordinates for every dtype (NaN counts, -0 does not)",
+    3, "nonzero: ops on host copies", function()
     local shapes = { {}, { 0 }, { 0, 3 }, { 5 }, { 3, 4 }, { 2, 3, 4 }, { 2, 2, 2, 2, 2 }, { 4099 }, { 3, 4096 + 5 } }
     for _, dt in ipairs(DTYPES) do
       for _, shape in ipairs(shapes) do
@@ -161,13 +165,10 @@ describe("CUDA selections", function()
     agree("nonzero of 3M, all nonzero", function(a) return T.nonzero(a) end, { T.ones(BIG, { dtype = "int32" }) })
     agree("nonzero of {1500,2001}", function(a) return T.nonzero(a) end, { T.randn(1500, 2001):gt(1) })
     agree("x[mask] of 3M", function(a, k) return a[k] end, { big, big:gt(0) })
-    expect.eq(host_ops(), h, "nonzero: ops on host copies")
   end)
 
-  it("x:index with several index tensors: int64 / int32, broadcast, slices between them, duplicates, empty", function()
-    need_device()
-    T.manual_seed(4)
-    local h = host_ops()
+  device_it("x:index with several index tensors: int64 / int32, broadcast, slices between them, duplicates, empty",
+    4, "index: ops on host copies", function()
     for _, dt in ipairs(DTYPES) do
       local x = values({ 6, 7, 5 }, dt)
       local i1, i2 = T.randint(1, 7, { 10 }), T.randint(1, 8, { 10 })  -- (duplicates)
@@ -196,7 +197,6 @@ describe("CUDA selections", function()
     x = T.randn(3000, 1000)
     agree("index of 3M positions", function(a, p, q) return a:index({ p, q }) end,
       { x, T.randint(1, 3001, { BIG }), T.randint(1, 1001, { BIG }) })
-    expect.eq(host_ops(), h, "index: ops on host copies")
   end)
 
   it("x:index with a position out of range raises at the next synchronisation, naming the op and the dim", function()
@@ -212,10 +212,8 @@ describe("CUDA selections", function()
     same(x:index({ dev(T.tensor({ 6, 1 })), dev(T.tensor({ 7, 1 })) }), x:cpu():index({ T.tensor({ 6, 1 }), T.tensor({ 7, 1 }) }), "index after the errors")
   end)
 
-  it("index_put_ / x[...] = v: unique positions, accumulated duplicates, masks, broadcast values", function()
-    need_device()
-    T.manual_seed(5)
-    local h = host_ops()
+  device_it("index_put_ / x[...] = v: unique positions, accumulated duplicates, masks, broadcast values",
+    5, "index_put_: ops on host copies", function()
     for _, dt in ipairs(DTYPES) do
       local x = values({ 6, 7, 5 }, dt)
       local rows = select(2, T.rand(6):sort(1)):narrow(1, 1, 4)  -- (4 distinct rows)
@@ -258,7 +256,6 @@ describe("CUDA selections", function()
     end
     local p = select(2, T.rand(BIG):sort(1))  -- (distinct positions: one write each)
     agree("index_put_ 3M distinct positions", function(a, q, o) return a:index_put_({ q }, o) end, { T.zeros(BIG), p, T.randn(BIG) })
-    expect.eq(host_ops(), h, "index_put_: ops on host copies")
   end)
 
   it("index_put_ with a position out of range raises at the next synchronisation, naming the op", function()
@@ -277,10 +274,8 @@ describe("CUDA selections", function()
     expect.eq(z:cpu():totable(), { 0, 0, 3 }, "index_put_ after the errors")
   end)
 
-  it("unique / unique_consecutive (sorted, inverse, counts), bincount, histc on the device", function()
-    need_device()
-    T.manual_seed(6)
-    local h = host_ops()
+  device_it("unique / unique_consecutive (sorted, inverse, counts), bincount, histc on the device",
+    6, "unique / bincount / histc: ops on host copies", function()
     local opts = { return_inverse = true, return_counts = true }
     for _, dt in ipairs({ "float32", "float64", "int32", "int64", "float16", "bfloat16", "bool" }) do
       for _, shape in ipairs({ { 0 }, { 1 }, { 9 }, { 4, 6 }, { 5000 } }) do
@@ -312,13 +307,10 @@ describe("CUDA selections", function()
       agree("histc of the data's range " .. dt, function(a) return T.histc(a, 10) end, { x })
     end
     agree("histc of 3M", function(a) return T.histc(a, 100, -3, 3) end, { T.randn(BIG) })
-    expect.eq(host_ops(), h, "unique / bincount / histc: ops on host copies")
   end)
 
-  it("index_copy_ / index_fill_ / scatter_ / argsort / searchsorted / bucketize / repeat_interleave / take_along_dim / cummax / cummin / cumprod", function()
-    need_device()
-    T.manual_seed(7)
-    local h = host_ops()
+  device_it("index_copy_ / index_fill_ / scatter_ / argsort / searchsorted / bucketize / repeat_interleave / take_along_dim / cummax / cummin / cumprod",
+    7, "surface ops: ops on host copies", function()
     for _, dt in ipairs(DTYPES) do
       local x = values({ 6, 5 }, dt)
       local rows = select(2, T.rand(6):sort(1)):narrow(1, 1, 3)
@@ -352,13 +344,10 @@ describe("CUDA selections", function()
     agree("searchsorted of 8 rows of 5000 entries", function(s, w) return T.searchsorted(s, w) end,
       { T.randint(0, 100, { 8, 5000 }):sort(2), T.randint(-5, 105, { 8, 3000 }) })
     agree("repeat_interleave of 3M counts", function(a, r) return T.repeat_interleave(a, r) end, { T.randn(BIG), T.randint(0, 3, { BIG }) })
-    expect.eq(host_ops(), h, "surface ops: ops on host copies")
   end)
 
-  it("histograms: a long 1-D index_add into shared-memory bins, counting, warp-grouped counts, bincount / histc", function()
-    need_device()
-    T.manual_seed(9)
-    local h = host_ops()
+  device_it("histograms: a long 1-D index_add into shared-memory bins, counting, warp-grouped counts, bincount / histc",
+    9, "histograms: ops on host copies", function()
     for _, dt in ipairs(DTYPES) do
       local tol = (dt == "float16" or dt == "bfloat16") and 2e-2 or nil
       for _, bins in ipairs({ 1, 37, 1000, 6000, 20000 }) do
@@ -394,13 +383,10 @@ describe("CUDA selections", function()
       i[4321] = 11
       return dev(T.zeros(10)):index_add(1, dev(i), dev(T.ones(1):expand(5000)))
     end, "index_add", "11")
-    expect.eq(host_ops(), h, "histograms: ops on host copies")
   end)
 
-  it("radix sort of long lines: every dtype, NaN / -0 / inf / extremes, ties, descending, rows, columns, topk", function()
-    need_device()
-    T.manual_seed(10)
-    local h = host_ops()
+  device_it("radix sort of long lines: every dtype, NaN / -0 / inf / extremes, ties, descending, rows, columns, topk",
+    10, "radix sort: ops on host copies", function()
     local function sorts(what, x, d)
       for _, desc in ipairs({ false, true }) do
         local w = string.format("%s%s", what, desc and ", descending" or "")
@@ -430,13 +416,10 @@ describe("CUDA selections", function()
     sorts("float32 of 3M, few values", (r * 2):round(), 1)
     sorts("int64 of 3M", T.randint(-2 ^ 40, 2 ^ 40, { BIG }), 1)
     agree("sort of a {2,9000,2} middle dim", function(a) return a:sort(2) end, { T.randn(2, 9000, 2) })
-    expect.eq(host_ops(), h, "radix sort: ops on host copies")
   end)
 
-  it("scatter_reduce (sum, prod, mean, amax, amin; include_self or not) by atomics on the device", function()
-    need_device()
-    T.manual_seed(11)
-    local h = host_ops()
+  device_it("scatter_reduce (sum, prod, mean, amax, amin; include_self or not) by atomics on the device",
+    11, "scatter_reduce: ops on host copies", function()
     for _, dt in ipairs(DTYPES) do
       if dt ~= "bool" then
         local tol = (dt == "float16" or dt == "bfloat16") and 2e-2 or nil
@@ -469,7 +452,6 @@ describe("CUDA selections", function()
     raises("scatter_reduce, a position past dim 1", function()
       return dev(T.zeros(4)):scatter_reduce(1, dev(T.tensor({ 1, 5 })), dev(T.ones(2)), "amax")
     end, "scatter_reduce", "5")
-    expect.eq(host_ops(), h, "scatter_reduce: ops on host copies")
   end)
 
   it("unique(dim =): rows ordered by stable sorts of their columns on the device", function()

@@ -600,32 +600,40 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf, const Graph& raw) {
     if (logs.recompiles) log("recompiles", cat(fn_->opts.name, ": ", leaf.recompile_reason));
     leaf.recompile_reason.clear();
   }
+  const bool counted = !g->dynamic || (leaf.instances.empty() && !leaf.compiled);
+  std::shared_ptr<Graph> built = build(leaf, g, fn_->opts, counted);
+  leaf.compiled = built ? built : leaf.raw;
+  return leaf.compiled;
+}
+
+// Optimises `g` (its outputs chosen) and starts its native compile; nullptr when optimising
+// failed (the caller runs the graph as recorded). `counted`: a new graph for the stats.
+std::shared_ptr<Graph> Recorder::build(const Leaf& leaf, const std::shared_ptr<Graph>& g, const guards::Options& o,
+                                       bool counted) {
   double t0 = now_us();
   try {
     optimize(*g, ctx_);
   } catch (const std::exception& e) {
     ++stats.eager_fallbacks;
     log("graph", cat("optimising ", g->name, " failed (", e.what(), "): it runs as recorded"));
-    leaf.compiled = leaf.raw;
-    return leaf.raw;
+    return nullptr;
   }
   double us = now_us() - t0;
-  if (!g->dynamic || (leaf.instances.empty() && !leaf.compiled)) ++stats.graphs_compiled;
+  if (counted) ++stats.graphs_compiled;
   if (logs.graph) log("graph", g->str());
   if (logs.perf)
     log("perf", cat(g->name, ": compiled in ", fixed(us), " us (", leaf.raw->op_count(), " ops -> ", g->op_count(), ")"));
-  dump(leaf, *g, us);
-  start_native(g, fn_->opts.backend, fn_->opts.autotune);
-  leaf.compiled = g;
+  dump(leaf, *g, o.name, us);
+  start_native(g, o.backend, o.autotune);
   return g;
 }
 
 // CRESCENT_DEBUG_DIR: per compiled graph, one text file with its guards, the graph as recorded,
 // the optimised graph and the compile time.
-void Recorder::dump(const Leaf& leaf, const Graph& g, double us) {
+void Recorder::dump(const Leaf& leaf, const Graph& g, const std::string& fname, double us) {
   const std::string& dir = debug_dir;
   if (dir.empty()) return;
-  std::string name = cat(fn_->opts.name, "-", leaf.where, "-", leaf.variant, "-", stats.graphs_compiled);
+  std::string name = cat(fname, "-", leaf.where, "-", leaf.variant, "-", stats.graphs_compiled);
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
   std::string path = cat(dir, "/", name, ".graph.txt");

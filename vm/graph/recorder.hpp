@@ -136,7 +136,10 @@ class Recorder {
   std::shared_ptr<graph::Graph> compile(guards::Leaf& leaf, const Graph& raw);
   guards::Leaf& leaf_for(guards::EndKind kind, const std::string& reason, const std::string& where);
   void stop();
-  void dump(const guards::Leaf& leaf, const Graph& g, double us);
+  std::shared_ptr<Graph> build(const guards::Leaf& leaf, const std::shared_ptr<Graph>& g, const guards::Options& o,
+                               bool counted);
+  std::shared_ptr<Graph> plan_graph(guards::Leaf& leaf, const guards::Options& o, const std::vector<int32_t>& rets);
+  void dump(const guards::Leaf& leaf, const Graph& g, const std::string& fname, double us);
   void remember_call(guards::Leaf& leaf, const std::vector<cr_tensor*>& rets);
   // native code (vm/graph/native.cpp): starts compiling an optimised graph for its backend, and
   // runs a graph - natively once its code is ready, counting the compile's outcome once.

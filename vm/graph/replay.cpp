@@ -22,6 +22,23 @@ void Recorder::remember_call(Leaf& leaf, const std::vector<cr_tensor*>& rets) {
   fn_->last_numbers = s.numbers;
 }
 
+// The graph a replay runs: the compiled one with only the returned values kept, so that the
+// intermediates fuse (the compiled graph keeps every value Lua might still read). Dynamic and
+// training segments replay their compiled graph.
+std::shared_ptr<Graph> Recorder::plan_graph(Leaf& leaf, const guards::Options& o, const std::vector<int32_t>& rets) {
+  if (leaf.dynamic || leaf.joint || !leaf.raw) return leaf.compiled;
+  if (leaf.plan_graph && leaf.plan_rets == rets) return leaf.plan_graph;
+  auto g = std::make_shared<Graph>(*leaf.raw);
+  g->name = cat(o.name, " replay of the segment ending at ", leaf.where, " #", leaf.variant);
+  g->outputs.clear();
+  for (int32_t r : rets)
+    if (r >= 0 && g->nodes[size_t(g->values[size_t(r)].node)].kind != NodeKind::Input) g->outputs.push_back(r);
+  std::shared_ptr<Graph> built = build(leaf, g, o, false);  // (the segment's graph, counted once)
+  leaf.plan_graph = built ? built : leaf.compiled;
+  leaf.plan_rets = rets;
+  return leaf.plan_graph;
+}
+
 int Recorder::plan(int32_t id, cr_tensor* const* cands, int n, int nargs) {
   guards::Function& f = function(id);
   f.plan.reset();
@@ -32,7 +49,7 @@ int Recorder::plan(int32_t id, cr_tensor* const* cands, int n, int nargs) {
   if (!leaf->compiled || !leaf->recompile_reason.empty()) return 0;
   auto p = std::make_unique<guards::Plan>();
   p->leaf = leaf;
-  p->graph = leaf->compiled;
+  p->graph = plan_graph(*leaf, f.opts, f.last_rets);
   p->ncands = n;
   p->nargs = nargs;
   if (p->graph->inputs.size() != f.last_inputs.size()) return 0;

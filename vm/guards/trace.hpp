@@ -99,6 +99,10 @@ struct Leaf {
   std::string recompile_reason;              // why the compiled graph must be rebuilt
   // a training segment (graph/joint.hpp): its gradient plan and backward graphs
   std::shared_ptr<graph::Joint> joint;
+  // reduce-overhead: `compiled` with only the returned values (`plan_rets`) as outputs - a
+  // replay runs no Lua, so no other value can be used after it.
+  std::shared_ptr<graph::Graph> plan_graph;
+  std::vector<int32_t> plan_rets;
 };
 
 // Where segments start: the entry of the function, or just after a given break.

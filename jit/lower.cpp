@@ -480,6 +480,20 @@ Lowerings::Lowerings() : table_(Registry::get().ops().size()) {
   register_position_lowerings(*this);
   register_reduction_lowerings(*this);
   register_node_lowerings(*this);  // (last: it lowers by kind the ops the others did not name)
+#ifndef NDEBUG  // (tests/cpp/test_lowerings.cpp checks it in every build)
+  std::string names;
+  for (const std::string& n : undeclared()) names += " " + n;
+  if (!names.empty()) throw Error(cat("registry ops with neither a loop lowering nor kExtern:", names));
+#endif
+}
+
+std::vector<std::string> Lowerings::undeclared() const {
+  std::vector<std::string> names;
+  const std::vector<OpDef>& ops = Registry::get().ops();
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (!lowered(int(i)) && ops[i].kind != OpKind::View && !(ops[i].flags & (kReturnsSelf | kDataSize | kExtern)))
+      names.push_back(ops[i].name);
+  return names;
 }
 
 const Lowerings& Lowerings::get() {
@@ -491,6 +505,7 @@ void Lowerings::add(const char* op, LowerFn fn, int form, bool draws) {
   const int i = Registry::get().index_of(op);
   if (i < 0) throw Error(cat("the lowering table names ", op, ", which is no registry op"));
   if (table_[size_t(i)].fn) throw Error(cat("the lowering table lowers ", op, " twice"));
+  if (Registry::get().ops()[size_t(i)].flags & kExtern) throw Error(cat("the lowering table lowers ", op, ", declared kExtern"));
   table_[size_t(i)] = Lowering{fn, form, draws};
 }
 

@@ -86,6 +86,9 @@ class Lowerings {
   bool lowered(int op) const { return table_[size_t(op)].fn != nullptr; }
   // Throws when `op` is no registry op or is lowered twice: the table's check at its build.
   void add(const char* op, LowerFn fn, int form = 0, bool draws = false);
+  // The registry ops with neither a lowering nor a declaration that they run as Externs (views,
+  // in-place ops, data-dependent sizes, kExtern): each op must be one or the other.
+  std::vector<std::string> undeclared() const;
 
  private:
   Lowerings();

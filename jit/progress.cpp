@@ -1,6 +1,10 @@
 #include "jit/progress.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <thread>
+#include <vector>
 
 #include "vm/env.hpp"
 #include "vm/error.hpp"
@@ -17,6 +21,58 @@ double now_ms() {
 
 }  // namespace
 
+// One thread for the process, started by the first note and never ended (a static destructor
+// could run while a compile does): it prints each registered note once its time has come. A
+// note leaves before it is destroyed, under m_, so the thread never touches a dead one.
+class ProgressWatcher {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static ProgressWatcher& get() {
+    static ProgressWatcher* w = new ProgressWatcher;
+    return *w;
+  }
+  void add(ProgressNote* note, Clock::time_point due) {
+    std::lock_guard<std::mutex> lock(m_);
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { loop(); }).detach();
+    }
+    due_.push_back({note, due});
+    cv_.notify_all();
+  }
+  void remove(ProgressNote* note) {
+    std::lock_guard<std::mutex> lock(m_);
+    due_.erase(std::remove_if(due_.begin(), due_.end(), [note](const Due& d) { return d.note == note; }), due_.end());
+  }
+
+ private:
+  struct Due {
+    ProgressNote* note;
+    Clock::time_point at;
+  };
+  void loop() {
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+      if (due_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      auto first = std::min_element(due_.begin(), due_.end(), [](const Due& a, const Due& b) { return a.at < b.at; });
+      if (Clock::now() < first->at) {
+        cv_.wait_until(lock, first->at);  // (or woken by a new note, maybe due sooner)
+        continue;
+      }
+      ProgressNote* note = first->note;
+      due_.erase(first);
+      note->overdue();
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<Due> due_;
+  bool started_ = false;
+};
+
 ProgressNote::ProgressNote(std::string graph, std::string device, bool on)
     : graph_(std::move(graph)), device_(std::move(device)), start_ms_(now_ms()), after_ms_(-1) {
   if (!on) return;
@@ -26,17 +82,13 @@ ProgressNote::ProgressNote(std::string graph, std::string device, bool on)
     log_line("progress", cat(e.what(), ": no progress note"));
     return;
   }
-  watcher_ = std::thread([this] { watch(); });
+  const auto after = std::chrono::microseconds(int64_t(after_ms_ * 1000));
+  ProgressWatcher::get().add(this, ProgressWatcher::Clock::now() + after);
 }
 
 ProgressNote::~ProgressNote() {
   if (after_ms_ < 0) return;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    finished_ = true;
-  }
-  cv_.notify_all();
-  watcher_.join();
+  ProgressWatcher::get().remove(this);  // (waits for the watcher when it is printing this note)
   std::lock_guard<std::mutex> lock(mutex_);
   if (now_ms() - start_ms_ >= after_ms_) log_line("progress", line(true));
 }
@@ -57,10 +109,8 @@ void ProgressNote::done(int kernels) {
 }
 
 // Once the threshold has passed with the compile still running: one line of where it is.
-void ProgressNote::watch() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(after_ms_);
-  if (cv_.wait_until(lock, deadline, [this] { return finished_; })) return;
+void ProgressNote::overdue() {
+  std::lock_guard<std::mutex> lock(mutex_);
   log_line("progress", line(false));
 }
 

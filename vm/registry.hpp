@@ -37,6 +37,9 @@ enum OpFlag : int32_t {  // (those Lua reads are vm/abi.h's codes)
   // guard semantics of a trace's number arguments (vm/graph/keys.cpp), which the lowering shares:
   kCodeNumbers = 1024,  // a number operand picks the code (pow's exponent: x * x for 2): never varies
   kConditionArg = 2048, // argument 0 is a bool condition (where), no operand of the result type
+  // no loop lowering by design: compiled graphs run it on its eager kernel as an Extern step
+  // (a library call, a join, a sort); jit/lower.hpp checks every other op has a lowering
+  kExtern = 4096,
 };
 
 struct Meta {

@@ -31,3 +31,13 @@ TEST_CASE("lowerings: one table keyed by registry op", "[lowering]") {
   // library calls, joins and data-dependent ops run as Extern steps
   for (const char* op : {"matmul", "cat", "nonzero", "sort"}) CHECK(of(op).fn == nullptr);
 }
+
+// Each op has a loop lowering or runs as an Extern step by declaration (jit/lower.hpp): an op
+// added without either is named here (and at start in debug builds).
+TEST_CASE("lowerings: every registry op is lowered or declared an Extern", "[lowering]") {
+  CHECK(jit::Lowerings::get().undeclared() == std::vector<std::string>{});
+  for (const char* op : {"matmul", "cat", "sort", "zeros", "conv2d"}) {
+    INFO(op);
+    CHECK((Registry::get().find(op)->flags & kExtern) != 0);
+  }
+}

@@ -13,6 +13,7 @@
 // [+ residual] becomes _addmm_epilogue (vm/ops/epilogue.cpp) where its kernel takes it: one
 // cuBLASLt call on CUDA (a residual only without an activation: cuBLASLt adds it before), one
 // pass per output tile in cache on the CPU; the last node of the chain becomes the fused op.
+#include <algorithm>
 #include <cmath>
 
 #include "vm/cuda/blaslt.hpp"
@@ -25,23 +26,59 @@ namespace {
 
 using Ops = OpIds;  // (vm/registry.hpp CR_NAMED_OPS)
 
-// Uses of every value by nodes' arguments, and by the outputs (which count as a use each).
-std::vector<int> use_counts(const Graph& g) {
-  std::vector<int> uses(g.values.size());
-  for (const Node& n : g.nodes)
-    for (const Arg& a : n.args) {
-      if (a.tag == kTensor) ++uses[size_t(a.value)];
-      for (int32_t v : a.values) ++uses[size_t(v)];
+// Uses of every value by nodes' arguments and by the outputs (a use each), and the last node with
+// it among its tensor arguments: counted once per pass, then kept exact as rewrites change nodes'
+// arguments (dead nodes keep theirs until eliminate_dead_code, so they still count).
+class Uses {
+ public:
+  explicit Uses(const Graph& g) : count_(g.values.size()), user_(g.values.size(), -1) {
+    for (size_t i = 0; i < g.nodes.size(); ++i) track(g.nodes[i].args, int32_t(i), +1);
+    for (int32_t o : g.outputs) ++count_[size_t(o)];
+  }
+  int operator[](int32_t v) const { return count_[size_t(v)]; }
+  int32_t user(int32_t v) const { return user_[size_t(v)]; }
+  // Node `at`'s arguments become `args` (which may name values added since the count).
+  void set_args(Graph& g, int32_t at, std::vector<Arg> args) {
+    count_.resize(g.values.size());
+    user_.resize(g.values.size(), -1);
+    std::vector<Arg> old = std::move(g.nodes[size_t(at)].args);
+    g.nodes[size_t(at)].args = std::move(args);
+    track(old, at, -1);
+    track(g.nodes[size_t(at)].args, at, +1);
+    for (const Arg& a : old)
+      if (a.tag == kTensor && user_[size_t(a.value)] == at && !uses_tensor(g.nodes[size_t(at)], a.value))
+        user_[size_t(a.value)] = last_user(g, a.value);
+  }
+
+ private:
+  void track(const std::vector<Arg>& args, int32_t at, int step) {
+    for (const Arg& a : args) {
+      if (a.tag == kTensor) {
+        count_[size_t(a.value)] += step;
+        if (step > 0) user_[size_t(a.value)] = std::max(user_[size_t(a.value)], at);
+      }
+      for (int32_t v : a.values) count_[size_t(v)] += step;
     }
-  for (int32_t o : g.outputs) ++uses[size_t(o)];
-  return uses;
-}
+  }
+  static bool uses_tensor(const Node& n, int32_t v) {
+    for (const Arg& a : n.args)
+      if (a.tag == kTensor && a.value == v) return true;
+    return false;
+  }
+  static int32_t last_user(const Graph& g, int32_t v) {
+    for (size_t i = g.nodes.size(); i-- > 0;)
+      if (uses_tensor(g.nodes[i], v)) return int32_t(i);
+    return -1;
+  }
+  std::vector<int> count_;
+  std::vector<int32_t> user_;
+};
 
 // The op node that defines value v, if it is an op of `op` whose only output v is and whose
 // only use is the one being matched.
-Node* producer(Graph& g, int32_t v, int op, const std::vector<int>& uses) {
+Node* producer(Graph& g, int32_t v, int op, const Uses& uses) {
   const int32_t i = g.values[size_t(v)].node;
-  if (i < 0 || uses[size_t(v)] != 1) return nullptr;
+  if (i < 0 || uses[v] != 1) return nullptr;
   Node& n = g.nodes[size_t(i)];
   if (n.kind != NodeKind::Op || n.op != op || n.outs.size() != 1 || n.outs[0] != v) return nullptr;
   return &n;
@@ -75,7 +112,7 @@ struct MaskMatch {
   int32_t mask = -1;     // m's value
   bool blocks = false;   // masked_fill: m's true keys are the ones left out
 };
-MaskMatch mask_of(Graph& g, int32_t x, const Ops& ops, const std::vector<int>& uses) {
+MaskMatch mask_of(Graph& g, int32_t x, const Ops& ops, const Uses& uses) {
   MaskMatch m;
   if (Node* a = producer(g, x, ops.add, uses); a && is_tensor(*a, 0) && is_tensor(*a, 1) && absent(*a, 2)) {
     m.node = a;
@@ -102,7 +139,7 @@ bool mask_fits(const Graph& g, int32_t m, const MaskMatch& mm, const SymShape& s
 }
 
 // Tries the pattern ending at node `at` (the second matmul).
-bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<int>& uses) {
+bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, Uses& uses) {
   Node& last = g.nodes[size_t(at)];
   if (last.op != ops.matmul || !is_tensor(last, 0) || !is_tensor(last, 1) || last.outs.size() != 1) return false;
   Node* sm = producer(g, last.args[0].value, ops.softmax, uses);
@@ -145,7 +182,7 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
   std::swap(km.strides[r - 2], km.strides[r - 1]);
   const int32_t kt_value = first->args[1].value, q_value = first->args[0].value;
   first->op = ops.transpose;
-  first->args = {Arg::tensor(kt_value), Arg::number(-2), Arg::number(-1)};
+  uses.set_args(g, first_at, {Arg::tensor(kt_value), Arg::number(-2), Arg::number(-1)});
   const int32_t k = g.add_value(first_at, km);
   g.values[size_t(k)].views = kt_value;
   g.nodes[size_t(first_at)].outs = {k};
@@ -158,13 +195,14 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, const std::vector<i
     nm.offset = 0;
     g.values[size_t(mm.node->outs[0])].node = -1;
     mm.node->op = ops.logical_not;
-    mm.node->args = {Arg::tensor(mm.mask)};
+    uses.set_args(g, fill_at, {Arg::tensor(mm.mask)});
     mask = g.add_value(fill_at, nm);
     g.nodes[size_t(fill_at)].outs = {mask};
   }
   Node& fused = g.nodes[size_t(at)];
-  fused.args = {Arg::tensor(q_value), Arg::tensor(k), fused.args[1], Arg::number(scale), Arg::boolean(false)};
-  if (mask >= 0) fused.args.push_back(Arg::tensor(mask));
+  std::vector<Arg> args = {Arg::tensor(q_value), Arg::tensor(k), fused.args[1], Arg::number(scale), Arg::boolean(false)};
+  if (mask >= 0) args.push_back(Arg::tensor(mask));
+  uses.set_args(g, at, std::move(args));
   fused.op = ops.attention;
   return true;
 }
@@ -185,17 +223,9 @@ bool epilogue_takes(const ValueMeta& m) {
 }
 
 // The node that uses v, when v's only use is one node's argument (not an output).
-struct Consumers {
-  std::vector<int32_t> at;
-  explicit Consumers(const Graph& g) : at(g.values.size(), -1) {
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      for (const Arg& a : g.nodes[i].args)
-        if (a.tag == kTensor) at[size_t(a.value)] = int32_t(i);
-  }
-};
-Node* single_user(Graph& g, int32_t v, const Consumers& c, const std::vector<int>& uses) {
-  if (uses[size_t(v)] != 1 || c.at[size_t(v)] < 0) return nullptr;
-  Node& n = g.nodes[size_t(c.at[size_t(v)])];
+Node* single_user(Graph& g, int32_t v, const Uses& uses) {
+  if (uses[v] != 1 || uses.user(v) < 0) return nullptr;
+  Node& n = g.nodes[size_t(uses.user(v))];
   return n.kind == NodeKind::Op && n.outs.size() == 1 ? &n : nullptr;
 }
 
@@ -237,12 +267,12 @@ bool bias_fits(const ValueMeta& b, const ValueMeta& out) {
 }
 
 // Follows the single-use chain from head node `at` to the last node it fuses (c->last).
-bool match_epilogue(Graph& g, int32_t at, const Ops& ops, const std::vector<int>& uses, const Consumers& cons, Chain* c) {
+bool match_epilogue(Graph& g, int32_t at, const Ops& ops, const Uses& uses, Chain* c) {
   Node& head = g.nodes[size_t(at)];
   if (!head_of(g, head, ops, c)) return false;
   int32_t v = head.outs[0];
   const ValueMeta out = g.values[size_t(v)].meta;
-  Node* n = single_user(g, v, cons, uses);
+  Node* n = single_user(g, v, uses);
   if (c->bias >= 0) {  // linear's own bias: the linear alone is worth one call
     if (!bias_fits(g.values[size_t(c->bias)].meta, out)) return false;
     c->last = &head;
@@ -253,14 +283,14 @@ bool match_epilogue(Graph& g, int32_t at, const Ops& ops, const std::vector<int>
     c->bias = b;
     c->last = n;
     v = n->outs[0];
-    n = single_user(g, v, cons, uses);
+    n = single_user(g, v, uses);
   }
   if (n && ((n->op == ops.relu && n->args.size() == 1) ||
             (n->op == ops.gelu && n->args.size() > 1 && n->args[1].tag == kString && n->args[1].str == "tanh"))) {
     c->act = n->op == ops.relu ? "relu" : "gelu_tanh";
     c->last = n;
     v = n->outs[0];
-    n = single_user(g, v, cons, uses);
+    n = single_user(g, v, uses);
   }
   const bool residual_ok = out.device.is_cpu() || std::string(c->act) == "none";  // (cuBLASLt: before its activation)
   if (n && residual_ok) {
@@ -275,9 +305,9 @@ bool match_epilogue(Graph& g, int32_t at, const Ops& ops, const std::vector<int>
   return true;
 }
 
-bool rewrite_epilogue(Graph& g, int32_t at, const Ops& ops, const std::vector<int>& uses, const Consumers& cons) {
+bool rewrite_epilogue(Graph& g, int32_t at, const Ops& ops, Uses& uses) {
   Chain c;
-  if (!match_epilogue(g, at, ops, uses, cons, &c)) return false;
+  if (!match_epilogue(g, at, ops, uses, &c)) return false;
   const int32_t last_at = int32_t(c.last - g.nodes.data());
   if (writes_between(g, at, last_at)) return false;
   auto opt = [](int32_t v) { return v >= 0 ? Arg::tensor(v) : Arg{}; };
@@ -285,7 +315,7 @@ bool rewrite_epilogue(Graph& g, int32_t at, const Ops& ops, const std::vector<in
   act.tag = kString;
   act.str = c.act;
   c.last->op = ops._addmm_epilogue;
-  c.last->args = {Arg::tensor(c.x), Arg::tensor(c.w), opt(c.bias), opt(c.residual), act, Arg::boolean(c.transposed)};
+  uses.set_args(g, last_at, {Arg::tensor(c.x), Arg::tensor(c.w), opt(c.bias), opt(c.residual), act, Arg::boolean(c.transposed)});
   return true;  // (the head and the nodes between are left dead)
 }
 
@@ -297,16 +327,15 @@ int fuse_patterns(Graph& g) {
   // (the head size, the batch shapes), so those graphs keep their ops.
   if (g.dynamic) return 0;
   int changed = 0;
+  Uses uses(g);  // (each rewrite keeps it exact)
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
-    if (n.kind != NodeKind::Op || n.op != ops.matmul) continue;
-    const std::vector<int> uses = use_counts(g);  // (a rewrite changes them; graphs hold few matmuls)
-    if (rewrite_attention(g, int32_t(i), ops, uses)) ++changed;
+    if (n.kind == NodeKind::Op && n.op == ops.matmul && rewrite_attention(g, int32_t(i), ops, uses)) ++changed;
   }
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.kind != NodeKind::Op || (n.op != ops.matmul && n.op != ops.linear)) continue;
-    if (rewrite_epilogue(g, int32_t(i), ops, use_counts(g), Consumers(g))) ++changed;
+    if (rewrite_epilogue(g, int32_t(i), ops, uses)) ++changed;
   }
   return changed;
 }

@@ -197,7 +197,7 @@ void run_attention(OpCall& c) {
 }  // namespace
 
 void register_attention(Registry& r) {
-  r.add(OpDef{"attention", "query:T, key:T, value:T, scale:N?, causal:B?, mask:T?", OpKind::Other, kNoMethod | kDeviceAware,
+  r.add(OpDef{"attention", "query:T, key:T, value:T, scale:N?, causal:B?, mask:T?", OpKind::Other, kNoMethod | kDeviceAware | kExtern,
               infer_attention, run_attention});
   r.set_cast({"attention"}, CastPolicy::Lower);  // autocast: PyTorch's scaled_dot_product_attention
   r.set_cast({"attention"}, CastPolicy::Lower, true);  // (on the CPU too since PyTorch 2.0)

@@ -396,13 +396,13 @@ int64_t conv_blocks(int64_t n, int64_t k, int64_t d, int64_t p, int64_t s, const
 }
 
 void register_conv(Registry& r) {
-  r.add(OpDef{"im2col", "input:T, kernel_size:Is, dilation:Is?, padding:Is?, stride:Is?", OpKind::Other, kNoMethod,
+  r.add(OpDef{"im2col", "input:T, kernel_size:Is, dilation:Is?, padding:Is?, stride:Is?", OpKind::Other, kNoMethod | kExtern,
               infer_im2col, run_im2col});
   r.add(OpDef{"col2im", "input:T, output_size:Is, kernel_size:Is, dilation:Is?, padding:Is?, stride:Is?", OpKind::Other,
-              kNoMethod, infer_col2im, run_col2im});
+              kNoMethod | kExtern, infer_col2im, run_col2im});
   // (CUDA: cuDNN, vm/ops/conv_cuda.cpp)
   r.add(OpDef{"conv2d", "input:T, weight:T, bias:T?, stride:Is?, padding:Is?, dilation:Is?, groups:I?", OpKind::Other,
-              kNoMethod | kDeviceAware, infer_conv2d, run_conv2d});
+              kNoMethod | kDeviceAware | kExtern, infer_conv2d, run_conv2d});
   r.set_cast({"conv2d"}, CastPolicy::Lower);  // autocast: PyTorch's conv2d is in the lower-precision list
   r.set_cast({"conv2d"}, CastPolicy::Lower, true);
   register_conv_cuda(r);

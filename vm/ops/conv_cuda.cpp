@@ -142,9 +142,9 @@ void register_conv_cuda(Registry& r) {
   const char* params = "stride:Is?, padding:Is?, dilation:Is?, groups:I?";
   static const std::string input = cat("grad_output:T, weight:T, input_size:Is, ", params);
   static const std::string weight = cat("grad_output:T, input:T, weight_size:Is, ", params);
-  r.add(OpDef{"_conv2d_input_grad", input.c_str(), OpKind::Other, kNoMethod | kDeviceAware, infer_input_grad,
+  r.add(OpDef{"_conv2d_input_grad", input.c_str(), OpKind::Other, kNoMethod | kDeviceAware | kExtern, infer_input_grad,
               run_input_grad});
-  r.add(OpDef{"_conv2d_weight_grad", weight.c_str(), OpKind::Other, kNoMethod | kDeviceAware, infer_weight_grad,
+  r.add(OpDef{"_conv2d_weight_grad", weight.c_str(), OpKind::Other, kNoMethod | kDeviceAware | kExtern, infer_weight_grad,
               run_weight_grad});
   r.set_cast({"_conv2d_input_grad"}, CastPolicy::Lower);  // F.conv_transpose2d on CUDA (PyTorch's lower-precision list)
 }

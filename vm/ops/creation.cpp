@@ -211,20 +211,21 @@ void register_creation(Registry& r) {
                            eye = with_opts("n:I, m:I?"), randint = with_opts("low:I, high:I, size:Is"),
                            like = with_opts("self:T"), tensor = with_opts("data:Data");  // the Lua side adds the shape as a hidden second argument
   const int fn = kNoMethod;
-  r.add(OpDef{"tensor", tensor.c_str(), OpKind::Creation, fn, infer_tensor, run_tensor});
-  r.add(OpDef{"zeros", sized.c_str(), OpKind::Creation, fn | kDeviceAware, infer_sized, run_zeros});
-  r.add(OpDef{"ones", sized.c_str(), OpKind::Creation, fn | kDeviceAware, infer_sized, run_ones});
-  r.add(OpDef{"empty", sized.c_str(), OpKind::Creation, fn | kDeviceAware, infer_sized, run_empty});
-  r.add(OpDef{"full", full.c_str(), OpKind::Creation, fn | kDeviceAware, infer_full, run_full});
+  const int fill = fn | kDeviceAware | kExtern;  // (filled by the eager kernels: no loop lowering)
+  r.add(OpDef{"tensor", tensor.c_str(), OpKind::Creation, fn | kExtern, infer_tensor, run_tensor});
+  r.add(OpDef{"zeros", sized.c_str(), OpKind::Creation, fill, infer_sized, run_zeros});
+  r.add(OpDef{"ones", sized.c_str(), OpKind::Creation, fill, infer_sized, run_ones});
+  r.add(OpDef{"empty", sized.c_str(), OpKind::Creation, fill, infer_sized, run_empty});
+  r.add(OpDef{"full", full.c_str(), OpKind::Creation, fill, infer_full, run_full});
   r.add(OpDef{"arange", arange.c_str(), OpKind::Creation, fn, infer_arange, run_arange});
   r.add(OpDef{"linspace", linspace.c_str(), OpKind::Creation, fn, infer_linspace, run_linspace});
   r.add(OpDef{"eye", eye.c_str(), OpKind::Creation, fn, infer_eye, run_eye});
   r.add(OpDef{"rand", sized.c_str(), OpKind::Creation, fn | kRandom, infer_float_sized, run_rand});
   r.add(OpDef{"randn", sized.c_str(), OpKind::Creation, fn | kRandom, infer_float_sized, run_randn});
   r.add(OpDef{"randint", randint.c_str(), OpKind::Creation, fn | kRandom, infer_randint, run_randint});
-  r.add(OpDef{"zeros_like", like.c_str(), OpKind::Creation, fn | kDeviceAware, infer_like, run_zeros});
-  r.add(OpDef{"ones_like", like.c_str(), OpKind::Creation, fn | kDeviceAware, infer_like, run_ones});
-  r.add(OpDef{"empty_like", like.c_str(), OpKind::Creation, fn | kDeviceAware, infer_like, run_empty});
+  r.add(OpDef{"zeros_like", like.c_str(), OpKind::Creation, fill, infer_like, run_zeros});
+  r.add(OpDef{"ones_like", like.c_str(), OpKind::Creation, fill, infer_like, run_ones});
+  r.add(OpDef{"empty_like", like.c_str(), OpKind::Creation, fill, infer_like, run_empty});
 }
 
 }  // namespace cr

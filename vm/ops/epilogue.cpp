@@ -138,7 +138,7 @@ void run(OpCall& c) {
 
 void register_epilogue(Registry& r) {
   r.add(OpDef{"_addmm_epilogue", "input:T, weight:T, bias:T?, residual:T?, activation:S?, transposed:B?",
-              OpKind::Linalg, kNoMethod | kDeviceAware, infer, run});
+              OpKind::Linalg, kNoMethod | kDeviceAware | kExtern, infer, run});
   // no derivative: the fused form is for inference graphs (a backward reaching it raises)
 }
 

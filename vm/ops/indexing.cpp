@@ -431,7 +431,7 @@ void register_indexing(Registry& r) {
   r.add(OpDef{"gather", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_gather, run_gather});
   r.add(OpDef{"embedding", "input:T, weight:T, opts:{padding_idx:I}", OpKind::Index, kNoMethod | kValueErrors, infer_embedding, run_embedding});
   // (no loop lowering: scatters run as extern steps in compiled graphs, on host copies on CUDA)
-  const int32_t dev = kValueErrors | kDeviceAware;  // (CUDA: scatter_add_into's kernel)
+  const int32_t dev = kValueErrors | kDeviceAware | kExtern;  // (CUDA: scatter_add_into's kernel)
   r.add(OpDef{"index_add", "self:T, dim:D, index:T, source:T, opts:{alpha:N}", OpKind::Index, dev, infer_index_add,
               run_index_add});
   r.add(OpDef{"index_add_", "self:T, dim:D, index:T, source:T, opts:{alpha:N}", OpKind::Index,

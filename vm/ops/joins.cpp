@@ -175,13 +175,13 @@ void run_chunk(OpCall& c) {
 }  // namespace
 
 void register_joins(Registry& r) {
-  const OpKind j = OpKind::Join;
-  r.add(OpDef{"cat", "tensors:TL, dim:D?", j, kNoMethod, infer_cat, run_cat});
-  r.add(OpDef{"stack", "tensors:TL, dim:D?", j, kNoMethod, infer_stack, run_stack});
+  const OpKind j = OpKind::Join;  // (no loop lowering: copies into or out of parts, Extern steps)
+  r.add(OpDef{"cat", "tensors:TL, dim:D?", j, kNoMethod | kExtern, infer_cat, run_cat});
+  r.add(OpDef{"stack", "tensors:TL, dim:D?", j, kNoMethod | kExtern, infer_stack, run_stack});
   r.set_cast({"cat", "stack"}, CastPolicy::Promote);  // autocast: the widest of the tensors
   r.set_cast({"cat", "stack"}, CastPolicy::Promote, true);
-  r.add(OpDef{"split", "self:T, size:Is, dim:D?", j, kListOut, nullptr, run_split});
-  r.add(OpDef{"chunk", "self:T, chunks:I, dim:D?", j, kListOut, nullptr, run_chunk});
+  r.add(OpDef{"split", "self:T, size:Is, dim:D?", j, kListOut | kExtern, nullptr, run_split});
+  r.add(OpDef{"chunk", "self:T, chunks:I, dim:D?", j, kListOut | kExtern, nullptr, run_chunk});
 }
 
 }  // namespace cr

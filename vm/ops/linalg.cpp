@@ -568,7 +568,7 @@ template <bool Lower> void run_tri(OpCall& c) {
 }  // namespace
 
 void register_linalg(Registry& r) {
-  const int dev = kDeviceAware;
+  const int dev = kDeviceAware | kExtern;  // (BLAS calls)
   r.add(OpDef{"matmul", "self:T, other:T", OpKind::Linalg, dev, infer_matmul, run_matmul});
   r.add(OpDef{"mm", "self:T, mat2:T", OpKind::Linalg, dev, infer_mm, run_fixed});
   r.add(OpDef{"bmm", "self:T, mat2:T", OpKind::Linalg, dev, infer_bmm, run_fixed});

@@ -145,9 +145,9 @@ void run_cross_entropy_backward(OpCall& c) {
 
 void register_losses(Registry& r) {
   r.add(OpDef{"_cross_entropy", "input:T, target:T, weight:T?, ignore_index:N?, label_smoothing:N?, reduction:S?",
-              OpKind::Other, kNoMethod | kMultiOut | kDeviceAware | kValueErrors, infer_cross_entropy, run_cross_entropy});
+              OpKind::Other, kNoMethod | kMultiOut | kDeviceAware | kValueErrors | kExtern, infer_cross_entropy, run_cross_entropy});
   r.add(OpDef{"_cross_entropy_backward", "input:T, lse:T, target:T, a:T, b:T, k:T, weight:T?", OpKind::Other,
-              kNoMethod | kDeviceAware, infer_cross_entropy_backward, run_cross_entropy_backward});
+              kNoMethod | kDeviceAware | kExtern, infer_cross_entropy_backward, run_cross_entropy_backward});
   r.set_cast({"_cross_entropy"}, CastPolicy::Float32);  // autocast: log_softmax and nll_loss run in float32
 }
 

@@ -190,10 +190,10 @@ void run_layer_norm_backward(OpCall& c) {
 
 void register_norm(Registry& r) {
   r.add(OpDef{"_layer_norm", "input:T, normalized_shape:Is, weight:T?, bias:T?, eps:N?", OpKind::Other,
-              kNoMethod | kMultiOut | kDeviceAware, infer_layer_norm, run_layer_norm});
+              kNoMethod | kMultiOut | kDeviceAware | kExtern, infer_layer_norm, run_layer_norm});
   r.add(OpDef{"_layer_norm_backward",
               "grad_out:T, input:T, normalized_shape:Is, mean:T, rstd:T, weight:T?, output_mask:Is?", OpKind::Other,
-              kNoMethod | kMultiOut | kDeviceAware, infer_layer_norm_backward, run_layer_norm_backward});
+              kNoMethod | kMultiOut | kDeviceAware | kExtern, infer_layer_norm_backward, run_layer_norm_backward});
 }
 
 }  // namespace cr

@@ -239,7 +239,7 @@ OpDef writing(OpDef def, uint32_t writes) {
 }  // namespace
 
 void register_optim(Registry& r) {
-  const int32_t f = kNoMethod | kListOut | kDeviceAware;
+  const int32_t f = kNoMethod | kListOut | kDeviceAware | kExtern;
   r.add(writing(OpDef{"_fused_sgd",
                       "params:TL, grads:TL, momentum_buffers:TL, fresh:Is, "
                       "opts:{lr:N, momentum:N, dampening:N, weight_decay:N, nesterov:B, maximize:B}",

@@ -275,7 +275,7 @@ BlockFn softmax_log_block(DType compute) {
 }
 
 void register_scans(Registry& r) {
-  r.add(OpDef{"cumsum", "self:T, dim:D, opts:{dtype:S}", OpKind::Other, kDeviceAware, infer_cumsum, run_cumsum});
+  r.add(OpDef{"cumsum", "self:T, dim:D, opts:{dtype:S}", OpKind::Other, kDeviceAware | kExtern, infer_cumsum, run_cumsum});
   r.add(OpDef{"softmax", "self:T, dim:D, opts:{dtype:S}", OpKind::Other, 0, infer_softmax, run_softmax<false>});
   r.add(OpDef{"log_softmax", "self:T, dim:D, opts:{dtype:S}", OpKind::Other, 0, infer_softmax, run_softmax<true>});
   r.set_cast({"cumsum", "softmax", "log_softmax"}, CastPolicy::Float32);  // PyTorch's autocast: float32

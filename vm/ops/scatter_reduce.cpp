@@ -128,7 +128,7 @@ void run_scatter_reduce(OpCall& c) {
 
 void register_scatter_reduce(Registry& r) {
   r.add(OpDef{"scatter_reduce", "self:T, dim:D, index:T, src:T, reduce:S, opts:{include_self:B}", OpKind::Index,
-              kValueErrors | kDeviceAware, infer_scatter_reduce, run_scatter_reduce});
+              kValueErrors | kDeviceAware | kExtern, infer_scatter_reduce, run_scatter_reduce});
 }
 
 }  // namespace cr

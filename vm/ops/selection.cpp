@@ -249,8 +249,8 @@ void register_selection(Registry& r) {
   const int32_t dev = kDeviceAware;
   r.add(OpDef{"masked_select", "self:T, mask:T", OpKind::Index, kDataSize | dev, nullptr, run_masked_select});
   r.add(OpDef{"nonzero", "self:T", OpKind::Index, kDataSize | dev, nullptr, run_nonzero});
-  r.add(OpDef{"index", "self:T, indices:TL", OpKind::Index, kValueErrors | dev, infer_index, run_index});
-  r.add(OpDef{"index_put", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index, kValueErrors | dev,
+  r.add(OpDef{"index", "self:T, indices:TL", OpKind::Index, kValueErrors | kExtern | dev, infer_index, run_index});
+  r.add(OpDef{"index_put", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index, kValueErrors | kExtern | dev,
               infer_index_put, run_index_put});
   r.add(OpDef{"index_put_", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index,
               kReturnsSelf | kNoFunction | kValueErrors | dev, nullptr, run_index_put_});

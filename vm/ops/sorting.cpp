@@ -131,8 +131,8 @@ void run_sort(OpCall& c) {
 }  // namespace
 
 void register_sorting(Registry& r) {
-  r.add(OpDef{"topk", "self:T, k:I, dim:D?, largest:B?, sorted:B?", OpKind::Other, kMultiOut | kDeviceAware, infer_topk, run_topk});
-  r.add(OpDef{"sort", "self:T, dim:D?, descending:B?", OpKind::Other, kMultiOut | kDeviceAware, infer_sort, run_sort});
+  r.add(OpDef{"topk", "self:T, k:I, dim:D?, largest:B?, sorted:B?", OpKind::Other, kMultiOut | kDeviceAware | kExtern, infer_topk, run_topk});
+  r.add(OpDef{"sort", "self:T, dim:D?, descending:B?", OpKind::Other, kMultiOut | kDeviceAware | kExtern, infer_sort, run_sort});
 }
 
 }  // namespace cr

@@ -37,6 +37,7 @@ enum OpFlag : int32_t {  // (those Lua reads are vm/abi.h's codes)
   // guard semantics of a trace's number arguments (vm/graph/keys.cpp), which the lowering shares:
   kCodeNumbers = 1024,  // a number operand picks the code (pow's exponent: x * x for 2): never varies
   kConditionArg = 2048, // argument 0 is a bool condition (where), no operand of the result type
+  kCollective = 4096,   // talks to the other ranks (vm/ops/collectives.cpp): kept in place as kRandom is
 };
 
 struct Meta {
@@ -181,6 +182,7 @@ void register_creation(Registry& r);
 void register_conversions(Registry& r);
 void register_optim(Registry& r);
 void register_conv(Registry& r);
+void register_collectives(Registry& r);  // T.distributed's collectives as graph nodes
 void register_derivatives(Registry& r);  // vm/ops/*_grad.cpp
 
 // Block functions of no registry op, which the code generators call by name, with the scalar

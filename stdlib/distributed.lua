@@ -203,9 +203,6 @@ local function comm_stream(g)
   return g.comm_stream
 end
 
--- Runs collective `coll` from send into recv: on the current stream, or (async) on the
--- communication stream after the current stream's work so far; returns a work handle for async
--- (finish: what wait() does after the collective, e.g. copies into a list).
 local FUNCTIONAL = { [ALL_REDUCE] = "_dist_all_reduce", [BROADCAST] = "_dist_broadcast", [ALL_GATHER] = "_dist_all_gather",
   [REDUCE_SCATTER] = "_dist_reduce_scatter" }
 
@@ -221,16 +218,20 @@ local function run_functional(coll, send, recv, redop, root, finish)
   if finish then finish() end
 end
 
+-- Runs collective `coll` from send into recv: on the current stream, or (async) on the
+-- communication stream after the current stream's work so far; returns a work handle for async
+-- (finish: what wait() does after the collective, e.g. copies into a list). Inside a compiled
+-- function it is a graph node (the graph orders it); on the simulated group it is done on return.
 local function run(op, coll, send, recv, redop, root, async, finish)
   local g = need_group(op)
-  if ctx.capturing ~= 0 or g.backend == "simulated" then
+  if ctx.capturing ~= 0 then
     run_functional(coll, send, recv, redop, root, finish)
     return async and setmetatable({ device = g.device }, Work) or nil
   end
-  if not async then
+  if not async or g.backend == "simulated" then  -- (the simulated group's collectives are done when they return)
     check(dist.collective(ctx, coll, ptr(send), ptr(recv), redop, root, -1))
     if finish then finish() end
-    return nil
+    return async and setmetatable({ device = g.device }, Work) or nil
   end
   local s = comm_stream(g)
   s:wait_stream(T.cuda.current_stream(g.device))
@@ -350,7 +351,7 @@ end
 local function reduce_name(op, name)
   name = name or "sum"
   if type(name) ~= "string" or not OPS[name:lower()] then
-    fail(op .. ": op expected \"sum\", \"avg\", \"max\", \"min\" or \"prod\", got " .. tostring(name))
+    fail(op .. ": op expected \"sum\", \"avg\", \"max\", \"min\" or \"prod\", got \"" .. tostring(name) .. "\"")
   end
   return name:lower()
 end

@@ -25,8 +25,8 @@ Group& group();  // (one per process, as NCCL's communicator)
 const char* coll_name(cuda::Coll c);  // "all_reduce", "broadcast", "all_gather", "reduce_scatter"
 
 // Runs `coll` from send into recv (checked: dtypes, element counts, devices, contiguity): through
-// NCCL on `stream` (a streams.hpp id; -1: the current stream), or the simulated group. `name` is
-// the op the user called, for errors.
+// NCCL on `stream` (a streams.hpp id; -1: the current stream), or the simulated group. `name`:
+// the caller's op, which its errors do not repeat (the caller prefixes them).
 void collective(const char* name, cuda::Coll coll, const Tensor& send, const Tensor& recv, cuda::RedOp op, int root,
                 int64_t stream = -1);
 

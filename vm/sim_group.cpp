@@ -51,11 +51,11 @@ void reduce_as(DType d, const std::vector<std::string>& parts, int64_t at, int64
   }
 }
 
-void check_reduction(const char* name, DType d, RedOp op) {
+void check_reduction(DType d, RedOp op) {
   if (op == RedOp::avg && (d == DType::b8 || d == DType::i32 || d == DType::i64))
-    fail(cat(name, ": op \"avg\" needs a floating tensor in the simulated process group, got ", dtype_name(d)));
+    fail(cat("op \"avg\" needs a floating tensor in the simulated process group, got ", dtype_name(d)));
   if (d == DType::f16 || d == DType::bf16)
-    fail(cat(name, ": the simulated process group does not reduce ", dtype_name(d), " tensors (float32, float64, int32, int64, bool)"));
+    fail(cat("the simulated process group does not reduce ", dtype_name(d), " tensors (float32, float64, int32, int64, bool)"));
 }
 
 }  // namespace
@@ -87,7 +87,7 @@ std::string SimGroup::await(const char* name, const Header& mine, int q) {
   for (int polls = 0; !(f = std::fopen(path(mine.seq, q).c_str(), "rb")); ++polls) {
     if (Clock::now() > deadline) {
       aborted_ = cat("a timeout in ", name);
-      fail(cat(name, ": rank ", rank_, " timed out after ", timeout_s_, " s waiting for rank ", q, " to join collective #",
+      fail(cat("rank ", rank_, " timed out after ", timeout_s_, " s waiting for rank ", q, " to join collective #",
                mine.seq, " (CRESCENT_DIST_TIMEOUT; the process group is aborted)"));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(polls < 100 ? 100 : 2000));
@@ -102,24 +102,24 @@ std::string SimGroup::await(const char* name, const Header& mine, int q) {
     ok = data.empty() || std::fread(data.data(), data.size(), 1, f) == 1;
   }
   std::fclose(f);
-  if (!ok) fail(cat(name, ": rank ", rank_, " cannot read rank ", q, "'s part of collective #", mine.seq));
+  if (!ok) fail(cat("rank ", rank_, " cannot read rank ", q, "'s part of collective #", mine.seq));
   if (!same) {
     aborted_ = cat("a mismatch in ", name);
-    fail(cat(name, ": the ranks disagree on collective #", mine.seq, ": rank ", rank_, " issued ", describe(mine), ", rank ",
+    fail(cat("the ranks disagree on collective #", mine.seq, ": rank ", rank_, " issued ", describe(mine), ", rank ",
              q, " issued ", describe(h), " (every rank must issue the same collectives, in the same order and shapes)"));
   }
   return data;
 }
 
 void SimGroup::run(const char* name, Coll coll, const Tensor& send, const Tensor& recv, RedOp op, int root) {
-  if (!aborted_.empty()) fail(cat(name, ": the simulated process group was aborted after ", aborted_));
+  if (!aborted_.empty()) fail(cat("the simulated process group was aborted after ", aborted_));
   const bool reduces = coll == Coll::all_reduce || coll == Coll::reduce_scatter;
-  if (reduces) check_reduction(name, send.dtype(), op);
+  if (reduces) check_reduction(send.dtype(), op);
   Header h;
   h.coll = int32_t(coll), h.dtype = int32_t(send.dtype()), h.op = reduces ? int32_t(op) : 0, h.root = root;
   h.seq = ++seq_, h.numel = send.numel();
   post(h, send);
-  std::vector<std::string> parts(size_t(world_));
+  std::vector<std::string> parts(static_cast<size_t>(world_));
   for (int q = 0; q < world_; ++q)
     parts[size_t(q)] = q == rank_ ? std::string(send.data_bytes(), size_t(send.numel()) * send.itemsize()) : await(name, h, q);
   // every rank posted #seq, so every rank read #seq - 1: this rank's file of it can go

@@ -695,9 +695,12 @@ describe("T.distributed on every rank", function()
       local out = { f(w, g, x) }
       return { w, g, out[1], out[2], out[3] }
     end
-    local eager, compiled = run(step), T.compile(step, { sync_compile = true })
+    local eager, sync = run(step), T.config.sync_compile
+    T.config.sync_compile = true  -- (the second call runs the compiled graph)
+    local compiled = T.compile(step)
     run(compiled)
     local again = run(compiled)
+    T.config.sync_compile = sync
     T.manual_seed(60 + rank)
     local r = T.explain(step, T.randn({ 64, 8 }):to(dev), T.randn({ 64, 8 }):to(dev), T.randn({ 4 * world, 3 }):to(dev))
     T.cuda.synchronize(dev)

@@ -7,6 +7,7 @@
 
 #include "vm/collectives.hpp"
 #include "vm/cuda/streams.hpp"
+#include "vm/error.hpp"
 #include "vm/graph/recorder.hpp"
 #include "vm/sim_group.hpp"
 
@@ -93,8 +94,12 @@ int32_t dist_collective(cr_ctx* c, int32_t coll, cr_tensor* send, cr_tensor* rec
     const auto k = cuda::Coll(coll);
     const char* name = k == cuda::Coll::all_gather ? "all_gather_into_tensor"
                        : k == cuda::Coll::reduce_scatter ? "reduce_scatter_tensor" : dist::coll_name(k);
-    const Tensor s = real(c, send, false), r = real(c, recv, true);
-    dist::collective(name, k, s, r, cuda::RedOp(op), root, stream);
+    try {
+      const Tensor s = real(c, send, false), r = real(c, recv, true);
+      dist::collective(name, k, s, r, cuda::RedOp(op), root, stream);
+    } catch (const Error& e) {
+      throw Error(cat(name, ": ", e.what()));
+    }
     return 0;
   });
 }

@@ -16,9 +16,9 @@ namespace {
 using cuda::Coll;
 using cuda::RedOp;
 
-const dist::Group& need_group(const OpCall& c) {
+const dist::Group& need_group() {
   const dist::Group& g = dist::group();
-  if (!g.active()) fail(cat(c.def.name, ": the default process group is not initialized (T.distributed.init_process_group)"));
+  if (!g.active()) fail("the default process group is not initialized (T.distributed.init_process_group)");
   return g;
 }
 
@@ -44,8 +44,8 @@ Meta resized(const OpCall& c, int mul, int div) {
 }
 
 std::vector<Meta> infer_same(OpCall& c) { return {resized(c, 1, 1)}; }
-std::vector<Meta> infer_gather(OpCall& c) { return {resized(c, need_group(c).world, 1)}; }
-std::vector<Meta> infer_scatter(OpCall& c) { return {resized(c, 1, need_group(c).world)}; }
+std::vector<Meta> infer_gather(OpCall& c) { return {resized(c, need_group().world, 1)}; }
+std::vector<Meta> infer_scatter(OpCall& c) { return {resized(c, 1, need_group().world)}; }
 
 void run(OpCall& c, Coll coll, RedOp op, int root) {
   dist::collective(c.def.name, coll, dense(c.tensor(0)), c.outs[0], op, root);
@@ -56,7 +56,7 @@ void run_all_gather(OpCall& c) { run(c, Coll::all_gather, RedOp::sum, 0); }
 void run_reduce_scatter(OpCall& c) { run(c, Coll::reduce_scatter, redop(c, 1), 0); }
 void run_broadcast(OpCall& c) {
   const int64_t src = c.integer(1);
-  if (src < 0 || src >= need_group(c).world) fail(cat("src expected a rank in 0 .. ", need_group(c).world - 1, ", got ", src));
+  if (src < 0 || src >= need_group().world) fail(cat("src expected a rank in 0 .. ", need_group().world - 1, ", got ", src));
   run(c, Coll::broadcast, RedOp::sum, int(src));
 }
 

@@ -398,6 +398,7 @@ if not RANKED then
       local out, err, st = launch(2, [[
         local T = require "crescent"
         T.distributed.init_process_group("nccl")
+        T.distributed.barrier()  -- (connects the peers: an enqueue that connects waits inside NCCL)
         if T.distributed.get_rank() == 1 then os.execute("sleep 30"); os.exit(0) end
         local ok, e = pcall(T.distributed.barrier)
         print(ok and "no error" or e)

@@ -4,7 +4,8 @@
 -- T.nn.parallel.DistributedDataParallel, BATCH rows per rank. After WARM steps, the median step
 -- time over STEPS steps; tokens/s counts every rank's rows. Rank 0 prints one JSON line.
 --   crescent --nproc N bench/ddp_gpt2_bench.lua CONFIG BATCH SEQ STEPS
---   (AUTOCAST=bfloat16 by default; COMPILE=1: the model's forward and backward compiled)
+--   (AUTOCAST=bfloat16 by default; COMPILE=1: the model's forward and backward compiled;
+--   DEVICE=cpu AUTOCAST=none: a smoke run on the simulated process group, without GPUs)
 local T = require "crescent"
 local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
 package.path = dir .. "/examples/?.lua;" .. package.path
@@ -17,9 +18,9 @@ local warm = tonumber(os.getenv("WARM") or 3)
 local autocast = os.getenv("AUTOCAST") or "bfloat16"
 if autocast == "" or autocast == "none" then autocast = nil end
 local world = tonumber(os.getenv("WORLD_SIZE") or 1)
-local device = "cuda"
+local device = os.getenv("DEVICE") or "cuda"
 if world > 1 then
-  D.init_process_group("nccl")
+  D.init_process_group(device == "cpu" and "simulated" or "nccl")
   device = D.device()
 end
 local rank = world > 1 and D.get_rank() or 0
@@ -39,7 +40,7 @@ local function loss_of()
 end
 
 local function step()
-  local loss = autocast and T.autocast("cuda", { dtype = autocast }, loss_of) or loss_of()
+  local loss = autocast and T.autocast(device:match("^%a+"), { dtype = autocast }, loss_of) or loss_of()
   loss:backward()
   opt:step()
   opt:zero_grad()

@@ -4,7 +4,9 @@
 //   _dist_all_gather(input) -> the ranks' inputs concatenated along dim 1 (rank order)
 //   _dist_reduce_scatter(input, op) -> block `rank` (along dim 1) of the ranks' reduced inputs
 //   _dist_broadcast(input, src) -> rank src's input
-// They run on the default process group (vm/collectives.hpp) when their node runs, in graph order;
+// They run on the default process group (vm/collectives.hpp) when their node runs. The eager
+// backend and the native programs both run extern steps in graph order, so every rank issues
+// them in the order of its trace, whichever backend runs the graph on that rank at the time;
 // kCollective keeps graph passes from folding, merging, dropping or recomputing them.
 #include "vm/collectives.hpp"
 #include "vm/ops/dense.hpp"

@@ -183,7 +183,9 @@ local function init(self, module, opts)
   local params = {}
   for _, p in ipairs(module:parameters()) do
     if p.requires_grad then params[#params + 1] = p end
-    if nccl and p.device == "cpu" then fail("DistributedDataParallel: the module's parameters must be on " .. D.device() .. ", one is on cpu") end
+    if nccl and p.device ~= D.device() then
+      fail("DistributedDataParallel: the module's parameters must be on " .. D.device() .. ", one is on " .. p.device)
+    end
   end
   broadcast_all(group, module:parameters())
   broadcast_all(group, module_buffers(module))

@@ -4,7 +4,10 @@
 -- rank 0 writes NCCL's unique id to that file (write, then rename) and the others poll it.
 -- Rank r works on cuda:LOCAL_RANK (T.distributed.device()). Collectives run on the current CUDA
 -- stream; with async_op = true on a communication stream ordered by events, returning a work
--- handle (wait / is_completed). CPU tensors raise: crescent has no CPU backend (no gloo).
+-- handle (wait / is_completed). CPU tensors raise: crescent has no CPU backend (no gloo), only
+-- the "simulated" test backend (vm/sim_group.hpp: ranks exchange CPU tensors through files).
+-- Inside a compiled function the collectives are graph nodes (the registry ops _dist_*, torch's
+-- functional collectives): they return new tensors, and the in-place forms copy the result back.
 local core = require "crescent.core"
 local ffi, api, ctx = core.ffi, core.api, core.ctx
 local dist, fail, is_tensor, ptr = api.dist, core.fail, core.is_tensor, core.ptr
@@ -16,9 +19,10 @@ pcall(ffi.cdef, "int usleep(unsigned int usec);")
 
 local ALL_REDUCE, BROADCAST, ALL_GATHER, REDUCE_SCATTER = 0, 1, 2, 3
 local OPS = { sum = 0, prod = 1, max = 2, min = 3, avg = 4 }  -- ncclRedOp_t
+local OP_NAMES = { [0] = "sum", "prod", "max", "min", "avg" }
 M.ReduceOp = { SUM = "sum", PRODUCT = "prod", MAX = "max", MIN = "min", AVG = "avg" }
 
-local group  -- {rank =, world_size =, device = "cuda:N", timeout =, comm_stream =}
+local group  -- {rank =, world_size =, device = "cuda:N" or "cpu", backend =, timeout =, comm_stream =}
 
 local function check(rc) if rc ~= 0 then core.raise(rc) end end
 
@@ -87,6 +91,27 @@ local function timeout_of(opts)
   return t
 end
 
+local function rank_and_world(opts)
+  local rank, world = opts.rank or env_int("RANK"), opts.world_size or env_int("WORLD_SIZE")
+  if not rank or not world then
+    fail("init_process_group: RANK and WORLD_SIZE are not set (run under `crescent --nproc N`, or pass rank = and world_size =)")
+  end
+  if world < 1 or rank < 0 or rank >= world then
+    fail(string.format("init_process_group: rank %d is not in 0 .. world_size - 1 (world_size %d)", rank, world))
+  end
+  return rank, world
+end
+
+-- The "simulated" test backend: CPU tensors, exchanged through files in the rendezvous file's folder
+local function init_simulated(opts)
+  local rank, world = rank_and_world(opts)
+  local timeout = timeout_of(opts)
+  local dir = rendezvous_path(opts.init_method):match("^(.*)/[^/]*$") or "."
+  local token = os.getenv("CRESCENT_DIST_RUN") or ""
+  check(dist.init_simulated(ctx, dir, token ~= "" and token or "local", rank, world, timeout))
+  group = { rank = rank, world_size = world, device = "cpu", timeout = timeout, backend = "simulated" }
+end
+
 local INIT_OPTS = { rank = true, world_size = true, init_method = true, timeout = true, device_id = true }
 
 -- T.distributed.init_process_group("nccl"[, {rank =, world_size =, init_method =, timeout =}])
@@ -97,20 +122,15 @@ function M.init_process_group(backend, opts)
     if not INIT_OPTS[k] and k ~= "backend" then fail("init_process_group: unknown option '" .. tostring(k) .. "'") end
   end
   backend = backend or "nccl"
-  if backend ~= "nccl" then
+  if backend ~= "nccl" and backend ~= "simulated" then
     fail("init_process_group: backend \"" .. tostring(backend) .. "\" is not available; crescent has the \"nccl\" backend "
-      .. "only (CUDA tensors; no gloo for CPU tensors)")
+      .. "only (CUDA tensors; no gloo for CPU tensors; \"simulated\" is a test backend)")
   end
   if group then fail("init_process_group: the default process group is already initialized") end
+  if backend == "simulated" then return init_simulated(opts) end
   local why = dist.unavailable()
   if why ~= nil then fail("init_process_group: the nccl backend is not available: " .. ffi.string(why)) end
-  local rank, world = opts.rank or env_int("RANK"), opts.world_size or env_int("WORLD_SIZE")
-  if not rank or not world then
-    fail("init_process_group: RANK and WORLD_SIZE are not set (run under `crescent --nproc N`, or pass rank = and world_size =)")
-  end
-  if world < 1 or rank < 0 or rank >= world then
-    fail(string.format("init_process_group: rank %d is not in 0 .. world_size - 1 (world_size %d)", rank, world))
-  end
+  local rank, world = rank_and_world(opts)
   local ndev = T.cuda.device_count()
   local local_rank = opts.device_id or env_int("LOCAL_RANK") or rank % math.max(ndev, 1)
   local timeout = timeout_of(opts)
@@ -126,7 +146,7 @@ function M.init_process_group(backend, opts)
   end
   check(dist.init(ctx, id, rank, world, local_rank, timeout))
   if rank == 0 then os.remove(path) end  -- (every rank read it: the communicator needed them all)
-  group = { rank = rank, world_size = world, device = "cuda:" .. local_rank, timeout = timeout }
+  group = { rank = rank, world_size = world, device = "cuda:" .. local_rank, timeout = timeout, backend = "nccl" }
 end
 
 local function need_group(op)
@@ -144,15 +164,15 @@ end
 function M.is_initialized() return group ~= nil end
 function M.get_rank() return group and group.rank or -1 end
 function M.get_world_size() return group and group.world_size or -1 end
-function M.get_backend() need_group("get_backend"); return "nccl" end
--- this rank's device, "cuda:LOCAL_RANK"
+function M.get_backend() return need_group("get_backend").backend end
+-- this rank's device, "cuda:LOCAL_RANK" ("cpu" with the simulated backend)
 function M.device() return need_group("T.distributed.device").device end
 
 function M.destroy_process_group()
   if not group then return end
   local g = group
   group = nil
-  T.cuda.synchronize(g.device)
+  if g.backend == "nccl" then check(dist.wait(ctx, "destroy_process_group", -1)) end
   check(dist.destroy(ctx, 0, g.timeout))
 end
 
@@ -175,7 +195,6 @@ function Work:__tostring() return "<T.distributed work on " .. self.device .. ">
 
 local function check_tensor(v, op, what)
   if not is_tensor(v) then fail(op .. ": " .. what .. " expected a tensor, got " .. type(v)) end
-  if ctx.capturing ~= 0 then core.need(v, "T.distributed." .. op .. "()") end
   return v
 end
 
@@ -184,15 +203,35 @@ local function comm_stream(g)
   return g.comm_stream
 end
 
+local FUNCTIONAL = { [ALL_REDUCE] = "_dist_all_reduce", [BROADCAST] = "_dist_broadcast", [ALL_GATHER] = "_dist_all_gather",
+  [REDUCE_SCATTER] = "_dist_reduce_scatter" }
+
+-- run() through the collective's registry op (a node of the graph when compiled): send's
+-- collective (flattened for gather / scatter) copied into recv
+local function run_functional(coll, send, recv, redop, root, finish)
+  T.no_grad(function()
+    local x = (coll == ALL_GATHER or coll == REDUCE_SCATTER) and send:reshape({ -1 }) or send
+    local f = T[FUNCTIONAL[coll]]
+    local r = coll == ALL_GATHER and f(x) or f(x, coll == BROADCAST and root or OP_NAMES[redop])
+    recv:copy_(r:view(recv.shape))
+  end)
+  if finish then finish() end
+end
+
 -- Runs collective `coll` from send into recv: on the current stream, or (async) on the
 -- communication stream after the current stream's work so far; returns a work handle for async
--- (finish: what wait() does after the collective, e.g. copies into a list).
+-- (finish: what wait() does after the collective, e.g. copies into a list). Inside a compiled
+-- function it is a graph node (the graph orders it); on the simulated group it is done on return.
 local function run(op, coll, send, recv, redop, root, async, finish)
   local g = need_group(op)
-  if not async then
+  if ctx.capturing ~= 0 then
+    run_functional(coll, send, recv, redop, root, finish)
+    return async and setmetatable({ device = g.device }, Work) or nil
+  end
+  if not async or g.backend == "simulated" then  -- (the simulated group's collectives are done when they return)
     check(dist.collective(ctx, coll, ptr(send), ptr(recv), redop, root, -1))
     if finish then finish() end
-    return nil
+    return async and setmetatable({ device = g.device }, Work) or nil
   end
   local s = comm_stream(g)
   s:wait_stream(T.cuda.current_stream(g.device))
@@ -299,13 +338,32 @@ function M.reduce_scatter(out, input, opts)
   return run("reduce_scatter", REDUCE_SCATTER, T.cat(parts), out, redop_of("reduce_scatter", o), 0, o.async_op)
 end
 
--- barrier(): returns once every rank called it (an all_reduce of one number, then a wait)
+-- barrier(): returns once every rank called it (an all_reduce of one number, then a wait on the
+-- host: past the timeout, a rank that never came raises here, catchably)
 function M.barrier()
   local g = need_group("barrier")
-  local one = T.ones({ 1 }, { device = g.device })
-  M.all_reduce(one)
-  T.cuda.synchronize(g.device)
+  M.all_reduce(T.ones({ 1 }, { device = g.device }))
+  if g.backend == "nccl" then check(dist.wait(ctx, "barrier", -1)) end
 end
+
+-- The functional collectives (torch's funcol): new tensors, the input left as it is; inside a
+-- compiled function, nodes of its graph. all_gather_tensor / reduce_scatter_tensor work along dim 1.
+local function reduce_name(op, name)
+  name = name or "sum"
+  if type(name) ~= "string" or not OPS[name:lower()] then
+    fail(op .. ": op expected \"sum\", \"avg\", \"max\", \"min\" or \"prod\", got \"" .. tostring(name) .. "\"")
+  end
+  return name:lower()
+end
+M.functional = {
+  all_reduce = function(t, op) need_group("all_reduce"); return T._dist_all_reduce(t, reduce_name("all_reduce", op)) end,
+  all_gather_tensor = function(t) need_group("all_gather_tensor"); return T._dist_all_gather(t) end,
+  reduce_scatter_tensor = function(t, op)
+    need_group("reduce_scatter_tensor")
+    return T._dist_reduce_scatter(t, reduce_name("reduce_scatter_tensor", op))
+  end,
+  broadcast = function(t, src) need_group("broadcast"); return T._dist_broadcast(t, src) end,
+}
 
 function M.bind(t) T = t end
 

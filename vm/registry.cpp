@@ -34,6 +34,7 @@ Registry::Registry() {
   register_losses(*this);
   register_optim(*this);
   register_conv(*this);
+  register_collectives(*this);
   register_derivatives(*this);
   for (const OpDef& d : ops_) infos_.push_back(cr_op_info{d.name, d.schema, int32_t(d.kind), d.flags});
   auto id = [this](const char* name) {

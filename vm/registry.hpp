@@ -40,6 +40,7 @@ enum OpFlag : int32_t {  // (those Lua reads are vm/abi.h's codes)
   // no loop lowering by design: compiled graphs run it on its eager kernel as an Extern step
   // (a library call, a join, a sort); jit/lower.hpp checks every other op has a lowering
   kExtern = 4096,
+  kCollective = 8192,   // talks to the other ranks (vm/ops/collectives.cpp): kept in place as kRandom is
 };
 
 struct Meta {
@@ -184,6 +185,7 @@ void register_creation(Registry& r);
 void register_conversions(Registry& r);
 void register_optim(Registry& r);
 void register_conv(Registry& r);
+void register_collectives(Registry& r);  // T.distributed's collectives as graph nodes
 void register_derivatives(Registry& r);  // vm/ops/*_grad.cpp
 
 // Block functions of no registry op, which the code generators call by name, with the scalar

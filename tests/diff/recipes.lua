@@ -790,6 +790,9 @@ M.SKIPPED = {
   _int8_weight_mm = "int8 weight-only product, no torch op: tests/lua/test_quant.lua compares it with a float64 "
     .. "reference of the dequantised weight",
 }
+for _, name in ipairs({ "_dist_all_reduce", "_dist_all_gather", "_dist_reduce_scatter", "_dist_broadcast" }) do
+  M.SKIPPED[name] = "a collective (needs a process group): tests/lua/test_dist_compiled.lua compares it with the host's result"
+end
 
 -- ---- known differences (excuses.lua) -------------------------------------------------------------
 

@@ -393,6 +393,24 @@ if not RANKED then
       has(err, "timed out after 3 s waiting for the other ranks")
     end)
 
+    it("a rank that never joins a barrier gives the others a catchable timeout error", function()
+      need_gpus(2)
+      local out, err, st = launch(2, [[
+        local T = require "crescent"
+        T.distributed.init_process_group("nccl")
+        T.distributed.barrier()  -- (connects the peers: an enqueue that connects waits inside NCCL)
+        if T.distributed.get_rank() == 1 then os.execute("sleep 30"); os.exit(0) end
+        local ok, e = pcall(T.distributed.barrier)
+        print(ok and "no error" or e)
+        ok, e = pcall(T.distributed.all_reduce, T.ones(2, { device = T.distributed.device() }))
+        print(ok and "no error" or e)
+      ]], "CRESCENT_DIST_TIMEOUT=15")
+      expect.eq(st, 0, err)
+      has(out, "barrier: rank 0 timed out after 15 s waiting for the other ranks")
+      has(out, "the communicator is aborted")
+      has(out, "the communicator was aborted after an earlier error")
+    end)
+
     it("a rank that raises stops the run with a clear error, not a hang", function()
       need_gpus(2)
       local _, err, st = launch(2, [[
@@ -663,6 +681,37 @@ describe("T.distributed on every rank", function()
     local n = 1001 * 999 + 999
     expect.truthy(counted.state >= 8 * math.ceil(n / world) and counted.state <= 8 * math.ceil(n / world) + 64, tostring(counted.state))
     expect.truthy(sharded < whole * (1 / world + 0.25), string.format("sharded state %d B, whole %d B", sharded, whole))
+  end)
+
+  it("a compiled step's collectives are graph nodes: compiled == eager, no graph break", function()
+    local rank, world, dev = ensure_group()
+    local function step(w, g, x)  -- (the gradient averaged in place, an update, a gather)
+      D.all_reduce(g, { op = "avg" })
+      w:sub_(g * 0.5)
+      return (w * w):sum(), D.functional.all_gather_tensor(x * (rank + 1)), D.functional.reduce_scatter_tensor(x)
+    end
+    local function run(f)
+      T.manual_seed(60 + rank)
+      local w, g, x = T.randn({ 64, 8 }):to(dev), T.randn({ 64, 8 }):to(dev), T.randn({ 4 * world, 3 }):to(dev)
+      local out = { f(w, g, x) }
+      return { w, g, out[1], out[2], out[3] }
+    end
+    local eager, sync = run(step), T.config.sync_compile
+    T.config.sync_compile = true  -- (the second call runs the compiled graph)
+    local compiled = T.compile(step)
+    run(compiled)
+    local again = run(compiled)
+    T.config.sync_compile = sync
+    T.manual_seed(60 + rank)
+    local r = T.explain(step, T.randn({ 64, 8 }):to(dev), T.randn({ 64, 8 }):to(dev), T.randn({ 4 * world, 3 }):to(dev))
+    T.cuda.synchronize(dev)
+    for i = 1, #eager do
+      local d = (again[i]:double() - eager[i]:double()):abs():max():item()
+      expect.truthy(d < 1e-5, string.format("rank %d: result %d: compiled and eager differ by %g", rank, i, d))
+    end
+    expect.eq({ r.graph_count, r.graph_break_count }, { 1, 0 })
+    local ops = table.concat(r.graph_ops[1], " ")
+    for _, name in ipairs({ "_dist_all_reduce", "_dist_all_gather", "_dist_reduce_scatter" }) do has(ops, name, "the graph's ops") end
   end)
 
   it("destroy_process_group flushes and leaves no group", function()

@@ -23,6 +23,8 @@ namespace {
 using Result = int;  // ncclResult_t
 using Comm = void*;  // ncclComm_t
 constexpr Result kInProgress = 7;
+constexpr int kNotReady = 600;               // CUDA_ERROR_NOT_READY (cuEventQuery on unfinished work)
+constexpr unsigned kEventDisableTiming = 2;  // CU_EVENT_DISABLE_TIMING
 const char* const kResultNames[] = {"ncclSuccess",      "ncclUnhandledCudaError", "ncclSystemError",
                                     "ncclInternalError", "ncclInvalidArgument",    "ncclInvalidUsage",
                                     "ncclRemoteError",  "ncclInProgress"};
@@ -255,6 +257,37 @@ void nccl_comm_destroy(NcclComm* c, double timeout_s) {
 void nccl_comm_abort(NcclComm* c) {
   std::unique_ptr<NcclComm> owned(c);
   if (c->comm) loaded().abort(c->comm);
+}
+
+void nccl_wait(NcclComm* c, CUstream stream, const char* what, int rank, double timeout_s) {
+  Nccl& N = loaded();
+  if (!c->comm) fail(cat(what, ": the communicator was aborted after an earlier error"));
+  use_device(c->index);
+  CUevent e = nullptr;
+  CR_CU(cuEventCreate(&e, kEventDisableTiming), what);
+  CR_CU(cuEventRecord(e, stream), what);
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  std::string why;
+  for (int polls = 0; why.empty(); ++polls) {
+    const CUresult rc = driver()->cuEventQuery(e);
+    if (rc == 0) break;
+    if (rc != kNotReady) {
+      driver()->cuEventDestroy(e);
+      check(rc, "cuEventQuery", what);
+    }
+    Result async = 0;
+    if (N.async_error(c->comm, &async) == 0 && async != 0 && async != kInProgress)
+      why = cat("NCCL reported ", async < 8 ? kResultNames[async] : "an error", " (", N.error_string(async), ")");
+    else if (Clock::now() > deadline)
+      why = cat("timed out after ", timeout_s, kTimeoutHint);
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(polls < 100 ? 20 : 1000));
+  }
+  driver()->cuEventDestroy(e);
+  if (why.empty()) return;
+  N.abort(c->comm);  // (frees the kernels stuck waiting for the missing ranks)
+  c->comm = nullptr;
+  fail(cat(what, ": rank ", rank, " ", why, "; the communicator is aborted"));
 }
 
 void nccl_collective(NcclComm* c, Coll coll, const void* send, void* recv, size_t count, DType d, RedOp op, int root,

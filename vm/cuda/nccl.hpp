@@ -6,7 +6,9 @@
 // Communicators are blocking (ncclConfig_t.blocking = 1): a non-blocking one makes NCCL start a
 // thread per collective (~100 us a call). A call that may wait for the other ranks (init, an
 // enqueue that connects peers, finalize) runs under a watchdog thread, which ends the process
-// with a clear message when it outlives its deadline, so a rank that never comes is no hang.
+// with a clear message when it outlives its deadline, so a rank that never comes is no hang (a
+// call blocked inside NCCL cannot be unwound). Waiting for queued collectives (nccl_wait) polls
+// instead: past the timeout it aborts the communicator and raises an error Lua can catch.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -29,6 +31,11 @@ struct NcclComm;  // ncclComm
 NcclComm* nccl_comm_init(const NcclId& id, int rank, int world, int index, double timeout_s);
 void nccl_comm_destroy(NcclComm* c, double timeout_s);  // flushes its work first
 void nccl_comm_abort(NcclComm* c);
+// Waits on the host until the work queued so far on `stream` is done (a collective the other
+// ranks never join never is): past timeout_s, or on an error NCCL reports, aborts the
+// communicator (ncclCommAbort: later collectives raise) and raises a catchable error naming
+// `what`, `rank` and the timeout. Nothing of NCCL is blocked meanwhile, so no watchdog is needed.
+void nccl_wait(NcclComm* c, CUstream stream, const char* what, int rank, double timeout_s);
 
 enum class Coll { all_reduce, broadcast, all_gather, reduce_scatter };
 enum class RedOp { sum = 0, prod = 1, max = 2, min = 3, avg = 4 };  // ncclRedOp_t's values

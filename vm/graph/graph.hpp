@@ -119,7 +119,8 @@ struct Node {
   std::string where;           // the Lua "file:line" that made it
   const OpDef& def() const { return Registry::get().ops()[size_t(op)]; }
   bool inplace() const { return kind == NodeKind::Op && (def().flags & kReturnsSelf); }
-  bool random() const { return kind == NodeKind::Op && (def().flags & kRandom); }
+  // random or a collective: an effect the graph passes never fold, merge, drop or recompute
+  bool random() const { return kind == NodeKind::Op && (def().flags & (kRandom | kCollective)); }
 };
 
 struct Value {

@@ -48,16 +48,22 @@ typedef struct cr_autograd_api {
   int32_t (*add_post_hook)(cr_ctx* ctx, cr_tensor* t, int32_t id);
 } cr_autograd_api;
 
-/* T.distributed (vm/lua/dist_api.cpp, stdlib/distributed.lua): the process's NCCL communicator.
+/* T.distributed (vm/lua/dist_api.cpp, stdlib/distributed.lua): the process's NCCL communicator,
+ * or the simulated process group of CPU tensors (vm/sim_group.hpp: files in folder dir).
  * Functions returning int32_t give -1 on an error (last_error). */
 typedef struct cr_dist_api {
   const char* (*unavailable)(void);             /* NULL when NCCL loads, else why not */
   int32_t (*unique_id)(cr_ctx* ctx, char* out); /* ncclGetUniqueId: 128 bytes */
   int32_t (*init)(cr_ctx* ctx, const char* id, int32_t rank, int32_t world, int32_t device, double timeout_s);
+  int32_t (*init_simulated)(cr_ctx* ctx, const char* dir, const char* run, int32_t rank, int32_t world,
+                            double timeout_s);
   /* coll 0 all_reduce, 1 broadcast (root), 2 all_gather, 3 reduce_scatter (op: ncclRedOp_t) from
      send into recv (the same tensor: in place) on stream id `stream` (-1: the current one) */
   int32_t (*collective)(cr_ctx* ctx, int32_t coll, cr_tensor* send, cr_tensor* recv, int32_t op, int32_t root,
                         int64_t stream);
+  /* waits on the host for stream `stream`'s work so far (-1: the current one); a timeout aborts
+     the communicator and raises, naming `what` */
+  int32_t (*wait)(cr_ctx* ctx, const char* what, int64_t stream);
   int32_t (*destroy)(cr_ctx* ctx, int32_t abort, double timeout_s);
 } cr_dist_api;
 

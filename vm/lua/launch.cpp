@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,7 +48,8 @@ std::string describe(int status) {
   return "exited with status " + std::to_string(WEXITSTATUS(status));
 }
 
-// The rendezvous file: CRESCENT_DIST_FILE when set, else one in a new folder (removed at the end).
+// The rendezvous file: CRESCENT_DIST_FILE when set, else one in a new folder (removed at the end,
+// with what the ranks left in it).
 std::string rendezvous(std::string* dir) {
   if (const char* f = env_setting(Setting::DistFile); f && *f) return f;
   const char* tmp = std::getenv("TMPDIR");
@@ -125,9 +127,9 @@ int launch(int nproc, int argc, char** argv) {
   }
   while (step(run, nproc)) {
   }
-  if (!dir.empty()) {
-    std::remove(file.c_str());
-    rmdir(dir.c_str());
+  if (!dir.empty()) {  // (with the simulated process group's last files)
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
   }
   if (run.failed < 0) return 0;
   std::fprintf(stderr, "crescent: rank %d of %d failed (it %s)\n", run.failed, nproc, describe(run.failed_status).c_str());

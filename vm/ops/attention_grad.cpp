@@ -63,7 +63,7 @@ bool fused_takes(const Grad& g) {
   const Meta& q = g.meta(0);
   const int r = g.ndim(0);
   if (q.device.is_cpu() || grad_enabled || g.sizes(0)[size_t(r - 2)] == 0 || g.sizes(1)[size_t(r - 2)] == 0) return false;
-  if (g.is_tensor(5) && (g.needs(5) || g.meta(5).sizes.size() > 4)) return false;  // (mask_operand's limit)
+  if (g.is_tensor(5) && (g.needs(5) || r > 4)) return false;  // (a mask view of two batch dims at most)
   return cuda::attention_backward_takes(q.dtype, g.sizes(0).back(), g.sizes(2).back());
 }
 

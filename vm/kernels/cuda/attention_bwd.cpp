@@ -39,7 +39,8 @@ bool attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   const int64_t row_blocks = (L + b - 1) / b, key_blocks = (S + b - 1) / b;
   if (bh * std::max(row_blocks, key_blocks) >= (int64_t(1) << 31)) return false;
   const int device = q.device().index;
-  const Tensor qc = contiguous(q), kc = contiguous(k), vc = contiguous(v), oc = contiguous(out), gc = contiguous(dout);
+  const Tensor qc = contiguous(q), kc = contiguous(k), vc = contiguous(v), oc = contiguous(out), gc = contiguous(dout),
+               lc = contiguous(lse);
   const Tensor delta = Tensor::empty({bh * L}, DType::f32, q.device());
   const std::string key = cat("attention_bwd_", dtype_name(q.dtype()), "_", E, "_", Ev);
   auto source = [&] { return attention_backward_source(q.dtype(), int(E), int(Ev)); };
@@ -50,7 +51,7 @@ bool attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   void* dot_args[] = {&op, &gp, &dp, &rows};
   library_launch(ctx, device, key, source, "attention_bwd_dot", (rows + 3) / 4, 128, dot_args);
 
-  void *qp = qc.data_bytes(), *kp = kc.data_bytes(), *vp = vc.data_bytes(), *lp = lse.data_bytes();
+  void *qp = qc.data_bytes(), *kp = kc.data_bytes(), *vp = vc.data_bytes(), *lp = lc.data_bytes();
   void *dqp = dq.data_bytes(), *dkp = dk.data_bytes(), *dvp = dv.data_bytes();
   const void* mp = mo.p;
   int L_ = int(L), S_ = int(S), heads = r >= 3 ? int(q.size(r - 3)) : 1, kbs = int(key_blocks), rbs = int(row_blocks),

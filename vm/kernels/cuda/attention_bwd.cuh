@@ -10,7 +10,7 @@
 //   attention_bwd_q     a block per BR query rows walks the keys: dq += ds k * scale
 // dq in its own pass (not atomics): every sum runs in a fixed order, so the gradients are
 // deterministic. Tiles live in shared memory as float (pitch + 1: the column reads of k and v
-// hit distinct banks), the accumulators in registers, a thread per element of each product.
+// hit distinct banks), the accumulators in registers.
 #define NT 128
 #define PE (E + 1)
 #define PV (EV + 1)
@@ -26,27 +26,54 @@ __device__ __forceinline__ void load_tile(float* dst, const T* src, int row0, in
 }
 
 // p and ds of the BR x BC tile of query rows row0.. and keys key0..: ps and dss (pitch PB).
-// Scores of rows past L, keys past S, masked or above a causal diagonal give p = 0.
+// Scores of rows past L, keys past S, masked or above a causal diagonal give p = 0. Thread t
+// takes rows RT (t / 8) + a (a < RT) and keys t % 8 + 8 c (c < CT): RT + CT reads from shared
+// memory per RT x CT FMAs, the 8 keys of a warp's reads in distinct banks.
+#define RT (BR / 16)
+#define CT (BC / 8)
 __device__ __forceinline__ void tile_grads(float* ps, float* dss, const float* qs, const float* ks, const float* dos,
                                            const float* vs, const float* lses, const float* deltas, int row0,
                                            int key0, int L, int S, float scale_log2, int causal, const void* mask,
                                            int mask_kind, long long msr, long long msc) {
-  for (int i = threadIdx.x; i < BR * BC; i += NT) {
-    const int r = i / BC, j = i - r * BC, row = row0 + r, key = key0 + j;
-    float s = 0.f, dp = 0.f;
-#pragma unroll 8
-    for (int e = 0; e < E; ++e) s = fmaf(qs[r * PE + e], ks[j * PE + e], s);
-#pragma unroll 8
-    for (int d = 0; d < EV; ++d) dp = fmaf(dos[r * PV + d], vs[j * PV + d], dp);
-    float p = 0.f;
-    if (row < L && key < S && !(causal && key > row)) {
-      const float m = mask_kind ? mask_term<T>(mask, mask_kind, msr, msc, row, key, L, S) : 0.f;
-      const float x = fmaf(s, scale_log2, m) - lses[r];
-      p = x == -__int_as_float(0x7f800000) ? 0.f : exp2f(x);
-    }
-    ps[r * PB + j] = p;
-    dss[r * PB + j] = p * (dp - deltas[r]);
+  const int r0 = RT * (threadIdx.x >> 3), j0 = threadIdx.x & 7;
+  float s[RT][CT] = {}, dp[RT][CT] = {};
+#pragma unroll 4
+  for (int e = 0; e < E; ++e) {
+    float qv[RT], kv[CT];
+#pragma unroll
+    for (int a = 0; a < RT; ++a) qv[a] = qs[(r0 + a) * PE + e];
+#pragma unroll
+    for (int c = 0; c < CT; ++c) kv[c] = ks[(j0 + 8 * c) * PE + e];
+#pragma unroll
+    for (int a = 0; a < RT; ++a)
+#pragma unroll
+      for (int c = 0; c < CT; ++c) s[a][c] = fmaf(qv[a], kv[c], s[a][c]);
   }
+#pragma unroll 4
+  for (int d = 0; d < EV; ++d) {
+    float ov[RT], vv[CT];
+#pragma unroll
+    for (int a = 0; a < RT; ++a) ov[a] = dos[(r0 + a) * PV + d];
+#pragma unroll
+    for (int c = 0; c < CT; ++c) vv[c] = vs[(j0 + 8 * c) * PV + d];
+#pragma unroll
+    for (int a = 0; a < RT; ++a)
+#pragma unroll
+      for (int c = 0; c < CT; ++c) dp[a][c] = fmaf(ov[a], vv[c], dp[a][c]);
+  }
+#pragma unroll
+  for (int a = 0; a < RT; ++a)
+#pragma unroll
+    for (int c = 0; c < CT; ++c) {
+      const int r = r0 + a, j = j0 + 8 * c, row = row0 + r, key = key0 + j;
+      float p = 0.f;
+      if (row < L && key < S && !(causal && key > row)) {
+        const float m = mask_kind ? mask_term<T>(mask, mask_kind, msr, msc, row, key, L, S) : 0.f;
+        p = exp2f(fmaf(s[a][c], scale_log2, m) - lses[r]);
+      }
+      ps[r * PB + j] = p;
+      dss[r * PB + j] = p * (dp[a][c] - deltas[r]);
+    }
 }
 
 // The row's lse in log2 units and delta of rows row0.. into shared memory (rows past L: 0).
@@ -61,15 +88,26 @@ __device__ __forceinline__ void load_rows_stats(float* lses, float* deltas, cons
 
 // acc (element at = threadIdx.x + NT i of an X x Y product, row-major) += sum over t < K of
 // a[x AX + t AT] b[t BT + y]: dv = p^T dout, dk = ds^T q, dq = ds k by their tiles' pitches.
+// Where Y divides NT a thread's elements share y: one read of b per t for all of them.
 template <int N, int X, int Y, int K, int AX, int AT, int BT>
 __device__ __forceinline__ void accumulate(float (&acc)[N], const float* a, const float* b) {
+  if constexpr (NT % Y == 0 && (X * Y) % NT == 0) {
+    const int y = threadIdx.x % Y, x0 = threadIdx.x / Y;
+#pragma unroll 2
+    for (int t = 0; t < K; ++t) {
+      const float bv = b[t * BT + y];
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const int at = threadIdx.x + NT * i, x = at / Y, y = at - x * Y;
-    if ((X * Y) % NT != 0 && at >= X * Y) break;
-    float v = acc[i];
-    for (int t = 0; t < K; ++t) v = fmaf(a[x * AX + t * AT], b[t * BT + y], v);
-    acc[i] = v;
+      for (int i = 0; i < N; ++i) acc[i] = fmaf(a[(x0 + i * (NT / Y)) * AX + t * AT], bv, acc[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int at = threadIdx.x + NT * i, x = at / Y, y = at - x * Y;
+      if ((X * Y) % NT != 0 && at >= X * Y) break;
+      float v = acc[i];
+      for (int t = 0; t < K; ++t) v = fmaf(a[x * AX + t * AT], b[t * BT + y], v);
+      acc[i] = v;
+    }
   }
 }
 

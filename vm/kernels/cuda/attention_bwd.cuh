@@ -31,36 +31,31 @@ __device__ __forceinline__ void load_tile(float* dst, const T* src, int row0, in
 // memory per RT x CT FMAs, the 8 keys of a warp's reads in distinct banks.
 #define RT (BR / 16)
 #define CT (BC / 8)
+// acc[a][c] = the dot of rows r0 + a of `rows` and j0 + 8 c of `cols` (W elements, pitch P).
+template <int W, int P>
+__device__ __forceinline__ void tile_dots(float (&acc)[RT][CT], const float* rows, const float* cols, int r0, int j0) {
+#pragma unroll 4
+  for (int e = 0; e < W; ++e) {
+    float rv[RT], cv[CT];
+#pragma unroll
+    for (int a = 0; a < RT; ++a) rv[a] = rows[(r0 + a) * P + e];
+#pragma unroll
+    for (int c = 0; c < CT; ++c) cv[c] = cols[(j0 + 8 * c) * P + e];
+#pragma unroll
+    for (int a = 0; a < RT; ++a)
+#pragma unroll
+      for (int c = 0; c < CT; ++c) acc[a][c] = fmaf(rv[a], cv[c], acc[a][c]);
+  }
+}
+
 __device__ __forceinline__ void tile_grads(float* ps, float* dss, const float* qs, const float* ks, const float* dos,
                                            const float* vs, const float* lses, const float* deltas, int row0,
                                            int key0, int L, int S, float scale_log2, int causal, const void* mask,
                                            int mask_kind, long long msr, long long msc) {
   const int r0 = RT * (threadIdx.x >> 3), j0 = threadIdx.x & 7;
   float s[RT][CT] = {}, dp[RT][CT] = {};
-#pragma unroll 4
-  for (int e = 0; e < E; ++e) {
-    float qv[RT], kv[CT];
-#pragma unroll
-    for (int a = 0; a < RT; ++a) qv[a] = qs[(r0 + a) * PE + e];
-#pragma unroll
-    for (int c = 0; c < CT; ++c) kv[c] = ks[(j0 + 8 * c) * PE + e];
-#pragma unroll
-    for (int a = 0; a < RT; ++a)
-#pragma unroll
-      for (int c = 0; c < CT; ++c) s[a][c] = fmaf(qv[a], kv[c], s[a][c]);
-  }
-#pragma unroll 4
-  for (int d = 0; d < EV; ++d) {
-    float ov[RT], vv[CT];
-#pragma unroll
-    for (int a = 0; a < RT; ++a) ov[a] = dos[(r0 + a) * PV + d];
-#pragma unroll
-    for (int c = 0; c < CT; ++c) vv[c] = vs[(j0 + 8 * c) * PV + d];
-#pragma unroll
-    for (int a = 0; a < RT; ++a)
-#pragma unroll
-      for (int c = 0; c < CT; ++c) dp[a][c] = fmaf(ov[a], vv[c], dp[a][c]);
-  }
+  tile_dots<E, PE>(s, qs, ks, r0, j0);
+  tile_dots<EV, PV>(dp, dos, vs, r0, j0);
 #pragma unroll
   for (int a = 0; a < RT; ++a)
 #pragma unroll

@@ -105,6 +105,10 @@ describe("deterministic algorithms", function()
       -- order-free reductions and integers run
       expect.eq(x:scatter_reduce(1, idx, src, "amax"):cpu():totable(), { 2, 0, 3, 0 })
       expect.eq(x:long():scatter_reduce(1, idx, src:long(), "sum"):cpu():totable(), { 3, 0, 3, 0 })
+      -- masked_select's gradient writes each selected position once: it runs
+      local y = T.randn(5, 3, { device = "cuda", requires_grad = true })
+      y:masked_select(y:detach():gt(0)):sum():backward()
+      expect.eq(y.grad:cpu():double():totable(), y:detach():gt(0):double():cpu():totable())
     end)
     deterministic(function()
       expect.eq(x:scatter_reduce(1, idx, src, "sum"):cpu():totable(), { 3, 0, 3, 0 })

@@ -29,6 +29,26 @@ function M.set_num_threads(n)
   if rc < 0 then core.raise(rc) end
 end
 
+-- T.use_deterministic_algorithms(mode[, {warn_only = false}]), T.are_deterministic_algorithms_enabled(),
+-- T.is_deterministic_algorithms_warn_only_enabled(): PyTorch's, for the process (vm/deterministic.hpp).
+-- While on, CUDA's scatter-add family sums in a fixed order and CUDA ops without such a path raise
+-- (warn once with warn_only); the CPU kernels are deterministic either way.
+function M.use_deterministic_algorithms(mode, opts)
+  local name = "use_deterministic_algorithms"
+  if type(mode) ~= "boolean" then fail(name .. ": argument 1 (mode) expected a boolean, got " .. shown(mode)) end
+  if opts ~= nil and type(opts) ~= "table" then fail(name .. ": argument 2 expected an options table, got " .. shown(opts)) end
+  for k in pairs(opts or {}) do
+    if k ~= "warn_only" then fail(name .. ": unknown option '" .. tostring(k) .. "' (expected warn_only)") end
+  end
+  local warn_only = (opts or {}).warn_only
+  if warn_only ~= nil and type(warn_only) ~= "boolean" then
+    fail(name .. ": option warn_only expected a boolean, got " .. shown(warn_only))
+  end
+  api.deterministic(mode and (warn_only and 2 or 1) or 0)
+end
+function M.are_deterministic_algorithms_enabled() return api.deterministic(-1) ~= 0 end
+function M.is_deterministic_algorithms_warn_only_enabled() return api.deterministic(-1) == 2 end
+
 -- T.set_printoptions{precision =, threshold =, edgeitems =, linewidth =, sci_mode =, profile =}:
 -- PyTorch's torch.set_printoptions, for the whole process. Options left out keep their value,
 -- except sci_mode, which is then chosen from the values again (as PyTorch's None); a profile

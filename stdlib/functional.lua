@@ -138,25 +138,15 @@ local function same_batch(q, k, v)  -- T.attention takes one batch shape (matmul
   end
   return true
 end
--- T.attention has a derivative rule, or no input requires grad (else the composition below,
--- whose ops have rules, records the backward)
-local attention_id
-local function fused_attention_differentiable(...)
-  if T.is_grad_enabled() then
-    local any = false
-    for i = 1, select("#", ...) do
-      local t = select(i, ...)
-      any = any or (t ~= nil and t.requires_grad)
-    end
-    if not any then return true end
-    if not attention_id then
-      for op = 0, core.api.op_count - 1 do
-        if core.ffi.string(core.api.op_info(op).name) == "attention" then attention_id = op end
-      end
-    end
-    return core.api.autograd.status(attention_id) == core.ffi.C.CR_AG_HAS_RULE
+-- Whether a backward will reach the op: then, eagerly, T._attention, which also returns the rows'
+-- logsumexp that the fused backward kernel reads (attention recomputes it).
+local function needs_grad(...)
+  if not T.is_grad_enabled() or core.ctx.capturing ~= 0 then return false end
+  for i = 1, select("#", ...) do
+    local t = select(i, ...)
+    if t ~= nil and t.requires_grad then return true end
   end
-  return true
+  return false
 end
 function F.scaled_dot_product_attention(q, k, v, opts)
   for i, t in ipairs({ q, k, v }) do check_tensor("scaled_dot_product_attention", i, ({ "query", "key", "value" })[i], t) end
@@ -167,12 +157,13 @@ function F.scaled_dot_product_attention(q, k, v, opts)
   local scale = opts.scale or 1 / math.sqrt(q:size(-1))
   local m = opts.mask
   if m ~= nil then check_tensor("scaled_dot_product_attention", 4, "mask", m) end
-  if q.device ~= "cpu" and same_batch(q, k, v) and fused_attention_differentiable(q, k, v, m) and
+  if q.device ~= "cpu" and same_batch(q, k, v) and
      (m == nil or core.api.attention_mask_fits(core.ptr(m), core.ptr(q), core.ptr(k)) ~= 0) and
      core.api.attention_fused(q.dtype, q:size(-2), q:size(-1), v:size(-1), scale) ~= 0 then
     -- one op, a fused kernel: the scores never reach memory (a mask is read where it lies,
     -- broadcast). Other inputs take the ops below, which a compiled graph fuses (scale, mask and
     -- softmax in one kernel).
+    if needs_grad(q, k, v, m) then return (T._attention(q, k, v, scale, opts.causal or false, m)) end
     return T.attention(q, k, v, scale, opts.causal or false, m)
   end
   local s = T.matmul(q * scale, k:transpose(-2, -1))

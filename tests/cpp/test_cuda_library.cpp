@@ -17,6 +17,7 @@
 #include "jit/cuda/backend.hpp"
 #include "vm/kernels/cuda/attention.hpp"
 #include "vm/kernels/cuda/attention_simt.hpp"
+#include "vm/kernels/cuda/attention_bwd.hpp"
 #include "vm/kernels/cuda/cross_entropy.hpp"
 #include "vm/kernels/cuda/int8_mm.hpp"
 #include "vm/kernels/cuda/layer_norm.hpp"
@@ -166,6 +167,24 @@ TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dt
   CHECK_FALSE(cr::cuda::attention_takes(DType::f16, 64, 64, 32, 0.125));
   CHECK_FALSE(cr::cuda::attention_takes(DType::f16, 64, 96, 96, 0.125));
   CHECK_FALSE(cr::cuda::attention_takes(DType::f16, 64, 64, 64, -0.125));  // (a negative scale: the composite)
+}
+
+TEST_CASE("cuda: the fused attention backward compiles to CUBIN for each dtype and head size", "[cuda]") {
+  if (!have_nvrtc()) return;
+  const std::pair<int, int> sizes[] = {{32, 32}, {64, 64}, {128, 128}, {20, 48}, {1, 1}};
+  for (DType d : {DType::f32, DType::f16, DType::bf16})
+    for (auto [e, ev] : sizes) {
+      if (d != DType::f32 && e != 64 && e != 128) continue;  // (NVRTC's time: the other sizes once)
+      INFO(dtype_name(d) << " head sizes " << e << " / " << ev);
+      CHECK(cr::cuda::attention_backward_takes(d, e, ev));
+      const std::string src = cr::cuda::attention_backward_source(d, e, ev);
+      if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP"))
+        std::ofstream(cat(dir, "/attention_bwd_", dtype_name(d), "_", e, "_", ev, ".cu")) << src;
+      CHECK(compiles_clean(src, "attention_bwd"));
+    }
+  CHECK_FALSE(cr::cuda::attention_backward_takes(DType::f64, 64, 64));
+  CHECK_FALSE(cr::cuda::attention_backward_takes(DType::f32, 256, 64));
+  CHECK_FALSE(cr::cuda::attention_backward_takes(DType::f16, 64, 0));
 }
 
 TEST_CASE("cuda: the build's library CUBINs are those of the current sources, and the kernel cache serves them", "[cuda]") {

@@ -780,6 +780,9 @@ M.SKIPPED = {
   _conv2d_weight_grad = "conv2d's weight gradient: test_cuda_conv.lua compares it with conv2d's, CPU and CUDA",
   _fused_sgd = "an optimizer update; tests/lua/test_optim.lua compares T.optim.SGD with torch.optim.SGD",
   _fused_adam = "an optimizer update; tests/lua/test_optim.lua compares T.optim.Adam / AdamW with torch.optim",
+  _attention = "attention with the rows' logsumexp (F.scaled_dot_product_attention's op when a gradient is "
+    .. "needed): tests/lua/test_cuda_attention_grad.lua compares its gradients with float64",
+  _attention_backward = "attention's fused CUDA gradient; tests/lua/test_cuda_attention_grad.lua compares it",
   _layer_norm = "F.layer_norm's fused op; tests/lua/test_layer_norm.lua compares it and its gradients with torch",
   _layer_norm_backward = "layer_norm's gradient; tests/lua/test_layer_norm.lua compares it with torch's",
   _cross_entropy = "F.cross_entropy's fused op; tests/lua/test_losses.lua compares it and its gradient with torch",

@@ -19,6 +19,7 @@
 #include "vm/config.hpp"
 #include "vm/lua/dist_api.hpp"
 #include "vm/cpu_march.hpp"
+#include "vm/deterministic.hpp"
 #include "vm/devices.hpp"
 
 #include <algorithm>
@@ -554,6 +555,9 @@ int32_t cudnn_takes(cr_ctx* c) {
   return on && ok;
 }
 
+int32_t api_deterministic(int32_t mode) {
+  return mode < 0 ? deterministic_algorithms.load() : deterministic_algorithms.exchange(mode);
+}
 int32_t api_cudnn_state(cr_ctx* c, int32_t what, int32_t value) {
   if (what == 2) return cuda::cudnn_version();
   if (what == 3) return cudnn_takes(c);
@@ -618,6 +622,7 @@ const cr_api* api_table() {
       api_attention_mask_fits,
       api_cudnn_unavailable,
       api_cudnn_state,
+      api_deterministic,
       jit::wait_background_compiles,
       api_cancel_compiles,
       api_env_setting,

@@ -208,6 +208,9 @@ typedef struct cr_api {
    * convolutions of CUDA tensors take cuDNN (logged under CRESCENT_LOGS=perf when it changes) */
   const char* (*cudnn_unavailable)(void);
   int32_t (*cudnn_state)(cr_ctx* ctx, int32_t what, int32_t value);
+  /* T.use_deterministic_algorithms (vm/deterministic.hpp): mode 0 off, 1 on, 2 on with warn_only
+   * sets, -1 reads; returns the previous mode */
+  int32_t (*deterministic)(int32_t mode);
   /* returns once no compile is queued or running on the background thread */
   void (*wait_compiles)(void);
   /* drops this VM's compiles queued on the background thread, waits for its one in progress

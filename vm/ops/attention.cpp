@@ -7,6 +7,9 @@
 // be attended) or q's dtype (added to the scaled scores). A row that sees no key is NaN, as
 // softmax; with no keys at all (S = 0) the result is zeros, as the composite's empty product.
 //
+// _attention (PyTorch's _scaled_dot_product_flash_attention) returns the rows' logsumexp too: the
+// saved value of the fused backward (_attention_backward, vm/ops/attention_backward.cpp).
+//
 // The CPU kernel walks one query row at a time (scores, max, exponentials, weighted sum of v), in
 // float32 for 16-bit inputs as PyTorch's math path does. On CUDA, inputs a fused kernel takes run
 // there (vm/kernels/cuda/attention.hpp: float16 / bfloat16 on tensor cores, float32); other CUDA inputs
@@ -37,6 +40,11 @@ std::string attention_mask_problem(DType mask, Device mask_device, const Shape& 
   for (size_t d = 0; fits && d < mask_sizes.size(); ++d)
     fits = mask_sizes[d] == 1 || mask_sizes[d] == scores[scores.size() - mask_sizes.size() + d];
   return fits ? "" : cat("mask expected a shape that broadcasts to the scores' ", shape_str(scores));
+}
+
+Tensor attention_mask_view(const Tensor& mask, const Tensor& q, const Tensor& k) {
+  const Shape sizes = attention_scores_shape(q, k);
+  return Tensor::view_of(mask, sizes, broadcast_strides(mask, sizes), mask.offset());
 }
 
 namespace {
@@ -85,6 +93,16 @@ std::vector<Meta> infer_attention(OpCall& c) {
   return {{out, t[0].dtype(), t[0].device()}};
 }
 
+// _attention: attention's output and each row's logsumexp {..., L} of its scaled, masked scores
+// (natural log; float64 for float64 inputs, else float32), which its backward reads.
+std::vector<Meta> infer_attention_lse(OpCall& c) {
+  std::vector<Meta> m = infer_attention(c);
+  Shape rows = m[0].sizes;
+  rows.pop_back();
+  m.push_back({rows, m[0].dtype == DType::f64 ? DType::f64 : DType::f32, m[0].device});
+  return m;
+}
+
 // A mask row as the CPU kernel reads it: element j at p[j * stride], bool or q's dtype T.
 template <class T> struct MaskRow {
   const void* p = nullptr;  // null: no mask
@@ -100,7 +118,7 @@ template <class T> struct MaskRow {
 // One query row: out[d] = sum_j softmax_j(scale * q.k_j + mask_j) v[j][d], keys j < visible.
 template <class T, class C>
 void attend_row(const T* q, const T* k, const T* v, T* out, int64_t E, int64_t Ev, int64_t visible, C scale,
-                const MaskRow<T>& mask, std::vector<C>& p, std::vector<C>& acc) {
+                const MaskRow<T>& mask, std::vector<C>& p, std::vector<C>& acc, C* lse) {
   C m = -std::numeric_limits<C>::infinity();
   for (int64_t j = 0; j < visible; ++j) {
     C dot = 0;
@@ -116,28 +134,25 @@ void attend_row(const T* q, const T* k, const T* v, T* out, int64_t E, int64_t E
     for (int64_t d = 0; d < Ev; ++d) acc[size_t(d)] += w * load(v[j * Ev + d]);
   }
   for (int64_t d = 0; d < Ev; ++d) store(out[d], visible == 0 ? C(0) : acc[size_t(d)] / total);
+  if (lse) *lse = m + std::log(total);
 }
 
-// The mask as a view of the scores' shape {..., L, S}: broadcast dims get stride 0, no copy.
-Tensor mask_view(const Tensor& mask, const Tensor& q, const Tensor& k) {
-  Shape sizes = q.sizes();
-  sizes.back() = k.size(k.dim() - 2);
-  return Tensor::view_of(mask, sizes, broadcast_strides(mask, sizes), mask.offset());
-}
 
 void attention_cpu(const Tensor& out, const Tensor& qin, const Tensor& kin, const Tensor& vin, double scale, bool causal,
-                   const Tensor& mask_in) {
+                   const Tensor& mask_in, const Tensor& lse) {
   const Tensor q = contiguous(qin), k = contiguous(kin), v = contiguous(vin);
   const int r = q.dim();
   const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
-  if (out.numel() == 0) return;
-  const int64_t rows = out.numel() / Ev;  // (E may be 0: every score 0)
-  const Tensor mask = mask_in.defined() ? mask_view(mask_in, q, k) : Tensor();
+  int64_t rows = L;  // (E may be 0: every score 0)
+  for (int d = 0; d < r - 2; ++d) rows *= q.size(d);
+  if (rows == 0 || (out.numel() == 0 && !lse.defined())) return;
+  const Tensor mask = mask_in.defined() ? attention_mask_view(mask_in, q, k) : Tensor();
   visit_floating(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
     const T *qp = q.data<T>(), *kp = k.data<T>(), *vp = v.data<T>();
     T* op = out.data<T>();
+    C* lp = lse.defined() ? lse.data<C>() : nullptr;
     parallel_for(rows, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, S * (E + Ev))), [&](int64_t r0, int64_t r1) {
       std::vector<C> p(static_cast<size_t>(S)), acc(static_cast<size_t>(Ev));
       MaskRow<T> mrow;
@@ -153,19 +168,24 @@ void attention_cpu(const Tensor& out, const Tensor& qin, const Tensor& kin, cons
           for (int d = r - 3; d >= 0; rest /= q.size(d), --d) at += rest % q.size(d) * mask.stride(d);
           mrow.p = static_cast<const char*>(mask.storage()->data) + at * int64_t(mask.itemsize());
         }
-        attend_row(qp + row * E, kp + b * S * E, vp + b * S * Ev, op + row * Ev, E, Ev, visible, C(scale), mrow, p, acc);
+        attend_row(qp + row * E, kp + b * S * E, vp + b * S * Ev, op + row * Ev, E, Ev, visible, C(scale), mrow, p, acc,
+                   lp ? lp + row : nullptr);
       }
     });
   });
 }
 
 // On CUDA where the fused kernel does not take the inputs (float32 / float64, other head sizes):
-// the composite F.scaled_dot_product_attention, op by op on the device.
+// the composite F.scaled_dot_product_attention, op by op on the device (and lse, when defined,
+// the scores' logsumexp).
 void attention_composite(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
-                         double scale, bool causal, const Tensor& mask) {
+                         double scale, bool causal, const Tensor& mask, const Tensor& lse) {
   const int r = q.dim();
-  if (out.numel() == 0) return;
-  if (k.size(r - 2) == 0) return fill_across(out, 0);  // no keys: the empty product's zeros
+  if (out.numel() == 0 && (!lse.defined() || lse.numel() == 0)) return;
+  if (k.size(r - 2) == 0) {  // no keys: the empty product's zeros, an empty sum's log
+    if (lse.defined()) fill_across(lse, -std::numeric_limits<double>::infinity());
+    return fill_across(out, 0);
+  }
   Tensor kt = call(ctx, "transpose", {tensor_arg(k), number_arg(-2), number_arg(-1)});
   // (the scores scaled after the product, as the CPU kernel: with E = 0, 0 * inf is NaN in both)
   Tensor s = call(ctx, "mul", {tensor_arg(call(ctx, "matmul", {tensor_arg(q), tensor_arg(kt)})), number_arg(scale)});
@@ -180,6 +200,7 @@ void attention_composite(Context& ctx, const Tensor& out, const Tensor& q, const
   } else if (mask.defined()) {
     s = call(ctx, "add", {tensor_arg(s), tensor_arg(mask)});
   }
+  if (lse.defined()) copy_into(lse, call(ctx, "logsumexp", {tensor_arg(s), number_arg(-1)}));
   copy_into(out, call(ctx, "matmul", {tensor_arg(call(ctx, "softmax", {tensor_arg(s), number_arg(-1)})), tensor_arg(v)}));
 }
 
@@ -188,19 +209,25 @@ void run_attention(OpCall& c) {
   const double scale = c.number_or(3, 1.0 / std::sqrt(double(q.size(q.dim() - 1))));
   const bool causal = c.boolean_or(4, false);
   const Tensor mask = c.has(5) ? c.tensor(5) : Tensor();
-  if (q.device().is_cpu()) return attention_cpu(c.outs[0], q, k, v, scale, causal, mask);
-  const Tensor mview = mask.defined() ? mask_view(mask, q, k) : Tensor();
-  if (!cuda::attention(c.ctx, c.outs[0], q, k, v, scale, causal, mview))
-    attention_composite(c.ctx, c.outs[0], q, k, v, scale, causal, mask);
+  const Tensor lse = c.outs.size() > 1 ? c.outs[1] : Tensor();
+  if (q.device().is_cpu()) return attention_cpu(c.outs[0], q, k, v, scale, causal, mask, lse);
+  const Tensor mview = mask.defined() ? attention_mask_view(mask, q, k) : Tensor();
+  if ((lse.defined() && lse.dtype() != DType::f32) || !cuda::attention(c.ctx, c.outs[0], q, k, v, scale, causal, mview, lse))
+    attention_composite(c.ctx, c.outs[0], q, k, v, scale, causal, mask, lse);
 }
 
 }  // namespace
 
+void register_attention_backward(Registry& r);  // (vm/ops/attention_backward.cpp)
+
 void register_attention(Registry& r) {
   r.add(OpDef{"attention", "query:T, key:T, value:T, scale:N?, causal:B?, mask:T?", OpKind::Other, kNoMethod | kDeviceAware | kExtern,
               infer_attention, run_attention});
-  r.set_cast({"attention"}, CastPolicy::Lower);  // autocast: PyTorch's scaled_dot_product_attention
-  r.set_cast({"attention"}, CastPolicy::Lower, true);  // (on the CPU too since PyTorch 2.0)
+  r.add(OpDef{"_attention", "query:T, key:T, value:T, scale:N?, causal:B?, mask:T?", OpKind::Other,
+              kNoMethod | kMultiOut | kDeviceAware, infer_attention_lse, run_attention});
+  r.set_cast({"attention", "_attention"}, CastPolicy::Lower);  // autocast: PyTorch's scaled_dot_product_attention
+  r.set_cast({"attention", "_attention"}, CastPolicy::Lower, true);  // (on the CPU too since PyTorch 2.0)
+  register_attention_backward(r);
 }
 
 }  // namespace cr

@@ -18,4 +18,7 @@ std::string attention_mask_problem(DType mask, Device mask_device, const Shape& 
 // The scores' shape {batch..., L, S} of q {batch..., L, E} and k {batch..., S, E}.
 Shape attention_scores_shape(const Tensor& q, const Tensor& k);
 
+// The mask as a view of the scores' shape {..., L, S}: broadcast dims get stride 0, no copy.
+Tensor attention_mask_view(const Tensor& mask, const Tensor& q, const Tensor& k);
+
 }  // namespace cr

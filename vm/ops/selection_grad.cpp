@@ -37,7 +37,8 @@ void index_put_rule(Grad& g) {
   if (g.needs(2)) g.set(2, op("index", {g.grad(), idx}));
 }
 
-// masked_select(self, mask): the gradient goes back to the positions the mask selected
+// masked_select(self, mask): the gradient goes back to the positions the mask selected (each once:
+// written, not accumulated, so that T.use_deterministic_algorithms takes it on CUDA)
 void masked_select_rule(Grad& g) {
   const Shape shape = broadcast_shapes(g.sizes(0), g.sizes(1));
   Var full = zeros(shape, g.meta(0).dtype, g.meta(0).device);
@@ -46,7 +47,7 @@ void masked_select_rule(Grad& g) {
   std::vector<Var> cols;
   for (size_t d = 0; d < shape.size(); ++d) cols.push_back(op("select", {nz, 2, int64_t(d) + 1}));
   if (cols.empty()) return g.set(0, sum_to(g.grad(), {}));
-  g.set(0, op("index_put", {full, cols, to_dtype(g.grad(), g.meta(0).dtype), true}));
+  g.set(0, op("index_put", {full, cols, to_dtype(g.grad(), g.meta(0).dtype), false}));
 }
 
 // scatter_reduce's "prod" (PyTorch's formula): self's gradient is the product of the source

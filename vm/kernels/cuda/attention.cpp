@@ -70,13 +70,6 @@ std::string attention_source(DType d, int E) {
              cuda_source("attention.cuh"));
 }
 
-// A mask view's strides as the kernels read them: batch dims folded into {s0, s1} like q's (at
-// most two of them: a mask view's broadcast strides cannot be merged), then row and key.
-struct MaskOperand {
-  int kind = 0;  // 0 none, 1 q's dtype, 2 bool
-  const void* p = nullptr;
-  long long s0 = 0, s1 = 0, row = 0, col = 0;
-};
 bool mask_operand(const Tensor& m, MaskOperand& o) {
   if (!m.defined()) return true;
   const int r = m.dim();
@@ -91,7 +84,7 @@ bool mask_operand(const Tensor& m, MaskOperand& o) {
 }
 
 bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-               bool causal, const Tensor& mask) {
+               bool causal, const Tensor& mask, const Tensor& lse) {
   const int r = q.dim();
   const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
   if (!attention_takes(q.dtype(), L, E, Ev, scale) || L >= (int64_t(1) << 31) || S >= (int64_t(1) << 31)) return false;
@@ -118,8 +111,9 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
             vsr = vo.row;
   float scale_log2 = float(scale * 1.4426950408889634);  // (log2 e: the kernels' exponentials are exp2)
   const void* mp = mo.p;
-  void* args[] = {&qp,  &kp,  &vp,  &op,  &L_,  &S_,  &heads_,     &rbs,     &qs0,  &qs1,   &qsr,   &ks0,
-                  &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_, &mp, &mo.kind, &mo.s0, &mo.s1, &mo.row, &mo.col};
+  void* lp = lse.defined() ? lse.data_bytes() : nullptr;
+  void* args[] = {&qp,  &kp,  &vp,  &op,  &L_,  &S_,  &heads_,     &rbs,     &qs0,  &qs1,   &qsr,   &ks0,   &ks1,
+                  &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_, &mp, &mo.kind, &mo.s0, &mo.s1, &mo.row, &mo.col, &lp};
   if (simt)
     library_launch(ctx, device, cat("attention_f32_", E, "_", Ev),
                    [&] { return attention_simt_source(int(E), int(Ev), shared_limit); },

@@ -78,7 +78,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, int L, int S,
     int heads, int row_blocks, long long qs0, long long qs1, long long qsr, long long ks0, long long ks1, long long ksr,
     long long vs0, long long vs1, long long vsr, float scale_log2, int causal, const void* __restrict__ mask,
-    int mask_kind, long long ms0, long long ms1, long long msr, long long msc) {
+    int mask_kind, long long ms0, long long ms1, long long msr, long long msc, float* __restrict__ lse) {
   extern __shared__ __align__(16) unsigned char tiles_smem[];  // two k tiles, then two v tiles
   const uint32_t stage_bytes = 2 * BN * PITCH, kb0 = smem_address(tiles_smem), vb0 = kb0 + 2 * stage_bytes;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -210,6 +210,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
     const float inv = S == 0 ? 0.f : 1.f / sum;
     const int row = row0 + g + 8 * h;
     if (row >= L) continue;
+    if (lse && t == 0) lse[bh * L + row] = row_lse(m[h], sum);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
       *reinterpret_cast<uint32_t*>(out + (long long)row * D + 8 * n + 2 * t) = pack(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);

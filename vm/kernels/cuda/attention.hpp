@@ -20,9 +20,20 @@ bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale);
 // CUDA device, query i seeing keys 0..i when causal. mask (undefined: none) is a view of the
 // scores' shape {..., L, S} (broadcast dims of stride 0), bool (true: attend) or q's dtype (added
 // to the scaled scores). False (nothing ran) when the kernel does not take them (attention_takes;
-// a mask with more than two batch dims) and on GPUs before sm_80.
+// a mask with more than two batch dims) and on GPUs before sm_80. lse (undefined: not wanted),
+// float32 {..., L} contiguous, gets each row's logsumexp of its scaled, masked scores.
 bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-               bool causal, const Tensor& mask);
+               bool causal, const Tensor& mask, const Tensor& lse = Tensor());
+
+// A mask view's strides as the kernels read them: batch dims folded into {s0, s1} like q's (at
+// most two of them: a mask view's broadcast strides cannot be merged), then row and key.
+struct MaskOperand {
+  int kind = 0;  // 0 none, 1 q's dtype, 2 bool
+  const void* p = nullptr;
+  long long s0 = 0, s1 = 0, row = 0, col = 0;
+};
+// o = mask m's operand (undefined: kind 0); false for masks of more than two batch dims.
+bool mask_operand(const Tensor& m, MaskOperand& o);
 
 // The module source for dtype d and head size E (tests compile it to CUBIN without a GPU).
 std::string attention_source(DType d, int E);

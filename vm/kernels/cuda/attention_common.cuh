@@ -37,3 +37,6 @@ template <class M> __device__ __forceinline__ const void* mask_of(const void* ma
   if (kind == 2) return static_cast<const unsigned char*>(mask) + head_offset(bh, heads, s0, s1);
   return mask;
 }
+// A row's logsumexp of the scaled, masked scores (natural log), from its max m (log2 units) and
+// its sum l of exp2(score - m): what the backward (attention_bwd.cuh) recomputes p from.
+__device__ __forceinline__ float row_lse(float m, float l) { return (m + log2f(l)) * 0.6931471805599453f; }

@@ -49,7 +49,8 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) attention_simt(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, float* __restrict__ out, int L,
     int S, int heads, int row_blocks, long long qs0, long long qs1, long long qsr, long long ks0, long long ks1,
     long long ksr, long long vs0, long long vs1, long long vsr, float scale_log2, int causal,
-    const void* __restrict__ mask, int mask_kind, long long ms0, long long ms1, long long msr, long long msc) {
+    const void* __restrict__ mask, int mask_kind, long long ms0, long long ms1, long long msr, long long msc,
+    float* __restrict__ lse) {
   extern __shared__ __align__(16) float smem[];
   float* qs = smem;            // BM x PK
   float* ks = qs + BM * PK;    // BN x PK
@@ -201,6 +202,7 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) attention_simt(
     const float inv = S == 0 ? 0.f : 1.f / sum;
     const int row = block_row + ty + 16 * a;
     if (row >= L) continue;
+    if (lse && tx == 0) lse[bh * L + row] = row_lse(m[a], sum);
 #pragma unroll
     for (int n = 0; n < NG; ++n) {
       typename Vec<G>::type r;

@@ -9,8 +9,10 @@
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
+#include "vm/deterministic.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/prelude.hpp"
+#include "vm/kernels/cuda/radix.hpp"
 #include "vm/kernels/cuda/sources.hpp"
 
 namespace cr::cuda {
@@ -144,6 +146,24 @@ Scalar identity(int reduce, DType d) {
   }
 }
 
+// The ordered scatter_add (T.use_deterministic_algorithms): each position's target offset as a
+// key, the keys sorted stably with their 1-based positions (radix.hpp), each run of equal keys
+// added in position order with one write (scatter.cuh scatter_keys / scatter_runs).
+void ordered_scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, Scalar& a,
+                         const std::string& op, const std::string& what) {
+  const int64_t n = idx.numel();
+  if (n == 0) return;
+  if (n >= (int64_t(1) << 31))
+    fail(cat("the deterministic CUDA scatter_add takes fewer than 2^31 positions, got ", n));
+  const Launch each{nullptr, (n + kBlock - 1) / kBlock, 0};
+  Tensor keys = Tensor::empty({n}, DType::i64, out.device()), sorted = Tensor::empty({n}, DType::i64, out.device()),
+         order = Tensor::empty({n}, DType::i64, out.device());
+  void *kp = keys.data_bytes(), *sp = sorted.data_bytes(), *pp = order.data_bytes();
+  launch_scatter(ctx, false, {"scatter_keys", each.grid, 0}, out, d, idx, src, {&kp}, op, what);
+  radix_sort_lines(ctx, keys, 1, n, 1, n, false, sorted, order);
+  launch_scatter(ctx, false, {"scatter_runs", each.grid, 0}, out, d, idx, src, {a.of(out.dtype()), &sp, &pp}, op, what);
+}
+
 }  // namespace
 
 std::string scatter_reduce_source(DType d) { return cat(scatter_source(d), "\n", cuda_source("scatter_reduce.cuh")); }
@@ -151,6 +171,7 @@ std::string scatter_reduce_source(DType d) { return cat(scatter_source(d), "\n",
 void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, double alpha,
                  const std::string& op, const std::string& what) {
   Scalar a(alpha, static_cast<long long>(alpha));
+  if (deterministic() && is_floating(out.dtype())) return ordered_scatter_add(ctx, out, d, idx, src, a, op, what);
   launch_scatter(ctx, false, add_launch(out, idx, src), out, d, idx, src, {a.of(out.dtype())}, op, what);
 }
 
@@ -158,6 +179,8 @@ void scatter_reduce(Context& ctx, const Tensor& out, int d, const Tensor& idx, c
                     bool include_self, const std::string& op, const std::string& what) {
   const int64_t n = idx.numel();
   if (n == 0) return;
+  if (is_floating(out.dtype()) && (reduce == kReduceSum || reduce == kReduceMean || reduce == kReduceProd))
+    alert_not_deterministic(op, "a float sum or product by atomics");
   const Launch each{nullptr, (n + kBlock - 1) / kBlock, 0};
   if (!include_self) {
     Scalar id = identity(reduce, out.dtype());

@@ -153,3 +153,41 @@ extern "C" __global__ void count_line(T* __restrict__ out, const long long* __re
     if (lane == unsigned(__ffs(peers) - 1)) add_at(out + (p - 1) * g.out_strides[0], scaled(each, A(__popc(peers))));
   }
 }
+
+// The ordered scatter_add (T.use_deterministic_algorithms; scatter.cpp ordered_scatter_add):
+// scatter_keys writes each position's target (its offset in out; a bad index the largest key,
+// sorted last and skipped), the keys are sorted stably with their positions (radix.cuh), and
+// scatter_runs adds each run of equal keys into out in position order with one write: the same
+// bits every run, and float sums in the CPU's order (16-bit floats summed in float, rounded once).
+#define NO_KEY 0x7fffffffffffffffll
+extern "C" __global__ void scatter_keys(T* __restrict__ out, const long long* __restrict__ index,
+                                        const T* __restrict__ src, ScatterGeo g, long long* __restrict__ keys,
+                                        int64_t* check) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  long long so;
+  if (i >= g.n) return;
+  T* o = target(out, index, g, i, &so, check);
+  keys[i] = o ? (long long)(o - out) : NO_KEY;
+}
+
+__forceinline__ long long src_offset(const ScatterGeo& g, long long i) {
+  long long rem = i, so = 0;
+  for (int k = g.nd - 1; k >= 0; --k) {
+    so += rem % g.sizes[k] * g.src_strides[k];
+    rem /= g.sizes[k];
+  }
+  return so;
+}
+
+extern "C" __global__ void scatter_runs(T* __restrict__ out, const long long* __restrict__ index,
+                                        const T* __restrict__ src, ScatterGeo g, A alpha,
+                                        const long long* __restrict__ keys, const long long* __restrict__ order,
+                                        int64_t* check) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= g.n) return;
+  const long long key = keys[i];
+  if (key == NO_KEY || (i > 0 && keys[i - 1] == key)) return;
+  A sum = A(out[key]);
+  for (long long j = i; j < g.n && keys[j] == key; ++j) sum += scaled(alpha, A(src[src_offset(g, order[j] - 1)]));
+  out[key] = T(sum);
+}

@@ -1,0 +1,69 @@
+#include "vm/kernels/cuda/attention_bwd.hpp"
+
+#include "vm/kernels/cuda/attention.hpp"
+#include "vm/kernels/cuda/library.hpp"
+#include "vm/kernels/cuda/prelude.hpp"
+#include "vm/kernels/cuda/sources.hpp"
+#include "vm/kernels/loop.hpp"
+
+namespace cr::cuda {
+namespace {
+
+// Query rows / keys a tile: the float tiles of q, dout, k, v, p and ds stay under the 48 KiB a
+// block takes without opting in (42 KiB at head sizes 64, 35 KiB at 128).
+int tile_rows(int E, int Ev) { return std::max(E, Ev) <= 64 ? 32 : 16; }
+
+const char* type_name(DType d) { return d == DType::f16 ? "cr::half_t" : d == DType::bf16 ? "cr::bf16_t" : "float"; }
+
+}  // namespace
+
+bool attention_backward_takes(DType d, int64_t E, int64_t Ev) {
+  return (d == DType::f32 || d == DType::f16 || d == DType::bf16) && E >= 1 && E <= 128 && Ev >= 1 && Ev <= 128;
+}
+
+std::string attention_backward_source(DType d, int E, int Ev) {
+  const int b = tile_rows(E, Ev);
+  return cat(prelude(), "\ntypedef ", type_name(d), " T;\n#define E ", E, "\n#define EV ", Ev, "\n#define BR ", b,
+             "\n#define BC ", b, "\n", cuda_source("attention_common.cuh"), cuda_source("attention_bwd.cuh"));
+}
+
+bool attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        double scale, bool causal, const Tensor& mask) {
+  const int r = q.dim();
+  const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
+  if (!attention_backward_takes(q.dtype(), E, Ev) || L >= (int64_t(1) << 31) || S >= (int64_t(1) << 31)) return false;
+  MaskOperand mo;
+  if (!mask_operand(mask, mo)) return false;
+  const int64_t bh = q.numel() / (L * E), b = tile_rows(int(E), int(Ev));
+  const int64_t row_blocks = (L + b - 1) / b, key_blocks = (S + b - 1) / b;
+  if (bh * std::max(row_blocks, key_blocks) >= (int64_t(1) << 31)) return false;
+  const int device = q.device().index;
+  const Tensor qc = contiguous(q), kc = contiguous(k), vc = contiguous(v), oc = contiguous(out), gc = contiguous(dout),
+               lc = contiguous(lse);
+  const Tensor delta = Tensor::empty({bh * L}, DType::f32, q.device());
+  const std::string key = cat("attention_bwd_", dtype_name(q.dtype()), "_", E, "_", Ev);
+  auto source = [&] { return attention_backward_source(q.dtype(), int(E), int(Ev)); };
+  const size_t shared = size_t(2 * b * (E + 1) + 2 * b * (Ev + 1) + 2 * b * (b + 1) + 2 * b) * 4;
+
+  void *op = oc.data_bytes(), *gp = gc.data_bytes(), *dp = delta.data_bytes();
+  long long rows = bh * L;
+  void* dot_args[] = {&op, &gp, &dp, &rows};
+  library_launch(ctx, device, key, source, "attention_bwd_dot", (rows + 3) / 4, 128, dot_args);
+
+  void *qp = qc.data_bytes(), *kp = kc.data_bytes(), *vp = vc.data_bytes(), *lp = lc.data_bytes();
+  void *dqp = dq.data_bytes(), *dkp = dk.data_bytes(), *dvp = dv.data_bytes();
+  const void* mp = mo.p;
+  int L_ = int(L), S_ = int(S), heads = r >= 3 ? int(q.size(r - 3)) : 1, kbs = int(key_blocks), rbs = int(row_blocks),
+      causal_ = causal;
+  float scale_ = float(scale);
+  void* kv_args[] = {&qp,  &kp,     &vp,      &gp,  &lp,     &dp,     &dkp,    &dvp,   &L_,    &S_,
+                     &heads, &kbs, &scale_, &causal_, &mp, &mo.kind, &mo.s0, &mo.s1, &mo.row, &mo.col};
+  library_launch(ctx, device, key, source, "attention_bwd_kv", bh * key_blocks, 128, kv_args, shared);
+  void* q_args[] = {&qp, &kp, &vp, &gp, &lp, &dp, &dqp, &L_, &S_, &heads, &rbs, &scale_, &causal_,
+                    &mp, &mo.kind, &mo.s0, &mo.s1, &mo.row, &mo.col};
+  library_launch(ctx, device, key, source, "attention_bwd_q", bh * row_blocks, 128, q_args, shared);
+  return true;
+}
+
+}  // namespace cr::cuda

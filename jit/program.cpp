@@ -42,12 +42,7 @@ int64_t buffer_extent(const Buffer& b) {
   return hi + 1;
 }
 
-size_t slot_bytes(const Plan& plan, const Buffer& b) {
-  return b.check     ? size_t(kCheckWords) * 8
-         : b.runtime ? plan.lg.draws.size() * 16
-         : b.numbers ? plan.lg.numbers.size() * 8
-                     : size_t(buffer_extent(b)) * dtype_size(b.dtype);
-}
+size_t slot_bytes(const Buffer& b) { return size_t(buffer_extent(b)) * dtype_size(b.dtype); }
 
 void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* numbers) const {
   const LoopGraph& lg = plan_.lg;

@@ -14,9 +14,9 @@ namespace cr::jit {
 // The elements of its storage that buffer b spans (from element 0).
 int64_t buffer_extent(const Buffer& b);
 
-// The bytes of kernel slot `b` a launch may touch: a buffer's extent, the check word, the run's
-// values or numbers.
-size_t slot_bytes(const Plan& plan, const Buffer& b);
+// The bytes of buffer b a launch may touch (the check word, the run's values and numbers are
+// buffers of int64 words).
+size_t slot_bytes(const Buffer& b);
 
 // Autotuning's copies of what each kernel of one run got (jit/autotune.hpp): armed, then every
 // kernel's launch adds its copies; the launch that completes them hands them all on.

@@ -61,7 +61,7 @@ void Program::launch(size_t k, void** bufs) const {
       const Kernel& kern = plan_.kernels[k];
       for (size_t i = 0; i < kern.buffers.size(); ++i) {
         const char* p = static_cast<const char*>(bufs[i]);
-        in.emplace_back(p, p + slot_bytes(plan_, plan_.buffers[size_t(kern.buffers[i])]));
+        in.emplace_back(p, p + slot_bytes(plan_.buffers[size_t(kern.buffers[i])]));
       }
       return in;
     });

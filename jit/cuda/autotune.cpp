@@ -63,7 +63,7 @@ class CudaCandidates : public Candidates {
   ~CudaCandidates() override {
     for (int64_t e : events_)
       if (e >= 0) cr::cuda::event_destroy(e);
-    cr::cuda::driver()->cuStreamSynchronize(cr::cuda::stream_of(side_.id));  // (before the copies go)
+    cr::cuda::driver()->cuStreamSynchronize(stream());  // (before the copies go)
     for (size_t i = 0; i < work_.size(); ++i) cr::cuda::device_free(work_[i], in_.slots[i].bytes, side_.index);
   }
   size_t size() const override { return configs_.size(); }
@@ -94,8 +94,10 @@ class CudaCandidates : public Candidates {
     for (size_t s = 0; s < ptrs_.size(); ++s)
       if (work_[s]) {
         out[s].resize(in_.slots[s].bytes);
-        cr::cuda::copy_to_host(out[s].data(), work_[s], out[s].size(), side_.index);
+        CR_CU(cuMemcpyDtoHAsync(out[s].data(), reinterpret_cast<cr::cuda::CUdeviceptr>(work_[s]), out[s].size(), stream()), kern_.name);
       }
+    // (the driver's own wait: copy_to_host would also take the stream's pending check words)
+    CR_CU(cuStreamSynchronize(stream()), kern_.name);
     return out;
   }
 
@@ -117,6 +119,7 @@ class CudaCandidates : public Candidates {
   }
 
  private:
+  cr::cuda::CUstream stream() const { return cr::cuda::stream_of(side_.id); }
   void restore() {
     for (size_t s = 0; s < work_.size(); ++s)
       if (work_[s]) cr::cuda::copy_on_device(work_[s], in_.slots[s].device, in_.slots[s].bytes, side_.index);
@@ -128,7 +131,7 @@ class CudaCandidates : public Candidates {
     std::vector<void*> args(ptrs_.size());
     for (size_t s = 0; s < args.size(); ++s) args[s] = kern_.params[s].words ? ptrs_[s] : &ptrs_[s];
     CR_CU(cuLaunchKernel(static_cast<CUfunction>(fns_[i]), unsigned(c.grid), 1, 1, unsigned(c.block), 1, 1, unsigned(c.shared_bytes),
-                         cr::cuda::current_stream(side_.index), args.data(), nullptr),
+                         stream(), args.data(), nullptr),
           c.name);
   }
 

@@ -67,7 +67,7 @@ std::shared_ptr<LaunchCopies> Program::copies(size_t k, void** bufs) const {
   const CudaKernel& kern = module_.kernels[k];
   for (size_t i = 0; i < kern.params.size(); ++i) {
     SlotCopy s;
-    s.bytes = slot_bytes(plan_, plan_.buffers[size_t(kern.params[i].buffer)]);
+    s.bytes = slot_bytes(plan_.buffers[size_t(kern.params[i].buffer)]);
     s.index = index;
     if (kern.params[i].words) {
       const char* p = static_cast<const char*>(bufs[i]);

@@ -1,7 +1,10 @@
 // mode = "max-autotune" on CUDA (jit/autotune.hpp runs the choice): a kernel's candidates
 // (jit::cuda::candidates) compiled as one module through the kernel cache, run and timed by events
 // on a side stream, on device copies of the slots a run's launch got.
+#include <algorithm>
+#include <atomic>
 #include <exception>
+#include <thread>
 
 #include "jit/autotune.hpp"
 #include "jit/background.hpp"
@@ -69,20 +72,31 @@ class CudaCandidates : public Candidates {
   size_t size() const override { return configs_.size(); }
   std::string shown(size_t i) const override { return config_name(configs_[i]); }
 
-  bool ready(size_t) override {
-    if (!fns_.empty() || failed_) return !failed_;
+  // Emits and compiles the candidates' module (NVRTC, through the kernel cache): no driver
+  // calls, so the kernels of a graph compile on several threads at once.
+  void compile() {
+    if (configs_.size() < 2 || !cubin_.empty() || failed_) return;
     try {
       m_ = emit_candidates(p_.plan(), k_, t_, configs_);
-      const std::string cubin = cuda_cubin(m_.source, cat(kern_.name, "_candidates"), m_.arch, o_.cache_dir);
-      loaded_ = cr::cuda::load_module(cubin_key(m_.source, m_.arch), cubin, side_.index);
+      cubin_ = cuda_cubin(m_.source, cat(kern_.name, "_candidates"), m_.arch, o_.cache_dir);
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
+
+  bool ready(size_t) override {
+    if (!fns_.empty() || failed_) return !failed_;
+    compile();
+    try {
+      if (failed_) return false;
+      loaded_ = cr::cuda::load_module(cubin_key(m_.source, m_.arch), cubin_, side_.index);
       for (const CudaKernel& c : m_.kernels) {
         CUfunction f = nullptr;
         CR_CU(cuModuleGetFunction(&f, loaded_->mod, c.name.c_str()), c.name);
         fns_.push_back(f);
       }
     } catch (const std::exception& e) {
-      failed_ = true;
-      if (o_.log_autotune) log_line("autotune", cat(kern_.name, ": the candidates did not compile (", e.what(), ")"));
+      fail(e.what());
     }
     return !failed_;
   }
@@ -119,6 +133,10 @@ class CudaCandidates : public Candidates {
   }
 
  private:
+  void fail(const std::string& why) {
+    failed_ = true;
+    if (o_.log_autotune) log_line("autotune", cat(kern_.name, ": the candidates did not compile (", why, ")"));
+  }
   cr::cuda::CUstream stream() const { return cr::cuda::stream_of(side_.id); }
   void restore() {
     for (size_t s = 0; s < work_.size(); ++s)
@@ -145,11 +163,26 @@ class CudaCandidates : public Candidates {
   std::vector<KernelConfig> configs_;
   std::vector<void*> work_, ptrs_;  // per slot: the work copy (written slots) / the argument
   CudaModule m_;
+  std::string cubin_;
   std::shared_ptr<cr::cuda::LoadedModule> loaded_;
   std::vector<void*> fns_;  // per candidate
   bool failed_ = false;
   int64_t events_[2] = {-1, -1};
 };
+
+// Runs compile() of every kernel's candidates on up to kCompileThreads threads.
+constexpr unsigned kCompileThreads = 8;
+void compile_all(std::vector<std::unique_ptr<CudaCandidates>>& cs) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < cs.size();) cs[i]->compile();
+  };
+  std::vector<std::thread> threads;
+  const unsigned n = std::min<unsigned>({kCompileThreads, std::max(1u, std::thread::hardware_concurrency()), unsigned(cs.size())});
+  for (unsigned t = 1; t < n; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+}
 
 void tune(const std::string& name, Program& p, const std::vector<std::shared_ptr<LaunchCopies>>& in, const Options& o) {
   const double t0 = autotune_now_ms();
@@ -158,10 +191,15 @@ void tune(const std::string& name, Program& p, const std::vector<std::shared_ptr
   cr::cuda::use_device(index);
   const SideStream side(index);
   const Target t = target_of(index);
+  std::vector<std::unique_ptr<CudaCandidates>> cs;
+  std::vector<std::string> keys;
   for (size_t k = 0; k < in.size(); ++k) {
-    CudaCandidates c(p, k, *in[k], t, o, side);
-    if (c.size() > 1) tune_kernel(name, p.plan(), k, c, choice_key(p.plan(), k, t, index), o, t0, tally);
+    cs.push_back(std::make_unique<CudaCandidates>(p, k, *in[k], t, o, side));
+    keys.push_back(cs[k]->size() > 1 ? choice_key(p.plan(), k, t, index) : "");
   }
+  compile_all(cs);  // (a second process finds the modules in the kernel cache)
+  for (size_t k = 0; k < cs.size(); ++k)
+    if (cs[k]->size() > 1) tune_kernel(name, p.plan(), k, *cs[k], keys[k], o, t0, tally);
   finish_tuning(name, tally, t0, o);
 }
 

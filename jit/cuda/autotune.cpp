@@ -64,9 +64,9 @@ class CudaCandidates : public Candidates {
     }
   }
   ~CudaCandidates() override {
+    cr::cuda::driver()->cuStreamSynchronize(stream());  // (before the copies go)
     for (int64_t e : events_)
       if (e >= 0) cr::cuda::event_destroy(e);
-    cr::cuda::driver()->cuStreamSynchronize(stream());  // (before the copies go)
     for (size_t i = 0; i < work_.size(); ++i) cr::cuda::device_free(work_[i], in_.slots[i].bytes, side_.index);
   }
   size_t size() const override { return configs_.size(); }

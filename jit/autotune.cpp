@@ -257,6 +257,7 @@ void autotune_cpu(const std::shared_ptr<graph::Graph>& g, const std::shared_ptr<
 
 void tune_kernel(const std::string& name, const Plan& plan, size_t k, Candidates& c, const std::string& key, const Options& o,
                  double t0, AutotuneStats& tally) {
+  if (c.size() < 2) return;  // (nothing to choose: a template's, or a launch not copied)
   const Kernel& kern = plan.kernels[k];
   const bool disk = !o.cache_dir.empty() && o.cache_dir != "0";
   const std::string file = disk ? cat(o.cache_dir, "/", key, ".tune") : "";

@@ -198,8 +198,7 @@ void tune(const std::string& name, Program& p, const std::vector<std::shared_ptr
     keys.push_back(cs[k]->size() > 1 ? choice_key(p.plan(), k, t, index) : "");
   }
   compile_all(cs);  // (a second process finds the modules in the kernel cache)
-  for (size_t k = 0; k < cs.size(); ++k)
-    if (cs[k]->size() > 1) tune_kernel(name, p.plan(), k, *cs[k], keys[k], o, t0, tally);
+  for (size_t k = 0; k < cs.size(); ++k) tune_kernel(name, p.plan(), k, *cs[k], keys[k], o, t0, tally);
   finish_tuning(name, tally, t0, o);
 }
 

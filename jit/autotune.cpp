@@ -1,5 +1,5 @@
-// mode = "max-autotune" on the CPU (jit/autotune.hpp): candidates, their check and timing on
-// copies of a run's buffers, the choice cache.
+// mode = "max-autotune" (jit/autotune.hpp): the choice loop both devices share (check, timing,
+// confirmation, budget, the choice cache), and the CPU's candidates on copies of a run's buffers.
 #include "jit/autotune.hpp"
 
 #include <algorithm>

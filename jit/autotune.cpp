@@ -1,5 +1,5 @@
-// mode = "max-autotune" on the CPU (jit/autotune.hpp): candidates, their check and timing on
-// copies of a run's buffers, the choice cache.
+// mode = "max-autotune" (jit/autotune.hpp): the choice loop both devices share (check, timing,
+// confirmation, budget, the choice cache), and the CPU's candidates on copies of a run's buffers.
 #include "jit/autotune.hpp"
 
 #include <algorithm>
@@ -31,10 +31,6 @@ constexpr double kMargin = 0.95;
 std::mutex stats_mutex;
 AutotuneStats totals;
 
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 std::string shown(const CpuConfig& c) {
   return cat("block ", c.block, " threads ", c.threads == 0 ? std::string("auto") : std::to_string(c.threads));
 }
@@ -42,27 +38,10 @@ std::string shown(const CpuConfig& c) {
 // The choice's key: the kernel's text, the function table, the compiler, the threads, this build
 // and, for a template (which serves every size), the power of 2 of its elements now.
 std::string choice_key(const Plan& plan, const cpu::FnTable& fns, size_t k, int threads) {
-  std::string text = cat("autotune 1\n", plan.code(k).str(kBlock), "\nfns:");
+  std::string text = cat("autotune 2\n", plan.code(k).str(kBlock), "\nfns:");
   for (const std::string& n : fns.names) text += cat(n, ",");
-  if (!plan.templates.empty()) {
-    uint64_t n = 1;
-    for (int64_t s : plan.kernels[k].sizes) n *= uint64_t(s);
-    text += cat("\nsize class ", std::bit_width(n));
-  }
+  if (!plan.templates.empty()) text += cat("\nsize class ", size_class(plan.kernels[k]));
   return sha256_hex(cat(text, "\n", cpu::compiler_id(), " threads ", threads, " build ", build_id()));
-}
-
-bool read_choice(const std::string& file, CpuConfig* c) {
-  const std::string text = read_file(file);
-  long long block = 0;
-  int threads = -1;
-  if (std::sscanf(text.c_str(), "block %lld threads %d", &block, &threads) != 2) return false;
-  for (int64_t b : kBlocks)
-    if (b == block && threads >= 0) {
-      *c = CpuConfig{b, threads};
-      return true;
-    }
-  return false;
 }
 
 // Reduced values may round differently with another blocking; everything else is bit for bit.
@@ -100,164 +79,149 @@ bool same_values(DType dt, bool reduced, bool single, const std::vector<char>& a
   }
 }
 
-// A kernel's copied buffers, restored from the run's copies before each checked run.
-struct Work {
-  const cpu::KernelInputs& pristine;
-  cpu::KernelInputs bytes;
-  std::vector<void*> ptrs;
-  explicit Work(const cpu::KernelInputs& in) : pristine(in), bytes(in) {
-    for (std::vector<char>& b : bytes) ptrs.push_back(b.data());
+bool same_outputs(const Plan& plan, const Kernel& kern, const KernelBytes& want, const KernelBytes& got) {
+  const bool single = std::any_of(kern.body.exprs.begin(), kern.body.exprs.end(), [](const Expr& e) {
+    return e.op == EOp::Load && (e.dtype == DType::f32 || e.dtype == DType::f16 || e.dtype == DType::bf16);
+  });
+  for (const Store& s : kern.stores) {
+    const DType dt = plan.buffers[size_t(kern.buffers[size_t(s.buffer)])].dtype;
+    if (!same_values(dt, !kern.accs.empty(), single, want[size_t(s.buffer)], got[size_t(s.buffer)])) return false;
   }
-  void restore() {
-    for (size_t i = 0; i < bytes.size(); ++i) std::memcpy(bytes[i].data(), pristine[i].data(), bytes[i].size());
-  }
-};
+  return true;
+}
 
-class Tuning {
+void log(const Options& o, const std::string& text) {
+  if (o.log_autotune) log_line("autotune", text);
+}
+
+// Runs, checks and times every candidate (the default first: its outputs are the reference)
+// until the budget is spent; returns the fastest, *complete false when some were left.
+size_t try_all(const Plan& plan, const Kernel& kern, Candidates& c, const Options& o, double t0, AutotuneStats& tally,
+               std::string* line, bool* complete) {
+  *complete = false;
+  if (!c.ready(0)) return 0;
+  KernelBytes reference;
+  double best_ms = std::numeric_limits<double>::infinity();
+  size_t best = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (i > 0 && autotune_now_ms() - t0 > o.autotune_budget_ms) {
+      *line += " (the budget is spent)";
+      return best;
+    }
+    if (!c.ready(i)) continue;
+    KernelBytes got = c.outputs(i);
+    if (i == 0) {
+      reference = std::move(got);
+    } else if (!same_outputs(plan, kern, reference, got)) {
+      ++tally.rejected;
+      *line += cat(" ", c.shown(i), ": rejected (outputs differ from the default's);");
+      continue;
+    }
+    double ms = std::numeric_limits<double>::infinity();
+    for (int r = 0; r < kRuns; ++r) ms = std::min(ms, c.time_ms(i));
+    ++tally.candidates;
+    *line += cat(" ", c.shown(i), ": ", fixed(ms * 1000), " us;");
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = i;
+    }
+  }
+  *complete = true;
+  return best;
+}
+
+// The fastest must beat the default again in alternating runs.
+bool confirmed(Candidates& c, size_t best) {
+  double ms[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+  for (int r = 0; r < kConfirmRuns; ++r)
+    for (int i = 0; i < 2; ++i) ms[i] = std::min(ms[i], c.time_ms(i ? best : 0));
+  return ms[1] < kMargin * ms[0];
+}
+
+// The candidate a choice file names (its first line is the candidate's shown()), or -1.
+int64_t read_choice(const std::string& file, const Candidates& c) {
+  std::string text = read_file(file);
+  if (text.empty()) return -1;
+  text = text.substr(0, text.find('\n'));
+  for (size_t i = 0; i < c.size(); ++i)
+    if (c.shown(i) == text) return int64_t(i);
+  return -1;
+}
+
+// The plan of a CPU program compiled with each block tried (the kernel cache's, or compiled now).
+class CpuTuning {
  public:
-  Tuning(std::string name, std::shared_ptr<cpu::Program> p, const Options& o)
-      : name_(std::move(name)), p_(std::move(p)), plan_(p_->plan()), o_(o), t0_(now_ms()) {}
-
-  void kernel(size_t k, const cpu::KernelInputs& in) {
-    const Kernel& kern = plan_.kernels[k];
-    const bool disk = !o_.cache_dir.empty() && o_.cache_dir != "0";
-    const std::string file = disk ? cat(o_.cache_dir, "/", choice_key(plan_, p_->fns(), k, o_.threads), ".tune") : "";
-    CpuConfig c;
-    if (disk && read_choice(file, &c)) {
-      if (!install(k, c)) return;
-      ++tally_.cached;
-      log(cat(name_, " ", kern.name, ": ", shown(c), " (from the cache)"));
-      return;
-    }
-    if (in.size() != kern.buffers.size()) return;
-    std::string line;
-    const bool complete = try_all(k, in, &c, &line);
-    ++tally_.kernels;
-    if (!install(k, c)) return;
-    log(cat(name_, " ", kern.name, ":", line, " winner ", shown(c)));
-    if (disk && complete) publish_file(file, cat("block ", c.block, " threads ", c.threads, "\n"));  // (read_choice)
-  }
-
-  void finish() {
-    tally_.ms = now_ms() - t0_;
-    std::lock_guard<std::mutex> lock(stats_mutex);
-    ++totals.graphs;
-    totals.kernels += tally_.kernels;
-    totals.candidates += tally_.candidates;
-    totals.cached += tally_.cached;
-    totals.rejected += tally_.rejected;
-    totals.ms += tally_.ms;
-    log(cat(name_, ": ", tally_.kernels, " kernels tuned (", tally_.candidates, " candidates timed, ", tally_.rejected,
-            " rejected), ", tally_.cached, " from the cache, in ", fixed(tally_.ms), " ms"));
-  }
-
- private:
-  // Runs, checks and times every candidate of kernel k (the default first: its outputs are the
-  // reference) until the budget is spent; *best gets the fastest. False when some were left.
-  bool try_all(size_t k, const cpu::KernelInputs& in, CpuConfig* best, std::string* line) {
-    const Kernel& kern = plan_.kernels[k];
-    if (!kernels(kBlock)) return false;  // (the default's, loaded already: in memory)
-    Work w(in);
-    cpu::KernelInputs reference;
-    double best_ms = std::numeric_limits<double>::infinity();
-    for (const CpuConfig& c : cpu_candidates(*p_, k, o_.threads)) {
-      if (!reference.empty() && now_ms() - t0_ > o_.autotune_budget_ms) {
-        *line += " (the budget is spent)";
-        return false;
-      }
-      const std::shared_ptr<cpu::SharedObject>& so = kernels(c.block);
-      if (!so) continue;
-      const cpu::KernelFn fn = cpu::kernel_fn(*so, kern);
-      w.restore();
-      run(k, fn, c.threads, w);
-      if (reference.empty()) {
-        reference = w.bytes;
-      } else if (!same_outputs(kern, reference, w.bytes)) {
-        ++tally_.rejected;
-        *line += cat(" ", shown(c), ": rejected (outputs differ from the default's);");
-        continue;
-      }
-      double ms = std::numeric_limits<double>::infinity();
-      for (int r = 0; r < kRuns; ++r) ms = std::min(ms, timed(k, fn, c.threads, w));
-      ++tally_.candidates;
-      *line += cat(" ", shown(c), ": ", fixed(ms * 1000), " us;");
-      if (ms < best_ms) {
-        best_ms = ms;
-        *best = c;
-      }
-    }
-    if (!(*best == CpuConfig{}) && !confirmed(k, *best, w)) {
-      *line += cat(" ", shown(*best), " not confirmed against the default;");
-      *best = CpuConfig{};
-    }
-    return true;
-  }
-
-  bool confirmed(size_t k, const CpuConfig& c, Work& w) {
-    const cpu::KernelFn fns[2] = {cpu::kernel_fn(*kernels(kBlock), plan_.kernels[k]), cpu::kernel_fn(*kernels(c.block), plan_.kernels[k])};
-    double ms[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
-    for (int r = 0; r < kConfirmRuns; ++r)
-      for (int i = 0; i < 2; ++i) ms[i] = std::min(ms[i], timed(k, fns[i], i ? c.threads : 0, w));
-    return ms[1] < kMargin * ms[0];
-  }
-
-  double timed(size_t k, cpu::KernelFn fn, int threads, Work& w) {
-    const double t = now_ms();
-    run(k, fn, threads, w);
-    return now_ms() - t;
-  }
-
-  void run(size_t k, cpu::KernelFn fn, int threads, Work& w) {
-    const int64_t* P = plan_.params.empty() ? nullptr : plan_.params[k].data();
-    cpu::run_kernel(plan_.kernels[k], fn, const_cast<void**>(p_->fns().ptrs.data()), P, w.ptrs.data(), threads);
-  }
-
-  bool same_outputs(const Kernel& kern, const cpu::KernelInputs& want, const cpu::KernelInputs& got) const {
-    const bool single = std::any_of(kern.body.exprs.begin(), kern.body.exprs.end(), [](const Expr& e) {
-      return e.op == EOp::Load && (e.dtype == DType::f32 || e.dtype == DType::f16 || e.dtype == DType::bf16);
-    });
-    for (const Store& s : kern.stores) {
-      const DType dt = plan_.buffers[size_t(kern.buffers[size_t(s.buffer)])].dtype;
-      if (!same_values(dt, !kern.accs.empty(), single, want[size_t(s.buffer)], got[size_t(s.buffer)])) return false;
-    }
-    return true;
-  }
-
-  // The plan compiled with `block` (the kernel cache's, or compiled now); null when it fails.
+  CpuTuning(std::shared_ptr<cpu::Program> p, const Options& o) : p(std::move(p)), o(o) {}
+  // null (logged) when they do not compile
   const std::shared_ptr<cpu::SharedObject>& kernels(int64_t block) {
     auto it = sos_.find(block);
     if (it != sos_.end()) return it->second;
     std::shared_ptr<cpu::SharedObject>& so = sos_[block];
     try {
-      so = cpu_kernels(plan_, p_->fns(), block, o_);
+      so = cpu_kernels(p->plan(), p->fns(), block, o);
     } catch (const std::exception& e) {
-      log(cat(name_, ": the kernels with block ", block, " did not compile (", e.what(), ")"));
+      log(o, cat("the kernels with block ", block, " did not compile (", e.what(), ")"));
     }
     return so;
   }
+  const std::shared_ptr<cpu::Program> p;
+  const Options o;
 
-  bool install(size_t k, const CpuConfig& c) {
-    if (c == CpuConfig{}) return true;
-    const std::shared_ptr<cpu::SharedObject>& so = kernels(c.block);
+ private:
+  std::map<int64_t, std::shared_ptr<cpu::SharedObject>> sos_;  // by block
+};
+
+// Kernel k of a CPU program: its block sizes x thread splits, run on copies of its buffers.
+class CpuCandidates : public Candidates {
+ public:
+  CpuCandidates(CpuTuning& t, size_t k, const cpu::KernelInputs& in)
+      : t_(t), k_(k), kern_(t.p->plan().kernels[k]), configs_(cpu_candidates(*t.p, k, t.o.threads)), pristine_(in), bytes_(in) {
+    for (std::vector<char>& b : bytes_) ptrs_.push_back(b.data());
+  }
+  size_t size() const override { return in_range() ? configs_.size() : 0; }
+  std::string shown(size_t i) const override { return ::cr::jit::shown(configs_[i]); }
+  bool ready(size_t i) override { return t_.kernels(configs_[i].block) != nullptr; }
+  KernelBytes outputs(size_t i) override {
+    for (size_t b = 0; b < bytes_.size(); ++b) std::memcpy(bytes_[b].data(), pristine_[b].data(), bytes_[b].size());
+    run(i);
+    return bytes_;
+  }
+  double time_ms(size_t i) override {
+    const double t = autotune_now_ms();
+    run(i);
+    return autotune_now_ms() - t;
+  }
+  bool install(size_t i) override {
+    const std::shared_ptr<cpu::SharedObject>& so = t_.kernels(configs_[i].block);
     if (!so) return false;
-    p_->install(k, so, cpu::kernel_fn(*so, plan_.kernels[k]), c.threads);
+    t_.p->install(k_, so, cpu::kernel_fn(*so, kern_), configs_[i].threads);
     return true;
   }
 
-  void log(const std::string& text) const {
-    if (o_.log_autotune) log_line("autotune", text);
+ private:
+  bool in_range() const { return pristine_.size() == kern_.buffers.size(); }
+  void run(size_t i) {
+    const Plan& plan = t_.p->plan();
+    const int64_t* P = plan.params.empty() ? nullptr : plan.params[k_].data();
+    const cpu::KernelFn fn = cpu::kernel_fn(*t_.kernels(configs_[i].block), kern_);
+    cpu::run_kernel(kern_, fn, const_cast<void**>(t_.p->fns().ptrs.data()), P, ptrs_.data(), configs_[i].threads);
   }
-
-  std::string name_;
-  std::shared_ptr<cpu::Program> p_;
-  const Plan& plan_;
-  Options o_;
-  double t0_;
-  std::map<int64_t, std::shared_ptr<cpu::SharedObject>> sos_;  // by block
-  AutotuneStats tally_;
+  CpuTuning& t_;
+  const size_t k_;
+  const Kernel& kern_;
+  const std::vector<CpuConfig> configs_;
+  const cpu::KernelInputs& pristine_;
+  cpu::KernelInputs bytes_;
+  std::vector<void*> ptrs_;
 };
 
 }  // namespace
+
+int size_class(const Kernel& k) {
+  uint64_t n = 1;
+  for (int64_t s : k.sizes) n *= uint64_t(s);
+  return std::bit_width(n);
+}
 
 std::vector<CpuConfig> cpu_candidates(const cpu::Program& p, size_t k, int threads) {
   const Kernel& kern = p.plan().kernels[k];
@@ -279,22 +243,64 @@ void autotune_cpu(const std::shared_ptr<graph::Graph>& g, const std::shared_ptr<
     submit_background({wg, std::make_shared<graph::NativeSlot>(), o.owner, [wp, inputs, o](const std::shared_ptr<graph::Graph>& live) {
                          std::shared_ptr<cpu::Program> p = wp.lock();
                          if (!p) return;
-                         Tuning t(live->name, p, o);
-                         for (size_t k = 0; k < inputs->size(); ++k) t.kernel(k, (*inputs)[k]);
-                         t.finish();
+                         const double t0 = autotune_now_ms();
+                         AutotuneStats tally;
+                         CpuTuning t(p, o);
+                         for (size_t k = 0; k < inputs->size(); ++k) {
+                           CpuCandidates c(t, k, (*inputs)[k]);
+                           tune_kernel(live->name, p->plan(), k, c, choice_key(p->plan(), p->fns(), k, o.threads), o, t0, tally);
+                         }
+                         finish_tuning(live->name, tally, t0, o);
                        }});
   });
 }
 
-void autotune_cuda_untuned() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    log_line("autotune", "CUDA graphs are not tuned yet: they run the heuristic's launch configurations");
-  });
+void tune_kernel(const std::string& name, const Plan& plan, size_t k, Candidates& c, const std::string& key, const Options& o,
+                 double t0, AutotuneStats& tally) {
+  if (c.size() < 2) return;  // (nothing to choose: a template's, or a launch not copied)
+  const Kernel& kern = plan.kernels[k];
+  const bool disk = !o.cache_dir.empty() && o.cache_dir != "0";
+  const std::string file = disk ? cat(o.cache_dir, "/", key, ".tune") : "";
+  if (const int64_t i = disk ? read_choice(file, c) : -1; i >= 0) {
+    if (i > 0 && (!c.ready(size_t(i)) || !c.install(size_t(i)))) return;
+    ++tally.cached;
+    log(o, cat(name, " ", kern.name, ": ", c.shown(size_t(i)), " (from the cache)"));
+    return;
+  }
+  std::string line;
+  bool complete = false;
+  size_t best = try_all(plan, kern, c, o, t0, tally, &line, &complete);
+  ++tally.kernels;
+  if (best > 0 && !confirmed(c, best)) {
+    line += cat(" ", c.shown(best), " not confirmed against the default;");
+    best = 0;
+  }
+  if (best > 0 && !c.install(best)) return;
+  log(o, cat(name, " ", kern.name, ":", line, " winner ", c.shown(best)));
+  if (disk && complete) publish_file(file, c.shown(best) + "\n");  // (read_choice)
+}
+
+void finish_tuning(const std::string& name, AutotuneStats tally, double t0, const Options& o) {
+  tally.ms = autotune_now_ms() - t0;
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    ++totals.graphs;
+    totals.kernels += tally.kernels;
+    totals.candidates += tally.candidates;
+    totals.cached += tally.cached;
+    totals.rejected += tally.rejected;
+    totals.ms += tally.ms;
+  }
+  log(o, cat(name, ": ", tally.kernels, " kernels tuned (", tally.candidates, " candidates timed, ", tally.rejected,
+             " rejected), ", tally.cached, " from the cache, in ", fixed(tally.ms), " ms"));
+}
+
+double autotune_now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 void autotune_program(const std::shared_ptr<graph::Graph>& g, const std::shared_ptr<const graph::Executable>& exe, const Options& o) {
-  if (!o.device.is_cpu()) return autotune_cuda_untuned();
+  if (!o.device.is_cpu()) return autotune_cuda(g, exe, o);
   autotune_cpu(g, std::const_pointer_cast<cpu::Program>(std::static_pointer_cast<const cpu::Program>(exe)), o);
 }
 

@@ -42,6 +42,8 @@ int64_t buffer_extent(const Buffer& b) {
   return hi + 1;
 }
 
+size_t slot_bytes(const Buffer& b) { return size_t(buffer_extent(b)) * dtype_size(b.dtype); }
+
 void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* numbers) const {
   const LoopGraph& lg = plan_.lg;
   const graph::Graph& g = *lg.g;

@@ -3,12 +3,62 @@
 // buffers allocated on the plan's device as the plan says and temporaries released after their
 // last reader.
 #pragma once
+#include <atomic>
+#include <functional>
+#include <mutex>
+
 #include "jit/fusion/schedule.hpp"
 
 namespace cr::jit {
 
 // The elements of its storage that buffer b spans (from element 0).
 int64_t buffer_extent(const Buffer& b);
+
+// The bytes of buffer b a launch may touch (the check word, the run's values and numbers are
+// buffers of int64 words).
+size_t slot_bytes(const Buffer& b);
+
+// Autotuning's copies of what each kernel of one run got (jit/autotune.hpp): armed, then every
+// kernel's launch adds its copies; the launch that completes them hands them all on.
+template <class Copies>
+class LaunchCapture {
+ public:
+  using Take = std::function<void(std::vector<Copies>)>;
+  void arm(size_t kernels, Take take) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    take_ = std::move(take);
+    got_.assign(kernels, {});
+    have_.assign(kernels, 0);
+    on_ = true;
+  }
+  bool on() const { return on_; }
+  // Kernel k's copies, made by copy() unless the run has them; on the launching thread, before
+  // the launch (take() should only hand the copies on).
+  template <class F>
+  void add(size_t k, F copy) {
+    Take take;
+    std::vector<Copies> all;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!on_ || have_[k]) return;
+      got_[k] = copy();
+      have_[k] = 1;
+      for (char h : have_)
+        if (!h) return;
+      on_ = false;
+      all = std::move(got_);
+      take = std::move(take_);
+    }
+    take(std::move(all));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::atomic<bool> on_{false};
+  std::vector<Copies> got_;
+  std::vector<char> have_;
+  Take take_;
+};
 
 class PlanProgram : public graph::Executable {
  public:

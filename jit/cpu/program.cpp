@@ -52,41 +52,19 @@ void Program::install(size_t k, std::shared_ptr<SharedObject> so, KernelFn fn, i
   threads_[k] = threads;
 }
 
-void Program::capture_inputs(std::function<void(std::vector<KernelInputs>)> take) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  take_ = std::move(take);
-  captured_.assign(plan_.kernels.size(), {});
-  capturing_ = true;
-}
-
-// The bytes of kernel k's slots: a buffer's extent, the check word, the run's values or numbers.
-void Program::capture(size_t k, void** bufs) const {
-  std::function<void(std::vector<KernelInputs>)> take;
-  std::vector<KernelInputs> all;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!capturing_ || !captured_[k].empty()) return;
-    const Kernel& kern = plan_.kernels[k];
-    for (size_t i = 0; i < kern.buffers.size(); ++i) {
-      const Buffer& b = plan_.buffers[size_t(kern.buffers[i])];
-      const size_t n = b.check     ? size_t(kCheckWords) * 8
-                       : b.runtime ? plan_.lg.draws.size() * 16
-                       : b.numbers ? plan_.lg.numbers.size() * 8
-                                   : size_t(buffer_extent(b)) * dtype_size(b.dtype);
-      const char* p = static_cast<const char*>(bufs[i]);
-      captured_[k].emplace_back(p, p + n);
-    }
-    for (const KernelInputs& c : captured_)
-      if (c.empty() && !plan_.kernels[size_t(&c - captured_.data())].buffers.empty()) return;
-    capturing_ = false;
-    all = std::move(captured_);
-    take = std::move(take_);
-  }
-  take(std::move(all));
-}
+void Program::capture_inputs(std::function<void(std::vector<KernelInputs>)> take) { capture_.arm(plan_.kernels.size(), std::move(take)); }
 
 void Program::launch(size_t k, void** bufs) const {
-  if (capturing_) capture(k, bufs);
+  if (capture_.on())
+    capture_.add(k, [&] {
+      KernelInputs in;
+      const Kernel& kern = plan_.kernels[k];
+      for (size_t i = 0; i < kern.buffers.size(); ++i) {
+        const char* p = static_cast<const char*>(bufs[i]);
+        in.emplace_back(p, p + slot_bytes(plan_.buffers[size_t(kern.buffers[i])]));
+      }
+      return in;
+    });
   const int64_t* P = plan_.params.empty() ? nullptr : plan_.params[k].data();
   run_kernel(plan_.kernels[k], kernels_[k], const_cast<void**>(fns_.ptrs.data()), P, bufs, threads_[k]);
 }

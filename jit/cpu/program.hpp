@@ -42,15 +42,12 @@ class Program : public PlanProgram {
 
  private:
   void launch(size_t k, void** bufs) const override;
-  void capture(size_t k, void** bufs) const;
   FnTable fns_;
   std::vector<std::shared_ptr<SharedObject>> sos_;  // the plan's, then those of installed kernels
   std::unique_ptr<std::atomic<KernelFn>[]> kernels_;
   std::unique_ptr<std::atomic<int>[]> threads_;
-  mutable std::mutex mutex_;  // sos_ and the capture
-  mutable std::atomic<bool> capturing_{false};
-  mutable std::vector<KernelInputs> captured_;
-  mutable std::function<void(std::vector<KernelInputs>)> take_;
+  std::mutex mutex_;  // sos_
+  mutable LaunchCapture<KernelInputs> capture_;
 };
 
 }  // namespace cr::jit::cpu

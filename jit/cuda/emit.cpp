@@ -152,9 +152,9 @@ constexpr int64_t kMaxArgBytes = 4096;
 
 // Kernel i of the plan, from its template when it has one (launched on its own sizes).
 std::string kernel_text(size_t i, const Plan& plan, const Target& t, const KernelConfig& config, CudaKernel& c,
-                        std::map<std::string, std::string>& fns) {
+                        std::map<std::string, std::string>& fns, const std::string& suffix = "") {
   const Kernel& k = plan.code(i);
-  c.name = k.name;
+  c.name = k.name + suffix;
   c.params = params_of(k, plan);
   c.size_params = int(param_count(k));
   int64_t words = 0;
@@ -171,20 +171,17 @@ std::string kernel_text(size_t i, const Plan& plan, const Target& t, const Kerne
   return cat(head(k, c, w.dynamic), signature(c), " {\n  typedef ", c.index32 ? "int" : "int64_t", " idx_t;\n", body.text, "}\n");
 }
 
-}  // namespace
-
-ScheduleTarget schedule_target(int threads) { return {threads, 512}; }
-
-CudaModule emit_plan(const Plan& plan, const Target& target, const std::vector<KernelConfig>& configs) {
-  static const KernelConfig heuristic;
+// The module of kernels[j] = kernel i_of(j) of the plan in config_of(j), named with suffix_of(j).
+template <class I, class C, class S>
+CudaModule module_of(const Plan& plan, const Target& target, size_t n, I i_of, C config_of, S suffix_of) {
   CudaModule m;
   m.arch = target.arch;
   std::map<std::string, std::string> fns;
   std::string kernels;
-  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+  for (size_t j = 0; j < n; ++j) {
     CudaKernel c;
     kernels += '\n';
-    kernels += kernel_text(i, plan, target, i < configs.size() ? configs[i] : heuristic, c, fns);
+    kernels += kernel_text(i_of(j), plan, target, config_of(j), c, fns, suffix_of(j));
     m.kernels.push_back(std::move(c));
   }
   m.source = cr::cuda::prelude();
@@ -195,6 +192,23 @@ CudaModule emit_plan(const Plan& plan, const Target& target, const std::vector<K
   }
   m.source += kernels;
   return m;
+}
+
+}  // namespace
+
+ScheduleTarget schedule_target(int threads) { return {threads, 512}; }
+
+CudaModule emit_plan(const Plan& plan, const Target& target, const std::vector<KernelConfig>& configs) {
+  static const KernelConfig heuristic;
+  return module_of(
+      plan, target, plan.kernels.size(), [](size_t j) { return j; },
+      [&](size_t j) -> const KernelConfig& { return j < configs.size() ? configs[j] : heuristic; }, [](size_t) { return std::string(); });
+}
+
+CudaModule emit_candidates(const Plan& plan, size_t k, const Target& target, const std::vector<KernelConfig>& configs) {
+  return module_of(
+      plan, target, configs.size(), [k](size_t) { return k; }, [&](size_t j) -> const KernelConfig& { return configs[j]; },
+      [](size_t j) { return cat("_t", j); });
 }
 
 std::string config_name(const KernelConfig& c) {

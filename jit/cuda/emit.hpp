@@ -94,6 +94,10 @@ ScheduleTarget schedule_target(int threads);
 // cr::Error for what it cannot emit yet.
 CudaModule emit_plan(const Plan& plan, const Target& target = {}, const std::vector<KernelConfig>& configs = {});
 
+// One module of kernel k of the plan in each of `configs`: its kernel j is k in configs[j], named
+// `<name>_t<j>` (autotuning compiles a kernel's candidates with one NVRTC call).
+CudaModule emit_candidates(const Plan& plan, size_t k, const Target& target, const std::vector<KernelConfig>& configs);
+
 // The configurations autotuning tries for a kernel that emit_plan emitted with the heuristic
 // (`c`), the heuristic's first: block size, waves and vector width of pointwise kernels; the team
 // (one thread, a warp, or a block per row: the split of a row's reduction) and rows per block

@@ -111,3 +111,31 @@ TEST_CASE("autotune cuda: every candidate compiles with its launch shape, and ru
     }
   }
 }
+
+TEST_CASE("autotune cuda: a kernel's candidates compile as one module, each with its own launch shape", "[autotune][cuda]") {
+  if (!available(cr::cuda::nvrtc_available, "NVRTC unavailable: the CUDA candidates are not compiled")) return;
+  for (const Case& c : cases()) {
+    Context ctx;
+    Builder B{ctx};
+    c.build(B);
+    const Plan plan = schedule(lower(B.g), jc::schedule_target(2));
+    const jc::CudaModule base = jc::emit_plan(plan, jc::Target{});
+    for (size_t k = 0; k < plan.kernels.size(); ++k) {
+      const std::vector<jc::KernelConfig> space = jc::candidates(base.kernels[k]);
+      const jc::CudaModule all = jc::emit_candidates(plan, k, jc::Target{}, space);
+      REQUIRE(all.kernels.size() == space.size());
+      for (size_t j = 0; j < space.size(); ++j) {
+        INFO(c.name << " kernel " << k << ": " << jc::config_name(space[j]));
+        std::vector<jc::KernelConfig> configs(plan.kernels.size());
+        configs[k] = space[j];
+        const jc::CudaModule one = jc::emit_plan(plan, jc::Target{}, configs);
+        const jc::CudaKernel& alone = one.kernels[k];
+        CHECK(all.kernels[j].name == cat(alone.name, "_t", j));
+        CHECK((all.kernels[j].grid == alone.grid && all.kernels[j].block == alone.block && all.kernels[j].form == alone.form));
+      }
+      CHECK(base.kernels[k].grid == all.kernels[0].grid);  // (candidate 0: the heuristic)
+      const std::string cubin = cr::cuda::compile_cubin(all.source, cat(c.name, "_candidates.cu"), all.arch);
+      REQUIRE(cubin.compare(0, 4, "\x7f" "ELF") == 0);
+    }
+  }
+}

@@ -1,6 +1,8 @@
 -- mode = "max-autotune" and T.config.autotune (jit/autotune.hpp): every candidate configuration
 -- of a kernel gives the default's results, choices are cached on disk (a second process times
 -- nothing; a changed kernel or thread count tunes again), CRESCENT_LOGS=autotune reports them.
+-- On CUDA (specs that skip without a GPU): the candidates are timed on the device, the winners
+-- give the default's results, and a second process takes the choices from the cache.
 -- That tuning never runs in the foreground is tests/cpp/test_autotune.cpp's.
 local T = require "crescent"
 local S = expect
@@ -114,8 +116,10 @@ local function child(dir, c, threads)
     print(s.autotune_candidates, s.autotune_cached)
   ]]):format(threads, dir, c)
 end
-local function run_child(dir, c, threads)
-  local out, err, status = S.crescent({}, { script = child(dir, c, threads), env = "CRESCENT_LOGS=autotune" })
+local function run_child(dir, c, threads, device)
+  local script = child(dir, c, threads)
+  if device then script = script:gsub("local x = T.randn%(16, 2500%)", ("local x = T.randn(16, 2500):to(%q)"):format(device), 1) end
+  local out, err, status = S.crescent({}, { script = script, env = "CRESCENT_LOGS=autotune" })
   S.eq(status, 0, err)
   local timed, cached = out:match("^(%d+)%s+(%d+)")
   return tonumber(timed), tonumber(cached), err
@@ -137,6 +141,52 @@ describe("max-autotune on the CPU: the choice cache", function()
       S.truthy(timed > 0, "a changed kernel is tuned again")
       timed = run_child(dir, "1.5", 1)
       S.truthy(timed > 0, "another thread count (the device's configuration) is tuned again")
+    end)
+  end)
+end)
+
+describe("max-autotune on CUDA", function()
+  for _, case in ipairs(KERNELS) do
+    local name, fn, shape, reduced = case[1], case[2], case[3], case[4]
+    S.it(name .. ": the candidates are timed on the device, the winner gives the default's results", function()
+      S.need_gpu()
+      with_tuning(function()
+        local x = T.randn(unpack(shape)):cuda()
+        local d = T.compile(fn, { hot = 0 })
+        d(x)
+        local default = d(x)
+        local before = T.compiler.stats()
+        local f = T.compile(fn, { hot = 0, mode = "max-autotune" })
+        f(x)
+        local first = f(x)  -- the default kernels, while the tuning job is queued
+        T.compiler.wait()
+        local dl = delta(before, T.compiler.stats())
+        S.eq(dl.autotune_graphs, 1, "one tuning job")
+        S.truthy(dl.autotune_kernels >= 1, "kernels tuned")
+        S.truthy(dl.autotune_candidates >= 10 * dl.autotune_kernels, ("candidates timed: %d"):format(dl.autotune_candidates))
+        S.eq(dl.autotune_rejected, 0, "candidates whose outputs were not the default's")
+        for _ = 1, 2 do
+          for _, got in ipairs({ first, f(x) }) do
+            if reduced then S.close(got:cpu(), default:cpu(), 1e-4, 1e-5)
+            else S.eq((got - default):abs():max():item(), 0, "pointwise kernels are bit for bit") end
+          end
+        end
+      end)
+    end)
+  end
+  S.it("the choice cache survives a restart; a changed kernel tunes again", function()
+    S.need_gpu()
+    S.need_bin()
+    SH.with_dir(function(dir)
+      local timed, cached, log = run_child(dir, "1.5", 2, "cuda")
+      S.truthy(timed > 0 and cached == 0, ("first process: %s timed, %s cached"):format(timed, cached))
+      S.truthy(log:find("winner", 1, true), log)
+      timed, cached, log = run_child(dir, "1.5", 2, "cuda")
+      S.eq(timed, 0, "the second process times nothing")
+      S.truthy(cached > 0, "it takes the choices from the cache")
+      S.truthy(log:find("from the cache", 1, true), log)
+      timed = run_child(dir, "2.5", 2, "cuda")
+      S.truthy(timed > 0, "a changed kernel is tuned again")
     end)
   end)
 end)

@@ -56,24 +56,34 @@ __forceinline__ void accumulate(A (&acc)[MT][kRows], const uint4 (&raw)[kRows], 
   }
 }
 
-// The k slice of this warp over one x tile: chunks wk * 32 + lane + i * 32 * ks, kU of them
-// loaded (for every row) before any is used.
+// Chunks c0 + u * stride (u < kU) of rows row0 .. row0 + kRows (zeros past cn and n).
+template <int kRows, int kU>
+__forceinline__ void load_chunks(uint4 (&raw)[kU][kRows], const uint4* q, long long row0, long long n,
+                                 long long chunks, int cn, int c0, int stride) {
+#pragma unroll
+  for (int u = 0; u < kU; ++u)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int c = c0 + u * stride;
+      raw[u][r] = c < cn && row0 + r < n ? __ldg(q + (row0 + r) * chunks + c) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// The k slice of this warp over one x tile: chunks first + i * stride, kU of them loaded (for
+// every row) before any is used; `have`: raw already holds the first batch (loaded before x's
+// staging, so that the two latencies overlap).
 template <int MT, int kRows, int kU>
-__forceinline__ void tile_sums(A (&acc)[MT][kRows], const uint4* q, const A* xs, long long row0, long long n,
-                               long long chunks, int cn, int ct, int first, int stride) {
+__forceinline__ void tile_sums(A (&acc)[MT][kRows], uint4 (&raw)[kU][kRows], bool& have, const uint4* q,
+                               const A* xs, long long row0, long long n, long long chunks, int cn, int ct, int first,
+                               int stride) {
   for (int c0 = first; c0 < cn; c0 += kU * stride) {
-    uint4 raw[kU][kRows];
-#pragma unroll
-    for (int u = 0; u < kU; ++u)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int c = c0 + u * stride;
-        raw[u][r] = c < cn && row0 + r < n ? __ldg(q + (row0 + r) * chunks + c) : make_uint4(0, 0, 0, 0);
-      }
+    if (!have) load_chunks<kRows, kU>(raw, q, row0, n, chunks, cn, c0, stride);
+    have = false;
 #pragma unroll
     for (int u = 0; u < kU; ++u)
       if (c0 + u * stride < cn) accumulate<MT, kRows>(acc, raw[u], xs, c0 + u * stride, ct);
   }
+  have = false;
 }
 
 // Every lane of the group's row warps (slice 0) gets the full sums: the ks slices' warp sums
@@ -115,7 +125,12 @@ __forceinline__ void gemv(const T* x, const uint4* q, const S* scales, const T* 
   const long long chunks = kp / 16, group = (long long)(kWarps / ks) * kRows;
   const int ct = kt / 16;
   const bool one_tile = kt >= kp;
-  if (one_tile) {
+  uint4 raw[kU][kRows];
+  bool have = false;
+  if (one_tile) {  // (the first row group's first loads go out before x's)
+    const long long first_row = (long long)blockIdx.x * group + (long long)wr * kRows;
+    load_chunks<kRows, kU>(raw, q, first_row, n, chunks, int(chunks), wk * 32 + lane, 32 * ks);
+    have = true;
     stage_x<MT>(xs, x, m, k, 0, kt, ct);
     __syncthreads();
   }
@@ -133,7 +148,7 @@ __forceinline__ void gemv(const T* x, const uint4* q, const S* scales, const T* 
         __syncthreads();
       }
       const int cn = int((kp - k0) / 16 < ct ? (kp - k0) / 16 : ct);
-      tile_sums<MT, kRows, kU>(acc, q + k0 / 16, xs, row0, n, chunks, cn, ct, wk * 32 + lane, 32 * ks);
+      tile_sums<MT, kRows, kU>(acc, raw, have, q + k0 / 16, xs, row0, n, chunks, cn, ct, wk * 32 + lane, 32 * ks);
     }
     fold_slices<MT, kRows>(acc, part, ks, wr, wk, lane);
     if (wk != 0) continue;

@@ -33,9 +33,10 @@ end
 T.manual_seed(0)
 for _, sh in ipairs(shapes) do
   local name, k, n = sh[1], sh[2], sh[3]
-  local w = T.randn(n, k):cuda() * 0.02
-  local q, s = T._int8_quantize(w)
-  local wt = w:t()
+  local w = T.randn(n, k) * 0.02
+  local q, s = T._int8_quantize(w)  -- (on the host, as nn.quantize_int8)
+  q, s = q:cuda(), s:cuda()
+  local wt = w:cuda():t()
   local qbytes = n * math.ceil(k / 16) * 16 + 4 * n
   for _, m in ipairs(rows_list) do
     local x = T.randn(m, k):cuda()

@@ -130,7 +130,7 @@ TEST_CASE("cuda: the int8 weight-only product kernels compile to CUBIN for every
       const std::string src = cr::cuda::int8_mm_source(d, s);
       if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP"))
         std::ofstream(cat(dir, "/int8_mm_", cr::dtype_name(d), "_", cr::dtype_name(s), ".cu")) << src;
-      CHECK(cr::cuda::compile_cubin(src, "int8_mm", "sm_90").compare(0, 4, "\x7f" "ELF") == 0);
+      CHECK(compiles_clean(src, "int8_mm"));
     }
 }
 

@@ -46,9 +46,9 @@ local function within(got, want, bound, tol, what)
   end
 end
 
--- the reference of _int8_weight_mm in float64 and its bound
-local function reference(x, q, s, b, k)
-  local w = dequantised(q, s, k)
+-- the reference of _int8_weight_mm in float64 and its bound (w: the dequantised weight, when made)
+local function reference(x, q, s, b, k, w)
+  w = w or dequantised(q, s, k)
   local xd = x:double()
   local want = T.matmul(xd, w:t())
   local bound = T.matmul(xd:abs(), w:abs():t())
@@ -168,6 +168,28 @@ describe("int8 weight-only products on CUDA", function()
       end
     end
     expect.eq(T.cuda.stats().host_ops, h, "host ops (the products ran on the device)")
+  end)
+
+  it("the GEMV gives the reference's values for every row count 1..16, odd n and k, with and without bias", function()
+    expect.need_gpu()
+    T.manual_seed(6)
+    -- k 37: one chunk per row; 769: 16 rows need two tiles of x; 2100 over 301 rows: k split
+    -- across a block's warps (few row groups)
+    for _, k in ipairs { 37, 769, 2100 } do
+      local q, s = T._int8_quantize(T.randn(301, k))
+      local b = T.randn(301)
+      local dq, ds, w = q:cuda(), s:cuda(), dequantised(q, s, k)
+      for m = 1, 16 do
+        for _, dt in ipairs((m == 1 or m == 5 or m == 16) and { "float32", "float64", "bfloat16", "float16" } or { "float32" }) do
+          local x = T.randn(m, k):to(dt)
+          for _, bias in ipairs { b:to(dt), false } do
+            local what = ("k %d %s rows %d bias %s"):format(k, dt, m, tostring(bias ~= false))
+            local want, bound = reference(x, q, s, bias or nil, k, w)
+            within(T._int8_weight_mm(x:cuda(), dq, ds, bias and bias:cuda() or nil):cpu(), want, bound, TOL[dt], what)
+          end
+        end
+      end
+    end
   end)
 
   it("runs inside a compiled function replayed as one CUDA graph (reduce-overhead)", function()

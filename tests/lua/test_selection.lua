@@ -191,6 +191,11 @@ do
     "torch.unique(x, dim=0, return_inverse=True)[1] + 1", { x = xd })
   case("unique_dim2_counts", function() return select(2, T.unique(xd:t(), { dim = 2, return_counts = true })) end,
     "torch.unique(x.t(), dim=1, return_counts=True)[1]", { x = xd })
+  -- (more columns than one round of pairs: the ranks of column pairs combine three times)
+  local xw = T.randint(0, 2, { 40, 7 }):double():mul(0.5)
+  case("unique_dim_7_cols", function() return T.unique(xw, { dim = 1 }) end, "torch.unique(x, dim=0)", { x = xw })
+  case("unique_dim_7_cols_inv", function() return select(2, T.unique(xw, { dim = 1, return_inverse = true })) end,
+    "torch.unique(x, dim=0, return_inverse=True)[1] + 1", { x = xw })
 end
 
 -- ---- linear algebra, reductions, runs ----------------------------------------------------------------

@@ -1,0 +1,122 @@
+// A stable LSD radix sort of one long line for the CPU sort (vm/ops/sorting.cpp): 8-bit digits of
+// an unsigned key whose order is sort's, passes whose digit is the same for every value skipped.
+// Each pass counts and moves contiguous pieces of the line in order, so the result (the stable
+// order, unique) is the same on any number of threads.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "vm/alloc.hpp"
+#include "vm/dtype.hpp"
+#include "vm/threads.hpp"
+
+namespace cr {
+
+// The key of a value of compute type C: NaN above every number (one key for all NaN), -0 equal
+// to +0, descending the complement (NaN first). decode inverts it but for zeros and NaN (exact()
+// false: their sign and payload are read from the input).
+template <class C> struct RadixKey {
+  using U = std::conditional_t<sizeof(C) <= 4, uint32_t, uint64_t>;
+  static constexpr U kTop = U(1) << (sizeof(U) * 8 - 1);
+  bool descending;
+  U encode(C v) const { return descending ? ~plain(v) : plain(v); }
+  static U plain(C v) {
+    if constexpr (std::is_floating_point_v<C>) {
+      if (std::isnan(v)) return ~U(0);
+      if (v == 0) v = 0;
+      U b;
+      std::memcpy(&b, &v, sizeof b);
+      return b & kTop ? ~b : b | kTop;
+    } else if constexpr (std::is_same_v<C, bool> || std::is_unsigned_v<C>) {
+      return U(v);
+    } else {
+      return U(std::make_signed_t<U>(v)) ^ kTop;
+    }
+  }
+  C decode(U k) const {
+    if (descending) k = ~k;
+    if constexpr (std::is_floating_point_v<C>) {
+      const U b = k & kTop ? k ^ kTop : ~k;
+      C v;
+      std::memcpy(&v, &b, sizeof v);
+      return v;
+    } else if constexpr (std::is_same_v<C, bool>) {
+      return k != 0;
+    } else if constexpr (std::is_unsigned_v<C>) {
+      return C(k);
+    } else {
+      return C(std::make_signed_t<U>(k ^ kTop));
+    }
+  }
+  static bool exact(C v) {
+    if constexpr (std::is_floating_point_v<C>) return v != 0 && !std::isnan(v);
+    else return true;
+  }
+};
+
+// Sorts the n values src[i * ss] stably in sort's order: the values to vals[i * vs], their 1-based
+// positions to idx[i * is]. parts: pieces the passes run in over the pool (1: serially here).
+// Lines of 2^32 or more elements are not taken (false).
+template <class T> bool radix_sort_line(const T* src, int64_t ss, int64_t n, bool descending, T* vals, int64_t vs,
+                                        int64_t* idx, int64_t is, int64_t parts) {
+  using C = compute_t<T>;
+  using K = RadixKey<C>;
+  using U = typename K::U;
+  if (n >= (int64_t(1) << 32)) return false;
+  const K key{descending};
+  Scratch<U> ka{size_t(n)}, kb{size_t(n)};
+  Scratch<uint32_t> pa{size_t(n)}, pb{size_t(n)};
+  auto lo = [&](int64_t p) { return n * p / parts; };
+  auto each_part = [&](auto&& fn) {
+    parallel_for(parts, 1, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) fn(p, lo(p), lo(p + 1));
+    });
+  };
+  each_part([&](int64_t, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) ka.p[i] = key.encode(C(load(src[i * ss]))), pa.p[i] = uint32_t(i);
+  });
+  U *k0 = ka.p, *k1 = kb.p;
+  uint32_t *q0 = pa.p, *q1 = pb.p;
+  std::vector<int64_t> at(size_t(parts) * 256);  // a part's next slot of each digit
+  for (int shift = 0; shift < int(sizeof(U) * 8); shift += 8) {
+    std::fill(at.begin(), at.end(), 0);
+    each_part([&](int64_t p, int64_t i0, int64_t i1) {
+      int64_t* c = &at[size_t(p) * 256];
+      for (int64_t i = i0; i < i1; ++i) ++c[k0[i] >> shift & 255];
+    });
+    int64_t run = 0;
+    bool one_digit = false;
+    for (int d = 0; d < 256; ++d) {
+      int64_t all = 0;
+      for (int64_t p = 0; p < parts; ++p) all += at[size_t(p * 256 + d)];
+      one_digit |= all == n;
+      for (int64_t p = 0; p < parts; ++p) {
+        const int64_t c = at[size_t(p * 256 + d)];
+        at[size_t(p * 256 + d)] = run;
+        run += c;
+      }
+    }
+    if (one_digit) continue;  // (the pass would move nothing)
+    each_part([&](int64_t p, int64_t i0, int64_t i1) {
+      int64_t* o = &at[size_t(p) * 256];
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t j = o[k0[i] >> shift & 255]++;
+        k1[j] = k0[i], q1[j] = q0[i];
+      }
+    });
+    std::swap(k0, k1), std::swap(q0, q1);
+  }
+  each_part([&](int64_t, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const C v = key.decode(k0[i]);
+      store(vals[i * vs], K::exact(v) ? v : C(load(src[int64_t(q0[i]) * ss])));
+      idx[i * is] = int64_t(q0[i]) + 1;
+    }
+  });
+  return true;
+}
+
+}  // namespace cr

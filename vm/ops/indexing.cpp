@@ -4,6 +4,7 @@
 // runs, and converted to 0-based offsets inside the kernel. index_select and embedding are
 // gathers with an index broadcast along the other dims, so all three share one kernel.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -31,8 +32,16 @@ void check_device(const Tensor& a, const Tensor& b) {
 }
 
 // Every value of idx (contiguous int64) must be a 1-based position in 1..n.
+// (A branch-free pass over the pool first; the serial loop only names the first bad value.)
 void check_range(const Tensor& idx, int64_t n, const std::string& what) {
   const int64_t* p = idx.data<int64_t>();
+  std::atomic<bool> bad{false};
+  parallel_for(idx.numel(), 4 * kParallelGrain, [&](int64_t i0, int64_t i1) {
+    bool in = true;
+    for (int64_t i = i0; i < i1; ++i) in &= uint64_t(p[i]) - 1 < uint64_t(n);
+    if (!in) bad = true;
+  });
+  if (!bad) return;
   for (int64_t i = 0, e = idx.numel(); i < e; ++i) {
     if (p[i] >= 1 && p[i] <= n) continue;
     if (n == 0) fail(cat("index ", p[i], " is out of range for ", what, ", which is empty (no index is valid)"));
@@ -245,8 +254,7 @@ template <class T> struct Line {
 // over the pool: cut into pieces, each summed into a zeroed target of its own (in parallel), then
 // the pieces added into out in order. Their number follows the line's length, never the threads,
 // so the result is the same on any number of threads: the serial sum's up to float rounding,
-// exact for integers and bool. (Larger targets add serially: extra targets of their size, or
-// each thread walking the whole line for its rows, measured slower on 2 cores.)
+// exact for integers and bool. (Larger targets go by buckets of rows: scatter_by_rows.)
 template <class T> void scatter_one_line(const Tensor& out, const Scatter& s, const Line<T>& line, int64_t K, int64_t J) {
   const int64_t target = out.size(s.d) * J;
   const int64_t pieces = std::clamp<int64_t>(K * J / kParallelGrain, 2, 16);

@@ -75,31 +75,36 @@ template <class T> bool radix_sort_line(const T* src, int64_t ss, int64_t n, boo
       for (int64_t p = b; p < e; ++p) fn(p, lo(p), lo(p + 1));
     });
   };
-  each_part([&](int64_t, int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) ka.p[i] = key.encode(C(load(src[i * ss]))), pa.p[i] = uint32_t(i);
+  std::vector<U> any(size_t(parts), 0), all(size_t(parts), ~U(0));  // bits set in some / every key
+  each_part([&](int64_t p, int64_t i0, int64_t i1) {
+    U o = 0, a = ~U(0);
+    for (int64_t i = i0; i < i1; ++i) {
+      const U k = key.encode(C(load(src[i * ss])));
+      ka.p[i] = k, pa.p[i] = uint32_t(i), o |= k, a &= k;
+    }
+    any[size_t(p)] = o, all[size_t(p)] = a;
   });
+  U some = 0, every = ~U(0);
+  for (int64_t p = 0; p < parts; ++p) some |= any[size_t(p)], every &= all[size_t(p)];
+  const U varies = some ^ every;  // the bits that differ between keys: a digit without any is one for all
   U *k0 = ka.p, *k1 = kb.p;
   uint32_t *q0 = pa.p, *q1 = pb.p;
   std::vector<int64_t> at(size_t(parts) * 256);  // a part's next slot of each digit
   for (int shift = 0; shift < int(sizeof(U) * 8); shift += 8) {
+    if ((varies >> shift & 255) == 0) continue;
     std::fill(at.begin(), at.end(), 0);
     each_part([&](int64_t p, int64_t i0, int64_t i1) {
       int64_t* c = &at[size_t(p) * 256];
       for (int64_t i = i0; i < i1; ++i) ++c[k0[i] >> shift & 255];
     });
     int64_t run = 0;
-    bool one_digit = false;
     for (int d = 0; d < 256; ++d) {
-      int64_t all = 0;
-      for (int64_t p = 0; p < parts; ++p) all += at[size_t(p * 256 + d)];
-      one_digit |= all == n;
       for (int64_t p = 0; p < parts; ++p) {
         const int64_t c = at[size_t(p * 256 + d)];
         at[size_t(p * 256 + d)] = run;
         run += c;
       }
     }
-    if (one_digit) continue;  // (the pass would move nothing)
     each_part([&](int64_t p, int64_t i0, int64_t i1) {
       int64_t* o = &at[size_t(p) * 256];
       for (int64_t i = i0; i < i1; ++i) {

@@ -57,6 +57,20 @@ template <class C> struct RadixKey {
   }
 };
 
+// The n 32-bit positions in the first (low) or second half of idx's bytes, widened in place to
+// 1-based int64: serially, in the order that reads each position before its bytes are written.
+inline void widen_positions(int64_t* idx, bool low, int64_t n) {
+  char* b = reinterpret_cast<char*>(idx);
+  auto widen = [&](int64_t i) {
+    uint32_t q;
+    std::memcpy(&q, b + (low ? 0 : 4 * n) + 4 * i, 4);
+    const int64_t v = int64_t(q) + 1;
+    std::memcpy(b + 8 * i, &v, 8);
+  };
+  if (low) for (int64_t i = n - 1; i >= 0; --i) widen(i);
+  else for (int64_t i = 0; i < n; ++i) widen(i);
+}
+
 // Sorts the n values src[i * ss] stably in sort's order: the values to vals[i * vs], their 1-based
 // positions to idx[i * is]. parts: pieces the passes run in over the pool (1: serially here).
 // Lines of 2^32 or more elements are not taken (false).
@@ -67,8 +81,13 @@ template <class T> bool radix_sort_line(const T* src, int64_t ss, int64_t n, boo
   using U = typename K::U;
   if (n >= (int64_t(1) << 32)) return false;
   const K key{descending};
-  Scratch<U> ka{size_t(n)}, kb{size_t(n)};
-  Scratch<uint32_t> pa{size_t(n)}, pb{size_t(n)};
+  // Contiguous results double as buffers (fewer fresh pages): the indices hold both position
+  // arrays, the values the second key array when a value is as wide as its key.
+  const bool keys_in_vals = vs == 1 && sizeof(T) == sizeof(U), pos_in_idx = is == 1;
+  Scratch<U> ka{size_t(n)}, kb{keys_in_vals ? 1 : size_t(n)};
+  Scratch<uint32_t> pab{pos_in_idx ? 1 : 2 * size_t(n)};
+  uint32_t* pa = pos_in_idx ? reinterpret_cast<uint32_t*>(idx) : pab.p;
+  uint32_t* pb = pa + n;
   auto lo = [&](int64_t p) { return n * p / parts; };
   auto each_part = [&](auto&& fn) {
     parallel_for(parts, 1, [&](int64_t b, int64_t e) {
@@ -80,15 +99,15 @@ template <class T> bool radix_sort_line(const T* src, int64_t ss, int64_t n, boo
     U o = 0, a = ~U(0);
     for (int64_t i = i0; i < i1; ++i) {
       const U k = key.encode(C(load(src[i * ss])));
-      ka.p[i] = k, pa.p[i] = uint32_t(i), o |= k, a &= k;
+      ka.p[i] = k, pa[i] = uint32_t(i), o |= k, a &= k;
     }
     any[size_t(p)] = o, all[size_t(p)] = a;
   });
   U some = 0, every = ~U(0);
   for (int64_t p = 0; p < parts; ++p) some |= any[size_t(p)], every &= all[size_t(p)];
   const U varies = some ^ every;  // the bits that differ between keys: a digit without any is one for all
-  U *k0 = ka.p, *k1 = kb.p;
-  uint32_t *q0 = pa.p, *q1 = pb.p;
+  U *k0 = ka.p, *k1 = keys_in_vals ? reinterpret_cast<U*>(vals) : kb.p;
+  uint32_t *q0 = pa, *q1 = pb;
   std::vector<int64_t> at(size_t(parts) * 256);  // a part's next slot of each digit
   for (int shift = 0; shift < int(sizeof(U) * 8); shift += 8) {
     if ((varies >> shift & 255) == 0) continue;
@@ -117,9 +136,14 @@ template <class T> bool radix_sort_line(const T* src, int64_t ss, int64_t n, boo
   each_part([&](int64_t, int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const C v = key.decode(k0[i]);
-      store(vals[i * vs], K::exact(v) ? v : C(load(src[int64_t(q0[i]) * ss])));
-      idx[i * is] = int64_t(q0[i]) + 1;
+      T out;
+      store(out, K::exact(v) ? v : C(load(src[int64_t(q0[i]) * ss])));
+      std::memcpy(&vals[i * vs], &out, sizeof(T));  // (over its own key when k0 is vals)
     }
+  });
+  if (pos_in_idx) return widen_positions(idx, q0 == pa, n), true;
+  each_part([&](int64_t, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) idx[i * is] = int64_t(q0[i]) + 1;
   });
   return true;
 }

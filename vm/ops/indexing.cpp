@@ -235,6 +235,13 @@ template <class T> struct Line {
   int64_t id, sd, ij, sj, od, oj;  // strides: index / source / out along d and j
   AddScaled<T> add;
   void run(int64_t ob, int64_t ib, int64_t sb, int64_t k0, int64_t k1, int64_t j0, int64_t j1) const {
+    if (j1 - j0 == 1) {  // one column (a 1-D line, bincount): no inner loop
+      T* o = op + ob + j0 * oj;
+      const T* s = sp + sb + j0 * sj;
+      const int64_t* i = ip + ib + j0 * ij;
+      for (int64_t k = k0; k < k1; ++k) add(o[(i[k * id] - 1) * od], s[k * sd]);
+      return;
+    }
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t* ik = ip + ib + k * id;
       const T* sk = sp + sb + k * sd;

@@ -379,11 +379,27 @@ local function run_lengths(first, x)
   return T.cat({ starts:narrow(1, 2, starts:numel() - 1), after }, 1) - starts
 end
 
+-- unique of integers in a range lo..hi no wider than their number: counted per value (no sort)
+local function unique_counted(x, flat, lo, hi, opts)
+  local slot = flat:long() - (lo - 1)  -- 1-based position of each value in lo..hi
+  local counts = T.zeros(hi - lo + 1, { dtype = "int64", device = x.device })
+    :index_add(1, slot, T.ones(1, { dtype = "int64", device = x.device }):expand(slot:numel()))
+  local present = counts:gt(0)
+  local r = { (T.nonzero(present):view(-1) + (lo - 1)):to(x.dtype) }
+  if opts.return_inverse then r[#r + 1] = present:long():cumsum(1):index_select(1, slot):view(x.shape) end
+  if opts.return_counts then r[#r + 1] = counts:masked_select(present) end
+  return unpack(r)
+end
+
 -- unique(x[, {sorted =, return_inverse =, return_counts =, dim =}]) -> values[, inverse][, counts]
 function S.unique(x, opts)
   opts = opts_of("unique", opts, { sorted = true, return_inverse = true, return_counts = true, dim = true })
   if opts.dim ~= nil then return S.unique_dim(x, opts) end
   local flat = x:flatten()
+  if (x.dtype == "int64" or x.dtype == "int32") and flat:numel() > 0 then
+    local lo, hi = flat:min():item(), flat:max():item()
+    if hi - lo < flat:numel() and math.abs(lo) < 2 ^ 53 and math.abs(hi) < 2 ^ 53 then return unique_counted(x, flat, lo, hi, opts) end
+  end
   local s, perm = flat:sort(1)
   local n = s:numel()
   local first = run_starts(s)

@@ -1,5 +1,6 @@
 -- Eager time of the data ops on 16M-element (2^24) tensors: masked_select, nonzero,
--- index_select, gather, scatter_add, index_add and bincount into 1000 bins, sort and cumsum
+-- index_select, gather, scatter_add, index_add and bincount into 1000 bins, unique of 1000 values,
+-- sort and cumsum
 -- (float32 values, int64 1-based indices).
 -- Medians over repeated runs (T.bench, wall time on the CPU); bench/torch_data_ops.py has the
 -- same cases for PyTorch and bench/run_data_ops.sh runs both.
@@ -32,6 +33,7 @@ case("scatter_add 16M", function(a, i, s) return a:scatter_add(1, i, s) end, { x
 local small = T.randint(1, 1001, { N }):to(dev)  -- (a histogram's bins: one long line into a small target)
 case("index_add 16M into 1000", function(a, i, s) return a:index_add(1, i, s) end, { T.zeros(1000):to(dev), small, src }, 8 * N + 4 * N)
 case("bincount 16M into 1000", function(i) return T.bincount(i) end, { small - 1 }, 8 * N)
+case("unique 16M in 1000", function(i) return T.unique(i) end, { small }, 8 * N)
 case("sort 16M", function(a) return a:sort() end, { x }, 4 * N + 12 * N)
 case("cumsum 16M", function(a) return a:cumsum(1) end, { x }, 8 * N)
 

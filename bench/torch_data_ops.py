@@ -52,6 +52,7 @@ bench("scatter_add 16M", lambda a, i, s: a.scatter_add(0, i, s), (x, idx, src), 
 small = torch.randint(0, 1000, (N,)).to(dev)
 bench("index_add 16M into 1000", lambda a, i, s: a.index_add(0, i, s), (torch.zeros(1000, device=dev), small, src), 8 * N + 4 * N)
 bench("bincount 16M into 1000", lambda i: torch.bincount(i), (small,), 8 * N)
+bench("unique 16M in 1000", lambda i: torch.unique(i), (small,), 8 * N)
 bench("sort 16M", lambda a: a.sort(), (x,), 4 * N + 12 * N)
 bench("cumsum 16M", lambda a: a.cumsum(0), (x,), 8 * N)
 

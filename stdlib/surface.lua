@@ -379,11 +379,27 @@ local function run_lengths(first, x)
   return T.cat({ starts:narrow(1, 2, starts:numel() - 1), after }, 1) - starts
 end
 
+-- unique of integers in a range lo..hi no wider than their number: counted per value (no sort)
+local function unique_counted(x, flat, lo, hi, opts)
+  local slot = flat:long() - (lo - 1)  -- 1-based position of each value in lo..hi
+  local counts = T.zeros(hi - lo + 1, { dtype = "int64", device = x.device })
+    :index_add(1, slot, T.ones(1, { dtype = "int64", device = x.device }):expand(slot:numel()))
+  local present = counts:gt(0)
+  local r = { (T.nonzero(present):view(-1) + (lo - 1)):to(x.dtype) }
+  if opts.return_inverse then r[#r + 1] = present:long():cumsum(1):index_select(1, slot):view(x.shape) end
+  if opts.return_counts then r[#r + 1] = counts:masked_select(present) end
+  return unpack(r)
+end
+
 -- unique(x[, {sorted =, return_inverse =, return_counts =, dim =}]) -> values[, inverse][, counts]
 function S.unique(x, opts)
   opts = opts_of("unique", opts, { sorted = true, return_inverse = true, return_counts = true, dim = true })
   if opts.dim ~= nil then return S.unique_dim(x, opts) end
   local flat = x:flatten()
+  if (x.dtype == "int64" or x.dtype == "int32") and flat:numel() > 0 then
+    local lo, hi = flat:min():item(), flat:max():item()
+    if hi - lo < flat:numel() and math.abs(lo) < 2 ^ 53 and math.abs(hi) < 2 ^ 53 then return unique_counted(x, flat, lo, hi, opts) end
+  end
   local s, perm = flat:sort(1)
   local n = s:numel()
   local first = run_starts(s)
@@ -396,9 +412,41 @@ function S.unique(x, opts)
   if opts.return_counts then r[#r + 1] = run_lengths(first, x) end
   return unpack(r)
 end
--- unique along a dim: the distinct slices in lexicographic order, all on x's device: stable sorts
--- of the columns from the last to the first order the rows (ties keep their order), then the
--- rows that differ from the one before start the groups
+-- Dense 0-based ranks of the values of each column of keys {n, c}, as whole-tensor ops: equal
+-- values share a rank, and NaN counts as equal to NaN here (sort puts them last, tied).
+local function column_ranks(keys)
+  local n = keys:size(1)
+  local s, o = keys:sort(1)
+  local step = T.zeros(keys.shape, { dtype = "int64", device = keys.device })
+  if n > 1 then
+    local a, b = s:narrow(1, 2, n - 1), s:narrow(1, 1, n - 1)
+    local differ = a:ne(b)
+    if keys.dtype ~= "int64" then differ = differ:logical_and(a:isnan():logical_and(b:isnan()):logical_not()) end
+    step:narrow(1, 2, n - 1):copy_(differ)
+  end
+  return T.zeros(keys.shape, { dtype = "int64", device = keys.device }):scatter_(1, o, step:cumsum(1))
+end
+-- The rows of keys {n, c} ranked in lexicographic order (one rank per row, equal rows share it) by
+-- prefix doubling: the ranks of adjacent column pairs combine into one key (a * n + b < n^2), so
+-- ceil(log2 c) + 1 rounds of whole-tensor sorts, never one op per column.
+local function row_ranks(keys)
+  local n, c = keys:size(1), keys:size(2)
+  if c == 0 or n == 0 then return T.zeros(n, { dtype = "int64", device = keys.device }) end
+  if n > 3037000499 then fail("unique: dim = expects fewer than 3037000500 slices, got " .. n) end
+  local r = column_ranks(keys)
+  while c > 1 do
+    local h = math.floor(c / 2)
+    local ab = r:narrow(2, 1, 2 * h):reshape(n, h, 2)
+    local joined = ab:select(3, 1) * n + ab:select(3, 2)
+    if c % 2 == 1 then joined = T.cat({ joined, r:narrow(2, c, 1) }, 2) end
+    r, c = column_ranks(joined), h + c % 2
+  end
+  return r:view(n)
+end
+
+-- unique along a dim: the distinct slices in lexicographic order, all on x's device: a stable
+-- sort of the rows' lexicographic ranks orders them (ties keep their order), then the rows that
+-- differ from the one before start the groups
 function S.unique_dim(x, opts)
   local k = dim0("unique", x, opts.dim) + 1
   local m = x:transpose(1, k)
@@ -407,12 +455,7 @@ function S.unique_dim(x, opts)
   local keys = rows  -- sorted as float32 / float64 / int64 (order-preserving widenings)
   if keys.dtype == "float16" or keys.dtype == "bfloat16" then keys = keys:float()
   elseif keys.dtype ~= "float32" and keys.dtype ~= "float64" and keys.dtype ~= "int64" then keys = keys:long() end
-  local perm = T.arange(1, n + 1, { dtype = "int64", device = x.device })
-  -- (x[idx] runs the selection kernels on CUDA, whatever the dtype and layout)
-  for j = keys:size(2), 1, -1 do
-    local _, o = keys:select(2, j)[perm]:sort(1)
-    perm = perm[o]
-  end
+  local _, perm = row_ranks(keys):sort(1)
   local sorted = keys[perm]
   local first = T.ones(n, { dtype = "bool", device = x.device })
   if n > 1 and rows:size(2) > 0 then  -- (rows of no elements are all equal)

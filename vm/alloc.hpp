@@ -27,4 +27,16 @@ template <class T> struct HostAllocator {
   void deallocate(T* p, size_t n) { host_free(p, n * sizeof(T)); }
   template <class U> bool operator==(const HostAllocator<U>&) const { return true; }
 };
+// n uninitialised elements of T from host_alloc's caches: a kernel's scratch without fresh
+// pages per call.
+template <class T> struct Scratch {
+  T* p;
+  size_t n;
+  explicit Scratch(size_t count) : p(static_cast<T*>(host_alloc(count * sizeof(T)))), n(count) {
+    if (!p) throw std::bad_alloc();
+  }
+  ~Scratch() { host_free(p, n * sizeof(T)); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
 }  // namespace cr

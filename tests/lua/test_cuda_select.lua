@@ -454,9 +454,8 @@ describe("CUDA selections", function()
     end, "scatter_reduce", "5")
   end)
 
-  it("unique(dim =): rows ordered by stable sorts of their columns on the device", function()
-    need_device()
-    T.manual_seed(12)
+  device_it("unique(dim =): rows ranked lexicographically by whole-tensor sorts on the device",
+    12, "unique(dim =): ops on host copies", function()
     for _, dt in ipairs(DTYPES) do
       for _, shape in ipairs({ { 0, 3 }, { 4, 0 }, { 1, 5 }, { 30, 3 }, { 6, 4, 2 }, { 5000, 2 } }) do
         local x = dt == "bool" and T.rand(shape):lt(0.5) or T.randint(-2, 3, shape):to(dt)
@@ -468,8 +467,8 @@ describe("CUDA selections", function()
     end
     agree("unique of 3M rows of 2, dim 1", function(a) return T.unique(a, { dim = 1, return_counts = true }) end,
       { T.randint(0, 40, { BIG, 2 }) })
-    -- (no host-ops assertion: the column loop's small index_selects can run on host copies once
-    -- the eager CUDA path has compiled its quota of index_select programs - README "Not yet")
+    agree("unique of 2000 rows of 70 columns, dim 1", function(a) return T.unique(a, { dim = 1, return_inverse = true }) end,
+      { T.randint(0, 2, { 2000, 70 }) })
   end)
 
   it("compiled functions break at a data-dependent size and select on the device", function()

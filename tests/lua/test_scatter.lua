@@ -146,6 +146,23 @@ describe("scatter-add semantics", function()
     expect.close(runs[2][1]:double(), want:index_add(1, ix, src:double()), 1e-4, 1e-4)
     expect.eq(runs[2][4]:sum():item(), 200000)
   end)
+  it("adds a long line into a large target by buckets of rows: the serial loop's sums, bit for bit", function()
+    -- (two equal columns take the loop over lines, one row after another in index order)
+    local function twice(t) return t:view(-1, 1):expand(t:numel(), 2):contiguous() end
+    local n0 = T.get_num_threads()
+    for _, dt in ipairs({ "float32", "float16", "float64", "int64" }) do
+      local x, src = (T.randn(150000) * 8):to(dt), (T.randn(200000) * 8):to(dt)
+      local ix = T.randint(1, 150001, { 200000 })
+      local want = twice(x):scatter_add(1, twice(ix), twice(src)):select(2, 1)
+      for _, n in ipairs({ 1, 3 }) do
+        T.set_num_threads(n)
+        expect.eq(x:scatter_add(1, ix, src):eq(want):all():item(), true, dt .. " scatter_add, threads " .. n)
+        expect.eq(x:index_add(1, ix, src, { alpha = 3 }):eq(twice(x):index_add(1, ix, twice(src), { alpha = 3 }):select(2, 1)):all():item(),
+          true, dt .. " index_add alpha 3, threads " .. n)
+      end
+      T.set_num_threads(n0)
+    end
+  end)
   it("refuses a source or index that overlaps self in place (as PyTorch)", function()
     local y = T.randn(4, 3)
     expect.errors(function() y:index_add_(1, T.tensor({ 2, 1, 4, 3 }), y) end, "index_add_: ", "memory", "clone")

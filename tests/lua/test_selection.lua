@@ -185,12 +185,27 @@ do
     "torch.unique(x.view(2, 5), return_inverse=True)[1] + 1", { x = xi })
   case("unique_counts", function() return select(2, T.unique(xi, { return_counts = true })) end,
     "torch.unique(x, return_counts=True)[1]", { x = xi })
+  -- (integers of a range no wider than their number are counted, wider ones sorted)
+  local xr, xs = T.randint(-40, 30, { 7, 20 }):int(), L({ 100, -7, 3, 100, 2 ^ 40, -7 })
+  for _, kv in ipairs({ { "counted", xr }, { "sorted", xs } }) do
+    local key, v = kv[1], kv[2]
+    case("unique_" .. key, function() return T.unique(v) end, "torch.unique(x)", { x = v })
+    case("unique_" .. key .. "_inv", function() return select(2, T.unique(v, { return_inverse = true })) end,
+      "torch.unique(x, return_inverse=True)[1] + 1", { x = v })
+    case("unique_" .. key .. "_counts", function() return select(2, T.unique(v, { return_counts = true })) end,
+      "torch.unique(x, return_counts=True)[1]", { x = v })
+  end
   local xd = L({ { 1, 2 }, { 0, 5 }, { 1, 2 }, { 0, 5 }, { 1, 1 } })
   case("unique_dim", function() return T.unique(xd, { dim = 1 }) end, "torch.unique(x, dim=0)", { x = xd })
   case("unique_dim_inv", function() return select(2, T.unique(xd, { dim = 1, return_inverse = true, return_counts = true })) end,
     "torch.unique(x, dim=0, return_inverse=True)[1] + 1", { x = xd })
   case("unique_dim2_counts", function() return select(2, T.unique(xd:t(), { dim = 2, return_counts = true })) end,
     "torch.unique(x.t(), dim=1, return_counts=True)[1]", { x = xd })
+  -- (more columns than one round of pairs: the ranks of column pairs combine three times)
+  local xw = T.randint(0, 2, { 40, 7 }):double():mul(0.5)
+  case("unique_dim_7_cols", function() return T.unique(xw, { dim = 1 }) end, "torch.unique(x, dim=0)", { x = xw })
+  case("unique_dim_7_cols_inv", function() return select(2, T.unique(xw, { dim = 1, return_inverse = true })) end,
+    "torch.unique(x, dim=0, return_inverse=True)[1] + 1", { x = xw })
 end
 
 -- ---- linear algebra, reductions, runs ----------------------------------------------------------------

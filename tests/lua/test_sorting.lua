@@ -87,6 +87,39 @@ describe("topk and sort", function()
       expect.truthy(a:ne(b):logical_or(ia:lt(ib)):all():item(), "equal values in order of position")
     end
   end)
+  it("sort long lines by radix as the comparison order does: every dtype, NaN, -0, ties, any threads", function()
+    -- (topk of n - 1 takes the comparison sort: its order is the reference)
+    local function same_order(x, d, desc, what)
+      local n = x:size(d)
+      local v, i = x:sort(d, desc)
+      local tv, ti = x:topk(n - 1, d, desc)
+      expect.eq(i:narrow(d, 1, n - 1):eq(ti):all():item(), true, what .. ": indices")
+      local a, b = v:narrow(d, 1, n - 1):double(), tv:double()
+      local same = a:eq(b):logical_and((1 / a):eq(1 / b)):logical_or(a:isnan():logical_and(b:isnan()))
+      expect.eq(same:all():item(), true, what .. ": values (zeros' signs included)")
+      return v, i
+    end
+    for _, dt in ipairs({ "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" }) do
+      local n = 5000
+      local x = dt == "bool" and T.rand(n):lt(0.5) or (T.randn(n) * 100):floor()
+      if dt:find("float") then
+        x = x:masked_fill(T.rand(n):lt(0.05), 0 / 0):masked_fill(T.rand(n):lt(0.05), -0.0):masked_fill(T.rand(n):lt(0.01), -1 / 0)
+      end
+      x = x:to(dt)
+      for _, desc in ipairs({ false, true }) do
+        same_order(x, 1, desc, dt .. " 1-D")
+        same_order(x:view(2, 2500):t(), 1, desc, dt .. " two lines")
+      end
+    end
+    local x = (T.randn(2 ^ 17) * 1000):floor():masked_fill(T.rand(2 ^ 17):lt(0.01), 0 / 0)
+    local threads = T.get_num_threads()
+    T.set_num_threads(1)
+    local v1, i1 = same_order(x, 1, false, "one thread")
+    T.set_num_threads(3)
+    local v3, i3 = same_order(x, 1, false, "three threads")
+    T.set_num_threads(threads)
+    expect.eq(i1:eq(i3):all():item(), true, "the same indices on 1 and 3 threads")
+  end)
   it("are captured by T.compile with the same results", function()
     local f = T.compile(function(x) local v, i = x:topk(3); return v * 2, i end, { backend = "cpu" })
     for _ = 1, 3 do

@@ -4,10 +4,12 @@
 // runs, and converted to 0-based offsets inside the kernel. index_select and embedding are
 // gathers with an index broadcast along the other dims, so all three share one kernel.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
 
+#include "vm/alloc.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/devices.hpp"
 #include "vm/kernels/cuda/scatter.hpp"
@@ -30,8 +32,16 @@ void check_device(const Tensor& a, const Tensor& b) {
 }
 
 // Every value of idx (contiguous int64) must be a 1-based position in 1..n.
+// (A branch-free pass over the pool first; the serial loop only names the first bad value.)
 void check_range(const Tensor& idx, int64_t n, const std::string& what) {
   const int64_t* p = idx.data<int64_t>();
+  std::atomic<bool> bad{false};
+  parallel_for(idx.numel(), 4 * kParallelGrain, [&](int64_t i0, int64_t i1) {
+    bool in = true;
+    for (int64_t i = i0; i < i1; ++i) in &= uint64_t(p[i]) - 1 < uint64_t(n);
+    if (!in) bad = true;
+  });
+  if (!bad) return;
   for (int64_t i = 0, e = idx.numel(); i < e; ++i) {
     if (p[i] >= 1 && p[i] <= n) continue;
     if (n == 0) fail(cat("index ", p[i], " is out of range for ", what, ", which is empty (no index is valid)"));
@@ -225,6 +235,13 @@ template <class T> struct Line {
   int64_t id, sd, ij, sj, od, oj;  // strides: index / source / out along d and j
   AddScaled<T> add;
   void run(int64_t ob, int64_t ib, int64_t sb, int64_t k0, int64_t k1, int64_t j0, int64_t j1) const {
+    if (j1 - j0 == 1) {  // one column (a 1-D line, bincount): no inner loop
+      T* o = op + ob + j0 * oj;
+      const T* s = sp + sb + j0 * sj;
+      const int64_t* i = ip + ib + j0 * ij;
+      for (int64_t k = k0; k < k1; ++k) add(o[(i[k * id] - 1) * od], s[k * sd]);
+      return;
+    }
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t* ik = ip + ib + k * id;
       const T* sk = sp + sb + k * sd;
@@ -244,8 +261,7 @@ template <class T> struct Line {
 // over the pool: cut into pieces, each summed into a zeroed target of its own (in parallel), then
 // the pieces added into out in order. Their number follows the line's length, never the threads,
 // so the result is the same on any number of threads: the serial sum's up to float rounding,
-// exact for integers and bool. (Larger targets add serially: extra targets of their size, or
-// each thread walking the whole line for its rows, measured slower on 2 cores.)
+// exact for integers and bool. (Larger targets go by buckets of rows: scatter_by_rows.)
 template <class T> void scatter_one_line(const Tensor& out, const Scatter& s, const Line<T>& line, int64_t K, int64_t J) {
   const int64_t target = out.size(s.d) * J;
   const int64_t pieces = std::clamp<int64_t>(K * J / kParallelGrain, 2, 16);
@@ -267,6 +283,48 @@ template <class T> void scatter_one_line(const Tensor& out, const Scatter& s, co
   });
 }
 
+// A long 1-D line into a large target over the pool: its (row, value) pairs move first, in
+// order, to buckets of 256 KiB of target rows (a counting pass and a placing pass over pieces of
+// the line), then each bucket adds into its own rows, cache-resident, in order. Every row gets
+// its adds in index order: the serial loop's result, bit for bit, on any number of threads.
+template <class T> void scatter_by_rows(const Line<T>& line, int64_t K, int64_t rows) {
+  struct Pair {
+    uint32_t row;
+    T v;
+  };
+  int shift = 10;
+  while ((int64_t(sizeof(T)) << (shift + 1)) <= (int64_t(256) << 10)) ++shift;
+  const int64_t buckets = ((rows - 1) >> shift) + 1, pieces = num_threads();
+  std::vector<int64_t> at(size_t(pieces * buckets), 0), start(size_t(buckets + 1), 0);
+  Scratch<Pair> pairs{size_t(K)};
+  auto each_piece = [&](auto&& fn) {
+    parallel_for(pieces, 1, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) fn(&at[size_t(p * buckets)], K * p / pieces, K * (p + 1) / pieces);
+    });
+  };
+  each_piece([&](int64_t* c, int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) ++c[(line.ip[k * line.id] - 1) >> shift];
+  });
+  for (int64_t b = 0, run = 0; b < buckets; ++b) {
+    start[size_t(b)] = run;
+    for (int64_t p = 0; p < pieces; ++p) {  // (a piece's count becomes its first slot)
+      const int64_t c = at[size_t(p * buckets + b)];
+      at[size_t(p * buckets + b)] = run;
+      run += c;
+    }
+  }
+  start[size_t(buckets)] = K;
+  each_piece([&](int64_t* o, int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t r = line.ip[k * line.id] - 1;
+      pairs.p[o[r >> shift]++] = Pair{uint32_t(r), line.sp[k * line.sd]};
+    }
+  });
+  parallel_for(buckets, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t j = start[size_t(b0)]; j < start[size_t(b1)]; ++j) line.add(line.op[pairs.p[j].row * line.od], pairs.p[j].v);
+  });
+}
+
 // The lines of the iteration shape: every dim but d and the inner dim j (the last, unless d is),
 // whose range is cut into chunks when there are fewer lines than threads (an embedding's
 // gradient: one line, the features cut into chunks); each adds in index order, so the result
@@ -283,6 +341,8 @@ template <class T> void scatter_lines(const Tensor& out, const Scatter& s) {
                      at(is, jd), at(ss, jd), os[size_t(d)], at(os, jd), AddScaled<T>{compute_t<T>(s.alpha)}};
   if (lines == 1 && J < 64 && K * J >= 2 * kParallelGrain && out.size(d) * J * 8 <= K * J)
     return scatter_one_line(out, s, line, K, J);
+  if (lines == 1 && J == 1 && K >= 2 * kParallelGrain && out.size(d) < (int64_t(1) << 32))
+    return scatter_by_rows(line, K, out.size(d));
   const int64_t want = lines >= num_threads() ? 1 : (num_threads() + lines - 1) / lines;
   const int64_t chunks = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, J / 64)), chunk = (J + chunks - 1) / chunks;
   parallel_for(lines * chunks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, K * chunk)), [&](int64_t t0, int64_t t1) {

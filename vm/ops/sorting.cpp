@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "vm/kernels/cuda/library.hpp"
+#include "vm/kernels/radix_sort.hpp"
 #include "vm/devices.hpp"
 #include "vm/ops/operands.hpp"
 
@@ -50,6 +51,9 @@ template <class C> void sort_line(std::vector<std::pair<C, int64_t>>& line, int6
   for (int64_t p = 1; p < parts; ++p) std::inplace_merge(edge(0), edge(p), edge(p + 1), before);
 }
 
+// Whole sorts of lines this long take the radix sort (equal results: both orders are stable).
+constexpr int64_t kRadixFrom = 2048;
+
 // The first k positions of every line of x in `order`, written as values and indices.
 void order_lines(const Tensor& xin, int d, int64_t k, bool descending, const Tensor& vals, const Tensor& idx) {
   Tensor x = contiguous(xin);
@@ -64,10 +68,15 @@ void order_lines(const Tensor& xin, int d, int64_t k, bool descending, const Ten
     const Order<C> ord{descending};
     const int64_t lines = l.outer * l.inner;
     parallel_for(lines, std::max<int64_t>(1, kParallelGrain / (l.n * 8)), [&](int64_t r0, int64_t r1) {
-      std::vector<std::pair<C, int64_t>> line(size_t(l.n));
+      std::vector<std::pair<C, int64_t>> line;
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t o = r / l.inner, j = r % l.inner;
         const T* src = xp + o * l.n * l.inner + j;
+        const int64_t parts = lines == 1 ? std::clamp<int64_t>(l.n / kParallelGrain, 1, num_threads()) : 1;
+        if (k == l.n && l.n >= kRadixFrom &&
+            radix_sort_line(src, l.inner, l.n, descending, vp + o * k * l.inner + j, l.inner, ip + o * k * l.inner + j, l.inner, parts))
+          continue;
+        line.resize(size_t(l.n));
         for (int64_t i = 0; i < l.n; ++i) line[size_t(i)] = {C(load(src[i * l.inner])), i};
         sort_line(line, k, ord, lines == 1);
         const int64_t base = o * k * l.inner + j;

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "jit/jit.hpp"
+#include "vm/cuda/cudnn.hpp"
 #include "vm/lua/api.hpp"
 #include "vm/lua/layers.hpp"
 #include "vm/lua/stdlib.hpp"
@@ -116,6 +117,7 @@ static void check_cpu() {
 static void check_env() {
   if (const char* list = env_setting(Setting::Logs)) Logs().parse(list);
   check_environment();
+  cuda::cudnn_layout_setting();  // (CRESCENT_CUDNN_LAYOUT)
 }
 
 LuaVM::LuaVM(bool ignore_env) : L_((check_cpu(), check_env(), install_hooks(), luaL_newstate())) {

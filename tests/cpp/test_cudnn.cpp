@@ -111,7 +111,7 @@ std::vector<float> on_device(int pass, const std::vector<float>& x, const std::v
     dev[i] = cuda::device_alloc(host[i]->size() * sizeof(float), 0);
     cuda::copy_to_device(dev[i], host[i]->data(), host[i]->size() * sizeof(float), 0);
   }
-  cuda::cudnn_conv(0, cuda::ConvPass(pass), s, dev[0], dev[1], dev[2]);
+  CHECK(cuda::cudnn_conv(0, cuda::ConvPass(pass), s, dev[0], dev[1], dev[2]));  // (no layout refused)
   const int out = pass == 0 ? 2 : pass == 1 ? 0 : 1;
   std::vector<float> r(host[out]->size());
   cuda::copy_to_host(r.data(), dev[out], r.size() * sizeof(float), 0);

@@ -201,6 +201,7 @@ int math_type(DType d) {
 struct Choice {
   int algo = 0, math = 0;
   size_t workspace = 0;
+  bool none = false;  // a channels-last layout cuDNN has no algorithm for (the caller runs NCHW)
 };
 using Key =
     std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int>;
@@ -273,11 +274,17 @@ int timed(int index, Handle h, ConvPass pass, const Descriptors& d, const Operan
 
 // Picks the first ranked (or timed: `timing`) algorithm that succeeds and whose workspace the
 // allocator can give; under FMA math (float32 without TF32) those ranked for FMA first, then any
-// run with FMA math.
+// run with FMA math. A channels-last layout cuDNN refuses gives `none`.
 Choice choose(int index, Handle h, ConvPass pass, const ConvShape& s, const Descriptors& d, int math,
               const Operands* timing) {
   AlgoPerf perf[kMaxAlgos] = {};
-  const int n = timing ? timed(index, h, pass, d, *timing, perf) : ranked(h, pass, d, perf);
+  int n = 0;
+  try {
+    n = timing ? timed(index, h, pass, d, *timing, perf) : ranked(h, pass, d, perf);
+  } catch (const Error&) {
+    if (s.layout == ConvLayout::nchw) throw;
+    return {0, 0, 0, true};
+  }
   for (bool strict : {true, false}) {
     for (int i = 0; i < n; ++i) {
       const AlgoPerf& p = perf[i];
@@ -291,6 +298,7 @@ Choice choose(int index, Handle h, ConvPass pass, const ConvShape& s, const Desc
     }
     if (math != kFmaMath) break;
   }
+  if (s.layout != ConvLayout::nchw) return {0, 0, 0, true};
   fail(cat("cuDNN has no ", kPassNames[int(pass)], " algorithm for this convolution (", dtype_name(s.dtype), ", input {",
            s.n, ",", s.c, ",", s.h, ",", s.w, "}, weight {", s.k, ",", s.c / s.groups, ",", s.r, ",", s.s, "}, groups ",
            s.groups, ")"));
@@ -387,17 +395,21 @@ const Plan& plan(int index, Handle h, ConvPass pass, const ConvShape& s, const O
   p->d.init(s, math);
   p->c = choose(index, h, pass, s, p->d, math, timing ? &o : nullptr);
   // the math type goes with the algorithm (cuDNN picks tensor-core kernels from both)
-  check_cudnn(library().fn.SetConvolutionMathType(p->d.conv, p->c.math), "SetConvolutionMathType");
-  if (chosen)
+  if (!p->c.none) check_cudnn(library().fn.SetConvolutionMathType(p->d.conv, p->c.math), "SetConvolutionMathType");
+  if (chosen && p->c.none)
+    *chosen = cat(kPassNames[int(pass)], ": no algorithm in layout ", conv_layout_name(s.layout), timing ? " (timed)" : "",
+                  ", run in nchw");
+  else if (chosen)
     *chosen = cat(kPassNames[int(pass)], " algorithm ", p->c.algo, timing ? " (timed)" : "", ", math ", p->c.math,
                   ", workspace ", p->c.workspace, " B, layout ", conv_layout_name(s.layout));
   return *plans.emplace(key, std::move(p)).first->second;
 }
 
-void cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, const void* bias,
+bool cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, const void* bias,
                 std::string* chosen) {
   Handle h = handle(index);
   const Plan& p = plan(index, h, pass, s, {x, w, y}, chosen);
+  if (p.c.none) return false;
   void* ws = p.c.workspace ? device_alloc(p.c.workspace, index) : nullptr;
   try {
     run_pass(h, pass, p.d, p.c, s.dtype, x, w, y, ws);
@@ -407,11 +419,12 @@ void cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, 
   }
   // stream-ordered: the block is handed out again only on this stream, after the convolution
   if (ws) device_free(ws, p.c.workspace, index);
-  if (pass != ConvPass::forward || !bias) return;
+  if (pass != ConvPass::forward || !bias) return true;
   const float one = 1;
   const double one_d = 1;
   const void* alpha = s.dtype == DType::f64 ? static_cast<const void*>(&one_d) : &one;
   check_cudnn(library().fn.AddTensor(h, alpha, p.d.bias, bias, alpha, p.d.y, y), "AddTensor");
+  return true;
 }
 
 }  // namespace cr::cuda

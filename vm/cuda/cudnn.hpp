@@ -65,8 +65,9 @@ struct ConvShape {
 enum class ConvPass { forward = 0, backward_data = 1, backward_filter = 2 };
 // Queues `pass` on device `index`'s current stream; it overwrites its output (y, x or w) and
 // reads the two others; forward then adds `bias` {k} when given. `chosen` (when given) receives
-// a line naming the algorithm the first time a shape picks one, else "".
-void cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, const void* bias = nullptr,
+// a line naming the algorithm the first time a shape picks one, else "". Returns false, running
+// nothing, when cuDNN has no algorithm for a channels-last `s.layout` (the caller then runs NCHW).
+bool cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, const void* bias = nullptr,
                 std::string* chosen = nullptr);
 
 }  // namespace cr::cuda

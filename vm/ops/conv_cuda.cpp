@@ -67,23 +67,30 @@ void done(const Tensor& out, const Tensor& buffer) {
   if (buffer.data_bytes() != out.data_bytes()) copy_into(out, buffer);
 }
 
-// Runs `pass` on the NCHW tensors t = {x, w, y} in the device's layout: the operands it reads
-// made contiguous in it, the one it writes (y, x or w) into a buffer in it, then into t[out].
+// Runs `pass` on the NCHW tensors t = {x, w, y} in the device's layout (NCHW where cuDNN has no
+// algorithm in it): the operands it reads made contiguous in it, the one it writes (y, x or w)
+// into a buffer in it, then into t[out].
 void run_pass(OpCall& c, cuda::ConvPass pass, cuda::ConvShape s, const Tensor (&t)[3], const Tensor& bias = Tensor()) {
   const int out = pass == cuda::ConvPass::forward ? 2 : pass == cuda::ConvPass::backward_data ? 0 : 1;
   s.layout = cuda::cudnn_layout(s.dtype, t[out].device().index);
-  Tensor use[3];
-  for (int i = 0; i < 3; ++i) {
-    const bool last = cuda::channels_last(s.layout, i);
-    if (i != out) use[i] = contiguous(last ? to_nhwc_view(t[i]) : t[i]);
-    else use[i] = last ? Tensor::empty(to_nhwc_view(t[i]).sizes(), t[i].dtype(), t[i].device()) : writable(t[i]);
+  for (;;) {
+    Tensor use[3];
+    for (int i = 0; i < 3; ++i) {
+      const bool last = cuda::channels_last(s.layout, i);
+      if (i != out) use[i] = contiguous(last ? to_nhwc_view(t[i]) : t[i]);
+      else use[i] = last ? Tensor::empty(to_nhwc_view(t[i]).sizes(), t[i].dtype(), t[i].device()) : writable(t[i]);
+    }
+    std::string chosen;
+    const bool ran = cuda::cudnn_conv(t[out].device().index, pass, s, use[0].data_bytes(), use[1].data_bytes(),
+                                      use[2].data_bytes(), bias.defined() ? bias.data_bytes() : nullptr, &chosen);
+    log_choice(c, s, chosen);
+    if (!ran) {
+      s.layout = cuda::ConvLayout::nchw;
+      continue;
+    }
+    if (cuda::channels_last(s.layout, out)) return copy_into(t[out], to_nchw_view(use[out]));
+    return done(t[out], use[out]);
   }
-  std::string chosen;
-  cuda::cudnn_conv(t[out].device().index, pass, s, use[0].data_bytes(), use[1].data_bytes(), use[2].data_bytes(),
-                   bias.defined() ? bias.data_bytes() : nullptr, &chosen);
-  log_choice(c, s, chosen);
-  if (cuda::channels_last(s.layout, out)) copy_into(t[out], to_nchw_view(use[out]));
-  else done(t[out], use[out]);
 }
 
 // ---- _conv2d_input_grad / _conv2d_weight_grad ------------------------------------------------------

@@ -2,8 +2,9 @@
 -- conv2d / conv1d forward and both gradients over groups, stride, padding, dilation and every
 -- floating dtype, through cuDNN in each of its layouts (T.backends.cudnn.layout) and through the
 -- path without it (T.backends.cudnn.enabled = false: the gather and cuBLAS); conv_transpose2d
--- (cuDNN's backward data); a double backward; a ResNet basic block forward and backward; compiled graphs keep conv2d whole. Cases that need
--- a GPU (and cuDNN) skip without one; T.backends.cudnn's switches are checked everywhere.
+-- (cuDNN's backward data); a double backward; a ResNet basic block forward and backward;
+-- compiled graphs keep conv2d whole. Cases that need a GPU (and cuDNN) skip without one;
+-- T.backends.cudnn's switches are checked everywhere.
 -- CRESCENT_TEST_CUDA_AS_CPU=1 runs the cases with the CPU as the device (the spec's own logic).
 local T = require "crescent"
 local F = T.F

@@ -50,7 +50,7 @@ CR_CUDNN_FUNCTIONS(CR_CHECK_DECL)
 static_assert(kSuccess == CUDNN_STATUS_SUCCESS);
 static_assert(kFloat == CUDNN_DATA_FLOAT && kDouble == CUDNN_DATA_DOUBLE && kHalf == CUDNN_DATA_HALF &&
               kBfloat16 == CUDNN_DATA_BFLOAT16);
-static_assert(kNchw == CUDNN_TENSOR_NCHW && kCrossCorrelation == CUDNN_CROSS_CORRELATION);
+static_assert(kNchw == CUDNN_TENSOR_NCHW && kNhwc == CUDNN_TENSOR_NHWC && kCrossCorrelation == CUDNN_CROSS_CORRELATION);
 static_assert(kDefaultMath == CUDNN_DEFAULT_MATH && kTensorOpMath == CUDNN_TENSOR_OP_MATH && kFmaMath == CUDNN_FMA_MATH);
 
 template <class P> constexpr bool same_perf() {
@@ -111,7 +111,7 @@ std::vector<float> on_device(int pass, const std::vector<float>& x, const std::v
     dev[i] = cuda::device_alloc(host[i]->size() * sizeof(float), 0);
     cuda::copy_to_device(dev[i], host[i]->data(), host[i]->size() * sizeof(float), 0);
   }
-  cuda::cudnn_conv(0, cuda::ConvPass(pass), s, dev[0], dev[1], dev[2]);
+  CHECK(cuda::cudnn_conv(0, cuda::ConvPass(pass), s, dev[0], dev[1], dev[2]));  // (no layout refused)
   const int out = pass == 0 ? 2 : pass == 1 ? 0 : 1;
   std::vector<float> r(host[out]->size());
   cuda::copy_to_host(r.data(), dev[out], r.size() * sizeof(float), 0);
@@ -141,5 +141,22 @@ TEST_CASE("cudnn: forward, backward data and backward filter of a 2x2 kernel", "
   CHECK(close(on_device(1, std::vector<float>(9), w, y, s), {1, 0, 0, 0, 3, 0, 0, 0, 2}));
   // dw[a][b] = x[a][b] + x[a+1][b+1]
   CHECK(close(on_device(2, x, std::vector<float>(4), y, s), {6, 8, 12, 14}));
+  cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32);
+}
+
+TEST_CASE("cudnn: a forward pass in the channels-last layouts", "[cudnn]") {
+  std::string why;
+  if (!cuda::cudnn_available(&why)) {
+    WARN("skipped: " << why);
+    return;
+  }
+  const bool tf32 = cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, false);
+  cuda::ConvShape s;  // x {1, 2, 2, 2}: channels 1..4 and 5..8; w {2, 2, 1, 1}: {1, 10} and {100, 1000}
+  s.n = 1, s.c = s.k = s.h = s.w = s.oh = s.ow = 2, s.r = s.s = 1;
+  const std::vector<float> x_nhwc = {1, 5, 2, 6, 3, 7, 4, 8}, w = {1, 10, 100, 1000};  // (KRSC = KCRS at 1x1)
+  s.layout = cuda::ConvLayout::nhwc;
+  CHECK(close(on_device(0, x_nhwc, w, std::vector<float>(8), s), {51, 5100, 62, 6200, 73, 7300, 84, 8400}));
+  s.layout = cuda::ConvLayout::nhwc_nchw;
+  CHECK(close(on_device(0, x_nhwc, w, std::vector<float>(8), s), {51, 62, 73, 84, 5100, 6200, 7300, 8400}));
   cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32);
 }

@@ -1,9 +1,10 @@
 -- Convolutions of CUDA tensors (vm/ops/conv_cuda.cpp, vm/cuda/cudnn.hpp) against the CPU's:
 -- conv2d / conv1d forward and both gradients over groups, stride, padding, dilation and every
--- floating dtype, through cuDNN and through the path without it (T.backends.cudnn.enabled =
--- false: the gather and cuBLAS); conv_transpose2d (cuDNN's backward data); a double backward;
--- a ResNet basic block forward and backward; compiled graphs keep conv2d whole. Cases that need
--- a GPU (and cuDNN) skip without one; T.backends.cudnn's switches are checked everywhere.
+-- floating dtype, through cuDNN in each of its layouts (T.backends.cudnn.layout) and through the
+-- path without it (T.backends.cudnn.enabled = false: the gather and cuBLAS); conv_transpose2d
+-- (cuDNN's backward data); a double backward; a ResNet basic block forward and backward;
+-- compiled graphs keep conv2d whole. Cases that need a GPU (and cuDNN) skip without one;
+-- T.backends.cudnn's switches are checked everywhere.
 -- CRESCENT_TEST_CUDA_AS_CPU=1 runs the cases with the CPU as the device (the spec's own logic).
 local T = require "crescent"
 local F = T.F
@@ -47,7 +48,8 @@ end
 local function randn(dtype, ...) return T.randn(...):to(dtype):double() end
 
 -- fn(x, w, b) and the gradients of sum(fn(...) * gy) on the device in `dtype` against the CPU in
--- float64, for the cuDNN path and the one without it; bias: true (ws[1] elements), a size or nil.
+-- float64, for cuDNN in each layout and the path without it; bias: true (ws[1] elements), a size
+-- or nil.
 local function check_conv(what, fn, xs, ws, bias, dtype)
   T.manual_seed(7)
   local x, w = randn(dtype, unpack(xs)), randn(dtype, unpack(ws))
@@ -63,14 +65,15 @@ local function check_conv(what, fn, xs, ws, bias, dtype)
   end
   local want = { run("cpu", "float64") }
   local tol = TOL[dtype]
-  for _, path in ipairs({ true, false }) do
-    with("enabled", path, function()
+  for _, layout in ipairs({ "nchw", "nhwc", "nhwc-nchw", false }) do
+    with("enabled", layout ~= false, with, "layout", layout or "auto", function()
       local got = { run(DEV, dtype) }
+      local path = layout and "cuDNN " .. layout or "without cuDNN"
       for i, name in ipairs({ "output", "input grad", "weight grad", "bias grad" }) do
         if want[i] then
           expect.eq(got[i].dtype, dtype, what .. " " .. name .. " dtype")
           expect.eq(got[i].device, AS_CPU and "cpu" or "cuda:0", what .. " " .. name .. " device")
-          near(got[i], want[i], string.format("%s (%s, %s) %s", what, dtype, path and "cuDNN" or "without cuDNN", name), tol)
+          near(got[i], want[i], string.format("%s (%s, %s) %s", what, dtype, path, name), tol)
         end
       end
     end)
@@ -104,6 +107,14 @@ describe("T.backends.cudnn", function()
     with("benchmark", true, function() expect.eq(T.backends.cudnn.benchmark, true) end)
     errs(function() T.backends.cudnn.deterministic = true end, "T.backends.cudnn", "unknown setting 'deterministic'")
     errs(function() T.backends.cudnn.enabled = 1 end, "T.backends.cudnn.enabled", "expected a boolean, got number")
+    local l = T.backends.cudnn.layout
+    expect.truthy(({ auto = 1, nchw = 1, nhwc = 1, ["nhwc-nchw"] = 1 })[l], "layout " .. tostring(l))
+    for _, v in ipairs({ "nchw", "nhwc", "nhwc-nchw", "auto" }) do
+      with("layout", v, function() expect.eq(T.backends.cudnn.layout, v) end)
+    end
+    expect.eq(T.backends.cudnn.layout, l)
+    errs(function() T.backends.cudnn.layout = "NHWC" end, "T.backends.cudnn.layout",
+      'expected "auto", "nchw", "nhwc" or "nhwc-nchw", got NHWC')
     local v = T.backends.cudnn.version()  -- (the library may load where no driver is)
     expect.truthy(v == nil or v >= 90000, "version " .. tostring(v))
     if T.backends.cudnn.is_available() then expect.truthy(v ~= nil) end
@@ -112,6 +123,13 @@ describe("T.backends.cudnn", function()
   it("CRESCENT_CUDNN=0 starts it off", function()
     local out = expect.crescent({ "-e", "print(require('crescent').backends.cudnn.enabled)" }, { env = "CRESCENT_CUDNN=0" })
     expect.eq(out, "false\n")
+  end)
+  it("CRESCENT_CUDNN_LAYOUT sets the layout at start, and a wrong value fails there", function()
+    local out = expect.crescent({ "-e", "print(require('crescent').backends.cudnn.layout)" }, { env = "CRESCENT_CUDNN_LAYOUT=nhwc-nchw" })
+    expect.eq(out, "nhwc-nchw\n")
+    local _, err, status = expect.crescent({ "-e", "print(1)" }, { env = "CRESCENT_CUDNN_LAYOUT=chwn" })
+    expect.truthy(status ~= 0, "exit status " .. tostring(status))
+    expect.truthy(err:find("CRESCENT_CUDNN_LAYOUT: expected auto, nchw, nhwc or nhwc-nchw, got 'chwn'", 1, true), err)
   end)
   it("its gradient ops are conv2d's gradients on the CPU too, and check their operands", function()
     T.manual_seed(1)
@@ -270,8 +288,10 @@ describe("convolutions on CUDA", function()
     local script = "local T = require 'crescent'; T.config.sync_compile = true; " ..
       "local x, w = T.randn(2, 4, 8, 8):cuda(), T.randn(8, 4, 3, 3):cuda(); " ..
       "local f = T.compile(function(a, b) return T.F.relu(T.F.conv2d(a, b, nil, 1, 1)) end); for _ = 1, 3 do f(x, w) end; T.compiler.wait(); T.cuda.synchronize()"
-    local out = expect.crescent({ "-e", script }, { env = "CRESCENT_LOGS=perf,fusion CRESCENT_CUDNN=1", merge = true })
-    for _, want in ipairs({ "convolutions on CUDA: cuDNN 9", "conv2d: cuDNN 9", "forward algorithm",
+    -- (a plain float32 3x3 runs channels-last when asked: the NCHW fallback is for shapes cuDNN refuses)
+    local out = expect.crescent({ "-e", script },
+      { env = "CRESCENT_LOGS=perf,fusion CRESCENT_CUDNN=1 CRESCENT_CUDNN_LAYOUT=nhwc", merge = true })
+    for _, want in ipairs({ "convolutions on CUDA: cuDNN 9", "conv2d: cuDNN 9", "forward algorithm", ", layout nhwc",
                             "conv2d (", "extern: no loop lowering for conv2d" }) do
       expect.truthy(out:find(want, 1, true), "expected '" .. want .. "' in:\n" .. out)
     end

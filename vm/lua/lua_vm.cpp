@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "jit/jit.hpp"
+#include "vm/cuda/cudnn.hpp"
 #include "vm/lua/api.hpp"
 #include "vm/lua/layers.hpp"
 #include "vm/lua/stdlib.hpp"
@@ -111,11 +112,13 @@ static void check_cpu() {
 #endif
 }
 
-// CRESCENT_LOGS and the numbers of the environment checked before the state exists (Context
-// parses the logs again), so that a wrong value fails the VM's creation, leaving nothing behind.
+// CRESCENT_LOGS, the numbers of the environment and CRESCENT_CUDNN_LAYOUT checked before the state
+// exists (Context parses the logs again), so that a wrong value fails the VM's creation, leaving
+// nothing behind.
 static void check_env() {
   if (const char* list = env_setting(Setting::Logs)) Logs().parse(list);
   check_environment();
+  cuda::cudnn_layout_setting();
 }
 
 LuaVM::LuaVM(bool ignore_env) : L_((check_cpu(), check_env(), install_hooks(), luaL_newstate())) {

@@ -3,8 +3,9 @@
 //   _conv2d_input_grad(grad_output, weight, input_size, stride, padding, dilation, groups)
 //   _conv2d_weight_grad(grad_output, input, weight_size, stride, padding, dilation, groups)
 // (cuDNN's backward data / backward filter; F.conv_transpose2d is the first; on the CPU the
-// im2col / col2im kernels of vm/ops/conv.cpp, so that their rules are checked everywhere). Operands are made
-// NCHW-contiguous; CRESCENT_LOGS=perf names the algorithm cuDNN picks for each new shape.
+// im2col / col2im kernels of vm/ops/conv.cpp, so that their rules are checked everywhere). Operands are copied
+// to cuDNN's layout (cuda::cudnn_layout: NCHW or channels-last), the output back to the op's NCHW;
+// CRESCENT_LOGS=perf names the algorithm and layout cuDNN runs for each new shape.
 #include <climits>
 
 #include "vm/cuda/cudnn.hpp"
@@ -48,12 +49,14 @@ void log_choice(const OpCall& c, const cuda::ConvShape& s, const std::string& ch
                        s.groups, ": ", chosen));
 }
 
-void run_pass(OpCall& c, cuda::ConvPass pass, const cuda::ConvShape& s, const Tensor& x, const Tensor& w,
-              const Tensor& y, const Tensor& bias = Tensor()) {
-  std::string chosen;
-  cuda::cudnn_conv(y.device().index, pass, s, x.data_bytes(), w.data_bytes(), y.data_bytes(),
-                   bias.defined() ? bias.data_bytes() : nullptr, &chosen);
-  log_choice(c, s, chosen);
+// The channels-last view of a 4-D {N, C, H, W} tensor ({N, H, W, C}), and back.
+Tensor to_nhwc_view(const Tensor& t) {
+  return Tensor::view_of(t, {t.size(0), t.size(2), t.size(3), t.size(1)},
+                         {t.stride(0), t.stride(2), t.stride(3), t.stride(1)}, t.offset());
+}
+Tensor to_nchw_view(const Tensor& t) {
+  return Tensor::view_of(t, {t.size(0), t.size(3), t.size(1), t.size(2)},
+                         {t.stride(0), t.stride(3), t.stride(1), t.stride(2)}, t.offset());
 }
 
 // A contiguous output (the dispatcher's are) or a contiguous buffer copied into it by `done`.
@@ -62,6 +65,32 @@ Tensor writable(const Tensor& out) {
 }
 void done(const Tensor& out, const Tensor& buffer) {
   if (buffer.data_bytes() != out.data_bytes()) copy_into(out, buffer);
+}
+
+// Runs `pass` on the NCHW tensors t = {x, w, y} in the device's layout (NCHW where cuDNN has no
+// algorithm in it): the operands it reads made contiguous in it, the one it writes (y, x or w)
+// into a buffer in it, then into t[out].
+void run_pass(OpCall& c, cuda::ConvPass pass, cuda::ConvShape s, const Tensor (&t)[3], const Tensor& bias = Tensor()) {
+  const int out = pass == cuda::ConvPass::forward ? 2 : pass == cuda::ConvPass::backward_data ? 0 : 1;
+  s.layout = cuda::cudnn_layout(s.dtype, t[out].device().index);
+  for (;;) {
+    Tensor use[3];
+    for (int i = 0; i < 3; ++i) {
+      const bool last = cuda::channels_last(s.layout, i);
+      if (i != out) use[i] = contiguous(last ? to_nhwc_view(t[i]) : t[i]);
+      else use[i] = last ? Tensor::empty(to_nhwc_view(t[i]).sizes(), t[i].dtype(), t[i].device()) : writable(t[i]);
+    }
+    std::string chosen;
+    const bool ran = cuda::cudnn_conv(t[out].device().index, pass, s, use[0].data_bytes(), use[1].data_bytes(),
+                                      use[2].data_bytes(), bias.defined() ? bias.data_bytes() : nullptr, &chosen);
+    log_choice(c, s, chosen);
+    if (!ran) {
+      s.layout = cuda::ConvLayout::nchw;
+      continue;
+    }
+    if (cuda::channels_last(s.layout, out)) return copy_into(t[out], to_nchw_view(use[out]));
+    return done(t[out], use[out]);
+  }
 }
 
 // ---- _conv2d_input_grad / _conv2d_weight_grad ------------------------------------------------------
@@ -109,10 +138,8 @@ void run_grad(OpCall& c, bool input_grad) {
   if (!cuda::cudnn_available(&why)) fail("needs cuDNN: " + why);
   if (c.outs[0].numel() == 0) return;
   if (g.gy.numel() == 0 || g.other.numel() == 0) return fill_across(c.outs[0], 0);  // an empty sum
-  const Tensor gy = contiguous(g.gy), other = contiguous(g.other), out = writable(c.outs[0]);
-  if (input_grad) run_pass(c, cuda::ConvPass::backward_data, g.s, out, other, gy);
-  else run_pass(c, cuda::ConvPass::backward_filter, g.s, other, out, gy);
-  done(c.outs[0], out);
+  if (input_grad) run_pass(c, cuda::ConvPass::backward_data, g.s, {c.outs[0], g.other, g.gy});
+  else run_pass(c, cuda::ConvPass::backward_filter, g.s, {g.other, c.outs[0], g.gy});
 }
 void run_input_grad(OpCall& c) { run_grad(c, true); }
 void run_weight_grad(OpCall& c) { run_grad(c, false); }
@@ -125,17 +152,15 @@ void conv2d_cuda(OpCall& c, const Tensor& xin, const Tensor& win, const Tensor& 
     copy_into(c.outs[0], r[0]);
     return;
   }
-  const Tensor x = contiguous(xin), w = contiguous(win);
-  const cuda::ConvShape s = shape_of(x.sizes(), w.sizes(), x.dtype(), p);
-  if (c.outs[0].numel() == 0) return;
-  const Tensor out = writable(c.outs[0]);
-  if (x.numel() == 0 || w.numel() == 0) {  // an empty sum
+  const cuda::ConvShape s = shape_of(xin.sizes(), win.sizes(), xin.dtype(), p);
+  const Tensor& out = c.outs[0];
+  if (out.numel() == 0) return;
+  if (xin.numel() == 0 || win.numel() == 0) {  // an empty sum
     if (!bias.defined()) fill_across(out, 0);
     else copy_into(out, Tensor::view_of(bias, {1, s.k, 1, 1}, {0, bias.stride(0), 0, 0}, bias.offset()));
   } else {
-    run_pass(c, cuda::ConvPass::forward, s, x, w, out, bias.defined() ? contiguous(bias) : Tensor());
+    run_pass(c, cuda::ConvPass::forward, s, {xin, win, out}, bias.defined() ? contiguous(bias) : Tensor());
   }
-  done(c.outs[0], out);
 }
 
 void register_conv_cuda(Registry& r) {

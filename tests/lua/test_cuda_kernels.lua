@@ -317,6 +317,12 @@ describe("CUDA kernels", function()
       expect.close(plus(q, k, v, added):cpu(), want_p:cpu(), 4e-3, 4e-3)
     end
     expect.eq(filled(q, k, v, blocked):cpu():totable(), want_f:cpu():totable(), "compiled masked_fill pattern")
+    -- the scale applied to q before the product (decoders' form): the same kernel
+    local prescaled = T.compile(function(a, b, c, m)
+      return T.matmul(T.matmul(a * 0.125, b:transpose(-2, -1)):masked_fill(m, -math.huge):softmax(-1), c)
+    end)
+    for _ = 1, 2 do expect.close(prescaled(q, k, v, blocked):cpu(), want_f:cpu(), 4e-3, 4e-3) end
+    expect.eq(prescaled(q, k, v, blocked):cpu():totable(), want_f:cpu():totable(), "compiled pre-scaled pattern")
     expect.eq(plus(q, k, v, added):cpu():totable(), want_p:cpu():totable(), "compiled added-mask pattern")
     -- a mask over more than two batch dims: the composite on the device
     local q5, m5 = T.randn(2, 2, 2, 40, 16):half(), T.randn(2, 2, 2, 40, 40):half()

@@ -272,3 +272,46 @@ describe("host memory of the first compiled calls", function()
     S.eq(f(x):totable(), want:totable())
   end)
 end)
+
+-- Values that depend on an in-place write cannot be recomputed later: the graph keeps those Lua
+-- still reaches after the function's first run (a full collection learns which), and drops the
+-- rest so that they fuse.
+describe("values after an in-place write", function()
+  it("keeps what Lua reaches, gives eager's values, and the others stay out of the graph", function()
+    local keep = {}
+    local f = T.compile(function(x, buf)
+      buf:add_(x)
+      local z = buf * 2        -- reads the written storage: not recomputable later
+      keep.last = z + 1        -- reached: kept
+      return (z * z):sum()     -- z * z: dropped, fused into the sum
+    end)
+    local buf_c, buf_e = T.zeros(4), T.zeros(4)
+    for i = 1, 6 do
+      local x = T.arange(4):float() * i
+      local got = f(x, buf_c)
+      buf_e:add_(x)
+      local z = buf_e * 2
+      S.eq(got:item(), (z * z):sum():item(), "call " .. i)
+      S.eq(keep.last:totable(), (z + 1):totable(), "call " .. i)
+    end
+    -- keep.last of an earlier call survives later writes to buf
+    local before = keep.last
+    f(T.ones(4), buf_c)
+    S.eq(before:totable(), (buf_e * 2 + 1):totable())
+  end)
+  it("raises a clear error for a dropped value Lua reaches only later, and keeps it from the next call on", function()
+    local stash = {}
+    local f = T.compile(function(x, buf, save)
+      buf:add_(x)
+      local z = buf * 3
+      if save then stash.z = z end  -- (not a tensor op: the trace does not see the branch)
+      return (z + 1):sum()
+    end)
+    local buf = T.zeros(3)
+    for _ = 1, 4 do f(T.ones(3), buf, false) end  -- compiled without z
+    f(T.ones(3), buf, true)
+    S.errors(function() return stash.z:totable() end, "was not kept by its graph", "recompiles to keep it")
+    f(T.ones(3), buf, true)  -- recompiled: z is an output now
+    S.eq(stash.z:totable(), { 18, 18, 18 })
+  end)
+end)

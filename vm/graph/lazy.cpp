@@ -107,6 +107,16 @@ void before_write(Context& ctx, Storage* s) {
 void ensure_real(Context& ctx, cr_tensor* t) {
   auto* info = static_cast<LazyInfo*>(t->_lazy);
   if (!t->_storage) {
+    if (info && info->lost) {
+      std::shared_ptr<Leaf> leaf = info->leaf.lock();
+      const int32_t vid = info->vid;
+      release_lazy(t);
+      if (leaf) note_escape(*leaf, vid, "used");
+      fail(cat("a tensor computed inside a compiled function (value %", vid, " of the segment ending at ",
+               leaf ? leaf->where : "?", ") was not kept by its graph: Lua did not reach it after the function's "
+               "first run, and it depends on an in-place write or a random op, so it cannot be recomputed. The "
+               "function recompiles to keep it from its next call on; return it from the function to read it now"));
+    }
     if (!info || !info->rec) {
       Recorder* rec = ctx.recorder.get();
       if (rec && rec->active()) {  // a lazy tensor of the running segment, read by C++ code
@@ -149,9 +159,17 @@ std::shared_ptr<ExecRecord> wait_on_record(Leaf& leaf, const std::shared_ptr<Lea
   rec->leaf = owner;
   rec->numbers.assign(s.numbers.begin(), s.numbers.end());
   rec->vals.resize(s.vals.size());
+  // The waiting values are pure (compile() keeps or loses the others): they read no storage the
+  // graph writes, so the next run's writes there need not compute them first.
+  if (leaf.written_inputs.empty()) {
+    const std::vector<char> written = written_roots(*leaf.raw);
+    leaf.written_inputs.assign(leaf.raw->values.size() + 1, 0);  // (+1: never empty once computed)
+    for (int32_t in : leaf.raw->inputs) leaf.written_inputs[size_t(in)] = written[size_t(storage_root(*leaf.raw, in))];
+  }
   for (int32_t in : leaf.raw->inputs) {
     Storage* st = s.vals[size_t(in)].storage();
     rec->vals[size_t(in)] = s.vals[size_t(in)];
+    if (leaf.written_inputs[size_t(in)]) continue;
     rec->versions.emplace_back(s.vals[size_t(in)], st->version.load());
     st->pending_reads.fetch_add(1);
     rec->external = rec->external || st->free_fn != nullptr;

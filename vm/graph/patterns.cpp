@@ -1,7 +1,7 @@
 // Rewrites of recorded patterns into fused registry ops (Inductor's pattern matcher, for the few
 // patterns a kernel of its own beats the loops): today attention,
-//   matmul(softmax(matmul(q, kt) / c [+ mask], -1), v)   (or * c, or no scale; the mask added,
-//                                                        or masked_fill(scores, m, -inf))
+//   matmul(softmax(matmul(q, kt) / c [+ mask], -1), v)   (or * c, or no scale, or matmul(q * c, kt);
+//                                                        the mask added, or masked_fill(scores, m, -inf))
 // becomes attention(q, transpose(kt), v, scale[, false, mask]) where a fused CUDA kernel takes it
 // (float16 / bfloat16 on tensor cores, float32 on the FMA pipes: vm/kernels/cuda/attention.hpp). The
 // scores never reach memory.
@@ -157,8 +157,15 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, Uses& uses) {
     scores = dv->args[0].value;
   }
   Node* first = producer(g, scores, ops.matmul, uses);
-  if (!first || !is_tensor(*first, 0) || !is_tensor(*first, 1) || !std::isfinite(scale)) return false;
-  const ValueMeta &q = meta(g, first->args[0]), &kt = meta(g, first->args[1]), &v = meta(g, last.args[1]);
+  if (!first || !is_tensor(*first, 0) || !is_tensor(*first, 1)) return false;
+  int32_t q_value = first->args[0].value, read_at = g.values[size_t(scores)].node;
+  if (Node* qs = producer(g, q_value, ops.mul, uses); qs && is_tensor(*qs, 0) && is_number(*qs, 1) && absent(*qs, 2)) {
+    scale *= qs->args[1].num;  // (q * c) k^T: the scale applied to q first, as decoders often do
+    read_at = g.values[size_t(q_value)].node;
+    q_value = qs->args[0].value;
+  }
+  if (!std::isfinite(scale)) return false;
+  const ValueMeta &q = g.values[size_t(q_value)].meta, &kt = meta(g, first->args[1]), &v = meta(g, last.args[1]);
   const size_t r = q.sizes.size();
   if (r < 2 || kt.sizes.size() != r || v.sizes.size() != r || q.dtype != kt.dtype || q.dtype != v.dtype) return false;
   if (q.device.is_cpu() || kt.device != q.device || v.device != q.device) return false;
@@ -174,13 +181,13 @@ bool rewrite_attention(Graph& g, int32_t at, const Ops& ops, Uses& uses) {
     if (!mask_fits(g, mm.mask, mm, shape, q.dtype, q.device)) return false;
   }
   const int32_t first_at = g.values[size_t(scores)].node;
-  if (writes_between(g, first_at, at)) return false;
+  if (writes_between(g, read_at, at)) return false;
 
   // the first matmul becomes k = transpose(kt): a view of kt's storage
   ValueMeta km = kt;
   std::swap(km.sizes[r - 2], km.sizes[r - 1]);
   std::swap(km.strides[r - 2], km.strides[r - 1]);
-  const int32_t kt_value = first->args[1].value, q_value = first->args[0].value;
+  const int32_t kt_value = first->args[1].value;
   first->op = ops.transpose;
   uses.set_args(g, first_at, {Arg::tensor(kt_value), Arg::number(-2), Arg::number(-1)});
   const int32_t k = g.add_value(first_at, km);

@@ -82,6 +82,7 @@ void Recorder::start_segment(guards::Site& site) {
   s.train = train_;
   s.mode = fn_->opts.dynamic;
   s.recording = site.root.children.empty() && site.root.ends.empty();
+  ctx_.ffi.collect = 0;
 }
 
 void Recorder::reset() {
@@ -198,6 +199,7 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
 // Recording: the call runs eagerly and is appended to the tree.
 void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new, std::vector<Tensor>& outs) {
   Segment& s = *seg_;
+  ctx_.ffi.collect = 1;
   const OpDef& def = Registry::get().ops()[size_t(op)];
   auto node = std::make_unique<TraceNode>();
   node->key = s.key;
@@ -313,7 +315,7 @@ std::vector<Tensor> Recorder::values_for(const Graph& g) {
 // After a graph ran: lazy tensors get their values; a value the graph did not keep but Lua may
 // still hold gets a way to be recomputed; while a leaf is cold, values that Lua still holds get
 // a tracker so that their later use marks them as graph outputs.
-void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g) {
+void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g, bool collected) {
   Segment& s = *seg_;
   std::vector<char> copies;  // common subexpressions a pass merged: Lua gets its own tensor
   if (g)
@@ -343,11 +345,19 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, con
         }
       } else if (alive) {
         if (!leaf) fail("internal: a replayed prefix left a value uncomputed");
+        if (vid < leaf->lost.size() && leaf->lost[vid]) {  // (cannot be recomputed: reading it raises)
+          p->_lazy = new LazyInfo{owner, int32_t(vid), nullptr, nullptr, true};
+          continue;
+        }
         waiting.emplace_back(p, int32_t(vid));
         continue;
       } else {
         continue;  // garbage: nobody will read it
       }
+    }
+    if (collected && alive) {  // after a full collection: Lua still reaches this value
+      if (leaf->reachable.size() <= vid) leaf->reachable.resize(s.vals.size());
+      leaf->reachable[vid] = 1;
     }
     bool escaped = leaf && vid < leaf->escaping.size() && leaf->escaping[vid];
     if (learn && owner && alive && !escaped && !p->_lazy) p->_lazy = new LazyInfo{owner, int32_t(vid)};
@@ -411,7 +421,10 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
     ++leaf.hits;
     if (s.train) check_training(leaf);
     if (!s.pending) {  // recorded: everything already ran eagerly
-      settle(&leaf, s.vals, true);
+      // (at a return Lua collected garbage first when ops were recorded: hand_back, stdlib/compile.lua)
+      const bool collected = kind == EndKind::Return && ctx_.ffi.collect;
+      leaf.reach_learned = leaf.reach_learned || collected;
+      settle(&leaf, s.vals, true, nullptr, collected);
     } else {
       std::shared_ptr<Graph> g;
       if (!leaf.raw) leaf.raw = guards::build_graph(leaf);
@@ -461,7 +474,7 @@ void Recorder::stop() {
   fn_ = nullptr;
   train_ = ctx_.capture_training = ctx_.capture_lazy = false;
   if (seg_) seg_->reset();
-  ctx_.ffi.capturing = 0;
+  ctx_.ffi.capturing = ctx_.ffi.collect = 0;
 }
 
 void Recorder::abort() {
@@ -586,14 +599,20 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf, const Graph& raw) {
     if (g->nodes[size_t(g->values[size_t(root)].node)].kind == NodeKind::Input) continue;
     for (int32_t w = int32_t(v); w >= 0; w = g->values[size_t(w)].views) impure[size_t(w)] = 1;
   }
+  // Once the values Lua reached after a first run are known (reach_learned), an impure value
+  // is kept only when Lua reached or used it; the others are lost (reading one raises, and the
+  // function recompiles to keep it).
   g->outputs.clear();
   std::vector<char> saved(g->values.size());  // a training segment's values its backward reads
   if (leaf.joint)
     for (int32_t v : plan_of(*leaf.joint).saved) saved[size_t(v)] = 1;
+  leaf.lost.assign(g->values.size(), 0);
   for (size_t v = 0; v < g->values.size(); ++v) {
-    bool esc = (v < leaf.escaping.size() && leaf.escaping[v]) || saved[v];
-    if ((esc || impure[v]) && g->values[v].node >= 0 && g->nodes[size_t(g->values[v].node)].kind != NodeKind::Input)
-      g->outputs.push_back(int32_t(v));
+    if (g->values[v].node < 0 || g->nodes[size_t(g->values[v].node)].kind == NodeKind::Input) continue;
+    const bool esc = (v < leaf.escaping.size() && leaf.escaping[v]) || saved[v];
+    const bool reached = !leaf.reach_learned || (v < leaf.reachable.size() && leaf.reachable[v]);
+    if (esc || (impure[v] && reached)) g->outputs.push_back(int32_t(v));
+    else if (impure[v]) leaf.lost[v] = 1;
   }
   if (!leaf.recompile_reason.empty()) {
     ++stats.recompiles;

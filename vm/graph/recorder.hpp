@@ -132,7 +132,9 @@ class Recorder {
   std::string symbolic_dims(const Segment& s) const;
   void run_pending();  // a replayed prefix runs before recording goes on
   std::vector<Tensor> values_for(const Graph& g);
-  void settle(guards::Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g = nullptr);
+  // collected: Lua collected garbage just before (the tensors it holds are the ones it reaches)
+  void settle(guards::Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g = nullptr,
+              bool collected = false);
   std::shared_ptr<graph::Graph> compile(guards::Leaf& leaf, const Graph& raw);
   guards::Leaf& leaf_for(guards::EndKind kind, const std::string& reason, const std::string& where);
   void stop();

@@ -131,6 +131,7 @@ struct LazyInfo {
   int32_t vid = -1;
   ExecRecord* rec = nullptr;  // slots: their record
   cr_tensor* t = nullptr;     // slots: the waiting tensor (null once it left)
+  bool lost = false;          // a value its graph did not keep and that cannot be recomputed
 };
 // The value `vid` escaped its segment: the next compilation must produce it.
 void note_escape(guards::Leaf& leaf, int32_t vid, const char* how);

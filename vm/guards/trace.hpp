@@ -83,6 +83,11 @@ struct Leaf {
   int variant = 0;     // 1-based among its site's variants
   int hits = 0;        // executions so far
   std::vector<char> escaping;                // by vid: needed after the segment ended
+  // by vid: Lua still reached the value after a full collection at the segment's return (known
+  // once reach_learned); lost: impure values the compiled graph does not keep
+  std::vector<char> reachable, lost;
+  bool reach_learned = false;
+  std::vector<char> written_inputs;  // by vid: inputs whose storage the graph writes (lazy.cpp)
   std::shared_ptr<graph::Graph> raw;         // the recorded graph (built on first need)
   std::shared_ptr<graph::Graph> compiled;    // optimised, once hot
   // Dynamic shapes: some inputs have symbolic sizes (their keys say "any size"). `raw` has the

@@ -99,7 +99,7 @@ namespace {
 
 // The decode kernel: false when its scores do not fit in shared memory (S too long).
 bool attention_decode(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                      bool causal, const MaskOperand& mo) {
+                      bool causal, const MaskOperand& mo, const Tensor& lse) {
   const int r = q.dim();
   const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
   const int device = out.device().index;
@@ -115,8 +115,9 @@ bool attention_decode(Context& ctx, const Tensor& out, const Tensor& q, const Te
   const void* mp = mo.p;
   int kind = mo.kind;
   long long ms0 = mo.s0, ms1 = mo.s1, msr = mo.row, msc = mo.col;
+  void* lp = lse.defined() ? lse.data_bytes() : nullptr;
   void* args[] = {&qp,  &kp,  &vp,  &op,  &L_,  &S_,  &heads_, &E_,         &Ev_,     &qs0, &qs1, &qsr, &ks0, &ks1,
-                  &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_, &mp, &kind, &ms0, &ms1, &msr, &msc};
+                  &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_, &mp, &kind, &ms0, &ms1, &msr, &msc, &lp};
   library_launch(ctx, device, cat("attention_decode_", dtype_name(q.dtype())),
                  [&] { return attention_decode_source(q.dtype()); }, "attention_decode", batch * L, int(kDecodeBlock),
                  args, shared);
@@ -136,7 +137,7 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
   MaskOperand mo;
   if (!mask_operand(mask, mo)) return false;
   if (out.numel() == 0) return true;
-  if (L <= kDecodeRows) return attention_decode(ctx, out, q, k, v, scale, causal, mo);
+  if (L <= kDecodeRows) return attention_decode(ctx, out, q, k, v, scale, causal, mo, lse);
   // The kernel and its block: tensor cores for 16-bit values, the FMA pipes for float32.
   const bool simt = q.dtype() == DType::f32;
   const size_t shared_limit = size_t(info.max_shared_per_block);

@@ -22,7 +22,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) attention_decode(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, int L, int S,
     int heads, int E, int Ev, long long qs0, long long qs1, long long qsr, long long ks0, long long ks1, long long ksr,
     long long vs0, long long vs1, long long vsr, float scale_log2, int causal, const void* __restrict__ mask,
-    int mask_kind, long long ms0, long long ms1, long long msr, long long msc) {
+    int mask_kind, long long ms0, long long ms1, long long msr, long long msc, float* __restrict__ lse) {
   extern __shared__ __align__(16) float smem[];
   float* p = smem;            // S scores, then probabilities
   float* qv = p + S;          // E: the query row
@@ -58,6 +58,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) attention_decode(
     sum += e;
   }
   sum = block_reduce(sum, false, red);
+  if (lse && threadIdx.x == 0) lse[bh * L + row] = row_lse(m, sum);  // (for the backward)
   // groups of Ev threads (Ev <= BLOCK) each sum a slice of the keys
   const int groups = BLOCK / Ev, g = threadIdx.x / Ev, e = threadIdx.x - g * Ev;
   if (g < groups) {

@@ -224,7 +224,7 @@ void register_attention(Registry& r) {
   r.add(OpDef{"attention", "query:T, key:T, value:T, scale:N?, causal:B?, mask:T?", OpKind::Other, kNoMethod | kDeviceAware | kExtern,
               infer_attention, run_attention});
   r.add(OpDef{"_attention", "query:T, key:T, value:T, scale:N?, causal:B?, mask:T?", OpKind::Other,
-              kNoMethod | kMultiOut | kDeviceAware, infer_attention_lse, run_attention});
+              kNoMethod | kMultiOut | kDeviceAware | kExtern, infer_attention_lse, run_attention});
   r.set_cast({"attention", "_attention"}, CastPolicy::Lower);  // autocast: PyTorch's scaled_dot_product_attention
   r.set_cast({"attention", "_attention"}, CastPolicy::Lower, true);  // (on the CPU too since PyTorch 2.0)
   register_attention_backward(r);

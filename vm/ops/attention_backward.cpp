@@ -72,7 +72,7 @@ void run_attention_backward(OpCall& c) {
 void register_attention_backward(Registry& r) {
   r.add(OpDef{"_attention_backward",
               "grad_out:T, query:T, key:T, value:T, out:T, lse:T, scale:N?, causal:B?, mask:T?", OpKind::Other,
-              kNoMethod | kMultiOut | kDeviceAware, infer_attention_backward, run_attention_backward});
+              kNoMethod | kMultiOut | kDeviceAware | kExtern, infer_attention_backward, run_attention_backward});
 }
 
 }  // namespace cr

@@ -65,7 +65,7 @@ void run_broadcast(OpCall& c) {
 }  // namespace
 
 void register_collectives(Registry& r) {
-  const int32_t flags = kNoMethod | kDeviceAware | kCollective;
+  const int32_t flags = kNoMethod | kDeviceAware | kCollective | kExtern;
   const auto add = [&](const char* name, const char* schema, std::vector<Meta> (*infer)(OpCall&), void (*fn)(OpCall&)) {
     OpDef d{name, schema, OpKind::Other, flags, infer, fn};
     d.grad.not_differentiable = true;  // (as torch's c10d collectives: no gradient flows through them)

@@ -97,7 +97,7 @@ describe("deterministic algorithms", function()
   it("CUDA ops without a deterministic path raise PyTorch's error (warn_only: they run)", function()
     need_gpu()
     local x = T.zeros(4, { device = "cuda" })
-    local idx, src = T.tensor({ 1, 1, 3 }):long():cuda(), T.tensor({ 1, 2, 3 }):cuda()
+    local idx, src = T.tensor({ 1, 1, 3 }):long():cuda(), T.tensor({ 1, 2, 3 }):float():cuda()
     deterministic(function()
       errs(function() x:scatter_reduce(1, idx, src, "sum") end, "scatter_reduce",
         "does not have a deterministic implementation on CUDA", "warn_only = true")

@@ -357,7 +357,8 @@ ConvLayout cudnn_layout(DType d, int index) {
   const int set = cudnn_layout_setting();
   if (d == DType::f64) return ConvLayout::nchw;
   if (set >= 0) return ConvLayout(set);
-  return device_info(index).sm_major >= 8 ? ConvLayout::nhwc : ConvLayout::nchw;
+  (void)index;  // (channels-last measured no faster: the conversions cost what cuDNN's kernels save)
+  return ConvLayout::nchw;
 }
 
 bool cudnn_flag(CudnnFlag f) { return flag_ref(f).load(); }
@@ -381,7 +382,7 @@ struct Plan {
   Choice c;
 };
 
-const Plan& plan(int index, Handle h, ConvPass pass, const ConvShape& s, const Operands& o, std::string* chosen) {
+Plan& plan(int index, Handle h, ConvPass pass, const ConvShape& s, const Operands& o, std::string* chosen) {
   const int math = math_type(s.dtype);
   const bool timing = cudnn_flag(CudnnFlag::benchmark) && !capturing(index);
   static std::mutex m;
@@ -408,14 +409,17 @@ const Plan& plan(int index, Handle h, ConvPass pass, const ConvShape& s, const O
 bool cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, const void* bias,
                 std::string* chosen) {
   Handle h = handle(index);
-  const Plan& p = plan(index, h, pass, s, {x, w, y}, chosen);
+  Plan& p = plan(index, h, pass, s, {x, w, y}, chosen);
   if (p.c.none) return false;
   void* ws = p.c.workspace ? device_alloc(p.c.workspace, index) : nullptr;
   try {
     run_pass(h, pass, p.d, p.c, s.dtype, x, w, y, ws);
-  } catch (...) {
+  } catch (const Error& e) {
     if (ws) device_free(ws, p.c.workspace, index);
-    throw;
+    if (s.layout == ConvLayout::nchw) throw;
+    p.c.none = true;  // cuDNN refused the channels-last run itself (CUDNN_STATUS_BAD_PARAM): NCHW from now on
+    if (chosen) *chosen = cat(kPassNames[int(pass)], ": refused in layout ", conv_layout_name(s.layout), " (", e.what(), "), run in nchw");
+    return false;
   }
   // stream-ordered: the block is handed out again only on this stream, after the convolution
   if (ws) device_free(ws, p.c.workspace, index);

@@ -49,7 +49,7 @@ const char* conv_layout_name(ConvLayout l);  // "nchw", "nhwc", "nhwc-nchw"
 int cudnn_layout_setting();
 int set_cudnn_layout_setting(int layout);  // returns the previous value
 // The layout of `d`'s convolutions on device `index`: float64 NCHW; else the setting, auto
-// meaning nhwc on sm_80 and newer (PyTorch's cuDNN kernels there), nchw before.
+// meaning nchw (channels-last, with its conversions, was no faster on the H200: RESULTS.md).
 ConvLayout cudnn_layout(DType d, int index);
 
 // One 2-D convolution of contiguous operands in `layout`, of sizes x {n, c, h, w},

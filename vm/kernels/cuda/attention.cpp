@@ -52,14 +52,15 @@ Operand operand_of(const Tensor& x, int64_t heads) {
 }  // namespace
 
 // Decoding: at most kDecodeRows query rows run the row-per-block kernel (attention_decode.cuh)
-// of kDecodeBlock threads, its scores in shared memory.
-constexpr int64_t kDecodeRows = 4, kDecodeBlock = 256;
+// of kDecodeBlock threads (many keys in flight at once: decoding is latency-bound), its scores in
+// shared memory; head sizes up to kDecodeHead.
+constexpr int64_t kDecodeRows = 4, kDecodeBlock = 1024, kDecodeHead = 256;
 
 bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale) {
   // (scale > 0: the kernels take a row's max before scaling, which a positive scale keeps)
   if (!(scale > 0)) return false;
   if (L <= kDecodeRows && (d == DType::f32 || d == DType::f16 || d == DType::bf16))
-    return E > 0 && E <= kDecodeBlock && Ev > 0 && Ev <= kDecodeBlock;
+    return E > 0 && E <= kDecodeHead && Ev > 0 && Ev <= kDecodeHead;
   // A float32 block computes 128 query rows whatever L is: for a few rows (decoding without a
   // mask) the composite's two products and a softmax cost less (bench/RESULTS.md H35).
   constexpr int64_t kSimtMinRows = 32;

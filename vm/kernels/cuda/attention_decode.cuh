@@ -1,6 +1,6 @@
 // Attention for a few query rows (decoding: one new token per sequence): a block per query row.
-// Its warps score the keys (a warp a key, lanes across the head), the block takes the softmax
-// over the scores in shared memory, then thread groups sum p v over slices of the keys. The
+// Its threads score the keys (a thread a key), the block takes the softmax over the scores in
+// shared memory, then thread groups sum p v over slices of the keys. The
 // flash kernels compute 64 or 128 rows a block, all but one wasted when decoding.
 // Defined by the includer: T (the element type), BLOCK (threads).
 
@@ -34,18 +34,23 @@ extern "C" __global__ void __launch_bounds__(BLOCK) attention_decode(
   mask = mask_of<T>(mask, mask_kind, bh, heads, ms0, ms1);
   for (int e = threadIdx.x; e < E; e += BLOCK) qv[e] = float(q[e]);
   __syncthreads();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // a thread a key: its loads are independent (four partial sums), where a warp a key waited on
+  // one load and five shuffles per key
   const int keys = causal ? min(S, row + 1) : S;
-  for (int j = warp; j < S; j += BLOCK / 32) {
-    float dot = 0.f;
-    if (j < keys)
-      for (int e = lane; e < E; e += 32) dot = fmaf(qv[e], float(k[j * ksr + e]), dot);
-    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    if (lane == 0) {
-      float s = dot * scale_log2;  // (log2 domain: exp2 below)
-      if (mask_kind) s += mask_term<T>(mask, mask_kind, msr, msc, row, j, L, S);
-      p[j] = j < keys ? s : -__int_as_float(0x7f800000);
+  for (int j = threadIdx.x; j < S; j += BLOCK) {
+    float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;
+    if (j < keys) {
+      const T* kr = k + j * ksr;
+      int e = 0;
+      for (; e + 4 <= E; e += 4) {
+        d0 = fmaf(qv[e], float(kr[e]), d0), d1 = fmaf(qv[e + 1], float(kr[e + 1]), d1);
+        d2 = fmaf(qv[e + 2], float(kr[e + 2]), d2), d3 = fmaf(qv[e + 3], float(kr[e + 3]), d3);
+      }
+      for (; e < E; ++e) d0 = fmaf(qv[e], float(kr[e]), d0);
     }
+    float s = ((d0 + d1) + (d2 + d3)) * scale_log2;  // (log2 domain: exp2 below)
+    if (mask_kind) s += mask_term<T>(mask, mask_kind, msr, msc, row, j, L, S);
+    p[j] = j < keys ? s : -__int_as_float(0x7f800000);
   }
   __syncthreads();
   float m = -__int_as_float(0x7f800000);
@@ -61,10 +66,17 @@ extern "C" __global__ void __launch_bounds__(BLOCK) attention_decode(
   if (lse && threadIdx.x == 0) lse[bh * L + row] = row_lse(m, sum);  // (for the backward)
   // groups of Ev threads (Ev <= BLOCK) each sum a slice of the keys
   const int groups = BLOCK / Ev, g = threadIdx.x / Ev, e = threadIdx.x - g * Ev;
-  if (g < groups) {
-    float acc = 0.f;
-    for (int j = g; j < S; j += groups) acc = fmaf(p[j], float(v[j * vsr + e]), acc);
-    part[g * Ev + e] = acc;
+  if (g < groups) {  // (four keys a step: four loads in flight)
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    int j = g;
+    for (; j + 3 * groups < S; j += 4 * groups) {
+      a0 = fmaf(p[j], float(v[j * vsr + e]), a0);
+      a1 = fmaf(p[j + groups], float(v[(j + groups) * vsr + e]), a1);
+      a2 = fmaf(p[j + 2 * groups], float(v[(j + 2 * groups) * vsr + e]), a2);
+      a3 = fmaf(p[j + 3 * groups], float(v[(j + 3 * groups) * vsr + e]), a3);
+    }
+    for (; j < S; j += groups) a0 = fmaf(p[j], float(v[j * vsr + e]), a0);
+    part[g * Ev + e] = (a0 + a1) + (a2 + a3);
   }
   __syncthreads();
   if (threadIdx.x < Ev) {

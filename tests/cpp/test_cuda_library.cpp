@@ -150,18 +150,7 @@ TEST_CASE("cuda: the float32 attention kernel compiles to CUBIN for its head siz
   CHECK_FALSE(cr::cuda::attention_takes(DType::f32, 64, 256, 64, 0.125));  // (at most 128)
   CHECK_FALSE(cr::cuda::attention_takes(DType::f32, 64, 64, 64, 0.0));
   CHECK_FALSE(cr::cuda::attention_takes(DType::f32, 31, 64, 64, 0.125));  // (a few query rows: the composite)
-  CHECK(cr::cuda::attention_takes(DType::f32, 4, 64, 64, 0.125));         // (up to 4: the decode kernel)
   CHECK(cr::cuda::simt_shape(128, 128, 16 << 10).rows() == 0);  // (no block fits: the composite)
-}
-
-TEST_CASE("cuda: the decode attention kernel compiles to CUBIN for each dtype", "[cuda]") {
-  if (!have_nvrtc()) return;
-  for (DType d : {DType::f32, DType::f16, DType::bf16}) {
-    INFO(dtype_name(d));
-    CHECK(cr::cuda::attention_takes(d, 1, 80, 200, 0.125));
-    CHECK_FALSE(cr::cuda::attention_takes(d, 1, 64, 320, 0.125));  // (v's head size: at most a block's threads)
-    CHECK(compiles_clean(cr::cuda::attention_decode_source(d), "attention_decode"));
-  }
 }
 
 TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dtype and head size", "[cuda]") {
@@ -213,8 +202,7 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
     const std::string bin(reinterpret_cast<const char*>(p->data), p->size);
     CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
     auto starts = [&](const char* p) { return li.name.rfind(p, 0) == 0; };
-    const char* fn = starts("attention_decode") ? "attention_decode"
-                     : starts("attention_f32") ? "attention_simt"
+    const char* fn = starts("attention_f32") ? "attention_simt"
                      : starts("attention_")  ? "attention_fwd"
                      : starts("cumsum_")     ? "cumsum_rows"
                      : starts("optim_")      ? "fused_adam"

@@ -29,8 +29,6 @@ std::vector<LibraryInstance> prebuilt_instances() {
     r.push_back({cat("attention_f32_", e, "_", e), attention_simt_source(e, e, kSm90Shared)});
     for (DType d : {DType::f16, DType::bf16}) r.push_back({cat("attention_", dtype_name(d), "_", e), attention_source(d, e)});
   }
-  for (DType d : {DType::f32, DType::f16, DType::bf16})
-    r.push_back({cat("attention_decode_", dtype_name(d)), attention_decode_source(d)});
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
     r.push_back({cat("cumsum_", dtype_name(d)), cumsum_source(d)});
     r.push_back({cat("sort_", dtype_name(d)), sort_source(d)});

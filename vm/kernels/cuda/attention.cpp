@@ -51,16 +51,9 @@ Operand operand_of(const Tensor& x, int64_t heads) {
 
 }  // namespace
 
-// Decoding: at most kDecodeRows query rows run the row-per-block kernel (attention_decode.cuh)
-// of kDecodeBlock threads (many keys in flight at once: decoding is latency-bound), its scores in
-// shared memory; head sizes up to kDecodeHead.
-constexpr int64_t kDecodeRows = 4, kDecodeBlock = 1024, kDecodeHead = 256;
-
 bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale) {
   // (scale > 0: the kernels take a row's max before scaling, which a positive scale keeps)
   if (!(scale > 0)) return false;
-  if (L <= kDecodeRows && (d == DType::f32 || d == DType::f16 || d == DType::bf16))
-    return E > 0 && E <= kDecodeHead && Ev > 0 && Ev <= kDecodeHead;
   // A float32 block computes 128 query rows whatever L is: for a few rows (decoding without a
   // mask) the composite's two products and a softmax cost less (bench/RESULTS.md H35).
   constexpr int64_t kSimtMinRows = 32;
@@ -90,43 +83,6 @@ bool mask_operand(const Tensor& m, MaskOperand& o) {
   return true;
 }
 
-std::string attention_decode_source(DType d) {
-  const char* t = d == DType::f32 ? "float" : d == DType::f16 ? "cr::half_t" : "cr::bf16_t";
-  return cat(prelude(), "\ntypedef ", t, " T;\n#define BLOCK ", kDecodeBlock, "\n", cuda_source("attention_common.cuh"),
-             cuda_source("attention_decode.cuh"));
-}
-
-namespace {
-
-// The decode kernel: false when its scores do not fit in shared memory (S too long).
-bool attention_decode(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                      bool causal, const MaskOperand& mo, const Tensor& lse) {
-  const int r = q.dim();
-  const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
-  const int device = out.device().index;
-  const size_t shared = size_t(S + E + 32 + kDecodeBlock) * sizeof(float);
-  if (shared > 48 * 1024) return false;  // (the most a launch takes without opting in)
-  const int64_t heads = r >= 3 ? q.size(r - 3) : 1, batch = out.numel() / (L * Ev);
-  const Operand qo = operand_of(q, heads), ko = operand_of(k, heads), vo = operand_of(v, heads);
-  long long qs0 = qo.s0, qs1 = qo.s1, qsr = qo.row, ks0 = ko.s0, ks1 = ko.s1, ksr = ko.row, vs0 = vo.s0, vs1 = vo.s1,
-            vsr = vo.row;
-  void *qp = qo.t.data_bytes(), *kp = ko.t.data_bytes(), *vp = vo.t.data_bytes(), *op = out.data_bytes();
-  int L_ = int(L), S_ = int(S), heads_ = int(heads), E_ = int(E), Ev_ = int(Ev), causal_ = causal;
-  float scale_log2 = float(scale * 1.4426950408889634);
-  const void* mp = mo.p;
-  int kind = mo.kind;
-  long long ms0 = mo.s0, ms1 = mo.s1, msr = mo.row, msc = mo.col;
-  void* lp = lse.defined() ? lse.data_bytes() : nullptr;
-  void* args[] = {&qp,  &kp,  &vp,  &op,  &L_,  &S_,  &heads_, &E_,         &Ev_,     &qs0, &qs1, &qsr, &ks0, &ks1,
-                  &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_, &mp, &kind, &ms0, &ms1, &msr, &msc, &lp};
-  library_launch(ctx, device, cat("attention_decode_", dtype_name(q.dtype())),
-                 [&] { return attention_decode_source(q.dtype()); }, "attention_decode", batch * L, int(kDecodeBlock),
-                 args, shared);
-  return true;
-}
-
-}  // namespace
-
 bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                bool causal, const Tensor& mask, const Tensor& lse) {
   const int r = q.dim();
@@ -138,7 +94,6 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
   MaskOperand mo;
   if (!mask_operand(mask, mo)) return false;
   if (out.numel() == 0) return true;
-  if (L <= kDecodeRows) return attention_decode(ctx, out, q, k, v, scale, causal, mo, lse);
   // The kernel and its block: tensor cores for 16-bit values, the FMA pipes for float32.
   const bool simt = q.dtype() == DType::f32;
   const size_t shared_limit = size_t(info.max_shared_per_block);

@@ -11,10 +11,9 @@
 namespace cr::cuda {
 
 // Whether a kernel takes q / k / v of dtype d with L query rows, head size E (q, k) and Ev (v)
-// and this scale: a positive scale, and at most 4 query rows (decoding) with E and Ev at most 256,
-// or float16 or bfloat16 with E == Ev one of 16, 32, 64, 128, or float32 with at least 32 query
-// rows, E a multiple of 4 and Ev of 16, both at most 128. The one predicate of T.attention,
-// F.scaled_dot_product_attention and the graph rewrite.
+// and this scale: a positive scale, and float16 or bfloat16 with E == Ev one of 16, 32, 64, 128,
+// or float32 with at least 32 query rows, E a multiple of 4 and Ev of 16, both at most 128. The
+// one predicate of T.attention, F.scaled_dot_product_attention and the graph rewrite.
 bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale);
 
 // out {..., L, Ev} (contiguous) = attention of q {..., L, E}, k {..., S, E}, v {..., S, Ev} on one
@@ -36,9 +35,7 @@ struct MaskOperand {
 // o = mask m's operand (undefined: kind 0); false for masks of more than two batch dims.
 bool mask_operand(const Tensor& m, MaskOperand& o);
 
-// The module sources for dtype d and head size E, and of the decode kernel (tests compile them to
-// CUBIN without a GPU).
+// The module source for dtype d and head size E (tests compile it to CUBIN without a GPU).
 std::string attention_source(DType d, int E);
-std::string attention_decode_source(DType d);
 
 }  // namespace cr::cuda

@@ -767,8 +767,7 @@ end }
 
 -- ---- creation (recipes_creation.lua) -------------------------------------------------------------
 
-require("recipes_creation")(R, { op = op, dt = dt, maybe_dtype = maybe_dtype, ANY = ANY, NUM = NUM, FLOAT = FLOAT,
-  CREATE = CREATE })
+require("recipes_creation")(R, { op = op, dt = dt, maybe_dtype = maybe_dtype, ANY = ANY, NUM = NUM, FLOAT = FLOAT, CREATE = CREATE })
 
 require("recipes_scatter")(R, { ANY = ANY, FLOAT = FLOAT })
 require("recipes_conv")(R, { FLOAT = FLOAT })
@@ -780,22 +779,17 @@ M.SKIPPED = {
   _conv2d_weight_grad = "conv2d's weight gradient: test_cuda_conv.lua compares it with conv2d's, CPU and CUDA",
   _fused_sgd = "an optimizer update; tests/lua/test_optim.lua compares T.optim.SGD with torch.optim.SGD",
   _fused_adam = "an optimizer update; tests/lua/test_optim.lua compares T.optim.Adam / AdamW with torch.optim",
-  _attention = "attention with the rows' logsumexp (F.scaled_dot_product_attention's op when a gradient is "
-    .. "needed): tests/lua/test_cuda_attention_grad.lua compares its gradients with float64",
-  _attention_backward = "attention's fused CUDA gradient; tests/lua/test_cuda_attention_grad.lua compares it",
   _layer_norm = "F.layer_norm's fused op; tests/lua/test_layer_norm.lua compares it and its gradients with torch",
   _layer_norm_backward = "layer_norm's gradient; tests/lua/test_layer_norm.lua compares it with torch's",
   _cross_entropy = "F.cross_entropy's fused op; tests/lua/test_losses.lua compares it and its gradient with torch",
   _cross_entropy_backward = "cross_entropy's gradient; tests/lua/test_losses.lua compares it with torch's",
-  _addmm_epilogue = "the fused product + bias + activation + residual of compiled graphs, no torch op: "
-    .. "tests/lua/test_epilogue.lua compares it with the ops it stands for",
+  _addmm_epilogue = "compiled graphs' fused product + bias + activation: tests/lua/test_epilogue.lua compares it",
   _int8_quantize = "int8 packing, no torch op: tests/lua/test_quant.lua checks every byte and scale",
-  _int8_weight_mm = "int8 weight-only product, no torch op: tests/lua/test_quant.lua compares it with a float64 "
-    .. "reference of the dequantised weight",
+  _int8_weight_mm = "int8 weight-only product, no torch op: tests/lua/test_quant.lua compares it with float64",
 }
-for _, name in ipairs({ "_dist_all_reduce", "_dist_all_gather", "_dist_reduce_scatter", "_dist_broadcast" }) do
-  M.SKIPPED[name] = "a collective (needs a process group): tests/lua/test_dist_compiled.lua compares it with the host's result"
-end
+local FUSED, COLL = "attention's fused ops: test_cuda_attention_grad.lua compares them", "a collective: test_dist_compiled.lua"
+for op, why in pairs({ _attention = FUSED, _attention_backward = FUSED, _dist_all_reduce = COLL, _dist_all_gather = COLL,
+                       _dist_reduce_scatter = COLL, _dist_broadcast = COLL }) do M.SKIPPED[op] = why end
 
 -- ---- known differences (excuses.lua) -------------------------------------------------------------
 

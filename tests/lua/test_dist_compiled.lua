@@ -5,6 +5,7 @@
 -- clear errors (caught by pcall) instead of hanging.
 local T = require "crescent"
 local SH = require "shell"
+expect.covers("_dist_all_reduce", "_dist_all_gather", "_dist_reduce_scatter", "_dist_broadcast")
 
 local function has(s, part, what)
   if not s:find(part, 1, true) then error(string.format("%s does not contain %q:\n%s", what or "output", part, s), 2) end

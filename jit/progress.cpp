@@ -58,8 +58,9 @@ class ProgressWatcher {
         continue;
       }
       auto first = std::min_element(due_.begin(), due_.end(), [](const Due& a, const Due& b) { return a.at < b.at; });
-      if (Clock::now() < first->at) {
-        cv_.wait_until(lock, first->at);  // (or woken by a new note, maybe due sooner)
+      if (const Clock::time_point at = first->at; Clock::now() < at) {
+        // (a copy: wait_until reads the time after waking, when add() may have moved due_)
+        cv_.wait_until(lock, at);  // (or woken by a new note, maybe due sooner)
         continue;
       }
       ProgressNote* note = first->note;

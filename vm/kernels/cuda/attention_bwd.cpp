@@ -9,9 +9,18 @@
 namespace cr::cuda {
 namespace {
 
-// Query rows / keys a tile: the float tiles of q, dout, k, v, p and ds stay under the 48 KiB a
-// block takes without opting in (42 KiB at head sizes 64, 35 KiB at 128).
-int tile_rows(int E, int Ev) { return std::max(E, Ev) <= 64 ? 32 : 16; }
+// The kernels' tile (attention_bwd.cuh's B: rows and keys), threads, and shared memory: tiles of
+// float with head widths padded to 64 and pitches + 4, as its KvTiles / QTiles.
+constexpr int64_t kTile = 64, kThreads = 256;
+int64_t padded(int64_t w) { return (w + 63) / 64 * 64; }
+size_t kv_shared(int64_t E, int64_t Ev) {
+  const int64_t kp = kTile + 4, ew = padded(E), vw = padded(Ev);
+  return size_t(ew * kp + vw * kp + kTile * (ew + 4) + kTile * (vw + 4) + 2 * kTile * kp + 2 * kTile) * 4;
+}
+size_t q_shared(int64_t E, int64_t Ev) {
+  const int64_t kp = kTile + 4, ew = padded(E), vw = padded(Ev);
+  return size_t(2 * kTile * (ew + 4) + kTile * (vw + 4) + ew * kp + vw * kp + kTile * kp + 2 * kTile) * 4;
+}
 
 const char* type_name(DType d) { return d == DType::f16 ? "cr::half_t" : d == DType::bf16 ? "cr::bf16_t" : "float"; }
 
@@ -22,9 +31,8 @@ bool attention_backward_takes(DType d, int64_t E, int64_t Ev) {
 }
 
 std::string attention_backward_source(DType d, int E, int Ev) {
-  const int b = tile_rows(E, Ev);
-  return cat(prelude(), "\ntypedef ", type_name(d), " T;\n#define E ", E, "\n#define EV ", Ev, "\n#define BR ", b,
-             "\n#define BC ", b, "\n", cuda_source("attention_common.cuh"), cuda_source("attention_bwd.cuh"));
+  return cat(prelude(), "\ntypedef ", type_name(d), " T;\n#define E ", E, "\n#define EV ", Ev, "\n",
+             cuda_source("attention_common.cuh"), cuda_source("attention_bwd.cuh"));
 }
 
 bool attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
@@ -35,7 +43,7 @@ bool attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   if (!attention_backward_takes(q.dtype(), E, Ev) || L >= (int64_t(1) << 31) || S >= (int64_t(1) << 31)) return false;
   MaskOperand mo;
   if (!mask_operand(mask, mo)) return false;
-  const int64_t bh = q.numel() / (L * E), b = tile_rows(int(E), int(Ev));
+  const int64_t bh = q.numel() / (L * E), b = kTile;
   const int64_t row_blocks = (L + b - 1) / b, key_blocks = (S + b - 1) / b;
   if (bh * std::max(row_blocks, key_blocks) >= (int64_t(1) << 31)) return false;
   const int device = q.device().index;
@@ -44,7 +52,6 @@ bool attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   const Tensor delta = Tensor::empty({bh * L}, DType::f32, q.device());
   const std::string key = cat("attention_bwd_", dtype_name(q.dtype()), "_", E, "_", Ev);
   auto source = [&] { return attention_backward_source(q.dtype(), int(E), int(Ev)); };
-  const size_t shared = size_t(2 * b * (E + 1) + 2 * b * (Ev + 1) + 2 * b * (b + 1) + 2 * b) * 4;
 
   void *op = oc.data_bytes(), *gp = gc.data_bytes(), *dp = delta.data_bytes();
   long long rows = bh * L;
@@ -59,10 +66,10 @@ bool attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   float scale_ = float(scale);
   void* kv_args[] = {&qp,  &kp,     &vp,      &gp,  &lp,     &dp,     &dkp,    &dvp,   &L_,    &S_,
                      &heads, &kbs, &scale_, &causal_, &mp, &mo.kind, &mo.s0, &mo.s1, &mo.row, &mo.col};
-  library_launch(ctx, device, key, source, "attention_bwd_kv", bh * key_blocks, 128, kv_args, shared);
+  library_launch(ctx, device, key, source, "attention_bwd_kv", bh * key_blocks, kThreads, kv_args, kv_shared(E, Ev));
   void* q_args[] = {&qp, &kp, &vp, &gp, &lp, &dp, &dqp, &L_, &S_, &heads, &rbs, &scale_, &causal_,
                     &mp, &mo.kind, &mo.s0, &mo.s1, &mo.row, &mo.col};
-  library_launch(ctx, device, key, source, "attention_bwd_q", bh * row_blocks, 128, q_args, shared);
+  library_launch(ctx, device, key, source, "attention_bwd_q", bh * row_blocks, kThreads, q_args, q_shared(E, Ev));
   return true;
 }
 

@@ -28,8 +28,8 @@ size_t q_shared(int64_t E, int64_t Ev) {
 struct TcShape {
   int warps, br, bn, min_blocks;
   int rows() const { return 16 * warps; }
-  // {k, v} + two stages of {q, dout} / two stages of {k, v}, 16-bit rows of D + 8
-  size_t kv_bytes(int D) const { return size_t(4 * rows() + 8 * br) * (D + 8); }
+  // {k, v} + two stages of {q, dout} (16-bit rows of D + 8) and of {lse, delta} (float) / two stages of {k, v}
+  size_t kv_bytes(int D) const { return size_t(4 * rows() + 8 * br) * (D + 8) + 16 * br; }
   size_t q_bytes(int D) const { return size_t(8 * bn) * (D + 8); }
 };
 TcShape tc_shape(int D) { return D <= 64 ? TcShape{4, 64, 64, 2} : TcShape{4, 32, 32, 2}; }

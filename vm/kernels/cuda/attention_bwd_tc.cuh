@@ -5,8 +5,8 @@
 //
 //   attention_bwd_kv_tc  a block of WARPS warps per 16 * WARPS keys, k and v tiles in shared
 //                        memory, each warp owning 16 keys; it walks the query rows in tiles of BR
-//                        (q and dout by cp.async, two stages) and computes the transposed products,
-//                        whose results are the A operands of the next ones:
+//                        (q, dout and the rows' lse / delta by cp.async, two stages) and computes
+//                        the transposed products, whose results are the A operands of the next ones:
 //                          s^T = k q^T, dp^T = v dout^T       (B fragments: q, dout rows, ldmatrix)
 //                          p^T = exp(s^T scale + mask - lse), ds^T = p^T (dp^T - delta)
 //                          dv += p^T dout, dk += ds^T q       (B: q, dout rows, ldmatrix.trans)
@@ -19,12 +19,13 @@
 
 // The p and ds of the 16 x N C fragments s / dp (rows r0 + g (+ 8), cols c0 + 8n + 2t (+ 1); query
 // rows along the rows and keys along the cols, or the other way round where KEY_ROWS) in place:
-// p = exp2(s scale_log2 + mask - lse log2 e), ds = p (dp - delta). Rows past L, keys past S and
-// keys above a causal diagonal give 0 where `edge` (the tile reaches them).
+// p = exp2(s scale_log2 + mask - lse log2 e), ds = p (dp - delta), query row i's lse and delta
+// at lse[i - base], delta[i - base]. Rows past L, keys past S and keys above a causal diagonal
+// give 0 where `edge` (the tile reaches them).
 template <int N, bool KEY_ROWS>
 __device__ __forceinline__ void p_ds(float (*s)[4], float (*dp)[4], int r0, int c0, const float* lse,
-                                     const float* delta, bool edge, int L, int S, float scale_log2, int causal,
-                                     const void* mask, int mask_kind, long long msr, long long msc) {
+                                     const float* delta, int base, bool edge, int L, int S, float scale_log2,
+                                     int causal, const void* mask, int mask_kind, long long msr, long long msc) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int n = 0; n < N / 8; ++n)
@@ -34,10 +35,10 @@ __device__ __forceinline__ void p_ds(float (*s)[4], float (*dp)[4], int r0, int 
       const int row = KEY_ROWS ? j : i, key = KEY_ROWS ? i : j;
       const bool in = row < L;
       const float m = mask_kind ? mask_term<T>(mask, mask_kind, msr, msc, row, key, L, S) : 0.f;
-      float p = ex2(fmaf(s[n][e], scale_log2, m) - (in ? lse[row] * 1.4426950408889634f : 0.f));
+      float p = ex2(fmaf(s[n][e], scale_log2, m) - (in ? lse[row - base] * 1.4426950408889634f : 0.f));
       if (edge && (!in || key >= S || (causal && key > row))) p = 0.f;
       s[n][e] = p;
-      dp[n][e] = p * (dp[n][e] - (in ? delta[row] : 0.f));
+      dp[n][e] = p * (dp[n][e] - (in ? delta[row - base] : 0.f));
     }
 }
 
@@ -71,13 +72,26 @@ template <int N> __device__ __forceinline__ uint32_t stage_ready(uint32_t stage0
   return stage0 + (it & 1) * stage_bytes;
 }
 
+// Copies the lse and delta of query rows row0 .. row0 + BR (rows at or past L: 0) to shared
+// address dst (lse, then delta) by cp.async, joining the group the next commit closes.
+__device__ __forceinline__ void load_stats(uint32_t dst, const float* lse, const float* delta, int row0, int L) {
+  for (int i = threadIdx.x; i < 2 * BR; i += 32 * WARPS) {
+    const int row = row0 + i % BR;
+    const float* src = (i < BR ? lse : delta) + (row < L ? row : 0);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst + 4 * i), "l"(src), "r"(row < L ? 4 : 0));
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_bwd_kv_tc(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
     const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv, int L,
     int S, int heads, int key_blocks, float scale, int causal, const void* __restrict__ mask, int mask_kind,
     long long ms0, long long ms1, long long msr, long long msc) {
-  extern __shared__ __align__(16) unsigned char kv_smem[];  // k, v, then two stages of {q, dout}
+  // k, v, two stages of {q, dout}, then two stages of {lse, delta} (float)
+  extern __shared__ __align__(16) unsigned char kv_smem[];
   const uint32_t ks = smem_address(kv_smem), vs = ks + 2 * ROWS * PITCH, stage0 = vs + 2 * ROWS * PITCH;
+  float* const stats = reinterpret_cast<float*>(kv_smem + 4 * ROWS * PITCH + 8 * BR * PITCH);
+  const uint32_t stats0 = smem_address(stats);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const long long bh = blockIdx.x / key_blocks;
   const int key0 = int(blockIdx.x - bh * key_blocks) * ROWS, wkey = key0 + 16 * warp;  // (long causal blocks first)
@@ -89,11 +103,16 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_b
   load_rows<ROWS>(ks, vs, k, v, D, D, key0, S);
   const int first = causal ? key0 / BR * BR : 0;  // (causal: rows before key0 see none of these keys)
   const int tiles = first < L ? (L - first + BR - 1) / BR : 0;
-  if (tiles > 0) load_rows<BR>(stage0, stage0 + 2 * BR * PITCH, q, dout, D, D, first, L);
+  if (tiles > 0) {
+    load_stats(stats0, lse, delta, first, L);
+    load_rows<BR>(stage0, stage0 + 2 * BR * PITCH, q, dout, D, D, first, L);
+  }
   float dka[D / 8][4] = {}, dva[D / 8][4] = {};
   for (int it = 0; it < tiles; ++it) {
     const int row0 = first + it * BR;
+    if (it + 1 < tiles) load_stats(stats0 + ((it + 1) & 1) * 8 * BR, lse, delta, row0 + BR, L);
     const uint32_t qs = stage_ready<BR>(stage0, it, tiles, q, dout, first, L), dos = qs + 2 * BR * PITCH;
+    const float* const lses = stats + (it & 1) * 2 * BR;
 
     float st[BR / 8][4] = {}, dpt[BR / 8][4] = {};  // s^T, dp^T: rows wkey + g (+ 8), cols row0 + 8n + 2t (+ 1)
 #pragma unroll
@@ -105,7 +124,8 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_b
       mma_b<BR>(dpt, a, dos, kk, lane);
     }
     const bool edge = row0 + BR > L || wkey + 16 > S || (causal && wkey + 15 > row0);
-    p_ds<BR, true>(st, dpt, wkey, row0, lse, delta, edge, L, S, scale_log2, causal, mask, mask_kind, msr, msc);
+    p_ds<BR, true>(st, dpt, wkey, row0, lses, lses + BR, row0, edge, L, S, scale_log2, causal, mask, mask_kind, msr,
+                   msc);
 #pragma unroll
     for (int kk = 0; kk < BR / 16; ++kk) {
       uint32_t a[4];
@@ -161,7 +181,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_b
       mma_b<BN>(dp, da[kk], vs, kk, lane);
     }
     const bool edge = row0 + 16 > L || key0 + BN > S || (causal && key0 + BN - 1 > row0);
-    p_ds<BN, false>(s, dp, row0, key0, lse, delta, edge, L, S, scale_log2, causal, mask, mask_kind, msr, msc);
+    p_ds<BN, false>(s, dp, row0, key0, lse, delta, 0, edge, L, S, scale_log2, causal, mask, mask_kind, msr, msc);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       uint32_t a[4];

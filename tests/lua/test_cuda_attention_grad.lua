@@ -121,6 +121,21 @@ describe("CUDA attention backward", function()
     end
   end)
 
+  it("operands that start off 16 bytes take the FMA kernels and match", function()
+    need_gpu()
+    T.manual_seed(3)
+    for _, dt in ipairs({ "float16", "bfloat16" }) do
+      local n = 2 * 50 * 64
+      local q = T.randn(n + 1):to(dt):cuda():narrow(1, 2, n):view(1, 2, 50, 64)  -- (2 bytes past an allocation)
+      local k, v, go = T.randn(1, 2, 50, 64):to(dt):cuda(), T.randn(1, 2, 50, 64):to(dt):cuda(), T.randn(1, 2, 50, 64):to(dt):cuda()
+      local qa = q:clone()
+      local o, lse = T._attention(qa, k, v, 0.125, true)
+      local got = { T._attention_backward(go, q, k, v, o, lse, 0.125, true) }
+      local want = { T._attention_backward(go, qa, k, v, o, lse, 0.125, true) }
+      for i = 1, 3 do expect.close(got[i]:cpu():double(), want[i]:cpu():double(), TOL[dt], TOL[dt]) end
+    end
+  end)
+
   it("_attention_backward checks its inputs and is CUDA only", function()
     need_gpu()
     local q = T.randn(1, 4, 8):cuda()

@@ -68,13 +68,16 @@ bool attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   MaskOperand mo;
   if (!mask_operand(mask, mo)) return false;
   const int device = q.device().index;
-  // tensor cores (mma.m16n8k16: sm_80 on) for 16-bit head sizes 64 / 128, else the FMA pipes
-  const bool tc = attention_backward_tc_takes(q.dtype(), E, Ev) && device_info(device).sm_major >= 8;
+  const Tensor qc = contiguous(q), kc = contiguous(k), vc = contiguous(v), oc = contiguous(out), gc = contiguous(dout),
+               lc = contiguous(lse);
+  // tensor cores (mma.m16n8k16: sm_80 on) for 16-bit head sizes 64 / 128, else the FMA pipes;
+  // their 16-byte row copies need aligned operands (a contiguous view may start anywhere)
+  auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_bytes()) % 16 == 0; };
+  const bool tc = attention_backward_tc_takes(q.dtype(), E, Ev) && device_info(device).sm_major >= 8 &&
+                  aligned(qc) && aligned(kc) && aligned(vc) && aligned(gc) && aligned(dq) && aligned(dk) && aligned(dv);
   const int64_t bh = q.numel() / (L * E), b = tc ? tc_shape(int(E)).rows() : kTile;
   const int64_t row_blocks = (L + b - 1) / b, key_blocks = (S + b - 1) / b;
   if (bh * std::max(row_blocks, key_blocks) >= (int64_t(1) << 31)) return false;
-  const Tensor qc = contiguous(q), kc = contiguous(k), vc = contiguous(v), oc = contiguous(out), gc = contiguous(dout),
-               lc = contiguous(lse);
   const Tensor delta = Tensor::empty({bh * L}, DType::f32, q.device());
   const std::string key = cat(tc ? "attention_bwd_tc_" : "attention_bwd_", dtype_name(q.dtype()), "_", E, "_", Ev);
   auto source = [&] {

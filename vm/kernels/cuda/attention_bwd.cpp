@@ -10,7 +10,7 @@
 namespace cr::cuda {
 namespace {
 
-// The kernels' tile (attention_bwd.cuh's B: rows and keys), threads, and shared memory: tiles of
+// FMA kernels: the tile (attention_bwd.cuh's B: rows and keys), threads, and shared memory: tiles of
 // float with head widths padded to 64 and pitches + 4, as its KvTiles / QTiles.
 constexpr int64_t kTile = 64, kThreads = 256;
 int64_t padded(int64_t w) { return (w + 63) / 64 * 64; }

@@ -4,7 +4,7 @@
 // q, k, v, out, dout, dq, dk, dv are contiguous {bh, rows, size}; lse {bh, L} is the forward's
 // row logsumexp (natural log) of the scaled, masked scores, so p = exp(s * scale + mask - lse)
 // is recomputed per tile and the {L, S} matrices never reach memory:
-//   attention_bwd_dot   delta = rowsum(dout * out), a warp per row
+//   attention_bwd_dot   delta = rowsum(dout * out), a warp per row (attention_bwd_dot.cuh)
 //   attention_bwd_kv    a block per B keys walks the query rows in tiles of B:
 //                       dv += p^T dout, dp = dout v^T, ds = p (dp - delta), dk += ds^T q * scale
 //   attention_bwd_q     a block per B query rows walks the keys: dq += ds k * scale
@@ -116,16 +116,6 @@ __device__ __forceinline__ void store_tile(T* dst, const float (&acc)[4][M][4], 
         const int row = row0 + r0 + i, col = c0 + 64 * m + j;
         if (row < end && col < W) dst[(long long)row * W + col] = T(acc[i][m][j] * f);
       }
-}
-
-extern "C" __global__ void __launch_bounds__(128) attention_bwd_dot(const T* __restrict__ out, const T* __restrict__ dout,
-                                                                  float* __restrict__ delta, long long rows) {
-  const long long row = (long long)blockIdx.x * 4 + (threadIdx.x >> 5);
-  if (row >= rows) return;
-  float acc = 0.f;
-  for (int d = threadIdx.x & 31; d < EV; d += 32) acc = fmaf(float(out[row * EV + d]), float(dout[row * EV + d]), acc);
-  acc = cr::warp_reduce(acc, cr::Sum());
-  if ((threadIdx.x & 31) == 0) delta[row] = acc;
 }
 
 struct KvTiles {  // attention_bwd_kv's shared memory (attention_bwd.cpp sizes it)

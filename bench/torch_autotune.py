@@ -25,8 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_workloads import workloads  # noqa: E402
 
 # max-autotune's matmul search: its default space (Triton templates vs cuBLAS), compiled on every core
-inductor.max_autotune_gemm_search_space = "DEFAULT"
-inductor.compile_threads = max(1, os.cpu_count() or 1)
+for key, value in (("max_autotune_gemm_search_space", "DEFAULT"), ("compile_threads", max(1, os.cpu_count() or 1))):
+    if hasattr(inductor, key):
+        setattr(inductor, key, value)
 
 
 class Cap(Exception):

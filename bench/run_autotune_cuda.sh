@@ -5,7 +5,7 @@
 # vs mode="max-autotune", timed as shared/anchors/ times it), then one table of device times.
 #   bench/run_autotune_cuda.sh [rounds=3] [reps=50]   (CRESCENT=binary, default build/crescent;
 #     WORKLOADS=float32 workloads, BF16=bfloat16 workloads (comma lists; empty: none);
-#     CAP=seconds a torch compile may take (default 150); NO_TORCH=1 skips the torch side)
+#     CAP=seconds a torch compile may take (default 90); NO_TORCH=1 skips the torch side)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 rounds="${1:-3}"

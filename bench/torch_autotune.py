@@ -3,7 +3,7 @@
 times torch.compile: triton.testing.do_bench (warm-up 50 ms, 400 ms of runs, median; it clears the
 L2 cache before each run, so the host's ~35 us of guards and launch per call hide behind that
 clear and the time is the device's). Also the cold compile (the first call's wall time). A compile
-that passes CAP seconds (environment, default 150) is abandoned and reported. JSON lines on stdout,
+that passes CAP seconds (environment, default 90) is abandoned and reported. JSON lines on stdout,
 progress on stderr.
 
     python3 bench/torch_autotune.py [names, comma-separated]     (DTYPE=bfloat16: inputs of that dtype)
@@ -19,7 +19,7 @@ import torch._inductor.config as inductor
 from triton.testing import do_bench
 
 only = set(sys.argv[1].split(",")) if len(sys.argv) > 1 and sys.argv[1] else None
-cap = int(os.environ.get("CAP", "150"))
+cap = int(os.environ.get("CAP", "90"))
 torch.manual_seed(0)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_workloads import workloads  # noqa: E402

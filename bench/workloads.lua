@@ -1,5 +1,6 @@
 -- The anchor's workloads (../shared/anchors/torch_anchor.py) at its CPU or GPU sizes, for
 -- codegen_bench.lua and dynamic_bench.lua: { name, fn, args, bytes moved (memory-bound ones) }.
+-- Beyond the anchor: sum_all (sum of N) and row_sum_long (8 rows of N / 4).
 -- DTYPE=float16 / bfloat16 (environment) makes every input of that dtype; bytes scale with it.
 local T = require "crescent"
 
@@ -39,6 +40,9 @@ return function(DEVICE)
     { "attention", function(q, k, v) return T.matmul((T.matmul(q, k:transpose(-2, -1)) / 8):softmax(-1), v) end,
       { T.randn(GPU and 16 or 2, 8, GPU and 1024 or 256, 64), T.randn(GPU and 16 or 2, 8, GPU and 1024 or 256, 64),
         T.randn(GPU and 16 or 2, 8, GPU and 1024 or 256, 64) }, nil },
+    -- few long rows and a whole-tensor sum: split reductions (issue 39)
+    { "sum_all", function(x) return x:sum() end, { T.randn(N) }, e * N },
+    { "row_sum_long", function(x) return x:sum(2) end, { T.randn(8, N / 4) }, e * 2 * N },
   }
   for _, w in ipairs(work) do  -- every workload's inputs in DTYPE, on the device
     for i, a in ipairs(w[3]) do w[3][i] = a:to(DTYPE):to(DEVICE) end

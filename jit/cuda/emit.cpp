@@ -222,8 +222,11 @@ std::string config_name(const KernelConfig& c) {
   part("vector", c.vector_width);
   part("team", c.team);
   part("rows/block", c.rows_per_block);
+  part("split", c.split);
   return s.empty() ? "heuristic" : s;
 }
+
+constexpr int64_t kMaxSplitBlocks = 8192;
 
 std::vector<KernelConfig> candidates(const CudaKernel& c) {
   std::vector<KernelConfig> out{KernelConfig{}};
@@ -238,6 +241,11 @@ std::vector<KernelConfig> candidates(const CudaKernel& c) {
   for (int64_t rows : {64, 256}) out.push_back(KernelConfig{0, 0, 0, 1, rows});
   for (int64_t rows : {1, 4, 8}) out.push_back(KernelConfig{0, 0, 0, 32, rows});
   for (int64_t team : {64, 128, 256, 512, 1024}) out.push_back(KernelConfig{0, 0, 0, team, 1});
+  // few long rows (a whole-tensor sum's partials): blocks share a row, each a slice of at least
+  // 4 elements a thread, up to kMaxSplitBlocks blocks
+  for (int64_t split : {2, 4, 8, 16, 32, 64})
+    if (c.splittable && c.rows * split <= kMaxSplitBlocks && c.row_size >= 4 * c.block * split)
+      out.push_back(KernelConfig{0, 0, 0, c.block, 1, split});
   return out;
 }
 

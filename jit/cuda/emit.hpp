@@ -64,6 +64,9 @@ struct CudaKernel {
   // How the grid follows from an instance's sizes: its work items (pointwise: groups of
   // vector_width elements; reductions: rows), items_per_block a block, at most max_grid blocks.
   int64_t items_per_block = 1, max_grid = 0;
+  bool splittable = false;  // a block-per-row reduction of one pass that stores only per row:
+                            // KernelConfig::split applies
+  int64_t split = 1;        // blocks that share a row (KernelConfig::split)
 };
 
 // A kernel's launch shape where autotuning chooses it (jit/autotune.hpp); 0 everywhere: the
@@ -74,6 +77,8 @@ struct KernelConfig {
   int64_t waves = 0;           // pointwise: waves of resident blocks (so, elements a thread)
   int64_t team = 0;            // reductions: threads that fold one row (1, 32, or 64 to 1024: a block)
   int64_t rows_per_block = 0;  // reductions of a thread or a warp a row
+  int64_t split = 0;           // splittable reductions: blocks that share a row (each folds a
+                               // slice; the row's last block folds their partials in slice order)
 };
 std::string config_name(const KernelConfig& c);  // "block 256 waves 8 vector 4", for logs and tests
 
@@ -101,8 +106,8 @@ CudaModule emit_candidates(const Plan& plan, size_t k, const Target& target, con
 
 // The configurations autotuning tries for a kernel that emit_plan emitted with the heuristic
 // (`c`), the heuristic's first: block size, waves and vector width of pointwise kernels; the team
-// (one thread, a warp, or a block per row: the split of a row's reduction) and rows per block
-// of reductions.
+// (one thread, a warp, or a block per row: the split of a row's reduction), rows per block and
+// the split of a row across blocks of reductions.
 std::vector<KernelConfig> candidates(const CudaKernel& c);
 
 // CRESCENT_LOGS=output_code: the launch table, then the source.

@@ -156,8 +156,13 @@ class ReductionWriter {
     } else {
       team_ = template_form(w_, o.row_size);
     }
+    o.splittable = !w_.dynamic && o.form == Form::ReduceBlock && one_pass();
+    split_ = o.splittable ? std::max<int64_t>(1, w_.config.split) : 1;
+    if (split_ > 1) o.persistent = false;  // (a block loops over its slice)
     persistent_ = o.persistent;
     w_.set_grid(o.block / team_, o.form == Form::ReduceBlock ? kBlockRowWaves : 1);
+    if (split_ > 1) o.grid = o.rows * split_;
+    o.split = split_;
     w_.set_index_type();
     // (a template's persistent rows: its bucket's items, each checked against the row length)
     items_ = w_.dynamic ? bucket(o.row_size) / team_ : (o.row_size + team_ - 1) / team_;
@@ -168,6 +173,7 @@ class ReductionWriter {
     } else {
       L_.add(team_ == 1 ? "const int lane = 0;" : cat("const int lane = threadIdx.x % ", team_, ";"));
       if (o.form == Form::ReduceBlock) shared_partials();
+      if (split_ > 1) return split_rows();
       const std::string& idx = w_.idx, rpb = cat(o.block / team_);
       L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) * ", rpb, " + ", idx, "(threadIdx.x / ", team_, "); row < ",
                   w_.product_text(0, outer), "; row += ", idx, "(gridDim.x) * ", rpb, ")"));
@@ -206,6 +212,61 @@ class ReductionWriter {
     L_.add(cat("const bool live = base + threadIdx.x % 32 < ", R, ";"));
     L_.add(cat("const ", idx, " row = live ? base + threadIdx.x % 32 : ", R, " - 1;"));
     row_guard_ = "lane == 0 && live";
+  }
+
+  // One stage of folds over the row, then stores of the row's results only: its fold can be
+  // split across blocks (split_rows).
+  bool one_pass() const {
+    for (const Accumulate& a : k_.accs)
+      if (k_.depth[size_t(a.expr)] != 0 || a.kind == ReduceKind::OrderedSum || a.kind == ReduceKind::OrderedMax) return false;
+    for (const Store& s : k_.stores)
+      if (store_inner(k_, s) || k_.depth[size_t(s.expr)] == 0) return false;
+    return true;
+  }
+
+  // Rows split across split_ blocks: block b folds slice b % split_ of row b / split_ into its
+  // partials (module globals), and the row's last block to finish (a counter per row, reset by
+  // it) folds the partials in slice order, so the result does not depend on the blocks' order.
+  // The globals make one launch at a time per loaded module (the program's stream) a must.
+  void split_rows() {
+    const CudaKernel& o = w_.out;
+    const std::string& idx = w_.idx;
+    const int64_t chunk = (o.row_size + split_ - 1) / split_, blocks = std::max<int64_t>(1, o.rows * split_);
+    for (size_t a = 0; a < k_.accs.size(); ++a)
+      w_.functions[cat("~split ", o.name, " ", a)] =
+          cat("__device__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " ", o.name, "_part", a, "[", blocks, "];\n");
+    w_.functions[cat("~split ", o.name)] = cat("__device__ unsigned int ", o.name, "_count[", std::max<int64_t>(1, o.rows), "];\n");
+    L_.add("__shared__ bool last;");
+    L_.open(cat("for (", idx, " b = blockIdx.x; b < ", o.rows * split_, "; b += gridDim.x)"));
+    L_.add(cat("const ", idx, " row = b / ", split_, ", part = b % ", split_, ";"));
+    L_.add(cat("const ", idx, " c_end = (part + 1) * ", chunk, " < ", C_, " ? (part + 1) * ", chunk, " : ", idx, "(", C_, ");"));
+    w_.decompose("row", 0, size_t(k_.n_outer), size_t(k_.n_outer));
+    ex_.open_scope();
+    first_c_ = cat("part * ", chunk, " + lane");
+    end_c_ = "c_end";
+    stage(0);
+    L_.open("if (threadIdx.x == 0)");
+    for (size_t a = 0; a < k_.accs.size(); ++a) L_.add(cat(o.name, "_part", a, "[b] = acc", a, ";"));
+    L_.add("__threadfence();");
+    L_.add(cat("last = atomicAdd(&", o.name, "_count[row], 1u) == ", split_ - 1, ";"));
+    L_.close();
+    L_.add("__syncthreads();");
+    L_.open("if (last)");
+    L_.open("if (threadIdx.x == 0)");
+    L_.add("__threadfence();");
+    for (size_t a = 0; a < k_.accs.size(); ++a) {
+      const DType t = cuda_acc_dtype(k_.accs[a]);
+      L_.add(cat("acc", a, " = ", literal(reduce_init(k_.accs[a].kind, k_.accs[a].in), t), ";"));
+      L_.add(cat("for (int s = 0; s < ", split_, "; ++s) acc", a, " = ", fold_name(k_.accs[a].kind), "()(acc", a, ", ((volatile ",
+                 cuda_type(t), "*)", o.name, "_part", a, ")[row * ", split_, " + s]);"));
+    }
+    L_.add(cat(o.name, "_count[row] = 0;"));
+    L_.close();
+    for (int d = 1; d <= k_.max_depth; ++d) stage(d);  // (the row's stores: thread 0 writes)
+    L_.close();
+    L_.add("__syncthreads();  // (`last` serves the next row)");
+    ex_.close_scope();
+    L_.close();
   }
 
   void shared_partials() {
@@ -357,7 +418,7 @@ class ReductionWriter {
       L_.add(cat("const ", idx, " c = lane + ", idx, "(it) * ", team_, ";"));
       if (ragged_) L_.open(cat("if (c < ", C_, ")"));
     } else {
-      L_.open(cat("for (", idx, " c = lane; c < ", C_, "; c += ", team_, ")"));
+      L_.open(cat("for (", idx, " c = ", first_c_, "; c < ", end_c_.empty() ? C_ : end_c_, "; c += ", team_, ")"));
     }
     w_.decompose("c", size_t(k_.n_outer), k_.sizes.size(), k_.sizes.size());
     ex_.open_scope();
@@ -420,7 +481,8 @@ class ReductionWriter {
   const Kernel& k_;
   Lines& L_;
   Exprs ex_;
-  int64_t team_ = 1, items_ = 1;
+  int64_t team_ = 1, items_ = 1, split_ = 1;
+  std::string first_c_ = "lane", end_c_;  // the looped form's elements of this block (split_rows)
   int vec_ = 1;  // persistent rows: elements a lane reads with one vector load (vector_group)
   bool persistent_ = false;
   bool ragged_ = false;  // persistent: the last item of some lanes is past the row

@@ -1,5 +1,6 @@
 // The CUDA candidate space of autotuning (jit::cuda::candidates, KernelConfig): every candidate
-// configuration of a pointwise chain, a row reduction, a whole-tensor sum and softmax is emitted
+// configuration of a pointwise chain, a row reduction, a whole-tensor sum (with rows split across
+// blocks among them) and softmax is emitted
 // and compiled to CUBIN by NVRTC (no GPU needed), with the launch shape it asks for; where a GPU
 // is present each runs and gives the heuristic's results (bit for bit without reductions, within
 // float rounding with them).
@@ -81,6 +82,7 @@ TEST_CASE("autotune cuda: every candidate compiles with its launch shape, and ru
   std::string why;
   const bool gpu = cuda_backend_available(&why);
   if (!gpu) WARN("the CUDA candidates are compiled, not run: " << why);
+  int splits = 0;  // candidates that split rows across blocks (row_sum, whole_sum)
   for (const Case& c : cases()) {
     Context ctx;
     Builder B{ctx};
@@ -104,12 +106,15 @@ TEST_CASE("autotune cuda: every candidate compiles with its launch shape, and ru
         if (config.team > 32) CHECK(got.block == config.team);
         if (config.team == 1) CHECK(got.form == jc::Form::ReduceThread);
         if (config.team == 32) CHECK(got.form == jc::Form::ReduceWarp);
+        if (config.split > 1) CHECK((got.split == config.split && got.grid == got.rows * config.split && !got.persistent));
+        splits += config.split > 1;
         const std::string cubin = cr::cuda::compile_cubin(m.source, cat(c.name, ".cu"), m.arch);
         REQUIRE(cubin.compare(0, 4, "\x7f" "ELF") == 0);
         if (gpu) same(run(B, plan, k, config, cat(c.name, "_", k, "_", jc::config_name(config))), want, c.reduces);
       }
     }
   }
+  CHECK(splits >= 4);
 }
 
 TEST_CASE("autotune cuda: a kernel's candidates compile as one module, each with its own launch shape", "[autotune][cuda]") {

@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <vector>
 
 #include "vm/kernels/folds.hpp"
 #include "vm/kernels/reduce.hpp"
@@ -174,4 +176,44 @@ TEST_CASE("vector helpers: exp_fast, extreme, exp_sum") {
   std::vector<float> z(37, 0.0f), y(37);
   REQUIRE(lanes::exp_sum(z.data(), y.data(), 37, 0.0f) == Approx(37.0));
   REQUIRE(y[36] == 1.0f);
+}
+
+namespace {
+// lanes::sum's lanes as an array (its generic form), to which the vector form must agree bit
+// for bit.
+template <class A> A array_lanes_sum(const A* x, int64_t n) {
+  constexpr int L = lanes::kSumLanes<A>;
+  A acc[L] = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int l = 0; l < L; ++l) acc[l] += x[i + l];
+  for (int l = 0; i < n; ++i, ++l) acc[l] += x[i];
+  for (int w = L / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return acc[0];
+}
+template <class A> void same_sums(std::vector<A> x) {
+  for (int64_t n = 0; n <= 700; ++n)
+    for (int64_t off : {0, 3}) {
+      INFO("n " << n << " offset " << off);
+      const A want = array_lanes_sum(x.data() + off, n), got = lanes::sum<A>(x.data() + off, n, lanes::Identity{});
+      REQUIRE(std::memcmp(&want, &got, sizeof want) == 0);
+    }
+}
+}  // namespace
+
+TEST_CASE("lanes::sum of floats and doubles in vector registers gives the lanes' bits") {
+  std::vector<float> f(710);
+  std::vector<double> d(710);
+  std::mt19937 g(5);
+  std::uniform_real_distribution<double> u(-1e3, 1e3);
+  for (size_t i = 0; i < f.size(); ++i) d[i] = double(f[i] = float(u(g)));
+  f[9] = -0.0f;
+  d[9] = -0.0;
+  same_sums(f);
+  same_sums(d);
+  f[300] = INFINITY;
+  d[301] = NAN;
+  same_sums(f);
+  same_sums(d);
 }

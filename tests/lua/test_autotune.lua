@@ -46,20 +46,25 @@ describe("mode = \"max-autotune\": options", function()
   end)
 end)
 
--- each fn with its inputs; `reduced`: its kernels reduce (candidates within float rounding)
+-- each fn with its inputs (T.randn, or case[5]); `reduced`: its kernels reduce (candidates
+-- within float rounding). Sums of a graph input with few results are split in two kernels by the
+-- lowering; on CUDA their partials also try rows split across blocks (positive inputs: no
+-- cancellation).
 local KERNELS = {
   { "pointwise chain", function(x) return ((x * 1.5 + 0.25):tanh() * x):sigmoid() - x / 3 end, { 48, 3000 } },
   { "row reduction", function(x) return (x * 0.5 + 1):sum(2) end, { 48, 5000 }, true },
   { "whole-tensor sum", function(x) return ((x + 0.125) * 2):sum() end, { 512, 2048 }, true },  -- (partials that cancel)
   { "softmax", function(x) return (x * 1.25):softmax(2) end, { 32, 3000 }, true },
+  { "few long rows", function(x) return x:sum(2) end, { 8, 2 ^ 18 }, true, T.rand },
+  { "whole-tensor sum of an input", function(x) return x:sum() end, { 2 ^ 20 }, true, T.rand },
 }
 
 describe("max-autotune on the CPU: the candidates", function()
   for _, case in ipairs(KERNELS) do
-    local name, fn, shape, reduced = case[1], case[2], case[3], case[4]
+    local name, fn, shape, reduced, gen = case[1], case[2], case[3], case[4], case[5] or T.randn
     S.native_it(name .. ": every candidate gives the default's results, the winner too", function()
       with_tuning(function()
-        local x = T.randn(unpack(shape))
+        local x = gen(unpack(shape))
         local d = T.compile(fn, { hot = 0 })
         d(x)  -- (hot = 0: the first call records, the second runs native code)
         local default = d(x)
@@ -147,11 +152,11 @@ end)
 
 describe("max-autotune on CUDA", function()
   for _, case in ipairs(KERNELS) do
-    local name, fn, shape, reduced = case[1], case[2], case[3], case[4]
+    local name, fn, shape, reduced, gen = case[1], case[2], case[3], case[4], case[5] or T.randn
     S.it(name .. ": the candidates are timed on the device, the winner gives the default's results", function()
       S.need_gpu()
       with_tuning(function()
-        local x = T.randn(unpack(shape)):cuda()
+        local x = gen(unpack(shape)):cuda()
         local d = T.compile(fn, { hot = 0 })
         d(x)
         local default = d(x)

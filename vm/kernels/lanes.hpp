@@ -30,10 +30,21 @@ template <class T> inline bool is_nan(T v) {
   else return false;
 }
 
+// Explicit vectors: GCC does not vectorise selects (max, clamps) on floats by itself, since a
+// float op that might trap is never moved out of a branch; GCC's vector extensions say it
+// directly. V<C> holds 32 bytes of C (AVX2 registers; narrower targets split them).
+template <class C> struct VecOf { typedef C type __attribute__((vector_size(32))); };
+template <class C> using V = typename VecOf<C>::type;
+template <class C> constexpr int kWidth = int(32 / sizeof(C));
+template <class C> inline V<C> vload(const C* p) { V<C> v; std::memcpy(&v, p, sizeof v); return v; }
+template <class C> inline void vstore(C* p, V<C> v) { std::memcpy(p, &v, sizeof v); }
+
 // Σ f(x[i]) over n <= kBlock elements, computed in type A. 256 bytes of lanes are eight AVX
 // registers: enough independent adds in flight to cover the add latency at two loads a cycle.
 template <class A> constexpr int kSumLanes = int(256 / sizeof(A)) < 8 ? 8 : int(256 / sizeof(A));
+template <class A> A sum_vectors(const A* x, int64_t n);
 template <class A, class T, class F> inline A sum(const T* x, int64_t n, F f) {
+  if constexpr (std::is_floating_point_v<A> && std::is_same_v<T, A> && std::is_same_v<F, Identity>) return sum_vectors(x, n);
   constexpr int L = kSumLanes<A>;
   using U = unsigned_if_int_t<A>;  // integer sums wrap around (dtype.hpp)
   U acc[L] = {};
@@ -44,6 +55,35 @@ template <class A, class T, class F> inline A sum(const T* x, int64_t n, F f) {
   for (int w = L / 2; w > 0; w /= 2)
     for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
   return A(acc[0]);
+}
+
+// sum's lanes as vector registers (lane l is element l % W of vector l / W), with sum's folds in
+// its order, so its bits: an array of lanes lives on the stack, and zeroing it and folding it
+// cost a row of a few thousand elements ~15 % (generated row reductions call this per row).
+// The rest goes into lanes 0.. as in sum, zeros after it: a lane starts at +0 and so is never
+// -0, and x + 0 is x.
+template <class A> inline A sum_vectors(const A* x, int64_t n) {
+  constexpr int W = kWidth<A>, NV = kSumLanes<A> / W;
+  V<A> acc[NV] = {};
+  int64_t i = 0;
+  for (; i + NV * W <= n; i += NV * W)
+    for (int v = 0; v < NV; ++v) acc[v] += vload(x + i + v * W);
+  for (int v = 0; i < n; ++v, i += W) {
+    if (i + W <= n) {
+      acc[v] += vload(x + i);
+      continue;
+    }
+    A part[W] = {};
+    for (int l = 0; i + l < n; ++l) part[l] = x[i + l];
+    acc[v] += vload(part);
+  }
+  for (int w = NV / 2; w > 0; w /= 2)  // (the folds of whole vectors, then within vector 0)
+    for (int v = 0; v < w; ++v) acc[v] += acc[v + w];
+  A t[W];
+  vstore(t, acc[0]);
+  for (int w = W / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) t[l] += t[l + w];
+  return t[0];
 }
 
 // Σ f(x[i]) over any n: lanes of type A within blocks of kBlock, the blocks added in double.
@@ -66,15 +106,7 @@ template <class A, class T> inline A prod(const T* x, int64_t n) {
   return acc[0];
 }
 
-// ---- explicit vectors ----------------------------------------------------------------------
-// GCC does not vectorise selects (max, clamps) on floats by itself, since a float op that might
-// trap is never moved out of a branch; GCC's vector extensions say it directly. V<C> holds
-// 32 bytes of C (AVX2 registers; narrower targets split them).
-template <class C> struct VecOf { typedef C type __attribute__((vector_size(32))); };
-template <class C> using V = typename VecOf<C>::type;
-template <class C> constexpr int kWidth = int(32 / sizeof(C));
-template <class C> inline V<C> vload(const C* p) { V<C> v; std::memcpy(&v, p, sizeof v); return v; }
-template <class C> inline void vstore(C* p, V<C> v) { std::memcpy(p, &v, sizeof v); }
+// ---- explicit vectors (V<C>, above) --------------------------------------------------------
 template <class C> inline V<C> splat(C c) { return V<C>{} + c; }
 
 // The largest (Max) or smallest of n >= 1 contiguous floats / doubles / int32 / int64; *nan: any

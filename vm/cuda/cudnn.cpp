@@ -14,6 +14,7 @@
 
 #include "vm/config.hpp"
 #include "vm/cuda/cudnn_api.hpp"
+#include "vm/cuda/cudnn_internal.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
@@ -324,7 +325,29 @@ void run_pass(Handle h, ConvPass pass, const Descriptors& d, const Choice& c, DT
   }
 }
 
+// CRESCENT_CUDNN_API, read once: a CudnnApi
+std::atomic<int>& api_ref() {
+  static std::atomic<int> which{[] {
+    const char* e = env_setting(Setting::CudnnApi);
+    const std::string v = e ? e : "graph";
+    if (v == "legacy") return int(CudnnApi::legacy);
+    if (v != "graph" && !v.empty()) fail(cat("CRESCENT_CUDNN_API: expected graph or legacy, got '", v, "'"));
+    return int(CudnnApi::graph);
+  }()};
+  return which;
+}
+
 }  // namespace
+
+namespace cudnn_detail {
+const Api& api() { return library().fn; }
+void check(Status s, const char* what) { check_cudnn(s, what); }
+Handle handle(int index) { return cuda::handle(index); }
+int data_type(DType d) { return cuda::data_type(d); }
+}  // namespace cudnn_detail
+
+CudnnApi cudnn_api_setting() { return CudnnApi(api_ref().load()); }
+CudnnApi set_cudnn_api_setting(CudnnApi a) { return CudnnApi(api_ref().exchange(int(a))); }
 
 bool cudnn_available(std::string* why) {
   Library& L = library();

@@ -28,6 +28,13 @@ std::string cudnn_version_name();  // "cuDNN 9.19.0" (what the logs say)
 enum class CudnnFlag { enabled = 0, allow_tf32 = 1, benchmark = 2 };
 bool cudnn_flag(CudnnFlag f);
 bool set_cudnn_flag(CudnnFlag f, bool on);  // returns the previous value
+// The API the convolutions take (CRESCENT_CUDNN_API at start, T.backends.cudnn.api later):
+// graph, cuDNN's backend API (vm/cuda/cudnn_graph.hpp: its heuristics reach the implicit-GEMM
+// engines PyTorch runs; the legacy API where no plan finalizes), or legacy (cudnnConvolution*).
+enum class CudnnApi { graph = 0, legacy = 1 };
+CudnnApi cudnn_api_setting();
+CudnnApi set_cudnn_api_setting(CudnnApi a);  // returns the previous value
+
 // enabled and available: the conv ops' choice
 bool cudnn_usable();
 

@@ -1,7 +1,7 @@
 -- Convolutions of CUDA tensors (vm/ops/conv_cuda.cpp, vm/cuda/cudnn.hpp) against the CPU's:
 -- conv2d / conv1d forward and both gradients over groups, stride, padding, dilation and every
--- floating dtype, through cuDNN in each of its layouts (T.backends.cudnn.layout) and through the
--- path without it (T.backends.cudnn.enabled = false: the gather and cuBLAS); conv_transpose2d
+-- floating dtype, through cuDNN's graph API and its legacy API in each of its layouts
+-- (T.backends.cudnn.api, .layout) and through the path without it (T.backends.cudnn.enabled = false: the gather and cuBLAS); conv_transpose2d
 -- (cuDNN's backward data); a double backward; a ResNet basic block forward and backward;
 -- compiled graphs keep conv2d whole. Cases that need a GPU (and cuDNN) skip without one;
 -- T.backends.cudnn's switches are checked everywhere.
@@ -47,9 +47,12 @@ end
 -- Inputs rounded to `dtype` first, so that the float64 CPU reference sees the device's values.
 local function randn(dtype, ...) return T.randn(...):to(dtype):double() end
 
+-- cuDNN's APIs (T.backends.cudnn.api), the legacy one in each layout, and the path without cuDNN
+local PATHS = { { api = "graph" }, { api = "legacy", layout = "nchw" }, { api = "legacy", layout = "nhwc" },
+                { api = "legacy", layout = "nhwc-nchw" }, {} }
+
 -- fn(x, w, b) and the gradients of sum(fn(...) * gy) on the device in `dtype` against the CPU in
--- float64, for cuDNN in each layout and the path without it; bias: true (ws[1] elements), a size
--- or nil.
+-- float64, for each of PATHS; bias: true (ws[1] elements), a size or nil.
 local function check_conv(what, fn, xs, ws, bias, dtype)
   T.manual_seed(7)
   local x, w = randn(dtype, unpack(xs)), randn(dtype, unpack(ws))
@@ -65,10 +68,10 @@ local function check_conv(what, fn, xs, ws, bias, dtype)
   end
   local want = { run("cpu", "float64") }
   local tol = TOL[dtype]
-  for _, layout in ipairs({ "nchw", "nhwc", "nhwc-nchw", false }) do
-    with("enabled", layout ~= false, with, "layout", layout or "auto", function()
+  for _, p in ipairs(PATHS) do
+    with("enabled", p.api ~= nil, with, "api", p.api or "graph", with, "layout", p.layout or "auto", function()
       local got = { run(DEV, dtype) }
-      local path = layout and "cuDNN " .. layout or "without cuDNN"
+      local path = p.api and "cuDNN " .. p.api .. " " .. (p.layout or "") or "without cuDNN"
       for i, name in ipairs({ "output", "input grad", "weight grad", "bias grad" }) do
         if want[i] then
           expect.eq(got[i].dtype, dtype, what .. " " .. name .. " dtype")
@@ -115,6 +118,13 @@ describe("T.backends.cudnn", function()
     expect.eq(T.backends.cudnn.layout, l)
     errs(function() T.backends.cudnn.layout = "NHWC" end, "T.backends.cudnn.layout",
       'expected "auto", "nchw", "nhwc" or "nhwc-nchw", got NHWC')
+    local a = T.backends.cudnn.api
+    expect.truthy(a == "graph" or a == "legacy", "api " .. tostring(a))
+    for _, v in ipairs({ "legacy", "graph" }) do
+      with("api", v, function() expect.eq(T.backends.cudnn.api, v) end)
+    end
+    expect.eq(T.backends.cudnn.api, a)
+    errs(function() T.backends.cudnn.api = "frontend" end, "T.backends.cudnn.api", 'expected "graph" or "legacy", got frontend')
     local v = T.backends.cudnn.version()  -- (the library may load where no driver is)
     expect.truthy(v == nil or v >= 90000, "version " .. tostring(v))
     if T.backends.cudnn.is_available() then expect.truthy(v ~= nil) end
@@ -130,6 +140,15 @@ describe("T.backends.cudnn", function()
     local _, err, status = expect.crescent({ "-e", "print(1)" }, { env = "CRESCENT_CUDNN_LAYOUT=chwn" })
     expect.truthy(status ~= 0, "exit status " .. tostring(status))
     expect.truthy(err:find("CRESCENT_CUDNN_LAYOUT: expected auto, nchw, nhwc or nhwc-nchw, got 'chwn'", 1, true), err)
+  end)
+  it("CRESCENT_CUDNN_API sets the API at start (graph by default), and a wrong value fails there", function()
+    local out = expect.crescent({ "-e", "print(require('crescent').backends.cudnn.api)" }, { env = "CRESCENT_CUDNN_API=legacy" })
+    expect.eq(out, "legacy\n")
+    out = expect.crescent({ "-e", "print(require('crescent').backends.cudnn.api)" }, { env = "CRESCENT_CUDNN_API=" })
+    expect.eq(out, "graph\n")
+    local _, err, status = expect.crescent({ "-e", "print(1)" }, { env = "CRESCENT_CUDNN_API=v8" })
+    expect.truthy(status ~= 0, "exit status " .. tostring(status))
+    expect.truthy(err:find("CRESCENT_CUDNN_API: expected graph or legacy, got 'v8'", 1, true), err)
   end)
   it("its gradient ops are conv2d's gradients on the CPU too, and check their operands", function()
     T.manual_seed(1)
@@ -290,9 +309,14 @@ describe("convolutions on CUDA", function()
       "local f = T.compile(function(a, b) return T.F.relu(T.F.conv2d(a, b, nil, 1, 1)) end); for _ = 1, 3 do f(x, w) end; T.compiler.wait(); T.cuda.synchronize()"
     -- (a plain float32 3x3 runs channels-last when asked: the NCHW fallback is for shapes cuDNN refuses)
     local out = expect.crescent({ "-e", script },
-      { env = "CRESCENT_LOGS=perf,fusion CRESCENT_CUDNN=1 CRESCENT_CUDNN_LAYOUT=nhwc", merge = true })
+      { env = "CRESCENT_LOGS=perf,fusion CRESCENT_CUDNN=1 CRESCENT_CUDNN_API=legacy CRESCENT_CUDNN_LAYOUT=nhwc", merge = true })
     for _, want in ipairs({ "convolutions on CUDA: cuDNN 9", "conv2d: cuDNN 9", "forward algorithm", ", layout nhwc",
                             "conv2d (", "extern: no loop lowering for conv2d" }) do
+      expect.truthy(out:find(want, 1, true), "expected '" .. want .. "' in:\n" .. out)
+    end
+    -- the graph API names the engine its heuristics ranked first among those that finalize
+    out = expect.crescent({ "-e", script }, { env = "CRESCENT_LOGS=perf CRESCENT_CUDNN=1 CRESCENT_CUDNN_API=graph", merge = true })
+    for _, want in ipairs({ "conv2d: cuDNN 9", "forward: graph API engine ", ", heuristics mode A" }) do
       expect.truthy(out:find(want, 1, true), "expected '" .. want .. "' in:\n" .. out)
     end
     out = expect.crescent({ "-e", script }, { env = "CRESCENT_LOGS=perf CRESCENT_CUDNN=0", merge = true })

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "vm/cuda/cudnn_internal.hpp"
+#include "vm/cuda/driver.hpp"
 #include "vm/cuda/memory.hpp"
+#include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
 
 namespace cr::cuda {
@@ -45,7 +47,9 @@ class Desc {
   void set_i64(int attr, std::initializer_list<int64_t> v) { set(attr, kTypeInt64, int64_t(v.size()), v.begin()); }
   void set_desc(int attr, const Desc& d) { set(attr, kTypeBackendDesc, 1, &d.d_); }
   bool finalize() { return api().BackendFinalize(d_) == kSuccess; }
-  void finalize_or_fail(const char* what) { cudnn_detail::check(api().BackendFinalize(d_), cat("BackendFinalize (", what, ")").c_str()); }
+  void finalize_or_fail(const char* what) {
+    cudnn_detail::check(api().BackendFinalize(d_), cat("BackendFinalize (", what, ")").c_str());
+  }
   // One element of `attr` into *out; false when cuDNN refuses.
   bool read(int attr, int type, void* out) const {
     int64_t got = 0;
@@ -150,7 +154,8 @@ EngineInfo engine_info(const Desc& cfg) {
   if (api().BackendGetAttribute(engine.get(), kAttrEngineNumericalNote, kTypeNumericalNote, 32, &n, notes) != kSuccess)
     return e;
   e.known = true;
-  for (int64_t i = 0; i < n && i < 32; ++i) e.tensor_core |= notes[i] == kNoteTensorCore || notes[i] == kNoteDownConvertInputs;
+  for (int64_t i = 0; i < n && i < 32; ++i)
+    e.tensor_core |= notes[i] == kNoteTensorCore || notes[i] == kNoteDownConvertInputs;
   return e;
 }
 
@@ -164,12 +169,84 @@ bool can_allocate(int64_t bytes, int index) {
   }
 }
 
-// A finalized plan and every descriptor it was built from; forward's legacy descriptors for the
-// bias (cudnnAddTensor on an NCHW y).
+// One runnable choice: an engine config, its finalized plan and what it needs.
+struct Candidate {
+  Desc cfg, plan;
+  int64_t workspace = 0;
+  EngineInfo engine;
+  int mode = 0;  // the heuristics that ranked it
+};
+
+// The engine configs of heuristics mode A, then FALLBACK's, whose plan finalizes within the
+// workspace cap (under `strict`, float32 without TF32: no tensor-core engine), in their order,
+// each given to `take` until it returns true.
+template <class Take> void candidates(Handle h, int index, const Desc& graph, bool strict, Take&& take) {
+  for (int mode : {kHeurModeA, kHeurModeFallback}) {
+    for (Desc& cfg : engine_configs(graph, mode)) {
+      const EngineInfo e = engine_info(cfg);
+      if (strict && (!e.known || e.tensor_core)) continue;
+      Desc plan(kExecutionPlanDesc);
+      plan.set(kAttrPlanHandle, kTypeHandle, 1, &h);
+      plan.set_desc(kAttrPlanEngineConfig, cfg);
+      int64_t ws = 0;
+      if (!plan.finalize() || !plan.read(kAttrPlanWorkspaceSize, kTypeInt64, &ws)) continue;
+      if (ws > kWorkspaceCap || !can_allocate(ws, index)) continue;
+      if (take(Candidate{std::move(cfg), std::move(plan), ws, e, mode})) return;
+    }
+  }
+}
+
+struct Operands {
+  void *x, *w, *y;
+};
+
+void execute(Handle h, const Desc& plan, const Operands& o, void* ws) {
+  Desc pack(kVariantPackDesc);
+  const int64_t uids[3] = {kUidX, kUidW, kUidY};
+  void* ptrs[3] = {o.x, o.w, o.y};
+  pack.set(kAttrVariantPackUniqueIds, kTypeInt64, 3, uids);
+  pack.set(kAttrVariantPackDataPointers, kTypeVoidPtr, 3, ptrs);
+  pack.set(kAttrVariantPackWorkspace, kTypeVoidPtr, 1, &ws);
+  pack.finalize_or_fail("variant pack");
+  cudnn_detail::check(api().BackendExecute(h, plan.get(), pack.get()), "BackendExecute");
+}
+
+// The milliseconds of one run of `c` on the call's operands (the least of 3 after a warm-up, on
+// the current stream); negative when it cannot run.
+float time_candidate(Handle h, int index, const Candidate& c, const Operands& o) {
+  const Driver* d = driver();
+  void* ws = nullptr;
+  CUevent ev[2] = {nullptr, nullptr};
+  float best = -1;
+  try {
+    if (c.workspace) ws = device_alloc(size_t(c.workspace), index);
+    for (CUevent& e : ev)
+      if (d->cuEventCreate(&e, 0) != 0) fail("cuEventCreate failed");
+    const CUstream stream = current_stream(index);
+    execute(h, c.plan, o, ws);
+    for (int i = 0; i < 3; ++i) {
+      float ms = 0;
+      d->cuEventRecord(ev[0], stream);
+      execute(h, c.plan, o, ws);
+      d->cuEventRecord(ev[1], stream);
+      if (d->cuEventSynchronize(ev[1]) != 0 || d->cuEventElapsedTime(&ms, ev[0], ev[1]) != 0) fail("timing failed");
+      best = best < 0 ? ms : std::min(best, ms);
+    }
+  } catch (const Error&) {
+    best = -1;  // (out of memory, or cuDNN refused to run it: another candidate may)
+  }
+  for (CUevent e : ev)
+    if (e) d->cuEventDestroy(e);
+  if (ws) device_free(ws, size_t(c.workspace), index);
+  return best;
+}
+
+// A key's graph (the descriptors it was built from) and the candidate it runs; forward's legacy
+// descriptors for the bias (cudnnAddTensor on an NCHW y).
 struct GraphPlan {
   std::vector<Desc> parts;
-  std::optional<Desc> plan;
-  int64_t workspace = 0;
+  std::optional<Candidate> run;
+  float ms = -1;  // its time, when timed
   TensorDesc y = nullptr, bias = nullptr;
   ~GraphPlan() {
     for (TensorDesc t : {y, bias})
@@ -186,46 +263,52 @@ void bias_descriptors(GraphPlan& p, const ConvShape& s) {
   cudnn_detail::check(F.SetTensor4dDescriptor(p.bias, kNchw, t, 1, s.k, 1, 1), "SetTensor4dDescriptor");
 }
 
-// The first engine config of heuristics mode A (else FALLBACK) whose plan finalizes within the
-// workspace cap; float32 without TF32 skips the tensor-core engines. Null when none does.
-std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvShape& s, const ConvStrides& st,
-                                 const int64_t (&align)[3], std::string* chosen) {
-  auto p = std::make_unique<GraphPlan>();
+// The operation graph of one pass (its descriptors in p.parts).
+const Desc& op_graph(GraphPlan& p, Handle h, ConvPass pass, const ConvShape& s, const ConvStrides& st,
+                     const int64_t (&align)[3]) {
   const int dt = cudnn_detail::data_type(s.dtype);
   const int64_t xd[4] = {s.n, s.c, s.h, s.w}, wd[4] = {s.k, s.c / s.groups, s.r, s.s}, yd[4] = {s.n, s.k, s.oh, s.ow};
-  p->parts.reserve(8);
-  const Desc& x = p->parts.emplace_back(tensor(kUidX, dt, xd, st.x, align[0]));
-  const Desc& w = p->parts.emplace_back(tensor(kUidW, dt, wd, st.w, align[1]));
-  const Desc& y = p->parts.emplace_back(tensor(kUidY, dt, yd, st.y, align[2]));
-  const Desc& conv = p->parts.emplace_back(convolution(s));
-  const Desc& op = p->parts.emplace_back(operation(pass, s.dtype, x, w, y, conv));
-  Desc& graph = p->parts.emplace_back(kOperationGraphDesc);
+  p.parts.reserve(6);  // (references below stay valid)
+  const Desc& x = p.parts.emplace_back(tensor(kUidX, dt, xd, st.x, align[0]));
+  const Desc& w = p.parts.emplace_back(tensor(kUidW, dt, wd, st.w, align[1]));
+  const Desc& y = p.parts.emplace_back(tensor(kUidY, dt, yd, st.y, align[2]));
+  const Desc& conv = p.parts.emplace_back(convolution(s));
+  const Desc& op = p.parts.emplace_back(operation(pass, s.dtype, x, w, y, conv));
+  Desc& graph = p.parts.emplace_back(kOperationGraphDesc);
   graph.set_desc(kAttrGraphOps, op);
   graph.set(kAttrGraphHandle, kTypeHandle, 1, &h);
   graph.finalize_or_fail("operation graph");
+  return graph;
+}
+
+// The plan of one key: the first candidate, or with `timing` (benchmark mode) the fastest on the
+// call's operands. Null when there is none.
+std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvShape& s, const ConvStrides& st,
+                                 const int64_t (&align)[3], const Operands* timing, std::string* chosen) {
+  auto p = std::make_unique<GraphPlan>();
+  const Desc& graph = op_graph(*p, h, pass, s, st, align);
   const bool strict = s.dtype == DType::f32 && !cudnn_flag(CudnnFlag::allow_tf32);
-  for (int mode : {kHeurModeA, kHeurModeFallback}) {
-    for (Desc& cfg : engine_configs(graph, mode)) {
-      const EngineInfo e = engine_info(cfg);
-      if (strict && (!e.known || e.tensor_core)) continue;
-      Desc plan(kExecutionPlanDesc);
-      plan.set(kAttrPlanHandle, kTypeHandle, 1, &h);
-      plan.set_desc(kAttrPlanEngineConfig, cfg);
-      int64_t ws = 0;
-      if (!plan.finalize() || !plan.read(kAttrPlanWorkspaceSize, kTypeInt64, &ws)) continue;
-      if (ws > kWorkspaceCap || !can_allocate(ws, index)) continue;
-      p->workspace = ws;
-      p->plan.emplace(std::move(plan));
-      p->parts.push_back(std::move(cfg));  // (the reserve above keeps x, w, y... where they are)
-      if (pass == ConvPass::forward) bias_descriptors(*p, s);
-      if (chosen)
-        *chosen = cat(kPassNames[int(pass)], ": graph API engine ", e.index, e.tensor_core ? " (tensor cores)" : "",
-                      ", heuristics ", mode == kHeurModeA ? "mode A" : "fallback", ", workspace ", ws, " B");
-      return p;
-    }
+  candidates(h, index, graph, strict, [&](Candidate&& c) {
+    const float ms = timing ? time_candidate(h, index, c, *timing) : 0;
+    if (ms < 0 || (p->run && ms >= p->ms)) return false;
+    p->run.reset();
+    p->run.emplace(std::move(c));
+    p->ms = ms;
+    return !timing;
+  });
+  const char* name = kPassNames[int(pass)];
+  if (!p->run) {
+    if (chosen)
+      *chosen = cat(name, ": no graph API engine config finalizes", timing ? " and runs" : "", ", the legacy API runs");
+    return nullptr;
   }
-  if (chosen) *chosen = cat(kPassNames[int(pass)], ": no graph API engine config finalizes, the legacy API runs it");
-  return nullptr;
+  if (pass == ConvPass::forward) bias_descriptors(*p, s);
+  const Candidate& c = *p->run;
+  if (chosen)
+    *chosen = cat(name, ": graph API engine ", c.engine.index, c.engine.tensor_core ? " (tensor cores)" : "",
+                  ", heuristics ", c.mode == kHeurModeA ? "mode A" : "fallback",
+                  timing ? cat(", timed ", p->ms * 1000, " us") : std::string(), ", workspace ", c.workspace, " B");
+  return p;
 }
 
 // The largest power of two up to 16 dividing p's address (cuDNN's vectorized engines need it).
@@ -237,8 +320,8 @@ int64_t alignment(const void* p) {
 }
 
 std::vector<int64_t> key_of(int index, ConvPass pass, const ConvShape& s, const ConvStrides& st,
-                            const int64_t (&align)[3]) {
-  std::vector<int64_t> k = {index,      int(pass),  int(s.dtype), cudnn_flag(CudnnFlag::allow_tf32),
+                            const int64_t (&align)[3], bool timed) {
+  std::vector<int64_t> k = {index,      int(pass),  int(s.dtype), cudnn_flag(CudnnFlag::allow_tf32) * 2 + timed,
                             s.n,        s.c,        s.h,          s.w,
                             s.k,        s.r,        s.s,          s.pad_h,
                             s.pad_w,    s.stride_h, s.stride_w,   s.dil_h,
@@ -248,29 +331,21 @@ std::vector<int64_t> key_of(int index, ConvPass pass, const ConvShape& s, const 
   return k;
 }
 
-// The plan of a key, built on its first call (null: no engine config finalized, remembered).
+// The plan of a key, built on its first call (null: no engine config finalized, remembered);
+// benchmark mode times the candidates, except while a CUDA graph records (heuristics there).
 GraphPlan* plan_for(Handle h, int index, ConvPass pass, const ConvShape& s, const ConvStrides& st,
-                    const int64_t (&align)[3], std::string* chosen) {
+                    const int64_t (&align)[3], const Operands& o, std::string* chosen) {
+  const bool timed = cudnn_flag(CudnnFlag::benchmark) && !capturing(index);
   static std::mutex m;
   // (never destroyed: cuDNN may be unloaded before static destructors run)
   static auto* plans = new std::map<std::vector<int64_t>, std::unique_ptr<GraphPlan>>();
-  std::vector<int64_t> key = key_of(index, pass, s, st, align);
+  std::vector<int64_t> key = key_of(index, pass, s, st, align, timed);
   std::lock_guard<std::mutex> g(m);
   if (chosen) chosen->clear();
   auto it = plans->find(key);
-  if (it == plans->end()) it = plans->emplace(std::move(key), build(h, index, pass, s, st, align, chosen)).first;
+  if (it == plans->end())
+    it = plans->emplace(std::move(key), build(h, index, pass, s, st, align, timed ? &o : nullptr, chosen)).first;
   return it->second.get();
-}
-
-void execute(Handle h, const GraphPlan& p, void* x, void* w, void* y, void* ws) {
-  Desc pack(kVariantPackDesc);
-  const int64_t uids[3] = {kUidX, kUidW, kUidY};
-  void* ptrs[3] = {x, w, y};
-  pack.set(kAttrVariantPackUniqueIds, kTypeInt64, 3, uids);
-  pack.set(kAttrVariantPackDataPointers, kTypeVoidPtr, 3, ptrs);
-  pack.set(kAttrVariantPackWorkspace, kTypeVoidPtr, 1, &ws);
-  pack.finalize_or_fail("variant pack");
-  cudnn_detail::check(api().BackendExecute(h, p.plan->get(), pack.get()), "BackendExecute");
 }
 
 }  // namespace
@@ -290,17 +365,19 @@ bool cudnn_graph_conv(int index, ConvPass pass, const ConvShape& s, const ConvSt
                       const void* bias, std::string* chosen) {
   Handle h = cudnn_detail::handle(index);
   const int64_t align[3] = {alignment(x), alignment(w), alignment(y)};
-  GraphPlan* p = plan_for(h, index, pass, s, st, align, chosen);
+  const Operands o{x, w, y};
+  GraphPlan* p = plan_for(h, index, pass, s, st, align, o, chosen);
   if (!p) return false;
-  void* ws = p->workspace ? device_alloc(size_t(p->workspace), index) : nullptr;
+  const size_t bytes = size_t(p->run->workspace);
+  void* ws = bytes ? device_alloc(bytes, index) : nullptr;
   try {
-    execute(h, *p, x, w, y, ws);
+    execute(h, p->run->plan, o, ws);
   } catch (const Error&) {
-    if (ws) device_free(ws, size_t(p->workspace), index);
+    if (ws) device_free(ws, bytes, index);
     throw;
   }
   // stream-ordered: the block is handed out again only on this stream, after the convolution
-  if (ws) device_free(ws, size_t(p->workspace), index);
+  if (ws) device_free(ws, bytes, index);
   if (!bias || pass != ConvPass::forward) return true;
   const ConvStrides nchw = contiguous_strides(s);
   if (!std::equal(st.y, st.y + 4, nchw.y)) fail("conv2d through cuDNN: a bias needs an NCHW contiguous output");

@@ -12,3 +12,7 @@ cudnn_api::Handle handle(int index);                      // the current stream'
 int data_type(DType d);                                   // cudnnDataType_t; raises for non-floating dtypes
 
 }  // namespace cr::cuda::cudnn_detail
+
+namespace cr::cuda {
+bool capturing(int index);  // whether device index's current stream records a CUDA graph
+}

@@ -332,10 +332,11 @@ std::vector<int64_t> key_of(int index, ConvPass pass, const ConvShape& s, const 
 }
 
 // The plan of a key, built on its first call (null: no engine config finalized, remembered);
-// benchmark mode times the candidates, except while a CUDA graph records (heuristics there).
+// benchmark mode times the candidates, except while a CUDA graph records (heuristics there: the
+// plans of the warm-up before a capture are the timed ones).
 GraphPlan* plan_for(Handle h, int index, ConvPass pass, const ConvShape& s, const ConvStrides& st,
                     const int64_t (&align)[3], const Operands& o, std::string* chosen) {
-  const bool timed = cudnn_flag(CudnnFlag::benchmark) && !capturing(index);
+  const bool timed = cudnn_flag(CudnnFlag::benchmark);
   static std::mutex m;
   // (never destroyed: cuDNN may be unloaded before static destructors run)
   static auto* plans = new std::map<std::vector<int64_t>, std::unique_ptr<GraphPlan>>();
@@ -343,8 +344,10 @@ GraphPlan* plan_for(Handle h, int index, ConvPass pass, const ConvShape& s, cons
   std::lock_guard<std::mutex> g(m);
   if (chosen) chosen->clear();
   auto it = plans->find(key);
-  if (it == plans->end())
-    it = plans->emplace(std::move(key), build(h, index, pass, s, st, align, timed ? &o : nullptr, chosen)).first;
+  if (it == plans->end()) {
+    const Operands* timing = timed && !capturing(index) ? &o : nullptr;
+    it = plans->emplace(std::move(key), build(h, index, pass, s, st, align, timing, chosen)).first;
+  }
   return it->second.get();
 }
 

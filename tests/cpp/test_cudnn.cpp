@@ -169,17 +169,18 @@ TEST_CASE("cudnn: the switches of T.backends.cudnn", "[cudnn]") {
 }
 
 namespace {
-// pass 0, 1 or 2 of s on float32 operands through the legacy API, or the graph API (`graph`).
+// pass 0, 1 or 2 of s on float32 operands through the legacy API (NCHW), or the graph API with
+// the operands' strides `graph`.
 std::vector<float> on_device(int pass, const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& y,
-                             const cuda::ConvShape& s, bool graph = false) {
+                             const cuda::ConvShape& s, const cuda::ConvStrides* graph = nullptr) {
   const std::vector<float>* host[3] = {&x, &w, &y};
   void* dev[3];
   for (int i = 0; i < 3; ++i) {
     dev[i] = cuda::device_alloc(host[i]->size() * sizeof(float), 0);
     cuda::copy_to_device(dev[i], host[i]->data(), host[i]->size() * sizeof(float), 0);
   }
-  if (graph) CHECK(cuda::cudnn_graph_conv(0, cuda::ConvPass(pass), s, cuda::contiguous_strides(s), dev[0], dev[1], dev[2]));
-  else CHECK(cuda::cudnn_conv(0, cuda::ConvPass(pass), s, dev[0], dev[1], dev[2]));  // (no layout refused)
+  if (graph) CHECK(cuda::cudnn_graph_conv(0, cuda::ConvPass(pass), s, *graph, dev[0], dev[1], dev[2]));
+  else cuda::cudnn_conv(0, cuda::ConvPass(pass), s, dev[0], dev[1], dev[2]);
   const int out = pass == 0 ? 2 : pass == 1 ? 0 : 1;
   std::vector<float> r(host[out]->size());
   cuda::copy_to_host(r.data(), dev[out], r.size() * sizeof(float), 0);
@@ -203,7 +204,8 @@ TEST_CASE("cudnn: forward, backward data and backward filter of a 2x2 kernel, th
   cuda::ConvShape s;  // x {1, 1, 3, 3} = 1..9, w {1, 1, 2, 2}, y {1, 1, 2, 2}
   s.n = s.c = s.k = 1, s.h = s.w = 3, s.r = s.s = 2, s.oh = s.ow = 2;
   const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9}, w = {1, 0, 0, 2}, y = {1, 0, 0, 1};
-  for (bool graph : {false, true}) {
+  const cuda::ConvStrides nchw = cuda::contiguous_strides(s);
+  for (const cuda::ConvStrides* graph : {static_cast<const cuda::ConvStrides*>(nullptr), &nchw}) {
     INFO((graph ? "graph API" : "legacy API"));
     // y[i][j] = x[i][j] + 2 x[i+1][j+1]
     CHECK(close(on_device(0, x, w, std::vector<float>(4), s, graph), {11, 14, 20, 23}));
@@ -215,7 +217,7 @@ TEST_CASE("cudnn: forward, backward data and backward filter of a 2x2 kernel, th
   cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32);
 }
 
-TEST_CASE("cudnn: a forward pass in the channels-last layouts (the graph API: strided x)", "[cudnn]") {
+TEST_CASE("cudnn: the graph API takes channels-last operands by their strides", "[cudnn]") {
   std::string why;
   if (!cuda::cudnn_available(&why)) {
     WARN("skipped: " << why);
@@ -224,21 +226,12 @@ TEST_CASE("cudnn: a forward pass in the channels-last layouts (the graph API: st
   const bool tf32 = cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, false);
   cuda::ConvShape s;  // x {1, 2, 2, 2}: channels 1..4 and 5..8; w {2, 2, 1, 1}: {1, 10} and {100, 1000}
   s.n = 1, s.c = s.k = s.h = s.w = s.oh = s.ow = 2, s.r = s.s = 1;
-  const std::vector<float> x_nhwc = {1, 5, 2, 6, 3, 7, 4, 8}, w = {1, 10, 100, 1000};  // (KRSC = KCRS at 1x1)
-  s.layout = cuda::ConvLayout::nhwc;
-  CHECK(close(on_device(0, x_nhwc, w, std::vector<float>(8), s), {51, 5100, 62, 6200, 73, 7300, 84, 8400}));
-  s.layout = cuda::ConvLayout::nhwc_nchw;
-  CHECK(close(on_device(0, x_nhwc, w, std::vector<float>(8), s), {51, 62, 73, 84, 5100, 6200, 7300, 8400}));
-  cuda::ConvStrides st = cuda::contiguous_strides(s);  // the graph API: x's channels-last strides, y NCHW
+  const std::vector<float> x_nhwc = {1, 5, 2, 6, 3, 7, 4, 8}, w = {1, 10, 100, 1000};
+  cuda::ConvStrides st = cuda::contiguous_strides(s);
   const int64_t nhwc[4] = {8, 1, 4, 2};
-  std::copy(nhwc, nhwc + 4, st.x);
-  std::vector<float> got(8);
-  void* dev[3] = {cuda::device_alloc(32, 0), cuda::device_alloc(16, 0), cuda::device_alloc(32, 0)};
-  cuda::copy_to_device(dev[0], x_nhwc.data(), 32, 0);
-  cuda::copy_to_device(dev[1], w.data(), 16, 0);
-  CHECK(cuda::cudnn_graph_conv(0, cuda::ConvPass::forward, s, st, dev[0], dev[1], dev[2]));
-  cuda::copy_to_host(got.data(), dev[2], 32, 0);
-  cuda::device_free(dev[0], 32, 0), cuda::device_free(dev[1], 16, 0), cuda::device_free(dev[2], 32, 0);
-  CHECK(close(got, {51, 62, 73, 84, 5100, 6200, 7300, 8400}));
+  std::copy(nhwc, nhwc + 4, st.x);  // x channels-last, y NCHW
+  CHECK(close(on_device(0, x_nhwc, w, std::vector<float>(8), s, &st), {51, 62, 73, 84, 5100, 6200, 7300, 8400}));
+  std::copy(nhwc, nhwc + 4, st.y);  // both channels-last
+  CHECK(close(on_device(0, x_nhwc, w, std::vector<float>(8), s, &st), {51, 5100, 62, 6200, 73, 7300, 84, 8400}));
   cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32);
 }

@@ -24,7 +24,6 @@ using cudnn_detail::api;
 
 constexpr int64_t kWorkspaceCap = int64_t(1) << 30;  // engine configs asking more are skipped, as PyTorch's
 constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y';
-const char* const kPassNames[] = {"forward", "backward data", "backward filter"};
 
 // One backend descriptor, owned (cuDNN keeps raw handles to those a descriptor was given: owners
 // keep them as long as that one).
@@ -296,7 +295,7 @@ std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvS
     p->ms = ms;
     return !timing;
   });
-  const char* name = kPassNames[int(pass)];
+  const char* name = cudnn_detail::pass_name(pass);
   if (!p->run) {
     if (chosen)
       *chosen = cat(name, ": no graph API engine config finalizes", timing ? " and runs" : "", ", the legacy API runs");

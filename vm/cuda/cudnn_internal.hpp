@@ -1,6 +1,7 @@
 // What vm/cuda/cudnn.cpp shares with vm/cuda/cudnn_graph.cpp (not for other files): the loaded
 // functions, the error check and the per-stream handles.
 #pragma once
+#include "vm/cuda/cudnn.hpp"
 #include "vm/cuda/cudnn_api.hpp"
 #include "vm/dtype.hpp"
 
@@ -10,6 +11,7 @@ const cudnn_api::Api& api();                              // (once the library l
 void check(cudnn_api::Status s, const char* what);        // raises cuDNN's message when s fails
 cudnn_api::Handle handle(int index);                      // the current stream's; raises why cuDNN is not usable
 int data_type(DType d);                                   // cudnnDataType_t; raises for non-floating dtypes
+const char* pass_name(ConvPass p);                        // "forward", "backward data", "backward filter"
 
 }  // namespace cr::cuda::cudnn_detail
 

@@ -4,10 +4,10 @@
 //   _conv2d_weight_grad(grad_output, input, weight_size, stride, padding, dilation, groups)
 // (cuDNN's backward data / backward filter; F.conv_transpose2d is the first; on the CPU the
 // im2col / col2im kernels of vm/ops/conv.cpp, so that their rules are checked everywhere). cuDNN's
-// graph API (vm/cuda/cudnn_graph.hpp) takes NCHW or channels-last operands as they are; the legacy
-// API (its fallback, or T.backends.cudnn.api = "legacy") takes them copied to its layout
-// (cuda::cudnn_layout), the output back to the op's NCHW. CRESCENT_LOGS=perf names the engine or
-// algorithm cuDNN runs for each new shape.
+// graph API (vm/cuda/cudnn_graph.hpp) takes NCHW or channels-last operands as they are (its
+// engines pick their own layout); the legacy API (its fallback, or T.backends.cudnn.api =
+// "legacy") takes them NCHW contiguous. CRESCENT_LOGS=perf names the engine or algorithm cuDNN
+// runs for each new shape.
 #include <algorithm>
 #include <climits>
 
@@ -53,14 +53,10 @@ void log_choice(const OpCall& c, const cuda::ConvShape& s, const std::string& ch
                        s.groups, ": ", chosen));
 }
 
-// The channels-last view of a 4-D {N, C, H, W} tensor ({N, H, W, C}), and back.
+// The channels-last view of a 4-D {N, C, H, W} tensor ({N, H, W, C}).
 Tensor to_nhwc_view(const Tensor& t) {
   return Tensor::view_of(t, {t.size(0), t.size(2), t.size(3), t.size(1)},
                          {t.stride(0), t.stride(2), t.stride(3), t.stride(1)}, t.offset());
-}
-Tensor to_nchw_view(const Tensor& t) {
-  return Tensor::view_of(t, {t.size(0), t.size(3), t.size(1), t.size(2)},
-                         {t.stride(0), t.stride(3), t.stride(1), t.stride(2)}, t.offset());
 }
 
 // A contiguous output (the dispatcher's are) or a contiguous buffer copied into it by `done`.
@@ -81,48 +77,30 @@ Tensor dense(const Tensor& t, int64_t* st) {
   return last || t.is_contiguous() ? t : contiguous(t);
 }
 
-// Runs `pass` on t = {x, w, y} through cuDNN's graph API: the operand it writes (y, x or w) into
-// a contiguous buffer, then into t[out]. False, running nothing, when cuDNN gives no plan.
-bool run_graph(OpCall& c, cuda::ConvPass pass, const cuda::ConvShape& s, const Tensor (&t)[3], int out,
-               const Tensor& bias) {
+// Runs `pass` on t = {x, w, y} (of NCHW sizes): the operand it writes (y, x or w) into a
+// contiguous buffer, then into t[out]; the others as the graph API takes them (dense), NCHW
+// contiguous for the legacy API, which runs when chosen or when the graph API gives no plan.
+void run_pass(OpCall& c, cuda::ConvPass pass, const cuda::ConvShape& s, const Tensor (&t)[3],
+              const Tensor& bias = Tensor()) {
+  const int out = pass == cuda::ConvPass::forward ? 2 : pass == cuda::ConvPass::backward_data ? 0 : 1;
+  const int index = t[out].device().index;
   Tensor use[3];
   cuda::ConvStrides st = cuda::contiguous_strides(s);  // (the written operand's)
   int64_t* strides[3] = {st.x, st.w, st.y};
   for (int i = 0; i < 3; ++i) use[i] = i == out ? writable(t[i]) : dense(t[i], strides[i]);
+  const void* b = bias.defined() ? bias.data_bytes() : nullptr;
   std::string chosen;
-  const bool ran = cuda::cudnn_graph_conv(t[out].device().index, pass, s, st, use[0].data_bytes(), use[1].data_bytes(),
-                                          use[2].data_bytes(), bias.defined() ? bias.data_bytes() : nullptr, &chosen);
+  const bool ran = cuda::cudnn_api_setting() == cuda::CudnnApi::graph &&
+                   cuda::cudnn_graph_conv(index, pass, s, st, use[0].data_bytes(), use[1].data_bytes(),
+                                          use[2].data_bytes(), b, &chosen);
   log_choice(c, s, chosen);
-  if (ran) done(t[out], use[out]);
-  return ran;
-}
-
-// Runs `pass` on the NCHW tensors t = {x, w, y}: through the graph API when it is chosen and
-// gives a plan, else the legacy API in the device's layout (NCHW where cuDNN has no algorithm in
-// it): the operands it reads made contiguous in it, the one it writes into a buffer in it, then
-// into t[out].
-void run_pass(OpCall& c, cuda::ConvPass pass, cuda::ConvShape s, const Tensor (&t)[3], const Tensor& bias = Tensor()) {
-  const int out = pass == cuda::ConvPass::forward ? 2 : pass == cuda::ConvPass::backward_data ? 0 : 1;
-  if (cuda::cudnn_api_setting() == cuda::CudnnApi::graph && run_graph(c, pass, s, t, out, bias)) return;
-  s.layout = cuda::cudnn_layout(s.dtype, t[out].device().index);
-  for (;;) {
-    Tensor use[3];
-    for (int i = 0; i < 3; ++i) {
-      const bool last = cuda::channels_last(s.layout, i);
-      if (i != out) use[i] = contiguous(last ? to_nhwc_view(t[i]) : t[i]);
-      else use[i] = last ? Tensor::empty(to_nhwc_view(t[i]).sizes(), t[i].dtype(), t[i].device()) : writable(t[i]);
-    }
-    std::string chosen;
-    const bool ran = cuda::cudnn_conv(t[out].device().index, pass, s, use[0].data_bytes(), use[1].data_bytes(),
-                                      use[2].data_bytes(), bias.defined() ? bias.data_bytes() : nullptr, &chosen);
+  if (!ran) {
+    for (int i = 0; i < 3; ++i)
+      if (i != out) use[i] = contiguous(use[i]);
+    cuda::cudnn_conv(index, pass, s, use[0].data_bytes(), use[1].data_bytes(), use[2].data_bytes(), b, &chosen);
     log_choice(c, s, chosen);
-    if (!ran) {
-      s.layout = cuda::ConvLayout::nchw;
-      continue;
-    }
-    if (cuda::channels_last(s.layout, out)) return copy_into(t[out], to_nchw_view(use[out]));
-    return done(t[out], use[out]);
   }
+  done(t[out], use[out]);
 }
 
 // ---- _conv2d_input_grad / _conv2d_weight_grad ------------------------------------------------------

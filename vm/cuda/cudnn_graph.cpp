@@ -137,10 +137,10 @@ std::vector<Desc> engine_configs(const Desc& graph, int mode) {
 }
 
 // An engine config's engine: its global index (for the logs) and whether its numerical notes
-// say tensor cores or inputs rounded down (TF32 for float32); known is false when unreadable.
+// say tensor cores (TF32 for float32) or inputs rounded down; known is false when unreadable.
 struct EngineInfo {
   int64_t index = -1;
-  bool known = false, tensor_core = false;
+  bool known = false, tensor_core = false, down_convert = false;
 };
 EngineInfo engine_info(const Desc& cfg) {
   EngineInfo e;
@@ -153,8 +153,10 @@ EngineInfo engine_info(const Desc& cfg) {
   if (api().BackendGetAttribute(engine.get(), kAttrEngineNumericalNote, kTypeNumericalNote, 32, &n, notes) != kSuccess)
     return e;
   e.known = true;
-  for (int64_t i = 0; i < n && i < 32; ++i)
-    e.tensor_core |= notes[i] == kNoteTensorCore || notes[i] == kNoteDownConvertInputs;
+  for (int64_t i = 0; i < n && i < 32; ++i) {
+    e.tensor_core |= notes[i] == kNoteTensorCore;
+    e.down_convert |= notes[i] == kNoteDownConvertInputs;
+  }
   return e;
 }
 
@@ -177,13 +179,13 @@ struct Candidate {
 };
 
 // The engine configs of heuristics mode A, then FALLBACK's, whose plan finalizes within the
-// workspace cap (under `strict`, float32 without TF32: no tensor-core engine), in their order,
-// each given to `take` until it returns true.
+// workspace cap, in their order, each given to `take` until it returns true. As PyTorch's, none
+// that rounds its inputs down, and under `strict` (float32 without TF32) no tensor-core engine.
 template <class Take> void candidates(Handle h, int index, const Desc& graph, bool strict, Take&& take) {
   for (int mode : {kHeurModeA, kHeurModeFallback}) {
     for (Desc& cfg : engine_configs(graph, mode)) {
       const EngineInfo e = engine_info(cfg);
-      if (strict && (!e.known || e.tensor_core)) continue;
+      if (e.down_convert || (strict && (!e.known || e.tensor_core))) continue;
       Desc plan(kExecutionPlanDesc);
       plan.set(kAttrPlanHandle, kTypeHandle, 1, &h);
       plan.set_desc(kAttrPlanEngineConfig, cfg);
@@ -208,6 +210,20 @@ void execute(Handle h, const Desc& plan, const Operands& o, void* ws) {
   pack.set(kAttrVariantPackWorkspace, kTypeVoidPtr, 1, &ws);
   pack.finalize_or_fail("variant pack");
   cudnn_detail::check(api().BackendExecute(h, plan.get(), pack.get()), "BackendExecute");
+}
+
+// Queues `c` on the operands, with a workspace from the caching allocator.
+void run(Handle h, int index, const Candidate& c, const Operands& o) {
+  const size_t bytes = size_t(c.workspace);
+  void* ws = bytes ? device_alloc(bytes, index) : nullptr;
+  try {
+    execute(h, c.plan, o, ws);
+  } catch (const Error&) {
+    if (ws) device_free(ws, bytes, index);
+    throw;
+  }
+  // stream-ordered: the block is handed out again only on this stream, after the convolution
+  if (ws) device_free(ws, bytes, index);
 }
 
 // The milliseconds of one run of `c` on the call's operands (the least of 3 after a warm-up, on
@@ -280,15 +296,26 @@ const Desc& op_graph(GraphPlan& p, Handle h, ConvPass pass, const ConvShape& s, 
   return graph;
 }
 
-// The plan of one key: the first candidate, or with `timing` (benchmark mode) the fastest on the
-// call's operands. Null when there is none.
+// The plan of one key: the first candidate that runs on the call's operands (*ran: the call is
+// done), or with `timing` (benchmark mode) the fastest there. Null when there is none.
 std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvShape& s, const ConvStrides& st,
-                                 const int64_t (&align)[3], const Operands* timing, std::string* chosen) {
+                                 const int64_t (&align)[3], const Operands& o, bool timing, bool* ran,
+                                 std::string* chosen) {
   auto p = std::make_unique<GraphPlan>();
   const Desc& graph = op_graph(*p, h, pass, s, st, align);
   const bool strict = s.dtype == DType::f32 && !cudnn_flag(CudnnFlag::allow_tf32);
   candidates(h, index, graph, strict, [&](Candidate&& c) {
-    const float ms = timing ? time_candidate(h, index, c, *timing) : 0;
+    float ms = 0;
+    if (timing) {
+      ms = time_candidate(h, index, c, o);
+    } else {
+      try {
+        run(h, index, c, o);
+        *ran = true;
+      } catch (const Error&) {
+        ms = -1;  // (as PyTorch's: a plan cuDNN refuses to run passes to the next)
+      }
+    }
     if (ms < 0 || (p->run && ms >= p->ms)) return false;
     p->run.reset();
     p->run.emplace(std::move(c));
@@ -298,7 +325,7 @@ std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvS
   const char* name = cudnn_detail::pass_name(pass);
   if (!p->run) {
     if (chosen)
-      *chosen = cat(name, ": no graph API engine config finalizes", timing ? " and runs" : "", ", the legacy API runs");
+      *chosen = cat(name, ": no graph API engine config finalizes and runs, the legacy API runs");
     return nullptr;
   }
   if (pass == ConvPass::forward) bias_descriptors(*p, s);
@@ -332,22 +359,27 @@ std::vector<int64_t> key_of(int index, ConvPass pass, const ConvShape& s, const 
 
 // The plan of a key, built on its first call (null: no engine config finalized, remembered);
 // benchmark mode times the candidates, except while a CUDA graph records (heuristics there: the
-// plans of the warm-up before a capture are the timed ones).
+// plans of the warm-up before a capture are the timed ones). The caller holds plans_mutex().
 GraphPlan* plan_for(Handle h, int index, ConvPass pass, const ConvShape& s, const ConvStrides& st,
-                    const int64_t (&align)[3], const Operands& o, std::string* chosen) {
+                    const int64_t (&align)[3], const Operands& o, bool* ran, std::string* chosen) {
   const bool timed = cudnn_flag(CudnnFlag::benchmark);
-  static std::mutex m;
   // (never destroyed: cuDNN may be unloaded before static destructors run)
   static auto* plans = new std::map<std::vector<int64_t>, std::unique_ptr<GraphPlan>>();
   std::vector<int64_t> key = key_of(index, pass, s, st, align, timed);
-  std::lock_guard<std::mutex> g(m);
   if (chosen) chosen->clear();
   auto it = plans->find(key);
   if (it == plans->end()) {
-    const Operands* timing = timed && !capturing(index) ? &o : nullptr;
-    it = plans->emplace(std::move(key), build(h, index, pass, s, st, align, timing, chosen)).first;
+    const bool timing = timed && !capturing(index);
+    it = plans->emplace(std::move(key), build(h, index, pass, s, st, align, o, timing, ran, chosen)).first;
   }
   return it->second.get();
+}
+
+// Execution plans are not thread safe on every engine (cuDNN's release notes; PyTorch keeps
+// them per thread): one build or run at a time.
+std::mutex& plans_mutex() {
+  static std::mutex m;
+  return m;
 }
 
 }  // namespace
@@ -368,18 +400,14 @@ bool cudnn_graph_conv(int index, ConvPass pass, const ConvShape& s, const ConvSt
   Handle h = cudnn_detail::handle(index);
   const int64_t align[3] = {alignment(x), alignment(w), alignment(y)};
   const Operands o{x, w, y};
-  GraphPlan* p = plan_for(h, index, pass, s, st, align, o, chosen);
-  if (!p) return false;
-  const size_t bytes = size_t(p->run->workspace);
-  void* ws = bytes ? device_alloc(bytes, index) : nullptr;
-  try {
-    execute(h, p->run->plan, o, ws);
-  } catch (const Error&) {
-    if (ws) device_free(ws, bytes, index);
-    throw;
+  GraphPlan* p = nullptr;
+  {
+    std::lock_guard<std::mutex> g(plans_mutex());
+    bool ran = false;
+    p = plan_for(h, index, pass, s, st, align, o, &ran, chosen);
+    if (!p) return false;
+    if (!ran) run(h, index, *p->run, o);
   }
-  // stream-ordered: the block is handed out again only on this stream, after the convolution
-  if (ws) device_free(ws, bytes, index);
   if (!bias || pass != ConvPass::forward) return true;
   const ConvStrides nchw = contiguous_strides(s);
   if (!std::equal(st.y, st.y + 4, nchw.y)) fail("conv2d through cuDNN: a bias needs an NCHW contiguous output");

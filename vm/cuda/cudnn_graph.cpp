@@ -302,9 +302,16 @@ std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvS
                                  const int64_t (&align)[3], const Operands& o, bool timing, bool* ran,
                                  std::string* chosen) {
   auto p = std::make_unique<GraphPlan>();
-  const Desc& graph = op_graph(*p, h, pass, s, st, align);
+  const char* name = cudnn_detail::pass_name(pass);
+  const Desc* graph = nullptr;
+  try {
+    graph = &op_graph(*p, h, pass, s, st, align);
+  } catch (const Error& e) {  // (cuDNN has no such graph: a dtype or layout of its own, say)
+    if (chosen) *chosen = cat(name, ": the graph API refuses it (", e.what(), "), the legacy API runs");
+    return nullptr;
+  }
   const bool strict = s.dtype == DType::f32 && !cudnn_flag(CudnnFlag::allow_tf32);
-  candidates(h, index, graph, strict, [&](Candidate&& c) {
+  candidates(h, index, *graph, strict, [&](Candidate&& c) {
     float ms = 0;
     if (timing) {
       ms = time_candidate(h, index, c, o);
@@ -322,7 +329,6 @@ std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvS
     p->ms = ms;
     return !timing;
   });
-  const char* name = cudnn_detail::pass_name(pass);
   if (!p->run) {
     if (chosen)
       *chosen = cat(name, ": no graph API engine config finalizes and runs, the legacy API runs");

@@ -1,9 +1,9 @@
 // Convolutions through cuDNN's backend ("graph") API, the one PyTorch reaches through the cuDNN
 // frontend: a one-operation graph (forward, backward data or backward filter) over tensor
 // descriptors with explicit strides, heuristics mode A (else FALLBACK), the first engine config
-// whose execution plan finalizes within the workspace cap, run with a variant pack. The plan is
-// cached per pass, shape, strides, alignment, dtype, TF32 switch and device: later calls only
-// execute it.
+// whose execution plan finalizes within the workspace cap and runs (benchmark mode: the fastest),
+// run with a variant pack. The plan is cached per pass, shape, strides, alignment, dtype, TF32
+// and benchmark switches and device: later calls only execute it.
 #pragma once
 #include <cstdint>
 #include <string>

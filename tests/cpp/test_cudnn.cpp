@@ -52,7 +52,7 @@ CR_CUDNN_FUNCTIONS(CR_CHECK_DECL)
 static_assert(kSuccess == CUDNN_STATUS_SUCCESS);
 static_assert(kFloat == CUDNN_DATA_FLOAT && kDouble == CUDNN_DATA_DOUBLE && kHalf == CUDNN_DATA_HALF &&
               kBfloat16 == CUDNN_DATA_BFLOAT16);
-static_assert(kNchw == CUDNN_TENSOR_NCHW && kNhwc == CUDNN_TENSOR_NHWC && kCrossCorrelation == CUDNN_CROSS_CORRELATION);
+static_assert(kNchw == CUDNN_TENSOR_NCHW && kCrossCorrelation == CUDNN_CROSS_CORRELATION);
 static_assert(kDefaultMath == CUDNN_DEFAULT_MATH && kTensorOpMath == CUDNN_TENSOR_OP_MATH && kFmaMath == CUDNN_FMA_MATH);
 
 // the backend (graph) API's enum values

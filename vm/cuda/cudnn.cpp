@@ -185,10 +185,11 @@ struct Choice {
   int algo = 0, math = 0;
   size_t workspace = 0;
 };
-using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int>;
+using Key =
+    std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int>;
 Key key_of(int index, ConvPass pass, const ConvShape& s, int math, bool timed) {
-  return {index,    int(pass),  int(s.dtype), math,     timed,    s.n,     s.c,     s.h,      s.w,      s.k,
-          s.r,      s.s,        s.pad_h,      s.pad_w,  s.stride_h, s.stride_w, s.dil_h, s.dil_w, s.groups,
+  return {index,   int(pass), int(s.dtype), math,       timed,      s.n,     s.c,     s.h,      s.w, s.k,
+          s.r,     s.s,       s.pad_h,      s.pad_w,    s.stride_h, s.stride_w, s.dil_h, s.dil_w, s.groups,
           s.oh * 65536 + s.ow};
 }
 
@@ -273,9 +274,9 @@ Choice choose(int index, Handle h, ConvPass pass, const ConvShape& s, const Desc
     }
     if (math != kFmaMath) break;
   }
-  fail(cat("cuDNN has no ", cudnn_detail::pass_name(pass), " algorithm for this convolution (", dtype_name(s.dtype), ", input {",
-           s.n, ",", s.c, ",", s.h, ",", s.w, "}, weight {", s.k, ",", s.c / s.groups, ",", s.r, ",", s.s, "}, groups ",
-           s.groups, ")"));
+  fail(cat("cuDNN has no ", cudnn_detail::pass_name(pass), " algorithm for this convolution (", dtype_name(s.dtype),
+           ", input {", s.n, ",", s.c, ",", s.h, ",", s.w, "}, weight {", s.k, ",", s.c / s.groups, ",", s.r, ",", s.s,
+           "}, groups ", s.groups, ")"));
 }
 
 void run_pass(Handle h, ConvPass pass, const Descriptors& d, const Choice& c, DType dt, void* x, void* w, void* y,
@@ -382,8 +383,8 @@ Plan& plan(int index, Handle h, ConvPass pass, const ConvShape& s, const Operand
   // the math type goes with the algorithm (cuDNN picks tensor-core kernels from both)
   check_cudnn(library().fn.SetConvolutionMathType(p->d.conv, p->c.math), "SetConvolutionMathType");
   if (chosen)
-    *chosen = cat(cudnn_detail::pass_name(pass), " algorithm ", p->c.algo, timing ? " (timed)" : "", ", math ", p->c.math,
-                  ", workspace ", p->c.workspace, " B (legacy API)");
+    *chosen = cat(cudnn_detail::pass_name(pass), " algorithm ", p->c.algo, timing ? " (timed)" : "", ", math ",
+                  p->c.math, ", workspace ", p->c.workspace, " B (legacy API)");
   return *plans.emplace(key, std::move(p)).first->second;
 }
 

@@ -18,7 +18,7 @@ using ConvDesc = void*;    // cudnnConvolutionDescriptor_t
 
 constexpr int kSuccess = 0;                                                   // CUDNN_STATUS_SUCCESS
 constexpr int kFloat = 0, kDouble = 1, kHalf = 2, kBfloat16 = 9;              // cudnnDataType_t
-constexpr int kNchw = 0, kNhwc = 1;                                           // cudnnTensorFormat_t
+constexpr int kNchw = 0;                                                      // cudnnTensorFormat_t
 constexpr int kCrossCorrelation = 1;                                          // cudnnConvolutionMode_t
 constexpr int kDefaultMath = 0, kTensorOpMath = 1, kFmaMath = 3;              // cudnnMathType_t
 

@@ -70,7 +70,8 @@ static_assert(kTypeHandle == CUDNN_TYPE_HANDLE && kTypeDataType == CUDNN_TYPE_DA
               kTypeNumericalNote == CUDNN_TYPE_NUMERICAL_NOTE && kTypeBackendDesc == CUDNN_TYPE_BACKEND_DESCRIPTOR);
 static_assert(kHeurModeFallback == CUDNN_HEUR_MODE_FALLBACK && kHeurModeA == CUDNN_HEUR_MODE_A &&
               kNoteTensorCore == CUDNN_NUMERICAL_NOTE_TENSOR_CORE &&
-              kNoteDownConvertInputs == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+              kNoteDownConvertInputs == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS &&
+              kNoteNondeterministic == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
 static_assert(kAttrConvCompType == CUDNN_ATTR_CONVOLUTION_COMP_TYPE && kAttrConvMode == CUDNN_ATTR_CONVOLUTION_CONV_MODE &&
               kAttrConvDilations == CUDNN_ATTR_CONVOLUTION_DILATIONS &&
               kAttrConvFilterStrides == CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES &&

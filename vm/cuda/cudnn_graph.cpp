@@ -15,6 +15,7 @@
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
+#include "vm/deterministic.hpp"
 #include "vm/error.hpp"
 
 namespace cr::cuda {
@@ -137,10 +138,11 @@ std::vector<Desc> engine_configs(const Desc& graph, int mode) {
 }
 
 // An engine config's engine: its global index (for the logs) and whether its numerical notes
-// say tensor cores (TF32 for float32) or inputs rounded down; known is false when unreadable.
+// say tensor cores (TF32 for float32), inputs rounded down or a result that varies from run to
+// run; known is false when unreadable.
 struct EngineInfo {
   int64_t index = -1;
-  bool known = false, tensor_core = false, down_convert = false;
+  bool known = false, tensor_core = false, down_convert = false, nondeterministic = false;
 };
 EngineInfo engine_info(const Desc& cfg) {
   EngineInfo e;
@@ -156,6 +158,7 @@ EngineInfo engine_info(const Desc& cfg) {
   for (int64_t i = 0; i < n && i < 32; ++i) {
     e.tensor_core |= notes[i] == kNoteTensorCore;
     e.down_convert |= notes[i] == kNoteDownConvertInputs;
+    e.nondeterministic |= notes[i] == kNoteNondeterministic;
   }
   return e;
 }
@@ -183,12 +186,15 @@ struct Candidate {
 
 // The engine configs of heuristics mode A, then FALLBACK's, whose plan finalizes within the
 // workspace cap, in their order, each given to `take` until it returns true. As PyTorch's, none
-// that rounds its inputs down, and under `strict` (float32 without TF32) no tensor-core engine.
+// that rounds its inputs down; under `strict` (float32 without TF32) no tensor-core engine, and
+// under T.use_deterministic_algorithms none that is not deterministic.
 template <class Take> void candidates(Handle h, int index, const Desc& graph, bool strict, Take&& take) {
+  const bool same = deterministic();
   for (int mode : {kHeurModeA, kHeurModeFallback}) {
     for (Desc& cfg : engine_configs(graph, mode)) {
       const EngineInfo e = engine_info(cfg);
-      if (e.down_convert || (strict && (!e.known || e.tensor_core))) continue;
+      if (e.down_convert || ((strict || same) && !e.known) || (strict && e.tensor_core) || (same && e.nondeterministic))
+        continue;
       Desc plan(kExecutionPlanDesc);
       plan.set(kAttrPlanHandle, kTypeHandle, 1, &h);
       plan.set_desc(kAttrPlanEngineConfig, cfg);
@@ -367,7 +373,8 @@ int64_t alignment(const void* p) {
 
 std::vector<int64_t> key_of(int index, ConvPass pass, const ConvShape& s, const ConvStrides& st,
                             const int64_t (&align)[3], bool timed) {
-  std::vector<int64_t> k = {index,      int(pass),  int(s.dtype), cudnn_flag(CudnnFlag::allow_tf32) * 2 + timed,
+  const int64_t flags = cudnn_flag(CudnnFlag::allow_tf32) * 4 + deterministic() * 2 + timed;
+  std::vector<int64_t> k = {index,      int(pass),  int(s.dtype), flags,
                             s.n,        s.c,        s.h,          s.w,
                             s.k,        s.r,        s.s,          s.pad_h,
                             s.pad_w,    s.stride_h, s.stride_w,   s.dil_h,

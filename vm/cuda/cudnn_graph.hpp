@@ -2,8 +2,8 @@
 // frontend: a one-operation graph (forward, backward data or backward filter) over tensor
 // descriptors with explicit strides, heuristics mode A (else FALLBACK), the first engine config
 // whose execution plan finalizes within the workspace cap and runs (benchmark mode: the fastest),
-// run with a variant pack. The plan is cached per pass, shape, strides, alignment, dtype, TF32
-// and benchmark switches and device: later calls only execute it.
+// run with a variant pack. The plan is cached per pass, shape, strides, alignment, dtype, device
+// and the TF32, benchmark and deterministic switches: later calls only execute it.
 #pragma once
 #include <cstdint>
 #include <string>

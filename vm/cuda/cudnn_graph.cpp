@@ -184,6 +184,18 @@ struct Candidate {
   void* packed[4] = {};  // x, w, y and the workspace of `pack`
 };
 
+// The finalized execution plan of an engine config (none when cuDNN refuses it).
+std::optional<Desc> execution_plan(Handle h, const Desc& cfg) {
+  try {
+    Desc plan(kExecutionPlanDesc);
+    plan.set(kAttrPlanHandle, kTypeHandle, 1, &h);
+    plan.set_desc(kAttrPlanEngineConfig, cfg);
+    if (plan.finalize()) return plan;
+  } catch (const Error&) {  // (an attribute refused: as a plan that does not finalize)
+  }
+  return std::nullopt;
+}
+
 // The engine configs of heuristics mode A, then FALLBACK's, whose plan finalizes within the
 // workspace cap, in their order, each given to `take` until it returns true. As PyTorch's, none
 // that rounds its inputs down; under `strict` (float32 without TF32) no tensor-core engine, and
@@ -195,13 +207,11 @@ template <class Take> void candidates(Handle h, int index, const Desc& graph, bo
       const EngineInfo e = engine_info(cfg);
       if (e.down_convert || ((strict || same) && !e.known) || (strict && e.tensor_core) || (same && e.nondeterministic))
         continue;
-      Desc plan(kExecutionPlanDesc);
-      plan.set(kAttrPlanHandle, kTypeHandle, 1, &h);
-      plan.set_desc(kAttrPlanEngineConfig, cfg);
+      std::optional<Desc> plan = execution_plan(h, cfg);
       int64_t ws = 0;
-      if (!plan.finalize() || !plan.read(kAttrPlanWorkspaceSize, kTypeInt64, &ws)) continue;
+      if (!plan || !plan->read(kAttrPlanWorkspaceSize, kTypeInt64, &ws)) continue;
       if (ws > kWorkspaceCap || !can_allocate(ws, index)) continue;
-      if (take(Candidate{std::move(cfg), std::move(plan), ws, e, mode})) return;
+      if (take(Candidate{std::move(cfg), std::move(*plan), ws, e, mode})) return;
     }
   }
 }

@@ -341,7 +341,7 @@ std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvS
     return nullptr;
   }
   const bool strict = s.dtype == DType::f32 && !cudnn_flag(CudnnFlag::allow_tf32);
-  candidates(h, index, *graph, strict, [&](Candidate&& c) {
+  auto consider = [&](Candidate&& c) {
     float ms = 0;
     if (timing) {
       ms = time_candidate(h, index, c, o);
@@ -358,10 +358,16 @@ std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvS
     p->run.emplace(std::move(c));
     p->ms = ms;
     return !timing;
-  });
+  };
+  std::string refused;
+  try {
+    candidates(h, index, *graph, strict, consider);
+  } catch (const Error& e) {  // (cuDNN refused its heuristics or an engine: the legacy API runs)
+    refused = cat(" (", e.what(), ")");
+  }
   if (!p->run) {
     if (chosen)
-      *chosen = cat(name, ": no graph API engine config finalizes and runs, the legacy API runs");
+      *chosen = cat(name, ": no graph API engine config finalizes and runs", refused, ", the legacy API runs");
     return nullptr;
   }
   if (pass == ConvPass::forward) bias_descriptors(*p, s);

@@ -218,7 +218,7 @@ TEST_CASE("cudnn: forward, backward data and backward filter of a 2x2 kernel, th
   cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32);
 }
 
-TEST_CASE("cudnn: the graph API takes channels-last operands by their strides", "[cudnn]") {
+TEST_CASE("cudnn: the graph API takes channels-last operands by their strides (PyTorch's channels_last)", "[cudnn]") {
   std::string why;
   if (!cuda::cudnn_available(&why)) {
     WARN("skipped: " << why);
@@ -227,12 +227,10 @@ TEST_CASE("cudnn: the graph API takes channels-last operands by their strides", 
   const bool tf32 = cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, false);
   cuda::ConvShape s;  // x {1, 2, 2, 2}: channels 1..4 and 5..8; w {2, 2, 1, 1}: {1, 10} and {100, 1000}
   s.n = 1, s.c = s.k = s.h = s.w = s.oh = s.ow = 2, s.r = s.s = 1;
-  const std::vector<float> x_nhwc = {1, 5, 2, 6, 3, 7, 4, 8}, w = {1, 10, 100, 1000};
+  const std::vector<float> x_nhwc = {1, 5, 2, 6, 3, 7, 4, 8}, w = {1, 10, 100, 1000};  // (KRSC = KCRS at 1x1)
   cuda::ConvStrides st = cuda::contiguous_strides(s);
-  const int64_t nhwc[4] = {8, 1, 4, 2};
-  std::copy(nhwc, nhwc + 4, st.x);  // x channels-last, y NCHW
-  CHECK(close(on_device(0, x_nhwc, w, std::vector<float>(8), s, &st), {51, 62, 73, 84, 5100, 6200, 7300, 8400}));
-  std::copy(nhwc, nhwc + 4, st.y);  // both channels-last
+  const int64_t nhwc[4] = {8, 1, 4, 2}, krsc[4] = {2, 1, 2, 2};
+  std::copy(nhwc, nhwc + 4, st.x), std::copy(krsc, krsc + 4, st.w), std::copy(nhwc, nhwc + 4, st.y);
   CHECK(close(on_device(0, x_nhwc, w, std::vector<float>(8), s, &st), {51, 5100, 62, 6200, 73, 7300, 84, 8400}));
   cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32);
 }

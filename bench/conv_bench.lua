@@ -5,7 +5,7 @@
 --     bfloat16; device time; cuDNN, and the gather + cuBLAS path it replaces, T.backends.cudnn.enabled = false)
 -- DTYPES=float32,float16 picks the dtypes; PYTHON the interpreter with torch (default /usr/bin/python3);
 -- BENCHMARK=1 times cuDNN's algorithms on both sides (T.backends.cudnn.benchmark, torch's the same);
--- CRESCENT_CUDNN_LAYOUT=nchw | nhwc | nhwc-nchw the layout cuDNN runs in (default auto).
+-- CRESCENT_CUDNN_API=graph | legacy cuDNN's API (default graph: the backend API).
 -- ratio = crescent median / torch median (below 1: crescent is faster). Both frameworks keep their
 -- default TF32 rule for cuDNN convolutions (allowed).
 local T = require "crescent"
@@ -66,8 +66,9 @@ for _, dt in ipairs(dtypes) do
   end
 end
 local ref = torch_medians() or {}
-local lib = cuda and (T.backends.cudnn.is_available() and "cuDNN " .. T.backends.cudnn.version() .. ", layout " ..
-  T.backends.cudnn.layout or "no cuDNN") or "CPU"
+local api = cuda and T.backends.cudnn.api
+local lib = cuda and (T.backends.cudnn.is_available() and "cuDNN " .. T.backends.cudnn.version() .. ", " .. api ..
+  " API" or "no cuDNN") or "CPU"
 print(string.format("conv2d forward on %s (%s%s), batch %d, %d threads, median of %d runs; torch eager beside", dev, lib,
   benchmark and ", benchmark mode" or "", batch, T.get_num_threads(), reps))
 print(string.format("| %-14s | %-8s | %14s | %9s | %12s | %16s | %17s |", "case", "dtype", "crescent (us)", "TFLOP/s",

@@ -247,16 +247,12 @@ M.check_stream = check_stream
 
 -- T.backends.cudnn (torch.backends.cudnn): enabled (CRESCENT_CUDNN=0 starts it off), allow_tf32
 -- (on: float32 convolutions may use TF32, as PyTorch's default) and benchmark (off: a new shape
--- takes cuDNN's heuristics, not its timed algorithms) read and set the runtime's switches; is_available(), unavailable_reason() and version() (cudnnGetVersion's code, nil
--- without cuDNN). layout (crescent's; CRESCENT_CUDNN_LAYOUT at start): the memory layout cuDNN
--- runs convolutions in, "auto" (nhwc on sm_80 and newer, nchw before), "nchw", "nhwc" or
--- "nhwc-nchw" (input and weight channels-last, output NCHW); float64 runs NCHW.
+-- takes cuDNN's heuristics, not its timed algorithms) read and set the runtime's switches;
+-- is_available(), unavailable_reason() and version() (cudnnGetVersion's code, nil without cuDNN).
+-- api (crescent's; CRESCENT_CUDNN_API at start): "graph" (cuDNN's backend API, the legacy one
+-- where it gives no plan) or "legacy".
+local CUDNN_APIS = { [0] = "graph", "legacy" }
 local CUDNN_FLAGS = { enabled = 0, allow_tf32 = 1, benchmark = 4 }
-local CUDNN_LAYOUTS = { [0] = "auto", "nchw", "nhwc", "nhwc-nchw" }
-local function cudnn_layout_code(v)
-  for i = 0, #CUDNN_LAYOUTS do if CUDNN_LAYOUTS[i] == v then return i end end
-  core.fail("T.backends.cudnn.layout: expected \"auto\", \"nchw\", \"nhwc\" or \"nhwc-nchw\", got " .. tostring(v))
-end
 local cudnn = {
   is_available = function() return api.cudnn_unavailable() == nil end,
   -- why cuDNN cannot be used here ("" when it can)
@@ -273,12 +269,15 @@ M.backends = {
   cudnn = setmetatable({}, {
     __index = function(_, k)
       if CUDNN_FLAGS[k] then return api.cudnn_state(ctx, CUDNN_FLAGS[k], -1) ~= 0 end
-      if k == "layout" then return CUDNN_LAYOUTS[api.cudnn_state(ctx, 5, -1)] end
+      if k == "api" then return CUDNN_APIS[api.cudnn_state(ctx, 6, -1)] end
       return cudnn[k]
     end,
     __newindex = function(_, k, v)
-      if k == "layout" then return api.cudnn_state(ctx, 5, cudnn_layout_code(v)) end
-      if not CUDNN_FLAGS[k] then core.fail("T.backends.cudnn: unknown setting '" .. tostring(k) .. "' (expected enabled, allow_tf32, benchmark or layout)") end
+      if k == "api" then
+        if v ~= "graph" and v ~= "legacy" then core.fail("T.backends.cudnn.api: expected \"graph\" or \"legacy\", got " .. tostring(v)) end
+        return api.cudnn_state(ctx, 6, v == "legacy" and 1 or 0)
+      end
+      if not CUDNN_FLAGS[k] then core.fail("T.backends.cudnn: unknown setting '" .. tostring(k) .. "' (expected enabled, allow_tf32, benchmark or api)") end
       if type(v) ~= "boolean" then core.fail("T.backends.cudnn." .. k .. ": expected a boolean, got " .. type(v)) end
       api.cudnn_state(ctx, CUDNN_FLAGS[k], v and 1 or 0)
     end,

@@ -31,7 +31,7 @@ namespace cr {
   X(CudaWaves, "CRESCENT_CUDA_WAVES", "8", "waves of resident blocks of a pointwise CUDA grid")               \
   X(NcclLib, "CRESCENT_NCCL_LIB", "none", "libnccl.so.2 to try first (the file, or its folder)")                 \
   X(Cudnn, "CRESCENT_CUDNN", "1", "0: convolutions on CUDA without cuDNN (T.backends.cudnn.enabled = false)")  \
-  X(CudnnLayout, "CRESCENT_CUDNN_LAYOUT", "auto", "nchw, nhwc or nhwc-nchw: cuDNN's operand layout (auto: nchw)") \
+  X(CudnnApi, "CRESCENT_CUDNN_API", "graph", "graph or legacy: cuDNN's API for convolutions (graph: the backend API)") \
   X(CudnnLib, "CRESCENT_CUDNN_LIB", "none", "libcudnn.so.9 to try first (the file, or its folder)")            \
   X(DistTimeout, "CRESCENT_DIST_TIMEOUT", "300", "seconds T.distributed waits for the other ranks")              \
   X(DistFile, "CRESCENT_DIST_FILE", "--nproc's", "the file through which rank 0 shares NCCL's id")

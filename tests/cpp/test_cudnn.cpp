@@ -4,6 +4,7 @@
 // each pass of a small convolution is checked by hand.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "vm/cuda/cudnn.hpp"
 #include "vm/cuda/cudnn_api.hpp"
+#include "vm/cuda/cudnn_graph.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/error.hpp"
 
@@ -50,8 +52,66 @@ CR_CUDNN_FUNCTIONS(CR_CHECK_DECL)
 static_assert(kSuccess == CUDNN_STATUS_SUCCESS);
 static_assert(kFloat == CUDNN_DATA_FLOAT && kDouble == CUDNN_DATA_DOUBLE && kHalf == CUDNN_DATA_HALF &&
               kBfloat16 == CUDNN_DATA_BFLOAT16);
-static_assert(kNchw == CUDNN_TENSOR_NCHW && kNhwc == CUDNN_TENSOR_NHWC && kCrossCorrelation == CUDNN_CROSS_CORRELATION);
+static_assert(kNchw == CUDNN_TENSOR_NCHW && kCrossCorrelation == CUDNN_CROSS_CORRELATION);
 static_assert(kDefaultMath == CUDNN_DEFAULT_MATH && kTensorOpMath == CUDNN_TENSOR_OP_MATH && kFmaMath == CUDNN_FMA_MATH);
+
+// the backend (graph) API's enum values
+static_assert(kConvolutionDesc == CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR && kEngineDesc == CUDNN_BACKEND_ENGINE_DESCRIPTOR &&
+              kEngineCfgDesc == CUDNN_BACKEND_ENGINECFG_DESCRIPTOR && kEngineHeurDesc == CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR &&
+              kExecutionPlanDesc == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR &&
+              kConvForwardOpDesc == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR &&
+              kConvBwdFilterOpDesc == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR &&
+              kConvBwdDataOpDesc == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR &&
+              kOperationGraphDesc == CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR &&
+              kVariantPackDesc == CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR && kTensorDesc == CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+static_assert(kTypeHandle == CUDNN_TYPE_HANDLE && kTypeDataType == CUDNN_TYPE_DATA_TYPE && kTypeInt64 == CUDNN_TYPE_INT64 &&
+              kTypeFloat == CUDNN_TYPE_FLOAT && kTypeDouble == CUDNN_TYPE_DOUBLE && kTypeVoidPtr == CUDNN_TYPE_VOID_PTR &&
+              kTypeConvMode == CUDNN_TYPE_CONVOLUTION_MODE && kTypeHeurMode == CUDNN_TYPE_HEUR_MODE &&
+              kTypeNumericalNote == CUDNN_TYPE_NUMERICAL_NOTE && kTypeBackendDesc == CUDNN_TYPE_BACKEND_DESCRIPTOR);
+static_assert(kHeurModeFallback == CUDNN_HEUR_MODE_FALLBACK && kHeurModeA == CUDNN_HEUR_MODE_A &&
+              kNoteTensorCore == CUDNN_NUMERICAL_NOTE_TENSOR_CORE &&
+              kNoteDownConvertInputs == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS &&
+              kNoteNondeterministic == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
+static_assert(kAttrConvCompType == CUDNN_ATTR_CONVOLUTION_COMP_TYPE && kAttrConvMode == CUDNN_ATTR_CONVOLUTION_CONV_MODE &&
+              kAttrConvDilations == CUDNN_ATTR_CONVOLUTION_DILATIONS &&
+              kAttrConvFilterStrides == CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES &&
+              kAttrConvPostPaddings == CUDNN_ATTR_CONVOLUTION_POST_PADDINGS &&
+              kAttrConvPrePaddings == CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS &&
+              kAttrConvSpatialDims == CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS);
+static_assert(kAttrHeurMode == CUDNN_ATTR_ENGINEHEUR_MODE && kAttrHeurOperationGraph == CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH &&
+              kAttrHeurResults == CUDNN_ATTR_ENGINEHEUR_RESULTS && kAttrEngineCfgEngine == CUDNN_ATTR_ENGINECFG_ENGINE &&
+              kAttrPlanHandle == CUDNN_ATTR_EXECUTION_PLAN_HANDLE &&
+              kAttrPlanEngineConfig == CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG &&
+              kAttrPlanWorkspaceSize == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+static_assert(kAttrConvFwdAlpha == CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA &&
+              kAttrConvFwdBeta == CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA &&
+              kAttrConvFwdConvDesc == CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC &&
+              kAttrConvFwdW == CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W &&
+              kAttrConvFwdX == CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X &&
+              kAttrConvFwdY == CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y);
+static_assert(kAttrConvBwdDataAlpha == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA &&
+              kAttrConvBwdDataBeta == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA &&
+              kAttrConvBwdDataConvDesc == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC &&
+              kAttrConvBwdDataW == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W &&
+              kAttrConvBwdDataDx == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX &&
+              kAttrConvBwdDataDy == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY);
+static_assert(kAttrConvBwdFilterAlpha == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA &&
+              kAttrConvBwdFilterBeta == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA &&
+              kAttrConvBwdFilterConvDesc == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC &&
+              kAttrConvBwdFilterDw == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW &&
+              kAttrConvBwdFilterX == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X &&
+              kAttrConvBwdFilterDy == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY);
+static_assert(kAttrGraphHandle == CUDNN_ATTR_OPERATIONGRAPH_HANDLE && kAttrGraphOps == CUDNN_ATTR_OPERATIONGRAPH_OPS &&
+              kAttrTensorByteAlignment == CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT &&
+              kAttrTensorDataType == CUDNN_ATTR_TENSOR_DATA_TYPE && kAttrTensorDimensions == CUDNN_ATTR_TENSOR_DIMENSIONS &&
+              kAttrTensorStrides == CUDNN_ATTR_TENSOR_STRIDES && kAttrTensorUniqueId == CUDNN_ATTR_TENSOR_UNIQUE_ID);
+static_assert(kAttrVariantPackUniqueIds == CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS &&
+              kAttrVariantPackDataPointers == CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS &&
+              kAttrVariantPackWorkspace == CUDNN_ATTR_VARIANT_PACK_WORKSPACE &&
+              kAttrEngineGlobalIndex == CUDNN_ATTR_ENGINE_GLOBAL_INDEX &&
+              kAttrEngineNumericalNote == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE);
+static_assert(sizeof(cudnnBackendHeurMode_t) == sizeof(int) && sizeof(cudnnBackendNumericalNote_t) == sizeof(int) &&
+              sizeof(cudnnDataType_t) == sizeof(int) && sizeof(cudnnConvolutionMode_t) == sizeof(int));
 
 template <class P> constexpr bool same_perf() {
   return sizeof(P) == sizeof(AlgoPerf) && offsetof(P, status) == offsetof(AlgoPerf, status) &&
@@ -87,11 +147,14 @@ TEST_CASE("cudnn: without a driver a convolution raises why", "[cudnn]") {
   CHECK(!cuda::cudnn_usable());
   cuda::ConvShape s;
   s.n = s.c = s.h = s.w = s.k = s.r = s.s = s.oh = s.ow = 1;
-  try {
-    cuda::cudnn_conv(0, cuda::ConvPass::forward, s, nullptr, nullptr, nullptr);
-    FAIL("cudnn_conv did not raise");
-  } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("convolutions through cuDNN need cuDNN: " + why) != std::string::npos);
+  for (bool graph : {false, true}) {
+    try {
+      if (graph) cuda::cudnn_graph_conv(0, cuda::ConvPass::forward, s, cuda::contiguous_strides(s), nullptr, nullptr, nullptr);
+      else cuda::cudnn_conv(0, cuda::ConvPass::forward, s, nullptr, nullptr, nullptr);
+      FAIL("the convolution did not raise");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("convolutions through cuDNN need cuDNN: " + why) != std::string::npos);
+    }
   }
 }
 
@@ -100,18 +163,25 @@ TEST_CASE("cudnn: the switches of T.backends.cudnn", "[cudnn]") {
   CHECK(!cuda::cudnn_flag(cuda::CudnnFlag::allow_tf32));
   CHECK(!cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32));
   CHECK(cuda::cudnn_flag(cuda::CudnnFlag::allow_tf32) == tf32);
+  const cuda::CudnnApi api = cuda::set_cudnn_api_setting(cuda::CudnnApi::legacy);
+  CHECK(cuda::cudnn_api_setting() == cuda::CudnnApi::legacy);
+  CHECK(cuda::set_cudnn_api_setting(api) == cuda::CudnnApi::legacy);
+  CHECK(cuda::cudnn_api_setting() == api);
 }
 
 namespace {
+// pass 0, 1 or 2 of s on float32 operands through the legacy API (NCHW), or the graph API with
+// the operands' strides `graph`.
 std::vector<float> on_device(int pass, const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& y,
-                             const cuda::ConvShape& s) {
+                             const cuda::ConvShape& s, const cuda::ConvStrides* graph = nullptr) {
   const std::vector<float>* host[3] = {&x, &w, &y};
   void* dev[3];
   for (int i = 0; i < 3; ++i) {
     dev[i] = cuda::device_alloc(host[i]->size() * sizeof(float), 0);
     cuda::copy_to_device(dev[i], host[i]->data(), host[i]->size() * sizeof(float), 0);
   }
-  CHECK(cuda::cudnn_conv(0, cuda::ConvPass(pass), s, dev[0], dev[1], dev[2]));  // (no layout refused)
+  if (graph) CHECK(cuda::cudnn_graph_conv(0, cuda::ConvPass(pass), s, *graph, dev[0], dev[1], dev[2]));
+  else cuda::cudnn_conv(0, cuda::ConvPass(pass), s, dev[0], dev[1], dev[2]);
   const int out = pass == 0 ? 2 : pass == 1 ? 0 : 1;
   std::vector<float> r(host[out]->size());
   cuda::copy_to_host(r.data(), dev[out], r.size() * sizeof(float), 0);
@@ -125,7 +195,7 @@ bool close(const std::vector<float>& got, const std::vector<float>& want) {  // 
 }
 }  // namespace
 
-TEST_CASE("cudnn: forward, backward data and backward filter of a 2x2 kernel", "[cudnn]") {
+TEST_CASE("cudnn: forward, backward data and backward filter of a 2x2 kernel, through both APIs", "[cudnn]") {
   std::string why;
   if (!cuda::cudnn_available(&why)) {
     WARN("skipped: " << why);
@@ -135,16 +205,20 @@ TEST_CASE("cudnn: forward, backward data and backward filter of a 2x2 kernel", "
   cuda::ConvShape s;  // x {1, 1, 3, 3} = 1..9, w {1, 1, 2, 2}, y {1, 1, 2, 2}
   s.n = s.c = s.k = 1, s.h = s.w = 3, s.r = s.s = 2, s.oh = s.ow = 2;
   const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9}, w = {1, 0, 0, 2}, y = {1, 0, 0, 1};
-  // y[i][j] = x[i][j] + 2 x[i+1][j+1]
-  CHECK(close(on_device(0, x, w, std::vector<float>(4), s), {11, 14, 20, 23}));
-  // dx = the windows of w placed at y's ones: (0,0) and (1,1)
-  CHECK(close(on_device(1, std::vector<float>(9), w, y, s), {1, 0, 0, 0, 3, 0, 0, 0, 2}));
-  // dw[a][b] = x[a][b] + x[a+1][b+1]
-  CHECK(close(on_device(2, x, std::vector<float>(4), y, s), {6, 8, 12, 14}));
+  const cuda::ConvStrides nchw = cuda::contiguous_strides(s);
+  for (const cuda::ConvStrides* graph : {static_cast<const cuda::ConvStrides*>(nullptr), &nchw}) {
+    INFO((graph ? "graph API" : "legacy API"));
+    // y[i][j] = x[i][j] + 2 x[i+1][j+1]
+    CHECK(close(on_device(0, x, w, std::vector<float>(4), s, graph), {11, 14, 20, 23}));
+    // dx = the windows of w placed at y's ones: (0,0) and (1,1)
+    CHECK(close(on_device(1, std::vector<float>(9), w, y, s, graph), {1, 0, 0, 0, 3, 0, 0, 0, 2}));
+    // dw[a][b] = x[a][b] + x[a+1][b+1]
+    CHECK(close(on_device(2, x, std::vector<float>(4), y, s, graph), {6, 8, 12, 14}));
+  }
   cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32);
 }
 
-TEST_CASE("cudnn: a forward pass in the channels-last layouts", "[cudnn]") {
+TEST_CASE("cudnn: the graph API takes channels-last operands by their strides (PyTorch's channels_last)", "[cudnn]") {
   std::string why;
   if (!cuda::cudnn_available(&why)) {
     WARN("skipped: " << why);
@@ -154,9 +228,9 @@ TEST_CASE("cudnn: a forward pass in the channels-last layouts", "[cudnn]") {
   cuda::ConvShape s;  // x {1, 2, 2, 2}: channels 1..4 and 5..8; w {2, 2, 1, 1}: {1, 10} and {100, 1000}
   s.n = 1, s.c = s.k = s.h = s.w = s.oh = s.ow = 2, s.r = s.s = 1;
   const std::vector<float> x_nhwc = {1, 5, 2, 6, 3, 7, 4, 8}, w = {1, 10, 100, 1000};  // (KRSC = KCRS at 1x1)
-  s.layout = cuda::ConvLayout::nhwc;
-  CHECK(close(on_device(0, x_nhwc, w, std::vector<float>(8), s), {51, 5100, 62, 6200, 73, 7300, 84, 8400}));
-  s.layout = cuda::ConvLayout::nhwc_nchw;
-  CHECK(close(on_device(0, x_nhwc, w, std::vector<float>(8), s), {51, 62, 73, 84, 5100, 6200, 7300, 8400}));
+  cuda::ConvStrides st = cuda::contiguous_strides(s);
+  const int64_t nhwc[4] = {8, 1, 4, 2}, krsc[4] = {2, 1, 2, 2};
+  std::copy(nhwc, nhwc + 4, st.x), std::copy(krsc, krsc + 4, st.w), std::copy(nhwc, nhwc + 4, st.y);
+  CHECK(close(on_device(0, x_nhwc, w, std::vector<float>(8), s, &st), {51, 5100, 62, 6200, 73, 7300, 84, 8400}));
   cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32);
 }

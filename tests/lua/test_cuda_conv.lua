@@ -1,7 +1,7 @@
 -- Convolutions of CUDA tensors (vm/ops/conv_cuda.cpp, vm/cuda/cudnn.hpp) against the CPU's:
 -- conv2d / conv1d forward and both gradients over groups, stride, padding, dilation and every
--- floating dtype, through cuDNN in each of its layouts (T.backends.cudnn.layout) and through the
--- path without it (T.backends.cudnn.enabled = false: the gather and cuBLAS); conv_transpose2d
+-- floating dtype, through cuDNN's graph API and its legacy API (T.backends.cudnn.api) and
+-- through the path without it (T.backends.cudnn.enabled = false: the gather and cuBLAS); conv_transpose2d
 -- (cuDNN's backward data); a double backward; a ResNet basic block forward and backward;
 -- compiled graphs keep conv2d whole. Cases that need a GPU (and cuDNN) skip without one;
 -- T.backends.cudnn's switches are checked everywhere.
@@ -47,9 +47,11 @@ end
 -- Inputs rounded to `dtype` first, so that the float64 CPU reference sees the device's values.
 local function randn(dtype, ...) return T.randn(...):to(dtype):double() end
 
+-- cuDNN's two APIs (T.backends.cudnn.api), and the path without cuDNN
+local PATHS = { "graph", "legacy", false }
+
 -- fn(x, w, b) and the gradients of sum(fn(...) * gy) on the device in `dtype` against the CPU in
--- float64, for cuDNN in each layout and the path without it; bias: true (ws[1] elements), a size
--- or nil.
+-- float64, for each of PATHS; bias: true (ws[1] elements), a size or nil.
 local function check_conv(what, fn, xs, ws, bias, dtype)
   T.manual_seed(7)
   local x, w = randn(dtype, unpack(xs)), randn(dtype, unpack(ws))
@@ -65,10 +67,10 @@ local function check_conv(what, fn, xs, ws, bias, dtype)
   end
   local want = { run("cpu", "float64") }
   local tol = TOL[dtype]
-  for _, layout in ipairs({ "nchw", "nhwc", "nhwc-nchw", false }) do
-    with("enabled", layout ~= false, with, "layout", layout or "auto", function()
+  for _, api in ipairs(PATHS) do
+    with("enabled", api ~= false, with, "api", api or "graph", function()
       local got = { run(DEV, dtype) }
-      local path = layout and "cuDNN " .. layout or "without cuDNN"
+      local path = api and "cuDNN " .. api .. " API" or "without cuDNN"
       for i, name in ipairs({ "output", "input grad", "weight grad", "bias grad" }) do
         if want[i] then
           expect.eq(got[i].dtype, dtype, what .. " " .. name .. " dtype")
@@ -79,6 +81,8 @@ local function check_conv(what, fn, xs, ws, bias, dtype)
     end)
   end
 end
+
+local function channels_last(t) return t:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3) end
 
 local CASES = {
   { "plain", function(x, w, b) return F.conv2d(x, w, b) end, { 2, 3, 9, 8 }, { 4, 3, 3, 3 }, true },
@@ -92,6 +96,9 @@ local CASES = {
   { "unbatched same", function(x, w) return F.conv2d(x, w, nil, { padding = "same" }) end, { 3, 6, 5 }, { 4, 3, 2, 3 }, false },
   { "conv1d", function(x, w, b) return F.conv1d(x, w, b, 2, 3, 2) end, { 2, 4, 20 }, { 6, 4, 5 }, true },
   { "resnet stem", function(x, w) return F.conv2d(x, w, nil, 2, 3) end, { 2, 3, 32, 32 }, { 16, 3, 7, 7 }, false },
+  -- (NCHW sizes over NHWC memory: the graph API takes them by their strides)
+  { "channels-last operands", function(x, w, b) return F.conv2d(channels_last(x), channels_last(w), b, 1, 1) end,
+    { 2, 8, 6, 5 }, { 16, 8, 3, 3 }, true },
 }
 
 describe("T.backends.cudnn", function()
@@ -107,14 +114,13 @@ describe("T.backends.cudnn", function()
     with("benchmark", true, function() expect.eq(T.backends.cudnn.benchmark, true) end)
     errs(function() T.backends.cudnn.deterministic = true end, "T.backends.cudnn", "unknown setting 'deterministic'")
     errs(function() T.backends.cudnn.enabled = 1 end, "T.backends.cudnn.enabled", "expected a boolean, got number")
-    local l = T.backends.cudnn.layout
-    expect.truthy(({ auto = 1, nchw = 1, nhwc = 1, ["nhwc-nchw"] = 1 })[l], "layout " .. tostring(l))
-    for _, v in ipairs({ "nchw", "nhwc", "nhwc-nchw", "auto" }) do
-      with("layout", v, function() expect.eq(T.backends.cudnn.layout, v) end)
+    local a = T.backends.cudnn.api
+    expect.truthy(a == "graph" or a == "legacy", "api " .. tostring(a))
+    for _, v in ipairs({ "legacy", "graph" }) do
+      with("api", v, function() expect.eq(T.backends.cudnn.api, v) end)
     end
-    expect.eq(T.backends.cudnn.layout, l)
-    errs(function() T.backends.cudnn.layout = "NHWC" end, "T.backends.cudnn.layout",
-      'expected "auto", "nchw", "nhwc" or "nhwc-nchw", got NHWC')
+    expect.eq(T.backends.cudnn.api, a)
+    errs(function() T.backends.cudnn.api = "frontend" end, "T.backends.cudnn.api", 'expected "graph" or "legacy", got frontend')
     local v = T.backends.cudnn.version()  -- (the library may load where no driver is)
     expect.truthy(v == nil or v >= 90000, "version " .. tostring(v))
     if T.backends.cudnn.is_available() then expect.truthy(v ~= nil) end
@@ -124,12 +130,14 @@ describe("T.backends.cudnn", function()
     local out = expect.crescent({ "-e", "print(require('crescent').backends.cudnn.enabled)" }, { env = "CRESCENT_CUDNN=0" })
     expect.eq(out, "false\n")
   end)
-  it("CRESCENT_CUDNN_LAYOUT sets the layout at start, and a wrong value fails there", function()
-    local out = expect.crescent({ "-e", "print(require('crescent').backends.cudnn.layout)" }, { env = "CRESCENT_CUDNN_LAYOUT=nhwc-nchw" })
-    expect.eq(out, "nhwc-nchw\n")
-    local _, err, status = expect.crescent({ "-e", "print(1)" }, { env = "CRESCENT_CUDNN_LAYOUT=chwn" })
+  it("CRESCENT_CUDNN_API sets the API at start (graph by default), and a wrong value fails there", function()
+    local out = expect.crescent({ "-e", "print(require('crescent').backends.cudnn.api)" }, { env = "CRESCENT_CUDNN_API=legacy" })
+    expect.eq(out, "legacy\n")
+    out = expect.crescent({ "-e", "print(require('crescent').backends.cudnn.api)" }, { env = "CRESCENT_CUDNN_API=" })
+    expect.eq(out, "graph\n")
+    local _, err, status = expect.crescent({ "-e", "print(1)" }, { env = "CRESCENT_CUDNN_API=v8" })
     expect.truthy(status ~= 0, "exit status " .. tostring(status))
-    expect.truthy(err:find("CRESCENT_CUDNN_LAYOUT: expected auto, nchw, nhwc or nhwc-nchw, got 'chwn'", 1, true), err)
+    expect.truthy(err:find("CRESCENT_CUDNN_API: expected graph or legacy, got 'v8'", 1, true), err)
   end)
   it("its gradient ops are conv2d's gradients on the CPU too, and check their operands", function()
     T.manual_seed(1)
@@ -180,27 +188,28 @@ describe("convolutions on CUDA", function()
       check_conv(CASES[1][1], CASES[1][2], CASES[1][3], CASES[1][4], CASES[1][5], "bfloat16")
     end)
   end)
-  it("a CUDA graph replays cuDNN's three passes (benchmark mode: heuristics there)", function()
+  it("a CUDA graph replays cuDNN's three passes through either API (benchmark mode: the warm-up times)", function()
     need_cudnn()
     if AS_CPU then expect.skip("CRESCENT_TEST_CUDA_AS_CPU=1") end
-    with("benchmark", true, function()
-      with("allow_tf32", false, function()
-        local x, w = T.zeros(2, 4, 9, 9):cuda(), T.randn(8, 2, 3, 3):cuda()
-        local function passes()
-          local y = F.conv2d(x, w, nil, 1, 1, 1, 2)
-          return y, T._conv2d_input_grad(y, w, x.shape, 1, 1, 1, 2), T._conv2d_weight_grad(y, x, w.shape, 1, 1, 1, 2)
-        end
-        passes()  -- (warm-up, as PyTorch asks before a capture)
-        local g = T.cuda.CUDAGraph()
-        local ys = { T.cuda.graph(g, passes) }
-        for k = 1, 2 do
-          x:copy_(T.randn(2, 4, 9, 9):cuda())
-          g:replay()
-          local want = { passes() }
-          for i = 1, 3 do near(ys[i], want[i], "replay " .. k .. " pass " .. i, 1e-5) end
-        end
-      end)
-    end)
+    local function replay(api)
+      local x, w = T.zeros(2, 4, 9, 9):cuda(), T.randn(8, 2, 3, 3):cuda()
+      local function passes()
+        local y = F.conv2d(x, w, nil, 1, 1, 1, 2)
+        return y, T._conv2d_input_grad(y, w, x.shape, 1, 1, 1, 2), T._conv2d_weight_grad(y, x, w.shape, 1, 1, 1, 2)
+      end
+      passes()  -- (warm-up, as PyTorch asks before a capture)
+      local g = T.cuda.CUDAGraph()
+      local ys = { T.cuda.graph(g, passes) }
+      for k = 1, 2 do
+        x:copy_(T.randn(2, 4, 9, 9):cuda())
+        g:replay()
+        local want = { passes() }
+        for i = 1, 3 do near(ys[i], want[i], api .. " API replay " .. k .. " pass " .. i, 1e-5) end
+      end
+    end
+    for _, api in ipairs({ "graph", "legacy" }) do
+      with("benchmark", true, with, "allow_tf32", false, with, "api", api, replay, api)
+    end
   end)
   it("no host copies on the cuDNN path", function()
     need_cudnn()
@@ -288,11 +297,15 @@ describe("convolutions on CUDA", function()
     local script = "local T = require 'crescent'; T.config.sync_compile = true; " ..
       "local x, w = T.randn(2, 4, 8, 8):cuda(), T.randn(8, 4, 3, 3):cuda(); " ..
       "local f = T.compile(function(a, b) return T.F.relu(T.F.conv2d(a, b, nil, 1, 1)) end); for _ = 1, 3 do f(x, w) end; T.compiler.wait(); T.cuda.synchronize()"
-    -- (a plain float32 3x3 runs channels-last when asked: the NCHW fallback is for shapes cuDNN refuses)
     local out = expect.crescent({ "-e", script },
-      { env = "CRESCENT_LOGS=perf,fusion CRESCENT_CUDNN=1 CRESCENT_CUDNN_LAYOUT=nhwc", merge = true })
-    for _, want in ipairs({ "convolutions on CUDA: cuDNN 9", "conv2d: cuDNN 9", "forward algorithm", ", layout nhwc",
+      { env = "CRESCENT_LOGS=perf,fusion CRESCENT_CUDNN=1 CRESCENT_CUDNN_API=legacy", merge = true })
+    for _, want in ipairs({ "convolutions on CUDA: cuDNN 9", "conv2d: cuDNN 9", "forward algorithm", " B (legacy API)",
                             "conv2d (", "extern: no loop lowering for conv2d" }) do
+      expect.truthy(out:find(want, 1, true), "expected '" .. want .. "' in:\n" .. out)
+    end
+    -- the graph API names the engine its heuristics ranked first among those that finalize
+    out = expect.crescent({ "-e", script }, { env = "CRESCENT_LOGS=perf CRESCENT_CUDNN=1 CRESCENT_CUDNN_API=graph", merge = true })
+    for _, want in ipairs({ "conv2d: cuDNN 9", "forward: graph API engine ", ", heuristics mode A" }) do
       expect.truthy(out:find(want, 1, true), "expected '" .. want .. "' in:\n" .. out)
     end
     out = expect.crescent({ "-e", script }, { env = "CRESCENT_LOGS=perf CRESCENT_CUDNN=0", merge = true })

@@ -14,6 +14,7 @@
 
 #include "vm/config.hpp"
 #include "vm/cuda/cudnn_api.hpp"
+#include "vm/cuda/cudnn_internal.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
@@ -105,22 +106,6 @@ std::atomic<bool>& flag_ref(CudnnFlag f) {
   return f == CudnnFlag::enabled ? enabled : f == CudnnFlag::allow_tf32 ? tf32 : benchmark;
 }
 
-constexpr const char* kLayoutNames[] = {"nchw", "nhwc", "nhwc-nchw"};
-
-// CRESCENT_CUDNN_LAYOUT, read once: -1 (auto) or a ConvLayout
-std::atomic<int>& layout_ref() {
-  static std::atomic<int> layout{[] {
-    const char* e = env_setting(Setting::CudnnLayout);
-    const std::string v = e ? e : "auto";
-    for (int i = 0; i < 3; ++i)
-      if (v == kLayoutNames[i]) return i;
-    if (v != "auto" && !v.empty())
-      fail(cat("CRESCENT_CUDNN_LAYOUT: expected auto, nchw, nhwc or nhwc-nchw, got '", v, "'"));
-    return -1;
-  }()};
-  return layout;
-}
-
 Library& usable_library(int index) {
   Library& L = library();
   std::string why;
@@ -165,12 +150,10 @@ struct Descriptors {
     check_cudnn(F.CreateTensorDescriptor(&bias), "CreateTensorDescriptor");
     check_cudnn(F.CreateFilterDescriptor(&w), "CreateFilterDescriptor");
     check_cudnn(F.CreateConvolutionDescriptor(&conv), "CreateConvolutionDescriptor");
-    // (each descriptor carries its own format: x and y may differ; a KRSC filter is NHWC's)
-    auto format = [&](int operand) { return channels_last(s.layout, operand) ? kNhwc : kNchw; };
-    check_cudnn(F.SetTensor4dDescriptor(x, format(0), t, s.n, s.c, s.h, s.w), "SetTensor4dDescriptor");
-    check_cudnn(F.SetTensor4dDescriptor(y, format(2), t, s.n, s.k, s.oh, s.ow), "SetTensor4dDescriptor");
-    check_cudnn(F.SetTensor4dDescriptor(bias, format(2), t, 1, s.k, 1, 1), "SetTensor4dDescriptor");
-    check_cudnn(F.SetFilter4dDescriptor(w, t, format(1), s.k, s.c / s.groups, s.r, s.s), "SetFilter4dDescriptor");
+    check_cudnn(F.SetTensor4dDescriptor(x, kNchw, t, s.n, s.c, s.h, s.w), "SetTensor4dDescriptor");
+    check_cudnn(F.SetTensor4dDescriptor(y, kNchw, t, s.n, s.k, s.oh, s.ow), "SetTensor4dDescriptor");
+    check_cudnn(F.SetTensor4dDescriptor(bias, kNchw, t, 1, s.k, 1, 1), "SetTensor4dDescriptor");
+    check_cudnn(F.SetFilter4dDescriptor(w, t, kNchw, s.k, s.c / s.groups, s.r, s.s), "SetFilter4dDescriptor");
     // half / bfloat16 accumulate in float32, as PyTorch's cuDNN convolutions
     const int compute = s.dtype == DType::f64 ? kDouble : kFloat;
     check_cudnn(F.SetConvolution2dDescriptor(conv, s.pad_h, s.pad_w, s.stride_h, s.stride_w, s.dil_h, s.dil_w,
@@ -201,17 +184,16 @@ int math_type(DType d) {
 struct Choice {
   int algo = 0, math = 0;
   size_t workspace = 0;
-  bool none = false;  // a channels-last layout cuDNN has no algorithm for (the caller runs NCHW)
 };
 using Key =
-    std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int>;
+    std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int>;
 Key key_of(int index, ConvPass pass, const ConvShape& s, int math, bool timed) {
-  return {index, int(pass), int(s.dtype), int(s.layout), math, timed, s.n, s.c, s.h, s.w, s.k, s.r, s.s, s.pad_h, s.pad_w,
-          s.stride_h, s.stride_w, s.dil_h, s.dil_w, s.groups, s.oh * 65536 + s.ow};
+  return {index,   int(pass), int(s.dtype), math,       timed,      s.n,     s.c,     s.h,      s.w, s.k,
+          s.r,     s.s,       s.pad_h,      s.pad_w,    s.stride_h, s.stride_w, s.dil_h, s.dil_w, s.groups,
+          s.oh * 65536 + s.ow};
 }
 
 constexpr int kMaxAlgos = 16;
-const char* const kPassNames[] = {"forward", "backward data", "backward filter"};
 
 // The heuristics' ranked algorithms for `pass`.
 int ranked(Handle h, ConvPass pass, const Descriptors& d, AlgoPerf* perf) {
@@ -274,17 +256,11 @@ int timed(int index, Handle h, ConvPass pass, const Descriptors& d, const Operan
 
 // Picks the first ranked (or timed: `timing`) algorithm that succeeds and whose workspace the
 // allocator can give; under FMA math (float32 without TF32) those ranked for FMA first, then any
-// run with FMA math. A channels-last layout cuDNN refuses gives `none`.
+// run with FMA math.
 Choice choose(int index, Handle h, ConvPass pass, const ConvShape& s, const Descriptors& d, int math,
               const Operands* timing) {
   AlgoPerf perf[kMaxAlgos] = {};
-  int n = 0;
-  try {
-    n = timing ? timed(index, h, pass, d, *timing, perf) : ranked(h, pass, d, perf);
-  } catch (const Error&) {
-    if (s.layout == ConvLayout::nchw) throw;
-    return {0, 0, 0, true};
-  }
+  const int n = timing ? timed(index, h, pass, d, *timing, perf) : ranked(h, pass, d, perf);
   for (bool strict : {true, false}) {
     for (int i = 0; i < n; ++i) {
       const AlgoPerf& p = perf[i];
@@ -298,10 +274,9 @@ Choice choose(int index, Handle h, ConvPass pass, const ConvShape& s, const Desc
     }
     if (math != kFmaMath) break;
   }
-  if (s.layout != ConvLayout::nchw) return {0, 0, 0, true};
-  fail(cat("cuDNN has no ", kPassNames[int(pass)], " algorithm for this convolution (", dtype_name(s.dtype), ", input {",
-           s.n, ",", s.c, ",", s.h, ",", s.w, "}, weight {", s.k, ",", s.c / s.groups, ",", s.r, ",", s.s, "}, groups ",
-           s.groups, ")"));
+  fail(cat("cuDNN has no ", cudnn_detail::pass_name(pass), " algorithm for this convolution (", dtype_name(s.dtype),
+           ", input {", s.n, ",", s.c, ",", s.h, ",", s.w, "}, weight {", s.k, ",", s.c / s.groups, ",", s.r, ",", s.s,
+           "}, groups ", s.groups, ")"));
 }
 
 void run_pass(Handle h, ConvPass pass, const Descriptors& d, const Choice& c, DType dt, void* x, void* w, void* y,
@@ -324,7 +299,33 @@ void run_pass(Handle h, ConvPass pass, const Descriptors& d, const Choice& c, DT
   }
 }
 
+// CRESCENT_CUDNN_API, read once: a CudnnApi
+std::atomic<int>& api_ref() {
+  static std::atomic<int> which{[] {
+    const char* e = env_setting(Setting::CudnnApi);
+    const std::string v = e ? e : "graph";
+    if (v == "legacy") return int(CudnnApi::legacy);
+    if (v != "graph" && !v.empty()) fail(cat("CRESCENT_CUDNN_API: expected graph or legacy, got '", v, "'"));
+    return int(CudnnApi::graph);
+  }()};
+  return which;
+}
+
 }  // namespace
+
+namespace cudnn_detail {
+const Api& api() { return library().fn; }
+void check(Status s, const char* what) { check_cudnn(s, what); }
+Handle handle(int index) { return cuda::handle(index); }
+int data_type(DType d) { return cuda::data_type(d); }
+const char* pass_name(ConvPass p) {
+  static const char* const names[] = {"forward", "backward data", "backward filter"};
+  return names[int(p)];
+}
+}  // namespace cudnn_detail
+
+CudnnApi cudnn_api_setting() { return CudnnApi(api_ref().load()); }
+CudnnApi set_cudnn_api_setting(CudnnApi a) { return CudnnApi(api_ref().exchange(int(a))); }
 
 bool cudnn_available(std::string* why) {
   Library& L = library();
@@ -343,22 +344,6 @@ int cudnn_version(std::string* why) {
 std::string cudnn_version_name() {
   const int v = cudnn_version();
   return cat("cuDNN ", v / 10000, ".", v / 100 % 100, ".", v % 100);
-}
-
-const char* conv_layout_name(ConvLayout l) { return kLayoutNames[int(l)]; }
-
-int cudnn_layout_setting() { return layout_ref().load(); }
-int set_cudnn_layout_setting(int layout) {
-  if (layout < -1 || layout > int(ConvLayout::nhwc_nchw)) fail(cat("cuDNN layout ", layout, " out of range"));
-  return layout_ref().exchange(layout);
-}
-
-ConvLayout cudnn_layout(DType d, int index) {
-  const int set = cudnn_layout_setting();
-  if (d == DType::f64) return ConvLayout::nchw;
-  if (set >= 0) return ConvLayout(set);
-  (void)index;  // (channels-last measured no faster: the conversions cost what cuDNN's kernels save)
-  return ConvLayout::nchw;
 }
 
 bool cudnn_flag(CudnnFlag f) { return flag_ref(f).load(); }
@@ -396,39 +381,31 @@ Plan& plan(int index, Handle h, ConvPass pass, const ConvShape& s, const Operand
   p->d.init(s, math);
   p->c = choose(index, h, pass, s, p->d, math, timing ? &o : nullptr);
   // the math type goes with the algorithm (cuDNN picks tensor-core kernels from both)
-  if (!p->c.none) check_cudnn(library().fn.SetConvolutionMathType(p->d.conv, p->c.math), "SetConvolutionMathType");
-  if (chosen && p->c.none)
-    *chosen = cat(kPassNames[int(pass)], ": no algorithm in layout ", conv_layout_name(s.layout), timing ? " (timed)" : "",
-                  ", run in nchw");
-  else if (chosen)
-    *chosen = cat(kPassNames[int(pass)], " algorithm ", p->c.algo, timing ? " (timed)" : "", ", math ", p->c.math,
-                  ", workspace ", p->c.workspace, " B, layout ", conv_layout_name(s.layout));
+  check_cudnn(library().fn.SetConvolutionMathType(p->d.conv, p->c.math), "SetConvolutionMathType");
+  if (chosen)
+    *chosen = cat(cudnn_detail::pass_name(pass), " algorithm ", p->c.algo, timing ? " (timed)" : "", ", math ",
+                  p->c.math, ", workspace ", p->c.workspace, " B (legacy API)");
   return *plans.emplace(key, std::move(p)).first->second;
 }
 
-bool cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, const void* bias,
+void cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, const void* bias,
                 std::string* chosen) {
   Handle h = handle(index);
   Plan& p = plan(index, h, pass, s, {x, w, y}, chosen);
-  if (p.c.none) return false;
   void* ws = p.c.workspace ? device_alloc(p.c.workspace, index) : nullptr;
   try {
     run_pass(h, pass, p.d, p.c, s.dtype, x, w, y, ws);
-  } catch (const Error& e) {
+  } catch (const Error&) {
     if (ws) device_free(ws, p.c.workspace, index);
-    if (s.layout == ConvLayout::nchw) throw;
-    p.c.none = true;  // cuDNN refused the channels-last run itself (CUDNN_STATUS_BAD_PARAM): NCHW from now on
-    if (chosen) *chosen = cat(kPassNames[int(pass)], ": refused in layout ", conv_layout_name(s.layout), " (", e.what(), "), run in nchw");
-    return false;
+    throw;
   }
   // stream-ordered: the block is handed out again only on this stream, after the convolution
   if (ws) device_free(ws, p.c.workspace, index);
-  if (pass != ConvPass::forward || !bias) return true;
+  if (pass != ConvPass::forward || !bias) return;
   const float one = 1;
   const double one_d = 1;
   const void* alpha = s.dtype == DType::f64 ? static_cast<const void*>(&one_d) : &one;
   check_cudnn(library().fn.AddTensor(h, alpha, p.d.bias, bias, alpha, p.d.y, y), "AddTensor");
-  return true;
 }
 
 }  // namespace cr::cuda

@@ -3,9 +3,9 @@
 // lib64 and /usr/local/cuda's. PyTorch's pip wheels carry one (nvidia/cudnn/lib).
 //
 // The legacy convolution API cuDNN 9 keeps (cudnnConvolutionForward / BackwardData /
-// BackwardFilter), contiguous operands in NCHW or channels-last layout (ConvLayout), the algorithm from cudnnGet*Algorithm_v7's
-// heuristics (PyTorch's default, benchmark off) or timed by cudnnFind*AlgorithmEx (benchmark on),
-// cached per shape, dtype, math and mode; a handle per
+// BackwardFilter; the graph API's is vm/cuda/cudnn_graph.hpp), contiguous NCHW operands, the
+// algorithm from cudnnGet*Algorithm_v7's heuristics (PyTorch's default, benchmark off) or timed
+// by cudnnFind*AlgorithmEx (benchmark on), cached per shape, dtype, math and mode; a handle per
 // device and stream slot on that stream; workspaces from the caching allocator (vm/cuda/memory.hpp).
 #pragma once
 #include <cstdint>
@@ -28,6 +28,13 @@ std::string cudnn_version_name();  // "cuDNN 9.19.0" (what the logs say)
 enum class CudnnFlag { enabled = 0, allow_tf32 = 1, benchmark = 2 };
 bool cudnn_flag(CudnnFlag f);
 bool set_cudnn_flag(CudnnFlag f, bool on);  // returns the previous value
+// The API the convolutions take (CRESCENT_CUDNN_API at start, T.backends.cudnn.api later):
+// graph, cuDNN's backend API (vm/cuda/cudnn_graph.hpp: its heuristics reach the implicit-GEMM
+// engines PyTorch runs; the legacy API where no plan finalizes), or legacy (cudnnConvolution*).
+enum class CudnnApi { graph = 0, legacy = 1 };
+CudnnApi cudnn_api_setting();
+CudnnApi set_cudnn_api_setting(CudnnApi a);  // returns the previous value
+
 // enabled and available: the conv ops' choice
 bool cudnn_usable();
 
@@ -35,39 +42,20 @@ bool cudnn_usable();
 // CUDA graph capture must not create one: vm/cuda/graphs.hpp).
 void cudnn_prepare(int index);
 
-// The memory layout of cuDNN's operands: nchw (x {n, c, h, w}, w {k, c, r, s}, y {n, k, oh, ow});
-// nhwc (x {n, h, w, c}, w {k, r, s, c}, y {n, oh, ow, k}), where sm_80+ has its tensor-core
-// implicit GEMMs; nhwc_nchw: x and w channels-last, y NCHW.
-enum class ConvLayout : uint8_t { nchw = 0, nhwc = 1, nhwc_nchw = 2 };
-// Whether operand 0 (x), 1 (w) or 2 (y) is channels-last under `l`.
-constexpr bool channels_last(ConvLayout l, int operand) {
-  return l == ConvLayout::nhwc || (l == ConvLayout::nhwc_nchw && operand < 2);
-}
-const char* conv_layout_name(ConvLayout l);  // "nchw", "nhwc", "nhwc-nchw"
-
-// CRESCENT_CUDNN_LAYOUT at start, T.backends.cudnn.layout later: -1 (auto) or a ConvLayout.
-int cudnn_layout_setting();
-int set_cudnn_layout_setting(int layout);  // returns the previous value
-// The layout of `d`'s convolutions on device `index`: float64 NCHW; else the setting, auto
-// meaning nchw (channels-last, with its conversions, was no faster on the H200: RESULTS.md).
-ConvLayout cudnn_layout(DType d, int index);
-
-// One 2-D convolution of contiguous operands in `layout`, of sizes x {n, c, h, w},
-// w {k, c / groups, r, s}, y {n, k, oh, ow}.
+// One 2-D convolution, of sizes x {n, c, h, w}, w {k, c / groups, r, s}, y {n, k, oh, ow}.
 struct ConvShape {
   DType dtype = DType::f32;
-  ConvLayout layout = ConvLayout::nchw;
   int n = 0, c = 0, h = 0, w = 0, k = 0, r = 0, s = 0, oh = 0, ow = 0;
   int pad_h = 0, pad_w = 0, stride_h = 1, stride_w = 1, dil_h = 1, dil_w = 1, groups = 1;
 };
 // forward: y = conv(x, w); backward_data: x = the gradient of the input from y (the gradient of
 // the output) and w; backward_filter: w = the gradient of the weight from x and y.
 enum class ConvPass { forward = 0, backward_data = 1, backward_filter = 2 };
-// Queues `pass` on device `index`'s current stream; it overwrites its output (y, x or w) and
-// reads the two others; forward then adds `bias` {k} when given. `chosen` (when given) receives
-// a line naming the algorithm the first time a shape picks one, else "". Returns false, running
-// nothing, when cuDNN has no algorithm for a channels-last `s.layout` (the caller then runs NCHW).
-bool cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, const void* bias = nullptr,
+// Queues `pass` on contiguous NCHW operands through the legacy API on device `index`'s current
+// stream; it overwrites its output (y, x or w) and reads the two others; forward then adds `bias`
+// {k} when given. `chosen` (when given) receives a line naming the algorithm the first time a
+// shape picks one, else "".
+void cudnn_conv(int index, ConvPass pass, const ConvShape& s, void* x, void* w, void* y, const void* bias = nullptr,
                 std::string* chosen = nullptr);
 
 }  // namespace cr::cuda

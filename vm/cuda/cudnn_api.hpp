@@ -1,8 +1,10 @@
 // Our own declarations of the cuDNN 9 functions, enum values and struct that vm/cuda/cudnn.cpp
-// uses (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h): no build-time cuDNN dependency.
+// and vm/cuda/cudnn_graph.cpp use (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h): no build-time cuDNN
+// dependency.
 // tests/cpp/test_cudnn.cpp checks them against the real headers where those are installed.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "vm/cuda/driver.hpp"
 
@@ -16,7 +18,7 @@ using ConvDesc = void*;    // cudnnConvolutionDescriptor_t
 
 constexpr int kSuccess = 0;                                                   // CUDNN_STATUS_SUCCESS
 constexpr int kFloat = 0, kDouble = 1, kHalf = 2, kBfloat16 = 9;              // cudnnDataType_t
-constexpr int kNchw = 0, kNhwc = 1;                                           // cudnnTensorFormat_t
+constexpr int kNchw = 0;                                                      // cudnnTensorFormat_t
 constexpr int kCrossCorrelation = 1;                                          // cudnnConvolutionMode_t
 constexpr int kDefaultMath = 0, kTensorOpMath = 1, kFmaMath = 3;              // cudnnMathType_t
 
@@ -30,6 +32,35 @@ struct AlgoPerf {
   int math_type;
   int reserved[3];
 };
+
+// The backend ("graph") API of cudnn_graph.h: descriptors built attribute by attribute.
+using BackendDesc = void*;  // cudnnBackendDescriptor_t
+// cudnnBackendDescriptorType_t
+constexpr int kConvolutionDesc = 1, kEngineDesc = 2, kEngineCfgDesc = 3, kEngineHeurDesc = 4, kExecutionPlanDesc = 5,
+              kConvForwardOpDesc = 10, kConvBwdFilterOpDesc = 11, kConvBwdDataOpDesc = 12, kOperationGraphDesc = 15,
+              kVariantPackDesc = 16, kTensorDesc = 17;
+// cudnnBackendAttributeType_t
+constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeInt64 = 3, kTypeFloat = 4, kTypeDouble = 5, kTypeVoidPtr = 6,
+              kTypeConvMode = 7, kTypeHeurMode = 8, kTypeNumericalNote = 11, kTypeBackendDesc = 15;
+constexpr int kHeurModeFallback = 2, kHeurModeA = 3;           // cudnnBackendHeurMode_t
+constexpr int kNoteTensorCore = 0, kNoteDownConvertInputs = 1, kNoteNondeterministic = 4;  // cudnnBackendNumericalNote_t
+// cudnnBackendAttributeName_t
+constexpr int kAttrConvCompType = 100, kAttrConvMode = 101, kAttrConvDilations = 102, kAttrConvFilterStrides = 103,
+              kAttrConvPostPaddings = 104, kAttrConvPrePaddings = 105, kAttrConvSpatialDims = 106;
+constexpr int kAttrHeurMode = 200, kAttrHeurOperationGraph = 201, kAttrHeurResults = 202;
+constexpr int kAttrEngineCfgEngine = 300;
+constexpr int kAttrPlanHandle = 400, kAttrPlanEngineConfig = 401, kAttrPlanWorkspaceSize = 402;
+constexpr int kAttrConvFwdAlpha = 700, kAttrConvFwdBeta = 701, kAttrConvFwdConvDesc = 702, kAttrConvFwdW = 703,
+              kAttrConvFwdX = 704, kAttrConvFwdY = 705;
+constexpr int kAttrConvBwdDataAlpha = 706, kAttrConvBwdDataBeta = 707, kAttrConvBwdDataConvDesc = 708,
+              kAttrConvBwdDataW = 709, kAttrConvBwdDataDx = 710, kAttrConvBwdDataDy = 711;
+constexpr int kAttrConvBwdFilterAlpha = 712, kAttrConvBwdFilterBeta = 713, kAttrConvBwdFilterConvDesc = 714,
+              kAttrConvBwdFilterDw = 715, kAttrConvBwdFilterX = 716, kAttrConvBwdFilterDy = 717;
+constexpr int kAttrGraphHandle = 800, kAttrGraphOps = 801;
+constexpr int kAttrTensorByteAlignment = 900, kAttrTensorDataType = 901, kAttrTensorDimensions = 902,
+              kAttrTensorStrides = 903, kAttrTensorUniqueId = 906;
+constexpr int kAttrVariantPackUniqueIds = 1000, kAttrVariantPackDataPointers = 1001, kAttrVariantPackWorkspace = 1003;
+constexpr int kAttrEngineGlobalIndex = 1301, kAttrEngineNumericalNote = 1303;
 
 struct Api {
   size_t (*GetVersion)();
@@ -68,6 +99,12 @@ struct Api {
                                                    TensorDesc, void*, int, int*, AlgoPerf*, void*, size_t);
   Status (*FindConvolutionBackwardFilterAlgorithmEx)(Handle, TensorDesc, const void*, TensorDesc, const void*, ConvDesc,
                                                      FilterDesc, void*, int, int*, AlgoPerf*, void*, size_t);
+  Status (*BackendCreateDescriptor)(int, BackendDesc*);
+  Status (*BackendDestroyDescriptor)(BackendDesc);
+  Status (*BackendFinalize)(BackendDesc);
+  Status (*BackendSetAttribute)(BackendDesc, int, int, int64_t, const void*);
+  Status (*BackendGetAttribute)(BackendDesc, int, int, int64_t, int64_t*, void*);
+  Status (*BackendExecute)(Handle, BackendDesc, BackendDesc);
 };
 
 // X(field): every function of Api, resolved as "cudnn" #field.
@@ -80,6 +117,7 @@ struct Api {
   X(GetConvolutionBackwardDataWorkspaceSize) X(ConvolutionBackwardData) X(GetConvolutionBackwardFilterAlgorithm_v7) \
   X(GetConvolutionBackwardFilterWorkspaceSize) X(ConvolutionBackwardFilter) X(AddTensor)                           \
   X(FindConvolutionForwardAlgorithmEx) X(FindConvolutionBackwardDataAlgorithmEx)                                    \
-  X(FindConvolutionBackwardFilterAlgorithmEx)
+  X(FindConvolutionBackwardFilterAlgorithmEx) X(BackendCreateDescriptor) X(BackendDestroyDescriptor)              \
+  X(BackendFinalize) X(BackendSetAttribute) X(BackendGetAttribute) X(BackendExecute)
 
 }  // namespace cr::cuda::cudnn_api

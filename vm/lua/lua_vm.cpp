@@ -112,13 +112,13 @@ static void check_cpu() {
 #endif
 }
 
-// CRESCENT_LOGS, the numbers of the environment and CRESCENT_CUDNN_LAYOUT checked before the state
+// CRESCENT_LOGS, the numbers of the environment and CRESCENT_CUDNN_API checked before the state
 // exists (Context parses the logs again), so that a wrong value fails the VM's creation, leaving
 // nothing behind.
 static void check_env() {
   if (const char* list = env_setting(Setting::Logs)) Logs().parse(list);
   check_environment();
-  cuda::cudnn_layout_setting();
+  cuda::cudnn_api_setting();
 }
 
 LuaVM::LuaVM(bool ignore_env) : L_((check_cpu(), check_env(), install_hooks(), luaL_newstate())) {

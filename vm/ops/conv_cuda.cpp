@@ -3,12 +3,16 @@
 //   _conv2d_input_grad(grad_output, weight, input_size, stride, padding, dilation, groups)
 //   _conv2d_weight_grad(grad_output, input, weight_size, stride, padding, dilation, groups)
 // (cuDNN's backward data / backward filter; F.conv_transpose2d is the first; on the CPU the
-// im2col / col2im kernels of vm/ops/conv.cpp, so that their rules are checked everywhere). Operands are copied
-// to cuDNN's layout (cuda::cudnn_layout: NCHW or channels-last), the output back to the op's NCHW;
-// CRESCENT_LOGS=perf names the algorithm and layout cuDNN runs for each new shape.
+// im2col / col2im kernels of vm/ops/conv.cpp, so that their rules are checked everywhere). cuDNN's
+// graph API (vm/cuda/cudnn_graph.hpp) takes NCHW or channels-last operands as they are (its
+// engines pick their own layout); the legacy API (its fallback, or T.backends.cudnn.api =
+// "legacy") takes them NCHW contiguous. CRESCENT_LOGS=perf names the engine or algorithm cuDNN
+// runs for each new shape.
+#include <algorithm>
 #include <climits>
 
 #include "vm/cuda/cudnn.hpp"
+#include "vm/cuda/cudnn_graph.hpp"
 #include "vm/devices.hpp"
 #include "vm/kernels/loop.hpp"
 #include "vm/log.hpp"
@@ -49,14 +53,10 @@ void log_choice(const OpCall& c, const cuda::ConvShape& s, const std::string& ch
                        s.groups, ": ", chosen));
 }
 
-// The channels-last view of a 4-D {N, C, H, W} tensor ({N, H, W, C}), and back.
+// The channels-last view of a 4-D {N, C, H, W} tensor ({N, H, W, C}).
 Tensor to_nhwc_view(const Tensor& t) {
   return Tensor::view_of(t, {t.size(0), t.size(2), t.size(3), t.size(1)},
                          {t.stride(0), t.stride(2), t.stride(3), t.stride(1)}, t.offset());
-}
-Tensor to_nchw_view(const Tensor& t) {
-  return Tensor::view_of(t, {t.size(0), t.size(3), t.size(1), t.size(2)},
-                         {t.stride(0), t.stride(3), t.stride(1), t.stride(2)}, t.offset());
 }
 
 // A contiguous output (the dispatcher's are) or a contiguous buffer copied into it by `done`.
@@ -67,30 +67,40 @@ void done(const Tensor& out, const Tensor& buffer) {
   if (buffer.data_bytes() != out.data_bytes()) copy_into(out, buffer);
 }
 
-// Runs `pass` on the NCHW tensors t = {x, w, y} in the device's layout (NCHW where cuDNN has no
-// algorithm in it): the operands it reads made contiguous in it, the one it writes (y, x or w)
-// into a buffer in it, then into t[out].
-void run_pass(OpCall& c, cuda::ConvPass pass, cuda::ConvShape s, const Tensor (&t)[3], const Tensor& bias = Tensor()) {
+// `t` as cuDNN's graph API takes it, with its strides in `st`: as it is when NCHW or channels-last
+// dense, else a contiguous copy.
+Tensor dense(const Tensor& t, int64_t* st) {
+  const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
+  const bool last = !t.is_contiguous() && to_nhwc_view(t).is_contiguous();
+  const int64_t nchw[4] = {c * h * w, h * w, w, 1}, nhwc[4] = {c * h * w, 1, w * c, c};
+  std::copy(last ? nhwc : nchw, (last ? nhwc : nchw) + 4, st);
+  return last || t.is_contiguous() ? t : contiguous(t);
+}
+
+// Runs `pass` on t = {x, w, y} (of NCHW sizes): the operand it writes (y, x or w) into a
+// contiguous buffer, then into t[out]; the others as the graph API takes them (dense), NCHW
+// contiguous for the legacy API, which runs when chosen or when the graph API gives no plan.
+void run_pass(OpCall& c, cuda::ConvPass pass, const cuda::ConvShape& s, const Tensor (&t)[3],
+              const Tensor& bias = Tensor()) {
   const int out = pass == cuda::ConvPass::forward ? 2 : pass == cuda::ConvPass::backward_data ? 0 : 1;
-  s.layout = cuda::cudnn_layout(s.dtype, t[out].device().index);
-  for (;;) {
-    Tensor use[3];
-    for (int i = 0; i < 3; ++i) {
-      const bool last = cuda::channels_last(s.layout, i);
-      if (i != out) use[i] = contiguous(last ? to_nhwc_view(t[i]) : t[i]);
-      else use[i] = last ? Tensor::empty(to_nhwc_view(t[i]).sizes(), t[i].dtype(), t[i].device()) : writable(t[i]);
-    }
-    std::string chosen;
-    const bool ran = cuda::cudnn_conv(t[out].device().index, pass, s, use[0].data_bytes(), use[1].data_bytes(),
-                                      use[2].data_bytes(), bias.defined() ? bias.data_bytes() : nullptr, &chosen);
+  const int index = t[out].device().index;
+  Tensor use[3];
+  cuda::ConvStrides st = cuda::contiguous_strides(s);  // (the written operand's)
+  int64_t* strides[3] = {st.x, st.w, st.y};
+  for (int i = 0; i < 3; ++i) use[i] = i == out ? writable(t[i]) : dense(t[i], strides[i]);
+  const void* b = bias.defined() ? bias.data_bytes() : nullptr;
+  std::string chosen;
+  const bool ran = cuda::cudnn_api_setting() == cuda::CudnnApi::graph &&
+                   cuda::cudnn_graph_conv(index, pass, s, st, use[0].data_bytes(), use[1].data_bytes(),
+                                          use[2].data_bytes(), b, &chosen);
+  log_choice(c, s, chosen);
+  if (!ran) {
+    for (int i = 0; i < 3; ++i)
+      if (i != out) use[i] = contiguous(use[i]);
+    cuda::cudnn_conv(index, pass, s, use[0].data_bytes(), use[1].data_bytes(), use[2].data_bytes(), b, &chosen);
     log_choice(c, s, chosen);
-    if (!ran) {
-      s.layout = cuda::ConvLayout::nchw;
-      continue;
-    }
-    if (cuda::channels_last(s.layout, out)) return copy_into(t[out], to_nchw_view(use[out]));
-    return done(t[out], use[out]);
   }
+  done(t[out], use[out]);
 }
 
 // ---- _conv2d_input_grad / _conv2d_weight_grad ------------------------------------------------------

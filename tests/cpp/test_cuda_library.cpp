@@ -233,7 +233,8 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
     const std::string bin(reinterpret_cast<const char*>(p->data), p->size);
     CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
     auto starts = [&](const char* p) { return li.name.rfind(p, 0) == 0; };
-    const char* fn = starts("attention_f32") ? "attention_simt"
+    const char* fn = starts("attention_decode_") ? "attention_combine"
+                     : starts("attention_f32") ? "attention_simt"
                      : starts("attention_")  ? "attention_fwd"
                      : starts("cumsum_")     ? "cumsum_rows"
                      : starts("optim_")      ? "fused_adam"

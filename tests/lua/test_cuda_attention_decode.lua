@@ -36,7 +36,7 @@ local function prefix_mask(L, S, p0)
 end
 
 -- {E, Ev} per key count: head sizes of GPT-2 / LLaMA, odd ones, v apart from q
-local HEADS = { [1] = { 64, 64 }, [7] = { 20, 48 }, [64] = { 128, 128 }, [300] = { 64, 64 }, [1024] = { 32, 16 },
+local HEADS = { [1] = { 8, 1 }, [7] = { 20, 48 }, [64] = { 128, 128 }, [300] = { 64, 64 }, [1024] = { 32, 16 },
                 [2048] = { 128, 128 } }
 
 describe("CUDA attention for a few query rows (split-K)", function()

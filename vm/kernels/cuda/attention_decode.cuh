@@ -32,16 +32,19 @@ __device__ __forceinline__ void tile_scores(SplitSmem<LQ>& sm, const T* __restri
                                             int end, int L, int S, int causal, const void* mask, int mask_kind,
                                             long long msr, long long msc) {
   const int gk = threadIdx.x / G, gl = threadIdx.x % G;
+  // (loops of constant trip counts, unrolled: a thread's loads are all in flight at once)
 #pragma unroll
-  for (int kk = gk; kk < TK; kk += NT / G) {
-    const int key = key0 + kk;
+  for (int j = 0; j < TK / (NT / G); ++j) {
+    const int kk = gk + j * (NT / G), key = key0 + kk;
     float acc[LQ];
 #pragma unroll
     for (int a = 0; a < LQ; ++a) acc[a] = 0.f;
     if (key < end) {
       const T* kr = k + key * ksr;
-#pragma unroll 4
-      for (int e = gl; e < E; e += G) {
+#pragma unroll
+      for (int i = 0; i < (E + G - 1) / G; ++i) {
+        const int e = gl + i * G;
+        if (E % G != 0 && e >= E) break;
         const float kv = float(kr[e]);
 #pragma unroll
         for (int a = 0; a < LQ; ++a) acc[a] = fmaf(sm.q[a][e], kv, acc[a]);
@@ -114,12 +117,21 @@ __device__ __forceinline__ void attention_split(const T* __restrict__ q, const T
     __syncthreads();
 #pragma unroll
     for (int a = 0; a < LQ; ++a) o[a] *= sm.alpha[a];
-    if (d < EV)
-      for (int kk = kg; kk < TK && key0 + kk < end; kk += KG) {
-        const float vv = float(v[(key0 + kk) * vsr + d]);
+    if (d < EV) {
+      constexpr int kKeys = (TK + KG - 1) / KG;  // (keys past the tile or the slice: 0, and p is 0)
+      float vv[kKeys];
 #pragma unroll
-        for (int a = 0; a < LQ; ++a) o[a] = fmaf(sm.s[a][kk], vv, o[a]);
+      for (int j = 0; j < kKeys; ++j) {
+        const int kk = kg + j * KG;
+        vv[j] = kk < TK && key0 + kk < end ? float(v[(key0 + kk) * vsr + d]) : 0.f;
       }
+#pragma unroll
+      for (int j = 0; j < kKeys; ++j) {
+        const int kk = min(kg + j * KG, TK - 1);
+#pragma unroll
+        for (int a = 0; a < LQ; ++a) o[a] = fmaf(sm.s[a][kk], vv[j], o[a]);
+      }
+    }
     __syncthreads();  // (every thread is done with p before the next tile's scores)
   }
   // the key groups' sums in order; the row's m and l from its warp

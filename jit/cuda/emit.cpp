@@ -16,6 +16,7 @@ const char* form_name(Form f) {
     case Form::ReduceThread: return "thread-per-row reduction";
     case Form::ReduceWarp: return "warp-per-row reduction";
     case Form::ReduceBlock: return "block-per-row reduction";
+    case Form::ReduceColumns: return "column-team reduction";
   }
   return "?";
 }

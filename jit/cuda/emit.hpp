@@ -38,6 +38,7 @@ enum class Form : uint8_t {
   ReduceThread,  // one row per thread (rows are short, or strided while rows are contiguous)
   ReduceWarp,    // one row per warp, folded with warp shuffles
   ReduceBlock,   // one row per block, warp shuffles then shared memory
+  ReduceColumns, // strided rows, 32 a block: a row's lanes one per warp, folded in shared memory
 };
 const char* form_name(Form f);
 

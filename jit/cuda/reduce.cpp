@@ -19,7 +19,9 @@
 // an unchecked copy for rows of exactly the bucket's length): the bucket is part of the
 // source and so of the cache key. The row count, which is what varies in a dynamic batch, never
 // changes the source; a row length that grows compiles new kernels each time it doubles (counted
-// in T.compiler.stats().kernels_compiled). Column reductions keep a thread per row, looped.
+// in T.compiler.stats().kernels_compiled). Column reductions of templates keep a thread per row,
+// looped; specialised ones with too few rows to fill the GPU split each row over a team of lanes,
+// one per warp, a warp reading 32 neighbouring rows (column_team).
 
 #include <algorithm>
 #include <set>
@@ -58,6 +60,22 @@ bool strided_rows(const Kernel& k) {
   return !inner_unit && outer_unit;
 }
 
+bool any_inner_store(const Kernel& k) {
+  return std::any_of(k.stores.begin(), k.stores.end(), [&](const Store& s) { return store_inner(k, s); });
+}
+
+// Lanes per row of a column reduction (strided rows, no element-wise stores) of R rows of C: enough
+// for 32-row blocks to fill the GPU, each lane folding 16 elements or more; 1: a thread per row.
+int64_t column_team(const KernelWriter& w, int64_t R, int64_t C) {
+  if (!strided_rows(w.k) || any_inner_store(w.k) || w.k.accs.empty()) return 1;
+  const int64_t want = int64_t(w.target.sm_count) * w.target.max_threads_per_sm, blocks = (R + 31) / 32;
+  int64_t lane_bytes = 0;  // (the partials' shared memory, 32 rows a lane: under 32 KiB)
+  for (const Accumulate& a : w.k.accs) lane_bytes += 32 * int64_t(dtype_size(cuda_acc_dtype(a)));
+  int64_t team = 1;
+  while (team < 32 && blocks * 32 * team < want && C >= 32 * team && 2 * team * lane_bytes <= (32 << 10)) team *= 2;
+  return team;
+}
+
 // Passes over the row: the stages that read its elements (folds, and stores of whole rows).
 // A row sum makes one; softmax and layer_norm three.
 int row_passes(const Kernel& k) {
@@ -79,6 +97,10 @@ int64_t choose_form(KernelWriter& w, int64_t R, int64_t C) {
     team = cfg.team;
     o.form = team == 1 ? Form::ReduceThread : team == 32 ? Form::ReduceWarp : Form::ReduceBlock;
     o.block = team > 32 ? team : std::clamp<int64_t>(team * std::max<int64_t>(1, cfg.rows_per_block), 32, 1024);
+  } else if (const int64_t g = column_team(w, R, C); g > 1) {
+    o.form = Form::ReduceColumns;  // a warp reads element c of 32 neighbouring rows
+    team = g;
+    o.block = 32 * g;
   } else if ((strided_rows(w.k) && R >= 1024) || (C <= 16 && R >= 4096)) {
     o.form = Form::ReduceThread;  // neighbouring threads read neighbouring rows: coalesced
     team = 1;
@@ -141,11 +163,15 @@ class ReductionWriter {
     items_ = w_.dynamic ? bucket(o.row_size) / team_ : (o.row_size + team_ - 1) / team_;
     ragged_ = w_.dynamic || items_ * team_ != o.row_size;
     vec_ = vector_group();
-    L_.add(team_ == 1 ? "const int lane = 0;" : cat("const int lane = threadIdx.x % ", team_, ";"));
-    if (o.form == Form::ReduceBlock) shared_partials();
-    const std::string& idx = w_.idx, rpb = cat(o.block / team_);
-    L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) * ", rpb, " + ", idx, "(threadIdx.x / ", team_, "); row < ",
-                w_.product_text(0, outer), "; row += ", idx, "(gridDim.x) * ", rpb, ")"));
+    if (o.form == Form::ReduceColumns) {
+      columns_loop();
+    } else {
+      L_.add(team_ == 1 ? "const int lane = 0;" : cat("const int lane = threadIdx.x % ", team_, ";"));
+      if (o.form == Form::ReduceBlock) shared_partials();
+      const std::string& idx = w_.idx, rpb = cat(o.block / team_);
+      L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) * ", rpb, " + ", idx, "(threadIdx.x / ", team_, "); row < ",
+                  w_.product_text(0, outer), "; row += ", idx, "(gridDim.x) * ", rpb, ")"));
+    }
     w_.decompose("row", 0, outer, outer);
     if (w_.dynamic && persistent_) {  // rows of exactly the bucket's length need no checks
       L_.open(cat("if (", C_, " == ", items_ * team_, ")"));
@@ -167,6 +193,19 @@ class ReductionWriter {
     if (persistent_) plan_cache();
     stages();
     ex_.close_scope();
+  }
+
+  // Blocks of 32 rows walk the rows grid-stride together (the team folds meet at barriers):
+  // lanes of rows past the end fold the last row again and store nothing.
+  void columns_loop() {
+    const std::string& idx = w_.idx, R = w_.product_text(0, size_t(k_.n_outer));
+    L_.add("const int lane = threadIdx.x / 32;");
+    for (size_t a = 0; a < k_.accs.size(); ++a)
+      L_.add(cat("__shared__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " red", a, "[", team_, "][32];"));
+    L_.open(cat("for (", idx, " base = ", idx, "(blockIdx.x) * 32; base < ", R, "; base += ", idx, "(gridDim.x) * 32)"));
+    L_.add(cat("const bool live = base + threadIdx.x % 32 < ", R, ";"));
+    L_.add(cat("const ", idx, " row = live ? base + threadIdx.x % 32 : ", R, " - 1;"));
+    row_guard_ = "lane == 0 && live";
   }
 
   void shared_partials() {
@@ -225,7 +264,7 @@ class ReductionWriter {
   void stage(int d) {
     for (const Store& s : k_.stores)
       if (k_.depth[size_t(s.expr)] == d && !store_inner(k_, s))
-        L_.add(cat("if (lane == 0) p", s.buffer, "[", affine_str(s.addr), "] = ", ex_.ref(s.expr), ";"));
+        L_.add(cat("if (", row_guard_, ") p", s.buffer, "[", affine_str(s.addr), "] = ", ex_.ref(s.expr), ";"));
     std::vector<int32_t> roots = inner_roots(d);
     if (roots.empty()) return;
     L_.add(cat("// stage ", d));
@@ -239,7 +278,9 @@ class ReductionWriter {
     std::set<int32_t> seen;
     for (int32_t r : roots) hoist(r, seen);
     element_loop(d, accs);
-    for (size_t a : accs) team_reduce(a);
+    if (w_.out.form == Form::ReduceColumns) columns_reduce(accs);
+    else
+      for (size_t a : accs) team_reduce(a);
   }
 
   // Persistent rows of one contiguous inner dim (specialised kernels, whole rows) read their
@@ -357,6 +398,18 @@ class ReductionWriter {
     L_.close();
   }
 
+  // A column team's partials folded in lane order (the same bits every run), by every lane.
+  void columns_reduce(const std::vector<size_t>& accs) {
+    for (size_t a : accs) L_.add(cat("red", a, "[lane][threadIdx.x % 32] = acc", a, ";"));
+    L_.add("__syncthreads();");
+    for (size_t a : accs) {
+      L_.add(cat("acc", a, " = red", a, "[0][threadIdx.x % 32];"));
+      L_.add(cat("for (int j = 1; j < ", team_, "; ++j) acc", a, " = ", fold_name(k_.accs[a].kind), "()(acc", a, ", red", a,
+                 "[j][threadIdx.x % 32]);"));
+    }
+    L_.add("__syncthreads();");
+  }
+
   void team_reduce(size_t a) {
     std::string fold = cat(fold_name(k_.accs[a].kind), "()");
     if (team_ == 32) L_.add(cat("acc", a, " = cr::warp_reduce(acc", a, ", ", fold, ");"));
@@ -372,6 +425,7 @@ class ReductionWriter {
   bool persistent_ = false;
   bool ragged_ = false;  // persistent: the last item of some lanes is past the row
   std::string C_;        // the row length's text
+  std::string row_guard_ = "lane == 0";  // who stores a row's values
   std::set<int32_t> cached_;
   std::vector<int> first_;
 };

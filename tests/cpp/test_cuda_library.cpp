@@ -200,7 +200,7 @@ TEST_CASE("cuda: the split (decoding) attention kernel compiles to CUBIN for eac
   CHECK(cr::cuda::attention_decode_splits(12, 384, 132).splits == 12);  // (GPT-2's decode step: 144 blocks)
 }
 
-TEST_CASE("cuda: the fused attention backward compiles to CUBIN for each dtype and head size", "[cuda]") {
+TEST_CASE("cuda: the fused attention backward compiles to CUBIN for each dtype and head size (tensor cores too)", "[cuda]") {
   if (!have_nvrtc()) return;
   const std::pair<int, int> sizes[] = {{32, 32}, {64, 64}, {128, 128}, {20, 48}, {1, 1}};
   for (DType d : {DType::f32, DType::f16, DType::bf16})
@@ -212,7 +212,17 @@ TEST_CASE("cuda: the fused attention backward compiles to CUBIN for each dtype a
       if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP"))
         std::ofstream(cat(dir, "/attention_bwd_", dtype_name(d), "_", e, "_", ev, ".cu")) << src;
       CHECK(compiles_clean(src, "attention_bwd"));
+      if (!cr::cuda::attention_backward_tc_takes(d, e, ev)) continue;
+      const std::string tc = cr::cuda::attention_backward_tc_source(d, e);
+      if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP"))
+        std::ofstream(cat(dir, "/attention_bwd_tc_", dtype_name(d), "_", e, ".cu")) << tc;
+      CHECK(compiles_clean(tc, "attention_bwd_tc"));
     }
+  // tensor cores: 16-bit dtypes, equal head sizes 64 / 128 (the rest on the FMA pipes)
+  CHECK(cr::cuda::attention_backward_tc_takes(DType::bf16, 128, 128));
+  CHECK_FALSE(cr::cuda::attention_backward_tc_takes(DType::f32, 64, 64));
+  CHECK_FALSE(cr::cuda::attention_backward_tc_takes(DType::f16, 32, 32));
+  CHECK_FALSE(cr::cuda::attention_backward_tc_takes(DType::f16, 64, 128));
   CHECK_FALSE(cr::cuda::attention_backward_takes(DType::f64, 64, 64));
   CHECK_FALSE(cr::cuda::attention_backward_takes(DType::f32, 256, 64));
   CHECK_FALSE(cr::cuda::attention_backward_takes(DType::f16, 64, 0));

@@ -2,8 +2,9 @@
 -- T._attention_backward recomputes p per tile: vm/ops/attention_backward.cpp,
 -- vm/kernels/cuda/attention_bwd.cuh) against the registry-op composition on the device (the rule
 -- with create_graph) and against float64 on the CPU, over sequence lengths 1, odd, 64, 200 and
--- 1024, heads, head sizes 32 / 64 / 128, causal, float and bool masks, float32 / float16 /
--- bfloat16. Every case needs a GPU and skips cleanly without one.
+-- 1024, heads, head sizes 32 / 64 / 128, causal (L above and below S), float and bool masks,
+-- float32 / float16 / bfloat16: 16-bit head sizes 64 / 128 take the tensor-core kernels
+-- (attention_bwd_tc.cuh), the rest the FMA ones. Every case needs a GPU and skips cleanly without one.
 local T = require "crescent"
 
 local errs = expect.error_checker("test_cuda_attention_grad.lua")
@@ -48,6 +49,8 @@ describe("CUDA attention backward", function()
       { 1, 2, 200, 200, 128, 128, true }, { 1, 2, 200, 130, 32, 32, false, "float" },
       { 2, 2, 64, 64, 64, 64, false, "float4" }, { 2, 1, 64, 80, 64, 64, false, "bool" },
       { 1, 2, 50, 70, 32, 64, false }, { 1, 1, 1024, 1024, 64, 64, true }, { 1, 1, 1024, 1024, 128, 128, false },
+      { 2, 3, 70, 100, 128, 128, true }, { 1, 2, 130, 90, 64, 64, true }, { 1, 3, 100, 77, 128, 128, false, "bool" },
+      { 2, 2, 90, 130, 128, 128, false, "float" },
     }
     for _, dt in ipairs({ "float32", "float16", "bfloat16" }) do
       for _, c in ipairs(cases) do
@@ -115,6 +118,21 @@ describe("CUDA attention backward", function()
       expect.truthy(tostring(o.grad_fn):lower():match("attention"), "grad_fn " .. tostring(o.grad_fn))
       o:backward(go)
       for i = 1, 3 do expect.close(dev[i].grad:cpu():double(), ref[i].grad, 2e-2, 2e-2) end
+    end
+  end)
+
+  it("operands that start off 16 bytes take the FMA kernels and match", function()
+    need_gpu()
+    T.manual_seed(3)
+    for _, dt in ipairs({ "float16", "bfloat16" }) do
+      local n = 2 * 50 * 64
+      local q = T.randn(n + 1):to(dt):cuda():narrow(1, 2, n):view(1, 2, 50, 64)  -- (2 bytes past an allocation)
+      local k, v, go = T.randn(1, 2, 50, 64):to(dt):cuda(), T.randn(1, 2, 50, 64):to(dt):cuda(), T.randn(1, 2, 50, 64):to(dt):cuda()
+      local qa = q:clone()
+      local o, lse = T._attention(qa, k, v, 0.125, true)
+      local got = { T._attention_backward(go, q, k, v, o, lse, 0.125, true) }
+      local want = { T._attention_backward(go, qa, k, v, o, lse, 0.125, true) }
+      for i = 1, 3 do expect.close(got[i]:cpu():double(), want[i]:cpu():double(), TOL[dt], TOL[dt]) end
     end
   end)
 

@@ -84,7 +84,7 @@ std::string attention_source(DType d, int E) {
   return cat(prelude(), "\ntypedef cr::", d == DType::f16 ? "half_t" : "bf16_t", " T;\n#define MMA_T \"",
              d == DType::f16 ? "f16" : "bf16", "\"\n#define D ", E, "\n#define BN ", b.bn, "\n#define WARPS ", b.warps,
              "\n#define MIN_BLOCKS ", b.min_blocks, "\n", cuda_source("attention_common.cuh"),
-             cuda_source("attention.cuh"));
+             cuda_source("attention_mma.cuh"), cuda_source("attention.cuh"));
 }
 
 bool mask_operand(const Tensor& m, MaskOperand& o) {

@@ -1,5 +1,6 @@
-// The float16 / bfloat16 attention kernel, compiled after the prelude, attention_common.cuh and the
-// launcher's T, MMA_T, D, BN, WARPS and MIN_BLOCKS (attention.cpp attention_source).
+// The float16 / bfloat16 attention kernel, compiled after the prelude, attention_common.cuh,
+// attention_mma.cuh and the launcher's T, MMA_T, D, BN, WARPS and MIN_BLOCKS (attention.cpp
+// attention_source).
 //
 // A block of WARPS warps takes 16 * WARPS query rows of one (batch, head); each warp owns 16 rows
 // and keeps them in registers: q as mma A fragments, the output accumulators
@@ -24,29 +25,6 @@
 // PTX ISA, "Matrix fragments for mma.m16n8k16"; g = lane / 4 is a fragment's row, t = lane % 4
 // its column pair.
 #define ROWS (16 * WARPS)
-#define PITCH (D + 8)
-__device__ __forceinline__ void copy16(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void ldsm4(uint32_t r[4], uint32_t a) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-__device__ __forceinline__ void ldsm4t(uint32_t r[4], uint32_t a) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_T "." MMA_T ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t pack(float lo, float hi) {  // two floats as a 16-bit pair, lo first
-  uint32_t r;
-  asm("cvt.rn." MMA_T "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
 // The fold of a thread's N scores of row half h (elements 2h, 2h + 1 of each n-tile) as a tree,
 // not a chain of N dependent instructions.
 struct RowMax { __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); } };
@@ -54,24 +32,6 @@ struct RowSum { __device__ __forceinline__ float operator()(float a, float b) co
 template <int LO, int N, class Op> __device__ __forceinline__ float tree(const float (*s)[4], int h, Op op) {
   if constexpr (N == 1) return s[LO / 2][2 * h + (LO & 1)];
   else return op(tree<LO, N / 2>(s, h, op), tree<LO + N / 2, N / 2>(s, h, op));
-}
-
-// Copies key / value rows [key0, key0 + BN) into one stage; rows past S are zero-filled.
-__device__ __forceinline__ void load_tile(uint32_t ks, uint32_t vs, const T* k, const T* v, long long ksr, long long vsr,
-                                          int key0, int S) {
-  constexpr int kChunks = BN * (D / 8), kThreads = 32 * WARPS;
-#pragma unroll
-  for (int j = 0; j < (kChunks + kThreads - 1) / kThreads; ++j) {
-    const int c = threadIdx.x + j * kThreads;
-    if (kChunks % kThreads != 0 && c >= kChunks) break;
-    const int r = c / (D / 8), col = (c % (D / 8)) * 8, key = key0 + r;
-    const int bytes = key < S ? 16 : 0;
-    const long long row = key < S ? key : 0;
-    const uint32_t at = 2 * (r * PITCH + col);
-    copy16(ks + at, k + row * ksr + col, bytes);
-    copy16(vs + at, v + row * vsr + col, bytes);
-  }
-  asm volatile("cp.async.commit_group;");
 }
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_fwd(
@@ -106,11 +66,11 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
 
   const int last_key = causal ? min(S, block_row + ROWS) : S;
   const int tiles = (last_key + BN - 1) / BN;
-  if (tiles > 0) load_tile(kb0, vb0, k, v, ksr, vsr, 0, S);
+  if (tiles > 0) load_rows<BN>(kb0, vb0, k, v, ksr, vsr, 0, S);
   for (int it = 0; it < tiles; ++it) {
     const int st = it & 1, key0 = it * BN;
     // the next tile's copy in flight while this one computes
-    if (it + 1 < tiles) load_tile(kb0 + (st ^ 1) * stage_bytes, vb0 + (st ^ 1) * stage_bytes, k, v, ksr, vsr, key0 + BN, S);
+    if (it + 1 < tiles) load_rows<BN>(kb0 + (st ^ 1) * stage_bytes, vb0 + (st ^ 1) * stage_bytes, k, v, ksr, vsr, key0 + BN, S);
     else asm volatile("cp.async.commit_group;");
     asm volatile("cp.async.wait_group 1;");
     __syncthreads();
@@ -120,15 +80,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
     for (int n = 0; n < BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
     const uint32_t kb = kb0 + st * stage_bytes, vb = vb0 + st * stage_bytes;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-#pragma unroll
-      for (int np = 0; np < BN / 16; ++np) {
-        uint32_t b[4];  // keys 16np + 0..7 / 8..15, dims 16kk + 0..7 / 8..15
-        const int key = 16 * np + (lane & 7) + 8 * (lane >> 4), col = 16 * kk + 8 * ((lane >> 3) & 1);
-        ldsm4(b, kb + 2 * (key * PITCH + col));
-        mma(s[2 * np], qa[kk], b[0], b[1]);
-        mma(s[2 * np + 1], qa[kk], b[2], b[3]);
-      }
+    for (int kk = 0; kk < D / 16; ++kk) mma_b<BN>(s, qa[kk], kb, kk, lane);
 
     if (mask_kind)
 #pragma unroll
@@ -184,16 +136,9 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
 
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      const uint32_t pa[4] = {pack(s[2 * kk][0], s[2 * kk][1]), pack(s[2 * kk][2], s[2 * kk][3]),
-                              pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        uint32_t b[4];  // keys 16kk + 0..7 / 8..15, dims 16np + 0..7 / 8..15, transposed
-        const int key = 16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1), col = 16 * np + 8 * (lane >> 4);
-        ldsm4t(b, vb + 2 * (key * PITCH + col));
-        mma(o[2 * np], pa, b[0], b[1]);
-        mma(o[2 * np + 1], pa, b[2], b[3]);
-      }
+      uint32_t pa[4];
+      c_to_a(pa, s, kk);
+      mma_bt<D>(o, pa, vb, 16 * kk, lane);
     }
     __syncthreads();  // (every warp is done with this stage before the next load overwrites it)
   }

@@ -1,7 +1,8 @@
 // The fused attention backward (FlashAttention-2's, attention_bwd.cuh) for the
 // `_attention_backward` registry op (vm/ops/attention_backward.cpp): q / k / v gradients from the
 // forward's output and row logsumexp, p recomputed per tile, dq in a pass of its own (no atomics:
-// deterministic). float32, float16 and bfloat16 on the FMA pipes, float accumulators.
+// deterministic). float16 / bfloat16 with head sizes 64 or 128 on tensor cores
+// (attention_bwd_tc.cuh), the rest (float32 too) on the FMA pipes; float accumulators.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,7 +22,12 @@ bool attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         double scale, bool causal, const Tensor& mask);
 
-// The module source for dtype d and head sizes E / Ev (tests compile it to CUBIN without a GPU).
+// Whether the tensor-core kernels take them (on sm_80 on): float16 / bfloat16, E == Ev, 64 or 128.
+bool attention_backward_tc_takes(DType d, int64_t E, int64_t Ev);
+
+// The module sources (tests compile them to CUBIN without a GPU): the FMA kernels' for dtype d and
+// head sizes E / Ev, the tensor-core kernels' for 16-bit d and head size D.
 std::string attention_backward_source(DType d, int E, int Ev);
+std::string attention_backward_tc_source(DType d, int D);
 
 }  // namespace cr::cuda

@@ -7,7 +7,7 @@
 -- Token ids are GPT-2's (0-based, as tokenizers give them); the model adds 1 where it indexes
 -- its embedding tables (crescent's indices are 1-based).
 --
--- Generation keeps a static KV cache: {B, heads, S, head_dim} per layer, allocated for the whole
+-- Generation keeps a static KV cache: {2, B, heads, S, head_dim} per layer (k and v), allocated for the whole
 -- generation, written at the positions of the new tokens and read through a mask of the
 -- positions written so far. Prefill and each decode step then have fixed shapes, so a compiled
 -- model compiles one graph for the prompt and one for every decode step. With `kv_cache =
@@ -54,18 +54,23 @@ local function write(cache, k_new, at)
 end
 
 -- x {B, L, D}; kv: nil (attend over x itself, causal) or {k =, v =, mask = {L, S} bool visible
--- keys, and at = {S, L} bool scatter (a new cache) or index = {L} 1-based slots (the static cache,
--- written in place: index_copy_ at positions held on the device, one slot per new token)}.
+-- keys, and at = {S, L} bool scatter (a new cache) or index = {L} 1-based slots and kv = the
+-- layer's {2, B, H, S, hd} cache that k and v view (the static cache, written in place:
+-- index_copy_ at positions held on the device, one slot per new token)}.
 -- Returns the output and the updated k, v caches.
 function Attention:forward(x, kv)
   local B, L, D = x:size(1), x:size(2), x:size(3)
   local H = self.n_head
-  local qkv = self.c_attn(x):split(D, 3)
+  local c = self.c_attn(x)
+  local qkv = c:split(D, 3)
   local function heads(t) return t:reshape(B, L, H, D / H):transpose(2, 3) end
   local q, k, v = heads(qkv[1]), heads(qkv[2]), heads(qkv[3])
   local y
   if kv and kv.index then
-    k, v = kv.k:index_copy_(3, kv.index, k), kv.v:index_copy_(3, kv.index, v)
+    -- k and v as one {2, B, H, L, hd} view of c_attn's output, written by one index_copy_
+    local new = c:narrow(3, D + 1, 2 * D):reshape(B, L, 2, H, D / H):permute(3, 1, 4, 2, 5)
+    local both = kv.kv:index_copy_(4, kv.index, new)
+    k, v = both:select(1, 1), both:select(1, 2)
     y = F.scaled_dot_product_attention(q, k, v, { mask = kv.mask })
   elseif kv then
     k, v = write(kv.k, k, kv.at), write(kv.v, v, kv.at)
@@ -127,7 +132,7 @@ function GPT:forward(ids, pos, cache)
     next_cache = { k = {}, v = {}, slots = slots }
   end
   for i, block in ipairs(self.h) do
-    if kv then kv.k, kv.v = cache.k[i], cache.v[i] end
+    if kv then kv.k, kv.v, kv.kv = cache.k[i], cache.v[i], cache.kv and cache.kv[i] end
     local k, v
     x, k, v = block(x, kv)
     if kv then next_cache.k[i], next_cache.v[i] = k, v end
@@ -144,10 +149,11 @@ function GPT:new_cache(B, S)
   local w = self.wte.weight
   -- the slot numbers, for the masks of every step (an arange per step would be one more op that
   -- has no CUDA kernel yet: a host round trip)
-  local c = { k = {}, v = {}, slots = T.arange(S, { device = w.device }) }
+  -- k and v of a layer in one tensor {2, B, H, S, hd}: the static cache writes both with one op
+  local c = { k = {}, v = {}, kv = {}, slots = T.arange(S, { device = w.device }) }
   for i = 1, cfg.n_layer do
-    c.k[i] = T.zeros(B, cfg.n_head, S, cfg.d / cfg.n_head, { dtype = w.dtype, device = w.device })
-    c.v[i] = T.zeros(B, cfg.n_head, S, cfg.d / cfg.n_head, { dtype = w.dtype, device = w.device })
+    c.kv[i] = T.zeros(2, B, cfg.n_head, S, cfg.d / cfg.n_head, { dtype = w.dtype, device = w.device })
+    c.k[i], c.v[i] = c.kv[i]:select(1, 1), c.kv[i]:select(1, 2)
   end
   return c
 end

@@ -18,6 +18,7 @@
 #include "vm/kernels/cuda/attention.hpp"
 #include "vm/kernels/cuda/attention_simt.hpp"
 #include "vm/kernels/cuda/attention_bwd.hpp"
+#include "vm/kernels/cuda/attention_decode.hpp"
 #include "vm/kernels/cuda/cross_entropy.hpp"
 #include "vm/kernels/cuda/int8_mm.hpp"
 #include "vm/kernels/cuda/layer_norm.hpp"
@@ -169,6 +170,36 @@ TEST_CASE("cuda: the fused attention kernel compiles to CUBIN for each 16-bit dt
   CHECK_FALSE(cr::cuda::attention_takes(DType::f16, 64, 64, 64, -0.125));  // (a negative scale: the composite)
 }
 
+TEST_CASE("cuda: the split (decoding) attention kernel compiles to CUBIN for each dtype and head size", "[cuda]") {
+  if (!have_nvrtc()) return;
+  const std::pair<int, int> sizes[] = {{64, 64}, {128, 128}, {20, 48}, {1, 1}, {128, 16}};
+  for (DType d : {DType::f32, DType::f16, DType::bf16})
+    for (auto [e, ev] : sizes) {
+      if (d != DType::f32 && e != 64) continue;  // (NVRTC's time: the other sizes once)
+      INFO(dtype_name(d) << " head sizes " << e << " / " << ev);
+      for (int64_t l : {1, 8}) CHECK(cr::cuda::attention_takes(d, l, e, ev, 0.125));
+      const std::string src = cr::cuda::attention_decode_source(d, e, ev);
+      if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP"))
+        std::ofstream(cat(dir, "/attention_decode_", dtype_name(d), "_", e, "_", ev, ".cu")) << src;
+      CHECK(compiles_clean(src, "attention_decode"));
+    }
+  CHECK_FALSE(cr::cuda::attention_decode_takes(DType::f64, 1, 64, 64));
+  CHECK_FALSE(cr::cuda::attention_decode_takes(DType::f32, 9, 64, 64));    // (at most 8 query rows)
+  CHECK_FALSE(cr::cuda::attention_decode_takes(DType::f32, 1, 256, 64));   // (head sizes up to 128)
+  CHECK_FALSE(cr::cuda::attention_takes(DType::f32, 1, 64, 64, -0.125));   // (a negative scale: the composite)
+  // the key axis cut into whole tiles, about two blocks per SM, every split with keys
+  for (int64_t bh : {1, 12, 192, 5000})
+    for (int64_t s : {0, 1, 7, 64, 300, 1024, 2048, 100000}) {
+      const cr::cuda::DecodeSplits sp = cr::cuda::attention_decode_splits(bh, s, 132);
+      INFO(bh << " heads, " << s << " keys: " << sp.splits << " x " << sp.chunk);
+      CHECK(sp.chunk % 32 == 0);
+      CHECK(sp.splits * sp.chunk >= s);
+      CHECK((sp.splits - 1) * sp.chunk < std::max<int64_t>(s, 1));
+      CHECK((sp.splits == 1 || bh * (sp.splits - 1) < 2 * 132));
+    }
+  CHECK(cr::cuda::attention_decode_splits(12, 384, 132).splits == 12);  // (GPT-2's decode step: 144 blocks)
+}
+
 TEST_CASE("cuda: the fused attention backward compiles to CUBIN for each dtype and head size (tensor cores too)", "[cuda]") {
   if (!have_nvrtc()) return;
   const std::pair<int, int> sizes[] = {{32, 32}, {64, 64}, {128, 128}, {20, 48}, {1, 1}};
@@ -212,7 +243,8 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
     const std::string bin(reinterpret_cast<const char*>(p->data), p->size);
     CHECK(bin.compare(0, 4, "\x7f" "ELF") == 0);
     auto starts = [&](const char* p) { return li.name.rfind(p, 0) == 0; };
-    const char* fn = starts("attention_f32") ? "attention_simt"
+    const char* fn = starts("attention_decode_") ? "attention_combine"
+                     : starts("attention_f32") ? "attention_simt"
                      : starts("attention_")  ? "attention_fwd"
                      : starts("cumsum_")     ? "cumsum_rows"
                      : starts("optim_")      ? "fused_adam"

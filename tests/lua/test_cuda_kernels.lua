@@ -264,7 +264,7 @@ describe("CUDA kernels", function()
     local want = T.attention(dq, dk, dv, 1 / 8)
     for _ = 1, 3 do expect.close(f(dq, dk, dv):cpu(), want:cpu(), 4e-3, 4e-3) end  -- (the first call runs as recorded)
     expect.eq(f(dq, dk, dv):cpu():totable(), want:cpu():totable(), "compiled pattern")
-    -- (float32: 80 query rows, the fused kernel; below 32 rows attention runs the composite)
+    -- (float32: 80 query rows, the tiled kernel; up to 8 the split kernel, 9 to 31 the composite)
     local fq, fk, fv = T.randn(2, 4, 80, 64):cuda(), dk:float(), dv:float()
     local want32 = T.attention(fq, fk, fv, 1 / 8)
     for _ = 1, 3 do expect.close(f(fq, fk, fv):cpu(), want32:cpu(), 1e-4, 1e-4) end

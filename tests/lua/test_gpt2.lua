@@ -137,6 +137,25 @@ describe("GPT-2-style model on CUDA vs PyTorch", function()
   end)
 end)
 
+describe("GPT-2-style static-cache decoding on CUDA", function()
+  it("gives the dynamic cache's 128 ids from one CUDA graph a step (split-K attention over 133 keys)", function()
+    expect.need_gpu()
+    T.manual_seed(12)
+    local cfg = { vocab = 96, d = 128, n_head = 2, n_layer = 2, n_ctx = 160 }  -- (head size 64)
+    local m, n = G.new(cfg):eval():to("cuda"), 128
+    local prompt = T.randint(0, cfg.vocab, { 2, 5 }):cuda()
+    local want = G.generate(function(...) return m:forward(...) end, m, prompt, n):cpu():totable()
+    local step = T.compile(m, { dynamic = false })
+    local d = G.decoder(m, 2, 5 + n)
+    local r0 = T.compiler.stats().cudagraph_replays
+    for run = 1, 2 do
+      expect.eq(G.generate(step, m, prompt, n, { kv_cache = "static", decoder = d }):cpu():totable(), want, "run " .. run)
+      T.compiler.wait()
+    end
+    expect.truthy(T.compiler.stats().cudagraph_replays - r0 >= n, "the decode steps replay a CUDA graph")
+  end)
+end)
+
 -- int8 logits vs float32: within 3 % of the largest logit (a weight moves by up to scale / 2;
 -- 1.5 % measured on the fixture)
 local LOGIT_TOL = 0.03

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "vm/kernels/cuda/attention.hpp"
+#include "vm/kernels/cuda/attention_decode.hpp"
 #include "vm/kernels/cuda/attention_simt.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/optim.hpp"
@@ -28,6 +29,8 @@ std::vector<LibraryInstance> prebuilt_instances() {
   for (int e : {64, 128}) {
     r.push_back({cat("attention_f32_", e, "_", e), attention_simt_source(e, e, kSm90Shared)});
     for (DType d : {DType::f16, DType::bf16}) r.push_back({cat("attention_", dtype_name(d), "_", e), attention_source(d, e)});
+    for (DType d : {DType::f32, DType::f16, DType::bf16})  // (decoding: the split kernel)
+      r.push_back({cat("attention_decode_", dtype_name(d), "_", e, "_", e), attention_decode_source(d, e, e)});
   }
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
     r.push_back({cat("cumsum_", dtype_name(d)), cumsum_source(d)});

@@ -139,14 +139,19 @@ void locate(Advanced& a, const OpCall& c) {
 Tensor index_rows(const Advanced& a, const OpCall& c, std::vector<std::string>& whats) {
   const std::vector<Tensor> list = c.tensors(1);
   const int64_t n = shape_numel(a.b), k = int64_t(list.size());
-  Tensor rows = Tensor::empty({k, n}, DType::i64, a.self.device());
   for (int64_t j = 0; j < k; ++j) {
     const int64_t size = a.self.size(int(j));
     if (size == 0 && n > 0) fail(cat("index is out of range for dim ", j + 1, " of size 0, which is empty (no index is valid)"));
-    const Tensor& t = list[size_t(j)];
-    copy_into(Tensor::view_of(rows, a.b, contiguous_strides(a.b), j * n), t);  // (broadcast, as int64)
     whats.push_back(cat("dim ", j + 1, " of size ", size));
   }
+  // one int64 index of the selection's shape, dense on the device: read where it lies (a static
+  // KV cache's write at a position held on the device runs one kernel, not two)
+  if (k == 1 && list[0].dtype() == DType::i64 && list[0].device() == a.self.device() && list[0].sizes() == a.b &&
+      list[0].is_contiguous())
+    return Tensor::view_of(list[0], {1, n}, {n, 1}, list[0].offset());
+  Tensor rows = Tensor::empty({k, n}, DType::i64, a.self.device());
+  for (int64_t j = 0; j < k; ++j)  // (broadcast, as int64)
+    copy_into(Tensor::view_of(rows, a.b, contiguous_strides(a.b), j * n), list[size_t(j)]);
   return rows;
 }
 

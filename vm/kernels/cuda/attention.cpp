@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "vm/kernels/cuda/attention_decode.hpp"
 #include "vm/kernels/cuda/attention_simt.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/kernels/cuda/library.hpp"
@@ -23,19 +24,23 @@ struct BlockShape {
 };
 BlockShape block_shape(int E) { return E <= 64 ? BlockShape{4, 64, 4} : BlockShape{4, 32, 3}; }
 
-// q / k / v as the kernel reads them: rows of E contiguous elements, 16-byte aligned, batch dims
-// folded into at most two strided ones {b0, b1}. Other layouts are copied to contiguous first.
+// q / k / v as the kernels read them: rows of E contiguous elements (16-byte aligned for the
+// tiled kernels' vector copies), batch dims folded into at most two strided ones {b0, b1}. Other
+// layouts are copied to contiguous first.
 struct Operand {
   Tensor t;
   long long s0 = 0, s1 = 0, row = 0;
+  HeadOperand head() const { return {t.data_bytes(), s0, s1, row}; }
 };
-Operand operand_of(const Tensor& x, int64_t heads) {
-  auto fits = [](const Tensor& y) {
+Operand operand_of(const Tensor& x, int64_t heads, bool aligned = true) {
+  auto fits = [aligned](const Tensor& y) {
     const int r = y.dim();
-    if (y.stride(r - 1) != 1 || reinterpret_cast<uintptr_t>(y.data_bytes()) % 16 != 0) return false;
+    if (y.stride(r - 1) != 1 || r > 4) return false;
+    if (!aligned) return true;
+    if (reinterpret_cast<uintptr_t>(y.data_bytes()) % 16 != 0) return false;
     for (int d = 0; d < r - 1; ++d)
       if (y.stride(d) % (16 / int64_t(y.itemsize())) != 0) return false;
-    return r <= 4;
+    return true;
   };
   Operand o{fits(x) ? x : contiguous(x)};
   const int r = o.t.dim();
@@ -49,17 +54,29 @@ Operand operand_of(const Tensor& x, int64_t heads) {
   return o;
 }
 
+// Few query rows take the split kernel: always in float32 (the tiled kernel computes 128 rows a
+// block), for 16-bit values once the keys outnumber a tile of the tensor-core kernel (one block
+// per head leaves most SMs idle) or where that kernel does not take the head size.
+bool mma_takes(DType d, int64_t E, int64_t Ev) {
+  return (d == DType::f16 || d == DType::bf16) && E == Ev && (E == 16 || E == 32 || E == 64 || E == 128);
+}
+bool decode_rows(DType d, int64_t L, int64_t S, int64_t E, int64_t Ev) {
+  if (!attention_decode_takes(d, L, E, Ev)) return false;
+  return d == DType::f32 || !mma_takes(d, E, Ev) || S > block_shape(int(E)).bn;
+}
+
 }  // namespace
 
 bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale) {
   // (scale > 0: the kernels take a row's max before scaling, which a positive scale keeps)
   if (!(scale > 0)) return false;
-  // A float32 block computes 128 query rows whatever L is: for a few rows (decoding without a
-  // mask) the composite's two products and a softmax cost less (bench/RESULTS.md H35).
+  // A float32 block computes 128 query rows whatever L is: up to 8 rows take the split kernel,
+  // from 9 to 31 the composite's two products and a softmax cost less (bench/RESULTS.md H35).
   constexpr int64_t kSimtMinRows = 32;
+  if (attention_decode_takes(d, L, E, Ev)) return true;
   if (d == DType::f32)
     return L >= kSimtMinRows && E > 0 && E <= 128 && E % 4 == 0 && Ev > 0 && Ev <= 128 && Ev % 16 == 0;
-  return (d == DType::f16 || d == DType::bf16) && E == Ev && (E == 16 || E == 32 || E == 64 || E == 128);
+  return mma_takes(d, E, Ev);
 }
 
 std::string attention_source(DType d, int E) {
@@ -94,13 +111,18 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
   MaskOperand mo;
   if (!mask_operand(mask, mo)) return false;
   if (out.numel() == 0) return true;
+  const int64_t heads = r >= 3 ? q.size(r - 3) : 1;
+  if (decode_rows(q.dtype(), L, S, E, Ev)) {
+    const Operand qo = operand_of(q, heads, false), ko = operand_of(k, heads, false), vo = operand_of(v, heads, false);
+    attention_decode(ctx, out, qo.head(), ko.head(), vo.head(), L, S, E, Ev, heads, scale, causal, mo, lse);
+    return true;
+  }
   // The kernel and its block: tensor cores for 16-bit values, the FMA pipes for float32.
   const bool simt = q.dtype() == DType::f32;
   const size_t shared_limit = size_t(info.max_shared_per_block);
   const BlockShape mma_shape = block_shape(int(E));
   const SimtShape simt_shape_ = simt_shape(int(E), int(Ev), shared_limit);
-  const int64_t rows = simt ? simt_shape_.rows() : mma_shape.rows(), heads = r >= 3 ? q.size(r - 3) : 1,
-                batch = out.numel() / (L * Ev);
+  const int64_t rows = simt ? simt_shape_.rows() : mma_shape.rows(), batch = out.numel() / (L * Ev);
   if (rows == 0) return false;  // (no float32 block fits this GPU's shared memory)
   const int64_t row_blocks = (L + rows - 1) / rows;
   if (batch * row_blocks >= (int64_t(1) << 31)) return false;

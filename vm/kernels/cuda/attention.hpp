@@ -12,8 +12,10 @@ namespace cr::cuda {
 
 // Whether a kernel takes q / k / v of dtype d with L query rows, head size E (q, k) and Ev (v)
 // and this scale: a positive scale, and float16 or bfloat16 with E == Ev one of 16, 32, 64, 128,
-// or float32 with at least 32 query rows, E a multiple of 4 and Ev of 16, both at most 128. The
-// one predicate of T.attention, F.scaled_dot_product_attention and the graph rewrite.
+// or float32 with at least 32 query rows, E a multiple of 4 and Ev of 16, both at most 128, or
+// any of the three with at most 8 query rows and head sizes up to 128 (the split kernel,
+// attention_decode.hpp). The one predicate of T.attention, F.scaled_dot_product_attention and
+// the graph rewrite.
 bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale);
 
 // out {..., L, Ev} (contiguous) = attention of q {..., L, E}, k {..., S, E}, v {..., S, Ev} on one

@@ -1,0 +1,193 @@
+// Split-K attention for a few query rows over a long key axis (flash-decoding), compiled after
+// the prelude, attention_common.cuh and the launcher's T, E, EV and EVP (EV rounded up to a power
+// of two; attention_decode.cpp).
+//
+// attention_split<LQ>: block (bh, split) takes keys [split * chunk, min(S, (split + 1) * chunk))
+// of (batch, head) bh for its LQ >= L query rows (rows past L are zeros, never stored), in tiles
+// of TK keys, 128 threads:
+//   s = q k^T   G lanes per key, E / G elements each, summed by shuffles (q pre-scaled to log2
+//               units in shared memory); the mask and the causal rule applied, keys past the
+//               slice -inf
+//   softmax     a warp per row: the tile's max, the running max m and sum l, p = exp2(s - m)
+//   o += p v    thread (kg, d): column d over keys kg, kg + KG, ... (v rows read coalesced)
+// One split writes the output and lse itself; several write (o, m, l) partials in float32, which
+// attention_combine merges in split order (no atomics: deterministic).
+#define NT 128
+#define TK 32
+#define G 8
+#define KG (NT / EVP)
+#define MAXL 8
+
+// what one block leaves for the combine or the output: o (unnormalised), m (log2 units), l
+template <int LQ> struct SplitSmem {
+  float q[LQ][E];
+  float s[LQ][TK];
+  float alpha[LQ], m[LQ], l[LQ];
+  float red[KG * LQ * EVP];
+};
+
+// Scores of keys key0 .. key0 + TK of the tile into sm.s (in log2 units, masked).
+template <int LQ>
+__device__ __forceinline__ void tile_scores(SplitSmem<LQ>& sm, const T* __restrict__ k, long long ksr, int key0,
+                                            int end, int L, int S, int causal, const void* mask, int mask_kind,
+                                            long long msr, long long msc) {
+  const int gk = threadIdx.x / G, gl = threadIdx.x % G;
+  // (loops of constant trip counts, unrolled: a thread's loads are all in flight at once)
+#pragma unroll
+  for (int j = 0; j < TK / (NT / G); ++j) {
+    const int kk = gk + j * (NT / G), key = key0 + kk;
+    float acc[LQ];
+#pragma unroll
+    for (int a = 0; a < LQ; ++a) acc[a] = 0.f;
+    if (key < end) {
+      const T* kr = k + key * ksr;
+#pragma unroll
+      for (int i = 0; i < (E + G - 1) / G; ++i) {
+        const int e = gl + i * G;
+        if (E % G != 0 && e >= E) break;
+        const float kv = float(kr[e]);
+#pragma unroll
+        for (int a = 0; a < LQ; ++a) acc[a] = fmaf(sm.q[a][e], kv, acc[a]);
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < LQ; ++a)
+#pragma unroll
+      for (int x = 1; x < G; x *= 2) acc[a] += __shfl_xor_sync(0xffffffffu, acc[a], x);
+    if (gl == 0)
+#pragma unroll
+      for (int a = 0; a < LQ; ++a) {
+        float s = acc[a];
+        if (key >= end || (causal && key > a)) s = -__int_as_float(0x7f800000);
+        else if (mask_kind) s += mask_term<T>(mask, mask_kind, msr, msc, a, key, L, S);
+        sm.s[a][kk] = s;
+      }
+  }
+}
+
+// The online softmax of the tile's scores: a warp per row; p replaces s, alpha rescales o.
+template <int LQ> __device__ __forceinline__ void tile_softmax(SplitSmem<LQ>& sm, float (&m)[(LQ + 3) / 4],
+                                                               float (&l)[(LQ + 3) / 4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < (LQ + 3) / 4; ++i) {
+    const int a = warp + 4 * i;
+    if (a >= LQ) break;
+    const float x = sm.s[a][lane];
+    const float mn = fmaxf(m[i], cr::warp_reduce(x, [](float u, float w) { return fmaxf(u, w); }));
+    const float base = mn == -__int_as_float(0x7f800000) ? 0.f : mn;  // (no key yet: no -inf - -inf)
+    const float alpha = ex2(m[i] - base), p = ex2(x - base);
+    sm.s[a][lane] = p;
+    l[i] = l[i] * alpha + cr::warp_reduce(p, [](float u, float w) { return u + w; });
+    m[i] = mn;
+    if (lane == 0) sm.alpha[a] = alpha;
+  }
+}
+
+template <int LQ>
+__device__ __forceinline__ void attention_split(const T* __restrict__ q, const T* __restrict__ k,
+                                                const T* __restrict__ v, T* __restrict__ out,
+                                                float* __restrict__ part, float* __restrict__ lse, int L, int S,
+                                                int heads, int splits, int chunk, long long qs0, long long qs1,
+                                                long long qsr, long long ks0, long long ks1, long long ksr,
+                                                long long vs0, long long vs1, long long vsr, float scale_log2,
+                                                int causal, const void* __restrict__ mask, int mask_kind,
+                                                long long ms0, long long ms1, long long msr, long long msc) {
+  __shared__ SplitSmem<LQ> sm;
+  const long long bh = blockIdx.x / splits;
+  const int split = int(blockIdx.x - bh * splits);
+  q = head_of(q, bh, heads, qs0, qs1), k = head_of(k, bh, heads, ks0, ks1), v = head_of(v, bh, heads, vs0, vs1);
+  mask = mask_of<T>(mask, mask_kind, bh, heads, ms0, ms1);
+  for (int i = threadIdx.x; i < LQ * E; i += NT) {
+    const int a = i / E, e = i % E;
+    sm.q[a][e] = a < L ? float(q[a * qsr + e]) * scale_log2 : 0.f;
+  }
+  const int start = split * chunk, end = min(S, start + chunk);
+  const int d = threadIdx.x % EVP, kg = threadIdx.x / EVP;
+  float o[LQ], m[(LQ + 3) / 4], l[(LQ + 3) / 4];
+#pragma unroll
+  for (int a = 0; a < LQ; ++a) o[a] = 0.f;
+#pragma unroll
+  for (int i = 0; i < (LQ + 3) / 4; ++i) m[i] = -__int_as_float(0x7f800000), l[i] = 0.f;
+  __syncthreads();
+  for (int key0 = start; key0 < end; key0 += TK) {
+    tile_scores<LQ>(sm, k, ksr, key0, end, L, S, causal, mask, mask_kind, msr, msc);
+    __syncthreads();
+    tile_softmax<LQ>(sm, m, l);
+    __syncthreads();
+#pragma unroll
+    for (int a = 0; a < LQ; ++a) o[a] *= sm.alpha[a];
+    if (d < EV) {
+      constexpr int kKeys = (TK + KG - 1) / KG;  // (keys past the tile or the slice: 0, and p is 0)
+      float vv[kKeys];
+#pragma unroll
+      for (int j = 0; j < kKeys; ++j) {
+        const int kk = kg + j * KG;
+        vv[j] = kk < TK && key0 + kk < end ? float(v[(key0 + kk) * vsr + d]) : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kKeys; ++j) {
+        const int kk = min(kg + j * KG, TK - 1);
+#pragma unroll
+        for (int a = 0; a < LQ; ++a) o[a] = fmaf(sm.s[a][kk], vv[j], o[a]);
+      }
+    }
+    __syncthreads();  // (every thread is done with p before the next tile's scores)
+  }
+  // the key groups' sums in order; the row's m and l from its warp
+#pragma unroll
+  for (int a = 0; a < LQ; ++a) sm.red[(kg * LQ + a) * EVP + d] = o[a];
+  if ((threadIdx.x & 31) == 0)
+#pragma unroll
+    for (int i = 0; i < (LQ + 3) / 4; ++i)
+      if ((threadIdx.x >> 5) + 4 * i < LQ) sm.m[(threadIdx.x >> 5) + 4 * i] = m[i], sm.l[(threadIdx.x >> 5) + 4 * i] = l[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < LQ * EVP; i += NT) {
+    const int a = i / EVP, c = i % EVP;
+    if (a >= L || c >= EV) continue;
+    float sum = 0.f;
+    for (int g = 0; g < KG; ++g) sum += sm.red[(g * LQ + a) * EVP + c];
+    if (splits == 1) {
+      // S = 0: zeros (the composite's empty product); a row that sees no key: 0 / 0, NaN
+      out[(bh * L + a) * EV + c] = T(S == 0 ? 0.f : sum / sm.l[a]);
+      if (lse && c == 0) lse[bh * L + a] = row_lse(sm.m[a], sm.l[a]);
+    } else {
+      float* pr = part + ((bh * L + a) * splits + split) * (EV + 2);  // (a row's splits together)
+      pr[c] = sum;
+      if (c == 0) pr[EV] = sm.m[a], pr[EV + 1] = sm.l[a];
+    }
+  }
+}
+
+#define SPLIT_KERNEL(LQ)                                                                                        \
+  extern "C" __global__ void __launch_bounds__(NT) attention_split_##LQ(                                        \
+      const T* q, const T* k, const T* v, T* out, float* part, float* lse, int L, int S, int heads, int splits,   \
+      int chunk, long long qs0, long long qs1, long long qsr, long long ks0, long long ks1, long long ksr,        \
+      long long vs0, long long vs1, long long vsr, float scale_log2, int causal, const void* mask, int mask_kind, \
+      long long ms0, long long ms1, long long msr, long long msc) {                                             \
+    attention_split<LQ>(q, k, v, out, part, lse, L, S, heads, splits, chunk, qs0, qs1, qsr, ks0, ks1, ksr, vs0, \
+                        vs1, vsr, scale_log2, causal, mask, mask_kind, ms0, ms1, msr, msc);                      \
+  }
+SPLIT_KERNEL(1)
+SPLIT_KERNEL(2)
+SPLIT_KERNEL(4)
+SPLIT_KERNEL(8)
+
+// Row (bh, a) of the output from the splits' partials, in split order: a block of NT threads, a
+// thread per output column. A row that sees no key in any split sums to 0: 0 / 0, NaN.
+extern "C" __global__ void __launch_bounds__(NT) attention_combine(const float* __restrict__ part, T* __restrict__ out,
+                                                                   float* __restrict__ lse, int splits) {
+  const long long row = blockIdx.x;
+  const float* pr = part + row * splits * (EV + 2);
+  float mx = -__int_as_float(0x7f800000);
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, pr[s * (EV + 2) + EV]);
+  const float base = mx == -__int_as_float(0x7f800000) ? 0.f : mx;
+  float total = 0.f;
+  for (int s = 0; s < splits; ++s) total += pr[s * (EV + 2) + EV + 1] * ex2(pr[s * (EV + 2) + EV] - base);
+  if (lse && threadIdx.x == 0) lse[row] = row_lse(mx, total);
+  for (int c = threadIdx.x; c < EV; c += NT) {
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s) sum += pr[s * (EV + 2) + c] * ex2(pr[s * (EV + 2) + EV] - base);
+    out[row * EV + c] = T(sum / total);
+  }
+}

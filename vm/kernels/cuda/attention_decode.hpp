@@ -1,0 +1,43 @@
+// Split-K attention for a few query rows over a long key axis (flash-decoding,
+// attention_decode.cuh): what a decoder's one-token step runs. An internal header of
+// attention.cpp, which picks the kernel.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "vm/registry.hpp"
+
+namespace cr::cuda {
+
+struct MaskOperand;
+
+// Query rows the split kernel takes at most (one instance per 1, 2, 4 and 8 rows).
+constexpr int64_t kDecodeMaxRows = 8;
+
+// Whether the split kernel takes dtype d (float32, float16, bfloat16) with L <= 8 query rows and
+// head sizes E (q, k) and Ev (v) from 1 to 128.
+bool attention_decode_takes(DType d, int64_t L, int64_t E, int64_t Ev);
+
+// The key axis of bh (batch, head) pairs and S keys cut for a GPU of `sms` SMs: about two blocks
+// per SM, `splits` slices of `chunk` keys (whole tiles of 32); one for short S. Fixed per shape,
+// as a CUDA graph's replays need.
+struct DecodeSplits {
+  int64_t splits, chunk;
+};
+DecodeSplits attention_decode_splits(int64_t bh, int64_t S, int sms);
+
+// attention() (attention.hpp) by the split kernel and, for several splits, the combine kernel
+// (float32 partials in a workspace from the device allocator). q / k / v as attention.cpp folds
+// them: {pointer, batch strides s0 / s1, row stride}, rows of contiguous elements.
+struct HeadOperand {
+  const void* p;
+  long long s0, s1, row;
+};
+void attention_decode(Context& ctx, const Tensor& out, const HeadOperand& q, const HeadOperand& k,
+                      const HeadOperand& v, int64_t L, int64_t S, int64_t E, int64_t Ev, int64_t heads, double scale,
+                      bool causal, const MaskOperand& mask, const Tensor& lse);
+
+// The module source for dtype d and head sizes E / Ev (tests compile it to CUBIN without a GPU).
+std::string attention_decode_source(DType d, int E, int Ev);
+
+}  // namespace cr::cuda

@@ -25,9 +25,9 @@ def time_calls(fn, n, sync=None):
     return times, results
 
 
-def device_us(fn, args, reps, warm=10, batch=1):
-    """Median device time per call in us: CUDA events around each of `reps` calls (or batches of
-    `batch` calls issued back to back) after `warm` calls."""
+def device_times_us(fn, args, reps, warm=10, batch=1):
+    """Device time per call in us of each of `reps` runs: CUDA events around one call (or `batch`
+    calls issued back to back), after `warm` calls."""
     for _ in range(warm):
         fn(*args)
     times = []
@@ -39,7 +39,12 @@ def device_us(fn, args, reps, warm=10, batch=1):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) * 1e3 / batch)
-    return median(times)
+    return times
+
+
+def device_us(fn, args, reps, warm=10, batch=1):
+    """The median of device_times_us."""
+    return median(device_times_us(fn, args, reps, warm, batch))
 
 
 def first_call_ms(fn, args):

@@ -1,13 +1,13 @@
 -- crescent's side of the GPT training-step benchmark (bench/torch_train_gpt2.py is PyTorch's; both
 -- run from bench/run_train_gpt2.sh): the step of bench/lib/gpt2_train.lua (forward, cross entropy,
 -- backward, AdamW, zero_grad, loss:item()). MODE=eager: as written; MODE=model: T.compile(model)
--- in the eager loop; MODE=step: T.compile of the whole step. The first FIRST steps are timed one
--- by one from the cold start (compiles land in the background meanwhile); then the compiles are
--- waited for (and calls made until one starts none), and the median step over STEPS steps is the
--- steady state; tokens/s = batch * seq / step time.
+-- in the eager loop; MODE=step: T.compile of the whole step. The first FIRST steps (eager: WARM)
+-- are timed one by one from the cold start (compiles land in the background meanwhile); then the
+-- compiles are waited for (and calls made until one starts none), and the median step over STEPS
+-- steps is the steady state; tokens/s = batch * seq / step time.
 --   crescent bench/train_gpt2_bench.lua CONFIG BATCH SEQ STEPS      -> one JSON line
---   (DEVICE=cuda: on the GPU; AUTOCAST=bfloat16: under T.autocast; FIRST: default 50 compiled,
---   3 eager; CRESCENT_CACHE_DIR: the kernel cache a second process reuses)
+--   (DEVICE=cuda: on the GPU; AUTOCAST=bfloat16: under T.autocast; FIRST: default 50; WARM:
+--   default 3; CRESCENT_CACHE_DIR: the kernel cache a second process reuses)
 local T = require "crescent"
 local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
 package.path = dir .. "/bench/?.lua;" .. package.path
@@ -15,7 +15,7 @@ local B = require "lib.timing"
 
 local name, batch, seq, steps = arg[1] or "small", tonumber(arg[2] or 8), tonumber(arg[3] or 128), tonumber(arg[4] or 10)
 local mode = os.getenv("MODE") or "eager"
-local first_n = tonumber(os.getenv("FIRST") or os.getenv("WARM") or (mode == "eager" and 3 or 50))
+local first_n = tonumber(mode == "eager" and (os.getenv("WARM") or 3) or (os.getenv("FIRST") or 50))
 local device = os.getenv("DEVICE") or "cpu"
 local autocast = os.getenv("AUTOCAST")
 if autocast == "" or autocast == "none" then autocast = nil end

@@ -31,6 +31,16 @@ function M.time_calls(fn, n, after)
   return times, last
 end
 
+-- After `warm` calls (and the compiles they start: M.settle), `reps` timed ones: the median wall
+-- time and the process's CPU time per call, in ms (on a loaded machine CPU time compares better).
+function M.measure(fn, warm, reps)
+  for _ = 1, warm do fn() end
+  M.settle(fn, 20)
+  local c0 = os.clock()
+  local times = M.time_calls(fn, reps)
+  return M.median(times), (os.clock() - c0) * 1e3 / reps
+end
+
 -- A training loop: `warm` steps, then `steps` timed ones; step() returns the loss as a number
 -- (so the step's device work is done). The first loss, the last, and the median step in ms.
 function M.train_loop(step, warm, steps)

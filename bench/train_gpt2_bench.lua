@@ -49,7 +49,7 @@ print(B.json {
   { "ready_ms", compiled and ready_ms or nil }, { "landed_step", compiled and landed or nil },
   { "settle_calls", compiled and settle_calls or nil }, { "compile_ms", compiled and cs.compile_ms or nil },
   { "graphs", compiled and cs.graphs_compiled or nil }, { "backward_graphs", compiled and cs.backward_graphs_compiled or nil },
-  { "graph_breaks", compiled and cs.graph_breaks or nil }, { "grad_fallbacks", compiled and cs.grad_fallbacks or nil },
+  { "graph_breaks", compiled and cs.graph_breaks or nil }, { "recompiles", compiled and cs.recompiles or nil }, { "grad_fallbacks", compiled and cs.grad_fallbacks or nil },
   { "eager_fallbacks", compiled and cs.eager_fallbacks or nil },
   { "kernels_compiled", compiled and cs.kernels_compiled or nil }, { "kernels_loaded", compiled and cs.kernels_loaded or nil },
   { "disk_cache_hits", compiled and cs.disk_cache_hits or nil },

@@ -72,7 +72,12 @@ for name in ORDER:
 for name in ORDER[3:]:
     r0 = runs.get(name, [{}])[0]
     if r0.get("first_ms"):
-        counts = ", ".join(f"{k} {fmt(r0.get(k))}" for k in ("graphs", "backward_graphs", "graph_breaks", "grad_fallbacks", "eager_fallbacks"))
+        counts = ", ".join(f"{k} {fmt(r0.get(k))}" for k in
+                           ("graphs", "backward_graphs", "graph_breaks", "recompiles", "grad_fallbacks", "eager_fallbacks"))
+        slow = max(range(len(r0["first_ms"])), key=lambda i: r0["first_ms"][i])
+        eager = m("crescent-eager", "step_ms")
+        vs = f" ({r0['first_ms'][slow] / eager:.1f}x the eager step)" if eager else ""
         print(f"\n{LABEL[name]}, first {len(r0['first_ms'])} steps from the cold start, ms (compiles pending after each): "
               + " ".join(f"{t:.0f}({p})" for t, p in zip(r0["first_ms"], r0.get("first_pending", [])))
-              + f"; {counts}; settled after {fmt(r0.get('settle_calls'))} more calls")
+              + f"; slowest: step {slow + 1}, {r0['first_ms'][slow]:.0f} ms{vs}; {counts}; "
+              f"settled after {fmt(r0.get('settle_calls'))} more calls")

@@ -80,4 +80,4 @@ for name in ORDER[3:]:
         print(f"\n{LABEL[name]}, first {len(r0['first_ms'])} steps from the cold start, ms (compiles pending after each): "
               + " ".join(f"{t:.0f}({p})" for t, p in zip(r0["first_ms"], r0.get("first_pending", [])))
               + f"; slowest: step {slow + 1}, {r0['first_ms'][slow]:.0f} ms{vs}; {counts}; "
-              f"settled after {fmt(r0.get('settle_calls'))} more calls")
+              f"settled after {fmt(r0.get('settle_calls'))} more calls; compiles while timed {fmt(r0.get('timed_compiles'))}")

@@ -60,17 +60,25 @@ function M.compile_state()
   return s.graphs_compiled + s.backward_graphs_compiled + s.recompiles, s.compiles_pending
 end
 
--- Waits for the background compiles, then calls fn until a call starts none (at most `limit`
--- calls): the steady state, as T.bench waits before timing. Returns the calls made.
-function M.settle(fn, limit)
-  for i = 1, limit or 20 do
+-- Waits for the background compiles, then calls fn until `quiet` calls in a row (default 3) start
+-- none, at most `limit` calls: the steady state, as T.bench waits before timing. Returns the
+-- calls made and when (M.now_ms) the last call that changed the compiler's state ended.
+function M.settle(fn, limit, quiet)
+  limit, quiet = limit or 20, quiet or 3
+  local run, changed = 0, nil
+  for i = 1, limit do
     T.compiler.wait()
     local before = M.compile_state()
     fn()
     local after, pending = M.compile_state()
-    if after == before and pending == 0 then return i end
+    if after == before and pending == 0 then
+      run = run + 1
+    else
+      run, changed = 0, M.now_ms()
+    end
+    if run >= quiet then return i, changed end
   end
-  return limit or 20
+  return limit, changed
 end
 
 -- On a GPU what the caching allocator holds from the driver (its peak: nothing is given back

@@ -8,11 +8,8 @@ measures crescent on CUDA); for torch.compile also around batches of 10 calls is
 (T.bench's batch = 10: host gaps hidden, as triton's do_bench and the anchor measure). torch.compile's cold compile is the first call's wall time. Also the
 copy bandwidth (y.copy_(x), 2^24 floats). JSON lines.
 """
-import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 
@@ -20,41 +17,23 @@ reps = int(sys.argv[1]) if len(sys.argv) > 1 else 50
 dev = "cuda"
 torch.manual_seed(0)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_common import device_us, emit, first_call_ms  # noqa: E402
 from torch_workloads import workloads  # noqa: E402
 
 WORK = workloads(dev)
 N = 1 << 24
 
 
-def device_us(fn, args, batch=1):
-    """Median device time per call; batch > 1 times that many calls issued back to back."""
-    for _ in range(10):
-        fn(*args)
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(batch):
-            fn(*args)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / batch)
-    return statistics.median(times)
-
-
 x, y = torch.randn(N, device=dev), torch.empty(N, device=dev)
-copy_us = device_us(lambda a, b: b.copy_(a), (x, y))
-print(json.dumps({"name": "copy", "eager_us": copy_us, "GBps": 8 * N / copy_us / 1e3}))
+copy_us = device_us(lambda a, b: b.copy_(a), (x, y), reps)
+emit({"name": "copy", "eager_us": copy_us, "GBps": 8 * N / copy_us / 1e3})
 for name, (fn, args, nbytes) in WORK.items():
-    row = {"name": name, "eager_us": device_us(fn, args)}
+    row = {"name": name, "eager_us": device_us(fn, args, reps)}
     try:
         cf = torch.compile(fn)
-        t0 = time.perf_counter()
-        cf(*args)
-        torch.cuda.synchronize()
-        row["cold_compile_ms"] = (time.perf_counter() - t0) * 1e3
-        row["compiled_us"] = device_us(cf, args)
-        row["compiled_batch_us"] = device_us(cf, args, batch=10)
+        row["cold_compile_ms"] = first_call_ms(cf, args)
+        row["compiled_us"] = device_us(cf, args, reps)
+        row["compiled_batch_us"] = device_us(cf, args, reps, batch=10)
     except Exception as e:  # report, keep going
         row["compile_error"] = str(e).split("\n")[0]
-    print(json.dumps(row), flush=True)
+    emit(row)

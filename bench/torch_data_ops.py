@@ -5,9 +5,11 @@ medians over repeated runs.
 Prints a table, then one line per case: RESULT <name> <median_us> <bytes> B."""
 import os
 import sys
-import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_common import device_times_us, median, time_calls  # noqa: E402
 
 reps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 threads = int(os.environ.get("CRESCENT_NUM_THREADS", "0")) or os.cpu_count()
@@ -19,23 +21,12 @@ results = []
 
 
 def bench(name, fn, args, nbytes):
-    fn(*args)
-    times = []
-    for _ in range(reps):
-        if dev == "cuda":
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            fn(*args)
-            e1.record()
-            e1.synchronize()
-            times.append(e0.elapsed_time(e1) * 1e3)
-            continue
-        t0 = time.perf_counter()
+    if dev == "cuda":  # one call to warm up, then device time between two events per call
+        times = device_times_us(fn, args, reps, warm=1)
+    else:
         fn(*args)
-        times.append((time.perf_counter() - t0) * 1e6)
-    times.sort()
-    # the same median as T.bench: element (reps + 1) // 2 of the sorted list, 1-based
-    results.append((name, times[(reps + 1) // 2 - 1], times[0], nbytes))
+        times = [ms * 1e3 for ms in time_calls(lambda: fn(*args), reps)[0]]
+    results.append((name, median(times), min(times), nbytes))
 
 
 torch.manual_seed(0)

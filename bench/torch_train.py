@@ -4,13 +4,11 @@
 
 The same GPT (tests/fixtures/torch_gpt2.py), one step = forward, cross entropy, backward, AdamW
 (torch.optim's default, single-tensor in 1.13); and an AdamW step alone over 20 parameters of
-256 x 256, single-tensor (foreach=False) and foreach. One JSON line of medians.
+256 x 256, single-tensor (foreach=False) and foreach. One JSON line of medians (and the step's
+CPU time per call).
 """
-import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -18,20 +16,12 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
 from torch_gpt2 import forward, random_params  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_common import emit, measure  # noqa: E402
+
 torch.set_num_threads(int(os.environ.get("THREADS", "2")))
 V, D, H, NL, L, B, REPS = (int(a) for a in (sys.argv[1:8] or (86, 96, 4, 3, 64, 16, 30)))
 torch.manual_seed(0)
-
-
-def median_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3
 
 
 p = {k: v.clone().requires_grad_(True) for k, v in random_params(V, D, NL, L, 0.3).items()}
@@ -45,7 +35,7 @@ def step():
     opt.step()
 
 
-step_ms = median_ms(step, 5, REPS)
+step_ms, step_cpu_ms = measure(step, 5, REPS)
 
 
 def adamw(foreach):
@@ -53,8 +43,8 @@ def adamw(foreach):
     for q in ps:
         q.grad = torch.randn(256, 256)
     o = torch.optim.AdamW(ps, lr=1e-3, foreach=foreach)
-    return median_ms(o.step, 3, REPS)
+    return measure(o.step, 3, REPS)[0]
 
 
-print(json.dumps({"step_ms": step_ms, "tokens_per_s": B * L / (step_ms / 1e3), "adamw_single_ms": adamw(False),
-                  "adamw_foreach_ms": adamw(True), "params": sum(t.numel() for t in p.values())}))
+emit({"step_ms": step_ms, "step_cpu_ms": step_cpu_ms, "tokens_per_s": B * L / (step_ms / 1e3), "adamw_single_ms": adamw(False),
+      "adamw_foreach_ms": adamw(True), "params": sum(t.numel() for t in p.values())})

@@ -2,15 +2,17 @@
 -- bench/run_train.sh). One eager step of the GPT of examples/models/gpt2.lua (forward, cross
 -- entropy, backward, AdamW) on random next-token batches; and an AdamW step alone over 20
 -- parameters of 256 x 256 (the fused registry op, and {fused = false}: torch's single-tensor
--- formulas as registry ops). Medians over REPS after a warm-up.
+-- formulas as registry ops). Medians over REPS after a warm-up (and the compiles it started), and
+-- the step's CPU time per call.
 -- MODE "compiled": the model's forward is T.compile(model) (compiled autograd: forward and
 -- backward graphs), the rest as eager; "step": the whole step (zero_grad, forward, backward,
 -- AdamW update) is one compiled function.
 --   crescent bench/train_bench.lua VOCAB D HEADS LAYERS CTX BATCH REPS [MODE]      -> one JSON line
 local T = require "crescent"
 local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
-package.path = dir .. "/examples/?.lua;" .. package.path
+package.path = dir .. "/examples/?.lua;" .. dir .. "/bench/?.lua;" .. package.path
 local G = require "models.gpt2"
+local Bt = require "lib.timing"
 
 local V, D, H, NL, L, B, REPS = (function(a)
   local r = {}
@@ -29,7 +31,7 @@ local function step()
   opt:step()
 end
 if MODE == "step" then step = T.compile(step) end
-local train = T.bench(step, {}, { warmup = 5, reps = REPS })
+local step_ms, step_cpu_ms = Bt.measure(step, 5, REPS)
 
 local function adamw(fused)
   local ps = {}
@@ -40,5 +42,5 @@ local function adamw(fused)
   local o = T.optim.AdamW(ps, { lr = 1e-3, fused = fused })
   return T.bench(function() o:step() end, {}, { warmup = 3, reps = REPS }).median_us / 1e3
 end
-print(string.format('{"mode": "%s", "step_ms": %.3f, "tokens_per_s": %.1f, "adamw_fused_ms": %.3f, "adamw_per_tensor_ms": %.3f, "params": %d}',
-  MODE, train.median_us / 1e3, B * L / (train.median_us / 1e6), adamw(nil), adamw(false), m:num_parameters()))
+print(Bt.json { { "mode", MODE }, { "step_ms", step_ms }, { "step_cpu_ms", step_cpu_ms }, { "tokens_per_s", B * L / (step_ms / 1e3) },
+  { "adamw_fused_ms", adamw(nil) }, { "adamw_per_tensor_ms", adamw(false) }, { "params", m:num_parameters() } })

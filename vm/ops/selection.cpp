@@ -257,6 +257,7 @@ void register_selection(Registry& r) {
   r.add(OpDef{"index_put_", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index,
               kReturnsSelf | kNoFunction | kValueErrors | dev, nullptr, run_index_put_});
   register_scatter_reduce(r);
+  register_bincount(r);
 }
 
 }  // namespace cr

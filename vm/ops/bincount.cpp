@@ -1,6 +1,7 @@
 // bincount(self[, weights[, minlength]]): how often each value 0..max of a 1-D int32 / int64
 // tensor occurs (data values, not positions), or the sums of the weights at them (float32 for
-// float32 weights, float64 otherwise); max(minlength, max + 1) bins. A counting kernel of its own:
+// float32 weights, float64 otherwise; int64 zeros for an empty input, as PyTorch); max(minlength,
+// max + 1) bins. A counting kernel of its own:
 // one pass finds the range and counts the values below kFewBins, a second pass (only when larger
 // values occur) counts those; no temporaries of the input's size. On CUDA: vm/kernels/cuda/bincount.hpp.
 #include <algorithm>
@@ -38,6 +39,7 @@ Bincount prepare(const OpCall& c) {
   check_device(b.x, w);
   if (w.dim() != 1 || w.size(0) != b.x.size(0))
     fail(cat("weights should be 1-d and have the same length as input (", b.x.size(0), "), got ", w.describe()));
+  if (b.x.numel() == 0) return b;  // (int64 zeros, as PyTorch's empty input whatever the weights)
   b.out = w.dtype() == DType::f32 ? DType::f32 : DType::f64;
   b.weights = contiguous(cast(w, b.out));
   return b;

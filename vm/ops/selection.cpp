@@ -6,7 +6,6 @@
 // masks in index lists are expanded by the Lua surface (stdlib/indexing.lua).
 #include <algorithm>
 
-#include "vm/deterministic.hpp"
 #include "vm/devices.hpp"
 #include "vm/kernels/cuda/select.hpp"
 #include "vm/ops/indexing.hpp"
@@ -207,7 +206,6 @@ void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
   if (!self.device().is_cpu()) {
     std::vector<std::string> whats;
     const Tensor rows = index_rows(a, c, whats);
-    if (acc && is_floating(self.dtype())) alert_not_deterministic(c.def.name, "accumulate = true adds floats by atomics");
     return cuda::index_put(c.ctx, self, rows, v, acc, c.def.name, whats);
   }
   locate(a, c);

@@ -135,3 +135,13 @@ extern "C" __global__ void index_put(T* self, const long long* __restrict__ idx,
     else self[off] = values[e];
   }
 }
+
+// index_put's accumulate under T.use_deterministic_algorithms (select.cpp): each selection
+// element's offset in self as a key (a bad position NO_KEY: skipped), for scatter.cuh's ordered sum.
+extern "C" __global__ void index_put_keys(const long long* __restrict__ idx, IndexGeo g, long long* __restrict__ keys,
+                                          int64_t* check) {
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < g.n; e += (long long)gridDim.x * blockDim.x) {
+    const long long off = index_offset(idx, g, e, check);
+    keys[e] = off >= 0 ? off : NO_KEY;
+  }
+}

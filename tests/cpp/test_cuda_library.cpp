@@ -216,7 +216,7 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
                      : starts("attention_")  ? "attention_fwd"
                      : starts("cumsum_")     ? "cumsum_rows"
                      : starts("optim_")      ? "fused_adam"
-                     : starts("radix_")      ? "radix_scatter"
+                     : starts("radix_")      ? "radix_onesweep"
                      : starts("scatter_")    ? "scatter_add"
                      : starts("select_")     ? "index_gather"
                                              : "sort_lines";

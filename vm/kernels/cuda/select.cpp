@@ -15,7 +15,7 @@ namespace cr::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr long long kTile = 16 * kBlock;  // elements a block compacts (16 rounds of a ballot)
+constexpr long long kTile = 16 * kBlock;  // elements a block compacts: select.cuh COMPACT_ROUNDS * kBlock
 
 // Laid out as select.cuh's Coords and IndexGeo.
 struct Coords {

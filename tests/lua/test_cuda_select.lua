@@ -137,6 +137,11 @@ describe("CUDA selections", function()
         agree(string.format("masked_select %s of %d, p = %g", dt, BIG, p), function(a, k) return a:masked_select(k) end, { x, T.rand(BIG):lt(p) })
       end
     end
+    for _, n in ipairs({ 511, 512, 513, 4095, 4096, 4097, 8193 }) do  -- (a warp's share of 512, tiles of 4096)
+      local v = T.randn(n)
+      agree("masked_select of " .. n, function(a, k) return a:masked_select(k) end, { v, v:gt(-0.5) })
+      agree("nonzero of " .. n, function(a) return T.nonzero(a) end, { v:gt(1.5) })
+    end
     local x = T.randn(1500, 2001)  -- (a 2-D mask of several blocks whose rows straddle tiles)
     agree("masked_select {1500,2001}", function(a, k) return a:masked_select(k) end, { x, x:gt(0.3) })
   end)

@@ -421,9 +421,10 @@ describe("CUDA selections", function()
     sorts("float32 of 3M, few values", (r * 2):round(), 1)
     sorts("int64 of 3M", T.randint(-2 ^ 40, 2 ^ 40, { BIG }), 1)
     agree("sort of a {2,9000,2} middle dim", function(a) return a:sort(2) end, { T.randn(2, 9000, 2) })
-    -- onesweep's tiles of 2048 (whole, one past, one short), all-equal keys (one digit a pass),
-    -- zeros of both signs (equal: position order) with NaNs, several lines of a partial last tile
-    for _, n in ipairs({ 4097, 6144, 6145, 8191 }) do sorts("float32 {" .. n .. "}", values({ n }, "float32"), 1) end
+    -- onesweep's tiles (4096 keys, 2048 of 64 bits: whole, one past, one short), all-equal keys (one
+    -- digit a pass), zeros of both signs (equal: position order) with NaNs, lines of a partial tile
+    for _, n in ipairs({ 4097, 8191, 8192, 8193 }) do sorts("float32 {" .. n .. "}", values({ n }, "float32"), 1) end
+    for _, n in ipairs({ 6143, 6144, 6145 }) do sorts("int64 {" .. n .. "}", values({ n }, "int64"), 1) end
     sorts("all-equal float32 of 100000", T.full({ 100000 }, 2.5), 1)
     sorts("all-equal int64 of 5000", T.full({ 5000 }, -3, { dtype = "int64" }), 1)
     local z = T.randn(50000):sign() * 0

@@ -12,7 +12,6 @@ namespace cr::cuda {
 namespace {
 
 constexpr int kBlock = 256;            // radix.cuh's RADIX: a thread per digit
-constexpr long long kTile = 8 * 256;   // radix.cuh's TILE: the keys a block moves in a pass
 constexpr long long kChunk = 16384;    // the keys a block counts for the histogram
 
 // The bits of dtype d's keys: one pass of 8 bits each.
@@ -24,6 +23,10 @@ int key_bits(DType d) {
     default: return 32;
   }
 }
+
+// The keys a thread of radix_onesweep moves (radix.cuh ITEMS): its tile (and 64-bit keys
+// double-sized) in 48 KiB of shared memory.
+int items(DType d) { return key_bits(d) == 64 ? 8 : 16; }
 
 void launch(Context& ctx, DType d, int device, const char* fn, int64_t grid, void* const* args) {
   library_launch(ctx, device, cat("radix_", dtype_name(d)), [d] { return radix_source(d); }, fn, grid, kBlock, args);
@@ -44,7 +47,8 @@ Tensor zeros_i32(int64_t n, Device dev) {
 
 std::string radix_source(DType d) {
   const char* key = key_bits(d) == 64 ? "unsigned long long" : "unsigned";
-  return cat(prelude(), "\ntypedef ", cuda_type(d), " T;\ntypedef ", key, " K;\n", cuda_source("radix.cuh"));
+  return cat(prelude(), "\ntypedef ", cuda_type(d), " T;\ntypedef ", key, " K;\n#define ITEMS ", items(d), "\n",
+             cuda_source("radix.cuh"));
 }
 
 void radix_sort_lines(Context& ctx, const Tensor& x, int64_t outer, int64_t n, int64_t inner, int64_t k,
@@ -53,7 +57,8 @@ void radix_sort_lines(Context& ctx, const Tensor& x, int64_t outer, int64_t n, i
   const DType d = x.dtype();
   const int64_t lines = outer * inner;
   long long total = lines * n, n_ = n, inner_ = inner, chunk = kChunk, chunks = (n + kChunk - 1) / kChunk;
-  long long tiles = (n + kTile - 1) / kTile;
+  const long long tile = items(d) * 256;  // (radix.cuh TILE)
+  long long tiles = (n + tile - 1) / tile;
   int passes = key_bits(d) / 8;
   const DType kd = key_bits(d) == 64 ? DType::i64 : DType::i32;
   Tensor keys[2] = {Tensor::empty({total}, kd, x.device()), Tensor::empty({total}, kd, x.device())};

@@ -1,5 +1,5 @@
-// Compiled after the prelude and the launcher's typedefs T (elements) and K (the unsigned key:
-// 32 or 64 bits) (radix.cpp).
+// Compiled after the prelude, the launcher's typedefs T (elements) and K (the unsigned key: 32 or
+// 64 bits) and its ITEMS (keys a thread moves in a pass) (radix.cpp).
 //
 // A stable LSD radix sort of lines of {outer, n, inner} (element i of line l = (o, j) at
 // (o * n + i) * inner + j), 8 bits a pass, as onesweep. radix_keys maps each value to an unsigned
@@ -96,8 +96,7 @@ extern "C" __global__ void radix_starts(unsigned* __restrict__ counts) {
 // (decoupled look-back); the tile is ordered by digit in shared memory and written out in order
 // (runs of a digit land on consecutive addresses). Status words: tag (2 * pass + flag) << 32 |
 // count, so one zeroing serves every pass.
-#define ITEMS 8
-#define TILE (ITEMS * RADIX)
+#define TILE (ITEMS * RADIX)  // (ITEMS: the launcher's, 16 keys a thread, 8 of 64-bit keys: shared memory)
 
 __device__ __forceinline__ void post(unsigned long long* at, int tag, unsigned v) {
   *reinterpret_cast<volatile unsigned long long*>(at) = ((unsigned long long)tag << 32) | v;

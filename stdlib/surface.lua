@@ -20,7 +20,7 @@ end
 local function long(x, values) return T.tensor(values, { dtype = "int64", device = x and x.device or nil }) end
 
 -- where / nonzero / sort ----------------------------------------------------------------------
-local where3, index_put_, nonzero1, sort2
+local where3, index_put_, nonzero1, sort2, bincount1
 function S.where(cond, a, b)
   if a == nil and b == nil then
     check_tensor("where", 1, "condition", cond)
@@ -347,22 +347,11 @@ function S.one_hot(t, num_classes)
 end
 
 -- counting -----------------------------------------------------------------------------------
--- bincount(x[, weights[, minlength]]): counts of the values 0..max (data values, not indices)
+-- bincount(x[, weights[, minlength]]): counts of the values 0..max (data values, not indices);
+-- the registry's counting kernel (vm/ops/bincount.cpp) after the arguments' Lua forms
 function S.bincount(x, weights, minlength)
   if type(weights) == "number" then weights, minlength = nil, weights end
-  if x:dim() ~= 1 or (x.dtype ~= "int64" and x.dtype ~= "int32") then
-    fail("bincount: only supports 1-d non-negative integral inputs, got " .. describe(x))
-  end
-  minlength = minlength or 0
-  local n = minlength
-  if x:numel() > 0 then
-    if x:min():item() < 0 then fail("bincount: only supports 1-d non-negative integral inputs (got a negative value)") end
-    n = math.max(n, x:max():item() + 1)
-  end
-  local dtype = weights and (weights.dtype == "float32" and "float32" or "float64") or "int64"
-  -- (without weights a broadcast 1: the device counts in 32-bit bins, vm/kernels/cuda/scatter.cuh)
-  local w = weights and weights:to(dtype) or T.ones(1, { dtype = dtype, device = x.device }):expand(x:numel())
-  return T.zeros(n, { dtype = dtype, device = x.device }):index_add(1, x:long() + 1, w)
+  return bincount1(x, weights, minlength)
 end
 
 -- the runs of equal values of a 1-D tensor: where each starts (bool), and their lengths
@@ -758,6 +747,7 @@ function S.bind(t, methods, ops)
     for k, fn in pairs(more) do if k ~= "bind" then S[k] = fn end end
   end
   where3, nonzero1, sort2, index_put_ = ops.where.fn, ops.nonzero.fn, ops.sort.fn, ops.index_put_.fn
+  bincount1 = ops.bincount.fn
   for name, fn in pairs(S) do
     if name ~= "bind" and name ~= "unique_dim" then
       if not name:match("_$") then T[name] = fn end  -- in-place forms are methods only

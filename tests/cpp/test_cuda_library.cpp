@@ -19,6 +19,7 @@
 #include "vm/kernels/cuda/attention_simt.hpp"
 #include "vm/kernels/cuda/attention_bwd.hpp"
 #include "vm/kernels/cuda/attention_decode.hpp"
+#include "vm/kernels/cuda/bincount.hpp"
 #include "vm/kernels/cuda/cross_entropy.hpp"
 #include "vm/kernels/cuda/int8_mm.hpp"
 #include "vm/kernels/cuda/layer_norm.hpp"
@@ -99,6 +100,15 @@ TEST_CASE("cuda: the optimizer updates, scatter_add and scatter_reduce compile t
     CHECK(compiles_clean(cr::cuda::scatter_source(d), "scatter"));
     if (d != DType::b8) CHECK(compiles_clean(cr::cuda::scatter_reduce_source(d), "scatter_reduce"));
   }
+}
+
+TEST_CASE("cuda: bincount compiles to CUBIN for every value and result dtype", "[cuda]") {
+  if (!have_nvrtc()) return;
+  for (DType x : {DType::i32, DType::i64})
+    for (DType out : {DType::i64, DType::f32, DType::f64}) {
+      INFO(cr::dtype_name(x) << " values, " << cr::dtype_name(out) << " bins");
+      CHECK(compiles_clean(cr::cuda::bincount_source(x, out), "bincount"));
+    }
 }
 
 TEST_CASE("cuda: the selections (masked_select, nonzero, index, index_put) compile for every dtype", "[cuda]") {
@@ -248,7 +258,7 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
                      : starts("attention_")  ? "attention_fwd"
                      : starts("cumsum_")     ? "cumsum_rows"
                      : starts("optim_")      ? "fused_adam"
-                     : starts("radix_")      ? "radix_scatter"
+                     : starts("radix_")      ? "radix_onesweep"
                      : starts("scatter_")    ? "scatter_add"
                      : starts("select_")     ? "index_gather"
                                              : "sort_lines";

@@ -61,6 +61,18 @@ R.scatter_reduce = { gen = function(c)
     ("a.scatter_reduce(%s, c - 1, b, %q, include_self=%s)"):format(pd(d), reduce, inc and "True" or "False")
 end }
 
+-- bincount: values 0..hi (now and then a -1: both must raise), int64 or int32, strided too;
+-- float32 / float64 weights of their length; a minlength
+R.bincount = { gen = function(c)
+  local n = c.r:int(0, 40)
+  local a = c:tensor({ n }, c.r:pick({ "int64", "int32" }), { lo = c.r:chance(0.05) and -1 or 0, hi = c.r:pick({ 0, 4, 50 }) })
+  local m = c.r:chance(0.3) and c.r:int(0, 60) or nil
+  local pym = m and (", minlength=" .. m) or ""
+  if c.r:chance(0.5) then return function(I) return T.bincount(a(I), nil, m) end, ("torch.bincount(a%s)"):format(pym) end
+  local b = c:tensor({ n }, c.r:pick({ "float32", "float64" }))
+  return function(I) return T.bincount(a(I), b(I), m) end, ("torch.bincount(a, b%s)"):format(pym)
+end }
+
 R.masked_select = { gen = function(c)
   local s = c:shape(0, 3)
   local a = c:tensor(s, c:dtype(ANY))

@@ -137,6 +137,11 @@ describe("CUDA selections", function()
         agree(string.format("masked_select %s of %d, p = %g", dt, BIG, p), function(a, k) return a:masked_select(k) end, { x, T.rand(BIG):lt(p) })
       end
     end
+    for _, n in ipairs({ 511, 512, 513, 4095, 4096, 4097, 8193 }) do  -- (a warp's share of 512, tiles of 4096)
+      local v = T.randn(n)
+      agree("masked_select of " .. n, function(a, k) return a:masked_select(k) end, { v, v:gt(-0.5) })
+      agree("nonzero of " .. n, function(a) return T.nonzero(a) end, { v:gt(1.5) })
+    end
     local x = T.randn(1500, 2001)  -- (a 2-D mask of several blocks whose rows straddle tiles)
     agree("masked_select {1500,2001}", function(a, k) return a:masked_select(k) end, { x, x:gt(0.3) })
   end)
@@ -374,6 +379,11 @@ describe("CUDA selections", function()
     local ids = T.randint(0, 1000, { BIG })
     agree("bincount of 3M into 1000", function(a) return T.bincount(a) end, { ids })
     agree("bincount of 3M into 50000", function(a) return T.bincount(a) end, { ids * 50 })
+    -- (values past the first pass's 4096 bins: a second pass, in shared memory or by atomics)
+    agree("bincount of 3M into 10000", function(a) return T.bincount(a) end, { ids * 10 })
+    agree("bincount of 3M into 7000, float64 weights", function(a, w) return T.bincount(a, w) end, { ids * 7, T.rand(BIG):double() }, 1e-9)
+    agree("bincount of 3M, minlength 9000", function(a) return T.bincount(a, nil, 9000) end, { ids })
+    agree("bincount of int32 5000 into 300000", function(a) return T.bincount(a) end, { T.randint(0, 300000, { 5000 }):int() })
     agree("bincount of 3M, float32 weights", function(a, w) return T.bincount(a, w) end, { ids, T.rand(BIG) }, 1e-4)
     agree("bincount of 3M, float64 weights", function(a, w) return T.bincount(a, w) end, { ids, T.rand(BIG):double() }, 1e-9)
     agree("histc of 3M, 20000 bins", function(a) return T.histc(a, 20000, -2, 2) end, { T.randn(BIG) })
@@ -416,6 +426,16 @@ describe("CUDA selections", function()
     sorts("float32 of 3M, few values", (r * 2):round(), 1)
     sorts("int64 of 3M", T.randint(-2 ^ 40, 2 ^ 40, { BIG }), 1)
     agree("sort of a {2,9000,2} middle dim", function(a) return a:sort(2) end, { T.randn(2, 9000, 2) })
+    -- onesweep's tiles (4096 keys, 2048 of 64 bits: whole, one past, one short), all-equal keys (one
+    -- digit a pass), zeros of both signs (equal: position order) with NaNs, lines of a partial tile
+    for _, n in ipairs({ 4097, 8191, 8192, 8193 }) do sorts("float32 {" .. n .. "}", values({ n }, "float32"), 1) end
+    for _, n in ipairs({ 6143, 6144, 6145 }) do sorts("int64 {" .. n .. "}", values({ n }, "int64"), 1) end
+    sorts("all-equal float32 of 100000", T.full({ 100000 }, 2.5), 1)
+    sorts("all-equal int64 of 5000", T.full({ 5000 }, -3, { dtype = "int64" }), 1)
+    local z = T.randn(50000):sign() * 0
+    z[7], z[30000] = 0 / 0, 0 / 0
+    sorts("-0 / 0 / NaN of 50000", z, 1)
+    sorts("float64 rows {5,6145}", values({ 5, 6145 }, "float64"), 2)
   end)
 
   device_it("scatter_reduce (sum, prod, mean, amax, amin; include_self or not) by atomics on the device",

@@ -4,7 +4,7 @@
 local T = require "crescent"
 local R = require "torch_ref"
 
-expect.covers("masked_select", "nonzero", "index", "index_put", "index_put_", "scatter_reduce")
+expect.covers("masked_select", "nonzero", "index", "index_put", "index_put_", "scatter_reduce", "bincount")
 
 T.manual_seed(7)
 math.randomseed(7)
@@ -180,6 +180,14 @@ do
   case("bincount_min", function() return xi:bincount(nil, 9) end, "torch.bincount(x, minlength=9)", { x = xi })
   local w = T.rand(10, { dtype = "float64" })
   case("bincount_w", function() return T.bincount(xi, w) end, "torch.bincount(x, w)", { x = xi, w = w })
+  -- (values past the first pass's 4096 bins: a second pass, per piece or serial; int32, strided)
+  local xl, xw = T.randint(0, 5000, { 100000 }), T.randint(0, 200000, { 70000 }):int()
+  local wl = T.rand(100000)
+  case("bincount_long", function() return T.bincount(xl) end, "torch.bincount(x)", { x = xl })
+  case("bincount_long_w", function() return T.bincount(xl, wl) end, "torch.bincount(x, w)", { x = xl, w = wl })
+  case("bincount_wide_int32", function() return T.bincount(xw, nil, 300000) end, "torch.bincount(x, minlength=300000)", { x = xw })
+  case("bincount_strided", function() return T.bincount(xl:view(1000, 100):select(2, 3)) end,
+    "torch.bincount(x.view(1000, 100)[:, 2])", { x = xl })
   case("unique", function() return T.unique(xi) end, "torch.unique(x)", { x = xi })
   case("unique_inverse", function() return select(2, T.unique(xi:view(2, 5), { return_inverse = true })) end,
     "torch.unique(x.view(2, 5), return_inverse=True)[1] + 1", { x = xi })
@@ -346,6 +354,9 @@ describe("misuse", function()
     expect.errors(function() local _ = x:scatter_reduce(1, L({ { 1 } }), x, "max") end, "scatter_reduce: ", "\"amax\"")
     expect.errors(function() local _ = x:scatter_reduce(1, L({ { 4 } }), x, "sum") end, "scatter_reduce: ", "index 4")
     expect.errors(function() local _ = T.bincount(L({ -1, 2 })) end, "bincount: ", "non%-negative")
+    expect.errors(function() local _ = T.bincount(L({ 1, 2 }), T.ones(3)) end, "bincount: ", "same length", "{3}")
+    expect.errors(function() local _ = T.bincount(L({ { 1 } })) end, "bincount: ", "1-d", "{1,1}")
+    expect.errors(function() local _ = T.bincount(L({ 1 }), nil, -1) end, "bincount: ", "minlength", "-1")
     expect.errors(function() local _ = T.one_hot(L({ 0, 2 })) end, "one_hot: ", "1 or more")
     expect.errors(function() local _ = x:repeat_interleave(L({ 1, -1, 1 }), 1) end, "repeat_interleave: ", "negative")
     expect.errors(function() local _ = x["repeat"](x, 2) end, "repeat: ", "can not be smaller")

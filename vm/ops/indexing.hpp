@@ -17,6 +17,7 @@ Tensor at_least_1d(const Tensor& t);
 bool may_overlap(const Tensor& a, const Tensor& b);
 
 void register_scatter_reduce(Registry& r);  // vm/ops/scatter_reduce.cpp, with the selections
+void register_bincount(Registry& r);        // vm/ops/bincount.cpp, with the selections
 
 // Unsigned word of the element size: elements are moved, never converted, so one instantiation
 // per size serves every dtype.

@@ -6,7 +6,6 @@
 // masks in index lists are expanded by the Lua surface (stdlib/indexing.lua).
 #include <algorithm>
 
-#include "vm/deterministic.hpp"
 #include "vm/devices.hpp"
 #include "vm/kernels/cuda/select.hpp"
 #include "vm/ops/indexing.hpp"
@@ -212,7 +211,6 @@ void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
   if (!self.device().is_cpu()) {
     std::vector<std::string> whats;
     const Tensor rows = index_rows(a, c, whats);
-    if (acc && is_floating(self.dtype())) alert_not_deterministic(c.def.name, "accumulate = true adds floats by atomics");
     return cuda::index_put(c.ctx, self, rows, v, acc, c.def.name, whats);
   }
   locate(a, c);
@@ -262,6 +260,7 @@ void register_selection(Registry& r) {
   r.add(OpDef{"index_put_", "self:T, indices:TL, values:T, accumulate:B?", OpKind::Index,
               kReturnsSelf | kNoFunction | kValueErrors | dev, nullptr, run_index_put_});
   register_scatter_reduce(r);
+  register_bincount(r);
 }
 
 }  // namespace cr

@@ -79,6 +79,7 @@ FO.MISC = {
   "A:index_add(D, T.tensor({1, 1}DEV_ARG), A:index_select(D, T.tensor({1, 1}DEV_ARG)) * 0.5)",
   "A:scatter_add(D, A:argmax(D, true), A)",
   "A:masked_select(A:gt(0))", "A:scatter_reduce(D, A:argmin(D, true), A, \"amax\", {include_self = false})", "T.nonzero(A:gt(0.5)):float()",
+  "T.bincount(A:gt(0):long():flatten(), nil, 3):float()",
   "A:flatten():index_put({A:flatten():argmax(1, true)}, A:flatten():narrow(1, 1, 1), true)",
   "A:flatten():clone():index_put_({A:flatten():argmin(1, true)}, A:amax())", "A:detach() * 2",
 }

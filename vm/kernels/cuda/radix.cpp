@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "vm/cuda/driver.hpp"
+#include "vm/cuda/memory.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/prelude.hpp"
 #include "vm/kernels/cuda/sources.hpp"
@@ -10,8 +11,8 @@
 namespace cr::cuda {
 namespace {
 
-constexpr int kBlock = 256;             // radix.cuh's RADIX: a thread per digit
-constexpr long long kTile = 16 * 1024;  // elements a block counts and moves in a pass
+constexpr int kBlock = 256;            // radix.cuh's RADIX: a thread per digit
+constexpr long long kChunk = 16384;    // the keys a block counts for the histogram
 
 // The bits of dtype d's keys: one pass of 8 bits each.
 int key_bits(DType d) {
@@ -23,6 +24,10 @@ int key_bits(DType d) {
   }
 }
 
+// The keys a thread of radix_onesweep moves (radix.cuh ITEMS): its tile (and 64-bit keys
+// double-sized) in 48 KiB of shared memory.
+int items(DType d) { return key_bits(d) == 64 ? 8 : 16; }
+
 void launch(Context& ctx, DType d, int device, const char* fn, int64_t grid, void* const* args) {
   library_launch(ctx, device, cat("radix_", dtype_name(d)), [d] { return radix_source(d); }, fn, grid, kBlock, args);
 }
@@ -32,11 +37,18 @@ int64_t grid_of(int64_t total, int device) {
   return std::clamp<int64_t>((total + kBlock - 1) / kBlock, 1, int64_t(device_info(device).multiprocessors) * 16);
 }
 
+Tensor zeros_i32(int64_t n, Device dev) {
+  Tensor t = Tensor::empty({n}, DType::i32, dev);
+  fill_pattern(t.data_bytes(), size_t(n), 4, 0u, dev.index);
+  return t;
+}
+
 }  // namespace
 
 std::string radix_source(DType d) {
   const char* key = key_bits(d) == 64 ? "unsigned long long" : "unsigned";
-  return cat(prelude(), "\ntypedef ", cuda_type(d), " T;\ntypedef ", key, " K;\n", cuda_source("radix.cuh"));
+  return cat(prelude(), "\ntypedef ", cuda_type(d), " T;\ntypedef ", key, " K;\n#define ITEMS ", items(d), "\n",
+             cuda_source("radix.cuh"));
 }
 
 void radix_sort_lines(Context& ctx, const Tensor& x, int64_t outer, int64_t n, int64_t inner, int64_t k,
@@ -44,30 +56,35 @@ void radix_sort_lines(Context& ctx, const Tensor& x, int64_t outer, int64_t n, i
   const int device = x.device().index;
   const DType d = x.dtype();
   const int64_t lines = outer * inner;
-  long long total = lines * n, n_ = n, inner_ = inner, tile = kTile, tiles = (n + kTile - 1) / kTile;
+  long long total = lines * n, n_ = n, inner_ = inner, chunk = kChunk, chunks = (n + kChunk - 1) / kChunk;
+  const long long tile = items(d) * 256;  // (radix.cuh TILE)
+  long long tiles = (n + tile - 1) / tile;
+  int passes = key_bits(d) / 8;
   const DType kd = key_bits(d) == 64 ? DType::i64 : DType::i32;
   Tensor keys[2] = {Tensor::empty({total}, kd, x.device()), Tensor::empty({total}, kd, x.device())};
   Tensor pos[2] = {Tensor::empty({total}, DType::i32, x.device()), Tensor::empty({total}, DType::i32, x.device())};
-  Tensor counts = Tensor::empty({lines * 256 * tiles}, DType::i64, x.device());
-  Tensor offsets = Tensor::empty({lines * 256 * tiles}, DType::i64, x.device());
-  void *xp = x.data_bytes(), *kp = keys[0].data_bytes(), *pp = pos[0].data_bytes();
-  void *cp = counts.data_bytes(), *op = offsets.data_bytes();
+  Tensor starts = zeros_i32(lines * passes * 256, x.device());
+  Tensor status = zeros_i32(2 * lines * tiles * 256 + passes, x.device());  // (then the passes' tile counters)
+  void *xp = x.data_bytes(), *kp = keys[0].data_bytes(), *pp = pos[0].data_bytes(), *sp = starts.data_bytes();
+  void* stp = status.data_bytes();
+  void* counters = static_cast<char*>(stp) + 8 * lines * tiles * 256;
   int desc = descending;
   void* key_args[] = {&xp, &kp, &pp, &n_, &inner_, &total, &desc};
   launch(ctx, d, device, "radix_keys", grid_of(total, device), key_args);
+  void* hist_args[] = {&kp, &n_, &chunk, &chunks, &passes, &sp};
+  launch(ctx, d, device, "radix_histogram", lines * chunks, hist_args);
+  void* start_args[] = {&sp};
+  launch(ctx, d, device, "radix_starts", lines * passes, start_args);
   int cur = 0;
-  for (int shift = 0; shift < key_bits(d); shift += 8, cur ^= 1) {
+  for (int pass = 0; pass < passes; ++pass, cur ^= 1) {
     void *ki = keys[cur].data_bytes(), *pi = pos[cur].data_bytes();
     void *ko = keys[cur ^ 1].data_bytes(), *po = pos[cur ^ 1].data_bytes();
-    void* count_args[] = {&ki, &n_, &tile, &tiles, &shift, &cp};
-    launch(ctx, d, device, "radix_count", lines * tiles, count_args);
-    cumsum(ctx, offsets, counts, lines, 256 * tiles, 1);
-    void* scatter_args[] = {&ki, &pi, &ko, &po, &n_, &tile, &tiles, &shift, &cp, &op};
-    launch(ctx, d, device, "radix_scatter", lines * tiles, scatter_args);
+    void* args[] = {&ki, &pi, &ko, &po, &n_, &tiles, &pass, &passes, &sp, &stp, &counters};
+    launch(ctx, d, device, "radix_onesweep", lines * tiles, args);
   }
-  void *sp = pos[cur].data_bytes(), *yp = values.data_bytes(), *yip = indices.data_bytes();
+  void *op = pos[cur].data_bytes(), *yp = values.data_bytes(), *yip = indices.data_bytes();
   long long k_ = k, kept = lines * k;
-  void* write_args[] = {&xp, &sp, &yp, &yip, &n_, &inner_, &k_, &kept};
+  void* write_args[] = {&xp, &op, &yp, &yip, &n_, &inner_, &k_, &kept};
   launch(ctx, d, device, "radix_write", grid_of(kept, device), write_args);
 }
 

@@ -146,22 +146,31 @@ Scalar identity(int reduce, DType d) {
   }
 }
 
+// The second half of the ordered scatter_add: the keys (out's element offsets, NO_KEY last)
+// sorted stably with their 1-based positions (radix.hpp), each run of equal keys added in
+// position order with one write (scatter.cuh scatter_runs; src read by idx's geometry).
+void sum_runs(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, const Tensor& keys, Scalar& a,
+              const std::string& op, const std::string& what) {
+  const int64_t n = keys.numel();
+  if (n >= (int64_t(1) << 31))
+    fail(cat("the deterministic CUDA scatter_add takes fewer than 2^31 positions, got ", n));
+  Tensor sorted = Tensor::empty({n}, DType::i64, out.device()), order = Tensor::empty({n}, DType::i64, out.device());
+  void *sp = sorted.data_bytes(), *pp = order.data_bytes();
+  radix_sort_lines(ctx, keys, 1, n, 1, n, false, sorted, order);
+  launch_scatter(ctx, false, {"scatter_runs", (n + kBlock - 1) / kBlock, 0}, out, d, idx, src, {a.of(out.dtype()), &sp, &pp},
+                 op, what);
+}
+
 // The ordered scatter_add (T.use_deterministic_algorithms): each position's target offset as a
-// key, the keys sorted stably with their 1-based positions (radix.hpp), each run of equal keys
-// added in position order with one write (scatter.cuh scatter_keys / scatter_runs).
+// key (scatter.cuh scatter_keys), then sum_runs.
 void ordered_scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, Scalar& a,
                          const std::string& op, const std::string& what) {
   const int64_t n = idx.numel();
   if (n == 0) return;
-  if (n >= (int64_t(1) << 31))
-    fail(cat("the deterministic CUDA scatter_add takes fewer than 2^31 positions, got ", n));
-  const Launch each{nullptr, (n + kBlock - 1) / kBlock, 0};
-  Tensor keys = Tensor::empty({n}, DType::i64, out.device()), sorted = Tensor::empty({n}, DType::i64, out.device()),
-         order = Tensor::empty({n}, DType::i64, out.device());
-  void *kp = keys.data_bytes(), *sp = sorted.data_bytes(), *pp = order.data_bytes();
-  launch_scatter(ctx, false, {"scatter_keys", each.grid, 0}, out, d, idx, src, {&kp}, op, what);
-  radix_sort_lines(ctx, keys, 1, n, 1, n, false, sorted, order);
-  launch_scatter(ctx, false, {"scatter_runs", each.grid, 0}, out, d, idx, src, {a.of(out.dtype()), &sp, &pp}, op, what);
+  Tensor keys = Tensor::empty({n}, DType::i64, out.device());
+  void* kp = keys.data_bytes();
+  launch_scatter(ctx, false, {"scatter_keys", (n + kBlock - 1) / kBlock, 0}, out, d, idx, src, {&kp}, op, what);
+  sum_runs(ctx, out, d, idx, src, keys, a, op, what);
 }
 
 }  // namespace
@@ -173,6 +182,12 @@ void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, cons
   Scalar a(alpha, static_cast<long long>(alpha));
   if (deterministic() && is_floating(out.dtype())) return ordered_scatter_add(ctx, out, d, idx, src, a, op, what);
   launch_scatter(ctx, false, add_launch(out, idx, src), out, d, idx, src, {a.of(out.dtype())}, op, what);
+}
+
+void add_at_offsets(Context& ctx, const Tensor& out, const Tensor& keys, const Tensor& src, const std::string& op) {
+  if (keys.numel() == 0) return;
+  Scalar one(1.0, 1);
+  sum_runs(ctx, out, 0, keys, src, keys, one, op, "");
 }
 
 void scatter_reduce(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, int reduce,

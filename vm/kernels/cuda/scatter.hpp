@@ -14,6 +14,11 @@ namespace cr::cuda {
 void scatter_add(Context& ctx, const Tensor& out, int d, const Tensor& idx, const Tensor& src, double alpha,
                  const std::string& op, const std::string& what);
 
+// out's elements at the offsets `keys` (int64 {n}, from out's first element; scatter.cuh's
+// NO_KEY: skipped) += src (1-D contiguous, n elements), each element's adds in position order and
+// written once: the ordered scatter_add's sum (T.use_deterministic_algorithms), for index_put.
+void add_at_offsets(Context& ctx, const Tensor& out, const Tensor& keys, const Tensor& src, const std::string& op);
+
 // scatter_reduce (vm/ops/scatter_reduce.cpp) into out, a copy of self (contiguous): each src
 // element at idx's positions combined into out[c with c[d] := idx(c) - 1] by `reduce` (kReduce*,
 // atomically: the order of a float sum varies as in PyTorch's CUDA kernel); without include_self

@@ -5,6 +5,7 @@
 #include "vm/cuda/checks.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/streams.hpp"
+#include "vm/deterministic.hpp"
 #include "vm/devices.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/scatter.hpp"
@@ -14,7 +15,7 @@ namespace cr::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr long long kTile = 16 * kBlock;  // elements a block compacts (16 rounds of a ballot)
+constexpr long long kTile = 16 * kBlock;  // elements a block compacts: select.cuh COMPACT_ROUNDS * kBlock
 
 // Laid out as select.cuh's Coords and IndexGeo.
 struct Coords {
@@ -129,6 +130,14 @@ void index_put(Context& ctx, const Tensor& self, const Tensor& idx, const Tensor
   IndexGeo g = index_geo(self, idx, values.numel());
   const std::shared_ptr<DeviceCheck> check = library_check(device, op, whats);
   void *sp = self.data_bytes(), *ip = idx.data_bytes(), *vp = values.data_bytes(), *cp = check->word;
+  if (accumulate && deterministic() && is_floating(self.dtype())) {  // (the ordered sum: the same bits every run)
+    Tensor keys = Tensor::empty({g.n}, DType::i64, self.device());
+    void* kp = keys.data_bytes();
+    void* args[] = {&ip, &g, &kp, &cp};
+    launch(ctx, device, self.dtype(), "index_put_keys", grid_of(g.n, device), args);
+    defer_check(check, current_stream(device));
+    return add_at_offsets(ctx, self, keys, Tensor::view_of(values, {g.n}, {1}, values.offset()), op);
+  }
   int acc = accumulate;
   void* args[] = {&sp, &ip, &vp, &g, &acc, &cp};
   launch(ctx, device, self.dtype(), "index_put", grid_of(g.n, device), args);

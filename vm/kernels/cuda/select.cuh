@@ -3,34 +3,37 @@
 // Selections whose size comes from the values - masked_select, nonzero - compact in two passes
 // over tiles of `tile` elements, a block per tile: count_* counts each tile's selected elements,
 // the host scans the counts (cumsum: inclusive offsets) and reads the total, and *_write places
-// each tile's elements from its offset in order (a warp ballot ranks the selected ones of a round
-// of blockDim elements, the warps' counts in shared memory place the warps). Tile bounds are
-// uniform across a block, so every thread reaches each __syncthreads / ballot.
+// each tile's elements from its offset in order (warp ballots rank the selected ones, the warps'
+// counts in shared memory place the warps). Tile bounds are uniform across a block, so every
+// thread reaches each __syncthreads / ballot.
 // index_gather / index_put: PyTorch's advanced indexing, a thread per element (grid-stride):
 // element e = p * nr + r of the selection is self[idx_1[p], ..., idx_k[p], rest r], the k
 // 1-based positions checked against their dims (site j: dim j), as the gathers do.
 
-// The rank of each selected element of the tiles' rounds: calls emit(i, slot) for every selected
-// i in lo..hi-1, slots base, base + 1, ... in order of i.
+// The rank of each selected element of a tile of COMPACT_ROUNDS * blockDim elements: calls
+// emit(i, slot) for every selected i in lo..hi-1, slots base, base + 1, ... in order of i. Each
+// warp ballots its contiguous share (COMPACT_ROUNDS rounds of 32), the ballots kept in
+// registers; one barrier places the warps.
+#define COMPACT_ROUNDS 16
 template <class Flag, class Emit>
 __device__ __forceinline__ void compact_tile(long long lo, long long hi, long long base, Flag flag, Emit emit) {
   __shared__ int warp_count[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (long long r = lo; r < hi; r += blockDim.x) {
-    const long long i = r + threadIdx.x;
-    const bool f = i < hi && flag(i);
-    const unsigned bits = __ballot_sync(0xffffffffu, f);
-    if (lane == 0) warp_count[warp] = __popc(bits);
-    __syncthreads();
-    int before = 0, total = 0;
-    for (int w = 0; w < warps; ++w) {
-      const int c = warp_count[w];
-      if (w < warp) before += c;
-      total += c;
-    }
-    if (f) emit(i, base + before + __popc(bits & ((1u << lane) - 1u)));
-    base += total;
-    __syncthreads();  // (every thread has read the counts before the next round writes them)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long first = lo + (long long)warp * 32 * COMPACT_ROUNDS + lane;
+  unsigned bits[COMPACT_ROUNDS];
+  int count = 0;
+  for (int r = 0; r < COMPACT_ROUNDS; ++r) {
+    const long long i = first + 32 * r;
+    bits[r] = __ballot_sync(0xffffffffu, i < hi && flag(i));
+    count += __popc(bits[r]);
+  }
+  if (lane == 0) warp_count[warp] = count;
+  __syncthreads();
+  for (int w = 0; w < warp; ++w) base += warp_count[w];
+  const unsigned below = (1u << lane) - 1u;
+  for (int r = 0; r < COMPACT_ROUNDS; ++r) {
+    if ((bits[r] >> lane) & 1u) emit(first + 32 * r, base + __popc(bits[r] & below));
+    base += __popc(bits[r]);
   }
 }
 
@@ -133,5 +136,15 @@ extern "C" __global__ void index_put(T* self, const long long* __restrict__ idx,
     if (off < 0) continue;
     if (accumulate) add_at(self + off, A(values[e]));
     else self[off] = values[e];
+  }
+}
+
+// index_put's accumulate under T.use_deterministic_algorithms (select.cpp): each selection
+// element's offset in self as a key (a bad position NO_KEY: skipped), for scatter.cuh's ordered sum.
+extern "C" __global__ void index_put_keys(const long long* __restrict__ idx, IndexGeo g, long long* __restrict__ keys,
+                                          int64_t* check) {
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < g.n; e += (long long)gridDim.x * blockDim.x) {
+    const long long off = index_offset(idx, g, e, check);
+    keys[e] = off >= 0 ? off : NO_KEY;
   }
 }

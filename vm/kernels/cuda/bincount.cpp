@@ -1,0 +1,98 @@
+#include "vm/kernels/cuda/bincount.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "vm/cuda/driver.hpp"
+#include "vm/cuda/memory.hpp"
+#include "vm/devices.hpp"
+#include "vm/kernels/cuda/library.hpp"
+#include "vm/kernels/cuda/prelude.hpp"
+#include "vm/kernels/cuda/sources.hpp"
+#include "vm/kernels/loop.hpp"
+
+namespace cr::cuda {
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int64_t kFewBins = 4096;      // bins of the first pass (16 KiB of counts, 32 KiB of double sums)
+constexpr size_t kBinBytes = 48 << 10;  // the shared memory every launch gets without an opt-in
+
+size_t bin_bytes(DType out) { return out == DType::f64 ? 8 : 4; }
+
+void launch(Context& ctx, DType x, DType out, int device, const char* fn, int64_t grid, void* const* args,
+            size_t shared) {
+  library_launch(ctx, device, cat("bincount_", dtype_name(x), "_", dtype_name(out)),
+                 [x, out] { return bincount_source(x, out); }, fn, grid, kBlock, args, shared);
+}
+
+// Blocks enough to fill the device, each with a few thousand values (its bins cleared and
+// flushed once).
+int64_t grid_of(int64_t n, int device) {
+  return std::clamp<int64_t>(n / (16 * kBlock), 1, int64_t(device_info(device).multiprocessors) * 8);
+}
+
+Tensor zeros(int64_t n, DType d, Device dev) {
+  Tensor t = Tensor::empty({n}, d, dev);
+  if (n > 0) fill_pattern(t.data_bytes(), size_t(n) * (d == DType::f32 ? 1 : 2), 4, 0u, dev.index);
+  return t;
+}
+
+// bincount_low over x: the range's bounds into *mn / *mx; with cap > 0 the values below cap
+// counted into low (cap bins, zeroed).
+void first_pass(Context& ctx, const Tensor& x, const Tensor& w, DType out, long long cap, const Tensor& low,
+                int64_t* mn, int64_t* mx) {
+  const int device = x.device().index;
+  long long n = x.numel();
+  const int64_t grid = grid_of(n, device);
+  Tensor range = Tensor::empty({2 * grid}, DType::i64, x.device());
+  void *xp = x.data_bytes(), *wp = w.defined() ? w.data_bytes() : nullptr, *lp = cap ? low.data_bytes() : nullptr;
+  void* rp = range.data_bytes();
+  void* args[] = {&xp, &wp, &n, &cap, &lp, &rp};
+  launch(ctx, x.dtype(), out, device, "bincount_low", grid, args, size_t(cap) * bin_bytes(out));
+  const Tensor host = host_copy(range);
+  const int64_t* r = host.data<int64_t>();
+  *mn = std::numeric_limits<int64_t>::max(), *mx = std::numeric_limits<int64_t>::min();
+  for (int64_t b = 0; b < grid; ++b) *mn = std::min(*mn, r[2 * b]), *mx = std::max(*mx, r[2 * b + 1]);
+}
+
+}  // namespace
+
+std::string bincount_source(DType x, DType out) {
+  const char* o = out == DType::i64 ? "long long" : cuda_type(out);
+  return cat(prelude(), "\ntypedef ", x == DType::i64 ? "long long" : "int", " I;\ntypedef ", o, " O;\ntypedef ",
+             out == DType::i64 ? "unsigned" : o, " B;\n", cuda_source("bincount.cuh"));
+}
+
+void value_range(Context& ctx, const Tensor& x, int64_t* mn, int64_t* mx) {
+  first_pass(ctx, x, Tensor(), DType::i64, 0, Tensor(), mn, mx);
+}
+
+BincountResult bincount(Context& ctx, const Tensor& x, const Tensor& weights, int64_t minlength, DType out) {
+  long long n = x.numel();
+  const long long cap = std::min<long long>(kFewBins, n);
+  if (n == 0) return {zeros(minlength, out, x.device()), 0};
+  const Tensor low = zeros(cap, out, x.device());
+  int64_t mn = 0, mx = 0;
+  first_pass(ctx, x, weights, out, cap, low, &mn, &mx);
+  if (mn < 0) return {Tensor(), mn};
+  const int64_t bins = std::max<int64_t>(minlength, mx + 1);
+  if (bins <= cap) {
+    Tensor r = Tensor::empty({bins}, out, x.device());
+    copy_into(r, Tensor::view_of(low, {bins}, {1}, 0));
+    return {r, mn};
+  }
+  Tensor r = zeros(bins, out, x.device());
+  copy_into(Tensor::view_of(r, {cap}, {1}, 0), low);
+  if (mx < cap) return {r, mn};
+  long long lo = cap, hi = mx + 1;
+  const size_t shared = size_t(hi - lo) * bin_bytes(out);
+  int in_shared = shared <= kBinBytes;
+  const int device = x.device().index;
+  void *xp = x.data_bytes(), *wp = weights.defined() ? weights.data_bytes() : nullptr, *rp = r.data_bytes();
+  void* args[] = {&xp, &wp, &n, &lo, &hi, &in_shared, &rp};
+  launch(ctx, x.dtype(), out, device, "bincount_high", grid_of(n, device), args, in_shared ? shared : 0);
+  return {r, mn};
+}
+
+}  // namespace cr::cuda

@@ -1,0 +1,26 @@
+// bincount on a CUDA device (bincount.cuh): the values' range and the counts of the small values
+// in one pass, the larger values (when any) in a second; the range read back is the one
+// synchronisation, as PyTorch's.
+#pragma once
+#include <string>
+
+#include "vm/registry.hpp"
+
+namespace cr::cuda {
+
+struct BincountResult {
+  Tensor out;       // undefined when min < 0 (the caller raises)
+  int64_t min = 0;  // the smallest value (0 for an empty x)
+};
+
+// The counts (weights undefined) or the weight sums (weights: contiguous, of dtype `out`) of the
+// values of x (1-D contiguous int32 / int64) into max(minlength, max + 1) bins of dtype `out`
+// (int64, float32 or float64). Float sums add by atomics: their order varies from run to run.
+BincountResult bincount(Context& ctx, const Tensor& x, const Tensor& weights, int64_t minlength, DType out);
+
+// The smallest and the largest value of x (as bincount's), read back; x not empty.
+void value_range(Context& ctx, const Tensor& x, int64_t* mn, int64_t* mx);
+
+std::string bincount_source(DType x, DType out);  // (tests compile it to CUBIN without a GPU)
+
+}  // namespace cr::cuda

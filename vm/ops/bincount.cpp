@@ -1,0 +1,163 @@
+// bincount(self[, weights[, minlength]]): how often each value 0..max of a 1-D int32 / int64
+// tensor occurs (data values, not positions), or the sums of the weights at them (float32 for
+// float32 weights, float64 otherwise; int64 zeros for an empty input, as PyTorch); max(minlength,
+// max + 1) bins. A counting kernel of its own:
+// one pass finds the range and counts the values below kFewBins, a second pass (only when larger
+// values occur) counts those; no temporaries of the input's size. On CUDA: vm/kernels/cuda/bincount.hpp.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "vm/deterministic.hpp"
+#include "vm/cuda/memory.hpp"
+#include "vm/kernels/cuda/bincount.hpp"
+#include "vm/kernels/cuda/scatter.hpp"
+#include "vm/ops/indexing.hpp"
+
+namespace cr {
+namespace {
+
+constexpr int64_t kFewBins = 4096;  // bins each piece keeps in the first pass (cache-resident)
+
+struct Bincount {
+  Tensor x, weights;  // x: contiguous int32 / int64; weights: contiguous, of the result's dtype
+  int64_t minlength = 0;
+  DType out = DType::i64;
+};
+
+Bincount prepare(const OpCall& c) {
+  Bincount b;
+  b.x = c.tensor(0);
+  if (b.x.dim() != 1 || (b.x.dtype() != DType::i64 && b.x.dtype() != DType::i32))
+    fail(cat("only supports 1-d non-negative integral inputs, got ", b.x.describe()));
+  b.x = contiguous(b.x);
+  b.minlength = c.integer_or(2, 0);
+  if (b.minlength < 0) fail(cat("minlength should be >= 0, got ", b.minlength));
+  if (!c.is_tensor(1)) return b;
+  const Tensor w = c.tensor(1);
+  check_device(b.x, w);
+  if (w.dim() != 1 || w.size(0) != b.x.size(0))
+    fail(cat("weights should be 1-d and have the same length as input (", b.x.size(0), "), got ", w.describe()));
+  if (b.x.numel() == 0) return b;  // (int64 zeros, as PyTorch's empty input whatever the weights)
+  b.out = w.dtype() == DType::f32 ? DType::f32 : DType::f64;
+  b.weights = contiguous(cast(w, b.out));
+  return b;
+}
+
+// The pieces of the line: their number follows its length, never the threads, so a float sum
+// is the same on any number of threads (each piece sums in order, the pieces add in order).
+int64_t pieces_of(int64_t n) { return std::clamp<int64_t>(n / kParallelGrain, 1, 16); }
+
+template <class I, class W> struct Counter {
+  const I* x;
+  const W* w;  // null: counting
+  int64_t n, pieces;
+  int64_t lo(int64_t p) const { return n * p / pieces; }
+  W at(int64_t i) const { return w ? w[i] : W(1); }
+};
+
+// The first pass: each piece's minimum and maximum, and its sums of the values in [0, cap).
+template <class I, class W>
+void count_low(const Counter<I, W>& k, int64_t cap, std::vector<W>& sums, int64_t* mn, int64_t* mx) {
+  std::vector<int64_t> lows(size_t(k.pieces)), highs(size_t(k.pieces));
+  parallel_for(k.pieces, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      W* s = sums.data() + p * cap;
+      I a = std::numeric_limits<I>::max(), b = std::numeric_limits<I>::min();
+      for (int64_t i = k.lo(p), e = k.lo(p + 1); i < e; ++i) {
+        const I v = k.x[i];
+        a = std::min(a, v);
+        b = std::max(b, v);
+        if (uint64_t(int64_t(v)) < uint64_t(cap)) s[v] += k.at(i);  // (negative values: huge unsigned)
+      }
+      lows[size_t(p)] = a, highs[size_t(p)] = b;
+    }
+  });
+  *mn = *std::min_element(lows.begin(), lows.end());
+  *mx = *std::max_element(highs.begin(), highs.end());
+}
+
+// The second pass, for the values in [cap, bins): per-piece sums when the bins are few beside
+// the line, else one serial pass straight into the result (in order).
+template <class I, class W> void count_high(const Counter<I, W>& k, int64_t cap, int64_t bins, W* out) {
+  const int64_t width = bins - cap;
+  if (k.pieces == 1 || width * 8 > k.n) {
+    for (int64_t i = 0; i < k.n; ++i)
+      if (k.x[i] >= cap) out[k.x[i]] += k.at(i);
+    return;
+  }
+  std::vector<W> sums(size_t(k.pieces * width), W(0));
+  parallel_for(k.pieces, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      W* s = sums.data() + p * width - cap;
+      for (int64_t i = k.lo(p), e = k.lo(p + 1); i < e; ++i)
+        if (k.x[i] >= cap) s[k.x[i]] += k.at(i);
+    }
+  });
+  parallel_for(width, kParallelGrain, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t p = 0; p < k.pieces; ++p) out[cap + b] += sums[size_t(p * width + b)];
+  });
+}
+
+void fail_negative() { fail("only supports 1-d non-negative integral inputs (got a negative value)"); }
+
+template <class I, class W> Tensor count_cpu(const Bincount& b) {
+  const int64_t n = b.x.numel();
+  Counter<I, W> k{b.x.data<I>(), b.weights.defined() ? b.weights.data<W>() : nullptr, n, pieces_of(n)};
+  const int64_t cap = std::min(kFewBins, n);
+  std::vector<W> sums(size_t(k.pieces * cap), W(0));
+  int64_t mn = 0, mx = -1;
+  if (n > 0) count_low(k, cap, sums, &mn, &mx);
+  if (mn < 0) fail_negative();
+  const int64_t bins = std::max(b.minlength, mx + 1);
+  Tensor out = Tensor::empty({bins}, b.out, b.x.device());
+  W* o = out.data<W>();
+  std::memset(static_cast<void*>(o), 0, size_t(bins) * sizeof(W));  // (zero bits: 0 in every dtype)
+  for (int64_t v = 0, e = std::min(cap, bins); v < e; ++v)
+    for (int64_t p = 0; p < k.pieces; ++p) o[v] += sums[size_t(p * cap + v)];
+  if (mx >= cap) count_high(k, cap, bins, o);
+  return out;
+}
+
+// On CUDA under T.use_deterministic_algorithms, weight sums go by the ordered scatter_add (the
+// values + 1 as its positions): the same bits every run.
+Tensor ordered_cuda(OpCall& c, const Bincount& b) {
+  int64_t mn = 0, mx = -1;
+  if (b.x.numel() > 0) cuda::value_range(c.ctx, b.x, &mn, &mx);
+  if (mn < 0) fail_negative();
+  const int64_t bins = std::max(b.minlength, mx + 1);
+  Tensor out = Tensor::empty({bins}, b.out, b.x.device());
+  if (bins > 0) cuda::fill_pattern(out.data_bytes(), size_t(bins) * (b.out == DType::f32 ? 1 : 2), 4, 0u, b.x.device().index);
+  const Tensor idx = call(c.ctx, "add", {tensor_arg(cast(b.x, DType::i64)), number_arg(1)});
+  cuda::scatter_add(c.ctx, out, 0, idx, b.weights, 1.0, c.def.name, cat("dim 1 of size ", bins));
+  return out;
+}
+
+void run_bincount(OpCall& c) {
+  const Bincount b = prepare(c);
+  if (!b.x.device().is_cpu()) {
+    if (deterministic() && b.weights.defined()) return c.outs.push_back(ordered_cuda(c, b));
+    cuda::BincountResult r = cuda::bincount(c.ctx, b.x, b.weights, b.minlength, b.out);
+    if (r.min < 0) fail_negative();
+    return c.outs.push_back(r.out);
+  }
+  const bool i32 = b.x.dtype() == DType::i32;
+  Tensor out;
+  switch (b.out) {
+    case DType::f32: out = i32 ? count_cpu<int32_t, float>(b) : count_cpu<int64_t, float>(b); break;
+    case DType::f64: out = i32 ? count_cpu<int32_t, double>(b) : count_cpu<int64_t, double>(b); break;
+    default: out = i32 ? count_cpu<int32_t, int64_t>(b) : count_cpu<int64_t, int64_t>(b); break;
+  }
+  c.outs.push_back(out);
+}
+
+}  // namespace
+
+void register_bincount(Registry& r) {
+  r.add(OpDef{"bincount", "self:T, weights:T?, minlength:I?", OpKind::Index, kDataSize | kDeviceAware, nullptr,
+              run_bincount});
+}
+
+}  // namespace cr

@@ -72,8 +72,9 @@ describe("CUDA attention for a few query rows (split-K)", function()
             expect.eq({ got.device, got.dtype, got.shape }, { "cuda:0", dt, { B, H, L, Ev } }, what)
             same(got, T.attention(q:to(dt):double(), k:to(dt):double(), v:to(dt):double(), 0.3, causal, rm), TOL[dt],
                  what .. " vs float64")
-            -- (the composition rounds the scores and p to dt: twice the tolerance)
-            same(got, compose(dq, dk, dv, 0.3, causal, dm), 2 * TOL[dt], what .. " vs the composition")
+            -- (the composition rounds the scores and p to dt: twice the tolerance; 16-bit scores of
+            -- 2048 keys at this scale move p by a few per cent: four times)
+            same(got, compose(dq, dk, dv, 0.3, causal, dm), (dt == "float32" and 2 or 4) * TOL[dt], what .. " vs the composition")
             -- the same bits again (the splits are merged in order)
             same(T.attention(dq, dk, dv, 0.3, causal, dm), got, 0, what .. " twice")
           end

@@ -7,7 +7,6 @@
 
 #include "vm/cuda/checks.hpp"
 #include "vm/cuda/driver.hpp"
-#include "vm/cuda/memory.hpp"
 #include "vm/cuda/module.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/hooks.hpp"
@@ -19,8 +18,7 @@
 namespace cr::cuda {
 namespace {
 
-constexpr int64_t kScanChunk = 16384;  // rows longer than this (and few) are scanned by tiles
-constexpr int64_t kScanItems = 16, kScanTile = 16 * 256;  // scan.cuh's SCAN_ITEMS, a tile of 256 threads
+constexpr int64_t kScanChunk = 16384;  // a chunk of a long row: 4 tiles of 4 x 1024
 
 struct Library {
   CUmodule mod = nullptr;
@@ -129,24 +127,24 @@ void cumsum(Context& ctx, const Tensor& out, const Tensor& x, int64_t outer, int
   const int device = out.device().index;
   void *xp = x.data_bytes(), *yp = out.data_bytes();
   long long len = n;
-  const int64_t tiles = (n + kScanTile - 1) / kScanTile;
-  if (inner == 1 && n > kScanChunk && outer < 2 * int64_t(device_info(device).multiprocessors) &&
-      outer * tiles < (int64_t(1) << 31)) {  // few long rows: one pass with decoupled look-back
-    Tensor state = Tensor::empty({1 + outer * tiles}, DType::i32, out.device());
-    Tensor sums = Tensor::empty({2 * outer * tiles}, is_floating(out.dtype()) ? DType::f64 : DType::i64, out.device());
-    fill_pattern(state.data_bytes(), size_t(state.numel()), 4, 0u, device);
-    void *sp = state.data_bytes(), *tp = sums.data_bytes();
-    long long per_row = tiles;
-    launch(function(ctx, device, "cumsum", "scan.cuh", out.dtype(), "cumsum_scan"), device, outer * tiles,
-           kScanTile / kScanItems, {&xp, &yp, &len, &per_row, &sp, &tp}, "cumsum_scan");
-    return;
-  }
-  if (inner == 1 && n > 32 && outer < (int64_t(1) << 31)) {  // a block per row
+  if (inner == 1 && n > 32) {
     int block = 32;
     while (block < 1024 && 4 * block < n) block *= 2;
-    launch(function(ctx, device, "cumsum", "scan.cuh", out.dtype(), "cumsum_rows"), device, outer, block, {&xp, &yp, &len},
-           "cumsum_rows");
-    return;
+    const int64_t sms = device_info(device).multiprocessors;
+    long long chunk = n > kScanChunk && outer < 2 * sms ? kScanChunk : n, chunks = (n + chunk - 1) / chunk;
+    if (outer * chunks < (int64_t(1) << 31)) {
+      Tensor totals;
+      void* tp = nullptr;
+      if (chunks > 1) {
+        totals = Tensor::empty({outer * chunks}, is_floating(out.dtype()) ? DType::f64 : DType::i64, out.device());
+        tp = totals.data_bytes();
+        launch(function(ctx, device, "cumsum", "scan.cuh", out.dtype(), "cumsum_totals"), device, outer * chunks, 1024,
+               {&xp, &tp, &len, &chunk, &chunks}, "cumsum_totals");
+      }
+      launch(function(ctx, device, "cumsum", "scan.cuh", out.dtype(), "cumsum_rows"), device, outer * chunks, block,
+             {&xp, &yp, &len, &chunk, &chunks, &tp}, "cumsum_rows");
+      return;
+    }
   }
   long long in = inner, positions = outer * inner;
   constexpr int kBlock = 256;

@@ -115,8 +115,9 @@ describe("deterministic algorithms", function()
         local first, again = results(dt), results(dt)
         for i = 1, 3 do
           expect.eq(bits(again[i]), bits(first[i]), dt .. " result " .. i .. " run to run")
-          -- (bfloat16: summed in float, rounded once)
-          expect.close(first[i]:float(), atomic[i], dt == "bfloat16" and 0.1 or 1e-4, dt == "bfloat16" and 1e-2 or 1e-3)
+          -- (bfloat16: summed in float, rounded once; its inputs rounded to 8 bits, 150 of them a
+          -- gradient row: about 0.03 from the float32 sums)
+          expect.close(first[i]:float(), atomic[i], dt == "bfloat16" and 0.1 or 1e-4, dt == "bfloat16" and 0.1 or 1e-3)
         end
       end)
     end

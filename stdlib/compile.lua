@@ -254,6 +254,16 @@ function M.compile(fn, opts)
   return call
 end
 
+-- Whether a tensor requiring grad is reachable from fn's upvalues (a model, an optimizer): its one
+-- call under T.explain captures training graphs, as a compiled function's calls after its first.
+local function upvalues_need_grad(fn)
+  for i = 1, math.huge do
+    local name, v = debug.getupvalue(fn, i)
+    if name == nil then return false end
+    if needs_grad(v) then return true end
+  end
+end
+
 -- T.explain(fn, ...): runs fn once under a fresh capture and reports its graphs and breaks.
 function M.explain(fn, ...)
   local dynamic = -1
@@ -262,7 +272,9 @@ function M.explain(fn, ...)
   if api.cap_active(ctx) ~= 0 then fail("explain: cannot run inside a compiled function") end
   local site = define_site(fn)
   local id = api.cap_function(ctx, site, 2 ^ 30, 0, 0, "eager", dynamic)
-  local ok, err = pcall(capture_call, id, "return of " .. site, train_mode(nil, ...), fn, ...)
+  local train = train_mode(nil, ...)
+  if train == 2 and upvalues_need_grad(fn) then train = 1 end
+  local ok, err = pcall(capture_call, id, "return of " .. site, train, fn, ...)
   if not ok then api.cap_drop(ctx, id); error(err, 0) end
   -- (training: backward_graph_count forward graphs get a backward graph of their own; those in
   -- grad_fallbacks are differentiated by eager autograd)

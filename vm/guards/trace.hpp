@@ -16,6 +16,7 @@
 namespace cr::graph {
 struct Joint;
 struct CudaReplay;
+struct StepBackward;
 }  // namespace cr::graph
 
 namespace cr::guards {
@@ -70,6 +71,8 @@ struct TraceNode {
   TraceNode* parent = nullptr;
   std::vector<std::unique_ptr<TraceNode>> children;
   std::vector<std::shared_ptr<Leaf>> ends;  // segments that end here
+  // backward() on value `vid` right after this event, traced into the segment (graph/step.cpp)
+  std::map<int32_t, std::shared_ptr<graph::StepBackward>> step_backwards;
 };
 
 enum class EndKind : uint8_t { Break, Return };

@@ -421,6 +421,7 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
     for (cr_tensor* t : needed)
       if (t->_gen == s.gen) note_escape(leaf, t->_vid, "returned or read");
     ++leaf.hits;
+    leaf.stepped = s.stepped;
     if (s.train && !s.stepped) check_training(leaf);
     if (!s.pending) {  // recorded: everything already ran eagerly
       // (at a return Lua collected garbage first when ops were recorded: hand_back, stdlib/compile.lua)

@@ -107,6 +107,7 @@ struct Leaf {
   std::string recompile_reason;              // why the compiled graph must be rebuilt
   // a training segment (graph/joint.hpp): its gradient plan and backward graphs
   std::shared_ptr<graph::Joint> joint;
+  bool stepped = false;  // a backward() was traced into it (graph/step.cpp): it sets .grad
   // reduce-overhead: `compiled` with only the returned values (`plan_rets`) as outputs - a
   // replay runs no Lua, so no other value can be used after it.
   std::shared_ptr<graph::Graph> plan_graph;

@@ -17,6 +17,7 @@ struct StepBackward {
   std::string declined;        // why backward() stays a graph break ("": it is traced)
   Traced t;                    // its graph: root gradient in, the forward values it reads
   std::vector<int32_t> leaves;  // the inputs differentiated (forward value ids), as t.grad_out
+  std::vector<int32_t> plain;   // the loss's other inputs (requiring no grad when traced)
   std::vector<char> own;       // per leaf: .grad may take the gradient itself (else a clone)
 };
 
@@ -42,7 +43,7 @@ bool owned(const Graph& g, const std::vector<int32_t>& outs, int32_t v) {
 // "" or why it cannot be differentiated as a graph (an ancestor made under T.no_grad from a
 // tensor requiring grad, which eager autograd would not differentiate through; a random op).
 std::string ancestors(Graph& g, const std::vector<char>& grad_on, const std::vector<char>& wants, int32_t root,
-                      std::vector<int32_t>& leaves) {
+                      StepBackward& b) {
   std::vector<char> needs = wants, live(g.values.size()), kept(g.nodes.size());
   std::vector<size_t> ordinal(g.nodes.size());
   for (size_t i = 0, k = 0; i < g.nodes.size(); ++i) {
@@ -68,10 +69,34 @@ std::string ancestors(Graph& g, const std::vector<char>& grad_on, const std::vec
     if (n.random()) return cat("the loss depends on random op ", n.def().name, " (", n.where, ")");
   }
   for (int32_t v : g.inputs)
-    if (live[size_t(v)] && wants[size_t(v)]) leaves.push_back(v);
+    if (live[size_t(v)]) (wants[size_t(v)] ? b.leaves : b.plain).push_back(v);
   g.outputs = {root};
   eliminate_dead_code(g, false);
-  return leaves.empty() ? "the loss does not require grad" : "";
+  return b.leaves.empty() ? "the loss does not require grad" : "";
+}
+
+// What the trace assumed and the trace tree does not guard: the leaves are leaves without hooks
+// (and the other inputs still require no grad: an input first met under T.no_grad is not
+// guarded so), the forward values it reads are the segment's, no value of it has a hook.
+std::string per_call(const Segment& s, const StepBackward& b) {
+  for (int32_t v : b.plain)
+    if (autograd::requires_grad(s.vals[size_t(v)].get())) return "an input requires grad now";
+  for (int32_t v : b.leaves) {
+    const autograd::AutogradMeta* m = autograd::meta_of(s.vals[size_t(v)].get());
+    if (!m || m->grad_fn) return "the loss depends on a tensor computed before the graph (a non-leaf)";
+    if (!m->requires_grad) return "an input requires no grad now";
+    if (!m->hooks.empty() || !m->post_hooks.empty()) return "a parameter has a hook";
+    if (m->grad.defined() && m->grad.is_lazy() && m->grad.get()->_gen != s.gen)
+      return "a .grad is a value of an earlier graph";
+  }
+  for (const auto& [v, f] : b.t.reads)
+    if (s.vals[size_t(f)].get()->_vid != f) return "a value the backward reads was written in place";
+  for (size_t v = 0; v < s.vals.size(); ++v) {
+    const cr_tensor* p = s.vals[v].get();
+    const autograd::AutogradMeta* m = p ? autograd::meta_of(p) : nullptr;
+    if (m && !s.is_input[v] && (!m->hooks.empty() || m->retains_grad)) return "a tensor hook or retain_grad";
+  }
+  return "";
 }
 
 }  // namespace
@@ -90,7 +115,7 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
     inputs[size_t(v)] = s.vals[size_t(v)];
     wants[size_t(v)] = autograd::requires_grad(s.vals[size_t(v)].get());
   }
-  b->declined = ancestors(*g, s.op_grad, wants, root, b->leaves);
+  b->declined = ancestors(*g, s.op_grad, wants, root, *b);
   if (!b->declined.empty()) return b;
   std::vector<char> needs(g->values.size());
   for (int32_t v : b->leaves) needs[size_t(v)] = 1;
@@ -167,26 +192,6 @@ void Recorder::run_step(const StepBackward& b, cr_tensor* root, const std::strin
       call(autograd::op_id("add_"), a, 2);
     }
   }
-}
-
-// What the trace assumed and the cache cannot hold: the leaves are leaves without hooks, the
-// forward values it reads are still the segment's, and no value of the segment has a hook.
-static std::string per_call(const Segment& s, const StepBackward& b) {
-  for (int32_t v : b.leaves) {
-    const autograd::AutogradMeta* m = autograd::meta_of(s.vals[size_t(v)].get());
-    if (!m || m->grad_fn) return "the loss depends on a tensor computed before the graph (a non-leaf)";
-    if (!m->hooks.empty() || !m->post_hooks.empty()) return "a parameter has a hook";
-    if (m->grad.defined() && m->grad.is_lazy() && m->grad.get()->_gen != s.gen)
-      return "a .grad is a value of an earlier graph";
-  }
-  for (const auto& [v, f] : b.t.reads)
-    if (s.vals[size_t(f)].get()->_vid != f) return "a value the backward reads was written in place";
-  for (size_t v = 0; v < s.vals.size(); ++v) {
-    const cr_tensor* p = s.vals[v].get();
-    const autograd::AutogradMeta* m = p ? autograd::meta_of(p) : nullptr;
-    if (m && !s.is_input[v] && (!m->hooks.empty() || m->retains_grad)) return "a tensor hook or retain_grad";
-  }
-  return "";
 }
 
 std::string Recorder::capture_backward(cr_tensor* root, const std::string& where) {

@@ -130,7 +130,8 @@ describe("a whole compiled training step", function()
   end)
 
   it("is one graph for the small GPT, and exact", function()
-    package.path = "examples/?.lua;" .. package.path
+    local root = debug.getinfo(1, "S").source:sub(2):match("^(.*)/tests/lua/") or "."
+    package.path = root .. "/examples/?.lua;" .. package.path
     local G = require "models.gpt2"
     local V, L = 20, 8
     local function run(opts)

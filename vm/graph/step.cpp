@@ -196,7 +196,9 @@ void Recorder::run_step(const StepBackward& b, cr_tensor* root, const std::strin
 
 std::string Recorder::capture_backward(cr_tensor* root, const std::string& where) {
   Segment& s = *seg_;
-  if (!s.train || s.passthrough) return "not a training capture";
+  // (a function's first call does not know yet that it trains: its ops that take a tensor
+  // requiring grad ran eagerly with eager autograd, and the function trains from then on)
+  if (!(s.train || ctx_.capture_wants_training) || s.passthrough) return "not a training capture";
   if (!autograd::grad_enabled) return "grad mode is off";
   if (root->_gen != s.gen || s.ops == 0 || s.is_input.at(size_t(root->_vid)) || s.vals[size_t(root->_vid)].get() != root)
     return "the loss is not a value of the graph being captured";

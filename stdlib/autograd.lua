@@ -153,21 +153,41 @@ local function tensor_list(v, what, op, allow_nil)
   return v, n
 end
 
--- Inside a compiled function, backward ends the segment before it (a graph break: the segment's
--- values get their CompiledFunctionBackward node) and the engine runs eagerly over those nodes,
--- running their backward graphs (vm/lua/autograd_api.cpp); the ops after it start a new segment.
-local function captured_backward(op, roots, n, grads, inputs, ninputs)
-  for i = 1, n do
-    core.need(roots[i], op .. "()")
-    if grads and grads[i] ~= nil then core.need(grads[i], op .. "()") end
+-- Inside a compiled function, backward() on a one-element loss of the graph being captured is
+-- traced into that graph (vm/graph/step.cpp): true. Otherwise it ends the segment before it (a
+-- graph break, its reason in T.explain: the segment's values get their CompiledFunctionBackward
+-- node) and the engine runs eagerly over those nodes (vm/lua/autograd_api.cpp).
+local why_box = ffi.new("const char*[1]")
+local function captured_backward(op, roots, n, grads, inputs, ninputs, flags)
+  local reason = op .. "()"
+  if op ~= "autograd.grad" then
+    local why
+    if n ~= 1 or (grads and grads[1] ~= nil) then why = "an explicit gradient or several roots"
+    elseif ninputs > 0 then why = "inputs ="
+    elseif flags ~= 0 then why = "retain_graph / create_graph"
+    else
+      local rc = ag.capture_backward(ctx, ptr(roots[1]), core.where(), why_box)
+      if rc < 0 then core.raise(rc) end
+      if rc == 1 then return true end
+      why = ffi.string(why_box[0])
+    end
+    reason = reason .. ": " .. why
   end
-  for j = 1, ninputs do core.need(inputs[j], op .. "()") end
+  for i = 1, n do
+    core.need(roots[i], reason)
+    if grads and grads[i] ~= nil then core.need(grads[i], reason) end
+  end
+  for j = 1, ninputs do core.need(inputs[j], reason) end
 end
 
 -- (not compiled: the engine calls hooks back into Lua, which LuaJIT allows only from interpreted
 -- FFI calls)
 local function run(op, roots, n, grads, inputs, ninputs, flags)
-  if ctx.capturing ~= 0 then captured_backward(op, roots, n, grads, inputs, ninputs) end
+  if ctx.capturing ~= 0 and captured_backward(op, roots, n, grads, inputs, ninputs, flags) then
+    pass = pass + 1
+    if ctx.service ~= 0 then core.service() end
+    return
+  end
   local R, G = ffi.new("cr_tensor*[?]", n), ffi.new("cr_tensor*[?]", n)
   local I, O = ffi.new("cr_tensor*[?]", ninputs + 1), ffi.new("cr_tensor*[?]", ninputs + 1)
   for i = 1, n do

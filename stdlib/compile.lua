@@ -254,6 +254,24 @@ function M.compile(fn, opts)
   return call
 end
 
+-- Whether a tensor requiring grad is reachable from fn's upvalues (a model, an optimizer, also
+-- through the functions among them): its one call under T.explain captures training graphs, as
+-- a compiled function's calls after its first do.
+local function upvalues_need_grad(fn, seen)
+  if seen[fn] then return false end
+  seen[fn] = true
+  for i = 1, math.huge do
+    local name, v = debug.getupvalue(fn, i)
+    if name == nil then return false end
+    if type(v) == "function" then
+      if upvalues_need_grad(v, seen) then return true end
+    else
+      local ok, yes = pcall(needs_grad, v)  -- (a class table's parameters method raises: not a model)
+      if ok and yes then return true end
+    end
+  end
+end
+
 -- T.explain(fn, ...): runs fn once under a fresh capture and reports its graphs and breaks.
 function M.explain(fn, ...)
   local dynamic = -1
@@ -262,7 +280,9 @@ function M.explain(fn, ...)
   if api.cap_active(ctx) ~= 0 then fail("explain: cannot run inside a compiled function") end
   local site = define_site(fn)
   local id = api.cap_function(ctx, site, 2 ^ 30, 0, 0, "eager", dynamic)
-  local ok, err = pcall(capture_call, id, "return of " .. site, train_mode(nil, ...), fn, ...)
+  local train = train_mode(nil, ...)
+  if train == 2 and upvalues_need_grad(fn, {}) then train = 1 end
+  local ok, err = pcall(capture_call, id, "return of " .. site, train, fn, ...)
   if not ok then api.cap_drop(ctx, id); error(err, 0) end
   -- (training: backward_graph_count forward graphs get a backward graph of their own; those in
   -- grad_fallbacks are differentiated by eager autograd)

@@ -191,6 +191,7 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
     s.pending = true;
     ++s.ops;
     s.op_ids.push_back(op);
+  s.op_grad.push_back(autograd::grad_enabled);
     return true;
   }
   return false;
@@ -253,6 +254,7 @@ void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new
   if (s.dynamic && has_wildcard_args(def, args, nargs)) s.event_args.emplace_back(s.ops, s.pos->node.args);
   ++s.ops;
   s.op_ids.push_back(op);
+  s.op_grad.push_back(autograd::grad_enabled);
   ctx_.ffi.service |= CR_SERVICE_WHERE;  // ask Lua for the position of this op (cap_where)
 }
 
@@ -284,7 +286,7 @@ void Recorder::run_pending() {
   auto g = guards::build_graph(prefix);
   take_event_args(*g, s);
   std::shared_ptr<Joint> joint;
-  if (s.train) {  // (a prefix of a recorded path: the guards make it as differentiable as that path)
+  if (s.train && !s.stepped) {  // (a prefix of a recorded path: the guards make it as differentiable as that path)
     std::vector<char> needs_grad(g->values.size());
     for (int32_t v : g->inputs) needs_grad[size_t(v)] = autograd::requires_grad(s.vals[size_t(v)].get());
     GradPlan plan = plan_gradients(*g, needs_grad, s.grad_ops, s.no_grad_ops);
@@ -419,7 +421,8 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
     for (cr_tensor* t : needed)
       if (t->_gen == s.gen) note_escape(leaf, t->_vid, "returned or read");
     ++leaf.hits;
-    if (s.train) check_training(leaf);
+    leaf.stepped = s.stepped;
+    if (s.train && !s.stepped) check_training(leaf);
     if (!s.pending) {  // recorded: everything already ran eagerly
       // (at a return Lua collected garbage first when ops were recorded: hand_back, stdlib/compile.lua)
       const bool collected = kind == EndKind::Return && ctx_.ffi.collect;

@@ -48,6 +48,7 @@ struct ExecRecord;
 struct Joint;
 struct JointOptions;
 struct GradPlan;
+struct StepBackward;
 
 class Recorder {
  public:
@@ -78,6 +79,10 @@ class Recorder {
     }
   };
   bool paused() const { return paused_; }
+  // backward() from `root` (one-element, no options) inside a capture (step.cpp): traced into the
+  // segment being captured - gradients and their accumulation into .grad as graph values - when
+  // root is a value of it; else returns why not ("": traced), and backward() is a graph break.
+  std::string capture_backward(cr_tensor* root, const std::string& where);
   // One op call inside the capture: `outs` gets the tensors to hand to Lua.
   void call(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
   // Lua needs the value of `t` (a lazy tensor of the current segment): a graph break.
@@ -153,6 +158,8 @@ class Recorder {
   void attach_node(const std::shared_ptr<Joint>& joint, const Graph& ran, std::vector<Tensor>& vals,
                    const std::vector<cr_tensor*>& needed);
   void execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers);
+  std::shared_ptr<StepBackward> trace_step(int32_t root);  // step.cpp
+  void run_step(const StepBackward& b, cr_tensor* root, const std::string& where);
   // reduce-overhead on CUDA (cudagraph.cpp): false when the call is left to the host replay
   bool replay_on_graph(guards::Plan& p, std::vector<Tensor>& vals, std::vector<Tensor>& rets);
   void record_on_graph(guards::Plan& p, std::vector<Tensor>& vals);

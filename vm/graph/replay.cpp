@@ -46,6 +46,7 @@ int Recorder::plan(int32_t id, cr_tensor* const* cands, int n, int nargs) {
     fail(cat("the call has ", report.size() - 1, " graph break(s)"));
   auto leaf = f.last_leaf;
   if (!leaf) fail("the call recorded no tensor op");
+  if (leaf->stepped) fail("its graph holds a backward(), whose .grad updates Lua's side of the call makes");
   if (!leaf->compiled || !leaf->recompile_reason.empty()) return 0;
   auto p = std::make_unique<guards::Plan>();
   p->leaf = leaf;

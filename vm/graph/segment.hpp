@@ -16,6 +16,9 @@ struct Segment {
   bool pending = false;              // replayed events that have not run yet
   int ops = 0;
   std::vector<int32_t> op_ids;       // the ops counted in `ops`, in call order (T.explain's lists)
+  std::vector<char> op_grad;         // by op ordinal: grad mode was on (step.cpp)
+  // a backward() was traced into the segment (step.cpp): it is no training segment any more
+  bool stepped = false;
   bool train = false;                // a training capture's segment (joint.hpp)
   int grad_ops = 0, no_grad_ops = 0;  // training: op calls made with grad mode on / off
   int32_t next_vid = 0;
@@ -68,6 +71,8 @@ struct Segment {
     numbers.clear();
     ops = grad_ops = no_grad_ops = 0;
     op_ids.clear();
+    op_grad.clear();
+    stepped = false;
     next_vid = 0;
     vals.clear();
     alias.clear();

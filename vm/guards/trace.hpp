@@ -16,6 +16,7 @@
 namespace cr::graph {
 struct Joint;
 struct CudaReplay;
+struct StepBackward;
 }  // namespace cr::graph
 
 namespace cr::guards {
@@ -70,6 +71,8 @@ struct TraceNode {
   TraceNode* parent = nullptr;
   std::vector<std::unique_ptr<TraceNode>> children;
   std::vector<std::shared_ptr<Leaf>> ends;  // segments that end here
+  // backward() on value `vid` right after this event, traced into the segment (graph/step.cpp)
+  std::map<int32_t, std::shared_ptr<graph::StepBackward>> step_backwards;
 };
 
 enum class EndKind : uint8_t { Break, Return };
@@ -104,6 +107,7 @@ struct Leaf {
   std::string recompile_reason;              // why the compiled graph must be rebuilt
   // a training segment (graph/joint.hpp): its gradient plan and backward graphs
   std::shared_ptr<graph::Joint> joint;
+  bool stepped = false;  // a backward() was traced into it (graph/step.cpp): it sets .grad
   // reduce-overhead: `compiled` with only the returned values (`plan_rets`) as outputs - a
   // replay runs no Lua, so no other value can be used after it.
   std::shared_ptr<graph::Graph> plan_graph;

@@ -191,6 +191,17 @@ int32_t ag_backward(cr_ctx* c, cr_tensor** roots, cr_tensor** grads, int32_t n, 
   });
 }
 
+int32_t ag_capture_backward(cr_ctx* c, cr_tensor* root, const char* where, const char** why) {
+  static thread_local std::string reason;
+  return guarded(c, [&] {
+    Context& ctx = Context::of(c);
+    reason = !c->capturing || !ctx.recorder || !ctx.recorder->active() ? "no capture"
+                                                                       : ctx.recorder->capture_backward(root, where);
+    *why = reason.c_str();
+    return reason.empty() ? 1 : 0;
+  });
+}
+
 void ag_where(cr_ctx* c, const char* where) {
   c->service &= ~CR_SERVICE_GRAD_WHERE;
   set_where(where);
@@ -209,7 +220,7 @@ const cr_autograd_api* api_table() {
   static const cr_autograd_api api = {ag_mode,     ag_query,       ag_set_requires_grad, ag_get_grad,
                                       ag_set_grad, ag_grad_fn,     ag_retain_grad,
                                       ag_add_hook, ag_dead_hooks,  ag_set_hook_caller,   ag_backward,
-                                      ag_where,    ag_status,      ag_add_post_hook};
+                                      ag_where,    ag_status,      ag_add_post_hook,     ag_capture_backward};
   return &api;
 }
 

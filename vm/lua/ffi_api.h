@@ -46,6 +46,9 @@ typedef struct cr_autograd_api {
   /* a hook called (by the hook caller, with the leaf itself) after backward accumulated into the
      leaf's .grad */
   int32_t (*add_post_hook)(cr_ctx* ctx, cr_tensor* t, int32_t id);
+  /* backward() from root inside a capture, traced into the graph being captured: 1, or 0 with
+     *why saying why not (backward() is then a graph break); -1 on an error */
+  int32_t (*capture_backward)(cr_ctx* ctx, cr_tensor* root, const char* where, const char** why);
 } cr_autograd_api;
 
 /* T.distributed (vm/lua/dist_api.cpp, stdlib/distributed.lua): the process's NCCL communicator,

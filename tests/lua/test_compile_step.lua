@@ -1,0 +1,194 @@
+-- A whole training step compiled as one graph (issue 35, vm/graph/step.cpp): backward() on a loss
+-- of the graph being captured is traced into it - gradients, their accumulation into .grad and
+-- the optimizer's update in one graph, no break - and gives eager's gradients, parameters and
+-- optimizer state; hooks, retain_graph and losses from an earlier graph keep the graph break.
+local T = require "crescent"
+local S = expect
+local nn, optim = T.nn, T.optim
+
+local function stat(k) return T.compiler.stats()[k] end
+local function randn(seed, ...) T.manual_seed(seed); return T.randn(...) end
+local function batch(i) return randn(700 + i, 8, 6), T.randint(0, 3, { 8 }) + 1 end
+
+local OPTIMIZERS = {
+  AdamW = function(p) return optim.AdamW(p, { lr = 0.01, weight_decay = 0.1 }) end,
+  ["SGD with momentum"] = function(p) return optim.SGD(p, { lr = 0.1, momentum = 0.9, weight_decay = 0.01 }) end,
+}
+
+local function mlp()
+  T.manual_seed(3)
+  return nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))
+end
+
+local function usual(m, opt, x, y)
+  opt:zero_grad()
+  local loss = T.F.cross_entropy(m:forward(x), y)
+  loss:backward()
+  opt:step()
+  return loss
+end
+
+-- Runs `steps` steps of body(m, opt, x, y) eagerly or compiled (`opts`); `after(m, i)` runs after
+-- each. Returns the losses, the model and the optimizer.
+local function train(body, make_opt, opts, steps, after)
+  local m = mlp()
+  local opt = make_opt(m:parameters())
+  local step = function(x, y) return body(m, opt, x, y) end
+  if opts then step = T.compile(step, opts) end
+  local losses = {}
+  for i = 1, steps do
+    losses[i] = step(batch(i)):item()
+    if after then after(m, i) end
+  end
+  return losses, m, opt
+end
+
+-- The compiled run's losses, parameters, gradients and optimizer state equal the eager run's.
+local function same(body, make_opt, opts, steps)
+  T.compiler.reset()
+  local want, wm, wo = train(body, make_opt, nil, steps or 5)
+  local got, gm, go = train(body, make_opt, opts or {}, steps or 5)
+  for i = 1, #want do S.truthy(math.abs(got[i] - want[i]) <= 1e-5 * math.max(1, math.abs(want[i])), "loss " .. i) end
+  local wp, gp = wm:parameters(), gm:parameters()
+  for i = 1, #wp do
+    S.close(gp[i], wp[i], 1e-5, 1e-6)
+    S.close(gp[i].grad, wp[i].grad, 1e-5, 1e-6)
+    for k, v in pairs(wo.state[wp[i]]) do
+      if T.is_tensor(v) then S.close(go.state[gp[i]][k], v, 1e-5, 1e-6) else S.eq(go.state[gp[i]][k], v, k) end
+    end
+  end
+end
+
+local function one_graph(body, make_opt)
+  local m = mlp()
+  local opt = make_opt(m:parameters())
+  local e = T.explain(function(x, y) return body(m, opt, x, y) end, batch(1))
+  S.eq(e.graph_break_count, 0, "graph breaks: " .. tostring(e))
+  S.eq(e.graph_count, 1, "graphs")
+  S.eq(e.backward_graph_count, 0, "separate backward graphs")
+  return e
+end
+
+describe("a whole compiled training step", function()
+  for name, make in pairs(OPTIMIZERS) do
+    it("is one graph with " .. name .. " (T.explain, T.compiler.stats)", function()
+      local e = one_graph(usual, make)
+      local ops = table.concat(e.graph_ops[1], " ")
+      S.truthy(ops:find("linear") and ops:find("matmul") and ops:find("add_"), "forward, backward and update: " .. ops)
+      T.compiler.reset()
+      train(usual, make, {}, 6)
+      S.eq(stat("backward_graphs_compiled"), 0, "separate backward graphs")
+      S.eq(stat("grad_fallbacks"), 0, "grad fallbacks")
+      -- (AdamW's bias corrections vary from its third call: one recompile, then compiled)
+      S.eq(stat("graph_breaks"), 0, "graph breaks")
+      S.need_native_cpu()  -- (the count below is of native compiles)
+      S.eq(stat("graphs_compiled"), 1, "graphs compiled")
+    end)
+
+    it("gives eager's parameters, gradients and state after 5 steps with " .. name, function()
+      same(usual, make)
+    end)
+  end
+
+  it("leaves the gradients for Lua to read after the step", function()
+    local seen = {}
+    local function run(opts)
+      T.compiler.reset()
+      local norms = {}
+      train(usual, OPTIMIZERS.AdamW, opts, 5, function(m, i) norms[i] = m:parameters()[3].grad:clone() end)
+      seen[#seen + 1] = norms
+    end
+    run(nil)
+    run({})
+    for i = 1, 5 do S.close(seen[2][i], seen[1][i], 1e-5, 1e-6) end
+  end)
+
+  it("accumulates two backward() calls before one update, in one graph", function()
+    local function twice(m, opt, x, y)
+      opt:zero_grad()
+      T.F.cross_entropy(m:forward(x), y):backward()
+      local loss = T.F.cross_entropy(m:forward(x * 2), y)
+      loss:backward()
+      opt:step()
+      return loss
+    end
+    one_graph(twice, OPTIMIZERS.AdamW)
+    same(twice, OPTIMIZERS.AdamW)
+  end)
+
+  it("zeroes the gradients in place with zero_grad(false), in one graph", function()
+    local function keep(m, opt, x, y)
+      opt:zero_grad(false)
+      local loss = T.F.cross_entropy(m:forward(x), y)
+      loss:backward()
+      opt:step()
+      return loss
+    end
+    one_graph(keep, OPTIMIZERS["SGD with momentum"])
+    same(keep, OPTIMIZERS["SGD with momentum"])
+  end)
+
+  it("is one graph for the small GPT, and exact", function()
+    local root = debug.getinfo(1, "S").source:sub(2):match("^(.*)/tests/lua/") or "."
+    package.path = root .. "/examples/?.lua;" .. package.path
+    local G = require "models.gpt2"
+    local V, L = 20, 8
+    local function run(opts)
+      T.manual_seed(0)
+      local m = G.new({ vocab = V, n_ctx = L, d = 16, n_head = 2, n_layer = 2 })
+      local opt = optim.AdamW(m:parameters(), { lr = 1e-2, weight_decay = 0.1 })
+      local ids, targets = T.randint(0, V, { 2, L }), T.randint(1, V + 1, { 2 * L })
+      local function step()
+        opt:zero_grad()
+        local loss = T.F.cross_entropy(m(ids):view(-1, V), targets)
+        loss:backward()
+        opt:step()
+        return loss
+      end
+      if opts == "explain" then return T.explain(step) end
+      local f = opts and T.compile(step, opts) or step
+      for _ = 1, 5 do f() end
+      return m:parameters()
+    end
+    local e = run("explain")
+    S.eq(e.graph_count, 1, "graphs")
+    S.eq(e.graph_break_count, 0, "graph breaks")
+    T.compiler.reset()
+    local want = run(nil)
+    -- (the graph run on the eager kernels: the native code is the code generators' concern)
+    local got = run({ backend = "eager" })
+    for i = 1, #want do S.close(got[i], want[i], 1e-4, 1e-4) end
+    S.eq(stat("graph_breaks"), 0, "graph breaks")
+  end)
+
+  it("keeps the graph break, with its reason, for a hook, retain_graph or a loss of an earlier graph", function()
+    local m = mlp()
+    local opt = OPTIMIZERS.AdamW(m:parameters())
+    local x, y = batch(1)
+    local function reason(body)
+      local e = T.explain(function() return body() end)
+      S.eq(e.graph_break_count, 1, "graph breaks")
+      return e.break_reasons[1].reason
+    end
+    S.truthy(reason(function()
+      local loss = T.F.cross_entropy(m:forward(x), y)
+      loss:backward({ retain_graph = true })
+      return loss
+    end):find("backward%(%): retain_graph"), "retain_graph")
+    local h = m:parameters()[1]:register_hook(function(g) return g end)
+    S.truthy(reason(function()
+      local loss = T.F.cross_entropy(m:forward(x), y)
+      loss:backward()
+      return loss
+    end):find("backward%(%): a parameter has a hook"), "hook: " .. tostring(reason))
+    h:remove()
+    local e = T.explain(function()
+      local loss = T.F.cross_entropy(m:forward(x), y)
+      local v = loss:item()  -- (a break: the loss is a value of the graph before it)
+      loss:backward()
+      return v
+    end)
+    S.eq(e.graph_break_count, 2, "graph breaks")
+    S.truthy(e.break_reasons[2].reason:find("not a value of the graph being captured"), e.break_reasons[2].reason)
+  end)
+end)

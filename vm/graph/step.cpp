@@ -1,0 +1,223 @@
+// A whole compiled step (issue 35): backward() inside a capture, on a loss that is a value of the
+// segment being captured, is no graph break. The segment so far (the loss's ancestors) is
+// differentiated once per trace-tree position by the joint trace (joint_trace.hpp) and the
+// traced backward's op calls are made through the recorder, as Lua's are: the gradients are
+// values of the same graph, and so is their accumulation into the leaves' .grad (the leaf takes
+// the gradient, or an add_ into the .grad it has), which the optimizer then reads.
+#include "vm/autograd/call.hpp"
+#include "vm/autograd/meta.hpp"
+#include "vm/graph/joint.hpp"
+#include "vm/graph/joint_trace.hpp"
+#include "vm/graph/segment.hpp"
+
+namespace cr::graph {
+
+// The traced backward of one segment prefix from one loss, cached on the prefix's last event.
+struct StepBackward {
+  std::string declined;        // why backward() stays a graph break ("": it is traced)
+  Traced t;                    // its graph: root gradient in, the forward values it reads
+  std::vector<int32_t> leaves;  // the inputs differentiated (forward value ids), as t.grad_out
+  std::vector<int32_t> plain;   // the loss's other inputs (requiring no grad when traced)
+  std::vector<char> own;       // per leaf: .grad may take the gradient itself (else a clone)
+};
+
+namespace {
+
+template <class F> void for_tensor_args(const Node& n, F&& f) {
+  for (const Arg& a : n.args) {
+    if (a.tag == kTensor) f(a.value);
+    for (int32_t v : a.values) f(v);
+  }
+}
+
+// A gradient the engine would store in an empty .grad as it is (autograd::accumulate_into): a
+// fresh contiguous result no other leaf receives.
+bool owned(const Graph& g, const std::vector<int32_t>& outs, int32_t v) {
+  const Value& x = g.values[size_t(v)];
+  if (x.node < 0 || g.nodes[size_t(x.node)].kind != NodeKind::Op || x.views >= 0) return false;
+  if (x.meta.strides != contiguous_strides(concrete(x.meta.sizes))) return false;
+  return std::count(outs.begin(), outs.end(), v) == 1;
+}
+
+// Prunes the prefix graph to the loss's ancestors and finds the inputs whose gradients it needs;
+// "" or why it cannot be differentiated as a graph (an ancestor made under T.no_grad from a
+// tensor requiring grad, which eager autograd would not differentiate through; a random op).
+std::string ancestors(Graph& g, const std::vector<char>& grad_on, const std::vector<char>& wants, int32_t root,
+                      StepBackward& b) {
+  std::vector<char> needs = wants, live(g.values.size()), kept(g.nodes.size());
+  std::vector<size_t> ordinal(g.nodes.size());
+  for (size_t i = 0, k = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.kind != NodeKind::Op) continue;
+    ordinal[i] = k++;
+    bool in = false;
+    for_tensor_args(n, [&](int32_t v) { in = in || needs[size_t(v)]; });
+    if (in && grad_on.at(ordinal[i]))
+      for (int32_t o : n.outs) needs[size_t(o)] = 1;
+  }
+  live[size_t(root)] = 1;
+  for (size_t i = g.nodes.size(); i-- > 0;) {
+    const Node& n = g.nodes[i];
+    if (n.kind != NodeKind::Op || std::none_of(n.outs.begin(), n.outs.end(), [&](int32_t o) { return live[size_t(o)]; }))
+      continue;
+    bool in = false;
+    for_tensor_args(n, [&](int32_t v) {
+      live[size_t(v)] = 1;
+      in = in || needs[size_t(v)];
+    });
+    if (in && !grad_on[ordinal[i]]) return cat("the loss depends on ", n.def().name, " (", n.where, ") run under T.no_grad");
+    if (n.random()) return cat("the loss depends on random op ", n.def().name, " (", n.where, ")");
+  }
+  for (int32_t v : g.inputs)
+    if (live[size_t(v)]) (wants[size_t(v)] ? b.leaves : b.plain).push_back(v);
+  g.outputs = {root};
+  eliminate_dead_code(g, false);
+  return b.leaves.empty() ? "the loss does not require grad" : "";
+}
+
+// What the trace assumed and the trace tree does not guard: the leaves are leaves without hooks
+// (and the other inputs still require no grad: an input first met under T.no_grad is not
+// guarded so), the forward values it reads are the segment's, no value of it has a hook.
+std::string per_call(const Segment& s, const StepBackward& b) {
+  for (int32_t v : b.plain)
+    if (autograd::requires_grad(s.vals[size_t(v)].get())) return "an input requires grad now";
+  for (int32_t v : b.leaves) {
+    const autograd::AutogradMeta* m = autograd::meta_of(s.vals[size_t(v)].get());
+    if (!m || m->grad_fn) return "the loss depends on a tensor computed before the graph (a non-leaf)";
+    if (!m->requires_grad) return "an input requires no grad now";
+    if (!m->hooks.empty() || !m->post_hooks.empty()) return "a parameter has a hook";
+    if (m->grad.defined() && m->grad.is_lazy() && m->grad.get()->_gen != s.gen)
+      return "a .grad is a value of an earlier graph";
+  }
+  for (const auto& [v, f] : b.t.reads)
+    if (s.vals[size_t(f)].get()->_vid != f) return "a value the backward reads was written in place";
+  for (size_t v = 0; v < s.vals.size(); ++v) {
+    const cr_tensor* p = s.vals[v].get();
+    const autograd::AutogradMeta* m = p ? autograd::meta_of(p) : nullptr;
+    if (m && !s.is_input[v] && (!m->hooks.empty() || m->retains_grad)) return "a tensor hook or retain_grad";
+  }
+  return "";
+}
+
+}  // namespace
+
+// Differentiates the segment so far from value `root` (its values are real: recorded, or the
+// replayed prefix ran) by the joint trace, with the recorder paused.
+std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
+  Segment& s = *seg_;
+  auto b = std::make_shared<StepBackward>();
+  guards::Leaf prefix{guards::EndKind::Break, "", "", s.pos};
+  auto g = guards::build_graph(prefix);
+  std::vector<char> wants(g->values.size());
+  std::vector<Tensor> inputs(g->values.size());
+  for (int32_t v : g->inputs) {
+    ensure_real(ctx_, s.vals[size_t(v)].get());
+    inputs[size_t(v)] = s.vals[size_t(v)];
+    wants[size_t(v)] = autograd::requires_grad(s.vals[size_t(v)].get());
+  }
+  b->declined = ancestors(*g, s.op_grad, wants, root, *b);
+  if (!b->declined.empty()) return b;
+  std::vector<char> needs(g->values.size());
+  for (int32_t v : b->leaves) needs[size_t(v)] = 1;
+  GradPlan plan = plan_gradients(*g, needs, 1, 0);
+  if (!plan.unsupported.empty()) {
+    b->declined = plan.unsupported;
+    return b;
+  }
+  std::vector<int32_t> kept;
+  for (size_t v = 0; v < g->values.size(); ++v)
+    if (g->values[v].node >= 0) kept.push_back(int32_t(v));
+  Pause pause(*this, ctx_);
+  const Tensor& loss = s.vals[size_t(root)];
+  cr_value a{};
+  a.tag = kTensor;
+  a.ptr = loss.get();
+  std::vector<Tensor> ones = dispatch(ctx_, autograd::op_id("ones_like"), &a, 1);
+  b->t = trace_backward(ctx_, TraceInput{*g, inputs, b->leaves, kept}, {root}, ones, true);
+  if (!b->t.broken.empty()) {
+    b->declined = b->t.broken;
+    return b;
+  }
+  b->t.grads.clear();
+  for (int32_t v : b->t.grad_out) b->own.push_back(v >= 0 && owned(*b->t.graph, b->t.grad_out, v));
+  return b;
+}
+
+// The traced backward's calls, through the recorder (grad mode off and autocast off, as the
+// engine runs), then the accumulation into each leaf's .grad as it is now.
+void Recorder::run_step(const StepBackward& b, cr_tensor* root, const std::string& where) {
+  Segment& s = *seg_;
+  autograd::GradModeGuard off(false);
+  autograd::AutocastOff no_autocast;
+  const Graph& g = *b.t.graph;
+  std::vector<Tensor> vals(g.values.size()), outs;
+  auto call = [&](int op, const cr_value* args, int nargs) {
+    autograd::call(ctx_, op, args, nargs, outs);
+    set_where(where);
+  };
+  cr_value a[2]{};
+  a[0].tag = a[1].tag = kTensor;
+  a[0].ptr = root;
+  call(autograd::op_id("ones_like"), a, 1);
+  vals[size_t(b.t.grad_in.at(0))] = outs.at(0);
+  for (const auto& [v, f] : b.t.reads) vals[size_t(v)] = s.vals[size_t(f)];
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.kind != NodeKind::Op) continue;
+    CallArgs args(n, vals, nullptr);
+    call(n.op, args.args, int(n.args.size()));
+    if (n.inplace()) {
+      vals[size_t(n.outs.at(0))] = vals[size_t(n.args.at(0).value)];
+      continue;
+    }
+    for (size_t k = 0; k < n.outs.size() && k < outs.size(); ++k)
+      if (g.values[size_t(n.outs[k])].node == int32_t(i)) vals[size_t(n.outs[k])] = outs[k];
+  }
+  for (size_t k = 0; k < b.leaves.size(); ++k) {
+    if (b.t.grad_out[k] < 0) continue;
+    const Tensor& grad = vals[size_t(b.t.grad_out[k])];
+    autograd::AutogradMeta& m = autograd::ensure_meta(s.vals[size_t(b.leaves[k])].get());
+    a[0].ptr = grad.get();
+    if (!m.grad.defined()) {
+      if (b.own[k]) {
+        m.grad = grad;
+        continue;
+      }
+      call(autograd::op_id("clone"), a, 1);
+      m.grad = outs.at(0);
+    } else {
+      Tensor acc = m.grad;  // (alive through the call)
+      a[0].ptr = acc.get();
+      a[1].ptr = grad.get();
+      call(autograd::op_id("add_"), a, 2);
+    }
+  }
+}
+
+std::string Recorder::capture_backward(cr_tensor* root, const std::string& where) {
+  Segment& s = *seg_;
+  // (a function's first call does not know yet that it trains: its ops that take a tensor
+  // requiring grad ran eagerly with eager autograd, and the function trains from then on)
+  if (!(s.train || ctx_.capture_wants_training) || s.passthrough) return "not a training capture";
+  if (!autograd::grad_enabled) return "grad mode is off";
+  if (root->_gen != s.gen || s.ops == 0 || s.is_input.at(size_t(root->_vid)) || s.vals[size_t(root->_vid)].get() != root)
+    return "the loss is not a value of the graph being captured";
+  if (s.vals[size_t(root->_vid)].numel() != 1)
+    return "the loss has more than one element";
+  if (s.dynamic || !s.numbers.empty()) return "the graph has symbolic sizes or varying numbers";
+  std::shared_ptr<StepBackward>& b = s.pos->step_backwards[root->_vid];
+  if (!b) {
+    run_pending();
+    b = trace_step(root->_vid);
+    if (logs.aot && !b->declined.empty()) log("aot", cat(fn_->opts.name, ": backward() at ", where, " ends the graph: ", b->declined));
+  }
+  if (!b->declined.empty()) return b->declined;
+  std::string why = per_call(s, *b);
+  if (!why.empty()) return why;
+  std::shared_ptr<StepBackward> keep = b;  // (the tree may grow while its calls are recorded)
+  run_step(*keep, root, where);
+  s.stepped = true;
+  return "";
+}
+
+}  // namespace cr::graph

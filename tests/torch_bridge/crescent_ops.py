@@ -130,6 +130,13 @@ def sizes(args):
     return (list(args[0]) if args and isinstance(args[0], list) else list(args)), opts
 
 
+def bincount(x, *rest):
+    """T.bincount(x[, weights][, minlength]): the weights a tensor, the minlength a number."""
+    w = next((r for r in rest if isinstance(r, torch.Tensor)), None)
+    m = next((r for r in rest if isinstance(r, (int, float)) and not isinstance(r, bool)), 0)
+    return torch.bincount(x, weights=w, minlength=int(m))
+
+
 def dtype_of(o, default=None):
     return getattr(torch, o["dtype"]) if o.get("dtype") else default
 
@@ -415,6 +422,7 @@ OPS = {
     "setindex": setindex, "item": lambda x: x.item(),
     "eye": eye, "linspace": linspace, "attention": attention,
     "as_strided": lambda x, size, stride, off=None: torch.as_strided(x, as_list(size), as_list(stride), 0 if off is None else off),
+    "bincount": bincount,
     "sort": lambda x, d=None, desc=None: order(torch.sort(x, -1 if d is None else pd(d), descending=bool(desc))),
     "topk": lambda x, k, d=None, largest=None, srt=None: order(torch.topk(x, k, -1 if d is None else pd(d),
                                                                          largest=largest is not False, sorted=srt is not False)),

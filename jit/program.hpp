@@ -62,7 +62,7 @@ class LaunchCapture {
 
 class PlanProgram : public graph::Executable {
  public:
-  PlanProgram(Plan plan, Device device) : plan_(std::move(plan)), device_(device) {}
+  PlanProgram(Plan plan, Device device);
   // `numbers`: the call's numbers by graph::Arg::varying (null, or an argument with none: the
   // value the graph was built with)
   void run(Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr) const override;
@@ -77,6 +77,7 @@ class PlanProgram : public graph::Executable {
   virtual void defer_check() const {}
   Plan plan_;
   Device device_;
+  std::vector<std::vector<int32_t>> dead_;  // per step: graph values freed after it (graph::dead_after)
 };
 
 }  // namespace cr::jit

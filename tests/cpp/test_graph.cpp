@@ -3,6 +3,7 @@
 // values as the recorded one (every element compared, random inputs, the generator reset).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 
 #include "graph_builder.hpp"
@@ -624,4 +625,33 @@ TEST_CASE("fuse_patterns turns a product's bias, activation and residual into on
     I.g.outputs = {I.op("add", {T(I.op("matmul", {T(xi), T(wi)})), T(I.input(cast(uniform({5}, 4), DType::i64)))})};
     CHECK(fuse_patterns(I.g) == 0);  // integers: no BLAS tiles
   }
+}
+
+TEST_CASE("run_eager frees a transient graph's values after their last reader", "[graph]") {
+  Context ctx;
+  Builder B{ctx};
+  int32_t x = B.input(uniform({2, 3}, 1));
+  int32_t a = B.op("mul", {T(x), N(2)});
+  int32_t v = B.op("reshape", {T(a), I({3, 2})});  // a view of a
+  int32_t b = B.op("exp", {T(v)});
+  int32_t c = B.op("add", {T(b), N(1)});
+  int32_t out = B.op("mul", {T(c), T(v)});
+  B.g.outputs = {out};
+  Graph kept = B.g;
+  B.g.transient = true;
+  const std::vector<std::vector<int32_t>> dead = dead_after(B.g);
+  REQUIRE(dead_after(kept).empty());
+  REQUIRE(dead.size() == B.g.nodes.size());
+  // a freed after reshape (its view v keeps the storage), b after add, v and c after the last node
+  std::vector<int32_t> freed;
+  for (const auto& d : dead) freed.insert(freed.end(), d.begin(), d.end());
+  std::sort(freed.begin(), freed.end());
+  REQUIRE(freed == std::vector<int32_t>{a, v, b, c});
+  REQUIRE(dead.back() == std::vector<int32_t>{v, c});
+  std::vector<Tensor> vals(B.g.values.size()), ref(kept.values.size());
+  vals[size_t(x)] = ref[size_t(x)] = B.sample[size_t(x)];
+  run_eager(B.g, ctx, vals);
+  run_eager(kept, ctx, ref);
+  for (int32_t d : freed) REQUIRE(!vals[size_t(d)].defined());
+  REQUIRE(same(vals[size_t(out)], ref[size_t(out)]));
 }

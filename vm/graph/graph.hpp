@@ -150,6 +150,9 @@ struct Graph {
   bool dynamic = false;
   bool reinstance = false;  // a dynamic graph's later instance: counted as compiled only when
                             // its native code needed new kernels
+  // No Lua tensor waits on a value that is not an output (a traced backward graph): the
+  // backends free each such value after its last reader, as eager autograd frees its temporaries.
+  bool transient = false;
   std::shared_ptr<NativeSlot> native;  // set when a native backend compiles this graph
 
   int32_t add_value(int32_t node, const ValueMeta& m);
@@ -195,6 +198,9 @@ struct CallArgs {
 void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr);
 // Gives every Const node's value its own copy of the constant (each run: Lua may write it).
 void set_constants(const Graph& g, std::vector<Tensor>& vals);
+// Of a transient graph: per node, the values dead after it (neither inputs, outputs nor aliases'
+// values). Empty for other graphs.
+std::vector<std::vector<int32_t>> dead_after(const Graph& g);
 // Runs op node `index` of g as run_eager does (the native backends run their Extern nodes so).
 void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr);
 // The graph's native code when it is ready, else run_eager.

@@ -88,10 +88,35 @@ void set_constants(const Graph& g, std::vector<Tensor>& vals) {
     if (n.kind == NodeKind::Const) vals[size_t(n.outs[0])] = copy_of(n.constant);
 }
 
+std::vector<std::vector<int32_t>> dead_after(const Graph& g) {
+  std::vector<std::vector<int32_t>> dead;
+  if (!g.transient) return dead;
+  std::vector<int> last(g.values.size(), -1);
+  std::vector<char> keep(g.values.size(), 0);
+  for (int32_t v : g.inputs) keep[size_t(v)] = 1;
+  for (int32_t v : g.outputs) keep[size_t(v)] = 1;
+  for (const Graph::Alias& a : g.aliases) keep[size_t(a.removed)] = keep[size_t(a.kept)] = 1;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const Arg& a : g.nodes[i].args) {
+      if (a.tag == kTensor) last[size_t(a.value)] = int(i);
+      for (int32_t v : a.values) last[size_t(v)] = int(i);
+    }
+    for (int32_t v : g.nodes[i].outs) last[size_t(v)] = std::max(last[size_t(v)], int(i));
+  }
+  dead.resize(g.nodes.size());
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (!keep[v] && last[v] >= 0) dead[size_t(last[v])].push_back(int32_t(v));
+  return dead;
+}
+
 void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers) {
   set_constants(g, vals);
-  for (size_t index = 0; index < g.nodes.size(); ++index)
+  const std::vector<std::vector<int32_t>> dead = dead_after(g);
+  for (size_t index = 0; index < g.nodes.size(); ++index) {
     if (g.nodes[index].kind == NodeKind::Op) run_node(g, index, ctx, vals, numbers);
+    if (!dead.empty())
+      for (int32_t v : dead[index]) vals[size_t(v)] = Tensor();
+  }
   // removed values share the kept one's tensor; the recorder copies a common subexpression
   // before a lazy tensor of Lua's gets it (Recorder::settle)
   for (const Graph::Alias& a : g.aliases) {

@@ -150,6 +150,7 @@ void cut(Tracer& tr, size_t first, const TraceInput& in, const std::vector<int32
          const std::vector<int32_t>& result_ids, Traced& r) {
   const Graph& j = tr.g;
   auto g = std::make_shared<Graph>();
+  g->transient = true;
   std::vector<int32_t> map(j.values.size(), -1);
   std::vector<char> kept(in.forward.values.size());
   for (int32_t v : in.kept) kept[size_t(v)] = 1;

@@ -134,7 +134,7 @@ def bincount(x, *rest):
     """T.bincount(x[, weights][, minlength]): the weights a tensor, the minlength a number."""
     w = next((r for r in rest if isinstance(r, torch.Tensor)), None)
     m = next((r for r in rest if isinstance(r, (int, float)) and not isinstance(r, bool)), 0)
-    return torch.bincount(x, weights=w, minlength=int(m))
+    return torch.bincount(x, weights=w, minlength=int(m) if m == int(m) else m)  # (a fraction: torch raises)
 
 
 def dtype_of(o, default=None):

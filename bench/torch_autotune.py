@@ -8,7 +8,6 @@ progress on stderr.
 
     python3 bench/torch_autotune.py [names, comma-separated]     (DTYPE=bfloat16: inputs of that dtype)
 """
-import json
 import os
 import signal
 import sys
@@ -22,6 +21,7 @@ only = set(sys.argv[1].split(",")) if len(sys.argv) > 1 and sys.argv[1] else Non
 cap = int(os.environ.get("CAP", "90"))
 torch.manual_seed(0)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_common import emit, first_call_ms  # noqa: E402
 from torch_workloads import workloads  # noqa: E402
 
 # max-autotune's matmul search: its default space (Triton templates vs cuBLAS), compiled on every core
@@ -41,7 +41,7 @@ def on_alarm(*_):
 signal.signal(signal.SIGALRM, on_alarm)
 
 
-def device_us(fn, args):
+def anchor_us(fn, args):  # (the anchors' method, not torch_common's events around each call)
     return do_bench(lambda: fn(*args), warmup=50, rep=400, return_mode="median") * 1e3
 
 
@@ -58,16 +58,13 @@ for name, (fn, args, nbytes) in workloads("cuda").items():
             torch._dynamo.reset()
             cf = torch.compile(fn, mode=mode)
             torch.cuda.synchronize()
-            t0 = time.perf_counter()
             signal.alarm(cap)
             try:
-                cf(*args)
-                torch.cuda.synchronize()
+                row[f"{mode}_compile_ms"] = first_call_ms(cf, args)
             finally:
                 signal.alarm(0)
-            row[f"{mode}_compile_ms"] = (time.perf_counter() - t0) * 1e3
-            row[f"{mode}_us"] = device_us(cf, args)
+            row[f"{mode}_us"] = anchor_us(cf, args)
         except Exception as e:  # report, keep going
             row[f"{mode}_error"] = str(e).split("\n")[0][:200]
         log(f"{name} {row['dtype']} {mode}: {row.get(f'{mode}_us', row.get(f'{mode}_error'))}")
-    print(json.dumps(row), flush=True)
+    emit(row)

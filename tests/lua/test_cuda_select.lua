@@ -242,6 +242,11 @@ describe("CUDA selections", function()
         { "x[idx] = t", function(a) a[rows] = on(a, values({ 4, 7, 5 }, dt)); return a end },
         { "index_put (a copy)", function(a) return a:index_put({ rows, cols }, on(a, v)) end },
         { "strided self", function(a) a:transpose(1, 3):index_put_({ T.tensor({ 5, 1 }), T.tensor({ 7, 2 }) }, on(a, values({ 2, 6 }, dt))); return a end },
+        -- sources read in place through their strides (a KV-cache write's permuted view)
+        { "a transposed source", function(a) return a:index_put_({ rows, cols }, on(a, values({ 5, 4 }, dt)):t()) end },
+        { "a narrowed, permuted source", function(a) return a:index_copy_(2, T.tensor({ 7, 2 }), on(a, values({ 5, 2, 9 }, dt)):narrow(3, 3, 6):permute(3, 2, 1)) end },
+        { "a row broadcast", function(a) return a:index_put_({ rows, cols }, on(a, values({ 1, 5 }, dt)):expand(4, 5)) end },
+        { "accumulate a transposed source", function(a) return a:index_put_({ d1, d2 }, on(a, values({ 5, 5 }, dt)):t(), true) end },
       }
       for _, c in ipairs(cases) do
         T.manual_seed(50)

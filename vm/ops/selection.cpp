@@ -207,12 +207,13 @@ void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
     copy_into(copy, values);
     values = copy;
   }
-  const Tensor v = expanded(values, a.shape);
-  if (!self.device().is_cpu()) {
+  if (!self.device().is_cpu()) {  // (read through the broadcast view's strides: no copy of a permuted source)
     std::vector<std::string> whats;
     const Tensor rows = index_rows(a, c, whats);
-    return cuda::index_put(c.ctx, self, rows, v, acc, c.def.name, whats);
+    const Tensor view = Tensor::view_of(values, a.shape, broadcast_strides(values, a.shape), values.offset());
+    return cuda::index_put(c.ctx, self, rows, view, acc, c.def.name, whats);
   }
+  const Tensor v = expanded(values, a.shape);
   locate(a, c);
   visit(self.dtype(), [&](auto t) {
     using T = decltype(t);

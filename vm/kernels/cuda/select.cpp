@@ -10,6 +10,7 @@
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/scatter.hpp"
 #include "vm/kernels/cuda/sources.hpp"
+#include "vm/kernels/loop.hpp"
 
 namespace cr::cuda {
 namespace {
@@ -24,8 +25,9 @@ struct Coords {
 };
 struct IndexGeo {
   long long limits[kMaxDims], strides[kMaxDims], rest_sizes[kMaxDims], rest_strides[kMaxDims];
+  long long value_sizes[kMaxDims], value_strides[kMaxDims];
   long long nb, nr, n;
-  int k, nrest;
+  int k, nrest, nvalue;
 };
 static_assert(kMaxDims == 16, "select.cuh's geometries hold 16 dims");
 
@@ -104,6 +106,23 @@ IndexGeo index_geo(const Tensor& self, const Tensor& idx, int64_t n) {
   return g;
 }
 
+// The values' dims (the selection's shape, row-major as the kernel's element e) with size-1 dims
+// dropped and dims that step as one merged: a dense source is one dim of stride 1.
+void value_geo(IndexGeo& g, const Tensor& values) {
+  g.nvalue = 0;
+  for (int d = 0; d < values.dim(); ++d) {
+    const long long size = values.size(d), stride = values.stride(d);
+    if (size == 1) continue;
+    if (g.nvalue > 0 && g.value_strides[g.nvalue - 1] == stride * size) {
+      g.value_sizes[g.nvalue - 1] *= size;
+      g.value_strides[g.nvalue - 1] = stride;
+      continue;
+    }
+    g.value_sizes[g.nvalue] = size;
+    g.value_strides[g.nvalue++] = stride;
+  }
+}
+
 // A grid-stride launch's blocks: a few waves of the device's multiprocessors at most.
 int64_t grid_of(int64_t n, int device) {
   return std::clamp<int64_t>((n + kBlock - 1) / kBlock, 1, int64_t(device_info(device).multiprocessors) * 8);
@@ -126,11 +145,17 @@ void index_gather(Context& ctx, const Tensor& out, const Tensor& self, const Ten
 void index_put(Context& ctx, const Tensor& self, const Tensor& idx, const Tensor& values, bool accumulate,
                const std::string& op, const std::vector<std::string>& whats) {
   if (values.numel() == 0) return;
+  const bool ordered = accumulate && deterministic() && is_floating(self.dtype());
+  if (ordered && !values.is_contiguous()) {  // (the ordered sum reads the values dense)
+    Tensor dense = Tensor::empty(values.sizes(), values.dtype(), values.device());
+    copy_into(dense, values);
+    return index_put(ctx, self, idx, dense, accumulate, op, whats);
+  }
   const int device = self.device().index;
   IndexGeo g = index_geo(self, idx, values.numel());
   const std::shared_ptr<DeviceCheck> check = library_check(device, op, whats);
   void *sp = self.data_bytes(), *ip = idx.data_bytes(), *vp = values.data_bytes(), *cp = check->word;
-  if (accumulate && deterministic() && is_floating(self.dtype())) {  // (the ordered sum: the same bits every run)
+  if (ordered) {  // (the ordered sum: the same bits every run)
     Tensor keys = Tensor::empty({g.n}, DType::i64, self.device());
     void* kp = keys.data_bytes();
     void* args[] = {&ip, &g, &kp, &cp};
@@ -138,6 +163,7 @@ void index_put(Context& ctx, const Tensor& self, const Tensor& idx, const Tensor
     defer_check(check, current_stream(device));
     return add_at_offsets(ctx, self, keys, Tensor::view_of(values, {g.n}, {1}, values.offset()), op);
   }
+  value_geo(g, values);
   int acc = accumulate;
   void* args[] = {&sp, &ip, &vp, &g, &acc, &cp};
   launch(ctx, device, self.dtype(), "index_put", grid_of(g.n, device), args);

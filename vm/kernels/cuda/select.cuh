@@ -94,8 +94,9 @@ extern "C" __global__ void nonzero_write(const T* __restrict__ x, long long n, l
 // limits), the rest dims after them; idx holds the k index rows of nb positions each.
 struct IndexGeo {
   long long limits[16], strides[16], rest_sizes[16], rest_strides[16];
+  long long value_sizes[16], value_strides[16];  // (index_put's source: its dims, merged where dense)
   long long nb, nr, n;
-  int k, nrest;
+  int k, nrest, nvalue;
 };
 
 // The element offset in self of selection element e, or -1 when a position is out of range
@@ -127,6 +128,17 @@ extern "C" __global__ void index_gather(const T* __restrict__ self, const long l
   }
 }
 
+// The element offset in index_put's values of selection element e.
+__device__ __forceinline__ long long value_offset(const IndexGeo& g, long long e) {
+  long long off = 0;
+  for (int d = g.nvalue - 1; d >= 0; --d) {
+    const long long c = e % g.value_sizes[d];
+    e /= g.value_sizes[d];
+    off += c * g.value_strides[d];
+  }
+  return off;
+}
+
 // self[...] = values[e] (accumulate: += atomically, as index_put's CUDA kernel in PyTorch; without
 // it, of positions named twice one write wins, unspecified which, as in PyTorch).
 extern "C" __global__ void index_put(T* self, const long long* __restrict__ idx, const T* __restrict__ values, IndexGeo g,
@@ -134,8 +146,9 @@ extern "C" __global__ void index_put(T* self, const long long* __restrict__ idx,
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < g.n; e += (long long)gridDim.x * blockDim.x) {
     const long long off = index_offset(idx, g, e, check);
     if (off < 0) continue;
-    if (accumulate) add_at(self + off, A(values[e]));
-    else self[off] = values[e];
+    const T v = values[value_offset(g, e)];
+    if (accumulate) add_at(self + off, A(v));
+    else self[off] = v;
   }
 }
 

@@ -21,7 +21,9 @@ Tensor nonzero(Context& ctx, const Tensor& x);
 // read or written for it.
 void index_gather(Context& ctx, const Tensor& out, const Tensor& self, const Tensor& idx, const std::string& op,
                   const std::vector<std::string>& whats);
-// self[selection] = values (contiguous, the selection's shape), or += when accumulate (atomic).
+// self[selection] = values (the selection's shape, any strides: a broadcast or permuted view is
+// read in place), or += when accumulate (atomic; the ordered sum of deterministic mode copies
+// a strided values once).
 void index_put(Context& ctx, const Tensor& self, const Tensor& idx, const Tensor& values, bool accumulate,
                const std::string& op, const std::vector<std::string>& whats);
 

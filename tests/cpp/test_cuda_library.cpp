@@ -208,6 +208,23 @@ TEST_CASE("cuda: the split (decoding) attention kernel compiles to CUBIN for eac
       CHECK((sp.splits == 1 || bh * (sp.splits - 1) < 2 * 132));
     }
   CHECK(cr::cuda::attention_decode_splits(12, 384, 132).splits == 12);  // (GPT-2's decode step: 144 blocks)
+  // as thread-block clusters (sm_90, one query row): 1, 2, 4 or 8 splits whose chunks cover the
+  // keys, trailing ones possibly empty; the CUBIN has a kernel for each cluster size
+  const std::string cubin =
+      cr::cuda::compile_cubin(cr::cuda::attention_decode_source(DType::f32, 64, 64), "clusters.cu", "sm_90");
+  for (int64_t bh : {1, 12, 100, 192, 5000})
+    for (int64_t s : {0, 1, 7, 64, 300, 384, 1024, 100000}) {
+      const cr::cuda::DecodeSplits sp = cr::cuda::attention_decode_splits(bh, s, 132, true);
+      INFO(bh << " heads, " << s << " keys, clusters: " << sp.splits << " x " << sp.chunk);
+      CHECK(sp.chunk % 32 == 0);
+      CHECK(sp.splits * sp.chunk >= s);
+      CHECK((sp.splits == 1 || sp.splits == 2 || sp.splits == 4 || sp.splits == 8));
+      CHECK(sp.cluster == (sp.splits > 1));
+      if (sp.cluster) CHECK(cubin.find(cat("attention_split_1_c", sp.splits) + '\0') != std::string::npos);
+    }
+  const cr::cuda::DecodeSplits gpt2 = cr::cuda::attention_decode_splits(12, 384, 132, true);
+  CHECK((gpt2.cluster && gpt2.splits == 8 && gpt2.chunk == 64));  // (96 blocks, the last 2 of a head idle)
+  CHECK(cr::cuda::attention_decode_splits(192, 384, 132, true).splits == 2);  // (batch 16)
 }
 
 TEST_CASE("cuda: the fused attention backward compiles to CUBIN for each dtype and head size (tensor cores too)", "[cuda]") {

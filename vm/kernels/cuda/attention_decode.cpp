@@ -14,6 +14,7 @@ namespace {
 
 constexpr int64_t kTile = 32;  // keys a tile (TK in attention_decode.cuh)
 constexpr int kThreads = 128;  // NT
+constexpr int64_t kMaxCluster = 8;  // (the portable thread-block cluster size: attention_split_1_c8)
 
 int pow2_at_least(int64_t n) {
   int p = 1;
@@ -30,10 +31,16 @@ bool attention_decode_takes(DType d, int64_t L, int64_t E, int64_t Ev) {
          E <= 128 && Ev >= 1 && Ev <= 128;
 }
 
-DecodeSplits attention_decode_splits(int64_t bh, int64_t S, int sms) {
+DecodeSplits attention_decode_splits(int64_t bh, int64_t S, int sms, bool clusters) {
   const int64_t tiles = std::max<int64_t>(1, (S + kTile - 1) / kTile);
   const int64_t want = (2 * int64_t(std::max(sms, 1)) + bh - 1) / bh;
-  const int64_t splits = std::clamp<int64_t>(want, 1, tiles), chunk = (tiles + splits - 1) / splits;
+  int64_t splits = std::clamp<int64_t>(want, 1, tiles);
+  if (clusters) {
+    splits = std::min(splits, kMaxCluster);
+    while (splits & (splits - 1)) splits &= splits - 1;  // (the largest power of two below)
+    if (splits > 1) return {splits, (tiles + splits - 1) / splits * kTile, true};
+  }
+  const int64_t chunk = (tiles + splits - 1) / splits;
   return {(tiles + chunk - 1) / chunk, chunk * kTile};  // (whole tiles a split: none is empty)
 }
 
@@ -47,23 +54,25 @@ void attention_decode(Context& ctx, const Tensor& out, const HeadOperand& q, con
                       bool causal, const MaskOperand& mask, const Tensor& lse) {
   const int device = out.device().index;
   const int64_t bh = out.numel() / (L * Ev);
-  const DecodeSplits sp = attention_decode_splits(bh, S, device_info(device).multiprocessors);
+  const DeviceInfo& info = device_info(device);
+  const DecodeSplits sp = attention_decode_splits(bh, S, info.multiprocessors, info.sm_major >= 9 && L == 1);
   const int64_t splits = sp.splits;
   int chunk = int(sp.chunk);
-  const Tensor part = splits > 1 ? Tensor::empty({bh * L * splits * (Ev + 2)}, DType::f32, out.device()) : Tensor();
+  const bool separate = splits > 1 && !sp.cluster;  // (partials in a workspace, merged by attention_combine)
+  const Tensor part = separate ? Tensor::empty({bh * L * splits * (Ev + 2)}, DType::f32, out.device()) : Tensor();
   const std::string key = cat("attention_decode_", dtype_name(out.dtype()), "_", E, "_", Ev);
   auto source = [&] { return attention_decode_source(out.dtype(), int(E), int(Ev)); };
   const void *qp = q.p, *kp = k.p, *vp = v.p, *mp = mask.p;
-  void *op = out.data_bytes(), *pp = splits > 1 ? part.data_bytes() : nullptr, *lp = lse.defined() ? lse.data_bytes() : nullptr;
+  void *op = out.data_bytes(), *pp = separate ? part.data_bytes() : nullptr, *lp = lse.defined() ? lse.data_bytes() : nullptr;
   int L_ = int(L), S_ = int(S), heads_ = int(heads), splits_ = int(splits), causal_ = causal, kind = mask.kind;
   long long qs0 = q.s0, qs1 = q.s1, qsr = q.row, ks0 = k.s0, ks1 = k.s1, ksr = k.row, vs0 = v.s0, vs1 = v.s1, vsr = v.row,
             ms0 = mask.s0, ms1 = mask.s1, msr = mask.row, msc = mask.col;
   float scale_log2 = float(scale * 1.4426950408889634);  // (log2 e: the kernel's exponentials are exp2)
   void* args[] = {&qp,  &kp,  &vp,  &op,  &pp,  &lp,  &L_,         &S_,      &heads_, &splits_, &chunk, &qs0, &qs1, &qsr,
                   &ks0, &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_, &mp,     &kind,    &ms0,   &ms1, &msr, &msc};
-  library_launch(ctx, device, key, source, cat("attention_split_", instance_rows(L)).c_str(), bh * splits, kThreads,
-                 args);
-  if (splits == 1) return;
+  const std::string fn = sp.cluster ? cat("attention_split_1_c", splits) : cat("attention_split_", instance_rows(L));
+  library_launch(ctx, device, key, source, fn.c_str(), bh * splits, kThreads, args);
+  if (!separate) return;
   void* combine_args[] = {&pp, &op, &lp, &splits_};
   library_launch(ctx, device, key, source, "attention_combine", bh * L, kThreads, combine_args);
 }

@@ -11,7 +11,10 @@
 //   softmax     a warp per row: the tile's max, the running max m and sum l, p = exp2(s - m)
 //   o += p v    thread (kg, d): column d over keys kg, kg + KG, ... (v rows read coalesced)
 // One split writes the output and lse itself; several write (o, m, l) partials in float32, which
-// attention_combine merges in split order (no atomics: deterministic).
+// attention_combine merges in split order (no atomics: deterministic). On sm_90 the CL splits of
+// a (batch, head) run as one thread-block cluster and its first block merges the partials from
+// the others' shared memory, in the same order: one kernel, no workspace (attention_split_1_cCL,
+// for one query row).
 #define NT 128
 #define TK 32
 #define G 8
@@ -24,7 +27,56 @@ template <int LQ> struct SplitSmem {
   float s[LQ][TK];
   float alpha[LQ], m[LQ], l[LQ];
   float red[KG * LQ * EVP];
+  float po[LQ][EVP];  // (the block's partial o, read by its cluster's first block)
 };
+
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every thread of every block of the cluster; orders the shared-memory writes before it with the
+// reads after it, across the cluster.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// *p in the shared memory of the cluster's block `rank` (p: this block's copy of the variable).
+__device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
+  unsigned long long local, remote;
+  asm volatile("cvta.to.shared.u64 %0, %1;" : "=l"(local) : "l"(p));
+  asm volatile("mapa.shared::cluster.u64 %0, %1, %2;" : "=l"(remote) : "l"(local), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "l"(remote) : "memory");
+  return v;
+}
+
+// The cluster's CL partials (po, m, l of each block) merged as attention_combine merges them.
+template <int LQ, int CL>
+__device__ __forceinline__ void cluster_merge(SplitSmem<LQ>& sm, T* __restrict__ out, float* __restrict__ lse,
+                                              long long bh, int L) {
+  cluster_sync();
+  if (cluster_rank() == 0)
+    for (int i = threadIdx.x; i < LQ * EVP; i += NT) {
+      const int a = i / EVP, c = i % EVP;
+      if (a >= L || c >= EV) continue;
+      float ms[CL], mx = -__int_as_float(0x7f800000);
+#pragma unroll
+      for (int s = 0; s < CL; ++s) mx = fmaxf(mx, ms[s] = cluster_load(&sm.m[a], s));
+      const float base = mx == -__int_as_float(0x7f800000) ? 0.f : mx;
+      float total = 0.f, sum = 0.f;
+#pragma unroll
+      for (int s = 0; s < CL; ++s) {
+        const float w = ex2(ms[s] - base);
+        total += cluster_load(&sm.l[a], s) * w;
+        sum += cluster_load(&sm.po[a][c], s) * w;
+      }
+      out[(bh * L + a) * EV + c] = T(sum / total);
+      if (lse && c == 0) lse[bh * L + a] = row_lse(mx, total);
+    }
+  cluster_sync();  // (no block leaves while the first one reads its shared memory)
+}
+#endif
 
 // Scores of keys key0 .. key0 + TK of the tile into sm.s (in log2 units, masked).
 template <int LQ>
@@ -84,7 +136,8 @@ template <int LQ> __device__ __forceinline__ void tile_softmax(SplitSmem<LQ>& sm
   }
 }
 
-template <int LQ>
+// CL: 0, the partials to `part`; 2 / 4 / 8, the cluster's merge (sm_90).
+template <int LQ, int CL>
 __device__ __forceinline__ void attention_split(const T* __restrict__ q, const T* __restrict__ k,
                                                 const T* __restrict__ v, T* __restrict__ out,
                                                 float* __restrict__ part, float* __restrict__ lse, int L, int S,
@@ -147,7 +200,9 @@ __device__ __forceinline__ void attention_split(const T* __restrict__ q, const T
     if (a >= L || c >= EV) continue;
     float sum = 0.f;
     for (int g = 0; g < KG; ++g) sum += sm.red[(g * LQ + a) * EVP + c];
-    if (splits == 1) {
+    if (CL > 1) {
+      sm.po[a][c] = sum;
+    } else if (splits == 1) {
       // S = 0: zeros (the composite's empty product); a row that sees no key: 0 / 0, NaN
       out[(bh * L + a) * EV + c] = T(S == 0 ? 0.f : sum / sm.l[a]);
       if (lse && c == 0) lse[bh * L + a] = row_lse(sm.m[a], sm.l[a]);
@@ -157,21 +212,40 @@ __device__ __forceinline__ void attention_split(const T* __restrict__ q, const T
       if (c == 0) pr[EV] = sm.m[a], pr[EV + 1] = sm.l[a];
     }
   }
+#if __CUDA_ARCH__ >= 900
+  if constexpr (CL > 1) cluster_merge<LQ, CL>(sm, out, lse, bh, L);
+#endif
 }
 
-#define SPLIT_KERNEL(LQ)                                                                                        \
-  extern "C" __global__ void __launch_bounds__(NT) attention_split_##LQ(                                        \
-      const T* q, const T* k, const T* v, T* out, float* part, float* lse, int L, int S, int heads, int splits,   \
+// The split kernels' parameters, and their names passed on to attention_split.
+#define SPLIT_PARAMS                                                                                             \
+  const T* q, const T* k, const T* v, T* out, float* part, float* lse, int L, int S, int heads, int splits,      \
       int chunk, long long qs0, long long qs1, long long qsr, long long ks0, long long ks1, long long ksr,        \
       long long vs0, long long vs1, long long vsr, float scale_log2, int causal, const void* mask, int mask_kind, \
-      long long ms0, long long ms1, long long msr, long long msc) {                                             \
-    attention_split<LQ>(q, k, v, out, part, lse, L, S, heads, splits, chunk, qs0, qs1, qsr, ks0, ks1, ksr, vs0, \
-                        vs1, vsr, scale_log2, causal, mask, mask_kind, ms0, ms1, msr, msc);                      \
+      long long ms0, long long ms1, long long msr, long long msc
+#define SPLIT_ARGS                                                                                         \
+  q, k, v, out, part, lse, L, S, heads, splits, chunk, qs0, qs1, qsr, ks0, ks1, ksr, vs0, vs1, vsr, scale_log2, \
+      causal, mask, mask_kind, ms0, ms1, msr, msc
+#define SPLIT_KERNEL(LQ)                                                                \
+  extern "C" __global__ void __launch_bounds__(NT) attention_split_##LQ(SPLIT_PARAMS) { \
+    attention_split<LQ, 0>(SPLIT_ARGS);                                                 \
   }
 SPLIT_KERNEL(1)
 SPLIT_KERNEL(2)
 SPLIT_KERNEL(4)
 SPLIT_KERNEL(8)
+
+// attention_split_1_cCL: CL splits a (batch, head), one cluster (launched with splits == CL).
+#if __CUDA_ARCH__ >= 900
+#define CLUSTER_KERNEL(LQ, CL)                                                                        \
+  extern "C" __global__ void __launch_bounds__(NT) __cluster_dims__(CL, 1, 1)                         \
+      attention_split_##LQ##_c##CL(SPLIT_PARAMS) {                                                    \
+    attention_split<LQ, CL>(SPLIT_ARGS);                                                              \
+  }
+CLUSTER_KERNEL(1, 2)  // (one query row only, a decoder's one-token step: NVRTC's time)
+CLUSTER_KERNEL(1, 4)
+CLUSTER_KERNEL(1, 8)
+#endif
 
 // Row (bh, a) of the output from the splits' partials, in split order: a block of NT threads, a
 // thread per output column. A row that sees no key in any split sums to 0: 0 / 0, NaN.

@@ -20,15 +20,19 @@ bool attention_decode_takes(DType d, int64_t L, int64_t E, int64_t Ev);
 
 // The key axis of bh (batch, head) pairs and S keys cut for a GPU of `sms` SMs: about two blocks
 // per SM, `splits` slices of `chunk` keys (whole tiles of 32); one for short S. Fixed per shape,
-// as a CUDA graph's replays need.
+// as a CUDA graph's replays need. With `clusters` (sm_90, one query row) the splits are 1, 2, 4
+// or 8, one thread-block cluster a (batch, head) that merges its own partials (`cluster`; the
+// last slices may be empty), instead of the combine kernel.
 struct DecodeSplits {
   int64_t splits, chunk;
+  bool cluster = false;
 };
-DecodeSplits attention_decode_splits(int64_t bh, int64_t S, int sms);
+DecodeSplits attention_decode_splits(int64_t bh, int64_t S, int sms, bool clusters = false);
 
-// attention() (attention.hpp) by the split kernel and, for several splits, the combine kernel
-// (float32 partials in a workspace from the device allocator). q / k / v as attention.cpp folds
-// them: {pointer, batch strides s0 / s1, row stride}, rows of contiguous elements.
+// attention() (attention.hpp) by the split kernel and, for several splits, its cluster's merge
+// or the combine kernel (float32 partials in a workspace from the device allocator). q / k / v
+// as attention.cpp folds them: {pointer, batch strides s0 / s1, row stride}, rows of contiguous
+// elements.
 struct HeadOperand {
   const void* p;
   long long s0, s1, row;

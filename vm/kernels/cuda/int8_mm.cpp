@@ -45,7 +45,7 @@ void int8_gemv(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& q, 
   while (mt < m) mt *= 2;
   const int64_t asize = x.dtype() == DType::f64 ? 8 : 4, sms = device_info(x.device().index).multiprocessors;
   const int ks = k_slices(n, kp, sms);
-  // the slices' sums (int8_mm.cuh; none for one slice: 16 rows of a 768-wide x then fit in one tile)
+  // the slices' sums (int8_mm.cuh; none for one slice)
   const int64_t part = ks > 1 ? int64_t(kWarps) * mt * kRows * asize : 0;
   // the tile: all of kp when it fits, else the most 16-column chunks that do
   const int kt = int(std::max<int64_t>(16, std::min<int64_t>(kp, (kSmemBytes - part) / (asize * mt) / 16 * 16)));

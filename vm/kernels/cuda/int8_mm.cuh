@@ -3,7 +3,7 @@
 //
 // y {m, n} = x {m, k} @ (q * scale)^T (+ bias) for the `_int8_weight_mm` registry op
 // (vm/ops/quant.cpp): q {n, kp} int8 (rows padded with zeros to kp, a multiple of 16 bytes),
-// one scale per row. For m <= 16 (decoding) a GEMV / small GEMM that streams q once: a block of
+// one scale per row. For m <= 4 (decoding) a GEMV / small GEMM that streams q once: a block of
 // kWarps warps = (kWarps / ks) row warps x ks slices of k (ks from the launcher: enough blocks for
 // short n), each warp kRows rows at a time, every lane kU x kRows independent 16-byte loads in
 // flight, bytes turned into floats in registers, sums in A, the scale applied once per output.
@@ -174,8 +174,6 @@ __forceinline__ void gemv(const T* x, const uint4* q, const S* scales, const T* 
 CR_GEMV(1, 4, 2)
 CR_GEMV(2, 4, 2)
 CR_GEMV(4, 4, 1)
-CR_GEMV(8, 4, 1)
-CR_GEMV(16, 4, 1)
 
 // w {n, k} in T = q * scale, a thread per element (grid-stride).
 extern "C" __global__ void int8_dequant(const signed char* q, const S* scales, T* w, long long n, long long k,

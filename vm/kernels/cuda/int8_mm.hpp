@@ -8,7 +8,9 @@
 
 namespace cr::cuda {
 
-constexpr int64_t kInt8GemvRows = 16;  // m up to which int8_gemv runs (above: int8_dequantize + cuBLAS)
+// m up to which int8_gemv runs (above: int8_dequantize + cuBLAS, faster from a few rows on: the
+// GEMV re-reads x from shared memory for every row of q, bench/RESULTS.md, GPT-2 decoding)
+constexpr int64_t kInt8GemvRows = 4;
 
 // y = x @ (q * scales)^T + bias (bias undefined: none) for m <= kInt8GemvRows; x, y contiguous
 // {m, k} / {m, n} of one floating dtype T, q {n, kp} bytes (any tensor holding them), scales {n}

@@ -268,6 +268,20 @@ describe("CUDA selections", function()
     agree("index_put_ 3M distinct positions", function(a, q, o) return a:index_put_({ q }, o) end, { T.zeros(BIG), p, T.randn(BIG) })
   end)
 
+  it("index_copy_ of a permuted source (a KV-cache write) is one kernel, no copy first", function()
+    expect.need_gpu()
+    T.manual_seed(51)
+    -- the static GPT-2 cache {2, B, H, S, hd} and c_attn's output {B, 1, 3D} (D = H hd) at batch 3
+    local cache, c = T.zeros(2, 3, 4, 10, 8):cuda(), T.randn(3, 1, 96):cuda()
+    local new = c:narrow(3, 33, 64):reshape(3, 1, 2, 4, 8):permute(3, 1, 4, 2, 5)
+    local at = T.tensor({ 6 }):cuda()
+    local k0 = T.cuda.stats().kernel_launches
+    cache:index_copy_(4, at, new)
+    expect.eq(T.cuda.stats().kernel_launches - k0, 1, "kernels launched")
+    expect.eq(cache:cpu():select(4, 6):totable(), new:cpu():select(4, 1):totable(), "slot 6")
+    expect.eq(cache:cpu():narrow(4, 1, 5):abs():sum():item(), 0, "the other slots")
+  end)
+
   it("index_put_ with a position out of range raises at the next synchronisation, naming the op", function()
     need_device()
     local y = dev(T.zeros(6, 4))

@@ -128,15 +128,17 @@ extern "C" __global__ void index_gather(const T* __restrict__ self, const long l
   }
 }
 
-// The element offset in index_put's values of selection element e.
+// The element offset in index_put's values of selection element e (no division for a dense
+// source: one dim, e < its size).
 __device__ __forceinline__ long long value_offset(const IndexGeo& g, long long e) {
+  if (g.nvalue == 0) return 0;
   long long off = 0;
-  for (int d = g.nvalue - 1; d >= 0; --d) {
+  for (int d = g.nvalue - 1; d > 0; --d) {
     const long long c = e % g.value_sizes[d];
     e /= g.value_sizes[d];
     off += c * g.value_strides[d];
   }
-  return off;
+  return off + e * g.value_strides[0];
 }
 
 // self[...] = values[e] (accumulate: += atomically, as index_put's CUDA kernel in PyTorch; without

@@ -68,7 +68,8 @@ static_assert(kTypeHandle == CUDNN_TYPE_HANDLE && kTypeDataType == CUDNN_TYPE_DA
               kTypeFloat == CUDNN_TYPE_FLOAT && kTypeDouble == CUDNN_TYPE_DOUBLE && kTypeVoidPtr == CUDNN_TYPE_VOID_PTR &&
               kTypeConvMode == CUDNN_TYPE_CONVOLUTION_MODE && kTypeHeurMode == CUDNN_TYPE_HEUR_MODE &&
               kTypeNumericalNote == CUDNN_TYPE_NUMERICAL_NOTE && kTypeBackendDesc == CUDNN_TYPE_BACKEND_DESCRIPTOR);
-static_assert(kHeurModeFallback == CUDNN_HEUR_MODE_FALLBACK && kHeurModeA == CUDNN_HEUR_MODE_A &&
+static_assert(kHeurModeInstant == CUDNN_HEUR_MODE_INSTANT && kHeurModeFallback == CUDNN_HEUR_MODE_FALLBACK &&
+              kHeurModeA == CUDNN_HEUR_MODE_A &&
               kNoteTensorCore == CUDNN_NUMERICAL_NOTE_TENSOR_CORE &&
               kNoteDownConvertInputs == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS &&
               kNoteNondeterministic == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);

@@ -411,7 +411,7 @@ std::vector<int64_t> key_of(int index, ConvPass pass, const ConvShape& s, const 
 
 // A key's plan and its lock: execution plans are not thread safe on every engine (cuDNN's
 // release notes; PyTorch keeps them per thread), so one build or run of a plan at a time, while
-// other keys' plans run.
+// other keys' plans run on other streams' handles.
 struct PlanSlot {
   std::mutex m;
   bool built = false;
@@ -427,6 +427,17 @@ PlanSlot& slot_for(const std::vector<int64_t>& key) {
   std::unique_ptr<PlanSlot>& s = (*slots)[key];
   if (!s) s = std::make_unique<PlanSlot>();
   return *s;
+}
+
+// A handle's lock: cuDNN's calls may not share a handle at the same time (a handle is one
+// stream's, whose work runs in order anyway).
+std::mutex& handle_mutex(Handle h) {
+  static std::mutex m;
+  static auto* locks = new std::map<Handle, std::unique_ptr<std::mutex>>();  // (never freed, as the slots)
+  std::lock_guard<std::mutex> g(m);
+  std::unique_ptr<std::mutex>& l = (*locks)[h];
+  if (!l) l = std::make_unique<std::mutex>();
+  return *l;
 }
 
 }  // namespace
@@ -452,18 +463,16 @@ bool cudnn_graph_conv(int index, ConvPass pass, const ConvShape& s, const ConvSt
   const bool timed = cudnn_flag(CudnnFlag::benchmark);
   PlanSlot& slot = slot_for(key_of(index, pass, s, st, align, timed));
   if (chosen) chosen->clear();
-  GraphPlan* p = nullptr;
-  {
-    std::lock_guard<std::mutex> g(slot.m);
-    bool ran = false;
-    if (!slot.built) {
-      slot.plan = build(h, index, pass, s, st, align, o, timed && !capturing(index), &ran, chosen);
-      slot.built = true;
-    }
-    p = slot.plan.get();
-    if (!p) return false;
-    if (!ran) run(h, index, *p->run, o);
+  std::lock_guard<std::mutex> g(slot.m);
+  std::lock_guard<std::mutex> on_handle(handle_mutex(h));  // (always after the plan's: no cycle)
+  bool ran = false;
+  if (!slot.built) {
+    slot.plan = build(h, index, pass, s, st, align, o, timed && !capturing(index), &ran, chosen);
+    slot.built = true;
   }
+  GraphPlan* p = slot.plan.get();
+  if (!p) return false;
+  if (!ran) run(h, index, *p->run, o);
   if (!bias || pass != ConvPass::forward) return true;
   const ConvStrides nchw = contiguous_strides(s);
   if (!std::equal(st.y, st.y + 4, nchw.y)) fail("conv2d through cuDNN: a bias needs an NCHW contiguous output");

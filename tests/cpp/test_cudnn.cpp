@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -68,7 +69,8 @@ static_assert(kTypeHandle == CUDNN_TYPE_HANDLE && kTypeDataType == CUDNN_TYPE_DA
               kTypeFloat == CUDNN_TYPE_FLOAT && kTypeDouble == CUDNN_TYPE_DOUBLE && kTypeVoidPtr == CUDNN_TYPE_VOID_PTR &&
               kTypeConvMode == CUDNN_TYPE_CONVOLUTION_MODE && kTypeHeurMode == CUDNN_TYPE_HEUR_MODE &&
               kTypeNumericalNote == CUDNN_TYPE_NUMERICAL_NOTE && kTypeBackendDesc == CUDNN_TYPE_BACKEND_DESCRIPTOR);
-static_assert(kHeurModeFallback == CUDNN_HEUR_MODE_FALLBACK && kHeurModeA == CUDNN_HEUR_MODE_A &&
+static_assert(kHeurModeInstant == CUDNN_HEUR_MODE_INSTANT && kHeurModeFallback == CUDNN_HEUR_MODE_FALLBACK &&
+              kHeurModeA == CUDNN_HEUR_MODE_A &&
               kNoteTensorCore == CUDNN_NUMERICAL_NOTE_TENSOR_CORE &&
               kNoteDownConvertInputs == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS &&
               kNoteNondeterministic == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
@@ -232,5 +234,50 @@ TEST_CASE("cudnn: the graph API takes channels-last operands by their strides (P
   const int64_t nhwc[4] = {8, 1, 4, 2}, krsc[4] = {2, 1, 2, 2};
   std::copy(nhwc, nhwc + 4, st.x), std::copy(krsc, krsc + 4, st.w), std::copy(nhwc, nhwc + 4, st.y);
   CHECK(close(on_device(0, x_nhwc, w, std::vector<float>(8), s, &st), {51, 5100, 62, 6200, 73, 7300, 84, 8400}));
+  cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32);
+}
+
+TEST_CASE("cudnn: benchmark mode's timed plans, and two shapes' plans run from two threads at once", "[cudnn]") {
+  std::string why;
+  if (!cuda::cudnn_available(&why)) {
+    WARN("skipped: " << why);
+    return;
+  }
+  const bool tf32 = cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, false);
+  // a {1, 1, h, h} input of ones through a 2x2 kernel of ones through the graph API: every output
+  // is 4 (no Catch2 assertion inside: the second thread calls it too)
+  auto fours = [](int64_t h) {
+    cuda::ConvShape s;
+    s.n = s.c = s.k = 1, s.h = s.w = h, s.r = s.s = 2, s.oh = s.ow = h - 1;
+    const size_t nx = size_t(h * h), ny = size_t((h - 1) * (h - 1));
+    const std::vector<float> ones(nx, 1.0f);
+    void* x = cuda::device_alloc(nx * sizeof(float), 0);
+    void* w = cuda::device_alloc(4 * sizeof(float), 0);
+    void* y = cuda::device_alloc(ny * sizeof(float), 0);
+    cuda::copy_to_device(x, ones.data(), nx * sizeof(float), 0);
+    cuda::copy_to_device(w, ones.data(), 4 * sizeof(float), 0);
+    std::vector<float> got(ny);
+    const bool ran = cuda::cudnn_graph_conv(0, cuda::ConvPass::forward, s, cuda::contiguous_strides(s), x, w, y);
+    if (ran) cuda::copy_to_host(got.data(), y, ny * sizeof(float), 0);
+    cuda::device_free(x, nx * sizeof(float), 0), cuda::device_free(w, 4 * sizeof(float), 0);
+    cuda::device_free(y, ny * sizeof(float), 0);
+    return ran && close(got, std::vector<float>(ny, 4.0f));
+  };
+  const bool bench = cuda::set_cudnn_flag(cuda::CudnnFlag::benchmark, true);
+  CHECK(fours(9));  // (its plan timed: the fastest of the first engine configs)
+  CHECK(fours(9));
+  cuda::set_cudnn_flag(cuda::CudnnFlag::benchmark, bench);
+  bool ok[2] = {true, true};
+  std::thread other([&] {
+    try {
+      for (int i = 0; i < 20; ++i) ok[1] = ok[1] && fours(17);
+    } catch (const std::exception&) {
+      ok[1] = false;
+    }
+  });
+  for (int i = 0; i < 20; ++i) ok[0] = ok[0] && fours(13);
+  other.join();
+  CHECK(ok[0]);
+  CHECK(ok[1]);
   cuda::set_cudnn_flag(cuda::CudnnFlag::allow_tf32, tf32);
 }

@@ -167,6 +167,35 @@ describe("CUDA kernels", function()
     expect.close(f(x:cuda()):cpu(), T.cumsum(x * 2, 2):sin(), 1e-4, 1e-4)
     expect.eq(T.cuda.stats().host_ops, host_ops)
   end)
+  it("run cumsum of long rows in one pass (look-back over tiles of 4096): odd sizes, many rows, every dtype", function()
+    need_gpu()
+    T.manual_seed(13)
+    -- (just past a chunk, a tile +- 1, many tiles with a short last one, many rows of several tiles)
+    for _, shape in ipairs({ { 16385 }, { 2, 4095 * 5 }, { 4097 * 9 }, { 1, 2 ^ 20 + 1 }, { 37, 20001 }, { 300, 16999 } }) do
+      local x = T.randn(table.unpack(shape))
+      local d = #shape
+      expect.close(T.cumsum(x:cuda(), d):cpu(), T.cumsum(x, d), 1e-4, 1e-4, table.concat(shape, "x"))
+      -- integers exact: every tile's carry reaches the end of its row
+      local ints = (x * 1000):to("int64")
+      expect.eq(T.cumsum(ints:cuda(), d):cpu():eq(T.cumsum(ints, d)):all():item(), true, "int64 " .. table.concat(shape, "x"))
+    end
+    local ones = T.ones(3, 2 ^ 21 + 3):to("int32")
+    local got = T.cumsum(ones:cuda(), 2):cpu()
+    expect.eq(got:eq(T.arange(1, 2 ^ 21 + 4):long():expand(3, 2 ^ 21 + 3)):all():item(), true, "ones")
+    local bools = T.rand(2, 50001):lt(0.5)
+    expect.eq(T.cumsum(bools:cuda(), 2):cpu():eq(T.cumsum(bools, 2)):all():item(), true, "bool")
+    for _, dt in ipairs({ "float16", "bfloat16", "float64" }) do
+      local h = T.randn(3, 30001):to(dt)
+      expect.close(T.cumsum(h:cuda(), 2):cpu():double(), T.cumsum(h, 2):double(), 1e-2, 1e-2, dt)
+    end
+    -- under T.use_deterministic_algorithms floats take the chunked passes: the same bits every run
+    T.use_deterministic_algorithms(true)
+    local x = T.randn(2, 100003):double():cuda()
+    local a, b = T.cumsum(x, 2):cpu(), T.cumsum(x, 2):cpu()
+    T.use_deterministic_algorithms(false)
+    expect.eq(a:eq(b):all():item(), true, "deterministic")
+    expect.close(a, T.cumsum(x:cpu(), 2), 1e-9, 1e-9)
+  end)
   it("sort and take the top k on the device (library kernels): NaN, ties, every dtype, long lines", function()
     need_gpu()
     T.manual_seed(13)

@@ -455,6 +455,12 @@ describe("CUDA selections", function()
     z[7], z[30000] = 0 / 0, 0 / 0
     sorts("-0 / 0 / NaN of 50000", z, 1)
     sorts("float64 rows {5,6145}", values({ 5, 6145 }, "float64"), 2)
+    -- sizes 2^k +- 1 and 16M (the first pass reads the values, the last writes the result)
+    for _, n in ipairs({ 2 ^ 16 - 1, 2 ^ 16 + 1, 2 ^ 20 + 1 }) do sorts("float32 {" .. n .. "}", values({ n }, "float32"), 1) end
+    sorts("bfloat16 {65537}", values({ 65537 }, "bfloat16"), 1)
+    local big = T.randn(2 ^ 24)
+    big[3], big[4], big[5], big[6] = 0 / 0, -0.0, 1 / 0, -1 / 0
+    sorts("float32 of 16M", big, 1)
   end)
 
   device_it("scatter_reduce (sum, prod, mean, amax, amin; include_self or not) by atomics on the device",

@@ -25,6 +25,7 @@ using cudnn_detail::api;
 
 constexpr int64_t kWorkspaceCap = int64_t(1) << 30;  // engine configs asking more are skipped, as PyTorch's
 constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y';
+constexpr int kBenchmarkLimit = 10;  // engine configs benchmark mode times, as PyTorch's benchmark_limit
 
 // One backend descriptor, owned (cuDNN keeps raw handles to those a descriptor was given: owners
 // keep them as long as that one).
@@ -196,21 +197,25 @@ std::optional<Desc> execution_plan(Handle h, const Desc& cfg) {
   return std::nullopt;
 }
 
-// The engine configs of heuristics mode A, then FALLBACK's, whose plan finalizes within the
-// workspace cap, in their order, each given to `take` until it returns true. As PyTorch's, none
-// that rounds its inputs down; under `strict` (float32 without TF32) no tensor-core engine, and
-// under T.use_deterministic_algorithms none that is not deterministic.
+// The engine configs of heuristics mode INSTANT (PyTorch's), then A's and FALLBACK's, each engine
+// once (its first ranking), whose plan finalizes within the workspace cap, in their order, each
+// given to `take` until it returns true. As PyTorch's, none that rounds its inputs down; under
+// `strict` (float32 without TF32) no tensor-core engine, and under
+// T.use_deterministic_algorithms none that is not deterministic.
 template <class Take> void candidates(Handle h, int index, const Desc& graph, bool strict, Take&& take) {
   const bool same = deterministic();
-  for (int mode : {kHeurModeA, kHeurModeFallback}) {
+  std::vector<int64_t> seen;  // (engine indices already offered)
+  for (int mode : {kHeurModeInstant, kHeurModeA, kHeurModeFallback}) {
     for (Desc& cfg : engine_configs(graph, mode)) {
       const EngineInfo e = engine_info(cfg);
       if (e.down_convert || ((strict || same) && !e.known) || (strict && e.tensor_core) || (same && e.nondeterministic))
         continue;
+      if (e.index >= 0 && std::find(seen.begin(), seen.end(), e.index) != seen.end()) continue;
       std::optional<Desc> plan = execution_plan(h, cfg);
       int64_t ws = 0;
       if (!plan || !plan->read(kAttrPlanWorkspaceSize, kTypeInt64, &ws)) continue;
       if (ws > kWorkspaceCap || !can_allocate(ws, index)) continue;
+      if (e.index >= 0) seen.push_back(e.index);
       if (take(Candidate{std::move(cfg), std::move(*plan), ws, e, mode})) return;
     }
   }
@@ -327,7 +332,8 @@ const Desc& op_graph(GraphPlan& p, Handle h, ConvPass pass, const ConvShape& s, 
 }
 
 // The plan of one key: the first candidate that runs on the call's operands (*ran: the call is
-// done), or with `timing` (benchmark mode) the fastest there. Null when there is none.
+// done), or with `timing` (benchmark mode) the fastest of the first kBenchmarkLimit that run
+// there. Null when there is none.
 std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvShape& s, const ConvStrides& st,
                                  const int64_t (&align)[3], const Operands& o, bool timing, bool* ran,
                                  std::string* chosen) {
@@ -341,10 +347,12 @@ std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvS
     return nullptr;
   }
   const bool strict = s.dtype == DType::f32 && !cudnn_flag(CudnnFlag::allow_tf32);
+  int timed = 0;
   auto consider = [&](Candidate&& c) {
     float ms = 0;
     if (timing) {
       ms = time_candidate(h, index, c, o);
+      timed += ms >= 0;
     } else {
       try {
         run(h, index, c, o);
@@ -353,11 +361,12 @@ std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvS
         ms = -1;  // (as PyTorch's: a plan cuDNN refuses to run passes to the next)
       }
     }
-    if (ms < 0 || (p->run && ms >= p->ms)) return false;
-    p->run.reset();
-    p->run.emplace(std::move(c));
-    p->ms = ms;
-    return !timing;
+    if (ms >= 0 && (!p->run || ms < p->ms)) {
+      p->run.reset();
+      p->run.emplace(std::move(c));
+      p->ms = ms;
+    }
+    return p->run && (!timing || timed >= kBenchmarkLimit);
   };
   std::string refused;
   try {
@@ -374,7 +383,7 @@ std::unique_ptr<GraphPlan> build(Handle h, int index, ConvPass pass, const ConvS
   const Candidate& c = *p->run;
   if (chosen)
     *chosen = cat(name, ": graph API engine ", c.engine.index, c.engine.tensor_core ? " (tensor cores)" : "",
-                  ", heuristics ", c.mode == kHeurModeA ? "mode A" : "fallback",
+                  ", heuristics ", c.mode == kHeurModeInstant ? "INSTANT" : c.mode == kHeurModeA ? "mode A" : "fallback",
                   timing ? cat(", timed ", p->ms * 1000, " us") : std::string(), ", workspace ", c.workspace, " B");
   return p;
 }
@@ -400,29 +409,35 @@ std::vector<int64_t> key_of(int index, ConvPass pass, const ConvShape& s, const 
   return k;
 }
 
-// The plan of a key, built on its first call (null: no engine config finalized, remembered);
-// benchmark mode times the candidates, except while a CUDA graph records (heuristics there: the
-// plans of the warm-up before a capture are the timed ones). The caller holds plans_mutex().
-GraphPlan* plan_for(Handle h, int index, ConvPass pass, const ConvShape& s, const ConvStrides& st,
-                    const int64_t (&align)[3], const Operands& o, bool* ran, std::string* chosen) {
-  const bool timed = cudnn_flag(CudnnFlag::benchmark);
-  // (never destroyed: cuDNN may be unloaded before static destructors run)
-  static auto* plans = new std::map<std::vector<int64_t>, std::unique_ptr<GraphPlan>>();
-  std::vector<int64_t> key = key_of(index, pass, s, st, align, timed);
-  if (chosen) chosen->clear();
-  auto it = plans->find(key);
-  if (it == plans->end()) {
-    const bool timing = timed && !capturing(index);
-    it = plans->emplace(std::move(key), build(h, index, pass, s, st, align, o, timing, ran, chosen)).first;
-  }
-  return it->second.get();
+// A key's plan and its lock: execution plans are not thread safe on every engine (cuDNN's
+// release notes; PyTorch keeps them per thread), so one build or run of a plan at a time, while
+// other keys' plans run on other streams' handles.
+struct PlanSlot {
+  std::mutex m;
+  bool built = false;
+  std::unique_ptr<GraphPlan> plan;  // (null once built: no engine config finalized, remembered)
+};
+
+// The slot of a key (created empty on its first call; never freed: cuDNN may be unloaded before
+// static destructors run).
+PlanSlot& slot_for(const std::vector<int64_t>& key) {
+  static std::mutex m;
+  static auto* slots = new std::map<std::vector<int64_t>, std::unique_ptr<PlanSlot>>();
+  std::lock_guard<std::mutex> g(m);
+  std::unique_ptr<PlanSlot>& s = (*slots)[key];
+  if (!s) s = std::make_unique<PlanSlot>();
+  return *s;
 }
 
-// Execution plans are not thread safe on every engine (cuDNN's release notes; PyTorch keeps
-// them per thread): one build or run at a time.
-std::mutex& plans_mutex() {
+// A handle's lock: cuDNN's calls may not share a handle at the same time (a handle is one
+// stream's, whose work runs in order anyway).
+std::mutex& handle_mutex(Handle h) {
   static std::mutex m;
-  return m;
+  static auto* locks = new std::map<Handle, std::unique_ptr<std::mutex>>();  // (never freed, as the slots)
+  std::lock_guard<std::mutex> g(m);
+  std::unique_ptr<std::mutex>& l = (*locks)[h];
+  if (!l) l = std::make_unique<std::mutex>();
+  return *l;
 }
 
 }  // namespace
@@ -443,14 +458,21 @@ bool cudnn_graph_conv(int index, ConvPass pass, const ConvShape& s, const ConvSt
   Handle h = cudnn_detail::handle(index);
   const int64_t align[3] = {alignment(x), alignment(w), alignment(y)};
   const Operands o{x, w, y};
-  GraphPlan* p = nullptr;
-  {
-    std::lock_guard<std::mutex> g(plans_mutex());
-    bool ran = false;
-    p = plan_for(h, index, pass, s, st, align, o, &ran, chosen);
-    if (!p) return false;
-    if (!ran) run(h, index, *p->run, o);
+  // benchmark mode times the candidates, except while a CUDA graph records (heuristics there:
+  // the plans of the warm-up before a capture are the timed ones)
+  const bool timed = cudnn_flag(CudnnFlag::benchmark);
+  PlanSlot& slot = slot_for(key_of(index, pass, s, st, align, timed));
+  if (chosen) chosen->clear();
+  std::lock_guard<std::mutex> g(slot.m);
+  std::lock_guard<std::mutex> on_handle(handle_mutex(h));  // (always after the plan's: no cycle)
+  bool ran = false;
+  if (!slot.built) {
+    slot.plan = build(h, index, pass, s, st, align, o, timed && !capturing(index), &ran, chosen);
+    slot.built = true;
   }
+  GraphPlan* p = slot.plan.get();
+  if (!p) return false;
+  if (!ran) run(h, index, *p->run, o);
   if (!bias || pass != ConvPass::forward) return true;
   const ConvStrides nchw = contiguous_strides(s);
   if (!std::equal(st.y, st.y + 4, nchw.y)) fail("conv2d through cuDNN: a bias needs an NCHW contiguous output");

@@ -1,9 +1,10 @@
 // Convolutions through cuDNN's backend ("graph") API, the one PyTorch reaches through the cuDNN
 // frontend: a one-operation graph (forward, backward data or backward filter) over tensor
-// descriptors with explicit strides, heuristics mode A (else FALLBACK), the first engine config
-// whose execution plan finalizes within the workspace cap and runs (benchmark mode: the fastest),
-// run with a variant pack. The plan is cached per pass, shape, strides, alignment, dtype, device
-// and the TF32, benchmark and deterministic switches: later calls only execute it.
+// descriptors with explicit strides, heuristics mode INSTANT (PyTorch's; then A, then FALLBACK),
+// the first engine config whose execution plan finalizes within the workspace cap and runs
+// (benchmark mode: the fastest of the first 10 timed once, as PyTorch's benchmark_limit), run with
+// a variant pack. The plan is cached per pass, shape, strides, alignment, dtype, device and the
+// TF32, benchmark and deterministic switches: later calls only execute it, under the plan's lock.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -8,7 +8,9 @@
 #include "vm/cuda/checks.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/module.hpp"
+#include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
+#include "vm/deterministic.hpp"
 #include "vm/hooks.hpp"
 #include "vm/kernels/cuda/prelude.hpp"
 #include "vm/kernels/cuda/radix.hpp"
@@ -19,6 +21,7 @@ namespace cr::cuda {
 namespace {
 
 constexpr int64_t kScanChunk = 16384;  // a chunk of a long row: 4 tiles of 4 x 1024
+constexpr int64_t kScanTile = 8 * 32 * 16;  // scan.cuh SCAN_TILE
 
 struct Library {
   CUmodule mod = nullptr;
@@ -122,11 +125,37 @@ std::shared_ptr<DeviceCheck> library_check(int device, const std::string& op, co
 std::string cumsum_source(DType d) { return source_of("scan.cuh", d); }
 std::string sort_source(DType d) { return source_of("sort.cuh", d); }
 
+namespace {
+
+// Rows longer than a chunk in one pass (scan.cuh cumsum_scan): the tiles' flags and the counter
+// zeroed, their totals and inclusive sums beside.
+void cumsum_long_rows(Context& ctx, const Tensor& out, const Tensor& x, int64_t outer, int64_t n) {
+  const int device = out.device().index;
+  long long len = n, tiles = (n + kScanTile - 1) / kScanTile;
+  const int64_t total = outer * tiles;
+  const DType acc = is_floating(out.dtype()) ? DType::f64 : DType::i64;
+  Tensor flags = Tensor::empty({total + 1}, DType::i32, out.device());  // (then the counter)
+  Tensor sums = Tensor::empty({2 * total}, acc, out.device());
+  fill_pattern(flags.data_bytes(), size_t(total + 1), 4, 0u, device);
+  void *xp = x.data_bytes(), *yp = out.data_bytes(), *fp = flags.data_bytes();
+  void *pp = sums.data_bytes(), *ip = static_cast<char*>(pp) + 8 * total, *cp = static_cast<int32_t*>(fp) + total;
+  launch(function(ctx, device, "cumsum", "scan.cuh", out.dtype(), "cumsum_scan"), device, total, 256,
+         {&xp, &yp, &len, &tiles, &fp, &pp, &ip, &cp}, "cumsum_scan");
+}
+
+}  // namespace
+
 void cumsum(Context& ctx, const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner) {
   if (out.numel() == 0) return;
   const int device = out.device().index;
   void *xp = x.data_bytes(), *yp = out.data_bytes();
   long long len = n;
+  // (floats under T.use_deterministic_algorithms take the chunked passes: a fixed association)
+  if (inner == 1 && n > kScanChunk && outer * ((n + kScanTile - 1) / kScanTile) < (int64_t(1) << 31) &&
+      !(deterministic() && is_floating(out.dtype()))) {
+    cumsum_long_rows(ctx, out, x, outer, n);
+    return;
+  }
   if (inner == 1 && n > 32) {
     int block = 32;
     while (block < 1024 && 4 * block < n) block *= 2;

@@ -56,36 +56,36 @@ void radix_sort_lines(Context& ctx, const Tensor& x, int64_t outer, int64_t n, i
   const int device = x.device().index;
   const DType d = x.dtype();
   const int64_t lines = outer * inner;
-  long long total = lines * n, n_ = n, inner_ = inner, chunk = kChunk, chunks = (n + kChunk - 1) / kChunk;
+  long long total = lines * n, n_ = n, inner_ = inner, k_ = k, chunk = kChunk, chunks = (n + kChunk - 1) / kChunk;
   const long long tile = items(d) * 256;  // (radix.cuh TILE)
   long long tiles = (n + tile - 1) / tile;
-  int passes = key_bits(d) / 8;
+  int passes = key_bits(d) / 8, desc = descending;
   const DType kd = key_bits(d) == 64 ? DType::i64 : DType::i32;
   Tensor keys[2] = {Tensor::empty({total}, kd, x.device()), Tensor::empty({total}, kd, x.device())};
   Tensor pos[2] = {Tensor::empty({total}, DType::i32, x.device()), Tensor::empty({total}, DType::i32, x.device())};
   Tensor starts = zeros_i32(lines * passes * 256, x.device());
   Tensor status = zeros_i32(2 * lines * tiles * 256 + passes, x.device());  // (then the passes' tile counters)
-  void *xp = x.data_bytes(), *kp = keys[0].data_bytes(), *pp = pos[0].data_bytes(), *sp = starts.data_bytes();
-  void* stp = status.data_bytes();
+  void *sp = starts.data_bytes(), *stp = status.data_bytes();
   void* counters = static_cast<char*>(stp) + 8 * lines * tiles * 256;
-  int desc = descending;
-  void* key_args[] = {&xp, &kp, &pp, &n_, &inner_, &total, &desc};
-  launch(ctx, d, device, "radix_keys", grid_of(total, device), key_args);
-  void* hist_args[] = {&kp, &n_, &chunk, &chunks, &passes, &sp};
+  // contiguous lines: the first pass (and the histogram) read x itself; others laid out first
+  void *xp = x.data_bytes(), *from = inner == 1 ? xp : nullptr, *kp = keys[0].data_bytes(), *pp = pos[0].data_bytes();
+  if (!from) {
+    void* key_args[] = {&xp, &kp, &pp, &n_, &inner_, &total};
+    launch(ctx, d, device, "radix_keys", grid_of(total, device), key_args);
+  }
+  void* hist_args[] = {&from, &kp, &n_, &chunk, &chunks, &passes, &desc, &sp};
   launch(ctx, d, device, "radix_histogram", lines * chunks, hist_args);
   void* start_args[] = {&sp};
   launch(ctx, d, device, "radix_starts", lines * passes, start_args);
   int cur = 0;
   for (int pass = 0; pass < passes; ++pass, cur ^= 1) {
-    void *ki = keys[cur].data_bytes(), *pi = pos[cur].data_bytes();
+    const bool last = pass == passes - 1;
+    void *xi = pass == 0 ? from : nullptr, *ki = keys[cur].data_bytes(), *pi = pos[cur].data_bytes();
     void *ko = keys[cur ^ 1].data_bytes(), *po = pos[cur ^ 1].data_bytes();
-    void* args[] = {&ki, &pi, &ko, &po, &n_, &tiles, &pass, &passes, &sp, &stp, &counters};
+    void *yp = last ? values.data_bytes() : nullptr, *yip = last ? indices.data_bytes() : nullptr;
+    void* args[] = {&xi, &ki, &pi, &ko, &po, &yp, &yip, &n_, &inner_, &k_, &tiles, &pass, &passes, &desc, &sp, &stp, &counters};
     launch(ctx, d, device, "radix_onesweep", lines * tiles, args);
   }
-  void *op = pos[cur].data_bytes(), *yp = values.data_bytes(), *yip = indices.data_bytes();
-  long long k_ = k, kept = lines * k;
-  void* write_args[] = {&xp, &op, &yp, &yip, &n_, &inner_, &k_, &kept};
-  launch(ctx, d, device, "radix_write", grid_of(kept, device), write_args);
 }
 
 }  // namespace cr::cuda

@@ -2,13 +2,15 @@
 // 64 bits) and its ITEMS (keys a thread moves in a pass) (radix.cpp).
 //
 // A stable LSD radix sort of lines of {outer, n, inner} (element i of line l = (o, j) at
-// (o * n + i) * inner + j), 8 bits a pass, as onesweep. radix_keys maps each value to an unsigned
-// key in the CPU's order (vm/ops/sorting.cpp: -0 equals 0, NaN above every number, all NaNs equal;
-// descending: the key inverted, so ties stay in position order) beside its 0-based position,
-// line-contiguous. radix_histogram counts every pass's digits in one read, radix_starts places
-// each digit's run, and per pass radix_onesweep moves the keys tile by tile with decoupled
-// look-back over the tiles' digit counts. radix_write gathers the first k values of each sorted
-// line from x and their 1-based positions.
+// (o * n + i) * inner + j), 8 bits a pass, as onesweep. A key is the element's own bits (K wide);
+// its digits come from sort_key, an unsigned key in the CPU's order (vm/ops/sorting.cpp: -0 equals
+// 0, NaN above every number, all NaNs equal; descending: the key inverted, so ties stay in
+// position order), so the sorted keys are the sorted values (CUB's way). Contiguous lines
+// (inner 1) are read from x by the first pass; others are laid out line-contiguous by radix_keys
+// beside their 0-based positions. radix_histogram counts every pass's digits in one read,
+// radix_starts places each digit's run, and per pass radix_onesweep moves the keys tile by tile
+// with decoupled look-back over the tiles' digit counts; the last pass writes the first k values
+// of each line and their 1-based positions.
 #define RADIX 256
 #define WARPS 8  // blockDim.x == RADIX: a thread per digit
 
@@ -32,22 +34,56 @@ __forceinline__ unsigned ordered(int v) { return unsigned(v) ^ 0x80000000u; }
 __forceinline__ unsigned long long ordered(long long v) { return (unsigned long long)v ^ (1ull << 63); }
 __forceinline__ unsigned ordered(bool v) { return v ? 1u : 0u; }
 
+// The bits of v as a key, and back; sort_key: the digits' key of the bits.
+__forceinline__ K raw_of(T v) {
+  union { T t; K k; } u;
+  u.k = K(0);
+  u.t = v;
+  return u.k;
+}
+__forceinline__ T value_of(K raw) {
+  union { T t; K k; } u;
+  u.k = raw;
+  return u.t;
+}
+__forceinline__ K sort_key(K raw, int desc) {
+  const K k = K(ordered(value_of(raw)));
+  return desc ? K(~k) : k;
+}
+
+// Whether the 32 lanes' digits d (live lanes; the others among themselves) match: a ballot a bit
+// (CUB's MatchAny: a warp's __match_any_sync is slower than 9 ballots).
+__device__ __forceinline__ unsigned match_digit(unsigned d, bool live) {
+  unsigned peers = __ballot_sync(0xffffffffu, live);
+  if (!live) peers = ~peers;
+#pragma unroll
+  for (int b = 0; b < 8; ++b) {
+    const unsigned m = __ballot_sync(0xffffffffu, (d >> b) & 1u);
+    peers &= (d >> b) & 1u ? m : ~m;
+  }
+  return peers;
+}
+
+// Key i of line `line`: from x (contiguous lines, the first pass) or the keys of the last pass.
+__device__ __forceinline__ K load_key(const T* __restrict__ x, const K* __restrict__ keys, long long at) {
+  return x ? raw_of(x[at]) : keys[at];
+}
+
 extern "C" __global__ void radix_keys(const T* __restrict__ x, K* __restrict__ keys, int* __restrict__ pos, long long n,
-                                      long long inner, long long total, int desc) {
+                                      long long inner, long long total) {
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
     const long long line = e / n, i = e - line * n, o = line / inner, j = line - o * inner;
-    const K k = K(ordered(x[(o * n + i) * inner + j]));
-    keys[e] = desc ? K(~k) : k;
+    keys[e] = raw_of(x[(o * n + i) * inner + j]);
     pos[e] = int(i);
   }
 }
 
-// radix_histogram: every pass's digit counts of each line in one read of the keys, summed per
-// block in shared memory (a warp's equal digits add once: skewed keys) and added into
+// radix_histogram: every pass's digit counts of each line in one read of the keys (or of x),
+// summed per block in shared memory (a warp's equal digits add once: skewed keys) and added into
 // counts[(line * passes + p) * RADIX + d] (zeroed); radix_starts turns each (line, pass) row of
 // counts into its exclusive running sum: where each digit's run starts.
-extern "C" __global__ void radix_histogram(const K* __restrict__ keys, long long n, long long chunk, long long chunks,
-                                           int passes, unsigned* __restrict__ counts) {
+extern "C" __global__ void radix_histogram(const T* __restrict__ x, const K* __restrict__ keys, long long n, long long chunk,
+                                           long long chunks, int passes, int desc, unsigned* __restrict__ counts) {
   __shared__ unsigned hist[8][RADIX];
   const long long line = blockIdx.x / chunks, c = blockIdx.x - line * chunks;
   const long long lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
@@ -56,10 +92,10 @@ extern "C" __global__ void radix_histogram(const K* __restrict__ keys, long long
   for (long long r = lo; r < hi; r += blockDim.x) {  // (uniform bounds: whole warps match)
     const long long i = r + threadIdx.x;
     const bool live = i < hi;
-    const K k = live ? keys[line * n + i] : K(0);
+    const K k = live ? sort_key(load_key(x, keys, line * n + i), desc) : K(0);
     for (int p = 0; p < passes; ++p) {
-      const unsigned d = live ? unsigned(k >> (8 * p)) & 255u : RADIX;
-      const unsigned peers = __match_any_sync(0xffffffffu, d);
+      const unsigned d = unsigned(k >> (8 * p)) & 255u;
+      const unsigned peers = match_digit(d, live);
       if (live && (threadIdx.x & 31u) == unsigned(__ffs(peers) - 1)) atomicAdd(&hist[p][d], unsigned(__popc(peers)));
     }
   }
@@ -68,34 +104,36 @@ extern "C" __global__ void radix_histogram(const K* __restrict__ keys, long long
     if (hist[p][threadIdx.x]) atomicAdd(counts + (line * passes + p) * RADIX + threadIdx.x, hist[p][threadIdx.x]);
 }
 
-// The exclusive running sum of the RADIX values at s (a thread each), in place; every thread calls it.
-__device__ __forceinline__ unsigned exclusive_scan(unsigned* s) {
-  const unsigned mine = s[threadIdx.x];
-  for (int o = 1; o < RADIX; o <<= 1) {
-    __syncthreads();
-    const unsigned v = threadIdx.x >= unsigned(o) ? s[threadIdx.x - o] : 0u;
-    __syncthreads();
-    s[threadIdx.x] += v;
+// The exclusive running sum of the block's RADIX values v (a thread each): shuffles within a
+// warp, then the warps' totals (`sums`: WARPS words, written once); every thread calls it.
+__device__ __forceinline__ unsigned exclusive_scan(unsigned v, unsigned* sums) {
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  unsigned inc = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned t = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= unsigned(o)) inc += t;
   }
+  if (lane == 31u) sums[warp] = inc;
   __syncthreads();
-  return s[threadIdx.x] - mine;
+  for (unsigned w = 0; w < warp; ++w) inc += sums[w];
+  return inc - v;
 }
 
 extern "C" __global__ void radix_starts(unsigned* __restrict__ counts) {
-  __shared__ unsigned s[RADIX];
+  __shared__ unsigned sums[WARPS];
   unsigned* c = counts + (long long)blockIdx.x * RADIX;
-  s[threadIdx.x] = c[threadIdx.x];
-  c[threadIdx.x] = exclusive_scan(s);
+  c[threadIdx.x] = exclusive_scan(c[threadIdx.x], sums);
 }
 
 // radix_onesweep: one pass of 8 bits over tiles of TILE keys of a line, a block each, taken in
 // order from a counter (every tile before a block's has started: its waits end). A warp ranks
-// its ITEMS rounds of 32 keys (match_any, running counts per warp and digit), the thread of digit
+// its ITEMS rounds of 32 keys (match_digit, running counts per warp and digit), the thread of digit
 // d sums the warps' counts into the tile's, publishes it in status[tile][d] (flag 1: the tile's
 // count, flag 2: with every tile before), and looks back over the tiles before for their sum
 // (decoupled look-back); the tile is ordered by digit in shared memory and written out in order
-// (runs of a digit land on consecutive addresses). Status words: tag (2 * pass + flag) << 32 |
-// count, so one zeroing serves every pass.
+// (runs of a digit land on consecutive addresses), by the last pass (y given) as values and
+// 1-based positions. Status words: tag (2 * pass + flag) << 32 | count, so one zeroing serves
+// every pass.
 #define TILE (ITEMS * RADIX)  // (ITEMS: the launcher's, 16 keys a thread, 8 of 64-bit keys: shared memory)
 
 __device__ __forceinline__ void post(unsigned long long* at, int tag, unsigned v) {
@@ -117,11 +155,13 @@ __device__ __forceinline__ unsigned tiles_before(const unsigned long long* row, 
   return sum;
 }
 
-extern "C" __global__ void radix_onesweep(const K* __restrict__ keys, const int* __restrict__ pos, K* __restrict__ keys_out,
-                                          int* __restrict__ pos_out, long long n, long long tiles, int pass, int passes,
+extern "C" __global__ void radix_onesweep(const T* __restrict__ x, const K* __restrict__ keys, const int* __restrict__ pos,
+                                          K* __restrict__ keys_out, int* __restrict__ pos_out, T* __restrict__ y,
+                                          long long* __restrict__ yi, long long n, long long inner, long long k_out,
+                                          long long tiles, int pass, int passes, int desc,
                                           const unsigned* __restrict__ starts, unsigned long long* status,
                                           unsigned* counter) {
-  __shared__ unsigned warp_runs[WARPS][RADIX], local[RADIX];
+  __shared__ unsigned warp_runs[WARPS][RADIX], local[RADIX], sums[WARPS];
   __shared__ long long base[RADIX];
   __shared__ K tile_keys[TILE];
   __shared__ int tile_pos[TILE];
@@ -138,13 +178,13 @@ extern "C" __global__ void radix_onesweep(const K* __restrict__ keys, const int*
   unsigned rank[ITEMS];
   for (int r = 0; r < ITEMS; ++r) {
     const long long i = first + r * 32 + lane;
-    k[r] = i < n ? keys[line * n + i] : K(0);
-    p[r] = i < n ? pos[line * n + i] : 0;
+    k[r] = i < n ? load_key(x, keys, line * n + i) : K(0);
+    p[r] = i >= n ? 0 : x ? int(i) : pos[line * n + i];
   }
   for (int r = 0; r < ITEMS; ++r) {
     const bool live = first + r * 32 + lane < n;
-    const unsigned d = live ? unsigned(k[r] >> shift) & 255u : RADIX;
-    const unsigned peers = __match_any_sync(0xffffffffu, d);
+    const unsigned d = unsigned(sort_key(k[r], desc) >> shift) & 255u;
+    const unsigned peers = match_digit(d, live);
     const int leader = __ffs(peers) - 1;
     unsigned before = 0u;
     if (live && lane == unsigned(leader)) {
@@ -165,36 +205,36 @@ extern "C" __global__ void radix_onesweep(const K* __restrict__ keys, const int*
   post(mine, 2 * pass + (t == 0 ? 2 : 1), count);
   const unsigned before = t == 0 ? 0u : tiles_before(mine, t, pass);
   if (t > 0) post(mine, 2 * pass + 2, before + count);
-  local[threadIdx.x] = count;
-  const unsigned at = exclusive_scan(local);  // (where digit d starts in the ordered tile)
-  base[threadIdx.x] = line * n + (long long)starts[(line * passes + pass) * RADIX + threadIdx.x] + before - at;
-  __syncthreads();
+  const unsigned at = exclusive_scan(count, sums);  // (where digit d starts in the ordered tile)
+  base[threadIdx.x] = (long long)starts[(line * passes + pass) * RADIX + threadIdx.x] + before - at;
   local[threadIdx.x] = at;
   __syncthreads();
   for (int r = 0; r < ITEMS; ++r) {
     if (first + r * 32 + lane >= n) continue;
-    const unsigned d = unsigned(k[r] >> shift) & 255u;
+    const unsigned d = unsigned(sort_key(k[r], desc) >> shift) & 255u;
     const unsigned slot = local[d] + warp_runs[warp][d] + rank[r];
     tile_keys[slot] = k[r];
     tile_pos[slot] = p[r];
   }
   __syncthreads();
   const long long live = n - t * TILE < TILE ? n - t * TILE : TILE;
+  if (!y) {
+    for (long long i = threadIdx.x; i < live; i += blockDim.x) {
+      const K key = tile_keys[i];
+      const long long dst = line * n + base[unsigned(sort_key(key, desc) >> shift) & 255u] + i;
+      keys_out[dst] = key;
+      pos_out[dst] = tile_pos[i];
+    }
+    return;
+  }
+  // the last pass: the first k_out of the line into y / yi {outer, k_out, inner}, 1-based positions
+  const long long o = line / inner, j = line - o * inner;
   for (long long i = threadIdx.x; i < live; i += blockDim.x) {
     const K key = tile_keys[i];
-    const long long dst = base[unsigned(key >> shift) & 255u] + i;
-    keys_out[dst] = key;
-    pos_out[dst] = tile_pos[i];
-  }
-}
-
-extern "C" __global__ void radix_write(const T* __restrict__ x, const int* __restrict__ pos, T* __restrict__ y,
-                                       long long* __restrict__ yi, long long n, long long inner, long long k,
-                                       long long total) {
-  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
-    const long long line = e / k, i = e - line * k, o = line / inner, j = line - o * inner;
-    const long long p = pos[line * n + i], at = (o * k + i) * inner + j;
-    y[at] = x[(o * n + p) * inner + j];
-    yi[at] = p + 1;
+    const long long r = base[unsigned(sort_key(key, desc) >> shift) & 255u] + i;  // (its rank in the line)
+    if (r >= k_out) continue;
+    const long long to = (o * k_out + r) * inner + j;
+    y[to] = value_of(key);
+    yi[to] = (long long)tile_pos[i] + 1;
   }
 }

@@ -91,3 +91,105 @@ extern "C" __global__ void cumsum_walk(const T* __restrict__ x, T* __restrict__ 
     y[at + i * inner] = T(acc);
   }
 }
+
+// cumsum_scan (rows longer than a chunk; not under T.use_deterministic_algorithms for floats: the
+// carry's association depends on timing): one pass over tiles of SCAN_TILE elements of a row, a
+// block each, taken in order from a counter (every tile before a block's has started: its waits
+// end), CUB's single-pass scan. A warp loads its 32 x SCAN_ITEMS elements coalesced, turns them
+// through shared memory so a thread holds SCAN_ITEMS neighbours, adds them serially, and scans
+// the threads' sums with shuffles; the tile posts its total (flag 1), warp 0 looks back over the
+// row's tiles before, 32 at a time, for the sum up to the nearest one that posted its inclusive
+// sum (flag 2), and posts its own.
+#define SCAN_WARPS 8
+#define SCAN_ITEMS 16
+#define SCAN_TILE (SCAN_WARPS * 32 * SCAN_ITEMS)
+#define SCAN_PAD(i) ((i) + ((i) >> 5))  // (a word of padding per 32: the blocked reads hit every bank)
+
+__device__ __forceinline__ A warp_total(A v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Tile t's value, then its flag: a reader that sees the flag sees the value (fenced).
+__device__ __forceinline__ void post_tile(int* flag, A* value, A v, int f) {
+  *reinterpret_cast<volatile A*>(value) = v;
+  __threadfence();
+  *reinterpret_cast<volatile int*>(flag) = f;
+}
+
+// Warp 0's look-back from tile t of a row (flags, partial, inclusive: the row's tile 0): the sum
+// of every tile before t. Lane l reads tile j - l; tiles before 0 read as inclusive zeros.
+__device__ A look_back(const int* flags, const A* partial, const A* inclusive, long long t, int lane) {
+  A sum = A(0);
+  for (long long j = t - 1;; j -= 32) {
+    const long long mine = j - lane;
+    int f;
+    do {
+      f = mine >= 0 ? *reinterpret_cast<const volatile int*>(flags + mine) : 2;
+    } while (__any_sync(0xffffffffu, f == 0));
+    __threadfence();
+    A v = A(0);
+    if (mine >= 0) v = *reinterpret_cast<const volatile A*>((f == 2 ? inclusive : partial) + mine);
+    const unsigned done = __ballot_sync(0xffffffffu, f == 2);
+    if (done && lane > __ffs(done) - 1) v = A(0);  // (past the nearest inclusive sum)
+    sum += warp_total(v);
+    if (done) return sum;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(SCAN_WARPS * 32)
+    cumsum_scan(const T* __restrict__ x, T* __restrict__ y, long long n, long long tiles, int* flags,
+                A* partial, A* inclusive, unsigned* counter) {
+  __shared__ T buf[SCAN_WARPS][SCAN_PAD(32 * SCAN_ITEMS)];
+  __shared__ A warp_sums[SCAN_WARPS], prefix_s;
+  __shared__ unsigned id_s;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x == 0) id_s = atomicAdd(counter, 1u);
+  __syncthreads();
+  const long long id = id_s, row = id / tiles, t = id - row * tiles;
+  const long long first = t * SCAN_TILE + warp * (32 * SCAN_ITEMS);  // (this warp's elements)
+  x += row * n;
+  y += row * n;
+  T* b = buf[warp];
+#pragma unroll
+  for (int r = 0; r < SCAN_ITEMS; ++r) {
+    const long long i = first + r * 32 + lane;
+    if (i < n) b[SCAN_PAD(r * 32 + lane)] = x[i];
+  }
+  __syncwarp();
+  A v[SCAN_ITEMS], run = A(0);
+#pragma unroll
+  for (int e = 0; e < SCAN_ITEMS; ++e) {
+    if (first + lane * SCAN_ITEMS + e < n) run += A(b[SCAN_PAD(lane * SCAN_ITEMS + e)]);
+    v[e] = run;
+  }
+  const A inclusive_run = warp_scan(run, lane);
+  A before = __shfl_up_sync(0xffffffffu, inclusive_run, 1);
+  if (lane == 0) before = A(0);
+  if (lane == 31) warp_sums[warp] = inclusive_run;
+  __syncthreads();
+  A aggregate = A(0);
+  for (int w = 0; w < SCAN_WARPS; ++w) {
+    if (w == warp) before += aggregate;
+    aggregate += warp_sums[w];
+  }
+  if (warp == 0) {
+    const long long at = row * tiles + t;
+    if (lane == 0) post_tile(flags + at, (t == 0 ? inclusive : partial) + at, aggregate, t == 0 ? 2 : 1);
+    const A prefix = t == 0 ? A(0) : look_back(flags + row * tiles, partial + row * tiles, inclusive + row * tiles, t, lane);
+    if (lane == 0) {
+      if (t > 0) post_tile(flags + at, inclusive + at, prefix + aggregate, 2);
+      prefix_s = prefix;
+    }
+  }
+  __syncthreads();
+  before += prefix_s;
+#pragma unroll
+  for (int e = 0; e < SCAN_ITEMS; ++e) b[SCAN_PAD(lane * SCAN_ITEMS + e)] = T(before + v[e]);
+  __syncwarp();
+#pragma unroll
+  for (int r = 0; r < SCAN_ITEMS; ++r) {
+    const long long i = first + r * 32 + lane;
+    if (i < n) y[i] = b[SCAN_PAD(r * 32 + lane)];
+  }
+}

@@ -2,7 +2,8 @@
 -- (the registry ops _dist_*), so a compiled DDP-style step is one graph around them. Checked on
 -- the "simulated" process group (CPU tensors, ranks started by `crescent --nproc N`): compiled ==
 -- eager == the host's result, no graph break, a rank mismatch and a rank that never joins raise
--- clear errors (caught by pcall) instead of hanging.
+-- clear errors (caught by pcall) instead of hanging; T.compile(ddp)'s backward graph reduces
+-- DDP's buckets itself (_dist_bucket_start / _dist_bucket_wait, vm/graph/buckets.hpp).
 local T = require "crescent"
 local SH = require "shell"
 expect.covers("_dist_all_reduce", "_dist_all_gather", "_dist_reduce_scatter", "_dist_broadcast", "_dist_bucket_start",

@@ -72,9 +72,14 @@ function M.buckets_of(params, cap_bytes, group)
   return buckets
 end
 
+-- each bucket's flat buffer, and each entry's slot in it (a view shaped as its parameter, made
+-- once: the hooks then copy without making views)
 local function make_buckets(params, cap_bytes)
   local buckets = M.buckets_of(params, cap_bytes)
-  for _, b in ipairs(buckets) do b.flat = T.zeros({ b.numel }, { dtype = b.dtype, device = b.device }) end
+  for _, b in ipairs(buckets) do
+    b.flat = T.zeros({ b.numel }, { dtype = b.dtype, device = b.device })
+    for _, e in ipairs(b.entries) do e.slot = b.flat:narrow(1, e.offset + 1, e.numel):view(e.param.shape) end
+  end
   return buckets
 end
 
@@ -139,9 +144,6 @@ function M.check_complete(who, buckets, next, ready)
     .. table.concat(missing, ", ") .. "); every parameter must take part in the loss")
 end
 
--- entry e's part of bucket b's flat buffer, shaped as its parameter
-local function slot(b, e) return b.flat:narrow(1, e.offset + 1, e.numel):view(e.param.shape) end
-
 -- the end of backward: every bucket reduced, the averages back in .grad
 local function finish(self)
   local r = self._reducer
@@ -153,7 +155,7 @@ local function finish(self)
   T.no_grad(function()
     for _, b in ipairs(r.buckets) do
       for _, e in ipairs(b.entries) do
-        if not b.in_graph and not r.viewed[e.param] then e.param.grad:copy_(slot(b, e)) end
+        if not b.in_graph and not r.viewed[e.param] then e.param.grad:copy_(e.slot) end
       end
     end
   end)
@@ -177,9 +179,9 @@ local function on_grad(self, p)
   if r.graph_id and dist.buckets_take_reduced(r.graph_id, core.ptr(p)) ~= 0 then
     b.in_graph = true  -- (the whole bucket: a graph reduces buckets, not single gradients)
   else
-    T.no_grad(function() slot(b, e):copy_(p.grad) end)
+    T.no_grad(function() e.slot:copy_(p.grad) end)
     -- (not while capturing a whole step: .grad then is a value of the graph being recorded)
-    if self._grad_views and core.ctx.capturing == 0 then p.grad, r.viewed[p] = slot(b, e), true end
+    if self._grad_views and core.ctx.capturing == 0 then p.grad, r.viewed[p] = e.slot, true end
   end
   b.pending = b.pending - 1
   if b.pending == 0 then launch_ready(self) end

@@ -1,8 +1,9 @@
 -- crescent's side of the data-parallel GPT-2 benchmark (bench/torch_ddp_gpt2.py is PyTorch's;
 -- both run from bench/run_dist.sh): the training step of bench/lib/gpt2_train.lua on every
 -- rank of `crescent --nproc N` (a 1-rank run has no process group), the model wrapped in
--- T.nn.parallel.DistributedDataParallel, BATCH rows per rank. After WARM steps, the median step
--- time over STEPS steps; tokens/s counts every rank's rows. Rank 0 prints one JSON line.
+-- T.nn.parallel.DistributedDataParallel (gradient_as_bucket_view, as PyTorch's side), BATCH rows
+-- per rank. After WARM steps, the median step time over STEPS steps; tokens/s counts every
+-- rank's rows. Rank 0 prints one JSON line.
 --   crescent --nproc N bench/ddp_gpt2_bench.lua CONFIG BATCH SEQ STEPS
 --   (AUTOCAST=bfloat16 by default; COMPILE=1: the model's forward and backward compiled;
 --   DEVICE=cpu AUTOCAST=none: a smoke run on the simulated process group, without GPUs)
@@ -25,7 +26,8 @@ local rank = world > 1 and D.get_rank() or 0
 local compile = os.getenv("COMPILE") == "1"
 local S = require("lib.gpt2_train").new { config = name, batch = batch, seq = seq, device = device,
   autocast = autocast, mode = compile and "model" or "eager", data_seed = 1 + rank,
-  wrap = world > 1 and T.nn.parallel.DistributedDataParallel or nil }
+  wrap = world > 1 and function(m) return T.nn.parallel.DistributedDataParallel(m, { gradient_as_bucket_view = true }) end
+    or nil }
 local run = B.train_loop(S.step, tonumber(os.getenv("WARM") or 3), steps)
 if rank == 0 then
   print(B.json {

@@ -4,7 +4,8 @@
 #             of `crescent --nproc N`, and the compiled collectives (simulated ranks, CPU)
 #   allreduce bench/run_allreduce.sh: all_reduce bus bandwidth, crescent vs torch vs bare NCCL
 #   gpt2      GPT-2 124M data-parallel training on 1 and N GPUs: crescent DDP (eager and
-#             compiled) and PyTorch DDP + torch.compile, then tokens/s and scaling efficiency
+#             compiled) and PyTorch DDP + torch.compile (its processes spawned by the script, no
+#             torchrun), then tokens/s and scaling efficiency (N=1: the single-GPU rows only)
 #   bench/run_dist.sh [build=build] [N=2]   (PARTS="specs allreduce gpt2" picks parts; each part
 #   runs even when another fails; GPT2="gpt2 8 1024 10": config, rows per rank, seq, steps)
 # With the build carried to the GPU machine in .device/ (crescent, nccl_allreduce, lib/,
@@ -34,27 +35,27 @@ fi
 if [[ " $parts " == *" gpt2 "* ]]; then
   read -r cfg rows seq steps <<< "${GPT2:-gpt2 8 1024 10}"
   out=$(mktemp)
-  for w in 1 "$n"; do
+  worlds=1
+  [ "$n" -gt 1 ] && worlds="1 $n"
+  for w in $worlds; do
     for c in 0 1; do
       echo "== gpt2 crescent world $w compile $c" >&2
       COMPILE=$c timeout 300 "$B" --nproc "$w" bench/ddp_gpt2_bench.lua "$cfg" "$rows" "$seq" "$steps" 2>&1 | grep '^{' | tee -a "$out"
     done
     echo "== gpt2 torch world $w" >&2
-    timeout 400 "$py" -m torch.distributed.run --nproc_per_node "$w" bench/torch_ddp_gpt2.py "$cfg" "$rows" "$seq" "$steps" 2>&1 \
-      | grep '^{' | tee -a "$out"
+    timeout 400 "$py" bench/torch_ddp_gpt2.py "$cfg" "$rows" "$seq" "$steps" "$w" 2>&1 | grep '^{' | tee -a "$out"
   done
   "$py" - "$out" "$n" <<'PY'
 import json, sys
 rs = [json.loads(l) for l in open(sys.argv[1])]
-n = int(sys.argv[2])
 key = lambda r: (r["side"], r.get("compile", False))
 one = {key(r): r["tokens_per_s"] for r in rs if r["world"] == 1}
-torch_n = next((r["tokens_per_s"] for r in rs if r["side"] == "torch" and r["world"] == n), None)
+torch_at = {r["world"]: r["tokens_per_s"] for r in rs if r["side"] == "torch"}
 print("| side | compile | GPUs | step ms | tokens/s | scaling efficiency | vs torch DDP + compile |")
 print("|---|---|---|---|---|---|---|")
 for r in rs:
     eff = r["tokens_per_s"] / (r["world"] * one[key(r)]) if key(r) in one else float("nan")
-    vs = r["tokens_per_s"] / torch_n if torch_n and r["world"] == n else float("nan")
+    vs = r["tokens_per_s"] / torch_at[r["world"]] if r["world"] in torch_at else float("nan")
     print(f"| {r['side']} | {r.get('compile')} | {r['world']} | {r['step_ms']:.1f} | {r['tokens_per_s']:.0f} | "
           f"{eff:.1%} | {vs:.2f}x |")
 PY

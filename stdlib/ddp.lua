@@ -6,12 +6,16 @@
 -- dtype; a post-accumulate-grad hook copies each gradient into its bucket's flat buffer, and a
 -- full bucket is all-reduced (average) asynchronously while backward goes on - buckets launch in
 -- index order on every rank, as NCCL needs. A callback at the end of backward waits for them and
--- copies the averages back into .grad. Inside ddp:no_sync(fn) gradients only accumulate locally;
--- the next backward outside it reduces the sum. state_dict / load_state_dict are the wrapped
--- module's (no "module." prefix: checkpoints load into the bare model and back).
+-- copies the averages back into .grad (gradient_as_bucket_view = true: .grad becomes a view of
+-- the bucket instead, no copy back). On the default group the buckets are also registered for
+-- compiled backward graphs (vm/graph/buckets.hpp): a bucket whose gradients one compiled
+-- segment makes is reduced inside that graph, started right after its last gradient, and its
+-- hook only counts it. Inside ddp:no_sync(fn) gradients only accumulate locally; the next
+-- backward outside it reduces the sum. state_dict / load_state_dict are the wrapped module's
+-- (no "module." prefix: checkpoints load into the bare model and back).
 local core = require "crescent.core"
 local autograd = require "crescent.autograd"
-local fail = core.fail
+local fail, ffi, dist = core.fail, core.ffi, core.api.dist
 
 local M = {}
 local T, D  -- crescent and T.distributed, bound by M.bind
@@ -68,9 +72,14 @@ function M.buckets_of(params, cap_bytes, group)
   return buckets
 end
 
+-- each bucket's flat buffer, and each entry's slot in it (a view shaped as its parameter, made
+-- once: the hooks then copy without making views)
 local function make_buckets(params, cap_bytes)
   local buckets = M.buckets_of(params, cap_bytes)
-  for _, b in ipairs(buckets) do b.flat = T.zeros({ b.numel }, { dtype = b.dtype, device = b.device }) end
+  for _, b in ipairs(buckets) do
+    b.flat = T.zeros({ b.numel }, { dtype = b.dtype, device = b.device })
+    for _, e in ipairs(b.entries) do e.slot = b.flat:narrow(1, e.offset + 1, e.numel):view(e.param.shape) end
+  end
   return buckets
 end
 
@@ -112,11 +121,12 @@ local DDP  -- the class, made by M.bind (it needs T.nn)
 
 -- backward ------------------------------------------------------------------------------------
 
+-- (a bucket a compiled backward graph reduced has no work to launch or wait for)
 local function launch_ready(self)
   local r = self._reducer
   while r.next <= #r.buckets and r.buckets[r.next].pending == 0 do
     local b = r.buckets[r.next]
-    b.work = self._group.all_reduce(b.flat)
+    if not b.in_graph then b.work = self._group.all_reduce(b.flat) end
     r.next = r.next + 1
   end
 end
@@ -139,13 +149,13 @@ local function finish(self)
   local r = self._reducer
   M.check_complete("DistributedDataParallel", r.buckets, r.next, r.ready)
   for _, b in ipairs(r.buckets) do
-    b.work:wait()
+    if b.work then b.work:wait() end
     b.work = nil
   end
   T.no_grad(function()
     for _, b in ipairs(r.buckets) do
       for _, e in ipairs(b.entries) do
-        e.param.grad:copy_(b.flat:narrow(1, e.offset + 1, e.numel):view(e.param.shape))
+        if not b.in_graph and not r.viewed[e.param] then e.param.grad:copy_(e.slot) end
       end
     end
   end)
@@ -158,20 +168,40 @@ local function on_grad(self, p)
   if r.pass ~= autograd.pass() then  -- the first gradient of this backward
     for _, b in ipairs(r.buckets) do
       if b.work then b.work:wait() end  -- (a backward that failed left it in flight)
-      b.work, b.pending = nil, #b.entries
+      b.work, b.pending, b.in_graph = nil, #b.entries, nil
     end
-    r.pass, r.next, r.ready = autograd.pass(), 1, {}
+    r.pass, r.next, r.ready, r.viewed = autograd.pass(), 1, {}, {}
     autograd.queue_callback(function() finish(self) end)
   end
   if r.ready[p] then return end
   r.ready[p] = true
   local b, e = r.where[p][1], r.where[p][2]
-  T.no_grad(function() b.flat:narrow(1, e.offset + 1, e.numel):copy_(p.grad:reshape({ -1 })) end)
+  if r.graph_id and dist.buckets_take_reduced(r.graph_id, core.ptr(p)) ~= 0 then
+    b.in_graph = true  -- (the whole bucket: a graph reduces buckets, not single gradients)
+  else
+    T.no_grad(function() e.slot:copy_(p.grad) end)
+    -- (not while capturing a whole step: .grad then is a value of the graph being recorded)
+    if self._grad_views and core.ctx.capturing == 0 then p.grad, r.viewed[p] = e.slot, true end
+  end
   b.pending = b.pending - 1
   if b.pending == 0 then launch_ready(self) end
 end
 
 -- the class -------------------------------------------------------------------------------------
+
+-- The buckets for compiled backward graphs (buckets.hpp); released with the reducer.
+local function register_graph_buckets(buckets)
+  local leaves, sizes = {}, ffi.new("int32_t[?]", #buckets)
+  for i, b in ipairs(buckets) do
+    sizes[i - 1] = #b.entries
+    for _, e in ipairs(b.entries) do leaves[#leaves + 1] = e.param end
+  end
+  local arr = ffi.new("cr_tensor*[?]", #leaves)
+  for i, p in ipairs(leaves) do arr[i - 1] = core.ptr(p) end
+  local id = dist.buckets_register(core.ctx, arr, sizes, #buckets)
+  if id < 0 then core.raise(id) end
+  return id, ffi.gc(ffi.new("int32_t[1]", id), function(h) dist.buckets_release(h[0]) end)
+end
 
 local function init(self, module, opts)
   if not T.nn.is_module(module) then fail("DistributedDataParallel: argument 1 expected a module, got " .. type(module)) end
@@ -195,6 +225,8 @@ local function init(self, module, opts)
     for _, e in ipairs(b.entries) do where[e.param] = { b, e } end
   end
   self._reducer = { buckets = buckets, where = where }
+  self._grad_views = opts.gradient_as_bucket_view == true
+  if nccl then self._reducer.graph_id, self._reducer.graph_handle = register_graph_buckets(buckets) end
   self._hooks = {}
   for _, p in ipairs(params) do
     self._hooks[#self._hooks + 1] = p:register_post_accumulate_grad_hook(function() on_grad(self, p) end)
@@ -209,8 +241,14 @@ local function forward(self, ...)
   return self.module(...)
 end
 
+-- reduction on or off, for the hooks and the compiled backward graphs
+local function set_sync(self, on)
+  self._sync = on
+  if self._reducer.graph_id then dist.buckets_set_sync(self._reducer.graph_id, on and 1 or 0) end
+end
+
 local function restore(self, prev, ok, ...)
-  self._sync = prev
+  set_sync(self, prev)
   if not ok then error((...), 0) end
   return ...
 end
@@ -219,7 +257,7 @@ end
 local function no_sync(self, fn, ...)
   if type(fn) ~= "function" then fail("DistributedDataParallel:no_sync: argument 1 expected a function, got " .. type(fn)) end
   local prev = self._sync
-  self._sync = false
+  set_sync(self, false)
   return restore(self, prev, pcall(fn, ...))
 end
 

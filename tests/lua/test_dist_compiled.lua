@@ -2,10 +2,12 @@
 -- (the registry ops _dist_*), so a compiled DDP-style step is one graph around them. Checked on
 -- the "simulated" process group (CPU tensors, ranks started by `crescent --nproc N`): compiled ==
 -- eager == the host's result, no graph break, a rank mismatch and a rank that never joins raise
--- clear errors (caught by pcall) instead of hanging.
+-- clear errors (caught by pcall) instead of hanging; T.compile(ddp)'s backward graph reduces
+-- DDP's buckets itself (_dist_bucket_start / _dist_bucket_wait, vm/graph/buckets.hpp).
 local T = require "crescent"
 local SH = require "shell"
-expect.covers("_dist_all_reduce", "_dist_all_gather", "_dist_reduce_scatter", "_dist_broadcast")
+expect.covers("_dist_all_reduce", "_dist_all_gather", "_dist_reduce_scatter", "_dist_broadcast", "_dist_bucket_start",
+  "_dist_bucket_wait")
 
 local function has(s, part, what)
   if not s:find(part, 1, true) then error(string.format("%s does not contain %q:\n%s", what or "output", part, s), 2) end
@@ -83,6 +85,62 @@ describe("collectives in compiled functions (simulated ranks on the CPU)", funct
       end
       expect.eq(lines, want)
     end
+  end)
+
+  it("T.compile(ddp): each bucket reduced inside the compiled backward, after its last gradient; == eager DDP", function()
+    local lines, err, st = launch(2, [[
+      -- 4 buckets of at most 200 bytes (the 2 Linear layers' biases and weights, last first);
+      -- accumulate: 2 micro-batches a step, the first under no_sync (the graph leaves it to the hooks)
+      local function train(compiled, accumulate)
+        T.manual_seed(300 + rank)  -- (rank 0's parameters are broadcast)
+        local model = T.nn.Sequential(T.nn.Linear(5, 9), T.nn.Tanh(), T.nn.Linear(9, 4)):double()
+        local ddp = T.nn.parallel.DistributedDataParallel(model, { bucket_cap_mb = 200 / 2 ^ 20 })
+        local forward = compiled and T.compile(ddp) or ddp
+        local opt = T.optim.AdamW(model:parameters(), { lr = 0.02 })
+        for s = 1, 5 do
+          T.manual_seed(700 + s)
+          local x, y = T.randn({ 6 * world, 5 }):double(), T.randn({ 6 * world, 4 }):double()
+          local function micro(k)
+            local at = rank * 6 + (k - 1) * 3 + 1
+            T.F.mse_loss(forward(x:narrow(1, at, 3)), y:narrow(1, at, 3)):backward()
+          end
+          opt:zero_grad()
+          if accumulate then ddp:no_sync(micro, 1) end
+          micro(2)
+          opt:step()
+        end
+        return model:parameters()
+      end
+      T.config.sync_compile = true
+      if rank == 0 then T.compiler.set_logs("graph") end
+      local compiled = train(true, false)
+      T.compiler.set_logs("")
+      local eager, acc_c, acc_e = train(false, false), train(true, true), train(false, true)
+      local d, da, sum = 0, 0, 0
+      for i, p in ipairs(compiled) do
+        d = math.max(d, (p - eager[i]):abs():max():item())
+        da = math.max(da, (acc_c[i] - acc_e[i]):abs():max():item())
+        sum = sum + p:sum():item()
+      end
+      print(string.format("rank %d: compiled vs eager %s, accumulated %s", rank, d < 1e-12 and "ok" or d, da < 1e-12 and "ok" or da))
+      print(string.format("checksum %.17g", sum))
+    ]])
+    expect.eq(st, 0, err)
+    expect.eq(lines, { lines[1], lines[1], "rank 0: compiled vs eager ok, accumulated ok", "rank 1: compiled vs eager ok, accumulated ok" })
+    -- rank 0's backward graph: 4 bucket starts, the first before backward ops that follow it, 4 waits at the end
+    local graph = err:match("graph [^\n]*backward #[^\n]*\n(.-)  outputs:") or err
+    local ops = {}
+    for name in graph:gmatch("= ([%w_]+)%(") do ops[#ops + 1] = name end
+    local starts, waits, first, after = 0, 0, nil, 0
+    for i, name in ipairs(ops) do
+      if name == "_dist_bucket_start" then starts, first = starts + 1, first or i end
+      if name == "_dist_bucket_wait" then waits = waits + 1 end
+      if first and not name:match("^_dist_") then after = after + 1 end
+    end
+    local tail = table.concat(ops, " ", #ops - 3)
+    expect.eq(starts, 4, graph)
+    expect.truthy(after >= 2, "backward ops after the first bucket's start:\n" .. graph)
+    expect.eq(tail, "_dist_bucket_wait _dist_bucket_wait _dist_bucket_wait _dist_bucket_wait", graph)
   end)
 
   it("a rank mismatch (another collective, another shape) raises on every rank, compiled or not", function()

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 
 #include "vm/autograd/call.hpp"
 #include "vm/autograd/grad.hpp"
@@ -163,6 +164,10 @@ std::vector<Tensor> apply(Node& n, std::vector<Tensor>& out_grads, const Backwar
   return in_grads;
 }
 
+// The pass whose node is being applied (sole_accumulation), and whether it accumulates.
+thread_local const Graph* t_graph = nullptr;
+thread_local bool t_accumulates = false;
+
 struct Later {
   bool operator()(const Node* a, const Node* b) const { return a->seq < b->seq; }
 };
@@ -186,6 +191,16 @@ std::vector<Tensor> run_node(Node& n, std::vector<Tensor>& out_grads, bool creat
   for (size_t i = 0; i < in_grads.size(); ++i)
     if (in_grads[i].defined()) in_grads[i] = fit(n, n.inputs[i], in_grads[i]);
   return in_grads;
+}
+
+bool sole_accumulation(const Node& acc) {
+  if (!t_graph || !t_accumulates || !acc.accumulates()) return false;
+  const auto it = t_graph->find(const_cast<Node*>(&acc));
+  if (it == t_graph->end() || it->second.deps != 1) return false;
+  for (const Tensor& g : it->second.grads)
+    if (g.defined()) return false;
+  const AutogradMeta* m = meta_of(acc.leaf.get());
+  return m && m->hooks.empty();
 }
 
 void accumulate_grad(const Tensor& t, const Tensor& g, bool create_graph) { accumulate_into(ensure_meta(t.get()), g, create_graph); }
@@ -265,6 +280,13 @@ std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& roots, std
         run_post_hooks(n->leaf);
       }
     } else if (needed && any) {
+      const Graph* outer = std::exchange(t_graph, &g);
+      const bool outer_acc = std::exchange(t_accumulates, !o.capture && inputs.empty());
+      struct Restore {
+        const Graph* g;
+        bool acc;
+        ~Restore() { t_graph = g, t_accumulates = acc; }
+      } restore{outer, outer_acc};
       in_grads = apply(*n, out_grads, o);
     }
     for (size_t i = 0; i < n->inputs.size(); ++i) {

@@ -37,6 +37,11 @@ std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& roots, std
 struct Node;
 std::vector<Tensor> run_node(Node& n, std::vector<Tensor>& out_grads, bool create_graph);
 
+// While a custom backward's apply runs (Backward::apply): whether leaf accumulator `acc` gets this
+// pass's gradient from that node alone, into .grad, through no tensor hook (DDP's in-graph
+// reduction, vm/graph/buckets.hpp, relies on it).
+bool sole_accumulation(const Node& acc);
+
 // x.grad = g and the engine's accumulation into it (a copy unless g is ours alone).
 void accumulate_grad(const Tensor& t, const Tensor& g, bool create_graph);
 void accumulate_into(AutogradMeta& m, const Tensor& g, bool create_graph);

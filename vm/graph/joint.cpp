@@ -4,6 +4,7 @@
 
 #include "vm/autograd/node.hpp"
 #include "vm/autograd/var.hpp"
+#include "vm/graph/buckets.hpp"
 #include "vm/graph/joint_trace.hpp"
 #include "vm/graph/partition.hpp"
 #include "vm/graph/recorder.hpp"
@@ -68,13 +69,15 @@ struct BackwardGraph {
   bool traced = false;
   std::string fallback;  // why it runs on eager autograd instead ("": it does not)
   Traced t;
+  BucketPlan reduced;  // DDP's buckets it reduces (buckets.hpp)
 };
 
 struct Joint {
   std::shared_ptr<const Graph> forward;
   GradPlan plan;
   JointOptions opts;
-  std::map<std::vector<int32_t>, BackwardGraph> backwards;  // by the outputs that receive a gradient
+  // by the outputs that receive a gradient and the DDP buckets their backward may reduce
+  std::map<std::pair<std::vector<int32_t>, BucketPlan>, BackwardGraph> backwards;
 };
 
 std::shared_ptr<Joint> make_joint(const std::shared_ptr<const Graph>& forward, GradPlan plan, JointOptions o) {
@@ -152,7 +155,8 @@ class CompiledFunction : public autograd::Backward {
         key.push_back(outs_[k]);
         grads.push_back(out_grads[k]);
       }
-    BackwardGraph& b = j_->backwards[key];
+    BucketPlan plan = plan_buckets(n.inputs);
+    BackwardGraph& b = j_->backwards[{key, plan}];
     Recorder& rec = recorder_of(ctx);
     if (!b.traced) {
       // (the trace re-runs the forward from the inputs: its values matter only as a fallback's)
@@ -166,12 +170,14 @@ class CompiledFunction : public autograd::Backward {
         return t.grads;  // (computed by the traced run itself)
       }
       b.t = std::move(t);
+      b.reduced = place_buckets(b.t, plan);
       b.t.graph->name = cat(j_->opts.name, " backward #", j_->backwards.size());
       b.t.graph = rec.compile_backward(b.t.graph, j_->opts, b.t.numbers);
       rec.stats.recomputed_ops += int64_t(b.t.recomputed.size());
       if (rec.logs.aot)
         Recorder::log("aot", cat(b.t.graph->name, ": ", key.size(), " output gradient(s), ", b.t.graph->op_count(),
-                                 " ops, reading ", b.t.reads.size(), " forward value(s)"));
+                                 " ops, reading ", b.t.reads.size(), " forward value(s)",
+                                 b.reduced.empty() ? "" : cat(", reducing ", b.reduced.size(), " DDP bucket(s)")));
       if (rec.logs.partition) Recorder::log("partition", cat(b.t.graph->name, " recomputes: ", recomputed_list(b.t)));
     }
     if (!b.fallback.empty()) {
@@ -179,7 +185,9 @@ class CompiledFunction : public autograd::Backward {
       return trace_backward(ctx, trace_input(), key, grads, false).grads;
     }
     for (const auto& [v, f] : b.t.reads) check_inputs({f});
-    return run_backward(rec, b.t, grads, saved_of(n));
+    std::vector<Tensor> in_grads = run_backward(rec, b.t, grads, saved_of(n));
+    mark_reduced(n.inputs, b.reduced);
+    return in_grads;
   }
 
   std::shared_ptr<Joint> j_;

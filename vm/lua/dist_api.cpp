@@ -3,11 +3,14 @@
 // collectives on it. The rendezvous, list forms and work handles are stdlib/distributed.lua's.
 #include "vm/lua/dist_api.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "vm/collectives.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
+#include "vm/graph/buckets.hpp"
 #include "vm/graph/recorder.hpp"
 #include "vm/sim_group.hpp"
 
@@ -114,11 +117,24 @@ int32_t dist_wait(cr_ctx* c, const char* what, int64_t stream) {
   });
 }
 
+int32_t buckets_register(cr_ctx* c, cr_tensor* const* leaves, const int32_t* sizes, int32_t n) {
+  return guarded(c, [&] {
+    std::vector<std::vector<cr_tensor*>> buckets(size_t(std::max(n, 0)));
+    for (int32_t b = 0, at = 0; b < n; at += sizes[b], ++b) buckets[size_t(b)].assign(leaves + at, leaves + at + sizes[b]);
+    return graph::buckets_register(buckets);
+  });
+}
+
+void buckets_set_sync(int32_t id, int32_t sync) { graph::buckets_set_sync(id, sync != 0); }
+int32_t buckets_take_reduced(int32_t id, cr_tensor* leaf) { return graph::buckets_take_reduced(id, leaf) ? 1 : 0; }
+void buckets_release(int32_t id) { graph::buckets_release(id); }
+
 }  // namespace
 
 const cr_dist_api* dist_api_table() {
   static const cr_dist_api api = {dist_unavailable, dist_unique_id, dist_init, dist_init_simulated, dist_collective,
-                                  dist_wait, dist_destroy};
+                                  dist_wait, dist_destroy, buckets_register, buckets_set_sync,
+                                  buckets_take_reduced, buckets_release};
   return &api;
 }
 

@@ -68,6 +68,12 @@ typedef struct cr_dist_api {
      the communicator and raises, naming `what` */
   int32_t (*wait)(cr_ctx* ctx, const char* what, int64_t stream);
   int32_t (*destroy)(cr_ctx* ctx, int32_t abort, double timeout_s);
+  /* DDP's buckets for compiled backward graphs (vm/graph/buckets.hpp): n buckets of sizes[b]
+     leaves each, one after another in leaves; returns the set's id (-1: an error) */
+  int32_t (*buckets_register)(cr_ctx* ctx, cr_tensor* const* leaves, const int32_t* sizes, int32_t n);
+  void (*buckets_set_sync)(int32_t id, int32_t sync);
+  int32_t (*buckets_take_reduced)(int32_t id, cr_tensor* leaf); /* 1: reduced in a graph (clears) */
+  void (*buckets_release)(int32_t id);
 } cr_dist_api;
 
 /* Constants the Lua side reads as ffi.C.<NAME> (never copies of the numbers). */

@@ -340,7 +340,36 @@ describe("CUDA tensors", function()
     x = nil
     collectgarbage()
     T.cuda.empty_cache()
-    expect.eq(T.cuda.stats().reserved, T.cuda.stats().in_use)
+    -- (segments partly in use stay: reserved >= in use)
+    expect.truthy(T.cuda.stats().reserved >= T.cuda.stats().in_use)
+  end)
+  it("count memory as torch.cuda does: allocated, reserved, their peaks; empty_cache gives segments back", function()
+    need_gpu()
+    collectgarbage()
+    T.cuda.empty_cache()
+    local mib = 2 ^ 20
+    local r0, a0 = T.cuda.memory_reserved(), T.cuda.memory_allocated()
+    T.cuda.reset_peak_memory_stats()
+    expect.eq(T.cuda.max_memory_allocated(), a0)
+    local big = T.empty(2 ^ 24, { device = "cuda" })  -- 64 MiB
+    local grew = T.cuda.memory_allocated() - a0
+    expect.truthy(grew >= 64 * mib and grew <= 65 * mib, "allocated grew by " .. grew)
+    local a1 = T.cuda.memory_allocated()
+    big = nil
+    collectgarbage()
+    expect.eq(T.cuda.memory_allocated(), a0)
+    local peak = T.cuda.max_memory_allocated()
+    expect.truthy(peak >= a1 and peak <= a1 + mib, "peak " .. peak .. ", allocated " .. a1)
+    expect.truthy(T.cuda.max_memory_reserved() >= T.cuda.memory_reserved())
+    -- a freed 64 MiB block serves two 30 MiB tensors: no new segment
+    local held = T.cuda.memory_reserved()
+    local a, b = T.empty(30 * 2 ^ 18, { device = "cuda" }), T.empty(30 * 2 ^ 18, { device = "cuda" })
+    expect.eq(T.cuda.memory_reserved(), held)
+    a, b = nil, nil
+    collectgarbage()
+    T.cuda.empty_cache()
+    expect.eq(T.cuda.memory_reserved(), r0)
+    expect.eq(T.cuda.stats().peak_reserved, T.cuda.max_memory_reserved())
   end)
   it("collect dropped device tensors within the garbage budget, without a collection per op", function()
     need_gpu()

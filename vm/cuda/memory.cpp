@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -11,6 +10,7 @@
 #include "vm/cuda/checks.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/streams.hpp"
+#include "vm/env.hpp"
 #include "vm/error.hpp"
 
 namespace cr::cuda {
@@ -39,12 +39,8 @@ struct DriverSegments final : SegmentSource {
 
 // CRESCENT_CUDA_MAX_SPLIT_MB: blocks this large are never split (PyTorch's max_split_size_mb).
 size_t max_split() {
-  const char* s = std::getenv("CRESCENT_CUDA_MAX_SPLIT_MB");
-  if (!s || !*s) return BlockPool::kNoLimit;
-  char* end = nullptr;
-  const unsigned long long mb = std::strtoull(s, &end, 10);
-  if (*end || mb < 20) fail(cat("CRESCENT_CUDA_MAX_SPLIT_MB: expected a whole number of MiB >= 20, got '", s, "'"));
-  return size_t(mb) << 20;
+  const double mb = env_number(kEnvCudaMaxSplitMb);
+  return mb == 0 ? BlockPool::kNoLimit : size_t(mb) << 20;
 }
 
 struct DeviceCache {

@@ -21,6 +21,13 @@ describe("without a GPU", function()
     errs(function() local _ = T.cuda.current_stream() end, "cuda", "streams and events need a CUDA device")
     errs(function() T.cuda.Event():record() end, "cuda", "streams and events need a CUDA device")
   end)
+  it("count no device memory", function()
+    if GPU then expect.skip("a CUDA device is present") end
+    T.cuda.reset_peak_memory_stats()
+    expect.eq({ T.cuda.memory_allocated(), T.cuda.memory_reserved(), T.cuda.max_memory_allocated(),
+                T.cuda.max_memory_reserved() }, { 0, 0, 0, 0 })
+    errs(function() T.cuda.memory_allocated("gpu") end, "cuda", 'expected a device index or "cuda:N", got gpu')
+  end)
   it("check the arguments of streams and events", function()
     errs(function() local _ = T.cuda.Stream({ priority = -1 }) end, "T.cuda.Stream", "unknown option 'priority'")
     errs(function() local _ = T.cuda.Event({ timing = true }) end, "T.cuda.Event", "unknown option 'timing'")

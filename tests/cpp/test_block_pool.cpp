@@ -164,6 +164,7 @@ TEST_CASE("block pool: out of memory gives the cache back and tries again", "[bl
   REQUIRE(pool.allocate(30 * MiB, 0) == 0);
   REQUIRE(pool.stats().in_use == 50 * MiB + 512);
   REQUIRE(pool.stats().reserved == 52 * MiB);
+  REQUIRE(pool.allocate(~size_t(0) - 100, 0) == 0);  // (no wrap-around to a small block)
   REQUIRE(pool.free(b));
   REQUIRE(pool.allocate(30 * MiB, 0) == b);  // now the free 50 MiB block serves it
   REQUIRE(pool.free(s));

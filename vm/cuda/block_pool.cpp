@@ -76,6 +76,7 @@ BlockPool::Block* BlockPool::new_segment(size_t size, int pool, bool small) {
 }
 
 uint64_t BlockPool::allocate(size_t nbytes, int pool) {
+  if (nbytes > kMaxRequest) return 0;  // (no device has it; the roundings below would wrap)
   const size_t size = round(nbytes);
   const bool small = size <= kSmallSize;
   Pool& p = pools_[pool];

@@ -46,7 +46,7 @@ class BlockPool {
  public:
   static constexpr size_t kMinBlock = 512, kSmallSize = size_t(1) << 20, kSmallSegment = size_t(2) << 20,
                           kLargeSegment = size_t(20) << 20, kMinLargeAlloc = size_t(10) << 20,
-                          kRoundLarge = size_t(2) << 20, kNoLimit = ~size_t(0);
+                          kRoundLarge = size_t(2) << 20, kNoLimit = ~size_t(0), kMaxRequest = size_t(1) << 60;
 
   explicit BlockPool(SegmentSource& source, size_t max_split = kNoLimit);
   ~BlockPool();  // forgets the segments (the device context goes with the process)

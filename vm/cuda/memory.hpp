@@ -3,7 +3,7 @@
 // Eager ops free a result per op; a driver allocation (cuMemAlloc) synchronises the device and
 // costs tens of microseconds, so memory is taken in segments and freed blocks are handed out
 // again, split and merged as PyTorch's caching allocator does (vm/cuda/block_pool.hpp): no driver
-// allocation per op in steady state, and no more memory held than PyTorch holds.
+// allocation per op in steady state, and freed memory serves requests of other sizes.
 // empty_cache() (T.cuda.empty_cache(), T.compiler.reset()) gives the fully free segments back;
 // an allocation that fails empties the cache and tries once more before it raises.
 #pragma once

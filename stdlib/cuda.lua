@@ -177,6 +177,10 @@ end
 
 -- T.cuda -------------------------------------------------------------------------------------
 local STATS = ffi.new("double[?]", C.CR_CUDA_STATS)  -- (api.cuda_stats: vm/lua/ffi_api.h cr_cuda_stat)
+local function cuda_stat(d, i)
+  api.cuda_stats(device_index(d), STATS)
+  return STATS[i]
+end
 M.cuda = {
   is_available = function() return api.cuda_device_count() > 0 end,
   device_count = function() return api.cuda_device_count() end,
@@ -188,7 +192,8 @@ M.cuda = {
   end,
   -- gives the device memory cached for reuse back to the driver
   empty_cache = function() api.cuda_empty_cache() end,
-  -- {driver_allocs, driver_frees, cache_hits, in_use, reserved (bytes), host_ops, modules_compiled
+  -- {driver_allocs, driver_frees, cache_hits, in_use, reserved, peak_in_use, peak_reserved
+  -- (bytes), host_ops, modules_compiled
   -- (CUDA modules this process compiled with NVRTC; cache hits and prebuilt ones not),
   -- kernel_launches, blas_calls, graph_launches, graph_nodes (the work queued on the devices)}
   stats = function(d)
@@ -198,8 +203,16 @@ M.cuda = {
              reserved = STATS[C.CR_CUDA_RESERVED], host_ops = STATS[C.CR_CUDA_HOST_OPS],
              modules_compiled = STATS[C.CR_CUDA_MODULES_COMPILED], kernel_launches = STATS[C.CR_CUDA_KERNEL_LAUNCHES],
              blas_calls = STATS[C.CR_CUDA_BLAS_CALLS], graph_launches = STATS[C.CR_CUDA_GRAPH_LAUNCHES],
-             graph_nodes = STATS[C.CR_CUDA_GRAPH_NODES] }
+             graph_nodes = STATS[C.CR_CUDA_GRAPH_NODES], peak_in_use = STATS[C.CR_CUDA_PEAK_IN_USE],
+             peak_reserved = STATS[C.CR_CUDA_PEAK_RESERVED] }
   end,
+  -- As torch.cuda's: bytes of tensors (rounded to 512 B) and held from the driver, their peaks
+  -- since the start or reset_peak_memory_stats.
+  memory_allocated = function(d) return cuda_stat(d, C.CR_CUDA_IN_USE) end,
+  memory_reserved = function(d) return cuda_stat(d, C.CR_CUDA_RESERVED) end,
+  max_memory_allocated = function(d) return cuda_stat(d, C.CR_CUDA_PEAK_IN_USE) end,
+  max_memory_reserved = function(d) return cuda_stat(d, C.CR_CUDA_PEAK_RESERVED) end,
+  reset_peak_memory_stats = function(d) api.cuda_reset_peak(device_index(d)) end,
 
   -- T.cuda.Stream([device]) or T.cuda.Stream{device =}: a stream of the device's pool
   Stream = function(opts)

@@ -81,12 +81,12 @@ function M.settle(fn, limit, quiet)
   return limit, changed
 end
 
--- On a GPU what the caching allocator holds from the driver (its peak: nothing is given back
--- during a run, against torch.cuda.max_memory_reserved) and the ops run on host copies.
+-- On a GPU the peak of what the caching allocator held from the driver (against
+-- torch.cuda.max_memory_reserved) and the ops run on host copies.
 function M.device_memory(device)
   if device == "cpu" then return nil end
   local s = T.cuda.stats(device)
-  return { reserved_mib = s.reserved / 2 ^ 20, host_ops = s.host_ops }
+  return { reserved_mib = s.peak_reserved / 2 ^ 20, host_ops = s.host_ops }
 end
 
 local function encode(v)

@@ -1,69 +1,72 @@
 #include "vm/cuda/memory.hpp"
 
-#include <atomic>
 #include <algorithm>
-#include <array>
+#include <atomic>
 #include <map>
-#include <unordered_map>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "vm/cuda/checks.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/streams.hpp"
+#include "vm/env.hpp"
 #include "vm/error.hpp"
 
 namespace cr::cuda {
 namespace {
 
 constexpr unsigned kEventDisableTiming = 2;
-constexpr size_t kMinBlock = 512, kSmallLimit = size_t(1) << 20, kStepLimit = size_t(64) << 20,
-                 kLargeStep = size_t(2) << 20;
 
-// Powers of two up to 1 MiB; then four classes per power of two (p < n <= 2p rounds up to a
-// quarter of p), so a block wastes at most a fifth of itself; 2 MiB steps past 64 MiB.
-size_t size_class(size_t n) {
-  if (n <= kMinBlock) return kMinBlock;
-  size_t p = kMinBlock;
-  while (p < n && p < kSmallLimit) p <<= 1;
-  if (n <= kSmallLimit) return p;
-  if (n <= kStepLimit) {
-    while (p * 2 < n) p <<= 1;
-    const size_t q = p / 4;
-    return (n + q - 1) / q * q;
-  }
-  return (n + kLargeStep - 1) / kLargeStep * kLargeStep;
-}
-
-// A block allocated on a stream other than the default one, or used on other streams
-// (record_stream): the stream whose pool it returns to, and the others (slots).
-struct Owner {
-  int slot = 0;
-  std::vector<int> uses;
-};
-// A freed block that other streams' work may still read: it joins its pool when their events
-// have passed.
+// A freed block that other streams' work may still use (record_stream): it stays in use until
+// their events have passed.
 struct Pending {
   CUdeviceptr p = 0;
-  size_t size = 0;
-  int slot = 0;
   std::vector<CUevent> events;
 };
 
+struct DeviceCache;
+void collect_pending(DeviceCache& c);
+
+// The device's side of the block pool: cuMemAlloc / cuMemFree per segment.
+struct DriverSegments final : SegmentSource {
+  DeviceCache* cache = nullptr;
+  int index = 0;
+  uint64_t map(size_t bytes) override;
+  void unmap(uint64_t base, size_t bytes) override;
+  void quiesce() override;
+};
+
+// CRESCENT_CUDA_MAX_SPLIT_MB: blocks this large are never split (PyTorch's max_split_size_mb).
+size_t max_split() {
+  const double mb = env_number(kEnvCudaMaxSplitMb);
+  return mb == 0 ? BlockPool::kNoLimit : size_t(mb) << 20;
+}
+
 struct DeviceCache {
-  // per stream slot (vm/cuda/streams.hpp): size class -> cached blocks. A block freed by one
-  // stream is only handed out again to that stream, whose order makes the reuse safe.
-  std::array<std::map<size_t, std::vector<CUdeviceptr>>, kPoolStreams + 1> free;
-  std::unordered_map<CUdeviceptr, Owner> owners;  // empty while only the default stream allocates
+  DriverSegments source;
+  // Pools 0 .. kPoolStreams: one per stream slot (vm/cuda/streams.hpp). A block freed by one stream
+  // is only handed out again to that stream, whose order makes the reuse safe. Pools < 0: private.
+  BlockPool blocks{source, max_split()};
+  std::unordered_map<CUdeviceptr, std::vector<int>> uses;  // other stream slots using a block
   std::vector<Pending> pending;
-  MemoryStats stats;
+  explicit DeviceCache(int i) {
+    source.cache = this;
+    source.index = i;
+  }
 };
 
 std::mutex g_mutex;
-std::map<int, DeviceCache> g_caches;
+std::map<int, std::unique_ptr<DeviceCache>> g_caches;
 std::atomic<size_t> g_driver_bytes{0};
 
-// Moves the pending blocks whose events have all passed into their pools.
+DeviceCache& cache_of(int index) {
+  auto& c = g_caches[index];
+  if (!c) c = std::make_unique<DeviceCache>(index);
+  return *c;
+}
+
+// Frees the pending blocks whose events have all passed.
 void collect_pending(DeviceCache& c) {
   for (size_t i = c.pending.size(); i-- > 0;) {
     Pending& b = c.pending[i];
@@ -71,142 +74,85 @@ void collect_pending(DeviceCache& c) {
     for (CUevent e : b.events) passed = passed && driver()->cuEventQuery(e) == 0;
     if (!passed) continue;
     for (CUevent e : b.events) driver()->cuEventDestroy(e);
-    c.free[size_t(b.slot)][b.size].push_back(b.p);
+    c.blocks.free(b.p);
     c.pending.erase(c.pending.begin() + std::ptrdiff_t(i));
   }
 }
 
-void release_cached(int index, DeviceCache& c) {
+uint64_t DriverSegments::map(size_t bytes) {
+  use_device(index);
+  CUdeviceptr p = 0;
+  const CUresult rc = driver()->cuMemAlloc(&p, bytes);
+  if (rc == 2) return 0;  // CUDA_ERROR_OUT_OF_MEMORY: the pool gives its cache back and asks again
+  check(rc, "cuMemAlloc_v2", cat(bytes, " bytes"));
+  g_driver_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  return p;
+}
+
+void DriverSegments::unmap(uint64_t base, size_t) {
+  use_device(index);
+  CR_CU(cuMemFree(CUdeviceptr(base)), "emptying the cache");
+}
+
+void DriverSegments::quiesce() {
   use_device(index);
   CR_CU(cuCtxSynchronize(), "emptying the cache");  // (work queued on any stream may still use a freed block)
-  collect_pending(c);
-  for (auto& pool : c.free) {
-    for (auto& [size, blocks] : pool) {
-      for (CUdeviceptr p : blocks) {
-        CR_CU(cuMemFree(p), "emptying the cache");
-        c.stats.reserved -= size;
-        ++c.stats.driver_frees;
-      }
-    }
-    pool.clear();
-  }
+  collect_pending(*cache);
 }
 
 std::string mib(size_t n) { return cat(n / (1024.0 * 1024.0), " MiB"); }
-
-// A block of `size` bytes for stream `slot`: a cached one, or one from the driver.
-CUdeviceptr take_block(DeviceCache& c, size_t size, size_t nbytes, int slot, int index) {
-  auto& pool = c.free[size_t(slot)];
-  auto it = pool.find(size);
-  if (it != pool.end() && !it->second.empty()) {
-    CUdeviceptr p = it->second.back();
-    it->second.pop_back();
-    ++c.stats.cache_hits;
-    return p;
-  }
-  CUdeviceptr p = 0;
-  CUresult rc = driver()->cuMemAlloc(&p, size);
-  if (rc == 2) {  // CUDA_ERROR_OUT_OF_MEMORY: give the cache back and try once more
-    release_cached(index, c);
-    rc = driver()->cuMemAlloc(&p, size);
-  }
-  if (rc == 2) {
-    size_t free_b = 0, total = 0;
-    driver()->cuMemGetInfo(&free_b, &total);
-    fail(cat("out of memory allocating ", mib(nbytes), " on cuda:", index, " (", mib(free_b), " free of ", mib(total),
-             ", ", mib(c.stats.in_use), " held by crescent's tensors)"));
-  }
-  check(rc, "cuMemAlloc_v2", cat(nbytes, " bytes"));
-  ++c.stats.driver_allocs;
-  c.stats.reserved += size;
-  g_driver_bytes.fetch_add(size, std::memory_order_relaxed);
-  return p;
-}
 
 }  // namespace
 
 struct Pool {
   int index = 0;
-  std::map<size_t, std::vector<CUdeviceptr>> free;
-  std::unordered_map<CUdeviceptr, size_t> blocks;  // every block it holds: its size class
+  int key = 0;  // its BlockPool pool
 };
 
 namespace {
 thread_local Pool* t_pool = nullptr;
-std::unordered_map<CUdeviceptr, Pool*> g_pool_blocks;  // (g_mutex) null: its pool is gone
 
-// The pool is gone: its free blocks join the shared cache, the others when they are freed.
+// The pool is gone: its segments join the default stream's pool (blocks in use when freed).
 void pool_delete(Pool* pool) {
   std::lock_guard<std::mutex> g(g_mutex);
-  DeviceCache& c = g_caches[pool->index];
-  for (auto& [size, list] : pool->free)
-    for (CUdeviceptr b : list) {
-      c.free[0][size].push_back(b);
-      pool->blocks.erase(b);
-      g_pool_blocks.erase(b);
-    }
-  for (auto& [b, size] : pool->blocks) g_pool_blocks[b] = nullptr;
+  cache_of(pool->index).blocks.drop_private(pool->key);
   delete pool;
 }
 }  // namespace
 
 void* device_alloc(size_t nbytes, int index) {
   use_device(index);
-  const size_t size = size_class(nbytes);
   const int slot = current_slot(index);
   std::lock_guard<std::mutex> g(g_mutex);
-  DeviceCache& c = g_caches[index];
+  DeviceCache& c = cache_of(index);
   if (!c.pending.empty()) collect_pending(c);
-  Pool* pool = t_pool && t_pool->index == index ? t_pool : nullptr;
-  CUdeviceptr p = 0;
-  if (pool) {
-    auto it = pool->free.find(size);
-    if (it != pool->free.end() && !it->second.empty()) {
-      p = it->second.back();
-      it->second.pop_back();
-      ++c.stats.cache_hits;
-    } else {
-      p = take_block(c, size, nbytes, slot, index);
-      pool->blocks[p] = size;
-      g_pool_blocks[p] = pool;
-    }
-  } else {
-    p = take_block(c, size, nbytes, slot, index);
-    if (slot) c.owners[p] = Owner{slot, {}};
+  const int key = t_pool && t_pool->index == index ? t_pool->key : slot;
+  const uint64_t p = c.blocks.allocate(nbytes, key);
+  if (!p) {
+    size_t free_b = 0, total = 0;
+    driver()->cuMemGetInfo(&free_b, &total);
+    fail(cat("out of memory allocating ", mib(nbytes), " on cuda:", index, " (", mib(free_b), " free of ", mib(total),
+             ", ", mib(c.blocks.stats().in_use), " held by crescent's tensors)"));
   }
-  c.stats.in_use += size;
   return reinterpret_cast<void*>(p);
 }
 
 void device_free(void* p, size_t nbytes, int index) {
   if (!p) return;
-  const size_t size = size_class(nbytes);
   std::lock_guard<std::mutex> g(g_mutex);
-  DeviceCache& c = g_caches[index];
-  c.stats.in_use -= size;
+  DeviceCache& c = cache_of(index);
   const CUdeviceptr b = reinterpret_cast<CUdeviceptr>(p);
-  if (auto pit = g_pool_blocks.find(b); pit != g_pool_blocks.end()) {
-    Pool* pool = pit->second;
-    if (pool) {
-      pool->free[size].push_back(b);
-      return;
-    }
-    g_pool_blocks.erase(pit);  // (its pool is gone: an ordinary block from now on)
-  }
-  auto it = c.owners.find(b);
-  if (it == c.owners.end()) {
-    c.free[0][size].push_back(b);
+  auto it = c.uses.find(b);
+  if (it == c.uses.end()) {
+    if (!c.blocks.free(b))
+      fail(cat("device_free: address ", uint64_t(b), " (", nbytes, " bytes) is no block of cuda:", index, "'s allocator"));
     return;
   }
-  Owner o = std::move(it->second);
-  c.owners.erase(it);
-  if (o.uses.empty()) {
-    c.free[size_t(o.slot)][size].push_back(b);
-    return;
-  }
-  Pending pend{b, size, o.slot, {}};
+  Pending pend{b, {}};
+  const std::vector<int> uses = std::move(it->second);
+  c.uses.erase(it);
   use_device(index);
-  for (int use : o.uses) {  // an event after each other stream's work so far
+  for (int use : uses) {  // an event after each other stream's work so far
     CUevent e = nullptr;
     CR_CU(cuEventCreate(&e, kEventDisableTiming), "freeing a block used on other streams");
     pend.events.push_back(e);
@@ -218,6 +164,10 @@ void device_free(void* p, size_t nbytes, int index) {
 std::shared_ptr<Pool> pool_new(int index) {
   auto* p = new Pool;
   p->index = index;
+  {
+    std::lock_guard<std::mutex> g(g_mutex);
+    p->key = cache_of(index).blocks.new_private();
+  }
   return std::shared_ptr<Pool>(p, pool_delete);
 }
 
@@ -225,14 +175,14 @@ void pool_enter(Pool* p) { t_pool = p; }
 
 bool pool_owns(const Pool& p, const void* block) {
   std::lock_guard<std::mutex> g(g_mutex);
-  return p.blocks.count(reinterpret_cast<CUdeviceptr>(block)) != 0;
+  bool found = false;
+  const int key = cache_of(p.index).blocks.pool_of(reinterpret_cast<uint64_t>(block), &found);
+  return found && key == p.key;
 }
 
 size_t pool_reserved(const Pool& p) {
   std::lock_guard<std::mutex> g(g_mutex);
-  size_t n = 0;
-  for (auto& [b, size] : p.blocks) n += size;
-  return n;
+  return cache_of(p.index).blocks.pool_reserved(p.key);
 }
 
 void record_stream(void* p, int index, int64_t stream) {
@@ -241,26 +191,31 @@ void record_stream(void* p, int index, int64_t stream) {
   if (stream_device(stream) != index)
     fail(cat("record_stream: the tensor is on cuda:", index, ", the stream on cuda:", stream_device(stream)));
   std::lock_guard<std::mutex> g(g_mutex);
-  DeviceCache& c = g_caches[index];
+  DeviceCache& c = cache_of(index);
   const CUdeviceptr b = reinterpret_cast<CUdeviceptr>(p);
-  auto it = c.owners.find(b);
-  const int home = it == c.owners.end() ? 0 : it->second.slot;
-  if (slot == home) return;
-  Owner& o = c.owners[b];
-  o.slot = home;
-  if (std::find(o.uses.begin(), o.uses.end(), slot) == o.uses.end()) o.uses.push_back(slot);
+  bool found = false;
+  const int home = c.blocks.pool_of(b, &found);
+  // (a private pool's block: a graph's replays order its uses)
+  if (!found || home < 0 || slot == home || !c.blocks.block_size(b)) return;
+  std::vector<int>& uses = c.uses[b];
+  if (std::find(uses.begin(), uses.end(), slot) == uses.end()) uses.push_back(slot);
 }
 
 void empty_cache() {
   if (!available()) return;
   std::lock_guard<std::mutex> g(g_mutex);
-  for (auto& [index, c] : g_caches) release_cached(index, c);
+  for (auto& [index, c] : g_caches) c->blocks.release_cached();
 }
 
 MemoryStats memory_stats(int index) {
   std::lock_guard<std::mutex> g(g_mutex);
   auto it = g_caches.find(index);
-  return it == g_caches.end() ? MemoryStats{} : it->second.stats;
+  return it == g_caches.end() ? MemoryStats{} : it->second->blocks.stats();
+}
+
+void reset_peak_memory(int index) {
+  std::lock_guard<std::mutex> g(g_mutex);
+  if (auto it = g_caches.find(index); it != g_caches.end()) it->second->blocks.reset_peak();
 }
 
 size_t driver_bytes_total() { return g_driver_bytes.load(std::memory_order_relaxed); }
@@ -273,7 +228,8 @@ size_t garbage_budget() {
     size_t free_b = 0, total = 0;
     use_device(index);
     if (driver()->cuMemGetInfo(&free_b, &total) != 0) return kMin;
-    budget = std::min(budget, (free_b + (c.stats.reserved - c.stats.in_use)) / 4);
+    const MemoryStats& s = c->blocks.stats();
+    budget = std::min(budget, (free_b + (s.reserved - s.in_use)) / 4);
   }
   return std::max(budget, kMin);
 }

@@ -1,22 +1,24 @@
 // Device memory: a caching allocator per device, and copies between host and device.
 //
 // Eager ops free a result per op; a driver allocation (cuMemAlloc) synchronises the device and
-// costs tens of microseconds, so freed blocks are kept in size classes (powers of two up to
-// 1 MiB, quarter steps of each power of two up to 64 MiB, 2 MiB steps above) and handed out
-// again: no driver allocation per op in steady state.
-// empty_cache() (T.cuda.empty_cache(), T.compiler.reset()) gives them back; an allocation that
-// fails empties the cache and tries once more before it raises.
+// costs tens of microseconds, so memory is taken in segments and freed blocks are handed out
+// again, split and merged as PyTorch's caching allocator does (vm/cuda/block_pool.hpp): no driver
+// allocation per op in steady state, and freed memory serves requests of other sizes.
+// empty_cache() (T.cuda.empty_cache(), T.compiler.reset()) gives the fully free segments back;
+// an allocation that fails empties the cache and tries once more before it raises.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
+#include "vm/cuda/block_pool.hpp"
+
 namespace cr::cuda {
 
 void* device_alloc(size_t nbytes, int index);  // throws cr::Error "out of memory ... on cuda:N"
 void device_free(void* p, size_t nbytes, int index);
-// Streams (vm/cuda/streams.hpp): a block is cached per stream - the one current at its
-// allocation - and only handed out again on that stream. record_stream(p, i, s) says a block's
+// Streams (vm/cuda/streams.hpp): segments are kept per stream - the one current at their
+// allocation - and their blocks only handed out again on that stream. record_stream(p, i, s) says a block's
 // memory is also used by stream s's work (Tensor:record_stream): when freed, it waits for the work
 // s has queued by then, as PyTorch's caching allocator does.
 void record_stream(void* p, int index, int64_t stream);
@@ -26,18 +28,15 @@ void empty_cache();
 // allocations on the pool's device come from the pool, and a pool block freed at any time goes
 // back to the pool, never to the shared cache - a graph replays into those addresses, so no
 // other tensor may get them while the pool lives. Dropping the last reference gives the pool's
-// free blocks to the shared cache; blocks still in use join it when freed.
+// segments to the default stream's pool; blocks still in use join it when freed.
 struct Pool;
 std::shared_ptr<Pool> pool_new(int index);
 void pool_enter(Pool* p);  // null: leave
 bool pool_owns(const Pool& p, const void* block);
-size_t pool_reserved(const Pool& p);  // bytes of its blocks
+size_t pool_reserved(const Pool& p);  // bytes of its segments
 
-struct MemoryStats {
-  int64_t driver_allocs = 0, driver_frees = 0, cache_hits = 0;
-  size_t in_use = 0, reserved = 0;  // bytes handed out / held from the driver (in use + cached)
-};
-MemoryStats memory_stats(int index);
+MemoryStats memory_stats(int index);  // (block_pool.hpp)
+void reset_peak_memory(int index);  // the peaks start again from the current figures
 // How many bytes of dropped tensors the devices may hold until Lua collects them: a quarter of
 // the memory the busiest device could still hand out (free in the driver or cached here),
 // between 64 MiB and 4 GiB (a collection every 64 calls of a kernel writing 64 MiB). See note_allocations (vm/lua/api.cpp).

@@ -434,8 +434,10 @@ void api_cuda_stats(int32_t dev, double* out) {
              {CR_CUDA_RESERVED, double(m.reserved)}, {CR_CUDA_HOST_OPS, double(host_op_count())},
              {CR_CUDA_MODULES_COMPILED, double(jit::cache_stats().cuda_compiled)},
              {CR_CUDA_KERNEL_LAUNCHES, double(l.kernels.load())}, {CR_CUDA_BLAS_CALLS, double(l.blas.load())},
-             {CR_CUDA_GRAPH_LAUNCHES, double(l.graphs.load())}, {CR_CUDA_GRAPH_NODES, double(l.graph_nodes.load())}});
+             {CR_CUDA_GRAPH_LAUNCHES, double(l.graphs.load())}, {CR_CUDA_GRAPH_NODES, double(l.graph_nodes.load())},
+             {CR_CUDA_PEAK_IN_USE, double(m.peak_in_use)}, {CR_CUDA_PEAK_RESERVED, double(m.peak_reserved)}});
 }
+void api_cuda_reset_peak(int32_t dev) { cuda::reset_peak_memory(dev); }
 int32_t api_cuda_time(cr_ctx* c, int32_t dev, int32_t phase, double* ms) {
   return guarded(c, [&] {
     *ms = cuda::time_events(dev, phase);
@@ -617,6 +619,7 @@ const cr_api* api_table() {
       api_cuda_synchronize,
       api_cuda_empty_cache,
       api_cuda_stats,
+      api_cuda_reset_peak,
       api_cuda_time,
       api_record_stream,
       api_native_unavailable,

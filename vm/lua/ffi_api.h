@@ -96,7 +96,7 @@ enum cr_compile_mode { CR_MODE_DEFAULT, CR_MODE_REDUCE_OVERHEAD, CR_MODE_MAX_AUT
 enum cr_cuda_stat {
   CR_CUDA_DRIVER_ALLOCS, CR_CUDA_DRIVER_FREES, CR_CUDA_CACHE_HITS, CR_CUDA_IN_USE, CR_CUDA_RESERVED,
   CR_CUDA_HOST_OPS, CR_CUDA_MODULES_COMPILED, CR_CUDA_KERNEL_LAUNCHES, CR_CUDA_BLAS_CALLS,
-  CR_CUDA_GRAPH_LAUNCHES, CR_CUDA_GRAPH_NODES,
+  CR_CUDA_GRAPH_LAUNCHES, CR_CUDA_GRAPH_NODES, CR_CUDA_PEAK_IN_USE, CR_CUDA_PEAK_RESERVED,
   CR_CUDA_STATS
 };
 /* Streams, events and CUDA graphs (vm/cuda/streams.hpp, vm/cuda/graphs.hpp, stdlib/cuda.lua): one
@@ -191,13 +191,15 @@ typedef struct cr_api {
   int32_t (*cap_replay)(cr_ctx* ctx, int32_t fn, cr_tensor** cands, int32_t n, cr_tensor** outs, int32_t cap);
   /* CUDA (T.cuda): the device count (0 without a driver) and why there is none; synchronize;
    * empty_cache; stats of device dev into out[CR_CUDA_STATS] (enum cr_cuda_stat: in_use and
-   * reserved in bytes, host_ops the ops run on host copies); time: phase 0 starts the device
-   * timer, phase 1 stops it and writes the milliseconds to *ms. */
+   * reserved in bytes, host_ops the ops run on host copies); reset_peak: the peaks of in_use and
+   * reserved start again from now; time: phase 0 starts the device timer, phase 1 stops it and
+   * writes the milliseconds to *ms. */
   int32_t (*cuda_device_count)(void);
   const char* (*cuda_unavailable)(void);
   int32_t (*cuda_synchronize)(cr_ctx* ctx, int32_t dev);
   void (*cuda_empty_cache)(void);
   void (*cuda_stats)(int32_t dev, double* out);
+  void (*cuda_reset_peak)(int32_t dev);
   int32_t (*cuda_time)(cr_ctx* ctx, int32_t dev, int32_t phase, double* ms);
   /* record_stream: tensor t's memory is also used by stream s's work (api.stream: the other
    * stream, event and graph calls) */

@@ -169,14 +169,7 @@ end
 -- record _layer_norm and _cross_entropy, extern nodes whose backward is the registry's rule (the
 -- fused _layer_norm_backward / _cross_entropy_backward). The CPU default is the composition:
 -- forced here, so that CI runs the externs.
-local core = require "crescent.core"
-local function fused_on_cpu(f)
-  local was = core.fused_in_training.cpu
-  core.fused_in_training.cpu = true
-  local ok, err = pcall(f)
-  core.fused_in_training.cpu = was
-  if not ok then error(err, 0) end
-end
+local fused_on_cpu = require "fused_cpu"
 local function targets() return T.tensor({ 1, 4, 2 }) end
 local fused_corpus = {
   { name = "layer_norm with weight and bias", op = "_layer_norm",

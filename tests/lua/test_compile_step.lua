@@ -203,14 +203,7 @@ end)
 -- In a training capture F.layer_norm, F.cross_entropy and (on CUDA) attention record their fused
 -- library ops (core.fused_op): extern nodes, with the fused backward kernels from their registry
 -- rules in the same graph. The CPU default is the composition: forced here, so CI runs externs.
-local core = require "crescent.core"
-local function fused_on_cpu(f)
-  local was = core.fused_in_training.cpu
-  core.fused_in_training.cpu = true
-  local ok, err = pcall(f)
-  core.fused_in_training.cpu = was
-  if not ok then error(err, 0) end
-end
+local fused_on_cpu = require "fused_cpu"
 
 local function graph_has(e, names)
   local ops = " " .. table.concat(e.graph_ops[1], " ") .. " "

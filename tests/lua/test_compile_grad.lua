@@ -210,11 +210,11 @@ describe("fused library ops in a training capture", function()
     S.need_gpu()
     local function qkv(c)
       local r = {}
-      for i = 1, 3 do r[i] = randn(c * 10 + i, 2, 3, 17, 16):cuda() end
+      for i = 1, 3 do r[i] = randn(c * 10 + i, 2, 3, 40, 32):cuda() end  -- (sizes the fused kernels take)
       return unpack(r)
     end
-    local bool_mask = (T.rand(17, 17) + T.eye(17)):gt(0.3):cuda()  -- (each query sees itself)
-    local float_mask = randn(5, 3, 17, 17):cuda()
+    local bool_mask = (T.rand(40, 40) + T.eye(40)):gt(0.3):cuda()  -- (each query sees itself)
+    local float_mask = randn(5, 3, 40, 40):cuda()
     local F = T.F
     for _, c in ipairs({
       { name = "causal", fn = function(q, k, v) return F.scaled_dot_product_attention(q, k, v, { causal = true }) end },

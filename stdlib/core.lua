@@ -85,6 +85,17 @@ function core.sorted_keys(t)
   return ks
 end
 
+-- Whether F.layer_norm / F.cross_entropy on `device` call their fused library op (one extern
+-- node of a graph, its derivative the fused backward kernel) rather than the composition that
+-- the code generators fuse with its neighbours: always eagerly; in a training capture
+-- (ctx.capturing == 2) per device type, whichever made the small GPT step faster
+-- (bench/RESULTS.md H39); an inference capture takes the composition.
+core.fused_in_training = { cpu = false, cuda = true }
+function core.fused_op(device)
+  local c = core.ctx.capturing
+  return c == 0 or (c == 2 and core.fused_in_training[device == "cpu" and "cpu" or "cuda"])
+end
+
 -- Lua needs the value of tensor t (item, totable, tostring...): inside a compiled function
 -- this is a graph break; a tensor whose graph already ran gets its value.
 function core.need(t, reason)

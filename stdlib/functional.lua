@@ -74,11 +74,12 @@ function F.softmax(x, dim, opts) return T.softmax(x, dim, opts) end
 function F.log_softmax(x, dim, opts) return T.log_softmax(x, dim, opts) end
 
 -- layer_norm(x, normalized_shape[, weight[, bias[, eps = 1e-5]]]): biased variance, as PyTorch.
--- Eagerly one fused op (T._layer_norm, forward and backward kernels); inside a capture the
--- composition below, which the code generators fuse with the neighbouring ops. A weight or bias
--- of another dtype than x (autocast) takes the composition too.
+-- Eagerly one fused op (T._layer_norm, forward and backward kernels), and so in a training
+-- capture where that is faster (core.fused_op); else the composition below, which the code
+-- generators fuse with the neighbouring ops. A weight or bias of another dtype than x (autocast)
+-- takes the composition too.
 local function fusable(x, w, b)
-  if core.ctx.capturing ~= 0 then return false end
+  if not core.fused_op(x.device) then return false end
   for _, t in ipairs({ w or x, b or x }) do
     if not is_tensor(t) or t.dtype ~= x.dtype or t.device ~= x.device then return false end
   end
@@ -138,10 +139,12 @@ local function same_batch(q, k, v)  -- T.attention takes one batch shape (matmul
   end
   return true
 end
--- Whether a backward will reach the op: then, eagerly, T._attention, which also returns the rows'
--- logsumexp that the fused backward kernel reads (attention recomputes it).
+-- Whether a backward will reach the op: then T._attention, which also returns the rows'
+-- logsumexp that the fused backward kernel reads (attention recomputes it). A capture's tensors
+-- carry no autograd history when replayed: there a training capture (ctx.capturing == 2) decides.
 local function needs_grad(...)
-  if not T.is_grad_enabled() or core.ctx.capturing ~= 0 then return false end
+  if not T.is_grad_enabled() then return false end
+  if core.ctx.capturing ~= 0 then return core.ctx.capturing == 2 end
   for i = 1, select("#", ...) do
     local t = select(i, ...)
     if t ~= nil and t.requires_grad then return true end

@@ -105,11 +105,12 @@ local function indices(op, lsm, target, o, cd, fused)
   return loss:sum() / w:sum()
 end
 
--- Class-index cross_entropy is one op eagerly (T._cross_entropy); inside a capture, and for a
--- weight of another dtype or device than the input's or one that requires grad (the fused op's
--- weight gets none, as PyTorch's), the composition above.
+-- Class-index cross_entropy is one op eagerly (T._cross_entropy), and so in a training capture
+-- where that is faster (core.fused_op); else, and for a weight of another dtype or device than
+-- the input's or one that requires grad (the fused op's weight gets none, as PyTorch's), the
+-- composition above.
 local function fusable(input, w)
-  if core.ctx.capturing ~= 0 or not FLOATING[input.dtype] then return false end
+  if not core.fused_op(input.device) or not FLOATING[input.dtype] then return false end
   return w == nil or (w.dtype == input.dtype and w.device == input.device and not w.requires_grad)
 end
 

@@ -78,7 +78,8 @@ enum cr_service {
 /* Per-VM state the Lua side reads without a call. */
 typedef struct cr_ctx {
   int32_t service;        /* requests to the Lua side after an op: enum cr_service bits */
-  int32_t capturing;      /* a compiled function is being captured: reading data is a graph break */
+  int32_t capturing;      /* a compiled function is being captured: reading data is a graph break;
+                             2: a training capture (stdlib/core.lua fused_op reads it) */
   int32_t claimed;        /* how many of the tensors handed out last Lua has wrapped (core.wrap) */
   void* impl;             /* cr::Context* */
   int32_t collect;        /* the captured call recorded ops: collect garbage before handing its

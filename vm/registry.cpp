@@ -4,6 +4,7 @@
 #include "vm/context.hpp"
 #include "vm/autograd/grad_mode.hpp"
 #include "vm/hooks.hpp"
+#include "vm/nesting.hpp"
 #include "vm/ops/losses.hpp"
 
 #include <cmath>
@@ -200,11 +201,14 @@ std::vector<int> OpCall::dims(int i, int ndim) const {
 
 // ---- dispatch --------------------------------------------------------------------------------
 
+thread_local int dispatch_depth = 0;
+
 std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nargs, const Tensor* into, size_t ninto) {
   const auto& ops = Registry::get().ops();
   if (op < 0 || size_t(op) >= ops.size()) fail(cat("unknown op id ", op));
   const OpDef& def = ops[size_t(op)];
   OpCall c{ctx, def, args, nargs, {}, {}};
+  DispatchNest nest;
   try {
     for (int i = 0; i < nargs; ++i) {  // values of compiled functions that are still lazy
       if (args[i].tag == kTensor) {

@@ -165,6 +165,81 @@ for _, v in ipairs({ { "", nil }, { " (backend aot_eager)", { backend = "aot_eag
   end)
 end
 
+-- The fused library ops in a training capture (core.fused_op): F.layer_norm and F.cross_entropy
+-- record _layer_norm and _cross_entropy, extern nodes whose backward is the registry's rule (the
+-- fused _layer_norm_backward / _cross_entropy_backward). The CPU default is the composition:
+-- forced here, so that CI runs the externs.
+local fused_on_cpu = require "fused_cpu"
+local function targets() return T.tensor({ 1, 4, 2 }) end
+local fused_corpus = {
+  { name = "layer_norm with weight and bias", op = "_layer_norm",
+    args = function(c) return x34(c), randn(c + 7, 4), randn(c + 8, 4) end,
+    fn = function(x, w, b) return T.F.layer_norm(x * 2, { 4 }, w, b):tanh() end },
+  { name = "layer_norm over two dims, no affine", op = "_layer_norm", args = function(c) return randn(c, 2, 3, 4) end,
+    fn = function(x) return T.F.layer_norm(x, { 3, 4 }, nil, nil, 1e-3) end },
+  { name = "cross_entropy, mean", op = "_cross_entropy", args = x34,
+    fn = function(x) return T.F.cross_entropy(x * 2, targets()) end },
+  { name = "cross_entropy, ignore_index and label_smoothing", op = "_cross_entropy", args = x34,
+    fn = function(x) return T.F.cross_entropy(x:exp(), targets(), { ignore_index = 4, label_smoothing = 0.1 }) end },
+  { name = "cross_entropy, sum with class weights", op = "_cross_entropy", args = x34,
+    fn = function(x) return T.F.cross_entropy(x, targets(), { reduction = "sum", weight = T.tensor({ 1, 2, 0.5, 1 }) }) end },
+  { name = "cross_entropy, none over {N, C, d}", op = "_cross_entropy", args = function(c) return randn(c, 2, 4, 3) end,
+    fn = function(x)
+      return T.F.cross_entropy(x, T.tensor({ { 1, 2, 3 }, { 4, 4, 1 } }), { reduction = "none", label_smoothing = 0.05 })
+    end },
+}
+
+describe("fused library ops in a training capture", function()
+  for _, c in ipairs(fused_corpus) do
+    it(c.name .. ": eager's gradients, " .. c.op .. " a node of the graph", function()
+      fused_on_cpu(function()
+        T.compiler.reset()
+        check(c, nil)
+        check(c, { backend = "aot_eager" })
+        S.eq(stat("grad_fallbacks"), 0, "grad fallbacks")
+        local args = S.pack(c.args(1))
+        for i = 1, args.n do args[i] = args[i]:detach():requires_grad_() end
+        local e = T.explain(c.fn, unpack(args, 1, args.n))
+        S.eq(e.graph_count, 1, "graphs")
+        local ops = table.concat(e.graph_ops[1], " ")
+        S.truthy((" " .. ops .. " "):find(" " .. c.op .. " ", 1, true), ops)
+      end)
+    end)
+  end
+  it("attention on CUDA: _attention saves its logsumexp, _attention_backward the eager gradients", function()
+    S.need_gpu()
+    local function qkv(c)
+      local r = {}
+      for i = 1, 3 do r[i] = randn(c * 10 + i, 2, 3, 40, 32):cuda() end  -- (sizes the fused kernels take)
+      return unpack(r)
+    end
+    local bool_mask = (T.rand(40, 40) + T.eye(40)):gt(0.3):cuda()  -- (each query sees itself)
+    local float_mask = randn(5, 3, 40, 40):cuda()
+    local F = T.F
+    for _, c in ipairs({
+      { name = "causal", fn = function(q, k, v) return F.scaled_dot_product_attention(q, k, v, { causal = true }) end },
+      { name = "bool mask", fn = function(q, k, v) return F.scaled_dot_product_attention(q, k, v, { mask = bool_mask }) end },
+      { name = "float mask, scale", fn = function(q, k, v)
+        return F.scaled_dot_product_attention(q * 2, k, v:tanh(), { mask = float_mask, scale = 0.3 })
+      end },
+    }) do
+      c.args, c.op = qkv, "_attention"
+      T.compiler.reset()
+      check(c, nil)
+      check(c, { backend = "aot_eager" })
+      S.eq(stat("grad_fallbacks"), 0, c.name .. ": grad fallbacks")
+      local q, k, v = qkv(1)
+      local e = T.explain(c.fn, q:requires_grad_(), k:requires_grad_(), v:requires_grad_())
+      local ops = " " .. table.concat(e.graph_ops[1], " ") .. " "
+      S.truthy(ops:find(" _attention ", 1, true), c.name .. ":" .. ops)
+    end
+  end)
+  it("takes the composition on the CPU by default", function()
+    local e = T.explain(fused_corpus[1].fn, x34(1):requires_grad_(), randn(2, 4):requires_grad_(), randn(3, 4))
+    S.truthy(not table.concat(e.graph_ops[1], " "):find("_layer_norm", 1, true), table.concat(e.graph_ops[1], " "))
+  end)
+end)
+
 describe("segments compiled autograd does not take", function()
   for _, c in ipairs(fallbacks) do
     it(c.name .. " runs on eager autograd, counted", function()

@@ -69,6 +69,35 @@ local function one_graph(body, make_opt)
   return e
 end
 
+-- The small GPT of examples/models/gpt2.lua on `dev`, 5 AdamW steps eagerly (opts nil), compiled
+-- with `opts`, or T.explain of its step ("explain"); `ce`: cross_entropy's options; `eps`:
+-- AdamW's. Returns the parameters (on the CPU).
+local function gpt_run(dev, opts, ce, eps)
+  local root = debug.getinfo(1, "S").source:sub(2):match("^(.*)/tests/lua/") or "."
+  package.path = root .. "/examples/?.lua;" .. package.path
+  local G = require "models.gpt2"
+  -- (on CUDA sizes the fused attention kernels take: float32 head size 32, 64 query rows)
+  local V, L, D = 20, dev == "cpu" and 8 or 64, dev == "cpu" and 16 or 64
+  T.manual_seed(0)
+  local m = G.new({ vocab = V, n_ctx = L, d = D, n_head = 2, n_layer = 2 }):to(dev)
+  local opt = optim.AdamW(m:parameters(), { lr = 1e-2, weight_decay = 0.1, eps = eps or 1e-8 })
+  local ids, targets = T.randint(0, V, { 2, L }):to(dev), T.randint(1, V + 1, { 2 * L }):to(dev)
+  local function step()
+    opt:zero_grad()
+    local loss = T.F.cross_entropy(m(ids):view(-1, V), targets, ce)
+    if loss:dim() > 0 then loss = loss:mean() end
+    loss:backward()
+    opt:step()
+    return loss
+  end
+  if opts == "explain" then return T.explain(step) end
+  local f = opts and T.compile(step, opts) or step
+  for _ = 1, 5 do f() end
+  local ps = {}
+  for i, p in ipairs(m:parameters()) do ps[i] = p:detach():cpu() end
+  return ps
+end
+
 describe("a whole compiled training step", function()
   for name, make in pairs(OPTIMIZERS) do
     it("is one graph with " .. name .. " (T.explain, T.compiler.stats)", function()
@@ -129,34 +158,13 @@ describe("a whole compiled training step", function()
   end)
 
   it("is one graph for the small GPT, and exact", function()
-    local root = debug.getinfo(1, "S").source:sub(2):match("^(.*)/tests/lua/") or "."
-    package.path = root .. "/examples/?.lua;" .. package.path
-    local G = require "models.gpt2"
-    local V, L = 20, 8
-    local function run(opts)
-      T.manual_seed(0)
-      local m = G.new({ vocab = V, n_ctx = L, d = 16, n_head = 2, n_layer = 2 })
-      local opt = optim.AdamW(m:parameters(), { lr = 1e-2, weight_decay = 0.1 })
-      local ids, targets = T.randint(0, V, { 2, L }), T.randint(1, V + 1, { 2 * L })
-      local function step()
-        opt:zero_grad()
-        local loss = T.F.cross_entropy(m(ids):view(-1, V), targets)
-        loss:backward()
-        opt:step()
-        return loss
-      end
-      if opts == "explain" then return T.explain(step) end
-      local f = opts and T.compile(step, opts) or step
-      for _ = 1, 5 do f() end
-      return m:parameters()
-    end
-    local e = run("explain")
+    local e = gpt_run("cpu", "explain")
     S.eq(e.graph_count, 1, "graphs")
     S.eq(e.graph_break_count, 0, "graph breaks")
     T.compiler.reset()
-    local want = run(nil)
+    local want = gpt_run("cpu", nil)
     -- (the graph run on the eager kernels: the native code is the code generators' concern)
-    local got = run({ backend = "eager" })
+    local got = gpt_run("cpu", { backend = "eager" })
     for i = 1, #want do S.close(got[i], want[i], 1e-4, 1e-4) end
     S.eq(stat("graph_breaks"), 0, "graph breaks")
   end)
@@ -190,5 +198,67 @@ describe("a whole compiled training step", function()
     end)
     S.eq(e.graph_break_count, 2, "graph breaks")
     S.truthy(e.break_reasons[2].reason:find("not a value of the graph being captured"), e.break_reasons[2].reason)
+  end)
+end)
+
+-- In a training capture F.layer_norm, F.cross_entropy and (on CUDA) attention record their fused
+-- library ops (core.fused_op): extern nodes, with the fused backward kernels from their registry
+-- rules in the same graph. The CPU default is the composition: forced here, so CI runs externs.
+local fused_on_cpu = require "fused_cpu"
+
+local function graph_has(e, names)
+  local ops = " " .. table.concat(e.graph_ops[1], " ") .. " "
+  for _, n in ipairs(names) do S.truthy(ops:find(" " .. n .. " ", 1, true), n .. " in" .. ops) end
+  return ops
+end
+
+local LIBRARY_OPS = { "_layer_norm", "_layer_norm_backward", "_cross_entropy", "_cross_entropy_backward" }
+local CE_OPTS = {
+  { "mean", nil },
+  { "ignore_index and label_smoothing", { ignore_index = 3, label_smoothing = 0.1 } },
+  { "sum", { reduction = "sum" } },
+  { "none", { reduction = "none", label_smoothing = 0.2 } },
+}
+
+-- 5 steps compiled (native, and on the eager kernels) against 5 eager steps on `dev`. (AdamW's
+-- eps 1e-4: its first steps divide a gradient by its own size, so a gradient that is 0 up to
+-- float rounding, summed in another order, would move a weight by up to lr.)
+local function gpt_exact(dev, ce)
+  T.compiler.reset()
+  local want = gpt_run(dev, nil, ce, 1e-4)
+  for _, o in ipairs({ { backend = "aot_eager" }, {} }) do
+    local got = gpt_run(dev, o, ce, 1e-4)
+    for i = 1, #want do S.close(got[i], want[i], 1e-4, 1e-4) end
+  end
+  S.eq(stat("graph_breaks"), 0, "graph breaks")
+  S.eq(stat("grad_fallbacks"), 0, "grad fallbacks")
+end
+
+describe("fused library ops in a compiled training step", function()
+  it("records _layer_norm, _cross_entropy and their backwards in one graph (CPU, forced)", function()
+    fused_on_cpu(function()
+      local e = gpt_run("cpu", "explain")
+      S.eq(e.graph_count, 1, "graphs")
+      S.eq(e.graph_break_count, 0, "graph breaks")
+      local ops = graph_has(e, LIBRARY_OPS)
+      S.truthy(not ops:find(" log_softmax ", 1, true) and not ops:find(" rsqrt ", 1, true), "no composition:" .. ops)
+    end)
+  end)
+
+  it("records the compositions on the CPU by default", function()
+    local ops = " " .. table.concat(gpt_run("cpu", "explain").graph_ops[1], " ") .. " "
+    S.truthy(ops:find(" rsqrt ", 1, true) and not ops:find(" _layer_norm ", 1, true), ops)
+  end)
+
+  for _, c in ipairs(CE_OPTS) do
+    it("gives eager's parameters after 5 steps, cross_entropy " .. c[1] .. " (CPU, forced)", function()
+      fused_on_cpu(function() gpt_exact("cpu", c[2]) end)
+    end)
+  end
+
+  it("records _attention and _attention_backward too on CUDA, and gives eager's parameters", function()
+    S.need_gpu()
+    graph_has(gpt_run("cuda", "explain"), { "_attention", "_attention_backward", unpack(LIBRARY_OPS) })
+    for _, c in ipairs(CE_OPTS) do gpt_exact("cuda", c[2]) end
   end)
 end)

@@ -4,6 +4,7 @@
 #include "vm/autograd/node.hpp"
 #include "vm/autograd/views.hpp"
 #include "vm/hooks.hpp"
+#include "vm/nesting.hpp"
 
 namespace cr::autograd {
 
@@ -146,11 +147,12 @@ std::shared_ptr<Node> make_node(int op, const cr_value* args, int nargs, const s
 thread_local OpObserver* op_observer = nullptr;
 
 void run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
-  if (hooks().record_call(ctx, op, args, nargs, outs)) return;
+  const bool top = dispatch_depth == 0;  // (not a call a kernel makes: vm/nesting.hpp)
+  if (top && hooks().record_call(ctx, op, args, nargs, outs)) return;
   outs = dispatch(ctx, op, args, nargs);
   note_views(op, args, nargs, outs);
   if (inference_mode) [[unlikely]] mark_inference(args, nargs, outs);
-  if (op_observer) [[unlikely]] op_observer->on_call(op, args, nargs, outs);
+  if (op_observer && top) [[unlikely]] op_observer->on_call(op, args, nargs, outs);
 }
 
 void call_recording(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {

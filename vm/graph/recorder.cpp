@@ -62,8 +62,8 @@ bool Recorder::begin(int32_t fn, int cache_size_limit, int train_mode) {
   if (fn_) return false;
   guards::Function& f = function(fn);
   fn_ = &f;
-  ctx_.ffi.capturing = 1;
   const bool train = train_mode == 1 || (train_mode == 2 && f.trains);
+  ctx_.ffi.capturing = train ? 2 : 1;  // (Lua records the fused training ops then: core.fused_op)
   train_ = ctx_.capture_training = train;
   cache_size_limit_ = cache_size_limit;
   report.clear();

@@ -83,7 +83,8 @@ struct Decomposition {
   // the slices): the iteration space stays the input's, so a pointwise producer still fuses into
   // the partial reduction. Otherwise a reduced dim is cut into `parts` slices; a pointwise
   // producer still fuses (the scheduler cuts its group's space the same way: fusion/schedule.cpp
-  // cut_space). Returns {dim, parts}; parts = 0: no split.
+  // cut_space), but a later reader of its values then loads them from memory, so with a producer
+  // only a single result (else one thread's work) is cut. Returns {dim, parts}; parts = 0: no split.
   std::pair<size_t, int64_t> split_of() const {
     int64_t results = 1;
     for (size_t d = 0; d < in.size(); ++d)
@@ -94,7 +95,8 @@ struct Decomposition {
       for (size_t e = d + 1; e < in.size(); ++e) later = later || (mask[e] && in[e] > 1);
       if (mask[d] && in[d] >= 8 && later) return {d, in[d]};
     }
-    if (L.val(x).kind == LKind::Reduction) return {0, 0};
+    const LKind input = L.val(x).kind;
+    if (input == LKind::Reduction || (input == LKind::Pointwise && results > 1)) return {0, 0};
     for (size_t d = 0; d < in.size(); ++d)
       for (int64_t parts : {64, 32, 128, 16, 256, 8})
         if (mask[d] && in[d] % parts == 0 && count / parts >= kSplitMinCount / 64) return {d, parts};

@@ -1,6 +1,6 @@
 """The anchor's workloads in PyTorch (../shared/anchors/torch_anchor.py), shared by
 bench/torch_cpu.py and bench/torch_cuda.py: name -> (fn, args, bytes moved or None).
-Beyond the anchor: sum_all (sum of N), row_sum_long (8 rows of N / 4).
+Beyond the anchor: sum_all (sum of N), row_sum_long (8 rows of N / 4), mse_1d (mean of (x - y)^2).
 GPU sizes: N = 2^24; R, C = 8192, 4096; CPU sizes: N = 2^22; R, C = 2048, 2048.
 DTYPE=float16 / bfloat16 (environment) makes every input of that dtype; bytes moved scale with it."""
 import os
@@ -50,4 +50,5 @@ def workloads(device="cpu"):
         "attention": (attention, (r(*heads), r(*heads), r(*heads)), None),
         "sum_all": (lambda x: x.sum(), (r(N),), e * N),
         "row_sum_long": (lambda x: x.sum(dim=1), (r(8, N // 4),), 2 * e * N),
+        "mse_1d": (lambda x, y: ((x - y) * (x - y)).mean(), (r(N), r(N)), 2 * e * N),
     }

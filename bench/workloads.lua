@@ -1,6 +1,6 @@
 -- The anchor's workloads (../shared/anchors/torch_anchor.py) at its CPU or GPU sizes, for
 -- codegen_bench.lua and dynamic_bench.lua: { name, fn, args, bytes moved (memory-bound ones) }.
--- Beyond the anchor: sum_all (sum of N) and row_sum_long (8 rows of N / 4).
+-- Beyond the anchor: sum_all (sum of N), row_sum_long (8 rows of N / 4), mse_1d (mean of (x - y)^2).
 -- DTYPE=float16 / bfloat16 (environment) makes every input of that dtype; bytes scale with it.
 local T = require "crescent"
 
@@ -43,6 +43,8 @@ return function(DEVICE)
     -- few long rows and a whole-tensor sum: split reductions (issue 39)
     { "sum_all", function(x) return x:sum() end, { T.randn(N) }, e * N },
     { "row_sum_long", function(x) return x:sum(2) end, { T.randn(8, N / 4) }, e * 2 * N },
+    -- a whole-tensor sum with a pointwise prologue (a loss): split with the prologue fused
+    { "mse_1d", function(x, y) local d = x - y; return (d * d):mean() end, { T.randn(N), T.randn(N) }, 2 * e * N },
   }
   for _, w in ipairs(work) do  -- every workload's inputs in DTYPE, on the device
     for i, a in ipairs(w[3]) do w[3][i] = a:to(DTYPE):to(DEVICE) end

@@ -81,9 +81,10 @@ struct Decomposition {
   // the accumulator dtype (float64 sums of float32), so the result is within float32 rounding of
   // the one-pass fold. A reduced dim followed by other reduced dims is kept whole (its rows are
   // the slices): the iteration space stays the input's, so a pointwise producer still fuses into
-  // the partial reduction. Otherwise a reduced dim is cut into `parts` slices, which only pays
-  // when the input is already in memory (a producer would no longer fuse). Returns {dim, parts};
-  // parts = 0: no split.
+  // the partial reduction. Otherwise a reduced dim is cut into `parts` slices; a pointwise
+  // producer still fuses (the scheduler cuts its group's space the same way: fusion/schedule.cpp
+  // cut_space), but a later reader of its values then loads them from memory, so with a producer
+  // only a single result (else one thread's work) is cut. Returns {dim, parts}; parts = 0: no split.
   std::pair<size_t, int64_t> split_of() const {
     int64_t results = 1;
     for (size_t d = 0; d < in.size(); ++d)
@@ -94,8 +95,8 @@ struct Decomposition {
       for (size_t e = d + 1; e < in.size(); ++e) later = later || (mask[e] && in[e] > 1);
       if (mask[d] && in[d] >= 8 && later) return {d, in[d]};
     }
-    LKind input = L.val(x).kind;
-    if (input == LKind::Pointwise || input == LKind::Reduction) return {0, 0};
+    const LKind input = L.val(x).kind;
+    if (input == LKind::Reduction || (input == LKind::Pointwise && results > 1)) return {0, 0};
     for (size_t d = 0; d < in.size(); ++d)
       for (int64_t parts : {64, 32, 128, 16, 256, 8})
         if (mask[d] && in[d] % parts == 0 && count / parts >= kSplitMinCount / 64) return {d, parts};

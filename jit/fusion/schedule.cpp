@@ -263,12 +263,40 @@ bool Scheduler::var_map(const Group& g, int32_t lv, std::vector<Affine>* map, st
   return false;
 }
 
+namespace {
+// A reduction whose iteration space is the pointwise group's with one dim d cut into (p, j) (a
+// split of lower_reduce.cpp) may join it: the members' variables are rewritten over the cut space
+// (old variable d = size(j) p + j), the same points in the same order, so the producer fuses.
+bool cut_space(Group& g, const Shape& to) {
+  if (g.members.empty() || !g.reduced.empty() || to.size() != g.sizes.size() + 1) return false;
+  for (size_t d = 0; d < g.sizes.size(); ++d) {
+    Shape want = g.sizes;
+    want[d] = to[d];
+    want.insert(want.begin() + std::ptrdiff_t(d) + 1, to[d + 1]);
+    if (want != to || to[d] * to[d + 1] != g.sizes[d]) continue;
+    std::vector<Affine> vars;
+    for (size_t v = 0; v < g.sizes.size(); ++v) {
+      Affine a;
+      if (v == d) a.add(d, to[d + 1]), a.add(d + 1, 1);
+      else a = Affine::var(v < d ? v : v + 1);
+      vars.push_back(a);
+    }
+    for (auto& [member, map] : g.vars)
+      for (Affine& a : map) a = substitute(a, vars);
+    g.sizes = to;
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
 bool Scheduler::try_join(Group& g, int32_t lv) {
   if (int(g.members.size()) >= kMaxNodesPerKernel) return false;
   std::vector<Affine> map;
   std::vector<char> reduced;
-  if (!var_map(g, lv, &map, &reduced)) return false;
   Group trial = g;
+  if (val(lv).kind == LKind::Reduction && trial.sizes != val(lv).in_sizes) cut_space(trial, val(lv).in_sizes);
+  if (!var_map(trial, lv, &map, &reduced)) return false;
   if (trial.members.empty()) trial.sizes = val(lv).kind == LKind::Reduction ? val(lv).in_sizes : val(lv).sizes;
   trial.reduced = reduced;
   trial.members.push_back(lv);

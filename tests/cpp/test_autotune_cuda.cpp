@@ -1,6 +1,6 @@
 // The CUDA candidate space of autotuning (jit::cuda::candidates, KernelConfig): every candidate
-// configuration of a pointwise chain, a row reduction, a whole-tensor sum (with rows split across
-// blocks among them) and softmax is emitted
+// configuration of a pointwise chain, a row reduction, a whole-tensor sum, a few long rows (with
+// rows split across blocks among them) and softmax is emitted
 // and compiled to CUBIN by NVRTC (no GPU needed), with the launch shape it asks for; where a GPU
 // is present each runs and gives the heuristic's results (bit for bit without reductions, within
 // float rounding with them).
@@ -37,7 +37,10 @@ std::vector<Case> cases() {
          B.g.outputs = {B.op("sigmoid", {T(B.op("mul", {T(B.op("tanh", {T(B.op("add", {T(x), N(0.25)}))})), T(x)}))})};
        }, false},
       {"row_sum", [](Builder& B) { B.g.outputs = {B.op("sum", {T(B.input(uniform({48, 5000}, 2))), N(-1)})}; }, true},
+      // split by the lowering: partials with the prologue, then their fold
       {"whole_sum", [](Builder& B) { B.g.outputs = {B.op("sum", {T(B.op("abs", {T(B.input(uniform({300000}, 3)))}))})}; }, true},
+      // too many results for that split: long rows, split across blocks by the candidates
+      {"long_rows", [](Builder& B) { B.g.outputs = {B.op("sum", {T(B.op("abs", {T(B.input(uniform({12, 300000}, 5)))})), N(-1)})}; }, true},
       {"softmax", [](Builder& B) { B.g.outputs = {B.op("softmax", {T(B.input(uniform({32, 3000}, 4))), N(-1)})}; }, true},
   };
 }
@@ -82,7 +85,7 @@ TEST_CASE("autotune cuda: every candidate compiles with its launch shape, and ru
   std::string why;
   const bool gpu = cuda_backend_available(&why);
   if (!gpu) WARN("the CUDA candidates are compiled, not run: " << why);
-  int splits = 0;  // candidates that split rows across blocks (row_sum, whole_sum)
+  int splits = 0;  // candidates that split rows across blocks (row_sum, whole_sum, long_rows)
   for (const Case& c : cases()) {
     Context ctx;
     Builder B{ctx};

@@ -57,6 +57,9 @@ local KERNELS = {
   { "softmax", function(x) return (x * 1.25):softmax(2) end, { 32, 3000 }, true },
   { "few long rows", function(x) return x:sum(2) end, { 8, 2 ^ 18 }, true, T.rand },
   { "whole-tensor sum of an input", function(x) return x:sum() end, { 2 ^ 20 }, true, T.rand },
+  -- one result with a prologue: split, the partials' kernel computes it
+  { "one long row with a prologue", function(x) return (x * 0.5 + 0.25):sum(2) end, { 1, 2 ^ 19 }, true, T.rand },
+  { "1-d sum with a prologue", function(x) return (x * x):sum() end, { 2 ^ 20 }, true, T.rand },
 }
 
 describe("max-autotune on the CPU: the candidates", function()

@@ -454,6 +454,18 @@ describe("native CPU code: fusion", function()
     S.eq(kernels("big 1-d reductions", function(x, i, p)
       return x:amax(), i:sum(), x:sum(1, true), x:mean(), p:prod(), x:amin(1)
     end, ones_nan, { float32 = { 1e-4, 1e-3 } }), 12)
+    -- one result with a prologue (1-d, one long row): cut into slices, the prologue in the
+    -- partials' kernel (fusion/schedule.cpp cut_space), the slices summed in parallel; e is
+    -- stored there. A few rows with a prologue stay whole (the rows share the threads).
+    S.eq(kernels("big 1-d sum of (x-y)^2", function(x, y)
+      local d = x - y
+      local e = d * 1.5
+      return (d * d):sum(), e, ((x + 0.5) * y):mean()
+    end, function() T.manual_seed(60); return T.randn(2 ^ 18), T.randn(2 ^ 18) end, { float32 = { 1e-5, 1e-2 } }), 4)
+    S.eq(kernels("one long row of exp(x)", function(x) return (x * 0.25):exp():sum(2, true) end,
+      function() T.manual_seed(61); return T.randn(1, 2 ^ 17) end, { float32 = { 1e-5, 1e-2 } }), 2)
+    S.eq(kernels("few long rows of exp(x)", function(x) return (x * 0.25):exp():sum(2, true) end,
+      function() T.manual_seed(62); return T.randn(3, 2 ^ 17) end, { float32 = { 1e-5, 1e-2 } }), 1)
     -- a few results (2 rows of 2^16): split along the reduced dims; a transposed input
     S.eq(kernels("sum over dims 2, 3", function(x) return x:sum({ 2, 3 }), x:transpose(2, 3):amax({ 2, 3 }) end,
       function() T.manual_seed(59); return T.randn(2, 256, 256) end, { float32 = { 1e-5, 1e-3 } }), 4)

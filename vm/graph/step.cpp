@@ -6,6 +6,7 @@
 // the gradient, or an add_ into the .grad it has), which the optimizer then reads.
 #include "vm/autograd/call.hpp"
 #include "vm/autograd/meta.hpp"
+#include "vm/autograd/node.hpp"
 #include "vm/graph/joint.hpp"
 #include "vm/graph/joint_trace.hpp"
 #include "vm/graph/segment.hpp"
@@ -19,6 +20,7 @@ struct StepBackward {
   std::vector<int32_t> leaves;  // the inputs differentiated (forward value ids), as t.grad_out
   std::vector<int32_t> plain;   // the loss's other inputs (requiring no grad when traced)
   std::vector<char> own;       // per leaf: .grad may take the gradient itself (else a clone)
+  int root_op = -1;            // the registry op that made the loss (its grad_fn's name)
 };
 
 namespace {
@@ -117,6 +119,7 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
   }
   b->declined = ancestors(*g, s.op_grad, wants, root, *b);
   if (!b->declined.empty()) return b;
+  b->root_op = g->nodes[size_t(g->values[size_t(root)].node)].op;
   std::vector<char> needs(g->values.size());
   for (int32_t v : b->leaves) needs[size_t(v)] = 1;
   GradPlan plan = plan_gradients(*g, needs, 1, 0);
@@ -217,6 +220,18 @@ std::string Recorder::capture_backward(cr_tensor* root, const std::string& where
   std::shared_ptr<StepBackward> keep = b;  // (the tree may grow while its calls are recorded)
   run_step(*keep, root, where);
   s.stepped = true;
+  // A replayed loss has no eager graph; eager's, after backward(), is a non-leaf whose graph is
+  // freed: it gets such a grad_fn, so requires_grad, grad_fn and a second backward() match.
+  autograd::AutogradMeta& m = autograd::ensure_meta(root);
+  if (!m.grad_fn && !m.requires_grad) {
+    auto n = std::make_shared<autograd::Node>();
+    n->op = keep->root_op;
+    n->seq = autograd::next_seq();
+    const Tensor loss(root, true);
+    n->outs.push_back(Meta{loss.sizes(), loss.dtype(), loss.device()});
+    n->released = true;
+    m.grad_fn = std::move(n);
+  }
   return "";
 }
 

@@ -191,4 +191,26 @@ describe("a whole compiled training step", function()
     S.eq(e.graph_break_count, 2, "graph breaks")
     S.truthy(e.break_reasons[2].reason:find("not a value of the graph being captured"), e.break_reasons[2].reason)
   end)
+  it("peaks at no more CPU memory than the eager step (small GPT)", function()
+    local M = require "train_memory"
+    T.compiler.reset()
+    local eager, want = M.peak("eager", 6)
+    local step, got = M.peak("step", 6)
+    S.truthy(math.abs(got - want) <= 1e-4 * math.abs(want), "loss")
+    S.truthy(step <= eager, ("compiled step peak %d bytes > eager %d"):format(step, eager))
+  end)
+
+  it("returns a loss that required grad, with a freed graph, as eager's", function()
+    local m = mlp()
+    local opt = OPTIMIZERS.AdamW(m:parameters())
+    local f = T.compile(function(x, y) return usual(m, opt, x, y) end)
+    for i = 1, 4 do
+      local loss = f(batch(i))
+      S.truthy(loss.requires_grad and not loss.is_leaf, "call " .. i .. ": requires_grad, a non-leaf")
+      S.truthy(loss.grad_fn ~= nil, "call " .. i .. ": grad_fn")
+      S.eq(loss.grad_fn:name(), "CrossEntropyBackward", "call " .. i)
+      -- (replayed calls; the first call's loss has the graph its recording made)
+      if i > 1 then S.errors(function() loss:backward() end, "second time") end
+    end
+  end)
 end)

@@ -119,11 +119,11 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
   encode(ctx_, s, op, args, nargs);
   if (!s.recording) {
     pending_reason_.clear();
-    if ((ctx_.capture_lazy = replay(op, args, nargs, outs))) return;
+    if ((ctx_.capture_lazy = replay(op, args, nargs, outs))) return note_lazy(outs);
     if (pending_reason_.empty()) {
       // automatic dynamic shapes: sizes that changed are symbolic from now on (one recompile)
       std::string changed = learn_dynamic(ctx_, s, op, args, nargs, first_new);
-      if (!changed.empty() && (ctx_.capture_lazy = replay(op, args, nargs, outs))) return;
+      if (!changed.empty() && (ctx_.capture_lazy = replay(op, args, nargs, outs))) return note_lazy(outs);
       if (pending_reason_.empty() && changed.empty()) {
         int arg = -1;
         pending_reason_ = guards::describe_mismatch(*s.pos, s.key, op, &arg);
@@ -195,6 +195,19 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
     return true;
   }
   return false;
+}
+
+// Lazy values allocate nothing until their graph runs, so the collector's byte budget (api.cpp
+// note_allocations) never runs out within a replayed call: past it, Lua collects before the call
+// returns, and the run frees what only garbage held (unheld_values) instead of keeping it all.
+void Recorder::note_lazy(const std::vector<Tensor>& outs) {
+  Segment& s = *seg_;
+  size_t budget = ctx_.gc_every_bytes;
+  for (const Tensor& t : outs) {
+    s.lazy_bytes += size_t(t.numel()) * dtype_size(t.dtype());
+    if (!t.device().is_cpu()) budget = ctx_.gc_every_device_bytes;
+  }
+  if (s.lazy_bytes > budget) ctx_.ffi.collect = 1;
 }
 
 // Recording: the call runs eagerly and is appended to the tree.

@@ -136,6 +136,7 @@ class Recorder {
   std::shared_ptr<Graph> instance(guards::Leaf& leaf);
   std::string symbolic_dims(const Segment& s) const;
   void run_pending();  // a replayed prefix runs before recording goes on
+  void note_lazy(const std::vector<Tensor>& outs);  // replayed outputs: asks for a collection
   // `unheld`: values left out (unheld_values), whose storage is the run's to free
   std::vector<Tensor> values_for(const Graph& g, const std::vector<char>* unheld = nullptr);
   std::vector<char> unheld_values(const Graph& g, const guards::Leaf& leaf, const std::vector<cr_tensor*>& needed);

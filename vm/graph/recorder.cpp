@@ -204,6 +204,7 @@ void Recorder::note_lazy(const std::vector<Tensor>& outs) {
   Segment& s = *seg_;
   size_t budget = ctx_.gc_every_bytes;
   for (const Tensor& t : outs) {
+    if (!t.is_lazy()) continue;  // (an in-place op's real argument)
     s.lazy_bytes += size_t(t.numel()) * dtype_size(t.dtype());
     if (!t.device().is_cpu()) budget = ctx_.gc_every_device_bytes;
   }

@@ -4,6 +4,8 @@
 // traced backward's op calls are made through the recorder, as Lua's are: the gradients are
 // values of the same graph, and so is their accumulation into the leaves' .grad (the leaf takes
 // the gradient, or an add_ into the .grad it has), which the optimizer then reads.
+#include <unordered_set>
+
 #include "vm/autograd/call.hpp"
 #include "vm/autograd/meta.hpp"
 #include "vm/autograd/node.hpp"
@@ -99,6 +101,34 @@ std::string per_call(const Segment& s, const StepBackward& b) {
     if (m && !s.is_input[v] && (!m->hooks.empty() || m->retains_grad)) return "a tensor hook or retain_grad";
   }
   return "";
+}
+
+// The loss as eager's is after backward() without retain_graph: a non-leaf whose graph's saved
+// tensors are freed, so that requires_grad and grad_fn match and a second backward() raises. A
+// recorded loss has eager's graph (released here: the traced backward ran instead of the
+// engine); a replayed one has none and gets a released node of the op that made it.
+void settle_loss(cr_tensor* root, int op) {
+  autograd::AutogradMeta& m = autograd::ensure_meta(root);
+  if (m.requires_grad) return;  // (a leaf: ancestors() declined it)
+  if (!m.grad_fn) {
+    auto n = std::make_shared<autograd::Node>();
+    n->op = op;
+    n->seq = autograd::next_seq();
+    const Tensor loss(root, true);
+    n->outs.push_back(Meta{loss.sizes(), loss.dtype(), loss.device()});
+    n->released = true;
+    m.grad_fn = std::move(n);
+    return;
+  }
+  std::vector<autograd::Node*> stack{m.grad_fn.get()};
+  std::unordered_set<autograd::Node*> seen{m.grad_fn.get()};
+  while (!stack.empty()) {
+    autograd::Node* n = stack.back();
+    stack.pop_back();
+    n->release_saved();
+    for (const autograd::Input& in : n->inputs)
+      if (in.edge.fn && seen.insert(in.edge.fn.get()).second) stack.push_back(in.edge.fn.get());
+  }
 }
 
 }  // namespace
@@ -220,18 +250,7 @@ std::string Recorder::capture_backward(cr_tensor* root, const std::string& where
   std::shared_ptr<StepBackward> keep = b;  // (the tree may grow while its calls are recorded)
   run_step(*keep, root, where);
   s.stepped = true;
-  // A replayed loss has no eager graph; eager's, after backward(), is a non-leaf whose graph is
-  // freed: it gets such a grad_fn, so requires_grad, grad_fn and a second backward() match.
-  autograd::AutogradMeta& m = autograd::ensure_meta(root);
-  if (!m.grad_fn && !m.requires_grad) {
-    auto n = std::make_shared<autograd::Node>();
-    n->op = keep->root_op;
-    n->seq = autograd::next_seq();
-    const Tensor loss(root, true);
-    n->outs.push_back(Meta{loss.sizes(), loss.dtype(), loss.device()});
-    n->released = true;
-    m.grad_fn = std::move(n);
-  }
+  settle_loss(root, keep->root_op);
   return "";
 }
 

@@ -39,7 +39,10 @@ local settle_calls, changed = B.settle(S.step, 20, 3)
 local ready_ms = changed and changed - t_start or landed and ends[landed] or B.now_ms() - t_start
 if changed then landed = nil end
 local settled = B.compile_state()
+collectgarbage()
+T.reset_peak_memory()  -- (CPU tensor storage: the timed steps' peak, weights and state included)
 local run = B.train_loop(S.step, 0, steps)
+local host_peak_mib = T.memory_stats().peak / 2 ^ 20
 local cs = T.compiler.stats()  -- (a compile while the steps were timed shows in timed_compiles)
 local mem = B.device_memory(device)
 local compiled = mode ~= "eager"
@@ -48,6 +51,7 @@ print(B.json {
   { "mode", mode }, { "step_ms", run.step_ms }, { "tokens_per_s", batch * seq / (run.step_ms / 1e3) },
   { "first_loss", first_loss }, { "last_loss", run.last_loss }, { "params", S.model:num_parameters() },
   { "reserved_mib", mem and mem.reserved_mib }, { "host_ops", mem and mem.host_ops },
+  { "host_peak_mib", host_peak_mib },
   { "first_ms", first_ms }, { "first_pending", compiled and pending or nil },
   { "ready_ms", compiled and ready_ms or nil }, { "landed_step", compiled and landed or nil },
   { "settle_calls", compiled and settle_calls or nil },

@@ -31,49 +31,40 @@ void draw_numbers(Context& ctx, const Kernel& k, const std::vector<int64_t>& dra
   values.back() = int64_t(reinterpret_cast<intptr_t>(gen.capture_words));
 }
 
-// Of a transient graph (graph::Graph::transient): per plan step, the graph values that no later
-// step reads, nor the run's end (outputs, aliases and the storages of their views).
-std::vector<std::vector<int32_t>> dead_values(const Plan& plan) {
+// Per plan step, the graph values that no later step reads, nor the run's end (inputs, outputs,
+// aliases and the storages of their views); a run frees those it may (graph::run_eager's rule).
+graph::DeadLists dead_values(const Plan& plan) {
   const LoopGraph& lg = plan.lg;
   const graph::Graph& g = *lg.g;
-  std::vector<std::vector<int32_t>> dead;
-  if (!g.transient) return dead;
   auto root_value = [&](int32_t gv) {  // the graph value whose storage a view value uses
     int32_t lv = lg.of_graph[size_t(gv)];
     if (lv < 0 || lg.values[size_t(lv)].kind != LKind::View) return -1;
     int32_t b = plan.buffer_of[size_t(lg.values[size_t(lv)].root)];
     return b < 0 ? -1 : plan.buffers[size_t(b)].gv;
   };
-  std::vector<char> keep(g.values.size(), 0);
-  auto keep_value = [&](int32_t gv) {
-    keep[size_t(gv)] = 1;
+  std::vector<char> keep = graph::kept_values(g);
+  auto keep_root = [&](int32_t gv) {
     if (int32_t r = root_value(gv); r >= 0) keep[size_t(r)] = 1;
   };
-  for (int32_t v : g.inputs) keep[size_t(v)] = 1;
-  for (int32_t v : g.outputs) keep_value(v);
-  for (const graph::Graph::Alias& a : g.aliases) keep_value(a.removed), keep_value(a.kept);
-  std::vector<int> last(g.values.size(), -1);
-  auto use = [&](int32_t gv, int step) {
-    last[size_t(gv)] = step;
-    if (int32_t r = root_value(gv); r >= 0) last[size_t(r)] = step;
-  };
-  for (size_t i = 0; i < plan.steps.size(); ++i) {
+  for (int32_t v : g.outputs) keep_root(v);
+  for (const graph::Graph::Alias& a : g.aliases) keep_root(a.removed), keep_root(a.kept);
+  return graph::dead_after(plan.steps.size(), keep, [&](size_t i, const graph::ValueVisit& visit) {
+    auto use = [&](int32_t gv) {
+      visit(gv);
+      if (int32_t r = root_value(gv); r >= 0) visit(r);
+    };
     const PlanStep& st = plan.steps[i];
     if (st.kernel >= 0) {
       for (int32_t b : plan.kernels[size_t(st.kernel)].buffers)
-        if (plan.buffers[size_t(b)].gv >= 0) use(plan.buffers[size_t(b)].gv, int(i));
-      continue;
+        if (plan.buffers[size_t(b)].gv >= 0) use(plan.buffers[size_t(b)].gv);
+      return;
     }
     for (const graph::Arg& a : g.nodes[size_t(st.node)].args) {
-      if (a.tag == kTensor) use(a.value, int(i));
-      for (int32_t v : a.values) use(v, int(i));
+      if (a.tag == kTensor) use(a.value);
+      for (int32_t v : a.values) use(v);
     }
-    for (int32_t v : g.nodes[size_t(st.node)].outs) use(v, int(i));
-  }
-  dead.resize(plan.steps.size());
-  for (size_t v = 0; v < g.values.size(); ++v)
-    if (!keep[v] && last[v] >= 0) dead[size_t(last[v])].push_back(int32_t(v));
-  return dead;
+    for (int32_t v : g.nodes[size_t(st.node)].outs) use(v);
+  });
 }
 
 }  // namespace
@@ -91,7 +82,8 @@ int64_t buffer_extent(const Buffer& b) {
 
 size_t slot_bytes(const Buffer& b) { return size_t(buffer_extent(b)) * dtype_size(b.dtype); }
 
-void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* numbers) const {
+void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* numbers,
+                      const std::vector<char>* unheld) const {
   const LoopGraph& lg = plan_.lg;
   const graph::Graph& g = *lg.g;
   graph::set_constants(g, vals);
@@ -174,8 +166,9 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
     }
     for (int32_t b : st.release)
       if (mine[size_t(b)]) tensor_of(b) = Tensor();
-    if (!dead_.empty())
-      for (int32_t gv : dead_[step]) vals[size_t(gv)] = Tensor();
+    if (g.transient || unheld)
+      for (int32_t gv : dead_[step])
+        if (g.transient || (*unheld)[size_t(gv)]) vals[size_t(gv)] = Tensor();
   }
   if (checked) {
     if (device_.is_cpu()) raise_check(host_word, lg.sites);

@@ -65,7 +65,8 @@ class PlanProgram : public graph::Executable {
   PlanProgram(Plan plan, Device device);
   // `numbers`: the call's numbers by graph::Arg::varying (null, or an argument with none: the
   // value the graph was built with)
-  void run(Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr) const override;
+  void run(Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr,
+           const std::vector<char>* unheld = nullptr) const override;
   const Plan& plan() const { return plan_; }
 
  protected:
@@ -77,7 +78,7 @@ class PlanProgram : public graph::Executable {
   virtual void defer_check() const {}
   Plan plan_;
   Device device_;
-  std::vector<std::vector<int32_t>> dead_;  // per step: graph values freed after it (graph::dead_after)
+  graph::DeadLists dead_;  // per step: graph values a run may free after it (graph::dead_after)
 };
 
 }  // namespace cr::jit

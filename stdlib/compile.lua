@@ -157,7 +157,8 @@ local function hand_back(where, ...)
   end
   if n > 3 or count < 0 then buf, count = slow_returns(n, ...) end
   -- a call that recorded ops: the tensors Lua still holds after a full collection are those it
-  -- reaches, which the compiled graph must keep (vm/graph/recorder.cpp, compile)
+  -- reaches, which the compiled graph must keep (vm/graph/recorder.cpp, compile); a replayed call
+  -- whose lazy values passed the collector's byte budget: its graph frees what only garbage held
   if ctx.collect ~= 0 then collectgarbage() end
   local rc = api.cap_finish(ctx, buf, count, where)
   if rc < 0 then core.raise(rc) end

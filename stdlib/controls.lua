@@ -1,5 +1,6 @@
 -- crescent.controls: the everyday settings of the process (API.md section 11) - the CPU threads,
 -- tensor printing and a clock. T takes every function of this module.
+local ffi = require "ffi"
 local core = require "crescent.core"
 local api, ctx, fail = core.api, core.ctx, core.fail
 
@@ -93,5 +94,15 @@ end
 -- Seconds on a monotonic wall clock (as Python's time.perf_counter): the difference of two calls
 -- is the elapsed time. It does not wait for CUDA work (T.cuda.synchronize() first for that).
 function M.time() return api.now_us() / 1e6 end
+
+-- T.memory_stats() -> {in_use =, peak =}: bytes of CPU tensor storage in use now and the most
+-- since T.reset_peak_memory() (vm/host_memory.hpp; T.cuda.stats() covers devices). Memory Lua
+-- has not collected yet counts: measure after collectgarbage() for what is reachable.
+local HOST = ffi.new("double[2]")
+function M.memory_stats()
+  api.host_memory(0, HOST)
+  return { in_use = HOST[0], peak = HOST[1] }
+end
+function M.reset_peak_memory() api.host_memory(1, HOST) end
 
 return M

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <new>
 
+#include "vm/host_memory.hpp"
+
 namespace cr {
 
 static std::atomic<size_t> g_bytes_allocated{0}, g_large_bytes_allocated{0}, g_device_bytes_allocated{0};
@@ -21,6 +23,17 @@ static std::atomic<size_t> g_bytes_allocated{0}, g_large_bytes_allocated{0}, g_d
 size_t bytes_allocated_total() { return g_bytes_allocated.load(std::memory_order_relaxed); }
 size_t large_bytes_allocated_total() { return g_large_bytes_allocated.load(std::memory_order_relaxed); }
 size_t device_bytes_allocated_total() { return g_device_bytes_allocated.load(std::memory_order_relaxed); }
+
+static std::atomic<size_t> g_host_in_use{0}, g_host_peak{0};
+size_t host_storage_in_use() { return g_host_in_use.load(std::memory_order_relaxed); }
+size_t host_storage_peak() { return g_host_peak.load(std::memory_order_relaxed); }
+void host_storage_reset_peak() { g_host_peak.store(g_host_in_use.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+static void host_storage_add(size_t n) {
+  const size_t now = g_host_in_use.fetch_add(n, std::memory_order_relaxed) + n;
+  size_t peak = g_host_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_host_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
 
 std::string device_name(Device d) { return d.type == 0 ? "cpu" : "cuda:" + std::to_string(d.index); }
 
@@ -65,6 +78,7 @@ Storage* storage_new(size_t nbytes, Device device) {
                                : int64_t(nbytes) >= cpu_large_block_bytes() ? g_large_bytes_allocated
                                                                              : g_bytes_allocated;
   count.fetch_add(nbytes, std::memory_order_relaxed);
+  if (device.is_cpu()) host_storage_add(nbytes);
   return s;
 }
 
@@ -83,7 +97,10 @@ void storage_retain(Storage* s) { s->refs.fetch_add(1, std::memory_order_relaxed
 void storage_release(Storage* s) {
   if (s->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (s->free_fn) s->free_fn(s->free_ctx, s->data);
-  else if (s->device.is_cpu()) host_free(s->data, s->nbytes);
+  else if (s->device.is_cpu()) {
+    g_host_in_use.fetch_sub(s->nbytes, std::memory_order_relaxed);
+    host_free(s->data, s->nbytes);
+  }
   else device_free(s->data, s->nbytes, s->device);
   delete_pooled(s);
 }

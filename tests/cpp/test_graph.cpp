@@ -639,8 +639,8 @@ TEST_CASE("run_eager frees a transient graph's values after their last reader", 
   B.g.outputs = {out};
   Graph kept = B.g;
   B.g.transient = true;
-  const std::vector<std::vector<int32_t>> dead = dead_after(B.g);
-  REQUIRE(dead_after(kept).empty());
+  const DeadLists dead = dead_after(B.g);
+  REQUIRE(dead == dead_after(kept));  // (the lists are the graph's; who frees is the run's rule)
   REQUIRE(dead.size() == B.g.nodes.size());
   // a freed after reshape (its view v keeps the storage), b after add, v and c after the last node
   std::vector<int32_t> freed;
@@ -653,5 +653,17 @@ TEST_CASE("run_eager frees a transient graph's values after their last reader", 
   run_eager(B.g, ctx, vals);
   run_eager(kept, ctx, ref);
   for (int32_t d : freed) REQUIRE(!vals[size_t(d)].defined());
+  for (int32_t d : freed) REQUIRE(ref[size_t(d)].defined());  // not transient: every value kept
   REQUIRE(same(vals[size_t(out)], ref[size_t(out)]));
+  // a graph that is not transient frees the values its caller says nothing holds, and only those
+  std::vector<char> unheld(kept.values.size(), 0);
+  unheld[size_t(a)] = unheld[size_t(b)] = 1;
+  std::vector<Tensor> some(kept.values.size());
+  some[size_t(x)] = B.sample[size_t(x)];
+  run_eager(kept, ctx, some, nullptr, &unheld);
+  REQUIRE(!some[size_t(a)].defined());
+  REQUIRE(!some[size_t(b)].defined());
+  REQUIRE(some[size_t(v)].defined());
+  REQUIRE(some[size_t(c)].defined());
+  REQUIRE(same(some[size_t(out)], ref[size_t(out)]));
 }

@@ -199,6 +199,30 @@ describe("a whole compiled training step", function()
     S.eq(e.graph_break_count, 2, "graph breaks")
     S.truthy(e.break_reasons[2].reason:find("not a value of the graph being captured"), e.break_reasons[2].reason)
   end)
+  it("peaks at no more CPU memory than the eager step (small GPT)", function()
+    local M = require "train_memory"
+    T.compiler.reset()
+    local eager, want = M.peak("eager", 6)
+    local step, got = M.peak("step", 6)
+    S.truthy(math.abs(got - want) <= 1e-4 * math.abs(want), "loss")
+    S.truthy(step <= eager, ("compiled step peak %d bytes > eager %d"):format(step, eager))
+  end)
+
+  it("returns a loss that required grad, with a freed graph, as eager's", function()
+    local m = mlp()
+    local opt = OPTIMIZERS.AdamW(m:parameters())
+    local want = usual(m, opt, batch(0))
+    S.errors(function() want:backward() end, "second time")
+    local f = T.compile(function(x, y) return usual(m, opt, x, y) end)
+    for i = 1, 4 do
+      local loss = f(batch(i))
+      S.truthy(loss.requires_grad and not loss.is_leaf, "call " .. i .. ": requires_grad, a non-leaf")
+      S.truthy(loss.grad_fn ~= nil, "call " .. i .. ": grad_fn")
+      -- (the name is of the recorded op that made the loss: cross_entropy's mean records as a div)
+      S.truthy(loss.grad_fn:name():find("Backward$"), "call " .. i .. ": " .. loss.grad_fn:name())
+      S.errors(function() loss:backward() end, "second time")
+    end
+  end)
 end)
 
 -- In a training capture F.layer_norm, F.cross_entropy and (on CUDA) attention record their fused

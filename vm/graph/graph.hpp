@@ -7,6 +7,7 @@
 // a constant until dynamic shapes make some symbolic; the type is here so that the passes and the
 // printer already speak in expressions.
 #pragma once
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,8 +67,32 @@ enum class NodeKind : uint8_t { Input, Op, Const };
 // run_eager below.
 struct Executable {
   virtual ~Executable() = default;
-  virtual void run(Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr) const = 0;
+  virtual void run(Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr,
+                   const std::vector<char>* unheld = nullptr) const = 0;
 };
+
+// Derived from a graph on first use, then kept; a copy starts without it (a copy is made to be
+// changed, and would otherwise keep the original's).
+template <class T> class Derived {
+ public:
+  Derived() = default;
+  Derived(const Derived&) {}
+  Derived& operator=(const Derived&) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    value_.reset();
+    return *this;
+  }
+  template <class Make> const T& get(Make make) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!value_) value_ = std::make_unique<T>(make());
+    return *value_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::unique_ptr<T> value_;
+};
+using DeadLists = std::vector<std::vector<int32_t>>;  // per step: the values dead after it
 
 // How to compile a graph to native code (jit/jit.hpp compile_native, reached through
 // Hooks::compile_native).
@@ -153,6 +178,7 @@ struct Graph {
   // No Lua tensor waits on a value that is not an output (a traced backward graph): the
   // backends free each such value after its last reader, as eager autograd frees its temporaries.
   bool transient = false;
+  Derived<DeadLists> dead;  // run_eager's, per node (dead_after)
   std::shared_ptr<NativeSlot> native;  // set when a native backend compiles this graph
 
   int32_t add_value(int32_t node, const ValueMeta& m);
@@ -191,19 +217,31 @@ struct CallArgs {
 };
 
 // `numbers` (every run function): the call's numbers, by Arg::varying (null: none vary).
+// `unheld` (every run function): per value id, 1 when nothing outside the run holds the value
+// (no Lua tensor, no output, not saved for a backward): it is dropped after its last reader, as
+// every such value of a transient graph is (null: none, unless the graph is transient).
 // Runs g's nodes with the eager kernels. `vals` is indexed by value id; inputs must be set on
 // entry; on return every value of a kept node is set. A value that holds a lazy tensor on entry
 // may receive its output storage directly (then it is that same tensor on return). An op failure is rethrown as
 // "file:line: op: message" with the position of the node that failed.
-void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr);
+void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr,
+               const std::vector<char>* unheld = nullptr);
 // Gives every Const node's value its own copy of the constant (each run: Lua may write it).
 void set_constants(const Graph& g, std::vector<Tensor>& vals);
-// Of a transient graph: per node, the values dead after it (neither inputs, outputs nor aliases'
-// values). Empty for other graphs.
-std::vector<std::vector<int32_t>> dead_after(const Graph& g);
+// Liveness, one walk for both backends: a run of `steps` steps, where uses(i, f) calls f(v) for
+// each value step i reads or writes; per step, the values no later step uses, except those
+// with keep[v] (what outlives the run).
+using ValueVisit = std::function<void(int32_t)>;
+DeadLists dead_after(size_t steps, const std::vector<char>& keep,
+                     const std::function<void(size_t, const ValueVisit&)>& uses);
+// What outlives any run of g: its inputs, outputs and the values of its aliases.
+std::vector<char> kept_values(const Graph& g);
+// Per node of g, the values dead after it (dead_after over g's nodes); g.dead caches it.
+DeadLists dead_after(const Graph& g);
 // Runs op node `index` of g as run_eager does (the native backends run their Extern nodes so).
 void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr);
 // The graph's native code when it is ready, else run_eager.
-void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr);
+void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr,
+               const std::vector<char>* unheld = nullptr);
 
 }  // namespace cr::graph

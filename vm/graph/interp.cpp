@@ -70,14 +70,15 @@ void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& v
     if (g.values[size_t(n.outs[i])].node == int32_t(index)) vals[size_t(n.outs[i])] = std::move(outs[i]);
 }
 
-void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers) {
+void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers,
+               const std::vector<char>* unheld) {
   std::shared_ptr<const Executable> exe;
   if (g.native) {
     std::lock_guard<std::mutex> lock(g.native->mutex);
     exe = g.native->exe;
   }
-  if (exe) exe->run(ctx, vals, numbers);
-  else run_eager(g, ctx, vals, numbers);
+  if (exe) exe->run(ctx, vals, numbers, unheld);
+  else run_eager(g, ctx, vals, numbers, unheld);
 }
 
 // Each run gets its own copy (folded constants are small): whatever reaches Lua - the value,
@@ -88,34 +89,44 @@ void set_constants(const Graph& g, std::vector<Tensor>& vals) {
     if (n.kind == NodeKind::Const) vals[size_t(n.outs[0])] = copy_of(n.constant);
 }
 
-std::vector<std::vector<int32_t>> dead_after(const Graph& g) {
-  std::vector<std::vector<int32_t>> dead;
-  if (!g.transient) return dead;
-  std::vector<int> last(g.values.size(), -1);
-  std::vector<char> keep(g.values.size(), 0);
-  for (int32_t v : g.inputs) keep[size_t(v)] = 1;
-  for (int32_t v : g.outputs) keep[size_t(v)] = 1;
-  for (const Graph::Alias& a : g.aliases) keep[size_t(a.removed)] = keep[size_t(a.kept)] = 1;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (const Arg& a : g.nodes[i].args) {
-      if (a.tag == kTensor) last[size_t(a.value)] = int(i);
-      for (int32_t v : a.values) last[size_t(v)] = int(i);
-    }
-    for (int32_t v : g.nodes[i].outs) last[size_t(v)] = std::max(last[size_t(v)], int(i));
-  }
-  dead.resize(g.nodes.size());
-  for (size_t v = 0; v < g.values.size(); ++v)
+DeadLists dead_after(size_t steps, const std::vector<char>& keep,
+                     const std::function<void(size_t, const ValueVisit&)>& uses) {
+  std::vector<int> last(keep.size(), -1);
+  for (size_t i = 0; i < steps; ++i) uses(i, [&](int32_t v) { last[size_t(v)] = int(i); });
+  DeadLists dead(steps);
+  for (size_t v = 0; v < keep.size(); ++v)
     if (!keep[v] && last[v] >= 0) dead[size_t(last[v])].push_back(int32_t(v));
   return dead;
 }
 
-void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers) {
+std::vector<char> kept_values(const Graph& g) {
+  std::vector<char> keep(g.values.size(), 0);
+  for (int32_t v : g.inputs) keep[size_t(v)] = 1;
+  for (int32_t v : g.outputs) keep[size_t(v)] = 1;
+  for (const Graph::Alias& a : g.aliases) keep[size_t(a.removed)] = keep[size_t(a.kept)] = 1;
+  return keep;
+}
+
+DeadLists dead_after(const Graph& g) {
+  return dead_after(g.nodes.size(), kept_values(g), [&](size_t i, const ValueVisit& use) {
+    for (const Arg& a : g.nodes[i].args) {
+      if (a.tag == kTensor) use(a.value);
+      for (int32_t v : a.values) use(v);
+    }
+    for (int32_t v : g.nodes[i].outs) use(v);
+  });
+}
+
+void run_eager(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers,
+               const std::vector<char>* unheld) {
   set_constants(g, vals);
-  const std::vector<std::vector<int32_t>> dead = dead_after(g);
+  const bool frees = g.transient || unheld;
+  const DeadLists* dead = frees ? &g.dead.get([&] { return dead_after(g); }) : nullptr;
   for (size_t index = 0; index < g.nodes.size(); ++index) {
     if (g.nodes[index].kind == NodeKind::Op) run_node(g, index, ctx, vals, numbers);
-    if (!dead.empty())
-      for (int32_t v : dead[index]) vals[size_t(v)] = Tensor();
+    if (dead)
+      for (int32_t v : (*dead)[index])
+        if (g.transient || (*unheld)[size_t(v)]) vals[size_t(v)] = Tensor();
   }
   // removed values share the kept one's tensor; the recorder copies a common subexpression
   // before a lazy tensor of Lua's gets it (Recorder::settle)

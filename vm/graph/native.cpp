@@ -53,7 +53,8 @@ void Recorder::start_native(const std::shared_ptr<Graph>& g, const std::string& 
   hooks().compile_native(g, o);
 }
 
-void Recorder::execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers) {
+void Recorder::execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers,
+                       const std::vector<char>* unheld) {
   if (g.native) {
     NativeSlot& s = *g.native;
     std::unique_lock<std::mutex> lock(s.mutex);
@@ -73,7 +74,7 @@ void Recorder::execute(const Graph& g, std::vector<Tensor>& vals, const double* 
       }
     }
   }
-  run_graph(g, ctx_, vals, numbers);
+  run_graph(g, ctx_, vals, numbers, unheld);
 }
 
 }  // namespace cr::graph

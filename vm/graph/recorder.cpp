@@ -119,11 +119,11 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
   encode(ctx_, s, op, args, nargs);
   if (!s.recording) {
     pending_reason_.clear();
-    if ((ctx_.capture_lazy = replay(op, args, nargs, outs))) return;
+    if ((ctx_.capture_lazy = replay(op, args, nargs, outs))) return note_lazy(outs);
     if (pending_reason_.empty()) {
       // automatic dynamic shapes: sizes that changed are symbolic from now on (one recompile)
       std::string changed = learn_dynamic(ctx_, s, op, args, nargs, first_new);
-      if (!changed.empty() && (ctx_.capture_lazy = replay(op, args, nargs, outs))) return;
+      if (!changed.empty() && (ctx_.capture_lazy = replay(op, args, nargs, outs))) return note_lazy(outs);
       if (pending_reason_.empty() && changed.empty()) {
         int arg = -1;
         pending_reason_ = guards::describe_mismatch(*s.pos, s.key, op, &arg);
@@ -195,6 +195,20 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
     return true;
   }
   return false;
+}
+
+// Lazy values allocate nothing until their graph runs, so the collector's byte budget (api.cpp
+// note_allocations) never runs out within a replayed call: past it, Lua collects before the call
+// returns, and the run frees what only garbage held (unheld_values) instead of keeping it all.
+void Recorder::note_lazy(const std::vector<Tensor>& outs) {
+  Segment& s = *seg_;
+  size_t budget = ctx_.gc_every_bytes;
+  for (const Tensor& t : outs) {
+    if (!t.is_lazy()) continue;  // (an in-place op's real argument)
+    s.lazy_bytes += size_t(t.numel()) * dtype_size(t.dtype());
+    if (!t.device().is_cpu()) budget = ctx_.gc_every_device_bytes;
+  }
+  if (s.lazy_bytes > budget) ctx_.ffi.collect = 1;
 }
 
 // Recording: the call runs eagerly and is appended to the tree.
@@ -304,14 +318,36 @@ void Recorder::run_pending() {
 
 // What a graph run starts from: the inputs, and the lazy tensors waiting for op outputs (the
 // eager backend allocates their storage in place instead of making a tensor to attach).
-std::vector<Tensor> Recorder::values_for(const Graph& g) {
+std::vector<Tensor> Recorder::values_for(const Graph& g, const std::vector<char>* unheld) {
   Segment& s = *seg_;
   std::vector<Tensor> vals(g.values.size());
   for (size_t v = 0; v < vals.size() && v < s.vals.size(); ++v) {
     cr_tensor* p = s.vals[v].get();
+    if (unheld && (*unheld)[v]) continue;
     if (p && (s.is_input[v] || (!p->_storage && p->_vid == int32_t(v)))) vals[v] = s.vals[v];
   }
   return vals;
+}
+
+// The values of g a run may free after their last reader: op results that are no output, no
+// value the segment's backward saves, and whose tensor (if Lua got one) only the segment holds.
+// Lua's tensors of this call's intermediates are held until Lua collects them.
+std::vector<char> Recorder::unheld_values(const Graph& g, const Leaf& leaf, const std::vector<cr_tensor*>& needed) {
+  Segment& s = *seg_;
+  std::vector<char> unheld(g.values.size(), 0);
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    const Value& val = g.values[v];
+    if (val.node < 0 || g.nodes[size_t(val.node)].kind != NodeKind::Op) continue;
+    const cr_tensor* p = v < s.vals.size() ? s.vals[v].get() : nullptr;
+    unheld[v] = !p || (!s.is_input[v] && p->_vid == int32_t(v) && !p->_storage && tensor_refs(p) == 1);
+  }
+  for (int32_t v : g.outputs) unheld[size_t(v)] = 0;
+  for (const Graph::Alias& a : g.aliases) unheld[size_t(a.removed)] = unheld[size_t(a.kept)] = 0;
+  if (leaf.joint)
+    for (int32_t v : plan_of(*leaf.joint).saved) unheld[size_t(v)] = 0;
+  for (const cr_tensor* t : needed)
+    if (t->_gen == s.gen && size_t(t->_vid) < unheld.size()) unheld[size_t(t->_vid)] = 0;
+  return unheld;
 }
 
 // After a graph ran: lazy tensors get their values; a value the graph did not keep but Lua may
@@ -437,10 +473,11 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
       if (!g) g = leaf.raw;
       // cold (running as recorded): values Lua keeps are tracked, to be outputs once compiled
       const bool cold = leaf.dynamic ? leaf.hits <= fn_->opts.hot : g == leaf.raw;
-      std::vector<Tensor> vals = values_for(*g);
+      const std::vector<char> unheld = unheld_values(*g, leaf, needed);
+      std::vector<Tensor> vals = values_for(*g, &unheld);
       s.pending = false;
       double t0 = now_us();
-      execute(*g, vals, s.numbers_or_null());
+      execute(*g, vals, s.numbers_or_null(), &unheld);
       double t1 = now_us();
       settle(&leaf, vals, cold, g.get());
       if (leaf.joint && plan_of(*leaf.joint).any) attach_node(joint_of(leaf), *g, vals, needed);

@@ -136,7 +136,10 @@ class Recorder {
   std::shared_ptr<Graph> instance(guards::Leaf& leaf);
   std::string symbolic_dims(const Segment& s) const;
   void run_pending();  // a replayed prefix runs before recording goes on
-  std::vector<Tensor> values_for(const Graph& g);
+  void note_lazy(const std::vector<Tensor>& outs);  // replayed outputs: asks for a collection
+  // `unheld`: values left out (unheld_values), whose storage is the run's to free
+  std::vector<Tensor> values_for(const Graph& g, const std::vector<char>* unheld = nullptr);
+  std::vector<char> unheld_values(const Graph& g, const guards::Leaf& leaf, const std::vector<cr_tensor*>& needed);
   // collected: Lua collected garbage just before (the tensors it holds are the ones it reaches)
   void settle(guards::Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g = nullptr,
               bool collected = false);
@@ -157,7 +160,8 @@ class Recorder {
   std::shared_ptr<Joint> joint_of(guards::Leaf& leaf);  // of this call's instance when dynamic
   void attach_node(const std::shared_ptr<Joint>& joint, const Graph& ran, std::vector<Tensor>& vals,
                    const std::vector<cr_tensor*>& needed);
-  void execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers);
+  void execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers,
+               const std::vector<char>* unheld = nullptr);
   std::shared_ptr<StepBackward> trace_step(int32_t root);  // step.cpp
   void run_step(const StepBackward& b, cr_tensor* root, const std::string& where);
   // reduce-overhead on CUDA (cudagraph.cpp): false when the call is left to the host replay

@@ -19,6 +19,9 @@ struct Segment {
   std::vector<char> op_grad;         // by op ordinal: grad mode was on (step.cpp)
   // a backward() was traced into the segment (step.cpp): it is no training segment any more
   bool stepped = false;
+  // bytes of the lazy values replayed so far: past the collector's budget, Lua collects before
+  // the call returns (Recorder::note_lazy), as eager allocations of as many bytes would make it
+  size_t lazy_bytes = 0;
   bool train = false;                // a training capture's segment (joint.hpp)
   int grad_ops = 0, no_grad_ops = 0;  // training: op calls made with grad mode on / off
   int32_t next_vid = 0;
@@ -73,6 +76,7 @@ struct Segment {
     op_ids.clear();
     op_grad.clear();
     stepped = false;
+    lazy_bytes = 0;
     next_vid = 0;
     vals.clear();
     alias.clear();

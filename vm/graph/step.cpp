@@ -4,8 +4,11 @@
 // traced backward's op calls are made through the recorder, as Lua's are: the gradients are
 // values of the same graph, and so is their accumulation into the leaves' .grad (the leaf takes
 // the gradient, or an add_ into the .grad it has), which the optimizer then reads.
+#include <unordered_set>
+
 #include "vm/autograd/call.hpp"
 #include "vm/autograd/meta.hpp"
+#include "vm/autograd/node.hpp"
 #include "vm/graph/joint.hpp"
 #include "vm/graph/joint_trace.hpp"
 #include "vm/graph/segment.hpp"
@@ -19,6 +22,7 @@ struct StepBackward {
   std::vector<int32_t> leaves;  // the inputs differentiated (forward value ids), as t.grad_out
   std::vector<int32_t> plain;   // the loss's other inputs (requiring no grad when traced)
   std::vector<char> own;       // per leaf: .grad may take the gradient itself (else a clone)
+  int root_op = -1;            // the registry op that made the loss (its grad_fn's name)
 };
 
 namespace {
@@ -99,6 +103,34 @@ std::string per_call(const Segment& s, const StepBackward& b) {
   return "";
 }
 
+// The loss as eager's is after backward() without retain_graph: a non-leaf whose graph's saved
+// tensors are freed, so that requires_grad and grad_fn match and a second backward() raises. A
+// recorded loss has eager's graph (released here: the traced backward ran instead of the
+// engine); a replayed one has none and gets a released node of the op that made it.
+void settle_loss(cr_tensor* root, int op) {
+  autograd::AutogradMeta& m = autograd::ensure_meta(root);
+  if (m.requires_grad) return;  // (a leaf: ancestors() declined it)
+  if (!m.grad_fn) {
+    auto n = std::make_shared<autograd::Node>();
+    n->op = op;
+    n->seq = autograd::next_seq();
+    const Tensor loss(root, true);
+    n->outs.push_back(Meta{loss.sizes(), loss.dtype(), loss.device()});
+    n->released = true;
+    m.grad_fn = std::move(n);
+    return;
+  }
+  std::vector<autograd::Node*> stack{m.grad_fn.get()};
+  std::unordered_set<autograd::Node*> seen{m.grad_fn.get()};
+  while (!stack.empty()) {
+    autograd::Node* n = stack.back();
+    stack.pop_back();
+    n->release_saved();
+    for (const autograd::Input& in : n->inputs)
+      if (in.edge.fn && seen.insert(in.edge.fn.get()).second) stack.push_back(in.edge.fn.get());
+  }
+}
+
 }  // namespace
 
 // Differentiates the segment so far from value `root` (its values are real: recorded, or the
@@ -117,6 +149,7 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
   }
   b->declined = ancestors(*g, s.op_grad, wants, root, *b);
   if (!b->declined.empty()) return b;
+  b->root_op = g->nodes[size_t(g->values[size_t(root)].node)].op;
   std::vector<char> needs(g->values.size());
   for (int32_t v : b->leaves) needs[size_t(v)] = 1;
   GradPlan plan = plan_gradients(*g, needs, 1, 0);
@@ -217,6 +250,7 @@ std::string Recorder::capture_backward(cr_tensor* root, const std::string& where
   std::shared_ptr<StepBackward> keep = b;  // (the tree may grow while its calls are recorded)
   run_step(*keep, root, where);
   s.stepped = true;
+  settle_loss(root, keep->root_op);
   return "";
 }
 

@@ -21,6 +21,7 @@
 #include "vm/cpu_march.hpp"
 #include "vm/deterministic.hpp"
 #include "vm/devices.hpp"
+#include "vm/host_memory.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -425,6 +426,11 @@ int32_t api_cuda_synchronize(cr_ctx* c, int32_t dev) {
   });
 }
 void api_cuda_empty_cache() { cuda::empty_cache(); }
+void api_host_memory(int32_t reset_peak, double* out) {
+  out[0] = double(host_storage_in_use());
+  out[1] = double(host_storage_peak());
+  if (reset_peak) host_storage_reset_peak();
+}
 void api_cuda_stats(int32_t dev, double* out) {
   const cuda::MemoryStats m = cuda::memory_stats(dev);
   const cuda::LaunchCounts& l = cuda::launch_counts();
@@ -632,6 +638,7 @@ const cr_api* api_table() {
       api_cancel_compiles,
       api_env_setting,
       api_default_cache_dir,
+      api_host_memory,
       autograd::api_table(),
       stream_api_table(),
       dist_api_table(),

@@ -232,6 +232,9 @@ typedef struct cr_api {
    * *value (NULL when unset); -1 for a variable that is no setting (last_error) */
   int32_t (*env_setting)(cr_ctx* ctx, const char* variable, const char** value);
   const char* (*default_cache_dir)(void);  /* CRESCENT_CACHE_DIR, else ~/.cache/crescent */
+  /* CPU tensor storage (vm/host_memory.hpp): out[0] bytes in use, out[1] the peak since the last
+   * reset; reset_peak 1 then starts a new peak at the bytes in use */
+  void (*host_memory)(int32_t reset_peak, double* out);
   const cr_autograd_api* autograd;
   const cr_stream_api* stream;
   const cr_dist_api* dist;

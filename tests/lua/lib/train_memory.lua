@@ -1,0 +1,40 @@
+-- Peak CPU tensor storage of a small GPT training step (T.memory_stats), eager or compiled: the
+-- peak-memory spec of test_compile_step.lua (T.compile(step)); mode "model" measures
+-- T.compile(model), which does not reach eager's peak yet. Bytes, never time.
+local T = require "crescent"
+local root = debug.getinfo(1, "S").source:sub(2):match("^(.*)/tests/lua/") or "."
+package.path = root .. "/examples/?.lua;" .. package.path
+local G = require "models.gpt2"
+
+local M = {}
+
+-- mode "eager", "model" (T.compile(model) in the eager loop) or "step" (T.compile of the step):
+-- the largest rise of the bytes in use over the steps after the third (compiled by then), from a
+-- full collection before each step; and the last step's loss.
+function M.peak(mode, steps)
+  T.manual_seed(0)
+  local V, L, B = 128, 64, 4
+  local m = G.new({ vocab = V, n_ctx = L, d = 64, n_head = 4, n_layer = 2 })
+  local opt = T.optim.AdamW(m:parameters(), { lr = 1e-3 })
+  local ids, targets = T.randint(0, V, { B, L }), T.randint(1, V + 1, { B * L })
+  local forward = mode == "model" and T.compile(m) or m
+  local function step()
+    opt:zero_grad()
+    local loss = T.F.cross_entropy(forward(ids):view(-1, V), targets)
+    loss:backward()
+    opt:step()
+    return loss
+  end
+  local run = mode == "step" and T.compile(step) or step
+  local peak, loss = 0, nil
+  for i = 1, steps do
+    collectgarbage()
+    local before = T.memory_stats().in_use
+    T.reset_peak_memory()
+    loss = run():item()
+    if i > 3 then peak = math.max(peak, T.memory_stats().peak - before) end
+  end
+  return peak, loss
+end
+
+return M

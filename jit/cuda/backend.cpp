@@ -1,6 +1,7 @@
 #include "jit/cuda/backend.hpp"
 
 #include <fstream>
+#include <set>
 
 #include "jit/cache_entry.hpp"
 #include "jit/cuda/program.hpp"
@@ -26,6 +27,9 @@ std::unique_ptr<Unit> emit(const Plan& plan, const std::string& name, const Opti
   u->m = emit_plan(plan, target_of(o.device.index));
   u->name = name;
   u->key = cubin_key(u->m.source, u->m.arch);
+  std::set<std::string> distinct;
+  for (const CudaKernel& k : u->m.kernels) distinct.insert(k.name);
+  u->functions = distinct.size();
   u->text = render(u->m);
   // the readable rendering, and the exact source NVRTC compiles (prelude included)
   u->dumps = {{".cu", u->text}, {".full.cu", u->m.source}};

@@ -3,6 +3,7 @@
 #include "jit/cuda/emit.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 #include "jit/cuda/kernels.hpp"
@@ -172,17 +173,43 @@ std::string kernel_text(size_t i, const Plan& plan, const Target& t, const Kerne
   return cat(head(k, c, w.dynamic), signature(c), " {\n  typedef ", c.index32 ? "int" : "int64_t", " idx_t;\n", body.text, "}\n");
 }
 
+bool identifier_char(char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; }
+
+// `text` with each whole identifier `name` (not a part of a longer one) replaced by `to`.
+std::string renamed(const std::string& text, const std::string& name, const std::string& to) {
+  std::string out;
+  size_t from = 0;
+  for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1)) {
+    const size_t end = at + name.size();
+    if ((at > 0 && identifier_char(text[at - 1])) || (end < text.size() && identifier_char(text[end]))) continue;
+    out.append(text, from, at - from).append(to);
+    from = end;
+  }
+  return out.append(text, from, std::string::npos);
+}
+
 // The module of kernels[j] = kernel i_of(j) of the plan in config_of(j), named with suffix_of(j).
+// With `share`, a kernel whose code differs from an earlier one's only in its name (the same loops
+// over other buffers: a model's repeated layers) is not emitted again: it launches the earlier one.
 template <class I, class C, class S>
-CudaModule module_of(const Plan& plan, const Target& target, size_t n, I i_of, C config_of, S suffix_of) {
+CudaModule module_of(const Plan& plan, const Target& target, size_t n, bool share, I i_of, C config_of, S suffix_of) {
   CudaModule m;
   m.arch = target.arch;
   std::map<std::string, std::string> fns;
+  std::map<std::string, std::string> function_of;  // code with the name as "@" -> function name
   std::string kernels;
   for (size_t j = 0; j < n; ++j) {
     CudaKernel c;
-    kernels += '\n';
-    kernels += kernel_text(i_of(j), plan, target, config_of(j), c, fns, suffix_of(j));
+    std::map<std::string, std::string> own;  // (its split reductions' arrays carry its name)
+    std::string text = kernel_text(i_of(j), plan, target, config_of(j), c, own, suffix_of(j));
+    auto [at, fresh] = share ? function_of.emplace(renamed(text, c.name, "@"), c.name) : std::pair{function_of.end(), true};
+    if (fresh) {
+      kernels += '\n';
+      kernels += text;
+      fns.insert(own.begin(), own.end());
+    } else {
+      c.name = at->second;
+    }
     m.kernels.push_back(std::move(c));
   }
   m.source = cr::cuda::prelude();
@@ -202,13 +229,13 @@ ScheduleTarget schedule_target(int threads) { return {threads, 512}; }
 CudaModule emit_plan(const Plan& plan, const Target& target, const std::vector<KernelConfig>& configs) {
   static const KernelConfig heuristic;
   return module_of(
-      plan, target, plan.kernels.size(), [](size_t j) { return j; },
+      plan, target, plan.kernels.size(), true, [](size_t j) { return j; },
       [&](size_t j) -> const KernelConfig& { return j < configs.size() ? configs[j] : heuristic; }, [](size_t) { return std::string(); });
 }
 
 CudaModule emit_candidates(const Plan& plan, size_t k, const Target& target, const std::vector<KernelConfig>& configs) {
   return module_of(
-      plan, target, configs.size(), [k](size_t) { return k; }, [&](size_t j) -> const KernelConfig& { return configs[j]; },
+      plan, target, configs.size(), false, [k](size_t) { return k; }, [&](size_t j) -> const KernelConfig& { return configs[j]; },
       [](size_t j) { return cat("_t", j); });
 }
 

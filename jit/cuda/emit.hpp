@@ -50,7 +50,7 @@ struct Param {
 };
 
 struct CudaKernel {
-  std::string name;
+  std::string name;  // the function launched: an earlier kernel's where the code is the same
   Form form = Form::Pointwise;
   int vector_width = 1;     // pointwise: elements per thread per step (4: 16-byte vector access)
   bool vector_form = false; // the code has the vector form (a template: beside the scalar one)
@@ -96,8 +96,8 @@ struct CudaModule {
 // the plan is cut as for CPUs (threads, 512-element blocks): it does not depend on the device.
 ScheduleTarget schedule_target(int threads);
 
-// Emits CUDA C for every kernel of the plan, kernel i with configs[i] when given. Throws
-// cr::Error for what it cannot emit yet.
+// Emits CUDA C for every kernel of the plan, kernel i with configs[i] when given; kernels of the
+// same code (but their names) share one function. Throws cr::Error for what it cannot emit yet.
 CudaModule emit_plan(const Plan& plan, const Target& target = {}, const std::vector<KernelConfig>& configs = {});
 
 // One module of kernel k of the plan in each of `configs`: its kernel j is k in configs[j], named

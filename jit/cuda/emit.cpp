@@ -188,6 +188,12 @@ std::string renamed(const std::string& text, const std::string& name, const std:
   return out.append(text, from, std::string::npos);
 }
 
+// Parts of a module of `functions` functions: one up to kPartFunctions, then one per
+// kPartFunctions, at most kMaxParts. A function of the count alone (not of this host's cores):
+// the CUBIN is a cache entry that other hosts may load.
+constexpr size_t kPartFunctions = 6, kMaxParts = 16;
+size_t part_count(size_t functions) { return std::clamp<size_t>(functions / kPartFunctions, 1, kMaxParts); }
+
 // The module of kernels[j] = kernel i_of(j) of the plan in config_of(j), named with suffix_of(j).
 // With `share`, a kernel whose code differs from an earlier one's only in its name (the same loops
 // over other buffers: a model's repeated layers) is not emitted again: it launches the earlier one.
@@ -196,29 +202,39 @@ CudaModule module_of(const Plan& plan, const Target& target, size_t n, bool shar
   CudaModule m;
   m.arch = target.arch;
   std::map<std::string, std::string> fns;
-  std::map<std::string, std::string> function_of;  // code with the name as "@" -> function name
-  std::string kernels;
+  std::map<std::string, size_t> function_of;  // code with the name as "@" -> its function
+  std::vector<std::string> functions, names;   // their texts and names, in order
+  std::vector<size_t> function(n);             // kernel j's
   for (size_t j = 0; j < n; ++j) {
     CudaKernel c;
     std::map<std::string, std::string> own;  // (its split reductions' arrays carry its name)
     std::string text = kernel_text(i_of(j), plan, target, config_of(j), c, own, suffix_of(j));
-    auto [at, fresh] = share ? function_of.emplace(renamed(text, c.name, "@"), c.name) : std::pair{function_of.end(), true};
+    auto [at, fresh] = share ? function_of.emplace(renamed(text, c.name, "@"), functions.size()) : std::pair{function_of.end(), true};
+    function[j] = fresh ? functions.size() : at->second;
     if (fresh) {
-      kernels += '\n';
-      kernels += text;
+      functions.push_back(std::move(text));
+      names.push_back(c.name);
       fns.insert(own.begin(), own.end());
     } else {
-      c.name = at->second;
+      c.name = names[at->second];
     }
     m.kernels.push_back(std::move(c));
   }
-  m.source = cr::cuda::prelude();
-  m.source += "\n// ---- the registry ops the kernels call ----\n";
+  std::string head = cr::cuda::prelude();
+  head += "\n// ---- the registry ops the kernels call ----\n";
   for (const auto& [name, def] : fns) {
-    m.source += def;
-    m.source += '\n';
+    head += def;
+    head += '\n';
   }
-  m.source += kernels;
+  const size_t parts = share ? part_count(functions.size()) : 1;
+  std::vector<std::string> texts(parts, head);
+  m.source = head;
+  for (size_t f = 0; f < functions.size(); ++f) {
+    m.source += '\n' + functions[f];
+    texts[f * parts / functions.size()] += '\n' + functions[f];
+  }
+  for (size_t j = 0; j < n; ++j) m.kernels[j].part = int(function[j] * parts / functions.size());
+  if (parts > 1) m.parts = std::move(texts);
   return m;
 }
 

@@ -67,6 +67,7 @@ struct CudaKernel {
   bool splittable = false;  // a block-per-row reduction of one pass that stores only per row:
                             // KernelConfig::split applies
   int64_t split = 1;        // blocks that share a row (KernelConfig::split)
+  int part = 0;             // the part of the module (CudaModule::parts) that holds its function
 };
 
 // A kernel's launch shape where autotuning chooses it (jit/autotune.hpp); 0 everywhere: the
@@ -90,6 +91,10 @@ struct CudaModule {
   std::string source;  // one translation unit: prelude, op functions, kernels
   std::string arch;
   std::vector<CudaKernel> kernels;  // in plan.kernels order
+  // A module of many functions is also cut into parts, each a translation unit of its own (the
+  // prelude, the op functions, its share of the kernels) that NVRTC compiles on a thread of its
+  // own; the CUBIN is then their pack (jit/cuda/backend.hpp). Empty: one part, `source`.
+  std::vector<std::string> parts;
 };
 
 // Plans for CUDA code. Its kernels do not use Kernel::chunk (a template keeps it as a parameter):

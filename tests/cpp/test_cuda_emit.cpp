@@ -21,6 +21,7 @@
 #include <set>
 
 #include "graph_builder.hpp"
+#include "jit/cuda/backend.hpp"
 #include "jit/cuda/emit.hpp"
 #include "vm/cuda/nvrtc.hpp"
 #include "jit/cuda/program.hpp"
@@ -522,6 +523,30 @@ TEST_CASE("cuda: repeated layers compile the same functions however many there a
   CHECK(count_of(b.module.source, "__global__") == count_of(a.module.source, "__global__"));
 }
 
+TEST_CASE("cuda: a module of many functions compiles in parts, packed in one CUBIN", "[cuda]") {
+  if (!have_nvrtc()) return;
+  Context ctx;
+  Builder B{ctx};
+  int32_t x = B.input(sample({16, 16}, DType::f32, 11));
+  for (int64_t l = 0; l < 14; ++l)  // softmax over 14 widths: 14 functions
+    x = B.op("softmax", {T(B.op("matmul", {T(x), T(B.input(sample({16 + l, 17 + l}, DType::f32, uint32_t(30 + l))))})), N(-1)});
+  B.g.outputs = {x};
+  Compiled c = compile(B, "softmax_widths");
+  REQUIRE(c.module.parts.size() == 2);
+  const std::vector<std::string> cubins = jit::cuda::unpack_cubins(jit::cuda::compile_module(c.module, "softmax_widths"));
+  REQUIRE(cubins.size() == 2);
+  for (const jit::cuda::CudaKernel& k : c.module.kernels) {
+    INFO(k.name << " in part " << k.part);
+    CHECK(cubins[size_t(k.part)].find(std::string(1, '\0') + k.name + std::string(1, '\0')) != std::string::npos);
+    CHECK(c.module.parts[size_t(1 - k.part)].find(cat(" ", k.name, "(")) == std::string::npos);
+  }
+  const std::string pack = jit::cuda::pack_cubins(cubins);
+  CHECK(jit::cuda::unpack_cubins(cubins[0]).size() == 1);
+  CHECK_THROWS_WITH(jit::cuda::unpack_cubins(pack.substr(0, pack.size() - 1)), Catch::Contains("no CUBIN"));
+  CHECK_THROWS_WITH(jit::cuda::unpack_cubins(pack.substr(0, 12)), Catch::Contains("truncated"));
+  CHECK_THROWS_WITH(jit::cuda::unpack_cubins("not a CUBIN"), Catch::Contains("no CUBIN"));
+}
+
 // Not a check: the cold compile of 12 GPT-2-sized blocks (bench/RESULTS.md), against the same
 // module with a function of its own for every launch (as before kernels shared functions).
 TEST_CASE("cuda: cold compile time of 12 GPT-2-sized blocks", "[.bench][cuda]") {
@@ -548,15 +573,20 @@ TEST_CASE("cuda: cold compile time of 12 GPT-2-sized blocks", "[.bench][cuda]") 
     own += "\n" + std::regex_replace(text, std::regex(cat("\\b", m.kernels[i].name, "\\b")), name);
   }
   t0 = std::chrono::steady_clock::now();
-  const std::string shared_bin = cr::cuda::compile_cubin(m.source, "blocks_12.cu", "sm_90");
-  const double shared_ms = ms_since(t0);
+  const std::string one_bin = cr::cuda::compile_cubin(m.source, "blocks_12.cu", "sm_90");
+  const double one_ms = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  const std::string parts_bin = jit::cuda::compile_module(m, "blocks_12.cu");
+  const double parts_ms = ms_since(t0);
   t0 = std::chrono::steady_clock::now();
   const std::string own_bin = cr::cuda::compile_cubin(own, "blocks_12_own.cu", "sm_90");
   const double own_ms = ms_since(t0);
-  std::printf("12 blocks: %zu kernels, %zu functions; lower + schedule %.1f ms, emit %.1f ms, NVRTC %.0f ms "
-              "(a function a kernel: %zu functions, NVRTC %.0f ms)\n",
-              plan.kernels.size(), count_of(m.source, "__global__"), plan_ms, emit_ms, shared_ms, count_of(own, "__global__"), own_ms);
-  CHECK(shared_bin.size() < own_bin.size());
+  std::printf("12 blocks: %zu kernels, %zu functions; lower + schedule %.1f ms, emit %.1f ms; NVRTC: one module %.0f ms, "
+              "%zu parts at once %.0f ms; a function a kernel (%zu functions) %.0f ms\n",
+              plan.kernels.size(), count_of(m.source, "__global__"), plan_ms, emit_ms, one_ms, std::max<size_t>(1, m.parts.size()), parts_ms,
+              count_of(own, "__global__"), own_ms);
+  CHECK(one_bin.size() < own_bin.size());
+  CHECK(jit::cuda::unpack_cubins(parts_bin).size() == std::max<size_t>(1, m.parts.size()));
 }
 
 TEST_CASE("cuda: 64-bit indices past 2^31 elements", "[cuda]") {

@@ -181,7 +181,7 @@ std::string renamed(const std::string& text, const std::string& name, const std:
   size_t from = 0;
   for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1)) {
     const size_t end = at + name.size();
-    if ((at > 0 && identifier_char(text[at - 1])) || (end < text.size() && identifier_char(text[end]))) continue;
+    if (at < from || (at > 0 && identifier_char(text[at - 1])) || (end < text.size() && identifier_char(text[end]))) continue;
     out.append(text, from, at - from).append(to);
     from = end;
   }

@@ -226,15 +226,13 @@ CudaModule module_of(const Plan& plan, const Target& target, size_t n, bool shar
     head += def;
     head += '\n';
   }
-  const size_t parts = share ? part_count(functions.size()) : 1;
-  std::vector<std::string> texts(parts, head);
   m.source = head;
-  for (size_t f = 0; f < functions.size(); ++f) {
-    m.source += '\n' + functions[f];
-    texts[f * parts / functions.size()] += '\n' + functions[f];
-  }
+  for (const std::string& f : functions) m.source += '\n' + f;
+  const size_t parts = share ? part_count(functions.size()) : 1;
+  if (parts == 1) return m;
+  m.parts.assign(parts, head);
+  for (size_t f = 0; f < functions.size(); ++f) m.parts[f * parts / functions.size()] += '\n' + functions[f];
   for (size_t j = 0; j < n; ++j) m.kernels[j].part = int(function[j] * parts / functions.size());
-  if (parts > 1) m.parts = std::move(texts);
   return m;
 }
 

@@ -163,7 +163,8 @@ TEST_CASE("cuda: cold compile time of 12 GPT-2-sized blocks", "[.bench][cuda]") 
     const size_t at = m.source.find(cat("// ", m.kernels[i].name, ": "));
     REQUIRE(at != std::string::npos);
     const std::string text = m.source.substr(at, m.source.find("\n}\n", at) + 3 - at);
-    own += "\n" + std::regex_replace(text, std::regex(cat("\\b", m.kernels[i].name, "\\b")), name);
+    own += '\n';
+    own += std::regex_replace(text, std::regex(cat("\\b", m.kernels[i].name, "\\b")), name);
   }
   t0 = std::chrono::steady_clock::now();
   const std::string one_bin = cr::cuda::compile_cubin(m.source, "blocks_12.cu", "sm_90");

@@ -26,6 +26,7 @@ struct Unit {
   std::string text;       // the readable code (CRESCENT_LOGS=output_code)
   std::vector<std::pair<std::string, std::string>> dumps;  // CRESCENT_DEBUG_DIR files: suffix, text
   std::string dump_base;  // set by the driver with CRESCENT_DEBUG_DIR: where build may dump too
+  size_t functions = 0;   // distinct kernel functions (kernels of the same code share one)
 };
 
 struct Backend {

@@ -116,7 +116,7 @@ bool emit_phase(Compile& c, std::string* made) {
     write_file(c.dump_base + ".fusion.txt", fusion);
     for (const auto& [suffix, text] : u.dumps) write_file(c.dump_base + suffix, text);
   }
-  *made = cat(c.backend.name, " code, key ", u.key.substr(0, 8));
+  *made = cat(c.backend.name, " code, ", u.functions, " functions for ", c.kernels, " kernels, key ", u.key.substr(0, 8));
   return true;
 }
 

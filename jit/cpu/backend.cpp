@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <set>
+
 #include "jit/autotune.hpp"
 #include "jit/cache_entry.hpp"
 #include "jit/compiler_process.hpp"
@@ -33,7 +35,12 @@ std::unique_ptr<CpuUnit> unit_of(const Plan& plan, const std::string& name, int6
   u->name = name;
   u->block = block;
   collect_fns(plan, u->fns);
-  for (size_t i = 0; i < plan.kernels.size(); ++i) u->text += plan.code(i).str(kBlock);
+  std::set<std::string> distinct;
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    u->text += plan.code(i).str(kBlock);
+    distinct.insert(anonymous_code(plan.code(i), block));
+  }
+  u->functions = distinct.size();
   std::string key_text = cat(u->text, "\nfns:");
   for (const std::string& n : u->fns.names) key_text += cat(n, ",");
   u->key = sha256_hex(cat(key_text, "\n", compiler_id(), " block ", block, " build ", build_id()));

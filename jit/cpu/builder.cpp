@@ -7,6 +7,25 @@
 
 namespace cr::jit::cpu {
 
+gcc_jit_function* new_kernel_function(const GccJit& J, gcc_jit_context* c, const Types& t, const std::string& name, gcc_jit_param* ps[5]) {
+  ps[0] = J.context_new_param(c, nullptr, t.vpp, "bufs");
+  ps[1] = J.context_new_param(c, nullptr, t.vpp, "fns");
+  ps[2] = J.context_new_param(c, nullptr, t.params, "P");
+  ps[3] = J.context_new_param(c, nullptr, t.i64, "w0");
+  ps[4] = J.context_new_param(c, nullptr, t.i64, "w1");
+  return J.context_new_function(c, nullptr, GCC_JIT_FUNCTION_EXPORTED, t.void_, name.c_str(), 5, ps, 0);
+}
+
+void emit_call_of(const GccJit& J, gcc_jit_context* c, const Types& t, const std::string& name, gcc_jit_function* code) {
+  gcc_jit_param* ps[5];
+  gcc_jit_function* f = new_kernel_function(J, c, t, name, ps);
+  gcc_jit_rvalue* args[5];
+  for (int i = 0; i < 5; ++i) args[i] = J.param_as_rvalue(ps[i]);
+  gcc_jit_block* b = J.function_new_block(f, "entry");
+  J.block_add_eval(b, nullptr, J.context_new_call(c, nullptr, code, 5, args));
+  J.block_end_with_void_return(b, nullptr);
+}
+
 Types make_types(const GccJit& J, gcc_jit_context* c) {
   Types t;
   t.void_ = J.context_get_type(c, GCC_JIT_TYPE_VOID);

@@ -19,6 +19,11 @@ struct Types {
 // The types of one context (make_types: once per context, shared by its functions).
 Types make_types(const GccJit& J, gcc_jit_context* c);
 
+// The exported function `name` of a kernel's signature (KernelFn), its parameters in `ps`.
+gcc_jit_function* new_kernel_function(const GccJit& J, gcc_jit_context* c, const Types& t, const std::string& name, gcc_jit_param* ps[5]);
+// Kernel `name` as a call of `code`, the function of an earlier kernel of the same code.
+void emit_call_of(const GccJit& J, gcc_jit_context* c, const Types& t, const std::string& name, gcc_jit_function* code);
+
 class FunctionBuilder {
  protected:
   FunctionBuilder(const GccJit& J, gcc_jit_context* c, const Types& t) : J(J), c_(c), t_(t) {}

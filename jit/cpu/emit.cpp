@@ -38,6 +38,14 @@ std::string compiler_id() {
   return cat("libgccjit-12 -O3 -ffp-contract=off -march=", codegen_march(), " stream-from=", stream_store_bytes());
 }
 
+// (Kernel::str renders every expression, address, dtype and constant: it is the cache key's text)
+std::string anonymous_code(const Kernel& k, int64_t block) {
+  Kernel a = k;
+  a.name.clear();
+  std::fill(a.buffers.begin(), a.buffers.end(), 0);
+  return a.str(block);
+}
+
 #if CRESCENT_HAVE_GCCJIT
 
 namespace {
@@ -47,11 +55,9 @@ class KernelEmitter : FunctionBuilder {
   KernelEmitter(const GccJit& J, gcc_jit_context* c, const Types& t, const Kernel& k, const FnTable& fns, int64_t block)
       : FunctionBuilder(J, c, t), k_(k), fns_(fns), block_(block) {}
 
-  void emit() {
-    gcc_jit_param* ps[5] = {J.context_new_param(c_, nullptr, t_.vpp, "bufs"), J.context_new_param(c_, nullptr, t_.vpp, "fns"),
-                            J.context_new_param(c_, nullptr, t_.params, "P"), J.context_new_param(c_, nullptr, t_.i64, "w0"),
-                            J.context_new_param(c_, nullptr, t_.i64, "w1")};
-    fn_ = J.context_new_function(c_, nullptr, GCC_JIT_FUNCTION_EXPORTED, t_.void_, k_.name.c_str(), 5, ps, 0);
+  gcc_jit_function* emit() {
+    gcc_jit_param* ps[5];
+    fn_ = new_kernel_function(J, c_, t_, k_.name, ps);
     bufs_ = J.param_as_rvalue(ps[0]);
     fnsp_ = J.param_as_rvalue(ps[1]);
     cur_ = J.function_new_block(fn_, "entry");
@@ -71,6 +77,7 @@ class KernelEmitter : FunctionBuilder {
     }
     flush_check();
     J.block_end_with_void_return(cur_, nullptr);
+    return fn_;
   }
 
  private:
@@ -751,7 +758,14 @@ void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_pa
   for (const char* opt : {march.c_str(), "-ffp-contract=off", "-fwrapv", "-fno-math-errno", "-fno-semantic-interposition"})
     J->context_add_command_line_option(c, opt);
   Types t = make_types(*J, c);
-  for (size_t i = 0; i < plan.kernels.size(); ++i) KernelEmitter(*J, c, t, plan.code(i), fns, block).emit();
+  // a kernel of the same code as an earlier one (a model's repeated layers) is compiled once
+  std::map<std::string, gcc_jit_function*> made;
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const Kernel& k = plan.code(i);
+    auto [at, fresh] = made.emplace(anonymous_code(k, block), nullptr);
+    if (fresh) at->second = KernelEmitter(*J, c, t, k, fns, block).emit();
+    else emit_call_of(*J, c, t, k.name, at->second);
+  }
   if (!c_dump_path.empty()) J->context_dump_to_file(c, c_dump_path.c_str(), 0);
   J->context_compile_to_file(c, GCC_JIT_OUTPUT_KIND_DYNAMIC_LIBRARY, so_path.c_str());
   if (const char* err = J->context_get_first_error(c)) throw Error(cat("libgccjit: ", err));

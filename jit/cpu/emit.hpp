@@ -27,6 +27,10 @@ using KernelFn = void (*)(void** bufs, void** fns, const int64_t* P, int64_t w0,
 void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_path, const std::string& c_dump_path,
                   int64_t block = kBlock);
 
+// Kernel k's code but its name and its buffers' numbers: kernels with equal ones (a model's
+// repeated layers) compile to one function (compile_plan).
+std::string anonymous_code(const Kernel& k, int64_t block);
+
 // Plans for generated CPU code: `threads` workers, chunks of whole blocks (kBlock).
 ScheduleTarget schedule_target(int threads);
 

@@ -3,6 +3,7 @@
 #include "jit/cuda/emit.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 #include "jit/cuda/kernels.hpp"
@@ -172,26 +173,66 @@ std::string kernel_text(size_t i, const Plan& plan, const Target& t, const Kerne
   return cat(head(k, c, w.dynamic), signature(c), " {\n  typedef ", c.index32 ? "int" : "int64_t", " idx_t;\n", body.text, "}\n");
 }
 
+bool identifier_char(char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; }
+
+// `text` with each whole identifier `name` (not a part of a longer one) replaced by `to`.
+std::string renamed(const std::string& text, const std::string& name, const std::string& to) {
+  std::string out;
+  size_t from = 0;
+  for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1)) {
+    const size_t end = at + name.size();
+    if (at < from || (at > 0 && identifier_char(text[at - 1])) || (end < text.size() && identifier_char(text[end]))) continue;
+    out.append(text, from, at - from).append(to);
+    from = end;
+  }
+  return out.append(text, from, std::string::npos);
+}
+
+// Parts of a module of `functions` functions: one up to kPartFunctions, then one per
+// kPartFunctions, at most kMaxParts. A function of the count alone (not of this host's cores):
+// the CUBIN is a cache entry that other hosts may load.
+constexpr size_t kPartFunctions = 6, kMaxParts = 16;
+size_t part_count(size_t functions) { return std::clamp<size_t>(functions / kPartFunctions, 1, kMaxParts); }
+
 // The module of kernels[j] = kernel i_of(j) of the plan in config_of(j), named with suffix_of(j).
+// With `share`, a kernel whose code differs from an earlier one's only in its name (the same loops
+// over other buffers: a model's repeated layers) is not emitted again: it launches the earlier one.
 template <class I, class C, class S>
-CudaModule module_of(const Plan& plan, const Target& target, size_t n, I i_of, C config_of, S suffix_of) {
+CudaModule module_of(const Plan& plan, const Target& target, size_t n, bool share, I i_of, C config_of, S suffix_of) {
   CudaModule m;
   m.arch = target.arch;
   std::map<std::string, std::string> fns;
-  std::string kernels;
+  std::map<std::string, size_t> function_of;  // code with the name as "@" -> its function
+  std::vector<std::string> functions, names;   // their texts and names, in order
+  std::vector<size_t> function(n);             // kernel j's
   for (size_t j = 0; j < n; ++j) {
     CudaKernel c;
-    kernels += '\n';
-    kernels += kernel_text(i_of(j), plan, target, config_of(j), c, fns, suffix_of(j));
+    std::map<std::string, std::string> own;  // (its split reductions' arrays carry its name)
+    std::string text = kernel_text(i_of(j), plan, target, config_of(j), c, own, suffix_of(j));
+    auto [at, fresh] = share ? function_of.emplace(renamed(text, c.name, "@"), functions.size()) : std::pair{function_of.end(), true};
+    function[j] = fresh ? functions.size() : at->second;
+    if (fresh) {
+      functions.push_back(std::move(text));
+      names.push_back(c.name);
+      fns.insert(own.begin(), own.end());
+    } else {
+      c.name = names[at->second];
+    }
     m.kernels.push_back(std::move(c));
   }
-  m.source = cr::cuda::prelude();
-  m.source += "\n// ---- the registry ops the kernels call ----\n";
+  std::string head = cr::cuda::prelude();
+  head += "\n// ---- the registry ops the kernels call ----\n";
   for (const auto& [name, def] : fns) {
-    m.source += def;
-    m.source += '\n';
+    head += def;
+    head += '\n';
   }
-  m.source += kernels;
+  m.source = head;
+  for (const std::string& f : functions) m.source += '\n' + f;
+  const size_t parts = share ? part_count(functions.size()) : 1;
+  if (parts == 1) return m;
+  m.parts.assign(parts, head);
+  for (size_t f = 0; f < functions.size(); ++f) m.parts[f * parts / functions.size()] += '\n' + functions[f];
+  for (size_t j = 0; j < n; ++j) m.kernels[j].part = int(function[j] * parts / functions.size());
   return m;
 }
 
@@ -202,13 +243,13 @@ ScheduleTarget schedule_target(int threads) { return {threads, 512}; }
 CudaModule emit_plan(const Plan& plan, const Target& target, const std::vector<KernelConfig>& configs) {
   static const KernelConfig heuristic;
   return module_of(
-      plan, target, plan.kernels.size(), [](size_t j) { return j; },
+      plan, target, plan.kernels.size(), true, [](size_t j) { return j; },
       [&](size_t j) -> const KernelConfig& { return j < configs.size() ? configs[j] : heuristic; }, [](size_t) { return std::string(); });
 }
 
 CudaModule emit_candidates(const Plan& plan, size_t k, const Target& target, const std::vector<KernelConfig>& configs) {
   return module_of(
-      plan, target, configs.size(), [k](size_t) { return k; }, [&](size_t j) -> const KernelConfig& { return configs[j]; },
+      plan, target, configs.size(), false, [k](size_t) { return k; }, [&](size_t j) -> const KernelConfig& { return configs[j]; },
       [](size_t j) { return cat("_t", j); });
 }
 

@@ -50,7 +50,7 @@ struct Param {
 };
 
 struct CudaKernel {
-  std::string name;
+  std::string name;  // the function launched: an earlier kernel's where the code is the same
   Form form = Form::Pointwise;
   int vector_width = 1;     // pointwise: elements per thread per step (4: 16-byte vector access)
   bool vector_form = false; // the code has the vector form (a template: beside the scalar one)
@@ -67,6 +67,7 @@ struct CudaKernel {
   bool splittable = false;  // a block-per-row reduction of one pass that stores only per row:
                             // KernelConfig::split applies
   int64_t split = 1;        // blocks that share a row (KernelConfig::split)
+  int part = 0;             // the part of the module (CudaModule::parts) that holds its function
 };
 
 // A kernel's launch shape where autotuning chooses it (jit/autotune.hpp); 0 everywhere: the
@@ -90,14 +91,18 @@ struct CudaModule {
   std::string source;  // one translation unit: prelude, op functions, kernels
   std::string arch;
   std::vector<CudaKernel> kernels;  // in plan.kernels order
+  // A module of many functions is also cut into parts, each a translation unit of its own (the
+  // prelude, the op functions, its share of the kernels) that NVRTC compiles on a thread of its
+  // own; the CUBIN is then their pack (jit/cuda/backend.hpp). Empty: one part, `source`.
+  std::vector<std::string> parts;
 };
 
 // Plans for CUDA code. Its kernels do not use Kernel::chunk (a template keeps it as a parameter):
 // the plan is cut as for CPUs (threads, 512-element blocks): it does not depend on the device.
 ScheduleTarget schedule_target(int threads);
 
-// Emits CUDA C for every kernel of the plan, kernel i with configs[i] when given. Throws
-// cr::Error for what it cannot emit yet.
+// Emits CUDA C for every kernel of the plan, kernel i with configs[i] when given; kernels of the
+// same code (but their names) share one function. Throws cr::Error for what it cannot emit yet.
 CudaModule emit_plan(const Plan& plan, const Target& target = {}, const std::vector<KernelConfig>& configs = {});
 
 // One module of kernel k of the plan in each of `configs`: its kernel j is k in configs[j], named

@@ -1,5 +1,7 @@
 #include "jit/cuda/program.hpp"
 
+#include "jit/cuda/backend.hpp"
+
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
@@ -16,15 +18,20 @@ Target target_of(int index) {
 }
 
 Program::Program(Plan plan, CudaModule m, const std::string& key, const std::string& cubin, Device device)
-    : PlanProgram(std::move(plan), device), module_(std::move(m)), loaded_(cr::cuda::load_module(key, cubin, device.index)) {
+    : PlanProgram(std::move(plan), device), module_(std::move(m)) {
+  const std::vector<std::string> parts = unpack_cubins(cubin);
+  for (size_t p = 0; p < parts.size(); ++p)
+    loaded_.push_back(cr::cuda::load_module(parts.size() == 1 ? key : cat(key, " part ", p), parts[p], device.index));
   cr::cuda::use_device(device.index);
   for (size_t i = 0; i < module_.kernels.size(); ++i) {
     const CudaKernel& k = module_.kernels[i];
     size_t given = plan_.params.empty() ? 0 : plan_.params[i].size();
     if (given != size_t(k.size_params))
       throw Error(cat(k.name, " takes ", k.size_params, " size parameters, the plan has ", given));
+    if (size_t(k.part) >= loaded_.size())
+      throw Error(cat(k.name, " is in part ", k.part, " of its module, the CUBIN has ", loaded_.size(), " parts"));
     CUfunction f = nullptr;
-    CR_CU(cuModuleGetFunction(&f, loaded_->mod, k.name.c_str()), k.name);
+    CR_CU(cuModuleGetFunction(&f, loaded_[size_t(k.part)]->mod, k.name.c_str()), k.name);
     launches_.push_back(Launch{f, k.grid, k.block, k.shared_bytes});
   }
   current_.reset(new std::atomic<const Launch*>[launches_.size()]);

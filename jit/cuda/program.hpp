@@ -44,7 +44,7 @@ struct Launch {
 class Program : public PlanProgram {
  public:
   // `key` names the CUBIN (jit/cuda/backend.hpp cubin_key): programs of one CUBIN on one device share
-  // its loaded module (vm/cuda/module.hpp).
+  // its loaded module (vm/cuda/module.hpp); a pack of CUBINs (CudaModule::parts) is a module a part.
   Program(Plan plan, CudaModule m, const std::string& key, const std::string& cubin, Device device);
   ~Program() override;
   const CudaModule& module() const { return module_; }
@@ -62,7 +62,7 @@ class Program : public PlanProgram {
   void defer_check() const override;
   CudaModule module_;
   std::shared_ptr<cr::cuda::DeviceCheck> check_;  // (plans with gathers)
-  std::shared_ptr<cr::cuda::LoadedModule> loaded_;
+  std::vector<std::shared_ptr<cr::cuda::LoadedModule>> loaded_;  // by part (CudaModule::parts)
   std::vector<Launch> launches_;  // the module's
   std::unique_ptr<std::atomic<const Launch*>[]> current_;  // per kernel
   std::mutex mutex_;  // installed_

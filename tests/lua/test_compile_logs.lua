@@ -62,13 +62,33 @@ local f = T.compile(function(x) return (x * 2 + 1):relu():sum() end)
 for _ = 1, 4 do f(T.ones(64)) end
 ]] })
     local at = 0
-    for _, phase in ipairs({ "lower [%d.]+ ms: %d+ loop values", "schedule [%d.]+ ms: 1 kernels", "emit [%d.]+ ms: cpu code, key %x+",
+    for _, phase in ipairs({ "lower [%d.]+ ms: %d+ loop values", "schedule [%d.]+ ms: 1 kernels", "emit [%d.]+ ms: cpu code, 1 functions for 1 kernels, key %x+",
                              "build [%d.]+ ms: compiled", "load [%d.]+ ms: program ready" }) do
       local found = log:find("%[crescent perf%] [^\n]-: " .. phase, at + 1)
       S.truthy(found, phase .. " after position " .. at .. " in:\n" .. log)
       at = found
     end
     S.truthy(log:find("native code in [%d.]+ ms %(1 kernels compiled; lower [%d.]+ ms, schedule [%d.]+ ms, emit", at + 1), log)
+  end)
+end)
+
+describe("repeated kernels", function()
+  S.native_it("compiles a kernel whose code repeats an earlier one's once, with the same results", function()
+    local out, log = S.crescent({}, { env = "CRESCENT_LOGS=perf CRESCENT_CACHE_DIR=0", script = [[local T = require "crescent"
+T.config.sync_compile = true
+local function block(x) return (x - x:mean(-1, true)):relu() * 2 end
+local function f(x, w) return block(block(x):matmul(w)) end
+local g = T.compile(f)
+local x, w = T.randn(8, 16), T.randn(16, 16)
+local got
+for _ = 1, 4 do got = g(x, w) end
+print("difference " .. (got - f(x, w)):abs():max():item())
+]] })
+    local functions, kernels = log:match("emit [%d.]+ ms: cpu code, (%d+) functions for (%d+) kernels")
+    S.truthy(functions, log)
+    S.truthy(tonumber(functions) < tonumber(kernels), log)
+    local diff = tonumber(out:match("difference (%S+)"))
+    S.truthy(diff and diff < 1e-5, out .. log)
   end)
 end)
 

@@ -29,9 +29,9 @@ local function usual(m, opt, x, y)
 end
 
 -- Runs `steps` steps of body(m, opt, x, y) eagerly or compiled (`opts`); `after(m, i)` runs after
--- each. Returns the losses, the model and the optimizer.
-local function train(body, make_opt, opts, steps, after)
-  local m = mlp()
+-- each; `model` makes the model (mlp). Returns the losses, the model and the optimizer.
+local function train(body, make_opt, opts, steps, after, model)
+  local m = (model or mlp)()
   local opt = make_opt(m:parameters())
   local step = function(x, y) return body(m, opt, x, y) end
   if opts then step = T.compile(step, opts) end
@@ -44,10 +44,10 @@ local function train(body, make_opt, opts, steps, after)
 end
 
 -- The compiled run's losses, parameters, gradients and optimizer state equal the eager run's.
-local function same(body, make_opt, opts, steps)
+local function same(body, make_opt, opts, steps, model)
   T.compiler.reset()
-  local want, wm, wo = train(body, make_opt, nil, steps or 5)
-  local got, gm, go = train(body, make_opt, opts or {}, steps or 5)
+  local want, wm, wo = train(body, make_opt, nil, steps or 5, nil, model)
+  local got, gm, go = train(body, make_opt, opts or {}, steps or 5, nil, model)
   for i = 1, #want do S.truthy(math.abs(got[i] - want[i]) <= 1e-5 * math.max(1, math.abs(want[i])), "loss " .. i) end
   local wp, gp = wm:parameters(), gm:parameters()
   for i = 1, #wp do
@@ -99,6 +99,15 @@ local function gpt_run(dev, opts, ce, eps)
 end
 
 describe("a whole compiled training step", function()
+  it("equals eager with repeated layers (kernels of the same code share a compiled function)", function()
+    local function repeated()
+      T.manual_seed(5)
+      return nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Linear(16, 16), nn.GELU(), nn.Linear(16, 16), nn.GELU(),
+        nn.Linear(16, 3))
+    end
+    same(usual, OPTIMIZERS.AdamW, nil, 5, repeated)
+  end)
+
   for name, make in pairs(OPTIMIZERS) do
     it("is one graph with " .. name .. " (T.explain, T.compiler.stats)", function()
       local e = one_graph(usual, make)

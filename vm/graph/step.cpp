@@ -9,6 +9,7 @@
 #include "vm/autograd/call.hpp"
 #include "vm/autograd/meta.hpp"
 #include "vm/autograd/node.hpp"
+#include "vm/fixed.hpp"
 #include "vm/graph/joint.hpp"
 #include "vm/graph/joint_trace.hpp"
 #include "vm/graph/segment.hpp"
@@ -152,7 +153,9 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
   b->root_op = g->nodes[size_t(g->values[size_t(root)].node)].op;
   std::vector<char> needs(g->values.size());
   for (int32_t v : b->leaves) needs[size_t(v)] = 1;
+  const double t0 = now_us();
   GradPlan plan = plan_gradients(*g, needs, 1, 0);
+  const double partitioned = now_us();
   if (!plan.unsupported.empty()) {
     b->declined = plan.unsupported;
     return b;
@@ -167,6 +170,9 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
   a.ptr = loss.get();
   std::vector<Tensor> ones = dispatch(ctx_, autograd::op_id("ones_like"), &a, 1);
   b->t = trace_backward(ctx_, TraceInput{*g, inputs, b->leaves, kept}, {root}, ones, true);
+  if (logs.perf)
+    log("perf", cat("step backward of ", g->op_count(), " forward ops: partition ", fixed((partitioned - t0) / 1e3), " ms, joint trace ",
+                    fixed((now_us() - partitioned) / 1e3), " ms"));
   if (!b->t.broken.empty()) {
     b->declined = b->t.broken;
     return b;

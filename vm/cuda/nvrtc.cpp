@@ -142,9 +142,6 @@ std::string compile_cubin(const std::string& source, const std::string& name, co
   // never use, a fifth of an empty program's compile time.
   std::vector<const char*> opts = {gpu.c_str(), "-default-device", "--std=c++17"};
   if (l.minimal) opts.push_back("-minimal");
-  // the optimiser and code generator work on a module's kernels in parallel, on every core (a
-  // compiled training step is one module of hundreds of kernels; NVRTC 12.4 on, as -minimal)
-  if (l.minimal) opts.push_back("-split-compile=0");
   const std::vector<std::string> extra = extra_options();
   for (const std::string& o : extra) opts.push_back(o.c_str());
   nvrtcResult r = f.CompileProgram(p, int(opts.size()), opts.data());

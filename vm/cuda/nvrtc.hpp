@@ -17,8 +17,8 @@ std::string nvrtc_version();
 std::string nvrtc_options();
 
 // Compiles `source` (a name for NVRTC's messages) to a CUBIN for `arch` ("sm_90"), with
-// --gpu-architecture=<arch> -default-device --std=c++17 (-minimal -split-compile=0 where NVRTC has
-// them) and nvrtc_options(), no host headers. Throws cr::Error with NVRTC's log when it fails (or
+// --gpu-architecture=<arch> -default-device --std=c++17 (-minimal where NVRTC has
+// it) and nvrtc_options(), no host headers. Throws cr::Error with NVRTC's log when it fails (or
 // when NVRTC is not available). `log` (optional) gets the log of a compile that succeeded: its
 // warnings (empty when there are none).
 std::string compile_cubin(const std::string& source, const std::string& name, const std::string& arch = "sm_90",

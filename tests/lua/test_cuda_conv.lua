@@ -305,9 +305,11 @@ describe("convolutions on CUDA", function()
     end
     -- the graph API names the engine its heuristics ranked first among those that finalize
     out = expect.crescent({ "-e", script }, { env = "CRESCENT_LOGS=perf CRESCENT_CUDNN=1 CRESCENT_CUDNN_API=graph", merge = true })
-    for _, want in ipairs({ "conv2d: cuDNN 9", "forward: graph API engine ", ", heuristics mode A" }) do
+    for _, want in ipairs({ "conv2d: cuDNN 9", "forward: graph API engine " }) do
       expect.truthy(out:find(want, 1, true), "expected '" .. want .. "' in:\n" .. out)
     end
+    expect.truthy(out:find(", heuristics INSTANT", 1, true) or out:find(", heuristics mode A", 1, true)
+                  or out:find(", heuristics fallback", 1, true), "the heuristics that ranked the engine in:\n" .. out)
     out = expect.crescent({ "-e", script }, { env = "CRESCENT_LOGS=perf CRESCENT_CUDNN=0", merge = true })
     local want = "convolutions on CUDA: im2col gather + cuBLAS (T.backends.cudnn.enabled is false)"
     expect.truthy(out:find(want, 1, true), "expected '" .. want .. "' in:\n" .. out)

@@ -172,7 +172,7 @@ describe("CUDA kernels", function()
     T.manual_seed(13)
     -- (just past a chunk, a tile +- 1, many tiles with a short last one, many rows of several tiles)
     for _, shape in ipairs({ { 16385 }, { 2, 4095 * 5 }, { 4097 * 9 }, { 1, 2 ^ 20 + 1 }, { 37, 20001 }, { 300, 16999 } }) do
-      local x = T.randn(table.unpack(shape))
+      local x = T.randn(unpack(shape))
       local d = #shape
       expect.close(T.cumsum(x:cuda(), d):cpu(), T.cumsum(x, d), 1e-4, 1e-4, table.concat(shape, "x"))
       -- integers exact: every tile's carry reaches the end of its row

@@ -384,7 +384,12 @@ int32_t api_cap_set_option(cr_ctx* c, const char* name, const char* value) {
   });
 }
 int32_t api_cap_active(cr_ctx* c) { return rec(c).active(); }
-void api_cancel_compiles(cr_ctx* c) { jit::cancel_background_compiles(&rec(c)); }
+// os.exit: the process ends, so every compile stops - the one in progress finishes (whoever
+// owns it: NVRTC's statics die before the compile thread's atexit wait), the queued ones drop.
+void api_cancel_compiles(cr_ctx* c) {
+  jit::cancel_background_compiles(&rec(c));
+  jit::stop_background_compiles();
+}
 int32_t api_env_setting(cr_ctx* c, const char* variable, const char** value) {
   return guarded(c, [&] {
     Setting s;

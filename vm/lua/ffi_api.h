@@ -225,8 +225,8 @@ typedef struct cr_api {
   int32_t (*deterministic)(int32_t mode);
   /* returns once no compile is queued or running on the background thread */
   void (*wait_compiles)(void);
-  /* drops this VM's compiles queued on the background thread, waits for its one in progress
-   * (os.exit calls it) */
+  /* os.exit calls it: drops every compile queued on the background thread, waits for the one in
+   * progress, and starts no other */
   void (*cancel_compiles)(cr_ctx* ctx);
   /* the environment setting `variable` (a CRESCENT_* variable declared in vm/config.hpp) into
    * *value (NULL when unset); -1 for a variable that is no setting (last_error) */

@@ -789,8 +789,7 @@ M.SKIPPED = {
 }
 local FUSED, COLL = "attention's fused ops: test_cuda_attention_grad.lua compares them", "a collective: test_dist_compiled.lua"
 for op, why in pairs({ _attention = FUSED, _attention_backward = FUSED, _dist_all_reduce = COLL, _dist_all_gather = COLL,
-                       _dist_reduce_scatter = COLL, _dist_broadcast = COLL, _dist_bucket_start = COLL,
-                       _dist_bucket_wait = COLL }) do M.SKIPPED[op] = why end
+  _dist_reduce_scatter = COLL, _dist_broadcast = COLL, _dist_bucket_start = COLL, _dist_bucket_wait = COLL }) do M.SKIPPED[op] = why end
 
 -- ---- known differences (excuses.lua) -------------------------------------------------------------
 

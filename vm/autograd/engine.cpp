@@ -158,7 +158,14 @@ void rule(Node& n, std::vector<Tensor>& out_grads, std::vector<Tensor>& in_grads
   }
 }
 
+// Whether the node being applied frees its saved values once it returns (releases_saved).
+thread_local bool t_releases = false;
+
 std::vector<Tensor> apply(Node& n, std::vector<Tensor>& out_grads, const BackwardOptions& o) {
+  struct Restore {
+    bool was;
+    ~Restore() { t_releases = was; }
+  } restore{std::exchange(t_releases, !o.retain_graph)};
   std::vector<Tensor> in_grads = run_node(n, out_grads, o.create_graph);
   if (!o.retain_graph) n.release_saved();
   return in_grads;
@@ -192,6 +199,8 @@ std::vector<Tensor> run_node(Node& n, std::vector<Tensor>& out_grads, bool creat
     if (in_grads[i].defined()) in_grads[i] = fit(n, n.inputs[i], in_grads[i]);
   return in_grads;
 }
+
+bool releases_saved() { return t_releases; }
 
 bool sole_accumulation(const Node& acc) {
   if (!t_graph || !t_accumulates || !acc.accumulates()) return false;

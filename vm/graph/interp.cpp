@@ -101,7 +101,10 @@ DeadLists dead_after(size_t steps, const std::vector<char>& keep,
 
 std::vector<char> kept_values(const Graph& g) {
   std::vector<char> keep(g.values.size(), 0);
-  for (int32_t v : g.inputs) keep[size_t(v)] = 1;
+  // (a transient graph's caller reads only its outputs: its inputs - the saved forward values
+  // of a backward graph - go after their last reader too)
+  if (!g.transient)
+    for (int32_t v : g.inputs) keep[size_t(v)] = 1;
   for (int32_t v : g.outputs) keep[size_t(v)] = 1;
   for (const Graph::Alias& a : g.aliases) keep[size_t(a.removed)] = keep[size_t(a.kept)] = 1;
   return keep;

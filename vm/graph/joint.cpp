@@ -2,6 +2,7 @@
 // the runs of its backward graphs. The tracing of those graphs is in joint_trace.cpp.
 #include "vm/graph/joint.hpp"
 
+#include "vm/autograd/engine.hpp"
 #include "vm/autograd/node.hpp"
 #include "vm/autograd/var.hpp"
 #include "vm/graph/buckets.hpp"
@@ -112,7 +113,7 @@ const Tensor& produced(const Graph& g, const std::vector<Tensor>& vals, int32_t 
 // Runs a traced backward graph: the gradients (laid out as traced: else a contiguous copy, as
 // traced) and the forward values it reads in, the inputs' gradients out.
 std::vector<Tensor> run_backward(Recorder& rec, const Traced& t, const std::vector<Tensor>& grads,
-                                 const std::vector<Tensor>& saved) {
+                                 std::vector<Tensor> saved) {
   const Graph& g = *t.graph;
   std::vector<Tensor> vals(g.values.size());
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -123,6 +124,7 @@ std::vector<Tensor> run_backward(Recorder& rec, const Traced& t, const std::vect
     if (!saved[size_t(f)].defined()) fail(cat("internal: ", g.name, " reads forward value %", f, ", which was not kept"));
     vals[size_t(v)] = saved[size_t(f)];
   }
+  saved.clear();  // (the graph drops each after its last reader)
   rec.execute_backward(g, vals, t.numbers.empty() ? nullptr : t.numbers.data());
   std::vector<Tensor> out(t.grad_out.size());
   for (size_t k = 0; k < out.size(); ++k)
@@ -185,7 +187,11 @@ class CompiledFunction : public autograd::Backward {
       return trace_backward(ctx, trace_input(), key, grads, false).grads;
     }
     for (const auto& [v, f] : b.t.reads) check_inputs({f});
-    std::vector<Tensor> in_grads = run_backward(rec, b.t, grads, saved_of(n));
+    std::vector<Tensor> saved = saved_of(n);
+    // the engine frees them when this returns (no retain_graph): freed now, the backward graph
+    // drops each after its last reader, as eager autograd's nodes do
+    if (autograd::releases_saved()) n.release_saved();
+    std::vector<Tensor> in_grads = run_backward(rec, b.t, grads, std::move(saved));
     mark_reduced(n.inputs, b.reduced);
     return in_grads;
   }

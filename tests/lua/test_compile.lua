@@ -422,13 +422,8 @@ end)
 
 -- ---- recompiles, the cache limit, hot ---------------------------------------------------------
 
-local function with_limit(n, fn)
-  local old = T.config.cache_size_limit
-  T.config.cache_size_limit = n
-  local ok, err = pcall(fn)
-  T.config.cache_size_limit = old
-  if not ok then error(err, 0) end
-end
+local with_field = require "with_field"
+local function with_limit(n, fn) with_field(T.config, "cache_size_limit", n, fn) end
 
 describe("recompiles and the cache limit", function()
   S.native_it("counts one recompile per new shape (dynamic = false)", function()

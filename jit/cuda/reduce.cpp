@@ -60,14 +60,11 @@ bool strided_rows(const Kernel& k) {
   return !inner_unit && outer_unit;
 }
 
-bool any_inner_store(const Kernel& k) {
-  return std::any_of(k.stores.begin(), k.stores.end(), [&](const Store& s) { return store_inner(k, s); });
-}
-
-// Lanes per row of a column reduction (strided rows, no element-wise stores) of R rows of C: enough
-// for 32-row blocks to fill the GPU, each lane folding 16 elements or more; 1: a thread per row.
+// Lanes per row of a column reduction (strided rows) of R rows of C: enough for 32-row blocks to
+// fill the GPU, each lane folding 16 elements or more; 1: a thread per row. Element-wise stores
+// (a bias gradient's fused pointwise producer) are written by the lane that computes them.
 int64_t column_team(const KernelWriter& w, int64_t R, int64_t C) {
-  if (!strided_rows(w.k) || any_inner_store(w.k) || w.k.accs.empty()) return 1;
+  if (!strided_rows(w.k) || w.k.accs.empty()) return 1;
   const int64_t want = int64_t(w.target.sm_count) * w.target.max_threads_per_sm, blocks = (R + 31) / 32;
   int64_t lane_bytes = 0;  // (the partials' shared memory, 32 rows a lane: under 32 KiB)
   for (const Accumulate& a : w.k.accs) lane_bytes += 32 * int64_t(dtype_size(cuda_acc_dtype(a)));
@@ -409,6 +406,8 @@ class ReductionWriter {
   void element_loop(int d, const std::vector<size_t>& accs) {
     const std::string& idx = w_.idx;
     bool persistent = persistent_;
+    // (a column team's lanes past the last row fold that row again: they store nothing)
+    const bool columns = w_.out.form == Form::ReduceColumns;
     std::vector<char> vectors;
     if (persistent && vec_ > 1) {
       open_groups(d, vectors);
@@ -438,7 +437,7 @@ class ReductionWriter {
     for (size_t j = 0; j < k_.stores.size(); ++j) {
       const Store& s = k_.stores[j];
       if (!inner_store(j, d)) continue;
-      if (vectors.empty()) L_.add(cat("p", s.buffer, "[", affine_str(s.addr), "] = ", ex_.ref(s.expr), ";"));
+      if (vectors.empty()) L_.add(cat(columns ? "if (live) " : "", "p", s.buffer, "[", affine_str(s.addr), "] = ", ex_.ref(s.expr), ";"));
       else L_.add(cat("s", j, ".v[u] = ", ex_.ref(s.expr), ";"));  // (stored by the group: below)
     }
     for (size_t a : accs) {

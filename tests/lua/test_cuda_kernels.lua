@@ -528,4 +528,37 @@ describe("CUDA kernels", function()
     errs(function() T._fused_sgd({ a, b }, { a, b }, {}, { 0, 0 }, { lr = 1 }) end, "_fused_sgd",
       "param 2 expected param 1's device cpu, got cuda:0")
   end)
+  it("16-bit products with dims or rows off a multiple of 8 (a 50257 vocabulary) run padded, same values", function()
+    need_gpu()
+    T.manual_seed(22)
+    for _, dt in ipairs { "bfloat16", "float16" } do
+      local x, w, g = T.randn(256, 768):to(dt), (T.randn(50257, 768) * 0.05):to(dt), T.randn(256, 50257):to(dt)
+      local cx, cw, cg = x:cuda(), w:cuda(), g:cuda()
+      local function near(got, want, what) expect.close(got:cpu():double(), want, 0.03, 0.02, dt .. " " .. what) end
+      near(T.matmul(cx, cw:t()), T.matmul(x:double(), w:double():t()), "N odd")
+      near(T.matmul(cg, cw), T.matmul(g:double(), w:double()), "K odd")
+      near(T.matmul(cg:t(), cx), T.matmul(g:double():t(), x:double()), "M odd, transposed")
+      near(T.matmul(cx:narrow(2, 2, 767), cw:narrow(2, 2, 767):t()), T.matmul(x:double():narrow(2, 2, 767),
+        w:double():narrow(2, 2, 767):t()), "rows off 16 bytes")
+    end
+  end)
+  it("compiled column sums that also store their fused element-wise values (bias gradients), and column softmax", function()
+    need_gpu()
+    T.manual_seed(21)
+    -- (a bias gradient beside gelu's backward in the storage dtype; few, many and ragged columns)
+    local f = T.compile(function(a, b)
+      local y = a:float() * T.sigmoid(b)
+      return y:to(a.dtype), y:sum(1), T.softmax(b, 1)
+    end, { hot = 0 })
+    for _, c in ipairs { { 4096, 3072, "bfloat16" }, { 768, 4096, "float32" }, { 333, 70, "float32" }, { 70, 333, "bfloat16" } } do
+      local a, b = T.randn(c[1], c[2]):to(c[3]), T.randn(c[1], c[2])
+      local y, s, p = f(a:cuda(), b:cuda())
+      local wy = a:double() * T.sigmoid(b:double())
+      local tol = c[3] == "bfloat16" and 1e-2 or 1e-5
+      local what = ("%d x %d %s"):format(c[1], c[2], c[3])
+      expect.close(y:cpu():double(), wy:to(c[3]):double(), tol, tol, what .. " values")
+      expect.close(s:cpu():double(), wy:sum(1), 1e-4 * math.sqrt(c[1]), 1e-4, what .. " column sums")
+      expect.close(p:cpu():double(), T.softmax(b:double(), 1), 1e-6, 1e-5, what .. " column softmax")
+    end
+  end)
 end)

@@ -10,6 +10,7 @@
 #include "vm/cuda/dl.hpp"
 #include "vm/cuda/blaslt.hpp"
 #include "vm/cuda/driver.hpp"
+#include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
 
@@ -105,11 +106,68 @@ void blas_prepare(int index) {
   blaslt_prepare(index);
 }
 
+namespace {
+
+// 16-bit products with a dim or a row pitch that is no multiple of 8 elements (a vocabulary of
+// 50257) get only cuBLAS's slow SM75 kernels, 5-7x slower on the H200 (bench/RESULTS.md): large
+// ones run on zero-padded copies instead, as Inductor's pad_mm does.
+constexpr double kPadMinWork = double(1 << 28);  // M N K
+int up8(int n) { return (n + 7) / 8 * 8; }
+bool aligned(const void* p, int ld, size_t es) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld * es % 16 == 0; }
+
+// A {rows, cols} operand (lines of `cols` elements `ld` apart; of `rows` when column-major),
+// padded with zeros to {up8(rows), up8(cols)}; `to` is null when it needs no copy.
+struct Padded {
+  const char* from;
+  int ld, lines, width;  // its lines and their length, in elements
+  char* to = nullptr;
+  int pitch = 0, lines8 = 0;
+  Padded(const void* p, int ld_, bool colmajor, int rows, int cols, size_t es)
+      : from(static_cast<const char*>(p)), ld(ld_), lines(colmajor ? cols : rows), width(colmajor ? rows : cols) {
+    pitch = up8(width);
+    lines8 = up8(lines);
+    if (pitch == width && lines8 == lines && aligned(p, ld, es)) pitch = ld, lines8 = lines;
+  }
+  bool copied() const { return to != nullptr; }
+  bool needs_copy(size_t es) const { return pitch != ld || lines8 != lines || !aligned(from, ld, es); }
+  size_t bytes(size_t es) const { return size_t(pitch) * size_t(lines8) * es; }
+  // the copy, its padding zeroed
+  void fill(int index, size_t es) {
+    const size_t w = size_t(width) * es, p = size_t(pitch) * es;
+    copy_rows(to, p, from, size_t(ld) * es, w, size_t(lines), index);
+    if (p > w) zero_rows(to + w, p, p - w, size_t(lines), index);
+    if (lines8 > lines) zero_rows(to + size_t(lines) * p, p, p, size_t(lines8 - lines), index);
+  }
+};
+
+bool padded_gemm(int index, DType d, int M, int N, int K, const void* A, int lda, bool a_colmajor, const void* B,
+                 int ldb, bool b_colmajor, void* C, int ldc, double beta) {
+  const size_t es = dtype_size(d);
+  if ((d != DType::f16 && d != DType::bf16) || double(M) * double(N) * double(K) < kPadMinWork) return false;
+  Padded a(A, lda, a_colmajor, M, K, es), b(B, ldb, b_colmajor, K, N, es), c(C, ldc, false, M, N, es);
+  if (!a.needs_copy(es) && !b.needs_copy(es) && !c.needs_copy(es)) return false;
+  for (Padded* x : {&a, &b, &c})
+    if (x->needs_copy(es)) x->to = static_cast<char*>(device_alloc(x->bytes(es), index));
+  if (a.copied()) a.fill(index, es);
+  if (b.copied()) b.fill(index, es);
+  if (c.copied() && beta != 0) c.fill(index, es);
+  gemm_batched(index, d, up8(M), up8(N), up8(K), a.copied() ? a.to : A, a.copied() ? a.pitch : lda, a_colmajor, 0,
+               b.copied() ? b.to : B, b.copied() ? b.pitch : ldb, b_colmajor, 0, c.copied() ? c.to : C,
+               c.copied() ? c.pitch : ldc, 0, 1, beta);
+  if (c.copied()) copy_rows(C, size_t(ldc) * es, c.to, size_t(c.pitch) * es, size_t(N) * es, size_t(M), index);
+  for (Padded* x : {&a, &b, &c})  // (blocks are cached per stream: later work on it is ordered after)
+    if (x->copied()) device_free(x->to, x->bytes(es), index);
+  return true;
+}
+
+}  // namespace
+
 // cuBLAS is column-major: the row-major C {M, N} is the column-major C^T {N, M} = B^T A^T, and a
 // row-major operand read as column-major is its transpose - so B goes first, transposed only
 // when it is column-major itself.
 void gemm(int index, DType d, int M, int N, int K, const void* A, int lda, bool a_colmajor, const void* B, int ldb,
           bool b_colmajor, void* C, int ldc, double beta) {
+  if (padded_gemm(index, d, M, N, K, A, lda, a_colmajor, B, ldb, b_colmajor, C, ldc, beta)) return;
   gemm_batched(index, d, M, N, K, A, lda, a_colmajor, 0, B, ldb, b_colmajor, 0, C, ldc, 0, 1, beta);
 }
 

@@ -32,6 +32,23 @@ using CUgraph = CUgraph_st*;
 using CUgraphExec = CUgraphExec_st*;
 using CUgraphNode = CUgraphNode_st*;
 
+// cuda.h's CUDA_MEMCPY2D (memory types: 2 is device memory).
+struct CudaMemcpy2D {
+  size_t src_x_bytes, src_y;
+  int src_type;
+  const void* src_host;
+  CUdeviceptr src_device;
+  void* src_array;
+  size_t src_pitch;
+  size_t dst_x_bytes, dst_y;
+  int dst_type;
+  void* dst_host;
+  CUdeviceptr dst_device;
+  void* dst_array;
+  size_t dst_pitch;
+  size_t width_bytes, height;
+};
+
 // The driver's functions we call, resolved once.
 struct Driver {
   CUresult (*cuInit)(unsigned);
@@ -50,7 +67,9 @@ struct Driver {
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
   CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemcpy2DAsync)(const struct CudaMemcpy2D*, CUstream);
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuMemsetD2D8Async)(CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream);
   CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
   CUresult (*cuStreamCreate)(CUstream*, unsigned);
   CUresult (*cuStreamSynchronize)(CUstream);

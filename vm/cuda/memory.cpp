@@ -256,6 +256,24 @@ void copy_on_device(void* dst, const void* src, size_t n, int index) {
   use_device(index);
   CR_CU(cuMemcpyDtoDAsync(dptr(dst), dptr(src), n, current_stream(index)), cat(n, " bytes on cuda:", index));
 }
+void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height, int index) {
+  if (width == 0 || height == 0) return;
+  use_device(index);
+  CudaMemcpy2D c{};
+  c.src_type = c.dst_type = 2;
+  c.src_device = dptr(src);
+  c.src_pitch = spitch;
+  c.dst_device = dptr(dst);
+  c.dst_pitch = dpitch;
+  c.width_bytes = width;
+  c.height = height;
+  CR_CU(cuMemcpy2DAsync(&c, current_stream(index)), cat(height, " rows of ", width, " bytes on cuda:", index));
+}
+void zero_rows(void* dst, size_t pitch, size_t width, size_t height, int index) {
+  if (width == 0 || height == 0) return;
+  use_device(index);
+  CR_CU(cuMemsetD2D8Async(dptr(dst), pitch, 0, width, height, current_stream(index)), "zero rows");
+}
 void fill_pattern(void* dst, size_t count, int width, uint32_t pattern, int index) {
   if (count == 0) return;
   use_device(index);

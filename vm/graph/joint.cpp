@@ -161,15 +161,20 @@ class CompiledFunction : public autograd::Backward {
     BackwardGraph& b = j_->backwards[{key, plan}];
     Recorder& rec = recorder_of(ctx);
     if (!b.traced) {
-      // (the trace re-runs the forward from the inputs: its values matter only as a fallback's)
-      Traced t = trace_backward(ctx, trace_input(), key, grads, true);
+      // The trace re-runs the forward from the inputs and differentiates it eagerly: its gradients
+      // are this backward's (as eager autograd's), so the saved values are not read - freed first.
+      check_inputs(j_->forward->inputs);
+      const std::vector<Tensor> inputs = trace_input().inputs;
+      if (autograd::releases_saved()) n.release_saved();
+      Traced t = trace_backward(ctx, TraceInput{*j_->forward, inputs, ins_, j_->plan.saved}, key, grads, true);
       b.traced = true;  // (not when the trace raised: the next backward traces again)
+      std::vector<Tensor> traced_grads = std::move(t.grads);
+      t.grads.clear();
       if (!t.broken.empty()) {
         b.fallback = t.broken;
         ++rec.stats.grad_fallbacks;
         if (rec.logs.aot) Recorder::log("aot", cat(j_->opts.name, ": the backward runs on eager autograd: ", t.broken));
-        check_inputs(j_->forward->inputs);
-        return t.grads;  // (computed by the traced run itself)
+        return traced_grads;
       }
       b.t = std::move(t);
       b.reduced = place_buckets(b.t, plan);
@@ -181,6 +186,7 @@ class CompiledFunction : public autograd::Backward {
                                  " ops, reading ", b.t.reads.size(), " forward value(s)",
                                  b.reduced.empty() ? "" : cat(", reducing ", b.reduced.size(), " DDP bucket(s)")));
       if (rec.logs.partition) Recorder::log("partition", cat(b.t.graph->name, " recomputes: ", recomputed_list(b.t)));
+      return traced_grads;  // (DDP's buckets reduce them: none was reduced in the graph)
     }
     if (!b.fallback.empty()) {
       check_inputs(j_->forward->inputs);

@@ -51,6 +51,7 @@ class Tracer : public autograd::OpObserver {
 
   void on_call(int op, const cr_value* args, int nargs, const std::vector<Tensor>& outs) override {
     if (!broken.empty()) return;
+    release_unreferenced();
     const OpDef& def = Registry::get().ops()[size_t(op)];
     if ((def.flags & kReturnsSelf) && !writable(static_cast<cr_tensor*>(args[0].ptr))) {
       broken = cat("in-place op ", def.name, " on a value the traced backward did not make");
@@ -80,6 +81,16 @@ class Tracer : public autograd::OpObserver {
   }
 
   int32_t id(const Tensor& t) const { return ids_.at(t.get()); }
+
+  // A value only `held` references (its header and its storage) can reach no later call: its
+  // memory goes now, as eager autograd's temporaries do, and its header's address may be reused.
+  void release_unreferenced() {
+    for (Tensor& t : held)
+      if (t.defined() && tensor_refs(t.get()) == 1 && (!t.storage() || t.storage()->refs.load() == 1)) {
+        ids_.erase(t.get());
+        t = Tensor();
+      }
+  }
 
   // An in-place write the backward graph can hold: to a value a rule made whole (a buffer it
   // fills, e.g. index_add_ into zeros), not to a forward value, an input or a view.
@@ -230,17 +241,29 @@ Traced trace_backward(Context& ctx, const TraceInput& in, const std::vector<int3
   for (int32_t v : in.ins) leaves.push_back(vals[size_t(v)]);
   {
     autograd::GradModeGuard grad_on(true);
+    // (each forward value is dropped after its last reader: what the backward needs, autograd saved)
+    std::vector<char> keep = kept_values(fg);
+    for (int32_t r : roots) keep[size_t(r)] = 1;
+    const DeadLists dead = dead_after(fg.nodes.size(), keep, [&](size_t i, const ValueVisit& use) {
+      for (const Arg& a : fg.nodes[i].args) {
+        if (a.tag == kTensor) use(a.value);
+        for (int32_t v : a.values) use(v);
+      }
+      for (int32_t v : fg.nodes[i].outs) use(v);
+    });
     for (size_t i = 0; i < fg.nodes.size(); ++i) {
       const Node& n = fg.nodes[i];
-      if (n.kind != NodeKind::Op) continue;
-      CallArgs call(n, vals, nullptr);
-      std::vector<Tensor> outs;
-      autograd::call(ctx, n.op, call.args, int(n.args.size()), outs);
-      for (size_t k = 0; k < n.outs.size() && k < outs.size(); ++k)
-        if (fg.values[size_t(n.outs[k])].node == int32_t(i)) {
-          vals[size_t(n.outs[k])] = outs[k];
-          if (record && tr.broken.empty()) tr.fwd[size_t(tr.id(outs[k]))] = n.outs[k];
-        }
+      if (n.kind == NodeKind::Op) {
+        CallArgs call(n, vals, nullptr);
+        std::vector<Tensor> outs;
+        autograd::call(ctx, n.op, call.args, int(n.args.size()), outs);
+        for (size_t k = 0; k < n.outs.size() && k < outs.size(); ++k)
+          if (fg.values[size_t(n.outs[k])].node == int32_t(i)) {
+            vals[size_t(n.outs[k])] = outs[k];
+            if (record && tr.broken.empty()) tr.fwd[size_t(tr.id(outs[k]))] = n.outs[k];
+          }
+      }
+      for (int32_t v : dead[i]) vals[size_t(v)] = Tensor();
     }
   }
   const size_t first = tr.g.nodes.size();

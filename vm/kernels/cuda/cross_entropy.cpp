@@ -18,12 +18,18 @@ void cross_entropy_backward(Context& ctx, const Tensor& out, const Tensor& x, co
   if (n == 0) return;
   void *xp = x.data_bytes(), *lp = lse.data_bytes(), *tp = t.data_bytes(), *ap = a.data_bytes();
   void *bp = b.data_bytes(), *kp = k.data_bytes(), *wp = w.defined() ? w.data_bytes() : nullptr, *op = out.data_bytes();
-  long long nn = n, cc = classes, ii = inner;
-  void* args[] = {&xp, &lp, &tp, &ap, &bp, &kp, &wp, &op, &nn, &cc, &ii};
-  constexpr int kBlock = 256;
+  constexpr int kBlock = 256, kRowItems = 4;  // (kRowItems: as cross_entropy.cuh's)
   const DType d = x.dtype();
-  library_launch(ctx, x.device().index, cat("cross_entropy_", dtype_name(d)), [d] { return cross_entropy_source(d); },
-                 "cross_entropy_bwd", (n + kBlock - 1) / kBlock, kBlock, args);
+  const std::string key = cat("cross_entropy_", dtype_name(d));
+  auto source = [d] { return cross_entropy_source(d); };
+  const int64_t rows = n / classes, chunks = (classes + kBlock * kRowItems - 1) / (kBlock * kRowItems);
+  long long nn = n, cc = classes, ii = inner, kk = chunks;
+  if (inner == 1 && rows * chunks <= INT32_MAX) {
+    void* args[] = {&xp, &lp, &tp, &ap, &bp, &kp, &wp, &op, &kk, &cc};
+    return library_launch(ctx, x.device().index, key, source, "cross_entropy_bwd_rows", rows * chunks, kBlock, args);
+  }
+  void* args[] = {&xp, &lp, &tp, &ap, &bp, &kp, &wp, &op, &nn, &cc, &ii};
+  library_launch(ctx, x.device().index, key, source, "cross_entropy_bwd", (n + kBlock - 1) / kBlock, kBlock, args);
 }
 
 }  // namespace cr::cuda

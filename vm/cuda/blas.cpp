@@ -109,9 +109,11 @@ void blas_prepare(int index) {
 namespace {
 
 // 16-bit products with a dim or a row pitch that is no multiple of 8 elements (a vocabulary of
-// 50257) get only cuBLAS's slow SM75 kernels, 5-7x slower on the H200 (bench/RESULTS.md): large
-// ones run on zero-padded copies instead, as Inductor's pad_mm does.
+// 50257) get only cuBLAS's slow SM75 kernels, 4-7x slower on the H200 (bench/RESULTS.md): large
+// ones run on zero-padded copies instead, as Inductor's pad_mm does, where the copies are small
+// beside the product (not a decoding step's few rows, whose product is the weight's one read).
 constexpr double kPadMinWork = double(1 << 28);  // M N K
+constexpr double kPadWorkPerCopied = 64;         // M N K per element copied, at least
 int up8(int n) { return (n + 7) / 8 * 8; }
 bool aligned(const void* p, int ld, size_t es) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld * es % 16 == 0; }
 
@@ -146,6 +148,10 @@ bool padded_gemm(int index, DType d, int M, int N, int K, const void* A, int lda
   if ((d != DType::f16 && d != DType::bf16) || double(M) * double(N) * double(K) < kPadMinWork) return false;
   Padded a(A, lda, a_colmajor, M, K, es), b(B, ldb, b_colmajor, K, N, es), c(C, ldc, false, M, N, es);
   if (!a.needs_copy(es) && !b.needs_copy(es) && !c.needs_copy(es)) return false;
+  double copied = 0;
+  for (const Padded* x : {&a, &b, &c})
+    if (x->needs_copy(es)) copied += double(x->pitch) * double(x->lines8);
+  if (copied * kPadWorkPerCopied > double(M) * double(N) * double(K)) return false;
   for (Padded* x : {&a, &b, &c})
     if (x->needs_copy(es)) x->to = static_cast<char*>(device_alloc(x->bytes(es), index));
   if (a.copied()) a.fill(index, es);

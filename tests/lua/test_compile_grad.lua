@@ -349,6 +349,20 @@ describe("the compiled node", function()
     S.errors(function() s:sum():backward() end, "modified by an inplace operation")
   end)
 
+  it("lets an input the backward does not read change before it, as eager does, the first time too", function()
+    local w = T.randn(3, { requires_grad = true })
+    local f = T.compile(function(x, v) return (x + v) * 2, x * v end)
+    for i = 1, 4 do  -- (cold, then the first compiled backward - the traced one - and later ones)
+      local x = T.randn(3)
+      local y, z = f(x, w)
+      x:add_(1)  -- nothing reads it to differentiate y
+      w.grad = nil
+      y:sum():backward({ retain_graph = true })  -- (z shares the compiled segment's node)
+      S.close(w.grad, T.full({ 3 }, 2), 0, 0, "call " .. i)
+      S.errors(function() z:sum():backward() end, "modified by an inplace operation")  -- z's does
+    end
+  end)
+
   it("recomputes a value the forward did not save: an in-place write to it changes nothing", function()
     local h = T.randn(3, { requires_grad = true })
     local g = T.compile(function(a) return a * 2, a:exp() end)

@@ -161,11 +161,13 @@ class CompiledFunction : public autograd::Backward {
     BackwardGraph& b = j_->backwards[{key, plan}];
     Recorder& rec = recorder_of(ctx);
     if (!b.traced) {
-      // The trace re-runs the forward from the inputs and differentiates it eagerly: its gradients
-      // are this backward's (as eager autograd's), so the saved values are not read - freed first.
-      check_inputs(j_->forward->inputs);
+      // The trace re-runs the forward from the inputs and differentiates it eagerly: with the
+      // inputs as the forward saw them, its gradients are this backward's (as eager autograd's) and
+      // the saved values, not read, are freed first. An input written since (the backward may not
+      // read it) leaves the compiled backward to run on the saved values, as later calls do.
+      const bool as_seen = !changed_input(j_->forward->inputs);
       const std::vector<Tensor> inputs = trace_input().inputs;
-      if (autograd::releases_saved()) n.release_saved();
+      if (as_seen && autograd::releases_saved()) n.release_saved();
       Traced t = trace_backward(ctx, TraceInput{*j_->forward, inputs, ins_, j_->plan.saved}, key, grads, true);
       b.traced = true;  // (not when the trace raised: the next backward traces again)
       std::vector<Tensor> traced_grads = std::move(t.grads);
@@ -174,6 +176,7 @@ class CompiledFunction : public autograd::Backward {
         b.fallback = t.broken;
         ++rec.stats.grad_fallbacks;
         if (rec.logs.aot) Recorder::log("aot", cat(j_->opts.name, ": the backward runs on eager autograd: ", t.broken));
+        check_inputs(j_->forward->inputs);
         return traced_grads;
       }
       b.t = std::move(t);
@@ -186,7 +189,7 @@ class CompiledFunction : public autograd::Backward {
                                  " ops, reading ", b.t.reads.size(), " forward value(s)",
                                  b.reduced.empty() ? "" : cat(", reducing ", b.reduced.size(), " DDP bucket(s)")));
       if (rec.logs.partition) Recorder::log("partition", cat(b.t.graph->name, " recomputes: ", recomputed_list(b.t)));
-      return traced_grads;  // (DDP's buckets reduce them: none was reduced in the graph)
+      if (as_seen) return traced_grads;  // (DDP's buckets reduce them: none was reduced in the graph)
     }
     if (!b.fallback.empty()) {
       check_inputs(j_->forward->inputs);
@@ -210,16 +213,21 @@ class CompiledFunction : public autograd::Backward {
 
  private:
   // Forward inputs read again (not through Node::saved_out, which the engine checks): unchanged,
-  // as eager autograd requires of what it saved.
+  // as eager autograd requires of what it saved. The first of `ids` written since, or null.
+  const Tensor* changed_input(const std::vector<int32_t>& ids) const {
+    for (int32_t v : ids)
+      if (size_t(v) < inputs_.size() && inputs_[size_t(v)].defined() &&
+          inputs_[size_t(v)].storage()->version.load() != versions_[size_t(v)])
+        return &inputs_[size_t(v)];
+    return nullptr;
+  }
   void check_inputs(const std::vector<int32_t>& ids) const {
-    for (int32_t v : ids) {
-      if (size_t(v) >= inputs_.size() || !inputs_[size_t(v)].defined()) continue;
-      const Tensor& t = inputs_[size_t(v)];
-      if (t.storage()->version.load() != versions_[size_t(v)])
-        fail(cat("one of the variables needed for gradient computation has been modified by an inplace operation: [",
-                 dtype_name(t.dtype()), " ", shape_str(t.sizes()), "], an input of ", j_->opts.name,
-                 ", is at version ", t.storage()->version.load(), "; expected version ", versions_[size_t(v)], " instead"));
-    }
+    const Tensor* t = changed_input(ids);
+    if (!t) return;
+    const size_t v = size_t(t - inputs_.data());
+    fail(cat("one of the variables needed for gradient computation has been modified by an inplace operation: [",
+             dtype_name(t->dtype()), " ", shape_str(t->sizes()), "], an input of ", j_->opts.name, ", is at version ",
+             t->storage()->version.load(), "; expected version ", versions_[v], " instead"));
   }
 
   TraceInput trace_input() {

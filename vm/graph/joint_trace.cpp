@@ -85,11 +85,17 @@ class Tracer : public autograd::OpObserver {
   // A value only `held` references (its header and its storage) can reach no later call: its
   // memory goes now, as eager autograd's temporaries do, and its header's address may be reused.
   void release_unreferenced() {
-    for (Tensor& t : held)
-      if (t.defined() && tensor_refs(t.get()) == 1 && (!t.storage() || t.storage()->refs.load() == 1)) {
+    size_t kept = 0;
+    for (int32_t v : live_) {
+      Tensor& t = held[size_t(v)];
+      if (tensor_refs(t.get()) == 1 && (!t.storage() || t.storage()->refs.load() == 1)) {
         ids_.erase(t.get());
         t = Tensor();
+      } else {
+        live_[kept++] = v;
       }
+    }
+    live_.resize(kept);
   }
 
   // An in-place write the backward graph can hold: to a value a rule made whole (a buffer it
@@ -108,11 +114,13 @@ class Tracer : public autograd::OpObserver {
 
  private:
   std::unordered_map<cr_tensor*, int32_t> ids_;
+  std::vector<int32_t> live_;  // the values whose `held` tensor is still there
 
   int32_t fresh(int32_t node, const Tensor& t, int32_t views) {
     const int32_t v = g.add_value(node, meta_of(t));
     g.values[size_t(v)].views = views;
     held.push_back(t);
+    live_.push_back(v);
     fwd.push_back(-1);
     ids_[t.get()] = v;
     return v;

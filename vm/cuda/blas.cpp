@@ -108,10 +108,9 @@ void blas_prepare(int index) {
 
 namespace {
 
-// 16-bit products with a dim or a row pitch that is no multiple of 8 elements (a vocabulary of
-// 50257) get only cuBLAS's slow SM75 kernels, 4-7x slower on the H200 (bench/RESULTS.md): large
-// ones run on zero-padded copies instead, as Inductor's pad_mm does, where the copies are small
-// beside the product (not a decoding step's few rows, whose product is the weight's one read).
+// 16-bit products with a dim or row pitch off a multiple of 8 elements (a 50257 vocabulary) get
+// cuBLAS's slow SM75 kernels, 4-7x slower (bench/RESULTS.md): large ones, whose padding copies are
+// small beside them (not a decoding step's few rows), run zero-padded, as Inductor's pad_mm.
 constexpr double kPadMinWork = double(1 << 28);  // M N K
 constexpr double kPadWorkPerCopied = 64;         // M N K per element copied, at least
 int up8(int n) { return (n + 7) / 8 * 8; }

@@ -161,10 +161,9 @@ class CompiledFunction : public autograd::Backward {
     BackwardGraph& b = j_->backwards[{key, plan}];
     Recorder& rec = recorder_of(ctx);
     if (!b.traced) {
-      // The trace re-runs the forward from the inputs and differentiates it eagerly: with the
-      // inputs as the forward saw them, its gradients are this backward's (as eager autograd's) and
-      // the saved values, not read, are freed first. An input written since (the backward may not
-      // read it) leaves the compiled backward to run on the saved values, as later calls do.
+      // The trace re-runs the forward from the inputs, differentiated eagerly: with the inputs as
+      // the forward saw them its gradients are this backward's (the saved values, unread, go first);
+      // after an input was written the compiled backward runs on the saved values, as later calls.
       const bool as_seen = !changed_input(j_->forward->inputs);
       const std::vector<Tensor> inputs = trace_input().inputs;
       if (as_seen && autograd::releases_saved()) n.release_saved();

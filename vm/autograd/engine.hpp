@@ -37,12 +37,12 @@ std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& roots, std
 struct Node;
 std::vector<Tensor> run_node(Node& n, std::vector<Tensor>& out_grads, bool create_graph);
 
-// While a custom backward's apply runs (Backward::apply): whether leaf accumulator `acc` gets this
-// pass's gradient from that node alone, into .grad, through no tensor hook (DDP's in-graph
-// reduction, vm/graph/buckets.hpp, relies on it).
 // Inside a custom node's apply: whether the engine frees the node's saved values when it returns
 // (no retain_graph), so that the node may drop them sooner.
 bool releases_saved();
+// While a custom backward's apply runs (Backward::apply): whether leaf accumulator `acc` gets this
+// pass's gradient from that node alone, into .grad, through no tensor hook (DDP's in-graph
+// reduction, vm/graph/buckets.hpp, relies on it).
 bool sole_accumulation(const Node& acc);
 
 // x.grad = g and the engine's accumulation into it (a copy unless g is ours alone).

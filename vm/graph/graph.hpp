@@ -238,6 +238,8 @@ DeadLists dead_after(size_t steps, const std::vector<char>& keep,
 std::vector<char> kept_values(const Graph& g);
 // Per node of g, the values dead after it (dead_after over g's nodes); g.dead caches it.
 DeadLists dead_after(const Graph& g);
+// The same with the values `keep` marks kept (kept_values(g) and more).
+DeadLists dead_after(const Graph& g, const std::vector<char>& keep);
 // Runs op node `index` of g as run_eager does (the native backends run their Extern nodes so).
 void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr);
 // The graph's native code when it is ready, else run_eager.

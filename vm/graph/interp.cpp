@@ -110,8 +110,10 @@ std::vector<char> kept_values(const Graph& g) {
   return keep;
 }
 
-DeadLists dead_after(const Graph& g) {
-  return dead_after(g.nodes.size(), kept_values(g), [&](size_t i, const ValueVisit& use) {
+DeadLists dead_after(const Graph& g) { return dead_after(g, kept_values(g)); }
+
+DeadLists dead_after(const Graph& g, const std::vector<char>& keep) {
+  return dead_after(g.nodes.size(), keep, [&](size_t i, const ValueVisit& use) {
     for (const Arg& a : g.nodes[i].args) {
       if (a.tag == kTensor) use(a.value);
       for (int32_t v : a.values) use(v);

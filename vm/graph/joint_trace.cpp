@@ -252,13 +252,7 @@ Traced trace_backward(Context& ctx, const TraceInput& in, const std::vector<int3
     // (each forward value is dropped after its last reader: what the backward needs, autograd saved)
     std::vector<char> keep = kept_values(fg);
     for (int32_t r : roots) keep[size_t(r)] = 1;
-    const DeadLists dead = dead_after(fg.nodes.size(), keep, [&](size_t i, const ValueVisit& use) {
-      for (const Arg& a : fg.nodes[i].args) {
-        if (a.tag == kTensor) use(a.value);
-        for (int32_t v : a.values) use(v);
-      }
-      for (int32_t v : fg.nodes[i].outs) use(v);
-    });
+    const DeadLists dead = dead_after(fg, keep);
     for (size_t i = 0; i < fg.nodes.size(); ++i) {
       const Node& n = fg.nodes[i];
       if (n.kind == NodeKind::Op) {

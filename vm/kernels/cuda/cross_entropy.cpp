@@ -18,14 +18,14 @@ void cross_entropy_backward(Context& ctx, const Tensor& out, const Tensor& x, co
   if (n == 0) return;
   void *xp = x.data_bytes(), *lp = lse.data_bytes(), *tp = t.data_bytes(), *ap = a.data_bytes();
   void *bp = b.data_bytes(), *kp = k.data_bytes(), *wp = w.defined() ? w.data_bytes() : nullptr, *op = out.data_bytes();
-  constexpr int kBlock = 256, kRowItems = 4;  // (kRowItems: as cross_entropy.cuh's)
+  constexpr int kBlock = 256, kSpan = 4 * kBlock;  // (rows: the classes a block writes)
   const DType d = x.dtype();
   const std::string key = cat("cross_entropy_", dtype_name(d));
   auto source = [d] { return cross_entropy_source(d); };
-  const int64_t rows = n / classes, chunks = (classes + kBlock * kRowItems - 1) / (kBlock * kRowItems);
-  long long nn = n, cc = classes, ii = inner, kk = chunks;
+  const int64_t rows = n / classes, chunks = (classes + kSpan - 1) / kSpan;
+  long long nn = n, cc = classes, ii = inner, kk = chunks, ss = kSpan;
   if (inner == 1 && rows * chunks <= INT32_MAX) {
-    void* args[] = {&xp, &lp, &tp, &ap, &bp, &kp, &wp, &op, &kk, &cc};
+    void* args[] = {&xp, &lp, &tp, &ap, &bp, &kp, &wp, &op, &kk, &ss, &cc};
     return library_launch(ctx, x.device().index, key, source, "cross_entropy_bwd_rows", rows * chunks, kBlock, args);
   }
   void* args[] = {&xp, &lp, &tp, &ap, &bp, &kp, &wp, &op, &nn, &cc, &ii};

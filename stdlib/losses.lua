@@ -233,10 +233,21 @@ local function float32(x)
   if is_tensor(x) and LOW[x.dtype] and T.is_autocast_enabled(x.device:match("^%a+")) then return x:float() end
   return x
 end
+local ce = L.cross_entropy
 for _, name in ipairs({ "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
                         "binary_cross_entropy_with_logits", "kl_div" }) do
   local f = L[name]
   L[name] = function(input, target, opts) return f(float32(input), float32(target), opts) end
+end
+-- ... but the fused cross_entropy reads 16-bit scores itself, in float32 (its dtype=, which
+-- autocast sets): no float32 copy of the scores, their gradient written in their dtype.
+local ce_f32 = L.cross_entropy
+function L.cross_entropy(input, target, opts)
+  if is_tensor(input) and is_tensor(target) and not FLOATING[target.dtype]
+     and fusable(input, type(opts) == "table" and opts.weight or nil) then
+    return ce(input, target, opts)
+  end
+  return ce_f32(input, target, opts)
 end
 
 return L

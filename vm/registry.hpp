@@ -100,8 +100,10 @@ struct Derivative {
 // An op's autocast policy (vm/autograd/autocast.hpp; PyTorch's autocast op lists): None runs it as
 // it is; Lower casts its floating arguments on the autocast device to the autocast dtype (matmuls,
 // attention), Float32 to float32 (reductions that lose precision, exp/log/pow, softmax),
-// Promote to the widest of them (ops taking several tensors that must agree).
-enum class CastPolicy : uint8_t { None, Lower, Float32, Promote };
+// Promote to the widest of them (ops taking several tensors that must agree). Float32Dtype is
+// Float32 for an op that converts its first argument itself, by its `dtype` argument, as it reads
+// it (no float32 copy of a 16-bit input); its other floating arguments are cast.
+enum class CastPolicy : uint8_t { None, Lower, Float32, Promote, Float32Dtype };
 
 struct OpDef;
 std::string schema_arg_name(const OpDef& def, int i);

@@ -129,7 +129,11 @@ TEST_CASE("cuda: the layer_norm and cross_entropy kernels compile to CUBIN for e
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     INFO(cr::dtype_name(d));
     CHECK(compiles_clean(cr::cuda::layer_norm_source(d), "layer_norm"));
-    CHECK(compiles_clean(cr::cuda::cross_entropy_source(d), "ce"));
+    CHECK(compiles_clean(cr::cuda::cross_entropy_source(d, d), "ce"));
+  }
+  for (DType d : {DType::f16, DType::bf16}) {  // (a 16-bit input's float32 loss: autocast)
+    INFO(cr::dtype_name(d) << " scores, float32 loss");
+    CHECK(compiles_clean(cr::cuda::cross_entropy_source(d, DType::f32), "ce"));
   }
 }
 

@@ -181,6 +181,28 @@ describe("cross_entropy's fused op", function()
     local g = T._cross_entropy_backward(x:clone():requires_grad_(), lse, t, a, b, k)
     errs(function() g:sum():backward() end, "backward", "_cross_entropy_backward: derivative not implemented")
   end)
+  it("computes in its dtype= from 16-bit scores: the converted scores' loss, their gradient rounded", function()
+    for _, low in ipairs { "bfloat16", "float16" } do
+      for oi, o in ipairs { { nil, -100, 0, "mean" }, { w, 3, 0.2, "sum" }, { nil, 2, 0, "none" } } do
+        local x = (logits * 3):to(low)
+        local x1, x2 = x:clone():requires_grad_(), x:clone():requires_grad_()
+        local l1 = T._cross_entropy(x1, idx, o[1], o[2], o[3], o[4], "float32")
+        local l2 = T._cross_entropy(x2:float(), idx, o[1], o[2], o[3], o[4])
+        local what = low .. " options " .. oi
+        expect.eq(l1.dtype, "float32", what)
+        expect.close(l1, l2, { atol = 0, rtol = 0 }, what)
+        local g = T.arange(1, l1:numel() + 1):view(l1.shape):float()
+        ;(l1 * g):sum():backward()
+        ;(l2 * g):sum():backward()
+        expect.eq(x1.grad.dtype, low, what)
+        expect.close(x1.grad, x2.grad, { atol = 0, rtol = 0 }, what)
+      end
+    end
+    errs(function() T._cross_entropy(logits, idx, nil, -100, 0, "mean", "bfloat16") end, "_cross_entropy",
+      'dtype expected the input\'s dtype (float32) or a wider floating one, got "bfloat16"')
+    errs(function() T._cross_entropy(logits:bfloat16(), idx, w:bfloat16(), -100, 0, "mean", "float32") end, "_cross_entropy",
+      "weight expected dtype float32")
+  end)
   it("refuses what the composition refuses, naming the op", function()
     errs(function() F.cross_entropy(logits, T.tensor({ 1, 2, 3, 4, 5, 9 })) end, "_cross_entropy", "gather: index 9 is out of range for dim 2 of size 5")
     errs(function() T._cross_entropy(logits, idx, nil, -100, 0, "avg") end, "_cross_entropy", 'reduction expected "mean", "sum" or "none", got "avg"')

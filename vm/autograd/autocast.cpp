@@ -41,7 +41,7 @@ DType dtype_of(const cr_tensor* p) { return Tensor(const_cast<cr_tensor*>(p), tr
 DType target(CastPolicy p, const cr_value* args, int nargs) {
   const DType low = autocast.dev[device].dtype;
   if (p == CastPolicy::Lower) return low;
-  if (p == CastPolicy::Float32) return DType::f32;
+  if (p == CastPolicy::Float32 || p == CastPolicy::Float32Dtype) return DType::f32;
   DType t = low;  // Promote: the widest eligible argument, from the lower precision up
   each_eligible(args, nargs, [&](const cr_tensor* x) { t = promote(t, dtype_of(x)); });
   return t;
@@ -67,6 +67,19 @@ cr_tensor* cast(Context& ctx, cr_tensor* x, DType to, std::vector<Tensor>& keep)
   return keep.back().get();
 }
 
+// Float32Dtype: the op's `dtype` argument set to `to` where its first argument is eligible and
+// narrower (a dtype the caller gave is kept: PyTorch's autocast leaves explicit dtypes alone).
+void set_dtype_arg(const OpDef& def, std::vector<cr_value>& a, DType to) {
+  if (a.empty() || a[0].tag != kTensor) return;
+  const cr_tensor* x = static_cast<const cr_tensor*>(a[0].ptr);
+  if (!eligible(x) || promote(dtype_of(x), to) != to || dtype_of(x) == to) return;
+  int slot = 0;
+  while (slot < 32 && schema_arg_name(def, slot) != "dtype") ++slot;
+  if (slot == 32) fail(cat(def.name, ": internal: autocast policy Float32Dtype without a dtype argument"));
+  if (a.size() <= size_t(slot)) a.resize(size_t(slot) + 1, cr_value{kNone, 0, 0, nullptr, nullptr});
+  if (a[size_t(slot)].tag == kNone) a[size_t(slot)] = cr_value{kString, 0, 0, nullptr, dtype_name(to)};
+}
+
 }  // namespace
 
 void call_autocast(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
@@ -81,7 +94,9 @@ void call_autocast(Context& ctx, int op, const cr_value* args, int nargs, std::v
   std::vector<Tensor> keep;                    // the casts, alive until the op has run
   std::vector<std::vector<cr_tensor*>> lists;  // cast copies of tensor lists
   lists.reserve(size_t(nargs));
-  for (cr_value& v : a) {
+  if (p == CastPolicy::Float32Dtype) set_dtype_arg(def, a, to);
+  for (size_t i = p == CastPolicy::Float32Dtype ? 1 : 0; i < a.size(); ++i) {
+    cr_value& v = a[i];
     if (v.tag == kTensor) {
       v.ptr = cast(ctx, static_cast<cr_tensor*>(v.ptr), to, keep);
     } else if (v.tag == kTensors) {
@@ -91,7 +106,7 @@ void call_autocast(Context& ctx, int op, const cr_value* args, int nargs, std::v
       v.ptr = lists.back().data();
     }
   }
-  call_plain(ctx, op, a.data(), nargs, outs);
+  call_plain(ctx, op, a.data(), int(a.size()), outs);
 }
 
 }  // namespace cr::autograd

@@ -1,6 +1,6 @@
 // Fused cross_entropy with class indices (F.cross_entropy, stdlib/losses.lua, in eager mode):
 //   _cross_entropy(input, target, weight?, ignore_index = -100, label_smoothing = 0,
-//                  reduction = "mean") -> loss, lse
+//                  reduction = "mean", dtype = input's) -> loss, lse
 //   _cross_entropy_backward(input, lse, target, a, b, k, weight?) -> grad_input
 // input {N, C, d...} (or {C}), target 1-based class indices of input's shape without the class
 // dim (int64 / int32), weight {C}. lse is the logsumexp over the classes per position, kept for
@@ -9,6 +9,9 @@
 // with a, b, k per position (the rule, vm/ops/losses_grad.cpp, forms them from the reduction,
 // the target's weights and label_smoothing). The forward is PyTorch's formula as registry ops
 // on the input's device, never materialising the log-probabilities.
+// dtype (float32 for a 16-bit input under autocast) is the dtype the loss is computed and
+// returned in, as if the input were converted first (PyTorch's dtype= of log_softmax): lse, a, b,
+// k and weight have it, while the input is read, and its gradient written, in its own dtype.
 #include <cmath>
 
 #include "vm/autograd/grad_mode.hpp"
@@ -35,9 +38,9 @@ autograd::Var ce_accumulated(const autograd::Var& v, DType dt) {
 namespace {
 using namespace autograd;
 
-void check_like(const char* role, const Tensor& t, const Tensor& x, const Shape& sizes) {
-  if (t.dtype() != x.dtype() || t.device() != x.device() || t.sizes() != sizes)
-    fail(cat(role, " expected input's dtype ", dtype_name(x.dtype()), ", device ", device_name(x.device()), " and shape ",
+void check_like(const char* role, const Tensor& t, DType dt, const Tensor& x, const Shape& sizes) {
+  if (t.dtype() != dt || t.device() != x.device() || t.sizes() != sizes)
+    fail(cat(role, " expected dtype ", dtype_name(dt), ", input's device ", device_name(x.device()), " and shape ",
              shape_str(sizes), ", got ", t.describe()));
 }
 
@@ -54,63 +57,88 @@ Tensor check_input(const OpCall& c) {
   return x;
 }
 
+// The dtype= argument: the input's dtype or a wider floating one.
+DType compute_dtype(const OpCall& c, const Tensor& x) {
+  DType d = x.dtype();
+  if (!c.has(6)) return d;
+  if (!parse_dtype(c.str(6), &d) || !is_floating(d) || promote(d, x.dtype()) != d)
+    fail(cat("dtype expected the input's dtype (", dtype_name(x.dtype()), ") or a wider floating one, got \"", c.str(6), "\""));
+  return d;
+}
+
 std::vector<Meta> infer_cross_entropy(OpCall& c) {
   const Tensor x = check_input(c);
   const Shape pos = ce_positions(x.sizes());
+  const DType dt = compute_dtype(c, x);
   check_target(c.tensor(1), x, pos);
-  if (c.has(2)) check_like("weight", c.tensor(2), x, {x.size(ce_class_dim(x.dim()))});
+  if (c.has(2)) check_like("weight", c.tensor(2), dt, x, {x.size(ce_class_dim(x.dim()))});
   const double ls = c.number_or(4, 0);
   if (!(ls >= 0 && ls <= 1)) fail(cat("label_smoothing expected a number in [0, 1], got ", ls));
   const std::string r = c.has(5) ? c.str(5) : "mean";
   if (r != "mean" && r != "sum" && r != "none") fail(cat("reduction expected \"mean\", \"sum\" or \"none\", got \"", r, "\""));
-  return {{r == "none" ? pos : Shape{}, x.dtype(), x.device()}, {pos, x.dtype(), x.device()}};
+  return {{r == "none" ? pos : Shape{}, dt, x.device()}, {pos, dt, x.device()}};
+}
+
+// lse in dt: one fused pass over the rows on CUDA, else logsumexp of the input converted to
+// the dtype it sums in (float32 for 16-bit: PyTorch's reductions accumulate so).
+Var log_sum_exp(Context& ctx, const Tensor& x, int cd, DType dt) {
+  if (!x.device().is_cpu() && x.dim() == 2 && x.is_contiguous()) {
+    Tensor lse = Tensor::empty({x.size(0)}, dt, x.device());
+    cuda::cross_entropy_lse(ctx, lse, x);
+    return Var(lse);
+  }
+  return to_dtype(op("logsumexp", {ce_accumulated(to_dtype(x, dt), dt), cd + 1, false}), dt);
 }
 
 void run_cross_entropy(OpCall& c) {
   ContextScope scope(c.ctx);
   GradModeGuard off(false);
   const Tensor x = c.tensor(0);
+  const DType dt = compute_dtype(c, x);
   const int cd = ce_class_dim(x.dim());
   const int64_t C = x.size(cd);
   const double ls = c.number_or(4, 0);
-  Var lse = to_dtype(op("logsumexp", {ce_accumulated(x, x.dtype()), cd + 1, false}), x.dtype());
+  Var lse = log_sum_exp(c.ctx, x, cd, dt);
   Var valid = op("ne", {c.tensor(1), c.number_or(3, -100)});
   Var idx = to_dtype(where(valid, c.tensor(1), 1.0), DType::i64);
-  Var picked = op("squeeze", {op("gather", {x, cd + 1, unsqueeze(idx, cd)}), cd + 1}) - lse;
+  Var picked = to_dtype(op("squeeze", {op("gather", {x, cd + 1, unsqueeze(idx, cd)}), cd + 1}), dt) - lse;
   // sums of float16 / bfloat16 values accumulate in float32 (as PyTorch's reductions do)
-  auto acc = [&](const Var& v) { return ce_accumulated(v, x.dtype()); };
-  Var wt = to_dtype(valid, x.dtype()), wsum = double(C), wx = x;
+  auto acc = [&](const Var& v) { return ce_accumulated(v, dt); };
+  Var wt = to_dtype(valid, dt), wsum = double(C), wx = x;
   if (c.has(2)) {
     const Tensor w = c.tensor(2);
     wt = where(valid, reshape(op("index_select", {w, 1, reshape(idx, {idx.tensor().numel()})}), idx.tensor().sizes()), 0.0);
     Shape view(size_t(x.dim()), 1);
     view[size_t(cd)] = C;
-    wx = x * reshape(w, view), wsum = op("sum", {acc(w)});
+    wx = to_dtype(x, dt) * reshape(w, view), wsum = op("sum", {acc(w)});
   }
   Var loss = -(picked * wt);
   if (ls > 0) {  // the mean over the classes of -w_c log p_c, with the same weights
-    Var smooth = op("sum", {acc(wx), cd + 1}) - acc(lse) * wsum;
+    Var smooth = op("sum", {acc(to_dtype(wx, dt)), cd + 1}) - acc(lse) * wsum;
     loss = acc(loss) * (1 - ls) - where(valid, smooth, 0.0) * (ls / double(C));
   }
   const std::string r = c.has(5) ? c.str(5) : "mean";
   if (r != "none") loss = r == "sum" ? op("sum", {acc(loss)}) : op("sum", {acc(loss)}) / op("sum", {acc(wt)});
-  copy_into(c.outs[0], to_dtype(loss, x.dtype()).tensor());
+  copy_into(c.outs[0], to_dtype(loss, dt).tensor());
   copy_into(c.outs[1], lse.tensor());
 }
 
 std::vector<Meta> infer_cross_entropy_backward(OpCall& c) {
   const Tensor x = check_input(c);
   const Shape pos = ce_positions(x.sizes());
-  check_like("lse", c.tensor(1), x, pos);
+  const DType dt = c.tensor(1).dtype();  // lse's: the forward's dtype=
+  if (!is_floating(dt) || promote(dt, x.dtype()) != dt)
+    fail(cat("lse expected the input's dtype (", dtype_name(x.dtype()), ") or a wider floating one, got ", c.tensor(1).describe()));
+  check_like("lse", c.tensor(1), dt, x, pos);
   check_target(c.tensor(2), x, pos);
   if (c.tensor(2).dtype() != DType::i64) fail(cat("target expected int64, got ", c.tensor(2).describe()));
-  for (int i : {3, 4, 5}) check_like(c.arg_name(i), c.tensor(i), x, pos);
-  if (c.has(6)) check_like("weight", c.tensor(6), x, {x.size(ce_class_dim(x.dim()))});
+  for (int i : {3, 4, 5}) check_like(c.arg_name(i), c.tensor(i), dt, x, pos);
+  if (c.has(6)) check_like("weight", c.tensor(6), dt, x, {x.size(ce_class_dim(x.dim()))});
   return {{x.sizes(), x.dtype(), x.device()}};
 }
 
-template <class T, class C>
-void grad_rows(const T* x, const T* lse, const int64_t* t, const T* a, const T* b, const T* k, const T* w, T* out,
+template <class T, class L, class C>
+void grad_rows(const T* x, const L* lse, const int64_t* t, const L* a, const L* b, const L* k, const L* w, T* out,
                int64_t classes, int64_t inner, int64_t o0, int64_t o1) {
   for (int64_t o = o0; o < o1; ++o)
     for (int64_t c = 0; c < classes; ++c)
@@ -131,12 +159,16 @@ void run_cross_entropy_backward(OpCall& c) {
   if (!x.device().is_cpu())
     return cuda::cross_entropy_backward(c.ctx, c.outs[0], x, in[1], in[2], in[3], in[4], in[5], in[6], classes, inner);
   const int64_t outer = cd == 0 ? 1 : x.size(0);
-  visit_floating(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* w = in[6].defined() ? in[6].data<T>() : nullptr;
-    parallel_for(outer, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, classes * inner)), [&](int64_t o0, int64_t o1) {
-      grad_rows<T, compute_t<T>>(x.data<T>(), in[1].data<T>(), in[2].data<int64_t>(), in[3].data<T>(), in[4].data<T>(),
-                                 in[5].data<T>(), w, c.outs[0].data<T>(), classes, inner, o0, o1);
+  visit_floating(x.dtype(), [&](auto xtag) {
+    visit_floating(in[1].dtype(), [&](auto ltag) {
+      using T = decltype(xtag);
+      using L = decltype(ltag);
+      const L* w = in[6].defined() ? in[6].data<L>() : nullptr;
+      const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, classes * inner));
+      parallel_for(outer, grain, [&](int64_t o0, int64_t o1) {
+        grad_rows<T, L, compute_t<L>>(x.data<T>(), in[1].data<L>(), in[2].data<int64_t>(), in[3].data<L>(), in[4].data<L>(),
+                                      in[5].data<L>(), w, c.outs[0].data<T>(), classes, inner, o0, o1);
+      });
     });
   });
 }
@@ -144,11 +176,13 @@ void run_cross_entropy_backward(OpCall& c) {
 }  // namespace
 
 void register_losses(Registry& r) {
-  r.add(OpDef{"_cross_entropy", "input:T, target:T, weight:T?, ignore_index:N?, label_smoothing:N?, reduction:S?",
+  r.add(OpDef{"_cross_entropy", "input:T, target:T, weight:T?, ignore_index:N?, label_smoothing:N?, reduction:S?, dtype:S?",
               OpKind::Other, kNoMethod | kMultiOut | kDeviceAware | kValueErrors | kExtern, infer_cross_entropy, run_cross_entropy});
   r.add(OpDef{"_cross_entropy_backward", "input:T, lse:T, target:T, a:T, b:T, k:T, weight:T?", OpKind::Other,
               kNoMethod | kDeviceAware | kExtern, infer_cross_entropy_backward, run_cross_entropy_backward});
-  r.set_cast({"_cross_entropy"}, CastPolicy::Float32);  // autocast: log_softmax and nll_loss run in float32
+  // autocast: log_softmax and nll_loss run in float32, here without a float32 copy of the scores
+  r.set_cast({"_cross_entropy"}, CastPolicy::Float32Dtype);
+  r.set_cast({"_cross_entropy"}, CastPolicy::Float32Dtype, true);  // (PyTorch's CPU list has it too)
 }
 
 }  // namespace cr

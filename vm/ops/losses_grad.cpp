@@ -24,7 +24,7 @@ void cross_entropy_rule(Grad& g) {
   const OpCall& arg = g.arg();
   const int cd = ce_class_dim(g.ndim(0));
   const int64_t C = g.sizes(0)[size_t(cd)];
-  const DType dt = g.meta(0).dtype;
+  const DType dt = g.out_meta(1).dtype;  // the loss's (dtype=), the input's or wider
   const double s = arg.number_or(4, 0);
   const bool weighted = g.is_tensor(2);
   Var valid = op("ne", {g.in(1), arg.number_or(3, -100)});
@@ -51,7 +51,9 @@ void cross_entropy_rule(Grad& g) {
   Var classes = reshape(op("arange", {int64_t(1), C + 1, nullptr, nullptr, dev.c_str()}), view);
   Var one_hot = to_dtype(op("eq", {classes, unsqueeze(idx, cd)}), dt);
   Var per_class = weighted ? reshape(g.in(2), view) : Var(1.0);
-  g.set(0, unsqueeze(a, cd) * op("softmax", {g.in(0), cd + 1}) - unsqueeze(b, cd) * one_hot - unsqueeze(k, cd) * per_class);
+  Var grad = unsqueeze(a, cd) * op("softmax", {to_dtype(g.in(0), dt), cd + 1}) - unsqueeze(b, cd) * one_hot -
+             unsqueeze(k, cd) * per_class;
+  g.set(0, to_dtype(grad, g.meta(0).dtype));
 }
 
 }  // namespace

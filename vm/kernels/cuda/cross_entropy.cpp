@@ -6,10 +6,14 @@
 
 namespace cr::cuda {
 
-std::string cross_entropy_source(DType d) {
-  return cat(prelude(), "\ntypedef ", cuda_type(d), " T;\ntypedef ", d == DType::f64 ? "double" : "float", " A;\n",
-             cuda_source("cross_entropy.cuh"));
+std::string cross_entropy_source(DType d, DType l) {
+  return cat(prelude(), "\ntypedef ", cuda_type(d), " T;\ntypedef ", cuda_type(l), " L;\ntypedef ",
+             l == DType::f64 ? "double" : "float", " A;\n", cuda_source("cross_entropy.cuh"));
 }
+
+namespace {
+std::string module_key(DType d, DType l) { return cat("cross_entropy_", dtype_name(d), "_", dtype_name(l)); }
+}  // namespace
 
 void cross_entropy_backward(Context& ctx, const Tensor& out, const Tensor& x, const Tensor& lse, const Tensor& t,
                             const Tensor& a, const Tensor& b, const Tensor& k, const Tensor& w, int64_t classes,
@@ -18,18 +22,31 @@ void cross_entropy_backward(Context& ctx, const Tensor& out, const Tensor& x, co
   if (n == 0) return;
   void *xp = x.data_bytes(), *lp = lse.data_bytes(), *tp = t.data_bytes(), *ap = a.data_bytes();
   void *bp = b.data_bytes(), *kp = k.data_bytes(), *wp = w.defined() ? w.data_bytes() : nullptr, *op = out.data_bytes();
-  constexpr int kBlock = 256, kSpan = 4 * kBlock;  // (rows: the classes a block writes)
-  const DType d = x.dtype();
-  const std::string key = cat("cross_entropy_", dtype_name(d));
-  auto source = [d] { return cross_entropy_source(d); };
+  constexpr int kBlock = 256, kSpan = 16 * kBlock;  // (rows: the classes a block writes)
+  const DType d = x.dtype(), l = lse.dtype();
+  auto source = [d, l] { return cross_entropy_source(d, l); };
   const int64_t rows = n / classes, chunks = (classes + kSpan - 1) / kSpan;
   long long nn = n, cc = classes, ii = inner, kk = chunks, ss = kSpan;
   if (inner == 1 && rows * chunks <= INT32_MAX) {
     void* args[] = {&xp, &lp, &tp, &ap, &bp, &kp, &wp, &op, &kk, &ss, &cc};
-    return library_launch(ctx, x.device().index, key, source, "cross_entropy_bwd_rows", rows * chunks, kBlock, args);
+    return library_launch(ctx, x.device().index, module_key(d, l), source, "cross_entropy_bwd_rows", rows * chunks, kBlock,
+                          args);
   }
   void* args[] = {&xp, &lp, &tp, &ap, &bp, &kp, &wp, &op, &nn, &cc, &ii};
-  library_launch(ctx, x.device().index, key, source, "cross_entropy_bwd", (n + kBlock - 1) / kBlock, kBlock, args);
+  library_launch(ctx, x.device().index, module_key(d, l), source, "cross_entropy_bwd", (n + kBlock - 1) / kBlock, kBlock,
+                 args);
+}
+
+void cross_entropy_lse(Context& ctx, const Tensor& lse, const Tensor& x) {
+  const int64_t rows = x.size(0);
+  if (rows == 0) return;
+  if (rows > INT32_MAX) fail(cat("cross_entropy: more than 2^31 - 1 rows (", rows, ") for the fused kernel"));
+  const DType d = x.dtype(), l = lse.dtype();
+  void *xp = x.data_bytes(), *lp = lse.data_bytes();
+  long long cc = x.size(1);
+  void* args[] = {&xp, &lp, &cc};
+  library_launch(ctx, x.device().index, module_key(d, l), [d, l] { return cross_entropy_source(d, l); },
+                 "cross_entropy_lse_rows", rows, 256, args);
 }
 
 }  // namespace cr::cuda

@@ -155,10 +155,11 @@ class ReductionWriter {
     }
     o.splittable = !w_.dynamic && o.form == Form::ReduceBlock && one_pass();
     split_ = o.splittable ? std::max<int64_t>(1, w_.config.split) : 1;
+    if (!w_.dynamic && o.form == Form::ReduceColumns) split_ = column_split(o.rows, o.row_size);
     if (split_ > 1) o.persistent = false;  // (a block loops over its slice)
     persistent_ = o.persistent;
     w_.set_grid(o.block / team_, o.form == Form::ReduceBlock ? kBlockRowWaves : 1);
-    if (split_ > 1) o.grid = o.rows * split_;
+    if (split_ > 1) o.grid = (o.form == Form::ReduceColumns ? (o.rows + 31) / 32 : o.rows) * split_;
     o.split = split_;
     w_.set_index_type();
     // (a template's persistent rows: its bucket's items, each checked against the row length)
@@ -194,7 +195,8 @@ class ReductionWriter {
     ragged_ = ragged;
     ex_.open_scope();  // (each form defines its own expressions)
     if (persistent_) plan_cache();
-    stages();
+    if (w_.out.form == Form::ReduceColumns && split_ > 1) split_columns();
+    else stages();
     ex_.close_scope();
   }
 
@@ -205,10 +207,65 @@ class ReductionWriter {
     L_.add("const int lane = threadIdx.x / 32;");
     for (size_t a = 0; a < k_.accs.size(); ++a)
       L_.add(cat("__shared__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " red", a, "[", team_, "][32];"));
-    L_.open(cat("for (", idx, " base = ", idx, "(blockIdx.x) * 32; base < ", R, "; base += ", idx, "(gridDim.x) * 32)"));
+    if (split_ > 1) {  // block b: rows from (b / split) * 32, slice b % split of their elements
+      const int64_t chunk = (w_.out.row_size + split_ - 1) / split_, groups = (w_.out.rows + 31) / 32;
+      L_.add("__shared__ bool last;");
+      L_.open(cat("for (", idx, " b = blockIdx.x; b < ", groups * split_, "; b += gridDim.x)"));
+      L_.add(cat("const ", idx, " base = b / ", split_, " * 32, part = b % ", split_, ";"));
+      L_.add(cat("const ", idx, " c_end = (part + 1) * ", chunk, " < ", C_, " ? (part + 1) * ", chunk, " : ", idx, "(", C_, ");"));
+      first_c_ = cat("part * ", chunk, " + lane");
+      end_c_ = "c_end";
+    } else {
+      L_.open(cat("for (", idx, " base = ", idx, "(blockIdx.x) * 32; base < ", R, "; base += ", idx, "(gridDim.x) * 32)"));
+    }
     L_.add(cat("const bool live = base + threadIdx.x % 32 < ", R, ";"));
     L_.add(cat("const ", idx, " row = live ? base + threadIdx.x % 32 : ", R, " - 1;"));
     row_guard_ = "lane == 0 && live";
+  }
+
+  // Blocks that share a column team's rows (split_columns): enough for two waves of blocks when
+  // the rows alone are too few (GPT-2's bias gradients: 24 blocks of 768 columns), each lane
+  // folding 16 elements or more; 1: no split. One stage of folds, whose element stores come first.
+  int64_t column_split(int64_t R, int64_t C) const {
+    for (const Accumulate& a : k_.accs)
+      if (k_.depth[size_t(a.expr)] != 0 || a.kind == ReduceKind::OrderedSum || a.kind == ReduceKind::OrderedMax) return 1;
+    for (const Store& s : k_.stores)
+      if (store_inner(k_, s) ? k_.depth[size_t(s.expr)] != 0 : k_.depth[size_t(s.expr)] == 0) return 1;
+    const int64_t groups = (R + 31) / 32, per_sm = std::max<int64_t>(1, w_.target.max_threads_per_sm / w_.out.block);
+    const int64_t want = 2 * int64_t(w_.target.sm_count) * per_sm;
+    if (groups * 2 > want) return 1;
+    return std::clamp<int64_t>((want + groups - 1) / groups, 1, std::min<int64_t>(64, C / (16 * team_)));
+  }
+
+  // The fold of split_columns' blocks: each writes its rows' partials (module globals), and the
+  // rows' last block to finish (a counter per 32 rows, reset by it) folds them in slice order,
+  // so the sums do not depend on the blocks' order (as split_rows), then stores the results.
+  void split_columns() {
+    const CudaKernel& o = w_.out;
+    const int64_t groups = (o.rows + 31) / 32;
+    for (size_t a = 0; a < k_.accs.size(); ++a)
+      w_.functions[cat("~split ", o.name, " ", a)] =
+          cat("__device__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " ", o.name, "_part", a, "[", groups * 32 * split_, "];\n");
+    w_.functions[cat("~split ", o.name)] = cat("__device__ unsigned int ", o.name, "_count[", groups, "];\n");
+    stage(0);
+    for (size_t a = 0; a < k_.accs.size(); ++a)
+      L_.add(cat("if (lane == 0) ", o.name, "_part", a, "[(base + threadIdx.x % 32) * ", split_, " + part] = acc", a, ";"));
+    L_.add("__threadfence();");
+    L_.add("__syncthreads();");
+    L_.add(cat("if (threadIdx.x == 0) last = atomicAdd(&", o.name, "_count[b / ", split_, "], 1u) == ", split_ - 1, ";"));
+    L_.add("__syncthreads();");
+    L_.open("if (last)");
+    L_.add("__threadfence();");
+    for (size_t a = 0; a < k_.accs.size(); ++a) {
+      const DType t = cuda_acc_dtype(k_.accs[a]);
+      L_.add(cat("acc", a, " = ", literal(reduce_init(k_.accs[a].kind, k_.accs[a].in), t), ";"));
+      L_.add(cat("for (int s = 0; s < ", split_, "; ++s) acc", a, " = ", fold_name(k_.accs[a].kind), "()(acc", a, ", ((volatile ",
+                 cuda_type(t), "*)", o.name, "_part", a, ")[(base + threadIdx.x % 32) * ", split_, " + s]);"));
+    }
+    L_.add(cat("if (threadIdx.x == 0) ", o.name, "_count[b / ", split_, "] = 0;"));
+    for (int d = 1; d <= k_.max_depth; ++d) stage(d);  // (the rows' stores: lane 0 of live rows)
+    L_.close();
+    L_.add("__syncthreads();  // (`last` serves the next rows)");
   }
 
   // One stage of folds over the row, then stores of the row's results only: its fold can be

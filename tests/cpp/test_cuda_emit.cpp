@@ -475,6 +475,26 @@ void on_cuda(Graph& g) {
   for (auto& v : g.values) v.meta.device = Device{1, 0};
 }
 
+TEST_CASE("cuda: column sums of few columns split their rows across blocks, element stores first", "[cuda]") {
+  if (!have_nvrtc()) return;
+  // a bias gradient beside its element-wise producer: 768 columns of 8192 rows are 24 column
+  // teams, too few for 132 SMs; {64, 768} is too short to split
+  for (auto [R, C, split] : {std::tuple<int64_t, int64_t, bool>{8192, 768, true}, {5000, 37, true}, {64, 768, false}}) {
+    Context ctx;
+    Builder B{ctx};
+    int32_t y = B.op("mul", {T(B.input(sample({R, C}, DType::f32, 4))), N(2)});
+    B.g.outputs = {y, B.op("sum", {T(y), N(1)})};
+    on_cuda(B.g);
+    Compiled r = compile(B, cat("column_split_", R, "x", C));
+    REQUIRE(r.module.kernels.size() == 1);
+    const jit::cuda::CudaKernel& k = r.module.kernels[0];
+    INFO(R << " x " << C);
+    CHECK(k.form == Form::ReduceColumns);
+    CHECK((k.split > 1) == split);
+    if (split) CHECK(k.grid == (C + 31) / 32 * k.split);
+  }
+}
+
 TEST_CASE("cuda: float16 / bfloat16 graphs lower (CUDA only) and compile, computing in float32", "[cuda]") {
   for (DType d : {DType::f16, DType::bf16}) {
     Context ctx;

@@ -59,7 +59,7 @@ void layer_norm_backward(Context& ctx, const Tensor& gx, const Tensor& gw, const
   launch(ctx, x, "layer_norm_bwd_cols", col_blocks * chunks, kCols * kColRows, cols);
   void *gwp = ptr(gw), *gbp = ptr(gb);
   void* fold[] = {&pp, &gwp, &gbp, &nn, &nchunks};
-  launch(ctx, x, "layer_norm_bwd_fold", (n + 255) / 256, 256, fold);
+  launch(ctx, x, "layer_norm_bwd_fold", (n * 32 + 255) / 256, 256, fold);  // (a warp a column)
 }
 
 }  // namespace cr::cuda

@@ -89,15 +89,20 @@ extern "C" __global__ void layer_norm_bwd_cols(const T* go, const T* x, const A*
   }
 }
 
-// Stage 2: a thread per column adds the chunks' partials in chunk order (gw / gb null: not asked).
+// Stage 2: a warp per column adds the chunks' partials, lane l those of chunks l, l + 32, ..., then
+// the lanes' sums by xor-shuffles: the same order every run (gw / gb null: not asked).
 extern "C" __global__ void layer_norm_bwd_fold(const A* partial, T* gw, T* gb, long long n, int chunks) {
-  const long long col = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long col = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
   if (col >= n) return;
   A aw = 0, ab = 0;
-  for (int k = 0; k < chunks; ++k) {
+  for (int k = lane; k < chunks; k += 32) {
     aw += partial[k * n + col];
     ab += partial[(chunks + k) * n + col];
   }
+  aw = cr::warp_reduce(aw, cr::Sum{});
+  ab = cr::warp_reduce(ab, cr::Sum{});
+  if (lane != 0) return;
   if (gw) gw[col] = T(aw);
   if (gb) gb[col] = T(ab);
 }

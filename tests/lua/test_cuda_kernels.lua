@@ -463,7 +463,7 @@ describe("CUDA kernels", function()
     local h = T.cuda.stats().host_ops
     local opts = { {}, { reduction = "sum" }, { reduction = "none" }, { ignore_index = 3, label_smoothing = 0.1 },
                    { weight = true, ignore_index = 2, label_smoothing = 0.2 }, { weight = true, reduction = "none" } }
-    local shapes = { { { 64, 1000 }, { 64 } }, { { 7 }, {} }, { { 3, 5, 4, 2 }, { 3, 4, 2 } }, { { 5, 2500 }, { 5 } } }
+    local shapes = { { { 64, 1000 }, { 64 } }, { { 7 }, {} }, { { 3, 5, 4, 2 }, { 3, 4, 2 } }, { { 5, 9000 }, { 5 } } }
     for _, dt in ipairs { "float32", "float64", "float16", "bfloat16" } do
       local tol = dt == "float64" and 1e-10 or (dt == "float32" and 1e-5 or 2e-2)
       for si, s in ipairs(shapes) do
@@ -490,6 +490,46 @@ describe("CUDA kernels", function()
       end
     end
     expect.eq(T.cuda.stats().host_ops, h, "ops on host copies")
+  end)
+  it("run cross_entropy of 16-bit scores in float32 (autocast's) without a float32 copy of them", function()
+    need_gpu()
+    -- (9000 classes: three blocks a row in the gradient, groups of loads and a tail in the lse)
+    local shapes = { { { 64, 1000 }, { 64 } }, { { 3, 9000 }, { 3 } }, { { 3, 5, 4, 2 }, { 3, 4, 2 } }, { { 6, 3 }, { 6 } } }
+    for _, low in ipairs { "bfloat16", "float16" } do
+      for si, s in ipairs(shapes) do
+        local C = s[1][2]
+        local x = (T.randn(s[1]) * 4):to(low)
+        if si == 4 then  -- masked scores: -inf in a row, and a row of -inf but the target
+          x[1][2], x[2][1], x[2][3] = -math.huge, -math.huge, -math.huge
+        end
+        local t = si == 4 and T.tensor({ 1, 2, 3, 1, 2, 3 }) or T.randint(1, C + 1, s[2])
+        local cw = T.rand(C) + 0.5
+        for oi, o in ipairs { { nil, -100, 0, "mean" }, { true, 3, 0.1, "sum" }, { nil, 2, 0, "none" } } do
+          local function run(dev)
+            local xr = x:clone():to(dev):requires_grad_()
+            local l = T._cross_entropy(xr, t:to(dev), o[1] and cw:to(dev) or nil, o[2], o[3], o[4], "float32")
+            ;(l:dim() > 0 and (l * T.arange(1, l:numel() + 1):view(l.shape):float():to(dev)):sum() or l):backward()
+            return l, xr.grad
+          end
+          local l1, g1 = run("cpu")
+          local l2, g2 = run("cuda")
+          local what = string.format("%s shape %d options %d", low, si, oi)
+          expect.eq({ l2.dtype, g2.dtype }, { "float32", low }, what)
+          expect.close(l2:cpu(), l1, 1e-5, 1e-5, what .. " loss")
+          expect.close(g2:cpu():float(), g1:float(), 1e-2, 1e-2, what .. " grad")
+        end
+      end
+    end
+    -- under autocast F.cross_entropy passes dtype = "float32": the scores' gradient stays 16-bit
+    local w = T.randn(50, 16, { device = "cuda", requires_grad = true })
+    local h = T.randn(8, 16, { device = "cuda" })
+    local l = T.autocast("cuda", { dtype = "bfloat16" }, function()
+      return T.F.cross_entropy(T.F.linear(h, w), T.randint(1, 51, { 8 }):cuda())
+    end)
+    expect.eq(l.dtype, "float32")
+    expect.eq(tostring(l.grad_fn), "<CrossEntropyBackward>")
+    l:backward()
+    expect.eq(w.grad.dtype, "float32")
   end)
   it("update parameters with the fused optimizer kernels: the CPU's results bit for bit in float32", function()
     need_gpu()
@@ -551,9 +591,14 @@ describe("CUDA kernels", function()
       local y = a:float() * T.sigmoid(b)
       return y:to(a.dtype), y:sum(1), T.softmax(b, 1)
     end, { hot = 0 })
-    for _, c in ipairs { { 4096, 3072, "bfloat16" }, { 768, 4096, "float32" }, { 333, 70, "float32" }, { 70, 333, "bfloat16" } } do
+    -- (8192 x 768 and 5000 x 37: blocks share the columns, each a slice of the rows)
+    for _, c in ipairs { { 4096, 3072, "bfloat16" }, { 768, 4096, "float32" }, { 333, 70, "float32" }, { 70, 333, "bfloat16" },
+                         { 8192, 768, "bfloat16" }, { 5000, 37, "float32" } } do
       local a, b = T.randn(c[1], c[2]):to(c[3]), T.randn(c[1], c[2])
       local y, s, p = f(a:cuda(), b:cuda())
+      local _, s2 = f(a:cuda(), b:cuda())  -- (compiled calls both: the first may have run eagerly)
+      local _, s3 = f(a:cuda(), b:cuda())
+      expect.close(s3:cpu(), s2:cpu(), 0, 0)  -- the same sums, bit for bit
       local wy = a:double() * T.sigmoid(b:double())
       local tol = c[3] == "bfloat16" and 1e-2 or 1e-5
       local what = ("%d x %d %s"):format(c[1], c[2], c[3])

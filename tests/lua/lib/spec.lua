@@ -13,8 +13,13 @@ function S.describe(name, fn)
   stack[#stack] = nil
 end
 
+-- CRESCENT_SPEC_FILTER=text runs only the specs whose full name contains it (a plain substring).
+local filter = os.getenv("CRESCENT_SPEC_FILTER")
+if filter == "" then filter = nil end
+
 function S.it(name, fn)
   local full = table.concat(stack, " > ") .. " > " .. name
+  if filter and not full:find(filter, 1, true) then return end
   local ok, err = xpcall(fn, function(e)
     if type(e) == "table" and e.skip then return e end
     return debug.traceback(tostring(e), 2)

@@ -399,8 +399,9 @@ describe("CUDA kernels", function()
   it("run layer_norm forward and backward as fused kernels: every floating dtype, the CPU's values, deterministic", function()
     need_gpu()
     local h = T.cuda.stats().host_ops
+    -- (rows of 768, 1024 and 40: a warp a row; of 5, 1200, 1 and 33: a block a row)
     local shapes = { { { 8, 64, 768 }, { 768 } }, { { 37, 5 }, { 5 } }, { { 3, 4, 300 }, { 4, 300 } }, { { 2, 1 }, { 1 } },
-                     { { 1000, 33 }, { 33 } }, { { 0, 16 }, { 16 } } }
+                     { { 1000, 33 }, { 33 } }, { { 0, 16 }, { 16 } }, { { 5, 1024 }, { 1024 } }, { { 70, 40 }, { 40 } } }
     for _, dt in ipairs { "float32", "float64", "float16", "bfloat16" } do
       local tol = dt == "float64" and 1e-10 or (dt == "float32" and 1e-4 or 3e-2)
       for si, s in ipairs(shapes) do

@@ -16,6 +16,16 @@ constexpr int64_t kChunkRows = 64, kMaxChunks = 256;
 
 void* ptr(const Tensor& t) { return t.defined() ? t.data_bytes() : nullptr; }
 
+// The warp-per-row kernels' terms (layer_norm.cuh): rows of at most 32 x 32 elements in whole
+// 16-byte vectors, every tensor given 16-byte aligned.
+constexpr int64_t kWarpRowMax = 32 * 32, kWarpBlock = 128;
+bool warp_rows(int64_t n, size_t es, std::initializer_list<const Tensor*> ts) {
+  if (n > kWarpRowMax || (size_t(n) * es) % 16 != 0) return false;
+  for (const Tensor* t : ts)
+    if (t->defined() && reinterpret_cast<uintptr_t>(t->data_bytes()) % 16 != 0) return false;
+  return true;
+}
+
 void launch(Context& ctx, const Tensor& on, const char* fn, int64_t grid, int block, void* const* args) {
   const DType d = on.dtype();
   library_launch(ctx, on.device().index, cat("layer_norm_", dtype_name(d)), [d] { return layer_norm_source(d); }, fn,
@@ -33,7 +43,11 @@ void layer_norm(Context& ctx, const Tensor& y, const Tensor& mean, const Tensor&
                 const Tensor& w, const Tensor& b, int64_t rows, int64_t n, double eps) {
   if (rows == 0) return;
   void *xp = ptr(x), *wp = ptr(w), *bp = ptr(b), *yp = ptr(y), *mp = ptr(mean), *rp = ptr(rstd);
-  long long nn = n;
+  long long nn = n, rr = rows;
+  if (warp_rows(n, dtype_size(x.dtype()), {&x, &w, &b, &y})) {
+    void* args[] = {&xp, &wp, &bp, &yp, &mp, &rp, &rr, &nn, &eps};
+    return launch(ctx, x, "layer_norm_fwd_warp", (rows + kWarpBlock / 32 - 1) / (kWarpBlock / 32), kWarpBlock, args);
+  }
   void* args[] = {&xp, &wp, &bp, &yp, &mp, &rp, &nn, &eps};
   launch(ctx, x, "layer_norm_fwd", rows, kBlock, args);
 }
@@ -45,8 +59,13 @@ void layer_norm_backward(Context& ctx, const Tensor& gx, const Tensor& gw, const
   long long nn = n, rr = rows;
   if (gx.defined() && rows > 0) {
     void* gxp = ptr(gx);
-    void* args[] = {&gop, &xp, &mp, &rp, &wp, &gxp, &nn};
-    launch(ctx, x, "layer_norm_bwd_input", rows, kBlock, args);
+    if (warp_rows(n, dtype_size(x.dtype()), {&go, &x, &w, &gx})) {
+      void* args[] = {&gop, &xp, &mp, &rp, &wp, &gxp, &rr, &nn};
+      launch(ctx, x, "layer_norm_bwd_input_warp", (rows + kWarpBlock / 32 - 1) / (kWarpBlock / 32), kWarpBlock, args);
+    } else {
+      void* args[] = {&gop, &xp, &mp, &rp, &wp, &gxp, &nn};
+      launch(ctx, x, "layer_norm_bwd_input", rows, kBlock, args);
+    }
   }
   if ((!gw.defined() && !gb.defined()) || n == 0) return;
   const int chunks = int(std::clamp<int64_t>((rows + kChunkRows - 1) / kChunkRows, 1, kMaxChunks));

@@ -59,6 +59,106 @@ extern "C" __global__ void layer_norm_bwd_input(const T* go, const T* x, const A
   }
 }
 
+// Rows of n <= 32 * kWarpItems elements, n a multiple of kVec (16 bytes), every pointer aligned
+// (layer_norm.cpp checks): a warp a row, kept in registers and moved as 16-byte vectors (the
+// block-per-row kernels above read a 768-float row at half the copy bandwidth).
+#define kWarpItems 32
+#define kVec (16 / int(sizeof(T)))
+#define kWarpGroups (kWarpItems / kVec)
+
+// The lane's groups of the row (group i: elements (lane + 32 i) kVec ...) into v, as A.
+__device__ __forceinline__ void load_row(const T* r, A* v, long long n, int lane) {
+#pragma unroll
+  for (int i = 0; i < kWarpGroups; ++i) {
+    const long long e = (lane + 32LL * i) * kVec;
+    if (e < n) {
+      const cr::vec<T, kVec> t = cr::loadv<kVec>(r + e);
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) v[i * kVec + u] = A(t.v[u]);
+    }
+  }
+}
+
+extern "C" __global__ void layer_norm_fwd_warp(const T* x, const T* w, const T* b, T* y, A* mean, A* rstd,
+                                               long long rows, long long n, double eps) {
+  const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  A v[kWarpItems];
+  load_row(x + row * n, v, n, lane);
+  A s = 0;
+#pragma unroll
+  for (int i = 0; i < kWarpGroups; ++i)
+    if ((lane + 32LL * i) * kVec < n)
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) s += v[i * kVec + u];
+  const A mu = cr::warp_reduce(s, cr::Sum{}) / A(n);
+  A q = 0;
+#pragma unroll
+  for (int i = 0; i < kWarpGroups; ++i)
+    if ((lane + 32LL * i) * kVec < n)
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) q += (v[i * kVec + u] - mu) * (v[i * kVec + u] - mu);
+  const A rs = A(1) / std::sqrt(cr::warp_reduce(q, cr::Sum{}) / A(n) + A(eps));
+#pragma unroll
+  for (int i = 0; i < kWarpGroups; ++i) {
+    const long long e = (lane + 32LL * i) * kVec;
+    if (e >= n) continue;
+    cr::vec<T, kVec> o, wv, bv;
+    if (w) wv = cr::loadv<kVec>(w + e);
+    if (b) bv = cr::loadv<kVec>(b + e);
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) {
+      A h = (v[i * kVec + u] - mu) * rs * (w ? A(wv.v[u]) : A(1));
+      if (b) h += A(bv.v[u]);
+      o.v[u] = T(h);
+    }
+    cr::storev(y + row * n + e, o);
+  }
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+}
+
+extern "C" __global__ void layer_norm_bwd_input_warp(const T* go, const T* x, const A* mean, const A* rstd, const T* w,
+                                                     T* gx, long long rows, long long n) {
+  const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  A g[kWarpItems], xh[kWarpItems];
+  load_row(go + row * n, g, n, lane);
+  load_row(x + row * n, xh, n, lane);
+  const A mu = mean[row], rs = rstd[row];
+  A sg = 0, sgx = 0;
+#pragma unroll
+  for (int i = 0; i < kWarpGroups; ++i) {
+    const long long e = (lane + 32LL * i) * kVec;
+    if (e >= n) continue;
+    cr::vec<T, kVec> wv;
+    if (w) wv = cr::loadv<kVec>(w + e);
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) {
+      const int k = i * kVec + u;
+      g[k] *= w ? A(wv.v[u]) : A(1);
+      xh[k] = (xh[k] - mu) * rs;
+      sg += g[k];
+      sgx += g[k] * xh[k];
+    }
+  }
+  sg = cr::warp_reduce(sg, cr::Sum{}) / A(n);
+  sgx = cr::warp_reduce(sgx, cr::Sum{}) / A(n);
+#pragma unroll
+  for (int i = 0; i < kWarpGroups; ++i) {
+    const long long e = (lane + 32LL * i) * kVec;
+    if (e >= n) continue;
+    cr::vec<T, kVec> o;
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) o.v[u] = T(rs * (g[i * kVec + u] - sg - xh[i * kVec + u] * sgx));
+    cr::storev(gx + row * n + e, o);
+  }
+}
+
 // Stage 1: block (column block c, row chunk k) of kCols x kColRows threads sums grad_out * xhat and
 // grad_out over the chunk's rows for its kCols columns: partial[k][col], partial[chunks + k][col].
 extern "C" __global__ void layer_norm_bwd_cols(const T* go, const T* x, const A* mean, const A* rstd, A* partial,

@@ -237,16 +237,31 @@ class ReductionWriter {
     return std::clamp<int64_t>((want + groups - 1) / groups, 1, std::min<int64_t>(64, C / (16 * team_)));
   }
 
+  // The module globals of a split kernel: `parts` partials per accumulator, `counters` counters.
+  void declare_partials(int64_t parts, int64_t counters) {
+    const std::string& name = w_.out.name;
+    for (size_t a = 0; a < k_.accs.size(); ++a)
+      w_.functions[cat("~split ", name, " ", a)] =
+          cat("__device__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " ", name, "_part", a, "[", parts, "];\n");
+    w_.functions[cat("~split ", name)] = cat("__device__ unsigned int ", name, "_count[", std::max<int64_t>(1, counters), "];\n");
+  }
+  // acc<a> = the fold of the split_ partials of `slot` (an index expression), in slice order.
+  void fold_partials(const std::string& slot) {
+    for (size_t a = 0; a < k_.accs.size(); ++a) {
+      const DType t = cuda_acc_dtype(k_.accs[a]);
+      L_.add(cat("acc", a, " = ", literal(reduce_init(k_.accs[a].kind, k_.accs[a].in), t), ";"));
+      L_.add(cat("for (int s = 0; s < ", split_, "; ++s) acc", a, " = ", fold_name(k_.accs[a].kind), "()(acc", a, ", ((volatile ",
+                 cuda_type(t), "*)", w_.out.name, "_part", a, ")[", slot, " * ", split_, " + s]);"));
+    }
+  }
+
   // The fold of split_columns' blocks: each writes its rows' partials (module globals), and the
   // rows' last block to finish (a counter per 32 rows, reset by it) folds them in slice order,
   // so the sums do not depend on the blocks' order (as split_rows), then stores the results.
   void split_columns() {
     const CudaKernel& o = w_.out;
     const int64_t groups = (o.rows + 31) / 32;
-    for (size_t a = 0; a < k_.accs.size(); ++a)
-      w_.functions[cat("~split ", o.name, " ", a)] =
-          cat("__device__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " ", o.name, "_part", a, "[", groups * 32 * split_, "];\n");
-    w_.functions[cat("~split ", o.name)] = cat("__device__ unsigned int ", o.name, "_count[", groups, "];\n");
+    declare_partials(groups * 32 * split_, groups);
     stage(0);
     for (size_t a = 0; a < k_.accs.size(); ++a)
       L_.add(cat("if (lane == 0) ", o.name, "_part", a, "[(base + threadIdx.x % 32) * ", split_, " + part] = acc", a, ";"));
@@ -256,12 +271,7 @@ class ReductionWriter {
     L_.add("__syncthreads();");
     L_.open("if (last)");
     L_.add("__threadfence();");
-    for (size_t a = 0; a < k_.accs.size(); ++a) {
-      const DType t = cuda_acc_dtype(k_.accs[a]);
-      L_.add(cat("acc", a, " = ", literal(reduce_init(k_.accs[a].kind, k_.accs[a].in), t), ";"));
-      L_.add(cat("for (int s = 0; s < ", split_, "; ++s) acc", a, " = ", fold_name(k_.accs[a].kind), "()(acc", a, ", ((volatile ",
-                 cuda_type(t), "*)", o.name, "_part", a, ")[(base + threadIdx.x % 32) * ", split_, " + s]);"));
-    }
+    fold_partials("(base + threadIdx.x % 32)");
     L_.add(cat("if (threadIdx.x == 0) ", o.name, "_count[b / ", split_, "] = 0;"));
     for (int d = 1; d <= k_.max_depth; ++d) stage(d);  // (the rows' stores: lane 0 of live rows)
     L_.close();
@@ -285,11 +295,8 @@ class ReductionWriter {
   void split_rows() {
     const CudaKernel& o = w_.out;
     const std::string& idx = w_.idx;
-    const int64_t chunk = (o.row_size + split_ - 1) / split_, blocks = std::max<int64_t>(1, o.rows * split_);
-    for (size_t a = 0; a < k_.accs.size(); ++a)
-      w_.functions[cat("~split ", o.name, " ", a)] =
-          cat("__device__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " ", o.name, "_part", a, "[", blocks, "];\n");
-    w_.functions[cat("~split ", o.name)] = cat("__device__ unsigned int ", o.name, "_count[", std::max<int64_t>(1, o.rows), "];\n");
+    const int64_t chunk = (o.row_size + split_ - 1) / split_;
+    declare_partials(std::max<int64_t>(1, o.rows * split_), o.rows);
     L_.add("__shared__ bool last;");
     L_.open(cat("for (", idx, " b = blockIdx.x; b < ", o.rows * split_, "; b += gridDim.x)"));
     L_.add(cat("const ", idx, " row = b / ", split_, ", part = b % ", split_, ";"));
@@ -308,12 +315,7 @@ class ReductionWriter {
     L_.open("if (last)");
     L_.open("if (threadIdx.x == 0)");
     L_.add("__threadfence();");
-    for (size_t a = 0; a < k_.accs.size(); ++a) {
-      const DType t = cuda_acc_dtype(k_.accs[a]);
-      L_.add(cat("acc", a, " = ", literal(reduce_init(k_.accs[a].kind, k_.accs[a].in), t), ";"));
-      L_.add(cat("for (int s = 0; s < ", split_, "; ++s) acc", a, " = ", fold_name(k_.accs[a].kind), "()(acc", a, ", ((volatile ",
-                 cuda_type(t), "*)", o.name, "_part", a, ")[row * ", split_, " + s]);"));
-    }
+    fold_partials("row");
     L_.add(cat(o.name, "_count[row] = 0;"));
     L_.close();
     for (int d = 1; d <= k_.max_depth; ++d) stage(d);  // (the row's stores: thread 0 writes)

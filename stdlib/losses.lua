@@ -105,6 +105,14 @@ local function indices(op, lsm, target, o, cd, fused)
   return loss:sum() / w:sum()
 end
 
+-- PyTorch's autocast runs the losses in float32 (on both devices' lists): float16 / bfloat16
+-- input and target on a device whose autocast is on are cast first.
+local LOW = { float16 = true, bfloat16 = true }
+local function float32(x)
+  if is_tensor(x) and LOW[x.dtype] and T.is_autocast_enabled(x.device:match("^%a+")) then return x:float() end
+  return x
+end
+
 -- Class-index cross_entropy is one op eagerly (T._cross_entropy), and so in a training capture
 -- where that is faster (core.fused_op); else, and for a weight of another dtype or device than
 -- the input's or one that requires grad (the fused op's weight gets none, as PyTorch's), the
@@ -126,6 +134,10 @@ function L.cross_entropy(input, target, opts)
   end
   if input:dim() == 0 then fail("cross_entropy: input expected at least 1 dim (classes), got a 0-d tensor") end
   local cd = class_dim(input)
+  -- (the fused op reads 16-bit scores itself, in float32 under autocast: its dtype=, which
+  -- autocast sets; no float32 copy of them, their gradient written in their dtype)
+  if not FLOATING[target.dtype] and fusable(input, o.weight) then return indices("cross_entropy", input, target, o, cd, true) end
+  input, target = float32(input), float32(target)
   if FLOATING[target.dtype] then return probabilities("cross_entropy", input:log_softmax(cd), target, o, cd) end
   if fusable(input, o.weight) then return indices("cross_entropy", input, target, o, cd, true) end
   return indices("cross_entropy", input:log_softmax(cd), target, o, cd)
@@ -226,28 +238,11 @@ function L.kl_div(input, target, opts)
   return reduce(loss, o.reduction)
 end
 
--- PyTorch's autocast runs the losses in float32 (on both devices' lists): float16 / bfloat16
--- input and target on a device whose autocast is on are cast first.
-local LOW = { float16 = true, bfloat16 = true }
-local function float32(x)
-  if is_tensor(x) and LOW[x.dtype] and T.is_autocast_enabled(x.device:match("^%a+")) then return x:float() end
-  return x
-end
-local ce = L.cross_entropy
-for _, name in ipairs({ "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
+-- (cross_entropy casts by itself: its fused op reads 16-bit scores as they are)
+for _, name in ipairs({ "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
                         "binary_cross_entropy_with_logits", "kl_div" }) do
   local f = L[name]
   L[name] = function(input, target, opts) return f(float32(input), float32(target), opts) end
-end
--- ... but the fused cross_entropy reads 16-bit scores itself, in float32 (its dtype=, which
--- autocast sets): no float32 copy of the scores, their gradient written in their dtype.
-local ce_f32 = L.cross_entropy
-function L.cross_entropy(input, target, opts)
-  if is_tensor(input) and is_tensor(target) and not FLOATING[target.dtype]
-     and fusable(input, type(opts) == "table" and opts.weight or nil) then
-    return ce(input, target, opts)
-  end
-  return ce_f32(input, target, opts)
 end
 
 return L

@@ -59,6 +59,7 @@ void Registry::add(const OpDef& def) {
     const std::string name = schema_arg_name(d, i);
     if (name == "argument") break;
     if (name == "device") d.device_arg = int8_t(i + hidden);
+    if (name == "dtype") d.dtype_arg = int8_t(i + hidden);
     if (std::strstr(d.schema, (name + ":Data").c_str())) hidden = 1;
   }
 }
@@ -73,6 +74,8 @@ void Registry::set_cast(std::initializer_list<const char*> names, CastPolicy p, 
   for (const char* name : names) {
     int i = index_of(name);
     if (i < 0) fail(cat("autocast policy of '", name, "': no such op"));
+    if (p == CastPolicy::Float32Dtype && ops_[size_t(i)].dtype_arg < 0)
+      fail(cat("autocast policy Float32Dtype of '", name, "': the op has no dtype argument"));
     (cpu ? ops_[size_t(i)].cast_cpu : ops_[size_t(i)].cast) = p;
   }
 }

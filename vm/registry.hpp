@@ -126,6 +126,7 @@ struct OpDef {
   // The argument slot of the op's {device =} option (creation ops), -1 without one; set by
   // Registry::add from the schema.
   int8_t device_arg = -1;
+  int8_t dtype_arg = -1;  // the slot of its `dtype` argument (autocast's Float32Dtype), -1 without one
   Derivative grad{};
   CastPolicy cast = CastPolicy::None;      // under CUDA autocast
   CastPolicy cast_cpu = CastPolicy::None;  // under CPU autocast (PyTorch's CPU lists are shorter)

@@ -73,11 +73,9 @@ void set_dtype_arg(const OpDef& def, std::vector<cr_value>& a, DType to) {
   if (a.empty() || a[0].tag != kTensor) return;
   const cr_tensor* x = static_cast<const cr_tensor*>(a[0].ptr);
   if (!eligible(x) || promote(dtype_of(x), to) != to || dtype_of(x) == to) return;
-  int slot = 0;
-  while (slot < 32 && schema_arg_name(def, slot) != "dtype") ++slot;
-  if (slot == 32) fail(cat(def.name, ": internal: autocast policy Float32Dtype without a dtype argument"));
-  if (a.size() <= size_t(slot)) a.resize(size_t(slot) + 1, cr_value{kNone, 0, 0, nullptr, nullptr});
-  if (a[size_t(slot)].tag == kNone) a[size_t(slot)] = cr_value{kString, 0, 0, nullptr, dtype_name(to)};
+  const size_t slot = size_t(def.dtype_arg);  // (Registry::set_cast checked it is one)
+  if (a.size() <= slot) a.resize(slot + 1, cr_value{kNone, 0, 0, nullptr, nullptr});
+  if (a[slot].tag == kNone) a[slot] = cr_value{kString, 0, 0, nullptr, dtype_name(to)};
 }
 
 }  // namespace

@@ -57,12 +57,17 @@ Tensor check_input(const OpCall& c) {
   return x;
 }
 
-// The dtype= argument: the input's dtype or a wider floating one.
+// The loss's dtype (dtype=, the backward's lse): the input's or a wider floating one.
+bool loss_dtype_ok(DType d, const Tensor& x) { return is_floating(d) && promote(d, x.dtype()) == d; }
+[[noreturn]] void loss_dtype_error(const char* what, const Tensor& x, const std::string& got) {
+  fail(cat(what, " expected the input's dtype (", dtype_name(x.dtype()), ") or a wider floating one, got ", got));
+}
+
 DType compute_dtype(const OpCall& c, const Tensor& x) {
   DType d = x.dtype();
   if (!c.has(6)) return d;
-  if (!parse_dtype(c.str(6), &d) || !is_floating(d) || promote(d, x.dtype()) != d)
-    fail(cat("dtype expected the input's dtype (", dtype_name(x.dtype()), ") or a wider floating one, got \"", c.str(6), "\""));
+  if (!parse_dtype(c.str(6), &d) || !loss_dtype_ok(d, x))
+    loss_dtype_error("dtype", x, cat("\"", c.str(6), "\""));
   return d;
 }
 
@@ -104,17 +109,21 @@ void run_cross_entropy(OpCall& c) {
   Var picked = to_dtype(op("squeeze", {op("gather", {x, cd + 1, unsqueeze(idx, cd)}), cd + 1}), dt) - lse;
   // sums of float16 / bfloat16 values accumulate in float32 (as PyTorch's reductions do)
   auto acc = [&](const Var& v) { return ce_accumulated(v, dt); };
-  Var wt = to_dtype(valid, dt), wsum = double(C), wx = x;
+  Var wt = to_dtype(valid, dt), wsum = double(C);
   if (c.has(2)) {
     const Tensor w = c.tensor(2);
     wt = where(valid, reshape(op("index_select", {w, 1, reshape(idx, {idx.tensor().numel()})}), idx.tensor().sizes()), 0.0);
-    Shape view(size_t(x.dim()), 1);
-    view[size_t(cd)] = C;
-    wx = to_dtype(x, dt) * reshape(w, view), wsum = op("sum", {acc(w)});
+    wsum = op("sum", {acc(w)});
   }
   Var loss = -(picked * wt);
   if (ls > 0) {  // the mean over the classes of -w_c log p_c, with the same weights
-    Var smooth = op("sum", {acc(to_dtype(wx, dt)), cd + 1}) - acc(lse) * wsum;
+    Var wx = to_dtype(x, dt);
+    if (c.has(2)) {
+      Shape view(size_t(x.dim()), 1);
+      view[size_t(cd)] = C;
+      wx = wx * reshape(c.tensor(2), view);
+    }
+    Var smooth = op("sum", {acc(wx), cd + 1}) - acc(lse) * wsum;
     loss = acc(loss) * (1 - ls) - where(valid, smooth, 0.0) * (ls / double(C));
   }
   const std::string r = c.has(5) ? c.str(5) : "mean";
@@ -127,8 +136,7 @@ std::vector<Meta> infer_cross_entropy_backward(OpCall& c) {
   const Tensor x = check_input(c);
   const Shape pos = ce_positions(x.sizes());
   const DType dt = c.tensor(1).dtype();  // lse's: the forward's dtype=
-  if (!is_floating(dt) || promote(dt, x.dtype()) != dt)
-    fail(cat("lse expected the input's dtype (", dtype_name(x.dtype()), ") or a wider floating one, got ", c.tensor(1).describe()));
+  if (!loss_dtype_ok(dt, x)) loss_dtype_error("lse", x, c.tensor(1).describe());
   check_like("lse", c.tensor(1), dt, x, pos);
   check_target(c.tensor(2), x, pos);
   if (c.tensor(2).dtype() != DType::i64) fail(cat("target expected int64, got ", c.tensor(2).describe()));

@@ -2,11 +2,14 @@
 -- both run from bench/run_dist.sh): the training step of bench/lib/gpt2_train.lua on every
 -- rank of `crescent --nproc N` (a 1-rank run has no process group), the model wrapped in
 -- T.nn.parallel.DistributedDataParallel (gradient_as_bucket_view, as PyTorch's side), BATCH rows
--- per rank. After WARM steps, the median step time over STEPS steps; tokens/s counts every
--- rank's rows. Rank 0 prints one JSON line.
+-- per rank. After WARM steps and the compiles they start (all ranks agreeing: lib.timing's
+-- settle), the median step time over STEPS steps; tokens/s counts every rank's rows. Rank 0
+-- prints one JSON line.
 --   crescent --nproc N bench/ddp_gpt2_bench.lua CONFIG BATCH SEQ STEPS
 --   (AUTOCAST=bfloat16 by default; COMPILE=1: the model's forward and backward compiled;
---   DEVICE=cpu AUTOCAST=none: a smoke run on the simulated process group, without GPUs)
+--   DEVICE=cpu AUTOCAST=none: a smoke run on the simulated process group, without GPUs;
+--   BUCKET_MB: DDP's bucket_cap_mb; NO_SYNC=1: every step inside ddp:no_sync, the steps
+--   without their reductions, to time what the reductions add)
 local T = require "crescent"
 local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
 package.path = dir .. "/bench/?.lua;" .. package.path
@@ -24,16 +27,33 @@ if world > 1 then
 end
 local rank = world > 1 and D.get_rank() or 0
 local compile = os.getenv("COMPILE") == "1"
+local ddp
 local S = require("lib.gpt2_train").new { config = name, batch = batch, seq = seq, device = device,
   autocast = autocast, mode = compile and "model" or "eager", data_seed = 1 + rank,
-  wrap = world > 1 and function(m) return T.nn.parallel.DistributedDataParallel(m, { gradient_as_bucket_view = true }) end
-    or nil }
-local run = B.train_loop(S.step, tonumber(os.getenv("WARM") or 3), steps)
+  wrap = world > 1 and function(m)
+    ddp = T.nn.parallel.DistributedDataParallel(m, { gradient_as_bucket_view = true,
+      bucket_cap_mb = tonumber(os.getenv("BUCKET_MB") or 25) })
+    return ddp
+  end or nil }
+local step = S.step
+if ddp and os.getenv("NO_SYNC") == "1" then step = function() return ddp:no_sync(S.step) end end
+-- every rank quiet, or none (a 0/1 flag all-reduced with max)
+local function agree(quiet)
+  if world == 1 then return quiet end
+  local flag = T.tensor({ quiet and 0 or 1 }, { dtype = "float32" }):to(device)
+  D.all_reduce(flag, { op = "max" })
+  return flag:item() == 0
+end
+local first_loss
+for _ = 1, tonumber(os.getenv("WARM") or 3) do first_loss = first_loss or step() end
+B.settle(step, 20, 3, agree)
+local run = B.train_loop(step, 0, steps)
 if rank == 0 then
   print(B.json {
     { "side", "crescent" }, { "config", name }, { "world", world }, { "batch_per_rank", batch }, { "seq", seq },
     { "compile", compile }, { "autocast", autocast or "none" }, { "step_ms", run.step_ms },
-    { "tokens_per_s", world * batch * seq / (run.step_ms / 1e3) }, { "first_loss", run.first_loss },
+    { "tokens_per_s", world * batch * seq / (run.step_ms / 1e3) }, { "no_sync", os.getenv("NO_SYNC") == "1" or nil },
+    { "bucket_mb", os.getenv("BUCKET_MB") and tonumber(os.getenv("BUCKET_MB")) or nil }, { "first_loss", first_loss or run.first_loss },
     { "last_loss", run.last_loss },
   })
 end

@@ -62,21 +62,25 @@ end
 
 -- Waits for the background compiles, then calls fn until `quiet` calls in a row (default 3) start
 -- none, at most `limit` calls: the steady state, as T.bench waits before timing. Returns the
--- calls made and when (M.now_ms) the last call that changed the compiler's state ended.
-function M.settle(fn, limit, quiet)
-  limit, quiet = limit or 20, quiet or 3
+-- calls made and when (M.now_ms) the last call that changed the compiler's state ended. agree
+-- (optional): quiet = agree(quiet), the verdict of every rank of a data-parallel run (so all
+-- ranks make the same calls).
+function M.settle(fn, limit, quiet_n, agree)
+  limit, quiet_n = limit or 20, quiet_n or 3
   local run, changed = 0, nil
   for i = 1, limit do
     T.compiler.wait()
     local before = M.compile_state()
     fn()
     local after, pending = M.compile_state()
-    if after == before and pending == 0 then
+    local quiet = after == before and pending == 0
+    if agree then quiet = agree(quiet) end
+    if quiet then
       run = run + 1
     else
       run, changed = 0, M.now_ms()
     end
-    if run >= quiet then return i, changed end
+    if run >= quiet_n then return i, changed end
   end
   return limit, changed
 end

@@ -210,7 +210,13 @@ void empty_cache() {
 MemoryStats memory_stats(int index) {
   std::lock_guard<std::mutex> g(g_mutex);
   auto it = g_caches.find(index);
-  return it == g_caches.end() ? MemoryStats{} : it->second->blocks.stats();
+  if (it == g_caches.end()) return MemoryStats{};
+  // (a block freed while another stream used it is in use only until that stream passes)
+  if (!it->second->pending.empty()) {
+    use_device(index);
+    collect_pending(*it->second);
+  }
+  return it->second->blocks.stats();
 }
 
 void reset_peak_memory(int index) {

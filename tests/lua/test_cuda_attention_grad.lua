@@ -81,26 +81,59 @@ describe("CUDA attention backward", function()
     end
   end)
 
+  -- fn() under T.use_deterministic_algorithms(on), the setting restored after
+  local function with_determinism(on, fn)
+    local was = T.are_deterministic_algorithms_enabled()
+    T.use_deterministic_algorithms(on)
+    local ok, err = pcall(fn)
+    T.use_deterministic_algorithms(was)
+    if not ok then error(err, 0) end
+  end
+
   it("a plain backward runs _attention_backward from the saved logsumexp, deterministically", function()
     need_gpu()
-    T.manual_seed(5)
-    for _, dt in ipairs({ "float32", "float16", "bfloat16" }) do
-      local qkv = leaves("cuda", dt, T.randn(2, 4, 77, 64), T.randn(2, 4, 91, 64), T.randn(2, 4, 91, 64))
-      local go = T.randn(2, 4, 77, 64):to(dt):cuda()
-      local o, lse = T._attention(qkv[1], qkv[2], qkv[3], 0.125, true)
-      expect.eq({ lse.dtype, lse.shape }, { "float32", { 2, 4, 77 } }, dt)
-      -- the forward's logsumexp is that of the scores
-      local s = T.matmul(qkv[1]:detach():double(), qkv[2]:detach():double():transpose(-2, -1)) * 0.125
-      s = s:masked_fill(T.ones(77, 91, { dtype = "bool", device = "cuda" }):triu(1), -math.huge)
-      expect.close(lse:cpu():double(), s:logsumexp(-1):cpu(), 1e-4, 1e-4)
-      o:backward(go)
-      local want = { T._attention_backward(go, qkv[1]:detach(), qkv[2]:detach(), qkv[3]:detach(), o:detach(), lse, 0.125, true) }
-      for i = 1, 3 do
-        expect.eq(qkv[i].grad:cpu():double():totable(), want[i]:cpu():double():totable(), dt .. " gradient " .. i)
-        qkv[i].grad = nil
+    with_determinism(true, function()
+      T.manual_seed(5)
+      for _, dt in ipairs({ "float32", "float16", "bfloat16" }) do
+        local qkv = leaves("cuda", dt, T.randn(2, 4, 77, 64), T.randn(2, 4, 91, 64), T.randn(2, 4, 91, 64))
+        local go = T.randn(2, 4, 77, 64):to(dt):cuda()
+        local o, lse = T._attention(qkv[1], qkv[2], qkv[3], 0.125, true)
+        expect.eq({ lse.dtype, lse.shape }, { "float32", { 2, 4, 77 } }, dt)
+        -- the forward's logsumexp is that of the scores
+        local s = T.matmul(qkv[1]:detach():double(), qkv[2]:detach():double():transpose(-2, -1)) * 0.125
+        s = s:masked_fill(T.ones(77, 91, { dtype = "bool", device = "cuda" }):triu(1), -math.huge)
+        expect.close(lse:cpu():double(), s:logsumexp(-1):cpu(), 1e-4, 1e-4)
+        o:backward(go)
+        local want = { T._attention_backward(go, qkv[1]:detach(), qkv[2]:detach(), qkv[3]:detach(), o:detach(), lse, 0.125, true) }
+        for i = 1, 3 do
+          expect.eq(qkv[i].grad:cpu():double():totable(), want[i]:cpu():double():totable(), dt .. " gradient " .. i)
+          qkv[i].grad = nil
+        end
+        T._attention(qkv[1], qkv[2], qkv[3], 0.125, true):backward(go)
+        for i = 1, 3 do expect.eq(qkv[i].grad:cpu():double():totable(), want[i]:cpu():double():totable(), dt .. " again " .. i) end
       end
-      T._attention(qkv[1], qkv[2], qkv[3], 0.125, true):backward(go)
-      for i = 1, 3 do expect.eq(qkv[i].grad:cpu():double():totable(), want[i]:cpu():double():totable(), dt .. " again " .. i) end
+    end)
+  end)
+
+  -- 16-bit head size 64 takes one pass with dq summed by float atomics; deterministic mode the
+  -- two ordered passes: the same dk and dv bit for bit, dq within the float32 sums' rounding
+  it("the one-pass backward (dq by atomics) agrees with the ordered two passes", function()
+    need_gpu()
+    T.manual_seed(7)
+    for _, c in ipairs({ { 2, 3, 1024, 1024, true }, { 1, 2, 77, 91, true }, { 2, 2, 130, 70, false } }) do
+      local B, H, L, S, causal = unpack(c)
+      for _, dt in ipairs({ "float16", "bfloat16" }) do
+        local what = dt .. " {" .. table.concat({ B, H, L, S }, ", ") .. "} " .. tostring(causal)
+        local q, k, v = T.randn(B, H, L, 64):to(dt):cuda(), T.randn(B, H, S, 64):to(dt):cuda(), T.randn(B, H, S, 64):to(dt):cuda()
+        local go = T.randn(B, H, L, 64):to(dt):cuda()
+        local o, lse = T._attention(q, k, v, 0.125, causal)
+        local one = { T._attention_backward(go, q, k, v, o, lse, 0.125, causal) }
+        local two
+        with_determinism(true, function() two = { T._attention_backward(go, q, k, v, o, lse, 0.125, causal) } end)
+        for i = 2, 3 do expect.eq(one[i]:cpu():double():totable(), two[i]:cpu():double():totable(), what .. " gradient " .. i) end
+        local e = rel_err(one[1], two[1])
+        if e > (dt == "float16" and 2e-3 or 1.6e-2) then error(("%s: dq off by %.3g"):format(what, e)) end
+      end
     end
   end)
 

@@ -1,6 +1,8 @@
 #include "vm/kernels/cuda/attention_bwd.hpp"
 
 #include "vm/cuda/driver.hpp"
+#include "vm/cuda/memory.hpp"
+#include "vm/deterministic.hpp"
 #include "vm/kernels/cuda/attention.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/prelude.hpp"
@@ -31,6 +33,9 @@ struct TcShape {
   // {k, v} + two stages of {q, dout} (16-bit rows of D + 8) and of {lse, delta} (float) / two stages of {k, v}
   size_t kv_bytes(int D) const { return size_t(4 * rows() + 8 * br) * (D + 8) + 16 * br; }
   size_t q_bytes(int D) const { return size_t(8 * bn) * (D + 8); }
+  // the one-pass form (attention_bwd_tc: a query tile as tall as the keys' block) adds a ds^T tile
+  bool one_pass() const { return br == rows(); }
+  size_t fused_bytes(int D) const { return kv_bytes(D) + size_t(2 * rows()) * (D + 8); }
 };
 TcShape tc_shape(int D) { return D <= 64 ? TcShape{4, 64, 64, 2} : TcShape{4, 32, 32, 2}; }
 
@@ -99,8 +104,21 @@ bool attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
                      &heads, &kbs, &scale_, &causal_, &mp, &mo.kind, &mo.s0, &mo.s1, &mo.row, &mo.col};
   void* q_args[] = {&qp, &kp, &vp, &gp, &lp, &dp, &dqp, &L_, &S_, &heads, &rbs, &scale_, &causal_,
                     &mp, &mo.kind, &mo.s0, &mo.s1, &mo.row, &mo.col};
-  if (tc) {
-    const TcShape ts = tc_shape(int(E));
+  const TcShape ts = tc_shape(int(E));
+  if (tc && ts.one_pass() && !deterministic()) {  // (dq by float atomics: their order varies)
+    const int64_t n = bh * L * E;
+    const Tensor acc = Tensor::empty({n}, DType::f32, q.device());
+    fill_pattern(acc.data_bytes(), size_t(n), 4, 0u, device);
+    void* ap = acc.data_bytes();
+    void* one_args[] = {&qp,  &kp,     &vp,      &gp,  &lp,     &dp,     &dkp,    &dvp,   &L_,    &S_,    &heads,
+                        &kbs, &scale_, &causal_, &mp, &mo.kind, &mo.s0, &mo.s1, &mo.row, &mo.col, &ap};
+    library_launch(ctx, device, key, source, "attention_bwd_tc", bh * key_blocks, 32 * ts.warps, one_args,
+                   ts.fused_bytes(int(E)));
+    long long n4 = n / 4;
+    void* cast_args[] = {&ap, &dqp, &n4, &scale_};
+    library_launch(ctx, device, key, source, "attention_bwd_dq_cast", std::min<int64_t>((n4 + 255) / 256, 4096), 256,
+                   cast_args);
+  } else if (tc) {
     library_launch(ctx, device, key, source, "attention_bwd_kv_tc", bh * key_blocks, 32 * ts.warps, kv_args,
                    ts.kv_bytes(int(E)));
     library_launch(ctx, device, key, source, "attention_bwd_q_tc", bh * row_blocks, 32 * ts.warps, q_args,

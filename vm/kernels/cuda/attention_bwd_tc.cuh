@@ -10,6 +10,10 @@
 //                          s^T = k q^T, dp^T = v dout^T       (B fragments: q, dout rows, ldmatrix)
 //                          p^T = exp(s^T scale + mask - lse), ds^T = p^T (dp^T - delta)
 //                          dv += p^T dout, dk += ds^T q       (B: q, dout rows, ldmatrix.trans)
+//   attention_bwd_tc     the same pass that also makes dq, FlashAttention-2's way: the block's ds^T
+//                        tile goes through shared memory, each warp multiplies 16 of its rows by
+//                        the block's k (dq_part = ds k) and adds them to a float32 dq by atomics
+//                        (their order varies: not under T.use_deterministic_algorithms); BR == ROWS
 //   attention_bwd_q_tc   a block per 16 * WARPS query rows, each warp 16 rows with q and dout
 //                        as A fragments in registers, k / v tiles of BN keys (two stages):
 //                          s = q k^T, dp = dout v^T, ds = p (dp - delta), dq += ds k
@@ -82,11 +86,30 @@ __device__ __forceinline__ void load_stats(uint32_t dst, const float* lse, const
   }
 }
 
-extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_bwd_kv_tc(
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
-    const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv, int L,
-    int S, int heads, int key_blocks, float scale, int causal, const void* __restrict__ mask, int mask_kind,
-    long long ms0, long long ms1, long long msr, long long msc) {
+// The A fragment of rows m0 + 0..15, cols k0 + 0..15 of the transpose of a [row][PITCH] tile
+// (ldsm4t: the tile's rows k0.. are the fragment's k).
+__device__ __forceinline__ int at_at(int k0, int m0, int lane) {
+  return (k0 + (lane & 7) + 8 * (lane >> 4)) * PITCH + m0 + 8 * ((lane >> 3) & 1);
+}
+
+// dst[0], dst[1] += a, b (one 8-byte reduction on sm_90)
+__device__ __forceinline__ void red2(float* dst, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(dst, a), atomicAdd(dst + 1, b);
+#endif
+}
+
+// The key pass; DQ: also dq (into dq_acc, float32, unscaled; shared memory holds the ds^T tile
+// after the stages).
+template <bool DQ>
+__device__ __forceinline__ void kv_pass(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                        const T* __restrict__ dout, const float* __restrict__ lse,
+                                        const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv, int L,
+                                        int S, int heads, int key_blocks, float scale, int causal,
+                                        const void* __restrict__ mask, int mask_kind, long long ms0, long long ms1,
+                                        long long msr, long long msc, float* __restrict__ dq_acc) {
   // k, v, two stages of {q, dout}, then two stages of {lse, delta} (float)
   extern __shared__ __align__(16) unsigned char kv_smem[];
   const uint32_t ks = smem_address(kv_smem), vs = ks + 2 * ROWS * PITCH, stage0 = vs + 2 * ROWS * PITCH;
@@ -97,6 +120,8 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_b
   const int key0 = int(blockIdx.x - bh * key_blocks) * ROWS, wkey = key0 + 16 * warp;  // (long causal blocks first)
   q += bh * L * D, dout += bh * L * D, lse += bh * L, delta += bh * L;
   k += bh * S * D, v += bh * S * D, dk += bh * S * D, dv += bh * S * D;
+  if (DQ) dq_acc += bh * L * D;
+  const uint32_t dss = stats0 + 16 * BR;  // (DQ: the ds^T tile, [key][PITCH])
   mask = mask_of<T>(mask, mask_kind, bh, heads, ms0, ms1);
   const float scale_log2 = scale * 1.4426950408889634f;
 
@@ -134,11 +159,67 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_b
       c_to_a(a, dpt, kk);
       mma_bt<D>(dka, a, qs, 16 * kk, lane);
     }
+    if (DQ) {
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int n = 0; n < BR / 8; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t at = dss + 2 * ((16 * warp + g + 8 * h) * PITCH + 8 * n + 2 * t);
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(pack(dpt[n][2 * h], dpt[n][2 * h + 1])));
+        }
+      __syncthreads();
+      float dqa[D / 8][4] = {};  // rows row0 + 16 warp + g (+ 8), cols 8n + 2t (+ 1)
+#pragma unroll
+      for (int kk = 0; kk < ROWS / 16; ++kk) {
+        uint32_t a[4];
+        ldsm4t(a, dss + 2 * at_at(16 * kk, 16 * warp, lane));
+        mma_bt<D>(dqa, a, ks, 16 * kk, lane);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 16 * warp + g + 8 * h;
+        if (row >= L) continue;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) red2(dq_acc + (long long)row * D + 8 * n + 2 * t, dqa[n][2 * h], dqa[n][2 * h + 1]);
+      }
+    }
     __syncthreads();  // (every warp is done with this stage before the next load overwrites it)
   }
   asm volatile("cp.async.wait_group 0;");  // (no tile: k and v still in flight)
   store_rows(dv, dva, wkey, S, 1.f);
   store_rows(dk, dka, wkey, S, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_bwd_kv_tc(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+    const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv, int L,
+    int S, int heads, int key_blocks, float scale, int causal, const void* __restrict__ mask, int mask_kind,
+    long long ms0, long long ms1, long long msr, long long msc) {
+  kv_pass<false>(q, k, v, dout, lse, delta, dk, dv, L, S, heads, key_blocks, scale, causal, mask, mask_kind, ms0, ms1,
+                 msr, msc, nullptr);
+}
+
+#if BR == ROWS
+extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_bwd_tc(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+    const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv, int L,
+    int S, int heads, int key_blocks, float scale, int causal, const void* __restrict__ mask, int mask_kind,
+    long long ms0, long long ms1, long long msr, long long msc, float* __restrict__ dq_acc) {
+  kv_pass<true>(q, k, v, dout, lse, delta, dk, dv, L, S, heads, key_blocks, scale, causal, mask, mask_kind, ms0, ms1,
+                msr, msc, dq_acc);
+}
+#endif
+
+// dq = T(acc * scale), n elements (a multiple of 4, 16-byte aligned)
+extern "C" __global__ void __launch_bounds__(256) attention_bwd_dq_cast(const float4* __restrict__ acc, T* __restrict__ dq,
+                                                                      long long n4, float scale) {
+  for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n4; i += 256ll * gridDim.x) {
+    const float4 a = acc[i];
+    uint2 w;
+    w.x = pack(a.x * scale, a.y * scale), w.y = pack(a.z * scale, a.w * scale);
+    reinterpret_cast<uint2*>(dq)[i] = w;
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_bwd_q_tc(

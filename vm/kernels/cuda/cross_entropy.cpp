@@ -22,12 +22,14 @@ void cross_entropy_backward(Context& ctx, const Tensor& out, const Tensor& x, co
   if (n == 0) return;
   void *xp = x.data_bytes(), *lp = lse.data_bytes(), *tp = t.data_bytes(), *ap = a.data_bytes();
   void *bp = b.data_bytes(), *kp = k.data_bytes(), *wp = w.defined() ? w.data_bytes() : nullptr, *op = out.data_bytes();
-  constexpr int kBlock = 256, kSpan = 16 * kBlock;  // (rows: the classes a block writes)
+  constexpr int kBlock = 256, kSpan = 32 * kBlock;  // (rows: the classes a block writes)
   const DType d = x.dtype(), l = lse.dtype();
   auto source = [d, l] { return cross_entropy_source(d, l); };
   const int64_t rows = n / classes, chunks = (classes + kSpan - 1) / kSpan;
   long long nn = n, cc = classes, ii = inner, kk = chunks, ss = kSpan;
-  if (inner == 1 && rows * chunks <= INT32_MAX) {
+  // (the rows' kernel stores 16-byte vectors at the scores' offsets: out must share x's alignment)
+  const bool same_alignment = (reinterpret_cast<uintptr_t>(xp) - reinterpret_cast<uintptr_t>(op)) % 16 == 0;
+  if (inner == 1 && rows * chunks <= INT32_MAX && same_alignment) {
     void* args[] = {&xp, &lp, &tp, &ap, &bp, &kp, &wp, &op, &kk, &ss, &cc};
     return library_launch(ctx, x.device().index, module_key(d, l), source, "cross_entropy_bwd_rows", rows * chunks, kBlock,
                           args);

@@ -71,6 +71,10 @@ void run_copy_(OpCall& c) {
   if (!src.is_tensor()) check_scalar_fits(src.num, self.dtype());
   Tensor s = materialize(src, src.is_tensor() ? src.t.dtype() : self.dtype());
   broadcast_strides(s, self.sizes());  // throws with both shapes when src does not broadcast
+  // x:copy_(x) (DDP's bucket view that is already the gradient) changes nothing: no copies
+  const bool same = s.storage() == self.storage() && s.offset() == self.offset() && s.dtype() == self.dtype() &&
+                    s.strides() == self.strides();
+  if (same) return;
   if (s.storage() == self.storage()) {  // may overlap: read the source out first
     Tensor tmp = Tensor::empty(s.sizes(), s.dtype(), s.device());
     copy_into(tmp, s);

@@ -7,6 +7,7 @@
 -- (attention_bwd_tc.cuh), the rest the FMA ones. Every case needs a GPU and skips cleanly without one.
 local T = require "crescent"
 
+local with_determinism = require "with_determinism"
 local errs = expect.error_checker("test_cuda_attention_grad.lua")
 local need_gpu = expect.need_gpu
 expect.covers("_attention", "_attention_backward")
@@ -80,15 +81,6 @@ describe("CUDA attention backward", function()
       end
     end
   end)
-
-  -- fn() under T.use_deterministic_algorithms(on), the setting restored after
-  local function with_determinism(on, fn)
-    local was = T.are_deterministic_algorithms_enabled()
-    T.use_deterministic_algorithms(on)
-    local ok, err = pcall(fn)
-    T.use_deterministic_algorithms(was)
-    if not ok then error(err, 0) end
-  end
 
   it("a plain backward runs _attention_backward from the saved logsumexp, deterministically", function()
     need_gpu()

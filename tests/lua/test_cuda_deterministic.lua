@@ -7,13 +7,9 @@ local T = require "crescent"
 local errs = expect.error_checker("test_cuda_deterministic.lua")
 local need_gpu = expect.need_gpu
 
--- fn() with the setting on (warn_only as given), switched off again even when fn raises
-local function deterministic(fn, warn_only)
-  T.use_deterministic_algorithms(true, { warn_only = warn_only or false })
-  local ok, err = pcall(fn)
-  T.use_deterministic_algorithms(false)
-  if not ok then error(err, 0) end
-end
+-- fn() with the setting on (warn_only as given), the previous one back even when fn raises
+local with_determinism = require "with_determinism"
+local function deterministic(fn, warn_only) with_determinism(true, fn, warn_only) end
 
 local function bits(x) return x:cpu():double():totable() end
 

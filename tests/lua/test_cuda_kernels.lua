@@ -536,6 +536,21 @@ describe("CUDA kernels", function()
       expect.close(l2:cpu(), l1, 1e-5, 1e-5, low .. " offset scores loss")
       expect.close(g2:cpu():float(), g1:float(), 1e-2, 1e-2, low .. " offset scores grad")
     end
+    -- a large 16-bit gradient whose rows are off 16 bytes comes in rows padded to 16 bytes
+    -- (9001 classes: rows start at every 2-byte offset), so the head's products run in place
+    for _, low in ipairs { "bfloat16", "float16" } do
+      local x, t = (T.randn(128, 9001) * 4):to(low), T.randint(1, 9002, { 128 })
+      local function run(dev)
+        local xr = x:clone():to(dev):requires_grad_()
+        local l = T._cross_entropy(xr, t:to(dev), nil, -100, 0.1, "mean", "float32")
+        return l, T.autograd.grad(l, { xr })[1]
+      end
+      local l1, g1 = run("cpu")
+      local l2, g2 = run("cuda")
+      expect.eq(g2:stride(), { 9008, 1 }, low .. " padded rows")
+      expect.close(l2:cpu(), l1, 1e-5, 1e-5, low .. " padded rows loss")
+      expect.close(g2:cpu():float(), g1:float(), 1e-2, 1e-2, low .. " padded rows grad")
+    end
     -- under autocast F.cross_entropy passes dtype = "float32": the scores' gradient stays 16-bit
     local w = T.randn(50, 16, { device = "cuda", requires_grad = true })
     local h = T.randn(8, 16, { device = "cuda" })
@@ -546,6 +561,25 @@ describe("CUDA kernels", function()
     expect.eq(tostring(l.grad_fn), "<CrossEntropyBackward>")
     l:backward()
     expect.eq(w.grad.dtype, "float32")
+  end)
+  it("trains a 50257-token head under 16-bit autocast: its gradients as float32 computes them", function()
+    need_gpu()
+    T.manual_seed(23)
+    local h, w, t = T.randn(128, 768):cuda(), (T.randn(50257, 768) * 0.05):cuda(), T.randint(1, 50258, { 128 }):cuda()
+    for _, low in ipairs { "bfloat16", "float16" } do
+      local hr, wr = h:clone():requires_grad_(), w:clone():requires_grad_()
+      local l = T.autocast("cuda", { dtype = low }, function() return T.F.cross_entropy(T.F.linear(hr, wr), t) end)
+      l:backward()
+      -- the reference: the same 16-bit values in float32
+      local hf, wf = h:to(low):float():requires_grad_(), w:to(low):float():requires_grad_()
+      local lf = T.F.cross_entropy(T.F.linear(hf, wf), t)
+      lf:backward()
+      expect.close(l:cpu(), lf:cpu(), 1e-2, 1e-2, low .. " loss")
+      for _, p in ipairs { { hr.grad, hf.grad, "input" }, { wr.grad, wf.grad, "weight" } } do
+        local want = p[2]:cpu():double()
+        expect.close(p[1]:cpu():double(), want, 0, 2e-2 * want:abs():max():item(), low .. " " .. p[3] .. " grad")
+      end
+    end
   end)
   it("update parameters with the fused optimizer kernels: the CPU's results bit for bit in float32", function()
     need_gpu()
@@ -584,19 +618,30 @@ describe("CUDA kernels", function()
     errs(function() T._fused_sgd({ a, b }, { a, b }, {}, { 0, 0 }, { lr = 1 }) end, "_fused_sgd",
       "param 2 expected param 1's device cpu, got cuda:0")
   end)
-  it("16-bit products with dims or rows off a multiple of 8 (a 50257 vocabulary) run padded, same values", function()
+  it("16-bit products with dims or rows off a multiple of 8 (a 50257 vocabulary): the same values", function()
     need_gpu()
     T.manual_seed(22)
     for _, dt in ipairs { "bfloat16", "float16" } do
-      -- (256 rows: fewer, and the copies would outweigh the product - not padded, vm/cuda/blas.cpp)
-      local x, w, g = T.randn(256, 768):to(dt), (T.randn(50257, 768) * 0.05):to(dt), T.randn(256, 50257):to(dt)
-      local cx, cw, cg = x:cuda(), w:cuda(), g:cuda()
-      local function near(got, want, what) expect.close(got:cpu():double(), want, 0.03, 0.02, dt .. " " .. what) end
-      near(T.matmul(cx, cw:t()), T.matmul(x:double(), w:double():t()), "N odd")
-      near(T.matmul(cg, cw), T.matmul(g:double(), w:double()), "K odd")
-      near(T.matmul(cg:t(), cx), T.matmul(g:double():t(), x:double()), "M odd, transposed")
-      near(T.matmul(cx:narrow(2, 2, 767), cw:narrow(2, 2, 767):t()), T.matmul(x:double():narrow(2, 2, 767),
-        w:double():narrow(2, 2, 767):t()), "rows off 16 bytes")
+      local cx, cw = T.randn(256, 768):to(dt):cuda(), (T.randn(50257, 768) * 0.05):to(dt):cuda()
+      local cg = T.randn(256, 50257):to(dt):cuda()
+      -- the reference: float32 products on the device from the same 16-bit values (exact products)
+      local x, w, g = cx:float(), cw:float(), cg:float()
+      local function near(got, want, what)
+        expect.close(got:cpu():double(), want:cpu():double(), 0.03, 0.02, dt .. " " .. what)
+      end
+      near(T.matmul(cx, cw:t()), T.matmul(x, w:t()), "N odd")
+      near(T.matmul(cg, cw), T.matmul(g, w), "K odd")
+      near(T.matmul(cg:t(), cx), T.matmul(g:t(), x), "M odd, transposed")
+      near(T.matmul(cx:narrow(2, 2, 767), cw:narrow(2, 2, 767):t()),
+        T.matmul(x:narrow(2, 2, 767), w:narrow(2, 2, 767):t()), "rows off 16 bytes")
+      -- rows of a wider buffer, 16-byte aligned, NaN past them: in place over the dims rounded
+      -- down to 8 plus thin products for the rest, with or without a copied operand beside
+      local wide = T.full({ 256, 50264 }, 0 / 0, { dtype = dt, device = "cuda" })
+      local gv = wide:narrow(2, 1, 50257):copy_(cg)
+      near(T.matmul(gv, cw), T.matmul(g, w), "K odd, aligned rows")
+      near(T.matmul(gv:t(), cx), T.matmul(g:t(), x), "M odd, aligned rows")
+      near(T.matmul(gv, cw:narrow(2, 2, 767)), T.matmul(g, w:narrow(2, 2, 767)),
+        "K odd, aligned rows beside rows off 16 bytes")
     end
   end)
   it("compiled column sums that also store their fused element-wise values (bias gradients), and column softmax", function()

@@ -178,6 +178,13 @@ describe("cross_entropy's fused op", function()
     expect.close(T._cross_entropy_backward(x, lse, t, a, b, k, cw), want, 1e-6, 1e-6)
     expect.close(T._cross_entropy_backward(x, lse, t, a, b, k), want + k:view(3, 1) * (cw - 1), 1e-6, 1e-6)
     errs(function() T._cross_entropy_backward(x, lse, t:int(), a, b, k) end, "_cross_entropy_backward", "target expected int64")
+    -- pitch: rows 8 classes long (32 bytes), zeros past the 4 classes
+    local wide = T._cross_entropy_backward(x, lse, t, a, b, k, cw, 8)
+    expect.eq(wide.shape, { 3, 8 })
+    expect.close(wide:narrow(2, 1, 4), want, 1e-6, 1e-6)
+    expect.eq(wide:narrow(2, 5, 4):totable(), T.zeros(3, 4):totable())
+    errs(function() T._cross_entropy_backward(x, lse, t, a, b, k, nil, 6) end, "_cross_entropy_backward",
+      "pitch expected a 2-d input and a row length of at least its 4 classes, a multiple of 16 bytes, got 6")
     local g = T._cross_entropy_backward(x:clone():requires_grad_(), lse, t, a, b, k)
     errs(function() g:sum():backward() end, "backward", "_cross_entropy_backward: derivative not implemented")
   end)

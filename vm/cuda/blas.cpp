@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "vm/cuda/dl.hpp"
@@ -109,59 +110,93 @@ void blas_prepare(int index) {
 namespace {
 
 // 16-bit products with a dim or row pitch off a multiple of 8 elements (a 50257 vocabulary) get
-// cuBLAS's slow SM75 kernels, 4-7x slower (bench/RESULTS.md): large ones, whose padding copies are
-// small beside them (not a decoding step's few rows), run zero-padded, as Inductor's pad_mm.
-constexpr double kPadMinWork = double(1 << 28);  // M N K
-constexpr double kPadWorkPerCopied = 64;         // M N K per element copied, at least
+// cuBLAS's slow SM75 kernels, 4-7x slower (bench/RESULTS.md). Large ones (not a decoding step's
+// few rows) run over the dims rounded down to 8, plus thin products for the tails, on operands
+// whose lines are 16-byte aligned: those that are not are copied first (Inductor's pad_mm).
+constexpr double kPadMinWork = double(1 << 28);      // M N K
+constexpr double kPadWorkPerCopied = 64;             // M N K per element copied, at least
+constexpr size_t kCopyBlockBytes = size_t(128) << 20; // a copied result goes in blocks of rows this large
 int up8(int n) { return (n + 7) / 8 * 8; }
 bool aligned(const void* p, int ld, size_t es) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld * es % 16 == 0; }
 
-// A {rows, cols} operand (lines of `cols` elements `ld` apart; of `rows` when column-major),
-// padded with zeros to {up8(rows), up8(cols)}; `to` is null when it needs no copy.
-struct Padded {
-  const char* from;
-  int ld, lines, width;  // its lines and their length, in elements
-  char* to = nullptr;
-  int pitch = 0, lines8 = 0;
-  Padded(const void* p, int ld_, bool colmajor, int rows, int cols, size_t es)
-      : from(static_cast<const char*>(p)), ld(ld_), lines(colmajor ? cols : rows), width(colmajor ? rows : cols) {
-    pitch = up8(width);
-    lines8 = up8(lines);
-    if (pitch == width && lines8 == lines && aligned(p, ld, es)) pitch = ld, lines8 = lines;
-  }
-  bool copied() const { return to != nullptr; }
-  bool needs_copy(size_t es) const { return pitch != ld || lines8 != lines || !aligned(from, ld, es); }
-  size_t bytes(size_t es) const { return size_t(pitch) * size_t(lines8) * es; }
-  // the copy, its padding zeroed
-  void fill(int index, size_t es) {
-    const size_t w = size_t(width) * es, p = size_t(pitch) * es;
-    copy_rows(to, p, from, size_t(ld) * es, w, size_t(lines), index);
-    if (p > w) zero_rows(to + w, p, p - w, size_t(lines), index);
-    if (lines8 > lines) zero_rows(to + size_t(lines) * p, p, p, size_t(lines8 - lines), index);
+// An operand {rows, cols}: row-major (element (i, j) at i * ld + j) or column-major (i + j * ld).
+struct Operand {
+  const char* p;
+  int ld;
+  bool colmajor;
+  const char* at(int i, int j, size_t es) const {
+    return p + (colmajor ? i + int64_t(j) * ld : int64_t(i) * ld + j) * int64_t(es);
   }
 };
 
-bool padded_gemm(int index, DType d, int M, int N, int K, const void* A, int lda, bool a_colmajor, const void* B,
-                 int ldb, bool b_colmajor, void* C, int ldc, double beta) {
+// Device memory for the length of a scope.
+struct Scratch {
+  char* p;
+  size_t bytes;
+  int index;
+  Scratch(size_t b, int i) : p(static_cast<char*>(device_alloc(b, i))), bytes(b), index(i) {}
+  ~Scratch() { device_free(p, bytes, index); }  // (cached per stream: later work on it is ordered after)
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+// o {rows, cols} with its lines up8(their length) apart: the bytes it takes, and a copy in `to`.
+size_t aligned_bytes(const Operand& o, int rows, int cols, size_t es) {
+  return size_t(up8(o.colmajor ? rows : cols)) * size_t(o.colmajor ? cols : rows) * es;
+}
+Operand aligned_copy(const Operand& o, int rows, int cols, size_t es, char* to, int index) {
+  const int lines = o.colmajor ? cols : rows, width = o.colmajor ? rows : cols, pitch = up8(width);
+  copy_rows(to, size_t(pitch) * es, o.p, size_t(o.ld) * es, size_t(width) * es, size_t(lines), index);
+  return {to, pitch, o.colmajor};
+}
+
+// C = A B + beta C as the product over the dims rounded down to 8 and thin ones for the tails;
+// the K tail first, so that the body adds it to its sum rounded once.
+void split_gemm(int index, DType d, int M, int N, int K, const Operand& A, const Operand& B, char* C, int ldc,
+                double beta) {
   const size_t es = dtype_size(d);
-  if ((d != DType::f16 && d != DType::bf16) || double(M) * double(N) * double(K) < kPadMinWork) return false;
-  Padded a(A, lda, a_colmajor, M, K, es), b(B, ldb, b_colmajor, K, N, es), c(C, ldc, false, M, N, es);
-  if (!a.needs_copy(es) && !b.needs_copy(es) && !c.needs_copy(es)) return false;
-  double copied = 0;
-  for (const Padded* x : {&a, &b, &c})
-    if (x->needs_copy(es)) copied += double(x->pitch) * double(x->lines8);
-  if (copied * kPadWorkPerCopied > double(M) * double(N) * double(K)) return false;
-  for (Padded* x : {&a, &b, &c})
-    if (x->needs_copy(es)) x->to = static_cast<char*>(device_alloc(x->bytes(es), index));
-  if (a.copied()) a.fill(index, es);
-  if (b.copied()) b.fill(index, es);
-  if (c.copied() && beta != 0) c.fill(index, es);
-  gemm_batched(index, d, up8(M), up8(N), up8(K), a.copied() ? a.to : A, a.copied() ? a.pitch : lda, a_colmajor, 0,
-               b.copied() ? b.to : B, b.copied() ? b.pitch : ldb, b_colmajor, 0, c.copied() ? c.to : C,
-               c.copied() ? c.pitch : ldc, 0, 1, beta);
-  if (c.copied()) copy_rows(C, size_t(ldc) * es, c.to, size_t(c.pitch) * es, size_t(N) * es, size_t(M), index);
-  for (Padded* x : {&a, &b, &c})  // (blocks are cached per stream: later work on it is ordered after)
-    if (x->copied()) device_free(x->to, x->bytes(es), index);
+  auto run = [&](int m, int n, int k, int i, int j, int l, double b) {  // C[i.., j..] = A[i.., l..] B[l.., j..] + b C
+    if (m == 0 || n == 0 || k == 0) return;
+    gemm_batched(index, d, m, n, k, A.at(i, l, es), A.ld, A.colmajor, 0, B.at(l, j, es), B.ld, B.colmajor, 0,
+                 C + (int64_t(i) * ldc + j) * int64_t(es), ldc, 0, 1, b);
+  };
+  const int M8 = M / 8 * 8, N8 = N / 8 * 8, K8 = K / 8 * 8;
+  if (K8 < K) {
+    run(M, N, K - K8, 0, 0, K8, beta);
+    beta = 1;
+  }
+  run(M8, N8, K8, 0, 0, 0, beta);
+  run(M8, N - N8, K8, 0, N8, 0, beta);
+  run(M - M8, N, K8, M8, 0, 0, beta);
+}
+
+bool aligned_gemm(int index, DType d, int M, int N, int K, Operand A, Operand B, void* C, int ldc, double beta) {
+  const size_t es = dtype_size(d);
+  const double work = double(M) * double(N) * double(K);
+  if ((d != DType::f16 && d != DType::bf16) || work < kPadMinWork) return false;
+  const bool copy_a = !aligned(A.p, A.ld, es), copy_b = !aligned(B.p, B.ld, es), copy_c = !aligned(C, ldc, es);
+  if (!copy_a && !copy_b && !copy_c && M % 8 == 0 && N % 8 == 0 && K % 8 == 0) return false;
+  const double copied = (copy_a ? double(M) * K : 0) + (copy_b ? double(K) * N : 0) + (copy_c ? double(M) * N : 0);
+  if (copied * kPadWorkPerCopied > work) return false;
+  std::optional<Scratch> sb;
+  if (copy_b) B = aligned_copy(B, K, N, es, sb.emplace(aligned_bytes(B, K, N, es), index).p, index);
+  const Operand whole_c{static_cast<const char*>(C), ldc, false};
+  const int block = copy_c ? std::max(8, int(kCopyBlockBytes / (size_t(up8(N)) * es)) / 8 * 8) : M;
+  for (int i = 0; i < M; i += block) {
+    const int m = std::min(block, M - i);
+    Operand a{A.at(i, 0, es), A.ld, A.colmajor}, c{whole_c.at(i, 0, es), ldc, false};
+    std::optional<Scratch> sa, sc;
+    if (copy_a) a = aligned_copy(a, m, K, es, sa.emplace(aligned_bytes(a, m, K, es), index).p, index);
+    if (copy_c) {
+      char* to = sc.emplace(aligned_bytes(c, m, N, es), index).p;
+      if (beta != 0) aligned_copy(c, m, N, es, to, index);
+      c = {to, up8(N), false};
+    }
+    split_gemm(index, d, m, N, K, a, B, const_cast<char*>(c.p), c.ld, beta);
+    if (copy_c)
+      copy_rows(const_cast<char*>(whole_c.at(i, 0, es)), size_t(ldc) * es, c.p, size_t(c.ld) * es, size_t(N) * es,
+                size_t(m), index);
+  }
   return true;
 }
 
@@ -172,7 +207,9 @@ bool padded_gemm(int index, DType d, int M, int N, int K, const void* A, int lda
 // when it is column-major itself.
 void gemm(int index, DType d, int M, int N, int K, const void* A, int lda, bool a_colmajor, const void* B, int ldb,
           bool b_colmajor, void* C, int ldc, double beta) {
-  if (padded_gemm(index, d, M, N, K, A, lda, a_colmajor, B, ldb, b_colmajor, C, ldc, beta)) return;
+  if (aligned_gemm(index, d, M, N, K, {static_cast<const char*>(A), lda, a_colmajor},
+                   {static_cast<const char*>(B), ldb, b_colmajor}, C, ldc, beta))
+    return;
   gemm_batched(index, d, M, N, K, A, lda, a_colmajor, 0, B, ldb, b_colmajor, 0, C, ldc, 0, 1, beta);
 }
 

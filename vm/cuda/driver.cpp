@@ -45,7 +45,6 @@ bool resolve_all(void* lib, Driver& d, std::string* missing) {
       {"cuMemcpyDtoDAsync_v2", resolve(lib, "cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync)},
       {"cuMemcpy2DAsync_v2", resolve(lib, "cuMemcpy2DAsync_v2", d.cuMemcpy2DAsync)},
       {"cuMemsetD8Async", resolve(lib, "cuMemsetD8Async", d.cuMemsetD8Async)},
-      {"cuMemsetD2D8Async", resolve(lib, "cuMemsetD2D8Async", d.cuMemsetD2D8Async)},
       {"cuMemsetD32Async", resolve(lib, "cuMemsetD32Async", d.cuMemsetD32Async)},
       {"cuStreamCreate", resolve(lib, "cuStreamCreate", d.cuStreamCreate)},
       {"cuStreamSynchronize", resolve(lib, "cuStreamSynchronize", d.cuStreamSynchronize)},

@@ -275,11 +275,6 @@ void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t 
   c.height = height;
   CR_CU(cuMemcpy2DAsync(&c, current_stream(index)), cat(height, " rows of ", width, " bytes on cuda:", index));
 }
-void zero_rows(void* dst, size_t pitch, size_t width, size_t height, int index) {
-  if (width == 0 || height == 0) return;
-  use_device(index);
-  CR_CU(cuMemsetD2D8Async(dptr(dst), pitch, 0, width, height, current_stream(index)), "zero rows");
-}
 void fill_pattern(void* dst, size_t count, int width, uint32_t pattern, int index) {
   if (count == 0) return;
   use_device(index);

@@ -55,8 +55,6 @@ void synchronize(int index);
 // Sets `count` elements of `width` bytes (1 or 4) to `pattern`, on the device.
 // `height` rows of `width` bytes, `spitch` apart in src, to rows `dpitch` apart in dst.
 void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height, int index);
-// Zeroes `height` rows of `width` bytes, `pitch` apart.
-void zero_rows(void* dst, size_t pitch, size_t width, size_t height, int index);
 void fill_pattern(void* dst, size_t count, int width, uint32_t pattern, int index);
 
 }  // namespace cr::cuda

@@ -1,7 +1,7 @@
 // Fused cross_entropy with class indices (F.cross_entropy, stdlib/losses.lua, in eager mode):
 //   _cross_entropy(input, target, weight?, ignore_index = -100, label_smoothing = 0,
 //                  reduction = "mean", dtype = input's) -> loss, lse
-//   _cross_entropy_backward(input, lse, target, a, b, k, weight?) -> grad_input
+//   _cross_entropy_backward(input, lse, target, a, b, k, weight?, pitch?) -> grad_input
 // input {N, C, d...} (or {C}), target 1-based class indices of input's shape without the class
 // dim (int64 / int32), weight {C}. lse is the logsumexp over the classes per position, kept for
 // the backward in place of the log-probabilities: the gradient is one pass over the input,
@@ -12,6 +12,8 @@
 // dtype (float32 for a 16-bit input under autocast) is the dtype the loss is computed and
 // returned in, as if the input were converted first (PyTorch's dtype= of log_softmax): lse, a, b,
 // k and weight have it, while the input is read, and its gradient written, in its own dtype.
+// pitch (a 2-d input {N, C}; a multiple of 16 bytes, at least C) makes the gradient {N, pitch}
+// with zeros past C: its rows aligned for the products that read its first C columns.
 #include <cmath>
 
 #include "vm/autograd/grad_mode.hpp"
@@ -142,20 +144,28 @@ std::vector<Meta> infer_cross_entropy_backward(OpCall& c) {
   if (c.tensor(2).dtype() != DType::i64) fail(cat("target expected int64, got ", c.tensor(2).describe()));
   for (int i : {3, 4, 5}) check_like(c.arg_name(i), c.tensor(i), dt, x, pos);
   if (c.has(6)) check_like("weight", c.tensor(6), dt, x, {x.size(ce_class_dim(x.dim()))});
-  return {{x.sizes(), x.dtype(), x.device()}};
+  if (!c.has(7)) return {{x.sizes(), x.dtype(), x.device()}};
+  const int64_t pitch = c.integer(7), C = x.size(ce_class_dim(x.dim()));
+  if (x.dim() != 2 || pitch < C || pitch * int64_t(x.itemsize()) % 16 != 0)
+    fail(cat("pitch expected a 2-d input and a row length of at least its ", C,
+             " classes, a multiple of 16 bytes, got ", pitch, " for ", x.describe()));
+  return {{{x.size(0), pitch}, x.dtype(), x.device()}};
 }
 
+// (out's rows `pitch` classes apart, those past `classes` zero)
 template <class T, class L, class C>
 void grad_rows(const T* x, const L* lse, const int64_t* t, const L* a, const L* b, const L* k, const L* w, T* out,
-               int64_t classes, int64_t inner, int64_t o0, int64_t o1) {
-  for (int64_t o = o0; o < o1; ++o)
+               int64_t classes, int64_t inner, int64_t pitch, int64_t o0, int64_t o1) {
+  for (int64_t o = o0; o < o1; ++o) {
     for (int64_t c = 0; c < classes; ++c)
       for (int64_t i = 0; i < inner; ++i) {
         const int64_t e = (o * classes + c) * inner + i, p = o * inner + i;
         C g = load(a[p]) * std::exp(load(x[e]) - load(lse[p])) - load(k[p]) * (w ? load(w[c]) : C(1));
         if (c == t[p] - 1) g -= load(b[p]);
-        store(out[e], g);
+        store(out[(o * pitch + c) * inner + i], g);
       }
+    for (int64_t e = (o * pitch + classes) * inner; e < (o + 1) * pitch * inner; ++e) store(out[e], C(0));
+  }
 }
 
 void run_cross_entropy_backward(OpCall& c) {
@@ -164,8 +174,10 @@ void run_cross_entropy_backward(OpCall& c) {
   const Tensor& x = in[0];
   const int cd = ce_class_dim(x.dim());
   const int64_t classes = x.size(cd), inner = cd == 0 ? 1 : x.numel() / std::max<int64_t>(1, x.size(0) * classes);
+  const int64_t pitch = c.has(7) ? c.integer(7) : classes;
   if (!x.device().is_cpu())
-    return cuda::cross_entropy_backward(c.ctx, c.outs[0], x, in[1], in[2], in[3], in[4], in[5], in[6], classes, inner);
+    return cuda::cross_entropy_backward(c.ctx, c.outs[0], x, in[1], in[2], in[3], in[4], in[5], in[6], classes, inner,
+                                        pitch);
   const int64_t outer = cd == 0 ? 1 : x.size(0);
   visit_floating(x.dtype(), [&](auto xtag) {
     visit_floating(in[1].dtype(), [&](auto ltag) {
@@ -175,7 +187,7 @@ void run_cross_entropy_backward(OpCall& c) {
       const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, classes * inner));
       parallel_for(outer, grain, [&](int64_t o0, int64_t o1) {
         grad_rows<T, L, compute_t<L>>(x.data<T>(), in[1].data<L>(), in[2].data<int64_t>(), in[3].data<L>(), in[4].data<L>(),
-                                      in[5].data<L>(), w, c.outs[0].data<T>(), classes, inner, o0, o1);
+                                      in[5].data<L>(), w, c.outs[0].data<T>(), classes, inner, pitch, o0, o1);
       });
     });
   });
@@ -186,7 +198,7 @@ void run_cross_entropy_backward(OpCall& c) {
 void register_losses(Registry& r) {
   r.add(OpDef{"_cross_entropy", "input:T, target:T, weight:T?, ignore_index:N?, label_smoothing:N?, reduction:S?, dtype:S?",
               OpKind::Other, kNoMethod | kMultiOut | kDeviceAware | kValueErrors | kExtern, infer_cross_entropy, run_cross_entropy});
-  r.add(OpDef{"_cross_entropy_backward", "input:T, lse:T, target:T, a:T, b:T, k:T, weight:T?", OpKind::Other,
+  r.add(OpDef{"_cross_entropy_backward", "input:T, lse:T, target:T, a:T, b:T, k:T, weight:T?, pitch:I?", OpKind::Other,
               kNoMethod | kDeviceAware | kExtern, infer_cross_entropy_backward, run_cross_entropy_backward});
   // autocast: log_softmax and nll_loss run in float32, here without a float32 copy of the scores
   r.set_cast({"_cross_entropy"}, CastPolicy::Float32Dtype);

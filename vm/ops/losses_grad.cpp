@@ -18,6 +18,15 @@ using namespace autograd;
 
 constexpr uint32_t kInput = 1, kTarget = 2, kWeight = 4, kLse = 2;
 
+// A large 16-bit gradient {N, C} on CUDA whose rows are off 16 bytes (a 50257 vocabulary) is
+// written with rows padded to them, and the rule returns its first C columns: the products
+// that read it (the head's two) then run in place instead of copying it twice (vm/cuda/blas.cpp).
+int64_t padded_pitch(const Grad& g, int64_t C) {
+  const Meta& m = g.meta(0);
+  if (m.device.is_cpu() || (m.dtype != DType::f16 && m.dtype != DType::bf16) || g.ndim(0) != 2 || C % 8 == 0) return 0;
+  return g.sizes(0)[0] * C >= (int64_t(1) << 20) ? (C + 7) / 8 * 8 : 0;
+}
+
 void cross_entropy_rule(Grad& g) {
   if (g.has_grad(1)) fail("_cross_entropy: lse (output 2) is not differentiable");
   if (!g.needs(0)) return;
@@ -42,7 +51,10 @@ void cross_entropy_rule(Grad& g) {
   Var b = gp * (wt * (1 - s)), k = gp * (validf * (s / double(C)));
   Var a = b + k * wsum;
   if (!grad_enabled) {
-    g.set(0, op("_cross_entropy_backward", {g.in(0), g.out(1), idx, a, b, k, weighted ? Arg(g.in(2)) : Arg(nullptr)}));
+    const Arg w = weighted ? Arg(g.in(2)) : Arg(nullptr);
+    const int64_t pitch = padded_pitch(g, C);
+    if (!pitch) return g.set(0, op("_cross_entropy_backward", {g.in(0), g.out(1), idx, a, b, k, w}));
+    g.set(0, op("narrow", {op("_cross_entropy_backward", {g.in(0), g.out(1), idx, a, b, k, w, pitch}), 2, 1, C}));
     return;
   }
   Shape view(size_t(g.ndim(0)), 1);

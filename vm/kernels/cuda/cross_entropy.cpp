@@ -17,7 +17,7 @@ std::string module_key(DType d, DType l) { return cat("cross_entropy_", dtype_na
 
 void cross_entropy_backward(Context& ctx, const Tensor& out, const Tensor& x, const Tensor& lse, const Tensor& t,
                             const Tensor& a, const Tensor& b, const Tensor& k, const Tensor& w, int64_t classes,
-                            int64_t inner) {
+                            int64_t inner, int64_t pitch) {
   const int64_t n = out.numel();
   if (n == 0) return;
   void *xp = x.data_bytes(), *lp = lse.data_bytes(), *tp = t.data_bytes(), *ap = a.data_bytes();
@@ -25,6 +25,15 @@ void cross_entropy_backward(Context& ctx, const Tensor& out, const Tensor& x, co
   constexpr int kBlock = 256, kSpan = 32 * kBlock;  // (rows: the classes a block writes)
   const DType d = x.dtype(), l = lse.dtype();
   auto source = [d, l] { return cross_entropy_source(d, l); };
+  if (pitch != classes) {  // (rows of {rows, pitch}: inner is 1)
+    const int64_t rows = n / pitch, chunks = (pitch + kSpan - 1) / kSpan;
+    if (rows * chunks > INT32_MAX)
+      fail(cat("cross_entropy: ", rows, " rows of ", pitch, " are too many for the kernel"));
+    long long kk = chunks, ss = kSpan, cc = classes, pp = pitch;
+    void* args[] = {&xp, &lp, &tp, &ap, &bp, &kp, &wp, &op, &kk, &ss, &cc, &pp};
+    return library_launch(ctx, x.device().index, module_key(d, l), source, "cross_entropy_bwd_pitched", rows * chunks,
+                          kBlock, args);
+  }
   const int64_t rows = n / classes, chunks = (classes + kSpan - 1) / kSpan;
   long long nn = n, cc = classes, ii = inner, kk = chunks, ss = kSpan;
   // (the rows' kernel stores 16-byte vectors at the scores' offsets: out must share x's alignment)

@@ -83,6 +83,59 @@ extern "C" __global__ void cross_entropy_bwd_rows(const T* x, const L* lse, cons
   });
 }
 
+// The rows' gradient into out rows `pitch` apart (pitch > classes, 16-byte aligned rows: the
+// products reading it need them, vm/cuda/blas.cpp), the classes past the scores written as 0.
+// A 16-byte vector of out takes x's elements from the two aligned vectors around them, shifted
+// by the row's misalignment: h half-words (uniform in a block).
+__device__ __forceinline__ uint4 shift_down(uint4 lo, uint4 hi, int h) {
+  const unsigned u[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const int k = h >> 1;
+  unsigned o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const unsigned a = k == 0 ? u[i] : k == 1 ? u[i + 1] : k == 2 ? u[i + 2] : u[i + 3];
+    const unsigned b = k == 0 ? u[i + 1] : k == 1 ? u[i + 2] : k == 2 ? u[i + 3] : u[i + 4];
+    o[i] = (h & 1) ? __funnelshift_r(a, b, 16) : a;
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+extern "C" __global__ void cross_entropy_bwd_pitched(const T* x, const L* lse, const long long* t, const L* a,
+                                                     const L* b, const L* k, const L* w, T* out, long long chunks,
+                                                     long long span, long long classes, long long pitch) {
+  const long long p = blockIdx.x / chunks, first = (blockIdx.x % chunks) * span, bd = blockDim.x;
+  const long long end = first + span < pitch ? first + span : pitch;
+  const T* xr = x + p * classes;
+  T* outr = out + p * pitch;
+  const A lp = A(lse[p]), ap = A(a[p]), bp = A(b[p]), kp = A(k[p]);
+  const long long tp = t[p] - 1;
+  const int s = int((reinterpret_cast<unsigned long long>(xr) & 15) / sizeof(T)), h = s * int(sizeof(T)) / 2;
+  const uint4* xa = reinterpret_cast<const uint4*>(xr - s);
+  const long long whole = classes / V * V, vend = end < whole ? end : whole;  // vectors wholly of scores
+  auto put = [&](long long c, uint4 u) {
+    uint4 o;
+#pragma unroll
+    for (int e = 0; e < V; ++e)
+      reinterpret_cast<T*>(&o)[e] = ce_grad(reinterpret_cast<const T*>(&u)[e], c + e, lp, ap, bp, kp, tp, w);
+    *reinterpret_cast<uint4*>(outr + c) = o;
+  };
+  long long c = first + threadIdx.x * V;
+  for (; c + (kCeGroup - 1) * bd * V < vend; c += kCeGroup * bd * V) {
+    uint4 lo[kCeGroup], hi[kCeGroup];
+#pragma unroll
+    for (int g = 0; g < kCeGroup; ++g) {
+      const long long q = (c + g * bd * V) / V;
+      lo[g] = xa[q];
+      hi[g] = s ? xa[q + 1] : lo[g];
+    }
+#pragma unroll
+    for (int g = 0; g < kCeGroup; ++g) put(c + g * bd * V, s ? shift_down(lo[g], hi[g], h) : lo[g]);
+  }
+  for (; c < vend; c += bd * V) put(c, s ? shift_down(xa[c / V], xa[c / V + 1], h) : xa[c / V]);
+  for (long long i = (vend > first ? vend : first) + threadIdx.x; i < end; i += bd)
+    outr[i] = i < classes ? ce_grad(xr[i], i, lp, ap, bp, kp, tp, w) : T(0);
+}
+
 // lse of each row of {rows, classes} scores in one pass: a block a row, each thread a running
 // maximum m and sum s of exp(x - m) over its 16-byte vectors (kLseGroup in flight), then the
 // block's (m, s) pairs rescaled to its maximum. v == m adds exp(0) = 1, which keeps rows of -inf

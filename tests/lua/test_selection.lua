@@ -57,6 +57,20 @@ do
   case("mask_empty", function() return x[x:gt(100)] end, "x[x > 100]", { x = x })
   case("mask_nc", function() return x:transpose(1, 3)[x:transpose(1, 3):lt(0)] end, "x.transpose(0, 2)[x.transpose(0, 2) < 0]", { x = x })
 end
+do  -- long inputs: many pieces of the CPU's parallel compaction and a ragged last one; NaN counts
+  local x = T.randn(3, 100003)
+  x[2][7] = 0 / 0
+  local m = x:gt(0.3)
+  case("mask_long", function() return x[m] end, "x[m]", { x = x, m = m })
+  local z = T.randn(5, 40001):gt(0.5):to("float64") * T.randn(5, 40001, { dtype = "float64" })
+  z[3][9] = 0 / 0
+  case("nonzero_long", function() return T.nonzero(z) end, "torch.nonzero(z) + 1", { z = z })
+  case("nonzero_long_3d", function() return T.nonzero(z:view(5, 13, 3077)) end, "torch.nonzero(z.view(5, 13, 3077)) + 1",
+    { z = z })
+  local h = z:to("float16")
+  case("mask_long_16bit", function() return h:masked_select(m:narrow(2, 1, 40001):narrow(1, 1, 1)) end,
+    "h.masked_select(m[0:1, 0:40001])", { h = h, m = m })
+end
 -- ---- assignment ------------------------------------------------------------------------------------
 for _, dt in ipairs({ "float32", "float64", "int64", "bool" }) do
   local x = rnd({ 4, 3 }, dt)

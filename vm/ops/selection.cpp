@@ -18,6 +18,46 @@ Tensor expanded(const Tensor& t, const Shape& s) {
   return contiguous(Tensor::view_of(t, s, broadcast_strides(t, s), t.offset()));
 }
 
+// ---- compaction on the CPU: masked_select and nonzero ----------------------------------------
+// Pieces of kPiece elements: one parallel pass counts each piece's selected elements, a second
+// writes them at the piece's offset. Writes are branch-free (a store each element, the position
+// advancing by the predicate) into a buffer in the cache, whose filled part is then copied.
+constexpr int64_t kPiece = 1 << 16, kBurst = 1024;
+
+// sel(i) (0 or 1) for the n elements: the per-piece offsets of the selection, and its size.
+template <class Sel> std::vector<int64_t> piece_offsets(int64_t n, const Sel& sel) {
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+  std::vector<int64_t> off(size_t(pieces) + 1, 0);
+  parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      int64_t k = 0;
+      for (int64_t i = p * kPiece, e = std::min(n, i + kPiece); i < e; ++i) k += sel(i);
+      off[size_t(p) + 1] = k;
+    }
+  });
+  for (size_t p = 1; p < off.size(); ++p) off[p] += off[p - 1];
+  return off;
+}
+
+// Stores value(i) of each selected element i at out + off[piece], in order.
+template <class W, class Sel, class Value>
+void compact(int64_t n, const std::vector<int64_t>& off, W* out, const Sel& sel, const Value& value) {
+  parallel_for(int64_t(off.size()) - 1, 1, [&](int64_t p0, int64_t p1) {
+    W buf[kBurst];
+    for (int64_t p = p0; p < p1; ++p) {
+      W* o = out + off[size_t(p)];
+      for (int64_t i = p * kPiece, e = std::min(n, i + kPiece); i < e; i += kBurst) {
+        int64_t k = 0;
+        for (int64_t j = i, je = std::min(e, i + kBurst); j < je; ++j) {
+          buf[k] = value(j);
+          k += sel(j);
+        }
+        o = std::copy(buf, buf + k, o);
+      }
+    }
+  });
+}
+
 // ---- masked_select(self, mask): the elements where the (broadcast) mask is true, in order ----
 
 void run_masked_select(OpCall& c) {
@@ -27,16 +67,15 @@ void run_masked_select(OpCall& c) {
   const Shape s = broadcast_shapes(x.sizes(), m.sizes());
   const Tensor xe = expanded(x, s), me = expanded(m, s);
   if (!x.device().is_cpu()) return c.outs.push_back(cuda::masked_select(c.ctx, xe, me));
-  const bool* mp = me.data<bool>();
+  const uint8_t* mp = reinterpret_cast<const uint8_t*>(me.data<bool>());
   const int64_t n = shape_numel(s);
-  const int64_t count = std::count(mp, mp + n, true);
-  Tensor out = Tensor::empty({count}, x.dtype(), x.device());
+  auto sel = [mp](int64_t i) { return int64_t(mp[i]); };
+  const std::vector<int64_t> off = piece_offsets(n, sel);
+  Tensor out = Tensor::empty({off.back()}, x.dtype(), x.device());
   visit_width(x.itemsize(), [&](auto w) {
     using W = decltype(w);
     const W* xp = xe.data<W>();
-    W* op = out.data<W>();
-    for (int64_t i = 0; i < n; ++i)
-      if (mp[i]) *op++ = xp[i];
+    compact(n, off, out.data<W>(), sel, [xp](int64_t i) { return xp[i]; });
   });
   c.outs.push_back(out);
 }
@@ -48,25 +87,29 @@ void run_nonzero(OpCall& c) {
   if (!x.device().is_cpu()) return c.outs.push_back(cuda::nonzero(c.ctx, x));
   const int64_t n = x.numel();
   const int nd = x.dim();
-  std::vector<uint8_t> nz(static_cast<size_t>(n));
   visit(x.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* p = x.data<T>();
-    for (int64_t i = 0; i < n; ++i) nz[size_t(i)] = load(p[i]) != decltype(load(p[i]))(0);  // NaN counts
-  });
-  const int64_t count = std::count(nz.begin(), nz.end(), uint8_t{1});
-  Tensor out = Tensor::empty({count, int64_t(nd)}, DType::i64, x.device());
-  int64_t* op = out.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    if (!nz[size_t(i)]) continue;
-    int64_t rem = i;
-    for (int k = nd - 1; k >= 0; --k) {
-      op[k] = rem % x.size(k) + 1;
-      rem /= x.size(k);
+    auto sel = [p](int64_t i) { return int64_t(load(p[i]) != decltype(load(p[i]))(0)); };  // NaN counts
+    const std::vector<int64_t> off = piece_offsets(n, sel);
+    const int64_t count = off.back();
+    Tensor out = Tensor::empty({count, int64_t(nd)}, DType::i64, x.device());
+    int64_t* op = out.data<int64_t>();
+    if (nd <= 1) {
+      if (nd == 1) compact(n, off, op, sel, [](int64_t i) { return i + 1; });
+      return c.outs.push_back(out);
     }
-    op += nd;
-  }
-  c.outs.push_back(out);
+    std::vector<int64_t> flat(static_cast<size_t>(count));  // (the selected elements' positions)
+    compact(n, off, flat.data(), sel, [](int64_t i) { return i; });
+    parallel_for(count, 1 << 14, [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k)
+        for (int64_t d = nd - 1, rem = flat[size_t(k)]; d >= 0; --d) {
+          op[k * nd + d] = rem % x.size(int(d)) + 1;
+          rem /= x.size(int(d));
+        }
+    });
+    c.outs.push_back(out);
+  });
 }
 
 // ---- index(self, indices) / index_put_(self, indices, values[, accumulate]) ------------------

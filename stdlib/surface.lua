@@ -368,14 +368,23 @@ local function run_lengths(first, x)
   return T.cat({ starts:narrow(1, 2, starts:numel() - 1), after }, 1) - starts
 end
 
--- unique of integers in a range lo..hi no wider than their number: counted per value (no sort)
+-- unique of integers in a range lo..hi no wider than their number: counted per value (no sort);
+-- values from 0 to under twice their number by bincount's kernel, without a slot per value
 local function unique_counted(x, flat, lo, hi, opts)
-  local slot = flat:long() - (lo - 1)  -- 1-based position of each value in lo..hi
-  local counts = T.zeros(hi - lo + 1, { dtype = "int64", device = x.device })
-    :index_add(1, slot, T.ones(1, { dtype = "int64", device = x.device }):expand(slot:numel()))
+  local slot, counts
+  local function slots()
+    slot = slot or flat:long() - (lo - 1)  -- 1-based position of each value in lo..hi
+    return slot
+  end
+  if lo >= 0 and hi < 2 * flat:numel() then
+    counts = T.bincount(flat):narrow(1, lo + 1, hi - lo + 1)
+  else
+    counts = T.zeros(hi - lo + 1, { dtype = "int64", device = x.device })
+      :index_add(1, slots(), T.ones(1, { dtype = "int64", device = x.device }):expand(flat:numel()))
+  end
   local present = counts:gt(0)
   local r = { (T.nonzero(present):view(-1) + (lo - 1)):to(x.dtype) }
-  if opts.return_inverse then r[#r + 1] = present:long():cumsum(1):index_select(1, slot):view(x.shape) end
+  if opts.return_inverse then r[#r + 1] = present:long():cumsum(1):index_select(1, slots()):view(x.shape) end
   if opts.return_counts then r[#r + 1] = counts:masked_select(present) end
   return unpack(r)
 end

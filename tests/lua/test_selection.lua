@@ -207,9 +207,11 @@ do
     "torch.unique(x.view(2, 5), return_inverse=True)[1] + 1", { x = xi })
   case("unique_counts", function() return select(2, T.unique(xi, { return_counts = true })) end,
     "torch.unique(x, return_counts=True)[1]", { x = xi })
-  -- (integers of a range no wider than their number are counted, wider ones sorted)
+  -- (integers of a range no wider than their number are counted - from 0 up by bincount -,
+  -- wider ones sorted)
   local xr, xs = T.randint(-40, 30, { 7, 20 }):int(), L({ 100, -7, 3, 100, 2 ^ 40, -7 })
-  for _, kv in ipairs({ { "counted", xr }, { "sorted", xs } }) do
+  local xn = T.randint(3, 60, { 7, 20 })
+  for _, kv in ipairs({ { "counted", xr }, { "counted_from_3", xn }, { "sorted", xs } }) do
     local key, v = kv[1], kv[2]
     case("unique_" .. key, function() return T.unique(v) end, "torch.unique(x)", { x = v })
     case("unique_" .. key .. "_inv", function() return select(2, T.unique(v, { return_inverse = true })) end,

@@ -5,9 +5,14 @@
 // CUDA by the kernels, raising at the next synchronisation: vm/kernels/cuda/select.hpp); boolean
 // masks in index lists are expanded by the Lua surface (stdlib/indexing.lua).
 #include <algorithm>
+#include <type_traits>
 
 #include "vm/devices.hpp"
 #include "vm/kernels/cuda/select.hpp"
+#include "vm/kernels/wide.hpp"
+#if CR_HAVE_AVX512_TWINS
+#include <immintrin.h>
+#endif
 #include "vm/ops/indexing.hpp"
 
 namespace cr {
@@ -20,9 +25,9 @@ Tensor expanded(const Tensor& t, const Shape& s) {
 
 // ---- compaction on the CPU: masked_select and nonzero ----------------------------------------
 // Pieces of kPiece elements: one parallel pass counts each piece's selected elements, a second
-// writes them at the piece's offset. Writes are branch-free (a store each element, the position
-// advancing by the predicate) into a buffer in the cache, whose filled part is then copied.
-constexpr int64_t kPiece = 1 << 16, kBurst = 1024;
+// writes them at the piece's offset, a burst of kBurst at a time: the kept values packed into a
+// buffer in the cache (branch-free, or by AVX-512's compress), which is then copied out.
+constexpr int64_t kPiece = 1 << 16, kBurst = 1024, kSlack = 16;  // (a packer's whole-vector stores)
 
 // sel(i) (0 or 1) for the n elements: the per-piece offsets of the selection, and its size.
 template <class Sel> std::vector<int64_t> piece_offsets(int64_t n, const Sel& sel) {
@@ -39,20 +44,92 @@ template <class Sel> std::vector<int64_t> piece_offsets(int64_t n, const Sel& se
   return off;
 }
 
-// Stores value(i) of each selected element i at out + off[piece], in order.
-template <class W, class Sel, class Value>
-void compact(int64_t n, const std::vector<int64_t>& off, W* out, const Sel& sel, const Value& value) {
+// Packers: of n elements, those whose keep byte is nonzero, in order, into buf (room for n +
+// kSlack); they return how many. pack_values keeps x[i], pack_positions first + i.
+template <class W> int64_t pack_values(const W* x, const uint8_t* keep, int64_t n, W* buf) {
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    buf[k] = x[i];
+    k += keep[i] != 0;
+  }
+  return k;
+}
+int64_t pack_positions(int64_t first, const uint8_t* keep, int64_t n, int64_t* buf) {
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    buf[k] = first + i;
+    k += keep[i] != 0;
+  }
+  return k;
+}
+
+#if CR_HAVE_AVX512_TWINS
+// 16 (8) lanes a step: the keep bytes tested into a lane mask, the kept lanes compressed in a
+// register and the whole vector stored (the memory form of compress is slow on AMD's cores).
+CR_TARGET_AVX512 int64_t pack_values4_avx512(const uint32_t* x, const uint8_t* keep, int64_t n, uint32_t* buf) {
+  int64_t k = 0, i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(keep + i));
+    const __mmask16 m = _mm_test_epi8_mask(b, b);
+    _mm512_storeu_si512(buf + k, _mm512_maskz_compress_epi32(m, _mm512_loadu_si512(x + i)));
+    k += __builtin_popcount(m);
+  }
+  return k + pack_values(x + i, keep + i, n - i, buf + k);
+}
+CR_TARGET_AVX512 int64_t pack_values8_avx512(const uint64_t* x, const uint8_t* keep, int64_t n, uint64_t* buf) {
+  int64_t k = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(keep + i));
+    const __mmask8 m = __mmask8(_mm_test_epi8_mask(b, b));
+    _mm512_storeu_si512(buf + k, _mm512_maskz_compress_epi64(m, _mm512_loadu_si512(x + i)));
+    k += __builtin_popcount(m);
+  }
+  return k + pack_values(x + i, keep + i, n - i, buf + k);
+}
+CR_TARGET_AVX512 int64_t pack_positions_avx512(int64_t first, const uint8_t* keep, int64_t n, int64_t* buf) {
+  int64_t k = 0, i = 0;
+  const __m512i lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  for (; i + 8 <= n; i += 8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(keep + i));
+    const __mmask8 m = __mmask8(_mm_test_epi8_mask(b, b));
+    const __m512i pos = _mm512_add_epi64(_mm512_set1_epi64(first + i), lanes);
+    _mm512_storeu_si512(buf + k, _mm512_maskz_compress_epi64(m, pos));
+    k += __builtin_popcount(m);
+  }
+  return k + pack_positions(first + i, keep + i, n - i, buf + k);
+}
+#endif
+
+template <class W> int64_t pack_values_best(const W* x, const uint8_t* keep, int64_t n, W* buf) {
+#if CR_HAVE_AVX512_TWINS
+  static const bool wide = use_avx512_loops();
+  if constexpr (sizeof(W) == 4)
+    if (wide) return pack_values4_avx512(reinterpret_cast<const uint32_t*>(x), keep, n, reinterpret_cast<uint32_t*>(buf));
+  if constexpr (sizeof(W) == 8)
+    if (wide) return pack_values8_avx512(reinterpret_cast<const uint64_t*>(x), keep, n, reinterpret_cast<uint64_t*>(buf));
+#endif
+  return pack_values(x, keep, n, buf);
+}
+int64_t pack_positions_best(int64_t first, const uint8_t* keep, int64_t n, int64_t* buf) {
+#if CR_HAVE_AVX512_TWINS
+  static const bool wide = use_avx512_loops();
+  if (wide) return pack_positions_avx512(first, keep, n, buf);
+#endif
+  return pack_positions(first, keep, n, buf);
+}
+
+// Each piece's selection at out + off[piece]: keep(j, len, scratch) gives the keep bytes of
+// elements j.. (in scratch or elsewhere), pack(j, len, bytes, buf) packs their kept records.
+template <class W, class Keep, class Pack>
+void compact(int64_t n, const std::vector<int64_t>& off, W* out, const Keep& keep, const Pack& pack) {
   parallel_for(int64_t(off.size()) - 1, 1, [&](int64_t p0, int64_t p1) {
-    W buf[kBurst];
+    W buf[kBurst + kSlack];
+    uint8_t scratch[kBurst];
     for (int64_t p = p0; p < p1; ++p) {
       W* o = out + off[size_t(p)];
       for (int64_t i = p * kPiece, e = std::min(n, i + kPiece); i < e; i += kBurst) {
-        int64_t k = 0;
-        for (int64_t j = i, je = std::min(e, i + kBurst); j < je; ++j) {
-          buf[k] = value(j);
-          k += sel(j);
-        }
-        o = std::copy(buf, buf + k, o);
+        const int64_t len = std::min(kBurst, e - i);
+        o = std::copy(buf, buf + pack(i, len, keep(i, len, scratch), buf), o);
       }
     }
   });
@@ -75,7 +152,8 @@ void run_masked_select(OpCall& c) {
   visit_width(x.itemsize(), [&](auto w) {
     using W = decltype(w);
     const W* xp = xe.data<W>();
-    compact(n, off, out.data<W>(), sel, [xp](int64_t i) { return xp[i]; });
+    compact(n, off, out.data<W>(), [mp](int64_t i, int64_t, uint8_t*) { return mp + i; },
+            [xp](int64_t i, int64_t len, const uint8_t* keep, W* buf) { return pack_values_best(xp + i, keep, len, buf); });
   });
   c.outs.push_back(out);
 }
@@ -95,12 +173,22 @@ void run_nonzero(OpCall& c) {
     const int64_t count = off.back();
     Tensor out = Tensor::empty({count, int64_t(nd)}, DType::i64, x.device());
     int64_t* op = out.data<int64_t>();
+    auto keep = [&](int64_t i, int64_t len, uint8_t* scratch) {
+      if constexpr (std::is_same_v<T, bool>) return reinterpret_cast<const uint8_t*>(p + i);
+      for (int64_t j = 0; j < len; ++j) scratch[j] = uint8_t(sel(i + j));
+      return static_cast<const uint8_t*>(scratch);
+    };
+    // (1-based coordinates in one dim; flat 0-based positions to turn into coordinates)
+    const int64_t base = nd == 1 ? 1 : 0;
+    auto pack = [base](int64_t i, int64_t len, const uint8_t* k, int64_t* buf) {
+      return pack_positions_best(base + i, k, len, buf);
+    };
     if (nd <= 1) {
-      if (nd == 1) compact(n, off, op, sel, [](int64_t i) { return i + 1; });
+      if (nd == 1) compact(n, off, op, keep, pack);
       return c.outs.push_back(out);
     }
     std::vector<int64_t> flat(static_cast<size_t>(count));  // (the selected elements' positions)
-    compact(n, off, flat.data(), sel, [](int64_t i) { return i; });
+    compact(n, off, flat.data(), keep, pack);
     parallel_for(count, 1 << 14, [&](int64_t k0, int64_t k1) {
       for (int64_t k = k0; k < k1; ++k)
         for (int64_t d = nd - 1, rem = flat[size_t(k)]; d >= 0; --d) {

@@ -104,9 +104,11 @@ template <class W> int64_t pack_values_best(const W* x, const uint8_t* keep, int
 #if CR_HAVE_AVX512_TWINS
   static const bool wide = use_avx512_loops();
   if constexpr (sizeof(W) == 4)
-    if (wide) return pack_values4_avx512(reinterpret_cast<const uint32_t*>(x), keep, n, reinterpret_cast<uint32_t*>(buf));
+    if (wide)
+      return pack_values4_avx512(reinterpret_cast<const uint32_t*>(x), keep, n, reinterpret_cast<uint32_t*>(buf));
   if constexpr (sizeof(W) == 8)
-    if (wide) return pack_values8_avx512(reinterpret_cast<const uint64_t*>(x), keep, n, reinterpret_cast<uint64_t*>(buf));
+    if (wide)
+      return pack_values8_avx512(reinterpret_cast<const uint64_t*>(x), keep, n, reinterpret_cast<uint64_t*>(buf));
 #endif
   return pack_values(x, keep, n, buf);
 }
@@ -152,8 +154,9 @@ void run_masked_select(OpCall& c) {
   visit_width(x.itemsize(), [&](auto w) {
     using W = decltype(w);
     const W* xp = xe.data<W>();
-    compact(n, off, out.data<W>(), [mp](int64_t i, int64_t, uint8_t*) { return mp + i; },
-            [xp](int64_t i, int64_t len, const uint8_t* keep, W* buf) { return pack_values_best(xp + i, keep, len, buf); });
+    auto keep = [mp](int64_t i, int64_t, uint8_t*) { return mp + i; };
+    auto pack = [xp](int64_t i, int64_t len, const uint8_t* k, W* buf) { return pack_values_best(xp + i, k, len, buf); };
+    compact(n, off, out.data<W>(), keep, pack);
   });
   c.outs.push_back(out);
 }

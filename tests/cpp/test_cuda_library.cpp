@@ -21,6 +21,7 @@
 #include "vm/kernels/cuda/attention_decode.hpp"
 #include "vm/kernels/cuda/bincount.hpp"
 #include "vm/kernels/cuda/cross_entropy.hpp"
+#include "vm/kernels/cuda/gemv.hpp"
 #include "vm/kernels/cuda/int8_mm.hpp"
 #include "vm/kernels/cuda/layer_norm.hpp"
 #include "vm/kernels/cuda/library.hpp"
@@ -137,16 +138,26 @@ TEST_CASE("cuda: the layer_norm and cross_entropy kernels compile to CUBIN for e
   }
 }
 
-TEST_CASE("cuda: the int8 weight-only product kernels compile to CUBIN for every floating dtype", "[cuda]") {
+TEST_CASE("cuda: the GEMV and int8 dequantisation kernels compile to CUBIN for every floating dtype", "[cuda]") {
   if (!have_nvrtc()) return;
-  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16})
+  auto dump = [](const std::string& name, const std::string& src) {
+    if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP")) std::ofstream(cat(dir, "/", name, ".cu")) << src;
+  };
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     for (DType s : {DType::f32, DType::f16, DType::bf16}) {
       INFO(cr::dtype_name(d) << " input, " << cr::dtype_name(s) << " scales");
-      const std::string src = cr::cuda::int8_mm_source(d, s);
-      if (const char* dir = std::getenv("CRESCENT_TEST_CUDA_DUMP"))
-        std::ofstream(cat(dir, "/int8_mm_", cr::dtype_name(d), "_", cr::dtype_name(s), ".cu")) << src;
+      const std::string src = cr::cuda::int8_mm_source(d, s), gemv = cr::cuda::gemv_source(d, true, s);
+      dump(cat("int8_mm_", cr::dtype_name(d), "_", cr::dtype_name(s)), src);
+      dump(cat("gemv_", cr::dtype_name(d), "_int8_", cr::dtype_name(s)), gemv);
       CHECK(compiles_clean(src, "int8_mm"));
+      CHECK(compiles_clean(gemv, "gemv"));
     }
+    if (d == DType::f64) continue;  // (float64 products stay with cuBLAS)
+    INFO(cr::dtype_name(d) << " weights");
+    const std::string dense = cr::cuda::gemv_source(d, false, DType::f32);
+    dump(cat("gemv_", cr::dtype_name(d)), dense);
+    CHECK(compiles_clean(dense, "gemv"));
+  }
 }
 
 TEST_CASE("cuda: the float32 attention kernel compiles to CUBIN for its head sizes", "[cuda]") {
@@ -278,6 +289,7 @@ TEST_CASE("cuda: the build's library CUBINs are those of the current sources, an
                      : starts("attention_f32") ? "attention_simt"
                      : starts("attention_")  ? "attention_fwd"
                      : starts("cumsum_")     ? "cumsum_rows"
+                     : starts("gemv_")       ? "gemv_kn_1_8_8"
                      : starts("optim_")      ? "fused_adam"
                      : starts("radix_")      ? "radix_onesweep"
                      : starts("scatter_")    ? "scatter_add"

@@ -151,24 +151,108 @@ describe("cuBLASLt epilogues on CUDA", function()
     end
   end)
 
-  it("runs GPT-2's MLP compiled as two cuBLASLt calls and no other kernel, also under TF32", function()
+  it("runs GPT-2's MLP compiled as two fused calls and no other kernel, also under TF32", function()
     S.need_gpu()
     T.manual_seed(5)
-    local args = { T.randn(1, 1, 768), T.randn(768, 3072) * 0.02, T.randn(3072), T.randn(3072, 768) * 0.02, T.randn(768) }
-    for i, a in ipairs(args) do args[i] = a:cuda() end
-    local f = T.compile(mlp)
-    for _ = 1, 4 do T.no_grad(f, unpack(args)) end
-    T.compiler.wait()
+    local w = { T.randn(768, 3072) * 0.02, T.randn(3072), T.randn(3072, 768) * 0.02, T.randn(768) }
+    for i, a in ipairs(w) do w[i] = a:cuda() end
+    -- (one row: the GEMV kernel, vm/kernels/cuda/gemv.hpp; eight: cuBLASLt)
+    for _, case in ipairs { { 1, { 2, 0 } }, { 8, { 0, 2 } } } do
+      local x = T.randn(1, case[1], 768):cuda()
+      local f = T.compile(mlp)
+      for _ = 1, 4 do T.no_grad(f, x, unpack(w)) end
+      T.compiler.wait()
+      T.cuda.synchronize()
+      local s0 = T.cuda.stats()
+      local got = T.no_grad(f, x, unpack(w))
+      local s1 = T.cuda.stats()
+      S.close(got:cpu(), mlp(x, unpack(w)):cpu(), 1e-4, 1e-4)
+      S.eq({ s1.kernel_launches - s0.kernel_launches, s1.blas_calls - s0.blas_calls }, case[2], "kernels and cuBLAS calls a step")
+      T.backends.cuda.matmul.allow_tf32 = true
+      local tf = T.no_grad(f, x, unpack(w))
+      T.backends.cuda.matmul.allow_tf32 = false
+      S.close(tf:cpu(), got:cpu(), 2e-2, 2e-2)
+    end
+  end)
+end)
+
+describe("the GEMV kernel on CUDA (up to 4 rows, linear's weight layout)", function()
+  -- (one rounding of a float sum of K terms of about 1)
+  local tol = { float32 = { 1e-4, 1e-4 }, float16 = { 4e-3, 2e-3 }, bfloat16 = { 1.6e-2, 8e-3 } }
+
+  -- the device work of fn(): kernels launched and cuBLAS calls
+  local function work(fn)
     T.cuda.synchronize()
     local s0 = T.cuda.stats()
-    local got = T.no_grad(f, unpack(args))
+    local r = fn()
     local s1 = T.cuda.stats()
-    S.close(got:cpu(), mlp(unpack(args)):cpu(), 1e-4, 1e-4)
-    S.eq(s1.blas_calls - s0.blas_calls, 2, "cuBLASLt calls a step")
-    S.eq(s1.kernel_launches - s0.kernel_launches, 0, "other kernels a step")
-    T.backends.cuda.matmul.allow_tf32 = true
-    local tf = T.no_grad(f, unpack(args))
-    T.backends.cuda.matmul.allow_tf32 = false
-    S.close(tf:cpu(), got:cpu(), 2e-2, 2e-2)
+    return r, s1.kernel_launches - s0.kernel_launches, s1.blas_calls - s0.blas_calls
+  end
+
+  it("gives the CPU op's values with every epilogue, as one kernel and no cuBLAS call", function()
+    S.need_gpu()
+    T.manual_seed(6)
+    for _, dt in ipairs { "float32", "float16", "bfloat16" } do
+      -- (K = 16384 at 4 rows: x in several tiles of shared memory; N = 50257: rows walked grid-stride)
+      -- ({K, N} weights: K = 64 in one block, K >= 512 split over a cluster; N = 50256: many tiles)
+      local shapes = { { 1, 768, 2304, true }, { 2, 3072, 768, true }, { 3, 64, 5, true }, { 4, 16384, 40, true },
+                       { 1, 64, 50257, true }, { 1, 768, 2304, false }, { 2, 3072, 768, false }, { 3, 64, 40, false },
+                       { 4, 520, 24, false }, { 1, 64, 50256, false } }
+      for _, shape in ipairs(shapes) do
+        for _, act in ipairs { "none", "relu", "gelu_tanh" } do
+          local tr = shape[4]
+          local x, w, b, r = operands("float32", shape[1], shape[2], shape[3], tr)
+          local d = function(t) return t:to(dt):cuda() end
+          local what = ("%s %s %s transposed %s"):format(dt, table.concat(shape, "x", 1, 3), act, tostring(tr))
+          local want = reference(x:to(dt):float(), w:to(dt):float(), b:to(dt):float(), r:to(dt):float(), act, tr)
+          local dx, dw, db, dr = d(x), d(w), d(b), d(r)
+          local got, kernels, blas = work(function() return T._addmm_epilogue(dx, dw, db, dr, act, tr) end)
+          S.eq({ kernels, blas }, { 1, 0 }, what .. ": kernels and cuBLAS calls")
+          S.close(got:float():cpu(), want, tol[dt][1], tol[dt][2] * shape[2] ^ 0.5, what)
+        end
+      end
+    end
+  end)
+
+  it("runs linear and matmul of a few rows; other layouts and 5 rows keep cuBLAS", function()
+    S.need_gpu()
+    T.manual_seed(7)
+    local w, b = T.randn(96, 64):cuda(), T.randn(96):cuda()
+    local x = T.randn(3, 64):cuda()
+    for _, rows in ipairs { { 1, 64 }, { 4, 64 }, { 1, 1, 64 }, { 2, 2, 64 }, { 64 } } do
+      local xr = T.randn(unpack(rows)):cuda()
+      local got, kernels, blas = work(function() return T.linear(xr, w, b) end)
+      S.eq({ kernels, blas }, { 1, 0 }, "linear " .. table.concat(rows, "x"))
+      S.close(got:cpu(), T.linear(xr:cpu(), w:cpu(), b:cpu()), 1e-5, 1e-4)
+      for _, wt in ipairs { w:t(), w:t():contiguous() } do  -- (linear's layout, and {K, N})
+        local mm, k2, b2 = work(function() return T.matmul(xr, wt) end)
+        S.eq({ k2, b2 }, { 1, 0 }, "matmul " .. table.concat(rows, "x"))
+        S.close(mm:cpu(), T.matmul(xr:cpu(), wt:cpu()), 1e-5, 1e-4)
+      end
+    end
+    local x5 = T.randn(5, 64):cuda()
+    local got5, _, blas5 = work(function() return T.linear(x5, w, b) end)
+    S.eq(blas5, 1, "5 rows: cuBLAS")
+    S.close(got5:cpu(), T.linear(x5:cpu(), w:cpu(), b:cpu()), 1e-5, 1e-4)
+    -- rows 4 bytes off a 16-byte boundary; rows of 62 floats (not whole chunks); {K, N} rows of 95
+    local wide = T.randn(96, 65):cuda()
+    local x62 = T.randn(2, 62):cuda()
+    for _, case in ipairs { { x, wide:narrow(2, 2, 64), "unaligned rows" }, { x62, wide:narrow(2, 1, 62), "62 columns" },
+                            { x, T.randn(64, 95):cuda():t(), "95 columns of {K, N}" } } do
+      local xx, ww, what = case[1], case[2], case[3]
+      local got, _, blas = work(function() return T.linear(xx, ww) end)
+      S.eq(blas, 1, what .. ": cuBLAS")
+      S.close(got:cpu(), T.linear(xx:cpu(), ww:cpu()), 1e-5, 1e-4, what)
+    end
+  end)
+
+  it("propagates NaN and inf from x and w", function()
+    S.need_gpu()
+    local w = T.ones(8, 16)
+    w[{ 3, 5 }] = 0 / 0
+    local x = T.ones(2, 16)
+    x[{ 2, 1 }] = 1 / 0
+    local got = T.linear(x:cuda(), w:cuda()):cpu()
+    S.close(got, T.linear(x, w), 0, 0)
   end)
 end)

@@ -5,6 +5,7 @@
 #include "vm/kernels/cuda/attention.hpp"
 #include "vm/kernels/cuda/attention_decode.hpp"
 #include "vm/kernels/cuda/attention_simt.hpp"
+#include "vm/kernels/cuda/gemv.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/optim.hpp"
 #include "vm/kernels/cuda/radix.hpp"
@@ -21,7 +22,7 @@ namespace cr::cuda {
 // cumsum and sort / topk (about 0.1 s each) in the dtypes models sort and sum: float, int32 /
 // int64 (ids, positions) and bool (masks); the radix sort of long lines of floats and ids
 // (unique). The optimizer updates and scatter_add (the gathers'
-// gradients) in the floating dtypes training uses; the selections (x[mask], nonzero, x[idx]) of
+// gradients) in the floating dtypes training uses, and decoding's GEMV in those dtypes; the selections (x[mask], nonzero, x[idx]) of
 // float32 values, int64 ids and bool masks.
 std::vector<LibraryInstance> prebuilt_instances() {
   constexpr size_t kSm90Shared = 227 << 10;
@@ -41,6 +42,7 @@ std::vector<LibraryInstance> prebuilt_instances() {
   for (DType d : {DType::f32, DType::f16, DType::bf16}) {
     r.push_back({cat("optim_", dtype_name(d)), optim_source(d)});
     r.push_back({cat("scatter_", dtype_name(d)), scatter_source(d)});
+    r.push_back({cat("gemv_", dtype_name(d), "_f32"), gemv_source(d, false, DType::f32)});
   }
   for (DType d : {DType::f32, DType::i64, DType::b8}) r.push_back({cat("select_", dtype_name(d)), select_source(d)});
   return r;

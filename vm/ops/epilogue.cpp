@@ -5,7 +5,8 @@
 // activation "none" (default), "relu" or "gelu_tanh".
 // CPU (float32 / float64): the epilogue runs per output tile right after the tile's BLAS call,
 // with the block functions of add / relu / gelu's tanh form, so it equals the ops it replaces.
-// CUDA: one cuBLASLt call (vm/cuda/blaslt.hpp); where cuBLASLt does not take the case, and for
+// CUDA: up to 4 rows, the GEMV kernel with the whole epilogue (vm/kernels/cuda/gemv.hpp); more,
+// one cuBLASLt call (vm/cuda/blaslt.hpp); where cuBLASLt does not take the case, and for
 // other dtypes, the product then the ops one by one.
 // Inference only: no derivative (a backward reaching it raises); graphs that train keep the
 // values their backward reads, which the rewrite leaves alone.
@@ -124,6 +125,7 @@ void run(OpCall& c) {
   const DType d = out.dtype();
   if (out.device().is_cpu() && (d == DType::f32 || d == DType::f64) && K > 0) return run_tiles(out, x, p, res);
   if (!out.device().is_cpu()) {
+    if (cuda_gemv(c.ctx, out, x, p.w, dense(p.bias), p.act, res)) return;
     // (cuBLASLt adds its C operand before the activation: with both, the residual comes after)
     const bool both = res.defined() && p.act != Epilogue::None;
     if (cuda_matmul_epilogue(out, x, p.w, dense(p.bias), p.act, both ? Tensor() : res)) {

@@ -11,6 +11,7 @@
 
 #include "vm/cuda/blas.hpp"
 #include "vm/devices.hpp"
+#include "vm/kernels/cuda/gemv.hpp"
 #include "vm/ops/linalg.hpp"
 #include "vm/ops/operands.hpp"
 
@@ -381,6 +382,22 @@ bool cuda_matmul_epilogue(const Tensor& out, Tensor a, Tensor b, const Tensor& b
                              residual.defined() ? residual.data_bytes() : nullptr, N, out.data_bytes(), N);
 }
 
+bool cuda_gemv(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, cuda::Epilogue act,
+               const Tensor& residual) {
+  const DType d = out.dtype();
+  if (out.device().is_cpu() || !(d == DType::f32 || d == DType::f16 || d == DType::bf16)) return false;
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1), es = int64_t(dtype_size(d));
+  if (M == 0 || M > cuda::kGemvRows || N == 0 || K == 0 || (a.stride(1) != 1 && K > 1) ||
+      reinterpret_cast<uintptr_t>(b.data_bytes()) % 16)
+    return false;
+  // b {K, N} with rows of whole 16-byte chunks at a 16-byte pitch, or linear's weight {N, K} seen as {K, N}
+  const bool kn = b.stride(1) == 1 && (N * es) % 16 == 0 && (b.stride(0) * es) % 16 == 0;
+  if (!kn && (b.stride(0) != 1 || (K * es) % 16 || (b.stride(1) * es) % 16)) return false;
+  const cuda::GemvWeights w{b.data_bytes(), (kn ? b.stride(0) : b.stride(1)) * es, K, false, {}, kn};
+  cuda::gemv(ctx, out, a, a.stride(0), w, bias, act, residual, M, N, K);
+  return true;
+}
+
 void matmul_tiles(const Tensor& out, Tensor a, Tensor b, const TileFn& after) {
   if (out.numel() == 0) return;
   if (out.dtype() == DType::f32) tiled_matmul<float>(out, a, b, after);
@@ -456,8 +473,19 @@ std::vector<Meta> infer_matmul(OpCall& c) {
   return {{p.shape, p.a.dtype(), p.a.device()}};
 }
 
+// A CUDA product of a few rows with one matrix in linear's layout: the GEMV kernel (out
+// contiguous, bias {N} contiguous or undefined).
+bool small_product(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
+  Tensor rows;
+  if (out.device().is_cpu() || out.numel() == 0 || batch_numel(b) != 1 || !fold_rows(a, &rows)) return false;
+  const int64_t n = out.size(out.dim() - 1);
+  return cuda_gemv(ctx, Tensor::view_of(out, {out.numel() / n, n}, {n, 1}, out.offset()), rows, last_matrix(b), bias,
+                   cuda::Epilogue::None, Tensor());
+}
+
 void run_matmul(OpCall& c) {
   Product p = prepare_matmul(c);
+  if (small_product(c.ctx, c.outs[0], p.a, p.b, Tensor())) return;
   // dropping size-1 dims keeps a contiguous layout, so the result is a view of the full product
   matmul_into(Tensor::view_of(c.outs[0], p.full, contiguous_strides(p.full), 0), p.a, p.b, false);
 }
@@ -480,6 +508,7 @@ std::vector<Meta> infer_mm(OpCall& c) { return {{prepare_fixed(c, 2).shape, c.te
 std::vector<Meta> infer_bmm(OpCall& c) { return {{prepare_fixed(c, 3).shape, c.tensor(0).dtype(), c.tensor(0).device()}}; }
 void run_fixed(OpCall& c) {
   Product p = prepare_fixed(c, c.tensor(0).dim());
+  if (small_product(c.ctx, c.outs[0], p.a, p.b, Tensor())) return;
   matmul_into(c.outs[0], p.a, p.b, false);
 }
 
@@ -524,6 +553,8 @@ std::vector<Meta> infer_linear(OpCall& c) {
 
 void run_linear(OpCall& c) {
   Linear l = prepare_linear(c);
+  const bool row_bias = !l.bias.defined() || (l.bias.dim() == 1 && l.bias.stride(0) == 1);
+  if (row_bias && small_product(c.ctx, c.outs[0], l.x.dim() == 1 ? as_row(l.x) : l.x, l.wt, l.bias)) return;
   if (l.bias.defined()) copy_into(c.outs[0], l.bias);  // the product accumulates onto it
   Tensor x = l.x.dim() == 1 ? as_row(l.x) : l.x;
   Shape full = x.sizes();

@@ -7,6 +7,8 @@
 
 namespace cr {
 
+struct Context;
+
 // out {batch.., M, N} (contiguous, freshly made) = a {batchA.., M, K} @ b {batchB.., K, N},
 // plus out's current values when accumulate. Batch dims broadcast to out's. OpenBLAS for
 // float32 / float64 on the CPU, cuBLAS on CUDA, a generic kernel for the other dtypes.
@@ -23,5 +25,12 @@ void matmul_tiles(const Tensor& out, Tensor a, Tensor b, const TileFn& after);
 // when cuBLASLt does not take the case, with nothing done.
 bool cuda_matmul_epilogue(const Tensor& out, Tensor a, Tensor b, const Tensor& bias, cuda::Epilogue act,
                           const Tensor& residual);
+
+// out {M, N} (contiguous, on CUDA) = act(a {M, K} @ b {K, N} + bias {N}) + residual {M, N} by the
+// GEMV kernel (vm/kernels/cuda/gemv.hpp) when M <= cuda::kGemvRows, the dtype is float32 / float16
+// / bfloat16, a's rows have a unit column stride and b is {K, N} or linear's {N, K} weight seen
+// as {K, N}, with 16-byte aligned rows of whole 16-byte chunks; false otherwise, with nothing done.
+bool cuda_gemv(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, cuda::Epilogue act,
+               const Tensor& residual);
 
 }  // namespace cr

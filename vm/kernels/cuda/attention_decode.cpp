@@ -46,7 +46,8 @@ DecodeSplits attention_decode_splits(int64_t bh, int64_t S, int sms, bool cluste
 
 std::string attention_decode_source(DType d, int E, int Ev) {
   return cat(prelude(), "\ntypedef ", type_name(d), " T;\n#define E ", E, "\n#define EV ", Ev, "\n#define EVP ",
-             pow2_at_least(Ev), "\n", cuda_source("attention_common.cuh"), cuda_source("attention_decode.cuh"));
+             pow2_at_least(Ev), "\n", cuda_source("attention_common.cuh"), cuda_source("cluster.cuh"),
+             cuda_source("attention_decode.cuh"));
 }
 
 void attention_decode(Context& ctx, const Tensor& out, const HeadOperand& q, const HeadOperand& k,

@@ -1,5 +1,5 @@
 // Split-K attention for a few query rows over a long key axis (flash-decoding), compiled after
-// the prelude, attention_common.cuh and the launcher's T, E, EV and EVP (EV rounded up to a power
+// the prelude, attention_common.cuh, cluster.cuh and the launcher's T, E, EV and EVP (EV rounded up to a power
 // of two; attention_decode.cpp).
 //
 // attention_split<LQ>: block (bh, split) takes keys [split * chunk, min(S, (split + 1) * chunk))
@@ -31,26 +31,6 @@ template <int LQ> struct SplitSmem {
 };
 
 #if __CUDA_ARCH__ >= 900
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// Every thread of every block of the cluster; orders the shared-memory writes before it with the
-// reads after it, across the cluster.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// *p in the shared memory of the cluster's block `rank` (p: this block's copy of the variable).
-__device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
-  unsigned long long local, remote;
-  asm volatile("cvta.to.shared.u64 %0, %1;" : "=l"(local) : "l"(p));
-  asm volatile("mapa.shared::cluster.u64 %0, %1, %2;" : "=l"(remote) : "l"(local), "r"(rank));
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "l"(remote) : "memory");
-  return v;
-}
-
 // The cluster's CL partials (po, m, l of each block) merged as attention_combine merges them.
 template <int LQ, int CL>
 __device__ __forceinline__ void cluster_merge(SplitSmem<LQ>& sm, T* __restrict__ out, float* __restrict__ lse,

@@ -8,11 +8,7 @@
 
 namespace cr::cuda {
 
-// m up to which int8_gemv runs (above: int8_dequantize + cuBLAS, faster from a few rows on: the
-// GEMV re-reads x from shared memory for every row of q, bench/RESULTS.md, GPT-2 decoding)
-constexpr int64_t kInt8GemvRows = 4;
-
-// y = x @ (q * scales)^T + bias (bias undefined: none) for m <= kInt8GemvRows; x, y contiguous
+// y = x @ (q * scales)^T + bias (bias undefined: none) for m <= kGemvRows (gemv.hpp); x, y contiguous
 // {m, k} / {m, n} of one floating dtype T, q {n, kp} bytes (any tensor holding them), scales {n}
 // of any floating dtype, bias {n} of T.
 void int8_gemv(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& q, const Tensor& scales,

@@ -1,0 +1,92 @@
+#include "vm/kernels/cuda/gemv.hpp"
+
+#include <algorithm>
+#include <functional>
+
+#include "vm/cuda/driver.hpp"
+#include "vm/kernels/cuda/library.hpp"
+#include "vm/kernels/cuda/prelude.hpp"
+#include "vm/kernels/cuda/sources.hpp"
+
+namespace cr::cuda {
+namespace {
+
+constexpr int kWarps = 8;                 // (as gemv.cuh)
+constexpr int kRows = 4;                  // rows of w per warp (gemv.cuh's CR_GEMV instances)
+constexpr int64_t kSmemBytes = 48 << 10;  // dynamic shared memory without an opt-in
+
+void* ptr(const Tensor& t) { return t.defined() ? t.data_bytes() : nullptr; }
+
+// The slices of k per block: split while the row groups leave fewer than two blocks per
+// multiprocessor and every lane of a slice still reads two chunks (short n, long k: fc2's 768 x 3072).
+int k_slices(int64_t n, int64_t chunks, int64_t sms) {
+  int ks = 1;
+  while (ks < kWarps && (n + kWarps / ks * kRows - 1) / (kWarps / ks * kRows) < 2 * sms && chunks >= 64 * ks) ks *= 2;
+  return ks;
+}
+
+// The kernel's Out (gemv.cuh), passed by value.
+struct Out {
+  const void* scales;
+  const void *bias, *res;
+  void* y;
+  int act;
+};
+
+}  // namespace
+
+std::string gemv_source(DType x, bool int8, DType scales) {
+  return cat(prelude(), "\ntypedef ", cuda_type(x), " T;\ntypedef ", int8 ? "signed char" : cuda_type(x), " W;\ntypedef ",
+             cuda_type(scales), " S;\ntypedef ", x == DType::f64 ? "double" : "float", " A;\n",
+             int8 ? "" : "#define CR_DENSE_W\n", cuda_source("cluster.cuh"), cuda_source("gemv.cuh"));
+}
+
+namespace {
+
+// w {k, n}: columns across the lanes, k split over a block's warps and a cluster's blocks (sm_90,
+// slices of at least 64 rows); narrower column tiles until there are two blocks a multiprocessor.
+void launch_kn(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source, int mt, void* const* args,
+               int64_t n, int64_t k, int64_t cols) {
+  const DeviceInfo& info = device_info(device);
+  const int64_t chunks = n / cols, cl = info.sm_major >= 9 && k >= 8 * 64 ? 8 : 1;
+  int64_t lc = 32;
+  while (lc > 8 && (chunks + lc - 1) / lc * cl < 2 * info.multiprocessors) lc /= 2;
+  library_launch(ctx, device, key, source, cat("gemv_kn_", mt, "_", lc, "_", cl).c_str(), (chunks + lc - 1) / lc * cl,
+                 kWarps * 32, args);
+}
+
+}  // namespace
+
+void gemv(Context& ctx, const Tensor& y, const Tensor& x, int64_t ldx, const GemvWeights& w, const Tensor& bias,
+          Epilogue act, const Tensor& residual, int64_t m, int64_t n, int64_t k) {
+  if (m == 0 || n == 0) return;
+  int mt = 1;
+  while (mt < m) mt *= 2;
+  const DType d = x.dtype(), sd = w.int8 ? w.scales.dtype() : DType::f32;
+  const std::string key = cat("gemv_", dtype_name(d), w.int8 ? "_int8_" : "_", dtype_name(sd));
+  auto source = [d, int8 = w.int8, sd] { return gemv_source(d, int8, sd); };
+  Out o{w.int8 ? ptr(w.scales) : nullptr, ptr(bias), ptr(residual), ptr(y), int(act)};
+  void *xp = ptr(x), *wp = const_cast<void*>(w.p);
+  long long lx = ldx, pitch = w.pitch / 16, nn = n, kk = k;
+  int mm = int(m);
+  if (w.kn) {
+    void* args[] = {&xp, &lx, &wp, &pitch, &o, &mm, &nn, &kk};
+    return launch_kn(ctx, x.device().index, key, source, mt, args, n, k, 16 / int64_t(dtype_size(d)));
+  }
+  const int64_t asize = d == DType::f64 ? 8 : 4, sms = device_info(x.device().index).multiprocessors;
+  const int64_t cols = w.int8 ? 16 : 16 / int64_t(dtype_size(d)), chunks = w.kp / cols;
+  const int ks = k_slices(n, chunks, sms);
+  // the slices' sums (gemv.cuh; none for one slice)
+  const int64_t part = ks > 1 ? int64_t(kWarps) * mt * kRows * asize : 0;
+  // the tile: all of kp when it fits, else the most whole chunks that do
+  const int64_t fit = (kSmemBytes - part) / (asize * mt) / 16 * 16;
+  const int kt = int(std::max<int64_t>(16, std::min<int64_t>(w.kp, fit)));
+  long long kpp = w.kp;
+  int ktile = kt, kslices = ks;
+  void* args[] = {&xp, &lx, &wp, &pitch, &o, &mm, &nn, &kk, &kpp, &ktile, &kslices};
+  const int64_t group = kWarps / ks * kRows, groups = (n + group - 1) / group;
+  library_launch(ctx, x.device().index, key, source, cat("gemv_", mt).c_str(), std::min(groups, 4 * sms), kWarps * 32,
+                 args, size_t(mt * kt * asize + part));
+}
+
+}  // namespace cr::cuda

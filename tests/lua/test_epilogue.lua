@@ -167,7 +167,8 @@ describe("cuBLASLt epilogues on CUDA", function()
       local got = T.no_grad(f, x, unpack(w))
       local s1 = T.cuda.stats()
       S.close(got:cpu(), mlp(x, unpack(w)):cpu(), 1e-4, 1e-4)
-      S.eq({ s1.kernel_launches - s0.kernel_launches, s1.blas_calls - s0.blas_calls }, case[2], "kernels and cuBLAS calls a step")
+      local launched = { s1.kernel_launches - s0.kernel_launches, s1.blas_calls - s0.blas_calls }
+      S.eq(launched, case[2], "kernels and cuBLAS calls a step")
       T.backends.cuda.matmul.allow_tf32 = true
       local tf = T.no_grad(f, x, unpack(w))
       T.backends.cuda.matmul.allow_tf32 = false
@@ -237,8 +238,9 @@ describe("the GEMV kernel on CUDA (up to 4 rows, linear's weight layout)", funct
     -- rows 4 bytes off a 16-byte boundary; rows of 62 floats (not whole chunks); {K, N} rows of 95
     local wide = T.randn(96, 65):cuda()
     local x62 = T.randn(2, 62):cuda()
-    for _, case in ipairs { { x, wide:narrow(2, 2, 64), "unaligned rows" }, { x62, wide:narrow(2, 1, 62), "62 columns" },
-                            { x, T.randn(64, 95):cuda():t(), "95 columns of {K, N}" } } do
+    local cases = { { x, wide:narrow(2, 2, 64), "unaligned rows" }, { x62, wide:narrow(2, 1, 62), "62 columns" },
+                    { x, T.randn(64, 95):cuda():t(), "95 columns of {K, N}" } }
+    for _, case in ipairs(cases) do
       local xx, ww, what = case[1], case[2], case[3]
       local got, _, blas = work(function() return T.linear(xx, ww) end)
       S.eq(blas, 1, what .. ": cuBLAS")

@@ -22,7 +22,8 @@ namespace cr::cuda {
 // cumsum and sort / topk (about 0.1 s each) in the dtypes models sort and sum: float, int32 /
 // int64 (ids, positions) and bool (masks); the radix sort of long lines of floats and ids
 // (unique). The optimizer updates and scatter_add (the gathers'
-// gradients) in the floating dtypes training uses, and decoding's GEMV in those dtypes; the selections (x[mask], nonzero, x[idx]) of
+// gradients) in the floating dtypes training uses, and decoding's GEMV in those dtypes; the
+// selections (x[mask], nonzero, x[idx]) of
 // float32 values, int64 ids and bool masks.
 std::vector<LibraryInstance> prebuilt_instances() {
   constexpr size_t kSm90Shared = 227 << 10;

@@ -382,8 +382,8 @@ bool cuda_matmul_epilogue(const Tensor& out, Tensor a, Tensor b, const Tensor& b
                              residual.defined() ? residual.data_bytes() : nullptr, N, out.data_bytes(), N);
 }
 
-bool cuda_gemv(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, cuda::Epilogue act,
-               const Tensor& residual) {
+bool cuda_gemv(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
+               cuda::Epilogue act, const Tensor& residual) {
   const DType d = out.dtype();
   if (out.device().is_cpu() || !(d == DType::f32 || d == DType::f16 || d == DType::bf16)) return false;
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1), es = int64_t(dtype_size(d));

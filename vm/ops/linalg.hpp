@@ -30,7 +30,7 @@ bool cuda_matmul_epilogue(const Tensor& out, Tensor a, Tensor b, const Tensor& b
 // GEMV kernel (vm/kernels/cuda/gemv.hpp) when M <= cuda::kGemvRows, the dtype is float32 / float16
 // / bfloat16, a's rows have a unit column stride and b is {K, N} or linear's {N, K} weight seen
 // as {K, N}, with 16-byte aligned rows of whole 16-byte chunks; false otherwise, with nothing done.
-bool cuda_gemv(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, cuda::Epilogue act,
-               const Tensor& residual);
+bool cuda_gemv(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
+               cuda::Epilogue act, const Tensor& residual);
 
 }  // namespace cr

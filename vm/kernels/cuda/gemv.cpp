@@ -36,8 +36,8 @@ struct Out {
 }  // namespace
 
 std::string gemv_source(DType x, bool int8, DType scales) {
-  return cat(prelude(), "\ntypedef ", cuda_type(x), " T;\ntypedef ", int8 ? "signed char" : cuda_type(x), " W;\ntypedef ",
-             cuda_type(scales), " S;\ntypedef ", x == DType::f64 ? "double" : "float", " A;\n",
+  return cat(prelude(), "\ntypedef ", cuda_type(x), " T;\ntypedef ", int8 ? "signed char" : cuda_type(x),
+             " W;\ntypedef ", cuda_type(scales), " S;\ntypedef ", x == DType::f64 ? "double" : "float", " A;\n",
              int8 ? "" : "#define CR_DENSE_W\n", cuda_source("cluster.cuh"), cuda_source("gemv.cuh"));
 }
 
@@ -45,8 +45,8 @@ namespace {
 
 // w {k, n}: columns across the lanes, k split over a block's warps and a cluster's blocks (sm_90,
 // slices of at least 64 rows); narrower column tiles until there are two blocks a multiprocessor.
-void launch_kn(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source, int mt, void* const* args,
-               int64_t n, int64_t k, int64_t cols) {
+void launch_kn(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source, int mt,
+               void* const* args, int64_t n, int64_t k, int64_t cols) {
   const DeviceInfo& info = device_info(device);
   const int64_t chunks = n / cols, cl = info.sm_major >= 9 && k >= 8 * 64 ? 8 : 1;
   int64_t lc = 32;

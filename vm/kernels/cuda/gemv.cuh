@@ -47,8 +47,8 @@ template <> struct Chunk<cr::half_t> {
   static constexpr int kCols = 8;
   static __forceinline__ void four(const uint4& v, int p, float* f) {
     const unsigned a = p == 0 ? v.x : v.z, b = p == 0 ? v.y : v.w;
-    const unsigned short h[4] = {(unsigned short)(a & 0xffffu), (unsigned short)(a >> 16), (unsigned short)(b & 0xffffu),
-                                 (unsigned short)(b >> 16)};
+    const unsigned short h[4] = {(unsigned short)(a & 0xffffu), (unsigned short)(a >> 16),
+                                 (unsigned short)(b & 0xffffu), (unsigned short)(b >> 16)};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       cr::half_t x;

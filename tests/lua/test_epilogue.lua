@@ -231,6 +231,8 @@ describe("the GEMV kernel on CUDA (up to 4 rows, linear's weight layout)", funct
         S.close(mm:cpu(), T.matmul(xr:cpu(), wt:cpu()), 1e-5, 1e-4)
       end
     end
+    local b1 = T.randn(1):cuda()  -- (a bias of one broadcast element: not the GEMV's {N})
+    S.close(T.linear(x, w, b1):cpu(), T.linear(x:cpu(), w:cpu(), b1:cpu()), 1e-5, 1e-4)
     local x5 = T.randn(5, 64):cuda()
     local got5, _, blas5 = work(function() return T.linear(x5, w, b) end)
     S.eq(blas5, 1, "5 rows: cuBLAS")

@@ -473,7 +473,7 @@ std::vector<Meta> infer_matmul(OpCall& c) {
   return {{p.shape, p.a.dtype(), p.a.device()}};
 }
 
-// A CUDA product of a few rows with one matrix in linear's layout: the GEMV kernel (out
+// A CUDA product of a few rows with one matrix: the GEMV kernel where cuda_gemv takes it (out
 // contiguous, bias {N} contiguous or undefined).
 bool small_product(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
   Tensor rows;
@@ -553,7 +553,8 @@ std::vector<Meta> infer_linear(OpCall& c) {
 
 void run_linear(OpCall& c) {
   Linear l = prepare_linear(c);
-  const bool row_bias = !l.bias.defined() || (l.bias.dim() == 1 && l.bias.stride(0) == 1);
+  const Tensor& b = l.bias;
+  const bool row_bias = !b.defined() || (b.dim() == 1 && b.size(0) == l.wt.size(1) && b.stride(0) == 1);
   if (row_bias && small_product(c.ctx, c.outs[0], l.x.dim() == 1 ? as_row(l.x) : l.x, l.wt, l.bias)) return;
   if (l.bias.defined()) copy_into(c.outs[0], l.bias);  // the product accumulates onto it
   Tensor x = l.x.dim() == 1 ? as_row(l.x) : l.x;

@@ -1,6 +1,6 @@
 // Products of a few rows with a weight matrix on a CUDA device (gemv.cuh): decoding's
-// projections, where cuBLAS leaves most multiprocessors idle and needs a second kernel for the
-// bias or the activation. w is read once, at close to the copy bandwidth.
+// projections, where cuBLAS leaves most multiprocessors idle and may need a second kernel for the
+// activation. w is read once, the epilogue applied in the same kernel.
 #pragma once
 #include <string>
 

@@ -2,8 +2,9 @@
 -- _addmm_epilogue against the ops it stands for on the CPU (every activation, residual,
 -- transposed weight), the rewrite inside compiled functions (the optimised graph holds the fused
 -- op and gives eager's values), T.backends.cuda.matmul.allow_tf32; on CUDA (skipped without a
--- GPU) cuBLASLt's epilogues in float32 / float16 / bfloat16 against the CPU, and a GPT-2-style MLP
--- compiled to two cuBLASLt calls and no other kernel.
+-- GPU) cuBLASLt's epilogues in float32 / float16 / bfloat16 against the CPU, a GPT-2-style MLP
+-- compiled to two fused calls and no other kernel, and the GEMV kernel of up to 4 rows
+-- (vm/kernels/cuda/gemv.hpp): both weight layouts, every epilogue, the layouts it leaves to cuBLAS.
 local T = require "crescent"
 local S = expect
 local SH = require "shell"

@@ -67,6 +67,15 @@ do  -- long inputs: many pieces of the CPU's parallel compaction and a ragged la
   case("nonzero_long", function() return T.nonzero(z) end, "torch.nonzero(z) + 1", { z = z })
   case("nonzero_long_3d", function() return T.nonzero(z:view(5, 13, 3077)) end, "torch.nonzero(z.view(5, 13, 3077)) + 1",
     { z = z })
+  -- 1-D bool masks, dense (kept records packed in place, the pieces' last bursts through the
+  -- buffer), all true, and sparse (all through the buffer)
+  local b = T.rand(300007):gt(0.2)
+  case("nonzero_long_bool", function() return T.nonzero(b) end, "torch.nonzero(b) + 1", { b = b })
+  local full, sparse = T.ones(200003, { dtype = "bool" }), T.rand(200003):gt(0.99)
+  case("nonzero_long_true", function() return T.nonzero(full) end, "torch.nonzero(b) + 1", { b = full })
+  case("nonzero_long_sparse", function() return T.nonzero(sparse) end, "torch.nonzero(b) + 1", { b = sparse })
+  case("mask_long_true", function() return z:view(-1):narrow(1, 1, 200003)[full] end, "z.view(-1)[0:200003][b]",
+    { z = z, b = full })
   local h = z:to("float16")
   case("mask_long_16bit", function() return h:masked_select(m:narrow(2, 1, 40001):narrow(1, 1, 1)) end,
     "h.masked_select(m[0:1, 0:40001])", { h = h, m = m })

@@ -25,8 +25,9 @@ Tensor expanded(const Tensor& t, const Shape& s) {
 
 // ---- compaction on the CPU: masked_select and nonzero ----------------------------------------
 // Pieces of kPiece elements: one parallel pass counts each piece's selected elements, a second
-// writes them at the piece's offset, a burst of kBurst at a time: the kept values packed into a
-// buffer in the cache (branch-free, or by AVX-512's compress), which is then copied out.
+// writes them at the piece's offset, a burst of kBurst at a time: the kept values packed
+// (branch-free, or by AVX-512's compress) straight into the result, the piece's last bursts
+// through a buffer in the cache (a packer stores whole vectors past its last kept record).
 constexpr int64_t kPiece = 1 << 16, kBurst = 1024, kSlack = 16;  // (a packer's whole-vector stores)
 
 // sel(i) (0 or 1) for the n elements: the per-piece offsets of the selection, and its size.
@@ -36,7 +37,11 @@ template <class Sel> std::vector<int64_t> piece_offsets(int64_t n, const Sel& se
   parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       int64_t k = 0;
-      for (int64_t i = p * kPiece, e = std::min(n, i + kPiece); i < e; ++i) k += sel(i);
+      for (int64_t i = p * kPiece, e = std::min(n, i + kPiece); i < e;) {
+        uint16_t c = 0;  // (16-bit lanes: the vectorised sum widens bytes once, not to 64 bits)
+        for (const int64_t stop = std::min(e, i + 32768); i < stop; ++i) c = uint16_t(c + sel(i));
+        k += c;
+      }
       off[size_t(p) + 1] = k;
     }
   });
@@ -88,7 +93,19 @@ CR_TARGET_AVX512 int64_t pack_values8_avx512(const uint64_t* x, const uint8_t* k
 }
 CR_TARGET_AVX512 int64_t pack_positions_avx512(int64_t first, const uint8_t* keep, int64_t n, int64_t* buf) {
   int64_t k = 0, i = 0;
-  const __m512i lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), eight = _mm512_set1_epi64(8);
+  for (; i + 64 <= n; i += 64) {  // (64 keep bytes tested at once, then 8 compresses)
+    const __m512i b = _mm512_loadu_si512(keep + i);
+    const uint64_t m = _mm512_test_epi8_mask(b, b);
+    __m512i pos = _mm512_add_epi64(_mm512_set1_epi64(first + i), lanes);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __mmask8 mj = __mmask8(m >> (8 * j));
+      _mm512_storeu_si512(buf + k, _mm512_maskz_compress_epi64(mj, pos));
+      k += __builtin_popcount(mj);
+      pos = _mm512_add_epi64(pos, eight);
+    }
+  }
   for (; i + 8 <= n; i += 8) {
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(keep + i));
     const __mmask8 m = __mmask8(_mm_test_epi8_mask(b, b));
@@ -128,10 +145,12 @@ void compact(int64_t n, const std::vector<int64_t>& off, W* out, const Keep& kee
     W buf[kBurst + kSlack];
     uint8_t scratch[kBurst];
     for (int64_t p = p0; p < p1; ++p) {
-      W* o = out + off[size_t(p)];
+      W *o = out + off[size_t(p)], *end = out + off[size_t(p) + 1];
       for (int64_t i = p * kPiece, e = std::min(n, i + kPiece); i < e; i += kBurst) {
         const int64_t len = std::min(kBurst, e - i);
-        o = std::copy(buf, buf + pack(i, len, keep(i, len, scratch), buf), o);
+        // packed in place while the piece's room holds a burst and the packer's overshoot
+        if (end - o >= len + kSlack) o += pack(i, len, keep(i, len, scratch), o);
+        else o = std::copy(buf, buf + pack(i, len, keep(i, len, scratch), buf), o);
       }
     }
   });

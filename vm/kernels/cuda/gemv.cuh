@@ -152,15 +152,20 @@ __forceinline__ void fold_slices(A (&acc)[MT][kRows], A* part, int ks, int wr, i
   __syncthreads();  // (part is reused by the next row group)
 }
 
-// The epilogue's activation (vm/cuda/blaslt.hpp Epilogue: 0 none, 1 relu, 2 gelu's tanh form).
-__forceinline__ A activate(A v, int act) { return act == 1 ? sm::relu_(v) : act == 2 ? sm::gelu_tanh_(v) : v; }
-
 struct Out {
   const S* scales;  // per row of w, or null
   const T *bias, *res;  // {n} / {m, n} contiguous, or null
   T* y;
-  int act;
+  int act;  // vm/cuda/blaslt.hpp Epilogue: 0 none, 1 relu, 2 gelu's tanh form
 };
+
+// Output (mi, col) from its sum: scale, bias, activation, residual, one rounding to T.
+__forceinline__ void finish(const Out& o, int mi, long long n, long long col, A sum) {
+  const long long at = mi * n + col;
+  A v = sum * (o.scales ? A(o.scales[col]) : A(1)) + (o.bias ? A(o.bias[col]) : A(0));
+  v = o.act == 1 ? sm::relu_(v) : o.act == 2 ? sm::gelu_tanh_(v) : v;
+  o.y[at] = T(o.res ? v + A(o.res[at]) : v);
+}
 
 template <int MT, int kRows, int kU>
 __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long pitch, Out o, int m, long long n,
@@ -205,12 +210,8 @@ __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long p
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const long long row = row0 + r;
-        if (lane == (mi * kRows + r) % 32 && mi < m && row < n) {  // (every lane holds the sum: the stores spread)
-          const long long at = mi * n + row;
-          A v = acc[mi][r] * (o.scales ? A(o.scales[row]) : A(1)) + (o.bias ? A(o.bias[row]) : A(0));
-          v = activate(v, o.act);
-          o.y[at] = T(o.res ? v + A(o.res[at]) : v);
-        }
+        if (lane == (mi * kRows + r) % 32 && mi < m && row < n)  // (every lane holds the sum: the stores spread)
+          finish(o, mi, n, row, acc[mi][r]);
       }
   }
 }
@@ -228,9 +229,6 @@ CR_GEMV(2, 4, 2)
 CR_GEMV(4, 4, 1)
 
 #ifdef CR_DENSE_W  // (float weights: the launcher defines it)
-// w {k, n} (matmul's, GPT-2 Conv1D's): LC lanes across a tile of LC 16-byte chunks of a row, 32 / LC
-// rows a warp step; a block's warps split its slice of k, a cluster's CL blocks split k and each
-// sums a CL-th of the tile's columns over the cluster's partials in rank order (deterministic).
 // Element *p of the tile summed over the cluster's blocks in rank order.
 template <int CL> __forceinline__ A tile_sum(const float* p) {
 #if __CUDA_ARCH__ >= 900
@@ -244,6 +242,9 @@ template <int CL> __forceinline__ A tile_sum(const float* p) {
   return A(*p);
 }
 
+// w {k, n} (matmul's, GPT-2 Conv1D's): LC lanes across a tile of LC 16-byte chunks of a row, 32 / LC
+// rows a warp step; a block's warps split its slice of k, a cluster's CL blocks split k and each
+// sums a CL-th of the tile's columns over the cluster's partials in rank order (deterministic).
 template <int MT, int LC, int CL>
 __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long long pitch, Out o, int m, long long n,
                              long long k) {
@@ -312,11 +313,7 @@ __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long lon
   for (int e = e0 + threadIdx.x; e < e1; e += kWarps * 32) {
     const int mi = e / TW;
     const long long col = t * TW + e % TW;
-    if (mi >= m || col >= n) continue;
-    A v = tile_sum<CL>(&tile[e]);
-    const long long at = mi * n + col;
-    v = activate(v + (o.bias ? A(o.bias[col]) : A(0)), o.act);
-    o.y[at] = T(o.res ? v + A(o.res[at]) : v);
+    if (mi < m && col < n) finish(o, mi, n, col, tile_sum<CL>(&tile[e]));  // (o.scales: null for float weights)
   }
 #if __CUDA_ARCH__ >= 900
   if (CL > 1) cluster_sync();  // (no block leaves while the others read its shared memory)

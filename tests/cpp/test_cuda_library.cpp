@@ -235,7 +235,7 @@ TEST_CASE("cuda: the split (decoding) attention kernel compiles to CUBIN for eac
       CHECK(sp.splits * sp.chunk >= s);
       CHECK((sp.splits == 1 || sp.splits == 2 || sp.splits == 4 || sp.splits == 8));
       CHECK(sp.cluster == (sp.splits > 1));
-      if (sp.cluster) CHECK(cubin.find(cat("attention_split_1_c", sp.splits) + '\0') != std::string::npos);
+      if (sp.cluster) CHECK(cubin.find(cat("attention_row_1_c", sp.splits) + '\0') != std::string::npos);
     }
   const cr::cuda::DecodeSplits gpt2 = cr::cuda::attention_decode_splits(12, 384, 132, true);
   CHECK((gpt2.cluster && gpt2.splits == 8 && gpt2.chunk == 64));  // (96 blocks, the last 2 of a head idle)

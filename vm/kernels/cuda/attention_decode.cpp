@@ -14,14 +14,15 @@ namespace {
 
 constexpr int64_t kTile = 32;  // keys a tile (TK in attention_decode.cuh)
 constexpr int kThreads = 128;  // NT
-constexpr int64_t kMaxCluster = 8;  // (the portable thread-block cluster size: attention_split_1_c8)
+constexpr int kRowThreads = 256;  // RNT (attention_row_1, one query row)
+constexpr int64_t kMaxCluster = 8;  // (the portable thread-block cluster size: attention_row_1_c8)
 
 int pow2_at_least(int64_t n) {
   int p = 1;
   while (p < n) p *= 2;
   return p;
 }
-int64_t instance_rows(int64_t L) { return L <= 1 ? 1 : L <= 2 ? 2 : L <= 4 ? 4 : 8; }
+int64_t instance_rows(int64_t L) { return L <= 2 ? 2 : L <= 4 ? 4 : 8; }
 const char* type_name(DType d) { return d == DType::f16 ? "cr::half_t" : d == DType::bf16 ? "cr::bf16_t" : "float"; }
 
 }  // namespace
@@ -71,8 +72,10 @@ void attention_decode(Context& ctx, const Tensor& out, const HeadOperand& q, con
   float scale_log2 = float(scale * 1.4426950408889634);  // (log2 e: the kernel's exponentials are exp2)
   void* args[] = {&qp,  &kp,  &vp,  &op,  &pp,  &lp,  &L_,         &S_,      &heads_, &splits_, &chunk, &qs0, &qs1, &qsr,
                   &ks0, &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_, &mp,     &kind,    &ms0,   &ms1, &msr, &msc};
-  const std::string fn = sp.cluster ? cat("attention_split_1_c", splits) : cat("attention_split_", instance_rows(L));
-  library_launch(ctx, device, key, source, fn.c_str(), bh * splits, kThreads, args);
+  const std::string fn = sp.cluster ? cat("attention_row_1_c", splits)
+                         : L == 1   ? std::string("attention_row_1")
+                                    : cat("attention_split_", instance_rows(L));
+  library_launch(ctx, device, key, source, fn.c_str(), bh * splits, L == 1 ? kRowThreads : kThreads, args);
   if (!separate) return;
   void* combine_args[] = {&pp, &op, &lp, &splits_};
   library_launch(ctx, device, key, source, "attention_combine", bh * L, kThreads, combine_args);

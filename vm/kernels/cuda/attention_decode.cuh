@@ -2,7 +2,7 @@
 // the prelude, attention_common.cuh, cluster.cuh and the launcher's T, E, EV and EVP (EV rounded up to a power
 // of two; attention_decode.cpp).
 //
-// attention_split<LQ>: block (bh, split) takes keys [split * chunk, min(S, (split + 1) * chunk))
+// attention_split_<LQ> (2 to 8 rows): block (bh, split) takes keys [split * chunk, min(S, (split + 1) * chunk))
 // of (batch, head) bh for its LQ >= L query rows (rows past L are zeros, never stored), in tiles
 // of TK keys, 128 threads:
 //   s = q k^T   G lanes per key, E / G elements each, summed by shuffles (q pre-scaled to log2
@@ -10,11 +10,13 @@
 //               slice -inf
 //   softmax     a warp per row: the tile's max, the running max m and sum l, p = exp2(s - m)
 //   o += p v    thread (kg, d): column d over keys kg, kg + KG, ... (v rows read coalesced)
-// One split writes the output and lse itself; several write (o, m, l) partials in float32, which
-// attention_combine merges in split order (no atomics: deterministic). On sm_90 the CL splits of
-// a (batch, head) run as one thread-block cluster and its first block merges the partials from
-// the others' shared memory, in the same order: one kernel, no workspace (attention_split_1_cCL,
-// for one query row).
+// attention_row_1 (one row, a decoder's step) keeps no tile in shared memory: each warp takes
+// RK keys at a time with its own online softmax, so a slice of 64 keys is one memory round trip
+// and no barrier. One split writes the output and lse itself; several write (o, m, l) partials
+// in float32, which attention_combine merges in split order (no atomics: deterministic). On sm_90
+// the CL splits of a (batch, head) run as one thread-block cluster and its first block merges the
+// partials from the others' shared memory, in the same order: one kernel, no workspace
+// (attention_row_1_cCL).
 #define NT 128
 #define TK 32
 #define G 8
@@ -27,36 +29,7 @@ template <int LQ> struct SplitSmem {
   float s[LQ][TK];
   float alpha[LQ], m[LQ], l[LQ];
   float red[KG * LQ * EVP];
-  float po[LQ][EVP];  // (the block's partial o, read by its cluster's first block)
 };
-
-#if __CUDA_ARCH__ >= 900
-// The cluster's CL partials (po, m, l of each block) merged as attention_combine merges them.
-template <int LQ, int CL>
-__device__ __forceinline__ void cluster_merge(SplitSmem<LQ>& sm, T* __restrict__ out, float* __restrict__ lse,
-                                              long long bh, int L) {
-  cluster_sync();
-  if (cluster_rank() == 0)
-    for (int i = threadIdx.x; i < LQ * EVP; i += NT) {
-      const int a = i / EVP, c = i % EVP;
-      if (a >= L || c >= EV) continue;
-      float ms[CL], mx = -__int_as_float(0x7f800000);
-#pragma unroll
-      for (int s = 0; s < CL; ++s) mx = fmaxf(mx, ms[s] = cluster_load(&sm.m[a], s));
-      const float base = mx == -__int_as_float(0x7f800000) ? 0.f : mx;
-      float total = 0.f, sum = 0.f;
-#pragma unroll
-      for (int s = 0; s < CL; ++s) {
-        const float w = ex2(ms[s] - base);
-        total += cluster_load(&sm.l[a], s) * w;
-        sum += cluster_load(&sm.po[a][c], s) * w;
-      }
-      out[(bh * L + a) * EV + c] = T(sum / total);
-      if (lse && c == 0) lse[bh * L + a] = row_lse(mx, total);
-    }
-  cluster_sync();  // (no block leaves while the first one reads its shared memory)
-}
-#endif
 
 // Scores of keys key0 .. key0 + TK of the tile into sm.s (in log2 units, masked).
 template <int LQ>
@@ -116,8 +89,7 @@ template <int LQ> __device__ __forceinline__ void tile_softmax(SplitSmem<LQ>& sm
   }
 }
 
-// CL: 0, the partials to `part`; 2 / 4 / 8, the cluster's merge (sm_90).
-template <int LQ, int CL>
+template <int LQ>
 __device__ __forceinline__ void attention_split(const T* __restrict__ q, const T* __restrict__ k,
                                                 const T* __restrict__ v, T* __restrict__ out,
                                                 float* __restrict__ part, float* __restrict__ lse, int L, int S,
@@ -180,9 +152,7 @@ __device__ __forceinline__ void attention_split(const T* __restrict__ q, const T
     if (a >= L || c >= EV) continue;
     float sum = 0.f;
     for (int g = 0; g < KG; ++g) sum += sm.red[(g * LQ + a) * EVP + c];
-    if (CL > 1) {
-      sm.po[a][c] = sum;
-    } else if (splits == 1) {
+    if (splits == 1) {
       // S = 0: zeros (the composite's empty product); a row that sees no key: 0 / 0, NaN
       out[(bh * L + a) * EV + c] = T(S == 0 ? 0.f : sum / sm.l[a]);
       if (lse && c == 0) lse[bh * L + a] = row_lse(sm.m[a], sm.l[a]);
@@ -192,9 +162,6 @@ __device__ __forceinline__ void attention_split(const T* __restrict__ q, const T
       if (c == 0) pr[EV] = sm.m[a], pr[EV + 1] = sm.l[a];
     }
   }
-#if __CUDA_ARCH__ >= 900
-  if constexpr (CL > 1) cluster_merge<LQ, CL>(sm, out, lse, bh, L);
-#endif
 }
 
 // The split kernels' parameters, and their names passed on to attention_split.
@@ -208,23 +175,167 @@ __device__ __forceinline__ void attention_split(const T* __restrict__ q, const T
       causal, mask, mask_kind, ms0, ms1, msr, msc
 #define SPLIT_KERNEL(LQ)                                                                \
   extern "C" __global__ void __launch_bounds__(NT) attention_split_##LQ(SPLIT_PARAMS) { \
-    attention_split<LQ, 0>(SPLIT_ARGS);                                                 \
+    attention_split<LQ>(SPLIT_ARGS);                                                    \
   }
-SPLIT_KERNEL(1)
 SPLIT_KERNEL(2)
 SPLIT_KERNEL(4)
 SPLIT_KERNEL(8)
 
-// attention_split_1_cCL: CL splits a (batch, head), one cluster (launched with splits == CL).
+#define RNT 256           // attention_row's threads
+#define RW (RNT / 32)     // its warps
+#define RG 4              // lanes a key's score
+#define RK (32 / RG)      // keys a warp takes at a time
+#define RC ((EV + 31) / 32)  // output columns a lane
+
+// what a block of attention_row leaves: its warps' (m, l, o), then the block's (o read by its
+// cluster's first block)
+struct RowSmem {
+  float wm[RW], wl[RW], wo[RW][32 * RC];
+  float m, l, po[EV];
+};
+
 #if __CUDA_ARCH__ >= 900
-#define CLUSTER_KERNEL(LQ, CL)                                                                        \
-  extern "C" __global__ void __launch_bounds__(NT) __cluster_dims__(CL, 1, 1)                         \
-      attention_split_##LQ##_c##CL(SPLIT_PARAMS) {                                                    \
-    attention_split<LQ, CL>(SPLIT_ARGS);                                                              \
+// The cluster's CL partials (po, m, l of each block) merged as attention_combine merges them.
+template <int CL> __device__ __forceinline__ void cluster_merge(RowSmem& sm, T* __restrict__ out,
+                                                               float* __restrict__ lse, long long bh) {
+  cluster_sync();
+  if (cluster_rank() == 0)
+    for (int c = threadIdx.x; c < EV; c += RNT) {
+      float ms[CL], mx = -__int_as_float(0x7f800000);
+#pragma unroll
+      for (int s = 0; s < CL; ++s) mx = fmaxf(mx, ms[s] = cluster_load(&sm.m, s));
+      const float base = mx == -__int_as_float(0x7f800000) ? 0.f : mx;
+      float total = 0.f, sum = 0.f;
+#pragma unroll
+      for (int s = 0; s < CL; ++s) {
+        const float w = ex2(ms[s] - base);
+        total += cluster_load(&sm.l, s) * w;
+        sum += cluster_load(&sm.po[c], s) * w;
+      }
+      out[bh * EV + c] = T(sum / total);
+      if (lse && c == 0) lse[bh] = row_lse(mx, total);
+    }
+  cluster_sync();  // (no block leaves while the first one reads its shared memory)
+}
+#endif
+
+// One query row: warp w of block (bh, split) takes keys key0 .. key0 + RK of its slice, key0 =
+// start + w * RK, + RW * RK, ...; it loads their k and v rows at once (RG lanes a key's k, a lane
+// per output column of v), then updates its running max m, sum l and o. CL as attention_split.
+template <int CL>
+__device__ __forceinline__ void attention_row(const T* __restrict__ q, const T* __restrict__ k,
+                                              const T* __restrict__ v, T* __restrict__ out,
+                                              float* __restrict__ part, float* __restrict__ lse, int S, int heads,
+                                              int splits, int chunk, long long qs0, long long qs1, long long ks0,
+                                              long long ks1, long long ksr, long long vs0, long long vs1,
+                                              long long vsr, float scale_log2, int causal,
+                                              const void* __restrict__ mask, int mask_kind, long long ms0,
+                                              long long ms1, long long msc) {
+  __shared__ RowSmem sm;
+  const float kNegInf = -__int_as_float(0x7f800000);
+  constexpr int kE = (E + RG - 1) / RG;  // k elements a lane
+  const long long bh = blockIdx.x / splits;
+  const int split = int(blockIdx.x - bh * splits), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int gk = lane / RG, gl = lane % RG;
+  q = head_of(q, bh, heads, qs0, qs1), k = head_of(k, bh, heads, ks0, ks1), v = head_of(v, bh, heads, vs0, vs1);
+  mask = mask_of<T>(mask, mask_kind, bh, heads, ms0, ms1);
+  float qr[kE];  // (the lane's q elements, read by every key group: cached, no barrier)
+#pragma unroll
+  for (int i = 0; i < kE; ++i) {
+    const int e = gl + i * RG;
+    qr[i] = E % RG == 0 || e < E ? float(q[e]) * scale_log2 : 0.f;
   }
-CLUSTER_KERNEL(1, 2)  // (one query row only, a decoder's one-token step: NVRTC's time)
-CLUSTER_KERNEL(1, 4)
-CLUSTER_KERNEL(1, 8)
+  const int start = split * chunk, end = min(S, start + chunk);
+  float m = kNegInf, l = 0.f, o[RC];
+#pragma unroll
+  for (int c = 0; c < RC; ++c) o[c] = 0.f;
+  for (int key0 = start + warp * RK; key0 < end; key0 += RW * RK) {
+    const int key = key0 + gk;
+    const bool in = key < end;
+    T kr[kE], vr[RK][RC];  // (every load of the group in flight at once)
+#pragma unroll
+    for (int i = 0; i < kE; ++i) {
+      const int e = gl + i * RG;
+      kr[i] = in && (E % RG == 0 || e < E) ? k[key * ksr + e] : T(0.f);
+    }
+#pragma unroll
+    for (int j = 0; j < RK; ++j)
+#pragma unroll
+      for (int c = 0; c < RC; ++c) {
+        const int col = lane + 32 * c;
+        vr[j][c] = key0 + j < end && (EV % 32 == 0 || col < EV) ? v[(key0 + j) * vsr + col] : T(0.f);
+      }
+    const float mt = mask_kind && in ? mask_term<T>(mask, mask_kind, 0, msc, 0, key, 1, S) : 0.f;
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < kE; ++i) acc = fmaf(qr[i], float(kr[i]), acc);
+#pragma unroll
+    for (int x = 1; x < RG; x *= 2) acc += __shfl_xor_sync(0xffffffffu, acc, x);
+    const float s = !in || (causal && key > 0) ? kNegInf : acc + mt;
+    const float mn = fmaxf(m, cr::warp_reduce(s, [](float u, float w) { return fmaxf(u, w); }));
+    const float base = mn == kNegInf ? 0.f : mn;  // (no key yet: no -inf - -inf)
+    const float alpha = ex2(m - base), p = ex2(s - base);
+    l = l * alpha + cr::warp_reduce(gl == 0 ? p : 0.f, [](float u, float w) { return u + w; });
+    m = mn;
+#pragma unroll
+    for (int c = 0; c < RC; ++c) o[c] *= alpha;
+#pragma unroll
+    for (int j = 0; j < RK; ++j) {
+      const float pj = __shfl_sync(0xffffffffu, p, j * RG);
+#pragma unroll
+      for (int c = 0; c < RC; ++c) o[c] = fmaf(pj, float(vr[j][c]), o[c]);
+    }
+  }
+  // the warps' states merged in warp order
+  if (lane == 0) sm.wm[warp] = m, sm.wl[warp] = l;
+#pragma unroll
+  for (int c = 0; c < RC; ++c) sm.wo[warp][lane + 32 * c] = o[c];
+  __syncthreads();
+  for (int c = threadIdx.x; c < EV; c += RNT) {
+    float mx = kNegInf;
+#pragma unroll
+    for (int w = 0; w < RW; ++w) mx = fmaxf(mx, sm.wm[w]);
+    const float base = mx == kNegInf ? 0.f : mx;
+    float total = 0.f, sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < RW; ++w) {
+      const float x = ex2(sm.wm[w] - base);
+      total += sm.wl[w] * x;
+      sum += sm.wo[w][c] * x;
+    }
+    if (CL > 1) {
+      sm.po[c] = sum;
+      if (c == 0) sm.m = mx, sm.l = total;
+    } else if (splits == 1) {
+      // S = 0: zeros (the composite's empty product); a row that sees no key: 0 / 0, NaN
+      out[bh * EV + c] = T(S == 0 ? 0.f : sum / total);
+      if (lse && c == 0) lse[bh] = row_lse(mx, total);
+    } else {
+      float* pr = part + (bh * splits + split) * (EV + 2);
+      pr[c] = sum;
+      if (c == 0) pr[EV] = mx, pr[EV + 1] = total;
+    }
+  }
+#if __CUDA_ARCH__ >= 900
+  if constexpr (CL > 1) cluster_merge<CL>(sm, out, lse, bh);
+#endif
+}
+
+#define ROW_ARGS                                                                                          \
+  q, k, v, out, part, lse, S, heads, splits, chunk, qs0, qs1, ks0, ks1, ksr, vs0, vs1, vsr, scale_log2, causal, \
+      mask, mask_kind, ms0, ms1, msc
+// (the split kernels' parameters: one launcher for both)
+extern "C" __global__ void __launch_bounds__(RNT) attention_row_1(SPLIT_PARAMS) { attention_row<0>(ROW_ARGS); }
+
+// attention_row_1_cCL: CL splits a (batch, head), one cluster (launched with splits == CL).
+#if __CUDA_ARCH__ >= 900
+#define CLUSTER_KERNEL(CL)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(RNT) __cluster_dims__(CL, 1, 1) attention_row_1_c##CL(SPLIT_PARAMS) { \
+    attention_row<CL>(ROW_ARGS);                                                                             \
+  }
+CLUSTER_KERNEL(2)
+CLUSTER_KERNEL(4)
+CLUSTER_KERNEL(8)
 #endif
 
 // Row (bh, a) of the output from the splits' partials, in split order: a block of NT threads, a

@@ -11,7 +11,7 @@ namespace cr::cuda {
 
 struct MaskOperand;
 
-// Query rows the split kernel takes at most (one instance per 1, 2, 4 and 8 rows).
+// Query rows the split kernels take at most (attention_row_1 for one, attention_split_N for 2, 4, 8).
 constexpr int64_t kDecodeMaxRows = 8;
 
 // Whether the split kernel takes dtype d (float32, float16, bfloat16) with L <= 8 query rows and

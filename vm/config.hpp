@@ -29,6 +29,7 @@ namespace cr {
   X(JitFail, "CRESCENT_JIT_FAIL", "0", "tests: fail (any value), crash or hang every compile")                     \
   X(NvrtcOptions, "CRESCENT_NVRTC_OPTIONS", "none", "more NVRTC options, split at spaces (e.g. -lineinfo)")          \
   X(CudaWaves, "CRESCENT_CUDA_WAVES", "8", "waves of resident blocks of a pointwise CUDA grid")               \
+  X(CudaPdl, "CRESCENT_CUDA_PDL", "1", "0: no kernel starts before the previous one ends (sm_90 overlap)")    \
   X(CudaMaxSplitMb, "CRESCENT_CUDA_MAX_SPLIT_MB", "none", "CUDA allocator: blocks this large (MiB, >= 20) stay whole") \
   X(NcclLib, "CRESCENT_NCCL_LIB", "none", "libnccl.so.2 to try first (the file, or its folder)")                 \
   X(Cudnn, "CRESCENT_CUDNN", "1", "0: convolutions on CUDA without cuDNN (T.backends.cudnn.enabled = false)")  \

@@ -17,6 +17,7 @@ inline constexpr EnvNumber kEnvJitFork{Setting::JitFork, 1, 0, 1, true};
 inline constexpr EnvNumber kEnvCudaWaves{Setting::CudaWaves, 8, 1, 1024, true};
 inline constexpr EnvNumber kEnvProgressAfter{Setting::ProgressAfter, 1, 0, 86400, false};
 inline constexpr EnvNumber kEnvCpuStreamBytes{Setting::CpuStreamBytes, 0, 1, 1e15, true};  // 0: unset
+inline constexpr EnvNumber kEnvCudaPdl{Setting::CudaPdl, 1, 0, 1, true};
 inline constexpr EnvNumber kEnvCudaMaxSplitMb{Setting::CudaMaxSplitMb, 0, 20, 1e9, true};  // 0: unset
 
 double env_number(const EnvNumber& v);

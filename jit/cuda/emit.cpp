@@ -170,7 +170,8 @@ std::string kernel_text(size_t i, const Plan& plan, const Target& t, const Kerne
   KernelWriter w{k, plan.kernels[i], plan.params.empty() ? none : plan.params[i], t, c, body, fns, is_template(k) ? heuristic : config};
   if (k.accs.empty()) write_pointwise(w);
   else write_reduction(w);
-  return cat(head(k, c, w.dynamic), signature(c), " {\n  typedef ", c.index32 ? "int" : "int64_t", " idx_t;\n", body.text, "}\n");
+  return cat(head(k, c, w.dynamic), signature(c), " {\n  typedef ", c.index32 ? "int" : "int64_t",
+             " idx_t;\n  cr::grid_wait();\n", body.text, "}\n");
 }
 
 bool identifier_char(char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; }

@@ -3,6 +3,7 @@
 #include "jit/cuda/backend.hpp"
 
 #include "vm/cuda/driver.hpp"
+#include "vm/cuda/launch.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
 
@@ -104,9 +105,9 @@ void Program::launch(size_t k, void** bufs) const {
     for (const int64_t& p : plan_.params[k]) args.push_back(const_cast<int64_t*>(&p));
   cr::cuda::use_device(device_.index);
   cr::cuda::launch_counts().kernels.fetch_add(1, std::memory_order_relaxed);
-  CR_CU(cuLaunchKernel(static_cast<CUfunction>(l.fn), unsigned(grid), 1, 1, unsigned(l.block), 1, 1,
-                       unsigned(l.shared_bytes), cr::cuda::current_stream(device_.index), args.data(), nullptr),
-        kern.name);
+  // (every generated kernel begins with cr::grid_wait(): emit.cpp)
+  cr::cuda::launch_kernel(static_cast<CUfunction>(l.fn), device_.index, grid, int(l.block), size_t(l.shared_bytes),
+                          args.data(), true, kern.name.c_str());
 }
 
 }  // namespace cr::jit::cuda

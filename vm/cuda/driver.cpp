@@ -103,6 +103,7 @@ Loaded& load() {
     resolve(lib, "cuGraphExecDestroy", L.d.cuGraphExecDestroy);
     resolve(lib, "cuGraphDestroy", L.d.cuGraphDestroy);
     resolve(lib, "cuGraphGetNodes", L.d.cuGraphGetNodes);
+    resolve(lib, "cuLaunchKernelEx", L.d.cuLaunchKernelEx);
     if (int rc = L.d.cuInit(0); rc != 0) {
       L.why = "cuInit failed with CUDA error " + std::to_string(rc) + (rc == 100 ? " (no CUDA device)" : "");
       return;

@@ -49,6 +49,23 @@ struct CudaMemcpy2D {
   size_t width_bytes, height;
 };
 
+// cuda.h's CUlaunchAttribute (its value a union of 64 bytes) and CUlaunchConfig, for cuLaunchKernelEx.
+struct LaunchAttribute {
+  int id;
+  int pad;
+  union {
+    int value;
+    char bytes[64];
+  };
+};
+struct LaunchConfig {
+  unsigned grid[3], block[3], shared_bytes;
+  CUstream stream;
+  LaunchAttribute* attrs;
+  unsigned count;
+};
+static_assert(sizeof(LaunchAttribute) == 72 && sizeof(LaunchConfig) == 56, "cuda.h's launch structs");
+
 // The driver's functions we call, resolved once.
 struct Driver {
   CUresult (*cuInit)(unsigned);
@@ -97,6 +114,7 @@ struct Driver {
   CUresult (*cuGraphExecDestroy)(CUgraphExec);
   CUresult (*cuGraphDestroy)(CUgraph);
   CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode*, size_t*);
+  CUresult (*cuLaunchKernelEx)(const LaunchConfig*, CUfunction, void**, void**);  // (optional: vm/cuda/launch.hpp)
 };
 
 // The loaded driver, or null when there is none (no libcuda, no device, cuInit failed); `why`

@@ -99,6 +99,7 @@ __device__ __forceinline__ void attention_split(const T* __restrict__ q, const T
                                                 int causal, const void* __restrict__ mask, int mask_kind,
                                                 long long ms0, long long ms1, long long msr, long long msc) {
   __shared__ SplitSmem<LQ> sm;
+  cr::grid_wait();
   const long long bh = blockIdx.x / splits;
   const int split = int(blockIdx.x - bh * splits);
   q = head_of(q, bh, heads, qs0, qs1), k = head_of(k, bh, heads, ks0, ks1), v = head_of(v, bh, heads, vs0, vs1);
@@ -232,6 +233,7 @@ __device__ __forceinline__ void attention_row(const T* __restrict__ q, const T* 
                                               const void* __restrict__ mask, int mask_kind, long long ms0,
                                               long long ms1, long long msc) {
   __shared__ RowSmem sm;
+  cr::grid_wait();
   const float kNegInf = -__int_as_float(0x7f800000);
   constexpr int kE = (E + RG - 1) / RG;  // k elements a lane
   const long long bh = blockIdx.x / splits;
@@ -342,6 +344,7 @@ CLUSTER_KERNEL(8)
 // thread per output column. A row that sees no key in any split sums to 0: 0 / 0, NaN.
 extern "C" __global__ void __launch_bounds__(NT) attention_combine(const float* __restrict__ part, T* __restrict__ out,
                                                                    float* __restrict__ lse, int splits) {
+  cr::grid_wait();
   const long long row = blockIdx.x;
   const float* pr = part + row * splits * (EV + 2);
   float mx = -__int_as_float(0x7f800000);

@@ -171,6 +171,7 @@ template <int MT, int kRows, int kU>
 __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long pitch, Out o, int m, long long n,
                           long long k, long long kp, int kt, int ks) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  cr::grid_wait();
   A* xs = reinterpret_cast<A*>(smem_raw);
   A* part = xs + MT * kt;  // the slices' sums: [ks][kWarps / ks][MT][kRows]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -251,6 +252,7 @@ __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long lon
   constexpr int R = 32 / LC, TW = LC * kCols, kU = 4;
   __shared__ A part[kWarps][MT * TW];  // the warps' sums
   __shared__ float tile[MT * TW];      // the block's (read by the cluster)
+  cr::grid_wait();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, lc = lane % LC, lr = lane / LC;
   const long long t = blockIdx.x / CL, chunk = t * LC + lc, chunks = n / kCols;
   int rank = 0;

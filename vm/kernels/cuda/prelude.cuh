@@ -122,6 +122,15 @@ template <int B, class T, class Op> __forceinline__ T block_reduce(T v, Op op, T
   __syncthreads();
   return r;
 }
+
+// The first statement of a kernel launched with programmatic dependent launch (sm_90;
+// vm/cuda/launch.hpp): wait for the stream's previous kernel to finish and its writes to be
+// seen, then let the next kernel's blocks start (one kernel ahead at most).
+__forceinline__ void grid_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 }  // namespace cr
 
 // the functions the registry's scalar expressions name (vm/kernels/vmath.hpp). CR_F1_CALL ones

@@ -145,6 +145,7 @@ __device__ __forceinline__ long long value_offset(const IndexGeo& g, long long e
 // it, of positions named twice one write wins, unspecified which, as in PyTorch).
 extern "C" __global__ void index_put(T* self, const long long* __restrict__ idx, const T* __restrict__ values, IndexGeo g,
                                      int accumulate, int64_t* check) {
+  cr::grid_wait();
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < g.n; e += (long long)gridDim.x * blockDim.x) {
     const long long off = index_offset(idx, g, e, check);
     if (off < 0) continue;

@@ -233,7 +233,6 @@ __device__ __forceinline__ void attention_row(const T* __restrict__ q, const T* 
                                               const void* __restrict__ mask, int mask_kind, long long ms0,
                                               long long ms1, long long msc) {
   __shared__ RowSmem sm;
-  cr::grid_wait();
   const float kNegInf = -__int_as_float(0x7f800000);
   constexpr int kE = (E + RG - 1) / RG;  // k elements a lane
   const long long bh = blockIdx.x / splits;
@@ -241,13 +240,20 @@ __device__ __forceinline__ void attention_row(const T* __restrict__ q, const T* 
   const int gk = lane / RG, gl = lane % RG;
   q = head_of(q, bh, heads, qs0, qs1), k = head_of(k, bh, heads, ks0, ks1), v = head_of(v, bh, heads, vs0, vs1);
   mask = mask_of<T>(mask, mask_kind, bh, heads, ms0, ms1);
+  const int start = split * chunk, end = min(S, start + chunk);
+  // the warp's k and v rows into L2 (lane: a key of 8, a 128-byte line of 4) while the previous
+  // kernel runs
+  for (int key = start + warp * RK + lane / 4, b = lane % 4 * 128; key < end; key += RW * RK) {
+    if (b < E * int(sizeof(T))) cr::to_l2(reinterpret_cast<const char*>(k + key * ksr) + b);
+    if (b < EV * int(sizeof(T))) cr::to_l2(reinterpret_cast<const char*>(v + key * vsr) + b);
+  }
+  cr::grid_wait();
   float qr[kE];  // (the lane's q elements, read by every key group: cached, no barrier)
 #pragma unroll
   for (int i = 0; i < kE; ++i) {
     const int e = gl + i * RG;
     qr[i] = E % RG == 0 || e < E ? float(q[e]) * scale_log2 : 0.f;
   }
-  const int start = split * chunk, end = min(S, start + chunk);
   float m = kNegInf, l = 0.f, o[RC];
 #pragma unroll
   for (int c = 0; c < RC; ++c) o[c] = 0.f;

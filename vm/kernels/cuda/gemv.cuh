@@ -171,12 +171,17 @@ template <int MT, int kRows, int kU>
 __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long pitch, Out o, int m, long long n,
                           long long k, long long kp, int kt, int ks) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  cr::grid_wait();
   A* xs = reinterpret_cast<A*>(smem_raw);
   A* part = xs + MT * kt;  // the slices' sums: [ks][kWarps / ks][MT][kRows]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int wr = warp / ks, wk = warp % ks;
   const long long chunks = kp / kCols, group = (long long)(kWarps / ks) * kRows;
+  for (int r = 0; r < kRows; ++r) {  // (the first row group's w)
+    const long long row = (long long)blockIdx.x * group + (long long)wr * kRows + r;
+    if (row < n)
+      for (long long c = wk * 32 + lane; c < chunks; c += 32 * ks) cr::to_l2(q + row * pitch + c);
+  }
+  cr::grid_wait();
   const int ct = kt / kCols;
   const bool one_tile = kt >= kp;
   uint4 raw[kU][kRows];
@@ -252,7 +257,6 @@ __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long lon
   constexpr int R = 32 / LC, TW = LC * kCols, kU = 4;
   __shared__ A part[kWarps][MT * TW];  // the warps' sums
   __shared__ float tile[MT * TW];      // the block's (read by the cluster)
-  cr::grid_wait();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, lc = lane % LC, lr = lane / LC;
   const long long t = blockIdx.x / CL, chunk = t * LC + lc, chunks = n / kCols;
   int rank = 0;
@@ -260,12 +264,15 @@ __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long lon
   if (CL > 1) rank = int(cluster_rank());
 #endif
   const long long per = (k + CL - 1) / CL, k0 = rank * per, k1 = k0 + per < k ? k0 + per : k;
+  constexpr long long step = (long long)kWarps * R;
+  if (chunk < chunks)
+    for (long long r = k0 + warp * R + lr; r < k1; r += step) cr::to_l2(w + r * pitch + chunk);
+  cr::grid_wait();
   A acc[MT][kCols];
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
     for (int j = 0; j < kCols; ++j) acc[mi][j] = A(0);
-  constexpr long long step = (long long)kWarps * R;
   for (long long r0 = k0 + warp * R + lr; r0 < k1; r0 += step * kU) {
     uint4 raw[kU];
 #pragma unroll

@@ -131,6 +131,10 @@ __forceinline__ void grid_wait() {
   asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// The line holding *p into L2. Harmless before grid_wait(), even of memory the previous kernel
+// writes (L2 is where every SM's writes meet: a line fetched early holds what a later read would
+// see), so a kernel's inputs stream in while the previous kernel runs.
+__forceinline__ void to_l2(const void* p) { asm volatile("prefetch.L2 [%0];" ::"l"(p)); }
 }  // namespace cr
 
 // the functions the registry's scalar expressions name (vm/kernels/vmath.hpp). CR_F1_CALL ones

@@ -30,8 +30,8 @@ double env_number(const EnvNumber& e) {
 }
 
 void check_environment() {
-  for (const EnvNumber& e : {kEnvJitTimeout, kEnvJitFork, kEnvCudaWaves, kEnvCpuStreamBytes, kEnvProgressAfter, kEnvCudaMaxSplitMb,
-                            kEnvCudaPdl})
+  for (const EnvNumber& e : {kEnvJitTimeout, kEnvJitFork, kEnvCudaWaves, kEnvCpuStreamBytes, kEnvProgressAfter,
+                             kEnvCudaMaxSplitMb, kEnvCudaPdl})
     env_number(e);
 }
 

@@ -15,7 +15,8 @@ namespace cr::cuda {
 bool overlapping_launches(int index);
 
 // f over a 1-D grid on device `index`'s current stream; `waits`: f calls cr::grid_wait() before
-// it reads or writes memory (then it may overlap the previous kernel). `what` names it in errors.
+// it reads or writes memory (only cr::to_l2 prefetches may come first), so it may overlap the
+// previous kernel. `what` names it in errors.
 void launch_kernel(CUfunction f, int index, int64_t grid, int block, size_t shared_bytes, void** args, bool waits,
                    const char* what);
 

@@ -39,8 +39,8 @@ std::string sort_source(DType d);
 // The library's plumbing, shared by its kernel files (attention.cpp): launches function `fn` of
 // the module named `key` over a 1-D grid on the device's current stream. The module is compiled
 // from source() once per device through the kernel cache (Hooks::cuda_cubin); the key must
-// name one source. `waits`: fn begins with cr::grid_wait(), and may overlap the previous kernel
-// (vm/cuda/launch.hpp).
+// name one source. `waits`: fn calls cr::grid_wait() before it touches memory, and may overlap
+// the previous kernel (vm/cuda/launch.hpp).
 void library_launch(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source,
                     const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes = 0,
                     bool waits = false);

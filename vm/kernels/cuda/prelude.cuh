@@ -123,10 +123,9 @@ template <int B, class T, class Op> __forceinline__ T block_reduce(T v, Op op, T
   return r;
 }
 
-// The first statement of a kernel launched with programmatic dependent launch (sm_90;
-// vm/cuda/launch.hpp): wait for the stream's previous kernel to finish and its writes to be
-// seen, then let the next kernel's blocks start: one kernel ahead at most (starting it before the
-// wait, many ahead, was slower and read stale data: a GPT-2 decode's ids diverged).
+// Called by a kernel launched with programmatic dependent launch (vm/cuda/launch.hpp) before it
+// touches memory: waits for the stream's previous kernel, then lets the next start - one kernel
+// ahead (letting it start before the wait, many ahead, read stale data: a GPT-2 decode diverged).
 __forceinline__ void grid_wait() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");

@@ -32,8 +32,8 @@ struct IndexGeo {
 static_assert(kMaxDims == 16, "select.cuh's geometries hold 16 dims");
 
 void launch(Context& ctx, int device, DType d, const char* fn, int64_t grid, void* const* args, bool waits = false) {
-  library_launch(ctx, device, cat("select_", dtype_name(d)), [d] { return select_source(d); }, fn, grid, kBlock, args, 0,
-                 waits);
+  library_launch(ctx, device, cat("select_", dtype_name(d)), [d] { return select_source(d); }, fn, grid, kBlock, args,
+                 0, waits);
 }
 
 // The inclusive offsets of the tiles' selected elements, from `count_fn`'s counts; `total` gets

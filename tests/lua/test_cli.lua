@@ -165,13 +165,14 @@ describe("crescent executable", function()
       { "CRESCENT_CUDA_WAVES=8x", 'CRESCENT_CUDA_WAVES: expected a whole number from 1 to 1024, got "8x"' },
       { "CRESCENT_CPU_STREAM_BYTES=1.5", 'CRESCENT_CPU_STREAM_BYTES: expected a whole number from 1 to 1e+15, got "1.5"' },
       { "CRESCENT_CUDA_MAX_SPLIT_MB=8", 'CRESCENT_CUDA_MAX_SPLIT_MB: expected a whole number from 20 to 1000000000, got "8"' },
+      { "CRESCENT_CUDA_PDL=2", 'CRESCENT_CUDA_PDL: expected a whole number from 0 to 1, got "2"' },
     }) do
       local out, err, st = expect.crescent({ "-e", "print(1)" }, { env = case[1] })
       expect.eq(st, 1, case[1])
       expect.eq(out, "")
       expect.eq(err, "crescent: " .. case[2] .. "\n")
     end
-    local out, err, st = expect.crescent({ "-e", "print(1)" }, { env = "CRESCENT_JIT_TIMEOUT=0.5 CRESCENT_JIT_FORK=0 CRESCENT_CUDA_WAVES=4" })
+    local out, err, st = expect.crescent({ "-e", "print(1)" }, { env = "CRESCENT_JIT_TIMEOUT=0.5 CRESCENT_JIT_FORK=0 CRESCENT_CUDA_WAVES=4 CRESCENT_CUDA_PDL=0" })
     expect.eq(st, 0, err)
     expect.eq(out, "1\n")
   end)

@@ -172,7 +172,8 @@ describe("crescent executable", function()
       expect.eq(out, "")
       expect.eq(err, "crescent: " .. case[2] .. "\n")
     end
-    local out, err, st = expect.crescent({ "-e", "print(1)" }, { env = "CRESCENT_JIT_TIMEOUT=0.5 CRESCENT_JIT_FORK=0 CRESCENT_CUDA_WAVES=4 CRESCENT_CUDA_PDL=0" })
+    local env = "CRESCENT_JIT_TIMEOUT=0.5 CRESCENT_JIT_FORK=0 CRESCENT_CUDA_WAVES=4 CRESCENT_CUDA_PDL=0"
+    local out, err, st = expect.crescent({ "-e", "print(1)" }, { env = env })
     expect.eq(st, 0, err)
     expect.eq(out, "1\n")
   end)

@@ -1,5 +1,6 @@
 #include "vm/cuda/launch.hpp"
 
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -23,7 +24,8 @@ void launch_kernel(CUfunction f, int index, int64_t grid, int block, size_t shar
   const CUstream stream = current_stream(index);
   if (waits && overlapping_launches(index)) {
     constexpr int kProgrammaticStreamSerialization = 6;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    LaunchAttribute a{};
+    LaunchAttribute a;
+    std::memset(&a, 0, sizeof a);  // (the driver's union: no stray bytes)
     a.id = kProgrammaticStreamSerialization;
     a.value = 1;
     const LaunchConfig c{{unsigned(grid), 1, 1}, {unsigned(block), 1, 1}, unsigned(shared_bytes), stream, &a, 1};

@@ -107,7 +107,7 @@ void Program::launch(size_t k, void** bufs) const {
   cr::cuda::launch_counts().kernels.fetch_add(1, std::memory_order_relaxed);
   // (every generated kernel begins with cr::grid_wait(): emit.cpp)
   cr::cuda::launch_kernel(static_cast<CUfunction>(l.fn), device_.index, grid, int(l.block), size_t(l.shared_bytes),
-                          args.data(), true, kern.name.c_str());
+                          args.data(), kern.name.c_str());
 }
 
 }  // namespace cr::jit::cuda

@@ -77,6 +77,44 @@ TEST_CASE("cuda: CRESCENT_NVRTC_OPTIONS reaches NVRTC", "[cuda]") {
   CHECK(cr::cuda::nvrtc_options().empty());
 }
 
+// Library kernels are launched to start while the previous kernel runs (vm/cuda/launch.hpp):
+// each must wait for it (cr::grid_wait(), griddepcontrol.wait in PTX) or it reads stale inputs.
+TEST_CASE("cuda: every library kernel waits for the previous kernel before it runs", "[cuda]") {
+  if (!have_nvrtc()) return;
+  const std::pair<const char*, std::string> modules[] = {
+      {"cumsum", cr::cuda::cumsum_source(DType::f32)},
+      {"sort", cr::cuda::sort_source(DType::f32)},
+      {"radix", cr::cuda::radix_source(DType::f32)},
+      {"optim", cr::cuda::optim_source(DType::f32)},
+      {"scatter", cr::cuda::scatter_source(DType::f32)},
+      {"scatter_reduce", cr::cuda::scatter_reduce_source(DType::f32)},
+      {"bincount", cr::cuda::bincount_source(DType::i64, DType::f32)},
+      {"select", cr::cuda::select_source(DType::f32)},
+      {"layer_norm", cr::cuda::layer_norm_source(DType::f32)},
+      {"cross_entropy", cr::cuda::cross_entropy_source(DType::bf16, DType::f32)},
+      {"int8_mm", cr::cuda::int8_mm_source(DType::f32, DType::f32)},
+      {"gemv", cr::cuda::gemv_source(DType::bf16, false, DType::f32)},
+      {"gemv_int8", cr::cuda::gemv_source(DType::f32, true, DType::f32)},
+      {"attention", cr::cuda::attention_source(DType::bf16, 64)},
+      {"attention_f32", cr::cuda::attention_simt_source(64, 64, 227 << 10)},
+      {"attention_decode", cr::cuda::attention_decode_source(DType::bf16, 64, 64)},
+      {"attention_bwd", cr::cuda::attention_backward_source(DType::f32, 64, 64)},
+      {"attention_bwd_tc", cr::cuda::attention_backward_tc_source(DType::bf16, 64)},
+  };
+  int entries = 0;
+  for (const auto& [name, source] : modules) {
+    const std::string ptx = cr::cuda::compile_ptx(source, name);
+    for (size_t at = ptx.find(".entry "); at != std::string::npos;) {
+      const size_t next = ptx.find(".entry ", at + 1);
+      const std::string entry = ptx.substr(at, next == std::string::npos ? std::string::npos : next - at);
+      INFO(name << ": " << entry.substr(0, entry.find('(')));
+      CHECK(entry.find("griddepcontrol.wait") != std::string::npos);
+      ++entries, at = next;
+    }
+  }
+  CHECK(entries > 40);
+}
+
 TEST_CASE("cuda: the library kernels (cumsum, sort, radix sort) compile to CUBIN for every dtype", "[cuda]") {
   if (!have_nvrtc()) return;
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {

@@ -19,10 +19,10 @@ bool overlapping_launches(int index) {
   return index >= 0 && size_t(index) < on.size() && on[size_t(index)];
 }
 
-void launch_kernel(CUfunction f, int index, int64_t grid, int block, size_t shared_bytes, void** args, bool waits,
+void launch_kernel(CUfunction f, int index, int64_t grid, int block, size_t shared_bytes, void** args,
                    const char* what) {
   const CUstream stream = current_stream(index);
-  if (waits && overlapping_launches(index)) {
+  if (overlapping_launches(index)) {
     constexpr int kProgrammaticStreamSerialization = 6;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     LaunchAttribute a;
     std::memset(&a, 0, sizeof a);  // (the driver's union: no stray bytes)

@@ -31,6 +31,8 @@ struct Nvrtc {
   nvrtcResult (*GetProgramLog)(nvrtcProgram, char*);
   nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t*);
   nvrtcResult (*GetCUBIN)(nvrtcProgram, char*);
+  nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t*);
+  nvrtcResult (*GetPTX)(nvrtcProgram, char*);
 };
 
 struct Loaded {
@@ -70,7 +72,8 @@ void load(Loaded& l) {
             resolve(lib, "nvrtcCompileProgram", f.CompileProgram, &l.why) &&
             resolve(lib, "nvrtcGetProgramLogSize", f.GetProgramLogSize, &l.why) &&
             resolve(lib, "nvrtcGetProgramLog", f.GetProgramLog, &l.why) && resolve(lib, "nvrtcGetCUBINSize", f.GetCUBINSize, &l.why) &&
-            resolve(lib, "nvrtcGetCUBIN", f.GetCUBIN, &l.why);
+            resolve(lib, "nvrtcGetCUBIN", f.GetCUBIN, &l.why) &&
+            resolve(lib, "nvrtcGetPTXSize", f.GetPTXSize, &l.why) && resolve(lib, "nvrtcGetPTX", f.GetPTX, &l.why);
   if (!ok) return;
   int major = 0, minor = 0;
   if (f.Version(&major, &minor) != 0) {
@@ -124,7 +127,11 @@ std::string nvrtc_options() {
   return s;
 }
 
-std::string compile_cubin(const std::string& source, const std::string& name, const std::string& arch, std::string* log) {
+namespace {
+
+// CUBIN for a real architecture (sm_90), PTX text for a virtual one (compute_90).
+std::string compile(const std::string& source, const std::string& name, const std::string& arch, std::string* log,
+                    bool ptx) {
   const Loaded& l = loaded();
   if (!l.ok) throw Error(cat("NVRTC is not available: ", l.why));
   const Nvrtc& f = l.fn;
@@ -148,10 +155,22 @@ std::string compile_cubin(const std::string& source, const std::string& name, co
   if (r != 0) throw Error(cat("NVRTC (", arch, ") failed to compile ", name, ": ", f.GetErrorString(r), "\n", program_log(f, p)));
   if (log) *log = program_log(f, p);
   size_t n = 0;
-  if ((r = f.GetCUBINSize(p, &n)) != 0) throw Error(cat("nvrtcGetCUBINSize: ", f.GetErrorString(r)));
-  std::string cubin(n, '\0');
-  if ((r = f.GetCUBIN(p, cubin.data())) != 0) throw Error(cat("nvrtcGetCUBIN: ", f.GetErrorString(r)));
-  return cubin;
+  const char* what = ptx ? "nvrtcGetPTX" : "nvrtcGetCUBIN";
+  if ((r = (ptx ? f.GetPTXSize : f.GetCUBINSize)(p, &n)) != 0) throw Error(cat(what, "Size: ", f.GetErrorString(r)));
+  std::string code(n, '\0');
+  if ((r = (ptx ? f.GetPTX : f.GetCUBIN)(p, code.data())) != 0) throw Error(cat(what, ": ", f.GetErrorString(r)));
+  if (ptx && !code.empty() && code.back() == '\0') code.pop_back();
+  return code;
+}
+
+}  // namespace
+
+std::string compile_cubin(const std::string& source, const std::string& name, const std::string& arch, std::string* log) {
+  return compile(source, name, arch, log, false);
+}
+
+std::string compile_ptx(const std::string& source, const std::string& name, const std::string& arch) {
+  return compile(source, name, arch, nullptr, true);
 }
 
 }  // namespace cr::cuda

@@ -24,4 +24,7 @@ std::string nvrtc_options();
 std::string compile_cubin(const std::string& source, const std::string& name, const std::string& arch = "sm_90",
                           std::string* log = nullptr);
 
+// The same compile to PTX text for a virtual architecture ("compute_90"): what tests read.
+std::string compile_ptx(const std::string& source, const std::string& name, const std::string& arch = "compute_90");
+
 }  // namespace cr::cuda

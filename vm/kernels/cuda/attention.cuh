@@ -39,6 +39,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_f
     int heads, int row_blocks, long long qs0, long long qs1, long long qsr, long long ks0, long long ks1, long long ksr,
     long long vs0, long long vs1, long long vsr, float scale_log2, int causal, const void* __restrict__ mask,
     int mask_kind, long long ms0, long long ms1, long long msr, long long msc, float* __restrict__ lse) {
+  cr::grid_wait();
   extern __shared__ __align__(16) unsigned char tiles_smem[];  // two k tiles, then two v tiles
   const uint32_t stage_bytes = 2 * BN * PITCH, kb0 = smem_address(tiles_smem), vb0 = kb0 + 2 * stage_bytes;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;

@@ -130,6 +130,7 @@ extern "C" __global__ void __launch_bounds__(NT) attention_bwd_kv(
     const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv, int L,
     int S, int heads, int key_blocks, float scale, int causal, const void* __restrict__ mask, int mask_kind,
     long long ms0, long long ms1, long long msr, long long msc) {
+  cr::grid_wait();
   extern __shared__ __align__(16) unsigned char bwd_smem[];
   KvTiles& t = *reinterpret_cast<KvTiles*>(bwd_smem);
   const long long bh = blockIdx.x / key_blocks;
@@ -165,6 +166,7 @@ extern "C" __global__ void __launch_bounds__(NT) attention_bwd_q(
     const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dq, int L, int S, int heads,
     int row_blocks, float scale, int causal, const void* __restrict__ mask, int mask_kind, long long ms0,
     long long ms1, long long msr, long long msc) {
+  cr::grid_wait();
   extern __shared__ __align__(16) unsigned char bwd_smem[];
   QTiles& t = *reinterpret_cast<QTiles*>(bwd_smem);
   const long long bh = blockIdx.x / row_blocks;

@@ -3,6 +3,7 @@
 // modules of both backward kernels.
 extern "C" __global__ void __launch_bounds__(128) attention_bwd_dot(const T* __restrict__ out, const T* __restrict__ dout,
                                                                  float* __restrict__ delta, long long rows) {
+  cr::grid_wait();
   const long long row = (long long)blockIdx.x * 4 + (threadIdx.x >> 5);
   if (row >= rows) return;
   float acc = 0.f;

@@ -196,6 +196,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_b
     const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv, int L,
     int S, int heads, int key_blocks, float scale, int causal, const void* __restrict__ mask, int mask_kind,
     long long ms0, long long ms1, long long msr, long long msc) {
+  cr::grid_wait();
   kv_pass<false>(q, k, v, dout, lse, delta, dk, dv, L, S, heads, key_blocks, scale, causal, mask, mask_kind, ms0, ms1,
                  msr, msc, nullptr);
 }
@@ -206,6 +207,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_b
     const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv, int L,
     int S, int heads, int key_blocks, float scale, int causal, const void* __restrict__ mask, int mask_kind,
     long long ms0, long long ms1, long long msr, long long msc, float* __restrict__ dq_acc) {
+  cr::grid_wait();
   kv_pass<true>(q, k, v, dout, lse, delta, dk, dv, L, S, heads, key_blocks, scale, causal, mask, mask_kind, ms0, ms1,
                 msr, msc, dq_acc);
 }
@@ -214,6 +216,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_b
 // dq = T(acc * scale), n elements (a multiple of 4, 16-byte aligned)
 extern "C" __global__ void __launch_bounds__(256) attention_bwd_dq_cast(const float4* __restrict__ acc, T* __restrict__ dq,
                                                                       long long n4, float scale) {
+  cr::grid_wait();
   for (long long i = blockIdx.x * 256ll + threadIdx.x; i < n4; i += 256ll * gridDim.x) {
     const float4 a = acc[i];
     uint2 w;
@@ -227,6 +230,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS, MIN_BLOCKS) attention_b
     const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dq, int L, int S, int heads,
     int row_blocks, float scale, int causal, const void* __restrict__ mask, int mask_kind, long long ms0,
     long long ms1, long long msr, long long msc) {
+  cr::grid_wait();
   extern __shared__ __align__(16) unsigned char q_smem[];  // two stages of {k, v}
   const uint32_t stage0 = smem_address(q_smem);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;

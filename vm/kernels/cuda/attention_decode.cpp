@@ -75,10 +75,10 @@ void attention_decode(Context& ctx, const Tensor& out, const HeadOperand& q, con
   const std::string fn = sp.cluster ? cat("attention_row_1_c", splits)
                          : L == 1   ? std::string("attention_row_1")
                                     : cat("attention_split_", instance_rows(L));
-  library_launch(ctx, device, key, source, fn.c_str(), bh * splits, L == 1 ? kRowThreads : kThreads, args, 0, true);
+  library_launch(ctx, device, key, source, fn.c_str(), bh * splits, L == 1 ? kRowThreads : kThreads, args);
   if (!separate) return;
   void* combine_args[] = {&pp, &op, &lp, &splits_};
-  library_launch(ctx, device, key, source, "attention_combine", bh * L, kThreads, combine_args, 0, true);
+  library_launch(ctx, device, key, source, "attention_combine", bh * L, kThreads, combine_args);
 }
 
 }  // namespace cr::cuda

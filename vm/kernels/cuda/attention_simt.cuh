@@ -51,6 +51,7 @@ extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) attention_simt(
     long long ksr, long long vs0, long long vs1, long long vsr, float scale_log2, int causal,
     const void* __restrict__ mask, int mask_kind, long long ms0, long long ms1, long long msr, long long msc,
     float* __restrict__ lse) {
+  cr::grid_wait();
   extern __shared__ __align__(16) float smem[];
   float* qs = smem;            // BM x PK
   float* ks = qs + BM * PK;    // BN x PK

@@ -49,6 +49,7 @@ __device__ __forceinline__ void flush(const B* bins, long long count, O* out) {
 
 extern "C" __global__ void bincount_low(const I* __restrict__ x, const O* __restrict__ w, long long n, long long cap,
                                         O* __restrict__ out, long long* __restrict__ range) {
+  cr::grid_wait();
   extern __shared__ __align__(16) unsigned char smem[];
   B* bins = reinterpret_cast<B*>(smem);
   clear(bins, cap);
@@ -74,6 +75,7 @@ extern "C" __global__ void bincount_low(const I* __restrict__ x, const O* __rest
 
 extern "C" __global__ void bincount_high(const I* __restrict__ x, const O* __restrict__ w, long long n, long long lo,
                                          long long hi, int shared, O* __restrict__ out) {
+  cr::grid_wait();
   extern __shared__ __align__(16) unsigned char smem[];
   B* bins = reinterpret_cast<B*>(smem);
   if (shared) clear(bins, hi - lo);

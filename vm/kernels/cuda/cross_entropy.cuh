@@ -26,6 +26,7 @@ __device__ __forceinline__ T ce_grad(T x, long long c, A lse, A a, A b, A k, lon
 extern "C" __global__ void cross_entropy_bwd(const T* x, const L* lse, const long long* t, const L* a, const L* b,
                                              const L* k, const L* w, T* out, long long n, long long classes,
                                              long long inner) {
+  cr::grid_wait();
   const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= n) return;
   const long long i = e % inner, c = (e / inner) % classes, p = e / (inner * classes) * inner + i;
@@ -66,6 +67,7 @@ template <int G, class F> __device__ __forceinline__ void each_vector(const T* x
 extern "C" __global__ void cross_entropy_bwd_rows(const T* x, const L* lse, const long long* t, const L* a, const L* b,
                                                   const L* k, const L* w, T* out, long long chunks, long long span,
                                                   long long classes) {
+  cr::grid_wait();
   const long long p = blockIdx.x / chunks, first = (blockIdx.x % chunks) * span;
   const long long end = first + span < classes ? first + span : classes;
   T* outr = out + p * classes;
@@ -103,6 +105,7 @@ __device__ __forceinline__ uint4 shift_down(uint4 lo, uint4 hi, int h) {
 extern "C" __global__ void cross_entropy_bwd_pitched(const T* x, const L* lse, const long long* t, const L* a,
                                                      const L* b, const L* k, const L* w, T* out, long long chunks,
                                                      long long span, long long classes, long long pitch) {
+  cr::grid_wait();
   const long long p = blockIdx.x / chunks, first = (blockIdx.x % chunks) * span, bd = blockDim.x;
   const long long end = first + span < pitch ? first + span : pitch;
   const T* xr = x + p * classes;
@@ -145,6 +148,7 @@ extern "C" __global__ void cross_entropy_bwd_pitched(const T* x, const L* lse, c
 __device__ __forceinline__ A lse_term(A v, A m) { return v == m ? A(1) : exp_term(v - m); }
 
 extern "C" __global__ void cross_entropy_lse_rows(const T* x, L* lse, long long classes) {
+  cr::grid_wait();
   __shared__ A smem[kLseBlock / 32];
   A m = -cr::inf_<A>(), s = 0;
   each_vector<kLseGroup>(x + (long long)blockIdx.x * classes, 0, classes, [&](long long, const T* v, int n) {

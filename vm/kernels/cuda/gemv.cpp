@@ -52,7 +52,7 @@ void launch_kn(Context& ctx, int device, const std::string& key, const std::func
   int64_t lc = 32;
   while (lc > 8 && (chunks + lc - 1) / lc * cl < 2 * info.multiprocessors) lc /= 2;
   library_launch(ctx, device, key, source, cat("gemv_kn_", mt, "_", lc, "_", cl).c_str(), (chunks + lc - 1) / lc * cl,
-                 kWarps * 32, args, 0, true);
+                 kWarps * 32, args);
 }
 
 }  // namespace
@@ -86,7 +86,7 @@ void gemv(Context& ctx, const Tensor& y, const Tensor& x, int64_t ldx, const Gem
   void* args[] = {&xp, &lx, &wp, &pitch, &o, &mm, &nn, &kk, &kpp, &ktile, &kslices};
   const int64_t group = kWarps / ks * kRows, groups = (n + group - 1) / group;
   library_launch(ctx, x.device().index, key, source, cat("gemv_", mt).c_str(), std::min(groups, 4 * sms), kWarps * 32,
-                 args, size_t(mt * kt * asize + part), true);
+                 args, size_t(mt * kt * asize + part));
 }
 
 }  // namespace cr::cuda

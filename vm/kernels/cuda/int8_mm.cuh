@@ -8,6 +8,7 @@
 // w {n, k} in T = q * scale, a thread per element (grid-stride).
 extern "C" __global__ void int8_dequant(const signed char* q, const S* scales, T* w, long long n, long long k,
                                         long long kp) {
+  cr::grid_wait();
   const long long total = n * k;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
     const long long row = e / k, col = e % k;

@@ -14,6 +14,7 @@ __forceinline__ A weight_at(const T* w, long long j) { return w ? A(w[j]) : A(1)
 
 extern "C" __global__ void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, A* mean, A* rstd, long long n,
                                           double eps) {
+  cr::grid_wait();
   __shared__ A smem[kBlock / 32];
   const long long row = blockIdx.x;
   const T* xr = x + row * n;
@@ -41,6 +42,7 @@ extern "C" __global__ void layer_norm_fwd(const T* x, const T* w, const T* b, T*
 // grad_input of one row: rstd * (g - mean(g) - xhat * mean(g * xhat)), g = grad_out * weight.
 extern "C" __global__ void layer_norm_bwd_input(const T* go, const T* x, const A* mean, const A* rstd, const T* w,
                                                 T* gx, long long n) {
+  cr::grid_wait();
   __shared__ A smem[kBlock / 32];
   const long long row = blockIdx.x;
   const T *gr = go + row * n, *xr = x + row * n;
@@ -81,6 +83,7 @@ __device__ __forceinline__ void load_row(const T* r, A* v, long long n, int lane
 
 extern "C" __global__ void layer_norm_fwd_warp(const T* x, const T* w, const T* b, T* y, A* mean, A* rstd,
                                                long long rows, long long n, double eps) {
+  cr::grid_wait();
   const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -123,6 +126,7 @@ extern "C" __global__ void layer_norm_fwd_warp(const T* x, const T* w, const T* 
 
 extern "C" __global__ void layer_norm_bwd_input_warp(const T* go, const T* x, const A* mean, const A* rstd, const T* w,
                                                      T* gx, long long rows, long long n) {
+  cr::grid_wait();
   const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -163,6 +167,7 @@ extern "C" __global__ void layer_norm_bwd_input_warp(const T* go, const T* x, co
 // grad_out over the chunk's rows for its kCols columns: partial[k][col], partial[chunks + k][col].
 extern "C" __global__ void layer_norm_bwd_cols(const T* go, const T* x, const A* mean, const A* rstd, A* partial,
                                                long long rows, long long n, long long chunk, int chunks) {
+  cr::grid_wait();
   __shared__ A sw[kColRows][kCols + 1], sb[kColRows][kCols + 1];
   const long long col_blocks = (n + kCols - 1) / kCols;
   const long long c = blockIdx.x % col_blocks, k = blockIdx.x / col_blocks;
@@ -192,6 +197,7 @@ extern "C" __global__ void layer_norm_bwd_cols(const T* go, const T* x, const A*
 // Stage 2: a warp per column adds the chunks' partials, lane l those of chunks l, l + 32, ..., then
 // the lanes' sums by xor-shuffles: the same order every run (gw / gb null: not asked).
 extern "C" __global__ void layer_norm_bwd_fold(const A* partial, T* gw, T* gb, long long n, int chunks) {
+  cr::grid_wait();
   const long long col = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (col >= n) return;

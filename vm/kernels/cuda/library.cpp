@@ -82,11 +82,11 @@ void allow_shared(CUfunction f, size_t bytes, const char* what) {
 }
 
 void launch_function(CUfunction f, int device, int64_t grid, int block, void* const* args, const char* what,
-                     size_t shared_bytes, bool waits = false) {
+                     size_t shared_bytes) {
   use_device(device);
   allow_shared(f, shared_bytes, what);
   launch_counts().kernels.fetch_add(1, std::memory_order_relaxed);
-  launch_kernel(f, device, grid, block, shared_bytes, const_cast<void**>(args), waits, what);
+  launch_kernel(f, device, grid, block, shared_bytes, const_cast<void**>(args), what);
 }
 
 // Function `fn` of the library source `cuh` (named `name`) for element type `d`, on `device`.
@@ -102,8 +102,8 @@ void launch(CUfunction f, int device, int64_t grid, int block, std::initializer_
 }  // namespace
 
 void library_launch(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source,
-                    const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes, bool waits) {
-  launch_function(library_function(ctx, device, key, source, fn), device, grid, block, args, fn, shared_bytes, waits);
+                    const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes) {
+  launch_function(library_function(ctx, device, key, source, fn), device, grid, block, args, fn, shared_bytes);
 }
 
 std::shared_ptr<DeviceCheck> library_check(int device, const std::string& op, const std::vector<std::string>& whats) {

@@ -39,11 +39,10 @@ std::string sort_source(DType d);
 // The library's plumbing, shared by its kernel files (attention.cpp): launches function `fn` of
 // the module named `key` over a 1-D grid on the device's current stream. The module is compiled
 // from source() once per device through the kernel cache (Hooks::cuda_cubin); the key must
-// name one source. `waits`: fn calls cr::grid_wait() before it touches memory, and may overlap
-// the previous kernel (vm/cuda/launch.hpp).
+// name one source. Every library kernel calls cr::grid_wait() before it touches memory, so it
+// may start while the previous kernel runs (vm/cuda/launch.hpp; test_cuda_library checks it).
 void library_launch(Context& ctx, int device, const std::string& key, const std::function<std::string()>& source,
-                    const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes = 0,
-                    bool waits = false);
+                    const char* fn, int64_t grid, int block, void* const* args, size_t shared_bytes = 0);
 
 // The check word of the library kernels' positions on `device` for op `op`: site j is the
 // position against `whats[j]` ("dim 1 of size 50"). One word per (device, op, whats), reused by

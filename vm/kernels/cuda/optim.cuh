@@ -49,6 +49,7 @@ __forceinline__ int tensor_of(const TensorLists& l, long long* lo, long long* hi
 }
 
 extern "C" __global__ void fused_adam(TensorLists l, Scalars o) {
+  cr::grid_wait();
   long long lo, hi;
   const int t = tensor_of(l, &lo, &hi);
   T *p = l.p[t], *m = l.s[0][t], *v = l.s[1][t], *vmax = o.flag_a ? l.s[2][t] : nullptr;
@@ -76,6 +77,7 @@ extern "C" __global__ void fused_adam(TensorLists l, Scalars o) {
 }
 
 extern "C" __global__ void fused_sgd(TensorLists l, Scalars o) {
+  cr::grid_wait();
   long long lo, hi;
   const int t = tensor_of(l, &lo, &hi);
   T *p = l.p[t], *buf = o.flag_c ? l.s[0][t] : nullptr;

@@ -71,6 +71,7 @@ __device__ __forceinline__ K load_key(const T* __restrict__ x, const K* __restri
 
 extern "C" __global__ void radix_keys(const T* __restrict__ x, K* __restrict__ keys, int* __restrict__ pos, long long n,
                                       long long inner, long long total) {
+  cr::grid_wait();
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
     const long long line = e / n, i = e - line * n, o = line / inner, j = line - o * inner;
     keys[e] = raw_of(x[(o * n + i) * inner + j]);
@@ -84,6 +85,7 @@ extern "C" __global__ void radix_keys(const T* __restrict__ x, K* __restrict__ k
 // counts into its exclusive running sum: where each digit's run starts.
 extern "C" __global__ void radix_histogram(const T* __restrict__ x, const K* __restrict__ keys, long long n, long long chunk,
                                            long long chunks, int passes, int desc, unsigned* __restrict__ counts) {
+  cr::grid_wait();
   __shared__ unsigned hist[8][RADIX];
   const long long line = blockIdx.x / chunks, c = blockIdx.x - line * chunks;
   const long long lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
@@ -120,6 +122,7 @@ __device__ __forceinline__ unsigned exclusive_scan(unsigned v, unsigned* sums) {
 }
 
 extern "C" __global__ void radix_starts(unsigned* __restrict__ counts) {
+  cr::grid_wait();
   __shared__ unsigned sums[WARPS];
   unsigned* c = counts + (long long)blockIdx.x * RADIX;
   c[threadIdx.x] = exclusive_scan(c[threadIdx.x], sums);
@@ -161,6 +164,7 @@ extern "C" __global__ void radix_onesweep(const T* __restrict__ x, const K* __re
                                           long long tiles, int pass, int passes, int desc,
                                           const unsigned* __restrict__ starts, unsigned long long* status,
                                           unsigned* counter) {
+  cr::grid_wait();
   __shared__ unsigned warp_runs[WARPS][RADIX], local[RADIX], sums[WARPS];
   __shared__ long long base[RADIX];
   __shared__ K tile_keys[TILE];

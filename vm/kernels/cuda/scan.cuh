@@ -31,6 +31,7 @@ __device__ __forceinline__ A block_total(A v, A* shared) {
 
 extern "C" __global__ void cumsum_totals(const T* __restrict__ x, A* __restrict__ totals, long long n, long long chunk,
                                          long long chunks) {
+  cr::grid_wait();
   __shared__ A shared[32];
   const long long row = blockIdx.x / chunks, c = blockIdx.x - row * chunks;
   const long long lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
@@ -43,6 +44,7 @@ extern "C" __global__ void cumsum_totals(const T* __restrict__ x, A* __restrict_
 
 extern "C" __global__ void cumsum_rows(const T* __restrict__ x, T* __restrict__ y, long long n, long long chunk,
                                        long long chunks, const A* __restrict__ totals) {
+  cr::grid_wait();
   __shared__ A shared[32];
   const long long row = blockIdx.x / chunks, c = blockIdx.x - row * chunks;
   const long long lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
@@ -82,6 +84,7 @@ extern "C" __global__ void cumsum_rows(const T* __restrict__ x, T* __restrict__ 
 
 extern "C" __global__ void cumsum_walk(const T* __restrict__ x, T* __restrict__ y, long long n, long long inner,
                                        long long positions) {
+  cr::grid_wait();
   const long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (p >= positions) return;
   const long long o = p / inner, at = o * n * inner + (p - o * inner);
@@ -140,6 +143,7 @@ __device__ A look_back(const int* flags, const A* partial, const A* inclusive, l
 extern "C" __global__ void __launch_bounds__(SCAN_WARPS * 32)
     cumsum_scan(const T* __restrict__ x, T* __restrict__ y, long long n, long long tiles, int* flags,
                 A* partial, A* inclusive, unsigned* counter) {
+  cr::grid_wait();
   __shared__ T buf[SCAN_WARPS][SCAN_PAD(32 * SCAN_ITEMS)];
   __shared__ A warp_sums[SCAN_WARPS], prefix_s;
   __shared__ unsigned id_s;

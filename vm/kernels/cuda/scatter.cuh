@@ -82,6 +82,7 @@ __forceinline__ T* target(T* out, const long long* index, const ScatterGeo& g, l
 
 extern "C" __global__ void scatter_add(T* __restrict__ out, const long long* __restrict__ index, const T* __restrict__ src,
                                        ScatterGeo g, A alpha, int64_t* check) {
+  cr::grid_wait();
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   long long so;
   if (i >= g.n) return;
@@ -105,6 +106,7 @@ __forceinline__ bool untouched(unsigned b) { return b == 0; }
 
 extern "C" __global__ void scatter_bins(T* __restrict__ out, const long long* __restrict__ index,
                                         const T* __restrict__ src, ScatterGeo g, A alpha, int64_t* check) {
+  cr::grid_wait();
   extern __shared__ __align__(16) unsigned char smem[];
   B* bins = reinterpret_cast<B*>(smem);
   unsigned* counts = reinterpret_cast<unsigned*>(smem);
@@ -135,6 +137,7 @@ extern "C" __global__ void scatter_bins(T* __restrict__ out, const long long* __
 // lanes of a warp that hit one bin are grouped (match_any) and their leader adds the count once.
 extern "C" __global__ void count_line(T* __restrict__ out, const long long* __restrict__ index, const T* __restrict__ src,
                                       ScatterGeo g, A alpha, int64_t* check) {
+  cr::grid_wait();
   const A each = scaled(alpha, A(src[0]));
   const long long step = (long long)gridDim.x * blockDim.x;
   const unsigned lane = threadIdx.x & 31u;
@@ -163,6 +166,7 @@ extern "C" __global__ void count_line(T* __restrict__ out, const long long* __re
 extern "C" __global__ void scatter_keys(T* __restrict__ out, const long long* __restrict__ index,
                                         const T* __restrict__ src, ScatterGeo g, long long* __restrict__ keys,
                                         int64_t* check) {
+  cr::grid_wait();
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   long long so;
   if (i >= g.n) return;
@@ -183,6 +187,7 @@ extern "C" __global__ void scatter_runs(T* __restrict__ out, const long long* __
                                         const T* __restrict__ src, ScatterGeo g, A alpha,
                                         const long long* __restrict__ keys, const long long* __restrict__ order,
                                         int64_t* check) {
+  cr::grid_wait();
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= g.n) return;
   const long long key = keys[i];

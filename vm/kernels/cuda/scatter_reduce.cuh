@@ -64,6 +64,7 @@ template <class H> __forceinline__ void combine_at(H* o, int reduce, float v) { 
 
 extern "C" __global__ void scatter_identity(T* __restrict__ out, const long long* __restrict__ index,
                                             const T* __restrict__ src, ScatterGeo g, A identity, int64_t* check) {
+  cr::grid_wait();
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   long long so;
   if (i >= g.n) return;
@@ -73,6 +74,7 @@ extern "C" __global__ void scatter_identity(T* __restrict__ out, const long long
 extern "C" __global__ void scatter_reduce(T* __restrict__ out, const long long* __restrict__ index,
                                           const T* __restrict__ src, ScatterGeo g, int reduce, int* __restrict__ counts,
                                           int64_t* check) {
+  cr::grid_wait();
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   long long so;
   if (i >= g.n) return;
@@ -86,6 +88,7 @@ extern "C" __global__ void scatter_reduce(T* __restrict__ out, const long long* 
 
 // out (contiguous, n elements) divided by its hits (+1 with include_self) where they are above 1.
 extern "C" __global__ void scatter_mean(T* __restrict__ out, const int* __restrict__ counts, long long n, int include_self) {
+  cr::grid_wait();
   const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= n) return;
   const A c = A(counts[e] + include_self), a = A(out[e]);

@@ -31,9 +31,8 @@ struct IndexGeo {
 };
 static_assert(kMaxDims == 16, "select.cuh's geometries hold 16 dims");
 
-void launch(Context& ctx, int device, DType d, const char* fn, int64_t grid, void* const* args, bool waits = false) {
-  library_launch(ctx, device, cat("select_", dtype_name(d)), [d] { return select_source(d); }, fn, grid, kBlock, args,
-                 0, waits);
+void launch(Context& ctx, int device, DType d, const char* fn, int64_t grid, void* const* args) {
+  library_launch(ctx, device, cat("select_", dtype_name(d)), [d] { return select_source(d); }, fn, grid, kBlock, args);
 }
 
 // The inclusive offsets of the tiles' selected elements, from `count_fn`'s counts; `total` gets
@@ -167,7 +166,7 @@ void index_put(Context& ctx, const Tensor& self, const Tensor& idx, const Tensor
   value_geo(g, values);
   int acc = accumulate;
   void* args[] = {&sp, &ip, &vp, &g, &acc, &cp};
-  launch(ctx, device, self.dtype(), "index_put", grid_of(g.n, device), args, true);
+  launch(ctx, device, self.dtype(), "index_put", grid_of(g.n, device), args);
   defer_check(check, current_stream(device));
 }
 

@@ -55,15 +55,18 @@ __device__ __forceinline__ long long tile_base(const long long* offsets) {
 __device__ __forceinline__ bool nonzero_value(T v) { return A(v) != A(0); }  // (NaN counts, -0 does not)
 
 extern "C" __global__ void count_mask(const bool* __restrict__ mask, long long n, long long tile, long long* counts) {
+  cr::grid_wait();
   count_tile(n, tile, counts, [&](long long i) { return mask[i]; });
 }
 
 extern "C" __global__ void count_nonzero(const T* __restrict__ x, long long n, long long tile, long long* counts) {
+  cr::grid_wait();
   count_tile(n, tile, counts, [&](long long i) { return nonzero_value(x[i]); });
 }
 
 extern "C" __global__ void masked_select_write(const T* __restrict__ x, const bool* __restrict__ mask, long long n,
                                                long long tile, const long long* __restrict__ offsets, T* __restrict__ out) {
+  cr::grid_wait();
   const long long lo = (long long)blockIdx.x * tile, hi = lo + tile < n ? lo + tile : n;
   compact_tile(lo, hi, tile_base(offsets), [&](long long i) { return mask[i]; },
                [&](long long i, long long slot) { out[slot] = x[i]; });
@@ -77,6 +80,7 @@ struct Coords {
 
 extern "C" __global__ void nonzero_write(const T* __restrict__ x, long long n, long long tile,
                                          const long long* __restrict__ offsets, long long* __restrict__ out, Coords g) {
+  cr::grid_wait();
   const long long lo = (long long)blockIdx.x * tile, hi = lo + tile < n ? lo + tile : n;
   compact_tile(lo, hi, tile_base(offsets), [&](long long i) { return nonzero_value(x[i]); },
                [&](long long i, long long slot) {
@@ -122,6 +126,7 @@ __device__ __forceinline__ long long index_offset(const long long* idx, const In
 
 extern "C" __global__ void index_gather(const T* __restrict__ self, const long long* __restrict__ idx, T* __restrict__ out,
                                         IndexGeo g, int64_t* check) {
+  cr::grid_wait();
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < g.n; e += (long long)gridDim.x * blockDim.x) {
     const long long off = index_offset(idx, g, e, check);
     if (off >= 0) out[e] = self[off];
@@ -159,6 +164,7 @@ extern "C" __global__ void index_put(T* self, const long long* __restrict__ idx,
 // element's offset in self as a key (a bad position NO_KEY: skipped), for scatter.cuh's ordered sum.
 extern "C" __global__ void index_put_keys(const long long* __restrict__ idx, IndexGeo g, long long* __restrict__ keys,
                                           int64_t* check) {
+  cr::grid_wait();
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < g.n; e += (long long)gridDim.x * blockDim.x) {
     const long long off = index_offset(idx, g, e, check);
     keys[e] = off >= 0 ? off : NO_KEY;

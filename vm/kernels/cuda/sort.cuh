@@ -23,6 +23,7 @@ __device__ __forceinline__ bool ahead(C a, long long ia, C b, long long ib, int 
 extern "C" __global__ void sort_lines(const T* __restrict__ x, const long long* __restrict__ xi, T* __restrict__ y,
                                       long long* __restrict__ yi, long long n, long long inner, long long chunk,
                                       long long chunks, long long keep, long long out_len, int pow2, int desc, int one) {
+  cr::grid_wait();
   extern __shared__ __align__(16) unsigned char smem[];
   C* key = reinterpret_cast<C*>(smem);
   int* pos = reinterpret_cast<int*>(smem + sizeof(C) * pow2);

@@ -275,8 +275,9 @@ bool extreme_position(Decomposition& D, bool max, const graph::Node& n, std::str
 
 // How a reduction node's arguments read (bits): (x, dims, keepdim, ...) by default; softmax's
 // (x, dim, {dtype}) (kAlong); max / min also return the positions along a dim (kIndices); sum and
-// mean on the CPU leave reductions over outer dims to eager's kernel (kRows: over_outer_dims).
-enum ArgForm : unsigned { kDims = 0, kAlong = 1, kIndices = 2, kRows = 4 };
+// mean on the CPU leave reductions over outer dims to eager's kernel (kRows: over_outer_dims);
+// aminmax returns two values of the input's shape (kPair).
+enum ArgForm : unsigned { kDims = 0, kAlong = 1, kIndices = 2, kRows = 4, kPair = 8 };
 
 // A reduction node, its arguments checked: its decomposition and the result's dtypes.
 struct Reduce {
@@ -301,8 +302,8 @@ using ReduceFn = bool (*)(Reduce&, int form);
 template <ReduceFn F, unsigned A> bool reduction(NodeLowering& nl, int form) {
   const graph::Node& n = nl.n;
   Lowerer& L = nl.L;
-  const bool with_indices = (A & kIndices) && n.outs.size() == 2;  // max(x, dim): values, indices
-  if ((n.outs.size() != 1 && !with_indices) || n.args.empty() || n.args[0].tag != kTensor) return nl.reject("unexpected arguments");
+  const bool two = (A & (kIndices | kPair)) && n.outs.size() == 2;  // (max(x, dim); aminmax)
+  if ((n.outs.size() != 1 && !two) || n.args.empty() || n.args[0].tag != kTensor) return nl.reject("unexpected arguments");
   const graph::ValueMeta& xm = nl.meta_of(n.args[0]);
   const graph::ValueMeta& om = nl.out().meta;
   if (!loop_dtype(xm.dtype, L.device())) return nl.reject("a float16 / bfloat16 input");
@@ -353,6 +354,21 @@ bool position(Reduce& r, int max) { return extreme_position(r.D, max, r.nl.n, &r
 bool extreme(Reduce& r, int max) {
   if (r.nl.n.outs.size() == 2) return position(r, max);
   return fold(r, int(max ? ReduceKind::Max : ReduceKind::Min));
+}
+
+// aminmax: the Min and the Max, one result each (the scheduler fuses the two folds of one input).
+bool low_high(Reduce& r, int) {
+  const graph::Node& n = r.nl.n;
+  if (n.outs.size() != 2) return r.reject("unexpected results");
+  for (ReduceKind k : {ReduceKind::Min, ReduceKind::Max})
+    if (!reduce_supported(k, r.cd)) return r.reject("no block reduction for this dtype");
+  for (int i = 0; i < 2; ++i) {
+    Body b;
+    b.root = Lowerer::cast(b, r.D.input(b, r.od), r.cd);
+    r.D.gv_out = n.outs[size_t(i)];
+    r.D.reduce(std::move(b), i ? ReduceKind::Max : ReduceKind::Min, r.od, true);
+  }
+  return true;
 }
 
 // any / all (form: 1 for any): Max / Min of the elements as bools (x != 0: NaN is true).
@@ -458,6 +474,7 @@ void register_reduction_lowerings(Lowerings& t) {
   t.add("amin", reduction<fold, kDims>, int(ReduceKind::Min));
   t.add("max", reduction<extreme, kIndices>, 1);
   t.add("min", reduction<extreme, kIndices>, 0);
+  t.add("aminmax", reduction<low_high, kPair>);
   t.add("argmax", reduction<position, kDims>, 1);
   t.add("argmin", reduction<position, kDims>, 0);
   t.add("any", reduction<truth, kDims>, 1);

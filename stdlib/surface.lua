@@ -395,7 +395,8 @@ function S.unique(x, opts)
   if opts.dim ~= nil then return S.unique_dim(x, opts) end
   local flat = x:flatten()
   if (x.dtype == "int64" or x.dtype == "int32") and flat:numel() > 0 then
-    local lo, hi = flat:min():item(), flat:max():item()
+    local mn, mx = flat:aminmax()  -- (one pass over the values)
+    local lo, hi = mn:item(), mx:item()
     if hi - lo < flat:numel() and math.abs(lo) < 2 ^ 53 and math.abs(hi) < 2 ^ 53 then return unique_counted(x, flat, lo, hi, opts) end
   end
   local s, perm = flat:sort(1)

@@ -333,6 +333,15 @@ for _, name in ipairs({ "max", "min" }) do
   end }
 end
 
+-- aminmax: torch's keyword dim / keepdim as crescent's options
+R.aminmax = { gen = function(c)
+  local s = c:shape()
+  local a = c:tensor(s, c:dtype(ANY))
+  local dim, kd = red_args(c, #s, true)
+  return function(I) return T.aminmax(a(I), { dim = dim, keepdim = kd }) end,
+    ("tuple(torch.aminmax(a%s, keepdim=%s))"):format(dim and ", dim=" .. pd(dim) or "", py(kd or false))
+end }
+
 R.sort = { gen = function(c)
   local s = c:shape()
   local a = c:tensor(s, c:dtype(ANY))

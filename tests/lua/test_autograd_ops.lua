@@ -61,6 +61,8 @@ case("prod", function(x) return x:prod(2) end, T.tensor({ { 0, 2, 3 }, { 0, 0, 2
 case("norm", function(x) return x:norm(nil, nil, { p = 3 }) end, R(4))
 case("norm", function(x) return x:norm(1, nil, { p = 1 }) end, R(4))
 case("norm", function(x) return x:norm(1, nil, { p = math.huge }) end, R(4))
+case("aminmax", function(x) local lo, hi = x:aminmax(); return lo * 2 + hi end, R(2, 3))
+case("aminmax", function(x) local lo, hi = x:aminmax({ dim = 2, keepdim = true }); return lo - hi * 3 end, nc(2, 3))
 for _, r in ipairs({ "max", "min" }) do
   case(r, function(x) return x[r](x) end, R(2, 3))
   case(r, function(x) return (x[r](x, 2)) end, R(2, 3))

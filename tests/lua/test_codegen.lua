@@ -225,6 +225,7 @@ local REDUCE_OPS = {
   { "norm", function(x, d, k) return x:norm(d, k) end },
   { "any", function(x, d, k) return x:gt(0.75):any(d, k) end },
   { "all", function(x, d, k) return x:all(d, k), (x - x:amin()):all(d, k) end },
+  { "aminmax", function(x, d, k) if type(d) ~= "table" then return x:aminmax({ dim = d, keepdim = k }) end end },
 }
 
 -- inputs and the dims to reduce: 2-d {7,33} (contiguous and transposed), 3-d {4,5,6} (contiguous

@@ -290,6 +290,7 @@ describe("CUDA tensors", function()
       function(v, w) return (v + 1) * w, T.sin(v), T.exp(v - 2), v:sigmoid(), T.relu(v - w), v:gelu() end,
       function(v, w) return T.where(v:gt(w), v, w * 0.5), v:lt(0.25), v:float(), v:double():half(), v:int() end,
       function(v) return v:sum(-1), v:mean(1), v:amax(2, true), v:t():amin(2), v:var(-1) end,
+      function(v) local lo, hi = v:aminmax({ dim = 2 }); local a, b = v:t():aminmax(); return lo, hi, a, b end,
       function(v) return v:softmax(-1), v:log_softmax(1), v:logsumexp(-1), v:t():softmax(-1) end,
       function(v, w) return T.F.layer_norm(v, 96, w[1], w[2]) end,
       function(v) return v:masked_fill(v:lt(0), -0.1), (v * 1000):exp() end,

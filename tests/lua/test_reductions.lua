@@ -7,7 +7,7 @@ local T = require "crescent"
 local R = require "torch_ref"
 local unpack = unpack or table.unpack
 
-expect.covers("sum", "mean", "prod", "amax", "amin", "max", "min", "argmax", "argmin", "var", "std",
+expect.covers("sum", "mean", "prod", "amax", "amin", "aminmax", "max", "min", "argmax", "argmin", "var", "std",
   "logsumexp", "norm", "all", "any", "cumsum", "softmax", "log_softmax")
 
 -- ---- helpers ------------------------------------------------------------------------------------
@@ -132,6 +132,26 @@ for _, op in ipairs({ "prod", "all", "any" }) do
         else e = chain(x, op, ds, keep) end
         case(op, key, e, { a = x }, function() return T[op](x, ds, keep) end,
           (dt == "float16" or dt == "bfloat16") and 2e-2 or nil)
+      end
+    end
+  end
+end
+
+-- ---- aminmax: both results, over everything or along a dim (torch's keyword-only dim) ---------------
+for _, dt in ipairs(DTYPES) do
+  for _, lay in ipairs(LAYOUTS) do
+    if lay[1] ~= "zero-size" then
+      local x = input(lay, dt, -3, 3)
+      local nd = #lay[2]
+      -- (torch 1.13 gives a 0-d input's keepdim results shape {1}, its max / amax keep {}: not copied)
+      local choices = nd == 0 and { { nil }, { 1 } } or { { nil }, { nil, true }, { 1 }, { -1 }, { 1, true } }
+      for _, dc in ipairs(choices) do
+        local d, keep = dc[1], dc[2]
+        local py = string.format("torch.aminmax(a%s, keepdim=%s)", d and ", dim=" .. pydim(d) or "", keep and "True" or "False")
+        for i, part in ipairs({ "min", "max" }) do
+          case("aminmax", string.format("aminmax %s %s dim %s %s", dt, lay[1], dstr(d, keep), part), py .. "." .. part,
+            { a = x }, function() return (select(i, T.aminmax(x, { dim = d, keepdim = keep }))) end)
+        end
       end
     end
   end
@@ -397,6 +417,24 @@ describe("long reduced ranges split across tasks", function()
     local _, i = x:view(1000, 1000):max(1)
     expect.eq(i[1000]:item(), 900)
     expect.eq(i[1]:item(), 601)
+  end)
+  it("aminmax finds both extremes of long ranges in one pass; a NaN makes both NaN", function()
+    local x = T.arange(1, 1000001, { dtype = "int64" }):remainder(999983) - 7
+    local lo, hi = x:aminmax()
+    expect.eq({ lo:item(), hi:item() }, { -7, 999975 })
+    local f = x:double():view(1000, 1000)
+    local rl, rh = f:aminmax({ dim = 2 })
+    expect.eq(rl:totable(), f:amin(2):totable())
+    expect.eq(rh:totable(), f:amax(2):totable())
+    local cl, ch = f:aminmax({ dim = 1, keepdim = true })
+    expect.eq(cl:totable(), f:amin(1, true):totable())
+    expect.eq(ch:totable(), f:amax(1, true):totable())
+    local y = T.randn(1000000)
+    y[654321] = nan
+    local nl, nh = y:aminmax()
+    expect.truthy(nl:item() ~= nl:item() and nh:item() ~= nh:item())
+    errs(function() local r = T.zeros(0):aminmax(); return r end, "aminmax", "no elements")
+    errs(function() local r = T.zeros(3):aminmax(1); return r end, "aminmax", "expected a table")
   end)
   it("all / any decide on a single element", function()
     local x = T.ones(1000000, { dtype = "bool" })

@@ -133,7 +133,9 @@ def sizes(args):
 def bincount(x, *rest):
     """T.bincount(x[, weights][, minlength]): the weights a tensor, the minlength a number."""
     w = next((r for r in rest if isinstance(r, torch.Tensor)), None)
-    m = next((r for r in rest if isinstance(r, (int, float)) and not isinstance(r, bool)), 0)
+    m = next((r for r in rest if isinstance(r, (int, float))), 0)
+    if isinstance(m, bool):
+        return torch.bincount(x, weights=w, minlength=m)  # (torch refuses a boolean, as crescent)
     return torch.bincount(x, weights=w, minlength=int(m) if m == int(m) else m)  # (a fraction: torch raises)
 
 
@@ -220,6 +222,15 @@ def maxmin(fn):
         r = fn(x, pd(dim), keepdim=bool(kd))
         return r[0], r[1] + 1
     return call
+
+
+def aminmax(x, o=None):
+    """aminmax(x, {dim =, keepdim =}): torch's keyword arguments as crescent's options."""
+    o = o or {}
+    kw = {"keepdim": bool(o.get("keepdim", False))}
+    if o.get("dim") is not None:
+        kw["dim"] = pd(o["dim"])
+    return tuple(torch.aminmax(x, **kw))
 
 
 def creation(fn):
@@ -375,7 +386,7 @@ OPS = {
     "logsumexp": reduce_call(torch.logsumexp, alldims, False), "all": reduce_call(torch.all, None, False, True),
     "any": reduce_call(torch.any, None, False, True), "norm": norm, "var": var_call(torch.var), "std": var_call(torch.std),
     "argmax": arg_call(torch.argmax), "argmin": arg_call(torch.argmin), "max": maxmin(torch.max),
-    "min": maxmin(torch.min),
+    "min": maxmin(torch.min), "aminmax": aminmax,
     "cumsum": lambda x, d, o=None: torch.cumsum(x, pd(d), dtype=dtype_of(o or {})),
     "softmax": softmax(torch.softmax), "log_softmax": softmax(torch.log_softmax),
     "transpose": lambda x, a, b: x.transpose(pd(a), pd(b)), "t": lambda x: x.t(),

@@ -89,6 +89,34 @@ template <class T, bool Max, class C = compute_t<T>, class F = Identity> struct 
   }
 };
 
+// The smallest and the largest value in one pass (aminmax): each block of the run is read twice
+// while it is in L1, so memory is read once. NaN if any value is NaN.
+template <class C> struct LowHigh {
+  C lo, hi;
+};
+template <class T, class C = compute_t<T>> struct Extremes {
+  using In = T;
+  using Acc = LowHigh<C>;
+  static constexpr bool ordered = false;
+  Acc init() const { return {worst<false, C>(), worst<true, C>()}; }
+  void run(Acc& a, const T* x, int64_t n, int64_t) const {
+    for (int64_t i = 0; i < n; i += lanes::kBlock) {
+      const int64_t len = std::min(lanes::kBlock, n - i);
+      bool nan = false;
+      const C lo = lanes::extreme<false, C>(x + i, len, &nan, Identity{});
+      const C hi = lanes::extreme<true, C>(x + i, len, &nan, Identity{});
+      merge(a, nan ? Acc{nan_v<C>(), nan_v<C>()} : Acc{lo, hi});
+    }
+  }
+  void cols(Acc* a, const T* x, int64_t m, int64_t) const {
+    for (int64_t j = 0; j < m; ++j) merge(a[j], Acc{C(load(x[j])), C(load(x[j]))});
+  }
+  void merge(Acc& a, const Acc& b) const {
+    Extreme<T, false, C>{}.merge(a.lo, b.lo);
+    Extreme<T, true, C>{}.merge(a.hi, b.hi);
+  }
+};
+
 // The first position of the largest (Max) or smallest value; a NaN beats everything and the
 // first NaN wins, as in PyTorch. Positions are 0-based in the reduced range.
 template <class C> struct ValueAt {

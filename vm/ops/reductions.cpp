@@ -159,6 +159,24 @@ template <bool Max> void run_max(OpCall& c) {
   });
 }
 
+// aminmax(x[, {dim =, keepdim =}]) -> the smallest and the largest values, in one pass
+std::vector<Meta> infer_aminmax(OpCall& c) {
+  Spec s = parse_dim(c);
+  require_nonempty(s);
+  return {{s.shape, s.x.dtype(), s.x.device()}, {s.shape, s.x.dtype(), s.x.device()}};
+}
+void run_aminmax(OpCall& c) {
+  Spec s = parse_dim(c);
+  visit(s.x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T *lo = c.outs[0].data<T>(), *hi = c.outs[1].data<T>();
+    reduce(s.x, c.outs[0], s.mask, folds::Extremes<T>{}, [lo, hi](const auto& a, int64_t off) {
+      store(lo[off], a.lo);
+      store(hi[off], a.hi);
+    });
+  });
+}
+
 // argmax(x) is a position in the flattened tensor; argmax(x, dim) along dim. Both 1-based.
 std::vector<Meta> infer_argmax(OpCall& c) {
   Spec s = parse_dim(c);
@@ -328,6 +346,7 @@ void register_reductions(Registry& r) {
   r.add(OpDef{"amin", kDimsSchema, K, 0, infer_extreme, run_amax<false>});
   r.add(OpDef{"max", kDimSchema, K, kMultiOut, infer_max, run_max<true>});
   r.add(OpDef{"min", kDimSchema, K, kMultiOut, infer_max, run_max<false>});
+  r.add(OpDef{"aminmax", "self:T, opts:{dim:D, keepdim:B}", K, kMultiOut, infer_aminmax, run_aminmax});
   r.add(OpDef{"argmax", kDimSchema, K, 0, infer_argmax, run_argmax<true>});
   r.add(OpDef{"argmin", kDimSchema, K, 0, infer_argmax, run_argmax<false>});
   r.add(OpDef{"var", "self:T, dim:Ds?, keepdim:B?, opts:{correction:N, unbiased:B}", K, 0, infer_var, run_var<false>});

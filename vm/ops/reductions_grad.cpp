@@ -56,6 +56,17 @@ void even_rule(Grad& g) {
   g.set(0, unreduce(g, g.grad()) * hit / count);
 }
 
+// aminmax: amin's and amax's rule, one for each result's gradient
+void low_high_rule(Grad& g) {
+  Var x = g.in(0), sum;
+  for (int k = 0; k < 2; ++k) {
+    Var hit = op("eq", {x, unreduce(g, g.out(k))});
+    Var part = unreduce(g, g.grad(k)) * hit / op("sum", {hit, lua_dims(reduced(g)), true});
+    sum = k ? sum + part : part;
+  }
+  g.set(0, sum);
+}
+
 // max / min over everything (PyTorch's evenly_distribute_backward): split evenly between the
 // elements equal to the result, or between the NaNs when it is NaN; the others get 0
 void distribute_rule(Grad& g) {
@@ -136,6 +147,7 @@ void register_reduction_derivatives(Registry& r) {
   derivative(r, "mean", {.fn = mean_rule});
   derivative(r, "prod", {.fn = prod_rule, .saves_inputs = kIn0});
   for (const char* n : {"amax", "amin"}) derivative(r, n, {.fn = even_rule, .saves_inputs = kIn0, .saves_outputs = kOut0});
+  derivative(r, "aminmax", {.fn = low_high_rule, .saves_inputs = kIn0, .saves_outputs = 3});
   for (const char* n : {"max", "min"}) derivative(r, n, {.fn = select_index_rule, .saves_inputs = kIn0, .saves_outputs = 3});
   derivative(r, "var", {.fn = var_rule, .saves_inputs = kIn0});
   derivative(r, "std", {.fn = std_rule, .saves_inputs = kIn0, .saves_outputs = kOut0});

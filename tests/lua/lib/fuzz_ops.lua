@@ -72,7 +72,7 @@ FO.FORMS = { where = "compare_where, convert", matmul = "matmul", cat = "join", 
 -- dim of A; DEV_ARG the run's {device =} options argument.
 FO.MISC = {
   "A:cumsum(D)", "A:prod(D)", "A:var(D)", "A:std(D, true)", "A:logsumexp(D)", "A:argmax(D)", "(A:max(D))",
-  "(select(2, A:min(D)))", "T.tril(A)", "T.triu(A, 1)", "A:clamp(-0.5, nil)", "A:pow(2)", "A:lerp(B, 0.3)",
+  "(select(2, A:min(D)))", "(select(2, A:aminmax({dim = D})))", "(A:aminmax())", "T.tril(A)", "T.triu(A, 1)", "A:clamp(-0.5, nil)", "A:pow(2)", "A:lerp(B, 0.3)",
   "T.addcmul(A, A, B, 0.5)", "T.atan2(A, B)", "A:fmod(0.7)", "A:remainder(0.7)", "A:masked_fill(A:gt(0), 0.5)",
   "A:index_select(D, T.tensor({1, 1}DEV_ARG))", "A:split(2, D)[1]", "A:chunk(2, D)[1]", "A:norm()",
   "A:gelu({approximate = \"tanh\"})", "A:clamp(B, B + 1)", "A:clamp(nil, B)", "A:lerp(B, B)",
@@ -139,9 +139,10 @@ FO.COMPARE = select_ops(function(op)
   return kind(op) == KIND.binary and not in_place(op) and bool_result(op, FLOATS, FLOATS)
 end)
 -- reductions over dims: {name, dims = takes a list of dims, float = refuses integer tensors,
--- bool = gives booleans (all, any), index = gives integer positions (argmax, argmin)}
+-- bool = gives booleans (all, any), index = gives integer positions (argmax, argmin)}; a dim
+-- only as an option (aminmax) has a MISC form instead
 FO.REDUCE = {}
-for _, op in ipairs(select_ops(function(op) return kind(op) == KIND.reduction end)) do
+for _, op in ipairs(select_ops(function(op) return kind(op) == KIND.reduction and OPS[op].params[2] ~= nil end)) do
   FO.REDUCE[#FO.REDUCE + 1] = { op, dims = OPS[op].params[2].type == "Ds", float = not accepts_int(op),
     bool = bool_result(op, FLOATS), index = int_result(op) }
 end

@@ -68,12 +68,25 @@ struct Decomposition {
   // A reduction of `body` (over the input's variables) of dtype `value`; `final` makes it the
   // graph output (its dims as the op's keepdim says), else a keep-dims intermediate.
   int32_t reduce(Body body, ReduceKind kind, DType value, bool final) {
-    if (auto [d, parts] = split_of(); parts > 1 && !whole) return reduce_split(std::move(body), kind, value, final, d, parts);
+    if (auto [d, parts] = split_of(); parts > 1 && !whole)
+      return fold_split(partial_split(std::move(body), kind, d, parts), kind, value, final, d, parts);
     LoopValue v = reduction(final, value, in, mask, kind, std::move(body));
     for (size_t d = 0; d < in.size(); ++d)
       if (!mask[d]) v.out_vars.push_back(int(d));
       else if (!final || keepdim) v.out_vars.push_back(-1);
     return L.add_value(std::move(v));
+  }
+  // Final reductions of one input into the graph outputs `gvs`, all partials before all folds
+  // when split, so that the scheduler fuses the partials into one pass (and the folds).
+  void reduce_each(std::vector<Body> bodies, const std::vector<ReduceKind>& kinds, DType value,
+                   const std::vector<int32_t>& gvs) {
+    const auto [d, parts] = split_of();
+    std::vector<int32_t> partials;
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      if (parts > 1 && !whole) partials.push_back(partial_split(std::move(bodies[i]), kinds[i], d, parts));
+      else gv_out = gvs[i], reduce(std::move(bodies[i]), kinds[i], value, true);
+    }
+    for (size_t i = 0; i < partials.size(); ++i) gv_out = gvs[i], fold_split(partials[i], kinds[i], value, true, d, parts);
   }
   // A reduction with few results and many inputs (a whole-tensor sum) runs in two steps, so
   // that the threads share it: partial results over `parts` slices of one reduced dim (a kernel
@@ -102,13 +115,26 @@ struct Decomposition {
         if (mask[d] && in[d] % parts == 0 && count / parts >= kSplitMinCount / 64) return {d, parts};
     return {0, 0};
   }
-  int32_t reduce_split(Body body, ReduceKind kind, DType value, bool final, size_t d, int64_t parts) {
-    // variable d becomes (p, j), p < parts, j < m: the old variable is m p + j (no j when m = 1)
-    int64_t m = in[d] / parts;
-    size_t extra = m > 1 ? 1 : 0;
+  // The split's shape: variable d becomes (p, j), p < parts, j < m (no j when m = 1).
+  Shape split_vars(size_t d, int64_t parts) const {
     Shape in2 = in;
     in2[d] = parts;
-    if (extra) in2.insert(in2.begin() + std::ptrdiff_t(d) + 1, m);
+    if (in[d] / parts > 1) in2.insert(in2.begin() + std::ptrdiff_t(d) + 1, in[d] / parts);
+    return in2;
+  }
+  std::vector<char> split_mask(size_t d, int64_t parts) const {
+    std::vector<char> mask2 = mask;
+    mask2[d] = 0;
+    if (in[d] / parts > 1) mask2.insert(mask2.begin() + std::ptrdiff_t(d) + 1, 1);
+    return mask2;
+  }
+  // The partial results of `body` over `parts` slices of dim d: a keep-dims value over the split
+  // variables (p kept).
+  int32_t partial_split(Body body, ReduceKind kind, size_t d, int64_t parts) {
+    // the old variable d is m p + j
+    int64_t m = in[d] / parts;
+    size_t extra = m > 1 ? 1 : 0;
+    const Shape in2 = split_vars(d, parts);
     std::vector<Affine> vars;
     for (size_t v = 0; v < in.size(); ++v) {
       Affine a = Affine::var(v < d ? v : v + extra);
@@ -120,10 +146,7 @@ struct Decomposition {
     }
     for (Expr& e : body.exprs)
       for (Affine& a : e.index) a = substitute(a, vars);
-    std::vector<char> mask2 = mask;
-    mask2[d] = 0;
-    if (extra) mask2.insert(mask2.begin() + std::ptrdiff_t(d) + 1, 1);
-    // the partials: keep-dims over in2 (p kept)
+    const std::vector<char> mask2 = split_mask(d, parts);
     DType acc = reduce_acc_dtype(kind, body.exprs[size_t(body.root)].dtype);
     Shape psizes = in2;
     for (size_t k = 0; k < in2.size(); ++k)
@@ -131,8 +154,13 @@ struct Decomposition {
     LoopValue pv = reduction(false, acc, in2, mask2, kind, std::move(body));
     pv.sizes = psizes;
     for (size_t k = 0; k < in2.size(); ++k) pv.out_vars.push_back(mask2[k] ? -1 : int(k));
-    int32_t partial = L.add_value(std::move(pv));
-    // their reduction over p, as the original reduction's result
+    return L.add_value(std::move(pv));
+  }
+  // The reduction over p of partial_split's `partial`, as the original reduction's result.
+  int32_t fold_split(int32_t partial, ReduceKind kind, DType value, bool final, size_t d, int64_t parts) {
+    const size_t extra = in[d] / parts > 1 ? 1 : 0;
+    std::vector<char> mask2 = split_mask(d, parts);
+    const Shape psizes = L.val(partial).sizes;
     std::vector<int> all(psizes.size());
     for (size_t k = 0; k < all.size(); ++k) all[k] = int(k);
     mask2[d] = 1;
@@ -356,18 +384,17 @@ bool extreme(Reduce& r, int max) {
   return fold(r, int(max ? ReduceKind::Max : ReduceKind::Min));
 }
 
-// aminmax: the Min and the Max, one result each (the scheduler fuses the two folds of one input).
+// aminmax: the Min and the Max, one result each, in one pass over the input.
 bool low_high(Reduce& r, int) {
   const graph::Node& n = r.nl.n;
   if (n.outs.size() != 2) return r.reject("unexpected results");
-  for (ReduceKind k : {ReduceKind::Min, ReduceKind::Max})
-    if (!reduce_supported(k, r.cd)) return r.reject("no block reduction for this dtype");
-  for (int i = 0; i < 2; ++i) {
-    Body b;
-    b.root = Lowerer::cast(b, r.D.input(b, r.od), r.cd);
-    r.D.gv_out = n.outs[size_t(i)];
-    r.D.reduce(std::move(b), i ? ReduceKind::Max : ReduceKind::Min, r.od, true);
+  const std::vector<ReduceKind> kinds = {ReduceKind::Min, ReduceKind::Max};
+  std::vector<Body> bodies(2);
+  for (size_t i = 0; i < 2; ++i) {
+    if (!reduce_supported(kinds[i], r.cd)) return r.reject("no block reduction for this dtype");
+    bodies[i].root = Lowerer::cast(bodies[i], r.D.input(bodies[i], r.od), r.cd);
   }
+  r.D.reduce_each(std::move(bodies), kinds, r.od, n.outs);
   return true;
 }
 

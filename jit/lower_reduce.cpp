@@ -86,7 +86,8 @@ struct Decomposition {
       if (parts > 1 && !whole) partials.push_back(partial_split(std::move(bodies[i]), kinds[i], d, parts));
       else gv_out = gvs[i], reduce(std::move(bodies[i]), kinds[i], value, true);
     }
-    for (size_t i = 0; i < partials.size(); ++i) gv_out = gvs[i], fold_split(partials[i], kinds[i], value, true, d, parts);
+    for (size_t i = 0; i < partials.size(); ++i)
+      gv_out = gvs[i], fold_split(partials[i], kinds[i], value, true, d, parts);
   }
   // A reduction with few results and many inputs (a whole-tensor sum) runs in two steps, so
   // that the threads share it: partial results over `parts` slices of one reduced dim (a kernel
@@ -331,7 +332,8 @@ template <ReduceFn F, unsigned A> bool reduction(NodeLowering& nl, int form) {
   const graph::Node& n = nl.n;
   Lowerer& L = nl.L;
   const bool two = (A & (kIndices | kPair)) && n.outs.size() == 2;  // (max(x, dim); aminmax)
-  if ((n.outs.size() != 1 && !two) || n.args.empty() || n.args[0].tag != kTensor) return nl.reject("unexpected arguments");
+  if ((n.outs.size() != 1 && !two) || n.args.empty() || n.args[0].tag != kTensor)
+    return nl.reject("unexpected arguments");
   const graph::ValueMeta& xm = nl.meta_of(n.args[0]);
   const graph::ValueMeta& om = nl.out().meta;
   if (!loop_dtype(xm.dtype, L.device())) return nl.reject("a float16 / bfloat16 input");

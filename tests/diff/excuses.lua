@@ -75,8 +75,8 @@ M.EXCUSES = {
     why = "|x| >= 2^48 (float) / 2^50 (double) gives NaN by design (vm/kernels/vmath.hpp: no Payne-Hanek reduction)" },
   { op = "addcmul", kind = "raises", match = "value must be an integer for integer inputs", class = "limit",
     why = "crescent rejects a fractional value for integer tensors (as torch does for add's alpha); torch 1.13 truncates it" },
-  { op = { index_add = true, index_add_ = true }, kind = "raises", match = "source expected self's shape", class = "torch",
-    when = empty_input,
+  { op = { index_add = true, index_add_ = true }, kind = "raises", match = "source expected self's shape",
+    class = "torch", when = empty_input,
     why = "torch 1.13 checks no shape when the index is empty; crescent checks source's shape against self's always" },
   { op = { index_add = true, index_add_ = true }, kind = "raises", match = "alpha must be an integer for", class = "limit",
     why = "crescent rejects a fractional alpha for integer tensors (as torch does for add's alpha); torch 1.13's "

@@ -147,7 +147,8 @@ for _, dt in ipairs(DTYPES) do
       local choices = nd == 0 and { { nil }, { 1 } } or { { nil }, { nil, true }, { 1 }, { -1 }, { 1, true } }
       for _, dc in ipairs(choices) do
         local d, keep = dc[1], dc[2]
-        local py = string.format("torch.aminmax(a%s, keepdim=%s)", d and ", dim=" .. pydim(d) or "", keep and "True" or "False")
+        local py = string.format("torch.aminmax(a%s, keepdim=%s)", d and ", dim=" .. pydim(d) or "",
+          keep and "True" or "False")
         for i, part in ipairs({ "min", "max" }) do
           case("aminmax", string.format("aminmax %s %s dim %s %s", dt, lay[1], dstr(d, keep), part), py .. "." .. part,
             { a = x }, function() return (select(i, T.aminmax(x, { dim = d, keepdim = keep }))) end)

@@ -72,7 +72,8 @@ FO.FORMS = { where = "compare_where, convert", matmul = "matmul", cat = "join", 
 -- dim of A; DEV_ARG the run's {device =} options argument.
 FO.MISC = {
   "A:cumsum(D)", "A:prod(D)", "A:var(D)", "A:std(D, true)", "A:logsumexp(D)", "A:argmax(D)", "(A:max(D))",
-  "(select(2, A:min(D)))", "(select(2, A:aminmax({dim = D})))", "(A:aminmax())", "T.tril(A)", "T.triu(A, 1)", "A:clamp(-0.5, nil)", "A:pow(2)", "A:lerp(B, 0.3)",
+  "(select(2, A:min(D)))", "(select(2, A:aminmax({dim = D})))", "(A:aminmax())",
+  "T.tril(A)", "T.triu(A, 1)", "A:clamp(-0.5, nil)", "A:pow(2)", "A:lerp(B, 0.3)",
   "T.addcmul(A, A, B, 0.5)", "T.atan2(A, B)", "A:fmod(0.7)", "A:remainder(0.7)", "A:masked_fill(A:gt(0), 0.5)",
   "A:index_select(D, T.tensor({1, 1}DEV_ARG))", "A:split(2, D)[1]", "A:chunk(2, D)[1]", "A:norm()",
   "A:gelu({approximate = \"tanh\"})", "A:clamp(B, B + 1)", "A:clamp(nil, B)", "A:lerp(B, B)",

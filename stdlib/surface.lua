@@ -369,16 +369,14 @@ local function run_lengths(first, x)
 end
 
 -- unique of integers in a range lo..hi no wider than their number: counted per value (no sort);
--- values from 0 to under twice their number by bincount's kernel, without a slot per value
-local function unique_counted(x, flat, lo, hi, opts)
-  local slot, counts
+-- `counts` (T._value_counts': values from 0 to under twice their number) or a slot per value
+local function unique_counted(x, flat, lo, hi, opts, counts)
+  local slot
   local function slots()
     slot = slot or flat:long() - (lo - 1)  -- 1-based position of each value in lo..hi
     return slot
   end
-  if lo >= 0 and hi < 2 * flat:numel() then
-    counts = T.bincount(flat):narrow(1, lo + 1, hi - lo + 1)
-  else
+  if not counts then
     counts = T.zeros(hi - lo + 1, { dtype = "int64", device = x.device })
       :index_add(1, slots(), T.ones(1, { dtype = "int64", device = x.device }):expand(flat:numel()))
   end
@@ -395,9 +393,11 @@ function S.unique(x, opts)
   if opts.dim ~= nil then return S.unique_dim(x, opts) end
   local flat = x:flatten()
   if (x.dtype == "int64" or x.dtype == "int32") and flat:numel() > 0 then
-    local mn, mx = flat:aminmax()  -- (one pass over the values)
-    local lo, hi = mn:item(), mx:item()
-    if hi - lo < flat:numel() and math.abs(lo) < 2 ^ 53 and math.abs(hi) < 2 ^ 53 then return unique_counted(x, flat, lo, hi, opts) end
+    local counts, range = T._value_counts(flat)  -- (one pass over the values: their range, the counts)
+    local lo, hi = unpack(range:totable())
+    if hi - lo < flat:numel() and math.abs(lo) < 2 ^ 53 and math.abs(hi) < 2 ^ 53 then
+      return unique_counted(x, flat, lo, hi, opts, counts:numel() > 0 and counts or nil)
+    end
   end
   local s, perm = flat:sort(1)
   local n = s:numel()

@@ -4,7 +4,7 @@
 local T = require "crescent"
 local R = require "torch_ref"
 
-expect.covers("masked_select", "nonzero", "index", "index_put", "index_put_", "scatter_reduce", "bincount")
+expect.covers("masked_select", "nonzero", "index", "index_put", "index_put_", "scatter_reduce", "bincount", "_value_counts")
 
 T.manual_seed(7)
 math.randomseed(7)
@@ -346,6 +346,46 @@ describe("random data ops", function()
     local r = T.randint_like(x, 3, 6)
     expect.truthy(r:ge(3):all():item() and r:lt(6):all():item(), "randint_like within [3, 6)")
     expect.eq(T.randint_like(x, 4, { dtype = "int64" }).dtype, "int64")
+  end)
+end)
+
+describe("_value_counts (unique's counting of integers)", function()
+  -- the counts of lo..hi (or none) and the range {lo, hi}, on the CPU or a CUDA device
+  local function check(values, dt, want_counts, want_range, dev)
+    local x = T.tensor(values, { dtype = dt })
+    x = dev and x:to(dev) or x
+    local counts, range = T._value_counts(x)
+    expect.eq({ range.device, range.dtype, range:totable() }, { "cpu", "int64", want_range }, dt)
+    expect.eq({ counts.device, counts.dtype, counts:cpu():totable() }, { x.device, "int64", want_counts }, dt)
+  end
+  local function cases(dev)
+    for _, dt in ipairs({ "int64", "int32" }) do
+      check({ 3, 1, 3, 2 }, dt, { 1, 1, 2 }, { 1, 3 }, dev)       -- from 1: one pass
+      check({ 4, 5, 4, 4 }, dt, { 3, 1 }, { 4, 5 }, dev)
+      check({ 5, 5, 6 }, dt, {}, { 5, 6 }, dev)                   -- hi >= 2 numel: none
+      check({ 3, 1, 3, 7 }, dt, {}, { 1, 7 }, dev)                -- wider than its number: none
+      check({ -3, 1, -3, 0, -1 }, dt, {}, { -3, 1 }, dev)         -- negative: none (a slot each)
+      check({ 0 }, dt, { 1 }, { 0, 0 }, dev)
+      check({}, dt, {}, { 0, -1 }, dev)
+    end
+    -- values past the first pass's 4096 bins (a second pass); their counts against bincount's
+    local x = T.randint(4000, 9000, { 6000 })
+    local counts, range = T._value_counts(dev and x:to(dev) or x)
+    local lo, hi = unpack(range:totable())
+    expect.eq({ lo, hi }, { x:min():item(), x:max():item() })
+    expect.eq(counts:cpu():totable(), T.bincount(x):narrow(1, lo + 1, hi - lo + 1):totable())
+  end
+
+  it("gives the range, and the counts of lo..hi when 0 <= lo and hi - lo < numel", function()
+    cases(nil)
+    expect.errors(function() T._value_counts(T.zeros(2, 2, { dtype = "int64" })) end,
+      "_value_counts: expected a 1%-D int32 or int64 tensor, got int64 tensor of shape {2,2}")
+    expect.errors(function() T._value_counts(T.zeros(3)) end, "_value_counts: expected a 1%-D int32 or int64 tensor")
+  end)
+
+  it("gives the same on a CUDA device, the counts there", function()
+    expect.need_gpu()
+    cases("cuda")
   end)
 end)
 

@@ -4,6 +4,11 @@
 // max + 1) bins. A counting kernel of its own:
 // one pass finds the range and counts the values below kFewBins, a second pass (only when larger
 // values occur) counts those; no temporaries of the input's size. On CUDA: vm/kernels/cuda/bincount.hpp.
+// _value_counts(self) -> counts, range: the smallest and the largest value lo, hi of a 1-D int32 /
+// int64 tensor (range: int64 {lo, hi} on the CPU, {0, -1} when empty) and, when 0 <= lo, hi <
+// 2 numel and hi - lo < numel, how often each value lo..hi occurs (int64 {hi - lo + 1} on self's
+// device; else counts is empty): bincount's passes, the range found by the first (unique of
+// integers, stdlib/surface.lua, reads no value twice for it).
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -103,22 +108,41 @@ template <class I, class W> void count_high(const Counter<I, W>& k, int64_t cap,
 
 void fail_negative() { fail("only supports 1-d non-negative integral inputs (got a negative value)"); }
 
-template <class I, class W> Tensor count_cpu(const Bincount& b) {
+// The counts (out undefined when a value is negative or the bins would pass `limit`) and the range.
+struct Counts {
+  Tensor out;
+  int64_t mn = 0, mx = -1;
+};
+
+template <class I, class W> Counts count_cpu(const Bincount& b, int64_t limit) {
   const int64_t n = b.x.numel();
   Counter<I, W> k{b.x.data<I>(), b.weights.defined() ? b.weights.data<W>() : nullptr, n, pieces_of(n)};
   const int64_t cap = std::min(kFewBins, n);
   std::vector<W> sums(size_t(k.pieces * cap), W(0));
   int64_t mn = 0, mx = -1;
   if (n > 0) count_low(k, cap, sums, &mn, &mx);
-  if (mn < 0) fail_negative();
   const int64_t bins = std::max(b.minlength, mx + 1);
+  if (mn < 0 || bins > limit) return {Tensor(), mn, mx};
   Tensor out = Tensor::empty({bins}, b.out, b.x.device());
   W* o = out.data<W>();
   std::memset(static_cast<void*>(o), 0, size_t(bins) * sizeof(W));  // (zero bits: 0 in every dtype)
   for (int64_t v = 0, e = std::min(cap, bins); v < e; ++v)
     for (int64_t p = 0; p < k.pieces; ++p) o[v] += sums[size_t(p * cap + v)];
   if (mx >= cap) count_high(k, cap, bins, o);
-  return out;
+  return {out, mn, mx};
+}
+
+Counts count_any(OpCall& c, const Bincount& b, int64_t limit) {
+  if (!b.x.device().is_cpu()) {
+    const cuda::BincountResult r = cuda::bincount(c.ctx, b.x, b.weights, b.minlength, b.out, limit);
+    return {r.out, r.min, r.max};
+  }
+  const bool i32 = b.x.dtype() == DType::i32;
+  switch (b.out) {
+    case DType::f32: return i32 ? count_cpu<int32_t, float>(b, limit) : count_cpu<int64_t, float>(b, limit);
+    case DType::f64: return i32 ? count_cpu<int32_t, double>(b, limit) : count_cpu<int64_t, double>(b, limit);
+    default: return i32 ? count_cpu<int32_t, int64_t>(b, limit) : count_cpu<int64_t, int64_t>(b, limit);
+  }
 }
 
 // On CUDA under T.use_deterministic_algorithms, weight sums go by the ordered scatter_add (the
@@ -137,20 +161,26 @@ Tensor ordered_cuda(OpCall& c, const Bincount& b) {
 
 void run_bincount(OpCall& c) {
   const Bincount b = prepare(c);
-  if (!b.x.device().is_cpu()) {
-    if (deterministic() && b.weights.defined()) return c.outs.push_back(ordered_cuda(c, b));
-    cuda::BincountResult r = cuda::bincount(c.ctx, b.x, b.weights, b.minlength, b.out);
-    if (r.min < 0) fail_negative();
-    return c.outs.push_back(r.out);
-  }
-  const bool i32 = b.x.dtype() == DType::i32;
-  Tensor out;
-  switch (b.out) {
-    case DType::f32: out = i32 ? count_cpu<int32_t, float>(b) : count_cpu<int64_t, float>(b); break;
-    case DType::f64: out = i32 ? count_cpu<int32_t, double>(b) : count_cpu<int64_t, double>(b); break;
-    default: out = i32 ? count_cpu<int32_t, int64_t>(b) : count_cpu<int64_t, int64_t>(b); break;
-  }
-  c.outs.push_back(out);
+  if (!b.x.device().is_cpu() && deterministic() && b.weights.defined()) return c.outs.push_back(ordered_cuda(c, b));
+  const Counts r = count_any(c, b, std::numeric_limits<int64_t>::max());
+  if (r.mn < 0) fail_negative();
+  c.outs.push_back(r.out);
+}
+
+void run_value_counts(OpCall& c) {
+  Bincount b;
+  b.x = c.tensor(0);
+  if (b.x.dim() != 1 || (b.x.dtype() != DType::i64 && b.x.dtype() != DType::i32))
+    fail(cat("expected a 1-D int32 or int64 tensor, got ", b.x.describe()));
+  b.x = contiguous(b.x);
+  const int64_t n = b.x.numel();
+  const Counts r = count_any(c, b, 2 * n);
+  Tensor range = Tensor::empty({2}, DType::i64);
+  range.data<int64_t>()[0] = r.mn, range.data<int64_t>()[1] = r.mx;
+  const bool counted = r.out.defined() && r.mn >= 0 && r.mx - r.mn < n;
+  c.outs.push_back(counted ? Tensor::view_of(r.out, {r.mx - r.mn + 1}, {1}, r.out.offset() + r.mn)
+                           : Tensor::empty({0}, DType::i64, b.x.device()));
+  c.outs.push_back(range);
 }
 
 }  // namespace
@@ -158,6 +188,8 @@ void run_bincount(OpCall& c) {
 void register_bincount(Registry& r) {
   r.add(OpDef{"bincount", "self:T, weights:T?, minlength:I?", OpKind::Index, kDataSize | kDeviceAware, nullptr,
               run_bincount});
+  r.add(OpDef{"_value_counts", "self:T", OpKind::Index, kDataSize | kDeviceAware | kMultiOut | kNoMethod, nullptr,
+              run_value_counts});
 }
 
 }  // namespace cr

@@ -68,23 +68,24 @@ void value_range(Context& ctx, const Tensor& x, int64_t* mn, int64_t* mx) {
   first_pass(ctx, x, Tensor(), DType::i64, 0, Tensor(), mn, mx);
 }
 
-BincountResult bincount(Context& ctx, const Tensor& x, const Tensor& weights, int64_t minlength, DType out) {
+BincountResult bincount(Context& ctx, const Tensor& x, const Tensor& weights, int64_t minlength, DType out,
+                        int64_t limit) {
   long long n = x.numel();
   const long long cap = std::min<long long>(kFewBins, n);
-  if (n == 0) return {zeros(minlength, out, x.device()), 0};
+  if (n == 0) return {minlength <= limit ? zeros(minlength, out, x.device()) : Tensor(), 0, -1};
   const Tensor low = zeros(cap, out, x.device());
   int64_t mn = 0, mx = 0;
   first_pass(ctx, x, weights, out, cap, low, &mn, &mx);
-  if (mn < 0) return {Tensor(), mn};
   const int64_t bins = std::max<int64_t>(minlength, mx + 1);
+  if (mn < 0 || bins > limit) return {Tensor(), mn, mx};
   if (bins <= cap) {
     Tensor r = Tensor::empty({bins}, out, x.device());
     copy_into(r, Tensor::view_of(low, {bins}, {1}, 0));
-    return {r, mn};
+    return {r, mn, mx};
   }
   Tensor r = zeros(bins, out, x.device());
   copy_into(Tensor::view_of(r, {cap}, {1}, 0), low);
-  if (mx < cap) return {r, mn};
+  if (mx < cap) return {r, mn, mx};
   long long lo = cap, hi = mx + 1;
   const size_t shared = size_t(hi - lo) * bin_bytes(out);
   int in_shared = shared <= kBinBytes;
@@ -92,7 +93,7 @@ BincountResult bincount(Context& ctx, const Tensor& x, const Tensor& weights, in
   void *xp = x.data_bytes(), *wp = weights.defined() ? weights.data_bytes() : nullptr, *rp = r.data_bytes();
   void* args[] = {&xp, &wp, &n, &lo, &hi, &in_shared, &rp};
   launch(ctx, x.dtype(), out, device, "bincount_high", grid_of(n, device), args, in_shared ? shared : 0);
-  return {r, mn};
+  return {r, mn, mx};
 }
 
 }  // namespace cr::cuda

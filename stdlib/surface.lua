@@ -369,7 +369,7 @@ local function run_lengths(first, x)
 end
 
 -- unique of integers in a range lo..hi no wider than their number: counted per value (no sort);
--- `counts` (T._value_counts': values from 0 to under twice their number) or a slot per value
+-- `counts` of lo..hi from T._value_counts, or (nil) a slot per value and an index_add
 local function unique_counted(x, flat, lo, hi, opts, counts)
   local slot
   local function slots()

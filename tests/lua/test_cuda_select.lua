@@ -318,7 +318,8 @@ describe("CUDA selections", function()
     agree("unique of 3M equal", function(a) return T.unique(a, opts) end, { T.full({ BIG }, 4, { dtype = "int64" }) })
     -- (counted past bincount's first 4096 bins; from a negative value, a slot each)
     agree("unique of 3M in 4000..9000", function(a) return T.unique(a, opts) end, { T.randint(4000, 9001, { BIG }) })
-    agree("unique of 3M in -500..500", function(a) return T.unique(a, opts) end, { T.randint(-500, 501, { BIG }):int() })
+    agree("unique of 3M in -500..500", function(a) return T.unique(a, opts) end,
+      { T.randint(-500, 501, { BIG }):int() })
     agree("unique_consecutive of 3M", function(a) return T.unique_consecutive(a, opts) end, { ids:div(300, { rounding_mode = "floor" }):sort(1) })
     for _, dt in ipairs({ "int64", "int32" }) do
       local c = T.randint(0, 30, { 500 }):to(dt)

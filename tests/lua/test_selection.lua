@@ -4,7 +4,8 @@
 local T = require "crescent"
 local R = require "torch_ref"
 
-expect.covers("masked_select", "nonzero", "index", "index_put", "index_put_", "scatter_reduce", "bincount", "_value_counts")
+expect.covers("masked_select", "nonzero", "index", "index_put", "index_put_", "scatter_reduce", "bincount",
+  "_value_counts")
 
 T.manual_seed(7)
 math.randomseed(7)

@@ -10,8 +10,8 @@
 namespace cr::cuda {
 
 struct BincountResult {
-  Tensor out;       // undefined when min < 0 (the caller raises) or the bins would pass the limit
-  int64_t min = 0;  // the smallest value (0 for an empty x)
+  Tensor out;        // undefined when min < 0 (the caller raises) or the bins would pass the limit
+  int64_t min = 0;   // the smallest value (0 for an empty x)
   int64_t max = -1;  // the largest (-1 for an empty x)
 };
 

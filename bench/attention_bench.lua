@@ -1,5 +1,6 @@
 -- T.attention on the GPU (the fused kernels, vm/kernels/cuda/attention.hpp: tensor cores for 16-bit, FMA
--- for float32): median device µs (T.bench) and TFLOP/s, the anchor's attention shape and three more.
+-- for float32; cuDNN's for 16-bit where it loads, vm/cuda/cudnn_sdpa.hpp): median device µs (T.bench, 10
+-- calls back to back per timing) and TFLOP/s, the anchor's attention shape and three more.
 -- Mode bwd: the fused backward (vm/kernels/cuda/attention_bwd.hpp) on GPT-2 124M's training shapes,
 -- the backward op alone (and under T.use_deterministic_algorithms) and forward + backward through
 -- autograd (FLOPs: 2.5x the forward's).
@@ -15,7 +16,8 @@ local function forward()
     for _, c in ipairs({ { 16, 8, 1024, 64, false }, { 16, 8, 1024, 64, true }, { 4, 12, 2048, 64, true }, { 8, 8, 1024, 128, false } }) do
       local B, H, L, E, causal = unpack(c)
       local q, k, v = randn(dt, B, H, L, E), randn(dt, B, H, L, E), randn(dt, B, H, L, E)
-      local r = T.bench(function(a, b, d) return T.attention(a, b, d, nil, causal) end, { q, k, v }, { warmup = 5, reps = reps })
+      local r = T.bench(function(a, b, d) return T.attention(a, b, d, nil, causal) end, { q, k, v },
+        { warmup = 5, reps = reps, batch = 10 })
       local flops = 4 * B * H * L * L * E * (causal and 0.5 or 1)
       print(string.format("crescent %s %dx%dx%dx%d causal=%s: %.1f us, %.0f TFLOP/s", dt, B, H, L, E, tostring(causal),
         r.median_us, flops / r.median_us / 1e6))

@@ -195,7 +195,8 @@ M.cuda = {
   -- {driver_allocs, driver_frees, cache_hits, in_use, reserved, peak_in_use, peak_reserved
   -- (bytes), host_ops, modules_compiled
   -- (CUDA modules this process compiled with NVRTC; cache hits and prebuilt ones not),
-  -- kernel_launches, blas_calls, graph_launches, graph_nodes (the work queued on the devices)}
+  -- kernel_launches, blas_calls (cuBLAS, cuBLASLt and cuDNN graph-API calls), graph_launches, graph_nodes
+  -- (the work queued on the devices)}
   stats = function(d)
     api.cuda_stats(device_index(d), STATS)
     return { driver_allocs = STATS[C.CR_CUDA_DRIVER_ALLOCS], driver_frees = STATS[C.CR_CUDA_DRIVER_FREES],
@@ -298,15 +299,27 @@ M.backends = {
 }
 -- T.backends.cuda.matmul.allow_tf32 (PyTorch's flag, false by default): float32 products on CUDA
 -- (cuBLAS, cuBLASLt) may round their inputs to TF32 on tensor cores.
+-- T.backends.cuda.enable_cudnn_sdp(on) / cudnn_sdp_enabled() (PyTorch's, on by default): 16-bit
+-- attention may run cuDNN's fused kernels (while T.backends.cudnn.enabled too), else crescent's.
 local tf32 = false
-M.backends.cuda = { matmul = setmetatable({}, {
-  __index = function(_, k) if k == "allow_tf32" then return tf32 end end,
-  __newindex = function(_, k, v)
-    if k ~= "allow_tf32" then core.fail("T.backends.cuda.matmul: unknown setting '" .. tostring(k) .. "' (expected allow_tf32)") end
-    if type(v) ~= "boolean" then core.fail("T.backends.cuda.matmul.allow_tf32: expected a boolean, got " .. type(v)) end
-    call(S.matmul_tf32, v and 1 or 0)
-    tf32 = v
+M.backends.cuda = {
+  enable_cudnn_sdp = function(on)
+    if type(on) ~= "boolean" then core.fail("T.backends.cuda.enable_cudnn_sdp: expected a boolean, got " .. type(on)) end
+    api.cudnn_state(ctx, 7, on and 1 or 0)
   end,
-}) }
+  cudnn_sdp_enabled = function() return api.cudnn_state(ctx, 7, -1) ~= 0 end,
+  -- whether device d (an index, default 0) and the cuDNN loaded can run cuDNN's attention (sm_90
+  -- or later, cuDNN 9.15 or later), the switches aside
+  can_use_cudnn_attention = function(d) return api.cudnn_state(ctx, 8, d or 0) ~= 0 end,
+  matmul = setmetatable({}, {
+    __index = function(_, k) if k == "allow_tf32" then return tf32 end end,
+    __newindex = function(_, k, v)
+      if k ~= "allow_tf32" then core.fail("T.backends.cuda.matmul: unknown setting '" .. tostring(k) .. "' (expected allow_tf32)") end
+      if type(v) ~= "boolean" then core.fail("T.backends.cuda.matmul.allow_tf32: expected a boolean, got " .. type(v)) end
+      call(S.matmul_tf32, v and 1 or 0)
+      tf32 = v
+    end,
+  }),
+}
 
 return M

@@ -35,6 +35,7 @@ namespace cr {
   X(Cudnn, "CRESCENT_CUDNN", "1", "0: convolutions on CUDA without cuDNN (T.backends.cudnn.enabled = false)")  \
   X(CudnnApi, "CRESCENT_CUDNN_API", "graph", "graph or legacy: cuDNN's API for convolutions (graph: the backend API)") \
   X(CudnnLib, "CRESCENT_CUDNN_LIB", "none", "libcudnn.so.9 to try first (the file, or its folder)")            \
+  X(CudnnSdp, "CRESCENT_CUDNN_SDP", "1", "0: 16-bit attention on CUDA without cuDNN (enable_cudnn_sdp(false))") \
   X(DistTimeout, "CRESCENT_DIST_TIMEOUT", "300", "seconds T.distributed waits for the other ranks")              \
   X(DistFile, "CRESCENT_DIST_FILE", "--nproc's", "the file through which rank 0 shares NCCL's id")
 

@@ -15,6 +15,7 @@
 #include "vm/cuda/cudnn.hpp"
 #include "vm/cuda/cudnn_api.hpp"
 #include "vm/cuda/cudnn_graph.hpp"
+#include "vm/cuda/cudnn_sdpa.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/error.hpp"
 
@@ -112,6 +113,42 @@ static_assert(kAttrVariantPackUniqueIds == CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS &&
               kAttrVariantPackWorkspace == CUDNN_ATTR_VARIANT_PACK_WORKSPACE &&
               kAttrEngineGlobalIndex == CUDNN_ATTR_ENGINE_GLOBAL_INDEX &&
               kAttrEngineNumericalNote == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE);
+// attention's graphs (vm/cuda/cudnn_sdpa.cpp)
+static_assert(kInt32 == CUDNN_DATA_INT32 && kBoolean == CUDNN_DATA_BOOLEAN && kTypeBoolean == CUDNN_TYPE_BOOLEAN &&
+              kTypePointwiseMode == CUDNN_TYPE_POINTWISE_MODE &&
+              kTypeReductionOperator == CUDNN_TYPE_REDUCTION_OPERATOR_TYPE &&
+              kAttrTensorIsVirtual == CUDNN_ATTR_TENSOR_IS_VIRTUAL && kAttrTensorIsByValue == CUDNN_ATTR_TENSOR_IS_BY_VALUE);
+static_assert(kPointwiseDesc == CUDNN_BACKEND_POINTWISE_DESCRIPTOR &&
+              kPointwiseOpDesc == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR &&
+              kMatmulDesc == CUDNN_BACKEND_MATMUL_DESCRIPTOR && kMatmulOpDesc == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR &&
+              kReductionDesc == CUDNN_BACKEND_REDUCTION_DESCRIPTOR &&
+              kReductionOpDesc == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR &&
+              kReshapeOpDesc == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+static_assert(kAttrPointwiseMode == CUDNN_ATTR_POINTWISE_MODE && kAttrPointwiseMathPrec == CUDNN_ATTR_POINTWISE_MATH_PREC &&
+              kAttrPointwiseAxis == CUDNN_ATTR_POINTWISE_AXIS &&
+              kAttrPointwiseOpDesc == CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR &&
+              kAttrPointwiseOpX == CUDNN_ATTR_OPERATION_POINTWISE_XDESC &&
+              kAttrPointwiseOpB == CUDNN_ATTR_OPERATION_POINTWISE_BDESC &&
+              kAttrPointwiseOpY == CUDNN_ATTR_OPERATION_POINTWISE_YDESC &&
+              kAttrPointwiseOpT == CUDNN_ATTR_OPERATION_POINTWISE_TDESC &&
+              kAttrPointwiseOpAlpha1 == CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1 &&
+              kAttrPointwiseOpAlpha2 == CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2);
+static_assert(kAttrMatmulCompType == CUDNN_ATTR_MATMUL_COMP_TYPE && kAttrMatmulOpA == CUDNN_ATTR_OPERATION_MATMUL_ADESC &&
+              kAttrMatmulOpB == CUDNN_ATTR_OPERATION_MATMUL_BDESC && kAttrMatmulOpC == CUDNN_ATTR_OPERATION_MATMUL_CDESC &&
+              kAttrMatmulOpDesc == CUDNN_ATTR_OPERATION_MATMUL_DESC &&
+              kAttrReductionOperator == CUDNN_ATTR_REDUCTION_OPERATOR &&
+              kAttrReductionCompType == CUDNN_ATTR_REDUCTION_COMP_TYPE &&
+              kAttrReductionIsDeterministic == CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC &&
+              kAttrReductionOpX == CUDNN_ATTR_OPERATION_REDUCTION_XDESC &&
+              kAttrReductionOpY == CUDNN_ATTR_OPERATION_REDUCTION_YDESC &&
+              kAttrReductionOpDesc == CUDNN_ATTR_OPERATION_REDUCTION_DESC &&
+              kAttrReshapeOpX == CUDNN_ATTR_OPERATION_RESHAPE_XDESC && kAttrReshapeOpY == CUDNN_ATTR_OPERATION_RESHAPE_YDESC);
+static_assert(kPwAdd == CUDNN_POINTWISE_ADD && kPwMul == CUDNN_POINTWISE_MUL && kPwDiv == CUDNN_POINTWISE_DIV &&
+              kPwSub == CUDNN_POINTWISE_SUB && kPwExp == CUDNN_POINTWISE_EXP && kPwLog == CUDNN_POINTWISE_LOG &&
+              kPwIdentity == CUDNN_POINTWISE_IDENTITY && kPwCmpGe == CUDNN_POINTWISE_CMP_GE &&
+              kPwCmpLt == CUDNN_POINTWISE_CMP_LT && kPwGenIndex == CUDNN_POINTWISE_GEN_INDEX &&
+              kPwBinarySelect == CUDNN_POINTWISE_BINARY_SELECT && kReduceAdd == CUDNN_REDUCE_TENSOR_ADD &&
+              kReduceMax == CUDNN_REDUCE_TENSOR_MAX);
 static_assert(sizeof(cudnnBackendHeurMode_t) == sizeof(int) && sizeof(cudnnBackendNumericalNote_t) == sizeof(int) &&
               sizeof(cudnnDataType_t) == sizeof(int) && sizeof(cudnnConvolutionMode_t) == sizeof(int));
 
@@ -158,6 +195,32 @@ TEST_CASE("cudnn: without a driver a convolution raises why", "[cudnn]") {
       CHECK(std::string(e.what()).find("convolutions through cuDNN need cuDNN: " + why) != std::string::npos);
     }
   }
+}
+
+// cuDNN validates a graph's tensors and operations without a device (9.8 on): attention's graphs
+// as vm/cuda/cudnn_sdpa.cpp builds them, forward with and without the logsumexp, backward, causal
+// or not, float16 / bfloat16, head sizes 64 / 128, a strided q as GPT-2's head views.
+TEST_CASE("cudnn: attention's forward and backward graphs finalize", "[cudnn]") {
+  const int v = cuda::cudnn_version();
+  if (v < 90800) {
+    WARN("skipped: cuDNN " << v << " (graphs without a handle need 9.8)");
+    return;
+  }
+  char* fake = reinterpret_cast<char*>(uintptr_t(1) << 20);  // (never dereferenced: alignments only)
+  for (DType d : {DType::f16, DType::bf16})
+    for (int64_t e : {64, 128})
+      for (bool causal : {false, true})
+        for (int pass = 0; pass < 3; ++pass) {
+          cuda::SdpaCall c;
+          c.dtype = d, c.b = 2, c.h = 3, c.s_q = 200, c.s_kv = 130, c.d = e, c.scale = 0.125, c.causal = causal;
+          auto dense = [&](int64_t s) { return cuda::SdpaOperand{fake, {3 * s * e, s * e, e, 1}}; };
+          c.q = {fake, {200 * 9 * e, e, 9 * e, 1}};  // (a {b, s, 3, h, e} projection's q)
+          c.k = c.v = c.dk = c.dv = dense(130);
+          c.out = c.dout = c.dq = dense(200);
+          c.stats = pass == 1 ? nullptr : fake;
+          INFO("dtype " << dtype_name(d) << " e " << e << " causal " << causal << " pass " << pass);
+          CHECK_NOTHROW(cuda::cudnn_sdpa_check_graph(c, pass == 2));
+        }
 }
 
 TEST_CASE("cudnn: the switches of T.backends.cudnn", "[cudnn]") {

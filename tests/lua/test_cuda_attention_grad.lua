@@ -4,9 +4,12 @@
 -- with create_graph) and against float64 on the CPU, over sequence lengths 1, odd, 64, 200 and
 -- 1024, heads, head sizes 32 / 64 / 128, causal (L above and below S), float and bool masks,
 -- float32 / float16 / bfloat16: 16-bit head sizes 64 / 128 take the tensor-core kernels
--- (attention_bwd_tc.cuh), the rest the FMA ones. Every case needs a GPU and skips cleanly without one.
+-- (attention_bwd_tc.cuh), the rest the FMA ones (cuDNN's kernels switched off where a spec pins
+-- crescent's: test_cuda_attention_cudnn.lua covers those). Every case needs a GPU and skips cleanly
+-- without one.
 local T = require "crescent"
 
+local with_cudnn_sdp = require "with_cudnn_sdp"
 local with_determinism = require "with_determinism"
 local errs = expect.error_checker("test_cuda_attention_grad.lua")
 local need_gpu = expect.need_gpu
@@ -42,44 +45,46 @@ local TOL = { float32 = 2e-4, float16 = 1.5e-2, bfloat16 = 6e-2 }
 describe("CUDA attention backward", function()
   it("the fused backward matches the composition and float64 on the CPU", function()
     need_gpu()
-    T.manual_seed(34)
-    -- {batch, heads, L, S, E, Ev, causal, mask}: mask "float" {L, S} / {B, 1, L, S}, "bool" {1, S}
-    local cases = {
-      { 1, 1, 1, 1, 32, 32, false }, { 2, 2, 1, 9, 64, 64, false }, { 1, 2, 1, 1, 128, 128, true },
-      { 2, 3, 37, 53, 64, 64, false }, { 1, 2, 37, 37, 32, 32, true }, { 2, 2, 64, 64, 64, 64, true },
-      { 1, 2, 200, 200, 128, 128, true }, { 1, 2, 200, 130, 32, 32, false, "float" },
-      { 2, 2, 64, 64, 64, 64, false, "float4" }, { 2, 1, 64, 80, 64, 64, false, "bool" },
-      { 1, 2, 50, 70, 32, 64, false }, { 1, 1, 1024, 1024, 64, 64, true }, { 1, 1, 1024, 1024, 128, 128, false },
-      { 2, 3, 70, 100, 128, 128, true }, { 1, 2, 130, 90, 64, 64, true }, { 1, 3, 100, 77, 128, 128, false, "bool" },
-      { 2, 2, 90, 130, 128, 128, false, "float" },
-    }
-    for _, dt in ipairs({ "float32", "float16", "bfloat16" }) do
-      for _, c in ipairs(cases) do
-        local B, H, L, S, E, Ev, causal, mk = unpack(c)
-        local what = dt .. " {" .. table.concat({ B, H, L, S, E, Ev }, ", ") .. "} " .. tostring(causal) .. " " .. tostring(mk)
-        local q, k, v = T.randn(B, H, L, E), T.randn(B, H, S, E), T.randn(B, H, S, Ev)
-        local w = T.randn(B, H, L, Ev)
-        local mask
-        if mk == "float" then mask = T.randn(L, S)
-        elseif mk == "float4" then mask = T.randn(B, 1, L, S)
-        elseif mk == "bool" then mask = T.cat({ T.ones(1, 1, { dtype = "bool" }), T.rand(1, S - 1):lt(0.6) }, 2) end
-        local scale = 0.9 / math.sqrt(E)
-        local m_dev = mask and (mask.dtype == "bool" and mask:cuda() or mask:to(dt):cuda())
-        local m_ref = mask and (mask.dtype == "bool" and mask or mask:to(dt):double())
-        local dev = leaves("cuda", dt, q, k, v)
-        local fused = grads(lse_attention, dev, w:to(dt):cuda(), m_dev, scale, causal)
-        local composed = grads(lse_attention, dev, w:to(dt):cuda(), m_dev, scale, causal, true)
-        local ref = grads(T.attention, leaves("cpu", "float64", q:to(dt), k:to(dt), v:to(dt)), w:to(dt):double(),
-                          m_ref, scale, causal)
-        for i = 1, 3 do
-          expect.eq({ fused[i].dtype, fused[i].device }, { dt, "cuda:0" }, what)
-          local e1, e2 = rel_err(fused[i], ref[i]), rel_err(fused[i], composed[i])
-          if e1 > TOL[dt] or e2 > TOL[dt] then
-            error(("%s: gradient %d off by %.3g (float64) / %.3g (composition)"):format(what, i, e1, e2))
+    with_cudnn_sdp(false, function()
+      T.manual_seed(34)
+      -- {batch, heads, L, S, E, Ev, causal, mask}: mask "float" {L, S} / {B, 1, L, S}, "bool" {1, S}
+      local cases = {
+        { 1, 1, 1, 1, 32, 32, false }, { 2, 2, 1, 9, 64, 64, false }, { 1, 2, 1, 1, 128, 128, true },
+        { 2, 3, 37, 53, 64, 64, false }, { 1, 2, 37, 37, 32, 32, true }, { 2, 2, 64, 64, 64, 64, true },
+        { 1, 2, 200, 200, 128, 128, true }, { 1, 2, 200, 130, 32, 32, false, "float" },
+        { 2, 2, 64, 64, 64, 64, false, "float4" }, { 2, 1, 64, 80, 64, 64, false, "bool" },
+        { 1, 2, 50, 70, 32, 64, false }, { 1, 1, 1024, 1024, 64, 64, true }, { 1, 1, 1024, 1024, 128, 128, false },
+        { 2, 3, 70, 100, 128, 128, true }, { 1, 2, 130, 90, 64, 64, true }, { 1, 3, 100, 77, 128, 128, false, "bool" },
+        { 2, 2, 90, 130, 128, 128, false, "float" },
+      }
+      for _, dt in ipairs({ "float32", "float16", "bfloat16" }) do
+        for _, c in ipairs(cases) do
+          local B, H, L, S, E, Ev, causal, mk = unpack(c)
+          local what = dt .. " {" .. table.concat({ B, H, L, S, E, Ev }, ", ") .. "} " .. tostring(causal) .. " " .. tostring(mk)
+          local q, k, v = T.randn(B, H, L, E), T.randn(B, H, S, E), T.randn(B, H, S, Ev)
+          local w = T.randn(B, H, L, Ev)
+          local mask
+          if mk == "float" then mask = T.randn(L, S)
+          elseif mk == "float4" then mask = T.randn(B, 1, L, S)
+          elseif mk == "bool" then mask = T.cat({ T.ones(1, 1, { dtype = "bool" }), T.rand(1, S - 1):lt(0.6) }, 2) end
+          local scale = 0.9 / math.sqrt(E)
+          local m_dev = mask and (mask.dtype == "bool" and mask:cuda() or mask:to(dt):cuda())
+          local m_ref = mask and (mask.dtype == "bool" and mask or mask:to(dt):double())
+          local dev = leaves("cuda", dt, q, k, v)
+          local fused = grads(lse_attention, dev, w:to(dt):cuda(), m_dev, scale, causal)
+          local composed = grads(lse_attention, dev, w:to(dt):cuda(), m_dev, scale, causal, true)
+          local ref = grads(T.attention, leaves("cpu", "float64", q:to(dt), k:to(dt), v:to(dt)), w:to(dt):double(),
+                            m_ref, scale, causal)
+          for i = 1, 3 do
+            expect.eq({ fused[i].dtype, fused[i].device }, { dt, "cuda:0" }, what)
+            local e1, e2 = rel_err(fused[i], ref[i]), rel_err(fused[i], composed[i])
+            if e1 > TOL[dt] or e2 > TOL[dt] then
+              error(("%s: gradient %d off by %.3g (float64) / %.3g (composition)"):format(what, i, e1, e2))
+            end
           end
         end
       end
-    end
+    end)
   end)
 
   it("a plain backward runs _attention_backward from the saved logsumexp, deterministically", function()
@@ -111,22 +116,24 @@ describe("CUDA attention backward", function()
   -- two ordered passes: the same dk and dv bit for bit, dq within the float32 sums' rounding
   it("the one-pass backward (dq by atomics) agrees with the ordered two passes", function()
     need_gpu()
-    T.manual_seed(7)
-    for _, c in ipairs({ { 2, 3, 1024, 1024, true }, { 1, 2, 77, 91, true }, { 2, 2, 130, 70, false } }) do
-      local B, H, L, S, causal = unpack(c)
-      for _, dt in ipairs({ "float16", "bfloat16" }) do
-        local what = dt .. " {" .. table.concat({ B, H, L, S }, ", ") .. "} " .. tostring(causal)
-        local q, k, v = T.randn(B, H, L, 64):to(dt):cuda(), T.randn(B, H, S, 64):to(dt):cuda(), T.randn(B, H, S, 64):to(dt):cuda()
-        local go = T.randn(B, H, L, 64):to(dt):cuda()
-        local o, lse = T._attention(q, k, v, 0.125, causal)
-        local one = { T._attention_backward(go, q, k, v, o, lse, 0.125, causal) }
-        local two
-        with_determinism(true, function() two = { T._attention_backward(go, q, k, v, o, lse, 0.125, causal) } end)
-        for i = 2, 3 do expect.eq(one[i]:cpu():double():totable(), two[i]:cpu():double():totable(), what .. " gradient " .. i) end
-        local e = rel_err(one[1], two[1])
-        if e > (dt == "float16" and 2e-3 or 1.6e-2) then error(("%s: dq off by %.3g"):format(what, e)) end
+    with_cudnn_sdp(false, function()
+      T.manual_seed(7)
+      for _, c in ipairs({ { 2, 3, 1024, 1024, true }, { 1, 2, 77, 91, true }, { 2, 2, 130, 70, false } }) do
+        local B, H, L, S, causal = unpack(c)
+        for _, dt in ipairs({ "float16", "bfloat16" }) do
+          local what = dt .. " {" .. table.concat({ B, H, L, S }, ", ") .. "} " .. tostring(causal)
+          local q, k, v = T.randn(B, H, L, 64):to(dt):cuda(), T.randn(B, H, S, 64):to(dt):cuda(), T.randn(B, H, S, 64):to(dt):cuda()
+          local go = T.randn(B, H, L, 64):to(dt):cuda()
+          local o, lse = T._attention(q, k, v, 0.125, causal)
+          local one = { T._attention_backward(go, q, k, v, o, lse, 0.125, causal) }
+          local two
+          with_determinism(true, function() two = { T._attention_backward(go, q, k, v, o, lse, 0.125, causal) } end)
+          for i = 2, 3 do expect.eq(one[i]:cpu():double():totable(), two[i]:cpu():double():totable(), what .. " gradient " .. i) end
+          local e = rel_err(one[1], two[1])
+          if e > (dt == "float16" and 2e-3 or 1.6e-2) then error(("%s: dq off by %.3g"):format(what, e)) end
+        end
       end
-    end
+    end)
   end)
 
   it("F.scaled_dot_product_attention and T.attention reach the fused backward", function()
@@ -148,17 +155,19 @@ describe("CUDA attention backward", function()
 
   it("operands that start off 16 bytes take the FMA kernels and match", function()
     need_gpu()
-    T.manual_seed(3)
-    for _, dt in ipairs({ "float16", "bfloat16" }) do
-      local n = 2 * 50 * 64
-      local q = T.randn(n + 1):to(dt):cuda():narrow(1, 2, n):view(1, 2, 50, 64)  -- (2 bytes past an allocation)
-      local k, v, go = T.randn(1, 2, 50, 64):to(dt):cuda(), T.randn(1, 2, 50, 64):to(dt):cuda(), T.randn(1, 2, 50, 64):to(dt):cuda()
-      local qa = q:clone()
-      local o, lse = T._attention(qa, k, v, 0.125, true)
-      local got = { T._attention_backward(go, q, k, v, o, lse, 0.125, true) }
-      local want = { T._attention_backward(go, qa, k, v, o, lse, 0.125, true) }
-      for i = 1, 3 do expect.close(got[i]:cpu():double(), want[i]:cpu():double(), TOL[dt], TOL[dt]) end
-    end
+    with_cudnn_sdp(false, function()
+      T.manual_seed(3)
+      for _, dt in ipairs({ "float16", "bfloat16" }) do
+        local n = 2 * 50 * 64
+        local q = T.randn(n + 1):to(dt):cuda():narrow(1, 2, n):view(1, 2, 50, 64)  -- (2 bytes past an allocation)
+        local k, v, go = T.randn(1, 2, 50, 64):to(dt):cuda(), T.randn(1, 2, 50, 64):to(dt):cuda(), T.randn(1, 2, 50, 64):to(dt):cuda()
+        local qa = q:clone()
+        local o, lse = T._attention(qa, k, v, 0.125, true)
+        local got = { T._attention_backward(go, q, k, v, o, lse, 0.125, true) }
+        local want = { T._attention_backward(go, qa, k, v, o, lse, 0.125, true) }
+        for i = 1, 3 do expect.close(got[i]:cpu():double(), want[i]:cpu():double(), TOL[dt], TOL[dt]) end
+      end
+    end)
   end)
 
   it("_attention_backward checks its inputs and is CUDA only", function()

@@ -7,6 +7,7 @@ local T = require "crescent"
 
 local errs = expect.error_checker("test_cuda_kernels.lua")
 local need_gpu = expect.need_gpu
+local with_cudnn_sdp = require "with_cudnn_sdp"
 
 describe("CUDA kernels", function()
   it("index_copy_ / index_put_ with one index tensor write on the device; a bad index raises at the next sync", function()
@@ -240,65 +241,67 @@ describe("CUDA kernels", function()
   end)
   it("run attention as one fused kernel (tensor cores for 16-bit, FMA for float32): lengths, causal, layouts, graphs", function()
     need_gpu()
-    T.manual_seed(21)
-    local host_ops = T.cuda.stats().host_ops
-    local TOL = { float16 = 4e-3, bfloat16 = 3e-2, float32 = 1e-4, float64 = 1e-10 }
-    local function check(got, q, k, v, scale, causal, what)
-      expect.eq({ got.device, got.dtype }, { "cuda:0", q.dtype }, what)
-      local want = T.attention(q:double(), k:double(), v:double(), scale, causal)  -- the CPU kernel in float64
-      expect.close(got:cpu():double(), want, TOL[q.dtype], TOL[q.dtype])
-    end
-    -- {batch, heads, L, S, E, causal}: lengths off the 64-row / 64-key tiles, S = 0, L = 0, one key
-    local cases = { { 2, 3, 70, 130, 64, false }, { 1, 2, 64, 64, 16, true }, { 2, 1, 129, 17, 32, true },
-                    { 1, 1, 5, 300, 128, false }, { 3, 2, 100, 40, 64, true }, { 1, 1, 1, 1, 64, false },
-                    { 1, 2, 0, 5, 64, false }, { 1, 2, 5, 0, 64, true }, { 1, 1, 200, 300, 128, true } }
-    for _, dt in ipairs({ "float16", "bfloat16", "float32" }) do
-      for _, c in ipairs(cases) do
-        local B, H, L, S, E, causal = unpack(c)
-        local q, k, v = T.randn(B, H, L, E):to(dt), T.randn(B, H, S, E):to(dt), T.randn(B, H, S, E):to(dt)
-        check(T.attention(q:cuda(), k:cuda(), v:cuda(), 0.2, causal), q, k, v, 0.2, causal, dt .. " " .. tostring(c))
+    with_cudnn_sdp(false, function()
+      T.manual_seed(21)
+      local host_ops = T.cuda.stats().host_ops
+      local TOL = { float16 = 4e-3, bfloat16 = 3e-2, float32 = 1e-4, float64 = 1e-10 }
+      local function check(got, q, k, v, scale, causal, what)
+        expect.eq({ got.device, got.dtype }, { "cuda:0", q.dtype }, what)
+        local want = T.attention(q:double(), k:double(), v:double(), scale, causal)  -- the CPU kernel in float64
+        expect.close(got:cpu():double(), want, TOL[q.dtype], TOL[q.dtype])
       end
-    end
-    -- layouts: heads split from {B, L, H, E} (GPT-2's transpose), an expanded key, a 3-d and a
-    -- 2-d call, rows that are not 16-byte aligned (copied first), a head size of no kernel (composite)
-    local x = T.randn(2, 33, 4, 64):half()
-    local q = x:transpose(2, 3)
-    local k = T.randn(2, 1, 50, 64):half():expand(2, 4, 50, 64)
-    local v = T.randn(2, 4, 50, 64):half()
-    check(T.attention(q:cuda(), k:cuda(), v:cuda()), q, k, v, 1 / 8, false, "strided")
-    check(T.attention(x:cuda():transpose(2, 3), k:cuda(), v:cuda(), nil, true), q, k, v, 1 / 8, true, "device view")
-    local q3, k3 = T.randn(6, 20, 32):bfloat16(), T.randn(6, 24, 32):bfloat16()
-    check(T.attention(q3:cuda(), k3:cuda(), k3:cuda(), 0.5), q3, k3, k3, 0.5, false, "3-d")
-    local q2, k2 = T.randn(20, 72):half():narrow(2, 5, 64), T.randn(24, 64):half()
-    check(T.attention(q2:cuda(), k2:cuda(), k2:cuda()), q2, k2, k2, 1 / 8, false, "unaligned rows")
-    local q5, k5 = T.randn(2, 9, 24):half(), T.randn(2, 11, 24):half()
-    check(T.attention(q5:cuda(), k5:cuda(), k5:cuda()), q5, k5, k5, 1 / math.sqrt(24), false, "head size 24")
-    check(T.attention(q5:cuda(), k5:cuda(), k5:cuda(), nil, true), q5, k5, k5, 1 / math.sqrt(24), true, "head size 24, causal")
-    local q6, k6 = T.randn(2, 7, 8):double(), T.randn(2, 12, 8):double()  -- (float64: the composite)
-    check(T.attention(q6:cuda(), k6:cuda(), k6:cuda(), 0.3, true), q6, k6, k6, 0.3, true, "float64, causal")
-    -- float32 (the FMA kernel): head sizes apart, strided heads, a head size it does not take (composite)
-    local qf, kf, vf = T.randn(2, 3, 70, 20), T.randn(2, 3, 90, 20), T.randn(2, 3, 90, 48)
-    check(T.attention(qf:cuda(), kf:cuda(), vf:cuda(), 0.3, true), qf, kf, vf, 0.3, true, "float32 20 / 48")
-    local xf, kx, vx = T.randn(2, 70, 4, 64), T.randn(2, 1, 50, 64):expand(2, 4, 50, 64), T.randn(2, 4, 50, 32)
-    check(T.attention(xf:cuda():transpose(2, 3), kx:cuda(), vx:cuda()), xf:transpose(2, 3), kx, vx, 1 / 8, false,
-          "float32 strided")
-    local vg = T.randn(2, 3, 90, 40)
-    check(T.attention(qf:cuda(), kf:cuda(), vg:cuda(), 0.3), qf, kf, vg, 0.3, false, "float32 head size 40")
-    -- F.scaled_dot_product_attention without a mask is this op on the device
-    local dq, dk, dv = q:cuda():contiguous(), k:cuda(), v:cuda()
-    expect.eq(T.F.scaled_dot_product_attention(dq, dk, dv, { causal = true }):cpu():totable(),
-              T.attention(dq, dk, dv, nil, true):cpu():totable())
-    -- the recorded pattern matmul -> / 8 -> softmax -> matmul compiles to the same kernel: same bits
-    local f = T.compile(function(a, b, c) return T.matmul((T.matmul(a, b:transpose(-2, -1)) / 8):softmax(-1), c) end)
-    local want = T.attention(dq, dk, dv, 1 / 8)
-    for _ = 1, 3 do expect.close(f(dq, dk, dv):cpu(), want:cpu(), 4e-3, 4e-3) end  -- (the first call runs as recorded)
-    expect.eq(f(dq, dk, dv):cpu():totable(), want:cpu():totable(), "compiled pattern")
-    -- (float32: 80 query rows, the tiled kernel; up to 8 the split kernel, 9 to 31 the composite)
-    local fq, fk, fv = T.randn(2, 4, 80, 64):cuda(), dk:float(), dv:float()
-    local want32 = T.attention(fq, fk, fv, 1 / 8)
-    for _ = 1, 3 do expect.close(f(fq, fk, fv):cpu(), want32:cpu(), 1e-4, 1e-4) end
-    expect.eq(f(fq, fk, fv):cpu():totable(), want32:cpu():totable(), "compiled float32 pattern")
-    expect.eq(T.cuda.stats().host_ops, host_ops)
+      -- {batch, heads, L, S, E, causal}: lengths off the 64-row / 64-key tiles, S = 0, L = 0, one key
+      local cases = { { 2, 3, 70, 130, 64, false }, { 1, 2, 64, 64, 16, true }, { 2, 1, 129, 17, 32, true },
+                      { 1, 1, 5, 300, 128, false }, { 3, 2, 100, 40, 64, true }, { 1, 1, 1, 1, 64, false },
+                      { 1, 2, 0, 5, 64, false }, { 1, 2, 5, 0, 64, true }, { 1, 1, 200, 300, 128, true } }
+      for _, dt in ipairs({ "float16", "bfloat16", "float32" }) do
+        for _, c in ipairs(cases) do
+          local B, H, L, S, E, causal = unpack(c)
+          local q, k, v = T.randn(B, H, L, E):to(dt), T.randn(B, H, S, E):to(dt), T.randn(B, H, S, E):to(dt)
+          check(T.attention(q:cuda(), k:cuda(), v:cuda(), 0.2, causal), q, k, v, 0.2, causal, dt .. " " .. tostring(c))
+        end
+      end
+      -- layouts: heads split from {B, L, H, E} (GPT-2's transpose), an expanded key, a 3-d and a
+      -- 2-d call, rows that are not 16-byte aligned (copied first), a head size of no kernel (composite)
+      local x = T.randn(2, 33, 4, 64):half()
+      local q = x:transpose(2, 3)
+      local k = T.randn(2, 1, 50, 64):half():expand(2, 4, 50, 64)
+      local v = T.randn(2, 4, 50, 64):half()
+      check(T.attention(q:cuda(), k:cuda(), v:cuda()), q, k, v, 1 / 8, false, "strided")
+      check(T.attention(x:cuda():transpose(2, 3), k:cuda(), v:cuda(), nil, true), q, k, v, 1 / 8, true, "device view")
+      local q3, k3 = T.randn(6, 20, 32):bfloat16(), T.randn(6, 24, 32):bfloat16()
+      check(T.attention(q3:cuda(), k3:cuda(), k3:cuda(), 0.5), q3, k3, k3, 0.5, false, "3-d")
+      local q2, k2 = T.randn(20, 72):half():narrow(2, 5, 64), T.randn(24, 64):half()
+      check(T.attention(q2:cuda(), k2:cuda(), k2:cuda()), q2, k2, k2, 1 / 8, false, "unaligned rows")
+      local q5, k5 = T.randn(2, 9, 24):half(), T.randn(2, 11, 24):half()
+      check(T.attention(q5:cuda(), k5:cuda(), k5:cuda()), q5, k5, k5, 1 / math.sqrt(24), false, "head size 24")
+      check(T.attention(q5:cuda(), k5:cuda(), k5:cuda(), nil, true), q5, k5, k5, 1 / math.sqrt(24), true, "head size 24, causal")
+      local q6, k6 = T.randn(2, 7, 8):double(), T.randn(2, 12, 8):double()  -- (float64: the composite)
+      check(T.attention(q6:cuda(), k6:cuda(), k6:cuda(), 0.3, true), q6, k6, k6, 0.3, true, "float64, causal")
+      -- float32 (the FMA kernel): head sizes apart, strided heads, a head size it does not take (composite)
+      local qf, kf, vf = T.randn(2, 3, 70, 20), T.randn(2, 3, 90, 20), T.randn(2, 3, 90, 48)
+      check(T.attention(qf:cuda(), kf:cuda(), vf:cuda(), 0.3, true), qf, kf, vf, 0.3, true, "float32 20 / 48")
+      local xf, kx, vx = T.randn(2, 70, 4, 64), T.randn(2, 1, 50, 64):expand(2, 4, 50, 64), T.randn(2, 4, 50, 32)
+      check(T.attention(xf:cuda():transpose(2, 3), kx:cuda(), vx:cuda()), xf:transpose(2, 3), kx, vx, 1 / 8, false,
+            "float32 strided")
+      local vg = T.randn(2, 3, 90, 40)
+      check(T.attention(qf:cuda(), kf:cuda(), vg:cuda(), 0.3), qf, kf, vg, 0.3, false, "float32 head size 40")
+      -- F.scaled_dot_product_attention without a mask is this op on the device
+      local dq, dk, dv = q:cuda():contiguous(), k:cuda(), v:cuda()
+      expect.eq(T.F.scaled_dot_product_attention(dq, dk, dv, { causal = true }):cpu():totable(),
+                T.attention(dq, dk, dv, nil, true):cpu():totable())
+      -- the recorded pattern matmul -> / 8 -> softmax -> matmul compiles to the same kernel: same bits
+      local f = T.compile(function(a, b, c) return T.matmul((T.matmul(a, b:transpose(-2, -1)) / 8):softmax(-1), c) end)
+      local want = T.attention(dq, dk, dv, 1 / 8)
+      for _ = 1, 3 do expect.close(f(dq, dk, dv):cpu(), want:cpu(), 4e-3, 4e-3) end  -- (the first call runs as recorded)
+      expect.eq(f(dq, dk, dv):cpu():totable(), want:cpu():totable(), "compiled pattern")
+      -- (float32: 80 query rows, the tiled kernel; up to 8 the split kernel, 9 to 31 the composite)
+      local fq, fk, fv = T.randn(2, 4, 80, 64):cuda(), dk:float(), dv:float()
+      local want32 = T.attention(fq, fk, fv, 1 / 8)
+      for _ = 1, 3 do expect.close(f(fq, fk, fv):cpu(), want32:cpu(), 1e-4, 1e-4) end
+      expect.eq(f(fq, fk, fv):cpu():totable(), want32:cpu():totable(), "compiled float32 pattern")
+      expect.eq(T.cuda.stats().host_ops, host_ops)
+    end)
   end)
   it("run attention with a mask in the fused kernel: bool and added, broadcast, strided", function()
     need_gpu()

@@ -102,8 +102,12 @@ std::atomic<bool>& flag_ref(CudnnFlag f) {
     const char* e = env_setting(Setting::Cudnn);
     return !(e && std::string(e) == "0");
   }()};
+  static std::atomic<bool> sdp{[] {
+    const char* e = env_setting(Setting::CudnnSdp);
+    return !(e && std::string(e) == "0");
+  }()};
   static std::atomic<bool> tf32{true}, benchmark{false};
-  return f == CudnnFlag::enabled ? enabled : f == CudnnFlag::allow_tf32 ? tf32 : benchmark;
+  return f == CudnnFlag::enabled ? enabled : f == CudnnFlag::allow_tf32 ? tf32 : f == CudnnFlag::sdp ? sdp : benchmark;
 }
 
 Library& usable_library(int index) {

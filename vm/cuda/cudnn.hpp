@@ -25,7 +25,9 @@ std::string cudnn_version_name();  // "cuDNN 9.19.0" (what the logs say)
 // ops of CUDA tensors take cuDNN. allow_tf32 (on, as PyTorch's torch.backends.cudnn.allow_tf32):
 // float32 convolutions may use TF32 tensor cores. benchmark (off, as PyTorch's): a new shape
 // times cuDNN's algorithms (cudnnFind*AlgorithmEx) instead of taking the heuristics' first.
-enum class CudnnFlag { enabled = 0, allow_tf32 = 1, benchmark = 2 };
+// sdp (on, T.backends.cuda.enable_cudnn_sdp as PyTorch's): 16-bit attention may take cuDNN's
+// fused kernels (vm/cuda/cudnn_sdpa.hpp) while `enabled` is on too.
+enum class CudnnFlag { enabled = 0, allow_tf32 = 1, benchmark = 2, sdp = 3 };
 bool cudnn_flag(CudnnFlag f);
 bool set_cudnn_flag(CudnnFlag f, bool on);  // returns the previous value
 // The API the convolutions take (CRESCENT_CUDNN_API at start, T.backends.cudnn.api later):

@@ -17,7 +17,7 @@ using FilterDesc = void*;  // cudnnFilterDescriptor_t
 using ConvDesc = void*;    // cudnnConvolutionDescriptor_t
 
 constexpr int kSuccess = 0;                                                   // CUDNN_STATUS_SUCCESS
-constexpr int kFloat = 0, kDouble = 1, kHalf = 2, kBfloat16 = 9;              // cudnnDataType_t
+constexpr int kFloat = 0, kDouble = 1, kHalf = 2, kInt32 = 4, kBfloat16 = 9, kBoolean = 11;  // cudnnDataType_t
 constexpr int kNchw = 0;                                                      // cudnnTensorFormat_t
 constexpr int kCrossCorrelation = 1;                                          // cudnnConvolutionMode_t
 constexpr int kDefaultMath = 0, kTensorOpMath = 1, kFmaMath = 3;              // cudnnMathType_t
@@ -40,7 +40,7 @@ constexpr int kConvolutionDesc = 1, kEngineDesc = 2, kEngineCfgDesc = 3, kEngine
               kConvForwardOpDesc = 10, kConvBwdFilterOpDesc = 11, kConvBwdDataOpDesc = 12, kOperationGraphDesc = 15,
               kVariantPackDesc = 16, kTensorDesc = 17;
 // cudnnBackendAttributeType_t
-constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeInt64 = 3, kTypeFloat = 4, kTypeDouble = 5, kTypeVoidPtr = 6,
+constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeBoolean = 2, kTypeInt64 = 3, kTypeFloat = 4, kTypeDouble = 5, kTypeVoidPtr = 6,
               kTypeConvMode = 7, kTypeHeurMode = 8, kTypeNumericalNote = 11, kTypeBackendDesc = 15;
 constexpr int kHeurModeInstant = 0, kHeurModeFallback = 2, kHeurModeA = 3;  // cudnnBackendHeurMode_t
 constexpr int kNoteTensorCore = 0, kNoteDownConvertInputs = 1, kNoteNondeterministic = 4;  // cudnnBackendNumericalNote_t
@@ -58,9 +58,27 @@ constexpr int kAttrConvBwdFilterAlpha = 712, kAttrConvBwdFilterBeta = 713, kAttr
               kAttrConvBwdFilterDw = 715, kAttrConvBwdFilterX = 716, kAttrConvBwdFilterDy = 717;
 constexpr int kAttrGraphHandle = 800, kAttrGraphOps = 801;
 constexpr int kAttrTensorByteAlignment = 900, kAttrTensorDataType = 901, kAttrTensorDimensions = 902,
-              kAttrTensorStrides = 903, kAttrTensorUniqueId = 906;
+              kAttrTensorStrides = 903, kAttrTensorUniqueId = 906, kAttrTensorIsVirtual = 907,
+              kAttrTensorIsByValue = 908;
 constexpr int kAttrVariantPackUniqueIds = 1000, kAttrVariantPackDataPointers = 1001, kAttrVariantPackWorkspace = 1003;
 constexpr int kAttrEngineGlobalIndex = 1301, kAttrEngineNumericalNote = 1303;
+
+// The fused graphs of attention (vm/cuda/cudnn_sdpa.cpp): pointwise, matmul and reduction operations.
+constexpr int kPointwiseDesc = 0, kPointwiseOpDesc = 13, kMatmulDesc = 18, kMatmulOpDesc = 19, kReductionDesc = 21,
+              kReductionOpDesc = 22, kReshapeOpDesc = 31;
+constexpr int kTypePointwiseMode = 14, kTypeReductionOperator = 18;
+constexpr int kAttrPointwiseMode = 0, kAttrPointwiseMathPrec = 1, kAttrPointwiseAxis = 9;
+constexpr int kAttrPointwiseOpDesc = 750, kAttrPointwiseOpX = 751, kAttrPointwiseOpB = 752, kAttrPointwiseOpY = 753,
+              kAttrPointwiseOpAlpha1 = 754, kAttrPointwiseOpAlpha2 = 755, kAttrPointwiseOpT = 758;
+constexpr int kAttrMatmulCompType = 1500, kAttrMatmulOpA = 1520, kAttrMatmulOpB = 1521, kAttrMatmulOpC = 1522,
+              kAttrMatmulOpDesc = 1523;
+constexpr int kAttrReductionOperator = 1600, kAttrReductionCompType = 1601, kAttrReductionIsDeterministic = 1602,
+              kAttrReductionOpX = 1610, kAttrReductionOpY = 1611, kAttrReductionOpDesc = 1612;
+constexpr int kAttrReshapeOpX = 2200, kAttrReshapeOpY = 2201;
+// cudnnPointwiseMode_t and cudnnReduceTensorOp_t
+constexpr int kPwAdd = 0, kPwMul = 1, kPwDiv = 6, kPwSub = 9, kPwExp = 13, kPwLog = 15, kPwIdentity = 21,
+              kPwCmpGe = 303, kPwCmpLt = 304, kPwGenIndex = 501, kPwBinarySelect = 601;
+constexpr int kReduceAdd = 0, kReduceMax = 3;
 
 struct Api {
   size_t (*GetVersion)();

@@ -144,8 +144,8 @@ struct DeviceInfo {
 const DeviceInfo& device_info(int index);
 
 // The work the host queued on the devices (T.cuda.stats): kernels launched (generated and
-// library ones), cuBLAS calls, CUDA-graph launches and the nodes those ran. Work a capture
-// records counts once, when it is recorded.
+// library ones), cuBLAS / cuBLASLt / cuDNN graph-API calls, CUDA-graph launches and the nodes
+// those ran. Work a capture records counts once, when it is recorded.
 struct LaunchCounts {
   std::atomic<int64_t> kernels{0}, blas{0}, graphs{0}, graph_nodes{0};
 };

@@ -6,6 +6,7 @@
 #include "vm/kernels/cuda/attention.hpp"
 #include "vm/cuda/blas.hpp"
 #include "vm/cuda/cudnn.hpp"
+#include "vm/cuda/cudnn_sdpa.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/graphs.hpp"
 #include "jit/jit.hpp"
@@ -574,9 +575,13 @@ int32_t api_deterministic(int32_t mode) {
 int32_t api_cudnn_state(cr_ctx* c, int32_t what, int32_t value) {
   if (what == 2) return cuda::cudnn_version();
   if (what == 3) return cudnn_takes(c);
+  if (what == 8) return cuda::cudnn_sdpa_available(value);
   if (what == 6)
     return int(value < 0 ? cuda::cudnn_api_setting() : cuda::set_cudnn_api_setting(cuda::CudnnApi(value != 0)));
-  const auto f = what == 0 ? cuda::CudnnFlag::enabled : what == 1 ? cuda::CudnnFlag::allow_tf32 : cuda::CudnnFlag::benchmark;
+  const auto f = what == 0   ? cuda::CudnnFlag::enabled
+                 : what == 1 ? cuda::CudnnFlag::allow_tf32
+                 : what == 7 ? cuda::CudnnFlag::sdp
+                             : cuda::CudnnFlag::benchmark;
   return value < 0 ? cuda::cudnn_flag(f) : cuda::set_cudnn_flag(f, value != 0);
 }
 

@@ -217,7 +217,9 @@ typedef struct cr_api {
    * cudnn_state what 0 (enabled) / 1 (allow_tf32) / 4 (benchmark): value 0 or 1 sets, -1 reads,
    * returns the previous value; 2: cudnnGetVersion's code (0 when it does not load); 3: whether the
    * convolutions of CUDA tensors take cuDNN (logged under CRESCENT_LOGS=perf when it changes);
-   * 6: the API (cuda::CudnnApi: 0 graph, 1 legacy): value sets, -1 reads, returns the previous one */
+   * 6: the API (cuda::CudnnApi: 0 graph, 1 legacy): value sets, -1 reads, returns the previous one;
+   * 7 (sdp: 16-bit attention through cuDNN) as 0; 8: whether device `value` and the cuDNN loaded can
+   * run cuDNN's attention (vm/cuda/cudnn_sdpa.hpp) */
   const char* (*cudnn_unavailable)(void);
   int32_t (*cudnn_state)(cr_ctx* ctx, int32_t what, int32_t value);
   /* T.use_deterministic_algorithms (vm/deterministic.hpp): mode 0 off, 1 on, 2 on with warn_only

@@ -4,6 +4,7 @@
 
 #include "vm/kernels/cuda/attention_decode.hpp"
 #include "vm/kernels/cuda/attention_simt.hpp"
+#include "vm/cuda/cudnn_sdpa.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/prelude.hpp"
@@ -65,6 +66,31 @@ bool decode_rows(DType d, int64_t L, int64_t S, int64_t E, int64_t Ev) {
   return d == DType::f32 || !mma_takes(d, E, Ev) || S > block_shape(int(E)).bn;
 }
 
+// x's operand as cuDNN's attention reads it, {b, h, s, e} with the strides of Operand (dims of one
+// element given their dense strides).
+SdpaOperand sdpa_operand(const Operand& o, int64_t heads, int64_t s) {
+  const long long row = o.row, s1 = o.s1 ? o.s1 : row * s, s0 = o.s0 ? o.s0 : s1 * heads;
+  return {o.t.data_bytes(), {s0, s1, row, 1}};
+}
+
+// The forward through cuDNN (vm/cuda/cudnn_sdpa.hpp) where it takes the call; false: not run.
+bool cudnn_attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                     bool causal, const Tensor& lse) {
+  const int r = q.dim(), device = out.device().index;
+  const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2);
+  if (!cudnn_sdpa_takes(device, q.dtype(), E, v.size(r - 1))) return false;
+  const int64_t heads = r >= 3 ? q.size(r - 3) : 1;
+  SdpaCall c;
+  c.dtype = q.dtype(), c.h = heads, c.b = out.numel() / (L * E * heads), c.s_q = L, c.s_kv = S, c.d = E;
+  c.scale = scale, c.causal = causal;
+  c.q = sdpa_operand(operand_of(q, heads), heads, L), c.k = sdpa_operand(operand_of(k, heads), heads, S);
+  const Operand oo = operand_of(out, heads);
+  if (oo.t.data_bytes() != out.data_bytes()) return false;  // (its layout would take a copy: written in vain)
+  c.v = sdpa_operand(operand_of(v, heads), heads, S), c.out = sdpa_operand(oo, heads, L);
+  c.stats = lse.defined() ? lse.data_bytes() : nullptr;
+  return cudnn_sdpa_forward(device, c, ctx.logs.perf);
+}
+
 }  // namespace
 
 bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale) {
@@ -117,6 +143,7 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
     attention_decode(ctx, out, qo.head(), ko.head(), vo.head(), L, S, E, Ev, heads, scale, causal, mo, lse);
     return true;
   }
+  if (!mask.defined() && cudnn_attention(ctx, out, q, k, v, scale, causal, lse)) return true;
   // The kernel and its block: tensor cores for 16-bit values, the FMA pipes for float32.
   const bool simt = q.dtype() == DType::f32;
   const size_t shared_limit = size_t(info.max_shared_per_block);

@@ -1,5 +1,6 @@
 #include "vm/kernels/cuda/attention_bwd.hpp"
 
+#include "vm/cuda/cudnn_sdpa.hpp"
 #include "vm/cuda/driver.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/deterministic.hpp"
@@ -39,6 +40,26 @@ struct TcShape {
 };
 TcShape tc_shape(int D) { return D <= 64 ? TcShape{4, 64, 64, 2} : TcShape{4, 32, 32, 2}; }
 
+// The backward through cuDNN (vm/cuda/cudnn_sdpa.hpp) where it takes the call, on contiguous
+// operands {..., L, E}; false: not run.
+bool cudnn_attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                              const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                              double scale, bool causal) {
+  const int r = q.dim(), device = q.device().index;
+  const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2);
+  if (!cudnn_sdpa_takes(device, q.dtype(), E, v.size(r - 1))) return false;
+  for (const Tensor* t : {&dq, &dk, &dv})
+    if (!t->is_contiguous()) return false;
+  const int64_t heads = r >= 3 ? q.size(r - 3) : 1;
+  auto dense = [&](const Tensor& t, int64_t s) { return SdpaOperand{t.data_bytes(), {heads * s * E, s * E, E, 1}}; };
+  SdpaCall c;
+  c.dtype = q.dtype(), c.h = heads, c.b = q.numel() / (L * E * heads), c.s_q = L, c.s_kv = S, c.d = E;
+  c.scale = scale, c.causal = causal, c.stats = lse.data_bytes();
+  c.q = dense(q, L), c.k = dense(k, S), c.v = dense(v, S), c.out = dense(out, L), c.dout = dense(dout, L);
+  c.dq = dense(dq, L), c.dk = dense(dk, S), c.dv = dense(dv, S);
+  return cudnn_sdpa_backward(device, c, ctx.logs.perf);
+}
+
 const char* type_name(DType d) { return d == DType::f16 ? "cr::half_t" : d == DType::bf16 ? "cr::bf16_t" : "float"; }
 
 }  // namespace
@@ -75,6 +96,7 @@ bool attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
   const int device = q.device().index;
   const Tensor qc = contiguous(q), kc = contiguous(k), vc = contiguous(v), oc = contiguous(out), gc = contiguous(dout),
                lc = contiguous(lse);
+  if (!mask.defined() && cudnn_attention_backward(ctx, dq, dk, dv, gc, qc, kc, vc, oc, lc, scale, causal)) return true;
   // tensor cores (mma.m16n8k16: sm_80 on) for 16-bit head sizes 64 / 128, else the FMA pipes;
   // their 16-byte row copies need aligned operands (a contiguous view may start anywhere)
   auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_bytes()) % 16 == 0; };

@@ -56,9 +56,15 @@ TEST_CASE("cuda memory: a freed block serves smaller requests, split; empty_cach
 
 TEST_CASE("cuda memory: a block recorded on another stream stays in use until that work passed", "[cuda_memory]") {
   if (!have_gpu()) return;
+  // the side stream first gets milliseconds of fills to run: the event the free records after
+  // them cannot have passed when the stats are read (an idle stream's event passes at once)
+  const int64_t side = cuda::pool_stream(0);
+  cuda::set_current_stream(side);
+  void* busy = cuda::device_alloc(256 * MiB, 0);
+  for (int i = 0; i < 40; ++i) cuda::fill_pattern(busy, 256 * MiB, 1, uint32_t(i), 0);
+  cuda::set_current_stream(0);
   const size_t before = cuda::memory_stats(0).in_use;
   void* p = cuda::device_alloc(4 * MiB, 0);
-  const int64_t side = cuda::pool_stream(0);
   cuda::record_stream(p, 0, side);
   cuda::device_free(p, 4 * MiB, 0);
   REQUIRE(cuda::memory_stats(0).in_use == before + 4 * MiB);  // (pending: its event is queued)
@@ -66,6 +72,7 @@ TEST_CASE("cuda memory: a block recorded on another stream stays in use until th
   void* q = cuda::device_alloc(1, 0);  // collects the pending blocks whose events passed
   REQUIRE(cuda::memory_stats(0).in_use == before + 512);
   cuda::device_free(q, 1, 0);
+  cuda::device_free(busy, 256 * MiB, 0);
 }
 
 TEST_CASE("cuda memory: a private pool's blocks stay with it until it is dropped", "[cuda_memory]") {

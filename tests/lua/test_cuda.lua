@@ -330,6 +330,22 @@ describe("CUDA tensors", function()
     errs(function() local _ = T.ones(3):cuda() + T.ones(3) end, "add", "expected all tensors on one device, got cpu and cuda:0")
     errs(function() local _ = T.ones(3):to("cuda:9") end, "to", 'device "cuda:9": this machine has ', "CUDA device")
   end)
+  -- (on sm_90 the first launch asks every device whether it may overlap launches: asking must not
+  -- leave another device's context current, which made every launch fail on 2-GPU machines)
+  it("run kernels on every device, switching between them, with the CPU's results", function()
+    need_gpu()
+    local n = T.cuda.device_count()
+    if n < 2 then expect.skip("one CUDA device: nothing to switch between") end
+    T.manual_seed(9)
+    local x = T.randn(64, 33)
+    local want = ((x * 2):exp() + 1):sum(2)
+    for _, d in ipairs({ 0, n - 1, 0, 1 }) do
+      local got = ((x:to("cuda:" .. d) * 2):exp() + 1):sum(2)
+      expect.eq(got.device, "cuda:" .. d)
+      expect.close(got:cpu(), want, 1e-5, 1e-5, "device " .. d)
+    end
+  end)
+
   it("reuse cached device memory: no driver allocation per op in steady state", function()
     need_gpu()
     local x = T.randn(256, 256):cuda()

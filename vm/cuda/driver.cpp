@@ -155,10 +155,16 @@ std::string device_problem(int64_t index) {
   return cat("this machine has ", n, " CUDA device", n == 1 ? " (cuda:0)" : cat("s (cuda:0 to cuda:", n - 1, ")"));
 }
 
-void use_device(int index) {
-  if (t_current == index && index >= 0) return;  // (t_current is -1 until a device is used)
+namespace {
+void check_device(int index) {
   if (std::string problem = device_problem(index); !problem.empty())
     fail(available() ? cat("cuda:", index, ": ", problem) : problem);
+}
+}  // namespace
+
+void use_device(int index) {
+  if (t_current == index && index >= 0) return;  // (t_current is -1 until a device is used)
+  check_device(index);
   Loaded& L = load();
   static std::mutex m;
   std::lock_guard<std::mutex> g(m);
@@ -171,8 +177,10 @@ void use_device(int index) {
   t_current = index;
 }
 
+// (no context needed: asking about another device leaves the calling thread's current one, which
+// the next launch on it takes for granted)
 const DeviceInfo& device_info(int index) {
-  use_device(index);
+  check_device(index);
   Loaded& L = load();
   static std::mutex m;
   std::lock_guard<std::mutex> g(m);

@@ -21,6 +21,7 @@ bool overlapping_launches(int index) {
 
 void launch_kernel(CUfunction f, int index, int64_t grid, int block, size_t shared_bytes, void** args,
                    const char* what) {
+  use_device(index);  // (the stream's context must be current: a thread may have used another device)
   const CUstream stream = current_stream(index);
   if (overlapping_launches(index)) {
     constexpr int kProgrammaticStreamSerialization = 6;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION

@@ -79,8 +79,10 @@ if [[ $sanitize -eq 1 ]]; then
     # (other seeds than the Release run's, so the two runs together cover more programs).
     # Capped at AVX2 (CRESCENT_CPU_MARCH): on an AVX-512 machine the Release run uses the
     # AVX-512 twins of the element loops (vm/kernels/wide.hpp), so this run covers the others.
+    # The CUDA compile checks (NVRTC, no GPU) run in the Release run only (tests/cpp/graph_builder.hpp).
     CRESCENT_FUZZ_PROGRAMS="${CRESCENT_FUZZ_PROGRAMS:-300}" CRESCENT_FUZZ_SEED="${CRESCENT_FUZZ_SEED:-54321}" \
-      CRESCENT_CPU_MARCH="${CRESCENT_CPU_MARCH:-x86-64-v3}" run_ctest "$base-asan" "ASan+UBSan"
+      CRESCENT_CPU_MARCH="${CRESCENT_CPU_MARCH:-x86-64-v3}" CRESCENT_TEST_NVRTC="${CRESCENT_TEST_NVRTC:-0}" \
+      run_ctest "$base-asan" "ASan+UBSan"
   else
     failed=$((failed + 1))
   fi

@@ -2,8 +2,11 @@
 // also runs eagerly on sample values, which give every value its metadata).
 #pragma once
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <random>
+#include <string>
 
+#include "vm/cuda/nvrtc.hpp"
 #include "vm/graph/graph.hpp"
 #include "vm/kernels/loop.hpp"
 
@@ -33,6 +36,16 @@ inline Tensor positions(const Shape& s, int64_t n, uint32_t seed, DType d = DTyp
 }
 // Whether a backend probe (jit::cpu_backend_available, cuda::nvrtc_available) succeeds; when not,
 // warns with `skipped` and the probe's reason, and the caller skips its test.
+// NVRTC for the CUDA compile checks; CRESCENT_TEST_NVRTC=0 turns them off (scripts/test.sh's
+// sanitizer run: NVRTC's own allocations under ASan double their time and test no code of ours,
+// and the Release run compiles every one).
+inline bool nvrtc_for_tests(std::string* why) {
+  if (const char* e = std::getenv("CRESCENT_TEST_NVRTC"); e && std::string(e) == "0") {
+    if (why) *why = "CRESCENT_TEST_NVRTC=0 (the Release run of scripts/test.sh compiles them)";
+    return false;
+  }
+  return cr::cuda::nvrtc_available(why);
+}
 inline bool available(bool (*probe)(std::string*), const char* skipped) {
   std::string why;
   if (probe(&why)) return true;

@@ -81,7 +81,7 @@ void same(const std::vector<Tensor>& got, const std::vector<Tensor>& want, bool 
 }  // namespace
 
 TEST_CASE("autotune cuda: every candidate compiles with its launch shape, and runs as the heuristic", "[autotune][cuda]") {
-  if (!available(cr::cuda::nvrtc_available, "NVRTC unavailable: the CUDA candidates are not compiled")) return;
+  if (!available(nvrtc_for_tests, "NVRTC unavailable: the CUDA candidates are not compiled")) return;
   std::string why;
   const bool gpu = cuda_backend_available(&why);
   if (!gpu) WARN("the CUDA candidates are compiled, not run: " << why);
@@ -121,7 +121,7 @@ TEST_CASE("autotune cuda: every candidate compiles with its launch shape, and ru
 }
 
 TEST_CASE("autotune cuda: a kernel's candidates compile as one module, each with its own launch shape", "[autotune][cuda]") {
-  if (!available(cr::cuda::nvrtc_available, "NVRTC unavailable: the CUDA candidates are not compiled")) return;
+  if (!available(nvrtc_for_tests, "NVRTC unavailable: the CUDA candidates are not compiled")) return;
   for (const Case& c : cases()) {
     Context ctx;
     Builder B{ctx};

@@ -33,7 +33,7 @@ using cr::jit::cuda::Form;
 
 namespace {
 
-bool have_nvrtc() { return available(cr::cuda::nvrtc_available, "NVRTC unavailable, CUDA emission tests skipped"); }
+bool have_nvrtc() { return available(nvrtc_for_tests, "NVRTC unavailable, CUDA emission tests skipped"); }
 
 Tensor sample(const Shape& s, DType d, uint32_t seed) {
   Tensor t = Tensor::empty(s, DType::f32);

@@ -39,7 +39,7 @@ using namespace cr::jit;
 
 namespace {
 
-bool have_nvrtc() { return available(cr::cuda::nvrtc_available, "NVRTC unavailable, CUDA library tests skipped"); }
+bool have_nvrtc() { return available(nvrtc_for_tests, "NVRTC unavailable, CUDA library tests skipped"); }
 
 // Whether `source` compiles to a CUBIN for sm_90 without a warning (NVRTC has no
 // warnings-as-errors option: the log of a successful compile must be empty).

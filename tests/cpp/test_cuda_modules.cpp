@@ -28,7 +28,7 @@ using cr::jit::cuda::CudaModule;
 
 namespace {
 
-bool have_nvrtc() { return available(cr::cuda::nvrtc_available, "NVRTC unavailable, CUDA module tests skipped"); }
+bool have_nvrtc() { return available(nvrtc_for_tests, "NVRTC unavailable, CUDA module tests skipped"); }
 
 struct Compiled {
   Plan plan;

@@ -83,10 +83,12 @@ bool cudnn_attention(Context& ctx, const Tensor& out, const Tensor& q, const Ten
   SdpaCall c;
   c.dtype = q.dtype(), c.h = heads, c.b = out.numel() / (L * E * heads), c.s_q = L, c.s_kv = S, c.d = E;
   c.scale = scale, c.causal = causal;
-  c.q = sdpa_operand(operand_of(q, heads), heads, L), c.k = sdpa_operand(operand_of(k, heads), heads, S);
-  const Operand oo = operand_of(out, heads);
+  // (copies of misaligned inputs live until the call is queued: freed earlier, its workspace could take them)
+  const Operand qo = operand_of(q, heads), ko = operand_of(k, heads), vo = operand_of(v, heads),
+                oo = operand_of(out, heads);
   if (oo.t.data_bytes() != out.data_bytes()) return false;  // (its layout would take a copy: written in vain)
-  c.v = sdpa_operand(operand_of(v, heads), heads, S), c.out = sdpa_operand(oo, heads, L);
+  c.q = sdpa_operand(qo, heads, L), c.k = sdpa_operand(ko, heads, S), c.v = sdpa_operand(vo, heads, S);
+  c.out = sdpa_operand(oo, heads, L);
   c.stats = lse.defined() ? lse.data_bytes() : nullptr;
   return cudnn_sdpa_forward(device, c, ctx.logs.perf);
 }

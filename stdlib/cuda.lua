@@ -304,7 +304,9 @@ M.backends = {
 local tf32 = false
 M.backends.cuda = {
   enable_cudnn_sdp = function(on)
-    if type(on) ~= "boolean" then core.fail("T.backends.cuda.enable_cudnn_sdp: expected a boolean, got " .. type(on)) end
+    if type(on) ~= "boolean" then
+      core.fail("T.backends.cuda.enable_cudnn_sdp: expected a boolean, got " .. type(on))
+    end
     api.cudnn_state(ctx, 7, on and 1 or 0)
   end,
   cudnn_sdp_enabled = function() return api.cudnn_state(ctx, 7, -1) ~= 0 end,
@@ -314,8 +316,12 @@ M.backends.cuda = {
   matmul = setmetatable({}, {
     __index = function(_, k) if k == "allow_tf32" then return tf32 end end,
     __newindex = function(_, k, v)
-      if k ~= "allow_tf32" then core.fail("T.backends.cuda.matmul: unknown setting '" .. tostring(k) .. "' (expected allow_tf32)") end
-      if type(v) ~= "boolean" then core.fail("T.backends.cuda.matmul.allow_tf32: expected a boolean, got " .. type(v)) end
+      if k ~= "allow_tf32" then
+        core.fail("T.backends.cuda.matmul: unknown setting '" .. tostring(k) .. "' (expected allow_tf32)")
+      end
+      if type(v) ~= "boolean" then
+        core.fail("T.backends.cuda.matmul.allow_tf32: expected a boolean, got " .. type(v))
+      end
       call(S.matmul_tf32, v and 1 or 0)
       tf32 = v
     end,

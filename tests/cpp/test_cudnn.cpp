@@ -117,14 +117,17 @@ static_assert(kAttrVariantPackUniqueIds == CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS &&
 static_assert(kInt32 == CUDNN_DATA_INT32 && kBoolean == CUDNN_DATA_BOOLEAN && kTypeBoolean == CUDNN_TYPE_BOOLEAN &&
               kTypePointwiseMode == CUDNN_TYPE_POINTWISE_MODE &&
               kTypeReductionOperator == CUDNN_TYPE_REDUCTION_OPERATOR_TYPE &&
-              kAttrTensorIsVirtual == CUDNN_ATTR_TENSOR_IS_VIRTUAL && kAttrTensorIsByValue == CUDNN_ATTR_TENSOR_IS_BY_VALUE);
+              kAttrTensorIsVirtual == CUDNN_ATTR_TENSOR_IS_VIRTUAL &&
+              kAttrTensorIsByValue == CUDNN_ATTR_TENSOR_IS_BY_VALUE);
 static_assert(kPointwiseDesc == CUDNN_BACKEND_POINTWISE_DESCRIPTOR &&
               kPointwiseOpDesc == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR &&
-              kMatmulDesc == CUDNN_BACKEND_MATMUL_DESCRIPTOR && kMatmulOpDesc == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR &&
+              kMatmulDesc == CUDNN_BACKEND_MATMUL_DESCRIPTOR &&
+              kMatmulOpDesc == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR &&
               kReductionDesc == CUDNN_BACKEND_REDUCTION_DESCRIPTOR &&
               kReductionOpDesc == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR &&
               kReshapeOpDesc == CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-static_assert(kAttrPointwiseMode == CUDNN_ATTR_POINTWISE_MODE && kAttrPointwiseMathPrec == CUDNN_ATTR_POINTWISE_MATH_PREC &&
+static_assert(kAttrPointwiseMode == CUDNN_ATTR_POINTWISE_MODE &&
+              kAttrPointwiseMathPrec == CUDNN_ATTR_POINTWISE_MATH_PREC &&
               kAttrPointwiseAxis == CUDNN_ATTR_POINTWISE_AXIS &&
               kAttrPointwiseOpDesc == CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR &&
               kAttrPointwiseOpX == CUDNN_ATTR_OPERATION_POINTWISE_XDESC &&
@@ -133,8 +136,10 @@ static_assert(kAttrPointwiseMode == CUDNN_ATTR_POINTWISE_MODE && kAttrPointwiseM
               kAttrPointwiseOpT == CUDNN_ATTR_OPERATION_POINTWISE_TDESC &&
               kAttrPointwiseOpAlpha1 == CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1 &&
               kAttrPointwiseOpAlpha2 == CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2);
-static_assert(kAttrMatmulCompType == CUDNN_ATTR_MATMUL_COMP_TYPE && kAttrMatmulOpA == CUDNN_ATTR_OPERATION_MATMUL_ADESC &&
-              kAttrMatmulOpB == CUDNN_ATTR_OPERATION_MATMUL_BDESC && kAttrMatmulOpC == CUDNN_ATTR_OPERATION_MATMUL_CDESC &&
+static_assert(kAttrMatmulCompType == CUDNN_ATTR_MATMUL_COMP_TYPE &&
+              kAttrMatmulOpA == CUDNN_ATTR_OPERATION_MATMUL_ADESC &&
+              kAttrMatmulOpB == CUDNN_ATTR_OPERATION_MATMUL_BDESC &&
+              kAttrMatmulOpC == CUDNN_ATTR_OPERATION_MATMUL_CDESC &&
               kAttrMatmulOpDesc == CUDNN_ATTR_OPERATION_MATMUL_DESC &&
               kAttrReductionOperator == CUDNN_ATTR_REDUCTION_OPERATOR &&
               kAttrReductionCompType == CUDNN_ATTR_REDUCTION_COMP_TYPE &&
@@ -142,7 +147,8 @@ static_assert(kAttrMatmulCompType == CUDNN_ATTR_MATMUL_COMP_TYPE && kAttrMatmulO
               kAttrReductionOpX == CUDNN_ATTR_OPERATION_REDUCTION_XDESC &&
               kAttrReductionOpY == CUDNN_ATTR_OPERATION_REDUCTION_YDESC &&
               kAttrReductionOpDesc == CUDNN_ATTR_OPERATION_REDUCTION_DESC &&
-              kAttrReshapeOpX == CUDNN_ATTR_OPERATION_RESHAPE_XDESC && kAttrReshapeOpY == CUDNN_ATTR_OPERATION_RESHAPE_YDESC);
+              kAttrReshapeOpX == CUDNN_ATTR_OPERATION_RESHAPE_XDESC &&
+              kAttrReshapeOpY == CUDNN_ATTR_OPERATION_RESHAPE_YDESC);
 static_assert(kPwAdd == CUDNN_POINTWISE_ADD && kPwMul == CUDNN_POINTWISE_MUL && kPwDiv == CUDNN_POINTWISE_DIV &&
               kPwSub == CUDNN_POINTWISE_SUB && kPwExp == CUDNN_POINTWISE_EXP && kPwLog == CUDNN_POINTWISE_LOG &&
               kPwIdentity == CUDNN_POINTWISE_IDENTITY && kPwCmpGe == CUDNN_POINTWISE_CMP_GE &&

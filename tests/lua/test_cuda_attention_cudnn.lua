@@ -65,7 +65,8 @@ describe("attention through cuDNN", function()
       for _, c in ipairs(cases) do
         local B, H, L, S, E, causal = unpack(c)
         local what = dt .. " {" .. table.concat({ B, H, L, S, E }, ", ") .. "} " .. tostring(causal)
-        local q, k, v = T.randn(B, H, L, E):to(dt):cuda(), T.randn(B, H, S, E):to(dt):cuda(), T.randn(B, H, S, E):to(dt):cuda()
+        local function dev(n) return T.randn(B, H, n, E):to(dt):cuda() end
+        local q, k, v = dev(L), dev(S), dev(S)
         local go = T.randn(B, H, L, E):to(dt):cuda()
         local scale = 0.9 / math.sqrt(E)
         local o_ref, lse_ref, g_ref = reference(q, k, v, go, scale, causal)
@@ -97,7 +98,8 @@ describe("attention through cuDNN", function()
     for _, dt in ipairs({ "float16", "bfloat16" }) do
       -- q, k, v as GPT-2's heads: one {B, L, 3, H, E} projection, viewed {B, H, L, E}
       local qkv = T.randn(B, L, 3, H, E):to(dt):cuda()
-      local q, k, v = qkv:select(3, 1):transpose(2, 3), qkv:select(3, 2):transpose(2, 3), qkv:select(3, 3):transpose(2, 3)
+      local function head(i) return qkv:select(3, i):transpose(2, 3) end
+      local q, k, v = head(1), head(2), head(3)
       local kernels, calls, o = work(function() return T.attention(q, k, v, nil, true) end)
       expect.eq({ kernels, calls }, { 0, 1 }, dt .. ": views read in place")
       local o_ref = reference(q, k, v, T.zeros(B, H, L, E), 1 / 8, true)
@@ -143,9 +145,11 @@ describe("attention through cuDNN", function()
     errs(function() T.backends.cuda.enable_cudnn_sdp(1) end, "T.backends.cuda.enable_cudnn_sdp", "expected a boolean")
     -- deterministic: crescent's ordered backward (cuDNN sums dq by atomics), the same bits twice
     with_determinism(true, function()
-      local k, v, go = T.randn(1, 2, 40, 64):half():cuda(), T.randn(1, 2, 40, 64):half():cuda(), T.randn(1, 2, 40, 64):half():cuda()
+      local function dev() return T.randn(1, 2, 40, 64):half():cuda() end
+      local k, v, go = dev(), dev(), dev()
       local o, lse = T._attention(q, k, v, 0.125, true)
-      local kernels, calls, a1, a2, a3 = work(function() return T._attention_backward(go, q, k, v, o, lse, 0.125, true) end)
+      local function bwd() return T._attention_backward(go, q, k, v, o, lse, 0.125, true) end
+      local kernels, calls, a1, a2, a3 = work(bwd)
       expect.eq({ kernels > 0, calls }, { true, 0 }, "deterministic backward: crescent's kernels")
       local a = { a1, a2, a3 }
       local b = { T._attention_backward(go, q, k, v, o, lse, 0.125, true) }
@@ -157,7 +161,8 @@ describe("attention through cuDNN", function()
     need_cudnn_attention()
     T.manual_seed(63)
     local B, H, L, E = 2, 3, 128, 64
-    local q, k, v = T.randn(B, H, L, E):half():cuda(), T.randn(B, H, L, E):half():cuda(), T.randn(B, H, L, E):half():cuda()
+    local function dev() return T.randn(B, H, L, E):half():cuda() end
+    local q, k, v = dev(), dev(), dev()
     local go = T.randn(B, H, L, E):half():cuda()
     local function step()
       local o, lse = T._attention(q, k, v, 0.125, true)

@@ -60,7 +60,8 @@ describe("CUDA attention backward", function()
       for _, dt in ipairs({ "float32", "float16", "bfloat16" }) do
         for _, c in ipairs(cases) do
           local B, H, L, S, E, Ev, causal, mk = unpack(c)
-          local what = dt .. " {" .. table.concat({ B, H, L, S, E, Ev }, ", ") .. "} " .. tostring(causal) .. " " .. tostring(mk)
+          local what = dt .. " {" .. table.concat({ B, H, L, S, E, Ev }, ", ") .. "} " .. tostring(causal) .. " "
+            .. tostring(mk)
           local q, k, v = T.randn(B, H, L, E), T.randn(B, H, S, E), T.randn(B, H, S, Ev)
           local w = T.randn(B, H, L, Ev)
           local mask
@@ -122,13 +123,16 @@ describe("CUDA attention backward", function()
         local B, H, L, S, causal = unpack(c)
         for _, dt in ipairs({ "float16", "bfloat16" }) do
           local what = dt .. " {" .. table.concat({ B, H, L, S }, ", ") .. "} " .. tostring(causal)
-          local q, k, v = T.randn(B, H, L, 64):to(dt):cuda(), T.randn(B, H, S, 64):to(dt):cuda(), T.randn(B, H, S, 64):to(dt):cuda()
+          local function dev(n) return T.randn(B, H, n, 64):to(dt):cuda() end
+          local q, k, v = dev(L), dev(S), dev(S)
           local go = T.randn(B, H, L, 64):to(dt):cuda()
           local o, lse = T._attention(q, k, v, 0.125, causal)
           local one = { T._attention_backward(go, q, k, v, o, lse, 0.125, causal) }
           local two
           with_determinism(true, function() two = { T._attention_backward(go, q, k, v, o, lse, 0.125, causal) } end)
-          for i = 2, 3 do expect.eq(one[i]:cpu():double():totable(), two[i]:cpu():double():totable(), what .. " gradient " .. i) end
+          for i = 2, 3 do
+            expect.eq(one[i]:cpu():double():totable(), two[i]:cpu():double():totable(), what .. " gradient " .. i)
+          end
           local e = rel_err(one[1], two[1])
           if e > (dt == "float16" and 2e-3 or 1.6e-2) then error(("%s: dq off by %.3g"):format(what, e)) end
         end
@@ -160,7 +164,8 @@ describe("CUDA attention backward", function()
       for _, dt in ipairs({ "float16", "bfloat16" }) do
         local n = 2 * 50 * 64
         local q = T.randn(n + 1):to(dt):cuda():narrow(1, 2, n):view(1, 2, 50, 64)  -- (2 bytes past an allocation)
-        local k, v, go = T.randn(1, 2, 50, 64):to(dt):cuda(), T.randn(1, 2, 50, 64):to(dt):cuda(), T.randn(1, 2, 50, 64):to(dt):cuda()
+        local function dev() return T.randn(1, 2, 50, 64):to(dt):cuda() end
+        local k, v, go = dev(), dev(), dev()
         local qa = q:clone()
         local o, lse = T._attention(qa, k, v, 0.125, true)
         local got = { T._attention_backward(go, q, k, v, o, lse, 0.125, true) }

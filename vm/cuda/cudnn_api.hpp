@@ -40,8 +40,8 @@ constexpr int kConvolutionDesc = 1, kEngineDesc = 2, kEngineCfgDesc = 3, kEngine
               kConvForwardOpDesc = 10, kConvBwdFilterOpDesc = 11, kConvBwdDataOpDesc = 12, kOperationGraphDesc = 15,
               kVariantPackDesc = 16, kTensorDesc = 17;
 // cudnnBackendAttributeType_t
-constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeBoolean = 2, kTypeInt64 = 3, kTypeFloat = 4, kTypeDouble = 5, kTypeVoidPtr = 6,
-              kTypeConvMode = 7, kTypeHeurMode = 8, kTypeNumericalNote = 11, kTypeBackendDesc = 15;
+constexpr int kTypeHandle = 0, kTypeDataType = 1, kTypeBoolean = 2, kTypeInt64 = 3, kTypeFloat = 4, kTypeDouble = 5,
+              kTypeVoidPtr = 6, kTypeConvMode = 7, kTypeHeurMode = 8, kTypeNumericalNote = 11, kTypeBackendDesc = 15;
 constexpr int kHeurModeInstant = 0, kHeurModeFallback = 2, kHeurModeA = 3;  // cudnnBackendHeurMode_t
 constexpr int kNoteTensorCore = 0, kNoteDownConvertInputs = 1, kNoteNondeterministic = 4;  // cudnnBackendNumericalNote_t
 // cudnnBackendAttributeName_t

@@ -31,7 +31,9 @@ class Desc {
   BackendDesc get() const { return d_; }
 
   void set(int attr, int type, int64_t n, const void* v);  // raises cuDNN's refusal
-  void set_i64(int attr, std::initializer_list<int64_t> v) { set(attr, cudnn_api::kTypeInt64, int64_t(v.size()), v.begin()); }
+  void set_i64(int attr, std::initializer_list<int64_t> v) {
+    set(attr, cudnn_api::kTypeInt64, int64_t(v.size()), v.begin());
+  }
   void set_desc(int attr, const Desc& d) { set(attr, cudnn_api::kTypeBackendDesc, 1, &d.d_); }
   bool finalize();
   void finalize_or_fail(const char* what);

@@ -48,7 +48,9 @@ struct Builder {
   const Desc& scores(int dtype = kFloat) {
     return keep(tensor({next++, dtype, {b, h, sq, skv}, {h * sq * skv, sq * skv, skv, 1}, 16, true}));
   }
-  const Desc& rows(int dtype = kFloat) { return keep(tensor({next++, dtype, {b, h, sq, 1}, {h * sq, sq, 1, 1}, 16, true})); }
+  const Desc& rows(int dtype = kFloat) {
+    return keep(tensor({next++, dtype, {b, h, sq, 1}, {h * sq, sq, 1, 1}, 16, true}));
+  }
   const Desc& op(Desc&& d) {
     d.finalize_or_fail("operation");
     const Desc& o = keep(std::move(d));
@@ -264,7 +266,10 @@ bool execute_sdpa(int index, Pass pass, const SdpaCall& c, std::string* chosen) 
   }
   if (c.stats) ids.push_back(kStats), ptrs.push_back(c.stats);
   const Scratch scratch(pass, c, index);
-  if (scratch.p) ids.push_back(kDqAccum), ptrs.push_back(scratch.p), ids.push_back(kSoftmaxSum), ptrs.push_back(scratch.p + scratch.accum);
+  if (scratch.p) {
+    ids.insert(ids.end(), {kDqAccum, kSoftmaxSum});
+    ptrs.insert(ptrs.end(), {scratch.p, scratch.p + scratch.accum});
+  }
   // the by-value scalars point at host values the plan keeps (cuDNN reads them at each execution)
   auto bind = [&](SdpaPlan& p) {
     p.scale = float(c.scale);
@@ -294,7 +299,8 @@ bool execute_sdpa(int index, Pass pass, const SdpaCall& c, std::string* chosen) 
     candidates(h, index, p->graph.parts.back(), [](const EngineInfo& e) { return !e.down_convert; },
                [&](Candidate&& cand) {
                  const float ms = timing ? time_candidate(h, index, cand, ids, ptrs) : 0;
-                 if (timing && ms >= 0) times += cat(timed++ ? ", " : " (timed: ", cand.engine.index, " ", ms * 1000, " us");
+                 if (timing && ms >= 0)
+                   times += cat(timed++ ? ", " : " (timed: ", cand.engine.index, " ", ms * 1000, " us");
                  if (ms >= 0 && (!p->run || ms < best)) {
                    p->run.reset();
                    p->run.emplace(std::move(cand));
@@ -346,6 +352,8 @@ void cudnn_sdpa_check_graph(const SdpaCall& c, bool backward) {
 }
 
 bool cudnn_sdpa_forward(int index, const SdpaCall& c, bool log) { return execute_logged(index, Pass::forward, c, log); }
-bool cudnn_sdpa_backward(int index, const SdpaCall& c, bool log) { return execute_logged(index, Pass::backward, c, log); }
+bool cudnn_sdpa_backward(int index, const SdpaCall& c, bool log) {
+  return execute_logged(index, Pass::backward, c, log);
+}
 
 }  // namespace cr::cuda

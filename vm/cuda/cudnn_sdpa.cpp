@@ -316,10 +316,15 @@ bool execute_sdpa(int index, Pass pass, const SdpaCall& c, std::string* chosen) 
     if (chosen) *chosen = cat(name, ": no cuDNN engine config finalizes, crescent's kernels run");
     return false;
   }
+  try {
+    run(h, index, *p->run, ids, ptrs);
+  } catch (const Error& e) {  // (as the convolutions': a plan cuDNN refuses to run leaves the call to ours)
+    if (chosen) *chosen = cat(name, ": cuDNN's plan does not run (", e.what(), "), crescent's kernels run");
+    return false;
+  }
   if (chosen)
     *chosen = cat(name, ": ", cudnn_version_name(), " engine ", p->run->engine.index, ", heuristics ",
                   mode_name(p->run->mode), ", workspace ", p->run->workspace, " B", times.empty() ? "" : times + ")");
-  run(h, index, *p->run, ids, ptrs);
   slot.plan = std::move(p);
   return true;
 }

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -270,9 +271,14 @@ bool idle_alive(const Server& s) {
 
 class Pool {
  public:
-  // Never destroyed: the processes end with the program (the end of their input).
+  // Never destroyed: the processes end with the program (the end of their input); at a normal
+  // exit the idle ones end first, so that their directories are gone when the program is.
   static Pool& get() {
-    static Pool* p = new Pool;
+    static Pool* p = [] {
+      auto* pool = new Pool;
+      std::atexit([] { get().end_idle(); });
+      return pool;
+    }();
     return *p;
   }
   Server take() {
@@ -313,6 +319,16 @@ class Pool {
   }
 
  private:
+  // Ends the idle processes and removes their directories (left to themselves, they see the end
+  // of their input only after the program is gone). Not in a fork()ed child, whose they are not.
+  void end_idle() {
+    if (::getpid() != owner_) return;
+    std::unique_lock<std::mutex> lock(m_, std::try_to_lock);  // (a thread stopped mid-take: leave them)
+    if (!lock.owns_lock()) return;
+    for (Server& s : idle_) end(s);
+    live_ -= int(idle_.size());
+    idle_.clear();
+  }
   void done_with_one() {
     std::lock_guard<std::mutex> lock(m_);
     --live_;
@@ -323,6 +339,7 @@ class Pool {
   std::vector<Server> idle_;
   int live_ = 0;
   const int max_ = std::clamp(int(std::thread::hardware_concurrency()), 2, 8);
+  const pid_t owner_ = ::getpid();
 };
 
 enum class Outcome { Reply, Gone, TimedOut };

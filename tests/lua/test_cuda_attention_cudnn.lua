@@ -9,6 +9,7 @@ local T = require "crescent"
 
 local with_cudnn = require "with_cudnn_sdp"
 local with_determinism = require "with_determinism"
+local with_field = require "with_field"
 expect.covers("_attention", "_attention_backward")
 
 local TOL = { float16 = 1.5e-2, bfloat16 = 6e-2 }
@@ -121,26 +122,22 @@ describe("attention through cuDNN", function()
       local kernels, calls = work(function() return T.attention(q, q, q) end)
       expect.eq({ kernels > 0, calls }, { true, 0 }, "enable_cudnn_sdp(false): crescent's kernel")
     end)
-    local before = T.backends.cudnn.enabled
-    T.backends.cudnn.enabled = false
-    local kernels, calls = work(function() return T.attention(q, q, q) end)
-    T.backends.cudnn.enabled = before
+    local kernels, calls
+    with_field(T.backends.cudnn, "enabled", false, function()
+      kernels, calls = work(function() return T.attention(q, q, q) end)
+    end)
     expect.eq({ kernels > 0, calls }, { true, 0 }, "T.backends.cudnn.enabled = false: crescent's kernel")
     -- a mask is not part of cuDNN's graph here: crescent's kernel
     local m = T.ones(40, 40, { dtype = "bool" }):tril():cuda()
     kernels, calls = work(function() return T.attention(q, q, q, nil, false, m) end)
     expect.eq({ kernels > 0, calls }, { true, 0 }, "a mask: crescent's kernel")
     -- benchmark mode times cuDNN's engine configs for a new shape and keeps the fastest
-    local was = T.backends.cudnn.benchmark
-    T.backends.cudnn.benchmark = true
     local qb = T.randn(2, 3, 72, 64):bfloat16():cuda()
-    local ok, err = pcall(function()
+    with_field(T.backends.cudnn, "benchmark", true, function()
       local kb, cb, ob = work(function() return T.attention(qb, qb, qb, 0.3, true) end)
       expect.eq({ kb, cb >= 1 }, { 0, true }, "benchmark mode: cuDNN")
       near(ob, reference(qb, qb, qb, T.zeros(2, 3, 72, 64), 0.3, true), TOL.bfloat16, "benchmark mode out")
     end)
-    T.backends.cudnn.benchmark = was
-    if not ok then error(err, 0) end
     local errs = expect.error_checker("test_cuda_attention_cudnn.lua")
     errs(function() T.backends.cuda.enable_cudnn_sdp(1) end, "T.backends.cuda.enable_cudnn_sdp", "expected a boolean")
     -- deterministic: crescent's ordered backward (cuDNN sums dq by atomics), the same bits twice

@@ -265,11 +265,6 @@ bool execute_sdpa(int index, Pass pass, const SdpaCall& c, std::string* chosen) 
     ids.push_back(kOperandUids[i]), ptrs.push_back(ops[i].p);
   }
   if (c.stats) ids.push_back(kStats), ptrs.push_back(c.stats);
-  const Scratch scratch(pass, c, index);
-  if (scratch.p) {
-    ids.insert(ids.end(), {kDqAccum, kSoftmaxSum});
-    ptrs.insert(ptrs.end(), {scratch.p, scratch.p + scratch.accum});
-  }
   // the by-value scalars point at host values the plan keeps (cuDNN reads them at each execution)
   auto bind = [&](SdpaPlan& p) {
     p.scale = float(c.scale);
@@ -281,8 +276,13 @@ bool execute_sdpa(int index, Pass pass, const SdpaCall& c, std::string* chosen) 
   PlanSlot<SdpaPlan>& slot = slot_for<SdpaPlan>(key);
   std::lock_guard<std::mutex> g(slot.m);
   std::lock_guard<std::mutex> on_handle(handle_mutex(h));  // (always after the plan's: no cycle)
+  if (slot.built && !slot.plan) return false;  // (refused before: nothing to allocate)
+  const Scratch scratch(pass, c, index);
+  if (scratch.p) {
+    ids.insert(ids.end(), {kDqAccum, kSoftmaxSum});
+    ptrs.insert(ptrs.end(), {scratch.p, scratch.p + scratch.accum});
+  }
   if (slot.built) {
-    if (!slot.plan) return false;
     bind(*slot.plan);
     run(h, index, *slot.plan->run, ids, ptrs);
     return true;
@@ -346,9 +346,15 @@ bool cudnn_sdpa_takes(int index, DType d, int64_t e, int64_t ev) {
 }
 
 bool cudnn_sdpa_available(int index) {
-  // (9.15: PyTorch's threshold, below it cuDNN's attention had known wrong results)
-  return index >= 0 && index < device_count() && device_info(index).sm_major >= 9 && cudnn_available() &&
-         cudnn_version() >= 91500;
+  // asked by every attention call: once per device (9.15: PyTorch's threshold, below it cuDNN's
+  // attention had known wrong results)
+  static std::vector<char> on;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const bool library = cudnn_available() && cudnn_version() >= 91500;
+    for (int i = 0; i < device_count(); ++i) on.push_back(library && device_info(i).sm_major >= 9);
+  });
+  return index >= 0 && size_t(index) < on.size() && on[size_t(index)];
 }
 
 void cudnn_sdpa_check_graph(const SdpaCall& c, bool backward) {

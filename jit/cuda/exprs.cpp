@@ -71,8 +71,12 @@ std::string plain_load(const Kernel& k, const Expr& e) {
 }
 
 std::string Exprs::ref(int32_t i) {
-  std::string name = cat("e", i);
-  if (def_[size_t(i)]) return name;
+  std::string id = cat("e", i);
+  if (def_[size_t(i)]) return id;
+  if (pair) {
+    define_pair(i);
+    return id;
+  }
   const Expr& e = k_.body.exprs[size_t(i)];
   std::string value = reuse ? reuse(i) : "";
   bool reused = !value.empty();
@@ -81,11 +85,31 @@ std::string Exprs::ref(int32_t i) {
       if (o >= 0) ref(o);
     value = rhs(i);
   }
-  out_.add(cat("const ", cuda_type(e.dtype), " ", name, " = ", value, ";"));
+  out_.add(cat("const ", cuda_type(e.dtype), " ", id, " = ", value, ";"));
   def_[size_t(i)] = 1;
   scopes_.back().push_back(i);
   if (computed && !reused) computed(i);
-  return name;
+  return id;
+}
+
+// Both lanes of expression i: a rounding to 16 bits converts the two in one instruction.
+void Exprs::define_pair(int32_t i) {
+  const Expr& e = k_.body.exprs[size_t(i)];
+  for (int32_t o : {e.a, e.b, e.c})
+    if (o >= 0) ref(o);
+  const char* t = cuda_type(e.dtype);
+  bool half = e.dtype == DType::f16 || e.dtype == DType::bf16;
+  if (e.op == EOp::Cast && half && k_.body.exprs[size_t(e.a)].dtype != e.dtype) {
+    int bf16 = e.dtype == DType::bf16 ? 1 : 0;
+    out_.add(cat("const uint32_t e", i, "_p = cr::cvt2<", bf16, ">(float(e", e.a, "_0), float(e", e.a, "_1));"));
+    out_.add(cat("const ", t, " e", i, "_0 = ", t, "::of_bits(e", i, "_p), e", i, "_1 = ", t, "::of_bits(e", i,
+                 "_p >> 16);"));
+  } else {
+    for (lane = 0; lane < 2; ++lane) out_.add(cat("const ", t, " ", name(i), " = ", rhs(i), ";"));
+    lane = 0;
+  }
+  def_[size_t(i)] = 1;
+  scopes_.back().push_back(i);
 }
 
 void Exprs::close_scope() {
@@ -95,7 +119,6 @@ void Exprs::close_scope() {
 
 std::string Exprs::rhs(int32_t i) {
   const Expr& e = k_.body.exprs[size_t(i)];
-  auto name = [](int32_t j) { return cat("e", j); };
   switch (e.op) {
     case EOp::Load: return load ? load(e) : plain_load(k_, e);
     case EOp::Const: return literal(e.num, e.dtype);
@@ -117,10 +140,10 @@ std::string Exprs::rhs(int32_t i) {
 }
 
 std::string Exprs::arith(const Expr& e) {
-  std::string a = cat("e", e.a);
+  std::string a = name(e.a);
   if (e.name == "!") return "!" + a;
   if (e.b < 0) return "-" + a;  // unary minus
-  std::string b = cat("e", e.b);
+  std::string b = name(e.b);
   if (e.name == "%u") return cat("(int64_t)((uint64_t)", a, " % (uint64_t)", b, ")");  // randint's bits % span
   bool compare = e.name == "==" || e.name == "!=" || e.name == "<" || e.name == "<=" || e.name == ">" || e.name == ">=";
   if (e.dtype == DType::b8 && !compare && e.name != "&&" && e.name != "||")  // bool arithmetic: in int, != 0
@@ -141,8 +164,8 @@ std::string Exprs::call(const Expr& e) {
     const char* t = cuda_type(in);
     fns_[fn] = cat("__forceinline__ ", cuda_type(e.dtype), " ", fn, "(", t, " a, [[maybe_unused]] ", t, " b) { return ", expr, "; }");
   }
-  std::string a = cat("e", e.a);
-  return cat(fn, "(", a, ", ", e.b >= 0 ? cat("e", e.b) : a, ")");
+  std::string a = name(e.a);
+  return cat(fn, "(", a, ", ", e.b >= 0 ? name(e.b) : a, ")");
 }
 
 }  // namespace cr::jit::cuda

@@ -45,12 +45,19 @@ class Exprs {
   bool defined(int32_t i) const { return def_[size_t(i)] != 0; }
 
   std::function<std::string(const Expr&)> load;
+  // Pair mode (pointwise vector groups): each expression is defined for lanes u and u + 1, as
+  // eN_0 and eN_1, so that both lanes' roundings to 16 bits are one paired conversion (the
+  // prelude's cr::cvt2). `lane` tells `load` which lane it reads; ref() returns "eN".
+  bool pair = false;
+  int lane = 0;
   // Optional: the value of expression i taken from elsewhere (a register cache), "" for none.
   std::function<std::string(int32_t)> reuse;
   // Optional: called after expression i is defined by computing it.
   std::function<void(int32_t)> computed;
 
  private:
+  std::string name(int32_t i) const { return pair ? cat("e", i, lane ? "_1" : "_0") : cat("e", i); }
+  void define_pair(int32_t i);
   std::string rhs(int32_t i);
   std::string call(const Expr& e);
   std::string arith(const Expr& e);

@@ -95,6 +95,21 @@ std::vector<int64_t> vector_params(const Kernel& t, int vec) {
   return ps;
 }
 
+// Whether a vector group's lanes run in pairs (Exprs::pair): the kernel rounds float32 to 16
+// bits, and nothing but its vector loads depends on the lane (no index, gather or per-lane load).
+bool pairable(const Kernel& k, const std::vector<char>& vec_load) {
+  size_t last = k.sizes.size() - 1;
+  bool rounds = false;
+  for (size_t i = 0; i < k.body.exprs.size(); ++i) {
+    const Expr& e = k.body.exprs[i];
+    bool half = e.dtype == DType::f16 || e.dtype == DType::bf16;
+    if (e.op == EOp::Cast && half) rounds |= k.body.exprs[size_t(e.a)].dtype != e.dtype;
+    bool per_lane = (e.op == EOp::Load && !vec_load[i]) || e.op == EOp::Index;
+    if (per_lane && (e.gather() || e.index[0].coef(last) != 0)) return false;
+  }
+  return rounds;
+}
+
 void scalar_body(KernelWriter& w, Exprs& ex) {
   for (const Store& s : w.k.stores) w.lines.add(cat("p", s.buffer, "[", affine_str(s.addr), "] = ", ex.ref(s.expr), ";"));
 }
@@ -119,16 +134,22 @@ void vector_body(KernelWriter& w, Exprs& ex, int vec) {
   // lane loads: a vectorised load reads its lane of the vector (the expression's id is its
   // position in the body)
   const std::vector<Expr>& exprs = k.body.exprs;
-  ex.load = [vec_load, &exprs, &k](const Expr& e) {
+  ex.load = [vec_load, &exprs, &k, &ex](const Expr& e) {
     size_t i = size_t(&e - exprs.data());
-    return vec_load[i] ? cat("v", i, ".v[u]") : plain_load(k, e);
+    return vec_load[i] ? cat("v", i, ".v[u", ex.lane ? " + 1" : "", "]") : plain_load(k, e);
   };
+  ex.pair = pairable(k, vec_load);
   w.lines.add("#pragma unroll");
-  w.lines.open(cat("for (int u = 0; u < ", vec, "; ++u)"));
+  w.lines.open(cat("for (int u = 0; u < ", vec, "; u += ", ex.pair ? 2 : 1, ")"));
   w.lines.add(cat("const ", w.idx, " ", lane_var, " = j + u;"));
   ex.open_scope();
-  for (size_t s = 0; s < k.stores.size(); ++s) w.lines.add(cat("s", s, ".v[u] = ", ex.ref(k.stores[s].expr), ";"));
+  for (size_t s = 0; s < k.stores.size(); ++s) {
+    std::string v = ex.ref(k.stores[s].expr);
+    if (!ex.pair) w.lines.add(cat("s", s, ".v[u] = ", v, ";"));
+    else w.lines.add(cat("s", s, ".v[u] = ", v, "_0, s", s, ".v[u + 1] = ", v, "_1;"));
+  }
   ex.close_scope();
+  ex.pair = false;
   w.lines.close();
   for (size_t s = 0; s < k.stores.size(); ++s)
     w.lines.add(cat("cr::storev(p", k.stores[s].buffer, " + ", affine_str(k.stores[s].addr), ", s", s, ");"));

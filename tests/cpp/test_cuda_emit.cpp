@@ -524,16 +524,21 @@ TEST_CASE("cuda: float16 / bfloat16 graphs lower (CUDA only) and compile, comput
     compile(R, cat("reduce_", dtype_name(d)));
 
     // 16-bit stores: groups of 8 (16 bytes); a row of 4 (not 8) takes groups of 4; a float32
-    // result of 16-bit inputs groups of 4
-    for (auto [C, out, width] : {std::tuple{64, d, 8}, std::tuple{68, d, 4}, std::tuple{64, DType::f32, 4}}) {
+    // result of 16-bit inputs groups of 4. Each op rounds to 16 bits: the lanes go in pairs
+    // (one conversion for two), but where a lane reads its own element (a transposed operand).
+    for (auto [C, out, width, transposed] : {std::tuple{64, d, 8, false}, std::tuple{68, d, 4, false},
+                                             std::tuple{64, DType::f32, 4, false}, std::tuple{64, d, 8, true}}) {
       Builder V{ctx};
       int32_t a = V.input(sample({32, C}, d, 3)), b = V.input(sample({C}, d, 4));
+      if (transposed) a = V.op("transpose", {T(V.input(sample({C, 32}, d, 5))), N(1), N(2)});
       V.g.outputs = {V.op("to", {T(V.op("sin", {T(V.op("add", {T(a), T(b)}))})), S(dtype_name(out))})};
       on_cuda(V.g);
-      Compiled v = compile(V, cat("vector_", dtype_name(d), "_", C, "_", dtype_name(out)));
+      Compiled v = compile(V, cat("vector_", dtype_name(d), "_", C, "_", dtype_name(out), transposed ? "_t" : ""));
       REQUIRE(v.module.kernels.size() == 1);
       CHECK(v.module.kernels[0].vector_width == width);
       CHECK(v.module.source.find(cat("cr::loadv<", width, ">(")) != std::string::npos);
+      CHECK((v.module.source.find("u += 2)") != std::string::npos) == !transposed);
+      CHECK((v.module.source.find("= cr::cvt2<") != std::string::npos) == !transposed);
     }
   }
 }

@@ -325,6 +325,33 @@ describe("CUDA tensors", function()
       expect.close(l:cpu():double(), T.linear(a:double(), b:t():double(), bias:double()), rel, rel * 8)
     end
   end)
+  -- A chain rounds to 16 bits after each op, as eager does; vector groups convert their lanes in
+  -- pairs (jit/cuda/pointwise.cpp), other kernels one by one: the same bits either way.
+  it("round 16-bit chains after each op: compiled == eager == the CPU, bit for bit", function()
+    need_gpu()
+    local function gelu(x) return 0.5 * x * (1 + T.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))) end
+    local function arith(x, y) return ((x * 3 + y) * (x - 0.1) + 1000) / (y + 2.5) end
+    T.manual_seed(17)
+    for _, dt in ipairs({ "float16", "bfloat16" }) do
+      -- paired lanes (rows of 256), single lanes (rows of 37), a transposed operand
+      for _, case in ipairs({ { 64, 256 }, { 33, 37 }, { 64, 256, t = true } }) do
+        local base = T.randn(case[1], case[2]) * 4
+        local special = { 1 / 0, -1 / 0, 0 / 0, 6e4, -6e4, 3e38, 1e-6, -1e-7, 1e-39, 0, -0.0, 65504 }
+        for i, v in ipairs(special) do base:view(-1):narrow(1, i, 1):fill_(v) end
+        local x, y = base:to(dt), T.randn(case[1], case[2]):to(dt)
+        if case.t then x, y = x:t(), T.randn(case[2], case[1]):to(dt) end
+        local dx, dy = x:cuda(), y:cuda()
+        for name, f in pairs({ gelu = gelu, arith = arith }) do
+          local what = ("%s %s %dx%d%s"):format(dt, name, case[1], case[2], case.t and " transposed" or "")
+          local cf, got = T.compile(f), nil
+          for _ = 1, 3 do got = cf(dx, dy) end
+          local eager = f(dx, dy)
+          expect.close(got:cpu(), eager:cpu(), 0, 0, what .. ": compiled against eager")
+          if name == "arith" then expect.close(eager:cpu(), f(x, y), 0, 0, what .. ": the device against the CPU") end
+        end
+      end
+    end
+  end)
   it("refuse tensors of two devices in one op, as PyTorch", function()
     need_gpu()
     errs(function() local _ = T.ones(3):cuda() + T.ones(3) end, "add", "expected all tensors on one device, got cpu and cuda:0")

@@ -27,6 +27,25 @@ template <class T> __forceinline__ T inf_();
 template <> __forceinline__ float inf_<float>() { return __int_as_float(0x7f800000); }
 template <> __forceinline__ double inf_<double>() { return __longlong_as_double(0x7ff0000000000000ULL); }
 
+// float -> 16 bits, two at once: a's bits in the low half, b's in the high half. On sm_80+ the
+// paired cvt.rn is one F2FP, where the single-value cvt is an F2F of a much slower pipe (that
+// bounded bf16 chains rounding after each op as eager does): single values go through it too.
+template <int Bf16> __forceinline__ uint32_t cvt2(float a, float b) {
+  uint32_t r;
+#if __CUDA_ARCH__ >= 800
+  if constexpr (Bf16 != 0) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+  else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+#else
+  unsigned short lo, hi;
+  if constexpr (Bf16 != 0) asm("cvt.rn.bf16.f32 %0, %2;\n\tcvt.rn.bf16.f32 %1, %3;"
+                               : "=h"(lo), "=h"(hi) : "f"(a), "f"(b));
+  else asm("cvt.rn.f16.f32 %0, %2;\n\tcvt.rn.f16.f32 %1, %3;"
+           : "=h"(lo), "=h"(hi) : "f"(a), "f"(b));
+  r = uint32_t(lo) | uint32_t(hi) << 16;
+#endif
+  return r;
+}
+
 // float16 / bfloat16 storage: 16-bit words converted to and from float32 around every load and
 // store (the lowering computes in float32, jit/lower.hpp compute_dtype). Conversions from other
 // types go through float32, as the eager kernels' store() does (vm/dtype.hpp); float -> 16 bits
@@ -34,8 +53,13 @@ template <> __forceinline__ double inf_<double>() { return __longlong_as_double(
 struct half_t {
   unsigned short bits;
   half_t() = default;
-  __forceinline__ half_t(float f) { asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f)); }
+  __forceinline__ half_t(float f) { bits = (unsigned short)cvt2<0>(f, 0.f); }
   template <class T> __forceinline__ half_t(T v) : half_t(float(v)) {}
+  static __forceinline__ half_t of_bits(uint32_t w) {
+    half_t h;
+    h.bits = (unsigned short)w;
+    return h;
+  }
   __forceinline__ operator float() const {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
@@ -45,8 +69,13 @@ struct half_t {
 struct bf16_t {
   unsigned short bits;
   bf16_t() = default;
-  __forceinline__ bf16_t(float f) { asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(f)); }
+  __forceinline__ bf16_t(float f) { bits = (unsigned short)cvt2<1>(f, 0.f); }
   template <class T> __forceinline__ bf16_t(T v) : bf16_t(float(v)) {}
+  static __forceinline__ bf16_t of_bits(uint32_t w) {
+    bf16_t h;
+    h.bits = (unsigned short)w;
+    return h;
+  }
   __forceinline__ operator float() const { return __uint_as_float(uint32_t(bits) << 16); }
 };
 template <> struct is_fp<half_t> { static constexpr bool value = true; };

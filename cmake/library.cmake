@@ -18,7 +18,7 @@ set(CRESCENT_LIB_INCLUDE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INST
 add_library(crescent_static STATIC ${CRESCENT_LIB_OBJECTS})
 set_target_properties(crescent_static PROPERTIES OUTPUT_NAME crescent EXPORT_NAME crescent)
 target_include_directories(crescent_static INTERFACE ${CRESCENT_LIB_INCLUDE})
-target_link_libraries(crescent_static INTERFACE ${LUAJIT_STATIC} ${OPENBLAS_LIB} Threads::Threads ${CMAKE_DL_LIBS} m stdc++)
+target_link_libraries(crescent_static INTERFACE ${LUAJIT_STATIC} Threads::Threads ${CMAKE_DL_LIBS} m stdc++)
 add_library(crescent::crescent ALIAS crescent_static)
 set(CRESCENT_INSTALL_TARGETS crescent_static)
 
@@ -29,7 +29,7 @@ if(CRESCENT_SHARED AND LUAJIT_SHARED AND NOT CRESCENT_SANITIZE AND NOT CRESCENT_
   set_target_properties(crescent_shared PROPERTIES OUTPUT_NAME crescent EXPORT_NAME shared
                         VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
   target_include_directories(crescent_shared INTERFACE ${CRESCENT_LIB_INCLUDE})
-  target_link_libraries(crescent_shared PRIVATE ${LUAJIT_SHARED} ${OPENBLAS_LIB} Threads::Threads ${CMAKE_DL_LIBS} m)
+  target_link_libraries(crescent_shared PRIVATE ${LUAJIT_SHARED} Threads::Threads ${CMAKE_DL_LIBS} m)
   target_link_options(crescent_shared PRIVATE -Wl,--no-undefined)
   add_library(crescent::shared ALIAS crescent_shared)
   list(APPEND CRESCENT_INSTALL_TARGETS crescent_shared)
@@ -56,7 +56,7 @@ install(FILES ${PROJECT_BINARY_DIR}/crescentConfig.cmake ${PROJECT_BINARY_DIR}/c
 # crescent.pc: relative to its own place, so the tree may be installed under any prefix
 file(RELATIVE_PATH CRESCENT_PC_PREFIX /root/${CMAKE_INSTALL_LIBDIR}/pkgconfig /root)
 string(REGEX REPLACE "/$" "" CRESCENT_PC_PREFIX "${CRESCENT_PC_PREFIX}")
-string(REPLACE ";" " -l" CRESCENT_PC_DEPS "-lopenblas;pthread;dl;m;stdc++")
+string(REPLACE ";" " -l" CRESCENT_PC_DEPS "-lpthread;dl;m;stdc++")
 if(TARGET crescent_shared)  # -lcrescent is the shared library; --static lists what the archive needs
   set(CRESCENT_PC_LIBS "-L\${libdir} -lcrescent")
   set(CRESCENT_PC_PRIVATE "Requires.private: luajit\nLibs.private: ${CRESCENT_PC_DEPS}")

@@ -2,13 +2,12 @@
 // triu. Every product goes through one core, matmul_into: float32 / float64 call OpenBLAS
 // (reading transposed operands in place through the trans flags), the other dtypes use a
 // generic kernel that accumulates in float (float16 / bfloat16) or 64-bit integers.
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 #include <cstring>
 #include <mutex>
 
+#include "vm/cpu_blas.hpp"
 #include "vm/cuda/blas.hpp"
 #include "vm/devices.hpp"
 #include "vm/kernels/cuda/gemv.hpp"
@@ -17,15 +16,6 @@
 
 namespace cr {
 namespace {
-
-// OpenBLAS runs single-threaded: products are split into blocks that our pool runs side by side
-// (blas_matmul). One pool in the process: OpenBLAS's own workers spin (sched_yield) between
-// calls, and on a machine with as many threads as cores they took the cores from ours - a decode
-// step of small gemvs ran 4x slower with them.
-void blas_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
 
 // Multiply-adds per block below which a product is not split further: a block must outweigh
 // handing it to a thread (microseconds on an idle machine, far more on a busy one): a decode
@@ -111,25 +101,27 @@ CBLAS_TRANSPOSE flag(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
 
 void gemm(const Mat& A, const Mat& B, float* C, int ldc, float beta, bool allow_gemv) {
   const int M = int(A.rows), N = int(B.cols), K = int(A.cols);
+  const Cblas& blas = cblas("matmul");
   if (allow_gemv && N == 1)  // C = A x, x a column of B
-    return cblas_sgemv(CblasRowMajor, flag(A.trans), A.trans ? K : M, A.trans ? M : K, 1.f, (const float*)A.p,
+    return blas.sgemv(CblasRowMajor, flag(A.trans), A.trans ? K : M, A.trans ? M : K, 1.f, (const float*)A.p,
                        int(A.ld), (const float*)B.p, int(B.rs()), beta, C, ldc);
   if (allow_gemv && M == 1)  // C = B^T x, x the row of A
-    return cblas_sgemv(CblasRowMajor, flag(!B.trans), B.trans ? N : K, B.trans ? K : N, 1.f, (const float*)B.p,
+    return blas.sgemv(CblasRowMajor, flag(!B.trans), B.trans ? N : K, B.trans ? K : N, 1.f, (const float*)B.p,
                        int(B.ld), (const float*)A.p, int(A.cs()), beta, C, 1);
-  cblas_sgemm(CblasRowMajor, flag(A.trans), flag(B.trans), M, N, K, 1.f, (const float*)A.p, int(A.ld),
+  blas.sgemm(CblasRowMajor, flag(A.trans), flag(B.trans), M, N, K, 1.f, (const float*)A.p, int(A.ld),
               (const float*)B.p, int(B.ld), beta, C, ldc);
 }
 
 void gemm(const Mat& A, const Mat& B, double* C, int ldc, double beta, bool allow_gemv) {
   const int M = int(A.rows), N = int(B.cols), K = int(A.cols);
+  const Cblas& blas = cblas("matmul");
   if (allow_gemv && N == 1)
-    return cblas_dgemv(CblasRowMajor, flag(A.trans), A.trans ? K : M, A.trans ? M : K, 1.0, (const double*)A.p,
+    return blas.dgemv(CblasRowMajor, flag(A.trans), A.trans ? K : M, A.trans ? M : K, 1.0, (const double*)A.p,
                        int(A.ld), (const double*)B.p, int(B.rs()), beta, C, ldc);
   if (allow_gemv && M == 1)
-    return cblas_dgemv(CblasRowMajor, flag(!B.trans), B.trans ? N : K, B.trans ? K : N, 1.0, (const double*)B.p,
+    return blas.dgemv(CblasRowMajor, flag(!B.trans), B.trans ? N : K, B.trans ? K : N, 1.0, (const double*)B.p,
                        int(B.ld), (const double*)A.p, int(A.cs()), beta, C, 1);
-  cblas_dgemm(CblasRowMajor, flag(A.trans), flag(B.trans), M, N, K, 1.0, (const double*)A.p, int(A.ld),
+  blas.dgemm(CblasRowMajor, flag(A.trans), flag(B.trans), M, N, K, 1.0, (const double*)A.p, int(A.ld),
               (const double*)B.p, int(B.ld), beta, C, ldc);
 }
 
@@ -165,7 +157,7 @@ template <class T> void split_product(const Mat& A, const Mat& B, T* C, int64_t 
 }
 
 template <class T> void blas_matmul(const Tensor& out, Tensor a, Tensor b, bool accumulate) {
-  blas_init();
+  cblas("matmul");  // (raises here, outside the pool, where OpenBLAS is missing)
   Mat A, B;
   // BLAS reads strided matrices in place; anything else (a broadcast row, a step) is copied once
   if (!blas_layout(a, &A)) blas_layout(a = contiguous(a), &A);
@@ -196,7 +188,7 @@ template <class T> void blas_matmul(const Tensor& out, Tensor a, Tensor b, bool 
 constexpr int64_t kTileRows = 256, kTileElems = int64_t(1) << 20;
 
 template <class T> void tiled_matmul(const Tensor& out, Tensor a, Tensor b, const TileFn& after) {
-  blas_init();
+  cblas("matmul");  // (raises here, outside the pool, where OpenBLAS is missing)
   Mat A, B;
   if (!blas_layout(a, &A)) blas_layout(a = contiguous(a), &A);
   if (!blas_layout(b, &B)) blas_layout(b = contiguous(b), &B);

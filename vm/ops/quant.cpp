@@ -6,10 +6,10 @@
 // kernel's 16-byte loads). Symmetric per row: scale = max|w_row| / 127, q = round(w / scale) (half
 // to even, in float32). CPU: rows of q dequantised into input's compute dtype per block, then
 // BLAS; CUDA: vm/kernels/cuda/int8_mm.hpp. An inference op: a gradient through it raises.
-#include <cblas.h>
 
 #include <cmath>
 
+#include "vm/cpu_blas.hpp"
 #include "vm/kernels/cuda/gemv.hpp"
 #include "vm/kernels/cuda/int8_mm.hpp"
 #include "vm/ops/dense.hpp"
@@ -95,12 +95,16 @@ std::vector<Meta> infer_int8_mm(OpCall& c) {
 
 // Y[:, j0 .. j0 + rows) (leading dimension ldy) = X {m, k} @ W^T, W {rows, k} row-major.
 void gemm_rows(const float* X, const float* W, float* Y, int64_t m, int64_t rows, int64_t k, int64_t ldy) {
-  if (m == 1) return cblas_sgemv(CblasRowMajor, CblasNoTrans, int(rows), int(k), 1.f, W, int(k), X, 1, 0.f, Y, 1);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(rows), int(k), 1.f, X, int(k), W, int(k), 0.f, Y, int(ldy));
+  const Cblas& blas = cblas("int8_mm");
+  if (m == 1) return blas.sgemv(CblasRowMajor, CblasNoTrans, int(rows), int(k), 1.f, W, int(k), X, 1, 0.f, Y, 1);
+  blas.sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(rows), int(k), 1.f, X, int(k), W, int(k), 0.f, Y,
+             int(ldy));
 }
 void gemm_rows(const double* X, const double* W, double* Y, int64_t m, int64_t rows, int64_t k, int64_t ldy) {
-  if (m == 1) return cblas_dgemv(CblasRowMajor, CblasNoTrans, int(rows), int(k), 1.0, W, int(k), X, 1, 0.0, Y, 1);
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(rows), int(k), 1.0, X, int(k), W, int(k), 0.0, Y, int(ldy));
+  const Cblas& blas = cblas("int8_mm");
+  if (m == 1) return blas.dgemv(CblasRowMajor, CblasNoTrans, int(rows), int(k), 1.0, W, int(k), X, 1, 0.0, Y, 1);
+  blas.dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(rows), int(k), 1.0, X, int(k), W, int(k), 0.0, Y,
+             int(ldy));
 }
 
 // Y {m, n} in C (float or double) = X @ (q * scales)^T: blocks of kSub rows of q dequantised into
@@ -108,6 +112,7 @@ void gemm_rows(const double* X, const double* W, double* Y, int64_t m, int64_t r
 template <class C>
 void cpu_mm(const C* X, const int8_t* q, const C* scales, C* Y, const Shapes& sh) {
   constexpr int64_t kSub = 64;
+  cblas("int8_mm");  // (raises here, outside the pool, where OpenBLAS is missing)
   const int64_t grain = std::max<int64_t>(kSub, (int64_t(1) << 20) / std::max<int64_t>(1, sh.m * sh.k));
   parallel_for(sh.n, grain, [&](int64_t r0, int64_t r1) {
     std::vector<C> w(size_t(kSub * sh.k));

@@ -158,8 +158,9 @@ local function hand_back(where, ...)
   if n > 3 or count < 0 then buf, count = slow_returns(n, ...) end
   -- a call that recorded ops: the tensors Lua still holds after a full collection are those it
   -- reaches, which the compiled graph must keep (vm/graph/recorder.cpp, compile); a replayed call
-  -- whose lazy values passed the collector's byte budget: its graph frees what only garbage held
-  if ctx.collect ~= 0 then collectgarbage() end
+  -- whose lazy values not returned passed the collector's byte budget: its graph frees what only
+  -- garbage held
+  if ctx.collect ~= 0 and (ctx.collect == 1 or api.cap_collect_pays(ctx, buf, count) ~= 0) then collectgarbage() end
   local rc = api.cap_finish(ctx, buf, count, where)
   if rc < 0 then core.raise(rc) end
   if ctx.service ~= 0 then core.service() end

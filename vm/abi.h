@@ -83,7 +83,8 @@ typedef struct cr_ctx {
   int32_t claimed;        /* how many of the tensors handed out last Lua has wrapped (core.wrap) */
   void* impl;             /* cr::Context* */
   int32_t collect;        /* the captured call recorded ops: collect garbage before handing its
-                             results to the recorder (what Lua still reaches is learned) */
+                             results to the recorder (what Lua still reaches is learned); 2: its
+                             replayed values passed the budget, collect where cap_collect_pays */
 } cr_ctx;
 
 typedef struct cr_op_info {

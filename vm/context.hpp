@@ -42,6 +42,8 @@ struct Context {
   size_t bytes_at_last_gc = 0, large_bytes_at_last_gc = 0, device_bytes_at_last_gc = 0, driver_bytes_at_last_gc = 0;
   size_t gc_every_bytes = size_t(8) << 20, gc_every_device_bytes = size_t(64) << 20;
   size_t handles_since_gc = 0, gc_every_handles = 4096;  // tensors handed to Lua since then
+  // microseconds (api_now_us): when a collection was asked for, when the last one ended, its cost
+  double gc_asked_us = 0, gc_end_us = 0, gc_cost_us = 0;
   std::vector<std::string> loaded_names;  // names of the last safetensors load
   std::string scratch;                    // backing store of strings returned to Lua
   Logs logs;  // CRESCENT_LOGS, and T.config's changes to it

@@ -122,6 +122,26 @@ describe("the collector", function()
   end)
 end)
 
+describe("the collector's byte rule", function()
+  -- note_allocations waits for 8 x the last collection's time, up to 16 x its byte budget
+  -- (at least 8 MB each): dropped host tensors stay bounded whatever the timing
+  it("keeps dropped large outputs within its hard budget, eager and compiled", function()
+    collectgarbage()
+    local x = T.ones(1024, 1024)  -- 4 MiB
+    local f = T.compile(function(a) return a * 2 + 1 end)
+    for _, run in ipairs { function() return x * 3 end, function() return f(x) end } do
+      collectgarbage()
+      T.reset_peak_memory()
+      local base = T.memory_stats().in_use
+      for _ = 1, 300 do run() end
+      local grew = T.memory_stats().peak - base
+      local budget = 16 * math.max(8, 8 * collectgarbage("count") / 1024) * 2 ^ 20
+      local what = ("peak grew by %.0f MiB over 300 calls of 4 MiB outputs (budget %.0f MiB)")
+      S.truthy(grew <= budget + 2 * 4 * 2 ^ 20, what:format(grew / 2 ^ 20, budget / 2 ^ 20))
+    end
+  end)
+end)
+
 describe("tensor handles", function()
   -- stdlib/core.lua: userdata from a pool refilled 256 at a time (vm/lua/lua_vm.cpp new_handles)
   it("are userdata that only tensors pass T.is_tensor for", function()

@@ -202,13 +202,29 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
 // returns, and the run frees what only garbage held (unheld_values) instead of keeping it all.
 void Recorder::note_lazy(const std::vector<Tensor>& outs) {
   Segment& s = *seg_;
-  size_t budget = ctx_.gc_every_bytes;
   for (const Tensor& t : outs) {
     if (!t.is_lazy()) continue;  // (an in-place op's real argument)
     s.lazy_bytes += size_t(t.numel()) * dtype_size(t.dtype());
-    if (!t.device().is_cpu()) budget = ctx_.gc_every_device_bytes;
+    s.lazy_on_device = s.lazy_on_device || !t.device().is_cpu();
   }
-  if (s.lazy_bytes > budget) ctx_.ffi.collect = 1;
+  if (s.lazy_bytes > (s.lazy_on_device ? ctx_.gc_every_device_bytes : ctx_.gc_every_bytes) && !ctx_.ffi.collect)
+    ctx_.ffi.collect = 2;
+}
+
+// The returned values are held whatever the collector finds: a call whose returns are most of
+// its lazy bytes (one large output a call) need not collect before each return.
+bool Recorder::collect_pays(cr_tensor* const* rets, int32_t n) const {
+  if (ctx_.ffi.collect != 2 || !seg_) return ctx_.ffi.collect != 0;
+  const Segment& s = *seg_;
+  size_t bytes = s.lazy_bytes;
+  for (int32_t i = 0; i < n; ++i) {
+    const cr_tensor* t = rets[i];
+    if (t->_storage || t->_gen != s.gen) continue;
+    size_t b = dtype_size(DType(t->_dtype));
+    for (int32_t d = 0; d < t->_ndim; ++d) b *= size_t(t->_sizes[d]);
+    bytes -= std::min(bytes, b);
+  }
+  return bytes > (s.lazy_on_device ? ctx_.gc_every_device_bytes : ctx_.gc_every_bytes);
 }
 
 // Recording: the call runs eagerly and is appended to the tree.
@@ -461,7 +477,7 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
     if (s.train && !s.stepped) check_training(leaf);
     if (!s.pending) {  // recorded: everything already ran eagerly
       // (at a return Lua collected garbage first when ops were recorded: hand_back, stdlib/compile.lua)
-      const bool collected = kind == EndKind::Return && ctx_.ffi.collect;
+      const bool collected = kind == EndKind::Return && ctx_.ffi.collect == 1;
       leaf.reach_learned = leaf.reach_learned || collected;
       settle(&leaf, s.vals, true, nullptr, collected);
     } else {

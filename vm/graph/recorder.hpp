@@ -89,6 +89,9 @@ class Recorder {
   void graph_break(const std::string& reason, const std::string& where, cr_tensor* needed);
   // The function returned `rets`: the last segment ends and the capture stops.
   void finish(const std::vector<cr_tensor*>& rets, const std::string& where);
+  // Before finish: whether Lua should collect garbage first (ffi.collect: 1 always; 2 when the
+  // replayed values it does not return still pass the collector's budget).
+  bool collect_pays(cr_tensor* const* rets, int32_t n) const;
   // An error unwound the call: runs what was recorded (its side effects are due) and stops.
   // Runs the ops recorded before a Lua error unwound the call, then ends the capture; rethrows the
   // error of one of them (eager would have raised it first).

@@ -22,6 +22,7 @@ struct Segment {
   // bytes of the lazy values replayed so far: past the collector's budget, Lua collects before
   // the call returns (Recorder::note_lazy), as eager allocations of as many bytes would make it
   size_t lazy_bytes = 0;
+  bool lazy_on_device = false;       // some of them on a device: the device budget applies
   bool train = false;                // a training capture's segment (joint.hpp)
   int grad_ops = 0, no_grad_ops = 0;  // training: op calls made with grad mode on / off
   int32_t next_vid = 0;
@@ -77,6 +78,7 @@ struct Segment {
     op_grad.clear();
     stepped = false;
     lazy_bytes = 0;
+    lazy_on_device = false;
     next_vid = 0;
     vals.clear();
     alias.clear();

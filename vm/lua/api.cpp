@@ -78,19 +78,35 @@ constexpr double kGcHeapFactor = 8;
 constexpr size_t kGcMinHandles = 4096;
 constexpr double kGcHandlesPerHeapKb = 4;
 constexpr int64_t kGcLargeBlocks = 8;
+// The host bytes' rule also waits kGcTimeFactor x the last collection's time since it ended (a
+// loop of 16 MB outputs spent a third of its time collecting a 1.2 MB heap), up to
+// kGcHardFactor x its bytes.
+double api_now_us();
+constexpr double kGcTimeFactor = 8;
+constexpr size_t kGcHardFactor = 16;
+void ask_gc(cr_ctx* c, uint32_t bit) {
+  Context& ctx = Context::of(c);
+  if (!(c->service & (CR_SERVICE_GC_FULL | CR_SERVICE_GC_STEP))) ctx.gc_asked_us = api_now_us();
+  c->service |= bit;
+}
+bool host_bytes_due(const Context& ctx) {
+  const size_t bytes = bytes_allocated_total() - ctx.bytes_at_last_gc;
+  if (bytes <= ctx.gc_every_bytes) return false;
+  return bytes > kGcHardFactor * ctx.gc_every_bytes || api_now_us() - ctx.gc_end_us >= kGcTimeFactor * ctx.gc_cost_us;
+}
 void note_allocations(cr_ctx* c) {
   const Context& ctx = Context::of(c);
-  if (bytes_allocated_total() - ctx.bytes_at_last_gc > ctx.gc_every_bytes ||
+  if (host_bytes_due(ctx) ||
       large_bytes_allocated_total() - ctx.large_bytes_at_last_gc > size_t(kGcLargeBlocks * cpu_large_block_bytes()) ||
       device_bytes_allocated_total() - ctx.device_bytes_at_last_gc > ctx.gc_every_device_bytes ||
       device_driver_bytes() - ctx.driver_bytes_at_last_gc > kGcDriverBytes)
-    c->service |= CR_SERVICE_GC_FULL;
+    ask_gc(c, CR_SERVICE_GC_FULL);
 }
 
 int32_t hand_out(Context& ctx, std::vector<Tensor>& outs, cr_tensor** buf, int32_t cap) {
   int32_t n = int32_t(outs.size());
   ctx.handles_since_gc += size_t(n);
-  if (ctx.handles_since_gc > ctx.gc_every_handles) ctx.ffi.service |= CR_SERVICE_GC_STEP;
+  if (ctx.handles_since_gc > ctx.gc_every_handles) ask_gc(&ctx.ffi, CR_SERVICE_GC_STEP);
   if (n > cap) {
     ctx.pending = std::move(outs);
     return n;
@@ -206,6 +222,9 @@ double api_now_us() {
 void api_gc_done(cr_ctx* c, double lua_heap_kb) {
   c->service &= ~(CR_SERVICE_GC_FULL | CR_SERVICE_GC_STEP);
   Context& ctx = Context::of(c);
+  ctx.gc_end_us = api_now_us();
+  if (ctx.gc_asked_us > 0) ctx.gc_cost_us = ctx.gc_end_us - ctx.gc_asked_us;
+  ctx.gc_asked_us = 0;
   ctx.bytes_at_last_gc = bytes_allocated_total();
   ctx.handles_since_gc = 0;
   ctx.gc_every_handles = std::max(kGcMinHandles, size_t(kGcHandlesPerHeapKb * lua_heap_kb));
@@ -308,6 +327,10 @@ int32_t api_cap_finish(cr_ctx* c, cr_tensor** rets, int32_t n, const char* where
     note_allocations(c);
     return 0;
   });
+}
+
+int32_t api_cap_collect_pays(cr_ctx* c, cr_tensor** rets, int32_t n) {
+  return rec(c).active() ? int32_t(rec(c).collect_pays(rets, n)) : int32_t(c->collect != 0);
 }
 
 int32_t api_cap_abort(cr_ctx* c) {
@@ -617,6 +640,7 @@ const cr_api* api_table() {
       api_cap_begin,
       api_cap_need,
       api_cap_finish,
+      api_cap_collect_pays,
       api_cap_abort,
       api_cap_where,
       api_cap_reset,

@@ -80,10 +80,10 @@ constexpr double kGcHandlesPerHeapKb = 4;
 constexpr int64_t kGcLargeBlocks = 8;
 // The host bytes' rule also waits kGcTimeFactor x the last collection's time since it ended (a
 // loop of 16 MB outputs spent a third of its time collecting a 1.2 MB heap), up to
-// kGcHardFactor x its bytes.
+// kGcHardFactor x its bytes or kGcHardBytes, whichever is less (never below the rule's bytes).
 double api_now_us();
 constexpr double kGcTimeFactor = 8;
-constexpr size_t kGcHardFactor = 16;
+constexpr size_t kGcHardFactor = 16, kGcHardBytes = size_t(512) << 20;
 void ask_gc(cr_ctx* c, uint32_t bit) {
   Context& ctx = Context::of(c);
   if (!(c->service & (CR_SERVICE_GC_FULL | CR_SERVICE_GC_STEP))) ctx.gc_asked_us = api_now_us();
@@ -92,7 +92,8 @@ void ask_gc(cr_ctx* c, uint32_t bit) {
 bool host_bytes_due(const Context& ctx) {
   const size_t bytes = bytes_allocated_total() - ctx.bytes_at_last_gc;
   if (bytes <= ctx.gc_every_bytes) return false;
-  return bytes > kGcHardFactor * ctx.gc_every_bytes || api_now_us() - ctx.gc_end_us >= kGcTimeFactor * ctx.gc_cost_us;
+  const size_t hard = std::max(ctx.gc_every_bytes, std::min(kGcHardFactor * ctx.gc_every_bytes, kGcHardBytes));
+  return bytes > hard || api_now_us() - ctx.gc_end_us >= kGcTimeFactor * ctx.gc_cost_us;
 }
 void note_allocations(cr_ctx* c) {
   const Context& ctx = Context::of(c);

@@ -51,6 +51,20 @@ local cuda = require "crescent.cuda"
 local device_index = cuda.device_index
 T.cuda = cuda.cuda
 T.backends = cuda.backends
+-- PyTorch's torch.backends.cpu.get_cpu_capability() and torch.__config__.show(): what the CPU
+-- kernels and products run with (vm/cpu_blas.hpp names OpenBLAS's core), the devices.
+T.backends.cpu = { get_cpu_capability = function() return ffi.string(api.cpu_info(0)) end }
+T.__config__ = {
+  show = function()
+    local n = T.cuda.is_available() and T.cuda.device_count() or 0
+    return table.concat({
+      T._VERSION .. " (" .. jit.version .. ")",
+      "  - CPU capability: " .. ffi.string(api.cpu_info(0)),
+      "  - BLAS: " .. ffi.string(api.cpu_info(1)),
+      "  - CUDA: " .. (n > 0 and (n .. " device" .. (n > 1 and "s" or "")) or "no device"),
+    }, "\n") .. "\n"
+  end,
+}
 
 -- The CUDA device among fn's arguments (tensors, also inside tables), or nil.
 local function cuda_device_of(args, seen)

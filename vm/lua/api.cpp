@@ -19,7 +19,9 @@
 #include "vm/lua/autograd_api.hpp"
 #include "vm/config.hpp"
 #include "vm/lua/dist_api.hpp"
+#include "vm/cpu_blas.hpp"
 #include "vm/cpu_march.hpp"
+#include "vm/kernels/wide.hpp"
 #include "vm/deterministic.hpp"
 #include "vm/devices.hpp"
 #include "vm/host_memory.hpp"
@@ -461,6 +463,19 @@ void api_host_memory(int32_t reset_peak, double* out) {
   out[1] = double(host_storage_peak());
   if (reset_peak) host_storage_reset_peak();
 }
+const char* api_cpu_info(int32_t what) {
+  static const std::string capability = use_avx512_loops() ? "AVX512" : "AVX2";
+  static const std::string blas = [] {
+    try {
+      const Cblas& b = cblas("T.__config__");
+      const char* by = b.user_core ? " (OPENBLAS_CORETYPE)" : " (named by crescent)";
+      return cat("OpenBLAS, core ", b.core.empty() ? "unknown" : b.core, by);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+  }();
+  return what == 0 ? capability.c_str() : blas.c_str();
+}
 void api_cuda_stats(int32_t dev, double* out) {
   const cuda::MemoryStats m = cuda::memory_stats(dev);
   const cuda::LaunchCounts& l = cuda::launch_counts();
@@ -674,6 +689,7 @@ const cr_api* api_table() {
       api_env_setting,
       api_default_cache_dir,
       api_host_memory,
+      api_cpu_info,
       autograd::api_table(),
       stream_api_table(),
       dist_api_table(),

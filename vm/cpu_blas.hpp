@@ -1,8 +1,8 @@
 // Float32 / float64 products on the CPU: OpenBLAS's CBLAS, loaded when the program starts (dlopen
 // "libopenblas.so.0") rather than linked, so that the core it runs is settled first. OpenBLAS
 // picks its kernels once, as it loads, from the CPU's model; a model newer than the library
-// (Emerald Rapids under Debian 12's 0.3.21) gets the fallback, Prescott's SSE3 kernels, at a third
-// of the AVX-512 ones' speed. Unless OPENBLAS_CORETYPE is set, crescent names the core from the
+// (Emerald Rapids under Debian 12's 0.3.21) gets the fallback, Prescott's SSE3 kernels
+// (bench/RESULTS.md). Unless OPENBLAS_CORETYPE is set, crescent names the core from the
 // instruction set its own kernels use (vm/cpu_march.hpp: CRESCENT_CPU_MARCH caps both).
 #pragma once
 #include <cblas.h>

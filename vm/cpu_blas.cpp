@@ -1,5 +1,6 @@
 #include "vm/cpu_blas.hpp"
 
+#include <dirent.h>
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -27,13 +28,27 @@ template <class F> bool resolve(void* lib, const char* name, F& f) {
   return f != nullptr;
 }
 
+// Whether the process has one thread (/proc/self/task lists them): a host program that loads
+// libcrescent.so may have more, and setenv is not safe beside them.
+bool single_threaded() {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return false;
+  int n = 0;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  closedir(d);
+  return n == 1;
+}
+
 Loaded load() {
   Loaded L;
   // Set only while OpenBLAS loads (its constructor reads it): the program's environment stays the
-  // user's. This runs before main, while the process has one thread.
+  // user's. Left alone where OpenBLAS is loaded already or other threads could read the environment.
   const char* core = nullptr;
   L.blas.user_core = std::getenv("OPENBLAS_CORETYPE") != nullptr;
-  if (!L.blas.user_core) {
+  void* already = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD);
+  if (already) dlclose(already);
+  if (!L.blas.user_core && !already && single_threaded()) {
     __builtin_cpu_init();
     bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
@@ -41,6 +56,7 @@ Loaded load() {
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     core = openblas_core_for(avx512, avx2, march_vector_bytes(cpu_march_override()));
     if (core) setenv("OPENBLAS_CORETYPE", core, 1);
+    L.blas.named = core != nullptr;
   }
   void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
   if (!lib) lib = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);

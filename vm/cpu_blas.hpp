@@ -18,6 +18,7 @@ struct Cblas {
   decltype(&cblas_dgemv) dgemv = nullptr;
   std::string core;        // openblas_get_corename(): the kernels OpenBLAS chose
   bool user_core = false;  // OPENBLAS_CORETYPE was the user's
+  bool named = false;      // crescent named the core (not where another thread or OpenBLAS was there first)
 };
 
 // The loaded library (single-threaded: products are split by crescent's pool, vm/ops/linalg.cpp);

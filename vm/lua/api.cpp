@@ -468,7 +468,7 @@ const char* api_cpu_info(int32_t what) {
   static const std::string blas = [] {
     try {
       const Cblas& b = cblas("T.__config__");
-      const char* by = b.user_core ? " (OPENBLAS_CORETYPE)" : " (named by crescent)";
+      const char* by = b.user_core ? " (OPENBLAS_CORETYPE)" : b.named ? " (named by crescent)" : " (OpenBLAS's choice)";
       return cat("OpenBLAS, core ", b.core.empty() ? "unknown" : b.core, by);
     } catch (const Error& e) {
       return std::string(e.what());

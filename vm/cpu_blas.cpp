@@ -49,12 +49,7 @@ Loaded load() {
   void* already = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_NOLOAD);
   if (already) dlclose(already);
   if (!L.blas.user_core && !already && single_threaded()) {
-    __builtin_cpu_init();
-    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                  __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                  __builtin_cpu_supports("avx512cd");
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    core = openblas_core_for(avx512, avx2, march_vector_bytes(cpu_march_override()));
+    core = openblas_core_for(cpu_has_avx512(), cpu_has_avx2_fma(), march_vector_bytes(cpu_march_override()));
     if (core) setenv("OPENBLAS_CORETYPE", core, 1);
     L.blas.named = core != nullptr;
   }

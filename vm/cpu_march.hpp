@@ -16,6 +16,11 @@ std::string_view cpu_march_override();
 // other name (a CPU name such as "skylake-avx512" says nothing we check here).
 int march_vector_bytes(std::string_view level);
 
+// The CPU's AVX-512 (F, VL, BW, DQ, CD: what the AVX-512 twins use) and its AVX2 with FMA, as
+// libgcc's cpuid cache sees them (absent where the OS does not save their registers).
+bool cpu_has_avx512();
+bool cpu_has_avx2_fma();
+
 // The size of the largest cache level Linux lists for CPU 0 (/sys/devices/system/cpu/cpu0/cache,
 // "32768K"), or 0 where it lists none. sysfs rather than sysconf(_SC_LEVEL3_CACHE_SIZE): glibc's
 // figure on an AMD EPYC guest with a 32 MiB L3 was 320 MiB.

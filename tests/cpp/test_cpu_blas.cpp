@@ -24,12 +24,7 @@ TEST_CASE("cpu blas: loaded with the core named for this CPU, the environment un
   REQUIRE(blas.sgemm != nullptr);
   INFO("OpenBLAS core: " << blas.core);
   CHECK(blas.user_core == (std::getenv("OPENBLAS_CORETYPE") != nullptr));  // (set while it loaded, then unset)
-  __builtin_cpu_init();
-  bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                __builtin_cpu_supports("avx512cd");
-  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const char* want = openblas_core_for(avx512, avx2, march_vector_bytes(cpu_march_override()));
+  const char* want = openblas_core_for(cpu_has_avx512(), cpu_has_avx2_fma(), march_vector_bytes(cpu_march_override()));
   if (blas.named) CHECK(blas.core == want);  // (not named where OpenBLAS or another thread came first)
   CHECK(!(blas.named && blas.user_core));
   // a product through it

@@ -16,12 +16,7 @@ bool capped_below_avx512() {
 
 bool detect() {
 #if CR_HAVE_AVX512_TWINS
-  __builtin_cpu_init();
-  // libgcc's cpuid cache reads a feature as absent when the OS does not save its register state
-  bool cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512cd");
-  return cpu && !capped_below_avx512();
+  return cpu_has_avx512() && !capped_below_avx512();
 #else
   return false;
 #endif

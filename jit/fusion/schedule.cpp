@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <set>
 
 namespace cr::jit {
 
@@ -35,6 +36,7 @@ class Scheduler {
   Layout layout(int32_t lv) const;
   bool var_map(const Group& g, int32_t lv, std::vector<Affine>* map, std::vector<char>* reduced) const;
   bool try_join(Group& g, int32_t lv);
+  size_t last_read_group(const std::vector<Group>& open, int32_t lv) const;
   void close(Group& g);
   Kernel build(const Group& g, bool check_only, const std::vector<char>& stored);
   void finish_kernel(Kernel& k, const Group& g);
@@ -245,7 +247,25 @@ bool Scheduler::var_map(const Group& g, int32_t lv, std::vector<Affine>* map, st
     for (size_t d = 0; d < v.sizes.size(); ++d) map->push_back(Affine::var(d));
     return true;
   }
-  if (g.reduced.empty()) return false;
+  auto squeeze = [](const Shape& s) {
+    Shape r;
+    for (int64_t n : s)
+      if (n != 1) r.push_back(n);
+    return r;
+  };
+  if (g.reduced.empty()) {  // the same points but for dims of size 1 ({1, 768} and {1, 1, 768}): dim by dim
+    if (squeeze(v.sizes) != squeeze(g.sizes)) return false;
+    size_t gd = 0;
+    for (int64_t n : v.sizes) {
+      if (n == 1) {
+        map->push_back(Affine{});
+        continue;
+      }
+      while (g.sizes[gd] == 1) ++gd;
+      map->push_back(Affine::var(gd++));
+    }
+    return true;
+  }
   Shape kept, squeezed;
   for (size_t d = 0; d < g.sizes.size(); ++d) {
     kept.push_back(g.reduced[d] ? 1 : g.sizes[d]);
@@ -289,6 +309,28 @@ bool cut_space(Group& g, const Shape& to) {
   return false;
 }
 }  // namespace
+
+// The first of the open groups value lv may join: the last one holding a value it reads.
+size_t Scheduler::last_read_group(const std::vector<Group>& open, int32_t lv) const {
+  size_t first = 0;
+  std::vector<int32_t> todo = {lv};
+  std::set<int32_t> seen;
+  while (!todo.empty()) {  // (through the loads of its body, and the roots of views)
+    const int32_t v = todo.back();
+    todo.pop_back();
+    if (v < 0 || !seen.insert(v).second) continue;
+    const LoopValue& x = val(v);
+    if (v != lv) {
+      for (size_t i = open.size(); i-- > first;)
+        if (open[i].has(v)) first = i;
+      if (x.kind == LKind::View) todo.push_back(x.root);
+      continue;
+    }
+    for (const Expr& e : x.body.exprs)
+      if (e.op == EOp::Load) todo.push_back(e.value);
+  }
+  return first;
+}
 
 bool Scheduler::try_join(Group& g, int32_t lv) {
   if (int(g.members.size()) >= kMaxNodesPerKernel) return false;
@@ -517,25 +559,35 @@ Plan Scheduler::run() {
   LoopGraph& lg = plan_.lg;
   group_of_.assign(lg.values.size(), -1);
   std::vector<std::pair<bool, int32_t>> order;  // (is group, group index or graph node)
-  Group cur;
+  // The groups since the last external step, in launch order. A value joins the latest that
+  // takes it, or an earlier one when it reads nothing of the later ones (its kernel runs first):
+  // {1}-sized index arithmetic and the {768} chain of an embedding no longer alternate kernels.
+  std::vector<Group> open;
+  auto close_open = [&] {
+    for (Group& g : open) {
+      order.push_back({true, int32_t(groups_.size())});
+      close(g);
+    }
+    open.clear();
+  };
   for (const LStep& s : lg.steps) {
     if (s.external) {
-      if (!cur.members.empty()) order.push_back({true, int32_t(groups_.size())});
-      close(cur);
+      close_open();
       order.push_back({false, s.node});
       continue;
     }
-    if (try_join(cur, s.value)) continue;
-    if (!cur.members.empty()) {
-      order.push_back({true, int32_t(groups_.size())});
+    const size_t after = last_read_group(open, s.value);  // (it must join this group or a later one)
+    bool joined = false;
+    for (size_t i = open.size(); i-- > after && !joined;) joined = try_join(open[i], s.value);
+    if (joined) continue;
+    if (!open.empty())
       plan_.log.push_back(cat(lg.values[size_t(s.value)].graph_node >= 0 ? lg.g->nodes[size_t(lg.values[size_t(s.value)].graph_node)].def().name : "value",
-                              ": starts a new kernel (its iteration space or its reads do not fit the previous one)"));
-    }
-    close(cur);
-    if (!try_join(cur, s.value)) throw Error(cat("internal: loop value ", s.value, " fits no kernel: ", last_refusal_));
+                              ": starts a new kernel (its iteration space or its reads do not fit the open ones)"));
+    open.emplace_back();
+    if (!try_join(open.back(), s.value))
+      throw Error(cat("internal: loop value ", s.value, " fits no kernel: ", last_refusal_));
   }
-  if (!cur.members.empty()) order.push_back({true, int32_t(groups_.size())});
-  close(cur);
+  close_open();
 
   // What is stored: graph outputs, and anything read outside its group (through views too).
   std::vector<char> stored(lg.values.size(), 0), read(lg.values.size(), 0);

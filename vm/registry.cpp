@@ -232,13 +232,16 @@ std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nar
       hooks().before_write(ctx, st);
       st->version.fetch_add(1);
     }
-    for (int i = 0; def.writes && i < nargs; ++i)
-      if ((def.writes >> i & 1) && args[i].tag == kTensors)
-        for (int j = 0; j < args[i].n; ++j) {
-          auto* st = static_cast<Storage*>(static_cast<cr_tensor* const*>(args[i].ptr)[j]->_storage);
-          hooks().before_write(ctx, st);
-          st->version.fetch_add(1);
-        }
+    for (int i = 0; def.writes && i < nargs; ++i) {
+      if (!(def.writes >> i & 1) || (args[i].tag != kTensors && args[i].tag != kTensor)) continue;
+      const bool list = args[i].tag == kTensors;
+      for (int j = 0; j < (list ? args[i].n : 1); ++j) {
+        cr_tensor* t = list ? static_cast<cr_tensor* const*>(args[i].ptr)[j] : static_cast<cr_tensor*>(args[i].ptr);
+        auto* st = static_cast<Storage*>(t->_storage);
+        hooks().before_write(ctx, st);
+        st->version.fetch_add(1);
+      }
+    }
     // metadata-only and copying ops (views, joins, conversions) work on CUDA tensors as they are;
     // the others run on host copies until they have CUDA kernels (vm/devices.hpp)
     if (def.kind != OpKind::View && def.kind != OpKind::Join && def.kind != OpKind::Convert &&

@@ -130,8 +130,9 @@ struct OpDef {
   Derivative grad{};
   CastPolicy cast = CastPolicy::None;      // under CUDA autocast
   CastPolicy cast_cpu = CastPolicy::None;  // under CPU autocast (PyTorch's CPU lists are shorter)
-  // bit i: the op writes the tensors of its list argument i in place (the fused optimizer
-  // updates): the dispatcher bumps their versions as for an in-place op's self
+  // bit i: the op writes tensor argument i, or the tensors of list argument i, in place (the
+  // fused optimizer updates, _attention_cache): the dispatcher bumps their versions as for an
+  // in-place op's self
   uint32_t writes = 0;
   // Conversions (to, float, cpu, contiguous, ...), which return argument 0 itself when nothing
   // changes and have no infer: false when the call returns it, else true with the metadata of
@@ -143,8 +144,8 @@ struct OpDef {
 // as registry ids found once when the registry is built (LuaJIT's IR_ opcodes): no op name is
 // looked up anywhere else.
 #define CR_NAMED_OPS(X) \
-  X(_addmm_epilogue) X(add) X(as_strided) X(attention) X(clone) X(div) X(gelu) X(linear) X(logical_not) \
-  X(masked_fill) X(matmul) X(mul) X(relu) X(softmax) X(transpose)
+  X(_addmm_epilogue) X(_attention_cache) X(add) X(as_strided) X(attention) X(clone) X(div) X(gelu) \
+  X(index_put_) X(linear) X(logical_not) X(masked_fill) X(matmul) X(mul) X(relu) X(softmax) X(transpose)
 struct OpIds {
 #define CR_OP_ID(name) int32_t name = -1;
   CR_NAMED_OPS(CR_OP_ID)

@@ -280,6 +280,37 @@ TEST_CASE("cuda: the split (decoding) attention kernel compiles to CUBIN for eac
   CHECK(cr::cuda::attention_decode_splits(192, 384, 132, true).splits == 2);  // (batch 16)
 }
 
+TEST_CASE("cuda: a static KV cache's write found in the k and v views it fills (cache_row)", "[cuda]") {
+  // GPT-2's layer: the cache {2, B, H, S, E}; index_put_'s self is it with the slot dim first,
+  // its values the new k and v of c_attn's output {B, 1, 3 H E} laid out alike
+  const int64_t H = 4, S = 10, E = 8;
+  const Tensor kv = Tensor::empty({2, 1, H, S, E}, DType::f32, Device{});
+  const Tensor c = Tensor::empty({1, 1, 3 * H * E}, DType::f32, Device{});
+  const Tensor dst = Tensor::view_of(kv, {S, 2, 1, H, E}, {E, H * S * E, H * S * E, S * E, 1}, 0);
+  const Tensor src = Tensor::view_of(c, {1, 2, 1, H, E}, {3 * H * E, H * E, 3 * H * E, E, 1}, H * E);
+  const Tensor k = Tensor::view_of(kv, {1, H, S, E}, {H * S * E, S * E, E, 1}, 0);
+  const Tensor v = Tensor::view_of(kv, {1, H, S, E}, {H * S * E, S * E, E, 1}, H * S * E);
+  cr::cuda::CacheRow kr, vr;
+  REQUIRE(cr::cuda::cache_row(dst, src, k, &kr));
+  REQUIRE(cr::cuda::cache_row(dst, src, v, &vr));
+  CHECK(kr.offset == H * E);  // (k's columns of c: after q's)
+  CHECK(vr.offset == 2 * H * E);
+  CHECK((kr.s0 == 0 && kr.s1 == E && vr.s1 == E));
+  CHECK(kr.taken == std::vector<char>{0, 0, 0, 1, 1});
+  CHECK(kr.fixed == std::vector<int64_t>{0, 0, 0, 0, 0});
+  CHECK(vr.fixed == std::vector<int64_t>{0, 1, 0, 0, 0});
+  // views the write does not fill row by row: another storage, another slot stride, elements
+  // apart, a slot axis of another length
+  const Tensor other = Tensor::empty({1, H, S, E}, DType::f32, Device{});
+  CHECK_FALSE(cr::cuda::cache_row(dst, src, other, &kr));
+  CHECK_FALSE(cr::cuda::cache_row(dst, src, Tensor::view_of(kv, {1, H, S, E}, {H * S * E, E, H * E, 1}, 0), &kr));
+  CHECK_FALSE(cr::cuda::cache_row(dst, src, Tensor::view_of(kv, {1, H, E, S}, {H * S * E, S * E, 1, E}, 0), &kr));
+  CHECK_FALSE(cr::cuda::cache_row(dst, src, Tensor::view_of(kv, {1, H, S - 1, E}, {H * S * E, S * E, E, 1}, 0), &kr));
+  // new rows whose elements are not contiguous (a transposed c_attn output)
+  const Tensor strided = Tensor::view_of(c, {1, 2, 1, H, E}, {3 * H * E, H * E, 3 * H * E, 1, H}, H * E);
+  CHECK_FALSE(cr::cuda::cache_row(dst, strided, k, &kr));
+}
+
 TEST_CASE("cuda: the fused attention backward compiles to CUBIN for each dtype and head size (tensor cores too)", "[cuda]") {
   if (!have_nvrtc()) return;
   const std::pair<int, int> sizes[] = {{32, 32}, {64, 64}, {128, 128}, {20, 48}, {1, 1}};

@@ -3,10 +3,13 @@
 -- of ops on the device, over 1 to 8 query rows and 1 to 2048 keys, the masks a decode step makes
 -- (a bool prefix per row), random bool and added masks, a row that sees no key, causal, float32 /
 -- float16 / bfloat16, head sizes up to 128, views as GPT-2's heads; and captured in a CUDA graph
--- with the position as a device scalar. Every case needs a GPU and skips cleanly without one.
+-- with the position as a device scalar; _attention_cache, a static KV cache's write and the
+-- attention over it as one kernel, against index_copy_ then attention (on the CPU too), and the
+-- compiled rewrite that makes it. Every CUDA case needs a GPU and skips cleanly without one.
 local T = require "crescent"
 
 local need_gpu = expect.need_gpu
+expect.covers("_attention_cache")
 
 local TOL = { float32 = 1e-4, float16 = 4e-3, bfloat16 = 3e-2 }
 
@@ -139,5 +142,97 @@ describe("CUDA attention for a few query rows (split-K)", function()
       local m = T.arange(S):le(p):view(1, -1)
       same(y, T.attention(nq:double(), k:cpu():double(), v:cpu():double(), 1 / 8, false, m), TOL.float32, "position " .. p)
     end
+  end)
+end)
+
+-- A GPT-2 layer's static cache {2, B, H, S, E} and c_attn's output {B, 1, 3 H E} of one token:
+-- q, the cache's k and v views, and index_put_'s operands for writing the token's k and v at
+-- slot `at` (1-based) as G's index_copy_ does: self = the cache with its slot dim first, values =
+-- the new k and v laid out alike.
+local function cache_step(B, H, S, E, at, dtype, device)
+  local on = { dtype = dtype, device = device }
+  local kv, c = T.randn(2, B, H, S, E, on), T.randn(B, 1, 3 * H * E, on)
+  local q = c:narrow(3, 1, H * E):reshape(B, 1, H, E):transpose(2, 3)
+  local new = c:narrow(3, H * E + 1, 2 * H * E):reshape(B, 1, 2, H, E):permute(3, 1, 4, 2, 5)
+  local mask = T.arange(S, { device = device }):view(1, -1):le(at - 1)
+  return { kv = kv, q = q, self = kv:permute(4, 1, 2, 3, 5), values = new:permute(4, 1, 2, 3, 5),
+           index = T.full({ 1 }, at, { dtype = "int64", device = device }), mask = mask, c = c }
+end
+
+-- the two ops _attention_cache stands for, on copies
+local function cache_reference(s, scale)
+  local kv = s.kv:clone()
+  kv:permute(4, 1, 2, 3, 5):index_put_({ s.index }, s.values)
+  return T.attention(s.q, kv:select(1, 1), kv:select(1, 2), scale, false, s.mask), kv
+end
+
+describe("_attention_cache: a static KV cache's write and the attention over it", function()
+  it("equals index_put_ then attention on the CPU, and raises index_put_'s errors", function()
+    T.manual_seed(42)
+    local s = cache_step(2, 3, 10, 8, 4, "float64", "cpu")
+    local want, want_kv = cache_reference(s, 0.3)
+    local got = T._attention_cache(s.self, { s.index }, s.values, s.q, s.kv:select(1, 1), s.kv:select(1, 2), 0.3, false,
+      s.mask)
+    expect.close(got, want, 1e-12, 1e-12)
+    expect.eq(s.kv:totable(), want_kv:totable())
+    s.index:fill_(11)
+    expect.errors(function()
+      T._attention_cache(s.self, { s.index }, s.values, s.q, s.kv:select(1, 1), s.kv:select(1, 2), 0.3, false, s.mask)
+    end, "out of range")
+  end)
+
+  it("runs as one kernel on CUDA: the slot written, the rows attended, every dtype", function()
+    need_gpu()
+    T.manual_seed(43)
+    for _, dt in ipairs({ "float32", "float16", "bfloat16" }) do
+      local cases = { { 1, 12, 384, 64, 129 }, { 2, 3, 100, 64, 1 }, { 3, 2, 1000, 128, 1000 }, { 1, 4, 7, 20, 5 } }
+      for _, case in ipairs(cases) do
+        local B, H, S, E, at = unpack(case)
+        local s = cache_step(B, H, S, E, at, dt, "cuda")
+        local host = cache_step(B, H, S, E, at, "float64", "cpu")
+        for _, k in ipairs({ "kv", "c" }) do host[k]:copy_(s[k]:cpu():double()) end
+        local want, want_kv = cache_reference(host, 1 / math.sqrt(E))
+        local before = T.cuda.stats().kernel_launches
+        local got = T._attention_cache(s.self, { s.index }, s.values, s.q, s.kv:select(1, 1), s.kv:select(1, 2), nil,
+          false, s.mask)
+        local launches = T.cuda.stats().kernel_launches - before
+        local what = ("%s B %d H %d S %d E %d slot %d"):format(dt, B, H, S, E, at)
+        expect.eq(launches, 1, what .. ": kernels")
+        same(got, want, TOL[dt], what)
+        expect.eq(s.kv:cpu():double():totable(), want_kv:totable(), what .. ": the cache")
+      end
+    end
+  end)
+
+  it("raises a slot outside the cache at the next synchronisation, and writes nothing", function()
+    need_gpu()
+    local s = cache_step(1, 2, 16, 64, 17, "float32", "cuda")
+    local before = s.kv:cpu()
+    expect.errors(function()
+      T._attention_cache(s.self, { s.index }, s.values, s.q, s.kv:select(1, 1), s.kv:select(1, 2), nil, false, s.mask)
+      T.cuda.synchronize()
+    end, "index_put_: .*out of range.*dim 1 of size 16")
+    expect.eq(s.kv:cpu():totable(), before:totable())
+  end)
+
+  it("runs the two ops where the kernel does not take the call (two query rows, a foreign layout)", function()
+    need_gpu()
+    T.manual_seed(44)
+    local s = cache_step(1, 2, 30, 64, 3, "float32", "cuda")
+    local q2 = T.randn(1, 2, 2, 64):cuda()
+    local mask2 = T.arange(30):cuda():view(1, -1):le(2)
+    local kv = s.kv:clone()
+    kv:permute(4, 1, 2, 3, 5):index_put_({ s.index }, s.values)
+    local want = T.attention(q2, kv:select(1, 1), kv:select(1, 2), nil, false, mask2)
+    local got = T._attention_cache(s.self, { s.index }, s.values, q2, s.kv:select(1, 1), s.kv:select(1, 2), nil, false,
+      mask2)
+    same(got, want:double(), TOL.float32, "two rows")
+    expect.eq(s.kv:cpu():totable(), kv:cpu():totable())
+    -- k from another tensor than the written cache: the write and the attention apart
+    local other = T.randn(1, 2, 30, 64):cuda()
+    local kv2 = s.kv:clone()
+    kv2:permute(4, 1, 2, 3, 5):index_put_({ s.index }, s.values)
+    got = T._attention_cache(s.self, { s.index }, s.values, s.q, other, s.kv:select(1, 2), nil, false, s.mask)
+    same(got, T.attention(s.q, other, kv2:select(1, 2), nil, false, s.mask):double(), TOL.float32, "k apart")
   end)
 end)

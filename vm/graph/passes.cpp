@@ -27,9 +27,11 @@ std::vector<char> written_roots(const Graph& g) {
       w[size_t(storage_root(g, n.outs[0]))] = 1;
     }
     if (n.kind != NodeKind::Op || !n.def().writes) continue;
-    for (size_t i = 0; i < n.args.size() && i < 32; ++i)  // (OpDef::writes: list arguments written in place)
-      if (n.def().writes & (1u << i))
-        for (int32_t v : n.args[i].values) w[size_t(storage_root(g, v))] = 1;
+    for (size_t i = 0; i < n.args.size() && i < 32; ++i) {  // (OpDef::writes: arguments written in place)
+      if (!(n.def().writes & (1u << i))) continue;
+      if (n.args[i].tag == kTensor) w[size_t(storage_root(g, n.args[i].value))] = 1;
+      for (int32_t v : n.args[i].values) w[size_t(storage_root(g, v))] = 1;
+    }
   }
   return w;
 }

@@ -326,6 +326,77 @@ bool rewrite_epilogue(Graph& g, int32_t at, const Ops& ops, Uses& uses) {
   return true;  // (the head and the nodes between are left dead)
 }
 
+// ---- a static KV cache's write and the attention that reads it -----------------------------
+
+// Whether node n reads or writes storage `root` (a view node only makes metadata: it does not).
+bool touches(const Graph& g, const Node& n, int32_t root) {
+  if (n.kind != NodeKind::Op) return false;
+  if (n.def().kind == OpKind::View && !n.inplace() && n.outs.size() == 1 && g.values[size_t(n.outs[0])].views >= 0)
+    return false;
+  for (const Arg& a : n.args) {
+    if (a.tag == kTensor && storage_root(g, a.value) == root) return true;
+    for (int32_t v : a.values)
+      if (storage_root(g, v) == root) return true;
+  }
+  return false;
+}
+
+// index_put_(c, {pos}, new) ... attention(q, k, v, ...) of one query row, k and v views of c's
+// storage, and no node between that touches it: _attention_cache at the attention's place (the
+// write moves to it; CUDA runs both as one kernel where it can). The index_put_'s node dies and
+// its result, c itself, is c's value to the nodes and outputs that used it.
+bool rewrite_attention_cache(Graph& g, int32_t at, const Ops& ops, Uses& uses) {
+  const Node& a = g.nodes[size_t(at)];
+  if (a.op != ops.attention || a.outs.size() != 1 || !is_tensor(a, 0) || !is_tensor(a, 1) || !is_tensor(a, 2))
+    return false;
+  const int32_t root = storage_root(g, a.args[1].value);
+  const ValueMeta& q = meta(g, a.args[0]);
+  if (storage_root(g, a.args[2].value) != root || storage_root(g, a.args[0].value) == root || q.device.is_cpu())
+    return false;
+  if (q.sizes.size() < 2 || !(q.sizes[q.sizes.size() - 2] == SymInt{1})) return false;
+  if (is_tensor(a, 5) && storage_root(g, a.args[5].value) == root) return false;
+  int32_t p_at = at - 1;
+  while (p_at >= 0 && !touches(g, g.nodes[size_t(p_at)], root)) --p_at;
+  if (p_at < 0) return false;
+  Node& p = g.nodes[size_t(p_at)];
+  if (p.op != ops.index_put_ || !is_tensor(p, 0) || p.args[1].tag != kTensors || p.args[1].values.size() != 1 ||
+      !is_tensor(p, 2) || p.outs.size() != 1 || storage_root(g, p.args[0].value) != root)
+    return false;
+  const bool adds = !absent(p, 3) && !(p.args[3].is_number() && p.args[3].num == 0 && p.args[3].varying < 0);
+  if (adds) return false;  // (accumulate = true: the kernel only writes)
+  const int32_t index = p.args[1].values[0], self = p.args[0].value, result = p.outs[0];
+  const ValueMeta &im = g.values[size_t(index)].meta, &vm = meta(g, p.args[2]);
+  if (im.dtype != DType::i64 || im.sizes.size() != 1 || !(im.sizes[0] == SymInt{1}) || !(im.device == q.device))
+    return false;
+  if (vm.dtype != q.dtype || storage_root(g, index) == root || storage_root(g, p.args[2].value) == root) return false;
+  std::vector<Arg> args = {p.args[0], p.args[1], p.args[2]};
+  args.insert(args.end(), a.args.begin(), a.args.end());
+  // the index_put_'s result is `self` (the op returns it): later nodes, outputs and views take it
+  for (size_t j = size_t(p_at) + 1; j < g.nodes.size(); ++j) {
+    std::vector<Arg> moved = g.nodes[j].args;
+    bool used = false;
+    for (Arg& x : moved) {
+      if (x.tag == kTensor && x.value == result) x.value = self, used = true;
+      for (int32_t& v : x.values)
+        if (v == result) v = self, used = true;
+    }
+    if (used) uses.set_args(g, int32_t(j), std::move(moved));
+  }
+  for (int32_t& o : g.outputs)
+    if (o == result) o = self;
+  for (Value& v : g.values)
+    if (v.views == result) v.views = self;
+  g.aliases.push_back(Graph::Alias{result, self, false});
+  uses.set_args(g, p_at, {});
+  p.op = ops.clone;  // (no arguments, no outputs: eliminate_dead_code drops it)
+  p.outs.clear();
+  g.values[size_t(result)].node = -1;
+  uses.set_args(g, at, std::move(args));
+  g.nodes[size_t(at)].op = ops._attention_cache;
+  g.nodes[size_t(at)].where = p.where;  // (the errors it may raise on values are the write's)
+  return true;
+}
+
 }  // namespace
 
 int fuse_patterns(Graph& g) {
@@ -344,6 +415,8 @@ int fuse_patterns(Graph& g) {
     if (n.kind != NodeKind::Op || (n.op != ops.matmul && n.op != ops.linear)) continue;
     if (rewrite_epilogue(g, int32_t(i), ops, uses)) ++changed;
   }
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].kind == NodeKind::Op && rewrite_attention_cache(g, int32_t(i), ops, uses)) ++changed;
   return changed;
 }
 

@@ -216,6 +216,36 @@ void run_attention(OpCall& c) {
     attention_composite(c.ctx, c.outs[0], q, k, v, scale, causal, mask, lse);
 }
 
+// _attention_cache(self, indices, values, query, key, value[, scale, causal, mask]): index_put_(self,
+// indices, values), then attention(query, key, value, ...), whose key and value may view self's
+// storage (the graph rewrite of vm/graph/patterns.cpp makes it of a static KV cache's write and
+// the attention that reads the cache). One CUDA kernel where it takes the call, else the two ops.
+OpCall attention_part(OpCall& c) {
+  OpCall a{c.ctx, c.def, c.args + 3, c.nargs - 3};
+  a.outs = c.outs;
+  return a;
+}
+
+std::vector<Meta> infer_attention_cache(OpCall& c) {
+  OpCall a = attention_part(c);
+  return infer_attention(a);
+}
+
+void run_attention_cache(OpCall& c) {
+  OpCall a = attention_part(c);
+  const Tensor self = c.tensor(0), q = a.tensor(0), k = a.tensor(1);
+  const std::vector<Tensor> idx = c.tensors(1);
+  if (!self.device().is_cpu() && idx.size() == 1 && q.device() == self.device()) {
+    const double scale = a.number_or(3, 1.0 / std::sqrt(double(q.size(q.dim() - 1))));
+    const Tensor mask = a.has(5) ? attention_mask_view(a.tensor(5), q, k) : Tensor();
+    if (cuda::attention_cache(c.ctx, c.outs[0], q, k, a.tensor(2), scale, a.boolean_or(4, false), mask, self, idx[0],
+                              c.tensor(2)))
+      return;
+  }
+  dispatch(c.ctx, Registry::get().ids().index_put_, c.args, 3);
+  run_attention(a);
+}
+
 }  // namespace
 
 void register_attention_backward(Registry& r);  // (vm/ops/attention_backward.cpp)
@@ -225,6 +255,11 @@ void register_attention(Registry& r) {
               infer_attention, run_attention});
   r.add(OpDef{"_attention", "query:T, key:T, value:T, scale:N?, causal:B?, mask:T?", OpKind::Other,
               kNoMethod | kMultiOut | kDeviceAware | kExtern, infer_attention_lse, run_attention});
+  OpDef cache{"_attention_cache", "self:T, indices:TL, values:T, query:T, key:T, value:T, scale:N?, causal:B?, mask:T?",
+               OpKind::Other, kNoMethod | kDeviceAware | kExtern | kValueErrors, infer_attention_cache,
+               run_attention_cache};
+  cache.writes = 1;  // (self; no derivative: the fused form is for inference graphs)
+  r.add(cache);
   r.set_cast({"attention", "_attention"}, CastPolicy::Lower);  // autocast: PyTorch's scaled_dot_product_attention
   r.set_cast({"attention", "_attention"}, CastPolicy::Lower, true);  // (on the CPU too since PyTorch 2.0)
   register_attention_backward(r);

@@ -1,11 +1,14 @@
 #include "vm/kernels/cuda/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "vm/kernels/cuda/attention_decode.hpp"
 #include "vm/kernels/cuda/attention_simt.hpp"
+#include "vm/cuda/checks.hpp"
 #include "vm/cuda/cudnn_sdpa.hpp"
 #include "vm/cuda/driver.hpp"
+#include "vm/cuda/streams.hpp"
 #include "vm/kernels/cuda/library.hpp"
 #include "vm/kernels/cuda/prelude.hpp"
 #include "vm/kernels/cuda/sources.hpp"
@@ -173,6 +176,84 @@ bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k
     library_launch(ctx, device, cat("attention_", dtype_name(q.dtype()), "_", E),
                    [&] { return attention_source(q.dtype(), int(E)); }, "attention_fwd", batch * row_blocks,
                    32 * mma_shape.warps, args, mma_shape.shared_bytes(E));
+  return true;
+}
+
+bool cache_row(const Tensor& dst, const Tensor& src, const Tensor& kv, CacheRow* row) {
+  const int r = kv.dim(), n = dst.dim();
+  if (r < 2 || r > 4 || n < 1 || src.dim() != n || kv.storage() != dst.storage()) return false;
+  if (kv.size(r - 2) != dst.size(0) || kv.stride(r - 2) != dst.stride(0) || kv.stride(r - 1) != 1) return false;
+  row->taken.assign(size_t(n), 0);
+  row->fixed.assign(size_t(n), 0);
+  long long batch[4] = {0, 0, 0, 0};  // (src strides of kv's dims, by their place in {b, h, -, e})
+  for (int d = 0; d < r; ++d) {
+    if (d == r - 2 || kv.size(d) == 1) continue;
+    int j = 1;
+    while (j < n && (row->taken[size_t(j)] || dst.size(j) != kv.size(d) || dst.stride(j) != kv.stride(d))) ++j;
+    if (j == n) return false;
+    row->taken[size_t(j)] = 1;
+    batch[d + 4 - r] = src.stride(j);
+  }
+  if (kv.size(r - 1) > 1 && batch[3] != 1) return false;  // (the kernel reads a new row's elements contiguous)
+  row->s0 = batch[0], row->s1 = batch[1];
+  // kv's first element, from dst's: the other dims' coordinates, largest stride first
+  std::vector<int> rest;
+  for (int j = 1; j < n; ++j)
+    if (!row->taken[size_t(j)] && dst.size(j) > 1) rest.push_back(j);
+  std::sort(rest.begin(), rest.end(), [&](int a, int b) { return dst.stride(a) > dst.stride(b); });
+  int64_t delta = kv.offset() - dst.offset();
+  row->offset = src.offset();
+  for (int j : rest) {
+    if (dst.stride(j) <= 0 || delta < 0) return false;
+    const int64_t c = std::min(delta / dst.stride(j), dst.size(j) - 1);
+    row->fixed[size_t(j)] = c;
+    delta -= c * dst.stride(j);
+    row->offset += c * src.stride(j);
+  }
+  return delta == 0;
+}
+
+bool attention_cache(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                     bool causal, const Tensor& mask, const Tensor& dst, const Tensor& idx, const Tensor& values) {
+  const int r = q.dim();
+  if (r < 2 || k.dim() != r || v.dim() != r) return false;
+  const int64_t L = q.size(r - 2), E = q.size(r - 1), S = k.size(r - 2), Ev = v.size(r - 1);
+  if (L != 1 || !attention_takes(q.dtype(), L, E, Ev, scale) || !decode_rows(q.dtype(), L, S, E, Ev)) return false;
+  if (S >= (int64_t(1) << 31) || out.numel() == 0 || dst.dim() < 1) return false;
+  const int device = out.device().index;
+  if (device_info(device).sm_major < 8) return false;
+  if (idx.dtype() != DType::i64 || idx.numel() != 1 || idx.dim() != 1 || idx.device() != dst.device()) return false;
+  if (values.dtype() != dst.dtype() || q.dtype() != dst.dtype() || values.device() != dst.device()) return false;
+  for (const Tensor* t : {&q, &values, &idx, &mask})  // (the kernel reads them while it writes dst)
+    if (t->defined() && t->storage() == dst.storage()) return false;
+  Shape sel = dst.sizes();
+  sel[0] = 1;
+  for (int d = 0; d < dst.dim(); ++d)  // (an expanded dst would be several elements a slot)
+    if (dst.size(d) > 1 && dst.stride(d) == 0) return false;
+  if (values.dim() > dst.dim()) return false;
+  for (int i = 0, off = dst.dim() - values.dim(); i < values.dim(); ++i)
+    if (values.size(i) != 1 && values.size(i) != sel[size_t(off + i)]) return false;
+  const Tensor src = Tensor::view_of(values, sel, broadcast_strides(values, sel), values.offset());
+  CacheRow kr, vr;
+  if (!cache_row(dst, src, k, &kr) || !cache_row(dst, src, v, &vr) || kr.taken != vr.taken || kr.fixed == vr.fixed)
+    return false;
+  int64_t left = 1;  // (dst's dims kv and v do not span: two places in all, one each)
+  for (int j = 1; j < dst.dim(); ++j)
+    if (!kr.taken[size_t(j)]) left *= dst.size(j);
+  if (left != 2) return false;
+  MaskOperand mo;
+  if (!mask_operand(mask, mo)) return false;
+  const int64_t heads = r >= 3 ? q.size(r - 3) : 1;
+  const Operand qo = operand_of(q, heads, false), ko = operand_of(k, heads, false), vo = operand_of(v, heads, false);
+  if (ko.t.data_bytes() != k.data_bytes() || vo.t.data_bytes() != v.data_bytes()) return false;  // (not copies)
+  const std::shared_ptr<DeviceCheck> check = library_check(device, "index_put_", {cat("dim 1 of size ", S)});
+  const char* base = static_cast<const char*>(src.storage()->data);
+  NewRows nr;
+  nr.k = base + kr.offset * int64_t(src.itemsize()), nr.v = base + vr.offset * int64_t(src.itemsize());
+  nr.ks0 = kr.s0, nr.ks1 = kr.s1, nr.vs0 = vr.s0, nr.vs1 = vr.s1;
+  nr.pos = idx.data_bytes(), nr.check = check->word;
+  attention_decode(ctx, out, qo.head(), ko.head(), vo.head(), L, S, E, Ev, heads, scale, causal, mo, Tensor(), nr);
+  defer_check(check, current_stream(device));
   return true;
 }
 

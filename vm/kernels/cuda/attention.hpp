@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "vm/registry.hpp"
 
@@ -26,6 +27,28 @@ bool attention_takes(DType d, int64_t L, int64_t E, int64_t Ev, double scale);
 // float32 {..., L} contiguous, gets each row's logsumexp of its scaled, masked scores.
 bool attention(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                bool causal, const Tensor& mask, const Tensor& lse = Tensor());
+
+// attention() after index_put_(dst, {idx}, values), the static KV cache's step, as one kernel
+// where it takes the call: one query row, idx one int64 position on the device (1-based, along
+// dst's first dim: the cache's slots), k and v views of dst's storage whose rows at that slot
+// the write fills exactly (cache_row), values and q apart from that storage. False: nothing ran
+// (the caller runs the two ops). A slot out of range raises as index_put_'s does.
+bool attention_cache(Context& ctx, const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                     bool causal, const Tensor& mask, const Tensor& dst, const Tensor& idx, const Tensor& values);
+
+// Where index_put_(dst, {idx}, src) puts kv's rows (dst {S, rest...}, its first dim the slots;
+// src broadcast to {1, rest...}; kv {..., S, E} a view of dst's storage with kv's slot axis
+// dst's first dim): every other dim of kv of size > 1 is one of dst's rest dims (`taken`), the
+// rest of dst's dims sit at coordinates `fixed`. Head (b, h) of kv (batch dims folded as the
+// kernels fold them: {b, h} strides s0 / s1) is then written from src's elements at `offset` +
+// b * s0 + h * s1 + e. False when kv is not such a view.
+struct CacheRow {
+  int64_t offset = 0;
+  long long s0 = 0, s1 = 0;
+  std::vector<char> taken;
+  std::vector<int64_t> fixed;
+};
+bool cache_row(const Tensor& dst, const Tensor& src, const Tensor& kv, CacheRow* row);
 
 // A mask view's strides as the kernels read them: batch dims folded into {s0, s1} like q's (at
 // most two of them: a mask view's broadcast strides cannot be merged), then row and key.

@@ -47,13 +47,13 @@ DecodeSplits attention_decode_splits(int64_t bh, int64_t S, int sms, bool cluste
 
 std::string attention_decode_source(DType d, int E, int Ev) {
   return cat(prelude(), "\ntypedef ", type_name(d), " T;\n#define E ", E, "\n#define EV ", Ev, "\n#define EVP ",
-             pow2_at_least(Ev), "\n", cuda_source("attention_common.cuh"), cuda_source("cluster.cuh"),
+             pow2_at_least(Ev), "\n", cuda_source("attention_common.cuh"),
              cuda_source("attention_decode.cuh"));
 }
 
 void attention_decode(Context& ctx, const Tensor& out, const HeadOperand& q, const HeadOperand& k,
                       const HeadOperand& v, int64_t L, int64_t S, int64_t E, int64_t Ev, int64_t heads, double scale,
-                      bool causal, const MaskOperand& mask, const Tensor& lse) {
+                      bool causal, const MaskOperand& mask, const Tensor& lse, const NewRows& rows) {
   const int device = out.device().index;
   const int64_t bh = out.numel() / (L * Ev);
   const DeviceInfo& info = device_info(device);
@@ -70,8 +70,11 @@ void attention_decode(Context& ctx, const Tensor& out, const HeadOperand& q, con
   long long qs0 = q.s0, qs1 = q.s1, qsr = q.row, ks0 = k.s0, ks1 = k.s1, ksr = k.row, vs0 = v.s0, vs1 = v.s1, vsr = v.row,
             ms0 = mask.s0, ms1 = mask.s1, msr = mask.row, msc = mask.col;
   float scale_log2 = float(scale * 1.4426950408889634);  // (log2 e: the kernel's exponentials are exp2)
+  if (rows.k && L != 1) fail("internal: attention_decode writes a cache only with one query row");
+  NewRows nr = rows;
   void* args[] = {&qp,  &kp,  &vp,  &op,  &pp,  &lp,  &L_,         &S_,      &heads_, &splits_, &chunk, &qs0, &qs1, &qsr,
-                  &ks0, &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_, &mp,     &kind,    &ms0,   &ms1, &msr, &msc};
+                  &ks0, &ks1, &ksr, &vs0, &vs1, &vsr, &scale_log2, &causal_, &mp,     &kind,    &ms0,   &ms1, &msr,
+                  &msc, &nr};
   const std::string fn = sp.cluster ? cat("attention_row_1_c", splits)
                          : L == 1   ? std::string("attention_row_1")
                                     : cat("attention_split_", instance_rows(L));

@@ -1,5 +1,5 @@
 // Split-K attention for a few query rows over a long key axis (flash-decoding), compiled after
-// the prelude, attention_common.cuh, cluster.cuh and the launcher's T, E, EV and EVP (EV rounded up to a power
+// the prelude, attention_common.cuh and the launcher's T, E, EV and EVP (EV rounded up to a power
 // of two; attention_decode.cpp).
 //
 // attention_split_<LQ> (2 to 8 rows): block (bh, split) takes keys [split * chunk, min(S, (split + 1) * chunk))
@@ -17,11 +17,26 @@
 // the CL splits of a (batch, head) run as one thread-block cluster and its first block merges the
 // partials from the others' shared memory, in the same order: one kernel, no workspace
 // (attention_row_1_cCL).
+// With a cache write (NewRows::k set: the _attention_cache op), attention_row also stores the new
+// k and v rows of each (batch, head) at the 1-based slot *pos of the cache that k and v view, and
+// takes that key's row from them, not from the cache: one kernel for a decoder's cache write and
+// attention. A slot outside 1..S is recorded in the check word (as index_put_ reports it) and no
+// row is written.
 #define NT 128
 #define TK 32
 #define G 8
 #define KG (NT / EVP)
 #define MAXL 8
+
+// The new rows of a cache write (attention_decode.hpp: NewRows): head (b, h)'s k row at
+// k + head_offset(bh, ..., ks0, ks1), its v row likewise; k null: no write.
+struct NewRows {
+  const T* k;
+  const T* v;
+  long long ks0, ks1, vs0, vs1;
+  const int64_t* pos;
+  int64_t* check;
+};
 
 // what one block leaves for the combine or the output: o (unnormalised), m (log2 units), l
 template <int LQ> struct SplitSmem {
@@ -97,7 +112,7 @@ __device__ __forceinline__ void attention_split(const T* __restrict__ q, const T
                                                 long long qsr, long long ks0, long long ks1, long long ksr,
                                                 long long vs0, long long vs1, long long vsr, float scale_log2,
                                                 int causal, const void* __restrict__ mask, int mask_kind,
-                                                long long ms0, long long ms1, long long msr, long long msc) {
+                                                long long ms0, long long ms1, long long msr, long long msc, NewRows) {
   __shared__ SplitSmem<LQ> sm;
   cr::grid_wait();
   const long long bh = blockIdx.x / splits;
@@ -170,10 +185,10 @@ __device__ __forceinline__ void attention_split(const T* __restrict__ q, const T
   const T* q, const T* k, const T* v, T* out, float* part, float* lse, int L, int S, int heads, int splits,      \
       int chunk, long long qs0, long long qs1, long long qsr, long long ks0, long long ks1, long long ksr,        \
       long long vs0, long long vs1, long long vsr, float scale_log2, int causal, const void* mask, int mask_kind, \
-      long long ms0, long long ms1, long long msr, long long msc
+      long long ms0, long long ms1, long long msr, long long msc, NewRows nr
 #define SPLIT_ARGS                                                                                         \
   q, k, v, out, part, lse, L, S, heads, splits, chunk, qs0, qs1, qsr, ks0, ks1, ksr, vs0, vs1, vsr, scale_log2, \
-      causal, mask, mask_kind, ms0, ms1, msr, msc
+      causal, mask, mask_kind, ms0, ms1, msr, msc, nr
 #define SPLIT_KERNEL(LQ)                                                                \
   extern "C" __global__ void __launch_bounds__(NT) attention_split_##LQ(SPLIT_PARAMS) { \
     attention_split<LQ>(SPLIT_ARGS);                                                    \
@@ -199,24 +214,24 @@ struct RowSmem {
 // The cluster's CL partials (po, m, l of each block) merged as attention_combine merges them.
 template <int CL> __device__ __forceinline__ void cluster_merge(RowSmem& sm, T* __restrict__ out,
                                                                float* __restrict__ lse, long long bh) {
-  cluster_sync();
-  if (cluster_rank() == 0)
+  cr::cluster_sync();
+  if (cr::cluster_rank() == 0)
     for (int c = threadIdx.x; c < EV; c += RNT) {
       float ms[CL], mx = -__int_as_float(0x7f800000);
 #pragma unroll
-      for (int s = 0; s < CL; ++s) mx = fmaxf(mx, ms[s] = cluster_load(&sm.m, s));
+      for (int s = 0; s < CL; ++s) mx = fmaxf(mx, ms[s] = cr::cluster_load(&sm.m, s));
       const float base = mx == -__int_as_float(0x7f800000) ? 0.f : mx;
       float total = 0.f, sum = 0.f;
 #pragma unroll
       for (int s = 0; s < CL; ++s) {
         const float w = ex2(ms[s] - base);
-        total += cluster_load(&sm.l, s) * w;
-        sum += cluster_load(&sm.po[c], s) * w;
+        total += cr::cluster_load(&sm.l, s) * w;
+        sum += cr::cluster_load(&sm.po[c], s) * w;
       }
       out[bh * EV + c] = T(sum / total);
       if (lse && c == 0) lse[bh] = row_lse(mx, total);
     }
-  cluster_sync();  // (no block leaves while the first one reads its shared memory)
+  cr::cluster_sync();  // (no block leaves while the first one reads its shared memory)
 }
 #endif
 
@@ -231,7 +246,7 @@ __device__ __forceinline__ void attention_row(const T* __restrict__ q, const T* 
                                               long long ks1, long long ksr, long long vs0, long long vs1,
                                               long long vsr, float scale_log2, int causal,
                                               const void* __restrict__ mask, int mask_kind, long long ms0,
-                                              long long ms1, long long msc) {
+                                              long long ms1, long long msc, const NewRows& nr) {
   __shared__ RowSmem sm;
   const float kNegInf = -__int_as_float(0x7f800000);
   constexpr int kE = (E + RG - 1) / RG;  // k elements a lane
@@ -248,6 +263,20 @@ __device__ __forceinline__ void attention_row(const T* __restrict__ q, const T* 
     if (b < EV * int(sizeof(T))) cr::to_l2(reinterpret_cast<const char*>(v + key * vsr) + b);
   }
   cr::grid_wait();
+  // a cache write: slot p (0-based; -1 none) takes the new rows, which this block stores when p
+  // is in its slice (no block reads that slot from the cache)
+  long long p = -1;
+  const T *kn = nullptr, *vn = nullptr;
+  if (nr.k) {
+    const long long at = *nr.pos;
+    if (at >= 1 && at <= S) p = at - 1;
+    else if (threadIdx.x == 0 && blockIdx.x == 0) cr::position(at, S, 0, nr.check);
+    kn = head_of(nr.k, bh, heads, nr.ks0, nr.ks1), vn = head_of(nr.v, bh, heads, nr.vs0, nr.vs1);
+    if (p >= start && p < end) {
+      for (int e = threadIdx.x; e < E; e += RNT) const_cast<T*>(k)[p * ksr + e] = kn[e];
+      for (int e = threadIdx.x; e < EV; e += RNT) const_cast<T*>(v)[p * vsr + e] = vn[e];
+    }
+  }
   float qr[kE];  // (the lane's q elements, read by every key group: cached, no barrier)
 #pragma unroll
   for (int i = 0; i < kE; ++i) {
@@ -261,18 +290,21 @@ __device__ __forceinline__ void attention_row(const T* __restrict__ q, const T* 
     const int key = key0 + gk;
     const bool in = key < end;
     T kr[kE], vr[RK][RC];  // (every load of the group in flight at once)
+    const T* krow = key == p ? kn : k + key * ksr;
 #pragma unroll
     for (int i = 0; i < kE; ++i) {
       const int e = gl + i * RG;
-      kr[i] = in && (E % RG == 0 || e < E) ? k[key * ksr + e] : T(0.f);
+      kr[i] = in && (E % RG == 0 || e < E) ? krow[e] : T(0.f);
     }
 #pragma unroll
-    for (int j = 0; j < RK; ++j)
+    for (int j = 0; j < RK; ++j) {
+      const T* vrow = key0 + j == p ? vn : v + (key0 + j) * vsr;
 #pragma unroll
       for (int c = 0; c < RC; ++c) {
         const int col = lane + 32 * c;
-        vr[j][c] = key0 + j < end && (EV % 32 == 0 || col < EV) ? v[(key0 + j) * vsr + col] : T(0.f);
+        vr[j][c] = key0 + j < end && (EV % 32 == 0 || col < EV) ? vrow[col] : T(0.f);
       }
+    }
     const float mt = mask_kind && in ? mask_term<T>(mask, mask_kind, 0, msc, 0, key, 1, S) : 0.f;
     float acc = 0.f;
 #pragma unroll
@@ -331,7 +363,7 @@ __device__ __forceinline__ void attention_row(const T* __restrict__ q, const T* 
 
 #define ROW_ARGS                                                                                          \
   q, k, v, out, part, lse, S, heads, splits, chunk, qs0, qs1, ks0, ks1, ksr, vs0, vs1, vsr, scale_log2, causal, \
-      mask, mask_kind, ms0, ms1, msc
+      mask, mask_kind, ms0, ms1, msc, nr
 // (the split kernels' parameters: one launcher for both)
 extern "C" __global__ void __launch_bounds__(RNT) attention_row_1(SPLIT_PARAMS) { attention_row<0>(ROW_ARGS); }
 

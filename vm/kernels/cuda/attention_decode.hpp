@@ -37,9 +37,21 @@ struct HeadOperand {
   const void* p;
   long long s0, s1, row;
 };
+// A cache write the one-row kernel makes as it attends (attention_decode.cuh's NewRows, the same
+// layout): head bh's new k row at k + its batch strides {ks0, ks1} (elements contiguous), v's
+// likewise, stored at the 1-based slot *pos (int64 on the device) of the cache k and v view; a
+// slot outside 1..S is reported through `check` (a DeviceCheck word) and nothing is written.
+struct NewRows {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  long long ks0 = 0, ks1 = 0, vs0 = 0, vs1 = 0;
+  const void* pos = nullptr;
+  void* check = nullptr;
+};
+
 void attention_decode(Context& ctx, const Tensor& out, const HeadOperand& q, const HeadOperand& k,
                       const HeadOperand& v, int64_t L, int64_t S, int64_t E, int64_t Ev, int64_t heads, double scale,
-                      bool causal, const MaskOperand& mask, const Tensor& lse);
+                      bool causal, const MaskOperand& mask, const Tensor& lse, const NewRows& rows = NewRows{});
 
 // The module source for dtype d and head sizes E / Ev (tests compile it to CUBIN without a GPU).
 std::string attention_decode_source(DType d, int E, int Ev);

@@ -38,7 +38,7 @@ struct Out {
 std::string gemv_source(DType x, bool int8, DType scales) {
   return cat(prelude(), "\ntypedef ", cuda_type(x), " T;\ntypedef ", int8 ? "signed char" : cuda_type(x),
              " W;\ntypedef ", cuda_type(scales), " S;\ntypedef ", x == DType::f64 ? "double" : "float", " A;\n",
-             int8 ? "" : "#define CR_DENSE_W\n", cuda_source("cluster.cuh"), cuda_source("gemv.cuh"));
+             int8 ? "" : "#define CR_DENSE_W\n", cuda_source("gemv.cuh"));
 }
 
 namespace {

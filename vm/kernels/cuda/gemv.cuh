@@ -1,4 +1,4 @@
-// Compiled after the prelude, cluster.cuh and the launcher's typedefs T (x, y, bias, residual), W
+// Compiled after the prelude and the launcher's typedefs T (x, y, bias, residual), W
 // (w's elements: T, or signed char for int8 weights), S (int8 weights' scales) and A (the
 // arithmetic: float, double for float64 x) (gemv.cpp).
 //
@@ -241,7 +241,7 @@ template <int CL> __forceinline__ A tile_sum(const float* p) {
   if constexpr (CL > 1) {
     A v = A(0);
 #pragma unroll
-    for (int s = 0; s < CL; ++s) v += A(cluster_load(p, unsigned(s)));
+    for (int s = 0; s < CL; ++s) v += A(cr::cluster_load(p, unsigned(s)));
     return v;
   }
 #endif
@@ -261,7 +261,7 @@ __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long lon
   const long long t = blockIdx.x / CL, chunk = t * LC + lc, chunks = n / kCols;
   int rank = 0;
 #if __CUDA_ARCH__ >= 900
-  if (CL > 1) rank = int(cluster_rank());
+  if (CL > 1) rank = int(cr::cluster_rank());
 #endif
   const long long per = (k + CL - 1) / CL, k0 = rank * per, k1 = k0 + per < k ? k0 + per : k;
   constexpr long long step = (long long)kWarps * R;
@@ -314,7 +314,7 @@ __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long lon
   int e0 = 0, e1 = MT * TW;
 #if __CUDA_ARCH__ >= 900
   if (CL > 1) {
-    cluster_sync();
+    cr::cluster_sync();
     e0 = rank * (MT * TW / CL), e1 = e0 + MT * TW / CL;
   } else
 #endif
@@ -325,7 +325,7 @@ __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long lon
     if (mi < m && col < n) finish(o, mi, n, col, tile_sum<CL>(&tile[e]));  // (o.scales: null for float weights)
   }
 #if __CUDA_ARCH__ >= 900
-  if (CL > 1) cluster_sync();  // (no block leaves while the others read its shared memory)
+  if (CL > 1) cr::cluster_sync();  // (no block leaves while the others read its shared memory)
 #endif
 }
 

@@ -152,6 +152,39 @@ template <int B, class T, class Op> __forceinline__ T block_reduce(T v, Op op, T
   return r;
 }
 
+#if __CUDA_ARCH__ >= 900
+// Thread-block clusters (sm_90): blocks of one cluster read each other's shared memory, so the
+// partials of a split reduction merge without a workspace or a second kernel (attention_decode,
+// gemv, generated reductions of a few long rows).
+__forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every thread of every block of the cluster; orders the shared-memory writes before it with the
+// reads after it, across the cluster.
+__forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// *p in the shared memory of the cluster's block `rank` (p: this block's copy of the variable).
+template <class T> __forceinline__ T cluster_load(const T* p, unsigned rank) {
+  unsigned long long remote;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(remote) : "l"(p), "r"(rank));
+  return *reinterpret_cast<const T*>(remote);
+}
+// v, the same in every thread of each block, folded over the CL blocks of the cluster in rank
+// order (the same bits in every block); `slot`: a shared variable of the block's.
+template <int CL, class T, class Op> __forceinline__ T cluster_reduce(T v, Op op, T* slot) {
+  if (threadIdx.x == 0) *slot = v;
+  cluster_sync();
+  T r = cluster_load(slot, 0);
+#pragma unroll
+  for (int s = 1; s < CL; ++s) r = op(r, cluster_load(slot, unsigned(s)));
+  cluster_sync();  // (every block has read the slots before any writes one again or leaves)
+  return r;
+}
+#endif
+
 // Called by a kernel launched with programmatic dependent launch (vm/cuda/launch.hpp) before it
 // touches memory: waits for the stream's previous kernel, then lets the next start - one kernel
 // ahead (letting it start before the wait, many ahead, read stale data: a GPT-2 decode diverged).

@@ -36,7 +36,7 @@ int64_t launch_grid(const CudaKernel& c, const Kernel& instance) {
   int64_t elements = product(instance, 0, instance.sizes.size());
   int64_t items = c.form == Form::Pointwise ? elements / c.vector_width : product(instance, 0, size_t(instance.n_outer));
   int64_t grid = std::min((items + c.items_per_block - 1) / c.items_per_block, c.max_grid);
-  return grid == 0 && elements != 0 ? 1 : grid;
+  return (grid == 0 && elements != 0 ? 1 : grid) * c.cluster;
 }
 
 void KernelWriter::set_grid(int64_t per_block, int64_t waves) {
@@ -115,7 +115,8 @@ std::vector<Param> params_of(const Kernel& k, const Plan& plan) {
 // them (P<j>, int_str), so the addresses' text (affine_str) is valid CUDA as it is; they live in
 // the constant bank like a struct's fields would, and need no struct type per count.
 std::string signature(const CudaKernel& c) {
-  std::string s = cat("extern \"C\" __global__ void __launch_bounds__(", c.block, ") ", c.name, "(");
+  std::string s = cat("extern \"C\" __global__ void __launch_bounds__(", c.block, ") ",
+                      c.cluster > 1 ? cat("__cluster_dims__(", c.cluster, ", 1, 1) ") : std::string(), c.name, "(");
   for (size_t i = 0; i < c.params.size(); ++i) {
     const Param& p = c.params[i];
     if (p.words > 0) {  // (copied by the launch from the host: no device memory, no copy call)
@@ -143,7 +144,8 @@ std::string head(const Kernel& k, const CudaKernel& c, bool dynamic) {
                c.form == Form::Pointwise ? "" : c.persistent ? ", persistent (rows up to a length)" : ", looped", ", block ", c.block, ", ", c.index32 ? "32" : "64",
                "-bit indices; loops {", loops, "}, sizes from ", c.size_params, " parameters\n");
   }
-  std::string form = cat(form_name(c.form), c.vector_width > 1 ? cat(", vectors of ", c.vector_width) : "");
+  std::string form = cat(form_name(c.form), c.vector_width > 1 ? cat(", vectors of ", c.vector_width) : "",
+                         c.cluster > 1 ? cat(", clusters of ", c.cluster, " blocks a row") : "");
   return cat("// ", k.name, ": ", form,
              c.form != Form::Pointwise ? cat(", ", c.rows, " rows of ", c.row_size, c.persistent ? ", persistent" : ", looped") : "",
              ", grid ", c.grid, " x block ", c.block, ", ", c.index32 ? "32" : "64", "-bit indices; loops ", shape_str(k.sizes), "\n");

@@ -67,6 +67,7 @@ struct CudaKernel {
   bool splittable = false;  // a block-per-row reduction of one pass that stores only per row:
                             // KernelConfig::split applies
   int64_t split = 1;        // blocks that share a row (KernelConfig::split)
+  int64_t cluster = 1;      // reductions: blocks of a thread-block cluster that fold one row (sm_90)
   int part = 0;             // the part of the module (CudaModule::parts) that holds its function
 };
 

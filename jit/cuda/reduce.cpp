@@ -24,6 +24,7 @@
 // one per warp, a warp reading 32 neighbouring rows (column_team).
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include "jit/cuda/kernels.hpp"
@@ -146,6 +147,12 @@ class ReductionWriter {
     C_ = w_.product_text(outer, end);
     if (!w_.dynamic) {
       team_ = choose_form(w_, o.rows, o.row_size);
+      cluster_ = cluster_size(o);
+      if (cluster_ > 1) {  // (a team of the cluster's threads: lane across its blocks)
+        team_ = o.block * cluster_;
+        o.persistent = (o.row_size + team_ - 1) / team_ <= kPersistentItems;
+        o.cluster = cluster_;
+      }
     } else if (strided_rows(k_)) {  // column reductions: a thread per row, looped
       o.form = Form::ReduceThread;
       o.block = 256;
@@ -153,12 +160,12 @@ class ReductionWriter {
     } else {
       team_ = template_form(w_, o.row_size);
     }
-    o.splittable = !w_.dynamic && o.form == Form::ReduceBlock && one_pass();
+    o.splittable = !w_.dynamic && o.form == Form::ReduceBlock && one_pass() && cluster_ == 1;
     split_ = o.splittable ? std::max<int64_t>(1, w_.config.split) : 1;
     if (!w_.dynamic && o.form == Form::ReduceColumns) split_ = column_split(o.rows, o.row_size);
     if (split_ > 1) o.persistent = false;  // (a block loops over its slice)
     persistent_ = o.persistent;
-    w_.set_grid(o.block / team_, o.form == Form::ReduceBlock ? kBlockRowWaves : 1);
+    w_.set_grid(std::max<int64_t>(1, o.block / team_), o.form == Form::ReduceBlock ? kBlockRowWaves : 1);
     if (split_ > 1) o.grid = (o.form == Form::ReduceColumns ? (o.rows + 31) / 32 : o.rows) * split_;
     o.split = split_;
     w_.set_index_type();
@@ -169,12 +176,19 @@ class ReductionWriter {
     if (o.form == Form::ReduceColumns) {
       columns_loop();
     } else {
-      L_.add(team_ == 1 ? "const int lane = 0;" : cat("const int lane = threadIdx.x % ", team_, ";"));
+      L_.add(team_ == 1      ? std::string("const int lane = 0;")
+             : cluster_ > 1 ? cat("const int lane = int(cr::cluster_rank()) * ", o.block, " + int(threadIdx.x);")
+                            : cat("const int lane = threadIdx.x % ", team_, ";"));
       if (o.form == Form::ReduceBlock) shared_partials();
       if (split_ > 1) return split_rows();
-      const std::string& idx = w_.idx, rpb = cat(o.block / team_);
-      L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) * ", rpb, " + ", idx, "(threadIdx.x / ", team_, "); row < ",
-                  w_.product_text(0, outer), "; row += ", idx, "(gridDim.x) * ", rpb, ")"));
+      const std::string& idx = w_.idx;
+      if (cluster_ > 1)  // (a cluster a row: every block of it walks the same rows)
+        L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) / ", cluster_, "; row < ", w_.product_text(0, outer),
+                    "; row += ", idx, "(gridDim.x) / ", cluster_, ")"));
+      else
+        L_.open(cat("for (", idx, " row = ", idx, "(blockIdx.x) * ", o.block / team_, " + ", idx, "(threadIdx.x / ",
+                    team_, "); row < ", w_.product_text(0, outer), "; row += ", idx, "(gridDim.x) * ", o.block / team_,
+                    ")"));
     }
     w_.decompose("row", 0, outer, outer);
     if (w_.dynamic && persistent_) {  // rows of exactly the bucket's length need no checks
@@ -326,8 +340,27 @@ class ReductionWriter {
   }
 
   void shared_partials() {
-    for (size_t a = 0; a < k_.accs.size(); ++a)
-      L_.add(cat("__shared__ ", cuda_type(cuda_acc_dtype(k_.accs[a])), " red", a, "[", w_.out.block / 32, "];"));
+    for (size_t a = 0; a < k_.accs.size(); ++a) {
+      const char* t = cuda_type(cuda_acc_dtype(k_.accs[a]));
+      L_.add(cat("__shared__ ", t, " red", a, "[", w_.out.block / 32, "];"));
+      if (cluster_ > 1) L_.add(cat("__shared__ ", t, " cred", a, ";"));  // (the block's, read by the cluster)
+    }
+  }
+
+  // Blocks a row (a thread-block cluster, sm_90) for few long rows of a specialised block
+  // reduction whose folds are exact in any order (max / min, integers): the row's elements
+  // spread over the cluster, each block's fold merged in rank order. 1: a block a row.
+  int64_t cluster_size(const CudaKernel& o) const {
+    constexpr int64_t kCluster = 8, kMinBlockElements = 1024;  // (8: the portable cluster size)
+    const std::string& arch = w_.target.arch;  // ("sm_90", "sm_100a", ...)
+    if (o.form != Form::ReduceBlock || w_.config.team > 0) return 1;
+    if (arch.rfind("sm_", 0) != 0 || std::atoi(arch.c_str() + 3) < 90) return 1;
+    if (o.rows * kCluster > w_.target.sm_count || o.row_size < kCluster * kMinBlockElements) return 1;
+    for (const Accumulate& a : k_.accs) {
+      const bool exact = a.kind == ReduceKind::Max || a.kind == ReduceKind::Min || !is_floating(cuda_acc_dtype(a));
+      if (!exact || a.kind == ReduceKind::OrderedSum || a.kind == ReduceKind::OrderedMax) return 1;
+    }
+    return kCluster;
   }
 
   void stages() {
@@ -532,14 +565,17 @@ class ReductionWriter {
   void team_reduce(size_t a) {
     std::string fold = cat(fold_name(k_.accs[a].kind), "()");
     if (team_ == 32) L_.add(cat("acc", a, " = cr::warp_reduce(acc", a, ", ", fold, ");"));
-    else if (team_ > 32) L_.add(cat("acc", a, " = cr::block_reduce<", team_, ">(acc", a, ", ", fold, ", red", a, ");"));
+    else if (team_ > 32)
+      L_.add(cat("acc", a, " = cr::block_reduce<", w_.out.block, ">(acc", a, ", ", fold, ", red", a, ");"));
+    if (cluster_ > 1)
+      L_.add(cat("acc", a, " = cr::cluster_reduce<", cluster_, ">(acc", a, ", ", fold, ", &cred", a, ");"));
   }
 
   KernelWriter& w_;
   const Kernel& k_;
   Lines& L_;
   Exprs ex_;
-  int64_t team_ = 1, items_ = 1, split_ = 1;
+  int64_t team_ = 1, items_ = 1, split_ = 1, cluster_ = 1;
   std::string first_c_ = "lane", end_c_;  // the looped form's elements of this block (split_rows)
   int vec_ = 1;  // persistent rows: elements a lane reads with one vector load (vector_group)
   bool persistent_ = false;

@@ -295,6 +295,35 @@ TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cu
   }
 }
 
+TEST_CASE("cuda: a few long rows of exact folds reduce over a thread-block cluster (sm_90)", "[cuda]") {
+  if (!have_nvrtc()) return;
+  // a decode step's argmax over GPT-2's vocabulary: 8 blocks a row, each element read once
+  // (persistent), max then the first position merged across the cluster in rank order
+  Context ctx;
+  Builder B{ctx};
+  int32_t x = B.input(sample({2, 50257}, DType::f32, 9));
+  B.g.outputs = {B.op("argmax", {T(x), N(-1), Bool(true)})};
+  Compiled r = compile(B, "argmax_cluster");
+  REQUIRE(r.module.kernels.size() == 1);
+  const jit::cuda::CudaKernel& k = r.module.kernels[0];
+  CHECK(k.cluster == 8);
+  CHECK(k.grid == 2 * 8);
+  CHECK(k.persistent);
+  CHECK(r.module.source.find("__cluster_dims__(8, 1, 1)") != std::string::npos);
+  CHECK(r.module.source.find("cr::cluster_reduce<8>") != std::string::npos);
+  // float sums (their rounding would follow the split), many rows, short rows: a block a row
+  const std::pair<const char*, Shape> others[] = {{"sum", {2, 50257}}, {"amax", {64, 50257}}, {"amax", {2, 4000}}};
+  for (auto [op, shape] : others) {
+    Context c2;
+    Builder B2{c2};
+    int32_t y = B2.input(sample(shape, DType::f32, 10));
+    B2.g.outputs = {B2.op(op, {T(y), N(-1)})};
+    Compiled r2 = compile(B2, cat(op, "_no_cluster"));
+    INFO(op << " " << shape_str(shape));
+    for (const jit::cuda::CudaKernel& k2 : r2.module.kernels) CHECK(k2.cluster == 1);
+  }
+}
+
 TEST_CASE("cuda: fused graphs keep the CPU backend's kernel counts", "[cuda]") {
   if (!have_nvrtc()) return;
   Context ctx;

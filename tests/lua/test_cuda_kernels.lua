@@ -111,6 +111,32 @@ describe("CUDA kernels", function()
     end
     expect.eq(T.cuda.stats().host_ops, h, "ops on host copies")
   end)
+  it("find the extremes of a few long rows over thread-block clusters: ties, NaN, -inf, eager and compiled", function()
+    need_gpu()
+    T.manual_seed(45)
+    local fns = { function(t) return t:argmax(-1, true) end, function(t) return t:argmin(2) end,
+      function(t) local v, i = t:max(2); return v, i end, function(t) return t:amax(-1) end,
+      function(t) return t:argmax() end }
+    for _, dt in ipairs { "float32", "int64", "bfloat16" } do
+      local x = (T.randn(3, 50257) * 100):to(dt)
+      x[1][40000], x[1][9001], x[1][50257] = 1e4, 1e4, 1e4  -- (a tie across blocks: the first position wins)
+      x[2]:fill_(dt == "int64" and -2 ^ 62 or -math.huge)
+      x[2][30000] = dt == "int64" and -2 ^ 62 or -math.huge
+      if dt ~= "int64" then x[3][45000], x[3][12345] = 0 / 0, 0 / 0 end -- (the first NaN is the extreme)
+      local d = x:cuda()
+      for k, fn in ipairs(fns) do
+        local f = T.compile(fn)
+        local want = { fn(x) }
+        for round = 1, 3 do
+          for j, got in ipairs({ (round == 1 and fn or f)(d) }) do
+            local a, b = got:cpu():double(), want[j]:double()
+            expect.eq(a:eq(b):logical_or(a:ne(a):logical_and(b:ne(b))):all():item(), true,
+              ("%s fn %d result %d round %d"):format(dt, k, j, round))
+          end
+        end
+      end
+    end
+  end)
   it("draw random numbers on the device (rand, randn, randint), the CPU's numbers (Philox), eager and compiled", function()
     need_gpu()
     local h = T.cuda.stats().host_ops

@@ -4,9 +4,10 @@
 -- the prompt, one for the decode steps). Per mode, after one warm-up generation (which compiles),
 -- the medians over ROUNDS of prefill ms and decode tokens/s = batch * (NEW - 1) / decode time.
 --   crescent bench/gpt2_bench.lua CONFIG BATCH PROMPT NEW ROUNDS      -> one JSON line
---   (DEVICE=cuda: the model and the prompt on the GPU; DTYPE=bfloat16; QUANT=int8; KV=static)
+--   (DEVICE=cuda: the model and the prompt on the GPU; DTYPE=bfloat16; QUANT=int8; KV=static; AUTOTUNE=1)
 local T = require "crescent"
 T.config.sync_compile = true  -- compiles in line: the timed calls run native code
+T.config.autotune = os.getenv("AUTOTUNE") == "1"  -- every compile tunes its kernels (max-autotune's)
 local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
 package.path = dir .. "/examples/?.lua;" .. package.path
 local G = require "models.gpt2"
@@ -53,6 +54,7 @@ local function measure(step, kv_cache)
   local t0 = tonumber(now())
   generate(step, kv_cache)
   local first_ms = (tonumber(now()) - t0) / 1e3
+  T.compiler.wait()  -- (background tuning done before the timed generations)
   local pre, tps = {}, {}
   for r = 1, rounds do pre[r], tps[r] = generate(step, kv_cache) end
   return median(pre), median(tps), first_ms

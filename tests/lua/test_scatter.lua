@@ -146,6 +146,26 @@ describe("scatter-add semantics", function()
     expect.close(runs[2][1]:double(), want:index_add(1, ix, src:double()), 1e-4, 1e-4)
     expect.eq(runs[2][4]:sum():item(), 200000)
   end)
+  it("checks a long line's positions as it adds them: the first one out of range raises, self untouched", function()
+    local src, ix = T.randn(200000), T.randint(1, 1001, { 200000 })
+    local strided = T.randint(1, 1001, { 200000, 2 }):select(2, 1)  -- (an index read by its stride)
+    for _, bad in ipairs({ { 150000, 0 }, { 7, 1001 }, { 199999, -3 } }) do
+      local n = tostring(bad[2]):gsub("%-", "%%-")  -- (a pattern)
+      local i = ix:clone()
+      i[bad[1]] = bad[2]
+      i[bad[1] + 1] = 5000  -- (a later bad one: not the one named)
+      local x = T.randn(1000)
+      local before = x:clone()
+      expect.errors(function() x:index_add_(1, i, src) end,
+        ("index_add_: index %s is out of range for dim 1 of size 1000"):format(n))
+      expect.eq(x:eq(before):all():item(), true, "self untouched")
+      local j = strided:clone()
+      j[bad[1]] = bad[2]
+      expect.errors(function() T.zeros(1000):index_add(1, j, src) end, ("index %s is out of range"):format(n))
+    end
+    local want = T.zeros(1000, { dtype = "float64" }):index_add(1, strided, src:double())
+    expect.close(T.zeros(1000):index_add(1, strided, src):double(), want, 1e-4, 1e-4)
+  end)
   it("adds a long line into a large target by buckets of rows: the serial loop's sums, bit for bit", function()
     -- (two equal columns take the loop over lines, one row after another in index order)
     local function twice(t) return t:view(-1, 1):expand(t:numel(), 2):contiguous() end

@@ -257,23 +257,49 @@ template <class T> struct Line {
   }
 };
 
+// Elements k0..k1-1 of a one-column line added into o (rows od apart) while their positions are
+// within 1..rows: false at the first that is not (nothing of it added). The index is read once.
+template <class T> bool add_column(const Line<T>& l, T* o, int64_t od, int64_t k0, int64_t k1, uint64_t rows) {
+  if (l.id == 1 && l.sd == 1) {  // (dense: no stride multiplies in the loop)
+    for (int64_t k = k0; k < k1; ++k) {
+      const uint64_t r = uint64_t(l.ip[k]) - 1;
+      if (r >= rows) return false;
+      l.add(o[int64_t(r) * od], l.sp[k]);
+    }
+    return true;
+  }
+  for (int64_t k = k0; k < k1; ++k) {
+    const uint64_t r = uint64_t(l.ip[k * l.id]) - 1;
+    if (r >= rows) return false;
+    l.add(o[int64_t(r) * od], l.sp[k * l.sd]);
+  }
+  return true;
+}
+
 // A long single line into a small target (at most an eighth of the line: a histogram, bincount)
 // over the pool: cut into pieces, each summed into a zeroed target of its own (in parallel), then
 // the pieces added into out in order. Their number follows the line's length, never the threads,
 // so the result is the same on any number of threads: the serial sum's up to float rounding,
-// exact for integers and bool. (Larger targets go by buckets of rows: scatter_by_rows.)
-template <class T> void scatter_one_line(const Tensor& out, const Scatter& s, const Line<T>& line, int64_t K, int64_t J) {
-  const int64_t target = out.size(s.d) * J;
+// exact for integers and bool. (Larger targets go by buckets of rows: scatter_by_rows.) One
+// column checks its positions as it adds (out is only written when all are in range).
+template <class T>
+void scatter_one_line(const Tensor& out, const Scatter& s, const Line<T>& line, int64_t K, int64_t J,
+                      const std::string& what) {
+  const int64_t rows = out.size(s.d), target = rows * J;
+  if (J > 1) check_range(s.index, rows, what);
   const int64_t pieces = std::clamp<int64_t>(K * J / kParallelGrain, 2, 16);
   std::unique_ptr<T[]> sums(new T[size_t(pieces * target)]);
+  std::atomic<bool> bad{false};
   parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       Line<T> part = line;
       part.op = sums.get() + p * target, part.od = J, part.oj = 1;
       std::memset(static_cast<void*>(part.op), 0, size_t(target) * sizeof(T));  // (zero bits: 0 in every dtype)
-      part.run(0, 0, 0, K * p / pieces, K * (p + 1) / pieces, 0, J);
+      if (J > 1) part.run(0, 0, 0, K * p / pieces, K * (p + 1) / pieces, 0, J);
+      else if (!add_column(part, part.op, 1, K * p / pieces, K * (p + 1) / pieces, uint64_t(rows))) bad = true;
     }
   });
+  if (bad) check_range(s.index, rows, what);  // (raises, naming the first position out of range)
   const AddScaled<T> plus{compute_t<T>(1)};
   parallel_for(target, kParallelGrain, [&](int64_t e0, int64_t e1) {
     for (int64_t e = e0; e < e1; ++e) {
@@ -330,7 +356,7 @@ template <class T> void scatter_by_rows(const Line<T>& line, int64_t K, int64_t 
 // gradient: one line, the features cut into chunks); each adds in index order, so the result
 // does not depend on the threads. A single long line of fewer than 64 columns into a small
 // target (a 1-D index_add, bincount) is cut as scatter_one_line says.
-template <class T> void scatter_lines(const Tensor& out, const Scatter& s) {
+template <class T> void scatter_lines(const Tensor& out, const Scatter& s, const std::string& what) {
   const int nd = s.idx.dim(), d = s.d, jd = d == nd - 1 ? -1 : nd - 1;
   const Shape sizes = s.idx.sizes(), os = out.strides(), is = s.idx.strides(), ss = s.src.strides();
   const int64_t K = sizes[size_t(d)], J = jd < 0 ? 1 : sizes[size_t(jd)];
@@ -340,7 +366,8 @@ template <class T> void scatter_lines(const Tensor& out, const Scatter& s) {
   const Line<T> line{s.src.data<T>(), s.idx.data<int64_t>(), out.data<T>(), is[size_t(d)], ss[size_t(d)],
                      at(is, jd), at(ss, jd), os[size_t(d)], at(os, jd), AddScaled<T>{compute_t<T>(s.alpha)}};
   if (lines == 1 && J < 64 && K * J >= 2 * kParallelGrain && out.size(d) * J * 8 <= K * J)
-    return scatter_one_line(out, s, line, K, J);
+    return scatter_one_line(out, s, line, K, J, what);
+  check_range(s.index, out.size(d), what);
   if (lines == 1 && J == 1 && K >= 2 * kParallelGrain && out.size(d) < (int64_t(1) << 32))
     return scatter_by_rows(line, K, out.size(d));
   const int64_t want = lines >= num_threads() ? 1 : (num_threads() + lines - 1) / lines;
@@ -417,12 +444,12 @@ std::vector<Meta> infer_scatter_add(OpCall& c) { return infer_scatter(prepare_sc
 void scatter_add_into(const OpCall& c, const Tensor& out, const Scatter& s, bool in_place) {
   const Tensor x = at_least_1d(s.self);
   const std::string what = cat("dim ", s.d + 1, " of size ", x.size(s.d));
-  if (out.device().is_cpu()) check_range(s.index, x.size(s.d), what);  // (CUDA: the kernel checks)
   if (in_place && (may_overlap(out, s.src) || may_overlap(out, s.index)))
     fail("the source or index shares memory with the tensor written in place (PyTorch refuses it too): clone() it first");
   if (!in_place) copy_into(out, s.self);
   if (!out.device().is_cpu()) return cuda::scatter_add(c.ctx, at_least_1d(out), s.d, s.idx, s.src, s.alpha, c.def.name, what);
-  visit(out.dtype(), [&](auto t) { scatter_lines<decltype(t)>(at_least_1d(out), s); });
+  // (the positions are checked on the CPU by scatter_lines, on CUDA by the kernel)
+  visit(out.dtype(), [&](auto t) { scatter_lines<decltype(t)>(at_least_1d(out), s, what); });
 }
 
 void run_index_add(OpCall& c) { scatter_add_into(c, c.outs[0], prepare_index_add(c), false); }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "vm/deterministic.hpp"
@@ -62,15 +63,49 @@ template <class I, class W> struct Counter {
   W at(int64_t i) const { return w ? w[i] : W(1); }
 };
 
+// Counts of the values in [0, cap) among x[i0..i1) into four 32-bit tables (element i into table
+// i % 4: a run of one value waits on no store of its own), added into s; the range into a, b.
+template <class I> void count_four(const I* x, int64_t i0, int64_t i1, int64_t cap, uint32_t* t, int64_t* s, I& a, I& b) {
+  std::memset(t, 0, size_t(4 * cap) * sizeof(uint32_t));
+  I lo[4] = {a, a, a, a}, hi[4] = {b, b, b, b};  // (four chains of min / max too)
+  int64_t i = i0;
+  for (; i + 4 <= i1; i += 4)
+    for (int j = 0; j < 4; ++j) {
+      const I v = x[i + j];
+      lo[j] = std::min(lo[j], v);
+      hi[j] = std::max(hi[j], v);
+      if (uint64_t(int64_t(v)) < uint64_t(cap)) ++t[j * cap + v];  // (negative values: huge unsigned)
+    }
+  a = std::min({a, lo[0], lo[1], lo[2], lo[3]});
+  b = std::max({b, hi[0], hi[1], hi[2], hi[3]});
+  for (; i < i1; ++i) {
+    const I v = x[i];
+    a = std::min(a, v);
+    b = std::max(b, v);
+    if (uint64_t(int64_t(v)) < uint64_t(cap)) ++t[v];
+  }
+  for (int64_t v = 0; v < cap; ++v) s[v] += int64_t(t[v]) + t[cap + v] + t[2 * cap + v] + t[3 * cap + v];
+}
+
 // The first pass: each piece's minimum and maximum, and its sums of the values in [0, cap).
 template <class I, class W>
 void count_low(const Counter<I, W>& k, int64_t cap, std::vector<W>& sums, int64_t* mn, int64_t* mx) {
   std::vector<int64_t> lows(size_t(k.pieces)), highs(size_t(k.pieces));
   parallel_for(k.pieces, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<uint32_t> tables;
     for (int64_t p = p0; p < p1; ++p) {
       W* s = sums.data() + p * cap;
       I a = std::numeric_limits<I>::max(), b = std::numeric_limits<I>::min();
-      for (int64_t i = k.lo(p), e = k.lo(p + 1); i < e; ++i) {
+      const int64_t i0 = k.lo(p), i1 = k.lo(p + 1);
+      if constexpr (std::is_same_v<W, int64_t>) {
+        if (!k.w && i1 - i0 < (int64_t(1) << 32)) {  // (counting: 32-bit tables hold a piece's counts)
+          tables.resize(size_t(4 * cap));
+          count_four(k.x, i0, i1, cap, tables.data(), s, a, b);
+          lows[size_t(p)] = a, highs[size_t(p)] = b;
+          continue;
+        }
+      }
+      for (int64_t i = i0; i < i1; ++i) {
         const I v = k.x[i];
         a = std::min(a, v);
         b = std::max(b, v);

@@ -65,7 +65,8 @@ template <class I, class W> struct Counter {
 
 // Counts of the values in [0, cap) among x[i0..i1) into four 32-bit tables (element i into table
 // i % 4: a run of one value waits on no store of its own), added into s; the range into a, b.
-template <class I> void count_four(const I* x, int64_t i0, int64_t i1, int64_t cap, uint32_t* t, int64_t* s, I& a, I& b) {
+template <class I>
+void count_four(const I* x, int64_t i0, int64_t i1, int64_t cap, uint32_t* t, int64_t* s, I& a, I& b) {
   std::memset(t, 0, size_t(4 * cap) * sizeof(uint32_t));
   I lo[4] = {a, a, a, a}, hi[4] = {b, b, b, b};  // (four chains of min / max too)
   int64_t i = i0;

@@ -194,6 +194,11 @@ int32_t storage_root(const Graph& g, int32_t v);
 std::vector<char> written_roots(const Graph& g);
 // Whether op node n may fail on tensor values (registry flag kValueErrors): kept when unused.
 bool fails_on_values(const Graph& g, const Node& n);
+// Whether n is a view op whose output shares its first argument's storage (no data read).
+bool is_view_node(const Graph& g, const Node& n);
+// Value `from` replaced by `to` in every argument, output and view, and recorded in g.aliases
+// (copy: lazy tensors of `from` get a copy of `to`, else `to` itself).
+void substitute(Graph& g, int32_t from, int32_t to, bool copy);
 
 // Each returns the number of nodes it changed or removed. `optimize` runs them in order and
 // renumbers nothing: value ids stay those of the recording so lazy tensors can find theirs.

@@ -36,8 +36,6 @@ std::vector<char> written_roots(const Graph& g) {
   return w;
 }
 
-namespace {
-
 void substitute(Graph& g, int32_t from, int32_t to, bool copy) {
   for (Node& n : g.nodes)
     for (Arg& a : n.args) {
@@ -58,6 +56,8 @@ bool is_view_node(const Graph& g, const Node& n) {
   return out.node >= 0 && &g.nodes[size_t(out.node)] == &n && !n.args.empty() && n.args[0].tag == kTensor &&
          out.views == n.args[0].value;
 }
+
+namespace {
 
 // A node's identity for common-subexpression elimination: op, mutation epoch and arguments.
 std::string cse_key(const Node& n, int epoch) {

@@ -330,9 +330,7 @@ bool rewrite_epilogue(Graph& g, int32_t at, const Ops& ops, Uses& uses) {
 
 // Whether node n reads or writes storage `root` (a view node only makes metadata: it does not).
 bool touches(const Graph& g, const Node& n, int32_t root) {
-  if (n.kind != NodeKind::Op) return false;
-  if (n.def().kind == OpKind::View && !n.inplace() && n.outs.size() == 1 && g.values[size_t(n.outs[0])].views >= 0)
-    return false;
+  if (n.kind != NodeKind::Op || is_view_node(g, n)) return false;
   for (const Arg& a : n.args) {
     if (a.tag == kTensor && storage_root(g, a.value) == root) return true;
     for (int32_t v : a.values)
@@ -371,29 +369,17 @@ bool rewrite_attention_cache(Graph& g, int32_t at, const Ops& ops, Uses& uses) {
   if (vm.dtype != q.dtype || storage_root(g, index) == root || storage_root(g, p.args[2].value) == root) return false;
   std::vector<Arg> args = {p.args[0], p.args[1], p.args[2]};
   args.insert(args.end(), a.args.begin(), a.args.end());
-  // the index_put_'s result is `self` (the op returns it): later nodes, outputs and views take it
-  for (size_t j = size_t(p_at) + 1; j < g.nodes.size(); ++j) {
-    std::vector<Arg> moved = g.nodes[j].args;
-    bool used = false;
-    for (Arg& x : moved) {
-      if (x.tag == kTensor && x.value == result) x.value = self, used = true;
-      for (int32_t& v : x.values)
-        if (v == result) v = self, used = true;
-    }
-    if (used) uses.set_args(g, int32_t(j), std::move(moved));
-  }
-  for (int32_t& o : g.outputs)
-    if (o == result) o = self;
-  for (Value& v : g.values)
-    if (v.views == result) v.views = self;
-  g.aliases.push_back(Graph::Alias{result, self, false});
-  uses.set_args(g, p_at, {});
+  Node& fused = g.nodes[size_t(at)];
+  fused.args = std::move(args);
+  fused.op = ops._attention_cache;
+  fused.where = p.where;  // (the errors it may raise on values are the write's)
+  p.args.clear();
   p.op = ops.clone;  // (no arguments, no outputs: eliminate_dead_code drops it)
   p.outs.clear();
   g.values[size_t(result)].node = -1;
-  uses.set_args(g, at, std::move(args));
-  g.nodes[size_t(at)].op = ops._attention_cache;
-  g.nodes[size_t(at)].where = p.where;  // (the errors it may raise on values are the write's)
+  // the index_put_'s result is `self` (the op returns it): later nodes, outputs and views take it
+  substitute(g, result, self, false);
+  uses = Uses(g);  // (recounted: the substitution reaches every node)
   return true;
 }
 

@@ -234,12 +234,28 @@ template <class T> struct Line {
   T* op;
   int64_t id, sd, ij, sj, od, oj;  // strides: index / source / out along d and j
   AddScaled<T> add;
+  // Elements k0..k1-1 of one column (source s, index i, target o) while their positions are
+  // within 1..rows: false at the first that is not, nothing of it added (rows UINT64_MAX: the
+  // positions were checked before). The dense loop has no stride multiplies.
+  bool column(T* o, const T* s, const int64_t* i, int64_t k0, int64_t k1, uint64_t rows) const {
+    if (id == 1 && sd == 1) {
+      for (int64_t k = k0; k < k1; ++k) {
+        const uint64_t r = uint64_t(i[k]) - 1;
+        if (r >= rows) return false;
+        add(o[int64_t(r) * od], s[k]);
+      }
+      return true;
+    }
+    for (int64_t k = k0; k < k1; ++k) {
+      const uint64_t r = uint64_t(i[k * id]) - 1;
+      if (r >= rows) return false;
+      add(o[int64_t(r) * od], s[k * sd]);
+    }
+    return true;
+  }
   void run(int64_t ob, int64_t ib, int64_t sb, int64_t k0, int64_t k1, int64_t j0, int64_t j1) const {
     if (j1 - j0 == 1) {  // one column (a 1-D line, bincount): no inner loop
-      T* o = op + ob + j0 * oj;
-      const T* s = sp + sb + j0 * sj;
-      const int64_t* i = ip + ib + j0 * ij;
-      for (int64_t k = k0; k < k1; ++k) add(o[(i[k * id] - 1) * od], s[k * sd]);
+      column(op + ob + j0 * oj, sp + sb + j0 * sj, ip + ib + j0 * ij, k0, k1, UINT64_MAX);
       return;
     }
     for (int64_t k = k0; k < k1; ++k) {
@@ -256,25 +272,6 @@ template <class T> struct Line {
     }
   }
 };
-
-// Elements k0..k1-1 of a one-column line added into o (rows od apart) while their positions are
-// within 1..rows: false at the first that is not (nothing of it added). The index is read once.
-template <class T> bool add_column(const Line<T>& l, T* o, int64_t od, int64_t k0, int64_t k1, uint64_t rows) {
-  if (l.id == 1 && l.sd == 1) {  // (dense: no stride multiplies in the loop)
-    for (int64_t k = k0; k < k1; ++k) {
-      const uint64_t r = uint64_t(l.ip[k]) - 1;
-      if (r >= rows) return false;
-      l.add(o[int64_t(r) * od], l.sp[k]);
-    }
-    return true;
-  }
-  for (int64_t k = k0; k < k1; ++k) {
-    const uint64_t r = uint64_t(l.ip[k * l.id]) - 1;
-    if (r >= rows) return false;
-    l.add(o[int64_t(r) * od], l.sp[k * l.sd]);
-  }
-  return true;
-}
 
 // A long single line into a small target (at most an eighth of the line: a histogram, bincount)
 // over the pool: cut into pieces, each summed into a zeroed target of its own (in parallel), then
@@ -296,7 +293,8 @@ void scatter_one_line(const Tensor& out, const Scatter& s, const Line<T>& line, 
       part.op = sums.get() + p * target, part.od = J, part.oj = 1;
       std::memset(static_cast<void*>(part.op), 0, size_t(target) * sizeof(T));  // (zero bits: 0 in every dtype)
       if (J > 1) part.run(0, 0, 0, K * p / pieces, K * (p + 1) / pieces, 0, J);
-      else if (!add_column(part, part.op, 1, K * p / pieces, K * (p + 1) / pieces, uint64_t(rows))) bad = true;
+      else if (!part.column(part.op, part.sp, part.ip, K * p / pieces, K * (p + 1) / pieces, uint64_t(rows)))
+        bad = true;
     }
   });
   if (bad) check_range(s.index, rows, what);  // (raises, naming the first position out of range)

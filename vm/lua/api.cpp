@@ -464,7 +464,7 @@ void api_host_memory(int32_t reset_peak, double* out) {
   if (reset_peak) host_storage_reset_peak();
 }
 const char* api_cpu_info(int32_t what) {
-  static const std::string capability = use_avx512_loops() ? "AVX512" : "AVX2";
+  static const std::string capability = use_avx512_loops() ? "AVX512" : cpu_has_avx2_fma() ? "AVX2" : "DEFAULT";
   static const std::string blas = [] {
     try {
       const Cblas& b = cblas("T.__config__");

@@ -238,8 +238,9 @@ typedef struct cr_api {
   /* CPU tensor storage (vm/host_memory.hpp): out[0] bytes in use, out[1] the peak since the last
    * reset; reset_peak 1 then starts a new peak at the bytes in use */
   void (*host_memory)(int32_t reset_peak, double* out);
-  /* the host CPU as crescent uses it: what 0, the capability of its kernels ("AVX512", "AVX2");
-   * 1, the BLAS ("OpenBLAS, core SkylakeX (named by crescent)", or why it is not there) */
+  /* the host CPU as crescent uses it: what 0, the capability of its kernels ("AVX512", "AVX2",
+   * "DEFAULT"); 1, the BLAS ("OpenBLAS, core SkylakeX (named by crescent)", or why it is not
+   * there) */
   const char* (*cpu_info)(int32_t what);
   const cr_autograd_api* autograd;
   const cr_stream_api* stream;

@@ -12,6 +12,7 @@
 #include "vm/lua/stdlib.hpp"
 #include "vm/lua/traceback.hpp"
 
+#include "vm/cpu_march.hpp"
 #include "vm/env.hpp"
 #include "vm/tensor.hpp"
 
@@ -105,8 +106,7 @@ int load_embedded(lua_State* L) {
 
 static void check_cpu() {
 #if defined(__x86_64__) && defined(__AVX2__)
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+  if (!cpu_has_avx2_fma())
     throw std::runtime_error(std::string("crescent: this build needs a CPU with AVX2 and FMA (-march=") + CRESCENT_MARCH +
                              "); rebuild with -DCRESCENT_MARCH=x86-64");
 #endif

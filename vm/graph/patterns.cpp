@@ -18,6 +18,7 @@
 
 #include "vm/cuda/blaslt.hpp"
 #include "vm/kernels/cuda/attention.hpp"
+#include "vm/kernels/cuda/gemv.hpp"
 #include "vm/graph/graph.hpp"
 #include "vm/ops/attention.hpp"
 
@@ -273,6 +274,17 @@ bool bias_fits(const ValueMeta& b, const ValueMeta& out) {
          b.dtype == out.dtype && b.device == out.device;
 }
 
+// Whether CUDA runs a product with this output as a GEMV (at most cuda::kGemvRows rows).
+bool gemv_sized(const ValueMeta& out) {
+  if (out.dtype != DType::f32 && out.dtype != DType::f16 && out.dtype != DType::bf16) return false;
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < out.sizes.size(); ++i) {
+    if (out.sizes[i].sym >= 0) return false;
+    rows *= out.sizes[i].value;
+  }
+  return rows <= cuda::kGemvRows;
+}
+
 // Follows the single-use chain from head node `at` to the last node it fuses (c->last).
 bool match_epilogue(Graph& g, int32_t at, const Ops& ops, const Uses& uses, Chain* c) {
   Node& head = g.nodes[size_t(at)];
@@ -299,7 +311,9 @@ bool match_epilogue(Graph& g, int32_t at, const Ops& ops, const Uses& uses, Chai
     v = n->outs[0];
     n = single_user(g, v, uses);
   }
-  const bool residual_ok = out.device.is_cpu() || std::string(c->act) == "none";  // (cuBLASLt: before its activation)
+  // (cuBLASLt adds it before its activation; the GEMV's add of it lengthened the decode step,
+  // whose next kernel, a layer norm, reads both addends anyway)
+  const bool residual_ok = out.device.is_cpu() || (std::string(c->act) == "none" && !gemv_sized(out));
   if (n && residual_ok) {
     const int32_t r = other_addend(*n, v, ops.add);
     const ValueMeta* rm = r >= 0 ? &g.values[size_t(r)].meta : nullptr;

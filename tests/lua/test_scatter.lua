@@ -170,7 +170,7 @@ describe("scatter-add semantics", function()
     -- (two equal columns take the loop over lines, one row after another in index order)
     local function twice(t) return t:view(-1, 1):expand(t:numel(), 2):contiguous() end
     local n0 = T.get_num_threads()
-    for _, dt in ipairs({ "float32", "float16", "float64", "int64" }) do
+    for _, dt in ipairs({ "float32", "float16", "bfloat16", "float64", "int64", "int32" }) do
       local x, src = (T.randn(150000) * 8):to(dt), (T.randn(200000) * 8):to(dt)
       local ix = T.randint(1, 150001, { 200000 })
       local want = twice(x):scatter_add(1, twice(ix), twice(src)):select(2, 1)
@@ -182,6 +182,30 @@ describe("scatter-add semantics", function()
       end
       T.set_num_threads(n0)
     end
+  end)
+  it("checks the bucketed line's positions before it writes; strided operands and self", function()
+    local src, ix = T.randn(200000), T.randint(1, 150001, { 200000 })
+    for _, bad in ipairs({ { 1, 0 }, { 123456, 150001 }, { 200000, -2 } }) do
+      local n = tostring(bad[2]):gsub("%-", "%%-")
+      local i = ix:clone()
+      i[bad[1]] = bad[2]
+      local x = T.randn(150000)
+      local before = x:clone()
+      expect.errors(function() x:scatter_add_(1, i, src) end,
+        ("scatter_add_: index %s is out of range for dim 1 of size 150000"):format(n))
+      expect.eq(x:eq(before):all():item(), true, "self untouched")
+      expect.errors(function() x:index_add(1, i, src) end, ("index %s is out of range"):format(n))
+    end
+    -- (strided index, source and self; a self of {n, 1}: the same line)
+    local wide_i, wide_s = T.randint(1, 150001, { 200000, 3 }), T.randn(200000, 3)
+    local i, s = wide_i:select(2, 2), wide_s:select(2, 3)
+    local xs = T.randn(150000, 2):select(2, 2)
+    local want = T.zeros(150000, { dtype = "float64" }):index_add(1, i, s:double()) + xs:double()
+    expect.close(xs:index_add(1, i, s):double(), want, 1e-4, 1e-4)
+    local column = xs:contiguous():view(150000, 1):index_add(1, i, s:view(200000, 1))
+    expect.close(column:view(150000):double(), want, 1e-4, 1e-4)
+    expect.close(T.zeros(150000):index_add(1, T.ones(200000, { dtype = "int64" }) * 7, s):narrow(1, 7, 1),
+      T.tensor({ s:double():sum():item() }), 1e-3, 1e-3)
   end)
   it("refuses a source or index that overlaps self in place (as PyTorch)", function()
     local y = T.randn(4, 3)

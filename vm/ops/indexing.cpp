@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include "vm/alloc.hpp"
 #include "vm/cuda/memory.hpp"
@@ -307,67 +310,138 @@ void scatter_one_line(const Tensor& out, const Scatter& s, const Line<T>& line, 
   });
 }
 
-// A long 1-D line into a large target over the pool: its (row, value) pairs move first, in
-// order, to buckets of 256 KiB of target rows (a counting pass and a placing pass over pieces of
-// the line), then each bucket adds into its own rows, cache-resident, in order. Every row gets
-// its adds in index order: the serial loop's result, bit for bit, on any number of threads.
-template <class T> void scatter_by_rows(const Line<T>& line, int64_t K, int64_t rows) {
+// A whole 64-byte line past the cache (write-combined: a chain's blocks are read only after the
+// pass), or the first `bytes` of a line plainly. stream_fence() orders this thread's lines.
+inline void stream_line(void* dst, const void* src, int64_t bytes) {
+#if defined(__AVX__)
+  if (bytes == 64) {
+    const __m256i* from = static_cast<const __m256i*>(src);
+    _mm256_stream_si256(static_cast<__m256i*>(dst), _mm256_load_si256(from));
+    _mm256_stream_si256(static_cast<__m256i*>(dst) + 1, _mm256_load_si256(from + 1));
+    return;
+  }
+#endif
+  std::memcpy(dst, src, size_t(bytes));
+}
+inline void stream_fence() {
+#if defined(__AVX__)
+  _mm_sfence();
+#endif
+}
+
+// A long 1-D line into a large target over the pool, in two passes. Each piece of the line
+// appends its (row, value) pairs, in order, to a chain per bucket of 256 KiB of target rows:
+// 4 KiB blocks filled a 64-byte line at a time (staged in cache, then stored past it), and the
+// positions checked on the way (false: one is out of range, nothing written). Then each bucket,
+// cache-resident, takes base's rows (an out-of-place add's self; null: out has them) and adds
+// its chains in piece order: the serial loop's result, bit for bit, on any number of threads.
+template <class T> bool scatter_by_rows(const Line<T>& line, int64_t K, int64_t rows, const T* base) {
   struct Pair {
     uint32_t row;
     T v;
   };
+  static_assert(64 % sizeof(Pair) == 0);
+  constexpr int64_t kLine = 64 / sizeof(Pair), kBlock = 4096 / sizeof(Pair);
+  struct Chain {
+    std::vector<uint32_t> blocks;
+    int64_t n = 0;
+  };
   int shift = 10;
   while ((int64_t(sizeof(T)) << (shift + 1)) <= (int64_t(256) << 10)) ++shift;
   const int64_t buckets = ((rows - 1) >> shift) + 1, pieces = num_threads();
-  std::vector<int64_t> at(size_t(pieces * buckets), 0), start(size_t(buckets + 1), 0);
-  Scratch<Pair> pairs{size_t(K)};
-  auto each_piece = [&](auto&& fn) {
-    parallel_for(pieces, 1, [&](int64_t b, int64_t e) {
-      for (int64_t p = b; p < e; ++p) fn(&at[size_t(p * buckets)], K * p / pieces, K * (p + 1) / pieces);
-    });
-  };
-  each_piece([&](int64_t* c, int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) ++c[(line.ip[k * line.id] - 1) >> shift];
-  });
-  for (int64_t b = 0, run = 0; b < buckets; ++b) {
-    start[size_t(b)] = run;
-    for (int64_t p = 0; p < pieces; ++p) {  // (a piece's count becomes its first slot)
-      const int64_t c = at[size_t(p * buckets + b)];
-      at[size_t(p * buckets + b)] = run;
-      run += c;
+  std::vector<int64_t> first(size_t(pieces + 1), 0);  // each piece's blocks: its pairs' and a partial one a bucket
+  for (int64_t p = 0; p < pieces; ++p)
+    first[size_t(p + 1)] = first[size_t(p)] + (K * (p + 1) / pieces - K * p / pieces + kBlock - 1) / kBlock + buckets;
+  Scratch<Pair> pool{size_t(first[size_t(pieces)] * kBlock)};  // (host_alloc: 64-byte aligned)
+  std::vector<Chain> chains(size_t(pieces * buckets));
+  std::atomic<bool> bad{false};
+  parallel_for(pieces, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      Scratch<Pair> stage{size_t(buckets * kLine)};
+      std::vector<uint32_t> fill(size_t(buckets), 0);
+      std::vector<Pair*> at(size_t(buckets), nullptr);  // the next free line of the bucket's last block
+      Chain* chain = &chains[size_t(p * buckets)];
+      int64_t next = first[size_t(p)];
+      auto put = [&](int64_t b, int64_t n) {  // the staged line of bucket b (n pairs) to its chain
+        if (chain[b].n % kBlock == 0) {  // (its last block is full: the piece's next one)
+          chain[b].blocks.push_back(uint32_t(next));
+          at[size_t(b)] = pool.p + next++ * kBlock;
+        }
+        stream_line(at[size_t(b)], stage.p + b * kLine, n * int64_t(sizeof(Pair)));
+        at[size_t(b)] += n;
+        chain[b].n += n;
+      };
+      const int64_t k0 = K * p / pieces, k1 = K * (p + 1) / pieces;
+      const int64_t* ip = line.ip;
+      const T* sp = line.sp;
+      uint32_t* f = fill.data();
+      for (int64_t k = k0; k < k1; ++k) {
+        const uint64_t r = uint64_t(ip[k * line.id]) - 1;
+        if (r >= uint64_t(rows)) {
+          bad = true;
+          break;
+        }
+        const int64_t b = int64_t(r >> shift);
+        const uint32_t n = f[b];
+        stage.p[b * kLine + n] = Pair{uint32_t(r), sp[k * line.sd]};
+        f[b] = uint32_t((n + 1) % kLine);
+        if (f[b] == 0) put(b, kLine);
+      }
+      for (int64_t b = 0; b < buckets; ++b)
+        if (f[b]) put(b, f[b]);
+      stream_fence();
     }
-  }
-  start[size_t(buckets)] = K;
-  each_piece([&](int64_t* o, int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) {
-      const int64_t r = line.ip[k * line.id] - 1;
-      pairs.p[o[r >> shift]++] = Pair{uint32_t(r), line.sp[k * line.sd]};
-    }
   });
+  if (bad) return false;
   parallel_for(buckets, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t j = start[size_t(b0)]; j < start[size_t(b1)]; ++j) line.add(line.op[pairs.p[j].row * line.od], pairs.p[j].v);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b << shift;
+      if (base) std::memcpy(line.op + r0, base + r0, size_t(std::min(rows - r0, int64_t(1) << shift)) * sizeof(T));
+      for (int64_t p = 0; p < pieces; ++p) {
+        const Chain& c = chains[size_t(p * buckets + b)];
+        for (size_t i = 0; i < c.blocks.size(); ++i) {
+          const Pair* q = pool.p + int64_t(c.blocks[i]) * kBlock;
+          const int64_t n = std::min<int64_t>(kBlock, c.n - int64_t(i) * kBlock);
+          for (int64_t j = 0; j < n; ++j) line.add(line.op[q[j].row * line.od], q[j].v);
+        }
+      }
+    }
   });
+  return true;
 }
 
 // The lines of the iteration shape: every dim but d and the inner dim j (the last, unless d is),
 // whose range is cut into chunks when there are fewer lines than threads (an embedding's
 // gradient: one line, the features cut into chunks); each adds in index order, so the result
 // does not depend on the threads. A single long line of fewer than 64 columns into a small
-// target (a 1-D index_add, bincount) is cut as scatter_one_line says.
-template <class T> void scatter_lines(const Tensor& out, const Scatter& s, const std::string& what) {
+// target (a 1-D index_add, bincount) is cut as scatter_one_line says, one into a large target
+// goes by buckets of rows (scatter_by_rows). base: self, copied into a new out first (by the
+// buckets, where out is that one line), or null (in place).
+template <class T>
+void scatter_lines(const Tensor& out, const Scatter& s, const std::string& what, const Tensor* base) {
   const int nd = s.idx.dim(), d = s.d, jd = d == nd - 1 ? -1 : nd - 1;
   const Shape sizes = s.idx.sizes(), os = out.strides(), is = s.idx.strides(), ss = s.src.strides();
   const int64_t K = sizes[size_t(d)], J = jd < 0 ? 1 : sizes[size_t(jd)];
   const int64_t lines = s.idx.numel() / std::max<int64_t>(K * J, 1);
-  if (s.idx.numel() == 0) return;
+  if (s.idx.numel() == 0) {
+    if (base) copy_into(out, *base);
+    return;
+  }
   const auto at = [&](const Shape& st, int k) { return k < 0 ? int64_t(0) : st[size_t(k)]; };
   const Line<T> line{s.src.data<T>(), s.idx.data<int64_t>(), out.data<T>(), is[size_t(d)], ss[size_t(d)],
                      at(is, jd), at(ss, jd), os[size_t(d)], at(os, jd), AddScaled<T>{compute_t<T>(s.alpha)}};
+  if (lines == 1 && J == 1 && K >= 2 * kParallelGrain && out.size(d) * 8 > K && out.size(d) < (int64_t(1) << 32)) {
+    const bool by_bucket = base && out.numel() == out.size(d) && line.od == 1 && base->sizes() == out.sizes() &&
+                           base->dtype() == out.dtype() && base->is_contiguous();
+    if (base && !by_bucket) copy_into(out, *base);
+    if (!scatter_by_rows(line, K, out.size(d), by_bucket ? base->data<T>() : nullptr))
+      check_range(s.index, out.size(d), what);  // (raises, naming the first position out of range)
+    return;
+  }
+  if (base) copy_into(out, *base);
   if (lines == 1 && J < 64 && K * J >= 2 * kParallelGrain && out.size(d) * J * 8 <= K * J)
     return scatter_one_line(out, s, line, K, J, what);
   check_range(s.index, out.size(d), what);
-  if (lines == 1 && J == 1 && K >= 2 * kParallelGrain && out.size(d) < (int64_t(1) << 32))
-    return scatter_by_rows(line, K, out.size(d));
   const int64_t want = lines >= num_threads() ? 1 : (num_threads() + lines - 1) / lines;
   const int64_t chunks = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, J / 64)), chunk = (J + chunks - 1) / chunks;
   parallel_for(lines * chunks, std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, K * chunk)), [&](int64_t t0, int64_t t1) {
@@ -444,10 +518,12 @@ void scatter_add_into(const OpCall& c, const Tensor& out, const Scatter& s, bool
   const std::string what = cat("dim ", s.d + 1, " of size ", x.size(s.d));
   if (in_place && (may_overlap(out, s.src) || may_overlap(out, s.index)))
     fail("the source or index shares memory with the tensor written in place (PyTorch refuses it too): clone() it first");
-  if (!in_place) copy_into(out, s.self);
-  if (!out.device().is_cpu()) return cuda::scatter_add(c.ctx, at_least_1d(out), s.d, s.idx, s.src, s.alpha, c.def.name, what);
-  // (the positions are checked on the CPU by scatter_lines, on CUDA by the kernel)
-  visit(out.dtype(), [&](auto t) { scatter_lines<decltype(t)>(at_least_1d(out), s, what); });
+  if (!out.device().is_cpu()) {  // (the kernel checks the positions)
+    if (!in_place) copy_into(out, s.self);
+    return cuda::scatter_add(c.ctx, at_least_1d(out), s.d, s.idx, s.src, s.alpha, c.def.name, what);
+  }
+  // (scatter_lines checks the positions, and copies self into a new out where it is best done)
+  visit(out.dtype(), [&](auto t) { scatter_lines<decltype(t)>(at_least_1d(out), s, what, in_place ? nullptr : &x); });
 }
 
 void run_index_add(OpCall& c) { scatter_add_into(c, c.outs[0], prepare_index_add(c), false); }

@@ -13,6 +13,7 @@
 #include "jit/reduce.hpp"
 #include "vm/dtype.hpp"
 #include "vm/kernels/lanes.hpp"
+#include "vm/kernels/stream.hpp"
 #include "vm/registry.hpp"  // cr::BlockFn
 
 namespace cr::jit {
@@ -30,13 +31,13 @@ ReduceFn reduce_fn(ReduceKind kind, DType in);  // nullptr when unsupported (flo
 // Merges the partial accumulator `b` (positions after a's) into *a: for split reductions.
 void reduce_merge(ReduceKind kind, DType acc, void* a, const void* b);
 
-// Streaming stores (jit/cpu/stream.cpp): a generated kernel computes a block of a large output in
-// a stack array and hands it to stream_block, which writes it to dst with non-temporal stores
-// (no read of the destination lines into the cache first); stream_fence at the end of the
-// kernel's work items makes those stores visible before the thread pool reports them done.
+// Streaming stores (vm/kernels/stream.hpp): a generated kernel computes a block of a large output
+// in a stack array and hands it to stream_block, which writes it to dst with non-temporal stores;
+// stream_fence at the end of the kernel's work items makes those stores visible before the thread
+// pool reports them done.
 using StreamFn = void (*)(void* dst, const void* src, int64_t nbytes);
 using FenceFn = void (*)();
-void stream_block(void* dst, const void* src, int64_t nbytes);
-void stream_fence();
+using cr::stream_block;
+using cr::stream_fence;
 
 }  // namespace cr::jit

@@ -1,5 +1,6 @@
 // When a store of a generated CPU kernel streams past the cache (jit/cpu/stream_rule.cpp); the
-// emitter (emit.cpp) writes such a store through a stack block and stream_block (stream.cpp).
+// emitter (emit.cpp) writes such a store through a stack block and stream_block
+// (vm/kernels/stream.hpp).
 #pragma once
 
 #include "jit/loop_ir.hpp"

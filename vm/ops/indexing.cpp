@@ -8,14 +8,12 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#if defined(__AVX__)
-#include <immintrin.h>
-#endif
 
 #include "vm/alloc.hpp"
 #include "vm/cuda/memory.hpp"
 #include "vm/devices.hpp"
 #include "vm/kernels/cuda/scatter.hpp"
+#include "vm/kernels/stream.hpp"
 #include "vm/ops/indexing.hpp"
 #include "vm/ops/operands.hpp"
 
@@ -310,25 +308,6 @@ void scatter_one_line(const Tensor& out, const Scatter& s, const Line<T>& line, 
   });
 }
 
-// A whole 64-byte line past the cache (write-combined: a chain's blocks are read only after the
-// pass), or the first `bytes` of a line plainly. stream_fence() orders this thread's lines.
-inline void stream_line(void* dst, const void* src, int64_t bytes) {
-#if defined(__AVX__)
-  if (bytes == 64) {
-    const __m256i* from = static_cast<const __m256i*>(src);
-    _mm256_stream_si256(static_cast<__m256i*>(dst), _mm256_load_si256(from));
-    _mm256_stream_si256(static_cast<__m256i*>(dst) + 1, _mm256_load_si256(from + 1));
-    return;
-  }
-#endif
-  std::memcpy(dst, src, size_t(bytes));
-}
-inline void stream_fence() {
-#if defined(__AVX__)
-  _mm_sfence();
-#endif
-}
-
 // A long 1-D line into a large target over the pool, in two passes. Each piece of the line
 // appends its (row, value) pairs, in order, to a chain per bucket of 256 KiB of target rows:
 // 4 KiB blocks filled a 64-byte line at a time (staged in cache, then stored past it), and the
@@ -367,7 +346,7 @@ template <class T> bool scatter_by_rows(const Line<T>& line, int64_t K, int64_t 
           chain[b].blocks.push_back(uint32_t(next));
           at[size_t(b)] = pool.p + next++ * kBlock;
         }
-        stream_line(at[size_t(b)], stage.p + b * kLine, n * int64_t(sizeof(Pair)));
+        stream_block(at[size_t(b)], stage.p + b * kLine, n * int64_t(sizeof(Pair)));
         at[size_t(b)] += n;
         chain[b].n += n;
       };

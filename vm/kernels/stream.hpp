@@ -1,9 +1,8 @@
-// Non-temporal stores for generated CPU kernels (see helpers.hpp, and emit.cpp for when a store
-// streams): 32-byte AVX streams (the runtime's -march is x86-64-v3), or SSE2's 16-byte ones. The
-// write-combining buffers merge them into whole-line writes; fewer, wider stores matter where the
-// kernel is compute-bound (a sine per element), not on bandwidth.
-#include "jit/cpu/helpers.hpp"
-
+// Non-temporal ("streaming") stores: dst written without reading its lines into the cache first,
+// for output that nothing reads again soon (a generated CPU kernel's large result, jit/cpu; the
+// blocks of a bucketed scatter, vm/ops/indexing.cpp). 32-byte AVX streams (the runtime's -march
+// is x86-64-v3), or SSE2's 16-byte ones; the write-combining buffers merge them into whole lines.
+#pragma once
 #include <cstdint>
 #include <cstring>
 
@@ -11,9 +10,9 @@
 #include <immintrin.h>
 #endif
 
-namespace cr::jit {
+namespace cr {
 
-void stream_block(void* dst, const void* src, int64_t nbytes) {
+inline void stream_block(void* dst, const void* src, int64_t nbytes) {
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
 #if defined(__AVX__)
@@ -39,10 +38,12 @@ void stream_block(void* dst, const void* src, int64_t nbytes) {
   std::memcpy(d, s, size_t(nbytes));
 }
 
-void stream_fence() {
+// Streaming stores are weakly ordered: a thread drains its own before another may read them
+// (before a work item counts as done).
+inline void stream_fence() {
 #if defined(__SSE2__)
-  _mm_sfence();  // streaming stores are weakly ordered: drain them before the item counts as done
+  _mm_sfence();
 #endif
 }
 
-}  // namespace cr::jit
+}  // namespace cr

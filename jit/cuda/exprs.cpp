@@ -73,30 +73,24 @@ std::string plain_load(const Kernel& k, const Expr& e) {
 std::string Exprs::ref(int32_t i) {
   std::string id = cat("e", i);
   if (def_[size_t(i)]) return id;
-  if (pair) {
-    define_pair(i);
-    return id;
-  }
   const Expr& e = k_.body.exprs[size_t(i)];
-  std::string value = reuse ? reuse(i) : "";
-  bool reused = !value.empty();
-  if (!reused) {
+  const std::string value = !pair && reuse ? reuse(i) : "";
+  const bool reused = !value.empty();
+  if (!reused)
     for (int32_t o : {e.a, e.b, e.c})
       if (o >= 0) ref(o);
-    value = rhs(i);
-  }
-  out_.add(cat("const ", cuda_type(e.dtype), " ", id, " = ", value, ";"));
+  if (pair) define_pair(i);
+  else out_.add(cat("const ", cuda_type(e.dtype), " ", id, " = ", reused ? value : rhs(i), ";"));
   def_[size_t(i)] = 1;
   scopes_.back().push_back(i);
-  if (computed && !reused) computed(i);
+  if (computed && !reused && !pair) computed(i);
   return id;
 }
 
-// Both lanes of expression i: a rounding to 16 bits converts the two in one instruction.
+// Both lanes of expression i (its operands defined): a rounding to 16 bits converts the two in
+// one instruction.
 void Exprs::define_pair(int32_t i) {
   const Expr& e = k_.body.exprs[size_t(i)];
-  for (int32_t o : {e.a, e.b, e.c})
-    if (o >= 0) ref(o);
   const char* t = cuda_type(e.dtype);
   bool half = e.dtype == DType::f16 || e.dtype == DType::bf16;
   if (e.op == EOp::Cast && half && k_.body.exprs[size_t(e.a)].dtype != e.dtype) {
@@ -108,8 +102,6 @@ void Exprs::define_pair(int32_t i) {
     for (lane = 0; lane < 2; ++lane) out_.add(cat("const ", t, " ", name(i), " = ", rhs(i), ";"));
     lane = 0;
   }
-  def_[size_t(i)] = 1;
-  scopes_.back().push_back(i);
 }
 
 void Exprs::close_scope() {

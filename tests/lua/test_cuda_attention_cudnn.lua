@@ -6,6 +6,7 @@
 -- what still runs crescent's kernels (masks), and a CUDA graph replay. Needs a GPU of sm_90 or
 -- later and cuDNN 9.15 or later; skips cleanly elsewhere.
 local T = require "crescent"
+local work = require "cuda_work"
 
 local with_cudnn = require "with_cudnn_sdp"
 local with_determinism = require "with_determinism"
@@ -23,13 +24,6 @@ local function need_cudnn_attention()
 end
 
 
--- the device work f queued: {kernels of ours, library calls}
-local function work(f)
-  local s0 = T.cuda.stats()
-  local r = { f() }
-  local s1 = T.cuda.stats()
-  return s1.kernel_launches - s0.kernel_launches, s1.blas_calls - s0.blas_calls, unpack(r)
-end
 
 local function rel_err(got, want)
   got, want = got:cpu():double(), want:cpu():double()

@@ -6,8 +6,9 @@
 -- compiled to two fused calls (and the residual add at one row), and the GEMV kernel of up to 4 rows
 -- (vm/kernels/cuda/gemv.hpp): both weight layouts, every epilogue, the layouts it leaves to cuBLAS.
 local T = require "crescent"
+local work = require "cuda_work"
 local S = expect
-local SH = require "shell"
+local dumps = require "graph_dumps"
 
 S.covers("_addmm_epilogue")
 
@@ -66,23 +67,13 @@ end)
 
 -- fn compiled, called until its graph is optimised (the debug dump written), checked against eager.
 local function compiled_graph(fn, args)
-  local dir = SH.tmpdir()
-  local saved = T.config.debug_dir
-  T.config.debug_dir = dir
-  local f = T.compile(fn)
-  local got
-  for _ = 1, 4 do got = T.no_grad(f, unpack(args)) end
-  T.compiler.wait()
-  got = T.no_grad(f, unpack(args))
-  T.config.debug_dir = saved
-  local text = {}
-  for _, name in ipairs(SH.ls(dir)) do
-    if name:match("%.graph%.txt$") then
-      text[#text + 1] = SH.read(dir .. "/" .. name)
-    end
-  end
-  SH.rm(dir)
-  return got, table.concat(text, "\n")
+  local texts, got = dumps.capture(function()
+    local f = T.compile(fn)
+    for _ = 1, 4 do T.no_grad(f, unpack(args)) end
+    T.compiler.wait()
+    return T.no_grad(f, unpack(args))
+  end)
+  return got, table.concat(texts, "\n")
 end
 
 local function mlp(x, w1, b1, w2, b2)  -- GPT-2's MLP with its residual
@@ -95,7 +86,7 @@ describe("the epilogue rewrite in compiled functions", function()
     local args = { T.randn(2, 70, 32), T.randn(32, 128) * 0.1, T.randn(128), T.randn(128, 32) * 0.1, T.randn(32) }
     local got, text = compiled_graph(mlp, args)
     S.close(got, mlp(unpack(args)), 1e-5, 1e-5)
-    local optimised = text:match("%-%- optimised\n(.-)%-%- compile time") or text
+    local optimised = dumps.optimised(text) or text
     local _, fused = optimised:gsub("= _addmm_epilogue%(", "")
     S.eq(fused, 2, optimised)
   end)
@@ -109,11 +100,11 @@ describe("the epilogue rewrite in compiled functions", function()
     S.truthy(text:find("_addmm_epilogue(", 1, true), text)
     local x, w, b = T.randn(5, 16), T.randn(16, 8), T.randn(8)
     local _, erf = compiled_graph(function(a) return T.gelu(T.matmul(a, w) + b) end, { x })
-    local opt = erf:match("%-%- optimised\n(.-)%-%- compile time")
+    local opt = dumps.optimised(erf)
     S.truthy(opt:find('_addmm_epilogue(%0, %1, %3, nil, "none", false)', 1, true) and opt:find("= gelu(", 1, true), erf)
     local got2, twice = compiled_graph(function(a) local p = T.matmul(a, w) return p + b, p * 2 end, { x })
     S.close(got2, T.matmul(x, w) + b)
-    S.truthy(not twice:match("%-%- optimised\n(.-)%-%- compile time"):find("_addmm_epilogue", 1, true), twice)
+    S.truthy(not dumps.optimised(twice):find("_addmm_epilogue", 1, true), twice)
   end)
 end)
 
@@ -164,13 +155,9 @@ describe("cuBLASLt epilogues on CUDA", function()
       local f = T.compile(mlp)
       for _ = 1, 4 do T.no_grad(f, x, unpack(w)) end
       T.compiler.wait()
-      T.cuda.synchronize()
-      local s0 = T.cuda.stats()
-      local got = T.no_grad(f, x, unpack(w))
-      local s1 = T.cuda.stats()
+      local kernels, blas, got = work(function() return T.no_grad(f, x, unpack(w)) end)
       S.close(got:cpu(), mlp(x, unpack(w)):cpu(), 1e-4, 1e-4)
-      local launched = { s1.kernel_launches - s0.kernel_launches, s1.blas_calls - s0.blas_calls }
-      S.eq(launched, case[2], "kernels and cuBLAS calls a step")
+      S.eq({ kernels, blas }, case[2], "kernels and cuBLAS calls a step")
       T.backends.cuda.matmul.allow_tf32 = true
       local tf = T.no_grad(f, x, unpack(w))
       T.backends.cuda.matmul.allow_tf32 = false
@@ -182,15 +169,6 @@ end)
 describe("the GEMV kernel on CUDA (up to 4 rows, linear's weight layout)", function()
   -- (one rounding of a float sum of K terms of about 1)
   local tol = { float32 = { 1e-4, 1e-4 }, float16 = { 4e-3, 2e-3 }, bfloat16 = { 1.6e-2, 8e-3 } }
-
-  -- the device work of fn(): kernels launched and cuBLAS calls
-  local function work(fn)
-    T.cuda.synchronize()
-    local s0 = T.cuda.stats()
-    local r = fn()
-    local s1 = T.cuda.stats()
-    return r, s1.kernel_launches - s0.kernel_launches, s1.blas_calls - s0.blas_calls
-  end
 
   it("gives the CPU op's values with every epilogue, as one kernel and no cuBLAS call", function()
     S.need_gpu()
@@ -209,7 +187,7 @@ describe("the GEMV kernel on CUDA (up to 4 rows, linear's weight layout)", funct
           local what = ("%s %s %s transposed %s"):format(dt, table.concat(shape, "x", 1, 3), act, tostring(tr))
           local want = reference(x:to(dt):float(), w:to(dt):float(), b:to(dt):float(), r:to(dt):float(), act, tr)
           local dx, dw, db, dr = d(x), d(w), d(b), d(r)
-          local got, kernels, blas = work(function() return T._addmm_epilogue(dx, dw, db, dr, act, tr) end)
+          local kernels, blas, got = work(function() return T._addmm_epilogue(dx, dw, db, dr, act, tr) end)
           S.eq({ kernels, blas }, { 1, 0 }, what .. ": kernels and cuBLAS calls")
           S.close(got:float():cpu(), want, tol[dt][1], tol[dt][2] * shape[2] ^ 0.5, what)
         end
@@ -224,11 +202,11 @@ describe("the GEMV kernel on CUDA (up to 4 rows, linear's weight layout)", funct
     local x = T.randn(3, 64):cuda()
     for _, rows in ipairs { { 1, 64 }, { 4, 64 }, { 1, 1, 64 }, { 2, 2, 64 }, { 64 } } do
       local xr = T.randn(unpack(rows)):cuda()
-      local got, kernels, blas = work(function() return T.linear(xr, w, b) end)
+      local kernels, blas, got = work(function() return T.linear(xr, w, b) end)
       S.eq({ kernels, blas }, { 1, 0 }, "linear " .. table.concat(rows, "x"))
       S.close(got:cpu(), T.linear(xr:cpu(), w:cpu(), b:cpu()), 1e-5, 1e-4)
       for _, wt in ipairs { w:t(), w:t():contiguous() } do  -- (linear's layout, and {K, N})
-        local mm, k2, b2 = work(function() return T.matmul(xr, wt) end)
+        local k2, b2, mm = work(function() return T.matmul(xr, wt) end)
         S.eq({ k2, b2 }, { 1, 0 }, "matmul " .. table.concat(rows, "x"))
         S.close(mm:cpu(), T.matmul(xr:cpu(), wt:cpu()), 1e-5, 1e-4)
       end
@@ -236,7 +214,7 @@ describe("the GEMV kernel on CUDA (up to 4 rows, linear's weight layout)", funct
     local b1 = T.randn(1):cuda()  -- (a bias of one broadcast element: not the GEMV's {N})
     S.close(T.linear(x, w, b1):cpu(), T.linear(x:cpu(), w:cpu(), b1:cpu()), 1e-5, 1e-4)
     local x5 = T.randn(5, 64):cuda()
-    local got5, _, blas5 = work(function() return T.linear(x5, w, b) end)
+    local _, blas5, got5 = work(function() return T.linear(x5, w, b) end)
     S.eq(blas5, 1, "5 rows: cuBLAS")
     S.close(got5:cpu(), T.linear(x5:cpu(), w:cpu(), b:cpu()), 1e-5, 1e-4)
     -- rows 4 bytes off a 16-byte boundary; rows of 62 floats (not whole chunks); {K, N} rows of 95
@@ -246,7 +224,7 @@ describe("the GEMV kernel on CUDA (up to 4 rows, linear's weight layout)", funct
                     { x, T.randn(64, 95):cuda():t(), "95 columns of {K, N}" } }
     for _, case in ipairs(cases) do
       local xx, ww, what = case[1], case[2], case[3]
-      local got, _, blas = work(function() return T.linear(xx, ww) end)
+      local _, blas, got = work(function() return T.linear(xx, ww) end)
       S.eq(blas, 1, what .. ": cuBLAS")
       S.close(got:cpu(), T.linear(xx:cpu(), ww:cpu()), 1e-5, 1e-4, what)
     end

@@ -18,6 +18,13 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
   return r;
 }
 
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 0, off = to.size() - from.size(); i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[off + i]) return false;
+  return true;
+}
+
 Shape broadcast_strides(const Tensor& t, const Shape& shape) {
   Shape st(shape.size(), 0);
   int off = int(shape.size()) - t.dim();

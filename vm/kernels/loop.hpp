@@ -30,6 +30,8 @@ template <int N> struct Loop {
 
 // Strides of `t` broadcast to `shape` (right-aligned; size-1 and missing dims get stride 0).
 Shape broadcast_strides(const Tensor& t, const Shape& shape);
+// Whether a tensor of shape `from` broadcasts to `to` without growing it.
+bool broadcasts_to(const Shape& from, const Shape& to);
 // NumPy broadcasting of two shapes; throws "shapes {..} and {..} cannot be broadcast".
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 

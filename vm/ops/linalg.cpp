@@ -506,14 +506,6 @@ void run_fixed(OpCall& c) {
 
 // ---- linear(x, w[, bias]) = x @ w^T + bias; w is {out, in} -------------------------------------
 
-// True when a tensor of shape `from` broadcasts to `to` without growing it.
-bool broadcasts_to(const Shape& from, const Shape& to) {
-  if (from.size() > to.size()) return false;
-  for (size_t i = 0, off = to.size() - from.size(); i < from.size(); ++i)
-    if (from[i] != 1 && from[i] != to[i + off]) return false;
-  return true;
-}
-
 struct Linear {
   Tensor x, wt, bias;  // wt: w transposed, a view {in, out}
   Shape shape;

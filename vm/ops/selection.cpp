@@ -337,13 +337,6 @@ template <class T> void accumulate(T& o, const T& v) {
   else store(o, load(o) + load(v));
 }
 
-bool broadcasts_to(const Shape& from, const Shape& to) {
-  if (from.size() > to.size()) return false;
-  for (size_t i = 0, off = to.size() - from.size(); i < from.size(); ++i)
-    if (from[i] != 1 && from[i] != to[off + i]) return false;
-  return true;
-}
-
 // Writes values (broadcast to the selection's shape) into the selected elements of a.self.
 void put(Advanced& a, const OpCall& c, Tensor values, bool acc) {
   const Tensor& self = a.self;

@@ -230,9 +230,7 @@ bool attention_cache(Context& ctx, const Tensor& out, const Tensor& q, const Ten
   sel[0] = 1;
   for (int d = 0; d < dst.dim(); ++d)  // (an expanded dst would be several elements a slot)
     if (dst.size(d) > 1 && dst.stride(d) == 0) return false;
-  if (values.dim() > dst.dim()) return false;
-  for (int i = 0, off = dst.dim() - values.dim(); i < values.dim(); ++i)
-    if (values.size(i) != 1 && values.size(i) != sel[size_t(off + i)]) return false;
+  if (!broadcasts_to(values.sizes(), sel)) return false;
   const Tensor src = Tensor::view_of(values, sel, broadcast_strides(values, sel), values.offset());
   CacheRow kr, vr;
   if (!cache_row(dst, src, k, &kr) || !cache_row(dst, src, v, &vr) || kr.taken != vr.taken || kr.fixed == vr.fixed)

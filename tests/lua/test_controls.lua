@@ -176,5 +176,8 @@ describe("T.__config__ / T.backends.cpu (PyTorch's)", function()
     S.eq(status, 0, err)
     S.truthy(out:find("  - CPU capability: AVX2\n", 1, true), out)
     S.truthy(out:find("  - BLAS: OpenBLAS, core Haswell (OPENBLAS_CORETYPE)\n", 1, true), out)
+    out, err, status = S.crescent({ "-e", "io.write(require('crescent').backends.cpu.get_cpu_capability())" },
+      { env = "CRESCENT_CPU_MARCH=x86-64-v2" })
+    S.eq({ status, out }, { 0, "DEFAULT" }, err)  -- (no AVX2 in generated kernels at that level)
   end)
 end)

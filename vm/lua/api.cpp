@@ -464,7 +464,12 @@ void api_host_memory(int32_t reset_peak, double* out) {
   if (reset_peak) host_storage_reset_peak();
 }
 const char* api_cpu_info(int32_t what) {
-  static const std::string capability = use_avx512_loops() ? "AVX512" : cpu_has_avx2_fma() ? "AVX2" : "DEFAULT";
+  // (the level crescent's kernels run at under CRESCENT_CPU_MARCH's cap, which names OpenBLAS's core)
+  static const std::string capability = [] {
+    const int cap = march_vector_bytes(cpu_march_override());
+    const char* core = openblas_core_for(use_avx512_loops(), cpu_has_avx2_fma(), cap);
+    return std::string(!core ? "DEFAULT" : std::string_view(core) == "SkylakeX" ? "AVX512" : "AVX2");
+  }();
   static const std::string blas = [] {
     try {
       const Cblas& b = cblas("T.__config__");

@@ -1,7 +1,6 @@
-// Non-temporal ("streaming") stores: dst written without reading its lines into the cache first,
-// for output that nothing reads again soon (a generated CPU kernel's large result, jit/cpu; the
-// blocks of a bucketed scatter, vm/ops/indexing.cpp). 32-byte AVX streams (the runtime's -march
-// is x86-64-v3), or SSE2's 16-byte ones; the write-combining buffers merge them into whole lines.
+// Non-temporal stores: dst written without reading its lines into the cache, for output nothing
+// reads soon (a generated CPU kernel's large result; a bucketed scatter's blocks). 32-byte AVX
+// streams (the runtime is x86-64-v3) or SSE2's 16-byte ones, merged into whole-line writes.
 #pragma once
 #include <cstdint>
 #include <cstring>

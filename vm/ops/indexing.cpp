@@ -308,12 +308,10 @@ void scatter_one_line(const Tensor& out, const Scatter& s, const Line<T>& line, 
   });
 }
 
-// A long 1-D line into a large target over the pool, in two passes. Each piece of the line
-// appends its (row, value) pairs, in order, to a chain per bucket of 256 KiB of target rows:
-// 4 KiB blocks filled a 64-byte line at a time (staged in cache, then stored past it), and the
-// positions checked on the way (false: one is out of range, nothing written). Then each bucket,
-// cache-resident, takes base's rows (an out-of-place add's self; null: out has them) and adds
-// its chains in piece order: the serial loop's result, bit for bit, on any number of threads.
+// A long 1-D line into a large target: each piece of the line appends its (row, value) pairs to a
+// chain of 4 KiB blocks per 256 KiB of target rows (64-byte lines, streamed; false at a position
+// out of range, nothing written), then each bucket, in cache, copies base's rows (null: none) and
+// adds its chains in piece order: the serial loop's sums, bit for bit, on any number of threads.
 template <class T> bool scatter_by_rows(const Line<T>& line, int64_t K, int64_t rows, const T* base) {
   struct Pair {
     uint32_t row;

@@ -461,6 +461,16 @@ describe("long reduced ranges split across tasks", function()
 end)
 
 describe("reduction semantics", function()
+  it("sums over the outer dim add the rows in order, whatever the width", function()
+    T.manual_seed(3)
+    for _, s in ipairs({ { 300, 70 }, { 1000, 33 }, { 4, 200, 65 } }) do  -- (no chunked merges)
+      -- (float64 values of many magnitudes: another order rounds differently)
+      local x = T.randn(s, { dtype = "float64" }) * T.pow(10, T.randint(-12, 13, s):double())
+      local want = T.zeros(x[1].shape, { dtype = "float64" })
+      for r = 1, s[1] do want:add_(x[r]) end
+      expect.eq(x:sum(1):eq(want):all():item(), true, table.concat(s, "x"))
+    end
+  end)
   it("integer sums and cumsums wrap around 2^64 as PyTorch's, eager and compiled", function()
     local x = T.tensor({ 2 ^ 62, 2 ^ 62, 2 ^ 62, -1 }, { dtype = "int64" })
     local wrapped = -2 ^ 62 - 1  -- 3 * 2^62 - 1 modulo 2^64, as int64

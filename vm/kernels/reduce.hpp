@@ -18,6 +18,7 @@
 //                                                                 of x[0] in the reduced range
 //   void cols(Acc* a, const In* x, int64_t m, int64_t idx) const  a[j] <- x[j], all at position idx
 //   void merge(Acc& a, const Acc& b) const                        b covers positions after a's
+// and may provide cols_rows(a, x, m, ld, rows): cols() of rows ld apart, in order (any position).
 // `ordered` folds (argmax) need positions in the logical row-major order of the reduced dims, so
 // the engine keeps the dims in their given order for them.
 #pragma once
@@ -105,8 +106,15 @@ void reduce_outer(const ReducePlan& p, const typename Fold::In* x, const Fold& f
       const int64_t o0 = (rt / tiles) * m + (rt % tiles) * tile, mt = std::min(tile, m - (rt % tiles) * tile);
       const typename Fold::In* base = x + p.kept_in(o0);
       std::fill(acc.get(), acc.get() + mt, f.init());
-      for (int64_t r = k * per, end = std::min(p.n_red, (k + 1) * per); r < end; ++r)
-        f.cols(acc.get(), base + p.red_in(r), mt, r);
+      const int64_t r0 = k * per, end = std::min(p.n_red, (k + 1) * per);
+      bool folded = false;
+      if constexpr (requires { f.cols_rows(acc.get(), base, mt, int64_t(0), int64_t(0)); })
+        if (p.nr == 1) {  // (rows evenly strided: the fold walks them itself)
+          f.cols_rows(acc.get(), base + p.red_in(r0), mt, p.rin[0], end - r0);
+          folded = true;
+        }
+      if (!folded)
+        for (int64_t r = r0; r < end; ++r) f.cols(acc.get(), base + p.red_in(r), mt, r);
       if (chunks == 1) {
         const int64_t out0 = p.kept_out(o0);
         for (int64_t j = 0; j < mt; ++j) finish(acc[size_t(j)], out0 + j * col_stride);

@@ -151,7 +151,8 @@ describe("GPT-2-style static-cache decoding on CUDA", function()
     local r0 = T.compiler.stats().cudagraph_replays
     local texts = dumps.capture(function()  -- (the decode step's optimised graph)
       for run = 1, 2 do
-        expect.eq(G.generate(step, m, prompt, n, { kv_cache = "static", decoder = d }):cpu():totable(), want, "run " .. run)
+        local ids = G.generate(step, m, prompt, n, { kv_cache = "static", decoder = d })
+        expect.eq(ids:cpu():totable(), want, "run " .. run)
         T.compiler.wait()
       end
     end)

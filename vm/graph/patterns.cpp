@@ -274,15 +274,14 @@ bool bias_fits(const ValueMeta& b, const ValueMeta& out) {
          b.dtype == out.dtype && b.device == out.device;
 }
 
-// Whether CUDA runs a product with this output as a GEMV (at most cuda::kGemvRows rows).
+// Whether CUDA runs a product with this output as a GEMV (cuda::gemv_takes its rows).
 bool gemv_sized(const ValueMeta& out) {
-  if (out.dtype != DType::f32 && out.dtype != DType::f16 && out.dtype != DType::bf16) return false;
   int64_t rows = 1;
   for (size_t i = 0; i + 1 < out.sizes.size(); ++i) {
     if (out.sizes[i].sym >= 0) return false;
     rows *= out.sizes[i].value;
   }
-  return rows <= cuda::kGemvRows;
+  return cuda::gemv_takes(out.dtype, rows);
 }
 
 // Follows the single-use chain from head node `at` to the last node it fuses (c->last).

@@ -377,9 +377,8 @@ bool cuda_matmul_epilogue(const Tensor& out, Tensor a, Tensor b, const Tensor& b
 bool cuda_gemv(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
                cuda::Epilogue act, const Tensor& residual) {
   const DType d = out.dtype();
-  if (out.device().is_cpu() || !(d == DType::f32 || d == DType::f16 || d == DType::bf16)) return false;
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1), es = int64_t(dtype_size(d));
-  if (M == 0 || M > cuda::kGemvRows || N == 0 || K == 0 || (a.stride(1) != 1 && K > 1) ||
+  if (out.device().is_cpu() || !cuda::gemv_takes(d, M) || N == 0 || K == 0 || (a.stride(1) != 1 && K > 1) ||
       reinterpret_cast<uintptr_t>(b.data_bytes()) % 16)
     return false;
   // b {K, N} with rows of whole 16-byte chunks at a 16-byte pitch, or linear's weight {N, K} seen as {K, N}

@@ -12,6 +12,11 @@ namespace cr::cuda {
 // The most rows of x a GEMV takes (above: cuBLAS; the kernel re-reads x from shared memory for
 // every row of w, bench/RESULTS.md, GPT-2 decoding).
 constexpr int64_t kGemvRows = 4;
+// Whether a product of `rows` rows of x in dtype d is a GEMV's (its weight's layout aside): the
+// dense ops' rule (vm/ops/linalg.cpp), which the graph's epilogue rewrite also follows.
+inline bool gemv_takes(DType d, int64_t rows) {
+  return rows >= 1 && rows <= kGemvRows && (d == DType::f32 || d == DType::f16 || d == DType::bf16);
+}
 
 // The weights of a GEMV: n rows `pitch` bytes apart (a multiple of 16, 16-byte aligned), each
 // row's first kp columns read - int8 (kp a multiple of 16, zeros past k, with one scale a row)

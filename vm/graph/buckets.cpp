@@ -130,10 +130,14 @@ BucketPlan place_buckets(Traced& t, const BucketPlan& plan) {
     Node n;
     n.op = wait_op;
     n.where = cat("DistributedDataParallel bucket #", p + 1);
-    n.args = {Arg::tensor(flats[p]), grads_arg(placed[p])};
+    n.args = {Arg::tensor(flats[p])};  // (not the gradients: they die once packed)
+    int64_t pos = 0;
     for (int32_t k : placed[p]) {
       const ValueMeta& m = g.values[size_t(t.grad_out[size_t(k)])].meta;
-      n.outs.push_back(g.add_value(int32_t(nodes.size()), contiguous_meta(concrete(m.sizes), m.dtype, m.device)));
+      ValueMeta slot = contiguous_meta(concrete(m.sizes), m.dtype, m.device);
+      slot.offset = pos;  // (views of the flat buffer)
+      pos += shape_numel(concrete(m.sizes));
+      n.outs.push_back(g.add_value(int32_t(nodes.size()), slot));
     }
     for (size_t e = 0; e < placed[p].size(); ++e) t.grad_out[size_t(placed[p][e])] = n.outs[e];
     nodes.push_back(std::move(n));

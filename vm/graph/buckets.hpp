@@ -3,8 +3,9 @@
 // of a compiled segment whose node alone feeds every leaf of a bucket, into a .grad still empty,
 // reduces that bucket itself: _dist_bucket_start right after the last of its gradients is made,
 // so NCCL runs it on the communication stream while the rest of the backward computes, and
-// _dist_bucket_wait at the end, where the reduced gradients leave the graph for .grad. Other
-// buckets (no_sync, accumulation, a bucket split across segments) stay with DDP's hooks.
+// _dist_bucket_wait at the end, where the reduced gradients leave the graph for .grad as views
+// of the bucket's buffer. Other buckets (no_sync, accumulation, a bucket split across segments)
+// stay with DDP's hooks.
 #pragma once
 #include <cstdint>
 #include <vector>

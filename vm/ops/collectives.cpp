@@ -6,8 +6,8 @@
 //   _dist_broadcast(input, src) -> rank src's input
 //   _dist_bucket_start(grads, op) -> the grads packed into one flat buffer, reduced in place on
 //     the communication stream after the current stream's work so far (DDP's bucket, placed in
-//     a compiled backward by vm/graph/buckets.cpp); _dist_bucket_wait(flat, grads) -> the
-//     current stream waits for it, then the reduced grads (unpacked, shaped as grads)
+//     a compiled backward by vm/graph/buckets.cpp); _dist_bucket_wait(flat) -> the current
+//     stream waits for it, then the reduced grads: views of flat shaped as the start's grads
 // They run on the default process group (vm/collectives.hpp) when their node runs. The eager
 // backend and the native programs both run extern steps in graph order, so every rank issues
 // them in the order of its trace, whichever backend runs the graph on that rank at the time;
@@ -71,10 +71,14 @@ void run_broadcast(OpCall& c) {
   run(c, Coll::broadcast, RedOp::sum, int(src));
 }
 
-// A bucket reduction in flight on CUDA: the event its wait orders the current stream after, by
-// the flat buffer's address (a start and its wait share the buffer).
+// A bucket reduction in flight, by its flat buffer's address (a start and its wait share the
+// buffer): the event its wait orders the current stream after (CUDA), and its gradients' sizes.
+struct Flight {
+  int64_t done = -1;
+  std::vector<Shape> sizes;
+};
 std::mutex g_flight_mutex;
-std::map<const void*, int64_t> g_flight;
+std::map<const void*, Flight> g_flight;
 
 int64_t comm_stream(int device) {
   static std::map<int, int64_t> streams;  // (one per device, as T.distributed's)
@@ -83,9 +87,9 @@ int64_t comm_stream(int device) {
   return it != streams.end() ? it->second : streams[device] = cuda::pool_stream(device);
 }
 
-// The slice of `flat` holding entry t of a bucket, shaped as t.
-Tensor slot_of(const Tensor& flat, const Tensor& t, int64_t pos) {
-  return Tensor::view_of(flat, t.sizes(), contiguous_strides(t.sizes()), flat.offset() + pos);
+// The slice of `flat` from element pos, shaped as sizes.
+Tensor slot_of(const Tensor& flat, const Shape& sizes, int64_t pos) {
+  return Tensor::view_of(flat, sizes, contiguous_strides(sizes), flat.offset() + pos);
 }
 
 std::vector<Meta> infer_bucket_start(OpCall& c) {
@@ -102,50 +106,51 @@ std::vector<Meta> infer_bucket_start(OpCall& c) {
 
 void run_bucket_start(OpCall& c) {
   const Tensor& flat = c.outs[0];
+  Flight f;
   int64_t pos = 0;
   for (const Tensor& t : c.tensors(0)) {
-    copy_into(slot_of(flat, t, pos), t);
+    copy_into(slot_of(flat, t.sizes(), pos), t);
     pos += t.numel();
+    f.sizes.push_back(t.sizes());
   }
-  if (flat.device().is_cpu()) return dist::collective(c.def.name, Coll::all_reduce, flat, flat, redop(c, 1), 0);
-  const int d = flat.device().index;
-  const int64_t comm = comm_stream(d), current = int64_t(d) * cuda::kSlots + cuda::current_slot(d);
-  const int64_t ready = cuda::event_create(d, false), done = cuda::event_create(d, false);
-  cuda::event_record(ready, current);  // (the packed buffer)
-  cuda::stream_wait_event(comm, ready);
-  cuda::event_destroy(ready);  // (released once recorded work completes)
-  dist::collective(c.def.name, Coll::all_reduce, flat, flat, redop(c, 1), 0, comm);
-  cuda::event_record(done, comm);
+  if (flat.device().is_cpu()) {
+    dist::collective(c.def.name, Coll::all_reduce, flat, flat, redop(c, 1), 0);
+  } else {
+    const int d = flat.device().index;
+    const int64_t comm = comm_stream(d), current = int64_t(d) * cuda::kSlots + cuda::current_slot(d);
+    const int64_t ready = cuda::event_create(d, false);
+    f.done = cuda::event_create(d, false);
+    cuda::event_record(ready, current);  // (the packed buffer)
+    cuda::stream_wait_event(comm, ready);
+    cuda::event_destroy(ready);  // (released once recorded work completes)
+    dist::collective(c.def.name, Coll::all_reduce, flat, flat, redop(c, 1), 0, comm);
+    cuda::event_record(f.done, comm);
+  }
   std::lock_guard lock(g_flight_mutex);
-  g_flight[flat.data_bytes()] = done;
+  g_flight[flat.data_bytes()] = std::move(f);
 }
 
-std::vector<Meta> infer_bucket_wait(OpCall& c) {
-  std::vector<Meta> r;
-  for (const Tensor& t : c.tensors(1)) r.push_back(Meta{t.sizes(), t.dtype(), t.device()});
-  return r;
-}
-
+// Its results are views of flat, made here (no infer rule): the gradients leave the graph as the
+// bucket's slots, with no copy (as DDP's gradient_as_bucket_view), and each graph a new bucket.
 void run_bucket_wait(OpCall& c) {
   const Tensor flat = c.tensor(0);
-  if (!flat.device().is_cpu()) {
-    int64_t done = -1;
-    {
-      std::lock_guard lock(g_flight_mutex);
-      auto it = g_flight.find(flat.data_bytes());
-      if (it == g_flight.end()) fail("internal: no _dist_bucket_start in flight on this buffer");
-      done = it->second;
-      g_flight.erase(it);
-    }
-    const int d = flat.device().index;
-    cuda::stream_wait_event(int64_t(d) * cuda::kSlots + cuda::current_slot(d), done);
-    cuda::event_destroy(done);
+  Flight f;
+  {
+    std::lock_guard lock(g_flight_mutex);
+    auto it = g_flight.find(flat.data_bytes());
+    if (it == g_flight.end()) fail("internal: no _dist_bucket_start in flight on this buffer");
+    f = std::move(it->second);
+    g_flight.erase(it);
   }
-  const std::vector<Tensor> ts = c.tensors(1);
+  if (f.done >= 0) {
+    const int d = flat.device().index;
+    cuda::stream_wait_event(int64_t(d) * cuda::kSlots + cuda::current_slot(d), f.done);
+    cuda::event_destroy(f.done);
+  }
   int64_t pos = 0;
-  for (size_t k = 0; k < ts.size(); ++k) {
-    copy_into(c.outs[k], slot_of(flat, ts[k], pos));
-    pos += ts[k].numel();
+  for (const Shape& sizes : f.sizes) {
+    c.outs.push_back(slot_of(flat, sizes, pos));
+    pos += shape_numel(sizes);
   }
 }
 
@@ -163,7 +168,7 @@ void register_collectives(Registry& r) {
   add("_dist_reduce_scatter", "input:T, op:S?", infer_scatter, run_reduce_scatter);
   add("_dist_broadcast", "input:T, src:I", infer_same, run_broadcast);
   add("_dist_bucket_start", "grads:TL, op:S?", infer_bucket_start, run_bucket_start);
-  add("_dist_bucket_wait", "flat:T, grads:TL", infer_bucket_wait, run_bucket_wait);
+  add("_dist_bucket_wait", "flat:T", nullptr, run_bucket_wait);
 }
 
 }  // namespace cr

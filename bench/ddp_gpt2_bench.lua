@@ -9,7 +9,8 @@
 --   (AUTOCAST=bfloat16 by default; COMPILE=1: the model's forward and backward compiled;
 --   DEVICE=cpu AUTOCAST=none: a smoke run on the simulated process group, without GPUs;
 --   BUCKET_MB: DDP's bucket_cap_mb; NO_SYNC=1: every step inside ddp:no_sync, the steps
---   without their reductions, to time what the reductions add)
+--   without their reductions, to time what the reductions add; PHASES=1: rank 0's device ms of
+--   forward, backward and update over the timed steps, from events between them)
 local T = require "crescent"
 local dir = debug.getinfo(1, "S").source:sub(2):match("^(.*)/bench/") or "."
 package.path = dir .. "/bench/?.lua;" .. package.path
@@ -29,7 +30,7 @@ local rank = world > 1 and D.get_rank() or 0
 local compile = os.getenv("COMPILE") == "1"
 local ddp
 local S = require("lib.gpt2_train").new { config = name, batch = batch, seq = seq, device = device,
-  autocast = autocast, mode = compile and "model" or "eager", data_seed = 1 + rank,
+  autocast = autocast, mode = compile and "model" or "eager", data_seed = 1 + rank, phases = os.getenv("PHASES") == "1",
   wrap = world > 1 and function(m)
     ddp = T.nn.parallel.DistributedDataParallel(m, { gradient_as_bucket_view = true,
       bucket_cap_mb = tonumber(os.getenv("BUCKET_MB") or 25) })
@@ -47,14 +48,17 @@ end
 local first_loss
 for _ = 1, tonumber(os.getenv("WARM") or 3) do first_loss = first_loss or step() end
 B.settle(step, 20, 3, agree)
+if os.getenv("PHASES") == "1" then S.phases() end
 local run = B.train_loop(step, 0, steps)
+local ph = os.getenv("PHASES") == "1" and S.phases() or nil
 if rank == 0 then
   print(B.json {
     { "side", "crescent" }, { "config", name }, { "world", world }, { "batch_per_rank", batch }, { "seq", seq },
     { "compile", compile }, { "autocast", autocast or "none" }, { "step_ms", run.step_ms },
     { "tokens_per_s", world * batch * seq / (run.step_ms / 1e3) }, { "no_sync", os.getenv("NO_SYNC") == "1" or nil },
     { "bucket_mb", os.getenv("BUCKET_MB") and tonumber(os.getenv("BUCKET_MB")) or nil }, { "first_loss", first_loss or run.first_loss },
-    { "last_loss", run.last_loss },
+    { "last_loss", run.last_loss }, { "forward_ms", ph and ph.forward }, { "backward_ms", ph and ph.backward },
+    { "update_ms", ph and ph.update },
   })
 end
 if world > 1 then D.destroy_process_group() end

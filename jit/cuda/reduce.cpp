@@ -343,7 +343,10 @@ class ReductionWriter {
     for (size_t a = 0; a < k_.accs.size(); ++a) {
       const char* t = cuda_type(cuda_acc_dtype(k_.accs[a]));
       L_.add(cat("__shared__ ", t, " red", a, "[", w_.out.block / 32, "];"));
-      if (cluster_ > 1) L_.add(cat("__shared__ ", t, " cred", a, ";"));  // (the block's, read by the cluster)
+      if (cluster_ > 1) {  // (the cluster's values; two sets, used in turn: cr::cluster_reduce)
+        L_.add(cat("__shared__ ", t, " cred", a, "[", 2 * cluster_, "];"));
+        L_.add(cat("int cturn", a, " = 0;"));
+      }
     }
   }
 
@@ -568,7 +571,8 @@ class ReductionWriter {
     else if (team_ > 32)
       L_.add(cat("acc", a, " = cr::block_reduce<", w_.out.block, ">(acc", a, ", ", fold, ", red", a, ");"));
     if (cluster_ > 1)
-      L_.add(cat("acc", a, " = cr::cluster_reduce<", cluster_, ">(acc", a, ", ", fold, ", &cred", a, ");"));
+      L_.add(cat("acc", a, " = cr::cluster_reduce<", cluster_, ">(acc", a, ", ", fold, ", cred", a, " + ", cluster_,
+                 " * (cturn", a, "++ & 1));"));
   }
 
   KernelWriter& w_;

@@ -235,28 +235,18 @@ CR_GEMV(2, 4, 2)
 CR_GEMV(4, 4, 1)
 
 #ifdef CR_DENSE_W  // (float weights: the launcher defines it)
-// Element *p of the tile summed over the cluster's blocks in rank order.
-template <int CL> __forceinline__ A tile_sum(const float* p) {
-#if __CUDA_ARCH__ >= 900
-  if constexpr (CL > 1) {
-    A v = A(0);
-#pragma unroll
-    for (int s = 0; s < CL; ++s) v += A(cr::cluster_load(p, unsigned(s)));
-    return v;
-  }
-#endif
-  return A(*p);
-}
-
 // w {k, n} (matmul's, GPT-2 Conv1D's): LC lanes across a tile of LC 16-byte chunks of a row, 32 / LC
 // rows a warp step; a block's warps split its slice of k, a cluster's CL blocks split k and each
-// sums a CL-th of the tile's columns over the cluster's partials in rank order (deterministic).
+// sums a CL-th of the tile's columns over the cluster's partials in rank order (deterministic):
+// every block stores its partials into their owners' shared memory, so one cluster barrier does.
 template <int MT, int LC, int CL>
 __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long long pitch, Out o, int m, long long n,
                              long long k) {
   constexpr int R = 32 / LC, TW = LC * kCols, kU = 4;
   __shared__ A part[kWarps][MT * TW];  // the warps' sums
-  __shared__ float tile[MT * TW];      // the block's (read by the cluster)
+  // the block's sums (CL == 1), or the cluster's partials of this block's slice: [source rank][slice]
+  __shared__ float tile[MT * TW];
+  constexpr int slice = MT * TW / CL;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, lc = lane % LC, lr = lane / LC;
   const long long t = blockIdx.x / CL, chunk = t * LC + lc, chunks = n / kCols;
   int rank = 0;
@@ -309,24 +299,35 @@ __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long lon
     A s = A(0);
 #pragma unroll
     for (int v = 0; v < kWarps; ++v) s += part[v][e];
+#if __CUDA_ARCH__ >= 900
+    if constexpr (CL > 1) {
+      cr::cluster_store(&tile[rank * slice + e % slice], unsigned(e / slice), float(s));
+      continue;
+    }
+#endif
     tile[e] = float(s);
   }
   int e0 = 0, e1 = MT * TW;
 #if __CUDA_ARCH__ >= 900
   if (CL > 1) {
-    cr::cluster_sync();
-    e0 = rank * (MT * TW / CL), e1 = e0 + MT * TW / CL;
+    cr::cluster_sync();  // (then each block reads only its own shared memory, and may leave)
+    e0 = rank * slice, e1 = e0 + slice;
   } else
 #endif
     __syncthreads();
   for (int e = e0 + threadIdx.x; e < e1; e += kWarps * 32) {
     const int mi = e / TW;
     const long long col = t * TW + e % TW;
-    if (mi < m && col < n) finish(o, mi, n, col, tile_sum<CL>(&tile[e]));  // (o.scales: null for float weights)
+    if (mi >= m || col >= n) continue;
+    A v = A(0);
+    if constexpr (CL > 1) {
+#pragma unroll
+      for (int r = 0; r < CL; ++r) v += A(tile[r * slice + (e - e0)]);
+    } else {
+      v = A(tile[e]);
+    }
+    finish(o, mi, n, col, v);  // (o.scales: null for float weights)
   }
-#if __CUDA_ARCH__ >= 900
-  if (CL > 1) cr::cluster_sync();  // (no block leaves while the others read its shared memory)
-#endif
 }
 
 // gemv_kn_MT_LC_CL: m <= MT rows of x, LC lanes a row of w, clusters of CL blocks (sm_90).

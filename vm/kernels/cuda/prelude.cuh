@@ -172,15 +172,25 @@ template <class T> __forceinline__ T cluster_load(const T* p, unsigned rank) {
   asm volatile("mapa.u64 %0, %1, %2;" : "=l"(remote) : "l"(p), "r"(rank));
   return *reinterpret_cast<const T*>(remote);
 }
+// *p = v in the shared memory of the cluster's block `rank` (as cluster_load; a cluster_sync()
+// orders it before that block's reads).
+template <class T> __forceinline__ void cluster_store(T* p, unsigned rank, T v) {
+  unsigned long long remote;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(remote) : "l"(p), "r"(rank));
+  *reinterpret_cast<T*>(remote) = v;
+}
 // v, the same in every thread of each block, folded over the CL blocks of the cluster in rank
-// order (the same bits in every block); `slot`: a shared variable of the block's.
-template <int CL, class T, class Op> __forceinline__ T cluster_reduce(T v, Op op, T* slot) {
-  if (threadIdx.x == 0) *slot = v;
+// order (the same bits in every block); `slots`: CL shared values. Each block stores its v into
+// every block's slots, so one barrier orders them and no block reads another's; a caller that
+// reduces again alternates two sets of slots (a block can reach the next call's stores only
+// once every block has passed this call's reads and the next barrier).
+template <int CL, class T, class Op> __forceinline__ T cluster_reduce(T v, Op op, T* slots) {
+  const unsigned rank = cluster_rank();
+  if (threadIdx.x < CL) cluster_store(slots + rank, threadIdx.x, v);
   cluster_sync();
-  T r = cluster_load(slot, 0);
+  T r = slots[0];
 #pragma unroll
-  for (int s = 1; s < CL; ++s) r = op(r, cluster_load(slot, unsigned(s)));
-  cluster_sync();  // (every block has read the slots before any writes one again or leaves)
+  for (int s = 1; s < CL; ++s) r = op(r, slots[s]);
   return r;
 }
 #endif

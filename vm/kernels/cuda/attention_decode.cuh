@@ -203,35 +203,36 @@ SPLIT_KERNEL(8)
 #define RK (32 / RG)      // keys a warp takes at a time
 #define RC ((EV + 31) / 32)  // output columns a lane
 
-// what a block of attention_row leaves: its warps' (m, l, o), then the block's (o read by its
-// cluster's first block)
+// what a block of attention_row leaves: its warps' (m, l, o); in a cluster's first block, every
+// block's (m, l, o), stored there by each (at most 8 blocks: the portable cluster size)
 struct RowSmem {
   float wm[RW], wl[RW], wo[RW][32 * RC];
-  float m, l, po[EV];
+  float m[8], l[8], po[8][EV];
 };
 
 #if __CUDA_ARCH__ >= 900
-// The cluster's CL partials (po, m, l of each block) merged as attention_combine merges them.
+// The cluster's CL partials (po, m, l of each block, stored into the first block's shared memory
+// before the barrier) merged there as attention_combine merges them; the others leave at once.
 template <int CL> __device__ __forceinline__ void cluster_merge(RowSmem& sm, T* __restrict__ out,
                                                                float* __restrict__ lse, long long bh) {
+  static_assert(CL <= 8, "RowSmem holds 8 blocks' partials");
   cr::cluster_sync();
   if (cr::cluster_rank() == 0)
     for (int c = threadIdx.x; c < EV; c += RNT) {
-      float ms[CL], mx = -__int_as_float(0x7f800000);
+      float mx = -__int_as_float(0x7f800000);
 #pragma unroll
-      for (int s = 0; s < CL; ++s) mx = fmaxf(mx, ms[s] = cr::cluster_load(&sm.m, s));
+      for (int s = 0; s < CL; ++s) mx = fmaxf(mx, sm.m[s]);
       const float base = mx == -__int_as_float(0x7f800000) ? 0.f : mx;
       float total = 0.f, sum = 0.f;
 #pragma unroll
       for (int s = 0; s < CL; ++s) {
-        const float w = ex2(ms[s] - base);
-        total += cr::cluster_load(&sm.l, s) * w;
-        sum += cr::cluster_load(&sm.po[c], s) * w;
+        const float w = ex2(sm.m[s] - base);
+        total += sm.l[s] * w;
+        sum += sm.po[s][c] * w;
       }
       out[bh * EV + c] = T(sum / total);
       if (lse && c == 0) lse[bh] = row_lse(mx, total);
     }
-  cr::cluster_sync();  // (no block leaves while the first one reads its shared memory)
 }
 #endif
 
@@ -344,8 +345,11 @@ __device__ __forceinline__ void attention_row(const T* __restrict__ q, const T* 
       sum += sm.wo[w][c] * x;
     }
     if (CL > 1) {
-      sm.po[c] = sum;
-      if (c == 0) sm.m = mx, sm.l = total;
+#if __CUDA_ARCH__ >= 900
+      const unsigned rank = cr::cluster_rank();  // (into the first block's shared memory)
+      cr::cluster_store(&sm.po[rank][c], 0u, sum);
+      if (c == 0) cr::cluster_store(&sm.m[rank], 0u, mx), cr::cluster_store(&sm.l[rank], 0u, total);
+#endif
     } else if (splits == 1) {
       // S = 0: zeros (the composite's empty product); a row that sees no key: 0 / 0, NaN
       out[bh * EV + c] = T(S == 0 ? 0.f : sum / total);

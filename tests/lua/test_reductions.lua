@@ -471,6 +471,39 @@ describe("reduction semantics", function()
       expect.eq(x:sum(1):eq(want):all():item(), true, table.concat(s, "x"))
     end
   end)
+  it("extremes, products, moments and all / any over the outer dim fold the rows in order", function()
+    T.manual_seed(4)
+    for _, s in ipairs({ { 300, 70 }, { 97, 33 }, { 4, 50, 65 } }) do  -- (blocks of 32 columns and a tail)
+      local x = T.randn(s, { dtype = "float64" }) * T.pow(10, T.randint(-6, 7, s):double())
+      x:view(-1)[2] = 0 / 0  -- (a NaN in one column)
+      local width = x[1]:numel()
+      local flat = x:reshape(s[1], width)
+      local mx, mn, pr, any = flat[1]:clone(), flat[1]:clone(), flat[1]:clone(), flat[1]:ne(0)
+      local n, mean, m2 = 1, flat[1]:clone(), T.zeros(width, { dtype = "float64" })  -- (Welford's update)
+      for r = 2, s[1] do
+        local v = flat[r]
+        mx = T.where(mx:ne(mx) + v:ne(v), mx + v, T.maximum(mx, v))
+        mn = T.where(mn:ne(mn) + v:ne(v), mn + v, T.minimum(mn, v))
+        pr, any = pr * v, any + v:ne(0)
+        n = n + 1
+        local d = v - mean
+        mean = mean + d / n
+        m2 = m2 + d * (v - mean)
+      end
+      local shape, name = x[1].shape, table.concat(s, "x")
+      local function same(a, b)  -- (NaN where b is NaN)
+        b = b:view(shape)
+        return a:eq(b):logical_or(a:ne(a):logical_and(b:ne(b))):all():item()
+      end
+      expect.eq(same(x:amax(1), mx), true, "amax " .. name)
+      expect.eq(same(x:amin(1), mn), true, "amin " .. name)
+      expect.eq(same(x:prod(1), pr), true, "prod " .. name)
+      local var, want = x:var(1), (m2 / (n - 1)):view(shape)  -- (the kernel's multiply-adds may fuse: not bit for bit)
+      local close = (var - want):abs():le(want:abs() * 1e-12)
+      expect.eq(close:logical_or(want:ne(want):logical_and(var:ne(var))):all():item(), true, "var " .. name)
+      expect.eq(x:ne(0):any(1):eq(any:view(shape)):all():item(), true, "any " .. name)
+    end
+  end)
   it("integer sums and cumsums wrap around 2^64 as PyTorch's, eager and compiled", function()
     local x = T.tensor({ 2 ^ 62, 2 ^ 62, 2 ^ 62, -1 }, { dtype = "int64" })
     local wrapped = -2 ^ 62 - 1  -- 3 * 2^62 - 1 modulo 2^64, as int64

@@ -58,6 +58,7 @@ template <class T> struct Prod {
   using In = T;
   using Acc = std::conditional_t<is_float_v<compute_t<T>>, double, int64_t>;
   static constexpr bool ordered = false;
+  static constexpr bool kBlockCols = true;  // (reduce.hpp cols_blocked: faster over outer rows)
   Acc init() const { return 1; }
   void run(Acc& a, const T* x, int64_t n, int64_t) const {
     using U = std::make_unsigned_t<int64_t>;  // integer overflow wraps (defined for unsigned)
@@ -91,6 +92,7 @@ template <class T, bool Max, class C = compute_t<T>, class F = Identity> struct 
   using In = T;
   using Acc = C;
   static constexpr bool ordered = false;
+  static constexpr bool kBlockCols = true;  // (reduce.hpp cols_blocked: faster over outer rows)
   F f{};
   Acc init() const { return worst<Max, C>(); }
   void run(Acc& a, const T* x, int64_t n, int64_t) const {
@@ -182,6 +184,7 @@ template <class T> struct Var {
   using C = compute_t<T>;
   using Acc = Moments;
   static constexpr bool ordered = false;
+  static constexpr bool kBlockCols = true;  // (reduce.hpp cols_blocked: faster over outer rows)
   Acc init() const { return {0, 0, 0}; }
   void run(Acc& a, const T* x, int64_t n, int64_t) const {
     for (int64_t i = 0; i < n; i += lanes::kBlock) {
@@ -253,6 +256,7 @@ template <class T, bool All> struct Truth {
   using In = T;
   using Acc = uint8_t;
   static constexpr bool ordered = false;
+  static constexpr bool kBlockCols = true;  // (reduce.hpp cols_blocked: faster over outer rows)
   Acc init() const { return All; }
   void run(Acc& a, const T* x, int64_t n, int64_t) const {
     if (a != All) return;  // already decided

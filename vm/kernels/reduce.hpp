@@ -18,7 +18,8 @@
 //                                                                 of x[0] in the reduced range
 //   void cols(Acc* a, const In* x, int64_t m, int64_t idx) const  a[j] <- x[j], all at position idx
 //   void merge(Acc& a, const Acc& b) const                        b covers positions after a's
-// and may provide cols_rows(a, x, m, ld, rows): cols() of rows ld apart, in order (any position).
+// and may provide cols_rows(a, x, m, ld, rows): cols() of rows ld apart, in order (any position),
+// or declare kBlockCols for the engine to walk such rows a block of columns at a time itself.
 // `ordered` folds (argmax) need positions in the logical row-major order of the reduced dims, so
 // the engine keeps the dims in their given order for them.
 #pragma once
@@ -88,6 +89,24 @@ void reduce_inner(const ReducePlan& p, const typename Fold::In* x, const Fold& f
   if (chunks > 1) merge_parts(p, part.get(), chunks, f, finish);
 }
 
+// Fold::cols over `rows` rows ld apart from position r0, for folds that declare kBlockCols: blocks
+// of kCols accumulators stay local over all the rows (registers, where they fit) instead of a[]
+// round-tripping each row; every column still folds its rows in order.
+template <class Fold>
+void cols_blocked(const Fold& f, typename Fold::Acc* a, const typename Fold::In* x, int64_t m, int64_t ld, int64_t r0,
+                  int64_t rows) {
+  constexpr int64_t kCols = 32;
+  int64_t j0 = 0;
+  for (; j0 + kCols <= m; j0 += kCols) {
+    typename Fold::Acc blk[kCols];
+    std::copy(a + j0, a + j0 + kCols, blk);
+    for (int64_t r = 0; r < rows; ++r) f.cols(blk, x + r * ld + j0, kCols, r0 + r);
+    std::copy(blk, blk + kCols, a + j0);
+  }
+  if (j0 < m)
+    for (int64_t r = 0; r < rows; ++r) f.cols(a + j0, x + r * ld + j0, m - j0, r0 + r);
+}
+
 template <class Fold, class Finish>
 void reduce_outer(const ReducePlan& p, const typename Fold::In* x, const Fold& f, const Finish& finish) {
   using Acc = typename Fold::Acc;
@@ -111,6 +130,11 @@ void reduce_outer(const ReducePlan& p, const typename Fold::In* x, const Fold& f
       if constexpr (requires { f.cols_rows(acc.get(), base, mt, int64_t(0), int64_t(0)); })
         if (p.nr == 1) {  // (rows evenly strided: the fold walks them itself)
           f.cols_rows(acc.get(), base + p.red_in(r0), mt, p.rin[0], end - r0);
+          folded = true;
+        }
+      if constexpr (requires { Fold::kBlockCols; })
+        if (p.nr == 1) {  // (rows evenly strided: walked a block of columns at a time)
+          cols_blocked(f, acc.get(), base + p.red_in(r0), mt, p.rin[0], r0, end - r0);
           folded = true;
         }
       if (!folded)

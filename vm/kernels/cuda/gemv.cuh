@@ -235,10 +235,9 @@ CR_GEMV(2, 4, 2)
 CR_GEMV(4, 4, 1)
 
 #ifdef CR_DENSE_W  // (float weights: the launcher defines it)
-// w {k, n} (matmul's, GPT-2 Conv1D's): LC lanes across a tile of LC 16-byte chunks of a row, 32 / LC
-// rows a warp step; a block's warps split its slice of k, a cluster's CL blocks split k and each
-// sums a CL-th of the tile's columns over the cluster's partials in rank order (deterministic):
-// every block stores its partials into their owners' shared memory, so one cluster barrier does.
+// w {k, n} (matmul's, GPT-2 Conv1D's): LC lanes a tile of LC 16-byte chunks of a row, 32 / LC rows
+// a warp step; warps and a cluster's CL blocks split k; each block sums a CL-th of the tile's
+// columns in rank order from the partials the others stored into its shared memory (one barrier).
 template <int MT, int LC, int CL>
 __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long long pitch, Out o, int m, long long n,
                              long long k) {

@@ -179,11 +179,9 @@ template <class T> __forceinline__ void cluster_store(T* p, unsigned rank, T v) 
   asm volatile("mapa.u64 %0, %1, %2;" : "=l"(remote) : "l"(p), "r"(rank));
   *reinterpret_cast<T*>(remote) = v;
 }
-// v, the same in every thread of each block, folded over the CL blocks of the cluster in rank
-// order (the same bits in every block); `slots`: CL shared values. Each block stores its v into
-// every block's slots, so one barrier orders them and no block reads another's; a caller that
-// reduces again alternates two sets of slots (a block can reach the next call's stores only
-// once every block has passed this call's reads and the next barrier).
+// v folded over the cluster's CL blocks in rank order (the same bits in every block): each block
+// stores v into every block's `slots` (CL shared values), so one barrier does and none waits to
+// leave. A caller that reduces again alternates two sets (no store can overtake a read then).
 template <int CL, class T, class Op> __forceinline__ T cluster_reduce(T v, Op op, T* slots) {
   const unsigned rank = cluster_rank();
   if (threadIdx.x < CL) cluster_store(slots + rank, threadIdx.x, v);

@@ -23,6 +23,7 @@ template <class T, class Lane = compute_t<T>, class F = Identity> struct Sum {
   using In = T;
   using Acc = std::conditional_t<is_float_v<Lane>, double, uint64_t>;
   static constexpr bool ordered = false;
+  static constexpr bool kBlockCols = true;  // (reduce.hpp cols_blocked: faster over outer rows)
   F f{};
   Acc init() const { return 0; }
   void run(Acc& a, const T* x, int64_t n, int64_t) const {
@@ -31,23 +32,6 @@ template <class T, class Lane = compute_t<T>, class F = Identity> struct Sum {
   }
   void cols(Acc* a, const T* x, int64_t m, int64_t) const {
     for (int64_t j = 0; j < m; ++j) a[j] = wrapping_add(a[j], Acc(f(load(x[j]))));
-  }
-  // cols() of `rows` rows `ld` elements apart, each column still summed in row order: blocks of
-  // kCols accumulators stay in registers over all the rows instead of a[] round-tripping a row.
-  void cols_rows(Acc* a, const T* x, int64_t m, int64_t ld, int64_t rows) const {
-    constexpr int64_t kCols = 32;
-    int64_t j0 = 0;
-    for (; j0 + kCols <= m; j0 += kCols) {
-      Acc acc[kCols];
-      for (int64_t j = 0; j < kCols; ++j) acc[j] = a[j0 + j];
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* row = x + r * ld + j0;
-        for (int64_t j = 0; j < kCols; ++j) acc[j] = wrapping_add(acc[j], Acc(f(load(row[j]))));
-      }
-      for (int64_t j = 0; j < kCols; ++j) a[j0 + j] = acc[j];
-    }
-    if (j0 < m)
-      for (int64_t r = 0; r < rows; ++r) cols(a + j0, x + r * ld + j0, m - j0, 0);
   }
   void merge(Acc& a, const Acc& b) const { a = wrapping_add(a, b); }
 };

@@ -18,8 +18,8 @@
 //                                                                 of x[0] in the reduced range
 //   void cols(Acc* a, const In* x, int64_t m, int64_t idx) const  a[j] <- x[j], all at position idx
 //   void merge(Acc& a, const Acc& b) const                        b covers positions after a's
-// and may provide cols_rows(a, x, m, ld, rows): cols() of rows ld apart, in order (any position),
-// or declare kBlockCols for the engine to walk such rows a block of columns at a time itself.
+// and may declare kBlockCols = true for the engine to walk evenly strided rows a block of columns
+// at a time (cols_blocked), where that is faster than a row at a time.
 // `ordered` folds (argmax) need positions in the logical row-major order of the reduced dims, so
 // the engine keeps the dims in their given order for them.
 #pragma once
@@ -89,6 +89,8 @@ void reduce_inner(const ReducePlan& p, const typename Fold::In* x, const Fold& f
   if (chunks > 1) merge_parts(p, part.get(), chunks, f, finish);
 }
 
+template <class Fold> concept BlockCols = requires { Fold::kBlockCols; } && Fold::kBlockCols;
+
 // Fold::cols over `rows` rows ld apart from position r0, for folds that declare kBlockCols: blocks
 // of kCols accumulators stay local over all the rows (registers, where they fit) instead of a[]
 // round-tripping each row; every column still folds its rows in order.
@@ -127,12 +129,7 @@ void reduce_outer(const ReducePlan& p, const typename Fold::In* x, const Fold& f
       std::fill(acc.get(), acc.get() + mt, f.init());
       const int64_t r0 = k * per, end = std::min(p.n_red, (k + 1) * per);
       bool folded = false;
-      if constexpr (requires { f.cols_rows(acc.get(), base, mt, int64_t(0), int64_t(0)); })
-        if (p.nr == 1) {  // (rows evenly strided: the fold walks them itself)
-          f.cols_rows(acc.get(), base + p.red_in(r0), mt, p.rin[0], end - r0);
-          folded = true;
-        }
-      if constexpr (requires { Fold::kBlockCols; })
+      if constexpr (BlockCols<Fold>)
         if (p.nr == 1) {  // (rows evenly strided: walked a block of columns at a time)
           cols_blocked(f, acc.get(), base + p.red_in(r0), mt, p.rin[0], r0, end - r0);
           folded = true;

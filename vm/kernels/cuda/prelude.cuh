@@ -166,14 +166,8 @@ __forceinline__ unsigned cluster_rank() {
 __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-// *p in the shared memory of the cluster's block `rank` (p: this block's copy of the variable).
-template <class T> __forceinline__ T cluster_load(const T* p, unsigned rank) {
-  unsigned long long remote;
-  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(remote) : "l"(p), "r"(rank));
-  return *reinterpret_cast<const T*>(remote);
-}
-// *p = v in the shared memory of the cluster's block `rank` (as cluster_load; a cluster_sync()
-// orders it before that block's reads).
+// *p = v in the shared memory of the cluster's block `rank` (p: this block's copy of the
+// variable); a cluster_sync() orders it before that block's reads.
 template <class T> __forceinline__ void cluster_store(T* p, unsigned rank, T v) {
   unsigned long long remote;
   asm volatile("mapa.u64 %0, %1, %2;" : "=l"(remote) : "l"(p), "r"(rank));

@@ -145,12 +145,12 @@ void run_cpu(const Tensor& y, const Tensor& x, const Tensor& q, const Tensor& s,
   if (yc.data_bytes() != y.data_bytes()) copy_into(y2, Tensor::view_of(yc, {sh.m, sh.n}, {sh.n, 1}, 0));
 }
 
-// Up to kGemvRows rows: the GEMV kernel; more: q * scales in input's dtype, then one
+// Up to kInt8GemvRows rows: the GEMV kernel; more: q * scales in input's dtype, then one
 // cuBLASLt call with the bias as its epilogue (cuBLAS accumulating onto a copy of the bias where
 // cuBLASLt does not take the dtype).
 void run_cuda(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& q, const Tensor& s, const Tensor& b,
               const Shapes& sh) {
-  if (sh.m <= cuda::kGemvRows) return cuda::int8_gemv(ctx, y, x, q, s, b, sh.m, sh.n, sh.k, sh.kp);
+  if (sh.m <= cuda::kInt8GemvRows) return cuda::int8_gemv(ctx, y, x, q, s, b, sh.m, sh.n, sh.k, sh.kp);
   const Tensor w = Tensor::empty({sh.n, sh.k}, x.dtype(), x.device());
   cuda::int8_dequantize(ctx, w, q, s, sh.n, sh.k, sh.kp);
   const Tensor y2 = Tensor::view_of(y, {sh.m, sh.n}, {sh.n, 1}, y.offset());

@@ -73,13 +73,16 @@ void gemv(Context& ctx, const Tensor& y, const Tensor& x, int64_t ldx, const Gem
     void* args[] = {&xp, &lx, &wp, &pitch, &o, &mm, &nn, &kk};
     return launch_kn(ctx, x.device().index, key, source, mt, args, n, k, 16 / int64_t(dtype_size(d)));
   }
-  const int64_t asize = d == DType::f64 ? 8 : 4, sms = device_info(x.device().index).multiprocessors;
+  const DeviceInfo& info = device_info(x.device().index);
+  const int64_t asize = d == DType::f64 ? 8 : 4, sms = info.multiprocessors;
   const int64_t cols = w.int8 ? 16 : 16 / int64_t(dtype_size(d)), chunks = w.kp / cols;
   const int ks = k_slices(n, chunks, sms);
   // the slices' sums (gemv.cuh; none for one slice)
   const int64_t part = ks > 1 ? int64_t(kWarps) * mt * kRows * asize : 0;
-  // the tile: all of kp when it fits, else the most whole chunks that do
-  const int64_t fit = (kSmemBytes - part) / (asize * mt) / 16 * 16;
+  // the tile: all of kp when it fits, else the most whole chunks that do (more than 4 rows of x:
+  // in the shared memory a block may opt in to, as x is staged again for every tile)
+  const int64_t budget = mt > 4 ? std::max<int64_t>(kSmemBytes, info.max_shared_per_block) : kSmemBytes;
+  const int64_t fit = (budget - part) / (asize * mt) / 16 * 16;
   const int kt = int(std::max<int64_t>(16, std::min<int64_t>(w.kp, fit)));
   long long kpp = w.kp;
   int ktile = kt, kslices = ks;

@@ -2,11 +2,11 @@
 // (w's elements: T, or signed char for int8 weights), S (int8 weights' scales) and A (the
 // arithmetic: float, double for float64 x) (gemv.cpp).
 //
-// y {m, n} = act(x {m, k} @ (w * scale)^T + bias) + residual for m <= 4 (decoding): a GEMV /
-// small GEMM that streams w once. w's rows are `pitch` 16-byte chunks apart, each holding kCols
-// columns (Chunk<W>), the first kp / kCols chunks of a row read (int8 rows are padded with zeros
-// to kp). A block of kWarps warps = (kWarps / ks) row warps x ks slices of k (ks from the
-// launcher: enough blocks for short n), each warp kRows rows at a time, every lane kU x kRows
+// y {m, n} = act(x {m, k} @ (w * scale)^T + bias) + residual for m <= 4 (decoding; 16 for int8
+// w): a GEMV / small GEMM that streams w once. w's rows are `pitch` 16-byte chunks apart, each
+// holding kCols columns (Chunk<W>), the first kp / kCols chunks of a row read (int8 rows are padded
+// with zeros to kp). A block of kWarps warps = (kWarps / ks) row warps x ks slices of k (ks from
+// the launcher: enough blocks for short n), each warp kRows rows at a time, every lane kU x kRows
 // independent 16-byte loads in flight, sums in A, the scale, bias, activation and residual
 // applied once per output. x is staged in shared memory as A (tiles of kt columns): once per
 // block when one tile holds it, the block then walking row groups grid-stride.
@@ -60,25 +60,29 @@ template <> struct Chunk<cr::half_t> {
 
 constexpr int kCols = Chunk<W>::kCols, kGroups = kCols / 4;  // (groups of 4 columns a chunk)
 
-// Row mi, columns [k0, k0 + kt) of x into shared memory as A, zeros past m and k (int8 rows'
-// padding bytes are zeros, but 0 * NaN of uninitialised memory is not). Column kk of the tile sits
-// at float4 (mi * kGroups + g) * ct + c (c = kk / kCols, g = kk % kCols / 4): a warp's lanes read
-// consecutive chunks c without bank conflicts.
+// Columns [k0, k0 + kt) of x's MT rows into shared memory as A, zeros past m and k (int8 rows'
+// padding is zeros, but 0 * NaN of uninitialised memory is not), each thread's MT loads in flight
+// at once. Column kk sits at float4 (mi * kGroups + g) * ct + c (c = kk / kCols, g = kk % kCols /
+// 4): a warp's lanes read consecutive chunks c without bank conflicts.
 template <int MT>
 __forceinline__ void stage_x(A* xs, const T* x, long long ldx, int m, long long k, long long k0, int kt, int ct) {
-  for (int e = threadIdx.x; e < MT * kt; e += kWarps * 32) {
-    const int mi = e / kt, kk = e % kt;
+  for (int kk = threadIdx.x; kk < kt; kk += kWarps * 32) {
     const long long col = k0 + kk;
-    const A v = mi < m && col < k ? A(x[mi * ldx + col]) : A(0);
-    xs[((mi * kGroups + (kk % kCols) / 4) * ct + kk / kCols) * 4 + kk % 4] = v;
+    A v[MT];
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) v[mi] = mi < m && col < k ? A(x[mi * ldx + col]) : A(0);
+    A* at = xs + ((kk % kCols) / 4 * ct + kk / kCols) * 4 + kk % 4;
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) at[mi * kGroups * ct * 4] = v[mi];
   }
 }
 
 // acc[mi][r] += x row mi . the kCols weights of chunk c of row r (raw[r]): each 16-byte read of
-// x from shared memory serves kRows rows.
+// x from shared memory serves kRows rows. From 8 rows of x on, the column groups stay a loop
+// (unrolled, the body outgrows the instruction cache).
 template <int MT, int kRows>
 __forceinline__ void accumulate(A (&acc)[MT][kRows], const uint4 (&raw)[kRows], const A* xs, int c, int ct) {
-#pragma unroll
+#pragma unroll(MT >= 8 ? 1 : kGroups)
   for (int g = 0; g < kGroups; ++g) {
     float w[kRows][4];
 #pragma unroll
@@ -211,14 +215,21 @@ __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long p
     }
     fold_slices<MT, kRows>(acc, part, ks, wr, wk, lane);
     if (wk != 0) continue;
+    // every lane holds every sum: lane o % 32 finishes output o = mi * kRows + r (one epilogue
+    // a lane per 32 outputs, not one per output, which a branch per output would inline)
+    constexpr int kOut = (MT * kRows + 31) / 32;
+    A mine[kOut];
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const long long row = row0 + r;
-        if (lane == (mi * kRows + r) % 32 && mi < m && row < n)  // (every lane holds the sum: the stores spread)
-          finish(o, mi, n, row, acc[mi][r]);
-      }
+      for (int r = 0; r < kRows; ++r)
+        if (lane == (mi * kRows + r) % 32) mine[(mi * kRows + r) / 32] = acc[mi][r];
+#pragma unroll
+    for (int j = 0; j < kOut; ++j) {
+      const int out = j * 32 + lane, mi = out / kRows;
+      const long long row = row0 + out % kRows;
+      if (out < MT * kRows && mi < m && row < n) finish(o, mi, n, row, mine[j]);
+    }
   }
 }
 
@@ -233,6 +244,10 @@ __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long p
 CR_GEMV(1, 4, kCols == 16 ? 2 : 4)  // (a float row's chunk is 4 or 8 columns: more loads in flight)
 CR_GEMV(2, 4, 2)
 CR_GEMV(4, 4, 1)
+#ifndef CR_DENSE_W  // (int8 weights take up to 16 rows: gemv.hpp kInt8GemvRows)
+CR_GEMV(8, 4, 1)
+CR_GEMV(16, 4, 2)  // (its long rows of k wait on the loads: two batches in flight)
+#endif
 
 #ifdef CR_DENSE_W  // (float weights: the launcher defines it)
 // w {k, n} (matmul's, GPT-2 Conv1D's): LC lanes a tile of LC 16-byte chunks of a row, 32 / LC rows

@@ -12,6 +12,9 @@ namespace cr::cuda {
 // The most rows of x a GEMV takes (above: cuBLAS; the kernel re-reads x from shared memory for
 // every row of w, bench/RESULTS.md, GPT-2 decoding).
 constexpr int64_t kGemvRows = 4;
+// int8 weights: the kernel takes up to this many rows (its sums are then bound by the float FMAs,
+// still well above dequantising w for cuBLAS, which writes and reads it again at 4x its bytes).
+constexpr int64_t kInt8GemvRows = 16;
 // Whether a product of `rows` rows of x in dtype d is a GEMV's (its weight's layout aside): the
 // dense ops' rule (vm/ops/linalg.cpp), which the graph's epilogue rewrite also follows.
 inline bool gemv_takes(DType d, int64_t rows) {
@@ -30,9 +33,10 @@ struct GemvWeights {
   bool kn = false;
 };
 
-// y {m, n} (contiguous) = act(x @ (w * scales)^T + bias) + residual for m <= kGemvRows: x {m,
-// k} of a floating dtype T, rows ldx elements apart (unit column stride); bias {n} and residual
-// {m, n} contiguous of T, or undefined. Sums in float32 (float64 for float64 x), one rounding.
+// y {m, n} (contiguous) = act(x @ (w * scales)^T + bias) + residual for m <= kGemvRows (int8 w:
+// kInt8GemvRows): x {m, k} of a floating dtype T, rows ldx elements apart (unit column stride);
+// bias {n} and residual {m, n} contiguous of T, or undefined. Sums in float32 (float64 for float64
+// x), one rounding.
 void gemv(Context& ctx, const Tensor& y, const Tensor& x, int64_t ldx, const GemvWeights& w, const Tensor& bias,
           Epilogue act, const Tensor& residual, int64_t m, int64_t n, int64_t k);
 

@@ -2,7 +2,7 @@
 // arithmetic: float, double for float64) (int8_mm.cpp).
 //
 // The dequantisation of the `_int8_weight_mm` registry op (vm/ops/quant.cpp) for more than
-// kGemvRows rows of x (fewer run gemv.cuh over the int8 rows): q {n, kp} int8 (rows padded with
+// kInt8GemvRows rows of x (fewer run gemv.cuh over the int8 rows): q {n, kp} int8 (rows padded with
 // zeros to kp), one scale per row, dequantised into x's dtype for cuBLAS (the launcher).
 
 // w {n, k} in T = q * scale, a thread per element (grid-stride).

@@ -8,7 +8,7 @@
 
 namespace cr::cuda {
 
-// y = x @ (q * scales)^T + bias (bias undefined: none) for m <= kGemvRows (gemv.hpp); x, y contiguous
+// y = x @ (q * scales)^T + bias (bias undefined: none) for m <= kInt8GemvRows (gemv.hpp); x, y contiguous
 // {m, k} / {m, n} of one floating dtype T, q {n, kp} bytes (any tensor holding them), scales {n}
 // of any floating dtype, bias {n} of T.
 void int8_gemv(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& q, const Tensor& scales,

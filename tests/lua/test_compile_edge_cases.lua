@@ -147,6 +147,30 @@ describe("ops that fail inside a compiled function", function()
   end)
 end)
 
+describe("Lua code after an op that fails on its values", function()
+  -- the graph fails when it runs, at the return: the Lua code after the failing op has run, and
+  -- tensors it stored from that call have no value (docs/compile.md, "Errors and values")
+  it("leaves what it stored from the failed call without a value, and reading one names why", function()
+    local store = {}
+    local f = T.compile(function(x, d)
+      local r = T.remainder(x, d)
+      store.s = x + 1
+      return r
+    end)
+    local x = T.tensor({ 4, 5 })
+    for call = 1, 4 do
+      if call == 3 then
+        S.errors(function() f(x, T.tensor({ 0, 1 })) end, "remainder: integer division by zero")
+        local why = "this tensor has no value: the compiled function that made it stopped with an error"
+        S.errors(function() return store.s:totable() end, why)
+      else
+        S.eq(f(x, T.tensor({ 3, 2 })):totable(), { 1, 1 })
+        S.eq(store.s:totable(), { 5, 6 })
+      end
+    end
+  end)
+end)
+
 describe("unused ops that fail on values (issue 32, F15)", function()
   -- eager raises at an index out of range (or an integer division by zero) even when the result
   -- is unused: dead-code elimination must keep the op, and native code must check it

@@ -357,6 +357,14 @@ def index(x, i):
     return x[tuple(t - 1 for t in i)]
 
 
+def gelu_backward(g, x, approximate):
+    """aten's gelu_backward on operands promoted and broadcast first: torch 1.13's oneDNN path of
+    it fails on operands of two shapes or two dtypes."""
+    dt = torch.result_type(g, x)
+    g, x = torch.broadcast_tensors(g.to(dt), x.to(dt))
+    return torch.ops.aten.gelu_backward(g, x, approximate=approximate)
+
+
 OPS = {
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log,
     "log2": torch.log2, "log1p": torch.log1p, "expm1": torch.expm1, "sqrt": torch.sqrt,
@@ -366,8 +374,8 @@ OPS = {
     "reciprocal": torch.reciprocal, "square": torch.square, "isnan": torch.isnan, "isinf": torch.isinf,
     "logical_not": torch.logical_not,
     "gelu": lambda x, o=None: F.gelu(x, approximate=(o or {}).get("approximate", "none")),
-    "_gelu_backward": lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="none"),
-    "_gelu_tanh_backward": lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="tanh"),
+    "_gelu_backward": lambda g, x: gelu_backward(g, x, "none"),
+    "_gelu_tanh_backward": lambda g, x: gelu_backward(g, x, "tanh"),
     "add": num_first(torch.add, lambda a, b: a + b), "sub": num_first(torch.sub, lambda a, b: a - b),
     "mul": num_first(torch.mul, lambda a, b: a * b), "div": num_first(torch.div, lambda a, b: a / b),
     "pow": num_first(torch.pow, lambda a, b: a ** b), "remainder": num_first(torch.remainder, lambda a, b: a % b),

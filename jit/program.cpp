@@ -91,13 +91,16 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
   std::vector<char> mine(plan_.buffers.size(), 0);  // allocated here (not a lazy tensor of Lua's)
   auto tensor_of = [&](int32_t b) -> Tensor& { return plan_.buffers[size_t(b)].gv >= 0 ? vals[size_t(plan_.buffers[size_t(b)].gv)] : temps[size_t(b)]; };
   // a stored value's tensor: a lazy tensor of Lua's gets the storage when its layout allows
+  std::vector<Tensor> given;  // (a run that fails takes it back: its values may be partial)
   auto allocate = [&](int32_t b) {
     const Buffer& buf = plan_.buffers[size_t(b)];
     Tensor& t = tensor_of(b);
     if (t.defined() && !t.is_lazy()) return;
     if (t.defined() && t.is_lazy() && buf.offset == 0 && buf.strides == contiguous_strides(buf.sizes) &&
-        Tensor::give_storage(t.get(), buf.sizes, buf.dtype, device_))
+        Tensor::give_storage(t.get(), buf.sizes, buf.dtype, device_)) {
+      given.push_back(t);
       return;
+    }
     int64_t n = buffer_extent(buf);
     Storage* s = storage_new(size_t(n) * dtype_size(buf.dtype), device_);
     t = Tensor::from_storage(s, buf.sizes, buf.strides, buf.offset, buf.dtype);  // adopts s
@@ -123,57 +126,60 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
     const double x = numbers && a.varying >= 0 ? numbers[a.varying] : a.num;
     std::memcpy(&number_words[j], &x, sizeof x);
   }
-  for (size_t step = 0; step < plan_.steps.size(); ++step) {
-    const PlanStep& st = plan_.steps[step];
-    if (st.node >= 0) {
-      for (const graph::Arg& a : g.nodes[size_t(st.node)].args) {
-        if (a.tag == kTensor) view_tensor(a.value);
-        for (int32_t v : a.values) view_tensor(v);
+  try {
+    for (size_t step = 0; step < plan_.steps.size(); ++step) {
+      const PlanStep& st = plan_.steps[step];
+      if (st.node >= 0) {
+        for (const graph::Arg& a : g.nodes[size_t(st.node)].args) {
+          if (a.tag == kTensor) view_tensor(a.value);
+          for (int32_t v : a.values) view_tensor(v);
+        }
+        run_node(g, size_t(st.node), ctx, vals, numbers);
+      } else {
+        const Kernel& k = plan_.kernels[size_t(st.kernel)];
+        bufs.clear();
+        for (int32_t b : k.buffers) {
+          const Buffer& buf = plan_.buffers[size_t(b)];
+          if (buf.check) {
+            checked = true;
+            bufs.push_back(device_.is_cpu() ? host_word : check_word());
+            continue;
+          }
+          if (buf.runtime) {
+            draw_numbers(ctx, k, lg.draws, run_values, drawn);
+            bufs.push_back(run_values.data());
+            continue;
+          }
+          if (buf.numbers) {
+            bufs.push_back(number_words.data());
+            continue;
+          }
+          if (buf.computed) allocate(b);
+          const Tensor& t = tensor_of(b);
+          if (!t.defined() || t.is_lazy()) throw Error(cat("internal: buffer #", b, " has no storage"));
+          if (!buf.computed && !layout_is(t, buf))
+            throw Error(cat("a tensor changed layout since the graph was compiled: ", t.describe()));
+          if (!(t.device() == device_)) {  // a 0-d CPU tensor (a scalar) read by a device kernel
+            moved.push_back(to_device(t, device_));
+            bufs.push_back(moved.back().storage()->data);
+            continue;
+          }
+          bufs.push_back(t.storage()->data);
+        }
+        launch(size_t(st.kernel), bufs.data());
       }
-      run_node(g, size_t(st.node), ctx, vals, numbers);
-    } else {
-      const Kernel& k = plan_.kernels[size_t(st.kernel)];
-      bufs.clear();
-      for (int32_t b : k.buffers) {
-        const Buffer& buf = plan_.buffers[size_t(b)];
-        if (buf.check) {
-          checked = true;
-          bufs.push_back(device_.is_cpu() ? host_word : check_word());
-          continue;
-        }
-        if (buf.runtime) {
-          draw_numbers(ctx, k, lg.draws, run_values, drawn);
-          bufs.push_back(run_values.data());
-          continue;
-        }
-        if (buf.numbers) {
-          bufs.push_back(number_words.data());
-          continue;
-        }
-        if (buf.computed) allocate(b);
-        const Tensor& t = tensor_of(b);
-        if (!t.defined() || t.is_lazy()) throw Error(cat("internal: buffer #", b, " has no storage"));
-        if (!buf.computed && !layout_is(t, buf))
-          throw Error(cat("a tensor changed layout since the graph was compiled: ", t.describe()));
-        if (!(t.device() == device_)) {  // a 0-d CPU tensor (a scalar) read by a device kernel
-          moved.push_back(to_device(t, device_));
-          bufs.push_back(moved.back().storage()->data);
-          continue;
-        }
-        bufs.push_back(t.storage()->data);
-      }
-      launch(size_t(st.kernel), bufs.data());
+      for (int32_t b : st.release)
+        if (mine[size_t(b)]) tensor_of(b) = Tensor();
+      if (g.transient || unheld)
+        for (int32_t gv : dead_[step])
+          if (g.transient || (*unheld)[size_t(gv)]) vals[size_t(gv)] = Tensor();
     }
-    for (int32_t b : st.release)
-      if (mine[size_t(b)]) tensor_of(b) = Tensor();
-    if (g.transient || unheld)
-      for (int32_t gv : dead_[step])
-        if (g.transient || (*unheld)[size_t(gv)]) vals[size_t(gv)] = Tensor();
+    if (checked && device_.is_cpu()) raise_check(host_word, lg.sites);
+  } catch (const Error&) {
+    for (const Tensor& t : given) Tensor::unattach(t.get());
+    throw;
   }
-  if (checked) {
-    if (device_.is_cpu()) raise_check(host_word, lg.sites);
-    else defer_check();
-  }
+  if (checked && !device_.is_cpu()) defer_check();
   for (int32_t gv : g.outputs) view_tensor(gv);
   for (const graph::Graph::Alias& a : g.aliases) {
     view_tensor(a.kept);

@@ -213,6 +213,12 @@ void Tensor::attach(cr_tensor* lazy, const Tensor& value) {
   for (int i = 0; i < value.dim(); ++i) lazy->_strides[i] = value.stride(i);
 }
 
+void Tensor::unattach(cr_tensor* t) {
+  auto* s = static_cast<Storage*>(t->_storage);
+  t->_storage = nullptr;
+  if (s) storage_release(s);
+}
+
 bool Tensor::give_storage(cr_tensor* t, const Shape& sizes, DType dtype, Device device) {
   if (t->_storage || t->_dtype != int8_t(dtype) || t->_offset != 0 || t->_ndim != int32_t(sizes.size()) ||
       t->_dev_type != device.type || t->_dev_index != device.index)

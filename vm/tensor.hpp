@@ -66,6 +66,9 @@ class Tensor {
   static Tensor lazy(const Shape& sizes, const Shape& strides, int64_t offset, DType dtype, Device device);
   // Gives lazy tensor `lazy` the storage and layout of `value` (same sizes).
   static void attach(cr_tensor* lazy, const Tensor& value);
+  // Takes back the storage a lazy tensor got from a run that then failed: its values may be
+  // partial, and reading it raises instead ("has no value").
+  static void unattach(cr_tensor* t);
   // Gives lazy tensor `lazy` new storage when it is a contiguous `sizes` / `dtype` tensor with
   // offset 0 (what Tensor::empty would make); false (nothing done) otherwise.
   static bool give_storage(cr_tensor* lazy, const Shape& sizes, DType dtype, Device device);

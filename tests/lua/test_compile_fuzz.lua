@@ -60,15 +60,18 @@ local function compare(got, want, call)  -- nil or {kind = where it differs, tex
 end
 
 -- After a call that raised in both modes: the compiled call's Lua code ran past the failing op
--- (its graph fails at the end, docs/compile.md "Errors and values"), and tensors it stored from
--- that call have no value, where eager kept the previous ones. Those entries take eager's (copies).
-local function valueless(t) return T.is_tensor(t) and not pcall(t.sum, t) end
-local function resync_valueless(c, e)
-  for k, v in pairs(c) do
-    local w = type(e) == "table" and e[k] or nil
-    if valueless(v) then c[k] = T.is_tensor(w) and w:clone() or w
-    elseif type(v) == "table" and not T.is_tensor(v) then resync_valueless(v, w) end
-  end
+-- (its graph fails at the end, docs/compile.md "Errors and values"), so what it stored differs
+-- from eager's by design (its tensors from that call have no value). The store takes eager's.
+local function copy_of(v)
+  if T.is_tensor(v) then return v:clone() end
+  if type(v) ~= "table" then return v end
+  local t = {}
+  for k, x in pairs(v) do t[k] = copy_of(x) end
+  return t
+end
+local function resync_store(c, e)
+  for k in pairs(c) do c[k] = nil end
+  for k, v in pairs(e) do c[k] = copy_of(v) end
 end
 
 -- Runs eager and compiled on every call of the plan: nil or a failure, and whether eager raised.
@@ -87,7 +90,7 @@ local function run_program(prog)
     local want = snap({ rets = re, args = a, store = store_e, rng = T.rand(3) })
     local b = pack(args(T, call))
     local rc = pack(pcall(fc, unpack(b, 1, b.n)))
-    if not re[1] and not rc[1] then resync_valueless(store_c, store_e) end
+    if not re[1] and not rc[1] then resync_store(store_c, store_e) end
     local st = {}
     for k, v in pairs(store_c) do st[k] = v end
     local got = { rets = rc, args = b, store = st, rng = T.rand(3) }

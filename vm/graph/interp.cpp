@@ -58,6 +58,8 @@ void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& v
   try {
     outs = dispatch(ctx, n.op, call.args, int(n.args.size()), into, ninto);
   } catch (const Error& e) {
+    for (size_t i = 0; i < ninto; ++i)  // (a partial result: Lua's tensor has no value)
+      if (into[i].defined() && !into[i].is_lazy()) Tensor::unattach(into[i].get());
     // the error of the op at the line that recorded it, as eager execution reports it
     if (n.where.empty()) throw;
     throw LocatedError(cat(n.where, ": ", e.what()));

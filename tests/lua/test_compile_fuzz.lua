@@ -61,17 +61,11 @@ end
 
 -- After a call that raised in both modes: the compiled call's Lua code ran past the failing op
 -- (its graph fails at the end, docs/compile.md "Errors and values"), so what it stored differs
--- from eager's by design (its tensors from that call have no value). The store takes eager's.
-local function copy_of(v)
-  if T.is_tensor(v) then return v:clone() end
-  if type(v) ~= "table" then return v end
-  local t = {}
-  for k, x in pairs(v) do t[k] = copy_of(x) end
-  return t
-end
+-- from eager's by design (its tensors from that call have no value). The store takes eager's
+-- values themselves (a copy would change their strides; the programs never read the store).
 local function resync_store(c, e)
   for k in pairs(c) do c[k] = nil end
-  for k, v in pairs(e) do c[k] = copy_of(v) end
+  for k, v in pairs(e) do c[k] = v end
 end
 
 -- Runs eager and compiled on every call of the plan: nil or a failure, and whether eager raised.

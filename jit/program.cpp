@@ -88,17 +88,19 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
   const graph::Graph& g = *lg.g;
   graph::set_constants(g, vals);
   std::vector<Tensor> temps(plan_.buffers.size());
-  std::vector<char> mine(plan_.buffers.size(), 0);  // allocated here (not a lazy tensor of Lua's)
+  // 1: allocated here; 2: given to a lazy tensor of Lua's, kept in temps[b] (unused for a stored
+  // value) so that a run that fails can take it back: its values may be partial
+  std::vector<char> mine(plan_.buffers.size(), 0);
   auto tensor_of = [&](int32_t b) -> Tensor& { return plan_.buffers[size_t(b)].gv >= 0 ? vals[size_t(plan_.buffers[size_t(b)].gv)] : temps[size_t(b)]; };
   // a stored value's tensor: a lazy tensor of Lua's gets the storage when its layout allows
-  std::vector<Tensor> given;  // (a run that fails takes it back: its values may be partial)
   auto allocate = [&](int32_t b) {
     const Buffer& buf = plan_.buffers[size_t(b)];
     Tensor& t = tensor_of(b);
     if (t.defined() && !t.is_lazy()) return;
     if (t.defined() && t.is_lazy() && buf.offset == 0 && buf.strides == contiguous_strides(buf.sizes) &&
         Tensor::give_storage(t.get(), buf.sizes, buf.dtype, device_)) {
-      given.push_back(t);
+      temps[size_t(b)] = t;
+      mine[size_t(b)] = 2;
       return;
     }
     int64_t n = buffer_extent(buf);
@@ -169,14 +171,15 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
         launch(size_t(st.kernel), bufs.data());
       }
       for (int32_t b : st.release)
-        if (mine[size_t(b)]) tensor_of(b) = Tensor();
+        if (mine[size_t(b)] == 1) tensor_of(b) = Tensor();
       if (g.transient || unheld)
         for (int32_t gv : dead_[step])
           if (g.transient || (*unheld)[size_t(gv)]) vals[size_t(gv)] = Tensor();
     }
     if (checked && device_.is_cpu()) raise_check(host_word, lg.sites);
   } catch (const Error&) {
-    for (const Tensor& t : given) Tensor::unattach(t.get());
+    for (size_t b = 0; b < mine.size(); ++b)
+      if (mine[b] == 2) Tensor::unattach(temps[b].get());
     throw;
   }
   if (checked && !device_.is_cpu()) defer_check();

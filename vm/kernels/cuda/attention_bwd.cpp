@@ -145,6 +145,11 @@ bool attention_backward(Context& ctx, const Tensor& dq, const Tensor& dk, const 
                    ts.kv_bytes(int(E)));
     library_launch(ctx, device, key, source, "attention_bwd_q_tc", bh * row_blocks, 32 * ts.warps, q_args,
                    ts.q_bytes(int(E)));
+  } else if (q.dtype() == DType::f32 && !deterministic()) {  // (dq by float atomics, into dq itself)
+    fill_pattern(dqp, size_t(bh * L * E), 4, 0u, device);
+    void* one_args[] = {&qp,  &kp,     &vp,      &gp,  &lp,     &dp,     &dkp,    &dvp,   &L_,    &S_,    &heads,
+                        &kbs, &scale_, &causal_, &mp, &mo.kind, &mo.s0, &mo.s1, &mo.row, &mo.col, &dqp};
+    library_launch(ctx, device, key, source, "attention_bwd", bh * key_blocks, kThreads, one_args, kv_shared(E, Ev));
   } else {
     library_launch(ctx, device, key, source, "attention_bwd_kv", bh * key_blocks, kThreads, kv_args, kv_shared(E, Ev));
     library_launch(ctx, device, key, source, "attention_bwd_q", bh * row_blocks, kThreads, q_args, q_shared(E, Ev));

@@ -8,11 +8,12 @@
 //   attention_bwd_kv    a block per B keys walks the query rows in tiles of B:
 //                       dv += p^T dout, dp = dout v^T, ds = p (dp - delta), dk += ds^T q * scale
 //   attention_bwd_q     a block per B query rows walks the keys: dq += ds k * scale
-// dq in its own pass (not atomics): every sum runs in a fixed order, so the gradients are
-// deterministic. Tiles live in shared memory as float, the accumulators in registers.
-// Register tiles: a block of NT threads owns a B x B tile of scores, thread (tr, tc) = (t / 16,
-// t % 16) rows 4 tr + i and columns 4 tc + j of it, so each product step reads 4 + 4 floats from
-// shared memory per 16 FMAs. Head widths pad with zeros to multiples of 64 (EW, VW).
+//   attention_bwd       float32 unless deterministic: the key pass adding ds k * scale into dq by
+//                       atomics, in place of the query pass (which recomputes s and dp)
+// The two passes sum in a fixed order, so their gradients are deterministic. Tiles live in shared
+// memory as float, the accumulators in registers. Register tiles: a block of NT threads owns a
+// B x B tile of scores, thread (tr, tc) = (t / 16, t % 16) rows 4 tr + i and columns 4 tc + j of
+// it, so every 4 steps of a product read 8 float4 from shared memory per 64 FMAs. Head widths pad with zeros to multiples of 64 (EW, VW).
 constexpr int NT = 256, B = 64;
 constexpr int EW = (E + 63) / 64 * 64, VW = (EV + 63) / 64 * 64;
 constexpr int QP = EW + 4, OP = VW + 4, KP = B + 4;  // pitches: rows 16-byte aligned, 4 banks apart
@@ -34,21 +35,25 @@ __device__ __forceinline__ void fma4(float (&acc)[4], float a, float4 b) {
   acc[0] = fmaf(a, b.x, acc[0]), acc[1] = fmaf(a, b.y, acc[1]), acc[2] = fmaf(a, b.z, acc[2]), acc[3] = fmaf(a, b.w, acc[3]);
 }
 
-// acc[i][4 m + j] += sum over t < K of a[(r0 + i) AP + t] b[t BP + c0 + 64 m + j]: a's column
-// one float at a time (a warp's two row groups 4 rows apart: distinct banks), b's rows as float4.
+__device__ __forceinline__ float lane(const float4& v, int u) { return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w; }
+
+// acc[i][4 m + j] += sum over t < K of a[(r0 + i) AP + t] b[t BP + c0 + 64 m + j]: a's rows four
+// floats at a time (a warp's two row groups 4 rows apart: distinct banks), b's rows as float4.
 template <int K, int AP, int BP, int M>
 __device__ __forceinline__ void dots(float (&acc)[4][M][4], const float* a, const float* b, int r0, int c0) {
-#pragma unroll 4
-  for (int t = 0; t < K; ++t) {
-    float av[4];
+#pragma unroll 2
+  for (int t = 0; t < K; t += 4) {
+    float4 av[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) av[i] = a[(r0 + i) * AP + t];
+    for (int i = 0; i < 4; ++i) av[i] = ld4(a + (r0 + i) * AP + t);
 #pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const float4 bv = ld4(b + t * BP + c0 + 64 * m);
+    for (int u = 0; u < 4; ++u)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) fma4(acc[i][m], av[i], bv);
-    }
+      for (int m = 0; m < M; ++m) {
+        const float4 bv = ld4(b + (t + u) * BP + c0 + 64 * m);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) fma4(acc[i][m], lane(av[i], u), bv);
+      }
   }
 }
 
@@ -63,6 +68,25 @@ __device__ __forceinline__ void dots_t(float (&acc)[4][M][4], const float* a, co
       const float4 bv = ld4(b + t * BP + c0 + 64 * m);
       fma4(acc[0][m], av.x, bv), fma4(acc[1][m], av.y, bv), fma4(acc[2][m], av.z, bv), fma4(acc[3][m], av.w, bv);
     }
+  }
+}
+
+// acc[i][j] += sum over t < K of a[(r0 + i) AP + t] b[(c + 16 j) BP + t], both along t as float4:
+// the thread's columns are c + 16 j, so a warp's 16 rows of b start 4 banks apart.
+template <int K, int AP, int BP, int N>
+__device__ __forceinline__ void dots_nt(float (&acc)[4][N], const float* a, const float* b, int r0, int c) {
+#pragma unroll 2
+  for (int t = 0; t < K; t += 4) {
+    float4 av[4], bv[N];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) av[i] = ld4(a + (r0 + i) * AP + t);
+#pragma unroll
+    for (int j = 0; j < N; ++j) bv[j] = ld4(b + (c + 16 * j) * BP + t);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < N; ++j)
+        acc[i][j] = fmaf(av[i].w, bv[j].w, fmaf(av[i].z, bv[j].z, fmaf(av[i].y, bv[j].y, fmaf(av[i].x, bv[j].x, acc[i][j]))));
   }
 }
 
@@ -125,18 +149,23 @@ struct QTiles {  // attention_bwd_q's
   float qs[B * QP], dos[B * OP], kt[EW * KP], ks[B * QP], vt[VW * KP], dss[B * KP], lses[B], deltas[B];
 };
 
-extern "C" __global__ void __launch_bounds__(NT) attention_bwd_kv(
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
-    const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv, int L,
-    int S, int heads, int key_blocks, float scale, int causal, const void* __restrict__ mask, int mask_kind,
-    long long ms0, long long ms1, long long msr, long long msc) {
+// The key pass; with DQ (attention_bwd, float32 only) it also adds each tile's ds k * scale into dq
+// (zeroed by the launcher) by atomics, FlashAttention-2's way, and the query pass is not run.
+template <bool DQ>
+__device__ __forceinline__ void key_pass(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                         const T* __restrict__ dout, const float* __restrict__ lse,
+                                         const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv,
+                                         float* __restrict__ dq, int L, int S, int heads, int key_blocks, float scale,
+                                         int causal, const void* __restrict__ mask, int mask_kind, long long ms0,
+                                         long long ms1, long long msr, long long msc) {
   cr::grid_wait();
-  extern __shared__ __align__(16) unsigned char bwd_smem[];
-  KvTiles& t = *reinterpret_cast<KvTiles*>(bwd_smem);
+  extern __shared__ __align__(16) unsigned char key_smem[];
+  KvTiles& t = *reinterpret_cast<KvTiles*>(key_smem);
   const long long bh = blockIdx.x / key_blocks;
   const int key0 = int(blockIdx.x - bh * key_blocks) * B, r0 = 4 * (threadIdx.x >> 4), c0 = 4 * (threadIdx.x & 15);
   q += bh * L * E, dout += bh * L * EV, lse += bh * L, delta += bh * L;
   k += bh * S * E, v += bh * S * EV, dk += bh * S * E, dv += bh * S * EV;
+  if constexpr (DQ) dq += bh * L * E;
   mask = mask_of<T>(mask, mask_kind, bh, heads, ms0, ms1);
   const float scale_log2 = scale * 1.4426950408889634f;
   load_tile<E, EW, KP, true>(t.kt, k, key0, S);
@@ -156,10 +185,36 @@ extern "C" __global__ void __launch_bounds__(NT) attention_bwd_kv(
     __syncthreads();
     dots_t<B, KP, OP, VW / 64>(av, t.ps, t.dos, r0, c0);   // dv += p^T dout
     dots_t<B, KP, QP, EW / 64>(ak, t.dss, t.qs, r0, c0);  // dk += ds^T q
+    if constexpr (DQ) {
+      float aq[4][EW / 16] = {};
+      dots_nt<B, KP, KP, EW / 16>(aq, t.dss, t.kt, r0, threadIdx.x & 15);  // dq += ds k
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < EW / 16; ++j) {
+          const int row = row0 + r0 + i, col = (threadIdx.x & 15) + 16 * j;
+          if (row < L && col < E) atomicAdd(dq + (long long)row * E + col, aq[i][j] * scale);
+        }
+    }
   }
   store_tile<EV, VW / 64>(dv, av, key0, r0, c0, S, 1.f);
   store_tile<E, EW / 64>(dk, ak, key0, r0, c0, S, scale);
 }
+
+#define KEY_PASS_PARAMS                                                                                              \
+  const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, const T *__restrict__ dout,           \
+      const float *__restrict__ lse, const float *__restrict__ delta, T *__restrict__ dk, T *__restrict__ dv, int L, \
+      int S, int heads, int key_blocks, float scale, int causal, const void *__restrict__ mask, int mask_kind,     \
+      long long ms0, long long ms1, long long msr, long long msc
+extern "C" __global__ void __launch_bounds__(NT) attention_bwd_kv(KEY_PASS_PARAMS) {
+  key_pass<false>(q, k, v, dout, lse, delta, dk, dv, nullptr, L, S, heads, key_blocks, scale, causal, mask, mask_kind,
+                  ms0, ms1, msr, msc);
+}
+extern "C" __global__ void __launch_bounds__(NT) attention_bwd(KEY_PASS_PARAMS, float* __restrict__ dq) {
+  key_pass<true>(q, k, v, dout, lse, delta, dk, dv, dq, L, S, heads, key_blocks, scale, causal, mask, mask_kind, ms0,
+                 ms1, msr, msc);
+}
+#undef KEY_PASS_PARAMS
 
 extern "C" __global__ void __launch_bounds__(NT) attention_bwd_q(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,

@@ -22,6 +22,18 @@ constexpr int QP = EW + 4, OP = VW + 4, KP = B + 4;  // pitches: rows 16-byte al
 // (dst[r * P + e]) or transposed (dst[e * P + r]); rows at or past `end` and columns past W are 0.
 template <int W, int WP, int P, bool TRANS>
 __device__ __forceinline__ void load_tile(float* dst, const T* src, int row0, int end) {
+  if constexpr (sizeof(T) == 4 && W % 4 == 0) {  // float32 rows of whole float4s, when src is aligned
+    if ((reinterpret_cast<unsigned long long>(src) & 15) == 0) {
+      for (int i = threadIdx.x; i < B * WP / 4; i += NT) {
+        const int r = i / (WP / 4), e = 4 * (i - r * (WP / 4)), row = row0 + r;
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (row < end && e < W) x = *reinterpret_cast<const float4*>(src + (long long)row * W + e);
+        if constexpr (TRANS) dst[e * P + r] = x.x, dst[(e + 1) * P + r] = x.y, dst[(e + 2) * P + r] = x.z, dst[(e + 3) * P + r] = x.w;
+        else *reinterpret_cast<float4*>(dst + r * P + e) = x;
+      }
+      return;
+    }
+  }
   for (int i = threadIdx.x; i < B * WP; i += NT) {
     const int r = i / WP, e = i - r * WP, row = row0 + r;
     const float x = row < end && e < W ? float(src[(long long)row * W + e]) : 0.f;

@@ -1,25 +1,53 @@
 """Where a CUDA graph's time goes, kernel by kernel, from bench/cupti_trace.cpp's CSV.
 
     python3 bench/kernel_timeline.py trace.csv [launches=50]
+    python3 bench/kernel_timeline.py trace.csv --steps MARK [steps=5]
 
 Takes the CUDA graph that ran most often (a decode step's), cuts its kernels into launches (one
 run of every node, in start order) and, over the last `launches` of them, gives each node's
 median device time (end - start; with programmatic dependent launch it includes the wait for the
 previous kernel) and what it adds to the launch (its end minus the latest end before it: the
 launch's time is the sum of these), then the same summed by kernel name.
+--steps: work outside CUDA graphs (a training step): a step starts at each kernel whose name
+contains MARK (one that runs once a step, such as the loss's); over the last `steps` whole steps,
+each kernel name's calls and what they add to a step, largest first.
 """
 import collections
 import statistics
 import sys
 
 path = sys.argv[1]
-keep = int(sys.argv[2]) if len(sys.argv) > 2 else 50
 rows = []
 with open(path) as f:
     next(f)
     for line in f:
         start, end, graph, node, stream, name = line.rstrip("\n").split(",", 5)
         rows.append((int(start), int(end), int(graph), int(node), name))
+
+if len(sys.argv) > 2 and sys.argv[2] == "--steps":
+    mark, keep = sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 5
+    rows.sort()
+    starts = [i for i, r in enumerate(rows) if mark in r[4]]
+    steps = [rows[a:b] for a, b in zip(starts, starts[1:])][-keep:]
+    if not steps:
+        sys.exit(f"fewer than two kernels named like {mark!r}: no whole step")
+    adds, calls = collections.Counter(), collections.Counter()
+    for st in steps:
+        front = st[0][0]
+        for r in st:
+            adds[r[4]] += max(0, r[1] - max(r[0], front)) / 1e3
+            calls[r[4]] += 1
+            front = max(front, r[1])
+    spans = [(st[-1][1] - st[0][0]) / 1e3 for st in steps]
+    print(f"{len(steps)} steps from {mark!r}: median {statistics.median(spans):.1f} us (first start to last end), "
+          f"{statistics.median(len(st) for st in steps)} kernels")
+    print("| kernel | calls a step | adds us a step |")
+    print("|---|---|---|")
+    for name, us in adds.most_common():
+        print(f"| {name[:80]} | {calls[name] / len(steps):g} | {us / len(steps):.1f} |")
+    sys.exit(0)
+
+keep = int(sys.argv[2]) if len(sys.argv) > 2 else 50
 graphs = collections.Counter(r[2] for r in rows if r[2] != 0)
 if not graphs:
     sys.exit("no kernel ran inside a CUDA graph")

@@ -134,7 +134,8 @@ describe("CUDA attention backward", function()
             expect.eq(one[i]:cpu():double():totable(), two[i]:cpu():double():totable(), what .. " gradient " .. i)
           end
           local e = rel_err(one[1], two[1])
-          if e > ({ float32 = 1e-5, float16 = 2e-3, bfloat16 = 1.6e-2 })[dt] then error(("%s: dq off by %.3g"):format(what, e)) end
+          local tol = ({ float32 = 1e-5, float16 = 2e-3, bfloat16 = 1.6e-2 })[dt]
+          if e > tol then error(("%s: dq off by %.3g"):format(what, e)) end
         end
       end
     end)

@@ -13,7 +13,8 @@
 // The two passes sum in a fixed order, so their gradients are deterministic. Tiles live in shared
 // memory as float, the accumulators in registers. Register tiles: a block of NT threads owns a
 // B x B tile of scores, thread (tr, tc) = (t / 16, t % 16) rows 4 tr + i and columns 4 tc + j of
-// it, so every 4 steps of a product read 8 float4 from shared memory per 64 FMAs. Head widths pad with zeros to multiples of 64 (EW, VW).
+// it, so every 4 steps of a product read 8 float4 from shared memory per 64 FMAs. Head widths pad
+// with zeros to multiples of 64 (EW, VW).
 constexpr int NT = 256, B = 64;
 constexpr int EW = (E + 63) / 64 * 64, VW = (EV + 63) / 64 * 64;
 constexpr int QP = EW + 4, OP = VW + 4, KP = B + 4;  // pitches: rows 16-byte aligned, 4 banks apart
@@ -28,8 +29,10 @@ __device__ __forceinline__ void load_tile(float* dst, const T* src, int row0, in
         const int r = i / (WP / 4), e = 4 * (i - r * (WP / 4)), row = row0 + r;
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
         if (row < end && e < W) x = *reinterpret_cast<const float4*>(src + (long long)row * W + e);
-        if constexpr (TRANS) dst[e * P + r] = x.x, dst[(e + 1) * P + r] = x.y, dst[(e + 2) * P + r] = x.z, dst[(e + 3) * P + r] = x.w;
-        else *reinterpret_cast<float4*>(dst + r * P + e) = x;
+        if constexpr (TRANS)
+          dst[e * P + r] = x.x, dst[(e + 1) * P + r] = x.y, dst[(e + 2) * P + r] = x.z, dst[(e + 3) * P + r] = x.w;
+        else
+          *reinterpret_cast<float4*>(dst + r * P + e) = x;
       }
       return;
     }
@@ -47,7 +50,9 @@ __device__ __forceinline__ void fma4(float (&acc)[4], float a, float4 b) {
   acc[0] = fmaf(a, b.x, acc[0]), acc[1] = fmaf(a, b.y, acc[1]), acc[2] = fmaf(a, b.z, acc[2]), acc[3] = fmaf(a, b.w, acc[3]);
 }
 
-__device__ __forceinline__ float lane(const float4& v, int u) { return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w; }
+__device__ __forceinline__ float lane(const float4& v, int u) {
+  return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w;
+}
 
 // acc[i][4 m + j] += sum over t < K of a[(r0 + i) AP + t] b[t BP + c0 + 64 m + j]: a's rows four
 // floats at a time (a warp's two row groups 4 rows apart: distinct banks), b's rows as float4.
@@ -98,7 +103,8 @@ __device__ __forceinline__ void dots_nt(float (&acc)[4][N], const float* a, cons
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < N; ++j)
-        acc[i][j] = fmaf(av[i].w, bv[j].w, fmaf(av[i].z, bv[j].z, fmaf(av[i].y, bv[j].y, fmaf(av[i].x, bv[j].x, acc[i][j]))));
+        acc[i][j] = fmaf(av[i].w, bv[j].w,
+                         fmaf(av[i].z, bv[j].z, fmaf(av[i].y, bv[j].y, fmaf(av[i].x, bv[j].x, acc[i][j]))));
   }
 }
 

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 def W(v, like):
     """A Lua number in first position, where torch wants a tensor: a 0-d tensor that promotes like
     a Python scalar (the dtype of `like` when both are floats or both integers, else float32)."""
-    if like.is_floating_point():
+    integers = isinstance(v, int) and not isinstance(v, bool) and not like.is_floating_point() and like.dtype != torch.bool
+    if like.is_floating_point() or integers:
         return torch.tensor(v, dtype=like.dtype, device=like.device)
     return torch.tensor(v, device=like.device)
 

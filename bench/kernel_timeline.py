@@ -10,7 +10,7 @@ previous kernel) and what it adds to the launch (its end minus the latest end be
 launch's time is the sum of these), then the same summed by kernel name.
 --steps: work outside CUDA graphs (a training step): a step starts at each kernel whose name
 contains MARK (one that runs once a step, such as the loss's); over the last `steps` whole steps,
-each kernel name's calls and what they add to a step, largest first.
+each kernel name's calls and what they add to a step (as a launch's, above), largest first.
 """
 import collections
 import statistics
@@ -24,6 +24,15 @@ with open(path) as f:
         start, end, graph, node, stream, name = line.rstrip("\n").split(",", 5)
         rows.append((int(start), int(end), int(graph), int(node), name))
 
+
+def added(kernels):
+    """(kernel, us) in start order: its end minus the latest end before it (from the first start),
+    so that the sum is the span and an idle gap counts to the kernel after it."""
+    front = kernels[0][0]
+    for r in kernels:
+        yield r, max(0, r[1] - front) / 1e3
+        front = max(front, r[1])
+
 if len(sys.argv) > 2 and sys.argv[2] == "--steps":
     mark, keep = sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 5
     rows.sort()
@@ -33,11 +42,9 @@ if len(sys.argv) > 2 and sys.argv[2] == "--steps":
         sys.exit(f"fewer than two kernels named like {mark!r}: no whole step")
     adds, calls = collections.Counter(), collections.Counter()
     for st in steps:
-        front = st[0][0]
-        for r in st:
-            adds[r[4]] += max(0, r[1] - max(r[0], front)) / 1e3
+        for r, add in added(st):
+            adds[r[4]] += add
             calls[r[4]] += 1
-            front = max(front, r[1])
     spans = [(st[-1][1] - st[0][0]) / 1e3 for st in steps]
     print(f"{len(steps)} steps from {mark!r}: median {statistics.median(spans):.1f} us (first start to last end), "
           f"{statistics.median(len(st) for st in steps)} kernels")
@@ -59,14 +66,12 @@ launches = [l for l in launches if len({r[3] for r in l}) == nodes][-keep:]
 per_node = collections.defaultdict(lambda: {"dur": [], "add": [], "name": ""})
 totals, sums = [], []
 for l in launches:
-    front = l[0][0]
     totals.append((max(r[1] for r in l) - l[0][0]) / 1e3)
-    for r in l:
+    for r, add in added(l):
         d = per_node[r[3]]
         d["name"] = r[4]
         d["dur"].append((r[1] - r[0]) / 1e3)
-        d["add"].append(max(0, r[1] - front) / 1e3)
-        front = max(front, r[1])
+        d["add"].append(add)
 print(f"graph {gid}: {nodes} kernels a launch, {len(launches)} launches timed; "
       f"launch median {statistics.median(totals):.1f} us (first start to last end)")
 order = [r[3] for r in launches[-1]]  # (the last launch's start order)

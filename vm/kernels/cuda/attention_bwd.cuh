@@ -50,10 +50,6 @@ __device__ __forceinline__ void fma4(float (&acc)[4], float a, float4 b) {
   acc[0] = fmaf(a, b.x, acc[0]), acc[1] = fmaf(a, b.y, acc[1]), acc[2] = fmaf(a, b.z, acc[2]), acc[3] = fmaf(a, b.w, acc[3]);
 }
 
-__device__ __forceinline__ float lane(const float4& v, int u) {
-  return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w;
-}
-
 // acc[i][4 m + j] += sum over t < K of a[(r0 + i) AP + t] b[t BP + c0 + 64 m + j]: a's rows four
 // floats at a time (a warp's two row groups 4 rows apart: distinct banks), b's rows as float4.
 template <int K, int AP, int BP, int M>
@@ -69,7 +65,7 @@ __device__ __forceinline__ void dots(float (&acc)[4][M][4], const float* a, cons
       for (int m = 0; m < M; ++m) {
         const float4 bv = ld4(b + (t + u) * BP + c0 + 64 * m);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) fma4(acc[i][m], lane(av[i], u), bv);
+        for (int i = 0; i < 4; ++i) fma4(acc[i][m], lane_of(av[i], u), bv);
       }
   }
 }

@@ -5,6 +5,12 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
   return a;
 }
+// component c of a float vector (the float32 kernels read shared tiles as float4 / float2)
+__device__ __forceinline__ float lane_of(const float4& v, int c) {
+  return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
+}
+__device__ __forceinline__ float lane_of(const float2& v, int c) { return c == 0 ? v.x : v.y; }
+__device__ __forceinline__ float lane_of(float v, int) { return v; }
 // 2^x with one MUFU instruction (exp2f adds a denormal path: the kernels were issue-bound on it);
 // results below 2^-126 flush to 0, under a float32 weight's resolution next to the row's 1.
 __device__ __forceinline__ float ex2(float x) {

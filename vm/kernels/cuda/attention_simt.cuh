@@ -23,9 +23,6 @@ template <int N> struct Vec;
 template <> struct Vec<4> { typedef float4 type; };
 template <> struct Vec<2> { typedef float2 type; };
 template <> struct Vec<1> { typedef float type; };
-__device__ __forceinline__ float lane_of(const float4& v, int c) { return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w; }
-__device__ __forceinline__ float lane_of(const float2& v, int c) { return c == 0 ? v.x : v.y; }
-__device__ __forceinline__ float lane_of(float v, int) { return v; }
 
 // Copies rows [row0, row0 + ROWS) of `src` (W floats each, pitch `stride`) to shared memory of
 // pitch P; rows at or past `end` are zero-filled. One cp.async group.

@@ -14,6 +14,7 @@ namespace {
 constexpr int kWarps = 8;                 // (as gemv.cuh)
 constexpr int kRows = 4;                  // rows of w per warp (gemv.cuh's CR_GEMV instances)
 constexpr int64_t kSmemBytes = 48 << 10;  // dynamic shared memory without an opt-in
+constexpr int64_t kClusterSplit = 4;      // blocks of a cluster splitting k (gemv.cuh's gemv_MT_c4)
 
 void* ptr(const Tensor& t) { return t.defined() ? t.data_bytes() : nullptr; }
 
@@ -76,20 +77,28 @@ void gemv(Context& ctx, const Tensor& y, const Tensor& x, int64_t ldx, const Gem
   const DeviceInfo& info = device_info(x.device().index);
   const int64_t asize = d == DType::f64 ? 8 : 4, sms = info.multiprocessors;
   const int64_t cols = w.int8 ? 16 : 16 / int64_t(dtype_size(d)), chunks = w.kp / cols;
-  const int ks = k_slices(n, chunks, sms);
-  // the slices' sums (gemv.cuh; none for one slice)
+  // int8 from 8 rows, short n and long k (fc2's 768 x 3072): a cluster's blocks split k, each
+  // staging its part of x, where the row groups alone leave most multiprocessors idle
+  const int64_t cl = w.int8 && mt >= 8 && info.sm_major >= 9 && k_slices(n, chunks, sms) > 1 &&
+                             chunks >= kClusterSplit * 32
+                         ? kClusterSplit
+                         : 1;
+  const int64_t per = (chunks + cl - 1) / cl;
+  const int ks = k_slices(n, per, sms);
+  // the slices' sums (gemv.cuh; none for one slice), and the cluster ranks' (two buffers)
   const int64_t part = ks > 1 ? int64_t(kWarps) * mt * kRows * asize : 0;
-  // the tile: all of kp when it fits, else the most whole chunks that do (more than 4 rows of x:
-  // in the shared memory a block may opt in to, as x is staged again for every tile)
+  const int64_t ranks = cl > 1 ? 2 * cl * kWarps * mt * kRows * asize : 0;
+  // the tile: all of the block's chunks when they fit, else the most whole chunks that do (more
+  // than 4 rows of x: in the shared memory a block may opt in to, as x is staged for every tile)
   const int64_t budget = mt > 4 ? std::max<int64_t>(kSmemBytes, info.max_shared_per_block) : kSmemBytes;
-  const int64_t fit = (budget - part) / (asize * mt) / 16 * 16;
-  const int kt = int(std::max<int64_t>(16, std::min<int64_t>(w.kp, fit)));
+  const int64_t fit = (budget - part - ranks) / (asize * mt) / 16 * 16;
+  const int kt = int(std::max<int64_t>(16, std::min<int64_t>(per * cols, fit)));
   long long kpp = w.kp;
   int ktile = kt, kslices = ks;
   void* args[] = {&xp, &lx, &wp, &pitch, &o, &mm, &nn, &kk, &kpp, &ktile, &kslices};
   const int64_t group = kWarps / ks * kRows, groups = (n + group - 1) / group;
-  library_launch(ctx, x.device().index, key, source, cat("gemv_", mt).c_str(), std::min(groups, 4 * sms), kWarps * 32,
-                 args, size_t(mt * kt * asize + part));
+  library_launch(ctx, x.device().index, key, source, cat("gemv_", mt, cl > 1 ? cat("_c", cl) : "").c_str(),
+                 std::min(groups, 4 * sms) * cl, kWarps * 32, args, size_t(mt * kt * asize + part + ranks));
 }
 
 }  // namespace cr::cuda

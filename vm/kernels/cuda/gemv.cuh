@@ -171,7 +171,10 @@ __forceinline__ void finish(const Out& o, int mi, long long n, long long col, A 
   o.y[at] = T(o.res ? v + A(o.res[at]) : v);
 }
 
-template <int MT, int kRows, int kU>
+// CL > 1 (sm_90): a cluster of CL blocks shares each row group, block `rank` taking the rank-th
+// CL-th of k's chunks (and staging only that part of x); the ranks' sums meet in rank 0's shared
+// memory (one barrier a row group, two buffers) and are added there in rank order.
+template <int MT, int kRows, int kU, int CL>
 __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long pitch, Out o, int m, long long n,
                           long long k, long long kp, int kt, int ks) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -179,42 +182,50 @@ __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long p
   A* part = xs + MT * kt;  // the slices' sums: [ks][kWarps / ks][MT][kRows]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int wr = warp / ks, wk = warp % ks;
-  const long long chunks = kp / kCols, group = (long long)(kWarps / ks) * kRows;
+  const long long group = (long long)(kWarps / ks) * kRows, block = blockIdx.x / CL, blocks = gridDim.x / CL;
+  unsigned rank = 0;
+#if __CUDA_ARCH__ >= 900
+  if constexpr (CL > 1) rank = cr::cluster_rank();
+#endif
+  // this block's chunks of every row: [c0, c0 + chunks)
+  const long long all = kp / kCols, per = (all + CL - 1) / CL, c0 = rank * per < all ? rank * per : all;
+  const long long chunks = all - c0 < per ? all - c0 : per, kb = c0 * kCols, kl = chunks * kCols;
+  q += c0;
   for (int r = 0; r < kRows; ++r) {  // (the first row group's w)
-    const long long row = (long long)blockIdx.x * group + (long long)wr * kRows + r;
+    const long long row = block * group + (long long)wr * kRows + r;
     if (row < n)
       for (long long c = wk * 32 + lane; c < chunks; c += 32 * ks) cr::to_l2(q + row * pitch + c);
   }
   cr::grid_wait();
   const int ct = kt / kCols;
-  const bool one_tile = kt >= kp;
+  const bool one_tile = kt >= kl;
   uint4 raw[kU][kRows];
   bool have = false;
   if (one_tile) {  // (the first row group's first loads go out before x's)
-    const long long first_row = (long long)blockIdx.x * group + (long long)wr * kRows;
+    const long long first_row = block * group + (long long)wr * kRows;
     load_chunks<kRows, kU>(raw, q, first_row, n, pitch, int(chunks), wk * 32 + lane, 32 * ks);
     have = true;
-    stage_x<MT>(xs, x, ldx, m, k, 0, kt, ct);
+    stage_x<MT>(xs, x, ldx, m, k, kb, kt, ct);
     __syncthreads();
   }
-  for (long long g0 = (long long)blockIdx.x * group; g0 < n; g0 += (long long)gridDim.x * group) {
+  int parity = 0;
+  for (long long g0 = block * group; g0 < n; g0 += blocks * group, parity ^= 1) {
     const long long row0 = g0 + (long long)wr * kRows;
     A acc[MT][kRows];
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
       for (int r = 0; r < kRows; ++r) acc[mi][r] = A(0);
-    for (long long k0 = 0; k0 < kp; k0 += kt) {
+    for (long long k0 = 0; k0 < kl; k0 += kt) {
       if (!one_tile) {
         __syncthreads();  // (the previous tile is read)
-        stage_x<MT>(xs, x, ldx, m, k, k0, kt, ct);
+        stage_x<MT>(xs, x, ldx, m, k, kb + k0, kt, ct);
         __syncthreads();
       }
-      const int cn = int((kp - k0) / kCols < ct ? (kp - k0) / kCols : ct);
+      const int cn = int((kl - k0) / kCols < ct ? (kl - k0) / kCols : ct);
       tile_sums<MT, kRows, kU>(acc, raw, have, q + k0 / kCols, xs, row0, n, pitch, cn, ct, wk * 32 + lane, 32 * ks);
     }
     fold_slices<MT, kRows>(acc, part, ks, wr, wk, lane);
-    if (wk != 0) continue;
     // every lane holds every sum: lane o % 32 finishes output o = mi * kRows + r (one epilogue
     // a lane per 32 outputs, not one per output, which a branch per output would inline)
     constexpr int kOut = (MT * kRows + 31) / 32;
@@ -224,6 +235,28 @@ __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long p
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
         if (lane == (mi * kRows + r) % 32) mine[(mi * kRows + r) / 32] = acc[mi][r];
+#if __CUDA_ARCH__ >= 900
+    if constexpr (CL > 1) {
+      // (rank 0's: every rank's sums, [2][CL][kWarps][MT * kRows] after the slices' sums)
+      A* ranks = part + (ks > 1 ? kWarps * MT * kRows : 0) + parity * CL * kWarps * MT * kRows;
+      if (wk == 0)
+#pragma unroll
+        for (int j = 0; j < kOut; ++j)
+          if (j * 32 + lane < MT * kRows)
+            cr::cluster_store(&ranks[(rank * kWarps + wr) * MT * kRows + j * 32 + lane], 0u, mine[j]);
+      cr::cluster_sync();
+      if (rank != 0 || wk != 0) continue;
+#pragma unroll
+      for (int j = 0; j < kOut; ++j)
+        if (j * 32 + lane < MT * kRows) {
+          A v = A(0);
+#pragma unroll
+          for (int c = 0; c < CL; ++c) v += ranks[(c * kWarps + wr) * MT * kRows + j * 32 + lane];
+          mine[j] = v;
+        }
+    }
+#endif
+    if (wk != 0) continue;
 #pragma unroll
     for (int j = 0; j < kOut; ++j) {
       const int out = j * 32 + lane, mi = out / kRows;
@@ -234,20 +267,28 @@ __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long p
 }
 
 // gemv_MT: m <= MT rows of x; kRows rows of w per warp, kU chunks per lane per load batch
-// (as gemv.cpp's kRows).
-#define CR_GEMV(MT, ROWS, U)                                                                                          \
-  extern "C" __global__ void __launch_bounds__(kWarps * 32) gemv_##MT(const T* x, long long ldx, const uint4* q,     \
-                                                                      long long pitch, Out o, int m, long long n,      \
-                                                                      long long k, long long kp, int kt, int ks) {     \
-    gemv<MT, ROWS, U>(x, ldx, q, pitch, o, m, n, k, kp, kt, ks);                                                      \
+// (as gemv.cpp's kRows); gemv_MT_cCL: clusters of CL blocks splitting k (sm_90).
+#define CR_GEMV(MT, ROWS, U, CL, NAME)                                                                               \
+  extern "C" __global__ void __launch_bounds__(kWarps * 32) CR_CLUSTER(CL)                                           \
+      NAME(const T* x, long long ldx, const uint4* q, long long pitch, Out o, int m, long long n, long long k,         \
+           long long kp, int kt, int ks) {                                                                           \
+    gemv<MT, ROWS, U, CL>(x, ldx, q, pitch, o, m, n, k, kp, kt, ks);                                                  \
   }
-CR_GEMV(1, 4, kCols == 16 ? 2 : 4)  // (a float row's chunk is 4 or 8 columns: more loads in flight)
-CR_GEMV(2, 4, 2)
-CR_GEMV(4, 4, 1)
+#define CR_CLUSTER(CL)
+CR_GEMV(1, 4, kCols == 16 ? 2 : 4, 1, gemv_1)  // (a float row's chunk is 4 or 8 columns: more loads in flight)
+CR_GEMV(2, 4, 2, 1, gemv_2)
+CR_GEMV(4, 4, 1, 1, gemv_4)
 #ifndef CR_DENSE_W  // (int8 weights take up to 16 rows: gemv.hpp kInt8GemvRows)
-CR_GEMV(8, 4, 1)
-CR_GEMV(16, 4, 2)  // (its long rows of k wait on the loads: two batches in flight)
+CR_GEMV(8, 4, 1, 1, gemv_8)
+CR_GEMV(16, 4, 2, 1, gemv_16)  // (its long rows of k wait on the loads: two batches in flight)
+#undef CR_CLUSTER
+#if __CUDA_ARCH__ >= 900
+#define CR_CLUSTER(CL) __cluster_dims__(CL, 1, 1)
+CR_GEMV(8, 4, 1, 4, gemv_8_c4)
+CR_GEMV(16, 4, 2, 4, gemv_16_c4)
 #endif
+#endif
+#undef CR_CLUSTER
 
 #ifdef CR_DENSE_W  // (float weights: the launcher defines it)
 // w {k, n} (matmul's, GPT-2 Conv1D's): LC lanes a tile of LC 16-byte chunks of a row, 32 / LC rows

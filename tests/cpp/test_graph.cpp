@@ -7,6 +7,7 @@
 #include <random>
 
 #include "graph_builder.hpp"
+#include "vm/graph/segment.hpp"
 #include "vm/kernels/loop.hpp"
 
 using namespace cr;
@@ -669,4 +670,29 @@ TEST_CASE("run_eager frees a transient graph's values after their last reader", 
   REQUIRE(some[size_t(v)].defined());
   REQUIRE(some[size_t(c)].defined());
   REQUIRE(same(some[size_t(out)], ref[size_t(out)]));
+}
+
+// A dropped value is computed after its graph ran from the state the run left (lazy.cpp): its
+// reads of an input follow the graph's writes to it, and it depends on no random draw.
+TEST_CASE("replayable: reads of written inputs after the writes only, the graph's own writes again, no draws",
+          "[graph]") {
+  Context ctx;
+  Builder B{ctx};
+  int32_t buf = B.input(uniform({3}, 1)), x = B.input(uniform({3}, 2));
+  int32_t before = B.op("mul", {T(buf), N(3)});  // buf before the write below
+  int32_t buf2 = B.op("add_", {T(buf), T(x)});
+  int32_t after = B.op("mul", {T(buf2), N(3)});  // buf as the run leaves it
+  int32_t t = B.op("add", {T(x), N(1)});         // a storage of the graph's own, written twice
+  int32_t from_t = B.op("neg", {T(B.op("mul_", {T(t), N(2)}))});
+  B.op("add_", {T(t), N(5)});
+  int32_t drawn = B.op("add", {T(B.op("rand", {I({3})})), T(after)});
+  CHECK_FALSE(graph::replayable(B.g, before));
+  CHECK(graph::replayable(B.g, after));
+  CHECK(graph::replayable(B.g, from_t));
+  CHECK_FALSE(graph::replayable(B.g, drawn));
+  // buf written again: what read it before that write no longer can be
+  int32_t late = B.op("sub", {T(buf2), N(1)});
+  B.op("add_", {T(buf2), N(1)});
+  CHECK_FALSE(graph::replayable(B.g, late));
+  CHECK_FALSE(graph::replayable(B.g, after));
 }

@@ -297,9 +297,9 @@ describe("host memory of the first compiled calls", function()
   end)
 end)
 
--- Values that depend on an in-place write cannot be recomputed later: the graph keeps those Lua
--- still reaches after the function's first run (a full collection learns which), and drops the
--- rest so that they fuse.
+-- Values that depend on an in-place write or a random draw are kept when Lua still reaches them
+-- after the function's first run (a full collection learns which); the rest are dropped so that
+-- they fuse, and computed from the state the run left if Lua reaches one later after all.
 describe("values after an in-place write", function()
   it("keeps what Lua reaches, gives eager's values, and the others stay out of the graph", function()
     local keep = {}
@@ -324,20 +324,52 @@ describe("values after an in-place write", function()
     S.eq(before:totable(), (buf_e * 2 + 1):totable())
   end)
   -- (a graph compiled to native code drops z; without a native backend the recorded graph runs)
-  S.native_it("raises a clear error for a dropped value Lua reaches only later, and keeps it from the next call on", function()
-    local stash = {}
-    local f = T.compile(function(x, buf, save)
+  -- A dropped value Lua reaches only later is computed from the state the run left: the writes
+  -- came before its reads, and the inputs written are unchanged since.
+  local function dropped_z(stash)
+    return T.compile(function(x, buf, save)
       buf:add_(x)
-      local z = buf * 3
+      local t = T.zeros(3)
+      t:add_(buf)                -- a storage of the graph's own, written: written again
+      local z = t * 3
       if save then stash.z = z end  -- (not a tensor op: the trace does not see the branch)
       return (z + 1):sum()
     end)
+  end
+  S.native_it("computes a dropped value Lua reaches only later from the state the run left", function()
+    local stash = {}
+    local f = dropped_z(stash)
     local buf = T.zeros(3)
     for _ = 1, 4 do f(T.ones(3), buf, false) end
     T.compiler.wait()  -- compiled without z (a background compile: wait for it)
     f(T.ones(3), buf, true)
-    S.errors(function() return stash.z:totable() end, "was not kept by its graph", "recompiles to keep it")
+    f(T.ones(3), T.zeros(3), false)  -- another call: other inputs, stash.z untouched
+    S.eq(stash.z:totable(), { 15, 15, 15 })
     f(T.ones(3), buf, true)  -- recompiled: z is an output now
     S.eq(stash.z:totable(), { 18, 18, 18 })
+  end)
+  S.native_it("raises a clear error for a dropped value whose written input changed since", function()
+    local stash = {}
+    local f = dropped_z(stash)
+    local buf = T.zeros(3)
+    for _ = 1, 4 do f(T.ones(3), buf, false) end
+    T.compiler.wait()
+    f(T.ones(3), buf, true)
+    buf:add_(1)  -- z was 3 * buf as the run left it: that state is gone
+    S.errors(function() return stash.z:totable() end, "was modified in place since", "clone it")
+    f(T.ones(3), buf, true)  -- recompiled: z is an output now
+    S.eq(stash.z:totable(), { 21, 21, 21 })
+  end)
+  S.native_it("raises a clear error for a dropped value that depends on a random draw", function()
+    local stash = {}
+    local f = T.compile(function(x, save)
+      local z = T.rand(3) + x
+      if save then stash.z = z end
+      return (z * 2):sum()
+    end)
+    for _ = 1, 4 do f(T.ones(3), false) end
+    T.compiler.wait()
+    f(T.ones(3), true)
+    S.errors(function() return stash.z:totable() end, "was not kept by its graph", "random op")
   end)
 end)

@@ -22,6 +22,9 @@ struct ExecRecord {
   HostVector<Tensor> vals;  // inputs, by vid
   HostVector<double> numbers;  // the call's numbers that vary (Segment::numbers)
   HostVector<std::pair<Tensor, uint32_t>> versions;
+  // inputs the graph wrote, by vid, with their versions after the run: lost values replayed
+  // from the state the run left (slots with `lost`) are valid while these are unchanged
+  HostVector<std::pair<int32_t, uint32_t>> written;
   std::weak_ptr<Leaf> leaf;  // the segment variant the values came from
   // One slot per waiting tensor, reserved once (the tensors point at their slots). The record
   // keeps itself alive (`self`) until the last of them leaves.
@@ -47,26 +50,123 @@ void leave(LazyInfo& slot) {
 
 bool contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-// Only the ancestors of `vid`: what recomputing one value needs.
-Graph prune_for(const Graph& g, int32_t vid) {
-  Graph p = g;
-  p.outputs = {vid};
-  eliminate_dead_code(p, false);
-  return p;
+// The nodes that compute value `vid` again after the graph ran, from its inputs as the run left
+// them: writes to the graph's own storages run again (into fresh ones, in order, before each
+// reader); a write to an input's storage is not repeated (the input holds its result), so every
+// read of that storage must come after the graph's last write to it. Empty `why`: it can.
+struct Replay {
+  Graph g;
+  std::string why;
+};
+Replay replay_graph(const Graph& g, int32_t vid, bool build = true) {
+  const size_t n_nodes = g.nodes.size();
+  auto input_root = [&](int32_t r) { return g.nodes[size_t(g.values[size_t(r)].node)].kind == NodeKind::Input; };
+  auto each_written = [&](const Node& n, auto&& f) {  // the storage roots op node n writes
+    if (n.kind != NodeKind::Op) return;
+    if (n.inplace()) f(storage_root(g, n.args[0].value));
+    for (size_t i = 0; n.def().writes && i < n.args.size() && i < 32; ++i)
+      if (n.def().writes >> i & 1) {
+        if (n.args[i].tag == kTensor) f(storage_root(g, n.args[i].value));
+        for (int32_t v : n.args[i].values) f(storage_root(g, v));
+      }
+  };
+  std::vector<std::vector<int32_t>> writers(g.values.size());  // by storage root, in node order
+  for (size_t i = 0; i < n_nodes; ++i) each_written(g.nodes[i], [&](int32_t r) { writers[size_t(r)].push_back(int32_t(i)); });
+  Replay out;
+  // keep: 1 runs again, 2 a write to an input's storage whose result is the input itself
+  std::vector<char> keep(n_nodes), live(g.values.size()), force(n_nodes);
+  std::vector<int32_t> alias(g.values.size(), -1);  // a kept-2 write's result: the input's value
+  live[size_t(vid)] = 1;
+  for (bool grew = true; grew && out.why.empty();) {
+    grew = false;
+    for (size_t i = n_nodes; i-- > 0 && out.why.empty();) {
+      const Node& n = g.nodes[i];
+      bool k = force[i];
+      for (int32_t o : n.outs) k = k || live[size_t(o)];
+      if (keep[i] || !k) continue;
+      keep[i] = 1;
+      grew = true;
+      if (n.kind != NodeKind::Op) continue;
+      if (n.random()) out.why = cat("it depends on a random op (", n.def().name, ")");
+      bool on_input = false;
+      each_written(n, [&](int32_t r) { on_input = on_input || input_root(r); });
+      if (on_input) {
+        if (!n.inplace() || n.def().writes) out.why = cat(n.def().name, " writes an input's storage");
+        keep[i] = 2;
+        alias[size_t(n.outs[0])] = n.args[0].value;
+        live[size_t(n.args[0].value)] = 1;
+        continue;
+      }
+      const bool view = is_view_node(g, n);
+      auto read = [&](int32_t a) {
+        live[size_t(a)] = 1;
+        const int32_t r = storage_root(g, a);
+        const std::vector<int32_t>& w = writers[size_t(r)];
+        if (view || w.empty()) return;
+        if (!input_root(r))
+          for (int32_t j : w) force[size_t(j)] = force[size_t(j)] || j < int32_t(i);
+        else if (w.back() > int32_t(i))
+          out.why = cat(n.def().name, " reads an input before the graph writes it");
+      };
+      for (const Arg& a : n.args) {
+        if (a.tag == kTensor) read(a.value);
+        for (int32_t v : a.values) read(v);
+      }
+    }
+  }
+  if (!out.why.empty() || !build) return out;
+  out.g = g;
+  for (size_t v = 0; v < alias.size(); ++v) {
+    if (alias[v] < 0) continue;
+    int32_t to = alias[v];
+    while (alias[size_t(to)] >= 0) to = alias[size_t(to)];
+    substitute(out.g, int32_t(v), to, false);
+  }
+  out.g.outputs = {vid};
+  std::vector<Node> kept;
+  std::vector<int32_t> index(n_nodes, -1);
+  for (size_t i = 0; i < n_nodes; ++i)
+    if (keep[i] == 1 || g.nodes[i].kind == NodeKind::Input) {
+      index[i] = int32_t(kept.size());
+      kept.push_back(std::move(out.g.nodes[i]));
+    }
+  out.g.nodes = std::move(kept);
+  for (Value& v : out.g.values)
+    if (v.node >= 0) v.node = index[size_t(v.node)];
+  return out;
+}
+
+// Whether an input the record's graph wrote has been written again since its run.
+bool written_since(const ExecRecord& r) {
+  for (auto [in, version] : r.written)
+    if (r.vals[size_t(in)].storage()->version.load() != version) return true;
+  return false;
+}
+
+[[noreturn]] void fail_modified(const Tensor& input) {
+  fail(cat("a tensor computed inside a compiled function was not kept by its graph, and an input it depends "
+           "on (", input.describe(), ") was modified in place since: its value is lost. Use the tensor "
+           "before modifying its inputs, or clone it inside the compiled function"));
 }
 
 void recompute(Context& ctx, cr_tensor* t, ExecRecord& r, int32_t vid) {
   for (auto& [tensor, version] : r.versions)
-    if (tensor.storage()->version.load() != version)
-      fail(cat("a tensor computed inside a compiled function was not kept by its graph, and an input it depends "
-               "on (", tensor.describe(), ") was modified in place since: its value is lost. Use the tensor "
-               "before modifying its inputs, or clone it inside the compiled function"));
-  Graph g = prune_for(*r.raw, vid);
-  for (const Node& n : g.nodes)  // compile() keeps every value a write reaches: none is left
-    if (n.inplace()) fail(cat("internal: recomputing value %", vid, " would repeat an in-place write"));
+    if (tensor.storage()->version.load() != version) fail_modified(tensor);
+  Replay p = replay_graph(*r.raw, vid);
+  if (!p.why.empty()) fail(cat("internal: value %", vid, " cannot be computed again: ", p.why));
   std::vector<Tensor> vals(r.vals.begin(), r.vals.end());
-  run_eager(g, ctx, vals, r.numbers.empty() ? nullptr : r.numbers.data());
+  run_eager(p.g, ctx, vals, r.numbers.empty() ? nullptr : r.numbers.data());
   Tensor::attach(t, vals[size_t(vid)]);
+}
+
+// A lost value's slot whose inputs were written again: a tracker that raises when read.
+void drop_slot(cr_tensor* t) {
+  auto* info = static_cast<LazyInfo*>(t->_lazy);
+  std::weak_ptr<Leaf> leaf = info->rec->leaf;
+  const int32_t vid = info->vid;
+  t->_lazy = nullptr;
+  leave(*info);
+  t->_lazy = new LazyInfo{leaf, vid, nullptr, nullptr, true};
 }
 
 }  // namespace
@@ -89,7 +189,12 @@ void Recorder::before_write(Storage* st) {
     std::vector<cr_tensor*> ts;
     for (const LazyInfo& slot : r->slots)
       if (slot.t) ts.push_back(slot.t);
-    for (cr_tensor* t : ts) ensure_real(ctx_, t);
+    const bool stale = written_since(*r);
+    for (cr_tensor* t : ts) {
+      auto* slot = static_cast<LazyInfo*>(t->_lazy);
+      if (stale && slot && slot->rec == r.get() && slot->lost) drop_slot(t);  // (raises when read)
+      else ensure_real(ctx_, t);
+    }
   }
 }
 
@@ -107,15 +212,16 @@ void before_write(Context& ctx, Storage* s) {
 void ensure_real(Context& ctx, cr_tensor* t) {
   auto* info = static_cast<LazyInfo*>(t->_lazy);
   if (!t->_storage) {
-    if (info && info->lost) {
+    if (info && info->lost && !info->rec) {
       std::shared_ptr<Leaf> leaf = info->leaf.lock();
       const int32_t vid = info->vid;
       release_lazy(t);
       if (leaf) note_escape(*leaf, vid, "used");
       fail(cat("a tensor computed inside a compiled function (value %", vid, " of the segment ending at ",
                leaf ? leaf->where : "?", ") was not kept by its graph: Lua did not reach it after the function's "
-               "first run, and it depends on an in-place write or a random op, so it cannot be recomputed. The "
-               "function recompiles to keep it from its next call on; return it from the function to read it now"));
+               "first run, and it cannot be recomputed (it depends on a random op, or on an input written in place "
+               "after the value read it). The function recompiles to keep it from its next call on; return it "
+               "from the function to read it now"));
     }
     if (!info || !info->rec) {
       Recorder* rec = ctx.recorder.get();
@@ -128,6 +234,15 @@ void ensure_real(Context& ctx, cr_tensor* t) {
     // detached first: the recomputation may write storages whose pending readers include t
     ExecRecord* r = info->rec;
     const int32_t vid = info->vid;
+    if (info->lost && written_since(*r)) {  // (its replay would read the inputs' new values)
+      std::shared_ptr<Leaf> leaf = r->leaf.lock();
+      Tensor input;
+      for (auto [in, version] : r->written)
+        if (r->vals[size_t(in)].storage()->version.load() != version) input = r->vals[size_t(in)];
+      drop_slot(t);
+      if (leaf) note_escape(*leaf, vid, "used");
+      fail_modified(input);
+    }
     std::shared_ptr<ExecRecord> keep = r->self;  // alive through the recomputation
     t->_lazy = nullptr;
     leave(*info);
@@ -140,6 +255,8 @@ void ensure_real(Context& ctx, cr_tensor* t) {
     release_lazy(t);
   }
 }
+
+bool replayable(const Graph& g, int32_t vid) { return replay_graph(g, vid, false).why.empty(); }
 
 void note_escape(Leaf& leaf, int32_t vid, const char* how) {
   if (leaf.escaping.size() <= size_t(vid)) leaf.escaping.resize(size_t(vid) + 1);
@@ -159,8 +276,8 @@ std::shared_ptr<ExecRecord> wait_on_record(Leaf& leaf, const std::shared_ptr<Lea
   rec->leaf = owner;
   rec->numbers.assign(s.numbers.begin(), s.numbers.end());
   rec->vals.resize(s.vals.size());
-  // The waiting values are pure (compile() keeps or loses the others): they read no storage the
-  // graph writes, so the next run's writes there need not compute them first.
+  // Pure waiting values read no storage the graph writes, so the next run's writes there need
+  // not compute them first; lost ones read those storages as the run left them (`written`).
   if (leaf.written_inputs.empty()) {
     const std::vector<char> written = written_roots(*leaf.raw);
     leaf.written_inputs.assign(leaf.raw->values.size() + 1, 0);  // (+1: never empty once computed)
@@ -169,10 +286,13 @@ std::shared_ptr<ExecRecord> wait_on_record(Leaf& leaf, const std::shared_ptr<Lea
   for (int32_t in : leaf.raw->inputs) {
     Storage* st = s.vals[size_t(in)].storage();
     rec->vals[size_t(in)] = s.vals[size_t(in)];
-    if (leaf.written_inputs[size_t(in)]) continue;
+    rec->external = rec->external || st->free_fn != nullptr;
+    if (leaf.written_inputs[size_t(in)]) {
+      rec->written.emplace_back(in, st->version.load());
+      continue;
+    }
     rec->versions.emplace_back(s.vals[size_t(in)], st->version.load());
     st->pending_reads.fetch_add(1);
-    rec->external = rec->external || st->free_fn != nullptr;
   }
   rec->slots.resize(waiting.size());  // never resized again: the tensors point into it
   for (size_t i = 0; i < waiting.size(); ++i) {
@@ -180,6 +300,7 @@ std::shared_ptr<ExecRecord> wait_on_record(Leaf& leaf, const std::shared_ptr<Lea
     slot.vid = waiting[i].second;
     slot.rec = rec.get();
     slot.t = waiting[i].first;
+    slot.lost = leaf.lost.size() > size_t(slot.vid) && leaf.lost[size_t(slot.vid)];
     slot.t->_lazy = &slot;
   }
   rec->waiting = waiting.size();

@@ -399,9 +399,14 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, con
         }
       } else if (alive) {
         if (!leaf) fail("internal: a replayed prefix left a value uncomputed");
-        if (vid < leaf->lost.size() && leaf->lost[vid]) {  // (cannot be recomputed: reading it raises)
-          p->_lazy = new LazyInfo{owner, int32_t(vid), nullptr, nullptr, true};
-          continue;
+        if (vid < leaf->lost.size() && leaf->lost[vid]) {  // (lost: 1 unknown, 2 replayable, 3 not)
+          if (!leaf->raw) leaf->raw = guards::build_graph(*leaf);
+          char& l = leaf->lost[vid];
+          if (l == 1) l = replayable(*leaf->raw, int32_t(vid)) ? 2 : 3;
+          if (l == 3) {  // (reading it raises)
+            p->_lazy = new LazyInfo{owner, int32_t(vid), nullptr, nullptr, true};
+            continue;
+          }
         }
         waiting.emplace_back(p, int32_t(vid));
         continue;

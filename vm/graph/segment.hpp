@@ -142,8 +142,13 @@ struct LazyInfo {
   int32_t vid = -1;
   ExecRecord* rec = nullptr;  // slots: their record
   cr_tensor* t = nullptr;     // slots: the waiting tensor (null once it left)
-  bool lost = false;          // a value its graph did not keep and that cannot be recomputed
+  // a value its graph did not keep that reads storages the graph wrote: trackers raise when
+  // read; slots are computed from the state the run left while the written inputs keep it
+  bool lost = false;
 };
+// Whether value `vid` of g can be computed after g ran from the state the run left (not when it
+// depends on a random op, or on an input read before the graph wrote it).
+bool replayable(const Graph& g, int32_t vid);
 // The value `vid` escaped its segment: the next compilation must produce it.
 void note_escape(guards::Leaf& leaf, int32_t vid, const char* how);
 // Makes the tensors of `waiting` (each with its value id) wait on a new record of this run of

@@ -87,7 +87,8 @@ struct Leaf {
   int hits = 0;        // executions so far
   std::vector<char> escaping;                // by vid: needed after the segment ended
   // by vid: Lua still reached the value after a full collection at the segment's return (known
-  // once reach_learned); lost: impure values the compiled graph does not keep
+  // once reach_learned); lost: impure values the compiled graph does not keep (1; 2 or 3 once
+  // known whether they can be computed from the state a run leaves: lazy.cpp replayable)
   std::vector<char> reachable, lost;
   bool reach_learned = false;
   std::vector<char> written_inputs;  // by vid: inputs whose storage the graph writes (lazy.cpp)

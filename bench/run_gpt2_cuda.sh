@@ -3,7 +3,8 @@
 # PyTorch eager and torch.compile (bench/torch_gpt2.py) in one run, batch 1 and 16; then the
 # static-cache decoders: crescent's reduce-overhead step (CUDA graphs, KV=static) against the
 # gpt-fast-style torch.compile(mode="reduce-overhead") one (bench/torch_gpt2_static.py), and
-# crescent's static decoder with int8 weight-only projections and LM head (QUANT=int8).
+# crescent's static decoder with int8 weight-only projections and LM head (QUANT=int8) against
+# gpt-fast's int8 form of the torch one.
 #   bench/run_gpt2_cuda.sh [config=gpt2] [prompt=128] [new=128] [rounds=2]   (CRESCENT=binary)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,6 +19,7 @@ for b in 1 16; do
   KV=static DEVICE=cuda "$bin" bench/gpt2_bench.lua "$config" "$b" "$prompt" "$new" "$rounds" | sed 's/"side": "crescent"/"side": "crescent static"/' >> "$out"
   DEVICE=cuda timeout 400 "$py" bench/torch_gpt2_static.py "$config" "$b" "$prompt" "$new" "$rounds" 2>/dev/null | grep '^{' >> "$out"
   QUANT=int8 KV=static DEVICE=cuda "$bin" bench/gpt2_bench.lua "$config" "$b" "$prompt" "$new" "$rounds" | sed 's/"side": "crescent"/"side": "crescent static int8"/' >> "$out"
+  QUANT=int8 DEVICE=cuda timeout 400 "$py" bench/torch_gpt2_static.py "$config" "$b" "$prompt" "$new" "$rounds" 2>/dev/null | grep '^{' | sed 's/"side": "torch static"/"side": "torch static int8"/' >> "$out"
 done
 "$py" - "$out" <<'PY'
 import json, sys
@@ -47,14 +49,16 @@ for b in (1, 16):
 # int8: the projections and the LM head one byte a weight plus float32 scales; wpe, biases, norms float32
 INT8_BYTES = V * D + L * 12 * D * D + 4 * (V + N * D + L * (9 * D + 13 * D) + 2 * D)
 print()
-print("| batch | crescent static int8 (CUDA graphs) | vs float32 static | GB/s of weights |")
-print("|---|---|---|---|")
+print("| batch | torch.compile static int8 | crescent static int8 (CUDA graphs) | ratio | vs float32 static | GB/s of weights |")
+print("|---|---|---|---|---|---|")
 for b in (1, 16):
     r = {x["side"]: x for x in rows if x["batch"] == b}
     tps, f32 = r.get("crescent static int8", {}).get("compiled_decode_tps"), r.get("crescent static", {}).get("compiled_decode_tps")
+    t8 = r.get("torch static int8", {}).get("decode_tps")
+    vs = f"{tps / t8:.2f}x" if tps and t8 else "-"
     ratio = f"{tps / f32:.2f}x" if tps and f32 else "-"
     gbs = f"{tps / b * INT8_BYTES / 1e9:.0f}" if tps else "-"
-    print(f"| {b} | {tps or 0:.1f} | {ratio} | {gbs} |")
+    print(f"| {b} | {t8 or 0:.1f} | {tps or 0:.1f} | {vs} | {ratio} | {gbs} |")
 c = [x for x in rows if x["side"] == "crescent"]
 print("decode tokens/s (batch x new tokens / decode time); crescent graphs compiled / recompiles:",
       ", ".join(f"{x['graphs_compiled']}/{x['recompiles']}" for x in c))

@@ -144,7 +144,7 @@ struct OpDef {
 // as registry ids found once when the registry is built (LuaJIT's IR_ opcodes): no op name is
 // looked up anywhere else.
 #define CR_NAMED_OPS(X) \
-  X(_addmm_epilogue) X(_attention_cache) X(add) X(as_strided) X(attention) X(clone) X(div) X(gelu) \
+  X(_addmm_epilogue) X(_attention_cache) X(_int8_weight_mm) X(add) X(as_strided) X(attention) X(clone) X(div) X(gelu) \
   X(index_put_) X(linear) X(logical_not) X(masked_fill) X(matmul) X(mul) X(relu) X(softmax) X(transpose)
 struct OpIds {
 #define CR_OP_ID(name) int32_t name = -1;

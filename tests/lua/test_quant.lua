@@ -5,6 +5,7 @@
 -- test_gpt2.lua.
 local T = require "crescent"
 local bit = require "bit"
+local dumps = require "graph_dumps"
 
 expect.covers("_int8_quantize", "_int8_weight_mm")
 
@@ -106,6 +107,38 @@ describe("int8 weight-only quantisation", function()
     within(T._int8_weight_mm(x, q, s:bfloat16()), want, bound, TOL.float32, "bfloat16 scales")
   end)
 
+  it("applies its activation argument to the product, as the op after it", function()
+    T.manual_seed(7)
+    for _, dt in ipairs { "float32", "float64", "bfloat16" } do
+      for _, shape in ipairs { { 1, 40 }, { 70, 40 } } do
+        local q, s = T._int8_quantize(T.randn(23, 40))
+        local x, b = T.randn(shape):to(dt), T.randn(23):to(dt)
+        local y = T._int8_weight_mm(x, q, s, b)
+        expect.eq(T._int8_weight_mm(x, q, s, b, "relu"):totable(), T.relu(y):totable())
+        expect.eq(T._int8_weight_mm(x, q, s, nil, "gelu_tanh"):totable(),
+          T.gelu(T._int8_weight_mm(x, q, s), { approximate = "tanh" }):totable())
+        expect.eq(T._int8_weight_mm(x, q, s, b, "none"):totable(), y:totable())
+      end
+    end
+  end)
+
+  it("takes the activation after it into its compiled graph", function()
+    T.manual_seed(8)
+    local lin = T.nn.quantize_int8(T.nn.Linear(32, 48))
+    local x = T.randn(3, 32)
+    local fn = function(a) return T.gelu(lin(a), { approximate = "tanh" }) * 2 end
+    local texts, got = dumps.capture(function()
+      local f = T.compile(fn)
+      for _ = 1, 4 do f(x) end
+      T.compiler.wait()
+      return f(x)
+    end)
+    local opt = dumps.optimised(table.concat(texts, "\n")) or ""
+    expect.truthy(opt:find('_int8_weight_mm(%0, %1, %2, %3, "gelu_tanh")', 1, true) and not opt:find("= gelu(", 1, true),
+      opt)
+    expect.eq(got:totable(), fn(x):totable())
+  end)
+
   it("names the op, the expectation and what was given on misuse; has no gradient", function()
     local q, s = T._int8_quantize(T.randn(4, 20))
     local x = T.randn(2, 20)
@@ -115,6 +148,7 @@ describe("int8 weight-only quantisation", function()
     expect.errors(function() T._int8_weight_mm(x, q, s, T.zeros(4, { dtype = "float64" })) end,
       "_int8_weight_mm: bias expected input's dtype float32 and shape {4}")
     expect.errors(function() T._int8_weight_mm(x:long(), q, s) end, "_int8_weight_mm: input expected a floating tensor")
+    expect.errors(function() T._int8_weight_mm(x, q, s, nil, "gelu") end, '_int8_weight_mm: activation expected "none"')
     local xg = T.randn(2, 20, { requires_grad = true })
     local y = T._int8_weight_mm(xg, q, s):sum()
     expect.errors(function() y:backward() end, "_int8_weight_mm: derivative not implemented")
@@ -168,6 +202,23 @@ describe("int8 weight-only products on CUDA", function()
       end
     end
     expect.eq(T.cuda.stats().host_ops, h, "host ops (the products ran on the device)")
+  end)
+
+  it("applies the activation argument in the GEMV's epilogue and after cuBLAS", function()
+    expect.need_gpu()
+    T.manual_seed(9)
+    local q, s = T._int8_quantize(T.randn(300, 2100))
+    local b = T.randn(300)
+    local dq, ds, db, w = q:cuda(), s:cuda(), b:cuda(), dequantised(q, s, 2100)
+    for _, m in ipairs { 1, 8, 16, 40 } do  -- (8, 16: k split over a cluster's blocks; 40: cuBLASLt)
+      local x = T.randn(m, 2100)
+      local want, bound = reference(x, q, s, b, 2100, w)
+      for act, f in pairs { relu = T.relu, gelu_tanh = function(t) return T.gelu(t, { approximate = "tanh" }) end } do
+        -- (each activation's slope is at most 1.13: the product's bound grows by that much)
+        within(T._int8_weight_mm(x:cuda(), dq, ds, db, act):cpu(), f(want), bound * 1.13,
+          m > 16 and 2 * TOL.float32 or TOL.float32, ("rows %d %s"):format(m, act))
+      end
+    end
   end)
 
   it("gives the reference's values for every row count 1..16 (the GEMV), odd n and k, with and without bias", function()

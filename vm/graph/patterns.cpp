@@ -13,6 +13,7 @@
 // [+ residual] becomes _addmm_epilogue (vm/ops/epilogue.cpp) where its kernel takes it: one
 // cuBLASLt call on CUDA (a residual only without an activation: cuBLASLt adds it before), one
 // pass per output tile in cache on the CPU; the last node of the chain becomes the fused op.
+// An int8 weight-only product's activation joins it (_int8_weight_mm's activation argument).
 #include <algorithm>
 #include <cmath>
 
@@ -284,6 +285,13 @@ bool gemv_sized(const ValueMeta& out) {
   return cuda::gemv_takes(out.dtype, rows);
 }
 
+// relu(v) or gelu(v, "tanh"): the fused kernels' name of that activation, else null.
+const char* activation_of(const Node& n, const Ops& ops) {
+  if (n.op == ops.relu && n.args.size() == 1) return "relu";
+  if (n.op == ops.gelu && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh") return "gelu_tanh";
+  return nullptr;
+}
+
 // Follows the single-use chain from head node `at` to the last node it fuses (c->last).
 bool match_epilogue(Graph& g, int32_t at, const Ops& ops, const Uses& uses, Chain* c) {
   Node& head = g.nodes[size_t(at)];
@@ -303,9 +311,8 @@ bool match_epilogue(Graph& g, int32_t at, const Ops& ops, const Uses& uses, Chai
     v = n->outs[0];
     n = single_user(g, v, uses);
   }
-  if (n && ((n->op == ops.relu && n->args.size() == 1) ||
-            (n->op == ops.gelu && n->args.size() > 1 && n->args[1].tag == kString && n->args[1].str == "tanh"))) {
-    c->act = n->op == ops.relu ? "relu" : "gelu_tanh";
+  if (const char* act = n ? activation_of(*n, ops) : nullptr) {
+    c->act = act;
     c->last = n;
     v = n->outs[0];
     n = single_user(g, v, uses);
@@ -337,6 +344,30 @@ bool rewrite_epilogue(Graph& g, int32_t at, const Ops& ops, Uses& uses) {
   c.last->op = ops._addmm_epilogue;
   uses.set_args(g, last_at, {Arg::tensor(c.x), Arg::tensor(c.w), opt(c.bias), opt(c.residual), act, Arg::boolean(c.transposed)});
   return true;  // (the head and the nodes between are left dead)
+}
+
+// _int8_weight_mm(x, q, s[, bias]) -> relu | gelu tanh becomes the product with that activation,
+// which its GEMV's epilogue applies (int8 decoding: one kernel fewer a layer); the activation's
+// node becomes the product, the head is left dead.
+bool rewrite_int8_activation(Graph& g, int32_t at, const Ops& ops, Uses& uses) {
+  const Node& head = g.nodes[size_t(at)];
+  if (head.outs.size() != 1 || !absent(head, 4)) return false;
+  const int32_t v = head.outs[0];
+  Node* n = single_user(g, v, uses);
+  const char* act = n ? activation_of(*n, ops) : nullptr;
+  const ValueMeta &out = g.values[size_t(v)].meta, *got = n ? &g.values[size_t(n->outs[0])].meta : nullptr;
+  if (!act || got->sizes != out.sizes || got->dtype != out.dtype || !dense_meta(*got)) return false;
+  const int32_t last_at = int32_t(n - g.nodes.data());
+  if (writes_between(g, at, last_at)) return false;
+  std::vector<Arg> args(head.args.begin(), head.args.begin() + std::min<size_t>(4, head.args.size()));
+  args.resize(4);
+  Arg a;
+  a.tag = kString;
+  a.str = act;
+  args.push_back(a);
+  n->op = ops._int8_weight_mm;
+  uses.set_args(g, last_at, std::move(args));
+  return true;
 }
 
 // ---- a static KV cache's write and the attention that reads it -----------------------------
@@ -414,6 +445,10 @@ int fuse_patterns(Graph& g) {
     if (n.kind != NodeKind::Op || (n.op != ops.matmul && n.op != ops.linear)) continue;
     if (rewrite_epilogue(g, int32_t(i), ops, uses)) ++changed;
   }
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].kind == NodeKind::Op && g.nodes[i].op == ops._int8_weight_mm &&
+        rewrite_int8_activation(g, int32_t(i), ops, uses))
+      ++changed;
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (g.nodes[i].kind == NodeKind::Op && rewrite_attention_cache(g, int32_t(i), ops, uses)) ++changed;
   return changed;

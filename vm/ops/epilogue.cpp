@@ -32,16 +32,8 @@ void same_kind(const Tensor& x, const Tensor& t, const char* what) {
              t.describe()));
 }
 
-Epilogue activation(const OpCall& c) {
-  const std::string a = c.has(4) ? c.str(4) : "none";
-  if (a == "none") return Epilogue::None;
-  if (a == "relu") return Epilogue::Relu;
-  if (a == "gelu_tanh") return Epilogue::GeluTanh;
-  fail(cat("activation expected \"none\", \"relu\" or \"gelu_tanh\", got \"", a, "\""));
-}
-
 Args prepare(const OpCall& c) {
-  Args p{c.tensor(0), c.tensor(1), {}, {}, activation(c), {}};
+  Args p{c.tensor(0), c.tensor(1), {}, {}, activation_arg(c, 4), {}};
   if (p.x.dim() < 1) fail(cat("input expected a tensor of at least 1 dim, got ", p.x.describe()));
   if (p.w.dim() != 2) fail(cat("weight expected a 2-D tensor, got ", p.w.describe()));
   same_kind(p.x, p.w, "weight");
@@ -105,13 +97,7 @@ void run_composite(Context& ctx, const Tensor& out, const Tensor& x, const Args&
   matmul_into(out, x, p.w, false);
   Tensor y = out;
   if (p.bias.defined()) y = call(ctx, "add", {tensor_arg(y), tensor_arg(p.bias)});
-  if (p.act == Epilogue::Relu) y = call(ctx, "relu", {tensor_arg(y)});
-  if (p.act == Epilogue::GeluTanh) {
-    cr_value tanh{};
-    tanh.tag = kString;
-    tanh.str = "tanh";
-    y = call(ctx, "gelu", {tensor_arg(y), tanh});
-  }
+  y = activated(ctx, y, p.act);
   if (res.defined()) y = call(ctx, "add", {tensor_arg(y), tensor_arg(res)});
   if (y.get() != out.get()) copy_into(out, y);
 }
@@ -137,6 +123,23 @@ void run(OpCall& c) {
 }
 
 }  // namespace
+
+Epilogue activation_arg(const OpCall& c, int index) {
+  const std::string a = c.has(index) ? c.str(index) : "none";
+  if (a == "none") return Epilogue::None;
+  if (a == "relu") return Epilogue::Relu;
+  if (a == "gelu_tanh") return Epilogue::GeluTanh;
+  fail(cat("activation expected \"none\", \"relu\" or \"gelu_tanh\", got \"", a, "\""));
+}
+
+Tensor activated(Context& ctx, const Tensor& y, Epilogue act) {
+  if (act == Epilogue::Relu) return call(ctx, "relu", {tensor_arg(y)});
+  if (act != Epilogue::GeluTanh) return y;
+  cr_value tanh{};
+  tanh.tag = kString;
+  tanh.str = "tanh";
+  return call(ctx, "gelu", {tensor_arg(y), tanh});
+}
 
 void register_epilogue(Registry& r) {
   r.add(OpDef{"_addmm_epilogue", "input:T, weight:T, bias:T?, residual:T?, activation:S?, transposed:B?",

@@ -33,4 +33,9 @@ bool cuda_matmul_epilogue(const Tensor& out, Tensor a, Tensor b, const Tensor& b
 bool cuda_gemv(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
                cuda::Epilogue act, const Tensor& residual);
 
+// The fused products' activation argument (`_addmm_epilogue`, `_int8_weight_mm`): "none" (absent),
+// "relu" or "gelu_tanh"; and act(y) by the activation's registry op (y itself for none).
+cuda::Epilogue activation_arg(const OpCall& c, int index);
+Tensor activated(Context& ctx, const Tensor& y, cuda::Epilogue act);
+
 }  // namespace cr

@@ -1,6 +1,7 @@
 // int8 weight-only quantisation (T.nn.quantize_int8, stdlib/nn.lua):
 //   _int8_quantize(weight {n, k} floating) -> q int32 {n, kp / 4}, scales float32 {n}
-//   _int8_weight_mm(input {..., k}, q, scales {n}, bias {n}?) -> input @ (q * scales)^T + bias
+//   _int8_weight_mm(input {..., k}, q, scales {n}, bias {n}?, activation?) -> act(input @ (q * scales)^T
+//     + bias), activation "none" (default), "relu" or "gelu_tanh" (compiled graphs fuse the op after)
 // There is no int8 dtype: q packs the int8 values four to an int32 word, row i's byte j (in
 // memory order) being column j, rows padded with zero bytes to kp = k rounded up to 16 (the CUDA
 // kernel's 16-byte loads). Symmetric per row: scale = max|w_row| / 127, q = round(w / scale) (half
@@ -76,6 +77,7 @@ Shapes shapes_of(const OpCall& c) {
   if (!is_floating(s.dtype()) || s.sizes() != Shape{sh.n})
     fail(cat("scales expected a floating tensor {", sh.n, "} (one per output channel), got ", s.describe()));
   check_device(x, s);
+  activation_arg(c, 4);  // (checked here: an unknown name raises before any work)
   if (c.has(3)) {
     const Tensor b = c.tensor(3);
     if (b.dtype() != x.dtype() || b.sizes() != Shape{sh.n})
@@ -149,16 +151,17 @@ void run_cpu(const Tensor& y, const Tensor& x, const Tensor& q, const Tensor& s,
 // cuBLASLt call with the bias as its epilogue (cuBLAS accumulating onto a copy of the bias where
 // cuBLASLt does not take the dtype).
 void run_cuda(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& q, const Tensor& s, const Tensor& b,
-              const Shapes& sh) {
-  if (sh.m <= cuda::kInt8GemvRows) return cuda::int8_gemv(ctx, y, x, q, s, b, sh.m, sh.n, sh.k, sh.kp);
+              cuda::Epilogue act, const Shapes& sh) {
+  if (sh.m <= cuda::kInt8GemvRows) return cuda::int8_gemv(ctx, y, x, q, s, b, act, sh.m, sh.n, sh.k, sh.kp);
   const Tensor w = Tensor::empty({sh.n, sh.k}, x.dtype(), x.device());
   cuda::int8_dequantize(ctx, w, q, s, sh.n, sh.k, sh.kp);
   const Tensor y2 = Tensor::view_of(y, {sh.m, sh.n}, {sh.n, 1}, y.offset());
   const Tensor x2 = Tensor::view_of(x, {sh.m, sh.k}, {sh.k, 1}, x.offset());
   const Tensor wt = Tensor::view_of(w, {sh.k, sh.n}, {1, sh.k}, 0);
-  if (b.defined() && cuda_matmul_epilogue(y2, x2, wt, b, cuda::Epilogue::None, Tensor())) return;
+  if (b.defined() && cuda_matmul_epilogue(y2, x2, wt, b, act, Tensor())) return;
   if (b.defined()) copy_into(y2, Tensor::view_of(b, {sh.m, sh.n}, {0, b.stride(0)}, b.offset()));
   matmul_into(y2, x2, wt, b.defined());
+  if (act != cuda::Epilogue::None) copy_into(y2, activated(ctx, y2, act));
 }
 
 void run_int8_mm(OpCall& c) {
@@ -166,9 +169,11 @@ void run_int8_mm(OpCall& c) {
   const Tensor x = dense(c.tensor(0)), q = dense(c.tensor(1)), s = dense(c.tensor(2));
   const Tensor b = c.has(3) ? dense(c.tensor(3)) : Tensor();
   const Tensor& y = c.outs[0];
+  const cuda::Epilogue act = activation_arg(c, 4);
   if (sh.m == 0 || sh.n == 0) return;
-  if (x.device().is_cpu()) return run_cpu(y, x, q, s, b, sh);
-  run_cuda(c.ctx, y, x, q, s, b, sh);
+  if (!x.device().is_cpu()) return run_cuda(c.ctx, y, x, q, s, b, act, sh);
+  run_cpu(y, x, q, s, b, sh);
+  if (act != cuda::Epilogue::None) copy_into(y, activated(c.ctx, y, act));
 }
 
 }  // namespace
@@ -177,7 +182,7 @@ void register_quant(Registry& r) {
   OpDef quantize{"_int8_quantize", "weight:T", OpKind::Other, kNoMethod | kMultiOut | kExtern, infer_quantize, run_quantize};
   quantize.grad.not_differentiable = true;  // (rounded codes and their scales)
   r.add(quantize);
-  OpDef mm{"_int8_weight_mm", "input:T, weight:T, scales:T, bias:T?", OpKind::Other, kNoMethod | kDeviceAware | kExtern,
+  OpDef mm{"_int8_weight_mm", "input:T, weight:T, scales:T, bias:T?, activation:S?", OpKind::Other, kNoMethod | kDeviceAware | kExtern,
            infer_int8_mm, run_int8_mm};
   r.add(mm);  // no derivative: int8 weight-only quantisation is for inference (a backward raises)
 }

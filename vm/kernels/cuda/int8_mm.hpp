@@ -4,15 +4,16 @@
 #pragma once
 #include <string>
 
+#include "vm/cuda/blaslt.hpp"
 #include "vm/registry.hpp"
 
 namespace cr::cuda {
 
-// y = x @ (q * scales)^T + bias (bias undefined: none) for m <= kInt8GemvRows (gemv.hpp); x, y contiguous
-// {m, k} / {m, n} of one floating dtype T, q {n, kp} bytes (any tensor holding them), scales {n}
+// y = act(x @ (q * scales)^T + bias) (bias undefined: none) for m <= kInt8GemvRows (gemv.hpp); x, y
+// contiguous {m, k} / {m, n} of one floating dtype T, q {n, kp} bytes (any tensor holding them), scales {n}
 // of any floating dtype, bias {n} of T.
 void int8_gemv(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& q, const Tensor& scales,
-               const Tensor& bias, int64_t m, int64_t n, int64_t k, int64_t kp);
+               const Tensor& bias, Epilogue act, int64_t m, int64_t n, int64_t k, int64_t kp);
 
 // w {n, k} (contiguous, w's dtype) = q * scales, each product rounded once to w's dtype.
 void int8_dequantize(Context& ctx, const Tensor& w, const Tensor& q, const Tensor& scales, int64_t n, int64_t k,

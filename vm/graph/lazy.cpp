@@ -25,6 +25,7 @@ struct ExecRecord {
   // inputs the graph wrote, by vid, with their versions after the run: lost values replayed
   // from the state the run left (slots with `lost`) are valid while these are unchanged
   HostVector<std::pair<int32_t, uint32_t>> written;
+  Generator rng;  // as the run began: a recomputation that draws starts from it
   std::weak_ptr<Leaf> leaf;  // the segment variant the values came from
   // One slot per waiting tensor, reserved once (the tensors point at their slots). The record
   // keeps itself alive (`self`) until the last of them leaves.
@@ -53,9 +54,11 @@ bool contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.beg
 // The nodes that compute value `vid` again after the graph ran, from its inputs as the run left
 // them: writes to the graph's own storages run again (into fresh ones, in order, before each
 // reader); a write to an input's storage is not repeated (the input holds its result), so every
-// read of that storage must come after the graph's last write to it. Empty `why`: it can.
+// read of that storage must come after the graph's last write to it. A random op runs again with
+// every draw before it, from the generator as the run began (`draws`). Empty `why`: it can.
 struct Replay {
   Graph g;
+  bool draws = false;
   std::string why;
 };
 Replay replay_graph(const Graph& g, int32_t vid, bool build = true) {
@@ -87,7 +90,11 @@ Replay replay_graph(const Graph& g, int32_t vid, bool build = true) {
       keep[i] = 1;
       grew = true;
       if (n.kind != NodeKind::Op) continue;
-      if (n.random()) out.why = cat("it depends on a random op (", n.def().name, ")");
+      if (n.def().flags & kCollective) out.why = cat("it depends on a collective (", n.def().name, ")");
+      if (n.random() && !out.draws) {  // (the generator's offsets: every draw before runs too)
+        out.draws = true;
+        for (size_t j = 0; j < i; ++j) force[j] = force[j] || g.nodes[j].random();
+      }
       bool on_input = false;
       each_written(n, [&](int32_t r) { on_input = on_input || input_root(r); });
       if (on_input) {
@@ -155,11 +162,19 @@ void recompute(Context& ctx, cr_tensor* t, ExecRecord& r, int32_t vid) {
   Replay p = replay_graph(*r.raw, vid);
   if (!p.why.empty()) fail(cat("internal: value %", vid, " cannot be computed again: ", p.why));
   std::vector<Tensor> vals(r.vals.begin(), r.vals.end());
-  run_eager(p.g, ctx, vals, r.numbers.empty() ? nullptr : r.numbers.data());
+  const Generator now = ctx.gen;
+  if (p.draws) ctx.gen.seed = r.rng.seed, ctx.gen.offset = r.rng.offset;
+  try {
+    run_eager(p.g, ctx, vals, r.numbers.empty() ? nullptr : r.numbers.data());
+  } catch (...) {
+    ctx.gen = now;
+    throw;
+  }
+  ctx.gen = now;
   Tensor::attach(t, vals[size_t(vid)]);
 }
 
-// A lost value's slot whose inputs were written again: a tracker that raises when read.
+// A lost value's slot whose inputs are written again: a tracker that raises when read.
 void drop_slot(cr_tensor* t) {
   auto* info = static_cast<LazyInfo*>(t->_lazy);
   std::weak_ptr<Leaf> leaf = info->rec->leaf;
@@ -189,10 +204,11 @@ void Recorder::before_write(Storage* st) {
     std::vector<cr_tensor*> ts;
     for (const LazyInfo& slot : r->slots)
       if (slot.t) ts.push_back(slot.t);
-    const bool stale = written_since(*r);
+    // (lost ones, mostly garbage Lua has not collected yet, are not computed for a write: they
+    // raise when read from now on, as a value the graph could not keep)
     for (cr_tensor* t : ts) {
       auto* slot = static_cast<LazyInfo*>(t->_lazy);
-      if (stale && slot && slot->rec == r.get() && slot->lost) drop_slot(t);  // (raises when read)
+      if (slot && slot->rec == r.get() && slot->lost) drop_slot(t);
       else ensure_real(ctx_, t);
     }
   }
@@ -219,9 +235,9 @@ void ensure_real(Context& ctx, cr_tensor* t) {
       if (leaf) note_escape(*leaf, vid, "used");
       fail(cat("a tensor computed inside a compiled function (value %", vid, " of the segment ending at ",
                leaf ? leaf->where : "?", ") was not kept by its graph: Lua did not reach it after the function's "
-               "first run, and it cannot be recomputed (it depends on a random op, or on an input written in place "
-               "after the value read it). The function recompiles to keep it from its next call on; return it "
-               "from the function to read it now"));
+               "first run, and it cannot be recomputed (it depends on a collective, or on an input written in "
+               "place after the value read it). The function recompiles to keep it from its next call on; return "
+               "it from the function to read it now"));
     }
     if (!info || !info->rec) {
       Recorder* rec = ctx.recorder.get();
@@ -275,6 +291,7 @@ std::shared_ptr<ExecRecord> wait_on_record(Leaf& leaf, const std::shared_ptr<Lea
   rec->raw = !leaf.dynamic ? leaf.raw : s.instance_raw ? s.instance_raw : instance_of(*leaf.raw, s);
   rec->leaf = owner;
   rec->numbers.assign(s.numbers.begin(), s.numbers.end());
+  rec->rng = s.rng;
   rec->vals.resize(s.vals.size());
   // Pure waiting values read no storage the graph writes, so the next run's writes there need
   // not compute them first; lost ones read those storages as the run left them (`written`).

@@ -498,6 +498,7 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
       std::vector<Tensor> vals = values_for(*g, &unheld);
       s.pending = false;
       double t0 = now_us();
+      s.rng = ctx_.gen;
       execute(*g, vals, s.numbers_or_null(), &unheld);
       double t1 = now_us();
       settle(&leaf, vals, cold, g.get());

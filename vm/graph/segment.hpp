@@ -54,6 +54,7 @@ struct Segment {
   // the raw instance of the graph for this call's layouts (Recorder::instance): what a value
   // the run did not keep is recomputed from
   std::shared_ptr<Graph> instance_raw;
+  Generator rng;  // the generator as the segment's graph started to run: its draws, recomputed
   // Automatic dynamic numbers (keys.cpp): the values of this call's numbers that vary, in event
   // order (graph::Arg::varying indexes them); where the current key holds each number that may
   // vary; by argument of the current call, its index in `numbers` or -1.
@@ -142,12 +143,13 @@ struct LazyInfo {
   int32_t vid = -1;
   ExecRecord* rec = nullptr;  // slots: their record
   cr_tensor* t = nullptr;     // slots: the waiting tensor (null once it left)
-  // a value its graph did not keep that reads storages the graph wrote: trackers raise when
-  // read; slots are computed from the state the run left while the written inputs keep it
+  // a value its graph did not keep that reads storages the graph wrote or draws: trackers raise
+  // when read; slots are computed from the state the run left until an input is written again
   bool lost = false;
 };
-// Whether value `vid` of g can be computed after g ran from the state the run left (not when it
-// depends on a random op, or on an input read before the graph wrote it).
+// Whether value `vid` of g can be computed after g ran from the state the run left (its draws
+// from the generator as the run began; not after a collective, nor when it read an input before
+// the graph wrote it).
 bool replayable(const Graph& g, int32_t vid);
 // The value `vid` escaped its segment: the next compilation must produce it.
 void note_escape(guards::Leaf& leaf, int32_t vid, const char* how);

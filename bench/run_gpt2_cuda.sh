@@ -19,7 +19,8 @@ for b in 1 16; do
   KV=static DEVICE=cuda "$bin" bench/gpt2_bench.lua "$config" "$b" "$prompt" "$new" "$rounds" | sed 's/"side": "crescent"/"side": "crescent static"/' >> "$out"
   DEVICE=cuda timeout 400 "$py" bench/torch_gpt2_static.py "$config" "$b" "$prompt" "$new" "$rounds" 2>/dev/null | grep '^{' >> "$out"
   QUANT=int8 KV=static DEVICE=cuda "$bin" bench/gpt2_bench.lua "$config" "$b" "$prompt" "$new" "$rounds" | sed 's/"side": "crescent"/"side": "crescent static int8"/' >> "$out"
-  QUANT=int8 DEVICE=cuda timeout 400 "$py" bench/torch_gpt2_static.py "$config" "$b" "$prompt" "$new" "$rounds" 2>/dev/null | grep '^{' | sed 's/"side": "torch static"/"side": "torch static int8"/' >> "$out"
+  QUANT=int8 DEVICE=cuda timeout 400 "$py" bench/torch_gpt2_static.py "$config" "$b" "$prompt" "$new" "$rounds" \
+    2>/dev/null | grep '^{' | sed 's/"side": "torch static"/"side": "torch static int8"/' >> "$out"
 done
 "$py" - "$out" <<'PY'
 import json, sys
@@ -49,7 +50,8 @@ for b in (1, 16):
 # int8: the projections and the LM head one byte a weight plus float32 scales; wpe, biases, norms float32
 INT8_BYTES = V * D + L * 12 * D * D + 4 * (V + N * D + L * (9 * D + 13 * D) + 2 * D)
 print()
-print("| batch | torch.compile static int8 | crescent static int8 (CUDA graphs) | ratio | vs float32 static | GB/s of weights |")
+print("| batch | torch.compile static int8 | crescent static int8 (CUDA graphs) | ratio | vs float32 static "
+      "| GB/s of weights |")
 print("|---|---|---|---|---|---|")
 for b in (1, 16):
     r = {x["side"]: x for x in rows if x["batch"] == b}

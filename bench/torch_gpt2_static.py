@@ -111,7 +111,8 @@ weight_bytes = sum(t.numel() * t.element_size() for k, t in p.items() if k not i
 with torch.no_grad():
     generate()
     runs = [generate() for _ in range(rounds)]
-print(json.dumps({"side": "torch static", "dtype": str(dtype).split(".")[-1], "quant": quant, "device": dev, "config": name, "batch": batch, "prompt": plen, "new": new,
+print(json.dumps({"side": "torch static", "dtype": str(dtype).split(".")[-1], "quant": quant, "device": dev,
+                  "config": name, "batch": batch, "prompt": plen, "new": new,
                   "prefill_ms": statistics.median(r[0] for r in runs),
                   "decode_tps": statistics.median(r[1] for r in runs),
                   "weight_gbps": weight_bytes * statistics.median(r[1] for r in runs) / batch / 1e9}))

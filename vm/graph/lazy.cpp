@@ -74,7 +74,8 @@ Replay replay_graph(const Graph& g, int32_t vid, bool build = true) {
       }
   };
   std::vector<std::vector<int32_t>> writers(g.values.size());  // by storage root, in node order
-  for (size_t i = 0; i < n_nodes; ++i) each_written(g.nodes[i], [&](int32_t r) { writers[size_t(r)].push_back(int32_t(i)); });
+  for (size_t i = 0; i < n_nodes; ++i)
+    each_written(g.nodes[i], [&](int32_t r) { writers[size_t(r)].push_back(int32_t(i)); });
   Replay out;
   // keep: 1 runs again, 2 a write to an input's storage whose result is the input itself
   std::vector<char> keep(n_nodes), live(g.values.size()), force(n_nodes);

@@ -182,8 +182,8 @@ void register_quant(Registry& r) {
   OpDef quantize{"_int8_quantize", "weight:T", OpKind::Other, kNoMethod | kMultiOut | kExtern, infer_quantize, run_quantize};
   quantize.grad.not_differentiable = true;  // (rounded codes and their scales)
   r.add(quantize);
-  OpDef mm{"_int8_weight_mm", "input:T, weight:T, scales:T, bias:T?, activation:S?", OpKind::Other, kNoMethod | kDeviceAware | kExtern,
-           infer_int8_mm, run_int8_mm};
+  OpDef mm{"_int8_weight_mm", "input:T, weight:T, scales:T, bias:T?, activation:S?", OpKind::Other,
+           kNoMethod | kDeviceAware | kExtern, infer_int8_mm, run_int8_mm};
   r.add(mm);  // no derivative: int8 weight-only quantisation is for inference (a backward raises)
 }
 

@@ -206,6 +206,8 @@ int canonicalize_views(Graph& g);
 int fold_constants(Graph& g, Context& ctx);
 int eliminate_common_subexpressions(Graph& g);
 int eliminate_dead_code(Graph& g, bool keep_effects = true);
+// Drops the nodes whose keep[i] is 0 (their values lose their node); the number dropped.
+int keep_nodes(Graph& g, const std::vector<char>& keep);
 // Recorded patterns that a fused registry op computes better (vm/graph/patterns.cpp: attention).
 int fuse_patterns(Graph& g);
 void optimize(Graph& g, Context& ctx);

@@ -131,24 +131,16 @@ Replay replay_graph(const Graph& g, int32_t vid, bool build = true) {
     substitute(out.g, int32_t(v), to, false);
   }
   out.g.outputs = {vid};
-  std::vector<Node> kept;
-  std::vector<int32_t> index(n_nodes, -1);
-  for (size_t i = 0; i < n_nodes; ++i)
-    if (keep[i] == 1 || g.nodes[i].kind == NodeKind::Input) {
-      index[i] = int32_t(kept.size());
-      kept.push_back(std::move(out.g.nodes[i]));
-    }
-  out.g.nodes = std::move(kept);
-  for (Value& v : out.g.values)
-    if (v.node >= 0) v.node = index[size_t(v.node)];
+  for (size_t i = 0; i < n_nodes; ++i) keep[i] = keep[i] == 1 || g.nodes[i].kind == NodeKind::Input;
+  keep_nodes(out.g, keep);
   return out;
 }
 
-// Whether an input the record's graph wrote has been written again since its run.
-bool written_since(const ExecRecord& r) {
+// An input the record's graph wrote that has been written again since its run (else undefined).
+Tensor written_since(const ExecRecord& r) {
   for (auto [in, version] : r.written)
-    if (r.vals[size_t(in)].storage()->version.load() != version) return true;
-  return false;
+    if (r.vals[size_t(in)].storage()->version.load() != version) return r.vals[size_t(in)];
+  return Tensor();
 }
 
 [[noreturn]] void fail_modified(const Tensor& input) {
@@ -251,11 +243,9 @@ void ensure_real(Context& ctx, cr_tensor* t) {
     // detached first: the recomputation may write storages whose pending readers include t
     ExecRecord* r = info->rec;
     const int32_t vid = info->vid;
-    if (info->lost && written_since(*r)) {  // (its replay would read the inputs' new values)
+    if (const Tensor input = info->lost ? written_since(*r) : Tensor(); input.defined()) {
+      // (its replay would read the inputs' new values)
       std::shared_ptr<Leaf> leaf = r->leaf.lock();
-      Tensor input;
-      for (auto [in, version] : r->written)
-        if (r->vals[size_t(in)].storage()->version.load() != version) input = r->vals[size_t(in)];
       drop_slot(t);
       if (leaf) note_escape(*leaf, vid, "used");
       fail_modified(input);
@@ -301,16 +291,20 @@ std::shared_ptr<ExecRecord> wait_on_record(Leaf& leaf, const std::shared_ptr<Lea
     leaf.written_inputs.assign(leaf.raw->values.size() + 1, 0);  // (+1: never empty once computed)
     for (int32_t in : leaf.raw->inputs) leaf.written_inputs[size_t(in)] = written[size_t(storage_root(*leaf.raw, in))];
   }
+  auto lost = [&](int32_t vid) { return leaf.lost.size() > size_t(vid) && leaf.lost[size_t(vid)]; };
+  bool any_lost = false;
+  for (const auto& w : waiting) any_lost = any_lost || lost(w.second);
   for (int32_t in : leaf.raw->inputs) {
     Storage* st = s.vals[size_t(in)].storage();
     rec->vals[size_t(in)] = s.vals[size_t(in)];
-    rec->external = rec->external || st->free_fn != nullptr;
     if (leaf.written_inputs[size_t(in)]) {
+      if (!any_lost) continue;
       rec->written.emplace_back(in, st->version.load());
-      continue;
+    } else {
+      rec->versions.emplace_back(s.vals[size_t(in)], st->version.load());
+      st->pending_reads.fetch_add(1);
     }
-    rec->versions.emplace_back(s.vals[size_t(in)], st->version.load());
-    st->pending_reads.fetch_add(1);
+    rec->external = rec->external || st->free_fn != nullptr;
   }
   rec->slots.resize(waiting.size());  // never resized again: the tensors point into it
   for (size_t i = 0; i < waiting.size(); ++i) {
@@ -318,7 +312,7 @@ std::shared_ptr<ExecRecord> wait_on_record(Leaf& leaf, const std::shared_ptr<Lea
     slot.vid = waiting[i].second;
     slot.rec = rec.get();
     slot.t = waiting[i].first;
-    slot.lost = leaf.lost.size() > size_t(slot.vid) && leaf.lost[size_t(slot.vid)];
+    slot.lost = lost(slot.vid);
     slot.t->_lazy = &slot;
   }
   rec->waiting = waiting.size();

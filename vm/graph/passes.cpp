@@ -246,6 +246,10 @@ int eliminate_dead_code(Graph& g, bool keep_effects) {
         grew = true;
       }
   }
+  return keep_nodes(g, keep);
+}
+
+int keep_nodes(Graph& g, const std::vector<char>& keep) {
   std::vector<Node> kept;
   std::vector<int32_t> index(g.nodes.size(), -1);
   for (size_t i = 0; i < g.nodes.size(); ++i)

@@ -393,6 +393,13 @@ function S.unique(x, opts)
   if opts.dim ~= nil then return S.unique_dim(x, opts) end
   local flat = x:flatten()
   if (x.dtype == "int64" or x.dtype == "int32") and flat:numel() > 0 then
+    if not opts.return_inverse then  -- (counted and compacted in one op)
+      local values, counts = T._unique_counted(flat)
+      if values:numel() > 0 then
+        if opts.return_counts then return values, counts end
+        return values
+      end
+    end
     local counts, range = T._value_counts(flat)  -- (one pass over the values: their range, the counts)
     local lo, hi = unpack(range:totable())
     if hi - lo < flat:numel() and math.abs(lo) < 2 ^ 53 and math.abs(hi) < 2 ^ 53 then

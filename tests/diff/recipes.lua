@@ -639,6 +639,8 @@ M.SKIPPED = {
   _int8_weight_mm = "int8 weight-only product, no torch op: tests/lua/test_quant.lua compares it with float64",
   _attention_cache = "a static KV cache's write and attention, no torch op: test_cuda_attention_decode.lua compares "
     .. "it with index_put_ then attention",
+  _unique_counted = "unique's counting of integers, no torch op: tests/lua/test_selection.lua checks it, and its "
+    .. "unique cases compare unique with torch.unique",
   _value_counts = "unique's counting of integers, no torch op: tests/lua/test_selection.lua checks it, and its "
     .. "unique cases compare unique with torch.unique",
 }

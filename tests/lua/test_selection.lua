@@ -5,7 +5,7 @@ local T = require "crescent"
 local R = require "torch_ref"
 
 expect.covers("masked_select", "nonzero", "index", "index_put", "index_put_", "scatter_reduce", "bincount",
-  "_value_counts")
+  "_value_counts", "_unique_counted")
 
 T.manual_seed(7)
 math.randomseed(7)
@@ -385,6 +385,47 @@ describe("_value_counts (unique's counting of integers)", function()
   end)
 
   it("gives the same on a CUDA device, the counts there", function()
+    expect.need_gpu()
+    cases("cuda")
+  end)
+end)
+
+describe("_unique_counted (unique of integers by counting)", function()
+  -- the values that occur and their counts (or two empty tensors), on the CPU or a CUDA device
+  local function check(values, dt, want_values, want_counts, dev)
+    local x = T.tensor(values, { dtype = dt })
+    x = dev and x:to(dev) or x
+    local v, c = T._unique_counted(x)
+    expect.eq({ v.device, v.dtype, v:cpu():totable() }, { x.device, dt, want_values }, dt)
+    expect.eq({ c.device, c.dtype, c:cpu():totable() }, { x.device, "int64", want_counts }, dt)
+  end
+  local function cases(dev)
+    for _, dt in ipairs({ "int64", "int32" }) do
+      check({ 3, 1, 3, 2 }, dt, { 1, 2, 3 }, { 1, 1, 2 }, dev)
+      check({ 0, 5, 4, 4, 0, 0 }, dt, { 0, 4, 5 }, { 3, 2, 1 }, dev)
+      check({ 5, 5, 6 }, dt, {}, {}, dev)                         -- hi >= 2 numel: not counted
+      check({ 3, 1, 3, 7 }, dt, {}, {}, dev)                      -- wider than its number
+      check({ -3, 1, -3, 0, -1 }, dt, {}, {}, dev)                -- negative
+      check({ 0 }, dt, { 0 }, { 1 }, dev)
+      check({}, dt, {}, {}, dev)
+    end
+    -- below the first pass's 4096 bins (compacted there on CUDA) and past them (a second pass)
+    for _, range in ipairs({ { 0, 3000 }, { 4000, 9000 } }) do
+      local x = T.randint(range[1], range[2], { 6000 })
+      local v, c = T._unique_counted(dev and x:to(dev) or x)
+      local all = T.bincount(x)
+      local at = all:gt(0)
+      expect.eq(v:cpu():totable(), T.nonzero(at):view(-1):sub(1):totable(), range[1])
+      expect.eq(c:cpu():totable(), all:masked_select(at):totable(), range[1])
+    end
+  end
+
+  it("gives the values in order and their counts when 0 <= lo and hi - lo < numel", function()
+    cases(nil)
+    expect.errors(function() T._unique_counted(T.zeros(3)) end, "_unique_counted: expected a 1%-D int32 or int64 tensor")
+  end)
+
+  it("gives the same on a CUDA device, the results there", function()
     expect.need_gpu()
     cases("cuda")
   end)

@@ -9,6 +9,9 @@
 // 2 numel and hi - lo < numel, how often each value lo..hi occurs (int64 {hi - lo + 1} on self's
 // device; else counts is empty): bincount's passes, the range found by the first (unique of
 // integers, stdlib/surface.lua, reads no value twice for it).
+// _unique_counted(self) -> values, counts: under the same condition, the values that occur, in
+// increasing order, and their counts (int64); else two empty tensors (unique then sorts). On CUDA
+// values below 4096 are compacted by the counting pass's second kernel: one read back in all.
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -219,6 +222,54 @@ void run_value_counts(OpCall& c) {
   c.outs.push_back(range);
 }
 
+// The bins of counts (of the values lo, lo + 1, ...) that hold a count: their values and counts.
+void compact_counts(OpCall& c, const Tensor& counts, int64_t lo, DType values) {
+  if (counts.device().is_cpu()) {
+    const int64_t* k = counts.data<int64_t>();
+    int64_t distinct = 0;
+    for (int64_t i = 0; i < counts.numel(); ++i) distinct += k[i] != 0;
+    Tensor v = Tensor::empty({distinct}, DType::i64), n = Tensor::empty({distinct}, DType::i64);
+    int64_t *vp = v.data<int64_t>(), *np = n.data<int64_t>();
+    for (int64_t i = 0; i < counts.numel(); ++i)
+      if (k[i] != 0) *vp++ = lo + i, *np++ = k[i];
+    c.outs.push_back(cast(v, values));
+    c.outs.push_back(n);
+    return;
+  }
+  const Tensor present = call(c.ctx, "gt", {tensor_arg(counts), number_arg(0)});
+  const Tensor at = call(c.ctx, "nonzero", {tensor_arg(present)});  // (1-based)
+  const Tensor v = call(c.ctx, "add", {tensor_arg(Tensor::view_of(at, {at.size(0)}, {1}, 0)), number_arg(double(lo - 1))});
+  c.outs.push_back(cast(v, values));
+  c.outs.push_back(call(c.ctx, "masked_select", {tensor_arg(counts), tensor_arg(present)}));
+}
+
+void run_unique_counted(OpCall& c) {
+  Tensor x = c.tensor(0);
+  if (x.dim() != 1 || (x.dtype() != DType::i64 && x.dtype() != DType::i32))
+    fail(cat("expected a 1-D int32 or int64 tensor, got ", x.describe()));
+  x = contiguous(x);
+  const int64_t n = x.numel();
+  bool count = n > 0;
+  if (count && !x.device().is_cpu()) {
+    const cuda::Distinct d = cuda::distinct_small(c.ctx, x);
+    if (d.values.defined()) {
+      c.outs.push_back(d.values);
+      c.outs.push_back(d.counts);
+      return;
+    }
+    count = d.min >= 0 && d.max - d.min < n;  // (else no second pass)
+  }
+  Bincount b;
+  b.x = x;
+  const Counts r = count ? count_any(c, b, 2 * n) : Counts{};
+  if (!r.out.defined() || r.mn < 0 || r.mx - r.mn >= n) {
+    c.outs.push_back(Tensor::empty({0}, x.dtype(), x.device()));
+    c.outs.push_back(Tensor::empty({0}, DType::i64, x.device()));
+    return;
+  }
+  compact_counts(c, Tensor::view_of(r.out, {r.mx - r.mn + 1}, {1}, r.out.offset() + r.mn), r.mn, x.dtype());
+}
+
 }  // namespace
 
 void register_bincount(Registry& r) {
@@ -226,6 +277,8 @@ void register_bincount(Registry& r) {
               run_bincount});
   r.add(OpDef{"_value_counts", "self:T", OpKind::Index, kDataSize | kDeviceAware | kMultiOut | kNoMethod, nullptr,
               run_value_counts});
+  r.add(OpDef{"_unique_counted", "self:T", OpKind::Index, kDataSize | kDeviceAware | kMultiOut | kNoMethod, nullptr,
+              run_unique_counted});
 }
 
 }  // namespace cr

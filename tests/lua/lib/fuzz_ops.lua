@@ -32,6 +32,8 @@ FO.EXCLUDED = {
     .. "compares it with conv2d's gradient, test_autograd_ops.lua gradchecks it)",
   _value_counts = "unique's counting of integers (a CPU range beside the counts): test_selection.lua checks it, "
     .. "and its unique cases compare unique with torch.unique",
+  _unique_counted = "unique's counting of integers: test_selection.lua checks it, and its unique cases compare "
+    .. "unique with torch.unique",
   _attention_cache = "a compiled graph's static KV cache write and attention over the cache: "
     .. "test_cuda_attention_decode.lua compares it with index_put_ then attention",
   _addmm_epilogue = "a compiled graph's fused product, bias, activation and residual: test_epilogue.lua compares "

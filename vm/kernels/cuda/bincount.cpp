@@ -38,22 +38,32 @@ Tensor zeros(int64_t n, DType d, Device dev) {
   return t;
 }
 
-// bincount_low over x: the range's bounds into *mn / *mx; with cap > 0 the values below cap
-// counted into low (cap bins, zeroed).
+// bincount_low over x, then value_compact: the range's bounds into *mn / *mx (read back: the one
+// synchronisation); with cap > 0 the values below cap counted into low (cap bins, zeroed); with
+// `d` (counts, cap > 0), the distinct values and their counts when they all lie below cap.
 void first_pass(Context& ctx, const Tensor& x, const Tensor& w, DType out, long long cap, const Tensor& low,
-                int64_t* mn, int64_t* mx) {
+                int64_t* mn, int64_t* mx, Distinct* d = nullptr) {
   const int device = x.device().index;
-  long long n = x.numel();
-  const int64_t grid = grid_of(n, device);
-  Tensor range = Tensor::empty({2 * grid}, DType::i64, x.device());
+  long long n = x.numel(), grid = grid_of(n, device);
+  Tensor range = Tensor::empty({2 * grid}, DType::i64, x.device()), meta = Tensor::empty({3}, DType::i64, x.device());
   void *xp = x.data_bytes(), *wp = w.defined() ? w.data_bytes() : nullptr, *lp = cap ? low.data_bytes() : nullptr;
-  void* rp = range.data_bytes();
+  void *rp = range.data_bytes(), *mp = meta.data_bytes(), *vp = nullptr, *cp = nullptr;
   void* args[] = {&xp, &wp, &n, &cap, &lp, &rp};
   launch(ctx, x.dtype(), out, device, "bincount_low", grid, args, size_t(cap) * bin_bytes(out));
-  const Tensor host = host_copy(range);
-  const int64_t* r = host.data<int64_t>();
-  *mn = std::numeric_limits<int64_t>::max(), *mx = std::numeric_limits<int64_t>::min();
-  for (int64_t b = 0; b < grid; ++b) *mn = std::min(*mn, r[2 * b]), *mx = std::max(*mx, r[2 * b + 1]);
+  if (d) {
+    d->values = Tensor::empty({cap}, x.dtype(), x.device());
+    d->counts = Tensor::empty({cap}, DType::i64, x.device());
+    vp = d->values.data_bytes(), cp = d->counts.data_bytes();
+  }
+  void* cargs[] = {&rp, &grid, &lp, &cap, &vp, &cp, &mp};
+  launch(ctx, x.dtype(), out, device, "value_compact", 1, cargs, 0);
+  const Tensor host = host_copy(meta);
+  const int64_t* m = host.data<int64_t>();
+  *mn = m[0], *mx = m[1];
+  if (!d) return;
+  if (m[2] < 0) d->values = d->counts = Tensor();
+  else d->values = Tensor::view_of(d->values, {m[2]}, {1}, 0), d->counts = Tensor::view_of(d->counts, {m[2]}, {1}, 0);
+  d->min = m[0], d->max = m[1];
 }
 
 }  // namespace
@@ -66,6 +76,13 @@ std::string bincount_source(DType x, DType out) {
 
 void value_range(Context& ctx, const Tensor& x, int64_t* mn, int64_t* mx) {
   first_pass(ctx, x, Tensor(), DType::i64, 0, Tensor(), mn, mx);
+}
+
+Distinct distinct_small(Context& ctx, const Tensor& x) {
+  const long long cap = std::min<long long>(kFewBins, x.numel());
+  Distinct d;
+  first_pass(ctx, x, Tensor(), DType::i64, cap, zeros(cap, DType::i64, x.device()), &d.min, &d.max, &d);
+  return d;
 }
 
 BincountResult bincount(Context& ctx, const Tensor& x, const Tensor& weights, int64_t minlength, DType out,

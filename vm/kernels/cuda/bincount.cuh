@@ -7,6 +7,9 @@
 // in shared-memory bins, each touched bin added once into out's first cap bins (zeroed).
 // bincount_high: the values in [lo, hi) added into out's bins, summed in shared memory first when
 // `shared` (hi - lo bins fit), else by atomics on out. cap == 0: the range only.
+// value_compact (one block): the blocks' ranges reduced into meta {min, max, distinct}; with
+// `values`, when every value lies in [0, cap), the bins of low that hold a count, in order, as
+// values and counts (distinct: how many; -1 when the range does not fit).
 #define LL_MAX 0x7fffffffffffffffll
 
 __forceinline__ void add_out(long long* o, unsigned v) {
@@ -87,4 +90,40 @@ extern "C" __global__ void bincount_high(const I* __restrict__ x, const O* __res
     else add_out(out + v, weight(w, i));
   }
   if (shared) flush(bins, hi - lo, out + lo);
+}
+
+extern "C" __global__ void value_compact(const long long* __restrict__ range, long long blocks,
+                                        const O* __restrict__ low, long long cap, I* __restrict__ values,
+                                        long long* __restrict__ counts, long long* __restrict__ meta) {
+  cr::grid_wait();
+  __shared__ long long partial[32];
+  long long mn = LL_MAX, mx = -LL_MAX - 1;
+  for (long long b = threadIdx.x; b < blocks; b += blockDim.x)
+    mn = lesser(mn, range[2 * b]), mx = greater(mx, range[2 * b + 1]);
+  mn = cr::block_reduce<256>(mn, [](long long a, long long b) { return lesser(a, b); }, partial);
+  mx = cr::block_reduce<256>(mx, [](long long a, long long b) { return greater(a, b); }, partial);
+  const bool fits = values && mn >= 0 && mx < cap;
+  if (threadIdx.x == 0) meta[0] = mn, meta[1] = mx;
+  if (!fits) {
+    if (threadIdx.x == 0) meta[2] = -1;
+    return;
+  }
+  // each thread a contiguous run of the bins 0..mx, ranked by a block scan of the runs' counts
+  const long long bins = mx + 1, run = (bins + blockDim.x - 1) / blockDim.x, lo = threadIdx.x * run;
+  const long long hi = lo + run < bins ? lo + run : bins;
+  long long mine = 0;
+  for (long long b = lo; b < hi; ++b) mine += low[b] != O(0);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  long long below = mine;
+  for (int o = 1; o < 32; o <<= 1) {
+    const long long t = __shfl_up_sync(0xffffffffu, below, o);
+    if (lane >= o) below += t;
+  }
+  if (lane == 31) partial[warp] = below;
+  __syncthreads();
+  below -= mine;
+  for (int w = 0; w < warp; ++w) below += partial[w];
+  for (long long b = lo; b < hi; ++b)
+    if (low[b] != O(0)) values[below] = I(b), counts[below] = (long long)low[b], ++below;
+  if (threadIdx.x == blockDim.x - 1) meta[2] = below;
 }

@@ -22,6 +22,15 @@ struct BincountResult {
 BincountResult bincount(Context& ctx, const Tensor& x, const Tensor& weights, int64_t minlength, DType out,
                         int64_t limit = INT64_MAX);
 
+// unique's counting path: the distinct values of x (1-D contiguous int32 / int64, not empty) in
+// increasing order and their counts (int64) when every value lies in [0, 4096) - one pass, a
+// compaction, one read back - else both undefined; min and max always.
+struct Distinct {
+  Tensor values, counts;
+  int64_t min = 0, max = -1;
+};
+Distinct distinct_small(Context& ctx, const Tensor& x);
+
 // The smallest and the largest value of x (as bincount's), read back; x not empty.
 void value_range(Context& ctx, const Tensor& x, int64_t* mn, int64_t* mx);
 

@@ -140,7 +140,7 @@ __device__ A look_back(const int* flags, const A* partial, const A* inclusive, l
   }
 }
 
-extern "C" __global__ void __launch_bounds__(SCAN_WARPS * 32)
+extern "C" __global__ void __launch_bounds__(SCAN_WARPS * 32, 6)
     cumsum_scan(const T* __restrict__ x, T* __restrict__ y, long long n, long long tiles, int* flags,
                 A* partial, A* inclusive, unsigned* counter) {
   cr::grid_wait();
@@ -161,12 +161,10 @@ extern "C" __global__ void __launch_bounds__(SCAN_WARPS * 32)
     if (i < n) b[SCAN_PAD(r * 32 + lane)] = x[i];
   }
   __syncwarp();
-  A v[SCAN_ITEMS], run = A(0);
+  A run = A(0);  // (the running sums are made again at the end: no registers held across the look-back)
 #pragma unroll
-  for (int e = 0; e < SCAN_ITEMS; ++e) {
+  for (int e = 0; e < SCAN_ITEMS; ++e)
     if (first + lane * SCAN_ITEMS + e < n) run += A(b[SCAN_PAD(lane * SCAN_ITEMS + e)]);
-    v[e] = run;
-  }
   const A inclusive_run = warp_scan(run, lane);
   A before = __shfl_up_sync(0xffffffffu, inclusive_run, 1);
   if (lane == 0) before = A(0);
@@ -189,7 +187,11 @@ extern "C" __global__ void __launch_bounds__(SCAN_WARPS * 32)
   __syncthreads();
   before += prefix_s;
 #pragma unroll
-  for (int e = 0; e < SCAN_ITEMS; ++e) b[SCAN_PAD(lane * SCAN_ITEMS + e)] = T(before + v[e]);
+  for (int e = 0; e < SCAN_ITEMS; ++e) {
+    T& at = b[SCAN_PAD(lane * SCAN_ITEMS + e)];
+    if (first + lane * SCAN_ITEMS + e < n) before += A(at);
+    at = T(before);
+  }
   __syncwarp();
 #pragma unroll
   for (int r = 0; r < SCAN_ITEMS; ++r) {

@@ -4,6 +4,7 @@
 
 #include "vm/cuda/checks.hpp"
 #include "vm/cuda/driver.hpp"
+#include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/deterministic.hpp"
 #include "vm/devices.hpp"
@@ -40,14 +41,17 @@ void launch(Context& ctx, int device, DType d, const char* fn, int64_t grid, voi
 Tensor tile_offsets(Context& ctx, const Tensor& x, const char* count_fn, void* flags, long long n, int64_t* total) {
   const int device = x.device().index;
   const int64_t tiles = (n + kTile - 1) / kTile;
-  Tensor counts = Tensor::empty({tiles}, DType::i64, x.device()), offsets = Tensor::empty({tiles}, DType::i64, x.device());
-  void* cp = counts.data_bytes();
-  long long tile = kTile;
-  void* args[] = {&flags, &n, &tile, &cp};
-  launch(ctx, device, x.dtype(), count_fn, tiles, args);
-  cumsum(ctx, offsets, counts, 1, tiles, 1);
+  Tensor offsets = Tensor::empty({tiles + 1}, DType::i64, x.device());  // (then the ticket)
+  void* op = offsets.data_bytes();
+  void* tp = static_cast<int64_t*>(op) + tiles;
+  fill_pattern(tp, 2, 4, 0u, device);
+  long long tile = kTile, count = tiles;
+  int aligned = reinterpret_cast<uintptr_t>(flags) % 16 == 0;
+  void* args[] = {&flags, &n, &tile, &count, &aligned, &op, &tp};
+  const int64_t warps = kBlock / 32, blocks = (tiles + warps - 1) / warps;
+  launch(ctx, device, x.dtype(), count_fn, std::min<int64_t>(blocks, 4 * device_info(device).multiprocessors), args);
   *total = host_copy(Tensor::view_of(offsets, {1}, {1}, tiles - 1)).data<int64_t>()[0];
-  return offsets;
+  return Tensor::view_of(offsets, {tiles}, {1}, 0);
 }
 
 }  // namespace

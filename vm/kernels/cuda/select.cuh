@@ -1,8 +1,8 @@
 // Compiled after scatter.cuh's module (the prelude, T, A and scatter.cuh: add_at) (select.cpp).
 //
 // Selections whose size comes from the values - masked_select, nonzero - compact in two passes
-// over tiles of `tile` elements, a block per tile: count_* counts each tile's selected elements,
-// the host scans the counts (cumsum: inclusive offsets) and reads the total, and *_write places
+// over tiles of `tile` elements, a block per tile: count_* counts each tile's selected elements
+// and its last block scans the counts (inclusive offsets), the host reads the total, and *_write places
 // each tile's elements from its offset in order (warp ballots rank the selected ones, the warps'
 // counts in shared memory place the warps). Tile bounds are uniform across a block, so every
 // thread reaches each __syncthreads / ballot.
@@ -37,14 +37,70 @@ __device__ __forceinline__ void compact_tile(long long lo, long long hi, long lo
   }
 }
 
-// (each thread counts its share, then one block reduction: no barrier per round)
-template <class Flag> __device__ __forceinline__ void count_tile(long long n, long long tile, long long* counts, Flag flag) {
-  __shared__ int partial[32];
-  const long long lo = (long long)blockIdx.x * tile, hi = lo + tile < n ? lo + tile : n;
-  int c = 0;
-  for (long long i = lo + threadIdx.x; i < hi; i += blockDim.x) c += flag(i) ? 1 : 0;
-  c = cr::block_reduce<256>(c, [](int a, int b) { return a + b; }, partial);
-  if (threadIdx.x == 0) counts[blockIdx.x] = c;
+// Each warp counts tiles' selected elements into offsets[tile] (tiles warp-strided, a tile whole
+// at a 16-byte aligned x read 16 bytes a load); the last block to finish (a ticket, zeroed before
+// the launch: one atomic a block) turns the counts into inclusive sums: no scan kernel follows.
+template <class V, class Flag>
+__device__ __forceinline__ void count_tiles(const V* __restrict__ x, long long n, long long tile, long long tiles,
+                                            int aligned, long long* offsets, unsigned* ticket, Flag flag) {
+  __shared__ long long partial[32];
+  __shared__ bool last;
+  constexpr int kPer = 16 / sizeof(V);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (long long t = (long long)blockIdx.x * warps + warp; t < tiles; t += (long long)gridDim.x * warps) {
+    const long long lo = t * tile, hi = lo + tile < n ? lo + tile : n;
+    long long c = 0;
+    if (aligned && hi - lo == tile) {
+      const uint4* v = reinterpret_cast<const uint4*>(x + lo);
+#pragma unroll 8
+      for (long long k = lane; k < tile / kPer; k += 32) {
+        const uint4 w = v[k];
+        V e[kPer];
+        memcpy(e, &w, 16);
+        for (int u = 0; u < kPer; ++u) c += flag(e[u]) ? 1 : 0;
+      }
+    } else {
+      for (long long i = lo + lane; i < hi; i += 32) c += flag(x[i]) ? 1 : 0;
+    }
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+    if (lane == 0) offsets[t] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // 16 counts a thread (their loads in flight together) and a block scan of the threads' sums,
+  // 16 * blockDim counts a round
+  long long carry = 0;
+  for (long long round = 0; round < tiles; round += 16 * (long long)blockDim.x) {
+    const long long first = round + 16 * (long long)threadIdx.x;
+    long long v[16], mine = 0;
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+      v[u] = first + u < tiles ? __ldcg(offsets + first + u) : 0;
+      mine += v[u];
+    }
+    long long before = mine;
+    for (int o = 1; o < 32; o <<= 1) {
+      const long long t = __shfl_up_sync(0xffffffffu, before, o);
+      if (lane >= o) before += t;
+    }
+    if (lane == 31) partial[warp] = before;
+    __syncthreads();
+    before += carry - mine;
+    for (int w = 0; w < warps; ++w) {
+      if (w < warp) before += partial[w];
+      carry += partial[w];
+    }
+#pragma unroll
+    for (int u = 0; u < 16; ++u)
+      if (first + u < tiles) offsets[first + u] = before += v[u];
+    __syncthreads();
+  }
 }
 
 // The offset of this block's tile among the selected elements (offsets: inclusive sums).
@@ -54,14 +110,16 @@ __device__ __forceinline__ long long tile_base(const long long* offsets) {
 
 __device__ __forceinline__ bool nonzero_value(T v) { return A(v) != A(0); }  // (NaN counts, -0 does not)
 
-extern "C" __global__ void count_mask(const bool* __restrict__ mask, long long n, long long tile, long long* counts) {
+extern "C" __global__ void count_mask(const bool* __restrict__ mask, long long n, long long tile, long long tiles,
+                                      int aligned, long long* offsets, unsigned* ticket) {
   cr::grid_wait();
-  count_tile(n, tile, counts, [&](long long i) { return mask[i]; });
+  count_tiles(mask, n, tile, tiles, aligned, offsets, ticket, [](bool v) { return v; });
 }
 
-extern "C" __global__ void count_nonzero(const T* __restrict__ x, long long n, long long tile, long long* counts) {
+extern "C" __global__ void count_nonzero(const T* __restrict__ x, long long n, long long tile, long long tiles,
+                                         int aligned, long long* offsets, unsigned* ticket) {
   cr::grid_wait();
-  count_tile(n, tile, counts, [&](long long i) { return nonzero_value(x[i]); });
+  count_tiles(x, n, tile, tiles, aligned, offsets, ticket, [](T v) { return nonzero_value(v); });
 }
 
 extern "C" __global__ void masked_select_write(const T* __restrict__ x, const bool* __restrict__ mask, long long n,

@@ -128,6 +128,46 @@ describe("a whole compiled training step", function()
     end)
   end
 
+  -- dropout's masks: a model with two Dropout layers on `dev`, 6 AdamW steps on batches made
+  -- first (the generator then runs on through the steps): losses, parameters and a draw after the
+  -- steps, eager's (opts nil) or compiled
+  local function dropped(dev)
+    T.manual_seed(4)
+    return nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Dropout(0.3), nn.Linear(16, 16), nn.ReLU(), nn.Dropout(0.5),
+      nn.Linear(16, 3)):to(dev)
+  end
+  local function dropout_run(dev, opts)
+    local batches = {}
+    for i = 1, 6 do
+      local x, y = batch(i)
+      batches[i] = { x:to(dev), y:to(dev) }
+    end
+    T.compiler.reset()
+    local m = dropped(dev)
+    local o = OPTIMIZERS.AdamW(m:parameters())
+    local step = function(x, y) return usual(m, o, x, y) end
+    if opts then step = T.compile(step, opts) end
+    T.manual_seed(11)
+    local losses = {}
+    for i = 1, #batches do losses[i] = step(unpack(batches[i])):item() end
+    return losses, m:parameters(), T.rand(3, { device = dev }):cpu():totable()
+  end
+  for _, dev in ipairs({ "cpu", "cuda" }) do
+    it("is one graph with dropout, and draws what eager draws (" .. dev .. ")", function()
+      if dev == "cuda" then S.need_gpu() end
+      local m = dropped(dev)
+      local opt = OPTIMIZERS.AdamW(m:parameters())
+      local x, y = batch(1)
+      local e = T.explain(function(a, b) return usual(m, opt, a, b) end, x:to(dev), y:to(dev))
+      S.eq({ e.graph_break_count, e.graph_count }, { 0, 1 }, tostring(e))
+      local want, wp, wr = dropout_run(dev, nil)
+      local got, gp, gr = dropout_run(dev, {})
+      for i = 1, #want do S.truthy(math.abs(got[i] - want[i]) <= 1e-5 * math.max(1, math.abs(want[i])), "loss " .. i) end
+      for i = 1, #wp do S.close(gp[i]:cpu(), wp[i]:cpu(), 1e-5, 1e-6) end
+      S.eq(gr, wr, "a draw after the steps")
+    end)
+  end
+
   it("leaves the gradients for Lua to read after the step", function()
     local seen = {}
     local function run(opts)

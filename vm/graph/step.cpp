@@ -46,7 +46,7 @@ bool owned(const Graph& g, const std::vector<int32_t>& outs, int32_t v) {
 
 // Prunes the prefix graph to the loss's ancestors and finds the inputs whose gradients it needs;
 // "" or why it cannot be differentiated as a graph (an ancestor made under T.no_grad from a
-// tensor requiring grad, which eager autograd would not differentiate through; a random op).
+// tensor requiring grad, which eager autograd would not differentiate through).
 std::string ancestors(Graph& g, const std::vector<char>& grad_on, const std::vector<char>& wants, int32_t root,
                       StepBackward& b) {
   std::vector<char> needs = wants, live(g.values.size()), kept(g.nodes.size());
@@ -71,7 +71,6 @@ std::string ancestors(Graph& g, const std::vector<char>& grad_on, const std::vec
       in = in || needs[size_t(v)];
     });
     if (in && !grad_on[ordinal[i]]) return cat("the loss depends on ", n.def().name, " (", n.where, ") run under T.no_grad");
-    if (n.random()) return cat("the loss depends on random op ", n.def().name, " (", n.where, ")");
   }
   for (int32_t v : g.inputs)
     if (live[size_t(v)]) (wants[size_t(v)] ? b.leaves : b.plain).push_back(v);
@@ -169,6 +168,13 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
   a.tag = kTensor;
   a.ptr = loss.get();
   std::vector<Tensor> ones = dispatch(ctx_, autograd::op_id("ones_like"), &a, 1);
+  // (the trace runs the forward again: its random ops draw, and the generator is put back, so the
+  // step draws what eager's does; the backward reads the segment's own draws, every value kept)
+  struct Restore {
+    Generator& gen;
+    const Generator was;
+    ~Restore() { gen = was; }
+  } restore{ctx_.gen, ctx_.gen};
   b->t = trace_backward(ctx_, TraceInput{*g, inputs, b->leaves, kept}, {root}, ones, true);
   if (logs.perf)
     log("perf", cat("step backward of ", g->op_count(), " forward ops: partition ", fixed((partitioned - t0) / 1e3), " ms, joint trace ",

@@ -40,7 +40,9 @@ local ready_ms = changed and changed - t_start or landed and ends[landed] or B.n
 if changed then landed = nil end
 local settled = B.compile_state()
 collectgarbage()
+local first_mem = B.device_memory(device)  -- (the peaks of the cold start)
 T.reset_peak_memory()  -- (CPU tensor storage: the timed steps' peak, weights and state included)
+if device ~= "cpu" then T.cuda.reset_peak_memory_stats(device) end
 local run = B.train_loop(S.step, 0, steps)
 local host_peak_mib = T.memory_stats().peak / 2 ^ 20
 local cs = T.compiler.stats()  -- (a compile while the steps were timed shows in timed_compiles)
@@ -50,7 +52,9 @@ print(B.json {
   { "config", name }, { "batch", batch }, { "seq", seq }, { "device", device }, { "autocast", autocast or "none" },
   { "mode", mode }, { "step_ms", run.step_ms }, { "tokens_per_s", batch * seq / (run.step_ms / 1e3) },
   { "first_loss", first_loss }, { "last_loss", run.last_loss }, { "params", S.model:num_parameters() },
-  { "reserved_mib", mem and mem.reserved_mib }, { "host_ops", mem and mem.host_ops },
+  { "reserved_mib", first_mem and math.max(first_mem.reserved_mib, mem.reserved_mib) },
+  { "first_in_use_mib", first_mem and first_mem.in_use_mib }, { "steady_in_use_mib", mem and mem.in_use_mib },
+  { "host_ops", mem and mem.host_ops },
   { "host_peak_mib", host_peak_mib },
   { "first_ms", first_ms }, { "first_pending", compiled and pending or nil },
   { "ready_ms", compiled and ready_ms or nil }, { "landed_step", compiled and landed or nil },

@@ -116,19 +116,17 @@ function Optimizer:step(closure)
 end
 
 -- A group's parameters that have a gradient, split by how they are updated: a list per device for
--- the fused op (vm/ops/optim.cpp; a kernel launch per 48 parameters on CUDA), or the per-tensor path.
--- Inside a compiled function every parameter takes the per-tensor path: its ops are recorded
--- (in-place updates of the parameters and state, written back by the graph) and fused there.
+-- the fused op (vm/ops/optim.cpp; a kernel launch per 48 parameters on CUDA), or the per-tensor path
+-- ({fused = false}). Inside a compiled function the fused op is one node of the graph.
 function Optimizer:_buckets(g)
   local fused, each, by_device = {}, {}, {}
-  local capturing = core.ctx.capturing ~= 0
   for _, p in ipairs(g.params) do
     local grad = p.grad
     if grad ~= nil then
       local st = self.state[p]
       if st == nil then st = {}; self.state[p] = st end
       local item = { p = p, grad = grad, st = st }
-      if g.per_tensor or capturing then
+      if g.per_tensor then
         each[#each + 1] = item
       else
         local list = by_device[p.device]

@@ -125,14 +125,19 @@ local function adam_each(T, g, items, decoupled)
 end
 
 local function adam_fused(T, g, items, decoupled)
-  local ps, gs, ms, vs, maxs, steps = {}, {}, {}, {}, {}, {}
+  local ps, gs, ms, vs, maxs, steps, same = {}, {}, {}, {}, {}, {}, true
   for i, it in ipairs(items) do
     adam_state(T, g, it.st, it.p)
     ps[i], gs[i], ms[i], vs[i], steps[i] = it.p, it.grad, it.st.exp_avg, it.st.exp_avg_sq, it.st.step
+    same = same and steps[i] == steps[1]
     if g.amsgrad then maxs[i] = it.st.max_exp_avg_sq end
   end
-  T._fused_adam(ps, gs, ms, vs, maxs, steps, { lr = g.lr, beta1 = g.betas[1], beta2 = g.betas[2], eps = g.eps,
-    weight_decay = g.weight_decay, amsgrad = g.amsgrad, maximize = g.maximize, decoupled = decoupled })
+  -- one step count for all is a number: in a compiled step it becomes a run argument after one
+  -- recompile, where a list of counts would be guarded (a recompile every step)
+  local step = same and steps[1] or nil
+  T._fused_adam(ps, gs, ms, vs, maxs, step and {} or steps, { lr = g.lr, beta1 = g.betas[1], beta2 = g.betas[2],
+    eps = g.eps, weight_decay = g.weight_decay, amsgrad = g.amsgrad, maximize = g.maximize, decoupled = decoupled,
+    step = step })
 end
 
 function M.define(optim, class, T)

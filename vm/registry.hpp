@@ -41,6 +41,9 @@ enum OpFlag : int32_t {  // (those Lua reads are vm/abi.h's codes)
   // (a library call, a join, a sort); jit/lower.hpp checks every other op has a lowering
   kExtern = 4096,
   kCollective = 8192,   // talks to the other ranks (vm/ops/collectives.cpp): kept in place as kRandom is
+  // an extern whose numbers are all values its kernel reads (an optimizer's lr, step count): they
+  // may vary between calls as pointwise operands do (vm/graph/keys.cpp may_vary)
+  kRunNumbers = 16384,
 };
 
 struct Meta {

@@ -90,7 +90,7 @@ end
 function M.device_memory(device)
   if device == "cpu" then return nil end
   local s = T.cuda.stats(device)
-  return { reserved_mib = s.peak_reserved / 2 ^ 20, host_ops = s.host_ops }
+  return { reserved_mib = s.peak_reserved / 2 ^ 20, in_use_mib = s.peak_in_use / 2 ^ 20, host_ops = s.host_ops }
 end
 
 local function encode(v)

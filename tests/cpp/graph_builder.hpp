@@ -61,6 +61,7 @@ inline Tensor copy_of(const Tensor& t) {
 inline Arg T(int32_t v) { Arg a; a.tag = kTensor; a.value = v; return a; }
 inline Arg N(double x) { Arg a; a.tag = kNumber; a.num = x; return a; }
 inline Arg I(std::vector<int64_t> xs) { Arg a; a.tag = kInts; a.ints = std::move(xs); return a; }
+inline Arg TL(std::vector<int32_t> vs) { Arg a; a.tag = kTensors; a.values = std::move(vs); return a; }
 inline Arg S(std::string s) { Arg a; a.tag = kString; a.str = std::move(s); return a; }
 inline Arg Bool(bool x) { Arg a; a.tag = kBool; a.num = x; return a; }
 
@@ -96,9 +97,15 @@ struct Builder {
     n.args = std::move(args);
     n.where = where;
     std::vector<cr_value> cv;
-    for (const Arg& a : n.args) {
+    std::vector<std::vector<cr_tensor*>> lists(n.args.size());
+    for (size_t i = 0; i < n.args.size(); ++i) {
+      const Arg& a = n.args[i];
       cr_value v{a.tag, 0, a.num, nullptr, nullptr};
       if (a.tag == kTensor) v.ptr = sample[size_t(a.value)].get();
+      if (a.tag == kTensors) {
+        for (int32_t t : a.values) lists[i].push_back(sample[size_t(t)].get());
+        v.n = int32_t(a.values.size()), v.ptr = lists[i].data();
+      }
       if (a.tag == kInts) v.n = int32_t(a.ints.size()), v.ptr = const_cast<int64_t*>(a.ints.data());
       if (a.tag == kString) v.str = a.str.c_str();
       cv.push_back(v);

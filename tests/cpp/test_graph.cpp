@@ -115,6 +115,27 @@ TEST_CASE("eliminate_dead_code drops unused pure nodes, keeps outputs, writes an
   REQUIRE(eliminate_dead_code(B.g) == 0);
 }
 
+TEST_CASE("passes keep an op that writes its list arguments, and reads on either side apart", "[graph]") {
+  Context ctx;
+  Builder B{ctx};
+  int32_t p = B.input(uniform({2, 3}, 1)), g = B.input(uniform({2, 3}, 2));
+  int32_t before = B.op("mul", {T(p), N(2)});
+  // _fused_sgd(params, grads, momentum_buffers, fresh, lr, momentum, dampening, weight_decay, ...):
+  // p -= 0.5 g in place, no value of its own
+  REQUIRE(B.ops("_fused_sgd", {TL({p}), TL({g}), TL({}), I({1}), N(0.5), N(0), N(0), N(0)}).empty());
+  int32_t after = B.op("mul", {T(p), N(2)});
+  int32_t both = B.op("sub", {T(before), T(after)});  // 2 (p - p') = g
+  B.g.outputs = {both};
+  Graph recorded = B.g;
+  REQUIRE(eliminate_common_subexpressions(B.g) == 0);  // (the same key, another time)
+  REQUIRE(eliminate_dead_code(B.g) == 0);
+  REQUIRE(op_names(B.g) == std::vector<std::string>{"mul", "_fused_sgd", "mul", "sub"});
+  std::vector<Tensor> in = random_inputs(recorded, 5);
+  std::vector<Tensor> out = run(B.g, ctx, in);
+  const std::vector<double> dx = elements(in[1]), r = elements(out[size_t(both)]);
+  for (size_t i = 0; i < r.size(); ++i) REQUIRE(r[i] == Approx(dx[i]).margin(1e-6));
+}
+
 TEST_CASE("eliminate_common_subexpressions merges equal pure nodes only", "[graph]") {
   Context ctx;
   Builder B{ctx};

@@ -144,6 +144,9 @@ struct Node {
   std::string where;           // the Lua "file:line" that made it
   const OpDef& def() const { return Registry::get().ops()[size_t(op)]; }
   bool inplace() const { return kind == NodeKind::Op && (def().flags & kReturnsSelf); }
+  // writes arguments in place with no value of its own for them (OpDef::writes: an optimizer's
+  // update): later reads name the same values, so passes treat it as a write to their storage
+  bool writes() const { return kind == NodeKind::Op && def().writes != 0; }
   // random or a collective: an effect the graph passes never fold, merge, drop or recompute
   bool random() const { return kind == NodeKind::Op && (def().flags & (kRandom | kCollective)); }
 };

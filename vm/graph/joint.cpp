@@ -54,7 +54,7 @@ GradPlan plan_gradients(const Graph& g, const std::vector<char>& input_requires,
   // A write could change a value the backward reads, or the history of a tensor requiring grad
   // (eager autograd rebases it): not functionalised yet.
   for (const Node& n : g.nodes)
-    if (p.any && n.inplace() && p.unsupported.empty())
+    if (p.any && (n.inplace() || n.writes()) && p.unsupported.empty())
       p.unsupported = cat("in-place op ", n.def().name, " (", n.where, ") in a segment with gradients");
   if (!p.any || !p.unsupported.empty()) return p;
   Partition cut = min_cut_partition(g, saved);

@@ -75,11 +75,13 @@ bool takes_shape_numbers(const OpDef& def) { return def.kind == OpKind::View || 
 // Numbers that may vary between calls without a new trace: the operands of pointwise ops (x * s,
 // where(m, x, 0.5), clamp's bounds) and the number after them that scales the second (add's
 // alpha, addcmul's value), which decide nothing but values - not shapes, not dtypes beyond their
-// class, not code (the lowering reads them from the run, jit/lower.cpp operand). Not those whose
-// integer forms check values (fmod, remainder) or whose value picks code (pow).
+// class, not code (the lowering reads them from the run, jit/lower.cpp operand), and every number
+// of a kRunNumbers extern. Not those whose integer forms check values (fmod, remainder) or whose
+// value picks code (pow).
 int operand_count(const OpDef& def) { return def.kind == OpKind::Binary ? 2 : def.kind == OpKind::Ternary ? 3 : 0; }
 
 bool may_vary(const OpDef& def, int i) {
+  if (def.flags & kRunNumbers) return true;
   return i <= operand_count(def) && operand_count(def) > 0 && !(def.flags & (kValueErrors | kCodeNumbers));
 }
 

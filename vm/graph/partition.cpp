@@ -103,7 +103,7 @@ template <class F> void each_tensor_arg(const Node& n, F&& f) {
 // reductions whose output is not much smaller than their inputs (saving a small result beats
 // recomputing a normalisation).
 bool recomputable(const Graph& g, const Node& n) {
-  if (n.kind != NodeKind::Op || n.random() || n.inplace()) return false;
+  if (n.kind != NodeKind::Op || n.random() || n.inplace() || n.writes()) return false;
   switch (n.def().kind) {
     case OpKind::Unary: case OpKind::Binary: case OpKind::Ternary: case OpKind::View: case OpKind::Convert:
     case OpKind::Creation:

@@ -132,7 +132,7 @@ int fold_constants(Graph& g, Context& ctx) {
   int folded = 0;
   for (Node& n : g.nodes) {
     if (n.kind == NodeKind::Const) consts[size_t(n.outs[0])] = n.constant;
-    if (n.kind != NodeKind::Op || n.inplace() || n.random() || n.outs.size() != 1) continue;
+    if (n.kind != NodeKind::Op || n.inplace() || n.writes() || n.random() || n.outs.size() != 1) continue;
     int32_t out = n.outs[0];
     const Value& v = g.values[size_t(out)];
     // a view stays a view of its constant (they share storage); values written in place are not
@@ -185,7 +185,7 @@ int eliminate_common_subexpressions(Graph& g) {
   int epoch = 0, merged = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
-    if (n.inplace()) ++epoch;
+    if (n.inplace() || n.writes()) ++epoch;
     if (n.kind != NodeKind::Op || n.inplace() || n.random() || n.outs.empty()) continue;
     bool skip = false;  // values written in place, and ops that hand back an argument unchanged
     for (int32_t o : n.outs)
@@ -228,7 +228,8 @@ int eliminate_dead_code(Graph& g, bool keep_effects) {
     for (int32_t o : g.outputs) live[size_t(o)] = 1;
     for (size_t i = g.nodes.size(); i-- > 0;) {
       const Node& n = g.nodes[i];
-      bool k = keep[i] || n.kind == NodeKind::Input || (keep_effects && (n.inplace() || n.random() || fails_on_values(g, n)));
+      bool k = keep[i] || n.kind == NodeKind::Input ||
+               (keep_effects && (n.inplace() || n.writes() || n.random() || fails_on_values(g, n)));
       for (int32_t o : n.outs) k = k || live[size_t(o)];
       if (!k) continue;
       keep[i] = 1;
@@ -240,11 +241,19 @@ int eliminate_dead_code(Graph& g, bool keep_effects) {
     if (keep_effects) break;
     for (size_t v = 0; v < g.values.size(); ++v)
       if (live[v] && g.values[v].node >= 0) live_root[size_t(storage_root(g, int32_t(v)))] = 1;
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      if (!keep[i] && g.nodes[i].inplace() && live_root[size_t(storage_root(g, g.nodes[i].args[0].value))]) {
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      bool writes_live = n.inplace() && live_root[size_t(storage_root(g, n.args[0].value))];
+      for (size_t a = 0; n.writes() && a < n.args.size() && a < 32; ++a) {
+        if (!(n.def().writes >> a & 1)) continue;
+        if (n.args[a].tag == kTensor) writes_live = writes_live || live_root[size_t(storage_root(g, n.args[a].value))];
+        for (int32_t v : n.args[a].values) writes_live = writes_live || live_root[size_t(storage_root(g, v))];
+      }
+      if (!keep[i] && writes_live) {
         keep[i] = 1;
         grew = true;
       }
+    }
   }
   return keep_nodes(g, keep);
 }

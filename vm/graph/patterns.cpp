@@ -103,7 +103,7 @@ int32_t softmax_input(const Graph& g, const Node& n) {
 // The graph's in-place writes between two node positions would see q / k / v at another time.
 bool writes_between(const Graph& g, int32_t from, int32_t to) {
   for (int32_t i = from + 1; i < to; ++i)
-    if (g.nodes[size_t(i)].inplace()) return true;
+    if (g.nodes[size_t(i)].inplace() || g.nodes[size_t(i)].writes()) return true;
   return false;
 }
 

@@ -642,7 +642,7 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf, const Graph& raw) {
   std::vector<char> impure(g->values.size());
   for (size_t i = 0; i < g->nodes.size(); ++i) {
     const Node& n = g->nodes[i];
-    bool dirty = n.inplace() || n.random();
+    bool dirty = n.inplace() || n.writes() || n.random();
     auto taint = [&](int32_t v) { dirty = dirty || impure[size_t(v)] || written[size_t(storage_root(*g, v))]; };
     for (const Arg& a : n.args) {
       if (a.tag == kTensor) taint(a.value);

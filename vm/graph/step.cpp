@@ -23,6 +23,7 @@ struct StepBackward {
   std::vector<int32_t> leaves;  // the inputs differentiated (forward value ids), as t.grad_out
   std::vector<int32_t> plain;   // the loss's other inputs (requiring no grad when traced)
   std::vector<char> own;       // per leaf: .grad may take the gradient itself (else a clone)
+  DeadLists dead;              // per node of t.graph: its values dead after it (the gradients kept)
   int root_op = -1;            // the registry op that made the loss (its grad_fn's name)
 };
 
@@ -184,7 +185,12 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
     return b;
   }
   b->t.grads.clear();
-  for (int32_t v : b->t.grad_out) b->own.push_back(v >= 0 && owned(*b->t.graph, b->t.grad_out, v));
+  std::vector<char> keep(b->t.graph->values.size());
+  for (int32_t v : b->t.grad_out) {
+    b->own.push_back(v >= 0 && owned(*b->t.graph, b->t.grad_out, v));
+    if (v >= 0) keep[size_t(v)] = 1;
+  }
+  b->dead = dead_after(*b->t.graph, keep);
   return b;
 }
 
@@ -206,17 +212,30 @@ void Recorder::run_step(const StepBackward& b, cr_tensor* root, const std::strin
   call(autograd::op_id("ones_like"), a, 1);
   vals[size_t(b.t.grad_in.at(0))] = outs.at(0);
   for (const auto& [v, f] : b.t.reads) vals[size_t(v)] = s.vals[size_t(f)];
+  // Each value is let go after its last reader. A recorded call runs these ops eagerly, and the
+  // segment holds what it records: a value only it holds then leaves it too, as the engine frees
+  // its temporaries (not every backward value alive at once).
+  auto let_go = [&](int32_t v) {
+    const cr_tensor* p = vals[size_t(v)].get();
+    if (p && p->_storage && p->_gen == s.gen && size_t(p->_vid) < s.vals.size() && !s.is_input[size_t(p->_vid)] &&
+        s.vals[size_t(p->_vid)].get() == p && tensor_refs(p) == 2)
+      s.vals[size_t(p->_vid)] = Tensor();
+    vals[size_t(v)] = Tensor();
+  };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
-    if (n.kind != NodeKind::Op) continue;
-    CallArgs args(n, vals, nullptr);
-    call(n.op, args.args, int(n.args.size()));
-    if (n.inplace()) {
-      vals[size_t(n.outs.at(0))] = vals[size_t(n.args.at(0).value)];
-      continue;
+    if (n.kind == NodeKind::Op) {
+      CallArgs args(n, vals, nullptr);
+      call(n.op, args.args, int(n.args.size()));
+      if (n.inplace()) {
+        vals[size_t(n.outs.at(0))] = vals[size_t(n.args.at(0).value)];
+      } else {
+        for (size_t k = 0; k < n.outs.size() && k < outs.size(); ++k)
+          if (g.values[size_t(n.outs[k])].node == int32_t(i)) vals[size_t(n.outs[k])] = outs[k];
+      }
+      outs.clear();
     }
-    for (size_t k = 0; k < n.outs.size() && k < outs.size(); ++k)
-      if (g.values[size_t(n.outs[k])].node == int32_t(i)) vals[size_t(n.outs[k])] = outs[k];
+    for (int32_t v : b.dead[i]) let_go(v);
   }
   for (size_t k = 0; k < b.leaves.size(); ++k) {
     if (b.t.grad_out[k] < 0) continue;

@@ -47,9 +47,6 @@ Tensor working(Lists& l, const Tensor& t) {
 // Checks the lists of a call (params at 0, grads at 1, states at state_args: each empty when
 // unused, else one per parameter, like the parameter) and lays them out.
 Lists gather(const OpCall& c, std::initializer_list<int> state_args) {
-  if (c.ctx.ffi.capturing)
-    fail("an optimizer update cannot be captured by T.compile yet (compiled training is issue 35): call opt:step() "
-         "outside the compiled function");
   const std::vector<Tensor> params = c.tensors(0), grads = c.tensors(1);
   if (grads.size() != params.size())
     fail(cat("expected one gradient per parameter, got ", params.size(), " params and ", grads.size(), " grads"));
@@ -211,7 +208,9 @@ void run_fused_adam(OpCall& c) {
   const AdamOpts o{c.number(6), c.number_or(7, 0.9), c.number_or(8, 0.999), c.number_or(9, 1e-8), c.number_or(10, 0),
                    c.boolean_or(11, false), c.boolean_or(12, false), c.boolean_or(13, false)};
   Lists l = gather(c, {2, 3, 4});
-  const std::vector<int64_t> steps = per_param(c, 5, l.slots.size());
+  // (one step count for all: a number, which a compiled step passes as a run argument)
+  const std::vector<int64_t> steps =
+      c.has(14) && c.ints(5).empty() ? std::vector<int64_t>(l.slots.size(), int64_t(c.number(14))) : per_param(c, 5, l.slots.size());
   for (size_t i = 0; i < l.slots.size(); ++i) {
     Slot& s = l.slots[i];
     if (!s.s[0].defined() || !s.s[1].defined() || (o.amsgrad && !s.s[2].defined()))
@@ -239,7 +238,7 @@ OpDef writing(OpDef def, uint32_t writes) {
 }  // namespace
 
 void register_optim(Registry& r) {
-  const int32_t f = kNoMethod | kListOut | kDeviceAware | kExtern;
+  const int32_t f = kNoMethod | kListOut | kDeviceAware | kExtern | kRunNumbers;
   r.add(writing(OpDef{"_fused_sgd",
                       "params:TL, grads:TL, momentum_buffers:TL, fresh:Is, "
                       "opts:{lr:N, momentum:N, dampening:N, weight_decay:N, nesterov:B, maximize:B}",
@@ -247,7 +246,7 @@ void register_optim(Registry& r) {
                 0b101));
   r.add(writing(OpDef{"_fused_adam",
                       "params:TL, grads:TL, exp_avgs:TL, exp_avg_sqs:TL, max_exp_avg_sqs:TL, steps:Is, "
-                      "opts:{lr:N, beta1:N, beta2:N, eps:N, weight_decay:N, amsgrad:B, maximize:B, decoupled:B}",
+                      "opts:{lr:N, beta1:N, beta2:N, eps:N, weight_decay:N, amsgrad:B, maximize:B, decoupled:B, step:N?}",
                       OpKind::Other, f, nullptr, run_fused_adam},
                 0b11101));
 }

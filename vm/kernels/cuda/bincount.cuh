@@ -113,16 +113,7 @@ extern "C" __global__ void value_compact(const long long* __restrict__ range, lo
   const long long hi = lo + run < bins ? lo + run : bins;
   long long mine = 0;
   for (long long b = lo; b < hi; ++b) mine += low[b] != O(0);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  long long below = mine;
-  for (int o = 1; o < 32; o <<= 1) {
-    const long long t = __shfl_up_sync(0xffffffffu, below, o);
-    if (lane >= o) below += t;
-  }
-  if (lane == 31) partial[warp] = below;
-  __syncthreads();
-  below -= mine;
-  for (int w = 0; w < warp; ++w) below += partial[w];
+  long long below = cr::block_exclusive_sum(mine, partial, nullptr);
   for (long long b = lo; b < hi; ++b)
     if (low[b] != O(0)) values[below] = I(b), counts[below] = (long long)low[b], ++below;
   if (threadIdx.x == blockDim.x - 1) meta[2] = below;

@@ -152,6 +152,27 @@ template <int B, class T, class Op> __forceinline__ T block_reduce(T v, Op op, T
   return r;
 }
 
+// The sum of v over the block's threads before this one, and (total, optional) over all of them
+// (compactions: each thread's place). Every thread calls it; `smem` holds 32 sums, reused only
+// after a barrier.
+__forceinline__ long long block_exclusive_sum(long long v, long long* smem, long long* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  long long incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const long long t = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += t;
+  }
+  if (lane == 31) smem[warp] = incl;
+  __syncthreads();
+  long long before = incl - v, all = 0;
+  for (int w = 0; w < warps; ++w) {
+    if (w < warp) before += smem[w];
+    all += smem[w];
+  }
+  if (total) *total = all;
+  return before;
+}
+
 #if __CUDA_ARCH__ >= 900
 // Thread-block clusters (sm_90): blocks of one cluster read each other's shared memory, so the
 // partials of a split reduction merge without a workspace or a second kernel (attention_decode,

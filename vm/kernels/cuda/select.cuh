@@ -84,18 +84,9 @@ __device__ __forceinline__ void count_tiles(const V* __restrict__ x, long long n
       v[u] = first + u < tiles ? __ldcg(offsets + first + u) : 0;
       mine += v[u];
     }
-    long long before = mine;
-    for (int o = 1; o < 32; o <<= 1) {
-      const long long t = __shfl_up_sync(0xffffffffu, before, o);
-      if (lane >= o) before += t;
-    }
-    if (lane == 31) partial[warp] = before;
-    __syncthreads();
-    before += carry - mine;
-    for (int w = 0; w < warps; ++w) {
-      if (w < warp) before += partial[w];
-      carry += partial[w];
-    }
+    long long total;
+    long long before = carry + cr::block_exclusive_sum(mine, partial, &total);
+    carry += total;
 #pragma unroll
     for (int u = 0; u < 16; ++u)
       if (first + u < tiles) offsets[first + u] = before += v[u];

@@ -113,7 +113,8 @@ describe("a whole compiled training step", function()
       local e = one_graph(usual, make)
       local ops = " " .. table.concat(e.graph_ops[1], " ") .. " "
       local update = name == "AdamW" and " _fused_adam " or " _fused_sgd "
-      S.truthy(ops:find("linear") and ops:find("matmul") and ops:find(update, 1, true), "forward, backward and update: " .. ops)
+      S.truthy(ops:find("linear") and ops:find("matmul") and ops:find(update, 1, true),
+        "forward, backward and update: " .. ops)
       T.compiler.reset()
       train(usual, make, {}, 12)
       S.eq(stat("backward_graphs_compiled"), 0, "separate backward graphs")
@@ -164,7 +165,9 @@ describe("a whole compiled training step", function()
       S.eq({ e.graph_break_count, e.graph_count }, { 0, 1 }, tostring(e))
       local want, wp, wr = dropout_run(dev, nil)
       local got, gp, gr = dropout_run(dev, {})
-      for i = 1, #want do S.truthy(math.abs(got[i] - want[i]) <= 1e-5 * math.max(1, math.abs(want[i])), "loss " .. i) end
+      for i = 1, #want do
+        S.truthy(math.abs(got[i] - want[i]) <= 1e-5 * math.max(1, math.abs(want[i])), "loss " .. i)
+      end
       for i = 1, #wp do S.close(gp[i]:cpu(), wp[i]:cpu(), 1e-5, 1e-6) end
       S.eq(gr, wr, "a draw after the steps")
     end)

@@ -422,7 +422,8 @@ describe("_unique_counted (unique of integers by counting)", function()
 
   it("gives the values in order and their counts when 0 <= lo and hi - lo < numel", function()
     cases(nil)
-    expect.errors(function() T._unique_counted(T.zeros(3)) end, "_unique_counted: expected a 1%-D int32 or int64 tensor")
+    expect.errors(function() T._unique_counted(T.zeros(3)) end,
+      "_unique_counted: expected a 1%-D int32 or int64 tensor")
   end)
 
   it("gives the same on a CUDA device, the results there", function()

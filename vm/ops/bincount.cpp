@@ -238,7 +238,8 @@ void compact_counts(OpCall& c, const Tensor& counts, int64_t lo, DType values) {
   }
   const Tensor present = call(c.ctx, "gt", {tensor_arg(counts), number_arg(0)});
   const Tensor at = call(c.ctx, "nonzero", {tensor_arg(present)});  // (1-based)
-  const Tensor v = call(c.ctx, "add", {tensor_arg(Tensor::view_of(at, {at.size(0)}, {1}, 0)), number_arg(double(lo - 1))});
+  const Tensor v =
+      call(c.ctx, "add", {tensor_arg(Tensor::view_of(at, {at.size(0)}, {1}, 0)), number_arg(double(lo - 1))});
   c.outs.push_back(cast(v, values));
   c.outs.push_back(call(c.ctx, "masked_select", {tensor_arg(counts), tensor_arg(present)}));
 }

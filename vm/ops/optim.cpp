@@ -209,8 +209,9 @@ void run_fused_adam(OpCall& c) {
                    c.boolean_or(11, false), c.boolean_or(12, false), c.boolean_or(13, false)};
   Lists l = gather(c, {2, 3, 4});
   // (one step count for all: a number, which a compiled step passes as a run argument)
-  const std::vector<int64_t> steps =
-      c.has(14) && c.ints(5).empty() ? std::vector<int64_t>(l.slots.size(), int64_t(c.number(14))) : per_param(c, 5, l.slots.size());
+  const std::vector<int64_t> steps = c.has(14) && c.ints(5).empty()
+                                         ? std::vector<int64_t>(l.slots.size(), int64_t(c.number(14)))
+                                         : per_param(c, 5, l.slots.size());
   for (size_t i = 0; i < l.slots.size(); ++i) {
     Slot& s = l.slots[i];
     if (!s.s[0].defined() || !s.s[1].defined() || (o.amsgrad && !s.s[2].defined()))
@@ -246,7 +247,8 @@ void register_optim(Registry& r) {
                 0b101));
   r.add(writing(OpDef{"_fused_adam",
                       "params:TL, grads:TL, exp_avgs:TL, exp_avg_sqs:TL, max_exp_avg_sqs:TL, steps:Is, "
-                      "opts:{lr:N, beta1:N, beta2:N, eps:N, weight_decay:N, amsgrad:B, maximize:B, decoupled:B, step:N?}",
+                      "opts:{lr:N, beta1:N, beta2:N, eps:N, weight_decay:N, amsgrad:B, maximize:B, decoupled:B, "
+                      "step:N?}",
                       OpKind::Other, f, nullptr, run_fused_adam},
                 0b11101));
 }

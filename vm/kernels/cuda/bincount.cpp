@@ -63,7 +63,6 @@ void first_pass(Context& ctx, const Tensor& x, const Tensor& w, DType out, long 
   if (!d) return;
   if (m[2] < 0) d->values = d->counts = Tensor();
   else d->values = Tensor::view_of(d->values, {m[2]}, {1}, 0), d->counts = Tensor::view_of(d->counts, {m[2]}, {1}, 0);
-  d->min = m[0], d->max = m[1];
 }
 
 }  // namespace

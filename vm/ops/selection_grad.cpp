@@ -112,7 +112,7 @@ void register_selection_derivatives(Registry& r) {
     derivative(r, n, {.fn = index_put_rule, .saves_inputs = kIn1, .nondiff = kIn1});
   derivative(r, "masked_select", {.fn = masked_select_rule, .saves_inputs = kIn1, .nondiff = kIn1});
   derivative(r, "nonzero", {.not_differentiable = true});
-  for (const char* n : {"bincount", "_value_counts"}) derivative(r, n, {.not_differentiable = true});
+  for (const char* n : {"bincount", "_value_counts", "_unique_counted"}) derivative(r, n, {.not_differentiable = true});
   derivative(r, "scatter_reduce", {.fn = scatter_reduce_rule, .saves_inputs = 1 | 4 | 8, .saves_outputs = 1, .nondiff = 4});
 }
 

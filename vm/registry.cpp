@@ -206,6 +206,38 @@ std::vector<int> OpCall::dims(int i, int ndim) const {
 
 thread_local int dispatch_depth = 0;
 
+namespace {
+thread_local bool phantom = false;
+
+void no_memory(void*, void*) {}
+
+std::vector<Tensor> run_phantom(OpCall& c) {
+  const OpDef& def = c.def;
+  if (def.flags & kReturnsSelf) return {};  // (as the eager in-place ops: the caller has self)
+  if (def.infer) {
+    for (const Meta& m : def.infer(c)) c.outs.push_back(phantom_tensor(m.sizes, m.dtype, m.device));
+  } else if (def.kind == OpKind::View || (def.flags & kListOut)) {
+    def.run(c);  // (on headers: a copying reshape makes a phantom copy, vm/ops/views.cpp)
+  } else if (def.conversion) {
+    Meta m;
+    if (def.conversion(c, &m)) c.outs.push_back(phantom_tensor(m.sizes, m.dtype, m.device));
+    else c.outs.push_back(c.tensor(0));
+  } else {
+    fail("no rule gives its outputs' layouts without running it: a phantom trace cannot run it");
+  }
+  return std::move(c.outs);
+}
+}  // namespace
+
+PhantomScope::PhantomScope() : was(phantom) { phantom = true; }
+PhantomScope::~PhantomScope() { phantom = was; }
+bool phantom_dispatch() { return phantom; }
+
+Tensor phantom_tensor(const Shape& sizes, DType dtype, Device device) {
+  Storage* s = storage_wrap(nullptr, size_t(shape_numel(sizes)) * dtype_size(dtype), device, no_memory, nullptr);
+  return Tensor::from_storage(s, sizes, contiguous_strides(sizes), 0, dtype);
+}
+
 std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nargs, const Tensor* into, size_t ninto) {
   const auto& ops = Registry::get().ops();
   if (op < 0 || size_t(op) >= ops.size()) fail(cat("unknown op id ", op));
@@ -242,6 +274,7 @@ std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nar
         st->version.fetch_add(1);
       }
     }
+    if (phantom) return run_phantom(c);  // (after the versions: autograd's checks see the writes)
     // metadata-only and copying ops (views, joins, conversions) work on CUDA tensors as they are;
     // the others run on host copies until they have CUDA kernels (vm/devices.hpp)
     if (def.kind != OpKind::View && def.kind != OpKind::Join && def.kind != OpKind::Convert &&

@@ -42,7 +42,7 @@ enum OpFlag : int32_t {  // (those Lua reads are vm/abi.h's codes)
   kExtern = 4096,
   kCollective = 8192,   // talks to the other ranks (vm/ops/collectives.cpp): kept in place as kRandom is
   // an extern whose numbers are all values its kernel reads (an optimizer's lr, step count): they
-  // may vary between calls as pointwise operands do (vm/graph/keys.cpp may_vary)
+  // vary between calls from the first one, without a recompile (vm/graph/keys.cpp varies)
   kRunNumbers = 16384,
 };
 
@@ -213,6 +213,18 @@ BlockFn block_function(const std::string& op, DType compute);
 BlockFn gelu_tanh_block(DType compute);
 BlockFn softmax_exp_block(DType compute);  // lanes::exp_poly for float32, vmath::exp for float64
 BlockFn softmax_log_block(DType compute);  // std::log
+
+// Phantom dispatch: while a PhantomScope is open on this thread, op calls compute nothing. Their
+// outputs get the layouts the op would give (its infer rule, its view of the headers, its
+// conversion rule) over storage without memory; an op with none of these raises. For traces that
+// keep only the graph (the whole step's backward, vm/graph/step.cpp), as torch's fake tensors.
+struct PhantomScope {
+  bool was;
+  PhantomScope();
+  ~PhantomScope();
+};
+bool phantom_dispatch();
+Tensor phantom_tensor(const Shape& sizes, DType dtype, Device device);  // contiguous, no memory
 
 // Runs one op eagerly (infer, allocate, run). Throws cr::Error with the op name prefixed.
 // `into` (optional, one per output): lazy tensors that receive the outputs' storage directly

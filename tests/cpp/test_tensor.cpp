@@ -1,7 +1,9 @@
 // Core tensor, dtype and registry tests.
 #include <catch2/catch.hpp>
 
+#include "vm/context.hpp"
 #include "vm/cuda/driver.hpp"
+#include "vm/host_memory.hpp"
 #include "vm/kernels/loop.hpp"
 #include "vm/registry.hpp"
 
@@ -83,4 +85,32 @@ TEST_CASE("every registry op has a schema and an eager kernel") {
     REQUIRE(d.schema != nullptr);
     REQUIRE(d.run != nullptr);
   }
+}
+
+TEST_CASE("phantom dispatch gives layouts without memory, and raises for an op it cannot derive") {
+  Context ctx;
+  auto call = [&](const char* op, std::vector<cr_value> args) {
+    const int idx = Registry::get().index_of(op);
+    REQUIRE(idx >= 0);
+    return dispatch(ctx, idx, args.data(), int(args.size()));
+  };
+  auto tensor = [](const Tensor& t) { return cr_value{kTensor, 0, 0, t.get(), nullptr}; };
+  const Tensor x = Tensor::empty({4, 6}, DType::f32), w = Tensor::empty({6, 3}, DType::f32);
+  const size_t before = host_storage_in_use();
+  PhantomScope phantom;
+  const Tensor y = call("matmul", {tensor(x), tensor(w)}).at(0);  // (an infer rule)
+  CHECK(y.sizes() == Shape{4, 3});
+  CHECK(y.storage()->data == nullptr);
+  const Tensor t = call("transpose", {tensor(y), cr_value{kNumber, 0, 1, nullptr, nullptr},
+                                      cr_value{kNumber, 0, 2, nullptr, nullptr}}).at(0);  // (a view)
+  CHECK(t.storage() == y.storage());
+  CHECK(t.strides() == Shape{1, 3});
+  int64_t flat[1] = {12};
+  const Tensor r = call("reshape", {tensor(t), cr_value{kInts, 1, 0, flat, nullptr}}).at(0);  // (a copying one)
+  CHECK(r.storage() != y.storage());
+  CHECK(r.is_contiguous());
+  CHECK(call("float", {tensor(x)}).at(0).get() == x.get());  // (a conversion that returns its input)
+  CHECK(host_storage_in_use() == before);
+  const Tensor mask = Tensor::empty({4, 6}, DType::b8);
+  CHECK_THROWS_WITH(call("masked_select", {tensor(x), tensor(mask)}), Catch::Contains("phantom trace cannot run it"));
 }

@@ -91,11 +91,12 @@ uint64_t varying_slot(const Segment& s, int arg) { return uint64_t(s.ops) << 8 |
 // graph, so they never vary (under T.no_grad - an optimizer update - they may: an lr schedule).
 bool differentiated(const Segment& s) { return s.train && autograd::grad_enabled; }
 
-// Whether number argument i varies: from the start with dynamic = true; after it changed once
-// with automatic dynamic (the site remembers it, keys.cpp learn_dynamic); never with false.
+// Whether number argument i varies: from the start with dynamic = true, and a kRunNumbers
+// extern's (an optimizer's step count changes every call); after it changed once with automatic
+// dynamic (the site remembers it, keys.cpp learn_dynamic); never with false.
 bool varies(const Segment& s, const OpDef& def, int i) {
   if (!may_vary(def, i) || s.mode == 0 || differentiated(s)) return false;
-  return s.mode == 1 || s.site->varying_numbers.count(varying_slot(s, i));
+  return s.mode == 1 || (def.flags & kRunNumbers) || s.site->varying_numbers.count(varying_slot(s, i));
 }
 
 // Whether a varying number's class (integral or not) leaves the op's result type alone: when

@@ -227,10 +227,38 @@ bool Recorder::collect_pays(cr_tensor* const* rets, int32_t n) const {
   return bytes > (s.lazy_on_device ? ctx_.gc_every_device_bytes : ctx_.gc_every_bytes);
 }
 
+void let_go_unreached(Segment& s) {
+  std::vector<std::pair<const Storage*, int32_t>> shared;  // (storage, headers only s holds)
+  for (int32_t v : s.ran) {
+    const Tensor& t = s.vals[size_t(v)];
+    const Storage* st = t.storage();
+    if (!t.defined() || tensor_refs(t.get()) != 1 || !st || st->refs.load() == 1) continue;
+    auto it = std::find_if(shared.begin(), shared.end(), [&](const auto& e) { return e.first == st; });
+    if (it == shared.end()) shared.emplace_back(st, 1);
+    else ++it->second;
+  }
+  size_t kept = 0;
+  for (int32_t v : s.ran) {
+    Tensor& t = s.vals[size_t(v)];
+    if (!t.defined()) continue;
+    const Storage* st = t.storage();
+    bool go = t.get()->_vid != v;  // (an older version: the header holds a later value now)
+    if (!go && tensor_refs(t.get()) == 1) {
+      const int32_t refs = st ? st->refs.load() : 1;
+      go = refs == 1 ||
+           std::any_of(shared.begin(), shared.end(), [&](const auto& e) { return e.first == st && e.second == refs; });
+    }
+    if (go) t = Tensor();
+    else s.ran[kept++] = v;
+  }
+  s.ran.resize(kept);
+}
+
 // Recording: the call runs eagerly and is appended to the tree.
 void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new, std::vector<Tensor>& outs) {
   Segment& s = *seg_;
   ctx_.ffi.collect = 1;
+  let_go_unreached(s);
   const OpDef& def = Registry::get().ops()[size_t(op)];
   auto node = std::make_unique<TraceNode>();
   node->key = s.key;
@@ -252,6 +280,7 @@ void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new
     throw;
   }
   std::vector<cr_tensor*> targs = tensor_args(args, nargs);
+  const bool draws = def.flags & (kRandom | kCollective);  // (kept: a traced backward never redraws)
   if (def.flags & kReturnsSelf) {
     cr_tensor* self = targs[0];
     int32_t v = s.next_vid++;
@@ -259,6 +288,7 @@ void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new
     node->outs.push_back(guards::OutInfo{v, true, meta_of(t), self->_vid, t.sizes()});
     self->_vid = v;
     s.set(v, Tensor(self, true));
+    if (!draws) s.ran.push_back(v);
   } else {
     for (const Tensor& o : outs) {
       cr_tensor* same = nullptr;
@@ -275,6 +305,7 @@ void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new
       o.get()->_gen = s.gen;
       o.get()->_vid = v;
       s.set(v, o);
+      if (!draws) s.ran.push_back(v);
       node->outs.push_back(guards::OutInfo{v, true, meta_of(o), views, o.sizes()});
     }
   }
@@ -326,10 +357,20 @@ void Recorder::run_pending() {
       joint = make_joint(g, std::move(plan), JointOptions{cat(fn_->opts.name, " prefix"), fn_->opts.backend});
     }
   }
-  std::vector<Tensor> vals = values_for(*g);
-  run_eager(*g, ctx_, vals, s.numbers_or_null());
+  // (values only the segment holds go after their last reader; random draws stay, for a
+  // backward traced after this: it reads them, never draws again)
+  std::vector<char> unheld = unheld_values(*g, joint.get(), {});
+  for (const Node& n : g->nodes)
+    if (n.random())
+      for (int32_t o : n.outs) unheld[size_t(o)] = 0;
+  std::vector<Tensor> vals = values_for(*g, &unheld);
+  run_eager(*g, ctx_, vals, s.numbers_or_null(), &unheld);
   settle(nullptr, vals, false);
   if (joint) attach_node(joint, *g, vals, {});
+  for (size_t v = 0; v < g->values.size(); ++v)
+    if (g->values[v].node >= 0 && g->nodes[size_t(g->values[v].node)].kind == NodeKind::Op &&
+        !g->nodes[size_t(g->values[v].node)].random())
+      s.ran.push_back(int32_t(v));
 }
 
 // What a graph run starts from: the inputs, and the lazy tensors waiting for op outputs (the
@@ -348,7 +389,7 @@ std::vector<Tensor> Recorder::values_for(const Graph& g, const std::vector<char>
 // The values of g a run may free after their last reader: op results that are no output, no
 // value the segment's backward saves, and whose tensor (if Lua got one) only the segment holds.
 // Lua's tensors of this call's intermediates are held until Lua collects them.
-std::vector<char> Recorder::unheld_values(const Graph& g, const Leaf& leaf, const std::vector<cr_tensor*>& needed) {
+std::vector<char> Recorder::unheld_values(const Graph& g, const Joint* joint, const std::vector<cr_tensor*>& needed) {
   Segment& s = *seg_;
   std::vector<char> unheld(g.values.size(), 0);
   for (size_t v = 0; v < g.values.size(); ++v) {
@@ -359,8 +400,8 @@ std::vector<char> Recorder::unheld_values(const Graph& g, const Leaf& leaf, cons
   }
   for (int32_t v : g.outputs) unheld[size_t(v)] = 0;
   for (const Graph::Alias& a : g.aliases) unheld[size_t(a.removed)] = unheld[size_t(a.kept)] = 0;
-  if (leaf.joint)
-    for (int32_t v : plan_of(*leaf.joint).saved) unheld[size_t(v)] = 0;
+  if (joint)
+    for (int32_t v : plan_of(*joint).saved) unheld[size_t(v)] = 0;
   for (const cr_tensor* t : needed)
     if (t->_gen == s.gen && size_t(t->_vid) < unheld.size()) unheld[size_t(t->_vid)] = 0;
   return unheld;
@@ -494,7 +535,7 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
       if (!g) g = leaf.raw;
       // cold (running as recorded): values Lua keeps are tracked, to be outputs once compiled
       const bool cold = leaf.dynamic ? leaf.hits <= fn_->opts.hot : g == leaf.raw;
-      const std::vector<char> unheld = unheld_values(*g, leaf, needed);
+      const std::vector<char> unheld = unheld_values(*g, leaf.joint.get(), needed);
       std::vector<Tensor> vals = values_for(*g, &unheld);
       s.pending = false;
       double t0 = now_us();

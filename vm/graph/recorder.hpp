@@ -142,7 +142,7 @@ class Recorder {
   void note_lazy(const std::vector<Tensor>& outs);  // replayed outputs: asks for a collection
   // `unheld`: values left out (unheld_values), whose storage is the run's to free
   std::vector<Tensor> values_for(const Graph& g, const std::vector<char>* unheld = nullptr);
-  std::vector<char> unheld_values(const Graph& g, const guards::Leaf& leaf, const std::vector<cr_tensor*>& needed);
+  std::vector<char> unheld_values(const Graph& g, const Joint* joint, const std::vector<cr_tensor*>& needed);
   // collected: Lua collected garbage just before (the tensors it holds are the ones it reaches)
   void settle(guards::Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g = nullptr,
               bool collected = false);

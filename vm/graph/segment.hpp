@@ -27,6 +27,9 @@ struct Segment {
   int grad_ops = 0, no_grad_ops = 0;  // training: op calls made with grad mode on / off
   int32_t next_vid = 0;
   std::vector<Tensor> vals;          // by vid: inputs, outputs (lazy while replaying)
+  // the vids of values that ran (recorded, or a replayed prefix's) which the segment lets go once
+  // nothing else holds them (Recorder::let_go_unreached): not inputs, not random draws
+  std::vector<int32_t> ran;
   std::vector<int32_t> alias;        // by vid: for inputs, an earlier input sharing the storage
   std::vector<char> is_input;        // by vid
   guards::Key key;                   // scratch: the key of the current call
@@ -82,6 +85,7 @@ struct Segment {
     lazy_on_device = false;
     next_vid = 0;
     vals.clear();
+    ran.clear();
     alias.clear();
     is_input.clear();
     last_recorded = nullptr;
@@ -98,6 +102,11 @@ struct Segment {
     vals[size_t(vid)] = std::move(t);
   }
 };
+
+// Lets go of the values of `s.ran` that only the segment holds: Lua collected their handles, no
+// autograd node saved them, no other tensor shares their storage. No later call can read them;
+// their memory goes as eager's temporaries' does (a backward traced later recomputes them).
+void let_go_unreached(Segment& s);
 
 // How an op call becomes a trace-tree key (keys.cpp): tensors the segment has not seen become
 // inputs (their guards go into the key); `to_args` is the recorded form of the arguments.

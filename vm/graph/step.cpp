@@ -138,6 +138,7 @@ void settle_loss(cr_tensor* root, int op) {
 // replayed prefix ran) by the joint trace, with the recorder paused.
 std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
   Segment& s = *seg_;
+  let_go_unreached(s);
   auto b = std::make_shared<StepBackward>();
   guards::Leaf prefix{guards::EndKind::Break, "", "", s.pos};
   auto g = guards::build_graph(prefix);
@@ -160,9 +161,13 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
     b->declined = plan.unsupported;
     return b;
   }
+  // (the backward reads the forward values still there - autograd's saved ones among them - and
+  // recomputes those the segment let go)
   std::vector<int32_t> kept;
-  for (size_t v = 0; v < g->values.size(); ++v)
-    if (g->values[v].node >= 0) kept.push_back(int32_t(v));
+  for (size_t v = 0; v < g->values.size(); ++v) {
+    const cr_tensor* p = s.vals[v].get();
+    if (g->values[v].node >= 0 && p && p->_storage && p->_vid == int32_t(v)) kept.push_back(int32_t(v));
+  }
   Pause pause(*this, ctx_);
   const Tensor& loss = s.vals[size_t(root)];
   cr_value a{};
@@ -176,7 +181,17 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
     const Generator was;
     ~Restore() { gen = was; }
   } restore{ctx_.gen, ctx_.gen};
-  b->t = trace_backward(ctx_, TraceInput{*g, inputs, b->leaves, kept}, {root}, ones, true);
+  // Only the graph is kept: the trace computes nothing (phantom dispatch) unless an op has no
+  // rule for its outputs' layouts; then it runs for real.
+  const TraceInput in{*g, inputs, b->leaves, kept};
+  try {
+    PhantomScope phantom;
+    b->t = trace_backward(ctx_, in, {root}, ones, true);
+  } catch (const Error& e) {
+    if (logs.aot) log("aot", cat(fn_->opts.name, ": the step's backward is traced on values: ", e.what()));
+    ctx_.gen = restore.was;
+    b->t = trace_backward(ctx_, in, {root}, ones, true);
+  }
   if (logs.perf)
     log("perf", cat("step backward of ", g->op_count(), " forward ops: partition ", fixed((partitioned - t0) / 1e3), " ms, joint trace ",
                     fixed((now_us() - partitioned) / 1e3), " ms"));
@@ -184,6 +199,11 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
     b->declined = b->t.broken;
     return b;
   }
+  for (const Node& n : b->t.graph->nodes)
+    if (n.random()) {
+      b->declined = cat("the backward would draw ", n.def().name, " again (its result was written in place)");
+      return b;
+    }
   b->t.grads.clear();
   std::vector<char> keep(b->t.graph->values.size());
   for (int32_t v : b->t.grad_out) {
@@ -212,16 +232,8 @@ void Recorder::run_step(const StepBackward& b, cr_tensor* root, const std::strin
   call(autograd::op_id("ones_like"), a, 1);
   vals[size_t(b.t.grad_in.at(0))] = outs.at(0);
   for (const auto& [v, f] : b.t.reads) vals[size_t(v)] = s.vals[size_t(f)];
-  // Each value is let go after its last reader. A recorded call runs these ops eagerly, and the
-  // segment holds what it records: a value only it holds then leaves it too, as the engine frees
-  // its temporaries (not every backward value alive at once).
-  auto let_go = [&](int32_t v) {
-    const cr_tensor* p = vals[size_t(v)].get();
-    if (p && p->_storage && p->_gen == s.gen && size_t(p->_vid) < s.vals.size() && !s.is_input[size_t(p->_vid)] &&
-        s.vals[size_t(p->_vid)].get() == p && tensor_refs(p) == 2)
-      s.vals[size_t(p->_vid)] = Tensor();
-    vals[size_t(v)] = Tensor();
-  };
+  // Each value is let go after its last reader (a recorded call's segment lets it go too, when
+  // it is the last holder: let_go_unreached), as the engine frees its temporaries.
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.kind == NodeKind::Op) {
@@ -235,7 +247,7 @@ void Recorder::run_step(const StepBackward& b, cr_tensor* root, const std::strin
       }
       outs.clear();
     }
-    for (int32_t v : b.dead[i]) let_go(v);
+    for (int32_t v : b.dead[i]) vals[size_t(v)] = Tensor();
   }
   for (size_t k = 0; k < b.leaves.size(); ++k) {
     if (b.t.grad_out[k] < 0) continue;

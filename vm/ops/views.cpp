@@ -100,9 +100,10 @@ void push_reshaped(OpCall& c, const Tensor& x, const Shape& sizes) {
     push_view(c, x, sizes, *st, x.offset());
     return;
   }
-  // a captured value whose layout is being derived has no memory to copy (vm/graph/shapes.cpp)
-  if (!x.storage()->data && x.numel() > 0) fail("cannot derive the layout of a copying reshape");
-  Tensor copy = contiguous(x);
+  // a captured value whose layout is being derived has no memory to copy (vm/graph/shapes.cpp),
+  // unless a phantom trace asks for its copy's layout only
+  if (!x.storage()->data && x.numel() > 0 && !phantom_dispatch()) fail("cannot derive the layout of a copying reshape");
+  Tensor copy = phantom_dispatch() ? phantom_tensor(x.sizes(), x.dtype(), x.device()) : contiguous(x);
   push_view(c, copy, sizes, contiguous_strides(sizes), copy.offset());
 }
 

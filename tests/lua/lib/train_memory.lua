@@ -10,7 +10,7 @@ local M = {}
 
 -- mode "eager", "model" (T.compile(model) in the eager loop) or "step" (T.compile of the step):
 -- the largest rise of the bytes in use over the steps after the third (compiled by then), from a
--- full collection before each step; and the last step's loss.
+-- full collection before each step; the last step's loss; and each step's rise.
 function M.peak(mode, steps)
   T.manual_seed(0)
   local V, L, B = 128, 64, 4
@@ -26,15 +26,16 @@ function M.peak(mode, steps)
     return loss
   end
   local run = mode == "step" and T.compile(step) or step
-  local peak, loss = 0, nil
+  local peak, loss, each = 0, nil, {}
   for i = 1, steps do
     collectgarbage()
     local before = T.memory_stats().in_use
     T.reset_peak_memory()
     loss = run():item()
-    if i > 3 then peak = math.max(peak, T.memory_stats().peak - before) end
+    each[i] = T.memory_stats().peak - before
+    if i > 3 then peak = math.max(peak, each[i]) end
   end
-  return peak, loss
+  return peak, loss, each
 end
 
 return M

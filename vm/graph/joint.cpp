@@ -121,8 +121,14 @@ std::vector<Tensor> run_backward(Recorder& rec, const Traced& t, const std::vect
     vals[size_t(v)] = meta_of(grads[i]) == g.values[size_t(v)].meta ? grads[i] : contiguous_copy(grads[i]);
   }
   for (const auto& [v, f] : t.reads) {
-    if (!saved[size_t(f)].defined()) fail(cat("internal: ", g.name, " reads forward value %", f, ", which was not kept"));
-    vals[size_t(v)] = saved[size_t(f)];
+    const Tensor& x = saved[size_t(f)];
+    if (!x.defined()) fail(cat("internal: ", g.name, " reads forward value %", f, ", which was not kept"));
+    // (a phantom trace gives an op's result the layout of its infer rule: contiguous)
+    const ValueMeta& want = g.values[size_t(v)].meta;
+    if (meta_of(x) == want) vals[size_t(v)] = x;
+    else if (want.strides == contiguous_strides(concrete(want.sizes)) && want.offset == 0)
+      vals[size_t(v)] = contiguous_copy(x);
+    else fail(cat("internal: ", g.name, " reads forward value %", f, " in another layout than traced"));
   }
   saved.clear();  // (the graph drops each after its last reader)
   rec.execute_backward(g, vals, t.numbers.empty() ? nullptr : t.numbers.data());
@@ -161,13 +167,24 @@ class CompiledFunction : public autograd::Backward {
     BackwardGraph& b = j_->backwards[{key, plan}];
     Recorder& rec = recorder_of(ctx);
     if (!b.traced) {
-      // The trace re-runs the forward from the inputs, differentiated eagerly: with the inputs as
-      // the forward saw them its gradients are this backward's (the saved values, unread, go first);
-      // after an input was written the compiled backward runs on the saved values, as later calls.
-      const bool as_seen = !changed_input(j_->forward->inputs);
+      // The trace re-runs the forward from the inputs, differentiated, on phantom values (it
+      // computes nothing); the backward graph then runs on the saved values, as later calls do.
+      // When an op has no phantom rule, it runs on values: with the inputs as the forward saw
+      // them its gradients are this backward's (the saved values, unread, go first).
       const std::vector<Tensor> inputs = trace_input().inputs;
-      if (as_seen && autograd::releases_saved()) n.release_saved();
-      Traced t = trace_backward(ctx, TraceInput{*j_->forward, inputs, ins_, j_->plan.saved}, key, grads, true);
+      const TraceInput in{*j_->forward, inputs, ins_, j_->plan.saved};
+      Traced t;
+      bool phantom = true, as_seen = false;
+      try {
+        PhantomScope scope;
+        t = trace_backward(ctx, in, key, grads, true);
+      } catch (const Error& e) {
+        if (rec.logs.aot) Recorder::log("aot", cat(j_->opts.name, ": the backward is traced on values: ", e.what()));
+        phantom = false;
+        as_seen = !changed_input(j_->forward->inputs);
+        if (as_seen && autograd::releases_saved()) n.release_saved();
+        t = trace_backward(ctx, in, key, grads, true);
+      }
       b.traced = true;  // (not when the trace raised: the next backward traces again)
       std::vector<Tensor> traced_grads = std::move(t.grads);
       t.grads.clear();
@@ -175,20 +192,23 @@ class CompiledFunction : public autograd::Backward {
         b.fallback = t.broken;
         ++rec.stats.grad_fallbacks;
         if (rec.logs.aot) Recorder::log("aot", cat(j_->opts.name, ": the backward runs on eager autograd: ", t.broken));
-        check_inputs(j_->forward->inputs);
-        return traced_grads;
+        if (!phantom) {
+          check_inputs(j_->forward->inputs);
+          return traced_grads;
+        }
+      } else {
+        b.t = std::move(t);
+        b.reduced = place_buckets(b.t, plan);
+        b.t.graph->name = cat(j_->opts.name, " backward #", j_->backwards.size());
+        b.t.graph = rec.compile_backward(b.t.graph, j_->opts, b.t.numbers);
+        rec.stats.recomputed_ops += int64_t(b.t.recomputed.size());
+        if (rec.logs.aot)
+          Recorder::log("aot", cat(b.t.graph->name, ": ", key.size(), " output gradient(s), ", b.t.graph->op_count(),
+                                   " ops, reading ", b.t.reads.size(), " forward value(s)",
+                                   b.reduced.empty() ? "" : cat(", reducing ", b.reduced.size(), " DDP bucket(s)")));
+        if (rec.logs.partition) Recorder::log("partition", cat(b.t.graph->name, " recomputes: ", recomputed_list(b.t)));
+        if (!phantom && as_seen) return traced_grads;  // (DDP's buckets reduce them: none was reduced in the graph)
       }
-      b.t = std::move(t);
-      b.reduced = place_buckets(b.t, plan);
-      b.t.graph->name = cat(j_->opts.name, " backward #", j_->backwards.size());
-      b.t.graph = rec.compile_backward(b.t.graph, j_->opts, b.t.numbers);
-      rec.stats.recomputed_ops += int64_t(b.t.recomputed.size());
-      if (rec.logs.aot)
-        Recorder::log("aot", cat(b.t.graph->name, ": ", key.size(), " output gradient(s), ", b.t.graph->op_count(),
-                                 " ops, reading ", b.t.reads.size(), " forward value(s)",
-                                 b.reduced.empty() ? "" : cat(", reducing ", b.reduced.size(), " DDP bucket(s)")));
-      if (rec.logs.partition) Recorder::log("partition", cat(b.t.graph->name, " recomputes: ", recomputed_list(b.t)));
-      if (as_seen) return traced_grads;  // (DDP's buckets reduce them: none was reduced in the graph)
     }
     if (!b.fallback.empty()) {
       check_inputs(j_->forward->inputs);

@@ -195,6 +195,17 @@ struct Graph {
 // values whose storage some in-place op writes (by storage root).
 int32_t storage_root(const Graph& g, int32_t v);
 std::vector<char> written_roots(const Graph& g);
+// f(root) for each storage root op node n writes: an in-place op's first argument's, and those
+// of the arguments its OpDef::writes names (lists included).
+template <class F> void each_written_root(const Graph& g, const Node& n, F&& f) {
+  if (n.kind != NodeKind::Op) return;
+  if (n.inplace()) f(storage_root(g, n.args[0].value));
+  for (size_t i = 0; n.writes() && i < n.args.size() && i < 32; ++i) {
+    if (!(n.def().writes >> i & 1)) continue;
+    if (n.args[i].tag == kTensor) f(storage_root(g, n.args[i].value));
+    for (int32_t v : n.args[i].values) f(storage_root(g, v));
+  }
+}
 // Whether op node n may fail on tensor values (registry flag kValueErrors): kept when unused.
 bool fails_on_values(const Graph& g, const Node& n);
 // Whether n is a view op whose output shares its first argument's storage (no data read).

@@ -64,18 +64,9 @@ struct Replay {
 Replay replay_graph(const Graph& g, int32_t vid, bool build = true) {
   const size_t n_nodes = g.nodes.size();
   auto input_root = [&](int32_t r) { return g.nodes[size_t(g.values[size_t(r)].node)].kind == NodeKind::Input; };
-  auto each_written = [&](const Node& n, auto&& f) {  // the storage roots op node n writes
-    if (n.kind != NodeKind::Op) return;
-    if (n.inplace()) f(storage_root(g, n.args[0].value));
-    for (size_t i = 0; n.def().writes && i < n.args.size() && i < 32; ++i)
-      if (n.def().writes >> i & 1) {
-        if (n.args[i].tag == kTensor) f(storage_root(g, n.args[i].value));
-        for (int32_t v : n.args[i].values) f(storage_root(g, v));
-      }
-  };
   std::vector<std::vector<int32_t>> writers(g.values.size());  // by storage root, in node order
   for (size_t i = 0; i < n_nodes; ++i)
-    each_written(g.nodes[i], [&](int32_t r) { writers[size_t(r)].push_back(int32_t(i)); });
+    each_written_root(g, g.nodes[i], [&](int32_t r) { writers[size_t(r)].push_back(int32_t(i)); });
   Replay out;
   // keep: 1 runs again, 2 a write to an input's storage whose result is the input itself
   std::vector<char> keep(n_nodes), live(g.values.size()), force(n_nodes);
@@ -97,7 +88,7 @@ Replay replay_graph(const Graph& g, int32_t vid, bool build = true) {
         for (size_t j = 0; j < i; ++j) force[j] = force[j] || g.nodes[j].random();
       }
       bool on_input = false;
-      each_written(n, [&](int32_t r) { on_input = on_input || input_root(r); });
+      each_written_root(g, n, [&](int32_t r) { on_input = on_input || input_root(r); });
       if (on_input) {
         if (!n.inplace() || n.def().writes) out.why = cat(n.def().name, " writes an input's storage");
         keep[i] = 2;

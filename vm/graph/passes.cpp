@@ -22,16 +22,8 @@ int32_t storage_root(const Graph& g, int32_t v) {
 std::vector<char> written_roots(const Graph& g) {
   std::vector<char> w(g.values.size());
   for (const Node& n : g.nodes) {
-    if (n.inplace()) {
-      w[size_t(storage_root(g, n.args[0].value))] = 1;
-      w[size_t(storage_root(g, n.outs[0]))] = 1;
-    }
-    if (n.kind != NodeKind::Op || !n.def().writes) continue;
-    for (size_t i = 0; i < n.args.size() && i < 32; ++i) {  // (OpDef::writes: arguments written in place)
-      if (!(n.def().writes & (1u << i))) continue;
-      if (n.args[i].tag == kTensor) w[size_t(storage_root(g, n.args[i].value))] = 1;
-      for (int32_t v : n.args[i].values) w[size_t(storage_root(g, v))] = 1;
-    }
+    each_written_root(g, n, [&](int32_t r) { w[size_t(r)] = 1; });
+    if (n.inplace()) w[size_t(storage_root(g, n.outs[0]))] = 1;
   }
   return w;
 }
@@ -243,12 +235,8 @@ int eliminate_dead_code(Graph& g, bool keep_effects) {
       if (live[v] && g.values[v].node >= 0) live_root[size_t(storage_root(g, int32_t(v)))] = 1;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const Node& n = g.nodes[i];
-      bool writes_live = n.inplace() && live_root[size_t(storage_root(g, n.args[0].value))];
-      for (size_t a = 0; n.writes() && a < n.args.size() && a < 32; ++a) {
-        if (!(n.def().writes >> a & 1)) continue;
-        if (n.args[a].tag == kTensor) writes_live = writes_live || live_root[size_t(storage_root(g, n.args[a].value))];
-        for (int32_t v : n.args[a].values) writes_live = writes_live || live_root[size_t(storage_root(g, v))];
-      }
+      bool writes_live = false;
+      each_written_root(g, n, [&](int32_t r) { writes_live = writes_live || live_root[size_t(r)]; });
       if (!keep[i] && writes_live) {
         keep[i] = 1;
         grew = true;

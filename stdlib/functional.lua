@@ -69,6 +69,25 @@ function F.linear(x, w, b) return T.linear(x, w, b) end
 function F.embedding(idx, w, opts) return T.embedding(idx, w, opts) end
 function F.relu(x) return T.relu(x) end
 function F.silu(x) return T.silu(x) end
+-- leaky_relu(x[, negative_slope = 0.01]), elu(x[, alpha = 1]), selu(x), celu(x[, alpha = 1]),
+-- as PyTorch's: selu is elu's scaled form, celu elu of x / alpha scaled by alpha.
+local function number_arg(op, i, name, v, dflt)
+  if v == nil then return dflt end
+  if type(v) ~= "number" then
+    fail(string.format("%s: argument %d (%s) expected a number, got %s", op, i, name, type(v)))
+  end
+  return v
+end
+function F.leaky_relu(x, slope) return T.leaky_relu(x, number_arg("leaky_relu", 2, "negative_slope", slope, 0.01)) end
+function F.elu(x, alpha) return T.elu(x, number_arg("elu", 2, "alpha", alpha, 1.0)) end
+local SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+function F.selu(x) return T.elu(x, SELU_ALPHA) * SELU_SCALE end
+function F.celu(x, alpha)
+  alpha = number_arg("celu", 2, "alpha", alpha, 1.0)
+  if alpha == 0 then fail("celu: argument 2 (alpha) expected a non-zero number, got 0") end
+  if alpha == 1 then return T.elu(x, 1.0) end
+  return T.elu(x / alpha, 1.0) * alpha
+end
 function F.gelu(x, opts) return T.gelu(x, opts) end
 function F.softmax(x, dim, opts) return T.softmax(x, dim, opts) end
 function F.log_softmax(x, dim, opts) return T.log_softmax(x, dim, opts) end

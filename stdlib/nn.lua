@@ -386,6 +386,23 @@ nn.SiLU = nn.Module:extend("SiLU")
 function nn.SiLU:forward(x) return T.silu(x) end
 nn.ReLU = nn.Module:extend("ReLU")
 function nn.ReLU:forward(x) return T.relu(x) end
+-- LeakyReLU([negative_slope = 0.01]), ELU([alpha = 1]), SELU(), CELU([alpha = 1]): F's forms
+for name, spec in pairs({ LeakyReLU = { F.leaky_relu, "negative_slope", 0.01 }, ELU = { F.elu, "alpha", 1.0 },
+  CELU = { F.celu, "alpha", 1.0 } }) do
+  local M = nn.Module:extend(name)
+  local fn, key, dflt = spec[1], spec[2], spec[3]
+  function M:init(v)
+    if v ~= nil and type(v) ~= "number" then
+      fail(string.format("%s: argument 1 (%s) expected a number, got %s", name, key, type(v)))
+    end
+    self[key] = v == nil and dflt or v
+  end
+  function M:forward(x) return fn(x, self[key]) end
+  function M:extra_repr() return key .. "=" .. tostring(self[key]) end
+  nn[name] = M
+end
+nn.SELU = nn.Module:extend("SELU")
+function nn.SELU:forward(x) return F.selu(x) end
 
 local Dropout = nn.Module:extend("Dropout")
 function Dropout:init(p)

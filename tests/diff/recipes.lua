@@ -60,6 +60,15 @@ for name, f in pairs(UNARY) do
   end }
 end
 
+-- leaky_relu / elu: their number (negative_slope, alpha)
+for name, f in pairs({ leaky_relu = "F.leaky_relu", elu = "F.elu" }) do
+  R[name] = { gen = function(c)
+    local a = c:tensor(c:shape(), c:dtype(FLOAT))
+    local k = c.r:pick({ 0.01, 0.2, 1.0, 1.5 })
+    return function(I) return T[name](a(I), k) end, ("%s(a, %s)"):format(f, k)
+  end }
+end
+
 R.gelu = { gen = function(c)
   local a = c:tensor(c:shape(), c:dtype(ANY))
   local approx = c.r:pick({ false, "tanh", "none" })

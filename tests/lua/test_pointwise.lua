@@ -10,7 +10,7 @@ expect.covers(
   -- unary
   "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
   "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "floor", "ceil", "round", "trunc", "sign",
-  "reciprocal", "square", "isnan", "isinf", "logical_not",
+  "reciprocal", "square", "isnan", "isinf", "logical_not", "leaky_relu", "elu",
   -- binary, ternary, in-place
   "add", "sub", "mul", "div", "pow", "fmod", "remainder", "maximum", "minimum", "atan2", "eq", "ne",
   "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "where", "clamp", "lerp",
@@ -90,6 +90,21 @@ for _, dt in ipairs(FLOATS) do
     function() return T.gelu(x, { approximate = "tanh" }) end)
   case("unary gelu", "gelu none " .. dt, "F.gelu(a, approximate='none')", { a = x },
     function() return x:gelu({ approximate = "none" }) end)
+end
+
+-- leaky_relu / elu and their number (F.selu, F.celu: elu's scaled forms), special values included
+for _, dt in ipairs(FLOATS) do
+  local xs = { gen({ 3, 4 }, dt, -4, 4), noncontig(gen({ 4, 3 }, dt, -4, 4)), T.tensor(SPECIAL, { dtype = dt }) }
+  for i, x in ipairs(xs) do
+    for _, k in ipairs({ 0.01, 0.5, 2 }) do
+      local key = ("%s %s %d"):format(dt, k, i)
+      case("unary leaky_relu", "leaky_relu " .. key, ("F.leaky_relu(a, %s)"):format(k), { a = x },
+        function() return T.leaky_relu(x, k) end)
+      case("unary elu", "elu " .. key, ("F.elu(a, %s)"):format(k), { a = x }, function() return T.F.elu(x, k) end)
+      case("unary celu", "celu " .. key, ("F.celu(a, %s)"):format(k), { a = x }, function() return T.F.celu(x, k) end)
+    end
+    case("unary selu", ("selu %s %d"):format(dt, i), "F.selu(a)", { a = x }, function() return T.F.selu(x) end)
+  end
 end
 
 -- ---- binary ops ---------------------------------------------------------------------------------

@@ -37,6 +37,9 @@ template <class T> inline T relu_(T a) {
 // from vectorising. silu is x sigmoid(x) rather than x / (1 + e^-x), whose e^-x overflows for
 // x < -88 (float) and gives -0 instead of the tiny negative result.
 template <class T> [[gnu::always_inline]] inline T silu_(T a) { return a * vmath::sigmoid(a); }
+// leaky_relu's slope b and elu's alpha b apply where a > 0 fails (NaN included: it propagates)
+template <class T> [[gnu::always_inline]] inline T leaky_relu_(T a, T b) { return a > T(0) ? a : a * b; }
+template <class T> [[gnu::always_inline]] inline T elu_(T a, T b) { return a > T(0) ? a : b * vmath::expm1(a); }
 template <class T> [[gnu::always_inline]] inline T gelu_(T a) { return T(0.5) * a * (T(1) + vmath::erf(a * T(0.70710678118654752440))); }
 template <class T> [[gnu::always_inline]] inline T gelu_tanh_(T a) {
   const T k = T(0.79788456080286535588), c = T(0.044715);

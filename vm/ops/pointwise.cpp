@@ -93,6 +93,8 @@ CR_DEFINE_OP(gelu_erf, Float, sm::gelu_(a))
 // gelu's gradient: grad_output (a) times the slope at the input (b), one kernel (gelu's rule)
 CR_DEFINE_OP(_gelu_backward, Float, sm::gelu_backward_(a, b))
 CR_DEFINE_OP(_gelu_tanh_backward, Float, sm::gelu_tanh_backward_(a, b))
+CR_DEFINE_OP(leaky_relu, Float, sm::leaky_relu_(a, b))
+CR_DEFINE_OP(elu, Float, sm::elu_(a, b))
 
 // The dtype an op computes in, from the promoted input dtype.
 DType compute_dtype(Rule rule, DType in, const char* name) {
@@ -568,6 +570,11 @@ void register_pointwise(Registry& r) {
 #define CR_REG_BINARY(NAME, ...) r.add(binary_def<Op_##NAME>(binary_schema(#NAME)));
   CR_BINARY_OPS(CR_REG_BINARY)
   for (OpDef d : {binary_def<Op__gelu_backward>("grad_output:T, self:T"), binary_def<Op__gelu_tanh_backward>("grad_output:T, self:T")}) {
+    d.flags |= kNoMethod;
+    r.add(d);
+  }
+  // (F.leaky_relu, F.elu; a number parameter: its second operand)
+  for (OpDef d : {binary_def<Op_leaky_relu>("self:T, negative_slope:N"), binary_def<Op_elu>("self:T, alpha:N")}) {
     d.flags |= kNoMethod;
     r.add(d);
   }

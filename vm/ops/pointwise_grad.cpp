@@ -175,6 +175,15 @@ void register_pointwise_derivatives(Registry& r) {
   FROM_Y("sigmoid", y * (-y + 1.0));
   FROM_Y("relu", f("logical_not", mask("le", y, 0.0)));  // NaN passes, as threshold_backward
   FROM_X("silu", f("sigmoid", x) * (x * (-f("sigmoid", x) + 1.0) + 1.0));
+  // (where, not a product with a mask: elu's exp(x) is inf where x > 0 is large; NaN takes the
+  // gradient as it is, as PyTorch's elu_backward)
+  derivative(r, "leaky_relu", {.fn = [](Grad& g) {
+    g.set(0, where(mask("gt", g.in(0), 0.0), g.grad(), g.grad() * g.arg().number(1)));
+  }, .saves_inputs = kIn0});
+  derivative(r, "elu", {.fn = [](Grad& g) {
+    Var x = g.in(0);
+    g.set(0, where(mask("le", x, 0.0), g.grad() * f("exp", x) * g.arg().number(1), g.grad()));
+  }, .saves_inputs = kIn0});
   FROM_X("erf", f("exp", -(x * x)) * (2 / std::sqrt(std::numbers::pi)));
   FROM_Y("reciprocal", -(y * y));
   FROM_X("square", x * 2.0);

@@ -90,6 +90,7 @@ FO.MISC = {
   "T.bincount(A:gt(0):long():flatten(), nil, 3):float()",
   "A:flatten():index_put({A:flatten():argmax(1, true)}, A:flatten():narrow(1, 1, 1), true)",
   "A:flatten():clone():index_put_({A:flatten():argmin(1, true)}, A:amax())", "A:detach() * 2",
+  "T.leaky_relu(A, 0.2)", "T.elu(A, 1.3)",
 }
 
 -- ---- probes -----------------------------------------------------------------------------------
@@ -137,9 +138,11 @@ FO.UNARY = {}
 for _, op in ipairs(select_ops(function(op) return kind(op) == KIND.unary end)) do
   FO.UNARY[#FO.UNARY + 1] = { op, int = accepts_int(op), abs = nan_on_negative(op) }
 end
--- tensor op tensor-or-number, and whether it takes {alpha =}
+-- tensor op tensor-or-number, and whether it takes {alpha =} (a number-only second argument,
+-- leaky_relu's slope: a MISC form)
 FO.BINARY, FO.ALPHA = select_ops(function(op)
-  return kind(op) == KIND.binary and not in_place(op) and not bool_result(op, FLOATS, FLOATS)
+  return kind(op) == KIND.binary and not in_place(op) and OPS[op].params[2].type ~= "N"
+    and not bool_result(op, FLOATS, FLOATS)
 end), {}
 for _, op in ipairs(FO.BINARY) do FO.ALPHA[op] = has_opt(op, "alpha") end
 FO.COMPARE = select_ops(function(op)

@@ -278,6 +278,8 @@ template <class T> __forceinline__ T abs_(T a) { return a < T(0) ? neg_(a) : a; 
 template <class T> __forceinline__ T sign_(T a) { return T((T(0) < a) - (a < T(0))); }
 template <class T> __forceinline__ T relu_(T a) { return a != a ? a : a > T(0) ? a : T(0); }
 template <class T> __forceinline__ T silu_(T a) { return a * vmath::sigmoid(a); }
+template <class T> __forceinline__ T leaky_relu_(T a, T b) { return a > T(0) ? a : a * b; }
+template <class T> __forceinline__ T elu_(T a, T b) { return a > T(0) ? a : b * vmath::expm1(a); }
 template <class T> __forceinline__ T gelu_(T a) { return T(0.5) * a * (T(1) + vmath::erf(a * T(0.70710678118654752440))); }
 template <class T> __forceinline__ T gelu_tanh_(T a) {
   const T k = T(0.79788456080286535588), c = T(0.044715);

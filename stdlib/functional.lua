@@ -70,7 +70,8 @@ function F.embedding(idx, w, opts) return T.embedding(idx, w, opts) end
 function F.relu(x) return T.relu(x) end
 function F.silu(x) return T.silu(x) end
 -- leaky_relu(x[, negative_slope = 0.01]), elu(x[, alpha = 1]), selu(x), celu(x[, alpha = 1]),
--- as PyTorch's: selu is elu's scaled form, celu elu of x / alpha scaled by alpha.
+-- softplus, mish, logsigmoid, hardsigmoid, hardswish as PyTorch's: selu is elu's scaled form,
+-- celu elu of x / alpha scaled by alpha.
 local function number_arg(op, i, name, v, dflt)
   if v == nil then return dflt end
   if type(v) ~= "number" then
@@ -82,6 +83,18 @@ function F.leaky_relu(x, slope) return T.leaky_relu(x, number_arg("leaky_relu", 
 function F.elu(x, alpha) return T.elu(x, number_arg("elu", 2, "alpha", alpha, 1.0)) end
 local SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 function F.selu(x) return T.elu(x, SELU_ALPHA) * SELU_SCALE end
+-- softplus(x[, beta = 1[, threshold = 20]]): linear where beta * x > threshold
+function F.softplus(x, beta, threshold)
+  threshold = number_arg("softplus", 3, "threshold", threshold, 20)
+  if threshold ~= 20 then
+    fail("softplus: argument 3 (threshold) other than 20 is not implemented, got " .. threshold)
+  end
+  return T.softplus(x, number_arg("softplus", 2, "beta", beta, 1.0))
+end
+function F.mish(x) return T.mish(x) end
+function F.logsigmoid(x) return T.logsigmoid(x) end
+function F.hardsigmoid(x) return T.hardsigmoid(x) end
+function F.hardswish(x) return T.hardswish(x) end
 function F.celu(x, alpha)
   alpha = number_arg("celu", 2, "alpha", alpha, 1.0)
   if alpha == 0 then fail("celu: argument 2 (alpha) expected a non-zero number, got 0") end

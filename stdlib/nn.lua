@@ -401,8 +401,29 @@ for name, spec in pairs({ LeakyReLU = { F.leaky_relu, "negative_slope", 0.01 }, 
   function M:extra_repr() return key .. "=" .. tostring(self[key]) end
   nn[name] = M
 end
-nn.SELU = nn.Module:extend("SELU")
-function nn.SELU:forward(x) return F.selu(x) end
+for name, fn in pairs({ SELU = F.selu, Mish = F.mish, LogSigmoid = F.logsigmoid, Hardsigmoid = F.hardsigmoid,
+  Hardswish = F.hardswish }) do
+  nn[name] = nn.Module:extend(name)
+  nn[name].forward = function(_, x) return fn(x) end
+end
+-- Softplus([beta = 1[, threshold = 20]])
+nn.Softplus = nn.Module:extend("Softplus")
+function nn.Softplus:init(beta, threshold)
+  for i, v in ipairs({ [1] = beta or 1, [2] = threshold or 20 }) do
+    if type(v) ~= "number" then
+      local name = i == 1 and "beta" or "threshold"
+      fail(string.format("Softplus: argument %d (%s) expected a number, got %s", i, name, type(v)))
+    end
+  end
+  if threshold and threshold ~= 20 then
+    fail("Softplus: argument 2 (threshold) other than 20 is not implemented, got " .. threshold)
+  end
+  self.beta, self.threshold = beta or 1, threshold or 20
+end
+function nn.Softplus:forward(x) return F.softplus(x, self.beta, self.threshold) end
+function nn.Softplus:extra_repr()
+  return "beta=" .. tostring(self.beta) .. ", threshold=" .. tostring(self.threshold)
+end
 
 local Dropout = nn.Module:extend("Dropout")
 function Dropout:init(p)

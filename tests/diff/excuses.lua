@@ -116,6 +116,10 @@ M.EXCUSES = {
   { op = { fmod = true, remainder = true, div = true }, kind = "raises", match = "integer division by zero", class = "torch",
     when = function(c) return c.device == "cuda" end,
     why = "torch's CUDA kernels do not check integer division by zero (its CPU kernels raise, as crescent does)" },
+  { op = { hardsigmoid = true, hardswish = true }, kind = "differs", class = "torch",
+    when = function(c) return c.device == "cuda" and any_input(c, function(i) return i.dtype == "float64" end) end,
+    why = "torch's CUDA hardsigmoid / hardswish (and their gradients) scale float64 by a float32 1 / 6 "
+      .. "(0.166666672); its CPU kernels and crescent by the float64 one" },
   { op = "embedding", kind = "raises", match = "out of range", class = "torch",
     when = function(c) return c.device == "cuda" and empty_input(c) end,
     why = "torch's CUDA embedding launches nothing for an empty weight or index, so it checks no index; crescent does" },

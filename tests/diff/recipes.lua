@@ -50,7 +50,8 @@ local UNARY = {
   isnan = "torch.isnan", log = "torch.log", log1p = "torch.log1p", log2 = "torch.log2",
   logical_not = "torch.logical_not", neg = "torch.neg", reciprocal = "torch.reciprocal",
   relu = "torch.relu", round = "torch.round", rsqrt = "torch.rsqrt", sigmoid = "torch.sigmoid",
-  sign = "torch.sign", silu = "F.silu", sin = "torch.sin", sqrt = "torch.sqrt", square = "torch.square",
+  sign = "torch.sign", silu = "F.silu", mish = "F.mish", logsigmoid = "F.logsigmoid", hardsigmoid = "F.hardsigmoid",
+  hardswish = "F.hardswish", sin = "torch.sin", sqrt = "torch.sqrt", square = "torch.square",
   tan = "torch.tan", tanh = "torch.tanh", trunc = "torch.trunc",
 }
 for name, f in pairs(UNARY) do
@@ -60,8 +61,8 @@ for name, f in pairs(UNARY) do
   end }
 end
 
--- leaky_relu / elu: their number (negative_slope, alpha)
-for name, f in pairs({ leaky_relu = "F.leaky_relu", elu = "F.elu" }) do
+-- leaky_relu / elu / softplus: their number (negative_slope, alpha, beta)
+for name, f in pairs({ leaky_relu = "F.leaky_relu", elu = "F.elu", softplus = "F.softplus" }) do
   R[name] = { gen = function(c)
     local a = c:tensor(c:shape(), c:dtype(FLOAT))
     local k = c.r:pick({ 0.01, 0.2, 1.0, 1.5 })

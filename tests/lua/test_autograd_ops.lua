@@ -23,9 +23,13 @@ for _, u in ipairs({ "log", "log2", "log1p", "sqrt", "rsqrt", "reciprocal", "exp
   case(u, function(x) return x[u](x) end, pos(3, 1))
 end
 case("gelu", function(x) return T.gelu(x, { approximate = "tanh" }) end, R(4))
-for _, u in ipairs({ "leaky_relu", "elu" }) do  -- (their number: the slope / alpha below zero)
+for _, u in ipairs({ "leaky_relu", "elu", "softplus" }) do  -- (their number: slope, alpha, beta)
   case(u, function(x) return T[u](x, 0.3) end, R(2, 3))
   case(u, function(x) return T[u](x, 1.7) end, nc(2, 3))
+end
+for _, u in ipairs({ "mish", "logsigmoid", "hardsigmoid", "hardswish" }) do  -- (x * 2: past hardswish's bends too)
+  case(u, function(x) return T[u](x * 2) end, R(2, 3))
+  case(u, function(x) return T[u](x) end, nc(2, 3))
 end
 for _, b in ipairs({ "_gelu_backward", "_gelu_tanh_backward" }) do  -- (gelu's gradient: double backward)
   case(b, function(g, x) return T[b](g, x) end, R(2, 3), R(2, 3))

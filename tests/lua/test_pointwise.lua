@@ -10,7 +10,8 @@ expect.covers(
   -- unary
   "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
   "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "floor", "ceil", "round", "trunc", "sign",
-  "reciprocal", "square", "isnan", "isinf", "logical_not", "leaky_relu", "elu",
+  "reciprocal", "square", "isnan", "isinf", "logical_not", "leaky_relu", "elu", "softplus", "mish", "logsigmoid",
+  "hardsigmoid", "hardswish",
   -- binary, ternary, in-place
   "add", "sub", "mul", "div", "pow", "fmod", "remainder", "maximum", "minimum", "atan2", "eq", "ne",
   "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "where", "clamp", "lerp",
@@ -104,6 +105,14 @@ for _, dt in ipairs(FLOATS) do
       case("unary celu", "celu " .. key, ("F.celu(a, %s)"):format(k), { a = x }, function() return T.F.celu(x, k) end)
     end
     case("unary selu", ("selu %s %d"):format(dt, i), "F.selu(a)", { a = x }, function() return T.F.selu(x) end)
+    for _, beta in ipairs({ 1, 0.5, 3 }) do
+      case("unary softplus", ("softplus %s %s %d"):format(dt, beta, i), ("F.softplus(a * 8, %s)"):format(beta),
+        { a = x }, function() return T.F.softplus(x * 8, beta) end)
+    end
+    for _, op in ipairs({ "mish", "logsigmoid", "hardsigmoid", "hardswish" }) do
+      case("unary " .. op, ("%s %s %d"):format(op, dt, i), ("F.%s(a * 2)"):format(op), { a = x },
+        function() return T.F[op](x * 2) end)
+    end
   end
 end
 

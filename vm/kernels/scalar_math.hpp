@@ -40,6 +40,22 @@ template <class T> [[gnu::always_inline]] inline T silu_(T a) { return a * vmath
 // leaky_relu's slope b and elu's alpha b apply where a > 0 fails (NaN included: it propagates)
 template <class T> [[gnu::always_inline]] inline T leaky_relu_(T a, T b) { return a > T(0) ? a : a * b; }
 template <class T> [[gnu::always_inline]] inline T elu_(T a, T b) { return a > T(0) ? a : b * vmath::expm1(a); }
+// softplus with beta b, linear past beta * a > 20 (PyTorch's default threshold); mish, logsigmoid
+// (stable: min(a, 0) - log1p(e^-|a|)), hardsigmoid and hardswish as PyTorch's (NaN propagates)
+template <class T> [[gnu::always_inline]] inline T softplus_(T a, T b) {
+  const T z = a * b;
+  return z > T(20) ? a : vmath::log1p(vmath::exp(z)) / b;
+}
+template <class T> [[gnu::always_inline]] inline T mish_(T a) { return a * vmath::tanh(softplus_(a, T(1))); }
+template <class T> [[gnu::always_inline]] inline T logsigmoid_(T a) {
+  return (a < T(0) ? a : T(0)) - vmath::log1p(vmath::exp(a < T(0) ? a : -a));
+}
+template <class T> inline T hardsigmoid_(T a) { return a <= T(-3) ? T(0) : a >= T(3) ? T(1) : a / T(6) + T(0.5); }
+template <class T> inline T hardswish_(T a) {  // (a times the clamped a + 3: -inf gives NaN, as PyTorch's)
+  T c = a + T(3);
+  c = c < T(0) ? T(0) : c;
+  return a * (c > T(6) ? T(6) : c) / T(6);
+}
 template <class T> [[gnu::always_inline]] inline T gelu_(T a) { return T(0.5) * a * (T(1) + vmath::erf(a * T(0.70710678118654752440))); }
 template <class T> [[gnu::always_inline]] inline T gelu_tanh_(T a) {
   const T k = T(0.79788456080286535588), c = T(0.044715);

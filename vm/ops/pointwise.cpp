@@ -95,6 +95,11 @@ CR_DEFINE_OP(_gelu_backward, Float, sm::gelu_backward_(a, b))
 CR_DEFINE_OP(_gelu_tanh_backward, Float, sm::gelu_tanh_backward_(a, b))
 CR_DEFINE_OP(leaky_relu, Float, sm::leaky_relu_(a, b))
 CR_DEFINE_OP(elu, Float, sm::elu_(a, b))
+CR_DEFINE_OP(softplus, Float, sm::softplus_(a, b))
+CR_DEFINE_OP(mish, Float, sm::mish_(a))
+CR_DEFINE_OP(logsigmoid, Float, sm::logsigmoid_(a))
+CR_DEFINE_OP(hardsigmoid, Float, sm::hardsigmoid_(a))
+CR_DEFINE_OP(hardswish, Float, sm::hardswish_(a))
 
 // The dtype an op computes in, from the promoted input dtype.
 DType compute_dtype(Rule rule, DType in, const char* name) {
@@ -573,8 +578,10 @@ void register_pointwise(Registry& r) {
     d.flags |= kNoMethod;
     r.add(d);
   }
-  // (F.leaky_relu, F.elu; a number parameter: its second operand)
-  for (OpDef d : {binary_def<Op_leaky_relu>("self:T, negative_slope:N"), binary_def<Op_elu>("self:T, alpha:N")}) {
+  // (F's activations; a number parameter is the second operand)
+  for (OpDef d : {binary_def<Op_leaky_relu>("self:T, negative_slope:N"), binary_def<Op_elu>("self:T, alpha:N"),
+                  binary_def<Op_softplus>("self:T, beta:N"), unary_def<Op_mish>(), unary_def<Op_logsigmoid>(),
+                  unary_def<Op_hardsigmoid>(), unary_def<Op_hardswish>()}) {
     d.flags |= kNoMethod;
     r.add(d);
   }

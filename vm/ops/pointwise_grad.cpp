@@ -58,6 +58,12 @@ template <bool Tanh> void gelu_backward_rule(Grad& g) {
   if (g.needs(1)) g.set(1, g.grad() * g.in(0) * (Tanh ? gelu_tanh_curvature(x) : gelu_erf_curvature(x)));
 }
 
+// mish's slope, as PyTorch's mish_backward: tanh(softplus(x)) + x sigmoid(x) (1 - tanh(softplus(x))^2)
+Var mish_slope(const Var& x) {
+  Var t = f("tanh", op("softplus", {x, 1.0}));
+  return t + x * f("sigmoid", x) * (-(t * t) + 1.0);
+}
+
 void add_rule(Grad& g) {
   const double alpha = g.arg().number_or(2, 1);
   if (g.needs(0)) g.set(0, g.grad());
@@ -179,6 +185,20 @@ void register_pointwise_derivatives(Registry& r) {
   // gradient as it is, as PyTorch's elu_backward)
   derivative(r, "leaky_relu", {.fn = [](Grad& g) {
     g.set(0, where(mask("gt", g.in(0), 0.0), g.grad(), g.grad() * g.arg().number(1)));
+  }, .saves_inputs = kIn0});
+  derivative(r, "softplus", {.fn = [](Grad& g) {
+    Var z = g.in(0) * g.arg().number(1);
+    g.set(0, where(mask("gt", z, 20.0), g.grad(), g.grad() * f("sigmoid", z)));
+  }, .saves_inputs = kIn0});
+  FROM_X("mish", mish_slope(x));
+  FROM_X("logsigmoid", f("sigmoid", -x));
+  derivative(r, "hardsigmoid", {.fn = [](Grad& g) {
+    Var x = g.in(0);
+    g.set(0, where(f("logical_and", mask("gt", x, -3.0), mask("lt", x, 3.0)), g.grad() * (1.0 / 6), 0.0));
+  }, .saves_inputs = kIn0});
+  derivative(r, "hardswish", {.fn = [](Grad& g) {
+    Var x = g.in(0);
+    g.set(0, where(mask("lt", x, -3.0), 0.0, where(mask("le", x, 3.0), g.grad() * (x * (1.0 / 3) + 0.5), g.grad())));
   }, .saves_inputs = kIn0});
   derivative(r, "elu", {.fn = [](Grad& g) {
     Var x = g.in(0);

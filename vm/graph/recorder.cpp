@@ -231,8 +231,8 @@ void let_go_unreached(Segment& s) {
   std::vector<std::pair<const Storage*, int32_t>> shared;  // (storage, headers only s holds)
   for (int32_t v : s.ran) {
     const Tensor& t = s.vals[size_t(v)];
+    if (!t.defined() || tensor_refs(t.get()) != 1 || !t.storage() || t.storage()->refs.load() == 1) continue;
     const Storage* st = t.storage();
-    if (!t.defined() || tensor_refs(t.get()) != 1 || !st || st->refs.load() == 1) continue;
     auto it = std::find_if(shared.begin(), shared.end(), [&](const auto& e) { return e.first == st; });
     if (it == shared.end()) shared.emplace_back(st, 1);
     else ++it->second;
@@ -252,13 +252,18 @@ void let_go_unreached(Segment& s) {
     else s.ran[kept++] = v;
   }
   s.ran.resize(kept);
+  s.ran_scanned = kept;
 }
 
 // Recording: the call runs eagerly and is appended to the tree.
 void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new, std::vector<Tensor>& outs) {
   Segment& s = *seg_;
   ctx_.ffi.collect = 1;
-  let_go_unreached(s);
+  // (a scan after Lua collected, else once ran has grown by 1/32: linear time over a long recording)
+  if (ctx_.gc_end_us != s.gc_seen || s.ran.size() >= s.ran_scanned + 4 + s.ran_scanned / 32) {
+    s.gc_seen = ctx_.gc_end_us;
+    let_go_unreached(s);
+  }
   const OpDef& def = Registry::get().ops()[size_t(op)];
   auto node = std::make_unique<TraceNode>();
   node->key = s.key;

@@ -28,8 +28,11 @@ struct Segment {
   int32_t next_vid = 0;
   std::vector<Tensor> vals;          // by vid: inputs, outputs (lazy while replaying)
   // the vids of values that ran (recorded, or a replayed prefix's) which the segment lets go once
-  // nothing else holds them (Recorder::let_go_unreached): not inputs, not random draws
+  // nothing else holds them (let_go_unreached): not inputs, not random draws; ran's size after the
+  // last scan, and the end of the Lua collection it saw (Context::gc_end_us)
   std::vector<int32_t> ran;
+  size_t ran_scanned = 0;
+  double gc_seen = 0;
   std::vector<int32_t> alias;        // by vid: for inputs, an earlier input sharing the storage
   std::vector<char> is_input;        // by vid
   guards::Key key;                   // scratch: the key of the current call
@@ -86,6 +89,8 @@ struct Segment {
     next_vid = 0;
     vals.clear();
     ran.clear();
+    ran_scanned = 0;
+    gc_seen = 0;
     alias.clear();
     is_input.clear();
     last_recorded = nullptr;

@@ -232,8 +232,16 @@ void Recorder::run_step(const StepBackward& b, cr_tensor* root, const std::strin
   call(autograd::op_id("ones_like"), a, 1);
   vals[size_t(b.t.grad_in.at(0))] = outs.at(0);
   for (const auto& [v, f] : b.t.reads) vals[size_t(v)] = s.vals[size_t(f)];
-  // Each value is let go after its last reader (a recorded call's segment lets it go too, when
-  // it is the last holder: let_go_unreached), as the engine frees its temporaries.
+  // Each value is let go after its last reader. A recorded call runs these ops eagerly, and the
+  // segment holds what it records: a value only it holds then leaves it too, as the engine frees
+  // its temporaries (not every backward value alive at once).
+  auto let_go = [&](int32_t v) {
+    const cr_tensor* p = vals[size_t(v)].get();
+    if (p && p->_storage && p->_gen == s.gen && size_t(p->_vid) < s.vals.size() && !s.is_input[size_t(p->_vid)] &&
+        s.vals[size_t(p->_vid)].get() == p && tensor_refs(p) == 2)
+      s.vals[size_t(p->_vid)] = Tensor();
+    vals[size_t(v)] = Tensor();
+  };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.kind == NodeKind::Op) {
@@ -247,7 +255,7 @@ void Recorder::run_step(const StepBackward& b, cr_tensor* root, const std::strin
       }
       outs.clear();
     }
-    for (int32_t v : b.dead[i]) vals[size_t(v)] = Tensor();
+    for (int32_t v : b.dead[i]) let_go(v);
   }
   for (size_t k = 0; k < b.leaves.size(); ++k) {
     if (b.t.grad_out[k] < 0) continue;

@@ -214,10 +214,9 @@ BlockFn gelu_tanh_block(DType compute);
 BlockFn softmax_exp_block(DType compute);  // lanes::exp_poly for float32, vmath::exp for float64
 BlockFn softmax_log_block(DType compute);  // std::log
 
-// Phantom dispatch: while a PhantomScope is open on this thread, op calls compute nothing. Their
-// outputs get the layouts the op would give (its infer rule, its view of the headers, its
-// conversion rule) over storage without memory; an op with none of these raises. For traces that
-// keep only the graph (the whole step's backward, vm/graph/step.cpp), as torch's fake tensors.
+// While a PhantomScope is open on this thread, op calls compute nothing (as torch's fake tensors,
+// for traces that keep only the graph): outputs get the layouts of the op's infer, view or
+// conversion rule over storage without memory; an op with none of these raises.
 struct PhantomScope {
   bool was;
   PhantomScope();

@@ -167,10 +167,9 @@ class CompiledFunction : public autograd::Backward {
     BackwardGraph& b = j_->backwards[{key, plan}];
     Recorder& rec = recorder_of(ctx);
     if (!b.traced) {
-      // The trace re-runs the forward from the inputs, differentiated, on phantom values (it
-      // computes nothing); the backward graph then runs on the saved values, as later calls do.
-      // When an op has no phantom rule, it runs on values: with the inputs as the forward saw
-      // them its gradients are this backward's (the saved values, unread, go first).
+      // The trace re-runs the forward and backward on phantom values; the graph then runs on the
+      // saved values, as later calls do. Without phantom rules the trace runs on values, and with
+      // the inputs as the forward saw them its gradients are this one's (the saved values go first).
       const std::vector<Tensor> inputs = trace_input().inputs;
       const TraceInput in{*j_->forward, inputs, ins_, j_->plan.saved};
       Traced t;

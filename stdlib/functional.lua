@@ -84,13 +84,28 @@ function F.elu(x, alpha) return T.elu(x, number_arg("elu", 2, "alpha", alpha, 1.
 local SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 function F.selu(x) return T.elu(x, SELU_ALPHA) * SELU_SCALE end
 -- softplus(x[, beta = 1[, threshold = 20]]): linear where beta * x > threshold
+-- (T.softplus's threshold is 20; another is PyTorch's formula in ops, its exp taken of beta * x
+-- clamped to the threshold so that the branch not taken has no inf to spoil the gradient)
 function F.softplus(x, beta, threshold)
+  beta = number_arg("softplus", 2, "beta", beta, 1.0)
   threshold = number_arg("softplus", 3, "threshold", threshold, 20)
-  if threshold ~= 20 then
-    fail("softplus: argument 3 (threshold) other than 20 is not implemented, got " .. threshold)
-  end
-  return T.softplus(x, number_arg("softplus", 2, "beta", beta, 1.0))
+  if threshold == 20 then return T.softplus(x, beta) end
+  local half = x.dtype == "float16" or x.dtype == "bfloat16"  -- (computed in float32, as PyTorch's)
+  local xf = half and x:float() or x
+  local z = xf * beta
+  local y = T.where(z:gt(threshold), xf, T.log1p(T.exp(z:clamp(nil, threshold))) / beta)
+  return half and y:to(x.dtype) or y
 end
+-- hardtanh(x[, min_val = -1[, max_val = 1]]), relu6(x): clamps whose gradient is zero at the bounds
+function F.hardtanh(x, min_val, max_val)
+  min_val = number_arg("hardtanh", 2, "min_val", min_val, -1.0)
+  max_val = number_arg("hardtanh", 3, "max_val", max_val, 1.0)
+  if min_val > max_val then
+    fail(string.format("hardtanh: min_val cannot be greater than max_val, got %s > %s", min_val, max_val))
+  end
+  return T.hardtanh(x, min_val, max_val)
+end
+function F.relu6(x) return T.hardtanh(x, 0, 6) end
 function F.mish(x) return T.mish(x) end
 function F.logsigmoid(x) return T.logsigmoid(x) end
 function F.hardsigmoid(x) return T.hardsigmoid(x) end

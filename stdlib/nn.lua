@@ -406,6 +406,23 @@ for name, fn in pairs({ SELU = F.selu, Mish = F.mish, LogSigmoid = F.logsigmoid,
   nn[name] = nn.Module:extend(name)
   nn[name].forward = function(_, x) return fn(x) end
 end
+-- Hardtanh([min_val = -1[, max_val = 1]]), ReLU6()
+nn.Hardtanh = nn.Module:extend("Hardtanh")
+function nn.Hardtanh:init(min_val, max_val)
+  self.min_val, self.max_val = min_val or -1.0, max_val or 1.0
+  for i, key in ipairs({ "min_val", "max_val" }) do
+    if type(self[key]) ~= "number" then
+      fail(string.format("Hardtanh: argument %d (%s) expected a number, got %s", i, key, type(self[key])))
+    end
+  end
+  if self.max_val <= self.min_val then
+    fail(string.format("Hardtanh: max_val expected greater than min_val, got %s <= %s", self.max_val, self.min_val))
+  end
+end
+function nn.Hardtanh:forward(x) return F.hardtanh(x, self.min_val, self.max_val) end
+function nn.Hardtanh:extra_repr() return "min_val=" .. tostring(self.min_val) .. ", max_val=" .. tostring(self.max_val) end
+nn.ReLU6 = nn.Module:extend("ReLU6")
+function nn.ReLU6:forward(x) return F.relu6(x) end
 -- Softplus([beta = 1[, threshold = 20]])
 nn.Softplus = nn.Module:extend("Softplus")
 function nn.Softplus:init(beta, threshold)
@@ -414,9 +431,6 @@ function nn.Softplus:init(beta, threshold)
       local name = i == 1 and "beta" or "threshold"
       fail(string.format("Softplus: argument %d (%s) expected a number, got %s", i, name, type(v)))
     end
-  end
-  if threshold and threshold ~= 20 then
-    fail("Softplus: argument 2 (threshold) other than 20 is not implemented, got " .. threshold)
   end
   self.beta, self.threshold = beta or 1, threshold or 20
 end

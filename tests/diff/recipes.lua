@@ -70,6 +70,13 @@ for name, f in pairs({ leaky_relu = "F.leaky_relu", elu = "F.elu", softplus = "F
   end }
 end
 
+-- hardtanh: bounds from a few, some at the values (zero gradient there), integer tensors too
+R.hardtanh = { gen = function(c)
+  local a = c:tensor(c:shape(), c:dtype(NUM))
+  local lo, hi = unpack(c.r:pick({ { -1, 1 }, { 0, 6 }, { -0.5, 2.5 }, { 0.25, 0.25 } }))
+  return function(I) return T.hardtanh(a(I), lo, hi) end, ("F.hardtanh(a, %s, %s)"):format(lo, hi)
+end }
+
 R.gelu = { gen = function(c)
   local a = c:tensor(c:shape(), c:dtype(ANY))
   local approx = c.r:pick({ false, "tanh", "none" })

@@ -27,6 +27,8 @@ for _, u in ipairs({ "leaky_relu", "elu", "softplus" }) do  -- (their number: sl
   case(u, function(x) return T[u](x, 0.3) end, R(2, 3))
   case(u, function(x) return T[u](x, 1.7) end, nc(2, 3))
 end
+case("hardtanh", function(x) return T.hardtanh(x * 2, -1, 1.5) end, R(2, 3))  -- (away from the bounds)
+case("hardtanh", function(x) return T.hardtanh(x, -0.7, 0.2) end, nc(2, 3))
 for _, u in ipairs({ "mish", "logsigmoid", "hardsigmoid", "hardswish" }) do  -- (x * 2: past hardswish's bends too)
   case(u, function(x) return T[u](x * 2) end, R(2, 3))
   case(u, function(x) return T[u](x) end, nc(2, 3))

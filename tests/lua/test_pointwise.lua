@@ -11,7 +11,7 @@ expect.covers(
   "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
   "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "floor", "ceil", "round", "trunc", "sign",
   "reciprocal", "square", "isnan", "isinf", "logical_not", "leaky_relu", "elu", "softplus", "mish", "logsigmoid",
-  "hardsigmoid", "hardswish",
+  "hardsigmoid", "hardswish", "hardtanh",
   -- binary, ternary, in-place
   "add", "sub", "mul", "div", "pow", "fmod", "remainder", "maximum", "minimum", "atan2", "eq", "ne",
   "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "where", "clamp", "lerp",
@@ -109,6 +109,15 @@ for _, dt in ipairs(FLOATS) do
       case("unary softplus", ("softplus %s %s %d"):format(dt, beta, i), ("F.softplus(a * 8, %s)"):format(beta),
         { a = x }, function() return T.F.softplus(x * 8, beta) end)
     end
+    for _, th in ipairs({ 5, 40 }) do  -- (a threshold other than 20: PyTorch's formula in ops)
+      case("unary softplus", ("softplus %s threshold %s %d"):format(dt, th, i), ("F.softplus(a * 8, 2, %s)"):format(th),
+        { a = x }, function() return T.F.softplus(x * 8, 2, th) end)
+    end
+    for _, b in ipairs({ { -1, 1 }, { -0.5, 2.5 } }) do
+      case("unary hardtanh", ("hardtanh %s %s %d"):format(dt, b[1], i), ("F.hardtanh(a, %s, %s)"):format(b[1], b[2]),
+        { a = x }, function() return T.F.hardtanh(x, b[1], b[2]) end)
+    end
+    case("unary relu6", ("relu6 %s %d"):format(dt, i), "F.relu6(a * 4)", { a = x }, function() return T.F.relu6(x * 4) end)
     for _, op in ipairs({ "mish", "logsigmoid", "hardsigmoid", "hardswish" }) do
       case("unary " .. op, ("%s %s %d"):format(op, dt, i), ("F.%s(a * 2)"):format(op), { a = x },
         function() return T.F[op](x * 2) end)

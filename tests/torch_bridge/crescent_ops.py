@@ -378,7 +378,7 @@ OPS = {
     "_gelu_backward": lambda g, x: gelu_backward(g, x, "none"),
     "_gelu_tanh_backward": lambda g, x: gelu_backward(g, x, "tanh"),
     "leaky_relu": F.leaky_relu, "elu": F.elu, "softplus": F.softplus, "mish": F.mish, "logsigmoid": F.logsigmoid,
-    "hardsigmoid": F.hardsigmoid, "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid, "hardswish": F.hardswish, "hardtanh": F.hardtanh,
     "add": num_first(torch.add, lambda a, b: a + b), "sub": num_first(torch.sub, lambda a, b: a - b),
     "mul": num_first(torch.mul, lambda a, b: a * b), "div": num_first(torch.div, lambda a, b: a / b),
     "pow": num_first(torch.pow, lambda a, b: a ** b), "remainder": num_first(torch.remainder, lambda a, b: a % b),

@@ -290,6 +290,12 @@ struct Ternary {
   Device device;
 };
 
+// A ternary op's result: its prepare's broadcast shape and compute dtype.
+template <Ternary (*Prepare)(const OpCall&)> std::vector<Meta> infer_ternary(OpCall& c) {
+  Ternary p = Prepare(c);
+  return {{p.shape, p.compute, p.device}};
+}
+
 Ternary prepare_where(const OpCall& c) {
   Tensor cond = c.tensor(0);
   if (cond.dtype() != DType::b8) fail(cat("condition ", dtype_list_error("a bool tensor", cond.dtype())));
@@ -297,10 +303,6 @@ Ternary prepare_where(const OpCall& c) {
   p.compute = result_type({&p.b, &p.c});
   p.shape = broadcast_operands({&p.a, &p.b, &p.c}, &p.device);
   return p;
-}
-std::vector<Meta> infer_where(OpCall& c) {
-  Ternary p = prepare_where(c);
-  return {{p.shape, p.compute, p.device}};
 }
 void run_where(OpCall& c) {
   Ternary p = prepare_where(c);
@@ -321,12 +323,8 @@ Ternary prepare_clamp(const OpCall& c) {
   p.shape = broadcast_operands({&p.a, &p.b, &p.c}, &p.device);
   return p;
 }
-std::vector<Meta> infer_clamp(OpCall& c) {
-  Ternary p = prepare_clamp(c);
-  return {{p.shape, p.compute, p.device}};
-}
-void run_clamp(OpCall& c) {
-  Ternary p = prepare_clamp(c);
+template <Ternary (*Prepare)(const OpCall&)> void run_clamp(OpCall& c) {  // (and hardtanh)
+  Ternary p = Prepare(c);
   Tensor x = materialize(p.a, p.compute);
   auto at_least = [](auto v, auto l) { return sm::clamp_min_(v, l); };
   auto at_most = [](auto v, auto h) { return sm::clamp_max_(v, h); };
@@ -345,16 +343,20 @@ void run_clamp(OpCall& c) {
   });
 }
 
+// hardtanh(x, min_val, max_val): clamp in x's own dtype (an integer x truncates its bounds, as
+// PyTorch's clamp into empty_like(x)); an op of its own for its gradient at the bounds
+Ternary prepare_hardtanh(const OpCall& c) {
+  Tensor x = c.tensor(0);
+  if (x.dtype() == DType::b8) fail(dtype_list_error("a numeric tensor (not bool)", x.dtype()));
+  return Ternary{Operand{x}, operand(c, 1), operand(c, 2), x.dtype(), x.sizes(), x.device()};
+}
+
 Ternary prepare_lerp(const OpCall& c) {
   Ternary p{Operand{c.tensor(0)}, Operand{c.tensor(1)}, operand(c, 2), DType::f32, {}, {}};
   p.compute = result_type({&p.a, &p.b, &p.c});
   if (!is_floating(p.compute)) fail(dtype_list_error("floating tensors", p.compute));
   p.shape = broadcast_operands({&p.a, &p.b, &p.c}, &p.device);
   return p;
-}
-std::vector<Meta> infer_lerp(OpCall& c) {
-  Ternary p = prepare_lerp(c);
-  return {{p.shape, p.compute, p.device}};
 }
 void run_lerp(OpCall& c) {
   Ternary p = prepare_lerp(c);
@@ -376,10 +378,6 @@ Ternary prepare_addcmul(const OpCall& c) {
   }
   p.shape = broadcast_operands({&p.a, &p.b, &p.c}, &p.device);
   return p;
-}
-std::vector<Meta> infer_addcmul(OpCall& c) {
-  Ternary p = prepare_addcmul(c);
-  return {{p.shape, p.compute, p.device}};
 }
 void run_addcmul(OpCall& c) {
   Ternary p = prepare_addcmul(c);
@@ -585,13 +583,17 @@ void register_pointwise(Registry& r) {
     d.flags |= kNoMethod;
     r.add(d);
   }
-  r.add(OpDef{"where", "condition:T, self:TN, other:TN", OpKind::Ternary, kNoMethod | kConditionArg, infer_where, run_where});
+  r.add(OpDef{"where", "condition:T, self:TN, other:TN", OpKind::Ternary, kNoMethod | kConditionArg,
+              infer_ternary<prepare_where>, run_where});
   // (an absent clamp bound leaves its sm::clamp_* call out; addcmul's value scales b, as add's alpha)
-  r.add(OpDef{"clamp", "self:T, min:TN?, max:TN?", OpKind::Ternary, 0, infer_clamp, run_clamp,
-              "sm::clamp_max_(sm::clamp_min_(a, b), c)"});
-  r.add(OpDef{"lerp", "self:T, end:T, weight:TN", OpKind::Ternary, 0, infer_lerp, run_lerp, "sm::lerp_(a, b, c)"});
-  r.add(OpDef{"addcmul", "self:T, tensor1:T, tensor2:T, value:N?", OpKind::Ternary, 0, infer_addcmul, run_addcmul,
-              "a + b * c"});
+  r.add(OpDef{"clamp", "self:T, min:TN?, max:TN?", OpKind::Ternary, 0, infer_ternary<prepare_clamp>,
+              run_clamp<prepare_clamp>, "sm::clamp_max_(sm::clamp_min_(a, b), c)"});
+  r.add(OpDef{"hardtanh", "self:T, min_val:N, max_val:N", OpKind::Ternary, kNoMethod, infer_ternary<prepare_hardtanh>,
+              run_clamp<prepare_hardtanh>, "sm::clamp_max_(sm::clamp_min_(a, b), c)"});
+  r.add(OpDef{"lerp", "self:T, end:T, weight:TN", OpKind::Ternary, 0, infer_ternary<prepare_lerp>, run_lerp,
+              "sm::lerp_(a, b, c)"});
+  r.add(OpDef{"addcmul", "self:T, tensor1:T, tensor2:T, value:N?", OpKind::Ternary, 0, infer_ternary<prepare_addcmul>,
+              run_addcmul, "a + b * c"});
   for (const char* n : {"add_", "sub_", "mul_", "div_", "clamp_"}) {
     std::string base(n, std::strlen(n) - 1);
     const OpDef* b = r.find(base);

@@ -223,6 +223,12 @@ void register_pointwise_derivatives(Registry& r) {
   derivative(r, "atan2", {.fn = atan2_rule, .saves_inputs = kIn0 | kIn1});
   derivative(r, "where", {.fn = where_rule, .saves_inputs = kIn0, .nondiff = kIn0});
   derivative(r, "clamp", {.fn = clamp_rule, .saves_inputs = kIn0 | kIn1 | kIn2});
+  // (unlike clamp's, zero at the bounds; NaN passes, as PyTorch's hardtanh_backward)
+  derivative(r, "hardtanh", {.fn = [](Grad& g) {
+    Var x = g.in(0);
+    Var out = f("logical_or", mask("le", x, g.arg().number(1)), mask("ge", x, g.arg().number(2)));
+    g.set(0, where(out, 0.0, g.grad()));
+  }, .saves_inputs = kIn0});
   derivative(r, "lerp", {.fn = lerp_rule, .saves_inputs = kIn0 | kIn1 | kIn2});
   derivative(r, "addcmul", {.fn = addcmul_rule, .saves_inputs = kIn1 | kIn2});
   for (const char* n : {"add_", "sub_", "mul_", "div_", "clamp_"}) {

@@ -90,7 +90,7 @@ FO.MISC = {
   "T.bincount(A:gt(0):long():flatten(), nil, 3):float()",
   "A:flatten():index_put({A:flatten():argmax(1, true)}, A:flatten():narrow(1, 1, 1), true)",
   "A:flatten():clone():index_put_({A:flatten():argmin(1, true)}, A:amax())", "A:detach() * 2",
-  "T.leaky_relu(A, 0.2)", "T.elu(A, 1.3)", "T.softplus(A, 1.5)",
+  "T.leaky_relu(A, 0.2)", "T.elu(A, 1.3)", "T.softplus(A, 1.5)", "T.hardtanh(A, -0.5, 0.7)",
 }
 
 -- ---- probes -----------------------------------------------------------------------------------

@@ -240,7 +240,8 @@ void autotune_cpu(const std::shared_ptr<graph::Graph>& g, const std::shared_ptr<
   p->capture_inputs([wg, wp, o](std::vector<cpu::KernelInputs> in) {
     auto inputs = std::make_shared<const std::vector<cpu::KernelInputs>>(std::move(in));
     // a slot of its own: a queue that drops the job marks that slot, not the graph's
-    submit_background({wg, std::make_shared<graph::NativeSlot>(), o.owner, [wp, inputs, o](const std::shared_ptr<graph::Graph>& live) {
+    submit_background({wg, std::make_shared<graph::NativeSlot>(), o.owner, /* deferrable */ true,
+                       [wp, inputs, o](const std::shared_ptr<graph::Graph>& live) {
                          std::shared_ptr<cpu::Program> p = wp.lock();
                          if (!p) return;
                          const double t0 = autotune_now_ms();

@@ -35,7 +35,10 @@ class Worker {
       std::thread([this] { loop(); }).detach();
     }
     if (jobs_.size() >= kMaxQueued) make_room();
-    jobs_.push_back(std::move(job));
+    // (in order within each class: a job that is not deferrable goes before the deferrable ones)
+    auto deferrable = [](const Job& j) { return j.deferrable; };
+    auto at = job.deferrable ? jobs_.end() : std::find_if(jobs_.begin(), jobs_.end(), deferrable);
+    jobs_.insert(at, std::move(job));
     stats_.peak = std::max(stats_.peak, int64_t(jobs_.size()));
     cv_.notify_all();
   }
@@ -75,20 +78,22 @@ class Worker {
   }
 
  private:
-  // The queue is full: the jobs of graphs that are gone leave, then the oldest (its graph stays
-  // eager).
+  // The queue is full: the jobs of graphs that are gone leave, then the oldest deferrable one, else
+  // the oldest (its graph stays as it runs).
   void make_room() {
     const size_t before = jobs_.size();
     jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(), [](const Job& j) { return j.graph.expired(); }), jobs_.end());
     stats_.stale += int64_t(before - jobs_.size());
     while (jobs_.size() >= kMaxQueued) {
-      graph::NativeSlot& s = *jobs_.front().slot;
+      auto victim = std::find_if(jobs_.begin(), jobs_.end(), [](const Job& j) { return j.deferrable; });
+      if (victim == jobs_.end()) victim = jobs_.begin();
+      graph::NativeSlot& s = *victim->slot;
       {
         std::lock_guard<std::mutex> slot_lock(s.mutex);
         s.done = true;
         s.error = cat("dropped from the background compile queue (", kMaxQueued, " graphs were waiting)");
       }
-      jobs_.pop_front();
+      jobs_.erase(victim);
       ++stats_.evicted;
     }
   }

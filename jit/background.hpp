@@ -1,7 +1,10 @@
 // The background compile thread's queue (compile_native with Options::sync false). A job holds
 // its graph weakly: one whose compiled function was dropped (the graph is gone) is skipped, and
 // dropped from the queue when it is full. The queue holds at most kMaxQueued jobs; past that the
-// oldest is dropped and its graph stays eager (its slot says why).
+// oldest deferrable one (else the oldest) is dropped and its graph stays as it runs (its slot
+// says why). Deferrable jobs (speed-ups of code that already runs natively: eager kernels'
+// specialisations, autotuning) wait behind the others, so that a compiled function's graph is
+// not queued behind dozens of them.
 #pragma once
 #include <functional>
 #include <memory>
@@ -16,6 +19,7 @@ struct Job {
   std::weak_ptr<graph::Graph> graph;
   std::shared_ptr<graph::NativeSlot> slot;
   const void* owner = nullptr;  // Options::owner
+  bool deferrable = false;       // Options::deferrable
   std::function<void(const std::shared_ptr<graph::Graph>&)> run;
 };
 

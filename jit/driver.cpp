@@ -196,7 +196,8 @@ void compile_native(const std::shared_ptr<graph::Graph>& g, const Options& o) {
     return;
   }
   // the job holds the graph weakly (a dropped function's compile is skipped); it is only read
-  submit_background({g, slot, o.owner, [o, slot](const std::shared_ptr<graph::Graph>& live) { compile_now(live, o, *slot); }});
+  submit_background({g, slot, o.owner, o.deferrable,
+                     [o, slot](const std::shared_ptr<graph::Graph>& live) { compile_now(live, o, *slot); }});
 }
 
 }  // namespace cr::jit

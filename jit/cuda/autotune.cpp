@@ -215,7 +215,8 @@ void autotune_cuda(const std::shared_ptr<graph::Graph>& g, const std::shared_ptr
   std::weak_ptr<cuda::Program> wp = p;  // (the program holds this callback)
   p->capture_inputs([wg, wp, o](std::vector<std::shared_ptr<cuda::LaunchCopies>> in) {
     auto inputs = std::make_shared<const std::vector<std::shared_ptr<cuda::LaunchCopies>>>(std::move(in));
-    submit_background({wg, std::make_shared<graph::NativeSlot>(), o.owner, [wp, inputs, o](const std::shared_ptr<graph::Graph>& live) {
+    submit_background({wg, std::make_shared<graph::NativeSlot>(), o.owner, /* deferrable */ true,
+                       [wp, inputs, o](const std::shared_ptr<graph::Graph>& live) {
                          std::shared_ptr<cuda::Program> p = wp.lock();
                          if (!p) return;
                          try {

@@ -168,7 +168,9 @@ void specialise(Context& ctx, Entry& e, const std::function<std::shared_ptr<grap
     if (++e.uses < kSpecialiseAfter) return;
     e.special = build();
     e.special->dynamic = false;
-    compile_native(e.special, eager_options(ctx, *e.special, false));
+    Options o = eager_options(ctx, *e.special, false);
+    o.deferrable = true;
+    compile_native(e.special, o);
     return;
   }
   graph::NativeSlot& slot = *e.special->native;

@@ -11,7 +11,9 @@
 #include <ctime>
 #include <filesystem>
 #include <string>
+#include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <crescent/crescent.hpp>
@@ -200,4 +202,24 @@ TEST_CASE("scratch directories: those of ended processes are swept, once old eno
   CHECK(fs::exists(root + "/" + mine));
   CHECK(fs::exists(root + "/" + other));
   cr::jit::remove_scratch_dir(root);
+}
+
+TEST_CASE("background queue: deferrable jobs wait behind the others, in order within each class", "[compile_process]") {
+  std::vector<std::string> order;
+  std::mutex m;
+  auto g = std::make_shared<cr::graph::Graph>();
+  auto job = [&](const std::string& name, bool deferrable) {
+    return cr::jit::Job{g, std::make_shared<cr::graph::NativeSlot>(), nullptr, deferrable,
+                        [&order, &m, name](const std::shared_ptr<cr::graph::Graph>&) {
+                          std::lock_guard<std::mutex> lock(m);
+                          order.push_back(name);
+                        }};
+  };
+  {
+    Held held;
+    for (auto [name, deferrable] : {std::pair{"d1", true}, {"d2", true}, {"n1", false}, {"d3", true}, {"n2", false}})
+      cr::jit::submit_background(job(name, deferrable));
+  }
+  cr::jit::wait_background_compiles();
+  CHECK(order == std::vector<std::string>{"n1", "n2", "d1", "d2", "d3"});
 }

@@ -113,6 +113,9 @@ struct NativeOptions {
   double autotune_budget_ms = 2000;
   bool log_autotune = false;  // CRESCENT_LOGS=autotune: candidates, times, winner per kernel
   Device device;           // where the graph's tensors live (CUDA: jit/cuda, else jit/cpu)
+  // a background compile that only speeds up code that already runs natively (an eager kernel's
+  // specialisation): queued behind every other compile (jit/background.hpp)
+  bool deferrable = false;
   const void* owner = nullptr;  // the VM compiling (its end drops its queued background compiles)
 };
 

@@ -548,6 +548,10 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
       execute(*g, vals, s.numbers_or_null(), &unheld);
       double t1 = now_us();
       settle(&leaf, vals, cold, g.get());
+      // A whole training step whose recording learned what Lua keeps starts compiling after its
+      // last cold run (what that run learned included): the next call, as `hot` says, takes it.
+      if (cold && !leaf.dynamic && leaf.stepped && leaf.reach_learned && leaf.hits == fn_->opts.hot && !leaf.compiled)
+        compile(leaf, *leaf.raw);
       if (leaf.joint && plan_of(*leaf.joint).any) attach_node(joint_of(leaf), *g, vals, needed);
       double t2 = now_us();
       vals.clear();  // the graph's temporaries die with its run

@@ -47,7 +47,8 @@ graph::DeadLists dead_values(const Plan& plan) {
     if (int32_t r = root_value(gv); r >= 0) keep[size_t(r)] = 1;
   };
   for (int32_t v : g.outputs) keep_root(v);
-  for (const graph::Graph::Alias& a : g.aliases) keep_root(a.removed), keep_root(a.kept);
+  for (const graph::Graph::Alias& a : g.aliases)
+    if (!g.transient || keep[size_t(a.removed)]) keep_root(a.removed), keep_root(a.kept);
   return graph::dead_after(plan.steps.size(), keep, [&](size_t i, const graph::ValueVisit& visit) {
     auto use = [&](int32_t gv) {
       visit(gv);
@@ -184,7 +185,10 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
   }
   if (checked && !device_.is_cpu()) defer_check();
   for (int32_t gv : g.outputs) view_tensor(gv);
+  // (a transient graph freed the aliases that give no output: graph::kept_values)
+  const std::vector<char> kept = g.transient && !g.aliases.empty() ? graph::kept_values(g) : std::vector<char>();
   for (const graph::Graph::Alias& a : g.aliases) {
+    if (!kept.empty() && !kept[size_t(a.removed)]) continue;
     view_tensor(a.kept);
     Tensor& r = vals[size_t(a.removed)];
     if (!r.defined() || r.is_lazy()) r = vals[size_t(a.kept)];

@@ -258,7 +258,8 @@ void set_constants(const Graph& g, std::vector<Tensor>& vals);
 using ValueVisit = std::function<void(int32_t)>;
 DeadLists dead_after(size_t steps, const std::vector<char>& keep,
                      const std::function<void(size_t, const ValueVisit&)>& uses);
-// What outlives any run of g: its inputs, outputs and the values of its aliases.
+// What outlives any run of g: its inputs, outputs and the values of its aliases (of a transient
+// graph: its outputs and the values their aliases keep).
 std::vector<char> kept_values(const Graph& g);
 // Per node of g, the values dead after it (dead_after over g's nodes); g.dead caches it.
 DeadLists dead_after(const Graph& g);

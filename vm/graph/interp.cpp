@@ -108,7 +108,17 @@ std::vector<char> kept_values(const Graph& g) {
   if (!g.transient)
     for (int32_t v : g.inputs) keep[size_t(v)] = 1;
   for (int32_t v : g.outputs) keep[size_t(v)] = 1;
-  for (const Graph::Alias& a : g.aliases) keep[size_t(a.removed)] = keep[size_t(a.kept)] = 1;
+  if (!g.transient) {
+    for (const Graph::Alias& a : g.aliases) keep[size_t(a.removed)] = keep[size_t(a.kept)] = 1;
+    return keep;
+  }
+  // (a transient graph's removed values matter only as outputs: the kept value of an alias of
+  // an output, through chains of aliases, outlives the run; the others die after their readers)
+  for (bool more = true; more;) {
+    more = false;
+    for (const Graph::Alias& a : g.aliases)
+      if (keep[size_t(a.removed)] && !keep[size_t(a.kept)]) keep[size_t(a.kept)] = 1, more = true;
+  }
   return keep;
 }
 

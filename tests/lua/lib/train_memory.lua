@@ -1,6 +1,6 @@
 -- Peak CPU tensor storage of a small GPT training step (T.memory_stats), eager or compiled: the
--- peak-memory spec of test_compile_step.lua (T.compile(step)); mode "model" measures
--- T.compile(model), which does not reach eager's peak yet. Bytes, never time.
+-- peak-memory specs of test_compile_step.lua (T.compile(step), and "model": T.compile(model) in
+-- the eager loop). Bytes, never time.
 local T = require "crescent"
 local root = debug.getinfo(1, "S").source:sub(2):match("^(.*)/tests/lua/") or "."
 package.path = root .. "/examples/?.lua;" .. package.path

@@ -11,8 +11,8 @@ package.path = dir .. "/bench/?.lua;" .. package.path
 local name, batch, seq, steps = arg[1] or "small", tonumber(arg[2] or 4), tonumber(arg[3] or 32), tonumber(arg[4] or 16)
 local autocast = os.getenv("AUTOCAST")
 if autocast == "" or autocast == "none" then autocast = nil end
-local S = require("lib.gpt2_train").new { config = name, batch = batch, seq = seq, device = os.getenv("DEVICE") or "cpu",
-  mode = "step", autocast = autocast }
+local S = require("lib.gpt2_train").new { config = name, batch = batch, seq = seq,
+  device = os.getenv("DEVICE") or "cpu", mode = "step", autocast = autocast }
 local t0 = T.time()
 local landed
 for i = 1, steps do

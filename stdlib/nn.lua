@@ -420,7 +420,9 @@ function nn.Hardtanh:init(min_val, max_val)
   end
 end
 function nn.Hardtanh:forward(x) return F.hardtanh(x, self.min_val, self.max_val) end
-function nn.Hardtanh:extra_repr() return "min_val=" .. tostring(self.min_val) .. ", max_val=" .. tostring(self.max_val) end
+function nn.Hardtanh:extra_repr()
+  return "min_val=" .. tostring(self.min_val) .. ", max_val=" .. tostring(self.max_val)
+end
 nn.ReLU6 = nn.Module:extend("ReLU6")
 function nn.ReLU6:forward(x) return F.relu6(x) end
 -- Softplus([beta = 1[, threshold = 20]])

@@ -161,9 +161,9 @@ M.EXCUSES = {
       .. "(float32: 3 * 0.3 = 0.90000004) before the float64 gradient; crescent computes in the result's dtype" },
   { op = "masked_select", kind = "differs", class = "torch",
     when = function(c) return c.grad and #c.inputs[1].chain > 0 end,
-    why = "a strided self (a transpose): torch 1.13's masked_select_backward scatters the gradient into a tensor of "
-      .. "self's strides in memory order, not the order the forward read (its own gradcheck fails); crescent's puts each "
-      .. "value where the forward took it (test_autograd_ops checks it by finite differences)" },
+    why = "a strided self (a transpose): torch 1.13's masked_select_backward scatters the gradient into a tensor "
+      .. "of self's strides in memory order, not the order the forward read (its own gradcheck fails); crescent's "
+      .. "puts each value where the forward took it (test_autograd_ops checks it by finite differences)" },
   { op = "prod", kind = "differs", when = nonfinite_input, class = "limit",
     why = "infinite inputs with zeros in the tensor: torch's rule multiplies exclusive cumulative products (0 * inf = "
       .. "NaN); crescent's gives 0 to every element of a slice with two zeros and result / x elsewhere" },

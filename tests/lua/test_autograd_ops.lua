@@ -170,7 +170,8 @@ case("index_put", function(x, v) return T._ops.index_put.fn(x, { idx({ 2 }) }, v
 case("masked_select", function(x) return x:masked_select(T.tensor({ { true, false, true } })) end, R(2, 3))
 case("masked_select", function(x) return x[T.tensor({ { true, false }, { false, true } })] end, nc(2, 2))
 case("masked_select", function(x) return x:masked_select(T.tensor({ true, false })) end, R())
-case("masked_select", function(x) return x:transpose(1, 3):masked_select(T.tensor({ true, false, true })) end, R(3, 2, 4))
+case("masked_select", function(x) return x:transpose(1, 3):masked_select(T.tensor({ true, false, true })) end,
+  R(3, 2, 4))
 for _, red in ipairs({ "sum", "mean", "prod", "amax", "amin" }) do
   for _, inc in ipairs({ true, false }) do
     case("scatter_reduce", function(x, s) return x:scatter_reduce(1, idx({ { 1, 3 }, { 1, 1 } }), s, red, { include_self = inc }) end,

@@ -117,7 +117,8 @@ for _, dt in ipairs(FLOATS) do
       case("unary hardtanh", ("hardtanh %s %s %d"):format(dt, b[1], i), ("F.hardtanh(a, %s, %s)"):format(b[1], b[2]),
         { a = x }, function() return T.F.hardtanh(x, b[1], b[2]) end)
     end
-    case("unary relu6", ("relu6 %s %d"):format(dt, i), "F.relu6(a * 4)", { a = x }, function() return T.F.relu6(x * 4) end)
+    case("unary relu6", ("relu6 %s %d"):format(dt, i), "F.relu6(a * 4)", { a = x },
+      function() return T.F.relu6(x * 4) end)
     for _, op in ipairs({ "mish", "logsigmoid", "hardsigmoid", "hardswish" }) do
       case("unary " .. op, ("%s %s %d"):format(op, dt, i), ("F.%s(a * 2)"):format(op), { a = x },
         function() return T.F[op](x * 2) end)

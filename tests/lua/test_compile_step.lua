@@ -262,16 +262,15 @@ describe("a whole compiled training step", function()
     S.truthy(step <= eager, ("compiled step peak %d bytes > eager %d"):format(step, eager))
   end)
 
-  it("T.compile(model) in the eager loop peaks near the eager step (its backward frees as it goes)", function()
+  it("T.compile(model) in the eager loop: its backward peaks no higher than eager's (it frees as it goes)", function()
     local M = require "train_memory"
     T.compiler.reset()
-    local eager, want = M.peak("eager", 8)
-    local _, got, each = M.peak("model", 8)
-    S.truthy(math.abs(got - want) <= 1e-4 * math.abs(want), "loss")
-    -- (steps 6-8: the forward graph recompiles at steps 4 and 5 to keep values its first backward
-    -- trace read; 1.6x while the backward graph kept every value a common subexpression merged)
-    local model = math.max(each[6], each[7], each[8])
-    S.truthy(model <= 1.35 * eager, ("T.compile(model) peak %d bytes, eager %d"):format(model, eager))
+    local eager, model = M.backward_peaks("eager", 8), M.backward_peaks("model", 8)
+    -- (steps 6-8: the forward graph recompiles at steps 4 and 5; the backward peaked at 1.5x
+    -- eager's while its graph kept every value a common subexpression had merged)
+    for i = 6, 8 do
+      S.truthy(model[i] <= eager[i], ("step %d: backward peak %d bytes, eager %d"):format(i, model[i], eager[i]))
+    end
   end)
 
   it("peaks near the eager step in its first steps too (the backward is traced on phantom values)", function()

@@ -38,4 +38,28 @@ function M.peak(mode, steps)
   return peak, loss, each
 end
 
+-- Mode "eager" or "model": each step's backward peak over what was in use before the step, its
+-- forward's garbage collected first (so that Lua's collection times do not move it).
+function M.backward_peaks(mode, steps)
+  T.manual_seed(0)
+  local V, L, B = 128, 64, 4
+  local m = G.new({ vocab = V, n_ctx = L, d = 64, n_head = 4, n_layer = 2 })
+  local opt = T.optim.AdamW(m:parameters(), { lr = 1e-3 })
+  local ids, targets = T.randint(0, V, { B, L }), T.randint(1, V + 1, { B * L })
+  local forward = mode == "model" and T.compile(m) or m
+  local each = {}
+  for i = 1, steps do
+    collectgarbage()
+    local before = T.memory_stats().in_use
+    opt:zero_grad()
+    local loss = T.F.cross_entropy(forward(ids):view(-1, V), targets)
+    collectgarbage()
+    T.reset_peak_memory()
+    loss:backward()
+    each[i] = T.memory_stats().peak - before
+    opt:step()
+  end
+  return each
+end
+
 return M

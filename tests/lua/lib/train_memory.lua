@@ -8,16 +8,23 @@ local G = require "models.gpt2"
 
 local M = {}
 
+local V = 128
+
+-- The model, its optimizer, a batch and the forward (T.compile(model) in mode "model"), seeded.
+local function setup(mode)
+  T.manual_seed(0)
+  local L, B = 64, 4
+  local m = G.new({ vocab = V, n_ctx = L, d = 64, n_head = 4, n_layer = 2 })
+  local opt = T.optim.AdamW(m:parameters(), { lr = 1e-3 })
+  local ids, targets = T.randint(0, V, { B, L }), T.randint(1, V + 1, { B * L })
+  return opt, ids, targets, mode == "model" and T.compile(m) or m
+end
+
 -- mode "eager", "model" (T.compile(model) in the eager loop) or "step" (T.compile of the step):
 -- the largest rise of the bytes in use over the steps after the third (compiled by then), from a
 -- full collection before each step; the last step's loss; and each step's rise.
 function M.peak(mode, steps)
-  T.manual_seed(0)
-  local V, L, B = 128, 64, 4
-  local m = G.new({ vocab = V, n_ctx = L, d = 64, n_head = 4, n_layer = 2 })
-  local opt = T.optim.AdamW(m:parameters(), { lr = 1e-3 })
-  local ids, targets = T.randint(0, V, { B, L }), T.randint(1, V + 1, { B * L })
-  local forward = mode == "model" and T.compile(m) or m
+  local opt, ids, targets, forward = setup(mode)
   local function step()
     opt:zero_grad()
     local loss = T.F.cross_entropy(forward(ids):view(-1, V), targets)
@@ -41,12 +48,7 @@ end
 -- Mode "eager" or "model": each step's backward peak over what was in use before the step, its
 -- forward's garbage collected first (so that Lua's collection times do not move it).
 function M.backward_peaks(mode, steps)
-  T.manual_seed(0)
-  local V, L, B = 128, 64, 4
-  local m = G.new({ vocab = V, n_ctx = L, d = 64, n_head = 4, n_layer = 2 })
-  local opt = T.optim.AdamW(m:parameters(), { lr = 1e-3 })
-  local ids, targets = T.randint(0, V, { B, L }), T.randint(1, V + 1, { B * L })
-  local forward = mode == "model" and T.compile(m) or m
+  local opt, ids, targets, forward = setup(mode)
   local each = {}
   for i = 1, steps do
     collectgarbage()

@@ -38,6 +38,8 @@ struct ExecRecord {
 };
 
 
+static void make_real(Context& ctx, cr_tensor* t, bool used);
+
 namespace {
 
 // A tensor stops waiting on its record (freed, or computed). The last one to leave frees the
@@ -188,13 +190,29 @@ void Recorder::before_write(Storage* st) {
     std::vector<cr_tensor*> ts;
     for (const LazyInfo& slot : r->slots)
       if (slot.t) ts.push_back(slot.t);
+    // Values Lua did not reach after the learning call are likely garbage not collected yet: they
+    // are computed without counting as used, and the segment's returns collect from now on.
+    std::shared_ptr<Leaf> leaf = r->leaf.lock();
+    auto unreached = [&](int32_t vid) {
+      return leaf && leaf->reach_learned && !leaf->collect_at_return &&
+             !(size_t(vid) < leaf->reachable.size() && leaf->reachable[size_t(vid)]);
+    };
+    bool collect = false;
     // (lost ones, mostly garbage Lua has not collected yet, are not computed for a write: they
     // raise when read from now on, as a value the graph could not keep)
     for (cr_tensor* t : ts) {
       auto* slot = static_cast<LazyInfo*>(t->_lazy);
-      if (slot && slot->rec == r.get() && slot->lost) drop_slot(t);
-      else ensure_real(ctx_, t);
+      const bool own = slot && slot->rec == r.get();
+      if (own && slot->lost) {
+        drop_slot(t);
+      } else if (own && unreached(slot->vid)) {
+        make_real(ctx_, t, false);
+        collect = true;
+      } else {
+        ensure_real(ctx_, t);
+      }
     }
+    if (collect) leaf->collect_at_return = collecting_leaves_ = true;
   }
 }
 
@@ -209,7 +227,10 @@ void before_write(Context& ctx, Storage* s) {
   if (s->pending_reads.load() > 0) ctx.recorder->before_write(s);
 }
 
-void ensure_real(Context& ctx, cr_tensor* t) {
+void ensure_real(Context& ctx, cr_tensor* t) { make_real(ctx, t, true); }
+
+// !used: computed because an input is about to be written, not because Lua read it
+static void make_real(Context& ctx, cr_tensor* t, bool used) {
   auto* info = static_cast<LazyInfo*>(t->_lazy);
   if (!t->_storage) {
     if (info && info->lost && !info->rec) {
@@ -245,11 +266,11 @@ void ensure_real(Context& ctx, cr_tensor* t) {
     t->_lazy = nullptr;
     leave(*info);
     recompute(ctx, t, *r, vid);
-    if (auto leaf = r->leaf.lock()) note_escape(*leaf, vid, "used");
+    if (auto leaf = r->leaf.lock(); leaf && used) note_escape(*leaf, vid, "used");
     return;
   }
   if (info) {  // a tracker (a value computed by recompute() has none)
-    if (auto leaf = info->leaf.lock()) note_escape(*leaf, info->vid, "used");
+    if (auto leaf = info->leaf.lock(); leaf && used) note_escape(*leaf, info->vid, "used");
     release_lazy(t);
   }
 }

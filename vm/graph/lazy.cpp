@@ -124,6 +124,7 @@ Replay replay_graph(const Graph& g, int32_t vid, bool build = true) {
     substitute(out.g, int32_t(v), to, false);
   }
   out.g.outputs = {vid};
+  out.g.transient = true;  // (the caller reads only vid: the run frees each value after its last reader)
   for (size_t i = 0; i < n_nodes; ++i) keep[i] = keep[i] == 1 || g.nodes[i].kind == NodeKind::Input;
   keep_nodes(out.g, keep);
   return out;

@@ -214,20 +214,31 @@ void no_memory(void*, void*) {}
 std::vector<Tensor> run_phantom(OpCall& c) {
   const OpDef& def = c.def;
   if (def.flags & kReturnsSelf) return {};  // (as the eager in-place ops: the caller has self)
-  if (def.infer) {
-    for (const Meta& m : def.infer(c)) c.outs.push_back(phantom_tensor(m.sizes, m.dtype, m.device));
-  } else if (def.kind == OpKind::View || (def.flags & kListOut)) {
-    def.run(c);  // (on headers: a copying reshape makes a phantom copy, vm/ops/views.cpp)
-  } else if (def.conversion) {
-    Meta m;
-    if (def.conversion(c, &m)) c.outs.push_back(phantom_tensor(m.sizes, m.dtype, m.device));
-    else c.outs.push_back(c.tensor(0));
-  } else {
-    fail("no rule gives its outputs' layouts without running it: a phantom trace cannot run it");
+  switch (output_rule(def)) {
+    case OutputRule::Infer:
+      for (const Meta& m : def.infer(c)) c.outs.push_back(phantom_tensor(m.sizes, m.dtype, m.device));
+      break;
+    case OutputRule::Headers:
+      def.run(c);  // (a copying reshape makes a phantom copy, vm/ops/views.cpp)
+      break;
+    case OutputRule::Conversion: {
+      Meta m;
+      if (def.conversion(c, &m)) c.outs.push_back(phantom_tensor(m.sizes, m.dtype, m.device));
+      else c.outs.push_back(c.tensor(0));
+      break;
+    }
+    case OutputRule::None:
+      fail("no rule gives its outputs' layouts without running it: a phantom trace cannot run it");
   }
   return std::move(c.outs);
 }
 }  // namespace
+
+OutputRule output_rule(const OpDef& def) {
+  if (def.infer) return OutputRule::Infer;
+  if (def.kind == OpKind::View || (def.flags & kListOut)) return OutputRule::Headers;  // (split, chunk)
+  return def.conversion ? OutputRule::Conversion : OutputRule::None;
+}
 
 PhantomScope::PhantomScope() : was(phantom) { phantom = true; }
 PhantomScope::~PhantomScope() { phantom = was; }

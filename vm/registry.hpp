@@ -224,6 +224,10 @@ struct PhantomScope {
 };
 bool phantom_dispatch();
 Tensor phantom_tensor(const Shape& sizes, DType dtype, Device device);  // contiguous, no memory
+// Which rule gives an op's outputs' layouts without its kernel (phantom calls, dynamic replays:
+// graph/shapes.cpp): its infer rule, its own run on headers (views, lists), its conversion rule.
+enum class OutputRule { Infer, Headers, Conversion, None };
+OutputRule output_rule(const OpDef& def);
 
 // Runs one op eagerly (infer, allocate, run). Throws cr::Error with the op name prefixed.
 // `into` (optional, one per output): lazy tensors that receive the outputs' storage directly

@@ -103,9 +103,12 @@ bool derive_outputs(Context& ctx, int op, const cr_value* args, int nargs, const
   try {
     // (infer rules may take views of their arguments too, as matmul's does)
     with_phantoms(args, nargs, [&] {
-      if (def.infer) ok = derive_inferred(c, recorded, metas);
-      else if (def.kind == OpKind::View || (def.flags & kListOut)) ok = derive_views(c, recorded, metas);  // split, chunk
-      else if (def.conversion) ok = derive_conversion(c, recorded, metas);
+      switch (output_rule(def)) {
+        case OutputRule::Infer: ok = derive_inferred(c, recorded, metas); break;
+        case OutputRule::Headers: ok = derive_views(c, recorded, metas); break;
+        case OutputRule::Conversion: ok = derive_conversion(c, recorded, metas); break;
+        case OutputRule::None: break;
+      }
     });
   } catch (const Error&) {
     ok = false;  // the op would fail with these sizes: running it eagerly raises its own error

@@ -217,7 +217,6 @@ void* device_alloc(size_t nbytes, Device d) {
   return nullptr;
 }
 void device_free(void* p, size_t nbytes, Device d) { cuda::device_free(p, nbytes, d.index); }
-bool device_shrink(void* p, size_t nbytes, Device d) { return cuda::device_shrink(p, nbytes, d.index); }
 size_t device_garbage_budget() {
   return device_bytes_allocated_total() ? cuda::garbage_budget() : size_t(64) << 20;
 }

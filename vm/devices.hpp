@@ -28,7 +28,6 @@ int64_t host_op_count();
 
 void* device_alloc(size_t nbytes, Device d);  // null for nbytes == 0
 void device_free(void* p, size_t nbytes, Device d);
-bool device_shrink(void* p, size_t nbytes, Device d);  // cuda::device_shrink
 size_t device_garbage_budget();  // cuda::garbage_budget, or 64 MiB where CUDA is not used
 size_t device_driver_bytes();    // cuda::driver_bytes_total (0 where CUDA is not used)
 

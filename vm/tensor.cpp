@@ -105,11 +105,6 @@ void storage_release(Storage* s) {
   delete_pooled(s);
 }
 
-void storage_shrink(Storage* s, size_t nbytes) {
-  if (!s->free_fn && !s->device.is_cpu() && nbytes < s->nbytes && device_shrink(s->data, nbytes, s->device))
-    s->nbytes = nbytes;
-}
-
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;

@@ -39,9 +39,6 @@ Storage* storage_new(size_t nbytes, Device device);  // 64-byte aligned
 Storage* storage_wrap(void* data, size_t nbytes, Device device, void (*free_fn)(void*, void*), void* ctx);
 void storage_retain(Storage* s);
 void storage_release(Storage* s);
-// Keeps only the first nbytes of a device storage we allocated (a selection allocated for every
-// element, sized once its kernel counted them): the rest goes back to the allocator if it splits.
-void storage_shrink(Storage* s, size_t nbytes);
 // monotonic byte counts of host and of device allocations, for the Lua GC pressure heuristic;
 // host blocks of at least cpu_large_block_bytes (vm/cpu_march.hpp) are counted apart
 size_t bytes_allocated_total();

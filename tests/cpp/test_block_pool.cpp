@@ -101,34 +101,6 @@ TEST_CASE("block pool: a larger free block is split, freed neighbours merge", "[
   REQUIRE(pool.stats().driver_frees == 2);
 }
 
-TEST_CASE("block pool: a block in use gives its tail back (shrink), which merges and serves", "[block_pool]") {
-  FakeDevice dev;
-  BlockPool pool(dev);
-  const uint64_t a = pool.allocate(96 * MiB, 0);
-  const uint64_t b = pool.allocate(4 * MiB, 0);  // (a 20 MiB segment: 16 MiB free after b)
-  REQUIRE(pool.shrink(a, 10 * MiB + 1));
-  REQUIRE(pool.block_size(a) == BlockPool::round(10 * MiB + 1));
-  REQUIRE(pool.stats().in_use == BlockPool::round(10 * MiB + 1) + 4 * MiB);
-  REQUIRE(pool.allocate(80 * MiB, 0) == a + BlockPool::round(10 * MiB + 1));  // the tail serves 80 MiB
-  REQUIRE(pool.stats().driver_allocs == 2);
-  REQUIRE_FALSE(pool.shrink(b, 4 * MiB));        // nothing past it
-  REQUIRE_FALSE(pool.shrink(b, 3 * MiB + 512));  // a large block's tail of 1 MiB or less stays
-  REQUIRE_FALSE(pool.shrink(b + 512, 512));      // no block in use there
-  const uint64_t s = pool.allocate(64 * 1024, 0);  // small pool: tails of 512 B or more split
-  REQUIRE(pool.shrink(s, 100));
-  REQUIRE(pool.block_size(s) == 512);
-  REQUIRE(pool.allocate(1000, 0) == s + 512);  // next to it: the tail merged with the segment's rest
-  // a shrunk block's tail merged with the free block after it: freeing everything merges all
-  REQUIRE(pool.free(s));
-  REQUIRE(pool.free(s + 512));
-  REQUIRE(pool.free(a));
-  REQUIRE(pool.free(a + BlockPool::round(10 * MiB + 1)));
-  REQUIRE(pool.free(b));
-  REQUIRE(pool.release_cached() == 96 * MiB + 20 * MiB + 2 * MiB);
-  REQUIRE(dev.mapped.empty());
-  REQUIRE(pool.stats().in_use == 0);
-}
-
 TEST_CASE("block pool: best fit takes the smallest free block that fits", "[block_pool]") {
   FakeDevice dev;
   BlockPool pool(dev);

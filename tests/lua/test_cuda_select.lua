@@ -146,31 +146,6 @@ describe("CUDA selections", function()
     agree("masked_select {1500,2001}", function(a, k) return a:masked_select(k) end, { x, x:gt(0.3) })
   end)
 
-  -- (one pass into a result sized for every element, its unused rest given back; a result that
-  -- would pass 256 MiB so is counted first, in two passes)
-  device_it("masked_select / nonzero keep only the memory their result uses; past 256 MiB they count first",
-    4, "masked_select: ops on host copies", function()
-    local m = T.rand(16 * 2 ^ 20):lt(0.01)
-    local dm = dev(m)
-    for _, f in ipairs({ function(k) return T.nonzero(k) end, function(k) return k:float():masked_select(k) end }) do
-      collectgarbage()
-      local before = not AS_CPU and T.cuda.memory_allocated() or 0
-      local r = f(dm)
-      if not AS_CPU then
-        local used, bytes = T.cuda.memory_allocated() - before, r:numel() * (r.dtype == "int64" and 8 or 4)
-        expect.truthy(used <= bytes + 2 ^ 20, ("%d bytes held for a result of %d"):format(used, bytes))
-      end
-      same(r, f(m), "a sparse selection of 16M")
-    end
-    local n = 2 ^ 26 + 5  -- (float32: past 256 MiB)
-    local x = T.randn(n)
-    agree("masked_select of 2^26 + 5, counted first", function(a, k) return a:masked_select(k) end, { x, x:gt(0.5) })
-    x = nil
-    collectgarbage()
-    local b = T.rand(2 ^ 23 + 3, 2):lt(0.5)  -- (2 int64 coordinates a row: past 256 MiB)
-    agree("nonzero of {2^23 + 3, 2}, counted first", function(a) return T.nonzero(a) end, { b })
-  end)
-
   device_it("nonzero / where(cond) / x[mask]: 1-based coordinates for every dtype (NaN counts, -0 does not)",
     3, "nonzero: ops on host copies", function()
     local shapes = { {}, { 0 }, { 0, 3 }, { 5 }, { 3, 4 }, { 2, 3, 4 }, { 2, 2, 2, 2, 2 }, { 4099 }, { 3, 4096 + 5 } }

@@ -129,26 +129,6 @@ bool BlockPool::free(uint64_t p) {
   return true;
 }
 
-bool BlockPool::shrink(uint64_t p, size_t nbytes) {
-  auto it = live_.find(p);
-  const size_t size = round(nbytes);
-  if (it == live_.end() || size >= it->second->size || !should_split(it->second, size)) return false;
-  Block* b = it->second;
-  auto* rest = new Block;
-  rest->ptr = b->ptr + size;
-  rest->size = b->size - size;
-  rest->seg = b->seg;
-  rest->prev = b;
-  rest->next = b->next;
-  if (b->next) b->next->prev = rest;
-  b->next = rest;
-  b->size = size;
-  note_use(-(long long)rest->size, 0);
-  if (rest->next && !rest->next->allocated) merge(rest, rest->next);
-  free_set(rest).insert(rest);
-  return true;
-}
-
 size_t BlockPool::release_cached() {
   source_.quiesce();
   size_t released = 0;

@@ -58,9 +58,6 @@ class BlockPool {
   uint64_t allocate(size_t nbytes, int pool);
   // Frees a block allocate() returned; false (and nothing changes) for any other address.
   bool free(uint64_t p);
-  // Gives back the block's bytes past round(nbytes), as a split would (a selection allocated for
-  // every element, sized once its kernel counted them); false when it keeps them whole.
-  bool shrink(uint64_t p, size_t nbytes);
   size_t release_cached();  // gives the fully free segments back (not a live private pool's); bytes
 
   int new_private();  // a private pool's key (< 0)

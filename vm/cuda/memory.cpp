@@ -161,13 +161,6 @@ void device_free(void* p, size_t nbytes, int index) {
   c.pending.push_back(std::move(pend));
 }
 
-bool device_shrink(void* p, size_t nbytes, int index) {
-  std::lock_guard<std::mutex> g(g_mutex);
-  DeviceCache& c = cache_of(index);
-  const CUdeviceptr b = reinterpret_cast<CUdeviceptr>(p);
-  return !c.uses.count(b) && c.blocks.shrink(b, nbytes);  // (one used on other streams waits for them whole)
-}
-
 std::shared_ptr<Pool> pool_new(int index) {
   auto* p = new Pool;
   p->index = index;

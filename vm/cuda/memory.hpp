@@ -17,8 +17,6 @@ namespace cr::cuda {
 
 void* device_alloc(size_t nbytes, int index);  // throws cr::Error "out of memory ... on cuda:N"
 void device_free(void* p, size_t nbytes, int index);
-// Gives back the bytes of block p past nbytes (BlockPool::shrink); false when it stays whole.
-bool device_shrink(void* p, size_t nbytes, int index);
 // Streams (vm/cuda/streams.hpp): segments are kept per stream - the one current at their
 // allocation - and their blocks only handed out again on that stream. record_stream(p, i, s) says a block's
 // memory is also used by stream s's work (Tensor:record_stream): when freed, it waits for the work

@@ -173,35 +173,6 @@ __forceinline__ long long block_exclusive_sum(long long v, long long* smem, long
   return before;
 }
 
-// Decoupled look-back (single-pass scans and compactions: scan.cuh, select.cuh): tile t's value,
-// then its flag (1: its own total, 2: the inclusive sum up to it); a reader that sees the flag
-// sees the value (fenced).
-template <class V> __forceinline__ void post_tile(int* flag, V* value, V v, int f) {
-  *reinterpret_cast<volatile V*>(value) = v;
-  __threadfence();
-  *reinterpret_cast<volatile int*>(flag) = f;
-}
-
-// One warp's look-back from tile t (flags, partial, inclusive: tile 0's): the sum of every tile
-// before t. Lane l reads tile j - l; tiles before 0 read as inclusive zeros.
-template <class V> __device__ V look_back(const int* flags, const V* partial, const V* inclusive, long long t, int lane) {
-  V sum = V(0);
-  for (long long j = t - 1;; j -= 32) {
-    const long long mine = j - lane;
-    int f;
-    do {
-      f = mine >= 0 ? *reinterpret_cast<const volatile int*>(flags + mine) : 2;
-    } while (__any_sync(0xffffffffu, f == 0));
-    __threadfence();
-    V v = V(0);
-    if (mine >= 0) v = *reinterpret_cast<const volatile V*>((f == 2 ? inclusive : partial) + mine);
-    const unsigned done = __ballot_sync(0xffffffffu, f == 2);
-    if (done && lane > __ffs(done) - 1) v = V(0);  // (past the nearest inclusive sum)
-    sum += warp_reduce(v, [](V a, V b) { return a + b; });
-    if (done) return sum;
-  }
-}
-
 #if __CUDA_ARCH__ >= 900
 // Thread-block clusters (sm_90): blocks of one cluster read each other's shared memory, so the
 // partials of a split reduction merge without a workspace or a second kernel (attention_decode,

@@ -108,6 +108,37 @@ extern "C" __global__ void cumsum_walk(const T* __restrict__ x, T* __restrict__ 
 #define SCAN_TILE (SCAN_WARPS * 32 * SCAN_ITEMS)
 #define SCAN_PAD(i) ((i) + ((i) >> 5))  // (a word of padding per 32: the blocked reads hit every bank)
 
+__device__ __forceinline__ A warp_total(A v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Tile t's value, then its flag: a reader that sees the flag sees the value (fenced).
+__device__ __forceinline__ void post_tile(int* flag, A* value, A v, int f) {
+  *reinterpret_cast<volatile A*>(value) = v;
+  __threadfence();
+  *reinterpret_cast<volatile int*>(flag) = f;
+}
+
+// Warp 0's look-back from tile t of a row (flags, partial, inclusive: the row's tile 0): the sum
+// of every tile before t. Lane l reads tile j - l; tiles before 0 read as inclusive zeros.
+__device__ A look_back(const int* flags, const A* partial, const A* inclusive, long long t, int lane) {
+  A sum = A(0);
+  for (long long j = t - 1;; j -= 32) {
+    const long long mine = j - lane;
+    int f;
+    do {
+      f = mine >= 0 ? *reinterpret_cast<const volatile int*>(flags + mine) : 2;
+    } while (__any_sync(0xffffffffu, f == 0));
+    __threadfence();
+    A v = A(0);
+    if (mine >= 0) v = *reinterpret_cast<const volatile A*>((f == 2 ? inclusive : partial) + mine);
+    const unsigned done = __ballot_sync(0xffffffffu, f == 2);
+    if (done && lane > __ffs(done) - 1) v = A(0);  // (past the nearest inclusive sum)
+    sum += warp_total(v);
+    if (done) return sum;
+  }
+}
 
 extern "C" __global__ void __launch_bounds__(SCAN_WARPS * 32, 6)
     cumsum_scan(const T* __restrict__ x, T* __restrict__ y, long long n, long long tiles, int* flags,
@@ -146,10 +177,10 @@ extern "C" __global__ void __launch_bounds__(SCAN_WARPS * 32, 6)
   }
   if (warp == 0) {
     const long long at = row * tiles + t;
-    if (lane == 0) cr::post_tile(flags + at, (t == 0 ? inclusive : partial) + at, aggregate, t == 0 ? 2 : 1);
-    const A prefix = t == 0 ? A(0) : cr::look_back(flags + row * tiles, partial + row * tiles, inclusive + row * tiles, t, lane);
+    if (lane == 0) post_tile(flags + at, (t == 0 ? inclusive : partial) + at, aggregate, t == 0 ? 2 : 1);
+    const A prefix = t == 0 ? A(0) : look_back(flags + row * tiles, partial + row * tiles, inclusive + row * tiles, t, lane);
     if (lane == 0) {
-      if (t > 0) cr::post_tile(flags + at, inclusive + at, prefix + aggregate, 2);
+      if (t > 0) post_tile(flags + at, inclusive + at, prefix + aggregate, 2);
       prefix_s = prefix;
     }
   }

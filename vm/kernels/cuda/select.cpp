@@ -54,36 +54,6 @@ Tensor tile_offsets(Context& ctx, const Tensor& x, const char* count_fn, void* f
   return Tensor::view_of(offsets, {tiles}, {1}, 0);
 }
 
-// A selection of at most this many bytes is allocated whole and compacted in one pass (its rest
-// given back after); a larger one counts first, so as never to reserve memory it does not use.
-constexpr size_t kOnePassBytes = size_t(256) << 20;
-
-// One pass's look-back state (select.cuh PassState): the tiles' inclusive and own counts, their
-// flags and the tile counter, those two zeroed.
-struct OnePass {
-  struct State {
-    void* flags;
-    void *partial, *inclusive;
-    void* counter;
-  } st;
-  Tensor scratch;
-  int64_t tiles;
-  OnePass(const Tensor& x, long long n) : tiles((n + kTile - 1) / kTile) {
-    scratch = Tensor::empty({2 * tiles + (tiles + 1 + 1) / 2}, DType::i64, x.device());
-    auto* p = reinterpret_cast<int64_t*>(scratch.data_bytes());
-    auto* flags = reinterpret_cast<int32_t*>(p + 2 * tiles);
-    st = State{flags, p + tiles, p, flags + tiles};
-    fill_pattern(flags, size_t(tiles + 1), 4, 0u, x.device().index);
-  }
-  int64_t total() const { return host_copy(Tensor::view_of(scratch, {1}, {1}, tiles - 1)).data<int64_t>()[0]; }
-};
-
-// The first `count` rows of `out` (rows of `row` bytes), the rest of its storage given back.
-Tensor first_rows(const Tensor& out, int64_t count, int64_t cols, size_t row) {
-  storage_shrink(out.storage(), size_t(count) * row);
-  return cols < 0 ? Tensor::view_of(out, {count}, {1}, 0) : Tensor::view_of(out, {count, cols}, {cols, 1}, 0);
-}
-
 }  // namespace
 
 std::string select_source(DType d) { return cat(scatter_source(d), "\n", cuda_source("select.cuh")); }
@@ -91,15 +61,6 @@ std::string select_source(DType d) { return cat(scatter_source(d), "\n", cuda_so
 Tensor masked_select(Context& ctx, const Tensor& x, const Tensor& mask) {
   long long n = x.numel();
   if (n == 0) return Tensor::empty({0}, x.dtype(), x.device());
-  if (size_t(n) * dtype_size(x.dtype()) <= kOnePassBytes) {
-    Tensor out = Tensor::empty({n}, x.dtype(), x.device());
-    OnePass pass(x, n);
-    void *xp = x.data_bytes(), *mp = mask.data_bytes(), *yp = out.data_bytes();
-    long long tile = kTile;
-    void* args[] = {&xp, &mp, &n, &tile, &pass.st, &yp};
-    launch(ctx, x.device().index, x.dtype(), "masked_select_pass", pass.tiles, args);
-    return first_rows(out, pass.total(), -1, dtype_size(x.dtype()));
-  }
   int64_t count = 0;
   const Tensor offsets = tile_offsets(ctx, x, "count_mask", mask.data_bytes(), n, &count);
   Tensor out = Tensor::empty({count}, x.dtype(), x.device());
@@ -113,25 +74,16 @@ Tensor masked_select(Context& ctx, const Tensor& x, const Tensor& mask) {
 
 Tensor nonzero(Context& ctx, const Tensor& x) {
   long long n = x.numel();
-  const int64_t nd = x.dim();
-  if (n == 0) return Tensor::empty({0, nd}, DType::i64, x.device());
-  Coords g{};
-  g.nd = int(nd);
-  for (int k = 0; k < g.nd; ++k) g.sizes[k] = x.size(k);
-  long long tile = kTile;
-  if (nd > 0 && size_t(n) * size_t(nd) * 8 <= kOnePassBytes) {
-    Tensor out = Tensor::empty({n, nd}, DType::i64, x.device());
-    OnePass pass(x, n);
-    void *xp = x.data_bytes(), *yp = out.data_bytes();
-    void* args[] = {&xp, &n, &tile, &pass.st, &yp, &g};
-    launch(ctx, x.device().index, x.dtype(), "nonzero_pass", pass.tiles, args);
-    return first_rows(out, pass.total(), nd, size_t(nd) * 8);
-  }
+  if (n == 0) return Tensor::empty({0, int64_t(x.dim())}, DType::i64, x.device());
   int64_t count = 0;
   const Tensor offsets = tile_offsets(ctx, x, "count_nonzero", x.data_bytes(), n, &count);
-  Tensor out = Tensor::empty({count, nd}, DType::i64, x.device());
+  Tensor out = Tensor::empty({count, int64_t(x.dim())}, DType::i64, x.device());
   if (out.numel() == 0) return out;
+  Coords g{};
+  g.nd = x.dim();
+  for (int k = 0; k < g.nd; ++k) g.sizes[k] = x.size(k);
   void *xp = x.data_bytes(), *op = offsets.data_bytes(), *yp = out.data_bytes();
+  long long tile = kTile;
   void* args[] = {&xp, &n, &tile, &op, &yp, &g};
   launch(ctx, x.device().index, x.dtype(), "nonzero_write", offsets.numel(), args);
   return out;

@@ -1,25 +1,22 @@
 // Compiled after scatter.cuh's module (the prelude, T, A and scatter.cuh: add_at) (select.cpp).
 //
-// Selections whose size comes from the values - masked_select, nonzero - compact tiles of `tile`
-// elements, a block per tile, in order (warp ballots rank the selected ones, the warps' counts in
-// shared memory place the warps). In one pass (*_pass) into an output sized for every element:
-// tiles taken in order from a counter post their counts and look back for the count before them
-// (as scan.cuh's cumsum); the host reads the total after it and gives the rest of the output
-// back. In two (an output too large to allocate whole): count_* counts each tile's selected
-// elements and its last block scans the counts, the host reads the total, and *_write places
-// each tile's elements from its offset. Tile bounds are uniform across a block, so every thread
-// reaches each __syncthreads / ballot.
+// Selections whose size comes from the values - masked_select, nonzero - compact in two passes
+// over tiles of `tile` elements, a block per tile: count_* counts each tile's selected elements
+// and its last block scans the counts (inclusive offsets), the host reads the total, and *_write places
+// each tile's elements from its offset in order (warp ballots rank the selected ones, the warps'
+// counts in shared memory place the warps). Tile bounds are uniform across a block, so every
+// thread reaches each __syncthreads / ballot.
 // index_gather / index_put: PyTorch's advanced indexing, a thread per element (grid-stride):
 // element e = p * nr + r of the selection is self[idx_1[p], ..., idx_k[p], rest r], the k
 // 1-based positions checked against their dims (site j: dim j), as the gathers do.
 
 // The rank of each selected element of a tile of COMPACT_ROUNDS * blockDim elements: calls
-// emit(i, slot) for every selected i in lo..hi-1, slots base, base + 1, ... in order of i, where
-// base = base_of(the tile's count), called by every thread. Each warp ballots its contiguous
-// share (COMPACT_ROUNDS rounds of 32), the ballots kept in registers; one barrier places the warps.
+// emit(i, slot) for every selected i in lo..hi-1, slots base, base + 1, ... in order of i. Each
+// warp ballots its contiguous share (COMPACT_ROUNDS rounds of 32), the ballots kept in
+// registers; one barrier places the warps.
 #define COMPACT_ROUNDS 16
-template <class Flag, class Base, class Emit>
-__device__ __forceinline__ void compact_tile(long long lo, long long hi, Flag flag, Base base_of, Emit emit) {
+template <class Flag, class Emit>
+__device__ __forceinline__ void compact_tile(long long lo, long long hi, long long base, Flag flag, Emit emit) {
   __shared__ int warp_count[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long first = lo + (long long)warp * 32 * COMPACT_ROUNDS + lane;
@@ -32,12 +29,7 @@ __device__ __forceinline__ void compact_tile(long long lo, long long hi, Flag fl
   }
   if (lane == 0) warp_count[warp] = count;
   __syncthreads();
-  long long before = 0, total = 0;
-  for (int w = 0; w < (int)(blockDim.x >> 5); ++w) {
-    if (w == warp) before = total;
-    total += warp_count[w];
-  }
-  long long base = base_of(total) + before;
+  for (int w = 0; w < warp; ++w) base += warp_count[w];
   const unsigned below = (1u << lane) - 1u;
   for (int r = 0; r < COMPACT_ROUNDS; ++r) {
     if ((bits[r] >> lane) & 1u) emit(first + 32 * r, base + __popc(bits[r] & below));
@@ -107,35 +99,6 @@ __device__ __forceinline__ long long tile_base(const long long* offsets) {
   return blockIdx.x == 0 ? 0 : offsets[blockIdx.x - 1];
 }
 
-// One pass: this block's tile (taken in order: every tile before it has started, so its
-// waits end) and the bookkeeping of its look-back (flags zeroed, the counter last).
-struct PassState {
-  int* flags;
-  long long *partial, *inclusive;
-  unsigned* counter;
-};
-__device__ __forceinline__ long long pass_tile(const PassState& st) {
-  __shared__ unsigned id;
-  if (threadIdx.x == 0) id = atomicAdd(st.counter, 1u);
-  __syncthreads();
-  return id;
-}
-// The count before tile t, once the tile posted its own (`total`): every thread calls it.
-__device__ __forceinline__ long long pass_base(const PassState& st, long long t, long long total) {
-  __shared__ long long base;
-  const int lane = threadIdx.x & 31;
-  if (threadIdx.x < 32) {
-    if (lane == 0) cr::post_tile(st.flags + t, (t == 0 ? st.inclusive : st.partial) + t, total, t == 0 ? 2 : 1);
-    const long long prefix = t == 0 ? 0 : cr::look_back(st.flags, st.partial, st.inclusive, t, lane);
-    if (lane == 0) {
-      if (t > 0) cr::post_tile(st.flags + t, st.inclusive + t, prefix + total, 2);
-      base = prefix;
-    }
-  }
-  __syncthreads();
-  return base;
-}
-
 __device__ __forceinline__ bool nonzero_value(T v) { return A(v) != A(0); }  // (NaN counts, -0 does not)
 
 extern "C" __global__ void count_mask(const bool* __restrict__ mask, long long n, long long tile, long long tiles,
@@ -154,15 +117,7 @@ extern "C" __global__ void masked_select_write(const T* __restrict__ x, const bo
                                                long long tile, const long long* __restrict__ offsets, T* __restrict__ out) {
   cr::grid_wait();
   const long long lo = (long long)blockIdx.x * tile, hi = lo + tile < n ? lo + tile : n;
-  compact_tile(lo, hi, [&](long long i) { return mask[i]; }, [&](long long) { return tile_base(offsets); },
-               [&](long long i, long long slot) { out[slot] = x[i]; });
-}
-
-extern "C" __global__ void masked_select_pass(const T* __restrict__ x, const bool* __restrict__ mask, long long n,
-                                              long long tile, PassState st, T* __restrict__ out) {
-  cr::grid_wait();
-  const long long t = pass_tile(st), lo = t * tile, hi = lo + tile < n ? lo + tile : n;
-  compact_tile(lo, hi, [&](long long i) { return mask[i]; }, [&](long long c) { return pass_base(st, t, c); },
+  compact_tile(lo, hi, tile_base(offsets), [&](long long i) { return mask[i]; },
                [&](long long i, long long slot) { out[slot] = x[i]; });
 }
 
@@ -172,31 +127,20 @@ struct Coords {
   int nd;
 };
 
-__device__ __forceinline__ void coordinates(const Coords& g, long long i, long long* row) {
-  long long rem = i;  // (dim 0's coordinate is what remains: no division; none for 1-D)
-  for (int k = g.nd - 1; k > 0; --k) {
-    const long long q = rem / g.sizes[k];
-    row[k] = rem - q * g.sizes[k] + 1;
-    rem = q;
-  }
-  row[0] = rem + 1;
-}
-
 extern "C" __global__ void nonzero_write(const T* __restrict__ x, long long n, long long tile,
                                          const long long* __restrict__ offsets, long long* __restrict__ out, Coords g) {
   cr::grid_wait();
   const long long lo = (long long)blockIdx.x * tile, hi = lo + tile < n ? lo + tile : n;
-  compact_tile(lo, hi, [&](long long i) { return nonzero_value(x[i]); }, [&](long long) { return tile_base(offsets); },
-               [&](long long i, long long slot) { coordinates(g, i, out + slot * g.nd); });
-}
-
-extern "C" __global__ void nonzero_pass(const T* __restrict__ x, long long n, long long tile, PassState st,
-                                        long long* __restrict__ out, Coords g) {
-  cr::grid_wait();
-  const long long t = pass_tile(st), lo = t * tile, hi = lo + tile < n ? lo + tile : n;
-  compact_tile(lo, hi, [&](long long i) { return nonzero_value(x[i]); },
-               [&](long long c) { return pass_base(st, t, c); },
-               [&](long long i, long long slot) { coordinates(g, i, out + slot * g.nd); });
+  compact_tile(lo, hi, tile_base(offsets), [&](long long i) { return nonzero_value(x[i]); },
+               [&](long long i, long long slot) {
+                 long long rem = i;  // (dim 0's coordinate is what remains: no division; none for 1-D)
+                 for (int k = g.nd - 1; k > 0; --k) {
+                   const long long q = rem / g.sizes[k];
+                   out[slot * g.nd + k] = rem - q * g.sizes[k] + 1;
+                   rem = q;
+                 }
+                 out[slot * g.nd] = rem + 1;
+               });
 }
 
 // The geometry of an advanced index: the k indexed dims of self (their sizes are the positions'

@@ -187,6 +187,7 @@ void Recorder::before_write(Storage* st) {
       }
     return false;
   });
+  std::vector<std::shared_ptr<Leaf>> collecting;  // (set after every record: calls of one leaf alike)
   for (auto& r : hit) {
     std::vector<cr_tensor*> ts;
     for (const LazyInfo& slot : r->slots)
@@ -198,7 +199,6 @@ void Recorder::before_write(Storage* st) {
       return leaf && leaf->reach_learned && !leaf->collect_at_return &&
              !(size_t(vid) < leaf->reachable.size() && leaf->reachable[size_t(vid)]);
     };
-    bool collect = false;
     // (lost ones, mostly garbage Lua has not collected yet, are not computed for a write: they
     // raise when read from now on, as a value the graph could not keep)
     for (cr_tensor* t : ts) {
@@ -208,13 +208,13 @@ void Recorder::before_write(Storage* st) {
         drop_slot(t);
       } else if (own && unreached(slot->vid)) {
         make_real(ctx_, t, false);
-        collect = true;
+        collecting.push_back(leaf);
       } else {
         ensure_real(ctx_, t);
       }
     }
-    if (collect) leaf->collect_at_return = collecting_leaves_ = true;
   }
+  for (auto& leaf : collecting) leaf->collect_at_return = collecting_leaves_ = true;
 }
 
 void release_lazy(cr_tensor* t) {

@@ -38,8 +38,6 @@ struct ExecRecord {
 };
 
 
-static void make_real(Context& ctx, cr_tensor* t, bool used);
-
 namespace {
 
 // A tensor stops waiting on its record (freed, or computed). The last one to leave frees the
@@ -187,34 +185,18 @@ void Recorder::before_write(Storage* st) {
       }
     return false;
   });
-  std::vector<std::shared_ptr<Leaf>> collecting;  // (set after every record: calls of one leaf alike)
   for (auto& r : hit) {
     std::vector<cr_tensor*> ts;
     for (const LazyInfo& slot : r->slots)
       if (slot.t) ts.push_back(slot.t);
-    // Values Lua did not reach after the learning call are likely garbage not collected yet: they
-    // are computed without counting as used, and the segment's returns collect from now on.
-    std::shared_ptr<Leaf> leaf = r->leaf.lock();
-    auto unreached = [&](int32_t vid) {
-      return leaf && leaf->reach_learned && !leaf->collect_at_return &&
-             !(size_t(vid) < leaf->reachable.size() && leaf->reachable[size_t(vid)]);
-    };
     // (lost ones, mostly garbage Lua has not collected yet, are not computed for a write: they
     // raise when read from now on, as a value the graph could not keep)
     for (cr_tensor* t : ts) {
       auto* slot = static_cast<LazyInfo*>(t->_lazy);
-      const bool own = slot && slot->rec == r.get();
-      if (own && slot->lost) {
-        drop_slot(t);
-      } else if (own && unreached(slot->vid)) {
-        make_real(ctx_, t, false);
-        collecting.push_back(leaf);
-      } else {
-        ensure_real(ctx_, t);
-      }
+      if (slot && slot->rec == r.get() && slot->lost) drop_slot(t);
+      else ensure_real(ctx_, t);
     }
   }
-  for (auto& leaf : collecting) leaf->collect_at_return = collecting_leaves_ = true;
 }
 
 void release_lazy(cr_tensor* t) {
@@ -228,10 +210,7 @@ void before_write(Context& ctx, Storage* s) {
   if (s->pending_reads.load() > 0) ctx.recorder->before_write(s);
 }
 
-void ensure_real(Context& ctx, cr_tensor* t) { make_real(ctx, t, true); }
-
-// !used: computed because an input is about to be written, not because Lua read it
-static void make_real(Context& ctx, cr_tensor* t, bool used) {
+void ensure_real(Context& ctx, cr_tensor* t) {
   auto* info = static_cast<LazyInfo*>(t->_lazy);
   if (!t->_storage) {
     if (info && info->lost && !info->rec) {
@@ -267,11 +246,11 @@ static void make_real(Context& ctx, cr_tensor* t, bool used) {
     t->_lazy = nullptr;
     leave(*info);
     recompute(ctx, t, *r, vid);
-    if (auto leaf = r->leaf.lock(); leaf && used) note_escape(*leaf, vid, "used");
+    if (auto leaf = r->leaf.lock()) note_escape(*leaf, vid, "used");
     return;
   }
   if (info) {  // a tracker (a value computed by recompute() has none)
-    if (auto leaf = info->leaf.lock(); leaf && used) note_escape(*leaf, info->vid, "used");
+    if (auto leaf = info->leaf.lock()) note_escape(*leaf, info->vid, "used");
     release_lazy(t);
   }
 }

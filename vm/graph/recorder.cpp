@@ -82,7 +82,7 @@ void Recorder::start_segment(guards::Site& site) {
   s.train = train_;
   s.mode = fn_->opts.dynamic;
   s.recording = site.root.children.empty() && site.root.ends.empty();
-  ctx_.ffi.collect = collecting_leaves_ ? 2 : 0;  // (2: collect_pays decides at the return)
+  ctx_.ffi.collect = 0;
 }
 
 void Recorder::reset() {
@@ -94,7 +94,6 @@ void Recorder::reset() {
     f->last_leaf.reset();
   }
   stats = Stats{};
-  collecting_leaves_ = false;
 }
 
 // ---- op calls ------------------------------------------------------------------------------
@@ -217,8 +216,6 @@ void Recorder::note_lazy(const std::vector<Tensor>& outs) {
 bool Recorder::collect_pays(cr_tensor* const* rets, int32_t n) const {
   if (ctx_.ffi.collect != 2 || !seg_) return ctx_.ffi.collect != 0;
   const Segment& s = *seg_;
-  for (const auto& e : s.pos->ends)
-    if (e->kind == EndKind::Return && e->collect_at_return) return true;
   size_t bytes = s.lazy_bytes;
   for (int32_t i = 0; i < n; ++i) {
     const cr_tensor* t = rets[i];

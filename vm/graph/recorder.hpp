@@ -185,7 +185,6 @@ class Recorder {
   std::vector<std::weak_ptr<ExecRecord>> records_;  // ways to recompute values not kept
   size_t records_live_ = 0;                           // records_'s size after its last pruning
   std::vector<std::pair<cr_tensor*, int32_t>> waiting_;  // settle's scratch list
-  bool collecting_leaves_ = false;  // some leaf collects at its return (Leaf::collect_at_return)
 };
 
 // Outside a capture: a lazy tensor whose segment already ran without producing it is computed

@@ -91,9 +91,6 @@ struct Leaf {
   // known whether they can be computed from the state a run leaves: lazy.cpp replayable)
   std::vector<char> reachable, lost;
   bool reach_learned = false;
-  // an in-place write to an input had to compute values Lua had not reached: Lua collects before
-  // this segment's returns, so that only the values it still holds wait on the inputs
-  bool collect_at_return = false;
   std::vector<char> written_inputs;  // by vid: inputs whose storage the graph writes (lazy.cpp)
   std::shared_ptr<graph::Graph> raw;         // the recorded graph (built on first need)
   std::shared_ptr<graph::Graph> compiled;    // optimised, once hot

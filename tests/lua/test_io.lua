@@ -530,17 +530,19 @@ for _ = 1, 3 do r = f(x) end
 local s = T.compiler.stats()
 print(s.kernels_compiled, s.disk_cache_hits, s.eager_fallbacks, r:eq(fn(x)):all():item())
 ]]):format(dir)
-    -- (a compile past CRESCENT_PROGRESS_AFTER on a loaded machine notes its progress on stderr first)
+    -- a line of the output (a compile past CRESCENT_PROGRESS_AFTER on a loaded machine notes its
+    -- progress on stderr first)
+    local function line(out, pattern) return ("\n" .. out):find("\n" .. pattern) end
     local first = run_child(script)
-    expect.truthy(("\n" .. first):find("\n[1-9]%d*\t0\t0\ttrue\n"), "first run:\n" .. first)
+    expect.truthy(line(first, "[1-9]%d*\t0\t0\ttrue\n"), "first run:\n" .. first)
     -- every entry becomes a FIFO (nothing ever writes to it: opening it to read would block)
     local fifos = SH.run("cd " .. quote(dir) .. " && for f in *.so; do rm \"$f\" && mkfifo \"$f\" && echo \"$f\"; done")
     expect.truthy(fifos:find("%.so\n"), "no cache entry made into a FIFO: " .. fifos)
     local second = run_child(script)
-    expect.truthy(("\n" .. second):find("\n[1-9]%d*\t0\t0\ttrue\n"), "second run (a miss, compiled again):\n" .. second)
+    expect.truthy(line(second, "[1-9]%d*\t0\t0\ttrue\n"), "second run (a miss, compiled again):\n" .. second)
     expect.truthy(second:find("rc=0\n$"), "second run:\n" .. second)
     local third = run_child(script)
-    expect.truthy(("\n" .. third):find("\n0\t[1-9]%d*\t0\ttrue\n"), "third run (the replaced entries hit):\n" .. third)
+    expect.truthy(line(third, "0\t[1-9]%d*\t0\ttrue\n"), "third run (the replaced entries hit):\n" .. third)
     os.execute("rm -rf " .. quote(dir))
   end)
   -- T.load read the whole file into memory, then copied each tensor out of it (peak: twice the

@@ -70,7 +70,16 @@ graph::DeadLists dead_values(const Plan& plan) {
 
 }  // namespace
 
-PlanProgram::PlanProgram(Plan plan, Device device) : plan_(std::move(plan)), device_(device), dead_(dead_values(plan_)) {}
+PlanProgram::PlanProgram(Plan plan, Device device) : plan_(std::move(plan)), device_(device), dead_(dead_values(plan_)) {
+  const graph::Graph& g = *plan_.lg.g;
+  stores_.assign(g.values.size(), 0);
+  for (const Buffer& b : plan_.buffers)
+    if (b.computed && b.gv >= 0) stores_[size_t(b.gv)] = 1;
+  for (const PlanStep& st : plan_.steps)
+    if (st.node >= 0)
+      for (int32_t v : g.nodes[size_t(st.node)].outs) stores_[size_t(v)] = 1;
+  for (const graph::Graph::Alias& a : g.aliases) stores_[size_t(a.removed)] = stores_[size_t(a.kept)];
+}
 
 int64_t buffer_extent(const Buffer& b) {
   int64_t hi = b.offset;

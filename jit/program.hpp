@@ -68,6 +68,7 @@ class PlanProgram : public graph::Executable {
   void run(Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr,
            const std::vector<char>* unheld = nullptr) const override;
   const Plan& plan() const { return plan_; }
+  const std::vector<char>* stores() const override { return &stores_; }
 
  protected:
   // Runs kernel k; bufs[i] is the storage (element 0) of the kernel's i-th buffer slot.
@@ -79,6 +80,7 @@ class PlanProgram : public graph::Executable {
   Plan plan_;
   Device device_;
   graph::DeadLists dead_;  // per step: graph values a run may free after it (graph::dead_after)
+  std::vector<char> stores_;  // by graph value: a buffer of the plan or an extern step's result
 };
 
 }  // namespace cr::jit

@@ -41,6 +41,7 @@ struct Context {
   // and how many more of each ask for the next one
   size_t bytes_at_last_gc = 0, large_bytes_at_last_gc = 0, device_bytes_at_last_gc = 0, driver_bytes_at_last_gc = 0;
   size_t gc_every_bytes = size_t(8) << 20, gc_every_device_bytes = size_t(64) << 20;
+  size_t lua_heap_bytes = 0;  // after the last full collection
   size_t handles_since_gc = 0, gc_every_handles = 4096;  // tensors handed to Lua since then
   // microseconds (api_now_us): when a collection was asked for, when the last one ended, its cost
   double gc_asked_us = 0, gc_end_us = 0, gc_cost_us = 0;

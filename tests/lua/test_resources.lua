@@ -120,6 +120,50 @@ describe("the collector", function()
     if not ok then error(err, 0) end
     S.truthy(left < 20000, ("%d of 30000 dropped tensors were still alive"):format(left))
   end)
+
+  -- vm/graph/recorder.cpp collect_pays: a compiled call collects before its return only when the
+  -- values Lua may have dropped would hold memory after the run; fused intermediates hold none.
+  -- Counts the calls after which a probe (garbage when the call starts) is gone, collector stopped.
+  local function collecting_calls(f, ...)
+    f(...)
+    f(...)
+    f(...)
+    T.compiler.wait(f)
+    collectgarbage()
+    collectgarbage("stop")
+    local n = 0
+    local ok, err = pcall(function(...)
+      for _ = 1, 10 do
+        local probe = setmetatable({}, { __mode = "k" })
+        probe[{}] = true
+        f(...)
+        if next(probe) == nil then n = n + 1 end
+      end
+    end, ...)
+    collectgarbage("restart")
+    if not ok then error(err, 0) end
+    return n
+  end
+  S.native_it("does not collect before a return when the large locals were fused away", function()
+    local x, y = T.randn(1024, 2048), T.randn(1024, 2048)  -- 8 MiB each
+    local f = T.compile(function(a, b)
+      local d = a - b
+      local sq = d * d
+      return sq:sum()
+    end)
+    S.eq(collecting_calls(f, x, y), 0, "calls that collected")
+    local want = ((x - y) * (x - y)):sum():item()
+    S.truthy(math.abs(f(x, y):item() - want) <= 1e-5 * want, "the sum")
+  end)
+  S.native_it("still collects when a dropped local is a large value the run stores", function()
+    local x, w = T.randn(1024, 1024), T.randn(1024, 1024)  -- the product: 4 MiB, an extern's result
+    local f = T.compile(function(a, b)
+      local h = T.matmul(a, b)
+      local h2 = T.matmul(h, b)
+      return (h2 * 2):sum()
+    end)
+    S.eq(collecting_calls(f, x, w), 10, "calls that collected")
+  end)
 end)
 
 describe("the collector's byte rule", function()

@@ -69,6 +69,8 @@ struct Executable {
   virtual ~Executable() = default;
   virtual void run(Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr,
                    const std::vector<char>* unheld = nullptr) const = 0;
+  // By graph value: those a run gives storage (the others are fused away); null: every value.
+  virtual const std::vector<char>* stores() const { return nullptr; }
 };
 
 // Derived from a graph on first use, then kept; a copy starts without it (a copy is made to be

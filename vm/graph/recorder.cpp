@@ -211,19 +211,61 @@ void Recorder::note_lazy(const std::vector<Tensor>& outs) {
     ctx_.ffi.collect = 2;
 }
 
-// The returned values are held whatever the collector finds: a call whose returns are most of
-// its lazy bytes (one large output a call) need not collect before each return.
+namespace {
+
+constexpr size_t kCollectMinBytes = size_t(1) << 20;
+
+size_t bytes_of(const cr_tensor* t) {
+  size_t b = dtype_size(DType(t->_dtype));
+  for (int32_t d = 0; d < t->_ndim; ++d) b *= size_t(t->_sizes[d]);
+  return b;
+}
+
+// What the run of a segment ending at `pos` gives storage, by value, when every return there has
+// native code (the union of their plans' stores()); null otherwise (every value may be stored).
+std::vector<char> native_stores(const guards::TraceNode& pos) {
+  std::vector<char> mask;
+  for (const auto& leaf : pos.ends) {
+    if (leaf->kind != EndKind::Return) continue;
+    const Graph* g = leaf->dynamic ? nullptr : leaf->compiled.get();
+    std::shared_ptr<const Executable> exe;
+    if (g && g->native) {
+      std::lock_guard<std::mutex> lock(g->native->mutex);
+      exe = g->native->exe;
+    }
+    const std::vector<char>* st = exe ? exe->stores() : nullptr;
+    if (!st || !leaf->recompile_reason.empty()) return {};
+    if (mask.size() < st->size()) mask.resize(st->size(), 0);
+    for (size_t v = 0; v < st->size(); ++v) mask[v] |= (*st)[v];
+    if (leaf->joint)  // (the backward holds those whatever Lua's handles do)
+      for (int32_t v : plan_of(*leaf->joint).saved) mask[size_t(v)] = 0;
+  }
+  return mask;
+}
+
+}  // namespace
+
+// Worth collecting before the return when Lua's dropped handles would make the run keep more
+// than the budget: not the returned values (held anyway). Once native CPU code runs, only the
+// values its plan stores count (fused ones hold nothing), each held through the whole run rather
+// than freed after its last reader: a collection pays from the Lua heap's own size (its cost).
 bool Recorder::collect_pays(cr_tensor* const* rets, int32_t n) const {
   if (ctx_.ffi.collect != 2 || !seg_) return ctx_.ffi.collect != 0;
   const Segment& s = *seg_;
-  size_t bytes = s.lazy_bytes;
-  for (int32_t i = 0; i < n; ++i) {
-    const cr_tensor* t = rets[i];
-    if (t->_storage || t->_gen != s.gen) continue;
-    size_t b = dtype_size(DType(t->_dtype));
-    for (int32_t d = 0; d < t->_ndim; ++d) b *= size_t(t->_sizes[d]);
-    bytes -= std::min(bytes, b);
+  const std::vector<char> stores = s.lazy_on_device ? std::vector<char>() : native_stores(*s.pos);
+  if (!stores.empty()) {
+    size_t bytes = 0;
+    for (size_t v = 0; v < s.vals.size() && v < stores.size(); ++v) {
+      const cr_tensor* t = s.vals[v].get();
+      if (stores[v] && t && !t->_storage && t->_vid == int32_t(v) && tensor_refs(t) > 1 &&
+          std::find(rets, rets + n, t) == rets + n)
+        bytes += bytes_of(t);
+    }
+    return bytes > std::max(ctx_.lua_heap_bytes, kCollectMinBytes);
   }
+  size_t bytes = s.lazy_bytes;
+  for (int32_t i = 0; i < n; ++i)
+    if (!rets[i]->_storage && rets[i]->_gen == s.gen) bytes -= std::min(bytes, bytes_of(rets[i]));
   return bytes > (s.lazy_on_device ? ctx_.gc_every_device_bytes : ctx_.gc_every_bytes);
 }
 

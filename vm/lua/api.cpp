@@ -233,6 +233,7 @@ void api_gc_done(cr_ctx* c, double lua_heap_kb) {
   ctx.gc_every_handles = std::max(kGcMinHandles, size_t(kGcHandlesPerHeapKb * lua_heap_kb));
   ctx.large_bytes_at_last_gc = large_bytes_allocated_total();
   ctx.gc_every_bytes = std::max(kGcMinBytes, size_t(kGcHeapFactor * lua_heap_kb * 1024));
+  ctx.lua_heap_bytes = size_t(lua_heap_kb * 1024);
   ctx.device_bytes_at_last_gc = device_bytes_allocated_total();
   ctx.driver_bytes_at_last_gc = device_driver_bytes();
   if (ctx.device_bytes_at_last_gc) ctx.gc_every_device_bytes = device_garbage_budget();

@@ -221,13 +221,17 @@ size_t bytes_of(const cr_tensor* t) {
   return b;
 }
 
-// What the run of a segment ending at `pos` gives storage, by value, when every return there has
-// native code (the union of their plans' stores()); null otherwise (every value may be stored).
-std::vector<char> native_stores(const guards::TraceNode& pos) {
+// What the run of the segment gives storage, by value, when every return where it is has native
+// code (the union of their plans' stores()); empty otherwise (every value may be stored).
+std::vector<char> native_stores(const Segment& s) {
   std::vector<char> mask;
-  for (const auto& leaf : pos.ends) {
-    if (leaf->kind != EndKind::Return) continue;
-    const Graph* g = leaf->dynamic ? nullptr : leaf->compiled.get();
+  for (const auto& leaf : s.pos->ends) {
+    if (leaf->kind != EndKind::Return || !leaf->raw) continue;
+    const Graph* g = leaf->compiled.get();
+    if (leaf->dynamic) {  // (the instance of this call's layouts, if compiled)
+      auto it = leaf->instances.find(instance_key(*leaf->raw, s));
+      g = it == leaf->instances.end() ? nullptr : it->second.compiled.get();
+    }
     std::shared_ptr<const Executable> exe;
     if (g && g->native) {
       std::lock_guard<std::mutex> lock(g->native->mutex);
@@ -252,7 +256,7 @@ std::vector<char> native_stores(const guards::TraceNode& pos) {
 bool Recorder::collect_pays(cr_tensor* const* rets, int32_t n) const {
   if (ctx_.ffi.collect != 2 || !seg_) return ctx_.ffi.collect != 0;
   const Segment& s = *seg_;
-  const std::vector<char> stores = s.lazy_on_device ? std::vector<char>() : native_stores(*s.pos);
+  const std::vector<char> stores = s.lazy_on_device ? std::vector<char>() : native_stores(s);
   if (!stores.empty()) {
     size_t bytes = 0;
     for (size_t v = 0; v < s.vals.size() && v < stores.size(); ++v) {
@@ -671,9 +675,7 @@ std::shared_ptr<Graph> instance_of(const Graph& raw, const Segment& s) {
 // layouts of the inputs (which determine all others), the most recent kMaxInstances.
 constexpr size_t kMaxInstances = 16;
 
-std::shared_ptr<Graph> Recorder::instance(Leaf& leaf) {
-  Segment& s = *seg_;
-  const Graph& raw = *leaf.raw;
+std::vector<int64_t> instance_key(const Graph& raw, const Segment& s) {
   std::vector<int64_t> layouts;
   for (int32_t in : raw.inputs) {
     const Tensor& t = s.vals[size_t(in)];
@@ -686,6 +688,13 @@ std::shared_ptr<Graph> Recorder::instance(Leaf& leaf) {
       if (a.tag == kNumber && a.varying < 0) layouts.push_back(int64_t(a.num));  // (varying ones are run arguments)
       layouts.insert(layouts.end(), a.ints.begin(), a.ints.end());
     }
+  return layouts;
+}
+
+std::shared_ptr<Graph> Recorder::instance(Leaf& leaf) {
+  Segment& s = *seg_;
+  const Graph& raw = *leaf.raw;
+  const std::vector<int64_t> layouts = instance_key(raw, s);
   const bool hot = leaf.hits > fn_->opts.hot;
   if (!leaf.recompile_reason.empty()) {
     leaf.instances.clear();

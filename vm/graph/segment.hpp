@@ -180,5 +180,8 @@ double now_us();
 void take_event_args(Graph& g, const Segment& s);
 // A dynamic segment's graph for this call: `raw` with the call's layouts and integers.
 std::shared_ptr<Graph> instance_of(const Graph& raw, const Segment& s);
+// The key of that instance among a dynamic leaf's (Leaf::instances): the inputs' layouts and the
+// integers the keys left out.
+std::vector<int64_t> instance_key(const Graph& raw, const Segment& s);
 
 }  // namespace cr::graph

@@ -70,7 +70,8 @@ graph::DeadLists dead_values(const Plan& plan) {
 
 }  // namespace
 
-PlanProgram::PlanProgram(Plan plan, Device device) : plan_(std::move(plan)), device_(device), dead_(dead_values(plan_)) {
+PlanProgram::PlanProgram(Plan plan, Device device)
+    : plan_(std::move(plan)), device_(device), dead_(dead_values(plan_)) {
   const graph::Graph& g = *plan_.lg.g;
   stores_.assign(g.values.size(), 0);
   for (const Buffer& b : plan_.buffers)

@@ -226,7 +226,8 @@ size_t bytes_of(const cr_tensor* t) {
 std::vector<char> native_stores(const Segment& s) {
   std::vector<char> mask;
   for (const auto& leaf : s.pos->ends) {
-    if (leaf->kind != EndKind::Return || !leaf->raw) continue;
+    if (leaf->kind != EndKind::Return) continue;
+    if (!leaf->raw) return {};  // (never replayed: it runs as recorded)
     const Graph* g = leaf->compiled.get();
     if (leaf->dynamic) {  // (the instance of this call's layouts, if compiled)
       auto it = leaf->instances.find(instance_key(*leaf->raw, s));

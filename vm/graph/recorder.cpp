@@ -250,10 +250,9 @@ std::vector<char> native_stores(const Segment& s) {
 
 }  // namespace
 
-// Worth collecting before the return when Lua's dropped handles would make the run keep more
-// than the budget: not the returned values (held anyway). Once native CPU code runs, only the
-// values its plan stores count (fused ones hold nothing), each held through the whole run rather
-// than freed after its last reader: a collection pays from the Lua heap's own size (its cost).
+// Collect before the return when dropped Lua handles would make the run keep more than a budget.
+// With native CPU code only stored values count (fused ones hold nothing); held through the whole
+// run, not freed after their last reader, they pay for a collection from the Lua heap's size.
 bool Recorder::collect_pays(cr_tensor* const* rets, int32_t n) const {
   if (ctx_.ffi.collect != 2 || !seg_) return ctx_.ffi.collect != 0;
   const Segment& s = *seg_;

@@ -72,14 +72,15 @@ void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& v
     if (g.values[size_t(n.outs[i])].node == int32_t(index)) vals[size_t(n.outs[i])] = std::move(outs[i]);
 }
 
+std::shared_ptr<const Executable> executable_of(const Graph& g) {
+  if (!g.native) return nullptr;
+  std::lock_guard<std::mutex> lock(g.native->mutex);
+  return g.native->exe;
+}
+
 void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers,
                const std::vector<char>* unheld) {
-  std::shared_ptr<const Executable> exe;
-  if (g.native) {
-    std::lock_guard<std::mutex> lock(g.native->mutex);
-    exe = g.native->exe;
-  }
-  if (exe) exe->run(ctx, vals, numbers, unheld);
+  if (std::shared_ptr<const Executable> exe = executable_of(g)) exe->run(ctx, vals, numbers, unheld);
   else run_eager(g, ctx, vals, numbers, unheld);
 }
 

@@ -228,11 +228,7 @@ std::vector<char> native_stores(const Segment& s) {
       auto it = leaf->instances.find(instance_key(*leaf->raw, s));
       g = it == leaf->instances.end() ? nullptr : it->second.compiled.get();
     }
-    std::shared_ptr<const Executable> exe;
-    if (g && g->native) {
-      std::lock_guard<std::mutex> lock(g->native->mutex);
-      exe = g->native->exe;
-    }
+    std::shared_ptr<const Executable> exe = g ? executable_of(*g) : nullptr;
     const std::vector<char>* st = exe ? exe->stores() : nullptr;
     if (!st || !leaf->recompile_reason.empty()) return {};
     if (mask.size() < st->size()) mask.resize(st->size(), 0);

@@ -37,7 +37,6 @@ struct ExecRecord {
   }
 };
 
-
 namespace {
 
 // A tensor stops waiting on its record (freed, or computed). The last one to leave frees the

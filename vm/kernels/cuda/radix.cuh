@@ -80,25 +80,51 @@ extern "C" __global__ void radix_keys(const T* __restrict__ x, K* __restrict__ k
 }
 
 // radix_histogram: every pass's digit counts of each line in one read of the keys (or of x),
-// summed per block in shared memory (a warp's equal digits add once: skewed keys) and added into
-// counts[(line * passes + p) * RADIX + d] (zeroed); radix_starts turns each (line, pass) row of
-// counts into its exclusive running sum: where each digit's run starts.
+// summed per block in shared memory (a warp whose keys share a digit adds once: skewed keys) and
+// added into counts[(line * passes + p) * RADIX + d] (zeroed); radix_starts turns each (line, pass)
+// row of counts into its exclusive running sum: where each digit's run starts.
+#define HU 4  // the keys a thread of radix_histogram has in flight
+
+// Lane 0's key, and the OR of the warp's keys (bits where some lane differs from lane 0).
+__device__ __forceinline__ unsigned lane0_of(unsigned v) { return __shfl_sync(0xffffffffu, v, 0); }
+__device__ __forceinline__ unsigned long long lane0_of(unsigned long long v) { return __shfl_sync(0xffffffffu, v, 0); }
+__device__ __forceinline__ unsigned or_lanes(unsigned v) { return __reduce_or_sync(0xffffffffu, v); }
+__device__ __forceinline__ unsigned long long or_lanes(unsigned long long v) {
+  const unsigned hi = __reduce_or_sync(0xffffffffu, unsigned(v >> 32)), lo = __reduce_or_sync(0xffffffffu, unsigned(v));
+  return (unsigned long long)hi << 32 | lo;
+}
+
 extern "C" __global__ void radix_histogram(const T* __restrict__ x, const K* __restrict__ keys, long long n, long long chunk,
                                            long long chunks, int passes, int desc, unsigned* __restrict__ counts) {
   cr::grid_wait();
   __shared__ unsigned hist[8][RADIX];
   const long long line = blockIdx.x / chunks, c = blockIdx.x - line * chunks;
   const long long lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+  const unsigned lane = threadIdx.x & 31u;
   for (int p = 0; p < passes; ++p) hist[p][threadIdx.x] = 0u;
   __syncthreads();
-  for (long long r = lo; r < hi; r += blockDim.x) {  // (uniform bounds: whole warps match)
-    const long long i = r + threadIdx.x;
-    const bool live = i < hi;
-    const K k = live ? sort_key(load_key(x, keys, line * n + i), desc) : K(0);
-    for (int p = 0; p < passes; ++p) {
-      const unsigned d = unsigned(k >> (8 * p)) & 255u;
-      const unsigned peers = match_digit(d, live);
-      if (live && (threadIdx.x & 31u) == unsigned(__ffs(peers) - 1)) atomicAdd(&hist[p][d], unsigned(__popc(peers)));
+  for (long long r = lo; r < hi; r += HU * blockDim.x) {  // (uniform bounds: whole warps vote)
+    K k[HU];
+    bool live[HU];
+#pragma unroll
+    for (int u = 0; u < HU; ++u) {
+      const long long i = r + u * blockDim.x + threadIdx.x;
+      live[u] = i < hi;
+      k[u] = live[u] ? sort_key(load_key(x, keys, line * n + i), desc) : K(0);
+    }
+    const bool whole = r + (threadIdx.x & ~31u) + (HU - 1) * blockDim.x + 31 < hi;  // (all lanes live, all rounds)
+#pragma unroll
+    for (int u = 0; u < HU; ++u) {
+      const K diff = whole ? k[u] ^ lane0_of(k[u]) : ~K(0);
+      const K same = ~or_lanes(diff);  // (bits every lane's key shares)
+      for (int p = 0; p < passes; ++p) {
+        const unsigned d = unsigned(k[u] >> (8 * p)) & 255u;
+        if ((unsigned(same >> (8 * p)) & 255u) == 255u) {
+          if (lane == 0u) atomicAdd(&hist[p][d], 32u);
+        } else if (live[u]) {
+          atomicAdd(&hist[p][d], 1u);
+        }
+      }
     }
   }
   __syncthreads();
@@ -133,10 +159,11 @@ extern "C" __global__ void radix_starts(unsigned* __restrict__ counts) {
 // its ITEMS rounds of 32 keys (match_digit, running counts per warp and digit), the thread of digit
 // d sums the warps' counts into the tile's, publishes it in status[tile][d] (flag 1: the tile's
 // count, flag 2: with every tile before), and looks back over the tiles before for their sum
-// (decoupled look-back); the tile is ordered by digit in shared memory and written out in order
-// (runs of a digit land on consecutive addresses), by the last pass (y given) as values and
-// 1-based positions. Status words: tag (2 * pass + flag) << 32 | count, so one zeroing serves
-// every pass.
+// (decoupled look-back); the keys are ordered by digit in shared memory and written out in order
+// (runs of a digit land on consecutive addresses), then their positions through the same memory
+// (loaded only then: fewer registers, more blocks a multiprocessor); the last pass (y given) writes
+// values and 1-based positions. Status words: tag (2 * pass + flag) << 32 | count, so one zeroing
+// serves every pass.
 #define TILE (ITEMS * RADIX)  // (ITEMS: the launcher's, 16 keys a thread, 8 of 64-bit keys: shared memory)
 
 __device__ __forceinline__ void post(unsigned long long* at, int tag, unsigned v) {
@@ -158,18 +185,19 @@ __device__ __forceinline__ unsigned tiles_before(const unsigned long long* row, 
   return sum;
 }
 
-extern "C" __global__ void radix_onesweep(const T* __restrict__ x, const K* __restrict__ keys, const int* __restrict__ pos,
-                                          K* __restrict__ keys_out, int* __restrict__ pos_out, T* __restrict__ y,
-                                          long long* __restrict__ yi, long long n, long long inner, long long k_out,
-                                          long long tiles, int pass, int passes, int desc,
-                                          const unsigned* __restrict__ starts, unsigned long long* status,
-                                          unsigned* counter) {
+// (4 blocks a multiprocessor: at most 64 registers a thread; 3 blocks and 5 were slower)
+extern "C" __global__ void __launch_bounds__(RADIX, 4)
+radix_onesweep(const T* __restrict__ x, const K* __restrict__ keys, const int* __restrict__ pos,
+               K* __restrict__ keys_out, int* __restrict__ pos_out, T* __restrict__ y, long long* __restrict__ yi,
+               long long n, long long inner, long long k_out, long long tiles, int pass, int passes, int desc,
+               const unsigned* __restrict__ starts, unsigned long long* status, unsigned* counter) {
   cr::grid_wait();
   __shared__ unsigned warp_runs[WARPS][RADIX], local[RADIX], sums[WARPS];
   __shared__ long long base[RADIX];
-  __shared__ K tile_keys[TILE];
-  __shared__ int tile_pos[TILE];
+  __shared__ K tile_keys[TILE];  // (then, as ints, the positions)
+  __shared__ unsigned char tile_digit[TILE];
   __shared__ long long id_s;
+  int* const tile_pos = reinterpret_cast<int*>(tile_keys);
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const int shift = 8 * pass;
   if (threadIdx.x == 0) id_s = atomicAdd(counter + pass, 1u);
@@ -178,13 +206,13 @@ extern "C" __global__ void radix_onesweep(const T* __restrict__ x, const K* __re
   const long long id = id_s, line = id / tiles, t = id - line * tiles;
   const long long first = t * TILE + warp * (ITEMS * 32);  // (this warp's keys: ITEMS rounds of 32)
   K k[ITEMS];
-  int p[ITEMS];
-  unsigned rank[ITEMS];
+  unsigned rank[ITEMS];  // (then the key's slot in the ordered tile)
+#pragma unroll
   for (int r = 0; r < ITEMS; ++r) {
     const long long i = first + r * 32 + lane;
     k[r] = i < n ? load_key(x, keys, line * n + i) : K(0);
-    p[r] = i >= n ? 0 : x ? int(i) : pos[line * n + i];
   }
+#pragma unroll
   for (int r = 0; r < ITEMS; ++r) {
     const bool live = first + r * 32 + lane < n;
     const unsigned d = unsigned(sort_key(k[r], desc) >> shift) & 255u;
@@ -210,35 +238,37 @@ extern "C" __global__ void radix_onesweep(const T* __restrict__ x, const K* __re
   const unsigned before = t == 0 ? 0u : tiles_before(mine, t, pass);
   if (t > 0) post(mine, 2 * pass + 2, before + count);
   const unsigned at = exclusive_scan(count, sums);  // (where digit d starts in the ordered tile)
-  base[threadIdx.x] = (long long)starts[(line * passes + pass) * RADIX + threadIdx.x] + before - at;
   local[threadIdx.x] = at;
   __syncthreads();
+#pragma unroll
   for (int r = 0; r < ITEMS; ++r) {
     if (first + r * 32 + lane >= n) continue;
     const unsigned d = unsigned(sort_key(k[r], desc) >> shift) & 255u;
-    const unsigned slot = local[d] + warp_runs[warp][d] + rank[r];
-    tile_keys[slot] = k[r];
-    tile_pos[slot] = p[r];
+    rank[r] += local[d] + warp_runs[warp][d];
+    tile_keys[rank[r]] = k[r];
   }
+  base[threadIdx.x] = (long long)starts[(line * passes + pass) * RADIX + threadIdx.x] + before - at;
   __syncthreads();
   const long long live = n - t * TILE < TILE ? n - t * TILE : TILE;
-  if (!y) {
-    for (long long i = threadIdx.x; i < live; i += blockDim.x) {
-      const K key = tile_keys[i];
-      const long long dst = line * n + base[unsigned(sort_key(key, desc) >> shift) & 255u] + i;
-      keys_out[dst] = key;
-      pos_out[dst] = tile_pos[i];
-    }
-    return;
-  }
-  // the last pass: the first k_out of the line into y / yi {outer, k_out, inner}, 1-based positions
-  const long long o = line / inner, j = line - o * inner;
+  const long long o = line / inner, j = line - o * inner;  // (the last pass: y / yi {outer, k_out, inner})
   for (long long i = threadIdx.x; i < live; i += blockDim.x) {
     const K key = tile_keys[i];
-    const long long r = base[unsigned(sort_key(key, desc) >> shift) & 255u] + i;  // (its rank in the line)
-    if (r >= k_out) continue;
-    const long long to = (o * k_out + r) * inner + j;
-    y[to] = value_of(key);
-    yi[to] = (long long)tile_pos[i] + 1;
+    const unsigned d = unsigned(sort_key(key, desc) >> shift) & 255u;
+    const long long r = base[d] + i;  // (its rank in the line)
+    tile_digit[i] = (unsigned char)d;
+    if (!y) keys_out[line * n + r] = key;
+    else if (r < k_out) y[(o * k_out + r) * inner + j] = value_of(key);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r) {
+    const long long i = first + r * 32 + lane;
+    if (i < n) tile_pos[rank[r]] = x ? int(i) : pos[line * n + i];
+  }
+  __syncthreads();
+  for (long long i = threadIdx.x; i < live; i += blockDim.x) {
+    const long long r = base[tile_digit[i]] + i;
+    if (!y) pos_out[line * n + r] = tile_pos[i];
+    else if (r < k_out) yi[(o * k_out + r) * inner + j] = (long long)tile_pos[i] + 1;
   }
 }

@@ -160,7 +160,7 @@ local function hand_back(where, ...)
   -- reaches, which the compiled graph must keep (vm/graph/recorder.cpp, compile); a replayed call
   -- whose lazy values not returned passed the collector's byte budget: its graph frees what only
   -- garbage held
-  if ctx.collect ~= 0 and (ctx.collect == 1 or api.cap_collect_pays(ctx, buf, count) ~= 0) then collectgarbage() end
+  if ctx.collect ~= 0 and (ctx.collect == 1 or api.cap_collect_pays(ctx, buf, count) ~= 0) then core.collect() end
   local rc = api.cap_finish(ctx, buf, count, where)
   if rc < 0 then core.raise(rc) end
   if ctx.service ~= 0 then core.service() end

@@ -60,6 +60,13 @@ function core.setting(variable)
   return SETTING[0] ~= nil and ffi.string(SETTING[0]) or nil
 end
 
+-- A full collection, told to the collector's budgets (api.cpp api_gc_done), so that its bytes and
+-- time count as any other collection's and the one due is not run again.
+function core.collect()
+  collectgarbage()
+  core.api.gc_done(core.ctx, collectgarbage("count"))
+end
+
 -- Requests the C++ side leaves in ctx.service after an op (vm/abi.h enum cr_service).
 local GC_FULL, WHERE, GC_STEP = ffi.C.CR_SERVICE_GC_FULL, ffi.C.CR_SERVICE_WHERE, ffi.C.CR_SERVICE_GC_STEP
 local GRAD_WHERE, NAME = ffi.C.CR_SERVICE_GRAD_WHERE, ffi.C.CR_SERVICE_NAME
@@ -69,11 +76,8 @@ function core.service()
   if bit.band(ctx.service, GRAD_WHERE) ~= 0 then api.autograd.where(ctx, core.where()) end
   if bit.band(ctx.service, NAME) ~= 0 then api.cap_name(ctx, core.name_of(api.cap_unnamed(ctx)) or "") end
   if bit.band(ctx.service, GC_FULL + GC_STEP) == 0 then return end
-  if bit.band(ctx.service, GC_FULL) ~= 0 then
-    collectgarbage()
-  else  -- a step of "2^30 KiB" runs until the cycle in progress (or a new one) completes
-    collectgarbage("step", 1073741823)
-  end
+  if bit.band(ctx.service, GC_FULL) ~= 0 then return core.collect() end
+  collectgarbage("step", 1073741823)  -- (a step of 2^30 KiB: until the cycle in progress, or a new one, ends)
   api.gc_done(ctx, collectgarbage("count"))
 end
 

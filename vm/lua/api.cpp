@@ -334,7 +334,10 @@ int32_t api_cap_finish(cr_ctx* c, cr_tensor** rets, int32_t n, const char* where
 }
 
 int32_t api_cap_collect_pays(cr_ctx* c, cr_tensor** rets, int32_t n) {
-  return rec(c).active() ? int32_t(rec(c).collect_pays(rets, n)) : int32_t(c->collect != 0);
+  const bool pays = rec(c).active() ? rec(c).collect_pays(rets, n) : c->collect != 0;
+  Context& ctx = Context::of(c);
+  if (pays && ctx.gc_asked_us <= 0) ctx.gc_asked_us = api_now_us();  // (the collection's time: api_gc_done)
+  return int32_t(pays);
 }
 
 int32_t api_cap_abort(cr_ctx* c) {

@@ -156,13 +156,7 @@ std::shared_ptr<Graph> Recorder::compile(Leaf& leaf, const Graph& raw) {
 std::shared_ptr<Graph> Recorder::build(const Leaf& leaf, const std::shared_ptr<Graph>& g, const guards::Options& o,
                                        bool counted) {
   double t0 = now_us();
-  try {
-    optimize(*g, ctx_);
-  } catch (const std::exception& e) {
-    ++stats.eager_fallbacks;
-    log("graph", cat("optimising ", g->name, " failed (", e.what(), "): it runs as recorded"));
-    return nullptr;
-  }
+  if (!optimized(*g, stats.eager_fallbacks, "graph", "recorded")) return nullptr;
   double us = now_us() - t0;
   if (counted) ++stats.graphs_compiled;
   if (logs.graph) log("graph", g->str());
@@ -171,6 +165,17 @@ std::shared_ptr<Graph> Recorder::build(const Leaf& leaf, const std::shared_ptr<G
   dump(leaf, *g, o.name, us);
   start_native(g, o.backend, o.autotune);
   return g;
+}
+
+bool Recorder::optimized(Graph& g, int64_t& fallbacks, const char* channel, const char* as) {
+  try {
+    optimize(g, ctx_);
+    return true;
+  } catch (const std::exception& e) {
+    ++fallbacks;
+    log(channel, cat("optimising ", g.name, " failed (", e.what(), "): it runs as ", as));
+    return false;
+  }
 }
 
 // CRESCENT_DEBUG_DIR: per compiled graph, one text file with its guards, the graph as recorded,

@@ -151,6 +151,9 @@ class Recorder {
   void stop();
   std::shared_ptr<Graph> build(const guards::Leaf& leaf, const std::shared_ptr<Graph>& g, const guards::Options& o,
                                bool counted);
+  // optimize(g); false when it threw, counted in `fallbacks` and logged on `channel` (g then runs
+  // as it was recorded or traced: `as`)
+  bool optimized(Graph& g, int64_t& fallbacks, const char* channel, const char* as);
   std::shared_ptr<Graph> plan_graph(guards::Leaf& leaf, const guards::Options& o, const std::vector<int32_t>& rets);
   void dump(const guards::Leaf& leaf, const Graph& g, const std::string& fname, double us);
   void remember_call(guards::Leaf& leaf, const std::vector<cr_tensor*>& rets);

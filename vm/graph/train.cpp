@@ -88,13 +88,7 @@ std::shared_ptr<Graph> Recorder::compile_backward(const std::shared_ptr<Graph>& 
   g->dynamic = o.dynamic;
   g->reinstance = o.reinstance;
   if (o.dynamic) vary_numbers(*g, numbers);
-  try {
-    optimize(*g, ctx_);
-  } catch (const std::exception& e) {
-    ++stats.grad_fallbacks;
-    log("aot", cat("optimising ", g->name, " failed (", e.what(), "): it runs as traced"));
-    return traced;
-  }
+  if (!optimized(*g, stats.grad_fallbacks, "aot", "traced")) return traced;
   if (!o.reinstance) ++stats.backward_graphs_compiled;
   if (logs.graph) log("graph", g->str());
   start_native(g, o.backend);

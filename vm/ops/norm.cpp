@@ -9,12 +9,13 @@
 // are computed; one not asked for is an empty tensor of shape {0}.
 // F.layer_norm (stdlib/functional.lua) calls _layer_norm in eager mode; a captured graph keeps
 // the composition, which its code generators fuse with the neighbouring ops.
-// CPU: a row per task, two-pass in the compute dtype; grad_weight / grad_bias are column sums
+// CPU: a row per task, two-pass in the compute dtype (lane sums); grad_weight / grad_bias are column sums
 // over blocks of columns, each added row by row (the same order whatever the thread count).
 // CUDA: vm/kernels/cuda/layer_norm.hpp.
 #include <cmath>
 
 #include "vm/kernels/cuda/layer_norm.hpp"
+#include "vm/kernels/lanes.hpp"
 #include "vm/ops/dense.hpp"
 #include "vm/ops/operands.hpp"
 
@@ -67,20 +68,28 @@ std::vector<Meta> infer_layer_norm(OpCall& c) {
   return {{x.sizes(), x.dtype(), x.device()}, {w.stats, sd, x.device()}, {w.stats, sd, x.device()}};
 }
 
+// Σ over a row of n in lanes (vm/kernels/lanes.hpp: kSumLanes independent sums per block of
+// lanes::kBlock, the blocks added in double), so the adds vectorise and the order is fixed.
+template <class C, class T, class F> C row_mean(const T* x, int64_t n, F f) {
+  return C(lanes::blocked_sum<C>(x, n, f) / double(n));
+}
+
 template <class T, class C>
 void forward_rows(const T* x, const T* w, const T* b, T* y, C* mean, C* rstd, int64_t n, C eps, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * n;
-    C s = 0, v = 0;
-    for (int64_t j = 0; j < n; ++j) s += load(xr[j]);
-    const C mu = s / C(n);
-    for (int64_t j = 0; j < n; ++j) v += (load(xr[j]) - mu) * (load(xr[j]) - mu);
-    const C rs = C(1) / std::sqrt(v / C(n) + eps);
-    for (int64_t j = 0; j < n; ++j) {
-      C h = (load(xr[j]) - mu) * rs;
-      if (w) h *= load(w[j]);
-      if (b) h += load(b[j]);
-      store(y[r * n + j], h);
+    T* yr = y + r * n;
+    const C mu = row_mean<C>(xr, n, lanes::Identity{});
+    const C rs = C(1) / std::sqrt(row_mean<C>(xr, n, [mu](C v) { return (v - mu) * (v - mu); }) + eps);
+    if (w && b) {
+      for (int64_t j = 0; j < n; ++j) store(yr[j], (load(xr[j]) - mu) * rs * load(w[j]) + load(b[j]));
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        C h = (load(xr[j]) - mu) * rs;
+        if (w) h *= load(w[j]);
+        if (b) h += load(b[j]);
+        store(yr[j], h);
+      }
     }
     mean[r] = mu, rstd[r] = rs;
   }
@@ -132,17 +141,41 @@ std::vector<Meta> infer_layer_norm_backward(OpCall& c) {
   return {meta(m[0], x.sizes()), meta(m[1], s.normalized), meta(m[2], s.normalized)};
 }
 
+// A row's Σ g and Σ g (x - mu), g = grad_out (x weight), in lanes::kLanes independent sums each
+// (vectorised; the lanes added pairwise at the end).
+template <bool Weighted, class T, class C>
+void row_sums(const T* gr, const T* xr, const T* w, C mu, int64_t n, C& sg, C& sgx) {
+  constexpr int L = lanes::kLanes;
+  C a[L] = {}, b[L] = {};
+  auto add = [&](int l, int64_t j) {
+    const C g = Weighted ? load(gr[j]) * load(w[j]) : load(gr[j]);
+    a[l] += g, b[l] += g * (load(xr[j]) - mu);
+  };
+  int64_t j = 0;
+  for (; j + L <= n; j += L)
+    for (int l = 0; l < L; ++l) add(l, j + l);
+  for (int l = 0; j < n; ++j, ++l) add(l, j);
+  for (int h = L / 2; h > 0; h /= 2)
+    for (int l = 0; l < h; ++l) a[l] += a[l + h], b[l] += b[l + h];
+  sg = a[0], sgx = b[0];
+}
+
 template <class T, class C>
 void input_rows(const T* go, const T* x, const C* mean, const C* rstd, const T* w, T* gx, int64_t n, int64_t r0,
                 int64_t r1) {
-  auto g_at = [&](const T* gr, int64_t j) { return w ? load(gr[j]) * load(w[j]) : load(gr[j]); };
   for (int64_t r = r0; r < r1; ++r) {
     const T *gr = go + r * n, *xr = x + r * n;
     const C mu = mean[r], rs = rstd[r];
-    C sg = 0, sgx = 0;
-    for (int64_t j = 0; j < n; ++j) sg += g_at(gr, j), sgx += g_at(gr, j) * (load(xr[j]) - mu) * rs;
-    sg /= C(n), sgx /= C(n);
-    for (int64_t j = 0; j < n; ++j) store(gx[r * n + j], rs * (g_at(gr, j) - sg - (load(xr[j]) - mu) * rs * sgx));
+    C sg, sgx;
+    if (w) row_sums<true>(gr, xr, w, mu, n, sg, sgx);
+    else row_sums<false>(gr, xr, w, mu, n, sg, sgx);
+    sg /= C(n), sgx *= rs / C(n);
+    T* gxr = gx + r * n;
+    if (w) {
+      for (int64_t j = 0; j < n; ++j) store(gxr[j], rs * (load(gr[j]) * load(w[j]) - sg - (load(xr[j]) - mu) * rs * sgx));
+    } else {
+      for (int64_t j = 0; j < n; ++j) store(gxr[j], rs * (load(gr[j]) - sg - (load(xr[j]) - mu) * rs * sgx));
+    }
   }
 }
 

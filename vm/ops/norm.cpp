@@ -171,10 +171,11 @@ void input_rows(const T* go, const T* x, const C* mean, const C* rstd, const T* 
     else row_sums<false>(gr, xr, w, mu, n, sg, sgx);
     sg /= C(n), sgx *= rs / C(n);
     T* gxr = gx + r * n;
+    const C k = rs * sgx;
     if (w) {
-      for (int64_t j = 0; j < n; ++j) store(gxr[j], rs * (load(gr[j]) * load(w[j]) - sg - (load(xr[j]) - mu) * rs * sgx));
+      for (int64_t j = 0; j < n; ++j) store(gxr[j], rs * (load(gr[j]) * load(w[j]) - sg - (load(xr[j]) - mu) * k));
     } else {
-      for (int64_t j = 0; j < n; ++j) store(gxr[j], rs * (load(gr[j]) - sg - (load(xr[j]) - mu) * rs * sgx));
+      for (int64_t j = 0; j < n; ++j) store(gxr[j], rs * (load(gr[j]) - sg - (load(xr[j]) - mu) * k));
     }
   }
 }

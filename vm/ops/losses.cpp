@@ -168,6 +168,27 @@ void grad_rows(const T* x, const L* lse, const int64_t* t, const L* a, const L* 
   }
 }
 
+// grad_rows for rows of classes (inner 1) whose input is in the compute dtype: each row's exp
+// through the softmax's block function (vectorised, registry.hpp softmax_exp_block), then the
+// same terms.
+template <class C>
+void grad_rows_dense(BlockFn exp, const C* x, const C* lse, const int64_t* t, const C* a, const C* b, const C* k,
+                     const C* w, C* out, int64_t classes, int64_t pitch, int64_t o0, int64_t o1) {
+  for (int64_t o = o0; o < o1; ++o) {
+    const C *xr = x + o * classes, l = lse[o], ao = a[o], ko = k[o];
+    C* y = out + o * pitch;
+    for (int64_t c = 0; c < classes; ++c) y[c] = xr[c] - l;
+    exp(y, nullptr, y, classes);
+    if (w) {
+      for (int64_t c = 0; c < classes; ++c) y[c] = ao * y[c] - ko * w[c];
+    } else {
+      for (int64_t c = 0; c < classes; ++c) y[c] = ao * y[c] - ko;
+    }
+    if (t[o] >= 1 && t[o] <= classes) y[t[o] - 1] -= b[o];
+    for (int64_t c = classes; c < pitch; ++c) y[c] = C(0);
+  }
+}
+
 void run_cross_entropy_backward(OpCall& c) {
   Tensor in[7];
   for (int i = 0; i < 7; ++i) in[i] = c.has(i) ? dense(c.tensor(i)) : Tensor();
@@ -185,6 +206,15 @@ void run_cross_entropy_backward(OpCall& c) {
       using L = decltype(ltag);
       const L* w = in[6].defined() ? in[6].data<L>() : nullptr;
       const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, classes * inner));
+      if constexpr (std::is_same_v<T, L> && std::is_same_v<L, compute_t<L>>) {
+        const BlockFn exp = softmax_exp_block(x.dtype());
+        if (inner == 1 && exp) {
+          return parallel_for(outer, grain, [&](int64_t o0, int64_t o1) {
+            grad_rows_dense<L>(exp, x.data<T>(), in[1].data<L>(), in[2].data<int64_t>(), in[3].data<L>(),
+                               in[4].data<L>(), in[5].data<L>(), w, c.outs[0].data<T>(), classes, pitch, o0, o1);
+          });
+        }
+      }
       parallel_for(outer, grain, [&](int64_t o0, int64_t o1) {
         grad_rows<T, L, compute_t<L>>(x.data<T>(), in[1].data<L>(), in[2].data<int64_t>(), in[3].data<L>(), in[4].data<L>(),
                                       in[5].data<L>(), w, c.outs[0].data<T>(), classes, inner, pitch, o0, o1);

@@ -251,7 +251,8 @@ template <class T> void logsumexp_passes(const Spec& s, const Tensor& x, const T
   reduce(x, shift, s.mask, folds::Extreme<T, true>{}, [sh](auto a, int64_t off) { sh[off] = std::isinf(a) ? T(0) : T(a); });
   Tensor e = Tensor::empty(x.sizes(), x.dtype(), x.device());
   map<T, T, T>(e, {&x, &shift}, [](auto a, auto b) { return a - b; });
-  exp(e.data<T>(), nullptr, e.data<T>(), e.numel());
+  T* ep = e.data<T>();
+  parallel_for(e.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) { exp(ep + i0, nullptr, ep + i0, i1 - i0); });
   T* o = out.data<T>();
   reduce(e, out, s.mask, LoopBlockSum<T>{}, [o, sh](auto a, int64_t off) {
     double v = double(a), r;

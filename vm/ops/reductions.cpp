@@ -250,9 +250,22 @@ template <class T> void logsumexp_passes(const Spec& s, const Tensor& x, const T
   T* sh = shift.data<T>();
   reduce(x, shift, s.mask, folds::Extreme<T, true>{}, [sh](auto a, int64_t off) { sh[off] = std::isinf(a) ? T(0) : T(a); });
   Tensor e = Tensor::empty(x.sizes(), x.dtype(), x.device());
-  map<T, T, T>(e, {&x, &shift}, [](auto a, auto b) { return a - b; });
   T* ep = e.data<T>();
-  parallel_for(e.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) { exp(ep + i0, nullptr, ep + i0, i1 - i0); });
+  bool rows = x.is_contiguous();  // (reducing trailing dims: a shift per contiguous row)
+  for (int d = 1; d < x.dim(); ++d) rows = rows && (s.mask[size_t(d)] || !s.mask[size_t(d - 1)]);
+  if (rows && shift.numel() >= 2 * num_threads() && x.numel() > 0) {  // each row's exp while it is in the cache
+    const int64_t n = x.numel() / shift.numel();
+    const T* xp = x.data<T>();
+    parallel_for(shift.numel(), std::max<int64_t>(1, kParallelGrain / n), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t j = 0; j < n; ++j) ep[r * n + j] = xp[r * n + j] - sh[r];
+        exp(ep + r * n, nullptr, ep + r * n, n);
+      }
+    });
+  } else {
+    map<T, T, T>(e, {&x, &shift}, [](auto a, auto b) { return a - b; });
+    parallel_for(e.numel(), kParallelGrain, [&](int64_t i0, int64_t i1) { exp(ep + i0, nullptr, ep + i0, i1 - i0); });
+  }
   T* o = out.data<T>();
   reduce(e, out, s.mask, LoopBlockSum<T>{}, [o, sh](auto a, int64_t off) {
     double v = double(a), r;

@@ -166,6 +166,33 @@ describe("the collector", function()
     end)
     S.eq(collecting_calls(f, x, y), 10, "calls that collected")
   end)
+  -- stdlib/core.lua collect: that collection resets the collector's budgets (api_gc_done). Here
+  -- each call stores twice the Lua heap (above the heap: it collects before its return) with
+  -- lazy values past the byte budget (8 x the heap) but stores under it: no other collection.
+  S.native_it("counts a collection before a return as the budget's own", function()
+    collectgarbage()
+    local cols = math.ceil(2 * collectgarbage("count") * 1024 / 4 / 512)
+    local x, y = T.randn(256, cols), T.randn(256, cols)
+    local f = T.compile(function(a, b)
+      local h = T.cat({ a, b })  -- (stored: an extern's result)
+      local d = h * 2
+      for _ = 1, 8 do d = d + 1 end  -- (fused: lazy, never stored)
+      return d:sum()
+    end)
+    for _ = 1, 3 do f(x, y) end
+    T.compiler.wait(f)
+    local cg, full = collectgarbage, 0
+    local ok, err = pcall(function()
+      _G.collectgarbage = function(what, ...)
+        if what == nil or what == "collect" then full = full + 1 end
+        return cg(what, ...)
+      end
+      for _ = 1, 30 do f(x, y) end
+    end)
+    _G.collectgarbage = cg
+    if not ok then error(err, 0) end
+    S.eq(full, 30, "full collections in 30 calls that each collect once")
+  end)
 end)
 
 describe("the collector's byte rule", function()

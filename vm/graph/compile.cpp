@@ -97,8 +97,6 @@ std::string Recorder::symbolic_dims(const Segment& s) const {
 std::shared_ptr<Graph> Recorder::compile(Leaf& leaf, const Graph& raw) {
   auto g = std::make_shared<Graph>(raw);
   g->name = cat(fn_->opts.name, " segment ending at ", leaf.where, " #", leaf.variant);
-  // Outputs: values used after the segment, and every value that depends on an in-place or a
-  // random op (those cannot be recomputed later from the inputs).
   // Outputs: values used after the segment, and every value that could not be recomputed later
   // from the inputs: those depending on a random op, on an in-place op, or on any storage an
   // in-place op of the graph writes (through any view) - including reads made before the write.

@@ -269,9 +269,9 @@ DeadLists dead_after(const Graph& g);
 DeadLists dead_after(const Graph& g, const std::vector<char>& keep);
 // Runs op node `index` of g as run_eager does (the native backends run their Extern nodes so).
 void run_node(const Graph& g, size_t index, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr);
-// The graph's native code when it is ready, else run_eager.
 // The native code that has landed for g (null: none yet, failed, or eager is as good).
 std::shared_ptr<const Executable> executable_of(const Graph& g);
+// The graph's native code when it is ready, else run_eager.
 void run_graph(const Graph& g, Context& ctx, std::vector<Tensor>& vals, const double* numbers = nullptr,
                const std::vector<char>* unheld = nullptr);
 

@@ -3,6 +3,7 @@
 // reduces every dim), picks its output dtype by PyTorch's rules, and runs the reduction engine
 // (vm/kernels/reduce.hpp) with one of the folds of vm/kernels/folds.hpp. The ops along one dim
 // (cumsum, softmax, log_softmax) are in scans.cpp.
+#include <algorithm>
 #include <cmath>
 
 #include "vm/kernels/folds.hpp"
@@ -251,10 +252,10 @@ template <class T> void logsumexp_passes(const Spec& s, const Tensor& x, const T
   reduce(x, shift, s.mask, folds::Extreme<T, true>{}, [sh](auto a, int64_t off) { sh[off] = std::isinf(a) ? T(0) : T(a); });
   Tensor e = Tensor::empty(x.sizes(), x.dtype(), x.device());
   T* ep = e.data<T>();
-  bool rows = x.is_contiguous();  // (reducing trailing dims: a shift per contiguous row)
-  for (int d = 1; d < x.dim(); ++d) rows = rows && (s.mask[size_t(d)] || !s.mask[size_t(d - 1)]);
-  if (rows && shift.numel() >= 2 * num_threads() && x.numel() > 0) {  // each row's exp while it is in the cache
-    const int64_t n = x.numel() / shift.numel();
+  // trailing dims of a contiguous x (the mask sorted): a shift per row of s.count, each row's
+  // exp while it is in the cache
+  if (x.is_contiguous() && std::is_sorted(s.mask.begin(), s.mask.end()) && shift.numel() >= 2 * num_threads()) {
+    const int64_t n = s.count;
     const T* xp = x.data<T>();
     parallel_for(shift.numel(), std::max<int64_t>(1, kParallelGrain / n), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {

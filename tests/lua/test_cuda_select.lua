@@ -374,6 +374,32 @@ describe("CUDA selections", function()
     agree("repeat_interleave of 3M counts", function(a, r) return T.repeat_interleave(a, r) end, { T.randn(BIG), T.randint(0, 3, { BIG }) })
   end)
 
+  -- (targets of 96 MB, larger than any current GPU's L2)
+  device_it("a 1-D scatter_add / index_add into a large target: random, sorted and mixed positions",
+    12, "large targets: ops on host copies", function()
+    for dt, bytes in pairs({ float32 = 4, float64 = 8, int64 = 8, int32 = 4 }) do
+      local size = 96 * 2 ^ 20 / bytes
+      local n = math.floor(size / 3)
+      local tol = FLOAT[dt] and 1e-5 or nil
+      local rand = T.randint(1, size + 1, { n })
+      local sorted = rand:sort()
+      local mixed = T.cat({ sorted:narrow(1, 1, n / 2), rand:narrow(1, n / 2 + 1, n - n / 2) })
+      local src = FLOAT[dt] and T.randn(n):to(dt) or T.randint(-50, 50, { n }):to(dt)
+      local target = FLOAT[dt] and T.randn(size):to(dt) or T.randint(-50, 50, { size }):to(dt)
+      for what, pos in pairs({ random = rand, sorted = sorted, mixed = mixed }) do
+        agree(dt .. " scatter_add, " .. what, function(o, i, s) return o:scatter_add(1, i, s) end,
+          { target, pos, src }, tol)
+        agree(dt .. " index_add_, " .. what, function(o, i, s) return o:clone():index_add_(1, i, s, { alpha = 3 }) end,
+          { target, pos, src }, tol)
+      end
+    end
+    raises("scatter_add into a large target, a position past it", function()
+      local i = T.randint(1, 2 ^ 24 + 1, { 2 ^ 23 })
+      i[2 ^ 22 + 5] = 2 ^ 24 + 7
+      return dev(T.zeros(2 ^ 24)):scatter_add(1, dev(i), dev(T.ones(2 ^ 23)))
+    end, "scatter_add", tostring(2 ^ 24 + 7))
+  end)
+
   device_it("histograms: a long 1-D index_add into shared-memory bins, counting, warp-grouped counts, bincount / histc",
     9, "histograms: ops on host copies", function()
     for _, dt in ipairs(DTYPES) do

@@ -39,6 +39,8 @@ bool resolve_all(void* lib, Driver& d, std::string* missing) {
       {"cuCtxSynchronize", resolve(lib, "cuCtxSynchronize", d.cuCtxSynchronize)},
       {"cuMemAlloc_v2", resolve(lib, "cuMemAlloc_v2", d.cuMemAlloc)},
       {"cuMemFree_v2", resolve(lib, "cuMemFree_v2", d.cuMemFree)},
+      {"cuMemHostAlloc", resolve(lib, "cuMemHostAlloc", d.cuMemHostAlloc)},
+      {"cuMemHostGetDevicePointer_v2", resolve(lib, "cuMemHostGetDevicePointer_v2", d.cuMemHostGetDevicePointer)},
       {"cuMemGetInfo_v2", resolve(lib, "cuMemGetInfo_v2", d.cuMemGetInfo)},
       {"cuMemcpyHtoDAsync_v2", resolve(lib, "cuMemcpyHtoDAsync_v2", d.cuMemcpyHtoDAsync)},
       {"cuMemcpyDtoHAsync_v2", resolve(lib, "cuMemcpyDtoHAsync_v2", d.cuMemcpyDtoHAsync)},

@@ -79,6 +79,8 @@ struct Driver {
   CUresult (*cuCtxSetCurrent)(CUcontext);
   CUresult (*cuCtxSynchronize)();
   CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);  // (pinned host words the device writes)
+  CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned);
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemGetInfo)(size_t*, size_t*);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);

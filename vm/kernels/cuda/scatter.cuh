@@ -66,8 +66,12 @@ __forceinline__ T* target(T* out, const long long* index, const ScatterGeo& g, l
   long long rem = i, io = 0, oo = 0;
   *so = 0;
   for (int k = g.nd - 1; k >= 0; --k) {
-    const long long c = rem % g.sizes[k];
-    rem /= g.sizes[k];
+    long long c = rem;  // (dim 0's coordinate is what remains: no division; none for 1-D)
+    if (k > 0) {
+      const long long q = rem / g.sizes[k];
+      c = rem - q * g.sizes[k];
+      rem = q;
+    }
     io += c * g.idx_strides[k];
     *so += c * g.src_strides[k];
     if (k != g.d) oo += c * g.out_strides[k];

@@ -1,6 +1,10 @@
 #include "vm/kernels/cuda/select.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "vm/cuda/checks.hpp"
 #include "vm/cuda/driver.hpp"
@@ -36,22 +40,73 @@ void launch(Context& ctx, int device, DType d, const char* fn, int64_t grid, voi
   library_launch(ctx, device, cat("select_", dtype_name(d)), [d] { return select_source(d); }, fn, grid, kBlock, args);
 }
 
+// Per stream: the count kernels' ticket (device memory that their last block sets back to 0)
+// and the pinned host word it writes the total to. A stream's selections take the lock in turn.
+struct TotalSlot {
+  std::mutex m;
+  CUdeviceptr ticket = 0, total_device = 0;
+  volatile int64_t* total = nullptr;
+};
+
+TotalSlot& total_slot(int device, CUstream s) {
+  static std::mutex m;
+  static std::map<std::pair<int, CUstream>, std::unique_ptr<TotalSlot>> slots;
+  std::lock_guard<std::mutex> g(m);
+  std::unique_ptr<TotalSlot>& slot = slots[{device, s}];
+  if (!slot) {
+    auto t = std::make_unique<TotalSlot>();
+    void* host = nullptr;
+    constexpr unsigned kPortable = 1, kDeviceMap = 2;  // CU_MEMHOSTALLOC_*
+    CR_CU(cuMemAlloc(&t->ticket, 4), "a selection's ticket");
+    CR_CU(cuMemsetD32Async(t->ticket, 0u, 1, s), "a selection's ticket");
+    CR_CU(cuMemHostAlloc(&host, sizeof(int64_t), kPortable | kDeviceMap), "a selection's total");
+    CR_CU(cuMemHostGetDevicePointer(&t->total_device, host, 0), "a selection's total");
+    t->total = static_cast<volatile int64_t*>(host);
+    slot = std::move(t);
+  }
+  return *slot;
+}
+
+// Waits for the count kernel's total: spins on the pinned word for a short while (the stream's
+// synchronisation would add its latency to every selection), then synchronises.
+int64_t wait_total(const TotalSlot& t, CUstream s, int device) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int k = 1; *t.total < 0; ++k) {
+    if (k % 64 != 0) continue;
+    if (std::chrono::steady_clock::now() - start > std::chrono::microseconds(200)) {
+      CR_CU(cuStreamSynchronize(s), "counting a selection");
+      if (*t.total < 0) fail("internal: a selection's count kernel finished without its total");
+      break;
+    }
+    constexpr CUresult kNotReady = 600;  // (any other failure of the stream's work is raised here)
+    if (const CUresult rc = driver()->cuStreamQuery(s); rc != 0 && rc != kNotReady)
+      check(rc, "cuStreamQuery", "counting a selection");
+  }
+  check_deferred(device, s, false);  // (the stream's earlier work is done: as copy_to_host)
+  return *t.total;
+}
+
 // The inclusive offsets of the tiles' selected elements, from `count_fn`'s counts; `total` gets
-// their sum (read back: the one synchronisation).
+// their sum (the one synchronisation).
 Tensor tile_offsets(Context& ctx, const Tensor& x, const char* count_fn, void* flags, long long n, int64_t* total) {
   const int device = x.device().index;
   const int64_t tiles = (n + kTile - 1) / kTile;
-  Tensor offsets = Tensor::empty({tiles + 1}, DType::i64, x.device());  // (then the ticket)
+  Tensor offsets = Tensor::empty({tiles}, DType::i64, x.device());
+  use_device(device);
+  const CUstream stream = current_stream(device);
+  TotalSlot& slot = total_slot(device, stream);
+  std::lock_guard<std::mutex> g(slot.m);
+  *slot.total = -1;
   void* op = offsets.data_bytes();
-  void* tp = static_cast<int64_t*>(op) + tiles;
-  fill_pattern(tp, 2, 4, 0u, device);
+  void* tp = reinterpret_cast<void*>(slot.ticket);
+  void* sp = reinterpret_cast<void*>(slot.total_device);
   long long tile = kTile, count = tiles;
   int aligned = reinterpret_cast<uintptr_t>(flags) % 16 == 0;
-  void* args[] = {&flags, &n, &tile, &count, &aligned, &op, &tp};
+  void* args[] = {&flags, &n, &tile, &count, &aligned, &op, &tp, &sp};
   const int64_t warps = kBlock / 32, blocks = (tiles + warps - 1) / warps;
   launch(ctx, device, x.dtype(), count_fn, std::min<int64_t>(blocks, 4 * device_info(device).multiprocessors), args);
-  *total = host_copy(Tensor::view_of(offsets, {1}, {1}, tiles - 1)).data<int64_t>()[0];
-  return Tensor::view_of(offsets, {tiles}, {1}, 0);
+  *total = wait_total(slot, stream, device);
+  return offsets;
 }
 
 }  // namespace

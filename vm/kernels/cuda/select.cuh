@@ -1,11 +1,11 @@
 // Compiled after scatter.cuh's module (the prelude, T, A and scatter.cuh: add_at) (select.cpp).
 //
 // Selections whose size comes from the values - masked_select, nonzero - compact in two passes
-// over tiles of `tile` elements, a block per tile: count_* counts each tile's selected elements
-// and its last block scans the counts (inclusive offsets), the host reads the total, and *_write places
-// each tile's elements from its offset in order (warp ballots rank the selected ones, the warps'
-// counts in shared memory place the warps). Tile bounds are uniform across a block, so every
-// thread reaches each __syncthreads / ballot.
+// over tiles of `tile` elements, a block per tile: count_* counts each tile's selected elements,
+// its last block scans the counts (inclusive offsets) and hands the host the total, and *_write
+// places each tile's elements from its offset in order (warp ballots rank the selected ones, the
+// warps' counts in shared memory place the warps). Tile bounds are uniform across a block, so
+// every thread reaches each __syncthreads / ballot.
 // index_gather / index_put: PyTorch's advanced indexing, a thread per element (grid-stride):
 // element e = p * nr + r of the selection is self[idx_1[p], ..., idx_k[p], rest r], the k
 // 1-based positions checked against their dims (site j: dim j), as the gathers do.
@@ -38,11 +38,13 @@ __device__ __forceinline__ void compact_tile(long long lo, long long hi, long lo
 }
 
 // Each warp counts tiles' selected elements into offsets[tile] (tiles warp-strided, a tile whole
-// at a 16-byte aligned x read 16 bytes a load); the last block to finish (a ticket, zeroed before
-// the launch: one atomic a block) turns the counts into inclusive sums: no scan kernel follows.
+// at a 16-byte aligned x read 16 bytes a load); the last block to finish (a ticket of the stream,
+// one atomic a block; that block sets it back to 0) turns the counts into inclusive sums and
+// writes the total to the host's pinned word: no scan kernel, no copy follows.
 template <class V, class Flag>
 __device__ __forceinline__ void count_tiles(const V* __restrict__ x, long long n, long long tile, long long tiles,
-                                            int aligned, long long* offsets, unsigned* ticket, Flag flag) {
+                                            int aligned, long long* offsets, unsigned* ticket, long long* total,
+                                            Flag flag) {
   __shared__ long long partial[32];
   __shared__ bool last;
   constexpr int kPer = 16 / sizeof(V);
@@ -84,13 +86,18 @@ __device__ __forceinline__ void count_tiles(const V* __restrict__ x, long long n
       v[u] = first + u < tiles ? __ldcg(offsets + first + u) : 0;
       mine += v[u];
     }
-    long long total;
-    long long before = carry + cr::block_exclusive_sum(mine, partial, &total);
-    carry += total;
+    long long sum;
+    long long before = carry + cr::block_exclusive_sum(mine, partial, &sum);
+    carry += sum;
 #pragma unroll
     for (int u = 0; u < 16; ++u)
       if (first + u < tiles) offsets[first + u] = before += v[u];
     __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    *ticket = 0u;
+    *reinterpret_cast<volatile long long*>(total) = carry;
+    __threadfence_system();
   }
 }
 
@@ -102,15 +109,15 @@ __device__ __forceinline__ long long tile_base(const long long* offsets) {
 __device__ __forceinline__ bool nonzero_value(T v) { return A(v) != A(0); }  // (NaN counts, -0 does not)
 
 extern "C" __global__ void count_mask(const bool* __restrict__ mask, long long n, long long tile, long long tiles,
-                                      int aligned, long long* offsets, unsigned* ticket) {
+                                      int aligned, long long* offsets, unsigned* ticket, long long* total) {
   cr::grid_wait();
-  count_tiles(mask, n, tile, tiles, aligned, offsets, ticket, [](bool v) { return v; });
+  count_tiles(mask, n, tile, tiles, aligned, offsets, ticket, total, [](bool v) { return v; });
 }
 
 extern "C" __global__ void count_nonzero(const T* __restrict__ x, long long n, long long tile, long long tiles,
-                                         int aligned, long long* offsets, unsigned* ticket) {
+                                         int aligned, long long* offsets, unsigned* ticket, long long* total) {
   cr::grid_wait();
-  count_tiles(x, n, tile, tiles, aligned, offsets, ticket, [](T v) { return nonzero_value(v); });
+  count_tiles(x, n, tile, tiles, aligned, offsets, ticket, total, [](T v) { return nonzero_value(v); });
 }
 
 extern "C" __global__ void masked_select_write(const T* __restrict__ x, const bool* __restrict__ mask, long long n,

@@ -57,7 +57,25 @@ std::vector<Meta> infer_float_sized(OpCall& c) {
   return m;
 }
 void run_rand(OpCall& c) { run_random(c, philox_uniform); }
-void run_randn(OpCall& c) { run_random(c, philox_normal); }
+// (philox_normal's values, a block of draws at a time: philox_normals vectorises the transform)
+void run_randn(OpCall& c) {
+  const Tensor& out = c.outs[0];
+  const uint64_t seed = c.ctx.gen.seed, base = c.ctx.gen.offset;
+  c.ctx.gen.offset += uint64_t(out.numel());
+  visit(out.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* p = out.data<T>();
+    parallel_for(out.numel(), 4096, [&](int64_t b, int64_t e) {
+      constexpr int64_t kBlock = 1024;
+      double buf[kBlock];
+      for (int64_t k = b; k < e; k += kBlock) {
+        const int64_t m = std::min(kBlock, e - k);
+        philox_normals([&](int64_t i) { return base + uint64_t(k + i); }, [&](int64_t) { return seed; }, buf, m);
+        for (int64_t i = 0; i < m; ++i) store(p[k + i], buf[i]);
+      }
+    });
+  });
+}
 
 // randint(lo, hi, sizes): uniform integers in [lo, hi)
 std::vector<Meta> infer_randint(OpCall& c) {

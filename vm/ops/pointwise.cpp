@@ -535,8 +535,15 @@ template <double (*Draw)(uint64_t, uint64_t)> void draw_block(const void* a, con
   auto* o = static_cast<double*>(out);
   for (int64_t i = 0; i < n; ++i) o[i] = Draw(uint64_t(c[i]), uint64_t(s[i]));
 }
+void normal_block(const void* a, const void* b, void* out, int64_t n) {  // (philox_normal's, vectorised)
+  const auto* c = static_cast<const int64_t*>(a);
+  const auto* s = static_cast<const int64_t*>(b);
+  philox_normals([c](int64_t i) { return uint64_t(c[i]); }, [s](int64_t i) { return uint64_t(s[i]); },
+                 static_cast<double*>(out), n);
+}
 template <double (*Draw)(uint64_t, uint64_t)> BlockFn draw_of(DType compute) {
-  return compute == DType::i64 ? draw_block<Draw> : nullptr;
+  if (compute != DType::i64) return nullptr;
+  return Draw == philox_normal ? normal_block : draw_block<Draw>;
 }
 // out[i] = the 64 random bits of counter a[i], seed b[i], as an int64 (randint)
 void bits_block(const void* a, const void* b, void* out, int64_t n) {

@@ -12,8 +12,10 @@
 // CPU: a row per task, two-pass in the compute dtype (lane sums); grad_weight / grad_bias are column sums
 // over blocks of columns, each added row by row (the same order whatever the thread count).
 // CUDA: vm/kernels/cuda/layer_norm.hpp.
+#include <algorithm>
 #include <cmath>
 
+#include "vm/alloc.hpp"
 #include "vm/kernels/cuda/layer_norm.hpp"
 #include "vm/kernels/lanes.hpp"
 #include "vm/ops/dense.hpp"
@@ -197,6 +199,47 @@ void column_sums(const T* go, const T* x, const C* mean, const C* rstd, T* gw, T
   }
 }
 
+// gx with gw / gb in the same pass while each row is in cache, for inputs past the caches (a
+// second pass over smaller ones reads them from cache): rows in fixed blocks (by shape alone,
+// so the sums do not depend on the thread count), each block's column sums in rows' order into
+// its own partials, then the partials added in block order.
+constexpr int64_t kFusedMinRows = 256, kFusedMinBytes = int64_t(4) << 20, kMaxPartialBytes = int64_t(8) << 20;
+int64_t column_blocks(int64_t rows, int64_t n, size_t c_bytes) {
+  return std::clamp<int64_t>(rows / 64, 1, std::max<int64_t>(1, kMaxPartialBytes / (2 * n * int64_t(c_bytes))));
+}
+
+template <class T, class C>
+void fused_rows(const T* go, const T* x, const C* mean, const C* rstd, const T* w, T* gx, T* gw, T* gb, int64_t rows,
+                int64_t n) {
+  const int64_t blocks = column_blocks(rows, n, sizeof(C)), per = (rows + blocks - 1) / blocks;
+  Scratch<C> partial(size_t(2 * blocks * n));
+  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      C *aw = partial.p + 2 * b * n, *ab = aw + n;
+      std::fill(aw, aw + 2 * n, C(0));
+      const int64_t r1 = std::min(rows, (b + 1) * per);
+      for (int64_t r = b * per; r < r1; ++r) {
+        if (gx) input_rows(go, x, mean, rstd, w, gx, n, r, r + 1);
+        const T *gr = go + r * n, *xr = x + r * n;
+        const C mu = mean[r], rs = rstd[r];
+        for (int64_t j = 0; j < n; ++j) {
+          const C g = load(gr[j]);
+          aw[j] += g * (load(xr[j]) - mu) * rs;
+          ab[j] += g;
+        }
+      }
+    }
+  });
+  parallel_for(n, std::max<int64_t>(16, kParallelGrain / blocks), [&](int64_t c0, int64_t c1) {
+    for (int64_t j = c0; j < c1; ++j) {
+      C sw = 0, sb = 0;
+      for (int64_t b = 0; b < blocks; ++b) sw += partial.p[2 * b * n + j], sb += partial.p[(2 * b + 1) * n + j];
+      if (gw) store(gw[j], sw);
+      if (gb) store(gb[j], sb);
+    }
+  });
+}
+
 void run_layer_norm_backward(OpCall& c) {
   const Tensor go = dense(c.tensor(0)), x = dense(c.tensor(1)), mean = dense(c.tensor(3)), rstd = dense(c.tensor(4));
   const Tensor w = c.has(5) ? dense(c.tensor(5)) : Tensor();
@@ -210,10 +253,12 @@ void run_layer_norm_backward(OpCall& c) {
     const T *gop = go.data<T>(), *xp = x.data<T>(), *wp = w.defined() ? w.data<T>() : nullptr;
     const C *mp = mean.data<C>(), *rp = rstd.data<C>();
     const int64_t grain = std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, s.n));
+    T *gwp = gw.defined() ? gw.data<T>() : nullptr, *gbp = gb.defined() ? gb.data<T>() : nullptr;
+    if ((gwp || gbp) && s.rows >= kFusedMinRows && x.numel() * int64_t(x.itemsize()) >= kFusedMinBytes)
+      return fused_rows(gop, xp, mp, rp, wp, gx.defined() ? gx.data<T>() : nullptr, gwp, gbp, s.rows, s.n);
     if (gx.defined())
       parallel_for(s.rows, grain, [&](int64_t r0, int64_t r1) { input_rows(gop, xp, mp, rp, wp, gx.data<T>(), s.n, r0, r1); });
-    if (!gw.defined() && !gb.defined()) return;
-    T *gwp = gw.defined() ? gw.data<T>() : nullptr, *gbp = gb.defined() ? gb.data<T>() : nullptr;
+    if (!gwp && !gbp) return;
     parallel_for(s.n, std::max<int64_t>(16, kParallelGrain / std::max<int64_t>(1, s.rows)), [&](int64_t c0, int64_t c1) {
       column_sums(gop, xp, mp, rp, gwp, gbp, s.rows, s.n, c0, c1);
     });

@@ -9,8 +9,9 @@
 // are computed; one not asked for is an empty tensor of shape {0}.
 // F.layer_norm (stdlib/functional.lua) calls _layer_norm in eager mode; a captured graph keeps
 // the composition, which its code generators fuse with the neighbouring ops.
-// CPU: a row per task, two-pass in the compute dtype (lane sums); grad_weight / grad_bias are column sums
-// over blocks of columns, each added row by row (the same order whatever the thread count).
+// CPU: a row per task, two-pass in the compute dtype (lane sums); grad_weight / grad_bias are
+// column sums, over blocks of columns row by row, or for large inputs in the rows' pass by fixed
+// blocks of rows (fused_rows); either way in an order that does not depend on the thread count.
 // CUDA: vm/kernels/cuda/layer_norm.hpp.
 #include <algorithm>
 #include <cmath>

@@ -200,10 +200,9 @@ void column_sums(const T* go, const T* x, const C* mean, const C* rstd, T* gw, T
   }
 }
 
-// gx with gw / gb in the same pass while each row is in cache, for inputs past the caches (a
-// second pass over smaller ones reads them from cache): rows in fixed blocks (by shape alone,
-// so the sums do not depend on the thread count), each block's column sums in rows' order into
-// its own partials, then the partials added in block order.
+// gx, gw and gb in one pass while each row is in cache (inputs past the caches): fixed blocks of
+// rows (by shape alone: sums independent of the thread count), a block's column sums in row
+// order into its own partials, the partials added in block order.
 constexpr int64_t kFusedMinRows = 256, kFusedMinBytes = int64_t(4) << 20, kMaxPartialBytes = int64_t(8) << 20;
 int64_t column_blocks(int64_t rows, int64_t n, size_t c_bytes) {
   return std::clamp<int64_t>(rows / 64, 1, std::max<int64_t>(1, kMaxPartialBytes / (2 * n * int64_t(c_bytes))));

@@ -37,10 +37,9 @@ __device__ __forceinline__ void compact_tile(long long lo, long long hi, long lo
   }
 }
 
-// Each warp counts tiles' selected elements into offsets[tile] (tiles warp-strided, a tile whole
-// at a 16-byte aligned x read 16 bytes a load); the last block to finish (a ticket of the stream,
-// one atomic a block; that block sets it back to 0) turns the counts into inclusive sums and
-// writes the total to the host's pinned word: no scan kernel, no copy follows.
+// Each warp counts tiles' selected elements into offsets[tile] (16-byte loads where aligned); the
+// last block to finish (the stream's ticket, which it sets back to 0) turns the counts into
+// inclusive sums and writes the total to the host's pinned word: no scan kernel, no copy.
 template <class V, class Flag>
 __device__ __forceinline__ void count_tiles(const V* __restrict__ x, long long n, long long tile, long long tiles,
                                             int aligned, long long* offsets, unsigned* ticket, long long* total,

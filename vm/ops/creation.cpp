@@ -38,27 +38,9 @@ void run_zeros(OpCall& c) { fill(c.outs[0], 0); }
 void run_ones(OpCall& c) { fill(c.outs[0], 1); }
 void run_empty(OpCall&) {}
 
-// Fills out (contiguous) with gen(i) for its flat index, advancing the generator by numel.
-template <class G> void run_random(OpCall& c, G gen) {
-  const Tensor& out = c.outs[0];
-  uint64_t seed = c.ctx.gen.seed, base = c.ctx.gen.offset;
-  c.ctx.gen.offset += uint64_t(out.numel());
-  visit(out.dtype(), [&](auto t) {
-    using T = decltype(t);
-    T* p = out.data<T>();
-    parallel_for(out.numel(), 4096, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) store(p[i], gen(base + uint64_t(i), seed));
-    });
-  });
-}
-std::vector<Meta> infer_float_sized(OpCall& c) {
-  std::vector<Meta> m = infer_sized(c);
-  if (!is_floating(m[0].dtype)) fail(dtype_list_error("a floating dtype", m[0].dtype));
-  return m;
-}
-void run_rand(OpCall& c) { run_random(c, philox_uniform); }
-// (philox_normal's values, a block of draws at a time: philox_normals vectorises the transform)
-void run_randn(OpCall& c) {
+// Fills out (contiguous) with the draws of counters offset.., advancing the generator by numel:
+// fill(first counter, seed, buf, m) writes m draws, a block at a time.
+template <class Fill> void run_random_blocks(OpCall& c, Fill fill) {
   const Tensor& out = c.outs[0];
   const uint64_t seed = c.ctx.gen.seed, base = c.ctx.gen.offset;
   c.ctx.gen.offset += uint64_t(out.numel());
@@ -70,10 +52,28 @@ void run_randn(OpCall& c) {
       double buf[kBlock];
       for (int64_t k = b; k < e; k += kBlock) {
         const int64_t m = std::min(kBlock, e - k);
-        philox_normals([&](int64_t i) { return base + uint64_t(k + i); }, [&](int64_t) { return seed; }, buf, m);
+        fill(base + uint64_t(k), seed, buf, m);
         for (int64_t i = 0; i < m; ++i) store(p[k + i], buf[i]);
       }
     });
+  });
+}
+// the same with gen(counter, seed) for each draw
+template <class G> void run_random(OpCall& c, G gen) {
+  run_random_blocks(c, [gen](uint64_t first, uint64_t seed, double* o, int64_t m) {
+    for (int64_t i = 0; i < m; ++i) o[i] = gen(first + uint64_t(i), seed);
+  });
+}
+std::vector<Meta> infer_float_sized(OpCall& c) {
+  std::vector<Meta> m = infer_sized(c);
+  if (!is_floating(m[0].dtype)) fail(dtype_list_error("a floating dtype", m[0].dtype));
+  return m;
+}
+void run_rand(OpCall& c) { run_random(c, philox_uniform); }
+// (philox_normal's values: philox_normals vectorises the transform over a block)
+void run_randn(OpCall& c) {
+  run_random_blocks(c, [](uint64_t first, uint64_t seed, double* o, int64_t m) {
+    philox_normals([first](int64_t i) { return first + uint64_t(i); }, [seed](int64_t) { return seed; }, o, m);
   });
 }
 

@@ -542,9 +542,9 @@ void normal_block(const void* a, const void* b, void* out, int64_t n) {  // (phi
                  static_cast<double*>(out), n);
 }
 template <double (*Draw)(uint64_t, uint64_t)> BlockFn draw_of(DType compute) {
-  if (compute != DType::i64) return nullptr;
-  return Draw == philox_normal ? normal_block : draw_block<Draw>;
+  return compute == DType::i64 ? draw_block<Draw> : nullptr;
 }
+BlockFn normal_of(DType compute) { return compute == DType::i64 ? normal_block : nullptr; }
 // out[i] = the 64 random bits of counter a[i], seed b[i], as an int64 (randint)
 void bits_block(const void* a, const void* b, void* out, int64_t n) {
   const auto* c = static_cast<const int64_t*>(a);
@@ -559,7 +559,7 @@ const ExtraBlock* extra_block(const std::string& name) {
                                       {"softmax_exp", softmax_exp_block, "vmath::exp(a)"},
                                       {"softmax_log", softmax_log_block, "vmath::log(a)"},
                                       {"philox_uniform", draw_of<philox_uniform>, "cr::philox_uniform(a, b)"},
-                                      {"philox_normal", draw_of<philox_normal>, "cr::philox_normal(a, b)"},
+                                      {"philox_normal", normal_of, "cr::philox_normal(a, b)"},
                                       {"philox_bits", bits_of, "(int64_t)cr::philox_u64(a, b)"}};
   for (const ExtraBlock& e : kExtra)
     if (name == e.name) return &e;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "jit/cache_entry.hpp"
+#include "jit/cpu/target.hpp"
 #include "jit/cpu/wire.hpp"
 #include "jit/scratch.hpp"
 #include "vm/env.hpp"
@@ -172,11 +173,14 @@ std::vector<std::string> server_environment(const std::string& dir) {
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     const std::string v = *e;
-    if (v.rfind(cat(kServeEnv, "="), 0) != 0 && v.rfind("TMPDIR=", 0) != 0 && v.rfind("OPENBLAS_NUM_THREADS=", 0) != 0) env.push_back(v);
+    if (v.rfind(cat(kServeEnv, "="), 0) != 0 && v.rfind("TMPDIR=", 0) != 0 && v.rfind("OPENBLAS_NUM_THREADS=", 0) != 0 &&
+        v.rfind(cat(setting_name(Setting::CpuStreamBytes), "="), 0) != 0)
+      env.push_back(v);
   }
   env.push_back(cat(kServeEnv, "=", ::getpid()));
   env.push_back("TMPDIR=" + dir);
   env.push_back("OPENBLAS_NUM_THREADS=1");  // (its BLAS is never used: no thread pool)
+  env.push_back(cat(setting_name(Setting::CpuStreamBytes), "=", cpu::stream_store_bytes()));  // (the program's measurement, not its own)
   return env;
 }
 

@@ -22,7 +22,7 @@ namespace cr {
   X(DebugDir, "CRESCENT_DEBUG_DIR", "none", "per compiled graph: its loops, fusion, code and timings")               \
   X(History, "CRESCENT_HISTORY", "~/.crescent_history", "the REPL's history file; empty: none")                    \
   X(CpuMarch, "CRESCENT_CPU_MARCH", "the host's level", "-march of generated CPU code (\"native\": detect)")        \
-  X(CpuStreamBytes, "CRESCENT_CPU_STREAM_BYTES", "half the largest cache", "generated stores this large stream")   \
+  X(CpuStreamBytes, "CRESCENT_CPU_STREAM_BYTES", "measured", "generated stores this large stream (1e15: none)")   \
   X(JitFork, "CRESCENT_JIT_FORK", "1", "0: compile CPU code in process, not in compiler processes")                 \
   X(JitTimeout, "CRESCENT_JIT_TIMEOUT", "60", "seconds a CPU compile may take before it is killed")                \
   X(ProgressAfter, "CRESCENT_PROGRESS_AFTER", "1", "seconds a compile runs before its progress note (0: every compile)") \

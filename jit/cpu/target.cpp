@@ -1,5 +1,7 @@
 #include "jit/cpu/target.hpp"
 
+#include "jit/cpu/stream_probe.hpp"
+#include "jit/disk_cache.hpp"
 #include "vm/config.hpp"
 #include "vm/cpu_march.hpp"
 #include "vm/env.hpp"
@@ -126,7 +128,7 @@ std::string codegen_march() {
 int64_t stream_store_bytes() {
   static const int64_t bytes = [] {
     if (const double v = env_number(kEnvCpuStreamBytes); v > 0) return int64_t(v);
-    return cpu_large_block_bytes();
+    return measured_stream_bytes(default_cache_dir());
   }();
   return bytes;
 }

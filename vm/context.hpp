@@ -45,6 +45,9 @@ struct Context {
   size_t handles_since_gc = 0, gc_every_handles = 4096;  // tensors handed to Lua since then
   // microseconds (api_now_us): when a collection was asked for, when the last one ended, its cost
   double gc_asked_us = 0, gc_end_us = 0, gc_cost_us = 0;
+  // Whether `bytes` of host garbage ask for a full collection: past `budget`, once kGcTimeFactor
+  // times the last collection's cost has passed since it ended; past the hard bound at once.
+  bool host_garbage_due(size_t bytes, size_t budget) const;
   std::vector<std::string> loaded_names;  // names of the last safetensors load
   std::string scratch;                    // backing store of strings returned to Lua
   Logs logs;  // CRESCENT_LOGS, and T.config's changes to it

@@ -242,8 +242,9 @@ std::vector<char> native_stores(const Segment& s) {
 }  // namespace
 
 // Collect before the return when dropped Lua handles would make the run keep more than a budget.
-// With native CPU code only stored values count (fused ones hold nothing); held through the whole
-// run, not freed after their last reader, they pay for a collection from the Lua heap's size.
+// With native CPU code only stored values count (fused ones hold nothing), past the Lua heap's
+// size: a training step's at once (its peak is what limits a model); another call's as garbage
+// bytes (Context::host_garbage_due: a call that runs often spends a bounded share collecting).
 bool Recorder::collect_pays(cr_tensor* const* rets, int32_t n) const {
   if (ctx_.ffi.collect != 2 || !seg_) return ctx_.ffi.collect != 0;
   const Segment& s = *seg_;
@@ -256,7 +257,10 @@ bool Recorder::collect_pays(cr_tensor* const* rets, int32_t n) const {
           std::find(rets, rets + n, t) == rets + n)
         bytes += bytes_of(t);
     }
-    return bytes > std::max(ctx_.lua_heap_bytes, kCollectMinBytes);
+    const size_t budget = std::max(ctx_.lua_heap_bytes, kCollectMinBytes);
+    const bool due = train_ ? bytes > budget : ctx_.host_garbage_due(bytes, budget);
+    if (due) ctx_.gc_asked_us = now_us();  // (api_gc_done then measures this collection's cost)
+    return due;
   }
   size_t bytes = s.lazy_bytes;
   for (int32_t i = 0; i < n; ++i)

@@ -80,22 +80,15 @@ constexpr double kGcHeapFactor = 8;
 constexpr size_t kGcMinHandles = 4096;
 constexpr double kGcHandlesPerHeapKb = 4;
 constexpr int64_t kGcLargeBlocks = 8;
-// The host bytes' rule also waits kGcTimeFactor x the last collection's time since it ended (a
-// loop of 16 MB outputs spent a third of its time collecting a 1.2 MB heap), up to
-// kGcHardFactor x its bytes or kGcHardBytes, whichever is less (never below the rule's bytes).
+// The host bytes' rule also waits for the collector's last cost (Context::host_garbage_due).
 double api_now_us();
-constexpr double kGcTimeFactor = 8;
-constexpr size_t kGcHardFactor = 16, kGcHardBytes = size_t(512) << 20;
 void ask_gc(cr_ctx* c, uint32_t bit) {
   Context& ctx = Context::of(c);
   if (!(c->service & (CR_SERVICE_GC_FULL | CR_SERVICE_GC_STEP))) ctx.gc_asked_us = api_now_us();
   c->service |= bit;
 }
 bool host_bytes_due(const Context& ctx) {
-  const size_t bytes = bytes_allocated_total() - ctx.bytes_at_last_gc;
-  if (bytes <= ctx.gc_every_bytes) return false;
-  const size_t hard = std::max(ctx.gc_every_bytes, std::min(kGcHardFactor * ctx.gc_every_bytes, kGcHardBytes));
-  return bytes > hard || api_now_us() - ctx.gc_end_us >= kGcTimeFactor * ctx.gc_cost_us;
+  return ctx.host_garbage_due(bytes_allocated_total() - ctx.bytes_at_last_gc, ctx.gc_every_bytes);
 }
 void note_allocations(cr_ctx* c) {
   const Context& ctx = Context::of(c);

@@ -17,14 +17,15 @@ struct StreamProbe {
   double ratio = 0;                      // the median of streamed / plain over the rounds
 };
 
-// y = 2x + 1 over two float buffers of `bytes` on num_threads() threads, once with plain stores
-// and once as generated kernels stream (blocks through stream_block), in `rounds` alternating
-// pairs.
+// y = 2x + 1 over float buffers of `bytes` on num_threads() threads, once with plain stores and
+// once as generated kernels stream (blocks through stream_block), in `rounds` alternating pairs;
+// each pass writes another output than the one before, as a program's calls write fresh blocks.
 StreamProbe probe_streaming(int64_t bytes, int rounds);
 
-// stream_store_bytes' default: cpu_large_block_bytes() where the streamed pass is clearly faster
-// (a ratio under 0.9), else kNeverStream. Read from `<cache dir>/cpu-streaming` when it was measured on this
-// CPU with these threads, else measured now and written there (where the directory takes it).
+// stream_store_bytes' default: the smallest of 8 MiB, 32 MiB and half the last-level cache (at
+// most 64 MiB) from which the streamed pass is clearly faster (a ratio under 0.9) at every larger
+// one, else kNeverStream. Read from `<cache dir>/cpu-streaming` when it was measured on this CPU
+// with these threads, else measured now and written there (where the directory takes it).
 int64_t measured_stream_bytes(const std::string& cache_dir);
 
 }  // namespace cr::jit::cpu

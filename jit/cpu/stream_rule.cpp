@@ -10,8 +10,8 @@ namespace cr::jit::cpu {
 // stores: the kernel computes each block of it in a stack array and stream_block writes that, so
 // the destination lines are not read into the cache before they are overwritten (a plain store's
 // write-allocate doubles the memory traffic of the output). It streams when
-//   - it writes at least stream_store_bytes() in all (half the last-level cache): an output that
-//     stays in the cache is cheaper to write there, and its consumer finds it there;
+//   - it writes at least stream_store_bytes() in all (measured: jit/cpu/stream_probe.hpp): an
+//     output that stays in the cache is cheaper to write there, and its consumer finds it there;
 //   - along unit-stride runs of at least 1 KiB (or the threshold, when that is smaller), so that
 //     the streamed lines are whole;
 //   - no load of the kernel reads its buffer: a block's streamed stores land after all its loads;

@@ -13,6 +13,9 @@
 
 #include "jit/background.hpp"
 #include "jit/cache_entry.hpp"
+#include "jit/cpu/stream_probe.hpp"
+#include "jit/cpu/stream_rule.hpp"
+#include "jit/cpu/target.hpp"
 #include "jit/kernel_cache.hpp"
 #include "vm/fixed.hpp"
 #include "vm/log.hpp"
@@ -32,7 +35,10 @@ std::mutex stats_mutex;
 AutotuneStats totals;
 
 std::string shown(const CpuConfig& c) {
-  return cat("block ", c.block, " threads ", c.threads == 0 ? std::string("auto") : std::to_string(c.threads));
+  const std::string streams = c.stream_from == 0             ? ""
+                              : c.stream_from >= cpu::kNeverStream ? " plain stores"
+                                                                 : " streamed stores";
+  return cat("block ", c.block, " threads ", c.threads == 0 ? std::string("auto") : std::to_string(c.threads), streams);
 }
 
 // The choice's key: the kernel's text, the function table, the compiler, the threads, this build
@@ -153,14 +159,15 @@ class CpuTuning {
  public:
   CpuTuning(std::shared_ptr<cpu::Program> p, const Options& o) : p(std::move(p)), o(o) {}
   // null (logged) when they do not compile
-  const std::shared_ptr<cpu::SharedObject>& kernels(int64_t block) {
-    auto it = sos_.find(block);
+  const std::shared_ptr<cpu::SharedObject>& kernels(const CpuConfig& c) {
+    const std::pair<int64_t, int64_t> shape{c.block, c.stream_from};
+    auto it = sos_.find(shape);
     if (it != sos_.end()) return it->second;
-    std::shared_ptr<cpu::SharedObject>& so = sos_[block];
+    std::shared_ptr<cpu::SharedObject>& so = sos_[shape];
     try {
-      so = cpu_kernels(p->plan(), p->fns(), block, o);
+      so = cpu_kernels(p->plan(), p->fns(), cpu::CodeShape{c.block, c.stream_from}, o);
     } catch (const std::exception& e) {
-      log(o, cat("the kernels with block ", block, " did not compile (", e.what(), ")"));
+      log(o, cat("the kernels with ", shown(CpuConfig{c.block, 0, c.stream_from}), " did not compile (", e.what(), ")"));
     }
     return so;
   }
@@ -168,7 +175,7 @@ class CpuTuning {
   const Options o;
 
  private:
-  std::map<int64_t, std::shared_ptr<cpu::SharedObject>> sos_;  // by block
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<cpu::SharedObject>> sos_;  // by block, stream_from
 };
 
 // Kernel k of a CPU program: its block sizes x thread splits, run on copies of its buffers.
@@ -180,7 +187,7 @@ class CpuCandidates : public Candidates {
   }
   size_t size() const override { return in_range() ? configs_.size() : 0; }
   std::string shown(size_t i) const override { return ::cr::jit::shown(configs_[i]); }
-  bool ready(size_t i) override { return t_.kernels(configs_[i].block) != nullptr; }
+  bool ready(size_t i) override { return t_.kernels(configs_[i]) != nullptr; }
   KernelBytes outputs(size_t i) override {
     for (size_t b = 0; b < bytes_.size(); ++b) std::memcpy(bytes_[b].data(), pristine_[b].data(), bytes_[b].size());
     run(i);
@@ -192,7 +199,7 @@ class CpuCandidates : public Candidates {
     return autotune_now_ms() - t;
   }
   bool install(size_t i) override {
-    const std::shared_ptr<cpu::SharedObject>& so = t_.kernels(configs_[i].block);
+    const std::shared_ptr<cpu::SharedObject>& so = t_.kernels(configs_[i]);
     if (!so) return false;
     t_.p->install(k_, so, cpu::kernel_fn(*so, kern_), configs_[i].threads);
     return true;
@@ -203,7 +210,7 @@ class CpuCandidates : public Candidates {
   void run(size_t i) {
     const Plan& plan = t_.p->plan();
     const int64_t* P = plan.params.empty() ? nullptr : plan.params[k_].data();
-    const cpu::KernelFn fn = cpu::kernel_fn(*t_.kernels(configs_[i].block), kern_);
+    const cpu::KernelFn fn = cpu::kernel_fn(*t_.kernels(configs_[i]), kern_);
     cpu::run_kernel(kern_, fn, const_cast<void**>(t_.p->fns().ptrs.data()), P, ptrs_.data(), configs_[i].threads);
   }
   CpuTuning& t_;
@@ -231,6 +238,11 @@ std::vector<CpuConfig> cpu_candidates(const cpu::Program& p, size_t k, int threa
   std::vector<CpuConfig> out;
   for (int64_t b : kBlocks)
     for (int s : splits) out.push_back(CpuConfig{b, s});
+  // a kernel with stores that may stream: the other choice too (the default block's)
+  if (cpu::any_streamed(kern, 1)) {
+    const int64_t other = cpu::any_streamed(kern, cpu::stream_store_bytes()) ? cpu::kNeverStream : 1;
+    for (int s : splits) out.push_back(CpuConfig{kBlock, s, other});
+  }
   return out;
 }
 

@@ -1,7 +1,8 @@
 // mode = "max-autotune" (and T.config.autotune), on the CPU and on CUDA. A tuned graph runs its default
 // kernels at once; at its first run each kernel's buffers are copied as it is launched, and a
 // job of the background compile queue then, per kernel: compiles the plan with other block sizes
-// (the kernel cache keeps them), runs every candidate - CPU: block size x thread split; CUDA:
+// (the kernel cache keeps them), runs every candidate - CPU: block size x thread split, and the
+// other streaming choice for stores that may stream (cpu::CodeShape); CUDA:
 // jit::cuda::candidates, on a side stream, timed by events - on the copies (outputs land in the
 // copies), checks that its outputs are the default's (bit for bit
 // without reductions, within float rounding with them; another is rejected and logged), times
@@ -12,17 +13,22 @@
 #pragma once
 #include <memory>
 
+#include "jit/cpu/emit.hpp"
 #include "jit/cpu/program.hpp"
 #include "jit/jit.hpp"
 
 namespace cr::jit {
 
-// One kernel's configuration: the block of its inner loops (cpu::compile_plan) and its thread
-// split (cpu::run_kernel: 0 the heuristic, 1 serial, more: the pool).
+// One kernel's configuration: the shape of its code (cpu::compile_plan: the block of its inner
+// loops, whether its large stores stream) and its thread split (cpu::run_kernel: 0 the heuristic,
+// 1 serial, more: the pool).
 struct CpuConfig {
   int64_t block = kBlock;
   int threads = 0;
-  bool operator==(const CpuConfig& o) const { return block == o.block && threads == o.threads; }
+  int64_t stream_from = 0;  // cpu::CodeShape's: 0 the default
+  bool operator==(const CpuConfig& o) const {
+    return block == o.block && threads == o.threads && stream_from == o.stream_from;
+  }
 };
 
 // The configurations tried for kernel k of p with `threads` workers, the default first.
@@ -77,8 +83,8 @@ void autotune_cuda(const std::shared_ptr<graph::Graph>& g, const std::shared_ptr
 // autotune_cpu or autotune_cuda.
 void autotune_program(const std::shared_ptr<graph::Graph>& g, const std::shared_ptr<const graph::Executable>& exe, const Options& o);
 
-// jit/cpu/backend.cpp: the plan's kernels compiled with `block`, through the kernel cache
-// (memory, then disk).
-std::shared_ptr<cpu::SharedObject> cpu_kernels(const Plan& plan, const cpu::FnTable& fns, int64_t block, const Options& o);
+// jit/cpu/backend.cpp: the plan's kernels compiled in `shape`, through the kernel cache (memory,
+// then disk).
+std::shared_ptr<cpu::SharedObject> cpu_kernels(const Plan& plan, const cpu::FnTable& fns, cpu::CodeShape shape, const Options& o);
 
 }  // namespace cr::jit

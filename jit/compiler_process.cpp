@@ -38,7 +38,7 @@ namespace {
 
 constexpr const char* kServeEnv = "CRESCENT_JIT_SERVE";  // set in a compiler process: its program's pid
 constexpr int kSocketFd = 3;                              // a compiler process's requests and replies
-constexpr const char* kMagic = "crescent compile request 2";
+constexpr const char* kMagic = "crescent compile request 3";
 constexpr int kCompilesPerProcess = 256;
 std::atomic<int64_t> started{0};
 
@@ -98,7 +98,7 @@ std::string joined(const std::vector<std::string>& names) {
 
 void serve_one(const std::string& request) {
   const std::vector<std::string> f = unpack(request);
-  if (f.size() != 9 || f[0] != kMagic) throw Error("the compiler process got a malformed request");
+  if (f.size() != 10 || f[0] != kMagic) throw Error("the compiler process got a malformed request");
   if (f[1] != cpu::compiler_id())
     throw Error(cat("the compiler process generates code for ", cpu::compiler_id(), ", the program for ", f[1]));
   Plan plan;
@@ -110,7 +110,7 @@ void serve_one(const std::string& request) {
   if (f[4] == "crash") ::abort();
   while (f[4] == "hang") ::pause();
   if (const char* tmp = std::getenv("TMPDIR")) ::mkdir(tmp, 0700);  // (a sweep may have taken it)
-  cpu::compile_plan(plan, fns, f[2], f[3], std::stoll(f[8]));
+  cpu::compile_plan(plan, fns, f[2], f[3], cpu::CodeShape{std::stoll(f[8]), std::stoll(f[9])});
   if (joined(fns.names) != f[6]) throw Error("internal: code generation added to the function table");
 }
 
@@ -389,10 +389,11 @@ int compile_timeout_ms() {
 int64_t compiler_processes_started() { return started.load(); }
 
 void compile_in_compiler_process(const Plan& plan, const cpu::FnTable& fns, const std::string& so_path,
-                                 const std::string& c_dump, Injected injected, int64_t block) {
+                                 const std::string& c_dump, Injected injected, cpu::CodeShape shape) {
   const char* inject = injected == Injected::Crash ? "crash" : injected == Injected::Hang ? "hang" : "";
   const std::string request = pack({kMagic, cpu::compiler_id(), so_path, c_dump, inject, sha256_hex(cpu::kernels_text(plan)),
-                                    joined(fns.names), cpu::encode_kernels(plan), std::to_string(block)});
+                                    joined(fns.names), cpu::encode_kernels(plan), std::to_string(shape.block),
+                                    std::to_string(shape.stream_from)});
   Pool& pool = Pool::get();
   Server s = pool.take();
   std::string reply, errors;

@@ -20,11 +20,11 @@
 namespace cr::jit {
 
 // Compiles the plan's kernels into the shared object `so_path` (and libgccjit's dump into
-// `c_dump`, when given) in a compiler process, with `block` (cpu::compile_plan); throws Error with
+// `c_dump`, when given) in a compiler process, shaped as `shape` (cpu::compile_plan); throws Error with
 // the reason when it fails. `injected`: what the process does instead of compiling
 // (jit/backend.hpp injected_failure).
 void compile_in_compiler_process(const Plan& plan, const cpu::FnTable& fns, const std::string& so_path,
-                                 const std::string& c_dump, Injected injected = Injected::None, int64_t block = kBlock);
+                                 const std::string& c_dump, Injected injected = Injected::None, cpu::CodeShape shape = {});
 
 // CRESCENT_JIT_TIMEOUT in milliseconds (default 60 s).
 int compile_timeout_ms();

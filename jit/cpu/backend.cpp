@@ -20,7 +20,7 @@ namespace {
 struct CpuUnit : Unit {
   const Plan* plan = nullptr;  // (the driver's, alive until the program takes it)
   FnTable fns;
-  int64_t block = kBlock;      // the kernels' inner block (max-autotune tries others)
+  CodeShape shape;             // the default's, or a max-autotune candidate's
 };
 
 bool available(std::string* why) { return gccjit(why) != nullptr; }
@@ -28,27 +28,28 @@ bool available(std::string* why) { return gccjit(why) != nullptr; }
 ScheduleTarget target(const Options& o) { return schedule_target(o.threads); }
 
 // The key: the kernels' full rendering (every expression, address, dtype and constant), the
-// function table, the block, the compiler and its flags (compiler_id) and this build of crescent.
-std::unique_ptr<CpuUnit> unit_of(const Plan& plan, const std::string& name, int64_t block) {
+// function table, the shape, the compiler and its flags (compiler_id) and this build of crescent.
+std::unique_ptr<CpuUnit> unit_of(const Plan& plan, const std::string& name, CodeShape shape) {
   auto u = std::make_unique<CpuUnit>();
   u->plan = &plan;
   u->name = name;
-  u->block = block;
+  u->shape = shape;
   collect_fns(plan, u->fns);
   std::set<std::string> distinct;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     u->text += plan.code(i).str(kBlock);
-    distinct.insert(anonymous_code(plan.code(i), block));
+    distinct.insert(anonymous_code(plan.code(i), shape.block));
   }
   u->functions = distinct.size();
   std::string key_text = cat(u->text, "\nfns:");
   for (const std::string& n : u->fns.names) key_text += cat(n, ",");
-  u->key = sha256_hex(cat(key_text, "\n", compiler_id(), " block ", block, " build ", build_id()));
+  const std::string streams = shape.stream_from > 0 ? cat(" streams from ", shape.stream_from) : "";
+  u->key = sha256_hex(cat(key_text, "\n", compiler_id(), " block ", shape.block, streams, " build ", build_id()));
   u->dumps = {{".kernels.c", u->text}};
   return u;
 }
 
-std::unique_ptr<Unit> emit(const Plan& plan, const std::string& name, const Options&) { return unit_of(plan, name, kBlock); }
+std::unique_ptr<Unit> emit(const Plan& plan, const std::string& name, const Options&) { return unit_of(plan, name, {}); }
 
 // In a compiler process unless CRESCENT_JIT_FORK=0 (then no crash or leak isolation, and one
 // compile at a time).
@@ -57,8 +58,8 @@ void build(const Unit& unit, const std::string& out) {
   const std::string dump = u.dump_base.empty() ? "" : u.dump_base + ".gccjit.c";
   const bool isolated = env_number(kEnvJitFork) != 0;
   const Injected injected = injected_failure(isolated);
-  if (isolated) compile_in_compiler_process(*u.plan, u.fns, out, dump, injected, u.block);
-  else compile_plan(*u.plan, u.fns, out, dump, u.block);
+  if (isolated) compile_in_compiler_process(*u.plan, u.fns, out, dump, injected, u.shape);
+  else compile_plan(*u.plan, u.fns, out, dump, u.shape);
 }
 
 // (the loader ignores the seal after the object's last section)
@@ -83,9 +84,9 @@ const Backend kBackend = {"cpu", ".so", false, nullptr, available, target, emit,
 
 namespace cr::jit {
 
-std::shared_ptr<cpu::SharedObject> cpu_kernels(const Plan& plan, const cpu::FnTable&, int64_t block, const Options& o) {
+std::shared_ptr<cpu::SharedObject> cpu_kernels(const Plan& plan, const cpu::FnTable&, cpu::CodeShape shape, const Options& o) {
   Source from;
-  const std::unique_ptr<cpu::CpuUnit> u = cpu::unit_of(plan, "autotune", block);
+  const std::unique_ptr<cpu::CpuUnit> u = cpu::unit_of(plan, "autotune", shape);
   return std::static_pointer_cast<cpu::SharedObject>(cached_artifact(cpu::kBackend, *u, o.cache_dir, &from));
 }
 

@@ -34,6 +34,8 @@ namespace cr::jit::cpu {
 
 ScheduleTarget schedule_target(int threads) { return {threads, kBlock}; }
 
+int64_t CodeShape::streams_from() const { return stream_from > 0 ? stream_from : stream_store_bytes(); }
+
 std::string compiler_id() {
   return cat("libgccjit-12 -O3 -ffp-contract=off -march=", codegen_march(), " stream-from=", stream_store_bytes());
 }
@@ -52,8 +54,8 @@ namespace {
 
 class KernelEmitter : FunctionBuilder {
  public:
-  KernelEmitter(const GccJit& J, gcc_jit_context* c, const Types& t, const Kernel& k, const FnTable& fns, int64_t block)
-      : FunctionBuilder(J, c, t), k_(k), fns_(fns), block_(block) {}
+  KernelEmitter(const GccJit& J, gcc_jit_context* c, const Types& t, const Kernel& k, const FnTable& fns, CodeShape shape)
+      : FunctionBuilder(J, c, t), k_(k), fns_(fns), block_(shape.block), stream_from_(shape.streams_from()) {}
 
   gcc_jit_function* emit() {
     gcc_jit_param* ps[5];
@@ -71,7 +73,7 @@ class KernelEmitter : FunctionBuilder {
     plan_row_cache();
     for (int d = 0; d <= k_.max_depth; ++d) stage(d);
     close_loop();
-    if (any_streamed(k_)) {
+    if (any_streamed(k_, stream_from_)) {
       gcc_jit_rvalue* f = fn_ptr(kFenceName, t_.fence_fn);
       J.block_add_eval(cur_, nullptr, J.context_new_call_through_ptr(c_, nullptr, f, 0, nullptr));
     }
@@ -642,7 +644,7 @@ class KernelEmitter : FunctionBuilder {
     // call no block function, see streamed())
     std::map<const Store*, Slot> streams;
     for (const Store* s : stores)
-      if (streamed(k_, *s)) streams.emplace(s, array(ex[size_t(s->expr)].dtype));
+      if (streamed(k_, *s, stream_from_)) streams.emplace(s, array(ex[size_t(s->expr)].dtype));
     gcc_jit_lvalue* j = local(t_.i64, "j");
     gcc_jit_rvalue* jr = J.lvalue_as_rvalue(j);
     auto at = [&](const Slot& s) {
@@ -722,6 +724,7 @@ class KernelEmitter : FunctionBuilder {
   const Kernel& k_;
   const FnTable& fns_;
   const int64_t block_;  // elements per block of the innermost loop (kBlock unless tuned)
+  const int64_t stream_from_;  // stores of at least these bytes stream (see streamed())
   gcc_jit_rvalue *bufs_ = nullptr, *fnsp_ = nullptr, *lo_ = nullptr, *hi_ = nullptr;
   std::vector<gcc_jit_rvalue*> ptrs_, vars_;
   std::map<int32_t, gcc_jit_rvalue*> outer_;
@@ -737,7 +740,7 @@ class KernelEmitter : FunctionBuilder {
 
 }  // namespace
 
-void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_path, const std::string& c_dump_path, int64_t block) {
+void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_path, const std::string& c_dump_path, CodeShape shape) {
   std::string why;
   const GccJit* J = gccjit(&why);
   if (!J) throw Error(cat("libgccjit is not available: ", why));
@@ -762,8 +765,8 @@ void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_pa
   std::map<std::string, gcc_jit_function*> made;
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
     const Kernel& k = plan.code(i);
-    auto [at, fresh] = made.emplace(anonymous_code(k, block), nullptr);
-    if (fresh) at->second = KernelEmitter(*J, c, t, k, fns, block).emit();
+    auto [at, fresh] = made.emplace(anonymous_code(k, shape.block), nullptr);
+    if (fresh) at->second = KernelEmitter(*J, c, t, k, fns, shape).emit();
     else emit_call_of(*J, c, t, k.name, at->second);
   }
   if (!c_dump_path.empty()) J->context_dump_to_file(c, c_dump_path.c_str(), 0);
@@ -773,7 +776,7 @@ void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_pa
 
 #else
 
-void compile_plan(const Plan&, const FnTable&, const std::string&, const std::string&, int64_t) {
+void compile_plan(const Plan&, const FnTable&, const std::string&, const std::string&, CodeShape) {
   throw Error("this build has no libgccjit headers: CPU code generation is not available");
 }
 

@@ -23,9 +23,15 @@ using KernelFn = void (*)(void** bufs, void** fns, const int64_t* P, int64_t w0,
 
 // Emits the plan's kernels and compiles them into the shared object `so_path`. Throws Error with
 // libgccjit's message when it fails. `c_dump` (optional): libgccjit's C-like dump of the code.
-// `block`: elements per block of the inner loops (kBlock; autotuning tries others, jit/autotune.hpp).
+// How compile_plan shapes the code: elements per block of the inner loops (kBlock) and the bytes
+// from which stores stream (0: stream_store_bytes()); autotuning tries others (jit/autotune.hpp).
+struct CodeShape {
+  int64_t block = kBlock;
+  int64_t stream_from = 0;
+  int64_t streams_from() const;  // stream_from, or stream_store_bytes()
+};
 void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_path, const std::string& c_dump_path,
-                  int64_t block = kBlock);
+                  CodeShape shape = {});
 
 // Kernel k's code but its name and its buffers' numbers: kernels with equal ones (a model's
 // repeated layers) compile to one function (compile_plan).

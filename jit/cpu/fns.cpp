@@ -37,7 +37,7 @@ void collect_fns(const Plan& plan, FnTable& fns, bool resolve) {
     }
     for (const Accumulate& a : k.accs)
       add_fn(fns, reduce_fn_name(a), resolve ? reinterpret_cast<void*>(reduce_fn(a.kind, a.in)) : nullptr, resolve);
-    if (any_streamed(k)) {
+    if (any_streamed(k, 1)) {  // (whatever the threshold: a tuning candidate may stream)
       add_fn(fns, kStreamName, reinterpret_cast<void*>(&stream_block), resolve);
       add_fn(fns, kFenceName, reinterpret_cast<void*>(&stream_fence), resolve);
     }

@@ -10,7 +10,7 @@ namespace cr::jit::cpu {
 // stores: the kernel computes each block of it in a stack array and stream_block writes that, so
 // the destination lines are not read into the cache before they are overwritten (a plain store's
 // write-allocate doubles the memory traffic of the output). It streams when
-//   - it writes at least stream_store_bytes() in all (measured: jit/cpu/stream_probe.hpp): an
+//   - it writes at least the threshold in all (stream_store_bytes(), measured: stream_probe.hpp): an
 //     output that stays in the cache is cheaper to write there, and its consumer finds it there;
 //   - along unit-stride runs of at least 1 KiB (or the threshold, when that is smaller), so that
 //     the streamed lines are whole;
@@ -19,7 +19,7 @@ namespace cr::jit::cpu {
 //   - the kernel calls no block function in its inner loops (sin, exp, erf...): those kernels
 //     are bound by the arithmetic, and the copy through the stack cost more than the saved
 //     reads (15 % slower streamed: bench/RESULTS.md H35).
-bool streamed(const Kernel& k, const Store& s) {
+bool streamed(const Kernel& k, const Store& s, int64_t threshold) {
   if (std::any_of(k.sizes.begin(), k.sizes.end(), [](int64_t x) { return is_param(x); })) return false;
   for (size_t i = 0; i < k.body.exprs.size(); ++i)
     if (k.body.exprs[i].op == EOp::Call && (i >= k.inner.size() || k.inner[i])) return false;
@@ -31,11 +31,10 @@ bool streamed(const Kernel& k, const Store& s) {
   int64_t bytes = elem;
   for (size_t v = 0; v < k.sizes.size(); ++v)
     if (s.addr.coef(v) != 0) bytes *= k.sizes[v];
-  const int64_t threshold = stream_store_bytes();
   return bytes >= threshold && k.sizes[last] * elem >= std::min<int64_t>(threshold, 1024);
 }
-bool any_streamed(const Kernel& k) {
-  return std::any_of(k.stores.begin(), k.stores.end(), [&](const Store& s) { return streamed(k, s); });
+bool any_streamed(const Kernel& k, int64_t from) {
+  return std::any_of(k.stores.begin(), k.stores.end(), [&](const Store& s) { return streamed(k, s, from); });
 }
 
 }  // namespace cr::jit::cpu

@@ -7,7 +7,9 @@
 
 namespace cr::jit::cpu {
 
-bool streamed(const Kernel& k, const Store& s);
-bool any_streamed(const Kernel& k);  // some store of k streams
+// `from`: the bytes from which a store streams (stream_store_bytes(), or a tuning candidate's;
+// 1: every store that may stream does)
+bool streamed(const Kernel& k, const Store& s, int64_t from);
+bool any_streamed(const Kernel& k, int64_t from);  // some store of k streams
 
 }  // namespace cr::jit::cpu

@@ -27,8 +27,12 @@ local function delta(before, after)
   return d
 end
 
--- candidates per kernel: 4 block sizes, times the other thread split when there are threads
-local function per_kernel() return T.get_num_threads() > 1 and 8 or 4 end
+-- candidates per kernel: 4 block sizes, times the other thread split when there are threads;
+-- a kernel whose stores may stream also tries the other streaming choice with each split
+local function per_kernel(streams)
+  local splits = T.get_num_threads() > 1 and 2 or 1
+  return 4 * splits + (streams and splits or 0)
+end
 
 describe("mode = \"max-autotune\": options", function()
   it("is a mode of T.compile; others are refused naming the three", function()
@@ -47,7 +51,7 @@ describe("mode = \"max-autotune\": options", function()
 end)
 
 -- each fn with its inputs (T.randn, or case[5]); `reduced`: its kernels reduce (candidates
--- within float rounding). Sums of a graph input with few results are split in two kernels by the
+-- within float rounding); `streams` (case[6]): its kernel's stores may stream. Sums of a graph input with few results are split in two kernels by the
 -- lowering; on CUDA their partials also try rows split across blocks (positive inputs: no
 -- cancellation).
 local KERNELS = {
@@ -60,11 +64,13 @@ local KERNELS = {
   -- one result with a prologue: split, the partials' kernel computes it
   { "one long row with a prologue", function(x) return (x * 0.5 + 0.25):sum(2) end, { 1, 2 ^ 19 }, true, T.rand },
   { "1-d sum with a prologue", function(x) return (x * x):sum() end, { 2 ^ 20 }, true, T.rand },
+  -- no block call: its stores stream, or not, as chosen
+  { "pointwise without calls", function(x) return (x * 2 + 1):relu() - x end, { 64, 4096 }, false, nil, true },
 }
 
 describe("max-autotune on the CPU: the candidates", function()
   for _, case in ipairs(KERNELS) do
-    local name, fn, shape, reduced, gen = case[1], case[2], case[3], case[4], case[5] or T.randn
+    local name, fn, shape, reduced, gen, streams = case[1], case[2], case[3], case[4], case[5] or T.randn, case[6]
     S.native_it(name .. ": every candidate gives the default's results, the winner too", function()
       with_tuning(function()
         local x = gen(unpack(shape))
@@ -80,7 +86,7 @@ describe("max-autotune on the CPU: the candidates", function()
         S.eq(d.autotune_graphs, 1, "one tuning job")
         S.truthy(d.autotune_kernels >= 1, "kernels tuned")
         -- the whole candidate space was run and checked against the default's outputs
-        S.eq(d.autotune_candidates, d.autotune_kernels * per_kernel(), "candidates timed")
+        S.eq(d.autotune_candidates, d.autotune_kernels * per_kernel(streams), "candidates timed")
         S.eq(d.autotune_rejected, 0, "candidates whose outputs were not the default's")
         local tuned = f(x)
         for _, got in ipairs({ first, tuned }) do

@@ -167,7 +167,8 @@ class CpuTuning {
     try {
       so = cpu_kernels(p->plan(), p->fns(), cpu::CodeShape{c.block, c.stream_from}, o);
     } catch (const std::exception& e) {
-      log(o, cat("the kernels with ", shown(CpuConfig{c.block, 0, c.stream_from}), " did not compile (", e.what(), ")"));
+      const std::string config = shown(CpuConfig{c.block, 0, c.stream_from});
+      log(o, cat("the kernels with ", config, " did not compile (", e.what(), ")"));
     }
     return so;
   }

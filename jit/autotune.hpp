@@ -85,6 +85,7 @@ void autotune_program(const std::shared_ptr<graph::Graph>& g, const std::shared_
 
 // jit/cpu/backend.cpp: the plan's kernels compiled in `shape`, through the kernel cache (memory,
 // then disk).
-std::shared_ptr<cpu::SharedObject> cpu_kernels(const Plan& plan, const cpu::FnTable& fns, cpu::CodeShape shape, const Options& o);
+std::shared_ptr<cpu::SharedObject> cpu_kernels(const Plan& plan, const cpu::FnTable& fns, cpu::CodeShape shape,
+                                               const Options& o);
 
 }  // namespace cr::jit

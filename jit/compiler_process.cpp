@@ -173,14 +173,16 @@ std::vector<std::string> server_environment(const std::string& dir) {
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     const std::string v = *e;
-    if (v.rfind(cat(kServeEnv, "="), 0) != 0 && v.rfind("TMPDIR=", 0) != 0 && v.rfind("OPENBLAS_NUM_THREADS=", 0) != 0 &&
-        v.rfind(cat(setting_name(Setting::CpuStreamBytes), "="), 0) != 0)
-      env.push_back(v);
+    const bool ours = v.rfind(cat(kServeEnv, "="), 0) == 0 || v.rfind("TMPDIR=", 0) == 0 ||
+                      v.rfind("OPENBLAS_NUM_THREADS=", 0) == 0 ||
+                      v.rfind(cat(setting_name(Setting::CpuStreamBytes), "="), 0) == 0;
+    if (!ours) env.push_back(v);
   }
   env.push_back(cat(kServeEnv, "=", ::getpid()));
   env.push_back("TMPDIR=" + dir);
   env.push_back("OPENBLAS_NUM_THREADS=1");  // (its BLAS is never used: no thread pool)
-  env.push_back(cat(setting_name(Setting::CpuStreamBytes), "=", cpu::stream_store_bytes()));  // (the program's measurement, not its own)
+  // the program's streaming choice, not a measurement of its own
+  env.push_back(cat(setting_name(Setting::CpuStreamBytes), "=", cpu::stream_store_bytes()));
   return env;
 }
 

@@ -24,7 +24,8 @@ namespace cr::jit {
 // the reason when it fails. `injected`: what the process does instead of compiling
 // (jit/backend.hpp injected_failure).
 void compile_in_compiler_process(const Plan& plan, const cpu::FnTable& fns, const std::string& so_path,
-                                 const std::string& c_dump, Injected injected = Injected::None, cpu::CodeShape shape = {});
+                                 const std::string& c_dump, Injected injected = Injected::None,
+                                 cpu::CodeShape shape = {});
 
 // CRESCENT_JIT_TIMEOUT in milliseconds (default 60 s).
 int compile_timeout_ms();

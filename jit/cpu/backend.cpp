@@ -49,7 +49,9 @@ std::unique_ptr<CpuUnit> unit_of(const Plan& plan, const std::string& name, Code
   return u;
 }
 
-std::unique_ptr<Unit> emit(const Plan& plan, const std::string& name, const Options&) { return unit_of(plan, name, {}); }
+std::unique_ptr<Unit> emit(const Plan& plan, const std::string& name, const Options&) {
+  return unit_of(plan, name, {});
+}
 
 // In a compiler process unless CRESCENT_JIT_FORK=0 (then no crash or leak isolation, and one
 // compile at a time).
@@ -84,7 +86,8 @@ const Backend kBackend = {"cpu", ".so", false, nullptr, available, target, emit,
 
 namespace cr::jit {
 
-std::shared_ptr<cpu::SharedObject> cpu_kernels(const Plan& plan, const cpu::FnTable&, cpu::CodeShape shape, const Options& o) {
+std::shared_ptr<cpu::SharedObject> cpu_kernels(const Plan& plan, const cpu::FnTable&, cpu::CodeShape shape,
+                                               const Options& o) {
   Source from;
   const std::unique_ptr<cpu::CpuUnit> u = cpu::unit_of(plan, "autotune", shape);
   return std::static_pointer_cast<cpu::SharedObject>(cached_artifact(cpu::kBackend, *u, o.cache_dir, &from));

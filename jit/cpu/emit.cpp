@@ -54,7 +54,8 @@ namespace {
 
 class KernelEmitter : FunctionBuilder {
  public:
-  KernelEmitter(const GccJit& J, gcc_jit_context* c, const Types& t, const Kernel& k, const FnTable& fns, CodeShape shape)
+  KernelEmitter(const GccJit& J, gcc_jit_context* c, const Types& t, const Kernel& k, const FnTable& fns,
+                CodeShape shape)
       : FunctionBuilder(J, c, t), k_(k), fns_(fns), block_(shape.block), stream_from_(shape.streams_from()) {}
 
   gcc_jit_function* emit() {
@@ -740,7 +741,8 @@ class KernelEmitter : FunctionBuilder {
 
 }  // namespace
 
-void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_path, const std::string& c_dump_path, CodeShape shape) {
+void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_path, const std::string& c_dump_path,
+                  CodeShape shape) {
   std::string why;
   const GccJit* J = gccjit(&why);
   if (!J) throw Error(cat("libgccjit is not available: ", why));

@@ -80,7 +80,8 @@ std::string machine_key() {
       model = line.substr(std::min(line.size(), line.find(':') + 2));
       break;
     }
-  return cat("crescent streaming-store probe 2; cpu ", model, "; cache ", cpu_cache_bytes(), "; threads ", num_threads());
+  return cat("crescent streaming-store probe 2; cpu ", model, "; cache ", cpu_cache_bytes(), "; threads ",
+             num_threads());
 }
 
 // Bytes from mmap, in huge pages where the system gives them (fewer faults), unmapped after:

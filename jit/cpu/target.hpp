@@ -44,11 +44,9 @@ const Target& host_target();
 std::string codegen_march();
 
 // Generated kernels write a store of at least this many bytes with non-temporal (streaming)
-// stores (jit/cpu/emit.cpp). A plain store of an output that does not fit in the cache first reads
-// every line it writes (the cache's write-allocate); whether skipping that read pays depends on the
-// machine, so by default a probe decides (measured_stream_bytes, jit/cpu/stream_probe.hpp) from
-// which of a few sizes streaming pays, or that it never does. CRESCENT_CPU_STREAM_BYTES sets it for the code generator (tests
-// set 1: every eligible store streams; 1e15: none does). The compiler processes get the program's.
+// stores (jit/cpu/emit.cpp): measured_stream_bytes (jit/cpu/stream_probe.hpp), or
+// CRESCENT_CPU_STREAM_BYTES (tests set 1: every eligible store streams; 1e15: none does). The
+// compiler processes get the program's.
 int64_t stream_store_bytes();
 
 }  // namespace cr::jit::cpu

@@ -51,9 +51,9 @@ describe("mode = \"max-autotune\": options", function()
 end)
 
 -- each fn with its inputs (T.randn, or case[5]); `reduced`: its kernels reduce (candidates
--- within float rounding); `streams` (case[6]): its kernel's stores may stream. Sums of a graph input with few results are split in two kernels by the
--- lowering; on CUDA their partials also try rows split across blocks (positive inputs: no
--- cancellation).
+-- within float rounding); `streams` (case[6]): its kernel's stores may stream. Sums of a graph
+-- input with few results are split in two kernels by the lowering; on CUDA their partials also
+-- try rows split across blocks (positive inputs: no cancellation).
 local KERNELS = {
   { "pointwise chain", function(x) return ((x * 1.5 + 0.25):tanh() * x):sigmoid() - x / 3 end, { 48, 3000 } },
   { "row reduction", function(x) return (x * 0.5 + 1):sum(2) end, { 48, 5000 }, true },

@@ -166,19 +166,24 @@ describe("the collector", function()
     end)
     S.eq(collecting_calls(f, x, y), 10, "calls that collected")
   end)
-  -- stdlib/core.lua collect: that collection resets the collector's budgets (api_gc_done). Here
-  -- each call stores 20 x the Lua heap (past the garbage rule's hard bound, 16 x the heap: it
-  -- collects before its return whatever the time) in one block too large for the cache, which
-  -- counts apart (8 of them ask for a collection): no other collection.
+  -- stdlib/core.lua collect: that collection resets the collector's budgets (api_gc_done), and
+  -- the run after it counts nothing against them (what it allocates is its own stores). Here each
+  -- call stores 30 x the Lua heap (past the garbage rule's hard bound, 16 x the heap: it collects
+  -- before its return whatever the time) in blocks of 4 x the heap (host bytes, not blocks too
+  -- large for the cache, which count apart), past the byte budget: no other collection.
   S.native_it("counts a collection before a return as the budget's own", function()
     collectgarbage()
-    local cols = math.ceil(math.max(20 * collectgarbage("count") * 1024, 17 * 2 ^ 20) / 4 / 512)
+    local cols = math.ceil(2 * collectgarbage("count") * 1024 / 4 / 256)
     local x, y = T.randn(256, cols), T.randn(256, cols)
     local f = T.compile(function(a, b)
-      local h = T.cat({ a, b })  -- (stored: an extern's result)
-      local d = h * 2
-      for _ = 1, 8 do d = d + 1 end  -- (fused: lazy, never stored)
-      return d:sum()
+      local s
+      for k = 1, 5 do
+        local h = T.cat({ a, b + k })  -- (stored: an extern's result, and its input b + k)
+        local d = h * 2
+        for _ = 1, 4 do d = d + 1 end  -- (fused: lazy, never stored)
+        s = s and s + d:sum() or d:sum()
+      end
+      return s
     end)
     for _ = 1, 3 do f(x, y) end
     T.compiler.wait(f)

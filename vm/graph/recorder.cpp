@@ -3,6 +3,7 @@
 // their segment in lazy.cpp, reduce-overhead in replay.cpp.
 #include <atomic>
 #include <chrono>
+#include <utility>
 
 #include "vm/graph/joint.hpp"
 #include "vm/graph/segment.hpp"
@@ -260,6 +261,7 @@ bool Recorder::collect_pays(cr_tensor* const* rets, int32_t n) const {
     const size_t budget = std::max(ctx_.lua_heap_bytes, kCollectMinBytes);
     const bool due = train_ ? bytes > budget : ctx_.host_garbage_due(bytes, budget);
     if (due) ctx_.gc_asked_us = now_us();  // (api_gc_done then measures this collection's cost)
+    collected_for_stores_ = due;
     return due;
   }
   size_t bytes = s.lazy_bytes;
@@ -587,6 +589,10 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
       double t0 = now_us();
       s.rng = ctx_.gen;
       execute(*g, vals, s.numbers_or_null(), &unheld);
+      // The collection before this return found what the dropped handles held: the run's own
+      // stores (freed after their last reader) are not garbage for the byte budget to count.
+      if (std::exchange(collected_for_stores_, false))
+        ctx_.bytes_at_last_gc = bytes_allocated_total(), ctx_.large_bytes_at_last_gc = large_bytes_allocated_total();
       double t1 = now_us();
       settle(&leaf, vals, cold, g.get());
       // A whole training step whose recording learned what Lua keeps starts compiling after its
@@ -628,6 +634,7 @@ void Recorder::stop() {
   train_ = ctx_.capture_training = ctx_.capture_lazy = false;
   if (seg_) seg_->reset();
   ctx_.ffi.capturing = ctx_.ffi.collect = 0;
+  collected_for_stores_ = false;
 }
 
 void Recorder::abort() {

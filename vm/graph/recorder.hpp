@@ -180,6 +180,8 @@ class Recorder {
   int cache_size_limit_ = 8;
   bool train_ = false;
   bool paused_ = false;
+  // collect_pays said yes for stored values: the run that follows is that collection's (finish)
+  mutable bool collected_for_stores_ = false;
   std::unique_ptr<Segment> seg_;
   std::string pending_reason_;  // the guard failure that started the current recording
   void ask_name(cr_tensor* t);

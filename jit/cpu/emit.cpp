@@ -335,15 +335,37 @@ class KernelEmitter : FunctionBuilder {
       prefetch_lines(first, n, e.dtype);
     }
   }
-  // __builtin_prefetch of the n elements of dtype d from `first` on, one per cache line
-  void prefetch_lines(gcc_jit_lvalue* first, gcc_jit_rvalue* n, DType d) {
+  // The last stage's plain stores write lines the cache must first read (write-allocate): the
+  // stage before asks for the current row's lines for writing, so that those reads overlap its
+  // work instead of stalling the stores (unless an earlier stage keeps its values in that row).
+  void prefetch_row_stores(gcc_jit_rvalue* jb, gcc_jit_rvalue* n) {
+    const size_t last = k_.sizes.size() - 1;
+    auto cached = [&](const Store& s) {
+      return std::any_of(row_cache_.begin(), row_cache_.end(), [&](const auto& rc) { return rc.second.output == &s; });
+    };
+    for (const Store& s : k_.stores) {
+      if (k_.depth[size_t(s.expr)] != k_.max_depth || s.addr.coef(last) != 1 || streamed(k_, s, stream_from_) ||
+          cached(s))
+        continue;
+      gcc_jit_rvalue* saved = vars_[last];
+      vars_[last] = jb;
+      gcc_jit_lvalue* first = element(s.buffer, s.addr);
+      vars_[last] = saved;
+      prefetch_lines(first, n, k_.body.exprs[size_t(s.expr)].dtype, true);
+    }
+  }
+  // __builtin_prefetch of the n elements of dtype d from `first` on, one per cache line (for
+  // writing: prefetchw)
+  void prefetch_lines(gcc_jit_lvalue* first, gcc_jit_rvalue* n, DType d, bool write = false) {
     if (!prefetch_) prefetch_ = J.context_get_builtin_function(c_, "__builtin_prefetch");
     gcc_jit_rvalue* p = assign(J.lvalue_get_address(first, nullptr), J.type_get_pointer(type(d)), "pf");
     gcc_jit_lvalue* q = local(t_.i64, "q");
     open_loop(q, i64(0), n, 64 / int64_t(dtype_size(d)));
     gcc_jit_rvalue* at = J.lvalue_get_address(J.context_new_array_access(c_, nullptr, p, J.lvalue_as_rvalue(q)), nullptr);
-    gcc_jit_rvalue* args[1] = {J.context_new_cast(c_, nullptr, at, t_.vptr)};
-    J.block_add_eval(cur_, nullptr, J.context_new_call(c_, nullptr, prefetch_, 1, args));
+    gcc_jit_rvalue* args[3] = {J.context_new_cast(c_, nullptr, at, t_.vptr),
+                               J.context_new_rvalue_from_int(c_, t_.i32, 1),   // for writing
+                               J.context_new_rvalue_from_int(c_, t_.i32, 3)};  // kept in every cache level
+    J.block_add_eval(cur_, nullptr, J.context_new_call(c_, nullptr, prefetch_, write ? 3 : 1, args));
     close_loop();
   }
   // A pointwise kernel that calls block functions (sin, exp, ...) computes long enough per block
@@ -563,6 +585,7 @@ class KernelEmitter : FunctionBuilder {
     clamp_above(len, i64(block_));
     gcc_jit_rvalue* n = J.lvalue_as_rvalue(len);
     if (d == 1) prefetch_next_row(jb, n);
+    if (d == k_.max_depth - 1) prefetch_row_stores(jb, n);
     if (k_.accs.empty()) prefetch_ahead(jb, n);
     const auto& ex = k_.body.exprs;
     // phases and temporaries

@@ -22,12 +22,10 @@ Context::~Context() { drop_unclaimed(); }
 constexpr double kGcTimeFactor = 8;
 constexpr size_t kGcHardFactor = 16, kGcHardBytes = size_t(512) << 20;
 
-namespace {
 double now_us() {
   using namespace std::chrono;
   return double(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) / 1e3;
 }
-}  // namespace
 
 bool Context::host_garbage_due(size_t bytes, size_t budget) const {
   if (bytes <= budget) return false;

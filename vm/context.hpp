@@ -47,7 +47,7 @@ struct Context {
   double gc_asked_us = 0, gc_end_us = 0, gc_cost_us = 0;
   // Whether `bytes` of host garbage ask for a full collection: past `budget`, once kGcTimeFactor
   // times the last collection's cost has passed since it ended; past the hard bound at once.
-  bool host_garbage_due(size_t bytes, size_t budget) const;
+  bool host_garbage_due(size_t bytes, size_t budget) const;  // (times: now_us)
   std::vector<std::string> loaded_names;  // names of the last safetensors load
   std::string scratch;                    // backing store of strings returned to Lua
   Logs logs;  // CRESCENT_LOGS, and T.config's changes to it
@@ -65,5 +65,8 @@ struct Context {
   ~Context();
   static Context& of(cr_ctx* c) { return *static_cast<Context*>(c->impl); }
 };
+
+// The steady clock in microseconds: the collector's times (Context) and the graphs' timings.
+double now_us();
 
 }  // namespace cr

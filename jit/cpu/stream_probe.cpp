@@ -108,10 +108,9 @@ class Mapped {
 // reads lines that are not in the cache).
 constexpr int kOutputs = 3;
 struct Buffers {
-  int64_t bytes;
   Mapped x;
   std::vector<std::unique_ptr<Mapped>> ys;
-  explicit Buffers(int64_t b) : bytes(b), x(b) {
+  explicit Buffers(int64_t b) : x(b) {
     for (int i = 0; i < kOutputs; ++i) ys.push_back(std::make_unique<Mapped>(b));
     on_threads(num_threads(), b / (kLane * int64_t(sizeof(float))), [&](int64_t b0, int64_t b1) {
       for (int64_t i = b0 * kLane; i < b1 * kLane; ++i) {
@@ -171,8 +170,12 @@ int64_t measured_stream_bytes(const std::string& cache_dir) {
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   std::vector<StreamProbe> probes;
-  const Buffers b(sizes.back());
-  for (const int64_t s : sizes) probes.push_back(probe_on(b, s, s > kMiB * 32 ? 5 : 9));
+  try {
+    const Buffers b(sizes.back());
+    for (const int64_t s : sizes) probes.push_back(probe_on(b, s, s > kMiB * 32 ? 5 : 9));
+  } catch (const Error&) {
+    return kNeverStream;  // (no memory for the probe: plain stores, measured again next time)
+  }
   int64_t from = kNeverStream;
   std::string shown;
   for (size_t i = probes.size(); i-- > 0;) {

@@ -2,7 +2,6 @@
 // or record), segment ends; compilation is in compile.cpp, keys in keys.cpp, lazy tensors after
 // their segment in lazy.cpp, reduce-overhead in replay.cpp.
 #include <atomic>
-#include <chrono>
 #include <utility>
 
 #include "vm/graph/joint.hpp"
@@ -13,11 +12,6 @@
 #include "vm/kernels/loop.hpp"
 
 namespace cr::graph {
-
-double now_us() {
-  using namespace std::chrono;
-  return double(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) / 1e3;
-}
 
 using guards::EndKind;
 using guards::Key;
@@ -260,7 +254,6 @@ bool Recorder::collect_pays(cr_tensor* const* rets, int32_t n) const {
     }
     const size_t budget = std::max(ctx_.lua_heap_bytes, kCollectMinBytes);
     const bool due = train_ ? bytes > budget : ctx_.host_garbage_due(bytes, budget);
-    if (due) ctx_.gc_asked_us = now_us();  // (api_gc_done then measures this collection's cost)
     collected_for_stores_ = due;
     return due;
   }

@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 
+#include "vm/context.hpp"  // (now_us)
 #include "vm/graph/recorder.hpp"
 
 namespace cr::graph {
@@ -176,7 +177,6 @@ std::shared_ptr<ExecRecord> wait_on_record(guards::Leaf& leaf, const std::shared
 // write without the runtime seeing it: such values are computed at once, not later.
 bool reads_host_memory(const ExecRecord& r);
 
-double now_us();
 void take_event_args(Graph& g, const Segment& s);
 // A dynamic segment's graph for this call: `raw` with the call's layouts and integers.
 std::shared_ptr<Graph> instance_of(const Graph& raw, const Segment& s);

@@ -211,10 +211,7 @@ int32_t api_set_num_threads(cr_ctx* c, int32_t n) {
 void api_set_printoptions(int32_t precision, double threshold, double edgeitems, int32_t linewidth, int32_t sci_mode) {
   set_print_options({precision, int64_t(std::min(threshold, 9e18)), int64_t(std::min(edgeitems, 9e18)), linewidth, sci_mode});
 }
-double api_now_us() {
-  using namespace std::chrono;
-  return double(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) / 1e3;
-}
+double api_now_us() { return now_us(); }
 void api_gc_done(cr_ctx* c, double lua_heap_kb) {
   c->service &= ~(CR_SERVICE_GC_FULL | CR_SERVICE_GC_STEP);
   Context& ctx = Context::of(c);

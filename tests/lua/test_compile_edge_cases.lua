@@ -360,6 +360,24 @@ describe("values after an in-place write", function()
     f(T.ones(3), buf, true)  -- recompiled: z is an output now
     S.eq(stash.z:totable(), { 21, 21, 21 })
   end)
+  -- (y:contiguous() is y: its node computes nothing, so it is no read of y before the write)
+  S.native_it("computes a dropped value after a write through contiguous() of an input", function()
+    local stash = {}
+    local f = T.compile(function(y, save)
+      local v = y:contiguous():t():div_(4)
+      local z = v:reciprocal():amax(2)
+      if save then stash.z = z end
+      return (z + 1):sum()
+    end)
+    for _ = 1, 4 do f(T.ones(2, 3), false) end
+    collectgarbage()
+    f(T.ones(2, 3), false)  -- after a collection: Lua did not reach z, so the graph drops it
+    T.compiler.wait()
+    local y = T.arange(1, 7):float():view(2, 3)
+    f(y, true)
+    S.close(stash.z, { 4, 2, 4 / 3 }, nil, nil, "the largest of each row of 1 / (y^T / 4)")
+    S.eq(y:totable(), { { 0.25, 0.5, 0.75 }, { 1, 1.25, 1.5 } })
+  end)
   S.native_it("draws a dropped random value again as its call drew it", function()
     local stash = {}
     local f = T.compile(function(x, save)

@@ -75,8 +75,10 @@ Replay replay_graph(const Graph& g, int32_t vid, bool build = true) {
     grew = false;
     for (size_t i = n_nodes; i-- > 0 && out.why.empty();) {
       const Node& n = g.nodes[i];
+      // (a node whose output is an earlier value, such as contiguous() of a contiguous tensor,
+      // computes nothing: that value's liveness does not make it run)
       bool k = force[i];
-      for (int32_t o : n.outs) k = k || live[size_t(o)];
+      for (int32_t o : n.outs) k = k || (live[size_t(o)] && g.values[size_t(o)].node == int32_t(i));
       if (keep[i] || !k) continue;
       keep[i] = 1;
       grew = true;

@@ -106,4 +106,18 @@ Var to_dtype(const Var& x, DType dtype) {
 }
 Var where(const Var& cond, const Var& a, const Var& b) { return op("where", {cond, a, b}); }
 
+Var leading(const Var& x, const Shape& sizes) {
+  Var r = x;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    if (r.tensor().size(int(k)) != sizes[k]) r = op("narrow", {r, int64_t(k) + 1, int64_t(1), sizes[k]});
+  return r;
+}
+
+Var widened(const Var& part, const Shape& sizes) {
+  if (part.tensor().sizes() == sizes) return part;
+  Var z = zeros(sizes, part.tensor().dtype(), part.tensor().device());
+  call_op("copy_", {leading(z, part.tensor().sizes()), part});
+  return z;
+}
+
 }  // namespace cr::autograd

@@ -61,6 +61,10 @@ Var zeros(const Shape& sizes, DType dtype, Device device);
 Var zeros_like(const Var& x);
 Var to_dtype(const Var& x, DType dtype);
 Var where(const Var& cond, const Var& a, const Var& b);
+// The leading block of x with `sizes` (a view); `part` as the leading block of zeros of `sizes`
+// (the gradient of a source larger than its index: the elements no index reached get zeros).
+Var leading(const Var& x, const Shape& sizes);
+Var widened(const Var& part, const Shape& sizes);
 
 // The context rules run in (set by the engine while it runs).
 Context& current_context();

@@ -68,14 +68,7 @@ void index_add_rule(Grad& g) {
 void scatter_add_rule(Grad& g) {
   if (g.needs(0)) g.set(0, g.grad());
   if (!g.needs(3)) return;
-  Var picked = op("gather", {g.grad(), g.arg().dim(1, g.ndim(0)) + 1, g.in(2)});
-  const Shape& ps = picked.tensor().sizes();
-  if (ps == g.sizes(3)) return g.set(3, picked);
-  Var z = zeros_of(g, 3);
-  Tensor window = z.tensor();
-  for (size_t k = 0; k < ps.size(); ++k) window = call_op("narrow", {window, int(k) + 1, 1, ps[k]}).at(0);
-  call_op("copy_", {window, picked});
-  g.set(3, z);
+  g.set(3, widened(op("gather", {g.grad(), g.arg().dim(1, g.ndim(0)) + 1, g.in(2)}), g.sizes(3)));
 }
 
 void masked_fill_rule(Grad& g) {

@@ -53,9 +53,9 @@ void masked_select_rule(Grad& g) {
 // scatter_reduce's "prod" (PyTorch's formula): self's gradient is the product of the source
 // values, taken as result / self with self's zeros as 1; a source value's is result / src, or
 // where it is the only zero at its position, the product of the others (it taken as 1)
-void scatter_prod_grads(Grad& g, int d, bool include_self, const Var& hit,
+void scatter_prod_grads(Grad& g, int d, bool include_self, const Var& hit, const Var& src,
                         const std::function<Var(const Var&)>& scatter_sum) {
-  const Var self = g.in(0), idx = g.in(2), src = g.in(3), gr = g.grad();
+  const Var self = g.in(0), idx = g.in(2), gr = g.grad();
   auto prod = [&](const Var& s, const Var& v) { return op("scatter_reduce", {s, d + 1, idx, v, "prod", include_self}); };
   if (g.needs(0)) {
     const Var masked = where(op("eq", {self, 0.0}), 1.0, self);
@@ -68,30 +68,29 @@ void scatter_prod_grads(Grad& g, int d, bool include_self, const Var& hit,
   const Var single = op("logical_and", {zero, op("eq", {zeros_there, 1.0})});
   const Var others = op("gather", {gr * prod(self, where(single, 1.0, src)), d + 1, idx});
   const Var divided = op("gather", {gr * g.out(0), d + 1, idx}) / where(zero, 1.0, src);
-  g.set(3, where(single, others, divided));
+  g.set(3, widened(where(single, others, divided), g.sizes(3)));
 }
 
 // scatter_reduce(self, dim, index, src, reduce, {include_self}): sum, mean, prod, amax / amin
 // (the gradient split evenly between the values equal to the result, as PyTorch's); n counts
-// the source values each position took
+// the source values each position took. Only src's leading block of the index's sizes is read.
 void scatter_reduce_rule(Grad& g) {
   const std::string reduce = g.arg().str(4);
-  if (g.sizes(2) != g.sizes(3)) fail("scatter_reduce: derivative not implemented for a src larger than the index");
   const bool include_self = g.arg().boolean_or(5, true);
   const int d = g.arg().dim(1, g.ndim(0));
   const Meta& m = g.meta(0);
-  const Var idx = g.in(2), src = g.in(3);
+  const Var idx = g.in(2), src = leading(g.in(3), g.sizes(2));
   const std::function<Var(const Var&)> scatter_sum = [&](const Var& v) {
     return op("scatter_add", {zeros(m.sizes, m.dtype, m.device), d + 1, idx, v});
   };
   Var n = scatter_sum(op("ones_like", {src}));
   Var hit = op("gt", {n, 0.0});
-  if (reduce == "prod") return scatter_prod_grads(g, d, include_self, hit, scatter_sum);
+  if (reduce == "prod") return scatter_prod_grads(g, d, include_self, hit, src, scatter_sum);
   Var gr = g.grad();
   if (reduce == "sum" || reduce == "mean") {
     if (reduce == "mean") gr = gr / op("clamp", {include_self ? n + 1.0 : n, 1.0, nullptr});
     if (g.needs(0)) g.set(0, include_self ? gr : where(hit, 0.0, gr));
-    if (g.needs(3)) g.set(3, op("gather", {gr, d + 1, idx}));
+    if (g.needs(3)) g.set(3, widened(op("gather", {gr, d + 1, idx}), g.sizes(3)));
     return;
   }
   const Var r = g.out(0);
@@ -101,7 +100,7 @@ void scatter_reduce_rule(Grad& g) {
   if (include_self) count = count + to_dtype(self_wins, m.dtype);
   Var share = gr / op("clamp", {count, 1.0, nullptr});
   if (g.needs(0)) g.set(0, where(self_wins, include_self ? share : gr, 0.0));
-  if (g.needs(3)) g.set(3, where(src_wins, op("gather", {share, d + 1, idx}), 0.0));
+  if (g.needs(3)) g.set(3, widened(where(src_wins, op("gather", {share, d + 1, idx}), 0.0), g.sizes(3)));
 }
 
 }  // namespace

@@ -368,6 +368,52 @@ describe("growing sequences", function()
   end)
 end)
 
+-- Sequence lengths that change from call to call, with the model's positions made inside the
+-- compiled function (arange of a size) and heads merged by a copying reshape.
+describe("sequence-length sweeps", function()
+  it("arange and zeros of a size, and a copying reshape: one recompile for every length", function()
+    local s = sweep(function(x)
+      local n = x:size(1)
+      local pos = T.arange(n):float():view(-1, 1)
+      local z = T.zeros({ n, 3 })
+      return (x + pos + z):t():reshape(-1):sin():sum()
+    end, function(n) return T.randn(n, 3) end, FEW, nil, 1e-5)
+    S.eq(s.recompiles, 1)
+    S.truthy(s.graphs_compiled <= 2, "graphs compiled: " .. s.graphs_compiled)
+  end)
+  it("logs the integer that became symbolic", function()
+    one_recompile_logged("local f = T.compile(function(x) return x + T.arange(x:size(1)) end, {hot = 0}) "
+      .. "f(T.ones(3)); f(T.ones(5)); f(T.ones(7))", "recompiles", "arange: argument 1 (an integer of a shape)")
+  end)
+  -- (the GPT of examples/models/gpt2.lua, trained with T.compile(model) against the same model eagerly)
+  it("a compiled GPT trains on a length sweep as eagerly, with one recompile", function()
+    local root = debug.getinfo(1, "S").source:sub(2):match("^(.*)/tests/lua/") or "."
+    package.path = root .. "/examples/?.lua;" .. package.path
+    local G = require "models.gpt2"
+    local V = 20
+    local function model()
+      T.manual_seed(3)
+      return G.new({ vocab = V, n_ctx = 16, d = 16, n_head = 2, n_layer = 2 })
+    end
+    local me, mc = model(), model()
+    local f = T.compile(mc)
+    T.compiler.reset()
+    for i, n in ipairs { 16, 12, 9, 16, 5, 12 } do
+      local ids, targets = T.randint(0, V, { 2, n }), T.randint(1, V + 1, { 2 * n })
+      local le = T.F.cross_entropy(me(ids):view(-1, V), targets)
+      local lc = T.F.cross_entropy(f(ids):view(-1, V), targets)
+      le:backward()
+      lc:backward()
+      close(lc, le, 1e-5, "loss of call " .. i)
+      local pe, pc = me:parameters(), mc:parameters()
+      for k = 1, #pe do close(pc[k].grad, pe[k].grad, 1e-4, "gradient " .. k .. " of call " .. i) end
+      for k = 1, #pe do pe[k].grad, pc[k].grad = nil, nil end
+    end
+    S.eq(stat("recompiles"), 1)
+    S.truthy(stat("graphs_compiled") <= 2, "graphs compiled: " .. stat("graphs_compiled"))
+  end)
+end)
+
 describe("the REPL keeps its compiled code", function()
   it("batch 1, 7, 64, 1000 at the crescent prompt: at most 2 compilations, results equal eager", function()
     local out = run_crescent({}, table.concat({

@@ -68,9 +68,11 @@ void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
   s.dynamic = s.dynamic || sym != 0;
 }
 
-// Ops whose integral numbers may come from sizes (narrow lengths, split sizes): with symbolic
-// sizes, their keys leave those out.
-bool takes_shape_numbers(const OpDef& def) { return def.kind == OpKind::View || def.kind == OpKind::Join; }
+// Ops whose integral numbers may come from sizes (narrow lengths, split sizes, arange's end): with
+// symbolic sizes, their keys leave those out.
+bool takes_shape_numbers(const OpDef& def) {
+  return def.kind == OpKind::View || def.kind == OpKind::Join || def.kind == OpKind::Creation;
+}
 
 // Numbers that may vary between calls without a new trace: the operands of pointwise ops (x * s,
 // where(m, x, 0.5), clamp's bounds) and the number after them that scales the second (add's
@@ -86,6 +88,16 @@ bool may_vary(const OpDef& def, int i) {
 }
 
 uint64_t varying_slot(const Segment& s, int arg) { return uint64_t(s.ops) << 8 | uint64_t(arg); }
+
+// Whether argument i of a shape op leaves the key: the segment's sizes are symbolic, or the site
+// learnt that this integer changes (it makes the segment dynamic: its graph then takes the call's
+// integers per instance, as the sizes' own).
+bool symbolic_integer(Segment& s, int i) {
+  if (s.mode == 0) return false;
+  if (!s.dynamic && s.mode == -1 && !s.site->size_numbers.count(varying_slot(s, i))) return false;
+  s.dynamic = true;
+  return true;
+}
 
 // A training segment's call under grad mode: its numbers are baked into the traced backward
 // graph, so they never vary (under T.no_grad - an optimizer update - they may: an lr schedule).
@@ -153,6 +165,7 @@ void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs) {
   k.clear();
   s.spans.clear();
   s.number_spans.clear();
+  s.size_spans.clear();
   s.numbers_before = s.numbers.size();
   s.arg_number.assign(size_t(nargs), -1);
   const OpDef& def = Registry::get().ops()[size_t(op)];
@@ -171,17 +184,25 @@ void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs) {
         break;
       }
       case kNumber:
-        // with symbolic sizes, the integers of views and joins (narrow lengths, split sizes) may
-        // come from sizes: any value matches (the shape rules and the graph's instance take
-        // this call's values)
-        if (s.dynamic && shape_args && a.num == double(int64_t(a.num))) k.push_back(guards::kSymbolicSize);
-        else encode_number(s, def, args, nargs, i);
+        // with symbolic sizes, the integers of views, joins and creation ops (narrow lengths,
+        // split sizes, arange's end) may come from sizes: any value matches (the shape rules and
+        // the graph's instance take this call's values); one that changed once makes it so
+        if (!shape_args || a.num != double(int64_t(a.num))) {
+          encode_number(s, def, args, nargs, i);
+        } else if (symbolic_integer(s, i)) {
+          k.push_back(guards::kSymbolicSize);
+        } else {
+          s.size_spans.push_back(Segment::SizeSpan{k.size(), 1, i});
+          encode_number(s, def, args, nargs, i);
+        }
         break;
       case kBool: k.push_back(bits(a.num)); break;
       case kInts: {  // sizes, dims, permutations: with symbolic sizes, any values match (as above)
         k.push_back(uint64_t(a.n));
         const int64_t* p = static_cast<const int64_t*>(a.ptr);
-        for (int j = 0; j < a.n; ++j) k.push_back(s.dynamic ? guards::kSymbolicSize : uint64_t(p[j]));
+        const bool sym = s.dynamic || (def.kind == OpKind::Creation && symbolic_integer(s, i));
+        if (!sym && def.kind == OpKind::Creation) s.size_spans.push_back(Segment::SizeSpan{k.size(), size_t(a.n), i});
+        for (int j = 0; j < a.n; ++j) k.push_back(sym ? guards::kSymbolicSize : uint64_t(p[j]));
         break;
       }
       case kDoubles: {
@@ -214,6 +235,7 @@ namespace {
 struct Changes {
   std::map<int32_t, uint32_t> dims;
   std::vector<int> numbers;
+  std::vector<int> sizes;  // arguments of a shape op whose integers changed (Segment::size_spans)
   std::string what;
   void note(const std::string& w) { what += cat(what.empty() ? "" : ", ", w); }
 };
@@ -238,6 +260,9 @@ bool changes_between(const guards::Key& was, const guards::Key& now, const Segme
       role[s.spans[j].at + size_t(s.spans[j].ndim + d)] = int32_t(2 * j + 1);
     }
   for (size_t j = 0; j < s.number_spans.size(); ++j) role[s.number_spans[j].at] = -2 - int32_t(j);
+  std::vector<int> size_arg(now.size(), -1);
+  for (const Segment::SizeSpan& sp : s.size_spans)
+    for (size_t j = 0; j < sp.n; ++j) size_arg[sp.at + j] = sp.arg;
   auto shown = [](uint64_t w, bool number) {
     if (w == guards::kSymbolicSize) return std::string("symbolic");
     if (number && (w == guards::kVaryingNumber || w == guards::kVaryingInteger || w == guards::kVaryingFraction))
@@ -249,6 +274,13 @@ bool changes_between(const guards::Key& was, const guards::Key& now, const Segme
   };
   for (size_t i = 0; i < now.size(); ++i) {
     if (was[i] == now[i]) continue;
+    if (size_arg[i] >= 0) {
+      if (c.sizes.empty() || c.sizes.back() != size_arg[i]) {
+        c.sizes.push_back(size_arg[i]);
+        c.note(cat("argument ", size_arg[i] + 1, " (an integer of a shape)"));
+      }
+      continue;
+    }
     if (role[i] == -1) return false;
     if (role[i] <= -2) {
       const int arg = s.number_spans[size_t(-2 - role[i])].arg;
@@ -262,7 +294,7 @@ bool changes_between(const guards::Key& was, const guards::Key& now, const Segme
     c.dims[sp.vid] |= uint32_t(1) << d;
     c.note(cat("input ", input_ordinal(s, sp.vid), " dim ", d + 1, ": ", shown(was[i], false), " -> ", shown(now[i], false)));
   }
-  return !c.dims.empty() || !c.numbers.empty();
+  return !c.dims.empty() || !c.numbers.empty() || !c.sizes.empty();
 }
 
 }  // namespace
@@ -280,12 +312,14 @@ std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args
     s.shadow = child.get();
     if (changes_between(child->key, s.key, s, c) || s.recording) break;
   }
-  if ((c.dims.empty() && c.numbers.empty()) || (differentiated(s) && !c.numbers.empty())) {
+  // (a size in a training segment may change: each instance of the graph traces its backward)
+  if ((c.dims.empty() && c.numbers.empty() && c.sizes.empty()) || (differentiated(s) && !c.numbers.empty())) {
     if (!s.recording) s.shadow = nullptr;
     return "";
   }
   for (auto [vid, mask] : c.dims) s.site->dynamic_dims[vid] |= mask;
   for (int arg : c.numbers) s.site->varying_numbers.insert(varying_slot(s, arg));
+  for (int arg : c.sizes) s.site->size_numbers.insert(varying_slot(s, arg));
   s.numbers.resize(s.numbers_before);
   for (int32_t v = first_new; v < s.next_vid; ++v) {  // the call's new tensors, encoded again
     s.vals[size_t(v)].get()->_gen = 0;

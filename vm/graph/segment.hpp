@@ -72,6 +72,13 @@ struct Segment {
     int arg;
   };
   std::vector<NumberSpan> number_spans;
+  // where the current key holds the integers of a view, join or creation op that are not yet
+  // symbolic (a number, or n of a kInts argument): one that changes makes the segment dynamic
+  struct SizeSpan {
+    size_t at, n;
+    int arg;
+  };
+  std::vector<SizeSpan> size_spans;
   std::vector<int32_t> arg_number;
   const double* numbers_or_null() const { return numbers.empty() ? nullptr : numbers.data(); }
 
@@ -118,9 +125,10 @@ void let_go_unreached(Segment& s);
 // inputs (their guards go into the key); `to_args` is the recorded form of the arguments.
 void encode(Context& ctx, Segment& s, int op, const cr_value* args, int nargs);
 // Automatic dynamic shapes and numbers: when `s.key` differs from a recorded event's key (same
-// op) only in the sizes of new tensors and in operand numbers of pointwise ops, marks those dims
-// symbolic and those numbers varying in the site (a varying number's key holds its class,
-// integral or not, which the result's dtype depends on), forgets the new tensors of the call
+// op) only in the sizes of new tensors, in operand numbers of pointwise ops and in the integers of
+// view, join and creation ops, marks those dims and integers symbolic and those numbers varying in
+// the site (a varying number's key holds its class, integral or not, which the result's dtype
+// depends on), forgets the new tensors of the call
 // (from vid `first_new` on) and encodes the key again. Returns what changed, as
 // "dim 1 of input %0: 4 -> 7" (0-based dims) or "argument 2: 0.5 -> 0.25", or "" when nothing did.
 // While recording after such a change, compares the call with the earlier path's event instead

@@ -11,7 +11,8 @@
 //  - conversions: OpDef::conversion, a contiguous copy or the input itself;
 //  - views, split and chunk: the op itself, on headers.
 // Lazy arguments get "phantom" storage - a storage without memory - meanwhile, since views (and
-// infer rules that take views, as matmul's) only compute headers; reshape refuses to copy one.
+// infer rules that take views, as matmul's) only compute headers; a reshape that must copy gives
+// a copy without memory (PhantomScope).
 // Ops with none (in-place ops, those whose sizes depend on values) are guard failures.
 
 #include "vm/graph/segment.hpp"
@@ -56,12 +57,21 @@ void with_phantoms(const cr_value* args, int nargs, F&& fn) {
   restore();
 }
 
-// Views, split, chunk: run on headers.
+// Views, split, chunk: run on headers (phantom dispatch: a reshape that must copy gives its copy's
+// layout). Each output must share an argument's storage exactly when it did when recorded: a view
+// that became a copy, or the reverse, changes what writes reach.
 bool derive_views(OpCall& c, const std::vector<guards::OutInfo>& recorded, std::vector<ValueMeta>& metas) {
-  c.def.run(c);
+  {
+    PhantomScope phantom;
+    c.def.run(c);
+  }
   if (c.outs.size() != recorded.size()) return false;
+  const std::vector<cr_tensor*> args = tensor_args(c.args, c.nargs);
   for (size_t i = 0; i < c.outs.size(); ++i) {
     if (!recorded[i].fresh) return false;
+    bool view = false;
+    for (cr_tensor* a : args) view = view || a->_storage == c.outs[i].get()->_storage;
+    if (view != (recorded[i].views >= 0)) return false;
     metas[i] = meta_of(c.outs[i]);
   }
   return true;

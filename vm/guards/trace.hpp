@@ -126,6 +126,9 @@ struct Site {
   std::map<int32_t, uint32_t> dynamic_dims;
   // Operand numbers made to vary (keys.cpp): (op ordinal in the segment) << 8 | argument.
   std::set<uint64_t> varying_numbers;
+  // Integers of views, joins and creation ops (arange's end, zeros' sizes) that changed once,
+  // symbolic from then on (keys.cpp): slots as varying_numbers'.
+  std::set<uint64_t> size_numbers;
 };
 
 struct Options {

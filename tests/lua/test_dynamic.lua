@@ -385,6 +385,18 @@ describe("sequence-length sweeps", function()
     one_recompile_logged("local f = T.compile(function(x) return x + T.arange(x:size(1)) end, {hot = 0}) "
       .. "f(T.ones(3)); f(T.ones(5)); f(T.ones(7))", "recompiles", "arange: argument 1 (an integer of a shape)")
   end)
+  it("views of a longer row (strides that change with the length): one recompile; an expanded one is another", function()
+    local f = T.compile(function(x) return (x * 2 + 1):cumsum(2) + x:sum(2, true) end, { hot = 0 })
+    T.compiler.reset()
+    for _, n in ipairs { 9, 7, 12, 5, 9, 3 } do
+      local x = T.randn(4, n + 1):narrow(2, 2, n)
+      close(f(x), (x * 2 + 1):cumsum(2) + x:sum(2, true), 1e-5, "length " .. n)
+    end
+    S.eq(stat("recompiles"), 1)
+    local e = T.randn(4, 1):expand(4, 6)  -- (stride 0: guarded as it is)
+    close(f(e), (e * 2 + 1):cumsum(2) + e:sum(2, true), 1e-5, "expanded")
+    S.eq(stat("recompiles"), 2)
+  end)
   -- (the GPT of examples/models/gpt2.lua, trained with T.compile(model) against the same model eagerly)
   it("a compiled GPT trains on a length sweep as eagerly, with one recompile", function()
     local root = debug.getinfo(1, "S").source:sub(2):match("^(.*)/tests/lua/") or "."

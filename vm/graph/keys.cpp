@@ -2,8 +2,11 @@
 // segment has seen is its value id; a new one becomes a graph input and its guards - dtype,
 // device, sizes, strides, offset, aliasing with earlier inputs - go into the key, so matching a
 // key is checking the guards.
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
+#include <vector>
 
 #include "vm/autograd/grad_mode.hpp"
 #include "vm/autograd/meta.hpp"
@@ -32,6 +35,18 @@ uint32_t symbolic_dims(const Segment& s, const cr_tensor* t, int32_t vid) {
   return m & all;
 }
 
+// Whether no two elements of t share an address (no stride 0, no dims interleaved): a layout
+// whose strides may vary without changing what the ops compute or which writes overlap.
+bool non_overlapping(const cr_tensor* t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims longer than 1
+  for (int i = 0; i < t->_ndim; ++i)
+    if (t->_sizes[i] > 1) dims.emplace_back(t->_strides[i], t->_sizes[i]);
+  std::sort(dims.begin(), dims.end());
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (dims[i].first <= 0 || (i > 0 && dims[i].first < dims[i - 1].first * dims[i - 1].second)) return false;
+  return true;
+}
+
 // A tensor argument: its vid if the segment knows it, else it becomes an input and the key
 // carries its guards.
 void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
@@ -57,12 +72,15 @@ void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
   k.push_back(uint64_t(uint8_t(t->_dtype)) | uint64_t(uint8_t(t->_dev_type)) << 8 |
               uint64_t(uint8_t(t->_dev_index)) << 16 | uint64_t(t->_ndim) << 24 | uint64_t(grad) << 48);
   k.push_back(uint64_t(t->_offset));
-  // symbolic sizes match any size; a contiguous layout then matches any contiguous layout
+  // symbolic sizes match any size; a contiguous layout then matches any contiguous layout, and
+  // once the strides changed with them (a view of a longer row), any layout without overlap
   const uint32_t sym = symbolic_dims(s, t, vid);
+  const bool any = sym && s.site->dynamic_strides.count(vid) && non_overlapping(t);
   const bool contiguous = sym && Tensor(t, true).is_contiguous();
   s.spans.push_back(Segment::Span{vid, k.size(), t->_ndim});
   for (int i = 0; i < t->_ndim; ++i) k.push_back(sym >> i & 1 ? guards::kSymbolicSize : uint64_t(t->_sizes[i]));
-  for (int i = 0; i < t->_ndim; ++i) k.push_back(contiguous ? guards::kContiguousStride : uint64_t(t->_strides[i]));
+  for (int i = 0; i < t->_ndim; ++i)
+    k.push_back(any ? guards::kSymbolicSize : contiguous ? guards::kContiguousStride : uint64_t(t->_strides[i]));
   k.push_back(uint64_t(alias + 1));
   s.symbolic[size_t(vid)] = sym;
   s.dynamic = s.dynamic || sym != 0;
@@ -234,6 +252,7 @@ namespace {
 // and the number arguments; false when something else differs too.
 struct Changes {
   std::map<int32_t, uint32_t> dims;
+  std::set<int32_t> strides;  // inputs whose strides changed
   std::vector<int> numbers;
   std::vector<int> sizes;  // arguments of a shape op whose integers changed (Segment::size_spans)
   std::string what;
@@ -249,6 +268,23 @@ int input_ordinal(const Segment& s, int32_t vid) {
 }
 
 namespace {
+
+// Whether a tensor's strides changed without changing its layout's kind: both given (neither
+// matched as contiguous) and the dims in the same order of stride, as a view of a longer row.
+bool same_order(const guards::Key& was, const guards::Key& now, const Segment::Span& sp) {
+  const size_t at = sp.at + size_t(sp.ndim);
+  std::vector<int> a(size_t(sp.ndim)), b(size_t(sp.ndim));
+  for (int d = 0; d < sp.ndim; ++d) {
+    if (was[at + size_t(d)] >= guards::kContiguousStride || now[at + size_t(d)] >= guards::kContiguousStride) return false;
+    a[size_t(d)] = b[size_t(d)] = d;
+  }
+  auto by = [&](const guards::Key& k) {
+    return [&, k = &k](int x, int y) { return std::pair{(*k)[at + size_t(x)], x} > std::pair{(*k)[at + size_t(y)], y}; };
+  };
+  std::sort(a.begin(), a.end(), by(was));
+  std::sort(b.begin(), b.end(), by(now));
+  return a == b;
+}
 
 bool changes_between(const guards::Key& was, const guards::Key& now, const Segment& s, Changes& c) {
   if (was.size() != now.size()) return false;
@@ -288,13 +324,20 @@ bool changes_between(const guards::Key& was, const guards::Key& now, const Segme
       c.note(cat("argument ", arg + 1, ": ", shown(was[i], true), " -> ", shown(now[i], true)));
       continue;
     }
-    if (role[i] % 2 || now[i] == guards::kSymbolicSize) continue;  // (a symbolic size: nothing to learn)
     const Segment::Span& sp = s.spans[size_t(role[i] / 2)];
+    if (role[i] % 2) {  // (a contiguous layout's follow its sizes)
+      if (same_order(was, now, sp) && c.strides.insert(sp.vid).second)
+        c.note(cat("input ", input_ordinal(s, sp.vid), "'s strides"));
+      continue;
+    }
+    if (now[i] == guards::kSymbolicSize) continue;  // (a symbolic size: nothing to learn)
     const int d = int(i - sp.at);
     c.dims[sp.vid] |= uint32_t(1) << d;
     c.note(cat("input ", input_ordinal(s, sp.vid), " dim ", d + 1, ": ", shown(was[i], false), " -> ", shown(now[i], false)));
   }
-  return !c.dims.empty() || !c.numbers.empty() || !c.sizes.empty();
+  // strides are learnt with sizes: those of an input whose sizes are or become symbolic
+  std::erase_if(c.strides, [&](int32_t vid) { return !s.symbolic[size_t(vid)] && !c.dims.count(vid); });
+  return !c.dims.empty() || !c.numbers.empty() || !c.sizes.empty() || !c.strides.empty();
 }
 
 }  // namespace
@@ -313,13 +356,15 @@ std::string learn_dynamic(Context& ctx, Segment& s, int op, const cr_value* args
     if (changes_between(child->key, s.key, s, c) || s.recording) break;
   }
   // (a size in a training segment may change: each instance of the graph traces its backward)
-  if ((c.dims.empty() && c.numbers.empty() && c.sizes.empty()) || (differentiated(s) && !c.numbers.empty())) {
+  if ((c.dims.empty() && c.numbers.empty() && c.sizes.empty() && c.strides.empty()) ||
+      (differentiated(s) && !c.numbers.empty())) {
     if (!s.recording) s.shadow = nullptr;
     return "";
   }
   for (auto [vid, mask] : c.dims) s.site->dynamic_dims[vid] |= mask;
   for (int arg : c.numbers) s.site->varying_numbers.insert(varying_slot(s, arg));
   for (int arg : c.sizes) s.site->size_numbers.insert(varying_slot(s, arg));
+  s.site->dynamic_strides.insert(c.strides.begin(), c.strides.end());
   s.numbers.resize(s.numbers_before);
   for (int32_t v = first_new; v < s.next_vid; ++v) {  // the call's new tensors, encoded again
     s.vals[size_t(v)].get()->_gen = 0;

@@ -129,6 +129,9 @@ struct Site {
   // Integers of views, joins and creation ops (arange's end, zeros' sizes) that changed once,
   // symbolic from then on (keys.cpp): slots as varying_numbers'.
   std::set<uint64_t> size_numbers;
+  // Inputs (by vid) whose strides changed with their symbolic sizes: any layout without overlap
+  // matches them from then on.
+  std::set<int32_t> dynamic_strides;
 };
 
 struct Options {

@@ -17,7 +17,8 @@ local a = arg or {}
 local MODE, ROUNDS, B = a[1] or "model", tonumber(a[2]) or 8, tonumber(a[4]) or 16
 local LENS = {}
 for n in (a[3] or "64,60,56,52,48,44,40,36,32,28,24,20"):gmatch("%d+") do LENS[#LENS + 1] = tonumber(n) end
-local cfg = (a[5] or "bench") == "bench" and { vocab = 86, n_ctx = 64, d = 96, n_head = 4, n_layer = 3 } or G.configs[a[5]]
+local BENCH = { vocab = 86, n_ctx = 64, d = 96, n_head = 4, n_layer = 3 }
+local cfg = (a[5] or "bench") == "bench" and BENCH or G.configs[a[5]]
 assert(cfg, "train_sweep: CONFIG expected bench or one of G.configs, got " .. tostring(a[5]))
 local dev = os.getenv("DEVICE") or "cpu"
 local V = cfg.vocab

@@ -178,7 +178,8 @@ for _, red in ipairs({ "sum", "mean", "prod", "amax", "amin" }) do
       R(3, 2), R(2, 2))
   end
   -- a src larger than the index: its elements out of the index's reach get zeros
-  case("scatter_reduce", function(x, s) return x:scatter_reduce(1, idx({ { 1, 3 }, { 1, 1 } }), s, red) end, R(3, 2), R(3, 3))
+  case("scatter_reduce", function(x, s) return x:scatter_reduce(1, idx({ { 1, 3 }, { 1, 1 } }), s, red) end,
+    R(3, 2), R(3, 3))
 end
 -- prod at zeros: one zero of src at a position, two, and a zero of self
 local function with_zeros(t) return T.tensor(t, { dtype = "float64" }):requires_grad_() end

@@ -317,7 +317,9 @@ end
 local TOTALS = {}  -- compiler stats over all programs (CRESCENT_FUZZ_VERBOSE prints them)
 local function check_one(index, full)  -- nil or a failure report; whether eager raised
   local prog = program(index, DROP)
-  if os.getenv("CRESCENT_FUZZ_DUMP") then io.stderr:write("-- ", label(index), "\n", prog.args_src, "\n", source(prog), "\n") end
+  if os.getenv("CRESCENT_FUZZ_DUMP") then
+    io.stderr:write("-- ", label(index), ", options ", prog.opts[1], "\n", prog.args_src, "\n", source(prog), "\n")
+  end
   T.compiler.reset()
   local ok, fail, eager_err = pcall(run_program, prog)
   for k, v in pairs(T.compiler.stats()) do TOTALS[k] = (TOTALS[k] or 0) + v end

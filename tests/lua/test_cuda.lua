@@ -133,6 +133,9 @@ describe("CUDA tensors", function()
     local cases = {
       { T.randn(7, 5), T.randn(5, 3) }, { T.randn(4, 7, 5), T.randn(5, 3) }, { T.randn(2, 3, 5, 4), T.randn(3, 4, 6) },
       { T.randn(5, 7):t(), T.randn(3, 5):t() }, { T.randn(1, 9), T.randn(9, 300) }, { T.randn(300, 9), T.randn(9) },
+      -- vectors (the GEMV's few rows; a dot product's result has no dims)
+      { T.randn(9), T.randn(9) }, { T.randn(9), T.randn(9, 5) }, { T.randn(3, 9), T.randn(9) },
+      { T.randn(2, 3, 9), T.randn(9) },
     }
     for i, c in ipairs(cases) do
       for _, dt in ipairs({ "float32", "float64", "int64" }) do

@@ -385,7 +385,7 @@ describe("sequence-length sweeps", function()
     one_recompile_logged("local f = T.compile(function(x) return x + T.arange(x:size(1)) end, {hot = 0}) "
       .. "f(T.ones(3)); f(T.ones(5)); f(T.ones(7))", "recompiles", "arange: argument 1 (an integer of a shape)")
   end)
-  it("views of a longer row (strides that change with the length): one recompile; an expanded one is another", function()
+  it("views of a longer row (strides changing with the length): one recompile; an expanded one is another", function()
     local f = T.compile(function(x) return (x * 2 + 1):cumsum(2) + x:sum(2, true) end, { hot = 0 })
     T.compiler.reset()
     for _, n in ipairs { 9, 7, 12, 5, 9, 3 } do

@@ -275,11 +275,14 @@ bool same_order(const guards::Key& was, const guards::Key& now, const Segment::S
   const size_t at = sp.at + size_t(sp.ndim);
   std::vector<int> a(size_t(sp.ndim)), b(size_t(sp.ndim));
   for (int d = 0; d < sp.ndim; ++d) {
-    if (was[at + size_t(d)] >= guards::kContiguousStride || now[at + size_t(d)] >= guards::kContiguousStride) return false;
+    const uint64_t w = was[at + size_t(d)], n = now[at + size_t(d)];
+    if (w >= guards::kContiguousStride || n >= guards::kContiguousStride) return false;
     a[size_t(d)] = b[size_t(d)] = d;
   }
   auto by = [&](const guards::Key& k) {
-    return [&, k = &k](int x, int y) { return std::pair{(*k)[at + size_t(x)], x} > std::pair{(*k)[at + size_t(y)], y}; };
+    return [&, k = &k](int x, int y) {
+      return std::pair{(*k)[at + size_t(x)], x} > std::pair{(*k)[at + size_t(y)], y};
+    };
   };
   std::sort(a.begin(), a.end(), by(was));
   std::sort(b.begin(), b.end(), by(now));

@@ -469,7 +469,7 @@ std::vector<Meta> infer_matmul(OpCall& c) {
 bool small_product(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) {
   Tensor rows;
   if (out.device().is_cpu() || out.numel() == 0 || batch_numel(b) != 1 || !fold_rows(a, &rows)) return false;
-  const int64_t n = out.size(out.dim() - 1);
+  const int64_t n = b.size(b.dim() - 1);  // (out may have dropped it: a vector's product)
   return cuda_gemv(ctx, Tensor::view_of(out, {out.numel() / n, n}, {n, 1}, out.offset()), rows, last_matrix(b), bias,
                    cuda::Epilogue::None, Tensor());
 }

@@ -121,6 +121,18 @@ std::string shape_str(const Shape& s) {
   return r;
 }
 
+bool maybe_overlapping(const Shape& sizes, const Shape& strides) {
+  std::vector<size_t> order(sizes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t reach = 0;
+  for (size_t i : order) {
+    if (strides[i] <= reach) return true;
+    reach += strides[i] * (sizes[i] - 1);
+  }
+  return false;
+}
+
 Shape contiguous_strides(const Shape& s) {
   Shape st(s.size());
   int64_t acc = 1;

@@ -48,6 +48,8 @@ size_t device_bytes_allocated_total();
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "{2,3}"
 Shape contiguous_strides(const Shape& s);
+// Whether some two elements of the layout may share memory (PyTorch's _maybe_overlapping_memory).
+bool maybe_overlapping(const Shape& sizes, const Shape& strides);
 
 class Tensor {
  public:

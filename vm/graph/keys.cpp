@@ -35,18 +35,6 @@ uint32_t symbolic_dims(const Segment& s, const cr_tensor* t, int32_t vid) {
   return m & all;
 }
 
-// Whether no two elements of t share an address (no stride 0, no dims interleaved): a layout
-// whose strides may vary without changing what the ops compute or which writes overlap.
-bool non_overlapping(const cr_tensor* t) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims longer than 1
-  for (int i = 0; i < t->_ndim; ++i)
-    if (t->_sizes[i] > 1) dims.emplace_back(t->_strides[i], t->_sizes[i]);
-  std::sort(dims.begin(), dims.end());
-  for (size_t i = 0; i < dims.size(); ++i)
-    if (dims[i].first <= 0 || (i > 0 && dims[i].first < dims[i - 1].first * dims[i - 1].second)) return false;
-  return true;
-}
-
 // A tensor argument: its vid if the segment knows it, else it becomes an input and the key
 // carries its guards.
 void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
@@ -75,8 +63,12 @@ void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
   // symbolic sizes match any size; a contiguous layout then matches any contiguous layout, and
   // once the strides changed with them (a view of a longer row), any layout without overlap
   const uint32_t sym = symbolic_dims(s, t, vid);
-  const bool any = sym && s.site->dynamic_strides.count(vid) && non_overlapping(t);
-  const bool contiguous = sym && Tensor(t, true).is_contiguous();
+  bool any = false, contiguous = false;
+  if (sym) {
+    const Tensor view(t, true);
+    any = s.site->dynamic_strides.count(vid) && !maybe_overlapping(view.sizes(), view.strides());
+    contiguous = view.is_contiguous();
+  }
   s.spans.push_back(Segment::Span{vid, k.size(), t->_ndim});
   for (int i = 0; i < t->_ndim; ++i) k.push_back(sym >> i & 1 ? guards::kSymbolicSize : uint64_t(t->_sizes[i]));
   for (int i = 0; i < t->_ndim; ++i)

@@ -72,19 +72,6 @@ void through_view(Grad& g) {
 
 // ---- as_strided: PyTorch's as_strided_backward -------------------------------------------------
 
-// Whether some two elements of the layout may share memory (PyTorch's _maybe_overlapping_memory).
-bool maybe_overlapping(const Shape& sizes, const Shape& strides) {
-  std::vector<size_t> order(sizes.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
-  int64_t reach = 0;
-  for (size_t i : order) {
-    if (strides[i] <= reach) return true;
-    reach += strides[i] * (sizes[i] - 1);
-  }
-  return false;
-}
-
 // The storage elements a layout needs from its offset on (PyTorch's _min_storage_size).
 int64_t min_storage(const Shape& sizes, const Shape& strides, int64_t offset) {
   int64_t n = offset + 1;

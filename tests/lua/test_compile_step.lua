@@ -276,20 +276,21 @@ describe("a whole compiled training step", function()
   it("peaks near the eager step in its first steps too (the backward is traced on phantom values)", function()
     local M = require "train_memory"
     T.compiler.reset()
-    local _, _, each = M.peak("eager", 3)
+    -- (Lua's collector held during each step: where it ran in the eager step - it differs between
+    -- builds and checkout paths - moved eager's peak below the compiled first steps')
+    local _, _, each = M.peak("eager", 3, true)
     local eager = math.max(unpack(each))
-    local _, _, first = M.peak("step", 3)
-    -- (the trace ran the step again and the segment held every value: 2.0-3.0x; now 1.16x, and 1.4x
-    -- under ASan, whose Lua collects at other times in the eager run)
+    local _, _, first = M.peak("step", 3, true)
+    -- (the trace ran the step again and the segment held every value: 2.0-3.0x eager's)
     for i = 1, 3 do
-      S.truthy(first[i] <= 1.6 * eager, ("step %d: compiled peak %d bytes, eager %d"):format(i, first[i], eager))
+      S.truthy(first[i] <= 1.3 * eager, ("step %d: compiled peak %d bytes, eager %d"):format(i, first[i], eager))
     end
     -- T.compile(model): at step 3, opt:step()'s writes compute the forward's uncollected locals
-    -- again (1.9x eager while that replay held every value it made; 1.13x now)
+    -- again (1.9x eager while that replay held every value it made)
     T.compiler.reset()
-    _, _, first = M.peak("model", 3)
+    _, _, first = M.peak("model", 3, true)
     for i = 1, 3 do
-      S.truthy(first[i] <= 1.75 * eager, ("T.compile(model), step %d: peak %d bytes, eager %d"):format(i, first[i],
+      S.truthy(first[i] <= 1.3 * eager, ("T.compile(model), step %d: peak %d bytes, eager %d"):format(i, first[i],
         eager))
     end
   end)

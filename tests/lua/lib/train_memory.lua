@@ -22,8 +22,10 @@ end
 
 -- mode "eager", "model" (T.compile(model) in the eager loop) or "step" (T.compile of the step):
 -- the largest rise of the bytes in use over the steps after the third (compiled by then), from a
--- full collection before each step; the last step's loss; and each step's rise.
-function M.peak(mode, steps)
+-- full collection before each step; the last step's loss; and each step's rise. held: Lua's
+-- collector stopped during each step (a compiled call's own full collection restarts it), so that
+-- where it would have run does not move the eager peak.
+function M.peak(mode, steps, held)
   local opt, ids, targets, forward = setup(mode)
   local function step()
     opt:zero_grad()
@@ -38,7 +40,9 @@ function M.peak(mode, steps)
     collectgarbage()
     local before = T.memory_stats().in_use
     T.reset_peak_memory()
+    if held then collectgarbage("stop") end
     loss = run():item()
+    collectgarbage("restart")
     each[i] = T.memory_stats().peak - before
     if i > 3 then peak = math.max(peak, each[i]) end
   end

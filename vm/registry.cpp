@@ -236,7 +236,8 @@ std::vector<Tensor> run_phantom(OpCall& c) {
 
 OutputRule output_rule(const OpDef& def) {
   if (def.infer) return OutputRule::Infer;
-  if (def.kind == OpKind::View || (def.flags & kListOut)) return OutputRule::Headers;  // (split, chunk)
+  // (split, chunk; not the optimizers' updates, which write their lists and return nothing)
+  if (def.kind == OpKind::View || ((def.flags & kListOut) && !def.writes)) return OutputRule::Headers;
   return def.conversion ? OutputRule::Conversion : OutputRule::None;
 }
 

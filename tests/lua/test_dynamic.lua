@@ -397,17 +397,17 @@ describe("sequence-length sweeps", function()
     close(f(e), (e * 2 + 1):cumsum(2) + e:sum(2, true), 1e-5, "expanded")
     S.eq(stat("recompiles"), 2)
   end)
-  -- (the GPT of examples/models/gpt2.lua, trained with T.compile(model) against the same model eagerly)
-  it("a compiled GPT trains on a length sweep as eagerly, with one recompile", function()
+  -- the GPT of examples/models/gpt2.lua, small and seeded, over a vocabulary of V
+  local V = 20
+  local function tiny_gpt()
     local root = debug.getinfo(1, "S").source:sub(2):match("^(.*)/tests/lua/") or "."
     package.path = root .. "/examples/?.lua;" .. package.path
-    local G = require "models.gpt2"
-    local V = 20
-    local function model()
-      T.manual_seed(3)
-      return G.new({ vocab = V, n_ctx = 16, d = 16, n_head = 2, n_layer = 2 })
-    end
-    local me, mc = model(), model()
+    T.manual_seed(3)
+    return require("models.gpt2").new({ vocab = V, n_ctx = 16, d = 16, n_head = 2, n_layer = 2 })
+  end
+  -- (trained with T.compile(model) against the same model eagerly)
+  it("a compiled GPT trains on a length sweep as eagerly, with one recompile", function()
+    local me, mc = tiny_gpt(), tiny_gpt()
     local f = T.compile(mc)
     T.compiler.reset()
     for i, n in ipairs { 16, 12, 9, 16, 5, 12 } do
@@ -423,6 +423,68 @@ describe("sequence-length sweeps", function()
     end
     S.eq(stat("recompiles"), 1)
     S.truthy(stat("graphs_compiled") <= 2, "graphs compiled: " .. stat("graphs_compiled"))
+  end)
+  it("a whole compiled GPT step (forward, backward, AdamW) on a length sweep: one graph, float64 as eager", function()
+    local function trainer()
+      local m = tiny_gpt():double()
+      local opt = T.optim.AdamW(m:parameters(), { lr = 1e-2 })
+      return m, function(ids, targets)
+        local loss = T.F.cross_entropy(m(ids):view(-1, V), targets)
+        loss:backward()
+        opt:step()
+        opt:zero_grad()
+        return loss
+      end
+    end
+    local me, eager = trainer()
+    local mc, step = trainer()
+    step = T.compile(step)
+    T.compiler.reset()
+    local lens = { 16, 12, 9, 16, 5, 12, 9, 7, 16, 5, 12 }
+    for i, n in ipairs(lens) do
+      local ids, targets = T.randint(0, V, { 2, n }), T.randint(1, V + 1, { 2 * n })
+      if i == 8 then T.compiler.wait() end  -- (the last lengths on the native instances)
+      close(step(ids, targets), eager(ids, targets), 1e-10, "loss of step " .. i)
+    end
+    local pe, pc = me:parameters(), mc:parameters()
+    for k = 1, #pe do close(pc[k], pe[k], 1e-10, "parameter " .. k) end
+    -- (the backward is traced per length into the step's graph: no graph break at backward())
+    S.eq(stat("recompiles"), 1)
+    S.eq(stat("graph_breaks"), 0)
+    S.truthy(stat("graphs_compiled") <= 2, "graphs compiled: " .. stat("graphs_compiled"))
+  end)
+  it("a whole step with dropout and two backward() calls on a length sweep: eager's draws and gradients", function()
+    local function run(compiled)
+      T.manual_seed(7)
+      local a, b = T.nn.Linear(4, 8):double(), T.nn.Linear(8, 3):double()
+      local params = a:parameters()
+      for _, p in ipairs(b:parameters()) do params[#params + 1] = p end
+      local opt = T.optim.Adam(params, { lr = 0.01 })
+      local step = function(x)
+        opt:zero_grad()
+        local l1 = (T.F.dropout(b(a(x):relu()), 0.3, true) ^ 2):mean()
+        l1:backward()
+        local l2 = b(a(x:narrow(2, 1, 3))):abs():sum()
+        l2:backward()
+        opt:step()
+        return l1 + l2
+      end
+      if compiled then step = T.compile(step) end
+      local losses = {}
+      for i, n in ipairs({ 5, 7, 9, 11, 13, 7, 5, 9, 11 }) do
+        T.manual_seed(100 + i)
+        if i == 7 then T.compiler.wait() end
+        losses[i] = step(T.randn(3, n, 4):double())
+      end
+      return losses, params
+    end
+    T.compiler.reset()
+    local want, wp = run(false)
+    local got, gp = run(true)
+    for i = 1, #want do close(got[i], want[i], 1e-12, "loss " .. i) end
+    for k = 1, #wp do close(gp[k], wp[k], 1e-12, "parameter " .. k) end
+    S.eq(stat("recompiles"), 1)
+    S.eq(stat("graph_breaks"), 0)
   end)
 end)
 

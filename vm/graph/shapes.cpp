@@ -13,7 +13,8 @@
 // Lazy arguments get "phantom" storage - a storage without memory - meanwhile, since views (and
 // infer rules that take views, as matmul's) only compute headers; a reshape that must copy gives
 // a copy without memory (PhantomScope).
-// Ops with none (in-place ops, those whose sizes depend on values) are guard failures.
+// Ops with none (in-place ops, those whose sizes depend on values) are guard failures; an update
+// that writes its arguments and returns nothing (the optimizers') has nothing to derive.
 
 #include "vm/graph/segment.hpp"
 
@@ -108,6 +109,7 @@ bool derive_outputs(Context& ctx, int op, const cr_value* args, int nargs, const
                     std::vector<ValueMeta>& metas) {
   const OpDef& def = Registry::get().ops()[size_t(op)];
   metas.assign(recorded.size(), ValueMeta{});
+  if (def.writes && !def.infer && recorded.empty()) return true;  // (an update that returns nothing)
   OpCall c{ctx, def, args, nargs, {}, {}};
   bool ok = false;
   try {

@@ -29,6 +29,27 @@ struct StepBackward {
 
 namespace {
 
+constexpr size_t kMaxShapes = 16;  // traced backwards kept a position (past it they are traced again)
+
+// A dynamic segment's call so far, as Recorder::instance keys it: its inputs' layouts and the
+// integers its events' keys left out.
+std::vector<int64_t> shape_key(const Segment& s) {
+  std::vector<int64_t> k;
+  for (size_t v = 0; v < s.vals.size(); ++v) {
+    const Tensor& t = s.vals[v];
+    if (!s.is_input[v] || !t.defined()) continue;
+    k.insert(k.end(), {int64_t(v), t.dim(), t.offset()});
+    for (int d = 0; d < t.dim(); ++d) k.insert(k.end(), {t.size(d), t.stride(d)});
+  }
+  for (const auto& [ordinal, args] : s.event_args)
+    for (const Arg& a : args) {
+      k.push_back(ordinal);
+      if (a.tag == kNumber) k.push_back(int64_t(a.num));
+      k.insert(k.end(), a.ints.begin(), a.ints.end());
+    }
+  return k;
+}
+
 template <class F> void for_tensor_args(const Node& n, F&& f) {
   for (const Arg& a : n.args) {
     if (a.tag == kTensor) f(a.value);
@@ -135,13 +156,15 @@ void settle_loss(cr_tensor* root, int op) {
 }  // namespace
 
 // Differentiates the segment so far from value `root` (its values are real: recorded, or the
-// replayed prefix ran) by the joint trace, with the recorder paused.
+// replayed prefix ran; or lazy in a dynamic segment's replay) by the joint trace, with the
+// recorder paused.
 std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
   Segment& s = *seg_;
   let_go_unreached(s);
   auto b = std::make_shared<StepBackward>();
   guards::Leaf prefix{guards::EndKind::Break, "", "", s.pos};
   auto g = guards::build_graph(prefix);
+  if (s.dynamic) g = instance_of(*g, s);  // (this call's sizes and integers)
   std::vector<char> wants(g->values.size());
   std::vector<Tensor> inputs(g->values.size());
   for (int32_t v : g->inputs) {
@@ -151,6 +174,12 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
   }
   b->declined = ancestors(*g, s.op_grad, wants, root, *b);
   if (!b->declined.empty()) return b;
+  for (const Node& n : g->nodes)  // (the trace would take the recorded ones; a backward's are its shape's)
+    for (const Arg& a : n.args)
+      if (a.varying >= 0) {
+        b->declined = cat("the loss depends on a number that varies (", n.def().name, " at ", n.where, ")");
+        return b;
+      }
   b->root_op = g->nodes[size_t(g->values[size_t(root)].node)].op;
   std::vector<char> needs(g->values.size());
   for (int32_t v : b->leaves) needs[size_t(v)] = 1;
@@ -166,13 +195,16 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
   std::vector<int32_t> kept;
   for (size_t v = 0; v < g->values.size(); ++v) {
     const cr_tensor* p = s.vals[v].get();
-    if (g->values[v].node >= 0 && p && p->_storage && p->_vid == int32_t(v)) kept.push_back(int32_t(v));
+    const bool here = p && (p->_storage || p->_gen == s.gen) && p->_vid == int32_t(v);  // (lazy in a replay)
+    if (g->values[v].node >= 0 && here) kept.push_back(int32_t(v));
   }
   Pause pause(*this, ctx_);
   const Tensor& loss = s.vals[size_t(root)];
+  // (of a tensor like the loss, which may be lazy: reading it would end the segment)
+  const Tensor like = Tensor::empty(loss.sizes(), loss.dtype(), loss.device());
   cr_value a{};
   a.tag = kTensor;
-  a.ptr = loss.get();
+  a.ptr = like.get();
   std::vector<Tensor> ones = dispatch(ctx_, autograd::op_id("ones_like"), &a, 1);
   // (the trace runs the forward again: its random ops draw, and the generator is put back, so the
   // step draws what eager's does; the backward reads the segment's own draws, every value kept)
@@ -288,10 +320,17 @@ std::string Recorder::capture_backward(cr_tensor* root, const std::string& where
     return "the loss is not a value of the graph being captured";
   if (s.vals[size_t(root->_vid)].numel() != 1)
     return "the loss has more than one element";
-  if (s.dynamic || !s.numbers.empty()) return "the graph has symbolic sizes or varying numbers";
-  std::shared_ptr<StepBackward>& b = s.pos->step_backwards[root->_vid];
+  std::vector<int64_t> key{root->_vid};
+  if (s.dynamic) {  // (traced per shape: its numbers - a mean's 1 / n - and sizes are the call's)
+    if (s.pos->step_backwards.size() > kMaxShapes) s.pos->step_backwards.clear();
+    std::vector<int64_t> layouts = shape_key(s);
+    key.insert(key.end(), layouts.begin(), layouts.end());
+  }
+  std::shared_ptr<StepBackward>& b = s.pos->step_backwards[key];
   if (!b) {
-    run_pending();
+    // (a dynamic segment's replay goes on lazily: the trace reads layouts, and a prefix run now
+    // would be run again with the rest, drawing its random ops twice)
+    if (!s.dynamic) run_pending();
     b = trace_step(root->_vid);
     if (logs.aot && !b->declined.empty()) log("aot", cat(fn_->opts.name, ": backward() at ", where, " ends the graph: ", b->declined));
   }

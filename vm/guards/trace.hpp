@@ -71,8 +71,9 @@ struct TraceNode {
   TraceNode* parent = nullptr;
   std::vector<std::unique_ptr<TraceNode>> children;
   std::vector<std::shared_ptr<Leaf>> ends;  // segments that end here
-  // backward() on value `vid` right after this event, traced into the segment (graph/step.cpp)
-  std::map<int32_t, std::shared_ptr<graph::StepBackward>> step_backwards;
+  // backward() on value `vid` right after this event, traced into the segment (graph/step.cpp):
+  // by {vid}, or in a dynamic segment {vid, the call's layouts and integers} (one trace a shape)
+  std::map<std::vector<int64_t>, std::shared_ptr<graph::StepBackward>> step_backwards;
 };
 
 enum class EndKind : uint8_t { Break, Return };

@@ -253,6 +253,51 @@ describe("a whole compiled training step", function()
     S.eq(e.graph_break_count, 2, "graph breaks")
     S.truthy(e.break_reasons[2].reason:find("not a value of the graph being captured"), e.break_reasons[2].reason)
   end)
+  it("gives a tensor's hook and retain_grad eager's gradients on every call (a replay breaks there)", function()
+    for _, what in ipairs({ "retain_grad", "register_hook" }) do
+      local seen = {}
+      same(function(m, opt, x, y)
+        opt:zero_grad()
+        local h = m[1]:forward(x)
+        if what == "retain_grad" then h:retain_grad() else h:register_hook(function(g) return g * 0.5 end) end
+        local loss = T.F.cross_entropy(m[5]:forward(m[4]:forward(m[3]:forward(m[2]:forward(h)))), y)
+        loss:backward()
+        if h.grad then seen[#seen + 1] = h.grad:sum():item() end
+        opt:step()
+        return loss
+      end, OPTIMIZERS.AdamW, {}, 5)
+      -- (eager's 5 retained gradients, then the compiled run's 5, equal)
+      if what == "retain_grad" then
+        S.eq(#seen, 10, "retained gradients")
+        for i = 1, 5 do
+          S.truthy(math.abs(seen[5 + i] - seen[i]) <= 1e-5 * math.max(1, math.abs(seen[i])), "h.grad " .. i)
+        end
+      end
+    end
+  end)
+
+  it("raises a clear error for retain_grad on a tensor computed after a traced backward() (not implemented)", function()
+    local m = mlp()
+    local opt = OPTIMIZERS["SGD with momentum"](m:parameters())
+    local step = T.compile(function(x, y)
+      opt:zero_grad()
+      T.F.cross_entropy(m:forward(x), y):backward()
+      local h = m[1]:forward(x)
+      h:retain_grad()
+      local loss = h:pow(2):mean()
+      loss:backward()
+      opt:step()
+      return loss
+    end)
+    local ok, err
+    for i = 1, 4 do
+      ok, err = pcall(step, batch(i))
+      if not ok then break end
+    end
+    S.truthy(not ok, "a replay raised")
+    S.truthy(tostring(err):find("retain_grad: not implemented on a tensor computed after a backward%(%)"), err)
+  end)
+
   it("peaks at no more CPU memory than the eager step (small GPT)", function()
     local M = require "train_memory"
     T.compiler.reset()

@@ -83,6 +83,9 @@ class Recorder {
   // segment being captured - gradients and their accumulation into .grad as graph values - when
   // root is a value of it; else returns why not ("": traced), and backward() is a graph break.
   std::string capture_backward(cr_tensor* root, const std::string& where);
+  // Whether t is a lazy value of a segment that a backward() was traced into (step.cpp): no
+  // autograd history can be given to it.
+  bool stepped_value(const cr_tensor* t) const;
   // One op call inside the capture: `outs` gets the tensors to hand to Lua.
   void call(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
   // Lua needs the value of `t` (a lazy tensor of the current segment): a graph break.

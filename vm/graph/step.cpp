@@ -310,6 +310,10 @@ void Recorder::run_step(const StepBackward& b, cr_tensor* root, const std::strin
   }
 }
 
+bool Recorder::stepped_value(const cr_tensor* t) const {
+  return seg_ && seg_->stepped && !t->_storage && t->_gen == seg_->gen;
+}
+
 std::string Recorder::capture_backward(cr_tensor* root, const std::string& where) {
   Segment& s = *seg_;
   // (a function's first call does not know yet that it trains: its ops that take a tensor

@@ -117,8 +117,21 @@ void watch(cr_tensor* t) {
   if (grad_fn_of(t, m)) autograd::watch(m);
 }
 
+// A lazy tensor of a compiled function's replay has no autograd history yet: a hook or
+// retain_grad on it ends the graph there, which gives it its node (a graph break).
+void with_history(cr_ctx* c, cr_tensor* t, const char* what) {
+  if (t->_storage) return;
+  Context& ctx = Context::of(c);
+  if (const graph::Recorder* rec = ctx.recorder.get(); rec && rec->active() && rec->stepped_value(t))
+    fail(cat(what, ": not implemented on a tensor computed after a backward() that a compiled step traced into its ",
+             "graph (its replay's tensors carry no autograd history); call ", what, " before that backward() or ",
+             "outside T.compile"));
+  graph::ensure_real(ctx, t);
+}
+
 int32_t ag_retain_grad(cr_ctx* c, cr_tensor* t) {
   return guarded(c, [&] {
+    with_history(c, t, "retain_grad");
     if (!requires_grad(t)) fail("retain_grad: can't retain_grad on Tensor that has requires_grad=false");
     if (is_leaf(t)) return 0;
     ensure_meta(t).retains_grad = true;
@@ -129,6 +142,7 @@ int32_t ag_retain_grad(cr_ctx* c, cr_tensor* t) {
 
 int32_t ag_add_hook(cr_ctx* c, cr_tensor* t, int32_t id) {
   return guarded(c, [&] {
+    with_history(c, t, "register_hook");
     if (!requires_grad(t)) fail("register_hook: cannot register a hook on a tensor that doesn't require gradient");
     AutogradMeta& m = ensure_meta(t);
     m.hooks.push_back(TensorHook{id, grad_fn_of(t, m)});

@@ -276,6 +276,53 @@ describe("detach inside a compiled function", function()
   end)
 end)
 
+describe("in-place writes through views inside a compiled function", function()
+  -- (the view's base takes the write's history, as eager's CopySlices: the recorded view had no
+  -- base, and the base kept its own grad_fn - gradients through the overwritten elements)
+  local cases = {
+    ["t[i][j] = number"] = function(z)
+      local t = z:reshape({ 2, 2 }) + 1.5
+      t[1][2] = 3
+      return t * z:reshape({ 2, 2 })
+    end,
+    ["narrow():fill_()"] = function(z) local t = z + 1.5; t:narrow(1, 2, 2):fill_(3); return t * t end,
+    ["select():mul_()"] = function(z) local t = z:reshape({ 2, 2 }) * 1; t:select(1, 1):mul_(3); return t:exp() end,
+  }
+  for name, fn in pairs(cases) do
+    it(name .. ": eager's gradients on every call", function()
+      local f = T.compile(fn)
+      for call = 1, 4 do
+        local ze, zc = randn(call, 4):requires_grad_(true), randn(call, 4):requires_grad_(true)
+        fn(ze):sum():backward()
+        f(zc):sum():backward()
+        S.close(zc.grad, ze.grad, 1e-6, 1e-6, "call " .. call)
+      end
+    end)
+  end
+end)
+
+describe("requires_grad and is_leaf of a compiled training function's tensors", function()
+  it("are eager's on replayed calls too (the values have no autograd history yet)", function()
+    local seen = {}
+    local fn = function(w, x)
+      local h = x * 2
+      local y = w * h
+      seen[#seen + 1] = ("%s %s %s %s"):format(h.requires_grad, h.is_leaf, y.requires_grad, y.is_leaf)
+      -- (Lua code that branches on it: a loss of the tensors that require grad)
+      local loss = y.requires_grad and y:sum() or h:sum()
+      loss:backward()
+      return loss
+    end
+    local f = T.compile(fn)
+    for call = 1, 4 do
+      local w = randn(call, 3):requires_grad_(true)
+      f(w, randn(10 + call, 3))
+      S.close(w.grad, randn(10 + call, 3) * 2, 1e-6, 1e-6, "call " .. call)
+    end
+    for i = 1, 4 do S.eq(seen[i], "false true true false", "call " .. i) end
+  end)
+end)
+
 describe("the compiled node", function()
   it("is one CompiledFunctionBackward per segment, from the first replay on", function()
     local f = T.compile(function(x, w) return (x * w):sin():sum() end)

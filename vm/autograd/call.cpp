@@ -148,7 +148,10 @@ thread_local OpObserver* op_observer = nullptr;
 
 void run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
   const bool top = dispatch_depth == 0;  // (not a call a kernel makes: vm/nesting.hpp)
-  if (top && hooks().record_call(ctx, op, args, nargs, outs)) return;
+  if (top && hooks().record_call(ctx, op, args, nargs, outs)) {
+    note_views(op, args, nargs, outs);  // (a recorded view of a real tensor: its base's history, as eager)
+    return;
+  }
   outs = dispatch(ctx, op, args, nargs);
   note_views(op, args, nargs, outs);
   if (inference_mode) [[unlikely]] mark_inference(args, nargs, outs);

@@ -12,6 +12,10 @@ inline thread_local bool inference_mode = false;  // also implies grad_enabled =
 // or a view of one. It may not be changed in place, nor saved for backward, outside that mode.
 constexpr int8_t kInferenceTensor = 1;
 inline bool is_inference(const cr_tensor* t) { return t->_flags & kInferenceTensor; }
+// _flags bit of a lazy value of a training capture's replay that requires grad, as the recorded
+// call's output did: it has no autograd history until its graph runs; Lua's queries read this.
+constexpr int8_t kLazyGrad = 2;
+inline bool lazy_grad(const cr_tensor* t) { return t->_flags & kLazyGrad; }
 
 // Sets grad mode for a scope (the engine: create_graph on or off) and restores it.
 struct GradModeGuard {

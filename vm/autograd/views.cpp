@@ -109,6 +109,8 @@ void note_views(int op, const cr_value* args, int nargs, std::vector<Tensor>& ou
                      : def.flags & kListOut ? ViewCreation::MultiOutput
                                             : ViewCreation::Default;
   if (im && im->base.defined() && im->creation != ViewCreation::Default) how = im->creation;
+  // (a view of a compiled function's output that views another has no base to rebase either)
+  if (im && im->creation == ViewCreation::Compiled) how = ViewCreation::Compiled;
   const Tensor base = im && im->base.defined() ? im->base : Tensor(in, true);
   for (Tensor& o : outs) {
     if (o.get() == in || o.get()->_storage != in->_storage) continue;

@@ -140,6 +140,19 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
   record(op, args, nargs, first_new, outs);
 }
 
+namespace {
+
+// Whether eager autograd would differentiate this call: grad mode, a differentiable op, and an
+// argument requiring grad (a lazy one as its recorded call's output did).
+bool differentiates(const OpDef& def, const cr_value* args, int nargs) {
+  if (!autograd::grad_enabled || def.grad.not_differentiable) return false;
+  for (cr_tensor* t : tensor_args(args, nargs))
+    if (autograd::requires_grad(t) || autograd::lazy_grad(t)) return true;
+  return false;
+}
+
+}  // namespace
+
 // Replaying: the call matches a recorded event. Its outputs are lazy tensors with the recorded
 // layouts (derived from the arguments when sizes are symbolic); nothing runs yet.
 bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
@@ -159,12 +172,14 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
     }
     // (the arguments as they are now: an in-place op's output takes its first argument's tensor)
     if (s.dynamic && has_wildcard_args(def, args, nargs)) s.event_args.emplace_back(s.ops, to_args(s, args, nargs));
+    const bool grad = s.train && differentiates(def, args, nargs);
     for (size_t i = 0; i < c->outs.size(); ++i) {
       const guards::OutInfo& o = c->outs[i];
       s.next_vid = std::max(s.next_vid, o.vid + 1);
       if (def.flags & kReturnsSelf) {
         cr_tensor* self = static_cast<cr_tensor*>(args[0].ptr);
         self->_vid = o.vid;
+        if (grad && !self->_storage && is_floating(DType(self->_dtype))) self->_flags |= autograd::kLazyGrad;
         s.set(o.vid, Tensor(self, true));
       } else if (!o.fresh) {
         outs.push_back(s.vals[size_t(o.vid)]);
@@ -173,6 +188,7 @@ bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tenso
         Tensor t = Tensor::lazy(s.dynamic ? concrete(m.sizes) : o.sizes, m.strides, m.offset, m.dtype, m.device);
         t.get()->_gen = s.gen;
         t.get()->_vid = o.vid;
+        if (grad && is_floating(m.dtype)) t.get()->_flags |= autograd::kLazyGrad;
         s.set(o.vid, t);
         outs.push_back(std::move(t));
       }

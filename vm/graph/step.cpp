@@ -66,6 +66,23 @@ bool owned(const Graph& g, const std::vector<int32_t>& outs, int32_t v) {
   return std::count(outs.begin(), outs.end(), v) == 1;
 }
 
+// An in-place op under grad mode on a value requiring grad anywhere in the segment so far, not
+// only among the loss's ancestors: the segment then runs with eager autograd (check_training),
+// since a replay of it could not be differentiated as a graph where a later guard fails.
+std::string inplace_with_grad(const Graph& g, const std::vector<char>& grad_on, std::vector<char> needs) {
+  size_t k = 0;
+  for (const Node& n : g.nodes) {
+    if (n.kind != NodeKind::Op) continue;
+    const bool on = grad_on.at(k++);
+    bool in = false;
+    for_tensor_args(n, [&](int32_t v) { in = in || needs[size_t(v)]; });
+    if (!on || !in || n.def().grad.not_differentiable) continue;
+    if (n.inplace()) return cat("in-place op ", n.def().name, " (", n.where, ") in a segment with gradients");
+    for (int32_t o : n.outs) needs[size_t(o)] = 1;
+  }
+  return "";
+}
+
 // Prunes the prefix graph to the loss's ancestors and finds the inputs whose gradients it needs;
 // "" or why it cannot be differentiated as a graph (an ancestor made under T.no_grad from a
 // tensor requiring grad, which eager autograd would not differentiate through).
@@ -172,6 +189,8 @@ std::shared_ptr<StepBackward> Recorder::trace_step(int32_t root) {
     inputs[size_t(v)] = s.vals[size_t(v)];
     wants[size_t(v)] = autograd::requires_grad(s.vals[size_t(v)].get());
   }
+  b->declined = inplace_with_grad(*g, s.op_grad, wants);
+  if (!b->declined.empty()) return b;
   b->declined = ancestors(*g, s.op_grad, wants, root, *b);
   if (!b->declined.empty()) return b;
   for (const Node& n : g->nodes)  // (the trace would take the recorded ones; a backward's are its shape's)
@@ -342,8 +361,10 @@ std::string Recorder::capture_backward(cr_tensor* root, const std::string& where
   std::string why = per_call(s, *b);
   if (!why.empty()) return why;
   std::shared_ptr<StepBackward> keep = b;  // (the tree may grow while its calls are recorded)
-  run_step(*keep, root, where);
+  // (stepped first: a guard failing among the backward's calls - another shape's derivative
+  // rules may take other ops - runs the prefix without a joint, then records the rest)
   s.stepped = true;
+  run_step(*keep, root, where);
   settle_loss(root, keep->root_op);
   return "";
 }

@@ -51,8 +51,8 @@ int32_t ag_query(cr_ctx* c, cr_tensor* t, int32_t what) {
   return guarded(c, [&] {
     const AutogradMeta* m = meta_of(t);
     switch (what) {
-      case CR_AG_REQUIRES_GRAD: return int32_t(requires_grad(t));
-      case CR_AG_IS_LEAF: return int32_t(is_leaf(t));
+      case CR_AG_REQUIRES_GRAD: return int32_t(requires_grad(t) || lazy_grad(t));
+      case CR_AG_IS_LEAF: return int32_t(is_leaf(t) && !lazy_grad(t));
       case CR_AG_RETAINS_GRAD: return int32_t(m && m->retains_grad);
       case CR_AG_IS_INFERENCE: return int32_t(is_inference(t));
       default: return 0;

@@ -158,6 +158,12 @@ bool differentiates(const OpDef& def, const cr_value* args, int nargs) {
 bool Recorder::replay(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
   Segment& s = *seg_;
   const OpDef& def = Registry::get().ops()[size_t(op)];
+  // (an in-place write under grad to a tensor requiring grad, which a graph cannot differentiate:
+  // the call records from here, and its segment takes eager autograd - check_training)
+  if (s.train && (def.flags & kReturnsSelf) && differentiates(def, args, nargs)) {
+    pending_reason_ = cat(def.name, ": an in-place op on a tensor requiring grad (recorded, with eager autograd)");
+    return false;
+  }
   std::vector<ValueMeta> metas;
   for (auto& c : s.pos->children) {
     if (c->key != s.key) continue;

@@ -129,7 +129,12 @@ std::shared_ptr<Node> make_node(int op, const cr_value* args, int nargs, const s
     Input in{{}, i, k, Meta{t.sizes(), t.dtype(), t.device()}};
     if (requires_grad(p) && !(d.nondiff >> i & 1)) in.edge = gradient_edge(t);
     Saved s;
-    if (d.saves_inputs >> i & 1) s = save(i == 0 && inplace && old_self.defined() ? old_self : t, def);
+    // (an argument sharing an in-place op's memory is saved as a header without autograd
+    // metadata, or the node would hold itself through self's grad_fn; reading it raises anyway)
+    const auto* self = static_cast<const cr_tensor*>(args[0].ptr);
+    const bool shares = inplace && i > 0 && p->_storage && args[0].tag == kTensor && p->_storage == self->_storage;
+    if (d.saves_inputs >> i & 1)
+      s = save(i == 0 && inplace && old_self.defined() ? old_self : shares ? alias(t) : t, def);
     cr_value& v = n->args.v[size_t(i)];
     if (v.tag == kTensor) v.ptr = s.t.get();
     else static_cast<cr_tensor**>(v.ptr)[k] = s.t.get();

@@ -223,3 +223,51 @@ describe("hooks and retain_grad across an in-place change of a non-leaf", functi
     expect.eq(x.grad:totable(), { 72, 144 })
   end)
 end)
+
+-- A compiled function's outputs viewing its inputs, or other outputs Lua holds, are views for
+-- autograd as eager's are: an in-place change of the base after the call (here in the next
+-- segment, past a graph break) gives them a grad_fn over the base's new history.
+describe("views made by compiled functions", function()
+  local programs = {
+    base_changed = function(y)
+      local t = y:reshape(2, 2):t()
+      local _ = y:sum():item()
+      y:div_(0)  -- (a NaN gradient through the view, as eager: 0 / 0)
+      local _ = y:sum():item()
+      return t * T.arange(4, { dtype = "float64" }):reshape(2, 2)
+    end,
+    needs_no_grad_first = function(buf, w)
+      local v = buf:narrow(1, 2, 2)
+      local _ = buf:sum():item()
+      buf:mul_(w)
+      local _ = buf:sum():item()
+      return v * T.tensor({ 1, 2 }, { dtype = "float64" })
+    end,
+    of_an_output = function(buf, w)
+      local y = buf * w
+      local v = y:view(2, 2)
+      local _ = y:sum():item()
+      y:mul_(3)
+      v[1]:add_(w[1])
+      local _ = y:sum():item()
+      return v * T.arange(4, { dtype = "float64" }):view(2, 2), y
+    end,
+  }
+  local function run(f)
+    local w = T.tensor({ 1, 2, 3, 4 }, { dtype = "float64", requires_grad = true })
+    local outs = { f(w * 1, w) }
+    local loss = 0
+    for _, o in ipairs(outs) do loss = loss + (o * o):sum() end
+    loss:backward()
+    return w.grad:totable()
+  end
+  for name, prog in pairs(programs) do
+    it(name .. ": gradients equal eager's, before and after native code lands", function()
+      local want, f = run(prog), T.compile(prog)
+      for call = 1, 4 do
+        if call == 4 then T.compiler.wait(f) end
+        expect.eq(run(f), want, ("call %d"):format(call))
+      end
+    end)
+  end
+end)

@@ -31,7 +31,7 @@ local function differentiable(v, out, seen)
     if FLOATING[v.dtype] and v.requires_grad then out[#out + 1] = v end
   elseif type(v) == "table" and not seen[v] then
     seen[v] = true
-    for i = 1, #v do differentiable(v[i], out, seen) end
+    for i = 1, v.n or #v do differentiable(v[i], out, seen) end  -- results hold nils: # is any border
     if v.key ~= nil then differentiable(v.key, out, seen) end
   end
   return out

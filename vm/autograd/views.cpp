@@ -97,28 +97,32 @@ const std::shared_ptr<Node>& view_grad_fn(cr_tensor* t, AutogradMeta& m) {
   return m.grad_fn;
 }
 
+ViewCreation view_creation(bool multi_output) {
+  return inference_mode ? ViewCreation::Inference
+         : !grad_enabled ? ViewCreation::NoGrad
+         : multi_output  ? ViewCreation::MultiOutput
+                         : ViewCreation::Default;
+}
+
+void note_view(cr_tensor* in, cr_tensor* out, ViewCreation how) {
+  const AutogradMeta* im = meta_of(in);
+  if (im && im->base.defined() && im->creation != ViewCreation::Default) how = im->creation;
+  // (a view of a compiled function's output that views another has no base to rebase either)
+  if (im && im->creation == ViewCreation::Compiled) how = ViewCreation::Compiled;
+  AutogradMeta& m = ensure_meta(out);
+  m.base = im && im->base.defined() ? im->base : Tensor(in, true);
+  m.creation = how;
+  m.attr_version = version_of(in);
+}
+
 void note_views(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
   const OpDef& def = Registry::get().ops()[size_t(op)];
   if ((def.kind != OpKind::View && !(def.flags & kListOut)) || nargs == 0 || args[0].tag != kTensor) return;
   if (def.grad.not_differentiable) return;  // detach: a view of the storage, not of the autograd history
   auto* in = static_cast<cr_tensor*>(args[0].ptr);
   if (!in->_storage) return;
-  const AutogradMeta* im = meta_of(in);
-  ViewCreation how = inference_mode ? ViewCreation::Inference
-                     : !grad_enabled ? ViewCreation::NoGrad
-                     : def.flags & kListOut ? ViewCreation::MultiOutput
-                                            : ViewCreation::Default;
-  if (im && im->base.defined() && im->creation != ViewCreation::Default) how = im->creation;
-  // (a view of a compiled function's output that views another has no base to rebase either)
-  if (im && im->creation == ViewCreation::Compiled) how = ViewCreation::Compiled;
-  const Tensor base = im && im->base.defined() ? im->base : Tensor(in, true);
-  for (Tensor& o : outs) {
-    if (o.get() == in || o.get()->_storage != in->_storage) continue;
-    AutogradMeta& m = ensure_meta(o.get());
-    m.base = base;
-    m.creation = how;
-    m.attr_version = version_of(in);
-  }
+  for (Tensor& o : outs)
+    if (o.get() != in && o.get()->_storage == in->_storage) note_view(in, o.get(), view_creation(def.flags & kListOut));
 }
 
 void check_inplace(const OpDef& def, const Tensor& self) {

@@ -14,6 +14,10 @@ namespace cr::autograd {
 
 // After op ran: its outputs that view args[0]'s memory become views of its base.
 void note_views(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
+// out, made from in's memory by a view op, becomes a view of in's base; `how` says how it was
+// made (view_creation: in the current grad mode, by an op making several views or one).
+void note_view(cr_tensor* in, cr_tensor* out, ViewCreation how);
+ViewCreation view_creation(bool multi_output);
 
 // Before an in-place op records on self (some argument requires grad): PyTorch's refusals (a
 // leaf requiring grad, a view of one, a view made in no_grad mode or by a multi-output op).

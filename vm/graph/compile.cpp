@@ -38,9 +38,9 @@ std::shared_ptr<Graph> instance_of(const Graph& raw, const Segment& s) {
 // layouts of the inputs (which determine all others), the most recent kMaxInstances.
 constexpr size_t kMaxInstances = 16;
 
-std::vector<int64_t> instance_key(const Graph& raw, const Segment& s) {
+std::vector<int64_t> instance_key(const std::vector<int32_t>& ins, const Segment& s, bool varying) {
   std::vector<int64_t> layouts;
-  for (int32_t in : raw.inputs) {
+  for (int32_t in : ins) {
     const Tensor& t = s.vals[size_t(in)];
     layouts.insert(layouts.end(), {t.dim(), t.offset()});
     for (int d = 0; d < t.dim(); ++d) layouts.insert(layouts.end(), {t.size(d), t.stride(d)});
@@ -48,7 +48,7 @@ std::vector<int64_t> instance_key(const Graph& raw, const Segment& s) {
   for (const auto& [ordinal, args] : s.event_args)  // the integers the keys left out
     for (const Arg& a : args) {
       layouts.push_back(ordinal);
-      if (a.tag == kNumber && a.varying < 0) layouts.push_back(int64_t(a.num));  // (varying ones are run arguments)
+      if (a.tag == kNumber && (varying || a.varying < 0)) layouts.push_back(int64_t(a.num));  // (else run arguments)
       layouts.insert(layouts.end(), a.ints.begin(), a.ints.end());
     }
   return layouts;
@@ -57,7 +57,7 @@ std::vector<int64_t> instance_key(const Graph& raw, const Segment& s) {
 std::shared_ptr<Graph> Recorder::instance(Leaf& leaf) {
   Segment& s = *seg_;
   const Graph& raw = *leaf.raw;
-  const std::vector<int64_t> layouts = instance_key(raw, s);
+  const std::vector<int64_t> layouts = instance_key(raw.inputs, s);
   const bool hot = leaf.hits > fn_->opts.hot;
   if (!leaf.recompile_reason.empty()) {
     leaf.instances.clear();

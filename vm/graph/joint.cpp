@@ -295,7 +295,8 @@ void attach_backward(const std::shared_ptr<Joint>& j, const std::vector<Tensor>&
     m.grad_fn = n;
     m.output_nr = int(cf->outs_.size());
     m.requires_grad = false;
-    if (g.values[size_t(v)].views >= 0) m.creation = autograd::ViewCreation::Compiled;
+    // (a view of a value Lua does not hold: Recorder::note_view left it without a base)
+    if (g.values[size_t(v)].views >= 0 && !m.base.defined()) m.creation = autograd::ViewCreation::Compiled;
     cf->outs_.push_back(v);
     const ValueMeta& vm = g.values[size_t(v)].meta;
     n->outs.push_back(Meta{concrete(vm.sizes), vm.dtype, vm.device});

@@ -9,6 +9,7 @@
 #include "vm/config.hpp"
 #include "vm/autograd/grad_mode.hpp"
 #include "vm/autograd/meta.hpp"
+#include "vm/autograd/views.hpp"
 #include "vm/kernels/loop.hpp"
 
 namespace cr::graph {
@@ -242,7 +243,7 @@ std::vector<char> native_stores(const Segment& s) {
     if (!leaf->raw) return {};  // (never replayed: it runs as recorded)
     const Graph* g = leaf->compiled.get();
     if (leaf->dynamic) {  // (the instance of this call's layouts, if compiled)
-      auto it = leaf->instances.find(instance_key(*leaf->raw, s));
+      auto it = leaf->instances.find(instance_key(leaf->raw->inputs, s));
       g = it == leaf->instances.end() ? nullptr : it->second.compiled.get();
     }
     std::shared_ptr<const Executable> exe = g ? executable_of(*g) : nullptr;
@@ -428,7 +429,7 @@ void Recorder::run_pending() {
       for (int32_t o : n.outs) unheld[size_t(o)] = 0;
   std::vector<Tensor> vals = values_for(*g, &unheld);
   run_eager(*g, ctx_, vals, s.numbers_or_null(), &unheld);
-  settle(nullptr, vals, false);
+  settle(nullptr, vals, false, g.get());
   if (joint) attach_node(joint, *g, vals, {});
   for (size_t v = 0; v < g->values.size(); ++v)
     if (g->values[v].node >= 0 && g->nodes[size_t(g->values[v].node)].kind == NodeKind::Op &&
@@ -473,6 +474,23 @@ std::vector<char> Recorder::unheld_values(const Graph& g, const Joint* joint, co
 // After a graph ran: lazy tensors get their values; a value the graph did not keep but Lua may
 // still hold gets a way to be recomputed; while a leaf is cold, values that Lua still holds get
 // a tracker so that their later use marks them as graph outputs.
+// As eager's views (run_op notes them): an in-place change of the base later gives the view a
+// grad_fn over the base's new history. The base of a value Lua does not hold has no history to
+// rebase on (joint.cpp).
+void Recorder::note_view(const Graph& g, int32_t vid, cr_tensor* p) {
+  Segment& s = *seg_;
+  int32_t from = vid;
+  while (g.values[size_t(from)].views >= 0) from = g.values[size_t(from)].views;
+  cr_tensor* src = size_t(from) < s.vals.size() ? s.vals[size_t(from)].get() : nullptr;
+  if (!src || src->_storage != p->_storage) return;
+  if (!s.is_input[size_t(from)] && (src->_vid != from || tensor_refs(src) <= 1)) return;
+  const Node& made = g.nodes[size_t(g.values[size_t(vid)].node)];
+  autograd::ViewCreation how = autograd::view_creation(made.def().flags & kListOut);
+  if (s.train && s.grad_ops > 0 && s.no_grad_ops == 0 && !autograd::inference_mode)
+    how = made.def().flags & kListOut ? autograd::ViewCreation::MultiOutput : autograd::ViewCreation::Default;
+  autograd::note_view(src, p, how);
+}
+
 void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g, bool collected) {
   Segment& s = *seg_;
   std::vector<char> copies;  // common subexpressions a pass merged: Lua gets its own tensor
@@ -486,6 +504,7 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, con
   if (leaf)
     for (auto& e : leaf->last->ends)
       if (e.get() == leaf) owner = e;
+  const Graph* raw = leaf && leaf->raw ? leaf->raw.get() : g;  // (a compiled graph's nodes are not the values')
   std::vector<std::pair<cr_tensor*, int32_t>>& waiting = waiting_;  // (a member: no allocation per call)
   waiting.clear();
   for (size_t vid = 0; vid < s.vals.size(); ++vid) {
@@ -500,6 +519,7 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, con
           Tensor::attach(p, c);
         } else {
           Tensor::attach(p, computed[vid]);
+          if (raw && vid < raw->values.size() && raw->values[vid].views >= 0) note_view(*raw, int32_t(vid), p);
         }
       } else if (alive) {
         if (!leaf) fail("internal: a replayed prefix left a value uncomputed");

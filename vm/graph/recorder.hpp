@@ -149,6 +149,8 @@ class Recorder {
   // collected: Lua collected garbage just before (the tensors it holds are the ones it reaches)
   void settle(guards::Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g = nullptr,
               bool collected = false);
+  // p, value vid of g that Lua holds, views an input or another value Lua holds: autograd's view
+  void note_view(const Graph& g, int32_t vid, cr_tensor* p);
   std::shared_ptr<graph::Graph> compile(guards::Leaf& leaf, const Graph& raw);
   guards::Leaf& leaf_for(guards::EndKind kind, const std::string& reason, const std::string& where);
   void stop();

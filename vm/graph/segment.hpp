@@ -188,8 +188,9 @@ bool reads_host_memory(const ExecRecord& r);
 void take_event_args(Graph& g, const Segment& s);
 // A dynamic segment's graph for this call: `raw` with the call's layouts and integers.
 std::shared_ptr<Graph> instance_of(const Graph& raw, const Segment& s);
-// The key of that instance among a dynamic leaf's (Leaf::instances): the inputs' layouts and the
-// integers the keys left out.
-std::vector<int64_t> instance_key(const Graph& raw, const Segment& s);
+// The key of that instance among a dynamic leaf's (Leaf::instances): the layouts of the inputs
+// `ins` and the integers the keys left out; `varying`: the varying numbers too (a backward traced
+// per shape reads them as constants: a mean's 1 / n).
+std::vector<int64_t> instance_key(const std::vector<int32_t>& ins, const Segment& s, bool varying = false);
 
 }  // namespace cr::graph

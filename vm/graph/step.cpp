@@ -31,25 +31,6 @@ namespace {
 
 constexpr size_t kMaxShapes = 16;  // traced backwards kept a position (past it they are traced again)
 
-// A dynamic segment's call so far, as Recorder::instance keys it: its inputs' layouts and the
-// integers its events' keys left out.
-std::vector<int64_t> shape_key(const Segment& s) {
-  std::vector<int64_t> k;
-  for (size_t v = 0; v < s.vals.size(); ++v) {
-    const Tensor& t = s.vals[v];
-    if (!s.is_input[v] || !t.defined()) continue;
-    k.insert(k.end(), {int64_t(v), t.dim(), t.offset()});
-    for (int d = 0; d < t.dim(); ++d) k.insert(k.end(), {t.size(d), t.stride(d)});
-  }
-  for (const auto& [ordinal, args] : s.event_args)
-    for (const Arg& a : args) {
-      k.push_back(ordinal);
-      if (a.tag == kNumber) k.push_back(int64_t(a.num));
-      k.insert(k.end(), a.ints.begin(), a.ints.end());
-    }
-  return k;
-}
-
 template <class F> void for_tensor_args(const Node& n, F&& f) {
   for (const Arg& a : n.args) {
     if (a.tag == kTensor) f(a.value);
@@ -346,7 +327,10 @@ std::string Recorder::capture_backward(cr_tensor* root, const std::string& where
   std::vector<int64_t> key{root->_vid};
   if (s.dynamic) {  // (traced per shape: its numbers - a mean's 1 / n - and sizes are the call's)
     if (s.pos->step_backwards.size() > kMaxShapes) s.pos->step_backwards.clear();
-    std::vector<int64_t> layouts = shape_key(s);
+    std::vector<int32_t> ins;
+    for (size_t v = 0; v < s.vals.size(); ++v)
+      if (s.is_input[v] && s.vals[v].defined()) ins.push_back(int32_t(v));
+    std::vector<int64_t> layouts = instance_key(ins, s, true);
     key.insert(key.end(), layouts.begin(), layouts.end());
   }
   std::shared_ptr<StepBackward>& b = s.pos->step_backwards[key];

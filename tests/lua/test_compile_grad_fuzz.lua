@@ -48,10 +48,16 @@ local function loss_of(rets)
   return loss
 end
 
+-- A tensor's text names its grad_fn, a compiled segment's node (CompiledFunctionBackward) where
+-- eager has the op's: the programs read their tensors' text without it.
+local ENV = setmetatable({
+  tostring = function(v) return T.is_tensor(v) and (tostring(v):gsub(", grad_fn=<%w+>", "")) or tostring(v) end,
+}, { __index = _G })
+
 -- The program's function for one form: module returns the results, step returns the loss after
 -- its backward() (nil without one).
 local function body(prog, form)
-  local fn = loadstring(FG.source(prog), "=fuzz")()(T, {})
+  local fn = setfenv(loadstring(FG.source(prog), "=fuzz"), ENV)()(T, {})
   return function(x, y, z, k)
     local function through(v) return T.is_tensor(v) and v.requires_grad and v * 1 or v end
     local rets = S.pack(fn(through(x), through(y), through(z), k))

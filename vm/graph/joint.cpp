@@ -51,11 +51,21 @@ GradPlan plan_gradients(const Graph& g, const std::vector<char>& input_requires,
   }
   if (p.any && no_grad_ops > 0 && p.unsupported.empty())
     p.unsupported = "grad mode changes inside the segment (T.no_grad / T.enable_grad around some of its ops)";
-  // A write could change a value the backward reads, or the history of a tensor requiring grad
-  // (eager autograd rebases it): not functionalised yet.
-  for (const Node& n : g.nodes)
-    if (p.any && (n.inplace() || n.writes()) && p.unsupported.empty())
-      p.unsupported = cat("in-place op ", n.def().name, " (", n.where, ") in a segment with gradients");
+  // A write could change the history of a tensor requiring grad (eager autograd rebases it), or
+  // memory an earlier op read, which the backward may read again (saved, or to recompute from):
+  // not functionalised yet. Other writes (an integer buffer filled beside the gradients) are none.
+  std::vector<char> read(g.values.size());
+  for (const Node& n : g.nodes) {
+    if (!p.any || !p.unsupported.empty()) break;
+    if (n.kind != NodeKind::Op) continue;
+    if (n.inplace() || n.writes()) {
+      bool bad = false;
+      each_tensor_arg(n, [&](int, int32_t v) { bad = bad || p.needs_grad[size_t(v)]; });
+      each_written_root(g, n, [&](int32_t r) { bad = bad || read[size_t(r)]; });
+      if (bad) p.unsupported = cat("in-place op ", n.def().name, " (", n.where, ") in a segment with gradients");
+    }
+    if (!is_view_node(g, n)) each_tensor_arg(n, [&](int, int32_t v) { read[size_t(storage_root(g, v))] = 1; });
+  }
   if (!p.any || !p.unsupported.empty()) return p;
   Partition cut = min_cut_partition(g, saved);
   p.saved = std::move(cut.saved);

@@ -81,6 +81,7 @@ class Tracer : public autograd::OpObserver {
   }
 
   int32_t id(const Tensor& t) const { return ids_.at(t.get()); }
+  bool knows(const Tensor& t) const { return ids_.count(t.get()) > 0; }
 
   // A value only `held` references (its header and its storage) can reach no later call: its
   // memory goes now, as eager autograd's temporaries do, and its header's address may be reused.
@@ -227,6 +228,13 @@ void cut(Tracer& tr, size_t first, const TraceInput& in, const std::vector<int32
   r.graph = g;
 }
 
+// An in-place op whose memory is an input's: the trace must not write the input again.
+bool writes_input(const Graph& g, const Node& n) {
+  if (!n.inplace()) return false;
+  const int32_t root = storage_root(g, n.args[0].value);
+  return g.values[size_t(root)].node >= 0 && g.nodes[size_t(g.values[size_t(root)].node)].kind == NodeKind::Input;
+}
+
 }  // namespace
 
 Traced trace_backward(Context& ctx, const TraceInput& in, const std::vector<int32_t>& roots,
@@ -255,15 +263,19 @@ Traced trace_backward(Context& ctx, const TraceInput& in, const std::vector<int3
     const DeadLists dead = dead_after(fg, keep);
     for (size_t i = 0; i < fg.nodes.size(); ++i) {
       const Node& n = fg.nodes[i];
-      if (n.kind == NodeKind::Op) {
+      if (n.kind == NodeKind::Op && !writes_input(fg, n)) {
         CallArgs call(n, vals, nullptr);
         std::vector<Tensor> outs;
         autograd::call(ctx, n.op, call.args, int(n.args.size()), outs);
-        for (size_t k = 0; k < n.outs.size() && k < outs.size(); ++k)
+        for (size_t k = 0; k < n.outs.size() && k < outs.size() && !n.inplace(); ++k)
           if (fg.values[size_t(n.outs[k])].node == int32_t(i)) {
             vals[size_t(n.outs[k])] = outs[k];
             if (record && tr.broken.empty()) tr.fwd[size_t(tr.id(outs[k]))] = n.outs[k];
           }
+      }
+      if (n.inplace()) {  // its result is the argument it wrote (an input's memory: the forward wrote it)
+        const Tensor& w = vals[size_t(n.outs[0])] = vals[size_t(n.args[0].value)];
+        if (record && tr.broken.empty() && tr.knows(w)) tr.fwd[size_t(tr.id(w))] = n.outs[0];  // (read after it)
       }
       for (int32_t v : dead[i]) vals[size_t(v)] = Tensor();
     }

@@ -411,12 +411,15 @@ void Recorder::run_pending() {
   auto g = guards::build_graph(prefix);
   take_event_args(*g, s);
   std::shared_ptr<Joint> joint;
+  bool with_autograd = false;
   if (s.train && !s.stepped) {  // (a prefix of a recorded path: the guards make it as differentiable as that path)
     std::vector<char> needs_grad(g->values.size());
     for (int32_t v : g->inputs) needs_grad[size_t(v)] = autograd::requires_grad(s.vals[size_t(v)].get());
     GradPlan plan = plan_gradients(*g, needs_grad, s.grad_ops, s.no_grad_ops);
-    if (!plan.unsupported.empty()) fail(cat("internal: compiled autograd: a replayed prefix ", plan.unsupported));
-    if (plan.any) {
+    with_autograd = !plan.unsupported.empty();
+    if (with_autograd && logs.aot)
+      log("aot", cat(fn_->opts.name, ": a replayed prefix runs with eager autograd: ", plan.unsupported));
+    if (plan.any && !with_autograd) {
       note_plan(cat(fn_->opts.name, " prefix"), plan);
       joint = make_joint(g, std::move(plan), JointOptions{cat(fn_->opts.name, " prefix"), fn_->opts.backend});
     }
@@ -427,8 +430,9 @@ void Recorder::run_pending() {
   for (const Node& n : g->nodes)
     if (n.random())
       for (int32_t o : n.outs) unheld[size_t(o)] = 0;
-  std::vector<Tensor> vals = values_for(*g, &unheld);
-  run_eager(*g, ctx_, vals, s.numbers_or_null(), &unheld);
+  std::vector<Tensor> vals = values_for(*g, with_autograd ? nullptr : &unheld);
+  if (with_autograd) run_with_autograd(*g, vals);
+  else run_eager(*g, ctx_, vals, s.numbers_or_null(), &unheld);
   settle(nullptr, vals, false, g.get());
   if (joint) attach_node(joint, *g, vals, {});
   for (size_t v = 0; v < g->values.size(); ++v)

@@ -171,6 +171,7 @@ class Recorder {
   std::shared_ptr<Joint> joint_of(guards::Leaf& leaf);  // of this call's instance when dynamic
   void attach_node(const std::shared_ptr<Joint>& joint, const Graph& ran, std::vector<Tensor>& vals,
                    const std::vector<cr_tensor*>& needed);
+  void run_with_autograd(const Graph& g, std::vector<Tensor>& vals);  // a prefix no graph differentiates
   void execute(const Graph& g, std::vector<Tensor>& vals, const double* numbers,
                const std::vector<char>* unheld = nullptr);
   std::shared_ptr<StepBackward> trace_step(int32_t root);  // step.cpp

@@ -1,5 +1,8 @@
 // The recorder's side of compiled autograd (joint.hpp): which training segments are
 // differentiated as graphs, the node of each run, and the compilation of backward graphs.
+#include "vm/autograd/autocast.hpp"
+#include "vm/autograd/call.hpp"
+#include "vm/autograd/grad_mode.hpp"
 #include "vm/autograd/meta.hpp"
 #include "vm/graph/joint.hpp"
 #include "vm/graph/segment.hpp"
@@ -60,6 +63,49 @@ void Recorder::attach_node(const std::shared_ptr<Joint>& joint, const Graph& ran
     if (ends || tensor_refs(p) > 1) held.emplace_back(int32_t(v), p);
   }
   attach_backward(joint, vals, held);
+}
+
+// A replayed prefix whose plan is unsupported (a write to memory an earlier op read, met at a
+// guard failing after it): its ops run now through eager autograd, one by one, as if recorded;
+// Lua's tensors take their values and histories.
+void Recorder::run_with_autograd(const Graph& g, std::vector<Tensor>& vals) {
+  Segment& s = *seg_;
+  Pause pause(*this, ctx_);
+  autograd::AutocastOff no_autocast;  // (the graph holds the casts autocast made)
+  set_constants(g, vals);
+  size_t ordinal = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.kind != NodeKind::Op) continue;
+    autograd::GradModeGuard mode(ordinal < s.op_grad.size() ? s.op_grad[ordinal] != 0 : autograd::grad_enabled);
+    ++ordinal;
+    CallArgs call(n, vals, s.numbers_or_null());
+    std::vector<Tensor> outs;
+    autograd::call(ctx_, n.op, call.args, int(n.args.size()), outs);
+    autograd::set_where(n.where.c_str());
+    if (n.inplace()) {
+      vals[size_t(n.outs[0])] = vals[size_t(n.args[0].value)];
+      continue;
+    }
+    for (size_t k = 0; k < n.outs.size() && k < outs.size(); ++k) {
+      if (g.values[size_t(n.outs[k])].node != int32_t(i)) continue;
+      Tensor& slot = vals[size_t(n.outs[k])];
+      if (!slot.defined() || !slot.is_lazy()) {
+        slot = outs[k];
+        continue;
+      }
+      Tensor::attach(slot.get(), outs[k]);  // (Lua's tensor: later ops take it, so views name it as base)
+      if (autograd::AutogradMeta* m = autograd::meta_of(outs[k].get())) {
+        autograd::AutogradMeta& to = autograd::ensure_meta(slot.get());
+        to.requires_grad = m->requires_grad;
+        to.grad_fn = m->grad_fn;
+        to.output_nr = m->output_nr;
+        to.base = m->base;
+        to.creation = m->creation;
+        to.attr_version = m->attr_version;
+      }
+    }
+  }
 }
 
 // A dynamic segment's joint for this call's instance (Recorder::instance): its backward graphs

@@ -19,9 +19,9 @@
 // an unchecked copy for rows of exactly the bucket's length): the bucket is part of the
 // source and so of the cache key. The row count, which is what varies in a dynamic batch, never
 // changes the source; a row length that grows compiles new kernels each time it doubles (counted
-// in T.compiler.stats().kernels_compiled). Column reductions of templates keep a thread per row,
-// looped; specialised ones with too few rows to fill the GPU split each row over a team of lanes,
-// one per warp, a warp reading 32 neighbouring rows (column_team).
+// in T.compiler.stats().kernels_compiled). Column reductions split each row over a team of lanes,
+// one per warp, a warp reading 32 neighbouring rows (column_team): specialised ones when their
+// rows are too few to fill the GPU, templates as for kTemplateColumns rows, looped.
 
 #include <algorithm>
 #include <cstdlib>
@@ -129,6 +129,10 @@ constexpr int64_t kSmallRows = 32 * kPersistentItems;
 
 int64_t bucket(int64_t C) { return std::max(pow2_at_least(C), kSmallRows); }
 
+// The row count a template's column reduction is written for (a thread a row left a bias
+// gradient of a few hundred columns to as many threads, each folding every row of the batch).
+constexpr int64_t kTemplateColumns = 1024;
+
 int64_t template_form(KernelWriter& w, int64_t C) { return choose_form(w, int64_t(1) << 20, bucket(C)); }
 
 // Block-per-row grids reach this many waves of resident blocks (a block per row up to there, so
@@ -153,10 +157,13 @@ class ReductionWriter {
         o.persistent = (o.row_size + team_ - 1) / team_ <= kPersistentItems;
         o.cluster = cluster_;
       }
-    } else if (strided_rows(k_)) {  // column reductions: a thread per row, looped
-      o.form = Form::ReduceThread;
-      o.block = 256;
-      team_ = 1;
+    } else if (strided_rows(k_)) {
+      // Column reductions, looped: a team of lanes a row as for kTemplateColumns long rows (the
+      // code depends on no size; a bias gradient's rows are few, their length varies).
+      team_ = column_team(w_, kTemplateColumns, int64_t(1) << 40);
+      o.form = team_ > 1 ? Form::ReduceColumns : Form::ReduceThread;
+      o.block = team_ > 1 ? 32 * team_ : 256;
+      o.persistent = false;
     } else {
       team_ = template_form(w_, o.row_size);
     }

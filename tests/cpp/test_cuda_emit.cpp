@@ -659,8 +659,10 @@ void check_dynamic(const DynamicCase& c) {
       // the vector form is in the source; an instance takes it when its row length allows
       if (k.form == jit::cuda::Form::Pointwise) CHECK(k.vector_width == (C % 4 == 0 ? 4 : 1));
       else CHECK(k.vector_width == 1);
-      // templates' rows: persistent up to 16384 elements (a bucket of 16 items a thread), looped above
-      CHECK(k.persistent == (k.form != jit::cuda::Form::Pointwise && k.form != jit::cuda::Form::ReduceThread && C <= 16384));
+      // templates' rows: persistent up to 16384 elements (a bucket of 16 items a thread), looped
+      // above; column reductions always loop
+      const bool loops = k.form == jit::cuda::Form::ReduceThread || k.form == jit::cuda::Form::ReduceColumns;
+      CHECK(k.persistent == (k.form != jit::cuda::Form::Pointwise && !loops && C <= 16384));
     }
     std::set<std::string> literals = int_literals(m.source);
     for (int64_t size : {R, C, R * C})

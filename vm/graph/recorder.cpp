@@ -475,9 +475,6 @@ std::vector<char> Recorder::unheld_values(const Graph& g, const Joint* joint, co
   return unheld;
 }
 
-// After a graph ran: lazy tensors get their values; a value the graph did not keep but Lua may
-// still hold gets a way to be recomputed; while a leaf is cold, values that Lua still holds get
-// a tracker so that their later use marks them as graph outputs.
 // As eager's views (run_op notes them): an in-place change of the base later gives the view a
 // grad_fn over the base's new history. The base of a value Lua does not hold has no history to
 // rebase on (joint.cpp).
@@ -495,6 +492,9 @@ void Recorder::note_view(const Graph& g, int32_t vid, cr_tensor* p) {
   autograd::note_view(src, p, how);
 }
 
+// After a graph ran: lazy tensors get their values; a value the graph did not keep but Lua may
+// still hold gets a way to be recomputed; while a leaf is cold, values that Lua still holds get
+// a tracker so that their later use marks them as graph outputs.
 void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, const Graph* g, bool collected) {
   Segment& s = *seg_;
   std::vector<char> copies;  // common subexpressions a pass merged: Lua gets its own tensor

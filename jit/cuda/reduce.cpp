@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <set>
 
 #include "jit/cuda/kernels.hpp"
@@ -60,6 +61,9 @@ bool strided_rows(const Kernel& k) {
   bool outer_unit = k.n_outer > 0 && any_access(k, size_t(k.n_outer - 1));
   return !inner_unit && outer_unit;
 }
+
+// A row length no limit of column_team applies to: a template's rows, whose code may not depend on it.
+constexpr int64_t kAnyLength = std::numeric_limits<int64_t>::max();
 
 // Lanes per row of a column reduction (strided rows) of R rows of C: enough for 32-row blocks to
 // fill the GPU, each lane folding 16 elements or more; 1: a thread per row. Element-wise stores
@@ -160,7 +164,7 @@ class ReductionWriter {
     } else if (strided_rows(k_)) {
       // Column reductions, looped: a team of lanes a row as for kTemplateColumns long rows (the
       // code depends on no size; a bias gradient's rows are few, their length varies).
-      team_ = column_team(w_, kTemplateColumns, int64_t(1) << 40);
+      team_ = column_team(w_, kTemplateColumns, kAnyLength);
       o.form = team_ > 1 ? Form::ReduceColumns : Form::ReduceThread;
       o.block = team_ > 1 ? 32 * team_ : 256;
       o.persistent = false;

@@ -124,6 +124,35 @@ describe("autograd surface", function()
     end, { x }))
   end)
 
+  it("double backward through saved tensors that are not leaves (a view among them)", function()
+    local x = f64(3):requires_grad_()
+    local y = x * 2
+    local d1 = T.autograd.grad((y * y * y):sum(), { x }, { create_graph = true })[1]  -- 24 x^2
+    expect.close(T.autograd.grad(d1:sum(), { x })[1], (x * 48):detach(), 1e-12, 1e-12)
+    local m = T.tensor({ { 1, 2 }, { 3, 4 } }, { dtype = "float64", requires_grad = true })
+    local v = (m * 1):t()
+    local g = T.autograd.grad((v * v):sum(), { m }, { create_graph = true })[1]  -- 2 m
+    expect.close(T.autograd.grad((g * g):sum(), { m })[1], (m * 8):detach(), 1e-12, 1e-12)
+  end)
+
+  it("a saved tensor written in place later does not keep its graph alive", function()
+    local function step()
+      local w = T.randn(256, 256, { requires_grad = true })
+      local a = w * 2
+      local b = a * a  -- saves a
+      a:add_(b)  -- a's node reaches b's, which saved a
+      local z = T.zeros(256, 256)
+      z:add_(z * w)  -- z (saved, no history then) gets a node reaching the one that saved it
+    end
+    collectgarbage()
+    collectgarbage()
+    local before = T.memory_stats().in_use
+    for _ = 1, 3 do step() end
+    collectgarbage()
+    collectgarbage()
+    expect.eq(T.memory_stats().in_use, before)
+  end)
+
   it("norm with p < 1: the gradient of a zero element is 0, as PyTorch masks it", function()
     local x = T.tensor({ 0, 4, -1, 0 }, { dtype = "float64", requires_grad = true })
     x:norm({ p = 0.5 }):backward()

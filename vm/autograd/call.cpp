@@ -38,6 +38,11 @@ void mark_inference(const cr_value* args, int nargs, std::vector<Tensor>& outs) 
   }
 }
 
+bool is_leaf_requiring_grad(const cr_tensor* t) {
+  const AutogradMeta* m = meta_of(t);
+  return m && m->requires_grad && !m->grad_fn && !m->base.defined();
+}
+
 // A header over out's storage without autograd metadata: a saved output must not keep its own
 // node alive (a cycle); the engine gives it its node back when create_graph needs it.
 Tensor alias(const Tensor& out) { return Tensor::view_of(out, out.sizes(), out.strides(), out.offset()); }
@@ -129,12 +134,11 @@ std::shared_ptr<Node> make_node(int op, const cr_value* args, int nargs, const s
     Input in{{}, i, k, Meta{t.sizes(), t.dtype(), t.device()}};
     if (requires_grad(p) && !(d.nondiff >> i & 1)) in.edge = gradient_edge(t);
     Saved s;
-    // (an argument sharing an in-place op's memory is saved as a header without autograd
-    // metadata, or the node would hold itself through self's grad_fn; reading it raises anyway)
-    const auto* self = static_cast<const cr_tensor*>(args[0].ptr);
-    const bool shares = inplace && i > 0 && p->_storage && args[0].tag == kTensor && p->_storage == self->_storage;
+    // Only a leaf requiring grad is saved whole: any other tensor may later be written in place by
+    // an op whose node reaches this one (a cycle through its grad_fn); Grad::in gives the header
+    // the edge of the call back when create_graph reads it.
     if (d.saves_inputs >> i & 1)
-      s = save(i == 0 && inplace && old_self.defined() ? old_self : shares ? alias(t) : t, def);
+      s = save(i == 0 && inplace && old_self.defined() ? old_self : is_leaf_requiring_grad(p) ? t : alias(t), def);
     cr_value& v = n->args.v[size_t(i)];
     if (v.tag == kTensor) v.ptr = s.t.get();
     else static_cast<cr_tensor**>(v.ptr)[k] = s.t.get();

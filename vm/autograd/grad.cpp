@@ -23,19 +23,28 @@ int Grad::index(int i, int k) const {
   return node_.first_input[size_t(i)] + k;
 }
 
-static Tensor saved_value(const Node& n, const Saved& s, int i) {
+// A saved argument other than a leaf is a header without metadata (call.cpp make_node); when the
+// rule itself is recorded (create_graph) it gets the argument's edge back, as the call saw it.
+static Tensor saved_value(const Node& n, int idx, int i) {
+  const Saved& s = n.saved_in[size_t(idx)];
   if (!s.t.defined())
     fail(cat("internal: the derivative of ", n.def()->name, " reads argument ", i + 1, ", which it does not save"));
-  return s.t;
+  const Edge& e = n.inputs[size_t(idx)].edge;
+  if (!grad_enabled || !e.fn || meta_of(s.t.get())) return s.t;
+  Tensor a = Tensor::view_of(s.t, s.t.sizes(), s.t.strides(), s.t.offset());
+  AutogradMeta& m = ensure_meta(a.get());
+  m.grad_fn = e.fn;
+  m.output_nr = e.nr;
+  return a;
 }
 
 Var Grad::in(int i) const {
   const cr_value& v = arg_.args[i];
   if (v.tag == kNumber || v.tag == kBool) return Var(v.num);
-  return saved_value(node_, node_.saved_in[size_t(index(i, 0))], i);
+  return saved_value(node_, index(i, 0), i);
 }
 
-Var Grad::in(int i, int k) const { return saved_value(node_, node_.saved_in[size_t(index(i, k))], i); }
+Var Grad::in(int i, int k) const { return saved_value(node_, index(i, k), i); }
 
 // A saved output is a header without metadata (no cycle through its own node); when the rule
 // itself is recorded (create_graph) it gets the node back, so the double backward reaches it.

@@ -95,6 +95,7 @@ void Recorder::run_with_autograd(const Graph& g, std::vector<Tensor>& vals) {
         continue;
       }
       Tensor::attach(slot.get(), outs[k]);  // (Lua's tensor: later ops take it, so views name it as base)
+      // copied, not swapped: an op may return an argument itself, whose history must stay
       if (autograd::AutogradMeta* m = autograd::meta_of(outs[k].get())) {
         autograd::AutogradMeta& to = autograd::ensure_meta(slot.get());
         to.requires_grad = m->requires_grad;

@@ -84,4 +84,25 @@ describe("in-place writes in compiled training segments", function()
       S.eq(run(f, k), run(prog, k), ("call %d"):format(call))
     end
   end)
+
+  it("an in-place op where a replayed prefix's call raised before: recorded with eager autograd", function()
+    -- (the first call raised after the writes: the next replays up to them, then records them,
+    -- the tensors requiring grad only once the prefix ran; mul_ by y needs t from before the write)
+    local function prog(y, fail)
+      local t = y / 2
+      t:mul_(0.5):add_(1)
+      t:mul_(y)
+      if fail then error("stop") end
+      return t
+    end
+    local function run(f, fail)
+      local y = T.tensor({ 1, 2 }, { dtype = "float64", requires_grad = true })
+      local ok, err = pcall(function() (f(y * 1, fail) ^ 2):sum():backward() end)
+      return ok and y.grad:totable() or tostring(err):match("stop") or err
+    end
+    T.compiler.reset()
+    local f = T.compile(prog)
+    S.eq(run(f, true), "stop")
+    for call = 2, 4 do S.eq(run(f, false), run(prog, false), "call " .. call) end
+  end)
 end)

@@ -1,6 +1,8 @@
 // The op-call path and the recording of autograd nodes (call.hpp).
 #include "vm/autograd/call.hpp"
 
+#include <utility>
+
 #include "vm/autograd/node.hpp"
 #include "vm/autograd/views.hpp"
 #include "vm/hooks.hpp"
@@ -203,15 +205,44 @@ void call_recording(Context& ctx, int op, const cr_value* args, int nargs, std::
   }
 }
 
+namespace {
+// An in-place call that prepare_late saw: self's value and version from before its write.
+struct Late {
+  int op = -1;
+  Tensor old_self;
+  uint32_t before = 0;
+};
+thread_local Late late;
+}  // namespace
+
+void prepare_late(Context& ctx, int op, const cr_value* args, int nargs) {
+  late = Late{};
+  const OpDef& def = Registry::get().ops()[size_t(op)];
+  bool any = false;
+  each_tensor(args, nargs, [&](int, int, cr_tensor* t) { any = any || requires_grad(t); });
+  Tensor self(static_cast<cr_tensor*>(args[0].ptr), true);
+  if (!any || !grad_enabled || !(def.flags & kReturnsSelf) || self.is_lazy()) return;
+  check_inplace(def, self);
+  late.op = op;
+  late.before = self.storage()->version.load();
+  if (needs_old_self(def)) late.old_self = dispatch(ctx, op_id("clone"), args, 1).at(0);
+}
+
 void record_late(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
   bool any = false;
   each_tensor(args, nargs, [&](int, int, cr_tensor* t) { any = any || requires_grad(t); });
-  if (!any) return;
   const OpDef& def = Registry::get().ops()[size_t(op)];
-  if (def.flags & kReturnsSelf)  // (its value from before the write is gone)
+  if (!(def.flags & kReturnsSelf)) {
+    if (any) record(ctx, op, args, nargs, outs, Tensor());
+    return;
+  }
+  Late before = std::exchange(late, Late{});
+  if (!any) return;
+  if (before.op != op)  // (its value from before the write is gone)
     fail(cat(def.name, ": compiled autograd: an in-place op on a tensor requiring grad where the trace changed is not "
                        "implemented; run the function eagerly"));
-  record(ctx, op, args, nargs, outs, Tensor());
+  std::vector<Tensor> self{Tensor(static_cast<cr_tensor*>(args[0].ptr), true)};
+  record(ctx, op, args, nargs, self, before.old_self, before.before);
 }
 
 void set_where(const char* where) {

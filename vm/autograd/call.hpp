@@ -39,6 +39,8 @@ void call_recording(Context& ctx, int op, const cr_value* args, int nargs, std::
 // A training capture ran the call eagerly (a guard failed at it) after the replayed ops before it
 // ran and got their segment's node: its arguments may require grad only now.
 void record_late(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
+// Before such a call runs, if it writes in place: what its node needs from before the write.
+void prepare_late(Context& ctx, int op, const cr_value* args, int nargs);
 
 // The path without autocast (autocast.cpp calls it with the cast arguments).
 inline void call_plain(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {

@@ -7,6 +7,7 @@
 #include "vm/graph/joint.hpp"
 #include "vm/graph/segment.hpp"
 #include "vm/config.hpp"
+#include "vm/autograd/call.hpp"
 #include "vm/autograd/grad_mode.hpp"
 #include "vm/autograd/meta.hpp"
 #include "vm/autograd/views.hpp"
@@ -135,6 +136,7 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
       return;
     }
     s.recording = true;
+    if (s.train && (def.flags & kReturnsSelf)) autograd::prepare_late(ctx_, op, args, nargs);  // (record_late's)
   } else if (s.shadow) {
     learn_dynamic(ctx_, s, op, args, nargs, first_new);
   }

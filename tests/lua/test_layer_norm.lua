@@ -45,8 +45,10 @@ for _, dt in ipairs({ "float32", "float64" }) do
   case(k("plain eps"), dt, x3, 8, nil, nil, 1e-2)
   case(k("two dims"), dt, x3, { 5, 8 }, T.randn(5, 8), T.randn(5, 8))
   case(k("long rows"), dt, T.randn(4, 1000), 1000, T.randn(1000), T.randn(1000))
-  -- (past 4 MiB: gw / gb summed in the pass that computes gx, by blocks of rows)
-  case(k("many rows"), dt, T.randn(1100, 1000), 1000, T.randn(1000), T.randn(1000))
+  -- (past 4 MiB: gw / gb summed in the pass that computes gx, by blocks of rows; two float32
+  -- orders of those 1100-term sums differ by up to 2e-5 where they cancel to near 0)
+  local many_atol = dt == "float32" and 5e-5 or nil
+  case(k("many rows"), dt, T.randn(1100, 1000), 1000, T.randn(1000), T.randn(1000), nil, many_atol)
   case(k("non-contiguous"), dt, T.randn(8, 6):t(), 8, w8, b8)
   -- (x's gradient is 0 there: torch's is rounding noise of rstd = 1 / sqrt(eps))
   case(k("one element rows"), dt, T.randn(4, 1), 1, T.randn(1), T.randn(1), nil, 1e-4)

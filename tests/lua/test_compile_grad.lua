@@ -410,6 +410,39 @@ describe("the compiled node", function()
     end
   end)
 
+  it("gives an op recorded where a guard failed the history of the replayed ops before it", function()
+    -- (x, a view, carries autograd meta without requiring grad; a - x is recorded after a - the
+    -- replayed prefix - got the prefix's node; grad fuzzer seed 9005 #86)
+    local f = T.compile(function(x, z) local a = z * 1; return (a - x) * 2, a end, { hot = 0 })
+    for call = 1, 4 do
+      local n = call == 3 and 4 or 3  -- (call 3: x's size and strides change, a guard fails at sub)
+      local x = T.arange(n):view(1, n):permute(2, 1)
+      local z = T.randn({}, { requires_grad = true })
+      local y, a = f(x, z)
+      S.eq(tostring(y.requires_grad) .. " " .. tostring(a.requires_grad), "true true", "call " .. call)
+      S.close(T.autograd.grad({ y:sum() }, { z })[1], T.tensor(2.0 * n), 0, 0, "call " .. call)
+      T.compiler.wait()
+    end
+  end)
+
+  it("reads a saved value whose dim of size 1 got another stride than the trace's", function()
+    -- (y * 1 of a permuted {3, 1} y: the compiled forward and eager give its size-1 dim other strides;
+    -- its backward graph, native, read it; grad fuzzer seed 9005 #386)
+    local f = T.compile(function(x, y, z)
+      y, z = y * 1, z * 1
+      local t = z:narrow(1, 1, 0):matmul(z:narrow(1, 1, 0))
+      if T.atan2(t, x):item() <= 0 then y:permute(2, 1)[1] = 3 end
+      return y:permute(2, 1)
+    end, { hot = 0 })
+    for call = 1, 6 do
+      local x = T.tensor(call % 2 == 0 and -1 or 2, { dtype = "int64" })  -- (odd calls write y)
+      local y, z = T.randn(1, 3):permute(2, 1):requires_grad_(true), T.randn(1, { requires_grad = true })
+      local g = T.autograd.grad({ (f(x, y, z) * T.tensor({ { 1, 2, 3 } })):sum() }, { y })[1]
+      S.close(g:view(-1), call % 2 == 1 and T.zeros(3) or T.tensor({ 1, 2, 3 }), 0, 0, "call " .. call)
+      T.compiler.wait()
+    end
+  end)
+
   it("recomputes a value the forward did not save: an in-place write to it changes nothing", function()
     local h = T.randn(3, { requires_grad = true })
     local g = T.compile(function(a) return a * 2, a:exp() end)

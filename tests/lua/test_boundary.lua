@@ -29,6 +29,16 @@ describe("op arguments at the Lua boundary", function()
       "as_strided: tensor of shape {70368744177664,70368744177664,0,0} is too large")
     S.eq(x:as_strided({ 2, 2 }, { 1, 2 }, 1).shape, { 2, 2 })
   end)
+  it("reject sliding-window geometries whose products overflow", function()
+    local big = 2 ^ 54  -- (fuzz_ops: col2im's {big, big} output size made Ho * Wo overflow)
+    S.errors(function() return T.col2im(T.randn(1, 4, 1), { big, big }, { 1, 1 }) end,
+      "col2im: the spatial size {18014398509481984,18014398509481984} is too large")
+    S.errors(function() return T.im2col(T.randn(1, 1, 4, 4), { 1, 1 }, nil, { 2 ^ 62, 1 }) end,
+      "im2col: the height %(4%), kernel %(1%), dilation %(1%) and padding %(4611686018427387904%) are too large")
+    S.errors(function() return T.F.conv2d(T.randn(1, 1, 4, 4), T.randn(1, 1, 2, 2), nil, 1, big) end,
+      "conv2d: {36028797018963971,36028797018963971} sliding blocks %(padding {18014398509481984,18014398509481984}")
+    S.eq(T.im2col(T.randn(1, 1, 4, 4), { 2, 2 }).shape, { 1, 4, 9 })
+  end)
   it("reject an integer addcmul value out of the dtype's range", function()
     local i = T.ones(2, { dtype = "int64" })
     S.errors(function() return T.addcmul(i, i, i, -1 / 0) end, "addcmul: value %-inf cannot be converted to int64 without overflow")

@@ -51,11 +51,18 @@ Geo window(const OpCall& c, int k) {
   return g;
 }
 
+// (the products the kernels index with - kh * kw, Ho * Wo, H * W - must fit in int64)
 void set_spatial(Geo& g, int64_t H, int64_t W) {
   g.H = H;
   g.W = W;
   g.Ho = conv_blocks(H, g.kh, g.dh, g.ph, g.sh, "height");
   g.Wo = conv_blocks(W, g.kw, g.dw, g.pw, g.sw, "width");
+  int64_t p;
+  if (__builtin_mul_overflow(g.kh, g.kw, &p)) fail(cat("kernel_size {", g.kh, ",", g.kw, "} is too large"));
+  if (__builtin_mul_overflow(H, W, &p)) fail(cat("the spatial size {", H, ",", W, "} is too large"));
+  if (__builtin_mul_overflow(g.Ho, g.Wo, &p))
+    fail(cat("{", g.Ho, ",", g.Wo, "} sliding blocks (padding {", g.ph, ",", g.pw, "}, stride {", g.sh, ",", g.sw,
+             "}) are too many"));
 }
 
 // t with a leading batch dim of 1 (the unbatched forms), a view.
@@ -161,7 +168,10 @@ Unfold prepare_im2col(const OpCall& c) {
 
 std::vector<Meta> infer_im2col(OpCall& c) {
   Unfold u = prepare_im2col(c);
-  Shape s{u.x.size(1) * u.g.kk(), u.g.L()};
+  int64_t rows;
+  if (__builtin_mul_overflow(u.x.size(1), u.g.kk(), &rows))
+    fail(cat("kernel_size {", u.g.kh, ",", u.g.kw, "} over ", u.x.size(1), " channels is too large"));
+  Shape s{rows, u.g.L()};
   if (u.batched) s.insert(s.begin(), u.x.size(0));
   return {{s, u.x.dtype(), u.x.device()}};
 }
@@ -389,7 +399,10 @@ ConvParams conv_params(const OpCall& c) {
 }
 
 int64_t conv_blocks(int64_t n, int64_t k, int64_t d, int64_t p, int64_t s, const char* what) {
-  const int64_t span = d * (k - 1) + 1, avail = n + 2 * p;
+  int64_t span, avail;
+  if (__builtin_mul_overflow(d, k - 1, &span) || __builtin_add_overflow(span, 1, &span) ||
+      __builtin_mul_overflow(p, 2, &avail) || __builtin_add_overflow(n, avail, &avail))
+    fail(cat("the ", what, " (", n, "), kernel (", k, "), dilation (", d, ") and padding (", p, ") are too large"));
   if (avail < span)
     fail(cat("the padded input ", what, " (", n, " + 2 * ", p, ") is smaller than the dilated kernel (", span, ")"));
   return (avail - span) / s + 1;

@@ -172,11 +172,7 @@ void run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<T
 void call_recording(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
   bool any = false;
   each_tensor(args, nargs, [&](int, int, cr_tensor* t) { any = any || requires_grad(t); });
-  if (!any) {  // (autograd meta without requires_grad: a view's; a lazy argument may require it late)
-    run_op(ctx, op, args, nargs, outs);
-    if (ctx.capture_training && !ctx.capture_lazy && grad_enabled) record_late(ctx, op, args, nargs, outs);
-    return;
-  }
+  if (!any) return run_unrecorded(ctx, op, args, nargs, outs);  // (autograd meta only: a view's)
   const OpDef& def = Registry::get().ops()[size_t(op)];
   // an inference capture records the call (the key guards requires_grad): eager autograd, and
   // the function's later calls capture training graphs

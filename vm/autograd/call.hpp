@@ -42,11 +42,17 @@ void record_late(Context& ctx, int op, const cr_value* args, int nargs, std::vec
 // Before such a call runs, if it writes in place: what its node needs from before the write.
 void prepare_late(Context& ctx, int op, const cr_value* args, int nargs);
 
+// A call no argument of which requires grad now: in a training capture, a replayed argument may
+// require it once the call ran (record_late).
+inline void run_unrecorded(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
+  run_op(ctx, op, args, nargs, outs);
+  if (ctx.capture_training && !ctx.capture_lazy && grad_enabled) [[unlikely]] record_late(ctx, op, args, nargs, outs);
+}
+
 // The path without autocast (autocast.cpp calls it with the cast arguments).
 inline void call_plain(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
   if (grad_enabled && touches_grad(args, nargs)) return call_recording(ctx, op, args, nargs, outs);
-  run_op(ctx, op, args, nargs, outs);
-  if (ctx.capture_training && !ctx.capture_lazy && grad_enabled) [[unlikely]] record_late(ctx, op, args, nargs, outs);
+  run_unrecorded(ctx, op, args, nargs, outs);
 }
 
 inline void call(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {

@@ -12,6 +12,9 @@
 #include <type_traits>
 
 #include "vm/dtype.hpp"
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 
 namespace cr::lanes {
 
@@ -185,12 +188,12 @@ template <class T> inline bool all_nonzero(const T* x, int64_t n) {
   return r != 0;
 }
 
-// exp(x) for a float or a V<float>, without branches. Cephes' method: x = k ln2 + r with
-// |r| <= ln2/2, exp(r) by a degree-6 polynomial, then the scaling by 2^k as two products by
-// powers of two (k in [-150, 128] after the clamp: the first product is exact, the second rounds
-// once, into the subnormals too, as ldexp would). Error <= 2 ulp; results below the float range
-// become 0 (or subnormals), above it inf; NaN stays NaN (it passes the clamps, whose comparisons
-// are false, and every later step). k is read from the bits of the rounding sum t, so a NaN
+// exp(x) for a float or a V<float>, without branches but one (whether a vector has a subnormal
+// result). Cephes' method: x = k ln2 + r with |r| <= ln2/2, exp(r) by a degree-6 polynomial, then
+// the scaling by 2^k (k in [-150, 128] after the clamp) as two products by powers of two, or into
+// the subnormals as an integer's bits, rounded once as ldexp would. Error <= 2 ulp; results below
+// the float range become 0 (or subnormals), above it inf; NaN stays NaN (it passes the clamps,
+// whose comparisons are false, and every later step). k is read from the bits of the rounding sum t, so a NaN
 // never goes through an int conversion. The AVX-512 twin (vm/ops/scans.cpp exp_loop_avx512)
 // does the same steps with one scalef for the scaling, and gives the same bits.
 namespace exp_c {
@@ -204,6 +207,15 @@ inline int32_t bits_of(float t) { return std::bit_cast<int32_t>(t); }
 inline V<int32_t> bits_of(V<float> t) { return std::bit_cast<V<int32_t>>(t); }
 inline float from_bits(int32_t e) { return std::bit_cast<float>(e); }
 inline V<float> from_bits(V<int32_t> e) { return std::bit_cast<V<float>>(e); }
+inline bool any_lane(V<int32_t> mask) {
+#ifdef __AVX__
+  return !_mm256_testz_si256(std::bit_cast<__m256i>(mask), std::bit_cast<__m256i>(mask));
+#else
+  uint64_t q[4];
+  std::memcpy(q, &mask, sizeof q);
+  return (q[0] | q[1] | q[2] | q[3]) != 0;
+#endif
+}
 
 template <class X> inline X exp_poly(X x) {
   using namespace exp_c;
@@ -221,8 +233,17 @@ template <class X> inline X exp_poly(X x) {
   p = p * r + p5;
   p = p * r * r + r + 1.0f;
   auto ki = bits_of(t) - round_bits;
-  auto k1 = ki >> 1, k2 = ki - k1;
-  return p * from_bits((k1 + 127) << 23) * from_bits((k2 + 127) << 23);
+  auto products = [&p](auto kn) {
+    auto k1 = kn >> 1, k2 = kn - k1;
+    return p * from_bits((k1 + 127) << 23) * from_bits((k2 + 127) << 23);
+  };
+  // a subnormal result (k < -126) is built as bits, as vmath::scale does (no underflowing product)
+  auto sub = k < -126.0f;  // false for NaN
+  if constexpr (!std::is_same_v<X, float>)
+    if (!any_lane(sub)) return products(ki);
+  auto zi = ki - ki;
+  X v = p * from_bits(((sub ? ki + 149 : zi) + 127) << 23) + 8388608.0f;  // + 2^23 rounds to an integer
+  return sub ? from_bits(bits_of(v) - 0x4B000000) : products(sub ? zi : ki);
 }
 inline float exp_fast(float x) { return exp_poly(x); }
 inline double exp_fast(double x) { return std::exp(x); }

@@ -85,9 +85,18 @@ template <class T> CR_VMATH_INLINE T pow2i(T k) {
 
 // y * 2^k for an integral k in [2 (1 - bias), 2 bias]: two factors, so that results in the
 // subnormal range are rounded once (y * 2^h is exact) and overflow gives inf.
-template <class T> CR_VMATH_INLINE T scale(T y, T k) {
+template <class T> CR_VMATH_INLINE T scale_products(T y, T k) {
   T h = rint(k * T(0.5));
   return y * pow2i(h) * pow2i(k - h);
+}
+// The same bits for y in [1/2, 2), but a subnormal result (k < 1 - bias) is built as bits: x86
+// takes a microcode assist per product that underflows (a causal mask's exp(-inf) made softmax
+// 3x slower). y 2^(k + kSub) is exact and below 2^mant there: + 2^mant rounds it as the product would.
+template <class T> CR_VMATH_INLINE T scale(T y, T k) {
+  constexpr T kMin = T(1) - T(Fp<T>::kBias), kSub = T(Fp<T>::kBias - 1 + Fp<T>::kMant);
+  const bool sub = k < kMin;
+  const T m = T(U<T>(1) << Fp<T>::kMant), v = y * pow2i(blend(sub, k + kSub, T(0))) + m;
+  return blend(sub, from_bits<T>(U<T>(bits(v) - bits(m))), scale_products(y, blend(sub, T(0), k)));
 }
 
 // c[0] + x c[1] + x^2 c[2] + ..., unrolled at compile time (no loop left for the vectoriser).
@@ -199,6 +208,7 @@ template <> struct K<float> {
   static constexpr float ln2_hi = 0x1.62e43p-1f, ln2_lo = -0x1.05c61p-29f;  // ln2_hi: fma-exact
   static constexpr float ln2_hi16 = 0x1.62e4p-1f, ln2_lo16 = 0x1.7f7d1cp-20f;  // k ln2_hi16 exact
   static constexpr float exp_lo = -104.0f, exp_hi = 89.0f;       // exp(x) rounds to 0 / inf beyond
+  static constexpr float exp_normal = -87.0f;                    // exp(x) is normal from here up
   static constexpr float exp2_lo = -152.0f, exp2_hi = 129.0f;
   static constexpr float expm1_lo = -30.0f;                      // expm1(x) rounds to -1 below
   static constexpr float tiny = 0x1p-26f;                        // f(x) rounds to x below (expm1, log1p)
@@ -211,6 +221,7 @@ template <> struct K<double> {
   static constexpr double ln2_hi = 0x1.62e42fefa39efp-1, ln2_lo = 0x1.abc9e3b39803fp-56;
   static constexpr double ln2_hi16 = 0x1.62e42feep-1, ln2_lo16 = 0x1.a39ef35793c76p-33;
   static constexpr double exp_lo = -746.0, exp_hi = 710.0;
+  static constexpr double exp_normal = -708.0;
   static constexpr double exp2_lo = -1080.0, exp2_hi = 1025.0;
   static constexpr double expm1_lo = -45.0;
   static constexpr double tiny = 0x1p-55;
@@ -355,11 +366,44 @@ template <class T> CR_VMATH_INLINE SinCos sincos_pio2(T x) {
 
 // ---- exponentials --------------------------------------------------------------------------
 
-template <Real T> CR_VMATH_INLINE T exp(T x) {
-  using namespace detail;
-  // clamped so that 2^k stays buildable; beyond the clamp the result is already 0 or inf
+namespace detail {
+// clamped so that 2^k stays buildable; beyond the clamp the result is already 0 or inf.
+// kSubnormal false: for callers whose results are normal (tanh, erf), the products alone.
+template <bool kSubnormal, Real T> CR_VMATH_INLINE T exp_scaled(T x) {
   T k, r = reduce_ln2(clamp(x, K<T>::exp_lo, K<T>::exp_hi), k);
-  return scale(T(1) + expm1_reduced(r), k);
+  if constexpr (kSubnormal) return scale(T(1) + expm1_reduced(r), k);
+  else return scale_products(T(1) + expm1_reduced(r), k);
+}
+}  // namespace detail
+
+template <Real T> CR_VMATH_INLINE T exp(T x) { return detail::exp_scaled<true>(x); }
+
+namespace detail {
+// y[i] = f(x[i]) for n values (y may be x) where f(x) = exp(x) below K::exp_normal: the products
+// alone (1.4x faster than scale) over chunks of normal results, then exp's bit building for the
+// elements below, if any (found again in y: they kept their argument, f's values are >= 0).
+template <Real T, class F> CR_VMATH_INLINE void exp_below_block(const T* x, T* y, int64_t n, F f) {
+  constexpr int64_t kChunk = 256;
+  for (int64_t c = 0; c < n; c += kChunk) {
+    const int64_t e = c + kChunk < n ? c + kChunk : n;
+    U<T> low = 0;  // (an integer: GCC does not vectorise a bool reduction)
+#pragma GCC ivdep
+    for (int64_t i = c; i < e; ++i) {
+      const T v = x[i];
+      const bool below = v < K<T>::exp_normal;  // (false for NaN)
+      low |= U<T>(below);
+      y[i] = blend(below, v, f(blend(below, T(0), v)));
+    }
+    if (!low) continue;
+#pragma GCC ivdep
+    for (int64_t i = c; i < e; ++i) y[i] = blend(y[i] < K<T>::exp_normal, vmath::exp(y[i]), y[i]);
+  }
+}
+}  // namespace detail
+
+// y[i] = exp(x[i]) for n values (y may be x), each exactly vmath::exp's value.
+template <Real T> CR_VMATH_INLINE void exp_block(const T* x, T* y, int64_t n) {
+  detail::exp_below_block(x, y, n, [](T v) { return detail::exp_scaled<false>(v); });
 }
 
 template <Real T> CR_VMATH_INLINE T exp2(T x) {
@@ -558,7 +602,7 @@ CR_VMATH_INLINE double tanh_double(double x) {
   // tanh(a) = 1 - 2 / (e + 1), e = e^2a >= e^1.1: q = 2 / (d + dl) with d + dl = e + 1 exactly,
   // corrected once with the exact residual, so that only e's error remains, and it is at least
   // halved in 1 - q (tanh >= 1/2 here). a is capped where tanh rounds to 1 (e stays finite).
-  double e = vmath::exp(2.0 * blend(a > K<double>::tanh_max, K<double>::tanh_max, a));
+  double e = exp_scaled<false>(2.0 * blend(a > K<double>::tanh_max, K<double>::tanh_max, a));
   double d = e + 1.0, dl = (e - d) + 1.0;
   double y = 1.0 / d, q = 2.0 * y;
   q = std::fma(std::fma(-q, d, 2.0) - q * dl, y, q);
@@ -573,17 +617,26 @@ template <Real T> CR_VMATH_INLINE T tanh(T x) {
   else return detail::tanh_double(x);
 }
 
+namespace detail {
 // 1 / (1 + e^-x), computed from e = e^-|x| <= 1 so that it neither overflows nor loses the
 // subnormal results of large negative x: x >= 0 -> 1 / (1 + e), x < 0 -> e / (1 + e).
-template <Real T> CR_VMATH_INLINE T sigmoid(T x) {
-  T e = vmath::exp(-std::fabs(x));
-  T n = detail::blend(x >= T(0), T(1), e);
+template <bool kSubnormal, Real T> CR_VMATH_INLINE T sigmoid_scaled(T x) {
+  T e = exp_scaled<kSubnormal>(-std::fabs(x));
+  T n = blend(x >= T(0), T(1), e);
   // n / (d + dl) with d + dl = 1 + e exactly, corrected once with the exact residual, so that
   // only the error of e remains (scaled by 1 / (1 + e) <= 1)
   T d = T(1) + e, dl = (T(1) - d) + e;
   T y = T(1) / d, q = n * y;
   T res = std::fma(-q, d, n) - q * dl;
   return std::fma(res, y, q);
+}
+}  // namespace detail
+template <Real T> CR_VMATH_INLINE T sigmoid(T x) { return detail::sigmoid_scaled<true>(x); }
+
+// y[i] = sigmoid(x[i]) for n values (y may be x), each exactly vmath::sigmoid's value: below
+// exp_normal, e^2 underflows and sigmoid(x) = e = exp(x).
+template <Real T> CR_VMATH_INLINE void sigmoid_block(const T* x, T* y, int64_t n) {
+  detail::exp_below_block(x, y, n, [](T v) { return detail::sigmoid_scaled<false>(v); });
 }
 
 template <Real T> CR_VMATH_INLINE T erf(T x) {
@@ -599,13 +652,13 @@ template <Real T> CR_VMATH_INLINE T erf(T x) {
   if constexpr (kFloat<T>) {
     const bool in[1] = {b < 2.2f};
     R = horner_pieces(b - horner_pieces(b, in, kErfcMidF), in, kErfcF);
-    e = vmath::exp(-b * b);
+    e = exp_scaled<false>(-b * b);
   } else {
     const bool in[3] = {b < 1.75, b < 2.75, b < 4.0};
     R = horner_pieces(b - horner_pieces(b, in, kErfcMidD), in, kErfcD);
     // exp(-b^2) with b^2 = h + l exact: exp(-h) (1 - l)
     T h = b * b, l = std::fma(b, b, -h);
-    e = vmath::exp(-h);
+    e = exp_scaled<false>(-h);
     e = std::fma(-e, l, e);
   }
   T large = T(1) - e * R;

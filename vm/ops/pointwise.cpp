@@ -159,6 +159,15 @@ template <> struct VmLoop<Op_cos, float> {
   static constexpr bool has = true;
   [[gnu::always_inline]] static void run(const float* x, float* y, int64_t n) { vmath::cos_block(x, y, n); }
 };
+// exp and sigmoid: the subnormal results (a causal mask's exp(-inf)) apart, see vmath::exp_block.
+template <vmath::Real T> struct VmLoop<Op_exp, T> {
+  static constexpr bool has = true;
+  [[gnu::always_inline]] static void run(const T* x, T* y, int64_t n) { vmath::exp_block(x, y, n); }
+};
+template <vmath::Real T> struct VmLoop<Op_sigmoid, T> {
+  static constexpr bool has = true;
+  [[gnu::always_inline]] static void run(const T* x, T* y, int64_t n) { vmath::sigmoid_block(x, y, n); }
+};
 
 template <class Op, int Arity> BlockFn block_of(DType compute);
 
@@ -167,16 +176,20 @@ template <class Op> void run_unary(OpCall& c) {
   DType compute = compute_dtype(Op::rule, x.dtype(), Op::name);
   Tensor xc = cast(x, compute);
   const Tensor& out = c.outs[0];
-  if constexpr (VmLoop<Op, float>::has) {
-    if (compute == DType::f32 && xc.is_contiguous() && out.is_contiguous() && out.dtype() == DType::f32) {
+  auto loop = [&](auto t) {
+    using T = decltype(t);
+    if constexpr (VmLoop<Op, T>::has) {
+      if (compute != dtype_of<T>() || out.dtype() != compute) return false;
+      if (!xc.is_contiguous() || !out.is_contiguous()) return false;
       BlockFn fn = block_of<Op, 1>(compute);
-      const float* src = xc.data<float>();
-      float* dst = out.data<float>();
+      const T* src = xc.data<T>();
+      T* dst = out.data<T>();
       parallel_for(out.numel(), kParallelGrain, [&](int64_t a, int64_t b) { fn(src + a, nullptr, dst + a, b - a); });
-      return;
+      return true;
     }
-  }
-  run_map<Op>(compute, out, xc);
+    return false;
+  };
+  if (!loop(float()) && !loop(double())) run_map<Op>(compute, out, xc);
 }
 
 // gelu(x[, {approximate = "none" | "tanh"}])

@@ -123,7 +123,8 @@ CR_TARGET_AVX512 void exp_loop_avx512(const void* a, const void*, void* out, int
                c_round = _mm512_set1_ps(round), c_ln2_hi = _mm512_set1_ps(ln2_hi), c_ln2_lo = _mm512_set1_ps(ln2_lo),
                c_p0 = _mm512_set1_ps(p0), c_p1 = _mm512_set1_ps(p1), c_p2 = _mm512_set1_ps(p2),
                c_p3 = _mm512_set1_ps(p3), c_p4 = _mm512_set1_ps(p4), c_p5 = _mm512_set1_ps(p5),
-               c_one = _mm512_set1_ps(1.0f);
+               c_one = _mm512_set1_ps(1.0f), c_min_k = _mm512_set1_ps(-126.0f), c_sub_k = _mm512_set1_ps(149.0f),
+               c_two23 = _mm512_set1_ps(8388608.0f);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     __m512 xc = _mm512_maskz_min_ps(all, c_hi, _mm512_loadu_ps(x + i));  // (NaN: the second operand)
@@ -138,7 +139,17 @@ CR_TARGET_AVX512 void exp_loop_avx512(const void* a, const void*, void* out, int
     p = _mm512_fmadd_ps(p, r, c_p4);
     p = _mm512_fmadd_ps(p, r, c_p5);
     p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), c_one);
-    _mm512_storeu_ps(y + i, _mm512_maskz_scalef_ps(all, p, k));
+    // subnormal results (k < -126) as an integer's bits, as exp_poly builds them; no scalef may
+    // underflow (a microcode assist each)
+    const __mmask16 sub = _mm512_cmp_ps_mask(k, c_min_k, _CMP_LT_OQ);
+    if (!sub) {
+      _mm512_storeu_ps(y + i, _mm512_maskz_scalef_ps(all, p, k));
+      continue;
+    }
+    const __m512 v = _mm512_add_ps(_mm512_maskz_scalef_ps(sub, p, _mm512_add_ps(k, c_sub_k)), c_two23);
+    const __m512i bits = _mm512_sub_epi32(_mm512_castps_si512(v), _mm512_castps_si512(c_two23));
+    _mm512_storeu_ps(y + i, _mm512_mask_blend_ps(sub, _mm512_maskz_scalef_ps(_knot_mask16(sub), p, k),
+                                                 _mm512_castsi512_ps(bits)));
   }
   for (; i < n; ++i) y[i] = lanes::exp_poly(x[i]);
 }

@@ -50,6 +50,14 @@ end
 function M.are_deterministic_algorithms_enabled() return api.deterministic(-1) ~= 0 end
 function M.is_deterministic_algorithms_warn_only_enabled() return api.deterministic(-1) == 2 end
 
+-- T.set_flush_denormal(mode): PyTorch's, for the process: while true, the CPU kernels read
+-- subnormal floats as zero and write zero for subnormal results (x86's DAZ and FTZ), sparing the
+-- slow path of the hardware; returns false where the CPU has no such mode (vm/denormal.hpp).
+function M.set_flush_denormal(mode)
+  if type(mode) ~= "boolean" then fail("set_flush_denormal: argument 1 (mode) expected a boolean, got " .. shown(mode)) end
+  return api.flush_denormal(mode and 1 or 0) ~= 0
+end
+
 -- T.set_printoptions{precision =, threshold =, edgeitems =, linewidth =, sci_mode =, profile =}:
 -- PyTorch's torch.set_printoptions, for the whole process. Options left out keep their value,
 -- except sci_mode, which is then chosen from the values again (as PyTorch's None); a profile

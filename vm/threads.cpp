@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "vm/config.hpp"
+#include "vm/denormal.hpp"
 #include "vm/error.hpp"
 
 namespace cr {
@@ -98,6 +99,7 @@ class Pool {
         running_now_.store(running_, std::memory_order_release);
         fn = fn_;
       }
+      apply_flush_denormal();
       try { (*fn)(part); } catch (...) { record(std::current_exception()); }
       std::lock_guard<std::mutex> g(m_);
       running_now_.store(--running_, std::memory_order_release);
@@ -164,6 +166,7 @@ void set_num_threads(int n) {
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
+  apply_flush_denormal();
   int parts = int(std::min<int64_t>(num_threads(), (n + grain - 1) / std::max<int64_t>(grain, 1)));
   if (parts <= 1 || t_in_worker) return fn(0, n);
   const std::shared_ptr<Pool> pool_ref = pool();

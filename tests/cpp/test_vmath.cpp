@@ -280,8 +280,9 @@ TEST_CASE("vmath float tanh on dense grids, and in a vectorised loop", "[vmath]"
 
 // exp_block / sigmoid_block take the products alone in chunks whose results are normal and build
 // subnormal results as bits (vmath::scale): every float of [-106, -85] step 7, runs of -inf as a
-// causal mask gives (whole chunks and vectors), normal values, NaN, in place and at an offset, all
-// with the per-element function's bits; the subnormal results within 1 ulp of long double's.
+// causal mask gives (whole chunks and vectors), normal values, NaN, subnormal arguments, in place
+// and at an offset, all with the per-element function's bits; the subnormal results within 1 ulp
+// of long double's.
 template <class T> void check_exp_blocks() {
   std::vector<T> xs;
   if constexpr (sizeof(T) == 4) {
@@ -295,6 +296,8 @@ template <class T> void check_exp_blocks() {
   for (int i = 0; i < 3000; ++i) xs.push_back((i / 300) % 2 ? -lim<T>::infinity() : T(i % 13) - T(6));
   for (T x : {lim<T>::quiet_NaN(), -lim<T>::quiet_NaN(), lim<T>::infinity(), T(0), -T(0), T(-90), T(-745)})
     xs.push_back(x);
+  for (T m = lim<T>::denorm_min(); m < lim<T>::min(); m *= T(3))  // subnormal arguments: f(0)'s bits
+    for (T x : {m, -m, std::nextafter(lim<T>::min(), T(0))}) xs.push_back(x);
   T (*exp1)(T) = vmath::exp<T>;  // out-of-line copies: one element at a time
   T (*sigmoid1)(T) = vmath::sigmoid<T>;
   double worst = 0;

@@ -41,6 +41,47 @@ describe("T.set_num_threads / T.get_num_threads", function()
   end)
 end)
 
+describe("T.set_flush_denormal", function()
+  -- PyTorch's: subnormal inputs read as zero, subnormal results are zero, on the pool's threads too
+  local function with_flush(fn)
+    local ok, err = pcall(fn)
+    T.set_flush_denormal(false)
+    if not ok then error(err, 0) end
+  end
+  local tiny = 1e-40  -- a float32 subnormal
+  local function zeros(t) return t:eq(0):all():item() end
+  it("flushes inputs and results to zero while on, in eager, pooled and compiled kernels alike", function()
+    local big = T.full({ 2 ^ 20 }, tiny, { dtype = "float32" })  -- (parallel_for shares it out)
+    S.truthy(not zeros(big * 2))
+    S.truthy(T.tensor({ -100 }):exp():item() > 0)
+    local got = {}  -- read once the mode is off: while on, reading a value flushes it too
+    with_flush(function()
+      S.eq(T.set_flush_denormal(true), true)
+      got.mul, got.tiny_result = T.tensor({ tiny }):mul(1), T.tensor({ 1e-30 }):mul(1e-10)
+      got.pooled = big * 2
+      got.exp = T.tensor({ -100, -1000, -87.5 }):exp()  -- (subnormal results built as bits: flushed too)
+      got.sigmoid = T.tensor({ -100 }):sigmoid()
+      got.softmax = T.tensor({ { 0, -100 } }, { dtype = "float32" }):softmax(2)
+      got.exp64 = T.tensor({ -745 }, { dtype = "float64" }):exp()
+      local f = T.compile(function(x) return x * 3 + 0 end)
+      for i = 1, 4 do got[i] = f(big) end
+    end)
+    S.eq({ got.mul:item(), got.tiny_result:item(), got.exp:totable(), got.sigmoid:item(), got.softmax:totable(),
+           got.exp64:item() }, { 0, 0, { 0, 0, 0 }, 0, { { 1, 0 } }, 0 })
+    S.truthy(zeros(got.pooled))
+    for i = 1, 4 do S.truthy(zeros(got[i])) end
+    S.truthy(not zeros(big * 2))
+    S.eq(T.tensor({ tiny }):mul(1):item(), T.tensor({ tiny }):item())
+    S.truthy(T.tensor({ -100 }):exp():item() > 0)
+  end)
+  it("takes a boolean", function()
+    for _, bad in ipairs({ 1, "true" }) do
+      S.errors(function() T.set_flush_denormal(bad) end, "set_flush_denormal: argument 1 %(mode%) expected a boolean, got")
+    end
+    S.errors(function() T.set_flush_denormal() end, "set_flush_denormal: argument 1 %(mode%) expected a boolean, got nil")
+  end)
+end)
+
 describe("T.set_printoptions", function()
   local function with_options(fn)
     local ok, err = pcall(fn)

@@ -92,11 +92,12 @@ template <class T> CR_VMATH_INLINE T scale_products(T y, T k) {
 // The same bits for y in [1/2, 2), but a subnormal result (k < 1 - bias) is built as bits: x86
 // takes a microcode assist per product that underflows (a causal mask's exp(-inf) made softmax
 // 3x slower). y 2^(k + kSub) is exact and below 2^mant there: + 2^mant rounds it as the product would.
+// (+ 0: zero when subnormals are flushed, T.set_flush_denormal, as the product's result would be.)
 template <class T> CR_VMATH_INLINE T scale(T y, T k) {
   constexpr T kMin = T(1) - T(Fp<T>::kBias), kSub = T(Fp<T>::kBias - 1 + Fp<T>::kMant);
   const bool sub = k < kMin;
   const T m = T(U<T>(1) << Fp<T>::kMant), v = y * pow2i(blend(sub, k + kSub, T(0))) + m;
-  return blend(sub, from_bits<T>(U<T>(bits(v) - bits(m))), scale_products(y, blend(sub, T(0), k)));
+  return blend(sub, from_bits<T>(U<T>(bits(v) - bits(m))) + T(0), scale_products(y, blend(sub, T(0), k)));
 }
 
 // c[0] + x c[1] + x^2 c[2] + ..., unrolled at compile time (no loop left for the vectoriser).
@@ -382,6 +383,7 @@ namespace detail {
 // y[i] = f(x[i]) for n values (y may be x) where f(x) = exp(x) below K::exp_normal: the products
 // alone (1.4x faster than scale) over chunks of normal results, then exp's bit building for the
 // elements below, if any (found again in y: they kept their argument, f's values are >= 0).
+// A subnormal x gives f(0)'s bits (exp 1, sigmoid 1/2) without its products' slow path.
 template <Real T, class F> CR_VMATH_INLINE void exp_below_block(const T* x, T* y, int64_t n, F f) {
   constexpr int64_t kChunk = 256;
   for (int64_t c = 0; c < n; c += kChunk) {
@@ -390,9 +392,9 @@ template <Real T, class F> CR_VMATH_INLINE void exp_below_block(const T* x, T* y
 #pragma GCC ivdep
     for (int64_t i = c; i < e; ++i) {
       const T v = x[i];
-      const bool below = v < K<T>::exp_normal;  // (false for NaN)
+      const bool below = v < K<T>::exp_normal, tiny = std::fabs(v) < std::numeric_limits<T>::min();  // (NaN: false)
       low |= U<T>(below);
-      y[i] = blend(below, v, f(blend(below, T(0), v)));
+      y[i] = blend(below, v, f(blend(below | tiny, T(0), v)));
     }
     if (!low) continue;
 #pragma GCC ivdep

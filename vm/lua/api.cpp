@@ -22,6 +22,7 @@
 #include "vm/cpu_blas.hpp"
 #include "vm/cpu_march.hpp"
 #include "vm/kernels/wide.hpp"
+#include "vm/denormal.hpp"
 #include "vm/deterministic.hpp"
 #include "vm/devices.hpp"
 #include "vm/host_memory.hpp"
@@ -610,6 +611,7 @@ int32_t cudnn_takes(cr_ctx* c) {
 int32_t api_deterministic(int32_t mode) {
   return mode < 0 ? deterministic_algorithms.load() : deterministic_algorithms.exchange(mode);
 }
+int32_t api_flush_denormal(int32_t mode) { return set_flush_denormal(mode != 0); }
 int32_t api_cudnn_state(cr_ctx* c, int32_t what, int32_t value) {
   if (what == 2) return cuda::cudnn_version();
   if (what == 3) return cudnn_takes(c);
@@ -683,6 +685,7 @@ const cr_api* api_table() {
       api_cudnn_unavailable,
       api_cudnn_state,
       api_deterministic,
+      api_flush_denormal,
       jit::wait_background_compiles,
       api_cancel_compiles,
       api_env_setting,

@@ -226,6 +226,8 @@ typedef struct cr_api {
   /* T.use_deterministic_algorithms (vm/deterministic.hpp): mode 0 off, 1 on, 2 on with warn_only
    * sets, -1 reads; returns the previous mode */
   int32_t (*deterministic)(int32_t mode);
+  /* T.set_flush_denormal (vm/denormal.hpp): mode 0 off, 1 on; returns 1 where the CPU has the mode */
+  int32_t (*flush_denormal)(int32_t mode);
   /* returns once no compile is queued or running on the background thread */
   void (*wait_compiles)(void);
   /* os.exit calls it: drops every compile queued on the background thread, waits for the one in

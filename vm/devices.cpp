@@ -95,8 +95,8 @@ void copy_across(const Tensor& dst, const Tensor& src) {
 }
 
 // The bytes of v in dtype d when a memset can write them: every byte equal (zero, bool) or a
-// 4-byte element; else false.
-bool memset_pattern(DType d, double v, int* width, uint32_t* pattern) {
+// 2-, 4- or 8-byte element; else false.
+bool memset_pattern(DType d, double v, int* width, uint64_t* pattern) {
   Tensor one = Tensor::empty({}, d);
   fill(one, v);
   const size_t n = one.itemsize();
@@ -108,15 +108,16 @@ bool memset_pattern(DType d, double v, int* width, uint32_t* pattern) {
     *pattern = b[0];
     return true;
   }
-  if (n != 4) return false;
-  std::memcpy(pattern, b, 4);
-  *width = 4;
+  if (n != 2 && n != 4 && n != 8) return false;
+  *pattern = 0;
+  std::memcpy(pattern, b, n);  // (little-endian: the first bytes are the low ones)
+  *width = int(n);
   return true;
 }
 
 void fill_across(const Tensor& dst, double v) {
   int width = 0;
-  uint32_t pattern = 0;
+  uint64_t pattern = 0;
   if (dst.is_contiguous() && memset_pattern(dst.dtype(), v, &width, &pattern)) {
     const size_t bytes = size_t(dst.numel()) * dst.itemsize();
     cuda::fill_pattern(dst.data_bytes(), bytes / size_t(width), width, pattern, dst.device().index);

@@ -112,6 +112,50 @@ describe("reduce-overhead records CUDA graphs", function()
     S.truthy(not got[1]:equal(got[2]), "each replay draws new numbers")
   end)
 
+  -- found by tests/lua/test_compile_fuzz.lua on CUDA (2026-12-04): results that were an argument's
+  -- static buffer, and a host copy recorded as a graph node that read freed host memory
+  it("returns the argument itself where the function returns an argument or a view of one", function()
+    S.need_gpu()
+    local fns = {
+      function(x) local _ = x:sin(); return x end,
+      function(x) x:mul_(2); return x:t() end,
+      function(x, y) y:add_(x); return x end,
+    }
+    for i, fn in ipairs(fns) do
+      local f = T.compile(fn, { mode = "reduce-overhead" })
+      for call = 1, 7 do
+        local x, y = T.randn({ 2, 3 }):cuda(), T.zeros({ 2, 3 }):cuda()
+        local x0 = x:clone()
+        local r = f(x, y)
+        T.compiler.wait()
+        local want = i == 2 and (x0 * 2):t() or x0
+        same(r, want, ("function %d, call %d: the result"):format(i, call))
+        r:add_(1)  -- written through the result: the argument changes, as eager's
+        same(i == 2 and x:t() or x, want + 1, ("function %d, call %d: the argument after a write to the result"):format(i, call))
+        if i == 3 then same(y, x0, ("call %d: the argument written in place"):format(call)) end
+      end
+    end
+  end)
+
+  it("records an int64 fill (a memset), and replays from the host work that copies from host memory", function()
+    S.need_gpu()
+    local cases = {
+      { function(y) y:fill_(2); y[1] = -3 end, { { -3, -3, -3 }, { 2, 2, 2 } }, true },
+      { function(y) y:t():fill_(2); y[1] = -3 end, { { -3, -3, -3 }, { 2, 2, 2 } }, false },  -- (a strided fill: host copies)
+    }
+    for i, case in ipairs(cases) do
+      local f = T.compile(case[1], { mode = "reduce-overhead" })
+      local g0 = stats().cudagraph_replays
+      for call = 1, 7 do
+        local y = T.randint(-5, 6, { 2, 3 }):cuda()
+        f(y)
+        T.compiler.wait()
+        S.eq(y:cpu():totable(), case[2], ("case %d, call %d"):format(i, call))
+      end
+      S.eq(stats().cudagraph_replays > g0, case[3], ("case %d: replayed from a CUDA graph"):format(i))
+    end
+  end)
+
   it("records nothing with T.config.cudagraphs = false", function()
     S.need_gpu()
     T.config.cudagraphs = false

@@ -358,13 +358,6 @@ void cudnn_prepare(int index) {
   if (cudnn_usable()) handle(index);
 }
 
-// Whether the current stream records a CUDA graph (timing runs there would be recorded too).
-bool capturing(int index) {
-  const Driver* d = driver();
-  int status = 0;
-  return d && d->cuStreamIsCapturing && d->cuStreamIsCapturing(current_stream(index), &status) == 0 && status != 0;
-}
-
 // A shape's descriptors and algorithm, made on its first call: later calls only launch.
 struct Plan {
   Descriptors d;

@@ -3,6 +3,7 @@
 #pragma once
 #include "vm/cuda/cudnn.hpp"
 #include "vm/cuda/cudnn_api.hpp"
+#include "vm/cuda/streams.hpp"
 #include "vm/dtype.hpp"
 
 namespace cr::cuda::cudnn_detail {
@@ -16,5 +17,4 @@ const char* pass_name(ConvPass p);                        // "forward", "backwar
 }  // namespace cr::cuda::cudnn_detail
 
 namespace cr::cuda {
-bool capturing(int index);  // whether device index's current stream records a CUDA graph
 }

@@ -247,6 +247,10 @@ static CUdeviceptr dptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p)
 void copy_to_device(void* dst, const void* src, size_t n, int index) {
   if (n == 0) return;
   use_device(index);
+  // a captured copy would read this host memory again at every replay, long after it was freed
+  if (capturing(index))
+    throw Error(cat("a copy of ", n, " bytes from host memory cannot be recorded into a CUDA graph (a host op: ",
+                    "CRESCENT_LOGS=host_ops names it)"));
   CR_CU(cuMemcpyHtoDAsync(dptr(dst), src, n, current_stream(index)), cat(n, " bytes to cuda:", index));
 }
 void copy_to_host(void* dst, const void* src, size_t n, int index) {
@@ -275,12 +279,18 @@ void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t 
   c.height = height;
   CR_CU(cuMemcpy2DAsync(&c, current_stream(index)), cat(height, " rows of ", width, " bytes on cuda:", index));
 }
-void fill_pattern(void* dst, size_t count, int width, uint32_t pattern, int index) {
+void fill_pattern(void* dst, size_t count, int width, uint64_t pattern, int index) {
   if (count == 0) return;
   use_device(index);
   CUstream s = current_stream(index);
   if (width == 1) CR_CU(cuMemsetD8Async(dptr(dst), static_cast<unsigned char>(pattern), count, s), "fill");
-  else CR_CU(cuMemsetD32Async(dptr(dst), pattern, count, s), "fill");
+  else if (width == 2) CR_CU(cuMemsetD16Async(dptr(dst), static_cast<unsigned short>(pattern), count, s), "fill");
+  else if (width == 4) CR_CU(cuMemsetD32Async(dptr(dst), unsigned(pattern), count, s), "fill");
+  else  // 8 bytes: each half word as a column of 4-byte rows 8 bytes apart (little-endian)
+    for (int half = 0; half < 2; ++half) {
+      const unsigned word = unsigned(pattern >> (32 * half));
+      CR_CU(cuMemsetD2D32Async(dptr(static_cast<char*>(dst) + 4 * half), 8, word, 1, count, s), "fill");
+    }
 }
 
 void synchronize(int index) {

@@ -52,9 +52,9 @@ void copy_to_device(void* dst, const void* src, size_t n, int index);
 void copy_to_host(void* dst, const void* src, size_t n, int index);
 void copy_on_device(void* dst, const void* src, size_t n, int index);
 void synchronize(int index);
-// Sets `count` elements of `width` bytes (1 or 4) to `pattern`, on the device.
 // `height` rows of `width` bytes, `spitch` apart in src, to rows `dpitch` apart in dst.
 void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height, int index);
-void fill_pattern(void* dst, size_t count, int width, uint32_t pattern, int index);
+// Sets `count` elements of `width` bytes (1, 2, 4 or 8) to `pattern`, on the device.
+void fill_pattern(void* dst, size_t count, int width, uint64_t pattern, int index);
 
 }  // namespace cr::cuda

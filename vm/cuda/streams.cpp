@@ -68,6 +68,12 @@ CUstream current_stream(int index) {
   return slot ? pools()[index].streams[size_t(slot)].load(std::memory_order_acquire) : nullptr;
 }
 
+bool capturing(int index) {
+  const Driver* d = driver();
+  int status = 0;
+  return d && d->cuStreamIsCapturing && d->cuStreamIsCapturing(current_stream(index), &status) == 0 && status != 0;
+}
+
 void set_current_stream(int64_t id) {
   check_id(id);
   const int d = stream_device(id);

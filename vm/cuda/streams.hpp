@@ -24,6 +24,7 @@ inline int stream_slot(int64_t id) { return int(id % kSlots); }
 CUstream stream_of(int64_t id);   // checks the id
 int current_slot(int index);      // the calling thread's current stream of device `index`
 CUstream current_stream(int index);  // (every launch asks: no checks)
+bool capturing(int index);  // whether device index's current stream records a CUDA graph
 void set_current_stream(int64_t id);
 int64_t pool_stream(int index);  // the next stream of device `index`'s pool
 

@@ -140,6 +140,8 @@ void Recorder::record_on_graph(guards::Plan& p, std::vector<Tensor>& vals) {
     Storage* s = t.storage();
     if (!cuda::pool_owns(*graph->pool(), s->data))
       fail("a result is not made by the graph (an input, a view of one, or a constant)");
+    for (const CudaReplay::Input& in : c.inputs)  // (the static buffers are the pool's too)
+      if (in.arg && in.buffer.storage() == s) fail(cat("a result is argument ", in.cand + 1, " or a view of it"));
     auto it = std::find(c.blocks.begin(), c.blocks.end(), s);
     if (it == c.blocks.end()) {
       storage_retain(s);

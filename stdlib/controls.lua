@@ -54,7 +54,9 @@ function M.is_deterministic_algorithms_warn_only_enabled() return api.determinis
 -- subnormal floats as zero and write zero for subnormal results (x86's DAZ and FTZ), sparing the
 -- slow path of the hardware; returns false where the CPU has no such mode (vm/denormal.hpp).
 function M.set_flush_denormal(mode)
-  if type(mode) ~= "boolean" then fail("set_flush_denormal: argument 1 (mode) expected a boolean, got " .. shown(mode)) end
+  if type(mode) ~= "boolean" then
+    fail("set_flush_denormal: argument 1 (mode) expected a boolean, got " .. shown(mode))
+  end
   return api.flush_denormal(mode and 1 or 0) ~= 0
 end
 

@@ -131,7 +131,8 @@ describe("reduce-overhead records CUDA graphs", function()
         local want = i == 2 and (x0 * 2):t() or x0
         same(r, want, ("function %d, call %d: the result"):format(i, call))
         r:add_(1)  -- written through the result: the argument changes, as eager's
-        same(i == 2 and x:t() or x, want + 1, ("function %d, call %d: the argument after a write to the result"):format(i, call))
+        same(i == 2 and x:t() or x, want + 1,
+          ("function %d, call %d: the argument after a write to the result"):format(i, call))
         if i == 3 then same(y, x0, ("call %d: the argument written in place"):format(call)) end
       end
     end
@@ -141,7 +142,8 @@ describe("reduce-overhead records CUDA graphs", function()
     S.need_gpu()
     local cases = {
       { function(y) y:fill_(2); y[1] = -3 end, { { -3, -3, -3 }, { 2, 2, 2 } }, true },
-      { function(y) y:t():fill_(2); y[1] = -3 end, { { -3, -3, -3 }, { 2, 2, 2 } }, false },  -- (a strided fill: host copies)
+      -- a strided fill: host copies
+      { function(y) y:t():fill_(2); y[1] = -3 end, { { -3, -3, -3 }, { 2, 2, 2 } }, false },
     }
     for i, case in ipairs(cases) do
       local f = T.compile(case[1], { mode = "reduce-overhead" })

@@ -89,10 +89,9 @@ template <class T> CR_VMATH_INLINE T scale_products(T y, T k) {
   T h = rint(k * T(0.5));
   return y * pow2i(h) * pow2i(k - h);
 }
-// The same bits for y in [1/2, 2), but a subnormal result (k < 1 - bias) is built as bits: x86
-// takes a microcode assist per product that underflows (a causal mask's exp(-inf) made softmax
-// 3x slower). y 2^(k + kSub) is exact and below 2^mant there: + 2^mant rounds it as the product would.
-// (+ 0: zero when subnormals are flushed, T.set_flush_denormal, as the product's result would be.)
+// The same bits for y in [1/2, 2), but a subnormal result (k < 1 - bias) built as bits (x86 takes
+// a microcode assist per product that underflows): y 2^(k + kSub) is exact and below 2^mant, + 2^mant
+// rounds it as the product would; + 0 flushes it under T.set_flush_denormal, as the product's would be.
 template <class T> CR_VMATH_INLINE T scale(T y, T k) {
   constexpr T kMin = T(1) - T(Fp<T>::kBias), kSub = T(Fp<T>::kBias - 1 + Fp<T>::kMant);
   const bool sub = k < kMin;
@@ -392,7 +391,8 @@ template <Real T, class F> CR_VMATH_INLINE void exp_below_block(const T* x, T* y
 #pragma GCC ivdep
     for (int64_t i = c; i < e; ++i) {
       const T v = x[i];
-      const bool below = v < K<T>::exp_normal, tiny = std::fabs(v) < std::numeric_limits<T>::min();  // (NaN: false)
+      const bool below = v < K<T>::exp_normal;  // (false for NaN, as tiny)
+      const bool tiny = std::fabs(v) < std::numeric_limits<T>::min();
       low |= U<T>(below);
       y[i] = blend(below, v, f(blend(below | tiny, T(0), v)));
     }

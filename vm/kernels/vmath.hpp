@@ -35,6 +35,13 @@
 // Always inlined: a call left in a loop (GCC's size heuristics give up on erf<double>) would
 // stop it from vectorising.
 #define CR_VMATH_INLINE inline __attribute__((always_inline))
+// The next loop's iterations do not depend on each other through memory (y may be x, element
+// for element): GCC's ivdep, clang's (the fuzz build's) assume_safety.
+#if defined(__clang__)
+#define CR_VMATH_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define CR_VMATH_IVDEP _Pragma("GCC ivdep")
+#endif
 
 namespace cr::vmath {
 
@@ -388,7 +395,7 @@ template <Real T, class F> CR_VMATH_INLINE void exp_below_block(const T* x, T* y
   for (int64_t c = 0; c < n; c += kChunk) {
     const int64_t e = c + kChunk < n ? c + kChunk : n;
     U<T> low = 0;  // (an integer: GCC does not vectorise a bool reduction)
-#pragma GCC ivdep
+CR_VMATH_IVDEP
     for (int64_t i = c; i < e; ++i) {
       const T v = x[i];
       const bool below = v < K<T>::exp_normal;  // (false for NaN, as tiny)
@@ -397,7 +404,7 @@ template <Real T, class F> CR_VMATH_INLINE void exp_below_block(const T* x, T* y
       y[i] = blend(below, v, f(blend(below | tiny, T(0), v)));
     }
     if (!low) continue;
-#pragma GCC ivdep
+CR_VMATH_IVDEP
     for (int64_t i = c; i < e; ++i) y[i] = blend(y[i] < K<T>::exp_normal, vmath::exp(y[i]), y[i]);
   }
 }
@@ -519,7 +526,7 @@ template <Real T> CR_VMATH_INLINE T cos_reduced_in_double(T x) {
 // double form for those, if any (found again in y: the float form's results are within [-1, 1]).
 template <bool Cos, class Far> CR_VMATH_INLINE void trig_block(const float* x, float* y, int64_t n, Far far_form) {
   uint32_t far = 0;  // (an integer: GCC does not vectorise a bool reduction)
-#pragma GCC ivdep
+CR_VMATH_IVDEP
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     const bool near = std::fabs(v) <= kSinNear;  // (false for NaN)

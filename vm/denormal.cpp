@@ -1,5 +1,7 @@
 #include "vm/denormal.hpp"
 
+#include <atomic>
+
 #if defined(__x86_64__)
 #include <xmmintrin.h>
 #endif
@@ -29,8 +31,6 @@ bool set_flush_denormal(bool on) {
   return false;
 #endif
 }
-
-bool flush_denormal() { return generation.load(std::memory_order_relaxed) & 1; }
 
 void apply_flush_denormal() {
 #if defined(__x86_64__)

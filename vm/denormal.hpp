@@ -4,13 +4,11 @@
 // The setting is the process's; a thread takes it into its own floating-point state when it calls
 // set_flush_denormal or enters parallel_for, and the pool's workers before each job.
 #pragma once
-#include <atomic>
 
 namespace cr {
 
 // Sets the mode; false (and nothing set) where the CPU has no such mode (not x86-64).
 bool set_flush_denormal(bool on);
-bool flush_denormal();
 // This thread's floating-point state to the setting, if it changed since this thread last looked.
 void apply_flush_denormal();
 

@@ -193,9 +193,9 @@ template <class T> inline bool all_nonzero(const T* x, int64_t n) {
 // the scaling by 2^k (k in [-150, 128] after the clamp) as two products by powers of two, or into
 // the subnormals as an integer's bits, rounded once as ldexp would. Error <= 2 ulp; results below
 // the float range become 0 (or subnormals), above it inf; NaN stays NaN (it passes the clamps,
-// whose comparisons are false, and every later step). k is read from the bits of the rounding sum t, so a NaN
-// never goes through an int conversion. The AVX-512 twin (vm/ops/scans.cpp exp_loop_avx512)
-// does the same steps with one scalef for the scaling, and gives the same bits.
+// whose comparisons are false, and every later step). k is read from the bits of the rounding sum
+// t, so a NaN never goes through an int conversion. The AVX-512 twin (vm/ops/scans.cpp
+// exp_loop_avx512) does the same steps with one scalef for the scaling, and gives the same bits.
 namespace exp_c {
 constexpr float hi = 89.0f, lo = -104.0f, log2e = 1.44269504088896341f, round = 12582912.0f;  // 1.5 * 2^23
 constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;

@@ -118,11 +118,20 @@ bool memset_pattern(DType d, double v, int* width, uint64_t* pattern) {
 void fill_across(const Tensor& dst, double v) {
   int width = 0;
   uint64_t pattern = 0;
-  if (dst.is_contiguous() && memset_pattern(dst.dtype(), v, &width, &pattern)) {
-    const size_t bytes = size_t(dst.numel()) * dst.itemsize();
-    cuda::fill_pattern(dst.data_bytes(), bytes / size_t(width), width, pattern, dst.device().index);
-    return;
+  if (dst.numel() == 0) return;
+  if (memset_pattern(dst.dtype(), v, &width, &pattern)) {
+    const int index = dst.device().index;
+    if (dst.is_contiguous()) {
+      const size_t bytes = size_t(dst.numel()) * dst.itemsize();
+      return cuda::fill_pattern(dst.data_bytes(), bytes / size_t(width), width, pattern, index);
+    }
+    // a view: one element set by a memset, broadcast into it by the device's copy kernel (no host
+    // copy, so a CUDA graph can record it); an overlapping view takes the host path below
+    Tensor one = Tensor::empty({}, dst.dtype(), dst.device());
+    cuda::fill_pattern(one.data_bytes(), size_t(dst.itemsize()) / size_t(width), width, pattern, index);
+    if (hooks().cuda_copy(dst, one)) return;
   }
+  note_host_op(env_logs().host_ops, cat("fill of ", dst.describe(), ": no CUDA kernel, ran on host copies"));
   Tensor h = dst.is_contiguous() ? Tensor::empty(dst.sizes(), dst.dtype()) : host_copy(dst);
   fill(h, v);
   const Span sp = span_of(dst);

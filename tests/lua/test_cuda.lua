@@ -95,6 +95,23 @@ describe("CUDA tensors", function()
     d:zero_()
     expect.eq(d:cpu():sum():item(), 0)
   end)
+  it("fills a strided view of every dtype on the device, writing only the view", function()
+    need_gpu()
+    local h0 = T.cuda.stats().host_ops
+    for _, dt in ipairs({ "float32", "float64", "float16", "bfloat16", "int32", "int64", "bool" }) do
+      for _, v in ipairs(dt == "bool" and { 1 } or { 0, -3, 7 }) do
+        local want = T.arange(20):reshape(4, 5):to(dt)
+        local d = want:cuda()
+        for _, pick in ipairs({ function(x) return x:t():narrow(1, 2, 3) end, function(x) return x:narrow(2, 5, 1) end,
+          function(x) return x:view(-1):narrow(1, 3, 12):view(3, 4):narrow(2, 2, 2) end }) do
+          pick(want):fill_(v)
+          pick(d):fill_(v)
+          expect.eq(d:cpu():totable(), want:totable(), dt .. " " .. v)
+        end
+      end
+    end
+    expect.eq(T.cuda.stats().host_ops, h0, "host copies")
+  end)
   it("run every kind of op with the CPU's results", function()
     need_gpu()
     T.manual_seed(4)

@@ -206,18 +206,18 @@ end
 FT.EXCUSES = {
 }
 
--- The excuse of a finding, or nil. The case the excuses' predicates read: the op, its inputs
--- (crescent's values of the call's tensor arguments, `vals` by name, read on demand) and a
--- Python-like text.
-local function excuse(f, call, vals)
-  local case = setmetatable({ op = f.op, expr = f.op .. FT.json(call.a) }, { __index = function(c, k)
+-- The excuse of a finding, or nil. The case the excuses' predicates read: the op, the device, its
+-- inputs (crescent's dtypes and values of the call's tensor arguments, `vals` by name, read on
+-- demand) and a Python-like text.
+local function excuse(f, call, vals, device)
+  local case = setmetatable({ op = f.op, expr = f.op .. FT.json(call.a), device = device }, { __index = function(c, k)
     if k ~= "inputs" then return nil end
     local inputs = {}
     local function walk(e)
       if type(e) ~= "table" then return end
       if e["$t"] then
         local s = C.snapshot(vals(e.s))
-        inputs[#inputs + 1] = { shape = s.shape, values = s.v }
+        inputs[#inputs + 1] = { shape = s.shape, values = s.v, dtype = s.dtype }
       else for _, x in pairs(e) do walk(x) end end
     end
     walk(call.a)
@@ -274,7 +274,7 @@ function Batch:run()
     res[k] = r
     local function vals(name) return self.values[k .. "/" .. name] end
     for _, fd in ipairs(r.findings or {}) do
-      local e = excuse(fd, p.calls[fd.call], vals)
+      local e = excuse(fd, p.calls[fd.call], vals, self.device)
       fd.class, fd.why = e and e.class or "mismatch", e and e.why
     end
   end

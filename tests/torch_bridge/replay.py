@@ -37,6 +37,14 @@ class Program(Exception):
     """A problem of the recording or of this replayer (not a finding about crescent)."""
 
 
+class ContextLost(Exception):
+    """A torch CUDA kernel asserted (an index out of range): the process's CUDA context is gone, so
+    the call raised and nothing after it can run here."""
+
+
+SYNC = [False]  # CUDA: wait for each call, so that a kernel's assert is that call's outcome
+
+
 # ---- comparing -------------------------------------------------------------------------------------
 
 TOL, REDUCE = {}, set()
@@ -136,6 +144,7 @@ class Replay:
         self.findings = []
         self.state, self.resyncs, self.relayouts = "ok", 0, 0
         self.at, self.why, self.detail = None, None, None  # the first divergence
+        self.lost = False  # a device-side assert ended the replay (ContextLost)
 
     def value(self, enc):
         """crescent's value of a tensor, on its device, with its strides."""
@@ -325,7 +334,11 @@ class Replay:
         self.last_storages = {storage_ptr(t) for t in tensors_in(args)}
         try:
             r = fn(*args)
+            if SYNC[0]:
+                torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - torch raising is an outcome
+            if "device-side assert" in str(e):
+                raise ContextLost("%s: %s" % (type(e).__name__, e)) from e
             return None, "%s: %s" % (type(e).__name__, e)
         if c["f"] == "setindex":
             r = ()
@@ -374,10 +387,18 @@ class Replay:
 
     def replay(self):
         for i, c in enumerate(self.calls, 1):
-            if self.state == "ok":
-                self.chain_step(i, c)
-            elif c["f"] != "=observe":
-                self.per_op(i, c)
+            try:
+                if self.state == "ok":
+                    self.chain_step(i, c)
+                elif c["f"] != "=observe":
+                    self.per_op(i, c)
+            except ContextLost as e:  # torch raised here; the rest of the program cannot run
+                if not c.get("e"):
+                    self.find(i, c, "accepts", "crescent returns a result; torch raises " + str(e), "chain")
+                self.state, self.lost = "stopped", True
+                if self.at is None:
+                    self.at, self.why = i, "torch's CUDA context is gone (a device-side assert)"
+                break
         return self
 
 
@@ -392,12 +413,18 @@ def record(r):
 def run(header, jobs, inputs, outputs):
     TOL.update(header["tol"])
     REDUCE.update(header["reduce"])
+    SYNC[0] = header.get("device") == "cuda"
     status = {}
     for prog in jobs:
         prefix = prog["key"] + "/"
         vals = {k[len(prefix):]: v for k, v in inputs.items() if k.startswith(prefix)}
         try:
-            status[prog["key"]] = record(Replay(prog, vals).replay())
+            r = Replay(prog, vals).replay()
+            status[prog["key"]] = record(r)
         except Exception as e:  # noqa: BLE001 - reported per program, the batch goes on
             status[prog["key"]] = {"failed": error_text(e)}
+            continue
+        if r.lost:  # the other programs go to a new process (torch_bridge.lua's attempt)
+            status["=context_lost"] = True
+            break
     return status

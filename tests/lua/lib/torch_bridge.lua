@@ -124,17 +124,30 @@ local function resolve(rec, outputs)
   for _, item in ipairs(rec.list or {}) do resolve(item, outputs) end
 end
 
--- One python process over `jobs` in dir: status (key -> record), or nil, its exit status and output.
+-- A python process over `jobs` in dir: status (key -> record), or nil, its exit status and output.
+-- A handler that lost its CUDA context (a torch kernel's device-side assert) says so with the key
+-- "=context_lost"; the jobs it did not reach go to a new process.
 local function attempt(dir, header, jobs)
-  local lines = { B.json(header) }
-  for i, job in ipairs(jobs) do lines[i + 1] = B.json(job) end
-  SH.write(dir .. "/jobs.jsonl", table.concat(lines, "\n") .. "\n")
-  os.remove(dir .. "/status.lua")
-  local out, code = SH.run(("%s %s %s"):format(SH.quote(B.python), SH.quote(B.dir .. "bridge.py"), SH.quote(dir)))
-  local ok, status = pcall(dofile, dir .. "/status.lua")
-  if code ~= 0 or not ok then return nil, code, out end
-  local outputs = T.load(dir .. "/outputs.safetensors")
-  for _, rec in pairs(status) do resolve(rec, outputs) end
+  local status = {}
+  while #jobs > 0 do
+    local lines = { B.json(header) }
+    for i, job in ipairs(jobs) do lines[i + 1] = B.json(job) end
+    SH.write(dir .. "/jobs.jsonl", table.concat(lines, "\n") .. "\n")
+    os.remove(dir .. "/status.lua")
+    local out, code = SH.run(("%s %s %s"):format(SH.quote(B.python), SH.quote(B.dir .. "bridge.py"), SH.quote(dir)))
+    local ok, got = pcall(dofile, dir .. "/status.lua")
+    if code ~= 0 or not ok then return nil, code, out end
+    local outputs = T.load(dir .. "/outputs.safetensors")
+    local lost = got["=context_lost"]
+    got["=context_lost"] = nil
+    for k, rec in pairs(got) do
+      resolve(rec, outputs)
+      status[k] = rec
+    end
+    local rest = {}
+    for _, job in ipairs(lost and jobs or {}) do if not got[job.key] then rest[#rest + 1] = job end end
+    jobs = rest
+  end
   return status
 end
 

@@ -647,6 +647,22 @@ class KernelEmitter : FunctionBuilder {
       int32_t i = k_.accs[size_t(accs[a])].expr;
       if (!direct[a] && !temp.count(i)) temp.emplace(i, array(ex[size_t(i)].dtype));
     }
+    // A row cache kept in the row of a store of this stage is overwritten by that store: read
+    // after the store is written (a later phase; the same one when the store is a call's), the
+    // block's values are copied out first.
+    std::vector<std::pair<int32_t, Slot>> copied;
+    for (int32_t i : needed) {
+      auto it = row_cache_.find(i);
+      if (!reused(i) || !it->second.output || k_.depth[size_t(it->second.output->expr)] != d) continue;
+      const int32_t w = it->second.output->expr;
+      const bool call_writes = stored_by.count(w) && stored_by.at(w) == it->second.output;
+      bool late = false;
+      for (int32_t r : needed) {
+        const Expr& e = ex[size_t(r)];
+        if (e.a == i || e.b == i || e.c == i) late = late || ph(r) > ph(w) || (call_writes && ph(r) == ph(w));
+      }
+      if (late) copied.push_back({i, array(ex[size_t(i)].dtype)});
+    }
     // streamed stores: the phase loop collects a block's values in a stack array (their kernels
     // call no block function, see streamed())
     std::map<const Store*, Slot> streams;
@@ -661,6 +677,12 @@ class KernelEmitter : FunctionBuilder {
       if (!s.array) return J.context_new_cast(c_, nullptr, s.ptr, t_.vptr);
       return J.context_new_cast(c_, nullptr, J.lvalue_get_address(J.context_new_array_access(c_, nullptr, J.lvalue_as_rvalue(s.array), i64(0)), nullptr), t_.vptr);
     };
+    if (!copied.empty()) {
+      open_loop(j, i64(0), n, 1);
+      for (auto& [i, to] : copied) J.block_add_assignment(cur_, nullptr, at(to), J.lvalue_as_rvalue(at(temp.at(i))));
+      close_loop();
+      for (auto& [i, to] : copied) temp[i] = to;
+    }
     auto arg_ptr = [&](int32_t o, int p) -> gcc_jit_rvalue* {
       if (o < 0) return nullptr;
       if (k_.inner[size_t(o)]) return start(temp.at(o));

@@ -441,12 +441,21 @@ bool variance(Reduce& r, int root) {
   int32_t mu = D.per_output(f64, false, [&](Body& b, const std::vector<int>& vars) {
     return Lowerer::arith(b, "/", D.load_kept(b, s, vars), Lowerer::count(b, D.count), f64);
   });
+  // Deviations from the rounded mean c, as eager's Var: Σ(x - mean)² = Σ(x - c)² - (Σ(x - c))² / n
+  // for any c; the second term takes back c's rounding, a constant input gives exactly 0 (as
+  // eager and torch do), and a tiny negative left by rounding is clamped (NaN stays NaN)
+  int32_t s1 = r.sum_of([&](Body& b) { return Lowerer::arith(b, "-", D.input(b, f64), D.at_full(b, mu), f64); });
   int32_t ss = r.sum_of([&](Body& b) {
     int32_t dx = Lowerer::arith(b, "-", D.input(b, f64), D.at_full(b, mu), f64);
     return Lowerer::arith(b, "*", dx, dx, f64);
   });
   D.per_output(r.od, true, [&](Body& b, const std::vector<int>& vars) {
-    int32_t v = Lowerer::arith(b, "/", D.load_kept(b, ss, vars), denom(b), f64);
+    int32_t d1 = D.load_kept(b, s1, vars);
+    int32_t back = Lowerer::arith(b, "/", Lowerer::arith(b, "*", d1, d1, f64), Lowerer::count(b, D.count), f64);
+    int32_t m2 = Lowerer::arith(b, "-", D.load_kept(b, ss, vars), back, f64);
+    int32_t neg = Lowerer::arith(b, "<", m2, Lowerer::constant(b, 0, f64), DType::b8);
+    m2 = b.add(Expr{EOp::Select, f64, neg, Lowerer::constant(b, 0, f64), m2});
+    int32_t v = Lowerer::arith(b, "/", m2, denom(b), f64);
     return root ? block_call(b, "sqrt", v) : v;
   });
   return true;

@@ -272,6 +272,22 @@ describe("native CPU code: reductions equal eager", function()
         (c + 1):expand(3, 4):amin(2, true), c:expand(3, 4):logsumexp(2)
     end, function() T.manual_seed(43); return T.randn(1, 3), T.randn(2, 1, 1, 4), T.randn(3, 1) end, RED)
   end)
+  it("var and std of a constant input are exactly 0, as eager's (the rounded mean's error taken back)", function()
+    local f = T.compile(function(a, b) return a:var(2), b:std(1), a:var({ 1, 2 }, true), T.fmod(a:var(2), a:var(2)) end, { hot = 0 })
+    T.manual_seed(45)
+    for _, dt in ipairs({ "float32", "float64" }) do
+      for _, n in ipairs({ 3, 5, 7, 100, 1001 }) do
+        local c = T.randn(4, 1, { dtype = dt })  -- (constants whose rounded mean is not themselves)
+        local a, b = c:expand(4, n):contiguous(), c:t():expand(n, 4):contiguous()
+        for _ = 1, 2 do
+          local v, s, all, nan = f(a, b)
+          S.eq(v:totable(), { 0, 0, 0, 0 }, dt .. " rows of " .. n)
+          S.eq(s:totable(), { 0, 0, 0, 0 }, dt .. " columns of " .. n)
+          S.truthy(all:item() > 0 and nan:isnan():all():item(), dt .. " " .. n)
+        end
+      end
+    end
+  end)
   it("an empty dim list reduces every dim, as eager (it reduced none, and amax returned element 1)", function()
     check("dims {}", function(a)
       return a:sum({}), a:mean({}, true), a:amax({}, true), a:amin({}), a:logsumexp({}), a:var({}), a:norm({})

@@ -100,9 +100,6 @@ end
 function F.hardtanh(x, min_val, max_val)
   min_val = number_arg("hardtanh", 2, "min_val", min_val, -1.0)
   max_val = number_arg("hardtanh", 3, "max_val", max_val, 1.0)
-  if min_val > max_val then
-    fail(string.format("hardtanh: min_val cannot be greater than max_val, got %s > %s", min_val, max_val))
-  end
   return T.hardtanh(x, min_val, max_val)
 end
 function F.relu6(x) return T.hardtanh(x, 0, 6) end

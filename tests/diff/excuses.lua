@@ -125,6 +125,9 @@ M.EXCUSES = {
     when = function(c) return any_input(c, function(i) return i.dtype == "float64" end) end,
     why = "torch scales float64 by a float32 1 / 6 (0.166666672) in its CUDA hardsigmoid / hardswish and in "
       .. "hardsigmoid's CPU gradient; crescent by the float64 one" },
+  { op = "hardtanh", kind = "raises", match = "min_val cannot be greater than max_val", class = "torch",
+    why = "torch 1.13's F.hardtanh clamps with min_val > max_val; torch 2.x raises (F.hardtanh's ValueError), as "
+      .. "crescent does" },
   { op = "_gelu_backward", kind = "accepts", match = "memory descriptor", class = "torch",
     why = "torch 1.13's oneDNN gelu_backward refuses some strided float32 inputs (\"could not construct a memory "
       .. "descriptor using strides\"); crescent computes them" },

@@ -75,7 +75,7 @@ def check_tensors(r):
 def result(name, r, tensors):
     """The record of result r; its tensors go to `tensors` named after name."""
     if isinstance(r, torch.Tensor):
-        tensors[name] = transportable(r.detach())
+        tensors[name] = transportable(r.detach()).cpu()  # (kept if a later job loses the CUDA context)
         return {"tensor": name, "dtype": str(r.dtype)[6:], "shape": list(r.shape), "stride": list(r.stride())}
     if isinstance(r, (tuple, list)):
         return {"list": [result("%s#%d" % (name, i + 1), x, tensors) for i, x in enumerate(r)]}
@@ -86,11 +86,14 @@ def result(name, r, tensors):
 
 def run(header, jobs, inputs, outputs):
     env0 = base_env(header, inputs)
+    cuda = header.get("device", "cpu").startswith("cuda")
     status = {}
     for job in jobs:
         key = job["key"]
         try:
             r = evaluate(job, env0, header)
+            if cuda:  # a kernel's assert is this job's outcome
+                torch.cuda.synchronize()
             if header.get("tensors_only"):
                 check_tensors(r)
             tensors = {}
@@ -98,4 +101,7 @@ def run(header, jobs, inputs, outputs):
             outputs.update(tensors)
         except Exception as e:  # noqa: BLE001 - any torch error is an expected outcome
             status[key] = {"error": error_text(e)}
+            if "device-side assert" in str(e):  # the CUDA context is gone: the other jobs go to a new process
+                status["=context_lost"] = True
+                break
     return status

@@ -361,6 +361,7 @@ template <Ternary (*Prepare)(const OpCall&)> void run_clamp(OpCall& c) {  // (an
 Ternary prepare_hardtanh(const OpCall& c) {
   Tensor x = c.tensor(0);
   if (x.dtype() == DType::b8) fail(dtype_list_error("a numeric tensor (not bool)", x.dtype()));
+  if (c.number(1) > c.number(2)) fail(cat("min_val cannot be greater than max_val, got ", c.number(1), " > ", c.number(2)));
   return Ternary{Operand{x}, operand(c, 1), operand(c, 2), x.dtype(), x.sizes(), x.device()};
 }
 

@@ -245,6 +245,16 @@ describe("gradients at special values, as PyTorch's", function()
     local gb = T.autograd.grad(T.remainder(T.tensor({ true, false }), b):sum(), { b })[1]
     expect.close(gb, { -0.0, 0 })  -- a bool dividend is computed in the result's dtype
   end)
+  it("pow's exponent gradient takes an integer base's log in the result's dtype", function()
+    local b = T.tensor({ 11.9, -2.5 }, { dtype = "float64" }):requires_grad_()
+    local y = T.pow(T.tensor({ 7, 3 }), b)
+    local gb = T.autograd.grad(y:sum(), { b })[1]
+    expect.eq(gb.dtype, "float64")
+    for i, x in ipairs({ 7, 3 }) do
+      local want = y[i]:item() * math.log(x)
+      expect.truthy(math.abs(gb[i]:item() - want) <= 1e-15 * math.abs(want), ("%.17g against %.17g"):format(gb[i]:item(), want))
+    end
+  end)
 end)
 
 local STATUS = { [0] = "none", "rule", "not differentiable" }

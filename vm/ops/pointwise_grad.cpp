@@ -83,7 +83,8 @@ void div_rule(Grad& g) {
   if (g.needs(0)) g.set(0, g.grad() / b);
   if (g.needs(1)) g.set(1, -g.grad() * g.in(0) / (b * b));
 }
-// pow: d/dx = y * x^(y-1) (0 where y == 0), d/dy = x^y * log(x) (0 where x == 0 and y >= 0)
+// pow: d/dx = y * x^(y-1) (0 where y == 0), d/dy = x^y * log(x) (0 where x == 0 and y >= 0);
+// log(x) in the result's dtype, as PyTorch's (an integer x would take float32's log)
 void pow_rule(Grad& g) {
   Var x = g.in(0), y = g.in(1), r = g.out(0);
   if (g.needs(0)) {
@@ -93,7 +94,7 @@ void pow_rule(Grad& g) {
     g.set(0, g.grad() * d);
   }
   if (g.needs(1)) {
-    Var d = x.is_num ? r * std::log(x.num) : where(f("logical_and", mask("eq", x, 0.0), mask("ge", y, 0.0)), 0.0, r * f("log", x));
+    Var d = x.is_num ? r * std::log(x.num) : where(f("logical_and", mask("eq", x, 0.0), mask("ge", y, 0.0)), 0.0, r * f("log", to_dtype(x, g.out_meta().dtype)));
     g.set(1, g.grad() * d);
   }
 }

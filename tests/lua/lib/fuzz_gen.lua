@@ -31,7 +31,9 @@ local INT_LITS = { "0", "1", "2", "-1", "3", "-2" }
 local DTYPES = { "float32", "float32", "float32", "float32", "float64", "float64", "int64" }
 local OPTIONS = { { "default", nil }, { "{hot = 0}", { hot = 0 } },
   { "{mode = \"reduce-overhead\"}", { mode = "reduce-overhead" } },
-  { "{mode = \"reduce-overhead\", hot = 0}", { mode = "reduce-overhead", hot = 0 } } }
+  { "{mode = \"reduce-overhead\", hot = 0}", { mode = "reduce-overhead", hot = 0 } },
+  { "{dynamic = true, hot = 0}", { dynamic = true, hot = 0 } },
+  { "{dynamic = true, mode = \"reduce-overhead\"}", { dynamic = true, mode = "reduce-overhead" } } }
 
 -- statement kinds and their weights (generators in GEN below)
 local STATEMENTS = {

@@ -127,6 +127,13 @@ void numbers_vary(Graph& g) {
       if (a.tag == kNumber) a.varying = k++;
 }
 
+// The sample graph is recorded on the CPU, then its values are marked as CUDA values: float16 /
+// bfloat16 lower only in CUDA graphs (the CPU code generator has no 16-bit floats), and on the CPU
+// reductions over outer dims stay on eager's kernel.
+void on_cuda(Graph& g) {
+  for (auto& v : g.values) v.meta.device = Device{1, 0};
+}
+
 std::set<std::string> externs(const Graph& g) {
   std::set<std::string> r;
   LoopGraph lg = lower(g);
@@ -266,14 +273,12 @@ TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cu
     Context ctx;
     Builder B{ctx};
     int32_t x = B.input(sample(c.shape, DType::f32, 4));
-    // (the graph's device is the CPU: there sum / mean over outer dims stay on eager's kernel)
-    const bool outer = c.dim != -1;
     for (const char* op : {"sum", "prod", "mean", "amax", "amin", "var", "std", "logsumexp", "norm", "softmax", "log_softmax", "any",
                            "all", "argmax", "argmin"})
-      if (!outer || (std::string(op) != "sum" && std::string(op) != "mean"))
-        B.g.outputs.push_back(B.op(op, {T(x), N(double(c.dim))}));
+      B.g.outputs.push_back(B.op(op, {T(x), N(double(c.dim))}));
     for (int32_t v : B.ops("max", {T(x), N(double(c.dim))})) B.g.outputs.push_back(v);  // values and positions
-    if (!outer) B.g.outputs.push_back(B.op("sum", {T(x), N(double(c.dim)), Bool(true)}));  // keepdim
+    B.g.outputs.push_back(B.op("sum", {T(x), N(double(c.dim)), Bool(true)}));  // keepdim
+    on_cuda(B.g);
     CHECK(externs(B.g).empty());
     Compiled r = compile(B, cat("reductions_", c.shape[0], "x", c.shape[1], "_dim", c.dim));
     bool seen = false;
@@ -290,6 +295,7 @@ TEST_CASE("cuda: every lowered reduction compiles, in each reduction form", "[cu
       for (const char* op : {"sum", "prod", "amax", "amin", "any", "all", "argmax", "argmin"}) B.g.outputs.push_back(B.op(op, {T(v), N(-1)}));
     B.g.outputs.push_back(B.op("softmax", {T(f), N(-1)}));
     B.g.outputs.push_back(B.op("log_softmax", {T(f), N(1)}));  // a float64 column: ordered folds
+    on_cuda(B.g);
     CHECK(externs(B.g).empty());
     compile(B, "int_reductions");
   }
@@ -496,12 +502,6 @@ TEST_CASE("cuda: 64-bit indices past 2^31 elements", "[cuda]") {
   std::string cubin = cr::cuda::compile_cubin(m.source, "big.cu");
   CHECK(cubin.compare(0, 4, "\x7f" "ELF") == 0);
   CHECK(jit::cuda::emit_plan(copy_plan({1000, 1000}, DType::f32)).kernels[0].index32);
-}
-
-// float16 / bfloat16 lower only in CUDA graphs (the CPU code generator has no 16-bit floats): the
-// sample graph is recorded on the CPU, then its values are marked as CUDA values.
-void on_cuda(Graph& g) {
-  for (auto& v : g.values) v.meta.device = Device{1, 0};
 }
 
 TEST_CASE("cuda: column sums of few columns split their rows across blocks, element stores first", "[cuda]") {

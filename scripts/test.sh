@@ -80,9 +80,11 @@ if [[ $sanitize -eq 1 ]]; then
     # Capped at AVX2 (CRESCENT_CPU_MARCH): on an AVX-512 machine the Release run uses the
     # AVX-512 twins of the element loops (vm/kernels/wide.hpp), so this run covers the others.
     # The CUDA compile checks (NVRTC, no GPU) run in the Release run only (tests/cpp/graph_builder.hpp).
+    # Every parallel CPU loop is split across the threads (CRESCENT_SPLIT_ALL): the sanitizers see
+    # the chunked paths, which the tests' small tensors never take otherwise.
     CRESCENT_FUZZ_PROGRAMS="${CRESCENT_FUZZ_PROGRAMS:-300}" CRESCENT_FUZZ_SEED="${CRESCENT_FUZZ_SEED:-54321}" \
       CRESCENT_CPU_MARCH="${CRESCENT_CPU_MARCH:-x86-64-v3}" CRESCENT_TEST_NVRTC="${CRESCENT_TEST_NVRTC:-0}" \
-      run_ctest "$base-asan" "ASan+UBSan"
+      CRESCENT_SPLIT_ALL="${CRESCENT_SPLIT_ALL:-1}" run_ctest "$base-asan" "ASan+UBSan"
   else
     failed=$((failed + 1))
   fi

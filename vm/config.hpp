@@ -27,6 +27,7 @@ namespace cr {
   X(JitTimeout, "CRESCENT_JIT_TIMEOUT", "60", "seconds a CPU compile may take before it is killed")                \
   X(ProgressAfter, "CRESCENT_PROGRESS_AFTER", "1", "seconds a compile runs before its progress note (0: every compile)") \
   X(JitFail, "CRESCENT_JIT_FAIL", "0", "tests: fail (any value), crash or hang every compile")                     \
+  X(SplitAll, "CRESCENT_SPLIT_ALL", "0", "tests: 1 splits every parallel CPU loop of 2 or more items")              \
   X(NvrtcOptions, "CRESCENT_NVRTC_OPTIONS", "none", "more NVRTC options, split at spaces (e.g. -lineinfo)")          \
   X(CudaWaves, "CRESCENT_CUDA_WAVES", "8", "waves of resident blocks of a pointwise CUDA grid")               \
   X(CudaPdl, "CRESCENT_CUDA_PDL", "1", "0: no kernel starts before the previous one ends (sm_90 overlap)")    \

@@ -31,7 +31,7 @@ double env_number(const EnvNumber& e) {
 
 void check_environment() {
   for (const EnvNumber& e : {kEnvJitTimeout, kEnvJitFork, kEnvCudaWaves, kEnvCpuStreamBytes, kEnvProgressAfter,
-                             kEnvCudaMaxSplitMb, kEnvCudaPdl})
+                             kEnvCudaMaxSplitMb, kEnvCudaPdl, kEnvSplitAll})
     env_number(e);
 }
 

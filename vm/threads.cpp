@@ -13,6 +13,7 @@
 
 #include "vm/config.hpp"
 #include "vm/denormal.hpp"
+#include "vm/env.hpp"
 #include "vm/error.hpp"
 
 namespace cr {
@@ -167,6 +168,9 @@ void set_num_threads(int n) {
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   apply_flush_denormal();
+  // (tests: the chunked paths at the small sizes of the specs and fuzzers)
+  static const bool split_all = env_number(kEnvSplitAll) != 0;
+  if (split_all) grain = 1;
   int parts = int(std::min<int64_t>(num_threads(), (n + grain - 1) / std::max<int64_t>(grain, 1)));
   if (parts <= 1 || t_in_worker) return fn(0, n);
   const std::shared_ptr<Pool> pool_ref = pool();

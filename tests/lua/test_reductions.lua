@@ -335,6 +335,17 @@ describe("float32 accuracy against float64 references", function()
     within(g:var():item(), m2 / (N - 1), 1e-5, "var")
     within(g:std({ correction = 0 }):item(), math.sqrt(m2 / N), 1e-5, "std")
   end)
+  it("min / max / amin / amax of zeros that are all -0 are -0, eager and compiled (as torch)", function()
+    local f = T.compile(function(a) return a:min(), a:amax(), a:amin(2), (a:max(1)) end, { hot = 0 })
+    for _, dt in ipairs({ "float32", "float64" }) do
+      for _, n in ipairs({ 1, 2, 3, 40 }) do
+        local z = T.zeros(3, n, { dtype = dt }):mul(-1)
+        for _, r in ipairs({ { z:min(), z:amax(), z:amin(2), (z:max(1)) }, { f(z) }, { f(z) } }) do
+          for i, v in ipairs(r) do expect.eq(1 / v:view(-1)[1]:item(), -math.huge, ("%s %d result %d"):format(dt, n, i)) end
+        end
+      end
+    end
+  end)
   it("var and std of constant rows are exactly 0, never NaN (found by the compile fuzzer)", function()
     for _, seed in ipairs({ 98780, 1, 2, 3 }) do
       T.manual_seed(seed)

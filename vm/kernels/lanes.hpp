@@ -110,7 +110,7 @@ template <class A, class T> inline A prod(const T* x, int64_t n) {
 }
 
 // ---- explicit vectors (V<C>, above) --------------------------------------------------------
-template <class C> inline V<C> splat(C c) { return V<C>{} + c; }
+template <class C> inline V<C> splat(C c) { return c - V<C>{}; }  // (not 0 + c: that makes -0 +0)
 
 // The largest (Max) or smallest of n >= 1 contiguous floats / doubles / int32 / int64; *nan: any
 // NaN seen (never for integers).

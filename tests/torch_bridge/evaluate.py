@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import crescent_ops
-from exchange import CRESCENT_DTYPES, error_text, number, transportable
+from exchange import CRESCENT_DTYPES, context_lost, error_text, number, transportable
 
 LOW = (torch.float16, torch.bfloat16)
 HELPERS = ("W", "idx1", "alldims", "multi", "squeeze_dims", "lslice", "gathered", "grads", "OPS")
@@ -101,7 +101,7 @@ def run(header, jobs, inputs, outputs):
             outputs.update(tensors)
         except Exception as e:  # noqa: BLE001 - any torch error is an expected outcome
             status[key] = {"error": error_text(e)}
-            if "device-side assert" in str(e):  # the CUDA context is gone: the other jobs go to a new process
+            if context_lost(e):  # the other jobs go to a new process
                 status["=context_lost"] = True
                 break
     return status

@@ -120,3 +120,9 @@ def write_status(path, status):
     """The status file: a Lua chunk returning {[key] = record}."""
     with open(path, "w", encoding="utf-8") as f:
         f.write("return {\n" + ",\n".join("[%s] = %s" % (lua_str(k), lua(r)) for k, r in status.items()) + "\n}\n")
+
+
+def context_lost(e):
+    """Whether torch error e was a CUDA kernel's device-side assert, after which the process's CUDA
+    context is gone (the handlers end their batch; torch_bridge.lua runs the rest in a new process)."""
+    return "device-side assert" in str(e)

@@ -30,7 +30,7 @@ import math
 import torch
 
 from crescent_ops import OPS, RANDOM, TIES, pd
-from exchange import error_text, short
+from exchange import context_lost, error_text, short
 
 
 class Program(Exception):
@@ -337,7 +337,7 @@ class Replay:
             if SYNC[0]:
                 torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - torch raising is an outcome
-            if "device-side assert" in str(e):
+            if context_lost(e):
                 raise ContextLost("%s: %s" % (type(e).__name__, e)) from e
             return None, "%s: %s" % (type(e).__name__, e)
         if c["f"] == "setindex":

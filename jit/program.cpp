@@ -2,6 +2,7 @@
 // of gathers (vm/checks.hpp), the run values of random draws and operand numbers.
 #include "jit/program.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "vm/checks.hpp"
@@ -88,6 +89,12 @@ PlanProgram::PlanProgram(Plan plan, Device device)
     if (st.node >= 0)
       for (int32_t v : g.nodes[size_t(st.node)].outs) stores_[size_t(v)] = 1;
   for (const graph::Graph::Alias& a : g.aliases) stores_[size_t(a.removed)] = stores_[size_t(a.kept)];
+  const std::vector<char> written = graph::written_roots(g);
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    if (written[v]) written_.push_back(int32_t(v));
+    const int32_t n = g.values[v].node;
+    if (n >= 0 && g.nodes[size_t(n)].kind == graph::NodeKind::Input) inputs_.push_back(int32_t(v));
+  }
 }
 
 int64_t buffer_extent(const Buffer& b) {
@@ -100,6 +107,22 @@ int64_t buffer_extent(const Buffer& b) {
 }
 
 size_t slot_bytes(const Buffer& b) { return size_t(buffer_extent(b)) * dtype_size(b.dtype); }
+
+// The storages of the inputs that no node writes (an input sharing storage with a written one
+// is out too); values the graph makes are never in it.
+std::vector<const Storage*> PlanProgram::settled_inputs(const std::vector<Tensor>& vals) const {
+  std::vector<const Storage*> out, written;
+  auto storage = [&](int32_t v) -> const Storage* {
+    const Tensor& t = vals[size_t(v)];
+    return t.defined() && !t.is_lazy() ? t.storage() : nullptr;
+  };
+  for (int32_t v : written_) written.push_back(storage(v));
+  for (int32_t v : inputs_) {
+    const Storage* s = storage(v);
+    if (s && std::find(written.begin(), written.end(), s) == written.end()) out.push_back(s);
+  }
+  return out;
+}
 
 void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* numbers,
                       const std::vector<char>* unheld) const {
@@ -147,6 +170,13 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
     const double x = numbers && a.varying >= 0 ? numbers[a.varying] : a.num;
     std::memcpy(&number_words[j], &x, sizeof x);
   }
+  // Context::plan_settled: after a kernel of this run, the stream's kernel in flight is the plan's
+  bool launched = false, have_settled = false;
+  std::vector<const Storage*> settled;
+  struct Hint {
+    Context& ctx;
+    ~Hint() { ctx.plan_settled = nullptr; }
+  } hint{ctx};
   try {
     for (size_t step = 0; step < plan_.steps.size(); ++step) {
       const PlanStep& st = plan_.steps[step];
@@ -155,7 +185,13 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
           if (a.tag == kTensor) view_tensor(a.value);
           for (int32_t v : a.values) view_tensor(v);
         }
+        if (launched && !device_.is_cpu()) {
+          if (!have_settled) settled = settled_inputs(vals);
+          have_settled = true;
+          ctx.plan_settled = &settled;
+        }
         run_node(g, size_t(st.node), ctx, vals, numbers);
+        ctx.plan_settled = nullptr;
       } else {
         const Kernel& k = plan_.kernels[size_t(st.kernel)];
         bufs.clear();
@@ -188,6 +224,7 @@ void PlanProgram::run(Context& ctx, std::vector<Tensor>& vals, const double* num
           bufs.push_back(t.storage()->data);
         }
         launch(size_t(st.kernel), bufs.data());
+        launched = true;
       }
       for (int32_t b : st.release)
         if (mine[size_t(b)] == 1) tensor_of(b) = Tensor();

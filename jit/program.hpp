@@ -77,10 +77,13 @@ class PlanProgram : public graph::Executable {
   // word of the run and read it at once).
   virtual void* check_word() const { return nullptr; }
   virtual void defer_check() const {}
+  std::vector<const Storage*> settled_inputs(const std::vector<Tensor>& vals) const;
   Plan plan_;
   Device device_;
   graph::DeadLists dead_;  // per step: graph values a run may free after it (graph::dead_after)
   std::vector<char> stores_;  // by graph value: a buffer of the plan or an extern step's result
+  // Context::plan_settled: the graph's inputs, and the values whose storage a node writes
+  std::vector<int32_t> inputs_, written_;
 };
 
 }  // namespace cr::jit

@@ -60,6 +60,10 @@ struct Context {
   bool capture_training = false, capture_lazy = false;
   // an inference capture met a tensor requiring grad: the function's next calls train
   bool capture_wants_training = false;
+  // Set by a compiled plan around an extern step on a device after one of its own kernels
+  // (jit/program.cpp): the storages of its inputs that no node of it writes. No kernel in flight
+  // writes them, so they may be read before the programmatic-launch wait (cuda::gemv).
+  const std::vector<const Storage*>* plan_settled = nullptr;
 
   Context();
   ~Context();

@@ -230,6 +230,33 @@ describe("the GEMV kernel on CUDA (up to 4 rows, linear's weight layout)", funct
     end
   end)
 
+  it("in compiled graphs reads a weight before the previous kernel ends only where none writes it", function()
+    -- (cuda::GemvWeights::settled: an input no node writes; a weight the graph computes or
+    -- writes in place is read after the wait. Each call's values differ, so a stale read shows.)
+    S.need_gpu()
+    T.config.sync_compile = true
+    local function fn(x, w, v)
+      local a = T.matmul(x * 2, w)  -- an input no node writes
+      local u = v * 3 + 1           -- computed by the kernel just before its product
+      local b = T.matmul(a * 0.5, u)
+      v:add_(1)                     -- an input written in place, then read by a product
+      return T.matmul(b:tanh(), v) + a:sum()
+    end
+    local f = T.compile(fn)
+    for call = 1, 6 do
+      T.manual_seed(40 + call)
+      for _, dt in ipairs { "float32", "bfloat16" } do
+        local x, w, v = T.randn(1, 768), T.randn(768, 768) / 28, T.randn(768, 768) / 28
+        local d = function(t) return t:to(dt):cuda() end
+        local ve, vc = d(v), d(v)
+        local want, got = fn(d(x), d(w), ve), f(d(x), d(w), vc)
+        S.close(got:float():cpu(), want:float():cpu(), 2e-2, 2e-2, dt .. " call " .. call)
+        S.close(vc:float():cpu(), ve:float():cpu(), 0, 0, "the in-place write")
+      end
+    end
+    T.config.sync_compile = false
+  end)
+
   it("propagates NaN and inf from x and w", function()
     S.need_gpu()
     local w = T.ones(8, 16)

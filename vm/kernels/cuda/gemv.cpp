@@ -71,7 +71,8 @@ void gemv(Context& ctx, const Tensor& y, const Tensor& x, int64_t ldx, const Gem
   long long lx = ldx, pitch = w.pitch / 16, nn = n, kk = k;
   int mm = int(m);
   if (w.kn) {
-    void* args[] = {&xp, &lx, &wp, &pitch, &o, &mm, &nn, &kk};
+    int pre = w.settled;
+    void* args[] = {&xp, &lx, &wp, &pitch, &o, &mm, &nn, &kk, &pre};
     return launch_kn(ctx, x.device().index, key, source, mt, args, n, k, 16 / int64_t(dtype_size(d)));
   }
   const DeviceInfo& info = device_info(x.device().index);

@@ -296,7 +296,7 @@ CR_GEMV(16, 4, 2, 4, gemv_16_c4)
 // columns in rank order from the partials the others stored into its shared memory (one barrier).
 template <int MT, int LC, int CL>
 __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long long pitch, Out o, int m, long long n,
-                             long long k) {
+                             long long k, int pre) {
   constexpr int R = 32 / LC, TW = LC * kCols, kU = 4;
   __shared__ A part[kWarps][MT * TW];  // the warps' sums
   // the block's sums (CL == 1), or the cluster's partials of this block's slice: [source rank][slice]
@@ -310,15 +310,44 @@ __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long lon
 #endif
   const long long per = (k + CL - 1) / CL, k0 = rank * per, k1 = k0 + per < k ? k0 + per : k;
   constexpr long long step = (long long)kWarps * R;
+  const long long rs = k0 + warp * R + lr;
+  // `pre` (w settled: no kernel in flight writes it): one-row products hold their first kPre
+  // loads in registers before the wait, not only in L2 (more registers slowed larger products)
+  constexpr int kPre = MT == 1 ? 4 : 1;
+  uint4 held[kPre];
+  long long rest = rs;
+  if (MT == 1 && pre) {
+#pragma unroll
+    for (int p = 0; p < kPre; ++p) {
+      const long long r = rs + p * step;
+      held[p] = r < k1 && chunk < chunks ? __ldg(w + r * pitch + chunk) : make_uint4(0, 0, 0, 0);
+    }
+    rest = rs + kPre * step;
+  }
   if (chunk < chunks)
-    for (long long r = k0 + warp * R + lr; r < k1; r += step) cr::to_l2(w + r * pitch + chunk);
+    for (long long r = rest; r < k1; r += step) cr::to_l2(w + r * pitch + chunk);
   cr::grid_wait();
   A acc[MT][kCols];
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
     for (int j = 0; j < kCols; ++j) acc[mi][j] = A(0);
-  for (long long r0 = k0 + warp * R + lr; r0 < k1; r0 += step * kU) {
+  auto add_row = [&](const uint4& raw, long long r) {
+    float f[kCols];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) Chunk<W>::four(raw, g, f + 4 * g);
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) {
+      const A xv = mi < m ? A(x[mi * ldx + r]) : A(0);
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) acc[mi][j] += xv * A(f[j]);
+    }
+  };
+  if (MT == 1 && pre)
+#pragma unroll
+    for (int p = 0; p < kPre; ++p)
+      if (rs + p * step < k1) add_row(held[p], rs + p * step);
+  for (long long r0 = rest; r0 < k1; r0 += step * kU) {
     uint4 raw[kU];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -329,15 +358,7 @@ __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long lon
     for (int u = 0; u < kU; ++u) {
       const long long r = r0 + u * step;
       if (r >= k1) break;
-      float f[kCols];
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) Chunk<W>::four(raw[u], g, f + 4 * g);
-#pragma unroll
-      for (int mi = 0; mi < MT; ++mi) {
-        const A xv = mi < m ? A(x[mi * ldx + r]) : A(0);
-#pragma unroll
-        for (int j = 0; j < kCols; ++j) acc[mi][j] += xv * A(f[j]);
-      }
+      add_row(raw[u], r);
     }
   }
   // the warp's rows folded (xor butterflies over the lanes of a column), then the warps in order
@@ -388,8 +409,8 @@ __forceinline__ void gemv_kn(const T* x, long long ldx, const uint4* w, long lon
 // gemv_kn_MT_LC_CL: m <= MT rows of x, LC lanes a row of w, clusters of CL blocks (sm_90).
 #define CR_GEMV_KN(MT, LC, CL)                                                                                    \
   extern "C" __global__ void __launch_bounds__(kWarps * 32) CR_CLUSTER(CL) gemv_kn_##MT##_##LC##_##CL(           \
-      const T* x, long long ldx, const uint4* w, long long pitch, Out o, int m, long long n, long long k) {     \
-    gemv_kn<MT, LC, CL>(x, ldx, w, pitch, o, m, n, k);                                                          \
+      const T* x, long long ldx, const uint4* w, long long pitch, Out o, int m, long long n, long long k, int pre) { \
+    gemv_kn<MT, LC, CL>(x, ldx, w, pitch, o, m, n, k, pre);                                                       \
   }
 #define CR_GEMV_KN_LC(MT, CL) CR_GEMV_KN(MT, 32, CL) CR_GEMV_KN(MT, 16, CL) CR_GEMV_KN(MT, 8, CL)
 #define CR_CLUSTER(CL)

@@ -31,6 +31,7 @@ struct GemvWeights {
   bool int8;
   Tensor scales;  // {n} of any floating dtype with int8; undefined otherwise
   bool kn = false;
+  bool settled = false;  // no kernel in flight writes w (Context::plan_settled): read before the wait
 };
 
 // y {m, n} (contiguous) = act(x @ (w * scales)^T + bias) + residual for m <= kGemvRows (int8 w:

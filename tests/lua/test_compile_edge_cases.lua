@@ -431,3 +431,28 @@ describe("values after an in-place write", function()
     S.errors(function() return stash.z:totable() end, "was not kept by its graph", "written in place")
   end)
 end)
+
+describe("int32 indices a compiled function makes", function()
+  it("replay without reading the lazy index (every indexing op, automatic and dynamic sizes)", function()
+    -- (the layouts of a replayed call come from infer rules, which converted the index by reading it)
+    local cases = {
+      function(x, i) return x:index_select(1, i:int()) end,
+      function(x, i) return x:gather(2, i:int():view(1, 2):expand(x:size(1), 2)) end,
+      function(x, i) return x:index_add(1, i:int(), T.ones(2, 2)) end,
+      function(x, i) return x:scatter_add(2, i:int():view(1, 2):expand(x:size(1), 2), T.ones(x:size(1), 2)) end,
+      function(x, i) return x[i:int()] end,
+      function(x, i) return x:index({ i:int(), T.all }) end,
+      function(x, i) return T.take_along_dim(x, i:int():view(1, 2):expand(x:size(1), 2), 2) end,
+      function(x, i) return T.embedding(i:int(), x) end,
+    }
+    for n, fn in ipairs(cases) do
+      for _, dynamic in ipairs { false, true } do
+        local f = T.compile(fn, { dynamic = dynamic or nil })
+        for k = 1, 5 do
+          local x, i = T.arange((k + 2) * 2):float():view(k + 2, 2), T.tensor({ 2, 1 })
+          S.close(f(x:clone(), i), fn(x:clone(), i), 0, 0, ("case %d, call %d, dynamic %s"):format(n, k, tostring(dynamic)))
+        end
+      end
+    end
+  end)
+end)

@@ -113,7 +113,9 @@ bool derive_outputs(Context& ctx, int op, const cr_value* args, int nargs, const
   OpCall c{ctx, def, args, nargs, {}, {}};
   bool ok = false;
   try {
-    // (infer rules may take views of their arguments too, as matmul's does)
+    // (infer rules may take views of their arguments too, as matmul's does, or convert them:
+    // phantom calls, which read no memory)
+    PhantomScope phantom;
     with_phantoms(args, nargs, [&] {
       switch (output_rule(def)) {
         case OutputRule::Infer: ok = derive_inferred(c, recorded, metas); break;

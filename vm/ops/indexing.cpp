@@ -19,11 +19,14 @@
 
 namespace cr {
 
-// The index argument as a contiguous int64 tensor (the caller's tensor itself when it is one).
+// The index argument as a contiguous int64 tensor (the caller's tensor itself when it is one);
+// in a phantom call (an infer rule's layouts, a lazy index) one without memory.
 Tensor index_arg(const OpCall& c, int i) {
   Tensor idx = c.tensor(i);
   if (!is_integral(idx.dtype()))
     fail(cat(c.arg_name(i), " ", dtype_list_error("an int32 or int64 tensor", idx.dtype())));
+  if (phantom_dispatch() && (idx.dtype() != DType::i64 || !idx.is_contiguous()))
+    return phantom_tensor(idx.sizes(), DType::i64, idx.device());
   return contiguous(cast(idx, DType::i64));
 }
 

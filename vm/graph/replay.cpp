@@ -1,12 +1,28 @@
 // reduce-overhead (stdlib/replay.lua has the purity rules): a plan maps the inputs of a
 // function's one compiled segment to the call's arguments and upvalue tensors; a replay checks
 // the plan's guards and runs the graph without Lua.
+#include "vm/autograd/autocast.hpp"
 #include "vm/autograd/grad_mode.hpp"
+#include "vm/autograd/meta.hpp"
 #include "vm/graph/segment.hpp"
 
 namespace cr::graph {
 
 using guards::Leaf;
+
+namespace {
+
+// The thread's modes a replay must find as planned: Lua code that reads them (is_grad_enabled,
+// an autocast region around the call) is not run again, and autocast's casts are ops of the graph.
+uint32_t call_modes() {
+  const autograd::AutocastState& a = autograd::autocast;
+  uint32_t m = uint32_t(autograd::grad_enabled) | uint32_t(autograd::inference_mode) << 1;
+  for (int d = 0; d < 2; ++d)
+    if (a.enabled && a.dev[d].enabled) m |= (1u | uint32_t(a.dev[d].dtype) << 1) << (8 + 8 * d);
+  return m;
+}
+
+}  // namespace
 
 // The one-segment call that just ended, for a reduce-overhead plan.
 void Recorder::remember_call(Leaf& leaf, const std::vector<cr_tensor*>& rets) {
@@ -53,6 +69,7 @@ int Recorder::plan(int32_t id, cr_tensor* const* cands, int n, int nargs) {
   p->graph = plan_graph(*leaf, f.opts, f.last_rets);
   p->ncands = n;
   p->nargs = nargs;
+  p->modes = call_modes();
   if (p->graph->inputs.size() != f.last_inputs.size()) return 0;
   for (size_t i = 0; i < f.last_inputs.size(); ++i) {
     int k = -1;
@@ -102,7 +119,7 @@ bool Recorder::replay(int32_t id, cr_tensor* const* cands, int n, std::vector<Te
   if (f.trains && autograd::grad_enabled) return false;  // (a replay has no autograd: the call is captured)
   const guards::Plan& p = *f.plan;
   const Graph& g = *p.graph;
-  if (n != p.ncands) return false;
+  if (n != p.ncands || call_modes() != p.modes) return false;
   for (auto [j, k] : p.same)
     if (cands[j] != cands[k]) return false;
   for (const guards::Plan::Other& o : p.others)
@@ -110,6 +127,7 @@ bool Recorder::replay(int32_t id, cr_tensor* const* cands, int n, std::vector<Te
   std::vector<Tensor> vals(g.values.size());
   for (size_t i = 0; i < p.source.size(); ++i) {
     cr_tensor* t = cands[p.source[i]];
+    if (autograd::grad_enabled && autograd::requires_grad(t)) return false;  // (the call trains)
     if (!t->_storage || t->_lazy) ensure_real(ctx_, t);
     int32_t vid = g.inputs[i];
     const Value& v = g.values[size_t(vid)];

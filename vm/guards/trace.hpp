@@ -166,6 +166,7 @@ struct Plan {
                                          // replay's arguments are the same, so are they)
   int32_t nargs = 0;                     // candidates below it are the call's arguments, the
                                          // others tensors of its Lua state
+  uint32_t modes = 0;                    // grad mode, inference mode and autocast, as planned
   std::shared_ptr<graph::CudaReplay> cuda;  // its CUDA graph (vm/graph/cudagraph.hpp)
 };
 

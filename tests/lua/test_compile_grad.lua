@@ -788,3 +788,40 @@ describe("a compiled training step", function()
     S.eq(stat("grad_fallbacks"), 0, "grad fallbacks")
   end)
 end)
+
+describe("tensors made to require grad inside a compiled function", function()
+  it("differentiate the ops after requires_grad_ once compiled (a graph break there), as eager", function()
+    T.config.sync_compile = true
+    local makers = {
+      function(x) return x:clone():requires_grad_() end,
+      function(x) return x:detach():requires_grad_() end,
+      function(x) return (x * 1):requires_grad_(true) end,
+    }
+    for n, make in ipairs(makers) do
+      local f = T.compile(function(x)
+        local xx = make(x)
+        local y = (xx * xx):sum()
+        y:backward()
+        return xx.grad
+      end)
+      for call = 1, 5 do
+        local x = T.randn(2, 3)
+        S.close(f(x), x * 2, 1e-6, 1e-6, ("maker %d, call %d"):format(n, call))
+      end
+    end
+    -- an adversarial input (FGSM): autograd.grad of a loss with respect to a copy of the input
+    T.manual_seed(3)
+    local model = T.nn.Linear(4, 3)
+    local function fgsm(x, y)
+      local xa = x:clone():requires_grad_()
+      local g = T.autograd.grad({ T.F.cross_entropy(model(xa), y) }, { xa })[1]
+      return x + 0.1 * g:sign()
+    end
+    local cf = T.compile(fgsm)
+    for call = 1, 5 do
+      local x, y = T.randn(2, 4), T.tensor({ 1, 3 })
+      S.close(cf(x, y), fgsm(x, y), 0, 0, "fgsm call " .. call)
+    end
+    T.config.sync_compile = false
+  end)
+end)

@@ -60,6 +60,18 @@ int32_t ag_query(cr_ctx* c, cr_tensor* t, int32_t what) {
   });
 }
 
+// A lazy tensor of a compiled function's replay has no autograd history yet: a hook or
+// retain_grad on it ends the graph there, which gives it its node (a graph break).
+void with_history(cr_ctx* c, cr_tensor* t, const char* what) {
+  if (t->_storage) return;
+  Context& ctx = Context::of(c);
+  if (const graph::Recorder* rec = ctx.recorder.get(); rec && rec->active() && rec->stepped_value(t))
+    fail(cat(what, ": not implemented on a tensor computed after a backward() that a compiled step traced into its ",
+             "graph (its replay's tensors carry no autograd history); call ", what, " before that backward() or ",
+             "outside T.compile"));
+  graph::ensure_real(ctx, t);
+}
+
 int32_t ag_set_requires_grad(cr_ctx* c, cr_tensor* t, int32_t b) {
   return guarded(c, [&] {
     if (!is_leaf(t))
@@ -70,6 +82,9 @@ int32_t ag_set_requires_grad(cr_ctx* c, cr_tensor* t, int32_t b) {
       fail(cat("requires_grad_: only Tensors of floating point dtype can require gradients, got ", dtype_name(d)));
     if (b && is_inference(t) && !inference_mode)
       fail("requires_grad_: Setting requires_grad=True on inference tensor outside InferenceMode is not allowed.");
+    // (a lazy tensor of a compiled function's replay: the graph ends there, so that the ops after
+    // it are captured as training ones, with it as an input requiring grad)
+    if (b && !t->_storage) with_history(c, t, "requires_grad_");
     if (b || t->_autograd) ensure_meta(t).requires_grad = b != 0;
     return 0;
   });
@@ -117,17 +132,6 @@ void watch(cr_tensor* t) {
   if (grad_fn_of(t, m)) autograd::watch(m);
 }
 
-// A lazy tensor of a compiled function's replay has no autograd history yet: a hook or
-// retain_grad on it ends the graph there, which gives it its node (a graph break).
-void with_history(cr_ctx* c, cr_tensor* t, const char* what) {
-  if (t->_storage) return;
-  Context& ctx = Context::of(c);
-  if (const graph::Recorder* rec = ctx.recorder.get(); rec && rec->active() && rec->stepped_value(t))
-    fail(cat(what, ": not implemented on a tensor computed after a backward() that a compiled step traced into its ",
-             "graph (its replay's tensors carry no autograd history); call ", what, " before that backward() or ",
-             "outside T.compile"));
-  graph::ensure_real(ctx, t);
-}
 
 int32_t ag_retain_grad(cr_ctx* c, cr_tensor* t) {
   return guarded(c, [&] {

@@ -268,11 +268,21 @@ end
 -- grad mode ------------------------------------------------------------------------------------
 local function pack(...) return { n = select("#", ...), ... } end
 
+-- Grad mode turning on inside a compiled function's inference capture ends its graph there: the
+-- ops after it are captured for training (Recorder::grad_turned_on).
+local function grad_on_in_capture(grad)
+  if grad and ctx.capturing == 1 and ag.mode(GRAD, -1) == 0 then
+    local rc = api.cap_grad_on(ctx, core.where())
+    if rc < 0 then core.raise(rc) end
+  end
+end
+
 -- runs fn(...) in a grad mode and restores the previous one, also when fn raises
 local function with_mode(op, grad, inference, fn, ...)
   if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
     fail(op .. ": argument 1 (fn) expected a function, got " .. type(fn))
   end
+  grad_on_in_capture(grad)
   local pg = ag.mode(GRAD, grad and 1 or 0)
   local pi = ag.mode(INFERENCE, inference == nil and -1 or (inference and 1 or 0))
   local r = pack(pcall(fn, ...))
@@ -289,6 +299,7 @@ function M.bind(T)
   T.inference_mode = function(fn, ...) return with_mode("inference_mode", false, true, fn, ...) end
   T.set_grad_enabled = function(b)
     if type(b) ~= "boolean" then fail("set_grad_enabled: argument 1 (mode) expected a boolean, got " .. type(b)) end
+    grad_on_in_capture(b)
     ag.mode(GRAD, b and 1 or 0)
   end
   T.is_grad_enabled = function() return ag.mode(GRAD, -1) ~= 0 end

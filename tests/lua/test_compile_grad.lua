@@ -825,3 +825,36 @@ describe("tensors made to require grad inside a compiled function", function()
     T.config.sync_compile = false
   end)
 end)
+
+describe("grad mode turned on inside a compiled function called without grad", function()
+  it("ends the graph there and captures what follows for training, as eager differentiates it", function()
+    T.config.sync_compile = true
+    local w = T.ones(3, { requires_grad = true })
+    local f = T.compile(function(x) return T.enable_grad(function() return (x * w):sum() end) end)
+    local g = T.compile(function(x)
+      local d = T.enable_grad(function()
+        local xx = x:detach():requires_grad_()
+        return T.autograd.grad({ (xx * w):sum() * 2 }, { xx })[1]
+      end)
+      return d * 3
+    end)
+    local h = T.compile(function(x)
+      T.set_grad_enabled(true)
+      local y = (x * w):sum()
+      T.set_grad_enabled(false)
+      return y
+    end)
+    for call = 1, 5 do
+      local x = T.full({ 3 }, 2.5)
+      local y = T.no_grad(f, x)
+      S.eq({ y:item(), y.requires_grad }, { 7.5, true }, "enable_grad, call " .. call)
+      S.close(T.no_grad(g, x), T.full({ 3 }, 6.0), 0, 0, "autograd.grad inside enable_grad, call " .. call)
+      local z = T.no_grad(h, x)
+      S.truthy(z.requires_grad, "set_grad_enabled, call " .. call)
+      w.grad = nil
+      z:backward()
+      S.close(w.grad, T.full({ 3 }, 2.5), 0, 0, "its gradient, call " .. call)
+    end
+    T.config.sync_compile = false
+  end)
+end)

@@ -658,6 +658,13 @@ void Recorder::graph_break(const std::string& reason, const std::string& where, 
   end_segment(EndKind::Break, reason, where, n);
 }
 
+void Recorder::grad_turned_on(const std::string& where) {
+  if (!fn_ || train_) return;
+  train_ = ctx_.capture_training = true;
+  ctx_.ffi.capturing = 2;
+  graph_break("grad mode turned on", where, nullptr);
+}
+
 void Recorder::finish(const std::vector<cr_tensor*>& rets, const std::string& where) {
   try {
     end_segment(EndKind::Return, "return", where, rets);

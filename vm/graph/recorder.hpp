@@ -90,6 +90,9 @@ class Recorder {
   void call(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
   // Lua needs the value of `t` (a lazy tensor of the current segment): a graph break.
   void graph_break(const std::string& reason, const std::string& where, cr_tensor* needed);
+  // Lua turns grad mode on inside an inference capture (enable_grad, set_grad_enabled): a graph
+  // break, after which the capture records training segments (their ops are differentiated).
+  void grad_turned_on(const std::string& where);
   // The function returned `rets`: the last segment ends and the capture stops.
   void finish(const std::vector<cr_tensor*>& rets, const std::string& where);
   // Before finish: whether Lua should collect garbage first (ffi.collect: 1 always; 2 when the

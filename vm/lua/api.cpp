@@ -315,6 +315,14 @@ int32_t api_cap_need(cr_ctx* c, cr_tensor* t, const char* reason, const char* wh
   });
 }
 
+int32_t api_cap_grad_on(cr_ctx* c, const char* where) {
+  return guarded(c, [&] {
+    if (rec(c).active()) rec(c).grad_turned_on(where);
+    note_allocations(c);
+    return 0;
+  });
+}
+
 int32_t api_cap_finish(cr_ctx* c, cr_tensor** rets, int32_t n, const char* where) {
   return guarded(c, [&] {
     // not active: T.compiler.reset() inside the function stopped the capture (its ops ran)
@@ -656,6 +664,7 @@ const cr_api* api_table() {
       api_cap_function,
       api_cap_begin,
       api_cap_need,
+      api_cap_grad_on,
       api_cap_finish,
       api_cap_collect_pays,
       api_cap_abort,

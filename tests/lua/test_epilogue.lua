@@ -240,7 +240,8 @@ describe("the GEMV kernel on CUDA (up to 4 rows, linear's weight layout)", funct
       local u = v * 3 + 1           -- computed by the kernel just before its product
       local b = T.matmul(a * 0.5, u)
       v:add_(1)                     -- an input written in place, then read by a product
-      return T.matmul(b:tanh(), v) + a:sum()
+      local l = T.linear(a * 0.25, w) + T.linear(b:tanh(), v * 2)  -- linear's {N, K} weights
+      return T.matmul(b:tanh(), v) + a:sum() + l
     end
     local f = T.compile(fn)
     for call = 1, 6 do

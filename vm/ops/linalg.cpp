@@ -384,9 +384,7 @@ bool cuda_gemv(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b
   // b {K, N} with rows of whole 16-byte chunks at a 16-byte pitch, or linear's weight {N, K} seen as {K, N}
   const bool kn = b.stride(1) == 1 && (N * es) % 16 == 0 && (b.stride(0) * es) % 16 == 0;
   if (!kn && (b.stride(0) != 1 || (K * es) % 16 || (b.stride(1) * es) % 16)) return false;
-  const bool settled = ctx.plan_settled && std::find(ctx.plan_settled->begin(), ctx.plan_settled->end(), b.storage()) !=
-                                               ctx.plan_settled->end();
-  const cuda::GemvWeights w{b.data_bytes(), (kn ? b.stride(0) : b.stride(1)) * es, K, false, {}, kn, settled};
+  const cuda::GemvWeights w{b.data_bytes(), (kn ? b.stride(0) : b.stride(1)) * es, K, false, {}, kn, cuda::settled(ctx, b)};
   cuda::gemv(ctx, out, a, a.stride(0), w, bias, act, residual, M, N, K);
   return true;
 }

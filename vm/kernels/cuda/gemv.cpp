@@ -36,6 +36,11 @@ struct Out {
 
 }  // namespace
 
+bool settled(const Context& ctx, const Tensor& w) {
+  const std::vector<const Storage*>* s = ctx.plan_settled;
+  return s && std::find(s->begin(), s->end(), w.storage()) != s->end();
+}
+
 std::string gemv_source(DType x, bool int8, DType scales) {
   return cat(prelude(), "\ntypedef ", cuda_type(x), " T;\ntypedef ", int8 ? "signed char" : cuda_type(x),
              " W;\ntypedef ", cuda_type(scales), " S;\ntypedef ", x == DType::f64 ? "double" : "float", " A;\n",
@@ -95,8 +100,8 @@ void gemv(Context& ctx, const Tensor& y, const Tensor& x, int64_t ldx, const Gem
   const int64_t fit = (budget - part - ranks) / (asize * mt) / 16 * 16;
   const int kt = int(std::max<int64_t>(16, std::min<int64_t>(per * cols, fit)));
   long long kpp = w.kp;
-  int ktile = kt, kslices = ks;
-  void* args[] = {&xp, &lx, &wp, &pitch, &o, &mm, &nn, &kk, &kpp, &ktile, &kslices};
+  int ktile = kt, kslices = ks, pre = w.settled;
+  void* args[] = {&xp, &lx, &wp, &pitch, &o, &mm, &nn, &kk, &kpp, &ktile, &kslices, &pre};
   const int64_t group = kWarps / ks * kRows, groups = (n + group - 1) / group;
   library_launch(ctx, x.device().index, key, source, cat("gemv_", mt, cl > 1 ? cat("_c", cl) : "").c_str(),
                  std::min(groups, 4 * sms) * cl, kWarps * 32, args, size_t(mt * kt * asize + part + ranks));

@@ -176,7 +176,7 @@ __forceinline__ void finish(const Out& o, int mi, long long n, long long col, A 
 // memory (one barrier a row group, two buffers) and are added there in rank order.
 template <int MT, int kRows, int kU, int CL>
 __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long pitch, Out o, int m, long long n,
-                          long long k, long long kp, int kt, int ks) {
+                          long long k, long long kp, int kt, int ks, int pre) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   A* xs = reinterpret_cast<A*>(smem_raw);
   A* part = xs + MT * kt;  // the slices' sums: [ks][kWarps / ks][MT][kRows]
@@ -196,15 +196,21 @@ __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long p
     if (row < n)
       for (long long c = wk * 32 + lane; c < chunks; c += 32 * ks) cr::to_l2(q + row * pitch + c);
   }
-  cr::grid_wait();
+  // the first row group's first loads go out before x's; before the wait when w is settled
+  // (`pre`: no kernel in flight writes it)
   const int ct = kt / kCols;
   const bool one_tile = kt >= kl;
   uint4 raw[kU][kRows];
   bool have = false;
-  if (one_tile) {  // (the first row group's first loads go out before x's)
+  auto first_loads = [&] {
     const long long first_row = block * group + (long long)wr * kRows;
     load_chunks<kRows, kU>(raw, q, first_row, n, pitch, int(chunks), wk * 32 + lane, 32 * ks);
     have = true;
+  };
+  if (one_tile && pre) first_loads();
+  cr::grid_wait();
+  if (one_tile) {
+    if (!have) first_loads();
     stage_x<MT>(xs, x, ldx, m, k, kb, kt, ct);
     __syncthreads();
   }
@@ -271,8 +277,8 @@ __forceinline__ void gemv(const T* x, long long ldx, const uint4* q, long long p
 #define CR_GEMV(MT, ROWS, U, CL, NAME)                                                                               \
   extern "C" __global__ void __launch_bounds__(kWarps * 32) CR_CLUSTER(CL)                                           \
       NAME(const T* x, long long ldx, const uint4* q, long long pitch, Out o, int m, long long n, long long k,         \
-           long long kp, int kt, int ks) {                                                                           \
-    gemv<MT, ROWS, U, CL>(x, ldx, q, pitch, o, m, n, k, kp, kt, ks);                                                  \
+           long long kp, int kt, int ks, int pre) {                                                                  \
+    gemv<MT, ROWS, U, CL>(x, ldx, q, pitch, o, m, n, k, kp, kt, ks, pre);                                             \
   }
 #define CR_CLUSTER(CL)
 CR_GEMV(1, 4, kCols == 16 ? 2 : 4, 1, gemv_1)  // (a float row's chunk is 4 or 8 columns: more loads in flight)

@@ -33,6 +33,8 @@ struct GemvWeights {
   bool kn = false;
   bool settled = false;  // no kernel in flight writes w (Context::plan_settled): read before the wait
 };
+// Whether w's storage is among Context::plan_settled.
+bool settled(const Context& ctx, const Tensor& w);
 
 // y {m, n} (contiguous) = act(x @ (w * scales)^T + bias) + residual for m <= kGemvRows (int8 w:
 // kInt8GemvRows): x {m, k} of a floating dtype T, rows ldx elements apart (unit column stride);

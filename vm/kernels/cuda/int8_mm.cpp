@@ -26,7 +26,8 @@ std::string int8_mm_source(DType x, DType scales) {
 
 void int8_gemv(Context& ctx, const Tensor& y, const Tensor& x, const Tensor& q, const Tensor& scales,
                const Tensor& bias, Epilogue act, int64_t m, int64_t n, int64_t k, int64_t kp) {
-  gemv(ctx, y, x, k, GemvWeights{q.data_bytes(), kp, kp, true, scales}, bias, act, Tensor(), m, n, k);
+  gemv(ctx, y, x, k, GemvWeights{q.data_bytes(), kp, kp, true, scales, false, settled(ctx, q)}, bias, act, Tensor(), m, n,
+       k);
 }
 
 void int8_dequantize(Context& ctx, const Tensor& w, const Tensor& q, const Tensor& scales, int64_t n, int64_t k,

@@ -208,6 +208,20 @@ local function put_opts(base, opts, keys, op)
   end
 end
 
+-- An argument past the last one an op takes: Lua would drop it, so a misspelt or unsupported
+-- option ({rounding_mode =} of an op without it) would pass unnoticed; PyTorch refuses both.
+local function extra_arg(op, nmax, v, keys)
+  if is_opts(v) and next(v) ~= nil then
+    local k = next(v)
+    if keys and next(keys) then
+      fail(string.format("%s: unknown option '%s' (expected one of: %s)", op, tostring(k), known_keys(keys)))
+    end
+    fail(string.format("%s: unknown option '%s' (%s takes no options)", op, tostring(k), op))
+  end
+  fail(string.format("%s: expected at most %d argument%s, got one more: %s", op, nmax, nmax == 1 and "" or "s", describe(v)))
+end
+M.extra_arg = extra_arg
+
 -- outputs ----------------------------------------------------------------------------------
 local function finish(n, op)
   if n < 0 then core.raise(n) end
@@ -250,7 +264,7 @@ local function gen_source(name, op, info, params, opts)
   local rest = np > 0 and params[np].rest
   local argnames = {}
   for k = 1, np do argnames[k] = "a" .. k end
-  emit("local put, put_opts, OPTKEYS, ARGS, OUTS, api, ctx, finish, wrap, wrap_list, is_opts, collect_rest, size_break = ...")
+  emit("local put, put_opts, OPTKEYS, ARGS, OUTS, api, ctx, finish, wrap, wrap_list, is_opts, collect_rest, size_break, extra_arg = ...")
   if rest then
     emit("return function(...)")
     emit("  local nv = select('#', ...)")
@@ -260,7 +274,11 @@ local function gen_source(name, op, info, params, opts)
     if opts then emit(string.format("  if nv > %d and is_opts((select(nv, ...))) then opts = (select(nv, ...)); nv = nv - 1 end", fixed)) end
     emit(string.format("  local a%d = collect_rest(%d, nv, ...)", np, fixed + 1))
   else
-    emit("return function(" .. table.concat(argnames, ", ") .. (opts and (np > 0 and ", " or "") .. "opts" or "") .. ")")
+    -- (`extra`: one slot past the last argument, to refuse what Lua would drop)
+    emit("return function(" .. table.concat(argnames, ", ") .. (opts and (np > 0 and ", " or "") .. "opts" or "")
+      .. ((np > 0 or opts) and ", " or "") .. "extra)")
+    emit(string.format("  if extra ~= nil then extra_arg(%q, %d, extra, %s) end", name, np + (opts and 1 or 0),
+      opts and "OPTKEYS" or "nil"))
     if opts and #opts.list == 1 and opts.list[1].type == "N" then
       -- a lone numeric option may also come positionally: x:add_(y, 2) == x:add_(y, {alpha = 2})
       emit(string.format("  if type(opts) == 'number' then opts = { %s = opts } end", opts.list[1].name))
@@ -343,7 +361,8 @@ function M.build()
     if opts then for i, o in ipairs(opts.list) do optkeys[o.name] = { index = i - 1, type = o.type } end end
     local src = gen_source(name, op, info, params, opts)
     local chunk = assert(loadstring(src, "=[crescent] op " .. name))
-    local fn = chunk(put, put_opts, optkeys, ARGS, OUTS, api, ctx, finish, wrap, wrap_list, is_opts, collect_rest, size_break)
+    local fn = chunk(put, put_opts, optkeys, ARGS, OUTS, api, ctx, finish, wrap, wrap_list, is_opts, collect_rest, size_break,
+      extra_arg)
     M.ops[name] = { fn = fn, kind = info.kind, flags = info.flags, params = params, opts = opts,
                     schema = schema, source = src,
                     method = bit.band(info.flags, C.CR_OP_NO_METHOD) == 0, func = bit.band(info.flags, C.CR_OP_NO_FUNCTION) == 0 }

@@ -7,7 +7,7 @@ local indexing = require "crescent.indexing"
 local fail, is_tensor, is_opts = core.fail, core.is_tensor, require("crescent.binding").is_opts
 local unpack = unpack or table.unpack
 local A = require "crescent.surface_args"
-local describe, check_tensor, opts_of, dim0 = A.describe, A.check_tensor, A.opts_of, A.dim0
+local describe, check_tensor, opts_of, dim0, is_float = A.describe, A.check_tensor, A.opts_of, A.dim0, A.is_float
 
 local S = {}  -- name -> function(x, ...), bound as T.name and x:name
 local T
@@ -20,7 +20,7 @@ end
 local function long(x, values) return T.tensor(values, { dtype = "int64", device = x and x.device or nil }) end
 
 -- where / nonzero / sort ----------------------------------------------------------------------
-local where3, index_put_, nonzero1, sort2, bincount1
+local where3, index_put_, nonzero1, sort2, bincount1, registry
 function S.where(cond, a, b)
   if a == nil and b == nil then
     check_tensor("where", 1, "condition", cond)
@@ -153,6 +153,51 @@ function S.randperm(n, opts)
   opts = opts_of("randperm", opts, { dtype = true, device = true })
   local _, i = T.rand(n, { device = opts.device }):sort(1)
   return opts.dtype and i:to(opts.dtype) or i
+end
+
+-- arithmetic with options ------------------------------------------------------------------------
+-- div(a, b[, {rounding_mode = "floor" | "trunc"}]): the true quotient, or it rounded down / toward
+-- zero in the promoted dtype (integers stay integers), by the registry's _div_floor / _div_trunc
+local ROUNDED = { floor = "_div_floor", trunc = "_div_trunc" }
+local function rounded(op, opts)
+  local mode = opts_of(op, opts, { rounding_mode = true }).rounding_mode
+  if mode ~= nil and not ROUNDED[mode] then
+    fail(string.format("%s: expected rounding_mode to be one of nil, 'trunc', or 'floor', but found %s", op,
+      type(mode) == "string" and "'" .. mode .. "'" or describe(mode)))
+  end
+  return ROUNDED[mode]
+end
+function S.div(a, b, opts)
+  local r = rounded("div", opts)
+  return registry[r or "div"].fn(a, b)
+end
+local CATEGORY = { bool = 0, int32 = 1, int64 = 1 }  -- (floating: 2)
+function S.div_(x, y, opts)
+  local r = rounded("div_", opts)
+  if not r then return registry.div_.fn(x, y) end
+  check_tensor("div_", 1, "self", x)
+  local q = registry[r].fn(x, y)
+  -- (the registry's in-place rule, vm/ops/pointwise.cpp check_result_fits)
+  if table.concat(q.shape, ",") ~= table.concat(x.shape, ",") then
+    fail(string.format("div_: the result of shape {%s} cannot be written into %s", table.concat(q.shape, ","), describe(x)))
+  end
+  if (CATEGORY[q.dtype] or 2) > (CATEGORY[x.dtype] or 2) then
+    fail(string.format("div_: the result type %s cannot be written into %s", q.dtype, describe(x)))
+  end
+  return x:copy_(q)
+end
+-- round(x[, decimals | {decimals =}]): as PyTorch, round(x * 10^d) / 10^d (d < 0: round(x / 10^-d) * 10^-d)
+function S.round(x, decimals)
+  if is_opts(decimals) then decimals = opts_of("round", decimals, { decimals = true }).decimals end
+  if decimals == nil or decimals == 0 then return registry.round.fn(x) end
+  if type(decimals) ~= "number" or decimals ~= math.floor(decimals) then
+    fail("round: decimals expected an integer, got " .. (type(decimals) == "number" and tostring(decimals) or describe(decimals)))
+  end
+  check_tensor("round", 1, "self", x)
+  if not is_float(x) then fail("round: decimals expected a floating tensor, got " .. describe(x)) end
+  local p = 10 ^ math.abs(decimals)
+  if decimals > 0 then return registry.round.fn(x * p) / p end
+  return registry.round.fn(x / p) * p
 end
 
 -- comparison ---------------------------------------------------------------------------------
@@ -756,6 +801,19 @@ end
 
 local function_only = { randperm = true, triu_indices = true, tril_indices = true, meshgrid = true, normal = true,
   where = true, einsum = true }  -- (x:where(cond, y) is torch's, with x the values: not T.where's order)
+-- fn refusing an argument past its last parameter (as the registry ops' wrappers do,
+-- crescent.binding): Lua would drop it, and with it a misspelt or unsupported option
+local extra_arg = require("crescent.binding").extra_arg
+local function strict(name, fn)
+  local info = debug.getinfo(fn, "u")
+  if info.isvararg then return fn end
+  local n = info.nparams
+  return function(...)
+    if select("#", ...) > n and select(n + 1, ...) ~= nil then extra_arg(name, n, (select(n + 1, ...))) end
+    return fn(...)
+  end
+end
+
 function S.bind(t, methods, ops)
   T = t
   for _, name in ipairs({ "crescent.surface_more", "crescent.einsum" }) do
@@ -764,9 +822,10 @@ function S.bind(t, methods, ops)
     for k, fn in pairs(more) do if k ~= "bind" then S[k] = fn end end
   end
   where3, nonzero1, sort2, index_put_ = ops.where.fn, ops.nonzero.fn, ops.sort.fn, ops.index_put_.fn
-  bincount1 = ops.bincount.fn
+  bincount1, registry = ops.bincount.fn, ops
   for name, fn in pairs(S) do
     if name ~= "bind" and name ~= "unique_dim" then
+      fn = strict(name, fn)
       if not name:match("_$") then T[name] = fn end  -- in-place forms are methods only
       if not function_only[name] then methods[name] = fn end
     end

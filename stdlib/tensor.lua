@@ -195,7 +195,8 @@ mt.__mul = ops.mul.fn
 mt.__div = ops.div.fn
 mt.__pow = ops.pow.fn
 mt.__mod = ops.remainder.fn
-mt.__unm = ops.neg.fn
+local neg = ops.neg.fn
+mt.__unm = function(a) return neg(a) end  -- (Lua passes the operand twice: neg refuses a 2nd argument)
 
 
 return { ops = ops, methods = methods, props = props, norm_dim = norm_dim }

@@ -42,6 +42,10 @@ for _, b in ipairs({ "add", "sub", "mul", "div", "maximum", "minimum", "atan2" }
   case(b, function(x, y) return T[b](x, y) end, R(1, 3), nc(2, 3))
   case(b, function(x) return T[b](x, 1.5) end, R(2))
 end
+for mode, b in pairs({ floor = "_div_floor", trunc = "_div_trunc" }) do  -- (div's rounding modes: zero gradients)
+  case(b, function(x, y) return T.div(x * 3, y, { rounding_mode = mode }) end, R(2, 3), pos(3))
+  case(b, function(x) return x:div(0.7, { rounding_mode = mode }) end, nc(2, 3))
+end
 case("add", function(x, y) return T.add(x, y, { alpha = 2.5 }) end, R(3), R(3))
 case("sub", function(x, y) return T.sub(x, y, { alpha = 2.5 }) end, R(3), R(2, 1))
 case("pow", function(x, y) return T.pow(x, y) end, pos(2, 3), R(3))

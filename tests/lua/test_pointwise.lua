@@ -362,7 +362,109 @@ for _, dt in ipairs({ "float32", "float64", "float16", "int32", "int64" }) do
   case(g, "narrowed a - col " .. dt, "a[:, 100:900] - col", { a = a, col = col }, function() return a:narrow(2, 101, 800) - col end)
 end
 
+-- div's rounding modes (floor: PyTorch's fmod-based float floor; integers stay integers) and
+-- round's decimals (round(x * 10^d) / 10^d in x's dtype)
+do
+  local a = T.tensor({ 7, -7, 7, -7, 0, 9, -9, 5 }, { dtype = "int64" })
+  local b = T.tensor({ 2, 2, -2, -2, 3, -4, 4, 5 }, { dtype = "int64" })
+  local V = { -7.5, -0.5, -0.0, 0, 0.3, 2.5, 1e10, math.huge, -math.huge, 0 / 0 }
+  local xs, ys = {}, {}
+  for _, x in ipairs(V) do for _, y in ipairs({ -2.5, -1, -0.0, 0, 0.1, 3, math.huge, 0 / 0 }) do xs[#xs + 1] = x; ys[#ys + 1] = y end end
+  for _, mode in ipairs({ "floor", "trunc" }) do
+    local g = "div rounding_mode " .. mode
+    for _, dt in ipairs({ "int64", "int32", "float32", "float64" }) do
+      local x, y = a:to(dt), b:to(dt)
+      case(g, "div " .. mode .. " " .. dt, ("torch.div(a, b, rounding_mode='%s')"):format(mode), { a = x, b = y },
+        function() return T.div(x, y, { rounding_mode = mode }) end)
+      case(g, "div " .. mode .. " " .. dt .. ",scalar", ("torch.div(a, 2.5, rounding_mode='%s')"):format(mode), { a = x },
+        function() return x:div(2.5, { rounding_mode = mode }) end)
+      case(g, "div " .. mode .. " scalar," .. dt, ("torch.div(-7, b, rounding_mode='%s')"):format(mode), { b = y },
+        function() return T.div(-7, y, { rounding_mode = mode }) end)
+    end
+    for _, dt in ipairs({ "float32", "float64" }) do
+      local x, y = T.tensor(xs, { dtype = dt }), T.tensor(ys, { dtype = dt })
+      case(g, "div " .. mode .. " " .. dt .. " special values", ("torch.div(a, b, rounding_mode='%s')"):format(mode), { a = x, b = y },
+        function() return T.div(x, y, { rounding_mode = mode }) end)
+    end
+    case(g, "div " .. mode .. " int64,float32", ("torch.div(a, b, rounding_mode='%s')"):format(mode), { a = a, b = b:float() },
+      function() return T.div(a, b:float(), { rounding_mode = mode }) end)
+    case(g, "div " .. mode .. " in place", ("a.clone().div_(b, rounding_mode='%s')"):format(mode), { a = a, b = b },
+      function() return a:clone():div_(b, { rounding_mode = mode }) end)
+  end
+  local r = T.tensor({ 1.2345, -2.5551, 1234.5, 0.125, -0.005, 15, 25, 1e-9 }, { dtype = "float64" })
+  for _, dt in ipairs({ "float32", "float64" }) do
+    for _, d in ipairs({ 2, 1, -1, -2, 3 }) do
+      case("round decimals", ("round %s decimals %d"):format(dt, d), ("torch.round(a, decimals=%d)"):format(d), { a = r:to(dt) },
+        function() return T.round(r:to(dt), { decimals = d }) end)
+    end
+    case("round decimals", "round " .. dt .. " decimals positional", "torch.round(a, decimals=2)", { a = r:to(dt) },
+      function() return r:to(dt):round(2) end)
+  end
+end
+
 suite:check()
+
+describe("div's rounding_mode and round's decimals", function()
+  it("refuse modes and decimals PyTorch refuses", function()
+    local x = T.tensor({ 7, -7 })
+    errs(function() local _ = T.div(x, 2, { rounding_mode = "x" }) end, "div", "rounding_mode", "'trunc', or 'floor'", "'x'")
+    errs(function() local _ = x:div(2, { rounding_mode = 1 }) end, "div", "rounding_mode", "number")
+    errs(function() x:clone():div_(2, { rounding_mode = "round" }) end, "div_", "rounding_mode", "'round'")
+    errs(function() x:clone():div_(2.5, { rounding_mode = "floor" }) end, "div_", "float32 cannot be written into int64")
+    errs(function() local _ = T.div(x, T.tensor({ 1, 0 }), { rounding_mode = "floor" }) end, "_div_floor", "integer division by zero")
+    errs(function() local _ = T.div(x:bool(), x:bool(), { rounding_mode = "trunc" }) end, "_div_trunc", "bool")
+    errs(function() local _ = T.round(x, { decimals = 1 }) end, "round", "decimals expected a floating tensor", "int64")
+    errs(function() local _ = T.round(T.ones(2), 1.5) end, "round", "decimals expected an integer", "1.5")
+    errs(function() local _ = T.round(T.ones(2), { digits = 1 }) end, "round", "unknown option 'digits'")
+    expect.eq(T.round(T.tensor({ 1.5, 2.5 }), { decimals = 0 }):totable(), { 2, 2 })
+  end)
+  it("rounded quotients have zero gradients (as PyTorch's)", function()
+    local x = T.tensor({ 3.5, -2.5 }, { requires_grad = true })
+    local y = T.tensor({ 2, 2 }, { dtype = "float32", requires_grad = true })
+    T.div(x, y, { rounding_mode = "floor" }):sum():backward()
+    expect.eq({ x.grad:totable(), y.grad:totable() }, { { 0, 0 }, { 0, 0 } })
+  end)
+  it("compiled == eager", function()
+    local f = T.compile(function(a, b)
+      return T.div(a, b, { rounding_mode = "floor" }) + a:div(b, { rounding_mode = "trunc" }), (a * 3):round({ decimals = 2 })
+    end)
+    for k = 1, 4 do
+      local a, b = T.randn(5, 3 + k % 2) * 10, T.randn(5, 3 + k % 2)
+      local q, r = f(a, b)
+      expect.eq(q:totable(), (T.div(a, b, { rounding_mode = "floor" }) + a:div(b, { rounding_mode = "trunc" })):totable())
+      expect.eq(r:totable(), (a * 3):round({ decimals = 2 }):totable())
+    end
+  end)
+end)
+
+describe("options of ops without them", function()
+  -- Lua drops an argument past a function's last: each op refuses it, as T.add refuses a misspelt option
+  local x, i = T.rand(2, 3) + 0.5, T.tensor({ { 1, 2, 1 } })
+  local calls = {
+    abs = function(o) local _ = T.abs(x, o) end, neg = function(o) return x:neg(o) end, exp = function(o) return T.exp(x, o) end,
+    clamp = function(o) local _ = T.clamp(x, 0, 1, o) end, mul = function(o) return T.mul(x, 2, o) end,
+    pow = function(o) local _ = x:pow(2, o) end, fmod = function(o) return T.fmod(x, 2, o) end,
+    remainder = function(o) local _ = T.remainder(x, 2, o) end, maximum = function(o) return T.maximum(x, x, o) end,
+    roll = function(o) local _ = T.roll(x, 1, 1, o) end, logsumexp = function(o) return T.logsumexp(x, 1, false, o) end,
+    cumprod = function(o) local _ = T.cumprod(x, 1, o) end, kthvalue = function(o) return T.kthvalue(x, 1, 1, false, o) end,
+    argsort = function(o) local _ = T.argsort(x, 1, false, o) end, gather = function(o) return T.gather(x, 1, i, o) end,
+    index_select = function(o) local _ = x:index_select(1, T.tensor({ 1 }), o) end,
+    take_along_dim = function(o) local _ = T.take_along_dim(x, i, 1, o) end, round = function(o) return T.round(x, o) end,
+    lerp = function(o) local _ = T.lerp(x, x, 0.5, o) end, atan2 = function(o) return T.atan2(x, x, o) end,
+    eq = function(o) local _ = T.eq(x, x, o) end, div = function(o) return T.div(x, 2, o) end,
+  }
+  for op, call in pairs(calls) do
+    it(op .. " refuses an unknown option", function()
+      errs(function() local _ = call({ bogus_option = 1 }) end, op, "unknown option 'bogus_option'")
+    end)
+  end
+  it("an argument past the last is refused, naming the op and the count", function()
+    errs(function() local _ = T.abs(x, 3) end, "abs", "expected at most 1 argument", "number")
+    errs(function() local _ = x:add(x, { alpha = 2 }, 5) end, "add", "expected at most 3 arguments")
+    errs(function() local _ = T.roll(x, 1, 1, 5) end, "roll", "expected at most 3 arguments")
+    expect.eq(T.abs(x, nil):totable(), x:totable())  -- (a trailing nil is no argument)
+  end)
+end)
 
 -- ---- explicit specs (no torch needed) -----------------------------------------------------------
 describe("type promotion", function()

@@ -101,6 +101,27 @@ template <class T> inline T remainder_(T a, T b) {  // Python's %: the sign of t
     return (r != 0 && ((r < 0) != (b < 0))) ? T(r + b) : r;
   } else return T(a && !b);
 }
+// div(a, b, {rounding_mode = "floor" | "trunc"}), as PyTorch's div_floor / div_trunc: the float
+// floor from fmod (exact where floor(a / b) would round a quotient up to the next integer)
+template <class T> inline T div_floor_(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (b == T(0)) return a / b;
+    T mod = std::fmod(a, b), div = (a - mod) / b;
+    if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div -= T(1);
+    if (div == T(0)) return std::copysign(T(0), a / b);
+    T fl = std::floor(div);
+    return div - fl > T(0.5) ? fl + T(1) : fl;
+  } else if constexpr (is_int<T>) {
+    if (b == T(-1)) return T(0 - std::make_unsigned_t<T>(a));  // (wraps at the minimum, as PyTorch)
+    T q = T(a / b);
+    return ((a < 0) != (b < 0)) && T(a % b) != 0 ? T(q - 1) : q;
+  } else return a;
+}
+template <class T> inline T div_trunc_(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) return std::trunc(a / b);
+  else if constexpr (is_int<T>) return b == T(-1) ? T(0 - std::make_unsigned_t<T>(a)) : T(a / b);
+  else return a;
+}
 template <class T> inline T pow_(T a, T b) {
   if constexpr (is_int<T>) {  // exponentiation by squaring, wrapping like PyTorch
     using U = std::make_unsigned_t<T>;

@@ -96,6 +96,9 @@ CR_DEFINE_OP(_gelu_tanh_backward, Float, sm::gelu_tanh_backward_(a, b))
 CR_DEFINE_OP(leaky_relu, Float, sm::leaky_relu_(a, b))
 CR_DEFINE_OP(elu, Float, sm::elu_(a, b))
 CR_DEFINE_OP(softplus, Float, sm::softplus_(a, b))
+// div's {rounding_mode = "floor" | "trunc"} (crescent.surface's div): promoted dtype, as PyTorch
+CR_DEFINE_OP(_div_floor, Numeric, sm::div_floor_(a, b))
+CR_DEFINE_OP(_div_trunc, Numeric, sm::div_trunc_(a, b))
 CR_DEFINE_OP(mish, Float, sm::mish_(a))
 CR_DEFINE_OP(logsigmoid, Float, sm::logsigmoid_(a))
 CR_DEFINE_OP(hardsigmoid, Float, sm::hardsigmoid_(a))
@@ -272,6 +275,8 @@ bool run_pow_scalar(const Binary& p, const Tensor& x, const Tensor& out) {
   return true;
 }
 
+template <class Op> constexpr bool kDivides = std::is_same_v<Op, Op_fmod> || std::is_same_v<Op, Op_remainder> ||
+                                             std::is_same_v<Op, Op__div_floor> || std::is_same_v<Op, Op__div_trunc>;
 template <class Op> void run_binary(OpCall& c) {
   Binary p = prepare_binary<Op>(c);
   // add / sub take {alpha = a}: other is scaled first
@@ -285,8 +290,7 @@ template <class Op> void run_binary(OpCall& c) {
     }
   }
   Tensor a = materialize(p.a, p.compute), b = materialize(p.b, p.compute);
-  constexpr bool divides = std::is_same_v<Op, Op_fmod> || std::is_same_v<Op, Op_remainder>;
-  if (divides && is_integral(p.compute) && any_zero(b)) fail("integer division by zero");
+  if (kDivides<Op> && is_integral(p.compute) && any_zero(b)) fail("integer division by zero");
   // as PyTorch: a negative integer scalar exponent of an integer tensor has no integer result
   if (std::is_same_v<Op, Op_pow> && is_integral(p.compute) && !p.b.is_tensor() && p.b.num < 0)
     fail(cat("integers to negative integer powers are not allowed, got exponent ", p.b.num));
@@ -528,8 +532,7 @@ const char* binary_schema(const std::string& name) {  // add / sub also take {al
 }
 // Integer fmod / remainder fail on a zero divisor and integer pow on a negative exponent
 // (run_binary): flagged, so that the code generators leave their integer forms to eager.
-template <class Op> constexpr bool kIntegerValueErrors =
-    std::is_same_v<Op, Op_fmod> || std::is_same_v<Op, Op_remainder> || std::is_same_v<Op, Op_pow>;
+template <class Op> constexpr bool kIntegerValueErrors = kDivides<Op> || std::is_same_v<Op, Op_pow>;
 // pow's scalar exponent picks its code (jit/lower.cpp pow_scalar)
 template <class Op> constexpr int32_t kCodeFlag = std::is_same_v<Op, Op_pow> ? kCodeNumbers : 0;
 
@@ -593,7 +596,8 @@ void register_pointwise(Registry& r) {
               Op_gelu_erf::expr, block_of<Op_gelu_erf, 1>});
 #define CR_REG_BINARY(NAME, ...) r.add(binary_def<Op_##NAME>(binary_schema(#NAME)));
   CR_BINARY_OPS(CR_REG_BINARY)
-  for (OpDef d : {binary_def<Op__gelu_backward>("grad_output:T, self:T"), binary_def<Op__gelu_tanh_backward>("grad_output:T, self:T")}) {
+  for (OpDef d : {binary_def<Op__gelu_backward>("grad_output:T, self:T"), binary_def<Op__gelu_tanh_backward>("grad_output:T, self:T"),
+                  binary_def<Op__div_floor>("self:TN, other:TN"), binary_def<Op__div_trunc>("self:TN, other:TN")}) {
     d.flags |= kNoMethod;
     r.add(d);
   }

@@ -232,6 +232,12 @@ void register_pointwise_derivatives(Registry& r) {
   }, .saves_inputs = kIn0});
   derivative(r, "lerp", {.fn = lerp_rule, .saves_inputs = kIn0 | kIn1 | kIn2});
   derivative(r, "addcmul", {.fn = addcmul_rule, .saves_inputs = kIn1 | kIn2});
+  // (rounded quotients are steps: zero gradients, as PyTorch's div with a rounding_mode)
+  for (const char* n : {"_div_floor", "_div_trunc"})
+    derivative(r, n, {.fn = [](Grad& g) {
+      for (int i : {0, 1})
+        if (g.needs(i)) g.set(i, zeros_like(g.grad()));
+    }});
   for (const char* n : {"add_", "sub_", "mul_", "div_", "clamp_"}) {
     std::string base(n, std::strlen(n) - 1);
     r.set_derivative(n, r.find(base)->grad);

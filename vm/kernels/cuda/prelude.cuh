@@ -341,6 +341,26 @@ template <class T> __forceinline__ T remainder_(T a, T b) {  // Python's %: the 
     return (r != 0 && ((r < 0) != (b < 0))) ? T(r + b) : r;
   } else return T(a && !b);
 }
+// (vm/kernels/scalar_math.hpp's div_floor_ / div_trunc_)
+template <class T> __forceinline__ T div_floor_(T a, T b) {
+  if constexpr (cr::is_fp<T>::value) {
+    if (b == T(0)) return a / b;
+    T mod = cr::fmod_fp(a, b), div = (a - mod) / b;
+    if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div -= T(1);
+    if (div == T(0)) return ::copysign(T(0), a / b);
+    T fl = cr::floor_fp(div);
+    return div - fl > T(0.5) ? fl + T(1) : fl;
+  } else if constexpr (cr::is_int<T>::value) {
+    if (b == T(-1)) return T(0 - (unsigned long long)a);
+    T q = T(a / b);
+    return ((a < 0) != (b < 0)) && T(a % b) != 0 ? T(q - 1) : q;
+  } else return a;
+}
+template <class T> __forceinline__ T div_trunc_(T a, T b) {
+  if constexpr (cr::is_fp<T>::value) return cr::trunc_fp(a / b);
+  else if constexpr (cr::is_int<T>::value) return b == T(-1) ? T(0 - (unsigned long long)a) : T(a / b);
+  else return a;
+}
 template <class T> __forceinline__ T pow_(T a, T b) {
   if constexpr (cr::is_int<T>::value) {  // exponentiation by squaring, wrapping
     typedef typename cr::unsigned_of<T>::type U;

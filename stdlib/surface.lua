@@ -48,7 +48,12 @@ end
 
 -- reordering ---------------------------------------------------------------------------------
 function S.flip(x, ...)
-  local dims = sizes_of(...)
+  local dims, seen = sizes_of(...), {}
+  for _, d in ipairs(dims) do
+    local k = dim0("flip", x, d) + 1
+    if seen[k] then fail(string.format("flip: dim %d appears multiple times in the list of dims", k)) end
+    seen[k] = true
+  end
   for _, d in ipairs(dims) do
     local k = dim0("flip", x, d) + 1
     local n = x:dim() == 0 and 1 or x:size(k)
@@ -104,6 +109,10 @@ end
 
 -- repeat_interleave(x, repeats[, dim]): repeats a number or a 1-D tensor of counts
 function S.repeat_interleave(x, repeats, dim)
+  if repeats == nil and is_tensor(x) then  -- repeat_interleave(repeats): positions 1..n, each repeats[i] times
+    if x:dim() ~= 1 then fail("repeat_interleave: repeats expected a 1-D tensor, got " .. describe(x)) end
+    return S.repeat_interleave(T.arange(1, x:numel() + 1, { dtype = "int64", device = x.device }), x, 1)
+  end
   if dim == nil then x, dim = x:flatten(), 1 end
   local k = dim0("repeat_interleave", x, dim) + 1
   if type(repeats) == "number" then
@@ -280,13 +289,24 @@ local function along(x, k, index)
   e[k] = index:reshape(-1)
   return e
 end
+-- x written through index_put_, whose error would name index_put_, not the op called
+local function writable(op, x)
+  check_tensor(op, 1, "self", x)
+  for j = 1, x:dim() do
+    if x:stride(j) == 0 and x:size(j) > 1 then
+      fail(string.format("%s: cannot write into an expanded tensor (dim %d has stride 0): clone() it first", op, j))
+    end
+  end
+end
 function S.index_copy_(x, dim, index, src)
+  writable("index_copy_", x)
   local k = dim0("index_copy_", x, dim) + 1
   if src.dtype ~= x.dtype then fail(string.format("index_copy_: source expected self's dtype %s, got %s", x.dtype, describe(src))) end
   return indexing.index_put_(x, along(x, k, index), x:dim() == 0 and src:reshape(1) or src)
 end
 function S.index_copy(x, dim, index, src) return S.index_copy_(x:clone(), dim, index, src) end
 function S.index_fill_(x, dim, index, value)
+  writable("index_fill_", x)
   local k = dim0("index_fill_", x, dim) + 1
   return indexing.index_put_(x, along(x, k, index), is_tensor(value) and value:to(x.dtype) or value)
 end
@@ -313,6 +333,7 @@ local function coords(op, x, k, index)
 end
 function S.scatter_(x, dim, index, src, opts)
   opts = opts_of("scatter_", opts, { reduce = true })
+  writable("scatter_", x)
   local k = dim0("scatter_", x, dim) + 1
   local list = coords("scatter_", x, k, index)
   local v
@@ -387,7 +408,7 @@ function S.one_hot(t, num_classes)
     if num_classes and hi > num_classes then fail(string.format("one_hot: class values must be at most num_classes (%d), got %d", num_classes, hi)) end
     num_classes = num_classes or hi
   end
-  num_classes = num_classes or 0
+  if num_classes == nil then fail("one_hot: Can not infer total number of classes from empty tensor (give num_classes)") end
   return T.arange(1, num_classes + 1, { dtype = "int64", device = t.device }):eq(t:unsqueeze(-1)):long()
 end
 
@@ -590,10 +611,17 @@ function S.kthvalue(x, k, dim, keepdim)
 end
 -- median(x[, dim[, keepdim]]): the lower median; NaN when a NaN is among the values (as torch)
 function S.median(x, dim, keepdim)
+  check_tensor("median", 1, "self", x)
+  if x.dtype == "bool" then fail("median: not implemented for bool tensors, got " .. describe(x)) end
   if dim == nil then
     local f = x:flatten()
-    if f:numel() == 0 then fail("median: an empty tensor has no median") end
+    local float = is_float(x)
+    if f:numel() == 0 then  -- (PyTorch: NaN; an integer tensor has none to give)
+      if float then return T.full({}, 0 / 0, { dtype = x.dtype, device = x.device }) end
+      fail("median: an empty " .. x.dtype .. " tensor has no median")
+    end
     local v = S.kthvalue(f, math.floor((f:numel() - 1) / 2) + 1, 1)
+    if not float then return v end
     return T.where(f:isnan():any(), f:sum() * (0 / 0), v)
   end
   local d = dim0("median", x, dim) + 1
@@ -667,10 +695,13 @@ local function shifted(x, k, s, fill)
   local pad = T.full_like(x:narrow(k, 1, s), fill)
   return T.cat({ pad, x:narrow(k, 1, n - s) }, k)
 end
-function S.cumprod(x, dim)
+-- cumprod(x, dim[, {dtype =}]): x cast to dtype first (as cumsum); bool and int32 give int64
+function S.cumprod(x, dim, opts)
+  opts = opts_of("cumprod", opts, { dtype = true })
   local k = dim0("cumprod", x, dim) + 1
+  if opts.dtype then x = x:to(opts.dtype) end
   if x:dim() == 0 then return x:clone() end
-  if x.dtype == "bool" or x.dtype == "int32" then x = x:long() end
+  if not opts.dtype and (x.dtype == "bool" or x.dtype == "int32") then x = x:long() end
   local s = 1
   while s < x:size(k) do
     x = x * shifted(x, k, s, 1)
@@ -762,9 +793,16 @@ function S.histc(x, bins, lo, hi)
   return T.zeros(bins + 1, { dtype = x.dtype, device = x.device }):index_add(1, pos + 1, one):narrow(1, 1, bins)
 end
 
--- quantile(x, q[, dim[, keepdim]]): linear interpolation between the sorted values; q a number
--- or a 1-D tensor (its dim first in the result); NaN where a NaN is among the values
-function S.quantile(x, q, dim, keepdim)
+-- quantile(x, q[, dim[, keepdim[, {interpolation =}]]]): between the sorted values at rank
+-- q * (n - 1), as PyTorch's modes: linear (default), lower, higher, midpoint, nearest (half to
+-- even); q a number or a 1-D tensor (its dim first in the result); NaN where a NaN is among the values
+local INTERPOLATION = { linear = true, lower = true, higher = true, midpoint = true, nearest = true }
+function S.quantile(x, q, dim, keepdim, opts)
+  if is_opts(dim) then dim, opts = nil, dim elseif is_opts(keepdim) then keepdim, opts = nil, keepdim end
+  local mode = opts_of("quantile", opts, { interpolation = true }).interpolation or "linear"
+  if not INTERPOLATION[mode] then
+    fail("quantile: interpolation must be one of linear, lower, higher, midpoint or nearest, but got " .. tostring(mode))
+  end
   if not x.dtype:find("float") then fail("quantile: expected a float or double tensor, got " .. describe(x)) end
   local qt = is_tensor(q) and q or T.tensor(q, { dtype = x.dtype, device = x.device })
   if qt:dim() > 1 then fail("quantile: q expected a number or a 1-D tensor, got " .. describe(q)) end
@@ -776,11 +814,18 @@ function S.quantile(x, q, dim, keepdim)
   if n == 0 then fail("quantile: input tensor must be non-empty") end
   local sorted = v:sort(k)
   local pos = qt:reshape(-1):double() * (n - 1)
-  local lo, hi = pos:floor(), pos:ceil()
-  local a, b = sorted:index_select(k, lo:long() + 1), sorted:index_select(k, hi:long() + 1)
-  local shape = {}
-  for j = 1, sorted:dim() do shape[j] = j == k and pos:numel() or 1 end
-  local r = T.lerp(a, b, (pos - lo):to(x.dtype):view(shape))
+  local r
+  if mode == "linear" or mode == "midpoint" then
+    local lo, hi = pos:floor(), pos:ceil()
+    local a, b = sorted:index_select(k, lo:long() + 1), sorted:index_select(k, hi:long() + 1)
+    local shape = {}
+    for j = 1, sorted:dim() do shape[j] = j == k and pos:numel() or 1 end
+    r = T.lerp(a, b, mode == "midpoint" and 0.5 or (pos - lo):to(x.dtype):view(shape))
+  else  -- one of the sorted values: the rank in x's dtype rounded, as PyTorch's
+    local rank = qt:reshape(-1):to(x.dtype) * (n - 1)
+    rank = mode == "lower" and rank:floor() or mode == "higher" and rank:ceil() or rank:round()
+    r = sorted:index_select(k, rank:long() + 1)
+  end
   local nan = sorted:narrow(k, n, 1):isnan()
   r = T.where(nan, sorted:narrow(k, n, 1), r)
   local perm = { k }  -- the q dim first, the others in order

@@ -314,6 +314,23 @@ do
     "torch.quantile(x, torch.tensor([0.25, 0.5, 1], dtype=torch.float64), 1, True)", { x = x })
   case("quantile_3d", function() return T.quantile(x:view(3, 5, 1), 0.7, 2) end, "torch.quantile(x.view(3, 5, 1), 0.7, 1)", { x = x })
   case("quantile_nan", function() return T.quantile(xn, 0.5, 2) end, "torch.quantile(x, 0.5, 1)", { x = xn })
+  local qs = T.tensor({ 0, 0.1, 0.25, 0.5, 0.7, 0.9, 1 }, { dtype = "float64" })
+  for _, mode in ipairs({ "linear", "lower", "higher", "midpoint", "nearest" }) do
+    case("quantile_" .. mode, function() return T.quantile(x, qs, 2, false, { interpolation = mode }) end,
+      ("torch.quantile(x, q, 1, False, interpolation='%s')"):format(mode), { x = x, q = qs })
+    local x32 = T.arange(1, 5, { dtype = "float32" })
+    case("quantile_f32_" .. mode, function() return x32:quantile(qs:float(), { interpolation = mode }) end,
+      ("x.quantile(q, interpolation='%s')"):format(mode), { x = x32, q = qs:float() })
+    case("quantile_nan_" .. mode, function() return T.quantile(xn, 0.5, 2, true, { interpolation = mode }) end,
+      ("torch.quantile(x, 0.5, 1, True, interpolation='%s')"):format(mode), { x = xn })
+  end
+  case("cumprod_dtype", function() return T.cumprod(xi, 2, { dtype = "float64" }) end, "torch.cumprod(x, 1, dtype=torch.float64)", { x = xi })
+  case("cumprod_dtype_int32", function() return xi:cumprod(1, { dtype = "int32" }) end, "x.cumprod(0, dtype=torch.int32)", { x = xi })
+  case("median_int64", function() return xi:median() end, "x.median()", { x = xi })
+  case("median_int32", function() return xi:int():median() end, "x.int().median()", { x = xi })
+  case("median_empty", function() return T.zeros(0):median() end, "torch.zeros(0).median()", {})
+  local reps = L({ 2, 0, 1, 3 })
+  case("repeat_interleave_repeats", function() return T.repeat_interleave(reps) end, "torch.repeat_interleave(r) + 1", { r = reps })
 end
 
 refs:check("indexing and data ops vs PyTorch")
@@ -468,6 +485,27 @@ describe("misuse", function()
     expect.errors(function() local _ = T.one_hot(L({ 0, 2 })) end, "one_hot: ", "1 or more")
     expect.errors(function() local _ = x:repeat_interleave(L({ 1, -1, 1 }), 1) end, "repeat_interleave: ", "negative")
     expect.errors(function() local _ = x["repeat"](x, 2) end, "repeat: ", "can not be smaller")
+  end)
+  it("data ops refuse what PyTorch refuses, naming the op", function()
+    expect.errors(function() local _ = T.arange(3):flip(1, 1) end, "flip: ", "dim 1 appears multiple times")
+    expect.errors(function() local _ = x:flip({ 2, -1 }) end, "flip: ", "dim 2 appears multiple times")
+    expect.errors(function() local _ = T.tensor({ true, false }):median() end, "median: ", "bool")
+    expect.errors(function() local _ = T.tensor({ true, false }):median(1) end, "median: ", "bool")
+    expect.errors(function() local _ = T.zeros(0, { dtype = "int64" }):median() end, "median: ", "empty int64")
+    expect.errors(function() local _ = T.F.one_hot(T.empty(0, { dtype = "int64" })) end, "one_hot: ",
+      "Can not infer total number of classes from empty tensor")
+    expect.eq(T.F.one_hot(T.empty(0, { dtype = "int64" }), 3).shape:equals({ 0, 3 }), true)
+    expect.errors(function() local _ = T.repeat_interleave(L({ { 1 } })) end, "repeat_interleave: ", "1-D")
+    expect.errors(function() local _ = T.quantile(T.ones(3), 0.5, { interpolation = "foo" }) end, "quantile: ",
+      "interpolation must be one of linear, lower, higher, midpoint or nearest", "foo")
+    expect.errors(function() local _ = T.quantile(T.ones(3), 0.5, 1, false, { interp = "lower" }) end, "quantile: ", "unknown option 'interp'")
+    expect.errors(function() local _ = T.cumprod(T.ones(3), 1, { dtyp = "float64" }) end, "cumprod: ", "unknown option 'dtyp'")
+  end)
+  it("writes into an expanded tensor name the op called", function()
+    local e = T.ones(4):expand(3, 4)
+    expect.errors(function() e:index_fill_(1, L({ 1 }), 5) end, "index_fill_: ", "expanded tensor")
+    expect.errors(function() e:scatter_(1, L({ { 1 } }), 5) end, "scatter_: ", "expanded tensor")
+    expect.errors(function() e:index_copy_(1, L({ 1 }), T.ones(1, 4)) end, "index_copy_: ", "expanded tensor")
   end)
 end)
 

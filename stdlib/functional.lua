@@ -257,12 +257,24 @@ function F.sigmoid(x) return T.sigmoid(x) end
 -- eps = 1e-5]]]]]): x {N, C, ...}, statistics per channel (dim 2). Training normalises with the
 -- batch's (biased) variance and, when running tensors are given, updates them in place with the
 -- unbiased one; momentum nil gives the cumulative average (the caller passes 1 / batches).
+-- a per-channel tensor of batch_norm / group_norm: C values (a view would name no layer)
+local function per_channel(op, name, t, C)
+  if t ~= nil and (not is_tensor(t) or t:numel() ~= C) then
+    fail(string.format("%s: expected %s of size equal to the number of channels of the input (%d), got %s", op, name, C,
+      is_tensor(t) and t:numel() or type(t)))
+  end
+end
+
 function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
   local op = "batch_norm"
   check_tensor(op, 1, "input", x)
   if x:dim() < 2 then fail(op .. ": input expected at least 2 dims {N, C, ...}, got a " .. x:dim() .. "-D tensor") end
   eps, momentum = eps or 1e-5, momentum or 0.1
   local C = x:size(2)
+  per_channel(op, "running_mean", rm, C)
+  per_channel(op, "running_var", rv, C)
+  per_channel(op, "weight", w, C)
+  per_channel(op, "bias", b, C)
   local shape = { 1, C }
   for _ = 3, x:dim() do shape[#shape + 1] = 1 end
   local dims = { 1 }
@@ -300,6 +312,8 @@ function F.group_norm(x, G, w, b, eps)
   if type(G) ~= "number" or G < 1 or C % G ~= 0 then
     fail(string.format("%s: Expected number of channels in input to be divisible by num_groups, but got input of shape {%s} and num_groups=%s", op, table.concat(x.shape, ","), tostring(G)))
   end
+  per_channel(op, "weight", w, C)
+  per_channel(op, "bias", b, C)
   local xf, dt = widen(x)
   local g = xf:reshape(N, G, -1)
   local mean = g:mean(3, true)

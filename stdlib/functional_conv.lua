@@ -490,6 +490,11 @@ function C.interpolate(x, opts)
   if n < 1 or (mode ~= "nearest" and n ~= INTERP_MODES[mode]) then
     fail(string.format("%s: mode %s expected a %s input, got %s", op, mode, mode == "bilinear" and "4-D" or mode == "linear" and "3-D" or "3-D or more", shape_str(x)))
   end
+  -- (PyTorch has no integer kernel for them: "compute_indices_weights_linear" not implemented for 'Long')
+  if mode ~= "nearest" and not (x.dtype:find("float") or x.dtype == "bfloat16") then
+    fail(string.format("%s: mode %s expected a floating input (linear and bilinear interpolate; nearest takes any dtype), got %s",
+      op, mode, x.dtype .. " tensor of shape " .. shape_str(x)))
+  end
   if mode == "nearest" and o.align_corners ~= nil then fail(op .. ": align_corners option can only be set with the interpolating modes: linear | bilinear | bicubic | trilinear") end
   if (o.size == nil) == (o.scale_factor == nil) then fail(op .. ": either size or scale_factor should be defined (exactly one)") end
   local sizes, sfs = {}, {}

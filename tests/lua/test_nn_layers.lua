@@ -381,6 +381,20 @@ describe("layer modules", function()
 end)
 
 describe("layer refusals", function()
+  it("per-channel tensors of the wrong size and integer linear interpolation are named", function()
+    expect.errors(function() local _ = T.nn.BatchNorm1d(3)(T.randn(4, 5)) end, "batch_norm: ",
+      "running_mean of size equal to the number of channels of the input %(5%), got 3")
+    expect.errors(function() local _ = T.nn.BatchNorm1d(3):eval()(T.randn(4, 5)) end, "batch_norm: ", "running_mean", "%(5%), got 3")
+    expect.errors(function() local _ = T.F.batch_norm(T.randn(4, 5), nil, nil, T.ones(3), nil, true) end, "batch_norm: ", "weight", "%(5%), got 3")
+    expect.errors(function() local _ = T.nn.GroupNorm(2, 4)(T.randn(2, 6, 3)) end, "group_norm: ",
+      "expected weight of size equal to the number of channels of the input %(6%), got 4")
+    for _, mode in ipairs({ "linear", "bilinear" }) do
+      local x = mode == "linear" and T.arange(12):view(1, 3, 4) or T.arange(16):view(1, 1, 4, 4)
+      expect.errors(function() local _ = T.F.interpolate(x, { size = 6, mode = mode }) end, "interpolate: ",
+        "mode " .. mode .. " expected a floating input", "int64 tensor of shape")
+    end
+    expect.eq(T.F.interpolate(T.arange(4):view(1, 1, 4), { size = 6 }):totable(), { { { 0, 0, 1, 2, 2, 3 } } })  -- (as torch)
+  end)
   it("conv2d names the mismatch", function()
     local x, w = T.randn(1, 3, 5, 5), T.randn(4, 2, 3, 3)
     errs(function() T.conv2d(x, w) end, "conv2d", "expected input float32 tensor of shape {1,3,5,5} to have 2 channels")

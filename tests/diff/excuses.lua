@@ -148,6 +148,10 @@ M.EXCUSES = {
   { op = "remainder", kind = "accepts", match = "derivative for aten::remainder is not implemented", class = "torch",
     why = "torch 1.13 has no derivative of remainder(number, tensor) for the tensor; crescent's is PyTorch's "
       .. "tensor-tensor formula, -grad * floor(self / other)" },
+  { op = "atan2", kind = "accepts", match = "on a bool tensor is not supported",
+    class = "torch",
+    why = "a bool first operand: torch 1.13's atan2 backward negates it for the other operand's gradient and fails; "
+      .. "crescent gives that gradient" },
   { op = "topk", kind = "differs", when = tied_input, class = "limit",
     why = "tied values: which of the equal elements topk returns is unspecified (torch's docs), and its gradient goes "
       .. "to the ones chosen; the values agree (the forward test compares them)" },

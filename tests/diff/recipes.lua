@@ -106,6 +106,9 @@ local BINARY = {
   lt = { "torch.lt", second = true }, le = { "torch.le", second = true }, gt = { "torch.gt", second = true },
   ge = { "torch.ge", second = true },
   logical_and = { "torch.logical_and" }, logical_or = { "torch.logical_or" }, logical_xor = { "torch.logical_xor" },
+  -- div's rounding modes (T.div(a, b, {rounding_mode =}) calls these)
+  _div_floor = { "(lambda a, b: torch.div(a, b, rounding_mode='floor'))", first = true, second = true },
+  _div_trunc = { "(lambda a, b: torch.div(a, b, rounding_mode='trunc'))", first = true, second = true },
 }
 
 -- two operands of broadcastable shapes, mostly the same dtype; a number in one place sometimes

@@ -4,6 +4,8 @@
 -- in-place semantics and misuse. Creation and conversion ops: test_creation.lua.
 local T = require "crescent"
 local R = require "torch_ref"
+
+expect.covers("_div_floor", "_div_trunc")  -- (div's rounding modes, below)
 local unpack = unpack or table.unpack
 
 expect.covers(

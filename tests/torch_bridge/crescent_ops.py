@@ -383,6 +383,8 @@ OPS = {
     "mul": num_first(torch.mul, lambda a, b: a * b), "div": num_first(torch.div, lambda a, b: a / b),
     "pow": num_first(torch.pow, lambda a, b: a ** b), "remainder": num_first(torch.remainder, lambda a, b: a % b),
     "fmod": num_first(torch.fmod, None), "atan2": num_first(torch.atan2, None),
+    "_div_floor": num_first(lambda a, b: torch.div(a, b, rounding_mode="floor"), None),
+    "_div_trunc": num_first(lambda a, b: torch.div(a, b, rounding_mode="trunc"), None),
     "maximum": num_first(torch.maximum, None), "minimum": num_first(torch.minimum, None),
     "eq": num_first(torch.eq, lambda a, b: b == a), "ne": num_first(torch.ne, lambda a, b: b != a),
     "lt": num_first(torch.lt, lambda a, b: b > a), "le": num_first(torch.le, lambda a, b: b >= a),

@@ -29,41 +29,87 @@ M.MAX_STATE_CHANGES = 8
 
 local IMPURE = { print = 1, io = 1, os = 1, debug = 1, require = 1, collectgarbage = 1, dofile = 1, load = 1,
                  loadfile = 1, loadstring = 1, setfenv = 1, getfenv = 1, rawset = 1, setmetatable = 1, module = 1 }
--- library functions with hidden state (a replay would freeze their results): read through the
--- proxy, their tables are watched
-local IMPURE_FIELDS = { math = { random = true, randomseed = true } }
+-- library functions with hidden state (a replay would freeze their results): while a probe runs
+-- they are wrappers in their own tables that note a call (watch_impure_fields)
+local IMPURE_FIELDS = { [math] = { "math", { "random", "randomseed" } } }
+
+local function watch_impure_fields(watch)
+  local saved = {}
+  for t, spec in pairs(IMPURE_FIELDS) do
+    for _, f in ipairs(spec[2]) do
+      local real = rawget(t, f)
+      if type(real) == "function" then
+        saved[#saved + 1] = { t, f, real }
+        t[f] = function(...)
+          watch.impure = watch.impure or ("it uses " .. spec[1] .. "." .. f)
+          return real(...)
+        end
+      end
+    end
+  end
+  return function()
+    for _, s in ipairs(saved) do
+      if rawget(s[1], s[2]) ~= nil then s[1][s[2]] = s[3] end
+    end
+  end
+end
+
+-- The standard library tables a function may add to or change (string.hits = ...): their
+-- contents are not walked, so a probe compares them before and after the call.
+local LIBRARY_TABLES = { string = string, table = table, math = math, coroutine = coroutine, bit = bit, package = package }
+local function library_snapshot()
+  local snap = {}
+  for name, t in pairs(LIBRARY_TABLES) do
+    local copy = {}
+    for k, v in next, t do copy[k] = v end
+    snap[name] = copy
+  end
+  return snap
+end
+local function library_change(snap)
+  for name, t in pairs(LIBRARY_TABLES) do
+    local copy = snap[name]
+    for k, v in next, t do
+      if copy[k] ~= v then return "it writes " .. name .. "." .. tostring(k) end
+    end
+    for k in next, copy do
+      if rawget(t, k) == nil then return "it writes " .. name .. "." .. tostring(k) end
+    end
+  end
+end
 
 -- A proxy for a function's environment during a probe: it records the globals read (each once)
--- and notes reads of values the walk before the call did not reach (`grew`: probe again).
+-- and notes reads of values the walk before the call did not reach (`grew`: probe again). The
+-- environment itself (`_G`) reads as the proxy, so that writes through it are seen; after the
+-- probe (watch.done) the proxy only forwards, for closures the probe made, which keep it.
 local function proxy_env(env, watch)
-  return setmetatable({}, {
+  local proxy
+  proxy = setmetatable({}, {
     __index = function(_, k)
-      if IMPURE[k] then watch.impure = watch.impure or ("it uses the global '" .. tostring(k) .. "'") end
       local v = env[k]
+      if watch.done then return v end
+      if IMPURE[k] then watch.impure = watch.impure or ("it uses the global '" .. tostring(k) .. "'") end
       if not watch.read[env] then watch.read[env] = {} end
       if not watch.read[env][k] then
         watch.read[env][k] = true
         watch.globals[#watch.globals + 1] = { env = env, k = k }
       end
-      local fields = IMPURE_FIELDS[k]
-      if fields and type(v) == "table" then
-        return setmetatable({}, { __index = function(_, f)
-          if fields[f] then watch.impure = watch.impure or ("it uses " .. k .. "." .. tostring(f)) end
-          return v[f]
-        end })
-      end
+      if rawequal(v, env) then return proxy end
       if state.is_lua_function(v) and not watch.roots[v] then watch.roots[v] = true; watch.grew = true end
       if type(v) == "table" and not watch.known[v] and not state.LIBRARY[v] then watch.grew = true end
       return v
     end,
     __newindex = function(_, k, v)
-      watch.impure = watch.impure or ("it writes the global '" .. tostring(k) .. "'")
+      if not watch.done then watch.impure = watch.impure or ("it writes the global '" .. tostring(k) .. "'") end
       env[k] = v
     end,
+    __pairs = function() return pairs(env) end,
   })
+  return proxy
 end
 
 local VALUE = { number = true, boolean = true, string = true, ["nil"] = true }
+local function pack(...) return { n = select("#", ...), ... } end
 local OUTCAP = 64
 local OUTS = ffi.new("cr_tensor*[?]", OUTCAP)
 
@@ -149,6 +195,10 @@ function M.wrap(fn, id, call)
   end
 
   function probe(...)
+    if type(fn) == "function" and debug.getinfo(fn, "S").what == "C" then
+      refuse("it is a C function (its side effects are not seen)")
+      return call(...)
+    end
     local before, why = state.walk(st.roots, st.globals)
     if not before then refuse(why); return call(...) end
     local known = {}
@@ -157,13 +207,18 @@ function M.wrap(fn, id, call)
     local envs = {}
     for _, f in ipairs(before.fns) do envs[f] = getfenv(f); setfenv(f, proxy_env(envs[f], watch)) end
     local absent, undo = state.watch_absent(before)
+    local library = library_snapshot()
+    local undo_fields = watch_impure_fields(watch)
     local rets = { n = 0 }
-    local ok, err = pcall(function(...) rets = { n = select("#", ...), ... } end, call(...))
+    -- (the call inside the pcall: an error must not leave the watch in place)
+    local ok, err = pcall(function(...) rets = pack(call(...)) end, ...)
+    watch.done = true
+    undo_fields()
     undo()
     for f, e in pairs(envs) do setfenv(f, e) end
     if not ok then error(err, 0) end
     st.globals = watch.globals
-    why = watch.impure or state.first_change(before, true)
+    why = watch.impure or library_change(library) or state.first_change(before, true)
     if why then
       refuse(why)
     elseif not watch.grew then

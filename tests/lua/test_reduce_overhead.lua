@@ -201,6 +201,63 @@ describe("reduce-overhead and the Lua state the function reads (F2)", function()
   end)
 end)
 
+describe("reduce-overhead probes are invisible to the program", function()
+  it("keeps math the real table: its writes land, its fields are all there", function()
+    local f = T.compile(function(x)
+      math.ro_scale = 3
+      local n = 0
+      for _ in pairs(math) do n = n + 1 end
+      return x * math.ro_scale, n, rawequal(math, _G.math)
+    end, { mode = "reduce-overhead" })
+    local want = 0
+    for _ in pairs(math) do want = want + 1 end
+    for call = 1, 3 do
+      local y, n, same_math = f(T.ones(1))
+      S.eq({ y:item(), n, same_math, math.ro_scale }, { 3, want + (call == 1 and 1 or 0), true, 3 }, "call " .. call)
+      if call == 1 then want = want + 1 end
+    end
+    math.ro_scale = nil
+  end)
+
+  it("sees writes through _G and into the standard library tables: such a function is not replayed", function()
+    ro_calls = 0
+    local f = T.compile(function(x) _G.ro_calls = _G.ro_calls + 1; return x * 2 end, { mode = "reduce-overhead" })
+    string.ro_hits = 0
+    local g = T.compile(function(x) string.ro_hits = string.ro_hits + 1; return x + 1 end, { mode = "reduce-overhead" })
+    for _ = 1, 6 do f(T.ones(2)); g(T.ones(2)); T.compiler.wait() end
+    S.eq({ ro_calls, string.ro_hits }, { 6, 6 }, "every call ran its Lua")
+    ro_calls, string.ro_hits = nil, nil
+  end)
+
+  it("leaves no watch behind when its first call raises, and none in closures it made", function()
+    local cfg = { scale = 2 }
+    local Class = {}
+    Class.__index = Class
+    function Class.get(self) return self.v end
+    local obj = setmetatable({ v = 3 }, Class)
+    local f = T.compile(function(x, fail)
+      if fail then error("bad input") end
+      return x * cfg.scale * obj:get()
+    end, { mode = "reduce-overhead" })
+    S.eq((pcall(f, T.ones(1), true)), false, "the error")
+    S.eq({ getmetatable(cfg), rawget(Class, "__index") == Class }, { nil, true }, "metatables as they were")
+    S.eq(f(T.ones(1)):item(), 6, "the next call")
+    local h = T.compile(function(x)
+      local function counter() ro_total = (ro_total or 0) + 1; return ro_total end
+      return x * 2, counter
+    end, { mode = "reduce-overhead" })
+    local _, counter = h(T.ones(1))
+    counter()
+    S.eq({ counter(), ro_total }, { 2, 2 }, "a closure made during a probe reads and writes the globals")
+    ro_total = nil
+  end)
+
+  it("runs a C function compiled with reduce-overhead as the plain call", function()
+    local f = T.compile(math.max, { mode = "reduce-overhead" })
+    S.eq({ f(1, 2), f(3, 2) }, { 2, 3 })
+  end)
+end)
+
 describe("reduce-overhead and the thread's modes", function()
   it("does not replay a plan made without grad once a tensor it reads requires grad", function()
     local w = T.ones(3, { requires_grad = true })

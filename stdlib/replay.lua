@@ -131,7 +131,7 @@ function M.wrap(fn, id, call)
   -- (state.checker), the C++ replay, the results. Anything unexpected goes to `slow`.
   local function specialise(check, ncands)
     local n = st.nargs
-    local L = { "local is_tensor, cands, values, api, ctx, id, OUTS, OUTCAP, wrap, retvals, core, slow, refused, changed, ptr, check, same_number, mode, autocast = ...",
+    local L = { "local is_tensor, cands, values, api, ctx, id, OUTS, OUTCAP, wrap, retvals, core, slow, refused, changed, ptr, check, same_number, mode, autocast, retobjs = ...",
                 "return function(...)" }
     local names = {}
     for i = 1, n do names[i] = "a" .. i end
@@ -151,16 +151,29 @@ function M.wrap(fn, id, call)
     L[#L + 1] = string.format("local m = api.cap_replay(ctx, id, cands, %d, OUTS, OUTCAP)", ncands)
     L[#L + 1] = "if m < 0 then return refused(m, ...) end"
     L[#L + 1] = "if ctx.service ~= 0 then core.service() end"
+    -- (a result that is an argument, an earlier result or a tensor of the Lua state is that object,
+    -- as the plain call returns it; the others are new handles. Every output is wrapped: wrap
+    -- claims the references the replay handed, in order.)
     local outs, k = {}, 0
     for j, r in ipairs(st.rets) do
-      if r == "tensor" then outs[j] = string.format("wrap(OUTS[%d])", k); k = k + 1
-      else outs[j] = string.format("retvals[%d]", j) end
+      if r == "tensor" then
+        local src = st.retsrc[j]
+        outs[j] = string.format("wrap(OUTS[%d])", k)
+        if src and src.arg then outs[j] = string.format("(%s and a%d)", outs[j], src.arg)
+        elseif src and src.dup then outs[j] = string.format("(%s and r%d)", outs[j], src.dup)
+        elseif src then outs[j] = string.format("(%s and retobjs[%d])", outs[j], j) end
+        k = k + 1
+      else
+        outs[j] = string.format("retvals[%d]", j)
+      end
+      L[#L + 1] = string.format("local r%d = %s", j, outs[j])
+      outs[j] = "r" .. j
     end
     L[#L + 1] = "return " .. table.concat(outs, ", ")
     L[#L + 1] = "end"
     local chunk = assert(loadstring(table.concat(L, "\n"), "=[crescent] replay of a compiled function"))
     return chunk(is_tensor, st.cands, st.values, api, ctx, id, OUTS, OUTCAP, wrap, st.retvals, core, slow, refused,
-                 changed, ptr, check, state.same_number, api.autograd.mode, st.autocast)
+                 changed, ptr, check, state.same_number, api.autograd.mode, st.autocast, st.retobjs)
   end
 
   -- After a clean probe: the plan for this call's arguments, results and Lua state (`walked`).
@@ -173,10 +186,20 @@ function M.wrap(fn, id, call)
       elseif VALUE[type(v)] then st.kinds[i] = "value"; st.values[i] = v
       else return refuse("argument " .. i .. " is a " .. type(v)) end
     end
-    st.rets, st.retvals = {}, {}
+    st.rets, st.retvals, st.retsrc, st.retobjs = {}, {}, {}, {}
+    local state_tensors = {}
+    for _, c in ipairs(walked.cands) do state_tensors[state.read(c.ref)] = true end
     for j = 1, rets.n do
       local v = rets[j]
-      if is_tensor(v) then st.rets[j] = "tensor"
+      if is_tensor(v) then
+        st.rets[j] = "tensor"
+        for i = 1, n do
+          if not st.retsrc[j] and rawequal(v, (select(i, ...))) then st.retsrc[j] = { arg = i } end
+        end
+        for e = 1, j - 1 do
+          if not st.retsrc[j] and rawequal(v, rets[e]) then st.retsrc[j] = { dup = e } end
+        end
+        if not st.retsrc[j] and state_tensors[v] then st.retsrc[j], st.retobjs[j] = { state = true }, v end
       elseif VALUE[type(v)] then st.rets[j] = "value"; st.retvals[j] = v
       else return refuse("it returns a " .. type(v)) end
     end

@@ -252,6 +252,15 @@ describe("reduce-overhead probes are invisible to the program", function()
     ro_total = nil
   end)
 
+  it("returns the same objects as the plain call: a state tensor, an argument, a repeated result", function()
+    local W = T.zeros(2)
+    local f = replaying(function(x) local y = x * 2; return y + W, W, y, y, x end, T.ones(2))
+    local x = T.ones(2)
+    local r0 = T.compiler.stats().replays
+    local _, w, a, b, xx = f(x)
+    S.eq({ T.compiler.stats().replays - r0, rawequal(w, W), rawequal(a, b), rawequal(xx, x) }, { 1, true, true, true })
+  end)
+
   it("runs a C function compiled with reduce-overhead as the plain call", function()
     local f = T.compile(math.max, { mode = "reduce-overhead" })
     S.eq({ f(1, 2), f(3, 2) }, { 2, 3 })

@@ -52,6 +52,10 @@ local function resolve(op, x, list)
     local nd = v:dim()
     if is_tensor(e) then
       check_index_tensor(op, e)
+      if e.dtype == "bool" and e:dim() == 0 then  -- (PyTorch: a 0-d mask selects along a new dim of size 1)
+        v = v:unsqueeze(d + 1)
+        nd = nd + 1
+      end
       local k = e.dtype == "bool" and math.max(e:dim(), 1) or 1
       if d + k > nd then
         fail(string.format("%s: too many indices for a tensor of dimension %d (entry %d needs dim %d)", op, x:dim(), i, d + k))

@@ -298,17 +298,21 @@ local function writable(op, x)
     end
   end
 end
+-- (a 0-d self is written through a 1-element view, as PyTorch takes dim 1 of a 0-d tensor)
+local function one_d(x) return x:dim() == 0 and x:view(1) or x end
 function S.index_copy_(x, dim, index, src)
   writable("index_copy_", x)
   local k = dim0("index_copy_", x, dim) + 1
   if src.dtype ~= x.dtype then fail(string.format("index_copy_: source expected self's dtype %s, got %s", x.dtype, describe(src))) end
-  return indexing.index_put_(x, along(x, k, index), x:dim() == 0 and src:reshape(1) or src)
+  indexing.index_put_(one_d(x), along(x, k, index), x:dim() == 0 and src:reshape(1) or src)
+  return x
 end
 function S.index_copy(x, dim, index, src) return S.index_copy_(x:clone(), dim, index, src) end
 function S.index_fill_(x, dim, index, value)
   writable("index_fill_", x)
   local k = dim0("index_fill_", x, dim) + 1
-  return indexing.index_put_(x, along(x, k, index), is_tensor(value) and value:to(x.dtype) or value)
+  indexing.index_put_(one_d(x), along(x, k, index), is_tensor(value) and value:to(x.dtype) or value)
+  return x
 end
 function S.index_fill(x, dim, index, value) return S.index_fill_(x:clone(), dim, index, value) end
 
@@ -335,6 +339,10 @@ function S.scatter_(x, dim, index, src, opts)
   opts = opts_of("scatter_", opts, { reduce = true })
   writable("scatter_", x)
   local k = dim0("scatter_", x, dim) + 1
+  if x:dim() == 0 and is_tensor(index) and index:dim() == 0 then  -- (0-d: as its 1-element view)
+    S.scatter_(x:view(1), 1, index:view(1), is_tensor(src) and src:dim() == 0 and src:view(1) or src, opts)
+    return x
+  end
   local list = coords("scatter_", x, k, index)
   local v
   if is_tensor(src) then

@@ -552,99 +552,6 @@ function S.unique_dim(x, opts)
 end
 
 
--- linear algebra and reductions ------------------------------------------------------------------
--- rot90(x[, k = 1[, dims = {1, 2}]]): k quarter turns from the first dim towards the second
-function S.rot90(x, k, dims)
-  k, dims = (k or 1) % 4, dims or { 1, 2 }
-  if #dims ~= 2 then fail("rot90: dims expected two dims, got " .. #dims) end
-  local a, b = dim0("rot90", x, dims[1]) + 1, dim0("rot90", x, dims[2]) + 1
-  if a == b then fail("rot90: dims expected two different dims, got " .. dims[1] .. " and " .. dims[2]) end
-  if k == 1 then return S.flip(x, b):transpose(a, b) end
-  if k == 2 then return S.flip(x, a, b) end
-  if k == 3 then return S.flip(x, a):transpose(a, b) end
-  return x:clone()
-end
-local function vectors(op, a, b)
-  check_tensor(op, 1, "self", a)
-  check_tensor(op, 2, "other", b)
-  if a:dim() ~= 1 or b:dim() ~= 1 then fail(string.format("%s: expected 1-D tensors, got %s and %s", op, describe(a), describe(b))) end
-end
-function S.outer(a, b)
-  vectors("outer", a, b)
-  return a:unsqueeze(2) * b:unsqueeze(1)
-end
-function S.dot(a, b)
-  vectors("dot", a, b)
-  if a.dtype ~= b.dtype then fail(string.format("dot: expected both vectors to have the same dtype, got %s and %s", a.dtype, b.dtype)) end
-  if a:numel() ~= b:numel() then
-    fail(string.format("dot: inconsistent tensor size, expected tensor [%d] and src [%d] to have the same number of elements", a:numel(), b:numel()))
-  end
-  return (a * b):sum()
-end
--- beta * input + alpha * product (beta = 0: input is ignored, NaNs included, as PyTorch)
-local function scaled_sum(op, input, product, opts)
-  opts = opts_of(op, opts, { beta = true, alpha = true })
-  local beta, alpha = opts.beta or 1, opts.alpha or 1
-  if alpha ~= 1 then product = product * alpha end
-  if beta == 0 then return product + T.zeros_like(input) end
-  return (beta == 1 and input or input * beta) + product
-end
-function S.addmm(input, a, b, opts) return scaled_sum("addmm", input, T.mm(a, b), opts) end
-function S.addmv(input, m, v, opts)
-  if m:dim() ~= 2 or v:dim() ~= 1 then fail(string.format("addmv: expected a matrix and a vector, got %s and %s", describe(m), describe(v))) end
-  return scaled_sum("addmv", input, T.matmul(m, v), opts)
-end
-function S.baddbmm(input, a, b, opts) return scaled_sum("baddbmm", input, T.bmm(a, b), opts) end
-
--- nansum / nanmean(x[, dim[, keepdim]]): NaNs count as absent
-function S.nansum(x, dim, keepdim)
-  local z = x:isnan():logical_not()
-  return T.where(z, x, 0):sum(dim, keepdim)
-end
-function S.nanmean(x, dim, keepdim)
-  if not (x.dtype:find("float") or x.dtype == "bfloat16") then fail("nanmean: expected a floating tensor, got " .. describe(x)) end
-  return S.nansum(x, dim, keepdim) / x:isnan():logical_not():sum(dim, keepdim):to(x.dtype)
-end
--- kthvalue(x, k[, dim = -1[, keepdim]]) -> values, indices (1-based)
-function S.kthvalue(x, k, dim, keepdim)
-  dim = dim or -1
-  local d = dim0("kthvalue", x, dim) + 1
-  local n = x:dim() == 0 and 1 or x:size(d)
-  if type(k) ~= "number" or k < 1 or k > n then fail(string.format("kthvalue: k expected 1..%d, got %s", n, tostring(k))) end
-  local v, i = x:sort(d)
-  if x:dim() == 0 then return v, i end
-  v, i = v:narrow(d, k, 1), i:narrow(d, k, 1)
-  if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
-  return v, i
-end
--- median(x[, dim[, keepdim]]): the lower median; NaN when a NaN is among the values (as torch)
-function S.median(x, dim, keepdim)
-  check_tensor("median", 1, "self", x)
-  if x.dtype == "bool" then fail("median: not implemented for bool tensors, got " .. describe(x)) end
-  if dim == nil then
-    local f = x:flatten()
-    local float = is_float(x)
-    if f:numel() == 0 then  -- (PyTorch: NaN; an integer tensor has none to give)
-      if float then return T.full({}, 0 / 0, { dtype = x.dtype, device = x.device }) end
-      fail("median: an empty " .. x.dtype .. " tensor has no median")
-    end
-    local v = S.kthvalue(f, math.floor((f:numel() - 1) / 2) + 1, 1)
-    if not float then return v end
-    return T.where(f:isnan():any(), f:sum() * (0 / 0), v)
-  end
-  local d = dim0("median", x, dim) + 1
-  local n = x:dim() == 0 and 1 or x:size(d)
-  local v, i = x:sort(d)  -- NaN sorts last: a line holding one has it at the end
-  if x:dim() > 0 then
-    local last_v, last_i = v:narrow(d, n, 1), i:narrow(d, n, 1)
-    local nan = last_v:isnan()
-    v = T.where(nan, last_v, v:narrow(d, math.floor((n - 1) / 2) + 1, 1))
-    i = T.where(nan, last_i, i:narrow(d, math.floor((n - 1) / 2) + 1, 1))
-    if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
-  end
-  return v, i
-end
-
 -- random -----------------------------------------------------------------------------------------
 local function bshape(a, b)
   local r, n = {}, math.max(#a, #b)
@@ -869,7 +776,7 @@ end
 
 function S.bind(t, methods, ops)
   T = t
-  for _, name in ipairs({ "crescent.surface_more", "crescent.einsum" }) do
+  for _, name in ipairs({ "crescent.surface_more", "crescent.surface_linalg", "crescent.einsum" }) do
     local more = require(name)
     more.bind(t)
     for k, fn in pairs(more) do if k ~= "bind" then S[k] = fn end end

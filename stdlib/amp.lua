@@ -47,7 +47,7 @@ local function check_opts(opts)
   end
 end
 
-local function pack(...) return { n = select("#", ...), ... } end
+local pack = core.pack
 
 -- T.autocast(device_type[, {dtype =, enabled =}], fn, ...): runs fn(...) with autocast on (or off
 -- with enabled = false) and returns its results; the previous state comes back even on error.

@@ -266,7 +266,7 @@ function M.backward(tensors, grad_tensors, opts)
 end
 
 -- grad mode ------------------------------------------------------------------------------------
-local function pack(...) return { n = select("#", ...), ... } end
+local pack = core.pack
 
 -- Grad mode turning on inside a compiled function's inference capture ends its graph there: the
 -- ops after it are captured for training (Recorder::grad_turned_on).

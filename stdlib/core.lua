@@ -23,6 +23,7 @@ local core = {
 local getinfo, find = debug.getinfo, require("crescent.position").find
 core.entry = require("crescent.position").entry
 function core.pass(...) return ... end  -- calls through it are no tail calls
+function core.pack(...) return { n = select("#", ...), ... } end  -- (unpack(t, 1, t.n) gives them back, nils too)
 
 function core.fail(msg)
   local level, pos = find(3)

@@ -29,7 +29,7 @@ local function values(t)
   return type(v) == "table" and v or { v }
 end
 
-local function pack(...) return { n = select("#", ...), ... } end
+local pack = core.pack
 local function call(fn, inputs) return floats(pack(fn(unpack(inputs, 1, inputs.n)))) end
 -- the values of fn's float results now (a result may be a view of an input about to change)
 local function call_values(fn, inputs)

@@ -109,7 +109,7 @@ local function proxy_env(env, watch)
 end
 
 local VALUE = { number = true, boolean = true, string = true, ["nil"] = true }
-local function pack(...) return { n = select("#", ...), ... } end
+local pack = core.pack
 local OUTCAP = 64
 local OUTS = ffi.new("cr_tensor*[?]", OUTCAP)
 

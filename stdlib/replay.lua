@@ -54,9 +54,10 @@ local function watch_impure_fields(watch)
   end
 end
 
--- The standard library tables a function may add to or change (string.hits = ...): their
--- contents are not walked, so a probe compares them before and after the call.
-local LIBRARY_TABLES = { string = string, table = table, math = math, coroutine = coroutine, bit = bit, package = package }
+-- The standard library tables a function may add to or change (string.hits = ...,
+-- package.loaded.m = ...): their contents are not walked, so a probe compares them before and after.
+local LIBRARY_TABLES = { string = string, table = table, math = math, coroutine = coroutine, bit = bit, package = package,
+                         ["package.loaded"] = package.loaded, ["package.preload"] = package.preload }
 local function library_snapshot()
   local snap = {}
   for name, t in pairs(LIBRARY_TABLES) do

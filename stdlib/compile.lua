@@ -147,7 +147,7 @@ local function put_return(v, count)
   if type(v) == "table" then return -1 end
   return count
 end
-local function hand_back(where, ...)
+local function hand_back_to(suspending, where, ...)
   local n, count, buf = select("#", ...), 0, RETS
   if n <= 3 then
     local a, b, c = ...
@@ -161,13 +161,24 @@ local function hand_back(where, ...)
   -- whose lazy values not returned passed the collector's byte budget: its graph frees what only
   -- garbage held
   if ctx.collect ~= 0 and (ctx.collect == 1 or api.cap_collect_pays(ctx, buf, count) ~= 0) then core.collect() end
-  local rc = api.cap_finish(ctx, buf, count, where)
+  local rc
+  if suspending then rc = api.cap_suspend(ctx, buf, count, where) else rc = api.cap_finish(ctx, buf, count, where) end
   if rc < 0 then core.raise(rc) end
   if ctx.service ~= 0 then core.service() end
   return ...
 end
+local function hand_back(where, ...) return hand_back_to(false, where, ...) end
 
-local function finish(where, ok, ...)
+-- The capture's owning call: capture_call's `mine` (a serial) while its capture is active, 0
+-- after it ended - also when the call yielded (suspend below) and so ended its capture early.
+local serial, active, active_id = 0, 0, 0
+
+local function finish(where, mine, ok, ...)
+  if mine ~= active then  -- (suspended by a yield: its capture already ended there)
+    if not ok then error((...), 0) end
+    return ...
+  end
+  active = 0
   if not ok then
     -- an op recorded before the error that fails on its values raised first in eager
     local rc = api.cap_abort(ctx)
@@ -215,9 +226,45 @@ local function capture_call(id, ret_where, train, fn, ...)
   local rc = api.cap_begin(ctx, id, config.cache_size_limit, train)
   if rc == 0 then return fn(...) end
   if rc < 0 then core.raise(rc) end
-  return finish(ret_where, pcall(fn, ...))
+  serial = serial + 1
+  local mine = serial
+  active, active_id = mine, id
+  return finish(ret_where, mine, pcall(fn, ...))
 end
 core.entry(capture_call, 4)  -- (fn: an error in its tail call is at that line)
+
+-- coroutine.yield out of the compiled call that owns the capture (a frame of capture_call with
+-- the active serial on the yielding coroutine's stack) ends its capture there, as a return of the
+-- values yielded: while it is suspended other code runs uncaptured, and once resumed the rest of
+-- the call runs eagerly. With fullgraph = true the yield is a graph break, an error.
+local fullgraph_ids = {}
+local function owns_capture()
+  for level = 3, math.huge do
+    local info = debug.getinfo(level, "f")
+    if not info then return false end
+    if info.func == capture_call then
+      for i = 1, math.huge do
+        local name, v = debug.getlocal(level, i)
+        if name == nil then break end
+        if name == "mine" and v == active then return true end
+      end
+    end
+  end
+end
+local raw_yield = coroutine.yield
+local function suspend(...)
+  local where = core.where()
+  if fullgraph_ids[active_id] then
+    error(where .. ": compile (fullgraph = true): graph break at " .. where
+          .. ": coroutine.yield suspends the compiled function", 0)
+  end
+  active = 0
+  hand_back_to(true, "coroutine.yield at " .. where, ...)
+end
+function coroutine.yield(...)
+  if active ~= 0 and api.cap_active(ctx) ~= 0 and owns_capture() then suspend(...) end
+  return raw_yield(...)
+end
 
 local compiled = setmetatable({}, { __mode = "k" })  -- compiled function -> { fn =, opts = }
 
@@ -237,6 +284,7 @@ function M.compile(fn, opts)
   site = site or define_site(fn)
   local id = api.cap_function(ctx, site, o.hot, o.fullgraph and 1 or 0, MODES[o.mode], o.backend, o.dynamic)
   if id < 0 then core.raise(id) end
+  if o.fullgraph then fullgraph_ids[id] = true end
   local ret_where = "return of " .. site
   -- the traces live in C++ as long as the compiled function does
   local owner = ffi.gc(ffi.new("int32_t[1]", id), function() api.cap_drop(ctx, id) end)

@@ -456,3 +456,53 @@ describe("int32 indices a compiled function makes", function()
     end
   end)
 end)
+
+describe("compiled functions in coroutines", function()
+  it("a yield ends the call's capture: other code runs uncaptured, the rest of the call eagerly", function()
+    local f = T.compile(function(x)
+      local y = x * 2
+      coroutine.yield(y)
+      return y + 1
+    end)
+    local g = T.compile(function(x) return (x * 3 + 1):relu() end)
+    for i = 1, 6 do
+      local co = coroutine.create(f)
+      local _, y = coroutine.resume(co, T.ones(3) * i)
+      -- while f is suspended: the program's own data read, another compiled function, T.explain
+      S.eq((T.ones(3) * 10 + i):sum():item(), 30 + 3 * i, "program")
+      S.eq(g(T.ones(2) * i):totable(), { 3 * i + 1, 3 * i + 1 }, "g")
+      S.eq(T.explain(function(x) return x * 3 end, T.ones(2)).graph_count, 1, "explain")
+      local _, r = coroutine.resume(co)
+      S.eq({ y:totable(), r:totable() }, { { 2 * i, 2 * i, 2 * i }, { 2 * i + 1, 2 * i + 1, 2 * i + 1 } }, "call " .. i)
+      T.compiler.wait()
+    end
+    -- a suspended call never resumed leaves no capture behind
+    coroutine.resume(coroutine.create(f), T.ones(3))
+    S.eq(g(T.ones(2)):totable(), { 4, 4 }, "after an abandoned call")
+    S.eq(T.explain(function(x) return x + 1 end, T.ones(2)).graph_count, 1, "explain after an abandoned call")
+  end)
+
+  it("a generator resumed inside a compiled call stays part of it; fullgraph refuses a yield out of it", function()
+    local gen = coroutine.wrap(function() for i = 1, 4 do coroutine.yield(T.ones(2) * i) end end)
+    local h = T.compile(function() local a = gen(); local b = gen(); return a + b end, { fullgraph = true })
+    S.eq(h():totable(), { 3, 3 }, "first")
+    S.eq(h():totable(), { 7, 7 }, "second")
+    local f = T.compile(function(x) coroutine.yield(x * 2); return x end, { fullgraph = true })
+    local ok, err = coroutine.resume(coroutine.create(f), T.ones(1))
+    S.eq(ok, false, "fullgraph")
+    S.truthy(tostring(err):find("fullgraph = true%): graph break at .*coroutine.yield suspends the compiled function"), err)
+  end)
+
+  it("reduce-overhead never replays a function that yields", function()
+    local f = T.compile(function(x) local a = x + 1; coroutine.yield(a:sum()); return a * 2 end,
+                        { mode = "reduce-overhead" })
+    for i = 1, 8 do
+      local co = coroutine.create(f)
+      local _, s = coroutine.resume(co, T.ones(3) * i)
+      S.eq({ coroutine.status(co), s:item() }, { "suspended", 3 * (i + 1) }, "yielded " .. i)
+      local _, r = coroutine.resume(co)
+      S.eq(r:totable(), { 2 * (i + 1), 2 * (i + 1), 2 * (i + 1) }, "returned " .. i)
+      T.compiler.wait()
+    end
+  end)
+end)

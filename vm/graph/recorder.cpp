@@ -675,6 +675,11 @@ void Recorder::finish(const std::vector<cr_tensor*>& rets, const std::string& wh
   stop();
 }
 
+void Recorder::suspend(const std::vector<cr_tensor*>& rets, const std::string& where) {
+  fn_->yields = true;
+  finish(rets, where);
+}
+
 void Recorder::stop() {
   if (ctx_.capture_wants_training) fn_->trains = true;
   ctx_.capture_wants_training = false;

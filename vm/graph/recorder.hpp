@@ -95,6 +95,9 @@ class Recorder {
   void grad_turned_on(const std::string& where);
   // The function returned `rets`: the last segment ends and the capture stops.
   void finish(const std::vector<cr_tensor*>& rets, const std::string& where);
+  // The call yields `rets` (coroutine.yield; stdlib/compile.lua): its capture ends there as at a
+  // return, and the function is never planned for reduce-overhead (a replay would not suspend).
+  void suspend(const std::vector<cr_tensor*>& rets, const std::string& where);
   // Before finish: whether Lua should collect garbage first (ffi.collect: 1 always; 2 when the
   // replayed values it does not return still pass the collector's budget).
   bool collect_pays(cr_tensor* const* rets, int32_t n) const;

@@ -58,6 +58,7 @@ std::shared_ptr<Graph> Recorder::plan_graph(Leaf& leaf, const guards::Options& o
 int Recorder::plan(int32_t id, cr_tensor* const* cands, int n, int nargs) {
   guards::Function& f = function(id);
   f.plan.reset();
+  if (f.yields) fail("it yields (coroutine.yield), which a replay would not");
   if (report.size() != 1 || report[0].reason != "return")
     fail(cat("the call has ", report.size() - 1, " graph break(s)"));
   auto leaf = f.last_leaf;

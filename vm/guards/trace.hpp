@@ -177,6 +177,7 @@ struct Function {
   // `train`: the sites of training captures (grad mode on), a tree of their own
   Site& site(const std::string& name, bool train = false);
   bool trains = false;  // a tensor requiring grad reached its capture: grad mode on means training
+  bool yields = false;  // a call yielded out of its capture (Recorder::suspend): never planned
   // the last call when it was one segment (for reduce-overhead plans): its inputs, by identity
   // only (never dereferenced), and the vids of the tensors it returned
   std::shared_ptr<Leaf> last_leaf;

@@ -332,6 +332,14 @@ int32_t api_cap_finish(cr_ctx* c, cr_tensor** rets, int32_t n, const char* where
   });
 }
 
+int32_t api_cap_suspend(cr_ctx* c, cr_tensor** rets, int32_t n, const char* where) {
+  return guarded(c, [&] {
+    if (rec(c).active()) rec(c).suspend(std::vector<cr_tensor*>(rets, rets + n), where);
+    note_allocations(c);
+    return 0;
+  });
+}
+
 int32_t api_cap_collect_pays(cr_ctx* c, cr_tensor** rets, int32_t n) {
   const bool pays = rec(c).active() ? rec(c).collect_pays(rets, n) : c->collect != 0;
   Context& ctx = Context::of(c);
@@ -666,6 +674,7 @@ const cr_api* api_table() {
       api_cap_need,
       api_cap_grad_on,
       api_cap_finish,
+      api_cap_suspend,
       api_cap_collect_pays,
       api_cap_abort,
       api_cap_where,

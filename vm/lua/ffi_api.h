@@ -172,6 +172,7 @@ typedef struct cr_api {
   int32_t (*cap_need)(cr_ctx* ctx, cr_tensor* t, const char* reason, const char* where);
   int32_t (*cap_grad_on)(cr_ctx* ctx, const char* where); /* grad mode turns on: Recorder::grad_turned_on */
   int32_t (*cap_finish)(cr_ctx* ctx, cr_tensor** rets, int32_t n, const char* where);
+  int32_t (*cap_suspend)(cr_ctx* ctx, cr_tensor** rets, int32_t n, const char* where); /* coroutine.yield: Recorder::suspend */
   int32_t (*cap_collect_pays)(cr_ctx* ctx, cr_tensor** rets, int32_t n); /* 1: collect before cap_finish */
   int32_t (*cap_abort)(cr_ctx* ctx);  /* < 0: an op recorded before the error failed (last_error) */
   void (*cap_where)(cr_ctx* ctx, const char* where);

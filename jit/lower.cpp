@@ -310,7 +310,10 @@ int32_t NodeLowering::operand(Body& b, int i, const Shape& shape, DType compute)
     Expr e{EOp::Number, DType::f64};
     e.site = int32_t(L.lg.numbers.size());
     L.lg.numbers.push_back({index, int32_t(i)});
-    return Lowerer::cast(b, b.add(std::move(e)), compute);  // (rounded as eager rounds the scalar)
+    int32_t x = b.add(std::move(e));
+    // (rounded as eager rounds the scalar; integers through int64, so out of range wraps as eager's)
+    if (!is_floating(compute) && compute != DType::b8) x = Lowerer::cast(b, x, DType::i64);
+    return Lowerer::cast(b, x, compute);
   }
   if (a.tag != kTensor) return Lowerer::constant(b, a.num, compute);
   int32_t lv = L.of(a.value);

@@ -506,3 +506,16 @@ describe("compiled functions in coroutines", function()
     end
   end)
 end)
+
+describe("operand numbers that vary", function()
+  it("out of an integer dtype's range wrap as eager's (through int64), not saturate", function()
+    local fn = function(x, n) return x + n end
+    local f = T.compile(fn)
+    local x = T.tensor({ 1, 2, -3 }):int()
+    for _, n in ipairs({ 3, 5, 7, 9, 2 ^ 32 + 5, 2 ^ 31, -2 ^ 31 - 1, 2 ^ 40, 11 }) do
+      S.eq(f(x, n):totable(), fn(x, n):totable(), "n = " .. ("%.0f"):format(n))
+      T.compiler.wait()
+    end
+    S.eq(f(x, 2 ^ 32 + 5):totable(), { 6, 7, 2 }, "torch's wrap")
+  end)
+end)

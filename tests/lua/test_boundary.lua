@@ -45,6 +45,26 @@ describe("op arguments at the Lua boundary", function()
     S.errors(function() return T.addcmul(i:int(), i:int(), i:int(), 2 ^ 40) end, "addcmul: value 1099511627776 cannot be converted to int32")
     S.eq(T.addcmul(i, i, i, -3):totable(), { -2, -2 })
   end)
+  it("reject other number operands out of the dtype they compute in, as PyTorch's checked conversion", function()
+    local x, big = T.tensor({ 1, 2, -3 }):int(), 2 ^ 40
+    local cases = {
+      { "clamp", function() return x:clamp(-big, big) end, "-1099511627776", "int32" },
+      { "clamp", function() return x:clamp(nil, big) end, "1099511627776", "int32" },
+      { "add", function() return x:add(5, { alpha = big }) end, "1099511627776", "int32" },
+      { "masked_fill", function() return x:masked_fill(x:gt(0), big) end, "1099511627776", "int32" },
+      { "where", function() return T.where(x:gt(0), x, big) end, "1099511627776", "int32" },
+      { "hardtanh", function() return T.F.hardtanh(x, -big, big) end, "-1099511627776", "int32" },
+      { "clamp", function() return T.ones(2):clamp(-1e300) end, "-1e%+300", "float32" },
+      { "where", function() return T.where(T.ones(2):gt(0), T.ones(2):half(), 1e5) end, "1e%+05", "float16" },
+    }
+    for _, c in ipairs(cases) do
+      S.errors(c[2], c[1] .. ": value " .. c[3]:gsub("^%-", "%%-") .. " cannot be converted to " .. c[4] .. " without overflow")
+    end
+    -- in range, or promoting to a floating dtype: no error
+    S.eq(x:clamp(-2 ^ 31, 2 ^ 31 - 1):totable(), { 1, 2, -3 })
+    S.eq(x:clamp(-1 / 0, 1.5):totable(), { 1, 1.5, -3 })
+    S.eq((x + big):totable(), { 1, 2, -3 })  -- (an operand of add wraps, as PyTorch's)
+  end)
 end)
 
 describe("booleans are no sizes, dims or counts (issue 32)", function()

@@ -524,6 +524,7 @@ Masked prepare_masked_fill(const OpCall& c) {
   if (m.mask.dtype() != DType::b8) fail(cat("mask ", dtype_list_error("a bool tensor", m.mask.dtype())));
   Operand v = operand(c, 2);
   if (v.is_tensor() && v.t.dim() != 0) fail(cat("value expected a number or a 0-d tensor, got ", v.t.describe()));
+  if (!v.is_tensor() && !v.is_bool) check_scalar_fits(v.num, m.x.dtype());
   // a fresh 0-d tensor, so an in-place fill never reads a value it has already overwritten
   m.value = Tensor::empty({}, m.x.dtype(), m.x.device());
   copy_into(m.value, materialize(v, m.x.dtype()));

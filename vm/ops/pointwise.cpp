@@ -223,6 +223,14 @@ void check_alpha(const cr_value& alpha, DType result) {
              alpha.num != 0 ? "true" : "false"));
   if (alpha.tag == kNumber && !is_floating(result) && alpha.num != std::floor(alpha.num))
     fail(cat("alpha must be an integer for ", dtype_name(result), " inputs, got ", alpha.num));
+  if (alpha.tag == kNumber) check_scalar_fits(alpha.num, result);
+}
+
+// Number operands of where / clamp / hardtanh must fit the dtype they compute in (PyTorch's
+// checked conversion: an int32 clamp to 2^40 raises rather than wrapping to 0).
+void check_numbers_fit(std::initializer_list<const Operand*> ops, DType dtype) {
+  for (const Operand* o : ops)
+    if (o && !o->is_tensor() && !o->is_bool) check_scalar_fits(o->num, dtype);
 }
 
 template <class Op> Binary prepare_binary(const OpCall& c) {
@@ -318,6 +326,7 @@ Ternary prepare_where(const OpCall& c) {
   if (cond.dtype() != DType::b8) fail(cat("condition ", dtype_list_error("a bool tensor", cond.dtype())));
   Ternary p{Operand{cond}, operand(c, 1), operand(c, 2), DType::f32, {}, {}};
   p.compute = result_type({&p.b, &p.c});
+  check_numbers_fit({&p.b, &p.c}, p.compute);
   p.shape = broadcast_operands({&p.a, &p.b, &p.c}, &p.device);
   return p;
 }
@@ -337,6 +346,7 @@ Ternary prepare_clamp(const OpCall& c) {
   if (c.has(2)) p.c = operand(c, 2);
   p.compute = result_type({&p.a, c.has(1) ? &p.b : nullptr, c.has(2) ? &p.c : nullptr});
   if (p.compute == DType::b8) fail(dtype_list_error("a numeric tensor (not bool)", p.compute));
+  check_numbers_fit({c.has(1) ? &p.b : nullptr, c.has(2) ? &p.c : nullptr}, p.compute);
   p.shape = broadcast_operands({&p.a, &p.b, &p.c}, &p.device);
   return p;
 }
@@ -366,6 +376,8 @@ Ternary prepare_hardtanh(const OpCall& c) {
   Tensor x = c.tensor(0);
   if (x.dtype() == DType::b8) fail(dtype_list_error("a numeric tensor (not bool)", x.dtype()));
   if (c.number(1) > c.number(2)) fail(cat("min_val cannot be greater than max_val, got ", c.number(1), " > ", c.number(2)));
+  check_scalar_fits(c.number(1), x.dtype());
+  check_scalar_fits(c.number(2), x.dtype());
   return Ternary{Operand{x}, operand(c, 1), operand(c, 2), x.dtype(), x.sizes(), x.device()};
 }
 

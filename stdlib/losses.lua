@@ -100,6 +100,9 @@ local function indices(op, lsm, target, o, cd, fused)
     local smooth = o.weight and (lsm * o.weight:view(class_view(lsm, C, cd))):sum(cd) or lsm:sum(cd)
     loss = loss * (1 - ls) - T.where(valid, smooth, 0) * (ls / C)
   end
+  -- (where, not the product with w alone: ignored positions get exactly 0 gradient, as PyTorch's,
+  -- also from a mean over none, 0 / 0)
+  loss = T.where(valid, loss, 0)
   if o.reduction == "none" then return loss end
   if o.reduction == "sum" then return loss:sum() end
   return loss:sum() / w:sum()
@@ -183,7 +186,8 @@ local function weighted(loss, w)
 end
 
 -- binary_cross_entropy(input, target[, {weight =, reduction =}]): input probabilities in [0, 1];
--- the logs are clamped at -100, as PyTorch's kernel.
+-- the logs are clamped at -100 and the gradient's denominator at 1e-12, as PyTorch's kernels
+-- (T._binary_cross_entropy: finite gradients where the input is exactly 0 or 1).
 function L.binary_cross_entropy(input, target, opts)
   local op = "binary_cross_entropy"
   local o = start(op, input, target, opts, { weight = true, reduction = true })
@@ -192,8 +196,7 @@ function L.binary_cross_entropy(input, target, opts)
     local lo, hi = input:detach():min():item(), input:detach():max():item()
     if not (lo >= 0 and hi <= 1) then fail(op .. ": all elements of input should be between 0 and 1") end
   end
-  local loss = (target - 1) * input:neg():log1p():clamp(-100) - target * input:log():clamp(-100)
-  return reduce(weighted(loss, o.weight), o.reduction)
+  return reduce(weighted(T._binary_cross_entropy(input, target), o.weight), o.reduction)
 end
 
 -- -log(sigmoid(x)) = log(1 + exp(-x)), stable for every x with the right gradient also at 0:

@@ -86,16 +86,21 @@ function M.median(x, dim, keepdim)
     end
     local v = M.kthvalue(f, math.floor((f:numel() - 1) / 2) + 1, 1)
     if not float then return v end
-    return T.where(f:isnan():any(), f:sum() * (0 / 0), v)
+    v = T.where(f:isnan():any(), T.full_like(v, 0 / 0), v):detach()
+    -- the gradient split evenly between the elements equal to the median (the NaNs for NaN), as
+    -- PyTorch's: the max (or, for -inf, the min) over them, the rest masked beyond it
+    local hit = f:eq(v):logical_or(f:isnan():logical_and(v:isnan()))
+    return T.where(v:eq(-math.huge), T.where(hit, f, math.huge):min(), T.where(hit, f, -math.huge):max())
   end
   local d = dim0("median", x, dim) + 1
   local n = x:dim() == 0 and 1 or x:size(d)
   local v, i = x:sort(d)  -- NaN sorts last: a line holding one has it at the end
   if x:dim() > 0 then
-    local last_v, last_i = v:narrow(d, n, 1), i:narrow(d, n, 1)
-    local nan = last_v:isnan()
-    v = T.where(nan, last_v, v:narrow(d, math.floor((n - 1) / 2) + 1, 1))
-    i = T.where(nan, last_i, i:narrow(d, math.floor((n - 1) / 2) + 1, 1))
+    -- a line with NaN: its first NaN (value, index and gradient), as PyTorch's
+    local first_i = x:isnan():int():argmax(d, true)
+    local nan = v:narrow(d, n, 1):isnan()
+    v = T.where(nan, x:gather(d, first_i), v:narrow(d, math.floor((n - 1) / 2) + 1, 1))
+    i = T.where(nan, first_i, i:narrow(d, math.floor((n - 1) / 2) + 1, 1))
     if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
   end
   return v, i

@@ -123,6 +123,14 @@ local corpus = {
     local y = T.F.layer_norm(x, { 4 }, g)
     return T.F.cross_entropy(y * 2, T.tensor({ 1, 4, 2 }))
   end },
+  -- rules fixed for ties, a zero number base, median and saturated binary_cross_entropy
+  { name = "maximum / minimum with ties, pow with base 0, median", args = x34, fn = function(x)
+    local c = x:clamp(-0.2, 0.2)
+    return T.maximum(x, c) + T.minimum(c, x), T.pow(0, x:abs():round()) * x, x:median() * x:view(12):median()
+  end },
+  { name = "binary_cross_entropy at inputs 0 and 1", args = x34, fn = function(x)
+    return T.F.binary_cross_entropy(x:clamp(0, 1), T.full({ 3, 4 }, 0.25), { reduction = "none" })
+  end },
   { name = "integer results beside float ones", args = x34, fn = function(x)
     return x:argmax(2), x:max(2), x:gt(0), x * 2
   end },

@@ -14,6 +14,12 @@
 // k and weight have it, while the input is read, and its gradient written, in its own dtype.
 // pitch (a 2-d input {N, C}; a multiple of 16 bytes, at least C) makes the gradient {N, pitch}
 // with zeros past C: its rows aligned for the products that read its first C columns.
+//
+//   _binary_cross_entropy(input, target) -> loss per element (F.binary_cross_entropy before its
+//   weight and reduction): (target - 1) max(log(1 - input), -100) - target max(log(input), -100);
+//   _binary_cross_entropy_backward(grad, input, target) -> grad (input - target) / max((1 - input)
+//   input, 1e-12f): its input's gradient, as PyTorch's (finite at 0 and 1), and its derivatives
+//   PyTorch's double backward (vm/ops/losses_grad.cpp has both rules).
 #include <cmath>
 
 #include "vm/autograd/grad_mode.hpp"
@@ -223,6 +229,39 @@ void run_cross_entropy_backward(OpCall& c) {
   });
 }
 
+// (input, target) at `at` and any tensors after them: the input's shape and device
+std::vector<Meta> infer_bce_like(const OpCall& c, int at) {
+  const Tensor x = c.tensor(at);
+  if (!is_floating(x.dtype())) fail(cat("input ", dtype_list_error("a floating tensor", x.dtype())));
+  DType dt = x.dtype();
+  for (int i = 0; i < 3 && c.has(i); ++i) {
+    const Tensor t = c.tensor(i);
+    if (t.sizes() != x.sizes() || t.device() != x.device())
+      fail(cat(c.arg_name(i), " expected the input's shape ", shape_str(x.sizes()), " and device, got ", t.describe()));
+    dt = promote(dt, t.dtype());
+  }
+  return {{x.sizes(), to_floating(dt), x.device()}};
+}
+std::vector<Meta> infer_binary_cross_entropy(OpCall& c) { return infer_bce_like(c, 0); }
+std::vector<Meta> infer_binary_cross_entropy_backward(OpCall& c) { return infer_bce_like(c, 1); }
+
+void run_binary_cross_entropy(OpCall& c) {
+  ContextScope scope(c.ctx);
+  GradModeGuard off(false);
+  Var x = c.tensor(0), y = c.tensor(1);
+  Var loss = (y - 1.0) * op("clamp", {op("log1p", {-x}), -100.0}) - y * op("clamp", {op("log", {x}), -100.0});
+  copy_into(c.outs[0], to_dtype(loss, c.outs[0].dtype()).tensor());
+}
+
+void run_binary_cross_entropy_backward(OpCall& c) {
+  ContextScope scope(c.ctx);
+  GradModeGuard off(false);
+  Var x = c.tensor(1);
+  // (PyTorch's kernel's epsilon is a float: 1e-12 rounded to float32)
+  Var grad = c.tensor(0) * (x - c.tensor(2)) / op("clamp", {(-x + 1.0) * x, double(1e-12f)});
+  copy_into(c.outs[0], to_dtype(grad, c.outs[0].dtype()).tensor());
+}
+
 }  // namespace
 
 void register_losses(Registry& r) {
@@ -230,6 +269,10 @@ void register_losses(Registry& r) {
               OpKind::Other, kNoMethod | kMultiOut | kDeviceAware | kValueErrors | kExtern, infer_cross_entropy, run_cross_entropy});
   r.add(OpDef{"_cross_entropy_backward", "input:T, lse:T, target:T, a:T, b:T, k:T, weight:T?, pitch:I?", OpKind::Other,
               kNoMethod | kDeviceAware | kExtern, infer_cross_entropy_backward, run_cross_entropy_backward});
+  r.add(OpDef{"_binary_cross_entropy", "input:T, target:T", OpKind::Other, kNoMethod | kDeviceAware | kExtern,
+              infer_binary_cross_entropy, run_binary_cross_entropy});
+  r.add(OpDef{"_binary_cross_entropy_backward", "grad:T, input:T, target:T", OpKind::Other,
+              kNoMethod | kDeviceAware | kExtern, infer_binary_cross_entropy_backward, run_binary_cross_entropy_backward});
   // autocast: log_softmax and nll_loss run in float32, here without a float32 copy of the scores
   r.set_cast({"_cross_entropy"}, CastPolicy::Float32Dtype);
   r.set_cast({"_cross_entropy"}, CastPolicy::Float32Dtype, true);  // (PyTorch's CPU list has it too)

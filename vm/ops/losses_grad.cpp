@@ -47,7 +47,8 @@ void cross_entropy_rule(Grad& g) {
     wt = where(valid, picked, 0.0), wsum = total(g.in(2));
   }
   const std::string r = arg.has(5) ? arg.str(5) : "mean";
-  Var gp = r == "mean" ? g.grad() / total(wt) : g.grad();
+  // ignored positions get exactly 0, as PyTorch's nll_loss (a mean over none is 0 / 0)
+  Var gp = where(valid, r == "mean" ? g.grad() / total(wt) : g.grad(), 0.0);
   Var b = gp * (wt * (1 - s)), k = gp * (validf * (s / double(C)));
   Var a = b + k * wsum;
   if (!grad_enabled) {
@@ -68,11 +69,32 @@ void cross_entropy_rule(Grad& g) {
   g.set(0, to_dtype(grad, g.meta(0).dtype));
 }
 
+// _binary_cross_entropy's, as PyTorch's: its backward op for the input, -logit(x) for the target
+void binary_cross_entropy_rule(Grad& g) {
+  Var x = g.in(0), y = g.in(1);
+  if (g.needs(0)) g.set(0, op("_binary_cross_entropy_backward", {g.grad(), x, y}));
+  if (g.needs(1)) g.set(1, -g.grad() * op("log", {x / (-x + 1.0)}));
+}
+// and its backward's, PyTorch's double backward (binary_cross_entropy_double_backward*): the
+// input's with the denominator (x + eps)^2 (1 - x + eps)^2, eps = 1e-12
+void binary_cross_entropy_backward_rule(Grad& g) {
+  Var go = g.in(0), x = g.in(1), y = g.in(2), gg = g.grad();
+  const double eps = 1e-12;
+  if (g.needs(0)) g.set(0, op("_binary_cross_entropy_backward", {gg, x, y}));  // (linear in grad)
+  if (g.needs(1)) {
+    Var lo = x + eps, hi = -x + 1.0 + eps;
+    g.set(1, gg * go * (x * x - x * y * 2.0 + y) / (lo * lo * hi * hi));
+  }
+  if (g.needs(2)) g.set(2, -gg * go / op("clamp", {(-x + 1.0) * x, eps}));
+}
+
 }  // namespace
 
 void register_loss_derivatives(Registry& r) {
   derivative(r, "_cross_entropy", {.fn = cross_entropy_rule, .saves_inputs = kInput | kTarget | kWeight,
                                    .saves_outputs = kLse, .nondiff = kTarget | kWeight});
+  derivative(r, "_binary_cross_entropy", {.fn = binary_cross_entropy_rule, .saves_inputs = kInput | kTarget});
+  derivative(r, "_binary_cross_entropy_backward", {.fn = binary_cross_entropy_backward_rule, .saves_inputs = 7});
 }
 
 }  // namespace cr

@@ -95,6 +95,7 @@ void pow_rule(Grad& g) {
   }
   if (g.needs(1)) {
     Var d = x.is_num ? r * std::log(x.num) : where(f("logical_and", mask("eq", x, 0.0), mask("ge", y, 0.0)), 0.0, r * f("log", to_dtype(x, g.out_meta().dtype)));
+    if (x.is_num && x.num == 0) d = where(mask("ge", y, 0.0), 0.0, d);  // (r * log(0) is 0 * -inf there)
     g.set(1, g.grad() * d);
   }
 }
@@ -117,12 +118,13 @@ void remainder_rule(Grad& g) {
   if (g.needs(0)) g.set(0, g.grad());
   if (g.needs(1)) g.set(1, -g.grad() * floor_div(g.in(0), g.in(1), g.out_meta().dtype));
 }
-// maximum / minimum: the gradient goes to the chosen input, halved on ties
+// maximum / minimum, as PyTorch's: halved on ties, zero for an input that strictly loses; where
+// either is NaN no comparison holds, so both get the gradient
 template <const char* Wins> void extremum_rule(Grad& g) {
   Var a = g.in(0), b = g.in(1), gr = g.grad();
-  Var tie = mask("eq", a, b), half = gr * 0.5;
-  if (g.needs(0)) g.set(0, where(tie, half, where(mask(Wins, a, b), gr, 0.0)));
-  if (g.needs(1)) g.set(1, where(tie, half, where(mask(Wins, b, a), gr, 0.0)));
+  Var share = where(mask("eq", a, b), gr * 0.5, gr);
+  if (g.needs(0)) g.set(0, where(mask(Wins, b, a), 0.0, share));
+  if (g.needs(1)) g.set(1, where(mask(Wins, a, b), 0.0, share));
 }
 constexpr char kGt[] = "gt", kLt[] = "lt";
 void atan2_rule(Grad& g) {

@@ -5,6 +5,7 @@
 -- Sizes, strides and paddings are an integer or a list of one per spatial dim; dims are 1-based.
 local core = require "crescent.core"
 local fail, is_tensor = core.fail, core.is_tensor
+local is_opts, extra_arg = require("crescent.binding").is_opts, require("crescent.binding").extra_arg
 
 local C = {}
 -- true: CPU tensors take the CUDA tensors' path too (gathered windows; tests/lua/test_nn_layers.lua)
@@ -37,17 +38,24 @@ local function tuple(op, name, v, n, min)
   return t
 end
 
--- Trailing options: either positional arguments or one table of the named ones (the Lua form of
--- PyTorch's keywords): opts_or(op, i, {a, b, ...}, names) -> table.
-local function named(op, i, args, names)
-  local first = args[1]
-  if type(first) == "table" and not is_tensor(first) and #first == 0 and args[2] == nil then
-    local allowed = {}
-    for _, n in ipairs(names) do allowed[n] = true end
-    return check_opts(op, i, first, allowed)
-  end
+-- Trailing arguments: positional ones in PyTorch's order, then optionally one table of named
+-- ones (the Lua form of its keywords): named(op, i, {a, b, ..., opts?}, names) -> table, refusing
+-- unknown names, one given twice and extra arguments. data1: a lone {} is args[1]'s (a size list).
+local function named(op, i, args, names, data1)
+  local n = table.maxn(args)
+  local opts = args[n]
+  if n > 0 and is_opts(opts) and not (data1 and n == 1 and next(opts) == nil) then n = n - 1 else opts = nil end
+  if n > #names then extra_arg(op, i + #names, args[#names + 1]) end
   local o = {}
-  for k, n in ipairs(names) do o[n] = args[k] end
+  for k = 1, n do o[names[k]] = args[k] end
+  if opts then
+    local allowed = {}
+    for _, name in ipairs(names) do allowed[name] = true end
+    for k, v in pairs(check_opts(op, i + n, opts, allowed)) do
+      if o[k] ~= nil then fail(string.format("%s: got multiple values for argument '%s'", op, k)) end
+      o[k] = v
+    end
+  end
   return o
 end
 
@@ -327,11 +335,11 @@ end
 -- max_pool2d(x, kernel_size[, stride = kernel_size[, padding = 0[, dilation = 1[, ceil_mode =
 -- false[, return_indices = false]]]]]) or with an options table; the indices (1-based, into
 -- each H*W plane) are a second result.
-function C.max_pool2d(x, k, ...)
+function C.max_pool2d(x, ...)
   local op = "max_pool2d"
   check_tensor(op, 1, "input", x)
-  local o = named(op, 3, { ... }, { "stride", "padding", "dilation", "ceil_mode", "return_indices" })
-  local cols, g = windows(op, x, k, o.stride, o.padding, o.dilation, o.ceil_mode, -math.huge)
+  local o = named(op, 2, { ... }, { "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices" })
+  local cols, g = windows(op, x, o.kernel_size, o.stride, o.padding, o.dilation, o.ceil_mode, -math.huge)
   local v, i = cols:max(2)
   if not o.return_indices then return unwindow(v, g) end
   -- the window element (ki, kj) of output (oh, ow) sits at (oh*s - p + ki*d, ow*s - p + kj*d)
@@ -360,11 +368,11 @@ end
 
 -- avg_pool2d(x, kernel_size[, stride = kernel_size[, padding = 0[, ceil_mode = false[,
 -- count_include_pad = true[, divisor_override]]]]]) or with an options table.
-function C.avg_pool2d(x, k, ...)
+function C.avg_pool2d(x, ...)
   local op = "avg_pool2d"
   check_tensor(op, 1, "input", x)
-  local o = named(op, 3, { ... }, { "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override" })
-  local cols, g = windows(op, x, k, o.stride, o.padding, 1, o.ceil_mode, 0)
+  local o = named(op, 2, { ... }, { "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override" })
+  local cols, g = windows(op, x, o.kernel_size, o.stride, o.padding, 1, o.ceil_mode, 0)
   local sums = cols:sum(2)
   local div = o.divisor_override
   if div ~= nil then
@@ -393,9 +401,10 @@ local function adaptive_matrix(n, out, x)
 end
 
 -- adaptive_avg_pool2d(x, output_size): output_size an integer or {h, w} (nil keeps the input's).
-function C.adaptive_avg_pool2d(x, size)
+function C.adaptive_avg_pool2d(x, ...)
   local op = "adaptive_avg_pool2d"
   check_tensor(op, 1, "input", x)
+  local size = named(op, 2, { ... }, { "output_size" }, true).output_size
   if x:dim() ~= 3 and x:dim() ~= 4 then fail(op .. ": input expected a 3-D {C, H, W} or 4-D {N, C, H, W} tensor, got " .. shape_str(x)) end
   local H, W = x:size(-2), x:size(-1)
   local s = type(size) == "table" and { size[1] or H, size[2] or W } or size
@@ -404,39 +413,40 @@ function C.adaptive_avg_pool2d(x, size)
 end
 
 -- The 1-D pools: the 2-D ones over a height of 1 (indices, 1-based along the length, agree).
-local function one_d(op, x, k, o)
+local function one_d(op, x, o)
   if x:dim() ~= 2 and x:dim() ~= 3 then fail(op .. ": input expected a 2-D {C, L} or 3-D {N, C, L} tensor, got " .. shape_str(x)) end
   local function pair(name, v, lead)  -- nil stays nil (the 2-D pool's default)
     if v ~= nil then return { lead, tuple(op, name, v, 1, 0)[1] } end
   end
-  return x:unsqueeze(-2), { 1, tuple(op, "kernel_size", k, 1, 1)[1] }, pair("stride", o.stride, 1), pair("padding", o.padding, 0),
+  return x:unsqueeze(-2), { 1, tuple(op, "kernel_size", o.kernel_size, 1, 1)[1] }, pair("stride", o.stride, 1), pair("padding", o.padding, 0),
     pair("dilation", o.dilation, 1)
 end
 
 -- max_pool1d(x, kernel_size[, stride[, padding[, dilation[, ceil_mode[, return_indices]]]]])
-function C.max_pool1d(x, k, ...)
+function C.max_pool1d(x, ...)
   local op = "max_pool1d"
   check_tensor(op, 1, "input", x)
-  local o = named(op, 3, { ... }, { "stride", "padding", "dilation", "ceil_mode", "return_indices" })
-  local x2, k2, s2, p2, d2 = one_d(op, x, k, o)
+  local o = named(op, 2, { ... }, { "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices" })
+  local x2, k2, s2, p2, d2 = one_d(op, x, o)
   local v, i = C.max_pool2d(x2, k2, { stride = s2, padding = p2, dilation = d2, ceil_mode = o.ceil_mode, return_indices = o.return_indices })
   if i then return v:squeeze(-2), i:squeeze(-2) end
   return v:squeeze(-2)
 end
 
 -- avg_pool1d(x, kernel_size[, stride[, padding[, ceil_mode[, count_include_pad]]]])
-function C.avg_pool1d(x, k, ...)
+function C.avg_pool1d(x, ...)
   local op = "avg_pool1d"
   check_tensor(op, 1, "input", x)
-  local o = named(op, 3, { ... }, { "stride", "padding", "ceil_mode", "count_include_pad" })
-  local x2, k2, s2, p2 = one_d(op, x, k, o)
+  local o = named(op, 2, { ... }, { "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad" })
+  local x2, k2, s2, p2 = one_d(op, x, o)
   return C.avg_pool2d(x2, k2, { stride = s2, padding = p2, ceil_mode = o.ceil_mode, count_include_pad = o.count_include_pad }):squeeze(-2)
 end
 
 -- adaptive_avg_pool1d(x, output_size): x {N, C, L} or {C, L}
-function C.adaptive_avg_pool1d(x, size)
+function C.adaptive_avg_pool1d(x, ...)
   local op = "adaptive_avg_pool1d"
   check_tensor(op, 1, "input", x)
+  local size = named(op, 2, { ... }, { "output_size" }, true).output_size
   if x:dim() ~= 2 and x:dim() ~= 3 then fail(op .. ": input expected a 2-D {C, L} or 3-D {N, C, L} tensor, got " .. shape_str(x)) end
   return T.matmul(x, adaptive_matrix(x:size(-1), tuple(op, "output_size", size, 1, 1)[1], x):t())
 end

@@ -140,6 +140,17 @@ case("max_pool1d indices", function(x) return select(2, F.max_pool1d(x, 2, { dil
 case("avg_pool1d", function(x) return F.avg_pool1d(x, 3, { stride = 2, padding = 1, count_include_pad = false }) end,
   "F.avg_pool1d(a, 3, stride=2, padding=1, count_include_pad=False)", { D(2, 3, 8) })
 case("adaptive_avg_pool1d", function(x) return F.adaptive_avg_pool1d(x, 3) end, "F.adaptive_avg_pool1d(a, 3)", { D(2, 7) })
+-- positional arguments then a trailing options table (PyTorch's keywords after its positionals)
+case("avg_pool2d positional then options", function(x) return F.avg_pool2d(x, 2, 2, 1, { count_include_pad = false }) end,
+  "F.avg_pool2d(a, 2, 2, 1, count_include_pad=False)", { D(1, 2, 5, 5) })
+case("max_pool2d positional then options", function(x) return select(2, F.max_pool2d(x, 2, 2, 0, 1, { return_indices = true })) end,
+  "F.max_pool2d(a, 2, 2, 0, 1, return_indices=True)[1] + 1", { D(1, 2, 5, 5) })
+case("max_pool1d positional then options", function(x) return F.max_pool1d(x, 2, 1, { ceil_mode = true }) end,
+  "F.max_pool1d(a, 2, 1, ceil_mode=True)", { D(2, 3, 8) })
+case("avg_pool1d positional then options", function(x) return F.avg_pool1d(x, 3, 2, 1, { count_include_pad = false }) end,
+  "F.avg_pool1d(a, 3, 2, 1, count_include_pad=False)", { D(2, 3, 8) })
+case("pools with every argument named", function(x) return F.avg_pool2d(x, { kernel_size = 2, stride = 1 }) + F.adaptive_avg_pool2d(x, { output_size = 4 }) end,
+  "F.avg_pool2d(a, kernel_size=2, stride=1) + F.adaptive_avg_pool2d(a, output_size=4)", { D(1, 2, 5, 5) })
 -- interpolate
 case("interpolate nearest size", function(x) return F.interpolate(x, { size = { 7, 5 } }) end, "F.interpolate(a, size=(7, 5))", { D(2, 3, 4, 3) })
 case("interpolate nearest scale", function(x) return F.interpolate(x, { scale_factor = 2.5 }) end, "F.interpolate(a, scale_factor=2.5)", { D(1, 2, 3, 4) })
@@ -414,6 +425,12 @@ describe("layer refusals", function()
     errs(function() F.pad(T.randn(2, 3), { 1, 1 }, "wrap") end, "pad", 'mode expected "constant"')
     errs(function() F.max_pool2d(T.randn(1, 1, 4, 4), 2, { padding = 2 }) end, "max_pool2d", "pad should be at most half of effective kernel size")
     errs(function() F.avg_pool2d(T.randn(1, 1, 2, 2), 3) end, "avg_pool2d", "Output size is too small")
+    local x = T.randn(1, 1, 4, 4)
+    errs(function() F.avg_pool2d(x, 2, 2, 0, { bogus = 1 }) end, "avg_pool2d", "unknown option 'bogus'")
+    errs(function() F.max_pool1d(x[1], 2, { count_include_pad = false }) end, "max_pool1d", "unknown option 'count_include_pad'")
+    errs(function() F.adaptive_avg_pool2d(x, 2, { bogus = 1 }) end, "adaptive_avg_pool2d", "unknown option 'bogus'")
+    errs(function() F.max_pool2d(x, 2, 2, { stride = 2 }) end, "max_pool2d", "got multiple values for argument 'stride'")
+    errs(function() F.avg_pool1d(x[1], 2, 2, 0, false, true, 3) end, "avg_pool1d", "expected at most 7 arguments, got one more: number")
     errs(function() F.interpolate(T.randn(1, 1, 4), { size = 3, mode = "bilinear" }) end, "interpolate", "mode bilinear expected a 4-D input")
     errs(function() F.interpolate(T.randn(1, 1, 4)) end, "interpolate", "either size or scale_factor should be defined")
     errs(function() F.group_norm(T.randn(2, 3, 4), 2) end, "group_norm", "divisible by num_groups")

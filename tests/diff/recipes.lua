@@ -654,6 +654,9 @@ M.SKIPPED = {
   _layer_norm_backward = "layer_norm's gradient; tests/lua/test_layer_norm.lua compares it with torch's",
   _cross_entropy = "F.cross_entropy's fused op; tests/lua/test_losses.lua compares it and its gradient with torch",
   _cross_entropy_backward = "cross_entropy's gradient; tests/lua/test_losses.lua compares it with torch's",
+  _binary_cross_entropy = "F.binary_cross_entropy's op (probabilities in [0, 1]); tests/lua/test_losses.lua compares it "
+    .. "and its gradients with torch",
+  _binary_cross_entropy_backward = "binary_cross_entropy's gradient; tests/lua/test_losses.lua compares it with torch's",
   _addmm_epilogue = "compiled graphs' fused product + bias + activation: tests/lua/test_epilogue.lua compares it",
   _int8_quantize = "int8 packing, no torch op: tests/lua/test_quant.lua checks every byte and scale",
   _int8_weight_mm = "int8 weight-only product, no torch op: tests/lua/test_quant.lua compares it with float64",

@@ -288,3 +288,18 @@ describe("inference tensors", function()
     expect.close(i:clone():requires_grad_() * 2, i * 2)
   end)
 end)
+
+describe("deep graphs", function()
+  -- (a chain deeper than the C stack allows recursive node destruction: 140k nodes crashed it)
+  it("a 200k-node chain backprops and is freed iteratively", function()
+    local x = T.ones(1, { requires_grad = true, dtype = "float64" })
+    local y = x
+    for _ = 1, 200000 do y = y * 1.0000001 end
+    y:sum():backward()
+    expect.close(x.grad, { 1.0000001 ^ 200000 }, 1e-9, 0)
+    y = nil
+    collectgarbage()
+    collectgarbage()
+    expect.truthy(x.grad ~= nil)
+  end)
+end)

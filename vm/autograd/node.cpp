@@ -9,6 +9,53 @@ uint64_t next_seq() {
   return ++seq;
 }
 
+namespace {
+
+// What the nodes being destroyed on this thread handed over; the outermost ~Node empties it.
+struct Teardown {
+  std::vector<std::shared_ptr<Node>> nodes;
+  std::vector<std::shared_ptr<Backward>> customs;
+  std::vector<Tensor> tensors;  // (a saved tensor's metadata may own its grad_fn, a leaf's its .grad)
+};
+thread_local Teardown* t_teardown = nullptr;
+
+void hand_over(Node& n, Teardown& td) {
+  for (Input& in : n.inputs)
+    if (in.edge.fn) td.nodes.push_back(std::move(in.edge.fn));
+  for (Saved& s : n.saved_in)
+    if (s.t.defined()) td.tensors.push_back(std::move(s.t));
+  for (Saved& s : n.saved_out)
+    if (s.t.defined()) td.tensors.push_back(std::move(s.t));
+  if (n.leaf.defined()) td.tensors.push_back(std::move(n.leaf));
+  if (n.custom) td.customs.push_back(std::move(n.custom));
+}
+
+}  // namespace
+
+Node::~Node() {
+  if (t_teardown) {
+    hand_over(*this, *t_teardown);
+    return;
+  }
+  Teardown td;
+  t_teardown = &td;
+  hand_over(*this, td);
+  // (each release below may destroy further nodes: they only add to td)
+  while (!td.nodes.empty() || !td.customs.empty() || !td.tensors.empty()) {
+    if (!td.nodes.empty()) {
+      std::shared_ptr<Node> n = std::move(td.nodes.back());
+      td.nodes.pop_back();
+    } else if (!td.customs.empty()) {
+      std::shared_ptr<Backward> c = std::move(td.customs.back());
+      td.customs.pop_back();
+    } else {
+      Tensor t = std::move(td.tensors.back());
+      td.tensors.pop_back();
+    }
+  }
+  t_teardown = nullptr;
+}
+
 const OpDef* Node::def() const { return op < 0 ? nullptr : &Registry::get().ops()[size_t(op)]; }
 
 // PyTorch's names without the overload number: mul and mul_ -> MulBackward, log_softmax ->

@@ -74,6 +74,10 @@ struct Node : std::enable_shared_from_this<Node> {
   Tensor leaf;  // AccumulateGrad
   std::shared_ptr<Backward> custom;
 
+  // Iterative: what it owns that may own further nodes is released by a loop, not recursively
+  // (a 1M-node chain would overflow the stack; PyTorch's deleteNode).
+  ~Node();
+
   bool accumulates() const { return op < 0 && !custom; }
 
   const OpDef* def() const;

@@ -271,7 +271,7 @@ local pack = core.pack
 -- Grad mode turning on inside a compiled function's inference capture ends its graph there: the
 -- ops after it are captured for training (Recorder::grad_turned_on).
 local function grad_on_in_capture(grad)
-  if grad and ctx.capturing == 1 and ag.mode(GRAD, -1) == 0 then
+  if grad and ctx.capturing == 1 and ag.mode(GRAD, -1) == 0 and ag.mode(INFERENCE, -1) == 0 then
     local rc = api.cap_grad_on(ctx, core.where())
     if rc < 0 then core.raise(rc) end
   end

@@ -229,7 +229,7 @@ void accumulate_into(AutogradMeta& m, const Tensor& g, bool create_graph) {
 std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& roots, std::vector<Tensor> grads,
                              const std::vector<Tensor>& inputs, const BackwardOptions& o) {
   ContextScope scope(ctx);
-  GradModeGuard mode(o.create_graph);
+  GradModeGuard mode(o.create_graph && !inference_mode);  // (inference mode records nothing)
   AutocastOff no_autocast;  // PyTorch: backward ops run in the dtypes the forward chose
   std::vector<Edge> edges;
   for (size_t i = 0; i < roots.size(); ++i) {

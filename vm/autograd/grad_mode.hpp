@@ -7,6 +7,9 @@ namespace cr::autograd {
 
 inline thread_local bool grad_enabled = true;
 inline thread_local bool inference_mode = false;  // also implies grad_enabled == false
+// Under inference mode: the grad mode Lua set (enable_grad, set_grad_enabled), which
+// is_grad_enabled reports; nothing records all the same (PyTorch's InferenceMode).
+inline thread_local bool inference_grad_mode = false;
 
 // cr_tensor::_flags bit of an inference tensor (PyTorch's): made by an op under inference mode,
 // or a view of one. It may not be changed in place, nor saved for backward, outside that mode.

@@ -16,7 +16,8 @@ namespace {
 // an autocast region around the call) is not run again, and autocast's casts are ops of the graph.
 uint32_t call_modes() {
   const autograd::AutocastState& a = autograd::autocast;
-  uint32_t m = uint32_t(autograd::grad_enabled) | uint32_t(autograd::inference_mode) << 1;
+  uint32_t m = uint32_t(autograd::grad_enabled) | uint32_t(autograd::inference_mode) << 1 |
+               uint32_t(autograd::inference_mode && autograd::inference_grad_mode) << 2;
   for (int d = 0; d < 2; ++d)
     if (a.enabled && a.dev[d].enabled) m |= (1u | uint32_t(a.dev[d].dtype) << 1) << (8 + 8 * d);
   return m;

@@ -3,6 +3,7 @@
 #include "vm/lua/autograd_api.hpp"
 
 #include <optional>
+#include <utility>
 
 #include "vm/autograd/call.hpp"
 #include "vm/autograd/engine.hpp"
@@ -41,9 +42,18 @@ int32_t autocast_mode(int type, int32_t value) {
 int32_t ag_mode(int32_t what, int32_t value) {
   if (what == CR_AG_AUTOCAST_CUDA || what == CR_AG_AUTOCAST_CPU) return autocast_mode(what == CR_AG_AUTOCAST_CUDA ? 1 : 0, value);
   if (what == CR_AG_AUTOCAST_BOTH) return autocast_mode(1, -1) | autocast_mode(0, -1) << 8;  // read only
-  bool& flag = what == CR_AG_GRAD_MODE ? grad_enabled : inference_mode;
-  const bool prev = flag;
-  if (value >= 0) flag = value != 0;
+  if (what == CR_AG_GRAD_MODE) {
+    bool& flag = inference_mode ? inference_grad_mode : grad_enabled;
+    const bool prev = flag;
+    if (value >= 0) flag = value != 0;
+    return prev;
+  }
+  const bool prev = inference_mode;
+  if (value >= 0 && (value != 0) != prev) {  // (entering it keeps the grad mode aside, leaving restores it)
+    if (prev) grad_enabled = std::exchange(inference_grad_mode, false);
+    else inference_grad_mode = std::exchange(grad_enabled, false);
+    inference_mode = value != 0;
+  }
   return prev;
 }
 

@@ -185,6 +185,22 @@ describe("autograd surface", function()
     c:register_hook(function() return 1 end)
     errs(function() c:sum():backward() end, "register_hook", "a hook returned a number, expected a tensor or nil")
   end)
+
+  it("a hook may not change the gradient's dtype (PyTorch: 'has changed the type of value')", function()
+    local x = T.tensor({ 1.5, 2.5 }, { requires_grad = true })
+    local h = x:register_hook(function(g) return g:long() end)
+    errs(function() x:sum():backward() end, "backward", "hook: the returned gradient has changed the type of value",
+      "expected float32 on cpu, got int64 on cpu")
+    expect.eq(x.grad, nil)
+    h:remove()
+    local y = x * 2  -- a non-leaf's hook
+    y:register_hook(function(g) return g:double() end)
+    errs(function() y:sum():backward() end, "backward", "expected float32 on cpu, got float64 on cpu")
+    y = x * 3
+    y:register_hook(function(g) return g * 2 end)  -- same dtype: taken
+    y:sum():backward()
+    expect.close(x.grad, { 6, 6 })
+  end)
 end)
 
 describe("autograd errors", function()

@@ -99,6 +99,9 @@ Tensor run_hooks(const AutogradMeta* m, const Node* n, Tensor g) {
     Tensor r(out, false);
     if (r.sizes() != g.sizes())
       fail(cat("hook: the returned gradient has shape ", shape_str(r.sizes()), ", expected ", shape_str(g.sizes())));
+    if (r.dtype() != g.dtype() || !(r.device() == g.device()))  // (PyTorch: "has changed the type of value")
+      fail(cat("hook: the returned gradient has changed the type of value: expected ", dtype_name(g.dtype()), " on ",
+               device_name(g.device()), ", got ", dtype_name(r.dtype()), " on ", device_name(r.device())));
     g = r;
   }
   return g;

@@ -264,6 +264,14 @@ describe("autograd errors", function()
     errs(function() x.grad = T.zeros(3, { dtype = "float64" }) end, "grad", "different type")
     errs(function() x.foo = 1 end, "tensor", "cannot set field 'foo'")
   end)
+
+  it("a tensor as its own grad (PyTorch: 'can't assign Variable as its own grad')", function()
+    local x = T.ones(3, { requires_grad = true })
+    errs(function() x.grad = x end, "grad", "can't assign a tensor as its own grad")
+    expect.eq(x.grad, nil)
+    x.grad = x:detach()  -- another tensor over the same memory: allowed, as PyTorch
+    expect.close(x.grad, { 1, 1, 1 })
+  end)
 end)
 
 describe("rule edge cases", function()

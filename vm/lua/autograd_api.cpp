@@ -111,6 +111,8 @@ int32_t ag_set_grad(cr_ctx* c, cr_tensor* t, cr_tensor* g) {
       if (t->_autograd) meta_of(t)->grad = Tensor();
       return 0;
     }
+    if (g == t)
+      fail("grad: can't assign a tensor as its own grad, expected another tensor (a copy: x:detach():clone())");
     Tensor x(t, true), gt(g, true);
     if (gt.sizes() != x.sizes())
       fail(cat("grad: assigned grad has data of a different size: ", shape_str(gt.sizes()), ", expected ", shape_str(x.sizes())));

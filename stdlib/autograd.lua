@@ -153,6 +153,13 @@ local function tensor_list(v, what, op, allow_nil)
   return v, n
 end
 
+-- backward's inputs = (PyTorch: "'inputs' argument to backward() cannot be empty.")
+local function input_list(v, op)
+  local t, n = tensor_list(v, "inputs", op)
+  if n == 0 then fail(op .. ": inputs expected a non-empty list of tensors, got an empty list") end
+  return t, n
+end
+
 -- Inside a compiled function, backward() on a one-element loss of the graph being captured is
 -- traced into that graph (vm/graph/step.cpp): true. Otherwise it ends the segment before it (a
 -- graph break, its reason in T.explain: the segment's values get their CompiledFunctionBackward
@@ -238,7 +245,7 @@ function methods:backward(gradient, opts)
   opts = opts or {}
   local flags = flags_of("backward", opts, BACKWARD_OPTS)
   local inputs, ni = {}, 0
-  if opts.inputs ~= nil then inputs, ni = tensor_list(opts.inputs, "inputs", "backward") end
+  if opts.inputs ~= nil then inputs, ni = input_list(opts.inputs, "backward") end
   run("backward", { self }, 1, { gradient }, inputs, ni, flags)
 end
 
@@ -247,7 +254,7 @@ local GRAD_OPTS = { retain_graph = true, create_graph = true, allow_unused = tru
 function M.grad(outputs, inputs, grad_outputs, opts)
   if opts == nil and binding.is_opts(grad_outputs) then grad_outputs, opts = nil, grad_outputs end
   local outs, n = tensor_list(outputs, "outputs", "autograd.grad")
-  local ins, ni = tensor_list(inputs, "inputs", "autograd.grad")
+  local ins, ni = input_list(inputs, "autograd.grad")
   local grads = grad_outputs
   if grads ~= nil then grads = tensor_list(grads, "grad_outputs", "autograd.grad", true) end
   local flags = flags_of("autograd.grad", opts or {}, GRAD_OPTS) + C.CR_AG_RETURN_GRADS
@@ -260,7 +267,7 @@ function M.backward(tensors, grad_tensors, opts)
   opts = opts or {}
   local flags = flags_of("autograd.backward", opts, BACKWARD_OPTS)
   local inputs, ni = {}, 0
-  if opts.inputs ~= nil then inputs, ni = tensor_list(opts.inputs, "inputs", "autograd.backward") end
+  if opts.inputs ~= nil then inputs, ni = input_list(opts.inputs, "autograd.backward") end
   if grad_tensors ~= nil then grad_tensors = tensor_list(grad_tensors, "grad_tensors", "autograd.backward", true) end
   run("autograd.backward", roots, n, grad_tensors, inputs, ni, flags)
 end

@@ -272,6 +272,19 @@ describe("autograd errors", function()
     x.grad = x:detach()  -- another tensor over the same memory: allowed, as PyTorch
     expect.close(x.grad, { 1, 1, 1 })
   end)
+
+  it("an empty inputs list (PyTorch: 'inputs' argument to backward() cannot be empty)", function()
+    local x = T.tensor({ 1.5, 2.5 }, { requires_grad = true })
+    local y = (x * x):sum()
+    errs(function() y:backward(nil, { inputs = {} }) end, "backward",
+      "inputs expected a non-empty list of tensors, got an empty list")
+    errs(function() T.autograd.backward(y, { inputs = {} }) end, "autograd.backward", "expected a non-empty list")
+    errs(function() T.autograd.grad(y, {}) end, "autograd.grad", "inputs expected a non-empty list of tensors")
+    errs(function() T.autograd.grad(y, {}, { allow_unused = true }) end, "autograd.grad", "non-empty")
+    expect.eq(x.grad, nil)
+    y:backward(nil, { inputs = { x } })
+    expect.close(x.grad, { 3, 5 })
+  end)
 end)
 
 describe("rule edge cases", function()

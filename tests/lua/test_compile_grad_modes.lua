@@ -73,4 +73,19 @@ describe("grad mode turned on inside a compiled function called without grad", f
     end
     T.config.sync_compile = false
   end)
+
+  it("results made under inference_mode are inference tensors, as eager's (views: their base's kind)", function()
+    for _, mode in ipairs({ "default", "reduce-overhead" }) do
+      local f = T.compile(function(x) return x * 2, x:view(-1), x:add_(0) end, { mode = mode })
+      for call = 1, 6 do
+        local x = T.ones(2, 2)
+        local a, b, c = T.inference_mode(function() return f(x) end)
+        S.eq({ a:is_inference(), b:is_inference(), c:is_inference() }, { true, false, false }, mode .. ", call " .. call)
+        local y = T.inference_mode(function() return T.ones(2, 2) end)
+        local p, q = T.inference_mode(function() return f(y) end)
+        S.eq({ p:is_inference(), q:is_inference() }, { true, true }, mode .. ", inference input, call " .. call)
+        T.compiler.wait()
+      end
+    end
+  end)
 end)

@@ -31,9 +31,17 @@ Saved save(const Tensor& t, const OpDef& def) {
 }
 
 // Under inference mode the outputs with memory of their own are inference tensors (views take
-// the flag of what they view: Tensor::view_of).
-void mark_inference(const cr_value* args, int nargs, std::vector<Tensor>& outs) {
+// the flag of what they view: Tensor::view_of). A recorded call's lazy outputs have no memory
+// yet: those of a view or an in-place op are its first argument's kind, the others fresh.
+void mark_inference(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {
+  const OpDef& def = Registry::get().ops()[size_t(op)];
+  const bool aliases = def.kind == OpKind::View || (def.flags & (kReturnsSelf | kListOut));
   for (Tensor& o : outs) {
+    if (!o.get()->_storage) {
+      const bool base = aliases && nargs > 0 && args[0].tag == kTensor;
+      if (!base || is_inference(static_cast<cr_tensor*>(args[0].ptr))) o.get()->_flags |= kInferenceTensor;
+      continue;
+    }
     bool fresh = o.get()->_storage != nullptr;
     each_tensor(args, nargs, [&](int, int, cr_tensor* x) { fresh = fresh && x->_storage != o.get()->_storage; });
     if (fresh) o.get()->_flags |= kInferenceTensor;
@@ -161,11 +169,12 @@ void run_op(Context& ctx, int op, const cr_value* args, int nargs, std::vector<T
   const bool top = dispatch_depth == 0;  // (not a call a kernel makes: vm/nesting.hpp)
   if (top && hooks().record_call(ctx, op, args, nargs, outs)) {
     note_views(op, args, nargs, outs);  // (a recorded view of a real tensor: its base's history, as eager)
+    if (inference_mode) [[unlikely]] mark_inference(op, args, nargs, outs);
     return;
   }
   outs = dispatch(ctx, op, args, nargs);
   note_views(op, args, nargs, outs);
-  if (inference_mode) [[unlikely]] mark_inference(args, nargs, outs);
+  if (inference_mode) [[unlikely]] mark_inference(op, args, nargs, outs);
   if (op_observer && top) [[unlikely]] op_observer->on_call(op, args, nargs, outs);
 }
 

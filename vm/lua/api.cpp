@@ -451,6 +451,12 @@ int32_t api_cap_replay(cr_ctx* c, int32_t fn, cr_tensor** cands, int32_t n, cr_t
     std::vector<Tensor> rets;
     if (!rec(c).has_plan(fn)) return -4;
     if (!rec(c).replay(fn, cands, n, rets)) return -3;
+    if (autograd::inference_mode) [[unlikely]]  // (a plan made under it: its new values are inference tensors)
+      for (Tensor& r : rets) {
+        bool fresh = true;
+        for (int i = 0; i < n; ++i) fresh = fresh && !(cands[i] && cands[i]->_storage == r.get()->_storage);
+        if (fresh) r.get()->_flags |= autograd::kInferenceTensor;
+      }
     note_allocations(c);
     return hand_out(Context::of(c), rets, outs, cap);
   });

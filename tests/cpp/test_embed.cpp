@@ -278,6 +278,34 @@ TEST_CASE("embed: a moved-from VM raises instead of crashing") {
   REQUIRE(has(error_of([&] { a.run_string("return 1"); }).message(), "moved from"));
 }
 
+TEST_CASE("embed: a __gc finalizer that raises is an error of the call, not a panic") {
+  // (LuaJIT rethrows a finalizer's error where the collection step ran: an allocation of the API's)
+  VM vm;
+  vm.run_string("local p = newproxy(true); getmetatable(p).__gc = function() error('gc boom') end; p = nil");
+  crescent::Error e = error_of([&] { vm.collect_garbage(); });
+  REQUIRE(e.status() == Status::LuaError);
+  REQUIRE_THAT(e.message(), Catch::Contains("gc boom"));
+  vm.run_string("for i = 1, 10 do getmetatable(newproxy(true)).__gc = function() error('gc boom') end end");
+  int failed = 0;
+  for (int i = 0; i < 20000 && failed == 0; ++i) {
+    try {
+      vm.set_global("s", std::string(1000, char('a' + i % 26)));
+    } catch (const crescent::Error& err) {
+      REQUIRE_THAT(err.message(), Catch::Contains("gc boom"));
+      ++failed;
+    }
+  }
+  REQUIRE(failed == 1);
+  for (int i = 0; i < 20; ++i) {  // (each of the other finalizers raises once, in a later call)
+    try {
+      vm.collect_garbage();
+      break;
+    } catch (const crescent::Error&) {
+    }
+  }
+  REQUIRE(vm.run_string("return 1 + 1")[0].as_number() == 2);  // the VM goes on
+}
+
 TEST_CASE("embed: two VMs on two threads run concurrently and stay separate") {
   auto work = [](int id, std::atomic<int>* failures) {
     try {

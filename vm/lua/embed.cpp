@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <new>
+#include <optional>
+#include <type_traits>
 
 #include "vm/graph/recorder.hpp"
 #include "vm/kernels/loop.hpp"
@@ -47,6 +50,36 @@ template <class F> auto guard(const char* what, F&& f) -> decltype(f()) {
 }
 
 [[noreturn]] void type_error(const std::string& msg) { throw Error(Status::TypeError, msg); }
+
+// Runs f inside lua_cpcall: a Lua error raised outside the helpers' pcalls - a __gc finalizer
+// that errors in a collection step an allocation triggers - becomes a crescent::Error instead of
+// LuaJIT's panic. Only C++ exceptions are caught in here: LuaJIT's own unwinding passes through.
+template <class F> auto protect(lua_State* L, F&& f) -> decltype(f()) {
+  using R = decltype(f());
+  struct Job {
+    F* f;
+    std::exception_ptr failed;
+    std::conditional_t<std::is_void_v<R>, bool, std::optional<R>> result;
+  } job{&f, nullptr, {}};
+  const int rc = lua_cpcall(L, [](lua_State* s) -> int {
+    Job& j = *static_cast<Job*>(lua_touserdata(s, 1));
+    try {
+      if constexpr (std::is_void_v<R>) (*j.f)();
+      else j.result.emplace((*j.f)());
+    } catch (const std::exception&) {
+      j.failed = std::current_exception();
+    }
+    return 0;
+  }, &job);
+  if (job.failed) std::rethrow_exception(job.failed);
+  if (rc != 0) {
+    const char* msg = lua_tostring(L, -1);
+    std::string err = msg ? msg : "a Lua error with a non-string value";
+    lua_pop(L, 1);
+    throw_lua(err);
+  }
+  if constexpr (!std::is_void_v<R>) return std::move(*job.result);
+}
 
 cr::Tensor& raw(const Tensor& t, cr::Tensor& holder) {
   if (!t.defined()) throw Error(Status::InvalidArgument, "the tensor is undefined (default-constructed or moved from)");
@@ -604,7 +637,7 @@ std::vector<Value> VM::run_file(const std::string& path, const std::vector<std::
   Impl& vm = impl();
   lua_State* L = vm.L();
   StackGuard g(L);
-  return guard("run_file", [&] {
+  return guard("run_file", [&] { return protect(L, [&] {
     lua_createtable(L, int(args.size()), 1);
     lua_pushstring(L, path.c_str());
     lua_rawseti(L, -2, 0);
@@ -616,31 +649,31 @@ std::vector<Value> VM::run_file(const std::string& path, const std::vector<std::
     if (luaL_loadfile(L, path.c_str()) != 0) throw_lua(lua_tostring(L, -1));
     for (const std::string& a : args) lua_pushlstring(L, a.data(), a.size());
     return vm.run(int(args.size()), "result");
-  });
+  }); });
 }
 
 std::vector<Value> VM::run_string(const std::string& code, const std::string& chunkname) {
   Impl& vm = impl();
   lua_State* L = vm.L();
   StackGuard g(L);
-  return guard("run_string", [&] {
+  return guard("run_string", [&] { return protect(L, [&] {
     const std::string& name = chunkname.empty() ? code : chunkname;
     if (luaL_loadbuffer(L, code.data(), code.size(), name.c_str()) != 0) throw_lua(lua_tostring(L, -1));
     return vm.run(0, "result");
-  });
+  }); });
 }
 
 std::vector<Value> VM::invoke(const std::string& name, const std::vector<Value>& args) {
   Impl& vm = impl();
   lua_State* L = vm.L();
   StackGuard g(L);
-  return guard("call", [&] {
+  return guard("call", [&] { return protect(L, [&] {
     if (!lua_checkstack(L, int(args.size()) + 8)) throw Error(Status::InvalidArgument, "call: too many arguments");
     vm.push_helper("call");
     lua_pushlstring(L, name.data(), name.size());
     for (const Value& a : args) vm.push(a, 0);
     return vm.run(int(args.size()) + 1, "result");
-  });
+  }); });
 }
 
 Tensor VM::first_tensor(const std::string& name, const std::vector<Value>& results) {
@@ -653,24 +686,27 @@ Tensor VM::first_tensor(const std::string& name, const std::vector<Value>& resul
 void VM::set_global(const std::string& name, const Value& value) {
   Impl& vm = impl();
   StackGuard g(vm.L());
-  guard("set_global", [&] {
+  guard("set_global", [&] { protect(vm.L(), [&] {
     lua_pushlstring(vm.L(), name.data(), name.size());
     vm.push(value, 0);
     vm.call_helper("set", 2, 0);
-  });
+  }); });
 }
 
 Value VM::get_global(const std::string& name) {
   Impl& vm = impl();
   StackGuard g(vm.L());
-  return guard("get_global", [&] {
+  return guard("get_global", [&] { return protect(vm.L(), [&] {
     lua_pushlstring(vm.L(), name.data(), name.size());
     vm.call_helper("get", 1, 1);
     return vm.pull(lua_gettop(vm.L()), "global '" + name + "'", 0);
-  });
+  }); });
 }
 
-void VM::collect_garbage() { lua_gc(impl().L(), LUA_GCCOLLECT, 0); }
+void VM::collect_garbage() {
+  lua_State* L = impl().L();
+  guard("collect_garbage", [&] { protect(L, [&] { lua_gc(L, LUA_GCCOLLECT, 0); }); });
+}
 
 lua_State* VM::lua_state() const { return impl().L(); }
 

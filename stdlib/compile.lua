@@ -300,7 +300,7 @@ function M.compile(fn, opts)
       return replayed(...)
     end
   end
-  compiled[call] = { fn = fn, opts = o }
+  compiled[call] = { fn = fn, opts = o, module = module }
   return call
 end
 
@@ -310,6 +310,15 @@ end
 local function upvalues_need_grad(fn, seen)
   if seen[fn] then return false end
   seen[fn] = true
+  -- (a compiled function: its own function, or its module; crescent's own functions are not
+  -- walked: their upvalues hold its internals, such as the pool of unset tensor handles)
+  local c = compiled[fn]
+  if c and not c.module then return upvalues_need_grad(c.fn, seen) end
+  if c then
+    local ok, yes = pcall(needs_grad, c.module)
+    return ok and yes
+  end
+  if debug.getinfo(fn, "S").source:sub(1, 11) == "=[crescent]" then return false end
   for i = 1, math.huge do
     local name, v = debug.getupvalue(fn, i)
     if name == nil then return false end

@@ -266,18 +266,20 @@ function M.wrap(fn, id, call)
       return call(...)
     end
     log("the Lua state changed, probing again: " .. why)
-    return probe(...)
+    return slow(...)
   end
   -- refused: cap_replay said m < 0: a tensor guard failed (-3: the call runs normally), the plan
   -- is gone (-4, T.compiler.reset(): probe again), or an error
   function refused(m, ...)
-    if m == -4 then st.plan, st.fast = false, nil; return probe(...) end
+    if m == -4 then st.plan, st.fast = false, nil; return slow(...) end
     if m ~= -3 then core.raise(m) end
     return call(...)
   end
-  -- slow: no plan yet (probe), none ever (run normally), or other arguments than the plan's
+  -- slow: no plan yet (probe), none ever (run normally), or other arguments than the plan's.
+  -- Inside another capture (a compiled caller, T.explain) the call runs plainly, unprobed: it
+  -- records into that capture, not a call of its own.
   function slow(...)
-    if st.refused then return call(...) end
+    if st.refused or api.cap_active(ctx) ~= 0 then return call(...) end
     if not st.plan then return probe(...) end
     return call(...)
   end

@@ -373,3 +373,22 @@ describe("reduce-overhead replays", function()
     S.truthy(replays() >= 1, "replays after a reset")
   end)
 end)
+
+describe("reduce-overhead functions called inside another capture", function()
+  it("run plainly under T.explain and a compiled caller, and replay on their own after", function()
+    local k = 2
+    local cf = T.compile(function(x) return x * k end, { mode = "reduce-overhead" })
+    local ex = T.explain(function(x) return cf(x) end, T.ones(3))
+    S.eq({ ex.graph_count, ex.graph_ops[1] }, { 1, { "mul" } })
+    local outer = T.compile(function(x) return cf(x) + 1 end)
+    for _ = 1, 3 do same(outer(T.ones(3)), T.full({ 3 }, 3)) end
+    local r0 = replays()
+    for _ = 1, 8 do same(cf(T.ones(3)), T.full({ 3 }, 2)) end
+    S.truthy(replays() > r0, "the inner function is replayed on its own")
+    k = 4  -- (its plan's state changes while a caller captures)
+    for _ = 1, 3 do same(outer(T.ones(3)), T.full({ 3 }, 5)) end
+    r0 = replays()
+    for _ = 1, 8 do same(cf(T.ones(3)), T.full({ 3 }, 4)) end
+    S.truthy(replays() > r0, "and again after its state changed")
+  end)
+end)

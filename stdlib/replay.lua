@@ -15,9 +15,10 @@
 --     one is seen).
 -- A replay then requires the same non-tensor arguments (numbers bit for bit: -0 is not 0), the
 -- same Lua state (every value of the walk, and every key the probe read while absent still
--- absent), the same T.autocast state, and the recorded tensor guards (vm/graph/replay.cpp: metadata, aliasing, which
--- arguments are the same tensor). A changed argument or tensor runs the normal compiled path;
--- a changed Lua state probes again, and after MAX_STATE_CHANGES the function is not replayed.
+-- absent), the same T.autocast state, and the recorded tensor guards (vm/graph/replay.cpp:
+-- metadata, aliasing, which arguments and state tensors are the same tensor and which distinct,
+-- their autograd state). A changed argument or tensor runs the normal compiled path; a changed
+-- Lua state probes again, and after MAX_STATE_CHANGES the function is not replayed.
 local core = require "crescent.core"
 local state = require "crescent.replay_state"
 local ffi, api, ctx = core.ffi, core.api, core.ctx

@@ -374,6 +374,55 @@ describe("reduce-overhead replays", function()
   end)
 end)
 
+describe("reduce-overhead and the autograd state Lua reads", function()
+  it("sees requires_grad, is_leaf and grad_fn of arguments and state tensors change under no_grad", function()
+    local nonleaf = T.ones(2, { requires_grad = true }) * 1
+    T.no_grad(function()
+      local by_flag = replaying(function(x) if x.requires_grad then return x * 2 end return x * 3 end, T.ones(2))
+      same(by_flag(T.ones(2):requires_grad_()), T.full({ 2 }, 2), "requires_grad")
+      -- (planned with a leaf that requires grad: only leaf-ness differs)
+      local leaf = T.ones(2):requires_grad_()
+      local by_leaf = replaying(function(x) if x.is_leaf then return x * 2 end return x * 3 end, leaf)
+      same(by_leaf(nonleaf), T.full({ 2 }, 3), "is_leaf")
+      local by_fn = replaying(function(x) if x.grad_fn == nil then return x * 2 end return x * 3 end, leaf)
+      same(by_fn(nonleaf), T.full({ 2 }, 3), "grad_fn")
+      local w = T.ones(2)
+      local by_state = replaying(function(x) if w.requires_grad then return x * 2 end return x * 3 end, T.ones(2))
+      w:requires_grad_()
+      same(by_state(T.ones(2)), T.full({ 2 }, 2), "a state tensor")
+    end)
+  end)
+end)
+
+describe("reduce-overhead and tensors that were distinct", function()
+  it("does not replay a plan for distinct tensors sharing storage when one tensor comes twice", function()
+    local fn = function(a, b) if a == b then return a + b end return a + b + 1 end
+    local a = T.ones(2)
+    local f = replaying(fn, a, a:view(2))
+    same(f(a, a), T.full({ 2 }, 2))
+  end)
+  it("sees an argument that is now a state tensor, and two state tensors now one", function()
+    local w, v = T.ones(2), T.ones(2)
+    local g = replaying(function(x) if x == w then return x * 2 end return x * 3 end, T.ones(2))
+    same(g(w), T.full({ 2 }, 2), "the argument is w")
+    local h = replaying(function(x) if v == w then return x * 2 end return x * 3 end, T.ones(2))
+    v = w
+    same(h(T.ones(2)), T.full({ 2 }, 2), "v is w")
+  end)
+  it("sees two of many new arguments (distinct when planned) being the same tensor", function()
+    local fn = function(...)
+      local t = { ... }
+      return t[1] == t[10] and t[1] * 0 or t[1] + t[10]
+    end
+    local args = function() local t = {} for i = 1, 9 do t[i] = T.ones(1) end t[10] = t[1]:view(1) return t end
+    local f = replaying(fn, unpack(args()))
+    local t = args()
+    same(f(unpack(t)), T.full({ 1 }, 2), "distinct (sharing storage)")
+    t[10] = t[1]
+    same(f(unpack(t)), T.zeros(1), "the first and the last the same")
+  end)
+end)
+
 describe("reduce-overhead functions called inside another capture", function()
   it("run plainly under T.explain and a compiled caller, and replay on their own after", function()
     local k = 2

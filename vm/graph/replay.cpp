@@ -1,6 +1,8 @@
 // reduce-overhead (stdlib/replay.lua has the purity rules): a plan maps the inputs of a
 // function's one compiled segment to the call's arguments and upvalue tensors; a replay checks
 // the plan's guards and runs the graph without Lua.
+#include <algorithm>
+
 #include "vm/autograd/autocast.hpp"
 #include "vm/autograd/grad_mode.hpp"
 #include "vm/autograd/meta.hpp"
@@ -21,6 +23,37 @@ uint32_t call_modes() {
   for (int d = 0; d < 2; ++d)
     if (a.enabled && a.dev[d].enabled) m |= (1u | uint32_t(a.dev[d].dtype) << 1) << (8 + 8 * d);
   return m;
+}
+
+// What Lua reads of t's autograd state without an op: requires_grad, is_leaf and grad_fn ==
+// nil, .grad == nil, retains_grad, is_inference. (Leaf-ness as is_leaf says, without making a
+// view's grad_fn as grad_fn_of may: views.cpp.)
+uint8_t grad_state(const cr_tensor* t) {
+  uint8_t s = uint8_t(t->_flags & (autograd::kInferenceTensor | autograd::kLazyGrad));
+  const autograd::AutogradMeta* m = autograd::meta_of(t);
+  if (!m) return s;
+  const bool made = m->grad_fn || (m->base.defined() && autograd::requires_grad(m->base.get()));
+  return uint8_t(s | m->requires_grad << 2 | made << 3 | m->grad.defined() << 4 | m->retains_grad << 5);
+}
+
+// The candidates of p.distinct, `moved` of which are not at their planned address, are still
+// pairwise distinct (the others are): a few moved ones are compared with all, many are sorted.
+bool still_distinct(cr_tensor* const* cands, const guards::Plan& p, size_t moved) {
+  const std::vector<int32_t>& d = p.distinct;
+  const size_t n = d.size();
+  if (moved <= 8) {
+    for (size_t a = 0; a < n; ++a) {
+      if (cands[d[a]] == p.planned[a]) continue;
+      for (size_t b = 0; b < n; ++b)
+        if (b != a && cands[d[b]] == cands[d[a]]) return false;
+    }
+    return true;
+  }
+  static thread_local std::vector<const cr_tensor*> v;
+  v.clear();
+  for (int32_t k : d) v.push_back(cands[k]);
+  std::sort(v.begin(), v.end());
+  return std::adjacent_find(v.begin(), v.end()) == v.end();
 }
 
 }  // namespace
@@ -82,16 +115,22 @@ int Recorder::plan(int32_t id, cr_tensor* const* cands, int n, int nargs) {
   }
   for (int j = 0; j < n; ++j) {
     if (!cands[j]) continue;  // a value argument
-    int k = -1;
-    for (int32_t src : p->source)
-      if (cands[j] == cands[src]) k = src;
-    if (k < 0) {
+    int k = 0;
+    while (k < j && cands[k] != cands[j]) ++k;
+    if (k < j) {
+      p->same.emplace_back(j, k);
+    } else {
+      p->distinct.push_back(j);
+      p->planned.push_back(cands[j]);
+      p->grad.push_back(grad_state(cands[j]));
+    }
+    bool input = false;
+    for (int32_t src : p->source) input = input || cands[j] == cands[src];
+    if (!input) {
       const cr_tensor* t = cands[j];
       ValueMeta m{constant_shape(Shape(t->_sizes, t->_sizes + t->_ndim)), Shape(t->_strides, t->_strides + t->_ndim), t->_offset,
                   DType(t->_dtype), Device{t->_dev_type, t->_dev_index}};
       p->others.push_back({j, std::move(m)});
-    } else if (k != j) {
-      p->same.emplace_back(j, k);
     }
   }
   for (int32_t r : f.last_rets) {
@@ -122,8 +161,15 @@ bool Recorder::replay(int32_t id, cr_tensor* const* cands, int n, std::vector<Te
   const guards::Plan& p = *f.plan;
   const Graph& g = *p.graph;
   if (n != p.ncands || call_modes() != p.modes) return false;
+  size_t moved = 0;
+  for (size_t a = 0; a < p.distinct.size(); ++a) {
+    const cr_tensor* t = cands[p.distinct[a]];
+    moved += t != p.planned[a];
+    if (grad_state(t) != p.grad[a]) return false;
+  }
   for (auto [j, k] : p.same)
     if (cands[j] != cands[k]) return false;
+  if (moved && !still_distinct(cands, p, moved)) return false;
   for (const guards::Plan::Other& o : p.others)
     if (!same_meta(cands[o.cand], o.meta)) return false;
   std::vector<Tensor> vals(g.values.size());

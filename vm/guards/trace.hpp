@@ -151,10 +151,15 @@ struct Plan {
   std::shared_ptr<Leaf> leaf;            // keeps the compiled graph alive
   std::shared_ptr<graph::Graph> graph;
   std::vector<int32_t> source;           // per graph input: index into the caller's candidates
-  // The candidates' identities as planned: a candidate that was the same tensor as the one an
-  // input came from must be so again (f(x, x) then f(x, y)), and every other candidate keeps
-  // its metadata (Lua may have read its sizes without an op).
-  std::vector<std::pair<int32_t, int32_t>> same;  // (candidate, the candidate it must equal)
+  // The candidates' identities as planned, both ways (Lua may have compared them: a == b): a
+  // candidate that was the same tensor as an earlier one must be so again, and the candidates
+  // that were distinct tensors (`distinct`; `planned`: their tensors then, by identity only)
+  // must stay distinct; with each its autograd state as Lua reads it (replay.cpp, grad_state).
+  std::vector<std::pair<int32_t, int32_t>> same;  // (candidate, the earlier one it must equal)
+  std::vector<int32_t> distinct;
+  std::vector<const cr_tensor*> planned;
+  std::vector<uint8_t> grad;
+  // every candidate that is no graph input keeps its metadata (Lua may have read its sizes)
   struct Other {
     int32_t cand;
     graph::ValueMeta meta;               // concrete sizes and strides; offset, dtype, device

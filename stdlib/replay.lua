@@ -14,11 +14,12 @@
 --     or a tensor of that state (model weights: looked up again at each call, so reassigning
 --     one is seen).
 -- A replay then requires the same non-tensor arguments (numbers bit for bit: -0 is not 0), the
--- same Lua state (every value of the walk, and every key the probe read while absent still
--- absent), the same T.autocast state, and the recorded tensor guards (vm/graph/replay.cpp:
--- metadata, aliasing, which arguments and state tensors are the same tensor and which distinct,
--- their autograd state). A changed argument or tensor runs the normal compiled path; a changed
--- Lua state probes again, and after MAX_STATE_CHANGES the function is not replayed.
+-- same Lua state (every value of the walk, tables' lengths, the entry counts of the tables the
+-- probe iterated, and every key the probe read while absent still absent), the same T.autocast
+-- state, and the recorded tensor guards (vm/graph/replay.cpp: metadata, aliasing, which
+-- arguments and state tensors are the same tensor and which distinct, their autograd state). A
+-- changed argument or tensor runs the normal compiled path; a changed Lua state probes again,
+-- and after MAX_STATE_CHANGES the function is not replayed.
 local core = require "crescent.core"
 local state = require "crescent.replay_state"
 local ffi, api, ctx = core.ffi, core.api, core.ctx
@@ -51,6 +52,36 @@ local function watch_impure_fields(watch)
   return function()
     for _, s in ipairs(saved) do
       if rawget(s[1], s[2]) ~= nil then s[1][s[2]] = s[3] end
+    end
+  end
+end
+
+-- pairs and next as a probe's code finds them (globals through its proxy environment, upvalues
+-- holding them switched for the probe) note the tables iterated, whose entry counts a replay
+-- checks (crescent.replay_state). (Tail calls: an error names the caller's line, as eager.)
+local ITERATORS = { [pairs] = "pairs", [next] = "next" }
+local function noting(watch, real)
+  return function(t, ...)
+    if not watch.done and type(t) == "table" then watch.iterated[t] = true end
+    return real(t, ...)
+  end
+end
+local function watch_iteration(before, watch)
+  watch.iterators = { [pairs] = noting(watch, pairs), [next] = noting(watch, next) }
+  local switched = {}
+  for _, g in ipairs(before.guards) do
+    local ref = g.ref
+    if ref.f and ITERATORS[g.v] and rawequal(select(2, debug.getupvalue(ref.f, ref.i)), g.v) then
+      debug.setupvalue(ref.f, ref.i, watch.iterators[g.v])
+      switched[#switched + 1] = g
+    end
+  end
+  return function()
+    for _, g in ipairs(switched) do
+      local ref = g.ref
+      if rawequal(select(2, debug.getupvalue(ref.f, ref.i)), watch.iterators[g.v]) then
+        debug.setupvalue(ref.f, ref.i, g.v)
+      end
     end
   end
 end
@@ -97,6 +128,7 @@ local function proxy_env(env, watch)
         watch.globals[#watch.globals + 1] = { env = env, k = k }
       end
       if rawequal(v, env) then return proxy end
+      if ITERATORS[v] then return watch.iterators[v] end
       if state.is_lua_function(v) and not watch.roots[v] then watch.roots[v] = true; watch.grew = true end
       if type(v) == "table" and not watch.known[v] and not state.LIBRARY[v] then watch.grew = true end
       return v
@@ -228,16 +260,18 @@ function M.wrap(fn, id, call)
     if not before then refuse(why); return call(...) end
     local known = {}
     for _, t in ipairs(before.tables) do known[t] = true end
-    local watch = { roots = st.roots, grew = false, globals = {}, read = {}, known = known }
+    local watch = { roots = st.roots, grew = false, globals = {}, read = {}, known = known, iterated = {} }
     local envs = {}
     for _, f in ipairs(before.fns) do envs[f] = getfenv(f); setfenv(f, proxy_env(envs[f], watch)) end
     local absent, undo = state.watch_absent(before)
     local library = library_snapshot()
     local undo_fields = watch_impure_fields(watch)
+    local undo_iteration = watch_iteration(before, watch)
     local rets = { n = 0 }
     -- (the call inside the pcall: an error must not leave the watch in place)
     local ok, err = pcall(function(...) rets = pack(call(...)) end, ...)
     watch.done = true
+    undo_iteration()
     undo_fields()
     undo()
     for f, e in pairs(envs) do setfenv(f, e) end
@@ -247,7 +281,7 @@ function M.wrap(fn, id, call)
     if why then
       refuse(why)
     elseif not watch.grew then
-      local after, too_big = state.walk(st.roots, st.globals)
+      local after, too_big = state.walk(st.roots, st.globals, watch.iterated)
       if not after then refuse(too_big)
       else
         after.absent = absent

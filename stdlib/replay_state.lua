@@ -6,9 +6,11 @@
 -- entries of the tables among them, MAX_DEPTH levels down (every module below a module, with its
 -- `training` flag). Each non-tensor value becomes a guard (same object, same number bits); keys a
 -- probe read while absent become guards too (recorded by watch_absent through a temporary
--- __index). Tensors are candidates instead: fetched again at every replay, the C++ plan checks
--- them (vm/graph/replay.cpp). checker() turns a walk into straight-line Lua that LuaJIT compiles:
--- upvalues are read through debug.upvaluejoin, never through debug.getupvalue.
+-- __index), and so do each table's length (#t, ipairs) and, for the tables a probe iterated with
+-- pairs or next, their entry counts: a table that gains a key is seen. Tensors are candidates
+-- instead: fetched again at every replay, the C++ plan checks them (vm/graph/replay.cpp).
+-- checker() turns a walk into straight-line Lua that LuaJIT compiles: upvalues are read through
+-- debug.upvaluejoin, never through debug.getupvalue.
 local core = require "crescent.core"
 local ffi = core.ffi
 local is_tensor = core.is_tensor
@@ -80,21 +82,30 @@ local function same(a, b)
   return rawequal(a, b)
 end
 
--- Where a value lives (a ref): upvalue i of f | t[k] raw | env[k] (a global) | #t | getmetatable(t).
+local function count(t)
+  local n = 0
+  for _ in next, t do n = n + 1 end
+  return n
+end
+
+-- Where a value lives (a ref): upvalue i of f | t[k] raw | env[k] (a global) | #t |
+-- getmetatable(t) | t's entry count.
 local function read(ref)
   if ref.f then return select(2, debug.getupvalue(ref.f, ref.i)) end
   if ref.env then return ref.env[ref.k] end
   if ref.len then return #ref.len end
   if ref.meta then return getmetatable(ref.meta) end
+  if ref.count then return count(ref.count) end
   return rawget(ref.t, ref.k)
 end
 M.read = read
 
--- walk(roots, globals) -> state, or nil and why. roots: a set of Lua functions; globals: a list
--- of { env =, k = } the function read. state.guards: { ref, v, what }; state.cands: tensors
--- { ref, what } in a fixed order; state.fns: the Lua functions; state.tables: the tables walked
--- (with their entry counts, for the purity check).
-function M.walk(roots, globals)
+-- walk(roots, globals[, iterated]) -> state, or nil and why. roots: a set of Lua functions;
+-- globals: a list of { env =, k = } the function read; iterated: a set of the tables a probe
+-- iterated with pairs or next (their entry counts become guards). state.guards: { ref, v, what };
+-- state.cands: tensors { ref, what } in a fixed order; state.fns: the Lua functions;
+-- state.tables: the tables walked (with their entry counts, for the purity check).
+function M.walk(roots, globals, iterated)
   local st = { guards = {}, cands = {}, fns = {}, tables = {}, counts = {}, seen = {}, depth = {} }
   local add_value
   local function add_fn(f, root)
@@ -124,6 +135,14 @@ function M.walk(roots, globals)
     st.counts[t] = n
     if module and type(rawget(t, "_order")) == "table" then
       add_value({ len = rawget(t, "_order") }, #rawget(t, "_order"), depth, "the field count of " .. path, origin)
+    elseif not module then
+      -- (the entry guards see keys removed, not added: t[#t + 1] = v changes #t, and ipairs stops
+      -- at the first absent index, which #t covers unless the table has holes)
+      local len, seq = #t, 0
+      add_value({ len = t }, len, depth, "the length of " .. path, origin)
+      while rawget(t, seq + 1) ~= nil do seq = seq + 1 end
+      if seq ~= len then add_value({ t = t, k = seq + 1 }, nil, depth + 1, path .. field(seq + 1), origin) end
+      if iterated and iterated[t] then add_value({ count = t }, n, depth, "the entry count of " .. path, origin) end
     end
     local mt = debug.getmetatable(t)
     if mt ~= nil then
@@ -232,11 +251,12 @@ function M.checker(st, first)
         joins[#joins + 1] = ref
         expr = "p" .. #joins
       else
-        local t = ref.t or ref.env or ref.len or ref.meta
+        local t = ref.t or ref.env or ref.len or ref.meta or ref.count
         S[#S + 1] = t
         local s = "S[" .. #S .. "]"
         if ref.len then expr = "#" .. s
         elseif ref.meta then expr = "getmetatable(" .. s .. ")"
+        elseif ref.count then expr = "count(" .. s .. ")"
         elseif ref.env then expr = s .. "[" .. key_expr(ref.k, K) .. "]"
         else expr = "rawget(" .. s .. ", " .. key_expr(ref.k, K) .. ")" end
       end
@@ -253,7 +273,7 @@ function M.checker(st, first)
       end
       j = j + 1
     end
-    L[#L + 1] = "local S, K, V, is_tensor, ptr, same_number = ..."
+    L[#L + 1] = "local S, K, V, is_tensor, ptr, same_number, count = ..."
     if #joins > 0 then
       local names = {}
       for n = 1, #joins do names[n] = "p" .. n end
@@ -264,7 +284,7 @@ function M.checker(st, first)
     L[#L + 1] = "return 0"
     L[#L + 1] = "end"
     local make = assert(loadstring(table.concat(L, "\n"), "=[crescent] replay guards"))
-    local fn = make(S, K, V, is_tensor, core.ptr, same_number)
+    local fn = make(S, K, V, is_tensor, core.ptr, same_number, count)
     for u = 1, math.huge do  -- join each placeholder to the upvalue it stands for
       local name = debug.getupvalue(fn, u)
       if name == nil then break end

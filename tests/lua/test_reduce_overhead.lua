@@ -374,6 +374,42 @@ describe("reduce-overhead replays", function()
   end)
 end)
 
+describe("reduce-overhead and tables that gain entries", function()
+  local function sum_of(iter, t) return function(x) local s = x * 0 for _, v in iter(t) do s = s + v end return s end end
+  it("sees a list grow and shrink through #t and ipairs", function()
+    local p = { T.ones(2) }
+    local f_len = replaying(function(x) return x * #p end, T.ones(2))
+    local f_ipairs = replaying(sum_of(ipairs, p), T.zeros(2))
+    p[2] = T.ones(2)
+    same(f_len(T.ones(2)), T.full({ 2 }, 2), "#p after p[2] = v")
+    same(f_ipairs(T.zeros(2)), T.full({ 2 }, 2), "ipairs after p[2] = v")
+    p[2] = nil
+    same(f_len(T.ones(2)), T.ones(2), "#p after p[2] = nil")
+    same(f_ipairs(T.zeros(2)), T.ones(2), "ipairs after p[2] = nil")
+  end)
+  it("sees a hole in a list filled (ipairs stops there, #t need not)", function()
+    local p = { T.ones(2), nil, T.ones(2) }
+    local f = replaying(sum_of(ipairs, p), T.zeros(2))
+    p[2] = T.ones(2)
+    same(f(T.zeros(2)), T.full({ 2 }, 3))
+  end)
+  it("sees a table iterated with pairs or next gain a key, also through an upvalue pairs", function()
+    local q, r, u = { a = T.ones(2) }, { a = T.ones(2) }, { a = T.ones(2) }
+    local my_pairs = pairs
+    local f_pairs = replaying(function(x) local s = x * 0 for _, v in pairs(q) do s = s + v end return s end, T.zeros(2))
+    local f_next = replaying(function(x) local s = x * 0 for _, v in next, r do s = s + v end return s end, T.zeros(2))
+    local f_upvalue = replaying(sum_of(my_pairs, u), T.zeros(2))
+    q.b, r.b, u.b = T.ones(2), T.ones(2), T.ones(2)
+    same(f_pairs(T.zeros(2)), T.full({ 2 }, 2), "pairs")
+    same(f_next(T.zeros(2)), T.full({ 2 }, 2), "next")
+    same(f_upvalue(T.zeros(2)), T.full({ 2 }, 2), "a local pairs")
+    S.eq(my_pairs, pairs, "the probe gave the upvalue back")
+    local r0 = replays()
+    for _ = 1, 6 do same(f_pairs(T.zeros(2)), T.full({ 2 }, 2)) end
+    S.truthy(replays() > r0, "replays again with the new entries")
+  end)
+end)
+
 describe("reduce-overhead and the autograd state Lua reads", function()
   it("sees requires_grad, is_leaf and grad_fn of arguments and state tensors change under no_grad", function()
     local nonleaf = T.ones(2, { requires_grad = true }) * 1

@@ -89,9 +89,19 @@ function T.bench(fn, args, opts)
   if type(fn) ~= "function" and not (type(fn) == "table" and getmetatable(fn) and getmetatable(fn).__call) then
     core.fail("bench: argument 1 (fn) expected a function, got " .. type(fn))
   end
+  if args ~= nil and (type(args) ~= "table" or core.is_tensor(args)) then
+    core.fail("bench: argument 2 (args) expected a table of fn's arguments, got " .. (core.is_tensor(args) and "a tensor" or type(args)))
+  end
   args = args or {}
-  opts = opts or {}
-  local warmup, reps, batch = opts.warmup or 3, opts.reps or 20, opts.batch or 1
+  opts = require("crescent.functional")._check_opts("bench", 3, opts, { warmup = true, reps = true, batch = true })
+  local function count(name, v, default, least)
+    if v == nil then return default end
+    if type(v) ~= "number" or v ~= math.floor(v) or v < least then
+      core.fail(("bench: option %s expected an integer >= %d, got %s"):format(name, least, tostring(v)))
+    end
+    return v
+  end
+  local warmup, reps, batch = count("warmup", opts.warmup, 3, 0), count("reps", opts.reps, 20, 1), count("batch", opts.batch, 1, 1)
   local unpack = unpack or table.unpack
   local dev = cuda_device_of(args, {})
   local function call() fn(unpack(args)) end  -- (one call site: a compiled function's graphs are per site)

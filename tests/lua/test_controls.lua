@@ -172,6 +172,21 @@ describe("T.bench and T.compiler.stats", function()
     T.config.sync_compile, T.config.cache_dir = saved.sync, saved.dir
     if not ok then error(err, 0) end
   end)
+  it("bench checks its arguments and options", function()
+    local f = function(x) return x + 1 end
+    for _, c in ipairs({
+      { { reps = 0 }, "option reps expected an integer >= 1, got 0" },
+      { { reps = 2.5 }, "option reps expected an integer >= 1, got 2.5" },
+      { { batch = 0 }, "option batch expected an integer >= 1, got 0" },
+      { { warmup = -1 }, "option warmup expected an integer >= 0, got %-1" },
+      { { reps = "x" }, "option reps expected an integer >= 1, got x" },
+      { { rep = 100 }, "unknown option 'rep' %(expected one of: batch, reps, warmup%)" },
+    }) do
+      S.errors(function() return T.bench(f, { T.ones(2) }, c[1]) end, "bench: " .. c[2])
+    end
+    S.errors(function() return T.bench(f, T.ones(2)) end, "bench: argument 2 %(args%) expected a table of fn's arguments, got a tensor")
+    S.truthy(T.bench(f, { T.ones(2) }, { warmup = 0, reps = 1 }).median_us >= 0, "one rep")
+  end)
 end)
 
 describe("the Lua side's constants and settings", function()

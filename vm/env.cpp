@@ -1,6 +1,8 @@
 #include "vm/env.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 
@@ -31,8 +33,22 @@ double env_number(const EnvNumber& e) {
 
 void check_environment() {
   for (const EnvNumber& e : {kEnvJitTimeout, kEnvJitFork, kEnvCudaWaves, kEnvCpuStreamBytes, kEnvProgressAfter,
-                             kEnvCudaMaxSplitMb, kEnvCudaPdl, kEnvSplitAll})
+                             kEnvCudaMaxSplitMb, kEnvCudaPdl, kEnvSplitAll, kEnvDistTimeout})
     env_number(e);
+  // settings that take one of a few words (empty: the default)
+  const struct {
+    Setting setting;
+    std::initializer_list<const char*> words;
+  } choices[] = {{Setting::Traceback, {"short", "full"}}, {Setting::Cudnn, {"0", "1"}}, {Setting::CudnnSdp, {"0", "1"}},
+                 {Setting::CudnnApi, {"graph", "legacy"}}};
+  for (const auto& c : choices) {
+    const char* v = env_setting(c.setting);
+    if (!v || !*v || std::any_of(c.words.begin(), c.words.end(), [&](const char* w) { return std::strcmp(v, w) == 0; }))
+      continue;
+    std::string list;
+    for (const char* w : c.words) list += cat(list.empty() ? "" : " or ", w);
+    throw Error(cat(setting_name(c.setting), ": expected ", list, ", got \"", v, "\""));
+  }
 }
 
 }  // namespace cr

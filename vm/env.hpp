@@ -20,6 +20,7 @@ inline constexpr EnvNumber kEnvCpuStreamBytes{Setting::CpuStreamBytes, 0, 1, 1e1
 inline constexpr EnvNumber kEnvCudaPdl{Setting::CudaPdl, 1, 0, 1, true};
 inline constexpr EnvNumber kEnvCudaMaxSplitMb{Setting::CudaMaxSplitMb, 0, 20, 1e9, true};  // 0: unset
 inline constexpr EnvNumber kEnvSplitAll{Setting::SplitAll, 0, 0, 1, true};
+inline constexpr EnvNumber kEnvDistTimeout{Setting::DistTimeout, 300, 0.001, 1e9, false};
 
 double env_number(const EnvNumber& v);
 void check_environment();

@@ -8,6 +8,7 @@
 
 #include "jit/cpu/kernel_emitter.hpp"
 #include "jit/cpu/target.hpp"
+#include "vm/cpu_march.hpp"
 
 namespace cr::jit::cpu {
 
@@ -61,7 +62,10 @@ void compile_plan(const Plan& plan, const FnTable& fns, const std::string& so_pa
   }
   if (!c_dump_path.empty()) J->context_dump_to_file(c, c_dump_path.c_str(), 0);
   J->context_compile_to_file(c, GCC_JIT_OUTPUT_KIND_DYNAMIC_LIBRARY, so_path.c_str());
-  if (const char* err = J->context_get_first_error(c)) throw Error(cat("libgccjit: ", err));
+  if (const char* err = J->context_get_first_error(c)) {
+    const std::string_view set = cpu_march_override();  // (a -march gcc does not take fails the driver)
+    throw Error(cat("libgccjit: ", err, set.empty() ? "" : cat(" (with CRESCENT_CPU_MARCH=", set, ": a -march gcc takes?)")));
+  }
 }
 
 #else

@@ -91,8 +91,8 @@ describe("crescent executable", function()
     expect.eq(st, 1)
     has(err, "[crescent] crescent.core:", "stderr")
     has(err, path .. ":6: in main chunk", "stderr")
-    _, err = expect.crescent({ path }, { env = "CRESCENT_TRACEBACK=all" })
-    has(err, "CRESCENT_TRACEBACK=all is not one of: short, full", "stderr")
+    _, err, st = expect.crescent({ path }, { env = "CRESCENT_TRACEBACK=all" })
+    expect.eq({ st, err }, { 1, 'crescent: CRESCENT_TRACEBACK: expected short or full, got "all"\n' })
     os.remove(path)
   end)
 
@@ -157,7 +157,7 @@ describe("crescent executable", function()
     crescent.compiler.set_logs("")
   end)
 
-  it("rejects environment numbers out of their range, naming the variable and the range", function()
+  it("rejects environment numbers out of their range and unknown words, naming the variable and what it takes", function()
     for _, case in ipairs({
       { "CRESCENT_JIT_TIMEOUT=abc", 'CRESCENT_JIT_TIMEOUT: expected a number from 0.001 to 86400, got "abc"' },
       { "CRESCENT_JIT_TIMEOUT=0", 'CRESCENT_JIT_TIMEOUT: expected a number from 0.001 to 86400, got "0"' },
@@ -166,13 +166,19 @@ describe("crescent executable", function()
       { "CRESCENT_CPU_STREAM_BYTES=1.5", 'CRESCENT_CPU_STREAM_BYTES: expected a whole number from 1 to 1e+15, got "1.5"' },
       { "CRESCENT_CUDA_MAX_SPLIT_MB=8", 'CRESCENT_CUDA_MAX_SPLIT_MB: expected a whole number from 20 to 1000000000, got "8"' },
       { "CRESCENT_CUDA_PDL=2", 'CRESCENT_CUDA_PDL: expected a whole number from 0 to 1, got "2"' },
+      { "CRESCENT_DIST_TIMEOUT=x", 'CRESCENT_DIST_TIMEOUT: expected a number from 0.001 to 1000000000, got "x"' },
+      { "CRESCENT_TRACEBACK=bogus", 'CRESCENT_TRACEBACK: expected short or full, got "bogus"' },
+      { "CRESCENT_CUDNN=7", 'CRESCENT_CUDNN: expected 0 or 1, got "7"' },
+      { "CRESCENT_CUDNN_SDP=yes", 'CRESCENT_CUDNN_SDP: expected 0 or 1, got "yes"' },
+      { "CRESCENT_CUDNN_API=foo", 'CRESCENT_CUDNN_API: expected graph or legacy, got "foo"' },
     }) do
       local out, err, st = expect.crescent({ "-e", "print(1)" }, { env = case[1] })
       expect.eq(st, 1, case[1])
       expect.eq(out, "")
       expect.eq(err, "crescent: " .. case[2] .. "\n")
     end
-    local env = "CRESCENT_JIT_TIMEOUT=0.5 CRESCENT_JIT_FORK=0 CRESCENT_CUDA_WAVES=4 CRESCENT_CUDA_PDL=0"
+    local env = "CRESCENT_JIT_TIMEOUT=0.5 CRESCENT_JIT_FORK=0 CRESCENT_CUDA_WAVES=4 CRESCENT_CUDA_PDL=0 CRESCENT_TRACEBACK=full "
+      .. "CRESCENT_CUDNN=0 CRESCENT_CUDNN_API=legacy CRESCENT_DIST_TIMEOUT=30"
     local out, err, st = expect.crescent({ "-e", "print(1)" }, { env = env })
     expect.eq(st, 0, err)
     expect.eq(out, "1\n")

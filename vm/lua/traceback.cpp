@@ -1,6 +1,5 @@
 #include "vm/lua/traceback.hpp"
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -22,9 +21,7 @@ bool full_traceback() {
   static const bool full = [] {
     const char* v = env_setting(Setting::Traceback);
     if (!v || !*v || std::strcmp(v, "short") == 0) return false;
-    if (std::strcmp(v, "full") == 0) return true;
-    std::fprintf(stderr, "crescent: warning: CRESCENT_TRACEBACK=%s is not one of: short, full (using short)\n", v);
-    return false;
+    return std::strcmp(v, "full") == 0;  // (another word stops the start: check_environment)
   }();
   return full;
 }

@@ -19,8 +19,11 @@ function M.save(path, what)
     names[1], items[1] = "tensor", what
   elseif type(what) == "table" then
     for k, v in pairs(what) do
-      if type(k) ~= "string" or not is_tensor(v) then
-        fail("save: argument 2 expected a tensor or a table of name = tensor, got key " .. tostring(k) .. " = " .. type(v))
+      if type(k) ~= "string" then
+        fail("save: argument 2 expected a tensor or a table of name = tensor, got a " .. type(k) .. " key (" .. tostring(k)
+             .. "; a list of tensors needs names: {w = t1, b = t2})")
+      elseif not is_tensor(v) then
+        fail("save: argument 2 expected a tensor or a table of name = tensor, got " .. k .. " = " .. type(v))
       end
       names[#names + 1] = k
     end

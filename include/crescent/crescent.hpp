@@ -222,8 +222,8 @@ class VM {
   }
   std::vector<Value> invoke(const std::string& name, const std::vector<Value>& args);
 
-  void set_global(const std::string& name, const Value& value);
-  Value get_global(const std::string& name);  // dotted paths allowed
+  void set_global(const std::string& name, const Value& value);  // dotted paths allowed ("cfg.lr":
+  Value get_global(const std::string& name);                      // the table cfg must exist)
   void collect_garbage();                     // Lua lets go of unreferenced tensors now
   lua_State* lua_state() const;               // the raw state, for advanced hosts
 

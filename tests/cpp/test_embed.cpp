@@ -61,6 +61,16 @@ TEST_CASE("embed: run_string returns the chunk's values") {
   REQUIRE(r[5].field("a").as_number() == 3);
   REQUIRE(vm.run_string("x = 5").empty());
   REQUIRE(vm.get_global("x").as_number() == 5);
+  // dotted paths both ways; a path that is not one, or through a non-table, raises
+  vm.run_string("cfg = { opt = {} }");
+  vm.set_global("cfg.opt.lr", 0.5);
+  REQUIRE(vm.get_global("cfg.opt.lr").as_number() == 0.5);
+  REQUIRE(vm.run_string("return cfg.opt.lr")[0].as_number() == 0.5);
+  REQUIRE_THAT(error_of([&] { vm.set_global("cfg.opt.lr.x", 1); }).message(),
+               Catch::Contains("set_global: 'cfg.opt.lr' is a number, not a table"));
+  for (const char* bad : {"", ".a", "a.", "a..b"})
+    REQUIRE_THAT(error_of([&] { vm.get_global(bad); }).message(), Catch::Contains("expected a global's name or a dotted path"));
+  REQUIRE_THAT(error_of([&] { vm.call(""); }).message(), Catch::Contains("call: expected a global's name"));
 }
 
 TEST_CASE("embed: call passes tensors, numbers, strings, bools and tables") {

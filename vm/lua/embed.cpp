@@ -384,9 +384,18 @@ function H.take(h, slot)
   return true
 end
 
-local function lookup(path)
+-- A global's name or a dotted path ("model.layer.w") as its parts; `what` names the API entry.
+local function parts_of(what, path)
+  if path == "" or path:find("^%.") or path:find("%.$") or path:find("..", 1, true) then
+    error(string.format("%s: expected a global's name or a dotted path (a.b.c), got '%s'", what, path), 0)
+  end
+  local parts = {}
+  for part in path:gmatch("[^.]+") do parts[#parts + 1] = part end
+  return parts
+end
+local function lookup(path, what)
   local v = _G
-  for part in path:gmatch("[^.]+") do
+  for _, part in ipairs(parts_of(what or "get_global", path)) do
     local t = type(v)
     if t ~= "table" and t ~= "cdata" and t ~= "userdata" then return nil end
     v = v[part]
@@ -395,7 +404,17 @@ local function lookup(path)
 end
 H.get = lookup
 
-function H.set(name, v) _G[name] = v end
+-- set_global: the last part of a dotted path is set in the table the others name
+function H.set(path, v)
+  local parts, t = parts_of("set_global", path), _G
+  for i = 1, #parts - 1 do
+    t = t[parts[i]]
+    if type(t) ~= "table" then
+      error(string.format("set_global: '%s' is a %s, not a table (setting '%s')", table.concat(parts, ".", 1, i), type(t), path), 0)
+    end
+  end
+  t[parts[#parts]] = v
+end
 
 -- os.exit ends the script, not the host: an error that the host reports with the code
 -- (VM::Impl::fail). A pcall in the script catches it, as Python's `except:` catches SystemExit.
@@ -420,11 +439,11 @@ function H.call(name, ...)
   local obj, method = name:match("^(.+):([%w_]+)$")
   local self, f
   if obj then
-    self = lookup(obj)
+    self = lookup(obj, "call")
     if self == nil then error(string.format("call: '%s' is nil", obj), 0) end
     f = self[method]
   else
-    f = lookup(name)
+    f = lookup(name, "call")
   end
   if not callable(f) then error(string.format("call: '%s' is not a function (a %s value)", name, type(f)), 0) end
   if obj then return f(self, ...) end

@@ -60,6 +60,7 @@ function M.load(path)
     local name = api.loaded_name(ctx, i, len)
     r[ffi.string(name, len[0])] = wrap(buf[i])
   end
+  if ctx.service ~= 0 then core.service() end  -- (a collection the loaded bytes call for, as ops ask)
   return r
 end
 
@@ -75,7 +76,9 @@ function M.load_npy(path)
   check_path("load_npy", path)
   local p = api.load_npy(ctx, path)
   if p == nil then core.raise() end
-  return wrap(p)
+  local t = wrap(p)
+  if ctx.service ~= 0 then core.service() end
+  return t
 end
 
 return M

@@ -571,6 +571,19 @@ print(hwm() - before, t.w:numel())
     expect.eq(tonumber(numel), mb * 2 ^ 18, "elements loaded")
     expect.truthy(tonumber(grew) < 1.5 * mb * 1024, ("peak RSS grew by %d KiB for a %d MiB file"):format(grew, mb))
   end)
+
+  it("a loop that only loads collects its garbage, as one of ops does", function()
+    local t = T.randn(128, 1024)  -- (512 KiB)
+    T.save_npy(path("loop.npy"), t)
+    T.save(path("loop.safetensors"), { t = t })
+    collectgarbage()
+    local base, peak = T.memory_stats().in_use, 0
+    for i = 1, 600 do  -- (300 MiB loaded each way, every result garbage at once)
+      local _ = i % 2 == 0 and T.load_npy(path("loop.npy")) or T.load(path("loop.safetensors"))
+      peak = math.max(peak, T.memory_stats().in_use - base)
+    end
+    expect.truthy(peak < 150 * 2 ^ 20, ("%.0f MiB in use at the peak"):format(peak / 2 ^ 20))
+  end)
 end)
 
 describe("cleanup", function()

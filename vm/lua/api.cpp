@@ -253,6 +253,7 @@ int32_t api_load_safetensors(cr_ctx* c, const char* path, cr_tensor** outs, int3
       ctx.loaded_names.push_back(name);
       ts.push_back(t);
     }
+    note_allocations(c);  // (a loop that only loads must collect its garbage too)
     return hand_out(ctx, ts, outs, cap);
   });
 }
@@ -277,6 +278,7 @@ cr_tensor* api_load_npy(cr_ctx* c, const char* path) {
   guarded(c, [&] {
     r = load_npy(path).release();
     Context::of(c).handing(&r, 1);
+    note_allocations(c);
     return 0;
   });
   return r;

@@ -98,13 +98,20 @@ local caller = ffi.cast("int32_t (*)(int32_t, cr_tensor*, cr_tensor**)", functio
 end)
 ag.set_hook_caller(caller)
 
-local handle_mt = { __index = { remove = function(h) hooks[h.id] = nil end } }
+-- a handle's tensor, held weakly: remove() also takes the id off the tensor's list, so that
+-- later backward passes do not call removed hooks
+local hook_tensor = setmetatable({}, { __mode = "v" })
+local handle_mt = { __index = { remove = function(h)
+  local t = hook_tensor[h.id]
+  if t then ag.remove_hook(ptr(t), h.id) end
+  hooks[h.id], hook_tensor[h.id] = nil, nil
+end } }
 local function add_hook(self, fn, op, adder)
   if type(fn) ~= "function" then fail(op .. ": argument 1 (hook) expected a function, got " .. type(fn)) end
   forget_dead()
   next_hook = next_hook + 1
   check(adder(ctx, ptr(self), next_hook))
-  hooks[next_hook] = fn
+  hooks[next_hook], hook_tensor[next_hook] = fn, self
   return setmetatable({ id = next_hook }, handle_mt)
 end
 function methods:register_hook(fn) return add_hook(self, fn, "register_hook", ag.add_hook) end

@@ -186,6 +186,28 @@ describe("autograd surface", function()
     errs(function() c:sum():backward() end, "register_hook", "a hook returned a number, expected a tensor or nil")
   end)
 
+  it("removed hooks leave the tensor's list; hooks may remove hooks while they run", function()
+    local w = T.randn(4, 4, { requires_grad = true })
+    local x = T.randn(2, 4)
+    for _ = 1, 2000 do  -- (a parameter's hook registered and removed every step)
+      local h = w:register_hook(function(g) return g * 2 end)
+      h:remove()
+    end
+    x:matmul(w):sum():backward()
+    expect.close(w.grad, x:sum(1):view(4, 1):expand(4, 4))  -- (no removed hook doubled it)
+    w.grad = nil
+    local order, second = {}, nil
+    local first = w:register_hook(function(g) order[#order + 1] = 1; second:remove() end)
+    second = w:register_hook(function(g) order[#order + 1] = 2 end)
+    local post = w:register_post_accumulate_grad_hook(function() order[#order + 1] = "post" end)
+    x:matmul(w):sum():backward()
+    expect.eq(order, { 1, "post" }, "a hook another one removed does not run")
+    first:remove(); post:remove()
+    order = {}
+    x:matmul(w):sum():backward()
+    expect.eq(order, {}, "all removed")
+  end)
+
   it("a hook may not change the gradient's dtype (PyTorch: 'has changed the type of value')", function()
     local x = T.tensor({ 1.5, 2.5 }, { requires_grad = true })
     local h = x:register_hook(function(g) return g:long() end)

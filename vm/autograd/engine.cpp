@@ -90,7 +90,8 @@ void mark_needed(Graph& g, const std::unordered_map<Key, std::vector<int>, KeyHa
 // m's hooks registered on node n (a leaf's: on its accumulator), in order
 Tensor run_hooks(const AutogradMeta* m, const Node* n, Tensor g) {
   if (!m || m->hooks.empty() || !g.defined()) return g;
-  for (const TensorHook& h : m->hooks) {
+  const std::vector<TensorHook> hooks = m->hooks;  // (a hook may add or remove hooks)
+  for (const TensorHook& h : hooks) {
     if (n->accumulates() ? !h.fn.expired() : h.fn.lock().get() != n) continue;
     cr_tensor* out = nullptr;
     if (!hook_caller) fail("register_hook: no hook caller installed");
@@ -111,7 +112,8 @@ Tensor run_hooks(const AutogradMeta* m, const Node* n, Tensor g) {
 void run_post_hooks(const Tensor& leaf) {
   const AutogradMeta* m = meta_of(leaf.get());
   if (!m) return;
-  for (int32_t id : m->post_hooks) {
+  const std::vector<int32_t> ids = m->post_hooks;  // (a hook may add or remove hooks)
+  for (int32_t id : ids) {
     cr_tensor* out = nullptr;
     if (hook_caller(id, leaf.get(), &out) != 0) throw HookRaised();
     if (out) {

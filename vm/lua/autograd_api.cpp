@@ -176,6 +176,13 @@ int32_t ag_add_post_hook(cr_ctx* c, cr_tensor* t, int32_t id) {
   });
 }
 
+void ag_remove_hook(cr_tensor* t, int32_t id) {
+  AutogradMeta* m = t ? meta_of(t) : nullptr;
+  if (!m) return;
+  std::erase_if(m->hooks, [&](const TensorHook& h) { return h.id == id; });  // (the engine runs copies)
+  std::erase(m->post_hooks, id);
+}
+
 int32_t ag_dead_hooks(int32_t* out, int32_t cap) {
   auto& ids = dead_hooks();
   const int32_t n = std::min<int32_t>(cap, int32_t(ids.size()));
@@ -250,7 +257,8 @@ const cr_autograd_api* api_table() {
   static const cr_autograd_api api = {ag_mode,     ag_query,       ag_set_requires_grad, ag_get_grad,
                                       ag_set_grad, ag_grad_fn,     ag_retain_grad,
                                       ag_add_hook, ag_dead_hooks,  ag_set_hook_caller,   ag_backward,
-                                      ag_where,    ag_status,      ag_add_post_hook,     ag_capture_backward};
+                                      ag_where,    ag_status,      ag_add_post_hook,     ag_capture_backward,
+                                      ag_remove_hook};
   return &api;
 }
 

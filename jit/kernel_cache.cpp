@@ -114,6 +114,12 @@ Artifact cached_artifact(const Backend& b, const Unit& u, const std::string& cac
   std::lock_guard<std::mutex> lock(cache_mutex);
   if (*from == Source::Disk) ++counters.disk_hits;
   memory_cache[name] = {a, b.keep ? a : nullptr};
+  // entries of artifacts no program uses go when the map doubles (a program of ever-new kernels)
+  static size_t sweep_at = 1024;
+  if (memory_cache.size() >= sweep_at) {
+    std::erase_if(memory_cache, [](const auto& e) { return !e.second.kept && e.second.used.expired(); });
+    sweep_at = std::max<size_t>(1024, 2 * memory_cache.size());
+  }
   return a;
 }
 

@@ -287,7 +287,7 @@ function M.compile(fn, opts)
   if o.fullgraph then fullgraph_ids[id] = true end
   local ret_where = "return of " .. site
   -- the traces live in C++ as long as the compiled function does
-  local owner = ffi.gc(ffi.new("int32_t[1]", id), function() api.cap_drop(ctx, id) end)
+  local owner = ffi.gc(ffi.new("int32_t[1]", id), function() api.cap_drop(ctx, id); fullgraph_ids[id] = nil end)
   local call = function(...)
     local _ = owner
     return capture_call(id, ret_where, train_mode(module, ...), fn, ...)

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <vector>
 
+#include "vm/fork.hpp"
+
 namespace cr {
 namespace {
 
@@ -36,8 +38,14 @@ struct Cache {
   size_t large_bytes = 0;
   Arena arena;
 };
+void drop_large_blocks();
 Cache& cache() {
-  static Cache* c = new Cache;  // never destroyed: tensors may be freed during exit
+  static Cache* c = [] {
+    auto* k = new Cache;  // never destroyed: tensors may be freed during exit
+    fork_guard(k->m);
+    on_fork_child(drop_large_blocks);
+    return k;
+  }();
   return *c;
 }
 
@@ -80,12 +88,9 @@ size_t large_rounded(size_t n) {
   return (n + step - 1) / step * step;
 }
 
-// Large blocks come straight from mmap:
-// - MADV_DONTFORK: after a fork() (a host's, a library's) every page the child shares becomes
-//   copy-on-write in the parent, so each tensor block would fault again on its next write. A
-//   child never reads tensor data, so it does not get it.
-// - MADV_HUGEPAGE, with 2 MiB alignment for blocks of 2 MiB or more: a fresh 16 MB output faults
-//   8 times instead of 4096 (transparent huge pages are often "madvise" only).
+// Large blocks come straight from mmap, with MADV_HUGEPAGE and 2 MiB alignment for blocks of 2 MiB
+// or more: a fresh 16 MB output faults 8 times instead of 4096 (transparent huge pages are often
+// "madvise" only). No MADV_DONTFORK: a worker fork()ed after its model was loaded reads the weights.
 constexpr size_t kHuge = size_t(2) << 20;
 // gcc says __SANITIZE_ADDRESS__, clang (the fuzz build) __has_feature(address_sanitizer).
 #if defined(__SANITIZE_ADDRESS__)
@@ -113,11 +118,7 @@ void* map_aligned(size_t n) {
   if (n >= kHuge) madvise(p, n, MADV_HUGEPAGE);
   return p;
 }
-void* large_map(size_t n) {
-  void* p = map_aligned(n);
-  if (p) madvise(p, n, MADV_DONTFORK);
-  return p;
-}
+void* large_map(size_t n) { return map_aligned(n); }
 void large_unmap(void* p, size_t n) { munmap(p, n); }
 #endif
 
@@ -126,7 +127,6 @@ void* carve(Arena&, std::vector<void*>&, int) { return nullptr; }  // blocks sta
 bool in_arena(const Arena&, const void*) { return false; }
 #else
 // One block of class c, with more of the batch pushed to `spare`; null when no chunk can be mapped.
-// (No MADV_DONTFORK, unlike large blocks: a forked child's finalizers may touch tensor headers.)
 void* carve(Arena& a, std::vector<void*>& spare, int c) {
   constexpr size_t kBatchBytes = size_t(64) << 10;  // carved per miss of a class
   const size_t size = size_t(1) << c, n = std::max<size_t>(1, kBatchBytes >> c);
@@ -147,6 +147,16 @@ bool in_arena(const Arena& a, const void* p) {
   return std::binary_search(a.chunks.begin(), a.chunks.end(), chunk);
 }
 #endif
+
+// In a fork()ed child: the cached free blocks are shared copy-on-write with the parent, which
+// would copy each page it writes in one again while the child lives. The child lets them go.
+void drop_large_blocks() {
+  Cache& k = cache();
+  std::lock_guard<std::mutex> g(k.m);
+  for (auto& [n, p] : k.large) large_unmap(p, n);
+  k.large.clear();
+  k.large_bytes = 0;
+}
 
 }  // namespace
 

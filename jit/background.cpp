@@ -7,9 +7,11 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "jit/jit.hpp"
+#include "vm/fork.hpp"
 
 namespace cr::jit {
 
@@ -23,6 +25,8 @@ class Worker {
     static Worker* w = [] {
       auto* p = new Worker;
       std::atexit([] { get().drain(); });
+      fork_guard(p->m_, {&p->cv_});
+      on_fork_child([] { get().forked(); });
       return p;
     }();
     return *w;
@@ -30,10 +34,7 @@ class Worker {
   void submit(Job job) {
     std::lock_guard<std::mutex> lock(m_);
     if (stopping_) return;
-    if (!started_) {
-      started_ = true;
-      std::thread([this] { loop(); }).detach();
-    }
+    start();
     if (jobs_.size() >= kMaxQueued) make_room();
     // (in order within each class: a job that is not deferrable goes before the deferrable ones)
     auto deferrable = [](const Job& j) { return j.deferrable; };
@@ -53,7 +54,9 @@ class Worker {
   }
   void wait_idle() {
     std::unique_lock<std::mutex> lock(m_);
-    if (!started_ || std::this_thread::get_id() == worker_id_) return;
+    if (jobs_.empty() && !busy_) return;
+    if (std::this_thread::get_id() == worker_id_) return;
+    start();
     cv_.wait_for(lock, std::chrono::seconds(60), [this] { return jobs_.empty() && !busy_; });
   }
   void cancel(const void* owner) {
@@ -78,6 +81,25 @@ class Worker {
   }
 
  private:
+  // (under m_) The thread, once per process: a fork()ed child starts its own.
+  void start() {
+    if (started_ || stopping_) return;
+    started_ = true;
+    std::thread([this] { loop(); }).detach();
+  }
+  // In a fork()ed child (alone, m_ new): the thread is the parent's. The job it was running goes
+  // back to the front of the queue with a new slot (the old one's lock and fields may be the
+  // thread's, half-written), and the queue waits for the child's next submit or wait.
+  void forked() {
+    if (busy_ && current_.slot) {
+      new (current_.slot.get()) graph::NativeSlot;  // (the old one's members leak)
+      jobs_.push_front(std::move(current_));
+    }
+    current_ = Job{};
+    started_ = busy_ = false;
+    running_ = nullptr;
+    worker_id_ = {};
+  }
   // The queue is full: the jobs of graphs that are gone leave, then the oldest deferrable one, else
   // the oldest (its graph stays as it runs).
   void make_room() {
@@ -114,11 +136,16 @@ class Worker {
           ++stats_.stale;
           continue;
         }
-        run = std::move(job.run);
+        run = job.run;
         running_ = job.owner;
         busy_ = true;
+        current_ = std::move(job);
       }
       run(g);
+      Job done;  // (destroyed unlocked: its slot may hold the last reference to a program)
+      std::lock_guard<std::mutex> lock(m_);
+      done = std::move(current_);
+      current_ = Job{};
     }
   }
   std::mutex m_;
@@ -126,6 +153,7 @@ class Worker {
   std::deque<Job> jobs_;
   std::thread::id worker_id_;
   const void* running_ = nullptr;  // the owner of the job in progress
+  Job current_;                    // the job in progress (for a fork()ed child)
   bool started_ = false, busy_ = false, stopping_ = false, held_ = false;
   QueueStats stats_;
 };

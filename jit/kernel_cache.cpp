@@ -13,12 +13,14 @@
 #include "jit/cache_entry.hpp"
 #include "jit/disk_cache.hpp"
 #include "jit/scratch.hpp"
+#include "vm/fork.hpp"
 
 namespace cr::jit {
 
 namespace {
 
 std::mutex cache_mutex;
+[[maybe_unused]] const bool cache_guarded = (fork_guard(cache_mutex), true);
 CacheStats counters;
 
 // By "<key><ext>": weakly while a program uses the artifact (a shared object is then unloaded),

@@ -9,6 +9,7 @@
 #include "vm/env.hpp"
 #include "vm/error.hpp"
 #include "vm/fixed.hpp"
+#include "vm/fork.hpp"
 #include "vm/log.hpp"
 
 namespace cr::jit {
@@ -28,7 +29,12 @@ class ProgressWatcher {
  public:
   using Clock = std::chrono::steady_clock;
   static ProgressWatcher& get() {
-    static ProgressWatcher* w = new ProgressWatcher;
+    static ProgressWatcher* w = [] {
+      auto* p = new ProgressWatcher;
+      fork_guard(p->m_, {&p->cv_});
+      on_fork_child([] { get().forked(); });
+      return p;
+    }();
     return *w;
   }
   void add(ProgressNote* note, Clock::time_point due) {
@@ -46,6 +52,11 @@ class ProgressWatcher {
   }
 
  private:
+  // In a fork()ed child: the thread and the compiles of the notes are the parent's.
+  void forked() {
+    started_ = false;
+    due_.clear();
+  }
   struct Due {
     ProgressNote* note;
     Clock::time_point at;

@@ -5,9 +5,13 @@
 #include "vm/config.hpp"
 #include "vm/cpu_march.hpp"
 #include "vm/env.hpp"
+#include "vm/fork.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
+#include <new>
 #include <string_view>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -125,11 +129,22 @@ std::string codegen_march() {
   return t.march == "x86-64-v4" ? "x86-64-v3" : t.march;
 }
 
+// Not a static's guard: the measurement runs on the compile thread, and a fork() in its middle
+// would leave the child a guard in progress forever. The lock is remade there (no fork_guard: a
+// fork does not wait for a measurement), and the child measures again.
+namespace {
+std::mutex stream_mutex;
+[[maybe_unused]] const bool stream_mutex_remade = (on_fork_child([] { new (&stream_mutex) std::mutex; }), true);
+}  // namespace
+
 int64_t stream_store_bytes() {
-  static const int64_t bytes = [] {
-    if (const double v = env_number(kEnvCpuStreamBytes); v > 0) return int64_t(v);
-    return measured_stream_bytes(default_cache_dir());
-  }();
+  static std::atomic<int64_t> known{0};
+  if (const int64_t b = known.load(std::memory_order_acquire)) return b;
+  std::lock_guard<std::mutex> lock(stream_mutex);
+  if (const int64_t b = known.load(std::memory_order_acquire)) return b;
+  const double v = env_number(kEnvCpuStreamBytes);
+  const int64_t bytes = v > 0 ? int64_t(v) : measured_stream_bytes(default_cache_dir());
+  known.store(bytes, std::memory_order_release);
   return bytes;
 }
 

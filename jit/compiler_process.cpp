@@ -29,6 +29,7 @@
 #include "jit/cpu/wire.hpp"
 #include "jit/scratch.hpp"
 #include "vm/env.hpp"
+#include "vm/fork.hpp"
 
 extern char** environ;
 
@@ -283,6 +284,8 @@ class Pool {
     static Pool* p = [] {
       auto* pool = new Pool;
       std::atexit([] { get().end_idle(); });
+      fork_guard(pool->m_, {&pool->cv_});
+      on_fork_child([] { get().forked(); });
       return pool;
     }();
     return *p;
@@ -293,7 +296,10 @@ class Pool {
       while (!idle_.empty()) {
         Server s = idle_.back();
         idle_.pop_back();
-        if (idle_alive(s)) return s;
+        if (idle_alive(s)) {
+          busy_.push_back(s);
+          return s;
+        }
         end(s);
         --live_;
       }
@@ -303,7 +309,10 @@ class Pool {
     ++live_;
     lock.unlock();
     try {
-      return spawn();
+      Server s = spawn();
+      lock.lock();
+      busy_.push_back(s);
+      return s;
     } catch (...) {
       done_with_one();
       throw;
@@ -315,10 +324,15 @@ class Pool {
       return;
     }
     std::lock_guard<std::mutex> lock(m_);
+    forget_busy(s);
     idle_.push_back(s);
     cv_.notify_one();
   }
   int retire(Server& s, std::string* errors = nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      forget_busy(s);
+    }
     const int status = end(s, errors);
     done_with_one();
     return status;
@@ -326,7 +340,7 @@ class Pool {
 
  private:
   // Ends the idle processes and removes their directories (left to themselves, they see the end
-  // of their input only after the program is gone). Not in a fork()ed child, whose they are not.
+  // of their input only after the program is gone). Only the process that started them.
   void end_idle() {
     if (::getpid() != owner_) return;
     std::unique_lock<std::mutex> lock(m_, std::try_to_lock);  // (a thread stopped mid-take: leave them)
@@ -334,6 +348,23 @@ class Pool {
     for (Server& s : idle_) end(s);
     live_ -= int(idle_.size());
     idle_.clear();
+  }
+  // In a fork()ed child (alone, m_ new): the processes are the parent's, serving its requests on
+  // these sockets. The child closes its copies of their ends, never kills them nor removes their
+  // directories, and starts its own processes when it compiles.
+  void forked() {
+    for (const std::vector<Server>* v : {&idle_, &busy_})
+      for (const Server& s : *v) {
+        ::close(s.sock);
+        ::close(s.err);
+      }
+    idle_.clear();
+    busy_.clear();
+    live_ = 0;
+    owner_ = ::getpid();
+  }
+  void forget_busy(const Server& s) {
+    std::erase_if(busy_, [&](const Server& b) { return b.pid == s.pid; });
   }
   void done_with_one() {
     std::lock_guard<std::mutex> lock(m_);
@@ -343,9 +374,10 @@ class Pool {
   std::mutex m_;
   std::condition_variable cv_;
   std::vector<Server> idle_;
+  std::vector<Server> busy_;  // serving a compile now (their ends are closed in a fork()ed child)
   int live_ = 0;
   const int max_ = std::clamp(int(std::thread::hardware_concurrency()), 2, 8);
-  const pid_t owner_ = ::getpid();
+  pid_t owner_ = ::getpid();
 };
 
 enum class Outcome { Reply, Gone, TimedOut };

@@ -15,6 +15,7 @@
 #include "vm/denormal.hpp"
 #include "vm/env.hpp"
 #include "vm/error.hpp"
+#include "vm/fork.hpp"
 
 namespace cr {
 
@@ -139,7 +140,21 @@ std::mutex pool_mutex;
 std::shared_ptr<Pool> the_pool;
 std::atomic<int> pool_size{0};
 
+// In a fork()ed child the pool's workers are the parent's: it is kept (never joined) and a new
+// one starts with the next parallel op.
+void forget_pool() {
+  static auto* kept = new std::vector<std::shared_ptr<Pool>>;  // (reachable: no leak reported)
+  kept->push_back(std::move(the_pool));
+  pool_size = 0;
+}
+
 std::shared_ptr<Pool> pool() {
+  static const bool guarded = [] {
+    fork_guard(pool_mutex);
+    on_fork_child(forget_pool);
+    return true;
+  }();
+  (void)guarded;
   std::lock_guard<std::mutex> g(pool_mutex);
   if (!the_pool) {
     the_pool = std::make_shared<Pool>(configured_threads());

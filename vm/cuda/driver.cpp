@@ -9,6 +9,7 @@
 #include "vm/cuda/dl.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
+#include "vm/fork.hpp"
 
 namespace cr::cuda {
 
@@ -76,6 +77,9 @@ bool resolve_all(void* lib, Driver& d, std::string* missing) {
   return true;
 }
 
+thread_local int t_current = -1;  // the device whose context is current on this thread
+bool forked_after_init = false;    // in a fork()ed child of a process that had loaded the driver
+
 struct Loaded {
   Driver d{};
   bool ok = false;
@@ -120,11 +124,13 @@ Loaded& load() {
     L.contexts.assign(size_t(L.count), nullptr);
     L.infos.resize(size_t(L.count));
     L.ok = true;
+    on_fork_child([] {  // (device_problem refuses every device there)
+      forked_after_init = true;
+      t_current = -1;
+    });
   });
   return L;
 }
-
-thread_local int t_current = -1;  // the device whose context is current on this thread
 
 }  // namespace
 
@@ -154,6 +160,10 @@ void check(CUresult rc, const char* fn, const std::string& what) {
 std::string device_problem(int64_t index) {
   std::string why;
   if (!driver(&why)) return "CUDA is not available: " + why;
+  // (the driver's state is the parent's: its calls fail in the child, or worse)
+  if (forked_after_init)
+    return "CUDA was initialised before this process was fork()ed, and a forked child cannot use it "
+           "(fork the workers before CUDA is first used, or start them as new processes)";
   const int n = load().count;
   if (index >= 0 && index < n) return "";
   return cat("this machine has ", n, " CUDA device", n == 1 ? " (cuda:0)" : cat("s (cuda:0 to cuda:", n - 1, ")"));

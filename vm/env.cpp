@@ -1,6 +1,5 @@
 #include "vm/env.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -31,24 +30,19 @@ double env_number(const EnvNumber& e) {
   return x;
 }
 
+int env_word(const EnvWords& e) {
+  const char* v = env_setting(e.setting);
+  if (!v || !*v) return e.fallback;
+  for (int i = 0; i < 2; ++i)
+    if (std::strcmp(v, e.words[i]) == 0) return i;
+  throw Error(cat(setting_name(e.setting), ": expected ", e.words[0], " or ", e.words[1], ", got \"", v, "\""));
+}
+
 void check_environment() {
   for (const EnvNumber& e : {kEnvJitTimeout, kEnvJitFork, kEnvCudaWaves, kEnvCpuStreamBytes, kEnvProgressAfter,
                              kEnvCudaMaxSplitMb, kEnvCudaPdl, kEnvSplitAll, kEnvDistTimeout})
     env_number(e);
-  // settings that take one of a few words (empty: the default)
-  const struct {
-    Setting setting;
-    std::initializer_list<const char*> words;
-  } choices[] = {{Setting::Traceback, {"short", "full"}}, {Setting::Cudnn, {"0", "1"}}, {Setting::CudnnSdp, {"0", "1"}},
-                 {Setting::CudnnApi, {"graph", "legacy"}}};
-  for (const auto& c : choices) {
-    const char* v = env_setting(c.setting);
-    if (!v || !*v || std::any_of(c.words.begin(), c.words.end(), [&](const char* w) { return std::strcmp(v, w) == 0; }))
-      continue;
-    std::string list;
-    for (const char* w : c.words) list += cat(list.empty() ? "" : " or ", w);
-    throw Error(cat(setting_name(c.setting), ": expected ", list, ", got \"", v, "\""));
-  }
+  for (const EnvWords& e : {kEnvTraceback, kEnvCudnn, kEnvCudnnSdp, kEnvCudnnApi}) env_word(e);
 }
 
 }  // namespace cr

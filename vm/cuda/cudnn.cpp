@@ -18,6 +18,7 @@
 #include "vm/cuda/memory.hpp"
 #include "vm/cuda/streams.hpp"
 #include "vm/error.hpp"
+#include "vm/env.hpp"
 
 namespace cr::cuda {
 namespace {
@@ -98,14 +99,8 @@ void check_cudnn(Status s, const char* what) {
 }
 
 std::atomic<bool>& flag_ref(CudnnFlag f) {
-  static std::atomic<bool> enabled{[] {
-    const char* e = env_setting(Setting::Cudnn);
-    return !(e && std::string(e) == "0");
-  }()};
-  static std::atomic<bool> sdp{[] {
-    const char* e = env_setting(Setting::CudnnSdp);
-    return !(e && std::string(e) == "0");
-  }()};
+  static std::atomic<bool> enabled{env_word(kEnvCudnn) == 1};
+  static std::atomic<bool> sdp{env_word(kEnvCudnnSdp) == 1};
   static std::atomic<bool> tf32{true}, benchmark{false};
   return f == CudnnFlag::enabled ? enabled : f == CudnnFlag::allow_tf32 ? tf32 : f == CudnnFlag::sdp ? sdp : benchmark;
 }
@@ -305,13 +300,7 @@ void run_pass(Handle h, ConvPass pass, const Descriptors& d, const Choice& c, DT
 
 // CRESCENT_CUDNN_API, read once: a CudnnApi
 std::atomic<int>& api_ref() {
-  static std::atomic<int> which{[] {
-    const char* e = env_setting(Setting::CudnnApi);
-    const std::string v = e ? e : "graph";
-    if (v == "legacy") return int(CudnnApi::legacy);
-    if (v != "graph" && !v.empty()) fail(cat("CRESCENT_CUDNN_API: expected graph or legacy, got '", v, "'"));
-    return int(CudnnApi::graph);
-  }()};
+  static std::atomic<int> which{env_word(kEnvCudnnApi) == 1 ? int(CudnnApi::legacy) : int(CudnnApi::graph)};
   return which;
 }
 

@@ -11,18 +11,14 @@ extern "C" {
 #include <lua.h>
 }
 
-#include "vm/config.hpp"
+#include "vm/env.hpp"
 
 namespace cr {
 
 namespace {
 
 bool full_traceback() {
-  static const bool full = [] {
-    const char* v = env_setting(Setting::Traceback);
-    if (!v || !*v || std::strcmp(v, "short") == 0) return false;
-    return std::strcmp(v, "full") == 0;  // (another word stops the start: check_environment)
-  }();
+  static const bool full = env_word(kEnvTraceback) == 1;  // (checked at start: check_environment)
   return full;
 }
 

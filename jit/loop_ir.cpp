@@ -139,7 +139,10 @@ std::string Kernel::str(int64_t block) const {
       case EOp::Const: out << num_str(e.num, e.dtype); break;
       case EOp::Count: out << "(double)" << int_str(e.count); break;
       case EOp::Cast: out << "(" << ctype(e.dtype) << ")e" << e.a; break;
-      case EOp::Arith: out << (e.b < 0 ? cat(e.name, "e", e.a) : cat("e", e.a, " ", e.name, " e", e.b)); break;
+      case EOp::Arith:
+        out << (e.c >= 0 ? cat(e.name, "(e", e.a, ", e", e.b, ", e", e.c, ")")
+                : e.b < 0 ? cat(e.name, "e", e.a) : cat("e", e.a, " ", e.name, " e", e.b));
+        break;
       case EOp::Call: out << e.name << "(e" << e.a << (e.b >= 0 ? cat(", e", e.b) : "") << ")  /* block call */"; break;
       case EOp::Select: out << "e" << e.a << " ? e" << e.b << " : e" << e.c; break;
       case EOp::Reduced: out << "acc" << e.acc; break;

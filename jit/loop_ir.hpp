@@ -46,7 +46,8 @@ std::string affine_str(const Affine& a);
 
 // ---- expressions ----------------------------------------------------------------------------
 // Arith: "+", "-", "*", "/", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "!" (unary), "%u" (int64
-// operands taken as unsigned: randint's bits % span).
+// operands taken as unsigned: randint's bits % span), "fma" (a * b + c rounded once, floating
+// dtypes: where eager's sm::fma_ has one).
 // Call: op `name` element-wise over its operands' dtype (the compute dtype; the result is bool
 // for predicates), resolved by each backend: a block function of the op on CPUs
 // (cr::block_function), its scalar expression in CUDA C.

@@ -116,6 +116,16 @@ int32_t Lowerer::arith(Body& b, const char* op, int32_t x, int32_t y, DType d) {
   return b.add(std::move(e));
 }
 
+int32_t Lowerer::fma(Body& b, int32_t x, int32_t y, int32_t z, DType d) {
+  if (!is_floating(d)) return arith(b, "+", arith(b, "*", x, y, d), z, d);
+  Expr e{EOp::Arith, d};
+  e.name = "fma";
+  e.a = x;
+  e.b = y;
+  e.c = z;
+  return b.add(std::move(e));
+}
+
 int32_t Lowerer::call(Body& b, const char* op, int32_t x, int32_t y, DType d) {
   if (!block_function(op, d)) return -1;  // (each backend resolves the call by name and dtype)
   const OpDef* def = Registry::get().find(op);
@@ -177,12 +187,13 @@ const Inline kInline[] = {
      }},
     {"sm::clamp_min_", 2, [](Body& b, int32_t x, int32_t lo, int32_t, DType d) { return clamp_bound(b, x, lo, "<", d); }, true},
     {"sm::clamp_max_", 2, [](Body& b, int32_t x, int32_t hi, int32_t, DType d) { return clamp_bound(b, x, hi, ">", d); }, true},
+    {"sm::fma_", 3, [](Body& b, int32_t x, int32_t y, int32_t z, DType d) { return Lowerer::fma(b, x, y, z, d); }},
     {"sm::lerp_", 3, [](Body& b, int32_t x, int32_t y, int32_t w, DType d) {  // |w| < 0.5 as -0.5 < w < 0.5 (NaN: false)
        int32_t diff = Lowerer::arith(b, "-", y, x, d);
        int32_t small = Lowerer::arith(b, "&&", cmp(b, "<", w, Lowerer::constant(b, 0.5, d)),
                                       cmp(b, ">", w, Lowerer::constant(b, -0.5, d)), DType::b8);
-       int32_t near = Lowerer::arith(b, "+", x, Lowerer::arith(b, "*", w, diff, d), d);
-       int32_t far = Lowerer::arith(b, "-", y, Lowerer::arith(b, "*", diff, Lowerer::arith(b, "-", Lowerer::constant(b, 1, d), w, d), d), d);
+       int32_t near = Lowerer::fma(b, w, diff, x, d);
+       int32_t far = Lowerer::fma(b, Lowerer::arith(b, "-", x, y, d), Lowerer::arith(b, "-", Lowerer::constant(b, 1, d), w, d), y, d);
        return select_expr(b, small, near, far, d);
      }},
 };
@@ -399,14 +410,21 @@ bool pointwise(NodeLowering& nl, int form) {
   if (root < 0) {
     int32_t y = nin >= 2 ? nl.optional_operand(b, 1, shape, compute) : -1;
     int32_t z = nin == 3 ? nl.optional_operand(b, 2, shape, compute) : -1;
-    // a number after the operands scales the second one (add / sub alpha, addcmul's value)
+    // a number after the operands scales the second one (add / sub alpha, addcmul's value); a
+    // floating add / sub rounds once, as eager (ATen's fmadd(other, alpha, self))
+    const std::string_view ex = def.expr;
+    bool fused = false;
     if (const graph::Arg* s = n.args.size() > size_t(nin) ? &n.args[size_t(nin)] : nullptr;
-        s && s->is_number() && (s->num != 1.0 || s->varying >= 0) && y >= 0)
-      y = Lowerer::arith(b, "*", y, nl.operand(b, nin, shape, compute), compute);
+        s && s->is_number() && (s->num != 1.0 || s->varying >= 0) && y >= 0) {
+      int32_t scale = nl.operand(b, nin, shape, compute);
+      if ((fused = is_floating(compute) && nin == 2 && (ex == "a + b" || ex == "a - b")))
+        root = Lowerer::fma(b, y, ex == "a - b" ? negate(b, scale, compute) : scale, x, compute);
+      else y = Lowerer::arith(b, "*", y, scale, compute);
+    }
     ExprParser p{def.expr, b, x, y, compute, z};
-    root = p.parse_ternary();
+    if (!fused) root = p.parse_ternary();
     p.skip();
-    if (!p.ok || *p.s) {  // not inline arithmetic: a call
+    if (!fused && (!p.ok || *p.s)) {  // not inline arithmetic: a call
       if (compute == DType::b8 && std::string_view(def.name) != "logical_not") return nl.reject("bool inputs of a function");
       bool tanh = form == kGelu && n.args.size() > 1 && n.args[1].tag == kString && n.args[1].str == "tanh";
       if (nin == 3) return nl.reject("its scalar expression has no inline form");

@@ -35,6 +35,7 @@ struct Lowerer {
   static int32_t index(Body& b, Affine a, DType d);
   static int32_t cast(Body& b, int32_t e, DType d);
   static int32_t arith(Body& b, const char* op, int32_t x, int32_t y, DType d);
+  static int32_t fma(Body& b, int32_t x, int32_t y, int32_t z, DType d);  // x * y + z, rounded once
   // A registry op's block function applied to x (and y): null when it has none for dtype d.
   static int32_t call(Body& b, const char* op, int32_t x, int32_t y, DType d);
 

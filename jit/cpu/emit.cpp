@@ -218,6 +218,11 @@ class KernelEmitter : FunctionBuilder {
     DType in = k_.body.exprs[size_t(e.a)].dtype;
     if (op == "!") return J.context_new_unary_op(c_, nullptr, GCC_JIT_UNARY_OP_LOGICAL_NEGATE, t_.bool_, operand(e.a));
     if (e.b < 0) return J.context_new_unary_op(c_, nullptr, GCC_JIT_UNARY_OP_MINUS, type(e.dtype), operand(e.a));  // "-"
+    if (op == "fma") {  // (GCC's builtin: one instruction with -mfma, vectorised as any arithmetic)
+      gcc_jit_function* f = J.context_get_builtin_function(c_, e.dtype == DType::f32 ? "__builtin_fmaf" : "__builtin_fma");
+      gcc_jit_rvalue* args[3] = {operand(e.a), operand(e.b), operand(e.c)};
+      return J.context_new_call(c_, nullptr, f, 3, args);
+    }
     gcc_jit_rvalue *a = operand(e.a), *b = operand(e.b);
     static const std::map<std::string, gcc_jit_comparison> cmp = {
         {"==", GCC_JIT_COMPARISON_EQ}, {"!=", GCC_JIT_COMPARISON_NE}, {"<", GCC_JIT_COMPARISON_LT},

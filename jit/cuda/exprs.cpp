@@ -136,6 +136,7 @@ std::string Exprs::arith(const Expr& e) {
   if (e.name == "!") return "!" + a;
   if (e.b < 0) return "-" + a;  // unary minus
   std::string b = name(e.b);
+  if (e.name == "fma") return cat(e.dtype == DType::f32 ? "fmaf(" : "fma(", a, ", ", b, ", ", name(e.c), ")");
   if (e.name == "%u") return cat("(int64_t)((uint64_t)", a, " % (uint64_t)", b, ")");  // randint's bits % span
   bool compare = e.name == "==" || e.name == "!=" || e.name == "<" || e.name == "<=" || e.name == ">" || e.name == ">=";
   if (e.dtype == DType::b8 && !compare && e.name != "&&" && e.name != "||")  // bool arithmetic: in int, != 0

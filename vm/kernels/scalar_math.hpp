@@ -28,6 +28,12 @@ template <class T> inline T abs_(T a) { return a < T(0) ? neg_(a) : a; }
 template <class T> inline T add_(T a, T b) { return wrapping_add(a, b); }
 template <class T> inline T sub_(T a, T b) { return wrapping_sub(a, b); }
 template <class T> inline T mul_(T a, T b) { return wrapping_mul(a, b); }
+// a * b + c rounded once where PyTorch's kernels have an FMA (addcmul, lerp); written out, not left
+// to contraction, so that generated code (EOp::Arith "fma") can do the same (integers wrap).
+template <class T> inline T fma_(T a, T b, T c) {
+  if constexpr (std::is_floating_point_v<T>) return std::fma(a, b, c);
+  else return add_(mul_(a, b), c);
+}
 template <class T> inline T sign_(T a) { return T((T(0) < a) - (a < T(0))); }  // sign(nan) = 0, as torch
 template <class T> inline T relu_(T a) {
   if constexpr (std::is_floating_point_v<T>) { if (std::isnan(a)) return a; }
@@ -136,7 +142,9 @@ template <class T> inline T pow_(T a, T b) {
 // clamp's bounds, as torch.clamp: a NaN value or bound gives NaN
 template <class T> inline T clamp_min_(T a, T lo) { return a != a ? a : lo != lo ? lo : a < lo ? lo : a; }
 template <class T> inline T clamp_max_(T a, T hi) { return a != a ? a : hi != hi ? hi : a > hi ? hi : a; }
-template <class T> inline T lerp_(T a, T b, T w) { return std::abs(w) < T(0.5) ? a + w * (b - a) : b - (b - a) * (T(1) - w); }
+template <class T> inline T lerp_(T a, T b, T w) {
+  return std::abs(w) < T(0.5) ? fma_(w, b - a, a) : fma_(a - b, T(1) - w, b);
+}
 
 // pow(x, e) of a floating tensor and a number e: as PyTorch, the common exponents are
 // multiplications or square roots (several times faster than pow, and what torch computes, so

@@ -287,8 +287,19 @@ template <class Op> constexpr bool kDivides = std::is_same_v<Op, Op_fmod> || std
                                              std::is_same_v<Op, Op__div_floor> || std::is_same_v<Op, Op__div_trunc>;
 template <class Op> void run_binary(OpCall& c) {
   Binary p = prepare_binary<Op>(c);
-  // add / sub take {alpha = a}: other is scaled first
+  // add / sub take {alpha = a}: other is scaled first, in one rounding with the sum where the
+  // dtype is floating (ATen's fmadd(other, alpha, self))
   if (c.has(2) && c.number(2) != 1.0) {
+    if (is_floating(p.compute)) {
+      Tensor a = materialize(p.a, p.compute), b = materialize(p.b, p.compute);
+      const double alpha = std::is_same_v<Op, Op_sub> ? -c.number(2) : c.number(2);
+      visit_floating(p.compute, [&](auto t) {
+        using T = decltype(t);
+        using C = compute_t<T>;
+        map<T, T, T>(c.outs[0], {&a, &b}, [al = C(alpha)](auto x, auto y) { return sm::fma_(y, al, x); });
+      });
+      return;
+    }
     if (p.b.is_tensor()) {
       Tensor scaled = Tensor::empty(p.b.t.sizes(), p.compute, p.device);
       run_map<Op_mul>(p.compute, scaled, cast(p.b.t, p.compute), scalar_tensor(c.number(2), p.compute));
@@ -417,7 +428,7 @@ void run_addcmul(OpCall& c) {
     using T = decltype(t);
     using C = compute_t<T>;
     C v = C(value);
-    map<T, T, T, T>(c.outs[0], {&x, &a, &b}, [v](auto s, auto y, auto z) { return sm::add_(s, sm::mul_(sm::mul_(v, y), z)); });
+    map<T, T, T, T>(c.outs[0], {&x, &a, &b}, [v](auto s, auto y, auto z) { return sm::fma_(sm::mul_(v, y), z, s); });
   });
 }
 
@@ -630,7 +641,7 @@ void register_pointwise(Registry& r) {
   r.add(OpDef{"lerp", "self:T, end:T, weight:TN", OpKind::Ternary, 0, infer_ternary<prepare_lerp>, run_lerp,
               "sm::lerp_(a, b, c)"});
   r.add(OpDef{"addcmul", "self:T, tensor1:T, tensor2:T, value:N?", OpKind::Ternary, 0, infer_ternary<prepare_addcmul>,
-              run_addcmul, "a + b * c"});
+              run_addcmul, "sm::fma_(b, c, a)"});
   for (const char* n : {"add_", "sub_", "mul_", "div_", "clamp_"}) {
     std::string base(n, std::strlen(n) - 1);
     const OpDef* b = r.find(base);

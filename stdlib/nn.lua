@@ -223,17 +223,23 @@ end
 
 -- to(device_or_dtype_or_opts): parameters and buffers converted in place of the old ones. A dtype
 -- converts only floating tensors (index buffers keep theirs), as PyTorch's Module.to; converted
--- parameters stay leaves that require grad.
+-- parameters stay leaves that require grad. A tensor that needs no conversion stays itself, and
+-- a tensor held in several fields (tied weights) becomes one converted tensor.
 function Module:to(arg)
   local dtype = type(arg) == "string" and FLOATING[arg] and arg or (type(arg) == "table" and arg.dtype)
+  local done = {}  -- original tensor -> its conversion
   T.no_grad(walk_tensors, self, "", function(m, k, v)
-    local converted
-    if dtype and not FLOATING[v.dtype] then
-      converted = type(arg) == "table" and arg.device and v:to(arg.device) or v
-    else
-      converted = v:to(arg)
+    local converted = done[v]
+    if converted == nil then
+      if dtype and not FLOATING[v.dtype] then
+        converted = type(arg) == "table" and arg.device and v:to(arg.device) or v
+      else
+        converted = v:to(arg)
+      end
+      if converted == v then converted = v  -- the same tensor in another handle: keep the field's
+      elseif v.requires_grad then converted:requires_grad_(true) end
+      done[v] = converted
     end
-    if converted ~= v and v.requires_grad then converted:requires_grad_(true) end
     rawset(m, k, converted)
   end)
   return self

@@ -45,6 +45,29 @@ describe("Module", function()
     expect.eq(#M():parameters(), 3)
     expect.truthy(M():state_dict()["b.weight"] ~= nil)
   end)
+  it("to / float / double keep tied weights one tensor, and a no-op conversion keeps it itself", function()
+    local M = nn.Module:extend("TiedTo")
+    function M:init()
+      self.a = nn.Linear(2, 2, { bias = false }); self.b = nn.Linear(2, 2, { bias = false })
+      self.b.weight = self.a.weight
+      T.no_grad(function() self.a.weight:fill_(1) end)
+    end
+    -- PyTorch: one parameter whose gradient is 2 (both uses), so one SGD step of lr 1 gives -1
+    for _, conv in ipairs({ "none", "float", "double", "to" }) do
+      local m = M()
+      local w = m.a.weight
+      if conv == "to" then m:to("float64") elseif conv ~= "none" then m[conv](m) end
+      expect.truthy(rawequal(m.a.weight, m.b.weight), conv .. ": still tied")
+      expect.eq(rawequal(m.a.weight, w), conv == "none" or conv == "float", conv .. ": a no-op keeps the tensor")
+      expect.eq(#m:parameters(), 1, conv)
+      local opt = T.optim.SGD(m:parameters(), { lr = 1 })
+      local x = T.ones(1, 2, { dtype = m.a.weight.dtype })
+      local l = m.a(x):sum() + m.b(x):sum()
+      l:backward()
+      opt:step()
+      expect.eq(m.a.weight:totable(), { { -1, -1 }, { -1, -1 } }, conv)
+    end
+  end)
   it("round-trips state_dict through load_state_dict and T.save / T.load", function()
     local a, b = Net(4), Net(4)
     local x = T.randn(5, 4)

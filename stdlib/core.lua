@@ -144,6 +144,13 @@ function core.wrap(p)
   return h
 end
 
+-- Makes handle a hold b's tensor and b a's former one (released with b): everything that holds a
+-- (an optimizer, another module) then sees the new tensor, as after PyTorch's `p.data = q`.
+function core.swap_tensors(a, b)
+  local ha, hb = cast(hptr, a), cast(hptr, b)
+  ha.p, hb.p = hb.p, ha.p
+end
+
 function core.is_tensor(v)
   return getmetatable(v) == mt
 end

@@ -221,22 +221,36 @@ function Module:load_state_dict(sd, opts)
   return { missing_keys = missing, unexpected_keys = unexpected }
 end
 
--- to(device_or_dtype_or_opts): parameters and buffers converted in place of the old ones. A dtype
--- converts only floating tensors (index buffers keep theirs), as PyTorch's Module.to; converted
--- parameters stay leaves that require grad. A tensor that needs no conversion stays itself, and
--- a tensor held in several fields (tied weights) becomes one converted tensor.
+-- to(device_or_dtype_or_opts): a dtype converts only floating tensors (index buffers keep
+-- theirs), as PyTorch's Module.to. A tensor that needs no conversion stays itself, and a tensor
+-- held in several fields (tied weights) becomes one converted tensor.
+-- A parameter is converted in place (PyTorch's `p.data = converted`): the same Lua tensor, so an
+-- optimizer made before keeps training it; it stays a leaf that requires grad, and its grad is
+-- converted too. Hooks registered on it stay with the old tensor. Buffers are new tensors.
+local function convert(v, arg, dtype)
+  if dtype and not FLOATING[v.dtype] then
+    return type(arg) == "table" and arg.device and v:to(arg.device) or v
+  end
+  return v:to(arg)
+end
+
+local function convert_in_place(p, converted, arg, dtype)
+  local g, requires_grad = p.grad, p.requires_grad
+  core.swap_tensors(p, converted)
+  if requires_grad then p:requires_grad_(true) end
+  if g ~= nil then p.grad = convert(g, arg, dtype) end
+  return p
+end
+
 function Module:to(arg)
   local dtype = type(arg) == "string" and FLOATING[arg] and arg or (type(arg) == "table" and arg.dtype)
   local done = {}  -- original tensor -> its conversion
-  T.no_grad(walk_tensors, self, "", function(m, k, v)
+  T.no_grad(walk_tensors, self, "", function(m, k, v, _, buf)
     local converted = done[v]
     if converted == nil then
-      if dtype and not FLOATING[v.dtype] then
-        converted = type(arg) == "table" and arg.device and v:to(arg.device) or v
-      else
-        converted = v:to(arg)
-      end
+      converted = convert(v, arg, dtype)
       if converted == v then converted = v  -- the same tensor in another handle: keep the field's
+      elseif not buf then converted = convert_in_place(v, converted, arg, dtype)
       elseif v.requires_grad then converted:requires_grad_(true) end
       done[v] = converted
     end

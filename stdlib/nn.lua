@@ -178,12 +178,20 @@ end
 
 -- state ------------------------------------------------------------------------------------------
 
--- state_dict() -> table name -> tensor (parameters and persistent buffers; the tensors themselves)
-function Module:state_dict()
+-- The persistent state under PyTorch's names: the module's own tensors.
+local function state_tensors(self)
   local sd = {}
   walk_tensors(self, "", function(m, k, v, name, buf)
     if not buf or m._buffers[k] == "persistent" then sd[name] = v end
   end)
+  return sd
+end
+
+-- state_dict() -> table name -> tensor (parameters and persistent buffers), detached as PyTorch's:
+-- they share the module's memory but record no gradient, so they may be changed in place.
+function Module:state_dict()
+  local sd = state_tensors(self)
+  for name, t in pairs(sd) do sd[name] = t:detach() end
   return sd
 end
 
@@ -196,7 +204,7 @@ function Module:load_state_dict(sd, opts)
   if type(sd) ~= "table" or is_tensor(sd) then fail("load_state_dict: argument 1 (state_dict) expected a table of tensors, got " .. type(sd)) end
   opts = opts or {}
   local strict = opts.strict ~= false
-  local own, missing, unexpected, wrong = self:state_dict(), {}, {}, {}
+  local own, missing, unexpected, wrong = state_tensors(self), {}, {}, {}
   for _, name in ipairs(sorted_keys(own)) do
     local src = sd[name]
     if src == nil then missing[#missing + 1] = name

@@ -97,7 +97,9 @@ end
 local function field_name(k) return type(k) == "number" and tostring(k - 1) or k end
 
 -- Calls visit(owner, key, value, full_name, is_buffer) for every tensor field, depth first.
-local function walk_tensors(m, prefix, visit, seen)
+-- A module held in several fields is walked once; with every_name, once under each of its names
+-- (state_dict, as PyTorch's), still once per path so that a cycle ends.
+local function walk_tensors(m, prefix, visit, seen, every_name)
   seen = seen or {}
   if seen[m] then return end
   seen[m] = true
@@ -105,8 +107,9 @@ local function walk_tensors(m, prefix, visit, seen)
     local v = rawget(m, k)
     local name = prefix .. field_name(k)
     if is_tensor(v) then visit(m, k, v, name, m._buffers[k] ~= nil)
-    elseif is_module(v) then walk_tensors(v, name .. ".", visit, seen) end
+    elseif is_module(v) then walk_tensors(v, name .. ".", visit, seen, every_name) end
   end
+  if every_name then seen[m] = nil end
 end
 
 -- parameters() -> list of tensors (each once, even when shared)
@@ -178,13 +181,14 @@ end
 
 -- state ------------------------------------------------------------------------------------------
 
--- The persistent state under PyTorch's names: the module's own tensors.
+-- The persistent state under PyTorch's names: the module's own tensors, and their names in
+-- definition order. A module held in two fields is there under both names, as in PyTorch.
 local function state_tensors(self)
-  local sd = {}
+  local sd, names = {}, {}
   walk_tensors(self, "", function(m, k, v, name, buf)
-    if not buf or m._buffers[k] == "persistent" then sd[name] = v end
-  end)
-  return sd
+    if not buf or m._buffers[k] == "persistent" then sd[name] = v; names[#names + 1] = name end
+  end, nil, true)
+  return sd, names
 end
 
 -- state_dict() -> table name -> tensor (parameters and persistent buffers), detached as PyTorch's:
@@ -204,7 +208,8 @@ function Module:load_state_dict(sd, opts)
   if type(sd) ~= "table" or is_tensor(sd) then fail("load_state_dict: argument 1 (state_dict) expected a table of tensors, got " .. type(sd)) end
   opts = opts or {}
   local strict = opts.strict ~= false
-  local own, missing, unexpected, wrong = state_tensors(self), {}, {}, {}
+  local own, order = state_tensors(self)
+  local missing, unexpected, wrong = {}, {}, {}
   for _, name in ipairs(sorted_keys(own)) do
     local src = sd[name]
     if src == nil then missing[#missing + 1] = name
@@ -221,9 +226,9 @@ function Module:load_state_dict(sd, opts)
   if strict and #missing > 0 then errs[#errs + 1] = "missing keys: " .. table.concat(missing, ", ") end
   if strict and #unexpected > 0 then errs[#errs + 1] = "unexpected keys: " .. table.concat(unexpected, ", ") end
   if #errs > 0 then fail("load_state_dict: " .. self.__name .. ": " .. table.concat(errs, "; ")) end
-  T.no_grad(function()
-    for name, t in pairs(own) do
-      if sd[name] ~= nil then t:copy_(sd[name]) end
+  T.no_grad(function()  -- in definition order: of two names of one tensor, the later one's value stays
+    for _, name in ipairs(order) do
+      if sd[name] ~= nil then own[name]:copy_(sd[name]) end
     end
   end)
   return { missing_keys = missing, unexpected_keys = unexpected }

@@ -77,6 +77,24 @@ describe("Module", function()
     expect.close(m.weight, w * 2, 0, 0)
     expect.eq({ m.weight.requires_grad, m.weight.is_leaf }, { true, true })
   end)
+  it("state_dict and load_state_dict name a module held in two fields under both, as PyTorch", function()
+    local M = nn.Module:extend("TwoNames")
+    function M:init() self.l1 = nn.Linear(2, 2); self.l2 = self.l1 end
+    local m = M()
+    local keys = {}
+    for k in pairs(m:state_dict()) do keys[#keys + 1] = k end
+    table.sort(keys)
+    expect.eq(keys, { "l1.bias", "l1.weight", "l2.bias", "l2.weight" })
+    local names = {}
+    for name in m:named_parameters() do names[#names + 1] = name end
+    expect.eq(names, { "l1.weight", "l1.bias" })
+    -- PyTorch's checkpoint of this model has all four keys; the later name's value stays
+    m:load_state_dict({ ["l1.weight"] = T.ones(2, 2), ["l1.bias"] = T.ones(2), ["l2.weight"] = T.full({ 2, 2 }, 3),
+      ["l2.bias"] = T.ones(2) })
+    expect.eq(m.l1.weight:totable(), { { 3, 3 }, { 3, 3 } })
+    errs(function() m:load_state_dict({ ["l1.weight"] = T.ones(2, 2), ["l1.bias"] = T.ones(2) }) end, "load_state_dict",
+      "TwoNames: missing keys: l2.bias, l2.weight")
+  end)
   it("round-trips state_dict through load_state_dict and T.save / T.load", function()
     local a, b = Net(4), Net(4)
     local x = T.randn(5, 4)

@@ -257,6 +257,19 @@ function L.install(nn, h)
     return m
   end
 
+  -- PyTorch's mask shapes, each named by its dims and their values: a wrong one raises here
+  -- rather than in a view or a broadcast inside the attention.
+  local function check_mask(what, m, shapes)
+    if not T.is_tensor(m) then fail(string.format("MultiheadAttention: %s expected a tensor, got %s", what, type(m))) end
+    local got, names = m:_shape_str(), {}
+    for i, s in ipairs(shapes) do
+      local want = "{" .. table.concat(s, ",") .. "}"
+      if got == want then return end
+      names[i] = s.dims .. " = " .. want
+    end
+    fail(string.format("MultiheadAttention: %s expected shape %s, got %s", what, table.concat(names, " or "), got))
+  end
+
   function MHA:forward(q, k, v, opts)
     local name = "MultiheadAttention"
     opts = options(name, 4, opts, { key_padding_mask = true, attn_mask = true, need_weights = true, average_attn_weights = true, is_causal = true })
@@ -279,6 +292,13 @@ function L.install(nn, h)
     local vh = heads(proj(v, 3, self.v_proj_weight), S)
     local scores = T.matmul(qh, kh:transpose(-2, -1)) * (1 / math.sqrt(hd))
     local am, kpm = opts.attn_mask, opts.key_padding_mask
+    if kpm ~= nil then
+      check_mask("key_padding_mask", kpm, { unbatched and { S, dims = "(S)" } or { N, S, dims = "(N, S)" } })
+    end
+    if am ~= nil then
+      check_mask("attn_mask", am, { { L, S, dims = "(L, S)" },
+        { N * H, L, S, dims = unbatched and "(num_heads, L, S)" or "(N*num_heads, L, S)" } })
+    end
     if opts.is_causal and am == nil then am = T.ones(L, S, { dtype = "bool", device = q.device }):triu(1) end
     if am ~= nil then
       am = additive(am, scores.dtype)

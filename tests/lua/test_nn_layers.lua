@@ -418,6 +418,28 @@ describe("layer refusals", function()
     errs(function() F.conv1d(T.randn(1, 2, 5), w) end, "conv1d", "weight expected a 3-D tensor")
     errs(function() F.conv2d(x, w, nil, { strides = 2 }) end, "conv2d", "unknown option 'strides'")
   end)
+  it("MultiheadAttention names a mask of the wrong shape and the shapes it expects", function()
+    local m = nn.MultiheadAttention(8, 2, { batch_first = true })
+    local q, kv = T.randn(2, 3, 8), T.randn(2, 5, 8)
+    errs(function() m(q, kv, kv, { key_padding_mask = T.zeros(2, 6):bool() }) end, "MultiheadAttention",
+      "key_padding_mask expected shape (N, S) = {2,5}, got {2,6}")
+    errs(function() m(q, kv, kv, { key_padding_mask = T.zeros(5):bool() }) end, "MultiheadAttention",
+      "key_padding_mask expected shape (N, S) = {2,5}, got {5}")
+    errs(function() m(q, kv, kv, { attn_mask = T.zeros(3, 4) }) end, "MultiheadAttention",
+      "attn_mask expected shape (L, S) = {3,5} or (N*num_heads, L, S) = {4,3,5}, got {3,4}")
+    errs(function() m(q, kv, kv, { attn_mask = T.zeros(2, 3, 5) }) end, "MultiheadAttention",
+      "attn_mask expected shape (L, S) = {3,5} or (N*num_heads, L, S) = {4,3,5}, got {2,3,5}")
+    errs(function() m(q, kv, kv, { attn_mask = 1 }) end, "MultiheadAttention", "attn_mask expected a tensor, got number")
+    local u = nn.MultiheadAttention(6, 3)
+    local uq, ukv = T.randn(4, 6), T.randn(3, 6)
+    errs(function() u(uq, ukv, ukv, { key_padding_mask = T.zeros(1, 3):bool() }) end, "MultiheadAttention",
+      "key_padding_mask expected shape (S) = {3}, got {1,3}")
+    errs(function() u(uq, ukv, ukv, { attn_mask = T.zeros(4, 3, 3) }) end, "MultiheadAttention",
+      "attn_mask expected shape (L, S) = {4,3} or (num_heads, L, S) = {3,4,3}, got {4,3,3}")
+    -- the shapes it accepts
+    expect.eq(m(q, kv, kv, { attn_mask = T.zeros(4, 3, 5), key_padding_mask = T.zeros(2, 5):bool() }).shape, { 2, 3, 8 })
+    expect.eq(u(uq, ukv, ukv, { attn_mask = T.zeros(3, 4, 3), key_padding_mask = T.zeros(3):bool() }).shape, { 4, 6 })
+  end)
   it("fold, pad, pools and interpolate check their arguments", function()
     errs(function() F.fold(T.randn(1, 5, 4), { 3, 3 }, 2) end, "col2im", "divisible by the product of kernel_size (4)")
     errs(function() F.pad(T.randn(2, 3), { 1, 2, 3 }) end, "pad", "Padding length must be divisible by 2")

@@ -65,6 +65,33 @@ describe("op arguments at the Lua boundary", function()
     S.eq(x:clamp(-1 / 0, 1.5):totable(), { 1, 1.5, -3 })
     S.eq((x + big):totable(), { 1, 2, -3 })  -- (an operand of add wraps, as PyTorch's)
   end)
+  -- graph/keys.cpp fit_mask: a number that varied once is a kernel argument, unchecked there; the
+  -- dtypes it fits are in the key, so an out-of-range one records again and raises as eager
+  S.native_it("reject them in compiled code once the number varies, naming the number given", function()
+    local saved = T.config.sync_compile
+    T.config.sync_compile = true
+    local ok, err = pcall(function()
+      for _, mode in ipairs({ "default", "reduce-overhead" }) do
+        local x, y, z = T.tensor({ 1, -3 }):int(), T.tensor({ 1.5, -3 }), T.tensor({ 1, 2 })
+        local f = T.compile(function(a, n) return a:clamp(nil, n) end, { mode = mode })
+        local g = T.compile(function(a, n) return T.where(a:gt(0), a, n), a:add(a, { alpha = n }) end, { mode = mode })
+        local h = T.compile(function(a, n) return a:add(a, { alpha = n }) end, { mode = mode })
+        for _, n in ipairs({ 1, 2, 3 }) do f(x, n); g(y, n); h(z, n) end
+        for _ = 1, 2 do
+          S.errors(function() return f(x, 2 ^ 31) end, "clamp: value 2147483648 cannot be converted to int32 without overflow")
+          S.errors(function() return g(y, 1e39) end, "where: value 1e%+39 cannot be converted to float32 without overflow")
+        end
+        S.eq(f(x, 5):totable(), { 1, -3 }, mode)
+        S.eq(select(2, g(y, 3)):totable(), { 6, -12 }, mode)
+        for _, n in ipairs({ 0.1, 0.25 }) do
+          S.errors(function() return h(z, n) end, "add: alpha must be an integer for int64 inputs, got " .. n)
+        end
+        S.eq(h(z, 4):totable(), { 5, 10 }, mode)
+      end
+    end)
+    T.config.sync_compile = saved
+    if not ok then error(err, 0) end
+  end)
 end)
 
 describe("booleans are no sizes, dims or counts (issue 32)", function()

@@ -134,6 +134,15 @@ bool class_free(const Segment& s, const OpDef& def, const cr_value* args, int na
   return false;
 }
 
+// The dtypes of check_scalar_fits whose range holds v, as a mask: a number out of its op's range
+// changes the key, and recording the call raises as eager does (the kernels take numbers unchecked).
+int fit_mask(double v) {
+  int mask = 0, bit = 0;
+  for (DType d : {DType::i32, DType::i64, DType::f16, DType::f32, DType::bf16}) mask |= int(scalar_fits(v, d)) << bit++;
+  static_assert(guards::kFitMasks == 1 << 5);
+  return mask;
+}
+
 // Number argument i: its bits, or once it varies "any number" - of its class where the result
 // type depends on it; a varying one joins the call's numbers.
 void encode_number(Segment& s, const OpDef& def, const cr_value* args, int nargs, int i) {
@@ -145,9 +154,11 @@ void encode_number(Segment& s, const OpDef& def, const cr_value* args, int nargs
   }
   s.arg_number[size_t(i)] = int32_t(s.numbers.size());
   s.numbers.push_back(a.num);
-  s.key.push_back(class_free(s, def, args, nargs, i) ? guards::kVaryingNumber
-                  : scalar_is_integral(a.num)        ? guards::kVaryingInteger
-                                                     : guards::kVaryingFraction);
+  using guards::Varying;
+  const Varying kind = class_free(s, def, args, nargs, i) ? Varying::Number
+                       : scalar_is_integral(a.num)        ? Varying::Integer
+                                                          : Varying::Fraction;
+  s.key.push_back(guards::varying_word(kind, fit_mask(a.num)));
 }
 
 }  // namespace
@@ -296,7 +307,7 @@ bool changes_between(const guards::Key& was, const guards::Key& now, const Segme
     for (size_t j = 0; j < sp.n; ++j) size_arg[sp.at + j] = sp.arg;
   auto shown = [](uint64_t w, bool number) {
     if (w == guards::kSymbolicSize) return std::string("symbolic");
-    if (number && (w == guards::kVaryingNumber || w == guards::kVaryingInteger || w == guards::kVaryingFraction))
+    if (number && guards::is_varying_word(w))
       return std::string("varying");
     if (!number) return std::to_string(w);
     double d;

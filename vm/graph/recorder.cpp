@@ -338,7 +338,10 @@ void Recorder::record(int op, const cr_value* args, int nargs, int32_t first_new
   } catch (const LocatedError&) {
     throw;
   } catch (const Error& e) {
-    if (!(def.flags & kValueErrors) && !s.dynamic) {  // the same key fails the same way: remember it
+    // the same key fails the same way: remember it (not where it reads values: index values, or
+    // numbers the key holds only the class of, whose message names the number)
+    const bool numbers_vary = std::any_of(s.arg_number.begin(), s.arg_number.end(), [](int32_t n) { return n >= 0; });
+    if (!(def.flags & kValueErrors) && !s.dynamic && !numbers_vary) {
       node->error = e.what();
       s.pos->children.push_back(std::move(node));
       s.pos = s.pos->children.back().get();

@@ -115,11 +115,11 @@ ArgView read_arg(KeyReader& r) {
     case kNumber: {
       const uint64_t w = r.next();
       a.kind = "number";
-      a.value = w == kSymbolicSize     ? "any integer (a size)"
-                : w == kVaryingNumber  ? "any number"
-                : w == kVaryingInteger ? "any integer"
-                : w == kVaryingFraction ? "any non-integer"
-                                        : cat(as_double(w));
+      a.value = w == kSymbolicSize            ? "any integer (a size)"
+                : !is_varying_word(w)         ? cat(as_double(w))
+                : varying_kind(w) == Varying::Number  ? "any number"
+                : varying_kind(w) == Varying::Integer ? "any integer"
+                                                      : "any non-integer";
       break;
     }
     case kBool: a.kind = "boolean"; a.value = as_double(r.next()) != 0 ? "true" : "false"; break;

@@ -34,10 +34,13 @@ constexpr uint64_t kSymbolicSize = ~uint64_t(0);
 constexpr uint64_t kContiguousStride = ~uint64_t(1);
 // Automatic dynamic numbers: an operand number that varies matches any number - of its class
 // (integral or not) when the op has tensors that are not floating, whose result dtype depends on
-// it (NaN payloads no Lua number has).
-constexpr uint64_t kVaryingNumber = ~uint64_t(2);
-constexpr uint64_t kVaryingInteger = ~uint64_t(3);
-constexpr uint64_t kVaryingFraction = ~uint64_t(4);
+// it - with the same mask of dtypes whose range holds it (graph/keys.cpp): NaN payloads no Lua
+// number has.
+enum class Varying { Number, Integer, Fraction };
+constexpr int kFitMasks = 32;
+constexpr uint64_t varying_word(Varying kind, int fits) { return ~uint64_t(2 + int(kind) + 3 * fits); }
+constexpr bool is_varying_word(uint64_t w) { return w <= ~uint64_t(2) && w >= ~uint64_t(1 + 3 * kFitMasks); }
+constexpr Varying varying_kind(uint64_t w) { return Varying((~w - 2) % 3); }
 
 // A tensor seen for the first time by an event: it becomes a graph input.
 struct NewInput {

@@ -77,7 +77,7 @@ Tensor materialize(const Operand& o, DType dtype) {
   return scalar_tensor(v, dtype);
 }
 
-void check_scalar_fits(double v, DType dtype) {
+bool scalar_fits(double v, DType dtype) {
   bool ok = true;
   switch (dtype) {
     case DType::i32: ok = v >= -2147483648.0 && v <= 2147483647.0; break;  // false for nan
@@ -87,7 +87,11 @@ void check_scalar_fits(double v, DType dtype) {
     case DType::bf16: ok = !std::isfinite(v) || std::fabs(v) <= 3.3895313892515355e38; break;
     default: break;  // float64 holds every Lua number; bool takes any value (v != 0)
   }
-  if (!ok) fail(cat("value ", v, " cannot be converted to ", dtype_name(dtype), " without overflow"));
+  return ok;
+}
+
+void check_scalar_fits(double v, DType dtype) {
+  if (!scalar_fits(v, dtype)) fail(cat("value ", v, " cannot be converted to ", dtype_name(dtype), " without overflow"));
 }
 
 std::string dtype_list_error(const char* what, DType d) { return cat("expected ", what, ", got a ", dtype_name(d), " tensor"); }

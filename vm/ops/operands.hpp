@@ -37,6 +37,7 @@ Tensor materialize(const Operand& o, DType dtype);
 bool scalar_is_integral(double v);
 // fill_ / full: the value must be representable in dtype (PyTorch's "without overflow" check).
 void check_scalar_fits(double v, DType dtype);
+bool scalar_fits(double v, DType dtype);  // (the test of check_scalar_fits)
 
 // visitors that instantiate only the dtypes an op accepts
 template <class F> decltype(auto) visit_floating(DType d, F&& f) {

@@ -171,10 +171,19 @@ function M.index_put_(x, list, values, accumulate)
   return x
 end
 
+local function same_shape(k, x)
+  if k:dim() ~= x:dim() then return false end
+  for j = 1, k:dim() do
+    if k:size(j) ~= x:size(j) then return false end
+  end
+  return true
+end
+
 -- x[k] for a key that is no method or property: a tensor (index or mask) or a list of entries
 function M.get(x, k)
   if is_tensor(k) then
-    if k.dtype == "bool" and k:dim() == x:dim() and k:dim() > 0 then return x:masked_select(k) end
+    -- (masked_select broadcasts: a mask of another shape goes to index, which raises)
+    if k.dtype == "bool" and k:dim() > 0 and same_shape(k, x) then return x:masked_select(k) end
     return M.index(x, { k })
   end
   if type(k) == "table" then return M.index(x, k) end
@@ -186,11 +195,9 @@ end
 -- values of another dtype raise, as PyTorch's setitem)
 function M.set(x, k, v)
   if is_tensor(k) then
-    if k.dtype == "bool" and type(v) == "number" and k:dim() == x:dim() and k:dim() > 0 then
-      local same = true
-      for j = 1, k:dim() do same = same and k:size(j) == x:size(j) end
+    if k.dtype == "bool" and type(v) == "number" and k:dim() > 0 and same_shape(k, x) then
       -- (a mask on the CPU indexes a CUDA tensor too, as PyTorch's positions may)
-      if same then return x:masked_fill_(k.device == x.device and k or k:to(x.device), v) end
+      return x:masked_fill_(k.device == x.device and k or k:to(x.device), v)
     end
     return M.index_put_(x, { k }, v)
   end

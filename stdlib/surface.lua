@@ -691,23 +691,6 @@ function S.bucketize(values, boundaries, opts)
   return S.searchsorted(boundaries, values, opts_of("bucketize", opts, { right = true }))
 end
 
--- histc(x[, bins = 100[, min = 0[, max = 0]]]): counts of bins equal parts of [min, max] (the
--- data's range when min == max); values outside are not counted
-function S.histc(x, bins, lo, hi)
-  bins, lo, hi = bins or 100, lo or 0, hi or 0
-  if not x.dtype:find("float") and x.dtype ~= "bfloat16" then fail("histc: expected a floating tensor, got " .. describe(x)) end
-  if bins <= 0 then fail("histc: bins must be > 0, got " .. bins) end
-  if lo == hi and x:numel() > 0 then lo, hi = x:min():item(), x:max():item() end
-  if lo == hi then lo, hi = lo - 1, hi + 1 end
-  if lo > hi then fail(string.format("histc: max must be larger than min, got %s and %s", tostring(lo), tostring(hi))) end
-  local f = x:flatten()
-  local inside = f:ge(lo):logical_and(f:le(hi))
-  -- (values outside go to a bin past the last, cut off: no selection, no read-back of its size)
-  local pos = ((f - lo) * bins / (hi - lo)):floor():long():clamp(0, bins - 1):masked_fill(inside:logical_not(), bins)
-  local one = T.ones(1, { dtype = x.dtype, device = x.device }):expand(f:numel())
-  return T.zeros(bins + 1, { dtype = x.dtype, device = x.device }):index_add(1, pos + 1, one):narrow(1, 1, bins)
-end
-
 -- quantile(x, q[, dim[, keepdim[, {interpolation =}]]]): between the sorted values at rank
 -- q * (n - 1), as PyTorch's modes: linear (default), lower, higher, midpoint, nearest (half to
 -- even); q a number or a 1-D tensor (its dim first in the result); NaN where a NaN is among the values

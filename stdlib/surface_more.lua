@@ -1,6 +1,6 @@
 -- crescent.surface_more: more of PyTorch's data ops made of registry ops, bound with
 -- crescent.surface's (same conventions: T.op and x:op, differentiable and compiled through the
--- ops they are made of, 1-based index results): logcumsumexp, mode, multinomial.
+-- ops they are made of, 1-based index results): logcumsumexp, mode, multinomial, histc.
 local fail = require("crescent.core").fail
 local A = require "crescent.surface_args"
 local describe, check_tensor, opts_of, dim0, is_float = A.describe, A.check_tensor, A.opts_of, A.dim0, A.is_float
@@ -110,6 +110,38 @@ function M.multinomial(p, num_samples, replacement)
     idx = select(2, (w / noise):topk(num_samples, 2))
   end
   return p:dim() == 1 and idx:squeeze(1) or idx
+end
+
+-- The first and last point of ATen's CPU linspace(lo, hi, n) in dtype dt (0-d tensors): its AVX2
+-- kernel writes two 32-byte vectors at a time as base + j * step, the base rounded once, so the
+-- last point is hi itself only where the scalar tail writes it.
+local VECTOR = { float64 = 4, float32 = 8, float16 = 16, bfloat16 = 16 }
+local function linspace_ends(lo, hi, n, dt, device)
+  local s, e = T.full({}, lo, { dtype = dt, device = device }), T.full({}, hi, { dtype = dt, device = device })
+  local v = VECTOR[dt]
+  if n % (2 * v) ~= 0 then return s, e end
+  local step = (e - s) / (n - 1)
+  return s, e:add(step, { alpha = 1 - v }) + step * (v - 1)
+end
+
+-- histc(x[, bins = 100[, min = 0[, max = 0]]]): counts of bins equal parts of [min, max] (the
+-- data's range when min == max); values outside are not counted. As ATen's CPU kernel: the
+-- edges lo, hi of linspace(min, max, bins + 1), v's bin floor((v - lo) / (hi - lo) * bins) in x's dtype
+function M.histc(x, bins, lo, hi)
+  bins, lo, hi = bins or 100, lo or 0, hi or 0
+  check_tensor("histc", 1, "self", x)
+  if not is_float(x) then fail("histc: expected a floating tensor, got " .. describe(x)) end
+  if bins <= 0 then fail("histc: bins must be > 0, got " .. bins) end
+  if lo == hi and x:numel() > 0 then lo, hi = x:min():item(), x:max():item() end
+  if lo == hi then lo, hi = lo - 1, hi + 1 end
+  if lo > hi then fail(string.format("histc: max must be larger than min, got %s and %s", tostring(lo), tostring(hi))) end
+  local l, h = linspace_ends(lo, hi, bins + 1, x.dtype, x.device)
+  local f = x:flatten()
+  local inside = f:ge(l):logical_and(f:le(h))
+  -- (values outside go to a bin past the last, cut off: no selection, no read-back of its size)
+  local pos = ((f - l) / (h - l) * bins):floor():long():clamp(0, bins - 1):masked_fill(inside:logical_not(), bins)
+  local one = T.ones(1, { dtype = x.dtype, device = x.device }):expand(f:numel())
+  return T.zeros(bins + 1, { dtype = x.dtype, device = x.device }):index_add(1, pos + 1, one):narrow(1, 1, bins)
 end
 
 function M.bind(t) T = t end

@@ -309,6 +309,20 @@ do
   local h = rnd({ 200 }, "float32")
   case("histc", function() return T.histc(h, 10) end, "torch.histc(h, 10)", { h = h })
   case("histc_range", function() return h:histc(7, -1, 1) end, "h.histc(7, -1, 1)", { h = h })
+  -- a value's bin is (v - lo) / (hi - lo) * bins in x's dtype; the top edge is that of ATen's
+  -- linspace, which some bin counts put off max: the max then goes uncounted, as in torch
+  local he = T.tensor({ 0, 0.1, 0.2, 0.3 })
+  case("histc_edges", function() return T.histc(he, 3, 0, 0.3) end, "torch.histc(h, 3, 0, 0.3)", { h = he })
+  for _, dt in ipairs({ "float32", "float64" }) do
+    local hs = rnd({ 16, 40 }, dt)
+    for _, bins in ipairs({ 3, 7, 15, 31, 100 }) do
+      case(("histc_rows_%s_%d"):format(dt, bins), function()
+        local r = {}
+        for i = 1, hs:size(1) do r[i] = T.histc(hs[i], bins) end
+        return T.stack(r)
+      end, ("torch.stack([torch.histc(r, %d) for r in h])"):format(bins), { h = hs })
+    end
+  end
   case("quantile", function() return x:quantile(0.3) end, "x.quantile(0.3)", { x = x })
   case("quantile_dim", function() return T.quantile(x, T.tensor({ 0.25, 0.5, 1 }, { dtype = "float64" }), 2, true) end,
     "torch.quantile(x, torch.tensor([0.25, 0.5, 1], dtype=torch.float64), 1, True)", { x = x })

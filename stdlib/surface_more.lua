@@ -124,6 +124,8 @@ local function linspace_ends(lo, hi, n, dt, device)
   return s, e:add(step, { alpha = 1 - v }) + step * (v - 1)
 end
 
+local function shown(v) return v ~= v and "nan" or tostring(v) end
+
 -- histc(x[, bins = 100[, min = 0[, max = 0]]]): counts of bins equal parts of [min, max] (the
 -- data's range when min == max); values outside are not counted. As ATen's CPU kernel: the
 -- edges lo, hi of linspace(min, max, bins + 1), v's bin floor((v - lo) / (hi - lo) * bins) in x's dtype
@@ -134,6 +136,9 @@ function M.histc(x, bins, lo, hi)
   if bins <= 0 then fail("histc: bins must be > 0, got " .. bins) end
   if lo == hi and x:numel() > 0 then lo, hi = x:min():item(), x:max():item() end
   if lo == hi then lo, hi = lo - 1, hi + 1 end
+  if lo ~= lo or hi ~= hi or math.abs(lo) == math.huge or math.abs(hi) == math.huge then
+    fail(string.format("histc: range of [%s, %s] is not finite", shown(lo), shown(hi)))
+  end
   if lo > hi then fail(string.format("histc: max must be larger than min, got %s and %s", tostring(lo), tostring(hi))) end
   local l, h = linspace_ends(lo, hi, bins + 1, x.dtype, x.device)
   local f = x:flatten()

@@ -121,6 +121,14 @@ function C.pad(x, pad, mode, value)
       if mode == "circular" and (lo > n or hi > n) then
         fail(string.format("%s: Padding value causes wrapping around more than once (padding (%d, %d), size %d)", op, lo, hi, n))
       end
+      if mode == "circular" and (lo < 0 or hi < 0) then  -- (PyTorch crops first, then wraps what is left)
+        local m = n - math.max(-lo, 0) - math.max(-hi, 0)
+        if m < 0 then fail(string.format("%s: cropping dim %d (size %d) by %d and %d leaves nothing", op, d, n, -math.min(lo, 0), -math.min(hi, 0))) end
+        if lo > m or hi > m then
+          fail(string.format("%s: Padding value causes wrapping around more than once (padding (%d, %d), size %d cropped to %d)", op, lo, hi, n, m))
+        end
+        x, n, lo, hi = x:narrow(d, 1 + math.max(-lo, 0), m), m, math.max(lo, 0), math.max(hi, 0)
+      end
       if n == 0 then fail(string.format("%s: mode %s expected a non-empty dim %d, got %s", op, mode, d, shape_str(x))) end
       x = x:index_select(d, T.tensor(pad_index(mode, n, lo, hi), { dtype = "int64", device = x.device }))
     end

@@ -118,6 +118,15 @@ for _, m in ipairs({ "constant", "reflect", "replicate", "circular" }) do
   case("pad " .. m, function(x) return F.pad(x, { 2, 1, 1, 2 }, m) end, ("F.pad(a, (2, 1, 1, 2), '%s')"):format(m), { D(2, 3, 4, 5) })
 end
 case("pad 1-d reflect", function(x) return F.pad(x, { 3, 2 }, "reflect") end, "F.pad(a, (3, 2), 'reflect')", { D(2, 3, 5) })
+-- circular with a crop on one side: cropped first, then wrapped (torch 1.13)
+for _, p in ipairs({ { 2, -1 }, { -1, 2 }, { -2, 1 }, { 1, -1 } }) do
+  local ps = table.concat(p, ", ")
+  case("pad circular crop " .. ps, function(x) return F.pad(x, p, "circular") end, ("F.pad(a, (%s), 'circular')"):format(ps), { D(1, 2, 4) })
+end
+for _, p in ipairs({ { 2, -1, -1, 2 }, { -2, 1, 1, -1 }, { -1, -1, 2, 1 } }) do
+  local ps = table.concat(p, ", ")
+  case("pad circular 2-d crop " .. ps, function(x) return F.pad(x, p, "circular") end, ("F.pad(a, (%s), 'circular')"):format(ps), { D(2, 3, 4, 5) })
+end
 case("pad constant value crop", function(x) return F.pad(x, { -1, 2, 1, 0 }, { value = 1.5 }) end, "F.pad(a, (-1, 2, 1, 0), value=1.5)", { D(2, 3, 4) })
 -- pools
 case("max_pool2d", function(x) return F.max_pool2d(x, 2) end, "F.max_pool2d(a, 2)", { D(2, 3, 6, 7) })

@@ -535,7 +535,8 @@ function C.interpolate(x, opts)
   end
   if mode ~= "nearest" then
     for i = n, 1, -1 do  -- the last dim first, as PyTorch's weights nest
-      x = linear_along(x, 2 + i, x:size(2 + i), sizes[i], sfs[i], o.align_corners)
+      -- (a dim of unchanged size is copied whatever the scale, as PyTorch's kernels do)
+      if sizes[i] ~= x:size(2 + i) then x = linear_along(x, 2 + i, x:size(2 + i), sizes[i], sfs[i], o.align_corners) end
     end
   end
   return x

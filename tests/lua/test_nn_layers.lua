@@ -169,6 +169,21 @@ case("interpolate bilinear align", function(x) return F.interpolate(x, { size = 
   "F.interpolate(a, size=(3, 8), mode='bilinear', align_corners=True)", { D(2, 3, 4, 3) })
 case("interpolate bilinear scale", function(x) return F.interpolate(x, { scale_factor = 1.5, mode = "bilinear" }) end,
   "F.interpolate(a, scale_factor=1.5, mode='bilinear')", { D(1, 2, 4, 5) })
+-- a dim whose size the scale leaves unchanged is copied, whatever the scale (torch 1.13)
+case("interpolate bilinear scale same size", function(x) return F.interpolate(x, { scale_factor = 1.3, mode = "bilinear" }) end,
+  "F.interpolate(a, scale_factor=1.3, mode='bilinear')", { D(1, 2, 3, 5) })
+case("interpolate bilinear scales", function(x) return F.interpolate(x, { scale_factor = { 1.3, 1.5 }, mode = "bilinear" }) end,
+  "F.interpolate(a, scale_factor=(1.3, 1.5), mode='bilinear')", { D(1, 2, 3, 5) })
+case("interpolate bilinear scales recompute", function(x)
+  return F.interpolate(x, { scale_factor = { 1.3, 1.5 }, mode = "bilinear", recompute_scale_factor = true }) end,
+  "F.interpolate(a, scale_factor=(1.3, 1.5), mode='bilinear', recompute_scale_factor=True)", { D(1, 2, 3, 5) })
+case("interpolate bilinear scales align", function(x)
+  return F.interpolate(x, { scale_factor = { 1.3, 1.5 }, mode = "bilinear", align_corners = true }) end,
+  "F.interpolate(a, scale_factor=(1.3, 1.5), mode='bilinear', align_corners=True)", { D(1, 2, 3, 5) })
+case("interpolate bilinear scales 1.1, 1.3", function(x) return F.interpolate(x, { scale_factor = { 1.1, 1.3 }, mode = "bilinear" }) end,
+  "F.interpolate(a, scale_factor=(1.1, 1.3), mode='bilinear')", { D(1, 2, 5, 3) })
+case("interpolate linear scale same size", function(x) return F.interpolate(x, { scale_factor = 1.3, mode = "linear" }) end,
+  "F.interpolate(a, scale_factor=1.3, mode='linear')", { D(2, 3, 3) })
 case("interpolate linear", function(x) return F.interpolate(x, { size = 9, mode = "linear" }) end, "F.interpolate(a, size=9, mode='linear')", { D(2, 3, 4) })
 -- normalisation
 case("batch_norm train", function(x, w, b) return F.batch_norm(x, nil, nil, w, b, true) end,

@@ -21,18 +21,22 @@ local function long(x, values) return T.tensor(values, { dtype = "int64", device
 
 -- where / nonzero / sort ----------------------------------------------------------------------
 local where3, index_put_, nonzero1, sort2, bincount1, registry
+-- one index tensor per dim; a 0-d x gives one, as PyTorch's (its nonzero of x as a 1-element vector)
+local function nonzero_columns(x) return indexing.columns(nonzero1(x:dim() == 0 and x:reshape(1) or x)) end
 function S.where(cond, a, b)
   if a == nil and b == nil then
     check_tensor("where", 1, "condition", cond)
-    return indexing.columns(nonzero1(cond))
+    return nonzero_columns(cond)
   end
   return where3(cond, a, b)
 end
 function S.nonzero(x, opts)
   opts = opts_of("nonzero", opts, { as_tuple = true })
-  local nz = nonzero1(x)
-  if opts.as_tuple then return indexing.columns(nz) end
-  return nz
+  if opts.as_tuple then
+    check_tensor("nonzero", 1, "self", x)
+    return nonzero_columns(x)
+  end
+  return nonzero1(x)
 end
 
 -- sort(x[, dim[, descending | {descending =}]]) and sort(x, {dim =, descending =})

@@ -55,6 +55,11 @@ do
   case("nonzero_tuple", function() return T.stack({ T.nonzero(x:gt(0), { as_tuple = true }) }) end,
     "torch.stack(torch.nonzero(x > 0, as_tuple=True)) + 1", { x = x })
   case("nonzero_0d", function() return T.nonzero(T.tensor(3)) end, "torch.nonzero(torch.tensor(3))", {})
+  -- a 0-d condition gives one index tensor, as torch's (its nonzero as a 1-element vector)
+  case("where_0d", function() return T.stack({ T.where(T.tensor(true)) }) end, "torch.stack(torch.where(torch.tensor(True))) + 1", {})
+  case("where_0d_false", function() return T.stack({ T.where(T.tensor(0)) }) end, "torch.stack(torch.where(torch.tensor(0))) + 1", {})
+  case("nonzero_tuple_0d", function() return T.stack({ T.nonzero(T.tensor(2.5), { as_tuple = true }) }) end,
+    "torch.stack(torch.nonzero(torch.tensor(2.5), as_tuple=True)) + 1", {})
   case("mask_empty", function() return x[x:gt(100)] end, "x[x > 100]", { x = x })
   case("mask_nc", function() return x:transpose(1, 3)[x:transpose(1, 3):lt(0)] end, "x.transpose(0, 2)[x.transpose(0, 2) < 0]", { x = x })
 end

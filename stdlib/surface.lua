@@ -302,23 +302,31 @@ local function writable(op, x)
     end
   end
 end
+-- put(...) (an index_put_) with its errors naming op, the function called
+local function put_for(op, put, ...)
+  local ok, r = pcall(put, ...)
+  if ok then return r end
+  error(type(r) == "string" and r:gsub("index_put_: ", op .. ": ", 1) or r, 0)
+end
 -- (a 0-d self is written through a 1-element view, as PyTorch takes dim 1 of a 0-d tensor)
 local function one_d(x) return x:dim() == 0 and x:view(1) or x end
-function S.index_copy_(x, dim, index, src)
-  writable("index_copy_", x)
-  local k = dim0("index_copy_", x, dim) + 1
-  if src.dtype ~= x.dtype then fail(string.format("index_copy_: source expected self's dtype %s, got %s", x.dtype, describe(src))) end
-  indexing.index_put_(one_d(x), along(x, k, index), x:dim() == 0 and src:reshape(1) or src)
+local function index_copy(op, x, dim, index, src)
+  writable(op, x)
+  local k = dim0(op, x, dim) + 1
+  if src.dtype ~= x.dtype then fail(string.format("%s: source expected self's dtype %s, got %s", op, x.dtype, describe(src))) end
+  put_for(op, indexing.index_put_, one_d(x), along(x, k, index), x:dim() == 0 and src:reshape(1) or src)
   return x
 end
-function S.index_copy(x, dim, index, src) return S.index_copy_(x:clone(), dim, index, src) end
-function S.index_fill_(x, dim, index, value)
-  writable("index_fill_", x)
-  local k = dim0("index_fill_", x, dim) + 1
-  indexing.index_put_(one_d(x), along(x, k, index), is_tensor(value) and value:to(x.dtype) or value)
+function S.index_copy_(x, dim, index, src) return index_copy("index_copy_", x, dim, index, src) end
+function S.index_copy(x, dim, index, src) return index_copy("index_copy", x:clone(), dim, index, src) end
+local function index_fill(op, x, dim, index, value)
+  writable(op, x)
+  local k = dim0(op, x, dim) + 1
+  put_for(op, indexing.index_put_, one_d(x), along(x, k, index), is_tensor(value) and value:to(x.dtype) or value)
   return x
 end
-function S.index_fill(x, dim, index, value) return S.index_fill_(x:clone(), dim, index, value) end
+function S.index_fill_(x, dim, index, value) return index_fill("index_fill_", x, dim, index, value) end
+function S.index_fill(x, dim, index, value) return index_fill("index_fill", x:clone(), dim, index, value) end
 
 -- scatter(x, dim, index, src | value[, {reduce = "add" | "multiply"}]): x[.., index[i], ..] = src[i]
 local function coords(op, x, k, index)
@@ -339,28 +347,29 @@ local function coords(op, x, k, index)
   end
   return list
 end
-function S.scatter_(x, dim, index, src, opts)
-  opts = opts_of("scatter_", opts, { reduce = true })
-  writable("scatter_", x)
-  local k = dim0("scatter_", x, dim) + 1
+local function scatter(op, x, dim, index, src, opts)
+  opts = opts_of(op, opts, { reduce = true })
+  writable(op, x)
+  local k = dim0(op, x, dim) + 1
   if x:dim() == 0 and is_tensor(index) and index:dim() == 0 then  -- (0-d: as its 1-element view)
-    S.scatter_(x:view(1), 1, index:view(1), is_tensor(src) and src:dim() == 0 and src:view(1) or src, opts)
+    scatter(op, x:view(1), 1, index:view(1), is_tensor(src) and src:dim() == 0 and src:view(1) or src, opts)
     return x
   end
-  local list = coords("scatter_", x, k, index)
+  local list = coords(op, x, k, index)
   local v
   if is_tensor(src) then
-    if src.dtype ~= x.dtype then fail(string.format("scatter_: src expected self's dtype %s, got %s", x.dtype, describe(src))) end
+    if src.dtype ~= x.dtype then fail(string.format("%s: src expected self's dtype %s, got %s", op, x.dtype, describe(src))) end
     v = src
     for j = 1, index:dim() do v = v:narrow(j, 1, index:size(j)) end
   else
     v = T.full({}, src, { dtype = x.dtype, device = x.device })
   end
-  if opts.reduce == nil then return index_put_(x, list, v) end
-  if opts.reduce == "add" then return index_put_(x, list, v:expand(index.shape):contiguous(), true) end
-  fail("scatter_: reduce expected \"add\" (use scatter_reduce for the others), got " .. tostring(opts.reduce))
+  if opts.reduce == nil then return put_for(op, index_put_, x, list, v) end
+  if opts.reduce == "add" then return put_for(op, index_put_, x, list, v:expand(index.shape):contiguous(), true) end
+  fail(op .. ": reduce expected \"add\" (use scatter_reduce for the others), got " .. tostring(opts.reduce))
 end
-function S.scatter(x, dim, index, src, opts) return S.scatter_(x:clone(), dim, index, src, opts) end
+function S.scatter_(x, dim, index, src, opts) return scatter("scatter_", x, dim, index, src, opts) end
+function S.scatter(x, dim, index, src, opts) return scatter("scatter", x:clone(), dim, index, src, opts) end
 
 -- positions and grids ------------------------------------------------------------------------
 local function tri_indices(op, upper)

@@ -191,9 +191,19 @@ function M.get(x, k)
   fail(string.format("tensor: cannot index with a %s key (expected a number, a tensor or a list of entries)", type(k)))
 end
 
+-- v without its leading dims of size 1: PyTorch's setitem takes such values (slicePrefix1sDims)
+function M.setitem_value(v)
+  if not is_tensor(v) or v:dim() == 0 or v:size(1) ~= 1 then return v end
+  local shape, j = {}, 1
+  while j <= v:dim() and v:size(j) == 1 do j = j + 1 end
+  for m = j, v:dim() do shape[#shape + 1] = v:size(m) end
+  return v:reshape(shape)
+end
+
 -- x[k] = v: a mask of x's shape with a number is masked_fill_; the rest index_put_ (tensor
 -- values of another dtype raise, as PyTorch's setitem)
 function M.set(x, k, v)
+  v = M.setitem_value(v)
   if is_tensor(k) then
     if k.dtype == "bool" and type(v) == "number" and k:dim() > 0 and same_shape(k, x) then
       -- (a mask on the CPU indexes a CUDA tensor too, as PyTorch's positions may)

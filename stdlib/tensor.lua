@@ -173,7 +173,7 @@ end
 mt.__newindex = function(t, k, v)
   if type(k) ~= "number" then return index_set(t, k, v) end
   local slice = select_(t, 1, k)
-  if type(v) == "number" or type(v) == "boolean" then fill_(slice, v) else copy_(slice, v) end
+  if type(v) == "number" or type(v) == "boolean" then fill_(slice, v) else copy_(slice, indexing.setitem_value(v)) end
 end
 mt.__len = function(t)
   if ptr(t)._ndim == 0 then fail("#: a 0-d tensor has no length") end

@@ -106,6 +106,13 @@ do
   put_case("set_all_idx", x, function(y) y[{ T.all, a:narrow(1, 1, 2) }] = T.ones(4, 2, { dtype = "float64" }) end,
     "y.__setitem__((slice(None), a[:2] - 1), torch.ones(4, 2, dtype=torch.float64))", { a = a })
   put_case("set_mask_tensor", x, function(y) y[y:gt(0)] = T.zeros(1, { dtype = "float64" }) end, "y.__setitem__(y > 0, torch.zeros(1, dtype=torch.float64))", {})
+  -- values with leading dims of size 1 lose them, as torch's setitem (slicePrefix1sDims)
+  put_case("set_row_leading_ones", x, function(y) y[2] = v:view(1, 1, 3):narrow(3, 1, 1):expand(1, 1, 5) end,
+    "y.__setitem__(1, v.view(1, 1, 3)[:, :, 0:1].expand(1, 1, 5))", { v = v })
+  put_case("set_idx_leading_ones", x, function(y) y[L({ 3, 1 })] = T.ones(1, 2, 5, { dtype = "float64" }) end,
+    "y.__setitem__(torch.tensor([2, 0]), torch.ones(1, 2, 5, dtype=torch.float64))", {})
+  put_case("set_mask_leading_ones", x, function(y) y[{ y:gt(0):any(2) }] = T.full({ 1, 1, 5 }, 7, { dtype = "float64" }) end,
+    "y.__setitem__((y > 0).any(1), torch.full((1, 1, 5), 7, dtype=torch.float64))", {})
   local y3 = rnd({ 2, 3, 4 }, "float32")
   local v3 = rnd({ 2, 2 }, "float32")
   put_case("set_adjacent_middle", y3, function(y) y:index_put_({ T.all, L({ 3, 1 }), L({ 4, 2 }) }, v3:narrow(1, 1, 1)) end,

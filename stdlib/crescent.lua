@@ -96,7 +96,7 @@ function T.bench(fn, args, opts)
   opts = require("crescent.functional")._check_opts("bench", 3, opts, { warmup = true, reps = true, batch = true })
   local function count(name, v, default, least)
     if v == nil then return default end
-    if type(v) ~= "number" or v ~= math.floor(v) or v < least then
+    if type(v) ~= "number" or v ~= math.floor(v) or v < least or v == math.huge then
       core.fail(("bench: option %s expected an integer >= %d, got %s"):format(name, least, tostring(v)))
     end
     return v

@@ -180,6 +180,8 @@ describe("T.bench and T.compiler.stats", function()
       { { batch = 0 }, "option batch expected an integer >= 1, got 0" },
       { { warmup = -1 }, "option warmup expected an integer >= 0, got %-1" },
       { { reps = "x" }, "option reps expected an integer >= 1, got x" },
+      { { reps = 1 / 0 }, "option reps expected an integer >= 1, got inf" },
+      { { warmup = 1 / 0 }, "option warmup expected an integer >= 0, got inf" },
       { { rep = 100 }, "unknown option 'rep' %(expected one of: batch, reps, warmup%)" },
     }) do
       S.errors(function() return T.bench(f, { T.ones(2) }, c[1]) end, "bench: " .. c[2])

@@ -14,7 +14,8 @@
 //
 // Each phase loop is `for (j = 0; j < len; ++j)` over unit- or zero-stride addresses, which GCC
 // vectorises (-O3, explicit -march from jit/cpu/target.cpp); the block functions are the eager
-// kernels' own vectorised loops. -ffp-contract=off keeps a*b+c two roundings, as eager.
+// kernels' own vectorised loops. -ffp-contract=off keeps a*b+c two roundings, as eager; where
+// eager rounds once (sm::fma_), the loop IR says so (Arith "fma").
 #include "jit/cpu/kernel_emitter.hpp"
 
 #include <algorithm>

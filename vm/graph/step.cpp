@@ -96,7 +96,8 @@ std::string ancestors(Graph& g, const std::vector<char>& grad_on, const std::vec
     if (live[size_t(v)]) (wants[size_t(v)] ? b.leaves : b.plain).push_back(v);
   g.outputs = {root};
   eliminate_dead_code(g, false);
-  return b.leaves.empty() ? "the loss does not require grad" : "";
+  // (none: the loss needs no gradient, or its leaves were made inside the segment)
+  return b.leaves.empty() ? "no input of the graph that requires grad reaches the loss (leaves made inside it?)" : "";
 }
 
 // What the trace assumed and the trace tree does not guard: the leaves are leaves without hooks

@@ -112,23 +112,11 @@ function M.multinomial(p, num_samples, replacement)
   return p:dim() == 1 and idx:squeeze(1) or idx
 end
 
--- The first and last point of ATen's CPU linspace(lo, hi, n) in dtype dt (0-d tensors): its AVX2
--- kernel writes two 32-byte vectors at a time as base + j * step, the base rounded once, so the
--- last point is hi itself only where the scalar tail writes it.
-local VECTOR = { float64 = 4, float32 = 8, float16 = 16, bfloat16 = 16 }
-local function linspace_ends(lo, hi, n, dt, device)
-  local s, e = T.full({}, lo, { dtype = dt, device = device }), T.full({}, hi, { dtype = dt, device = device })
-  local v = VECTOR[dt]
-  if n % (2 * v) ~= 0 then return s, e end
-  local step = (e - s) / (n - 1)
-  return s, e:add(step, { alpha = 1 - v }) + step * (v - 1)
-end
-
 local function shown(v) return v ~= v and "nan" or tostring(v) end
 
 -- histc(x[, bins = 100[, min = 0[, max = 0]]]): counts of bins equal parts of [min, max] (the
--- data's range when min == max); values outside are not counted. As ATen's CPU kernel: the
--- edges lo, hi of linspace(min, max, bins + 1), v's bin floor((v - lo) / (hi - lo) * bins) in x's dtype
+-- data's range when min == max); values outside are not counted. v's bin is
+-- floor((v - min) * bins / (max - min)), as PyTorch 2's kernels (1.13's CPU one differs at edges)
 function M.histc(x, bins, lo, hi)
   bins, lo, hi = bins or 100, lo or 0, hi or 0
   check_tensor("histc", 1, "self", x)
@@ -140,11 +128,10 @@ function M.histc(x, bins, lo, hi)
     fail(string.format("histc: range of [%s, %s] is not finite", shown(lo), shown(hi)))
   end
   if lo > hi then fail(string.format("histc: max must be larger than min, got %s and %s", tostring(lo), tostring(hi))) end
-  local l, h = linspace_ends(lo, hi, bins + 1, x.dtype, x.device)
   local f = x:flatten()
-  local inside = f:ge(l):logical_and(f:le(h))
+  local inside = f:ge(lo):logical_and(f:le(hi))
   -- (values outside go to a bin past the last, cut off: no selection, no read-back of its size)
-  local pos = ((f - l) / (h - l) * bins):floor():long():clamp(0, bins - 1):masked_fill(inside:logical_not(), bins)
+  local pos = ((f - lo) * bins / (hi - lo)):floor():long():clamp(0, bins - 1):masked_fill(inside:logical_not(), bins)
   local one = T.ones(1, { dtype = x.dtype, device = x.device }):expand(f:numel())
   return T.zeros(bins + 1, { dtype = x.dtype, device = x.device }):index_add(1, pos + 1, one):narrow(1, 1, bins)
 end

@@ -321,13 +321,11 @@ do
   local h = rnd({ 200 }, "float32")
   case("histc", function() return T.histc(h, 10) end, "torch.histc(h, 10)", { h = h })
   case("histc_range", function() return h:histc(7, -1, 1) end, "h.histc(7, -1, 1)", { h = h })
-  -- a value's bin is (v - lo) / (hi - lo) * bins in x's dtype; the top edge is that of ATen's
-  -- linspace, which some bin counts put off max: the max then goes uncounted, as in torch
-  local he = T.tensor({ 0, 0.1, 0.2, 0.3 })
-  case("histc_edges", function() return T.histc(he, 3, 0, 0.3) end, "torch.histc(h, 3, 0, 0.3)", { h = he })
+  -- (bin counts whose bins + 1 is a multiple of 8 or 16 are left out: torch 1.13's CPU kernel
+  -- takes its top edge from an AVX2 linspace that misses max there and drops the max value)
   for _, dt in ipairs({ "float32", "float64" }) do
     local hs = rnd({ 16, 40 }, dt)
-    for _, bins in ipairs({ 3, 7, 15, 31, 100 }) do
+    for _, bins in ipairs({ 3, 6, 100 }) do
       case(("histc_rows_%s_%d"):format(dt, bins), function()
         local r = {}
         for i = 1, hs:size(1) do r[i] = T.histc(hs[i], bins) end
@@ -527,6 +525,11 @@ describe("misuse", function()
     expect.errors(function() local _ = T.one_hot(L({ 0, 2 })) end, "one_hot: ", "1 or more")
     expect.errors(function() local _ = x:repeat_interleave(L({ 1, -1, 1 }), 1) end, "repeat_interleave: ", "negative")
     expect.errors(function() local _ = x["repeat"](x, 2) end, "repeat: ", "can not be smaller")
+  end)
+  it("histc bins a value on an edge as PyTorch 2 (floor((v - min) * bins / (max - min)))", function()
+    -- (torch 1.13's CPU kernel divides first: {2, 1, 1}; 2.x's kernels and its CUDA one: {1, 1, 2})
+    expect.eq(T.histc(T.tensor({ 0, 0.1, 0.2, 0.3 }), 3, 0, 0.3):totable(), { 1, 1, 2 })
+    expect.eq(T.histc(T.arange(32):float(), 31):sum():item(), 32)  -- (the max counted, whatever the bins)
   end)
   it("histc refuses a range that is not finite, from the data or given (as torch)", function()
     expect.errors(function() local _ = T.histc(T.tensor({ 1, math.huge, 2 }), 2) end, "histc: ", "range of %[1, inf%] is not finite")

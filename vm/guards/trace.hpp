@@ -32,10 +32,9 @@ constexpr uint64_t kNewTensor = uint64_t(1) << 63;
 // a contiguous tensor with symbolic sizes (any contiguous layout matches).
 constexpr uint64_t kSymbolicSize = ~uint64_t(0);
 constexpr uint64_t kContiguousStride = ~uint64_t(1);
-// Automatic dynamic numbers: an operand number that varies matches any number - of its class
-// (integral or not) when the op has tensors that are not floating, whose result dtype depends on
-// it - with the same mask of dtypes whose range holds it (graph/keys.cpp): NaN payloads no Lua
-// number has.
+// Automatic dynamic numbers: a varying operand number matches any number of its class (integral
+// or not, where the result dtype depends on it) whose range mask is the same (graph/keys.cpp
+// fit_mask): NaN payloads no Lua number has.
 enum class Varying { Number, Integer, Fraction };
 constexpr int kFitMasks = 32;
 constexpr uint64_t varying_word(Varying kind, int fits) { return ~uint64_t(2 + int(kind) + 3 * fits); }

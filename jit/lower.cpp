@@ -412,13 +412,12 @@ bool pointwise(NodeLowering& nl, int form) {
     int32_t z = nin == 3 ? nl.optional_operand(b, 2, shape, compute) : -1;
     // a number after the operands scales the second one (add / sub alpha, addcmul's value); a
     // floating add / sub rounds once, as eager (ATen's fmadd(other, alpha, self))
-    const std::string_view ex = def.expr;
     bool fused = false;
     if (const graph::Arg* s = n.args.size() > size_t(nin) ? &n.args[size_t(nin)] : nullptr;
         s && s->is_number() && (s->num != 1.0 || s->varying >= 0) && y >= 0) {
       int32_t scale = nl.operand(b, nin, shape, compute);
-      if ((fused = is_floating(compute) && nin == 2 && (ex == "a + b" || ex == "a - b")))
-        root = Lowerer::fma(b, y, ex == "a - b" ? negate(b, scale, compute) : scale, x, compute);
+      if ((fused = is_floating(compute) && (def.flags & kAlphaFma)))
+        root = Lowerer::fma(b, y, def.flags & kAlphaNegates ? negate(b, scale, compute) : scale, x, compute);
       else y = Lowerer::arith(b, "*", y, scale, compute);
     }
     ExprParser p{def.expr, b, x, y, compute, z};

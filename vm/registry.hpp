@@ -44,6 +44,10 @@ enum OpFlag : int32_t {  // (those Lua reads are vm/abi.h's codes)
   // an extern whose numbers are all values its kernel reads (an optimizer's lr, step count): they
   // vary between calls from the first one, without a recompile (vm/graph/keys.cpp varies)
   kRunNumbers = 16384,
+  // add / sub {alpha = a}: a floating other * a joins self in one rounding (ATen's fmadd), eager
+  // and generated alike; kAlphaNegates: sub's other * -a
+  kAlphaFma = 32768,
+  kAlphaNegates = 65536,
 };
 
 struct Meta {

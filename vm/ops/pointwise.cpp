@@ -292,7 +292,7 @@ template <class Op> void run_binary(OpCall& c) {
   if (c.has(2) && c.number(2) != 1.0) {
     if (is_floating(p.compute)) {
       Tensor a = materialize(p.a, p.compute), b = materialize(p.b, p.compute);
-      const double alpha = std::is_same_v<Op, Op_sub> ? -c.number(2) : c.number(2);
+      const double alpha = c.def.flags & kAlphaNegates ? -c.number(2) : c.number(2);
       visit_floating(p.compute, [&](auto t) {
         using T = decltype(t);
         using C = compute_t<T>;
@@ -558,9 +558,11 @@ const char* binary_schema(const std::string& name) {  // add / sub also take {al
 template <class Op> constexpr bool kIntegerValueErrors = kDivides<Op> || std::is_same_v<Op, Op_pow>;
 // pow's scalar exponent picks its code (jit/lower.cpp pow_scalar)
 template <class Op> constexpr int32_t kCodeFlag = std::is_same_v<Op, Op_pow> ? kCodeNumbers : 0;
+template <class Op> constexpr int32_t kAlphaFlags =
+    std::is_same_v<Op, Op_add> ? kAlphaFma : std::is_same_v<Op, Op_sub> ? kAlphaFma | kAlphaNegates : 0;
 
 template <class Op> OpDef binary_def(const char* schema) {
-  int32_t flags = kResultFlag<Op> | (kIntegerValueErrors<Op> ? kValueErrors : 0) | kCodeFlag<Op>;
+  int32_t flags = kResultFlag<Op> | (kIntegerValueErrors<Op> ? kValueErrors : 0) | kCodeFlag<Op> | kAlphaFlags<Op>;
   return OpDef{Op::name, schema, OpKind::Binary, flags, infer_binary<Op>, run_binary<Op>, Op::expr, block_of<Op, 2>};
 }
 

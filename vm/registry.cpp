@@ -306,9 +306,9 @@ std::vector<Tensor> dispatch(Context& ctx, int op, const cr_value* args, int nar
     }
     def.run(c);
   } catch (const Error& e) {
-    throw Error(cat(def.name, ": ", e.what()));
+    throw Error(cat(def.shown ? def.shown : def.name, ": ", e.what()));
   } catch (const std::bad_alloc&) {
-    throw Error(cat(def.name, ": out of memory"));
+    throw Error(cat(def.shown ? def.shown : def.name, ": out of memory"));
   }
   return std::move(c.outs);
 }

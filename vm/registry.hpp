@@ -145,6 +145,9 @@ struct OpDef {
   // changes and have no infer: false when the call returns it, else true with the metadata of
   // the contiguous copy it makes. Read without running the op by graph replay (vm/graph/shapes.cpp).
   bool (*conversion)(OpCall&, Meta*) = nullptr;
+  // How its errors name it, where only a Lua wrapper calls it (_div_floor: div's rounding mode);
+  // null: its name
+  const char* shown = nullptr;
 };
 
 // The ops that code outside vm/ops/ builds or matches by identity (graph rewrites, device copies),

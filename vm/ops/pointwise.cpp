@@ -566,6 +566,11 @@ template <class Op> OpDef binary_def(const char* schema) {
   return OpDef{Op::name, schema, OpKind::Binary, flags, infer_binary<Op>, run_binary<Op>, Op::expr, block_of<Op, 2>};
 }
 
+OpDef shown_as(OpDef d, const char* shown) {
+  d.shown = shown;
+  return d;
+}
+
 }  // namespace
 
 BlockFn gelu_tanh_block(DType compute) { return block_of<Op_gelu_tanh, 1>(compute); }
@@ -622,7 +627,8 @@ void register_pointwise(Registry& r) {
 #define CR_REG_BINARY(NAME, ...) r.add(binary_def<Op_##NAME>(binary_schema(#NAME)));
   CR_BINARY_OPS(CR_REG_BINARY)
   for (OpDef d : {binary_def<Op__gelu_backward>("grad_output:T, self:T"), binary_def<Op__gelu_tanh_backward>("grad_output:T, self:T"),
-                  binary_def<Op__div_floor>("self:TN, other:TN"), binary_def<Op__div_trunc>("self:TN, other:TN")}) {
+                  shown_as(binary_def<Op__div_floor>("self:TN, other:TN"), "div (rounding_mode = \"floor\")"),
+                  shown_as(binary_def<Op__div_trunc>("self:TN, other:TN"), "div (rounding_mode = \"trunc\")")}) {
     d.flags |= kNoMethod;
     r.add(d);
   }

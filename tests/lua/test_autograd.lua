@@ -223,6 +223,32 @@ describe("autograd surface", function()
     y:sum():backward()
     expect.close(x.grad, { 6, 6 })
   end)
+
+  it("a non-leaf's hook outlives its tensor (it belongs to the node, as PyTorch's)", function()
+    local x = T.ones(2, { requires_grad = true })
+    local function forward(scale)
+      local y = x * 2
+      local h = y:register_hook(function(g) return g * scale end)
+      return y:sum(), h
+    end
+    local l = forward(10)
+    collectgarbage(); collectgarbage()  -- (y is gone)
+    l:backward()
+    expect.eq(x.grad:totable(), { 20, 20 })
+    x.grad = nil
+    local l2, h = forward(10)
+    collectgarbage(); collectgarbage()
+    h:remove()
+    l2:backward()
+    expect.eq(x.grad:totable(), { 2, 2 }, "removed after its tensor died")
+    x.grad = nil
+    local f = T.compile(function(a) local y = a * 2; y:register_hook(function(g) return g * 10 end); return y:sum() end)
+    for i = 1, 4 do
+      local a = T.ones(2, { requires_grad = true })
+      f(a):backward()
+      expect.eq(a.grad:totable(), { 20, 20 }, "call " .. i)
+    end
+  end)
 end)
 
 describe("autograd errors", function()

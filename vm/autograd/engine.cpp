@@ -87,24 +87,34 @@ void mark_needed(Graph& g, const std::unordered_map<Key, std::vector<int>, KeyHa
   for (auto& [n, info] : g) info.needed = memo[n];
 }
 
-// m's hooks registered on node n (a leaf's: on its accumulator), in order
-Tensor run_hooks(const AutogradMeta* m, const Node* n, Tensor g) {
-  if (!m || m->hooks.empty() || !g.defined()) return g;
-  const std::vector<TensorHook> hooks = m->hooks;  // (a hook may add or remove hooks)
-  for (const TensorHook& h : hooks) {
-    if (n->accumulates() ? !h.fn.expired() : h.fn.lock().get() != n) continue;
-    cr_tensor* out = nullptr;
-    if (!hook_caller) fail("register_hook: no hook caller installed");
-    if (hook_caller(h.id, g.get(), &out) != 0) throw HookRaised();
-    if (!out) continue;
-    Tensor r(out, false);
-    if (r.sizes() != g.sizes())
-      fail(cat("hook: the returned gradient has shape ", shape_str(r.sizes()), ", expected ", shape_str(g.sizes())));
-    if (r.dtype() != g.dtype() || !(r.device() == g.device()))  // (PyTorch: "has changed the type of value")
-      fail(cat("hook: the returned gradient has changed the type of value: expected ", dtype_name(g.dtype()), " on ",
-               device_name(g.device()), ", got ", dtype_name(r.dtype()), " on ", device_name(r.device())));
-    g = r;
+// Hook `id` on gradient g: what it returned, or g.
+Tensor call_hook(int32_t id, const Tensor& g) {
+  cr_tensor* out = nullptr;
+  if (!hook_caller) fail("register_hook: no hook caller installed");
+  if (hook_caller(id, g.get(), &out) != 0) throw HookRaised();
+  if (!out) return g;
+  Tensor r(out, false);
+  if (r.sizes() != g.sizes())
+    fail(cat("hook: the returned gradient has shape ", shape_str(r.sizes()), ", expected ", shape_str(g.sizes())));
+  if (r.dtype() != g.dtype() || !(r.device() == g.device()))  // (PyTorch: "has changed the type of value")
+    fail(cat("hook: the returned gradient has changed the type of value: expected ", dtype_name(g.dtype()), " on ",
+             device_name(g.device()), ", got ", dtype_name(r.dtype()), " on ", device_name(r.device())));
+  return r;
+}
+
+// The hooks registered on node n's output k (a leaf's: on its accumulator), in order: those of
+// its tensor m, or those the node kept when the tensor died
+Tensor run_hooks(const AutogradMeta* m, const Node* n, size_t k, Tensor g) {
+  if (!g.defined()) return g;
+  if (!n->kept_hooks.empty()) {
+    const auto kept = n->kept_hooks;  // (a hook may add or remove hooks)
+    for (const auto& [nr, id] : kept)
+      if (size_t(nr) == k) g = call_hook(id, g);
   }
+  if (!m || m->hooks.empty()) return g;
+  const std::vector<TensorHook> hooks = m->hooks;
+  for (const TensorHook& h : hooks)
+    if (n->accumulates() ? h.fn.expired() : h.fn.lock().get() == n) g = call_hook(h.id, g);
   return g;
 }
 
@@ -278,7 +288,7 @@ std::vector<Tensor> backward(Context& ctx, const std::vector<Tensor>& roots, std
     const bool needed = g[n].needed;
     for (size_t k = 0; needed && k < out_grads.size(); ++k) {  // tensor hooks, retain_grad, captures
       AutogradMeta* m = n->accumulates() ? meta_of(n->leaf.get()) : k < n->out_meta.size() ? n->out_meta[k] : nullptr;
-      out_grads[k] = run_hooks(m, n, out_grads[k]);
+      out_grads[k] = run_hooks(m, n, k, out_grads[k]);
       // (retain_grad: the gradient of the tensor's latest value, its grad_fn now)
       if (!n->accumulates() && m && m->retains_grad && m->grad_fn.get() == n && m->output_nr == int(k) && out_grads[k].defined())
         accumulate_into(*m, out_grads[k], o.create_graph);

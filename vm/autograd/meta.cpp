@@ -28,7 +28,11 @@ void drop_meta(cr_tensor* t) {
   for (auto& [w, k] : m->watched)  // (an in-place change left older nodes pointing here too)
     if (std::shared_ptr<Node> n = w.lock(); n && size_t(k) < n->out_meta.size() && n->out_meta[size_t(k)] == m)
       n->out_meta[size_t(k)] = nullptr;
-  for (const TensorHook& h : m->hooks) dead_hooks().push_back(h.id);
+  for (const TensorHook& h : m->hooks) {  // (a non-leaf's hooks stay with their node)
+    std::shared_ptr<Node> n = h.fn.lock();
+    if (n && !n->accumulates()) n->kept_hooks.emplace_back(h.nr, h.id);
+    else dead_hooks().push_back(h.id);
+  }
   for (int32_t id : m->post_hooks) dead_hooks().push_back(id);
   delete m;
 }

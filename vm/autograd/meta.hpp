@@ -17,6 +17,7 @@ struct Node;
 struct TensorHook {
   int32_t id;
   std::weak_ptr<Node> fn;
+  int32_t nr = 0;  // fn's output
 };
 
 // How a view was made (PyTorch's CreationMeta): only Default views may be changed in place while

@@ -161,7 +161,7 @@ int32_t ag_add_hook(cr_ctx* c, cr_tensor* t, int32_t id) {
     with_history(c, t, "register_hook");
     if (!requires_grad(t)) fail("register_hook: cannot register a hook on a tensor that doesn't require gradient");
     AutogradMeta& m = ensure_meta(t);
-    m.hooks.push_back(TensorHook{id, grad_fn_of(t, m)});
+    m.hooks.push_back(TensorHook{id, grad_fn_of(t, m), m.output_nr});
     watch(t);
     return 0;
   });

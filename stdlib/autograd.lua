@@ -160,6 +160,17 @@ local function tensor_list(v, what, op, allow_nil)
   return v, n
 end
 
+-- one gradient entry per output (PyTorch: "got 2 tensors and 1 gradients"); a list ending in nil
+-- entries gives its length as n
+local function gradient_list(v, what, op, nout)
+  local t, n = tensor_list(v, what, op, true)
+  if n ~= nout then
+    fail(string.format("%s: %s expected one entry per output, got %d for %d outputs (a list ending in nil entries: "
+      .. "give its length as n = %d)", op, what, n, nout, nout))
+  end
+  return t
+end
+
 -- backward's inputs = (PyTorch: "'inputs' argument to backward() cannot be empty.")
 local function input_list(v, op)
   local t, n = tensor_list(v, "inputs", op)
@@ -263,7 +274,7 @@ function M.grad(outputs, inputs, grad_outputs, opts)
   local outs, n = tensor_list(outputs, "outputs", "autograd.grad")
   local ins, ni = input_list(inputs, "autograd.grad")
   local grads = grad_outputs
-  if grads ~= nil then grads = tensor_list(grads, "grad_outputs", "autograd.grad", true) end
+  if grads ~= nil then grads = gradient_list(grads, "grad_outputs", "autograd.grad", n) end
   local flags = flags_of("autograd.grad", opts or {}, GRAD_OPTS) + C.CR_AG_RETURN_GRADS
   return run("autograd.grad", outs, n, grads, ins, ni, flags)
 end
@@ -275,7 +286,7 @@ function M.backward(tensors, grad_tensors, opts)
   local flags = flags_of("autograd.backward", opts, BACKWARD_OPTS)
   local inputs, ni = {}, 0
   if opts.inputs ~= nil then inputs, ni = input_list(opts.inputs, "autograd.backward") end
-  if grad_tensors ~= nil then grad_tensors = tensor_list(grad_tensors, "grad_tensors", "autograd.backward", true) end
+  if grad_tensors ~= nil then grad_tensors = gradient_list(grad_tensors, "grad_tensors", "autograd.backward", n) end
   run("autograd.backward", roots, n, grad_tensors, inputs, ni, flags)
 end
 

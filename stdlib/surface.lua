@@ -717,7 +717,11 @@ function S.quantile(x, q, dim, keepdim, opts)
   if not x.dtype:find("float") then fail("quantile: expected a float or double tensor, got " .. describe(x)) end
   local qt = is_tensor(q) and q or T.tensor(q, { dtype = x.dtype, device = x.device })
   if qt:dim() > 1 then fail("quantile: q expected a number or a 1-D tensor, got " .. describe(q)) end
-  if qt:lt(0):logical_or(qt:gt(1)):any():item() then fail("quantile: q values must be in the range [0, 1]") end
+  -- (a number q is checked here: no item(), so a compiled quantile keeps its graph)
+  local out_of_range = type(q) == "number" and not (q >= 0 and q <= 1)
+  if is_tensor(q) then out_of_range = qt:lt(0):logical_or(qt:gt(1)):any():item() end
+  if out_of_range then fail("quantile: q values must be in the range [0, 1]") end
+  if x:numel() == 0 then fail("quantile: input tensor must be non-empty") end
   local v = dim == nil and x:flatten() or x
   local k = dim == nil and 1 or dim0("quantile", x, dim) + 1
   if v:dim() == 0 then v = v:reshape(1) end

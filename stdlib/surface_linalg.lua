@@ -32,14 +32,28 @@ end
 function M.dot(a, b)
   vectors("dot", a, b)
   if a.dtype ~= b.dtype then fail(string.format("dot: expected both vectors to have the same dtype, got %s and %s", a.dtype, b.dtype)) end
+  if a.dtype == "bool" then fail("dot: not implemented for bool tensors") end
   if a:numel() ~= b:numel() then
     fail(string.format("dot: inconsistent tensor size, expected tensor [%d] and src [%d] to have the same number of elements", a:numel(), b:numel()))
   end
-  return (a * b):sum()
+  return (a * b):sum({ dtype = a.dtype })  -- (int32 stays int32, as torch's)
 end
 -- beta * input + alpha * product (beta = 0: input is ignored, NaNs included, as PyTorch)
 local function scaled_sum(op, input, product, opts)
   opts = opts_of(op, opts, { beta = true, alpha = true })
+  check_tensor(op, 1, "input", input)
+  if input.dtype ~= product.dtype then
+    fail(string.format("%s: input expected the product's dtype %s, got %s", op, product.dtype, describe(input)))
+  end
+  local ok = input:dim() <= product:dim()  -- input broadcasts to the product's shape, not past it
+  for j = 1, ok and input:dim() or 0 do
+    local s = input:size(-j)
+    ok = ok and (s == 1 or s == product:size(-j))
+  end
+  if not ok then
+    fail(string.format("%s: input of shape {%s} cannot be broadcast to the product's shape {%s}", op,
+      table.concat(input.shape, ","), table.concat(product.shape, ",")))
+  end
   local beta, alpha = opts.beta or 1, opts.alpha or 1
   if alpha ~= 1 then product = product * alpha end
   if beta == 0 then return product + T.zeros_like(input) end
@@ -66,7 +80,7 @@ function M.kthvalue(x, k, dim, keepdim)
   dim = dim or -1
   local d = dim0("kthvalue", x, dim) + 1
   local n = x:dim() == 0 and 1 or x:size(d)
-  if type(k) ~= "number" or k < 1 or k > n then fail(string.format("kthvalue: k expected 1..%d, got %s", n, tostring(k))) end
+  if type(k) ~= "number" or k < 1 or k > n or k ~= math.floor(k) then fail(string.format("kthvalue: k expected 1..%d, got %s", n, tostring(k))) end
   local v, i = x:sort(d)
   if x:dim() == 0 then return v, i end
   v, i = v:narrow(d, k, 1), i:narrow(d, k, 1)

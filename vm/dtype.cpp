@@ -1,5 +1,7 @@
 #include "vm/dtype.hpp"
 
+#include "vm/error.hpp"
+
 namespace cr {
 
 size_t dtype_size(DType d) {
@@ -32,6 +34,13 @@ bool parse_dtype(const std::string& s, DType* out) {
   for (const Alias& a : aliases)
     if (s == a.name) { *out = a.d; return true; }
   return false;
+}
+
+DType dtype_named(const std::string& s) {
+  DType d;
+  if (!parse_dtype(s, &d))
+    fail(cat("dtype expected one of float32, float64, float16, bfloat16, int32, int64, bool, got \"", s, "\""));
+  return d;
 }
 
 int category(DType d) { return d == DType::b8 ? 0 : is_integral(d) ? 1 : 2; }

@@ -127,6 +127,7 @@ const char* dtype_name(DType d);
 // The C type of d in generated code ("float", "int64_t", "bool"; "?" for float16 / bfloat16).
 const char* ctype(DType d);
 bool parse_dtype(const std::string& s, DType* out);
+DType dtype_named(const std::string& s);  // parse_dtype, or an error listing the dtypes
 inline bool is_floating(DType d) { return d == DType::f32 || d == DType::f64 || d == DType::f16 || d == DType::bf16; }
 inline bool is_integral(DType d) { return d == DType::i32 || d == DType::i64; }
 

@@ -259,6 +259,19 @@ describe("autograd errors", function()
     errs(function() T.ones(2):sum():backward() end, "backward", "does not require grad and does not have a grad_fn")
   end)
 
+  it("one gradient per output; requires_grad_(true) on a non-leaf is a no-op", function()
+    local a = T.tensor({ 1, 2 }, { dtype = "float64", requires_grad = true })
+    errs(function() T.autograd.grad({ (a * 2):sum(), (a * a):sum() }, { a }, { T.tensor(1, { dtype = "float64" }) }) end,
+      "autograd.grad", "grad_outputs expected one entry per output, got 1 for 2 outputs")
+    errs(function() T.autograd.backward({ (a * 2):sum(), (a * a):sum() }, { T.tensor(1, { dtype = "float64" }) }) end,
+      "autograd.backward", "grad_tensors expected one entry per output")
+    local g = T.autograd.grad({ (a * 2):sum(), (a * a):sum() }, { a }, { T.tensor(1, { dtype = "float64" }), n = 2 })
+    expect.eq(g[1]:totable(), { 4, 6 }, "a trailing nil entry is an implicit one")
+    local y = a * 2
+    expect.eq(y:requires_grad_(true), y)
+    errs(function() y:requires_grad_(false) end, "requires_grad_", "only change requires_grad flags of leaf variables")
+  end)
+
   it("an in-place op on a leaf that requires grad", function()
     local x = T.randn(3, { requires_grad = true })
     errs(function() x:add_(1) end, "add_", "a leaf Variable that requires grad is being used in an in-place operation")

@@ -588,6 +588,9 @@ describe("integer division", function()
     expect.eq(T.tensor({ 3 }):pow(40).dtype, "int64")
     errs(function() local _ = x:pow(-1) end, "pow", "negative integer powers", "-1")
     expect.eq(x:pow(-1.0 + 0.5).dtype, "float32")
+    -- an exponent past the dtype raises (torch's checked conversion), not wraps to 0 ^ 0 = 1
+    errs(function() local _ = x:int() ^ (2 ^ 32) end, "pow", "4294967296 cannot be converted to int32")
+    errs(function() local _ = x:to("int8") end, "to", "expected a dtype (float32,", "or a device", "\"int8\"")
   end)
 end)
 

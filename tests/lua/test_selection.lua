@@ -475,6 +475,23 @@ end)
 
 describe("misuse", function()
   local x = T.arange(12):view(3, 4)
+  it("linear algebra and order statistics check their operands as torch", function()
+    expect.errors(function() return T.addmm(T.zeros(3, 2, 4), T.ones(2, 3), T.ones(3, 4)) end, "addmm: ",
+      "input of shape {3,2,4} cannot be broadcast to the product's shape {2,4}")
+    expect.errors(function() return T.addmm(T.zeros(3, 4), T.ones(2, 3), T.ones(3, 4), { beta = 0 }) end, "addmm: ", "{3,4}")
+    expect.errors(function() return T.addmv(T.zeros(3, 2), T.ones(2, 3), T.ones(3)) end, "addmv: ", "{3,2}")
+    expect.errors(function() return T.addmm(T.zeros(2, 4, { dtype = "float64" }), T.ones(2, 3), T.ones(3, 4)) end,
+      "addmm: ", "input expected the product's dtype float32", "float64")
+    expect.eq(T.addmm(T.ones(4), T.ones(2, 3), T.ones(3, 4)):totable(), { { 4, 4, 4, 4 }, { 4, 4, 4, 4 } })
+    local i32 = T.tensor({ 1, 2 }, { dtype = "int32" })
+    expect.eq(T.dot(i32, i32).dtype, "int32")
+    expect.errors(function() return T.dot(T.tensor({ true }), T.tensor({ true })) end, "dot: ", "bool")
+    expect.errors(function() return T.tensor({ 1.5, 2.5, 3.5 }):kthvalue(1.5) end, "kthvalue: ", "k expected 1..3", "1.5")
+    expect.errors(function() return T.zeros(4, 0):quantile(0.5, 1) end, "quantile: ", "input tensor must be non%-empty")
+    expect.errors(function() return T.ones(3):quantile(1.5) end, "quantile: ", "range %[0, 1%]")
+    local f = T.compile(function(y) return y:quantile(0.5, 2) end, { fullgraph = true })  -- (no item() for a number q)
+    for _ = 1, 3 do expect.eq(f(T.arange(8):float():view(2, 4)):totable(), { 1.5, 5.5 }) end
+  end)
   it("out-of-range indices raise naming the op, before anything is written", function()
     expect.errors(function() return x[L({ 4 })] end, "index_select: ", "index 4", "1..3")
     expect.errors(function() return x:index({ L({ 1 }), L({ 5 }) }) end, "index: ", "index 5", "dim 2")

@@ -84,6 +84,7 @@ void with_history(cr_ctx* c, cr_tensor* t, const char* what) {
 
 int32_t ag_set_requires_grad(cr_ctx* c, cr_tensor* t, int32_t b) {
   return guarded(c, [&] {
+    if (!is_leaf(t) && b) return 0;  // (a non-leaf requires grad already: PyTorch's no-op)
     if (!is_leaf(t))
       fail("requires_grad_: you can only change requires_grad flags of leaf variables. If you want to use a computed "
            "variable in a subgraph that doesn't require differentiation use var_no_grad = var:detach().");

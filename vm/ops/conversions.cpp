@@ -16,9 +16,13 @@ bool convert_to(OpCall& c, Meta* m) {
   Device device = x.device();
   if (c.has(1)) {
     std::string s = c.str(1);
-    if (!parse_dtype(s, &dtype)) device = parse_device(s);
+    const bool device_like = s.rfind("cpu", 0) == 0 || s.rfind("cuda", 0) == 0;
+    if (device_like) device = parse_device(s);
+    else if (!parse_dtype(s, &dtype))
+      fail(cat("expected a dtype (float32, float64, float16, bfloat16, int32, int64, bool) or a device (\"cpu\", ",
+               "\"cuda\", \"cuda:N\"), got \"", s, "\""));
   }
-  if (c.has(2) && !parse_dtype(c.str(2), &dtype)) fail(cat("unknown dtype \"", c.str(2), "\""));
+  if (c.has(2)) dtype = dtype_named(c.str(2));
   if (c.has(3)) device = parse_device(c.str(3));
   *m = Meta{x.sizes(), dtype, device};
   return !(dtype == x.dtype() && device == x.device());

@@ -11,11 +11,7 @@ namespace {
 // Options are the last two schema slots: dtype, device.
 DType opt_dtype(const OpCall& c, int i, DType dflt) {
   if (!c.has(i)) return dflt;
-  DType d;
-  std::string s = c.str(i);
-  if (!parse_dtype(s, &d))
-    fail(cat("dtype expected one of float32, float64, float16, bfloat16, int32, int64, bool, got \"", s, "\""));
-  return d;
+  return dtype_named(c.str(i));
 }
 Device opt_device(const OpCall& c, int i) { return c.has(i) ? parse_device(c.str(i)) : Device{}; }
 

@@ -242,6 +242,8 @@ template <class Op> Binary prepare_binary(const OpCall& c) {
   if (std::is_same_v<Op, Op_sub> && (is_bool_operand(p.a) || is_bool_operand(p.b)))
     fail("subtraction with a bool operand is not supported: use logical_not() or logical_xor() on masks");
   if (c.has(2)) check_alpha(c.args[2], out_dtype(Op::rule, p.compute));
+  // (an integer power's number exponent converts checked, as PyTorch's: 0 ^ 2^32 is not 0 ^ 0)
+  if (std::is_same_v<Op, Op_pow> && is_integral(p.compute)) check_numbers_fit({&p.b}, p.compute);
   return p;
 }
 

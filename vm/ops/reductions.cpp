@@ -76,9 +76,7 @@ void require_floating(DType d, const char* hint = "") {
 // {dtype = "..."}: the input is converted to it before reducing, as PyTorch's dtype= argument.
 bool dtype_option(const OpCall& c, int i, DType* d) {
   if (!c.has(i)) return false;
-  std::string s = c.str(i);
-  if (!parse_dtype(s, d))
-    fail(cat("dtype expected one of float32, float64, float16, bfloat16, int32, int64, bool, got \"", s, "\""));
+  *d = dtype_named(c.str(i));
   return true;
 }
 

@@ -119,8 +119,9 @@ void run_topk(OpCall& c) {
   Tensor x = c.tensor(0);
   const int d = c.has(2) ? order_dim(c, 2, x) : std::max(0, x.dim() - 1);
   c.boolean_or(4, true);  // validated: every result is sorted
-  if (!x.device().is_cpu()) return order_on_device(c, x, d, c.integer(1), c.boolean_or(3, true));
-  order_lines(x, d, c.integer(1), c.boolean_or(3, true), c.outs[0], c.outs[1]);
+  const int64_t k = x.dim() == 0 ? 1 : c.integer(1);  // (a 0-d result holds x whatever k, as PyTorch's)
+  if (!x.device().is_cpu()) return order_on_device(c, x, d, k, c.boolean_or(3, true));
+  order_lines(x, d, k, c.boolean_or(3, true), c.outs[0], c.outs[1]);
 }
 
 // sort(x[, dim = -1[, descending = false]]) -> values, indices

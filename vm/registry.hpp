@@ -98,6 +98,9 @@ class Grad;
 struct Derivative {
   void (*fn)(autograd::Grad&) = nullptr;  // null: none (a backward reaching the op raises)
   uint32_t saves_inputs = 0;               // bit i: tensor argument i is kept
+  // of saves_inputs, bit i: kept only for the other arguments' gradients (mul's operands), so only
+  // when one of them requires grad, as PyTorch's generated code saves them
+  uint32_t saved_for_others = 0;
   uint32_t saves_outputs = 0;              // bit k: output k is kept
   uint32_t nondiff = 0;                    // bit i: argument i gets no gradient (indices, masks)
   bool not_differentiable = false;         // no derivative exists (integer / bool results, creation)

@@ -290,6 +290,30 @@ describe("autograd errors", function()
       "test_autograd.lua:" .. line, "is at version 1; expected version 0 instead")
   end)
 
+  it("an operand kept only for another one's gradient is not saved when that one needs none", function()
+    local C = T.tensor({ { 1, 2 }, { 3, 4 } }, { dtype = "float64" })
+    local cases = {  -- {the op of b, x's gradient}: b changes in place after the op, as torch allows
+      { function(b) return b * 3 end, { 3, 3 } },
+      { function(b) return b / T.tensor({ 2, 4 }, { dtype = "float64" }) end, { 0.5, 0.25 } },
+      { function(b) return b:view(1, 2):matmul(C) end, { 3, 7 } },
+      { function(b) return C:matmul(b) end, { 4, 6 } },
+      { function(b) return T.F.linear(b:view(1, 2), C) end, { 4, 6 } },
+    }
+    for i, c in ipairs(cases) do
+      local x = T.tensor({ 1, 2 }, { dtype = "float64", requires_grad = true })
+      local b = x * 1
+      local y = c[1](b)
+      b:add_(1)
+      y:sum():backward()
+      expect.eq(x.grad:totable(), c[2], "case " .. i)
+    end
+    local w = T.tensor({ 1, 2 }, { dtype = "float64", requires_grad = true })
+    local b = w * 1
+    local y = b:matmul(w)  -- (w requires grad: b is saved, and its change raises)
+    b:add_(1)
+    errs(function() y:backward() end, "backward", "modified by an inplace operation", "saved by matmul")
+  end)
+
   it("an in-place op on a non-leaf rebases its history", function()
     local x = T.tensor({ 1, 2 }, { dtype = "float32", requires_grad = true })
     local y = x * 2

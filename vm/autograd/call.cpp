@@ -88,8 +88,16 @@ bool is_input(const cr_value* args, int nargs, const cr_tensor* t) {
   return found;
 }
 
-// Whether an in-place op's derivative needs self's value from before the write (a copy is kept).
-bool needs_old_self(const OpDef& def) { return def.grad.saves_inputs & 1; }
+// Whether an in-place op's derivative needs self's value from before the write (a copy is kept):
+// not when only the other arguments' gradients read it and none of them requires grad.
+bool needs_old_self(const OpDef& def, const cr_value* args, int nargs) {
+  const Derivative& d = def.grad;
+  if (!(d.saves_inputs & 1)) return false;
+  if (!(d.saved_for_others & 1)) return true;
+  bool others = false;
+  each_tensor(args, nargs, [&](int i, int, cr_tensor* p) { others = others || (i > 0 && requires_grad(p) && !(d.nondiff >> i & 1)); });
+  return others;
+}
 
 // An in-place op's other arguments sharing self's memory were saved after the write: they keep
 // the version from before it, so that a backward reading them raises as PyTorch's (x:mul_(x)).
@@ -138,6 +146,10 @@ std::shared_ptr<Node> make_node(int op, const cr_value* args, int nargs, const s
   n->saves = d.saves_inputs || d.saves_outputs;
   copy_args(*n, args, nargs);
   n->first_input.assign(size_t(nargs), -1);
+  uint32_t wants = 0;  // the arguments whose gradient the node computes
+  each_tensor(args, nargs, [&](int i, int, cr_tensor* p) {
+    if (requires_grad(p) && !(d.nondiff >> i & 1)) wants |= 1u << i;
+  });
   each_tensor(args, nargs, [&](int i, int k, cr_tensor* p) {
     Tensor t(p, true);
     if (k == 0) n->first_input[size_t(i)] = int(n->inputs.size());
@@ -147,7 +159,7 @@ std::shared_ptr<Node> make_node(int op, const cr_value* args, int nargs, const s
     // Only a leaf requiring grad is saved whole: any other tensor may later be written in place by
     // an op whose node reaches this one (a cycle through its grad_fn); Grad::in gives the header
     // the edge of the call back when create_graph reads it.
-    if (d.saves_inputs >> i & 1)
+    if ((d.saves_inputs >> i & 1) && (!(d.saved_for_others >> i & 1) || (wants & ~(1u << i))))
       s = save(i == 0 && inplace && old_self.defined() ? old_self : is_leaf_requiring_grad(p) ? t : alias(t), def);
     cr_value& v = n->args.v[size_t(i)];
     if (v.tag == kTensor) v.ptr = s.t.get();
@@ -193,7 +205,7 @@ void call_recording(Context& ctx, int op, const cr_value* args, int nargs, std::
     Tensor self(static_cast<cr_tensor*>(args[0].ptr), true);
     check_inplace(def, self);
     if (!self.is_lazy()) before = self.storage()->version.load();
-    if (needs_old_self(def) && !self.is_lazy()) {  // (recorded: a double backward reaches self through it)
+    if (needs_old_self(def, args, nargs) && !self.is_lazy()) {  // (recorded: a double backward reaches self through it)
       std::vector<Tensor> c;
       if (ctx.ffi.capturing) c = dispatch(ctx, op_id("clone"), args, 1);
       else call_plain(ctx, op_id("clone"), args, 1, c);
@@ -234,7 +246,7 @@ void prepare_late(Context& ctx, int op, const cr_value* args, int nargs) {
   check_inplace(def, self);
   late.op = op;
   late.before = self.storage()->version.load();
-  if (needs_old_self(def)) late.old_self = dispatch(ctx, op_id("clone"), args, 1).at(0);
+  if (needs_old_self(def, args, nargs)) late.old_self = dispatch(ctx, op_id("clone"), args, 1).at(0);
 }
 
 void record_late(Context& ctx, int op, const cr_value* args, int nargs, std::vector<Tensor>& outs) {

@@ -39,8 +39,13 @@ GradPlan plan_gradients(const Graph& g, const std::vector<char>& input_requires,
     each_tensor_arg(n, [&](int slot, int32_t v) { in = in || (p.needs_grad[size_t(v)] && !(d.nondiff >> slot & 1)); });
     if (!in || d.not_differentiable) continue;
     if (!d.fn && p.unsupported.empty()) p.unsupported = cat(n.def().name, " (", n.where, ") has no derivative rule");
+    uint32_t wants = 0;  // (the arguments whose gradient the node computes: saved_for_others)
     each_tensor_arg(n, [&](int slot, int32_t v) {
-      if (d.saves_inputs >> slot & 1) saved[size_t(v)] = 1;
+      if (p.needs_grad[size_t(v)] && !(d.nondiff >> slot & 1)) wants |= 1u << slot;
+    });
+    each_tensor_arg(n, [&](int slot, int32_t v) {
+      if ((d.saves_inputs >> slot & 1) && (!(d.saved_for_others >> slot & 1) || (wants & ~(1u << slot))))
+        saved[size_t(v)] = 1;
     });
     for (size_t k = 0; k < n.outs.size(); ++k) {
       const int32_t o = n.outs[k];

@@ -18,17 +18,19 @@ void mm_rule(Grad& g) {
 
 // matmul with PyTorch's 1-D rules: a vector operand is a matrix of one row (left) or one column
 // (right) whose extra dim the result drops; batch broadcasting is undone by sum_to.
+// Each operand is read only for the other's gradient (saved_for_others).
 void matmul_rule(Grad& g) {
-  Var a = g.in(0), b = g.in(1), gr = g.grad();
+  Var gr = g.grad();
   const bool va = g.ndim(0) == 1, vb = g.ndim(1) == 1;
-  if (va) a = unsqueeze(a, 0);
-  if (vb) b = unsqueeze(b, 1);
+  Shape as = g.sizes(0), bs = g.sizes(1);
+  if (va) as.insert(as.begin(), 1);
+  if (vb) bs.push_back(1);
   Shape gs = gr.tensor().sizes();
   if (va) gs.insert(gs.end() - (vb ? 0 : 1), 1);
   if (vb) gs.push_back(1);
   gr = reshape(gr, gs);
-  if (g.needs(0)) g.set(0, reshape(sum_to(mm(gr, mt(b)), a.tensor().sizes()), g.sizes(0)));
-  if (g.needs(1)) g.set(1, reshape(sum_to(mm(mt(a), gr), b.tensor().sizes()), g.sizes(1)));
+  if (g.needs(0)) g.set(0, reshape(sum_to(mm(gr, mt(vb ? unsqueeze(g.in(1), 1) : g.in(1))), as), g.sizes(0)));
+  if (g.needs(1)) g.set(1, reshape(sum_to(mm(mt(va ? unsqueeze(g.in(0), 0) : g.in(0)), gr), bs), g.sizes(1)));
 }
 
 // linear: y = x w^T + b, over any batch dims of x
@@ -52,10 +54,12 @@ constexpr char kTril[] = "tril", kTriu[] = "triu";
 }  // namespace
 
 void register_linalg_derivatives(Registry& r) {
-  derivative(r, "mm", {.fn = mm_rule, .saves_inputs = kIn0 | kIn1});
-  derivative(r, "bmm", {.fn = mm_rule, .saves_inputs = kIn0 | kIn1});
-  derivative(r, "matmul", {.fn = matmul_rule, .saves_inputs = kIn0 | kIn1});
-  derivative(r, "linear", {.fn = linear_rule, .saves_inputs = kIn0 | kIn1});
+  // (each operand serves the other's gradient: kept only when that one requires grad)
+  constexpr uint32_t kBoth = kIn0 | kIn1;
+  derivative(r, "mm", {.fn = mm_rule, .saves_inputs = kBoth, .saved_for_others = kBoth});
+  derivative(r, "bmm", {.fn = mm_rule, .saves_inputs = kBoth, .saved_for_others = kBoth});
+  derivative(r, "matmul", {.fn = matmul_rule, .saves_inputs = kBoth, .saved_for_others = kBoth});
+  derivative(r, "linear", {.fn = linear_rule, .saves_inputs = kBoth, .saved_for_others = kBoth});
   derivative(r, "tril", {.fn = tri_rule<kTril>});
   derivative(r, "triu", {.fn = tri_rule<kTriu>});
 }

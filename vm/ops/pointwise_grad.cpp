@@ -216,8 +216,8 @@ void register_pointwise_derivatives(Registry& r) {
   derivative(r, "_gelu_tanh_backward", {.fn = gelu_backward_rule<true>, .saves_inputs = kIn0 | kIn1});
   derivative(r, "add", {.fn = add_rule});
   derivative(r, "sub", {.fn = sub_rule});
-  derivative(r, "mul", {.fn = mul_rule, .saves_inputs = kIn0 | kIn1});
-  derivative(r, "div", {.fn = div_rule, .saves_inputs = kIn0 | kIn1});
+  derivative(r, "mul", {.fn = mul_rule, .saves_inputs = kIn0 | kIn1, .saved_for_others = kIn0 | kIn1});
+  derivative(r, "div", {.fn = div_rule, .saves_inputs = kIn0 | kIn1, .saved_for_others = kIn0});
   derivative(r, "pow", {.fn = pow_rule, .saves_inputs = kIn0 | kIn1, .saves_outputs = kOut0});
   derivative(r, "fmod", {.fn = fmod_rule, .saves_inputs = kIn0 | kIn1});
   derivative(r, "remainder", {.fn = remainder_rule, .saves_inputs = kIn0 | kIn1});

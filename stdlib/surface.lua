@@ -776,9 +776,9 @@ end
 
 function S.bind(t, methods, ops)
   T = t
-  for _, name in ipairs({ "crescent.surface_more", "crescent.surface_linalg", "crescent.einsum" }) do
+  for _, name in ipairs({ "crescent.surface_more", "crescent.surface_linalg", "crescent.surface_views", "crescent.einsum" }) do
     local more = require(name)
-    more.bind(t)
+    more.bind(t, ops)
     for k, fn in pairs(more) do if k ~= "bind" then S[k] = fn end end
   end
   where3, nonzero1, sort2, index_put_ = ops.where.fn, ops.nonzero.fn, ops.sort.fn, ops.index_put_.fn

@@ -5,6 +5,7 @@
 local fail = require("crescent.core").fail
 local A = require "crescent.surface_args"
 local describe, check_tensor, opts_of, dim0, is_float = A.describe, A.check_tensor, A.opts_of, A.dim0, A.is_float
+local is_opts = require("crescent.binding").is_opts
 
 local M = {}  -- name -> function, bound by crescent.surface
 local T
@@ -65,6 +66,30 @@ function M.addmv(input, m, v, opts)
   return scaled_sum("addmv", input, T.matmul(m, v), opts)
 end
 function M.baddbmm(input, a, b, opts) return scaled_sum("baddbmm", input, T.bmm(a, b), opts) end
+
+-- mv(m, v): the matrix-vector product
+function M.mv(m, v)
+  check_tensor("mv", 1, "self", m)
+  check_tensor("mv", 2, "vec", v)
+  if m:dim() ~= 2 or v:dim() ~= 1 then fail(string.format("mv: expected a matrix and a vector, got %s and %s", describe(m), describe(v))) end
+  return T.matmul(m, v)
+end
+-- var_mean / std_mean(x[, dim[, keepdim]][, {correction =, unbiased =}]): var (std) and mean
+-- over the same dims, as two results
+local function spread_mean(op, x, dim, keepdim, opts)
+  check_tensor(op .. "_mean", 1, "self", x)
+  if is_opts(dim) then dim, opts = nil, dim elseif is_opts(keepdim) then keepdim, opts = nil, keepdim end
+  local spread = dim == nil and x[op](x, opts) or x[op](x, dim, keepdim, opts)
+  return spread, dim == nil and x:mean() or x:mean(dim, keepdim)
+end
+function M.var_mean(x, dim, keepdim, opts) return spread_mean("var", x, dim, keepdim, opts) end
+function M.std_mean(x, dim, keepdim, opts) return spread_mean("std", x, dim, keepdim, opts) end
+-- count_nonzero(x[, dim]): the number of nonzero elements (over dim, a dim or a list), int64
+function M.count_nonzero(x, dim)
+  check_tensor("count_nonzero", 1, "self", x)
+  if dim == nil then return x:ne(0):sum() end
+  return x:ne(0):sum(dim)
+end
 
 -- nansum / nanmean(x[, dim[, keepdim]]): NaNs count as absent
 function M.nansum(x, dim, keepdim)

@@ -1,4 +1,5 @@
--- logcumsumexp, mode and multinomial (crescent.surface_more): values and gradients against
+-- logcumsumexp, mode and multinomial (crescent.surface_more) and the shape conveniences
+-- (crescent.surface_views): values and gradients against
 -- PyTorch 1.13 (1-based indices: torch's + 1), extreme inputs, PyTorch's tie rule, the sampling
 -- laws of multinomial with and without replacement, seeds, errors; compiled == eager.
 local T = require "crescent"
@@ -68,6 +69,23 @@ end
 local long_rows = T.randint(0, 4, { 6, 40 })
 L:case("mode values of long rows", function() return (long_rows:mode()) end, "torch.mode(x)[0]", { x = long_rows })
 
+-- shape conveniences, two-tensor max / min, mv, var_mean / std_mean, count_nonzero (surface_views,
+-- surface_linalg)
+local x3 = T.randn(2, 3, 4, { dtype = "float64" })
+local y3 = T.randn(2, 3, 4, { dtype = "float64" })
+L:case("movedim", function() return x3:movedim(1, 3):contiguous() end, "x.movedim(0, 2).contiguous()", { x = x3 })
+L:case("movedim lists", function() return x3:movedim({ 1, 2 }, { 3, 1 }):contiguous() end,
+  "x.movedim((0, 1), (2, 0)).contiguous()", { x = x3 })
+L:case("swapaxes", function() return x3:swapaxes(1, 3):contiguous() end, "x.swapaxes(0, 2).contiguous()", { x = x3 })
+L:case("unbind", function() return T.stack(x3:unbind(2)) end, "torch.stack(x.unbind(1))", { x = x3 })
+L:case("max of two", function() return T.max(x3, y3) end, "torch.max(x, y)", { x = x3, y = y3 })
+L:case("min of two", function() return x3:min(y3) end, "x.min(y)", { x = x3, y = y3 })
+L:case("mv", function() return T.mv(x3[1], y3[1][1]) end, "torch.mv(x[0], y[0][0])", { x = x3, y = y3 })
+L:case("var_mean", function() return T.stack({ T.var_mean(x3, 2, true, { correction = 0 }) }) end,
+  "torch.stack(torch.var_mean(x, 1, unbiased=False, keepdim=True))", { x = x3 })
+L:case("std_mean", function() return T.stack({ T.std_mean(x3) }) end, "torch.stack(torch.std_mean(x))", { x = x3 })
+L:case("count_nonzero", function() return x3:gt(0):count_nonzero({ 1, 3 }) end, "torch.count_nonzero(x > 0, (0, 2))", { x = x3 })
+
 L:check("logcumsumexp and mode vs PyTorch", function(got)
   if got.dtype == "float32" then return 1e-5, 1e-5 end
   return 1e-10, 1e-12
@@ -124,6 +142,19 @@ local function near(got, want, draws, what)
     end
   end
 end
+
+describe("shape conveniences", function()
+  it("view_as / expand_as / reshape_as and the misuse of movedim and max", function()
+    local a = T.arange(6):float()
+    expect.eq(a:view_as(T.zeros(2, 3)).shape, { 2, 3 })
+    expect.eq(T.ones(3, 1):expand_as(T.zeros(3, 4)).shape, { 3, 4 })
+    expect.eq(a:reshape_as(T.zeros(3, 2)).shape, { 3, 2 })
+    errs(function() a:view(2, 3):movedim({ 1, 2 }, { 1 }) end, "movedim", "same number of dims")
+    errs(function() a:view(2, 3):movedim({ 1, 1 }, { 1, 2 }) end, "movedim", "repeated dim in source")
+    errs(function() T.tensor(1):unbind() end, "unbind", "no dimensions")
+    errs(function() T.max(a, a, 1) end, "max", "the elementwise form takes two tensors")
+  end)
+end)
 
 describe("multinomial", function()
   local p = T.tensor({ 0.1, 0, 0.5, 0.4 }, { dtype = "float64" })

@@ -1,0 +1,79 @@
+-- crescent.surface_views: PyTorch's shape and view conveniences made of registry ops, bound with
+-- crescent.surface's (T.op and x:op; dims 1-based): view_as, expand_as, reshape_as, movedim /
+-- moveaxis, swapaxes / swapdims, unbind; and the two-tensor max / min (maximum / minimum).
+local fail = require("crescent.core").fail
+local A = require "crescent.surface_args"
+local check_tensor, dim0 = A.check_tensor, A.dim0
+local is_tensor = require("crescent.core").is_tensor
+
+local M = {}  -- name -> function, bound by crescent.surface
+local T, registry
+
+local function like(op, x, other)
+  check_tensor(op, 1, "self", x)
+  check_tensor(op, 2, "other", other)
+  return other.shape
+end
+function M.view_as(x, other) return x:view(like("view_as", x, other)) end
+function M.expand_as(x, other) return x:expand(like("expand_as", x, other)) end
+function M.reshape_as(x, other) return x:reshape(like("reshape_as", x, other)) end
+
+-- movedim(x, source, destination): dim source (a dim or a list) moves to destination, the other
+-- dims keep their order
+function M.movedim(x, source, destination)
+  check_tensor("movedim", 1, "self", x)
+  local src = type(source) == "table" and source or { source }
+  local dst = type(destination) == "table" and destination or { destination }
+  if #src ~= #dst then
+    fail(string.format("movedim: Invalid source or destination dims: source (%d dims) should contain the same number of dims as destination (%d dims)", #src, #dst))
+  end
+  local n = math.max(x:dim(), 1)
+  local perm, taken, placed = {}, {}, {}
+  for j = 1, #src do
+    local s, d = dim0("movedim", x, src[j]) + 1, dim0("movedim", x, dst[j]) + 1
+    if taken[s] then fail("movedim: repeated dim in source, got " .. tostring(src[j])) end
+    if placed[d] then fail("movedim: repeated dim in destination, got " .. tostring(dst[j])) end
+    perm[d], taken[s], placed[d] = s, true, true
+  end
+  local rest = 1
+  for d = 1, n do
+    if not perm[d] then
+      while taken[rest] do rest = rest + 1 end
+      perm[d], rest = rest, rest + 1
+    end
+  end
+  return x:dim() == 0 and x or x:permute(perm)
+end
+M.moveaxis = M.movedim
+function M.swapaxes(x, a, b) return x:transpose(a, b) end
+M.swapdims = M.swapaxes
+
+-- unbind(x[, dim = 1]): the slices along dim, as a list
+function M.unbind(x, dim)
+  check_tensor("unbind", 1, "self", x)
+  if x:dim() == 0 then fail("unbind: dimension specified as 1 but tensor has no dimensions") end
+  local d = dim0("unbind", x, dim or 1) + 1
+  local r = {}
+  for i = 1, x:size(d) do r[i] = x:select(d, i) end
+  return r
+end
+
+-- max(a, b) / min(a, b) with a tensor b: the elementwise maximum / minimum, as torch's
+function M.max(x, a, ...)
+  if is_tensor(a) then
+    if select("#", ...) > 0 then fail("max: the elementwise form takes two tensors, got more arguments") end
+    return registry.maximum.fn(x, a)
+  end
+  return registry.max.fn(x, a, ...)
+end
+function M.min(x, a, ...)
+  if is_tensor(a) then
+    if select("#", ...) > 0 then fail("min: the elementwise form takes two tensors, got more arguments") end
+    return registry.minimum.fn(x, a)
+  end
+  return registry.min.fn(x, a, ...)
+end
+
+function M.bind(t, ops) T, registry = t, ops end
+
+return M

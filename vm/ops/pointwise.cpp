@@ -403,9 +403,14 @@ Ternary prepare_lerp(const OpCall& c) {
 }
 void run_lerp(OpCall& c) {
   Ternary p = prepare_lerp(c);
-  Tensor a = materialize(p.a, p.compute), b = materialize(p.b, p.compute), w = materialize(p.c, p.compute);
+  Tensor a = materialize(p.a, p.compute), b = materialize(p.b, p.compute);
   visit_floating(p.compute, [&](auto t) {
     using T = decltype(t);
+    if (!p.c.is_tensor()) {  // a number weight in the compute type (float for 16-bit), as PyTorch's opmath
+      const compute_t<T> w = compute_t<T>(p.c.num);
+      return map<T, T, T>(c.outs[0], {&a, &b}, [w](auto x, auto y) { return sm::lerp_(x, y, w); });
+    }
+    Tensor w = materialize(p.c, p.compute);
     map<T, T, T, T>(c.outs[0], {&a, &b, &w}, [](auto x, auto y, auto z) { return sm::lerp_(x, y, z); });
   });
 }

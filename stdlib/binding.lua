@@ -126,23 +126,49 @@ local function not_a_list(op, x, n, d)
     type(k) == "string" and ('"' .. k .. '"') or tostring(k)))
 end
 
+-- torch.tensor's dtype of data holding tensors: promote_types over the tensors' dtypes and the
+-- numbers' (an integer int64, a fraction float32, a boolean bool)
+local CATEGORY = { bool = 0, int32 = 1, int64 = 1 }
+local function promote(a, b)
+  if a == nil or a == b then return b end
+  local ca, cb = CATEGORY[a] or 2, CATEGORY[b] or 2
+  if ca ~= cb then return ca > cb and a or b end
+  if ca == 1 then return "int64" end
+  if (a == "float16" and b == "bfloat16") or (a == "bfloat16" and b == "float16") then return "float32" end
+  local rank = { float16 = 1, bfloat16 = 1, float32 = 2, float64 = 3 }
+  return rank[a] > rank[b] and a or b
+end
+
 -- nested tables of numbers / booleans -> flat doubles + shape (in the next slot)
 local MAX_DEPTH = 16  -- (vm/tensor.hpp kMaxDims)
 function put.Data(i, v, op, name)
   local flat, shape, bools, numbers, path = {}, {}, false, false, {}
+  local leaf_dtype, tensors, in_tensor = nil, false, nil  -- (in_tensor: the depth of the tensor walked)
   local function walk(x, d)
     local tx = type(x)
     if tx == "number" or tx == "boolean" then
       if shape[d] ~= nil then fail(op .. ": data is ragged: expected a table at depth " .. d) end
+      if not in_tensor then
+        leaf_dtype = promote(leaf_dtype, tx == "boolean" and "bool" or x == math.floor(x) and "int64" or "float32")
+      end
       if tx == "boolean" then bools = true; x = x and 1 or 0 else numbers = true end
       flat[#flat + 1] = x
       shape.leaf = shape.leaf or d
       if shape.leaf ~= d then fail(op .. ": data is ragged: nested tables of different depths") end
       return
     end
-    if is_tensor(x) then  -- a tensor inside the data counts as its nested table
-      x = x:totable()
-      if type(x) ~= "table" then return walk(x, d) end
+    if is_tensor(x) then  -- a tensor inside the data counts as its nested table, and its dtype
+      tensors, leaf_dtype = true, promote(leaf_dtype, x.dtype)
+      local values = x:totable()
+      if type(values) ~= "table" then  -- (its value, without the number's dtype rule)
+        if shape[d] ~= nil then fail(op .. ": data is ragged: expected a table at depth " .. d) end
+        numbers = true
+        flat[#flat + 1] = type(values) == "boolean" and (values and 1 or 0) or values
+        shape.leaf = shape.leaf or d
+        if shape.leaf ~= d then fail(op .. ": data is ragged: nested tables of different depths") end
+        return
+      end
+      x, in_tensor = values, in_tensor or d
       tx = "table"
     end
     if tx ~= "table" then
@@ -164,6 +190,7 @@ function put.Data(i, v, op, name)
     end
     for k = 1, n do walk(x[k], d + 1) end
     if n == 0 then shape.leaf = shape.leaf or d + 1 end
+    if in_tensor == d then in_tensor = nil end
   end
   walk(v, 1)
   local dims = {}
@@ -172,6 +199,7 @@ function put.Data(i, v, op, name)
   for k = 1, #flat do buf[k - 1] = flat[k] end
   -- num = 1: every value was a boolean (a bool tensor); mixed data is numeric, as torch.tensor
   ARGS[i].tag = TAG.doubles; ARGS[i].n = #flat; ARGS[i].ptr = buf; ARGS[i].num = (bools and not numbers) and 1 or 0
+  ARGS[i].str = tensors and leaf_dtype or nil  -- (the dtype the data's tensors give, as torch.tensor's)
   M._keep = buf  -- alive until the call returns
   put.Is(i + 1, dims, op, "shape")
 end

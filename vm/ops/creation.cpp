@@ -199,7 +199,9 @@ std::vector<Meta> infer_tensor(OpCall& c) {
   // as torch.tensor: all booleans -> bool, all integers -> int64, else (and no data) float32
   bool integral = c.args[0].n > 0;
   for (int i = 0; i < c.args[0].n && integral; ++i) integral = scalar_is_integral(v[i]);
-  DType d = opt_dtype(c, 2, c.args[0].num != 0 ? DType::b8 : integral ? DType::i64 : DType::f32);  // num: 1 = booleans
+  DType d = c.args[0].num != 0 ? DType::b8 : integral ? DType::i64 : DType::f32;  // num: 1 = booleans
+  if (c.args[0].str) d = dtype_named(c.args[0].str);  // (the dtypes of tensors in the data: stdlib/binding.lua)
+  d = opt_dtype(c, 2, d);
   if (is_integral(d))
     for (int i = 0; i < c.args[0].n; ++i) check_scalar_fits(v[i], d);
   return {{s, d, opt_device(c, 3)}};

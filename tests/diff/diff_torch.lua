@@ -250,7 +250,9 @@ local function judge(case, runs, want)
   for _, mode in ipairs(MODE_ORDER) do
     local got = runs[mode]
     local kind, msg = C.compare(got, want, scale, case.recipe.shape_only)
-    if not kind and got.error and not got.error:find(case.op:gsub("_$", ""), 1, true) then
+    local named = got.error and (got.error:find(case.op:gsub("_$", ""), 1, true)
+      or (case.recipe.shown and got.error:find(case.recipe.shown, 1, true)))
+    if not kind and got.error and not named then
       kind, msg = "message", "crescent's error does not name the op: " .. got.error
     end
     if got.bad_error then kind, msg = "message", got.error end

@@ -147,6 +147,9 @@ for name, spec in pairs(BINARY) do
   end }
 end
 
+-- (recipe.shown: the name errors give, where it is not the registry's: vm/registry.hpp OpDef::shown)
+R._div_floor.shown, R._div_trunc.shown = 'div (rounding_mode = "floor")', 'div (rounding_mode = "trunc")'
+
 -- In-place binary ops: self is a tensor (maybe an expanded view), other a tensor or a number.
 for _, name in ipairs({ "add_", "sub_", "mul_", "div_" }) do
   R[name] = { gen = function(c)
@@ -158,6 +161,38 @@ for _, name in ipairs({ "add_", "sub_", "mul_", "div_" }) do
     return call, ("a.%s(%s%s)"):format(name, b.py, pyopts), { inplace = a }
   end }
 end
+
+-- The other in-place pointwise forms (CR_INPLACE_OPS): a floating self, the op's operands.
+for _, name in ipairs({ "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
+  "tanh", "sigmoid", "relu", "erf", "floor", "ceil", "trunc", "sign", "reciprocal", "square" }) do
+  R[name .. "_"] = { gen = function(c)
+    local a = c:tensor(c:shape(), c:dtype(FLOAT))
+    return function(I) return op(name .. "_")(a(I)) end, ("a.%s_()"):format(name), { inplace = a }
+  end }
+end
+for _, name in ipairs({ "pow", "fmod", "remainder", "atan2" }) do
+  R[name .. "_"] = { gen = function(c)
+    local s = c:shape()
+    local a = c:tensor(s, c:dtype(FLOAT))
+    local b = name == "atan2" and c:tensor(c:bshape(s, 0.05), c:dtype(FLOAT)) or c:operand(c:bshape(s, 0.05), c:dtype(FLOAT))
+    return function(I) return op(name .. "_")(a(I), b(I)) end, ("a.%s_(%s)"):format(name, b.py), { inplace = a }
+  end }
+end
+R.lerp_ = { gen = function(c)
+  local s = c:shape()
+  local d = c:dtype(FLOAT)
+  local a, b = c:tensor(s, d), c:tensor(c:bshape(s), d)
+  local w = c.r:chance(0.5) and c:number("float32") or c:tensor(c:bshape(s), d)
+  return function(I) return op("lerp_")(a(I), b(I), w(I)) end, ("a.lerp_(b, %s)"):format(w.py), { inplace = a }
+end }
+R.addcmul_ = { gen = function(c)
+  local s = c:shape()
+  local d = c:dtype(FLOAT)
+  local x, a, b = c:tensor(s, d), c:tensor(c:bshape(s), d), c:tensor(c:bshape(s), d)
+  local v = c:number("float32")
+  return function(I) return op("addcmul_")(x(I), a(I), b(I), v.value) end, ("a.addcmul_(b, c, value=%s)"):format(v.py),
+    { inplace = x }
+end }
 
 R.where = { gen = function(c)
   local s = c:shape()

@@ -757,3 +757,35 @@ describe("lerp's number weight", function()
     expect.eq(h:double():totable(), { 2.130859375 })
   end)
 end)
+
+expect.covers("neg_", "abs_", "exp_", "exp2_", "log_", "log2_", "log1p_", "expm1_", "sqrt_", "rsqrt_", "sin_", "cos_",
+  "tan_", "tanh_", "sigmoid_", "relu_", "erf_", "floor_", "ceil_", "trunc_", "sign_", "reciprocal_", "square_", "pow_",
+  "fmod_", "remainder_", "atan2_", "lerp_", "addcmul_")
+describe("in-place forms", function()
+  local x = T.rand(3, 4, { dtype = "float64" }) + 0.25  -- (in every domain below)
+  local w = T.rand(4, { dtype = "float64" }) + 0.5
+  local forms = {
+    neg = {}, abs = {}, exp = {}, exp2 = {}, log = {}, log2 = {}, log1p = {}, expm1 = {}, sqrt = {}, rsqrt = {},
+    sin = {}, cos = {}, tan = {}, tanh = {}, sigmoid = {}, relu = {}, erf = {}, floor = {}, ceil = {}, trunc = {},
+    sign = {}, reciprocal = {}, square = {}, pow = { 2.5 }, fmod = { w }, remainder = { 0.3 }, atan2 = { w },
+    lerp = { w, 0.3 }, addcmul = { w, x, 0.5 },
+  }
+  it("write the op's result into x and return x; their gradient is the op's", function()
+    for name, args in pairs(forms) do
+      local y = x:clone()
+      expect.truthy(rawequal(y[name .. "_"](y, unpack(args)), y), name .. "_ returns self")
+      expect.eq(y:totable(), x[name](x, unpack(args)):totable(), name .. "_")
+      local a = x:clone():requires_grad_()
+      local b = a * 1
+      b[name .. "_"](b, unpack(args))
+      b:sum():backward()
+      local c = x:clone():requires_grad_()
+      c[name](c, unpack(args)):sum():backward()
+      expect.eq(a.grad:totable(), c.grad:totable(), name .. "_ gradient")
+    end
+  end)
+  it("refuse a leaf requiring grad and a result x cannot hold", function()
+    errs(function() x:clone():requires_grad_():exp_() end, "exp_", "a leaf Variable that requires grad")
+    errs(function() T.tensor({ 1, 2 }):sqrt_() end, "sqrt_", "float32 cannot be written into int64")
+  end)
+end)

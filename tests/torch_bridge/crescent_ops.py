@@ -444,6 +444,11 @@ OPS = {
     "fill_": lambda x, v: x.fill_(v), "zero_": lambda x: x.zero_(), "copy_": copy_,
     "clamp_": clamp(torch.clamp_), "masked_fill_": lambda x, m, v: x.masked_fill_(m, v),
     "setindex": setindex, "item": lambda x: x.item(),
+    # the other in-place pointwise forms (vm/registry.hpp CR_INPLACE_OPS): the method of self
+    **{n + "_": (lambda n: lambda x, *a: getattr(x, n + "_")(*a))(n) for n in (
+        "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
+        "sigmoid", "relu", "erf", "floor", "ceil", "trunc", "sign", "reciprocal", "square", "pow", "fmod",
+        "remainder", "atan2", "lerp", "addcmul")},
     "eye": eye, "linspace": linspace, "attention": attention,
     "as_strided": lambda x, size, stride, off=None: torch.as_strided(x, as_list(size), as_list(stride), 0 if off is None else off),
     "bincount": bincount,

@@ -657,11 +657,13 @@ void register_pointwise(Registry& r) {
               "sm::lerp_(a, b, c)"});
   r.add(OpDef{"addcmul", "self:T, tensor1:T, tensor2:T, value:N?", OpKind::Ternary, 0, infer_ternary<prepare_addcmul>,
               run_addcmul, "sm::fma_(b, c, a)"});
-  for (const char* n : {"add_", "sub_", "mul_", "div_", "clamp_"}) {
+#define CR_INPLACE_NAME(NAME) #NAME "_",
+  for (const char* n : {CR_INPLACE_OPS(CR_INPLACE_NAME)}) {
     std::string base(n, std::strlen(n) - 1);
     const OpDef* b = r.find(base);
     r.add(OpDef{n, b->schema, b->kind, kReturnsSelf | kNoFunction | kDeviceAware, nullptr, run_inplace});
   }
+#undef CR_INPLACE_NAME
   // PyTorch's autocast lists: functions whose float16 / bfloat16 results lose too much run in
   // float32; ops combining tensors that must agree run in the widest of them.
   r.set_cast({"exp", "expm1", "log", "log2", "log1p", "reciprocal", "rsqrt", "tan", "pow"}, CastPolicy::Float32);

@@ -240,10 +240,12 @@ void register_pointwise_derivatives(Registry& r) {
       for (int i : {0, 1})
         if (g.needs(i)) g.set(i, zeros_like(g.grad()));
     }});
-  for (const char* n : {"add_", "sub_", "mul_", "div_", "clamp_"}) {
+#define CR_INPLACE_NAME(NAME) #NAME "_",
+  for (const char* n : {CR_INPLACE_OPS(CR_INPLACE_NAME)}) {
     std::string base(n, std::strlen(n) - 1);
     r.set_derivative(n, r.find(base)->grad);
   }
+#undef CR_INPLACE_NAME
   for (const char* n : {"isnan", "isinf", "logical_not", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
                         "logical_xor"})
     derivative(r, n, {.not_differentiable = true});

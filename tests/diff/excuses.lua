@@ -79,8 +79,8 @@ M.EXCUSES = {
   { op = "*", kind = "accepts", match = "not implemented for '", class = "torch",
     why = "torch 1.13 has no CPU kernel for this dtype (bool argmax/topk, bfloat16 eye, ...); crescent computes it" },
   { op = WRITES, kind = "raises", match = "cannot write into an expanded tensor", class = "limit",
-    why = "crescent refuses every write into an expanded (stride-0) tensor; torch allows fill_/zero_ there and "
-      .. "skips its overlap check on empty tensors" },
+    why = "crescent refuses writes into an expanded (stride-0) tensor but fill_ / zero_; torch skips its overlap "
+      .. "check on empty tensors" },
   { op = { sin = true, cos = true, tan = true, sin_ = true, cos_ = true, tan_ = true }, kind = "differs", when = huge_input, class = "limit",
     why = "|x| >= 2^48 (float) / 2^50 (double) gives NaN by design (vm/kernels/vmath.hpp: no Payne-Hanek reduction)" },
   { op = "addcmul", kind = "raises", match = "value must be an integer for integer inputs", class = "limit",
@@ -154,6 +154,8 @@ M.EXCUSES = {
   { op = "remainder", kind = "accepts", match = "derivative for aten::remainder is not implemented", class = "torch",
     why = "torch 1.13 has no derivative of remainder(number, tensor) for the tensor; crescent's is PyTorch's "
       .. "tensor-tensor formula, -grad * floor(self / other)" },
+  { op = { atan2 = true, atan2_ = true }, kind = "accepts", match = "must be Tensor, not", class = "extension",
+    why = "crescent's atan2 takes a number operand as maximum / minimum do (torch's only tensors)" },
   { op = "atan2", kind = "accepts", match = "on a bool tensor is not supported",
     class = "torch",
     why = "a bool first operand: torch 1.13's atan2 backward negates it for the other operand's gradient and fails; "

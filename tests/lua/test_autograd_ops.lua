@@ -63,6 +63,15 @@ for _, n in ipairs({ "add_", "sub_", "mul_", "div_" }) do
   case(n, function(x, y) local z = x * 1; return z[n](z, y) end, R(2, 3), pos(3))
 end
 case("clamp_", function(x) local z = x * 1; return z:clamp_(-0.3, 0.3) end, R(5))
+for _, u in ipairs({ "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
+  "tanh", "sigmoid", "relu", "erf", "floor", "ceil", "trunc", "sign", "reciprocal", "square" }) do  -- (CR_INPLACE_OPS)
+  case(u .. "_", function(x) local z = x * 1; return z[u .. "_"](z) end, pos(3, 1))
+end
+for _, b in ipairs({ "pow", "fmod", "remainder", "atan2" }) do
+  case(b .. "_", function(x, y) local z = x * 3; return z[b .. "_"](z, y) end, pos(3), pos(3))
+end
+case("lerp_", function(a, b, w) local z = a * 1; return z:lerp_(b, w) end, R(3), R(3), R(3))
+case("addcmul_", function(x, a, b) local z = x * 1; return z:addcmul_(a, b, 0.5) end, R(3), R(3), R(3))
 case("copy_", function(x) local z = T.zeros(2, 3, { dtype = "float64" }); return z:copy_(x) * 2 end, R(3))
 case("fill_", function(v) local z = T.zeros(2, { dtype = "float64" }); return z:fill_(v) end, R())
 case("zero_", function(x) local z = x * 2; z:zero_(); return z + x end, R(3))

@@ -499,11 +499,20 @@ describe("in-place writes into expanded views", function()
     local T = require "crescent"
     local e = T.zeros(1, 3):expand(4, 3)
     expect.errors(function() e:add_(1) end, "add_: cannot write into an expanded tensor")
-    expect.errors(function() e:fill_(2) end, "fill_: cannot write into an expanded tensor")
     expect.errors(function() e:copy_(T.ones(4, 3)) end, "copy_: cannot write into an expanded tensor")
-    expect.errors(function() e:zero_() end, "zero_: cannot write into an expanded tensor")
     local ok = T.zeros(1, 3):expand(1, 3)  -- size-1 stride-0 dims are fine
     ok:add_(1)
+  end)
+  it("fill_ and zero_ write the one value every alias takes, as torch's", function()
+    local T = require "crescent"
+    local base = T.zeros(1, 3)
+    local e = base:expand(4, 3)
+    e:fill_(2)
+    expect.eq(base:totable(), { { 2, 2, 2 } })
+    e:fill_(T.tensor(5))
+    expect.eq(e:totable()[4], { 5, 5, 5 })
+    e:zero_()
+    expect.eq(base:totable(), { { 0, 0, 0 } })
   end)
 end)
 

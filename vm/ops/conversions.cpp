@@ -87,8 +87,9 @@ void run_copy_(OpCall& c) {
   copy_into(self, s);
 }
 
+// (an expanded self is filled too, as PyTorch's: its aliased elements all take the one value)
 void run_fill_(OpCall& c) {
-  Tensor self = writable(c, 0);
+  Tensor self = c.tensor(0);
   Operand v = operand(c, 1);
   if (v.is_tensor()) {
     if (v.t.numel() != 1) fail(cat("value expected a number or a 1-element tensor, got ", v.t.describe()));
@@ -98,7 +99,7 @@ void run_fill_(OpCall& c) {
   check_scalar_fits(v.num, self.dtype());
   fill(self, v.num);
 }
-void run_zero_(OpCall& c) { fill(writable(c, 0), 0); }
+void run_zero_(OpCall& c) { fill(c.tensor(0), 0); }
 
 }  // namespace
 

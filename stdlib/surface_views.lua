@@ -1,6 +1,7 @@
 -- crescent.surface_views: PyTorch's shape and view conveniences made of registry ops, bound with
 -- crescent.surface's (T.op and x:op; dims 1-based): view_as, expand_as, reshape_as, movedim /
--- moveaxis, swapaxes / swapdims, unbind; and the two-tensor max / min (maximum / minimum).
+-- moveaxis, swapaxes / swapdims, unbind, diagonal, storage_offset; and the two-tensor max / min
+-- (maximum / minimum).
 local fail = require("crescent.core").fail
 local A = require "crescent.surface_args"
 local check_tensor, dim0 = A.check_tensor, A.dim0
@@ -47,6 +48,34 @@ end
 M.moveaxis = M.movedim
 function M.swapaxes(x, a, b) return x:transpose(a, b) end
 M.swapdims = M.swapaxes
+
+-- storage_offset(x): the element offset of x's first element in its storage (as_strided's)
+function M.storage_offset(x)
+  check_tensor("storage_offset", 1, "self", x)
+  return tonumber(require("crescent.core").ptr(x)._offset)
+end
+
+-- diagonal(x[, offset = 0[, dim1 = 1[, dim2 = 2]]]): the view of the entries x[.., i, .., i + offset, ..]
+-- of dims dim1 and dim2, which move to a last dim
+function M.diagonal(x, offset, dim1, dim2)
+  check_tensor("diagonal", 1, "self", x)
+  offset = offset or 0
+  if type(offset) ~= "number" or offset ~= math.floor(offset) then
+    fail("diagonal: offset expected an integer, got " .. tostring(offset))
+  end
+  local a, b = dim0("diagonal", x, dim1 or 1) + 1, dim0("diagonal", x, dim2 or 2) + 1
+  if a == b then fail(string.format("diagonal: dim1 and dim2 cannot be the same dim, got %d and %d", a, b)) end
+  local sizes, strides = {}, {}
+  for d = 1, x:dim() do
+    if d ~= a and d ~= b then sizes[#sizes + 1], strides[#strides + 1] = x:size(d), x:stride(d) end
+  end
+  local n = offset >= 0 and math.min(x:size(a), x:size(b) - offset) or math.min(x:size(a) + offset, x:size(b))
+  n = math.max(n, 0)
+  local start = M.storage_offset(x)
+  if n > 0 then start = start + (offset >= 0 and offset * x:stride(b) or -offset * x:stride(a)) end
+  sizes[#sizes + 1], strides[#strides + 1] = n, x:stride(a) + x:stride(b)
+  return x:as_strided(sizes, strides, start)
+end
 
 -- unbind(x[, dim = 1]): the slices along dim, as a list
 function M.unbind(x, dim)

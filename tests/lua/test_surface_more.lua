@@ -77,6 +77,11 @@ L:case("movedim", function() return x3:movedim(1, 3):contiguous() end, "x.movedi
 L:case("movedim lists", function() return x3:movedim({ 1, 2 }, { 3, 1 }):contiguous() end,
   "x.movedim((0, 1), (2, 0)).contiguous()", { x = x3 })
 L:case("swapaxes", function() return x3:swapaxes(1, 3):contiguous() end, "x.swapaxes(0, 2).contiguous()", { x = x3 })
+L:case("diagonal", function() return x3:diagonal():contiguous() end, "x.diagonal().contiguous()", { x = x3 })
+L:case("diagonal offsets", function() return T.cat({ x3:diagonal(1, 2, 3), x3:diagonal(-1, 3, 1):t() }, 2) end,
+  "torch.cat([x.diagonal(1, 1, 2), x.diagonal(-1, 2, 0).t()], 1)", { x = x3 })
+L:case("diagonal grad", function() return grad(function(v) return v:narrow(3, 2, 3):diagonal(0, 1, 3) end, x3, T.ones(3, 2, { dtype = "float64" })) end,
+  PYGRAD:format("x[:, :, 1:4].diagonal(0, 0, 2)"), { x = x3, g = T.ones(3, 2, { dtype = "float64" }) })
 L:case("unbind", function() return T.stack(x3:unbind(2)) end, "torch.stack(x.unbind(1))", { x = x3 })
 L:case("max of two", function() return T.max(x3, y3) end, "torch.max(x, y)", { x = x3, y = y3 })
 L:case("min of two", function() return x3:min(y3) end, "x.min(y)", { x = x3, y = y3 })
@@ -152,6 +157,11 @@ describe("shape conveniences", function()
     errs(function() a:view(2, 3):movedim({ 1, 2 }, { 1 }) end, "movedim", "same number of dims")
     errs(function() a:view(2, 3):movedim({ 1, 1 }, { 1, 2 }) end, "movedim", "repeated dim in source")
     errs(function() T.tensor(1):unbind() end, "unbind", "no dimensions")
+    expect.eq(T.zeros(4, 5):narrow(2, 3, 2):storage_offset(), 2)
+    local y = T.zeros(3, 3)
+    y:diagonal():fill_(1)  -- (a view: the write reaches y)
+    expect.eq(y:totable(), T.eye(3):totable())
+    errs(function() y:diagonal(0, 2, 2) end, "diagonal", "cannot be the same dim")
     errs(function() T.max(a, a, 1) end, "max", "the elementwise form takes two tensors")
   end)
 end)

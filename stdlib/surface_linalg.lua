@@ -1,7 +1,7 @@
 -- crescent.surface_linalg: PyTorch's linear-algebra and order-statistic ops made of registry ops,
 -- bound with crescent.surface's (same conventions: T.op and x:op, differentiable and compiled
 -- through the ops they are made of, 1-based index results): rot90, outer, dot, addmm, addmv,
--- baddbmm, nansum, nanmean, kthvalue, median.
+-- baddbmm, mv, var_mean, std_mean, count_nonzero, nan_to_num, msort, nansum, nanmean, kthvalue, median.
 local fail = require("crescent.core").fail
 local A = require "crescent.surface_args"
 local describe, check_tensor, opts_of, dim0, is_float = A.describe, A.check_tensor, A.opts_of, A.dim0, A.is_float
@@ -89,6 +89,32 @@ function M.count_nonzero(x, dim)
   check_tensor("count_nonzero", 1, "self", x)
   if dim == nil then return x:ne(0):sum() end
   return x:ne(0):sum(dim)
+end
+
+-- nan_to_num(x[, nan = 0[, posinf[, neginf]]]) (or {nan =, posinf =, neginf =}): NaN and the
+-- infinities replaced, the infinities by default by the dtype's largest and lowest finite values
+local FINITE = { float32 = 3.4028234663852886e38, float64 = 1.7976931348623157e308, float16 = 65504,
+  bfloat16 = 3.3895313892515355e38 }
+function M.nan_to_num(x, nan, posinf, neginf)
+  check_tensor("nan_to_num", 1, "self", x)
+  if is_opts(nan) then
+    local o = opts_of("nan_to_num", nan, { nan = true, posinf = true, neginf = true })
+    nan, posinf, neginf = o.nan, o.posinf, o.neginf
+  end
+  for i, v in ipairs({ nan or 0, posinf or 0, neginf or 0 }) do
+    if type(v) ~= "number" then fail(string.format("nan_to_num: argument %d expected a number, got %s", i + 1, describe(v))) end
+  end
+  local big = FINITE[x.dtype]
+  if not big then return x:clone() end  -- (integers and bools hold no NaN or infinity)
+  local r = T.where(x:isnan(), nan or 0, x)
+  r = T.where(r:eq(math.huge), posinf or big, r)
+  return T.where(r:eq(-math.huge), neginf or -big, r)
+end
+function M.nan_to_num_(x, ...) return x:copy_(M.nan_to_num(x, ...)) end
+-- msort(x): x sorted along its first dim (the values)
+function M.msort(x)
+  check_tensor("msort", 1, "self", x)
+  return (x:sort(1))
 end
 
 -- nansum / nanmean(x[, dim[, keepdim]]): NaNs count as absent

@@ -82,6 +82,12 @@ L:case("diagonal offsets", function() return T.cat({ x3:diagonal(1, 2, 3), x3:di
   "torch.cat([x.diagonal(1, 1, 2), x.diagonal(-1, 2, 0).t()], 1)", { x = x3 })
 L:case("diagonal grad", function() return grad(function(v) return v:narrow(3, 2, 3):diagonal(0, 1, 3) end, x3, T.ones(3, 2, { dtype = "float64" })) end,
   PYGRAD:format("x[:, :, 1:4].diagonal(0, 0, 2)"), { x = x3, g = T.ones(3, 2, { dtype = "float64" }) })
+local odd = T.tensor({ { 0 / 0, math.huge, -math.huge, 1.5 }, { -2, 0 / 0, 3, -math.huge } }, { dtype = "float64" })
+L:case("nan_to_num", function() return odd:nan_to_num() end, "x.nan_to_num()", { x = odd })
+L:case("nan_to_num values", function() return odd:float():nan_to_num(1, 2, -3) end, "x.float().nan_to_num(1, 2, -3)", { x = odd })
+L:case("nan_to_num grad", function() return grad(function(v) return v:nan_to_num({ posinf = 7 }) end, odd, T.ones(2, 4, { dtype = "float64" })) end,
+  PYGRAD:format("x.nan_to_num(posinf=7)"), { x = odd, g = T.ones(2, 4, { dtype = "float64" }) })
+L:case("msort", function() return x3:msort() end, "torch.msort(x)", { x = x3 })
 L:case("unbind", function() return T.stack(x3:unbind(2)) end, "torch.stack(x.unbind(1))", { x = x3 })
 L:case("max of two", function() return T.max(x3, y3) end, "torch.max(x, y)", { x = x3, y = y3 })
 L:case("min of two", function() return x3:min(y3) end, "x.min(y)", { x = x3, y = y3 })

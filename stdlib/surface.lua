@@ -180,14 +180,9 @@ local function rounded(op, opts)
   end
   return ROUNDED[mode]
 end
-local function operand(op, i, name, v)
-  if type(v) ~= "number" and type(v) ~= "boolean" and not is_tensor(v) then
-    fail(string.format("%s: argument %d (%s) expected a tensor or a number, got %s", op, i, name, describe(v)))
-  end
-end
 function S.div(a, b, opts)
   local r = rounded("div", opts)
-  if r then operand("div", 1, "self", a); operand("div", 2, "other", b) end  -- (not named after _div_floor)
+  if r then A.check_operand("div", 1, "self", a); A.check_operand("div", 2, "other", b) end  -- (not _div_floor's name)
   return registry[r or "div"].fn(a, b)
 end
 local CATEGORY = { bool = 0, int32 = 1, int64 = 1 }  -- (floating: 2)

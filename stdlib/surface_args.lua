@@ -12,6 +12,11 @@ end
 function A.check_tensor(op, i, name, v)
   if not is_tensor(v) then fail(string.format("%s: argument %d (%s) expected a tensor, got %s", op, i, name, A.describe(v))) end
 end
+function A.check_operand(op, i, name, v)  -- a tensor or a number (a boolean too)
+  if type(v) ~= "number" and type(v) ~= "boolean" and not is_tensor(v) then
+    fail(string.format("%s: argument %d (%s) expected a tensor or a number, got %s", op, i, name, A.describe(v)))
+  end
+end
 -- opts checked against the allowed keys ({} when nil)
 function A.opts_of(op, opts, allowed)
   if opts == nil then return {} end

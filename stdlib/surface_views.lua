@@ -26,7 +26,8 @@ function M.movedim(x, source, destination)
   local src = type(source) == "table" and source or { source }
   local dst = type(destination) == "table" and destination or { destination }
   if #src ~= #dst then
-    fail(string.format("movedim: Invalid source or destination dims: source (%d dims) should contain the same number of dims as destination (%d dims)", #src, #dst))
+    fail(string.format("movedim: Invalid source or destination dims: source (%d dims) should contain the same "
+      .. "number of dims as destination (%d dims)", #src, #dst))
   end
   local n = math.max(x:dim(), 1)
   local perm, taken, placed = {}, {}, {}

@@ -235,8 +235,13 @@ function F.normalize(x, p, dim, eps)
   return x / n:clamp(eps or 1e-12)
 end
 
--- cosine_similarity(x1, x2[, dim = 2[, eps = 1e-8]]): x1.x2 / sqrt(max(|x1|^2 |x2|^2, eps^2))
--- along dim, the inputs broadcast.
+-- cosine_similarity(x1, x2[, dim = 2[, eps = 1e-8]]): sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps))
+-- along dim, the inputs broadcast first; each norm is clamped as a value only (PyTorch's
+-- clamp_min_ under no_grad), so its gradient is the norm's.
+local function clamped_norm(x, dim, eps)
+  local n = x:norm(dim, true)
+  return n + (n:clamp(eps) - n):detach()
+end
 function F.cosine_similarity(x1, x2, dim, eps)
   check_tensor("cosine_similarity", 1, "x1", x1)
   check_tensor("cosine_similarity", 2, "x2", x2)
@@ -245,9 +250,17 @@ function F.cosine_similarity(x1, x2, dim, eps)
     dim, eps = o.dim, o.eps
   end
   dim, eps = dim or 2, eps or 1e-8
-  local w12 = (x1 * x2):sum(dim)
-  local w1, w2 = (x1 * x1):sum(dim), (x2 * x2):sum(dim)
-  return w12 / (w1 * w2):clamp(eps * eps):sqrt()
+  local a, b = x1.shape, x2.shape
+  local shape = {}
+  for j = 1, math.max(#a, #b) do  -- (the broadcast shape, aligned from the last dim)
+    local p, q = a[#a - math.max(#a, #b) + j] or 1, b[#b - math.max(#a, #b) + j] or 1
+    if p ~= q and p ~= 1 and q ~= 1 then
+      fail(string.format("cosine_similarity: x1 {%s} and x2 {%s} cannot be broadcast", table.concat(a, ","), table.concat(b, ",")))
+    end
+    shape[j] = p == 1 and q or p
+  end
+  x1, x2 = x1:expand(shape), x2:expand(shape)
+  return (x1 / clamped_norm(x1, dim, eps) * (x2 / clamped_norm(x2, dim, eps))):sum(dim)
 end
 
 function F.tanh(x) return T.tanh(x) end

@@ -195,6 +195,9 @@ case("normalize", function(x) return F.normalize(x) end, "F.normalize(a)", { D(3
 case("normalize p dim", function(x) return F.normalize(x, { p = 1, dim = -1 }) end, "F.normalize(a, p=1, dim=-1)", { D(3, 4) })
 case("cosine_similarity", function(x, y) return F.cosine_similarity(x, y) end, "F.cosine_similarity(a, b)", { D(3, 5), D(3, 5) })
 case("cosine_similarity dim", function(x, y) return F.cosine_similarity(x, y, 1) end, "F.cosine_similarity(a, b, 0)", { D(4, 2), D(4, 1) })
+-- (a size-1 dim along dim: broadcast before the norms; norms under eps: each clamped alone)
+case("cosine_similarity broadcast along dim", function(x, y) return F.cosine_similarity(x, y, 2) end,
+  "F.cosine_similarity(a, b, 1)", { D(3, 1), D(3, 5) })
 
 -- ---- modules with copied weights ------------------------------------------------------------------
 
@@ -509,5 +512,12 @@ describe("compiled layers", function()
     local want = T.no_grad(g, x)
     local f = T.compile(g, { hot = 0 })
     for _ = 1, 2 do expect.close(T.no_grad(f, x), want:totable(), 1e-5, 1e-6) end
+  end)
+end)
+
+describe("cosine_similarity's eps", function()
+  it("clamps each norm alone, as torch: |x1| = 5, |x2| = 3e-3 under eps 1e-2 gives 9e-3 / (5 * 1e-2)", function()
+    local r = F.cosine_similarity(T.tensor({ 3, 4 }, { dtype = "float64" }), T.tensor({ 3e-3, 0 }, { dtype = "float64" }), 1, 1e-2)
+    expect.close(r, T.tensor(0.18, { dtype = "float64" }), 1e-12, 1e-15)  -- (sqrt(max(|x1|^2 |x2|^2, eps^2)): 0.6)
   end)
 end)

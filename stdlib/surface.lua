@@ -420,20 +420,6 @@ function S.meshgrid(...)
   return unpack(r)
 end
 
--- one_hot(t[, num_classes]): classes 1..num_classes (1-based, as cross_entropy's targets)
-function S.one_hot(t, num_classes)
-  check_tensor("one_hot", 1, "tensor", t)
-  if t.dtype ~= "int64" then fail("one_hot: expected an int64 tensor of classes, got " .. describe(t)) end
-  if t:numel() > 0 then
-    local lo, hi = t:min():item(), t:max():item()
-    if lo < 1 then fail("one_hot: class values must be 1 or more (1-based), got " .. lo) end
-    if num_classes and hi > num_classes then fail(string.format("one_hot: class values must be at most num_classes (%d), got %d", num_classes, hi)) end
-    num_classes = num_classes or hi
-  end
-  if num_classes == nil then fail("one_hot: Can not infer total number of classes from empty tensor (give num_classes)") end
-  return T.arange(1, num_classes + 1, { dtype = "int64", device = t.device }):eq(t:unsqueeze(-1)):long()
-end
-
 -- counting -----------------------------------------------------------------------------------
 -- bincount(x[, weights[, minlength]]): counts of the values 0..max (data values, not indices);
 -- the registry's counting kernel (vm/ops/bincount.cpp) after the arguments' Lua forms
@@ -791,7 +777,7 @@ function S.bind(t, methods, ops)
       if not function_only[name] then methods[name] = fn end
     end
   end
-  T.F.one_hot = T.F.one_hot or S.one_hot
+  T.F.one_hot = T.F.one_hot or S.one_hot  -- (crescent.surface_more)
 end
 
 return S

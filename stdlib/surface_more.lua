@@ -1,6 +1,6 @@
 -- crescent.surface_more: more of PyTorch's data ops made of registry ops, bound with
 -- crescent.surface's (same conventions: T.op and x:op, differentiable and compiled through the
--- ops they are made of, 1-based index results): logcumsumexp, mode, multinomial, histc.
+-- ops they are made of, 1-based index results): logcumsumexp, mode, multinomial, histc, one_hot.
 local fail = require("crescent.core").fail
 local A = require "crescent.surface_args"
 local describe, check_tensor, opts_of, dim0, is_float = A.describe, A.check_tensor, A.opts_of, A.dim0, A.is_float
@@ -134,6 +134,24 @@ function M.histc(x, bins, lo, hi)
   local pos = ((f - lo) * bins / (hi - lo)):floor():long():clamp(0, bins - 1):masked_fill(inside:logical_not(), bins)
   local one = T.ones(1, { dtype = x.dtype, device = x.device }):expand(f:numel())
   return T.zeros(bins + 1, { dtype = x.dtype, device = x.device }):index_add(1, pos + 1, one):narrow(1, 1, bins)
+end
+
+-- one_hot(t[, num_classes]): classes 1..num_classes (1-based, as cross_entropy's targets)
+function M.one_hot(t, num_classes)
+  check_tensor("one_hot", 1, "tensor", t)
+  if t.dtype ~= "int64" then fail("one_hot: expected an int64 tensor of classes, got " .. describe(t)) end
+  if num_classes == -1 then num_classes = nil end  -- (torch's default: inferred)
+  if num_classes ~= nil and (type(num_classes) ~= "number" or num_classes ~= math.floor(num_classes) or num_classes < 0) then
+    fail("one_hot: num_classes expected a non-negative integer or -1, got " .. (type(num_classes) == "number" and num_classes or describe(num_classes)))
+  end
+  if t:numel() > 0 then
+    local lo, hi = t:min():item(), t:max():item()
+    if lo < 1 then fail("one_hot: class values must be 1 or more (1-based), got " .. lo) end
+    if num_classes and hi > num_classes then fail(string.format("one_hot: class values must be at most num_classes (%d), got %d", num_classes, hi)) end
+    num_classes = num_classes or hi
+  end
+  if num_classes == nil then fail("one_hot: Can not infer total number of classes from empty tensor (give num_classes)") end
+  return T.arange(1, num_classes + 1, { dtype = "int64", device = t.device }):eq(t:unsqueeze(-1)):long()
 end
 
 function M.bind(t) T = t end

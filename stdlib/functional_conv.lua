@@ -516,6 +516,10 @@ function C.interpolate(x, opts)
   if mode == "nearest" and o.align_corners ~= nil then fail(op .. ": align_corners option can only be set with the interpolating modes: linear | bilinear | bicubic | trilinear") end
   if (o.size == nil) == (o.scale_factor == nil) then fail(op .. ": either size or scale_factor should be defined (exactly one)") end
   local sizes, sfs = {}, {}
+  if type(o.scale_factor) == "table" and #o.scale_factor ~= n then
+    fail(string.format("%s: Input and scale_factor must have the same number of spatial dimensions, but got input with "
+      .. "spatial dimensions of %d and scale_factor of length %d", op, n, #o.scale_factor))
+  end
   for i = 1, n do
     local in_n = x:size(2 + i)
     if o.size ~= nil then
@@ -524,6 +528,10 @@ function C.interpolate(x, opts)
       local sf = type(o.scale_factor) == "table" and o.scale_factor[i] or o.scale_factor
       if type(sf) ~= "number" or sf <= 0 then fail(op .. ": scale_factor expected positive numbers, got " .. tostring(sf)) end
       sizes[i] = math.floor(in_n * sf)
+      if sizes[i] == 0 and in_n > 0 then  -- (as torch: a scale that leaves no output raises)
+        fail(string.format("%s: Input and output sizes should be greater than 0, but got input size %d and output size 0 "
+          .. "(scale_factor %s, dim %d)", op, in_n, tostring(sf), 2 + i))
+      end
       if not o.recompute_scale_factor then sfs[i] = sf end
     end
   end

@@ -482,6 +482,10 @@ describe("layer refusals", function()
     errs(function() F.avg_pool1d(x[1], 2, 2, 0, false, true, 3) end, "avg_pool1d", "expected at most 7 arguments, got one more: number")
     errs(function() F.interpolate(T.randn(1, 1, 4), { size = 3, mode = "bilinear" }) end, "interpolate", "mode bilinear expected a 4-D input")
     errs(function() F.interpolate(T.randn(1, 1, 4)) end, "interpolate", "either size or scale_factor should be defined")
+    errs(function() F.interpolate(T.randn(1, 1, 4, 4), { scale_factor = 0.2 }) end, "interpolate",
+      "sizes should be greater than 0", "input size 4 and output size 0")
+    errs(function() F.interpolate(T.randn(1, 1, 4, 4), { scale_factor = { 2, 2, 3 } }) end, "interpolate",
+      "same number of spatial dimensions", "scale_factor of length 3")
     errs(function() F.group_norm(T.randn(2, 3, 4), 2) end, "group_norm", "divisible by num_groups")
     errs(function() nn.BatchNorm2d(3)(T.randn(2, 3)) end, "BatchNorm2d", "expected 4D input (got 2D input)")
     errs(function() F.batch_norm(T.randn(1, 3), nil, nil, nil, nil, true) end, "batch_norm", "Expected more than 1 value per channel when training")

@@ -180,6 +180,10 @@ bool random(NodeLowering& nl, int form) {
     x = Lowerer::arith(b, "+", Lowerer::constant(b, lo, i64), Lowerer::arith(b, "%u", x, Lowerer::constant(b, span, i64), i64), i64);
   } else {
     b.exprs[size_t(x)].dtype = DType::f64;  // (int64 counters in, float64 numbers out)
+    if (form == kRand) {  // (below the dtype's 1, as eager's run_rand: rand is [0, 1))
+      const int32_t top = Lowerer::constant(b, largest_below_one(m.dtype), DType::f64);
+      x = b.add(Expr{EOp::Select, DType::f64, Lowerer::arith(b, "<", x, top, DType::b8), x, top});
+    }
   }
   b.root = Lowerer::cast(b, x, m.dtype);
   return nl.define(std::move(v));

@@ -130,6 +130,11 @@ bool parse_dtype(const std::string& s, DType* out);
 DType dtype_named(const std::string& s);  // parse_dtype, or an error listing the dtypes
 inline bool is_floating(DType d) { return d == DType::f32 || d == DType::f64 || d == DType::f16 || d == DType::bf16; }
 inline bool is_integral(DType d) { return d == DType::i32 || d == DType::i64; }
+// The largest value of floating d below 1: rand's draws, made in double, are clamped to it so that
+// rounding to d never gives 1 (rand is [0, 1), as PyTorch's)
+inline double largest_below_one(DType d) {
+  return d == DType::f16 ? 1 - 0x1p-11 : d == DType::bf16 ? 1 - 0x1p-8 : d == DType::f32 ? 1 - 0x1p-24 : 1 - 0x1p-53;
+}
 
 // Promotion category: bool < integer < floating.
 int category(DType d);

@@ -1,5 +1,6 @@
 // Creation ops: tensor, zeros, ones, empty, full, arange, linspace, eye, rand, randn, randint,
 // *_like. Options: {dtype =, device =}.
+#include <algorithm>
 #include <cmath>
 
 #include "vm/kernels/philox.hpp"
@@ -65,7 +66,10 @@ std::vector<Meta> infer_float_sized(OpCall& c) {
   if (!is_floating(m[0].dtype)) fail(dtype_list_error("a floating dtype", m[0].dtype));
   return m;
 }
-void run_rand(OpCall& c) { run_random(c, philox_uniform); }
+void run_rand(OpCall& c) {
+  const double top = largest_below_one(c.outs[0].dtype());  // (jit/lower_ops.cpp clamps the same)
+  run_random(c, [top](uint64_t counter, uint64_t seed) { return std::min(philox_uniform(counter, seed), top); });
+}
 // (philox_normal's values: philox_normals vectorises the transform over a block)
 void run_randn(OpCall& c) {
   run_random_blocks(c, [](uint64_t first, uint64_t seed, double* o, int64_t m) {

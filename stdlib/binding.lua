@@ -129,14 +129,14 @@ end
 -- torch.tensor's dtype of data holding tensors: promote_types over the tensors' dtypes and the
 -- numbers' (an integer int64, a fraction float32, a boolean bool)
 local CATEGORY = { bool = 0, int32 = 1, int64 = 1 }
+local RANK = { float16 = 1, bfloat16 = 1, float32 = 2, float64 = 3 }
 local function promote(a, b)
   if a == nil or a == b then return b end
   local ca, cb = CATEGORY[a] or 2, CATEGORY[b] or 2
   if ca ~= cb then return ca > cb and a or b end
   if ca == 1 then return "int64" end
   if (a == "float16" and b == "bfloat16") or (a == "bfloat16" and b == "float16") then return "float32" end
-  local rank = { float16 = 1, bfloat16 = 1, float32 = 2, float64 = 3 }
-  return rank[a] > rank[b] and a or b
+  return RANK[a] > RANK[b] and a or b
 end
 
 -- nested tables of numbers / booleans -> flat doubles + shape (in the next slot)

@@ -89,20 +89,14 @@ function M.unbind(x, dim)
 end
 
 -- max(a, b) / min(a, b) with a tensor b: the elementwise maximum / minimum, as torch's
-function M.max(x, a, ...)
-  if is_tensor(a) then
-    if select("#", ...) > 0 then fail("max: the elementwise form takes two tensors, got more arguments") end
-    return registry.maximum.fn(x, a)
+local function extreme(name, elementwise)
+  return function(x, a, ...)
+    if not is_tensor(a) then return registry[name].fn(x, a, ...) end
+    if select("#", ...) > 0 then fail(name .. ": the elementwise form takes two tensors, got more arguments") end
+    return registry[elementwise].fn(x, a)
   end
-  return registry.max.fn(x, a, ...)
 end
-function M.min(x, a, ...)
-  if is_tensor(a) then
-    if select("#", ...) > 0 then fail("min: the elementwise form takes two tensors, got more arguments") end
-    return registry.minimum.fn(x, a)
-  end
-  return registry.min.fn(x, a, ...)
-end
+M.max, M.min = extreme("max", "maximum"), extreme("min", "minimum")
 
 function M.bind(t, ops) T, registry = t, ops end
 

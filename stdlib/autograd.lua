@@ -63,6 +63,11 @@ function methods:requires_grad_(b)
   return self
 end
 
+function methods:detach_()
+  check(ag.detach_(ctx, ptr(self)))
+  return self
+end
+
 function methods:is_inference() return query(self, C.CR_AG_IS_INFERENCE) end
 
 function methods:retain_grad()

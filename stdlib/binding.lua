@@ -56,6 +56,13 @@ function put.N(i, v, op, name)
   elseif type(v) == "boolean" then ARGS[i].tag = T_BOOL; ARGS[i].num = v and 1 or 0
   else argerr(op, i + 1, name, "a number", v) end
 end
+-- a norm's order: a number, or "fro" (Frobenius: the 2-norm over the dims)
+function put.P(i, v, op, name)
+  if v == "fro" then v = 2 end
+  if type(v) == "number" then ARGS[i].tag = T_NUMBER; ARGS[i].num = v
+  elseif v == "nuc" then fail(op .. ': the nuclear norm (p = "nuc") is not implemented')
+  else argerr(op, i + 1, name, 'a number or "fro"', v) end
+end
 -- an integer (a size, dim or count): a boolean is refused, as PyTorch refuses True there
 function put.I(i, v, op, name)
   if type(v) == "number" then ARGS[i].tag = T_NUMBER; ARGS[i].num = v
@@ -307,9 +314,11 @@ local function gen_source(name, op, info, params, opts)
       .. ((np > 0 or opts) and ", " or "") .. "extra)")
     emit(string.format("  if extra ~= nil then extra_arg(%q, %d, extra, %s) end", name, np + (opts and 1 or 0),
       opts and "OPTKEYS" or "nil"))
-    if opts and #opts.list == 1 and opts.list[1].type == "N" then
+    local lone = opts and #opts.list == 1 and opts.list[1].type
+    if lone == "N" or lone == "P" then
       -- a lone numeric option may also come positionally: x:add_(y, 2) == x:add_(y, {alpha = 2})
-      emit(string.format("  if type(opts) == 'number' then opts = { %s = opts } end", opts.list[1].name))
+      emit(string.format("  if type(opts) == 'number'%s then opts = { %s = opts } end",
+        lone == "P" and " or type(opts) == 'string'" or "", opts.list[1].name))
     end
     if opts then
       -- the options table may come early when trailing optional arguments are left out

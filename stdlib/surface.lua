@@ -691,61 +691,7 @@ function S.bucketize(values, boundaries, opts)
   return S.searchsorted(boundaries, values, opts_of("bucketize", opts, { right = true }))
 end
 
--- quantile(x, q[, dim[, keepdim[, {interpolation =}]]]): between the sorted values at rank
--- q * (n - 1), as PyTorch's modes: linear (default), lower, higher, midpoint, nearest (half to
--- even); q a number or a 1-D tensor (its dim first in the result); NaN where a NaN is among the values
-local INTERPOLATION = { linear = true, lower = true, higher = true, midpoint = true, nearest = true }
-function S.quantile(x, q, dim, keepdim, opts)
-  if is_opts(dim) then dim, opts = nil, dim elseif is_opts(keepdim) then keepdim, opts = nil, keepdim end
-  local mode = opts_of("quantile", opts, { interpolation = true }).interpolation or "linear"
-  if not INTERPOLATION[mode] then
-    fail("quantile: interpolation must be one of linear, lower, higher, midpoint or nearest, but got " .. tostring(mode))
-  end
-  if not x.dtype:find("float") then fail("quantile: expected a float or double tensor, got " .. describe(x)) end
-  local qt = is_tensor(q) and q or T.tensor(q, { dtype = x.dtype, device = x.device })
-  if qt:dim() > 1 then fail("quantile: q expected a number or a 1-D tensor, got " .. describe(q)) end
-  -- (a number q is checked here: no item(), so a compiled quantile keeps its graph)
-  local out_of_range = type(q) == "number" and not (q >= 0 and q <= 1)
-  if is_tensor(q) then out_of_range = qt:lt(0):logical_or(qt:gt(1)):any():item() end
-  if out_of_range then fail("quantile: q values must be in the range [0, 1]") end
-  if x:numel() == 0 then fail("quantile: input tensor must be non-empty") end
-  local v = dim == nil and x:flatten() or x
-  local k = dim == nil and 1 or dim0("quantile", x, dim) + 1
-  if v:dim() == 0 then v = v:reshape(1) end
-  local n = v:size(k)
-  if n == 0 then fail("quantile: input tensor must be non-empty") end
-  local sorted = v:sort(k)
-  local pos = qt:reshape(-1):double() * (n - 1)
-  local r
-  if mode == "linear" or mode == "midpoint" then
-    local lo, hi = pos:floor(), pos:ceil()
-    local a, b = sorted:index_select(k, lo:long() + 1), sorted:index_select(k, hi:long() + 1)
-    local shape = {}
-    for j = 1, sorted:dim() do shape[j] = j == k and pos:numel() or 1 end
-    r = T.lerp(a, b, mode == "midpoint" and 0.5 or (pos - lo):to(x.dtype):view(shape))
-  else  -- one of the sorted values: the rank in x's dtype rounded, as PyTorch's
-    local rank = qt:reshape(-1):to(x.dtype) * (n - 1)
-    rank = mode == "lower" and rank:floor() or mode == "higher" and rank:ceil() or rank:round()
-    r = sorted:index_select(k, rank:long() + 1)
-  end
-  local nan = sorted:narrow(k, n, 1):isnan()
-  r = T.where(nan, sorted:narrow(k, n, 1), r)
-  local perm = { k }  -- the q dim first, the others in order
-  for j = 1, r:dim() do if j ~= k then perm[#perm + 1] = j end end
-  r = r:permute(perm)
-  if keepdim then
-    if dim == nil then
-      local ones = {}
-      for j = 1, x:dim() do ones[j] = 1 end
-      r = r:reshape(pos:numel(), unpack(ones))
-    else
-      r = r:unsqueeze(k + 1)
-    end
-  end
-  if qt:dim() == 0 then r = r:squeeze(1) end
-  return r
-end
-
+local method_only = { unfold = true }  -- (Tensor.unfold; T.F.unfold is im2col)
 local function_only = { randperm = true, triu_indices = true, tril_indices = true, meshgrid = true, normal = true,
   where = true, einsum = true }  -- (x:where(cond, y) is torch's, with x the values: not T.where's order)
 -- fn refusing an argument past its last parameter (as the registry ops' wrappers do,
@@ -773,7 +719,7 @@ function S.bind(t, methods, ops)
   for name, fn in pairs(S) do
     if name ~= "bind" and name ~= "unique_dim" then
       fn = strict(name, fn)
-      if not name:match("_$") then T[name] = fn end  -- in-place forms are methods only
+      if not name:match("_$") and not method_only[name] then T[name] = fn end  -- (in-place forms: methods only)
       if not function_only[name] then methods[name] = fn end
     end
   end

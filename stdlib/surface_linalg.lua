@@ -1,11 +1,13 @@
 -- crescent.surface_linalg: PyTorch's linear-algebra and order-statistic ops made of registry ops,
 -- bound with crescent.surface's (same conventions: T.op and x:op, differentiable and compiled
 -- through the ops they are made of, 1-based index results): rot90, outer, dot, addmm, addmv,
--- baddbmm, mv, var_mean, std_mean, count_nonzero, nan_to_num, msort, nansum, nanmean, kthvalue, median.
+-- baddbmm, mv, var_mean, std_mean, count_nonzero, nan_to_num, msort, nansum, nanmean, kthvalue,
+-- median, nanmedian, quantile, nanquantile.
 local fail = require("crescent.core").fail
 local A = require "crescent.surface_args"
 local describe, check_tensor, opts_of, dim0, is_float = A.describe, A.check_tensor, A.opts_of, A.dim0, A.is_float
 local is_opts = require("crescent.binding").is_opts
+local is_tensor = require("crescent.core").is_tensor
 
 local M = {}  -- name -> function, bound by crescent.surface
 local T
@@ -138,24 +140,28 @@ function M.kthvalue(x, k, dim, keepdim)
   if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
   return v, i
 end
+-- The median of f (1-D) given its value v, with the gradient split evenly between the elements
+-- equal to it (the NaNs for NaN), as PyTorch's: the max (or, for -inf, the min) over them, the
+-- rest masked beyond it
+local function spread(f, v)
+  local hit = f:eq(v):logical_or(f:isnan():logical_and(v:isnan()))
+  return T.where(v:eq(-math.huge), T.where(hit, f, math.huge):min(), T.where(hit, f, -math.huge):max())
+end
+local function empty_median(op, x)  -- (PyTorch: NaN; an integer tensor has none to give)
+  if is_float(x) then return T.full({}, 0 / 0, { dtype = x.dtype, device = x.device }) end
+  fail(op .. ": an empty " .. x.dtype .. " tensor has no median")
+end
+
 -- median(x[, dim[, keepdim]]): the lower median; NaN when a NaN is among the values (as torch)
 function M.median(x, dim, keepdim)
   check_tensor("median", 1, "self", x)
   if x.dtype == "bool" then fail("median: not implemented for bool tensors, got " .. describe(x)) end
   if dim == nil then
     local f = x:flatten()
-    local float = is_float(x)
-    if f:numel() == 0 then  -- (PyTorch: NaN; an integer tensor has none to give)
-      if float then return T.full({}, 0 / 0, { dtype = x.dtype, device = x.device }) end
-      fail("median: an empty " .. x.dtype .. " tensor has no median")
-    end
+    if f:numel() == 0 then return empty_median("median", x) end
     local v = M.kthvalue(f, math.floor((f:numel() - 1) / 2) + 1, 1)
-    if not float then return v end
-    v = T.where(f:isnan():any(), T.full_like(v, 0 / 0), v):detach()
-    -- the gradient split evenly between the elements equal to the median (the NaNs for NaN), as
-    -- PyTorch's: the max (or, for -inf, the min) over them, the rest masked beyond it
-    local hit = f:eq(v):logical_or(f:isnan():logical_and(v:isnan()))
-    return T.where(v:eq(-math.huge), T.where(hit, f, math.huge):min(), T.where(hit, f, -math.huge):max())
+    if not is_float(x) then return v end
+    return spread(f, T.where(f:isnan():any(), T.full_like(v, 0 / 0), v):detach())
   end
   local d = dim0("median", x, dim) + 1
   local n = x:dim() == 0 and 1 or x:size(d)
@@ -170,6 +176,97 @@ function M.median(x, dim, keepdim)
   end
   return v, i
 end
+-- nanmedian(x[, dim[, keepdim]]): the lower median of the values that are not NaN (NaN for a line
+-- of NaNs only)
+function M.nanmedian(x, dim, keepdim)
+  check_tensor("nanmedian", 1, "self", x)
+  if x.dtype == "bool" then fail("nanmedian: not implemented for bool tensors, got " .. describe(x)) end
+  if not is_float(x) then return M.median(x, dim, keepdim) end
+  -- the rank of the lower median among the c values that are not NaN (1-based: (c + 1) // 2,
+  -- at least 1), read from x sorted along d (NaN last); a count, not item(): one graph compiled
+  local function middle(s, d)
+    local c = s:isnan():logical_not():sum(d, true)
+    return T.div(c + 1, 2, { rounding_mode = "floor" }):clamp(1)
+  end
+  if dim == nil then
+    local f = x:flatten()
+    if f:numel() == 0 then return empty_median("nanmedian", x) end
+    local s = f:sort(1)
+    return spread(f, s:gather(1, middle(s, 1)):reshape({}):detach())
+  end
+  local d = dim0("nanmedian", x, dim) + 1
+  local v, i = x:sort(d)
+  if x:dim() == 0 then return v, i end
+  local k = middle(v, d)
+  v, i = v:gather(d, k), i:gather(d, k)
+  if not keepdim then v, i = v:squeeze(d), i:squeeze(d) end
+  return v, i
+end
+
+-- quantile / nanquantile(x, q[, dim[, keepdim[, {interpolation =}]]]): between the sorted values
+-- at rank q * (n - 1), as PyTorch's modes: linear (default), lower, higher, midpoint, nearest (half
+-- to even); q a number or a 1-D tensor (its dim first in the result). quantile: NaN where a NaN is
+-- among the values; nanquantile: n counts the values that are not NaN.
+local INTERPOLATION = { linear = true, lower = true, higher = true, midpoint = true, nearest = true }
+local function quantile(op, skip_nan, x, q, dim, keepdim, opts)
+  if is_opts(dim) then dim, opts = nil, dim elseif is_opts(keepdim) then keepdim, opts = nil, keepdim end
+  local mode = opts_of(op, opts, { interpolation = true }).interpolation or "linear"
+  if not INTERPOLATION[mode] then
+    fail(op .. ": interpolation must be one of linear, lower, higher, midpoint or nearest, but got " .. tostring(mode))
+  end
+  check_tensor(op, 1, "self", x)
+  if not is_float(x) then fail(op .. ": expected a float or double tensor, got " .. describe(x)) end
+  -- ranks in x's dtype, as PyTorch's (float32 for 16-bit ones)
+  local rdt = x.dtype == "float64" and "float64" or "float32"
+  local qt = is_tensor(q) and q or T.tensor(q, { dtype = rdt, device = x.device })
+  if qt:dim() > 1 then fail(op .. ": q expected a number or a 1-D tensor, got " .. describe(q)) end
+  -- (a number q is checked here: no item(), so a compiled quantile keeps its graph)
+  local out_of_range = type(q) == "number" and not (q >= 0 and q <= 1)
+  if is_tensor(q) then out_of_range = qt:lt(0):logical_or(qt:gt(1)):any():item() end
+  if out_of_range then fail(op .. ": q values must be in the range [0, 1]") end
+  if x:numel() == 0 then fail(op .. ": input tensor must be non-empty") end
+  local v = dim == nil and x:flatten() or x
+  local k = dim == nil and 1 or dim0(op, x, dim) + 1
+  if v:dim() == 0 then v = v:reshape(1) end
+  local n = v:size(k)
+  -- the lines last, one copy per q first: {nq, lines..., n}
+  local s = v:sort(k):movedim(k, -1):unsqueeze(1)
+  local nq = qt:numel()
+  local shape = { nq }
+  for j = 2, s:dim() do shape[j] = 1 end
+  local qv = qt:reshape(-1):to(rdt):view(shape)
+  local ranks
+  if skip_nan then  -- (a line of NaNs only: rank 0, a NaN)
+    ranks = (qv * (s:isnan():logical_not():sum(-1, true) - 1):to(rdt)):clamp(0)
+  else  -- (a line holding a NaN has it last: rank n - 1)
+    ranks = T.where(s:narrow(-1, n, 1):isnan(), n - 1, qv * (n - 1))
+  end
+  if mode == "lower" then ranks = ranks:floor() elseif mode == "higher" then ranks = ranks:ceil()
+  elseif mode == "nearest" then ranks = ranks:round() end
+  local sizes = { nq }
+  for j = 2, s:dim() do sizes[j] = s:size(j) end
+  local se = s:expand(sizes)
+  local below = ranks:floor()
+  local r = se:gather(-1, below:long() + 1)
+  if mode == "linear" or mode == "midpoint" then
+    local above = se:gather(-1, ranks:ceil():long() + 1)
+    r = T.lerp(r, above, mode == "midpoint" and 0.5 or (ranks - below):to(x.dtype))
+  end
+  r = r:squeeze(-1)  -- {nq, the other dims in order}
+  if keepdim then
+    if dim == nil then
+      local ones = {}
+      for j = 1, x:dim() do ones[j] = 1 end
+      r = r:reshape(nq, unpack(ones))
+    else
+      r = r:unsqueeze(k + 1)
+    end
+  end
+  if qt:dim() == 0 then r = r:squeeze(1) end
+  return r
+end
+function M.quantile(x, q, dim, keepdim, opts) return quantile("quantile", false, x, q, dim, keepdim, opts) end
+function M.nanquantile(x, q, dim, keepdim, opts) return quantile("nanquantile", true, x, q, dim, keepdim, opts) end
 
 function M.bind(t) T = t end
 

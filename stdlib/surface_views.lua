@@ -1,7 +1,7 @@
 -- crescent.surface_views: PyTorch's shape and view conveniences made of registry ops, bound with
 -- crescent.surface's (T.op and x:op; dims 1-based): view_as, expand_as, reshape_as, movedim /
--- moveaxis, swapaxes / swapdims, unbind, diagonal, storage_offset; and the two-tensor max / min
--- (maximum / minimum).
+-- moveaxis, swapaxes / swapdims, unbind, diagonal, storage_offset, unfold (the method); and the
+-- two-tensor max / min (maximum / minimum).
 local fail = require("crescent.core").fail
 local A = require "crescent.surface_args"
 local check_tensor, dim0 = A.check_tensor, A.dim0
@@ -76,6 +76,27 @@ function M.diagonal(x, offset, dim1, dim2)
   if n > 0 then start = start + (offset >= 0 and offset * x:stride(b) or -offset * x:stride(a)) end
   sizes[#sizes + 1], strides[#strides + 1] = n, x:stride(a) + x:stride(b)
   return x:as_strided(sizes, strides, start)
+end
+
+-- x:unfold(dim, size, step): the view of every run of `size` elements along dim, `step` apart,
+-- with the runs along dim and their elements in a new last dim (Tensor.unfold)
+function M.unfold(x, dim, size, step)
+  check_tensor("unfold", 1, "self", x)
+  for i, v in ipairs({ size, step }) do
+    if type(v) ~= "number" or v ~= math.floor(v) or v < (i == 1 and 0 or 1) then
+      fail(string.format("unfold: %s expected %s integer, got %s", i == 1 and "size" or "step",
+        i == 1 and "a non-negative" or "a positive", tostring(v)))
+    end
+  end
+  local d = dim0("unfold", x, dim) + 1
+  local n = x:dim() == 0 and 1 or x:size(d)
+  if size > n then fail(string.format("unfold: maximum size for tensor at dimension %d is %d but size is %d", dim, n, size)) end
+  local sizes, strides = {}, {}
+  for j = 1, x:dim() do sizes[j], strides[j] = x:size(j), x:stride(j) end
+  local inner = x:dim() == 0 and 1 or strides[d]
+  if x:dim() > 0 then sizes[d], strides[d] = math.floor((n - size) / step) + 1, inner * step end
+  sizes[#sizes + 1], strides[#strides + 1] = size, inner
+  return x:as_strided(sizes, strides, M.storage_offset(x))
 end
 
 -- unbind(x[, dim = 1]): the slices along dim, as a list

@@ -44,6 +44,19 @@ function props.device(t)
   return p._dev_type == 0 and "cpu" or ("cuda:" .. p._dev_index)
 end
 
+-- x.mT / x.mH: the last two dims swapped (real tensors: mH is mT); x.T / x.H: all dims reversed
+function props.mT(t)
+  local n = ptr(t)._ndim
+  if n < 2 then fail(string.format("mT: expected a matrix or a batch of matrices, got a %d-d tensor", n)) end
+  return t:transpose(-2, -1)
+end
+function props.T(t)
+  local n, perm = ptr(t)._ndim, {}
+  for i = 1, n do perm[i] = n + 1 - i end
+  return n < 2 and t or t:permute(perm)
+end
+props.mH, props.H = props.mT, props.T
+
 local function norm_dim(op, d, n)
   local m = n == 0 and 1 or n
   if type(d) ~= "number" or d ~= math.floor(d) then fail(string.format("%s: dim expected an integer, got %s", op, tostring(d))) end

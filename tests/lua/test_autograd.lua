@@ -56,6 +56,26 @@ describe("autograd surface", function()
     expect.close(x, { 5, 5, 5 })
   end)
 
+  it("detach_ drops the history in place; a view refuses, as torch", function()
+    local x = T.ones(3, { requires_grad = true })
+    local y = x * 3
+    expect.eq(y:detach_(), y)
+    expect.truthy(not y.requires_grad and y.is_leaf and y.grad_fn == nil)
+    local l = (y * x):sum()
+    l:backward()
+    expect.close(x.grad, { 3, 3, 3 })
+    expect.errors(function() (x * 2):narrow(1, 1, 2):detach_() end, "detach_: can't detach views in%-place")
+    x:detach_()
+    expect.truthy(not x.requires_grad and x.is_leaf)
+    local p = T.ones(3, { requires_grad = true })
+    local f = T.compile(function(v) local w = v * 3; w:detach_(); return (w * v):sum() end)
+    for _ = 1, 4 do
+      p.grad = nil
+      f(p):backward()
+      expect.close(p.grad, { 3, 3, 3 })
+    end
+  end)
+
   it("no_grad / enable_grad / inference_mode / set_grad_enabled", function()
     local x = T.ones(2, { requires_grad = true })
     local y, n = T.no_grad(function(a, b) return x * a, b end, 2, 7)

@@ -25,10 +25,15 @@ local function rows()
   return r
 end
 
--- The value a crescent spelling names: T.a.b, x:name (a tensor method), x["name"]
+-- The value a crescent spelling names: T.a.b, x:name (a tensor method), x["name"], x.name (a property)
 local function resolve(name)
   local m = name:match("^x:([%w_]+)$") or name:match('^x%["([%w_]+)"%]$')
   if m then return T._methods[m] end
+  local prop = name:match("^x%.([%w_]+)$")  -- a property, read from a matrix
+  if prop then
+    local ok, v = pcall(function() return T.ones(2, 2)[prop] end)
+    return ok and v or nil
+  end
   if not name:match("^T%.") then return nil end
   local v = T
   for part in name:sub(3):gmatch("[^.]+") do

@@ -686,7 +686,7 @@ describe("argument errors of reductions", function()
     errs(function() local _ = x:std(nil, nil, { correction = true }) end, "std", "correction expected a number, got boolean")
     errs(function() local _ = x:sum({ dtype = "float8" }) end, "sum", "dtype expected one of")
     errs(function() local _ = x:norm(nil, nil, { p = 0 / 0 }) end, "norm", "p expected a number, got nan")
-    errs(function() local _ = x:norm(nil, nil, { p = "fro" }) end, "norm", "p")
+    errs(function() local _ = x:norm(nil, nil, { p = "fr" }) end, "norm", "p) expected a number or \"fro\"")
   end)
 end)
 

@@ -349,6 +349,19 @@ do
     case("quantile_nan_" .. mode, function() return T.quantile(xn, 0.5, 2, true, { interpolation = mode }) end,
       ("torch.quantile(x, 0.5, 1, True, interpolation='%s')"):format(mode), { x = xn })
   end
+  local xm = T.tensor({ { 1, 0 / 0, 3, 2 }, { 0 / 0, 0 / 0, 0 / 0, 0 / 0 }, { 5, 4, 0 / 0, 0 / 0 } }, { dtype = "float64" })
+  case("nanmedian", function() return xm:nanmedian() end, "x.nanmedian()", { x = xm })
+  case("nanmedian_dim", function() return (T.nanmedian(xm, 2, true)) end, "torch.nanmedian(x, 1, True)[0]", { x = xm })
+  case("nanmedian_dim_idx", function() return select(2, xm:narrow(1, 3, 1):nanmedian(2)) end,
+    "x[2:].nanmedian(1)[1] + 1", { x = xm })
+  case("nanmedian_int", function() return xi:nanmedian(2) end, "x.nanmedian(1)[0]", { x = xi })
+  case("nanquantile", function() return T.nanquantile(xm, T.tensor({ 0.25, 0.5, 1 }, { dtype = "float64" }), 2) end,
+    "torch.nanquantile(x, torch.tensor([0.25, 0.5, 1], dtype=torch.float64), 1)", { x = xm })
+  case("nanquantile_all", function() return xm:nanquantile(0.3, { interpolation = "nearest" }) end,
+    "x.nanquantile(0.3, interpolation='nearest')", { x = xm })
+  case("nanquantile_keepdim", function() return xm:nanquantile(0.7, 1, true, { interpolation = "midpoint" }) end,
+    "x.nanquantile(0.7, 0, True, interpolation='midpoint')", { x = xm })
+  case("nanquantile_dense", function() return T.nanquantile(x, 0.3, 2) end, "torch.quantile(x, 0.3, 1)", { x = x })
   case("cumprod_dtype", function() return T.cumprod(xi, 2, { dtype = "float64" }) end, "torch.cumprod(x, 1, dtype=torch.float64)", { x = xi })
   case("cumprod_dtype_int32", function() return xi:cumprod(1, { dtype = "int32" }) end, "x.cumprod(0, dtype=torch.int32)", { x = xi })
   case("median_int64", function() return xi:median() end, "x.median()", { x = xi })

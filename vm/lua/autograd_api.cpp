@@ -101,6 +101,21 @@ int32_t ag_set_requires_grad(cr_ctx* c, cr_tensor* t, int32_t b) {
   });
 }
 
+// x:detach_(): PyTorch's - the history dropped, requires_grad off; a view cannot (its
+// gradient goes to its base's history)
+int32_t ag_detach_(cr_ctx* c, cr_tensor* t) {
+  return guarded(c, [&] {
+    with_history(c, t, "detach_");
+    AutogradMeta* m = meta_of(t);
+    if (!m) return 0;
+    if (m->base.defined()) fail("detach_: can't detach views in-place, expected a tensor that is not a view: use detach()");
+    m->grad_fn.reset();
+    m->requires_grad = false;
+    m->output_nr = 0;
+    return 0;
+  });
+}
+
 cr_tensor* ag_get_grad(cr_ctx* c, cr_tensor* t) {
   const AutogradMeta* m = meta_of(t);
   return m ? hand_one(c, m->grad) : nullptr;
@@ -259,7 +274,7 @@ const cr_autograd_api* api_table() {
                                       ag_set_grad, ag_grad_fn,     ag_retain_grad,
                                       ag_add_hook, ag_dead_hooks,  ag_set_hook_caller,   ag_backward,
                                       ag_where,    ag_status,      ag_add_post_hook,     ag_capture_backward,
-                                      ag_remove_hook};
+                                      ag_remove_hook, ag_detach_};
   return &api;
 }
 

@@ -50,6 +50,7 @@ typedef struct cr_autograd_api {
      *why saying why not (backward() is then a graph break); -1 on an error */
   int32_t (*capture_backward)(cr_ctx* ctx, cr_tensor* root, const char* where, const char** why);
   void (*remove_hook)(cr_tensor* t, int32_t id); /* a hook's handle:remove() (either kind) */
+  int32_t (*detach_)(cr_ctx* ctx, cr_tensor* t);  /* t leaves its graph: a leaf not requiring grad */
 } cr_autograd_api;
 
 /* T.distributed (vm/lua/dist_api.cpp, stdlib/distributed.lua): the process's NCCL communicator,

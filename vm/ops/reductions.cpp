@@ -365,7 +365,7 @@ void register_reductions(Registry& r) {
   r.add(OpDef{"var", "self:T, dim:Ds?, keepdim:B?, opts:{correction:N, unbiased:B}", K, 0, infer_var, run_var<false>});
   r.add(OpDef{"std", "self:T, dim:Ds?, keepdim:B?, opts:{correction:N, unbiased:B}", K, 0, infer_var, run_var<true>});
   r.add(OpDef{"logsumexp", kDimsSchema, K, 0, infer_logsumexp, run_logsumexp});
-  r.add(OpDef{"norm", "self:T, dim:Ds?, keepdim:B?, opts:{p:N}", K, 0, infer_norm, run_norm});
+  r.add(OpDef{"norm", "self:T, dim:Ds?, keepdim:B?, opts:{p:P}", K, 0, infer_norm, run_norm});
   r.add(OpDef{"all", kDimsSchema, K, 0, infer_truth, run_truth<true>});
   r.add(OpDef{"any", kDimsSchema, K, 0, infer_truth, run_truth<false>});
   // PyTorch's autocast runs these in float32 (mean, var, amax ... keep their input's dtype)

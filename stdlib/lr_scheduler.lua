@@ -52,13 +52,25 @@ function Scheduler:_start(opt, last_epoch)
   return self
 end
 
-function Scheduler:step()
+-- step([epoch]): the next epoch, or (deprecated in torch, still honoured) epoch itself, whose
+-- rates come from the scheduler's closed form. Groups added to the optimizer after the scheduler
+-- was made keep their lr (torch zips the groups with base_lrs).
+function Scheduler:step(epoch)
   self._step_count = self._step_count + 1
-  self.last_epoch = self.last_epoch + 1
-  local values = self:get_lr()
+  local values
+  if epoch == nil then
+    self.last_epoch = self.last_epoch + 1
+    values = self:get_lr()
+  else
+    if type(epoch) ~= "number" or epoch ~= math.floor(epoch) then
+      fail(string.format("%s:step: argument 1 (epoch) expected an integer or nil, got %s", self.__name, tostring(epoch)))
+    end
+    self.last_epoch = epoch
+    values = (self.closed_form or self.get_lr)(self)
+  end
   self._last_lr = {}
   for i, g in ipairs(self.optimizer.param_groups) do
-    g.lr = values[i]
+    if values[i] ~= nil then g.lr = values[i] end
     self._last_lr[i] = g.lr
   end
 end
@@ -66,8 +78,8 @@ end
 function Scheduler:get_last_lr() return { unpack(self._last_lr) } end
 
 local function lrs(self, f)
-  local r = {}
-  for i, g in ipairs(self.optimizer.param_groups) do r[i] = f(g.lr, self.base_lrs[i], i) end
+  local r, groups = {}, self.optimizer.param_groups
+  for i = 1, math.min(#groups, #self.base_lrs) do r[i] = f(groups[i].lr, self.base_lrs[i], i) end
   return r
 end
 
@@ -119,6 +131,9 @@ function StepLR:get_lr()
   if e == 0 or e % self.step_size ~= 0 then return lrs(self, function(lr) return lr end) end
   return lrs(self, function(lr) return lr * self.gamma end)
 end
+function StepLR:closed_form()
+  return lrs(self, function(_, base) return base * self.gamma ^ math.floor(self.last_epoch / self.step_size) end)
+end
 M.StepLR = StepLR
 
 -- CosineAnnealingLR(opt, T_max[, {eta_min = 0, last_epoch = -1}])
@@ -140,6 +155,10 @@ function Cosine:get_lr()
     return lrs(self, function(lr, base) return lr + (base - lo) * (1 - cos(pi / tm)) / 2 end)
   end
   return lrs(self, function(lr) return (1 + cos(pi * e / tm)) / (1 + cos(pi * (e - 1) / tm)) * (lr - lo) + lo end)
+end
+function Cosine:closed_form()
+  local lo = self.eta_min
+  return lrs(self, function(_, base) return lo + (base - lo) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2 end)
 end
 M.CosineAnnealingLR = Cosine
 
@@ -174,7 +193,9 @@ local LinearLR = class("LinearLR", { "start_factor", "end_factor", "total_iters"
 function LinearLR:new(opt, opts)
   opts = options("LinearLR", opts, { start_factor = true, end_factor = true, total_iters = true, last_epoch = true })
   local sf, ef = opts.start_factor or 1 / 3, opts.end_factor or 1
-  if type(sf) ~= "number" or sf > 1 or sf < 0 then fail("LinearLR: Starting multiplicative factor expected to be between 0 and 1.") end
+  if type(sf) ~= "number" or sf > 1 or sf <= 0 then
+    fail("LinearLR: Starting multiplicative factor expected to be greater than 0 and less or equal to 1, got " .. tostring(sf))
+  end
   if type(ef) ~= "number" or ef > 1 or ef < 0 then fail("LinearLR: Ending multiplicative factor expected to be between 0 and 1.") end
   local total = opts.total_iters or 5
   positive_int("LinearLR", "option total_iters", total)
@@ -186,6 +207,10 @@ function LinearLR:get_lr()
   if e == 0 then return lrs(self, function(lr) return lr * sf end) end
   if e > n then return lrs(self, function(lr) return lr end) end
   return lrs(self, function(lr) return lr * (1 + (ef - sf) / (n * sf + (e - 1) * (ef - sf))) end)
+end
+function LinearLR:closed_form()
+  local sf, ef, n = self.start_factor, self.end_factor, self.total_iters
+  return lrs(self, function(_, base) return base * (sf + (ef - sf) * math.min(n, self.last_epoch) / n) end)
 end
 M.LinearLR = LinearLR
 

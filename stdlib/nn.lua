@@ -210,9 +210,11 @@ function Module:load_state_dict(sd, opts)
   local strict = opts.strict ~= false
   local own, order = state_tensors(self)
   local missing, unexpected, wrong = {}, {}, {}
+  local zeroed = {}  -- (a BatchNorm's count, absent from checkpoints before torch 0.4.1: 0, as torch)
   for _, name in ipairs(sorted_keys(own)) do
     local src = sd[name]
-    if src == nil then missing[#missing + 1] = name
+    if src == nil and (name == "num_batches_tracked" or name:match("%.num_batches_tracked$")) then zeroed[#zeroed + 1] = name
+    elseif src == nil then missing[#missing + 1] = name
     elseif not is_tensor(src) then wrong[#wrong + 1] = name .. ": expected a tensor, got " .. type(src)
     elseif src:_shape_str() ~= own[name]:_shape_str() then
       wrong[#wrong + 1] = string.format("%s: the module has shape %s, the state_dict %s", name, own[name]:_shape_str(), src:_shape_str())
@@ -230,6 +232,7 @@ function Module:load_state_dict(sd, opts)
     for _, name in ipairs(order) do
       if sd[name] ~= nil then own[name]:copy_(sd[name]) end
     end
+    for _, name in ipairs(zeroed) do own[name]:zero_() end
   end)
   return { missing_keys = missing, unexpected_keys = unexpected }
 end
@@ -512,7 +515,7 @@ function nn.utils.clip_grad_norm_(params, max_norm, norm_type, opts)
   for _, p in ipairs(param_list(op, params)) do
     if p.grad ~= nil then grads[#grads + 1] = p.grad end
   end
-  if #grads == 0 then return T.tensor(0.0) end
+  if #grads == 0 then return T.zeros({}) end
   return T.no_grad(function()
     local norms = {}
     for i, g in ipairs(grads) do
@@ -528,6 +531,18 @@ function nn.utils.clip_grad_norm_(params, max_norm, norm_type, opts)
     local coef = (max_norm / (total + 1e-6)):clamp(nil, 1.0)
     for _, g in ipairs(grads) do g:mul_(coef) end
     return total
+  end)
+end
+
+-- clip_grad_value_(parameters, clip_value): clamps the gradients in place to [-clip_value,
+-- clip_value], as torch.nn.utils.clip_grad_value_
+function nn.utils.clip_grad_value_(params, clip_value)
+  local op = "clip_grad_value_"
+  if type(clip_value) ~= "number" then fail(op .. ": argument 2 (clip_value) expected a number, got " .. type(clip_value)) end
+  T.no_grad(function()
+    for _, p in ipairs(param_list(op, params)) do
+      if p.grad ~= nil then p.grad:clamp_(-clip_value, clip_value) end
+    end
   end)
 end
 

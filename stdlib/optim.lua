@@ -32,14 +32,21 @@ local function class(name, defaults, check, state_keys)
   return cls
 end
 
+-- torch's implementation choices, taken for its code's sake: every path here is one fused op
+-- or the per-tensor formulas, both capturable; a differentiable step is not implemented
+local CHOICES = { fused = true, foreach = true, capturable = true, differentiable = true }
 local function check_options(name, opts, defaults)
   if opts == nil then return {} end
   if type(opts) ~= "table" or is_tensor(opts) then fail(name .. ": argument 2 (opts) expected a table, got " .. type(opts)) end
   for k in pairs(opts) do
-    if defaults[k] == nil and k ~= "params" and k ~= "fused" then
+    if defaults[k] == nil and k ~= "params" and not CHOICES[k] then
       fail(string.format("%s: unknown option '%s' (expected one of: %s)", name, tostring(k), table.concat(sorted_keys(defaults), ", ")))
     end
   end
+  for _, k in ipairs({ "foreach", "capturable", "differentiable" }) do
+    if opts[k] ~= nil and type(opts[k]) ~= "boolean" then fail(string.format("%s: option %s expected a boolean or nil, got %s", name, k, type(opts[k]))) end
+  end
+  if opts.differentiable then fail(name .. ": differentiable = true (autograd through the update) is not implemented") end
   return opts
 end
 
@@ -50,6 +57,10 @@ function Optimizer:new(params, opts)
     fail(name .. ": params argument given to the optimizer should be a list of tensors or of groups, got a tensor")
   end
   if type(params) ~= "table" then fail(name .. ": argument 1 (params) expected a list of tensors or of groups, got " .. type(params)) end
+  if T.nn.is_module(params) then
+    fail(string.format("%s: argument 1 (params) expected a list of tensors or of groups, got a %s module: pass its :parameters()",
+      name, params.__name or "nn"))
+  end
   if #params == 0 then fail(name .. ": optimizer got an empty parameter list") end
   local d = {}
   for k, v in pairs(self.defaults) do d[k] = v end
@@ -65,7 +76,8 @@ end
 function Optimizer:add_param_group(group)
   local name = self.__name
   if type(group) ~= "table" or is_tensor(group) then fail(name .. ": a param group expected a table {params = ...}, got " .. type(group)) end
-  check_options(name, group, self.defaults)
+  -- (other keys are the user's, kept in the group as torch keeps them: names, initial_lr)
+  check_options(name, group, setmetatable({}, { __index = function() return true end }))
   local list = group.params
   if is_tensor(list) then list = { list } end
   if type(list) ~= "table" then fail(name .. ": a param group expected params = a list of tensors, got " .. type(list)) end
@@ -108,11 +120,24 @@ end
 -- step([closure]): closure re-evaluates the loss (with grad) and returns it; step returns it.
 function Optimizer:step(closure)
   local loss
-  if closure ~= nil then loss = T.enable_grad(closure) end
+  if closure ~= nil then
+    if type(closure) ~= "function" then fail(self.__name .. ":step: argument 1 (closure) expected a function, got " .. type(closure)) end
+    loss = T.enable_grad(closure)
+  end
   T.no_grad(function()
     for _, g in ipairs(self.param_groups) do self:_update_group(g) end
   end)
   return loss
+end
+
+-- Whether p's state tensors still have its dtype and device, as the fused op wants: after
+-- model:double() they are the old ones, which torch's per-tensor formulas take (writing in place)
+function Optimizer:_state_fits(st, p)
+  for _, k in ipairs(self.state_keys(st)) do
+    local v = st[k]
+    if is_tensor(v) and (v.dtype ~= p.dtype or v.device ~= p.device) then return false end
+  end
+  return true
 end
 
 -- A group's parameters that have a gradient, split by how they are updated: a list per device for
@@ -126,7 +151,7 @@ function Optimizer:_buckets(g)
       local st = self.state[p]
       if st == nil then st = {}; self.state[p] = st end
       local item = { p = p, grad = grad, st = st }
-      if g.per_tensor then
+      if g.per_tensor or not self:_state_fits(st, p) then
         each[#each + 1] = item
       else
         local list = by_device[p.device]

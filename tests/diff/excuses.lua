@@ -131,6 +131,15 @@ M.EXCUSES = {
     when = function(c) return any_input(c, function(i) return i.dtype == "float64" end) end,
     why = "torch scales float64 by a float32 1 / 6 (0.166666672) in its CUDA hardsigmoid / hardswish and in "
       .. "hardsigmoid's CPU gradient; crescent by the float64 one" },
+  { op = "hardswish", kind = "differs", match = "^gradient", class = "torch",
+    when = function(c)
+      return c.device ~= "cuda" and any_input(c, function(i)
+        for _, v in ipairs(i.values) do if v == 3 then return true end end
+        return false
+      end)
+    end,
+    why = "torch's vectorised CPU hardswish gradient gives grad at x == 3, its scalar tail (the last elements) and "
+      .. "its CUDA kernel 1.5 grad (x / 3 + 0.5), as crescent does" },
   { op = "hardtanh", kind = "raises", match = "min_val cannot be greater than max_val", class = "torch",
     why = "torch 1.13's F.hardtanh clamps with min_val > max_val; torch 2.x raises (F.hardtanh's ValueError), as "
       .. "crescent does" },

@@ -45,7 +45,7 @@ end
 -- ---- pointwise ----------------------------------------------------------------------------------
 
 local UNARY = {
-  abs = "torch.abs", ceil = "torch.ceil", cos = "torch.cos", erf = "torch.erf", exp = "torch.exp",
+  abs = "torch.abs", ceil = "torch.ceil", cos = "torch.cos", erf = "torch.erf", erfinv = "torch.erfinv", exp = "torch.exp",
   exp2 = "torch.exp2", expm1 = "torch.expm1", floor = "torch.floor", isinf = "torch.isinf",
   isnan = "torch.isnan", log = "torch.log", log1p = "torch.log1p", log2 = "torch.log2",
   logical_not = "torch.logical_not", neg = "torch.neg", reciprocal = "torch.reciprocal",

@@ -23,6 +23,8 @@ for _, u in ipairs({ "log", "log2", "log1p", "sqrt", "rsqrt", "reciprocal", "exp
   case(u, function(x) return x[u](x) end, pos(3, 1))
 end
 case("gelu", function(x) return T.gelu(x, { approximate = "tanh" }) end, R(4))
+case("erfinv", function(x) return (x * 0.3):erfinv() end, R(2, 3))  -- (inside (-1, 1))
+case("erfinv", function(x) return (x * 0.3):erfinv() end, nc(2, 3))
 for _, u in ipairs({ "leaky_relu", "elu", "softplus" }) do  -- (their number: slope, alpha, beta)
   case(u, function(x) return T[u](x, 0.3) end, R(2, 3))
   case(u, function(x) return T[u](x, 1.7) end, nc(2, 3))

@@ -11,7 +11,7 @@ local unpack = unpack or table.unpack
 expect.covers(
   -- unary
   "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
-  "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "floor", "ceil", "round", "trunc", "sign",
+  "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "erfinv", "floor", "ceil", "round", "trunc", "sign",
   "reciprocal", "square", "isnan", "isinf", "logical_not", "leaky_relu", "elu", "softplus", "mish", "logsigmoid",
   "hardsigmoid", "hardswish", "hardtanh",
   -- binary, ternary, in-place
@@ -51,7 +51,7 @@ local UNARY = {
   { "log2", 0.1, 10 }, { "log1p", -0.9, 10 }, { "expm1", -3, 3 }, { "sqrt", 0, 10 }, { "rsqrt", 0.1, 10 },
   { "sin", -6, 6 }, { "cos", -6, 6 }, { "tan", -1.4, 1.4 }, { "tanh", -4, 4 }, { "sigmoid", -8, 8 },
   { "relu", -5, 5, "torch.relu(%s)" }, { "gelu", -5, 5, "F.gelu(%s)" }, { "silu", -5, 5, "F.silu(%s)" },
-  { "erf", -3, 3 }, { "floor", -5, 5 }, { "ceil", -5, 5 }, { "round", -5, 5 }, { "trunc", -5, 5 },
+  { "erf", -3, 3 }, { "erfinv", -0.999, 0.999 }, { "floor", -5, 5 }, { "ceil", -5, 5 }, { "round", -5, 5 }, { "trunc", -5, 5 },
   { "sign", -5, 5 }, { "reciprocal", 0.5, 5 }, { "square", -5, 5 }, { "isnan", -5, 5 }, { "isinf", -5, 5 },
   { "logical_not", -2, 2 },
 }

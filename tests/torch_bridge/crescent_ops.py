@@ -370,7 +370,7 @@ OPS = {
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log,
     "log2": torch.log2, "log1p": torch.log1p, "expm1": torch.expm1, "sqrt": torch.sqrt,
     "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid, "relu": torch.relu, "silu": F.silu, "erf": torch.erf, "floor": torch.floor,
+    "sigmoid": torch.sigmoid, "relu": torch.relu, "silu": F.silu, "erf": torch.erf, "erfinv": torch.erfinv, "floor": torch.floor,
     "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc, "sign": torch.sign,
     "reciprocal": torch.reciprocal, "square": torch.square, "isnan": torch.isnan, "isinf": torch.isinf,
     "logical_not": torch.logical_not,

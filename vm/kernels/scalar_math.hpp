@@ -62,6 +62,28 @@ template <class T> inline T hardswish_(T a) {  // (a times the clamped a + 3: -i
   c = c < T(0) ? T(0) : c;
   return a * (c > T(6) ? T(6) : c) / T(6);
 }
+// erf's inverse: a rational first guess (Pavlis's, the central range and the tails), then two
+// Newton steps on erf, as PyTorch's calc_erfinv; NaN past +-1, +-inf at +-1
+template <class T> inline T erfinv_(T y) {
+  const T ay = y < T(0) ? -y : y;
+  if (ay > T(1)) return T(NAN);
+  if (ay == T(1)) return y < T(0) ? T(-INFINITY) : T(INFINITY);
+  T x;
+  if (ay <= T(0.7)) {
+    const T z = y * y;
+    const T num = ((T(-0.140543331) * z + T(0.914624893)) * z + T(-1.645349621)) * z + T(0.886226899);
+    const T den = (((T(0.012229801) * z + T(-0.329097515)) * z + T(1.442710462)) * z + T(-2.118377725)) * z + T(1);
+    x = y * num / den;
+  } else {  // (NaN lands here and stays NaN)
+    const T z = std::sqrt(-vmath::log((T(1) - ay) / T(2)));
+    const T num = ((T(1.641345311) * z + T(3.429567803)) * z + T(-1.624906493)) * z + T(-1.970840454);
+    const T den = (T(1.637067800) * z + T(3.543889200)) * z + T(1);
+    x = std::copysign(num, y) / den;
+  }
+  const T k = T(1.12837916709551257390);  // 2 / sqrt(pi)
+  x = x - (vmath::erf(x) - y) / (k * vmath::exp(-x * x));
+  return x - (vmath::erf(x) - y) / (k * vmath::exp(-x * x));
+}
 template <class T> [[gnu::always_inline]] inline T gelu_(T a) { return T(0.5) * a * (T(1) + vmath::erf(a * T(0.70710678118654752440))); }
 template <class T> [[gnu::always_inline]] inline T gelu_tanh_(T a) {
   const T k = T(0.79788456080286535588), c = T(0.044715);

@@ -38,6 +38,7 @@ enum class Rule { Float, Same, Keep, Power, Bool, Arith, Numeric, Compare, Logic
   X(relu, Same, sm::relu_(a))                  \
   X(silu, Float, sm::silu_(a))                 \
   X(erf, Float, vmath::erf(a))                    \
+  X(erfinv, Float, sm::erfinv_(a))             \
   X(floor, Same, sm::floor_(a))                \
   X(ceil, Same, sm::ceil_(a))                  \
   X(round, Same, sm::round_(a))                \

@@ -208,6 +208,7 @@ void register_pointwise_derivatives(Registry& r) {
     g.set(0, where(mask("le", x, 0.0), g.grad() * f("exp", x) * g.arg().number(1), g.grad()));
   }, .saves_inputs = kIn0});
   FROM_X("erf", f("exp", -(x * x)) * (2 / std::sqrt(std::numbers::pi)));
+  FROM_Y("erfinv", f("exp", y * y) * (std::sqrt(std::numbers::pi) / 2));
   FROM_Y("reciprocal", -(y * y));
   FROM_X("square", x * 2.0);
   for (const char* n : {"floor", "ceil", "round", "trunc", "sign"}) derivative(r, n, {.fn = zero_grad_rule});

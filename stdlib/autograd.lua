@@ -80,7 +80,7 @@ local hooks, next_hook, hook_err = {}, 0, nil
 local DEAD = ffi.new("int32_t[64]")
 local function forget_dead()
   while true do
-    local n = ag.dead_hooks(DEAD, 64)
+    local n = ag.dead_hooks(ctx, DEAD, 64)
     for i = 0, n - 1 do hooks[DEAD[i]] = nil end
     if n < 64 then return end
   end
@@ -101,14 +101,14 @@ local caller = ffi.cast("int32_t (*)(int32_t, cr_tensor*, cr_tensor**)", functio
   end
   return 0
 end)
-ag.set_hook_caller(caller)
+ag.set_hook_caller(ctx, caller)
 
 -- a handle's tensor, held weakly: remove() also takes the id off the tensor's list, so that
 -- later backward passes do not call removed hooks
 local hook_tensor = setmetatable({}, { __mode = "v" })
 local handle_mt = { __index = { remove = function(h)
   local t = hook_tensor[h.id]
-  if t then ag.remove_hook(ptr(t), h.id) end
+  if t then ag.remove_hook(ctx, ptr(t), h.id) end
   hooks[h.id], hook_tensor[h.id] = nil, nil
 end } }
 local function add_hook(self, fn, op, adder)

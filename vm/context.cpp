@@ -3,18 +3,22 @@
 #include <algorithm>
 #include <chrono>
 
+#include "vm/autograd/meta.hpp"
 #include "vm/config.hpp"
 #include "vm/hooks.hpp"
 
 namespace cr {
 
-Context::Context() {
+Context::Context() : hook_owner(std::make_shared<autograd::HookOwner>()) {
   ffi.impl = this;
   logs = env_logs();
   hooks().start_capture(*this);
 }
 
-Context::~Context() { drop_unclaimed(); }
+Context::~Context() {
+  drop_unclaimed();
+  hook_owner->caller = nullptr;  // (hooks that outlive the VM are skipped)
+}
 
 // A loop of 16 MB outputs spent a third of its time collecting a 1.2 MB heap: so the collector
 // waits kGcTimeFactor x its last time, up to kGcHardFactor x the budget or kGcHardBytes, whichever

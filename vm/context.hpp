@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "vm/abi.h"
+#include "vm/autograd/grad_mode.hpp"
 #include "vm/log.hpp"
 #include "vm/tensor.hpp"
 
@@ -13,6 +14,9 @@ namespace cr {
 
 namespace graph {
 class Recorder;
+}
+namespace autograd {
+struct HookOwner;
 }
 
 struct Generator {
@@ -64,10 +68,24 @@ struct Context {
   // (jit/program.cpp): the storages of its inputs that no node of it writes. No kernel in flight
   // writes them, so they may be read before the programmatic-launch wait (cuda::gemv).
   const std::vector<const Storage*>* plan_settled = nullptr;
+  // this VM's hooks (vm/autograd/meta.hpp), and its grad mode and autocast while it does not run
+  std::shared_ptr<autograd::HookOwner> hook_owner;
+  autograd::Modes modes;
+  int entries = 0;  // the embedding API's entries into the VM in progress (ModesIn)
 
   Context();
   ~Context();
   static Context& of(cr_ctx* c) { return *static_cast<Context*>(c->impl); }
+};
+
+// The VM's modes in the thread's for the scope of an entry into it from the host; an entry made
+// while one is in progress (a host callback calling back in) keeps them.
+struct ModesIn {
+  Context& c;
+  explicit ModesIn(Context& ctx) : c(ctx) { if (c.entries++ == 0) c.modes.swap_with_thread(); }
+  ~ModesIn() { if (--c.entries == 0) c.modes.swap_with_thread(); }
+  ModesIn(const ModesIn&) = delete;
+  ModesIn& operator=(const ModesIn&) = delete;
 };
 
 // The steady clock in microseconds: the collector's times (Context) and the graphs' timings.

@@ -25,6 +25,8 @@ struct Device {
 std::string device_name(Device d);
 Device parse_device(const std::string& s);  // throws on an unknown name
 
+struct Context;
+
 struct Storage {
   std::atomic<int32_t> refs{1};
   void* data = nullptr;
@@ -34,6 +36,7 @@ struct Storage {
   void* free_ctx = nullptr;
   std::atomic<uint32_t> version{0};  // bumped by every in-place op: lazy recomputation checks it
   std::atomic<int32_t> pending_reads{0};  // lazy values that would be recomputed from it
+  Context* reader = nullptr;        // the VM whose lazy values read it last (or null)
 };
 Storage* storage_new(size_t nbytes, Device device);  // 64-byte aligned
 Storage* storage_wrap(void* data, size_t nbytes, Device device, void (*free_fn)(void*, void*), void* ctx);

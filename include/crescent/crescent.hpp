@@ -98,9 +98,10 @@ class Tensor {
   static Tensor from_blob(void* data, const std::vector<int64_t>& sizes, DType dtype, const std::string& device = "cpu");
   static Tensor from_blob(void* data, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                           DType dtype, const std::string& device = "cpu", std::function<void(void*)> deleter = {});
+  // (the dtype from T; a const T's memory the tensor must not be written through, as torch's)
   template <class T, class = std::enable_if_t<!std::is_void_v<T>>>
   static Tensor from_blob(T* data, const std::vector<int64_t>& sizes) {
-    return from_blob(static_cast<void*>(data), sizes, dtype_of<std::remove_const_t<T>>());
+    return from_blob(const_cast<void*>(static_cast<const void*>(data)), sizes, dtype_of<std::remove_const_t<T>>());
   }
 
   bool defined() const { return p_ != nullptr; }

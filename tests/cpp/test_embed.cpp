@@ -788,3 +788,66 @@ TEST_CASE("embed: a stack overflow inside a compiled call leaks no tensor") {
     REQUIRE(freed == 1);
   }
 }
+
+// Two VMs on one thread: each keeps its own hooks (the engine calls a hook through its VM), its
+// hook ids, and its grad mode; a VM that is gone leaves the others' hooks alone.
+TEST_CASE("embed: VMs on one thread keep their own hooks and grad mode") {
+  const char* script = R"(
+    x = crescent.ones(3, {requires_grad = true})
+    x:register_hook(function(g) return g * 2 end)
+    function step() x.grad = nil; (x * 3):sum():backward(); return x.grad end
+  )";
+  VM a;
+  a.run_string(script);
+  REQUIRE(a.call_tensor("step").to_vector<float>() == std::vector<float>{6, 6, 6});
+  {
+    VM b;
+    b.run_string("w = crescent.ones(1, {requires_grad = true}) w:register_hook(function(g) return g * 1000 end)");
+    REQUIRE(a.call_tensor("step").to_vector<float>() == std::vector<float>{6, 6, 6});
+    // b forgets a dead tensor's hook id, which a's live hook may share
+    b.run_string("do local t = crescent.ones(1, {requires_grad = true}) t:register_hook(function(g) return g end) end "
+                 "collectgarbage() collectgarbage() "
+                 "local v = crescent.ones(1, {requires_grad = true}) v:register_hook(function(g) return g end)");
+    a.run_string("local v = crescent.ones(1, {requires_grad = true}) v:register_hook(function(g) return g end)");
+    REQUIRE(a.call_tensor("step").to_vector<float>() == std::vector<float>{6, 6, 6});
+    b.run_string("crescent.set_grad_enabled(false)");
+    REQUIRE(a.call_tensor("step").to_vector<float>() == std::vector<float>{6, 6, 6});
+    REQUIRE_FALSE(b.run_string("return crescent.is_grad_enabled()")[0].as_bool());
+    REQUIRE(a.run_string("return crescent.is_grad_enabled()")[0].as_bool());
+  }
+  REQUIRE(a.call_tensor("step").to_vector<float>() == std::vector<float>{6, 6, 6});  // (b is gone)
+}
+
+TEST_CASE("embed: the host's data_ptr computes first the lazy values that read the tensor") {
+  VM vm;
+  vm.run_string(R"(
+    local T = crescent
+    T.config.sync_compile = true
+    x = T.arange(6):float()
+    f = T.compile(function(x) g = x * 3; return x + 1 end, { backend = "eager" })
+    for _ = 1, 4 do f(x) end
+  )");
+  Tensor x = vm.get_global("x").as_tensor();
+  float* p = x.data<float>();  // (the host may write through it)
+  p[1] = 100;
+  REQUIRE(vm.get_global("g").as_tensor().to_vector<float>() == std::vector<float>{0, 3, 6, 9, 12, 15});
+  const float c[3] = {1, 2, 3};
+  REQUIRE(Tensor::from_blob(c, {3}).to_vector<float>() == std::vector<float>{1, 2, 3});
+}
+
+TEST_CASE("embed C: a name may be a string of the last call's results") {
+  crescent_vm* vm = crescent_vm_create();
+  REQUIRE(crescent_run_string(vm, "function which() return 'a_rather_long_function_name_here' end "
+                                  "function a_rather_long_function_name_here() return 7 end "
+                                  "a_rather_long_global_name_here = 8 "
+                                  "function which_global() return 'a_rather_long_global_name_here' end") == CRESCENT_OK);
+  crescent_value r, r2;
+  int n = 0;
+  REQUIRE(crescent_call(vm, "which", nullptr, 0, &r, 1, &n) == CRESCENT_OK);
+  REQUIRE(crescent_call(vm, r.string, nullptr, 0, &r2, 1, &n) == CRESCENT_OK);
+  REQUIRE(r2.number == 7);
+  REQUIRE(crescent_call(vm, "which_global", nullptr, 0, &r, 1, &n) == CRESCENT_OK);
+  REQUIRE(crescent_get_global(vm, r.string, &r2) == CRESCENT_OK);
+  REQUIRE(r2.number == 8);
+  crescent_vm_destroy(vm);
+}

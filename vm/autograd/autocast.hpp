@@ -5,25 +5,11 @@
 #pragma once
 #include <vector>
 
+#include "vm/autograd/grad_mode.hpp"
 #include "vm/context.hpp"
 #include "vm/registry.hpp"
 
 namespace cr::autograd {
-
-// One device type's autocast (PyTorch keeps CUDA's and the CPU's apart: both may be on at once).
-struct AutocastDevice {
-  bool enabled = false;
-  DType dtype;  // the lower precision
-};
-struct AutocastState {
-  bool enabled = false;  // either device's: the op-call path's one test
-  AutocastDevice dev[2] = {{false, DType::bf16}, {false, DType::f16}};  // by Device::type: cpu, cuda
-  void set(int type, AutocastDevice d) {
-    dev[type] = d;
-    enabled = dev[0].enabled || dev[1].enabled;
-  }
-};
-inline thread_local AutocastState autocast{};
 
 // Off for a scope: the engine runs backward outside autocast, as PyTorch does; the casts the
 // forward recorded differentiate back, so gradients reach each input in its own dtype.

@@ -10,7 +10,6 @@
 
 namespace cr::autograd {
 
-HookCaller hook_caller = nullptr;
 
 namespace {
 
@@ -87,11 +86,11 @@ void mark_needed(Graph& g, const std::unordered_map<Key, std::vector<int>, KeyHa
   for (auto& [n, info] : g) info.needed = memo[n];
 }
 
-// Hook `id` on gradient g: what it returned, or g.
-Tensor call_hook(int32_t id, const Tensor& g) {
+// Hook h on gradient g: what it returned, or g (also when its VM is gone)
+Tensor call_hook(const TensorHook& h, const Tensor& g) {
   cr_tensor* out = nullptr;
-  if (!hook_caller) fail("register_hook: no hook caller installed");
-  if (hook_caller(id, g.get(), &out) != 0) throw HookRaised();
+  if (!h.owner || !h.owner->caller) return g;
+  if (h.owner->caller(h.id, g.get(), &out) != 0) throw HookRaised();
   if (!out) return g;
   Tensor r(out, false);
   if (r.sizes() != g.sizes())
@@ -108,13 +107,13 @@ Tensor run_hooks(const AutogradMeta* m, const Node* n, size_t k, Tensor g) {
   if (!g.defined()) return g;
   if (!n->kept_hooks.empty()) {
     const auto kept = n->kept_hooks;  // (a hook may add or remove hooks)
-    for (const auto& [nr, id] : kept)
-      if (size_t(nr) == k) g = call_hook(id, g);
+    for (const TensorHook& h : kept)
+      if (size_t(h.nr) == k) g = call_hook(h, g);
   }
   if (!m || m->hooks.empty()) return g;
   const std::vector<TensorHook> hooks = m->hooks;
   for (const TensorHook& h : hooks)
-    if (n->accumulates() ? h.fn.expired() : h.fn.lock().get() == n) g = call_hook(h.id, g);
+    if (n->accumulates() ? h.fn.expired() : h.fn.lock().get() == n) g = call_hook(h, g);
   return g;
 }
 
@@ -122,10 +121,11 @@ Tensor run_hooks(const AutogradMeta* m, const Node* n, size_t k, Tensor g) {
 void run_post_hooks(const Tensor& leaf) {
   const AutogradMeta* m = meta_of(leaf.get());
   if (!m) return;
-  const std::vector<int32_t> ids = m->post_hooks;  // (a hook may add or remove hooks)
-  for (int32_t id : ids) {
+  const std::vector<TensorHook> hooks = m->post_hooks;  // (a hook may add or remove hooks)
+  for (const TensorHook& h : hooks) {
     cr_tensor* out = nullptr;
-    if (hook_caller(id, leaf.get(), &out) != 0) throw HookRaised();
+    if (!h.owner || !h.owner->caller) continue;
+    if (h.owner->caller(h.id, leaf.get(), &out) != 0) throw HookRaised();
     if (out) {
       Tensor(out, false);
       fail("register_post_accumulate_grad_hook: a hook returned a value, expected nothing");

@@ -17,11 +17,6 @@ struct BackwardOptions {
   bool capture = false;  // T.autograd.grad: return the inputs' gradients, touch no .grad
 };
 
-// Hook ids run by the Lua side (stdlib/autograd.lua): 0 and *out = a replacement (a new reference)
-// or NULL; -1 when the hook raised (the Lua side keeps its error).
-using HookCaller = int32_t (*)(int32_t id, cr_tensor* grad, cr_tensor** out);
-extern HookCaller hook_caller;
-
 // Thrown when a hook raised: the Lua side re-raises the hook's own error.
 struct HookRaised : Error {
   HookRaised() : Error("a hook raised an error") {}

@@ -9,11 +9,6 @@ AutogradMeta& ensure_meta(cr_tensor* t) {
   return *meta_of(t);
 }
 
-std::vector<int32_t>& dead_hooks() {
-  static thread_local std::vector<int32_t> ids;
-  return ids;
-}
-
 void watch(AutogradMeta& m) {
   if (!m.grad_fn) return;
   auto& om = m.grad_fn->out_meta;
@@ -30,10 +25,10 @@ void drop_meta(cr_tensor* t) {
       n->out_meta[size_t(k)] = nullptr;
   for (const TensorHook& h : m->hooks) {  // (a non-leaf's hooks stay with their node)
     std::shared_ptr<Node> n = h.fn.lock();
-    if (n && !n->accumulates()) n->kept_hooks.emplace_back(h.nr, h.id);
-    else dead_hooks().push_back(h.id);
+    if (n && !n->accumulates()) n->kept_hooks.push_back(h);
+    else h.forget();
   }
-  for (int32_t id : m->post_hooks) dead_hooks().push_back(id);
+  for (const TensorHook& h : m->post_hooks) h.forget();
   delete m;
 }
 

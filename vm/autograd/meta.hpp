@@ -11,6 +11,19 @@ namespace cr::autograd {
 
 struct Node;
 
+// Hook ids run by the Lua side (stdlib/autograd.lua): 0 and *out = a replacement (a new reference)
+// or NULL; -1 when the hook raised (the Lua side keeps its error).
+using HookCaller = int32_t (*)(int32_t id, cr_tensor* grad, cr_tensor** out);
+
+// One VM's hooks: the function its Lua side runs them through and the ids (its own numbering)
+// of those whose tensors died, which it forgets. Every hook holds its VM's: a backward run by
+// another VM calls it there; once the VM is gone (caller null) its hooks are skipped.
+struct HookOwner {
+  HookCaller caller = nullptr;
+  std::vector<int32_t> dead;
+};
+using HookOwnerRef = std::shared_ptr<HookOwner>;
+
 // A tensor hook (register_hook): it sees the gradient of the value the tensor had when it was
 // registered - the node then its grad_fn (none for a leaf) - as PyTorch's hooks across an
 // in-place change; retain_grad follows the latest value.
@@ -18,6 +31,8 @@ struct TensorHook {
   int32_t id;
   std::weak_ptr<Node> fn;
   int32_t nr = 0;  // fn's output
+  HookOwnerRef owner;
+  void forget() const { if (owner) owner->dead.push_back(id); }
 };
 
 // How a view was made (PyTorch's CreationMeta): only Default views may be changed in place while
@@ -33,7 +48,7 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;
   int output_nr = 0;
   std::vector<TensorHook> hooks;  // Lua hook functions (stdlib/autograd.lua)
-  std::vector<int32_t> post_hooks;  // a leaf's post-accumulate-grad hooks: called with the leaf
+  std::vector<TensorHook> post_hooks;  // a leaf's post-accumulate-grad hooks: called with the leaf
   // the nodes whose out_meta slot points here (watch): cleared when the tensor dies
   std::vector<std::pair<std::weak_ptr<Node>, int>> watched;
   // the leaf's AccumulateGrad node, shared by every node that uses the leaf
@@ -70,6 +85,5 @@ inline bool is_leaf(const cr_tensor* t) {
 }
 
 // Hook ids of tensors that died, for the Lua side to forget (stdlib/autograd.lua).
-std::vector<int32_t>& dead_hooks();
 
 }  // namespace cr::autograd

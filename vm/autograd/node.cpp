@@ -33,7 +33,7 @@ void hand_over(Node& n, Teardown& td) {
 }  // namespace
 
 Node::~Node() {
-  for (const auto& [k, id] : kept_hooks) dead_hooks().push_back(id);
+  for (const TensorHook& h : kept_hooks) h.forget();
   if (t_teardown) {
     hand_over(*this, *t_teardown);
     return;

@@ -69,9 +69,9 @@ struct Node : std::enable_shared_from_this<Node> {
   std::vector<Saved> saved_in;   // per entry of inputs (undefined: not saved)
   std::vector<Saved> saved_out;  // per output (a header without autograd metadata)
   std::vector<AutogradMeta*> out_meta;  // output k's tensor when it has hooks / retains its grad
-  // the hooks of outputs whose tensors died, as {output, hook id} in registration order: a hook
+  // the hooks of outputs whose tensors died (nr: the output), in registration order: a hook
   // belongs to the node as in PyTorch, so it still runs (drop_meta moves them here)
-  std::vector<std::pair<int32_t, int32_t>> kept_hooks;
+  std::vector<TensorHook> kept_hooks;
   bool saves = false, released = false;
   Geometry geometry;  // input 0's layout, when the derivative asks for it (Derivative::saves_geometry)
   Tensor leaf;  // AccumulateGrad

@@ -32,8 +32,13 @@ struct ExecRecord {
   HostVector<LazyInfo> slots;
   size_t waiting = 0;
   std::shared_ptr<ExecRecord> self;
+  Context* ctx = nullptr;  // the VM that ran it
   ~ExecRecord() {
-    for (auto& [t, v] : versions) t.storage()->pending_reads.fetch_sub(1);
+    for (auto& [t, v] : versions) {
+      Storage* st = t.storage();
+      st->pending_reads.fetch_sub(1);
+      if (st->reader == ctx) st->reader = nullptr;
+    }
   }
 };
 
@@ -267,9 +272,10 @@ void note_escape(Leaf& leaf, int32_t vid, const char* how) {
                                 " after the graph ran");
 }
 
-std::shared_ptr<ExecRecord> wait_on_record(Leaf& leaf, const std::shared_ptr<Leaf>& owner, const Segment& s,
+std::shared_ptr<ExecRecord> wait_on_record(Context& ctx, Leaf& leaf, const std::shared_ptr<Leaf>& owner, const Segment& s,
                                            const std::vector<std::pair<cr_tensor*, int32_t>>& waiting) {
   auto rec = std::allocate_shared<ExecRecord>(HostAllocator<ExecRecord>());
+  rec->ctx = &ctx;
   if (!leaf.raw) leaf.raw = guards::build_graph(leaf);
   // dynamic: the graph with this call's sizes and integers
   rec->raw = !leaf.dynamic ? leaf.raw : s.instance_raw ? s.instance_raw : instance_of(*leaf.raw, s);
@@ -296,6 +302,7 @@ std::shared_ptr<ExecRecord> wait_on_record(Leaf& leaf, const std::shared_ptr<Lea
     } else {
       rec->versions.emplace_back(s.vals[size_t(in)], st->version.load());
       st->pending_reads.fetch_add(1);
+      st->reader = &ctx;
     }
     rec->external = rec->external || st->free_fn != nullptr;
   }

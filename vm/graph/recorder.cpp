@@ -555,7 +555,7 @@ void Recorder::settle(Leaf* leaf, std::vector<Tensor>& computed, bool learn, con
     if (learn && owner && alive && !escaped && !p->_lazy) p->_lazy = new LazyInfo{owner, int32_t(vid)};
   }
   if (waiting.empty()) return;
-  std::shared_ptr<ExecRecord> rec = wait_on_record(*leaf, owner, s, waiting);
+  std::shared_ptr<ExecRecord> rec = wait_on_record(ctx_, *leaf, owner, s, waiting);
   // Expired records are pruned when the list has doubled, not per call: until Lua collects the
   // handles of a call's intermediates, every call adds a record, and a scan per call made calls
   // slower and slower between two collections.

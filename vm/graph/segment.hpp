@@ -179,7 +179,7 @@ void note_escape(guards::Leaf& leaf, int32_t vid, const char* how);
 // Makes the tensors of `waiting` (each with its value id) wait on a new record of this run of
 // `leaf` (`owner` is the leaf's shared pointer, inputs from `s`). The record lives while a tensor
 // waits on it.
-std::shared_ptr<ExecRecord> wait_on_record(guards::Leaf& leaf, const std::shared_ptr<guards::Leaf>& owner,
+std::shared_ptr<ExecRecord> wait_on_record(Context& ctx, guards::Leaf& leaf, const std::shared_ptr<guards::Leaf>& owner,
                                            const Segment& s, const std::vector<std::pair<cr_tensor*, int32_t>>& waiting);
 // Whether an input of the record wraps host memory (Tensor::from_blob), which the host may
 // write without the runtime seeing it: such values are computed at once, not later.

@@ -177,7 +177,7 @@ int32_t ag_add_hook(cr_ctx* c, cr_tensor* t, int32_t id) {
     with_history(c, t, "register_hook");
     if (!requires_grad(t)) fail("register_hook: cannot register a hook on a tensor that doesn't require gradient");
     AutogradMeta& m = ensure_meta(t);
-    m.hooks.push_back(TensorHook{id, grad_fn_of(t, m), m.output_nr});
+    m.hooks.push_back(TensorHook{id, grad_fn_of(t, m), m.output_nr, Context::of(c).hook_owner});
     watch(t);
     return 0;
   });
@@ -187,27 +187,29 @@ int32_t ag_add_post_hook(cr_ctx* c, cr_tensor* t, int32_t id) {
   return guarded(c, [&] {
     if (!requires_grad(t) || !is_leaf(t))
       fail("register_post_accumulate_grad_hook: expected a leaf tensor that requires grad");
-    ensure_meta(t).post_hooks.push_back(id);
+    ensure_meta(t).post_hooks.push_back(TensorHook{id, {}, 0, Context::of(c).hook_owner});
     return 0;
   });
 }
 
-void ag_remove_hook(cr_tensor* t, int32_t id) {
+void ag_remove_hook(cr_ctx* c, cr_tensor* t, int32_t id) {
   AutogradMeta* m = t ? meta_of(t) : nullptr;
   if (!m) return;
-  std::erase_if(m->hooks, [&](const TensorHook& h) { return h.id == id; });  // (the engine runs copies)
-  std::erase(m->post_hooks, id);
+  const HookOwner* owner = Context::of(c).hook_owner.get();
+  auto same = [&](const TensorHook& h) { return h.id == id && h.owner.get() == owner; };
+  std::erase_if(m->hooks, same);  // (the engine runs copies)
+  std::erase_if(m->post_hooks, same);
 }
 
-int32_t ag_dead_hooks(int32_t* out, int32_t cap) {
-  auto& ids = dead_hooks();
+int32_t ag_dead_hooks(cr_ctx* c, int32_t* out, int32_t cap) {
+  auto& ids = Context::of(c).hook_owner->dead;
   const int32_t n = std::min<int32_t>(cap, int32_t(ids.size()));
   std::copy(ids.end() - n, ids.end(), out);
   ids.resize(ids.size() - size_t(n));
   return n;
 }
 
-void ag_set_hook_caller(int32_t (*fn)(int32_t, cr_tensor*, cr_tensor**)) { hook_caller = fn; }
+void ag_set_hook_caller(cr_ctx* c, int32_t (*fn)(int32_t, cr_tensor*, cr_tensor**)) { Context::of(c).hook_owner->caller = fn; }
 
 int32_t ag_backward(cr_ctx* c, cr_tensor** roots, cr_tensor** grads, int32_t n, cr_tensor** inputs, int32_t ninputs,
                     int32_t flags, cr_tensor** outs) {

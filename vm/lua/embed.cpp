@@ -54,7 +54,9 @@ template <class F> auto guard(const char* what, F&& f) -> decltype(f()) {
 // Runs f inside lua_cpcall: a Lua error raised outside the helpers' pcalls - a __gc finalizer
 // that errors in a collection step an allocation triggers - becomes a crescent::Error instead of
 // LuaJIT's panic. Only C++ exceptions are caught in here: LuaJIT's own unwinding passes through.
-template <class F> auto protect(lua_State* L, F&& f) -> decltype(f()) {
+// The VM's grad mode and autocast state are the thread's meanwhile (cr::ModesIn).
+template <class F> auto protect(cr::Context& ctx, lua_State* L, F&& f) -> decltype(f()) {
+  cr::ModesIn modes(ctx);
   using R = decltype(f());
   struct Job {
     F* f;
@@ -259,9 +261,11 @@ void* Tensor::data_ptr() const {
   cr::Tensor& t = real(*this, h, "data_ptr");
   if (!t.device().is_cpu())
     throw Error(Status::InvalidArgument, "data_ptr: the tensor is on " + cr::device_name(t.device()) + ", not the CPU");
-  // the host may write through it: a lazy value that would be recomputed from this storage then
-  // reports that it is lost instead of being computed from changed data
-  t.storage()->version.fetch_add(1);
+  // the host may write through it: lazy values a compiled function would recompute from this
+  // storage are computed first, as before an in-place op (any left then report they are lost)
+  cr::Storage* s = t.storage();
+  if (s->pending_reads.load() > 0 && s->reader) guard("data_ptr", [&] { cr::graph::before_write(*s->reader, s); });
+  s->version.fetch_add(1);
   return t.data_bytes();
 }
 void Tensor::check_dtype(DType want) const {
@@ -656,7 +660,7 @@ std::vector<Value> VM::run_file(const std::string& path, const std::vector<std::
   Impl& vm = impl();
   lua_State* L = vm.L();
   StackGuard g(L);
-  return guard("run_file", [&] { return protect(L, [&] {
+  return guard("run_file", [&] { return protect(vm.lua.context(), L, [&] {
     lua_createtable(L, int(args.size()), 1);
     lua_pushstring(L, path.c_str());
     lua_rawseti(L, -2, 0);
@@ -675,7 +679,7 @@ std::vector<Value> VM::run_string(const std::string& code, const std::string& ch
   Impl& vm = impl();
   lua_State* L = vm.L();
   StackGuard g(L);
-  return guard("run_string", [&] { return protect(L, [&] {
+  return guard("run_string", [&] { return protect(vm.lua.context(), L, [&] {
     const std::string& name = chunkname.empty() ? code : chunkname;
     if (luaL_loadbuffer(L, code.data(), code.size(), name.c_str()) != 0) throw_lua(lua_tostring(L, -1));
     return vm.run(0, "result");
@@ -686,7 +690,7 @@ std::vector<Value> VM::invoke(const std::string& name, const std::vector<Value>&
   Impl& vm = impl();
   lua_State* L = vm.L();
   StackGuard g(L);
-  return guard("call", [&] { return protect(L, [&] {
+  return guard("call", [&] { return protect(vm.lua.context(), L, [&] {
     if (!lua_checkstack(L, int(args.size()) + 8)) throw Error(Status::InvalidArgument, "call: too many arguments");
     vm.push_helper("call");
     lua_pushlstring(L, name.data(), name.size());
@@ -705,7 +709,7 @@ Tensor VM::first_tensor(const std::string& name, const std::vector<Value>& resul
 void VM::set_global(const std::string& name, const Value& value) {
   Impl& vm = impl();
   StackGuard g(vm.L());
-  guard("set_global", [&] { protect(vm.L(), [&] {
+  guard("set_global", [&] { protect(vm.lua.context(), vm.L(), [&] {
     lua_pushlstring(vm.L(), name.data(), name.size());
     vm.push(value, 0);
     vm.call_helper("set", 2, 0);
@@ -715,7 +719,7 @@ void VM::set_global(const std::string& name, const Value& value) {
 Value VM::get_global(const std::string& name) {
   Impl& vm = impl();
   StackGuard g(vm.L());
-  return guard("get_global", [&] { return protect(vm.L(), [&] {
+  return guard("get_global", [&] { return protect(vm.lua.context(), vm.L(), [&] {
     lua_pushlstring(vm.L(), name.data(), name.size());
     vm.call_helper("get", 1, 1);
     return vm.pull(lua_gettop(vm.L()), "global '" + name + "'", 0);
@@ -723,8 +727,9 @@ Value VM::get_global(const std::string& name) {
 }
 
 void VM::collect_garbage() {
-  lua_State* L = impl().L();
-  guard("collect_garbage", [&] { protect(L, [&] { lua_gc(L, LUA_GCCOLLECT, 0); }); });
+  Impl& vm = impl();
+  lua_State* L = vm.L();
+  guard("collect_garbage", [&] { protect(vm.lua.context(), L, [&] { lua_gc(L, LUA_GCCOLLECT, 0); }); });
 }
 
 lua_State* VM::lua_state() const { return impl().L(); }

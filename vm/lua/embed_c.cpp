@@ -182,8 +182,9 @@ crescent_status crescent_call(crescent_vm* vm, const char* name, const crescent_
       bad("crescent_call: max_results is " + std::to_string(max_results) + " with results NULL or max_results negative");
     std::vector<Value> in;
     for (int i = 0; i < nargs; ++i) in.push_back(from_c(args[i], "argument " + std::to_string(i + 1)));
+    const std::string fn = name;  // (name may be a string of the last call's results, freed next)
     v.strings.clear();
-    std::vector<Value> out = v.vm.invoke(name, in);
+    std::vector<Value> out = v.vm.invoke(fn, in);
     size_t keep = std::min(out.size(), size_t(max_results));
     for (size_t i = 0; i < keep; ++i) check_c_kind(out[i], "result " + std::to_string(i + 1));
     for (size_t i = 0; i < keep; ++i) to_c(v, out[i], &results[i]);
@@ -204,9 +205,10 @@ crescent_status crescent_get_global(crescent_vm* vm, const char* name, crescent_
     crescent_vm& v = check_vm(vm, "crescent_get_global");
     if (!name || !out) bad("crescent_get_global: the name or the output is NULL");
     *out = crescent_nil();
+    const std::string global = name;  // (name may be a string of the last call's results, freed next)
     v.strings.clear();
-    Value r = v.vm.get_global(name);
-    check_c_kind(r, std::string("global '") + name + "'");
+    Value r = v.vm.get_global(global);
+    check_c_kind(r, "global '" + global + "'");
     to_c(v, r, out);
   });
 }

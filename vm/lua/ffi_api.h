@@ -33,10 +33,10 @@ typedef struct cr_autograd_api {
   const char* (*grad_fn)(cr_ctx* ctx, cr_tensor* t, double* id); /* NULL: a leaf (*id = -1: an error) */
   int32_t (*retain_grad)(cr_ctx* ctx, cr_tensor* t);
   int32_t (*add_hook)(cr_ctx* ctx, cr_tensor* t, int32_t id);
-  int32_t (*dead_hooks)(int32_t* out, int32_t cap);  /* hook ids of dead tensors */
+  int32_t (*dead_hooks)(cr_ctx* ctx, int32_t* out, int32_t cap);  /* the VM's hook ids of dead tensors */
   /* the Lua function running hook `id` on grad: 0 and *out = a new reference or NULL (keep
      grad), or -1 when the hook raised */
-  void (*set_hook_caller)(int32_t (*fn)(int32_t id, cr_tensor* grad, cr_tensor** out));
+  void (*set_hook_caller)(cr_ctx* ctx, int32_t (*fn)(int32_t id, cr_tensor* grad, cr_tensor** out));
   /* backward from n roots (grads[i] NULL: ones for a one-element root) to the leaves, or to
      `inputs` only; flags: enum cr_ag_backward_flag (outs NULL without CR_AG_RETURN_GRADS) */
   int32_t (*backward)(cr_ctx* ctx, cr_tensor** roots, cr_tensor** grads, int32_t n, cr_tensor** inputs,
@@ -49,7 +49,7 @@ typedef struct cr_autograd_api {
   /* backward() from root inside a capture, traced into the graph being captured: 1, or 0 with
      *why saying why not (backward() is then a graph break); -1 on an error */
   int32_t (*capture_backward)(cr_ctx* ctx, cr_tensor* root, const char* where, const char** why);
-  void (*remove_hook)(cr_tensor* t, int32_t id); /* a hook's handle:remove() (either kind) */
+  void (*remove_hook)(cr_ctx* ctx, cr_tensor* t, int32_t id); /* a hook's handle:remove() (either kind) */
   int32_t (*detach_)(cr_ctx* ctx, cr_tensor* t);  /* t leaves its graph: a leaf not requiring grad */
 } cr_autograd_api;
 

@@ -15,6 +15,7 @@ function nn.bind(t)
   T = t
   require("crescent.nn_layers").bind(t)
   require("crescent.nn_quant").bind(t)
+  require("crescent.nn_init").bind(t)
 end
 
 -- classes ---------------------------------------------------------------------------------------
@@ -635,5 +636,6 @@ nn.ParameterList = ParameterList
 
 require("crescent.nn_layers").install(nn, { positive_int = positive_int, options = options, uniform = uniform })
 require("crescent.nn_quant").install(nn)
+nn.init = require "crescent.nn_init"
 
 return nn

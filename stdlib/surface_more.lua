@@ -1,10 +1,12 @@
 -- crescent.surface_more: more of PyTorch's data ops made of registry ops, bound with
 -- crescent.surface's (same conventions: T.op and x:op, differentiable and compiled through the
--- ops they are made of, 1-based index results): logcumsumexp, mode, multinomial, histc, one_hot.
+-- ops they are made of, 1-based index results): logcumsumexp, mode, multinomial, histc, one_hot;
+-- the in-place draws uniform_, normal_, exponential_, bernoulli_.
 local fail = require("crescent.core").fail
 local A = require "crescent.surface_args"
 local describe, check_tensor, opts_of, dim0, is_float = A.describe, A.check_tensor, A.opts_of, A.dim0, A.is_float
 local is_opts = require("crescent.binding").is_opts
+local is_tensor = require("crescent.core").is_tensor
 
 local M = {}  -- name -> function, bound by crescent.surface
 local T
@@ -152,6 +154,50 @@ function M.one_hot(t, num_classes)
   end
   if num_classes == nil then fail("one_hot: Can not infer total number of classes from empty tensor (give num_classes)") end
   return T.arange(1, num_classes + 1, { dtype = "int64", device = t.device }):eq(t:unsqueeze(-1)):long()
+end
+
+-- x:uniform_([from = 0[, to = 1]]), x:normal_([mean = 0[, std = 1]]), x:exponential_([lambd = 1]),
+-- x:bernoulli_([p = 0.5]): x filled in place with draws of its shape (16-bit dtypes drawn in
+-- float32), as torch's; bernoulli_ takes any dtype and a number or a tensor of probabilities
+local function draws(op, x, ...)
+  check_tensor(op, 1, "self", x)
+  for i = 1, select("#", ...) do
+    local v = select(i, ...)
+    if type(v) ~= "number" then fail(string.format("%s: argument %d expected a number, got %s", op, i + 1, describe(v))) end
+  end
+  if op ~= "bernoulli_" and not is_float(x) then fail(op .. ": expected a floating tensor, got " .. describe(x)) end
+  if x.requires_grad and x.is_leaf and T.is_grad_enabled() then
+    fail(op .. ": a leaf Variable that requires grad is being used in an in-place operation (wrap it in T.no_grad, as nn.init does)")
+  end
+  return { dtype = x.dtype == "float64" and "float64" or "float32", device = x.device }
+end
+function M.uniform_(x, from, to)
+  from, to = from or 0, to or 1
+  local o = draws("uniform_", x, from, to)
+  if from > to then fail(string.format("uniform_: expects from <= to, but got from=%s > to=%s", from, to)) end
+  return x:copy_(T.rand(x.shape, o) * (to - from) + from)
+end
+function M.normal_(x, mean, std)
+  mean, std = mean or 0, std or 1
+  local o = draws("normal_", x, mean, std)
+  if not (std >= 0) then fail("normal_: expects std >= 0.0, but found std " .. tostring(std)) end
+  return x:copy_(T.randn(x.shape, o) * std + mean)
+end
+function M.exponential_(x, lambd)
+  lambd = lambd or 1
+  local o = draws("exponential_", x, lambd)
+  if not (lambd > 0) then fail("exponential_: expects lambda > 0.0, but found lambda=" .. tostring(lambd)) end
+  return x:copy_((-T.rand(x.shape, o)):log1p() * (-1 / lambd))
+end
+function M.bernoulli_(x, p)
+  p = p == nil and 0.5 or p
+  local o = draws("bernoulli_", x)
+  if is_tensor(p) then
+    if p:lt(0):logical_or(p:gt(1)):any():item() then fail("bernoulli_: expected all probabilities in [0, 1]") end
+  elseif type(p) ~= "number" or not (p >= 0 and p <= 1) then
+    fail("bernoulli_: expected p in [0, 1], got " .. tostring(p))
+  end
+  return x:copy_(T.rand(x.shape, o):lt(p))
 end
 
 function M.bind(t) T = t end

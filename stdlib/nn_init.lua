@@ -1,0 +1,187 @@
+-- crescent.nn_init: T.nn.init, torch.nn.init's initialisers (torch/nn/init.py's formulas): each
+-- fills its tensor in place under no_grad and returns it. Options come positionally as torch's
+-- or as a trailing table ({a =, mode =, nonlinearity =, gain =, mean =, std =}). The draws are
+-- crescent's generator's (T.manual_seed), not torch's values.
+local core = require "crescent.core"
+local fail, is_tensor = core.fail, core.is_tensor
+local is_opts = require("crescent.binding").is_opts
+
+local init = {}
+local T
+
+local function check(op, t)
+  if not is_tensor(t) then fail(string.format("%s: argument 1 (tensor) expected a tensor, got %s", op, type(t))) end
+end
+-- the positional values, or those a trailing options table names (names in torch's order)
+local function args(op, names, ...)
+  local n, list = select("#", ...), { ... }
+  local last = list[n]
+  if n > 0 and is_opts(last) then
+    for k in pairs(last) do
+      local known = false
+      for _, name in ipairs(names) do known = known or name == k end
+      if not known then fail(string.format("%s: unknown option '%s' (expected one of: %s)", op, tostring(k), table.concat(names, ", "))) end
+    end
+    local r = {}
+    for i, name in ipairs(names) do
+      if i < n then r[i] = list[i] else r[i] = last[name] end
+    end
+    return unpack(r, 1, #names)
+  end
+  if n > #names then fail(string.format("%s: expected at most %d arguments after the tensor, got %d", op, #names, n)) end
+  return ...
+end
+local function number(op, what, v)
+  if type(v) ~= "number" then fail(string.format("%s: %s expected a number, got %s", op, what, type(v))) end
+  return v
+end
+local function no_grad(fn) return T.no_grad(fn) end
+
+-- calculate_gain(nonlinearity[, param]): the recommended gain of each activation (torch's table)
+local LINEAR = { linear = true, conv1d = true, conv2d = true, conv3d = true, conv_transpose1d = true,
+  conv_transpose2d = true, conv_transpose3d = true, sigmoid = true }
+function init.calculate_gain(nonlinearity, param)
+  if LINEAR[nonlinearity] then return 1 end
+  if nonlinearity == "tanh" then return 5 / 3 end
+  if nonlinearity == "relu" then return math.sqrt(2) end
+  if nonlinearity == "leaky_relu" then
+    local slope = param == nil and 0.01 or param
+    if type(slope) ~= "number" then fail("calculate_gain: negative_slope " .. tostring(param) .. " not a valid number") end
+    return math.sqrt(2 / (1 + slope * slope))
+  end
+  if nonlinearity == "selu" then return 3 / 4 end
+  fail("calculate_gain: unsupported nonlinearity " .. tostring(nonlinearity))
+end
+
+-- fan_in, fan_out of a weight {out, in, kernel...} (torch's _calculate_fan_in_and_fan_out)
+function init._calculate_fan_in_and_fan_out(t)
+  if t:dim() < 2 then fail("init: fan in and fan out can not be computed for tensor with fewer than 2 dimensions") end
+  local field = 1
+  for d = 3, t:dim() do field = field * t:size(d) end
+  return t:size(2) * field, t:size(1) * field
+end
+local function fan(op, t, mode)
+  if mode ~= "fan_in" and mode ~= "fan_out" then fail(string.format("%s: mode %s not supported, please use one of fan_in, fan_out", op, tostring(mode))) end
+  local fi, fo = init._calculate_fan_in_and_fan_out(t)
+  return mode == "fan_in" and fi or fo
+end
+
+function init.uniform_(t, ...)
+  check("uniform_", t)
+  local a, b = args("uniform_", { "a", "b" }, ...)
+  return no_grad(function() return t:uniform_(a or 0, b or 1) end)
+end
+function init.normal_(t, ...)
+  check("normal_", t)
+  local mean, std = args("normal_", { "mean", "std" }, ...)
+  return no_grad(function() return t:normal_(mean or 0, std or 1) end)
+end
+-- trunc_normal_(t[, mean = 0[, std = 1[, a = -2[, b = 2]]]]): the normal restricted to [a, b] by
+-- its inverse CDF, as torch's
+function init.trunc_normal_(t, ...)
+  check("trunc_normal_", t)
+  local mean, std, a, b = args("trunc_normal_", { "mean", "std", "a", "b" }, ...)
+  mean, std, a, b = mean or 0, std or 1, a or -2, b or 2
+  local function cdf(x) return (1 + T.erf(T.tensor(x / math.sqrt(2), { dtype = "float64" })):item()) / 2 end
+  local l, u = cdf((a - mean) / std), cdf((b - mean) / std)
+  return no_grad(function()
+    t:uniform_(2 * l - 1, 2 * u - 1)
+    t:copy_(t:erfinv() * (std * math.sqrt(2)) + mean)
+    return t:clamp_(a, b)
+  end)
+end
+function init.constant_(t, val)
+  check("constant_", t)
+  return no_grad(function() return t:fill_(val) end)
+end
+function init.ones_(t) check("ones_", t); return init.constant_(t, 1) end
+function init.zeros_(t) check("zeros_", t); return init.constant_(t, 0) end
+-- eye_(t): the identity of a 2-D tensor (ones on the diagonal of a rectangle too)
+function init.eye_(t)
+  check("eye_", t)
+  if t:dim() ~= 2 then fail("eye_: only tensors with 2 dimensions are supported, got " .. t:dim()) end
+  return no_grad(function() return t:copy_(T.eye(t:size(1), t:size(2), { dtype = t.dtype, device = t.device })) end)
+end
+-- dirac_(t[, groups = 1]): a convolution weight {out, in, k...} that keeps its input's channels
+function init.dirac_(t, groups)
+  check("dirac_", t)
+  groups = groups or 1
+  if t:dim() < 3 or t:dim() > 5 then fail("dirac_: only tensors with 3, 4, or 5 dimensions are supported, got " .. t:dim()) end
+  if t:size(1) % groups ~= 0 then fail("dirac_: dim 1 is not divisible by groups") end
+  local per = t:size(1) / groups
+  local n = math.min(per, t:size(2))
+  return no_grad(function()
+    t:zero_()
+    for g = 0, groups - 1 do
+      for d = 1, n do
+        local idx = { g * per + d, d }
+        for k = 3, t:dim() do idx[k] = math.floor(t:size(k) / 2) + 1 end
+        local v = t
+        for k = 1, #idx - 1 do v = v:select(1, idx[k]) end
+        v[idx[#idx]] = 1
+      end
+    end
+    return t
+  end)
+end
+
+function init.xavier_uniform_(t, gain)
+  check("xavier_uniform_", t)
+  gain = args("xavier_uniform_", { "gain" }, gain)
+  local fi, fo = init._calculate_fan_in_and_fan_out(t)
+  local a = math.sqrt(3) * (gain or 1) * math.sqrt(2 / (fi + fo))
+  return no_grad(function() return t:uniform_(-a, a) end)
+end
+function init.xavier_normal_(t, gain)
+  check("xavier_normal_", t)
+  gain = args("xavier_normal_", { "gain" }, gain)
+  local fi, fo = init._calculate_fan_in_and_fan_out(t)
+  return no_grad(function() return t:normal_(0, (gain or 1) * math.sqrt(2 / (fi + fo))) end)
+end
+local function kaiming(op, t, ...)
+  check(op, t)
+  local a, mode, nonlinearity = args(op, { "a", "mode", "nonlinearity" }, ...)
+  if t:numel() == 0 then return nil end  -- (torch warns and leaves it)
+  local std = init.calculate_gain(nonlinearity or "leaky_relu", number(op, "a", a or 0)) / math.sqrt(fan(op, t, mode or "fan_in"))
+  return std
+end
+function init.kaiming_uniform_(t, ...)
+  local std = kaiming("kaiming_uniform_", t, ...)
+  if not std then return t end
+  return no_grad(function() return t:uniform_(-math.sqrt(3) * std, math.sqrt(3) * std) end)
+end
+function init.kaiming_normal_(t, ...)
+  local std = kaiming("kaiming_normal_", t, ...)
+  if not std then return t end
+  return no_grad(function() return t:normal_(0, std) end)
+end
+
+-- orthogonal_(t[, gain = 1]): a (semi-)orthogonal matrix of t flattened to {rows, cols}, from the
+-- Gram-Schmidt factor (twice per column, in float64) of a normal matrix, as torch's QR with
+-- R's diagonal made positive
+function init.orthogonal_(t, gain)
+  check("orthogonal_", t)
+  gain = args("orthogonal_", { "gain" }, gain)
+  if t:dim() < 2 then fail("orthogonal_: only tensors with 2 or more dimensions are supported") end
+  if t:numel() == 0 then return t end
+  local rows = t:size(1)
+  local cols = t:numel() / rows
+  local m = T.randn(rows, cols, { dtype = "float64" })
+  if rows < cols then m = m:t():contiguous() end
+  local n = m:size(2)
+  local q = T.zeros(m:size(1), n, { dtype = "float64" })
+  for j = 1, n do
+    local v = m:select(2, j)
+    if j > 1 then
+      local prev = q:narrow(2, 1, j - 1)
+      for _ = 1, 2 do v = v - T.mv(prev, T.mv(prev:t(), v)) end
+    end
+    q:select(2, j):copy_(v / v:norm())
+  end
+  if rows < cols then q = q:t() end
+  return no_grad(function() return t:copy_((q * (gain or 1)):reshape(t.shape)) end)
+end
+
+function init.bind(t) T = t end
+
+return init

@@ -345,6 +345,54 @@ for name, fn in pairs(conv) do
   if type(fn) == "function" and name ~= "bind" then F[name] = fn end
 end
 
+-- torch's keyword arguments as a trailing table: F.layer_norm(x, {d}, {eps = 1e-6}) is
+-- F.layer_norm(x, {d}, nil, nil, 1e-6); `inplace = true` (torch's activations and dropout) writes
+-- the result into the input and returns it.
+local is_opts = require("crescent.binding").is_opts
+local KEYWORDS = {
+  linear = { "input", "weight", "bias" }, leaky_relu = { "input", "negative_slope", "inplace" },
+  elu = { "input", "alpha", "inplace" }, celu = { "input", "alpha", "inplace" }, selu = { "input", "inplace" },
+  relu = { "input", "inplace" }, relu6 = { "input", "inplace" }, silu = { "input", "inplace" },
+  mish = { "input", "inplace" }, hardsigmoid = { "input", "inplace" }, hardswish = { "input", "inplace" },
+  hardtanh = { "input", "min_val", "max_val", "inplace" }, softplus = { "input", "beta", "threshold" },
+  layer_norm = { "input", "normalized_shape", "weight", "bias", "eps" },
+  rms_norm = { "input", "normalized_shape", "weight", "eps" }, dropout = { "input", "p", "training", "inplace" },
+  normalize = { "input", "p", "dim", "eps" }, cosine_similarity = { "x1", "x2", "dim", "eps" },
+  batch_norm = { "input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps" },
+  group_norm = { "input", "num_groups", "weight", "bias", "eps" }, pad = { "input", "pad", "mode", "value" },
+}
+local function keywords(op, names, fn)
+  local inplace = names[#names] == "inplace"
+  local n = inplace and #names - 1 or #names
+  return function(...)
+    local k = select("#", ...)
+    local opts = k > 1 and select(k, ...)  -- (never the first argument: the input)
+    if not is_opts(opts) then
+      if k > #names then fail(string.format("%s: expected at most %d arguments, got %d", op, #names, k)) end
+      if k <= n then return fn(...) end  -- (the common call: no table to make)
+    end
+    local r = { ... }
+    if is_opts(opts) then
+      r[k] = nil
+      for key, v in pairs(opts) do
+        local slot
+        for i, name in ipairs(names) do if name == key then slot = i end end
+        if not slot or slot == 1 then
+          fail(string.format("%s: unknown option '%s' (expected one of: %s)", op, tostring(key), table.concat(names, ", ", 2)))
+        end
+        if slot < k then fail(string.format("%s: got argument %d (%s) twice, positionally and as an option", op, slot, key)) end
+        r[slot] = v
+      end
+    end
+    local write = inplace and r[#names]
+    if write ~= nil and type(write) ~= "boolean" then fail(op .. ": inplace expected a boolean, got " .. type(write)) end
+    local y = fn(unpack(r, 1, n))
+    if not write then return y end
+    return y == r[1] and y or r[1]:copy_(y)
+  end
+end
+for name, names in pairs(KEYWORDS) do F[name] = keywords(name, names, F[name]) end
+
 -- losses (crescent.losses): cross_entropy, nll_loss, mse_loss, l1_loss, smooth_l1_loss,
 -- binary_cross_entropy, binary_cross_entropy_with_logits, kl_div
 local losses = require "crescent.losses"

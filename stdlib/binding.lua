@@ -324,9 +324,11 @@ local function gen_source(name, op, info, params, opts)
       -- the options table may come early when trailing optional arguments are left out
       emit("  if opts == nil then")
       for k = np, 1, -1 do
-        -- data tables ({} included) are never an options table
+        -- data tables ({} included) are never an options table, nor is {} in a required slot
+        -- (randint(0, 5, {}): the size of a 0-d tensor)
         if params[k].type ~= "Data" then
-          emit(string.format("    if is_opts(a%d) then opts, a%d = a%d, nil end", k, k, k))
+          emit(string.format("    if is_opts(a%d)%s then opts, a%d = a%d, nil end", k,
+            params[k].optional and "" or string.format(" and next(a%d) ~= nil", k), k, k))
         end
         if not params[k].optional then break end
       end

@@ -18,18 +18,6 @@ for _, d in pairs(core.dtypes) do T[d] = d end
 
 T.is_tensor = core.is_tensor
 
-function T.manual_seed(n)
-  if type(n) ~= "number" or n ~= math.floor(n) or n < 0 then
-    core.fail("manual_seed: expected a non-negative integer, got " .. tostring(n))
-  end
-  -- inside a compiled function: ops recorded before must draw from the generator first
-  if ctx.capturing ~= 0 then
-    local rc = api.cap_need(ctx, nil, "manual_seed()", core.where())
-    if rc < 0 then core.raise(rc) end
-  end
-  api.manual_seed(ctx, n)
-end
-
 -- threads, tensor printing, a clock
 for name, fn in pairs(require "crescent.controls") do T[name] = fn end
 
@@ -51,6 +39,7 @@ local cuda = require "crescent.cuda"
 local device_index = cuda.device_index
 T.cuda = cuda.cuda
 T.backends = cuda.backends
+require("crescent.random").bind(T)  -- (seeding: T.manual_seed, T.get_rng_state, ...)
 -- PyTorch's torch.backends.cpu.get_cpu_capability() and torch.__config__.show(): what the CPU
 -- kernels and products run with (vm/cpu_blas.hpp names OpenBLAS's core), the devices.
 T.backends.cpu = { get_cpu_capability = function() return ffi.string(api.cpu_info(0)) end }

@@ -162,7 +162,7 @@ end
 function F.dropout(x, p, training)
   check_tensor("dropout", 1, "input", x)
   p = p == nil and 0.5 or p
-  if type(p) ~= "number" or p < 0 or p > 1 then
+  if type(p) ~= "number" or not (p >= 0 and p <= 1) then
     fail("dropout: argument 2 (p) expected a probability in [0, 1], got " .. tostring(p))
   end
   if training == false or p == 0 then return x end

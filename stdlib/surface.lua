@@ -155,6 +155,15 @@ end
 function S.full_like(x, v, opts) return T.full(x.shape, v, like_opts("full_like", x, opts)) end
 function S.rand_like(x, opts) return T.rand(x.shape, like_opts("rand_like", x, opts)) end
 function S.randn_like(x, opts) return T.randn(x.shape, like_opts("randn_like", x, opts)) end
+-- randint([low = 0,] high, size[, opts]): torch's two forms (a size is a list, {} included)
+local randint3
+function S.randint(low, high, size, opts)
+  if type(high) == "table" and not is_tensor(high) and (next(high) == nil or type(next(high)) == "number")
+    and (size == nil or is_opts(size)) and opts == nil then
+    return randint3(0, low, high, size)
+  end
+  return randint3(low, high, size, opts)
+end
 -- randint_like(x, [low,] high[, opts])
 function S.randint_like(x, low, high, opts)
   if high == nil or type(high) == "table" then low, high, opts = 0, low, high end
@@ -564,16 +573,18 @@ local function bshape(a, b)
   end
   return r
 end
--- bernoulli(p): 1 with probability p (a tensor of probabilities in [0, 1]), else 0
-function S.bernoulli(p)
-  check_tensor("bernoulli", 1, "self", p)
-  if p:lt(0):logical_or(p:gt(1)):any():item() then fail("bernoulli: expected all probabilities in [0, 1]") end
-  return T.rand(p.shape, { dtype = p.dtype == "float64" and "float64" or "float32", device = p.device }):lt(p):to(p.dtype)
+-- bernoulli(p): 1 with probability p (a tensor of probabilities in [0, 1]), else 0; bernoulli(x,
+-- p): x's shape and dtype, with the number p for every element
+function S.bernoulli(x, p)
+  check_tensor("bernoulli", 1, "self", x)
+  if p ~= nil then return x:clone():bernoulli_(p) end
+  if x:ge(0):logical_and(x:le(1)):logical_not():any():item() then fail("bernoulli: expected all probabilities in [0, 1]") end
+  return T.rand(x.shape, { dtype = x.dtype == "float64" and "float64" or "float32", device = x.device }):lt(x):to(x.dtype)
 end
 -- normal(mean, std[, size[, opts]]): mean and std tensors or numbers (numbers: size needed)
 function S.normal(mean, std, size, opts)
   std = std or 1
-  if is_tensor(std) and std:lt(0):any():item() or (type(std) == "number" and std < 0) then
+  if is_tensor(std) and std:ge(0):logical_not():any():item() or (type(std) == "number" and not (std >= 0)) then
     fail("normal: expected std >= 0")
   end
   local like = is_tensor(mean) and mean or (is_tensor(std) and std or nil)
@@ -692,7 +703,7 @@ function S.bucketize(values, boundaries, opts)
 end
 
 local method_only = { unfold = true }  -- (Tensor.unfold; T.F.unfold is im2col)
-local function_only = { randperm = true, triu_indices = true, tril_indices = true, meshgrid = true, normal = true,
+local function_only = { randperm = true, randint = true, triu_indices = true, tril_indices = true, meshgrid = true, normal = true,
   where = true, einsum = true }  -- (x:where(cond, y) is torch's, with x the values: not T.where's order)
 -- fn refusing an argument past its last parameter (as the registry ops' wrappers do,
 -- crescent.binding): Lua would drop it, and with it a misspelt or unsupported option
@@ -715,6 +726,7 @@ function S.bind(t, methods, ops)
     for k, fn in pairs(more) do if k ~= "bind" then S[k] = fn end end
   end
   where3, nonzero1, sort2, index_put_ = ops.where.fn, ops.nonzero.fn, ops.sort.fn, ops.index_put_.fn
+  randint3 = T.randint
   bincount1, registry = ops.bincount.fn, ops
   for name, fn in pairs(S) do
     if name ~= "bind" and name ~= "unique_dim" then

@@ -193,7 +193,7 @@ function M.bernoulli_(x, p)
   p = p == nil and 0.5 or p
   local o = draws("bernoulli_", x)
   if is_tensor(p) then
-    if p:lt(0):logical_or(p:gt(1)):any():item() then fail("bernoulli_: expected all probabilities in [0, 1]") end
+    if p:ge(0):logical_and(p:le(1)):logical_not():any():item() then fail("bernoulli_: expected all probabilities in [0, 1]") end
   elseif type(p) ~= "number" or not (p >= 0 and p <= 1) then
     fail("bernoulli_: expected p in [0, 1], got " .. tostring(p))
   end

@@ -203,6 +203,11 @@ void* api_data_ptr(cr_ctx* c, cr_tensor* t) {
 }
 int32_t api_is_contiguous(cr_tensor* t) { return Tensor(t, true).is_contiguous(); }
 void api_manual_seed(cr_ctx* c, uint64_t seed) { Context::of(c).gen = Generator{seed, 0}; }
+void api_rng_state(cr_ctx* c, uint64_t* state, int32_t set) {
+  Generator& g = Context::of(c).gen;
+  if (set) g = Generator{state[0], state[1]};
+  else state[0] = g.seed, state[1] = g.offset;
+}
 int32_t api_num_threads(cr_ctx* c) {
   return guarded(c, [] { return num_threads(); });
 }
@@ -667,6 +672,7 @@ const cr_api* api_table() {
       api_data_ptr,
       api_is_contiguous,
       api_manual_seed,
+      api_rng_state,
       api_num_threads,
       api_set_num_threads,
       api_set_printoptions,

@@ -150,6 +150,8 @@ typedef struct cr_api {
   void* (*data_ptr)(cr_ctx* ctx, cr_tensor* t); /* counts as a write (lazy values read first) */
   int32_t (*is_contiguous)(cr_tensor* t);
   void (*manual_seed)(cr_ctx* ctx, uint64_t seed);
+  /* the generator's {seed, offset}: read into state, or (set) written from it */
+  void (*rng_state)(cr_ctx* ctx, uint64_t* state, int32_t set);
   int32_t (*num_threads)(cr_ctx* ctx);                     /* -1: a bad CRESCENT_NUM_THREADS */
   int32_t (*set_num_threads)(cr_ctx* ctx, int32_t n);
   /* T.set_printoptions (vm/print.hpp); sci_mode -1 is automatic */

@@ -361,12 +361,21 @@ end
 -- printing and assignment ------------------------------------------------------------------------
 local mt = core.tensor_mt
 local base_tostring, base_newindex = mt.__tostring, mt.__newindex
+-- s's closing ")" after one more suffix, on a line of its own (indented past "tensor(") where the
+-- last line would pass the line width, as torch's _add_suffixes
+local function add_suffix(s, suffix)
+  local body = s:sub(1, -2)
+  local nl = body:match(".*()\n")
+  local last = (nl and #body - nl or #body) + 2
+  if last + #suffix + 2 > (core.print_linewidth or 80) then return body .. ",\n       " .. suffix .. ")" end
+  return body .. ", " .. suffix .. ")"
+end
 mt.__tostring = function(t)
   local s = base_tostring(t)
   if ptr(t)._autograd == nil then return s end
   local fn = props.grad_fn(t)
-  if fn then return s:sub(1, -2) .. ", grad_fn=" .. tostring(fn) .. ")" end
-  if query(t, C.CR_AG_REQUIRES_GRAD) then return s:sub(1, -2) .. ", requires_grad=true)" end
+  if fn then return add_suffix(s, "grad_fn=" .. tostring(fn)) end
+  if query(t, C.CR_AG_REQUIRES_GRAD) then return add_suffix(s, "requires_grad=True") end
   return s
 end
 mt.__newindex = function(t, k, v)

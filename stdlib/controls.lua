@@ -98,6 +98,7 @@ function M.set_printoptions(opts)
   end
   o.sci_mode = opts.sci_mode
   print_options = o
+  core.print_linewidth = o.linewidth  -- (crescent.autograd's suffixes wrap at it too)
   api.set_printoptions(o.precision, o.threshold, o.edgeitems, o.linewidth, o.sci_mode == nil and -1 or o.sci_mode and 1 or 0)
 end
 

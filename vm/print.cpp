@@ -163,6 +163,7 @@ class Printer {
       if (elided(d) && i == n - o_.edgeitems) slices.push_back("...");
       slices.push_back(format_dim(d + 1, at(p, d, i), indent + 1));
     });
+    if (elided(d) && o_.edgeitems == 0) slices.push_back("...");  // (no edge items: numpy's [...])
     std::string sep = ",";
     sep.append(size_t(t_.dim() - d - 1), '\n').append(size_t(indent + 1), ' ');
     std::string r = "[";
@@ -182,6 +183,7 @@ class Printer {
       if (elided(d) && i == n - o_.edgeitems) data.push_back(" ...");
       data.push_back(format_value(at(p, d, i)));
     });
+    if (elided(d) && o_.edgeitems == 0) data.push_back("...");
     std::string r = "[";
     std::string line_sep = ",\n";
     line_sep.append(size_t(indent + 1), ' ');

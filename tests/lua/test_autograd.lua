@@ -41,9 +41,12 @@ describe("autograd surface", function()
 
   it("prints grad_fn and requires_grad as PyTorch does", function()
     local x = T.ones(2, { requires_grad = true })
-    expect.eq(tostring(x), "tensor([1., 1.], requires_grad=true)")
+    expect.eq(tostring(x), "tensor([1., 1.], requires_grad=True)")
     expect.eq(tostring(x * 2), "tensor([2., 2.], grad_fn=<MulBackward>)")
-    expect.eq(tostring(T.ones(2, { dtype = "float64", requires_grad = true })), "tensor([1., 1.], dtype=float64, requires_grad=true)")
+    expect.eq(tostring(T.ones(2, { dtype = "float64", requires_grad = true })), "tensor([1., 1.], dtype=float64, requires_grad=True)")
+    -- (a suffix past the line width goes on a line of its own, as torch's)
+    expect.eq(tostring((T.arange(9, { dtype = "float32" }) / 8):requires_grad_()),
+      "tensor([0.0000, 0.1250, 0.2500, 0.3750, 0.5000, 0.6250, 0.7500, 0.8750, 1.0000],\n       requires_grad=True)")
     expect.eq(tostring((x * 2):detach()), "tensor([2., 2.])")
   end)
 

@@ -28,6 +28,7 @@ describe("crescent executable", function()
     expect.eq(st, 0)
     expect.truthy(out:match("^crescent %d+%.%d+%.%d+ %(LuaJIT"), out)
     expect.eq(run({ "-v" }), out)
+    expect.eq(run({ "--version", "-e", "print('went on')" }), out .. "went on\n")  -- (as -v: goes on)
     out, _, st = run({ "--help" })
     expect.eq(st, 0)
     has(out, "usage: crescent")
@@ -375,6 +376,16 @@ describe("crescent REPL on piped input", function()
       "T.randn(4, 5);", "_.shape", "_", "a, b = 1; b",
     })
     expect.eq(out, "{2, 3}\ntrue\ttrue\tfalse\n{4, 5}\n{4, 5}\nnil\n")
+  end)
+
+  it("splits a tail expression at a `;` outside strings and comments only", function()
+    local out, err, st = run({}, table.concat({
+      "x = 1 -- keep; os.exit(3)", "print('still here')", "y = 2", "x = 5 -- note; y", "s = 'a;b' ; s",
+      "t = [[;x]] ; #t", "--[==[ ; ]==] w = 3; w + 1", "z = 1; nope()", "",
+    }, "\n"))
+    expect.eq(st, 1)
+    expect.eq(out, "still here\na;b\n2\n4\n")
+    has(err, "stdin:1: attempt to call global 'nope'", "stderr")
   end)
 
   it("prints each command's time after its results with T.config.repl_timing", function()

@@ -85,9 +85,8 @@ int cache_command(bool clear) {
   }
 }
 
-// A long option or -h; -1 when `a` is none of them, else the exit status.
+// A long option or -h; -1 when `a` is none of them, else the exit status (--version is -v).
 int long_option(const char* a) {
-  if (std::strcmp(a, "--version") == 0) return std::printf("%s\n", cr::version_line().c_str()), 0;
   if (std::strcmp(a, "--cache-info") == 0 || std::strcmp(a, "--cache-clear") == 0) return cache_command(a[8] == 'c');
   if (std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0)
     return std::printf("%s%s", kUsage, cr::settings_help().c_str()), 0;
@@ -122,7 +121,8 @@ int parse(int argc, char** argv, Options& o) {
     if (a[0] != '-' || a[1] == '\0') return o.script = i, -1;  // the script, or `-` for stdin
     if (std::strcmp(a, "--") == 0) return o.script = i + 1 < argc ? i + 1 : 0, -1;
     if (int status = long_option(a); status >= 0) return status;
-    const char opt = a[1];
+    const char opt = std::strcmp(a, "--version") == 0 ? 'v' : a[1];
+    if (opt == 'v') a = "-v";
     if ((opt == 'i' || opt == 'v' || opt == 'E') && a[2] == '\0') {
       (opt == 'i' ? o.interactive : opt == 'v' ? o.version : o.ignore_env) = true;
     } else if (opt == 'b') {

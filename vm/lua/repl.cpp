@@ -383,11 +383,46 @@ class Repl {
     return load(statements + "return (function(...) return ... end)(" + list + "\n)");
   }
 
-  // `x = 1; x.shape`: statements, then an expression after the last `;`.
+  // The position of the last `;` that ends a statement: not one inside a string or a comment.
+  static size_t last_semicolon(const std::string& code) {
+    size_t last = std::string::npos, i = 0, n = code.size();
+    auto long_bracket = [&](size_t at) -> int {  // `[[`, `[==[`: its level, or -1
+      if (at >= n || code[at] != '[') return -1;
+      size_t j = at + 1;
+      while (j < n && code[j] == '=') ++j;
+      return j < n && code[j] == '[' ? int(j - at - 1) : -1;
+    };
+    auto skip_long = [&](size_t at, int level) {  // past the closing `]==]` (or to the end)
+      std::string close(size_t(level) + 2, '=');
+      close.front() = close.back() = ']';
+      size_t e = code.find(close, at + size_t(level) + 2);
+      return e == std::string::npos ? n : e + close.size();
+    };
+    while (i < n) {
+      const char c = code[i];
+      if (c == '-' && i + 1 < n && code[i + 1] == '-') {
+        if (int level = long_bracket(i + 2); level >= 0) i = skip_long(i + 2, level);
+        else i = std::min(n, code.find('\n', i) == std::string::npos ? n : code.find('\n', i));
+      } else if (c == '"' || c == '\'') {
+        for (++i; i < n && code[i] != c && code[i] != '\n'; ++i)
+          if (code[i] == '\\') ++i;
+        ++i;
+      } else if (int level = long_bracket(i); level >= 0) {
+        i = skip_long(i, level);
+      } else {
+        if (c == ';') last = i;
+        ++i;
+      }
+    }
+    return last;
+  }
+
+  // `x = 1; x.shape`: statements, then an expression after the last `;` (on the same line, so
+  // that an error in it names its line).
   bool load_tail_expression(const std::string& code) {
-    size_t cut = code.find_last_of(';');
+    size_t cut = last_semicolon(code);
     if (cut == std::string::npos || code.find_first_not_of(" \t\n", cut + 1) == std::string::npos) return false;
-    if (load_values(code.substr(0, cut + 1) + "\n", code.substr(cut + 1))) return true;
+    if (load_values(code.substr(0, cut + 1), code.substr(cut + 1))) return true;
     lua_pop(L_, 1);
     return false;
   }

@@ -179,6 +179,18 @@ function L.smooth_l1_loss(input, target, opts)
   return reduce(T.where(z:lt(beta), z * z * (0.5 / beta), z - 0.5 * beta), o.reduction)
 end
 
+-- huber_loss(input, target[, {reduction =, delta = 1}]): 0.5 d^2 where |d| < delta, else
+-- delta (|d| - 0.5 delta): smooth_l1_loss with beta = delta, times delta
+function L.huber_loss(input, target, opts)
+  local o = start("huber_loss", input, target, opts, { reduction = true, delta = true })
+  local delta = o.delta or 1
+  if type(delta) ~= "number" or not (delta > 0) then
+    fail("huber_loss: huber_loss does not support non-positive values for delta, got " .. tostring(delta))
+  end
+  local z = (input - target):abs()
+  return reduce(T.where(z:lt(delta), z * z * 0.5, (z - 0.5 * delta) * delta), o.reduction)
+end
+
 -- binary losses ----------------------------------------------------------------------------------
 local function weighted(loss, w)
   if w ~= nil then return loss * w end
@@ -242,7 +254,7 @@ function L.kl_div(input, target, opts)
 end
 
 -- (cross_entropy casts by itself: its fused op reads 16-bit scores as they are)
-for _, name in ipairs({ "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
+for _, name in ipairs({ "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
                         "binary_cross_entropy_with_logits", "kl_div" }) do
   local f = L[name]
   L[name] = function(input, target, opts) return f(float32(input), float32(target), opts) end

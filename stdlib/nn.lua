@@ -637,5 +637,6 @@ nn.ParameterList = ParameterList
 require("crescent.nn_layers").install(nn, { positive_int = positive_int, options = options, uniform = uniform })
 require("crescent.nn_quant").install(nn)
 nn.init = require "crescent.nn_init"
+require("crescent.nn_losses").install(nn, F)
 
 return nn

@@ -101,6 +101,14 @@ for _, dt in ipairs({ "float32", "float64" }) do
     case(k("smooth_l1 " .. beta), dt, x, y, "F.smooth_l1_loss(x, y, beta=" .. beta .. ")",
       function(a, b) return F.smooth_l1_loss(a, b, { beta = beta }) end, nil, true)
   end
+  for _, delta in ipairs({ 1, 0.5, 2 }) do
+    case(k("huber " .. delta), dt, x, y, "F.huber_loss(x, y, delta=" .. delta .. ")",
+      function(a, b) return F.huber_loss(a, b, { delta = delta }) end, nil, true)
+  end
+  case(k("CrossEntropyLoss module"), dt, logits, idx, "torch.nn.CrossEntropyLoss(weight=w, label_smoothing=0.1)(x, y)",
+    function(a, b, e) return T.nn.CrossEntropyLoss({ weight = e.w, label_smoothing = 0.1 })(a, b) end, { w = w })
+  case(k("HuberLoss module"), dt, x, y, "torch.nn.HuberLoss(reduction='sum', delta=0.7)(x, y)",
+    function(a, b) return T.nn.HuberLoss({ reduction = "sum", delta = 0.7 })(a, b) end, nil, true)
   -- binary
   case(k("bce"), dt, p01, y01, "F.binary_cross_entropy(x, y)", function(a, b) return F.binary_cross_entropy(a, b) end, nil, true)
   case(k("bce weight sum"), dt, p01, y01, "F.binary_cross_entropy(x, y, weight=v, reduction='sum')",
@@ -169,6 +177,19 @@ describe("losses refuse bad arguments", function()
     errs(function() F.binary_cross_entropy_with_logits(z, y01:t()) end, "binary_cross_entropy_with_logits", "Target size ({3,4}) must be the same as input size ({4,3})")
     errs(function() F.smooth_l1_loss(x, y, { beta = -1 }) end, "smooth_l1_loss", "does not support negative values for beta")
     errs(function() F.mse_loss(x, 3) end, "mse_loss", "argument 2 (target) expected a tensor, got number")
+  end)
+  it("as modules: options checked at construction, weights as buffers, torch's printing", function()
+    errs(function() T.nn.MSELoss({ reduction = "avg" }) end, "MSELoss", "avg is not a valid value for reduction")
+    errs(function() T.nn.L1Loss({ beta = 1 }) end, "L1Loss", "unknown option 'beta'")
+    errs(function() T.nn.NLLLoss({ weight = 3 }) end, "NLLLoss", "option weight expected a tensor, got number")
+    errs(function() F.huber_loss(T.ones(2), T.ones(2), { delta = 0 }) end, "huber_loss", "non-positive values for delta")
+    local w = T.tensor({ 1, 2, 3 }, { dtype = "float32" })
+    local m = T.nn.CrossEntropyLoss({ weight = w, reduction = "sum" })
+    expect.eq(tostring(m), "CrossEntropyLoss()")
+    expect.eq(m:state_dict().weight:totable(), { 1, 2, 3 })
+    expect.eq(m:to("float64").weight.dtype, "float64")
+    expect.eq(T.nn.BCEWithLogitsLoss({ pos_weight = T.ones(3) }):state_dict().pos_weight:totable(), { 1, 1, 1 })
+    expect.eq(T.nn.KLDivLoss({ reduction = "batchmean" }).reduction, "batchmean")
   end)
   it("stay finite where the naive forms overflow", function()
     local big = T.tensor({ -200, 200, 0 }, { dtype = "float32", requires_grad = true })

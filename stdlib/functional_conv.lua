@@ -494,26 +494,62 @@ local function linear_along(x, d, n, out, sf, align)
   return a * vec(w0) + b * vec(w1)
 end
 
-local INTERP_MODES = { nearest = 1, linear = 1, bilinear = 2 }
+-- x resampled by cubic convolution (A = -0.75) along dim d, as torch's bicubic: four neighbours
+-- of each source position (clamped at the edges), the source position not clamped at 0.
+local function cubic_along(x, d, n, out, sf, align)
+  local A = -0.75
+  local function near(t) return ((A + 2) * t - (A + 3)) * t * t + 1 end  -- |t| <= 1
+  local function far(t) return ((A * t - 5 * A) * t + 8 * A) * t - 4 * A end  -- 1 < |t| < 2
+  local idx, w = { {}, {}, {}, {} }, { {}, {}, {}, {} }
+  local scale
+  if align then scale = out > 1 and (n - 1) / (out - 1) or 0
+  else scale = sf and 1 / sf or n / out end
+  for j = 0, out - 1 do
+    local src = align and j * scale or (j + 0.5) * scale - 0.5
+    local a = math.floor(src)
+    local t = src - a
+    local ws = { far(t + 1), near(t), near(1 - t), far(2 - t) }
+    for k = 1, 4 do
+      idx[k][j + 1] = math.min(math.max(a + k - 2, 0), n - 1) + 1
+      w[k][j + 1] = ws[k]
+    end
+  end
+  local shape = {}
+  for k = 1, x:dim() do shape[k] = k == d and out or 1 end
+  local r
+  for k = 1, 4 do
+    local term = x:index_select(d, T.tensor(idx[k], { dtype = "int64", device = x.device }))
+      * T.tensor(w[k], { dtype = x.dtype, device = x.device }):view(shape)
+    r = r and r + term or term
+  end
+  return r
+end
+
+local INTERP_MODES = { nearest = 0, linear = 1, bilinear = 2, bicubic = 2, trilinear = 3, area = 0 }
+local RESAMPLE = { linear = linear_along, bilinear = linear_along, trilinear = linear_along, bicubic = cubic_along }
 
 -- interpolate(x, {size =, scale_factor =, mode = "nearest", align_corners =}): x {N, C, d...};
--- modes nearest (any number of spatial dims), linear (1), bilinear (2).
+-- modes nearest (any number of spatial dims), linear (1), bilinear and bicubic (2), trilinear (3),
+-- area (1 or 2: the adaptive average pools).
 function C.interpolate(x, opts)
   local op = "interpolate"
   check_tensor(op, 1, "input", x)
   local o = check_opts(op, 2, opts, { size = true, scale_factor = true, mode = true, align_corners = true, recompute_scale_factor = true })
   local mode = o.mode or "nearest"
-  if not INTERP_MODES[mode] then fail(op .. ': mode expected "nearest", "linear" or "bilinear", got ' .. tostring(mode)) end
+  if not INTERP_MODES[mode] then
+    fail(op .. ': mode expected "nearest", "linear", "bilinear", "bicubic", "trilinear" or "area", got ' .. tostring(mode))
+  end
   local n = x:dim() - 2
-  if n < 1 or (mode ~= "nearest" and n ~= INTERP_MODES[mode]) then
-    fail(string.format("%s: mode %s expected a %s input, got %s", op, mode, mode == "bilinear" and "4-D" or mode == "linear" and "3-D" or "3-D or more", shape_str(x)))
+  if n < 1 or (INTERP_MODES[mode] > 0 and n ~= INTERP_MODES[mode]) or (mode == "area" and n > 2) then
+    local want = INTERP_MODES[mode] > 0 and (INTERP_MODES[mode] + 2) .. "-D" or mode == "area" and "3-D or 4-D" or "3-D or more"
+    fail(string.format("%s: mode %s expected a %s input, got %s", op, mode, want, shape_str(x)))
   end
   -- (PyTorch has no integer kernel for them: "compute_indices_weights_linear" not implemented for 'Long')
   if mode ~= "nearest" and not (x.dtype:find("float") or x.dtype == "bfloat16") then
-    fail(string.format("%s: mode %s expected a floating input (linear and bilinear interpolate; nearest takes any dtype), got %s",
+    fail(string.format("%s: mode %s expected a floating input (nearest takes any dtype), got %s",
       op, mode, x.dtype .. " tensor of shape " .. shape_str(x)))
   end
-  if mode == "nearest" and o.align_corners ~= nil then fail(op .. ": align_corners option can only be set with the interpolating modes: linear | bilinear | bicubic | trilinear") end
+  if INTERP_MODES[mode] == 0 and o.align_corners ~= nil then fail(op .. ": align_corners option can only be set with the interpolating modes: linear | bilinear | bicubic | trilinear") end
   if (o.size == nil) == (o.scale_factor == nil) then fail(op .. ": either size or scale_factor should be defined (exactly one)") end
   local sizes, sfs = {}, {}
   if type(o.scale_factor) == "table" and #o.scale_factor ~= n then
@@ -541,10 +577,11 @@ function C.interpolate(x, opts)
       x = x:index_select(d, T.tensor(nearest_index(in_n, sizes[i], sfs[i]), { dtype = "int64", device = x.device }))
     end
   end
+  if mode == "area" then return n == 1 and C.adaptive_avg_pool1d(x, sizes[1]) or C.adaptive_avg_pool2d(x, sizes) end
   if mode ~= "nearest" then
     for i = n, 1, -1 do  -- the last dim first, as PyTorch's weights nest
       -- (a dim of unchanged size is copied whatever the scale, as PyTorch's kernels do)
-      if sizes[i] ~= x:size(2 + i) then x = linear_along(x, 2 + i, x:size(2 + i), sizes[i], sfs[i], o.align_corners) end
+      if sizes[i] ~= x:size(2 + i) then x = RESAMPLE[mode](x, 2 + i, x:size(2 + i), sizes[i], sfs[i], o.align_corners) end
     end
   end
   return x

@@ -185,6 +185,18 @@ case("interpolate bilinear scales 1.1, 1.3", function(x) return F.interpolate(x,
 case("interpolate linear scale same size", function(x) return F.interpolate(x, { scale_factor = 1.3, mode = "linear" }) end,
   "F.interpolate(a, scale_factor=1.3, mode='linear')", { D(2, 3, 3) })
 case("interpolate linear", function(x) return F.interpolate(x, { size = 9, mode = "linear" }) end, "F.interpolate(a, size=9, mode='linear')", { D(2, 3, 4) })
+case("interpolate bicubic", function(x) return F.interpolate(x, { size = { 9, 4 }, mode = "bicubic" }) end,
+  "F.interpolate(a, size=(9, 4), mode='bicubic')", { D(2, 3, 5, 7) })
+case("interpolate bicubic align scales", function(x) return F.interpolate(x, { scale_factor = { 1.7, 0.6 }, mode = "bicubic", align_corners = true }) end,
+  "F.interpolate(a, scale_factor=(1.7, 0.6), mode='bicubic', align_corners=True)", { D(1, 2, 5, 7) })
+case("interpolate trilinear", function(x) return F.interpolate(x, { size = { 4, 6, 9 }, mode = "trilinear" }) end,
+  "F.interpolate(a, size=(4, 6, 9), mode='trilinear')", { D(2, 1, 3, 5, 7) })
+case("interpolate trilinear align", function(x) return F.interpolate(x, { scale_factor = 1.5, mode = "trilinear", align_corners = true }) end,
+  "F.interpolate(a, scale_factor=1.5, mode='trilinear', align_corners=True)", { D(1, 2, 3, 4, 2) })
+case("interpolate area", function(x) return F.interpolate(x, { size = { 3, 4 }, mode = "area" }) end,
+  "F.interpolate(a, size=(3, 4), mode='area')", { D(2, 3, 5, 7) })
+case("interpolate area 1-d", function(x) return F.interpolate(x, { scale_factor = 0.5, mode = "area" }) end,
+  "F.interpolate(a, scale_factor=0.5, mode='area')", { D(2, 3, 7) })
 -- normalisation
 case("batch_norm train", function(x, w, b) return F.batch_norm(x, nil, nil, w, b, true) end,
   "F.batch_norm(a, None, None, b, c, True)", { D(4, 3, 2, 5), D(3), D(3) })
@@ -481,6 +493,10 @@ describe("layer refusals", function()
     errs(function() F.max_pool2d(x, 2, 2, { stride = 2 }) end, "max_pool2d", "got multiple values for argument 'stride'")
     errs(function() F.avg_pool1d(x[1], 2, 2, 0, false, true, 3) end, "avg_pool1d", "expected at most 7 arguments, got one more: number")
     errs(function() F.interpolate(T.randn(1, 1, 4), { size = 3, mode = "bilinear" }) end, "interpolate", "mode bilinear expected a 4-D input")
+    errs(function() F.interpolate(T.randn(1, 1, 4, 4), { size = 3, mode = "trilinear" }) end, "interpolate", "mode trilinear expected a 5-D input")
+    errs(function() F.interpolate(T.randn(1, 1, 2, 4, 4), { size = 3, mode = "area" }) end, "interpolate", "mode area expected a 3-D or 4-D input")
+    errs(function() F.interpolate(T.randn(1, 1, 4), { size = 3, mode = "area", align_corners = true }) end, "interpolate", "align_corners option can only be set")
+    errs(function() F.interpolate(T.randn(1, 1, 4), { size = 3, mode = "cubic" }) end, "interpolate", '"bicubic", "trilinear" or "area", got cubic')
     errs(function() F.interpolate(T.randn(1, 1, 4)) end, "interpolate", "either size or scale_factor should be defined")
     errs(function() F.interpolate(T.randn(1, 1, 4, 4), { scale_factor = 0.2 }) end, "interpolate",
       "sizes should be greater than 0", "input size 4 and output size 0")

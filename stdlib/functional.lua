@@ -66,7 +66,27 @@ end
 -- nn.functional ---------------------------------------------------------------------------------
 
 function F.linear(x, w, b) return T.linear(x, w, b) end
-function F.embedding(idx, w, opts) return T.embedding(idx, w, opts) end
+-- embedding(idx, weight[, {padding_idx =, max_norm =, norm_type = 2}]): max_norm first rescales,
+-- in place and unrecorded, the rows idx reads whose norm passes it (torch's embedding_renorm_)
+function F.embedding(idx, w, opts)
+  if opts == nil or (opts.max_norm == nil and opts.norm_type == nil) then return T.embedding(idx, w, opts) end
+  opts = check_opts("embedding", 3, opts, { padding_idx = true, max_norm = true, norm_type = true, scale_grad_by_freq = true, sparse = true })
+  local max_norm, p = opts.max_norm, opts.norm_type or 2
+  if max_norm ~= nil then
+    if type(max_norm) ~= "number" then fail("embedding: max_norm expected a number, got " .. type(max_norm)) end
+    if type(p) ~= "number" then fail("embedding: norm_type expected a number, got " .. type(p)) end
+    check_tensor("embedding", 1, "input", idx)
+    T.no_grad(function()
+      local rows = T.unique(idx:flatten())
+      local sel = w:index_select(1, rows)
+      local norms = sel:norm(2, true, { p = p })
+      local scale = T.where(norms:gt(max_norm), max_norm / (norms + 1e-7), 1)
+      w:index_copy_(1, rows, sel * scale)
+    end)
+  end
+  if opts.scale_grad_by_freq or opts.sparse then fail("embedding: scale_grad_by_freq and sparse are not implemented") end
+  return T.embedding(idx, w, { padding_idx = opts.padding_idx })
+end
 function F.relu(x) return T.relu(x) end
 function F.silu(x) return T.silu(x) end
 -- leaky_relu(x[, negative_slope = 0.01]), elu(x[, alpha = 1]), selu(x), celu(x[, alpha = 1]),

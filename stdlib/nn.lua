@@ -351,13 +351,15 @@ function Linear:extra_repr()
 end
 nn.Linear = Linear
 
--- Embedding(n, d[, {padding_idx =, dtype =}]): a table of n rows, N(0, 1); looked up with
--- 1-based indices. The padding row (negative: from the end) starts as zeros and gets no gradient.
+-- Embedding(n, d[, {padding_idx =, max_norm =, norm_type =, dtype =}]): a table of n rows, N(0, 1);
+-- looked up with 1-based indices. The padding row (negative: from the end) starts as zeros and gets
+-- no gradient; max_norm renormalises the rows looked up (F.embedding).
 local Embedding = nn.Module:extend("Embedding")
 function Embedding:init(n, d, opts)
   positive_int("Embedding", 1, "num_embeddings", n)
   positive_int("Embedding", 2, "embedding_dim", d)
-  opts = options("Embedding", 3, opts, { padding_idx = true, dtype = true })
+  opts = options("Embedding", 3, opts, { padding_idx = true, max_norm = true, norm_type = true, dtype = true })
+  self.max_norm, self.norm_type = opts.max_norm, opts.norm_type
   self.num_embeddings, self.embedding_dim = n, d
   self.weight = T.randn({ n, d }, { dtype = opts.dtype })
   local p = opts.padding_idx
@@ -369,7 +371,10 @@ function Embedding:init(n, d, opts)
     T.no_grad(function() self.weight[self.padding_idx]:zero_() end)
   end
 end
-function Embedding:forward(idx) return T.embedding(idx, self.weight, { padding_idx = self.padding_idx }) end
+function Embedding:forward(idx)
+  if self.max_norm == nil then return T.embedding(idx, self.weight, { padding_idx = self.padding_idx }) end
+  return F.embedding(idx, self.weight, { padding_idx = self.padding_idx, max_norm = self.max_norm, norm_type = self.norm_type })
+end
 function Embedding:extra_repr()
   return self.num_embeddings .. ", " .. self.embedding_dim .. (self.padding_idx and ", padding_idx=" .. self.padding_idx or "")
 end

@@ -255,6 +255,16 @@ end
 function C.conv1d(x, w, bias, ...)
   local s, p, d, groups
   x, s, p, d, groups = conv_args("conv1d", 1, x, w, { ... })
+  -- (checked here, so that the errors name conv1d and its own shapes, not conv2d's view of them)
+  local cin = x:size(-2)
+  if cin ~= w:size(2) * (groups or 1) then
+    fail(string.format("conv1d: expected input %s tensor of shape %s to have %d channels (weight %s, groups %d), got %d channels",
+      x.dtype, shape_str(x), w:size(2) * (groups or 1), shape_str(w), groups or 1, cin))
+  end
+  if x:size(-1) + 2 * p[1] < d[1] * (w:size(3) - 1) + 1 then
+    fail(string.format("conv1d: the padded input length (%d + 2 * %d) is smaller than the dilated kernel (%d)",
+      x:size(-1), p[1], d[1] * (w:size(3) - 1) + 1))
+  end
   return C.conv2d(x:unsqueeze(-2), w:unsqueeze(-2), bias, { 1, s[1] }, { 0, p[1] }, { 1, d[1] }, groups):squeeze(-2)
 end
 

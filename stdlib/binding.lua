@@ -60,6 +60,7 @@ end
 function put.P(i, v, op, name)
   if v == "fro" then v = 2 end
   if type(v) == "number" then ARGS[i].tag = T_NUMBER; ARGS[i].num = v
+  elseif type(v) == "boolean" then ARGS[i].tag = T_BOOL; ARGS[i].num = v and 1 or 0  -- (as put.N)
   elseif v == "nuc" then fail(op .. ': the nuclear norm (p = "nuc") is not implemented')
   else argerr(op, i + 1, name, 'a number or "fro"', v) end
 end

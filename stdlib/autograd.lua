@@ -34,6 +34,9 @@ function props.grad(t)
   return wrap(p)
 end
 
+-- x.data: x's values without its history (torch's .data: detach's alias of the same memory)
+function props.data(t) return t:detach() end
+
 -- x.grad_fn: one object per node (`<MulBackward>`), with :name()
 local node_mt = { __index = { name = function(n) return n._name end } }
 node_mt.__tostring = function(n) return "<" .. n._name .. ">" end
@@ -384,6 +387,12 @@ mt.__newindex = function(t, k, v)
     check(ag.set_grad(ctx, ptr(t), v and ptr(v) or nil))
   elseif k == "requires_grad" then
     methods.requires_grad_(t, v)
+  elseif k == "data" then  -- (torch's p.data = v: t holds v's memory from now on, keeping its flags)
+    if not is_tensor(v) then fail("data: expected a tensor, got " .. type(v)) end
+    local g, rg = props.grad(t), query(t, C.CR_AG_REQUIRES_GRAD)
+    core.swap_tensors(t, v:detach())
+    if rg then methods.requires_grad_(t, true) end
+    if g ~= nil and g:_shape_str() == methods._shape_str(t) and g.dtype == props.dtype(t) then t.grad = g end
   elseif type(k) == "string" then
     fail(string.format("tensor: cannot set field '%s' (the writable fields are grad and requires_grad)", k))
   else

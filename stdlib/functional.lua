@@ -134,8 +134,13 @@ function F.celu(x, alpha)
   return T.elu(x / alpha, 1.0) * alpha
 end
 function F.gelu(x, opts) return T.gelu(x, opts) end
-function F.softmax(x, dim, opts) return T.softmax(x, dim, opts) end
-function F.log_softmax(x, dim, opts) return T.log_softmax(x, dim, opts) end
+-- softmax / log_softmax(x, dim[, {dtype =}]), or torch's keywords: (x, {dim =, dtype =})
+local function dim_keyword(dim, opts)
+  if type(dim) == "table" and not is_tensor(dim) and opts == nil then return dim.dim, dim.dtype ~= nil and { dtype = dim.dtype } or nil end
+  return dim, opts
+end
+function F.softmax(x, dim, opts) return T.softmax(x, dim_keyword(dim, opts)) end
+function F.log_softmax(x, dim, opts) return T.log_softmax(x, dim_keyword(dim, opts)) end
 
 -- layer_norm(x, normalized_shape[, weight[, bias[, eps = 1e-5]]]): biased variance, as PyTorch.
 -- Eagerly one fused op (T._layer_norm, forward and backward kernels), and so in a training

@@ -26,26 +26,41 @@ local function is_module(v)
 end
 nn.is_module = is_module
 
--- Assigning a new field records its name, so traversals keep definition order. Names starting
--- with "_" are private state, never parameters.
--- A floating leaf tensor assigned as a parameter (not a buffer) requires grad, as PyTorch's
--- nn.Parameter.
+-- Assigning a new field records its name, so traversals keep definition order. A tensor or a
+-- module is state whatever its field's name; other fields named "_..." are private.
+-- A tensor assigned (not as a buffer) is a parameter: a floating leaf starts requiring grad, as
+-- torch's nn.Parameter; a computed tensor (one with a grad_fn: an activation kept on self) is a
+-- plain attribute, neither parameter nor state, unless nn.Parameter marked it.
 local FLOATING = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
-local function as_parameter(self, k, v)
-  if is_tensor(v) and FLOATING[v.dtype] and not rawget(self, "_buffers")[k] and v.is_leaf and not v.requires_grad then
-    v:requires_grad_(true)
-  end
+local PARAMETER = setmetatable({}, { __mode = "k" })  -- tensors nn.Parameter made: their requires_grad
+local function as_parameter(v)
+  if FLOATING[v.dtype] and v.is_leaf and not v.requires_grad and PARAMETER[v] ~= false then v:requires_grad_(true) end
 end
 
 local function record(self, k, v)
-  if type(k) ~= "string" or k:sub(1, 1) ~= "_" then as_parameter(self, k, v) end
+  local tensor = is_tensor(v)
+  local attrs = rawget(self, "_attrs")
+  attrs[k] = nil
+  if tensor and not rawget(self, "_buffers")[k] then
+    if PARAMETER[v] == nil and v.requires_grad and not v.is_leaf then attrs[k] = true else as_parameter(v) end
+  end
   rawset(self, k, v)
   local known = rawget(self, "_known")
-  if not known[k] and (type(k) == "number" or (type(k) == "string" and k:sub(1, 1) ~= "_")) then
+  if not known[k] and (tensor or is_module(v) or type(k) == "number" or (type(k) == "string" and k:sub(1, 1) ~= "_")) then
     known[k] = true
     local order = rawget(self, "_order")
     order[#order + 1] = k
   end
+end
+
+-- nn.Parameter(t[, requires_grad = true]): t's data as a leaf parameter (a module field taking it
+-- registers it whatever it is)
+function nn.Parameter(t, requires_grad)
+  if not is_tensor(t) then fail("Parameter: argument 1 (data) expected a tensor, got " .. type(t)) end
+  local p = t:detach()
+  if requires_grad ~= false then p:requires_grad_(true) end
+  PARAMETER[p] = requires_grad ~= false
+  return p
 end
 
 local Module = {}
@@ -53,8 +68,27 @@ local Module = {}
 -- An instance's call: forward stays a local of this frame (not a tail call), so an error in a
 -- forward that tail-calls still finds its line (crescent.position).
 local pass = core.pass
+-- forward with the module's hooks (register_forward_pre_hook / register_forward_hook): a pre-hook
+-- may return new arguments (a list, or one value), a hook a new (first) result
+local function with_hooks(self, forward, ...)
+  local h = rawget(self, "_fwd_hooks")
+  local args = { n = select("#", ...), ... }
+  for _, e in ipairs(h.pre) do
+    local r = e.fn(self, unpack(args, 1, args.n))
+    if r ~= nil then
+      if type(r) == "table" and not is_tensor(r) and not is_module(r) then args = { n = #r, unpack(r) } else args = { n = 1, r } end
+    end
+  end
+  local outs = { forward(self, unpack(args, 1, args.n)) }
+  for _, e in ipairs(h.post) do
+    local r = e.fn(self, args, outs[1])
+    if r ~= nil then outs[1] = r end
+  end
+  return unpack(outs, 1, math.max(#outs, 1))
+end
 local function call_forward(self, ...)
   local forward = self.forward
+  if rawget(self, "_fwd_hooks") then return pass(with_hooks(self, forward, ...)) end
   return pass(forward(self, ...))
 end
 core.entry(call_forward, 2, 1)
@@ -63,6 +97,7 @@ local function make_class(parent, name)
   local cls = { __name = name, super = parent }
   cls.__instance_mt = {
     __module = true,
+    __class = cls,
     __index = cls,
     __newindex = record,
     __call = call_forward,
@@ -83,7 +118,7 @@ function Module:extend(name)
 end
 
 function Module:new(...)
-  local self = setmetatable({ _order = {}, _known = {}, _buffers = {}, training = true }, self.__instance_mt)
+  local self = setmetatable({ _order = {}, _known = {}, _buffers = {}, _attrs = {}, training = true }, self.__instance_mt)
   self:init(...)
   return self
 end
@@ -100,25 +135,36 @@ local function field_name(k) return type(k) == "number" and tostring(k - 1) or k
 -- Calls visit(owner, key, value, full_name, is_buffer) for every tensor field, depth first.
 -- A module held in several fields is walked once; with every_name, once under each of its names
 -- (state_dict, as PyTorch's), still once per path so that a cycle ends.
-local function walk_tensors(m, prefix, visit, seen, every_name)
+-- In torch's order: a module's parameters, then its buffers, then its children's (recurse false:
+-- the module's own only).
+local function walk_tensors(m, prefix, visit, seen, every_name, recurse)
   seen = seen or {}
   if seen[m] then return end
   seen[m] = true
-  for _, k in ipairs(rawget(m, "_order")) do
-    local v = rawget(m, k)
-    local name = prefix .. field_name(k)
-    if is_tensor(v) then visit(m, k, v, name, m._buffers[k] ~= nil)
-    elseif is_module(v) then walk_tensors(v, name .. ".", visit, seen, every_name) end
+  local order, buffers, attrs = rawget(m, "_order"), rawget(m, "_buffers"), rawget(m, "_attrs")
+  for pass = 1, 2 do  -- (parameters, then buffers)
+    for _, k in ipairs(order) do
+      local v = rawget(m, k)
+      if is_tensor(v) and not attrs[k] and (buffers[k] ~= nil) == (pass == 2) then
+        visit(m, k, v, prefix .. field_name(k), pass == 2)
+      end
+    end
+  end
+  if recurse ~= false then
+    for _, k in ipairs(order) do
+      local v = rawget(m, k)
+      if is_module(v) then walk_tensors(v, prefix .. field_name(k) .. ".", visit, seen, every_name) end
+    end
   end
   if every_name then seen[m] = nil end
 end
 
--- parameters() -> list of tensors (each once, even when shared)
-function Module:parameters()
+-- parameters([recurse = true]) -> list of tensors (each once, even when shared)
+function Module:parameters(recurse)
   local out, seen = {}, {}
   walk_tensors(self, "", function(_, _, v, _, buf)
     if not buf and not seen[v] then seen[v] = true; out[#out + 1] = v end
-  end)
+  end, nil, nil, recurse)
   return out
 end
 
@@ -131,36 +177,62 @@ local function pairs_of(list)
   end
 end
 
-local function named_tensors(self, buffers)
-  local list = {}
-  walk_tensors(self, "", function(_, _, v, name, buf) if buf == buffers then list[#list + 1] = { name, v } end end)
+-- each tensor once, under its first name (a tied weight too), as torch's
+local function named_tensors(self, buffers, prefix, recurse)
+  local list, seen = {}, {}
+  walk_tensors(self, prefix or "", function(_, _, v, name, buf)
+    if buf == buffers and not seen[v] then seen[v] = true; list[#list + 1] = { name, v } end
+  end, nil, nil, recurse)
   return pairs_of(list)
 end
 
--- named_parameters() -> an iterator: `for name, p in m:named_parameters() do`
-function Module:named_parameters() return named_tensors(self, false) end
-function Module:named_buffers() return named_tensors(self, true) end
-
--- children in definition order: `for name, m in self:named_children() do`
-function Module:named_children()
-  local list = {}
-  for _, k in ipairs(self._order) do
-    local v = rawget(self, k)
-    if is_module(v) then list[#list + 1] = { field_name(k), v } end
-  end
-  return pairs_of(list)
-end
-
--- modules() -> this module and all below it, depth first
-function Module:modules(out)
-  out = out or {}
-  out[#out + 1] = self
-  for _, m in self:named_children() do m:modules(out) end
+-- named_parameters([prefix[, recurse = true]]) -> an iterator: `for name, p in m:named_parameters() do`
+function Module:named_parameters(prefix, recurse) return named_tensors(self, false, prefix, recurse) end
+function Module:named_buffers(prefix, recurse) return named_tensors(self, true, prefix, recurse) end
+function Module:buffers(recurse)
+  local out = {}
+  for _, b in self:named_buffers(nil, recurse) do out[#out + 1] = b end
   return out
 end
 
+-- children in definition order, each once: `for name, m in self:named_children() do`
+function Module:named_children()
+  local list, seen = {}, {}
+  for _, k in ipairs(self._order) do
+    local v = rawget(self, k)
+    if is_module(v) and not seen[v] then seen[v] = true; list[#list + 1] = { field_name(k), v } end
+  end
+  return pairs_of(list)
+end
+function Module:children()
+  local out = {}
+  for _, m in self:named_children() do out[#out + 1] = m end
+  return out
+end
+
+-- named_modules([prefix]) -> an iterator over this module ("") and every one below it, each once,
+-- depth first; modules() -> the list of them
+function Module:named_modules(prefix)
+  local list, seen = {}, {}
+  local function walk(m, name)
+    if seen[m] then return end
+    seen[m] = true
+    list[#list + 1] = { name, m }
+    for k, c in m:named_children() do walk(c, name == "" and k or name .. "." .. k) end
+  end
+  walk(self, prefix or "")
+  return pairs_of(list)
+end
+function Module:modules()
+  local out = {}
+  for _, m in self:named_modules() do out[#out + 1] = m end
+  return out
+end
+
+-- apply(fn): fn on every child's modules first, then on this one, as torch's
 function Module:apply(fn)
-  for _, m in ipairs(self:modules()) do fn(m) end
+  for _, m in self:named_children() do m:apply(fn) end
+  fn(self)
   return self
 end
 
@@ -170,15 +242,82 @@ function Module:num_parameters()
   return n
 end
 
--- register_buffer(name, t[, persistent = true]): a tensor that is state but not a parameter
--- (a non-persistent one is left out of state_dict).
+-- A new state's name: torch's KeyErrors for "", a dotted name and one a parameter, a buffer of
+-- another kind or a child already holds.
+local function new_name(op, self, name, kind)
+  if type(name) ~= "string" then fail(op .. ": argument 1 (name) expected a string, got " .. type(name)) end
+  if name == "" or name:find(".", 1, true) then fail(string.format('%s: name can\'t be empty or contain ".", got "%s"', op, name)) end
+  local old = rawget(self, name)
+  local old_kind = is_module(old) and "module" or is_tensor(old) and (self._buffers[name] and "buffer" or "parameter") or nil
+  if old_kind and old_kind ~= kind then fail(string.format("%s: attribute '%s' already exists (a %s)", op, name, old_kind)) end
+end
+nn._new_name = new_name
+
+-- register_buffer(name, t[, persistent = true | {persistent =}]): a tensor that is state but not
+-- a parameter (a non-persistent one is left out of state_dict).
 function Module:register_buffer(name, t, persistent)
-  if type(name) ~= "string" then fail("register_buffer: argument 1 (name) expected a string, got " .. type(name)) end
+  new_name("register_buffer", self, name, "buffer")
   if t ~= nil and not is_tensor(t) then fail("register_buffer: argument 2 (tensor) expected a tensor or nil, got " .. type(t)) end
+  if type(persistent) == "table" then persistent = F._check_opts("register_buffer", 3, persistent, { persistent = true }).persistent end
   self._buffers[name] = persistent ~= false and "persistent" or "transient"
   self[name] = t
   return t
 end
+
+-- add_module(name, m) / register_module: a child under a name; get_submodule / get_parameter /
+-- get_buffer("a.b.c"): the module, parameter or buffer a dotted path names
+function Module:add_module(name, m)
+  new_name("add_module", self, name, "module")
+  if m ~= nil and not is_module(m) then fail("add_module: argument 2 (module) expected a module or nil, got " .. type(m)) end
+  self[name] = m
+end
+Module.register_module = Module.add_module
+function Module:get_submodule(target)
+  local m = self
+  if target == "" then return m end
+  for part in tostring(target):gmatch("[^.]+") do
+    local c = rawget(m, tonumber(part) and tonumber(part) + 1 or part)
+    if not is_module(c) then fail(string.format("get_submodule: %s has no attribute `%s`", m.__name, part)) end
+    m = c
+  end
+  return m
+end
+local function get_tensor(op, buffer)
+  return function(self, target)
+    local path, name = tostring(target):match("^(.*)%.([^.]+)$")
+    local m = self:get_submodule(path or "")
+    local t = rawget(m, tonumber(name or target) and tonumber(name or target) + 1 or (name or target))
+    if not is_tensor(t) or (m._buffers[name or target] ~= nil) ~= buffer or rawget(m, "_attrs")[name or target] then
+      fail(string.format("%s: %s has no %s `%s`", op, m.__name, buffer and "buffer" or "parameter", name or target))
+    end
+    return t
+  end
+end
+Module.get_parameter, Module.get_buffer = get_tensor("get_parameter", false), get_tensor("get_buffer", true)
+-- a field's removal (ModuleDict:pop): out of the traversal order too
+function Module:_remove(k)
+  rawset(self, k, nil)
+  rawget(self, "_known")[k] = nil
+  local order = rawget(self, "_order")
+  for i, o in ipairs(order) do if o == k then table.remove(order, i) break end end
+end
+
+-- register_forward_pre_hook(fn) / register_forward_hook(fn): fn(module, args...) before forward,
+-- fn(module, args, result) after it (see with_hooks); a handle with :remove()
+local function add_forward_hook(kind)
+  return function(self, fn)
+    if type(fn) ~= "function" then fail("register_forward_" .. (kind == "pre" and "pre_" or "") .. "hook: expected a function, got " .. type(fn)) end
+    local h = rawget(self, "_fwd_hooks")
+    if not h then h = { pre = {}, post = {} }; rawset(self, "_fwd_hooks", h) end
+    local e = { fn = fn }
+    table.insert(h[kind], e)
+    return { remove = function()
+      for i, x in ipairs(h[kind]) do if x == e then table.remove(h[kind], i) break end end
+      if #h.pre == 0 and #h.post == 0 and rawget(self, "_fwd_hooks") == h then rawset(self, "_fwd_hooks", nil) end
+    end }
+  end
+end
+Module.register_forward_pre_hook, Module.register_forward_hook = add_forward_hook("pre"), add_forward_hook("post")
 
 -- state ------------------------------------------------------------------------------------------
 
@@ -192,12 +331,14 @@ local function state_tensors(self)
   return sd, names
 end
 
--- state_dict() -> table name -> tensor (parameters and persistent buffers), detached as PyTorch's:
--- they share the module's memory but record no gradient, so they may be changed in place.
-function Module:state_dict()
-  local sd = state_tensors(self)
-  for name, t in pairs(sd) do sd[name] = t:detach() end
-  return sd
+-- state_dict([{prefix = "", keep_vars = false}]) -> table name -> tensor (parameters and
+-- persistent buffers), detached as PyTorch's: they share the module's memory but record no
+-- gradient, so they may be changed in place (keep_vars: the tensors themselves).
+function Module:state_dict(opts)
+  opts = F._check_opts("state_dict", 1, opts, { prefix = true, keep_vars = true })
+  local sd, out = state_tensors(self), {}
+  for name, t in pairs(sd) do out[(opts.prefix or "") .. name] = opts.keep_vars and t or t:detach() end
+  return out
 end
 
 local sorted_keys = core.sorted_keys
@@ -207,7 +348,7 @@ local sorted_keys = core.sorted_keys
 -- key. Returns {missing_keys =, unexpected_keys =}.
 function Module:load_state_dict(sd, opts)
   if type(sd) ~= "table" or is_tensor(sd) then fail("load_state_dict: argument 1 (state_dict) expected a table of tensors, got " .. type(sd)) end
-  opts = opts or {}
+  opts = F._check_opts("load_state_dict", 2, opts, { strict = true })
   local strict = opts.strict ~= false
   local own, order = state_tensors(self)
   local missing, unexpected, wrong = {}, {}, {}
@@ -244,6 +385,8 @@ end
 -- A parameter is converted in place (PyTorch's `p.data = converted`): the same Lua tensor, so an
 -- optimizer made before keeps training it; it stays a leaf that requires grad, and its grad is
 -- converted too. Hooks registered on it stay with the old tensor. Buffers are new tensors.
+local DTYPE_NAMES = {}
+for _, name in pairs(core.dtypes) do DTYPE_NAMES[name] = true end
 local function convert(v, arg, dtype)
   if dtype and not FLOATING[v.dtype] then
     return type(arg) == "table" and arg.device and v:to(arg.device) or v
@@ -261,6 +404,10 @@ end
 
 function Module:to(arg)
   local dtype = type(arg) == "string" and FLOATING[arg] and arg or (type(arg) == "table" and arg.dtype)
+  local named = type(arg) == "string" and DTYPE_NAMES[arg]
+  if (dtype and not FLOATING[dtype]) or named and not FLOATING[arg] then  -- (checked before anything changes)
+    fail("to: nn.Module.to only accepts floating point dtypes, got " .. tostring(dtype or arg))
+  end
   local done = {}  -- original tensor -> its conversion
   T.no_grad(walk_tensors, self, "", function(m, k, v, _, buf)
     local converted = done[v]
@@ -294,6 +441,8 @@ end
 function Module:float() return self:to("float32") end
 function Module:double() return self:to("float64") end
 function Module:half() return self:to("float16") end
+function Module:bfloat16() return self:to("bfloat16") end
+function Module:type(dtype) return self:to(dtype) end
 function Module:cpu() return self:to("cpu") end
 function Module:cuda() return self:to("cuda") end
 
@@ -312,7 +461,9 @@ function Module:__repr()
     local sub = tostring(m):gsub("\n", "\n  ")
     lines[#lines + 1] = "  (" .. name .. "): " .. sub
   end
-  local head = self.__name .. "(" .. self:extra_repr()
+  -- (Lua's true / false / nil as torch prints Python's)
+  local extra = self:extra_repr():gsub("=true%f[%W]", "=True"):gsub("=false%f[%W]", "=False"):gsub("=nil%f[%W]", "=None")
+  local head = self.__name .. "(" .. extra
   if #lines == 0 then return head .. ")" end
   return head .. "\n" .. table.concat(lines, "\n") .. "\n)"
 end
@@ -399,7 +550,11 @@ function LayerNorm:init(d, opts)
   end
 end
 function LayerNorm:forward(x) return F.layer_norm(x, self._shape, self.weight, self.bias, self.eps) end
-function LayerNorm:extra_repr() return "{" .. table.concat(self._shape, ",") .. "}, eps=" .. self.eps end
+-- (a shape as torch's tuple: "(16,)", "(4, 8)")
+local function tuple_str(s) return "(" .. table.concat(s, ", ") .. (#s == 1 and ",)" or ")") end
+function LayerNorm:extra_repr()
+  return tuple_str(self._shape) .. ", eps=" .. self.eps .. ", elementwise_affine=" .. tostring(self.weight ~= nil)
+end
 nn.LayerNorm = LayerNorm
 
 -- RMSNorm(d[, {eps =, elementwise_affine = true, dtype =}]): eps defaults to the dtype's epsilon.
@@ -411,7 +566,9 @@ function RMSNorm:init(d, opts)
   if opts.elementwise_affine ~= false then self.weight = T.ones(self._shape, { dtype = opts.dtype }) end
 end
 function RMSNorm:forward(x) return F.rms_norm(x, self._shape, self.weight, self.eps) end
-function RMSNorm:extra_repr() return "{" .. table.concat(self._shape, ",") .. "}, eps=" .. tostring(self.eps) end
+function RMSNorm:extra_repr()
+  return tuple_str(self._shape) .. ", eps=" .. tostring(self.eps) .. ", elementwise_affine=" .. tostring(self.weight ~= nil)
+end
 nn.RMSNorm = RMSNorm
 
 -- activations and dropout
@@ -490,7 +647,7 @@ function Dropout:init(p)
   self.p = p
 end
 function Dropout:forward(x) return F.dropout(x, self.p, self.training) end
-function Dropout:extra_repr() return "p=" .. self.p end
+function Dropout:extra_repr() return "p=" .. self.p .. ", inplace=False" end
 nn.Dropout = Dropout
 
 -- nn.utils ------------------------------------------------------------------------------------------
@@ -552,93 +709,7 @@ function nn.utils.clip_grad_value_(params, clip_value)
   end)
 end
 
--- containers ------------------------------------------------------------------------------------
-
-local function add_items(op, self, list)
-  for i, m in ipairs(list) do
-    if not is_module(m) then fail(string.format("%s: item %d expected a module, got %s", op, i, type(m))) end
-    self[#self + 1] = m
-  end
-end
-
--- Sequential(m1, m2, ...): forward feeds each module's result to the next.
-local Sequential = nn.Module:extend("Sequential")
-function Sequential:init(...) add_items("Sequential", self, { ... }) end
-function Sequential:forward(x)
-  for i = 1, #self do x = self[i](x) end
-  return x
-end
-nn.Sequential = Sequential
-
--- ModuleList(list): holds modules (self[1], #self, ipairs); it has no forward of its own.
-local ModuleList = nn.Module:extend("ModuleList")
-function ModuleList:init(list)
-  if list ~= nil and (type(list) ~= "table" or is_module(list)) then
-    fail("ModuleList: argument 1 expected a list of modules, got " .. (is_module(list) and "a module" or type(list)))
-  end
-  add_items("ModuleList", self, list or {})
-end
-function ModuleList:append(m)
-  add_items("ModuleList:append", self, { m })
-  return self
-end
-function ModuleList:forward() fail("ModuleList: it has no forward; call its modules (self.list[i](x))") end
-nn.ModuleList = ModuleList
-
--- ModuleDict(items): modules by name (self.name or self[name]), in the order given: items is a list
--- of {name, module} pairs, or a table name -> module (taken in sorted name order).
-local ModuleDict = nn.Module:extend("ModuleDict")
-local function dict_pairs(op, items)
-  if items == nil then return {} end
-  if type(items) ~= "table" or is_module(items) then fail(op .. ": argument 1 expected a table of modules, got " .. (is_module(items) and "a module" or type(items))) end
-  if #items > 0 then return items end
-  local list = {}
-  for k, v in pairs(items) do list[#list + 1] = { k, v } end
-  table.sort(list, function(a, b) return tostring(a[1]) < tostring(b[1]) end)
-  return list
-end
-function ModuleDict:init(items) self:update(items) end
-function ModuleDict:update(items)
-  for _, kv in ipairs(dict_pairs("ModuleDict", items)) do
-    local k, m = kv[1], kv[2]
-    if type(k) ~= "string" or k:sub(1, 1) == "_" then fail("ModuleDict: keys expected names (strings not starting with _), got " .. tostring(k)) end
-    if ModuleDict[k] ~= nil or nn.Module[k] ~= nil then fail("ModuleDict: key '" .. k .. "' is the name of a method") end
-    if not is_module(m) then fail(string.format("ModuleDict: item '%s' expected a module, got %s", k, type(m))) end
-    self[k] = m
-  end
-  return self
-end
-function ModuleDict:keys()
-  local ks = {}
-  for k in self:named_children() do ks[#ks + 1] = k end
-  return ks
-end
-function ModuleDict:items() return self:named_children() end
-function ModuleDict:values()
-  local vs = {}
-  for _, m in self:named_children() do vs[#vs + 1] = m end
-  return vs
-end
-function ModuleDict:len() return #self:keys() end
-function ModuleDict:forward() fail("ModuleDict: it has no forward; call its modules (self.dict.name(x))") end
-nn.ModuleDict = ModuleDict
-
--- ParameterList(list): tensors held as parameters (self[1], #self, ipairs), named "0", "1", ...
-local ParameterList = nn.Module:extend("ParameterList")
-function ParameterList:init(list)
-  if list ~= nil and (type(list) ~= "table" or is_tensor(list) or is_module(list)) then
-    fail("ParameterList: argument 1 expected a list of tensors, got " .. type(list))
-  end
-  for _, p in ipairs(list or {}) do self:append(p) end
-end
-function ParameterList:append(p)
-  if not is_tensor(p) then fail("ParameterList:append: expected a tensor, got " .. type(p)) end
-  self[#self + 1] = p
-  return self
-end
-function ParameterList:forward() fail("ParameterList: it has no forward") end
-nn.ParameterList = ParameterList
-
+require("crescent.nn_containers").install(nn)
 require("crescent.nn_layers").install(nn, { positive_int = positive_int, options = options, uniform = uniform })
 require("crescent.nn_quant").install(nn)
 nn.init = require "crescent.nn_init"

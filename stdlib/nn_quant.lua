@@ -17,7 +17,7 @@ local FLOATING = { float32 = true, float64 = true, float16 = true, bfloat16 = tr
 
 -- Whether module m is an instance of class cls or of a subclass of it.
 local function is_a(m, cls)
-  local c = getmetatable(m).__index
+  local c = getmetatable(m).__class
   while c do
     if c == cls then return true end
     c = c.super

@@ -163,7 +163,7 @@ local function unknown_key(k)
   if ops[k] and ops[k].func then fail(("tensor: no method %q: T.%s is a function, not a method"):format(k, k)) end
   local hint, fields = suggest.hint(k, methods, props), {}
   for name in pairs(props) do fields[#fields + 1] = name end
-  table.sort(fields)
+  table.sort(fields, function(a, b) return a:lower() < b:lower() end)
   fail(("tensor: no field or method %q%s; the fields are %s, the methods the ops (x:add(y))"):format(k, hint, table.concat(fields, ", ")))
 end
 

@@ -102,6 +102,12 @@ struct Derivative {
   // when one of them requires grad, as PyTorch's generated code saves them
   uint32_t saved_for_others = 0;
   uint32_t saves_outputs = 0;              // bit k: output k is kept
+  // When argument `given` is given, `given_inputs` / `given_outputs` are kept instead (max / min
+  // along a dim keep the indices only, as torch's max.dim; without a dim the input and the value).
+  int8_t given = -1;
+  uint32_t given_inputs = 0, given_outputs = 0;
+  uint32_t inputs_kept(bool given_arg) const { return given >= 0 && given_arg ? given_inputs : saves_inputs; }
+  uint32_t outputs_kept(bool given_arg) const { return given >= 0 && given_arg ? given_outputs : saves_outputs; }
   uint32_t nondiff = 0;                    // bit i: argument i gets no gradient (indices, masks)
   bool not_differentiable = false;         // no derivative exists (integer / bool results, creation)
   bool saves_geometry = false;             // the node keeps tensor argument 0's strides and offset

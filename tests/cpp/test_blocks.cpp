@@ -135,7 +135,7 @@ TEST_CASE("every unary and binary pointwise op has block functions", "[blocks]")
     CHECK(d.block(DType::bf16) == nullptr);
     ++n;
   }
-  CHECK(n == 28 + 1 + 19 + 2 + 2 + 7);  // CR_UNARY_OPS, gelu, CR_BINARY_OPS, gelu's two gradients, div's roundings, F's activations
+  CHECK(n == 29 + 1 + 19 + 2 + 2 + 7);  // CR_UNARY_OPS, gelu, CR_BINARY_OPS, gelu's two gradients, div's roundings, F's activations
   auto block = [](const char* op, DType d) { return Registry::get().find(op)->block(d); };
   CHECK(block("exp", DType::i32) == nullptr);    // Float: computes in float32 for integers
   CHECK(block("div", DType::i64) == nullptr);

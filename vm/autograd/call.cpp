@@ -140,10 +140,12 @@ std::shared_ptr<Node> make_node(int op, const cr_value* args, int nargs, const s
   for (const Tensor& o : outs) diff = diff || (is_floating(o.dtype()) && (inplace || !is_input(args, nargs, o.get())));
   if (!diff) return nullptr;
   const Derivative& d = def.grad;
+  const bool given = d.given >= 0 && d.given < nargs && args[d.given].tag != kNone;
+  const uint32_t keep_in = d.inputs_kept(given), keep_out = d.outputs_kept(given);
   auto n = std::make_shared<Node>();
   n->op = op;
   n->seq = next_seq();
-  n->saves = d.saves_inputs || d.saves_outputs;
+  n->saves = keep_in || keep_out;
   copy_args(*n, args, nargs);
   n->first_input.assign(size_t(nargs), -1);
   uint32_t wants = 0;  // the arguments whose gradient the node computes
@@ -159,7 +161,7 @@ std::shared_ptr<Node> make_node(int op, const cr_value* args, int nargs, const s
     // Only a leaf requiring grad is saved whole: any other tensor may later be written in place by
     // an op whose node reaches this one (a cycle through its grad_fn); Grad::in gives the header
     // the edge of the call back when create_graph reads it.
-    if ((d.saves_inputs >> i & 1) && (!(d.saved_for_others >> i & 1) || (wants & ~(1u << i))))
+    if ((keep_in >> i & 1) && (!(d.saved_for_others >> i & 1) || (wants & ~(1u << i))))
       s = save(i == 0 && inplace && old_self.defined() ? old_self : is_leaf_requiring_grad(p) ? t : alias(t), def);
     cr_value& v = n->args.v[size_t(i)];
     if (v.tag == kTensor) v.ptr = s.t.get();
@@ -170,7 +172,7 @@ std::shared_ptr<Node> make_node(int op, const cr_value* args, int nargs, const s
   if (d.saves_geometry) n->geometry = geometry_of(Tensor(static_cast<cr_tensor*>(args[0].ptr), true));
   for (size_t k = 0; k < outs.size(); ++k) {
     n->outs.push_back(Meta{outs[k].sizes(), outs[k].dtype(), outs[k].device()});
-    n->saved_out.push_back(d.saves_outputs >> k & 1 ? save(alias(outs[k]), def) : Saved{});
+    n->saved_out.push_back(keep_out >> k & 1 ? save(alias(outs[k]), def) : Saved{});
   }
   return n;
 }

@@ -43,15 +43,16 @@ GradPlan plan_gradients(const Graph& g, const std::vector<char>& input_requires,
     each_tensor_arg(n, [&](int slot, int32_t v) {
       if (p.needs_grad[size_t(v)] && !(d.nondiff >> slot & 1)) wants |= 1u << slot;
     });
+    const bool given = d.given >= 0 && size_t(d.given) < n.args.size() && n.args[size_t(d.given)].tag != kNone;
     each_tensor_arg(n, [&](int slot, int32_t v) {
-      if ((d.saves_inputs >> slot & 1) && (!(d.saved_for_others >> slot & 1) || (wants & ~(1u << slot))))
+      if ((d.inputs_kept(given) >> slot & 1) && (!(d.saved_for_others >> slot & 1) || (wants & ~(1u << slot))))
         saved[size_t(v)] = 1;
     });
     for (size_t k = 0; k < n.outs.size(); ++k) {
       const int32_t o = n.outs[k];
       if (g.values[size_t(o)].node != int32_t(i)) continue;  // an argument handed back
       if (is_floating(g.values[size_t(o)].meta.dtype)) p.needs_grad[size_t(o)] = p.any = true;
-      if (d.saves_outputs >> k & 1) saved[size_t(o)] = 1;
+      if (d.outputs_kept(given) >> k & 1) saved[size_t(o)] = 1;
     }
   }
   if (p.any && no_grad_ops > 0 && p.unsupported.empty())

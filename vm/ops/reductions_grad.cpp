@@ -148,7 +148,8 @@ void register_reduction_derivatives(Registry& r) {
   derivative(r, "prod", {.fn = prod_rule, .saves_inputs = kIn0});
   for (const char* n : {"amax", "amin"}) derivative(r, n, {.fn = even_rule, .saves_inputs = kIn0, .saves_outputs = kOut0});
   derivative(r, "aminmax", {.fn = low_high_rule, .saves_inputs = kIn0, .saves_outputs = 3});
-  for (const char* n : {"max", "min"}) derivative(r, n, {.fn = select_index_rule, .saves_inputs = kIn0, .saves_outputs = 3});
+  for (const char* n : {"max", "min"})
+    derivative(r, n, {.fn = select_index_rule, .saves_inputs = kIn0, .saves_outputs = 3, .given = 1, .given_outputs = 2});
   derivative(r, "var", {.fn = var_rule, .saves_inputs = kIn0});
   derivative(r, "std", {.fn = std_rule, .saves_inputs = kIn0, .saves_outputs = kOut0});
   derivative(r, "norm", {.fn = norm_rule, .saves_inputs = kIn0, .saves_outputs = kOut0});

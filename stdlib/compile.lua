@@ -335,9 +335,15 @@ end
 function M.explain(fn, ...)
   local dynamic = -1
   if compiled[fn] then fn, dynamic = compiled[fn].fn, compiled[fn].opts.dynamic end
-  if type(fn) ~= "function" then fail("explain: argument 1 (fn) expected a function, got " .. type(fn)) end
+  local site
+  if type(fn) == "table" and type(fn.forward) == "function" then  -- a module: its forward
+    local module = fn
+    site = define_site(module.forward)
+    fn = function(...) return module.forward(module, ...) end
+  end
+  if type(fn) ~= "function" then fail("explain: argument 1 (fn) expected a function or a module, got " .. type(fn)) end
   if api.cap_active(ctx) ~= 0 then fail("explain: cannot run inside a compiled function") end
-  local site = define_site(fn)
+  site = site or define_site(fn)
   local id = api.cap_function(ctx, site, 2 ^ 30, 0, 0, "eager", dynamic)
   local train = train_mode(nil, ...)
   if train == 2 and upvalues_need_grad(fn, {}) then train = 1 end

@@ -54,8 +54,27 @@ function M.install(nn)
 
   -- Sequential(m1, m2, ...): forward feeds each module's result to the next, every child in the
   -- order it was added (a named field assigned later too, as torch's)
+  -- (or Sequential(named): torch's OrderedDict form, a list of {name, module} pairs or a table
+  -- name -> module taken in sorted name order)
   local Sequential = Module:extend("Sequential")
-  function Sequential:init(...) add_items("Sequential", self, { ... }, select("#", ...)) end
+  function Sequential:init(...)
+    local first = ...
+    if select("#", ...) == 1 and type(first) == "table" and not is_module(first) then
+      local list = {}
+      if #first > 0 then list = first else
+        for k, m in pairs(first) do list[#list + 1] = { k, m } end
+        table.sort(list, function(a, b) return tostring(a[1]) < tostring(b[1]) end)
+      end
+      for i, kv in ipairs(list) do
+        if type(kv) ~= "table" or type(kv[1]) ~= "string" or not is_module(kv[2]) then
+          fail(string.format("Sequential: item %d expected a {name, module} pair, got %s", i, type(kv)))
+        end
+        self:add_module(kv[1], kv[2])
+      end
+      return
+    end
+    add_items("Sequential", self, { ... }, select("#", ...))
+  end
   function Sequential:forward(x)
     for _, m in self:named_children() do x = m(x) end
     return x

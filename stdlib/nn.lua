@@ -26,11 +26,9 @@ local function is_module(v)
 end
 nn.is_module = is_module
 
--- Assigning a new field records its name, so traversals keep definition order. A tensor or a
--- module is state whatever its field's name; other fields named "_..." are private.
--- A tensor assigned (not as a buffer) is a parameter: a floating leaf starts requiring grad, as
--- torch's nn.Parameter; a computed tensor (one with a grad_fn: an activation kept on self) is a
--- plain attribute, neither parameter nor state, unless nn.Parameter marked it.
+-- A new field's name is recorded (traversals keep definition order); tensors and modules are state
+-- whatever the name. A tensor that is no buffer is a parameter (a floating leaf starts requiring
+-- grad), unless it has a grad_fn (an activation kept on self: an attribute) and no nn.Parameter.
 local FLOATING = { float32 = true, float64 = true, float16 = true, bfloat16 = true }
 local PARAMETER = setmetatable({}, { __mode = "k" })  -- tensors nn.Parameter made: their requires_grad
 local function as_parameter(v)

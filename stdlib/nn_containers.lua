@@ -52,10 +52,8 @@ function M.install(nn)
     return function(m) if not is_module(m) then fail(op .. ": expected a module, got " .. type(m)) end end
   end
 
-  -- Sequential(m1, m2, ...): forward feeds each module's result to the next, every child in the
-  -- order it was added (a named field assigned later too, as torch's)
-  -- (or Sequential(named): torch's OrderedDict form, a list of {name, module} pairs or a table
-  -- name -> module taken in sorted name order)
+  -- Sequential(m1, m2, ...) or Sequential(named: {name, module} pairs, or name -> module sorted):
+  -- forward feeds each child's result to the next, in the order added (named ones too, as torch)
   local Sequential = Module:extend("Sequential")
   function Sequential:init(...)
     local first = ...

@@ -1,7 +1,6 @@
--- crescent.nn_init: T.nn.init, torch.nn.init's initialisers (torch/nn/init.py's formulas): each
--- fills its tensor in place under no_grad and returns it. Options come positionally as torch's
--- or as a trailing table ({a =, mode =, nonlinearity =, gain =, mean =, std =}). The draws are
--- crescent's generator's (T.manual_seed), not torch's values.
+-- crescent.nn_init: T.nn.init, torch.nn.init's initialisers (torch/nn/init.py's formulas), each
+-- filling its tensor in place under no_grad; options positional or a trailing table ({a =, mode =,
+-- ...}); the draws are crescent's generator's (T.manual_seed), not torch's values.
 local core = require "crescent.core"
 local fail, is_tensor = core.fail, core.is_tensor
 local is_opts = require("crescent.binding").is_opts

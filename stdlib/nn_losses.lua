@@ -1,7 +1,6 @@
--- crescent.nn_losses: torch.nn's loss modules over T.F's losses (crescent.losses): each keeps its
--- options (a trailing table, as the functions take them) and calls its function with them;
--- weight and pos_weight are buffers, as torch registers them (in state_dict, moved by :to()); they
--- print as torch's, without their options.
+-- crescent.nn_losses: torch.nn's loss modules over T.F's losses (crescent.losses), keeping their
+-- options (a trailing table, as the functions take them); weight and pos_weight are buffers, as
+-- torch registers them (in state_dict, moved by :to()); they print as torch's, options unshown.
 local core = require "crescent.core"
 local fail, is_tensor = core.fail, core.is_tensor
 

@@ -1,8 +1,6 @@
--- crescent.random: the VM's generator (Philox: a seed and a counter; one for every device, each
--- draw advancing it by the values it takes) as torch's seeding functions see it: T.manual_seed,
--- T.seed, T.initial_seed, T.get_rng_state / T.set_rng_state (16 bytes: the seed and the counter,
--- little-endian, as an int32 tensor: torch's is uint8, a dtype crescent lacks), also under T.random
--- and T.cuda (manual_seed, manual_seed_all).
+-- crescent.random: the VM's generator (Philox: a seed and a counter, one for every device) through
+-- torch's seeding functions, also under T.random and T.cuda; its state is 16 bytes (seed, counter,
+-- little-endian) in an int32 tensor: torch's is uint8, a dtype crescent lacks.
 local core = require "crescent.core"
 local ffi, api, ctx, fail = core.ffi, core.api, core.ctx, core.fail
 

@@ -203,10 +203,9 @@ function M.nanmedian(x, dim, keepdim)
   return v, i
 end
 
--- quantile / nanquantile(x, q[, dim[, keepdim[, {interpolation =}]]]): between the sorted values
--- at rank q * (n - 1), as PyTorch's modes: linear (default), lower, higher, midpoint, nearest (half
--- to even); q a number or a 1-D tensor (its dim first in the result). quantile: NaN where a NaN is
--- among the values; nanquantile: n counts the values that are not NaN.
+-- quantile / nanquantile(x, q[, dim[, keepdim[, {interpolation =}]]]): at rank q * (n - 1) of the
+-- sorted values, PyTorch's modes; q a number or a 1-D tensor (its dim first). quantile: NaN where a
+-- NaN is among the values; nanquantile: n counts the values that are not NaN.
 local INTERPOLATION = { linear = true, lower = true, higher = true, midpoint = true, nearest = true }
 local function quantile(op, skip_nan, x, q, dim, keepdim, opts)
   if is_opts(dim) then dim, opts = nil, dim elseif is_opts(keepdim) then keepdim, opts = nil, keepdim end

@@ -274,6 +274,7 @@ function M.compile(fn, opts)
     module = fn
     site = define_site(module.forward)
     fn = function(...)
+      if rawget(module, "_fwd_hooks") then return core.pass(module(...)) end  -- (its forward hooks too)
       local forward = module.forward  -- (a local, not a tail call: crescent.position finds its line)
       return core.pass(forward(module, ...))
     end

@@ -535,12 +535,26 @@ local function cubic_along(x, d, n, out, sf, align)
   return r
 end
 
+-- x averaged along dim d over torch's adaptive windows [floor(j n / out), ceil((j + 1) n / out)):
+-- a product with the {out, n} averaging matrix (a box's mean is the means along each dim in turn)
+local function area_along(x, d, n, out)
+  local w = {}
+  for j = 0, out - 1 do
+    local a, b = math.floor(j * n / out), math.ceil((j + 1) * n / out)
+    local row = {}
+    for i = 0, n - 1 do row[i + 1] = (i >= a and i < b) and 1 / (b - a) or 0 end
+    w[j + 1] = row
+  end
+  local m = T.tensor(w, { dtype = x.dtype, device = x.device })
+  return T.matmul(x:movedim(d, -1), m:t()):movedim(-1, d)
+end
+
 local INTERP_MODES = { nearest = 0, linear = 1, bilinear = 2, bicubic = 2, trilinear = 3, area = 0 }
 local RESAMPLE = { linear = linear_along, bilinear = linear_along, trilinear = linear_along, bicubic = cubic_along }
 
 -- interpolate(x, {size =, scale_factor =, mode = "nearest", align_corners =}): x {N, C, d...};
 -- modes nearest (any number of spatial dims), linear (1), bilinear and bicubic (2), trilinear (3),
--- area (1 or 2: the adaptive average pools).
+-- area (the adaptive average pools; 3 dims: the average along each in turn).
 function C.interpolate(x, opts)
   local op = "interpolate"
   check_tensor(op, 1, "input", x)
@@ -550,8 +564,8 @@ function C.interpolate(x, opts)
     fail(op .. ': mode expected "nearest", "linear", "bilinear", "bicubic", "trilinear" or "area", got ' .. tostring(mode))
   end
   local n = x:dim() - 2
-  if n < 1 or (INTERP_MODES[mode] > 0 and n ~= INTERP_MODES[mode]) or (mode == "area" and n > 2) then
-    local want = INTERP_MODES[mode] > 0 and (INTERP_MODES[mode] + 2) .. "-D" or mode == "area" and "3-D or 4-D" or "3-D or more"
+  if n < 1 or (INTERP_MODES[mode] > 0 and n ~= INTERP_MODES[mode]) or (mode == "area" and n > 3) then
+    local want = INTERP_MODES[mode] > 0 and (INTERP_MODES[mode] + 2) .. "-D" or mode == "area" and "3-D, 4-D or 5-D" or "3-D or more"
     fail(string.format("%s: mode %s expected a %s input, got %s", op, mode, want, shape_str(x)))
   end
   -- (PyTorch has no integer kernel for them: "compute_indices_weights_linear" not implemented for 'Long')
@@ -587,7 +601,14 @@ function C.interpolate(x, opts)
       x = x:index_select(d, T.tensor(nearest_index(in_n, sizes[i], sfs[i]), { dtype = "int64", device = x.device }))
     end
   end
-  if mode == "area" then return n == 1 and C.adaptive_avg_pool1d(x, sizes[1]) or C.adaptive_avg_pool2d(x, sizes) end
+  if mode == "area" then
+    if n == 1 then return C.adaptive_avg_pool1d(x, sizes[1]) end
+    if n == 2 then return C.adaptive_avg_pool2d(x, sizes) end
+    for i = n, 1, -1 do
+      if sizes[i] ~= x:size(2 + i) then x = area_along(x, 2 + i, x:size(2 + i), sizes[i]) end
+    end
+    return x
+  end
   if mode ~= "nearest" then
     for i = n, 1, -1 do  -- the last dim first, as PyTorch's weights nest
       -- (a dim of unchanged size is copied whatever the scale, as PyTorch's kernels do)

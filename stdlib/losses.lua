@@ -219,7 +219,8 @@ local function neg_log_sigmoid(x)
 end
 
 -- binary_cross_entropy_with_logits(input, target[, {weight =, reduction =, pos_weight =}]):
--- (1 - y) x + (1 + (pos_weight - 1) y) softplus(-x)
+-- pos_weight y softplus(-x) + (1 - y) softplus(x): torch's (1 - y) x + (1 + (pos_weight - 1) y)
+-- softplus(-x) written so that the gradient is sigmoid(x) - y without cancelling (2e-22 at -50)
 function L.binary_cross_entropy_with_logits(input, target, opts)
   local op = "binary_cross_entropy_with_logits"
   local o = start(op, input, target, opts, { weight = true, reduction = true, pos_weight = true })
@@ -228,9 +229,11 @@ function L.binary_cross_entropy_with_logits(input, target, opts)
   local pw = o.pos_weight
   if pw ~= nil then
     check_tensor(op, 3, "pos_weight", pw)
-    sp = sp * ((pw - 1) * target + 1)
+    sp = sp * (pw * target)
+  else
+    sp = sp * target
   end
-  return reduce(weighted((1 - target) * input + sp, o.weight), o.reduction)
+  return reduce(weighted((1 - target) * neg_log_sigmoid(-input) + sp, o.weight), o.reduction)
 end
 
 -- kl_div(input, target[, {reduction = "mean", log_target = false}]): input holds log-probabilities;

@@ -16,14 +16,19 @@ function M.install(nn)
       self[#self + 1] = m
     end
   end
-  -- a list container's items by position: negative from the end; past either end raises
-  local function positional(cls, what)
+  -- a list container's items by position (1-based, negative from the end; past either end
+  -- raises): Sequential's children in order, named ones too
+  local function positional(cls, what, items)
     local mt = cls.__instance_mt
     mt.__index = function(self, k)
       if type(k) ~= "number" then return cls[k] end
-      local n = #self
-      if k < 0 and k >= -n then return rawget(self, n + k + 1) end
-      fail(string.format("%s: index %s is out of range for %d %s (1-based: 1..%d, or -%d..-1)", cls.__name, tostring(k), n, what, n, n))
+      local list = items and items(self)
+      local n = list and #list or #self
+      if k ~= math.floor(k) or k == 0 or k > n or k < -n then
+        fail(string.format("%s: index %s is out of range for %d %s (1-based: 1..%d, or -%d..-1)", cls.__name, tostring(k), n, what, n, n))
+      end
+      if k < 0 then k = n + k + 1 end
+      return list and list[k] or rawget(self, k)
     end
   end
   -- extend(list) on an instance appends; on a class (a name) it makes a subclass
@@ -77,13 +82,22 @@ function M.install(nn)
     for _, m in self:named_children() do x = m(x) end
     return x
   end
+  -- (after named children the new one is named by its position, as torch's str(len(self)))
   function Sequential:append(m)
-    add_items("Sequential:append", self, { m }, 1)
+    a_module("Sequential:append")(m)
+    self[#self:children() + 1] = m
     return self
   end
-  Sequential.extend = extender("Sequential:extend", function(self, list) add_items("Sequential:extend", self, list) end)
-  Sequential.insert = inserter("Sequential:insert", a_module("Sequential:insert"))
-  positional(Sequential, "modules")
+  Sequential.extend = extender("Sequential:extend", function(self, list)
+    for i = 1, #list do self:append(list[i]) end
+  end)
+  local insert = inserter("Sequential:insert", a_module("Sequential:insert"))
+  function Sequential:insert(index, m)
+    if #self ~= #self:children() then fail("Sequential:insert: not implemented for a Sequential with named children") end
+    return insert(self, index, m)
+  end
+  function Sequential:len() return #self:children() end  -- (# counts the numbered items only)
+  positional(Sequential, "modules", Module.children)
   nn.Sequential = Sequential
 
   -- ModuleList(list): holds modules (self[1], #self, ipairs); it has no forward of its own.

@@ -40,9 +40,10 @@ function R.seed()
   return n
 end
 
+-- (a seed past 2^63 as the negative number it wraps from: manual_seed(initial_seed()) round-trips)
 function R.initial_seed()
   api.rng_state(ctx, STATE, 0)
-  return tonumber(STATE[0])
+  return tonumber(ffi.cast("int64_t", STATE[0]))
 end
 
 function R.get_rng_state()

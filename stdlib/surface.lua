@@ -155,6 +155,13 @@ end
 function S.full_like(x, v, opts) return T.full(x.shape, v, like_opts("full_like", x, opts)) end
 function S.rand_like(x, opts) return T.rand(x.shape, like_opts("rand_like", x, opts)) end
 function S.randn_like(x, opts) return T.randn(x.shape, like_opts("randn_like", x, opts)) end
+-- norm(x[, dim[, keepdim]][, {p =}]), and torch's order with a string order first:
+-- x:norm("fro"[, dim[, keepdim]]) (a number first stays the dim)
+local norm3
+function S.norm(x, dim, keepdim, opts)
+  if type(dim) == "string" then return norm3(x, keepdim, opts, { p = dim }) end
+  return norm3(x, dim, keepdim, opts)
+end
 -- randint([low = 0,] high, size[, opts]): torch's two forms (a size is a list, {} included)
 local randint3
 function S.randint(low, high, size, opts)
@@ -577,7 +584,11 @@ end
 -- p): x's shape and dtype, with the number p for every element
 function S.bernoulli(x, p)
   check_tensor("bernoulli", 1, "self", x)
-  if p ~= nil then return x:clone():bernoulli_(p) end
+  if is_opts(p) then p = opts_of("bernoulli", p, { p = true }).p end  -- (torch's p =)
+  if p ~= nil then
+    if type(p) ~= "number" or not (p >= 0 and p <= 1) then fail("bernoulli: expected p in [0, 1], got " .. tostring(p)) end
+    return x:clone():bernoulli_(p)
+  end
   if x:ge(0):logical_and(x:le(1)):logical_not():any():item() then fail("bernoulli: expected all probabilities in [0, 1]") end
   return T.rand(x.shape, { dtype = x.dtype == "float64" and "float64" or "float32", device = x.device }):lt(x):to(x.dtype)
 end
@@ -726,7 +737,7 @@ function S.bind(t, methods, ops)
     for k, fn in pairs(more) do if k ~= "bind" then S[k] = fn end end
   end
   where3, nonzero1, sort2, index_put_ = ops.where.fn, ops.nonzero.fn, ops.sort.fn, ops.index_put_.fn
-  randint3 = T.randint
+  randint3, norm3 = T.randint, ops.norm.fn
   bincount1, registry = ops.bincount.fn, ops
   for name, fn in pairs(S) do
     if name ~= "bind" and name ~= "unique_dim" then

@@ -165,6 +165,7 @@ function M.median(x, dim, keepdim)
   end
   local d = dim0("median", x, dim) + 1
   local n = x:dim() == 0 and 1 or x:size(d)
+  if n == 0 then fail(string.format("median: expected reduction dim %d to have non-zero size", d)) end
   local v, i = x:sort(d)  -- NaN sorts last: a line holding one has it at the end
   if x:dim() > 0 then
     -- a line with NaN: its first NaN (value, index and gradient), as PyTorch's
@@ -195,6 +196,7 @@ function M.nanmedian(x, dim, keepdim)
     return spread(f, s:gather(1, middle(s, 1)):reshape({}):detach())
   end
   local d = dim0("nanmedian", x, dim) + 1
+  if x:dim() > 0 and x:size(d) == 0 then fail(string.format("nanmedian: expected reduction dim %d to have non-zero size", d)) end
   local v, i = x:sort(d)
   if x:dim() == 0 then return v, i end
   local k = middle(v, d)
@@ -221,7 +223,7 @@ local function quantile(op, skip_nan, x, q, dim, keepdim, opts)
   if qt:dim() > 1 then fail(op .. ": q expected a number or a 1-D tensor, got " .. describe(q)) end
   -- (a number q is checked here: no item(), so a compiled quantile keeps its graph)
   local out_of_range = type(q) == "number" and not (q >= 0 and q <= 1)
-  if is_tensor(q) then out_of_range = qt:lt(0):logical_or(qt:gt(1)):any():item() end
+  if is_tensor(q) then out_of_range = qt:ge(0):logical_and(qt:le(1)):logical_not():any():item() end
   if out_of_range then fail(op .. ": q values must be in the range [0, 1]") end
   if x:numel() == 0 then fail(op .. ": input tensor must be non-empty") end
   local v = dim == nil and x:flatten() or x
@@ -252,12 +254,12 @@ local function quantile(op, skip_nan, x, q, dim, keepdim, opts)
     r = T.lerp(r, above, mode == "midpoint" and 0.5 or (ranks - below):to(x.dtype))
   end
   r = r:squeeze(-1)  -- {nq, the other dims in order}
-  if keepdim then
+  if keepdim then  -- (a 0-d x keeps no dim)
     if dim == nil then
       local ones = {}
       for j = 1, x:dim() do ones[j] = 1 end
       r = r:reshape(nq, unpack(ones))
-    else
+    elseif x:dim() > 0 then
       r = r:unsqueeze(k + 1)
     end
   end

@@ -44,7 +44,8 @@ function props.device(t)
   return p._dev_type == 0 and "cpu" or ("cuda:" .. p._dev_index)
 end
 
--- x.mT / x.mH: the last two dims swapped (real tensors: mH is mT); x.T / x.H: all dims reversed
+-- x.mT / x.mH: the last two dims swapped (real tensors: mH is mT); x.T: all dims reversed; x.H:
+-- a matrix transposed
 function props.mT(t)
   local n = ptr(t)._ndim
   if n < 2 then fail(string.format("mT: expected a matrix or a batch of matrices, got a %d-d tensor", n)) end
@@ -55,7 +56,12 @@ function props.T(t)
   for i = 1, n do perm[i] = n + 1 - i end
   return n < 2 and t or t:permute(perm)
 end
-props.mH, props.H = props.mT, props.T
+props.mH = props.mT
+function props.H(t)
+  local n = ptr(t)._ndim
+  if n ~= 2 then fail(string.format("H: expected a matrix (a 2-D tensor), got a %d-d tensor (mH: batches of matrices)", n)) end
+  return t:t()
+end
 
 local function norm_dim(op, d, n)
   local m = n == 0 and 1 or n

@@ -81,6 +81,11 @@ describe("autograd surface", function()
     expect.errors(function() (x * 2):narrow(1, 1, 2):detach_() end, "detach_: can't detach views in%-place")
     x:detach_()
     expect.truthy(not x.requires_grad and x.is_leaf)
+    local g = T.compile(function(v) local w = v * 2; w:detach_(); return w + 1 end)
+    for _ = 1, 4 do  -- (compiled calls too: the replay's value carries no gradient after detach_)
+      local r = g(T.ones(3, { requires_grad = true }))
+      expect.truthy(not r.requires_grad and r.is_leaf and r.grad_fn == nil)
+    end
     local p = T.ones(3, { requires_grad = true })
     local f = T.compile(function(v) local w = v * 3; w:detach_(); return (w * v):sum() end)
     for _ = 1, 4 do

@@ -195,6 +195,8 @@ case("interpolate trilinear align", function(x) return F.interpolate(x, { scale_
   "F.interpolate(a, scale_factor=1.5, mode='trilinear', align_corners=True)", { D(1, 2, 3, 4, 2) })
 case("interpolate area", function(x) return F.interpolate(x, { size = { 3, 4 }, mode = "area" }) end,
   "F.interpolate(a, size=(3, 4), mode='area')", { D(2, 3, 5, 7) })
+case("interpolate area 3-d", function(x) return F.interpolate(x, { size = { 1, 2, 3 }, mode = "area" }) end,
+  "F.interpolate(a, size=(1, 2, 3), mode='area')", { D(1, 2, 2, 3, 4) })
 case("interpolate area 1-d", function(x) return F.interpolate(x, { scale_factor = 0.5, mode = "area" }) end,
   "F.interpolate(a, scale_factor=0.5, mode='area')", { D(2, 3, 7) })
 -- normalisation
@@ -496,7 +498,7 @@ describe("layer refusals", function()
     errs(function() F.conv1d(T.randn(2, 3, 5), T.randn(4, 2, 3)) end, "conv1d", "shape {2,3,5} to have 2 channels (weight {4,2,3}, groups 1), got 3")
     errs(function() F.conv1d(T.randn(2, 3, 2), T.randn(4, 3, 3)) end, "conv1d", "padded input length (2 + 2 * 0) is smaller than the dilated kernel (3)")
     errs(function() F.interpolate(T.randn(1, 1, 4, 4), { size = 3, mode = "trilinear" }) end, "interpolate", "mode trilinear expected a 5-D input")
-    errs(function() F.interpolate(T.randn(1, 1, 2, 4, 4), { size = 3, mode = "area" }) end, "interpolate", "mode area expected a 3-D or 4-D input")
+    errs(function() F.interpolate(T.randn(1, 1, 1, 2, 4, 4), { size = 3, mode = "area" }) end, "interpolate", "mode area expected a 3-D, 4-D or 5-D input")
     errs(function() F.interpolate(T.randn(1, 1, 4), { size = 3, mode = "area", align_corners = true }) end, "interpolate", "align_corners option can only be set")
     errs(function() F.interpolate(T.randn(1, 1, 4), { size = 3, mode = "cubic" }) end, "interpolate", '"bicubic", "trilinear" or "area", got cubic')
     errs(function() F.interpolate(T.randn(1, 1, 4)) end, "interpolate", "either size or scale_factor should be defined")

@@ -106,6 +106,7 @@ int32_t ag_set_requires_grad(cr_ctx* c, cr_tensor* t, int32_t b) {
 int32_t ag_detach_(cr_ctx* c, cr_tensor* t) {
   return guarded(c, [&] {
     with_history(c, t, "detach_");
+    t->_flags = int8_t(t->_flags & ~kLazyGrad);  // (a compiled replay's value: no gradient either)
     AutogradMeta* m = meta_of(t);
     if (!m) return 0;
     if (m->base.defined()) fail("detach_: can't detach views in-place, expected a tensor that is not a view: use detach()");

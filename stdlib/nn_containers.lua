@@ -78,8 +78,11 @@ function M.install(nn)
     end
     add_items("Sequential", self, { ... }, select("#", ...))
   end
-  function Sequential:forward(x)
-    for _, m in self:named_children() do x = m(x) end
+  function Sequential:forward(x)  -- (a module held twice runs twice, as torch's _modules)
+    for _, k in ipairs(rawget(self, "_order")) do
+      local m = rawget(self, k)
+      if is_module(m) then x = m(x) end
+    end
     return x
   end
   -- (after named children the new one is named by its position, as torch's str(len(self)))

@@ -417,6 +417,7 @@ local function keywords(op, names, fn)
   end
 end
 for name, names in pairs(KEYWORDS) do F[name] = keywords(name, names, F[name]) end
+F._keywords = keywords  -- (crescent.nn_init's initialisers take them so too)
 
 -- losses (crescent.losses): cross_entropy, nll_loss, mse_loss, l1_loss, smooth_l1_loss,
 -- binary_cross_entropy, binary_cross_entropy_with_logits, kl_div

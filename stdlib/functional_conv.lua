@@ -535,18 +535,10 @@ local function cubic_along(x, d, n, out, sf, align)
   return r
 end
 
--- x averaged along dim d over torch's adaptive windows [floor(j n / out), ceil((j + 1) n / out)):
--- a product with the {out, n} averaging matrix (a box's mean is the means along each dim in turn)
+-- x averaged along dim d over the adaptive pools' windows (a box's mean is the means along each
+-- dim in turn)
 local function area_along(x, d, n, out)
-  local w = {}
-  for j = 0, out - 1 do
-    local a, b = math.floor(j * n / out), math.ceil((j + 1) * n / out)
-    local row = {}
-    for i = 0, n - 1 do row[i + 1] = (i >= a and i < b) and 1 / (b - a) or 0 end
-    w[j + 1] = row
-  end
-  local m = T.tensor(w, { dtype = x.dtype, device = x.device })
-  return T.matmul(x:movedim(d, -1), m:t()):movedim(-1, d)
+  return T.matmul(x:movedim(d, -1), adaptive_matrix(n, out, x):t()):movedim(-1, d)
 end
 
 local INTERP_MODES = { nearest = 0, linear = 1, bilinear = 2, bicubic = 2, trilinear = 3, area = 0 }

@@ -166,6 +166,13 @@ function Module:parameters(recurse)
   return out
 end
 
+-- The values of a (name, value) iterator, as a list.
+local function values(iter)
+  local out = {}
+  for _, v in iter do out[#out + 1] = v end
+  return out
+end
+
 -- An iterator over a list of {name, value} pairs.
 local function pairs_of(list)
   local i = 0
@@ -187,11 +194,7 @@ end
 -- named_parameters([prefix[, recurse = true]]) -> an iterator: `for name, p in m:named_parameters() do`
 function Module:named_parameters(prefix, recurse) return named_tensors(self, false, prefix, recurse) end
 function Module:named_buffers(prefix, recurse) return named_tensors(self, true, prefix, recurse) end
-function Module:buffers(recurse)
-  local out = {}
-  for _, b in self:named_buffers(nil, recurse) do out[#out + 1] = b end
-  return out
-end
+function Module:buffers(recurse) return values(self:named_buffers(nil, recurse)) end
 
 -- children in definition order, each once: `for name, m in self:named_children() do`
 function Module:named_children()
@@ -202,11 +205,7 @@ function Module:named_children()
   end
   return pairs_of(list)
 end
-function Module:children()
-  local out = {}
-  for _, m in self:named_children() do out[#out + 1] = m end
-  return out
-end
+function Module:children() return values(self:named_children()) end
 
 -- named_modules([prefix]) -> an iterator over this module ("") and every one below it, each once,
 -- depth first; modules() -> the list of them
@@ -221,11 +220,7 @@ function Module:named_modules(prefix)
   walk(self, prefix or "")
   return pairs_of(list)
 end
-function Module:modules()
-  local out = {}
-  for _, m in self:named_modules() do out[#out + 1] = m end
-  return out
-end
+function Module:modules() return values(self:named_modules()) end
 
 -- apply(fn): fn on every child's modules first, then on this one, as torch's
 function Module:apply(fn)

@@ -3,32 +3,12 @@
 -- ...}); the draws are crescent's generator's (T.manual_seed), not torch's values.
 local core = require "crescent.core"
 local fail, is_tensor = core.fail, core.is_tensor
-local is_opts = require("crescent.binding").is_opts
 
 local init = {}
 local T
 
 local function check(op, t)
   if not is_tensor(t) then fail(string.format("%s: argument 1 (tensor) expected a tensor, got %s", op, type(t))) end
-end
--- the positional values, or those a trailing options table names (names in torch's order)
-local function args(op, names, ...)
-  local n, list = select("#", ...), { ... }
-  local last = list[n]
-  if n > 0 and is_opts(last) then
-    for k in pairs(last) do
-      local known = false
-      for _, name in ipairs(names) do known = known or name == k end
-      if not known then fail(string.format("%s: unknown option '%s' (expected one of: %s)", op, tostring(k), table.concat(names, ", "))) end
-    end
-    local r = {}
-    for i, name in ipairs(names) do
-      if i < n then r[i] = list[i] else r[i] = last[name] end
-    end
-    return unpack(r, 1, #names)
-  end
-  if n > #names then fail(string.format("%s: expected at most %d arguments after the tensor, got %d", op, #names, n)) end
-  return ...
 end
 local function number(op, what, v)
   if type(v) ~= "number" then fail(string.format("%s: %s expected a number, got %s", op, what, type(v))) end
@@ -65,21 +45,18 @@ local function fan(op, t, mode)
   return mode == "fan_in" and fi or fo
 end
 
-function init.uniform_(t, ...)
+function init.uniform_(t, a, b)
   check("uniform_", t)
-  local a, b = args("uniform_", { "a", "b" }, ...)
   return no_grad(function() return t:uniform_(a or 0, b or 1) end)
 end
-function init.normal_(t, ...)
+function init.normal_(t, mean, std)
   check("normal_", t)
-  local mean, std = args("normal_", { "mean", "std" }, ...)
   return no_grad(function() return t:normal_(mean or 0, std or 1) end)
 end
 -- trunc_normal_(t[, mean = 0[, std = 1[, a = -2[, b = 2]]]]): the normal restricted to [a, b] by
 -- its inverse CDF, as torch's
-function init.trunc_normal_(t, ...)
+function init.trunc_normal_(t, mean, std, a, b)
   check("trunc_normal_", t)
-  local mean, std, a, b = args("trunc_normal_", { "mean", "std", "a", "b" }, ...)
   mean, std, a, b = mean or 0, std or 1, a or -2, b or 2
   local function cdf(x) return (1 + T.erf(T.tensor(x / math.sqrt(2), { dtype = "float64" })):item()) / 2 end
   local l, u = cdf((a - mean) / std), cdf((b - mean) / std)
@@ -126,31 +103,28 @@ end
 
 function init.xavier_uniform_(t, gain)
   check("xavier_uniform_", t)
-  gain = args("xavier_uniform_", { "gain" }, gain)
   local fi, fo = init._calculate_fan_in_and_fan_out(t)
   local a = math.sqrt(3) * (gain or 1) * math.sqrt(2 / (fi + fo))
   return no_grad(function() return t:uniform_(-a, a) end)
 end
 function init.xavier_normal_(t, gain)
   check("xavier_normal_", t)
-  gain = args("xavier_normal_", { "gain" }, gain)
   local fi, fo = init._calculate_fan_in_and_fan_out(t)
   return no_grad(function() return t:normal_(0, (gain or 1) * math.sqrt(2 / (fi + fo))) end)
 end
-local function kaiming(op, t, ...)
+local function kaiming(op, t, a, mode, nonlinearity)
   check(op, t)
-  local a, mode, nonlinearity = args(op, { "a", "mode", "nonlinearity" }, ...)
   if t:numel() == 0 then return nil end  -- (torch warns and leaves it)
   local std = init.calculate_gain(nonlinearity or "leaky_relu", number(op, "a", a or 0)) / math.sqrt(fan(op, t, mode or "fan_in"))
   return std
 end
-function init.kaiming_uniform_(t, ...)
-  local std = kaiming("kaiming_uniform_", t, ...)
+function init.kaiming_uniform_(t, a, mode, nonlinearity)
+  local std = kaiming("kaiming_uniform_", t, a, mode, nonlinearity)
   if not std then return t end
   return no_grad(function() return t:uniform_(-math.sqrt(3) * std, math.sqrt(3) * std) end)
 end
-function init.kaiming_normal_(t, ...)
-  local std = kaiming("kaiming_normal_", t, ...)
+function init.kaiming_normal_(t, a, mode, nonlinearity)
+  local std = kaiming("kaiming_normal_", t, a, mode, nonlinearity)
   if not std then return t end
   return no_grad(function() return t:normal_(0, std) end)
 end
@@ -160,7 +134,6 @@ end
 -- R's diagonal made positive
 function init.orthogonal_(t, gain)
   check("orthogonal_", t)
-  gain = args("orthogonal_", { "gain" }, gain)
   if t:dim() < 2 then fail("orthogonal_: only tensors with 2 or more dimensions are supported") end
   if t:numel() == 0 then return t end
   local rows = t:size(1)
@@ -179,6 +152,15 @@ function init.orthogonal_(t, gain)
   end
   if rows < cols then q = q:t() end
   return no_grad(function() return t:copy_((q * (gain or 1)):reshape(t.shape)) end)
+end
+
+-- torch's keyword arguments as a trailing table, as T.F's functions take them
+local keywords = require("crescent.functional")._keywords
+for name, names in pairs({ uniform_ = { "tensor", "a", "b" }, normal_ = { "tensor", "mean", "std" },
+  trunc_normal_ = { "tensor", "mean", "std", "a", "b" }, xavier_uniform_ = { "tensor", "gain" },
+  xavier_normal_ = { "tensor", "gain" }, kaiming_uniform_ = { "tensor", "a", "mode", "nonlinearity" },
+  kaiming_normal_ = { "tensor", "a", "mode", "nonlinearity" }, orthogonal_ = { "tensor", "gain" } }) do
+  init[name] = keywords(name, names, init[name])
 end
 
 function init.bind(t) T = t end

@@ -383,9 +383,10 @@ local function collect_rest(first, nv, ...)
 end
 
 -- Inside a compiled function an op whose result sizes come from the values (nonzero) ends the
--- graph at the caller's line; the op then runs eagerly (vm/graph/recorder.cpp).
+-- graph at the caller's line (a sync point with dynamic = true, else a graph break); the op then
+-- runs eagerly (vm/graph/recorder.cpp Recorder::data_size).
 local function size_break(name)
-  local rc = api.cap_need(ctx, nil, name .. ": the result size depends on the values", core.where())
+  local rc = api.cap_data_size(ctx, name, core.where())
   if rc < 0 then core.raise(rc) end
 end
 

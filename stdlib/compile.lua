@@ -353,18 +353,20 @@ function M.explain(fn, ...)
   -- (training: backward_graph_count forward graphs get a backward graph of their own; those in
   -- grad_fallbacks are differentiated by eager autograd)
   local r = { graph_count = 0, graph_break_count = 0, break_reasons = {}, ops_per_graph = {}, graph_ops = {},
-              symbolic_dims = {}, backward_graph_count = 0, grad_fallbacks = {} }
+              symbolic_dims = {}, backward_graph_count = 0, grad_fallbacks = {}, sync_points = {} }
   local report = ffi.string(api.cap_report(ctx))
-  for ops, reason, where, sym, names, bwd, why in
-      report:gmatch("(%d+)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(%d)\t([^\n]*)\n") do
+  for ops, ends, reason, where, sym, names, bwd, why in
+      report:gmatch("(%d+)\t(%a)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t(%d)\t([^\n]*)\n") do
     ops = tonumber(ops)
     -- "1:1=7": input 1, 0-based dim 1, size 7 in this call (dims are 1-based in Lua); the
-    -- segment's symbols s0, s1... in this order, as the logs name them
+    -- segment's symbols s0, s1... in this order, as the logs name them; "2:0=5u1": an unbacked
+    -- size, the count of the call's second data-dependent op
     local k = 0
-    for i, d, size in sym:gmatch("(%d+):(%d+)=(%d+)") do
+    for i, d, size, u in sym:gmatch("(%d+):(%d+)=(%d+)(u?%d*)") do
+      local symbol = u ~= "" and u or "s" .. k
+      if u == "" then k = k + 1 end
       r.symbolic_dims[#r.symbolic_dims + 1] = { segment = r.graph_count + (ops > 0 and 1 or 0), input = tonumber(i),
-                                                dim = tonumber(d) + 1, size = tonumber(size), symbol = "s" .. k }
-      k = k + 1
+                                                dim = tonumber(d) + 1, size = tonumber(size), symbol = symbol }
     end
     if ops > 0 then
       r.graph_count = r.graph_count + 1
@@ -375,9 +377,11 @@ function M.explain(fn, ...)
     end
     if bwd == "1" then r.backward_graph_count = r.backward_graph_count + 1 end
     if why ~= "" then r.grad_fallbacks[#r.grad_fallbacks + 1] = { graph = r.graph_count, reason = why } end
-    if reason ~= "return" then
+    if ends == "B" then
       r.graph_break_count = r.graph_break_count + 1
       r.break_reasons[#r.break_reasons + 1] = { reason = reason, where = where }
+    elseif ends == "S" then
+      r.sync_points[#r.sync_points + 1] = { reason = reason, where = where }
     end
   end
   local lines = { string.format("%s: %d graph(s), %d graph break(s)", site, r.graph_count, r.graph_break_count)
@@ -386,6 +390,7 @@ function M.explain(fn, ...)
     lines[#lines + 1] = string.format("  graph %d: %d ops: %s", i, n, table.concat(r.graph_ops[i], " "))
   end
   for i, b in ipairs(r.break_reasons) do lines[#lines + 1] = string.format("  break %d: %s at %s", i, b.reason, b.where) end
+  for i, b in ipairs(r.sync_points) do lines[#lines + 1] = string.format("  sync %d: %s at %s", i, b.reason, b.where) end
   for _, f in ipairs(r.grad_fallbacks) do
     lines[#lines + 1] = string.format("  graph %d: eager autograd differentiates it: %s", f.graph, f.reason)
   end

@@ -1,7 +1,7 @@
 -- crescent.surface: PyTorch's data ops that are compositions of registry ops (API.md section
 -- 10): each is T.op and x:op, differentiable, compiled and run on CUDA through the ops it is
 -- made of (as PyTorch's CompositeImplicitAutograd ops). Index-valued inputs and results are
--- 1-based; data-dependent sizes (unique, bincount, one_hot without num_classes) break graphs.
+-- 1-based; data-dependent sizes (unique, bincount) are sync points or graph breaks (Recorder::data_size).
 local core = require "crescent.core"
 local indexing = require "crescent.indexing"
 local fail, is_tensor, is_opts = core.fail, core.is_tensor, require("crescent.binding").is_opts
@@ -490,10 +490,14 @@ function S.unique(x, opts)
         return values
       end
     end
-    local counts, range = T._value_counts(flat)  -- (one pass over the values: their range, the counts)
-    local lo, hi = unpack(range:totable())
-    if hi - lo < flat:numel() and math.abs(lo) < 2 ^ 53 and math.abs(hi) < 2 ^ 53 then
-      return unique_counted(x, flat, lo, hi, opts, counts:numel() > 0 and counts or nil)
+    -- (compiled: the range read below would be a graph break, where the sort's selections are
+    -- sync points with dynamic = true)
+    if core.ctx.capturing == 0 then
+      local counts, range = T._value_counts(flat)  -- (one pass over the values: their range, the counts)
+      local lo, hi = unpack(range:totable())
+      if hi - lo < flat:numel() and math.abs(lo) < 2 ^ 53 and math.abs(hi) < 2 ^ 53 then
+        return unique_counted(x, flat, lo, hi, opts, counts:numel() > 0 and counts or nil)
+      end
     end
   end
   local s, perm = flat:sort(1)

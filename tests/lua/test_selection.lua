@@ -604,7 +604,64 @@ describe("compiled", function()
       expect.close(f(x), e)
     end
     local full = T.compile(function(x) return T.nonzero(x) end, { fullgraph = true })
-    expect.errors(function() full(T.ones(2)) end, "graph break", "nonzero")
+    expect.errors(function() full(T.ones(2)) end, "graph break", "nonzero", "dynamic = true")
+  end)
+
+  -- as torch.compile's unbacked symbols: the ops before run, the op runs, and capture goes on
+  local function data_ops(x)
+    local y = x:abs()
+    local u, inv, counts = T.unique(y, { return_inverse = true, return_counts = true })
+    local rows, cols = T.where(y:gt(2))
+    local sel = y[y:lt(2)]
+    return u * 2, inv, counts, rows + cols, sel:sum() + sel:numel(), T.bincount(y:flatten()):cumsum(1), sel:float():mean()
+  end
+  it("with dynamic = true they are sync points: unbacked sizes, no break, no recompile", function()
+    local f = T.compile(data_ops, { dynamic = true, fullgraph = true })
+    T.compiler.reset()
+    -- counts that change every call, down to none (all values >= 2: sel is empty)
+    for k, n in ipairs { 4, 7, 3, 9, 5, 6 } do
+      local x = k == 4 and T.randint(2, 6, { 3, n }) or T.randint(-5, 6, { 3, n })
+      local got, want = { f(x) }, { data_ops(x) }
+      expect.eq(#got, #want)
+      for i = 1, #want do
+        expect.eq(got[i].dtype, want[i].dtype)
+        expect.close(got[i], want[i], 0, 0, "result " .. i)
+      end
+    end
+    T.compiler.wait(f)
+    local s = T.compiler.stats()
+    expect.eq(s.graph_breaks, 0)
+    expect.eq(s.recompiles, 0)
+    local e = T.explain(f, T.randint(-5, 6, { 3, 4 }))
+    expect.eq(e.graph_break_count, 0)
+    expect.truthy(#e.sync_points >= 4, e.summary)
+    expect.truthy(e.sync_points[1].where:find("test_selection.lua", 1, true), e.summary)
+    local unbacked = {}
+    for _, d in ipairs(e.symbolic_dims) do if d.symbol:match("^u%d+$") then unbacked[#unbacked + 1] = d end end
+    expect.truthy(#unbacked >= 4 and unbacked[1].dim == 1, e.summary)
+    expect.truthy(e.summary:find("sync 1: ", 1, true) and e.summary:find(" u0 = input", 1, true), e.summary)
+  end)
+
+  it("a backward() through a sync point differentiates the segments as eager does", function()
+    local lin = T.nn.Linear(4, 3)
+    local function step(x)
+      local y = lin(x)
+      local sel = y[y:gt(0)]
+      local loss = (sel * sel):sum() + y:mean()
+      loss:backward()
+      return loss
+    end
+    local f = T.compile(step, { dynamic = true })
+    for n = 2, 6 do
+      local x = T.randn(n, 4, { dtype = "float64" })
+      lin:double():zero_grad()
+      local got = f(x)
+      local gw, gb = lin.weight.grad:clone(), lin.bias.grad:clone()
+      lin:zero_grad()
+      expect.close(got, step(x))
+      expect.close(gw, lin.weight.grad)
+      expect.close(gb, lin.bias.grad)
+    end
   end)
 end)
 

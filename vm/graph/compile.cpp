@@ -90,7 +90,8 @@ std::string Recorder::symbolic_dims(const Segment& s) const {
   for (size_t v = 0; v < s.symbolic.size() && v < s.vals.size(); ++v)
     for (int d = 0; d < 32 && s.symbolic[v] >> d; ++d)
       if (s.symbolic[v] >> d & 1 && s.vals[v].defined())
-        r += cat(r.empty() ? "" : " ", input_ordinal(s, int32_t(v)), ":", d, "=", s.vals[v].size(d));
+        r += cat(r.empty() ? "" : " ", input_ordinal(s, int32_t(v)), ":", d, "=", s.vals[v].size(d),
+                 d == 0 && s.unbacked[v] ? cat("u", s.unbacked[v] - 1) : "");
   return r;
 }
 

@@ -76,6 +76,8 @@ void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
   k.push_back(uint64_t(alias + 1));
   s.symbolic[size_t(vid)] = sym;
   s.dynamic = s.dynamic || sym != 0;
+  for (const auto& [d, k] : s.data_sized)  // (dim 0: the count of every data-dependent op's results)
+    if (d.get() == t && (sym & 1)) s.unbacked[size_t(vid)] = k + 1;
 }
 
 // Ops whose integral numbers may come from sizes (narrow lengths, split sizes, arange's end): with

@@ -102,9 +102,12 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
   }
   const OpDef& def = Registry::get().ops()[size_t(op)];
   if (def.flags & kDataSize) {  // never recorded: a replay would assume the recorded sizes
-    if (s.ops > 0) graph_break(cat(def.name, ": the result size depends on the values"), def.name, nullptr);
+    if (s.ops > 0) data_size(def.name, def.name);
     for (cr_tensor* t : tensor_args(args, nargs)) ensure_real(ctx_, t);
     outs = dispatch(ctx_, op, args, nargs);
+    if (s.mode == 1)
+      for (const Tensor& t : outs) s.data_sized.emplace_back(t, s.data_calls);
+    s.data_calls += s.mode == 1;
     return;
   }
   int32_t first_new = s.next_vid;
@@ -603,6 +606,7 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
   std::string names;
   for (int32_t op : s.op_ids) names += cat(names.empty() ? "" : " ", Registry::get().ops()[size_t(op)].name);
   report.push_back(SegmentReport{s.ops, reason, where, symbolic_dims(s), names});
+  report.back().end = kind == EndKind::Return ? 'R' : kind == EndKind::Break ? 'B' : 'S';
   if (kind == EndKind::Break) ++stats.graph_breaks;
   if (kind == EndKind::Break && logs.graph_breaks && (s.recording || !s.pending))
     log("graph_breaks", cat(fn_->opts.name, ": graph break at ", where, ": ", reason, " (after ", s.ops, " ops)"));
@@ -650,7 +654,15 @@ void Recorder::end_segment(EndKind kind, const std::string& reason, const std::s
     }
     if (kind == EndKind::Return && report.size() == 1) remember_call(leaf, needed);
   }
-  if (kind == EndKind::Break) start_segment(fn_->site(cat("after ", reason, " at ", where), train_));
+  if (kind != EndKind::Return) start_segment(fn_->site(cat("after ", reason, " at ", where), train_));
+}
+
+void Recorder::data_size(const std::string& op, const std::string& where) {
+  Segment& s = *seg_;
+  const std::string reason = cat(op, ": the result size depends on the values");
+  if (s.mode != 1) return graph_break(reason + " (dynamic = true makes it a symbolic size)", where, nullptr);
+  if (s.ops > 0) end_segment(EndKind::Sync, reason, where, {});
+  if (logs.graph_breaks) log("graph_breaks", cat(fn_->opts.name, ": sync point at ", where, ": ", reason, " (unbacked)"));
 }
 
 void Recorder::graph_break(const std::string& reason, const std::string& where, cr_tensor* needed) {
@@ -688,7 +700,7 @@ void Recorder::stop() {
   ctx_.capture_wants_training = false;
   fn_ = nullptr;
   train_ = ctx_.capture_training = ctx_.capture_lazy = false;
-  if (seg_) seg_->reset();
+  if (seg_) seg_->reset(), seg_->data_sized.clear(), seg_->data_calls = 0;
   ctx_.ffi.capturing = ctx_.ffi.collect = 0;
   collected_for_stores_ = false;
 }

@@ -37,9 +37,10 @@ struct Stats {
 struct SegmentReport {
   int ops;
   std::string reason, where;  // how it ended
-  std::string symbolic;       // its inputs' symbolic dims: "%0:1=7 %2:2=128" (0-based dims)
+  std::string symbolic;       // its inputs' symbolic dims: "1:1=7 2:0=12u0" (0-based dims; u0: unbacked)
   std::string op_names;       // its ops in call order, space-separated
   bool backward_graph = false;  // a training segment differentiated as a graph (joint.hpp)
+  char end = 'R';               // how it ended: 'R' return, 'B' graph break, 'S' sync point
   std::string grad_fallback;    // a training segment eager autograd differentiates: why
 };
 
@@ -90,6 +91,10 @@ class Recorder {
   void call(int op, const cr_value* args, int nargs, std::vector<Tensor>& outs);
   // Lua needs the value of `t` (a lazy tensor of the current segment): a graph break.
   void graph_break(const std::string& reason, const std::string& where, cr_tensor* needed);
+  // An op whose result sizes come from the values (nonzero) is called: with dynamic = true a
+  // sync point (the ops so far run, the segment ends without a graph break, and the result's
+  // data-dependent dims are unbacked symbols of the next one), else a graph break.
+  void data_size(const std::string& op, const std::string& where);
   // Lua turns grad mode on inside an inference capture (enable_grad, set_grad_enabled): a graph
   // break, after which the capture records training segments (their ops are differentiated).
   void grad_turned_on(const std::string& where);

@@ -47,6 +47,12 @@ struct Segment {
   int mode = -1;
   bool dynamic = false;
   std::vector<uint32_t> symbolic;
+  // the results of the call's data-dependent ops (sync points) with their op call's ordinal k,
+  // known as inputs of later segments (reset keeps them; Recorder::stop drops them); by vid, an
+  // input's unbacked symbol k + 1 (its dim 0 is that call's count: uk), or 0
+  std::vector<std::pair<Tensor, int>> data_sized;
+  int data_calls = 0;
+  std::vector<int> unbacked;
   struct Span {
     int32_t vid;
     size_t at;  // key position of its first size; its strides follow the sizes
@@ -85,6 +91,7 @@ struct Segment {
   void reset() {
     recording = passthrough = pending = dynamic = false;
     symbolic.clear();
+    unbacked.clear();
     event_args.clear();
     instance_raw.reset();
     numbers.clear();
@@ -111,6 +118,7 @@ struct Segment {
       alias.resize(size_t(vid) + 1, -1);
       is_input.resize(size_t(vid) + 1);
       symbolic.resize(size_t(vid) + 1);
+      unbacked.resize(size_t(vid) + 1);
     }
     vals[size_t(vid)] = std::move(t);
   }

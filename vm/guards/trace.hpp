@@ -78,7 +78,9 @@ struct TraceNode {
   std::map<std::vector<int64_t>, std::shared_ptr<graph::StepBackward>> step_backwards;
 };
 
-enum class EndKind : uint8_t { Break, Return };
+// Sync: a data-dependent size (nonzero under dynamic = true) ends the segment without a graph
+// break; the next one starts at the op, its result's data-dependent dims unbacked symbols.
+enum class EndKind : uint8_t { Break, Return, Sync };
 
 // One variant of one segment: the path from its site's root to here.
 struct Leaf {

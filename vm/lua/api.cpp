@@ -322,6 +322,14 @@ int32_t api_cap_need(cr_ctx* c, cr_tensor* t, const char* reason, const char* wh
   });
 }
 
+int32_t api_cap_data_size(cr_ctx* c, const char* op, const char* where) {
+  return guarded(c, [&] {
+    if (rec(c).active()) rec(c).data_size(op, where);
+    note_allocations(c);
+    return 0;
+  });
+}
+
 int32_t api_cap_grad_on(cr_ctx* c, const char* where) {
   return guarded(c, [&] {
     if (rec(c).active()) rec(c).grad_turned_on(where);
@@ -402,7 +410,9 @@ void api_cap_stats(cr_ctx* c, double* out) {
 const char* api_cap_report(cr_ctx* c) {
   Context& ctx = Context::of(c);
   ctx.scratch.clear();
-  for (const graph::SegmentReport& r : rec(c).report) ctx.scratch += cat(r.ops, "\t", r.reason, "\t", r.where, "\t", r.symbolic, "\t", r.op_names, "\t", int(r.backward_graph), "\t", r.grad_fallback, "\n");
+  for (const graph::SegmentReport& r : rec(c).report)
+    ctx.scratch += cat(r.ops, "\t", std::string(1, r.end), "\t", r.reason, "\t", r.where, "\t", r.symbolic, "\t", r.op_names, "\t",
+                       int(r.backward_graph), "\t", r.grad_fallback, "\n");
   return ctx.scratch.c_str();
 }
 
@@ -686,6 +696,7 @@ const cr_api* api_table() {
       api_cap_function,
       api_cap_begin,
       api_cap_need,
+      api_cap_data_size,
       api_cap_grad_on,
       api_cap_finish,
       api_cap_suspend,

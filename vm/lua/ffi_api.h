@@ -174,6 +174,8 @@ typedef struct cr_api {
                           int32_t dynamic); /* -1: automatic (nil), 0: false, 1: true */
   int32_t (*cap_begin)(cr_ctx* ctx, int32_t fn, int32_t cache_size_limit, int32_t train); /* 0: already active; train: Recorder::begin */
   int32_t (*cap_need)(cr_ctx* ctx, cr_tensor* t, const char* reason, const char* where);
+  /* an op whose result sizes come from the values (`op`) is called: Recorder::data_size */
+  int32_t (*cap_data_size)(cr_ctx* ctx, const char* op, const char* where);
   int32_t (*cap_grad_on)(cr_ctx* ctx, const char* where); /* grad mode turns on: Recorder::grad_turned_on */
   int32_t (*cap_finish)(cr_ctx* ctx, cr_tensor** rets, int32_t n, const char* where);
   int32_t (*cap_suspend)(cr_ctx* ctx, cr_tensor** rets, int32_t n, const char* where); /* coroutine.yield: Recorder::suspend */

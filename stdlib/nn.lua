@@ -377,7 +377,7 @@ end
 -- held in several fields (tied weights) becomes one converted tensor.
 -- A parameter is converted in place (PyTorch's `p.data = converted`): the same Lua tensor, so an
 -- optimizer made before keeps training it; it stays a leaf that requires grad, and its grad is
--- converted too. Hooks registered on it stay with the old tensor. Buffers are new tensors.
+-- converted too, and its hooks move with it. Buffers are new tensors.
 local DTYPE_NAMES = {}
 for _, name in pairs(core.dtypes) do DTYPE_NAMES[name] = true end
 local function convert(v, arg, dtype)
@@ -391,6 +391,8 @@ local function convert_in_place(p, converted, arg, dtype)
   local g, requires_grad = p.grad, p.requires_grad
   core.swap_tensors(p, converted)
   if requires_grad then p:requires_grad_(true) end
+  local rc = core.api.autograd.move_hooks(core.ctx, core.ptr(converted), core.ptr(p))
+  if rc ~= 0 then core.raise(rc) end
   if g ~= nil then p.grad = convert(g, arg, dtype) end
   return p
 end

@@ -69,10 +69,9 @@ for _, u in ipairs(UNARY) do
       local x = gen(lay[2], dt, lo, hi)
       if lay[1] == "non-contiguous" then x = noncontig(x) end
       local key = string.format("%s %s %s", op, dt, lay[1])
-      -- torch 1.13 has no integer gelu / silu; crescent computes them in float32, like exp
-      local arg = ((op == "gelu" or op == "silu") and not FLOAT[dt]) and "a.float()" or "a"
+      -- (integer gelu / silu raise in both, as PyTorch's activations do)
       if not DEVIATION[op .. " " .. dt] then
-        case("unary " .. op, key, string.format(texpr, arg), { a = x }, function() return T[op](x) end)
+        case("unary " .. op, key, string.format(texpr, "a"), { a = x }, function() return T[op](x) end)
       end
     end
   end
@@ -728,14 +727,16 @@ describe("argument errors of pointwise ops", function()
     errs(function() local _ = T.tensor({ true }):addcmul(T.tensor({ true }), T.tensor({ true })) end, "addcmul", "numeric", "bool")
     errs(function() local _ = T.addcmul(T.ones(2), T.ones(2), 3) end, "addcmul", "argument 3 (tensor2)", "tensor")
   end)
+  it("lerp and the activations refuse integer tensors, as torch (a float weight or slope too)", function()
+    errs(function() local _ = T.tensor({ 1, 2 }):lerp(T.tensor({ 3, 6 }), 0.25) end, "lerp", "floating tensors", "int64")
+    for _, f in ipairs { "gelu", "silu", "mish", "hardswish", "logsigmoid", "softplus" } do
+      errs(function() local _ = T.F[f](T.tensor({ 1, 2 })) end, f, "expected a floating tensor, got an int64 tensor")
+    end
+    errs(function() local _ = T.F.leaky_relu(T.tensor({ 1, 2 }, { dtype = "int32" }), 0.5) end, "leaky_relu", "int32")
+  end)
 end)
 
 describe("deliberate differences from torch 1.13", function()
-  it("lerp promotes integer inputs to float32 (torch raises)", function()
-    local r = T.tensor({ 1, 2 }):lerp(T.tensor({ 3, 6 }), 0.25)
-    expect.eq(r.dtype, "float32")
-    expect.eq(r:totable(), { 1.5, 3 })
-  end)
   it("maximum / minimum / atan2 / logical ops take a number (torch needs a tensor)", function()
     expect.eq(T.tensor({ 1, 5 }):maximum(3):totable(), { 3, 5 })
     expect.eq(T.minimum(2.5, T.tensor({ 1, 5 })):totable(), { 1, 2.5 })

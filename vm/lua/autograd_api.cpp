@@ -117,6 +117,21 @@ int32_t ag_detach_(cr_ctx* c, cr_tensor* t) {
   });
 }
 
+int32_t ag_move_hooks(cr_ctx* c, cr_tensor* from, cr_tensor* to) {
+  return guarded(c, [&] {
+    AutogradMeta* m = meta_of(from);
+    if (!m || (m->hooks.empty() && m->post_hooks.empty())) return 0;
+    if (m->grad_fn || m->base.defined() || grad_fn_of(to, ensure_meta(to)))
+      fail("move_hooks: expected two leaf tensors that are not views");
+    AutogradMeta& n = ensure_meta(to);
+    for (std::vector<autograd::TensorHook> AutogradMeta::*v : {&AutogradMeta::hooks, &AutogradMeta::post_hooks}) {
+      (n.*v).insert((n.*v).end(), (m->*v).begin(), (m->*v).end());
+      (m->*v).clear();
+    }
+    return 0;
+  });
+}
+
 cr_tensor* ag_get_grad(cr_ctx* c, cr_tensor* t) {
   const AutogradMeta* m = meta_of(t);
   return m ? hand_one(c, m->grad) : nullptr;
@@ -277,7 +292,7 @@ const cr_autograd_api* api_table() {
                                       ag_set_grad, ag_grad_fn,     ag_retain_grad,
                                       ag_add_hook, ag_dead_hooks,  ag_set_hook_caller,   ag_backward,
                                       ag_where,    ag_status,      ag_add_post_hook,     ag_capture_backward,
-                                      ag_remove_hook, ag_detach_};
+                                      ag_remove_hook, ag_detach_,     ag_move_hooks};
   return &api;
 }
 

@@ -51,6 +51,9 @@ typedef struct cr_autograd_api {
   int32_t (*capture_backward)(cr_ctx* ctx, cr_tensor* root, const char* where, const char** why);
   void (*remove_hook)(cr_ctx* ctx, cr_tensor* t, int32_t id); /* a hook's handle:remove() (either kind) */
   int32_t (*detach_)(cr_ctx* ctx, cr_tensor* t);  /* t leaves its graph: a leaf not requiring grad */
+  /* leaf `to` takes leaf `from`'s hooks (both kinds): Module:to's converted parameters, which
+     PyTorch converts in place (p.data = q) */
+  int32_t (*move_hooks)(cr_ctx* ctx, cr_tensor* from, cr_tensor* to);
 } cr_autograd_api;
 
 /* T.distributed (vm/lua/dist_api.cpp, stdlib/distributed.lua): the process's NCCL communicator,

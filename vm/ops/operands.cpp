@@ -94,7 +94,10 @@ void check_scalar_fits(double v, DType dtype) {
   if (!scalar_fits(v, dtype)) fail(cat("value ", v, " cannot be converted to ", dtype_name(dtype), " without overflow"));
 }
 
-std::string dtype_list_error(const char* what, DType d) { return cat("expected ", what, ", got a ", dtype_name(d), " tensor"); }
+std::string dtype_list_error(const char* what, DType d) {
+  const char* name = dtype_name(d);
+  return cat("expected ", what, ", got ", name[0] == 'i' ? "an " : "a ", name, " tensor");
+}
 
 Tensor writable(const OpCall& c, int i) {
   Tensor t = c.tensor(i);

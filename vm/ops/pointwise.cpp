@@ -13,11 +13,11 @@
 namespace cr {
 namespace {
 
-// Float: integer inputs compute in float32. Same: keeps the dtype (no bool). Keep: keeps the
-// dtype, bool included (sign). Power: as pow(x, 2), bool computes in int64 (square). Bool: bool
-// result. Arith: promoted dtype, bool allowed. Numeric: promoted, bool rejected. Compare /
-// Logical: bool.
-enum class Rule { Float, Same, Keep, Power, Bool, Arith, Numeric, Compare, Logical };
+// Float: integer inputs compute in float32. Floating: floating inputs only (PyTorch's
+// activations: gelu of an int64 tensor raises). Same: keeps the dtype (no bool). Keep: bool too
+// (sign). Power: as pow(x, 2), bool computes in int64 (square). Bool: bool result. Arith: promoted
+// dtype, bool allowed. Numeric: promoted, bool rejected. Compare / Logical: bool.
+enum class Rule { Float, Floating, Same, Keep, Power, Bool, Arith, Numeric, Compare, Logical };
 
 #define CR_UNARY_OPS(X)                        \
   X(neg, Same, sm::neg_(a))                    \
@@ -36,7 +36,7 @@ enum class Rule { Float, Same, Keep, Power, Bool, Arith, Numeric, Compare, Logic
   X(tanh, Float, vmath::tanh(a))                  \
   X(sigmoid, Float, vmath::sigmoid(a))            \
   X(relu, Same, sm::relu_(a))                  \
-  X(silu, Float, sm::silu_(a))                 \
+  X(silu, Floating, sm::silu_(a))              \
   X(erf, Float, vmath::erf(a))                    \
   X(erfinv, Float, sm::erfinv_(a))             \
   X(floor, Same, sm::floor_(a))                \
@@ -89,26 +89,29 @@ enum class Rule { Float, Same, Keep, Power, Bool, Arith, Numeric, Compare, Logic
   };
 CR_UNARY_OPS(CR_DEFINE_OP)
 CR_BINARY_OPS(CR_DEFINE_OP)
-CR_DEFINE_OP(gelu_tanh, Float, sm::gelu_tanh_(a))
-CR_DEFINE_OP(gelu_erf, Float, sm::gelu_(a))
+CR_DEFINE_OP(gelu_tanh, Floating, sm::gelu_tanh_(a))
+CR_DEFINE_OP(gelu_erf, Floating, sm::gelu_(a))
 // gelu's gradient: grad_output (a) times the slope at the input (b), one kernel (gelu's rule)
 CR_DEFINE_OP(_gelu_backward, Float, sm::gelu_backward_(a, b))
 CR_DEFINE_OP(_gelu_tanh_backward, Float, sm::gelu_tanh_backward_(a, b))
-CR_DEFINE_OP(leaky_relu, Float, sm::leaky_relu_(a, b))
-CR_DEFINE_OP(elu, Float, sm::elu_(a, b))
-CR_DEFINE_OP(softplus, Float, sm::softplus_(a, b))
+CR_DEFINE_OP(leaky_relu, Floating, sm::leaky_relu_(a, b))
+CR_DEFINE_OP(elu, Floating, sm::elu_(a, b))
+CR_DEFINE_OP(softplus, Floating, sm::softplus_(a, b))
 // div's {rounding_mode = "floor" | "trunc"} (crescent.surface's div): promoted dtype, as PyTorch
 CR_DEFINE_OP(_div_floor, Numeric, sm::div_floor_(a, b))
 CR_DEFINE_OP(_div_trunc, Numeric, sm::div_trunc_(a, b))
-CR_DEFINE_OP(mish, Float, sm::mish_(a))
-CR_DEFINE_OP(logsigmoid, Float, sm::logsigmoid_(a))
-CR_DEFINE_OP(hardsigmoid, Float, sm::hardsigmoid_(a))
-CR_DEFINE_OP(hardswish, Float, sm::hardswish_(a))
+CR_DEFINE_OP(mish, Floating, sm::mish_(a))
+CR_DEFINE_OP(logsigmoid, Floating, sm::logsigmoid_(a))
+CR_DEFINE_OP(hardsigmoid, Floating, sm::hardsigmoid_(a))
+CR_DEFINE_OP(hardswish, Floating, sm::hardswish_(a))
 
 // The dtype an op computes in, from the promoted input dtype.
 DType compute_dtype(Rule rule, DType in, const char* name) {
   switch (rule) {
     case Rule::Float: return to_floating(in);
+    case Rule::Floating:
+      if (!is_floating(in)) fail(dtype_list_error("a floating tensor", in));
+      return in;
     case Rule::Power: return in == DType::b8 ? DType::i64 : in;
     case Rule::Same:
     case Rule::Numeric:
@@ -125,7 +128,7 @@ constexpr DType out_dtype(Rule rule, DType compute) {
 
 // Instantiates f<T> only for the compute dtypes the rule can produce.
 template <Rule R, class F> void visit_rule(DType d, F&& f) {
-  if constexpr (R == Rule::Float) visit_floating(d, f);
+  if constexpr (R == Rule::Float || R == Rule::Floating) visit_floating(d, f);
   else if constexpr (R == Rule::Same || R == Rule::Numeric || R == Rule::Power) visit_numeric(d, f);
   else visit(d, f);
 }
@@ -238,6 +241,8 @@ template <class Op> Binary prepare_binary(const OpCall& c) {
   Binary p{operand(c, 0), operand(c, 1), DType::f32, {}, {}};
   if (!p.a.is_tensor() && !p.b.is_tensor()) fail("expected at least one tensor operand, got two numbers");
   p.compute = compute_dtype(Op::rule, result_type({&p.a, &p.b}), Op::name);
+  // (Floating: the tensors decide, a number parameter does not make an int64 x floating)
+  if (Op::rule == Rule::Floating) compute_dtype(Op::rule, result_type({p.a.is_tensor() ? &p.a : nullptr, p.b.is_tensor() ? &p.b : nullptr}), Op::name);
   p.shape = broadcast_operands({&p.a, &p.b}, &p.device);
   // as PyTorch: x - mask is almost always a bug (1 - mask means logical_not)
   if (std::is_same_v<Op, Op_sub> && (is_bool_operand(p.a) || is_bool_operand(p.b)))
@@ -398,7 +403,9 @@ Ternary prepare_hardtanh(const OpCall& c) {
 Ternary prepare_lerp(const OpCall& c) {
   Ternary p{Operand{c.tensor(0)}, Operand{c.tensor(1)}, operand(c, 2), DType::f32, {}, {}};
   p.compute = result_type({&p.a, &p.b, &p.c});
-  if (!is_floating(p.compute)) fail(dtype_list_error("floating tensors", p.compute));
+  // (a float weight does not make integer ends floating: PyTorch raises for them)
+  const DType ends = result_type({&p.a, &p.b});
+  if (!is_floating(p.compute) || !is_floating(ends)) fail(dtype_list_error("floating tensors", ends));
   p.shape = broadcast_operands({&p.a, &p.b, &p.c}, &p.device);
   return p;
 }
@@ -445,7 +452,8 @@ void run_addcmul(OpCall& c) {
 // Whether `rule` computes in dtype d (the compute dtypes visit_rule instantiates for it).
 bool computes_in(Rule rule, DType d) {
   switch (rule) {
-    case Rule::Float: return is_floating(d);
+    case Rule::Float:
+    case Rule::Floating: return is_floating(d);
     case Rule::Same:
     case Rule::Power:
     case Rule::Numeric: return d != DType::b8;

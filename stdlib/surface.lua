@@ -176,10 +176,17 @@ function S.randint_like(x, low, high, opts)
   if high == nil or type(high) == "table" then low, high, opts = 0, low, high end
   return T.randint(low, high, x.shape, like_opts("randint_like", x, opts))
 end
--- randperm(n[, opts]): a random permutation of 1..n (1-based: it is an index)
+-- randperm(n[, opts]): a random permutation of 1..n (1-based: it is an index); n at most the
+-- largest integer up to which the dtype holds every integer (PyTorch checks it too)
+local EXACT_UP_TO = { float16 = 2 ^ 11, bfloat16 = 2 ^ 8, float32 = 2 ^ 24, float64 = 2 ^ 53, uint8 = 255, int8 = 127,
+                      int16 = 32767, int32 = 2 ^ 31 - 1 }
 function S.randperm(n, opts)
   if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then fail("randperm: n expected a non-negative integer, got " .. tostring(n)) end
   opts = opts_of("randperm", opts, { dtype = true, device = true })
+  local most = EXACT_UP_TO[opts.dtype]
+  if most and n > most then
+    fail(string.format("randperm: n cannot be greater than %d for %s (its values 1..n must be exact), got %d", most, opts.dtype, n))
+  end
   local _, i = T.rand(n, { device = opts.device }):sort(1)
   return opts.dtype and i:to(opts.dtype) or i
 end

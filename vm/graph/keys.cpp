@@ -76,8 +76,8 @@ void encode_tensor(Context& ctx, Segment& s, cr_tensor* t) {
   k.push_back(uint64_t(alias + 1));
   s.symbolic[size_t(vid)] = sym;
   s.dynamic = s.dynamic || sym != 0;
-  for (const auto& [d, k] : s.data_sized)  // (dim 0: the count of every data-dependent op's results)
-    if (d.get() == t && (sym & 1)) s.unbacked[size_t(vid)] = k + 1;
+  for (const Segment::DataSized& d : s.data_sized)  // (dim 0: the count of every data-dependent op's results)
+    if (d.t == t && d.storage == t->_storage && (sym & 1)) s.unbacked[size_t(vid)] = d.k + 1;
 }
 
 // Ops whose integral numbers may come from sizes (narrow lengths, split sizes, arange's end): with

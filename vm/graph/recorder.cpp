@@ -106,7 +106,7 @@ void Recorder::call(int op, const cr_value* args, int nargs, std::vector<Tensor>
     for (cr_tensor* t : tensor_args(args, nargs)) ensure_real(ctx_, t);
     outs = dispatch(ctx_, op, args, nargs);
     if (s.mode == 1)
-      for (const Tensor& t : outs) s.data_sized.emplace_back(t, s.data_calls);
+      for (const Tensor& t : outs) s.data_sized.push_back({t.get(), t.get()->_storage, s.data_calls});
     s.data_calls += s.mode == 1;
     return;
   }

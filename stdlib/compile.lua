@@ -219,6 +219,14 @@ local function train_mode(module, ...)
   return needs_grad(module, ...) and 1 or 2
 end
 
+-- An error inside a captured call: its frames where it was raised, for the error handler of the
+-- executable and the REPL (vm/lua/traceback.cpp), as the rethrow in finish() shows none below it
+local registry, traceback = debug.getregistry(), debug.traceback
+local function note_frames(err)
+  if type(err) == "string" then registry["crescent.error_frames"] = { err, traceback("", 2):sub(2) } end
+  return err
+end
+
 -- One capture of fn(...) as function `id`; the call runs plainly when a capture is active.
 local function capture_call(id, ret_where, train, fn, ...)
   local config = settings  -- (T.config's values, read without its metatable)
@@ -229,7 +237,7 @@ local function capture_call(id, ret_where, train, fn, ...)
   serial = serial + 1
   local mine = serial
   active, active_id = mine, id
-  return finish(ret_where, mine, pcall(fn, ...))
+  return finish(ret_where, mine, xpcall(fn, note_frames, ...))
 end
 core.entry(capture_call, 4)  -- (fn: an error in its tail call is at that line)
 

@@ -82,6 +82,16 @@ describe("crescent executable", function()
     has(err, path .. ":6: in main chunk", "stderr")
   end)
 
+  it("shows the frames inside a compiled function where its error was raised", function()
+    local path = script("local T = crescent\nlocal function f(x)\n  local y = x + T.ones(3)\n  return y\nend\n" ..
+      "local function g(x)\n  local z = f(x)\n  return z\nend\nlocal c = T.compile(g)\nc(T.ones(2))\n")
+    local _, err, st = run({ path })
+    os.remove(path)
+    expect.eq(st, 1)
+    expect.eq(err, "crescent: " .. path .. ":3: add: shapes {2} and {3} cannot be broadcast\nstack traceback:\n\t" ..
+      path .. ":3: in function 'f'\n\t" .. path .. ":7: in function <" .. path .. ":6>\n\t" .. path .. ":11: in main chunk\n")
+  end)
+
   it("leaves crescent's own frames out of tracebacks unless CRESCENT_TRACEBACK=full", function()
     local path = script("local T = crescent\nlocal function f(x)\n  local y = x + T.ones(3)\n  return y\nend\nf(T.ones(2))\n")
     local _, err, st = run({ path })

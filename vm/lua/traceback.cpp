@@ -52,9 +52,20 @@ int traceback(lua_State* L) {
     luaL_traceback(L, L, msg, 1);
     return 1;
   }
-  luaL_traceback(L, L, nullptr, 1);
+  // an error a compiled call rethrew (stdlib/compile.lua note_frames): the frames where it was raised
+  lua_getfield(L, LUA_REGISTRYINDEX, "crescent.error_frames");
+  bool noted = false;
+  if (lua_istable(L, -1)) {
+    lua_rawgeti(L, -1, 1);
+    noted = lua_rawequal(L, -1, 1) != 0;
+    lua_pop(L, 1);
+    lua_pushnil(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, "crescent.error_frames");
+  }
+  if (noted) lua_rawgeti(L, -1, 2);
+  else luaL_traceback(L, L, nullptr, 1);
   const std::string frames = trim(lua_tostring(L, -1));
-  lua_pop(L, 1);
+  lua_pop(L, 2);
   if (frames.empty()) return lua_pushstring(L, msg), 1;
   lua_pushfstring(L, "%s\n%s", msg, frames.c_str());
   return 1;

@@ -179,6 +179,23 @@ local function same_shape(k, x)
   return true
 end
 
+-- x[mask] = v as masked_fill_ (no data-dependent size: no graph break when compiled): v a number
+-- or a 0-d tensor of x's dtype and device, the mask covering x's leading dims; the mask then
+-- with a size-1 dim for each of x's other dims
+local function fill_mask(x, k, v)
+  if k.dtype ~= "bool" or k:dim() == 0 or k:dim() > x:dim() then return nil end
+  if is_tensor(v) and (v:dim() ~= 0 or v.dtype ~= x.dtype or v.device ~= x.device) then return nil end
+  if not is_tensor(v) and type(v) ~= "number" then return nil end
+  local shape = {}
+  for j = 1, x:dim() do
+    if j <= k:dim() and k:size(j) ~= x:size(j) then return nil end
+    shape[j] = j <= k:dim() and x:size(j) or 1
+  end
+  -- (a mask on the CPU indexes a CUDA tensor too, as PyTorch's positions may)
+  if k.device ~= x.device then k = k:to(x.device) end
+  return k:dim() == x:dim() and k or k:reshape(shape)
+end
+
 -- x[k] for a key that is no method or property: a tensor (index or mask) or a list of entries
 function M.get(x, k)
   if is_tensor(k) then
@@ -200,15 +217,13 @@ function M.setitem_value(v)
   return v:reshape(shape)
 end
 
--- x[k] = v: a mask of x's shape with a number is masked_fill_; the rest index_put_ (tensor
--- values of another dtype raise, as PyTorch's setitem)
+-- x[k] = v: a mask with a number or a 0-d tensor is masked_fill_ (fill_mask); the rest index_put_
+-- (tensor values of another dtype raise, as PyTorch's setitem)
 function M.set(x, k, v)
   v = M.setitem_value(v)
   if is_tensor(k) then
-    if k.dtype == "bool" and type(v) == "number" and k:dim() > 0 and same_shape(k, x) then
-      -- (a mask on the CPU indexes a CUDA tensor too, as PyTorch's positions may)
-      return x:masked_fill_(k.device == x.device and k or k:to(x.device), v)
-    end
+    local mask = fill_mask(x, k, v)
+    if mask then return x:masked_fill_(mask, v) end
     return M.index_put_(x, { k }, v)
   end
   if type(k) == "table" then return M.index_put_(x, k, v) end

@@ -611,6 +611,27 @@ describe("compiled", function()
     expect.errors(function() full(T.ones(2)) end, "graph break", "nonzero", "dynamic = true")
   end)
 
+  it("x[mask] = a number or a 0-d tensor is a masked fill: no break, a gradient for the value", function()
+    local function f(x, v)
+      local y = x:clone()
+      y[y:lt(0)] = 0
+      y[x:select(2, 1):gt(0)] = v  -- (a mask over the leading dim: whole rows)
+      return y
+    end
+    local full = T.compile(f, { fullgraph = true })
+    for _ = 1, 3 do
+      local x = T.randn(5, 3)
+      local v = T.tensor(2.5)
+      expect.close(full(x, v), f(x, v), 0, 0)
+    end
+    local v = T.tensor(2.5, { dtype = "float64" }):requires_grad_()
+    local x = T.tensor({ { 1, -1 }, { -2, 3 } }, { dtype = "float64" })
+    local y = f(x, v)
+    expect.eq(y:totable(), { { 2.5, 2.5 }, { 0, 3 } })
+    y:sum():backward()
+    expect.eq(v.grad:item(), 2)
+  end)
+
   -- as torch.compile's unbacked symbols: the ops before run, the op runs, and capture goes on
   local function data_ops(x)
     local y = x:abs()

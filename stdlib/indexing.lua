@@ -180,12 +180,13 @@ local function same_shape(k, x)
 end
 
 -- x[mask] = v as masked_fill_ (no data-dependent size: no graph break when compiled): v a number
--- or a 0-d tensor of x's dtype and device, the mask covering x's leading dims; the mask then
--- with a size-1 dim for each of x's other dims
+-- or a 0-d tensor (cast to x's dtype, as torch's), the mask covering x's leading dims; returns the
+-- mask with a size-1 dim for each of x's other dims, and the value
 local function fill_mask(x, k, v)
   if k.dtype ~= "bool" or k:dim() == 0 or k:dim() > x:dim() then return nil end
-  if is_tensor(v) and (v:dim() ~= 0 or v.dtype ~= x.dtype or v.device ~= x.device) then return nil end
+  if is_tensor(v) and v:dim() ~= 0 then return nil end
   if not is_tensor(v) and type(v) ~= "number" then return nil end
+  if is_tensor(v) and (v.dtype ~= x.dtype or v.device ~= x.device) then v = v:to({ dtype = x.dtype, device = x.device }) end
   local shape = {}
   for j = 1, x:dim() do
     if j <= k:dim() and k:size(j) ~= x:size(j) then return nil end
@@ -193,7 +194,7 @@ local function fill_mask(x, k, v)
   end
   -- (a mask on the CPU indexes a CUDA tensor too, as PyTorch's positions may)
   if k.device ~= x.device then k = k:to(x.device) end
-  return k:dim() == x:dim() and k or k:reshape(shape)
+  return k:dim() == x:dim() and k or k:reshape(shape), v
 end
 
 -- x[k] for a key that is no method or property: a tensor (index or mask) or a list of entries
@@ -222,8 +223,8 @@ end
 function M.set(x, k, v)
   v = M.setitem_value(v)
   if is_tensor(k) then
-    local mask = fill_mask(x, k, v)
-    if mask then return x:masked_fill_(mask, v) end
+    local mask, value = fill_mask(x, k, v)
+    if mask then return x:masked_fill_(mask, value) end
     return M.index_put_(x, { k }, v)
   end
   if type(k) == "table" then return M.index_put_(x, k, v) end

@@ -630,6 +630,17 @@ describe("compiled", function()
     expect.eq(y:totable(), { { 2.5, 2.5 }, { 0, 3 } })
     y:sum():backward()
     expect.eq(v.grad:item(), 2)
+    -- a 0-d value of another dtype is cast, as torch's masked fill (an index key raises, as torch)
+    local z = T.zeros(3, { dtype = "int64" })
+    z[z:ge(0)] = T.tensor(2.5)
+    expect.eq(z:totable(), { 2, 2, 2 })
+    local w = T.zeros(3)
+    v = T.tensor(2.5, { dtype = "float64" }):requires_grad_()
+    w[w:ge(0)] = v
+    expect.eq({ w.dtype, w:totable() }, { "float32", { 2.5, 2.5, 2.5 } })
+    w:sum():backward()
+    expect.eq(v.grad:item(), 3)
+    expect.errors(function() w[T.tensor({ 1, 3 })] = T.tensor(2) end, "index_put_", "dtypes match")
   end)
 
   -- as torch.compile's unbacked symbols: the ops before run, the op runs, and capture goes on
@@ -665,6 +676,20 @@ describe("compiled", function()
     for _, d in ipairs(e.symbolic_dims) do if d.symbol:match("^u%d+$") then unbacked[#unbacked + 1] = d end end
     expect.truthy(#unbacked >= 4 and unbacked[1].dim == 1, e.summary)
     expect.truthy(e.summary:find("sync 1: ", 1, true) and e.summary:find(" u0 = input", 1, true), e.summary)
+  end)
+
+  it("a call with a sync point never replays without Lua (reduce-overhead): counts stay live", function()
+    local g = function(x, m) local n = T.masked_select(x, m):numel(); return T.zeros(n), x * n end
+    local f = T.compile(g, { mode = "reduce-overhead", dynamic = true })
+    for _, v in ipairs { { 1, 1, 1, 0 }, { 1, 1, 1, 0 }, { 1, 1, 1, 0 }, { 1, 0, 0, 0 }, { 0, 0, 0, 0 }, { 1, 1, 0, 0 } } do
+      local x, m = T.ones(4), T.tensor(v):bool()
+      local a, b = f(x, m)
+      local ea, eb = g(x, m)
+      expect.eq({ a:numel(), b:totable() }, { ea:numel(), eb:totable() })
+      T.compiler.wait(f)
+    end
+    local e = T.explain(T.compile(g, { dynamic = true }), T.ones(4), T.tensor({ 1, 0, 1, 0 }):bool())
+    expect.eq(#e.sync_points, 1)  -- (the function's first op: no graph ends there, it is listed)
   end)
 
   it("a backward() through a sync point differentiates the segments as eager does", function()

@@ -661,7 +661,12 @@ void Recorder::data_size(const std::string& op, const std::string& where) {
   Segment& s = *seg_;
   const std::string reason = cat(op, ": the result size depends on the values");
   if (s.mode != 1) return graph_break(reason + " (dynamic = true makes it a symbolic size)", where, nullptr);
-  if (s.ops > 0) end_segment(EndKind::Sync, reason, where, {});
+  if (s.ops > 0) {
+    end_segment(EndKind::Sync, reason, where, {});
+  } else {  // (no graph ends; listed all the same: a call with one never replays without Lua)
+    report.push_back(SegmentReport{0, reason, where, "", ""});
+    report.back().end = 'S';
+  }
   if (logs.graph_breaks) log("graph_breaks", cat(fn_->opts.name, ": sync point at ", where, ": ", reason, " (unbacked)"));
 }
 

@@ -93,8 +93,11 @@ int Recorder::plan(int32_t id, cr_tensor* const* cands, int n, int nargs) {
   guards::Function& f = function(id);
   f.plan.reset();
   if (f.yields) fail("it yields (coroutine.yield), which a replay would not");
-  if (report.size() != 1 || report[0].reason != "return")
-    fail(cat("the call has ", report.size() - 1, " graph break(s)"));
+  if (report.size() != 1 || report[0].reason != "return") {
+    const auto syncs = std::count_if(report.begin(), report.end(), [](const SegmentReport& r) { return r.end == 'S'; });
+    fail(syncs ? cat("the call has ", syncs, " sync point(s) (data-dependent sizes)")
+               : cat("the call has ", report.size() - 1, " graph break(s)"));
+  }
   auto leaf = f.last_leaf;
   if (!leaf) fail("the call recorded no tensor op");
   if (leaf->stepped) fail("its graph holds a backward(), whose .grad updates Lua's side of the call makes");

@@ -95,6 +95,7 @@ function C.pad(x, pad, mode, value)
   if #pad / 2 > x:dim() then fail(op .. ": Padding length too large: " .. #pad .. " values for a " .. x:dim() .. "-D input") end
   tuple(op, "pad", pad, #pad, -math.huge)
   if mode ~= "constant" and value ~= nil and value ~= 0 then fail(op .. ': value expected only with mode "constant"') end
+  local copied = false  -- (no padding, or only crops: a copy still, as torch's, never the input or a view)
   for i = 1, #pad / 2 do
     local d, lo, hi = x:dim() - i + 1, pad[2 * i - 1], pad[2 * i]
     local n = x:size(d)
@@ -113,7 +114,7 @@ function C.pad(x, pad, mode, value)
       if lo > 0 then fill(lo) end
       parts[#parts + 1] = x
       if hi > 0 then fill(hi) end
-      if #parts > 1 then x = T.cat(parts, d) end
+      if #parts > 1 then x, copied = T.cat(parts, d), true end
     elseif lo ~= 0 or hi ~= 0 then
       if mode == "reflect" and (lo >= n or hi >= n) then
         fail(string.format("%s: Padding size should be less than the corresponding input dimension, but got: padding (%d, %d) at dimension %d of input %s", op, lo, hi, d, shape_str(x)))
@@ -130,10 +131,10 @@ function C.pad(x, pad, mode, value)
         x, n, lo, hi = x:narrow(d, 1 + math.max(-lo, 0), m), m, math.max(lo, 0), math.max(hi, 0)
       end
       if n == 0 then fail(string.format("%s: mode %s expected a non-empty dim %d, got %s", op, mode, d, shape_str(x))) end
-      x = x:index_select(d, T.tensor(pad_index(mode, n, lo, hi), { dtype = "int64", device = x.device }))
+      x, copied = x:index_select(d, T.tensor(pad_index(mode, n, lo, hi), { dtype = "int64", device = x.device })), true
     end
   end
-  return x
+  return copied and x or x:clone()
 end
 
 -- unfold / fold ---------------------------------------------------------------------------------
@@ -359,7 +360,10 @@ function C.max_pool2d(x, ...)
   local o = named(op, 2, { ... }, { "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices" })
   local cols, g = windows(op, x, o.kernel_size, o.stride, o.padding, o.dilation, o.ceil_mode, -math.huge)
   local v, i = cols:max(2)
-  if not o.return_indices then return unwindow(v, g) end
+  -- a window whose real elements are all -inf may have picked a padding one before them: torch
+  -- takes its first real element (its index, and its gradient)
+  local padded = g.p[1] > 0 or g.p[2] > 0
+  if not o.return_indices and not (padded and x.requires_grad) then return unwindow(v, g) end
   -- the window element (ki, kj) of output (oh, ow) sits at (oh*s - p + ki*d, ow*s - p + kj*d)
   local dev = x.device
   local k0 = i - 1
@@ -369,7 +373,18 @@ function C.max_pool2d(x, ...)
   local ow = T.arange(g.Wo, { device = dev }):view(1, g.Wo):expand(g.Ho, g.Wo):reshape(1, g.Ho * g.Wo)
   local ih = oh * g.s[1] - g.p[1] + ki * g.d[1]
   local iw = ow * g.s[2] - g.p[2] + kj * g.d[2]
-  return unwindow(v, g), unwindow(ih * g.W + iw + 1, g)
+  if padded then
+    local function first(o, s, p, d)  -- the first real row (column) of each window
+      return o * s - p + ((o * -s + p):double() / d):ceil():clamp(0):long() * d
+    end
+    local in_pad = ih:lt(0):logical_or(iw:lt(0))
+    ih = T.where(in_pad, first(oh, g.s[1], g.p[1], g.d[1]), ih)
+    iw = T.where(in_pad, first(ow, g.s[2], g.p[2], g.d[2]), iw)
+  end
+  local at = ih * g.W + iw + 1
+  if padded and x.requires_grad then v = x:reshape(g.N * g.C, g.H * g.W):gather(2, at) end
+  if not o.return_indices then return unwindow(v, g) end
+  return unwindow(v, g), unwindow(at, g)
 end
 
 -- The number of window positions along one dim that count for avg_pool's divisor: inside the
@@ -549,6 +564,7 @@ local RESAMPLE = { linear = linear_along, bilinear = linear_along, trilinear = l
 -- area (the adaptive average pools; 3 dims: the average along each in turn).
 function C.interpolate(x, opts)
   local op = "interpolate"
+  local input = x
   check_tensor(op, 1, "input", x)
   local o = check_opts(op, 2, opts, { size = true, scale_factor = true, mode = true, align_corners = true, recompute_scale_factor = true })
   local mode = o.mode or "nearest"
@@ -599,15 +615,17 @@ function C.interpolate(x, opts)
     for i = n, 1, -1 do
       if sizes[i] ~= x:size(2 + i) then x = area_along(x, 2 + i, x:size(2 + i), sizes[i]) end
     end
-    return x
+    return rawequal(x, input) and x:clone() or x
   end
   if mode ~= "nearest" then
     for i = n, 1, -1 do  -- the last dim first, as PyTorch's weights nest
-      -- (a dim of unchanged size is copied whatever the scale, as PyTorch's kernels do)
-      if sizes[i] ~= x:size(2 + i) then x = RESAMPLE[mode](x, 2 + i, x:size(2 + i), sizes[i], sfs[i], o.align_corners) end
+      -- (a dim of unchanged size is copied whatever the scale, as PyTorch's linear kernels do;
+      -- its bicubic one resamples it with a given scale factor other than 1)
+      local copied = sizes[i] == x:size(2 + i) and (mode ~= "bicubic" or not sfs[i] or sfs[i] == 1)
+      if not copied then x = RESAMPLE[mode](x, 2 + i, x:size(2 + i), sizes[i], sfs[i], o.align_corners) end
     end
   end
-  return x
+  return rawequal(x, input) and x:clone() or x  -- (a new tensor, as torch's, never the input)
 end
 
 return C

@@ -226,14 +226,17 @@ function L.binary_cross_entropy_with_logits(input, target, opts)
   local o = start(op, input, target, opts, { weight = true, reduction = true, pos_weight = true })
   same_size(op, input, target, "%s: Target size (%s) must be the same as input size (%s)")
   local sp = neg_log_sigmoid(input)
-  local pw = o.pos_weight
+  local negative = (1 - target) * neg_log_sigmoid(-input)
+  -- (the weights take the loss's dtype, input's and target's: a float64 weight leaves it float32)
+  local pw, w = o.pos_weight, o.weight
   if pw ~= nil then
     check_tensor(op, 3, "pos_weight", pw)
-    sp = sp * (pw * target)
+    sp = sp * (pw:to(negative.dtype) * target)
   else
     sp = sp * target
   end
-  return reduce(weighted((1 - target) * neg_log_sigmoid(-input) + sp, o.weight), o.reduction)
+  if is_tensor(w) then w = w:to(negative.dtype) end
+  return reduce(weighted(negative + sp, w), o.reduction)
 end
 
 -- kl_div(input, target[, {reduction = "mean", log_target = false}]): input holds log-probabilities;

@@ -59,7 +59,10 @@ local function scaled_sum(op, input, product, opts)
   end
   local beta, alpha = opts.beta or 1, opts.alpha or 1
   if alpha ~= 1 then product = product * alpha end
-  if beta == 0 then return product + T.zeros_like(input) end
+  if beta == 0 then  -- (an input requiring grad stays in the graph, its gradient zeros, as torch)
+    local none = input.requires_grad and input:masked_fill(T.ones({}, { dtype = "bool", device = input.device }), 0)
+    return product + (none or T.zeros_like(input))
+  end
   return (beta == 1 and input or input * beta) + product
 end
 function M.addmm(input, a, b, opts) return scaled_sum("addmm", input, T.mm(a, b), opts) end

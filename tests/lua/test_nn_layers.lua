@@ -134,6 +134,13 @@ case("max_pool2d options", function(x) return F.max_pool2d(x, 3, { stride = 2, p
   "F.max_pool2d(a, 3, stride=2, padding=1, dilation=(1, 2), ceil_mode=True)", { D(2, 2, 8, 9) })
 case("max_pool2d indices", function(x) return select(2, F.max_pool2d(x, 3, { stride = 2, padding = 1, dilation = { 1, 2 }, return_indices = true })) end,
   "F.max_pool2d(a, 3, stride=2, padding=1, dilation=(1, 2), return_indices=True)[1] + 1", { D(2, 2, 7, 9) })
+-- windows whose real elements are all -inf: the first real one is picked, never a padding one
+local NEG = D(2, 2, 5, 6):masked_fill(T.rand(2, 2, 5, 6):lt(0.6), -math.huge)
+NEG[{ 1, 1, 1, 1 }] = -math.huge
+case("max_pool2d -inf windows", function(x) return F.max_pool2d(x, 3, { stride = 2, padding = 1 }) end,
+  "F.max_pool2d(a, 3, stride=2, padding=1)", { NEG })
+case("max_pool2d -inf windows indices", function(x) return select(2, F.max_pool2d(x, 3, { stride = 1, padding = 1, dilation = 2, return_indices = true })) end,
+  "F.max_pool2d(a, 3, stride=1, padding=1, dilation=2, return_indices=True)[1] + 1", { NEG })
 case("max_pool2d ties", function(x) return F.max_pool2d(x:relu(), 2) end, "F.max_pool2d(a.relu(), 2)", { D(1, 2, 4, 4) - 1 })
 case("avg_pool2d", function(x) return F.avg_pool2d(x, { 2, 3 }) end, "F.avg_pool2d(a, (2, 3))", { D(2, 3, 6, 7) })
 case("avg_pool2d pad ceil", function(x) return F.avg_pool2d(x, 3, { stride = 2, padding = 1, ceil_mode = true }) end,
@@ -185,6 +192,8 @@ case("interpolate bilinear scales 1.1, 1.3", function(x) return F.interpolate(x,
 case("interpolate linear scale same size", function(x) return F.interpolate(x, { scale_factor = 1.3, mode = "linear" }) end,
   "F.interpolate(a, scale_factor=1.3, mode='linear')", { D(2, 3, 3) })
 case("interpolate linear", function(x) return F.interpolate(x, { size = 9, mode = "linear" }) end, "F.interpolate(a, size=9, mode='linear')", { D(2, 3, 4) })
+case("interpolate bicubic scale of an unchanged size", function(x) return F.interpolate(x, { scale_factor = { 1.2, 2 }, mode = "bicubic" }) end,
+  "F.interpolate(a, scale_factor=(1.2, 2), mode='bicubic')", { D(1, 2, 3, 4) })
 case("interpolate bicubic", function(x) return F.interpolate(x, { size = { 9, 4 }, mode = "bicubic" }) end,
   "F.interpolate(a, size=(9, 4), mode='bicubic')", { D(2, 3, 5, 7) })
 case("interpolate bicubic align scales", function(x) return F.interpolate(x, { scale_factor = { 1.7, 0.6 }, mode = "bicubic", align_corners = true }) end,
@@ -429,6 +438,33 @@ describe("layer modules", function()
     expect.eq(tostring(nn.Conv2d(2, 4, 3, { stride = 2, padding = 1, bias = false })),
       "Conv2d(2, 4, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), bias=False)")
     expect.eq(tostring(nn.Softmax(2)), "Softmax(dim=2)")
+  end)
+end)
+
+describe("edges: results are new tensors, unused inputs keep a zero gradient", function()
+  it("pad and interpolate that change nothing still copy (as torch)", function()
+    local x = T.ones(1, 1, 2, 2)
+    local outs = { F.interpolate(x, { size = { 2, 2 }, mode = "bilinear" }), F.interpolate(x, { size = { 2, 2 }, mode = "area" }),
+                   F.pad(x, { 0, 0 }), F.pad(x, { 0, 0 }, "reflect"), F.pad(x, { -1, 0 }) }
+    for _, y in ipairs(outs) do y:add_(1) end
+    expect.eq(x:sum():item(), 4)
+  end)
+  it("addmm / addmv / baddbmm with beta = 0 keep input in the graph, its gradient zeros", function()
+    local m, v = T.ones(2, 3, { dtype = "float64" }), T.ones(3, { dtype = "float64" })
+    for _, f in ipairs { function(c) return T.addmm(c, m, m:t(), { beta = 0 }) end,
+                         function(c) return T.addmv(c:select(2, 1), m, v, { beta = 0 }) end,
+                         function(c) return T.baddbmm(c:view(1, 2, 2), m:view(1, 2, 3), m:t():reshape(1, 3, 2), { beta = 0 }) end } do
+      local c = T.full({ 2, 2 }, 0 / 0, { dtype = "float64" }):requires_grad_()
+      local y = f(c)
+      expect.truthy(y.requires_grad and not y:isnan():any():item(), "the product alone, in the graph")
+      y:sum():backward()
+      expect.eq(c.grad:totable(), { { 0, 0 }, { 0, 0 } })
+    end
+  end)
+  it("binary_cross_entropy_with_logits keeps the loss dtype of input and target (weights do not promote)", function()
+    local w64 = T.ones(3, { dtype = "float64" })
+    expect.eq(F.binary_cross_entropy_with_logits(T.zeros(2, 3), T.ones(2, 3), { pos_weight = w64, weight = w64 }).dtype, "float32")
+    expect.eq(F.binary_cross_entropy_with_logits(T.zeros(2, 3), T.ones(2, 3, { dtype = "float64" })).dtype, "float64")
   end)
 end)
 

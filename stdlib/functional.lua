@@ -66,11 +66,13 @@ end
 -- nn.functional ---------------------------------------------------------------------------------
 
 function F.linear(x, w, b) return T.linear(x, w, b) end
--- embedding(idx, weight[, {padding_idx =, max_norm =, norm_type = 2}]): max_norm first rescales,
--- in place and unrecorded, the rows idx reads whose norm passes it (torch's embedding_renorm_)
+-- embedding(idx, weight[, {padding_idx =, max_norm =, norm_type = 2, scale_grad_by_freq =}]):
+-- max_norm first rescales, in place and unrecorded, the rows idx reads whose norm passes it
+-- (torch's embedding_renorm_); scale_grad_by_freq divides a row's gradient by its count in idx
 function F.embedding(idx, w, opts)
-  if opts == nil or (opts.max_norm == nil and opts.norm_type == nil) then return T.embedding(idx, w, opts) end
+  if opts == nil or (opts.max_norm == nil and opts.norm_type == nil and opts.sparse == nil) then return T.embedding(idx, w, opts) end
   opts = check_opts("embedding", 3, opts, { padding_idx = true, max_norm = true, norm_type = true, scale_grad_by_freq = true, sparse = true })
+  if opts.sparse then fail("embedding: sparse = true is not implemented (crescent has no sparse tensors): the gradient is dense") end
   local max_norm, p = opts.max_norm, opts.norm_type or 2
   if max_norm ~= nil then
     if type(max_norm) ~= "number" then fail("embedding: max_norm expected a number, got " .. type(max_norm)) end
@@ -84,8 +86,7 @@ function F.embedding(idx, w, opts)
       w:index_copy_(1, rows, sel * scale)
     end)
   end
-  if opts.scale_grad_by_freq or opts.sparse then fail("embedding: scale_grad_by_freq and sparse are not implemented") end
-  return T.embedding(idx, w, { padding_idx = opts.padding_idx })
+  return T.embedding(idx, w, { padding_idx = opts.padding_idx, scale_grad_by_freq = opts.scale_grad_by_freq })
 end
 function F.relu(x) return T.relu(x) end
 function F.silu(x) return T.silu(x) end

@@ -497,15 +497,17 @@ function Linear:extra_repr()
 end
 nn.Linear = Linear
 
--- Embedding(n, d[, {padding_idx =, max_norm =, norm_type =, dtype =}]): a table of n rows, N(0, 1);
--- looked up with 1-based indices. The padding row (negative: from the end) starts as zeros and gets
--- no gradient; max_norm renormalises the rows looked up (F.embedding).
+-- Embedding(n, d[, {padding_idx =, max_norm =, norm_type =, scale_grad_by_freq =, sparse =, dtype =}]):
+-- a table of n rows, N(0, 1); looked up with 1-based indices. The padding row (negative: from the
+-- end) starts as zeros and gets no gradient; max_norm renormalises the rows looked up (F.embedding).
 local Embedding = nn.Module:extend("Embedding")
 function Embedding:init(n, d, opts)
   positive_int("Embedding", 1, "num_embeddings", n)
   positive_int("Embedding", 2, "embedding_dim", d)
-  opts = options("Embedding", 3, opts, { padding_idx = true, max_norm = true, norm_type = true, dtype = true })
-  self.max_norm, self.norm_type = opts.max_norm, opts.norm_type
+  opts = options("Embedding", 3, opts, { padding_idx = true, max_norm = true, norm_type = true, scale_grad_by_freq = true,
+                                         sparse = true, dtype = true })
+  if opts.sparse then fail("Embedding: sparse = true is not implemented (crescent has no sparse tensors): the gradient is dense") end
+  self.max_norm, self.norm_type, self.scale_grad_by_freq = opts.max_norm, opts.norm_type, opts.scale_grad_by_freq or nil
   self.num_embeddings, self.embedding_dim = n, d
   self.weight = T.randn({ n, d }, { dtype = opts.dtype })
   local p = opts.padding_idx
@@ -518,11 +520,17 @@ function Embedding:init(n, d, opts)
   end
 end
 function Embedding:forward(idx)
-  if self.max_norm == nil then return T.embedding(idx, self.weight, { padding_idx = self.padding_idx }) end
-  return F.embedding(idx, self.weight, { padding_idx = self.padding_idx, max_norm = self.max_norm, norm_type = self.norm_type })
+  if self.max_norm == nil then
+    return T.embedding(idx, self.weight, { padding_idx = self.padding_idx, scale_grad_by_freq = self.scale_grad_by_freq })
+  end
+  return F.embedding(idx, self.weight, { padding_idx = self.padding_idx, max_norm = self.max_norm, norm_type = self.norm_type,
+                                         scale_grad_by_freq = self.scale_grad_by_freq })
 end
 function Embedding:extra_repr()
   return self.num_embeddings .. ", " .. self.embedding_dim .. (self.padding_idx and ", padding_idx=" .. self.padding_idx or "")
+    .. (self.max_norm and ", max_norm=" .. self.max_norm or "")
+    .. (self.norm_type and self.norm_type ~= 2 and ", norm_type=" .. self.norm_type or "")
+    .. (self.scale_grad_by_freq and ", scale_grad_by_freq=True" or "")
 end
 nn.Embedding = Embedding
 

@@ -571,7 +571,7 @@ void register_indexing(Registry& r) {
   // (generated kernels gather too: jit/lower_ops.cpp; on CUDA they check the positions on the device)
   r.add(OpDef{"index_select", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_index_select, run_index_select});
   r.add(OpDef{"gather", "self:T, dim:D, index:T", OpKind::Index, kValueErrors, infer_gather, run_gather});
-  r.add(OpDef{"embedding", "input:T, weight:T, opts:{padding_idx:I}", OpKind::Index, kNoMethod | kValueErrors, infer_embedding, run_embedding});
+  r.add(OpDef{"embedding", "input:T, weight:T, opts:{padding_idx:I, scale_grad_by_freq:B}", OpKind::Index, kNoMethod | kValueErrors, infer_embedding, run_embedding});
   // (no loop lowering: scatters run as extern steps in compiled graphs, on host copies on CUDA)
   const int32_t dev = kValueErrors | kDeviceAware | kExtern;  // (CUDA: scatter_add_into's kernel)
   r.add(OpDef{"index_add", "self:T, dim:D, index:T, source:T, opts:{alpha:N}", OpKind::Index, dev, infer_index_add,

@@ -22,8 +22,8 @@ void scatter_into_zeros(Grad& g, int i, const char* op, int d, const Var& index,
   g.set(i, z);
 }
 
-// embedding: weight row v gets the sum of the gradient rows whose index is v; none for the
-// padding row (padding_idx)
+// embedding: weight row v gets the sum of the gradient rows whose index is v (over the count of
+// v in the input with scale_grad_by_freq); none for the padding row (padding_idx)
 void embedding_rule(Grad& g) {
   const Shape& ws = g.sizes(1);
   const int64_t n = shape_numel(g.sizes(0));
@@ -32,6 +32,11 @@ void embedding_rule(Grad& g) {
   if (g.arg().has(2)) {
     const int64_t p = g.arg().integer(2);
     gr = where(unsqueeze(op("eq", {idx, double(p > 0 ? p : p + ws[0] + 1)}), 1), 0.0, gr);
+  }
+  if (g.arg().boolean_or(3, false)) {
+    Var counts = zeros({ws[0]}, g.meta(1).dtype, g.meta(1).device);
+    call_op("index_add_", {counts, 1, idx, zeros({n}, g.meta(1).dtype, g.meta(1).device) + 1.0});
+    gr = gr / unsqueeze(op("index_select", {counts, 1, idx}), 1);
   }
   scatter_into_zeros(g, 1, "index_add_", 0, idx, gr);
 }

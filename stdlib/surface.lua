@@ -444,10 +444,15 @@ function S.meshgrid(...)
 end
 
 -- counting -----------------------------------------------------------------------------------
--- bincount(x[, weights[, minlength]]): counts of the values 0..max (data values, not indices);
--- the registry's counting kernel (vm/ops/bincount.cpp) after the arguments' Lua forms
+-- bincount(x[, weights[, minlength]]) or bincount(x, {weights =, minlength =}): counts of the
+-- values 0..max (data values, not indices); the registry's counting kernel (vm/ops/bincount.cpp)
+-- after the arguments' Lua forms
 function S.bincount(x, weights, minlength)
-  if type(weights) == "number" then weights, minlength = nil, weights end
+  if type(weights) == "number" then weights, minlength = nil, weights
+  elseif minlength == nil and is_opts(weights) then
+    local o = opts_of("bincount", weights, { weights = true, minlength = true })
+    weights, minlength = o.weights, o.minlength
+  end
   return bincount1(x, weights, minlength)
 end
 
@@ -623,9 +628,26 @@ function S.normal(mean, std, size, opts)
   return T.randn(shape, { dtype = dtype, device = opts.device or (like and like.device) or nil }) * std + mean
 end
 
--- unique_consecutive(x[, {return_inverse =, return_counts =}]): runs of equal values (flattened)
+-- unique_consecutive along dim k: runs of equal slices; the inverse has x:size(k) entries
+local function unique_consecutive_dim(x, k, opts)
+  local n = x:size(k)
+  local first = T.ones(n, { dtype = "bool", device = x.device })
+  if n > 1 then
+    local differ = x:narrow(k, 2, n - 1):ne(x:narrow(k, 1, n - 1))
+    if differ:dim() > 1 then differ = differ:movedim(k, 1):flatten(2):any(2) end
+    first:narrow(1, 2, n - 1):copy_(differ)
+  end
+  local r = { x:index_select(k, T.nonzero(first):view(-1)) }
+  if opts.return_inverse then r[#r + 1] = first:long():cumsum(1) end
+  if opts.return_counts then r[#r + 1] = run_lengths(first, x) end
+  return unpack(r)
+end
+
+-- unique_consecutive(x[, {return_inverse =, return_counts =, dim =}]): runs of equal values
+-- (flattened), or of equal slices along dim
 function S.unique_consecutive(x, opts)
-  opts = opts_of("unique_consecutive", opts, { return_inverse = true, return_counts = true })
+  opts = opts_of("unique_consecutive", opts, { return_inverse = true, return_counts = true, dim = true })
+  if opts.dim ~= nil then return unique_consecutive_dim(x, dim0("unique_consecutive", x, opts.dim) + 1, opts) end
   local flat = x:flatten()
   local n = flat:numel()
   local first = run_starts(flat)

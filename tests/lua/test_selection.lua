@@ -215,6 +215,7 @@ do
   case("one_hot_inferred", function() return T.F.one_hot(cls, -1) end, "torch.nn.functional.one_hot(c - 1, -1)", { c = cls })
   case("bincount", function() return T.bincount(xi) end, "torch.bincount(x)", { x = xi })
   case("bincount_min", function() return xi:bincount(nil, 9) end, "torch.bincount(x, minlength=9)", { x = xi })
+  case("bincount_opts", function() return T.bincount(xi, { minlength = 9 }) end, "torch.bincount(x, minlength=9)", { x = xi })
   local w = T.rand(10, { dtype = "float64" })
   case("bincount_w", function() return T.bincount(xi, w) end, "torch.bincount(x, w)", { x = xi, w = w })
   -- (values past the first pass's 4096 bins: a second pass, per piece or serial; int32, strided)
@@ -248,6 +249,13 @@ do
     "torch.unique(x, dim=0, return_inverse=True)[1] + 1", { x = xd })
   case("unique_dim2_counts", function() return select(2, T.unique(xd:t(), { dim = 2, return_counts = true })) end,
     "torch.unique(x.t(), dim=1, return_counts=True)[1]", { x = xd })
+  local xc = L({ { 1, 2 }, { 1, 2 }, { 0, 5 }, { 0, 5 }, { 1, 2 } })
+  case("unique_consecutive_dim", function() return T.unique_consecutive(xc, { dim = 1 }) end, "torch.unique_consecutive(x, dim=0)", { x = xc })
+  case("unique_consecutive_dim_inv", function() return select(2, T.unique_consecutive(xc, { dim = 1, return_inverse = true })) end,
+    "torch.unique_consecutive(x, dim=0, return_inverse=True)[1] + 1", { x = xc })
+  case("unique_consecutive_dim2_counts", function() return select(2, T.unique_consecutive(xc:t(), { dim = 1, return_counts = true })) end,
+    "torch.unique_consecutive(x.t(), dim=0, return_counts=True)[1]", { x = xc })
+  case("unique_consecutive_dim_cols", function() return T.unique_consecutive(xc, { dim = 2 }) end, "torch.unique_consecutive(x, dim=1)", { x = xc })
   -- (more columns than one round of pairs: the ranks of column pairs combine three times)
   local xw = T.randint(0, 2, { 40, 7 }):double():mul(0.5)
   case("unique_dim_7_cols", function() return T.unique(xw, { dim = 1 }) end, "torch.unique(x, dim=0)", { x = xw })

@@ -198,7 +198,7 @@ void register_pointwise(Registry& r);
 #define CR_INPLACE_OPS(X)                                                                                         \
   X(add) X(sub) X(mul) X(div) X(clamp) X(neg) X(abs) X(exp) X(exp2) X(log) X(log2) X(log1p) X(expm1) X(sqrt)    \
   X(rsqrt) X(sin) X(cos) X(tan) X(tanh) X(sigmoid) X(relu) X(erf) X(floor) X(ceil) X(trunc) X(sign) X(reciprocal) \
-  X(square) X(pow) X(fmod) X(remainder) X(atan2) X(lerp) X(addcmul)
+  X(square) X(pow) X(fmod) X(remainder) X(atan2) X(hypot) X(lerp) X(addcmul)
 void register_reductions(Registry& r);
 void register_views(Registry& r);
 void register_joins(Registry& r);

@@ -102,7 +102,7 @@ local BINARY = {
   mul = { "torch.mul", first = true, second = true }, div = { "torch.div", first = true, second = true },
   pow = { "torch.pow", first = true, second = true }, remainder = { "torch.remainder", first = true, second = true },
   fmod = { "torch.fmod", second = true }, maximum = { "torch.maximum" }, minimum = { "torch.minimum" },
-  atan2 = { "torch.atan2" }, eq = { "torch.eq", second = true }, ne = { "torch.ne", second = true },
+  atan2 = { "torch.atan2" }, hypot = { "torch.hypot" }, eq = { "torch.eq", second = true }, ne = { "torch.ne", second = true },
   lt = { "torch.lt", second = true }, le = { "torch.le", second = true }, gt = { "torch.gt", second = true },
   ge = { "torch.ge", second = true },
   logical_and = { "torch.logical_and" }, logical_or = { "torch.logical_or" }, logical_xor = { "torch.logical_xor" },
@@ -170,11 +170,11 @@ for _, name in ipairs({ "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "ex
     return function(I) return op(name .. "_")(a(I)) end, ("a.%s_()"):format(name), { inplace = a }
   end }
 end
-for _, name in ipairs({ "pow", "fmod", "remainder", "atan2" }) do
+for _, name in ipairs({ "pow", "fmod", "remainder", "atan2", "hypot" }) do
   R[name .. "_"] = { gen = function(c)
     local s = c:shape()
     local a = c:tensor(s, c:dtype(FLOAT))
-    local b = name == "atan2" and c:tensor(c:bshape(s, 0.05), c:dtype(FLOAT)) or c:operand(c:bshape(s, 0.05), c:dtype(FLOAT))
+    local b = (name == "atan2" or name == "hypot") and c:tensor(c:bshape(s, 0.05), c:dtype(FLOAT)) or c:operand(c:bshape(s, 0.05), c:dtype(FLOAT))
     return function(I) return op(name .. "_")(a(I), b(I)) end, ("a.%s_(%s)"):format(name, b.py), { inplace = a }
   end }
 end

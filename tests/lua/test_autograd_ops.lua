@@ -39,7 +39,7 @@ for _, b in ipairs({ "_gelu_backward", "_gelu_tanh_backward" }) do  -- (gelu's g
   case(b, function(g, x) return T[b](g, x) end, R(2, 3), R(2, 3))
   case(b, function(g, x) return T[b](g, x) end, R(3), nc(2, 3))
 end
-for _, b in ipairs({ "add", "sub", "mul", "div", "maximum", "minimum", "atan2" }) do
+for _, b in ipairs({ "add", "sub", "mul", "div", "maximum", "minimum", "atan2", "hypot" }) do
   case(b, function(x, y) return T[b](x, y) end, R(2, 3), pos(3))
   case(b, function(x, y) return T[b](x, y) end, R(1, 3), nc(2, 3))
   case(b, function(x) return T[b](x, 1.5) end, R(2))
@@ -69,7 +69,7 @@ for _, u in ipairs({ "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "expm1
   "tanh", "sigmoid", "relu", "erf", "floor", "ceil", "trunc", "sign", "reciprocal", "square" }) do  -- (CR_INPLACE_OPS)
   case(u .. "_", function(x) local z = x * 1; return z[u .. "_"](z) end, pos(3, 1))
 end
-for _, b in ipairs({ "pow", "fmod", "remainder", "atan2" }) do
+for _, b in ipairs({ "pow", "fmod", "remainder", "atan2", "hypot" }) do
   case(b .. "_", function(x, y) local z = x * 3; return z[b .. "_"](z, y) end, pos(3), pos(3))
 end
 case("lerp_", function(a, b, w) local z = a * 1; return z:lerp_(b, w) end, R(3), R(3), R(3))

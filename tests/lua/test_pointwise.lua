@@ -15,7 +15,7 @@ expect.covers(
   "reciprocal", "square", "isnan", "isinf", "logical_not", "leaky_relu", "elu", "softplus", "mish", "logsigmoid",
   "hardsigmoid", "hardswish", "hardtanh",
   -- binary, ternary, in-place
-  "add", "sub", "mul", "div", "pow", "fmod", "remainder", "maximum", "minimum", "atan2", "eq", "ne",
+  "add", "sub", "mul", "div", "pow", "fmod", "remainder", "maximum", "minimum", "atan2", "hypot", "eq", "ne",
   "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "where", "clamp", "lerp",
   "addcmul", "add_", "sub_", "mul_", "div_", "clamp_")
 
@@ -128,7 +128,7 @@ for _, dt in ipairs(FLOATS) do
 end
 
 -- ---- binary ops ---------------------------------------------------------------------------------
-local BINARY = { "add", "sub", "mul", "div", "pow", "fmod", "remainder", "maximum", "minimum", "atan2",
+local BINARY = { "add", "sub", "mul", "div", "pow", "fmod", "remainder", "maximum", "minimum", "atan2", "hypot",
                  "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor" }
 -- operands: halves in [-3, 3] (ties for comparisons, exact fmod), no integer zero divisors,
 -- positive float bases and small exponents for pow
@@ -761,7 +761,7 @@ end)
 
 expect.covers("neg_", "abs_", "exp_", "exp2_", "log_", "log2_", "log1p_", "expm1_", "sqrt_", "rsqrt_", "sin_", "cos_",
   "tan_", "tanh_", "sigmoid_", "relu_", "erf_", "floor_", "ceil_", "trunc_", "sign_", "reciprocal_", "square_", "pow_",
-  "fmod_", "remainder_", "atan2_", "lerp_", "addcmul_")
+  "fmod_", "remainder_", "atan2_", "hypot_", "lerp_", "addcmul_")
 describe("in-place forms", function()
   local x = T.rand(3, 4, { dtype = "float64" }) + 0.25  -- (in every domain below)
   local w = T.rand(4, { dtype = "float64" }) + 0.5

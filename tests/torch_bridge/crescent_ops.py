@@ -157,7 +157,7 @@ def num_first(fn, op):
             if op and not kw:
                 return op(a, b)
             a = W(a, b)
-        elif not isinstance(b, torch.Tensor) and fn in (torch.maximum, torch.minimum, torch.atan2, torch.logical_and,
+        elif not isinstance(b, torch.Tensor) and fn in (torch.maximum, torch.minimum, torch.atan2, torch.hypot, torch.logical_and,
                                                         torch.logical_or, torch.logical_xor):
             b = W(b, a)
         return fn(a, b, **kw)
@@ -382,7 +382,7 @@ OPS = {
     "add": num_first(torch.add, lambda a, b: a + b), "sub": num_first(torch.sub, lambda a, b: a - b),
     "mul": num_first(torch.mul, lambda a, b: a * b), "div": num_first(torch.div, lambda a, b: a / b),
     "pow": num_first(torch.pow, lambda a, b: a ** b), "remainder": num_first(torch.remainder, lambda a, b: a % b),
-    "fmod": num_first(torch.fmod, None), "atan2": num_first(torch.atan2, None),
+    "fmod": num_first(torch.fmod, None), "atan2": num_first(torch.atan2, None), "hypot": num_first(torch.hypot, None),
     "_div_floor": num_first(lambda a, b: torch.div(a, b, rounding_mode="floor"), None),
     "_div_trunc": num_first(lambda a, b: torch.div(a, b, rounding_mode="trunc"), None),
     "maximum": num_first(torch.maximum, None), "minimum": num_first(torch.minimum, None),
@@ -448,7 +448,7 @@ OPS = {
     **{n + "_": (lambda n: lambda x, *a: getattr(x, n + "_")(*a))(n) for n in (
         "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
         "sigmoid", "relu", "erf", "floor", "ceil", "trunc", "sign", "reciprocal", "square", "pow", "fmod",
-        "remainder", "atan2", "lerp", "addcmul")},
+        "remainder", "atan2", "hypot", "lerp", "addcmul")},
     "eye": eye, "linspace": linspace, "attention": attention,
     "as_strided": lambda x, size, stride, off=None: torch.as_strided(x, as_list(size), as_list(stride), 0 if off is None else off),
     "bincount": bincount,

@@ -62,6 +62,8 @@ template <class T> inline T hardswish_(T a) {  // (a times the clamped a + 3: -i
   c = c < T(0) ? T(0) : c;
   return a * (c > T(6) ? T(6) : c) / T(6);
 }
+// sqrt(a^2 + b^2) without overflow or underflow in between, as PyTorch's (std::hypot)
+template <class T> inline T hypot_(T a, T b) { return std::hypot(a, b); }
 // erf's inverse: a rational first guess (Pavlis's, the central range and the tails), then two
 // Newton steps on erf, as PyTorch's calc_erfinv; NaN past +-1, +-inf at +-1
 template <class T> inline T erfinv_(T y) {

@@ -101,6 +101,7 @@ std::string dtype_list_error(const char* what, DType d) {
 
 Tensor writable(const OpCall& c, int i) {
   Tensor t = c.tensor(i);
+  if (t.numel() == 0) return t;  // (no element to write twice, as torch)
   for (int d = 0; d < t.dim(); ++d)
     if (t.stride(d) == 0 && t.size(d) > 1)
       fail(cat("cannot write into an expanded tensor (dim ", d + 1, " has stride 0): clone() it first"));

@@ -61,6 +61,7 @@ enum class Rule { Float, Floating, Same, Keep, Power, Bool, Arith, Numeric, Comp
   X(maximum, Arith, sm::maximum_(a, b))                  \
   X(minimum, Arith, sm::minimum_(a, b))                  \
   X(atan2, Float, std::atan2(a, b))                      \
+  X(hypot, Floating, sm::hypot_(a, b))                   \
   X(eq, Compare, a == b)                                 \
   X(ne, Compare, a != b)                                 \
   X(lt, Compare, a < b)                                  \
@@ -237,12 +238,15 @@ void check_numbers_fit(std::initializer_list<const Operand*> ops, DType dtype) {
     if (o && !o->is_tensor() && !o->is_bool) check_scalar_fits(o->num, dtype);
 }
 
+template <class Op>
+constexpr bool kNumberParam = std::is_same_v<Op, Op_leaky_relu> || std::is_same_v<Op, Op_elu> || std::is_same_v<Op, Op_softplus>;
+
 template <class Op> Binary prepare_binary(const OpCall& c) {
   Binary p{operand(c, 0), operand(c, 1), DType::f32, {}, {}};
   if (!p.a.is_tensor() && !p.b.is_tensor()) fail("expected at least one tensor operand, got two numbers");
   p.compute = compute_dtype(Op::rule, result_type({&p.a, &p.b}), Op::name);
-  // (Floating: the tensors decide, a number parameter does not make an int64 x floating)
-  if (Op::rule == Rule::Floating) compute_dtype(Op::rule, result_type({p.a.is_tensor() ? &p.a : nullptr, p.b.is_tensor() ? &p.b : nullptr}), Op::name);
+  // (an activation's number parameter - a slope, alpha, beta - does not make an int64 x floating)
+  if constexpr (kNumberParam<Op>) compute_dtype(Op::rule, p.a.t.dtype(), Op::name);
   p.shape = broadcast_operands({&p.a, &p.b}, &p.device);
   // as PyTorch: x - mask is almost always a bug (1 - mask means logical_not)
   if (std::is_same_v<Op, Op_sub> && (is_bool_operand(p.a) || is_bool_operand(p.b)))

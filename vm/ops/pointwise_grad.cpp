@@ -134,6 +134,13 @@ void atan2_rule(Grad& g) {
   if (g.needs(1)) g.set(1, -g.grad() * a / den);
 }
 
+void hypot_rule(Grad& g) {  // (a / hypot(a, b): NaN at 0, 0, as PyTorch's)
+  Var a = g.in(0), b = g.in(1);
+  Var h = op("hypot", {a, b});
+  if (g.needs(0)) g.set(0, g.grad() * a / h);
+  if (g.needs(1)) g.set(1, g.grad() * b / h);
+}
+
 void where_rule(Grad& g) {
   Var c = g.in(0);
   if (g.needs(1)) g.set(1, where(c, g.grad(), 0.0));
@@ -225,6 +232,7 @@ void register_pointwise_derivatives(Registry& r) {
   derivative(r, "maximum", {.fn = extremum_rule<kGt>, .saves_inputs = kIn0 | kIn1});
   derivative(r, "minimum", {.fn = extremum_rule<kLt>, .saves_inputs = kIn0 | kIn1});
   derivative(r, "atan2", {.fn = atan2_rule, .saves_inputs = kIn0 | kIn1});
+  derivative(r, "hypot", {.fn = hypot_rule, .saves_inputs = kIn0 | kIn1});
   derivative(r, "where", {.fn = where_rule, .saves_inputs = kIn0, .nondiff = kIn0});
   derivative(r, "clamp", {.fn = clamp_rule, .saves_inputs = kIn0 | kIn1 | kIn2});
   // (unlike clamp's, zero at the bounds; NaN passes, as PyTorch's hardtanh_backward)

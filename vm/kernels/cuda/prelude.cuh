@@ -296,6 +296,8 @@ template <class T> __forceinline__ T hardswish_(T a) {  // (a times the clamped 
   c = c < T(0) ? T(0) : c;
   return a * (c > T(6) ? T(6) : c) / T(6);
 }
+__forceinline__ float hypot_(float a, float b) { return hypotf(a, b); }
+__forceinline__ double hypot_(double a, double b) { return ::hypot(a, b); }
 __forceinline__ float erfinv_(float a) { return erfinvf(a); }
 __forceinline__ double erfinv_(double a) { return ::erfinv(a); }
 template <class T> __forceinline__ T gelu_(T a) { return T(0.5) * a * (T(1) + vmath::erf(a * T(0.70710678118654752440))); }

@@ -136,6 +136,9 @@ function S.repeat_interleave(x, repeats, dim)
   if repeats:dim() ~= 1 or repeats:numel() ~= n then
     fail(string.format("repeat_interleave: repeats must have the same size as input along dim, got %d and %d", repeats:numel(), n))
   end
+  if n > 0 and core.ctx.capturing ~= 0 then
+    core.need(repeats, "repeat_interleave: the result size depends on the repeats' values (give a number)")
+  end
   if n > 0 and repeats:min():item() < 0 then fail("repeat_interleave: repeats can not be negative, got " .. repeats:min():item()) end
   -- position j of the result takes the last group whose start is <= j (an empty group starts where
   -- the next one does): the count of starts <= j, a cumsum of the starts' marks, all on x's device

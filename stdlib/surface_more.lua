@@ -2,7 +2,8 @@
 -- crescent.surface's (same conventions: T.op and x:op, differentiable and compiled through the
 -- ops they are made of, 1-based index results): logcumsumexp, mode, multinomial, histc, one_hot;
 -- the in-place draws uniform_, normal_, exponential_, bernoulli_.
-local fail = require("crescent.core").fail
+local core = require "crescent.core"
+local fail = core.fail
 local A = require "crescent.surface_args"
 local describe, check_tensor, opts_of, dim0, is_float = A.describe, A.check_tensor, A.opts_of, A.dim0, A.is_float
 local is_opts = require("crescent.binding").is_opts
@@ -124,7 +125,10 @@ function M.histc(x, bins, lo, hi)
   check_tensor("histc", 1, "self", x)
   if not is_float(x) then fail("histc: expected a floating tensor, got " .. describe(x)) end
   if bins <= 0 then fail("histc: bins must be > 0, got " .. bins) end
-  if lo == hi and x:numel() > 0 then lo, hi = x:min():item(), x:max():item() end
+  if lo == hi and x:numel() > 0 then
+    if core.ctx.capturing ~= 0 then core.need(x, "histc: the range comes from the values (give min and max)") end
+    lo, hi = x:min():item(), x:max():item()
+  end
   if lo == hi then lo, hi = lo - 1, hi + 1 end
   if lo ~= lo or hi ~= hi or math.abs(lo) == math.huge or math.abs(hi) == math.huge then
     fail(string.format("histc: range of [%s, %s] is not finite", shown(lo), shown(hi)))
@@ -146,7 +150,16 @@ function M.one_hot(t, num_classes)
   if num_classes ~= nil and (type(num_classes) ~= "number" or num_classes ~= math.floor(num_classes) or num_classes < 0) then
     fail("one_hot: num_classes expected a non-negative integer or -1, got " .. (type(num_classes) == "number" and num_classes or describe(num_classes)))
   end
+  if num_classes ~= nil and core.ctx.capturing ~= 0 then
+    -- compiled: no value read (a graph break); the scatter refuses a class outside 1..num_classes
+    local shape = t.shape
+    shape[#shape + 1] = num_classes
+    return T.zeros(shape, { dtype = "int64", device = t.device }):scatter_(-1, t:unsqueeze(-1), 1)
+  end
   if t:numel() > 0 then
+    if num_classes == nil and core.ctx.capturing ~= 0 then
+      core.need(t, "one_hot: the number of classes comes from the values (give num_classes)")
+    end
     local lo, hi = t:min():item(), t:max():item()
     if lo < 1 then fail("one_hot: class values must be 1 or more (1-based), got " .. lo) end
     if num_classes and hi > num_classes then fail(string.format("one_hot: class values must be at most num_classes (%d), got %d", num_classes, hi)) end

@@ -686,6 +686,22 @@ describe("compiled", function()
     expect.truthy(e.summary:find("sync 1: ", 1, true) and e.summary:find(" u0 = input", 1, true), e.summary)
   end)
 
+  it("library functions that read values name themselves at the break; one_hot(t, n) reads none", function()
+    local reads = {
+      { function(x, r) return T.repeat_interleave(x, r) end, "repeat_interleave: the result size depends on the repeats' values" },
+      { function(x) return T.histc(x:float(), 4) end, "histc: the range comes from the values" },
+      { function(x) return T.F.one_hot(x) end, "one_hot: the number of classes comes from the values" },
+    }
+    for _, r in ipairs(reads) do
+      local f = T.compile(r[1], { dynamic = true, fullgraph = true })
+      expect.errors(function() f(T.tensor({ 1, 2, 3 }), T.tensor({ 1, 0, 2 })) end, "fullgraph = true", r[2])
+    end
+    local oh = T.compile(function(x) return T.F.one_hot(x, 4) * 2 end, { fullgraph = true })
+    for _ = 1, 3 do expect.eq(oh(T.tensor({ 1, 4, 2 })):totable(), { { 2, 0, 0, 0 }, { 0, 0, 0, 2 }, { 0, 2, 0, 0 } }) end
+    expect.errors(function() oh(T.tensor({ 5, 1 })) end, "index 5 is out of range", "1..4")
+    expect.errors(function() oh(T.tensor({ 0, 1 })) end, "index 0 is out of range")
+  end)
+
   it("a call with a sync point never replays without Lua (reduce-overhead): counts stay live", function()
     local g = function(x, m) local n = T.masked_select(x, m):numel(); return T.zeros(n), x * n end
     local f = T.compile(g, { mode = "reduce-overhead", dynamic = true })

@@ -484,6 +484,66 @@ function C.adaptive_avg_pool1d(x, ...)
   return T.matmul(x, adaptive_matrix(x:size(-1), tuple(op, "output_size", size, 1, 1)[1], x):t())
 end
 
+-- The windows of an adaptive max pool along one dim, [floor(i n / out), ceil((i + 1) n / out)), as
+-- an {out, k} matrix of 1-based positions (k the widest; a shorter window repeats its last one)
+-- and each window's start (0-based, {out, 1})
+local function adaptive_windows(n, out, x)
+  local starts, k = {}, 1
+  for i = 0, out - 1 do
+    starts[i + 1] = math.floor(i * n / out)
+    k = math.max(k, math.ceil((i + 1) * n / out) - starts[i + 1])
+  end
+  local idx = {}
+  for i = 0, out - 1 do
+    local last = math.ceil((i + 1) * n / out) - 1
+    for j = 0, k - 1 do idx[i * k + j + 1] = math.min(starts[i + 1] + j, last) + 1 end
+  end
+  local long = { dtype = "int64", device = x.device }
+  return T.tensor(idx, long), k, T.tensor(starts, long):view(out, 1)
+end
+
+-- The max of each window along dim d (of size n, out windows): the values and each one's position
+-- in the dim (0-based); of equal values the first, as torch's scan
+local function window_max(x, d, n, out)
+  local idx, k, starts = adaptive_windows(n, out, x)
+  local shape = x.shape
+  shape[d], shape[d + 1] = out, k
+  for j = d + 1, x:dim() do shape[j + 1] = x:size(j) end
+  local v, at = x:index_select(d, idx):view(shape):max(d + 1)
+  local lead = {}
+  for j = 1, #shape - 1 do lead[j] = j == d and out or 1 end
+  return v, at - 1 + starts:view(lead)
+end
+
+-- adaptive_max_pool2d(x, output_size[, return_indices = false]): x {N, C, H, W} or {C, H, W};
+-- each window's max (the windows of adaptive_avg_pool2d), taken along W then H, which keeps torch's
+-- choice among equal values (the first in row-major order); indices 1-based into each H*W plane
+function C.adaptive_max_pool2d(x, ...)
+  local op = "adaptive_max_pool2d"
+  check_tensor(op, 1, "input", x)
+  local o = named(op, 2, { ... }, { "output_size", "return_indices" }, true)
+  if x:dim() ~= 3 and x:dim() ~= 4 then fail(op .. ": input expected a 3-D {C, H, W} or 4-D {N, C, H, W} tensor, got " .. shape_str(x)) end
+  local H, W = x:size(-2), x:size(-1)
+  local size = o.output_size
+  local s = tuple(op, "output_size", type(size) == "table" and { size[1] or H, size[2] or W } or size, 2, 1)
+  local d = x:dim() - 1
+  local vw, cols = window_max(x, d + 1, W, s[2])  -- {..., H, ow}
+  local v, rows = window_max(vw, d, H, s[1])     -- {..., oh, ow}
+  if not o.return_indices then return v end
+  return v, rows * W + cols:gather(d, rows + 1) + 1
+end
+
+-- adaptive_max_pool1d(x, output_size[, return_indices = false]): x {N, C, L} or {C, L}
+function C.adaptive_max_pool1d(x, ...)
+  local op = "adaptive_max_pool1d"
+  check_tensor(op, 1, "input", x)
+  local o = named(op, 2, { ... }, { "output_size", "return_indices" }, true)
+  if x:dim() ~= 2 and x:dim() ~= 3 then fail(op .. ": input expected a 2-D {C, L} or 3-D {N, C, L} tensor, got " .. shape_str(x)) end
+  local v, at = window_max(x, x:dim(), x:size(-1), tuple(op, "output_size", o.output_size, 1, 1)[1])
+  if not o.return_indices then return v end
+  return v, at + 1
+end
+
 -- interpolate ---------------------------------------------------------------------------------------
 
 local ffi = core.ffi
@@ -491,10 +551,11 @@ local function f32(v) return tonumber(ffi.new("float", v)) end
 
 -- The source positions of one dim for mode "nearest": floor(dst * scale) in float32, as
 -- PyTorch's kernel (scale = 1 / scale_factor when given, else in / out).
-local function nearest_index(n, out, sf)
+local function nearest_index(n, out, sf, exact)
   local scale = f32(sf and 1 / sf or n / out)
   local idx = {}
-  for j = 0, out - 1 do idx[j + 1] = math.min(math.floor(f32(j * scale)), n - 1) + 1 end
+  local half = exact and 0.5 or 0  -- (nearest-exact: the pixel centres, as torch's)
+  for j = 0, out - 1 do idx[j + 1] = math.min(math.floor(f32((j + half) * scale)), n - 1) + 1 end
   return idx
 end
 
@@ -556,7 +617,7 @@ local function area_along(x, d, n, out)
   return T.matmul(x:movedim(d, -1), adaptive_matrix(n, out, x):t()):movedim(-1, d)
 end
 
-local INTERP_MODES = { nearest = 0, linear = 1, bilinear = 2, bicubic = 2, trilinear = 3, area = 0 }
+local INTERP_MODES = { nearest = 0, ["nearest-exact"] = 0, linear = 1, bilinear = 2, bicubic = 2, trilinear = 3, area = 0 }
 local RESAMPLE = { linear = linear_along, bilinear = linear_along, trilinear = linear_along, bicubic = cubic_along }
 
 -- interpolate(x, {size =, scale_factor =, mode = "nearest", align_corners =}): x {N, C, d...};
@@ -569,7 +630,7 @@ function C.interpolate(x, opts)
   local o = check_opts(op, 2, opts, { size = true, scale_factor = true, mode = true, align_corners = true, recompute_scale_factor = true })
   local mode = o.mode or "nearest"
   if not INTERP_MODES[mode] then
-    fail(op .. ': mode expected "nearest", "linear", "bilinear", "bicubic", "trilinear" or "area", got ' .. tostring(mode))
+    fail(op .. ': mode expected "nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear" or "area", got ' .. tostring(mode))
   end
   local n = x:dim() - 2
   if n < 1 or (INTERP_MODES[mode] > 0 and n ~= INTERP_MODES[mode]) or (mode == "area" and n > 3) then
@@ -577,7 +638,8 @@ function C.interpolate(x, opts)
     fail(string.format("%s: mode %s expected a %s input, got %s", op, mode, want, shape_str(x)))
   end
   -- (PyTorch has no integer kernel for them: "compute_indices_weights_linear" not implemented for 'Long')
-  if mode ~= "nearest" and not (x.dtype:find("float") or x.dtype == "bfloat16") then
+  local nearest = mode == "nearest" or mode == "nearest-exact"
+  if not nearest and not (x.dtype:find("float") or x.dtype == "bfloat16") then
     fail(string.format("%s: mode %s expected a floating input (nearest takes any dtype), got %s",
       op, mode, x.dtype .. " tensor of shape " .. shape_str(x)))
   end
@@ -605,8 +667,8 @@ function C.interpolate(x, opts)
   end
   for i = 1, n do
     local d, in_n = 2 + i, x:size(2 + i)
-    if mode == "nearest" then
-      x = x:index_select(d, T.tensor(nearest_index(in_n, sizes[i], sfs[i]), { dtype = "int64", device = x.device }))
+    if nearest then
+      x = x:index_select(d, T.tensor(nearest_index(in_n, sizes[i], sfs[i], mode == "nearest-exact"), { dtype = "int64", device = x.device }))
     end
   end
   if mode == "area" then
@@ -617,7 +679,7 @@ function C.interpolate(x, opts)
     end
     return rawequal(x, input) and x:clone() or x
   end
-  if mode ~= "nearest" then
+  if not nearest then
     for i = n, 1, -1 do  -- the last dim first, as PyTorch's weights nest
       -- (a dim of unchanged size is copied whatever the scale, as PyTorch's linear kernels do;
       -- its bicubic one resamples it with a given scale factor other than 1)

@@ -212,6 +212,8 @@ function L.install(nn, h)
   nn.MaxPool1d = functional_class("MaxPool1d", "max_pool1d", { stride = true, padding = true, dilation = true, ceil_mode = true, return_indices = true })
   nn.AvgPool1d = functional_class("AvgPool1d", "avg_pool1d", { stride = true, padding = true, ceil_mode = true, count_include_pad = true })
   nn.AdaptiveAvgPool1d = functional_class("AdaptiveAvgPool1d", "adaptive_avg_pool1d", nil, "output_size")
+  nn.AdaptiveMaxPool2d = functional_class("AdaptiveMaxPool2d", "adaptive_max_pool2d", { return_indices = true }, "output_size")
+  nn.AdaptiveMaxPool1d = functional_class("AdaptiveMaxPool1d", "adaptive_max_pool1d", { return_indices = true }, "output_size")
 
   -- Upsample({size =, scale_factor =, mode = "nearest", align_corners =}): F.interpolate
   local Upsample = nn.Module:extend("Upsample")

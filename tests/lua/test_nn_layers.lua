@@ -156,6 +156,14 @@ case("max_pool1d indices", function(x) return select(2, F.max_pool1d(x, 2, { dil
 case("avg_pool1d", function(x) return F.avg_pool1d(x, 3, { stride = 2, padding = 1, count_include_pad = false }) end,
   "F.avg_pool1d(a, 3, stride=2, padding=1, count_include_pad=False)", { D(2, 3, 8) })
 case("adaptive_avg_pool1d", function(x) return F.adaptive_avg_pool1d(x, 3) end, "F.adaptive_avg_pool1d(a, 3)", { D(2, 7) })
+case("adaptive_max_pool2d", function(x) return F.adaptive_max_pool2d(x, { 3, 4 }) end, "F.adaptive_max_pool2d(a, (3, 4))", { D(2, 3, 7, 9) })
+case("adaptive_max_pool2d ties", function(x) return F.adaptive_max_pool2d(x:round(), { 2, 3 }) end,
+  "F.adaptive_max_pool2d(a.round(), (2, 3))", { D(1, 2, 5, 7) })
+case("adaptive_max_pool2d indices", function(x) return select(2, F.adaptive_max_pool2d(x:round(), 3, true)) end,
+  "F.adaptive_max_pool2d(a.round(), 3, True)[1] + 1", { D(2, 5, 8) })
+case("adaptive_max_pool1d", function(x) return F.adaptive_max_pool1d(x, 4) end, "F.adaptive_max_pool1d(a, 4)", { D(2, 3, 9) })
+case("adaptive_max_pool1d indices", function(x) return select(2, F.adaptive_max_pool1d(x:round(), 4, { return_indices = true })) end,
+  "F.adaptive_max_pool1d(a.round(), 4, return_indices=True)[1] + 1", { D(3, 9) })
 -- positional arguments then a trailing options table (PyTorch's keywords after its positionals)
 case("avg_pool2d positional then options", function(x) return F.avg_pool2d(x, 2, 2, 1, { count_include_pad = false }) end,
   "F.avg_pool2d(a, 2, 2, 1, count_include_pad=False)", { D(1, 2, 5, 5) })
@@ -192,6 +200,10 @@ case("interpolate bilinear scales 1.1, 1.3", function(x) return F.interpolate(x,
 case("interpolate linear scale same size", function(x) return F.interpolate(x, { scale_factor = 1.3, mode = "linear" }) end,
   "F.interpolate(a, scale_factor=1.3, mode='linear')", { D(2, 3, 3) })
 case("interpolate linear", function(x) return F.interpolate(x, { size = 9, mode = "linear" }) end, "F.interpolate(a, size=9, mode='linear')", { D(2, 3, 4) })
+case("interpolate nearest-exact", function(x) return F.interpolate(x, { size = { 4, 7 }, mode = "nearest-exact" }) end,
+  "F.interpolate(a, size=(4, 7), mode='nearest-exact')", { D(1, 2, 10, 3) })
+case("interpolate nearest-exact scale", function(x) return F.interpolate(x, { scale_factor = 1.7, mode = "nearest-exact" }) end,
+  "F.interpolate(a, scale_factor=1.7, mode='nearest-exact')", { D(2, 3, 10) })
 case("interpolate bicubic scale of an unchanged size", function(x) return F.interpolate(x, { scale_factor = { 1.2, 2 }, mode = "bicubic" }) end,
   "F.interpolate(a, scale_factor=(1.2, 2), mode='bicubic')", { D(1, 2, 3, 4) })
 case("interpolate bicubic", function(x) return F.interpolate(x, { size = { 9, 4 }, mode = "bicubic" }) end,
@@ -299,6 +311,8 @@ mcase("BatchNorm2d untracked eval", nn.BatchNorm2d(3, { track_running_stats = fa
 mcase("GroupNorm", nn.GroupNorm(2, 6), "nn.GroupNorm(2, 6)", S(2, 6, 3, 3), true)
 mcase("AvgPool2d AdaptiveAvgPool2d", nn.Sequential(nn.AvgPool2d(2, { stride = 1 }), nn.AdaptiveAvgPool2d({ 2, 3 })),
   "nn.Sequential(nn.AvgPool2d(2, stride=1), nn.AdaptiveAvgPool2d((2, 3)))", S(2, 3, 6, 7), true)
+mcase("AdaptiveMaxPool2d AdaptiveMaxPool1d", nn.Sequential(nn.AdaptiveMaxPool2d({ 3, 5 }), nn.Flatten(3), nn.AdaptiveMaxPool1d(4)),
+  "nn.Sequential(nn.AdaptiveMaxPool2d((3, 5)), nn.Flatten(2), nn.AdaptiveMaxPool1d(4))", S(2, 3, 6, 7), true)
 mcase("Upsample MaxPool1d AvgPool1d AdaptiveAvgPool1d", nn.Sequential(nn.Upsample({ scale_factor = 2, mode = "linear", align_corners = true }),
   nn.MaxPool1d(3, { stride = 1 }), nn.AvgPool1d(2), nn.AdaptiveAvgPool1d(4)),
   "nn.Sequential(nn.Upsample(scale_factor=2, mode='linear', align_corners=True), nn.MaxPool1d(3, stride=1), nn.AvgPool1d(2), nn.AdaptiveAvgPool1d(4))",

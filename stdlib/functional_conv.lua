@@ -515,34 +515,26 @@ local function window_max(x, d, n, out)
   return v, at - 1 + starts:view(lead)
 end
 
--- adaptive_max_pool2d(x, output_size[, return_indices = false]): x {N, C, H, W} or {C, H, W};
--- each window's max (the windows of adaptive_avg_pool2d), taken along W then H, which keeps torch's
--- choice among equal values (the first in row-major order); indices 1-based into each H*W plane
-function C.adaptive_max_pool2d(x, ...)
-  local op = "adaptive_max_pool2d"
+-- adaptive_max_pool2d / 1d(x, output_size[, return_indices = false]): x {N, C, H, W} or {C, H, W}
+-- ({N, C, L} or {C, L}); each window's max (the windows of the adaptive average pools), taken along
+-- W then H, which keeps torch's choice among equal values (the first in row-major order); indices
+-- 1-based into each plane
+local ADAPTIVE_INPUT = { "a 2-D {C, L} or 3-D {N, C, L}", "a 3-D {C, H, W} or 4-D {N, C, H, W}" }
+local function adaptive_max(op, n, x, ...)
   check_tensor(op, 1, "input", x)
   local o = named(op, 2, { ... }, { "output_size", "return_indices" }, true)
-  if x:dim() ~= 3 and x:dim() ~= 4 then fail(op .. ": input expected a 3-D {C, H, W} or 4-D {N, C, H, W} tensor, got " .. shape_str(x)) end
-  local H, W = x:size(-2), x:size(-1)
-  local size = o.output_size
-  local s = tuple(op, "output_size", type(size) == "table" and { size[1] or H, size[2] or W } or size, 2, 1)
+  if x:dim() ~= n + 1 and x:dim() ~= n + 2 then fail(op .. ": input expected " .. ADAPTIVE_INPUT[n] .. " tensor, got " .. shape_str(x)) end
+  local H, W, size = x:size(-2), x:size(-1), o.output_size
+  local s = tuple(op, "output_size", n == 2 and type(size) == "table" and { size[1] or H, size[2] or W } or size, n, 1)
   local d = x:dim() - 1
-  local vw, cols = window_max(x, d + 1, W, s[2])  -- {..., H, ow}
-  local v, rows = window_max(vw, d, H, s[1])     -- {..., oh, ow}
+  local v, cols = window_max(x, d + 1, W, s[n])  -- {..., H, ow}
+  local rows = nil
+  if n == 2 then v, rows = window_max(v, d, H, s[1]) end  -- {..., oh, ow}
   if not o.return_indices then return v end
-  return v, rows * W + cols:gather(d, rows + 1) + 1
+  return v, (rows and rows * W + cols:gather(d, rows + 1) or cols) + 1
 end
-
--- adaptive_max_pool1d(x, output_size[, return_indices = false]): x {N, C, L} or {C, L}
-function C.adaptive_max_pool1d(x, ...)
-  local op = "adaptive_max_pool1d"
-  check_tensor(op, 1, "input", x)
-  local o = named(op, 2, { ... }, { "output_size", "return_indices" }, true)
-  if x:dim() ~= 2 and x:dim() ~= 3 then fail(op .. ": input expected a 2-D {C, L} or 3-D {N, C, L} tensor, got " .. shape_str(x)) end
-  local v, at = window_max(x, x:dim(), x:size(-1), tuple(op, "output_size", o.output_size, 1, 1)[1])
-  if not o.return_indices then return v end
-  return v, at + 1
-end
+function C.adaptive_max_pool2d(x, ...) return adaptive_max("adaptive_max_pool2d", 2, x, ...) end
+function C.adaptive_max_pool1d(x, ...) return adaptive_max("adaptive_max_pool1d", 1, x, ...) end
 
 -- interpolate ---------------------------------------------------------------------------------------
 

@@ -57,7 +57,7 @@ local WRITES = { add_ = true, sub_ = true, mul_ = true, div_ = true, fill_ = tru
                  masked_fill_ = true, clamp_ = true, index_put_ = true }
 for _, n in ipairs({ "neg", "abs", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
   "tanh", "sigmoid", "relu", "erf", "floor", "ceil", "trunc", "sign", "reciprocal", "square", "pow", "fmod", "remainder",
-  "atan2", "lerp", "addcmul" }) do
+  "atan2", "hypot", "lerp", "addcmul" }) do
   WRITES[n .. "_"] = true  -- (the in-place forms of vm/registry.hpp CR_INPLACE_OPS)
 end
 
@@ -163,8 +163,8 @@ M.EXCUSES = {
   { op = "remainder", kind = "accepts", match = "derivative for aten::remainder is not implemented", class = "torch",
     why = "torch 1.13 has no derivative of remainder(number, tensor) for the tensor; crescent's is PyTorch's "
       .. "tensor-tensor formula, -grad * floor(self / other)" },
-  { op = { atan2 = true, atan2_ = true }, kind = "accepts", match = "must be Tensor, not", class = "extension",
-    why = "crescent's atan2 takes a number operand as maximum / minimum do (torch's only tensors)" },
+  { op = { atan2 = true, atan2_ = true, hypot = true, hypot_ = true }, kind = "accepts", match = "must be Tensor, not",
+    class = "extension", why = "crescent's atan2 and hypot take a number operand as maximum / minimum do (torch's only tensors)" },
   { op = "atan2", kind = "accepts", match = "on a bool tensor is not supported",
     class = "torch",
     why = "a bool first operand: torch 1.13's atan2 backward negates it for the other operand's gradient and fails; "

@@ -210,9 +210,13 @@ void register_pointwise_derivatives(Registry& r) {
     Var x = g.in(0);
     g.set(0, where(mask("lt", x, -3.0), 0.0, where(mask("le", x, 3.0), g.grad() * (x * (1.0 / 3) + 0.5), g.grad())));
   }, .saves_inputs = kIn0});
+  // (at 0 the slope alpha is a constant of x: its own gradient there is 0, as PyTorch's
+  // elu_double_backward, whose mask is x < 0)
   derivative(r, "elu", {.fn = [](Grad& g) {
     Var x = g.in(0);
-    g.set(0, where(mask("le", x, 0.0), g.grad() * f("exp", x) * g.arg().number(1), g.grad()));
+    const double alpha = g.arg().number(1);
+    Var neg = where(mask("lt", x, 0.0), g.grad() * f("exp", x) * alpha, g.grad() * alpha);
+    g.set(0, where(mask("le", x, 0.0), neg, g.grad()));
   }, .saves_inputs = kIn0});
   FROM_X("erf", f("exp", -(x * x)) * (2 / std::sqrt(std::numbers::pi)));
   FROM_Y("erfinv", f("exp", y * y) * (std::sqrt(std::numbers::pi) / 2));

@@ -515,10 +515,9 @@ local function window_max(x, d, n, out)
   return v, at - 1 + starts:view(lead)
 end
 
--- adaptive_max_pool2d / 1d(x, output_size[, return_indices = false]): x {N, C, H, W} or {C, H, W}
--- ({N, C, L} or {C, L}); each window's max (the windows of the adaptive average pools), taken along
--- W then H, which keeps torch's choice among equal values (the first in row-major order); indices
--- 1-based into each plane
+-- adaptive_max_pool2d / 1d(x, output_size[, return_indices = false]): each window's max (the
+-- adaptive average pools' windows) along W then H, which keeps torch's choice among equal values
+-- (the first in row-major order); indices 1-based into each plane
 local ADAPTIVE_INPUT = { "a 2-D {C, L} or 3-D {N, C, L}", "a 3-D {C, H, W} or 4-D {N, C, H, W}" }
 local function adaptive_max(op, n, x, ...)
   check_tensor(op, 1, "input", x)

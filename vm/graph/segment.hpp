@@ -47,10 +47,9 @@ struct Segment {
   int mode = -1;
   bool dynamic = false;
   std::vector<uint32_t> symbolic;
-  // the results of the call's data-dependent ops (sync points): header, storage (not held: a
-  // loop of selections keeps no memory) and the op call's ordinal k, known as inputs of later
-  // segments (reset keeps them; Recorder::stop drops them); by vid, an input's unbacked symbol
-  // k + 1 (its dim 0 is that call's count: uk), or 0
+  // the call's data-dependent results (sync points; not held) with their op call's ordinal k, for
+  // later segments (reset keeps them, Recorder::stop drops them); by vid, an input's unbacked
+  // symbol k + 1 (its dim 0 is that call's count: uk), or 0
   struct DataSized {
     const cr_tensor* t;
     const void* storage;

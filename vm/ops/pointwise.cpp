@@ -13,10 +13,9 @@
 namespace cr {
 namespace {
 
-// Float: integer inputs compute in float32. Floating: floating inputs only (PyTorch's
-// activations: gelu of an int64 tensor raises). Same: keeps the dtype (no bool). Keep: bool too
-// (sign). Power: as pow(x, 2), bool computes in int64 (square). Bool: bool result. Arith: promoted
-// dtype, bool allowed. Numeric: promoted, bool rejected. Compare / Logical: bool.
+// Float: integers compute in float32. Floating: floating only (gelu of int64 raises, as torch).
+// Same: the dtype, no bool. Keep: bool too (sign). Power: bool computes in int64 (square). Bool:
+// bool result. Arith: promoted, bool allowed. Numeric: promoted, no bool. Compare / Logical: bool.
 enum class Rule { Float, Floating, Same, Keep, Power, Bool, Arith, Numeric, Compare, Logical };
 
 #define CR_UNARY_OPS(X)                        \

@@ -440,6 +440,7 @@ function C.adaptive_avg_pool2d(x, ...)
   local size = named(op, 2, { ... }, { "output_size" }, true).output_size
   if x:dim() ~= 3 and x:dim() ~= 4 then fail(op .. ": input expected a 3-D {C, H, W} or 4-D {N, C, H, W} tensor, got " .. shape_str(x)) end
   local H, W = x:size(-2), x:size(-1)
+  if type(size) == "table" and table.maxn(size) ~= 2 then fail(string.format("%s: output_size expected 2 sizes, got %d", op, table.maxn(size))) end
   local s = type(size) == "table" and { size[1] or H, size[2] or W } or size
   s = tuple(op, "output_size", s, 2, 1)
   return T.matmul(T.matmul(adaptive_matrix(H, s[1], x), x), adaptive_matrix(W, s[2], x):t())
@@ -523,7 +524,13 @@ local function adaptive_max(op, n, x, ...)
   check_tensor(op, 1, "input", x)
   local o = named(op, 2, { ... }, { "output_size", "return_indices" }, true)
   if x:dim() ~= n + 1 and x:dim() ~= n + 2 then fail(op .. ": input expected " .. ADAPTIVE_INPUT[n] .. " tensor, got " .. shape_str(x)) end
+  for d = x:dim() - n, x:dim() do
+    if x:size(d) == 0 then fail(op .. ": expected input to have non-zero size for non-batch dimensions, got " .. shape_str(x)) end
+  end
   local H, W, size = x:size(-2), x:size(-1), o.output_size
+  if type(size) == "table" and table.maxn(size) ~= n then
+    fail(string.format("%s: output_size expected %d sizes, got %d", op, n, table.maxn(size)))
+  end
   local s = tuple(op, "output_size", n == 2 and type(size) == "table" and { size[1] or H, size[2] or W } or size, n, 1)
   local d = x:dim() - 1
   local v, cols = window_max(x, d + 1, W, s[n])  -- {..., H, ow}

@@ -263,6 +263,10 @@ function L.install(nn, h)
   -- rather than in a view or a broadcast inside the attention.
   local function check_mask(what, m, shapes)
     if not T.is_tensor(m) then fail(string.format("MultiheadAttention: %s expected a tensor, got %s", what, type(m))) end
+    -- (an integer 0 / 1 mask would add its values to the scores: refused, as torch)
+    if m.dtype ~= "bool" and not (m.dtype:find("float") or m.dtype == "bfloat16") then
+      fail(string.format("MultiheadAttention: %s expected a bool or floating tensor, got %s", what, m.dtype))
+    end
     local got, names = m:_shape_str(), {}
     for i, s in ipairs(shapes) do
       local want = "{" .. table.concat(s, ",") .. "}"
@@ -281,6 +285,9 @@ function L.install(nn, h)
     local L, N, E = q:size(1), q:size(2), q:size(3)
     if E ~= self.embed_dim then fail(string.format("%s: query expected embed_dim %d in its last dim, got %d", name, self.embed_dim, E)) end
     local S, H = k:size(1), self.num_heads
+    if v:size(1) ~= S or (k:dim() == 3 and v:size(2) ~= k:size(2)) then
+      fail(string.format("%s: key shape %s does not match value shape %s", name, k:_shape_str(), v:_shape_str()))
+    end
     local hd = E / H
     local b = self.in_proj_bias
     local function proj(x, i, w)

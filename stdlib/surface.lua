@@ -186,6 +186,7 @@ local EXACT_UP_TO = { float16 = 2 ^ 11, bfloat16 = 2 ^ 8, float32 = 2 ^ 24, floa
 function S.randperm(n, opts)
   if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then fail("randperm: n expected a non-negative integer, got " .. tostring(n)) end
   opts = opts_of("randperm", opts, { dtype = true, device = true })
+  if opts.dtype == "bool" then fail("randperm: expected a numeric dtype, got bool (as torch: not implemented for 'Bool')") end
   local most = EXACT_UP_TO[opts.dtype]
   if most and n > most then
     fail(string.format("randperm: n cannot be greater than %d for %s (its values 1..n must be exact), got %d", most, opts.dtype, n))

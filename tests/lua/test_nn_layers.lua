@@ -496,6 +496,16 @@ describe("edges: results are new tensors, unused inputs keep a zero gradient", f
 end)
 
 describe("layer refusals", function()
+  it("adaptive pools check output_size's length and empty dims; MultiheadAttention its masks and value", function()
+    errs(function() F.adaptive_max_pool2d(T.randn(1, 2, 5, 5), { 3, 2, 1 }) end, "adaptive_max_pool2d", "output_size expected 2 sizes, got 3")
+    errs(function() F.adaptive_max_pool2d(T.randn(1, 2, 5, 5), { 3 }) end, "adaptive_max_pool2d", "expected 2 sizes, got 1")
+    errs(function() F.adaptive_avg_pool2d(T.randn(1, 2, 5, 5), { 3, 2, 1 }) end, "adaptive_avg_pool2d", "expected 2 sizes, got 3")
+    errs(function() F.adaptive_max_pool2d(T.zeros(1, 0, 7), 2) end, "adaptive_max_pool2d", "non-zero size for non-batch dimensions")
+    expect.eq(F.adaptive_max_pool2d(T.randn(1, 2, 5, 5), { nil, 3 }).shape, { 1, 2, 5, 3 })
+    local m, q = nn.MultiheadAttention(4, 2), T.randn(2, 1, 4)
+    errs(function() m(q, q, q, { attn_mask = T.tensor({ { 0, 1 }, { 0, 0 } }) }) end, "MultiheadAttention", "attn_mask expected a bool or floating tensor, got int64")
+    errs(function() m(q, q, T.randn(3, 1, 4)) end, "MultiheadAttention", "key shape {2,1,4} does not match value shape {3,1,4}")
+  end)
   it("per-channel tensors of the wrong size and integer linear interpolation are named", function()
     expect.errors(function() local _ = T.nn.BatchNorm1d(3)(T.randn(4, 5)) end, "batch_norm: ",
       "running_mean of size equal to the number of channels of the input %(5%), got 3")

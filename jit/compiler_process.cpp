@@ -379,6 +379,9 @@ class Pool {
   const int max_ = std::clamp(int(std::thread::hardware_concurrency()), 2, 8);
   pid_t owner_ = ::getpid();
 };
+// Made at load time, as jit/progress.cpp's watcher: a compile thread's first use could hold the
+// static's guard across a fork(), and the child would wait on it forever.
+[[maybe_unused]] const bool pool_made = (Pool::get(), true);
 
 enum class Outcome { Reply, Gone, TimedOut };
 

@@ -84,6 +84,9 @@ class ProgressWatcher {
   std::vector<Due> due_;
   bool started_ = false;
 };
+// Made at load time: made first by a compile thread, its static's guard would be held across a
+// fork() (the initialiser waits for fork's registry lock) and the child would wait on it forever.
+[[maybe_unused]] const bool watcher_made = (ProgressWatcher::get(), true);
 
 ProgressNote::ProgressNote(std::string graph, std::string device, bool on)
     : graph_(std::move(graph)), device_(std::move(device)), start_ms_(now_ms()), after_ms_(-1) {
